@@ -1,0 +1,56 @@
+/*
+ * config.h: settings for every moat program, with one precedence:
+ * command-line flag > MOAT_<SECTION>_<KEY> environment > moat.conf (INI,
+ * read with inih) > built-in default. The env name is upper-cased with
+ * '-' and '.' turned to '_': [vmd] state-dir -> MOAT_VMD_STATE_DIR.
+ * Keys in the [moat] section also answer to MOAT_<KEY> (MOAT_STATE_DIR).
+ * Not for: validating values; callers check ranges and say what is wrong.
+ */
+#ifndef MOAT_CONFIG_H
+#define MOAT_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct moat_config;
+
+/* moat_config_load: reads `path` (NULL: $MOAT_CONFIG, else no file). A
+ * missing file named by $MOAT_CONFIG or `path` is an error; a parse error
+ * is an error naming the line. On success *out is owned by the caller
+ * (moat_config_free). On failure returns a status and sets *errmsg to a
+ * heap string the caller frees. */
+int moat_config_load(struct moat_config **out, const char *path,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_config_set_flag: records a command-line value (copied); flags win
+ * over everything else. */
+int moat_config_set_flag(struct moat_config *cfg, const char *section,
+    const char *key, const char *value) __attribute__((warn_unused_result));
+
+/* moat_config_get: the value by precedence, or `def` when unset anywhere.
+ * The pointer is owned by cfg (or is `def`) and lives until
+ * moat_config_free. cfg may be NULL (env and default only). */
+const char *moat_config_get(const struct moat_config *cfg,
+    const char *section, const char *key, const char *def);
+
+/* moat_config_get_u64: like get, parsed as an unsigned decimal. A value
+ * that is not a number is an error (INVALID_ARGUMENT) with *errmsg naming
+ * the key and where it came from. */
+int moat_config_get_u64(const struct moat_config *cfg, const char *section,
+    const char *key, uint64_t def, uint64_t *out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_config_get_bool: true/false/yes/no/on/off/1/0. */
+int moat_config_get_bool(const struct moat_config *cfg, const char *section,
+    const char *key, bool def, bool *out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_config_free: safe on NULL. */
+void moat_config_free(struct moat_config *cfg);
+
+/* moat_default_state_dir: $MOAT_STATE_DIR, else /var/lib/moat for root,
+ * else $XDG_STATE_HOME/moat or $HOME/.local/state/moat. Heap string, the
+ * caller frees. */
+char *moat_default_state_dir(void);
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * rpc.h: the one RPC layer every moat service and client uses. Requests
+ * and replies are moat.v1.Envelope / moat.v1.Reply messages on nng REQ/REP
+ * sockets; the server dispatches on (service, method) through protobuf-c's
+ * generated service descriptors, decodes the payload with the method's
+ * input descriptor, validates, and calls the handler listed for it in the
+ * service's method table. A pool of worker contexts serves calls
+ * concurrently, so one slow call (a boot, a long-poll) never blocks the
+ * others.
+ *
+ * Mutating calls are never executed twice for one request id: clients turn
+ * nng's REQ resend off, and the server remembers the replies of recent
+ * mutating calls by request id and answers a repeat from that memory (a
+ * repeat that arrives while the first is still running gets ABORTED).
+ *
+ * Not for: HTTP (the gateway's HTTP door decodes JSON into the same
+ * messages and calls the same handlers), or the guest link (frame.h).
+ */
+#ifndef MOAT_RPC_H
+#define MOAT_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moat/status.h"
+
+#define MOAT_RPC_MAX_MSG (64u << 20)    /* largest envelope or reply */
+#define MOAT_RPC_DEFAULT_WORKERS 64     /* calls in flight per server */
+#define MOAT_RPC_DEFAULT_TIMEOUT_MS 30000
+
+struct moat_rpc_server;
+struct moat_rpc_client;
+
+/* One call as a handler sees it. Valid only during the handler. */
+struct moat_rpc_call {
+	const char *service;       /* "moat.v1.Vm" */
+	const char *method;        /* "CreateSandbox" */
+	uint64_t request_id;
+	uint32_t timeout_ms;       /* as sent; 0: server default */
+	uint64_t deadline_ms;      /* monotonic ms (moat_rpc_now_ms) */
+	const char *auth;          /* "" when none */
+	void *service_ctx;         /* moat_rpc_service.ctx */
+	const uint8_t *payload;    /* the request's encoded bytes */
+	size_t payload_len;
+	/* Set by moat_rpc_error; freed by the server. */
+	char *error_message;
+	/* A handler that forwards may set an already-encoded reply payload
+	 * here (heap, freed by the server) instead of filling `reply`. */
+	uint8_t *raw_reply;
+	size_t raw_reply_len;
+};
+
+/* A handler fills `reply` (already initialised with the method's output
+ * descriptor; every field it sets must be heap memory from malloc, freed
+ * by the server with protobuf_c_message_free_unpacked) and returns
+ * MOAT_OK, or returns a status after moat_rpc_error. Handlers may block;
+ * they should not run past call->deadline_ms. */
+typedef int (*moat_rpc_handler)(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* One row of a service's method table. The dispatcher checks that every
+ * method of the descriptor has a row at start, and refuses unknown
+ * methods with UNIMPLEMENTED. */
+struct moat_rpc_method {
+	const char *name;          /* as in the .proto */
+	moat_rpc_handler handler;
+	bool mutating;             /* deduplicated by request id */
+	bool needs_auth;           /* refused with UNAUTHENTICATED if no auth */
+};
+
+struct moat_rpc_service {
+	const ProtobufCServiceDescriptor *descriptor;
+	const struct moat_rpc_method *methods;
+	size_t n_methods;
+	void *ctx;                 /* handed to handlers as service_ctx */
+};
+
+/* moat_rpc_error: formats a message for the reply (what failed, on which
+ * object, what to do next) and returns `code`, so handlers can write
+ * `return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %s ...", id);`. */
+int moat_rpc_error(struct moat_rpc_call *call, int code, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
+
+/* moat_rpc_server_start: listens on `url` (ipc://, tcp://, tls+tcp://;
+ * ipc sockets are made mode 0600) and serves `svc` (copied by value; the
+ * method table and descriptor must outlive the server) with `workers`
+ * concurrent calls (0: MOAT_RPC_DEFAULT_WORKERS). On success *out is the
+ * caller's, stopped with moat_rpc_server_stop. On failure returns a status
+ * and sets *errmsg (heap, caller frees) naming the url and the cause. */
+int moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
+    const struct moat_rpc_service *svc, int workers, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_rpc_server_stop: closes the socket, waits for running handlers to
+ * return, frees everything. Safe on NULL. */
+void moat_rpc_server_stop(struct moat_rpc_server *srv);
+
+/* moat_rpc_client_open: a client for `url`. Thread-safe: many threads may
+ * call at once (each call uses its own nng context). The dial is
+ * non-blocking, so a server that is not up yet is not an error here; calls
+ * then fail with UNAVAILABLE until it is. On failure returns a status and
+ * sets *errmsg (heap, caller frees). */
+int moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_rpc_client_close: safe on NULL; no call may be in flight. */
+void moat_rpc_client_close(struct moat_rpc_client *c);
+
+/* Options of one call. Zeroed means defaults. */
+struct moat_rpc_opts {
+	uint32_t timeout_ms;       /* 0: MOAT_RPC_DEFAULT_TIMEOUT_MS */
+	uint64_t request_id;       /* 0: a fresh random id */
+	const char *auth;          /* NULL: none */
+};
+
+/* moat_rpc_call: sends `request` to `service`/`method` and waits for the
+ * reply. On MOAT_OK, *reply is a message of `reply_desc` the caller frees
+ * with protobuf_c_message_free_unpacked(*reply, NULL). On any other
+ * status, *reply is NULL and *errmsg is a heap string (caller frees) with
+ * the server's message, or the transport's (UNAVAILABLE: "no answer from
+ * <url>: is the service running?"; DEADLINE_EXCEEDED). */
+int moat_rpc_call(struct moat_rpc_client *c, const char *service,
+    const char *method, const ProtobufCMessage *request,
+    const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
+    const struct moat_rpc_opts *opts, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_rpc_call_raw: like moat_rpc_call with an encoded request and reply
+ * payload (for forwarding). On MOAT_OK, *reply_payload (heap, caller
+ * frees; may be NULL when *reply_len is 0). */
+int moat_rpc_call_raw(struct moat_rpc_client *c, const char *service,
+    const char *method, const uint8_t *payload, size_t len,
+    uint8_t **reply_payload, size_t *reply_len,
+    const struct moat_rpc_opts *opts, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_rpc_now_ms: CLOCK_MONOTONIC in ms. */
+uint64_t moat_rpc_now_ms(void);
+
+/* moat_rpc_new_request_id: a random non-zero 64-bit id. */
+uint64_t moat_rpc_new_request_id(void);
+
+#endif
