@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages moat needs to build, make guest images and
+# run its tests. Idempotent: does nothing when all are present.
+# Not for: building (deploy/setup.sh) or starting services (moat-stack).
+set -euo pipefail
+
+PKGS=(
+	build-essential cmake pkg-config
+	protobuf-c-compiler libprotobuf-c-dev
+	libnng-dev liblmdb-dev libinih-dev libcmocka-dev
+	libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev libssl-dev
+	qemu-system-x86 qemu-utils
+	mmdebstrap e2fsprogs cpio busybox-static zstd xz-utils kmod
+	python3 ca-certificates procps psmisc
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "install-deps: all ${#PKGS[@]} packages present"
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: missing packages: ${missing[*]}" >&2
+	echo "install-deps: run this script as root (sudo $0)" >&2
+	exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Starts the local stack in a temporary state directory and drives it
+# through the moat CLI as a user would: one-shot runs in python and bash,
+# exit codes and streams, sandbox lifecycle, files both ways, errors with
+# their exit codes, and a clean stop that leaves no VMM process behind.
+# Needs built binaries (MOAT_BIN_DIR) and images (MOAT_IMAGE_DIR, default
+# <repo>/images/out).
+set -uo pipefail
+repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
+bin=${MOAT_BIN_DIR:-$repo/build/bin}
+export MOAT_IMAGE_DIR=${MOAT_IMAGE_DIR:-$repo/images/out}
+state=$(mktemp -d /tmp/moat-stack-test.XXXXXX)
+export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
+export MOAT_GATEWAY=ipc://$state/gateway.sock
+moat=$bin/moat
+work=$(mktemp -d /tmp/moat-stack-work.XXXXXX)
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL - $*"; }
+check() { # check DESC COMMAND...: passes when the command succeeds
+	local d=$1; shift
+	if "$@"; then ok "$d"; else bad "$d"; fi
+}
+cleanup() {
+	bash "$repo/deploy/moat-stack" stop >/dev/null 2>&1
+	pkill -KILL -f "$state" 2>/dev/null
+	rm -rf "$state" "$work"
+}
+trap cleanup EXIT
+
+if ! bash "$repo/deploy/moat-stack" start; then
+	bad "stack starts"
+	tail -n 30 "$state"/logs/*.log
+	echo "$passed passed, $((failed)) failed"
+	exit 1
+fi
+ok "stack starts and becomes healthy"
+
+out=$("$moat" run -c 'print(6*7)' 2>"$work/err"); rc=$?
+check "moat run python prints 42 (got '$out', rc $rc)" [ "$out" = 42 -a $rc -eq 0 ]
+
+out=$("$moat" run -l bash -c 'echo out; echo err >&2; exit 3' 2>"$work/err"); rc=$?
+check "bash exit code 3 comes back (rc $rc)" [ $rc -eq 3 ]
+check "stdout goes to stdout" [ "$out" = out ]
+check "stderr goes to stderr" grep -qx err "$work/err"
+
+printf 'import sys\nprint("from file", file=sys.stderr)\nsys.exit(5)\n' >"$work/prog.py"
+"$moat" run "$work/prog.py" >/dev/null 2>"$work/err"; rc=$?
+check "moat run FILE runs the file (rc $rc)" [ $rc -eq 5 ]
+check "its stderr arrives" grep -q "from file" "$work/err"
+
+out=$(echo 'print(sum(range(10)))' | "$moat" run - 2>/dev/null)
+check "moat run - reads code from stdin ($out)" [ "$out" = 45 ]
+
+"$moat" run --timeout 2 -l bash -c 'sleep 30' >/dev/null 2>"$work/err"; rc=$?
+check "a timeout ends the run with 124 (rc $rc)" [ $rc -eq 124 ]
+
+id=$("$moat" sandbox create --cpus 1 --memory 256 2>"$work/err")
+check "sandbox create prints an id ($id)" [ -n "$id" ]
+check "sandbox ls lists it" sh -c "'$moat' sandbox ls | grep -q '$id'"
+check "sandbox get --json shows RUNNING" sh -c "'$moat' --json sandbox get '$id' | grep -q RUNNING"
+
+out=$("$moat" exec "$id" -- sh -c 'echo hello > /root/greeting; cat /root/greeting'); rc=$?
+check "exec runs in the sandbox ($out)" [ "$out" = hello -a $rc -eq 0 ]
+"$moat" exec "$id" -- sh -c 'exit 7'; rc=$?
+check "exec returns the program's exit code (rc $rc)" [ $rc -eq 7 ]
+
+head -c 3145728 /dev/urandom >"$work/blob"
+check "cp host -> sandbox" "$moat" cp "$work/blob" "$id:/root/dir/blob"
+check "cp sandbox -> host" "$moat" cp "$id:/root/dir/blob" "$work/blob.back"
+check "binary round trip is identical" cmp -s "$work/blob" "$work/blob.back"
+check "ls shows the file" sh -c "'$moat' ls '$id' /root/dir | grep -q blob"
+out=$("$moat" exec "$id" -- sha256sum /root/dir/blob | cut -d' ' -f1)
+check "hash inside the guest matches" [ "$out" = "$(sha256sum "$work/blob" | cut -d' ' -f1)" ]
+
+"$moat" cp "$id:/root/no-such-file" "$work/x" 2>"$work/err"; rc=$?
+check "missing file -> NOT_FOUND exit 69 (rc $rc)" [ $rc -eq 69 ]
+check "missing file message names the path" grep -q no-such-file "$work/err"
+
+check "info shows the node and its accel" sh -c "'$moat' info | grep -Eq 'tcg|kvm'"
+
+check "sandbox rm" "$moat" sandbox rm "$id"
+"$moat" sandbox get "$id" 2>"$work/err"; rc=$?
+check "removed sandbox -> NOT_FOUND (rc $rc)" [ $rc -eq 69 ]
+"$moat" exec sb-doesnotexist -- true 2>"$work/err"; rc=$?
+check "unknown sandbox -> exit 69 (rc $rc)" [ $rc -eq 69 ]
+check "the error says what to do" grep -qi "sandbox" "$work/err"
+"$moat" run --cpus 999 -c 'print(1)' 2>"$work/err"; rc=$?
+check "999 vcpus -> INVALID_ARGUMENT exit 67 (rc $rc)" [ $rc -eq 67 ]
+"$moat" run --memory 1 -c 'print(1)' 2>"$work/err"; rc=$?
+check "1 MiB memory -> INVALID_ARGUMENT exit 67 (rc $rc)" [ $rc -eq 67 ]
+
+# A sandbox left running is destroyed by a clean stop.
+id2=$("$moat" sandbox create 2>/dev/null)
+check "second sandbox for the stop test ($id2)" [ -n "$id2" ]
+bash "$repo/deploy/moat-stack" stop >/dev/null
+sleep 0.5
+check "no qemu of this stack remains after stop" sh -c "! pgrep -f 'qemu-system.*$state' >/dev/null"
+check "no sandbox directory remains" sh -c "[ -z \"\$(ls -A '$state/vms' 2>/dev/null)\" ]"
+
+"$moat" info 2>"$work/err"; rc=$?
+check "gateway down -> UNAVAILABLE exit 78 (rc $rc)" [ $rc -eq 78 ]
+check "the message says how to start it" grep -q "moat-stack start" "$work/err"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
