@@ -1,0 +1,541 @@
+/*
+ * cmd_run.c: `moat run` (code in a fresh sandbox that is always destroyed
+ * afterwards, also on SIGINT/SIGTERM) and `moat exec` (a command in an
+ * existing sandbox). Both start the program with ExecStart and stream its
+ * stdout and stderr to ours, live, with ExecRead long-polls; both exit
+ * with the program's exit code (128+N if signal N killed it, 124 if it
+ * timed out). Not for: one-shot Exec without streaming (the library has
+ * it) or sandbox management (cmd_sandbox.c).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "moat/status.h"
+#include "moat/util.h"
+
+#define READ_WAIT_MS 500        /* long-poll; also how soon ^C is seen */
+#define CODE_MAX (16u << 20)    /* largest program text sent */
+#define EXIT_TIMED_OUT 124
+
+struct stream_result {
+	Moat__V1__ExecStatus *status;   /* owned; NULL if not known */
+	uint8_t *out, *err;             /* --json: collected output */
+	size_t out_len, err_len;
+	int interrupted;                /* the signal that stopped us */
+};
+
+static void
+stream_result_fini(struct stream_result *r)
+{
+	moat_client_free_msg(r->status);
+	free(r->out);
+	free(r->err);
+	memset(r, 0, sizeof(*r));
+}
+
+static int
+write_all(int fd, const uint8_t *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int
+append(uint8_t **buf, size_t *len, const uint8_t *data, size_t n)
+{
+	uint8_t *grown;
+
+	if (n == 0)
+		return 0;
+	if ((grown = realloc(*buf, *len + n)) == NULL)
+		return ENOMEM;
+	memcpy(grown + *len, data, n);
+	*buf = grown;
+	*len += n;
+	return 0;
+}
+
+/* stream: reads the program's output until it has exited and all output
+ * is read, or a signal arrives. With forward_signals, the first signal
+ * is passed to the program (it decides) and only a second stops us.
+ * Returns MOAT_OK or a status with *errmsg. */
+static int
+stream(struct cli *cli, const char *sandbox_id, uint64_t exec_id,
+    bool forward_signals, struct stream_result *res, char **errmsg)
+{
+	Moat__V1__ExecReadRequest req = MOAT__V1__EXEC_READ_REQUEST__INIT;
+	int forwarded = 0;
+	int rv;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.exec_id = exec_id;
+	req.wait_ms = READ_WAIT_MS;
+	for (;;) {
+		Moat__V1__ExecReadReply *r = NULL;
+
+		if (cli_interrupted) {
+			if (!forward_signals || forwarded) {
+				res->interrupted = cli_interrupted;
+				return MOAT_OK;
+			}
+			/* First ^C goes to the program, like a local one. */
+			forwarded = cli_interrupted;
+			cli_interrupted = 0;
+			rv = moat_client_exec_kill(cli_client(cli), sandbox_id,
+			    exec_id, forwarded, errmsg);
+			if (rv != MOAT_OK)
+				return rv;
+		}
+		rv = moat_client_exec_read(cli_client(cli), &req, &r, errmsg);
+		if (rv != MOAT_OK)
+			return rv;
+		if (cli->json) {
+			if (append(&res->out, &res->out_len, r->stdout.data,
+			    r->stdout.len) != 0 || append(&res->err,
+			    &res->err_len, r->stderr.data, r->stderr.len) != 0) {
+				moat_client_free_msg(r);
+				*errmsg = moat_asprintf("out of memory "
+				    "collecting the output");
+				return MOAT_RESOURCE_EXHAUSTED;
+			}
+		} else {
+			/* A closed stdout (| head) is not the program's
+			 * failure: stop writing, keep waiting for its exit. */
+			(void)write_all(STDOUT_FILENO, r->stdout.data,
+			    r->stdout.len);
+			(void)write_all(STDERR_FILENO, r->stderr.data,
+			    r->stderr.len);
+		}
+		req.stdout_offset = r->stdout_next > req.stdout_offset ?
+		    r->stdout_next : req.stdout_offset + r->stdout.len;
+		req.stderr_offset = r->stderr_next > req.stderr_offset ?
+		    r->stderr_next : req.stderr_offset + r->stderr.len;
+		if (r->eof) {
+			res->status = r->status;
+			r->status = NULL;
+			moat_client_free_msg(r);
+			return MOAT_OK;
+		}
+		moat_client_free_msg(r);
+	}
+}
+
+/* exit_code_of: the process exit code that mirrors the program's. */
+static int
+exit_code_of(const Moat__V1__ExecStatus *st, uint32_t timeout_ms)
+{
+	if (st == NULL)
+		return moat_status_exit_code(MOAT_UNKNOWN);
+	if (st->stdout_truncated)
+		fprintf(stderr, "moat: stdout was cut after the node's output "
+		    "cap (%llu bytes produced)\n",
+		    (unsigned long long)st->stdout_bytes);
+	if (st->stderr_truncated)
+		fprintf(stderr, "moat: stderr was cut after the node's output "
+		    "cap (%llu bytes produced)\n",
+		    (unsigned long long)st->stderr_bytes);
+	if (st->timed_out) {
+		fprintf(stderr, "moat: the program ran past its timeout "
+		    "(%.1f s) and was killed; allow more with --timeout S\n",
+		    timeout_ms / 1000.0);
+		return EXIT_TIMED_OUT;
+	}
+	if (st->signal > 0)
+		return 128 + (st->signal & 0x7f);
+	if (st->exit_code < 0 || st->exit_code > 255)
+		return 255;
+	return st->exit_code;
+}
+
+/* print_json_result: --json: one ExecResult with the whole output. */
+static int
+print_json_result(struct cli *cli, struct stream_result *res)
+{
+	Moat__V1__ExecResult out = MOAT__V1__EXEC_RESULT__INIT;
+
+	out.status = res->status;
+	out.stdout.data = res->out;
+	out.stdout.len = res->out_len;
+	out.stderr.data = res->err;
+	out.stderr.len = res->err_len;
+	return cli_print_json(cli, &out);
+}
+
+/* language_of: from a file name's extension; NULL when it says nothing. */
+static const char *
+language_of(const char *file)
+{
+	const char *dot = file ? strrchr(file, '.') : NULL;
+
+	if (dot == NULL)
+		return NULL;
+	if (strcmp(dot, ".py") == 0)
+		return "python";
+	if (strcmp(dot, ".sh") == 0)
+		return "sh";
+	if (strcmp(dot, ".bash") == 0)
+		return "bash";
+	if (strcmp(dot, ".js") == 0 || strcmp(dot, ".mjs") == 0)
+		return "node";
+	return NULL;
+}
+
+static int
+read_code(const char *file, char **code, char **errmsg)
+{
+	size_t len = 0, cap = 0;
+	char *buf = NULL;
+	int err;
+
+	if (strcmp(file, "-") != 0) {
+		if ((err = moat_read_file(file, CODE_MAX, code, &len)) != 0) {
+			*errmsg = moat_asprintf("cannot read %s: %s%s", file,
+			    strerror(err), err == EFBIG ? " (at most 16 MiB "
+			    "of code; copy data with moat cp)" : "");
+			return moat_status_from_errno(err);
+		}
+		return MOAT_OK;
+	}
+	for (;;) {
+		ssize_t n;
+
+		if (len + 65536 + 1 > cap) {
+			char *grown;
+			cap = cap ? cap * 2 : 131072;
+			if (cap > CODE_MAX + 65536 + 1 ||
+			    (grown = realloc(buf, cap)) == NULL) {
+				free(buf);
+				*errmsg = moat_asprintf("the code on stdin is "
+				    "larger than 16 MiB");
+				return MOAT_RESOURCE_EXHAUSTED;
+			}
+			buf = grown;
+		}
+		n = read(STDIN_FILENO, buf + len, 65536);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err = errno;
+			free(buf);
+			*errmsg = moat_asprintf("reading code from stdin: %s",
+			    strerror(err));
+			return moat_status_from_errno(err);
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	*code = buf;
+	return MOAT_OK;
+}
+
+int
+cmd_run(struct cli *cli, int argc, char **argv)
+{
+	static const char *usage_line = "run [-c CODE | FILE | -] "
+	    "[-l python|bash|sh|node] [--timeout S] [--cpus N] [--memory MiB] "
+	    "[--image NAME]";
+	static const struct option opts[] = {
+		{ "code", required_argument, NULL, 'c' },
+		{ "language", required_argument, NULL, 'l' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "cpus", required_argument, NULL, 'C' },
+		{ "memory", required_argument, NULL, 'M' },
+		{ "image", required_argument, NULL, 'I' },
+		{ "json", no_argument, NULL, CLI_OPT_JSON },
+		{ NULL, 0, NULL, 0 },
+	};
+	Moat__V1__CreateSandboxRequest create =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__ExecHandle *handle = NULL;
+	struct stream_result res = { 0 };
+	const char *inline_code = NULL, *file = NULL, *lang = NULL;
+	char *code = NULL, *errmsg = NULL, *sandbox_id = NULL;
+	uint32_t timeout_ms = 0;
+	int opt, rv, exit_code;
+
+	while ((opt = getopt_long(argc, argv, "c:l:", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			inline_code = optarg;
+			break;
+		case 'l':
+			lang = optarg;
+			break;
+		case 't':
+			if (!cli_parse_seconds(optarg, &timeout_ms))
+				return cli_usage_error(usage_line, "--timeout "
+				    "wants seconds, not \"%s\"", optarg);
+			break;
+		case 'C':
+			if (!cli_parse_u32(optarg, 1, 1024, &create.vcpus))
+				return cli_usage_error(usage_line, "--cpus "
+				    "wants 1-1024, not \"%s\"", optarg);
+			break;
+		case 'M':
+			if (!cli_parse_u32(optarg, 16, 1u << 24,
+			    &create.memory_mib))
+				return cli_usage_error(usage_line, "--memory "
+				    "wants MiB (16 or more), not \"%s\"",
+				    optarg);
+			break;
+		case 'I':
+			create.image = optarg;
+			break;
+		case CLI_OPT_JSON:
+			cli->json = true;
+			break;
+		default:
+			return cli_usage_error(usage_line, "bad option");
+		}
+	}
+	if (optind < argc)
+		file = argv[optind++];
+	if (optind < argc)
+		return cli_usage_error(usage_line, "one FILE at most, not "
+		    "\"%s\" too", argv[optind]);
+	if (inline_code != NULL && file != NULL)
+		return cli_usage_error(usage_line, "give -c CODE or FILE, not "
+		    "both");
+	if (inline_code == NULL && file == NULL) {
+		if (isatty(STDIN_FILENO))
+			return cli_usage_error(usage_line, "no code: give -c "
+			    "CODE, a FILE, or - with the code on stdin");
+		file = "-";
+	}
+	if (lang == NULL)
+		lang = language_of(file);
+	if (lang == NULL)
+		lang = "python";
+	if (strcmp(lang, "python") != 0 && strcmp(lang, "bash") != 0 &&
+	    strcmp(lang, "sh") != 0 && strcmp(lang, "node") != 0)
+		return cli_usage_error(usage_line, "-l wants python, bash, sh "
+		    "or node, not \"%s\"", lang);
+	if (inline_code == NULL &&
+	    (rv = read_code(file, &code, &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg, "run");
+	if ((inline_code ? inline_code : code)[0] == '\0') {
+		free(code);
+		return cli_usage_error(usage_line, "no code to run: %s is "
+		    "empty", inline_code ? "-c" : strcmp(file, "-") == 0 ?
+		    "stdin" : file);
+	}
+
+	cli_catch_signals();
+	if ((rv = moat_client_create(cli_client(cli), &create, &sb,
+	    &errmsg)) != MOAT_OK) {
+		free(code);
+		return cli_fail(cli, rv, errmsg, "creating a sandbox");
+	}
+	sandbox_id = sb->id;
+	if (cli_interrupted) {
+		res.interrupted = cli_interrupted;
+		exit_code = 128 + res.interrupted;
+		goto destroy;
+	}
+	exec.sandbox_id = sandbox_id;
+	exec.language = (char *)lang;
+	exec.code = inline_code ? (char *)inline_code : code;
+	exec.timeout_ms = timeout_ms;
+	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
+	    &errmsg)) != MOAT_OK) {
+		exit_code = cli_fail(cli, rv, errmsg, "starting %s code in "
+		    "sandbox %s", lang, sandbox_id);
+		goto destroy;
+	}
+	if ((rv = stream(cli, sandbox_id, handle->exec_id, false, &res,
+	    &errmsg)) != MOAT_OK) {
+		exit_code = cli_fail(cli, rv, errmsg, "reading the output of "
+		    "sandbox %s", sandbox_id);
+		goto destroy;
+	}
+	if (res.interrupted) {
+		exit_code = 128 + res.interrupted;
+		goto destroy;
+	}
+	exit_code = exit_code_of(res.status, timeout_ms);
+	if (cli->json && print_json_result(cli, &res) != 0 && exit_code == 0)
+		exit_code = moat_status_exit_code(MOAT_INTERNAL);
+
+destroy:
+	if (res.interrupted)
+		fprintf(stderr, "moat: interrupted (signal %d): destroying "
+		    "sandbox %s\n", res.interrupted, sandbox_id);
+	/* Always, even interrupted: a run leaves nothing behind. */
+	if ((rv = moat_client_destroy(cli_client(cli), sandbox_id,
+	    &errmsg)) != MOAT_OK) {
+		int code_destroy = cli_fail(cli, rv, errmsg, "destroying "
+		    "sandbox %s (remove it with `moat sandbox rm %s`)",
+		    sandbox_id, sandbox_id);
+		if (exit_code == 0)
+			exit_code = code_destroy;
+	}
+	stream_result_fini(&res);
+	moat_client_free_msg(handle);
+	moat_client_free_msg(sb);
+	free(code);
+	return exit_code;
+}
+
+/* ---- exec ---- */
+
+struct stdin_pump {
+	struct cli *cli;
+	const char *sandbox_id;
+	uint64_t exec_id;
+};
+
+/* stdin_main: with -i, copies our stdin to the program's until EOF. */
+static void *
+stdin_main(void *arg)
+{
+	struct stdin_pump *p = arg;
+	uint8_t buf[65536];
+	char *errmsg = NULL;
+
+	for (;;) {
+		ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (moat_client_exec_write(p->cli->client, p->sandbox_id,
+		    p->exec_id, buf, n > 0 ? (size_t)n : 0, n <= 0,
+		    &errmsg) != MOAT_OK) {
+			/* The program may have exited: not our error. */
+			free(errmsg);
+			return NULL;
+		}
+		if (n <= 0)
+			return NULL;
+	}
+}
+
+int
+cmd_exec(struct cli *cli, int argc, char **argv)
+{
+	static const char *usage_line = "exec ID [--timeout S] [--cwd DIR] "
+	    "[-e K=V]... [-i] -- CMD [ARG...]";
+	static const struct option opts[] = {
+		{ "timeout", required_argument, NULL, 't' },
+		{ "cwd", required_argument, NULL, 'w' },
+		{ "env", required_argument, NULL, 'e' },
+		{ "stdin", no_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, CLI_OPT_JSON },
+		{ NULL, 0, NULL, 0 },
+	};
+	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ExecHandle *handle = NULL;
+	struct stream_result res = { 0 };
+	struct stdin_pump pump;
+	pthread_t pump_thread;
+	bool with_stdin = false, pumping = false;
+	char **env = NULL, *errmsg = NULL;
+	const char *sandbox_id;
+	size_t n_env = 0;
+	uint32_t timeout_ms = 0;
+	int opt, rv, exit_code;
+
+	if ((env = calloc((size_t)argc + 1, sizeof(*env))) == NULL)
+		return cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "exec");
+	while ((opt = getopt_long(argc, argv, "e:i", opts, NULL)) != -1) {
+		switch (opt) {
+		case 't':
+			if (!cli_parse_seconds(optarg, &timeout_ms)) {
+				free(env);
+				return cli_usage_error(usage_line, "--timeout "
+				    "wants seconds, not \"%s\"", optarg);
+			}
+			break;
+		case 'w':
+			exec.cwd = optarg;
+			break;
+		case 'e':
+			if (strchr(optarg, '=') == NULL) {
+				free(env);
+				return cli_usage_error(usage_line, "-e wants "
+				    "KEY=VALUE, not \"%s\"", optarg);
+			}
+			env[n_env++] = optarg;
+			break;
+		case 'i':
+			with_stdin = true;
+			break;
+		case CLI_OPT_JSON:
+			cli->json = true;
+			break;
+		default:
+			free(env);
+			return cli_usage_error(usage_line, "bad option");
+		}
+	}
+	if (argc - optind < 2) {
+		free(env);
+		return cli_usage_error(usage_line, "give a sandbox id and a "
+		    "command");
+	}
+	sandbox_id = argv[optind++];
+	exec.sandbox_id = (char *)sandbox_id;
+	exec.argv = &argv[optind];
+	exec.n_argv = (size_t)(argc - optind);
+	exec.env = env;
+	exec.n_env = n_env;
+	exec.timeout_ms = timeout_ms;
+	exec.stdin_open = with_stdin;
+
+	cli_catch_signals();
+	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
+	    &errmsg)) != MOAT_OK) {
+		free(env);
+		return cli_fail(cli, rv, errmsg, "starting %s in sandbox %s",
+		    exec.argv[0], sandbox_id);
+	}
+	if (with_stdin) {
+		pump.cli = cli;
+		pump.sandbox_id = sandbox_id;
+		pump.exec_id = handle->exec_id;
+		pumping = pthread_create(&pump_thread, NULL, stdin_main,
+		    &pump) == 0;
+	}
+	rv = stream(cli, sandbox_id, handle->exec_id, true, &res, &errmsg);
+	if (rv != MOAT_OK) {
+		exit_code = cli_fail(cli, rv, errmsg, "reading the output of "
+		    "%s in sandbox %s", exec.argv[0], sandbox_id);
+	} else if (res.interrupted) {
+		fprintf(stderr, "moat: interrupted; %s may still be running "
+		    "in sandbox %s\n", exec.argv[0], sandbox_id);
+		exit_code = 128 + res.interrupted;
+	} else {
+		exit_code = exit_code_of(res.status, timeout_ms);
+		if (cli->json && print_json_result(cli, &res) != 0 &&
+		    exit_code == 0)
+			exit_code = moat_status_exit_code(MOAT_INTERNAL);
+	}
+	stream_result_fini(&res);
+	if (pumping) {
+		/* The pump may sit in read(2) on a terminal or pipe that
+		 * never ends, or in a call: the client cannot be closed
+		 * under it, so the process ends here. */
+		fflush(stdout);
+		fflush(stderr);
+		_exit(exit_code);
+	}
+	moat_client_free_msg(handle);
+	free(env);
+	return exit_code;
+}

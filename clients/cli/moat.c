@@ -1,0 +1,319 @@
+/*
+ * moat.c: the `moat` command: global options, the command table, help,
+ * and the helpers every command uses (errors in one format with the exit
+ * code 64 + status, JSON output, duration parsing, signal catching).
+ * Not for: what a command does (cmd_*.c).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "moat/codec.h"
+#include "moat/status.h"
+#include "moat/util.h"
+
+volatile sig_atomic_t cli_interrupted;
+volatile sig_atomic_t cli_signal_count;
+
+static const struct cli_command commands[] = {
+	{ "run", cmd_run,
+	    "run [-c CODE | FILE | -] [-l python|bash|sh|node] [--timeout S] "
+	    "[--cpus N] [--memory MiB] [--image NAME]",
+	    "run code in a fresh sandbox, stream its output, destroy it" },
+	{ "sandbox", cmd_sandbox,
+	    "sandbox create [--cpus N] [--memory MiB] [--scratch MiB] "
+	    "[--image NAME] [--label K=V]... | ls | get ID | rm ID...",
+	    "create, list, show and destroy sandboxes" },
+	{ "exec", cmd_exec,
+	    "exec ID [--timeout S] [--cwd DIR] [-e K=V]... [-i] -- CMD [ARG...]",
+	    "run a command in a sandbox, streaming its output" },
+	{ "cp", cmd_cp, "cp SRC DST   (one side is ID:/path; - is stdin/out)",
+	    "copy a file into or out of a sandbox" },
+	{ "ls", cmd_ls, "ls ID [PATH]",
+	    "list a directory in a sandbox" },
+	{ "info", cmd_info, "info",
+	    "the cluster: services, nodes, accelerators, images, versions" },
+};
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: moat [--gateway URL] [--json] [--timeout S] COMMAND ...\n"
+	    "\n"
+	    "Run untrusted code in disposable microVMs.\n"
+	    "\n"
+	    "commands:\n");
+	for (size_t i = 0; i < N_COMMANDS; i++)
+		fprintf(f, "  %-9s %s\n", commands[i].name,
+		    commands[i].summary);
+	fprintf(f, "  %-9s %s\n", "help", "this text; `moat help COMMAND` "
+	    "for one command");
+	fprintf(f,
+	    "\n"
+	    "global options:\n"
+	    "  --gateway URL  the gateway (default: $MOAT_GATEWAY, else\n"
+	    "                 ipc://<state dir>/gateway.sock)\n"
+	    "  --json         print data as JSON (proto3 JSON mapping)\n"
+	    "  --timeout S    seconds each call to the gateway may take\n"
+	    "\n"
+	    "exit codes: the program's own for run and exec (128+N when\n"
+	    "killed by signal N, 124 when it timed out); 64+code when moat\n"
+	    "itself failed (code: 3 invalid argument, 4 deadline exceeded,\n"
+	    "5 not found, 8 resource exhausted, 14 unavailable, ...).\n"
+	    "\n"
+	    "examples:\n"
+	    "  moat run -c 'print(1)'\n"
+	    "  moat run script.py\n"
+	    "  ID=$(moat sandbox create --memory 512)\n"
+	    "  moat exec $ID -- ls -l /\n"
+	    "  moat cp data.csv $ID:/root/data.csv\n"
+	    "  moat sandbox rm $ID\n");
+}
+
+static const struct cli_command *
+find_command(const char *name)
+{
+	for (size_t i = 0; i < N_COMMANDS; i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+struct moat_client *
+cli_client(struct cli *cli)
+{
+	char *errmsg = NULL;
+	int rv;
+
+	if (cli->client != NULL)
+		return cli->client;
+	if ((rv = moat_client_open(&cli->client, cli->gateway_url, NULL,
+	    &errmsg)) != MOAT_OK)
+		exit(cli_fail(cli, rv, errmsg, "cannot use the gateway url"));
+	moat_client_set_timeout(cli->client, cli->timeout_ms);
+	return cli->client;
+}
+
+int
+cli_fail(struct cli *cli, int code, char *errmsg, const char *what, ...)
+{
+	const char *url = cli->client ? moat_client_url(cli->client) :
+	    cli->gateway_url;
+	char whatbuf[512];
+	va_list ap;
+
+	va_start(ap, what);
+	vsnprintf(whatbuf, sizeof(whatbuf), what, ap);
+	va_end(ap);
+	if (code == MOAT_UNAVAILABLE && errmsg != NULL && url != NULL &&
+	    strncmp(errmsg, "no answer from ", 15) == 0 &&
+	    strstr(errmsg, url) != NULL) {
+		/* The gateway itself is not there: the usual cause is a
+		 * stack that is not started. */
+		fprintf(stderr, "moat: %s: no answer from the gateway at %s: "
+		    "is the local stack running? start it with "
+		    "deploy/moat-stack start, or point --gateway (or "
+		    "MOAT_GATEWAY) at a running gateway\n", whatbuf, url);
+	} else if (code == MOAT_DEADLINE_EXCEEDED) {
+		fprintf(stderr, "moat: %s: %s (the per-call limit is set with "
+		    "moat --timeout SECONDS)\n", whatbuf,
+		    errmsg ? errmsg : moat_strerror(code));
+	} else {
+		fprintf(stderr, "moat: %s: %s\n", whatbuf,
+		    errmsg ? errmsg : moat_strerror(code));
+	}
+	free(errmsg);
+	return moat_status_exit_code(code);
+}
+
+int
+cli_usage_error(const char *usage_line, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("moat: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nusage: moat %s\n", usage_line);
+	return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+}
+
+int
+cli_print_json(struct cli *cli, const void *msg)
+{
+	char *text = NULL, *errmsg = NULL;
+	int rv;
+
+	if ((rv = moat_codec_to_json_string(msg, MOAT_CODEC_EMIT_DEFAULTS, 1,
+	    &text, &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg, "printing JSON");
+	printf("%s\n", text);
+	free(text);
+	return 0;
+}
+
+bool
+cli_parse_seconds(const char *s, uint32_t *ms)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno != 0 || !isfinite(v) || v < 0)
+		return false;
+	if (*end == 's')
+		end++;
+	if (*end != '\0' || v * 1000.0 > (double)UINT32_MAX)
+		return false;
+	*ms = (uint32_t)llround(v * 1000.0);
+	return true;
+}
+
+bool
+cli_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (*s == '\0' || *s == '-')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (*end != '\0' || errno != 0 || v < min || v > max)
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+const char *
+cli_format_age(uint64_t then_ms, char *buf, size_t len)
+{
+	uint64_t now = moat_now_unix_ms();
+	uint64_t s = now > then_ms ? (now - then_ms) / 1000 : 0;
+
+	if (then_ms == 0)
+		snprintf(buf, len, "-");
+	else if (s < 120)
+		snprintf(buf, len, "%llus", (unsigned long long)s);
+	else if (s < 2 * 3600)
+		snprintf(buf, len, "%llum", (unsigned long long)(s / 60));
+	else if (s < 2 * 86400)
+		snprintf(buf, len, "%lluh", (unsigned long long)(s / 3600));
+	else
+		snprintf(buf, len, "%llud", (unsigned long long)(s / 86400));
+	return buf;
+}
+
+static void
+on_signal(int sig)
+{
+	static const char msg[] = "moat: interrupted twice: exiting now; a "
+	    "sandbox may be left behind (moat sandbox ls, moat sandbox rm "
+	    "ID)\n";
+
+	cli_interrupted = sig;
+	cli_signal_count++;
+	/* The first signal is handled between calls, but a call (a boot)
+	 * can take minutes: a second one ends the process at once. */
+	if (cli_signal_count >= 2) {
+		ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+		(void)ignored;
+		_exit(128 + sig);
+	}
+}
+
+void
+cli_catch_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	/* No SA_RESTART: a blocking read returns so the loop sees it. */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+		{ "gateway", required_argument, NULL, 'g' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli cli = { 0 };
+	const struct cli_command *cmd;
+	int opt, rv;
+
+	signal(SIGPIPE, SIG_IGN);
+	/* '+': stop at the command; its options are its own. */
+	while ((opt = getopt_long(argc, argv, "+h", long_opts, NULL)) != -1) {
+		switch (opt) {
+		case 'g':
+			cli.gateway_url = optarg;
+			break;
+		case 'j':
+			cli.json = true;
+			break;
+		case 't':
+			if (!cli_parse_seconds(optarg, &cli.timeout_ms) ||
+			    cli.timeout_ms == 0)
+				return cli_usage_error("[--timeout S] COMMAND",
+				    "--timeout wants seconds above 0, not "
+				    "\"%s\"", optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("moat %s\n", MOAT_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+	}
+	if (strcmp(argv[optind], "help") == 0) {
+		if (optind + 1 < argc &&
+		    (cmd = find_command(argv[optind + 1])) != NULL) {
+			printf("usage: moat %s\n\n%s\n", cmd->usage,
+			    cmd->summary);
+			return 0;
+		}
+		usage(stdout);
+		return 0;
+	}
+	if ((cmd = find_command(argv[optind])) == NULL) {
+		fprintf(stderr, "moat: unknown command \"%s\": `moat help` "
+		    "lists the commands\n", argv[optind]);
+		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+	}
+	argc -= optind;
+	argv += optind;
+	optind = 0;  /* glibc: 0 re-initialises getopt for the command */
+	rv = cmd->run(&cli, argc, argv);
+	fflush(stdout);
+	moat_client_close(cli.client);
+	return rv;
+}

@@ -1,0 +1,621 @@
+/*
+ * moat_client.c: libmoat, the typed C client over moat's RPC layer: one
+ * thin wrapper per Gateway method, the timeouts each needs (a create
+ * waits for a boot, a long-poll for its wait), and file transfers split
+ * into MOAT_CLIENT_FILE_CHUNK pieces so no single message grows with the
+ * file. Not for: retries (the caller decides what is safe to repeat) or
+ * printing (the CLI does that).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moat/config.h"
+#include "moat/rpc.h"
+#include "moat/util.h"
+#include "moat_client.h"
+
+#define GATEWAY_SERVICE "moat.v1.Gateway"
+#define EXEC_DEFAULT_TIMEOUT_MS 300000 /* one-shot Exec with no timeout */
+
+struct moat_client {
+	struct moat_rpc_client *rpc;
+	char *url;
+	char *auth;              /* NULL: none */
+	uint32_t timeout_ms;     /* 0: rpc default */
+	bool timeout_set;
+};
+
+int
+moat_client_open(struct moat_client **out, const char *url,
+    const char *auth, char **errmsg)
+{
+	struct moat_client *c;
+	char *state = NULL;
+	int rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		goto fail_oom;
+	if (url == NULL || url[0] == '\0')
+		url = getenv("MOAT_GATEWAY");
+	if (url != NULL && url[0] != '\0') {
+		c->url = strdup(url);
+	} else {
+		if ((state = moat_default_state_dir()) == NULL)
+			goto fail_oom;
+		c->url = moat_asprintf("ipc://%s/gateway.sock", state);
+		free(state);
+	}
+	if (c->url == NULL)
+		goto fail_oom;
+	if (auth != NULL && auth[0] != '\0' && (c->auth = strdup(auth)) == NULL)
+		goto fail_oom;
+	if ((rv = moat_rpc_client_open(&c->rpc, c->url, errmsg)) != MOAT_OK) {
+		moat_client_close(c);
+		return rv;
+	}
+	*out = c;
+	return MOAT_OK;
+
+fail_oom:
+	moat_client_close(c);
+	*errmsg = moat_asprintf("out of memory opening a moat client");
+	return MOAT_RESOURCE_EXHAUSTED;
+}
+
+void
+moat_client_close(struct moat_client *c)
+{
+	if (c == NULL)
+		return;
+	moat_rpc_client_close(c->rpc);
+	free(c->url);
+	free(c->auth);
+	free(c);
+}
+
+const char *
+moat_client_url(const struct moat_client *c)
+{
+	return c->url;
+}
+
+void
+moat_client_set_timeout(struct moat_client *c, uint32_t timeout_ms)
+{
+	c->timeout_ms = timeout_ms;
+	c->timeout_set = timeout_ms != 0;
+}
+
+void
+moat_client_free_msg(void *msg)
+{
+	if (msg != NULL)
+		protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+static uint32_t
+base_timeout(const struct moat_client *c)
+{
+	return c->timeout_ms ? c->timeout_ms : MOAT_RPC_DEFAULT_TIMEOUT_MS;
+}
+
+/* plus: a + b ms, saturating. */
+static uint32_t
+plus(uint32_t a, uint32_t b)
+{
+	return a > UINT32_MAX - b ? UINT32_MAX : a + b;
+}
+
+/* gw_call: one Gateway call; timeout_ms 0 is the client's. */
+static int
+gw_call(struct moat_client *c, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+    void *out, uint32_t timeout_ms, char **errmsg)
+{
+	struct moat_rpc_opts opts = {
+		.timeout_ms = timeout_ms ? timeout_ms : base_timeout(c),
+		.auth = c->auth,
+	};
+	ProtobufCMessage *reply = NULL;
+	int rv;
+
+	*errmsg = NULL;
+	rv = moat_rpc_call(c->rpc, GATEWAY_SERVICE, method, req, reply_desc,
+	    &reply, &opts, errmsg);
+	if (out != NULL)
+		*(ProtobufCMessage **)out = reply;
+	else
+		moat_client_free_msg(reply);
+	return rv;
+}
+
+/* ---- cluster ---- */
+
+int
+moat_client_health(struct moat_client *c, Moat__V1__HealthReply **out,
+    char **errmsg)
+{
+	Moat__V1__HealthRequest req = MOAT__V1__HEALTH_REQUEST__INIT;
+
+	return gw_call(c, "Health", &req.base,
+	    &moat__v1__health_reply__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_info(struct moat_client *c, Moat__V1__ClusterInfo **out,
+    char **errmsg)
+{
+	Moat__V1__Empty req = MOAT__V1__EMPTY__INIT;
+
+	return gw_call(c, "Info", &req.base,
+	    &moat__v1__cluster_info__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_nodes(struct moat_client *c, Moat__V1__NodeList **out,
+    char **errmsg)
+{
+	Moat__V1__Empty req = MOAT__V1__EMPTY__INIT;
+
+	return gw_call(c, "ListNodes", &req.base,
+	    &moat__v1__node_list__descriptor, out, 0, errmsg);
+}
+
+/* ---- sandboxes ---- */
+
+int
+moat_client_create(struct moat_client *c,
+    const Moat__V1__CreateSandboxRequest *req, Moat__V1__Sandbox **out,
+    char **errmsg)
+{
+	Moat__V1__CreateSandboxRequest defaults =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+
+	return gw_call(c, "CreateSandbox",
+	    req != NULL ? &req->base : &defaults.base,
+	    &moat__v1__sandbox__descriptor, out,
+	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_CREATE_TIMEOUT_MS,
+	    errmsg);
+}
+
+int
+moat_client_get(struct moat_client *c, const char *sandbox_id,
+    Moat__V1__Sandbox **out, char **errmsg)
+{
+	Moat__V1__SandboxRef req = MOAT__V1__SANDBOX_REF__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	return gw_call(c, "GetSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_list(struct moat_client *c, Moat__V1__SandboxList **out,
+    char **errmsg)
+{
+	Moat__V1__ListSandboxesRequest req =
+	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
+
+	return gw_call(c, "ListSandboxes", &req.base,
+	    &moat__v1__sandbox_list__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_destroy(struct moat_client *c, const char *sandbox_id,
+    char **errmsg)
+{
+	Moat__V1__SandboxRef req = MOAT__V1__SANDBOX_REF__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	return gw_call(c, "DestroySandbox", &req.base,
+	    &moat__v1__empty__descriptor, NULL, 0, errmsg);
+}
+
+int
+moat_client_sandbox_info(struct moat_client *c, const char *sandbox_id,
+    Moat__V1__GuestInfo **out, char **errmsg)
+{
+	Moat__V1__SandboxRef req = MOAT__V1__SANDBOX_REF__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	return gw_call(c, "SandboxInfo", &req.base,
+	    &moat__v1__guest_info__descriptor, out, 0, errmsg);
+}
+
+/* ---- exec ---- */
+
+int
+moat_client_exec(struct moat_client *c, const Moat__V1__ExecRequest *req,
+    Moat__V1__ExecResult **out, char **errmsg)
+{
+	uint32_t t = req->timeout_ms != 0 ? plus(base_timeout(c),
+	    req->timeout_ms) : (c->timeout_set ? c->timeout_ms :
+	    EXEC_DEFAULT_TIMEOUT_MS);
+
+	return gw_call(c, "Exec", &req->base,
+	    &moat__v1__exec_result__descriptor, out, t, errmsg);
+}
+
+int
+moat_client_exec_start(struct moat_client *c,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecHandle **out,
+    char **errmsg)
+{
+	return gw_call(c, "ExecStart", &req->base,
+	    &moat__v1__exec_handle__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_exec_read(struct moat_client *c,
+    const Moat__V1__ExecReadRequest *req, Moat__V1__ExecReadReply **out,
+    char **errmsg)
+{
+	return gw_call(c, "ExecRead", &req->base,
+	    &moat__v1__exec_read_reply__descriptor, out,
+	    plus(base_timeout(c), req->wait_ms), errmsg);
+}
+
+int
+moat_client_exec_write(struct moat_client *c, const char *sandbox_id,
+    uint64_t exec_id, const void *data, size_t len, bool close,
+    char **errmsg)
+{
+	Moat__V1__ExecWriteRequest req = MOAT__V1__EXEC_WRITE_REQUEST__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.exec_id = exec_id;
+	req.data.data = (uint8_t *)data;
+	req.data.len = data != NULL ? len : 0;
+	req.close = close;
+	return gw_call(c, "ExecWrite", &req.base,
+	    &moat__v1__empty__descriptor, NULL, 0, errmsg);
+}
+
+int
+moat_client_exec_wait(struct moat_client *c, const char *sandbox_id,
+    uint64_t exec_id, uint32_t wait_ms, Moat__V1__ExecStatus **out,
+    char **errmsg)
+{
+	Moat__V1__ExecWaitRequest req = MOAT__V1__EXEC_WAIT_REQUEST__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.exec_id = exec_id;
+	req.wait_ms = wait_ms;
+	return gw_call(c, "ExecWait", &req.base,
+	    &moat__v1__exec_status__descriptor, out,
+	    plus(base_timeout(c), wait_ms), errmsg);
+}
+
+int
+moat_client_exec_kill(struct moat_client *c, const char *sandbox_id,
+    uint64_t exec_id, int signal, char **errmsg)
+{
+	Moat__V1__ExecKillRequest req = MOAT__V1__EXEC_KILL_REQUEST__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.exec_id = exec_id;
+	req.signal = signal;
+	return gw_call(c, "ExecKill", &req.base,
+	    &moat__v1__empty__descriptor, NULL, 0, errmsg);
+}
+
+/* ---- files ---- */
+
+/* read_piece: one ReadFile of up to a chunk at `offset`. */
+static int
+read_piece(struct moat_client *c, const char *sandbox_id, const char *path,
+    uint64_t offset, Moat__V1__FileData **out, char **errmsg)
+{
+	Moat__V1__FileReadRequest req = MOAT__V1__FILE_READ_REQUEST__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.path = (char *)path;
+	req.offset = offset;
+	req.length = MOAT_CLIENT_FILE_CHUNK;
+	return gw_call(c, "ReadFile", &req.base,
+	    &moat__v1__file_data__descriptor, out, 0, errmsg);
+}
+
+/* read_loop: reads the file piece by piece, handing each to `sink`. */
+static int
+read_loop(struct moat_client *c, const char *sandbox_id, const char *path,
+    size_t max, int (*sink)(void *arg, const Moat__V1__FileData *piece,
+    char **errmsg), void *arg, uint64_t *size, uint32_t *mode,
+    char **errmsg)
+{
+	uint64_t offset = 0;
+	int rv;
+
+	*errmsg = NULL;
+	for (;;) {
+		Moat__V1__FileData *piece = NULL;
+		bool done;
+
+		if ((rv = read_piece(c, sandbox_id, path, offset, &piece,
+		    errmsg)) != MOAT_OK)
+			return rv;
+		if (max != 0 && piece->size > max) {
+			*errmsg = moat_asprintf("%s in sandbox %s is %llu "
+			    "bytes, more than the %zu this call takes: read "
+			    "it to a file instead", path, sandbox_id,
+			    (unsigned long long)piece->size, max);
+			moat_client_free_msg(piece);
+			return MOAT_RESOURCE_EXHAUSTED;
+		}
+		if (mode != NULL && offset == 0)
+			*mode = piece->mode;
+		if (piece->data.len > 0 &&
+		    (rv = sink(arg, piece, errmsg)) != MOAT_OK) {
+			moat_client_free_msg(piece);
+			return rv;
+		}
+		offset += piece->data.len;
+		/* An empty piece that is not eof would loop forever: the
+		 * file shrank under us, so what was read is all there is. */
+		done = piece->eof || piece->data.len == 0;
+		moat_client_free_msg(piece);
+		if (done)
+			break;
+	}
+	if (size != NULL)
+		*size = offset;
+	return MOAT_OK;
+}
+
+struct mem_sink {
+	uint8_t *buf;
+	size_t len, cap, max;
+	const char *path;
+};
+
+static int
+mem_sink_add(void *arg, const Moat__V1__FileData *piece, char **errmsg)
+{
+	struct mem_sink *m = arg;
+	size_t need = m->len + piece->data.len + 1;
+
+	if (m->max != 0 && m->len + piece->data.len > m->max) {
+		*errmsg = moat_asprintf("%s grew past %zu bytes while being "
+		    "read", m->path, m->max);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	if (need > m->cap) {
+		size_t cap = m->cap ? m->cap : MOAT_CLIENT_FILE_CHUNK + 1;
+		uint8_t *grown;
+
+		while (cap < need)
+			cap *= 2;
+		if ((grown = realloc(m->buf, cap)) == NULL) {
+			*errmsg = moat_asprintf("out of memory reading %s",
+			    m->path);
+			return MOAT_RESOURCE_EXHAUSTED;
+		}
+		m->buf = grown;
+		m->cap = cap;
+	}
+	memcpy(m->buf + m->len, piece->data.data, piece->data.len);
+	m->len += piece->data.len;
+	return MOAT_OK;
+}
+
+int
+moat_client_read_file(struct moat_client *c, const char *sandbox_id,
+    const char *path, size_t max, uint8_t **data, size_t *len,
+    uint32_t *mode, char **errmsg)
+{
+	struct mem_sink m = { .max = max, .path = path };
+	int rv;
+
+	*data = NULL;
+	*len = 0;
+	rv = read_loop(c, sandbox_id, path, max, mem_sink_add, &m, NULL, mode,
+	    errmsg);
+	if (rv != MOAT_OK) {
+		free(m.buf);
+		return rv;
+	}
+	if (m.buf == NULL && (m.buf = malloc(1)) == NULL) {
+		*errmsg = moat_asprintf("out of memory reading %s", path);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	m.buf[m.len] = '\0';
+	*data = m.buf;
+	*len = m.len;
+	return MOAT_OK;
+}
+
+static int
+fd_sink_add(void *arg, const Moat__V1__FileData *piece, char **errmsg)
+{
+	int fd = *(int *)arg;
+	size_t done = 0;
+
+	while (done < piece->data.len) {
+		ssize_t n = write(fd, piece->data.data + done,
+		    piece->data.len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int err = errno;
+			*errmsg = moat_asprintf("writing the local copy: %s",
+			    strerror(err));
+			return moat_status_from_errno(err);
+		}
+		done += (size_t)n;
+	}
+	return MOAT_OK;
+}
+
+int
+moat_client_read_file_to_fd(struct moat_client *c, const char *sandbox_id,
+    const char *path, int fd, uint64_t *size, uint32_t *mode, char **errmsg)
+{
+	return read_loop(c, sandbox_id, path, 0, fd_sink_add, &fd, size, mode,
+	    errmsg);
+}
+
+/* write_piece: one WriteFile; the first piece truncates and creates. */
+static int
+write_piece(struct moat_client *c, const char *sandbox_id, const char *path,
+    uint64_t offset, const void *data, size_t len, uint32_t mode,
+    bool make_parents, Moat__V1__FileInfo **out, char **errmsg)
+{
+	Moat__V1__FileWriteRequest req = MOAT__V1__FILE_WRITE_REQUEST__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.path = (char *)path;
+	req.offset = offset;
+	req.data.data = (uint8_t *)data;
+	req.data.len = len;
+	req.mode = mode;
+	req.truncate = offset == 0;
+	req.make_parents = make_parents && offset == 0;
+	return gw_call(c, "WriteFile", &req.base,
+	    &moat__v1__file_info__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_write_file(struct moat_client *c, const char *sandbox_id,
+    const char *path, const void *data, size_t len, uint32_t mode,
+    bool make_parents, Moat__V1__FileInfo **out, char **errmsg)
+{
+	Moat__V1__FileInfo *info = NULL;
+	uint64_t offset = 0;
+	int rv;
+
+	if (out != NULL)
+		*out = NULL;
+	do {
+		size_t n = len - offset < MOAT_CLIENT_FILE_CHUNK ?
+		    len - offset : MOAT_CLIENT_FILE_CHUNK;
+
+		moat_client_free_msg(info);
+		info = NULL;
+		if ((rv = write_piece(c, sandbox_id, path, offset,
+		    data != NULL ? (const uint8_t *)data + offset : NULL, n,
+		    mode, make_parents, &info, errmsg)) != MOAT_OK)
+			return rv;
+		offset += n;
+	} while (offset < len);
+	if (out != NULL)
+		*out = info;
+	else
+		moat_client_free_msg(info);
+	return MOAT_OK;
+}
+
+/* fill: reads fd until buf is full or the end; *got set. */
+static int
+fill(int fd, uint8_t *buf, size_t cap, size_t *got)
+{
+	*got = 0;
+	while (*got < cap) {
+		ssize_t n = read(fd, buf + *got, cap - *got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno;
+		if (n == 0)
+			break;
+		*got += (size_t)n;
+	}
+	return 0;
+}
+
+int
+moat_client_write_file_from_fd(struct moat_client *c, const char *sandbox_id,
+    const char *path, int fd, uint32_t mode, bool make_parents,
+    Moat__V1__FileInfo **out, char **errmsg)
+{
+	Moat__V1__FileInfo *info = NULL;
+	uint8_t *buf;
+	uint64_t offset = 0;
+	size_t got;
+	int rv, err;
+
+	*errmsg = NULL;
+	if (out != NULL)
+		*out = NULL;
+	if ((buf = malloc(MOAT_CLIENT_FILE_CHUNK)) == NULL) {
+		*errmsg = moat_asprintf("out of memory copying to %s", path);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	do {
+		if ((err = fill(fd, buf, MOAT_CLIENT_FILE_CHUNK, &got)) != 0) {
+			*errmsg = moat_asprintf("reading the local file: %s",
+			    strerror(err));
+			rv = moat_status_from_errno(err);
+			goto out;
+		}
+		/* Past the first piece, an empty read is the end. */
+		if (got == 0 && offset != 0)
+			break;
+		moat_client_free_msg(info);
+		info = NULL;
+		if ((rv = write_piece(c, sandbox_id, path, offset, buf, got,
+		    mode, make_parents, &info, errmsg)) != MOAT_OK)
+			goto out;
+		offset += got;
+	} while (got == MOAT_CLIENT_FILE_CHUNK);
+	rv = MOAT_OK;
+	if (out != NULL) {
+		*out = info;
+		info = NULL;
+	}
+out:
+	moat_client_free_msg(info);
+	free(buf);
+	return rv;
+}
+
+static int
+path_call(struct moat_client *c, const char *method, const char *sandbox_id,
+    const char *path, bool recursive, uint32_t mode, bool parents,
+    const ProtobufCMessageDescriptor *reply_desc, void *out, char **errmsg)
+{
+	Moat__V1__PathRequest req = MOAT__V1__PATH_REQUEST__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.path = (char *)path;
+	req.recursive = recursive;
+	req.mode = mode;
+	req.parents = parents;
+	return gw_call(c, method, &req.base, reply_desc, out, 0, errmsg);
+}
+
+int
+moat_client_list_files(struct moat_client *c, const char *sandbox_id,
+    const char *path, Moat__V1__FileList **out, char **errmsg)
+{
+	return path_call(c, "ListFiles", sandbox_id, path, false, 0, false,
+	    &moat__v1__file_list__descriptor, out, errmsg);
+}
+
+int
+moat_client_stat(struct moat_client *c, const char *sandbox_id,
+    const char *path, Moat__V1__FileInfo **out, char **errmsg)
+{
+	return path_call(c, "StatFile", sandbox_id, path, false, 0, false,
+	    &moat__v1__file_info__descriptor, out, errmsg);
+}
+
+int
+moat_client_remove(struct moat_client *c, const char *sandbox_id,
+    const char *path, bool recursive, char **errmsg)
+{
+	return path_call(c, "RemoveFile", sandbox_id, path, recursive, 0,
+	    false, &moat__v1__empty__descriptor, NULL, errmsg);
+}
+
+int
+moat_client_mkdir(struct moat_client *c, const char *sandbox_id,
+    const char *path, uint32_t mode, bool parents, Moat__V1__FileInfo **out,
+    char **errmsg)
+{
+	return path_call(c, "MakeDir", sandbox_id, path, false, mode, parents,
+	    &moat__v1__file_info__descriptor, out, errmsg);
+}

@@ -1,0 +1,173 @@
+/*
+ * moat_client.h: libmoat, the C client of moat-gateway. One call per
+ * Gateway RPC, typed with the protobuf-c messages of proto/ (moat.v1),
+ * plus file transfers that move files of any size in 1 MiB pieces.
+ *
+ * Conventions for every call below:
+ * - Returns MOAT_OK (0) or a moat status (moat/status.h). On failure
+ *   *errmsg is a heap string the caller frees: the gateway's or node's
+ *   message (what failed and what to do), or the transport's when the
+ *   gateway did not answer. On success *errmsg is NULL.
+ * - A returned message (`Moat__V1__Sandbox **out` ...) belongs to the
+ *   caller, who frees it with moat_client_free_msg (or the message's own
+ *   *_free_unpacked). On failure *out is NULL.
+ * - Requests passed in are only read; the caller keeps them.
+ * - A client may be used from many threads at once.
+ * - Mutating calls are sent once (the rpc layer never resends); a call
+ *   that timed out may still have run: check before retrying.
+ * Not for: sessions and snapshots (a later issue), or HTTP.
+ */
+#ifndef MOAT_CLIENT_H
+#define MOAT_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gateway.pb-c.h"
+#include "moat/status.h"
+#include "vm.pb-c.h"
+
+#define MOAT_CLIENT_FILE_CHUNK (1u << 20) /* bytes per ReadFile/WriteFile */
+#define MOAT_CLIENT_CREATE_TIMEOUT_MS 300000 /* a boot may retry once */
+
+struct moat_client;
+
+/* moat_client_open: a client of the gateway at `url` (ipc://, tcp://,
+ * tls+tcp://; NULL: $MOAT_GATEWAY, else ipc://<state dir>/gateway.sock).
+ * `auth` is the API key sent with every call (NULL or "": none; copied).
+ * Does not contact the gateway: the first call does. On MOAT_OK *out is
+ * the caller's (moat_client_close). */
+int moat_client_open(struct moat_client **out, const char *url,
+    const char *auth, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_client_close: safe on NULL; no call may be in flight. */
+void moat_client_close(struct moat_client *c);
+
+/* moat_client_url: the gateway url in use (owned by c). */
+const char *moat_client_url(const struct moat_client *c);
+
+/* moat_client_set_timeout: per-call timeout in ms for every later call
+ * (0: MOAT_RPC_DEFAULT_TIMEOUT_MS; creates use at least
+ * MOAT_CLIENT_CREATE_TIMEOUT_MS unless set explicitly here). */
+void moat_client_set_timeout(struct moat_client *c, uint32_t timeout_ms);
+
+/* moat_client_free_msg: frees any message returned by this library.
+ * Safe on NULL. */
+void moat_client_free_msg(void *msg);
+
+/* ---- cluster ---- */
+
+int moat_client_health(struct moat_client *c, Moat__V1__HealthReply **out,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_client_info: version, nodes and the health of every service. */
+int moat_client_info(struct moat_client *c, Moat__V1__ClusterInfo **out,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_client_nodes: the nodes the gateway knows, available or not. */
+int moat_client_nodes(struct moat_client *c, Moat__V1__NodeList **out,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* ---- sandboxes ---- */
+
+/* moat_client_create: boots a sandbox (req may be NULL: all defaults).
+ * The gateway places it on a node and sets its tenant. */
+int moat_client_create(struct moat_client *c,
+    const Moat__V1__CreateSandboxRequest *req, Moat__V1__Sandbox **out,
+    char **errmsg) __attribute__((warn_unused_result));
+int moat_client_get(struct moat_client *c, const char *sandbox_id,
+    Moat__V1__Sandbox **out, char **errmsg)
+    __attribute__((warn_unused_result));
+int moat_client_list(struct moat_client *c, Moat__V1__SandboxList **out,
+    char **errmsg) __attribute__((warn_unused_result));
+int moat_client_destroy(struct moat_client *c, const char *sandbox_id,
+    char **errmsg) __attribute__((warn_unused_result));
+int moat_client_sandbox_info(struct moat_client *c, const char *sandbox_id,
+    Moat__V1__GuestInfo **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* ---- exec ---- */
+
+/* moat_client_exec: runs a program to the end and returns all of its
+ * output (capped by req->output_cap or the node's default). */
+int moat_client_exec(struct moat_client *c, const Moat__V1__ExecRequest *req,
+    Moat__V1__ExecResult **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_exec_start: starts a program; read its output with
+ * moat_client_exec_read. */
+int moat_client_exec_start(struct moat_client *c,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecHandle **out,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_client_exec_read: output from the given offsets, waiting up to
+ * req->wait_ms for some (long-poll). The call's timeout is the client's
+ * plus wait_ms. */
+int moat_client_exec_read(struct moat_client *c,
+    const Moat__V1__ExecReadRequest *req, Moat__V1__ExecReadReply **out,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_client_exec_write: sends stdin bytes (data may be NULL when len is
+ * 0) and closes stdin when `close`. */
+int moat_client_exec_write(struct moat_client *c, const char *sandbox_id,
+    uint64_t exec_id, const void *data, size_t len, bool close,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_client_exec_wait: waits up to wait_ms (0: the call's timeout) for
+ * the program to end; *out->exited says whether it did. */
+int moat_client_exec_wait(struct moat_client *c, const char *sandbox_id,
+    uint64_t exec_id, uint32_t wait_ms, Moat__V1__ExecStatus **out,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_client_exec_kill: signals the program's process group (0:
+ * SIGKILL). */
+int moat_client_exec_kill(struct moat_client *c, const char *sandbox_id,
+    uint64_t exec_id, int signal, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* ---- files ---- */
+
+/* moat_client_read_file: the whole file at `path`, read in
+ * MOAT_CLIENT_FILE_CHUNK pieces. Refuses (RESOURCE_EXHAUSTED) a file
+ * larger than `max` bytes (0: no limit). On MOAT_OK *data is a heap
+ * buffer of *len bytes plus a NUL (caller frees); *mode (optional) is
+ * the file's mode. */
+int moat_client_read_file(struct moat_client *c, const char *sandbox_id,
+    const char *path, size_t max, uint8_t **data, size_t *len,
+    uint32_t *mode, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_client_read_file_to_fd: streams the file to `fd` in pieces, so
+ * any size works; *size (optional) gets the bytes written, *mode
+ * (optional) the file's mode. A write error on fd is reported with its
+ * errno's status. */
+int moat_client_read_file_to_fd(struct moat_client *c,
+    const char *sandbox_id, const char *path, int fd, uint64_t *size,
+    uint32_t *mode, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_client_write_file: replaces the file at `path` with `len` bytes
+ * (data may be NULL when len is 0), creating it with `mode` (0: 0644)
+ * and, when make_parents, its directories. Sent in pieces; *out
+ * (optional, may be NULL) is the final FileInfo. */
+int moat_client_write_file(struct moat_client *c, const char *sandbox_id,
+    const char *path, const void *data, size_t len, uint32_t mode,
+    bool make_parents, Moat__V1__FileInfo **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_client_write_file_from_fd: the same, reading `fd` to its end. */
+int moat_client_write_file_from_fd(struct moat_client *c,
+    const char *sandbox_id, const char *path, int fd, uint32_t mode,
+    bool make_parents, Moat__V1__FileInfo **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+int moat_client_list_files(struct moat_client *c, const char *sandbox_id,
+    const char *path, Moat__V1__FileList **out, char **errmsg)
+    __attribute__((warn_unused_result));
+int moat_client_stat(struct moat_client *c, const char *sandbox_id,
+    const char *path, Moat__V1__FileInfo **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_remove: a file, or a directory (with its contents when
+ * recursive). */
+int moat_client_remove(struct moat_client *c, const char *sandbox_id,
+    const char *path, bool recursive, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_mkdir: mode 0: 0755; parents: like mkdir -p. *out
+ * optional. */
+int moat_client_mkdir(struct moat_client *c, const char *sandbox_id,
+    const char *path, uint32_t mode, bool parents, Moat__V1__FileInfo **out,
+    char **errmsg) __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,336 @@
+/*
+ * forward.c: how a sandbox call reaches the node that holds the sandbox.
+ * A sorted sandbox -> node map is filled by CreateSandbox and
+ * ListSandboxes; on a miss every available node is asked GetSandbox. The
+ * call is then sent to that node's moat.v1.Vm service as the same method,
+ * with the client's original payload bytes, the same request id (so the
+ * node's deduplication of mutating calls holds end to end) and the time
+ * left before the client's deadline. The node's reply bytes go back
+ * untouched; so do its error code and message. One RPC client per node
+ * is cached in the node table (discovery.c).
+ * Not for: choosing where a new sandbox goes (placement.c) or calls that
+ * span nodes (handlers.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+
+#define VM_SERVICE "moat.v1.Vm"
+#define LOCATE_TIMEOUT_MS 5000  /* per node, when looking for a sandbox */
+#define DEADLINE_MARGIN_MS 50   /* left for the way back to the client */
+
+struct moat_sandbox_route {
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+};
+
+int
+moat_forward_init(struct moat_forward *fw, struct moat_nodes *nodes)
+{
+	memset(fw, 0, sizeof(*fw));
+	fw->nodes = nodes;
+	if (pthread_mutex_init(&fw->lock, NULL) != 0)
+		return MOAT_INTERNAL;
+	return MOAT_OK;
+}
+
+void
+moat_forward_fini(struct moat_forward *fw)
+{
+	if (fw->nodes != NULL)
+		pthread_mutex_destroy(&fw->lock);
+	free(fw->routes);
+	memset(fw, 0, sizeof(*fw));
+}
+
+/* route_find: index of the first route whose sandbox id is >= id (the
+ * place to insert it); *found says whether it is equal. Lock held. */
+static size_t
+route_find(const struct moat_forward *fw, const char *id, bool *found)
+{
+	size_t lo = 0, hi = fw->n_routes;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(fw->routes[mid].sandbox.s, id) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = lo < fw->n_routes &&
+	    strcmp(fw->routes[lo].sandbox.s, id) == 0;
+	return lo;
+}
+
+void
+moat_forward_remember(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, const struct moat_node_id *node)
+{
+	bool found;
+	size_t i;
+
+	pthread_mutex_lock(&fw->lock);
+	i = route_find(fw, sandbox->s, &found);
+	if (found) {
+		fw->routes[i].node = *node;
+		goto out;
+	}
+	if (fw->n_routes == fw->cap_routes) {
+		size_t cap = fw->cap_routes ? fw->cap_routes * 2 : 64;
+		struct moat_sandbox_route *grown = realloc(fw->routes,
+		    cap * sizeof(*grown));
+		/* Without room the route is simply not cached: the next
+		 * call finds the node by asking, so nothing breaks. */
+		if (grown == NULL)
+			goto out;
+		fw->routes = grown;
+		fw->cap_routes = cap;
+	}
+	memmove(&fw->routes[i + 1], &fw->routes[i],
+	    (fw->n_routes - i) * sizeof(fw->routes[0]));
+	fw->routes[i].sandbox = *sandbox;
+	fw->routes[i].node = *node;
+	fw->n_routes++;
+out:
+	pthread_mutex_unlock(&fw->lock);
+}
+
+void
+moat_forward_forget(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox)
+{
+	bool found;
+	size_t i;
+
+	pthread_mutex_lock(&fw->lock);
+	i = route_find(fw, sandbox->s, &found);
+	if (found) {
+		memmove(&fw->routes[i], &fw->routes[i + 1],
+		    (fw->n_routes - i - 1) * sizeof(fw->routes[0]));
+		fw->n_routes--;
+	}
+	pthread_mutex_unlock(&fw->lock);
+}
+
+static bool
+route_lookup(struct moat_forward *fw, const struct moat_sandbox_id *sandbox,
+    struct moat_node_id *node)
+{
+	bool found;
+	size_t i;
+
+	pthread_mutex_lock(&fw->lock);
+	i = route_find(fw, sandbox->s, &found);
+	if (found)
+		*node = fw->routes[i].node;
+	pthread_mutex_unlock(&fw->lock);
+	return found;
+}
+
+/* time_left: ms a call to a node may take so the reply still reaches the
+ * client in time; 0 when none is left. */
+static uint32_t
+time_left(uint64_t deadline_ms)
+{
+	uint64_t now = moat_rpc_now_ms();
+
+	if (deadline_ms <= now + DEADLINE_MARGIN_MS)
+		return 0;
+	if (deadline_ms - now - DEADLINE_MARGIN_MS > UINT32_MAX)
+		return UINT32_MAX;
+	return (uint32_t)(deadline_ms - now - DEADLINE_MARGIN_MS);
+}
+
+/* transport_unavailable: whether an UNAVAILABLE came from the transport
+ * (no server took the request) rather than from the node's own reply.
+ * rpc_client.c words the former "no answer from <url>...". */
+static bool
+transport_unavailable(int rv, const char *msg)
+{
+	return rv == MOAT_UNAVAILABLE && msg != NULL &&
+	    strncmp(msg, "no answer from ", 15) == 0;
+}
+
+int
+moat_forward_to_node(struct moat_forward *fw, const struct moat_node_id *node,
+    const char *method, const uint8_t *payload, size_t len,
+    uint64_t request_id, uint64_t deadline_ms, const char *what,
+    uint8_t **reply, size_t *reply_len, char **errmsg)
+{
+	struct moat_node_conn *conn = NULL;
+	struct moat_rpc_opts opts = { .request_id = request_id };
+	char *url = NULL, *msg = NULL;
+	int rv;
+
+	*reply = NULL;
+	*reply_len = 0;
+	*errmsg = NULL;
+	if ((rv = moat_nodes_conn_get(fw->nodes, node, &conn, &url,
+	    &msg)) != MOAT_OK) {
+		*errmsg = moat_asprintf("%s is on node %s, which the gateway "
+		    "cannot call: %s", what, node->s, msg);
+		free(msg);
+		return rv == MOAT_NOT_FOUND ? MOAT_UNAVAILABLE : rv;
+	}
+	if ((opts.timeout_ms = time_left(deadline_ms)) == 0) {
+		*errmsg = moat_asprintf("%s %s on node %s: the call's deadline "
+		    "passed before it could be forwarded: allow a longer "
+		    "timeout", method, what, node->s);
+		rv = MOAT_DEADLINE_EXCEEDED;
+		goto out;
+	}
+	rv = moat_rpc_call_raw(moat_node_conn_client(conn), VM_SERVICE,
+	    method, payload, len, reply, reply_len, &opts, &msg);
+	if (rv == MOAT_OK)
+		goto out;
+	if (transport_unavailable(rv, msg)) {
+		*errmsg = moat_asprintf("node %s (%s), which holds %s, did "
+		    "not answer %s: is its moat-vmd running? `moat info` "
+		    "shows the nodes; deploy/moat-stack start restarts a "
+		    "local one", node->s, url ? url : "?", what, method);
+		free(msg);
+	} else {
+		*errmsg = msg;  /* the node's own words, unchanged */
+	}
+	if (*errmsg == NULL)
+		*errmsg = strdup(moat_strerror(rv));
+out:
+	free(url);
+	moat_node_conn_put(conn);
+	return rv;
+}
+
+int
+moat_forward_locate(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, uint64_t deadline_ms,
+    struct moat_node_id *node, char **errmsg)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	struct moat_node_id *ids = NULL;
+	char silent[512] = "";
+	size_t n = 0, n_silent = 0;
+	uint8_t *req = NULL;
+	size_t req_len;
+	int rv;
+
+	*errmsg = NULL;
+	if (route_lookup(fw, sandbox, node))
+		return MOAT_OK;
+	if ((rv = moat_nodes_available_ids(fw->nodes, &ids, &n)) != MOAT_OK) {
+		*errmsg = moat_asprintf("looking for sandbox %s: out of "
+		    "memory", sandbox->s);
+		return rv;
+	}
+	if (n == 0) {
+		*errmsg = moat_asprintf("sandbox %s: no vmd node is "
+		    "available to hold it: start moat-vmd (deploy/moat-stack "
+		    "start); `moat info` lists the nodes", sandbox->s);
+		return MOAT_UNAVAILABLE;
+	}
+	ref.sandbox_id = (char *)sandbox->s;
+	req_len = moat__v1__sandbox_ref__get_packed_size(&ref);
+	if ((req = malloc(req_len ? req_len : 1)) == NULL) {
+		free(ids);
+		*errmsg = moat_asprintf("looking for sandbox %s: out of "
+		    "memory", sandbox->s);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	moat__v1__sandbox_ref__pack(&ref, req);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *reply = NULL;
+		size_t reply_len = 0;
+		char *msg = NULL, what[MOAT_ID_MAX + 16];
+		uint64_t deadline = deadline_ms;
+		uint64_t cap = moat_rpc_now_ms() + LOCATE_TIMEOUT_MS;
+
+		if (cap < deadline)
+			deadline = cap;
+		snprintf(what, sizeof(what), "sandbox %s", sandbox->s);
+		rv = moat_forward_to_node(fw, &ids[i], "GetSandbox", req,
+		    req_len, moat_rpc_new_request_id(), deadline, what,
+		    &reply, &reply_len, &msg);
+		free(reply);
+		if (rv == MOAT_OK) {
+			*node = ids[i];
+			moat_forward_remember(fw, sandbox, node);
+			free(msg);
+			goto out;
+		}
+		if (rv != MOAT_NOT_FOUND) {
+			size_t used = strlen(silent);
+			snprintf(silent + used, sizeof(silent) - used, "%s%s",
+			    n_silent ? ", " : "", ids[i].s);
+			n_silent++;
+			moat_warn(0, "looking for sandbox %s on node %s: %s: %s",
+			    sandbox->s, ids[i].s, moat_strerror(rv),
+			    msg ? msg : "");
+		}
+		free(msg);
+	}
+	if (n_silent > 0) {
+		*errmsg = moat_asprintf("sandbox %s is on none of the nodes "
+		    "that answered, and node(s) %s did not: retry when they "
+		    "are back (`moat info` shows them)", sandbox->s, silent);
+		rv = MOAT_UNAVAILABLE;
+	} else {
+		*errmsg = moat_asprintf("sandbox %s does not exist (or was "
+		    "destroyed): `moat sandbox ls` lists the sandboxes",
+		    sandbox->s);
+		rv = MOAT_NOT_FOUND;
+	}
+out:
+	free(req);
+	free(ids);
+	return rv;
+}
+
+int
+moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
+    const char *sandbox_id, const uint8_t *payload, size_t len)
+{
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+	char *msg = NULL, what[MOAT_ID_MAX + 16];
+	uint8_t *reply = NULL;
+	size_t reply_len = 0;
+	int rv;
+
+	if (sandbox_id == NULL || sandbox_id[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%s: "
+		    "sandbox_id is required: `moat sandbox ls` lists the "
+		    "sandboxes", call->method);
+	if (!moat_sandbox_id_set(&sandbox, sandbox_id))
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%s: "
+		    "sandbox_id is longer than %d bytes: no sandbox has such "
+		    "an id", call->method, MOAT_ID_MAX - 1);
+	if ((rv = moat_forward_locate(fw, &sandbox, call->deadline_ms, &node,
+	    &msg)) != MOAT_OK)
+		goto fail;
+	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
+	rv = moat_forward_to_node(fw, &node, call->method, payload, len,
+	    call->request_id, call->deadline_ms, what, &reply, &reply_len,
+	    &msg);
+	if (rv != MOAT_OK) {
+		/* For these two, NOT_FOUND can only mean the sandbox. */
+		if (rv == MOAT_NOT_FOUND &&
+		    (strcmp(call->method, "GetSandbox") == 0 ||
+		    strcmp(call->method, "DestroySandbox") == 0))
+			moat_forward_forget(fw, &sandbox);
+		goto fail;
+	}
+	if (strcmp(call->method, "DestroySandbox") == 0)
+		moat_forward_forget(fw, &sandbox);
+	call->raw_reply = reply;
+	call->raw_reply_len = reply_len;
+	return MOAT_OK;
+
+fail:
+	rv = moat_rpc_error(call, rv, "%s", msg ? msg : moat_strerror(rv));
+	free(msg);
+	return rv;
+}

@@ -1,0 +1,217 @@
+/*
+ * gateway.h: the parts of moat-gateway that its files share, and that the
+ * unit tests drive in-process: the node table fed by discovery, placement,
+ * the sandbox -> node map and forwarding, and the gateway object that ties
+ * them to the Gateway RPC service. Every sandbox call goes through the
+ * multi-node path (locate the node holding the sandbox, forward to it),
+ * even when there is one node.
+ * Not for: clients (they use clients/lib/moat_client.h) or the wire
+ * (proto/gateway.proto).
+ */
+#ifndef MOAT_GATEWAY_H
+#define MOAT_GATEWAY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gateway.pb-c.h"
+#include "moat/rpc.h"
+#include "vm.pb-c.h"
+
+#define MOAT_ID_MAX 128                 /* longest id, with its NUL */
+#define MOAT_GW_SURVEY_INTERVAL_MS 1000 /* one survey a second */
+#define MOAT_GW_MISSED_SURVEYS 3        /* silent this often: unavailable */
+#define MOAT_GW_HEALTH_TIMEOUT_MS 1500  /* Info's health calls */
+#define MOAT_GW_NODE_ANSWER_MAX (1u << 20) /* cap on one survey answer */
+#define MOAT_GW_DEFAULT_TENANT "default"
+
+/* Ids that must not be mixed up get their own types. */
+struct moat_node_id {
+	char s[MOAT_ID_MAX];
+};
+struct moat_sandbox_id {
+	char s[MOAT_ID_MAX];
+};
+
+/* moat_node_id_set / moat_sandbox_id_set: copy `s` in. Return false when
+ * it is empty or does not fit (MOAT_ID_MAX - 1 bytes). */
+bool moat_node_id_set(struct moat_node_id *id, const char *s);
+bool moat_sandbox_id_set(struct moat_sandbox_id *id, const char *s);
+
+/* ---- node table (discovery.c) ---- */
+
+struct moat_node_conn;
+struct moat_node_entry;
+
+struct moat_nodes {
+	pthread_mutex_t lock;   /* guards entries, n, cap, each entry */
+	struct moat_node_entry *entries;
+	size_t n, cap;
+	uint32_t missed_limit;  /* MOAT_GW_MISSED_SURVEYS */
+};
+
+/* moat_nodes_init / moat_nodes_fini: fini closes every cached client (no
+ * call may be in flight) and is safe on a zeroed table. */
+int moat_nodes_init(struct moat_nodes *nodes)
+    __attribute__((warn_unused_result));
+void moat_nodes_fini(struct moat_nodes *nodes);
+
+/* moat_nodes_seen: records one survey answer. Takes ownership of `node`
+ * in every case (frees it on failure). A node id seen for the first time
+ * joins the table available; a known one is refreshed (capacity, url).
+ * Returns INVALID_ARGUMENT (logged by the caller) when the answer lacks a
+ * node id or rpc url, or the id is too long. */
+int moat_nodes_seen(struct moat_nodes *nodes, Moat__V1__Node *node,
+    uint64_t now_ms) __attribute__((warn_unused_result));
+
+/* moat_nodes_round_end: ends one survey round: a node that did not answer
+ * in it counts a miss; missed_limit misses in a row mark it unavailable
+ * (logged once). */
+void moat_nodes_round_end(struct moat_nodes *nodes);
+
+/* moat_nodes_snapshot: deep copies of every known node (available or
+ * not), with `available` and `last_seen_unix_ms` set. On MOAT_OK *out is
+ * an array of *n messages the caller frees with moat_nodes_snapshot_free.
+ * RESOURCE_EXHAUSTED on allocation failure. */
+int moat_nodes_snapshot(struct moat_nodes *nodes, Moat__V1__Node ***out,
+    size_t *n) __attribute__((warn_unused_result));
+void moat_nodes_snapshot_free(Moat__V1__Node **list, size_t n);
+
+/* moat_nodes_conn_get: a reference to the cached RPC client of node `id`
+ * (opened on first use, reopened when the node's url changed). On MOAT_OK
+ * *out is held until moat_node_conn_put; *url_out (optional) is a heap
+ * copy of its url the caller frees. NOT_FOUND when the node is unknown;
+ * other failures set *errmsg (heap, caller frees). Thread-safe. */
+int moat_nodes_conn_get(struct moat_nodes *nodes,
+    const struct moat_node_id *id, struct moat_node_conn **out,
+    char **url_out, char **errmsg) __attribute__((warn_unused_result));
+struct moat_rpc_client *moat_node_conn_client(struct moat_node_conn *conn);
+void moat_node_conn_put(struct moat_node_conn *conn);
+
+/* moat_nodes_available_ids: ids of the nodes available now. *out is a
+ * heap array of *n ids, the caller frees (NULL when none). */
+int moat_nodes_available_ids(struct moat_nodes *nodes,
+    struct moat_node_id **out, size_t *n)
+    __attribute__((warn_unused_result));
+
+/* ---- discovery (discovery.c) ---- */
+
+struct moat_discovery;
+
+/* moat_discovery_start: binds a surveyor0 socket on `url` (ipc sockets
+ * mode 0600) and starts a thread that surveys every `interval_ms` (0:
+ * MOAT_GW_SURVEY_INTERVAL_MS), feeding every answer that decodes as a
+ * moat.v1.Node into `nodes` (which must outlive the discovery). A
+ * malformed answer is logged and ignored. On failure returns a status
+ * and sets *errmsg (heap, caller frees). */
+int moat_discovery_start(struct moat_discovery **out,
+    struct moat_nodes *nodes, const char *url, uint32_t interval_ms,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_discovery_stop: closes the socket, joins the thread, frees. Safe
+ * on NULL. */
+void moat_discovery_stop(struct moat_discovery *d);
+
+/* ---- placement (placement.c) ---- */
+
+/* moat_placement_choose: picks the node for a sandbox of `vcpus` and
+ * `memory_mib` (0: the node defaults, 1 and 256) running `image` ("" or
+ * "default": any node) among `nodes`: available, fits the per-sandbox
+ * limits, has the memory free and (when the node lists its images) has
+ * the image; fewest sandboxes first, then most free memory, then node id.
+ * On MOAT_OK *chosen is an index into nodes. Otherwise returns
+ * UNAVAILABLE (no available node; the message names `survey_url`),
+ * INVALID_ARGUMENT (no node could ever hold such a sandbox),
+ * FAILED_PRECONDITION (the image is built nowhere) or RESOURCE_EXHAUSTED
+ * (nodes are full), with *errmsg (heap, caller frees). Pure: no locks, no
+ * I/O. */
+int moat_placement_choose(Moat__V1__Node *const *nodes, size_t n,
+    uint32_t vcpus, uint32_t memory_mib, const char *image,
+    const char *survey_url, size_t *chosen, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* ---- forwarding (forward.c) ---- */
+
+struct moat_sandbox_route;
+
+struct moat_forward {
+	struct moat_nodes *nodes;
+	pthread_mutex_t lock;   /* guards routes, n_routes, cap_routes */
+	struct moat_sandbox_route *routes; /* sorted by sandbox id */
+	size_t n_routes, cap_routes;
+};
+
+int moat_forward_init(struct moat_forward *fw, struct moat_nodes *nodes)
+    __attribute__((warn_unused_result));
+/* moat_forward_fini: safe on a zeroed object. */
+void moat_forward_fini(struct moat_forward *fw);
+
+/* moat_forward_remember / moat_forward_forget: the sandbox -> node map. */
+void moat_forward_remember(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, const struct moat_node_id *node);
+void moat_forward_forget(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox);
+
+/* moat_forward_locate: the node holding `sandbox`: from the map, else by
+ * asking every available node GetSandbox (and remembering the answer).
+ * NOT_FOUND when every node answered that it has no such sandbox;
+ * UNAVAILABLE when some node did not answer and none has it. Errors set
+ * *errmsg (heap, caller frees). */
+int moat_forward_locate(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, uint64_t deadline_ms,
+    struct moat_node_id *node, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_forward_to_node: sends the encoded `payload` as `method` of
+ * moat.v1.Vm to node `node` with `request_id` and the time left before
+ * `deadline_ms`. On MOAT_OK *reply (heap, caller frees; NULL when
+ * *reply_len is 0) is the node's encoded reply. A node's error comes back
+ * with its code and message unchanged; a node that does not answer is
+ * UNAVAILABLE naming the node and `what` (e.g. "sandbox sb-1"). */
+int moat_forward_to_node(struct moat_forward *fw,
+    const struct moat_node_id *node, const char *method,
+    const uint8_t *payload, size_t len, uint64_t request_id,
+    uint64_t deadline_ms, const char *what, uint8_t **reply,
+    size_t *reply_len, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_forward_call: the whole forward of one sandbox call: locate the
+ * node holding `sandbox_id`, send it `payload` (call->payload unless the
+ * gateway re-encoded the request) as the same method with the same
+ * request id and the remaining deadline, and put the node's reply in
+ * call->raw_reply. Errors go through moat_rpc_error. Keeps the map in
+ * step (NOT_FOUND from the node forgets the route; a DestroySandbox that
+ * succeeded forgets it). */
+int moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
+    const char *sandbox_id, const uint8_t *payload, size_t len);
+
+/* ---- the gateway (handlers.c) ---- */
+
+struct moat_gateway_opts {
+	const char *listen_url;   /* Gateway RPC */
+	const char *survey_url;   /* discovery */
+	const char *sessiond_url;
+	const char *snapd_url;
+	const char *state_dir;
+	uint32_t survey_interval_ms; /* 0: MOAT_GW_SURVEY_INTERVAL_MS */
+	int workers;              /* 0: the RPC default */
+};
+
+struct moat_gateway;
+
+/* moat_gateway_start: starts discovery, then serves the Gateway service
+ * on opts->listen_url. Strings in opts are copied. On success *out is
+ * the caller's (moat_gateway_stop). On failure returns a status and sets
+ * *errmsg (heap, caller frees). */
+int moat_gateway_start(struct moat_gateway **out,
+    const struct moat_gateway_opts *opts, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_gateway_stop: stops serving, then discovery; frees. Safe on NULL. */
+void moat_gateway_stop(struct moat_gateway *gw);
+
+/* moat_gateway_nodes: the gateway's node table (for tests). */
+struct moat_nodes *moat_gateway_nodes(struct moat_gateway *gw);
+
+#endif

@@ -1,0 +1,545 @@
+/*
+ * handlers.c: the Gateway service: its method table and the handlers of
+ * the calls the gateway answers itself (Health, Info, ListNodes, the
+ * cluster-wide ListSandboxes, and CreateSandbox's placement), plus the
+ * gateway object's start and stop. Every other method is a sandbox call
+ * forwarded unchanged by forward.c. The gateway, never the client, sets
+ * the `tenant` fields ("default" until auth arrives).
+ * Not for: flags and signals (main.c), the node table (discovery.c).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "session.pb-c.h"
+#include "snapshot.pb-c.h"
+
+#define LIST_TIMEOUT_MS 10000  /* per node, for ListSandboxes */
+
+struct moat_gateway {
+	struct moat_nodes nodes;
+	struct moat_forward fw;
+	bool nodes_ready, fw_ready;
+	struct moat_discovery *discovery;
+	struct moat_rpc_server *server;
+	struct moat_rpc_client *sessiond, *snapd;
+	char *listen_url, *survey_url, *sessiond_url, *snapd_url, *state_dir;
+	uint64_t started_ms;
+};
+
+static char *
+xstrdup(const char *s)
+{
+	return strdup(s != NULL ? s : "");
+}
+
+/* ---- answered here ---- */
+
+static int
+h_health(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;
+
+	r->uptime_ms = moat_rpc_now_ms() - gw->started_ms;
+	if ((r->service = strdup("moat-gateway")) == NULL ||
+	    (r->version = strdup(MOAT_VERSION)) == NULL ||
+	    (r->state_dir = xstrdup(gw->state_dir)) == NULL)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	return MOAT_OK;
+}
+
+static int
+h_list_nodes(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	Moat__V1__NodeList *r = (Moat__V1__NodeList *)reply;
+
+	if (moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) !=
+	    MOAT_OK)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory listing nodes");
+	return MOAT_OK;
+}
+
+/* One service health check of Info, run on its own thread so a service
+ * that is down costs one timeout, not one per service. */
+struct health_check {
+	pthread_t thread;
+	bool started;
+	struct moat_gateway *gw;
+	struct moat_rpc_client *client;  /* sessiond/snapd; NULL for a node */
+	struct moat_node_id node;
+	const char *rpc_service;         /* "moat.v1.Session" */
+	Moat__V1__ServiceHealth *out;    /* filled by the thread */
+};
+
+static void *
+health_main(void *arg)
+{
+	struct health_check *hc = arg;
+	Moat__V1__HealthRequest req = MOAT__V1__HEALTH_REQUEST__INIT;
+	struct moat_rpc_opts opts = { .timeout_ms = MOAT_GW_HEALTH_TIMEOUT_MS };
+	struct moat_node_conn *conn = NULL;
+	struct moat_rpc_client *client = hc->client;
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__HealthReply *hr;
+	char *msg = NULL;
+	int rv;
+
+	if (client == NULL) {
+		if ((rv = moat_nodes_conn_get(&hc->gw->nodes, &hc->node, &conn,
+		    NULL, &msg)) != MOAT_OK)
+			goto done;
+		client = moat_node_conn_client(conn);
+	}
+	rv = moat_rpc_call(client, hc->rpc_service, "Health",
+	    &req.base, &moat__v1__health_reply__descriptor, &reply, &opts,
+	    &msg);
+done:
+	if (rv == MOAT_OK) {
+		hr = (Moat__V1__HealthReply *)reply;
+		hc->out->up = true;
+		free(hc->out->version);
+		hc->out->version = xstrdup(hr->version);
+		protobuf_c_message_free_unpacked(reply, NULL);
+	} else {
+		hc->out->up = false;
+		free(hc->out->message);
+		hc->out->message = moat_asprintf("%s: %s", moat_strerror(rv),
+		    msg ? msg : "");
+	}
+	free(msg);
+	moat_node_conn_put(conn);
+	return NULL;
+}
+
+static Moat__V1__ServiceHealth *
+service_health_new(const char *service, const char *url)
+{
+	Moat__V1__ServiceHealth *s = malloc(sizeof(*s));
+
+	if (s == NULL)
+		return NULL;
+	moat__v1__service_health__init(s);
+	s->service = xstrdup(service);
+	s->url = xstrdup(url);
+	s->version = xstrdup("");
+	s->message = xstrdup("");
+	if (s->service == NULL || s->url == NULL || s->version == NULL ||
+	    s->message == NULL) {
+		moat__v1__service_health__free_unpacked(s, NULL);
+		return NULL;
+	}
+	return s;
+}
+
+static int
+h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	Moat__V1__ClusterInfo *r = (Moat__V1__ClusterInfo *)reply;
+	struct health_check *checks = NULL;
+	size_t n_checks = 0;
+	int rv = MOAT_OK;
+
+	r->uptime_ms = moat_rpc_now_ms() - gw->started_ms;
+	if ((r->version = strdup(MOAT_VERSION)) == NULL ||
+	    moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) != MOAT_OK)
+		goto fail_oom;
+	/* gateway itself, sessiond, snapd, then one per node. */
+	if ((r->services = calloc(3 + r->n_nodes, sizeof(*r->services))) ==
+	    NULL || (checks = calloc(2 + r->n_nodes, sizeof(*checks))) == NULL)
+		goto fail_oom;
+	if ((r->services[0] = service_health_new("moat-gateway",
+	    gw->listen_url)) == NULL)
+		goto fail_oom;
+	r->n_services = 1;
+	r->services[0]->up = true;
+	free(r->services[0]->version);
+	r->services[0]->version = xstrdup(MOAT_VERSION);
+
+	const struct {
+		const char *name, *url, *rpc;
+		struct moat_rpc_client *client;
+	} fixed[] = {
+		{ "moat-sessiond", gw->sessiond_url, "moat.v1.Session",
+		    gw->sessiond },
+		{ "moat-snapd", gw->snapd_url, "moat.v1.Snapshot", gw->snapd },
+	};
+	for (size_t i = 0; i < 2; i++) {
+		Moat__V1__ServiceHealth *s = service_health_new(fixed[i].name,
+		    fixed[i].url);
+		if (s == NULL)
+			goto fail_oom;
+		r->services[r->n_services++] = s;
+		checks[n_checks].gw = gw;
+		checks[n_checks].client = fixed[i].client;
+		checks[n_checks].rpc_service = fixed[i].rpc;
+		checks[n_checks].out = s;
+		n_checks++;
+	}
+	for (size_t i = 0; i < r->n_nodes; i++) {
+		Moat__V1__Node *node = r->nodes[i];
+		char *name = moat_asprintf("moat-vmd %s", node->node_id);
+		Moat__V1__ServiceHealth *s = name == NULL ? NULL :
+		    service_health_new(name, node->rpc_url);
+
+		free(name);
+		if (s == NULL)
+			goto fail_oom;
+		r->services[r->n_services++] = s;
+		if (!node->available) {
+			free(s->message);
+			s->message = moat_asprintf("not answering the "
+			    "gateway's surveys: is its moat-vmd running?");
+			continue;
+		}
+		if (!moat_node_id_set(&checks[n_checks].node, node->node_id))
+			continue;
+		checks[n_checks].gw = gw;
+		checks[n_checks].rpc_service = "moat.v1.Vm";
+		checks[n_checks].out = s;
+		n_checks++;
+	}
+	for (size_t i = 0; i < n_checks; i++)
+		checks[i].started = pthread_create(&checks[i].thread, NULL,
+		    health_main, &checks[i]) == 0;
+	for (size_t i = 0; i < n_checks; i++) {
+		if (checks[i].started)
+			pthread_join(checks[i].thread, NULL);
+		else
+			health_main(&checks[i]);
+	}
+	free(checks);
+	return MOAT_OK;
+
+fail_oom:
+	free(checks);
+	rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+	    "out of memory building the cluster info");
+	return rv;
+}
+
+static int
+h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const Moat__V1__CreateSandboxRequest *req =
+	    (const Moat__V1__CreateSandboxRequest *)request;
+	Moat__V1__CreateSandboxRequest fwd = *req;
+	Moat__V1__Node **nodes = NULL;
+	Moat__V1__Sandbox *sb = NULL;
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+	uint8_t *payload = NULL, *out = NULL;
+	size_t n_nodes = 0, chosen, len, out_len = 0;
+	char *msg = NULL;
+	int rv;
+
+	if (moat_nodes_snapshot(&gw->nodes, &nodes, &n_nodes) != MOAT_OK)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	if ((rv = moat_placement_choose(nodes, n_nodes, req->vcpus,
+	    req->memory_mib, req->image, gw->survey_url, &chosen,
+	    &msg)) != MOAT_OK)
+		goto fail;
+	if (!moat_node_id_set(&node, nodes[chosen]->node_id)) {
+		rv = MOAT_INTERNAL;
+		msg = moat_asprintf("placement chose a node without an id");
+		goto fail;
+	}
+	/* The tenant is the gateway's to say; whatever the client put there
+	 * is replaced. A shallow copy: the request stays untouched. */
+	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	len = moat__v1__create_sandbox_request__get_packed_size(&fwd);
+	if ((payload = malloc(len ? len : 1)) == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		msg = moat_asprintf("out of memory");
+		goto fail;
+	}
+	moat__v1__create_sandbox_request__pack(&fwd, payload);
+	if ((rv = moat_forward_to_node(&gw->fw, &node, "CreateSandbox",
+	    payload, len, call->request_id, call->deadline_ms,
+	    "the new sandbox", &out, &out_len, &msg)) != MOAT_OK)
+		goto fail;
+	sb = moat__v1__sandbox__unpack(NULL, out_len, out);
+	if (sb == NULL) {
+		rv = MOAT_INTERNAL;
+		msg = moat_asprintf("node %s answered CreateSandbox with "
+		    "something that is not a moat.v1.Sandbox: are the gateway "
+		    "and moat-vmd built from the same protos?", node.s);
+		goto fail;
+	}
+	if (moat_sandbox_id_set(&sandbox, sb->id)) {
+		moat_forward_remember(&gw->fw, &sandbox, &node);
+		moat_info(call->request_id, "sandbox %s placed on node %s",
+		    sandbox.s, node.s);
+	} else {
+		moat_warn(call->request_id, "node %s created a sandbox "
+		    "without a usable id: calls cannot reach it", node.s);
+	}
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	free(payload);
+	moat_nodes_snapshot_free(nodes, n_nodes);
+	call->raw_reply = out;
+	call->raw_reply_len = out_len;
+	return MOAT_OK;
+
+fail:
+	free(out);
+	free(payload);
+	moat_nodes_snapshot_free(nodes, n_nodes);
+	rv = moat_rpc_error(call, rv, "%s", msg ? msg : moat_strerror(rv));
+	free(msg);
+	return rv;
+}
+
+/* list_append: moves the sandboxes of `from` (a node's list, freed here)
+ * to the end of r, remembering each one's route. */
+static int
+list_append(struct moat_gateway *gw, Moat__V1__SandboxList *r,
+    Moat__V1__SandboxList *from, const struct moat_node_id *node)
+{
+	Moat__V1__Sandbox **grown;
+
+	if (from->n_sandboxes == 0)
+		goto out;
+	grown = realloc(r->sandboxes,
+	    (r->n_sandboxes + from->n_sandboxes) * sizeof(*grown));
+	if (grown == NULL) {
+		moat__v1__sandbox_list__free_unpacked(from, NULL);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	r->sandboxes = grown;
+	for (size_t i = 0; i < from->n_sandboxes; i++) {
+		struct moat_sandbox_id sandbox;
+
+		if (moat_sandbox_id_set(&sandbox, from->sandboxes[i]->id))
+			moat_forward_remember(&gw->fw, &sandbox, node);
+		r->sandboxes[r->n_sandboxes++] = from->sandboxes[i];
+	}
+	/* The array now lends its elements to r; free only the shell. */
+	from->n_sandboxes = 0;
+out:
+	moat__v1__sandbox_list__free_unpacked(from, NULL);
+	return MOAT_OK;
+}
+
+static int
+h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	Moat__V1__SandboxList *r = (Moat__V1__SandboxList *)reply;
+	Moat__V1__ListSandboxesRequest fwd =
+	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
+	struct moat_node_id *ids = NULL;
+	size_t n = 0, failed = 0, len;
+	uint8_t *payload = NULL;
+	char *first_error = NULL;
+	int rv, first_rv = MOAT_OK;
+
+	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	len = moat__v1__list_sandboxes_request__get_packed_size(&fwd);
+	if ((payload = malloc(len ? len : 1)) == NULL) {
+		free(ids);
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	moat__v1__list_sandboxes_request__pack(&fwd, payload);
+	for (size_t i = 0; i < n; i++) {
+		Moat__V1__SandboxList *list = NULL;
+		uint64_t deadline = moat_rpc_now_ms() + LIST_TIMEOUT_MS;
+		uint8_t *out = NULL;
+		size_t out_len = 0;
+		char *msg = NULL, what[MOAT_ID_MAX + 32];
+
+		if (deadline > call->deadline_ms)
+			deadline = call->deadline_ms;
+		snprintf(what, sizeof(what), "the sandboxes of node %s",
+		    ids[i].s);
+		rv = moat_forward_to_node(&gw->fw, &ids[i], "ListSandboxes",
+		    payload, len, moat_rpc_new_request_id(), deadline, what,
+		    &out, &out_len, &msg);
+		if (rv == MOAT_OK &&
+		    (list = moat__v1__sandbox_list__unpack(NULL, out_len,
+		    out)) == NULL) {
+			rv = MOAT_INTERNAL;
+			msg = moat_asprintf("node %s answered ListSandboxes "
+			    "with something that is not a SandboxList",
+			    ids[i].s);
+		}
+		free(out);
+		if (rv == MOAT_OK)
+			rv = list_append(gw, r, list, &ids[i]);
+		if (rv != MOAT_OK) {
+			/* One node down must not hide the others' sandboxes;
+			 * the failure is logged, and only when every node
+			 * fails is the call an error. */
+			failed++;
+			moat_warn(call->request_id, "ListSandboxes: node %s: "
+			    "%s: %s", ids[i].s, moat_strerror(rv),
+			    msg ? msg : "");
+			if (first_error == NULL) {
+				first_error = msg;
+				first_rv = rv;
+				msg = NULL;
+			}
+		}
+		free(msg);
+	}
+	free(payload);
+	free(ids);
+	if (n > 0 && failed == n) {
+		rv = moat_rpc_error(call, first_rv, "%s", first_error);
+		free(first_error);
+		return rv;
+	}
+	free(first_error);
+	return MOAT_OK;
+}
+
+/* h_sandbox: every call on one sandbox. The rpc layer decoded the
+ * request; only its sandbox_id is read, and the original bytes go on. */
+static int
+h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const ProtobufCFieldDescriptor *f;
+	const char *sandbox_id = NULL;
+
+	f = protobuf_c_message_descriptor_get_field_by_name(
+	    request->descriptor, "sandbox_id");
+	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
+	    f->label == PROTOBUF_C_LABEL_REPEATED)
+		return moat_rpc_error(call, MOAT_INTERNAL, "%s has no "
+		    "sandbox_id field: the gateway's method table is wrong",
+		    request->descriptor->name);
+	sandbox_id = *(char *const *)((const char *)request + f->offset);
+	return moat_forward_call(&gw->fw, call, sandbox_id, call->payload,
+	    call->payload_len);
+}
+
+/* The Gateway service. Mutating calls are deduplicated by request id here
+ * and, because the id travels with the forward, on the node as well. */
+static const struct moat_rpc_method gateway_methods[] = {
+	{ "Health", h_health, false, false },
+	{ "Info", h_info, false, false },
+	{ "ListNodes", h_list_nodes, false, false },
+	{ "CreateSandbox", h_create_sandbox, true, false },
+	{ "GetSandbox", h_sandbox, false, false },
+	{ "ListSandboxes", h_list_sandboxes, false, false },
+	{ "DestroySandbox", h_sandbox, true, false },
+	{ "ExecStart", h_sandbox, true, false },
+	{ "ExecRead", h_sandbox, false, false },
+	{ "ExecWrite", h_sandbox, true, false },
+	{ "ExecWait", h_sandbox, false, false },
+	{ "ExecKill", h_sandbox, true, false },
+	{ "Exec", h_sandbox, true, false },
+	{ "ReadFile", h_sandbox, false, false },
+	{ "WriteFile", h_sandbox, true, false },
+	{ "ListFiles", h_sandbox, false, false },
+	{ "StatFile", h_sandbox, false, false },
+	{ "RemoveFile", h_sandbox, true, false },
+	{ "MakeDir", h_sandbox, true, false },
+	{ "SandboxInfo", h_sandbox, false, false },
+	{ "TraceFs", h_sandbox, false, false },
+};
+
+/* ---- lifecycle ---- */
+
+int
+moat_gateway_start(struct moat_gateway **out,
+    const struct moat_gateway_opts *opts, char **errmsg)
+{
+	struct moat_rpc_service svc = {
+		.descriptor = &moat__v1__gateway__descriptor,
+		.methods = gateway_methods,
+		.n_methods = sizeof(gateway_methods) /
+		    sizeof(gateway_methods[0]),
+	};
+	struct moat_gateway *gw;
+	int rv;
+
+	*out = NULL;
+	if ((gw = calloc(1, sizeof(*gw))) == NULL)
+		goto fail_oom;
+	gw->started_ms = moat_rpc_now_ms();
+	if ((gw->listen_url = strdup(opts->listen_url)) == NULL ||
+	    (gw->survey_url = strdup(opts->survey_url)) == NULL ||
+	    (gw->sessiond_url = strdup(opts->sessiond_url)) == NULL ||
+	    (gw->snapd_url = strdup(opts->snapd_url)) == NULL ||
+	    (gw->state_dir = xstrdup(opts->state_dir)) == NULL)
+		goto fail_oom;
+	if (moat_nodes_init(&gw->nodes) != MOAT_OK)
+		goto fail_oom;
+	gw->nodes_ready = true;
+	if (moat_forward_init(&gw->fw, &gw->nodes) != MOAT_OK)
+		goto fail_oom;
+	gw->fw_ready = true;
+	/* Dials do not block: a service that starts later is found. */
+	if ((rv = moat_rpc_client_open(&gw->sessiond, gw->sessiond_url,
+	    errmsg)) != MOAT_OK ||
+	    (rv = moat_rpc_client_open(&gw->snapd, gw->snapd_url,
+	    errmsg)) != MOAT_OK)
+		goto fail;
+	if ((rv = moat_discovery_start(&gw->discovery, &gw->nodes,
+	    gw->survey_url, opts->survey_interval_ms, errmsg)) != MOAT_OK)
+		goto fail;
+	svc.ctx = gw;
+	if ((rv = moat_rpc_server_start(&gw->server, gw->listen_url, &svc,
+	    opts->workers, errmsg)) != MOAT_OK)
+		goto fail;
+	*out = gw;
+	return MOAT_OK;
+
+fail_oom:
+	rv = MOAT_RESOURCE_EXHAUSTED;
+	*errmsg = moat_asprintf("out of memory starting the gateway");
+fail:
+	moat_gateway_stop(gw);
+	return rv;
+}
+
+void
+moat_gateway_stop(struct moat_gateway *gw)
+{
+	if (gw == NULL)
+		return;
+	/* Serving stops first: no handler may run on what follows. */
+	moat_rpc_server_stop(gw->server);
+	moat_discovery_stop(gw->discovery);
+	moat_rpc_client_close(gw->sessiond);
+	moat_rpc_client_close(gw->snapd);
+	if (gw->fw_ready)
+		moat_forward_fini(&gw->fw);
+	if (gw->nodes_ready)
+		moat_nodes_fini(&gw->nodes);
+	free(gw->listen_url);
+	free(gw->survey_url);
+	free(gw->sessiond_url);
+	free(gw->snapd_url);
+	free(gw->state_dir);
+	free(gw);
+}
+
+struct moat_nodes *
+moat_gateway_nodes(struct moat_gateway *gw)
+{
+	return &gw->nodes;
+}

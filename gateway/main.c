@@ -1,0 +1,197 @@
+/*
+ * main.c: the moat-gateway process: flags and the [gateway] config
+ * section, the state directory, then the gateway (handlers.c) until
+ * SIGTERM or SIGINT, which stop it cleanly.
+ * Not for: any RPC behaviour (handlers.c, forward.c, discovery.c).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway.h"
+#include "moat/config.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+
+#define SECTION "gateway"
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: moat-gateway [options]\n"
+	    "  --config FILE        moat.conf to read ([gateway] section)\n"
+	    "  --state-dir DIR      state directory (default: "
+	    "$MOAT_STATE_DIR or /var/lib/moat)\n"
+	    "  --listen URL         Gateway RPC (default "
+	    "ipc://<state>/gateway.sock)\n"
+	    "  --survey URL         node discovery surveyor (default "
+	    "ipc://<state>/survey.sock)\n"
+	    "  --sessiond URL       moat-sessiond (default "
+	    "ipc://<state>/sessiond.sock)\n"
+	    "  --snapd URL          moat-snapd (default "
+	    "ipc://<state>/snapd.sock)\n"
+	    "  --survey-interval-ms N  ms between surveys (default 1000)\n"
+	    "  --workers N          calls served at once (default 64)\n"
+	    "  --version, --help\n"
+	    "Every option is also MOAT_GATEWAY_<NAME> in the environment and "
+	    "<name> in [gateway].\n");
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "state-dir", required_argument, NULL, 's' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "survey", required_argument, NULL, 'u' },
+		{ "sessiond", required_argument, NULL, 'S' },
+		{ "snapd", required_argument, NULL, 'P' },
+		{ "survey-interval-ms", required_argument, NULL, 'i' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct moat_gateway_opts opts = { 0 };
+	struct moat_config *cfg = NULL;
+	struct moat_gateway *gw = NULL;
+	const char *config_path = NULL, *v;
+	char *state_dir = NULL, *listen = NULL, *survey = NULL;
+	char *sessiond = NULL, *snapd = NULL, *errmsg = NULL;
+	uint64_t interval = 0, workers = 0;
+	const char *flag_keys[16], *flag_vals[16];
+	size_t n_flags = 0;
+	sigset_t sigs;
+	int opt, sig = 0, rv, exit_code = 1;
+
+	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			config_path = optarg;
+			break;
+		case 'V':
+			printf("moat-gateway %s\n", MOAT_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case '?':
+			usage(stderr);
+			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+		default:
+			for (const struct option *o = long_opts; o->name; o++)
+				if (o->val == opt && n_flags < 16) {
+					flag_keys[n_flags] = o->name;
+					flag_vals[n_flags++] = optarg;
+				}
+			break;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "moat-gateway: unexpected argument \"%s\"; see "
+		    "--help\n", argv[optind]);
+		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+	}
+	moat_log_init("gateway", MOAT_LOG_INFO);
+	if ((rv = moat_config_load(&cfg, config_path, &errmsg)) != MOAT_OK)
+		goto fail_msg;
+	for (size_t i = 0; i < n_flags; i++)
+		if ((rv = moat_config_set_flag(cfg, SECTION, flag_keys[i],
+		    flag_vals[i])) != MOAT_OK) {
+			errmsg = moat_asprintf("out of memory");
+			goto fail_msg;
+		}
+	if ((v = moat_config_get(cfg, SECTION, "state-dir", NULL)) != NULL ||
+	    (v = moat_config_get(cfg, "moat", "state-dir", NULL)) != NULL)
+		state_dir = strdup(v);
+	else
+		state_dir = moat_default_state_dir();
+	if (state_dir == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		errmsg = moat_asprintf("out of memory");
+		goto fail_msg;
+	}
+	if ((rv = moat_mkdir_p(state_dir, 0700)) != 0) {
+		errmsg = moat_asprintf("cannot create the state directory %s: "
+		    "%s: create it, or pick another with --state-dir",
+		    state_dir, strerror(rv));
+		rv = moat_status_from_errno(rv);
+		goto fail_msg;
+	}
+#define URL_OR_DEFAULT(var, key, file)                                   \
+	do {                                                             \
+		if ((v = moat_config_get(cfg, SECTION, key, NULL)) != NULL) \
+			var = strdup(v);                                 \
+		else                                                     \
+			var = moat_asprintf("ipc://%s/%s", state_dir, file); \
+	} while (0)
+	URL_OR_DEFAULT(listen, "listen", "gateway.sock");
+	URL_OR_DEFAULT(survey, "survey", "survey.sock");
+	URL_OR_DEFAULT(sessiond, "sessiond", "sessiond.sock");
+	URL_OR_DEFAULT(snapd, "snapd", "snapd.sock");
+#undef URL_OR_DEFAULT
+	if (listen == NULL || survey == NULL || sessiond == NULL ||
+	    snapd == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		errmsg = moat_asprintf("out of memory");
+		goto fail_msg;
+	}
+	if ((rv = moat_config_get_u64(cfg, SECTION, "survey-interval-ms",
+	    MOAT_GW_SURVEY_INTERVAL_MS, &interval, &errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "workers", 0, &workers,
+	    &errmsg)) != MOAT_OK)
+		goto fail_msg;
+	if (interval < 50 || interval > 60000 || workers > 4096) {
+		rv = MOAT_INVALID_ARGUMENT;
+		errmsg = moat_asprintf("survey-interval-ms must be 50-60000 "
+		    "and workers at most 4096");
+		goto fail_msg;
+	}
+	opts.listen_url = listen;
+	opts.survey_url = survey;
+	opts.sessiond_url = sessiond;
+	opts.snapd_url = snapd;
+	opts.state_dir = state_dir;
+	opts.survey_interval_ms = (uint32_t)interval;
+	opts.workers = (int)workers;
+
+	/* Every thread started from here on inherits the mask, so the
+	 * signals reach only sigwait below. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if ((rv = moat_gateway_start(&gw, &opts, &errmsg)) != MOAT_OK)
+		goto fail_msg;
+	moat_info(0, "moat-gateway %s serving %s, surveying %s, state %s",
+	    MOAT_VERSION, listen, survey, state_dir);
+	do {
+		rv = sigwait(&sigs, &sig);
+	} while (rv == EINTR);
+	moat_info(0, "moat-gateway: signal %d: stopping", sig);
+	moat_gateway_stop(gw);
+	moat_info(0, "moat-gateway stopped");
+	exit_code = 0;
+	goto out;
+
+fail_msg:
+	moat_error(0, "moat-gateway: %s", errmsg ? errmsg : moat_strerror(rv));
+	exit_code = moat_status_exit_code(rv);
+out:
+	free(errmsg);
+	free(state_dir);
+	free(listen);
+	free(survey);
+	free(sessiond);
+	free(snapd);
+	moat_config_free(cfg);
+	return exit_code;
+}

@@ -1,0 +1,93 @@
+/*
+ * store.h: a small wrapper over LMDB for the services that keep durable
+ * state (sessiond, snapd): one environment per service directory, a fixed
+ * set of named sub-databases opened once, the map size chosen by the
+ * operator, fsync left on (an acknowledged write survives a crash), one
+ * writer at a time (LMDB's own writer lock) and any number of concurrent
+ * readers on any thread (MDB_NOTLS). LMDB errors are mapped onto moat
+ * status codes with LMDB's own message kept in the text.
+ * Not for: deciding what is stored (each service owns its schema) or
+ * values larger than LMDB handles well (callers split outputs and chunks).
+ */
+#ifndef MOAT_STORE_H
+#define MOAT_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOAT_STORE_MAX_DBS 32
+#define MOAT_STORE_DEFAULT_MAP_MIB 1024u
+
+struct moat_store;
+struct moat_store_txn;
+
+/* moat_store_open: opens (creating if missing, mode 0700) the environment
+ * in directory `path` with a map of `map_size` bytes (0: the default) and
+ * the named sub-databases listed in `db_names` (NULL-terminated, at most
+ * MOAT_STORE_MAX_DBS; each is created if missing). On success *out is the
+ * caller's (moat_store_close). On failure returns a status and sets *errmsg
+ * (heap, caller frees) naming the path and LMDB's message. */
+int moat_store_open(struct moat_store **out, const char *path,
+    uint64_t map_size, const char *const *db_names, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_store_close: no transaction may be open. Safe on NULL. */
+void moat_store_close(struct moat_store *st);
+
+/* moat_store_path: the directory, owned by st. */
+const char *moat_store_path(const struct moat_store *st);
+
+/* moat_store_txn_begin: a read (write == false) or write transaction.
+ * A write transaction waits for the one before it to end. The transaction
+ * belongs to the calling thread until it ends (commit or abort). On
+ * failure returns a status and sets *errmsg (heap, caller frees). */
+int moat_store_txn_begin(struct moat_store *st, bool write,
+    struct moat_store_txn **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_store_txn_commit: makes a write transaction durable (fsync) and
+ * ends it; ends a read transaction. The txn is freed in every case. On
+ * failure (MAP_FULL: RESOURCE_EXHAUSTED saying to raise the map size)
+ * returns a status and sets *errmsg (heap, caller frees). */
+int moat_store_txn_commit(struct moat_store_txn *txn, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_store_txn_abort: ends and frees the transaction, dropping its
+ * writes. Safe on NULL. */
+void moat_store_txn_abort(struct moat_store_txn *txn);
+
+/* moat_store_get: looks `key` up in sub-database `db`. On MOAT_OK *val
+ * points into LMDB's map and is valid until the transaction ends (never
+ * freed by the caller). MOAT_NOT_FOUND when absent (no *errmsg set);
+ * any other status sets *errmsg (heap, caller frees). */
+int moat_store_get(struct moat_store_txn *txn, const char *db,
+    const void *key, size_t klen, const void **val, size_t *vlen,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_store_put: stores `val` under `key` (copied by LMDB) in a write
+ * transaction, replacing any value unless no_overwrite (then an existing
+ * key is ALREADY_EXISTS). Errors set *errmsg (heap, caller frees). */
+int moat_store_put(struct moat_store_txn *txn, const char *db,
+    const void *key, size_t klen, const void *val, size_t vlen,
+    bool no_overwrite, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_store_del: removes `key`; NOT_FOUND (no *errmsg) when absent. */
+int moat_store_del(struct moat_store_txn *txn, const char *db,
+    const void *key, size_t klen, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_store_count: number of entries in `db`. */
+int moat_store_count(struct moat_store_txn *txn, const char *db,
+    uint64_t *count, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_store_key_u64 / moat_store_u64_from_key: big-endian integer keys,
+ * so LMDB's byte order is numeric order. */
+void moat_store_key_u64(uint8_t key[8], uint64_t v);
+uint64_t moat_store_u64_from_key(const uint8_t key[8]);
+
+/* moat_store_status_from_mdb: the moat status for an MDB_* or errno value
+ * returned by LMDB. */
+int moat_store_status_from_mdb(int mdb_rc);
+
+#endif

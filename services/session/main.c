@@ -1,0 +1,245 @@
+/*
+ * main.c: moat-sessiond, the keeper of recordings (sessions, steps, their
+ * outputs and filesystem traces). In this issue it opens its LMDB
+ * environment under <state>/sessiond with the sub-databases recordings
+ * will use, checks the on-disk format, answers Health over the RPC layer,
+ * and exits cleanly on SIGTERM or SIGINT. Sessions and steps arrive with
+ * time travel (issue 3).
+ * Not for: anything a client calls directly (the gateway orchestrates).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moat/config.h"
+#include "moat/log.h"
+#include "moat/rpc.h"
+#include "moat/status.h"
+#include "moat/store.h"
+#include "moat/util.h"
+#include "session.pb-c.h"
+
+#define SECTION "sessiond"
+#define SERVICE_NAME "moat-sessiond"
+#define FORMAT_KEY "format"
+#define FORMAT_VERSION "1"  /* bump when the layout of the dbs changes */
+
+static const char *const sessiond_dbs[] = {
+	"meta", "sessions", "steps", "outputs", "fs_traces", NULL,
+};
+
+struct sessiond {
+	struct moat_store *store;
+	char *store_dir;
+	uint64_t started_ms;
+};
+
+static int
+h_health(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct sessiond *sd = call->service_ctx;
+	Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;
+
+	r->uptime_ms = moat_rpc_now_ms() - sd->started_ms;
+	if ((r->service = strdup(SERVICE_NAME)) == NULL ||
+	    (r->version = strdup(MOAT_VERSION)) == NULL ||
+	    (r->state_dir = strdup(sd->store_dir)) == NULL)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	return MOAT_OK;
+}
+
+static const struct moat_rpc_method session_methods[] = {
+	{ "Health", h_health, false, false },
+};
+
+/* check_format: stamps a new store with FORMAT_VERSION, and refuses one
+ * written in another format rather than misreading it. */
+static int
+check_format(struct moat_store *st, char **errmsg)
+{
+	struct moat_store_txn *txn;
+	const void *val;
+	size_t len;
+	int rv;
+
+	if ((rv = moat_store_txn_begin(st, true, &txn, errmsg)) != MOAT_OK)
+		return rv;
+	rv = moat_store_get(txn, "meta", FORMAT_KEY, strlen(FORMAT_KEY), &val,
+	    &len, errmsg);
+	if (rv == MOAT_NOT_FOUND) {
+		if ((rv = moat_store_put(txn, "meta", FORMAT_KEY,
+		    strlen(FORMAT_KEY), FORMAT_VERSION, strlen(FORMAT_VERSION),
+		    true, errmsg)) != MOAT_OK)
+			goto fail;
+		return moat_store_txn_commit(txn, errmsg);
+	}
+	if (rv != MOAT_OK)
+		goto fail;
+	if (len != strlen(FORMAT_VERSION) ||
+	    memcmp(val, FORMAT_VERSION, len) != 0) {
+		*errmsg = moat_asprintf("store %s has format \"%.*s\"; this "
+		    "%s reads format %s: run the moat version that wrote it, "
+		    "or move the directory away", moat_store_path(st),
+		    (int)(len < 32 ? len : 32), (const char *)val,
+		    SERVICE_NAME, FORMAT_VERSION);
+		rv = MOAT_FAILED_PRECONDITION;
+		goto fail;
+	}
+	moat_store_txn_abort(txn);
+	return MOAT_OK;
+
+fail:
+	moat_store_txn_abort(txn);
+	return rv;
+}
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: " SERVICE_NAME " [options]\n"
+	    "  --config FILE        moat.conf to read ([" SECTION "] section)\n"
+	    "  --state-dir DIR      state directory; the store is "
+	    "DIR/sessiond\n"
+	    "  --listen URL         RPC url (default "
+	    "ipc://<state>/sessiond.sock)\n"
+	    "  --map-size-mib N     LMDB map size (default %u)\n"
+	    "  --version, --help\n"
+	    "Every option is also MOAT_SESSIOND_<NAME> in the environment and "
+	    "<name> in [" SECTION "].\n", MOAT_STORE_DEFAULT_MAP_MIB);
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "state-dir", required_argument, NULL, 's' },
+		{ "listen", required_argument, NULL, 'l' },
+		{ "map-size-mib", required_argument, NULL, 'm' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct moat_rpc_service svc = {
+		.descriptor = &moat__v1__session__descriptor,
+		.methods = session_methods,
+		.n_methods = sizeof(session_methods) /
+		    sizeof(session_methods[0]),
+	};
+	struct sessiond sd = { .started_ms = moat_rpc_now_ms() };
+	struct moat_rpc_server *srv = NULL;
+	struct moat_config *cfg = NULL;
+	const char *config_path = NULL, *v;
+	const char *flag_keys[8], *flag_vals[8];
+	char *state_dir = NULL, *listen = NULL, *errmsg = NULL;
+	uint64_t map_mib = 0;
+	size_t n_flags = 0;
+	sigset_t sigs;
+	int opt, sig = 0, rv, exit_code = 1;
+
+	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			config_path = optarg;
+			break;
+		case 'V':
+			printf(SERVICE_NAME " %s\n", MOAT_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case '?':
+			usage(stderr);
+			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+		default:
+			for (const struct option *o = long_opts; o->name; o++)
+				if (o->val == opt && n_flags < 8) {
+					flag_keys[n_flags] = o->name;
+					flag_vals[n_flags++] = optarg;
+				}
+			break;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, SERVICE_NAME ": unexpected argument \"%s\"; "
+		    "see --help\n", argv[optind]);
+		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+	}
+	moat_log_init("sessiond", MOAT_LOG_INFO);
+	if ((rv = moat_config_load(&cfg, config_path, &errmsg)) != MOAT_OK)
+		goto fail;
+	for (size_t i = 0; i < n_flags; i++)
+		if ((rv = moat_config_set_flag(cfg, SECTION, flag_keys[i],
+		    flag_vals[i])) != MOAT_OK)
+			goto fail_oom;
+	if ((v = moat_config_get(cfg, SECTION, "state-dir", NULL)) != NULL ||
+	    (v = moat_config_get(cfg, "moat", "state-dir", NULL)) != NULL)
+		state_dir = strdup(v);
+	else
+		state_dir = moat_default_state_dir();
+	if (state_dir == NULL)
+		goto fail_oom;
+	if ((v = moat_config_get(cfg, SECTION, "listen", NULL)) != NULL)
+		listen = strdup(v);
+	else
+		listen = moat_asprintf("ipc://%s/sessiond.sock", state_dir);
+	if (listen == NULL ||
+	    (sd.store_dir = moat_asprintf("%s/sessiond", state_dir)) == NULL)
+		goto fail_oom;
+	if ((rv = moat_config_get_u64(cfg, SECTION, "map-size-mib",
+	    MOAT_STORE_DEFAULT_MAP_MIB, &map_mib, &errmsg)) != MOAT_OK)
+		goto fail;
+	if (map_mib < 1 || map_mib > (1ull << 24)) {
+		rv = MOAT_INVALID_ARGUMENT;
+		errmsg = moat_asprintf("map-size-mib must be 1 to %llu, not "
+		    "%llu", 1ull << 24, (unsigned long long)map_mib);
+		goto fail;
+	}
+	if ((rv = moat_store_open(&sd.store, sd.store_dir, map_mib << 20,
+	    sessiond_dbs, &errmsg)) != MOAT_OK)
+		goto fail;
+	if ((rv = check_format(sd.store, &errmsg)) != MOAT_OK)
+		goto fail;
+
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	svc.ctx = &sd;
+	if ((rv = moat_rpc_server_start(&srv, listen, &svc, 0, &errmsg)) !=
+	    MOAT_OK)
+		goto fail;
+	moat_info(0, SERVICE_NAME " %s serving %s, store %s (map %llu MiB)",
+	    MOAT_VERSION, listen, sd.store_dir, (unsigned long long)map_mib);
+	do {
+		rv = sigwait(&sigs, &sig);
+	} while (rv == EINTR);
+	moat_info(0, SERVICE_NAME ": signal %d: stopping", sig);
+	moat_rpc_server_stop(srv);
+	exit_code = 0;
+	goto out;
+
+fail_oom:
+	rv = MOAT_RESOURCE_EXHAUSTED;
+	free(errmsg);
+	errmsg = moat_asprintf("out of memory");
+fail:
+	moat_error(0, SERVICE_NAME ": %s", errmsg ? errmsg : moat_strerror(rv));
+	exit_code = moat_status_exit_code(rv);
+out:
+	moat_store_close(sd.store);
+	free(sd.store_dir);
+	free(errmsg);
+	free(state_dir);
+	free(listen);
+	moat_config_free(cfg);
+	return exit_code;
+}

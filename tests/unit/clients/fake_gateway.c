@@ -1,0 +1,306 @@
+/*
+ * fake_gateway.c: the fake Gateway of fake_gateway.h. Exec is scripted by
+ * the code sent: "timeout" ends timed out, "signal" killed by SIGKILL,
+ * "forever" never ends, anything else prints "hello" / "warn" and exits 3.
+ * Not for: anything but tests.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
+
+#include "fake_gateway.h"
+#include "gateway.pb-c.h"
+#include "moat/util.h"
+
+static int
+h_create(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__CreateSandboxRequest *req = (const void *)request;
+	Moat__V1__Sandbox *sb = (Moat__V1__Sandbox *)reply;
+
+	/* A slow boot, for interrupting a create. */
+	if (strcmp(req->image, "slow") == 0)
+		nng_msleep(1500);
+	pthread_mutex_lock(&fg->lock);
+	fg->creates++;
+	sb->id = moat_asprintf("sb-fake-%d", fg->creates);
+	pthread_mutex_unlock(&fg->lock);
+	sb->node_id = strdup("node-x");
+	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
+	return MOAT_OK;
+}
+
+static int
+h_get(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__SandboxRef *ref = (const void *)request;
+
+	return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %s does not "
+	    "exist: `moat sandbox ls` lists the sandboxes", ref->sandbox_id);
+}
+
+static int
+h_destroy(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__SandboxRef *ref = (const void *)request;
+
+	pthread_mutex_lock(&fg->lock);
+	fg->destroys++;
+	snprintf(fg->destroyed, sizeof(fg->destroyed), "%s", ref->sandbox_id);
+	pthread_mutex_unlock(&fg->lock);
+	return MOAT_OK;
+}
+
+static int
+h_exec_start(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__ExecRequest *req = (const void *)request;
+	Moat__V1__ExecHandle *h = (Moat__V1__ExecHandle *)reply;
+
+	pthread_mutex_lock(&fg->lock);
+	snprintf(fg->exec_language, sizeof(fg->exec_language), "%s",
+	    req->language);
+	if (req->code[0] != '\0')
+		snprintf(fg->exec_code, sizeof(fg->exec_code), "%s",
+		    req->code);
+	else if (req->n_argv > 0)
+		snprintf(fg->exec_code, sizeof(fg->exec_code), "%s",
+		    req->argv[req->n_argv - 1]);
+	fg->exec_reads = 0;
+	pthread_mutex_unlock(&fg->lock);
+	h->sandbox_id = strdup(req->sandbox_id);
+	h->exec_id = 1;
+	return MOAT_OK;
+}
+
+static Moat__V1__ExecStatus *
+status_new(void)
+{
+	Moat__V1__ExecStatus *st = malloc(sizeof(*st));
+
+	moat__v1__exec_status__init(st);
+	st->exited = 1;
+	return st;
+}
+
+static void
+set_bytes(ProtobufCBinaryData *b, const char *s)
+{
+	b->len = strlen(s);
+	b->data = malloc(b->len);
+	memcpy(b->data, s, b->len);
+}
+
+static int
+h_exec_read(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__ExecReadRequest *req = (const void *)request;
+	Moat__V1__ExecReadReply *r = (Moat__V1__ExecReadReply *)reply;
+	char code[256];
+	int n;
+
+	pthread_mutex_lock(&fg->lock);
+	n = fg->exec_reads++;
+	snprintf(code, sizeof(code), "%s", fg->exec_code);
+	pthread_mutex_unlock(&fg->lock);
+	r->stdout_next = req->stdout_offset;
+	r->stderr_next = req->stderr_offset;
+	if (strcmp(code, "forever") == 0) {
+		nng_msleep(req->wait_ms < 200 ? req->wait_ms : 200);
+		return MOAT_OK;
+	}
+	if (n == 0) {
+		set_bytes(&r->stdout, "hello\n");
+		set_bytes(&r->stderr, "warn\n");
+		r->stdout_next += 6;
+		r->stderr_next += 5;
+		return MOAT_OK;
+	}
+	r->status = status_new();
+	r->eof = 1;
+	if (strcmp(code, "timeout") == 0) {
+		r->status->timed_out = 1;
+		r->status->exit_code = -1;
+		r->status->signal = 9;
+	} else if (strcmp(code, "signal") == 0) {
+		r->status->exit_code = -1;
+		r->status->signal = 9;
+	} else {
+		r->status->exit_code = 3;
+	}
+	return MOAT_OK;
+}
+
+static int
+h_write_file(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__FileWriteRequest *req = (const void *)request;
+	Moat__V1__FileInfo *fi = (Moat__V1__FileInfo *)reply;
+	int rv = MOAT_OK;
+
+	pthread_mutex_lock(&fg->lock);
+	if (req->offset + req->data.len > FAKE_GW_FILE_MAX) {
+		rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "too big");
+		goto out;
+	}
+	if (fg->write_calls++ == 0)
+		fg->first_write_truncated = req->truncate;
+	if (req->data.len > fg->largest_write)
+		fg->largest_write = req->data.len;
+	if (req->truncate) {
+		fg->file_len = req->offset;
+		snprintf(fg->file_path, sizeof(fg->file_path), "%s",
+		    req->path);
+		fg->file_mode = req->mode;
+	}
+	if (req->data.len > 0)
+		memcpy(fg->file + req->offset, req->data.data,
+		    req->data.len);
+	if (req->offset + req->data.len > fg->file_len)
+		fg->file_len = req->offset + req->data.len;
+	fi->name = strdup(req->path);
+	fi->size = fg->file_len;
+	fi->type = MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR;
+out:
+	pthread_mutex_unlock(&fg->lock);
+	return rv;
+}
+
+static int
+h_read_file(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__FileReadRequest *req = (const void *)request;
+	Moat__V1__FileData *d = (Moat__V1__FileData *)reply;
+	size_t n;
+	int rv = MOAT_OK;
+
+	pthread_mutex_lock(&fg->lock);
+	fg->read_calls++;
+	if (strcmp(req->path, fg->file_path) != 0) {
+		rv = moat_rpc_error(call, MOAT_NOT_FOUND, "%s: no such file",
+		    req->path);
+		goto out;
+	}
+	n = req->offset < fg->file_len ? fg->file_len - req->offset : 0;
+	if (req->length != 0 && n > req->length)
+		n = req->length;
+	d->data.data = malloc(n ? n : 1);
+	if (n > 0)
+		memcpy(d->data.data, fg->file + req->offset, n);
+	d->data.len = n;
+	d->size = fg->file_len;
+	d->eof = req->offset + n >= fg->file_len;
+	d->mode = fg->file_mode;
+out:
+	pthread_mutex_unlock(&fg->lock);
+	return rv;
+}
+
+static int
+h_stat(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__PathRequest *req = (const void *)request;
+	Moat__V1__FileInfo *fi = (Moat__V1__FileInfo *)reply;
+	int rv = MOAT_OK;
+
+	pthread_mutex_lock(&fg->lock);
+	if (strcmp(req->path, "/dir") == 0 || strcmp(req->path, "/") == 0) {
+		fi->type = MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY;
+		fi->name = strdup(req->path);
+	} else if (strcmp(req->path, fg->file_path) == 0) {
+		fi->type = MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR;
+		fi->name = strdup(req->path);
+		fi->size = fg->file_len;
+		fi->mode = fg->file_mode;
+	} else {
+		rv = moat_rpc_error(call, MOAT_NOT_FOUND, "%s: no such file",
+		    req->path);
+	}
+	pthread_mutex_unlock(&fg->lock);
+	return rv;
+}
+
+static int
+h_ok(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return MOAT_OK;
+}
+
+static const struct moat_rpc_method fake_gateway_methods[] = {
+	{ "Health", h_ok, false, false },
+	{ "Info", h_ok, false, false },
+	{ "ListNodes", h_ok, false, false },
+	{ "CreateSandbox", h_create, true, false },
+	{ "GetSandbox", h_get, false, false },
+	{ "ListSandboxes", h_ok, false, false },
+	{ "DestroySandbox", h_destroy, true, false },
+	{ "ExecStart", h_exec_start, true, false },
+	{ "ExecRead", h_exec_read, false, false },
+	{ "ExecWrite", h_ok, true, false },
+	{ "ExecWait", h_ok, false, false },
+	{ "ExecKill", h_ok, true, false },
+	{ "Exec", h_ok, true, false },
+	{ "ReadFile", h_read_file, false, false },
+	{ "WriteFile", h_write_file, true, false },
+	{ "ListFiles", h_ok, false, false },
+	{ "StatFile", h_stat, false, false },
+	{ "RemoveFile", h_ok, true, false },
+	{ "MakeDir", h_ok, true, false },
+	{ "SandboxInfo", h_ok, false, false },
+	{ "TraceFs", h_ok, false, false },
+};
+
+int
+fake_gateway_start(struct fake_gateway *fg, const char *dir)
+{
+	struct moat_rpc_service svc = {
+		.descriptor = &moat__v1__gateway__descriptor,
+		.methods = fake_gateway_methods,
+		.n_methods = sizeof(fake_gateway_methods) /
+		    sizeof(fake_gateway_methods[0]),
+		.ctx = fg,
+	};
+	char *errmsg = NULL;
+	int rv;
+
+	memset(fg, 0, sizeof(*fg));
+	pthread_mutex_init(&fg->lock, NULL);
+	if ((fg->file = malloc(FAKE_GW_FILE_MAX)) == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	snprintf(fg->url, sizeof(fg->url), "ipc://%s/gateway.sock", dir);
+	if ((rv = moat_rpc_server_start(&fg->srv, fg->url, &svc, 8,
+	    &errmsg)) != MOAT_OK) {
+		fprintf(stderr, "fake gateway: %s\n", errmsg);
+		free(errmsg);
+	}
+	return rv;
+}
+
+void
+fake_gateway_stop(struct fake_gateway *fg)
+{
+	moat_rpc_server_stop(fg->srv);
+	fg->srv = NULL;
+	free(fg->file);
+	fg->file = NULL;
+	pthread_mutex_destroy(&fg->lock);
+}

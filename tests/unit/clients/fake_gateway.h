@@ -1,0 +1,41 @@
+/*
+ * fake_gateway.h: an in-process moat.v1.Gateway for the client library
+ * and CLI tests: one file store (bytes by path), scripted exec results
+ * chosen by the code sent, and a record of the calls that matter.
+ * Not for: anything but tests.
+ */
+#ifndef MOAT_TEST_FAKE_GATEWAY_H
+#define MOAT_TEST_FAKE_GATEWAY_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moat/rpc.h"
+
+#define FAKE_GW_FILE_MAX (8u << 20)
+
+struct fake_gateway {
+	char url[256];
+	struct moat_rpc_server *srv;
+
+	pthread_mutex_t lock;       /* guards everything below */
+	char file_path[256];        /* the one stored file */
+	uint8_t *file;              /* FAKE_GW_FILE_MAX bytes */
+	size_t file_len;
+	uint32_t file_mode;
+	int write_calls, read_calls;
+	size_t largest_write;       /* bytes in one WriteFile */
+	int first_write_truncated;
+	int creates, destroys;
+	char destroyed[128];
+	char exec_language[32];
+	char exec_code[256];
+	int exec_reads;
+};
+
+/* fake_gateway_start: serves on ipc://<dir>/gateway.sock. */
+int fake_gateway_start(struct fake_gateway *fg, const char *dir);
+void fake_gateway_stop(struct fake_gateway *fg);
+
+#endif

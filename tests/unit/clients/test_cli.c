@@ -1,0 +1,317 @@
+/*
+ * test_cli.c: the `moat` binary as a user runs it, against a fake
+ * gateway: run streams stdout and stderr to the right places, exits with
+ * the program's code (124 on timeout, 128+N on a signal) and always
+ * destroys its sandbox, even on SIGTERM; errors have the documented form
+ * and exit code, with what to do when the gateway is down; cp moves a
+ * binary file up and back; --json prints JSON.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
+
+#include "fake_gateway.h"
+#include "moat/log.h"
+#include "moat/util.h"
+
+static char dir[64];
+static struct fake_gateway fg;
+
+struct result {
+	int code;
+	char *out, *err;
+	size_t out_len;
+};
+
+static int
+setup(void **state)
+{
+	moat_log_init("test", MOAT_LOG_ERROR);
+	snprintf(dir, sizeof(dir), "/tmp/moat-cli-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(fake_gateway_start(&fg, dir), 0);
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	fake_gateway_stop(&fg);
+	moat_rm_rf(dir);
+	return 0;
+}
+
+static char *
+slurp(const char *path, size_t *len)
+{
+	char *s = NULL;
+	size_t n = 0;
+
+	if (moat_read_file(path, 64u << 20, &s, &n) != 0)
+		return strdup("");
+	if (len != NULL)
+		*len = n;
+	return s;
+}
+
+static int second_signal_ms;  /* >0: moat() signals again after it */
+
+/* moat: runs the CLI with `args` (NULL-terminated, after the binary),
+ * stdin from /dev/null; sends `sig` after `sig_after_ms` when sig != 0
+ * (and again second_signal_ms later when that is set). */
+static struct result
+moat(int sig, int sig_after_ms, ...)
+{
+	char *argv[32], *out_path, *err_path;
+	struct result r = { 0 };
+	va_list ap;
+	int n = 0, status;
+	pid_t pid;
+
+	argv[n++] = (char *)MOAT_BIN;
+	va_start(ap, sig_after_ms);
+	while (n < 31 && (argv[n] = va_arg(ap, char *)) != NULL)
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	out_path = moat_asprintf("%s/stdout", dir);
+	err_path = moat_asprintf("%s/stderr", dir);
+	if ((pid = fork()) == 0) {
+		int in = open("/dev/null", O_RDONLY);
+		int out = open(out_path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		int err = open(err_path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		dup2(in, 0);
+		dup2(out, 1);
+		dup2(err, 2);
+		unsetenv("MOAT_GATEWAY");
+		execv(MOAT_BIN, argv);
+		_exit(127);
+	}
+	if (sig != 0) {
+		nng_msleep(sig_after_ms);
+		kill(pid, sig);
+		if (second_signal_ms > 0) {
+			nng_msleep(second_signal_ms);
+			kill(pid, sig);
+		}
+	}
+	waitpid(pid, &status, 0);
+	r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1000;
+	r.out = slurp(out_path, &r.out_len);
+	r.err = slurp(err_path, NULL);
+	free(out_path);
+	free(err_path);
+	return r;
+}
+
+static void
+result_free(struct result *r)
+{
+	free(r->out);
+	free(r->err);
+}
+
+static void
+test_run_streams_and_exits_with_code(void **state)
+{
+	struct result r;
+	int destroys = fg.destroys;
+
+	r = moat(0, 0, "--gateway", fg.url, "run", "-c", "print(1)", NULL);
+	assert_int_equal(r.code, 3);
+	assert_string_equal(r.out, "hello\n");
+	assert_non_null(strstr(r.err, "warn\n"));
+	assert_string_equal(fg.exec_language, "python");
+	assert_string_equal(fg.exec_code, "print(1)");
+	assert_int_equal(fg.destroys, destroys + 1);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "run", "-l", "sh", "-c",
+	    "timeout", NULL);
+	assert_int_equal(r.code, 124);
+	assert_non_null(strstr(r.err, "timeout"));
+	assert_string_equal(fg.exec_language, "sh");
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "run", "-c", "signal", NULL);
+	assert_int_equal(r.code, 128 + 9);
+	assert_int_equal(fg.destroys, destroys + 3);
+	result_free(&r);
+}
+
+static void
+test_run_destroys_on_sigterm(void **state)
+{
+	struct result r;
+	int destroys = fg.destroys;
+
+	r = moat(SIGTERM, 700, "--gateway", fg.url, "run", "-c", "forever",
+	    NULL);
+	assert_int_equal(r.code, 128 + SIGTERM);
+	assert_int_equal(fg.destroys, destroys + 1);
+	assert_non_null(strstr(r.err, "destroying sandbox"));
+	result_free(&r);
+}
+
+static void
+test_run_interrupted_during_create(void **state)
+{
+	struct result r;
+	int destroys = fg.destroys;
+	uint64_t t0;
+
+	/* One ^C while the sandbox boots: it is destroyed once it exists,
+	 * and the program never starts. */
+	fg.exec_code[0] = '\0';
+	r = moat(SIGINT, 300, "--gateway", fg.url, "run", "--image", "slow",
+	    "-c", "never", NULL);
+	assert_int_equal(r.code, 128 + SIGINT);
+	assert_int_equal(fg.destroys, destroys + 1);
+	assert_string_equal(fg.exec_code, "");
+	result_free(&r);
+
+	/* A second ^C does not wait for the boot. */
+	second_signal_ms = 200;
+	t0 = moat_now_unix_ms();
+	r = moat(SIGINT, 200, "--gateway", fg.url, "run", "--image", "slow",
+	    "-c", "never", NULL);
+	second_signal_ms = 0;
+	assert_int_equal(r.code, 128 + SIGINT);
+	assert_true(moat_now_unix_ms() - t0 < 1300);
+	assert_non_null(strstr(r.err, "interrupted twice"));
+	assert_non_null(strstr(r.err, "moat sandbox ls"));
+	result_free(&r);
+	nng_msleep(1500);  /* let the fake finish that create */
+}
+
+static void
+test_errors(void **state)
+{
+	char *down = moat_asprintf("ipc://%s/nothing.sock", dir);
+	struct result r;
+
+	r = moat(0, 0, "--gateway", down, "--timeout", "1", "info", NULL);
+	assert_int_equal(r.code, 64 + 14);
+	assert_true(strncmp(r.err, "moat: ", 6) == 0);
+	assert_non_null(strstr(r.err, "deploy/moat-stack start"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "get", "ghost", NULL);
+	assert_int_equal(r.code, 64 + 5);
+	assert_non_null(strstr(r.err, "moat: getting sandbox ghost: sandbox "
+	    "ghost does not exist"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "frobnicate", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "moat help"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "cp", "a", "b", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "ID:/path"));
+	result_free(&r);
+	free(down);
+}
+
+static void
+test_cp_round_trip(void **state)
+{
+	char *up = moat_asprintf("%s/up.bin", dir);
+	char *down = moat_asprintf("%s/down.bin", dir);
+	char *remote = moat_asprintf("sb-1:/data/up.bin");
+	size_t n = 1536 * 1024, got = 0;
+	uint8_t *data = malloc(n);
+	char *back;
+	struct result r;
+
+	for (size_t i = 0; i < n; i++)
+		data[i] = (uint8_t)(i * 131 + (i >> 9));
+	data[10] = 0;  /* binary: NULs and all */
+	assert_int_equal(moat_write_file_atomic(up, data, n, 0640), 0);
+
+	r = moat(0, 0, "--gateway", fg.url, "cp", up, remote, NULL);
+	assert_int_equal(r.code, 0);
+	result_free(&r);
+	assert_string_equal(fg.file_path, "/data/up.bin");
+	assert_int_equal(fg.file_len, n);
+	assert_int_equal(fg.file_mode, 0640);
+
+	r = moat(0, 0, "--gateway", fg.url, "cp", remote, down, NULL);
+	assert_int_equal(r.code, 0);
+	result_free(&r);
+	back = slurp(down, &got);
+	assert_int_equal(got, n);
+	assert_memory_equal(back, data, n);
+	free(back);
+
+	/* A directory in the sandbox is refused with what to do. */
+	r = moat(0, 0, "--gateway", fg.url, "cp", "sb-1:/dir", down, NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "is a directory"));
+	assert_non_null(strstr(r.err, "tar"));
+	result_free(&r);
+
+	/* Into a directory: the source's name is kept. */
+	r = moat(0, 0, "--gateway", fg.url, "cp", up, "sb-1:/dir", NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(fg.file_path, "/dir/up.bin");
+	result_free(&r);
+
+	free(data);
+	free(up);
+	free(down);
+	free(remote);
+}
+
+static void
+test_json_output(void **state)
+{
+	struct result r;
+	json_t *j;
+
+	r = moat(0, 0, "--gateway", fg.url, "--json", "sandbox", "create",
+	    NULL);
+	assert_int_equal(r.code, 0);
+	j = json_loads(r.out, 0, NULL);
+	assert_non_null(j);
+	assert_non_null(strstr(json_string_value(json_object_get(j, "id")),
+	    "sb-fake-"));
+	assert_string_equal(json_string_value(json_object_get(j, "state")),
+	    "SANDBOX_STATE_RUNNING");
+	json_decref(j);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "create", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "sb-fake-"));
+	assert_null(strchr(r.out, '{'));
+	result_free(&r);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_run_streams_and_exits_with_code),
+		cmocka_unit_test(test_run_destroys_on_sigterm),
+		cmocka_unit_test(test_run_interrupted_during_create),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_cp_round_trip),
+		cmocka_unit_test(test_json_output),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

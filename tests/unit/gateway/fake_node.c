@@ -1,0 +1,260 @@
+/*
+ * fake_node.c: the fake vmd of fake_node.h: survey answers from a
+ * respondent thread, and Vm handlers over an in-memory sandbox list that
+ * record the method, request id and tenant of every call.
+ * Not for: anything but tests.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/survey0/respond.h>
+
+#include "fake_node.h"
+#include "vm.pb-c.h"
+
+static int
+find_sandbox(struct fake_node *fn, const char *id)
+{
+	for (int i = 0; i < fn->n_sandboxes; i++)
+		if (strcmp(fn->sandboxes[i], id) == 0)
+			return i;
+	return -1;
+}
+
+static int
+fill_sandbox(struct fake_node *fn, Moat__V1__Sandbox *sb, const char *id,
+    const char *tenant)
+{
+	sb->id = strdup(id);
+	sb->node_id = strdup(fn->id);
+	sb->tenant = strdup(tenant ? tenant : "");
+	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
+	sb->memory_mib = 256;
+	sb->vcpus = 1;
+	return sb->id && sb->node_id && sb->tenant ? MOAT_OK :
+	    MOAT_RESOURCE_EXHAUSTED;
+}
+
+static const char *
+sandbox_id_of(const ProtobufCMessage *request)
+{
+	const ProtobufCFieldDescriptor *f =
+	    protobuf_c_message_descriptor_get_field_by_name(
+	    request->descriptor, "sandbox_id");
+
+	if (f == NULL)
+		return NULL;
+	return *(char *const *)((const char *)request + f->offset);
+}
+
+static int
+fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_node *fn = call->service_ctx;
+	const char *m = call->method, *sid = sandbox_id_of(request);
+	int rv = MOAT_OK, idx;
+
+	pthread_mutex_lock(&fn->lock);
+	fn->calls++;
+	fn->last_request_id = call->request_id;
+	snprintf(fn->last_method, sizeof(fn->last_method), "%s", m);
+	snprintf(fn->last_sandbox, sizeof(fn->last_sandbox), "%s",
+	    sid ? sid : "");
+	if (strcmp(m, "Health") == 0) {
+		Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;
+		r->service = strdup("fake-vmd");
+		r->version = strdup("9.9.9");
+		r->node_id = strdup(fn->id);
+	} else if (strcmp(m, "CreateSandbox") == 0) {
+		const Moat__V1__CreateSandboxRequest *q = (const void *)request;
+		char id[128];
+
+		snprintf(fn->last_tenant, sizeof(fn->last_tenant), "%s",
+		    q->tenant);
+		snprintf(id, sizeof(id), "%s-sb-%d", fn->id,
+		    fn->next_sandbox++);
+		if (fn->n_sandboxes < FAKE_MAX_SANDBOXES)
+			snprintf(fn->sandboxes[fn->n_sandboxes++], 128, "%s",
+			    id);
+		rv = fill_sandbox(fn, (Moat__V1__Sandbox *)reply, id,
+		    q->tenant);
+	} else if (strcmp(m, "ListSandboxes") == 0) {
+		const Moat__V1__ListSandboxesRequest *q =
+		    (const void *)request;
+		Moat__V1__SandboxList *r = (Moat__V1__SandboxList *)reply;
+
+		snprintf(fn->last_tenant, sizeof(fn->last_tenant), "%s",
+		    q->tenant);
+		r->sandboxes = calloc((size_t)fn->n_sandboxes + 1,
+		    sizeof(*r->sandboxes));
+		for (int i = 0; i < fn->n_sandboxes; i++) {
+			Moat__V1__Sandbox *sb = malloc(sizeof(*sb));
+			moat__v1__sandbox__init(sb);
+			fill_sandbox(fn, sb, fn->sandboxes[i], q->tenant);
+			r->sandboxes[r->n_sandboxes++] = sb;
+		}
+	} else if (strcmp(m, "NodeInfo") == 0) {
+		Moat__V1__Node *r = (Moat__V1__Node *)reply;
+		r->node_id = strdup(fn->id);
+	} else if (sid == NULL || (idx = find_sandbox(fn, sid)) < 0) {
+		rv = moat_rpc_error(call, MOAT_NOT_FOUND, "fake node %s: no "
+		    "sandbox %s", fn->id, sid ? sid : "(none)");
+	} else if (strcmp(m, "GetSandbox") == 0) {
+		rv = fill_sandbox(fn, (Moat__V1__Sandbox *)reply, sid,
+		    "default");
+	} else if (strcmp(m, "DestroySandbox") == 0) {
+		memmove(fn->sandboxes[idx], fn->sandboxes[idx + 1],
+		    (size_t)(fn->n_sandboxes - idx - 1) * 128);
+		fn->n_sandboxes--;
+	} else if (strcmp(m, "ExecStart") == 0) {
+		Moat__V1__ExecHandle *r = (Moat__V1__ExecHandle *)reply;
+		r->sandbox_id = strdup(sid);
+		r->exec_id = 7;
+		r->pid = 42;
+	} else if (strcmp(m, "StatFile") == 0) {
+		/* An error of the node's own: the gateway must pass it on
+		 * unchanged. */
+		rv = moat_rpc_error(call, MOAT_PERMISSION_DENIED, "fake node "
+		    "%s says: no peeking at %s", fn->id, sid);
+	}
+	pthread_mutex_unlock(&fn->lock);
+	return rv;
+}
+
+#define ROW(name, mut) { name, fake_handler, mut, false }
+static const struct moat_rpc_method fake_methods[] = {
+	ROW("Health", false), ROW("NodeInfo", false),
+	ROW("CreateSandbox", true), ROW("GetSandbox", false),
+	ROW("ListSandboxes", false), ROW("DestroySandbox", true),
+	ROW("ExecStart", true), ROW("ExecRead", false),
+	ROW("ExecWrite", true), ROW("ExecWait", false),
+	ROW("ExecKill", true), ROW("Exec", true), ROW("ReadFile", false),
+	ROW("WriteFile", true), ROW("ListFiles", false),
+	ROW("StatFile", false), ROW("RemoveFile", true),
+	ROW("MakeDir", true), ROW("SandboxInfo", false),
+	ROW("TraceFs", false),
+};
+
+static void *
+respond_main(void *arg)
+{
+	struct fake_node *fn = arg;
+
+	while (!atomic_load(&fn->stop)) {
+		Moat__V1__Node node = MOAT__V1__NODE__INIT;
+		nng_msg *m;
+		size_t len;
+		int rv;
+
+		if ((rv = nng_recvmsg(fn->resp, &m, 0)) != 0) {
+			if (rv == NNG_ECLOSED)
+				break;
+			continue;  /* timeout: look at stop again */
+		}
+		nng_msg_clear(m);
+		if (atomic_load(&fn->silent)) {
+			nng_msg_free(m);
+			continue;
+		}
+		if (atomic_load(&fn->garbage)) {
+			nng_msg_append(m, "\xff\xff\xff\xff\x0f", 5);
+		} else {
+			pthread_mutex_lock(&fn->lock);
+			node.node_id = fn->id;
+			node.rpc_url = fn->rpc_url;
+			node.vcpus_total = 8;
+			node.memory_mib_total = fn->memory_total_mib;
+			node.memory_mib_used = (uint64_t)fn->n_sandboxes * 256;
+			node.sandboxes = (uint32_t)fn->n_sandboxes;
+			node.accel = "tcg";
+			node.driver = "qemu";
+			node.version = "9.9.9";
+			len = moat__v1__node__get_packed_size(&node);
+			nng_msg_realloc(m, len);
+			moat__v1__node__pack(&node, nng_msg_body(m));
+			pthread_mutex_unlock(&fn->lock);
+		}
+		if (nng_sendmsg(fn->resp, m, 0) != 0)
+			nng_msg_free(m);
+		else
+			atomic_fetch_add(&fn->surveys_answered, 1);
+	}
+	return NULL;
+}
+
+int
+fake_node_start(struct fake_node *fn, const char *id, const char *dir,
+    const char *survey_url)
+{
+	struct moat_rpc_service svc = {
+		.descriptor = &moat__v1__vm__descriptor,
+		.methods = fake_methods,
+		.n_methods = sizeof(fake_methods) / sizeof(fake_methods[0]),
+		.ctx = fn,
+	};
+	char *errmsg = NULL;
+	int rv;
+
+	memset(fn, 0, sizeof(*fn));
+	pthread_mutex_init(&fn->lock, NULL);
+	snprintf(fn->id, sizeof(fn->id), "%s", id);
+	snprintf(fn->rpc_url, sizeof(fn->rpc_url), "ipc://%s/%s.sock", dir,
+	    id);
+	snprintf(fn->survey_url, sizeof(fn->survey_url), "%s",
+	    survey_url ? survey_url : "");
+	fn->memory_total_mib = 4096;
+	if ((rv = moat_rpc_server_start(&fn->srv, fn->rpc_url, &svc, 8,
+	    &errmsg)) != MOAT_OK) {
+		fprintf(stderr, "fake node %s: %s\n", id, errmsg);
+		free(errmsg);
+		return rv;
+	}
+	if (survey_url == NULL || survey_url[0] == '\0')
+		return MOAT_OK;
+	if (nng_respondent0_open(&fn->resp) != 0)
+		return MOAT_INTERNAL;
+	fn->has_resp = true;
+	nng_socket_set_ms(fn->resp, NNG_OPT_RECVTIMEO, 50);
+	nng_socket_set_ms(fn->resp, NNG_OPT_RECONNMINT, 10);
+	nng_socket_set_ms(fn->resp, NNG_OPT_RECONNMAXT, 100);
+	if (nng_dial(fn->resp, survey_url, NULL, NNG_FLAG_NONBLOCK) != 0)
+		return MOAT_INTERNAL;
+	if (pthread_create(&fn->thread, NULL, respond_main, fn) != 0)
+		return MOAT_INTERNAL;
+	fn->thread_started = true;
+	return MOAT_OK;
+}
+
+void
+fake_node_add_sandbox(struct fake_node *fn, const char *sandbox_id)
+{
+	pthread_mutex_lock(&fn->lock);
+	if (fn->n_sandboxes < FAKE_MAX_SANDBOXES)
+		snprintf(fn->sandboxes[fn->n_sandboxes++], 128, "%s",
+		    sandbox_id);
+	pthread_mutex_unlock(&fn->lock);
+}
+
+void
+fake_node_kill_rpc(struct fake_node *fn)
+{
+	moat_rpc_server_stop(fn->srv);
+	fn->srv = NULL;
+}
+
+void
+fake_node_stop(struct fake_node *fn)
+{
+	atomic_store(&fn->stop, true);
+	if (fn->has_resp)
+		nng_close(fn->resp);
+	if (fn->thread_started)
+		pthread_join(fn->thread, NULL);
+	fn->has_resp = false;
+	fn->thread_started = false;
+	fake_node_kill_rpc(fn);
+	pthread_mutex_destroy(&fn->lock);
+}

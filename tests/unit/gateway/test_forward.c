@@ -1,0 +1,370 @@
+/*
+ * test_forward.c: a real gateway in-process (discovery, placement,
+ * forwarding, the Gateway RPC server) in front of fake vmd nodes, called
+ * through the RPC client as the CLI would: a create lands on a node and
+ * later calls follow it there with the client's request id; the tenant is
+ * the gateway's; unknown sandboxes are NOT_FOUND; sandboxes the gateway
+ * never saw are found by asking; a node's own error passes unchanged; a
+ * node that dies gives UNAVAILABLE naming node and sandbox; lists merge.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
+
+#include "fake_node.h"
+#include "gateway.h"
+#include "moat/log.h"
+#include "moat/util.h"
+
+#define GW "moat.v1.Gateway"
+
+struct env {
+	char dir[64];
+	char *survey_url, *listen_url;
+	struct moat_gateway *gw;
+	struct moat_rpc_client *client;
+	struct fake_node a, b;
+	bool b_started;
+};
+
+static struct env E;
+
+static int
+available_nodes(void)
+{
+	Moat__V1__Empty req = MOAT__V1__EMPTY__INIT;
+	ProtobufCMessage *reply = NULL;
+	char *errmsg = NULL;
+	int count = 0;
+
+	if (moat_rpc_call(E.client, GW, "ListNodes", &req.base,
+	    &moat__v1__node_list__descriptor, &reply, NULL, &errmsg) !=
+	    MOAT_OK) {
+		free(errmsg);
+		return -1;
+	}
+	for (size_t i = 0; i < ((Moat__V1__NodeList *)reply)->n_nodes; i++)
+		if (((Moat__V1__NodeList *)reply)->nodes[i]->available)
+			count++;
+	protobuf_c_message_free_unpacked(reply, NULL);
+	return count;
+}
+
+static void
+wait_nodes(int want)
+{
+	for (int i = 0; i < 300; i++) {
+		if (available_nodes() == want)
+			return;
+		nng_msleep(20);
+	}
+	fail_msg("the gateway never saw %d available node(s)", want);
+}
+
+static int
+setup(void **state)
+{
+	struct moat_gateway_opts opts = { 0 };
+	char *errmsg = NULL;
+	char *sessiond, *snapd;
+
+	memset(&E, 0, sizeof(E));
+	moat_log_init("test", MOAT_LOG_WARN);
+	snprintf(E.dir, sizeof(E.dir), "/tmp/moat-fwd-XXXXXX");
+	assert_non_null(mkdtemp(E.dir));
+	E.survey_url = moat_asprintf("ipc://%s/survey.sock", E.dir);
+	E.listen_url = moat_asprintf("ipc://%s/gateway.sock", E.dir);
+	sessiond = moat_asprintf("ipc://%s/sessiond.sock", E.dir);
+	snapd = moat_asprintf("ipc://%s/snapd.sock", E.dir);
+	opts.listen_url = E.listen_url;
+	opts.survey_url = E.survey_url;
+	opts.sessiond_url = sessiond;
+	opts.snapd_url = snapd;
+	opts.state_dir = E.dir;
+	opts.survey_interval_ms = 100;
+	if (moat_gateway_start(&E.gw, &opts, &errmsg) != MOAT_OK)
+		fail_msg("gateway: %s", errmsg);
+	free(sessiond);
+	free(snapd);
+	assert_int_equal(moat_rpc_client_open(&E.client, E.listen_url,
+	    &errmsg), MOAT_OK);
+	assert_int_equal(fake_node_start(&E.a, "node-a", E.dir, E.survey_url),
+	    0);
+	wait_nodes(1);
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	moat_rpc_client_close(E.client);
+	moat_gateway_stop(E.gw);
+	fake_node_stop(&E.a);
+	if (E.b_started)
+		fake_node_stop(&E.b);
+	moat_rm_rf(E.dir);
+	free(E.survey_url);
+	free(E.listen_url);
+	return 0;
+}
+
+static int
+create(uint64_t request_id, const char *tenant, char **id, char **errmsg)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	struct moat_rpc_opts opts = { .request_id = request_id };
+	ProtobufCMessage *reply = NULL;
+	int rv;
+
+	req.tenant = (char *)tenant;
+	rv = moat_rpc_call(E.client, GW, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, &reply, &opts, errmsg);
+	if (rv == MOAT_OK) {
+		*id = strdup(((Moat__V1__Sandbox *)reply)->id);
+		protobuf_c_message_free_unpacked(reply, NULL);
+	}
+	return rv;
+}
+
+static int
+sandbox_call(const char *method, const char *sandbox_id, uint64_t rid,
+    const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
+    char **errmsg)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__PathRequest path = MOAT__V1__PATH_REQUEST__INIT;
+	struct moat_rpc_opts opts = { .request_id = rid };
+	const ProtobufCMessage *req = &ref.base;
+
+	ref.sandbox_id = (char *)sandbox_id;
+	exec.sandbox_id = (char *)sandbox_id;
+	path.sandbox_id = (char *)sandbox_id;
+	path.path = (char *)"/etc/shadow";
+	if (strcmp(method, "ExecStart") == 0)
+		req = &exec.base;
+	else if (strcmp(method, "StatFile") == 0)
+		req = &path.base;
+	*reply = NULL;
+	return moat_rpc_call(E.client, GW, method, req, reply_desc, reply,
+	    &opts, errmsg);
+}
+
+static void
+test_create_routes_to_node(void **state)
+{
+	ProtobufCMessage *reply = NULL;
+	char *id = NULL, *errmsg = NULL;
+
+	assert_int_equal(create(0xabc123, "evil-tenant", &id, &errmsg),
+	    MOAT_OK);
+	assert_string_equal(id, "node-a-sb-0");
+	/* The node saw the client's request id and the gateway's tenant. */
+	assert_int_equal(E.a.last_request_id, 0xabc123);
+	assert_string_equal(E.a.last_method, "CreateSandbox");
+	assert_string_equal(E.a.last_tenant, "default");
+
+	assert_int_equal(sandbox_call("ExecStart", id, 0x5eed,
+	    &moat__v1__exec_handle__descriptor, &reply, &errmsg), MOAT_OK);
+	assert_int_equal(((Moat__V1__ExecHandle *)reply)->exec_id, 7);
+	assert_string_equal(((Moat__V1__ExecHandle *)reply)->sandbox_id, id);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	assert_int_equal(E.a.last_request_id, 0x5eed);
+	assert_string_equal(E.a.last_method, "ExecStart");
+	assert_string_equal(E.a.last_sandbox, id);
+
+	/* Destroy, then the sandbox is gone everywhere. */
+	assert_int_equal(sandbox_call("DestroySandbox", id, 0xd1e,
+	    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	assert_int_equal(E.a.last_request_id, 0xd1e);
+	assert_int_equal(sandbox_call("GetSandbox", id, 0,
+	    &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	    MOAT_NOT_FOUND);
+	free(errmsg);
+	free(id);
+}
+
+static void
+test_repeated_request_id_runs_once(void **state)
+{
+	char *id1 = NULL, *id2 = NULL, *errmsg = NULL;
+	int calls;
+
+	assert_int_equal(create(0x77, "", &id1, &errmsg), MOAT_OK);
+	calls = E.a.calls;
+	/* A client retrying with the same id gets the same sandbox. */
+	assert_int_equal(create(0x77, "", &id2, &errmsg), MOAT_OK);
+	assert_string_equal(id1, id2);
+	assert_int_equal(E.a.calls, calls);
+	free(id1);
+	free(id2);
+}
+
+static void
+test_unknown_sandbox_not_found(void **state)
+{
+	ProtobufCMessage *reply = NULL;
+	char *errmsg = NULL;
+
+	assert_int_equal(sandbox_call("GetSandbox", "no-such-sandbox", 0,
+	    &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	    MOAT_NOT_FOUND);
+	assert_null(reply);
+	assert_non_null(strstr(errmsg, "no-such-sandbox"));
+	assert_non_null(strstr(errmsg, "moat sandbox ls"));
+	free(errmsg);
+	assert_int_equal(sandbox_call("ExecStart", "", 0,
+	    &moat__v1__exec_handle__descriptor, &reply, &errmsg),
+	    MOAT_INVALID_ARGUMENT);
+	free(errmsg);
+}
+
+static void
+test_node_error_passes_unchanged(void **state)
+{
+	ProtobufCMessage *reply = NULL;
+	char *id = NULL, *errmsg = NULL;
+
+	assert_int_equal(create(0, "", &id, &errmsg), MOAT_OK);
+	assert_int_equal(sandbox_call("StatFile", id, 0,
+	    &moat__v1__file_info__descriptor, &reply, &errmsg),
+	    MOAT_PERMISSION_DENIED);
+	assert_non_null(strstr(errmsg, "fake node node-a says: no peeking"));
+	free(errmsg);
+	free(id);
+}
+
+static void
+test_two_nodes_placement_lookup_and_list(void **state)
+{
+	Moat__V1__ListSandboxesRequest lreq =
+	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__SandboxList *list;
+	char *id = NULL, *errmsg = NULL;
+	bool saw_a = false, saw_b = false, saw_hidden = false;
+
+	assert_int_equal(fake_node_start(&E.b, "node-b", E.dir, E.survey_url),
+	    0);
+	E.b_started = true;
+	wait_nodes(2);
+	/* node-a holds sandboxes from the earlier tests (or none if run
+	 * alone); b holds none: b gets the next one. */
+	if (E.a.n_sandboxes > 0) {
+		assert_int_equal(create(0, "", &id, &errmsg), MOAT_OK);
+		assert_string_equal(id, "node-b-sb-0");
+		assert_string_equal(E.b.last_method, "CreateSandbox");
+		free(id);
+	}
+
+	/* A sandbox the gateway never saw created is found by asking. */
+	fake_node_add_sandbox(&E.b, "hidden-1");
+	assert_int_equal(sandbox_call("ExecStart", "hidden-1", 0x99,
+	    &moat__v1__exec_handle__descriptor, &reply, &errmsg), MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	assert_string_equal(E.b.last_method, "ExecStart");
+	assert_int_equal(E.b.last_request_id, 0x99);
+
+	assert_int_equal(moat_rpc_call(E.client, GW, "ListSandboxes",
+	    &lreq.base, &moat__v1__sandbox_list__descriptor, &reply, NULL,
+	    &errmsg), MOAT_OK);
+	list = (Moat__V1__SandboxList *)reply;
+	for (size_t i = 0; i < list->n_sandboxes; i++) {
+		if (strcmp(list->sandboxes[i]->node_id, "node-a") == 0)
+			saw_a = true;
+		if (strcmp(list->sandboxes[i]->node_id, "node-b") == 0)
+			saw_b = true;
+		if (strcmp(list->sandboxes[i]->id, "hidden-1") == 0)
+			saw_hidden = true;
+		assert_string_equal(list->sandboxes[i]->tenant, "default");
+	}
+	assert_true(saw_b && saw_hidden);
+	assert_true(saw_a || E.a.n_sandboxes == 0);
+	protobuf_c_message_free_unpacked(reply, NULL);
+}
+
+static void
+test_dead_node_unavailable(void **state)
+{
+	ProtobufCMessage *reply = NULL;
+	char *id = NULL, *errmsg = NULL;
+	int rv;
+
+	struct fake_node *holder;
+
+	assert_int_equal(create(0, "", &id, &errmsg), MOAT_OK);
+	holder = strncmp(id, "node-a", 6) == 0 ? &E.a : &E.b;
+	assert_non_null(strstr(id, holder->id));
+	/* The node's RPC dies; its respondent still answers surveys, so
+	 * the gateway still thinks it is up and must find out by calling. */
+	fake_node_kill_rpc(holder);
+	rv = sandbox_call("ExecStart", id, 0, &moat__v1__exec_handle__descriptor,
+	    &reply, &errmsg);
+	assert_int_equal(rv, MOAT_UNAVAILABLE);
+	assert_non_null(strstr(errmsg, holder->id));
+	assert_non_null(strstr(errmsg, id));
+	free(errmsg);
+	free(id);
+}
+
+static void
+test_health_and_info(void **state)
+{
+	Moat__V1__HealthRequest hreq = MOAT__V1__HEALTH_REQUEST__INIT;
+	Moat__V1__Empty empty = MOAT__V1__EMPTY__INIT;
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__ClusterInfo *info;
+	char *errmsg = NULL;
+	bool vmd_up = false, sessiond_down = false;
+
+	assert_int_equal(moat_rpc_call(E.client, GW, "Health", &hreq.base,
+	    &moat__v1__health_reply__descriptor, &reply, NULL, &errmsg),
+	    MOAT_OK);
+	assert_string_equal(((Moat__V1__HealthReply *)reply)->service,
+	    "moat-gateway");
+	protobuf_c_message_free_unpacked(reply, NULL);
+
+	assert_int_equal(moat_rpc_call(E.client, GW, "Info", &empty.base,
+	    &moat__v1__cluster_info__descriptor, &reply, NULL, &errmsg),
+	    MOAT_OK);
+	info = (Moat__V1__ClusterInfo *)reply;
+	assert_true(info->n_nodes >= 1);
+	for (size_t i = 0; i < info->n_services; i++) {
+		Moat__V1__ServiceHealth *s = info->services[i];
+		if (strcmp(s->service, "moat-vmd node-a") == 0 && s->up &&
+		    strcmp(s->version, "9.9.9") == 0)
+			vmd_up = true;
+		if (strcmp(s->service, "moat-sessiond") == 0 && !s->up &&
+		    strstr(s->message, "UNAVAILABLE") != NULL)
+			sessiond_down = true;
+	}
+	assert_true(vmd_up);
+	assert_true(sessiond_down);
+	protobuf_c_message_free_unpacked(reply, NULL);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_health_and_info),
+		cmocka_unit_test(test_create_routes_to_node),
+		cmocka_unit_test(test_repeated_request_id_runs_once),
+		cmocka_unit_test(test_unknown_sandbox_not_found),
+		cmocka_unit_test(test_node_error_passes_unchanged),
+		cmocka_unit_test(test_two_nodes_placement_lookup_and_list),
+		cmocka_unit_test(test_dead_node_unavailable),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
