@@ -32,19 +32,18 @@ moat_frame_reader_feed(struct moat_frame_reader *r, const void *data,
 
 	if (len == 0)
 		return MOAT_OK;
-	if (need > r->max_frame + 4) {
-		/* Allowed only if a whole frame is already buffered, which
-		 * the caller must take first. */
+	/* What is buffered is at most one partial frame when the caller
+	 * took every whole frame after its last feed; more means it did
+	 * not, or the peer declared a frame over the cap. One feed is
+	 * bounded too, so the buffer never passes twice the cap. */
+	if (r->len > r->max_frame + 4 || len > r->max_frame + 4)
 		return MOAT_RESOURCE_EXHAUSTED;
-	}
 	if (need > r->alloc) {
 		size_t n = r->alloc ? r->alloc : 4096;
 		uint8_t *nb;
 
 		while (n < need)
 			n *= 2;
-		if (n > r->max_frame + 4)
-			n = r->max_frame + 4;
 		if ((nb = realloc(r->buf, n)) == NULL)
 			return MOAT_INTERNAL;
 		r->buf = nb;

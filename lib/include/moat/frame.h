@@ -26,9 +26,10 @@ struct moat_frame_reader {
 void moat_frame_reader_init(struct moat_frame_reader *r, size_t max_frame);
 
 /* moat_frame_reader_feed: appends bytes. Returns 0, or MOAT_RESOURCE_
- * EXHAUSTED if buffering them would pass max_frame + 4 before a frame
- * could be taken (the caller must call next until it returns no frame
- * before feeding more), or MOAT_INTERNAL on allocation failure. */
+ * EXHAUSTED when one feed is over max_frame + 4 bytes or more than one
+ * frame's worth is still buffered (the caller must call next until it
+ * returns no frame after every feed), or MOAT_INTERNAL on allocation
+ * failure. The buffer never holds more than twice the cap. */
 int moat_frame_reader_feed(struct moat_frame_reader *r, const void *data,
     size_t len) __attribute__((warn_unused_result));
 

@@ -1,0 +1,516 @@
+/*
+ * rpc_client.c: the client half of moat's RPC layer. One req0 socket per
+ * client with a non-blocking dial (so a server that starts later is
+ * found), nng's resend turned off (a mutating call must never run twice
+ * because a reply was slow), and one nng context per call so many threads
+ * can call at once. Turns transport failures into statuses a person can
+ * act on: UNAVAILABLE when no server takes the request or the connection
+ * drops during the call, DEADLINE_EXCEEDED when the reply is late. Not
+ * for: serving (rpc_server.c) or retrying (callers decide whether a call
+ * is safe to repeat).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "common.pb-c.h"
+#include "moat/log.h"
+#include "moat/rpc.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "rpc_internal.h"
+
+/* How long a request may wait for a connected server before the call says
+ * UNAVAILABLE rather than waiting out its whole timeout. */
+#define RPC_CONNECT_WAIT_MS 2000
+
+/* One call's wait for its reply. The receive completes through a
+ * callback, not an aio timeout: when the caller's deadline passes the
+ * receive stays armed ("abandoned"), so a late reply is taken by its own
+ * context, and the client knows whether a reply may still arrive. That
+ * matters at close: nng 1.5 can hang for good in nng_close when a message
+ * arrives on a pipe while it closes (nng issues 1543, 1813), so a client
+ * that may still be answered is parked, not closed, until it has been
+ * (moat_rpc_client_close). */
+struct rpc_wait {
+	struct moat_rpc_client *c;
+	nng_ctx ctx;
+	bool has_ctx;
+	nng_aio *aio;
+	bool done;                  /* guarded by c->lock */
+	bool abandoned;             /* guarded by c->lock */
+	struct rpc_wait *next;      /* in c->abandoned; guarded by c->lock */
+};
+
+struct moat_rpc_client {
+	nng_socket sock;
+	bool has_socket;
+	bool sync_inited;
+	char *url;
+	/* Guards the rpc_wait flags, `abandoned` and `n_late`. */
+	pthread_mutex_t lock;
+	pthread_cond_t replied;     /* some receive finished */
+	struct rpc_wait *abandoned;
+	unsigned n_late;            /* abandoned and not yet answered */
+	struct moat_rpc_client *parked_next;
+};
+
+/* Clients closed while a late reply could still come: kept here (not
+ * lost) and finished by a later close once their replies are in. */
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct moat_rpc_client *parked;  /* guarded by parked_lock */
+
+static void
+wait_free(struct rpc_wait *w)
+{
+	if (w->aio != NULL)
+		nng_aio_free(w->aio);   /* waits for recv_done to return */
+	if (w->has_ctx)
+		nng_ctx_close(w->ctx);
+	free(w);
+}
+
+/* Runs on an nng thread when a receive finishes (reply, error, close). */
+static void
+recv_done(void *arg)
+{
+	struct rpc_wait *w = arg;
+	struct moat_rpc_client *c = w->c;
+
+	pthread_mutex_lock(&c->lock);
+	w->done = true;
+	if (w->abandoned) {
+		if (nng_aio_result(w->aio) == 0)
+			nng_msg_free(nng_aio_get_msg(w->aio));
+		c->n_late--;
+	}
+	pthread_cond_broadcast(&c->replied);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Frees the abandoned calls that have been answered since. */
+static void
+reap_abandoned(struct moat_rpc_client *c)
+{
+	struct rpc_wait *done = NULL, **pp, *w;
+
+	pthread_mutex_lock(&c->lock);
+	for (pp = &c->abandoned; (w = *pp) != NULL;) {
+		if (w->done) {
+			*pp = w->next;
+			w->next = done;
+			done = w;
+		} else {
+			pp = &w->next;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	while ((w = done) != NULL) {
+		done = w->next;
+		wait_free(w);
+	}
+}
+
+unsigned
+moat_rpc_client_late_replies(struct moat_rpc_client *c)
+{
+	unsigned n;
+
+	reap_abandoned(c);
+	pthread_mutex_lock(&c->lock);
+	n = c->n_late;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+uint64_t
+moat_rpc_new_request_id(void)
+{
+	static __thread uint64_t fallback;
+	uint64_t id = 0;
+
+	while (id == 0) {
+		ssize_t n = getrandom(&id, sizeof(id), 0);
+
+		if (n == (ssize_t)sizeof(id))
+			continue;
+		if (n < 0 && errno == EINTR)
+			continue;
+		/* No kernel randomness (very old kernel, seccomp): ids
+		 * only need to differ, so mix clock, pid and a counter. */
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		fallback += 0x9e3779b97f4a7c15ull;
+		id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^
+		    ((uint64_t)getpid() << 16) ^ fallback;
+		id *= 0xbf58476d1ce4e5b9ull;
+	}
+	return id;
+}
+
+/* The lock and the condition (on the monotonic clock, like deadlines). */
+static bool
+client_sync_init(struct moat_rpc_client *c)
+{
+	pthread_condattr_t ca;
+	bool ok;
+
+	if (pthread_condattr_init(&ca) != 0)
+		return false;
+	ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+	    pthread_mutex_init(&c->lock, NULL) == 0;
+	if (ok && pthread_cond_init(&c->replied, &ca) != 0) {
+		pthread_mutex_destroy(&c->lock);
+		ok = false;
+	}
+	pthread_condattr_destroy(&ca);
+	c->sync_inited = ok;
+	return ok;
+}
+
+int
+moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
+    char **errmsg)
+{
+	struct moat_rpc_client *c;
+	int nrv, rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((c = calloc(1, sizeof(*c))) == NULL ||
+	    (c->url = strdup(url)) == NULL) {
+		free(c);
+		*errmsg = moat_asprintf("out of memory opening a client for "
+		    "%s", url);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	if (!client_sync_init(c)) {
+		nrv = NNG_ENOMEM;
+		goto fail_nng;
+	}
+	if ((nrv = nng_req0_open(&c->sock)) != 0)
+		goto fail_nng;
+	c->has_socket = true;
+	if ((nrv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME,
+	    NNG_DURATION_INFINITE)) != 0)
+		goto fail_nng;
+	if ((nrv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ,
+	    MOAT_RPC_MAX_MSG)) != 0)
+		goto fail_nng;
+	if ((nrv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20)) != 0 ||
+	    (nrv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500)) != 0)
+		goto fail_nng;
+	if ((nrv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0)
+		goto fail_nng;
+	*out = c;
+	return MOAT_OK;
+
+fail_nng:
+	if (nrv == NNG_EADDRINVAL || nrv == NNG_ENOTSUP || nrv == NNG_EINVAL) {
+		rv = MOAT_INVALID_ARGUMENT;
+		*errmsg = moat_asprintf("cannot dial %s: %s: use ipc://PATH, "
+		    "tcp://HOST:PORT or tls+tcp://HOST:PORT", url,
+		    nng_strerror(nrv));
+	} else {
+		rv = moat_status_from_nng(nrv);
+		*errmsg = moat_asprintf("cannot dial %s: %s", url,
+		    nng_strerror(nrv));
+	}
+	moat_rpc_client_close(c);
+	return rv;
+}
+
+static void
+client_destroy(struct moat_rpc_client *c)
+{
+	if (c->has_socket)
+		nng_close(c->sock);
+	reap_abandoned(c);          /* all answered or closed by now */
+	if (c->sync_inited) {
+		pthread_cond_destroy(&c->replied);
+		pthread_mutex_destroy(&c->lock);
+	}
+	free(c->url);
+	free(c);
+}
+
+/* Finishes closing the parked clients whose late replies have come. */
+static void
+sweep_parked(void)
+{
+	struct moat_rpc_client *ready = NULL, **pp, *p;
+
+	pthread_mutex_lock(&parked_lock);
+	for (pp = &parked; (p = *pp) != NULL;) {
+		if (moat_rpc_client_late_replies(p) == 0) {
+			*pp = p->parked_next;
+			p->parked_next = ready;
+			ready = p;
+		} else {
+			pp = &p->parked_next;
+		}
+	}
+	pthread_mutex_unlock(&parked_lock);
+	while ((p = ready) != NULL) {
+		ready = p->parked_next;
+		client_destroy(p);
+	}
+}
+
+void
+moat_rpc_client_close(struct moat_rpc_client *c)
+{
+	unsigned late;
+
+	sweep_parked();
+	if (c == NULL)
+		return;
+	if (c->sync_inited && (late = moat_rpc_client_late_replies(c)) > 0) {
+		/* See struct rpc_wait: closing now could hang. The socket
+		 * stays open, drops the late replies as they come, and a
+		 * later close finishes it. */
+		moat_warn(0, "rpc client for %s parked: %u calls that timed "
+		    "out may still be answered, and closing now could hang "
+		    "(nng 1.5)", c->url, late);
+		pthread_mutex_lock(&parked_lock);
+		c->parked_next = parked;
+		parked = c;
+		pthread_mutex_unlock(&parked_lock);
+		return;
+	}
+	client_destroy(c);
+}
+
+/* Sends one encoded Envelope and returns the Reply (caller frees with
+ * moat__v1__reply__free_unpacked) or a transport status with *errmsg. */
+static int
+call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
+    uint32_t timeout_ms, Moat__V1__Reply **out, char **errmsg)
+{
+	struct rpc_wait *w;
+	struct timespec until;
+	nng_aio *send_aio = NULL;
+	nng_msg *msg = NULL;
+	uint64_t start = moat_rpc_now_ms(), deadline = start + timeout_ms;
+	size_t n;
+	int nrv, rv;
+
+	*out = NULL;
+	reap_abandoned(c);
+	n = moat__v1__envelope__get_packed_size(env);
+	if (n > MOAT_RPC_MAX_MSG) {
+		*errmsg = moat_asprintf("%s.%s: the request is %zu bytes, "
+		    "over the %u-byte limit: send less per call", env->service,
+		    env->method, n, MOAT_RPC_MAX_MSG);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if ((w = calloc(1, sizeof(*w))) == NULL) {
+		*errmsg = moat_asprintf("%s.%s: out of memory", env->service,
+		    env->method);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	w->c = c;
+	if ((nrv = nng_ctx_open(&w->ctx, c->sock)) != 0)
+		goto fail_nng;
+	w->has_ctx = true;
+	if ((nrv = nng_aio_alloc(&send_aio, NULL, NULL)) != 0 ||
+	    (nrv = nng_aio_alloc(&w->aio, recv_done, w)) != 0 ||
+	    (nrv = nng_msg_alloc(&msg, n)) != 0)
+		goto fail_nng;
+	moat__v1__envelope__pack(env, nng_msg_body(msg));
+
+	/* The send finishes when a connected server has the request: if none
+	 * takes it soon, the service is down, not slow. */
+	nng_aio_set_msg(send_aio, msg);
+	nng_aio_set_timeout(send_aio, (nng_duration)(timeout_ms <
+	    RPC_CONNECT_WAIT_MS ? timeout_ms : RPC_CONNECT_WAIT_MS));
+	nng_ctx_send(w->ctx, send_aio);
+	nng_aio_wait(send_aio);
+	if ((nrv = nng_aio_result(send_aio)) != 0) {
+		if (nrv == NNG_ETIMEDOUT || nrv == NNG_ECONNREFUSED ||
+		    nrv == NNG_ECLOSED) {
+			rv = MOAT_UNAVAILABLE;
+			*errmsg = moat_asprintf("no answer from %s: is the "
+			    "service running? (deploy/moat-stack start)",
+			    c->url);
+			goto fail;
+		}
+		goto fail_nng;
+	}
+	msg = NULL;
+	nng_aio_free(send_aio);
+	send_aio = NULL;
+
+	nng_ctx_recv(w->ctx, w->aio);
+	until.tv_sec = (time_t)(deadline / 1000);
+	until.tv_nsec = (long)(deadline % 1000) * 1000000L;
+	pthread_mutex_lock(&c->lock);
+	while (!w->done)
+		if (pthread_cond_timedwait(&c->replied, &c->lock, &until) ==
+		    ETIMEDOUT)
+			break;
+	if (!w->done) {
+		w->abandoned = true;
+		w->next = c->abandoned;
+		c->abandoned = w;
+		c->n_late++;
+		pthread_mutex_unlock(&c->lock);
+		*errmsg = moat_asprintf("%s.%s on %s gave no reply within %u "
+		    "ms: the call may still be running; check its result "
+		    "before retrying, or allow a longer timeout",
+		    env->service, env->method, c->url, timeout_ms);
+		return MOAT_DEADLINE_EXCEEDED;
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	if ((nrv = nng_aio_result(w->aio)) != 0) {
+		/* With resend off, nng fails a call whose connection closed
+		 * (it does not send it again elsewhere). */
+		if (nrv == NNG_ECONNRESET || nrv == NNG_ECONNSHUT) {
+			rv = MOAT_UNAVAILABLE;
+			*errmsg = moat_asprintf("the connection to %s was "
+			    "lost while %s.%s was running: it may or may not "
+			    "have run; check its result before retrying",
+			    c->url, env->service, env->method);
+			goto fail;
+		}
+		goto fail_nng;
+	}
+	msg = nng_aio_get_msg(w->aio);
+	*out = moat__v1__reply__unpack(NULL, nng_msg_len(msg),
+	    nng_msg_body(msg));
+	nng_msg_free(msg);
+	msg = NULL;
+	if (*out == NULL) {
+		rv = MOAT_INTERNAL;
+		*errmsg = moat_asprintf("%s.%s: %s sent a reply that is not "
+		    "a moat.v1.Reply: is that address a moat service?",
+		    env->service, env->method, c->url);
+		goto fail;
+	}
+	wait_free(w);
+	return MOAT_OK;
+
+fail_nng:
+	rv = moat_status_from_nng(nrv);
+	*errmsg = moat_asprintf("%s.%s to %s failed: %s", env->service,
+	    env->method, c->url, nng_strerror(nrv));
+fail:
+	if (msg != NULL)
+		nng_msg_free(msg);
+	if (send_aio != NULL)
+		nng_aio_free(send_aio);
+	wait_free(w);
+	return rv;
+}
+
+/* Checks the reply's code; on OK leaves it to the caller, else sets
+ * *errmsg and returns the code. */
+static int
+reply_status(const Moat__V1__Reply *r, char **errmsg)
+{
+	int code = (int)r->code;
+
+	if (code == MOAT_OK)
+		return MOAT_OK;
+	if (code < 0 || code > MOAT_STATUS_MAX)
+		code = MOAT_UNKNOWN;
+	if (r->message != NULL && r->message[0] != '\0')
+		*errmsg = strdup(r->message);
+	else
+		*errmsg = strdup(moat_strerror(code));
+	return code;
+}
+
+int
+moat_rpc_call_raw(struct moat_rpc_client *c, const char *service,
+    const char *method, const uint8_t *payload, size_t len,
+    uint8_t **reply_payload, size_t *reply_len,
+    const struct moat_rpc_opts *opts, char **errmsg)
+{
+	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
+	Moat__V1__Reply *r = NULL;
+	uint32_t timeout_ms;
+	int rv;
+
+	*reply_payload = NULL;
+	*reply_len = 0;
+	*errmsg = NULL;
+	timeout_ms = opts != NULL && opts->timeout_ms != 0 ? opts->timeout_ms :
+	    MOAT_RPC_DEFAULT_TIMEOUT_MS;
+	if (timeout_ms > INT32_MAX)
+		timeout_ms = INT32_MAX; /* nng durations are int32 ms */
+	env.service = (char *)service;
+	env.method = (char *)method;
+	env.request_id = opts != NULL && opts->request_id != 0 ?
+	    opts->request_id : moat_rpc_new_request_id();
+	env.timeout_ms = timeout_ms;
+	env.auth = (char *)(opts != NULL && opts->auth != NULL ? opts->auth :
+	    "");
+	env.payload.data = (uint8_t *)payload;
+	env.payload.len = len;
+	if ((rv = call_envelope(c, &env, timeout_ms, &r, errmsg)) != 0)
+		return rv;
+	if ((rv = reply_status(r, errmsg)) != MOAT_OK)
+		goto out;
+	if (r->payload.len != 0) {
+		/* Take the buffer rather than copy it: free_unpacked skips a
+		 * NULL data pointer. */
+		*reply_payload = r->payload.data;
+		*reply_len = r->payload.len;
+		r->payload.data = NULL;
+		r->payload.len = 0;
+	}
+out:
+	moat__v1__reply__free_unpacked(r, NULL);
+	if (rv != MOAT_OK && *errmsg == NULL)
+		rv = MOAT_RESOURCE_EXHAUSTED;
+	return rv;
+}
+
+int
+moat_rpc_call(struct moat_rpc_client *c, const char *service,
+    const char *method, const ProtobufCMessage *request,
+    const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
+    const struct moat_rpc_opts *opts, char **errmsg)
+{
+	uint8_t *req_bytes = NULL, *reply_bytes = NULL;
+	size_t n, reply_len = 0;
+	int rv;
+
+	*reply = NULL;
+	*errmsg = NULL;
+	n = protobuf_c_message_get_packed_size(request);
+	if ((req_bytes = malloc(n ? n : 1)) == NULL) {
+		*errmsg = moat_asprintf("%s.%s: out of memory encoding the "
+		    "request", service, method);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	protobuf_c_message_pack(request, req_bytes);
+	rv = moat_rpc_call_raw(c, service, method, req_bytes, n,
+	    &reply_bytes, &reply_len, opts, errmsg);
+	free(req_bytes);
+	if (rv != MOAT_OK)
+		return rv;
+	*reply = protobuf_c_message_unpack(reply_desc, NULL, reply_len,
+	    reply_bytes);
+	free(reply_bytes);
+	if (*reply == NULL) {
+		*errmsg = moat_asprintf("%s.%s: the reply is not a valid %s: "
+		    "are client and server built from the same protos?",
+		    service, method, reply_desc->name);
+		return MOAT_INTERNAL;
+	}
+	return MOAT_OK;
+}

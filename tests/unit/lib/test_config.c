@@ -1,0 +1,303 @@
+/*
+ * test_config.c: unit tests of lib/config.c: the precedence flag > env >
+ * file > default, env names (MOAT_<SECTION>_<KEY>, MOAT_<KEY> for
+ * [moat]), numbers and booleans with errors that name the key and its
+ * source, missing and broken files, and the default state directory.
+ * Each test writes its own moat.conf in a temporary directory and cleans
+ * the variables it set. Not for: what the values mean to each service.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moat/config.h"
+#include "moat/status.h"
+#include "moat/util.h"
+
+static const char *const env_names[] = { "MOAT_CONFIG", "MOAT_VMD_WORKERS",
+	"MOAT_VMD_STATE_DIR", "MOAT_STATE_DIR", "MOAT_MOAT_STATE_DIR",
+	"MOAT_VMD_KVM", "MOAT_GATEWAY_LISTEN", "XDG_STATE_HOME", NULL };
+
+struct fixture {
+	char dir[64];
+	char path[128];
+};
+
+static void
+clear_env(void)
+{
+	for (int i = 0; env_names[i] != NULL; i++)
+		unsetenv(env_names[i]);
+}
+
+static int
+setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	if (f == NULL)
+		return -1;
+	clear_env();
+	snprintf(f->dir, sizeof(f->dir), "/tmp/moat-config-test.XXXXXX");
+	if (mkdtemp(f->dir) == NULL)
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/moat.conf", f->dir);
+	*state = f;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	clear_env();
+	moat_rm_rf(f->dir);
+	free(f);
+	return 0;
+}
+
+static void
+write_conf(const struct fixture *f, const char *text)
+{
+	FILE *fp = fopen(f->path, "w");
+
+	assert_non_null(fp);
+	assert_int_equal(fputs(text, fp) >= 0, 1);
+	assert_int_equal(fclose(fp), 0);
+}
+
+static const char sample[] =
+    "; moat.conf for tests\n"
+    "[moat]\n"
+    "state-dir = /srv/moat\n"
+    "\n"
+    "[vmd]\n"
+    "workers = 8\n"
+    "state-dir = /srv/vmd\n"
+    "kvm = yes\n"
+    "[gateway]\n"
+    "listen = tcp://0.0.0.0:7700\n"
+    "workers = 12x\n";
+
+static void
+test_precedence(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_config *cfg = NULL;
+	char *err = NULL;
+
+	write_conf(f, sample);
+	assert_int_equal(moat_config_load(&cfg, f->path, &err), MOAT_OK);
+	assert_null(err);
+
+	/* default: set nowhere */
+	assert_string_equal(moat_config_get(cfg, "vmd", "driver", "qemu"),
+	    "qemu");
+	assert_null(moat_config_get(cfg, "vmd", "driver", NULL));
+	/* file over default */
+	assert_string_equal(moat_config_get(cfg, "vmd", "state-dir", "/d"),
+	    "/srv/vmd");
+	/* env over file */
+	setenv("MOAT_VMD_STATE_DIR", "/env/vmd", 1);
+	assert_string_equal(moat_config_get(cfg, "vmd", "state-dir", "/d"),
+	    "/env/vmd");
+	/* flag over env */
+	assert_int_equal(moat_config_set_flag(cfg, "vmd", "state-dir",
+	    "/flag/vmd"), MOAT_OK);
+	assert_string_equal(moat_config_get(cfg, "vmd", "state-dir", "/d"),
+	    "/flag/vmd");
+	/* a later flag replaces an earlier one */
+	assert_int_equal(moat_config_set_flag(cfg, "vmd", "state-dir",
+	    "/flag2"), MOAT_OK);
+	assert_string_equal(moat_config_get(cfg, "vmd", "state-dir", "/d"),
+	    "/flag2");
+	/* other sections are untouched */
+	assert_string_equal(moat_config_get(cfg, "moat", "state-dir", "/d"),
+	    "/srv/moat");
+	moat_config_free(cfg);
+}
+
+static void
+test_env_names(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_config *cfg = NULL;
+	char *err = NULL;
+
+	write_conf(f, sample);
+	assert_int_equal(moat_config_load(&cfg, f->path, &err), MOAT_OK);
+	/* [moat] keys answer to MOAT_<KEY> too */
+	setenv("MOAT_STATE_DIR", "/short", 1);
+	assert_string_equal(moat_config_get(cfg, "moat", "state-dir", "/d"),
+	    "/short");
+	/* ... but not keys of other sections */
+	assert_string_equal(moat_config_get(cfg, "vmd", "state-dir", "/d"),
+	    "/srv/vmd");
+	/* '.' and '-' become '_', letters upper case */
+	setenv("MOAT_GATEWAY_LISTEN", "ipc:///x", 1);
+	assert_string_equal(moat_config_get(cfg, "gateway", "listen", NULL),
+	    "ipc:///x");
+	moat_config_free(cfg);
+
+	/* NULL cfg: env and default only */
+	assert_string_equal(moat_config_get(NULL, "gateway", "listen", "d"),
+	    "ipc:///x");
+	assert_string_equal(moat_config_get(NULL, "vmd", "nothing", "d"),
+	    "d");
+}
+
+static void
+test_numbers_and_bools(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_config *cfg = NULL;
+	uint64_t n = 0;
+	bool b = false;
+	char *err = NULL;
+
+	write_conf(f, sample);
+	assert_int_equal(moat_config_load(&cfg, f->path, &err), MOAT_OK);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
+	    &err), MOAT_OK);
+	assert_int_equal(n, 8);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "absent", 3, &n,
+	    &err), MOAT_OK);
+	assert_int_equal(n, 3);
+
+	/* a bad number in the file names the key, the file and the line */
+	assert_int_equal(moat_config_get_u64(cfg, "gateway", "workers", 3, &n,
+	    &err), MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(err, "workers"));
+	assert_non_null(strstr(err, "12x"));
+	assert_non_null(strstr(err, f->path));
+	assert_non_null(strstr(err, "line 11"));
+	free(err);
+
+	/* a bad number in the environment names the variable */
+	setenv("MOAT_VMD_WORKERS", "-1", 1);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
+	    &err), MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(err, "MOAT_VMD_WORKERS"));
+	free(err);
+	setenv("MOAT_VMD_WORKERS", "99999999999999999999999", 1);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
+	    &err), MOAT_INVALID_ARGUMENT);
+	free(err);
+	setenv("MOAT_VMD_WORKERS", "18446744073709551615", 1);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
+	    &err), MOAT_OK);
+	assert_true(n == UINT64_MAX);
+
+	/* a bad flag names the flag */
+	assert_int_equal(moat_config_set_flag(cfg, "vmd", "workers", ""), 0);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
+	    &err), MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(err, "workers"));
+	free(err);
+
+	assert_int_equal(moat_config_get_bool(cfg, "vmd", "kvm", false, &b,
+	    &err), MOAT_OK);
+	assert_true(b);
+	setenv("MOAT_VMD_KVM", "Off", 1);
+	assert_int_equal(moat_config_get_bool(cfg, "vmd", "kvm", true, &b,
+	    &err), MOAT_OK);
+	assert_false(b);
+	setenv("MOAT_VMD_KVM", "maybe", 1);
+	assert_int_equal(moat_config_get_bool(cfg, "vmd", "kvm", true, &b,
+	    &err), MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(err, "kvm"));
+	assert_non_null(strstr(err, "maybe"));
+	free(err);
+	assert_int_equal(moat_config_get_bool(cfg, "vmd", "absent", true, &b,
+	    &err), MOAT_OK);
+	assert_true(b);
+	moat_config_free(cfg);
+}
+
+static void
+test_missing_and_broken_files(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_config *cfg = NULL;
+	char *err = NULL;
+	int rv;
+
+	/* no path and no MOAT_CONFIG: no file, not an error */
+	assert_int_equal(moat_config_load(&cfg, NULL, &err), MOAT_OK);
+	assert_non_null(cfg);
+	moat_config_free(cfg);
+
+	/* a named file that is missing is an error naming it */
+	rv = moat_config_load(&cfg, f->path, &err);
+	assert_int_equal(rv, MOAT_NOT_FOUND);
+	assert_null(cfg);
+	assert_non_null(strstr(err, f->path));
+	free(err);
+
+	/* MOAT_CONFIG names the file when path is NULL */
+	setenv("MOAT_CONFIG", f->path, 1);
+	rv = moat_config_load(&cfg, NULL, &err);
+	assert_int_equal(rv, MOAT_NOT_FOUND);
+	assert_non_null(strstr(err, "MOAT_CONFIG"));
+	free(err);
+
+	write_conf(f, "[vmd]\nworkers = 2\n");
+	assert_int_equal(moat_config_load(&cfg, NULL, &err), MOAT_OK);
+	assert_string_equal(moat_config_get(cfg, "vmd", "workers", NULL),
+	    "2");
+	moat_config_free(cfg);
+
+	/* a parse error names the line */
+	write_conf(f, "[vmd]\nworkers = 2\nthis is not ini\n");
+	rv = moat_config_load(&cfg, f->path, &err);
+	assert_int_equal(rv, MOAT_INVALID_ARGUMENT);
+	assert_null(cfg);
+	assert_non_null(strstr(err, "line 3"));
+	free(err);
+}
+
+static void
+test_default_state_dir(void **state)
+{
+	char *d;
+
+	setenv("MOAT_STATE_DIR", "/from/env", 1);
+	d = moat_default_state_dir();
+	assert_string_equal(d, "/from/env");
+	free(d);
+	unsetenv("MOAT_STATE_DIR");
+	d = moat_default_state_dir();
+	assert_non_null(d);
+	if (geteuid() == 0) {
+		assert_string_equal(d, "/var/lib/moat");
+	} else {
+		assert_non_null(strstr(d, "moat"));
+	}
+	free(d);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+		T(test_precedence),
+		T(test_env_names),
+		T(test_numbers_and_bools),
+		T(test_missing_and_broken_files),
+		T(test_default_state_dir),
+#undef T
+	};
+
+	return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}
