@@ -1,0 +1,390 @@
+/*
+ * main.c: moat-vmd, one per KVM host. Reads its settings (flags > MOAT_VMD_*
+ * environment > moat.conf [vmd] > defaults), takes the state directory's
+ * lock, cleans up what a killed vmd left, checks the VMM, and serves the
+ * moat.v1.Vm service over nng until SIGTERM or SIGINT, when it destroys
+ * every sandbox and exits 0. With --survey it also answers the gateway's
+ * node surveys. Not for: sandbox logic (sandbox.c and friends).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "moat/config.h"
+#include "moat/log.h"
+#include "moat/rpc.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "spawn.h"
+#include "vmd.h"
+
+#define SECTION "vmd"
+
+static const struct option vmd_options[] = {
+	{ "config", required_argument, NULL, 'c' },
+	{ "listen", required_argument, NULL, 'l' },
+	{ "survey", required_argument, NULL, 's' },
+	{ "state-dir", required_argument, NULL, 'd' },
+	{ "image-dir", required_argument, NULL, 'i' },
+	{ "node-id", required_argument, NULL, 'n' },
+	{ "accel", required_argument, NULL, 'a' },
+	{ "cache-dir", required_argument, NULL, 'C' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static void
+usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: moat-vmd [options]\n"
+	    "  --config FILE      moat.conf (default $MOAT_CONFIG)\n"
+	    "  --listen URL       RPC address (default ipc://<state>/vmd.sock)\n"
+	    "  --survey URL       the gateway's survey address to answer\n"
+	    "  --state-dir DIR    default $MOAT_STATE_DIR or /var/lib/moat\n"
+	    "  --image-dir DIR    built images (default <state>/images)\n"
+	    "  --node-id ID       default the host name\n"
+	    "  --accel MODE       auto, kvm or tcg (default auto)\n"
+	    "  --cache-dir DIR    default /var/cache/moat\n"
+	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
+	    "the environment; further keys: advertise-url, qemu, kvm-device,\n"
+	    "test-hooks, "
+	    "max-vcpus, max-memory-mib, memory-mib, vcpus, boot-timeout-ms.\n");
+}
+
+static uint64_t
+host_memory_mib(void)
+{
+	char *text = NULL;
+	size_t len;
+	uint64_t kib = 0;
+	char *p;
+
+	if (moat_read_file("/proc/meminfo", 1 << 16, &text, &len) != 0)
+		return 1024;
+	if ((p = strstr(text, "MemTotal:")) != NULL)
+		kib = strtoull(p + 9, NULL, 10);
+	free(text);
+	return kib ? kib / 1024 : 1024;
+}
+
+static char *
+cfg_str(const struct moat_config *c, const char *key, const char *def)
+{
+	const char *v = moat_config_get(c, SECTION, key, NULL);
+
+	if (v == NULL || v[0] == '\0')
+		v = def;
+	return v ? strdup(v) : NULL;
+}
+
+/* Fills vmd->cfg. Returns 0 or a status after printing why. */
+static int
+vmd_configure(struct vmd *vmd, const struct moat_config *c)
+{
+	struct vmd_config *cfg = &vmd->cfg;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	char host[256] = "localhost";
+	char *errmsg = NULL;
+	char *def = NULL;
+	uint64_t v;
+	int rv;
+
+	if (ncpu < 1)
+		ncpu = 1;
+	gethostname(host, sizeof(host) - 1);
+	if ((cfg->state_dir = cfg_str(c, "state-dir", NULL)) == NULL) {
+		const char *m = moat_config_get(c, "moat", "state-dir", NULL);
+		cfg->state_dir = m && m[0] ? strdup(m) :
+		    moat_default_state_dir();
+	}
+	if (cfg->state_dir == NULL)
+		return MOAT_INTERNAL;
+	/* Trailing slashes would make two spellings of one directory. */
+	for (size_t n = strlen(cfg->state_dir); n > 1 &&
+	    cfg->state_dir[n - 1] == '/'; n--)
+		cfg->state_dir[n - 1] = '\0';
+
+	def = moat_asprintf("%s/images", cfg->state_dir);
+	cfg->image_dir = cfg_str(c, "image-dir", def);
+	free(def);
+	def = moat_asprintf("ipc://%s/vmd.sock", cfg->state_dir);
+	cfg->listen_url = cfg_str(c, "listen", def);
+	free(def);
+	cfg->survey_url = cfg_str(c, "survey", "");
+	cfg->advertise_url = cfg_str(c, "advertise-url", "");
+	cfg->cache_dir = cfg_str(c, "cache-dir", "/var/cache/moat");
+	cfg->node_id = cfg_str(c, "node-id", host);
+	cfg->accel = cfg_str(c, "accel", "auto");
+	cfg->qemu_binary = cfg_str(c, "qemu", "qemu-system-x86_64");
+	cfg->kvm_device = cfg_str(c, "kvm-device", "/dev/kvm");
+	if (!cfg->image_dir || !cfg->listen_url || !cfg->survey_url ||
+	    !cfg->advertise_url || !cfg->cache_dir || !cfg->node_id ||
+	    !cfg->accel || !cfg->qemu_binary || !cfg->kvm_device)
+		return MOAT_INTERNAL;
+	if (strcmp(cfg->accel, "auto") && strcmp(cfg->accel, "kvm") &&
+	    strcmp(cfg->accel, "tcg")) {
+		fprintf(stderr, "moat-vmd: accel \"%s\" is not one of auto, "
+		    "kvm, tcg\n", cfg->accel);
+		return MOAT_INVALID_ARGUMENT;
+	}
+
+#define U64(key, def, dst, lo, hi)                                          \
+	do {                                                                \
+		if ((rv = moat_config_get_u64(c, SECTION, key, def, &v,     \
+		    &errmsg)) != 0) {                                       \
+			fprintf(stderr, "moat-vmd: %s\n", errmsg);         \
+			free(errmsg);                                       \
+			return rv;                                          \
+		}                                                           \
+		if (v < (lo) || v > (hi)) {                                 \
+			fprintf(stderr, "moat-vmd: %s=%" PRIu64 " is out "  \
+			    "of range %" PRIu64 "..%" PRIu64 "\n", key, v,  \
+			    (uint64_t)(lo), (uint64_t)(hi));                \
+			return MOAT_INVALID_ARGUMENT;                       \
+		}                                                           \
+		dst = v;                                                    \
+	} while (0)
+
+	U64("vcpus", (uint64_t)ncpu, cfg->vcpus_total, 1, 4096);
+	U64("memory-mib", host_memory_mib(), cfg->memory_mib_total, 128,
+	    UINT64_C(1) << 32);
+	U64("max-vcpus", ncpu < 8 ? (uint64_t)ncpu : 8, cfg->max_vcpus, 1,
+	    255);
+	U64("max-memory-mib", 8192, cfg->max_memory_mib, VMD_MIN_MEMORY_MIB,
+	    UINT32_MAX);
+	U64("boot-timeout-ms", VMD_DEFAULT_BOOT_TIMEOUT_MS,
+	    cfg->boot_timeout_ms, 100, 3600000);
+#undef U64
+	if ((rv = moat_config_get_bool(c, SECTION, "test-hooks", false,
+	    &cfg->test_hooks, &errmsg)) != 0) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg);
+		free(errmsg);
+		return rv;
+	}
+	return MOAT_OK;
+}
+
+static void
+vmd_config_fini(struct vmd_config *cfg)
+{
+	free(cfg->state_dir);
+	free(cfg->image_dir);
+	free(cfg->cache_dir);
+	free(cfg->listen_url);
+	free(cfg->survey_url);
+	free(cfg->advertise_url);
+	free(cfg->node_id);
+	free(cfg->accel);
+	free(cfg->qemu_binary);
+	free(cfg->kvm_device);
+}
+
+/* Only one vmd may own a state directory: the orphan cleanup at start
+ * would otherwise kill a live vmd's sandboxes. The lock dies with us. */
+static int
+state_lock(const char *state_dir, int *fd_out)
+{
+	char *path = moat_asprintf("%s/vmd.lock", state_dir);
+	int fd;
+
+	if (path == NULL)
+		return MOAT_INTERNAL;
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		fprintf(stderr, "moat-vmd: cannot open %s: %s\n", path,
+		    strerror(errno));
+		free(path);
+		return moat_status_from_errno(errno);
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		char pid[32] = "?";
+		ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+
+		if (n > 0)
+			pid[strcspn(pid, "\n")] = '\0';
+		fprintf(stderr, "moat-vmd: another moat-vmd (pid %s) uses state "
+		    "directory %s: stop it or pick another --state-dir\n", pid,
+		    state_dir);
+		close(fd);
+		free(path);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if (ftruncate(fd, 0) == 0)
+		dprintf(fd, "%d\n", (int)getpid());
+	free(path);
+	*fd_out = fd;
+	return MOAT_OK;
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct vmd vmd;
+	struct moat_config *config = NULL;
+	struct moat_rpc_server *server = NULL;
+	struct moat_rpc_service svc;
+	struct vmd_survey *survey = NULL;
+	const char *config_path = NULL;
+	char *errmsg = NULL;
+	char *vms = NULL;
+	sigset_t sigs;
+	int lock_fd = -1;
+	int sig = 0;
+	int opt;
+	int rv;
+	int err;
+	struct {
+		const char *key;
+		const char *value;
+	} flags[16];
+	int n_flags = 0;
+
+	moat_log_init("vmd", MOAT_LOG_INFO);
+	while ((opt = getopt_long(argc, argv, "h", vmd_options, NULL)) != -1) {
+		const char *key = NULL;
+
+		switch (opt) {
+		case 'c':
+			config_path = optarg;
+			continue;
+		case 'l': key = "listen"; break;
+		case 's': key = "survey"; break;
+		case 'd': key = "state-dir"; break;
+		case 'i': key = "image-dir"; break;
+		case 'n': key = "node-id"; break;
+		case 'a': key = "accel"; break;
+		case 'C': key = "cache-dir"; break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+		}
+		if (n_flags < 16) {
+			flags[n_flags].key = key;
+			flags[n_flags++].value = optarg;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "moat-vmd: unexpected argument %s\n",
+		    argv[optind]);
+		usage(stderr);
+		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+	}
+	if ((rv = moat_config_load(&config, config_path, &errmsg)) != 0) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg ? errmsg : "config");
+		free(errmsg);
+		return moat_status_exit_code(rv);
+	}
+	for (int i = 0; i < n_flags; i++) {
+		if ((rv = moat_config_set_flag(config, SECTION, flags[i].key,
+		    flags[i].value)) != 0) {
+			fprintf(stderr, "moat-vmd: --%s: %s\n", flags[i].key,
+			    moat_strerror(rv));
+			goto out;
+		}
+	}
+	if ((rv = vmd_configure(&vmd, config)) != MOAT_OK)
+		goto out;
+
+	/* Signals are taken by sigwait below; every thread made from here
+	 * on inherits the mask (the spawner unblocks them in children). */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	vmd.started_ms = moat_rpc_now_ms();
+	vmd.vmm = &moat_vmm_qemu;
+	pthread_mutex_init(&vmd.mu, NULL);
+	pthread_mutex_init(&vmd.scratch_mu, NULL);
+	vms = moat_asprintf("%s/vms", vmd.cfg.state_dir);
+	if (vms == NULL || (err = moat_mkdir_p(vms, 0700)) != 0) {
+		fprintf(stderr, "moat-vmd: cannot create %s: %s\n",
+		    vms ? vms : "state dir", strerror(vms ? err : ENOMEM));
+		rv = MOAT_FAILED_PRECONDITION;
+		goto out;
+	}
+	if ((rv = state_lock(vmd.cfg.state_dir, &lock_fd)) != MOAT_OK)
+		goto out;
+	if ((rv = vmd.vmm->probe(vmd.cfg.qemu_binary, &vmd.vmm_version,
+	    &errmsg)) != MOAT_OK) {
+		moat_error(0, "%s", errmsg ? errmsg : "the VMM is not usable");
+		free(errmsg);
+		errmsg = NULL;
+		goto out;
+	}
+	vmd_accel_init(&vmd);
+	if ((err = moat_spawner_start()) != 0) {
+		moat_error(0, "cannot start the spawner thread: %s",
+		    strerror(err));
+		rv = MOAT_INTERNAL;
+		goto out;
+	}
+	vmd_reap_orphans(&vmd);
+
+	vmd_service(&vmd, &svc);
+	if ((rv = moat_rpc_server_start(&server, vmd.cfg.listen_url, &svc, 0,
+	    &errmsg)) != MOAT_OK) {
+		moat_error(0, "%s", errmsg ? errmsg : "cannot listen");
+		free(errmsg);
+		errmsg = NULL;
+		goto out;
+	}
+	if (vmd.cfg.survey_url[0] != '\0' &&
+	    vmd.cfg.advertise_url[0] == '\0' &&
+	    (strstr(vmd.cfg.listen_url, "://0.0.0.0") != NULL ||
+	    strstr(vmd.cfg.listen_url, "://*") != NULL ||
+	    strstr(vmd.cfg.listen_url, "://[::]") != NULL))
+		moat_warn(0, "listening on %s, which the gateway cannot dial: "
+		    "set [vmd] advertise-url to this host's reachable address",
+		    vmd.cfg.listen_url);
+	if (vmd.cfg.survey_url[0] != '\0' &&
+	    (rv = vmd_survey_start(&vmd, vmd.cfg.survey_url, &survey,
+	    &errmsg)) != MOAT_OK) {
+		moat_error(0, "%s", errmsg ? errmsg : "survey");
+		free(errmsg);
+		errmsg = NULL;
+		goto out;
+	}
+	{
+		char accel[8];
+		vmd_accel_current(&vmd, accel);
+		moat_info(0, "moat-vmd %s node %s listening on %s (state %s, "
+		    "images %s, accel %s%s%s, %s)", MOAT_VERSION,
+		    vmd.cfg.node_id, vmd.cfg.listen_url, vmd.cfg.state_dir,
+		    vmd.cfg.image_dir, vmd.cfg.accel,
+		    accel[0] ? " -> " : "", accel, vmd.vmm_version);
+	}
+
+	while (sigwait(&sigs, &sig) != 0 || sig == SIGHUP)
+		;
+	moat_info(0, "%s: destroying every sandbox and stopping",
+	    strsignal(sig));
+	rv = MOAT_OK;
+out:
+	vmd_survey_stop(survey);
+	vmd_sandbox_destroy_all(&vmd);
+	moat_rpc_server_stop(server);
+	moat_spawner_stop();
+	moat_config_free(config);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	free(vms);
+	free(vmd.vmm_version);
+	vmd_config_fini(&vmd.cfg);
+	if (rv == MOAT_OK)
+		moat_info(0, "stopped");
+	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);
+}

@@ -1,0 +1,289 @@
+/*
+ * service.c: the moat.v1.Vm service: its method table (one row per RPC,
+ * with whether it mutates) and thin handlers that cast the decoded request
+ * and call the file that does the work. The RPC layer (moat/rpc.h) has
+ * already decoded and validated the envelope. Not for: logic.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "moat/log.h"
+#include "moat/status.h"
+#include "vmd.h"
+
+#define VMD(call) ((struct vmd *)(call)->service_ctx)
+
+static int
+h_health(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct vmd *vmd = VMD(call);
+	Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;
+
+	r->service = strdup("moat.v1.Vm");
+	r->version = strdup(MOAT_VERSION);
+	r->uptime_ms = moat_rpc_now_ms() - vmd->started_ms;
+	r->node_id = strdup(vmd->cfg.node_id);
+	r->state_dir = strdup(vmd->cfg.state_dir);
+	if (!r->service || !r->version || !r->node_id || !r->state_dir)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	return MOAT_OK;
+}
+
+static int
+h_node_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	if (vmd_node_fill(VMD(call), (Moat__V1__Node *)reply) != MOAT_OK)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	return MOAT_OK;
+}
+
+static int
+h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct sandbox *sb;
+	int rv;
+
+	if ((rv = vmd_sandbox_create(VMD(call), call,
+	    (const Moat__V1__CreateSandboxRequest *)request, &sb)) != MOAT_OK)
+		return rv;
+	rv = vmd_sandbox_to_proto(sb, (Moat__V1__Sandbox *)reply);
+	vmd_sandbox_put(sb);
+	if (rv != MOAT_OK)
+		return moat_rpc_error(call, rv, "out of memory");
+	return MOAT_OK;
+}
+
+static int
+h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__SandboxRef *ref = (const Moat__V1__SandboxRef *)request;
+	struct sandbox *sb;
+	int rv;
+
+	if ((rv = vmd_sandbox_get(VMD(call), call, ref->sandbox_id, &sb)) != 0)
+		return rv;
+	rv = vmd_sandbox_to_proto(sb, (Moat__V1__Sandbox *)reply);
+	vmd_sandbox_put(sb);
+	if (rv != MOAT_OK)
+		return moat_rpc_error(call, rv, "out of memory");
+	return MOAT_OK;
+}
+
+static int
+h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__ListSandboxesRequest *req =
+	    (const Moat__V1__ListSandboxesRequest *)request;
+	Moat__V1__SandboxList *list = (Moat__V1__SandboxList *)reply;
+	struct vmd *vmd = VMD(call);
+	struct sandbox **refs = NULL;
+	size_t n = 0, cap = 0;
+	int rv = MOAT_OK;
+
+	/* Take references under the table lock, fill outside it. */
+	pthread_mutex_lock(&vmd->mu);
+	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next)
+		cap++;
+	if (cap > 0 && (refs = calloc(cap, sizeof(*refs))) == NULL) {
+		pthread_mutex_unlock(&vmd->mu);
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	}
+	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next) {
+		if (req->tenant[0] != '\0' && strcmp(req->tenant, sb->tenant))
+			continue;
+		sb->refs++;
+		refs[n++] = sb;
+	}
+	pthread_mutex_unlock(&vmd->mu);
+
+	if (n > 0 && (list->sandboxes = calloc(n, sizeof(*list->sandboxes)))
+	    == NULL)
+		rv = MOAT_INTERNAL;
+	for (size_t i = 0; i < n; i++) {
+		Moat__V1__Sandbox *m;
+
+		if (rv == MOAT_OK && (m = malloc(sizeof(*m))) != NULL) {
+			moat__v1__sandbox__init(m);
+			list->sandboxes[list->n_sandboxes++] = m;
+			rv = vmd_sandbox_to_proto(refs[i], m);
+		} else {
+			rv = MOAT_INTERNAL;
+		}
+		vmd_sandbox_put(refs[i]);
+	}
+	free(refs);
+	if (rv != MOAT_OK)
+		return moat_rpc_error(call, rv, "out of memory");
+	return MOAT_OK;
+}
+
+static int
+h_destroy_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_sandbox_destroy(VMD(call), call,
+	    ((const Moat__V1__SandboxRef *)request)->sandbox_id);
+}
+
+static int
+h_exec_start(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_exec_start(VMD(call), call,
+	    (const Moat__V1__ExecRequest *)request,
+	    (Moat__V1__ExecHandle *)reply);
+}
+
+static int
+h_exec_read(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_exec_read(VMD(call), call,
+	    (const Moat__V1__ExecReadRequest *)request,
+	    (Moat__V1__ExecReadReply *)reply);
+}
+
+static int
+h_exec_write(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_exec_write(VMD(call), call,
+	    (const Moat__V1__ExecWriteRequest *)request);
+}
+
+static int
+h_exec_wait(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_exec_wait(VMD(call), call,
+	    (const Moat__V1__ExecWaitRequest *)request,
+	    (Moat__V1__ExecStatus *)reply);
+}
+
+static int
+h_exec_kill(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_exec_kill(VMD(call), call,
+	    (const Moat__V1__ExecKillRequest *)request);
+}
+
+static int
+h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_exec_run(VMD(call), call,
+	    (const Moat__V1__ExecRequest *)request,
+	    (Moat__V1__ExecResult *)reply);
+}
+
+static int
+h_read_file(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_file_read(VMD(call), call,
+	    (const Moat__V1__FileReadRequest *)request,
+	    (Moat__V1__FileData *)reply);
+}
+
+static int
+h_write_file(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_file_write(VMD(call), call,
+	    (const Moat__V1__FileWriteRequest *)request,
+	    (Moat__V1__FileInfo *)reply);
+}
+
+static int
+h_list_files(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_file_list(VMD(call), call,
+	    (const Moat__V1__PathRequest *)request,
+	    (Moat__V1__FileList *)reply);
+}
+
+static int
+h_stat_file(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_file_stat(VMD(call), call,
+	    (const Moat__V1__PathRequest *)request,
+	    (Moat__V1__FileInfo *)reply);
+}
+
+static int
+h_remove_file(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_file_remove(VMD(call), call,
+	    (const Moat__V1__PathRequest *)request);
+}
+
+static int
+h_make_dir(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_file_mkdir(VMD(call), call,
+	    (const Moat__V1__PathRequest *)request,
+	    (Moat__V1__FileInfo *)reply);
+}
+
+static int
+h_sandbox_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_guest_info(VMD(call), call,
+	    (const Moat__V1__SandboxRef *)request,
+	    (Moat__V1__GuestInfo *)reply);
+}
+
+static int
+h_trace_fs(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_fs_trace(VMD(call), call,
+	    (const Moat__V1__FsTraceCall *)request,
+	    (Moat__V1__FsTrace *)reply);
+}
+
+/* Auth is the gateway's job: vmd listens where only it can reach. */
+static const struct moat_rpc_method vm_methods[] = {
+	{ .name = "Health", .handler = h_health },
+	{ .name = "NodeInfo", .handler = h_node_info },
+	{ .name = "CreateSandbox", .handler = h_create_sandbox,
+	  .mutating = true },
+	{ .name = "GetSandbox", .handler = h_get_sandbox },
+	{ .name = "ListSandboxes", .handler = h_list_sandboxes },
+	{ .name = "DestroySandbox", .handler = h_destroy_sandbox,
+	  .mutating = true },
+	{ .name = "ExecStart", .handler = h_exec_start, .mutating = true },
+	{ .name = "ExecRead", .handler = h_exec_read },
+	{ .name = "ExecWrite", .handler = h_exec_write, .mutating = true },
+	{ .name = "ExecWait", .handler = h_exec_wait },
+	{ .name = "ExecKill", .handler = h_exec_kill, .mutating = true },
+	{ .name = "Exec", .handler = h_exec, .mutating = true },
+	{ .name = "ReadFile", .handler = h_read_file },
+	{ .name = "WriteFile", .handler = h_write_file, .mutating = true },
+	{ .name = "ListFiles", .handler = h_list_files },
+	{ .name = "StatFile", .handler = h_stat_file },
+	{ .name = "RemoveFile", .handler = h_remove_file, .mutating = true },
+	{ .name = "MakeDir", .handler = h_make_dir, .mutating = true },
+	{ .name = "SandboxInfo", .handler = h_sandbox_info },
+	{ .name = "TraceFs", .handler = h_trace_fs },
+};
+
+void
+vmd_service(struct vmd *vmd, struct moat_rpc_service *svc)
+{
+	svc->descriptor = &moat__v1__vm__descriptor;
+	svc->methods = vm_methods;
+	svc->n_methods = sizeof(vm_methods) / sizeof(vm_methods[0]);
+	svc->ctx = vmd;
+}

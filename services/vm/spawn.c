@@ -1,0 +1,262 @@
+/*
+ * spawn.c: the spawner thread (see spawn.h for why it exists). Requests
+ * are handed over one at a time through a mutex and a condition; the
+ * thread forks, the child sets its death signal and execs, and a
+ * close-on-exec pipe tells the requester whether exec worked. Not for:
+ * supervising children after they started.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "moat/status.h"
+#include "moat/util.h"
+#include "spawn.h"
+
+/* One request in flight. Lives on the requester's stack. */
+struct spawn_job {
+	const struct moat_spawn_req *req;
+	pid_t pid;
+	int err;                   /* errno from open/fork/exec, 0: ok */
+	const char *err_what;      /* which step failed */
+	bool done;
+};
+
+/* spawner_mu guards every field of the spawner below. */
+static pthread_mutex_t spawner_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t spawner_cv = PTHREAD_COND_INITIALIZER;
+static struct spawn_job *spawner_job;   /* waiting for the thread */
+static bool spawner_running;
+static bool spawner_stopping;
+static pthread_t spawner_thread;
+
+/* Runs in the child between fork and exec: only async-signal-safe calls.
+ * Reports a failure's errno through `report_fd` and exits. */
+static void __attribute__((noreturn))
+spawn_child(const struct moat_spawn_req *req, int out_fd, int report_fd,
+    pid_t parent)
+{
+	sigset_t none;
+	int devnull;
+	int err;
+
+	/* The child of a dying vmd must not be left behind; and if vmd
+	 * died before the prctl took effect, go now. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+		_exit(127);
+	setsid();
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+
+	devnull = open("/dev/null", O_RDWR);
+	if (devnull < 0)
+		goto fail;
+	if (dup2(devnull, 0) < 0)
+		goto fail;
+	if (out_fd < 0)
+		out_fd = devnull;
+	if (dup2(out_fd, 1) < 0 || dup2(out_fd, 2) < 0)
+		goto fail;
+	if (report_fd <= 2) {
+		/* Never happens with 0-2 open, but keep the pipe safe. */
+		goto fail;
+	}
+	/* Close everything else except the report pipe (close-on-exec):
+	 * a VMM must not hold vmd's sockets or other sandboxes' files. */
+	if (report_fd > 3)
+		syscall(SYS_close_range, 3U, (unsigned)report_fd - 1, 0U);
+	syscall(SYS_close_range, (unsigned)report_fd + 1, ~0U, 0U);
+	if (req->cwd != NULL && chdir(req->cwd) != 0)
+		goto fail;
+	execvp(req->argv[0], (char *const *)req->argv);
+fail:
+	err = errno;
+	(void)!write(report_fd, &err, sizeof(err));
+	_exit(127);
+}
+
+static void
+spawn_run(struct spawn_job *job)
+{
+	const struct moat_spawn_req *req = job->req;
+	int out_fd = -1;
+	int pipefd[2] = { -1, -1 };
+	pid_t parent;
+	pid_t pid;
+	ssize_t n;
+	int child_err = 0;
+
+	if (req->output_file != NULL) {
+		out_fd = open(req->output_file,
+		    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (out_fd < 0) {
+			job->err = errno;
+			job->err_what = "open its log file";
+			return;
+		}
+	}
+	if (pipe2(pipefd, O_CLOEXEC) != 0) {
+		job->err = errno;
+		job->err_what = "make a pipe";
+		goto out;
+	}
+	parent = getpid();
+	pid = fork();
+	if (pid < 0) {
+		job->err = errno;
+		job->err_what = "fork";
+		goto out;
+	}
+	if (pid == 0) {
+		close(pipefd[0]);
+		spawn_child(req, out_fd, pipefd[1], parent);
+	}
+	close(pipefd[1]);
+	pipefd[1] = -1;
+	do {
+		n = read(pipefd[0], &child_err, sizeof(child_err));
+	} while (n < 0 && errno == EINTR);
+	if (n == (ssize_t)sizeof(child_err)) {
+		/* exec failed: the child is gone or going; reap it here. */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		job->err = child_err ? child_err : EIO;
+		job->err_what = "exec";
+		goto out;
+	}
+	job->pid = pid;
+out:
+	if (pipefd[0] >= 0)
+		close(pipefd[0]);
+	if (pipefd[1] >= 0)
+		close(pipefd[1]);
+	if (out_fd >= 0)
+		close(out_fd);
+}
+
+static void *
+spawner_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&spawner_mu);
+	for (;;) {
+		struct spawn_job *job;
+
+		while (spawner_job == NULL && !spawner_stopping)
+			pthread_cond_wait(&spawner_cv, &spawner_mu);
+		if (spawner_job == NULL)
+			break;
+		job = spawner_job;
+		/* Forking under the lock is fine: the child touches no
+		 * locks, and requesters only wait. */
+		spawn_run(job);
+		job->done = true;
+		spawner_job = NULL;
+		pthread_cond_broadcast(&spawner_cv);
+	}
+	pthread_mutex_unlock(&spawner_mu);
+	return NULL;
+}
+
+int
+moat_spawner_start(void)
+{
+	pthread_attr_t attr;
+	int rv;
+
+	pthread_mutex_lock(&spawner_mu);
+	if (spawner_running) {
+		pthread_mutex_unlock(&spawner_mu);
+		return 0;
+	}
+	spawner_stopping = false;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 128 * 1024);
+	rv = pthread_create(&spawner_thread, &attr, spawner_main, NULL);
+	pthread_attr_destroy(&attr);
+	if (rv == 0)
+		spawner_running = true;
+	pthread_mutex_unlock(&spawner_mu);
+	return rv;
+}
+
+void
+moat_spawner_stop(void)
+{
+	pthread_mutex_lock(&spawner_mu);
+	if (!spawner_running) {
+		pthread_mutex_unlock(&spawner_mu);
+		return;
+	}
+	spawner_stopping = true;
+	pthread_cond_broadcast(&spawner_cv);
+	pthread_mutex_unlock(&spawner_mu);
+	pthread_join(spawner_thread, NULL);
+	pthread_mutex_lock(&spawner_mu);
+	spawner_running = false;
+	pthread_mutex_unlock(&spawner_mu);
+}
+
+int
+moat_spawn(const struct moat_spawn_req *req, pid_t *pid, char **errmsg)
+{
+	struct spawn_job job = { .req = req };
+
+	*pid = 0;
+	*errmsg = NULL;
+	pthread_mutex_lock(&spawner_mu);
+	if (!spawner_running || spawner_stopping) {
+		pthread_mutex_unlock(&spawner_mu);
+		*errmsg = moat_asprintf("cannot start %s: vmd is shutting "
+		    "down", req->argv[0]);
+		return MOAT_UNAVAILABLE;
+	}
+	while (spawner_job != NULL)
+		pthread_cond_wait(&spawner_cv, &spawner_mu);
+	spawner_job = &job;
+	pthread_cond_broadcast(&spawner_cv);
+	while (!job.done)
+		pthread_cond_wait(&spawner_cv, &spawner_mu);
+	pthread_mutex_unlock(&spawner_mu);
+
+	if (job.err != 0) {
+		*errmsg = moat_asprintf("cannot start %s (%s): %s",
+		    req->argv[0], job.err_what, strerror(job.err));
+		return job.err == ENOENT ? MOAT_FAILED_PRECONDITION :
+		    moat_status_from_errno(job.err);
+	}
+	*pid = job.pid;
+	return MOAT_OK;
+}
+
+int
+moat_spawn_wait(const struct moat_spawn_req *req, int *exit_status,
+    char **errmsg)
+{
+	pid_t pid;
+	int rv;
+
+	if ((rv = moat_spawn(req, &pid, errmsg)) != MOAT_OK)
+		return rv;
+	while (waitpid(pid, exit_status, 0) < 0) {
+		if (errno != EINTR) {
+			*errmsg = moat_asprintf("waiting for %s: %s",
+			    req->argv[0], strerror(errno));
+			return MOAT_INTERNAL;
+		}
+	}
+	return MOAT_OK;
+}

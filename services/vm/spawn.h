@@ -1,0 +1,46 @@
+/*
+ * spawn.h: the one place moat-vmd creates child processes. A dedicated
+ * spawner thread, started at vmd start and stopped only at exit, does
+ * every fork, so the PR_SET_PDEATHSIG(SIGKILL) each child sets fires when
+ * vmd itself dies (the kernel sends it when the *thread* that forked the
+ * child exits, so forking from an RPC worker thread would not do: nng may
+ * end its threads at any time). A VMM therefore never outlives a killed
+ * vmd. Children also get their own session, an empty signal mask, and
+ * only the file descriptors named in the request. Not for: reaping (the
+ * caller waits for its own children).
+ */
+#ifndef MOAT_VMD_SPAWN_H
+#define MOAT_VMD_SPAWN_H
+
+#include <sys/types.h>
+
+struct moat_spawn_req {
+	const char *const *argv;   /* argv[0] is looked up in PATH */
+	const char *output_file;   /* stdout and stderr go here (created,
+	                              truncated, 0600); NULL: /dev/null */
+	const char *cwd;           /* NULL: inherit */
+};
+
+/* moat_spawner_start: starts the spawner thread. Call once, before any
+ * other thread that might fork. Returns 0 or an errno value. */
+int moat_spawner_start(void) __attribute__((warn_unused_result));
+
+/* moat_spawner_stop: stops the spawner thread (after every child it made
+ * was reaped or should die with vmd). Safe if never started. */
+void moat_spawner_stop(void);
+
+/* moat_spawn: runs `req` through the spawner thread and waits until the
+ * child has exec'd (or failed to). Thread-safe. On success *pid is the
+ * child, which the caller must reap with waitpid. On failure returns a
+ * status and sets *errmsg (heap, caller frees): exec's errno is reported
+ * ("qemu-system-x86_64: No such file or directory"). */
+int moat_spawn(const struct moat_spawn_req *req, pid_t *pid, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_spawn_wait: moat_spawn, then waits for the child to exit. Returns
+ * 0 with *exit_status as from waitpid, or the spawn error. For short
+ * helpers (mkfs.ext4). */
+int moat_spawn_wait(const struct moat_spawn_req *req, int *exit_status,
+    char **errmsg) __attribute__((warn_unused_result));
+
+#endif

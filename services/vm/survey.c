@@ -1,0 +1,175 @@
+/*
+ * survey.c: how the gateway finds this node. The gateway binds an nng
+ * SURVEYOR socket; vmd dials it as a RESPONDENT and answers every survey
+ * with an encoded moat.v1.Node (id, RPC address, capacity, use, images),
+ * the same message NodeInfo returns. A vmd that stops answering is marked
+ * unavailable by the gateway; there is no node list to edit. Not for:
+ * the RPC server (moat/rpc.h).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/survey0/respond.h>
+
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "vmd.h"
+
+struct vmd_survey {
+	struct vmd *vmd;
+	nng_socket sock;
+	pthread_t thread;
+	char *url;
+};
+
+int
+vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
+{
+	const struct vmd_config *cfg = &vmd->cfg;
+	char accel[8];
+	char **images = NULL;
+	size_t n_images = 0;
+	uint32_t count = 0;
+
+	node->node_id = strdup(cfg->node_id);
+	node->rpc_url = strdup(cfg->advertise_url[0] ? cfg->advertise_url :
+	    cfg->listen_url);
+	node->vcpus_total = cfg->vcpus_total;
+	node->memory_mib_total = cfg->memory_mib_total;
+	pthread_mutex_lock(&vmd->mu);
+	node->memory_mib_used = vmd->memory_mib_reserved;
+	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next)
+		count++;
+	pthread_mutex_unlock(&vmd->mu);
+	node->sandboxes = count;
+	vmd_accel_current(vmd, accel);
+	node->accel = strdup(accel);
+	node->driver = strdup(vmd->vmm->name);
+	node->version = strdup(MOAT_VERSION);
+	node->available = true;
+	node->last_seen_unix_ms = moat_now_unix_ms();
+	node->max_vcpus = cfg->max_vcpus;
+	node->max_memory_mib = cfg->max_memory_mib;
+	(void)vmd_images_list(vmd, &images, &n_images);
+	node->images = images;
+	node->n_images = n_images;
+	if (!node->node_id || !node->rpc_url || !node->accel ||
+	    !node->driver || !node->version)
+		return MOAT_INTERNAL;
+	return MOAT_OK;
+}
+
+/* Frees what vmd_node_fill put in a Node that lives on the stack
+ * (protobuf-c's free_unpacked would free the struct too). */
+static void
+node_fields_free(Moat__V1__Node *node)
+{
+	free(node->node_id);
+	free(node->rpc_url);
+	free(node->accel);
+	free(node->driver);
+	free(node->version);
+	for (size_t i = 0; i < node->n_images; i++)
+		free(node->images[i]);
+	free(node->images);
+}
+
+static void *
+survey_main(void *arg)
+{
+	struct vmd_survey *s = arg;
+
+	for (;;) {
+		Moat__V1__Node node = MOAT__V1__NODE__INIT;
+		nng_msg *msg = NULL;
+		size_t len;
+		int rv;
+
+		if ((rv = nng_recvmsg(s->sock, &msg, 0)) != 0) {
+			if (rv == NNG_ECLOSED)
+				break;
+			moat_warn(0, "survey %s: receive failed: %s", s->url,
+			    nng_strerror(rv));
+			continue;
+		}
+		/* The survey's body is not used; the header routes the
+		 * answer back, so keep the message and replace its body. */
+		nng_msg_clear(msg);
+		if (vmd_node_fill(s->vmd, &node) != MOAT_OK ||
+		    nng_msg_realloc(msg, len =
+		    moat__v1__node__get_packed_size(&node)) != 0) {
+			nng_msg_free(msg);
+			node_fields_free(&node);
+			continue;
+		}
+		moat__v1__node__pack(&node, nng_msg_body(msg));
+		node_fields_free(&node);
+		if ((rv = nng_sendmsg(s->sock, msg, 0)) != 0) {
+			nng_msg_free(msg);
+			if (rv == NNG_ECLOSED)
+				break;
+		}
+	}
+	return NULL;
+}
+
+int
+vmd_survey_start(struct vmd *vmd, const char *url, struct vmd_survey **out,
+    char **errmsg)
+{
+	struct vmd_survey *s;
+	int rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((s = calloc(1, sizeof(*s))) == NULL ||
+	    (s->url = strdup(url)) == NULL) {
+		free(s);
+		*errmsg = strdup("out of memory");
+		return MOAT_INTERNAL;
+	}
+	s->vmd = vmd;
+	if ((rv = nng_respondent0_open(&s->sock)) != 0) {
+		*errmsg = moat_asprintf("survey: cannot open a respondent "
+		    "socket: %s", nng_strerror(rv));
+		goto fail;
+	}
+	/* Non-blocking dial: a gateway that is not up yet is found when it
+	 * comes up (nng redials). */
+	if ((rv = nng_dial(s->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+		*errmsg = moat_asprintf("survey: cannot dial %s: %s (is it a "
+		    "tcp:// or ipc:// url of the gateway's survey socket?)",
+		    url, nng_strerror(rv));
+		nng_close(s->sock);
+		goto fail;
+	}
+	if ((rv = vmd_thread_create(&s->thread, survey_main, s)) != 0) {
+		*errmsg = moat_asprintf("survey: cannot start a thread: %s",
+		    strerror(rv));
+		nng_close(s->sock);
+		free(s->url);
+		free(s);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	moat_info(0, "answering surveys from %s", url);
+	*out = s;
+	return MOAT_OK;
+fail:
+	free(s->url);
+	free(s);
+	return moat_status_from_nng(rv);
+}
+
+void
+vmd_survey_stop(struct vmd_survey *s)
+{
+	if (s == NULL)
+		return;
+	nng_close(s->sock);
+	pthread_join(s->thread, NULL);
+	free(s->url);
+	free(s);
+}

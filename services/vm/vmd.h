@@ -1,0 +1,360 @@
+/*
+ * vmd.h: moat-vmd's own model, shared by its files: the node (struct vmd,
+ * its settings and sandbox table), a sandbox (VMM process, guest link,
+ * execs), and the functions each file offers the others. Locks: vmd->mu
+ * guards the sandbox table, refcounts and memory accounting; sb->mu
+ * guards one sandbox's state and execs. Take vmd->mu before sb->mu, never
+ * the other way, and never hold either across a guest call or a wait on
+ * another thread. Not for: the RPC wire format (service.c maps it) or the
+ * VMM's command line (drivers/).
+ */
+#ifndef MOAT_VMD_H
+#define MOAT_VMD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common.pb-c.h"
+#include "guest.pb-c.h"
+#include "vm.pb-c.h"
+#include "moat/rpc.h"
+#include "sync.h"
+#include "vmm.h"
+
+struct guest_link;
+
+/* Limits a client can reach; each is checked with a message naming it. */
+#define VMD_MIN_MEMORY_MIB 128u
+#define VMD_MIN_SCRATCH_MIB 64u
+#define VMD_MAX_SCRATCH_MIB 65536u
+#define VMD_DEFAULT_VCPUS 1u
+#define VMD_DEFAULT_MEMORY_MIB 256u
+#define VMD_DEFAULT_SCRATCH_MIB 1024u
+#define VMD_DEFAULT_BOOT_TIMEOUT_MS 60000u
+#define VMD_ACCEL_PROBE_MS 15000u
+#define VMD_EXEC_DEFAULT_TIMEOUT_MS 300000u
+#define VMD_EXEC_MAX_TIMEOUT_MS 86400000u      /* 24 h */
+#define VMD_EXEC_DEFAULT_CAP (1u << 20)
+#define VMD_EXEC_MAX_CAP (64u << 20)
+#define VMD_EXEC_KEEP_FINISHED 32u
+#define VMD_EXEC_MAX_RUNNING 256u
+#define VMD_FILE_READ_MAX (8u << 20)
+
+/* A sandbox id: "sb-" and 16 hex digits. Its own type so it is never
+ * mixed up with an exec id or a node id. */
+struct sandbox_id {
+	char str[24];
+};
+
+struct vmd_config {
+	char *state_dir;
+	char *image_dir;
+	char *cache_dir;
+	char *listen_url;
+	char *survey_url;          /* "" : no survey respondent */
+	char *advertise_url;       /* Node.rpc_url; default listen_url */
+	char *node_id;
+	char *accel;               /* "auto", "kvm" or "tcg" */
+	char *qemu_binary;
+	char *kvm_device;          /* accel=auto checks that it opens */
+	bool test_hooks;
+	uint32_t vcpus_total;
+	uint64_t memory_mib_total;
+	uint32_t max_vcpus;        /* per sandbox */
+	uint32_t max_memory_mib;
+	uint32_t boot_timeout_ms;
+};
+
+/* The accelerator decision (accel.c). mu guards the rest. */
+struct vmd_accel {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	char decided[8];           /* "", "kvm", "tcg" */
+	bool probing;              /* one boot is finding out */
+};
+
+struct sandbox;
+
+struct vmd {
+	struct vmd_config cfg;
+	const struct moat_vmm_ops *vmm;
+	char *vmm_version;         /* from probe */
+	uint64_t started_ms;       /* monotonic */
+	struct vmd_accel accel;
+	pthread_mutex_t scratch_mu; /* one scratch template made at a time */
+
+	pthread_mutex_t mu;        /* guards the fields below */
+	struct sandbox *sandboxes; /* singly linked, newest first */
+	uint64_t memory_mib_reserved;
+	bool shutting_down;
+};
+
+/* One exec's output stream: what was kept (at most cap bytes) and what
+ * the program produced. */
+struct exec_stream {
+	uint8_t *buf;              /* owned */
+	size_t len;                /* bytes kept */
+	size_t alloc;
+	uint64_t cap;
+	uint64_t received;         /* bytes the guest sent for it */
+	bool truncated;
+};
+
+/* One process started in a sandbox. Guarded by its sandbox's mu. */
+struct exec {
+	struct exec *next;
+	uint64_t id;               /* the guest request id of ExecStart */
+	int32_t pid;
+	bool started;              /* ExecStarted came */
+	bool exited;
+	int32_t exit_code;
+	int32_t signal;
+	bool timed_out;
+	uint64_t duration_ms;
+	uint64_t stdout_bytes;     /* as the guest reported at exit */
+	uint64_t stderr_bytes;
+	uint64_t start_ms;         /* monotonic */
+	uint64_t finish_seq;       /* order of exits, for eviction */
+	struct exec_stream out[2]; /* STREAM_STDOUT, STREAM_STDERR */
+};
+
+struct sandbox {
+	struct sandbox *next;      /* vmd->sandboxes, under vmd->mu */
+	struct vmd *vmd;
+	int refs;                  /* under vmd->mu */
+	bool listed;               /* in vmd->sandboxes, under vmd->mu */
+	bool memory_reserved;      /* counted in vmd's, under vmd->mu */
+
+	/* Fixed at creation; read without a lock. */
+	struct sandbox_id id;
+	char *dir;
+	char *image;
+	char *tenant;
+	char **label_keys;
+	char **label_values;
+	size_t n_labels;
+	char *test_mode;           /* NULL unless a test hook is on */
+	uint32_t vcpus;
+	uint32_t memory_mib;
+	uint64_t scratch_mib;
+	uint32_t boot_timeout_ms;
+	uint64_t created_unix_ms;
+
+	pthread_mutex_t mu;        /* guards everything below */
+	pthread_cond_t cv;         /* any change below */
+	Moat__V1__SandboxState state;
+	char *failure_reason;      /* heap, once FAILED */
+	char accel[8];
+	uint64_t boot_ms;
+	bool destroying;           /* Destroy or shutdown asked */
+	bool gone;                 /* torn down by the creating thread */
+	struct moat_vmm vmm;
+	bool vmm_exited;           /* reaped by the supervisor */
+	int vmm_status;            /* waitpid status */
+	bool supervisor_running;   /* joinable */
+	pthread_t supervisor;
+	struct guest_link *link;   /* NULL before connect */
+	bool agent_ready;
+	bool link_closed;
+	char *link_error;          /* why the link closed, heap */
+	struct exec *execs;
+	uint32_t execs_running;
+	uint32_t execs_finished;
+	uint64_t exec_finish_seq;
+};
+
+/* ---- sandbox.c ---- */
+
+/* vmd_sandbox_create: validates `req`, boots a sandbox and waits for its
+ * agent. On success *out holds a reference (vmd_sandbox_put). On failure
+ * returns a status after moat_rpc_error(call, ...); nothing is left. */
+int vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
+    __attribute__((warn_unused_result));
+
+/* vmd_sandbox_get: a referenced sandbox by id, or MOAT_NOT_FOUND after
+ * moat_rpc_error (call may be NULL: no message). */
+int vmd_sandbox_get(struct vmd *vmd, struct moat_rpc_call *call,
+    const char *id, struct sandbox **out) __attribute__((warn_unused_result));
+
+/* vmd_sandbox_get_running: like get, but also refuses a sandbox that is
+ * not RUNNING (FAILED_PRECONDITION with the failure reason, UNAVAILABLE
+ * while it boots). */
+int vmd_sandbox_get_running(struct vmd *vmd, struct moat_rpc_call *call,
+    const char *id, struct sandbox **out) __attribute__((warn_unused_result));
+
+/* vmd_sandbox_put: drops a reference; the last one frees the object. */
+void vmd_sandbox_put(struct sandbox *sb);
+
+/* vmd_sandbox_destroy: stops the VMM, removes the sandbox's files and
+ * forgets it. NOT_FOUND for an unknown id. */
+int vmd_sandbox_destroy(struct vmd *vmd, struct moat_rpc_call *call,
+    const char *id) __attribute__((warn_unused_result));
+
+/* vmd_sandbox_destroy_all: at shutdown. Refuses new sandboxes first. */
+void vmd_sandbox_destroy_all(struct vmd *vmd);
+
+/* vmd_sandbox_to_proto: fills `msg` (initialised by the caller) with
+ * heap copies; the RPC server frees them. Returns 0 or MOAT_INTERNAL. */
+int vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
+    __attribute__((warn_unused_result));
+
+/* vmd_sandbox_fail: turns a RUNNING or CREATING sandbox FAILED with
+ * `reason` (copied) and kills its VMM. Thread-safe; first reason wins. */
+void vmd_sandbox_fail(struct sandbox *sb, const char *reason);
+
+/* vmd_reap_orphans: at start, before serving: removes what an earlier
+ * vmd left in <state>/vms. */
+void vmd_reap_orphans(struct vmd *vmd);
+
+/* vmd_console_tail: the last `lines` lines of a console log as a heap
+ * string (non-printable bytes replaced), "" when empty. Caller frees. */
+char *vmd_console_tail(const char *path, int lines);
+
+/* vmd_image_path: <image-dir>/<image>/<file>, heap. */
+char *vmd_image_path(const struct vmd *vmd, const char *image,
+    const char *file);
+
+/* vmd_images_list: names of the images present (heap array of heap
+ * strings, caller frees both). */
+int vmd_images_list(const struct vmd *vmd, char ***names, size_t *n);
+
+/* ---- accel.c ---- */
+
+/* vmd_accel_init: sets up the decision from cfg.accel. */
+void vmd_accel_init(struct vmd *vmd);
+
+/* vmd_accel_choose: the accelerator for the next boot. When *probe is set
+ * on return, this boot is the KVM probe: the caller boots with "kvm" and a
+ * short deadline, then must call vmd_accel_settle with what happened.
+ * Other callers wait here while a probe runs. `kernel` is the image's
+ * kernel (part of the cache key). Returns "kvm" or "tcg" (static). */
+const char *vmd_accel_choose(struct vmd *vmd, const char *kernel,
+    bool *probe);
+
+/* vmd_accel_settle: ends a probe. `kvm_works`: the guest answered.
+ * `known`: false when the probe ended for an unrelated reason (the
+ * sandbox was destroyed): nothing is decided and the next boot probes. */
+void vmd_accel_settle(struct vmd *vmd, const char *kernel, bool known,
+    bool kvm_works);
+
+/* vmd_accel_current: "", "kvm" or "tcg" into buf. */
+void vmd_accel_current(struct vmd *vmd, char buf[8]);
+
+/* ---- exec.c, files.c: the RPC handlers' work ----
+ * Each takes the decoded request (borrowed) and fills `reply`, which the
+ * RPC server initialised and frees: every field set is heap memory. On
+ * failure each returns a status after moat_rpc_error(call, ...) and the
+ * reply is left to the server. They block at most until the call's
+ * deadline (vmd_call_deadline) and hold no lock while they wait on the
+ * guest. */
+
+/* ---- exec.c ---- */
+
+int vmd_exec_start(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecHandle *reply)
+    __attribute__((warn_unused_result));
+int vmd_exec_read(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecReadRequest *req, Moat__V1__ExecReadReply *reply)
+    __attribute__((warn_unused_result));
+int vmd_exec_write(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecWriteRequest *req)
+    __attribute__((warn_unused_result));
+int vmd_exec_wait(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecWaitRequest *req, Moat__V1__ExecStatus *reply)
+    __attribute__((warn_unused_result));
+int vmd_exec_kill(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecKillRequest *req)
+    __attribute__((warn_unused_result));
+int vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
+    __attribute__((warn_unused_result));
+
+/* vmd_exec_on_message: the guest link's event hook for exec_output and
+ * exec_exit of sandbox `sb`. Returns 0, or a status with *why (heap) when
+ * the guest broke the protocol. Takes sb->mu. */
+int vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
+    char **why);
+
+/* vmd_exec_free_all: frees every exec of a sandbox (last reference). */
+void vmd_exec_free_all(struct sandbox *sb);
+
+/* ---- files.c ---- */
+
+int vmd_file_read(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__FileReadRequest *req, Moat__V1__FileData *reply)
+    __attribute__((warn_unused_result));
+int vmd_file_write(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__FileWriteRequest *req, Moat__V1__FileInfo *reply)
+    __attribute__((warn_unused_result));
+int vmd_file_list(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__PathRequest *req, Moat__V1__FileList *reply)
+    __attribute__((warn_unused_result));
+int vmd_file_stat(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__PathRequest *req, Moat__V1__FileInfo *reply)
+    __attribute__((warn_unused_result));
+int vmd_file_remove(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__PathRequest *req) __attribute__((warn_unused_result));
+int vmd_file_mkdir(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__PathRequest *req, Moat__V1__FileInfo *reply)
+    __attribute__((warn_unused_result));
+int vmd_guest_info(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__SandboxRef *req, Moat__V1__GuestInfo *reply)
+    __attribute__((warn_unused_result));
+int vmd_fs_trace(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__FsTraceCall *req, Moat__V1__FsTrace *reply)
+    __attribute__((warn_unused_result));
+
+/* vmd_guest_call: one request to a running sandbox's agent, bounded by the
+ * call's deadline. On MOAT_OK *reply is the agent's answer with code OK
+ * and, when `want` is not NOT_SET, that body (the caller frees it with
+ * moat__v1__guest_message__free_unpacked). Otherwise returns the agent's
+ * code and message (or the link's error) through moat_rpc_error. */
+int vmd_guest_call(struct sandbox *sb, struct moat_rpc_call *call,
+    Moat__V1__GuestRequest *req, Moat__V1__GuestMessage__BodyCase want,
+    Moat__V1__GuestMessage **reply) __attribute__((warn_unused_result));
+
+/* vmd_guest_call_until: vmd_guest_call with an explicit deadline; sets
+ * *answered (may be NULL) when the agent's own reply decided the result,
+ * so callers can tell a refusal from a lost request. */
+int vmd_guest_call_until(struct sandbox *sb, struct moat_rpc_call *call,
+    Moat__V1__GuestRequest *req, Moat__V1__GuestMessage__BodyCase want,
+    uint64_t deadline_ms, Moat__V1__GuestMessage **reply, bool *answered)
+    __attribute__((warn_unused_result));
+
+/* vmd_call_deadline: the call's deadline less a margin to send the reply
+ * back before the caller gives up. */
+uint64_t vmd_call_deadline(const struct moat_rpc_call *call);
+
+/* ---- survey.c ---- */
+
+/* vmd_node_fill: NodeInfo / survey answer, heap fields. */
+int vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
+    __attribute__((warn_unused_result));
+
+struct vmd_survey;
+
+/* vmd_survey_start: dials `url` as an nng respondent and answers each
+ * survey with this node. *out is the caller's (vmd_survey_stop). */
+int vmd_survey_start(struct vmd *vmd, const char *url,
+    struct vmd_survey **out, char **errmsg)
+    __attribute__((warn_unused_result));
+void vmd_survey_stop(struct vmd_survey *s);
+
+/* ---- service.c ---- */
+
+/* vmd_service: the Vm service with its method table; ctx = vmd. */
+void vmd_service(struct vmd *vmd, struct moat_rpc_service *svc);
+
+/* ---- scratch.c ---- */
+
+/* vmd_scratch_make: creates the sparse ext4 scratch disk `path` of `mib`
+ * MiB (labelled moat-scratch) by copying the allocated extents of a
+ * template kept in the state dir (made once per size with mkfs.ext4).
+ * Returns 0 or a status with *errmsg (heap). */
+int vmd_scratch_make(struct vmd *vmd, const char *path, uint64_t mib,
+    char **errmsg) __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,92 @@
+/*
+ * vmm.h: the one interface between moat-vmd and a virtual machine monitor.
+ * A driver (drivers/qemu.c; Firecracker later) is a `const struct
+ * moat_vmm_ops` table; the rest of vmd calls only these ops, so the
+ * sandbox lifecycle, the guest link and the RPC handlers never learn which
+ * VMM runs a sandbox. Every VMM is a child process of vmd: the driver
+ * starts it (through the spawner, see spawn.h) and names its pid; vmd's
+ * sandbox code supervises that pid (waits, signals, reaps). Not for: the
+ * guest protocol (guest_link.h) or the choice of accelerator (accel.c).
+ */
+#ifndef MOAT_VMD_VMM_H
+#define MOAT_VMD_VMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* What to boot. Every string is borrowed from the caller for the duration
+ * of `start`. */
+struct moat_vmm_spec {
+	const char *sandbox_id;    /* "sb-0123456789abcdef" */
+	const char *dir;           /* the sandbox's own directory */
+	const char *kernel;        /* image files */
+	const char *initrd;
+	const char *rootfs;        /* attached read-only */
+	const char *scratch_disk;  /* attached read-write */
+	uint32_t vcpus;
+	uint32_t memory_mib;
+	const char *accel;         /* "kvm" or "tcg" */
+	const char *extra_cmdline; /* appended to the kernel command line, or
+	                              NULL ("moat.test=flood") */
+};
+
+/* One VMM process. Filled by `start`; the strings are heap memory owned
+ * by the struct and freed by `release`. */
+struct moat_vmm {
+	pid_t pid;                 /* 0 when not started */
+	char *agent_socket;        /* where connect_agent connects */
+	char *console_log;         /* the guest's serial console, a file */
+	char *vmm_log;             /* the VMM's own stderr, a file */
+	char *ram_file;            /* guest RAM (a file so snapshots can map
+	                              it), removed by release */
+};
+
+struct moat_vmm_ops {
+	const char *name;          /* "qemu": Node.driver, Sandbox.driver */
+
+	/* probe: is this VMM usable on this host? Sets *version to a heap
+	 * string (the VMM's version line; caller frees) on success. On
+	 * failure returns a status and sets *errmsg (heap) naming what is
+	 * missing and the Debian package that provides it. Called once at
+	 * start, from the main thread. */
+	int (*probe)(const char *binary, char **version, char **errmsg)
+	    __attribute__((warn_unused_result));
+
+	/* start: creates the VMM process for `spec` (the spawner forks it,
+	 * so it dies with vmd). On success vm->pid and the paths are set and
+	 * the caller must eventually reap vm->pid and call release. On
+	 * failure nothing is left running, vm is released, and *errmsg
+	 * (heap, caller frees) says why. */
+	int (*start)(const char *binary, const struct moat_vmm_spec *spec,
+	    struct moat_vmm *vm, char **errmsg)
+	    __attribute__((warn_unused_result));
+
+	/* connect_agent: one attempt to open the byte stream to the guest
+	 * agent. Returns 0 with *fd (caller owns, blocking, CLOEXEC), or
+	 * MOAT_UNAVAILABLE while the VMM is not listening yet (the caller
+	 * retries), or another status with *errmsg (heap). */
+	int (*connect_agent)(const struct moat_vmm *vm, int *fd,
+	    char **errmsg) __attribute__((warn_unused_result));
+
+	/* stop: asks the VMM to go: gracefully (SIGTERM: QEMU exits at
+	 * once) or, with `force`, SIGKILL. Only signals; the caller reaps.
+	 * Must be called only while vm->pid is not yet reaped. */
+	void (*stop)(const struct moat_vmm *vm, bool force);
+
+	/* release: after the process was reaped (or never started): removes
+	 * the files the driver made outside the sandbox directory (the RAM
+	 * file) and frees vm's strings. Safe on a zeroed vm; idempotent. */
+	void (*release)(struct moat_vmm *vm);
+
+	/* reap_orphan: a sandbox directory `dir` (of sandbox `id`) left by a
+	 * vmd that died: kills its VMM if that process still runs from this
+	 * directory, waits for it to go, and removes the driver's files
+	 * outside `dir`. Returns true when a live process was killed. The
+	 * caller removes `dir`. */
+	bool (*reap_orphan)(const char *dir, const char *id);
+};
+
+extern const struct moat_vmm_ops moat_vmm_qemu;
+
+#endif

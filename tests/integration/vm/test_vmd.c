@@ -1,0 +1,1421 @@
+/*
+ * test_vmd.c: moat-vmd end to end with real VMs (QEMU under TCG). Starts
+ * moat-vmd as a child with a fresh state directory and talks to it with
+ * moat_rpc_call, as the gateway would: exec in python and bash, timeouts
+ * that kill a process tree, output caps, a binary file round trip, four
+ * sandboxes at once, destroy leaving nothing behind, hostile guests (the
+ * agent's test modes) failing only their own sandbox with vmd's memory
+ * bounded, a vmd killed with SIGKILL and restarted, and the error replies.
+ * One sandbox serves most cases: each TCG boot costs seconds of CPU.
+ * Images come from $MOAT_IMAGE_DIR (default <repo>/images/out); without a
+ * built "default" image the VM cases are skipped and say so.
+ * Not for: the guest agent alone (tests/unit/agent) or the gateway.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <nng/nng.h>
+#include <nng/protocol/survey0/survey.h>
+#include <openssl/evp.h>
+
+#include "moat/rpc.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "vm.pb-c.h"
+
+#define VM_SERVICE "moat.v1.Vm"
+#define LONG_MS 180000u
+
+/* One running moat-vmd. */
+struct vmd_proc {
+	pid_t pid;
+	char state[256];
+	char url[320];
+	char log[320];
+	struct moat_rpc_client *client;
+};
+
+static char image_dir[1024];
+static char survey_url[320];   /* main vmd answers surveys here */
+static nng_socket surveyor;
+static bool have_image;
+static struct vmd_proc main_vmd;
+static char shared_id[32];     /* the sandbox most cases share */
+
+/* ---- helpers ---- */
+
+static uint64_t
+now_ms(void)
+{
+	return moat_rpc_now_ms();
+}
+
+static void
+print_log_tail(const struct vmd_proc *v)
+{
+	char *cmd = moat_asprintf("tail -n 30 '%s' >&2", v->log);
+
+	if (cmd != NULL) {
+		fprintf(stderr, "---- %s ----\n", v->log);
+		(void)!system(cmd);
+	}
+	free(cmd);
+}
+
+/* call: one RPC; returns the status, *reply on OK. *err is a static copy
+ * of the error message. */
+static char last_err[4096];
+
+static int
+call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+    uint32_t timeout_ms)
+{
+	struct moat_rpc_opts opts = { .timeout_ms = timeout_ms };
+	ProtobufCMessage *r = NULL;
+	char *err = NULL;
+	int rv;
+
+	rv = moat_rpc_call(v->client, VM_SERVICE, method, req, desc, &r, &opts,
+	    &err);
+	snprintf(last_err, sizeof(last_err), "%s", err ? err : "");
+	free(err);
+	if (reply != NULL)
+		*reply = r;
+	else if (r != NULL)
+		protobuf_c_message_free_unpacked(r, NULL);
+	return rv;
+}
+
+static void
+vmd_start(struct vmd_proc *v, const char *state, bool test_hooks,
+    const char *survey, const char *accel)
+{
+	char vmd_bin[] = MOAT_VMD_BIN;
+	char *err = NULL;
+	uint64_t until;
+
+	memset(v, 0, sizeof(*v));
+	snprintf(v->state, sizeof(v->state), "%s", state);
+	snprintf(v->url, sizeof(v->url), "ipc://%s/vmd.sock", state);
+	snprintf(v->log, sizeof(v->log), "%s.log", state);
+	v->pid = fork();
+	assert_true(v->pid >= 0);
+	if (v->pid == 0) {
+		char cache[300];
+		int fd = open(v->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		snprintf(cache, sizeof(cache), "%s/cache", state);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		/* If this test dies, vmd stops (and takes its VMs along). */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		setenv("MOAT_VMD_TEST_HOOKS", test_hooks ? "true" : "false", 1);
+		if (survey != NULL)
+			setenv("MOAT_VMD_SURVEY", survey, 1);
+		else
+			unsetenv("MOAT_VMD_SURVEY");
+		execl(vmd_bin, vmd_bin, "--state-dir", state, "--accel",
+		    accel ? accel : "tcg",
+		    "--image-dir", image_dir, "--listen", v->url,
+		    "--cache-dir", cache, "--node-id", "test-node",
+		    (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(moat_rpc_client_open(&v->client, v->url, &err), 0);
+	until = now_ms() + 15000;
+	for (;;) {
+		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
+		int status;
+
+		if (call(v, "Health", &h.base, &moat__v1__health_reply__descriptor,
+		    NULL, 1000) == MOAT_OK)
+			break;
+		if (waitpid(v->pid, &status, WNOHANG) == v->pid) {
+			print_log_tail(v);
+			fail_msg("moat-vmd exited at start (status %d)", status);
+		}
+		if (now_ms() > until) {
+			print_log_tail(v);
+			fail_msg("moat-vmd did not answer Health: %s", last_err);
+		}
+		usleep(50 * 1000);
+	}
+}
+
+/* Stops with SIGTERM; returns the wait status (0: exited 0). */
+static int
+vmd_stop_status(struct vmd_proc *v)
+{
+	int status = 0;
+
+	if (v->pid <= 0)
+		return 0;
+	moat_rpc_client_close(v->client);
+	v->client = NULL;
+	kill(v->pid, SIGTERM);
+	if (waitpid(v->pid, &status, 0) != v->pid)
+		status = -1;
+	v->pid = 0;
+	if (status != 0)
+		print_log_tail(v);
+	return status;
+}
+
+/* Stops with SIGTERM; expects exit status 0 (sandboxes destroyed, and no
+ * sanitizer report in a MOAT_SANITIZE build). */
+static void
+vmd_stop(struct vmd_proc *v)
+{
+	int status = vmd_stop_status(v);
+
+	if (status != 0)
+		fail_msg("moat-vmd did not exit 0 on SIGTERM (status %d)",
+		    status);
+}
+
+static long
+rss_kib(pid_t pid)
+{
+	char path[64];
+	char *text = NULL;
+	size_t len;
+	long kib = -1;
+	char *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (moat_read_file(path, 1 << 16, &text, &len) != 0)
+		return -1;
+	if ((p = strstr(text, "VmRSS:")) != NULL)
+		kib = strtol(p + 6, NULL, 10);
+	free(text);
+	return kib;
+}
+
+/* Number of live processes whose command line mentions `needle`. */
+static int
+procs_mentioning(const char *needle)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)) != NULL) {
+		char path[300];
+		char *text = NULL;
+		size_t len;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		if (moat_read_file(path, 4096, &text, &len) == 0) {
+			char *rp = strrchr(text, ')');
+			bool zombie = rp && rp[1] && rp[2] == 'Z';
+			free(text);
+			if (zombie)
+				continue;
+		}
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+		if (moat_read_file(path, 1 << 16, &text, &len) != 0)
+			continue;
+		for (size_t i = 0; i < len; i++)
+			if (text[i] == '\0')
+				text[i] = ' ';
+		if (strstr(text, needle) != NULL)
+			n++;
+		free(text);
+	}
+	closedir(d);
+	return n;
+}
+
+static bool
+path_exists(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) == 0;
+}
+
+static int
+create_sandbox(struct vmd_proc *v, const char *label_key,
+    const char *label_value, Moat__V1__Sandbox **out)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__CreateSandboxRequest__LabelsEntry e =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__LABELS_ENTRY__INIT;
+	Moat__V1__CreateSandboxRequest__LabelsEntry *labels[1] = { &e };
+
+	req.memory_mib = 256;
+	req.scratch_mib = 256;
+	if (label_key != NULL) {
+		e.key = (char *)label_key;
+		e.value = (char *)label_value;
+		req.labels = labels;
+		req.n_labels = 1;
+	}
+	return call(v, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out,
+	    LONG_MS);
+}
+
+static void
+destroy_sandbox(struct vmd_proc *v, const char *id)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+
+	ref.sandbox_id = (char *)id;
+	assert_int_equal(call(v, "DestroySandbox", &ref.base,
+	    &moat__v1__empty__descriptor, NULL, 60000), MOAT_OK);
+}
+
+/* One-shot exec of `code` in `language`. */
+static Moat__V1__ExecResult *
+run_code(struct vmd_proc *v, const char *id, const char *language,
+    const char *code, uint32_t timeout_ms, uint64_t cap, int want_rv)
+{
+	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ExecResult *res = NULL;
+	int rv;
+
+	req.sandbox_id = (char *)id;
+	req.language = (char *)language;
+	req.code = (char *)code;
+	req.timeout_ms = timeout_ms;
+	req.output_cap = cap;
+	rv = call(v, "Exec", &req.base, &moat__v1__exec_result__descriptor,
+	    (ProtobufCMessage **)&res, LONG_MS);
+	if (rv != want_rv)
+		fail_msg("Exec %s returned %s (%s), wanted %s", language,
+		    moat_strerror(rv), last_err, moat_strerror(want_rv));
+	return res;
+}
+
+static const char *
+shared_sandbox(void)
+{
+	Moat__V1__Sandbox *sb = NULL;
+
+	if (!have_image)
+		skip();
+	if (shared_id[0] != '\0')
+		return shared_id;
+	if (create_sandbox(&main_vmd, NULL, NULL, &sb) != MOAT_OK) {
+		print_log_tail(&main_vmd);
+		fail_msg("CreateSandbox: %s", last_err);
+	}
+	assert_int_equal(sb->state,
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
+	assert_string_equal(sb->accel, "tcg");
+	assert_string_equal(sb->driver, "qemu");
+	assert_true(sb->vmm_pid > 0);
+	snprintf(shared_id, sizeof(shared_id), "%s", sb->id);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	return shared_id;
+}
+
+static void
+sha256(const uint8_t *data, size_t len, uint8_t out[32])
+{
+	unsigned int n = 0;
+
+	assert_int_equal(EVP_Digest(data, len, out, &n, EVP_sha256(), NULL),
+	    1);
+}
+
+/* ---- group ---- */
+
+static char state_root[256];
+
+static int
+group_setup(void **state)
+{
+	const char *env = getenv("MOAT_IMAGE_DIR");
+	char path[1100];
+	char state_dir[300];
+
+	snprintf(image_dir, sizeof(image_dir), "%s",
+	    env && env[0] ? env : MOAT_REPO_DIR "/images/out");
+	snprintf(path, sizeof(path), "%s/default/rootfs.ext4", image_dir);
+	have_image = access(path, R_OK) == 0;
+	if (!have_image)
+		fprintf(stderr, "NOTE: no image at %s/default: the VM cases "
+		    "are skipped (build it with images/build.sh)\n", image_dir);
+	snprintf(state_root, sizeof(state_root), "/tmp/moat-vmd-test-XXXXXX");
+	if (mkdtemp(state_root) == NULL)
+		return -1;
+	snprintf(state_dir, sizeof(state_dir), "%s/main", state_root);
+	snprintf(survey_url, sizeof(survey_url), "ipc://%s/survey.sock",
+	    state_root);
+	if (nng_surveyor0_open(&surveyor) != 0 ||
+	    nng_listen(surveyor, survey_url, NULL, 0) != 0)
+		return -1;
+	vmd_start(&main_vmd, state_dir, true, survey_url, NULL);
+	return 0;
+}
+
+static int
+group_teardown(void **state)
+{
+	int rv = 0;
+	int err;
+
+	if (vmd_stop_status(&main_vmd) != 0) {
+		fprintf(stderr, "FAIL: moat-vmd did not exit 0 on SIGTERM\n");
+		rv = -1;
+	}
+	nng_close(surveyor);
+	/* Nothing of any sandbox may outlive vmd. */
+	if (procs_mentioning(state_root) != 0) {
+		fprintf(stderr, "FAIL: processes still mention %s\n",
+		    state_root);
+		rv = -1;
+	}
+	if ((err = moat_rm_rf(state_root)) != 0)
+		fprintf(stderr, "cannot remove %s: %s\n", state_root,
+		    strerror(err));
+	return rv;
+}
+
+/* ---- cases ---- */
+
+static void
+test_errors(void **state)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
+
+	ref.sandbox_id = "sb-0000000000000000";
+	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+	    &moat__v1__sandbox__descriptor, NULL, 5000), MOAT_NOT_FOUND);
+	assert_non_null(strstr(last_err, "sb-0000000000000000 not found"));
+	assert_int_equal(call(&main_vmd, "DestroySandbox", &ref.base,
+	    &moat__v1__empty__descriptor, NULL, 5000), MOAT_NOT_FOUND);
+	ex.sandbox_id = "sb-0000000000000000";
+	ex.shell = "true";
+	assert_int_equal(call(&main_vmd, "Exec", &ex.base,
+	    &moat__v1__exec_result__descriptor, NULL, 5000), MOAT_NOT_FOUND);
+
+	req.vcpus = 100;
+	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(last_err, "vcpus"));
+	req.vcpus = 1;
+	req.memory_mib = 64;
+	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(last_err, "memory_mib"));
+	req.memory_mib = 1u << 30;
+	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	    MOAT_INVALID_ARGUMENT);
+	req.memory_mib = 0;
+	req.scratch_mib = 1;
+	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	    MOAT_INVALID_ARGUMENT);
+	req.scratch_mib = 0;
+	req.image = "no-such-image";
+	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	    MOAT_FAILED_PRECONDITION);
+	assert_non_null(strstr(last_err, "image \"no-such-image\" is not "
+	    "built: run images/build.sh"));
+	req.image = "../etc";
+	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	    MOAT_INVALID_ARGUMENT);
+}
+
+static void
+test_node_info(void **state)
+{
+	Moat__V1__Empty e = MOAT__V1__EMPTY__INIT;
+	Moat__V1__Node *node = NULL;
+
+	assert_int_equal(call(&main_vmd, "NodeInfo", &e.base,
+	    &moat__v1__node__descriptor, (ProtobufCMessage **)&node, 5000),
+	    MOAT_OK);
+	assert_string_equal(node->node_id, "test-node");
+	assert_string_equal(node->rpc_url, main_vmd.url);
+	assert_string_equal(node->accel, "tcg");
+	assert_string_equal(node->driver, "qemu");
+	assert_true(node->vcpus_total >= 1);
+	assert_true(node->memory_mib_total >= 128);
+	assert_true(node->max_vcpus >= 1);
+	assert_int_equal(node->max_memory_mib, 8192);
+	if (have_image) {
+		bool found = false;
+		for (size_t i = 0; i < node->n_images; i++)
+			found |= strcmp(node->images[i], "default") == 0;
+		assert_true(found);
+	}
+	protobuf_c_message_free_unpacked(&node->base, NULL);
+}
+
+static void
+test_boot_deadline(void **state)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	char vms[400];
+	DIR *d;
+	struct dirent *de;
+	int left = 0;
+
+	if (!have_image)
+		skip();
+	req.boot_timeout_ms = 300;
+	req.scratch_mib = 64;
+	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, 60000), MOAT_UNAVAILABLE);
+	fprintf(stderr, "boot deadline: %s\n", last_err);
+	assert_non_null(strstr(last_err, "did not boot"));
+	assert_non_null(strstr(last_err, "within 300 ms"));
+	/* Nothing of it is left. */
+	snprintf(vms, sizeof(vms), "%s/vms", main_vmd.state);
+	assert_non_null(d = opendir(vms));
+	while ((de = readdir(d)) != NULL)
+		if (strncmp(de->d_name, "sb-", 3) == 0 &&
+		    strcmp(de->d_name, shared_id) != 0)
+			left++;
+	closedir(d);
+	assert_int_equal(left, 0);
+}
+
+static void
+test_python_and_bash(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__ExecResult *r;
+	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+	char *argv[] = { "sh", "-c", "printf '%s' \"$0-$FOO\"", NULL };
+	char *env[] = { "FOO=bar" };
+
+	r = run_code(&main_vmd, id, "python",
+	    "import sys\nprint('hello from python')\n"
+	    "print('oops', file=sys.stderr)\nsys.exit(3)\n", 0, 0, MOAT_OK);
+	assert_true(r->status->exited);
+	assert_int_equal(r->status->exit_code, 3);
+	assert_false(r->status->timed_out);
+	assert_int_equal(r->stdout.len, strlen("hello from python\n"));
+	assert_memory_equal(r->stdout.data, "hello from python\n",
+	    r->stdout.len);
+	assert_int_equal(r->stderr.len, 5);
+	assert_memory_equal(r->stderr.data, "oops\n", 5);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	r = run_code(&main_vmd, id, "bash",
+	    "echo $((6*7)); echo bad >&2; exit 5", 0, 0, MOAT_OK);
+	assert_int_equal(r->status->exit_code, 5);
+	assert_int_equal(r->stdout.len, 3);
+	assert_memory_equal(r->stdout.data, "42\n", 3);
+	assert_int_equal(r->stderr.len, 4);
+	assert_memory_equal(r->stderr.data, "bad\n", 4);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	/* argv with env. */
+	req.sandbox_id = (char *)id;
+	req.argv = argv;
+	req.n_argv = 3;
+	req.env = env;
+	req.n_env = 1;
+	assert_int_equal(call(&main_vmd, "Exec", &req.base,
+	    &moat__v1__exec_result__descriptor, (ProtobufCMessage **)&r,
+	    LONG_MS), MOAT_OK);
+	assert_int_equal(r->status->exit_code, 0);
+	assert_int_equal(r->stdout.len, 6);
+	assert_memory_equal(r->stdout.data, "sh-bar", 6);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	(void)run_code(&main_vmd, id, "cobol", "x", 0, 0,
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(last_err, "python, bash, sh or node"));
+	(void)run_code(&main_vmd, id, "sh", "true", 86400001u, 0,
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(last_err, "86400000"));
+}
+
+static void
+test_timeout_kills_tree(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__ExecResult *r;
+	uint64_t t0 = now_ms();
+	int left = -1;
+
+	r = run_code(&main_vmd, id, "sh",
+	    "sleep 1000 & sleep 1001 & (sleep 1002; true) & sleep 1003",
+	    2000, 0, MOAT_OK);
+	assert_true(r->status->exited);
+	assert_true(r->status->timed_out);
+	assert_true(now_ms() - t0 < 20000);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	/* Every sleep of that tree is gone. */
+	for (int i = 0; i < 20 && left != 0; i++) {
+		r = run_code(&main_vmd, id, "python",
+		    "import os\nn = 0\n"
+		    "for p in os.listdir('/proc'):\n"
+		    "    if not p.isdigit(): continue\n"
+		    "    try: c = open('/proc/%s/cmdline' % p, 'rb').read()\n"
+		    "    except OSError: continue\n"
+		    "    if c.startswith(b'sleep\\x00100'): n += 1\n"
+		    "print(n)\n", 0, 0, MOAT_OK);
+		assert_int_equal(r->status->exit_code, 0);
+		left = atoi((const char *)r->stdout.data);
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+		if (left != 0)
+			usleep(250 * 1000);
+	}
+	assert_int_equal(left, 0);
+}
+
+static void
+test_output_cap(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__ExecResult *r;
+
+	r = run_code(&main_vmd, id, "python",
+	    "import sys\nsys.stdout.write('x' * (5 << 20))\n"
+	    "sys.stdout.flush()\nsys.stderr.write('done')\n", 0, 0, MOAT_OK);
+	assert_int_equal(r->status->exit_code, 0);
+	assert_int_equal(r->stdout.len, 1u << 20);
+	assert_true(r->status->stdout_truncated);
+	assert_int_equal(r->status->stdout_bytes, 5u << 20);
+	assert_false(r->status->stderr_truncated);
+	assert_int_equal(r->stderr.len, 4);
+	for (size_t i = 0; i < r->stdout.len; i++)
+		if (r->stdout.data[i] != 'x')
+			fail_msg("byte %zu of stdout is %d", i,
+			    r->stdout.data[i]);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	(void)run_code(&main_vmd, id, "sh", "true", 0, (64u << 20) + 1,
+	    MOAT_INVALID_ARGUMENT);
+}
+
+static void
+test_binary_file(void **state)
+{
+	const char *id = shared_sandbox();
+	size_t len = 3u << 20;
+	uint8_t *data = malloc(len);
+	uint8_t want[32], got[32];
+	char want_hex[65];
+	Moat__V1__FileWriteRequest wr = MOAT__V1__FILE_WRITE_REQUEST__INIT;
+	Moat__V1__FileReadRequest rd = MOAT__V1__FILE_READ_REQUEST__INIT;
+	Moat__V1__FileInfo *info = NULL;
+	Moat__V1__FileData *fd = NULL;
+	Moat__V1__ExecResult *r;
+	uint32_t x = 12345;
+
+	assert_non_null(data);
+	for (size_t i = 0; i < len; i++) {
+		/* Every byte value, in an order that is not just a cycle. */
+		x = x * 1103515245u + 12345u;
+		data[i] = i < 256 ? (uint8_t)i : (uint8_t)(x >> 16);
+	}
+	sha256(data, len, want);
+	for (int i = 0; i < 32; i++)
+		snprintf(want_hex + 2 * i, 3, "%02x", want[i]);
+
+	wr.sandbox_id = (char *)id;
+	wr.path = "/root/data/blob.bin";
+	wr.data.data = data;
+	wr.data.len = len;
+	wr.truncate = true;
+	wr.make_parents = true;
+	wr.mode = 0600;
+	if (call(&main_vmd, "WriteFile", &wr.base,
+	    &moat__v1__file_info__descriptor, (ProtobufCMessage **)&info,
+	    LONG_MS) != MOAT_OK)
+		fail_msg("WriteFile: %s", last_err);
+	assert_int_equal(info->size, len);
+	protobuf_c_message_free_unpacked(&info->base, NULL);
+
+	rd.sandbox_id = (char *)id;
+	rd.path = "/root/data/blob.bin";
+	if (call(&main_vmd, "ReadFile", &rd.base,
+	    &moat__v1__file_data__descriptor, (ProtobufCMessage **)&fd,
+	    LONG_MS) != MOAT_OK)
+		fail_msg("ReadFile: %s", last_err);
+	assert_int_equal(fd->data.len, len);
+	assert_int_equal(fd->size, len);
+	assert_true(fd->eof);
+	sha256(fd->data.data, fd->data.len, got);
+	assert_memory_equal(want, got, 32);
+	protobuf_c_message_free_unpacked(&fd->base, NULL);
+
+	/* The guest sees the same bytes. */
+	r = run_code(&main_vmd, id, "python",
+	    "import hashlib\nprint(hashlib.sha256(open('/root/data/blob.bin',"
+	    "'rb').read()).hexdigest(), end='')\n", 0, 0, MOAT_OK);
+	assert_int_equal(r->stdout.len, 64);
+	assert_memory_equal(r->stdout.data, want_hex, 64);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	/* A guest error comes back with the agent's code. */
+	rd.path = "/root/no/such/file";
+	assert_int_equal(call(&main_vmd, "ReadFile", &rd.base,
+	    &moat__v1__file_data__descriptor, NULL, 30000), MOAT_NOT_FOUND);
+	free(data);
+}
+
+
+static void
+test_survey(void **state)
+{
+	uint64_t until = now_ms() + 15000;
+	bool answered = false;
+
+	nng_socket_set_ms(surveyor, NNG_OPT_SURVEYOR_SURVEYTIME, 500);
+	/* The respondent dials in the background: survey until it answers. */
+	while (!answered && now_ms() < until) {
+		nng_msg *msg = NULL;
+
+		assert_int_equal(nng_msg_alloc(&msg, 0), 0);
+		assert_int_equal(nng_sendmsg(surveyor, msg, 0), 0);
+		while (nng_recvmsg(surveyor, &msg, 0) == 0) {
+			Moat__V1__Node *node = moat__v1__node__unpack(NULL,
+			    nng_msg_len(msg), nng_msg_body(msg));
+
+			assert_non_null(node);
+			assert_string_equal(node->node_id, "test-node");
+			assert_string_equal(node->rpc_url, main_vmd.url);
+			assert_string_equal(node->driver, "qemu");
+			assert_true(node->memory_mib_total > 0);
+			moat__v1__node__free_unpacked(node, NULL);
+			nng_msg_free(msg);
+			answered = true;
+		}
+	}
+	assert_true(answered);
+}
+
+/* ExecStart, ExecWrite, ExecRead (long-poll), ExecWait, ExecKill. */
+static void
+test_exec_streaming(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ExecHandle *h = NULL;
+	Moat__V1__ExecWriteRequest wr = MOAT__V1__EXEC_WRITE_REQUEST__INIT;
+	Moat__V1__ExecWaitRequest wt = MOAT__V1__EXEC_WAIT_REQUEST__INIT;
+	Moat__V1__ExecReadRequest rd = MOAT__V1__EXEC_READ_REQUEST__INIT;
+	Moat__V1__ExecKillRequest kl = MOAT__V1__EXEC_KILL_REQUEST__INIT;
+	Moat__V1__ExecStatus *st = NULL;
+	Moat__V1__ExecReadReply *rr = NULL;
+	uint64_t t0;
+
+	/* stdin kept open, written later, then closed: cat echoes it. */
+	req.sandbox_id = (char *)id;
+	req.shell = "cat; echo -n done >&2";
+	req.stdin_open = true;
+	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
+	    &moat__v1__exec_handle__descriptor, (ProtobufCMessage **)&h,
+	    30000), MOAT_OK);
+	assert_true(h->exec_id > 0);
+	assert_true(h->pid > 0);
+	wr.sandbox_id = (char *)id;
+	wr.exec_id = h->exec_id;
+	wr.data.data = (uint8_t *)"hello ";
+	wr.data.len = 6;
+	assert_int_equal(call(&main_vmd, "ExecWrite", &wr.base,
+	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	wr.data.data = (uint8_t *)"world";
+	wr.data.len = 5;
+	wr.close = true;
+	assert_int_equal(call(&main_vmd, "ExecWrite", &wr.base,
+	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	wt.sandbox_id = (char *)id;
+	wt.exec_id = h->exec_id;
+	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
+	    &moat__v1__exec_status__descriptor, (ProtobufCMessage **)&st,
+	    30000), MOAT_OK);
+	assert_true(st->exited);
+	assert_int_equal(st->exit_code, 0);
+	protobuf_c_message_free_unpacked(&st->base, NULL);
+	rd.sandbox_id = (char *)id;
+	rd.exec_id = h->exec_id;
+	rd.max_bytes = 4;
+	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+	    &moat__v1__exec_read_reply__descriptor, (ProtobufCMessage **)&rr,
+	    30000), MOAT_OK);
+	assert_int_equal(rr->stdout.len, 4);
+	assert_memory_equal(rr->stdout.data, "hell", 4);
+	assert_int_equal(rr->stdout_next, 4);
+	assert_false(rr->eof);
+	rd.stdout_offset = rr->stdout_next;
+	rd.stderr_offset = rr->stderr_next;
+	rd.max_bytes = 0;
+	protobuf_c_message_free_unpacked(&rr->base, NULL);
+	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+	    &moat__v1__exec_read_reply__descriptor, (ProtobufCMessage **)&rr,
+	    30000), MOAT_OK);
+	assert_int_equal(rr->stdout.len, 7);
+	assert_memory_equal(rr->stdout.data, "o world", 7);
+	assert_true(rr->eof);
+	assert_true(rr->status->exited);
+	protobuf_c_message_free_unpacked(&rr->base, NULL);
+	rd.stdout_offset = 1000;
+	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+	    &moat__v1__exec_read_reply__descriptor, NULL, 30000),
+	    MOAT_OUT_OF_RANGE);
+	protobuf_c_message_free_unpacked(&h->base, NULL);
+
+	/* Long-poll: the read waits for output that comes later. */
+	memset(&req, 0, sizeof(req));
+	moat__v1__exec_request__init(&req);
+	req.sandbox_id = (char *)id;
+	req.shell = "sleep 1; echo -n late";
+	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
+	    &moat__v1__exec_handle__descriptor, (ProtobufCMessage **)&h,
+	    30000), MOAT_OK);
+	moat__v1__exec_read_request__init(&rd);
+	rd.sandbox_id = (char *)id;
+	rd.exec_id = h->exec_id;
+	rd.wait_ms = 20000;
+	t0 = now_ms();
+	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+	    &moat__v1__exec_read_reply__descriptor, (ProtobufCMessage **)&rr,
+	    30000), MOAT_OK);
+	assert_true(now_ms() - t0 < 15000);
+	if (rr->stdout.len == 0) {
+		/* The exit may come first on a slow guest: read again. */
+		assert_true(rr->status->exited);
+		protobuf_c_message_free_unpacked(&rr->base, NULL);
+		assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+		    &moat__v1__exec_read_reply__descriptor,
+		    (ProtobufCMessage **)&rr, 30000), MOAT_OK);
+	}
+	assert_int_equal(rr->stdout.len, 4);
+	assert_memory_equal(rr->stdout.data, "late", 4);
+	protobuf_c_message_free_unpacked(&rr->base, NULL);
+	protobuf_c_message_free_unpacked(&h->base, NULL);
+
+	/* Kill: SIGKILL by default; ExecWait with wait_ms reports a running
+	 * exec as not exited yet. */
+	req.shell = "sleep 1000";
+	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
+	    &moat__v1__exec_handle__descriptor, (ProtobufCMessage **)&h,
+	    30000), MOAT_OK);
+	moat__v1__exec_wait_request__init(&wt);
+	wt.sandbox_id = (char *)id;
+	wt.exec_id = h->exec_id;
+	wt.wait_ms = 200;
+	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
+	    &moat__v1__exec_status__descriptor, (ProtobufCMessage **)&st,
+	    30000), MOAT_OK);
+	assert_false(st->exited);
+	protobuf_c_message_free_unpacked(&st->base, NULL);
+	kl.sandbox_id = (char *)id;
+	kl.exec_id = h->exec_id;
+	assert_int_equal(call(&main_vmd, "ExecKill", &kl.base,
+	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	wt.wait_ms = 0;
+	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
+	    &moat__v1__exec_status__descriptor, (ProtobufCMessage **)&st,
+	    30000), MOAT_OK);
+	assert_true(st->exited);
+	assert_int_equal(st->signal, 9);
+	protobuf_c_message_free_unpacked(&st->base, NULL);
+	protobuf_c_message_free_unpacked(&h->base, NULL);
+
+	wt.exec_id = 987654321;
+	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
+	    &moat__v1__exec_status__descriptor, NULL, 30000), MOAT_NOT_FOUND);
+}
+
+/* MakeDir, StatFile, ListFiles, RemoveFile, SandboxInfo, TraceFs. */
+static void
+test_file_calls(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__PathRequest pr = MOAT__V1__PATH_REQUEST__INIT;
+	Moat__V1__FileWriteRequest wr = MOAT__V1__FILE_WRITE_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__FsTraceCall tc = MOAT__V1__FS_TRACE_CALL__INIT;
+	Moat__V1__FileInfo *fi = NULL;
+	Moat__V1__FileList *fl = NULL;
+	Moat__V1__GuestInfo *gi = NULL;
+	Moat__V1__FsTrace *tr = NULL;
+	bool found = false;
+
+	pr.sandbox_id = (char *)id;
+	pr.path = "/root/fc/a/b";
+	pr.parents = true;
+	if (call(&main_vmd, "MakeDir", &pr.base,
+	    &moat__v1__file_info__descriptor, (ProtobufCMessage **)&fi,
+	    30000) != MOAT_OK)
+		fail_msg("MakeDir: %s", last_err);
+	protobuf_c_message_free_unpacked(&fi->base, NULL);
+	wr.sandbox_id = (char *)id;
+	wr.path = "/root/fc/a/b/note.txt";
+	wr.data.data = (uint8_t *)"note";
+	wr.data.len = 4;
+	assert_int_equal(call(&main_vmd, "WriteFile", &wr.base,
+	    &moat__v1__file_info__descriptor, NULL, 30000), MOAT_OK);
+	pr.path = "/root/fc/a/b/note.txt";
+	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
+	    &moat__v1__file_info__descriptor, (ProtobufCMessage **)&fi,
+	    30000), MOAT_OK);
+	assert_int_equal(fi->size, 4);
+	assert_int_equal(fi->type, MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR);
+	protobuf_c_message_free_unpacked(&fi->base, NULL);
+	pr.path = "/root/fc/a/b";
+	assert_int_equal(call(&main_vmd, "ListFiles", &pr.base,
+	    &moat__v1__file_list__descriptor, (ProtobufCMessage **)&fl,
+	    30000), MOAT_OK);
+	for (size_t i = 0; i < fl->n_entries; i++)
+		found |= strcmp(fl->entries[i]->name, "note.txt") == 0;
+	assert_true(found);
+	protobuf_c_message_free_unpacked(&fl->base, NULL);
+
+	tc.sandbox_id = (char *)id;
+	tc.hash = true;
+	assert_int_equal(call(&main_vmd, "TraceFs", &tc.base,
+	    &moat__v1__fs_trace__descriptor, (ProtobufCMessage **)&tr,
+	    30000), MOAT_OK);
+	found = false;
+	for (size_t i = 0; i < tr->n_entries; i++)
+		if (strstr(tr->entries[i]->path, "note.txt") != NULL) {
+			found = true;
+			assert_int_equal(tr->entries[i]->sha256.len, 32);
+		}
+	assert_true(found);
+	protobuf_c_message_free_unpacked(&tr->base, NULL);
+
+	pr.path = "/root/fc";
+	pr.recursive = true;
+	assert_int_equal(call(&main_vmd, "RemoveFile", &pr.base,
+	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	pr.path = "/root/fc/a/b/note.txt";
+	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
+	    &moat__v1__file_info__descriptor, NULL, 30000), MOAT_NOT_FOUND);
+	pr.path = "";
+	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
+	    &moat__v1__file_info__descriptor, NULL, 30000),
+	    MOAT_INVALID_ARGUMENT);
+
+	ref.sandbox_id = (char *)id;
+	assert_int_equal(call(&main_vmd, "SandboxInfo", &ref.base,
+	    &moat__v1__guest_info__descriptor, (ProtobufCMessage **)&gi,
+	    30000), MOAT_OK);
+	assert_true(gi->mem_total_kib > 100 * 1024);
+	assert_true(gi->ncpu >= 1);
+	assert_true(gi->uptime_ms > 0);
+	protobuf_c_message_free_unpacked(&gi->base, NULL);
+}
+
+static Moat__V1__Sandbox *wait_failed(const char *id);
+static bool log_has(const struct vmd_proc *v, const char *needle);
+
+/* ---- several sandboxes ---- */
+
+struct par {
+	char id[32];
+	int rv;
+	char err[512];
+	char out[64];
+};
+
+static void *
+par_create_and_exec(void *arg)
+{
+	struct par *p = arg;
+	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ExecResult *r = NULL;
+	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS };
+	Moat__V1__CreateSandboxRequest cr =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	char *err = NULL;
+
+	cr.memory_mib = 256;
+	cr.scratch_mib = 256;
+	p->rv = moat_rpc_call(main_vmd.client, VM_SERVICE, "CreateSandbox",
+	    &cr.base, &moat__v1__sandbox__descriptor,
+	    (ProtobufCMessage **)&sb, &opts, &err);
+	if (p->rv != MOAT_OK) {
+		snprintf(p->err, sizeof(p->err), "create: %s", err);
+		free(err);
+		return NULL;
+	}
+	snprintf(p->id, sizeof(p->id), "%s", sb->id);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	req.sandbox_id = p->id;
+	req.shell = "echo -n \"$((1+1))\"";
+	p->rv = moat_rpc_call(main_vmd.client, VM_SERVICE, "Exec", &req.base,
+	    &moat__v1__exec_result__descriptor, (ProtobufCMessage **)&r,
+	    &opts, &err);
+	if (p->rv != MOAT_OK) {
+		snprintf(p->err, sizeof(p->err), "exec: %s", err);
+		free(err);
+		return NULL;
+	}
+	snprintf(p->out, sizeof(p->out), "%.*s", (int)r->stdout.len,
+	    r->stdout.data);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	return NULL;
+}
+
+static void
+check_gone(const char *state, const char *id, int vmm_pid)
+{
+	char dir[400], ram[128], proc[64];
+	uint64_t until = now_ms() + 5000;
+
+	snprintf(dir, sizeof(dir), "%s/vms/%s", state, id);
+	snprintf(ram, sizeof(ram), "/dev/shm/moat-%s.ram", id);
+	snprintf(proc, sizeof(proc), "/proc/%d", vmm_pid);
+	assert_false(path_exists(dir));
+	assert_false(path_exists(ram));
+	/* vmd reaped its child: no process, not even a zombie. */
+	while (vmm_pid > 0 && path_exists(proc) && now_ms() < until)
+		usleep(50 * 1000);
+	if (vmm_pid > 0)
+		assert_false(path_exists(proc));
+	assert_int_equal(procs_mentioning(dir), 0);
+}
+
+static void
+test_four_at_once_and_destroy(void **state)
+{
+	struct par p[4];
+	pthread_t t[4];
+	long rss_before, rss_after;
+	Moat__V1__ListSandboxesRequest lr =
+	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
+	Moat__V1__SandboxList *list = NULL;
+
+	(void)shared_sandbox();
+	rss_before = rss_kib(main_vmd.pid);
+	memset(p, 0, sizeof(p));
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&t[i], NULL,
+		    par_create_and_exec, &p[i]), 0);
+	for (int i = 0; i < 4; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < 4; i++) {
+		if (p[i].rv != MOAT_OK) {
+			print_log_tail(&main_vmd);
+			fail_msg("sandbox %d: %s", i, p[i].err);
+		}
+		assert_string_equal(p[i].out, "2");
+	}
+	rss_after = rss_kib(main_vmd.pid);
+	fprintf(stderr, "vmd RSS %ld KiB -> %ld KiB with 4 more sandboxes\n",
+	    rss_before, rss_after);
+	/* Each idle sandbox may cost vmd under 2 MiB. */
+	assert_true(rss_after - rss_before < 4 * 2048);
+
+	assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
+	    &moat__v1__sandbox_list__descriptor, (ProtobufCMessage **)&list,
+	    5000), MOAT_OK);
+	assert_true(list->n_sandboxes >= 5);
+	for (int i = 0; i < 4; i++) {
+		int pid = 0;
+
+		for (size_t j = 0; j < list->n_sandboxes; j++)
+			if (strcmp(list->sandboxes[j]->id, p[i].id) == 0)
+				pid = list->sandboxes[j]->vmm_pid;
+		assert_true(pid > 0);
+		if (i == 0) {
+			/* A VMM that dies turns its sandbox FAILED, with
+			 * the reason, and nothing else changes. */
+			Moat__V1__Sandbox *sb;
+
+			kill(pid, SIGKILL);
+			sb = wait_failed(p[i].id);
+			fprintf(stderr, "killed VMM: %s\n",
+			    sb->failure_reason);
+			assert_non_null(strstr(sb->failure_reason,
+			    "the VM exited unexpectedly (killed by signal 9"));
+			assert_int_equal(sb->vmm_pid, 0);
+			protobuf_c_message_free_unpacked(&sb->base, NULL);
+		}
+		destroy_sandbox(&main_vmd, p[i].id);
+		check_gone(main_vmd.state, p[i].id, pid);
+	}
+	protobuf_c_message_free_unpacked(&list->base, NULL);
+}
+
+
+/* Destroy while the sandbox still boots: the create call gives up with
+ * ABORTED, the destroy waits for it, and nothing is left. */
+static void *
+create_in_thread(void *arg)
+{
+	struct par *p = arg;
+	Moat__V1__CreateSandboxRequest cr =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS };
+	char *err = NULL;
+
+	ProtobufCMessage *sb = NULL;
+
+	cr.scratch_mib = 64;
+	p->rv = moat_rpc_call(main_vmd.client, VM_SERVICE, "CreateSandbox",
+	    &cr.base, &moat__v1__sandbox__descriptor, &sb, &opts, &err);
+	snprintf(p->err, sizeof(p->err), "%s", err ? err : "");
+	free(err);
+	if (sb != NULL)
+		protobuf_c_message_free_unpacked(sb, NULL);
+	return NULL;
+}
+
+static void
+test_destroy_while_booting(void **state)
+{
+	struct par p = { .rv = -1 };
+	Moat__V1__ListSandboxesRequest lr =
+	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
+	uint64_t until = now_ms() + 30000;
+	char id[32] = "";
+	pthread_t t;
+
+	(void)shared_sandbox();
+	assert_int_equal(pthread_create(&t, NULL, create_in_thread, &p), 0);
+	while (id[0] == '\0' && now_ms() < until) {
+		Moat__V1__SandboxList *list = NULL;
+
+		assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
+		    &moat__v1__sandbox_list__descriptor,
+		    (ProtobufCMessage **)&list, 5000), MOAT_OK);
+		for (size_t i = 0; i < list->n_sandboxes; i++)
+			if (list->sandboxes[i]->state ==
+			    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING)
+				snprintf(id, sizeof(id), "%s",
+				    list->sandboxes[i]->id);
+		protobuf_c_message_free_unpacked(&list->base, NULL);
+		if (id[0] == '\0')
+			usleep(20 * 1000);
+	}
+	assert_true(id[0] != '\0');
+	usleep(300 * 1000);        /* let QEMU start */
+	destroy_sandbox(&main_vmd, id);
+	pthread_join(t, NULL);
+	assert_int_equal(p.rv, MOAT_ABORTED);
+	assert_non_null(strstr(p.err, "destroyed while it booted"));
+	check_gone(main_vmd.state, id, 0);
+}
+
+/* ---- hostile guests ---- */
+
+static Moat__V1__Sandbox *
+wait_failed(const char *id)
+{
+	/* main_vmd's sandboxes only. */
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	uint64_t until = now_ms() + 30000;
+
+	ref.sandbox_id = (char *)id;
+	for (;;) {
+		Moat__V1__Sandbox *sb = NULL;
+
+		assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+		    &moat__v1__sandbox__descriptor,
+		    (ProtobufCMessage **)&sb, 5000), MOAT_OK);
+		if (sb->state == MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED)
+			return sb;
+		protobuf_c_message_free_unpacked(&sb->base, NULL);
+		if (now_ms() > until)
+			fail_msg("sandbox %s never turned FAILED", id);
+		usleep(100 * 1000);
+	}
+}
+
+static void
+hostile_case(const char *mode, const char *reason_part)
+{
+	const char *good = shared_sandbox();
+	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__ExecResult *r;
+	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
+	long rss_before = rss_kib(main_vmd.pid);
+	long rss_after;
+	char id[32];
+	int rv;
+
+	rv = create_sandbox(&main_vmd, "moat.test", mode, &sb);
+	if (rv != MOAT_OK) {
+		print_log_tail(&main_vmd);
+		fail_msg("create %s: %s", mode, last_err);
+	}
+	snprintf(id, sizeof(id), "%s", sb->id);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	sb = wait_failed(id);
+	fprintf(stderr, "%s: %s\n", mode, sb->failure_reason);
+	assert_non_null(strstr(sb->failure_reason, reason_part));
+	assert_non_null(strstr(sb->failure_reason, "the sandbox was stopped"));
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+
+	/* Calls on it say why; the other sandbox keeps answering. */
+	ex.sandbox_id = id;
+	ex.shell = "true";
+	assert_int_equal(call(&main_vmd, "Exec", &ex.base,
+	    &moat__v1__exec_result__descriptor, NULL, 10000),
+	    MOAT_FAILED_PRECONDITION);
+	r = run_code(&main_vmd, good, "sh", "echo -n alive", 0, 0, MOAT_OK);
+	assert_int_equal(r->stdout.len, 5);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	rss_after = rss_kib(main_vmd.pid);
+	fprintf(stderr, "%s: vmd RSS %ld KiB -> %ld KiB\n", mode, rss_before,
+	    rss_after);
+	assert_true(rss_after - rss_before < 16 * 1024);
+	destroy_sandbox(&main_vmd, id);
+	check_gone(main_vmd.state, id, 0);
+}
+
+static void
+test_hostile_garbage(void **state)
+{
+	hostile_case("garbage", "malformed frame");
+}
+
+static void
+test_hostile_flood(void **state)
+{
+	hostile_case("flood", "malformed frame");
+}
+
+static void
+test_hostile_oversize(void **state)
+{
+	hostile_case("oversize", "over the");
+}
+
+/* ---- restart after SIGKILL ---- */
+
+static void
+test_kill_and_restart(void **state)
+{
+	struct vmd_proc v;
+	char dir[400];
+	char ram[128];
+	char state_dir[300];
+	char fake_dir[400];
+	pid_t fake;
+	Moat__V1__Sandbox *sb = NULL;
+	int qemu_pid;
+	int status;
+	uint64_t until;
+	char *log = NULL;
+	size_t len;
+
+	if (!have_image)
+		skip();
+	snprintf(state_dir, sizeof(state_dir), "%s/restart", state_root);
+	vmd_start(&v, state_dir, false, NULL, NULL);
+	/* Without test hooks, the hostile modes are refused. */
+	assert_int_equal(create_sandbox(&v, "moat.test", "garbage", NULL),
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(last_err, "test-hooks"));
+	if (create_sandbox(&v, NULL, NULL, &sb) != MOAT_OK) {
+		print_log_tail(&v);
+		fail_msg("create: %s", last_err);
+	}
+	qemu_pid = sb->vmm_pid;
+	snprintf(dir, sizeof(dir), "%s/vms/%s", state_dir, sb->id);
+	snprintf(ram, sizeof(ram), "/dev/shm/moat-%s.ram", sb->id);
+	assert_true(path_exists(dir));
+	assert_true(path_exists(ram));
+
+	moat_rpc_client_close(v.client);
+	v.client = NULL;
+	kill(v.pid, SIGKILL);
+	assert_int_equal(waitpid(v.pid, &status, 0), v.pid);
+	/* The VMM dies with vmd (its death signal). */
+	until = now_ms() + 10000;
+	while (procs_mentioning(dir) > 0 && now_ms() < until)
+		usleep(50 * 1000);
+	assert_int_equal(procs_mentioning(dir), 0);
+	(void)qemu_pid;
+
+	/* A live VMM of an earlier vmd (its death signal did not fire):
+	 * a process whose command line names its sandbox directory. */
+	snprintf(fake_dir, sizeof(fake_dir), "%s/vms/sb-00000000000000aa",
+	    state_dir);
+	assert_int_equal(moat_mkdir_p(fake_dir, 0700), 0);
+	fake = fork();
+	assert_true(fake >= 0);
+	if (fake == 0) {
+		setpgid(0, 0);
+		execl("/bin/sh", "sh", "-c", "sleep 60; true", fake_dir,
+		    (char *)NULL);
+		_exit(127);
+	}
+	setpgid(fake, fake);
+	{
+		char pidfile[450], pidtext[32];
+		int n = snprintf(pidtext, sizeof(pidtext), "%d\n", (int)fake);
+
+		snprintf(pidfile, sizeof(pidfile), "%s/qemu.pid", fake_dir);
+		assert_int_equal(moat_write_file_atomic(pidfile, pidtext,
+		    (size_t)n, 0644), 0);
+	}
+	until = now_ms() + 5000;
+	while (procs_mentioning(fake_dir) == 0 && now_ms() < until)
+		usleep(10 * 1000);
+
+	/* A new vmd on the same state dir cleans up what is left. */
+	vmd_start(&v, state_dir, false, NULL, NULL);
+	assert_false(path_exists(dir));
+	assert_false(path_exists(ram));
+	assert_false(path_exists(fake_dir));
+	assert_int_equal(waitpid(fake, &status, 0), fake);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	kill(-fake, SIGKILL);      /* its sleep */
+	assert_true(log_has(&v, "cleaned up sandbox sb-00000000000000aa left "
+	    "by an earlier vmd (its VMM was still running and was killed)"));
+	assert_int_equal(moat_read_file(v.log, 1 << 20, &log, &len), 0);
+	{
+		char *line = moat_asprintf("cleaned up sandbox %s left by an "
+		    "earlier vmd", sb->id);
+		assert_non_null(strstr(log, line));
+		free(line);
+	}
+	free(log);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	vmd_stop(&v);
+}
+
+
+/* ---- accel=auto ---- */
+
+static bool
+log_has(const struct vmd_proc *v, const char *needle)
+{
+	char *log = NULL;
+	size_t len;
+	bool found;
+
+	if (moat_read_file(v->log, 1 << 22, &log, &len) != 0)
+		return false;
+	found = strstr(log, needle) != NULL;
+	free(log);
+	return found;
+}
+
+/* With accel=auto the first boot finds out whether KVM runs the guest (on
+ * some hosts /dev/kvm exists but the guest hangs: one warning, then TCG);
+ * the answer is cached, so a second vmd with the same cache dir does not
+ * probe again. Where there is no /dev/kvm, [vmd] kvm-device=/dev/null
+ * makes vmd believe there is one, and QEMU's own failure to use KVM is
+ * what the probe sees. */
+static void
+test_accel_auto(void **state)
+{
+	struct vmd_proc v;
+	char state_dir[300];
+	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__Empty e = MOAT__V1__EMPTY__INIT;
+	Moat__V1__Node *node = NULL;
+	char decided[8];
+	int fd;
+
+	if (!have_image)
+		skip();
+	if ((fd = open("/dev/kvm", O_RDWR | O_CLOEXEC)) < 0)
+		setenv("MOAT_VMD_KVM_DEVICE", "/dev/null", 1);
+	else
+		close(fd);
+	snprintf(state_dir, sizeof(state_dir), "%s/auto", state_root);
+	vmd_start(&v, state_dir, false, NULL, "auto");
+	assert_int_equal(call(&v, "NodeInfo", &e.base,
+	    &moat__v1__node__descriptor, (ProtobufCMessage **)&node, 5000),
+	    MOAT_OK);
+	assert_string_equal(node->accel, "");      /* not decided yet */
+	protobuf_c_message_free_unpacked(&node->base, NULL);
+	if (create_sandbox(&v, NULL, NULL, &sb) != MOAT_OK) {
+		print_log_tail(&v);
+		fail_msg("create: %s", last_err);
+	}
+	snprintf(decided, sizeof(decided), "%s", sb->accel);
+	fprintf(stderr, "accel=auto decided %s\n", decided);
+	assert_true(strcmp(decided, "kvm") == 0 ||
+	    strcmp(decided, "tcg") == 0);
+	if (strcmp(decided, "tcg") == 0)
+		assert_true(log_has(&v, "falling back to TCG"));
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	assert_int_equal(call(&v, "NodeInfo", &e.base,
+	    &moat__v1__node__descriptor, (ProtobufCMessage **)&node, 5000),
+	    MOAT_OK);
+	assert_string_equal(node->accel, decided);
+	protobuf_c_message_free_unpacked(&node->base, NULL);
+	vmd_stop(&v);
+
+	/* Same cache dir: decided at start from the cache, no probe. */
+	moat_rm_rf(v.log);
+	vmd_start(&v, state_dir, false, NULL, "auto");
+	assert_int_equal(call(&v, "NodeInfo", &e.base,
+	    &moat__v1__node__descriptor, (ProtobufCMessage **)&node, 5000),
+	    MOAT_OK);
+	protobuf_c_message_free_unpacked(&node->base, NULL);
+	if (create_sandbox(&v, NULL, NULL, &sb) != MOAT_OK) {
+		print_log_tail(&v);
+		fail_msg("create: %s", last_err);
+	}
+	assert_string_equal(sb->accel, decided);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	assert_true(log_has(&v, "as probed before"));
+	assert_false(log_has(&v, "falling back to TCG"));
+	vmd_stop(&v);
+	unsetenv("MOAT_VMD_KVM_DEVICE");
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_node_info),
+		cmocka_unit_test(test_survey),
+		cmocka_unit_test(test_python_and_bash),
+		cmocka_unit_test(test_timeout_kills_tree),
+		cmocka_unit_test(test_output_cap),
+		cmocka_unit_test(test_binary_file),
+		cmocka_unit_test(test_exec_streaming),
+		cmocka_unit_test(test_file_calls),
+		cmocka_unit_test(test_boot_deadline),
+		cmocka_unit_test(test_four_at_once_and_destroy),
+		cmocka_unit_test(test_destroy_while_booting),
+		cmocka_unit_test(test_hostile_garbage),
+		cmocka_unit_test(test_hostile_flood),
+		cmocka_unit_test(test_hostile_oversize),
+		cmocka_unit_test(test_kill_and_restart),
+		cmocka_unit_test(test_accel_auto),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	/* MOAT_TEST_FILTER=test_binary* runs only the matching cases. */
+	if (getenv("MOAT_TEST_FILTER") != NULL)
+		cmocka_set_test_filter(getenv("MOAT_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
