@@ -11,7 +11,7 @@ PKGS=(
 	libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev libssl-dev
 	qemu-system-x86 qemu-utils
 	mmdebstrap e2fsprogs cpio busybox-static zstd xz-utils kmod
-	python3 ca-certificates procps psmisc
+	python3 python3-yaml ca-certificates procps psmisc
 )
 
 missing=()
