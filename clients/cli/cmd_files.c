@@ -113,7 +113,7 @@ cp_up(struct cli *cli, const char *local, const char *sandbox,
 		goto out;
 	}
 	if ((rv = moat_client_write_file_from_fd(cli_client(cli), sandbox,
-	    target, fd, mode, false, &done, &errmsg)) != MOAT_OK) {
+	    target, fd, mode, true, &done, &errmsg)) != MOAT_OK) {
 		rv = cli_fail(cli, rv, errmsg, "cp: writing %s in sandbox %s",
 		    target, sandbox);
 		goto out;

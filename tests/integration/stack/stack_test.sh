@@ -97,7 +97,8 @@ id2=$("$moat" sandbox create 2>/dev/null)
 check "second sandbox for the stop test ($id2)" [ -n "$id2" ]
 bash "$repo/deploy/moat-stack" stop >/dev/null
 sleep 0.5
-check "no qemu of this stack remains after stop" sh -c "! pgrep -f 'qemu-system.*$state' >/dev/null"
+no_vmm_left() { ! pgrep -f "qemu-system[^ ]* .*$state" >/dev/null; }
+check "no qemu of this stack remains after stop" no_vmm_left
 check "no sandbox directory remains" sh -c "[ -z \"\$(ls -A '$state/vms' 2>/dev/null)\" ]"
 
 "$moat" info 2>"$work/err"; rc=$?
