@@ -36,6 +36,7 @@ static const struct option vmd_options[] = {
 	{ "node-id", required_argument, NULL, 'n' },
 	{ "accel", required_argument, NULL, 'a' },
 	{ "cache-dir", required_argument, NULL, 'C' },
+	{ "driver", required_argument, NULL, 'D' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -53,10 +54,14 @@ usage(FILE *f)
 	    "  --node-id ID       default the host name\n"
 	    "  --accel MODE       auto, kvm or tcg (default auto)\n"
 	    "  --cache-dir DIR    default /var/cache/moat\n"
+	    "  --driver NAME      auto, qemu or firecracker (default auto:\n"
+	    "                     firecracker when installed and KVM works)\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
-	    "the environment; further keys: advertise-url, qemu, kvm-device,\n"
-	    "test-hooks, "
-	    "max-vcpus, max-memory-mib, memory-mib, vcpus, boot-timeout-ms.\n");
+	    "the environment; further keys: advertise-url, qemu, firecracker,\n"
+	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
+	    "vcpus, boot-timeout-ms; [firecracker] jailer, jailer-binary,\n"
+	    "chroot-base, cgroup-root, parent-cgroup, netns, uid-base,\n"
+	    "id-count, new-pid-ns, memory-overhead-mib, vsock-port.\n");
 }
 
 static uint64_t
@@ -125,6 +130,16 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	cfg->accel = cfg_str(c, "accel", "auto");
 	cfg->qemu_binary = cfg_str(c, "qemu", "qemu-system-x86_64");
 	cfg->kvm_device = cfg_str(c, "kvm-device", "/dev/kvm");
+	cfg->driver = cfg_str(c, "driver", "auto");
+	cfg->firecracker_binary = cfg_str(c, "firecracker", "firecracker");
+	if (!cfg->driver || !cfg->firecracker_binary)
+		return MOAT_INTERNAL;
+	if (strcmp(cfg->driver, "auto") && strcmp(cfg->driver, "qemu") &&
+	    strcmp(cfg->driver, "firecracker")) {
+		fprintf(stderr, "moat-vmd: driver \"%s\" is not one of auto, "
+		    "qemu, firecracker\n", cfg->driver);
+		return MOAT_INVALID_ARGUMENT;
+	}
 	if (!cfg->image_dir || !cfg->listen_url || !cfg->survey_url ||
 	    !cfg->advertise_url || !cfg->cache_dir || !cfg->node_id ||
 	    !cfg->accel || !cfg->qemu_binary || !cfg->kvm_device)
@@ -185,6 +200,8 @@ vmd_config_fini(struct vmd_config *cfg)
 	free(cfg->accel);
 	free(cfg->qemu_binary);
 	free(cfg->kvm_device);
+	free(cfg->driver);
+	free(cfg->firecracker_binary);
 }
 
 /* Only one vmd may own a state directory: the orphan cleanup at start
@@ -262,6 +279,7 @@ main(int argc, char **argv)
 		case 'n': key = "node-id"; break;
 		case 'a': key = "accel"; break;
 		case 'C': key = "cache-dir"; break;
+		case 'D': key = "driver"; break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -306,7 +324,6 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	vmd.started_ms = moat_rpc_now_ms();
-	vmd.vmm = &moat_vmm_qemu;
 	pthread_mutex_init(&vmd.mu, NULL);
 	pthread_mutex_init(&vmd.scratch_mu, NULL);
 	vms = moat_asprintf("%s/vms", vmd.cfg.state_dir);
@@ -318,8 +335,7 @@ main(int argc, char **argv)
 	}
 	if ((rv = state_lock(vmd.cfg.state_dir, &lock_fd)) != MOAT_OK)
 		goto out;
-	if ((rv = vmd.vmm->probe(vmd.cfg.qemu_binary, &vmd.vmm_version,
-	    &errmsg)) != MOAT_OK) {
+	if ((rv = vmd_driver_select(&vmd, config, &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "the VMM is not usable");
 		free(errmsg);
 		errmsg = NULL;

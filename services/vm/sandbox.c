@@ -549,7 +549,7 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 
 	t0 = moat_rpc_now_ms();
 	deadline = t0 + timeout_ms;
-	if ((rv = vmd->vmm->start(vmd->cfg.qemu_binary, &spec, &vm, &err))
+	if ((rv = vmd->vmm->start(vmd->vmm_binary, &spec, &vm, &err))
 	    != MOAT_OK) {
 		*why = err ? err : strdup("the VMM did not start");
 		err = NULL;

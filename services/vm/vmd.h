@@ -59,6 +59,8 @@ struct vmd_config {
 	char *accel;               /* "auto", "kvm" or "tcg" */
 	char *qemu_binary;
 	char *kvm_device;          /* accel=auto checks that it opens */
+	char *driver;              /* "auto", "qemu" or "firecracker" */
+	char *firecracker_binary;
 	bool test_hooks;
 	uint32_t vcpus_total;
 	uint64_t memory_mib_total;
@@ -80,6 +82,7 @@ struct sandbox;
 struct vmd {
 	struct vmd_config cfg;
 	const struct moat_vmm_ops *vmm;
+	const char *vmm_binary;    /* the chosen driver's binary (cfg) */
 	char *vmm_version;         /* from probe */
 	uint64_t started_ms;       /* monotonic */
 	struct vmd_accel accel;
@@ -220,6 +223,18 @@ char *vmd_image_path(const struct vmd *vmd, const char *image,
 /* vmd_images_list: names of the images present (heap array of heap
  * strings, caller frees both). */
 int vmd_images_list(const struct vmd *vmd, char ***names, size_t *n);
+
+/* ---- driver.c ---- */
+
+struct moat_config;
+
+/* vmd_driver_select: picks the VMM driver from cfg.driver (auto: the
+ * Firecracker driver when its binary runs and KVM works, else QEMU),
+ * probes it, and sets vmd->vmm, vmm_binary and vmm_version (heap, freed
+ * with vmd). Firecracker forces cfg.accel to "kvm". On failure returns a
+ * status with *errmsg (heap, caller frees) naming what to install. */
+int vmd_driver_select(struct vmd *vmd, const struct moat_config *c,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* ---- accel.c ---- */
 
