@@ -44,6 +44,8 @@ moat_frame_reader_feed(struct moat_frame_reader *r, const void *data,
 
 		while (n < need)
 			n *= 2;
+		if (n > 2 * (r->max_frame + 4))
+			n = 2 * (r->max_frame + 4);
 		if ((nb = realloc(r->buf, n)) == NULL)
 			return MOAT_INTERNAL;
 		r->buf = nb;
