@@ -353,6 +353,79 @@ moat_store_count(struct moat_store_txn *t, const char *db, uint64_t *count,
 	return MOAT_OK;
 }
 
+int
+moat_store_txn_begin_child(struct moat_store_txn *parent,
+    struct moat_store_txn **out, char **errmsg)
+{
+	struct moat_store *st = parent->st;
+	struct moat_store_txn *t;
+	int rc;
+
+	*out = NULL;
+	if (!parent->write) {
+		*errmsg = moat_asprintf("store %s: a nested transaction needs "
+		    "a write parent", st->path);
+		return MOAT_INTERNAL;
+	}
+	if ((t = calloc(1, sizeof(*t))) == NULL) {
+		*errmsg = moat_asprintf("store %s: out of memory", st->path);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	t->st = st;
+	t->write = true;
+	if ((rc = mdb_txn_begin(st->env, parent->txn, 0, &t->txn)) != 0) {
+		free(t);
+		return store_fail(errmsg, rc, "store %s: beginning a nested "
+		    "transaction", st->path);
+	}
+	*out = t;
+	return MOAT_OK;
+}
+
+int
+moat_store_scan(struct moat_store_txn *t, const char *db, const void *prefix,
+    size_t plen, const void *from, size_t flen, moat_store_scan_fn fn,
+    void *arg, char **errmsg)
+{
+	MDB_cursor *cur = NULL;
+	MDB_val k, v;
+	MDB_dbi dbi;
+	int rc, rv;
+
+	if ((rv = store_dbi(t, db, &dbi, errmsg)) != MOAT_OK)
+		return rv;
+	if ((rc = mdb_cursor_open(t->txn, dbi, &cur)) != 0)
+		return store_fail(errmsg, rc, "store %s: cursor on \"%s\"",
+		    t->st->path, db);
+	if (from == NULL || flen == 0) {
+		from = prefix;
+		flen = plen;
+	}
+	k.mv_size = flen;
+	k.mv_data = (void *)from;
+	rc = flen == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) :
+	    mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	rv = MOAT_OK;
+	while (rc == 0) {
+		if (plen > 0 && (k.mv_size < plen ||
+		    memcmp(k.mv_data, prefix, plen) != 0))
+			break;
+		rv = fn(k.mv_data, k.mv_size, v.mv_data, v.mv_size, arg);
+		if (rv != MOAT_OK)
+			break;
+		rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(cur);
+	if (rv == MOAT_STORE_SCAN_STOP)
+		return MOAT_OK;
+	if (rv != MOAT_OK)
+		return rv;
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		return store_fail(errmsg, rc, "store %s: scan of \"%s\"",
+		    t->st->path, db);
+	return MOAT_OK;
+}
+
 void
 moat_store_key_u64(uint8_t key[8], uint64_t v)
 {
@@ -370,4 +443,56 @@ moat_store_u64_from_key(const uint8_t key[8])
 	for (int i = 0; i < 8; i++)
 		v = (v << 8) | key[i];
 	return v;
+}
+
+/* key_has_prefix: whether an LMDB key starts with prefix. */
+static bool
+key_has_prefix(const MDB_val *k, const void *prefix, size_t plen)
+{
+	return k->mv_size >= plen && memcmp(k->mv_data, prefix, plen) == 0;
+}
+
+int
+moat_store_del_prefix(struct moat_store_txn *t, const char *db,
+    const void *prefix, size_t plen, uint64_t *deleted, char **errmsg)
+{
+	MDB_cursor *cur;
+	MDB_val k, v;
+	MDB_dbi dbi;
+	uint64_t n = 0;
+	int rc, status = MOAT_OK;
+
+	if (deleted != NULL)
+		*deleted = 0;
+	if ((rc = store_dbi(t, db, &dbi, errmsg)) != MOAT_OK)
+		return rc;
+	if (!t->write || plen == 0) {
+		*errmsg = moat_asprintf("store %s: prefix delete in \"%s\" "
+		    "needs a write transaction and a prefix", t->st->path,
+		    db);
+		return MOAT_INTERNAL;
+	}
+	if ((rc = mdb_cursor_open(t->txn, dbi, &cur)) != 0)
+		return store_fail(errmsg, rc, "store %s: cursor on \"%s\"",
+		    t->st->path, db);
+	k.mv_data = (void *)prefix;
+	k.mv_size = plen;
+	rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	while (rc == 0 && key_has_prefix(&k, prefix, plen)) {
+		if ((rc = mdb_cursor_del(cur, 0)) != 0)
+			break;
+		n++;
+		/* Seek again rather than trust the cursor's position after
+		 * deleting the last entry of a page or of the db. */
+		k.mv_data = (void *)prefix;
+		k.mv_size = plen;
+		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	}
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		status = store_fail(errmsg, rc, "store %s: prefix delete in "
+		    "\"%s\"", t->st->path, db);
+	mdb_cursor_close(cur);
+	if (deleted != NULL)
+		*deleted = n;
+	return status;
 }

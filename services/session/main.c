@@ -1,11 +1,12 @@
 /*
  * main.c: moat-sessiond, the keeper of recordings (sessions, steps, their
- * outputs and filesystem traces). In this issue it opens its LMDB
- * environment under <state>/sessiond with the sub-databases recordings
- * will use, checks the on-disk format, answers Health over the RPC layer,
- * and exits cleanly on SIGTERM or SIGINT. Sessions and steps arrive with
- * time travel (issue 3).
- * Not for: anything a client calls directly (the gateway orchestrates).
+ * outputs and filesystem traces). It reads its options, opens its LMDB
+ * environment under <state>/sessiond, checks the on-disk format, starts
+ * the writer thread and the RPC server (handlers.c), and stops cleanly on
+ * SIGTERM or SIGINT: the server first, so no call is left waiting, then
+ * the writer, which finishes what is queued.
+ * Not for: anything a client calls directly (the gateway orchestrates),
+ * the layout of the data (layout.c) or the writes (writer.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -20,42 +21,12 @@
 #include "moat/status.h"
 #include "moat/store.h"
 #include "moat/util.h"
-#include "session.pb-c.h"
+#include "sessiond.h"
 
 #define SECTION "sessiond"
-#define SERVICE_NAME "moat-sessiond"
+#define SERVICE_NAME SESSIOND_SERVICE_NAME
 #define FORMAT_KEY "format"
 #define FORMAT_VERSION "1"  /* bump when the layout of the dbs changes */
-
-static const char *const sessiond_dbs[] = {
-	"meta", "sessions", "steps", "outputs", "fs_traces", NULL,
-};
-
-struct sessiond {
-	struct moat_store *store;
-	char *store_dir;
-	uint64_t started_ms;
-};
-
-static int
-h_health(struct moat_rpc_call *call, const ProtobufCMessage *request,
-    ProtobufCMessage *reply)
-{
-	struct sessiond *sd = call->service_ctx;
-	Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;
-
-	r->uptime_ms = moat_rpc_now_ms() - sd->started_ms;
-	if ((r->service = strdup(SERVICE_NAME)) == NULL ||
-	    (r->version = strdup(MOAT_VERSION)) == NULL ||
-	    (r->state_dir = strdup(sd->store_dir)) == NULL)
-		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-		    "out of memory");
-	return MOAT_OK;
-}
-
-static const struct moat_rpc_method session_methods[] = {
-	{ "Health", h_health, false, false },
-};
 
 /* check_format: stamps a new store with FORMAT_VERSION, and refuses one
  * written in another format rather than misreading it. */
@@ -103,15 +74,20 @@ usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: " SERVICE_NAME " [options]\n"
-	    "  --config FILE        moat.conf to read ([" SECTION "] section)\n"
+	    "  --config FILE        moat.conf to read ([" SECTION "] "
+	    "section)\n"
 	    "  --state-dir DIR      state directory; the store is "
 	    "DIR/sessiond\n"
 	    "  --listen URL         RPC url (default "
 	    "ipc://<state>/sessiond.sock)\n"
-	    "  --map-size-mib N     LMDB map size (default %u)\n"
+	    "  --map-size-mib N     LMDB map size (default %u); raise it "
+	    "when calls\n"
+	    "                       fail with RESOURCE_EXHAUSTED\n"
+	    "  --workers N          calls served at once (default %d)\n"
 	    "  --version, --help\n"
 	    "Every option is also MOAT_SESSIOND_<NAME> in the environment and "
-	    "<name> in [" SECTION "].\n", MOAT_STORE_DEFAULT_MAP_MIB);
+	    "<name> in [" SECTION "].\n", MOAT_STORE_DEFAULT_MAP_MIB,
+	    MOAT_RPC_DEFAULT_WORKERS);
 }
 
 int
@@ -122,15 +98,15 @@ main(int argc, char **argv)
 		{ "state-dir", required_argument, NULL, 's' },
 		{ "listen", required_argument, NULL, 'l' },
 		{ "map-size-mib", required_argument, NULL, 'm' },
+		{ "workers", required_argument, NULL, 'w' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_rpc_service svc = {
 		.descriptor = &moat__v1__session__descriptor,
-		.methods = session_methods,
-		.n_methods = sizeof(session_methods) /
-		    sizeof(session_methods[0]),
+		.methods = sessiond_methods,
+		.n_methods = sessiond_n_methods,
 	};
 	struct sessiond sd = { .started_ms = moat_rpc_now_ms() };
 	struct moat_rpc_server *srv = NULL;
@@ -138,7 +114,7 @@ main(int argc, char **argv)
 	const char *config_path = NULL, *v;
 	const char *flag_keys[8], *flag_vals[8];
 	char *state_dir = NULL, *listen = NULL, *errmsg = NULL;
-	uint64_t map_mib = 0;
+	uint64_t map_mib = 0, workers = 0;
 	size_t n_flags = 0;
 	sigset_t sigs;
 	int opt, sig = 0, rv, exit_code = 1;
@@ -201,10 +177,25 @@ main(int argc, char **argv)
 		    "%llu", 1ull << 24, (unsigned long long)map_mib);
 		goto fail;
 	}
+	if ((rv = moat_config_get_u64(cfg, SECTION, "workers",
+	    MOAT_RPC_DEFAULT_WORKERS, &workers, &errmsg)) != MOAT_OK)
+		goto fail;
+	/* Each worker may hold a read transaction: stay under LMDB's 256
+	 * reader slots. */
+	if (workers < 1 || workers > 200) {
+		rv = MOAT_INVALID_ARGUMENT;
+		errmsg = moat_asprintf("workers must be 1 to 200, not %llu",
+		    (unsigned long long)workers);
+		goto fail;
+	}
+	sd.map_mib = map_mib;
 	if ((rv = moat_store_open(&sd.store, sd.store_dir, map_mib << 20,
 	    sessiond_dbs, &errmsg)) != MOAT_OK)
 		goto fail;
 	if ((rv = check_format(sd.store, &errmsg)) != MOAT_OK)
+		goto fail;
+	if ((rv = sessiond_writer_start(&sd.writer, sd.store, &errmsg)) !=
+	    MOAT_OK)
 		goto fail;
 
 	sigemptyset(&sigs);
@@ -214,7 +205,8 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	svc.ctx = &sd;
-	if ((rv = moat_rpc_server_start(&srv, listen, &svc, 0, &errmsg)) !=
+	if ((rv = moat_rpc_server_start(&srv, listen, &svc, (int)workers,
+	    &errmsg)) !=
 	    MOAT_OK)
 		goto fail;
 	moat_info(0, SERVICE_NAME " %s serving %s, store %s (map %llu MiB)",
@@ -232,9 +224,11 @@ fail_oom:
 	free(errmsg);
 	errmsg = moat_asprintf("out of memory");
 fail:
-	moat_error(0, SERVICE_NAME ": %s", errmsg ? errmsg : moat_strerror(rv));
+	moat_error(0, SERVICE_NAME ": %s",
+	    errmsg ? errmsg : moat_strerror(rv));
 	exit_code = moat_status_exit_code(rv);
 out:
+	sessiond_writer_stop(sd.writer);
 	moat_store_close(sd.store);
 	free(sd.store_dir);
 	free(errmsg);

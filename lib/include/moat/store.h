@@ -81,6 +81,33 @@ int moat_store_del(struct moat_store_txn *txn, const char *db,
 int moat_store_count(struct moat_store_txn *txn, const char *db,
     uint64_t *count, char **errmsg) __attribute__((warn_unused_result));
 
+/* moat_store_txn_begin_child: a write transaction nested in `parent` (a
+ * write transaction): on commit its writes join the parent's (durable only
+ * when the parent commits), on abort they vanish and the parent goes on as
+ * before. The parent must not be used until the child ends. Lets one
+ * writer group many independent jobs into one fsync. On failure returns a
+ * status and sets *errmsg (heap, caller frees). */
+int moat_store_txn_begin_child(struct moat_store_txn *parent,
+    struct moat_store_txn **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* A moat_store_scan callback: key and value point into LMDB's map, valid
+ * during the call only. Returns MOAT_OK to go on, MOAT_STORE_SCAN_STOP to
+ * end the scan (moat_store_scan then returns MOAT_OK), or any other status
+ * to end it with that status. */
+#define MOAT_STORE_SCAN_STOP (-1)
+typedef int (*moat_store_scan_fn)(const void *key, size_t klen,
+    const void *val, size_t vlen, void *arg);
+
+/* moat_store_scan: calls fn, in key order, for each entry of `db` whose key
+ * starts with `prefix` (plen bytes; 0 for all), beginning at the first key
+ * >= `from` (flen bytes; NULL or 0 to start at the prefix). The callback
+ * must not write to `db`. Errors set *errmsg (heap, caller frees). */
+int moat_store_scan(struct moat_store_txn *txn, const char *db,
+    const void *prefix, size_t plen, const void *from, size_t flen,
+    moat_store_scan_fn fn, void *arg, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_store_key_u64 / moat_store_u64_from_key: big-endian integer keys,
  * so LMDB's byte order is numeric order. */
 void moat_store_key_u64(uint8_t key[8], uint64_t v);
@@ -89,5 +116,12 @@ uint64_t moat_store_u64_from_key(const uint8_t key[8]);
 /* moat_store_status_from_mdb: the moat status for an MDB_* or errno value
  * returned by LMDB. */
 int moat_store_status_from_mdb(int mdb_rc);
+
+/* moat_store_del_prefix: in a write transaction, removes every entry of
+ * `db` whose key starts with `prefix` (plen >= 1) and sets *deleted (may
+ * be NULL) to how many. Errors set *errmsg (heap, caller frees). */
+int moat_store_del_prefix(struct moat_store_txn *txn, const char *db,
+    const void *prefix, size_t plen, uint64_t *deleted, char **errmsg)
+    __attribute__((warn_unused_result));
 
 #endif

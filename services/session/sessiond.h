@@ -1,0 +1,196 @@
+/*
+ * sessiond.h: what the files of moat-sessiond share: the service's state,
+ * the on-disk layout of recordings (layout.c), the checks of requests
+ * (validate.c), the single writer thread with group commit (writer.c) and
+ * the RPC method table (handlers.c). main.c only parses options, opens
+ * the store and starts these.
+ * Not for: clients (they use session.proto through the RPC layer).
+ */
+#ifndef MOAT_SESSIOND_H
+#define MOAT_SESSIOND_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moat/rpc.h"
+#include "moat/store.h"
+#include "session.pb-c.h"
+
+#define SESSIOND_SERVICE_NAME "moat-sessiond"
+
+/* A session id: "ses-" and 16 lowercase hex digits. Its own type so it
+ * cannot be mixed up with a sandbox or snapshot id. */
+#define SESSIOND_ID_PREFIX "ses-"
+#define SESSIOND_ID_LEN 20
+struct sessiond_id {
+	char s[SESSIOND_ID_LEN + 1];
+};
+
+/* Outputs are stored in chunks of this size in their own sub-database. */
+#define SESSIOND_CHUNK (64u << 10)
+
+/* Limits on what one request may hold (each names its field when hit). */
+#define SESSIOND_MAX_TENANT 128
+#define SESSIOND_MAX_SANDBOX 128
+#define SESSIOND_MAX_LABELS 64
+#define SESSIOND_MAX_LABEL_KEY 63
+#define SESSIOND_MAX_LABEL_VALUE 256
+#define SESSIOND_MAX_INPUT (8u << 20)
+#define SESSIOND_MAX_SHORT 256       /* language, path part, safety, ids */
+#define SESSIOND_MAX_PATH 4096
+#define SESSIOND_MAX_ARGV 4096
+#define SESSIOND_MAX_FS_TRACE 100000
+#define SESSIOND_PAGE_DEFAULT 100
+#define SESSIOND_PAGE_MAX 1000
+#define SESSIOND_PAGE_BYTES (16u << 20) /* ListSteps with outputs */
+#define SESSIOND_EXPORT_BYTES (32u << 20)
+
+struct sessiond_writer;
+
+struct sessiond {
+	struct moat_store *store;
+	struct sessiond_writer *writer;
+	char *store_dir;
+	uint64_t started_ms;
+	uint64_t map_mib;
+};
+
+/* ---- layout.c: keys and records ---- */
+
+/* Sub-databases, NULL-terminated, for moat_store_open. */
+extern const char *const sessiond_dbs[];
+
+/* sessiond_id_new: a fresh random id. */
+void sessiond_id_new(struct sessiond_id *id);
+
+/* sessiond_id_parse: true when `s` is a well-formed session id, copied
+ * into *id. */
+bool sessiond_id_parse(const char *s, struct sessiond_id *id);
+
+/* Key builders. The returned length is the key's. Integers big-endian. */
+size_t sessiond_key_step(uint8_t key[SESSIOND_ID_LEN + 8],
+    const struct sessiond_id *id, uint64_t index);
+size_t sessiond_key_output(uint8_t key[SESSIOND_ID_LEN + 13],
+    const struct sessiond_id *id, uint64_t index, int stream,
+    uint32_t chunk);
+/* By tenant: tenant NUL created id; by sandbox: tenant NUL sandbox NUL
+ * created id. `prefix_len` (may be NULL) is the length before created. */
+size_t sessiond_key_by_tenant(uint8_t *key, size_t cap, const char *tenant,
+    uint64_t created_ms, const struct sessiond_id *id, size_t *prefix_len);
+size_t sessiond_key_by_sandbox(uint8_t *key, size_t cap,
+    const char *tenant, const char *sandbox, uint64_t created_ms,
+    const struct sessiond_id *id, size_t *prefix_len);
+#define SESSIOND_KEY_INDEX_MAX \
+	(SESSIOND_MAX_TENANT + SESSIOND_MAX_SANDBOX + 2 + 8 + SESSIOND_ID_LEN)
+/* The part of an index key after its prefix: created (8) + id. */
+#define SESSIOND_INDEX_SUFFIX (8 + SESSIOND_ID_LEN)
+
+/* sessiond_pack: `msg` packed into a heap buffer (caller frees); NULL
+ * when out of memory. */
+uint8_t *sessiond_pack(const ProtobufCMessage *msg, size_t *len);
+
+/* sessiond_session_load: the session `id` of `tenant` in *out (heap,
+ * caller frees with protobuf_c_message_free_unpacked). NOT_FOUND, with a
+ * message saying how to list sessions, when it is absent or another
+ * tenant's. Other errors set *errmsg too (heap, caller frees). */
+int sessiond_session_load(struct moat_store_txn *txn, const char *tenant,
+    const struct sessiond_id *id, Moat__V1__SessionInfo **out,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* sessiond_step_load: step `index` of session `session` (already loaded
+ * for the caller's tenant) in *out (heap, caller frees with
+ * protobuf_c_message_free_unpacked), with its fs trace, and its outputs
+ * unless omit_outputs. NOT_FOUND says which indexes exist. */
+int sessiond_step_load(struct moat_store_txn *txn,
+    const Moat__V1__SessionInfo *session, uint64_t index, bool omit_outputs,
+    Moat__V1__Step **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* sessiond_token_encode / _decode: page tokens are the hex of the next
+ * key suffix. encode returns a heap string (caller frees) or NULL;
+ * decode returns false unless `token` is exactly 2 * len hex digits. */
+char *sessiond_token_encode(const uint8_t *bytes, size_t len);
+bool sessiond_token_decode(const char *token, uint8_t *bytes, size_t len);
+
+/* sessiond_reply_move: moves the fields of `from` (unpacked, same
+ * descriptor) into the caller-initialised `reply` and frees the shell of
+ * `from`. */
+void sessiond_reply_move(ProtobufCMessage *reply, ProtobufCMessage *from);
+
+/* ---- validate.c: every check returns MOAT_OK or the status of
+ * moat_rpc_error naming the field. ---- */
+
+int sessiond_check_tenant(struct moat_rpc_call *call, const char *tenant);
+int sessiond_check_id(struct moat_rpc_call *call, const char *field,
+    const char *value, struct sessiond_id *id);
+int sessiond_check_create(struct moat_rpc_call *call,
+    const Moat__V1__CreateSessionRequest *req);
+int sessiond_check_step(struct moat_rpc_call *call,
+    const Moat__V1__Step *step);
+int sessiond_check_short(struct moat_rpc_call *call, const char *field,
+    const char *value, size_t max);
+int sessiond_check_page(struct moat_rpc_call *call, uint32_t page_size,
+    uint32_t *limit);
+
+/* ---- writer.c: the one LMDB writer ---- */
+
+enum sessiond_op_kind {
+	SESSIOND_OP_CREATE,
+	SESSIOND_OP_APPEND,
+	SESSIOND_OP_DELETE,
+	SESSIOND_OP_SET_SNAPSHOT,
+};
+
+/* One write handed to the writer thread. The handler owns it (usually on
+ * its stack) and keeps it alive until sessiond_writer_submit returns. */
+struct sessiond_op {
+	enum sessiond_op_kind kind;
+	/* Inputs, borrowed from the request for the duration of the op. */
+	const char *tenant;
+	struct sessiond_id id;           /* CREATE: filled by the writer */
+	const Moat__V1__CreateSessionRequest *create;
+	const Moat__V1__Step *step;      /* APPEND */
+	uint64_t index;                  /* SET_SNAPSHOT */
+	const char *snapshot_id;         /* SET_SNAPSHOT */
+	size_t bytes;                    /* rough size, for batch limits */
+	/* Results, valid after submit returns. `record` (heap, caller
+	 * frees) is the packed SessionInfo (CREATE) or Step (SET_SNAPSHOT);
+	 * `errmsg` (heap, caller frees) goes with a failed status. */
+	int status;
+	char *errmsg;
+	uint64_t result_index;           /* APPEND: the step's index */
+	uint64_t result_count;           /* DELETE: steps removed */
+	uint8_t *record;
+	size_t record_len;
+	/* The writer's: set under the writer's lock, `wake` signalled, so
+	 * a commit wakes exactly the handlers whose ops it carried. */
+	bool done;
+	pthread_cond_t wake;
+};
+
+/* sessiond_writer_start: starts the writer thread over `st` (borrowed,
+ * must outlive the writer). On failure returns a status and sets *errmsg
+ * (heap, caller frees). */
+int sessiond_writer_start(struct sessiond_writer **out,
+    struct moat_store *st, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* sessiond_writer_stop: finishes what is queued, stops the thread, frees
+ * the writer. Safe on NULL. No submit may run or follow. */
+void sessiond_writer_stop(struct sessiond_writer *w);
+
+/* sessiond_writer_submit: queues `op` (bounded queue: waits for room
+ * until `deadline_ms`, monotonic, then UNAVAILABLE) and waits until the
+ * writer has committed it durably or failed it. Returns op->status, with
+ * op->errmsg set on failure. Thread-safe. */
+int sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
+    uint64_t deadline_ms) __attribute__((warn_unused_result));
+
+/* ---- handlers.c ---- */
+
+extern const struct moat_rpc_method sessiond_methods[];
+extern const size_t sessiond_n_methods;
+
+#endif

@@ -1,0 +1,558 @@
+/*
+ * writer.c: sessiond's one LMDB writer thread. Handlers hand their writes
+ * (create, append, delete, set snapshot) to it through a bounded queue and
+ * wait; it takes everything queued (up to a batch limit), applies it in
+ * one write transaction and commits once, with fsync, so many sandboxes
+ * recording at once share one durable commit (group commit) and every
+ * write is acknowledged only after that commit returned.
+ *
+ * Each op makes all its checks before its first put, so an op that is
+ * refused (unknown session, wrong index) leaves the shared transaction
+ * clean and the others go on. When the store itself fails inside a batch
+ * (map full, I/O error) or the commit fails, the batch is dropped and each
+ * op is run again in its own transaction, so each gets its own answer.
+ * Not for: validating requests (validate.c) or reads (handlers.c read in
+ * their own threads with read transactions).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "guest.pb-c.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "sessiond.h"
+
+#define QUEUE_CAP 1024               /* ops waiting for the writer */
+#define BATCH_MAX_OPS 512            /* ops in one transaction */
+#define BATCH_MAX_BYTES (64u << 20)  /* their rough size */
+
+struct sessiond_writer {
+	struct moat_store *store;       /* borrowed */
+	pthread_t thread;
+	bool thread_started;
+	/* `lock` guards the ring, `stopping` and every queued op's `done`. */
+	pthread_mutex_t lock;
+	pthread_cond_t not_empty;       /* writer waits for work */
+	pthread_cond_t not_full;        /* handlers wait for room */
+	size_t room_waiters;            /* handlers waiting on not_full */
+	struct sessiond_op *ring[QUEUE_CAP];
+	size_t head;
+	size_t count;
+	bool stopping;
+	uint64_t batches;
+	uint64_t ops;
+};
+
+/* op_reset: forgets the results of a try, so the op can run again. */
+static void
+op_reset(struct sessiond_op *op)
+{
+	free(op->errmsg);
+	free(op->record);
+	op->errmsg = NULL;
+	op->record = NULL;
+	op->record_len = 0;
+	op->status = MOAT_OK;
+	op->result_index = 0;
+	op->result_count = 0;
+}
+
+/* put_packed: packs msg and puts it under key. */
+static int
+put_packed(struct moat_store_txn *txn, const char *db, const void *key,
+    size_t klen, const ProtobufCMessage *msg, char **errmsg)
+{
+	uint8_t *buf;
+	size_t len;
+	int rv;
+
+	if ((buf = sessiond_pack(msg, &len)) == NULL) {
+		*errmsg = moat_asprintf("out of memory packing a %s",
+		    msg->descriptor->short_name);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	rv = moat_store_put(txn, db, key, klen, buf, len, false, errmsg);
+	free(buf);
+	return rv;
+}
+
+/* put_indexes: the by_tenant and by_sandbox entries of a session. */
+static int
+put_indexes(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
+    const struct sessiond_id *id, bool del, char **errmsg)
+{
+	uint8_t key[SESSIOND_KEY_INDEX_MAX];
+	size_t klen;
+	int rv;
+
+	klen = sessiond_key_by_tenant(key, sizeof(key), s->tenant,
+	    s->created_ms, id, NULL);
+	rv = del ? moat_store_del(txn, "by_tenant", key, klen, errmsg) :
+	    moat_store_put(txn, "by_tenant", key, klen, "", 0, false, errmsg);
+	if (rv != MOAT_OK && !(del && rv == MOAT_NOT_FOUND))
+		return rv;
+	klen = sessiond_key_by_sandbox(key, sizeof(key), s->tenant,
+	    s->sandbox_id, s->created_ms, id, NULL);
+	rv = del ? moat_store_del(txn, "by_sandbox", key, klen, errmsg) :
+	    moat_store_put(txn, "by_sandbox", key, klen, "", 0, false, errmsg);
+	if (rv != MOAT_OK && !(del && rv == MOAT_NOT_FOUND))
+		return rv;
+	return MOAT_OK;
+}
+
+/* apply_create: a new session. Refusals: the parent is unknown or has
+ * fewer steps than parent_step. */
+static int
+apply_create(struct moat_store_txn *txn, struct sessiond_op *op,
+    bool *broken)
+{
+	const Moat__V1__CreateSessionRequest *req = op->create;
+	Moat__V1__SessionInfo s = MOAT__V1__SESSION_INFO__INIT;
+	Moat__V1__SessionInfo *parent = NULL;
+	struct sessiond_id parent_id;
+	const void *val;
+	size_t len;
+	int rv;
+
+	if (req->parent_session_id != NULL &&
+	    req->parent_session_id[0] != '\0') {
+		if (!sessiond_id_parse(req->parent_session_id, &parent_id))
+			abort();        /* validate.c checked it */
+		if ((rv = sessiond_session_load(txn, op->tenant, &parent_id,
+		    &parent, &op->errmsg)) != MOAT_OK) {
+			*broken = rv != MOAT_NOT_FOUND;
+			return rv;
+		}
+		if (req->parent_step > parent->step_count) {
+			op->errmsg = moat_asprintf("parent_step %llu: parent "
+			    "session %s has steps 1 to %llu",
+			    (unsigned long long)req->parent_step, parent_id.s,
+			    (unsigned long long)parent->step_count);
+			moat__v1__session_info__free_unpacked(parent, NULL);
+			return MOAT_INVALID_ARGUMENT;
+		}
+		moat__v1__session_info__free_unpacked(parent, NULL);
+	}
+	/* 64 random bits: a collision is unlikely, but never overwrite. */
+	do {
+		sessiond_id_new(&op->id);
+		rv = moat_store_get(txn, "sessions", op->id.s,
+		    SESSIOND_ID_LEN, &val, &len, &op->errmsg);
+	} while (rv == MOAT_OK);
+	if (rv != MOAT_NOT_FOUND) {
+		*broken = true;
+		return rv;
+	}
+	s.id = op->id.s;
+	s.tenant = req->tenant;
+	s.sandbox_id = req->sandbox_id;
+	s.created_ms = moat_now_unix_ms();
+	s.n_labels = req->n_labels;
+	s.labels = (Moat__V1__SessionInfo__LabelsEntry **)req->labels;
+	s.parent_session_id = req->parent_session_id;
+	s.parent_step = req->parent_step;
+	s.snapshot_policy = req->snapshot_policy;
+	if ((op->record = sessiond_pack(&s.base, &op->record_len)) == NULL) {
+		op->errmsg = moat_asprintf("out of memory");
+		*broken = true;
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	*broken = true;         /* from here on, a failure dirties the txn */
+	if ((rv = moat_store_put(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
+	    op->record, op->record_len, true, &op->errmsg)) != MOAT_OK ||
+	    (rv = put_indexes(txn, &s, &op->id, false, &op->errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	*broken = false;
+	return MOAT_OK;
+}
+
+/* put_output: one stream of a step, in SESSIOND_CHUNK pieces. */
+static int
+put_output(struct moat_store_txn *txn, const struct sessiond_id *id,
+    uint64_t index, int stream, const ProtobufCBinaryData *data,
+    char **errmsg)
+{
+	uint8_t key[SESSIOND_ID_LEN + 13];
+	uint32_t chunk = 0;
+	int rv;
+
+	for (size_t off = 0; off < data->len; off += SESSIOND_CHUNK) {
+		size_t n = data->len - off;
+
+		if (n > SESSIOND_CHUNK)
+			n = SESSIOND_CHUNK;
+		sessiond_key_output(key, id, index, stream, chunk++);
+		if ((rv = moat_store_put(txn, "outputs", key, sizeof(key),
+		    data->data + off, n, false, errmsg)) != MOAT_OK)
+			return rv;
+	}
+	return MOAT_OK;
+}
+
+/* apply_append: the next step of a session. Refusals: unknown session,
+ * step.index given and not the next one. */
+static int
+apply_append(struct moat_store_txn *txn, struct sessiond_op *op,
+    bool *broken)
+{
+	const Moat__V1__Step *in = op->step;
+	Moat__V1__Step rec;
+	Moat__V1__FsTrace trace = MOAT__V1__FS_TRACE__INIT;
+	Moat__V1__SessionInfo *s = NULL;
+	uint8_t key[SESSIOND_ID_LEN + 8];
+	uint64_t index;
+	int rv;
+
+	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
+	    &op->errmsg)) != MOAT_OK) {
+		*broken = rv != MOAT_NOT_FOUND;
+		return rv;
+	}
+	index = s->step_count + 1;
+	if (in->index != 0 && in->index != index) {
+		op->errmsg = moat_asprintf("step.index %llu: session %s is at "
+		    "step %llu, so the next is %llu (or send 0 to take the "
+		    "next)", (unsigned long long)in->index, op->id.s,
+		    (unsigned long long)s->step_count,
+		    (unsigned long long)index);
+		moat__v1__session_info__free_unpacked(s, NULL);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	/* The step record: everything but the outputs and the fs trace,
+	 * which have their own sub-databases. A shallow copy of the
+	 * request's step, so nothing is allocated. */
+	rec = *in;
+	rec.session_id = op->id.s;
+	rec.index = index;
+	rec.stdout.len = 0;
+	rec.stdout.data = NULL;
+	rec.stderr.len = 0;
+	rec.stderr.data = NULL;
+	rec.stdout_bytes = in->stdout.len;
+	rec.stderr_bytes = in->stderr.len;
+	rec.n_fs_trace = 0;
+	rec.fs_trace = NULL;
+	rec.outputs_omitted = false;
+	*broken = true;
+	sessiond_key_step(key, &op->id, index);
+	if ((rv = put_packed(txn, "steps", key, sizeof(key), &rec.base,
+	    &op->errmsg)) != MOAT_OK)
+		goto out;
+	if (in->n_fs_trace > 0) {
+		trace.n_entries = in->n_fs_trace;
+		trace.entries = in->fs_trace;
+		trace.truncated = in->fs_trace_truncated;
+		if ((rv = put_packed(txn, "fs_traces", key, sizeof(key),
+		    &trace.base, &op->errmsg)) != MOAT_OK)
+			goto out;
+	}
+	if ((rv = put_output(txn, &op->id, index, 0, &in->stdout,
+	    &op->errmsg)) != MOAT_OK ||
+	    (rv = put_output(txn, &op->id, index, 1, &in->stderr,
+	    &op->errmsg)) != MOAT_OK)
+		goto out;
+	s->step_count = index;
+	if ((rv = put_packed(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
+	    &s->base, &op->errmsg)) != MOAT_OK)
+		goto out;
+	op->result_index = index;
+	*broken = false;
+out:
+	moat__v1__session_info__free_unpacked(s, NULL);
+	return rv;
+}
+
+/* apply_delete: a session, its index entries, steps, traces, outputs. */
+static int
+apply_delete(struct moat_store_txn *txn, struct sessiond_op *op,
+    bool *broken)
+{
+	Moat__V1__SessionInfo *s = NULL;
+	int rv;
+
+	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
+	    &op->errmsg)) != MOAT_OK) {
+		*broken = rv != MOAT_NOT_FOUND;
+		return rv;
+	}
+	*broken = true;
+	if ((rv = moat_store_del(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
+	    &op->errmsg)) != MOAT_OK ||
+	    (rv = put_indexes(txn, s, &op->id, true, &op->errmsg)) !=
+	    MOAT_OK ||
+	    (rv = moat_store_del_prefix(txn, "steps", op->id.s,
+	    SESSIOND_ID_LEN, &op->result_count, &op->errmsg)) != MOAT_OK ||
+	    (rv = moat_store_del_prefix(txn, "fs_traces", op->id.s,
+	    SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK ||
+	    (rv = moat_store_del_prefix(txn, "outputs", op->id.s,
+	    SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK)
+		goto out;
+	*broken = false;
+out:
+	moat__v1__session_info__free_unpacked(s, NULL);
+	return rv;
+}
+
+/* apply_set_snapshot: replaces a step's snapshot id; the new record
+ * (without outputs) is the result. */
+static int
+apply_set_snapshot(struct moat_store_txn *txn, struct sessiond_op *op,
+    bool *broken)
+{
+	Moat__V1__SessionInfo *s = NULL;
+	Moat__V1__Step *step = NULL;
+	Moat__V1__Step rec;
+	uint8_t key[SESSIOND_ID_LEN + 8];
+	int rv;
+
+	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
+	    &op->errmsg)) != MOAT_OK) {
+		*broken = rv != MOAT_NOT_FOUND;
+		return rv;
+	}
+	if ((rv = sessiond_step_load(txn, s, op->index, true, &step,
+	    &op->errmsg)) != MOAT_OK) {
+		*broken = rv != MOAT_NOT_FOUND;
+		goto out;
+	}
+	/* The stored record has no fs trace and no outputs flag. */
+	rec = *step;
+	rec.snapshot_id = (char *)(op->snapshot_id ? op->snapshot_id : "");
+	rec.n_fs_trace = 0;
+	rec.fs_trace = NULL;
+	rec.outputs_omitted = false;
+	*broken = true;
+	sessiond_key_step(key, &op->id, op->index);
+	if ((rv = put_packed(txn, "steps", key, sizeof(key), &rec.base,
+	    &op->errmsg)) != MOAT_OK)
+		goto out;
+	/* The reply: the step as stored, with its fs trace. */
+	rec.n_fs_trace = step->n_fs_trace;
+	rec.fs_trace = step->fs_trace;
+	rec.outputs_omitted = true;
+	if ((op->record = sessiond_pack(&rec.base, &op->record_len)) ==
+	    NULL) {
+		op->errmsg = moat_asprintf("out of memory");
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		goto out;
+	}
+	*broken = false;
+out:
+	moat__v1__step__free_unpacked(step, NULL);
+	moat__v1__session_info__free_unpacked(s, NULL);
+	return rv;
+}
+
+/* apply: one op inside `txn`. *broken says whether a failure left
+ * writes in the transaction (or the transaction unusable). */
+static int
+apply(struct moat_store_txn *txn, struct sessiond_op *op, bool *broken)
+{
+	*broken = false;
+	switch (op->kind) {
+	case SESSIOND_OP_CREATE:
+		return apply_create(txn, op, broken);
+	case SESSIOND_OP_APPEND:
+		return apply_append(txn, op, broken);
+	case SESSIOND_OP_DELETE:
+		return apply_delete(txn, op, broken);
+	case SESSIOND_OP_SET_SNAPSHOT:
+		return apply_set_snapshot(txn, op, broken);
+	}
+	abort();
+}
+
+/* run_alone: one op in its own transaction. */
+static void
+run_alone(struct moat_store *st, struct sessiond_op *op)
+{
+	struct moat_store_txn *txn;
+	bool broken;
+
+	op_reset(op);
+	if ((op->status = moat_store_txn_begin(st, true, &txn,
+	    &op->errmsg)) != MOAT_OK)
+		return;
+	if ((op->status = apply(txn, op, &broken)) != MOAT_OK) {
+		moat_store_txn_abort(txn);
+		return;
+	}
+	op->status = moat_store_txn_commit(txn, &op->errmsg);
+}
+
+/* run_batch: the ops in one transaction and one durable commit; falls
+ * back to one transaction each when the store fails. */
+static void
+run_batch(struct moat_store *st, struct sessiond_op **ops, size_t n)
+{
+	struct moat_store_txn *txn = NULL;
+	char *errmsg = NULL;
+	bool broken = false;
+	int rv;
+
+	if (n == 1) {
+		run_alone(st, ops[0]);
+		return;
+	}
+	if ((rv = moat_store_txn_begin(st, true, &txn, &errmsg)) != MOAT_OK)
+		goto fallback;
+	for (size_t i = 0; i < n && !broken; i++) {
+		op_reset(ops[i]);
+		ops[i]->status = apply(txn, ops[i], &broken);
+	}
+	if (broken) {
+		moat_store_txn_abort(txn);
+		goto fallback;
+	}
+	if ((rv = moat_store_txn_commit(txn, &errmsg)) != MOAT_OK) {
+		moat_warn(0, "sessiond: group commit of %zu writes failed "
+		    "(%s); retrying them one by one", n, errmsg);
+		goto fallback;
+	}
+	return;
+
+fallback:
+	free(errmsg);
+	for (size_t i = 0; i < n; i++)
+		run_alone(st, ops[i]);
+}
+
+static void *
+writer_main(void *arg)
+{
+	struct sessiond_writer *w = arg;
+	struct sessiond_op *batch[BATCH_MAX_OPS];
+	size_t n, bytes;
+
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		while (w->count == 0 && !w->stopping)
+			pthread_cond_wait(&w->not_empty, &w->lock);
+		if (w->count == 0)
+			break;
+		/* Take what is queued: at least one op, then as many as fit
+		 * the batch limits. */
+		n = 0;
+		bytes = 0;
+		while (w->count > 0 && n < BATCH_MAX_OPS &&
+		    (n == 0 || bytes + w->ring[w->head]->bytes <=
+		    BATCH_MAX_BYTES)) {
+			batch[n] = w->ring[w->head];
+			bytes += batch[n++]->bytes;
+			w->head = (w->head + 1) % QUEUE_CAP;
+			w->count--;
+		}
+		if (w->room_waiters > 0)
+			pthread_cond_broadcast(&w->not_full);
+		pthread_mutex_unlock(&w->lock);
+
+		run_batch(w->store, batch, n);
+
+		pthread_mutex_lock(&w->lock);
+		for (size_t i = 0; i < n; i++) {
+			batch[i]->done = true;
+			pthread_cond_signal(&batch[i]->wake);
+		}
+		w->batches++;
+		w->ops += n;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+int
+sessiond_writer_start(struct sessiond_writer **out, struct moat_store *st,
+    char **errmsg)
+{
+	struct sessiond_writer *w;
+	pthread_condattr_t ca;
+	int rc;
+
+	*out = NULL;
+	if ((w = calloc(1, sizeof(*w))) == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	w->store = st;
+	pthread_mutex_init(&w->lock, NULL);
+	/* Handlers wait for room against the monotonic deadline. */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->not_full, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&w->not_empty, NULL);
+	if ((rc = pthread_create(&w->thread, NULL, writer_main, w)) != 0) {
+		*errmsg = moat_asprintf("cannot start the writer thread: %s",
+		    strerror(rc));
+		sessiond_writer_stop(w);
+		return moat_status_from_errno(rc);
+	}
+	w->thread_started = true;
+	*out = w;
+	return MOAT_OK;
+}
+
+void
+sessiond_writer_stop(struct sessiond_writer *w)
+{
+	if (w == NULL)
+		return;
+	if (w->thread_started) {
+		pthread_mutex_lock(&w->lock);
+		w->stopping = true;
+		pthread_cond_signal(&w->not_empty);
+		pthread_mutex_unlock(&w->lock);
+		pthread_join(w->thread, NULL);
+		moat_info(0, "sessiond: writer stopped after %llu writes in "
+		    "%llu commits", (unsigned long long)w->ops,
+		    (unsigned long long)w->batches);
+	}
+	pthread_cond_destroy(&w->not_empty);
+	pthread_cond_destroy(&w->not_full);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
+int
+sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
+    uint64_t deadline_ms)
+{
+	struct timespec ts;
+	int rc = 0;
+
+	op->done = false;
+	op->status = MOAT_OK;
+	op->errmsg = NULL;
+	op->record = NULL;
+	pthread_cond_init(&op->wake, NULL);
+	ts.tv_sec = (time_t)(deadline_ms / 1000);
+	ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+	pthread_mutex_lock(&w->lock);
+	w->room_waiters++;
+	while (w->count == QUEUE_CAP && !w->stopping && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&w->not_full, &w->lock, &ts);
+	w->room_waiters--;
+	if (w->count == QUEUE_CAP || w->stopping) {
+		pthread_mutex_unlock(&w->lock);
+		pthread_cond_destroy(&op->wake);
+		op->errmsg = moat_asprintf("sessiond's write queue (%d "
+		    "writes) stayed full until the call's deadline: the disk "
+		    "is slower than the writes; retry later", QUEUE_CAP);
+		return op->status = MOAT_UNAVAILABLE;
+	}
+	w->ring[(w->head + w->count) % QUEUE_CAP] = op;
+	w->count++;
+	pthread_cond_signal(&w->not_empty);
+	/* Once queued the op must finish before it leaves this stack: the
+	 * writer never takes long to answer each one. */
+	while (!op->done)
+		pthread_cond_wait(&op->wake, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+	pthread_cond_destroy(&op->wake);
+	return op->status;
+}
