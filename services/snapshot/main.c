@@ -1,10 +1,9 @@
 /*
  * main.c: moat-snapd, the keeper of snapshots: a catalog plus a
- * content-addressed, deduplicated chunk store. In this issue it opens its
- * LMDB environment under <state>/snapd with the sub-databases the
- * snapshot work will use, checks the on-disk format, answers Health over
- * the RPC layer, and exits cleanly on SIGTERM or SIGINT. Chunks and
- * manifests arrive with time travel (issue 3).
+ * content-addressed, deduplicated chunk store (handlers.c, schema.c). This
+ * file reads flags and moat.conf, opens the LMDB environment under
+ * <state>/snapd, checks its on-disk format, starts the writer thread
+ * (writer.c) and the RPC server, and stops both on SIGTERM or SIGINT.
  * Not for: anything a client calls directly (the gateway orchestrates).
  */
 #include <errno.h>
@@ -20,41 +19,19 @@
 #include "moat/status.h"
 #include "moat/store.h"
 #include "moat/util.h"
-#include "snapshot.pb-c.h"
+#include "snapd.h"
 
 #define SECTION "snapd"
 #define SERVICE_NAME "moat-snapd"
 #define FORMAT_KEY "format"
 #define FORMAT_VERSION "1"  /* bump when the layout of the dbs changes */
+#define WRITE_QUEUE_LEN 64   /* write jobs waiting for the writer */
 
+/* The layout is in snapd.h. "tenants" arrived after format 1's first
+ * stores, which held nothing but the format stamp: it is created empty. */
 static const char *const snapd_dbs[] = {
-	"meta", "snapshots", "manifests", "chunks", "chunk_refs", NULL,
-};
-
-struct snapd {
-	struct moat_store *store;
-	char *store_dir;
-	uint64_t started_ms;
-};
-
-static int
-h_health(struct moat_rpc_call *call, const ProtobufCMessage *request,
-    ProtobufCMessage *reply)
-{
-	struct snapd *sd = call->service_ctx;
-	Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;
-
-	r->uptime_ms = moat_rpc_now_ms() - sd->started_ms;
-	if ((r->service = strdup(SERVICE_NAME)) == NULL ||
-	    (r->version = strdup(MOAT_VERSION)) == NULL ||
-	    (r->state_dir = strdup(sd->store_dir)) == NULL)
-		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-		    "out of memory");
-	return MOAT_OK;
-}
-
-static const struct moat_rpc_method snapshot_methods[] = {
-	{ "Health", h_health, false, false },
+	"meta", "snapshots", "manifests", "chunks", "chunk_refs", "tenants",
+	NULL,
 };
 
 /* check_format: stamps a new store with FORMAT_VERSION, and refuses one
@@ -103,12 +80,18 @@ usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: " SERVICE_NAME " [options]\n"
-	    "  --config FILE        moat.conf to read ([" SECTION "] section)\n"
+	    "  --config FILE        moat.conf to read ([" SECTION "] "
+	    "section)\n"
 	    "  --state-dir DIR      state directory; the store is "
 	    "DIR/snapd\n"
 	    "  --listen URL         RPC url (default "
 	    "ipc://<state>/snapd.sock)\n"
 	    "  --map-size-mib N     LMDB map size (default %u)\n"
+	    "  --pending-grace-s N  chunks put but used by no manifest for "
+	    "N s are\n"
+	    "                       freed (default 3600)\n"
+	    "  --sweep-interval-s N how often to look for them (default "
+	    "600)\n"
 	    "  --version, --help\n"
 	    "Every option is also MOAT_SNAPD_<NAME> in the environment and "
 	    "<name> in [" SECTION "].\n", MOAT_STORE_DEFAULT_MAP_MIB);
@@ -122,15 +105,16 @@ main(int argc, char **argv)
 		{ "state-dir", required_argument, NULL, 's' },
 		{ "listen", required_argument, NULL, 'l' },
 		{ "map-size-mib", required_argument, NULL, 'm' },
+		{ "pending-grace-s", required_argument, NULL, 'g' },
+		{ "sweep-interval-s", required_argument, NULL, 'w' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_rpc_service svc = {
 		.descriptor = &moat__v1__snapshot__descriptor,
-		.methods = snapshot_methods,
-		.n_methods = sizeof(snapshot_methods) /
-		    sizeof(snapshot_methods[0]),
+		.methods = snapd_methods,
+		.n_methods = snapd_n_methods,
 	};
 	struct snapd sd = { .started_ms = moat_rpc_now_ms() };
 	struct moat_rpc_server *srv = NULL;
@@ -138,7 +122,7 @@ main(int argc, char **argv)
 	const char *config_path = NULL, *v;
 	const char *flag_keys[8], *flag_vals[8];
 	char *state_dir = NULL, *listen = NULL, *errmsg = NULL;
-	uint64_t map_mib = 0;
+	uint64_t map_mib = 0, grace_s = 0, sweep_s = 0;
 	size_t n_flags = 0;
 	sigset_t sigs;
 	int opt, sig = 0, rv, exit_code = 1;
@@ -201,6 +185,19 @@ main(int argc, char **argv)
 		    "%llu", 1ull << 24, (unsigned long long)map_mib);
 		goto fail;
 	}
+	if ((rv = moat_config_get_u64(cfg, SECTION, "pending-grace-s", 3600,
+	    &grace_s, &errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "sweep-interval-s", 600,
+	    &sweep_s, &errmsg)) != MOAT_OK)
+		goto fail;
+	if (grace_s > 365ull * 86400 || sweep_s < 1 || sweep_s > 86400) {
+		rv = MOAT_INVALID_ARGUMENT;
+		errmsg = moat_asprintf("pending-grace-s must be at most a "
+		    "year and sweep-interval-s 1 to 86400");
+		goto fail;
+	}
+	sd.pending_grace_ms = grace_s * 1000;
+	sd.sweep_every_ms = sweep_s * 1000;
 	if ((rv = moat_store_open(&sd.store, sd.store_dir, map_mib << 20,
 	    snapd_dbs, &errmsg)) != MOAT_OK)
 		goto fail;
@@ -213,6 +210,9 @@ main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	if ((rv = snapd_writer_start(&sd.writer, &sd, WRITE_QUEUE_LEN,
+	    &errmsg)) != MOAT_OK)
+		goto fail;
 	svc.ctx = &sd;
 	if ((rv = moat_rpc_server_start(&srv, listen, &svc, 0, &errmsg)) !=
 	    MOAT_OK)
@@ -232,9 +232,12 @@ fail_oom:
 	free(errmsg);
 	errmsg = moat_asprintf("out of memory");
 fail:
-	moat_error(0, SERVICE_NAME ": %s", errmsg ? errmsg : moat_strerror(rv));
+	moat_error(0, SERVICE_NAME ": %s",
+	    errmsg ? errmsg : moat_strerror(rv));
 	exit_code = moat_status_exit_code(rv);
 out:
+	/* The server first: no handler may queue a job on a stopped writer. */
+	snapd_writer_stop(sd.writer);
 	moat_store_close(sd.store);
 	free(sd.store_dir);
 	free(errmsg);
