@@ -3,7 +3,8 @@
  * writes JSON: cold create -> first exec reply (p50/p95); exec `true`
  * through the gateway versus straight to vmd on the same sandbox,
  * interleaved in one run (p50/p95 of each, and the gateway's added
- * latency); vmd's own RSS growth per running sandbox. Not a test: it
+ * latency), and the same for GetSandbox, a call that never reaches the
+ * guest; vmd's own RSS growth per running sandbox. Not a test: it
  * asserts nothing about time. tests/bench/run.sh starts a stack for it.
  */
 #include <jansson.h>
@@ -123,6 +124,26 @@ exec_true(struct moat_rpc_client *c, const char *service, const char *id)
 	return now_ms() - t0;
 }
 
+/* get_sandbox: GetSandbox on `service`; returns ms taken. A call that
+ * never reaches the guest, so it isolates the gateway's hop. */
+static double
+get_sandbox(struct moat_rpc_client *c, const char *service, const char *id)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	ProtobufCMessage *rep = NULL;
+	char *msg = NULL;
+	double t0 = now_ms();
+	int rv;
+
+	ref.sandbox_id = (char *)id;
+	rv = moat_rpc_call(c, service, "GetSandbox", &ref.base,
+	    &moat__v1__sandbox__descriptor, &rep, NULL, &msg);
+	if (rv != MOAT_OK)
+		die("get", rv, msg);
+	protobuf_c_message_free_unpacked(rep, NULL);
+	return now_ms() - t0;
+}
+
 static long
 rss_kib(int pid)
 {
@@ -145,7 +166,7 @@ main(int argc, char **argv)
 {
 	struct moat_rpc_client *gw = NULL, *vmd = NULL;
 	int boots = 5, calls = 200, rss_sandboxes = 4, vmd_pid;
-	double *cold, *via_gw, *direct;
+	double *cold, *via_gw, *direct, *get_gw, *get_direct;
 	char *msg = NULL, *id, *ids[16];
 	long rss0, rss1;
 	json_t *out;
@@ -172,7 +193,9 @@ main(int argc, char **argv)
 	cold = calloc((size_t)boots, sizeof(double));
 	via_gw = calloc((size_t)calls, sizeof(double));
 	direct = calloc((size_t)calls, sizeof(double));
-	if (!cold || !via_gw || !direct)
+	get_gw = calloc((size_t)calls, sizeof(double));
+	get_direct = calloc((size_t)calls, sizeof(double));
+	if (!cold || !via_gw || !direct || !get_gw || !get_direct)
 		die("alloc", MOAT_RESOURCE_EXHAUSTED, NULL);
 
 	for (int i = 0; i < boots; i++) {
@@ -192,6 +215,10 @@ main(int argc, char **argv)
 		/* Interleaved, so drift in the machine hits both alike. */
 		via_gw[i] = exec_true(gw, GW, id);
 		direct[i] = exec_true(vmd, "moat.v1.Vm", id);
+	}
+	for (int i = 0; i < calls; i++) {
+		get_gw[i] = get_sandbox(gw, GW, id);
+		get_direct[i] = get_sandbox(vmd, "moat.v1.Vm", id);
 	}
 	destroy(gw, id);
 	free(id);
@@ -224,6 +251,13 @@ main(int argc, char **argv)
 	    json_real(percentile(via_gw, (size_t)calls, 0.95) -
 		percentile(direct, (size_t)calls, 0.95)));
 	json_object_set_new(out, "goal_gateway_added_p50_ms", json_real(1.0));
+	json_object_set_new(out, "get_sandbox_via_gateway",
+	    summary(get_gw, (size_t)calls));
+	json_object_set_new(out, "get_sandbox_direct_vmd",
+	    summary(get_direct, (size_t)calls));
+	json_object_set_new(out, "gateway_added_get_p50_ms",
+	    json_real(percentile(get_gw, (size_t)calls, 0.5) -
+		percentile(get_direct, (size_t)calls, 0.5)));
 	json_object_set_new(out, "vmd_rss_growth_per_sandbox_kib",
 	    json_real((double)(rss1 - rss0) / rss_sandboxes));
 	json_object_set_new(out, "goal_vmd_rss_per_sandbox_kib",
@@ -240,6 +274,8 @@ main(int argc, char **argv)
 	free(cold);
 	free(via_gw);
 	free(direct);
+	free(get_gw);
+	free(get_direct);
 	moat_rpc_client_close(gw);
 	moat_rpc_client_close(vmd);
 	return 0;
