@@ -194,15 +194,16 @@ main(int argc, char **argv)
 		goto fail;
 	if ((rv = check_format(sd.store, &errmsg)) != MOAT_OK)
 		goto fail;
-	if ((rv = sessiond_writer_start(&sd.writer, sd.store, &errmsg)) !=
-	    MOAT_OK)
-		goto fail;
-
+	/* Block the stop signals before any thread exists: a thread that
+	 * has them unblocked would take SIGTERM and die with it. */
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	if ((rv = sessiond_writer_start(&sd.writer, sd.store, &errmsg)) !=
+	    MOAT_OK)
+		goto fail;
 
 	svc.ctx = &sd;
 	if ((rv = moat_rpc_server_start(&srv, listen, &svc, (int)workers,
