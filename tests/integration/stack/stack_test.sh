@@ -101,6 +101,12 @@ no_vmm_left() { ! pgrep -f "qemu-system[^ ]* .*$state" >/dev/null; }
 check "no qemu of this stack remains after stop" no_vmm_left
 check "no sandbox directory remains" sh -c "[ -z \"\$(ls -A '$state/vms' 2>/dev/null)\" ]"
 
+# Under the sanitizer build a service's report lands in its log.
+no_sanitizer_reports() {
+	! grep -lE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$state"/logs/*.log
+}
+check "no sanitizer report in any service log" no_sanitizer_reports
+
 "$moat" info 2>"$work/err"; rc=$?
 check "gateway down -> UNAVAILABLE exit 78 (rc $rc)" [ $rc -eq 78 ]
 check "the message says how to start it" grep -q "moat-stack start" "$work/err"
