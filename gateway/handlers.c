@@ -435,6 +435,179 @@ h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    call->payload_len);
 }
 
+/* ---- local snapshots (issue 3) ---- */
+
+/* The node that holds snapshot `snap_id`: its id is
+ * "snap-<node>-<16 hex>" (services/vm/snapshot.c). False when the id has
+ * no such shape. */
+static bool
+snapshot_node(const char *snap_id, struct moat_node_id *node)
+{
+	const char *last;
+	size_t n;
+
+	if (snap_id == NULL || strncmp(snap_id, "snap-", 5) != 0 ||
+	    (last = strrchr(snap_id, '-')) == NULL || last < snap_id + 6 ||
+	    strlen(last + 1) != 16)
+		return false;
+	n = (size_t)(last - (snap_id + 5));
+	if (n == 0 || n >= sizeof(node->s))
+		return false;
+	memcpy(node->s, snap_id + 5, n);
+	node->s[n] = '\0';
+	return true;
+}
+
+/* Sends `msg` (re-encoded, with the gateway's tenant already set) as
+ * `method` to the node holding `snap_id`, and sets the raw reply. When
+ * `remember` the reply is a Sandbox whose route is kept. */
+static int
+snapshot_forward(struct moat_rpc_call *call, const char *snap_id,
+    const ProtobufCMessage *msg, bool remember)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	struct moat_node_id node;
+	uint8_t *payload = NULL, *out = NULL;
+	size_t len, out_len = 0;
+	char *err = NULL, what[MOAT_ID_MAX + 16];
+	int rv;
+
+	if (snap_id == NULL || snap_id[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%s: "
+		    "snapshot_id is required: ListLocalSnapshots lists them",
+		    call->method);
+	if (!snapshot_node(snap_id, &node))
+		return moat_rpc_error(call, MOAT_NOT_FOUND, "snapshot %.80s "
+		    "not found: it is not a snapshot id (\"snap-<node>-...\")",
+		    snap_id);
+	len = protobuf_c_message_get_packed_size(msg);
+	if ((payload = malloc(len ? len : 1)) == NULL)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	protobuf_c_message_pack(msg, payload);
+	snprintf(what, sizeof(what), "snapshot %.100s", snap_id);
+	rv = moat_forward_to_node(&gw->fw, &node, call->method, payload, len,
+	    call->request_id, call->deadline_ms, what, &out, &out_len, &err);
+	free(payload);
+	if (rv != MOAT_OK) {
+		rv = moat_rpc_error(call, rv, "%s", err ? err :
+		    moat_strerror(rv));
+		free(err);
+		return rv;
+	}
+	if (remember) {
+		Moat__V1__Sandbox *sb = moat__v1__sandbox__unpack(NULL,
+		    out_len, out);
+		struct moat_sandbox_id sandbox;
+
+		if (sb != NULL && moat_sandbox_id_set(&sandbox, sb->id))
+			moat_forward_remember(&gw->fw, &sandbox, &node);
+		if (sb != NULL)
+			moat__v1__sandbox__free_unpacked(sb, NULL);
+	}
+	call->raw_reply = out;
+	call->raw_reply_len = out_len;
+	return MOAT_OK;
+}
+
+static int
+h_restore_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	Moat__V1__RestoreSandboxRequest fwd =
+	    *(const Moat__V1__RestoreSandboxRequest *)request;
+
+	/* Only the tenant's own snapshots: the node checks it. */
+	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	return snapshot_forward(call, fwd.snapshot_id, &fwd.base, true);
+}
+
+static int
+h_delete_local_snapshot(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	Moat__V1__LocalSnapshotRef fwd =
+	    *(const Moat__V1__LocalSnapshotRef *)request;
+
+	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	return snapshot_forward(call, fwd.snapshot_id, &fwd.base, false);
+}
+
+/* Every node's snapshots of the tenant; a node that does not answer is
+ * logged and skipped, unless none answers. */
+static int
+h_list_local_snapshots(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	Moat__V1__LocalSnapshotList *r = (Moat__V1__LocalSnapshotList *)reply;
+	Moat__V1__ListLocalSnapshotsRequest fwd =
+	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
+	struct moat_node_id *ids = NULL;
+	size_t n = 0, failed = 0, len;
+	uint8_t *payload = NULL;
+	int rv = MOAT_OK;
+
+	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	len = moat__v1__list_local_snapshots_request__get_packed_size(&fwd);
+	if ((payload = malloc(len ? len : 1)) == NULL) {
+		free(ids);
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	moat__v1__list_local_snapshots_request__pack(&fwd, payload);
+	for (size_t i = 0; i < n && rv == MOAT_OK; i++) {
+		Moat__V1__LocalSnapshotList *list = NULL;
+		Moat__V1__LocalSnapshot **grown;
+		uint64_t deadline = moat_rpc_now_ms() + LIST_TIMEOUT_MS;
+		uint8_t *out = NULL;
+		size_t out_len = 0;
+		char *msg = NULL;
+
+		if (deadline > call->deadline_ms)
+			deadline = call->deadline_ms;
+		if (moat_forward_to_node(&gw->fw, &ids[i], "ListLocalSnapshots",
+		    payload, len, moat_rpc_new_request_id(), deadline,
+		    "the snapshots of a node", &out, &out_len, &msg) ==
+		    MOAT_OK)
+			list = moat__v1__local_snapshot_list__unpack(NULL,
+			    out_len, out);
+		free(out);
+		if (list == NULL) {
+			failed++;
+			moat_warn(call->request_id, "ListLocalSnapshots: node "
+			    "%s: %s", ids[i].s, msg ? msg : "not a list");
+			free(msg);
+			continue;
+		}
+		free(msg);
+		grown = list->n_snapshots == 0 ? r->snapshots :
+		    realloc(r->snapshots, (r->n_snapshots +
+		    list->n_snapshots) * sizeof(*grown));
+		if (list->n_snapshots > 0 && grown == NULL) {
+			rv = MOAT_RESOURCE_EXHAUSTED;
+		} else {
+			r->snapshots = grown;
+			for (size_t j = 0; j < list->n_snapshots; j++)
+				r->snapshots[r->n_snapshots++] =
+				    list->snapshots[j];
+			list->n_snapshots = 0; /* lent to r */
+		}
+		moat__v1__local_snapshot_list__free_unpacked(list, NULL);
+	}
+	free(payload);
+	free(ids);
+	if (rv != MOAT_OK)
+		return moat_rpc_error(call, rv, "out of memory");
+	if (n > 0 && failed == n)
+		return moat_rpc_error(call, MOAT_UNAVAILABLE,
+		    "no node answered ListLocalSnapshots: see the gateway log");
+	return MOAT_OK;
+}
+
 /* The Gateway service. Mutating calls are deduplicated by request id here
  * and, because the id travels with the forward, on the node as well. */
 static const struct moat_rpc_method gateway_methods[] = {
@@ -459,6 +632,10 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "MakeDir", h_sandbox, true, false },
 	{ "SandboxInfo", h_sandbox, false, false },
 	{ "TraceFs", h_sandbox, false, false },
+	{ "SnapshotSandbox", h_sandbox, true, false },
+	{ "RestoreSandbox", h_restore_sandbox, true, false },
+	{ "ListLocalSnapshots", h_list_local_snapshots, false, false },
+	{ "DeleteLocalSnapshot", h_delete_local_snapshot, true, false },
 };
 
 /* ---- lifecycle ---- */

@@ -21,8 +21,10 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "extents.h"
 #include "guest_link.h"
 #include "moat/log.h"
 #include "moat/status.h"
@@ -60,6 +62,28 @@ char *
 vmd_image_path(const struct vmd *vmd, const char *image, const char *file)
 {
 	return moat_asprintf("%s/%s/%s", vmd->cfg.image_dir, image, file);
+}
+
+char *
+vmd_image_stamp(const struct vmd *vmd, const char *image)
+{
+	char *stamp = strdup("");
+
+	for (size_t i = 0; stamp != NULL && i < sizeof(sandbox_image_files) /
+	    sizeof(sandbox_image_files[0]); i++) {
+		char *p = vmd_image_path(vmd, image, sandbox_image_files[i]);
+		char *next = NULL;
+		struct stat st;
+
+		if (p != NULL && stat(p, &st) == 0)
+			next = moat_asprintf("%s%s%jd.%jd%09ld", stamp,
+			    i ? "/" : "", (intmax_t)st.st_size,
+			    (intmax_t)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+		free(p);
+		free(stamp);
+		stamp = next;
+	}
+	return stamp;
 }
 
 static bool
@@ -497,12 +521,70 @@ enum boot_outcome {
 	BOOT_ABORTED,              /* destroyed meanwhile */
 };
 
-/* One boot attempt with accelerator `accel` and `timeout_ms`. Leaves the
- * VMM running on BOOT_READY; otherwise the caller tears it down. *why is
- * heap (caller frees) when not ready. */
+/* After a restore: lets the paused VMM load its device state and run,
+ * then has the agent reset the clock, reseed the RNG and take this
+ * sandbox's name (clones must never share randomness). The agent was
+ * connected before the guest ran, so it keeps its session and sends no
+ * new AgentReady. Returns 0 or a status with *why (heap). */
+static int
+sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
+    const char *snap_dir, uint64_t deadline, char **why)
+{
+	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
+	Moat__V1__ResetAfterRestore reset = MOAT__V1__RESET_AFTER_RESTORE__INIT;
+	Moat__V1__GuestMessage *reply = NULL;
+	uint8_t entropy[64];
+	struct timespec now;
+	uint64_t left = 0, t = moat_rpc_now_ms();
+	char *err = NULL;
+	int rv;
+
+	if (deadline > t)
+		left = deadline - t;
+	if ((rv = sb->vmd->vmm->resume(&sb->vmm, snap_dir, (uint32_t)left,
+	    &err)) != MOAT_OK) {
+		*why = moat_asprintf("the VMM did not resume from the "
+		    "snapshot: %s", err ? err : "?");
+		free(err);
+		return rv;
+	}
+	if (getrandom(entropy, sizeof(entropy), 0) !=
+	    (ssize_t)sizeof(entropy)) {
+		*why = moat_asprintf("no host randomness for the clone: %s",
+		    strerror(errno));
+		return MOAT_INTERNAL;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	reset.unix_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+	reset.entropy.data = entropy;
+	reset.entropy.len = sizeof(entropy);
+	reset.hostname = sb->id.str;
+	req.op_case = MOAT__V1__GUEST_REQUEST__OP_RESET;
+	req.reset = &reset;
+	rv = guest_link_call(link, &req, deadline, &reply, &err);
+	explicit_bzero(entropy, sizeof(entropy));
+	if (rv != MOAT_OK) {
+		*why = moat_asprintf("the restored guest's agent did not "
+		    "answer the reset: %s", err ? err : "?");
+		free(err);
+		return rv;
+	}
+	if (reply->code != MOAT__V1__CODE__OK) {
+		*why = moat_asprintf("the restored guest's agent refused the "
+		    "reset (clock, RNG, hostname): %s", reply->message);
+		rv = (int)reply->code;
+	}
+	moat__v1__guest_message__free_unpacked(reply, NULL);
+	return rv;
+}
+
+/* One boot attempt with accelerator `accel` and `timeout_ms` (a restore
+ * from `snap_dir` when that is not NULL). Leaves the VMM running on
+ * BOOT_READY; otherwise the caller tears it down. *why is heap (caller
+ * frees) when not ready. */
 static enum boot_outcome
 sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
-    char **why)
+    const char *snap_dir, char **why)
 {
 	struct vmd *vmd = sb->vmd;
 	struct moat_vmm_spec spec = { 0 };
@@ -549,8 +631,10 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 
 	t0 = moat_rpc_now_ms();
 	deadline = t0 + timeout_ms;
-	if ((rv = vmd->vmm->start(vmd->vmm_binary, &spec, &vm, &err))
-	    != MOAT_OK) {
+	rv = snap_dir == NULL ? vmd->vmm->start(vmd->vmm_binary, &spec, &vm,
+	    &err) : vmd->vmm->restore(vmd->vmm_binary, &spec, snap_dir, &vm,
+	    &err);
+	if (rv != MOAT_OK) {
 		*why = err ? err : strdup("the VMM did not start");
 		err = NULL;
 		outcome = BOOT_SPAWN_FAILED;
@@ -596,6 +680,19 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 		}
 		pthread_mutex_lock(&sb->mu);
 		sb->link = link;
+		pthread_mutex_unlock(&sb->mu);
+	}
+	if (snap_dir != NULL) {
+		if (link == NULL) {
+			*why = moat_asprintf("the restored VM's agent "
+			    "socket did not open within %u ms", timeout_ms);
+			goto out;
+		}
+		if (sandbox_restore_finish(sb, link, snap_dir, deadline, why)
+		    != MOAT_OK)
+			goto out;
+		pthread_mutex_lock(&sb->mu);
+		sb->agent_ready = true;
 		pthread_mutex_unlock(&sb->mu);
 	}
 
@@ -664,7 +761,7 @@ sandbox_boot(struct sandbox *sb, char **why)
 
 		if (probe && timeout > VMD_ACCEL_PROBE_MS)
 			timeout = VMD_ACCEL_PROBE_MS;
-		outcome = sandbox_boot_once(sb, accel, timeout, &reason);
+		outcome = sandbox_boot_once(sb, accel, timeout, NULL, &reason);
 		if (outcome == BOOT_READY) {
 			if (probe)
 				vmd_accel_settle(vmd, kernel, true, true);
@@ -892,23 +989,18 @@ sandbox_unlist(struct sandbox *sb)
 		vmd_sandbox_put(sb);
 }
 
-int
-vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
-    const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
+/* Lists `sb` (a fresh sandbox_alloc) and brings it up: a boot, or with
+ * `snap_dir` a restore from that snapshot under `accel`. Same contract
+ * as vmd_sandbox_create; takes the caller's reference to sb. */
+static int
+sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
+    struct sandbox *sb, const char *snap_dir, const char *accel,
+    struct sandbox **out)
 {
-	const char *image = req->image && req->image[0] ? req->image :
-	    "default";
-	const char *test_mode = NULL;
-	struct sandbox *sb;
 	char *why = NULL;
+	char *scratch = NULL;
 	int err;
 	int rv;
-
-	*out = NULL;
-	if ((rv = sandbox_validate(vmd, call, req, image, &test_mode)) != 0)
-		return rv;
-	if ((sb = sandbox_alloc(vmd, req, image, test_mode)) == NULL)
-		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 
 	pthread_mutex_lock(&vmd->mu);
 	if (vmd->shutting_down) {
@@ -938,8 +1030,9 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	sb->next = vmd->sandboxes;
 	vmd->sandboxes = sb;
 	pthread_mutex_unlock(&vmd->mu);
-	moat_info(call->request_id, "sandbox %s: creating (image %s, %u vcpus, "
-	    "%u MiB, scratch %" PRIu64 " MiB%s%s)", sb->id.str, sb->image,
+	moat_info(call->request_id, "sandbox %s: %s (image %s, %u vcpus, "
+	    "%u MiB, scratch %" PRIu64 " MiB%s%s)", sb->id.str,
+	    snap_dir ? "restoring" : "creating", sb->image,
 	    sb->vcpus, sb->memory_mib, sb->scratch_mib,
 	    sb->test_mode ? ", test mode " : "",
 	    sb->test_mode ? sb->test_mode : "");
@@ -950,24 +1043,45 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 		rv = MOAT_INTERNAL;
 		goto fail;
 	}
-	{
-		char *scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
-		if (scratch == NULL) {
-			why = strdup("out of memory");
-			rv = MOAT_INTERNAL;
+	if ((scratch = moat_asprintf("%s/scratch.ext4", sb->dir)) == NULL) {
+		why = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
+	if (snap_dir == NULL) {
+		if ((rv = vmd_scratch_make(vmd, scratch, sb->scratch_mib,
+		    &why)) != MOAT_OK)
+			goto fail;
+		if ((rv = sandbox_boot(sb, &why)) != MOAT_OK)
+			goto fail;
+	} else {
+		char *src = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH,
+		    snap_dir);
+
+		/* The clone's own disk: the snapshot's stays as it was. */
+		err = src ? vmd_copy_sparse(src, scratch, NULL) : ENOMEM;
+		if (err != 0) {
+			why = moat_asprintf("cannot copy the snapshot's "
+			    "scratch disk %s: %s", src ? src : "?",
+			    strerror(err));
+			free(src);
+			rv = moat_status_from_errno(err);
 			goto fail;
 		}
-		rv = vmd_scratch_make(vmd, scratch, sb->scratch_mib, &why);
-		free(scratch);
-		if (rv != MOAT_OK)
+		free(src);
+		if (sandbox_boot_once(sb, accel, sb->boot_timeout_ms, snap_dir,
+		    &why) != BOOT_READY) {
+			sandbox_vmm_teardown(sb, true, "the sandbox is "
+			    "stopping");
+			rv = MOAT_UNAVAILABLE;
 			goto fail;
+		}
 	}
-	if ((rv = sandbox_boot(sb, &why)) != MOAT_OK)
-		goto fail;
 
 	pthread_mutex_lock(&sb->mu);
 	if (sb->destroying) {
 		pthread_mutex_unlock(&sb->mu);
+		free(why);
 		why = strdup("the sandbox was destroyed while it booted");
 		rv = MOAT_ABORTED;
 		goto fail;
@@ -987,15 +1101,16 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	} else {
 		pthread_mutex_unlock(&sb->mu);
 	}
-	moat_info(call->request_id, "sandbox %s: running (%s, pid %d, boot "
+	moat_info(call->request_id, "sandbox %s: running (%s, pid %d, %s "
 	    "%" PRIu64 " ms)", sb->id.str, sb->accel, (int)sb->vmm.pid,
-	    sb->boot_ms);
+	    snap_dir ? "restore" : "boot", sb->boot_ms);
+	free(scratch);
 	*out = sb;
 	return MOAT_OK;
 
 fail:
-	moat_warn(call->request_id, "sandbox %s: create failed: %s",
-	    sb->id.str, why ? why : "?");
+	moat_warn(call->request_id, "sandbox %s: %s failed: %s",
+	    sb->id.str, snap_dir ? "restore" : "create", why ? why : "?");
 	sandbox_teardown(sb, "the sandbox is stopping");
 	sandbox_unlist(sb);
 	pthread_mutex_lock(&sb->mu);
@@ -1004,13 +1119,119 @@ fail:
 	pthread_cond_broadcast(&sb->cv);
 	pthread_mutex_unlock(&sb->mu);
 	if (rv == MOAT_UNAVAILABLE)
-		rv = moat_rpc_error(call, rv, "sandbox %s did not boot: %s",
-		    sb->id.str, why ? why : "?");
+		rv = moat_rpc_error(call, rv, "sandbox %s did not %s: %s",
+		    sb->id.str, snap_dir ? "restore" : "boot",
+		    why ? why : "?");
 	else
 		rv = moat_rpc_error(call, rv, "sandbox %s: %s", sb->id.str,
 		    why ? why : "?");
 	free(why);
+	free(scratch);
 	vmd_sandbox_put(sb);
+	return rv;
+}
+
+int
+vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
+{
+	const char *image = req->image && req->image[0] ? req->image :
+	    "default";
+	const char *test_mode = NULL;
+	struct sandbox *sb;
+	int rv;
+
+	*out = NULL;
+	if ((rv = sandbox_validate(vmd, call, req, image, &test_mode)) != 0)
+		return rv;
+	if ((sb = sandbox_alloc(vmd, req, image, test_mode)) == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	return sandbox_bring_up(vmd, call, sb, NULL, NULL, out);
+}
+
+int
+vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RestoreSandboxRequest *req, struct sandbox **out)
+{
+	Moat__V1__CreateSandboxRequest create =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__LocalSnapshot *meta = NULL;
+	Moat__V1__CreateSandboxRequest__LabelsEntry **labels = NULL;
+	Moat__V1__CreateSandboxRequest__LabelsEntry *entries = NULL;
+	const char *test_mode = NULL;
+	struct sandbox *sb;
+	char *snap_dir = NULL;
+	int rv;
+
+	*out = NULL;
+	if (vmd->vmm->restore == NULL || vmd->vmm->resume == NULL)
+		return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "the %s driver "
+		    "of node %s cannot restore snapshots", vmd->vmm->name,
+		    vmd->cfg.node_id);
+	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, req->tenant,
+	    &meta, &snap_dir)) != MOAT_OK)
+		return rv;
+	/* The clone is the snapshot's sandbox in size and image; only its
+	 * labels are its own. */
+	create.vcpus = meta->vcpus;
+	create.memory_mib = meta->memory_mib;
+	create.image = meta->image;
+	create.scratch_mib = meta->scratch_mib;
+	create.tenant = meta->tenant;
+	if (req->n_labels > 0 &&
+	    ((labels = calloc(req->n_labels, sizeof(*labels))) == NULL ||
+	    (entries = calloc(req->n_labels, sizeof(*entries))) == NULL)) {
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	/* The request's strings, borrowed, in a create request's entries. */
+	for (size_t i = 0; i < req->n_labels; i++) {
+		moat__v1__create_sandbox_request__labels_entry__init(
+		    &entries[i]);
+		entries[i].key = req->labels[i]->key;
+		entries[i].value = req->labels[i]->value;
+		labels[i] = &entries[i];
+	}
+	create.labels = labels;
+	create.n_labels = req->n_labels;
+	if ((rv = sandbox_validate(vmd, call, &create, meta->image,
+	    &test_mode)) != MOAT_OK)
+		goto out;
+	{
+		/* The guest's memory holds the kernel and the root filesystem's
+		 * cache as they were: another build of the image under the
+		 * same name would boot into corruption, not a restore. */
+		char *stamp = vmd_image_stamp(vmd, meta->image);
+		bool same = stamp != NULL && strcmp(stamp,
+		    meta->image_stamp) == 0;
+
+		free(stamp);
+		if (!same) {
+			rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+			    "snapshot %s was taken with another build of "
+			    "image \"%s\" than the one on node %s now: it "
+			    "cannot be restored exactly; take a new snapshot",
+			    meta->snapshot_id, meta->image, vmd->cfg.node_id);
+			goto out;
+		}
+	}
+	if (test_mode != NULL) {
+		rv = moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "label "
+		    TEST_LABEL " cannot be given to a restore: it changes how "
+		    "a guest boots, and a restored guest does not boot");
+		goto out;
+	}
+	if ((sb = sandbox_alloc(vmd, &create, meta->image, NULL)) == NULL) {
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	rv = sandbox_bring_up(vmd, call, sb, snap_dir, meta->accel[0] ?
+	    meta->accel : "tcg", out);
+out:
+	free(labels);
+	free(entries);
+	free(snap_dir);
+	moat__v1__local_snapshot__free_unpacked(meta, NULL);
 	return rv;
 }
 

@@ -22,98 +22,9 @@
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "extents.h"
 #include "spawn.h"
 #include "vmd.h"
-
-/* Copies [off, off+len) with copy_file_range, else read/write. */
-static int
-copy_range(int in, int out, off_t off, off_t len)
-{
-	static const size_t bufsize = 1 << 20;
-	char *buf = NULL;
-	off_t in_off = off, out_off = off;
-
-	while (len > 0) {
-		ssize_t n = copy_file_range(in, &in_off, out, &out_off,
-		    (size_t)len, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len -= n;
-	}
-	if (len == 0)
-		return 0;
-	if ((buf = malloc(bufsize)) == NULL)
-		return ENOMEM;
-	while (len > 0) {
-		size_t want = (size_t)len < bufsize ? (size_t)len : bufsize;
-		ssize_t n = pread(in, buf, want, in_off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0 || pwrite(out, buf, (size_t)n, out_off) != n) {
-			int err = n < 0 ? errno : EIO;
-			free(buf);
-			return err;
-		}
-		in_off += n;
-		out_off += n;
-		len -= n;
-	}
-	free(buf);
-	return 0;
-}
-
-/* Copies `src` to a new `dst`, keeping holes. Returns 0 or errno. */
-static int
-copy_sparse(const char *src, const char *dst)
-{
-	struct stat st;
-	int in = -1, out = -1;
-	int err = 0;
-	off_t data, hole;
-
-	if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0)
-		return errno;
-	if (fstat(in, &st) != 0) {
-		err = errno;
-		goto out;
-	}
-	out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (out < 0) {
-		err = errno;
-		goto out;
-	}
-	if (ioctl(out, FICLONE, in) == 0)
-		goto out;
-	if (ftruncate(out, st.st_size) != 0) {
-		err = errno;
-		goto out;
-	}
-	for (data = 0; data < st.st_size; data = hole) {
-		data = lseek(in, data, SEEK_DATA);
-		if (data < 0) {
-			if (errno != ENXIO)
-				err = errno;
-			break;
-		}
-		hole = lseek(in, data, SEEK_HOLE);
-		if (hole < 0) {
-			err = errno;
-			break;
-		}
-		if ((err = copy_range(in, out, data, hole - data)) != 0)
-			break;
-	}
-out:
-	if (out >= 0 && close(out) != 0 && err == 0)
-		err = errno;
-	if (in >= 0)
-		close(in);
-	if (err != 0)
-		(void)unlink(dst);
-	return err;
-}
 
 /* Makes <state>/scratch/template-<mib>.ext4 if missing. scratch_mu held. */
 static int
@@ -199,7 +110,7 @@ vmd_scratch_make(struct vmd *vmd, const char *path, uint64_t mib,
 	pthread_mutex_unlock(&vmd->scratch_mu);
 	if (rv != MOAT_OK)
 		goto out;
-	if ((err = copy_sparse(template, path)) != 0) {
+	if ((err = vmd_copy_sparse(template, path, NULL)) != 0) {
 		*errmsg = moat_asprintf("cannot make scratch disk %s: %s", path,
 		    strerror(err));
 		rv = moat_status_from_errno(err);

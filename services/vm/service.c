@@ -253,6 +253,50 @@ h_trace_fs(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    (Moat__V1__FsTrace *)reply);
 }
 
+static int
+h_snapshot_sandbox(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	return vmd_snapshot_take(VMD(call), call,
+	    (const Moat__V1__SnapshotSandboxRequest *)request,
+	    (Moat__V1__LocalSnapshot *)reply);
+}
+
+static int
+h_restore_sandbox(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct sandbox *sb;
+	int rv;
+
+	if ((rv = vmd_sandbox_restore(VMD(call), call,
+	    (const Moat__V1__RestoreSandboxRequest *)request, &sb)) !=
+	    MOAT_OK)
+		return rv;
+	rv = vmd_sandbox_to_proto(sb, (Moat__V1__Sandbox *)reply);
+	vmd_sandbox_put(sb);
+	if (rv != MOAT_OK)
+		return moat_rpc_error(call, rv, "out of memory");
+	return MOAT_OK;
+}
+
+static int
+h_list_local_snapshots(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	return vmd_snapshot_list(VMD(call), call,
+	    (const Moat__V1__ListLocalSnapshotsRequest *)request,
+	    (Moat__V1__LocalSnapshotList *)reply);
+}
+
+static int
+h_delete_local_snapshot(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	return vmd_snapshot_delete(VMD(call), call,
+	    (const Moat__V1__LocalSnapshotRef *)request);
+}
+
 /* Auth is the gateway's job: vmd listens where only it can reach. */
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
@@ -277,6 +321,13 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "MakeDir", .handler = h_make_dir, .mutating = true },
 	{ .name = "SandboxInfo", .handler = h_sandbox_info },
 	{ .name = "TraceFs", .handler = h_trace_fs },
+	{ .name = "SnapshotSandbox", .handler = h_snapshot_sandbox,
+	  .mutating = true },
+	{ .name = "RestoreSandbox", .handler = h_restore_sandbox,
+	  .mutating = true },
+	{ .name = "ListLocalSnapshots", .handler = h_list_local_snapshots },
+	{ .name = "DeleteLocalSnapshot", .handler = h_delete_local_snapshot,
+	  .mutating = true },
 };
 
 void

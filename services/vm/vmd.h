@@ -152,6 +152,7 @@ struct sandbox {
 	char accel[8];
 	uint64_t boot_ms;
 	bool destroying;           /* Destroy or shutdown asked */
+	bool snapshotting;         /* a SnapshotSandbox is running on it */
 	bool gone;                 /* torn down by the creating thread */
 	struct moat_vmm vmm;
 	bool vmm_exited;           /* reaped by the supervisor */
@@ -175,6 +176,12 @@ struct sandbox {
  * returns a status after moat_rpc_error(call, ...); nothing is left. */
 int vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
+    __attribute__((warn_unused_result));
+
+/* vmd_sandbox_restore: a new sandbox (a clone) from local snapshot
+ * req->snapshot_id: same contract as vmd_sandbox_create. */
+int vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RestoreSandboxRequest *req, struct sandbox **out)
     __attribute__((warn_unused_result));
 
 /* vmd_sandbox_get: a referenced sandbox by id, or MOAT_NOT_FOUND after
@@ -215,6 +222,11 @@ void vmd_reap_orphans(struct vmd *vmd);
 /* vmd_console_tail: the last `lines` lines of a console log as a heap
  * string (non-printable bytes replaced), "" when empty. Caller frees. */
 char *vmd_console_tail(const char *path, int lines);
+
+/* vmd_image_stamp: "<size>.<mtime ns>" of each of the image's files, so a
+ * snapshot can tell that its image was rebuilt since (heap; NULL when a
+ * file is missing or on allocation failure). */
+char *vmd_image_stamp(const struct vmd *vmd, const char *image);
 
 /* vmd_image_path: <image-dir>/<image>/<file>, heap. */
 char *vmd_image_path(const struct vmd *vmd, const char *image,
@@ -362,6 +374,32 @@ void vmd_survey_stop(struct vmd_survey *s);
 
 /* vmd_service: the Vm service with its method table; ctx = vmd. */
 void vmd_service(struct vmd *vmd, struct moat_rpc_service *svc);
+
+/* ---- snapshot.c: local snapshots under <state>/snapshots ---- */
+
+#define VMD_SNAPSHOT_TIMEOUT_MS 60000u
+
+/* vmd_snapshot_take: snapshots running sandbox req->sandbox_id (the
+ * sandbox keeps running) and fills `reply` (heap fields, the RPC server
+ * frees them). Refused while execs run in it: their output would reach
+ * a clone that knows nothing of them. */
+int vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__SnapshotSandboxRequest *req,
+    Moat__V1__LocalSnapshot *reply) __attribute__((warn_unused_result));
+int vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ListLocalSnapshotsRequest *req,
+    Moat__V1__LocalSnapshotList *reply) __attribute__((warn_unused_result));
+int vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__LocalSnapshotRef *req)
+    __attribute__((warn_unused_result));
+
+/* vmd_snapshot_open: snapshot `id`'s catalog entry (*meta, caller frees
+ * with moat__v1__local_snapshot__free_unpacked) and directory (*dir,
+ * heap). A snapshot of another tenant (when `tenant` is not "") is
+ * NOT_FOUND. Errors go through moat_rpc_error. */
+int vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
+    const char *id, const char *tenant, Moat__V1__LocalSnapshot **meta,
+    char **dir) __attribute__((warn_unused_result));
 
 /* ---- scratch.c ---- */
 

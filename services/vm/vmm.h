@@ -39,8 +39,28 @@ struct moat_vmm {
 	char *console_log;         /* the guest's serial console, a file */
 	char *vmm_log;             /* the VMM's own stderr, a file */
 	char *ram_file;            /* guest RAM (a file so snapshots can map
-	                              it), removed by release */
+	                              it), removed by release; NULL for a
+	                              VMM restored from a snapshot (its RAM
+	                              is the snapshot's file, mapped
+	                              privately, and is not the VMM's) */
+	char *qmp_socket;          /* the VMM's control socket */
 };
+
+/* What `snapshot` wrote into a snapshot directory, and how long the
+ * guest stood still for it. */
+struct moat_vmm_snapshot_stats {
+	uint64_t device_state_bytes;
+	uint64_t ram_bytes;        /* allocated bytes copied */
+	uint64_t disk_bytes;
+	double pause_ms;
+};
+
+/* The files of a snapshot directory, named by every driver alike. The
+ * RAM may be a symlink to a file elsewhere (tmpfs): whoever deletes a
+ * snapshot removes the link's target too. */
+#define MOAT_VMM_SNAP_DEVICE_STATE "device_state"
+#define MOAT_VMM_SNAP_RAM "ram"
+#define MOAT_VMM_SNAP_SCRATCH "scratch.ext4"
 
 struct moat_vmm_ops {
 	const char *name;          /* "qemu": Node.driver, Sandbox.driver */
@@ -85,6 +105,37 @@ struct moat_vmm_ops {
 	 * outside `dir`. Returns true when a live process was killed. The
 	 * caller removes `dir`. */
 	bool (*reap_orphan)(const char *dir, const char *id);
+
+	/* snapshot: pauses the running VMM `vm`, writes its device state,
+	 * a copy of guest RAM and a copy of `scratch_disk` (flushed first)
+	 * into the existing empty directory `snap_dir` (named per
+	 * MOAT_VMM_SNAP_*), and resumes it. The guest runs on whatever
+	 * happens. Returns 0 with *st, or a status with *errmsg (heap);
+	 * on failure the caller removes snap_dir. NULL: not supported.
+	 * Blocks up to `timeout_ms`; the caller serialises snapshots of one
+	 * VMM. */
+	int (*snapshot)(const struct moat_vmm *vm, const char *scratch_disk,
+	    const char *snap_dir, uint32_t timeout_ms,
+	    struct moat_vmm_snapshot_stats *st, char **errmsg)
+	    __attribute__((warn_unused_result));
+
+	/* restore: like start, but the new VMM takes its RAM (privately:
+	 * copy on write, so many clones share the file) and its device
+	 * state from `snap_dir` and stays paused until `resume`.
+	 * spec->scratch_disk is the clone's own copy of the snapshot's
+	 * disk; kernel, initrd and rootfs must be the snapshot's. Same
+	 * ownership and failure rules as start. */
+	int (*restore)(const char *binary, const struct moat_vmm_spec *spec,
+	    const char *snap_dir, struct moat_vmm *vm, char **errmsg)
+	    __attribute__((warn_unused_result));
+
+	/* resume: loads the device state into a VMM made by `restore` and
+	 * lets the guest run, before `timeout_ms`. The agent socket should
+	 * be connected first so the guest never sees its host missing.
+	 * Returns 0 or a status with *errmsg (heap). */
+	int (*resume)(const struct moat_vmm *vm, const char *snap_dir,
+	    uint32_t timeout_ms, char **errmsg)
+	    __attribute__((warn_unused_result));
 };
 
 extern const struct moat_vmm_ops moat_vmm_qemu;

@@ -22,11 +22,14 @@
 #include <x86intrin.h>
 
 #include "moat/log.h"
+#include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "../extents.h"
 #include "../spawn.h"
 #include "../sync.h"
 #include "../vmm.h"
+#include "qmp.h"
 
 #define QEMU_MAX_ARGS 64
 #define QEMU_AGENT_PORT "org.moat.agent"
@@ -182,14 +185,18 @@ qemu_release(struct moat_vmm *vm)
 	free(vm->console_log);
 	free(vm->vmm_log);
 	free(vm->ram_file);
+	free(vm->qmp_socket);
 	vm->agent_socket = vm->console_log = vm->vmm_log = NULL;
-	vm->ram_file = NULL;
+	vm->ram_file = vm->qmp_socket = NULL;
 	vm->pid = 0;
 }
 
+/* Starts a VMM for `spec`: booting when `snap_dir` is NULL, else paused
+ * and waiting for the device state of the snapshot in snap_dir (its RAM
+ * file mapped privately). See start and restore in vmm.h. */
 static int
-qemu_start(const char *binary, const struct moat_vmm_spec *spec,
-    struct moat_vmm *vm, char **errmsg)
+qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
+    const char *snap_dir, struct moat_vmm *vm, char **errmsg)
 {
 	struct qemu_argv a = { 0 };
 	struct moat_spawn_req req = { 0 };
@@ -197,6 +204,7 @@ qemu_start(const char *binary, const struct moat_vmm_spec *spec,
 	char *qmp = NULL;
 	char *pidfile = NULL;
 	char *tcg_cmdline = NULL;
+	char *snap_ram = NULL;
 	int rv;
 
 	*errmsg = NULL;
@@ -204,18 +212,24 @@ qemu_start(const char *binary, const struct moat_vmm_spec *spec,
 	vm->agent_socket = moat_asprintf("%s/agent.sock", spec->dir);
 	vm->console_log = moat_asprintf("%s/console.log", spec->dir);
 	vm->vmm_log = moat_asprintf("%s/qemu.log", spec->dir);
-	vm->ram_file = ram_file_path(spec->sandbox_id);
+	if (snap_dir == NULL)
+		vm->ram_file = ram_file_path(spec->sandbox_id);
+	else
+		snap_ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
+	vm->qmp_socket = moat_asprintf("%s/qmp.sock", spec->dir);
 	qmp = moat_asprintf("%s/qmp.sock", spec->dir);
 	pidfile = moat_asprintf("%s/qemu.pid", spec->dir);
 	if (!vm->agent_socket || !vm->console_log || !vm->vmm_log ||
-	    !vm->ram_file || !qmp || !pidfile) {
+	    (snap_dir == NULL ? !vm->ram_file : !snap_ram) ||
+	    !vm->qmp_socket || !qmp || !pidfile) {
 		*errmsg = strdup("out of memory");
 		rv = MOAT_INTERNAL;
 		goto fail;
 	}
 	if (!path_ok(spec->dir) || !path_ok(spec->kernel) ||
 	    !path_ok(spec->initrd) || !path_ok(spec->rootfs) ||
-	    !path_ok(spec->scratch_disk)) {
+	    !path_ok(spec->scratch_disk) ||
+	    (snap_dir != NULL && !path_ok(snap_dir))) {
 		*errmsg = moat_asprintf("a path for sandbox %s has a comma in "
 		    "it, which QEMU cannot take: move the state or image "
 		    "directory", spec->sandbox_id);
@@ -230,7 +244,8 @@ qemu_start(const char *binary, const struct moat_vmm_spec *spec,
 		goto fail;
 	}
 	/* A RAM file left by an earlier boot attempt must not be reused. */
-	(void)unlink(vm->ram_file);
+	if (vm->ram_file != NULL)
+		(void)unlink(vm->ram_file);
 	(void)unlink(vm->agent_socket);
 	(void)unlink(qmp);
 
@@ -247,8 +262,11 @@ qemu_start(const char *binary, const struct moat_vmm_spec *spec,
 	argv_add(&a, strdup("-m"));
 	argv_add(&a, moat_asprintf("%u", spec->memory_mib));
 	argv_add(&a, strdup("-object"));
+	/* share=off on a restore: the snapshot's file is mapped copy on
+	 * write, so it stays as it was and clones share its pages. */
 	argv_add(&a, moat_asprintf("memory-backend-file,id=ram,size=%uM,"
-	    "mem-path=%s,share=on", spec->memory_mib, vm->ram_file));
+	    "mem-path=%s,share=%s", spec->memory_mib,
+	    snap_dir ? snap_ram : vm->ram_file, snap_dir ? "off" : "on"));
 	argv_add(&a, strdup("-no-reboot"));
 	argv_add(&a, strdup("-nodefaults"));
 	argv_add(&a, strdup("-no-user-config"));
@@ -292,6 +310,13 @@ qemu_start(const char *binary, const struct moat_vmm_spec *spec,
 	argv_add(&a, moat_asprintf("unix:%s,server=on,wait=off", qmp));
 	argv_add(&a, strdup("-pidfile"));
 	argv_add(&a, strdup(pidfile));
+	if (snap_dir != NULL) {
+		/* Paused, the device state loaded by resume (x-ignore-shared
+		 * must be set before the stream is read, so not at once). */
+		argv_add(&a, strdup("-S"));
+		argv_add(&a, strdup("-incoming"));
+		argv_add(&a, strdup("defer"));
+	}
 	if (a.oom) {
 		*errmsg = strdup("out of memory building the qemu command");
 		rv = MOAT_INTERNAL;
@@ -306,13 +331,29 @@ qemu_start(const char *binary, const struct moat_vmm_spec *spec,
 	argv_fini(&a);
 	free(qmp);
 	free(pidfile);
+	free(snap_ram);
 	return MOAT_OK;
 fail:
 	argv_fini(&a);
 	free(qmp);
 	free(pidfile);
+	free(snap_ram);
 	qemu_release(vm);
 	return rv;
+}
+
+static int
+qemu_start(const char *binary, const struct moat_vmm_spec *spec,
+    struct moat_vmm *vm, char **errmsg)
+{
+	return qemu_launch(binary, spec, NULL, vm, errmsg);
+}
+
+static int
+qemu_restore(const char *binary, const struct moat_vmm_spec *spec,
+    const char *snap_dir, struct moat_vmm *vm, char **errmsg)
+{
+	return qemu_launch(binary, spec, snap_dir, vm, errmsg);
 }
 
 static int
@@ -411,6 +452,306 @@ qemu_reap_orphan(const char *dir, const char *id)
 	return killed;
 }
 
+/* ---- snapshot and restore ---- */
+
+#define QEMU_MIGRATE_POLL_US 200
+#define QEMU_STATE_FD "moat-device-state"  /* getfd name */
+
+static int
+qmp_set_ignore_shared(struct qmp *q, char **errmsg)
+{
+	json_t *args = json_pack("{s:[{s:s,s:b}]}", "capabilities",
+	    "capability", "x-ignore-shared", "state", 1);
+	int rv;
+
+	if (args == NULL) {
+		*errmsg = strdup("out of memory");
+		return MOAT_INTERNAL;
+	}
+	rv = qmp_run(q, "migrate-set-capabilities", args, NULL, errmsg);
+	json_decref(args);
+	return rv;
+}
+
+/* Polls query-migrate until the outgoing migration ends. */
+static int
+qmp_wait_migrated(struct qmp *q, char **errmsg)
+{
+	for (;;) {
+		json_t *ret = NULL;
+		const char *status;
+		int rv;
+
+		if ((rv = qmp_run(q, "query-migrate", NULL, &ret, errmsg)) !=
+		    MOAT_OK)
+			return rv;
+		status = json_string_value(json_object_get(ret, "status"));
+		if (status != NULL && strcmp(status, "completed") == 0) {
+			json_decref(ret);
+			return MOAT_OK;
+		}
+		if (status != NULL && (strcmp(status, "failed") == 0 ||
+		    strcmp(status, "cancelled") == 0)) {
+			const char *why = json_string_value(
+			    json_object_get(ret, "error-desc"));
+
+			*errmsg = moat_asprintf("QEMU's migration to the "
+			    "snapshot %s: %s", status, why ? why : "no reason "
+			    "given (see qemu.log in the sandbox directory)");
+			json_decref(ret);
+			return MOAT_INTERNAL;
+		}
+		json_decref(ret);
+		if (moat_rpc_now_ms() >= q->deadline_ms) {
+			*errmsg = strdup("QEMU did not finish writing the "
+			    "device state in time");
+			return MOAT_DEADLINE_EXCEEDED;
+		}
+		usleep(QEMU_MIGRATE_POLL_US);
+	}
+}
+
+/* Where a snapshot's RAM copy lives: on tmpfs next to the guests' RAM
+ * files (copying there while the guest is paused is several times faster
+ * than to a disk's page cache), named after the snapshot directory, which
+ * holds a symlink to it (MOAT_VMM_SNAP_RAM). Heap. */
+static char *
+snap_ram_path(const char *snap_dir)
+{
+	const char *base = strrchr(snap_dir, '/');
+	char *name = strdup(base ? base + 1 : snap_dir);
+	char *path;
+	size_t n;
+
+	if (name == NULL)
+		return NULL;
+	/* A snapshot is written as <id>.tmp and renamed when complete. */
+	n = strlen(name);
+	if (n > 4 && strcmp(name + n - 4, ".tmp") == 0)
+		name[n - 4] = '\0';
+	path = moat_asprintf(QEMU_RAM_DIR "/moat-%s.ram", name);
+	free(name);
+	return path;
+}
+
+static double
+now_ms_exact(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static uint64_t
+file_size(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+static int
+qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
+    const char *snap_dir, uint32_t timeout_ms,
+    struct moat_vmm_snapshot_stats *st, char **errmsg)
+{
+	struct qmp q = { .fd = -1 };
+	char *state = moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE,
+	    snap_dir);
+	char *ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
+	char *disk = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH, snap_dir);
+	char *ram_copy = snap_ram_path(snap_dir);
+	double t_state = 0, t_ram = 0;
+	int state_fd = -1;
+	json_t *args = NULL;
+	bool stopped = false;
+	double t0 = 0;
+	int rv, err;
+
+	*errmsg = NULL;
+	memset(st, 0, sizeof(*st));
+	if (!state || !ram || !disk || !ram_copy) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto out;
+	}
+	if (symlink(ram_copy, ram) != 0) {
+		err = errno;
+		*errmsg = moat_asprintf("cannot link %s to %s: %s", ram,
+		    ram_copy, strerror(err));
+		rv = moat_status_from_errno(err);
+		goto out;
+	}
+	if (vm->ram_file == NULL || vm->qmp_socket == NULL) {
+		*errmsg = strdup("this VM has no RAM file of its own to "
+		    "snapshot");
+		rv = MOAT_FAILED_PRECONDITION;
+		goto out;
+	}
+	if ((state_fd = open(state, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+	    0600)) < 0) {
+		err = errno;
+		*errmsg = moat_asprintf("cannot create %s: %s", state,
+		    strerror(err));
+		rv = moat_status_from_errno(err);
+		goto out;
+	}
+	if ((rv = qmp_open(&q, vm->qmp_socket, moat_rpc_now_ms() +
+	    timeout_ms, errmsg)) != MOAT_OK)
+		goto out;
+	/* QEMU writes the device state straight into the file: no shell
+	 * and no cat in the pause. */
+	if ((rv = qmp_set_ignore_shared(&q, errmsg)) != MOAT_OK ||
+	    (rv = qmp_pass_fd(&q, QEMU_STATE_FD, state_fd, errmsg)) !=
+	    MOAT_OK)
+		goto out;
+	close(state_fd);
+	state_fd = -1;
+	if ((args = json_pack("{s:s}", "uri", "fd:" QEMU_STATE_FD)) ==
+	    NULL) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto out;
+	}
+
+	/* The pause: from here to `cont`. stop flushes the block layer, so
+	 * the disk copied below agrees with the RAM copied with it. */
+	t0 = now_ms_exact();
+	if ((rv = qmp_run(&q, "stop", NULL, NULL, errmsg)) != MOAT_OK)
+		goto out;
+	stopped = true;
+	if ((rv = qmp_run(&q, "migrate", args, NULL, errmsg)) != MOAT_OK ||
+	    (rv = qmp_wait_migrated(&q, errmsg)) != MOAT_OK)
+		goto out;
+	t_state = now_ms_exact();
+	if ((err = vmd_copy_sparse(vm->ram_file, ram_copy, &st->ram_bytes))
+	    != 0) {
+		*errmsg = moat_asprintf("cannot copy guest RAM %s to %s: %s",
+		    vm->ram_file, ram_copy, strerror(err));
+		rv = moat_status_from_errno(err);
+		goto out;
+	}
+	t_ram = now_ms_exact();
+	if ((err = vmd_copy_sparse(scratch_disk, disk, &st->disk_bytes)) !=
+	    0) {
+		*errmsg = moat_asprintf("cannot copy scratch disk %s to %s: %s",
+		    scratch_disk, disk, strerror(err));
+		rv = moat_status_from_errno(err);
+		goto out;
+	}
+	rv = MOAT_OK;
+out:
+	if (stopped) {
+		char *cerr = NULL;
+		/* Resume whatever happened: a failed snapshot must not stop
+		 * the sandbox. */
+		q.deadline_ms = moat_rpc_now_ms() + 5000;
+		if (qmp_run(&q, "cont", NULL, NULL, &cerr) != MOAT_OK) {
+			moat_error(0, "cannot resume the VM after a snapshot: "
+			    "%s", cerr ? cerr : "?");
+			if (rv == MOAT_OK) {
+				*errmsg = moat_asprintf("the VM did not resume "
+				    "after the snapshot: %s", cerr ? cerr :
+				    "?");
+				rv = MOAT_INTERNAL;
+			}
+		}
+		free(cerr);
+		st->pause_ms = now_ms_exact() - t0;
+	}
+	if (rv == MOAT_OK) {
+		st->device_state_bytes = file_size(state);
+		moat_debug(0, "snapshot %s: device state %.1f ms, RAM copy "
+		    "%.1f ms, disk copy and resume %.1f ms", snap_dir,
+		    t_state - t0, t_ram - t_state, t0 + st->pause_ms - t_ram);
+	} else if (ram_copy != NULL) {
+		(void)unlink(ram_copy);
+	}
+	json_decref(args);
+	qmp_close(&q);
+	if (state_fd >= 0)
+		close(state_fd);
+	free(state);
+	free(ram);
+	free(ram_copy);
+	free(disk);
+	return rv;
+}
+
+static int
+qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
+    uint32_t timeout_ms, char **errmsg)
+{
+	struct qmp q = { .fd = -1 };
+	uint64_t deadline = moat_rpc_now_ms() + timeout_ms;
+	char *state = moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE,
+	    snap_dir);
+	json_t *args = json_pack("{s:s}", "uri", "fd:" QEMU_STATE_FD);
+	int state_fd = -1;
+	int rv;
+
+	*errmsg = NULL;
+	if (state == NULL || args == NULL) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto out;
+	}
+	if ((state_fd = open(state, O_RDONLY | O_CLOEXEC)) < 0) {
+		rv = moat_status_from_errno(errno);
+		*errmsg = moat_asprintf("cannot open %s: %s", state,
+		    strerror(errno));
+		goto out;
+	}
+	/* The QMP socket appears early in QEMU's start: retry until. */
+	for (;;) {
+		rv = qmp_open(&q, vm->qmp_socket, deadline, errmsg);
+		if (rv == MOAT_OK || rv != MOAT_UNAVAILABLE ||
+		    moat_rpc_now_ms() >= deadline)
+			break;
+		free(*errmsg);
+		*errmsg = NULL;
+		vmd_sleep_ms(5);
+	}
+	if (rv != MOAT_OK)
+		goto out;
+	if ((rv = qmp_set_ignore_shared(&q, errmsg)) != MOAT_OK ||
+	    (rv = qmp_pass_fd(&q, QEMU_STATE_FD, state_fd, errmsg)) !=
+	    MOAT_OK ||
+	    (rv = qmp_run(&q, "migrate-incoming", args, NULL, errmsg)) !=
+	    MOAT_OK)
+		goto out;
+	for (;;) {
+		json_t *ret = NULL;
+		const char *status;
+		bool loading;
+
+		if ((rv = qmp_run(&q, "query-status", NULL, &ret, errmsg)) !=
+		    MOAT_OK)
+			goto out;
+		status = json_string_value(json_object_get(ret, "status"));
+		loading = status != NULL && strcmp(status, "inmigrate") == 0;
+		json_decref(ret);
+		if (!loading)
+			break;
+		if (moat_rpc_now_ms() >= deadline) {
+			*errmsg = strdup("QEMU did not load the snapshot's "
+			    "device state in time");
+			rv = MOAT_DEADLINE_EXCEEDED;
+			goto out;
+		}
+		usleep(QEMU_MIGRATE_POLL_US);
+	}
+	rv = qmp_run(&q, "cont", NULL, NULL, errmsg);
+out:
+	json_decref(args);
+	qmp_close(&q);
+	if (state_fd >= 0)
+		close(state_fd);
+	free(state);
+	return rv;
+}
+
 const struct moat_vmm_ops moat_vmm_qemu = {
 	.name = "qemu",
 	.probe = qemu_probe,
@@ -419,4 +760,7 @@ const struct moat_vmm_ops moat_vmm_qemu = {
 	.stop = qemu_stop,
 	.release = qemu_release,
 	.reap_orphan = qemu_reap_orphan,
+	.snapshot = qemu_snapshot,
+	.restore = qemu_restore,
+	.resume = qemu_resume,
 };

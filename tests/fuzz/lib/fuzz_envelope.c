@@ -111,6 +111,10 @@ static const struct moat_rpc_method methods[] = {
 	{ "MakeDir", h_ok, true, false },
 	{ "SandboxInfo", h_ok, false, false },
 	{ "TraceFs", h_ok, false, false },
+	{ "SnapshotSandbox", h_ok, true, false },
+	{ "RestoreSandbox", h_ok, true, false },
+	{ "ListLocalSnapshots", h_ok, false, false },
+	{ "DeleteLocalSnapshot", h_ok, true, false },
 };
 
 static void

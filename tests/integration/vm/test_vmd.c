@@ -1390,6 +1390,228 @@ test_accel_auto(void **state)
 	unsetenv("MOAT_VMD_KVM_DEVICE");
 }
 
+/* ---- snapshots (issue 3) ---- */
+
+static Moat__V1__LocalSnapshot *
+take_snapshot(const char *id)
+{
+	Moat__V1__SnapshotSandboxRequest req =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+	Moat__V1__LocalSnapshot *snap = NULL;
+
+	req.sandbox_id = (char *)id;
+	if (call(&main_vmd, "SnapshotSandbox", &req.base,
+	    &moat__v1__local_snapshot__descriptor,
+	    (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
+		print_log_tail(&main_vmd);
+		fail_msg("SnapshotSandbox: %s", last_err);
+	}
+	return snap;
+}
+
+static int
+restore_snapshot(const char *snap_id, Moat__V1__Sandbox **out)
+{
+	Moat__V1__RestoreSandboxRequest req =
+	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
+
+	req.snapshot_id = (char *)snap_id;
+	return call(&main_vmd, "RestoreSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out,
+	    LONG_MS);
+}
+
+/* Runs `script` under bash in `id`, wants exit 0, returns its stdout as
+ * a heap string. */
+static char *
+bash_out(const char *id, const char *script)
+{
+	Moat__V1__ExecResult *r = run_code(&main_vmd, id, "bash", script, 0,
+	    0, MOAT_OK);
+	char *out;
+
+	if (r->status->exit_code != 0)
+		fail_msg("%s exited %d: %.*s", script, r->status->exit_code,
+		    (int)r->stderr.len, (char *)r->stderr.data);
+	out = strndup((char *)r->stdout.data, r->stdout.len);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	assert_non_null(out);
+	return out;
+}
+
+/* The state a snapshot must carry: a file, its hash, and a process
+ * started in the background that is still running. The clone must see
+ * them as they were when the snapshot was taken, its own clock and
+ * name, and randomness no other clone shares. */
+static void
+test_snapshot_restore(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__LocalSnapshot *snap;
+	Moat__V1__Sandbox *c1 = NULL, *c2 = NULL;
+	char *before, *after, *o1, *o2, *r1, *r2;
+	char *path;
+	long host_now, guest_now;
+
+	before = bash_out(id, "echo state-at-snapshot > /root/snap.txt && "
+	    "{ sleep 100000 >/dev/null 2>&1 </dev/null & echo $! > "
+	    "/root/bg.pid; } && sha256sum /root/snap.txt");
+	snap = take_snapshot(id);
+	assert_true(strncmp(snap->snapshot_id, "snap-", 5) == 0);
+	assert_string_equal(snap->sandbox_id, id);
+	assert_true(snap->device_state_bytes > 0);
+	assert_true(snap->ram_bytes > 0);
+	assert_true(snap->disk_bytes > 0);
+	path = moat_asprintf("%s/device_state", snap->dir);
+	assert_true(path_exists(path));
+	free(path);
+	path = moat_asprintf("%s/ram", snap->dir);
+	assert_true(path_exists(path));
+	free(path);
+	fprintf(stderr, "snapshot %s: paused %.1f ms, device state %" PRIu64
+	    " B, RAM %" PRIu64 " B\n", snap->snapshot_id,
+	    snap->pause_ms_exact, snap->device_state_bytes, snap->ram_bytes);
+
+	/* The original goes on and changes after the snapshot. */
+	free(bash_out(id, "echo changed-later > /root/snap.txt && "
+	    "rm -f /root/bg.pid"));
+
+	if (restore_snapshot(snap->snapshot_id, &c1) != MOAT_OK) {
+		print_log_tail(&main_vmd);
+		fail_msg("RestoreSandbox: %s", last_err);
+	}
+	assert_int_equal(c1->state,
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
+	assert_string_not_equal(c1->id, id);
+	fprintf(stderr, "restore -> agent reset: %" PRIu64 " ms\n",
+	    c1->boot_ms);
+	after = bash_out(c1->id, "sha256sum /root/snap.txt");
+	assert_string_equal(before, after);
+	free(after);
+	o1 = bash_out(c1->id, "cat /root/snap.txt; tr '\\0' ' ' < "
+	    "/proc/$(cat /root/bg.pid)/cmdline; echo; hostname");
+	after = moat_asprintf("state-at-snapshot\nsleep 100000 \n%s\n",
+	    c1->id);
+	assert_string_equal(o1, after);
+	free(after);
+	free(o1);
+	/* The original still runs, with its own later state. */
+	o1 = bash_out(id, "cat /root/snap.txt");
+	assert_string_equal(o1, "changed-later\n");
+	free(o1);
+
+	/* The clock is the host's, not the snapshot's. */
+	sleep(2);
+	o1 = bash_out(c1->id, "date +%s");
+	guest_now = strtol(o1, NULL, 10);
+	host_now = (long)time(NULL);
+	free(o1);
+	assert_true(guest_now > host_now - 5 && guest_now < host_now + 5);
+
+	/* A second clone diverges on its own and has its own randomness. */
+	if (restore_snapshot(snap->snapshot_id, &c2) != MOAT_OK)
+		fail_msg("RestoreSandbox 2: %s", last_err);
+	free(bash_out(c1->id, "echo one > /root/only-c1.txt"));
+	o2 = bash_out(c2->id, "cat /root/snap.txt; test -e /root/only-c1.txt"
+	    " && echo leak || echo clean");
+	assert_string_equal(o2, "state-at-snapshot\nclean\n");
+	free(o2);
+	r1 = bash_out(c1->id, "head -c 32 /dev/urandom | od -An -tx1");
+	r2 = bash_out(c2->id, "head -c 32 /dev/urandom | od -An -tx1");
+	assert_string_not_equal(r1, r2);
+	free(r1);
+	free(r2);
+	r1 = bash_out(c1->id, "python3 -c 'import random; "
+	    "print(random.random())' 2>/dev/null || echo none");
+	r2 = bash_out(c2->id, "python3 -c 'import random; "
+	    "print(random.random())' 2>/dev/null || echo none");
+	if (strcmp(r1, "none\n") != 0)
+		assert_string_not_equal(r1, r2);
+	free(r1);
+	free(r2);
+
+	/* Another build of the image under the same name (here: a new
+	 * mtime on its root filesystem) cannot restore the snapshot. */
+	{
+		char *rootfs = moat_asprintf("%s/default/rootfs.ext4",
+		    image_dir);
+		struct stat st;
+		struct timespec ts[2];
+		Moat__V1__Sandbox *c3 = NULL;
+
+		assert_int_equal(stat(rootfs, &st), 0);
+		ts[0] = st.st_atim;
+		ts[1] = st.st_mtim;
+		ts[1].tv_sec += 1;
+		assert_int_equal(utimensat(AT_FDCWD, rootfs, ts, 0), 0);
+		assert_int_equal(restore_snapshot(snap->snapshot_id, &c3),
+		    MOAT_FAILED_PRECONDITION);
+		assert_non_null(strstr(last_err, "another build"));
+		ts[1] = st.st_mtim;
+		assert_int_equal(utimensat(AT_FDCWD, rootfs, ts, 0), 0);
+		free(rootfs);
+	}
+
+	destroy_sandbox(&main_vmd, c1->id);
+	destroy_sandbox(&main_vmd, c2->id);
+	protobuf_c_message_free_unpacked(&c1->base, NULL);
+	protobuf_c_message_free_unpacked(&c2->base, NULL);
+	free(bash_out(id, "pkill -f 'sleep 100000' || true"));
+	free(before);
+
+	/* Delete removes the files; the snapshot is gone for good. */
+	{
+		Moat__V1__LocalSnapshotRef ref =
+		    MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
+		Moat__V1__ListLocalSnapshotsRequest lr =
+		    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
+		Moat__V1__LocalSnapshotList *list = NULL;
+		bool listed = false;
+
+		assert_int_equal(call(&main_vmd, "ListLocalSnapshots",
+		    &lr.base, &moat__v1__local_snapshot_list__descriptor,
+		    (ProtobufCMessage **)&list, 30000), MOAT_OK);
+		for (size_t i = 0; i < list->n_snapshots; i++)
+			listed |= strcmp(list->snapshots[i]->snapshot_id,
+			    snap->snapshot_id) == 0;
+		assert_true(listed);
+		protobuf_c_message_free_unpacked(&list->base, NULL);
+		ref.snapshot_id = snap->snapshot_id;
+		assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot",
+		    &ref.base, &moat__v1__empty__descriptor, NULL, 30000),
+		    MOAT_OK);
+		assert_false(path_exists(snap->dir));
+		path = moat_asprintf("/dev/shm/moat-%s.ram",
+		    snap->snapshot_id);
+		assert_false(path_exists(path));
+		free(path);
+		assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot",
+		    &ref.base, &moat__v1__empty__descriptor, NULL, 30000),
+		    MOAT_NOT_FOUND);
+		assert_int_equal(restore_snapshot(snap->snapshot_id, &c1),
+		    MOAT_NOT_FOUND);
+	}
+	protobuf_c_message_free_unpacked(&snap->base, NULL);
+}
+
+/* Bad input to the snapshot calls: errors, never a crash. */
+static void
+test_snapshot_errors(void **state)
+{
+	Moat__V1__SnapshotSandboxRequest sr =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+	Moat__V1__Sandbox *sb = NULL;
+
+	assert_int_equal(restore_snapshot("snap-nowhere-0123456789abcdef",
+	    &sb), MOAT_NOT_FOUND);
+	assert_int_equal(restore_snapshot("../../etc", &sb), MOAT_NOT_FOUND);
+	assert_int_equal(restore_snapshot("", &sb), MOAT_INVALID_ARGUMENT);
+	sr.sandbox_id = "sb-0000000000000000";
+	assert_int_equal(call(&main_vmd, "SnapshotSandbox", &sr.base,
+	    &moat__v1__local_snapshot__descriptor, NULL, 30000),
+	    MOAT_NOT_FOUND);
+}
+
 int
 main(void)
 {
@@ -1403,6 +1625,8 @@ main(void)
 		cmocka_unit_test(test_binary_file),
 		cmocka_unit_test(test_exec_streaming),
 		cmocka_unit_test(test_file_calls),
+		cmocka_unit_test(test_snapshot_errors),
+		cmocka_unit_test(test_snapshot_restore),
 		cmocka_unit_test(test_boot_deadline),
 		cmocka_unit_test(test_four_at_once_and_destroy),
 		cmocka_unit_test(test_destroy_while_booting),

@@ -267,6 +267,10 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "MakeDir", h_ok, true, false },
 	{ "SandboxInfo", h_ok, false, false },
 	{ "TraceFs", h_ok, false, false },
+	{ "SnapshotSandbox", h_ok, true, false },
+	{ "RestoreSandbox", h_ok, true, false },
+	{ "ListLocalSnapshots", h_ok, false, false },
+	{ "DeleteLocalSnapshot", h_ok, true, false },
 };
 
 int

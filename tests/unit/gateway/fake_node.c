@@ -135,7 +135,9 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("WriteFile", true), ROW("ListFiles", false),
 	ROW("StatFile", false), ROW("RemoveFile", true),
 	ROW("MakeDir", true), ROW("SandboxInfo", false),
-	ROW("TraceFs", false),
+	ROW("TraceFs", false), ROW("SnapshotSandbox", true),
+	ROW("RestoreSandbox", true), ROW("ListLocalSnapshots", false),
+	ROW("DeleteLocalSnapshot", true),
 };
 
 static void *

@@ -1,0 +1,402 @@
+/*
+ * snapshot.c: this node's local snapshots (issue 3, before snapd): each
+ * is a directory <state>/snapshots/<id> holding what the VMM driver wrote
+ * (device state, a copy of guest RAM, a copy of the scratch disk) and
+ * meta.pb, the LocalSnapshot that describes it. A snapshot is made in
+ * <id>.tmp and renamed into place when complete, so a crash never leaves
+ * a half snapshot that lists. Ids name the node ("snap-<node>-<16 hex>")
+ * so a gateway can route a restore to the node that holds the files.
+ * Not for: pausing and copying (the driver's snapshot op) or booting the
+ * clone (sandbox.c).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "vmd.h"
+
+#define SNAP_META "meta.pb"
+#define SNAP_META_MAX (64u << 10)
+#define SNAP_ID_MAX 160u
+#define SNAP_LIST_MAX 4096u
+
+/* Ids become directory names: letters, digits, '-', '_', '.', not
+ * starting with '.', and never a ".tmp" (in progress). */
+static bool
+snap_id_ok(const char *id)
+{
+	size_t n = id ? strlen(id) : 0;
+
+	if (n < 6 || n > SNAP_ID_MAX || strncmp(id, "snap-", 5) != 0)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = id[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		    (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		    c == '.'))
+			return false;
+	}
+	return strcmp(id + n - 4, ".tmp") != 0;
+}
+
+static char *
+snap_root(const struct vmd *vmd)
+{
+	return moat_asprintf("%s/snapshots", vmd->cfg.state_dir);
+}
+
+static char *
+snap_dir(const struct vmd *vmd, const char *id)
+{
+	return moat_asprintf("%s/snapshots/%s", vmd->cfg.state_dir, id);
+}
+
+/* "snap-<node>-<16 hex>", the node id with unsafe characters as '_'. */
+static char *
+snap_new_id(const struct vmd *vmd)
+{
+	uint8_t r[8];
+	char *node = strdup(vmd->cfg.node_id);
+	char *id;
+
+	if (node == NULL)
+		return NULL;
+	for (char *p = node; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+		    *p == '.'))
+			*p = '_';
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+		free(node);
+		return NULL;
+	}
+	id = moat_asprintf("snap-%.64s-%02x%02x%02x%02x%02x%02x%02x%02x",
+	    node, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+	free(node);
+	return id;
+}
+
+/* Reads <dir>/meta.pb. Returns 0 with *meta (caller frees), or errno. */
+static int
+snap_meta_read(const char *dir, Moat__V1__LocalSnapshot **meta)
+{
+	char *path = moat_asprintf("%s/" SNAP_META, dir);
+	char *buf = NULL;
+	size_t len = 0;
+	int err;
+
+	*meta = NULL;
+	if (path == NULL)
+		return ENOMEM;
+	err = moat_read_file(path, SNAP_META_MAX, &buf, &len);
+	free(path);
+	if (err != 0)
+		return err;
+	*meta = moat__v1__local_snapshot__unpack(NULL, len, (uint8_t *)buf);
+	free(buf);
+	return *meta ? 0 : EINVAL;
+}
+
+/* Heap copies of meta's fields into reply (the RPC server frees). */
+static int
+snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
+{
+	r->snapshot_id = strdup(m->snapshot_id);
+	r->sandbox_id = strdup(m->sandbox_id);
+	r->dir = strdup(m->dir);
+	r->tenant = strdup(m->tenant);
+	r->image = strdup(m->image);
+	r->accel = strdup(m->accel);
+	r->image_stamp = strdup(m->image_stamp);
+	r->device_state_bytes = m->device_state_bytes;
+	r->ram_bytes = m->ram_bytes;
+	r->disk_bytes = m->disk_bytes;
+	r->pause_ms = m->pause_ms;
+	r->pause_ms_exact = m->pause_ms_exact;
+	r->created_unix_ms = m->created_unix_ms;
+	r->vcpus = m->vcpus;
+	r->memory_mib = m->memory_mib;
+	r->scratch_mib = m->scratch_mib;
+	if (!r->snapshot_id || !r->sandbox_id || !r->dir || !r->tenant ||
+	    !r->image || !r->accel || !r->image_stamp)
+		return MOAT_INTERNAL;
+	return MOAT_OK;
+}
+
+/* Removes the target of <dir>/ram when it is a symlink (the driver keeps
+ * RAM copies on tmpfs); the link itself goes with the directory. */
+static void
+snap_remove_ram(const char *dir)
+{
+	char *link = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, dir);
+	char target[4096];
+	ssize_t n;
+
+	if (link != NULL && (n = readlink(link, target, sizeof(target) - 1))
+	    > 0) {
+		target[n] = '\0';
+		if (unlink(target) != 0 && errno != ENOENT)
+			moat_warn(0, "cannot remove %s: %s", target,
+			    strerror(errno));
+	}
+	free(link);
+}
+
+int
+vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__SnapshotSandboxRequest *req,
+    Moat__V1__LocalSnapshot *reply)
+{
+	Moat__V1__LocalSnapshot meta = MOAT__V1__LOCAL_SNAPSHOT__INIT;
+	struct moat_vmm_snapshot_stats st = { 0 };
+	struct sandbox *sb = NULL;
+	char *id = NULL, *dir = NULL, *tmp = NULL, *root = NULL;
+	char *scratch = NULL, *meta_path = NULL, *err = NULL;
+	char *image_stamp = NULL;
+	uint8_t *packed = NULL;
+	size_t len;
+	bool marked = false;
+	int rv, e;
+
+	if (vmd->vmm->snapshot == NULL)
+		return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "the %s driver "
+		    "of node %s cannot take snapshots", vmd->vmm->name,
+		    vmd->cfg.node_id);
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
+	    != MOAT_OK)
+		return rv;
+	pthread_mutex_lock(&sb->mu);
+	if (sb->snapshotting) {
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox %s is being snapshotted already: wait for that "
+		    "snapshot", sb->id.str);
+	} else if (sb->execs_running > 0) {
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox %s has %u running exec(s): wait for them or kill "
+		    "them, then snapshot (processes started in the background "
+		    "are fine)", sb->id.str, sb->execs_running);
+	} else if (sb->vmm.ram_file == NULL) {
+		rv = moat_rpc_error(call, MOAT_UNIMPLEMENTED, "sandbox %s was "
+		    "itself restored from a snapshot; snapshots of clones are "
+		    "not supported yet (issue 3): snapshot the original",
+		    sb->id.str);
+	} else {
+		sb->snapshotting = true;
+		marked = true;
+	}
+	pthread_mutex_unlock(&sb->mu);
+	if (!marked)
+		goto out;
+
+	id = snap_new_id(vmd);
+	root = snap_root(vmd);
+	dir = id ? snap_dir(vmd, id) : NULL;
+	tmp = dir ? moat_asprintf("%s.tmp", dir) : NULL;
+	scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
+	meta_path = tmp ? moat_asprintf("%s/" SNAP_META, tmp) : NULL;
+	image_stamp = vmd_image_stamp(vmd, sb->image);
+	if (!id || !root || !dir || !tmp || !scratch || !meta_path ||
+	    !image_stamp) {
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	if ((e = moat_mkdir_p(root, 0700)) != 0 || mkdir(tmp, 0700) != 0) {
+		e = e ? e : errno;
+		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
+		    "create snapshot directory %s: %s", tmp, strerror(e));
+		goto out;
+	}
+	/* The guest link is not held: guest calls wait out the pause. */
+	if ((rv = vmd->vmm->snapshot(&sb->vmm, scratch, tmp,
+	    VMD_SNAPSHOT_TIMEOUT_MS, &st, &err)) != MOAT_OK) {
+		rv = moat_rpc_error(call, rv, "snapshot of sandbox %s failed "
+		    "(the sandbox keeps running): %s", sb->id.str,
+		    err ? err : "?");
+		goto out_rm;
+	}
+	meta.snapshot_id = id;
+	meta.sandbox_id = sb->id.str;
+	meta.dir = dir;
+	meta.device_state_bytes = st.device_state_bytes;
+	meta.ram_bytes = st.ram_bytes;
+	meta.disk_bytes = st.disk_bytes;
+	meta.pause_ms = (uint64_t)(st.pause_ms + 0.5);
+	meta.pause_ms_exact = st.pause_ms;
+	meta.created_unix_ms = moat_now_unix_ms();
+	meta.tenant = sb->tenant;
+	meta.image = sb->image;
+	meta.vcpus = sb->vcpus;
+	meta.memory_mib = sb->memory_mib;
+	meta.scratch_mib = sb->scratch_mib;
+	meta.accel = sb->accel;
+	meta.image_stamp = image_stamp;
+	len = moat__v1__local_snapshot__get_packed_size(&meta);
+	if ((packed = malloc(len ? len : 1)) == NULL) {
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out_rm;
+	}
+	moat__v1__local_snapshot__pack(&meta, packed);
+	if ((e = moat_write_file_atomic(meta_path, packed, len, 0600)) != 0 ||
+	    (rename(tmp, dir) != 0 && (e = errno) != 0)) {
+		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
+		    "store snapshot %s in %s: %s", id, dir, strerror(e));
+		goto out_rm;
+	}
+	if (snap_meta_copy(&meta, reply) != MOAT_OK) {
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	moat_info(call->request_id, "snapshot %s of sandbox %s: paused %.1f "
+	    "ms, device state %" PRIu64 " B, RAM %" PRIu64 " B, disk %"
+	    PRIu64 " B", id, sb->id.str, st.pause_ms, st.device_state_bytes,
+	    st.ram_bytes, st.disk_bytes);
+	rv = MOAT_OK;
+	goto out;
+out_rm:
+	if (tmp != NULL) {
+		snap_remove_ram(tmp);
+		(void)moat_rm_rf(tmp);
+	}
+out:
+	if (marked) {
+		pthread_mutex_lock(&sb->mu);
+		sb->snapshotting = false;
+		pthread_mutex_unlock(&sb->mu);
+	}
+	vmd_sandbox_put(sb);
+	free(packed);
+	free(err);
+	free(id);
+	free(root);
+	free(dir);
+	free(tmp);
+	free(scratch);
+	free(meta_path);
+	free(image_stamp);
+	return rv;
+}
+
+int
+vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
+    const char *id, const char *tenant, Moat__V1__LocalSnapshot **meta,
+    char **dir)
+{
+	int e;
+
+	*meta = NULL;
+	*dir = NULL;
+	if (id == NULL || id[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "snapshot_id is empty: name a snapshot (ListLocalSnapshots "
+		    "lists them)");
+	if (!snap_id_ok(id))
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "snapshot %.80s not found: it is not a snapshot id "
+		    "(\"snap-...\")", id);
+	if ((*dir = snap_dir(vmd, id)) == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	if ((e = snap_meta_read(*dir, meta)) != 0 ||
+	    (tenant != NULL && tenant[0] != '\0' &&
+	    strcmp(tenant, (*meta)->tenant) != 0)) {
+		moat__v1__local_snapshot__free_unpacked(*meta, NULL);
+		*meta = NULL;
+		free(*dir);
+		*dir = NULL;
+		if (e != 0 && e != ENOENT)
+			return moat_rpc_error(call, MOAT_INTERNAL,
+			    "snapshot %s on node %s cannot be read (%s): "
+			    "delete it and take another", id,
+			    vmd->cfg.node_id, strerror(e));
+		return moat_rpc_error(call, MOAT_NOT_FOUND, "snapshot %s not "
+		    "found on node %s (ListLocalSnapshots lists them)", id,
+		    vmd->cfg.node_id);
+	}
+	return MOAT_OK;
+}
+
+int
+vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ListLocalSnapshotsRequest *req,
+    Moat__V1__LocalSnapshotList *reply)
+{
+	char *root = snap_root(vmd);
+	DIR *d;
+	struct dirent *de;
+	int rv = MOAT_OK;
+
+	if (root == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	if ((d = opendir(root)) == NULL) {
+		free(root);
+		return MOAT_OK;     /* none taken yet */
+	}
+	while (rv == MOAT_OK && (de = readdir(d)) != NULL &&
+	    reply->n_snapshots < SNAP_LIST_MAX) {
+		Moat__V1__LocalSnapshot *m = NULL, *r, **grown;
+		char *dir;
+
+		if (!snap_id_ok(de->d_name) ||
+		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
+			continue;
+		if (snap_meta_read(dir, &m) != 0 || (req->tenant[0] != '\0' &&
+		    strcmp(req->tenant, m->tenant) != 0)) {
+			moat__v1__local_snapshot__free_unpacked(m, NULL);
+			free(dir);
+			continue;
+		}
+		free(dir);
+		grown = realloc(reply->snapshots, (reply->n_snapshots + 1) *
+		    sizeof(*grown));
+		r = grown ? malloc(sizeof(*r)) : NULL;
+		if (grown != NULL)
+			reply->snapshots = grown;
+		if (r == NULL) {
+			rv = MOAT_INTERNAL;
+		} else {
+			moat__v1__local_snapshot__init(r);
+			reply->snapshots[reply->n_snapshots++] = r;
+			rv = snap_meta_copy(m, r);
+		}
+		moat__v1__local_snapshot__free_unpacked(m, NULL);
+	}
+	closedir(d);
+	free(root);
+	if (rv != MOAT_OK)
+		return moat_rpc_error(call, rv, "out of memory");
+	return MOAT_OK;
+}
+
+int
+vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__LocalSnapshotRef *req)
+{
+	Moat__V1__LocalSnapshot *meta = NULL;
+	char *dir = NULL;
+	int rv, e;
+
+	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, req->tenant,
+	    &meta, &dir)) != MOAT_OK)
+		return rv;
+	moat__v1__local_snapshot__free_unpacked(meta, NULL);
+	snap_remove_ram(dir);
+	/* Clones map the RAM file privately: removing it leaves their
+	 * mappings intact (the pages stay until the last clone goes). */
+	if ((e = moat_rm_rf(dir)) != 0)
+		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
+		    "remove snapshot %s (%s): %s", req->snapshot_id, dir,
+		    strerror(e));
+	else
+		moat_info(call->request_id, "snapshot %s: deleted",
+		    req->snapshot_id);
+	free(dir);
+	return rv;
+}

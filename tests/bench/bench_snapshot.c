@@ -1,0 +1,292 @@
+/*
+ * bench_snapshot.c: measures local snapshots with the QEMU driver and
+ * writes JSON: the pause of SnapshotSandbox (p50/p95 over N snapshots of
+ * one running 256 MiB sandbox), RestoreSandbox -> first exec reply versus
+ * cold CreateSandbox -> first exec reply (p50/p95 of each and the ratio of
+ * the p50s; issue 3's goal is <= 0.15), and the sizes of what a snapshot
+ * holds. It starts its own moat-vmd on a fresh state directory and stops
+ * it (and so every VM) at the end. Not a test: it asserts nothing about
+ * time. Run as
+ *   moat-bench-snapshot IMAGE_DIR tests/bench/results/snapshot.json
+ */
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "moat/rpc.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "vm.pb-c.h"
+
+#define VM "moat.v1.Vm"
+#define LONG_MS 180000u
+#define SNAPSHOTS 10
+#define BOOTS 3
+#define RESTORES 5
+
+static struct moat_rpc_client *vmd;
+
+static double
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double
+percentile(double *v, size_t n, double p)
+{
+	if (n == 0)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_double);
+	return v[(size_t)(p * (double)(n - 1) + 0.5)];
+}
+
+static json_t *
+summary(double *v, size_t n)
+{
+	double p50 = percentile(v, n, 0.50), p95 = percentile(v, n, 0.95);
+
+	return json_pack("{s:i, s:f, s:f, s:f, s:f}", "n", (int)n,
+	    "p50_ms", p50, "p95_ms", p95, "min_ms", n ? v[0] : 0.0,
+	    "max_ms", n ? v[n - 1] : 0.0);
+}
+
+static void
+die(const char *what, int rv, const char *msg)
+{
+	fprintf(stderr, "bench-snapshot: %s: %s: %s\n", what,
+	    moat_strerror(rv), msg ? msg : "");
+	exit(1);
+}
+
+static ProtobufCMessage *
+rpc(const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *desc)
+{
+	struct moat_rpc_opts o = { .timeout_ms = LONG_MS };
+	ProtobufCMessage *rep = NULL;
+	char *msg = NULL;
+	int rv;
+
+	rv = moat_rpc_call(vmd, VM, method, req, desc, &rep, &o, &msg);
+	if (rv != MOAT_OK)
+		die(method, rv, msg);
+	free(msg);
+	return rep;
+}
+
+static void
+exec_true(const char *id)
+{
+	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+
+	req.sandbox_id = (char *)id;
+	req.argv = (char *[]){ "true" };
+	req.n_argv = 1;
+	protobuf_c_message_free_unpacked(rpc("Exec", &req.base,
+	    &moat__v1__exec_result__descriptor), NULL);
+}
+
+static void
+destroy(const char *id)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+
+	ref.sandbox_id = (char *)id;
+	protobuf_c_message_free_unpacked(rpc("DestroySandbox", &ref.base,
+	    &moat__v1__empty__descriptor), NULL);
+}
+
+/* Cold create -> first exec reply, ms; *id (heap) keeps the sandbox
+ * when not NULL, else it is destroyed. */
+static double
+cold(char **id)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__Sandbox *sb;
+	double t0 = now_ms(), t;
+
+	req.memory_mib = 256;
+	req.scratch_mib = 256;
+	sb = (Moat__V1__Sandbox *)rpc("CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor);
+	exec_true(sb->id);
+	t = now_ms() - t0;
+	if (id != NULL)
+		*id = strdup(sb->id);
+	else
+		destroy(sb->id);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	return t;
+}
+
+static pid_t
+vmd_start(const char *state, const char *image_dir, const char *url)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		char *log = moat_asprintf("%s.log", state);
+		FILE *f = log ? freopen(log, "a", stderr) : NULL;
+
+		(void)f;
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--state-dir", state,
+		    "--accel", "tcg", "--image-dir", image_dir, "--listen",
+		    url, "--node-id", "bench", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+int
+main(int argc, char **argv)
+{
+	char state[] = "/tmp/moat-bench-snapshot-XXXXXX";
+	double pause[SNAPSHOTS], boot[BOOTS], restore[RESTORES];
+	uint64_t dev_bytes = 0, ram_bytes = 0, disk_bytes = 0;
+	char *url, *msg = NULL, *id = NULL, *snap_id = NULL, *rm;
+	json_t *out;
+	pid_t pid;
+	int rv;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s IMAGE_DIR OUT.json\n", argv[0]);
+		return 2;
+	}
+	if (mkdtemp(state) == NULL)
+		die("mkdtemp", MOAT_INTERNAL, "cannot make a state directory");
+	url = moat_asprintf("ipc://%s/vmd.sock", state);
+	pid = vmd_start(state, argv[1], url);
+	if ((rv = moat_rpc_client_open(&vmd, url, &msg)) != 0)
+		die("connect", rv, msg);
+	for (int i = 0; i < 300; i++) {
+		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
+		struct moat_rpc_opts o = { .timeout_ms = 1000 };
+		ProtobufCMessage *r = NULL;
+		char *err = NULL;
+
+		rv = moat_rpc_call(vmd, VM, "Health", &h.base,
+		    &moat__v1__health_reply__descriptor, &r, &o, &err);
+		free(err);
+		if (rv == 0) {
+			protobuf_c_message_free_unpacked(r, NULL);
+			break;
+		}
+		usleep(50000);
+	}
+
+	/* Cold boots, the first one kept as the sandbox to snapshot. */
+	for (int i = 0; i < BOOTS; i++)
+		boot[i] = cold(i == 0 ? &id : NULL);
+	for (int i = 0; i < SNAPSHOTS; i++) {
+		Moat__V1__SnapshotSandboxRequest sr =
+		    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+		Moat__V1__LocalSnapshotRef ref =
+		    MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
+		Moat__V1__LocalSnapshot *s;
+
+		sr.sandbox_id = id;
+		s = (Moat__V1__LocalSnapshot *)rpc("SnapshotSandbox", &sr.base,
+		    &moat__v1__local_snapshot__descriptor);
+		pause[i] = s->pause_ms_exact;
+		dev_bytes = s->device_state_bytes;
+		ram_bytes = s->ram_bytes;
+		disk_bytes = s->disk_bytes;
+		if (i == SNAPSHOTS - 1) {
+			snap_id = strdup(s->snapshot_id);
+		} else {
+			ref.snapshot_id = s->snapshot_id;
+			protobuf_c_message_free_unpacked(rpc(
+			    "DeleteLocalSnapshot", &ref.base,
+			    &moat__v1__empty__descriptor), NULL);
+		}
+		protobuf_c_message_free_unpacked(&s->base, NULL);
+		exec_true(id);
+	}
+	for (int i = 0; i < RESTORES; i++) {
+		Moat__V1__RestoreSandboxRequest rr =
+		    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
+		Moat__V1__Sandbox *sb;
+		double t0 = now_ms();
+
+		rr.snapshot_id = snap_id;
+		sb = (Moat__V1__Sandbox *)rpc("RestoreSandbox", &rr.base,
+		    &moat__v1__sandbox__descriptor);
+		exec_true(sb->id);
+		restore[i] = now_ms() - t0;
+		destroy(sb->id);
+		protobuf_c_message_free_unpacked(&sb->base, NULL);
+	}
+	destroy(id);
+	{
+		/* Its RAM copy lives on tmpfs: only a delete frees it. */
+		Moat__V1__LocalSnapshotRef ref =
+		    MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
+
+		ref.snapshot_id = snap_id;
+		protobuf_c_message_free_unpacked(rpc("DeleteLocalSnapshot",
+		    &ref.base, &moat__v1__empty__descriptor), NULL);
+	}
+
+	out = json_object();
+	json_object_set_new(out, "benchmark", json_string("snapshot"));
+	json_object_set_new(out, "guest_memory_mib", json_integer(256));
+	json_object_set_new(out, "accel", json_string("tcg"));
+	json_object_set_new(out, "snapshot_pause", summary(pause,
+	    SNAPSHOTS));
+	json_object_set_new(out, "goal_snapshot_pause_p50_ms",
+	    json_real(20.0));
+	json_object_set_new(out, "cold_create_to_first_exec",
+	    summary(boot, BOOTS));
+	json_object_set_new(out, "restore_to_first_exec",
+	    summary(restore, RESTORES));
+	json_object_set_new(out, "restore_over_cold_p50",
+	    json_real(percentile(restore, RESTORES, 0.5) /
+	    percentile(boot, BOOTS, 0.5)));
+	json_object_set_new(out, "goal_restore_over_cold_p50",
+	    json_real(0.15));
+	json_object_set_new(out, "device_state_bytes",
+	    json_integer((json_int_t)dev_bytes));
+	json_object_set_new(out, "ram_bytes_copied",
+	    json_integer((json_int_t)ram_bytes));
+	json_object_set_new(out, "disk_bytes_copied",
+	    json_integer((json_int_t)disk_bytes));
+	if (json_dump_file(out, argv[2], JSON_INDENT(2)) != 0)
+		fprintf(stderr, "bench-snapshot: cannot write %s\n", argv[2]);
+	json_dumpf(out, stdout, JSON_INDENT(2));
+	putchar('\n');
+	json_decref(out);
+
+	moat_rpc_client_close(vmd);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	/* The vmd log stays (with MOAT_LOG_LEVEL=debug it holds each
+	 * snapshot's phases); the state directory goes. */
+	fprintf(stderr, "bench-snapshot: vmd log in %s.log\n", state);
+	if ((rm = moat_asprintf("rm -rf '%s'", state)) != NULL)
+		(void)!system(rm);
+	free(rm);
+	free(url);
+	free(id);
+	free(snap_id);
+	return 0;
+}
