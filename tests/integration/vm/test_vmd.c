@@ -1440,7 +1440,9 @@ bash_out(const char *id, const char *script)
 	if (r->status->exit_code != 0)
 		fail_msg("%s exited %d: %.*s", script, r->status->exit_code,
 		    (int)r->stderr.len, (char *)r->stderr.data);
-	out = strndup((char *)r->stdout.data, r->stdout.len);
+	/* No output is a NULL data pointer, which strndup may not get. */
+	out = r->stdout.len ? strndup((char *)r->stdout.data, r->stdout.len) :
+	    strdup("");
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	assert_non_null(out);
 	return out;
