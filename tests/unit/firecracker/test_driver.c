@@ -5,7 +5,8 @@
  * Firecracker's OpenAPI spec and records it. A boot sends exactly the
  * expected, valid configuration; the agent is reached through the hybrid
  * vsock handshake; pause, snapshot create, resume and snapshot load into a
- * fresh process work; and each bad input fails with a message a person
+ * fresh process work, and so do vmm.h's snapshot, restore and resume ops
+ * built on them; and each bad input fails with a message a person
  * can act on and no process left behind: Firecracker missing, no KVM, a
  * kernel that is not an ELF vmlinux, an API fault, a Firecracker that
  * exits or never listens, a vsock that answers wrongly. Not for: real
@@ -661,6 +662,122 @@ test_snapshot_cycle(void **state)
 	assert_no_children();
 }
 
+/* The last request the double saw; borrowed from all. */
+static json_t *
+last_request(json_t *all)
+{
+	assert_true(json_array_size(all) > 0);
+	return json_array_get(all, json_array_size(all) - 1);
+}
+
+/* vmm.h's snapshot, restore and resume ops: the snapshot directory gets
+ * device_state, ram and a copy of the scratch disk, the VM runs again
+ * after, success or not, and a restored VM waits paused for resume. */
+static void
+test_snapshot_ops(void **state)
+{
+	struct box a, b;
+	struct moat_vmm_snapshot_stats st;
+	char *err = NULL;
+	char *snap, *bad, *p, *text = NULL;
+	char *calls;
+	json_t *all;
+	json_t *last;
+	size_t len;
+	int fd = -1;
+
+	(void)state;
+	box_init(&a, true);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &a.spec, &a.vm,
+	    &err), MOAT_OK);
+	snap = moat_asprintf("%s/snap", a.dir);
+	assert_int_equal(mkdir(snap, 0700), 0);
+	assert_int_equal(moat_vmm_firecracker.snapshot(&a.vm, a.scratch,
+	    snap, 30000, &st, &err), MOAT_OK);
+	assert_null(err);
+	assert_true(st.ram_bytes > 0);
+	assert_true(st.device_state_bytes > 0);
+	assert_true(st.pause_ms >= 0);
+	p = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH, snap);
+	assert_int_equal(moat_read_file(p, 64, &text, &len), 0);
+	assert_int_equal(len, 7);
+	assert_memory_equal(text, "scratch", 7);
+	free(text);
+	free(p);
+	/* Firecracker's own files were moved, not left in the VM's folder. */
+	p = moat_asprintf("%s/moat-snapshot.vmstate", a.dir);
+	assert_int_equal(access(p, F_OK), -1);
+	free(p);
+	p = moat_asprintf("%s/moat-snapshot.mem", a.dir);
+	assert_int_equal(access(p, F_OK), -1);
+	free(p);
+	calls = config_calls(&a);
+	assert_has(calls, "PUT /actions\nPATCH /vm\nPUT /snapshot/create\n"
+	    "PATCH /vm\n");
+	free(calls);
+	all = requests(&a);
+	last = last_request(all);
+	assert_string_equal(json_string_value(json_object_get(
+	    json_object_get(last, "body"), "state")), "Resumed");
+	json_decref(all);
+
+	/* A scratch disk that cannot be copied: an error naming it, the VM
+	 * running again, nothing left in its folder. */
+	bad = moat_asprintf("%s/snap2", a.dir);
+	assert_int_equal(mkdir(bad, 0700), 0);
+	assert_int_not_equal(moat_vmm_firecracker.snapshot(&a.vm,
+	    "/nonexistent/scratch.ext4", bad, 30000, &st, &err), MOAT_OK);
+	assert_has(err, "/nonexistent/scratch.ext4");
+	free(err);
+	err = NULL;
+	all = requests(&a);
+	last = last_request(all);
+	assert_string_equal(json_string_value(json_object_get(last,
+	    "path")), "/vm");
+	assert_string_equal(json_string_value(json_object_get(
+	    json_object_get(last, "body"), "state")), "Resumed");
+	json_decref(all);
+	p = moat_asprintf("%s/moat-snapshot.mem", a.dir);
+	assert_int_equal(access(p, F_OK), -1);
+	free(p);
+	free(bad);
+
+	/* Restore into another folder: loaded paused, then resumed. */
+	box_init(&b, false);
+	b.spec.sandbox_id = "sb-00000000000000bb";
+	assert_int_equal(moat_vmm_firecracker.restore(dbl, &b.spec, snap,
+	    &b.vm, &err), MOAT_OK);
+	assert_null(err);
+	assert_true(b.vm.pid > 0);
+	all = requests(&b);
+	assert_true(json_is_false(json_object_get(body_of(all,
+	    "/snapshot/load"), "resume_vm")));
+	json_decref(all);
+	assert_int_equal(moat_vmm_firecracker.resume(&b.vm, snap, 30000,
+	    &err), MOAT_OK);
+	calls = config_calls(&b);
+	assert_string_equal(calls, "PUT /logger\nPUT /metrics\n"
+	    "PUT /snapshot/load\nPATCH /vm\n");
+	free(calls);
+	assert_int_equal(connect_retry(&b.vm, &fd), MOAT_OK);
+	assert_echo(fd);
+	close(fd);
+	box_fini(&b);
+
+	/* A snapshot directory without the files: refused, nothing runs. */
+	box_init(&b, false);
+	assert_int_equal(moat_vmm_firecracker.restore(dbl, &b.spec,
+	    "/nonexistent/snap", &b.vm, &err), MOAT_NOT_FOUND);
+	assert_has(err, "/nonexistent/snap");
+	free(err);
+	assert_int_equal(b.vm.pid, 0);
+	box_fini(&b);
+
+	free(snap);
+	box_fini(&a);
+	assert_no_children();
+}
+
 static void
 test_reap_orphan(void **state)
 {
@@ -720,6 +837,7 @@ main(void)
 		cmocka_unit_test_setup(test_refuses_tcg, test_setup),
 		cmocka_unit_test_setup(test_vsock_wrong_answer, test_setup),
 		cmocka_unit_test_setup(test_snapshot_cycle, test_setup),
+		cmocka_unit_test_setup(test_snapshot_ops, test_setup),
 		cmocka_unit_test_setup(test_reap_orphan, test_setup),
 		cmocka_unit_test(test_exit_text),
 	};

@@ -5,7 +5,8 @@
  * machine, boot source, root image read-only, scratch disk, vsock) and
  * started with InstanceStart; the agent reached through Firecracker's
  * hybrid vsock (`CONNECT <port>\n` -> `OK <n>\n` on vsock.sock); pause,
- * snapshot and snapshot load for time travel. Not for: supervising the
+ * snapshot and snapshot load for time travel, and vmm.h's snapshot,
+ * restore and resume ops built on them. Not for: supervising the
  * process after start (vmd's sandbox code), the HTTP client (api.c) or
  * the jail's layout (jail.c).
  */
@@ -31,6 +32,7 @@
 
 #include "moat/status.h"
 #include "moat/util.h"
+#include "../../extents.h"
 #include "../../spawn.h"
 #include "api.h"
 #include "firecracker.h"
@@ -1401,6 +1403,162 @@ fc_reap_orphan(const char *dir, const char *id)
 	return killed;
 }
 
+/* ---- vmm.h's snapshot, restore and resume ---- */
+
+/* The name the snapshot op gives Firecracker's files in the VM's folder;
+ * they are moved into the snapshot directory at once. */
+#define FC_OP_SNAP "moat-snapshot"
+
+/* Moves `from` to the new name `to`: a rename, or a sparse copy when they
+ * are on different filesystems (a jail root elsewhere). Returns 0 (from
+ * is gone) or an errno value (to is not there). */
+static int
+fc_move(const char *from, const char *to)
+{
+	int err;
+
+	if (rename(from, to) == 0)
+		return 0;
+	if (errno != EXDEV)
+		return errno;
+	if ((err = vmd_copy_sparse(from, to, NULL)) != 0)
+		return err;
+	(void)unlink(from);
+	return 0;
+}
+
+/* Allocated bytes of `path`, 0 when it cannot be read. */
+static uint64_t
+fc_allocated(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+static double
+fc_now_ms_exact(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* snapshot (vmm.h): pause, a Full snapshot, its two files moved into
+ * snap_dir as device_state and ram, the scratch disk copied while still
+ * paused (Firecracker's snapshot has no disks), resume whatever happened.
+ * Each API call is bounded by [firecracker] api-timeout-ms rather than
+ * by timeout_ms. */
+static int
+fc_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
+    const char *snap_dir, uint32_t timeout_ms,
+    struct moat_vmm_snapshot_stats *st, char **errmsg)
+{
+	char *state = moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE,
+	    snap_dir);
+	char *ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
+	char *disk = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH, snap_dir);
+	char *state_file = NULL;   /* Firecracker's files; owned here */
+	char *mem_file = NULL;
+	bool paused = false;
+	double t0 = 0;
+	int rv, err;
+
+	(void)timeout_ms;
+	*errmsg = NULL;
+	memset(st, 0, sizeof(*st));
+	if (!state || !ram || !disk) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto cleanup;
+	}
+	t0 = fc_now_ms_exact();
+	if ((rv = moat_fc_vm_pause(vm, errmsg)) != MOAT_OK)
+		goto cleanup;
+	paused = true;
+	if ((rv = moat_fc_snapshot_create(vm, FC_OP_SNAP, false, &state_file,
+	    &mem_file, errmsg)) != MOAT_OK)
+		goto cleanup;
+	if ((err = fc_move(state_file, state)) != 0 ||
+	    (err = fc_move(mem_file, ram)) != 0) {
+		*errmsg = moat_asprintf("cannot move Firecracker's snapshot "
+		    "files %s and %s into %s: %s", state_file, mem_file,
+		    snap_dir, strerror(err));
+		rv = moat_status_from_errno(err);
+		goto cleanup;
+	}
+	if ((err = vmd_copy_sparse(scratch_disk, disk, &st->disk_bytes)) !=
+	    0) {
+		*errmsg = moat_asprintf("cannot copy scratch disk %s to %s: %s",
+		    scratch_disk, disk, strerror(err));
+		rv = moat_status_from_errno(err);
+		goto cleanup;
+	}
+	st->device_state_bytes = fc_allocated(state);
+	st->ram_bytes = fc_allocated(ram);
+	rv = MOAT_OK;
+cleanup:
+	if (paused) {
+		char *rerr = NULL;
+
+		/* A failed snapshot must not leave the sandbox paused. */
+		if (moat_fc_vm_resume(vm, &rerr) != MOAT_OK && rv == MOAT_OK) {
+			*errmsg = moat_asprintf("the VM did not resume after "
+			    "the snapshot: %s", rerr ? rerr : "?");
+			rv = MOAT_INTERNAL;
+		}
+		free(rerr);
+		st->pause_ms = fc_now_ms_exact() - t0;
+	}
+	/* Moved already on success; otherwise nothing may stay behind. */
+	if (state_file != NULL)
+		(void)unlink(state_file);
+	if (mem_file != NULL)
+		(void)unlink(mem_file);
+	free(state_file);
+	free(mem_file);
+	free(state);
+	free(ram);
+	free(disk);
+	return rv;
+}
+
+/* restore (vmm.h): a fresh Firecracker loads snap_dir's device_state and
+ * ram and stays paused until fc_resume. */
+static int
+fc_restore(const char *binary, const struct moat_vmm_spec *spec,
+    const char *snap_dir, struct moat_vmm *vm, char **errmsg)
+{
+	char *state = moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE,
+	    snap_dir);
+	char *ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
+	int rv;
+
+	if (state == NULL || ram == NULL) {
+		memset(vm, 0, sizeof(*vm));
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+	} else {
+		rv = moat_fc_snapshot_load(binary, spec, state, ram, false, vm,
+		    errmsg);
+	}
+	free(state);
+	free(ram);
+	return rv;
+}
+
+/* resume (vmm.h): the device state was loaded by fc_restore already;
+ * only the guest is let run (bounded by api-timeout-ms). */
+static int
+fc_resume(const struct moat_vmm *vm, const char *snap_dir,
+    uint32_t timeout_ms, char **errmsg)
+{
+	(void)snap_dir;
+	(void)timeout_ms;
+	return moat_fc_vm_resume(vm, errmsg);
+}
+
 const struct moat_vmm_ops moat_vmm_firecracker = {
 	.name = "firecracker",
 	.probe = fc_probe,
@@ -1409,4 +1567,7 @@ const struct moat_vmm_ops moat_vmm_firecracker = {
 	.stop = fc_stop,
 	.release = fc_release,
 	.reap_orphan = fc_reap_orphan,
+	.snapshot = fc_snapshot,
+	.restore = fc_restore,
+	.resume = fc_resume,
 };

@@ -2,9 +2,9 @@
  * firecracker.h: the Firecracker driver (`moat_vmm_firecracker`) and what
  * it offers beyond struct moat_vmm_ops: its configuration (jailer or not,
  * limits, the agent's vsock port) and the snapshot calls (pause,
- * snapshot create, snapshot load into a fresh process, resume) that vmm.h
- * has no op for yet. Not for: the REST client (api.h) or the jail layout
- * (jail.h).
+ * snapshot create, snapshot load into a fresh process, resume) that its
+ * snapshot, restore and resume ops are built on. Not for: the REST
+ * client (api.h) or the jail layout (jail.h).
  *
  * Every Firecracker sees one folder as its working directory (the
  * sandbox folder, or the chroot when jailed) holding the same names:
