@@ -37,6 +37,7 @@ static const struct option vmd_options[] = {
 	{ "accel", required_argument, NULL, 'a' },
 	{ "cache-dir", required_argument, NULL, 'C' },
 	{ "driver", required_argument, NULL, 'D' },
+	{ "snapd", required_argument, NULL, 'S' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -56,6 +57,9 @@ usage(FILE *f)
 	    "  --cache-dir DIR    default /var/cache/moat\n"
 	    "  --driver NAME      auto, qemu or firecracker (default auto:\n"
 	    "                     firecracker when installed and KVM works)\n"
+	    "  --snapd URL        moat-snapd: snapshots are pushed there after\n"
+	    "                     the sandbox resumes, and restores of ids this\n"
+	    "                     node lacks pull from it (default: none)\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
@@ -132,7 +136,8 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	cfg->kvm_device = cfg_str(c, "kvm-device", "/dev/kvm");
 	cfg->driver = cfg_str(c, "driver", "auto");
 	cfg->firecracker_binary = cfg_str(c, "firecracker", "firecracker");
-	if (!cfg->driver || !cfg->firecracker_binary)
+	cfg->snapd_url = cfg_str(c, "snapd", "");
+	if (!cfg->driver || !cfg->firecracker_binary || !cfg->snapd_url)
 		return MOAT_INTERNAL;
 	if (strcmp(cfg->driver, "auto") && strcmp(cfg->driver, "qemu") &&
 	    strcmp(cfg->driver, "firecracker")) {
@@ -202,6 +207,7 @@ vmd_config_fini(struct vmd_config *cfg)
 	free(cfg->kvm_device);
 	free(cfg->driver);
 	free(cfg->firecracker_binary);
+	free(cfg->snapd_url);
 }
 
 /* Only one vmd may own a state directory: the orphan cleanup at start
@@ -280,6 +286,7 @@ main(int argc, char **argv)
 		case 'a': key = "accel"; break;
 		case 'C': key = "cache-dir"; break;
 		case 'D': key = "driver"; break;
+		case 'S': key = "snapd"; break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -342,6 +349,18 @@ main(int argc, char **argv)
 		goto out;
 	}
 	vmd_accel_init(&vmd);
+	pthread_mutex_init(&vmd.fetch_mu, NULL);
+	/* The dial does not block: a snapd that is down only makes pushes
+	 * report remote_stored=false until it is up. */
+	if (vmd.cfg.snapd_url[0] != '\0' &&
+	    (rv = moat_rpc_client_open(&vmd.snapd, vmd.cfg.snapd_url,
+	    &errmsg)) != MOAT_OK) {
+		moat_error(0, "snapd %s: %s (fix [vmd] snapd / --snapd)",
+		    vmd.cfg.snapd_url, errmsg ? errmsg : "cannot dial");
+		free(errmsg);
+		errmsg = NULL;
+		goto out;
+	}
 	if ((err = moat_spawner_start()) != 0) {
 		moat_error(0, "cannot start the spawner thread: %s",
 		    strerror(err));
@@ -393,6 +412,7 @@ out:
 	vmd_survey_stop(survey);
 	vmd_sandbox_destroy_all(&vmd);
 	moat_rpc_server_stop(server);
+	moat_rpc_client_close(vmd.snapd);
 	moat_spawner_stop();
 	moat_config_free(config);
 	if (lock_fd >= 0)

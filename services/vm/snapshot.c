@@ -6,6 +6,9 @@
  * <id>.tmp and renamed into place when complete, so a crash never leaves
  * a half snapshot that lists. Ids name the node ("snap-<node>-<16 hex>")
  * so a gateway can route a restore to the node that holds the files.
+ * With [vmd] snapd a finished snapshot is also pushed to moat-snapd (after
+ * the sandbox resumed; snapshot_push.c) and its snapd id recorded here; a
+ * restore of a snapd id this node lacks pulls it into the same layout.
  * Not for: pausing and copying (the driver's snapshot op) or booting the
  * clone (sandbox.c).
  */
@@ -126,8 +129,15 @@ snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
 	r->vcpus = m->vcpus;
 	r->memory_mib = m->memory_mib;
 	r->scratch_mib = m->scratch_mib;
+	r->remote_id = strdup(m->remote_id);
+	r->remote_stored = m->remote_stored;
+	r->remote_error = strdup(m->remote_error);
+	r->remote_stored_bytes = m->remote_stored_bytes;
+	r->remote_logical_bytes = m->remote_logical_bytes;
+	r->remote_parent_id = strdup(m->remote_parent_id);
 	if (!r->snapshot_id || !r->sandbox_id || !r->dir || !r->tenant ||
-	    !r->image || !r->accel || !r->image_stamp)
+	    !r->image || !r->accel || !r->image_stamp || !r->remote_id ||
+	    !r->remote_error || !r->remote_parent_id)
 		return MOAT_INTERNAL;
 	return MOAT_OK;
 }
@@ -151,6 +161,44 @@ snap_remove_ram(const char *dir)
 	free(link);
 }
 
+/* The snapd id of the newest pushed local snapshot of sandbox `sandbox_id`
+ * (heap), or NULL: the parent of its next snapshot. */
+static char *
+snap_parent(const struct vmd *vmd, const char *sandbox_id)
+{
+	char *root = snap_root(vmd);
+	char *best = NULL;
+	uint64_t best_ms = 0;
+	struct dirent *de;
+	DIR *d = root ? opendir(root) : NULL;
+
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		Moat__V1__LocalSnapshot *m = NULL;
+		char *dir;
+
+		if (!snap_id_ok(de->d_name) ||
+		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
+			continue;
+		if (snap_meta_read(dir, &m) == 0 && m->remote_stored &&
+		    strcmp(m->sandbox_id, sandbox_id) == 0 &&
+		    m->created_unix_ms >= best_ms) {
+			char *id = strdup(m->remote_id);
+
+			if (id != NULL) {
+				free(best);
+				best = id;
+				best_ms = m->created_unix_ms;
+			}
+		}
+		moat__v1__local_snapshot__free_unpacked(m, NULL);
+		free(dir);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+	return best;
+}
+
 int
 vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__SnapshotSandboxRequest *req,
@@ -161,7 +209,8 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	struct sandbox *sb = NULL;
 	char *id = NULL, *dir = NULL, *tmp = NULL, *root = NULL;
 	char *scratch = NULL, *meta_path = NULL, *err = NULL;
-	char *image_stamp = NULL;
+	char *image_stamp = NULL, *parent = NULL;
+	struct vmd_push_result push = { 0 };
 	uint8_t *packed = NULL;
 	size_t len;
 	bool marked = false;
@@ -239,6 +288,18 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	meta.scratch_mib = sb->scratch_mib;
 	meta.accel = sb->accel;
 	meta.image_stamp = image_stamp;
+	/* The sandbox runs again: hashing and pushing cost it no pause. */
+	if (vmd->snapd != NULL) {
+		parent = snap_parent(vmd, sb->id.str);
+		vmd_snapshot_push(vmd, call->request_id, &meta, tmp,
+		    parent ? parent : "", &push);
+		meta.remote_id = push.remote_id ? push.remote_id : "";
+		meta.remote_stored = push.remote_id != NULL;
+		meta.remote_error = push.error ? push.error : "";
+		meta.remote_stored_bytes = push.stored_bytes;
+		meta.remote_logical_bytes = push.logical_bytes;
+		meta.remote_parent_id = parent && push.remote_id ? parent : "";
+	}
 	len = moat__v1__local_snapshot__get_packed_size(&meta);
 	if ((packed = malloc(len ? len : 1)) == NULL) {
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
@@ -282,13 +343,49 @@ out:
 	free(scratch);
 	free(meta_path);
 	free(image_stamp);
+	free(parent);
+	free(push.remote_id);
+	free(push.error);
 	return rv;
 }
 
-int
-vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
-    const char *id, const char *tenant, Moat__V1__LocalSnapshot **meta,
-    char **dir)
+/* The directory (heap) of the local snapshot this node pushed to snapd
+ * as `remote_id`, or NULL: a restore by snapd id of a snapshot taken here
+ * needs no pull. */
+static char *
+snap_find_remote(const struct vmd *vmd, const char *remote_id)
+{
+	char *root = snap_root(vmd);
+	char *found = NULL;
+	struct dirent *de;
+	DIR *d = root ? opendir(root) : NULL;
+
+	while (d != NULL && found == NULL && (de = readdir(d)) != NULL) {
+		Moat__V1__LocalSnapshot *m = NULL;
+		char *dir;
+
+		if (!snap_id_ok(de->d_name) ||
+		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
+			continue;
+		if (snap_meta_read(dir, &m) == 0 && m->remote_stored &&
+		    strcmp(m->remote_id, remote_id) == 0) {
+			found = dir;
+			dir = NULL;
+		}
+		moat__v1__local_snapshot__free_unpacked(m, NULL);
+		free(dir);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+	return found;
+}
+
+/* vmd_snapshot_open without the fetch when `fetch` is false. */
+static int
+snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
+    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir,
+    bool fetch)
 {
 	int e;
 
@@ -304,7 +401,25 @@ vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
 		    "(\"snap-...\")", id);
 	if ((*dir = snap_dir(vmd, id)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
-	if ((e = snap_meta_read(*dir, meta)) != 0 ||
+	e = snap_meta_read(*dir, meta);
+	if (e == ENOENT && fetch && vmd->snapd != NULL) {
+		char *local = snap_find_remote(vmd, id);
+		int rv = MOAT_OK;
+
+		if (local != NULL) {
+			free(*dir);
+			*dir = local;
+		} else {
+			rv = vmd_snapshot_fetch(vmd, call, id, tenant, *dir);
+		}
+		if (rv != MOAT_OK) {
+			free(*dir);
+			*dir = NULL;
+			return rv;
+		}
+		e = snap_meta_read(*dir, meta);
+	}
+	if (e != 0 ||
 	    (tenant != NULL && tenant[0] != '\0' &&
 	    strcmp(tenant, (*meta)->tenant) != 0)) {
 		moat__v1__local_snapshot__free_unpacked(*meta, NULL);
@@ -321,6 +436,14 @@ vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
 		    vmd->cfg.node_id);
 	}
 	return MOAT_OK;
+}
+
+int
+vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
+    const char *id, const char *tenant, Moat__V1__LocalSnapshot **meta,
+    char **dir)
+{
+	return snap_open(vmd, call, id, tenant, meta, dir, true);
 }
 
 int
@@ -383,8 +506,9 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 	char *dir = NULL;
 	int rv, e;
 
-	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, req->tenant,
-	    &meta, &dir)) != MOAT_OK)
+	/* Deleting never pulls; the copy in snapd (if any) stays. */
+	if ((rv = snap_open(vmd, call, req->snapshot_id, req->tenant,
+	    &meta, &dir, false)) != MOAT_OK)
 		return rv;
 	moat__v1__local_snapshot__free_unpacked(meta, NULL);
 	snap_remove_ram(dir);

@@ -67,6 +67,7 @@ struct vmd_config {
 	uint32_t max_vcpus;        /* per sandbox */
 	uint32_t max_memory_mib;
 	uint32_t boot_timeout_ms;
+	char *snapd_url;           /* "" : snapshots stay local (no push) */
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */
@@ -87,6 +88,8 @@ struct vmd {
 	uint64_t started_ms;       /* monotonic */
 	struct vmd_accel accel;
 	pthread_mutex_t scratch_mu; /* one scratch template made at a time */
+	struct moat_rpc_client *snapd; /* NULL without [vmd] snapd; owned */
+	pthread_mutex_t fetch_mu;  /* one snapshot pulled from snapd at a time */
 
 	pthread_mutex_t mu;        /* guards the fields below */
 	struct sandbox *sandboxes; /* singly linked, newest first */
@@ -391,6 +394,34 @@ int vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
     Moat__V1__LocalSnapshotList *reply) __attribute__((warn_unused_result));
 int vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__LocalSnapshotRef *req)
+    __attribute__((warn_unused_result));
+
+/* ---- snapshot_push.c: local snapshots to and from moat-snapd ---- */
+
+/* What a push to snapd left (the caller owns the strings: free). */
+struct vmd_push_result {
+	char *remote_id;           /* NULL when not stored */
+	char *error;               /* NULL when stored */
+	uint64_t stored_bytes;
+	uint64_t logical_bytes;
+};
+
+/* vmd_snapshot_push: pushes the complete snapshot directory `dir`
+ * (described by *meta) to vmd->snapd as one manifest with parent
+ * `parent_id` ("" : none). Never fails the snapshot: a snapd that is
+ * down, full or refuses leaves res->error. Blocking (seconds for a first
+ * push of a large RAM file); call after the sandbox resumed. */
+void vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
+    const Moat__V1__LocalSnapshot *meta, const char *dir,
+    const char *parent_id, struct vmd_push_result *res);
+
+/* vmd_snapshot_fetch: pulls snapd snapshot `id` of `tenant` ("" :
+ * "default") into directory `dir` (absent; made via dir.tmp and a
+ * rename), verifying every chunk. Returns MOAT_OK, or sets the call's
+ * error: NOT_FOUND, DATA_LOSS naming the snapshot for a corrupt chunk,
+ * UNAVAILABLE when snapd does not answer. */
+int vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
+    const char *id, const char *tenant, const char *dir)
     __attribute__((warn_unused_result));
 
 /* vmd_snapshot_open: snapshot `id`'s catalog entry (*meta, caller frees
