@@ -186,6 +186,75 @@ int moat_forward_to_node(struct moat_forward *fw,
 int moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
     const char *sandbox_id, const uint8_t *payload, size_t len);
 
+/* ---- recording (record.c) ---- */
+
+struct moat_record_entry;
+
+/* The recorded sandboxes (sandbox -> session) and how to reach sessiond.
+ * In memory only: a restarted gateway records no more steps of the
+ * sandboxes it recorded before (their sessions stay in sessiond). */
+struct moat_record {
+	pthread_mutex_t lock;   /* guards entries, n, cap (not the entries) */
+	struct moat_record_entry **entries;
+	size_t n, cap;
+	struct moat_forward *fw;           /* borrowed */
+	struct moat_rpc_client *sessiond;  /* borrowed */
+	const char *sessiond_url;          /* borrowed, for messages */
+	bool ready;
+};
+
+/* moat_record_init / moat_record_fini: fini is safe on a zeroed object;
+ * no call may be in flight. */
+int moat_record_init(struct moat_record *rec, struct moat_forward *fw,
+    struct moat_rpc_client *sessiond, const char *sessiond_url)
+    __attribute__((warn_unused_result));
+void moat_record_fini(struct moat_record *rec);
+
+/* moat_record_start: creates the session of the new sandbox `sandbox_id`
+ * (created by `req`) in sessiond for `tenant`, takes its starting fs
+ * trace and remembers it. On MOAT_OK `session_id` (size bytes) holds the
+ * session's id; else *errmsg (heap, caller frees) names sessiond. */
+int moat_record_start(struct moat_record *rec, const char *tenant,
+    const Moat__V1__CreateSandboxRequest *req, const char *sandbox_id,
+    uint64_t request_id, uint64_t deadline_ms, char *session_id,
+    size_t size, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_record_session_of: true (and the id in session_id) when
+ * `sandbox_id` is recorded. */
+bool moat_record_session_of(struct moat_record *rec, const char *sandbox_id,
+    char *session_id, size_t size);
+
+/* moat_record_forget: the sandbox was destroyed: no more steps. */
+void moat_record_forget(struct moat_record *rec, const char *sandbox_id);
+
+/* moat_record_exec: a one-shot Exec. When the sandbox is not recorded
+ * sets *handled false and does nothing. Else forwards it (as
+ * moat_forward_call), traces, diffs and appends the step, and puts the
+ * ExecResult with step_index / session_id / recording_error in
+ * call->raw_reply; returns the forward's status. */
+int moat_record_exec(struct moat_record *rec, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, const char *tenant, bool *handled);
+
+/* moat_record_session_call: forwards a session call (request decoded as
+ * the method's input, which has a `tenant` field) to sessiond with
+ * `tenant`, the same method, request id and the deadline left. Errors go
+ * through moat_rpc_error; sessiond not answering is UNAVAILABLE naming
+ * its url. */
+int moat_record_session_call(struct moat_record *rec,
+    struct moat_rpc_call *call, const ProtobufCMessage *request,
+    const char *tenant);
+
+/* moat_trace_diff: what changed between two fs traces of one sandbox
+ * (each relative to the image; prev NULL: none yet): only the paths that
+ * changed since prev, as CREATED / MODIFIED / DELETED with cur's size and
+ * sha256, sorted by path. On MOAT_OK *out is a heap array of *n deep
+ * copies the caller frees with moat_trace_diff_free (NULL when *n is 0);
+ * RESOURCE_EXHAUSTED otherwise. */
+int moat_trace_diff(const Moat__V1__FsTrace *prev,
+    const Moat__V1__FsTrace *cur, Moat__V1__FsTraceEntry ***out, size_t *n)
+    __attribute__((warn_unused_result));
+void moat_trace_diff_free(Moat__V1__FsTraceEntry **ents, size_t n);
+
 /* ---- the gateway (handlers.c) ---- */
 
 struct moat_gateway_opts {

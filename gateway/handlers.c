@@ -3,8 +3,9 @@
  * the calls the gateway answers itself (Health, Info, ListNodes, the
  * cluster-wide ListSandboxes, and CreateSandbox's placement), plus the
  * gateway object's start and stop. Every other method is a sandbox call
- * forwarded unchanged by forward.c. The gateway, never the client, sets
- * the `tenant` fields ("default" until auth arrives).
+ * forwarded unchanged by forward.c, but for those of recorded sandboxes
+ * (record.c). The gateway, never the client, sets the `tenant` fields
+ * ("default" until auth arrives).
  * Not for: flags and signals (main.c), the node table (discovery.c).
  */
 #include <pthread.h>
@@ -24,6 +25,7 @@
 struct moat_gateway {
 	struct moat_nodes nodes;
 	struct moat_forward fw;
+	struct moat_record rec;
 	bool nodes_ready, fw_ready;
 	struct moat_discovery *discovery;
 	struct moat_rpc_server *server;
@@ -230,6 +232,94 @@ fail_oom:
 	return rv;
 }
 
+/* set_session_id: puts a heap copy of `id` in sb->session_id. An unset
+ * string of an unpacked message is protobuf-c's static empty string,
+ * never freed. False on allocation failure. */
+static bool
+set_session_id(Moat__V1__Sandbox *sb, const char *id)
+{
+	char *copy = strdup(id);
+
+	if (copy == NULL)
+		return false;
+	if (sb->session_id != NULL &&
+	    sb->session_id != protobuf_c_empty_string)
+		free(sb->session_id);
+	sb->session_id = copy;
+	return true;
+}
+
+/* repack_sandbox: sb (with session_id set) as the new raw reply. */
+static int
+repack_sandbox(Moat__V1__Sandbox *sb, uint8_t **out, size_t *out_len)
+{
+	size_t len = moat__v1__sandbox__get_packed_size(sb);
+	uint8_t *p = malloc(len ? len : 1);
+
+	if (p == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	moat__v1__sandbox__pack(sb, p);
+	free(*out);
+	*out = p;
+	*out_len = len;
+	return MOAT_OK;
+}
+
+/* record_new_sandbox: the new sandbox *sb (on `node`) was asked for with
+ * `record`: its session is created and its id put in the reply. When
+ * sessiond cannot make one the sandbox is destroyed again (a recording
+ * asked for and silently missing is worse than none) and the error names
+ * sessiond; *errmsg is then set (heap). */
+static int
+record_new_sandbox(struct moat_rpc_call *call,
+    const Moat__V1__CreateSandboxRequest *req, const struct moat_node_id *node,
+    Moat__V1__Sandbox **sb, uint8_t **out, size_t *out_len, char **errmsg)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	char session_id[MOAT_ID_MAX];
+	int rv;
+
+	rv = moat_record_start(&gw->rec, MOAT_GW_DEFAULT_TENANT, req,
+	    (*sb)->id, call->request_id, call->deadline_ms, session_id,
+	    sizeof(session_id), errmsg);
+	if (rv == MOAT_OK) {
+		if (!set_session_id(*sb, session_id) ||
+		    repack_sandbox(*sb, out, out_len) != MOAT_OK) {
+			*errmsg = moat_asprintf("out of memory");
+			return MOAT_RESOURCE_EXHAUSTED;
+		}
+		moat_info(call->request_id, "sandbox %s recorded as session "
+		    "%s", (*sb)->id, session_id);
+		return MOAT_OK;
+	} else {
+		Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+		uint8_t payload[MOAT_ID_MAX + 8], *dout = NULL;
+		size_t len, dlen = 0;
+		char *dmsg = NULL;
+		struct moat_sandbox_id sandbox;
+
+		ref.sandbox_id = (*sb)->id;
+		len = moat__v1__sandbox_ref__get_packed_size(&ref);
+		if (len <= sizeof(payload)) {
+			moat__v1__sandbox_ref__pack(&ref, payload);
+			if (moat_forward_to_node(&gw->fw, node,
+			    "DestroySandbox", payload, len,
+			    moat_rpc_new_request_id(), moat_rpc_now_ms() +
+			    MOAT_RPC_DEFAULT_TIMEOUT_MS,
+			    "the unrecorded sandbox", &dout, &dlen,
+			    &dmsg) != MOAT_OK)
+				moat_warn(call->request_id, "sandbox %s could "
+				    "not be recorded and is left running: %s",
+				    (*sb)->id, dmsg ? dmsg : "");
+			free(dout);
+			free(dmsg);
+		}
+		if (moat_sandbox_id_set(&sandbox, (*sb)->id))
+			moat_forward_forget(&gw->fw, &sandbox);
+	}
+	return rv;
+}
+
 static int
 h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -289,6 +379,11 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		moat_warn(call->request_id, "node %s created a sandbox "
 		    "without a usable id: calls cannot reach it", node.s);
 	}
+	if (req->record) {
+		if ((rv = record_new_sandbox(call, req, &node, &sb, &out,
+		    &out_len, &msg)) != MOAT_OK)
+			goto fail;
+	}
 	moat__v1__sandbox__free_unpacked(sb, NULL);
 	free(payload);
 	moat_nodes_snapshot_free(nodes, n_nodes);
@@ -297,6 +392,8 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 
 fail:
+	if (sb != NULL)
+		moat__v1__sandbox__free_unpacked(sb, NULL);
 	free(out);
 	free(payload);
 	moat_nodes_snapshot_free(nodes, n_nodes);
@@ -325,8 +422,13 @@ list_append(struct moat_gateway *gw, Moat__V1__SandboxList *r,
 	for (size_t i = 0; i < from->n_sandboxes; i++) {
 		struct moat_sandbox_id sandbox;
 
+		char session_id[MOAT_ID_MAX];
+
 		if (moat_sandbox_id_set(&sandbox, from->sandboxes[i]->id))
 			moat_forward_remember(&gw->fw, &sandbox, node);
+		if (moat_record_session_of(&gw->rec, from->sandboxes[i]->id,
+		    session_id, sizeof(session_id)))
+			(void)set_session_id(from->sandboxes[i], session_id);
 		r->sandboxes[r->n_sandboxes++] = from->sandboxes[i];
 	}
 	/* The array now lends its elements to r; free only the shell. */
@@ -433,6 +535,75 @@ h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	sandbox_id = *(char *const *)((const char *)request + f->offset);
 	return moat_forward_call(&gw->fw, call, sandbox_id, call->payload,
 	    call->payload_len);
+}
+
+/* ---- recorded sandboxes (record.c) ---- */
+
+static int
+h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const Moat__V1__SandboxRef *req = (const Moat__V1__SandboxRef *)request;
+	char session_id[MOAT_ID_MAX];
+	Moat__V1__Sandbox *sb;
+	int rv;
+
+	if ((rv = moat_forward_call(&gw->fw, call, req->sandbox_id,
+	    call->payload, call->payload_len)) != MOAT_OK ||
+	    !moat_record_session_of(&gw->rec, req->sandbox_id, session_id,
+	    sizeof(session_id)))
+		return rv;
+	sb = moat__v1__sandbox__unpack(NULL, call->raw_reply_len,
+	    call->raw_reply);
+	if (sb == NULL)
+		return MOAT_OK;   /* passed on as the node said it */
+	if (set_session_id(sb, session_id))
+		(void)repack_sandbox(sb, &call->raw_reply,
+		    &call->raw_reply_len);
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	return MOAT_OK;
+}
+
+static int
+h_destroy_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const Moat__V1__SandboxRef *req = (const Moat__V1__SandboxRef *)request;
+	int rv;
+
+	rv = moat_forward_call(&gw->fw, call, req->sandbox_id, call->payload,
+	    call->payload_len);
+	if (rv == MOAT_OK || rv == MOAT_NOT_FOUND)
+		moat_record_forget(&gw->rec, req->sandbox_id);
+	return rv;
+}
+
+static int
+h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	bool handled = false;
+	int rv;
+
+	rv = moat_record_exec(&gw->rec, call,
+	    (const Moat__V1__ExecRequest *)request, MOAT_GW_DEFAULT_TENANT,
+	    &handled);
+	if (handled)
+		return rv;
+	return h_sandbox(call, request, reply);
+}
+
+static int
+h_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+
+	return moat_record_session_call(&gw->rec, call, request,
+	    MOAT_GW_DEFAULT_TENANT);
 }
 
 /* ---- local snapshots (issue 3) ---- */
@@ -615,15 +786,15 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "Info", h_info, false, false },
 	{ "ListNodes", h_list_nodes, false, false },
 	{ "CreateSandbox", h_create_sandbox, true, false },
-	{ "GetSandbox", h_sandbox, false, false },
+	{ "GetSandbox", h_get_sandbox, false, false },
 	{ "ListSandboxes", h_list_sandboxes, false, false },
-	{ "DestroySandbox", h_sandbox, true, false },
+	{ "DestroySandbox", h_destroy_sandbox, true, false },
 	{ "ExecStart", h_sandbox, true, false },
 	{ "ExecRead", h_sandbox, false, false },
 	{ "ExecWrite", h_sandbox, true, false },
 	{ "ExecWait", h_sandbox, false, false },
 	{ "ExecKill", h_sandbox, true, false },
-	{ "Exec", h_sandbox, true, false },
+	{ "Exec", h_exec, true, false },
 	{ "ReadFile", h_sandbox, false, false },
 	{ "WriteFile", h_sandbox, true, false },
 	{ "ListFiles", h_sandbox, false, false },
@@ -636,6 +807,12 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "RestoreSandbox", h_restore_sandbox, true, false },
 	{ "ListLocalSnapshots", h_list_local_snapshots, false, false },
 	{ "DeleteLocalSnapshot", h_delete_local_snapshot, true, false },
+	{ "ListSessions", h_session, false, false },
+	{ "GetSession", h_session, false, false },
+	{ "ListSteps", h_session, false, false },
+	{ "GetStep", h_session, false, false },
+	{ "ExportSession", h_session, false, false },
+	{ "DeleteSession", h_session, true, false },
 };
 
 /* ---- lifecycle ---- */
@@ -675,6 +852,9 @@ moat_gateway_start(struct moat_gateway **out,
 	    (rv = moat_rpc_client_open(&gw->snapd, gw->snapd_url,
 	    errmsg)) != MOAT_OK)
 		goto fail;
+	if (moat_record_init(&gw->rec, &gw->fw, gw->sessiond,
+	    gw->sessiond_url) != MOAT_OK)
+		goto fail_oom;
 	if ((rv = moat_discovery_start(&gw->discovery, &gw->nodes,
 	    gw->survey_url, opts->survey_interval_ms, errmsg)) != MOAT_OK)
 		goto fail;
@@ -701,6 +881,7 @@ moat_gateway_stop(struct moat_gateway *gw)
 	/* Serving stops first: no handler may run on what follows. */
 	moat_rpc_server_stop(gw->server);
 	moat_discovery_stop(gw->discovery);
+	moat_record_fini(&gw->rec);
 	moat_rpc_client_close(gw->sessiond);
 	moat_rpc_client_close(gw->snapd);
 	if (gw->fw_ready)

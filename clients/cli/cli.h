@@ -70,6 +70,8 @@ int cmd_sandbox(struct cli *cli, int argc, char **argv);
 int cmd_cp(struct cli *cli, int argc, char **argv);
 int cmd_ls(struct cli *cli, int argc, char **argv);
 int cmd_info(struct cli *cli, int argc, char **argv);
+int cmd_session(struct cli *cli, int argc, char **argv);
+int cmd_history(struct cli *cli, int argc, char **argv);
 
 /* The common option of every command: --json also after the command. */
 #define CLI_OPT_JSON 0x1000

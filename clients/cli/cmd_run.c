@@ -4,8 +4,9 @@
  * existing sandbox). Both start the program with ExecStart and stream its
  * stdout and stderr to ours, live, with ExecRead long-polls; both exit
  * with the program's exit code (128+N if signal N killed it, 124 if it
- * timed out). Not for: one-shot Exec without streaming (the library has
- * it) or sandbox management (cmd_sandbox.c).
+ * timed out). The exception: `moat exec` on a recorded sandbox uses one
+ * Exec call (so the gateway records it as a step) and prints the outputs
+ * at the end. Not for: sandbox management (cmd_sandbox.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -426,6 +427,56 @@ stdin_main(void *arg)
 	}
 }
 
+/* recorded: whether `sandbox_id` is recorded (its one-shot Execs become
+ * steps). A failure here is left to the exec itself to report. */
+static bool
+recorded(struct cli *cli, const char *sandbox_id)
+{
+	Moat__V1__Sandbox *sb = NULL;
+	char *errmsg = NULL;
+	bool yes;
+
+	if (moat_client_get(cli_client(cli), sandbox_id, &sb, &errmsg) !=
+	    MOAT_OK) {
+		free(errmsg);
+		return false;
+	}
+	yes = sb->session_id[0] != '\0';
+	moat_client_free_msg(sb);
+	return yes;
+}
+
+/* recorded_exec: `moat exec` on a recorded sandbox: one Exec call (the
+ * gateway records it as a step before answering), then its outputs. The
+ * output comes at the end rather than streamed. */
+static int
+recorded_exec(struct cli *cli, const Moat__V1__ExecRequest *exec,
+    uint32_t timeout_ms)
+{
+	Moat__V1__ExecResult *res = NULL;
+	char *errmsg = NULL;
+	int rv, exit_code;
+
+	if ((rv = moat_client_exec(cli_client(cli), exec, &res, &errmsg)) !=
+	    MOAT_OK)
+		return cli_fail(cli, rv, errmsg, "running %s in sandbox %s",
+		    exec->argv[0], exec->sandbox_id);
+	exit_code = exit_code_of(res->status, timeout_ms);
+	if (cli->json) {
+		if (cli_print_json(cli, res) != 0 && exit_code == 0)
+			exit_code = moat_status_exit_code(MOAT_INTERNAL);
+	} else {
+		fwrite(res->stdout.data, 1, res->stdout.len, stdout);
+		fflush(stdout);
+		fwrite(res->stderr.data, 1, res->stderr.len, stderr);
+	}
+	if (res->recording_error[0] != '\0')
+		fprintf(stderr, "moat: warning: the exec ran but was not "
+		    "recorded: %s\n", res->recording_error);
+	moat_client_free_msg(res);
+	return exit_code;
+}
+
 int
 cmd_exec(struct cli *cli, int argc, char **argv)
 {
@@ -498,6 +549,13 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 	exec.timeout_ms = timeout_ms;
 	exec.stdin_open = with_stdin;
 
+	/* A recorded sandbox records one-shot Execs only; -i needs the
+	 * streaming calls, so it runs unrecorded. */
+	if (!with_stdin && recorded(cli, sandbox_id)) {
+		rv = recorded_exec(cli, &exec, timeout_ms);
+		free(env);
+		return rv;
+	}
 	cli_catch_signals();
 	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
 	    &errmsg)) != MOAT_OK) {

@@ -12,7 +12,8 @@
 #include "moat/status.h"
 
 static const char *const usage_create = "sandbox create [--cpus N] "
-    "[--memory MiB] [--scratch MiB] [--image NAME] [--label K=V]...";
+    "[--memory MiB] [--scratch MiB] [--image NAME] [--label K=V]... "
+    "[--record [--snapshot every|manual|none]]";
 static const char *const usage_all = "sandbox create [...] | ls | get ID | "
     "rm ID...";
 
@@ -33,6 +34,21 @@ state_name(Moat__V1__SandboxState s)
 	}
 }
 
+/* parse_policy: "every" | "manual" | "none" -> the snapshot policy. */
+static bool
+parse_policy(const char *s, Moat__V1__SnapshotPolicy *out)
+{
+	if (strcmp(s, "every") == 0)
+		*out = MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY;
+	else if (strcmp(s, "manual") == 0)
+		*out = MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL;
+	else if (strcmp(s, "none") == 0)
+		*out = MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_NONE;
+	else
+		return false;
+	return true;
+}
+
 static int
 sandbox_create(struct cli *cli, int argc, char **argv)
 {
@@ -42,6 +58,8 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		{ "scratch", required_argument, NULL, 'S' },
 		{ "image", required_argument, NULL, 'I' },
 		{ "label", required_argument, NULL, 'L' },
+		{ "record", no_argument, NULL, 'R' },
+		{ "snapshot", required_argument, NULL, 'P' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -52,6 +70,7 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 	Moat__V1__Sandbox *sb = NULL;
 	char *errmsg = NULL;
 	uint32_t scratch;
+	bool policy_set = false;
 	int opt, rv;
 
 	entries = calloc((size_t)argc + 1, sizeof(*entries));
@@ -106,6 +125,18 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 			labels[req.n_labels] = &entries[req.n_labels];
 			req.n_labels++;
 			break;
+		case 'R':
+			req.record = true;
+			break;
+		case 'P':
+			policy_set = true;
+			if (!parse_policy(optarg, &req.snapshot_policy)) {
+				rv = cli_usage_error(usage_create, "--snapshot "
+				    "wants every, manual or none, not \"%s\"",
+				    optarg);
+				goto out;
+			}
+			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
 			break;
@@ -117,6 +148,11 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 	if (optind < argc) {
 		rv = cli_usage_error(usage_create, "unexpected \"%s\"",
 		    argv[optind]);
+		goto out;
+	}
+	if (policy_set && !req.record) {
+		rv = cli_usage_error(usage_create, "--snapshot is a policy of "
+		    "recording: add --record");
 		goto out;
 	}
 	req.labels = labels;
@@ -193,6 +229,9 @@ sandbox_get(struct cli *cli, const char *id)
 	printf("age:         %s\n", cli_format_age(s->created_unix_ms, age,
 	    sizeof(age)));
 	printf("execs:       %u running\n", s->running_execs);
+	if (s->session_id[0])
+		printf("session:     %s (recorded; `moat history %s`)\n",
+		    s->session_id, s->id);
 	for (size_t i = 0; i < s->n_labels; i++)
 		printf("label:       %s=%s\n", s->labels[i]->key,
 		    s->labels[i]->value);

@@ -29,7 +29,8 @@ static const struct cli_command commands[] = {
 	    "run code in a fresh sandbox, stream its output, destroy it" },
 	{ "sandbox", cmd_sandbox,
 	    "sandbox create [--cpus N] [--memory MiB] [--scratch MiB] "
-	    "[--image NAME] [--label K=V]... | ls | get ID | rm ID...",
+	    "[--image NAME] [--label K=V]... [--record [--snapshot "
+	    "every|manual|none]] | ls | get ID | rm ID...",
 	    "create, list, show and destroy sandboxes" },
 	{ "exec", cmd_exec,
 	    "exec ID [--timeout S] [--cwd DIR] [-e K=V]... [-i] -- CMD [ARG...]",
@@ -38,6 +39,11 @@ static const struct cli_command commands[] = {
 	    "copy a file into or out of a sandbox" },
 	{ "ls", cmd_ls, "ls ID [PATH]",
 	    "list a directory in a sandbox" },
+	{ "session", cmd_session,
+	    "session ls [--sandbox ID] | show ID | export ID | rm ID...",
+	    "recorded sessions: list, show steps, export as JSON, delete" },
+	{ "history", cmd_history, "history SANDBOX",
+	    "the recorded steps of a sandbox (its latest session)" },
 	{ "info", cmd_info, "info",
 	    "the cluster: services, nodes, accelerators, images, versions" },
 };

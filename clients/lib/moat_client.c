@@ -619,3 +619,73 @@ moat_client_mkdir(struct moat_client *c, const char *sandbox_id,
 	return path_call(c, "MakeDir", sandbox_id, path, false, mode, parents,
 	    &moat__v1__file_info__descriptor, out, errmsg);
 }
+
+/* ---- recorded sessions ---- */
+
+int
+moat_client_list_sessions(struct moat_client *c, const char *sandbox_id,
+    const char *page_token, Moat__V1__ListSessionsReply **out,
+    char **errmsg)
+{
+	Moat__V1__ListSessionsRequest req =
+	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
+
+	if (sandbox_id != NULL)
+		req.sandbox_id = (char *)sandbox_id;
+	if (page_token != NULL)
+		req.page_token = (char *)page_token;
+	return gw_call(c, "ListSessions", &req.base,
+	    &moat__v1__list_sessions_reply__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_get_session(struct moat_client *c, const char *session_id,
+    Moat__V1__SessionInfo **out, char **errmsg)
+{
+	Moat__V1__GetSessionRequest req = MOAT__V1__GET_SESSION_REQUEST__INIT;
+
+	req.session_id = (char *)session_id;
+	return gw_call(c, "GetSession", &req.base,
+	    &moat__v1__session_info__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_list_steps(struct moat_client *c, const char *session_id,
+    const char *page_token, bool include_outputs,
+    Moat__V1__ListStepsReply **out, char **errmsg)
+{
+	Moat__V1__ListStepsRequest req = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+
+	req.session_id = (char *)session_id;
+	if (page_token != NULL)
+		req.page_token = (char *)page_token;
+	req.include_outputs = include_outputs;
+	return gw_call(c, "ListSteps", &req.base,
+	    &moat__v1__list_steps_reply__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_export_session(struct moat_client *c, const char *session_id,
+    bool as_json, Moat__V1__ExportSessionReply **out, char **errmsg)
+{
+	Moat__V1__ExportSessionRequest req =
+	    MOAT__V1__EXPORT_SESSION_REQUEST__INIT;
+
+	req.session_id = (char *)session_id;
+	req.format = as_json ? MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_JSON :
+	    MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_MESSAGE;
+	return gw_call(c, "ExportSession", &req.base,
+	    &moat__v1__export_session_reply__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_delete_session(struct moat_client *c, const char *session_id,
+    Moat__V1__DeleteSessionReply **out, char **errmsg)
+{
+	Moat__V1__DeleteSessionRequest req =
+	    MOAT__V1__DELETE_SESSION_REQUEST__INIT;
+
+	req.session_id = (char *)session_id;
+	return gw_call(c, "DeleteSession", &req.base,
+	    &moat__v1__delete_session_reply__descriptor, out, 0, errmsg);
+}

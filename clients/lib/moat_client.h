@@ -15,7 +15,7 @@
  * - A client may be used from many threads at once.
  * - Mutating calls are sent once (the rpc layer never resends); a call
  *   that timed out may still have run: check before retrying.
- * Not for: sessions and snapshots (a later issue), or HTTP.
+ * Not for: snapshots and time travel (a later issue), or HTTP.
  */
 #ifndef MOAT_CLIENT_H
 #define MOAT_CLIENT_H
@@ -26,6 +26,7 @@
 
 #include "gateway.pb-c.h"
 #include "moat/status.h"
+#include "session.pb-c.h"
 #include "vm.pb-c.h"
 
 #define MOAT_CLIENT_FILE_CHUNK (1u << 20) /* bytes per ReadFile/WriteFile */
@@ -169,5 +170,32 @@ int moat_client_remove(struct moat_client *c, const char *sandbox_id,
 int moat_client_mkdir(struct moat_client *c, const char *sandbox_id,
     const char *path, uint32_t mode, bool parents, Moat__V1__FileInfo **out,
     char **errmsg) __attribute__((warn_unused_result));
+
+/* ---- recorded sessions (issue 3) ---- */
+
+/* moat_client_list_sessions: one page of the tenant's sessions, oldest
+ * first; sandbox_id NULL or "": every sandbox's; page_token NULL or "":
+ * the first page. */
+int moat_client_list_sessions(struct moat_client *c, const char *sandbox_id,
+    const char *page_token, Moat__V1__ListSessionsReply **out,
+    char **errmsg) __attribute__((warn_unused_result));
+int moat_client_get_session(struct moat_client *c, const char *session_id,
+    Moat__V1__SessionInfo **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_list_steps: one page of a session's steps (outputs left
+ * out unless include_outputs). */
+int moat_client_list_steps(struct moat_client *c, const char *session_id,
+    const char *page_token, bool include_outputs,
+    Moat__V1__ListStepsReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_export_session: the session and all its steps with their
+ * outputs; as_json: the same as JSON text in (*out)->json instead. */
+int moat_client_export_session(struct moat_client *c, const char *session_id,
+    bool as_json, Moat__V1__ExportSessionReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_delete_session: *out optional (the count of steps gone). */
+int moat_client_delete_session(struct moat_client *c, const char *session_id,
+    Moat__V1__DeleteSessionReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
 
 #endif

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Starts the local stack in a temporary state directory and drives it
 # through the moat CLI as a user would: one-shot runs in python and bash,
-# exit codes and streams, sandbox lifecycle, files both ways, errors with
-# their exit codes, and a clean stop that leaves no VMM process behind.
+# exit codes and streams, sandbox lifecycle, files both ways, recording
+# (steps with exit codes and the files each created, modified, deleted;
+# sessions shown, exported, removed), errors with their exit codes, and a
+# clean stop that leaves no VMM process behind.
 # Needs built binaries (MOAT_BIN_DIR) and images (MOAT_IMAGE_DIR, default
 # <repo>/images/out).
 set -uo pipefail
@@ -91,6 +93,53 @@ check "the error says what to do" grep -qi "sandbox" "$work/err"
 check "999 vcpus -> INVALID_ARGUMENT exit 67 (rc $rc)" [ $rc -eq 67 ]
 "$moat" run --memory 1 -c 'print(1)' 2>"$work/err"; rc=$?
 check "1 MiB memory -> INVALID_ARGUMENT exit 67 (rc $rc)" [ $rc -eq 67 ]
+
+# Recording: three steps that create, modify and delete files.
+rid=$("$moat" sandbox create --record --snapshot none 2>"$work/err")
+check "sandbox create --record prints an id ($rid)" [ -n "$rid" ]
+sid=$("$moat" --json sandbox get "$rid" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("sessionId", ""))')
+check "sandbox get shows its session ($sid)" [ -n "$sid" ]
+out=$("$moat" exec "$rid" -- sh -c 'echo one > /root/a.txt; echo keep > /root/b.txt; echo made'); rc=$?
+check "recorded step 1 runs ($out, rc $rc)" [ "$out" = made -a $rc -eq 0 ]
+"$moat" exec "$rid" -- sh -c 'echo two >> /root/a.txt; exit 3' 2>"$work/err"; rc=$?
+check "recorded step 2 exits 3 (rc $rc)" [ $rc -eq 3 ]
+check "and was recorded (no warning)" sh -c "! grep -q 'not recorded' '$work/err'"
+"$moat" exec "$rid" -- rm /root/b.txt; rc=$?
+check "recorded step 3 runs (rc $rc)" [ $rc -eq 0 ]
+"$moat" history "$rid" >"$work/hist" 2>"$work/err"; rc=$?
+check "history lists the steps (rc $rc)" [ $rc -eq 0 ]
+check "history shows 3 steps" [ "$(grep -cE '^[0-9]+ +exec ' "$work/hist")" -eq 3 ]
+check "history exit codes are 0, 3, 0" [ "$(grep -E '^[0-9]+ +exec ' "$work/hist" | awk '{print $3}' | tr '\n' ' ')" = "0 3 0 " ]
+"$moat" session show "$sid" >"$work/show"; rc=$?
+check "session show (rc $rc)" [ $rc -eq 0 ]
+step_files() { # step_files N: the file lines of step N in $work/show
+	awk -v n="$1" '/^[0-9]+ /{cur=$1; next} cur==n && /^      /' "$work/show"
+}
+step_has() { step_files "$1" | grep -qE "$2"; }
+step_lacks() { ! step_files "$1" | grep -q "$2"; }
+check "step 1 created a.txt" step_has 1 'created +/root/a.txt'
+check "step 1 created b.txt" step_has 1 'created +/root/b.txt'
+check "step 2 modified a.txt" step_has 2 'modified +/root/a.txt'
+check "step 2 left b.txt alone" step_lacks 2 b.txt
+check "step 3 deleted b.txt" step_has 3 'deleted +/root/b.txt'
+check "step 3 left a.txt alone" step_lacks 3 a.txt
+check "session ls --sandbox lists it" sh -c "'$moat' session ls --sandbox '$rid' | grep -q '$sid'"
+"$moat" session export "$sid" >"$work/export.json"; rc=$?
+check "session export (rc $rc)" [ $rc -eq 0 ]
+valid_json() { python3 -m json.tool "$1" >/dev/null; }
+check "export is valid JSON" valid_json "$work/export.json"
+three_steps() {
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["steps"]) == 3' "$1"
+}
+check "export holds the 3 steps" three_steps "$work/export.json"
+check "session rm" sh -c "'$moat' session rm '$sid' >/dev/null"
+"$moat" session show "$sid" 2>"$work/err"; rc=$?
+check "removed session -> NOT_FOUND exit 69 (rc $rc)" [ $rc -eq 69 ]
+"$moat" session show ses-0000000000000000 2>"$work/err"; rc=$?
+check "unknown session -> exit 69 (rc $rc)" [ $rc -eq 69 ]
+"$moat" history "$id" 2>"$work/err"; rc=$?
+check "history of a removed / unrecorded sandbox -> exit 69 (rc $rc)" [ $rc -eq 69 ]
+check "recorded sandbox rm" sh -c "'$moat' sandbox rm '$rid' >/dev/null"
 
 # A sandbox left running is destroyed by a clean stop.
 id2=$("$moat" sandbox create 2>/dev/null)

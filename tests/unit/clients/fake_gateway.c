@@ -271,6 +271,12 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "RestoreSandbox", h_ok, true, false },
 	{ "ListLocalSnapshots", h_ok, false, false },
 	{ "DeleteLocalSnapshot", h_ok, true, false },
+	{ "ListSessions", h_ok, false, false },
+	{ "GetSession", h_ok, false, false },
+	{ "ListSteps", h_ok, false, false },
+	{ "GetStep", h_ok, false, false },
+	{ "ExportSession", h_ok, false, false },
+	{ "DeleteSession", h_ok, true, false },
 };
 
 int

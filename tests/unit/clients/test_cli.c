@@ -4,7 +4,8 @@
  * the program's code (124 on timeout, 128+N on a signal) and always
  * destroys its sandbox, even on SIGTERM; errors have the documented form
  * and exit code, with what to do when the gateway is down; cp moves a
- * binary file up and back; --json prints JSON.
+ * binary file up and back; --json prints JSON; the session commands
+ * check their arguments and say when a sandbox has no recording.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -302,6 +303,44 @@ test_json_output(void **state)
 	result_free(&r);
 }
 
+/* The session commands' own argument checks and their answers from a
+ * gateway that knows no sessions (the fake answers empty lists). */
+static void
+test_session_commands(void **state)
+{
+	struct result r;
+
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "create", "--snapshot",
+	    "every", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "--record"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "create", "--record",
+	    "--snapshot", "sometimes", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "every, manual or none"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "session", "ls", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "SANDBOX"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "history", "sb-1", NULL);
+	assert_int_equal(r.code, 64 + 5);
+	assert_non_null(strstr(r.err, "--record"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "session", "show", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "session", "frob", "x", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+}
+
 int
 main(void)
 {
@@ -312,6 +351,7 @@ main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_cp_round_trip),
 		cmocka_unit_test(test_json_output),
+		cmocka_unit_test(test_session_commands),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -5,7 +5,10 @@
  * later calls follow it there with the client's request id; the tenant is
  * the gateway's; unknown sandboxes are NOT_FOUND; sandboxes the gateway
  * never saw are found by asking; a node's own error passes unchanged; a
- * node that dies gives UNAVAILABLE naming node and sandbox; lists merge.
+ * node that dies gives UNAVAILABLE naming node and sandbox; lists merge;
+ * with moat-sessiond down a recorded sandbox is refused (and not left
+ * behind) and session calls are UNAVAILABLE naming sessiond; with a real
+ * sessiond each Exec of a recorded sandbox becomes the next step.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -24,6 +29,7 @@
 #include "gateway.h"
 #include "moat/log.h"
 #include "moat/util.h"
+#include "session.pb-c.h"
 
 #define GW "moat.v1.Gateway"
 
@@ -354,6 +360,175 @@ test_health_and_info(void **state)
 	protobuf_c_message_free_unpacked(reply, NULL);
 }
 
+/* Recording with moat-sessiond down: a recorded sandbox cannot be made
+ * (UNAVAILABLE naming sessiond, and the node's sandbox is destroyed
+ * again); session calls are UNAVAILABLE naming sessiond; an unrecorded
+ * sandbox's calls are untouched. */
+static void
+test_record_without_sessiond(void **state)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__ListSessionsRequest lreq =
+	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
+	struct moat_rpc_opts opts = { .timeout_ms = 20000 };
+	ProtobufCMessage *reply = NULL;
+	char *errmsg = NULL;
+	int before, after, rv;
+
+	pthread_mutex_lock(&E.a.lock);
+	before = E.a.n_sandboxes;
+	pthread_mutex_unlock(&E.a.lock);
+	req.record = true;
+	rv = moat_rpc_call(E.client, GW, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, &reply, &opts, &errmsg);
+	assert_int_equal(rv, MOAT_UNAVAILABLE);
+	assert_null(reply);
+	assert_non_null(errmsg);
+	assert_non_null(strstr(errmsg, "moat-sessiond"));
+	free(errmsg);
+	errmsg = NULL;
+	pthread_mutex_lock(&E.a.lock);
+	after = E.a.n_sandboxes;
+	pthread_mutex_unlock(&E.a.lock);
+	assert_int_equal(after, before);
+
+	rv = moat_rpc_call(E.client, GW, "ListSessions", &lreq.base,
+	    &moat__v1__list_sessions_reply__descriptor, &reply, &opts,
+	    &errmsg);
+	assert_int_equal(rv, MOAT_UNAVAILABLE);
+	assert_non_null(strstr(errmsg, "moat-sessiond"));
+	free(errmsg);
+}
+
+/* gw_call: one Gateway call with a 20 s timeout. */
+static int
+gw_call(const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+    char **errmsg)
+{
+	struct moat_rpc_opts opts = { .timeout_ms = 20000 };
+
+	*reply = NULL;
+	*errmsg = NULL;
+	return moat_rpc_call(E.client, GW, method, req, desc, reply, &opts,
+	    errmsg);
+}
+
+/* Recording with a real moat-sessiond (on the url the gateway was given)
+ * and the fake node: the recorded sandbox gets a session, GetSandbox
+ * shows it, each Exec becomes the next step (index in the reply, no
+ * recording error), the steps are listed through the gateway, an unknown
+ * session is NOT_FOUND and a deleted one is gone. */
+static void
+test_record_with_sessiond(void **state)
+{
+	Moat__V1__CreateSandboxRequest creq =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ListStepsRequest lreq = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+	Moat__V1__GetSessionRequest greq = MOAT__V1__GET_SESSION_REQUEST__INIT;
+	Moat__V1__DeleteSessionRequest dreq =
+	    MOAT__V1__DELETE_SESSION_REQUEST__INIT;
+	Moat__V1__ListSessionsRequest sreq =
+	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__ExecResult *res;
+	Moat__V1__ListStepsReply *steps;
+	char *errmsg = NULL, *sandbox_id, *session_id;
+	char *argv[] = { (char *)SESSIOND_BIN, (char *)"--state-dir", E.dir,
+	    NULL };
+	pid_t pid;
+	int rv = MOAT_UNAVAILABLE, status;
+
+	if ((pid = fork()) == 0) {
+		if (freopen("/dev/null", "w", stderr) == NULL)
+			_exit(126);
+		unsetenv("MOAT_CONFIG");
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	for (int i = 0; i < 100 && rv != MOAT_OK; i++) {
+		rv = gw_call("ListSessions", &sreq.base,
+		    &moat__v1__list_sessions_reply__descriptor, &reply,
+		    &errmsg);
+		free(errmsg);
+		protobuf_c_message_free_unpacked(reply, NULL);
+		reply = NULL;
+		if (rv != MOAT_OK)
+			nng_msleep(50);
+	}
+	assert_int_equal(rv, MOAT_OK);
+
+	creq.record = true;
+	assert_int_equal(gw_call("CreateSandbox", &creq.base,
+	    &moat__v1__sandbox__descriptor, &reply, &errmsg), MOAT_OK);
+	sandbox_id = strdup(((Moat__V1__Sandbox *)reply)->id);
+	session_id = strdup(((Moat__V1__Sandbox *)reply)->session_id);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	assert_int_equal(strncmp(session_id, "ses-", 4), 0);
+
+	ref.sandbox_id = sandbox_id;
+	assert_int_equal(gw_call("GetSandbox", &ref.base,
+	    &moat__v1__sandbox__descriptor, &reply, &errmsg), MOAT_OK);
+	assert_string_equal(((Moat__V1__Sandbox *)reply)->session_id,
+	    session_id);
+	protobuf_c_message_free_unpacked(reply, NULL);
+
+	ex.sandbox_id = sandbox_id;
+	ex.shell = (char *)"echo hi > /root/x";
+	for (uint32_t i = 1; i <= 2; i++) {
+		assert_int_equal(gw_call("Exec", &ex.base,
+		    &moat__v1__exec_result__descriptor, &reply, &errmsg),
+		    MOAT_OK);
+		res = (Moat__V1__ExecResult *)reply;
+		assert_string_equal(res->recording_error, "");
+		assert_int_equal(res->step_index, i);
+		assert_string_equal(res->session_id, session_id);
+		protobuf_c_message_free_unpacked(reply, NULL);
+	}
+
+	lreq.session_id = session_id;
+	lreq.tenant = (char *)"someone-else";  /* replaced by the gateway */
+	assert_int_equal(gw_call("ListSteps", &lreq.base,
+	    &moat__v1__list_steps_reply__descriptor, &reply, &errmsg),
+	    MOAT_OK);
+	steps = (Moat__V1__ListStepsReply *)reply;
+	assert_int_equal(steps->n_steps, 2);
+	assert_int_equal(steps->steps[1]->index, 2);
+	assert_int_equal(steps->steps[1]->kind,
+	    MOAT__V1__STEP_KIND__STEP_KIND_EXEC);
+	assert_string_equal(steps->steps[1]->input, "echo hi > /root/x");
+	protobuf_c_message_free_unpacked(reply, NULL);
+
+	greq.session_id = (char *)"ses-0000000000000000";
+	rv = gw_call("GetSession", &greq.base,
+	    &moat__v1__session_info__descriptor, &reply, &errmsg);
+	assert_int_equal(rv, MOAT_NOT_FOUND);
+	free(errmsg);
+
+	dreq.session_id = session_id;
+	assert_int_equal(gw_call("DeleteSession", &dreq.base,
+	    &moat__v1__delete_session_reply__descriptor, &reply, &errmsg),
+	    MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	greq.session_id = session_id;
+	rv = gw_call("GetSession", &greq.base,
+	    &moat__v1__session_info__descriptor, &reply, &errmsg);
+	assert_int_equal(rv, MOAT_NOT_FOUND);
+	free(errmsg);
+
+	assert_int_equal(gw_call("DestroySandbox", &ref.base,
+	    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	kill(pid, SIGTERM);
+	waitpid(pid, &status, 0);
+	free(sandbox_id);
+	free(session_id);
+}
+
 int
 main(void)
 {
@@ -364,6 +539,8 @@ main(void)
 		cmocka_unit_test(test_unknown_sandbox_not_found),
 		cmocka_unit_test(test_node_error_passes_unchanged),
 		cmocka_unit_test(test_two_nodes_placement_lookup_and_list),
+		cmocka_unit_test(test_record_without_sessiond),
+		cmocka_unit_test(test_record_with_sessiond),
 		cmocka_unit_test(test_dead_node_unavailable),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

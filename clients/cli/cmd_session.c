@@ -1,0 +1,353 @@
+/*
+ * cmd_session.c: `moat session ls|show|export|rm` and `moat history`: the
+ * recordings of sandboxes created with `moat sandbox create --record`.
+ * A session is one recorded run; each one-shot exec on the sandbox is a
+ * step with its input, exit code, outputs and the files it created,
+ * modified or deleted. `history SANDBOX` shows the steps of the
+ * sandbox's latest session.
+ * Not for: creating recorded sandboxes (cmd_sandbox.c) or running the
+ * steps (cmd_run.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "moat/status.h"
+#include "moat/util.h"
+
+static const char *const usage_all = "session ls [--sandbox ID] | show ID | "
+    "export ID | rm ID...";
+
+static const char *
+policy_name(Moat__V1__SnapshotPolicy p)
+{
+	switch (p) {
+	case MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY:
+		return "every";
+	case MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_NONE:
+		return "none";
+	default:
+		return "manual";
+	}
+}
+
+static const char *
+kind_name(Moat__V1__StepKind k)
+{
+	switch (k) {
+	case MOAT__V1__STEP_KIND__STEP_KIND_EXEC:
+		return "exec";
+	case MOAT__V1__STEP_KIND__STEP_KIND_CODE:
+		return "code";
+	case MOAT__V1__STEP_KIND__STEP_KIND_FILE_WRITE:
+		return "file-write";
+	default:
+		return "?";
+	}
+}
+
+static const char *
+change_name(Moat__V1__FsChange c)
+{
+	switch (c) {
+	case MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED:
+		return "created";
+	case MOAT__V1__FS_CHANGE__FS_CHANGE_MODIFIED:
+		return "modified";
+	case MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED:
+		return "deleted";
+	default:
+		return "changed";
+	}
+}
+
+/* print_step: one step as lines of text: the step line, then one line
+ * per file it changed. */
+static void
+print_step(const Moat__V1__Step *st)
+{
+	const char *in = st->input ? st->input : "";
+	int first_line = (int)strcspn(in, "\n");
+	bool more = in[first_line] != '\0';
+
+	printf("%-5llu %-10s %5d  %.*s%s%s\n", (unsigned long long)st->index,
+	    kind_name(st->kind), st->exit_code, first_line > 100 ? 100 :
+	    first_line, in, more || first_line > 100 ? " ..." : "",
+	    st->snapshot_id[0] ? "  [snapshot]" : "");
+	for (size_t i = 0; i < st->n_fs_trace; i++) {
+		const Moat__V1__FsTraceEntry *e = st->fs_trace[i];
+
+		if (e->change == MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED)
+			printf("      %-8s %s\n", change_name(e->change),
+			    e->path);
+		else if (e->type ==
+		    MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY)
+			printf("      %-8s %s/\n", change_name(e->change),
+			    e->path);
+		else
+			printf("      %-8s %s (%llu bytes)\n",
+			    change_name(e->change), e->path,
+			    (unsigned long long)e->size);
+	}
+	if (st->fs_trace_truncated)
+		printf("      (file list incomplete)\n");
+}
+
+/* show_steps: every step of `session_id`, page by page, as text; or, with
+ * --json, the whole export (session and steps with outputs). */
+static int
+show_steps(struct cli *cli, const char *session_id)
+{
+	Moat__V1__ListStepsReply *page = NULL;
+	char *errmsg = NULL, *token = NULL;
+	int rv;
+
+	if (cli->json) {
+		Moat__V1__ExportSessionReply *ex = NULL;
+
+		if ((rv = moat_client_export_session(cli_client(cli),
+		    session_id, false, &ex, &errmsg)) != MOAT_OK)
+			return cli_fail(cli, rv, errmsg, "showing session %s",
+			    session_id);
+		rv = cli_print_json(cli, ex);
+		moat_client_free_msg(ex);
+		return rv;
+	}
+	printf("%-5s %-10s %5s  %s\n", "STEP", "KIND", "EXIT", "INPUT");
+	do {
+		if ((rv = moat_client_list_steps(cli_client(cli), session_id,
+		    token, false, &page, &errmsg)) != MOAT_OK) {
+			free(token);
+			return cli_fail(cli, rv, errmsg, "listing the steps of "
+			    "session %s", session_id);
+		}
+		for (size_t i = 0; i < page->n_steps; i++)
+			print_step(page->steps[i]);
+		free(token);
+		token = page->next_page_token[0] ?
+		    strdup(page->next_page_token) : NULL;
+		moat_client_free_msg(page);
+		page = NULL;
+	} while (token != NULL);
+	return 0;
+}
+
+static int
+session_ls(struct cli *cli, const char *sandbox_id)
+{
+	Moat__V1__ListSessionsReply *page = NULL;
+	char *errmsg = NULL, *token = NULL, age[32];
+	bool header = false;
+	int rv;
+
+	do {
+		if ((rv = moat_client_list_sessions(cli_client(cli),
+		    sandbox_id, token, &page, &errmsg)) != MOAT_OK) {
+			free(token);
+			return cli_fail(cli, rv, errmsg, "listing sessions");
+		}
+		free(token);
+		token = NULL;
+		if (cli->json) {
+			/* One page is one JSON document; --json lists
+			 * the first page (up to 100 sessions). */
+			rv = cli_print_json(cli, page);
+			moat_client_free_msg(page);
+			return rv;
+		}
+		if (!header) {
+			printf("%-22s %-24s %5s %-7s %s\n", "ID", "SANDBOX",
+			    "STEPS", "SNAPSHOT", "AGE");
+			header = true;
+		}
+		for (size_t i = 0; i < page->n_sessions; i++) {
+			const Moat__V1__SessionInfo *s = page->sessions[i];
+
+			printf("%-22s %-24s %5llu %-8s %s\n", s->id,
+			    s->sandbox_id, (unsigned long long)s->step_count,
+			    policy_name(s->snapshot_policy),
+			    cli_format_age(s->created_ms, age, sizeof(age)));
+		}
+		token = page->next_page_token[0] ?
+		    strdup(page->next_page_token) : NULL;
+		moat_client_free_msg(page);
+		page = NULL;
+	} while (token != NULL);
+	return 0;
+}
+
+static int
+session_show(struct cli *cli, const char *id)
+{
+	Moat__V1__SessionInfo *s = NULL;
+	char *errmsg = NULL, age[32];
+	int rv;
+
+	if ((rv = moat_client_get_session(cli_client(cli), id, &s,
+	    &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg, "getting session %s", id);
+	if (!cli->json) {
+		printf("session:     %s\n", s->id);
+		printf("sandbox:     %s\n", s->sandbox_id);
+		printf("snapshots:   %s\n", policy_name(s->snapshot_policy));
+		printf("age:         %s\n", cli_format_age(s->created_ms, age,
+		    sizeof(age)));
+		if (s->parent_session_id[0])
+			printf("forked from: %s step %llu\n",
+			    s->parent_session_id,
+			    (unsigned long long)s->parent_step);
+		printf("steps:       %llu\n\n",
+		    (unsigned long long)s->step_count);
+	}
+	moat_client_free_msg(s);
+	return show_steps(cli, id);
+}
+
+static int
+session_export(struct cli *cli, const char *id)
+{
+	Moat__V1__ExportSessionReply *ex = NULL;
+	char *errmsg = NULL;
+	int rv;
+
+	if ((rv = moat_client_export_session(cli_client(cli), id, true, &ex,
+	    &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg, "exporting session %s", id);
+	fputs(ex->json, stdout);
+	if (ex->json[0] != '\0' && ex->json[strlen(ex->json) - 1] != '\n')
+		putchar('\n');
+	moat_client_free_msg(ex);
+	return 0;
+}
+
+static int
+session_rm(struct cli *cli, int argc, char **argv)
+{
+	int first_failure = 0;
+
+	if (argc < 1)
+		return cli_usage_error("session rm ID...", "give one or more "
+		    "session ids (`moat session ls` lists them)");
+	for (int i = 0; i < argc; i++) {
+		Moat__V1__DeleteSessionReply *r = NULL;
+		char *errmsg = NULL;
+		int rv = moat_client_delete_session(cli_client(cli), argv[i],
+		    &r, &errmsg);
+
+		if (rv != MOAT_OK) {
+			rv = cli_fail(cli, rv, errmsg, "deleting session %s",
+			    argv[i]);
+			if (first_failure == 0)
+				first_failure = rv;
+			continue;
+		}
+		if (cli->json)
+			(void)cli_print_json(cli, r);
+		else
+			printf("%s\n", argv[i]);
+		moat_client_free_msg(r);
+	}
+	return first_failure;
+}
+
+/* strip_json: removes every "--json" of argv (setting cli->json); returns
+ * the new argc. */
+static int
+strip_json(struct cli *cli, int argc, char **argv, int from)
+{
+	for (int i = from; i < argc; i++) {
+		if (strcmp(argv[i], "--json") == 0) {
+			cli->json = true;
+			memmove(&argv[i], &argv[i + 1],
+			    (size_t)(argc - i) * sizeof(*argv));
+			argc--;
+			i--;
+		}
+	}
+	return argc;
+}
+
+int
+cmd_session(struct cli *cli, int argc, char **argv)
+{
+	const char *sub;
+
+	if (argc < 2)
+		return cli_usage_error(usage_all, "which session command?");
+	sub = argv[1];
+	argc = strip_json(cli, argc, argv, 2);
+	if (strcmp(sub, "ls") == 0 || strcmp(sub, "list") == 0) {
+		if (argc == 2)
+			return session_ls(cli, NULL);
+		if (argc == 4 && strcmp(argv[2], "--sandbox") == 0)
+			return session_ls(cli, argv[3]);
+		if (argc == 3 && strncmp(argv[2], "--sandbox=", 10) == 0)
+			return session_ls(cli, argv[2] + 10);
+		return cli_usage_error("session ls [--sandbox ID]", "ls takes "
+		    "only --sandbox ID");
+	}
+	if (strcmp(sub, "show") == 0 || strcmp(sub, "get") == 0) {
+		if (argc != 3)
+			return cli_usage_error("session show ID", "give one "
+			    "session id");
+		return session_show(cli, argv[2]);
+	}
+	if (strcmp(sub, "export") == 0) {
+		if (argc != 3)
+			return cli_usage_error("session export ID", "give one "
+			    "session id");
+		return session_export(cli, argv[2]);
+	}
+	if (strcmp(sub, "rm") == 0 || strcmp(sub, "delete") == 0)
+		return session_rm(cli, argc - 2, argv + 2);
+	return cli_usage_error(usage_all, "unknown session command \"%s\"",
+	    sub);
+}
+
+int
+cmd_history(struct cli *cli, int argc, char **argv)
+{
+	static const char *usage_line = "history SANDBOX";
+	Moat__V1__ListSessionsReply *page = NULL;
+	char *errmsg = NULL, *session_id = NULL, *token = NULL;
+	int rv;
+
+	argc = strip_json(cli, argc, argv, 1);
+	if (argc != 2)
+		return cli_usage_error(usage_line, "give one sandbox id");
+	/* Oldest first: the sandbox's latest session is the last one. Pages
+	 * are followed so a sandbox with many sessions still works. */
+	for (;;) {
+		rv = moat_client_list_sessions(cli_client(cli), argv[1],
+		    token, &page, &errmsg);
+		free(token);
+		token = NULL;
+		if (rv != MOAT_OK) {
+			free(session_id);
+			return cli_fail(cli, rv, errmsg, "listing the sessions "
+			    "of sandbox %s", argv[1]);
+		}
+		if (page->n_sessions > 0) {
+			free(session_id);
+			session_id = strdup(
+			    page->sessions[page->n_sessions - 1]->id);
+		}
+		if (page->next_page_token[0] != '\0')
+			token = strdup(page->next_page_token);
+		moat_client_free_msg(page);
+		page = NULL;
+		if (token == NULL)
+			break;
+	}
+	if (session_id == NULL)
+		return cli_fail(cli, MOAT_NOT_FOUND, moat_asprintf("sandbox "
+		    "%s has no recorded session: create the sandbox with "
+		    "`moat sandbox create --record`", argv[1]),
+		    "history of %s", argv[1]);
+	if (!cli->json)
+		printf("session %s\n", session_id);
+	rv = show_steps(cli, session_id);
+	free(session_id);
+	return rv;
+}
