@@ -466,9 +466,13 @@ recorded_exec(struct cli *cli, const Moat__V1__ExecRequest *exec,
 		if (cli_print_json(cli, res) != 0 && exit_code == 0)
 			exit_code = moat_status_exit_code(MOAT_INTERNAL);
 	} else {
-		fwrite(res->stdout.data, 1, res->stdout.len, stdout);
+		/* Empty output has a NULL data pointer, which fwrite may
+		 * not be given. */
+		if (res->stdout.len)
+			fwrite(res->stdout.data, 1, res->stdout.len, stdout);
 		fflush(stdout);
-		fwrite(res->stderr.data, 1, res->stderr.len, stderr);
+		if (res->stderr.len)
+			fwrite(res->stderr.data, 1, res->stderr.len, stderr);
 	}
 	if (res->recording_error[0] != '\0')
 		fprintf(stderr, "moat: warning: the exec ran but was not "
