@@ -779,6 +779,17 @@ h_list_local_snapshots(struct moat_rpc_call *call,
 	return MOAT_OK;
 }
 
+/* Placeholder while the time-travel and code-context calls are built. */
+static int
+h_not_built(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	(void)request;
+	(void)reply;
+	return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "%s is not built "
+	    "yet", call->method);
+}
+
 /* The Gateway service. Mutating calls are deduplicated by request id here
  * and, because the id travels with the forward, on the node as well. */
 static const struct moat_rpc_method gateway_methods[] = {
@@ -813,6 +824,13 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "GetStep", h_session, false, false },
 	{ "ExportSession", h_session, false, false },
 	{ "DeleteSession", h_session, true, false },
+	{ "RestoreStep", h_not_built, true, false },
+	{ "Fork", h_not_built, true, false },
+	{ "Replay", h_not_built, true, false },
+	{ "Diff", h_not_built, false, false },
+	{ "Compare", h_not_built, false, false },
+	{ "RunCode", h_not_built, true, false },
+	{ "CloseCodeContext", h_not_built, true, false },
 };
 
 /* ---- lifecycle ---- */

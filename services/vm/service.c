@@ -297,6 +297,17 @@ h_delete_local_snapshot(struct moat_rpc_call *call,
 	    (const Moat__V1__LocalSnapshotRef *)request);
 }
 
+/* Placeholder while code contexts are built. */
+static int
+h_not_built(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	(void)request;
+	(void)reply;
+	return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "%s is not built "
+	    "yet", call->method);
+}
+
 /* Auth is the gateway's job: vmd listens where only it can reach. */
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
@@ -327,6 +338,9 @@ static const struct moat_rpc_method vm_methods[] = {
 	  .mutating = true },
 	{ .name = "ListLocalSnapshots", .handler = h_list_local_snapshots },
 	{ .name = "DeleteLocalSnapshot", .handler = h_delete_local_snapshot,
+	  .mutating = true },
+	{ .name = "RunCode", .handler = h_not_built, .mutating = true },
+	{ .name = "CloseCodeContext", .handler = h_not_built,
 	  .mutating = true },
 };
 

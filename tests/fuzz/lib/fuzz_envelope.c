@@ -115,6 +115,8 @@ static const struct moat_rpc_method methods[] = {
 	{ "RestoreSandbox", h_ok, true, false },
 	{ "ListLocalSnapshots", h_ok, false, false },
 	{ "DeleteLocalSnapshot", h_ok, true, false },
+	{ "RunCode", h_ok, true, false },
+	{ "CloseCodeContext", h_ok, true, false },
 };
 
 static void

@@ -277,6 +277,13 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "GetStep", h_ok, false, false },
 	{ "ExportSession", h_ok, false, false },
 	{ "DeleteSession", h_ok, true, false },
+	{ "RestoreStep", h_ok, true, false },
+	{ "Fork", h_ok, true, false },
+	{ "Replay", h_ok, true, false },
+	{ "Diff", h_ok, false, false },
+	{ "Compare", h_ok, false, false },
+	{ "RunCode", h_ok, true, false },
+	{ "CloseCodeContext", h_ok, true, false },
 };
 
 int

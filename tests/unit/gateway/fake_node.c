@@ -137,7 +137,8 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("MakeDir", true), ROW("SandboxInfo", false),
 	ROW("TraceFs", false), ROW("SnapshotSandbox", true),
 	ROW("RestoreSandbox", true), ROW("ListLocalSnapshots", false),
-	ROW("DeleteLocalSnapshot", true),
+	ROW("DeleteLocalSnapshot", true), ROW("RunCode", true),
+	ROW("CloseCodeContext", true),
 };
 
 static void *

@@ -244,6 +244,8 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "RestoreSandbox", h_unimplemented, true, false },
 	{ "ListLocalSnapshots", h_unimplemented, false, false },
 	{ "DeleteLocalSnapshot", h_unimplemented, true, false },
+	{ "RunCode", h_unimplemented, true, false },
+	{ "CloseCodeContext", h_unimplemented, true, false },
 	/* Last: test_missing_row drops it and expects its name. */
 	{ "TraceFs", h_unimplemented, false, false },
 };
