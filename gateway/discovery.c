@@ -43,6 +43,7 @@ struct moat_discovery {
 	bool has_socket;
 	pthread_t thread;
 	bool thread_started;
+	atomic_bool stop;       /* set by stop; the thread polls it */
 	struct moat_nodes *nodes;
 	uint32_t interval_ms;
 	char *url;
@@ -52,6 +53,7 @@ struct moat_discovery {
 };
 
 #define BAD_ANSWER_LOG_MS 60000
+#define DISCOVERY_POLL_MS 50    /* longest wait inside nng */
 
 bool
 moat_node_id_set(struct moat_node_id *id, const char *s)
@@ -381,12 +383,16 @@ survey_answer(struct moat_discovery *d, nng_msg *m)
 		    moat_strerror(rv));
 }
 
+/* The thread never blocks in nng longer than DISCOVERY_POLL_MS, and
+ * stop joins it before closing the socket: nng 1.5 can deadlock in
+ * nng_close while another thread sits in a receive on the socket. */
 static void *
 survey_main(void *arg)
 {
 	struct moat_discovery *d = arg;
+	uint64_t survey_ms = d->interval_ms * 9 / 10;
 
-	for (;;) {
+	while (!atomic_load(&d->stop)) {
 		uint64_t started = moat_rpc_now_ms(), spent;
 		nng_msg *m;
 		int rv;
@@ -401,25 +407,30 @@ survey_main(void *arg)
 			    d->url, nng_strerror(rv));
 			goto pause;
 		}
-		/* Answers arrive until the survey time runs out. */
-		for (;;) {
+		/* Answers arrive until the survey time runs out (ETIMEDOUT
+		 * once it has; ESTATE after). */
+		while (!atomic_load(&d->stop)) {
 			rv = nng_recvmsg(d->sock, &m, 0);
 			if (rv == NNG_ECLOSED)
 				return NULL;
+			if (rv == NNG_ETIMEDOUT &&
+			    moat_rpc_now_ms() - started < survey_ms)
+				continue;  /* a poll, not the survey's end */
 			if (rv != 0)
-				break;  /* ETIMEDOUT: the survey is over */
+				break;
 			survey_answer(d, m);
 			nng_msg_free(m);
 		}
 		moat_nodes_round_end(d->nodes);
 	pause:
 		/* Keep a steady pace even when the survey ended early. */
-		spent = moat_rpc_now_ms() - started;
-		if (spent < d->interval_ms)
-			nng_msleep((nng_duration)(d->interval_ms - spent));
-		if (rv == NNG_ECLOSED)
-			return NULL;
+		while (!atomic_load(&d->stop) &&
+		    (spent = moat_rpc_now_ms() - started) < d->interval_ms)
+			nng_msleep((nng_duration)(d->interval_ms - spent <
+			    DISCOVERY_POLL_MS ? d->interval_ms - spent :
+			    DISCOVERY_POLL_MS));
 	}
+	return NULL;
 }
 
 int
@@ -447,7 +458,9 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 	if ((rv = nng_socket_set_ms(d->sock, NNG_OPT_SURVEYOR_SURVEYTIME,
 	    (nng_duration)(d->interval_ms * 9 / 10))) != 0 ||
 	    (rv = nng_socket_set_ms(d->sock, NNG_OPT_RECVTIMEO,
-	    (nng_duration)d->interval_ms)) != 0 ||
+	    DISCOVERY_POLL_MS)) != 0 ||
+	    (rv = nng_socket_set_ms(d->sock, NNG_OPT_SENDTIMEO,
+	    DISCOVERY_POLL_MS)) != 0 ||
 	    (rv = nng_socket_set_size(d->sock, NNG_OPT_RECVMAXSZ,
 	    MOAT_GW_NODE_ANSWER_MAX)) != 0)
 		goto fail_nng;
@@ -482,10 +495,11 @@ moat_discovery_stop(struct moat_discovery *d)
 {
 	if (d == NULL)
 		return;
-	if (d->has_socket)
-		nng_close(d->sock);  /* wakes the thread with ECLOSED */
+	atomic_store(&d->stop, true);
 	if (d->thread_started)
 		pthread_join(d->thread, NULL);
+	if (d->has_socket)
+		nng_close(d->sock);  /* no thread is inside it any more */
 	free(d->url);
 	free(d);
 }

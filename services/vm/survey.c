@@ -7,6 +7,7 @@
  * the RPC server (moat/rpc.h).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,8 +23,14 @@ struct vmd_survey {
 	struct vmd *vmd;
 	nng_socket sock;
 	pthread_t thread;
+	atomic_bool stop;   /* set by stop; the thread polls it */
 	char *url;
 };
+
+/* The thread never waits in nng longer than this, and stop joins it
+ * before closing the socket: nng 1.5 can deadlock in nng_close while
+ * another thread sits in a receive on the socket. */
+#define SURVEY_POLL_MS 100
 
 int
 vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
@@ -82,7 +89,7 @@ survey_main(void *arg)
 {
 	struct vmd_survey *s = arg;
 
-	for (;;) {
+	while (!atomic_load(&s->stop)) {
 		Moat__V1__Node node = MOAT__V1__NODE__INIT;
 		nng_msg *msg = NULL;
 		size_t len;
@@ -91,6 +98,8 @@ survey_main(void *arg)
 		if ((rv = nng_recvmsg(s->sock, &msg, 0)) != 0) {
 			if (rv == NNG_ECLOSED)
 				break;
+			if (rv == NNG_ETIMEDOUT)
+				continue;
 			moat_warn(0, "survey %s: receive failed: %s", s->url,
 			    nng_strerror(rv));
 			continue;
@@ -137,6 +146,8 @@ vmd_survey_start(struct vmd *vmd, const char *url, struct vmd_survey **out,
 		    "socket: %s", nng_strerror(rv));
 		goto fail;
 	}
+	nng_socket_set_ms(s->sock, NNG_OPT_RECVTIMEO, SURVEY_POLL_MS);
+	nng_socket_set_ms(s->sock, NNG_OPT_SENDTIMEO, SURVEY_POLL_MS);
 	/* Non-blocking dial: a gateway that is not up yet is found when it
 	 * comes up (nng redials). */
 	if ((rv = nng_dial(s->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
@@ -168,8 +179,9 @@ vmd_survey_stop(struct vmd_survey *s)
 {
 	if (s == NULL)
 		return;
-	nng_close(s->sock);
+	atomic_store(&s->stop, true);
 	pthread_join(s->thread, NULL);
+	nng_close(s->sock);
 	free(s->url);
 	free(s);
 }

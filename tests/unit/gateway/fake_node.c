@@ -221,6 +221,7 @@ fake_node_start(struct fake_node *fn, const char *id, const char *dir,
 		return MOAT_INTERNAL;
 	fn->has_resp = true;
 	nng_socket_set_ms(fn->resp, NNG_OPT_RECVTIMEO, 50);
+	nng_socket_set_ms(fn->resp, NNG_OPT_SENDTIMEO, 50);
 	nng_socket_set_ms(fn->resp, NNG_OPT_RECONNMINT, 10);
 	nng_socket_set_ms(fn->resp, NNG_OPT_RECONNMAXT, 100);
 	if (nng_dial(fn->resp, survey_url, NULL, NNG_FLAG_NONBLOCK) != 0)
@@ -251,11 +252,13 @@ fake_node_kill_rpc(struct fake_node *fn)
 void
 fake_node_stop(struct fake_node *fn)
 {
+	/* Join before closing: nng 1.5 can deadlock in nng_close while
+	 * another thread is receiving on the socket. */
 	atomic_store(&fn->stop, true);
-	if (fn->has_resp)
-		nng_close(fn->resp);
 	if (fn->thread_started)
 		pthread_join(fn->thread, NULL);
+	if (fn->has_resp)
+		nng_close(fn->resp);
 	fn->has_resp = false;
 	fn->thread_started = false;
 	fake_node_kill_rpc(fn);
