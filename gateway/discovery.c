@@ -19,6 +19,7 @@
 
 #include "gateway.h"
 #include "moat/log.h"
+#include "moat/nng_close.h"
 #include "moat/status.h"
 #include "moat/util.h"
 
@@ -498,8 +499,9 @@ moat_discovery_stop(struct moat_discovery *d)
 	atomic_store(&d->stop, true);
 	if (d->thread_started)
 		pthread_join(d->thread, NULL);
-	if (d->has_socket)
-		nng_close(d->sock);  /* no thread is inside it any more */
+	if (d->has_socket && !moat_nng_close_bounded(d->sock, 2000))
+		moat_warn(0, "discovery %s: closing the socket hung (an nng "
+		    "1.5 bug); left it open", d->url);
 	free(d->url);
 	free(d);
 }

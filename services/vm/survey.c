@@ -15,6 +15,7 @@
 #include <nng/protocol/survey0/respond.h>
 
 #include "moat/log.h"
+#include "moat/nng_close.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "vmd.h"
@@ -181,7 +182,9 @@ vmd_survey_stop(struct vmd_survey *s)
 		return;
 	atomic_store(&s->stop, true);
 	pthread_join(s->thread, NULL);
-	nng_close(s->sock);
+	if (!moat_nng_close_bounded(s->sock, 2000))
+		moat_warn(0, "survey %s: closing the socket hung (an nng 1.5 "
+		    "bug); left it open", s->url);
 	free(s->url);
 	free(s);
 }

@@ -40,6 +40,7 @@ struct fake_node {
 	char last_sandbox[128];
 	int calls;
 	char sandboxes[FAKE_MAX_SANDBOXES][128];
+	char tenants[FAKE_MAX_SANDBOXES][64]; /* "": any (added ones) */
 	int n_sandboxes;
 	int next_sandbox;
 };
@@ -56,7 +57,15 @@ void fake_node_add_sandbox(struct fake_node *fn, const char *sandbox_id);
  * respondent keeps answering or not, as set. */
 void fake_node_kill_rpc(struct fake_node *fn);
 
-/* fake_node_stop: everything; safe after kill_rpc. */
+/* fake_node_halt: stops answering surveys for good (the respondent
+ * thread ends; the socket stays open until fake_node_stop). Tests halt
+ * every node before stopping the gateway, and stop nodes after it: nng
+ * 1.5 can hang for good in nng_close when a message arrives on the socket
+ * while it closes (nng issues 1543, 1813), so no socket is closed while
+ * its peer still sends. */
+void fake_node_halt(struct fake_node *fn);
+
+/* fake_node_stop: everything (halts first); safe after kill_rpc. */
 void fake_node_stop(struct fake_node *fn);
 
 #endif

@@ -140,12 +140,16 @@ test_survey_finds_and_drops_nodes(void **state)
 	atomic_store(&good.silent, false);
 	assert_int_equal(wait_state(&nodes, "good", 1), 1);
 
-	/* A dead node (process gone) drops out too. */
-	fake_node_stop(&good);
+	/* A node that never answers again drops out too. */
+	fake_node_halt(&good);
 	assert_int_equal(wait_state(&nodes, "good", 0), 0);
 
-	fake_node_stop(&bad);
+	/* Quiet peers first, then the surveyor, then the respondents (see
+	 * fake_node_halt). */
+	fake_node_halt(&bad);
 	moat_discovery_stop(d);
+	fake_node_stop(&good);
+	fake_node_stop(&bad);
 	moat_nodes_fini(&nodes);
 	free(survey_url);
 	moat_rm_rf(dir);
