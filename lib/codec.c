@@ -2,8 +2,8 @@
  * codec.c: the descriptor-driven protobuf-c -> JSON encoder behind
  * moat/codec.h (proto3 JSON mapping). It walks a message's field
  * descriptors, reads each member at its offset, and builds jansson values.
- * Not for: JSON -> message (a later issue; it will reuse json_name and
- * the presence rules here) or any per-message special case.
+ * Not for: JSON -> message (codec_decode.c) or any per-message special
+ * case.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec_internal.h"
 #include "moat/codec.h"
 #include "moat/status.h"
 #include "moat/util.h"
@@ -304,8 +305,8 @@ is_default(const ProtobufCFieldDescriptor *f, const void *p)
 	return false;
 }
 
-static size_t
-elem_size(ProtobufCType t)
+size_t
+moat_codec_elem_size(ProtobufCType t)
 {
 	switch (t) {
 	case PROTOBUF_C_TYPE_INT32:
@@ -336,11 +337,11 @@ elem_size(ProtobufCType t)
 	return 0;
 }
 
-/* is_map_entry: protoc turns `map<K, V> name` into a repeated message
- * NameEntry { K key = 1; V value = 2; }; protobuf-c keeps no map flag,
- * so the shape is the test. */
-static bool
-is_map_entry(const ProtobufCMessageDescriptor *d)
+/* moat_codec_is_map_entry: protoc turns `map<K, V> name` into a
+ * repeated message NameEntry { K key = 1; V value = 2; }; protobuf-c
+ * keeps no map flag, so the shape is the test. */
+bool
+moat_codec_is_map_entry(const ProtobufCMessageDescriptor *d)
 {
 	size_t n;
 
@@ -431,10 +432,11 @@ static json_t *
 enc_repeated(struct enc *e, const ProtobufCFieldDescriptor *f,
     const void *array, size_t n, int depth)
 {
-	size_t sz = elem_size(f->type);
+	size_t sz = moat_codec_elem_size(f->type);
 	json_t *arr;
 
-	if (f->type == PROTOBUF_C_TYPE_MESSAGE && is_map_entry(f->descriptor))
+	if (f->type == PROTOBUF_C_TYPE_MESSAGE &&
+	    moat_codec_is_map_entry(f->descriptor))
 		return enc_map(e, f, array, n, depth);
 	if ((arr = json_array()) == NULL)
 		goto fail_oom;
