@@ -20,6 +20,7 @@
 #include "moat/frame.h"
 
 #define AGENT_EXEC_MAX 64 /* running execs at once */
+#define AGENT_CODE_MAX 16 /* code contexts at once */
 #define AGENT_CHUNK (64u << 10) /* one ExecOutput's data, at most */
 #define AGENT_OUTPUT_CAP (1u << 20) /* default per-stream output_cap */
 #define AGENT_STDIN_MAX (1u << 20) /* stdin bytes queued per exec */
@@ -39,6 +40,7 @@ enum agent_link_kind {
 };
 
 struct agent_out; /* one encoded frame waiting to go (link.c) */
+struct agent_code; /* one code context (code.c) */
 
 /* The host link. At most one host is served at a time; `fd` is -1 while
  * none is. Everything queued for a host is dropped when it goes. */
@@ -95,6 +97,7 @@ struct agent {
 	uint64_t boot_ms; /* for AgentReady */
 	char kernel[128]; /* uname -r */
 	struct agent_exec* execs[AGENT_EXEC_MAX];
+	struct agent_code* code[AGENT_CODE_MAX];
 };
 
 /* --- time (loop.c) --- */
@@ -212,6 +215,43 @@ void agent_exec_kill_all(struct agent* a);
  * their process groups and forgets them without sending anything (exec
  * ids belong to one host link; a new host starts numbering again). */
 void agent_exec_drop_all(struct agent* a);
+
+/* --- code contexts (code.c) --- */
+
+/* agent_code_run: CodeRun; starts the context when it is not there and
+ * hands it the cell. Answered later with a CodeResult (or an error when
+ * python3 cannot start). Returns 0, or a status with *why (heap). */
+int agent_code_run(
+    struct agent* a, const Moat__V1__GuestRequest* req, char** why);
+
+/* agent_code_close: code_context_close; kills the context (a run in
+ * flight is answered with ContextDied first) and acks. */
+int agent_code_close(
+    struct agent* a, const Moat__V1__GuestRequest* req, char** why);
+
+/* agent_code_pollfds: every context's pipes (at most 4 each); map[i] is
+ * slot * 4 + which. Returns how many were added. */
+int agent_code_pollfds(struct agent* a, struct pollfd* pfd, int* map);
+
+/* agent_code_events: handles poll's answer for agent_code_pollfds. */
+void agent_code_events(
+    struct agent* a, const struct pollfd* pfd, const int* map, int n);
+
+/* agent_code_reaped: a child the exec table did not know exited; if it
+ * was a context's interpreter, answers its run and forgets it. Returns
+ * whether it was one. */
+bool agent_code_reaped(struct agent* a, pid_t pid, int status);
+
+/* agent_code_timer: interrupts cells past their timeout, kills the ones
+ * that ignore it. Returns ms until the next such time, or -1. */
+int agent_code_timer(struct agent* a, uint64_t now);
+
+/* agent_code_drop_host: the host went: runs in flight finish unanswered
+ * (the contexts stay). */
+void agent_code_drop_host(struct agent* a);
+
+/* agent_code_kill_all: SIGKILLs every context's group (agent exit). */
+void agent_code_kill_all(struct agent* a);
 
 /* --- paths (path.c) --- */
 

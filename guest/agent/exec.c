@@ -649,7 +649,10 @@ agent_exec_reap(struct agent* a)
 			exec_maybe_finish(a, i);
 			break;
 		}
-		/* not an exec's main process: an orphan PID 1 adopted */
+		/* not an exec's main process: a code context's interpreter,
+		 * or an orphan PID 1 adopted */
+		if (i == AGENT_EXEC_MAX)
+			(void)agent_code_reaped(a, pid, st);
 	}
 }
 

@@ -174,6 +174,7 @@ agent_link_close(struct agent* a, const char* why)
 			close(l->fd);
 		l->fd = -1;
 		agent_exec_drop_all(a);
+		agent_code_drop_host(a);
 	}
 	link_drop_queue(l);
 	moat_frame_reader_fini(&l->reader);

@@ -19,7 +19,7 @@
 #include "moat/log.h"
 #include "moat/status.h"
 
-#define LOOP_FDS (2 + 3 * AGENT_EXEC_MAX)
+#define LOOP_FDS (2 + 3 * AGENT_EXEC_MAX + 4 * AGENT_CODE_MAX)
 #define WIRE_DEPTH_MAX 8
 
 struct agent_op {
@@ -55,6 +55,9 @@ static const struct agent_op agent_ops[] = {
 	{ MOAT__V1__GUEST_REQUEST__OP_SHUTDOWN, "shutdown", agent_shutdown },
 	{ MOAT__V1__GUEST_REQUEST__OP_RESET, "reset",
 	    agent_reset_after_restore },
+	{ MOAT__V1__GUEST_REQUEST__OP_CODE_RUN, "code_run", agent_code_run },
+	{ MOAT__V1__GUEST_REQUEST__OP_CODE_CONTEXT_CLOSE, "code_context_close",
+	    agent_code_close },
 };
 
 uint64_t
@@ -245,10 +248,11 @@ agent_run(struct agent* a)
 {
 	struct pollfd pfd[LOOP_FDS];
 	int map[3 * AGENT_EXEC_MAX];
+	int code_map[4 * AGENT_CODE_MAX];
 
 	for (;;) {
 		uint64_t now = agent_now_ms();
-		int timeout = -1, nl, ne, n = 0;
+		int timeout = -1, nl, ne, nc, n = 0;
 		bool paused;
 
 		if (a->stopping
@@ -257,6 +261,7 @@ agent_run(struct agent* a)
 			return 0;
 		timeout = loop_min_timeout(timeout, agent_exec_timer(a, now));
 		timeout = loop_min_timeout(timeout, agent_link_timer(a, now));
+		timeout = loop_min_timeout(timeout, agent_code_timer(a, now));
 		if (a->stopping)
 			timeout = loop_min_timeout(
 			    timeout, (int)(a->stop_by_ms - now));
@@ -268,6 +273,8 @@ agent_run(struct agent* a)
 		n += nl;
 		ne = agent_exec_pollfds(a, pfd + n, map, paused);
 		n += ne;
+		nc = agent_code_pollfds(a, pfd + n, code_map);
+		n += nc;
 		if (poll(pfd, (nfds_t)n, timeout) < 0) {
 			if (errno == EINTR)
 				continue;
@@ -277,6 +284,7 @@ agent_run(struct agent* a)
 		/* execs first: their map is only good until a request adds
 		 * or finishes one */
 		agent_exec_events(a, pfd + 1 + nl, map, ne);
+		agent_code_events(a, pfd + 1 + nl + ne, code_map, nc);
 		if (pfd[0].revents)
 			loop_signals(a);
 		agent_link_events(a, pfd + 1, nl);

@@ -274,6 +274,7 @@ static void __attribute__((noreturn)) main_pid1(void)
 	}
 	agent_link_flush(&a, a.stop_by_ms);
 	agent_exec_kill_all(&a);
+	agent_code_kill_all(&a);
 	if (a.stop_reboot) {
 		sync();
 		reboot(RB_AUTOBOOT);
@@ -304,6 +305,7 @@ main(int argc, char** argv)
 	rv = agent_run(&a);
 	agent_link_flush(&a, agent_now_ms() + 500);
 	agent_exec_kill_all(&a);
+	agent_code_kill_all(&a);
 	agent_link_close(&a, "agent exiting");
 	(void)unlink(a.link.path);
 	return rv == 0 ? 0 : 1;
