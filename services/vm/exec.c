@@ -674,19 +674,30 @@ int
 vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
 {
-	uint64_t deadline = vmd_call_deadline(call);
 	struct sandbox *sb;
-	struct exec *e;
-	uint64_t id = 0;
-	int32_t pid = 0;
 	int rv;
 
 	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
 	    != MOAT_OK)
 		return rv;
+	rv = vmd_exec_run_on(sb, call, req, reply);
+	vmd_sandbox_put(sb);
+	return rv;
+}
+
+int
+vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
+{
+	uint64_t deadline = vmd_call_deadline(call);
+	struct exec *e;
+	uint64_t id = 0;
+	int32_t pid = 0;
+	int rv;
+
 	if ((rv = exec_launch(sb, call, req, VMD_EXEC_DEFAULT_TIMEOUT_MS, &id,
 	    &pid)) != MOAT_OK)
-		goto out;
+		return rv;
 
 	pthread_mutex_lock(&sb->mu);
 	for (;;) {
@@ -712,11 +723,10 @@ vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
 		(void)exec_signal(sb, call, id, SIGKILL, call->deadline_ms);
 		free(call->error_message);
 		call->error_message = NULL;
-		rv = moat_rpc_error(call, MOAT_DEADLINE_EXCEEDED, "exec %"
+		return moat_rpc_error(call, MOAT_DEADLINE_EXCEEDED, "exec %"
 		    PRIu64 " in sandbox %s still ran when the call's deadline "
 		    "came, and was killed: give the call a longer timeout than "
 		    "the exec's timeout_ms", id, sb->id.str);
-		goto out;
 	}
 	if (rv == MOAT_OK) {
 		size_t n_out = e->out[0].len, n_err = e->out[1].len;
@@ -745,7 +755,5 @@ vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
 		}
 	}
 	pthread_mutex_unlock(&sb->mu);
-out:
-	vmd_sandbox_put(sb);
 	return rv;
 }

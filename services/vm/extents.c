@@ -27,6 +27,9 @@ copy_range(int in, int out, off_t off, off_t len)
 		    (size_t)len, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && (errno == ENOSPC || errno == EDQUOT || errno ==
+		    EIO))
+			return errno;
 		if (n <= 0)
 			break;
 		len -= n;
@@ -38,12 +41,27 @@ copy_range(int in, int out, off_t off, off_t len)
 	while (len > 0) {
 		size_t want = (size_t)len < bufsize ? (size_t)len : bufsize;
 		ssize_t n = pread(in, buf, want, in_off);
+		ssize_t w = 0;
+
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0 || pwrite(out, buf, (size_t)n, out_off) != n) {
+		if (n <= 0) {
 			int err = n < 0 ? errno : EIO;
 			free(buf);
 			return err;
+		}
+		/* A short write is retried, so a full disk says ENOSPC. */
+		while (w < n) {
+			ssize_t k = pwrite(out, buf + w, (size_t)(n - w),
+			    out_off + w);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				int err = k < 0 ? errno : EIO;
+				free(buf);
+				return err;
+			}
+			w += k;
 		}
 		in_off += n;
 		out_off += n;
@@ -51,6 +69,37 @@ copy_range(int in, int out, off_t off, off_t len)
 	}
 	free(buf);
 	return 0;
+}
+
+int
+vmd_copy_extents(int in, int out, uint64_t *copied)
+{
+	struct stat st;
+	off_t data, hole;
+	int err = 0;
+
+	if (copied != NULL)
+		*copied = 0;
+	if (fstat(in, &st) != 0)
+		return errno;
+	for (data = 0; data < st.st_size; data = hole) {
+		data = lseek(in, data, SEEK_DATA);
+		if (data < 0) {
+			if (errno != ENXIO)
+				err = errno;
+			break;
+		}
+		hole = lseek(in, data, SEEK_HOLE);
+		if (hole < 0) {
+			err = errno;
+			break;
+		}
+		if ((err = copy_range(in, out, data, hole - data)) != 0)
+			break;
+		if (copied != NULL)
+			*copied += (uint64_t)(hole - data);
+	}
+	return err;
 }
 
 int

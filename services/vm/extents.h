@@ -14,4 +14,11 @@
 int vmd_copy_sparse(const char *src, const char *dst, uint64_t *copied)
     __attribute__((warn_unused_result));
 
+/* vmd_copy_extents: copies the allocated extents of open file `in` into
+ * open file `out` at the same offsets (out already has in's size and
+ * holes where in has them). *copied (may be NULL) gets the bytes copied.
+ * Returns 0 or an errno value. */
+int vmd_copy_extents(int in, int out, uint64_t *copied)
+    __attribute__((warn_unused_result));
+
 #endif

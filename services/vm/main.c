@@ -6,7 +6,9 @@
  * every sandbox and exits 0. With --survey it also answers the gateway's
  * node surveys. Not for: sandbox logic (sandbox.c and friends).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "moat/config.h"
@@ -38,6 +41,7 @@ static const struct option vmd_options[] = {
 	{ "cache-dir", required_argument, NULL, 'C' },
 	{ "driver", required_argument, NULL, 'D' },
 	{ "snapd", required_argument, NULL, 'S' },
+	{ "templates", required_argument, NULL, 'T' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -47,6 +51,8 @@ usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: moat-vmd [options]\n"
+	    "       moat-vmd purge STATE_DIR   delete a stopped vmd's state\n"
+	    "                          and its snapshots' RAM copies on tmpfs\n"
 	    "  --config FILE      moat.conf (default $MOAT_CONFIG)\n"
 	    "  --listen URL       RPC address (default ipc://<state>/vmd.sock)\n"
 	    "  --survey URL       the gateway's survey address to answer\n"
@@ -60,6 +66,10 @@ usage(FILE *f)
 	    "  --snapd URL        moat-snapd: snapshots are pushed there after\n"
 	    "                     the sandbox resumes, and restores of ids this\n"
 	    "                     node lacks pull from it (default: none)\n"
+	    "  --templates on|off creates without cold_boot clone the node's\n"
+	    "                     ready snapshot of their shape (image,\n"
+	    "                     sizes, accel), made in the background\n"
+	    "                     after the first cold boot (default on)\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
@@ -184,7 +194,9 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	    cfg->boot_timeout_ms, 100, 3600000);
 #undef U64
 	if ((rv = moat_config_get_bool(c, SECTION, "test-hooks", false,
-	    &cfg->test_hooks, &errmsg)) != 0) {
+	    &cfg->test_hooks, &errmsg)) != 0 ||
+	    (rv = moat_config_get_bool(c, SECTION, "templates", true,
+	    &cfg->templates, &errmsg)) != 0) {
 		fprintf(stderr, "moat-vmd: %s\n", errmsg);
 		free(errmsg);
 		return rv;
@@ -247,6 +259,60 @@ state_lock(const char *state_dir, int *fd_out)
 	return MOAT_OK;
 }
 
+/* purge_ram_links: removes the tmpfs RAM copies that symlinks under
+ * `dir` point at (snapshots keep their RAM in /dev/shm/moat-*.ram with a
+ * link in their directory), so deleting a state directory frees them. */
+static void
+purge_ram_links(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		char target[PATH_MAX];
+		char *path;
+		ssize_t n;
+		struct stat st;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if ((path = moat_asprintf("%s/%s", dir, e->d_name)) == NULL)
+			continue;
+		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+			purge_ram_links(path);
+		} else if (S_ISLNK(st.st_mode) && (n = readlink(path, target,
+		    sizeof(target) - 1)) > 0) {
+			target[n] = '\0';
+			if (strncmp(target, "/dev/shm/moat-", 14) == 0 &&
+			    strstr(target, "/..") == NULL)
+				(void)unlink(target);
+		}
+		free(path);
+	}
+	closedir(d);
+}
+
+/* `moat-vmd purge DIR`: deletes a stopped vmd's state directory with
+ * everything it holds outside it (its snapshots' RAM copies on tmpfs). */
+static int
+purge_main(const char *state_dir)
+{
+	int fd = -1, rv, err;
+
+	if ((rv = state_lock(state_dir, &fd)) != MOAT_OK)
+		return moat_status_exit_code(rv);
+	purge_ram_links(state_dir);
+	close(fd);
+	if ((err = moat_rm_rf(state_dir)) != 0) {
+		fprintf(stderr, "moat-vmd: cannot remove %s: %s\n", state_dir,
+		    strerror(err));
+		return moat_status_exit_code(moat_status_from_errno(err));
+	}
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -271,6 +337,8 @@ main(int argc, char **argv)
 	int n_flags = 0;
 
 	moat_log_init("vmd", MOAT_LOG_INFO);
+	if (argc == 3 && strcmp(argv[1], "purge") == 0)
+		return purge_main(argv[2]);
 	while ((opt = getopt_long(argc, argv, "h", vmd_options, NULL)) != -1) {
 		const char *key = NULL;
 
@@ -287,6 +355,7 @@ main(int argc, char **argv)
 		case 'C': key = "cache-dir"; break;
 		case 'D': key = "driver"; break;
 		case 'S': key = "snapd"; break;
+		case 'T': key = "templates"; break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -368,6 +437,10 @@ main(int argc, char **argv)
 		goto out;
 	}
 	vmd_reap_orphans(&vmd);
+	if ((rv = vmd_templates_init(&vmd)) != MOAT_OK) {
+		moat_error(0, "out of memory");
+		goto out;
+	}
 
 	vmd_service(&vmd, &svc);
 	if ((rv = moat_rpc_server_start(&server, vmd.cfg.listen_url, &svc, 0,
@@ -412,6 +485,8 @@ out:
 	vmd_survey_stop(survey);
 	vmd_sandbox_destroy_all(&vmd);
 	moat_rpc_server_stop(server);
+	/* After the server: no create can start a build any more. */
+	vmd_templates_fini(&vmd);
 	moat_rpc_client_close(vmd.snapd);
 	moat_spawner_stop();
 	moat_config_free(config);

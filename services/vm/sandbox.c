@@ -4,7 +4,9 @@
  * under the boot deadline (kill and retry once, then give up with the
  * guest console's last lines), the supervisor thread that turns a dead VMM
  * into a FAILED sandbox, the guest link's hooks, destroy, and the cleanup
- * of what an earlier (killed) vmd left behind. A sandbox object is
+ * of what an earlier (killed) vmd left behind; creates from a template
+ * (templates.c finds and makes them), restores, and restores in place
+ * (the new VM takes the old one's id once it runs). A sandbox object is
  * reference counted: the table holds one reference, every RPC in flight
  * on it another, so destroy never frees what a handler still uses.
  * Not for: exec and file calls (exec.c, files.c) or the VMM command line
@@ -196,6 +198,9 @@ sandbox_free(struct sandbox *sb)
 	free(sb->image);
 	free(sb->tenant);
 	free(sb->test_mode);
+	free(sb->template_id);
+	free(sb->restored_from);
+	free(sb->ram_source);
 	free(sb->failure_reason);
 	free(sb->link_error);
 	pthread_mutex_destroy(&sb->mu);
@@ -609,7 +614,11 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 		outcome = BOOT_SPAWN_FAILED;
 		goto out;
 	}
-	spec.sandbox_id = sb->id.str;
+	/* The directory's name: the sandbox id, but for a restore in place,
+	 * whose VM runs beside the one it replaces under a name of its own
+	 * (the driver's files and ids must not collide). */
+	spec.sandbox_id = strrchr(sb->dir, '/') ? strrchr(sb->dir, '/') + 1 :
+	    sb->id.str;
 	spec.dir = sb->dir;
 	spec.kernel = kernel;
 	spec.initrd = initrd;
@@ -619,6 +628,7 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 	spec.memory_mib = sb->memory_mib;
 	spec.accel = accel;
 	spec.extra_cmdline = extra;
+	spec.ram_source = snap_dir ? sb->ram_source : NULL;
 
 	pthread_mutex_lock(&sb->mu);
 	sb->agent_ready = false;
@@ -989,13 +999,48 @@ sandbox_unlist(struct sandbox *sb)
 		vmd_sandbox_put(sb);
 }
 
+/* How sandbox_bring_up makes the sandbox known. */
+enum bring_up_mode {
+	BRING_UP_LISTED,           /* in the table from the start */
+	BRING_UP_HIDDEN,           /* never in the table (template builds) */
+	BRING_UP_REPLACE,          /* takes `replace`'s place once running */
+};
+
+/* Swaps running `sb` into the table in place of `old` (same id). Returns
+ * false when old is no longer listed (destroyed meanwhile). */
+static bool
+sandbox_swap_in(struct vmd *vmd, struct sandbox *old, struct sandbox *sb)
+{
+	struct sandbox **pp;
+
+	pthread_mutex_lock(&vmd->mu);
+	for (pp = &vmd->sandboxes; *pp != NULL && *pp != old;
+	    pp = &(*pp)->next)
+		;
+	if (*pp == NULL || vmd->shutting_down) {
+		pthread_mutex_unlock(&vmd->mu);
+		return false;
+	}
+	/* The table's reference moves from old to sb. */
+	sb->next = old->next;
+	*pp = sb;
+	sb->listed = true;
+	sb->refs++;
+	old->listed = false;
+	pthread_mutex_unlock(&vmd->mu);
+	return true;
+}
+
 /* Lists `sb` (a fresh sandbox_alloc) and brings it up: a boot, or with
  * `snap_dir` a restore from that snapshot under `accel`. Same contract
- * as vmd_sandbox_create; takes the caller's reference to sb. */
+ * as vmd_sandbox_create; takes the caller's reference to sb. `mode` says
+ * when (if ever) it enters the table; with BRING_UP_REPLACE, `replace`
+ * (a reference the caller keeps) is stopped once sb runs, and left as
+ * it was when sb fails. */
 static int
 sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
     struct sandbox *sb, const char *snap_dir, const char *accel,
-    struct sandbox **out)
+    enum bring_up_mode mode, struct sandbox *replace, struct sandbox **out)
 {
 	char *why = NULL;
 	char *scratch = NULL;
@@ -1005,7 +1050,7 @@ sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	pthread_mutex_lock(&vmd->mu);
 	if (vmd->shutting_down) {
 		pthread_mutex_unlock(&vmd->mu);
-		sandbox_free(sb);
+		vmd_sandbox_put(sb);
 		return moat_rpc_error(call, MOAT_UNAVAILABLE, "node %s is "
 		    "shutting down: create the sandbox elsewhere",
 		    vmd->cfg.node_id);
@@ -1020,15 +1065,17 @@ sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 		    PRIu64 " MiB free: destroy sandboxes or ask for less "
 		    "memory_mib", sb->memory_mib, vmd->cfg.node_id, free_mib,
 		    vmd->cfg.memory_mib_total);
-		sandbox_free(sb);
+		vmd_sandbox_put(sb);
 		return rv;
 	}
 	vmd->memory_mib_reserved += sb->memory_mib;
 	sb->memory_reserved = true;
-	sb->listed = true;
-	sb->refs = 2;              /* the table's and ours */
-	sb->next = vmd->sandboxes;
-	vmd->sandboxes = sb;
+	if (mode == BRING_UP_LISTED) {
+		sb->listed = true;
+		sb->refs = 2;      /* the table's and ours */
+		sb->next = vmd->sandboxes;
+		vmd->sandboxes = sb;
+	}
 	pthread_mutex_unlock(&vmd->mu);
 	moat_info(call->request_id, "sandbox %s: %s (image %s, %u vcpus, "
 	    "%u MiB, scratch %" PRIu64 " MiB%s%s)", sb->id.str,
@@ -1088,6 +1135,32 @@ sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	}
 	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
 	pthread_cond_broadcast(&sb->cv);
+	if (mode == BRING_UP_REPLACE && (sb->link_closed || sb->vmm_exited)) {
+		pthread_mutex_unlock(&sb->mu);
+		free(why);
+		why = strdup("the restored VM stopped right after it resumed");
+		rv = MOAT_UNAVAILABLE;
+		goto fail;
+	}
+	if (mode == BRING_UP_REPLACE) {
+		pthread_mutex_unlock(&sb->mu);
+		if (!sandbox_swap_in(vmd, replace, sb)) {
+			free(why);
+			why = moat_asprintf("sandbox %s was destroyed during "
+			    "the restore", replace->id.str);
+			rv = MOAT_ABORTED;
+			goto fail;
+		}
+		/* The old VM goes only now that the new one runs. */
+		pthread_mutex_lock(&replace->mu);
+		replace->destroying = true;
+		replace->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_STOPPED;
+		pthread_cond_broadcast(&replace->cv);
+		pthread_mutex_unlock(&replace->mu);
+		sandbox_teardown(replace, "the sandbox was restored in place");
+		vmd_sandbox_put(replace);  /* the table's reference */
+		pthread_mutex_lock(&sb->mu);
+	}
 	if (sb->link_closed || sb->vmm_exited) {
 		/* The guest went wrong right after it said ready. */
 		char *reason = moat_asprintf("%s; the sandbox was stopped",
@@ -1131,6 +1204,53 @@ fail:
 	return rv;
 }
 
+/* A create as a clone of the template of `shape` under `accel`: MOAT_OK
+ * with *out; MOAT_NOT_FOUND when the create should boot cold instead
+ * (no template, or one that did not restore: it is dropped with a
+ * warning, and the call's error cleared); another status after
+ * moat_rpc_error (out of memory, full, destroyed, shutting down). */
+static int
+sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__CreateSandboxRequest *req, const struct vmd_shape *shape,
+    const char *accel, struct sandbox **out)
+{
+	struct sandbox *sb;
+	char *tdir = NULL, *tid = NULL;
+	bool stopping;
+	int rv;
+
+	if (vmd_template_find(vmd, shape, accel, &tdir, &tid) != MOAT_OK)
+		return MOAT_NOT_FOUND;
+	if ((sb = sandbox_alloc(vmd, req, shape->image, NULL)) == NULL ||
+	    (sb->template_id = strdup(tid)) == NULL) {
+		if (sb != NULL)
+			sandbox_free(sb);
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	sb->ram_source = vmd_template_ram(vmd, tid, tdir);
+	rv = sandbox_bring_up(vmd, call, sb, tdir, accel, BRING_UP_LISTED,
+	    NULL, out);
+	pthread_mutex_lock(&vmd->mu);
+	stopping = vmd->shutting_down;
+	pthread_mutex_unlock(&vmd->mu);
+	if (rv == MOAT_OK || rv == MOAT_ABORTED ||
+	    rv == MOAT_RESOURCE_EXHAUSTED || stopping)
+		goto out;
+	/* A bad template never fails a creation. */
+	moat_warn(call->request_id, "template %s did not restore (%s): "
+	    "dropped; booting cold", tid, call->error_message ?
+	    call->error_message : "?");
+	free(call->error_message);
+	call->error_message = NULL;
+	vmd_template_drop(vmd, tdir);
+	rv = MOAT_NOT_FOUND;
+out:
+	free(tdir);
+	free(tid);
+	return rv;
+}
+
 int
 vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
@@ -1138,15 +1258,100 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	const char *image = req->image && req->image[0] ? req->image :
 	    "default";
 	const char *test_mode = NULL;
+	struct vmd_shape shape;
 	struct sandbox *sb;
+	bool templated;
+	char accel[8];
 	int rv;
 
 	*out = NULL;
 	if ((rv = sandbox_validate(vmd, call, req, image, &test_mode)) != 0)
 		return rv;
+	shape.image = image;
+	shape.vcpus = req->vcpus ? req->vcpus : VMD_DEFAULT_VCPUS;
+	shape.memory_mib = req->memory_mib ? req->memory_mib :
+	    VMD_DEFAULT_MEMORY_MIB;
+	shape.scratch_mib = req->scratch_mib ? req->scratch_mib :
+	    VMD_DEFAULT_SCRATCH_MIB;
+	/* A test mode changes how the guest boots: never from a template.
+	 * Before the accelerator is decided (the KVM probe) there is no
+	 * template to match: that create boots and decides it. */
+	templated = vmd->cfg.templates && !req->cold_boot &&
+	    test_mode == NULL && vmd->vmm->restore != NULL &&
+	    vmd->vmm->snapshot != NULL;
+	vmd_accel_current(vmd, accel);
+	if (templated && accel[0] != '\0' &&
+	    (rv = sandbox_create_templated(vmd, call, req, &shape, accel,
+	    out)) != MOAT_NOT_FOUND)
+		return rv;
 	if ((sb = sandbox_alloc(vmd, req, image, test_mode)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
-	return sandbox_bring_up(vmd, call, sb, NULL, NULL, out);
+	rv = sandbox_bring_up(vmd, call, sb, NULL, NULL, BRING_UP_LISTED,
+	    NULL, out);
+	/* The first cold boot of a shape makes its template, after this
+	 * boot, so the two do not share the CPU. */
+	if (rv == MOAT_OK && templated) {
+		pthread_mutex_lock(&sb->mu);
+		snprintf(accel, sizeof(accel), "%s", sb->accel);
+		pthread_mutex_unlock(&sb->mu);
+		vmd_template_build_async(vmd, &shape, accel);
+	}
+	return rv;
+}
+
+int
+vmd_sandbox_create_hidden(struct vmd *vmd, struct moat_rpc_call *call,
+    const struct vmd_shape *shape, pthread_mutex_t *slot_mu,
+    struct sandbox **slot, struct sandbox **out)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	const char *test_mode = NULL;
+	struct sandbox *sb;
+	int rv;
+
+	*out = NULL;
+	req.vcpus = shape->vcpus;
+	req.memory_mib = shape->memory_mib;
+	req.scratch_mib = shape->scratch_mib;
+	req.image = (char *)shape->image;
+	if ((rv = sandbox_validate(vmd, call, &req, shape->image, &test_mode))
+	    != MOAT_OK)
+		return rv;
+	if ((sb = sandbox_alloc(vmd, &req, shape->image, NULL)) == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	/* The slot's own reference, so an abort can reach it mid-boot. */
+	sb->refs++;
+	pthread_mutex_lock(slot_mu);
+	*slot = sb;
+	pthread_mutex_unlock(slot_mu);
+	return sandbox_bring_up(vmd, call, sb, NULL, NULL, BRING_UP_HIDDEN,
+	    NULL, out);
+}
+
+void
+vmd_sandbox_destroy_hidden(struct sandbox *sb)
+{
+	if (sb == NULL)
+		return;
+	pthread_mutex_lock(&sb->mu);
+	sb->destroying = true;
+	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_STOPPED;
+	pthread_cond_broadcast(&sb->cv);
+	pthread_mutex_unlock(&sb->mu);
+	sandbox_teardown(sb, "the template VM is done");
+	vmd_sandbox_put(sb);
+}
+
+void
+vmd_sandbox_abort(struct sandbox *sb)
+{
+	pthread_mutex_lock(&sb->mu);
+	sb->destroying = true;
+	pthread_cond_broadcast(&sb->cv);
+	if (sb->vmm.pid > 0 && !sb->vmm_exited)
+		sb->vmd->vmm->stop(&sb->vmm, true);
+	pthread_mutex_unlock(&sb->mu);
 }
 
 int
@@ -1160,6 +1365,7 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	Moat__V1__CreateSandboxRequest__LabelsEntry *entries = NULL;
 	const char *test_mode = NULL;
 	struct sandbox *sb;
+	struct sandbox *old = NULL;
 	char *snap_dir = NULL;
 	int rv;
 
@@ -1171,6 +1377,41 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, req->tenant,
 	    &meta, &snap_dir)) != MOAT_OK)
 		return rv;
+	if (meta->vmm[0] != '\0' && strcmp(meta->vmm, vmd->vmm->name) != 0) {
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "snapshot "
+		    "%s was taken under the %s VMM and restores only under "
+		    "%s; node %s runs %s: restore it on a node with --driver "
+		    "%s", meta->snapshot_id, meta->vmm, meta->vmm,
+		    vmd->cfg.node_id, vmd->vmm->name, meta->vmm);
+		goto out;
+	}
+	if (req->replace_sandbox_id != NULL &&
+	    req->replace_sandbox_id[0] != '\0') {
+		/* Another tenant's sandbox is as good as absent. */
+		bool creating;
+
+		if (vmd_sandbox_get(vmd, NULL, req->replace_sandbox_id, &old)
+		    != MOAT_OK || strcmp(old->tenant, meta->tenant) != 0 ||
+		    (req->tenant[0] != '\0' &&
+		    strcmp(old->tenant, req->tenant) != 0)) {
+			rv = moat_rpc_error(call, MOAT_NOT_FOUND,
+			    "sandbox %.40s to restore in place not found "
+			    "(moat sandbox ls lists sandboxes; it must be "
+			    "the snapshot's tenant's)",
+			    req->replace_sandbox_id);
+			goto out;
+		}
+		pthread_mutex_lock(&old->mu);
+		creating = old->state ==
+		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING;
+		pthread_mutex_unlock(&old->mu);
+		if (creating) {
+			rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
+			    "sandbox %s is still booting: restore into it "
+			    "once it is RUNNING", old->id.str);
+			goto out;
+		}
+	}
 	/* The clone is the snapshot's sandbox in size and image; only its
 	 * labels are its own. */
 	create.vcpus = meta->vcpus;
@@ -1178,6 +1419,25 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	create.image = meta->image;
 	create.scratch_mib = meta->scratch_mib;
 	create.tenant = meta->tenant;
+	if (old != NULL && req->n_labels == 0 && old->n_labels > 0) {
+		/* In place without labels: the sandbox keeps its own. */
+		if ((labels = calloc(old->n_labels, sizeof(*labels))) == NULL ||
+		    (entries = calloc(old->n_labels, sizeof(*entries))) ==
+		    NULL) {
+			rv = moat_rpc_error(call, MOAT_INTERNAL,
+			    "out of memory");
+			goto out;
+		}
+		for (size_t i = 0; i < old->n_labels; i++) {
+			moat__v1__create_sandbox_request__labels_entry__init(
+			    &entries[i]);
+			entries[i].key = old->label_keys[i];
+			entries[i].value = old->label_values[i];
+			labels[i] = &entries[i];
+		}
+		create.labels = labels;
+		create.n_labels = old->n_labels;
+	}
 	if (req->n_labels > 0 &&
 	    ((labels = calloc(req->n_labels, sizeof(*labels))) == NULL ||
 	    (entries = calloc(req->n_labels, sizeof(*entries))) == NULL)) {
@@ -1192,8 +1452,10 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 		entries[i].value = req->labels[i]->value;
 		labels[i] = &entries[i];
 	}
-	create.labels = labels;
-	create.n_labels = req->n_labels;
+	if (req->n_labels > 0) {
+		create.labels = labels;
+		create.n_labels = req->n_labels;
+	}
 	if ((rv = sandbox_validate(vmd, call, &create, meta->image,
 	    &test_mode)) != MOAT_OK)
 		goto out;
@@ -1225,9 +1487,36 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
+	if ((sb->restored_from = strdup(meta->snapshot_id)) == NULL) {
+		sandbox_free(sb);
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	if (old != NULL) {
+		/* The old VM runs on in its own directory until the swap;
+		 * the new one gets a directory (and so a RAM file) of its
+		 * own under the same id. */
+		uint8_t r[4] = { 0 };
+		char *dir;
+
+		(void)!getrandom(r, sizeof(r), 0);
+		dir = moat_asprintf("%s/vms/%s-r%02x%02x%02x%02x",
+		    vmd->cfg.state_dir, old->id.str, r[0], r[1], r[2], r[3]);
+		if (dir == NULL) {
+			sandbox_free(sb);
+			rv = moat_rpc_error(call, MOAT_INTERNAL,
+			    "out of memory");
+			goto out;
+		}
+		free(sb->dir);
+		sb->dir = dir;
+		sb->id = old->id;
+	}
 	rv = sandbox_bring_up(vmd, call, sb, snap_dir, meta->accel[0] ?
-	    meta->accel : "tcg", out);
+	    meta->accel : "tcg", old ? BRING_UP_REPLACE : BRING_UP_LISTED,
+	    old, out);
 out:
+	vmd_sandbox_put(old);
 	free(labels);
 	free(entries);
 	free(snap_dir);
@@ -1335,8 +1624,12 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->driver = strdup(vmd->vmm->name);
 	msg->created_unix_ms = sb->created_unix_ms;
 	msg->tenant = strdup(sb->tenant);
+	msg->template_id = strdup(sb->template_id ? sb->template_id : "");
+	msg->restored_from = strdup(sb->restored_from ? sb->restored_from :
+	    "");
 	if (!msg->accel || !msg->failure_reason || !msg->id || !msg->node_id ||
-	    !msg->image || !msg->driver || !msg->tenant)
+	    !msg->image || !msg->driver || !msg->tenant || !msg->template_id ||
+	    !msg->restored_from)
 		return MOAT_INTERNAL;
 	if (sb->n_labels > 0) {
 		msg->labels = calloc(sb->n_labels, sizeof(*msg->labels));

@@ -297,15 +297,22 @@ h_delete_local_snapshot(struct moat_rpc_call *call,
 	    (const Moat__V1__LocalSnapshotRef *)request);
 }
 
-/* Placeholder while code contexts are built. */
 static int
-h_not_built(struct moat_rpc_call *call, const ProtobufCMessage *request,
+h_run_code(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
-	(void)request;
+	return vmd_code_run(VMD(call), call,
+	    (const Moat__V1__RunCodeRequest *)request,
+	    (Moat__V1__RunCodeResult *)reply);
+}
+
+static int
+h_close_code_context(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
 	(void)reply;
-	return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "%s is not built "
-	    "yet", call->method);
+	return vmd_code_close(VMD(call), call,
+	    (const Moat__V1__CodeContextCall *)request);
 }
 
 /* Auth is the gateway's job: vmd listens where only it can reach. */
@@ -339,8 +346,8 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "ListLocalSnapshots", .handler = h_list_local_snapshots },
 	{ .name = "DeleteLocalSnapshot", .handler = h_delete_local_snapshot,
 	  .mutating = true },
-	{ .name = "RunCode", .handler = h_not_built, .mutating = true },
-	{ .name = "CloseCodeContext", .handler = h_not_built,
+	{ .name = "RunCode", .handler = h_run_code, .mutating = true },
+	{ .name = "CloseCodeContext", .handler = h_close_code_context,
 	  .mutating = true },
 };
 

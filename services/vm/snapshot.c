@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "moat/log.h"
@@ -109,6 +110,12 @@ snap_meta_read(const char *dir, Moat__V1__LocalSnapshot **meta)
 	return *meta ? 0 : EINVAL;
 }
 
+int
+vmd_snapshot_read_meta(const char *dir, Moat__V1__LocalSnapshot **meta)
+{
+	return snap_meta_read(dir, meta);
+}
+
 /* Heap copies of meta's fields into reply (the RPC server frees). */
 static int
 snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
@@ -135,9 +142,11 @@ snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
 	r->remote_stored_bytes = m->remote_stored_bytes;
 	r->remote_logical_bytes = m->remote_logical_bytes;
 	r->remote_parent_id = strdup(m->remote_parent_id);
-	if (!r->snapshot_id || !r->sandbox_id || !r->dir || !r->tenant ||
-	    !r->image || !r->accel || !r->image_stamp || !r->remote_id ||
-	    !r->remote_error || !r->remote_parent_id)
+	r->vmm = strdup(m->vmm);
+	r->template_ = m->template_;
+	if (!r->vmm || !r->snapshot_id || !r->sandbox_id || !r->dir ||
+	    !r->tenant || !r->image || !r->accel || !r->image_stamp ||
+	    !r->remote_id || !r->remote_error || !r->remote_parent_id)
 		return MOAT_INTERNAL;
 	return MOAT_OK;
 }
@@ -199,15 +208,42 @@ snap_parent(const struct vmd *vmd, const char *sandbox_id)
 	return best;
 }
 
+void
+vmd_snapshot_remove_dir(const char *dir)
+{
+	int e;
+
+	snap_remove_ram(dir);
+	if ((e = moat_rm_rf(dir)) != 0)
+		moat_warn(0, "cannot remove snapshot directory %s: %s", dir,
+		    strerror(e));
+}
+
+/* True when a failure (status rv, driver message err) came from a full
+ * file system: ENOSPC from a copy, or QEMU's write of the device state. */
+static bool
+snap_no_space(int rv, const char *err, const char *dir)
+{
+	struct statvfs fs;
+
+	if (rv == MOAT_RESOURCE_EXHAUSTED || (err != NULL &&
+	    (strstr(err, "No space left") != NULL ||
+	    strstr(err, "ENOSPC") != NULL)))
+		return true;
+	/* QEMU's failed write of the device state does not always say why:
+	 * a file system left with under 1 MiB did it. */
+	return statvfs(dir, &fs) == 0 &&
+	    (uint64_t)fs.f_bavail * fs.f_frsize < (1u << 20);
+}
+
 int
-vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
-    const Moat__V1__SnapshotSandboxRequest *req,
+vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
+    struct sandbox *sb, const char *id, const char *dir, bool is_template,
     Moat__V1__LocalSnapshot *reply)
 {
 	Moat__V1__LocalSnapshot meta = MOAT__V1__LOCAL_SNAPSHOT__INIT;
 	struct moat_vmm_snapshot_stats st = { 0 };
-	struct sandbox *sb = NULL;
-	char *id = NULL, *dir = NULL, *tmp = NULL, *root = NULL;
+	char *tmp = NULL, *root = NULL, *slash;
 	char *scratch = NULL, *meta_path = NULL, *err = NULL;
 	char *image_stamp = NULL, *parent = NULL;
 	struct vmd_push_result push = { 0 };
@@ -220,9 +256,6 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 		return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "the %s driver "
 		    "of node %s cannot take snapshots", vmd->vmm->name,
 		    vmd->cfg.node_id);
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
-		return rv;
 	pthread_mutex_lock(&sb->mu);
 	if (sb->snapshotting) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
@@ -234,27 +267,26 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 		    "them, then snapshot (processes started in the background "
 		    "are fine)", sb->id.str, sb->execs_running);
 	} else if (sb->vmm.ram_file == NULL) {
-		rv = moat_rpc_error(call, MOAT_UNIMPLEMENTED, "sandbox %s was "
-		    "itself restored from a snapshot; snapshots of clones are "
-		    "not supported yet (issue 3): snapshot the original",
-		    sb->id.str);
+		rv = moat_rpc_error(call, MOAT_UNIMPLEMENTED, "sandbox %s has "
+		    "no RAM file of its own under the %s driver, so it cannot "
+		    "be snapshotted: snapshot the sandbox it was restored from",
+		    sb->id.str, vmd->vmm->name);
 	} else {
 		sb->snapshotting = true;
 		marked = true;
 	}
 	pthread_mutex_unlock(&sb->mu);
 	if (!marked)
-		goto out;
+		return rv;
 
-	id = snap_new_id(vmd);
-	root = snap_root(vmd);
-	dir = id ? snap_dir(vmd, id) : NULL;
-	tmp = dir ? moat_asprintf("%s.tmp", dir) : NULL;
+	root = strdup(dir);
+	if (root != NULL && (slash = strrchr(root, '/')) != NULL)
+		*slash = '\0';
+	tmp = moat_asprintf("%s.tmp", dir);
 	scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
 	meta_path = tmp ? moat_asprintf("%s/" SNAP_META, tmp) : NULL;
 	image_stamp = vmd_image_stamp(vmd, sb->image);
-	if (!id || !root || !dir || !tmp || !scratch || !meta_path ||
-	    !image_stamp) {
+	if (!root || !tmp || !scratch || !meta_path || !image_stamp) {
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
@@ -267,14 +299,22 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	/* The guest link is not held: guest calls wait out the pause. */
 	if ((rv = vmd->vmm->snapshot(&sb->vmm, scratch, tmp,
 	    VMD_SNAPSHOT_TIMEOUT_MS, &st, &err)) != MOAT_OK) {
-		rv = moat_rpc_error(call, rv, "snapshot of sandbox %s failed "
-		    "(the sandbox keeps running): %s", sb->id.str,
-		    err ? err : "?");
+		if (snap_no_space(rv, err, tmp))
+			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+			    "no space left for snapshot %s of sandbox %s in "
+			    "%s (the sandbox keeps running; nothing was "
+			    "kept): %s; free space there or delete "
+			    "snapshots", id, sb->id.str, root,
+			    err ? err : "?");
+		else
+			rv = moat_rpc_error(call, rv, "snapshot of sandbox %s "
+			    "failed (the sandbox keeps running): %s",
+			    sb->id.str, err ? err : "?");
 		goto out_rm;
 	}
-	meta.snapshot_id = id;
+	meta.snapshot_id = (char *)id;
 	meta.sandbox_id = sb->id.str;
-	meta.dir = dir;
+	meta.dir = (char *)dir;
 	meta.device_state_bytes = st.device_state_bytes;
 	meta.ram_bytes = st.ram_bytes;
 	meta.disk_bytes = st.disk_bytes;
@@ -288,8 +328,11 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	meta.scratch_mib = sb->scratch_mib;
 	meta.accel = sb->accel;
 	meta.image_stamp = image_stamp;
-	/* The sandbox runs again: hashing and pushing cost it no pause. */
-	if (vmd->snapd != NULL) {
+	meta.vmm = (char *)vmd->vmm->name;
+	meta.template_ = is_template;
+	/* The sandbox runs again: hashing and pushing cost it no pause.
+	 * Templates are the node's own and never leave it. */
+	if (vmd->snapd != NULL && !is_template) {
 		parent = snap_parent(vmd, sb->id.str);
 		vmd_snapshot_push(vmd, call->request_id, &meta, tmp,
 		    parent ? parent : "", &push);
@@ -308,37 +351,38 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	moat__v1__local_snapshot__pack(&meta, packed);
 	if ((e = moat_write_file_atomic(meta_path, packed, len, 0600)) != 0 ||
 	    (rename(tmp, dir) != 0 && (e = errno) != 0)) {
-		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
-		    "store snapshot %s in %s: %s", id, dir, strerror(e));
+		if (e == ENOSPC || e == EDQUOT)
+			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+			    "no space left for snapshot %s of sandbox %s in "
+			    "%s (the sandbox keeps running; nothing was "
+			    "kept): %s; free space there or delete "
+			    "snapshots", id, sb->id.str, root, strerror(e));
+		else
+			rv = moat_rpc_error(call, moat_status_from_errno(e),
+			    "cannot store snapshot %s in %s: %s", id, dir,
+			    strerror(e));
 		goto out_rm;
 	}
-	if (snap_meta_copy(&meta, reply) != MOAT_OK) {
+	if (reply != NULL && snap_meta_copy(&meta, reply) != MOAT_OK) {
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
-	moat_info(call->request_id, "snapshot %s of sandbox %s: paused %.1f "
+	moat_info(call->request_id, "%s %s of sandbox %s: paused %.1f "
 	    "ms, device state %" PRIu64 " B, RAM %" PRIu64 " B, disk %"
-	    PRIu64 " B", id, sb->id.str, st.pause_ms, st.device_state_bytes,
-	    st.ram_bytes, st.disk_bytes);
+	    PRIu64 " B", is_template ? "template" : "snapshot", id,
+	    sb->id.str, st.pause_ms, st.device_state_bytes, st.ram_bytes,
+	    st.disk_bytes);
 	rv = MOAT_OK;
 	goto out;
 out_rm:
-	if (tmp != NULL) {
-		snap_remove_ram(tmp);
-		(void)moat_rm_rf(tmp);
-	}
+	vmd_snapshot_remove_dir(tmp);
 out:
-	if (marked) {
-		pthread_mutex_lock(&sb->mu);
-		sb->snapshotting = false;
-		pthread_mutex_unlock(&sb->mu);
-	}
-	vmd_sandbox_put(sb);
+	pthread_mutex_lock(&sb->mu);
+	sb->snapshotting = false;
+	pthread_mutex_unlock(&sb->mu);
 	free(packed);
 	free(err);
-	free(id);
 	free(root);
-	free(dir);
 	free(tmp);
 	free(scratch);
 	free(meta_path);
@@ -346,6 +390,30 @@ out:
 	free(parent);
 	free(push.remote_id);
 	free(push.error);
+	return rv;
+}
+
+int
+vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__SnapshotSandboxRequest *req,
+    Moat__V1__LocalSnapshot *reply)
+{
+	struct sandbox *sb = NULL;
+	char *id = NULL, *dir = NULL;
+	int rv;
+
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
+	    != MOAT_OK)
+		return rv;
+	id = snap_new_id(vmd);
+	dir = id ? snap_dir(vmd, id) : NULL;
+	if (dir == NULL)
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	else
+		rv = vmd_snapshot_make(vmd, call, sb, id, dir, false, reply);
+	vmd_sandbox_put(sb);
+	free(id);
+	free(dir);
 	return rv;
 }
 
@@ -512,8 +580,8 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 		return rv;
 	moat__v1__local_snapshot__free_unpacked(meta, NULL);
 	snap_remove_ram(dir);
-	/* Clones map the RAM file privately: removing it leaves their
-	 * mappings intact (the pages stay until the last clone goes). */
+	/* Clones have their own copies of the RAM file: removing the
+	 * snapshot's never touches a running clone. */
 	if ((e = moat_rm_rf(dir)) != 0)
 		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
 		    "remove snapshot %s (%s): %s", req->snapshot_id, dir,

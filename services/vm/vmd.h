@@ -68,6 +68,8 @@ struct vmd_config {
 	uint32_t max_memory_mib;
 	uint32_t boot_timeout_ms;
 	char *snapd_url;           /* "" : snapshots stay local (no push) */
+	bool templates;            /* creates clone the node's ready
+	                              snapshot of the shape (templates.c) */
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */
@@ -90,6 +92,8 @@ struct vmd {
 	pthread_mutex_t scratch_mu; /* one scratch template made at a time */
 	struct moat_rpc_client *snapd; /* NULL without [vmd] snapd; owned */
 	pthread_mutex_t fetch_mu;  /* one snapshot pulled from snapd at a time */
+
+	struct vmd_templates *templates; /* templates.c; owned */
 
 	pthread_mutex_t mu;        /* guards the fields below */
 	struct sandbox *sandboxes; /* singly linked, newest first */
@@ -147,6 +151,12 @@ struct sandbox {
 	uint64_t scratch_mib;
 	uint32_t boot_timeout_ms;
 	uint64_t created_unix_ms;
+	char *template_id;         /* the template it was cloned from, or
+	                              NULL (booted or restored) */
+	char *restored_from;       /* the snapshot it was restored from, or
+	                              NULL */
+	char *ram_source;          /* a template clone's RAM source
+	                              (vmd_template_ram), or NULL */
 
 	pthread_mutex_t mu;        /* guards everything below */
 	pthread_cond_t cv;         /* any change below */
@@ -175,14 +185,20 @@ struct sandbox {
 /* ---- sandbox.c ---- */
 
 /* vmd_sandbox_create: validates `req`, boots a sandbox and waits for its
- * agent. On success *out holds a reference (vmd_sandbox_put). On failure
- * returns a status after moat_rpc_error(call, ...); nothing is left. */
+ * agent; with [vmd] templates and no req->cold_boot, a clone of the
+ * template of its shape when there is one (Sandbox.template_id), and
+ * after a cold boot the template is made in the background. On success
+ * *out holds a reference (vmd_sandbox_put). On failure returns a status
+ * after moat_rpc_error(call, ...); nothing is left. */
 int vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
     __attribute__((warn_unused_result));
 
 /* vmd_sandbox_restore: a new sandbox (a clone) from local snapshot
- * req->snapshot_id: same contract as vmd_sandbox_create. */
+ * req->snapshot_id: same contract as vmd_sandbox_create. With
+ * req->replace_sandbox_id the clone takes over that sandbox's id (same
+ * tenant, else NOT_FOUND) and the old VM is stopped once the new one
+ * runs; on failure the old one is left as it was. */
 int vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__RestoreSandboxRequest *req, struct sandbox **out)
     __attribute__((warn_unused_result));
@@ -302,6 +318,13 @@ int vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
     __attribute__((warn_unused_result));
 
+/* vmd_exec_run_on: vmd_exec_run in sandbox `sb` (a reference the caller
+ * holds; req->sandbox_id is not looked up), also for sandboxes in no
+ * table (the template builder's). */
+int vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
+    __attribute__((warn_unused_result));
+
 /* vmd_exec_on_message: the guest link's event hook for exec_output and
  * exec_exit of sandbox `sb`. Returns 0, or a status with *why (heap) when
  * the guest broke the protocol. Takes sb->mu. */
@@ -310,6 +333,17 @@ int vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 
 /* vmd_exec_free_all: frees every exec of a sandbox (last reference). */
 void vmd_exec_free_all(struct sandbox *sb);
+
+/* ---- code.c: persistent code contexts ---- */
+
+/* vmd_code_run: RunCode; one CodeRun to the agent, answered with the
+ * cell's CodeResult (reply->result, heap, the server frees it). */
+int vmd_code_run(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RunCodeRequest *req, Moat__V1__RunCodeResult *reply)
+    __attribute__((warn_unused_result));
+/* vmd_code_close: CloseCodeContext; NOT_FOUND when no such context. */
+int vmd_code_close(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__CodeContextCall *req) __attribute__((warn_unused_result));
 
 /* ---- files.c ---- */
 
@@ -395,6 +429,79 @@ int vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 int vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__LocalSnapshotRef *req)
     __attribute__((warn_unused_result));
+
+/* vmd_snapshot_make: snapshots running sandbox `sb` (a reference the
+ * caller keeps) as snapshot `id` into directory `dir` (absent: written
+ * as dir.tmp and renamed when complete; on failure nothing is left).
+ * `is_template` marks a node template: never pushed to snapd. Fills
+ * `reply` (may be NULL; heap fields, the caller's message frees them).
+ * A full file system is RESOURCE_EXHAUSTED naming dir's parent. Errors
+ * go through moat_rpc_error(call, ...); the sandbox keeps running. */
+int vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
+    struct sandbox *sb, const char *id, const char *dir, bool is_template,
+    Moat__V1__LocalSnapshot *reply) __attribute__((warn_unused_result));
+
+/* vmd_snapshot_remove_dir: removes a snapshot directory and the RAM copy
+ * its "ram" link points to (warns on failure). */
+void vmd_snapshot_remove_dir(const char *dir);
+
+/* vmd_snapshot_read_meta: <dir>/meta.pb. Returns 0 with *meta (caller
+ * frees with moat__v1__local_snapshot__free_unpacked) or an errno. */
+int vmd_snapshot_read_meta(const char *dir, Moat__V1__LocalSnapshot **meta)
+    __attribute__((warn_unused_result));
+
+/* ---- templates.c: the node's ready snapshots, one per shape ---- */
+
+/* The shape a template serves: a create request's resolved sizes. */
+struct vmd_shape {
+	const char *image;
+	uint32_t vcpus;
+	uint32_t memory_mib;
+	uint64_t scratch_mib;
+};
+
+/* vmd_templates_init / _fini: the build table (fini joins the builder
+ * threads; call after vmd_sandbox_destroy_all refused new work). */
+int vmd_templates_init(struct vmd *vmd) __attribute__((warn_unused_result));
+void vmd_templates_fini(struct vmd *vmd);
+
+/* vmd_template_find: the directory and id (heap, caller frees both) of a
+ * usable template of `shape` under accelerator `accel`, or
+ * MOAT_NOT_FOUND. A template of another image build is removed. */
+int vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
+    const char *accel, char **dir, char **id)
+    __attribute__((warn_unused_result));
+
+/* vmd_template_build_async: starts making the template of `shape` under
+ * `accel` in a background thread unless one exists or is being made.
+ * Never blocks on the build; failures are logged. */
+void vmd_template_build_async(struct vmd *vmd, const struct vmd_shape *shape,
+    const char *accel);
+
+/* vmd_template_ram: where a restore of template `id` (directory `dir`)
+ * copies its RAM from: "/proc/self/fd/N" of a copy vmd holds in memory
+ * (loaded on first use), heap; NULL: use <dir>/ram. */
+char *vmd_template_ram(struct vmd *vmd, const char *id, const char *dir);
+
+/* vmd_template_drop: removes template directory `dir` (it failed to
+ * restore). */
+void vmd_template_drop(struct vmd *vmd, const char *dir);
+
+/* vmd_sandbox_create_hidden: boots a sandbox of `shape` that is in no
+ * table (no id a client can name), for the template builder. Same
+ * contract as vmd_sandbox_create; release with vmd_sandbox_destroy_hidden.
+ * Before booting it stores the sandbox in *slot under slot_mu with a
+ * reference of the slot's own (the caller clears the slot and puts it,
+ * success or not), so another thread can vmd_sandbox_abort it. */
+int vmd_sandbox_create_hidden(struct vmd *vmd, struct moat_rpc_call *call,
+    const struct vmd_shape *shape, pthread_mutex_t *slot_mu,
+    struct sandbox **slot, struct sandbox **out)
+    __attribute__((warn_unused_result));
+void vmd_sandbox_destroy_hidden(struct sandbox *sb);
+
+/* vmd_sandbox_abort: makes a booting or running sandbox give up (as a
+ * destroy would) without unlisting it; its owner cleans up. */
+void vmd_sandbox_abort(struct sandbox *sb);
 
 /* ---- snapshot_push.c: local snapshots to and from moat-snapd ---- */
 

@@ -18,7 +18,9 @@
 /* What to boot. Every string is borrowed from the caller for the duration
  * of `start`. */
 struct moat_vmm_spec {
-	const char *sandbox_id;    /* "sb-0123456789abcdef" */
+	const char *sandbox_id;    /* "sb-0123456789abcdef", the last part
+	                              of dir (a restore in place adds
+	                              "-r<8 hex>": unique per VM) */
 	const char *dir;           /* the sandbox's own directory */
 	const char *kernel;        /* image files */
 	const char *initrd;
@@ -29,6 +31,8 @@ struct moat_vmm_spec {
 	const char *accel;         /* "kvm" or "tcg" */
 	const char *extra_cmdline; /* appended to the kernel command line, or
 	                              NULL ("moat.test=flood") */
+	const char *ram_source;    /* restore: the RAM to copy, when not
+	                              <snap_dir>/ram (NULL) */
 };
 
 /* One VMM process. Filled by `start`; the strings are heap memory owned
@@ -38,12 +42,13 @@ struct moat_vmm {
 	char *agent_socket;        /* where connect_agent connects */
 	char *console_log;         /* the guest's serial console, a file */
 	char *vmm_log;             /* the VMM's own stderr, a file */
-	char *ram_file;            /* guest RAM (a file so snapshots can map
-	                              it), removed by release; NULL for a
-	                              VMM restored from a snapshot (its RAM
-	                              is the snapshot's file, mapped
-	                              privately, and is not the VMM's) */
+	char *ram_file;            /* guest RAM (a file so snapshots can copy
+	                              it), removed by release; a restored
+	                              VMM has its own (a sparse copy of the
+	                              snapshot's); NULL when the driver
+	                              keeps none (then no snapshot) */
 	char *qmp_socket;          /* the VMM's control socket */
+	void *driver_data;         /* the driver's own, freed by release */
 };
 
 /* What `snapshot` wrote into a snapshot directory, and how long the
@@ -119,9 +124,12 @@ struct moat_vmm_ops {
 	    struct moat_vmm_snapshot_stats *st, char **errmsg)
 	    __attribute__((warn_unused_result));
 
-	/* restore: like start, but the new VMM takes its RAM (privately:
-	 * copy on write, so many clones share the file) and its device
-	 * state from `snap_dir` and stays paused until `resume`.
+	/* restore: like start, but the new VMM takes its RAM (the QEMU
+	 * driver: a sparse copy of the snapshot's file, the clone's own, so
+	 * a clone can be snapshotted in turn) and its device state from
+	 * `snap_dir` and stays paused until `resume`. The RAM file is named
+	 * after spec->dir's last component, so two VMs of one sandbox id
+	 * (a restore in place) never share it.
 	 * spec->scratch_disk is the clone's own copy of the snapshot's
 	 * disk; kernel, initrd and rootfs must be the snapshot's. Same
 	 * ownership and failure rules as start. */

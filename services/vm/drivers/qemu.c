@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,15 @@ ram_file_path(const char *sandbox_id)
 	return moat_asprintf(QEMU_RAM_DIR "/moat-%s.ram", sandbox_id);
 }
 
+/* The last component of a directory path (borrowed). */
+static const char *
+dir_base(const char *dir)
+{
+	const char *slash = strrchr(dir, '/');
+
+	return slash ? slash + 1 : dir;
+}
+
 /* QEMU splits option values at commas; a path with one would be
  * misread, so such paths are refused instead of escaped. */
 static bool
@@ -176,9 +186,99 @@ qemu_probe(const char *binary, char **version, char **errmsg)
 	return *version ? MOAT_OK : MOAT_INTERNAL;
 }
 
+/* A restore's RAM copy, made while QEMU starts (QEMU does not touch
+ * guest RAM while it waits for an incoming migration), and joined before
+ * the device state loads. */
+struct qemu_ram_copy {
+	pthread_t thread;
+	bool joined;
+	int in, out;               /* the snapshot's RAM, the VM's */
+	int err;                   /* errno of the copy */
+	uint64_t bytes;
+	double ms;
+	char *what;                /* "<src> to <dst>", heap */
+};
+
+static double now_ms_exact(void);
+
+static void *
+ram_copy_main(void *arg)
+{
+	struct qemu_ram_copy *rc = arg;
+	double t0 = now_ms_exact();
+
+	rc->err = vmd_copy_extents(rc->in, rc->out, &rc->bytes);
+	rc->ms = now_ms_exact() - t0;
+	return NULL;
+}
+
+/* Waits for the RAM copy; returns its errno (0: done). Idempotent. */
+static int
+ram_copy_join(struct qemu_ram_copy *rc)
+{
+	if (rc == NULL)
+		return 0;
+	if (!rc->joined) {
+		pthread_join(rc->thread, NULL);
+		rc->joined = true;
+		close(rc->in);
+		close(rc->out);
+		moat_debug(0, "restore: RAM copy %s: %.1f ms, %llu B%s%s",
+		    rc->what ? rc->what : "?", rc->ms,
+		    (unsigned long long)rc->bytes, rc->err ? ": " : "",
+		    rc->err ? strerror(rc->err) : "");
+	}
+	return rc->err;
+}
+
+/* Starts copying snapshot RAM `src` into the new file `dst` (same size,
+ * holes kept). Returns 0 with *out (release frees it) or an errno. */
+static int
+ram_copy_start(const char *src, const char *dst, struct qemu_ram_copy **out)
+{
+	struct qemu_ram_copy *rc = calloc(1, sizeof(*rc));
+	struct stat st;
+	int err;
+
+	*out = NULL;
+	if (rc == NULL)
+		return ENOMEM;
+	rc->in = rc->out = -1;
+	rc->what = moat_asprintf("%s to %s", src, dst);
+	if ((rc->in = open(src, O_RDONLY | O_CLOEXEC)) < 0 ||
+	    fstat(rc->in, &st) != 0 ||
+	    (rc->out = open(dst, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+	    0600)) < 0 || ftruncate(rc->out, st.st_size) != 0) {
+		err = errno;
+		goto fail;
+	}
+	if ((err = vmd_thread_create(&rc->thread, ram_copy_main, rc)) != 0)
+		goto fail;
+	*out = rc;
+	return 0;
+fail:
+	if (rc->in >= 0)
+		close(rc->in);
+	if (rc->out >= 0) {
+		close(rc->out);
+		(void)unlink(dst);
+	}
+	free(rc->what);
+	free(rc);
+	return err;
+}
+
 static void
 qemu_release(struct moat_vmm *vm)
 {
+	struct qemu_ram_copy *rc = vm->driver_data;
+
+	if (rc != NULL) {
+		(void)ram_copy_join(rc);
+		free(rc->what);
+		free(rc);
+		vm->driver_data = NULL;
+	}
 	if (vm->ram_file != NULL)
 		(void)unlink(vm->ram_file);
 	free(vm->agent_socket);
@@ -192,8 +292,9 @@ qemu_release(struct moat_vmm *vm)
 }
 
 /* Starts a VMM for `spec`: booting when `snap_dir` is NULL, else paused
- * and waiting for the device state of the snapshot in snap_dir (its RAM
- * file mapped privately). See start and restore in vmm.h. */
+ * and waiting for the device state of the snapshot in snap_dir (with a
+ * sparse copy of its RAM file as the VM's own). See start and restore in
+ * vmm.h. */
 static int
 qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
     const char *snap_dir, struct moat_vmm *vm, char **errmsg)
@@ -212,15 +313,17 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	vm->agent_socket = moat_asprintf("%s/agent.sock", spec->dir);
 	vm->console_log = moat_asprintf("%s/console.log", spec->dir);
 	vm->vmm_log = moat_asprintf("%s/qemu.log", spec->dir);
-	if (snap_dir == NULL)
-		vm->ram_file = ram_file_path(spec->sandbox_id);
-	else
-		snap_ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
+	/* Named after the directory, not the id: a restore in place runs
+	 * next to the VM it replaces, under the same sandbox id. */
+	vm->ram_file = ram_file_path(dir_base(spec->dir));
+	if (snap_dir != NULL)
+		snap_ram = spec->ram_source ? strdup(spec->ram_source) :
+		    moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
 	vm->qmp_socket = moat_asprintf("%s/qmp.sock", spec->dir);
 	qmp = moat_asprintf("%s/qmp.sock", spec->dir);
 	pidfile = moat_asprintf("%s/qemu.pid", spec->dir);
 	if (!vm->agent_socket || !vm->console_log || !vm->vmm_log ||
-	    (snap_dir == NULL ? !vm->ram_file : !snap_ram) ||
+	    !vm->ram_file || (snap_dir != NULL && !snap_ram) ||
 	    !vm->qmp_socket || !qmp || !pidfile) {
 		*errmsg = strdup("out of memory");
 		rv = MOAT_INTERNAL;
@@ -244,8 +347,23 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 		goto fail;
 	}
 	/* A RAM file left by an earlier boot attempt must not be reused. */
-	if (vm->ram_file != NULL)
-		(void)unlink(vm->ram_file);
+	(void)unlink(vm->ram_file);
+	if (snap_dir != NULL) {
+		/* The clone's own RAM: a copy of the snapshot's allocated
+		 * extents (holes stay holes), mapped shared like a booted
+		 * VM's, so a clone snapshots like any sandbox. It is made
+		 * while QEMU starts; resume waits for it. */
+		int err = ram_copy_start(snap_ram, vm->ram_file,
+		    (struct qemu_ram_copy **)&vm->driver_data);
+
+		if (err != 0) {
+			*errmsg = moat_asprintf("cannot copy the snapshot's "
+			    "RAM %s to %s: %s", snap_ram, vm->ram_file,
+			    strerror(err));
+			rv = moat_status_from_errno(err);
+			goto fail;
+		}
+	}
 	(void)unlink(vm->agent_socket);
 	(void)unlink(qmp);
 
@@ -262,11 +380,8 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	argv_add(&a, strdup("-m"));
 	argv_add(&a, moat_asprintf("%u", spec->memory_mib));
 	argv_add(&a, strdup("-object"));
-	/* share=off on a restore: the snapshot's file is mapped copy on
-	 * write, so it stays as it was and clones share its pages. */
 	argv_add(&a, moat_asprintf("memory-backend-file,id=ram,size=%uM,"
-	    "mem-path=%s,share=%s", spec->memory_mib,
-	    snap_dir ? snap_ram : vm->ram_file, snap_dir ? "off" : "on"));
+	    "mem-path=%s,share=on", spec->memory_mib, vm->ram_file));
 	argv_add(&a, strdup("-no-reboot"));
 	argv_add(&a, strdup("-nodefaults"));
 	argv_add(&a, strdup("-no-user-config"));
@@ -715,6 +830,18 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 	}
 	if (rv != MOAT_OK)
 		goto out;
+	{
+		struct qemu_ram_copy *rc = vm->driver_data;
+		int err = ram_copy_join(rc);
+
+		if (err != 0) {
+			*errmsg = moat_asprintf("cannot copy the snapshot's "
+			    "RAM (%s): %s", rc->what ? rc->what : "?",
+			    strerror(err));
+			rv = moat_status_from_errno(err);
+			goto out;
+		}
+	}
 	if ((rv = qmp_set_ignore_shared(&q, errmsg)) != MOAT_OK ||
 	    (rv = qmp_pass_fd(&q, QEMU_STATE_FD, state_fd, errmsg)) !=
 	    MOAT_OK ||

@@ -71,6 +71,9 @@ static char shared_id[32];     /* the sandbox most cases share */
 static const char *test_driver = "qemu";
 static const char *want_accel = "tcg";    /* what vmd reports */
 static const char *default_accel = "tcg"; /* --accel unless named */
+/* MOAT_VMD_TEMPLATES of the next vmd_start: off but for the templates
+ * case, so the other cases keep measuring cold boots. */
+static const char *vmd_templates_env = "off";
 
 /* ---- helpers ---- */
 
@@ -143,6 +146,7 @@ vmd_start(struct vmd_proc *v, const char *state, bool test_hooks,
 		/* If this test dies, vmd stops (and takes its VMs along). */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		setenv("MOAT_VMD_TEST_HOOKS", test_hooks ? "true" : "false", 1);
+		setenv("MOAT_VMD_TEMPLATES", vmd_templates_env, 1);
 		if (survey != NULL)
 			setenv("MOAT_VMD_SURVEY", survey, 1);
 		else
@@ -222,6 +226,21 @@ rss_kib(pid_t pid)
 		kib = strtol(p + 6, NULL, 10);
 	free(text);
 	return kib;
+}
+
+/* purge_state: `moat-vmd purge DIR` (the state and the snapshots' RAM
+ * copies on tmpfs); 0 or an errno-like failure. */
+static int
+purge_state(const char *dir)
+{
+	char *cmd = moat_asprintf("'%s' purge '%s'", MOAT_VMD_BIN, dir);
+	int rc;
+
+	if (cmd == NULL)
+		return ENOMEM;
+	rc = system(cmd);
+	free(cmd);
+	return rc == 0 ? 0 : EIO;
 }
 
 /* Number of live processes whose command line mentions `needle`. */
@@ -412,7 +431,8 @@ group_teardown(void **state)
 		    state_root);
 		rv = -1;
 	}
-	if ((err = moat_rm_rf(state_root)) != 0)
+	/* purge also frees the snapshots' RAM copies on tmpfs. */
+	if ((err = purge_state(state_root)) != 0)
 		fprintf(stderr, "cannot remove %s: %s\n", state_root,
 		    strerror(err));
 	return rv;
@@ -673,6 +693,77 @@ test_timeout_kills_tree(void **state)
 			usleep(250 * 1000);
 	}
 	assert_int_equal(left, 0);
+}
+
+/* code_run: one RunCode through vmd; the result (caller frees). */
+static Moat__V1__RunCodeResult *
+code_run(const char *id, const char *context, const char *code,
+    uint32_t timeout_ms)
+{
+	Moat__V1__RunCodeRequest req = MOAT__V1__RUN_CODE_REQUEST__INIT;
+	Moat__V1__RunCodeResult *r = NULL;
+
+	req.sandbox_id = (char *)id;
+	req.context = (char *)context;
+	req.code = (char *)code;
+	req.timeout_ms = timeout_ms;
+	assert_int_equal(call(&main_vmd, "RunCode", &req.base,
+	    &moat__v1__run_code_result__descriptor, (ProtobufCMessage **)&r,
+	    LONG_MS), MOAT_OK);
+	assert_non_null(r->result);
+	return r;
+}
+
+/* Persistent code contexts in a real guest: state survives runs, a
+ * timeout interrupts the cell and keeps the context. */
+static void
+test_code_contexts(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__CodeContextCall close_req = MOAT__V1__CODE_CONTEXT_CALL__INIT;
+	Moat__V1__RunCodeRequest bad = MOAT__V1__RUN_CODE_REQUEST__INIT;
+	Moat__V1__RunCodeResult *r;
+
+	r = code_run(id, "itest", "import math\nx = 20\nprint('set')", 0);
+	assert_true(r->result->context_created);
+	assert_string_equal(r->result->error_name, "");
+	assert_int_equal(r->result->stdout.len, 4);
+	assert_memory_equal(r->result->stdout.data, "set\n", 4);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	r = code_run(id, "itest", "x * 2 + math.floor(2.5)", 0);
+	assert_false(r->result->context_created);
+	assert_true(r->result->has_result);
+	assert_string_equal(r->result->result, "42");
+	assert_int_equal(r->result->execution_count, 2);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	r = code_run(id, "itest", "while True:\n    x += 0", 500);
+	assert_true(r->result->timed_out);
+	assert_string_equal(r->result->error_name, "KeyboardInterrupt");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	r = code_run(id, "itest", "x", 0);
+	assert_false(r->result->timed_out);
+	assert_false(r->result->context_created);
+	assert_string_equal(r->result->result, "20");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	/* this image has no node */
+	bad.sandbox_id = (char *)id;
+	bad.language = "node";
+	bad.code = "1";
+	assert_int_equal(call(&main_vmd, "RunCode", &bad.base,
+	    &moat__v1__run_code_result__descriptor, NULL, LONG_MS),
+	    MOAT_FAILED_PRECONDITION);
+	assert_non_null(strstr(last_err, "no node"));
+
+	close_req.sandbox_id = (char *)id;
+	close_req.context = "itest";
+	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
+	    &moat__v1__empty__descriptor, NULL, LONG_MS), MOAT_OK);
+	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
+	    &moat__v1__empty__descriptor, NULL, LONG_MS), MOAT_NOT_FOUND);
 }
 
 static void
@@ -2163,6 +2254,495 @@ test_snapd_remote_restore(void **state)
 	free(before);
 }
 
+/* ---- snapshots of clones, restore in place, templates ---- */
+
+static void
+delete_snapshot_main(const char *snap_id)
+{
+	Moat__V1__LocalSnapshotRef ref = MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
+
+	ref.snapshot_id = (char *)snap_id;
+	assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot", &ref.base,
+	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+}
+
+/* A clone is snapshotted like any sandbox, and so is a clone of a
+ * clone: each restore brings back exactly the state of its snapshot (a
+ * file, its hash, a background process), and a clone does not depend on
+ * the snapshot it came from (it has its own RAM). */
+static void
+test_snapshot_of_clone(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__LocalSnapshot *s1, *s2, *s3;
+	Moat__V1__Sandbox *c1 = NULL, *c2 = NULL, *c3 = NULL;
+	char *h2, *o, *want;
+
+	free(bash_out(id, "echo gen1 > /root/gen1.txt"));
+	s1 = take_snapshot(id);
+	assert_string_equal(s1->vmm, test_driver);
+	assert_false(s1->template_);
+	if (restore_snapshot(s1->snapshot_id, &c1) != MOAT_OK)
+		fail_msg("RestoreSandbox s1: %s", last_err);
+	assert_string_equal(c1->restored_from, s1->snapshot_id);
+	assert_string_equal(c1->template_id, "");
+	/* The clone's RAM is its own: the snapshot can go. */
+	delete_snapshot_main(s1->snapshot_id);
+	h2 = bash_out(c1->id, "head -c 100000 /dev/urandom > /root/gen2.bin "
+	    "&& echo gen2 > /root/gen2.txt && { sleep 200000 >/dev/null "
+	    "2>&1 </dev/null & echo $! > /root/gen2.pid; } && "
+	    "sha256sum /root/gen2.bin");
+	s2 = take_snapshot(c1->id);
+	assert_string_equal(s2->sandbox_id, c1->id);
+	assert_true(s2->ram_bytes > 0);
+	/* c1 moves on after its snapshot. */
+	free(bash_out(c1->id, "echo later > /root/gen2.txt; rm -f "
+	    "/root/gen2.bin"));
+	if (restore_snapshot(s2->snapshot_id, &c2) != MOAT_OK)
+		fail_msg("RestoreSandbox of a clone's snapshot: %s", last_err);
+	assert_string_equal(c2->restored_from, s2->snapshot_id);
+	o = bash_out(c2->id, "cat /root/gen1.txt /root/gen2.txt; tr '\\0' "
+	    "' ' < /proc/$(cat /root/gen2.pid)/cmdline; echo; hostname; "
+	    "sha256sum /root/gen2.bin");
+	want = moat_asprintf("gen1\ngen2\nsleep 200000 \n%s\n%s", c2->id, h2);
+	assert_string_equal(o, want);
+	free(o);
+	free(want);
+
+	/* A clone of a clone of a clone. */
+	free(bash_out(c2->id, "echo gen3 > /root/gen3.txt"));
+	s3 = take_snapshot(c2->id);
+	if (restore_snapshot(s3->snapshot_id, &c3) != MOAT_OK)
+		fail_msg("RestoreSandbox of a clone's clone: %s", last_err);
+	o = bash_out(c3->id, "cat /root/gen1.txt /root/gen2.txt "
+	    "/root/gen3.txt; sha256sum /root/gen2.bin");
+	want = moat_asprintf("gen1\ngen2\ngen3\n%s", h2);
+	assert_string_equal(o, want);
+	free(o);
+	free(want);
+	o = bash_out(c1->id, "cat /root/gen2.txt");
+	assert_string_equal(o, "later\n");
+	free(o);
+
+	destroy_sandbox(&main_vmd, c1->id);
+	destroy_sandbox(&main_vmd, c2->id);
+	destroy_sandbox(&main_vmd, c3->id);
+	delete_snapshot_main(s2->snapshot_id);
+	delete_snapshot_main(s3->snapshot_id);
+	free(bash_out(id, "rm -f /root/gen1.txt"));
+	free(h2);
+	protobuf_c_message_free_unpacked(&c1->base, NULL);
+	protobuf_c_message_free_unpacked(&c2->base, NULL);
+	protobuf_c_message_free_unpacked(&c3->base, NULL);
+	protobuf_c_message_free_unpacked(&s1->base, NULL);
+	protobuf_c_message_free_unpacked(&s2->base, NULL);
+	protobuf_c_message_free_unpacked(&s3->base, NULL);
+}
+
+/* RestoreSandbox with replace_sandbox_id: the sandbox keeps its id, its
+ * VM is a new one, and what happened after the snapshot is gone. */
+static void
+test_restore_in_place(void **state)
+{
+	Moat__V1__RestoreSandboxRequest req =
+	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__LocalSnapshot *snap;
+	Moat__V1__Sandbox *before = NULL, *after = NULL, *got = NULL;
+	Moat__V1__ListSandboxesRequest lr =
+	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
+	Moat__V1__SandboxList *list = NULL;
+	const char *id = shared_sandbox();
+	size_t seen = 0;
+	char *o;
+
+	free(bash_out(id, "echo at-snapshot > /root/inplace.txt"));
+	snap = take_snapshot(id);
+	free(bash_out(id, "echo after > /root/inplace.txt && touch "
+	    "/root/after-only.txt"));
+	ref.sandbox_id = (char *)id;
+	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&before,
+	    30000), MOAT_OK);
+
+	/* Refusals leave the sandbox as it was. */
+	req.snapshot_id = snap->snapshot_id;
+	req.replace_sandbox_id = "sb-0000000000000000";
+	assert_int_equal(call(&main_vmd, "RestoreSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, LONG_MS), MOAT_NOT_FOUND);
+	req.replace_sandbox_id = (char *)id;
+	req.tenant = "someone-else";
+	assert_int_equal(call(&main_vmd, "RestoreSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, NULL, LONG_MS), MOAT_NOT_FOUND);
+	o = bash_out(id, "cat /root/inplace.txt");
+	assert_string_equal(o, "after\n");
+	free(o);
+
+	/* A restore that fails once its VM started (a snapshot whose device
+	 * state is garbage) leaves the old VM running as it was. */
+	{
+		Moat__V1__LocalSnapshot *bad = take_snapshot(id);
+		Moat__V1__Sandbox *same = NULL;
+		char *path = moat_asprintf("%s/device_state", bad->dir);
+		int rv;
+
+		assert_int_equal(moat_write_file_atomic(path, "garbage", 7,
+		    0600), 0);
+		req.snapshot_id = bad->snapshot_id;
+		req.tenant = "";
+		rv = call(&main_vmd, "RestoreSandbox", &req.base,
+		    &moat__v1__sandbox__descriptor, NULL, LONG_MS);
+		assert_int_not_equal(rv, MOAT_OK);
+		fprintf(stderr, "bad in-place restore: %s: %s\n",
+		    moat_strerror(rv), last_err);
+		assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+		    &moat__v1__sandbox__descriptor,
+		    (ProtobufCMessage **)&same, 30000), MOAT_OK);
+		assert_int_equal(same->vmm_pid, before->vmm_pid);
+		assert_string_equal(same->restored_from,
+		    before->restored_from);
+		o = bash_out(id, "cat /root/inplace.txt");
+		assert_string_equal(o, "after\n");
+		free(o);
+		delete_snapshot_main(bad->snapshot_id);
+		protobuf_c_message_free_unpacked(&same->base, NULL);
+		protobuf_c_message_free_unpacked(&bad->base, NULL);
+		free(path);
+		req.snapshot_id = snap->snapshot_id;
+	}
+
+	req.tenant = "";
+	if (call(&main_vmd, "RestoreSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&after,
+	    LONG_MS) != MOAT_OK) {
+		print_log_tail(&main_vmd);
+		fail_msg("RestoreSandbox in place: %s", last_err);
+	}
+	assert_string_equal(after->id, id);
+	assert_string_equal(after->restored_from, snap->snapshot_id);
+	assert_int_equal(after->state,
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
+	assert_true(after->vmm_pid > 0);
+	assert_int_not_equal(after->vmm_pid, before->vmm_pid);
+	/* The old VM is gone. */
+	for (int i = 0; i < 300 && kill(before->vmm_pid, 0) == 0; i++)
+		usleep(10 * 1000);
+	assert_int_not_equal(kill(before->vmm_pid, 0), 0);
+	o = bash_out(id, "cat /root/inplace.txt; test -e "
+	    "/root/after-only.txt && echo kept || echo gone; hostname");
+	{
+		char *want = moat_asprintf("at-snapshot\ngone\n%s\n", id);
+
+		assert_string_equal(o, want);
+		free(want);
+	}
+	free(o);
+	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&got,
+	    30000), MOAT_OK);
+	assert_int_equal(got->vmm_pid, after->vmm_pid);
+	assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
+	    &moat__v1__sandbox_list__descriptor, (ProtobufCMessage **)&list,
+	    30000), MOAT_OK);
+	for (size_t i = 0; i < list->n_sandboxes; i++)
+		seen += strcmp(list->sandboxes[i]->id, id) == 0;
+	assert_int_equal(seen, 1);
+
+	free(bash_out(id, "rm -f /root/inplace.txt"));
+	delete_snapshot_main(snap->snapshot_id);
+	protobuf_c_message_free_unpacked(&list->base, NULL);
+	protobuf_c_message_free_unpacked(&got->base, NULL);
+	protobuf_c_message_free_unpacked(&before->base, NULL);
+	protobuf_c_message_free_unpacked(&after->base, NULL);
+	protobuf_c_message_free_unpacked(&snap->base, NULL);
+}
+
+/* A snapshot records its VMM; another VMM's snapshot (here: its meta
+ * edited to say firecracker) is refused naming the VMM it needs. */
+static void
+test_snapshot_wrong_vmm(void **state)
+{
+	const char *id = shared_sandbox();
+	Moat__V1__LocalSnapshot *snap = take_snapshot(id), *m;
+	Moat__V1__Sandbox *sb = NULL;
+	char *path = moat_asprintf("%s/meta.pb", snap->dir);
+	const char *other = strcmp(test_driver, "qemu") == 0 ? "firecracker" :
+	    "qemu";
+	char *buf = NULL;
+	size_t len = 0;
+	uint8_t *packed;
+
+	assert_string_equal(snap->vmm, test_driver);
+	assert_int_equal(moat_read_file(path, 1 << 16, &buf, &len), 0);
+	m = moat__v1__local_snapshot__unpack(NULL, len, (uint8_t *)buf);
+	assert_non_null(m);
+	assert_string_equal(m->vmm, test_driver);
+	free(m->vmm);
+	m->vmm = strdup(other);
+	len = moat__v1__local_snapshot__get_packed_size(m);
+	packed = malloc(len);
+	assert_non_null(packed);
+	moat__v1__local_snapshot__pack(m, packed);
+	assert_int_equal(moat_write_file_atomic(path, packed, len, 0600), 0);
+	assert_int_equal(restore_snapshot(snap->snapshot_id, &sb),
+	    MOAT_FAILED_PRECONDITION);
+	assert_non_null(strstr(last_err, other));
+	fprintf(stderr, "wrong vmm: %s\n", last_err);
+	delete_snapshot_main(snap->snapshot_id);
+	free(packed);
+	free(buf);
+	free(path);
+	moat__v1__local_snapshot__free_unpacked(m, NULL);
+	protobuf_c_message_free_unpacked(&snap->base, NULL);
+}
+
+/* Snapshot storage full (a 256 KiB tmpfs over <state>/snapshots): the
+ * snapshot fails RESOURCE_EXHAUSTED naming the directory, nothing of it
+ * stays or lists, and the sandbox runs on. */
+static void
+test_snapshot_disk_full(void **state)
+{
+	Moat__V1__SnapshotSandboxRequest req =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+	Moat__V1__ListLocalSnapshotsRequest lr =
+	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__LocalSnapshotList *list = NULL;
+	const char *id = shared_sandbox();
+	char *dir = moat_asprintf("%s/snapshots", main_vmd.state);
+	char *cmd;
+	DIR *d;
+	struct dirent *de;
+	int entries = 0, rv;
+	char *o, *why;
+
+	assert_int_equal(moat_mkdir_p(dir, 0700), 0);
+	cmd = moat_asprintf("mount -t tmpfs -o size=256k moat-test-full '%s' "
+	    "2>/dev/null", dir);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "SKIPPED test_snapshot_disk_full: cannot mount "
+		    "a tmpfs on %s (needs root and mount rights)\n", dir);
+		free(cmd);
+		free(dir);
+		skip();
+	}
+	free(cmd);
+	req.sandbox_id = (char *)id;
+	rv = call(&main_vmd, "SnapshotSandbox", &req.base,
+	    &moat__v1__local_snapshot__descriptor, NULL, LONG_MS);
+	fprintf(stderr, "disk full: %s: %s\n", moat_strerror(rv), last_err);
+	why = strdup(last_err);
+	d = opendir(dir);
+	while (d != NULL && (de = readdir(d)) != NULL)
+		entries += de->d_name[0] != '.';
+	if (d != NULL)
+		closedir(d);
+	assert_int_equal(call(&main_vmd, "ListLocalSnapshots", &lr.base,
+	    &moat__v1__local_snapshot_list__descriptor,
+	    (ProtobufCMessage **)&list, 30000), MOAT_OK);
+	cmd = moat_asprintf("umount '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	free(cmd);
+	assert_int_equal(rv, MOAT_RESOURCE_EXHAUSTED);
+	assert_non_null(strstr(why, dir));
+	{
+		/* Nor is its RAM copy left on tmpfs. */
+		char *snap = strstr(why, "snap-");
+		char *ram;
+
+		assert_non_null(snap);
+		snap[strcspn(snap, " ")] = '\0';
+		ram = moat_asprintf("/dev/shm/moat-%s.ram", snap);
+		assert_false(path_exists(ram));
+		free(ram);
+	}
+	free(why);
+	assert_int_equal(entries, 0);
+	assert_int_equal(list->n_snapshots, 0);
+	o = bash_out(id, "echo still-running");
+	assert_string_equal(o, "still-running\n");
+	free(o);
+	protobuf_c_message_free_unpacked(&list->base, NULL);
+	free(dir);
+}
+
+/* Templates: the first create of a shape boots cold and makes the
+ * template in the background; later creates are clones of it with their
+ * own name and randomness; cold_boot=true boots; a template that does
+ * not restore falls back to a cold boot and is dropped. */
+static struct vmd_proc tpl_vmd;
+
+static int
+create_shaped(struct vmd_proc *v, bool cold, Moat__V1__Sandbox **out)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+
+	req.memory_mib = 256;
+	req.scratch_mib = 256;
+	req.cold_boot = cold;
+	return call(v, "CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out,
+	    LONG_MS);
+}
+
+/* The directory (heap) of the template tpl_vmd made, or NULL. */
+static char *
+template_dir(const struct vmd_proc *v)
+{
+	char *root = moat_asprintf("%s/templates", v->state);
+	DIR *d = opendir(root);
+	struct dirent *de;
+	char *found = NULL;
+
+	while (d != NULL && found == NULL && (de = readdir(d)) != NULL) {
+		char *meta;
+
+		if (strncmp(de->d_name, "tpl-", 4) != 0 ||
+		    strchr(de->d_name, '.') != NULL)
+			continue;
+		meta = moat_asprintf("%s/%s/meta.pb", root, de->d_name);
+		if (path_exists(meta))
+			found = moat_asprintf("%s/%s", root, de->d_name);
+		free(meta);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+	return found;
+}
+
+static int
+templates_case_teardown(void **state)
+{
+	char *root;
+	DIR *d;
+	struct dirent *de;
+
+	(void)state;
+	if (tpl_vmd.pid > 0)
+		(void)vmd_stop_status(&tpl_vmd);
+	/* Template RAM copies live on /dev/shm, outside the state dir. */
+	root = moat_asprintf("%s/tpl/templates", state_root);
+	d = root ? opendir(root) : NULL;
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		char *link = moat_asprintf("%s/%s/ram", root, de->d_name);
+		char target[4096];
+		ssize_t n;
+
+		if (link != NULL && (n = readlink(link, target,
+		    sizeof(target) - 1)) > 0) {
+			target[n] = '\0';
+			if (strncmp(target, "/dev/shm/moat-", 14) == 0)
+				(void)unlink(target);
+		}
+		free(link);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+	return 0;
+}
+
+static void
+test_templates(void **state)
+{
+	Moat__V1__Sandbox *a = NULL, *b = NULL, *c = NULL, *cold = NULL;
+	Moat__V1__Sandbox *e = NULL;
+	Moat__V1__ListLocalSnapshotsRequest lr =
+	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__LocalSnapshotList *list = NULL;
+	char *sdir = moat_asprintf("%s/tpl", state_root);
+	char *tdir = NULL, *hb, *hc, *rb, *rc, *path;
+	uint64_t until;
+
+	if (!have_image)
+		skip();
+	vmd_templates_env = "on";
+	vmd_start(&tpl_vmd, sdir, false, NULL, NULL);
+	vmd_templates_env = "off";
+
+	if (create_shaped(&tpl_vmd, false, &a) != MOAT_OK) {
+		print_log_tail(&tpl_vmd);
+		fail_msg("first create: %s", last_err);
+	}
+	assert_string_equal(a->template_id, "");
+	until = now_ms() + LONG_MS;
+	while ((tdir = template_dir(&tpl_vmd)) == NULL && now_ms() < until)
+		usleep(200 * 1000);
+	if (tdir == NULL) {
+		print_log_tail(&tpl_vmd);
+		fail_msg("no template was made within %u ms", LONG_MS);
+	}
+	if (create_shaped(&tpl_vmd, false, &b) != MOAT_OK ||
+	    create_shaped(&tpl_vmd, false, &c) != MOAT_OK) {
+		print_log_tail(&tpl_vmd);
+		fail_msg("create from template: %s", last_err);
+	}
+	assert_true(strncmp(b->template_id, "tpl-", 4) == 0);
+	assert_string_equal(b->template_id, c->template_id);
+	assert_non_null(strstr(tdir, b->template_id));
+	assert_string_not_equal(b->id, c->id);
+	hb = bash_on(&tpl_vmd, b->id, "hostname");
+	hc = bash_on(&tpl_vmd, c->id, "hostname");
+	path = moat_asprintf("%s\n", b->id);
+	assert_string_equal(hb, path);
+	free(path);
+	path = moat_asprintf("%s\n", c->id);
+	assert_string_equal(hc, path);
+	free(path);
+	rb = bash_on(&tpl_vmd, b->id, "head -c 32 /dev/urandom | od -An "
+	    "-tx1");
+	rc = bash_on(&tpl_vmd, c->id, "head -c 32 /dev/urandom | od -An "
+	    "-tx1");
+	assert_string_not_equal(rb, rc);
+	free(hb);
+	free(hc);
+	free(rb);
+	free(rc);
+	hb = bash_on(&tpl_vmd, b->id, "echo b-runs");
+	assert_string_equal(hb, "b-runs\n");
+	free(hb);
+
+	/* cold_boot boots, and templates never list as snapshots. */
+	if (create_shaped(&tpl_vmd, true, &cold) != MOAT_OK)
+		fail_msg("cold create: %s", last_err);
+	assert_string_equal(cold->template_id, "");
+	assert_int_equal(call(&tpl_vmd, "ListLocalSnapshots", &lr.base,
+	    &moat__v1__local_snapshot_list__descriptor,
+	    (ProtobufCMessage **)&list, 30000), MOAT_OK);
+	assert_int_equal(list->n_snapshots, 0);
+
+	/* A template that does not restore: cold boot, template dropped. */
+	path = moat_asprintf("%s/device_state", tdir);
+	assert_int_equal(moat_write_file_atomic(path, "garbage", 7, 0600), 0);
+	free(path);
+	destroy_sandbox(&tpl_vmd, a->id);
+	destroy_sandbox(&tpl_vmd, cold->id);
+	if (create_shaped(&tpl_vmd, false, &e) != MOAT_OK) {
+		print_log_tail(&tpl_vmd);
+		fail_msg("create with a bad template: %s", last_err);
+	}
+	assert_string_equal(e->template_id, "");
+	assert_false(path_exists(tdir));
+	hb = bash_on(&tpl_vmd, e->id, "echo e-runs");
+	assert_string_equal(hb, "e-runs\n");
+	free(hb);
+
+	destroy_sandbox(&tpl_vmd, b->id);
+	destroy_sandbox(&tpl_vmd, c->id);
+	destroy_sandbox(&tpl_vmd, e->id);
+	/* Stopping while the replacement template may be building. */
+	vmd_stop(&tpl_vmd);
+	protobuf_c_message_free_unpacked(&list->base, NULL);
+	protobuf_c_message_free_unpacked(&a->base, NULL);
+	protobuf_c_message_free_unpacked(&b->base, NULL);
+	protobuf_c_message_free_unpacked(&c->base, NULL);
+	protobuf_c_message_free_unpacked(&cold->base, NULL);
+	protobuf_c_message_free_unpacked(&e->base, NULL);
+	free(tdir);
+	free(sdir);
+}
+
 int
 main(void)
 {
@@ -2172,6 +2752,7 @@ main(void)
 		cmocka_unit_test(test_survey),
 		cmocka_unit_test(test_python_and_bash),
 		cmocka_unit_test(test_timeout_kills_tree),
+		cmocka_unit_test(test_code_contexts),
 		cmocka_unit_test(test_output_cap),
 		cmocka_unit_test(test_binary_file),
 		cmocka_unit_test(test_exec_streaming),
@@ -2188,6 +2769,12 @@ main(void)
 		cmocka_unit_test(test_hostile_oversize),
 		cmocka_unit_test(test_kill_and_restart),
 		cmocka_unit_test(test_accel_auto),
+		cmocka_unit_test(test_snapshot_of_clone),
+		cmocka_unit_test(test_restore_in_place),
+		cmocka_unit_test(test_snapshot_wrong_vmm),
+		cmocka_unit_test(test_snapshot_disk_full),
+		cmocka_unit_test_teardown(test_templates,
+		    templates_case_teardown),
 	};
 
 	const size_t n_tests = sizeof(tests) / sizeof(tests[0]);
