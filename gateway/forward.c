@@ -27,6 +27,7 @@
 struct moat_sandbox_route {
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
+	char tenant[MOAT_ID_MAX];   /* "" : not learnt yet */
 };
 
 int
@@ -77,6 +78,8 @@ moat_forward_remember(struct moat_forward *fw,
 	pthread_mutex_lock(&fw->lock);
 	i = route_find(fw, sandbox->s, &found);
 	if (found) {
+		if (strcmp(fw->routes[i].node.s, node->s) != 0)
+			fw->routes[i].tenant[0] = '\0';
 		fw->routes[i].node = *node;
 		goto out;
 	}
@@ -95,6 +98,7 @@ moat_forward_remember(struct moat_forward *fw,
 	    (fw->n_routes - i) * sizeof(fw->routes[0]));
 	fw->routes[i].sandbox = *sandbox;
 	fw->routes[i].node = *node;
+	fw->routes[i].tenant[0] = '\0';
 	fw->n_routes++;
 out:
 	pthread_mutex_unlock(&fw->lock);
@@ -333,4 +337,80 @@ fail:
 	rv = moat_rpc_error(call, rv, "%s", msg ? msg : moat_strerror(rv));
 	free(msg);
 	return rv;
+}
+
+/* route_tenant: the tenant cached for `sandbox` into `out` (size bytes);
+ * false when unknown. When `set` is not NULL it is stored instead. */
+static bool
+route_tenant(struct moat_forward *fw, const struct moat_sandbox_id *sandbox,
+    const char *set, char *out, size_t size)
+{
+	bool found, known = false;
+	size_t i;
+
+	pthread_mutex_lock(&fw->lock);
+	i = route_find(fw, sandbox->s, &found);
+	if (found && set != NULL) {
+		snprintf(fw->routes[i].tenant, sizeof(fw->routes[i].tenant),
+		    "%s", set);
+	} else if (found && fw->routes[i].tenant[0] != '\0') {
+		snprintf(out, size, "%s", fw->routes[i].tenant);
+		known = true;
+	}
+	pthread_mutex_unlock(&fw->lock);
+	return known;
+}
+
+int
+moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
+    uint64_t deadline_ms, char *tenant, size_t size, char **errmsg)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__Sandbox *sb;
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+	uint8_t req[MOAT_ID_MAX + 8], *reply = NULL;
+	size_t len, reply_len = 0;
+	char what[MOAT_ID_MAX + 16];
+	int rv;
+
+	*errmsg = NULL;
+	if (!moat_sandbox_id_set(&sandbox, sandbox_id)) {
+		*errmsg = moat_asprintf("sandbox_id is empty or longer than "
+		    "%d bytes: `moat sandbox ls` lists the sandboxes",
+		    MOAT_ID_MAX - 1);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if ((rv = moat_forward_locate(fw, &sandbox, deadline_ms, &node,
+	    errmsg)) != MOAT_OK)
+		return rv;
+	if (route_tenant(fw, &sandbox, NULL, tenant, size))
+		return MOAT_OK;
+	ref.sandbox_id = sandbox.s;
+	len = moat__v1__sandbox_ref__get_packed_size(&ref);
+	moat__v1__sandbox_ref__pack(&ref, req);
+	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
+	if ((rv = moat_forward_to_node(fw, &node, "GetSandbox", req, len,
+	    moat_rpc_new_request_id(), deadline_ms, what, &reply, &reply_len,
+	    errmsg)) != MOAT_OK)
+		return rv;
+	sb = moat__v1__sandbox__unpack(NULL, reply_len, reply);
+	free(reply);
+	if (sb == NULL) {
+		*errmsg = moat_asprintf("node %s answered GetSandbox %s with "
+		    "something that is not a Sandbox", node.s, sandbox.s);
+		return MOAT_INTERNAL;
+	}
+	snprintf(tenant, size, "%s", sb->tenant ? sb->tenant : "");
+	route_tenant(fw, &sandbox, tenant, NULL, 0);
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	return MOAT_OK;
+}
+
+void
+moat_forward_set_tenant(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, const char *tenant)
+{
+	if (tenant != NULL && tenant[0] != '\0')
+		route_tenant(fw, sandbox, tenant, NULL, 0);
 }

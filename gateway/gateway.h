@@ -17,7 +17,9 @@
 #include <stdint.h>
 
 #include "gateway.pb-c.h"
+#include "moat/config.h"
 #include "moat/rpc.h"
+#include "session.pb-c.h"
 #include "vm.pb-c.h"
 
 #define MOAT_ID_MAX 128                 /* longest id, with its NUL */
@@ -164,6 +166,19 @@ int moat_forward_locate(struct moat_forward *fw,
     struct moat_node_id *node, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_forward_set_tenant: the tenant of a remembered sandbox, as its
+ * node said it (a Sandbox reply); "" or NULL is ignored. */
+void moat_forward_set_tenant(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, const char *tenant);
+
+/* moat_forward_owner: the tenant of sandbox `sandbox_id` into `tenant`
+ * (size bytes): cached with its route, else asked of its node
+ * (GetSandbox) once. Errors as moat_forward_locate (NOT_FOUND when no
+ * node has it), with *errmsg (heap, caller frees). */
+int moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
+    uint64_t deadline_ms, char *tenant, size_t size, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_forward_to_node: sends the encoded `payload` as `method` of
  * moat.v1.Vm to node `node` with `request_id` and the time left before
  * `deadline_ms`. On MOAT_OK *reply (heap, caller frees; NULL when
@@ -191,8 +206,8 @@ int moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 struct moat_record_entry;
 
 /* The recorded sandboxes (sandbox -> session) and how to reach sessiond.
- * In memory only: a restarted gateway records no more steps of the
- * sandboxes it recorded before (their sessions stay in sessiond). */
+ * In memory; a restarted gateway finds a sandbox's latest session in
+ * sessiond (ListSessions by sandbox) on its next step. */
 struct moat_record {
 	pthread_mutex_t lock;   /* guards entries, n, cap (not the entries) */
 	struct moat_record_entry **entries;
@@ -224,6 +239,13 @@ int moat_record_start(struct moat_record *rec, const char *tenant,
 bool moat_record_session_of(struct moat_record *rec, const char *sandbox_id,
     char *session_id, size_t size);
 
+/* moat_record_session_lookup: as moat_record_session_of, but a sandbox
+ * this gateway does not know is looked up in sessiond once (a gateway
+ * restarted since it was created). Blocks up to a few seconds. */
+bool moat_record_session_lookup(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, uint64_t request_id, char *session_id,
+    size_t size);
+
 /* moat_record_forget: the sandbox was destroyed: no more steps. */
 void moat_record_forget(struct moat_record *rec, const char *sandbox_id);
 
@@ -235,6 +257,82 @@ void moat_record_forget(struct moat_record *rec, const char *sandbox_id);
 int moat_record_exec(struct moat_record *rec, struct moat_rpc_call *call,
     const Moat__V1__ExecRequest *req, const char *tenant, bool *handled);
 
+/* The session label holding the snapshot of step 0 (the state before
+ * step 1): sessiond's SetStepSnapshot knows steps from 1 only. */
+#define MOAT_RECORD_STEP0_LABEL "moat.step0_snapshot"
+
+/* Where a new recording comes from: its policy and, for a branch, the
+ * session and step it continues and the snapshot it was restored from
+ * (its step 0). NULL / 0 for a fresh sandbox. */
+struct moat_record_origin {
+	Moat__V1__SnapshotPolicy policy;
+	const char *parent_session_id;
+	uint64_t parent_step;
+	const char *base_snapshot;
+	/* The fs trace of the starting state when the caller has it (the
+	 * copies of a fork start alike: one trace serves them all); NULL:
+	 * traced here. Borrowed, copied. */
+	const Moat__V1__FsTrace *base_trace;
+};
+
+/* moat_record_begin: starts a session for `sandbox_id` (which from now
+ * on records into it, whatever session it recorded into before): takes
+ * the step-0 snapshot (EVERY, unless origin has one), creates the session
+ * and takes the trace baseline. On MOAT_OK session_id holds its id; else
+ * *errmsg (heap, caller frees). Blocks on sessiond and the node. */
+int moat_record_begin(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, const struct moat_record_origin *origin,
+    uint64_t request_id, uint64_t deadline_ms, char *session_id,
+    size_t size, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_record_step: one Exec, RunCode or WriteFile (`request`, decoded;
+ * call->payload its bytes) on `sandbox_id`. When the sandbox is not
+ * recorded (asking sessiond once after a gateway restart) sets *handled
+ * false and does nothing. Else forwards it, records the step (and under
+ * EVERY its snapshot) and puts the reply, with step_index / session_id /
+ * recording_error where the reply has them, in call->raw_reply; returns
+ * the forward's status: a recording failure never fails the call. */
+int moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, const char *sandbox_id,
+    const char *tenant, bool *handled);
+
+/* moat_record_trace: the hashed fs trace of `sandbox_id` from its node;
+ * on MOAT_OK *out is the caller's, else *errmsg (heap). */
+int moat_record_trace(struct moat_record *rec, const char *sandbox_id,
+    uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_record_snapshot: snapshots `sandbox_id` on its node; the id goes
+ * to snapshot_id (size bytes). Errors set *errmsg (heap). */
+int moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
+    uint64_t deadline_ms, char *snapshot_id, size_t size, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_record_snapshot_taken: a client snapshotted `sandbox_id`: under
+ * MANUAL the snapshot is attached to the latest step (or is step 0).
+ * Failures are logged only: the snapshot exists either way. */
+void moat_record_snapshot_taken(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, const char *snapshot_id, uint64_t request_id,
+    uint64_t deadline_ms);
+
+/* moat_record_step0: the step-0 snapshot of `session_id` known to this
+ * gateway (MANUAL sessions keep it in memory only). */
+bool moat_record_step0(struct moat_record *rec, const char *session_id,
+    char *snapshot_id, size_t size);
+
+/* moat_record_session_step0: the step-0 snapshot in a session's labels
+ * (borrowed from s), or NULL. */
+const char *moat_record_session_step0(const Moat__V1__SessionInfo *s);
+
+/* moat_record_sessiond: one call to sessiond, the request's tenant set by
+ * the caller. On MOAT_OK *reply is the caller's; else *errmsg (heap)
+ * names sessiond when it did not answer (UNAVAILABLE within
+ * deadline_ms, or DEADLINE_EXCEEDED). */
+int moat_record_sessiond(struct moat_record *rec, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+    ProtobufCMessage **reply, uint64_t deadline_ms, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_record_session_call: forwards a session call (request decoded as
  * the method's input, which has a `tenant` field) to sessiond with
  * `tenant`, the same method, request id and the deadline left. Errors go
@@ -242,6 +340,61 @@ int moat_record_exec(struct moat_record *rec, struct moat_rpc_call *call,
  * its url. */
 int moat_record_session_call(struct moat_record *rec,
     struct moat_rpc_call *call, const ProtobufCMessage *request,
+    const char *tenant);
+
+/* moat_record_sessiond_call: one call of `method` to sessiond with
+ * `request` as built by the caller (its tenant already set), the request
+ * id and the time left before `deadline_ms` (monotonic). On MOAT_OK
+ * *reply is a message of `reply_desc` the caller frees with
+ * protobuf_c_message_free_unpacked; otherwise *reply is NULL and *errmsg
+ * (heap, caller frees) has sessiond's message, or names sessiond's url
+ * when it did not answer. For handlers that make several sessiond calls
+ * of their own (diff.c). */
+int moat_record_sessiond_call(struct moat_record *rec, const char *method,
+    const ProtobufCMessage *request,
+    const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
+    uint64_t request_id, uint64_t deadline_ms, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* ---- diff and compare (diff.c) ---- */
+
+/* One recorded session as diff.c reads it: all borrowed. */
+struct moat_session_view {
+	const char *session_id;
+	const Moat__V1__SessionInfo *info;   /* NULL: unknown */
+	Moat__V1__Step *const *steps;        /* by index, from 1 */
+	size_t n_steps;
+};
+
+/* moat_diff_build: the DiffReply of sessions `a` and `b` (see
+ * gateway.proto): steps aligned by position, per-step file differences
+ * and the sessions' net filesystem effects where they differ. `out` is
+ * an initialised heap DiffReply; its fields are filled with heap memory,
+ * and the caller frees the whole with protobuf_c_message_free_unpacked
+ * (also after a failure, which leaves it partly filled). Returns MOAT_OK
+ * or RESOURCE_EXHAUSTED. Pure: no I/O, no locks. */
+int moat_diff_build(const struct moat_session_view *a,
+    const struct moat_session_view *b, Moat__V1__DiffReply *out)
+    __attribute__((warn_unused_result));
+
+/* moat_compare_build: the CompareReply of `n` sessions: one score each
+ * (destructive_actions from moat_safety_classify of each step's input),
+ * ranked best first (final success, fewer failed steps, fewer
+ * destructive actions, fewer files deleted, less time, then the order
+ * given). Ownership and errors as moat_diff_build. */
+int moat_compare_build(const struct moat_session_view *sessions, size_t n,
+    Moat__V1__CompareReply *out) __attribute__((warn_unused_result));
+
+/* moat_diff_handle / moat_compare_handle: the Diff and Compare calls:
+ * fetch the sessions and all their steps (Diff: with outputs) from
+ * sessiond as `tenant` through `rec`, then build the reply into `reply`.
+ * A session unknown to the tenant is NOT_FOUND naming it; Compare wants
+ * 2..32 ids (INVALID_ARGUMENT). Errors go through moat_rpc_error. */
+int moat_diff_handle(struct moat_record *rec, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply,
+    const char *tenant);
+int moat_compare_handle(struct moat_record *rec, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply,
     const char *tenant);
 
 /* moat_trace_diff: what changed between two fs traces of one sandbox
@@ -265,6 +418,13 @@ struct moat_gateway_opts {
 	const char *state_dir;
 	uint32_t survey_interval_ms; /* 0: MOAT_GW_SURVEY_INTERVAL_MS */
 	int workers;              /* 0: the RPC default */
+	/* API keys (auth.c): on, every call but Health needs a key of
+	 * state_dir's key store and acts for its tenant; off (zeroed opts,
+	 * the unit tests), every caller is MOAT_GW_DEFAULT_TENANT. */
+	bool auth;
+	/* [policy] refuse / refuse.<tenant> (auth.c); NULL: env and the
+	 * default. Borrowed: must outlive the gateway. */
+	const struct moat_config *config;
 };
 
 struct moat_gateway;
@@ -280,7 +440,54 @@ int moat_gateway_start(struct moat_gateway **out,
 /* moat_gateway_stop: stops serving, then discovery; frees. Safe on NULL. */
 void moat_gateway_stop(struct moat_gateway *gw);
 
+/* moat_gw_tenant: the tenant `call` acts for (resolved from its API key
+ * before the handler ran; MOAT_GW_DEFAULT_TENANT when auth is off).
+ * Borrowed: valid during the call. */
+const char *moat_gw_tenant(const struct moat_rpc_call *call);
+
+/* moat_gateway_metrics: the Prometheus text of the gateway's counters
+ * (calls by method and code, latency per method, sandboxes per node).
+ * Heap string, the caller frees; NULL when out of memory. */
+char *moat_gateway_metrics(struct moat_gateway *gw);
+
 /* moat_gateway_nodes: the gateway's node table (for tests). */
 struct moat_nodes *moat_gateway_nodes(struct moat_gateway *gw);
+
+/* moat_gateway_service: the Gateway service as the RPC server serves it
+ * (descriptor, method table, ctx = gw), for doors other than nng (the
+ * HTTP door, http.c) to dispatch through the same handlers. Borrowed:
+ * valid while gw runs. */
+void moat_gateway_service(struct moat_gateway *gw,
+    struct moat_rpc_service *out);
+
+/* ---- time travel and code contexts (travel.c) ---- */
+
+/* The parts of a gateway travel.c works with (borrowed from it). */
+struct moat_travel {
+	struct moat_nodes *nodes;
+	struct moat_forward *fw;
+	struct moat_record *rec;
+	const char *survey_url;
+	const char *tenant;   /* the caller's (moat_gw_tenant) */
+};
+
+/* moat_gateway_travel: fills *out from gw (handlers.c). */
+void moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out);
+
+/* Handlers of the Gateway service's table (call->service_ctx is the
+ * gateway). RestoreStep, Fork and Replay block for the restores and
+ * steps they run, each within the call's deadline. */
+int moat_travel_restore_step(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_travel_fork(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_travel_replay(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_travel_run_code(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_travel_close_code_context(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_travel_snapshot_sandbox(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
 
 #endif

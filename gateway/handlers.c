@@ -4,8 +4,11 @@
  * cluster-wide ListSandboxes, and CreateSandbox's placement), plus the
  * gateway object's start and stop. Every other method is a sandbox call
  * forwarded unchanged by forward.c, but for those of recorded sandboxes
- * (record.c). The gateway, never the client, sets the `tenant` fields
- * ("default" until auth arrives).
+ * (record.c). The gateway, never the client, sets the `tenant` fields:
+ * every call first passes gate(), which resolves the caller's tenant from
+ * its API key (auth.c), hides other tenants' sandboxes, applies the
+ * command policy, audits mutating calls and counts every call for
+ * /metrics, for both doors (nng and HTTP) in one place.
  * Not for: flags and signals (main.c), the node table (discovery.c).
  */
 #include <pthread.h>
@@ -13,8 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "auth.h"
 #include "gateway.h"
 #include "moat/log.h"
+#include "moat/safety.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "session.pb-c.h"
@@ -32,6 +39,11 @@ struct moat_gateway {
 	struct moat_rpc_client *sessiond, *snapd;
 	char *listen_url, *survey_url, *sessiond_url, *snapd_url, *state_dir;
 	uint64_t started_ms;
+	struct moat_auth *auth;    /* keys and audit; NULL: no store */
+	bool auth_on;              /* keys required (opts.auth) */
+	const struct moat_config *config;  /* borrowed: [policy] */
+	struct gw_metrics *metrics;
+	struct moat_rpc_method *methods;   /* the table served: all gate() */
 };
 
 static char *
@@ -279,7 +291,7 @@ record_new_sandbox(struct moat_rpc_call *call,
 	char session_id[MOAT_ID_MAX];
 	int rv;
 
-	rv = moat_record_start(&gw->rec, MOAT_GW_DEFAULT_TENANT, req,
+	rv = moat_record_start(&gw->rec, moat_gw_tenant(call), req,
 	    (*sb)->id, call->request_id, call->deadline_ms, session_id,
 	    sizeof(session_id), errmsg);
 	if (rv == MOAT_OK) {
@@ -351,7 +363,7 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	}
 	/* The tenant is the gateway's to say; whatever the client put there
 	 * is replaced. A shallow copy: the request stays untouched. */
-	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	fwd.tenant = (char *)moat_gw_tenant(call);
 	len = moat__v1__create_sandbox_request__get_packed_size(&fwd);
 	if ((payload = malloc(len ? len : 1)) == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
@@ -373,6 +385,7 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	}
 	if (moat_sandbox_id_set(&sandbox, sb->id)) {
 		moat_forward_remember(&gw->fw, &sandbox, &node);
+		moat_forward_set_tenant(&gw->fw, &sandbox, sb->tenant);
 		moat_info(call->request_id, "sandbox %s placed on node %s",
 		    sandbox.s, node.s);
 	} else {
@@ -424,8 +437,11 @@ list_append(struct moat_gateway *gw, Moat__V1__SandboxList *r,
 
 		char session_id[MOAT_ID_MAX];
 
-		if (moat_sandbox_id_set(&sandbox, from->sandboxes[i]->id))
+		if (moat_sandbox_id_set(&sandbox, from->sandboxes[i]->id)) {
 			moat_forward_remember(&gw->fw, &sandbox, node);
+			moat_forward_set_tenant(&gw->fw, &sandbox,
+			    from->sandboxes[i]->tenant);
+		}
 		if (moat_record_session_of(&gw->rec, from->sandboxes[i]->id,
 		    session_id, sizeof(session_id)))
 			(void)set_session_id(from->sandboxes[i], session_id);
@@ -455,7 +471,7 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
-	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	fwd.tenant = (char *)moat_gw_tenant(call);
 	len = moat__v1__list_sandboxes_request__get_packed_size(&fwd);
 	if ((payload = malloc(len ? len : 1)) == NULL) {
 		free(ids);
@@ -551,7 +567,8 @@ h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 	if ((rv = moat_forward_call(&gw->fw, call, req->sandbox_id,
 	    call->payload, call->payload_len)) != MOAT_OK ||
-	    !moat_record_session_of(&gw->rec, req->sandbox_id, session_id,
+	    !moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
+	    req->sandbox_id, call->request_id, session_id,
 	    sizeof(session_id)))
 		return rv;
 	sb = moat__v1__sandbox__unpack(NULL, call->raw_reply_len,
@@ -589,7 +606,7 @@ h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	int rv;
 
 	rv = moat_record_exec(&gw->rec, call,
-	    (const Moat__V1__ExecRequest *)request, MOAT_GW_DEFAULT_TENANT,
+	    (const Moat__V1__ExecRequest *)request, moat_gw_tenant(call),
 	    &handled);
 	if (handled)
 		return rv;
@@ -603,7 +620,7 @@ h_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct moat_gateway *gw = call->service_ctx;
 
 	return moat_record_session_call(&gw->rec, call, request,
-	    MOAT_GW_DEFAULT_TENANT);
+	    moat_gw_tenant(call));
 }
 
 /* ---- local snapshots (issue 3) ---- */
@@ -689,7 +706,7 @@ h_restore_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    *(const Moat__V1__RestoreSandboxRequest *)request;
 
 	/* Only the tenant's own snapshots: the node checks it. */
-	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	fwd.tenant = (char *)moat_gw_tenant(call);
 	return snapshot_forward(call, fwd.snapshot_id, &fwd.base, true);
 }
 
@@ -700,7 +717,7 @@ h_delete_local_snapshot(struct moat_rpc_call *call,
 	Moat__V1__LocalSnapshotRef fwd =
 	    *(const Moat__V1__LocalSnapshotRef *)request;
 
-	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	fwd.tenant = (char *)moat_gw_tenant(call);
 	return snapshot_forward(call, fwd.snapshot_id, &fwd.base, false);
 }
 
@@ -722,7 +739,7 @@ h_list_local_snapshots(struct moat_rpc_call *call,
 	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
-	fwd.tenant = (char *)MOAT_GW_DEFAULT_TENANT;
+	fwd.tenant = (char *)moat_gw_tenant(call);
 	len = moat__v1__list_local_snapshots_request__get_packed_size(&fwd);
 	if ((payload = malloc(len ? len : 1)) == NULL) {
 		free(ids);
@@ -779,59 +796,475 @@ h_list_local_snapshots(struct moat_rpc_call *call,
 	return MOAT_OK;
 }
 
-/* Placeholder while the time-travel and code-context calls are built. */
+/* ---- diff and compare (diff.c) ---- */
+
 static int
-h_not_built(struct moat_rpc_call *call, const ProtobufCMessage *request,
+h_diff(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
-	(void)request;
-	(void)reply;
-	return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "%s is not built "
-	    "yet", call->method);
+	struct moat_gateway *gw = call->service_ctx;
+
+	return moat_diff_handle(&gw->rec, call, request, reply,
+	    moat_gw_tenant(call));
+}
+
+static int
+h_compare(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+
+	return moat_compare_handle(&gw->rec, call, request, reply,
+	    moat_gw_tenant(call));
+}
+
+/* ---- audit (auth.c keeps it) ---- */
+
+static char *
+entry_string(json_t *e, const char *key)
+{
+	const char *v = json_string_value(json_object_get(e, key));
+
+	return strdup(v != NULL ? v : "");
+}
+
+static int
+h_list_audit(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const Moat__V1__ListAuditRequest *req =
+	    (const Moat__V1__ListAuditRequest *)request;
+	Moat__V1__ListAuditReply *r = (Moat__V1__ListAuditReply *)reply;
+	json_t *list = NULL, *e;
+	char *msg = NULL;
+	size_t i;
+	int rv;
+
+	if (gw->auth == NULL)
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "this "
+		    "gateway keeps no audit log (it has no state directory)");
+	if ((rv = moat_auth_audit_list(gw->auth, moat_gw_tenant(call),
+	    req->limit == 0 ? 100 : req->limit, &list, &msg)) != MOAT_OK) {
+		rv = moat_rpc_error(call, rv, "%s", msg ? msg : "");
+		free(msg);
+		return rv;
+	}
+	if (json_array_size(list) > 0 && (r->entries = calloc(
+	    json_array_size(list), sizeof(*r->entries))) == NULL)
+		goto fail_oom;
+	json_array_foreach(list, i, e) {
+		Moat__V1__AuditEntry *a = malloc(sizeof(*a));
+
+		if (a == NULL)
+			goto fail_oom;
+		moat__v1__audit_entry__init(a);
+		r->entries[r->n_entries++] = a;
+		a->at_unix_ms = (uint64_t)json_integer_value(
+		    json_object_get(e, "at_unix_ms"));
+		if ((a->key_id = entry_string(e, "key_id")) == NULL ||
+		    (a->method = entry_string(e, "method")) == NULL ||
+		    (a->sandbox_id = entry_string(e, "sandbox_id")) == NULL ||
+		    (a->session_id = entry_string(e, "session_id")) == NULL ||
+		    (a->command = entry_string(e, "command")) == NULL ||
+		    (a->safety = entry_string(e, "safety")) == NULL ||
+		    (a->code = entry_string(e, "code")) == NULL ||
+		    (a->request_id = entry_string(e, "request_id")) == NULL)
+			goto fail_oom;
+	}
+	json_decref(list);
+	return MOAT_OK;
+
+fail_oom:
+	json_decref(list);
+	return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "out of memory "
+	    "listing the audit log");
 }
 
 /* The Gateway service. Mutating calls are deduplicated by request id here
- * and, because the id travels with the forward, on the node as well. */
+ * and, because the id travels with the forward, on the node as well;
+ * they are also the calls the audit log keeps. needs_auth: the caller's
+ * API key is checked (when auth is on) by gate() before the handler. */
 static const struct moat_rpc_method gateway_methods[] = {
 	{ "Health", h_health, false, false },
-	{ "Info", h_info, false, false },
-	{ "ListNodes", h_list_nodes, false, false },
-	{ "CreateSandbox", h_create_sandbox, true, false },
-	{ "GetSandbox", h_get_sandbox, false, false },
-	{ "ListSandboxes", h_list_sandboxes, false, false },
-	{ "DestroySandbox", h_destroy_sandbox, true, false },
-	{ "ExecStart", h_sandbox, true, false },
-	{ "ExecRead", h_sandbox, false, false },
-	{ "ExecWrite", h_sandbox, true, false },
-	{ "ExecWait", h_sandbox, false, false },
-	{ "ExecKill", h_sandbox, true, false },
-	{ "Exec", h_exec, true, false },
-	{ "ReadFile", h_sandbox, false, false },
-	{ "WriteFile", h_sandbox, true, false },
-	{ "ListFiles", h_sandbox, false, false },
-	{ "StatFile", h_sandbox, false, false },
-	{ "RemoveFile", h_sandbox, true, false },
-	{ "MakeDir", h_sandbox, true, false },
-	{ "SandboxInfo", h_sandbox, false, false },
-	{ "TraceFs", h_sandbox, false, false },
-	{ "SnapshotSandbox", h_sandbox, true, false },
-	{ "RestoreSandbox", h_restore_sandbox, true, false },
-	{ "ListLocalSnapshots", h_list_local_snapshots, false, false },
-	{ "DeleteLocalSnapshot", h_delete_local_snapshot, true, false },
-	{ "ListSessions", h_session, false, false },
-	{ "GetSession", h_session, false, false },
-	{ "ListSteps", h_session, false, false },
-	{ "GetStep", h_session, false, false },
-	{ "ExportSession", h_session, false, false },
-	{ "DeleteSession", h_session, true, false },
-	{ "RestoreStep", h_not_built, true, false },
-	{ "Fork", h_not_built, true, false },
-	{ "Replay", h_not_built, true, false },
-	{ "Diff", h_not_built, false, false },
-	{ "Compare", h_not_built, false, false },
-	{ "RunCode", h_not_built, true, false },
-	{ "CloseCodeContext", h_not_built, true, false },
+	{ "Info", h_info, false, true },
+	{ "ListNodes", h_list_nodes, false, true },
+	{ "CreateSandbox", h_create_sandbox, true, true },
+	{ "GetSandbox", h_get_sandbox, false, true },
+	{ "ListSandboxes", h_list_sandboxes, false, true },
+	{ "DestroySandbox", h_destroy_sandbox, true, true },
+	{ "ExecStart", h_sandbox, true, true },
+	{ "ExecRead", h_sandbox, false, true },
+	{ "ExecWrite", h_sandbox, true, true },
+	{ "ExecWait", h_sandbox, false, true },
+	{ "ExecKill", h_sandbox, true, true },
+	{ "Exec", h_exec, true, true },
+	{ "ReadFile", h_sandbox, false, true },
+	{ "WriteFile", h_sandbox, true, true },
+	{ "ListFiles", h_sandbox, false, true },
+	{ "StatFile", h_sandbox, false, true },
+	{ "RemoveFile", h_sandbox, true, true },
+	{ "MakeDir", h_sandbox, true, true },
+	{ "SandboxInfo", h_sandbox, false, true },
+	{ "TraceFs", h_sandbox, false, true },
+	{ "SnapshotSandbox", moat_travel_snapshot_sandbox, true, true },
+	{ "RestoreSandbox", h_restore_sandbox, true, true },
+	{ "ListLocalSnapshots", h_list_local_snapshots, false, true },
+	{ "DeleteLocalSnapshot", h_delete_local_snapshot, true, true },
+	{ "ListSessions", h_session, false, true },
+	{ "GetSession", h_session, false, true },
+	{ "ListSteps", h_session, false, true },
+	{ "GetStep", h_session, false, true },
+	{ "ExportSession", h_session, false, true },
+	{ "DeleteSession", h_session, true, true },
+	{ "RestoreStep", moat_travel_restore_step, true, true },
+	{ "Fork", moat_travel_fork, true, true },
+	{ "Replay", moat_travel_replay, true, true },
+	{ "Diff", h_diff, false, true },
+	{ "Compare", h_compare, false, true },
+	{ "RunCode", moat_travel_run_code, true, true },
+	{ "CloseCodeContext", moat_travel_close_code_context, true,
+	    true },
+	{ "ListAudit", h_list_audit, false, true },
 };
+
+/* ---- the gate: auth, tenant, policy, audit, metrics (one place) ---- */
+
+#define N_METHODS (sizeof(gateway_methods) / sizeof(gateway_methods[0]))
+#define N_CODES 17
+#define N_BUCKETS 8
+static const double latency_bounds_s[N_BUCKETS] = {
+	0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120,
+};
+
+/* The gateway's counters, for /metrics. */
+struct gw_metrics {
+	pthread_mutex_t lock;  /* guards the arrays */
+	uint64_t calls[N_METHODS][N_CODES];
+	uint64_t buckets[N_METHODS][N_BUCKETS];
+	uint64_t count[N_METHODS];
+	double sum_s[N_METHODS];
+};
+
+const char *
+moat_gw_tenant(const struct moat_rpc_call *call)
+{
+	return call->principal != NULL ? call->principal :
+	    MOAT_GW_DEFAULT_TENANT;
+}
+
+/* request_string: the string field `name` of `request`, or NULL. */
+static const char *
+request_string(const ProtobufCMessage *request, const char *name)
+{
+	const ProtobufCFieldDescriptor *f =
+	    protobuf_c_message_descriptor_get_field_by_name(
+	    request->descriptor, name);
+
+	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
+	    f->label == PROTOBUF_C_LABEL_REPEATED)
+		return NULL;
+	return *(char *const *)((const char *)request + f->offset);
+}
+
+/* command_of: the command text of an Exec, ExecStart or RunCode request
+ * and its language; NULL for other calls. *joined (heap, caller frees)
+ * holds an argv joined by spaces. */
+static const char *
+command_of(const ProtobufCMessage *request, const char **language,
+    char **joined)
+{
+	*joined = NULL;
+	*language = NULL;
+	if (request->descriptor == &moat__v1__exec_request__descriptor) {
+		const Moat__V1__ExecRequest *r =
+		    (const Moat__V1__ExecRequest *)request;
+		size_t len = 1;
+
+		if (r->shell != NULL && r->shell[0] != '\0')
+			return r->shell;
+		if (r->code != NULL && r->code[0] != '\0') {
+			*language = r->language;
+			return r->code;
+		}
+		for (size_t i = 0; i < r->n_argv; i++)
+			len += strlen(r->argv[i]) + 1;
+		if ((*joined = calloc(1, len)) == NULL)
+			return NULL;
+		for (size_t i = 0; i < r->n_argv; i++) {
+			if (i > 0)
+				strcat(*joined, " ");
+			strcat(*joined, r->argv[i]);
+		}
+		return *joined;
+	}
+	if (request->descriptor == &moat__v1__run_code_request__descriptor) {
+		const Moat__V1__RunCodeRequest *r =
+		    (const Moat__V1__RunCodeRequest *)request;
+
+		*language = r->language != NULL && r->language[0] != '\0' ?
+		    r->language : "python";
+		return r->code;
+	}
+	return NULL;
+}
+
+/* set_safety: puts `level` in the reply's `safety` field, whether the
+ * handler filled `reply` or left an encoded raw reply. */
+static void
+set_safety(struct moat_rpc_call *call, ProtobufCMessage *reply,
+    const char *level)
+{
+	const ProtobufCFieldDescriptor *f =
+	    protobuf_c_message_descriptor_get_field_by_name(
+	    reply->descriptor, "safety");
+	ProtobufCMessage *m = reply;
+	char **slot, *copy;
+
+	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING)
+		return;
+	if (call->raw_reply != NULL &&
+	    (m = protobuf_c_message_unpack(reply->descriptor, NULL,
+	    call->raw_reply_len, call->raw_reply)) == NULL)
+		return;
+	slot = (char **)((char *)m + f->offset);
+	if ((copy = strdup(level)) != NULL) {
+		if (*slot != NULL && *slot != protobuf_c_empty_string &&
+		    *slot != f->default_value)
+			free(*slot);
+		*slot = copy;
+	}
+	if (m != reply) {
+		size_t len = protobuf_c_message_get_packed_size(m);
+		uint8_t *p = malloc(len ? len : 1);
+
+		if (p != NULL) {
+			protobuf_c_message_pack(m, p);
+			free(call->raw_reply);
+			call->raw_reply = p;
+			call->raw_reply_len = len;
+		}
+		protobuf_c_message_free_unpacked(m, NULL);
+	}
+}
+
+static void
+audit(struct moat_gateway *gw, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, const char *key_id,
+    const char *command, const char *safety, int rv)
+{
+	const char *sandbox = request_string(request, "sandbox_id");
+	const char *session = request_string(request, "session_id");
+	char *msg = NULL, rid[17];
+	json_t *e;
+
+	if (gw->auth == NULL)
+		return;
+	snprintf(rid, sizeof(rid), "%016llx",
+	    (unsigned long long)call->request_id);
+	e = json_pack("{s:s, s:s, s:s, s:s}", "key_id", key_id, "method",
+	    call->method, "code", moat_strerror(rv), "request_id", rid);
+	if (e == NULL)
+		goto fail;
+	if (sandbox != NULL && sandbox[0] != '\0')
+		json_object_set_new(e, "sandbox_id", json_string(sandbox));
+	if (session != NULL && session[0] != '\0')
+		json_object_set_new(e, "session_id", json_string(session));
+	if (command != NULL)
+		json_object_set_new(e, "command", json_string(command));
+	if (safety != NULL)
+		json_object_set_new(e, "safety", json_string(safety));
+	if (moat_auth_audit_append(gw->auth, moat_gw_tenant(call), e,
+	    &msg) != MOAT_OK)
+		goto fail;
+	json_decref(e);
+	return;
+fail:
+	moat_warn(call->request_id, "audit: %s %s not logged: %s",
+	    moat_gw_tenant(call), call->method, msg ? msg : "out of memory");
+	json_decref(e);
+	free(msg);
+}
+
+static void
+count_call(struct moat_gateway *gw, size_t row, int code, uint64_t ms)
+{
+	struct gw_metrics *m = gw->metrics;
+	double s = (double)ms / 1000.0;
+
+	if (m == NULL)
+		return;
+	pthread_mutex_lock(&m->lock);
+	m->calls[row][code >= 0 && code < N_CODES ? code : MOAT_UNKNOWN]++;
+	for (size_t b = 0; b < N_BUCKETS; b++)
+		if (s <= latency_bounds_s[b])
+			m->buckets[row][b]++;
+	m->count[row]++;
+	m->sum_s[row] += s;
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* gate: every Gateway call of both doors runs through here: the API key
+ * gives the tenant (call->principal), a sandbox of another tenant is
+ * NOT_FOUND, commands the tenant's policy refuses never reach the
+ * sandbox, then the handler runs; mutating and refused calls are
+ * audited, and every call counted. */
+static int
+gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const struct moat_rpc_method *row = NULL;
+	char tenant[MOAT_AUTH_TENANT_MAX] = MOAT_GW_DEFAULT_TENANT;
+	char key_id[MOAT_AUTH_KEY_ID_LEN + 1] = "";
+	char owner[MOAT_ID_MAX], *msg = NULL, *joined = NULL;
+	const char *sandbox, *command = NULL, *language, *safety = NULL;
+	struct moat_safety_verdict v;
+	uint64_t started = moat_rpc_now_ms();
+	bool audited = false;
+	size_t i;
+	int rv;
+
+	for (i = 0; i < N_METHODS; i++)
+		if (strcmp(gateway_methods[i].name, call->method) == 0) {
+			row = &gateway_methods[i];
+			break;
+		}
+	if (row == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "%s has no row in "
+		    "the gateway's method table", call->method);
+	if (gw->auth_on && row->needs_auth) {
+		rv = moat_auth_key_verify(gw->auth, call->auth, tenant,
+		    sizeof(tenant), key_id);
+		if (rv == MOAT_UNAUTHENTICATED) {
+			rv = moat_rpc_error(call, rv, "%s",
+			    MOAT_AUTH_UNAUTHENTICATED_MSG);
+			goto done;
+		}
+		if (rv != MOAT_OK) {
+			rv = moat_rpc_error(call, MOAT_INTERNAL, "the gateway's "
+			    "key store failed: see the gateway log");
+			goto done;
+		}
+	}
+	call->principal = tenant;
+	audited = row->mutating;
+	sandbox = request_string(request, "sandbox_id");
+	if (gw->auth_on && sandbox != NULL && sandbox[0] != '\0') {
+		/* Another tenant's sandbox does not exist, as far as this
+		 * caller can tell. */
+		rv = moat_forward_owner(&gw->fw, sandbox, call->deadline_ms,
+		    owner, sizeof(owner), &msg);
+		if (rv == MOAT_OK && strcmp(owner, tenant) != 0) {
+			rv = MOAT_NOT_FOUND;
+			free(msg);
+			msg = moat_asprintf("sandbox %s does not exist (or was "
+			    "destroyed): `moat sandbox ls` lists the "
+			    "sandboxes", sandbox);
+		}
+		if (rv != MOAT_OK) {
+			rv = moat_rpc_error(call, rv, "%s", msg ? msg :
+			    moat_strerror(rv));
+			goto done;
+		}
+	}
+	command = command_of(request, &language, &joined);
+	if (command != NULL) {
+		v = moat_safety_classify(command, language);
+		safety = moat_safety_level_name(v.level);
+		if (moat_policy_refuses(gw->config, tenant, v.level)) {
+			audited = true;
+			moat_info(call->request_id, "policy: tenant %s: %s "
+			    "refused: %s (%s)", tenant, call->method, safety,
+			    v.reason);
+			rv = moat_rpc_error(call, MOAT_PERMISSION_DENIED, "the "
+			    "policy of tenant %s refuses %s commands: %s; the "
+			    "command was not run (an operator sets [policy] "
+			    "refuse)", tenant, safety, v.reason);
+			goto done;
+		}
+	}
+	rv = row->handler(call, request, reply);
+	if (rv == MOAT_OK && safety != NULL && strcmp(call->method,
+	    "ExecStart") != 0)
+		set_safety(call, reply, safety);
+done:
+	if (audited)
+		audit(gw, call, request, key_id, command, safety, rv);
+	count_call(gw, i, rv, moat_rpc_now_ms() - started);
+	call->principal = NULL;
+	free(joined);
+	free(msg);
+	return rv;
+}
+
+char *
+moat_gateway_metrics(struct moat_gateway *gw)
+{
+	struct gw_metrics *m = gw->metrics;
+	Moat__V1__Node **nodes = NULL;
+	size_t n_nodes = 0, len = 0;
+	char *text = NULL;
+	FILE *f = open_memstream(&text, &len);
+
+	if (f == NULL)
+		return NULL;
+	fprintf(f, "# HELP moat_gateway_uptime_seconds Since the gateway "
+	    "started.\n# TYPE moat_gateway_uptime_seconds gauge\n"
+	    "moat_gateway_uptime_seconds %.3f\n",
+	    (double)(moat_rpc_now_ms() - gw->started_ms) / 1000.0);
+	fprintf(f, "# HELP moat_sandboxes Sandboxes on each node, by its "
+	    "last survey answer.\n# TYPE moat_sandboxes gauge\n");
+	fprintf(f, "# HELP moat_node_up Whether the node answers the "
+	    "gateway's surveys.\n# TYPE moat_node_up gauge\n");
+	if (moat_nodes_snapshot(&gw->nodes, &nodes, &n_nodes) == MOAT_OK) {
+		for (size_t i = 0; i < n_nodes; i++) {
+			fprintf(f, "moat_sandboxes{node=\"%s\",state=\"%s\"}"
+			    " %u\n", nodes[i]->node_id, "running",
+			    nodes[i]->sandboxes);
+			fprintf(f, "moat_node_up{node=\"%s\"} %d\n",
+			    nodes[i]->node_id, nodes[i]->available ? 1 : 0);
+		}
+		moat_nodes_snapshot_free(nodes, n_nodes);
+	}
+	fprintf(f, "# HELP moat_gateway_calls_total Gateway calls (nng and "
+	    "HTTP) by method and code.\n"
+	    "# TYPE moat_gateway_calls_total counter\n");
+	pthread_mutex_lock(&m->lock);
+	for (size_t r = 0; r < N_METHODS; r++)
+		for (int c = 0; c < N_CODES; c++)
+			if (m->calls[r][c] > 0)
+				fprintf(f, "moat_gateway_calls_total{method="
+				    "\"%s\",code=\"%s\"} %llu\n",
+				    gateway_methods[r].name, moat_strerror(c),
+				    (unsigned long long)m->calls[r][c]);
+	fprintf(f, "# HELP moat_gateway_call_seconds Gateway call latency "
+	    "by method.\n# TYPE moat_gateway_call_seconds histogram\n");
+	for (size_t r = 0; r < N_METHODS; r++) {
+		const char *name = gateway_methods[r].name;
+
+		if (m->count[r] == 0)
+			continue;
+		for (size_t b = 0; b < N_BUCKETS; b++)
+			fprintf(f, "moat_gateway_call_seconds_bucket{method="
+			    "\"%s\",le=\"%g\"} %llu\n", name,
+			    latency_bounds_s[b],
+			    (unsigned long long)m->buckets[r][b]);
+		fprintf(f, "moat_gateway_call_seconds_bucket{method=\"%s\","
+		    "le=\"+Inf\"} %llu\n", name,
+		    (unsigned long long)m->count[r]);
+		fprintf(f, "moat_gateway_call_seconds_sum{method=\"%s\"} "
+		    "%.6f\n", name, m->sum_s[r]);
+		fprintf(f, "moat_gateway_call_seconds_count{method=\"%s\"} "
+		    "%llu\n", name, (unsigned long long)m->count[r]);
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
 
 /* ---- lifecycle ---- */
 
@@ -852,6 +1285,40 @@ moat_gateway_start(struct moat_gateway **out,
 	if ((gw = calloc(1, sizeof(*gw))) == NULL)
 		goto fail_oom;
 	gw->started_ms = moat_rpc_now_ms();
+	gw->auth_on = opts->auth;
+	gw->config = opts->config;
+	if ((gw->metrics = calloc(1, sizeof(*gw->metrics))) == NULL ||
+	    (gw->methods = calloc(N_METHODS, sizeof(*gw->methods))) == NULL)
+		goto fail_oom;
+	if (pthread_mutex_init(&gw->metrics->lock, NULL) != 0) {
+		free(gw->metrics);
+		gw->metrics = NULL;
+		goto fail_oom;
+	}
+	/* gate() checks keys itself (with its own message, and only when
+	 * auth is on); the rpc layer's check stays off. */
+	for (size_t i = 0; i < N_METHODS; i++) {
+		gw->methods[i] = gateway_methods[i];
+		gw->methods[i].handler = gate;
+		gw->methods[i].needs_auth = false;
+	}
+	svc.methods = gw->methods;
+	if (opts->state_dir != NULL && opts->state_dir[0] != '\0') {
+		if ((rv = moat_auth_open(&gw->auth, opts->state_dir,
+		    errmsg)) != MOAT_OK && gw->auth_on)
+			goto fail;
+		if (rv != MOAT_OK) {
+			moat_warn(0, "gateway: no audit log: %s", *errmsg);
+			free(*errmsg);
+			*errmsg = NULL;
+		}
+	}
+	if (gw->auth_on && gw->auth == NULL) {
+		rv = MOAT_INVALID_ARGUMENT;
+		*errmsg = moat_asprintf("auth is on but the gateway has no "
+		    "state directory for its keys: set state-dir");
+		goto fail;
+	}
 	if ((gw->listen_url = strdup(opts->listen_url)) == NULL ||
 	    (gw->survey_url = strdup(opts->survey_url)) == NULL ||
 	    (gw->sessiond_url = strdup(opts->sessiond_url)) == NULL ||
@@ -911,6 +1378,11 @@ moat_gateway_stop(struct moat_gateway *gw)
 	free(gw->sessiond_url);
 	free(gw->snapd_url);
 	free(gw->state_dir);
+	moat_auth_close(gw->auth);
+	if (gw->metrics != NULL)
+		pthread_mutex_destroy(&gw->metrics->lock);
+	free(gw->metrics);
+	free(gw->methods);
 	free(gw);
 }
 
@@ -918,4 +1390,22 @@ struct moat_nodes *
 moat_gateway_nodes(struct moat_gateway *gw)
 {
 	return &gw->nodes;
+}
+
+void
+moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out)
+{
+	out->nodes = &gw->nodes;
+	out->fw = &gw->fw;
+	out->rec = &gw->rec;
+	out->survey_url = gw->survey_url;
+}
+
+void
+moat_gateway_service(struct moat_gateway *gw, struct moat_rpc_service *out)
+{
+	out->descriptor = &moat__v1__gateway__descriptor;
+	out->methods = gw->methods;
+	out->n_methods = N_METHODS;
+	out->ctx = gw;
 }

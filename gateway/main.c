@@ -1,7 +1,7 @@
 /*
  * main.c: the moat-gateway process: flags and the [gateway] config
- * section, the state directory, then the gateway (handlers.c) until
- * SIGTERM or SIGINT, which stop it cleanly.
+ * section, the state directory, then the gateway (handlers.c) and its
+ * HTTP door (http.c) until SIGTERM or SIGINT, which stop them cleanly.
  * Not for: any RPC behaviour (handlers.c, forward.c, discovery.c).
  */
 #include <errno.h>
@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "gateway.h"
+#include "http.h"
 #include "moat/config.h"
 #include "moat/log.h"
 #include "moat/status.h"
@@ -37,9 +39,130 @@ usage(FILE *f)
 	    "ipc://<state>/snapd.sock)\n"
 	    "  --survey-interval-ms N  ms between surveys (default 1000)\n"
 	    "  --workers N          calls served at once (default 64)\n"
+	    "  --http ADDR          HTTP/JSON API host:port (default "
+	    MOAT_HTTP_DEFAULT_ADDR "; \"off\": none)\n"
+	    "  --auth on|off        API keys required (default on; off: "
+	    "every caller is tenant \"default\")\n"
 	    "  --version, --help\n"
 	    "Every option is also MOAT_GATEWAY_<NAME> in the environment and "
-	    "<name> in [gateway].\n");
+	    "<name> in [gateway].\n"
+	    "[policy] refuse = blocked,destructive (default blocked) and "
+	    "refuse.<tenant> = ... refuse commands by safety level.\n"
+	    "usage: moat-gateway keys create --tenant NAME | keys ls "
+	    "[--tenant NAME] | keys revoke KEYID\n"
+	    "  (with --config / --state-dir as above; works while the "
+	    "gateway runs)\n");
+}
+
+/* keys_main: `moat-gateway keys create|ls|revoke`: the operator's door
+ * to the key store in the gateway's state directory. Opens the store
+ * next to a running gateway (LMDB allows a second process). */
+static int
+keys_main(int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "state-dir", required_argument, NULL, 's' },
+		{ "tenant", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *config_path = NULL, *tenant = NULL, *verb, *v;
+	char *state_dir = NULL, *errmsg = NULL, *secret = NULL;
+	char key_id[MOAT_AUTH_KEY_ID_LEN + 1];
+	struct moat_config *cfg = NULL;
+	struct moat_auth *a = NULL;
+	int opt, rv;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			config_path = optarg;
+			break;
+		case 's':
+			state_dir = strdup(optarg);
+			break;
+		case 't':
+			tenant = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+		}
+	}
+	verb = optind < argc ? argv[optind] : "";
+	moat_log_init("gateway", MOAT_LOG_WARN);
+	if ((rv = moat_config_load(&cfg, config_path, &errmsg)) != MOAT_OK)
+		goto out;
+	if (state_dir == NULL) {
+		if ((v = moat_config_get(cfg, SECTION, "state-dir", NULL)) !=
+		    NULL || (v = moat_config_get(cfg, "moat", "state-dir",
+		    NULL)) != NULL)
+			state_dir = strdup(v);
+		else
+			state_dir = moat_default_state_dir();
+	}
+	if (state_dir == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		errmsg = moat_asprintf("out of memory");
+		goto out;
+	}
+	if (strcmp(verb, "create") != 0 && strcmp(verb, "ls") != 0 &&
+	    strcmp(verb, "revoke") != 0) {
+		rv = MOAT_INVALID_ARGUMENT;
+		errmsg = moat_asprintf("keys: say create --tenant NAME, ls "
+		    "[--tenant NAME] or revoke KEYID");
+		goto out;
+	}
+	if (strcmp(verb, "create") == 0 && tenant == NULL) {
+		rv = MOAT_INVALID_ARGUMENT;
+		errmsg = moat_asprintf("keys create: --tenant NAME is "
+		    "required");
+		goto out;
+	}
+	if (strcmp(verb, "revoke") == 0 && optind + 1 >= argc) {
+		rv = MOAT_INVALID_ARGUMENT;
+		errmsg = moat_asprintf("keys revoke: name the KEYID (`moat-"
+		    "gateway keys ls` lists them)");
+		goto out;
+	}
+	if ((rv = moat_mkdir_p(state_dir, 0700)) != 0) {
+		errmsg = moat_asprintf("cannot create the state directory "
+		    "%s: %s", state_dir, strerror(rv));
+		rv = moat_status_from_errno(rv);
+		goto out;
+	}
+	if ((rv = moat_auth_open(&a, state_dir, &errmsg)) != MOAT_OK)
+		goto out;
+	if (strcmp(verb, "create") == 0) {
+		if ((rv = moat_auth_key_create(a, tenant, &secret, key_id,
+		    &errmsg)) == MOAT_OK) {
+			printf("%s\n", secret);
+			fprintf(stderr, "key %s of tenant %s: the line above is "
+			    "its secret, shown this once: keep it (e.g. in "
+			    "MOAT_API_KEY)\n", key_id, tenant);
+		}
+	} else if (strcmp(verb, "ls") == 0) {
+		rv = moat_auth_key_list(a, tenant, stdout, &errmsg);
+	} else {
+		if ((rv = moat_auth_key_revoke(a, argv[optind + 1],
+		    &errmsg)) == MOAT_OK)
+			printf("revoked %s\n", argv[optind + 1]);
+	}
+out:
+	if (rv != MOAT_OK)
+		fprintf(stderr, "moat-gateway keys: %s\n", errmsg ? errmsg :
+		    moat_strerror(rv));
+	moat_auth_close(a);
+	free(secret);
+	free(errmsg);
+	free(state_dir);
+	moat_config_free(cfg);
+	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);
 }
 
 int
@@ -54,6 +177,8 @@ main(int argc, char **argv)
 		{ "snapd", required_argument, NULL, 'P' },
 		{ "survey-interval-ms", required_argument, NULL, 'i' },
 		{ "workers", required_argument, NULL, 'w' },
+		{ "http", required_argument, NULL, 'H' },
+		{ "auth", required_argument, NULL, 'A' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -61,6 +186,8 @@ main(int argc, char **argv)
 	struct moat_gateway_opts opts = { 0 };
 	struct moat_config *cfg = NULL;
 	struct moat_gateway *gw = NULL;
+	struct moat_http *http = NULL;
+	const char *http_addr;
 	const char *config_path = NULL, *v;
 	char *state_dir = NULL, *listen = NULL, *survey = NULL;
 	char *sessiond = NULL, *snapd = NULL, *errmsg = NULL;
@@ -70,6 +197,10 @@ main(int argc, char **argv)
 	sigset_t sigs;
 	int opt, sig = 0, rv, exit_code = 1;
 
+	bool auth = true;
+
+	if (argc > 1 && strcmp(argv[1], "keys") == 0)
+		return keys_main(argc - 1, argv + 1);
 	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
@@ -153,6 +284,14 @@ main(int argc, char **argv)
 		    "and workers at most 4096");
 		goto fail_msg;
 	}
+	if ((rv = moat_config_get_bool(cfg, SECTION, "auth", true, &auth,
+	    &errmsg)) != MOAT_OK)
+		goto fail_msg;
+	if (!auth)
+		moat_warn(0, "moat-gateway: auth is off: every caller is "
+		    "tenant \"default\", without a key");
+	opts.auth = auth;
+	opts.config = cfg;
 	opts.listen_url = listen;
 	opts.survey_url = survey;
 	opts.sessiond_url = sessiond;
@@ -171,12 +310,33 @@ main(int argc, char **argv)
 
 	if ((rv = moat_gateway_start(&gw, &opts, &errmsg)) != MOAT_OK)
 		goto fail_msg;
+	http_addr = moat_config_get(cfg, SECTION, "http", NULL);
+	if (http_addr == NULL || strcmp(http_addr, "off") != 0) {
+		rv = moat_http_start(&http, gw, http_addr ? http_addr :
+		    MOAT_HTTP_DEFAULT_ADDR, &errmsg);
+		if (rv != MOAT_OK && http_addr != NULL) {
+			moat_gateway_stop(gw);
+			goto fail_msg;
+		}
+		/* The default port taken (another gateway on this host,
+		 * a test) costs the HTTP door only, not the gateway. */
+		if (rv != MOAT_OK) {
+			moat_warn(0, "moat-gateway: no HTTP API: %s", errmsg);
+			free(errmsg);
+			errmsg = NULL;
+		} else {
+			moat_info(0, "moat-gateway: HTTP API on http://%s",
+			    http_addr ? http_addr : MOAT_HTTP_DEFAULT_ADDR);
+		}
+	}
 	moat_info(0, "moat-gateway %s serving %s, surveying %s, state %s",
 	    MOAT_VERSION, listen, survey, state_dir);
 	do {
 		rv = sigwait(&sigs, &sig);
 	} while (rv == EINTR);
 	moat_info(0, "moat-gateway: signal %d: stopping", sig);
+	/* The HTTP door first: its requests run on the gateway. */
+	moat_http_stop(http);
 	moat_gateway_stop(gw);
 	moat_info(0, "moat-gateway stopped");
 	exit_code = 0;

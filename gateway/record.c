@@ -8,7 +8,12 @@
  * fails, so the result still goes back, with `recording_error` set.
  * Also the session calls clients make through the gateway (forwarded to
  * sessiond with the caller's tenant) and the trace diff itself.
- * Not for: snapshots and restore (later work), sessiond's storage
+ * The snapshot policy of a session is applied here too: EVERY snapshots
+ * the sandbox when recording starts and after each step, MANUAL attaches
+ * the snapshots clients take to the latest step. The table of recorded
+ * sandboxes lives in memory; a gateway restarted finds the session of a
+ * sandbox again by asking sessiond (ListSessions by sandbox).
+ * Not for: restore, fork and replay (travel.c), sessiond's storage
  * (services/session/).
  */
 #include <pthread.h>
@@ -18,12 +23,14 @@
 
 #include "gateway.h"
 #include "moat/log.h"
+#include "moat/safety.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "session.pb-c.h"
 
 #define SESSIOND_SERVICE "moat.v1.Session"
 #define RECORD_CALL_MIN_MS 5000  /* trace / append get at least this */
+#define RECORD_LOOKUP_MS 3000    /* finding a sandbox's session again */
 
 /* One recorded sandbox. Entries are allocated one by one and freed only
  * by moat_record_fini, so a pointer taken under the table lock stays
@@ -32,8 +39,11 @@
 struct moat_record_entry {
 	pthread_mutex_t lock;
 	char sandbox_id[MOAT_ID_MAX];
-	char session_id[MOAT_ID_MAX];
-	bool gone;                  /* the sandbox was destroyed */
+	char session_id[MOAT_ID_MAX]; /* "" : known not to be recorded */
+	bool gone;                  /* destroyed, or now records elsewhere */
+	Moat__V1__SnapshotPolicy policy;
+	uint64_t last_index;        /* the latest step (0: none yet) */
+	char step0[MOAT_ID_MAX];    /* snapshot before step 1 ("" : none) */
 	Moat__V1__FsTrace *prev;    /* owned: the trace after the last step */
 };
 
@@ -225,24 +235,29 @@ moat_record_init(struct moat_record *rec, struct moat_forward *fw,
 	return MOAT_OK;
 }
 
+static void
+entry_free(struct moat_record_entry *e)
+{
+	pthread_mutex_destroy(&e->lock);
+	if (e->prev != NULL)
+		moat__v1__fs_trace__free_unpacked(e->prev, NULL);
+	free(e);
+}
+
 void
 moat_record_fini(struct moat_record *rec)
 {
 	if (!rec->ready)
 		return;
-	for (size_t i = 0; i < rec->n; i++) {
-		pthread_mutex_destroy(&rec->entries[i]->lock);
-		if (rec->entries[i]->prev != NULL)
-			moat__v1__fs_trace__free_unpacked(
-			    rec->entries[i]->prev, NULL);
-		free(rec->entries[i]);
-	}
+	for (size_t i = 0; i < rec->n; i++)
+		entry_free(rec->entries[i]);
 	free(rec->entries);
 	pthread_mutex_destroy(&rec->lock);
 	rec->ready = false;
 }
 
-/* find: the live entry of `sandbox_id`, or NULL. Takes the table lock. */
+/* find: the live entry of `sandbox_id` (recorded or known not to be), or
+ * NULL. Takes the table lock. */
 static struct moat_record_entry *
 find(struct moat_record *rec, const char *sandbox_id)
 {
@@ -261,16 +276,82 @@ find(struct moat_record *rec, const char *sandbox_id)
 	return e;
 }
 
+/* add_entry: `e` joins the table; a live entry of the same sandbox is
+ * retired first (the sandbox now records into e's session). On failure
+ * e is freed. */
+static int
+add_entry(struct moat_record *rec, struct moat_record_entry *e)
+{
+	struct moat_record_entry **grown;
+	int rv = MOAT_OK;
+
+	pthread_mutex_lock(&rec->lock);
+	for (size_t i = 0; i < rec->n; i++)
+		if (!rec->entries[i]->gone &&
+		    strcmp(rec->entries[i]->sandbox_id, e->sandbox_id) == 0)
+			rec->entries[i]->gone = true;
+	grown = rec->n < rec->cap ? rec->entries :
+	    realloc(rec->entries, (rec->cap * 2 + 8) * sizeof(*grown));
+	if (grown != NULL) {
+		if (grown != rec->entries) {
+			rec->entries = grown;
+			rec->cap = rec->cap * 2 + 8;
+		}
+		rec->entries[rec->n++] = e;
+		e = NULL;
+	} else {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+	}
+	pthread_mutex_unlock(&rec->lock);
+	if (e != NULL)
+		entry_free(e);
+	return rv;
+}
+
+static struct moat_record_entry *
+entry_new(const char *sandbox_id, const char *session_id)
+{
+	struct moat_record_entry *e = calloc(1, sizeof(*e));
+
+	if (e == NULL)
+		return NULL;
+	if (pthread_mutex_init(&e->lock, NULL) != 0) {
+		free(e);
+		return NULL;
+	}
+	snprintf(e->sandbox_id, sizeof(e->sandbox_id), "%s", sandbox_id);
+	snprintf(e->session_id, sizeof(e->session_id), "%s", session_id);
+	return e;
+}
+
 bool
 moat_record_session_of(struct moat_record *rec, const char *sandbox_id,
     char *session_id, size_t size)
 {
 	struct moat_record_entry *e = find(rec, sandbox_id);
 
-	if (e == NULL || size == 0)
+	if (e == NULL || size == 0 || e->session_id[0] == '\0')
 		return false;
 	snprintf(session_id, size, "%s", e->session_id);
 	return true;
+}
+
+bool
+moat_record_step0(struct moat_record *rec, const char *session_id,
+    char *snapshot_id, size_t size)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&rec->lock);
+	for (size_t i = 0; i < rec->n && !found; i++)
+		if (strcmp(rec->entries[i]->session_id, session_id) == 0 &&
+		    rec->entries[i]->step0[0] != '\0') {
+			snprintf(snapshot_id, size, "%s",
+			    rec->entries[i]->step0);
+			found = true;
+		}
+	pthread_mutex_unlock(&rec->lock);
+	return found;
 }
 
 void
@@ -307,18 +388,48 @@ call_timeout(uint64_t deadline_ms)
 	return (uint32_t)left;
 }
 
-/* trace_fs: the hashed filesystem trace of `sandbox_id` from its node.
- * On MOAT_OK *out is the caller's; else *errmsg (heap, caller frees). */
-static int
-trace_fs(struct moat_record *rec, const char *sandbox_id,
-    uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
+int
+moat_record_sessiond(struct moat_record *rec, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+    ProtobufCMessage **reply, uint64_t deadline_ms, char **errmsg)
 {
-	Moat__V1__FsTraceCall req = MOAT__V1__FS_TRACE_CALL__INIT;
+	uint64_t now = moat_rpc_now_ms();
+	struct moat_rpc_opts opts = {
+		.timeout_ms = deadline_ms > now ?
+		    (uint32_t)(deadline_ms - now) : 1,
+	};
+	char *msg = NULL;
+	int rv;
+
+	*reply = NULL;
+	rv = moat_rpc_call(rec->sessiond, SESSIOND_SERVICE, method, req,
+	    reply_desc, reply, &opts, &msg);
+	if (rv == MOAT_OK) {
+		free(msg);
+		return MOAT_OK;
+	}
+	if (rv == MOAT_UNAVAILABLE || rv == MOAT_DEADLINE_EXCEEDED)
+		*errmsg = moat_asprintf("moat-sessiond at %s did not "
+		    "answer %s (%s): is it running? `moat info` shows it",
+		    rec->sessiond_url, method, msg ? msg : "");
+	else
+		*errmsg = moat_asprintf("%s", msg ? msg : moat_strerror(rv));
+	free(msg);
+	return rv;
+}
+
+/* node_call: `method` of moat.v1.Vm with `req` on the node holding
+ * `sandbox_id`; the reply decoded as `reply_desc` (caller frees). */
+static int
+node_call(struct moat_record *rec, const char *sandbox_id,
+    const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *reply_desc, uint64_t deadline,
+    const char *what, ProtobufCMessage **out, char **errmsg)
+{
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
-	uint8_t payload[MOAT_ID_MAX + 16], *reply = NULL;
+	uint8_t *payload, *reply = NULL;
 	size_t len, reply_len = 0;
-	uint64_t deadline = moat_rpc_now_ms() + call_timeout(deadline_ms);
 	int rv;
 
 	*out = NULL;
@@ -326,27 +437,278 @@ trace_fs(struct moat_record *rec, const char *sandbox_id,
 		*errmsg = moat_asprintf("sandbox id unusable");
 		return MOAT_INVALID_ARGUMENT;
 	}
-	req.sandbox_id = (char *)sandbox_id;
-	req.hash = true;
-	len = moat__v1__fs_trace_call__get_packed_size(&req);
-	if (len > sizeof(payload)) {
-		*errmsg = moat_asprintf("sandbox id too long");
-		return MOAT_INVALID_ARGUMENT;
-	}
-	moat__v1__fs_trace_call__pack(&req, payload);
 	if ((rv = moat_forward_locate(rec->fw, &sandbox, deadline, &node,
 	    errmsg)) != MOAT_OK)
 		return rv;
-	if ((rv = moat_forward_to_node(rec->fw, &node, "TraceFs", payload,
-	    len, moat_rpc_new_request_id(), deadline, "the sandbox's fs trace",
-	    &reply, &reply_len, errmsg)) != MOAT_OK)
+	len = protobuf_c_message_get_packed_size(req);
+	if ((payload = malloc(len ? len : 1)) == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	protobuf_c_message_pack(req, payload);
+	rv = moat_forward_to_node(rec->fw, &node, method, payload, len,
+	    moat_rpc_new_request_id(), deadline, what, &reply, &reply_len,
+	    errmsg);
+	free(payload);
+	if (rv != MOAT_OK)
 		return rv;
-	*out = moat__v1__fs_trace__unpack(NULL, reply_len, reply);
+	*out = protobuf_c_message_unpack(reply_desc, NULL, reply_len, reply);
 	free(reply);
 	if (*out == NULL) {
-		*errmsg = moat_asprintf("node %s answered TraceFs with "
-		    "something that is not a moat.v1.FsTrace", node.s);
+		*errmsg = moat_asprintf("node %s answered %s with something "
+		    "that is not a %s", node.s, method, reply_desc->name);
 		return MOAT_INTERNAL;
+	}
+	return MOAT_OK;
+}
+
+/* trace_fs: the hashed filesystem trace of `sandbox_id` from its node.
+ * On MOAT_OK *out is the caller's; else *errmsg (heap, caller frees). */
+static int
+trace_fs(struct moat_record *rec, const char *sandbox_id,
+    uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
+{
+	Moat__V1__FsTraceCall req = MOAT__V1__FS_TRACE_CALL__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.hash = true;
+	return node_call(rec, sandbox_id, "TraceFs", &req.base,
+	    &moat__v1__fs_trace__descriptor, moat_rpc_now_ms() +
+	    call_timeout(deadline_ms), "the sandbox's fs trace",
+	    (ProtobufCMessage **)out, errmsg);
+}
+
+int
+moat_record_trace(struct moat_record *rec, const char *sandbox_id,
+    uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
+{
+	return trace_fs(rec, sandbox_id, deadline_ms, out, errmsg);
+}
+
+/* trace_copy: a deep copy (caller frees), or NULL when out of memory. */
+static Moat__V1__FsTrace *
+trace_copy(const Moat__V1__FsTrace *t)
+{
+	size_t len = moat__v1__fs_trace__get_packed_size(t);
+	uint8_t *buf = malloc(len ? len : 1);
+	Moat__V1__FsTrace *copy;
+
+	if (buf == NULL)
+		return NULL;
+	moat__v1__fs_trace__pack(t, buf);
+	copy = moat__v1__fs_trace__unpack(NULL, len, buf);
+	free(buf);
+	return copy;
+}
+
+int
+moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
+    uint64_t deadline_ms, char *snapshot_id, size_t size, char **errmsg)
+{
+	Moat__V1__SnapshotSandboxRequest req =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+	Moat__V1__LocalSnapshot *snap = NULL;
+	int rv;
+
+	req.sandbox_id = (char *)sandbox_id;
+	if ((rv = node_call(rec, sandbox_id, "SnapshotSandbox", &req.base,
+	    &moat__v1__local_snapshot__descriptor, moat_rpc_now_ms() +
+	    call_timeout(deadline_ms), "the sandbox's snapshot",
+	    (ProtobufCMessage **)&snap, errmsg)) != MOAT_OK)
+		return rv;
+	snprintf(snapshot_id, size, "%s", snap->snapshot_id);
+	moat__v1__local_snapshot__free_unpacked(snap, NULL);
+	return MOAT_OK;
+}
+
+/* set_step_snapshot: attaches `snapshot_id` to step `index` (>= 1). */
+static int
+set_step_snapshot(struct moat_record *rec, const char *tenant,
+    const char *session_id, uint64_t index, const char *snapshot_id,
+    uint64_t deadline_ms, char **errmsg)
+{
+	Moat__V1__SetStepSnapshotRequest req =
+	    MOAT__V1__SET_STEP_SNAPSHOT_REQUEST__INIT;
+	ProtobufCMessage *reply = NULL;
+	int rv;
+
+	req.tenant = (char *)tenant;
+	req.session_id = (char *)session_id;
+	req.index = index;
+	req.snapshot_id = (char *)snapshot_id;
+	rv = moat_record_sessiond(rec, "SetStepSnapshot", &req.base,
+	    &moat__v1__step__descriptor, &reply, moat_rpc_now_ms() +
+	    call_timeout(deadline_ms), errmsg);
+	if (reply != NULL)
+		protobuf_c_message_free_unpacked(reply, NULL);
+	return rv;
+}
+
+/* label_of: the value of `key` in a session's labels, or NULL. */
+static const char *
+label_of(const Moat__V1__SessionInfo *s, const char *key)
+{
+	for (size_t i = 0; i < s->n_labels; i++)
+		if (strcmp(s->labels[i]->key, key) == 0)
+			return s->labels[i]->value;
+	return NULL;
+}
+
+const char *
+moat_record_session_step0(const Moat__V1__SessionInfo *s)
+{
+	return label_of(s, MOAT_RECORD_STEP0_LABEL);
+}
+
+/* lookup: the entry of `sandbox_id`: from the table, else (a gateway
+ * restarted since the sandbox was created) from sessiond: the latest
+ * session recording it. A sandbox sessiond has no session for is
+ * remembered as not recorded; when sessiond does not answer, NULL and
+ * nothing is remembered. */
+static struct moat_record_entry *
+lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
+    uint64_t request_id)
+{
+	Moat__V1__ListSessionsRequest req =
+	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
+	Moat__V1__ListSessionsReply *list = NULL;
+	const Moat__V1__SessionInfo *latest = NULL;
+	struct moat_record_entry *e = find(rec, sandbox_id);
+	const char *step0;
+	char *msg = NULL;
+
+	if (e != NULL || sandbox_id == NULL || sandbox_id[0] == '\0')
+		return e;
+	req.tenant = (char *)tenant;
+	req.sandbox_id = (char *)sandbox_id;
+	req.page_size = 1000;
+	if (moat_record_sessiond(rec, "ListSessions", &req.base,
+	    &moat__v1__list_sessions_reply__descriptor,
+	    (ProtobufCMessage **)&list, moat_rpc_now_ms() +
+	    RECORD_LOOKUP_MS, &msg) != MOAT_OK) {
+		moat_warn(request_id, "recording: cannot tell whether sandbox "
+		    "%s is recorded: %s", sandbox_id, msg ? msg : "");
+		free(msg);
+		return NULL;
+	}
+	for (size_t i = 0; i < list->n_sessions; i++)
+		if (latest == NULL ||
+		    list->sessions[i]->created_ms >= latest->created_ms)
+			latest = list->sessions[i];
+	e = entry_new(sandbox_id, latest != NULL ? latest->id : "");
+	if (e != NULL && latest != NULL) {
+		e->policy = latest->snapshot_policy;
+		e->last_index = latest->step_count;
+		if ((step0 = label_of(latest, MOAT_RECORD_STEP0_LABEL)) !=
+		    NULL)
+			snprintf(e->step0, sizeof(e->step0), "%s", step0);
+		/* The next step is diffed against the state found now. */
+		if (trace_fs(rec, sandbox_id, 0, &e->prev, &msg) != MOAT_OK) {
+			free(msg);
+			msg = NULL;
+		}
+		moat_info(request_id, "sandbox %s records again into session "
+		    "%s (found in moat-sessiond)", sandbox_id, e->session_id);
+	}
+	moat__v1__list_sessions_reply__free_unpacked(list, NULL);
+	if (e == NULL || add_entry(rec, e) != MOAT_OK)
+		return NULL;
+	return e;
+}
+
+bool
+moat_record_session_lookup(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, uint64_t request_id, char *session_id,
+    size_t size)
+{
+	struct moat_record_entry *e = lookup(rec, tenant, sandbox_id,
+	    request_id);
+
+	if (e == NULL || size == 0 || e->session_id[0] == '\0')
+		return false;
+	snprintf(session_id, size, "%s", e->session_id);
+	return true;
+}
+
+int
+moat_record_begin(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, const struct moat_record_origin *origin,
+    uint64_t request_id, uint64_t deadline_ms, char *session_id,
+    size_t size, char **errmsg)
+{
+	Moat__V1__CreateSessionRequest creq =
+	    MOAT__V1__CREATE_SESSION_REQUEST__INIT;
+	Moat__V1__CreateSessionRequest__LabelsEntry label =
+	    MOAT__V1__CREATE_SESSION_REQUEST__LABELS_ENTRY__INIT;
+	Moat__V1__CreateSessionRequest__LabelsEntry *labels[1] = { &label };
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__SessionInfo *info;
+	struct moat_record_entry *e;
+	char step0[MOAT_ID_MAX] = "", *msg = NULL;
+	int rv;
+
+	if (origin->base_snapshot != NULL && origin->base_snapshot[0] != '\0')
+		snprintf(step0, sizeof(step0), "%s", origin->base_snapshot);
+	else if (origin->policy ==
+	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY &&
+	    moat_record_snapshot(rec, sandbox_id, deadline_ms, step0,
+	    sizeof(step0), &msg) != MOAT_OK) {
+		moat_warn(request_id, "recording %s: no snapshot of its "
+		    "starting state (%s): step 0 cannot be restored",
+		    sandbox_id, msg ? msg : "");
+		free(msg);
+		msg = NULL;
+		step0[0] = '\0';
+	}
+	creq.tenant = (char *)tenant;
+	creq.sandbox_id = (char *)sandbox_id;
+	creq.snapshot_policy = origin->policy;
+	creq.parent_session_id = (char *)(origin->parent_session_id != NULL ?
+	    origin->parent_session_id : "");
+	creq.parent_step = origin->parent_step;
+	if (step0[0] != '\0') {
+		/* SetStepSnapshot knows steps from 1; step 0's snapshot is
+		 * the session's label. */
+		label.key = (char *)MOAT_RECORD_STEP0_LABEL;
+		label.value = step0;
+		creq.labels = labels;
+		creq.n_labels = 1;
+	}
+	if ((rv = moat_record_sessiond(rec, "CreateSession", &creq.base,
+	    &moat__v1__session_info__descriptor, &reply,
+	    moat_rpc_now_ms() + call_timeout(deadline_ms), &msg)) !=
+	    MOAT_OK) {
+		*errmsg = moat_asprintf("cannot start the recording of %s: %s",
+		    sandbox_id, msg);
+		free(msg);
+		return rv;
+	}
+	info = (Moat__V1__SessionInfo *)reply;
+	e = entry_new(sandbox_id, info->id ? info->id : "");
+	protobuf_c_message_free_unpacked(reply, NULL);
+	if (e == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	e->policy = origin->policy;
+	snprintf(e->step0, sizeof(e->step0), "%s", step0);
+	snprintf(session_id, size, "%s", e->session_id);
+	/* What the sandbox holds now is no step's: the first step is
+	 * diffed against this. Best effort. */
+	if (origin->base_trace != NULL) {
+		if ((e->prev = trace_copy(origin->base_trace)) == NULL)
+			moat_warn(request_id, "recording %s: out of memory "
+			    "copying the starting fs trace", sandbox_id);
+	} else if (trace_fs(rec, sandbox_id, deadline_ms, &e->prev, &msg) !=
+	    MOAT_OK) {
+		moat_warn(request_id, "recording %s: no starting fs trace "
+		    "(%s): the first step lists every change since boot",
+		    sandbox_id, msg ? msg : "");
+		free(msg);
+	}
+	if (add_entry(rec, e) != MOAT_OK) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	return MOAT_OK;
 }
@@ -357,74 +719,46 @@ moat_record_start(struct moat_record *rec, const char *tenant,
     uint64_t request_id, uint64_t deadline_ms, char *session_id,
     size_t size, char **errmsg)
 {
-	Moat__V1__CreateSessionRequest creq =
-	    MOAT__V1__CREATE_SESSION_REQUEST__INIT;
-	struct moat_rpc_opts opts = {
-		.timeout_ms = call_timeout(deadline_ms),
-		.request_id = request_id,
+	struct moat_record_origin origin = {
+		.policy = req->snapshot_policy,
 	};
-	ProtobufCMessage *reply = NULL;
-	Moat__V1__SessionInfo *info;
-	struct moat_record_entry *e = NULL, **grown;
-	char *msg = NULL;
-	int rv;
 
-	creq.tenant = (char *)tenant;
-	creq.sandbox_id = (char *)sandbox_id;
-	creq.snapshot_policy = req->snapshot_policy;
-	if ((rv = moat_rpc_call(rec->sessiond, SESSIOND_SERVICE,
-	    "CreateSession", &creq.base, &moat__v1__session_info__descriptor,
-	    &reply, &opts, &msg)) != MOAT_OK) {
-		*errmsg = moat_asprintf("moat-sessiond at %s: %s: %s (is "
-		    "moat-sessiond running? see `moat info`)",
-		    rec->sessiond_url, moat_strerror(rv), msg ? msg : "");
-		free(msg);
-		return rv;
+	return moat_record_begin(rec, tenant, sandbox_id, &origin, request_id,
+	    deadline_ms, session_id, size, errmsg);
+}
+
+void
+moat_record_snapshot_taken(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, const char *snapshot_id, uint64_t request_id,
+    uint64_t deadline_ms)
+{
+	struct moat_record_entry *e = lookup(rec, tenant, sandbox_id,
+	    request_id);
+	char *msg = NULL;
+
+	if (e == NULL || e->session_id[0] == '\0' || e->policy !=
+	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL)
+		return;
+	pthread_mutex_lock(&e->lock);
+	if (e->last_index == 0) {
+		pthread_mutex_lock(&rec->lock);
+		snprintf(e->step0, sizeof(e->step0), "%s", snapshot_id);
+		pthread_mutex_unlock(&rec->lock);
+		moat_info(request_id, "snapshot %s is step 0 of session %s",
+		    snapshot_id, e->session_id);
+	} else if (set_step_snapshot(rec, tenant, e->session_id,
+	    e->last_index, snapshot_id, deadline_ms, &msg) != MOAT_OK) {
+		moat_warn(request_id, "snapshot %s of %s not attached to step "
+		    "%llu of session %s: %s", snapshot_id, sandbox_id,
+		    (unsigned long long)e->last_index, e->session_id,
+		    msg ? msg : "");
+	} else {
+		moat_info(request_id, "snapshot %s is step %llu of session %s",
+		    snapshot_id, (unsigned long long)e->last_index,
+		    e->session_id);
 	}
-	info = (Moat__V1__SessionInfo *)reply;
-	if ((e = calloc(1, sizeof(*e))) == NULL ||
-	    pthread_mutex_init(&e->lock, NULL) != 0) {
-		free(e);
-		protobuf_c_message_free_unpacked(reply, NULL);
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	snprintf(e->sandbox_id, sizeof(e->sandbox_id), "%s", sandbox_id);
-	snprintf(e->session_id, sizeof(e->session_id), "%s",
-	    info->id ? info->id : "");
-	snprintf(session_id, size, "%s", e->session_id);
-	protobuf_c_message_free_unpacked(reply, NULL);
-	/* The image's own changes since boot are no step's: the first
-	 * step is diffed against this. Best effort. */
-	if (trace_fs(rec, sandbox_id, deadline_ms, &e->prev, &msg) !=
-	    MOAT_OK) {
-		moat_warn(request_id, "recording %s: no starting fs trace "
-		    "(%s): the first step lists every change since boot",
-		    sandbox_id, msg ? msg : "");
-		free(msg);
-		msg = NULL;
-	}
-	pthread_mutex_lock(&rec->lock);
-	grown = rec->n < rec->cap ? rec->entries :
-	    realloc(rec->entries, (rec->cap * 2 + 8) * sizeof(*grown));
-	if (grown != NULL) {
-		if (grown != rec->entries) {
-			rec->entries = grown;
-			rec->cap = rec->cap * 2 + 8;
-		}
-		rec->entries[rec->n++] = e;
-		e = NULL;
-	}
-	pthread_mutex_unlock(&rec->lock);
-	if (e != NULL) {
-		pthread_mutex_destroy(&e->lock);
-		if (e->prev != NULL)
-			moat__v1__fs_trace__free_unpacked(e->prev, NULL);
-		free(e);
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	return MOAT_OK;
+	pthread_mutex_unlock(&e->lock);
+	free(msg);
 }
 
 /* join_argv: argv as one line (heap), for a step's input. */
@@ -447,62 +781,104 @@ join_argv(char *const *argv, size_t n)
 	return s;
 }
 
-/* append_step: builds the step of `req` / `res` with `diff` and appends
- * it. On MOAT_OK *index is its index. */
+/* One step being recorded: the request's kind and the parts of the
+ * node's reply the step keeps (borrowed from `exec` / `code`). */
+struct step_run {
+	const ProtobufCMessage *request;
+	Moat__V1__ExecResult *exec;     /* owned: Exec's reply */
+	Moat__V1__RunCodeResult *code;  /* owned: RunCode's reply */
+};
+
+/* step_fill: the step's input from the request and its outcome from the
+ * reply. *joined (heap) may be set for an argv. */
+static int
+step_fill(const struct step_run *r, Moat__V1__Step *step, char **joined)
+{
+	const ProtobufCMessageDescriptor *d = r->request->descriptor;
+
+	if (d == &moat__v1__exec_request__descriptor) {
+		const Moat__V1__ExecRequest *req =
+		    (const Moat__V1__ExecRequest *)r->request;
+		const Moat__V1__ExecResult *res = r->exec;
+
+		if (req->code != NULL && req->code[0] != '\0') {
+			step->kind = MOAT__V1__STEP_KIND__STEP_KIND_CODE;
+			step->input = req->code;
+			step->language = req->language;
+		} else {
+			step->kind = MOAT__V1__STEP_KIND__STEP_KIND_EXEC;
+			if (req->shell != NULL && req->shell[0] != '\0') {
+				step->input = req->shell;
+			} else {
+				if ((*joined = join_argv(req->argv,
+				    req->n_argv)) == NULL)
+					return MOAT_RESOURCE_EXHAUSTED;
+				step->input = *joined;
+				step->n_argv = req->n_argv;
+				step->argv = req->argv;
+			}
+		}
+		if (res->status != NULL)
+			step->exit_code = res->status->exited ?
+			    res->status->exit_code :
+			    128 + res->status->signal;
+		step->stdout = res->stdout;
+		step->stderr = res->stderr;
+	} else if (d == &moat__v1__run_code_request__descriptor) {
+		const Moat__V1__RunCodeRequest *req =
+		    (const Moat__V1__RunCodeRequest *)r->request;
+		const Moat__V1__CodeResult *res = r->code->result;
+
+		step->kind = MOAT__V1__STEP_KIND__STEP_KIND_CODE;
+		step->input = req->code;
+		step->language = (char *)(req->language[0] != '\0' ?
+		    req->language : "python");
+		if (res != NULL) {
+			/* A code run has no exit code: an exception is 1, a
+			 * timeout 124 (as `moat run`). */
+			step->exit_code = res->timed_out ? 124 :
+			    res->error_name[0] != '\0' ? 1 : 0;
+			step->stdout = res->stdout;
+			step->stderr = res->stderr;
+		}
+	} else {
+		const Moat__V1__FileWriteRequest *req =
+		    (const Moat__V1__FileWriteRequest *)r->request;
+
+		step->kind = MOAT__V1__STEP_KIND__STEP_KIND_FILE_WRITE;
+		step->input = (char *)"";
+		step->path = req->path;
+		/* The contents are the step's input: text only. */
+		if ((*joined = malloc(req->data.len + 1)) == NULL)
+			return MOAT_RESOURCE_EXHAUSTED;
+		memcpy(*joined, req->data.data, req->data.len);
+		(*joined)[req->data.len] = '\0';
+		step->input = *joined;
+	}
+	return MOAT_OK;
+}
+
+/* append_step: appends `step` (for `diff`) to e's session. On MOAT_OK
+ * *index is its index. */
 static int
 append_step(struct moat_record *rec, struct moat_record_entry *e,
-    const char *tenant, const Moat__V1__ExecRequest *req,
-    const Moat__V1__ExecResult *res, uint64_t started, uint64_t ended,
-    Moat__V1__FsTraceEntry **diff, size_t n_diff, bool truncated,
-    uint64_t deadline_ms, uint64_t *index, char **errmsg)
+    const char *tenant, Moat__V1__Step *step, uint64_t deadline_ms,
+    uint64_t *index, char **errmsg)
 {
 	Moat__V1__AppendStepRequest areq = MOAT__V1__APPEND_STEP_REQUEST__INIT;
-	Moat__V1__Step step = MOAT__V1__STEP__INIT;
-	struct moat_rpc_opts opts = { .timeout_ms = call_timeout(deadline_ms) };
 	ProtobufCMessage *reply = NULL;
-	char *joined = NULL, *msg = NULL;
+	char *msg = NULL;
 	int rv;
 
-	if (req->code != NULL && req->code[0] != '\0') {
-		step.kind = MOAT__V1__STEP_KIND__STEP_KIND_CODE;
-		step.input = req->code;
-		step.language = req->language;
-	} else {
-		step.kind = MOAT__V1__STEP_KIND__STEP_KIND_EXEC;
-		if (req->shell != NULL && req->shell[0] != '\0') {
-			step.input = req->shell;
-		} else {
-			if ((joined = join_argv(req->argv, req->n_argv)) ==
-			    NULL) {
-				*errmsg = moat_asprintf("out of memory");
-				return MOAT_RESOURCE_EXHAUSTED;
-			}
-			step.input = joined;
-		}
-		step.n_argv = req->n_argv;
-		step.argv = req->argv;
-	}
-	if (res->status != NULL)
-		step.exit_code = res->status->exited ? res->status->exit_code :
-		    128 + res->status->signal;
-	step.stdout = res->stdout;
-	step.stderr = res->stderr;
-	step.started_ms = started;
-	step.ended_ms = ended;
-	step.n_fs_trace = n_diff;
-	step.fs_trace = diff;
-	step.fs_trace_truncated = truncated;
 	areq.tenant = (char *)tenant;
 	areq.session_id = e->session_id;
-	areq.step = &step;
-	rv = moat_rpc_call(rec->sessiond, SESSIOND_SERVICE, "AppendStep",
-	    &areq.base, &moat__v1__append_step_reply__descriptor, &reply,
-	    &opts, &msg);
-	free(joined);
-	if (rv != MOAT_OK) {
-		*errmsg = moat_asprintf("step not recorded: moat-sessiond at "
-		    "%s: %s: %s", rec->sessiond_url, moat_strerror(rv),
-		    msg ? msg : "");
+	areq.step = step;
+	if ((rv = moat_record_sessiond(rec, "AppendStep", &areq.base,
+	    &moat__v1__append_step_reply__descriptor, &reply,
+	    moat_rpc_now_ms() + call_timeout(deadline_ms), &msg)) !=
+	    MOAT_OK) {
+		*errmsg = moat_asprintf("step not recorded: %s: %s",
+		    moat_strerror(rv), msg);
 		free(msg);
 		return rv;
 	}
@@ -511,94 +887,171 @@ append_step(struct moat_record *rec, struct moat_record_entry *e,
 	return MOAT_OK;
 }
 
-int
-moat_record_exec(struct moat_record *rec, struct moat_rpc_call *call,
-    const Moat__V1__ExecRequest *req, const char *tenant, bool *handled)
+/* repack: the node's reply with the recording's fields, as the call's
+ * new raw reply. A FILE_WRITE's reply has no such fields. */
+static void
+repack(struct moat_rpc_call *call, struct step_run *r, uint64_t index,
+    const char *session_id, const char *err)
 {
-	struct moat_record_entry *e = find(rec, req->sandbox_id);
-	Moat__V1__ExecResult *res = NULL;
+	ProtobufCMessage *m;
+	char **session_field, **err_field, *node_session, *node_error;
+	uint32_t *index_field;
+	uint8_t *packed;
+	size_t len;
+
+	if (r->exec != NULL) {
+		m = &r->exec->base;
+		session_field = &r->exec->session_id;
+		err_field = &r->exec->recording_error;
+		index_field = &r->exec->step_index;
+	} else if (r->code != NULL) {
+		m = &r->code->base;
+		session_field = &r->code->session_id;
+		err_field = &r->code->recording_error;
+		index_field = &r->code->step_index;
+	} else {
+		return;
+	}
+	/* Borrowed strings go in for packing only; what the node put there
+	 * (normally protobuf-c's static empty string) goes back after. */
+	node_session = *session_field;
+	node_error = *err_field;
+	*index_field = (uint32_t)index;
+	*session_field = (char *)session_id;
+	*err_field = (char *)(err != NULL ? err : "");
+	len = protobuf_c_message_get_packed_size(m);
+	if ((packed = malloc(len ? len : 1)) != NULL) {
+		protobuf_c_message_pack(m, packed);
+		free(call->raw_reply);
+		call->raw_reply = packed;
+		call->raw_reply_len = len;
+	}
+	*session_field = node_session;
+	*err_field = node_error;
+}
+
+int
+moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, const char *sandbox_id,
+    const char *tenant, bool *handled)
+{
+	struct moat_record_entry *e = lookup(rec, tenant, sandbox_id,
+	    call->request_id);
+	struct step_run r = { .request = request };
+	Moat__V1__Step step = MOAT__V1__STEP__INIT;
 	Moat__V1__FsTrace *cur = NULL;
 	Moat__V1__FsTraceEntry **diff = NULL;
-	size_t n_diff = 0, len;
+	size_t n_diff = 0;
 	uint64_t started, ended, index = 0;
-	uint8_t *packed;
-	char *err = NULL, *msg = NULL, *node_session, *node_error;
-	bool truncated = false;
+	char *err = NULL, *msg = NULL, *joined = NULL;
+	char snap[MOAT_ID_MAX];
 	int rv;
 
-	*handled = e != NULL;
-	if (e == NULL)
+	*handled = e != NULL && e->session_id[0] != '\0';
+	if (!*handled)
 		return MOAT_OK;
 	pthread_mutex_lock(&e->lock);
 	started = moat_now_unix_ms();
-	rv = moat_forward_call(rec->fw, call, req->sandbox_id, call->payload,
+	rv = moat_forward_call(rec->fw, call, sandbox_id, call->payload,
 	    call->payload_len);
 	ended = moat_now_unix_ms();
 	if (rv != MOAT_OK)
-		goto cleanup;   /* the exec did not run: no step */
-	res = moat__v1__exec_result__unpack(NULL, call->raw_reply_len,
-	    call->raw_reply);
-	if (res == NULL) {
-		moat_warn(call->request_id, "recording %s: the node's "
-		    "ExecResult does not decode: step not recorded",
-		    req->sandbox_id);
+		goto cleanup;   /* it did not run: no step */
+	if (request->descriptor == &moat__v1__exec_request__descriptor)
+		r.exec = moat__v1__exec_result__unpack(NULL,
+		    call->raw_reply_len, call->raw_reply);
+	else if (request->descriptor ==
+	    &moat__v1__run_code_request__descriptor)
+		r.code = moat__v1__run_code_result__unpack(NULL,
+		    call->raw_reply_len, call->raw_reply);
+	if (r.exec == NULL && r.code == NULL && request->descriptor !=
+	    &moat__v1__file_write_request__descriptor) {
+		moat_warn(call->request_id, "recording %s: the node's %s "
+		    "reply does not decode: step not recorded", sandbox_id,
+		    call->method);
 		goto cleanup;
 	}
-	if (trace_fs(rec, req->sandbox_id, call->deadline_ms, &cur, &msg) ==
+	if (step_fill(&r, &step, &joined) != MOAT_OK) {
+		err = moat_asprintf("out of memory building the step");
+		goto reply;
+	}
+	/* The label, as the gateway's policy judged it (auth.c): a static
+	 * string, like the borrowed fields step_fill set. */
+	if (step.input != NULL && step.input[0] != '\0')
+		step.safety = (char *)moat_safety_level_name(
+		    moat_safety_classify(step.input, step.language).level);
+	if (trace_fs(rec, sandbox_id, call->deadline_ms, &cur, &msg) ==
 	    MOAT_OK) {
 		if (moat_trace_diff(e->prev, cur, &diff, &n_diff) != MOAT_OK) {
 			err = moat_asprintf("out of memory diffing the fs "
 			    "trace");
 			goto reply;
 		}
-		truncated = cur->truncated ||
+		step.fs_trace_truncated = cur->truncated ||
 		    (e->prev != NULL && e->prev->truncated);
 	} else {
 		/* The step still lands, marked as lacking its trace. */
 		moat_warn(call->request_id, "recording %s: fs trace failed: "
-		    "%s", req->sandbox_id, msg ? msg : "");
-		truncated = true;
+		    "%s", sandbox_id, msg ? msg : "");
+		step.fs_trace_truncated = true;
 	}
-	if (append_step(rec, e, tenant, req, res, started, ended, diff,
-	    n_diff, truncated, call->deadline_ms, &index, &err) == MOAT_OK) {
-		if (cur != NULL) {
-			if (e->prev != NULL)
-				moat__v1__fs_trace__free_unpacked(e->prev,
-				    NULL);
-			e->prev = cur;
-			cur = NULL;
-		}
-	} else {
-		moat_warn(call->request_id, "recording %s: %s",
-		    req->sandbox_id, err);
+	step.started_ms = started;
+	step.ended_ms = ended;
+	step.n_fs_trace = n_diff;
+	step.fs_trace = diff;
+	if (append_step(rec, e, tenant, &step, call->deadline_ms, &index,
+	    &err) != MOAT_OK) {
+		moat_warn(call->request_id, "recording %s: %s", sandbox_id,
+		    err);
+		goto reply;
+	}
+	e->last_index = index;
+	if (cur != NULL) {
+		if (e->prev != NULL)
+			moat__v1__fs_trace__free_unpacked(e->prev, NULL);
+		e->prev = cur;
+		cur = NULL;
+	}
+	if (e->policy != MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY)
+		goto reply;
+	free(msg);
+	msg = NULL;
+	/* A snapshot that fails does not fail the step: it is recorded,
+	 * and the reply says it cannot be restored. */
+	if (moat_record_snapshot(rec, sandbox_id, call->deadline_ms, snap,
+	    sizeof(snap), &msg) != MOAT_OK ||
+	    set_step_snapshot(rec, tenant, e->session_id, index, snap,
+	    call->deadline_ms, &msg) != MOAT_OK) {
+		err = moat_asprintf("step %llu recorded without a snapshot "
+		    "(it cannot be restored): %s", (unsigned long long)index,
+		    msg ? msg : "");
+		moat_warn(call->request_id, "recording %s: %s", sandbox_id,
+		    err);
 	}
 reply:
-	/* Borrowed strings go in for packing only; what the node put there
-	 * (normally protobuf-c's static empty string) goes back after. */
-	node_session = res->session_id;
-	node_error = res->recording_error;
-	res->step_index = (uint32_t)index;
-	res->session_id = e->session_id;   /* borrowed until packed */
-	res->recording_error = err != NULL ? err : (char *)"";
-	len = moat__v1__exec_result__get_packed_size(res);
-	if ((packed = malloc(len ? len : 1)) != NULL) {
-		moat__v1__exec_result__pack(res, packed);
-		free(call->raw_reply);
-		call->raw_reply = packed;
-		call->raw_reply_len = len;
-	}
-	res->session_id = node_session;
-	res->recording_error = node_error;
+	repack(call, &r, err == NULL || index > 0 ? index : 0, e->session_id,
+	    err);
 cleanup:
 	pthread_mutex_unlock(&e->lock);
-	if (res != NULL)
-		moat__v1__exec_result__free_unpacked(res, NULL);
+	if (r.exec != NULL)
+		moat__v1__exec_result__free_unpacked(r.exec, NULL);
+	if (r.code != NULL)
+		moat__v1__run_code_result__free_unpacked(r.code, NULL);
 	if (cur != NULL)
 		moat__v1__fs_trace__free_unpacked(cur, NULL);
 	moat_trace_diff_free(diff, n_diff);
+	free(joined);
 	free(err);
 	free(msg);
 	return rv;
+}
+
+int
+moat_record_exec(struct moat_record *rec, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, const char *tenant, bool *handled)
+{
+	return moat_record_step(rec, call, &req->base, req->sandbox_id, tenant,
+	    handled);
 }
 
 int
@@ -654,6 +1107,36 @@ moat_record_session_call(struct moat_record *rec, struct moat_rpc_call *call,
 	else
 		rv = moat_rpc_error(call, rv, "%s", msg ? msg :
 		    moat_strerror(rv));
+	free(msg);
+	return rv;
+}
+
+int
+moat_record_sessiond_call(struct moat_record *rec, const char *method,
+    const ProtobufCMessage *request,
+    const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
+    uint64_t request_id, uint64_t deadline_ms, char **errmsg)
+{
+	struct moat_rpc_opts opts = { .request_id = request_id };
+	uint64_t now = moat_rpc_now_ms();
+	char *msg = NULL;
+	int rv;
+
+	*reply = NULL;
+	opts.timeout_ms = deadline_ms > now ? (uint32_t)(deadline_ms - now) :
+	    1;
+	rv = moat_rpc_call(rec->sessiond, SESSIOND_SERVICE, method, request,
+	    reply_desc, reply, &opts, &msg);
+	if (rv == MOAT_OK) {
+		free(msg);
+		return MOAT_OK;
+	}
+	if (rv == MOAT_UNAVAILABLE || rv == MOAT_DEADLINE_EXCEEDED)
+		*errmsg = moat_asprintf("moat-sessiond at %s did not answer "
+		    "%s (%s): is it running? `moat info` shows it",
+		    rec->sessiond_url, method, msg ? msg : "");
+	else
+		*errmsg = moat_asprintf("%s", msg ? msg : moat_strerror(rv));
 	free(msg);
 	return rv;
 }

@@ -41,6 +41,9 @@ struct moat_rpc_call {
 	uint32_t timeout_ms;       /* as sent; 0: server default */
 	uint64_t deadline_ms;      /* monotonic ms (moat_rpc_now_ms) */
 	const char *auth;          /* "" when none */
+	/* Whom the call acts for, set by a service's own auth before its
+	 * handler runs (the gateway's tenant); NULL in the rpc layer. */
+	const char *principal;
 	void *service_ctx;         /* moat_rpc_service.ctx */
 	const uint8_t *payload;    /* the request's encoded bytes */
 	size_t payload_len;

@@ -12,6 +12,7 @@
 #include <nng/protocol/survey0/respond.h>
 
 #include "fake_node.h"
+#include "moat/nng_close.h"
 #include "vm.pb-c.h"
 
 static int
@@ -76,9 +77,12 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    q->tenant);
 		snprintf(id, sizeof(id), "%s-sb-%d", fn->id,
 		    fn->next_sandbox++);
-		if (fn->n_sandboxes < FAKE_MAX_SANDBOXES)
+		if (fn->n_sandboxes < FAKE_MAX_SANDBOXES) {
+			snprintf(fn->tenants[fn->n_sandboxes], 64, "%s",
+			    q->tenant);
 			snprintf(fn->sandboxes[fn->n_sandboxes++], 128, "%s",
 			    id);
+		}
 		rv = fill_sandbox(fn, (Moat__V1__Sandbox *)reply, id,
 		    q->tenant);
 	} else if (strcmp(m, "ListSandboxes") == 0) {
@@ -91,7 +95,13 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		r->sandboxes = calloc((size_t)fn->n_sandboxes + 1,
 		    sizeof(*r->sandboxes));
 		for (int i = 0; i < fn->n_sandboxes; i++) {
-			Moat__V1__Sandbox *sb = malloc(sizeof(*sb));
+			Moat__V1__Sandbox *sb;
+
+			/* As vmd: a tenant lists only its own. */
+			if (fn->tenants[i][0] != '\0' &&
+			    strcmp(fn->tenants[i], q->tenant) != 0)
+				continue;
+			sb = malloc(sizeof(*sb));
 			moat__v1__sandbox__init(sb);
 			fill_sandbox(fn, sb, fn->sandboxes[i], q->tenant);
 			r->sandboxes[r->n_sandboxes++] = sb;
@@ -104,10 +114,13 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    "sandbox %s", fn->id, sid ? sid : "(none)");
 	} else if (strcmp(m, "GetSandbox") == 0) {
 		rv = fill_sandbox(fn, (Moat__V1__Sandbox *)reply, sid,
+		    fn->tenants[idx][0] != '\0' ? fn->tenants[idx] :
 		    "default");
 	} else if (strcmp(m, "DestroySandbox") == 0) {
 		memmove(fn->sandboxes[idx], fn->sandboxes[idx + 1],
 		    (size_t)(fn->n_sandboxes - idx - 1) * 128);
+		memmove(fn->tenants[idx], fn->tenants[idx + 1],
+		    (size_t)(fn->n_sandboxes - idx - 1) * 64);
 		fn->n_sandboxes--;
 	} else if (strcmp(m, "ExecStart") == 0) {
 		Moat__V1__ExecHandle *r = (Moat__V1__ExecHandle *)reply;
@@ -236,9 +249,11 @@ void
 fake_node_add_sandbox(struct fake_node *fn, const char *sandbox_id)
 {
 	pthread_mutex_lock(&fn->lock);
-	if (fn->n_sandboxes < FAKE_MAX_SANDBOXES)
+	if (fn->n_sandboxes < FAKE_MAX_SANDBOXES) {
+		fn->tenants[fn->n_sandboxes][0] = '\0';
 		snprintf(fn->sandboxes[fn->n_sandboxes++], 128, "%s",
 		    sandbox_id);
+	}
 	pthread_mutex_unlock(&fn->lock);
 }
 
@@ -250,15 +265,21 @@ fake_node_kill_rpc(struct fake_node *fn)
 }
 
 void
-fake_node_stop(struct fake_node *fn)
+fake_node_halt(struct fake_node *fn)
 {
-	/* Join before closing: nng 1.5 can deadlock in nng_close while
-	 * another thread is receiving on the socket. */
 	atomic_store(&fn->stop, true);
 	if (fn->thread_started)
 		pthread_join(fn->thread, NULL);
-	if (fn->has_resp)
-		nng_close(fn->resp);
+	fn->thread_started = false;
+}
+
+void
+fake_node_stop(struct fake_node *fn)
+{
+	fake_node_halt(fn);
+	if (fn->has_resp && !moat_nng_close_bounded(fn->resp, 2000))
+		fprintf(stderr, "fake node %s: nng_close hung (nng 1.5 "
+		    "bug); socket abandoned\n", fn->id);
 	fn->has_resp = false;
 	fn->thread_started = false;
 	fake_node_kill_rpc(fn);

@@ -65,6 +65,36 @@ available_nodes(void)
 	return count;
 }
 
+/* wait_node_count: until the gateway's view of `id` (from its surveys)
+ * reports `sandboxes`, so placement decides on fresh numbers. */
+static void
+wait_node_count(const char *id, uint32_t sandboxes)
+{
+	for (int i = 0; i < 300; i++) {
+		Moat__V1__Empty req = MOAT__V1__EMPTY__INIT;
+		Moat__V1__NodeList *list;
+		ProtobufCMessage *reply = NULL;
+		char *errmsg = NULL;
+		bool fresh = false;
+
+		if (moat_rpc_call(E.client, GW, "ListNodes", &req.base,
+		    &moat__v1__node_list__descriptor, &reply, NULL,
+		    &errmsg) == MOAT_OK) {
+			list = (Moat__V1__NodeList *)reply;
+			for (size_t j = 0; j < list->n_nodes; j++)
+				if (strcmp(list->nodes[j]->node_id, id) == 0 &&
+				    list->nodes[j]->sandboxes == sandboxes)
+					fresh = true;
+			protobuf_c_message_free_unpacked(reply, NULL);
+		} else
+			free(errmsg);
+		if (fresh)
+			return;
+		nng_msleep(20);
+	}
+	fail_msg("the gateway never saw %u sandbox(es) on %s", sandboxes, id);
+}
+
 static void
 wait_nodes(int want)
 {
@@ -113,6 +143,9 @@ static int
 teardown(void **state)
 {
 	moat_rpc_client_close(E.client);
+	fake_node_halt(&E.a);
+	if (E.b_started)
+		fake_node_halt(&E.b);
 	moat_gateway_stop(E.gw);
 	fake_node_stop(&E.a);
 	if (E.b_started)
@@ -268,6 +301,8 @@ test_two_nodes_placement_lookup_and_list(void **state)
 	/* node-a holds sandboxes from the earlier tests (or none if run
 	 * alone); b holds none: b gets the next one. */
 	if (E.a.n_sandboxes > 0) {
+		wait_node_count("node-a", (uint32_t)E.a.n_sandboxes);
+		wait_node_count("node-b", 0);
 		assert_int_equal(create(0, "", &id, &errmsg), MOAT_OK);
 		assert_string_equal(id, "node-b-sb-0");
 		assert_string_equal(E.b.last_method, "CreateSandbox");

@@ -1,0 +1,25 @@
+/*
+ * mcp_internal.h: the session state mcp.c and tools.c share.
+ * Not for: anything outside clients/mcp/.
+ */
+#ifndef MOAT_MCP_INTERNAL_H
+#define MOAT_MCP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "mcp.h"
+
+#define MOAT_MCP_ID_MAX 128     /* longest sandbox id, with its NUL */
+
+
+struct moat_mcp_session {
+	char *allow_dir;        /* heap real path; NULL: no host files */
+	char *label;            /* heap; NULL: none */
+	pthread_mutex_t lock;   /* guards the fields below */
+	bool initialized;       /* initialize answered */
+	char version[16];       /* the negotiated protocol version */
+	char default_sandbox[MOAT_MCP_ID_MAX]; /* "" : none yet */
+};
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * auth.h: the gateway's tenants, API keys, audit log and command policy
+ * (auth.c). Keys and the audit log live in the gateway's own LMDB
+ * (<state-dir>/gateway-db), which the running gateway and the operator's
+ * `moat-gateway keys ...` commands open at once (LMDB allows a second
+ * process). Only the SHA-256 of a key's secret is stored.
+ * Not for: deciding which calls need a key (the method table in
+ * handlers.c) or the HTTP door (http.c).
+ */
+#ifndef MOAT_GATEWAY_AUTH_H
+#define MOAT_GATEWAY_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "moat/config.h"
+#include "moat/safety.h"
+
+#define MOAT_AUTH_DB_DIR "gateway-db"
+#define MOAT_AUTH_KEY_ID_LEN 12        /* hex characters */
+#define MOAT_AUTH_TENANT_MAX 64        /* with its NUL */
+#define MOAT_AUTH_AUDIT_MAX_LIMIT 1000
+#define MOAT_AUTH_UNAUTHENTICATED_MSG                                    \
+	"missing or revoked API key: create one with moat-gateway keys "  \
+	"create --tenant NAME"
+
+struct moat_auth;
+
+/* moat_auth_open: opens (creating) the key store in
+ * <state_dir>/gateway-db. On MOAT_OK *out is the caller's
+ * (moat_auth_close); otherwise *errmsg (heap, caller frees). */
+int moat_auth_open(struct moat_auth **out, const char *state_dir,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_auth_close: safe on NULL. */
+void moat_auth_close(struct moat_auth *a);
+
+/* moat_auth_tenant_valid: 1-63 of [A-Za-z0-9._-]. */
+bool moat_auth_tenant_valid(const char *tenant);
+
+/* moat_auth_key_create: a new key of `tenant`. On MOAT_OK *secret is the
+ * whole key "moat_<keyid>_<secret>" (heap, caller frees; shown once,
+ * never stored) and key_id (MOAT_AUTH_KEY_ID_LEN + 1 bytes) its id.
+ * INVALID_ARGUMENT for a bad tenant name; errors set *errmsg (heap). */
+int moat_auth_key_create(struct moat_auth *a, const char *tenant,
+    char **secret, char *key_id, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_auth_key_verify: the tenant (tenant_size bytes) and key id
+ * (MOAT_AUTH_KEY_ID_LEN + 1 bytes) of API key `key`. UNAUTHENTICATED
+ * for a missing, malformed, unknown or revoked key; other failures (the
+ * store) INTERNAL. Thread-safe. */
+int moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
+    size_t tenant_size, char *key_id) __attribute__((warn_unused_result));
+
+/* moat_auth_key_revoke: marks key `key_id` revoked (kept, for the audit
+ * log). NOT_FOUND when unknown; errors set *errmsg (heap). */
+int moat_auth_key_revoke(struct moat_auth *a, const char *key_id,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_auth_key_list: writes one line per key ("KEYID TENANT CREATED
+ * active|revoked", CREATED as ISO 8601 UTC) of `tenant` (NULL: all) to
+ * `f`. Errors set *errmsg (heap). */
+int moat_auth_key_list(struct moat_auth *a, const char *tenant, FILE *f,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_auth_audit_append: appends `entry` (a JSON object, borrowed) to
+ * `tenant`'s audit log, stamped with "at_unix_ms". Append-only: nothing
+ * rewrites or deletes entries. Errors set *errmsg (heap). */
+int moat_auth_audit_append(struct moat_auth *a, const char *tenant,
+    json_t *entry, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_auth_audit_list: the newest `limit` (1..MOAT_AUTH_AUDIT_MAX_LIMIT)
+ * entries of `tenant`, oldest first, as a new JSON array in *out (the
+ * caller's reference). Errors set *errmsg (heap). */
+int moat_auth_audit_list(struct moat_auth *a, const char *tenant,
+    size_t limit, json_t **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_policy_refuses: whether `tenant`'s policy refuses commands of
+ * `level`: [policy] refuse.<tenant>, else [policy] refuse, else
+ * "blocked"; a comma list of level names, or "none". cfg may be NULL. */
+bool moat_policy_refuses(const struct moat_config *cfg, const char *tenant,
+    enum moat_safety_level level);
+
+#endif

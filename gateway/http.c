@@ -1,0 +1,1047 @@
+/*
+ * http.c: the gateway's HTTP/JSON door (http.h) on libmicrohttpd. A
+ * route table maps URLs to Gateway methods; each request's JSON body (or
+ * query string, or URL id) becomes the method's input message through
+ * the codec, is packed into a moat.v1.Envelope exactly as an nng client
+ * would send it, and goes through moat_rpc_server_dispatch of a detached
+ * server serving the gateway's own method table; the Reply comes back as
+ * the output message in proto3 JSON, or as {"code", "message"} with the
+ * HTTP status of the code.
+ * Not for: behaviour of its own (every route is a Gateway method), TLS
+ * (put a proxy in front), or streaming (exec output comes whole).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "common.pb-c.h"
+#include "gateway.pb-c.h"
+#include "http.h"
+#include "mcp_http.h"
+#include "moat/codec.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "rpc_internal.h"
+
+struct moat_http {
+	struct moat_gateway *gw;
+	struct MHD_Daemon *daemon;
+	struct moat_rpc_server *dispatcher;
+	const ProtobufCServiceDescriptor *service;
+	uint16_t port;
+	struct moat_mcp_http *mcp;   /* MCP sessions of /mcp (mcp_http.c) */
+};
+
+/* One request's state across libmicrohttpd's calls of the handler. */
+struct http_req {
+	char *body;            /* heap, at most MOAT_HTTP_MAX_BODY bytes */
+	size_t len, cap;
+	bool too_large;        /* the rest of the body was dropped */
+};
+
+enum body_kind {
+	BODY_JSON,             /* the JSON body is the input message */
+	BODY_QUERY,            /* the query string's fields are */
+	BODY_FILE,             /* query fields; the raw body is `data` */
+};
+
+/* One route: a URL pattern ("{}" is one path segment, the id) and an
+ * HTTP method, mapped to a Gateway method. */
+struct route {
+	const char *pattern;
+	const char *http_method;
+	const char *rpc_method;  /* NULL: the {} segment names it */
+	enum body_kind body;
+	const char *id_field;    /* the field the {} segment fills */
+	bool raw_reply;          /* reply with FileData.data as bytes */
+};
+
+static const struct route routes[] = {
+	{ "/v1/rpc/{}", "POST", NULL, BODY_JSON, NULL, false },
+	{ "/v1/sandboxes", "POST", "CreateSandbox", BODY_JSON, NULL, false },
+	{ "/v1/sandboxes", "GET", "ListSandboxes", BODY_QUERY, NULL, false },
+	{ "/v1/sandboxes/{}", "GET", "GetSandbox", BODY_QUERY, "sandbox_id",
+	    false },
+	{ "/v1/sandboxes/{}", "DELETE", "DestroySandbox", BODY_QUERY,
+	    "sandbox_id", false },
+	{ "/v1/sandboxes/{}/exec", "POST", "Exec", BODY_JSON, "sandbox_id",
+	    false },
+	{ "/v1/sandboxes/{}/files", "GET", "ReadFile", BODY_QUERY,
+	    "sandbox_id", true },
+	{ "/v1/sandboxes/{}/files", "PUT", "WriteFile", BODY_FILE,
+	    "sandbox_id", false },
+	{ "/v1/sessions", "GET", "ListSessions", BODY_QUERY, NULL, false },
+	{ "/v1/sessions/{}", "GET", "GetSession", BODY_QUERY, "session_id",
+	    false },
+	{ "/v1/sessions/{}/steps", "GET", "ListSteps", BODY_QUERY,
+	    "session_id", false },
+	{ "/v1/audit", "GET", "ListAudit", BODY_QUERY, NULL, false },
+	{ "/healthz", "GET", NULL, BODY_QUERY, NULL, false },
+};
+
+#define ROUTE_FAMILIES                                                   \
+	"GET /healthz, POST /mcp, POST /v1/rpc/{Method}, "                \
+	"/v1/sandboxes[/{id}[/exec|" \
+	"/files]], /v1/sessions[/{id}[/steps]], GET /v1/audit, /metrics, " \
+	"/v1/openapi.json"
+
+/* ---- replies ---- */
+
+static int
+http_status_of(int code)
+{
+	switch (code) {
+	case MOAT_OK:
+		return MHD_HTTP_OK;
+	case MOAT_INVALID_ARGUMENT:
+	case MOAT_OUT_OF_RANGE:
+		return MHD_HTTP_BAD_REQUEST;
+	case MOAT_NOT_FOUND:
+		return MHD_HTTP_NOT_FOUND;
+	case MOAT_ALREADY_EXISTS:
+	case MOAT_ABORTED:
+		return MHD_HTTP_CONFLICT;
+	case MOAT_PERMISSION_DENIED:
+		return MHD_HTTP_FORBIDDEN;
+	case MOAT_UNAUTHENTICATED:
+		return MHD_HTTP_UNAUTHORIZED;
+	case MOAT_RESOURCE_EXHAUSTED:
+		return MHD_HTTP_TOO_MANY_REQUESTS;
+	case MOAT_FAILED_PRECONDITION:
+		return MHD_HTTP_PRECONDITION_FAILED;
+	case MOAT_UNIMPLEMENTED:
+		return MHD_HTTP_NOT_IMPLEMENTED;
+	case MOAT_UNAVAILABLE:
+		return MHD_HTTP_SERVICE_UNAVAILABLE;
+	case MOAT_DEADLINE_EXCEEDED:
+		return MHD_HTTP_GATEWAY_TIMEOUT;
+	default:
+		return MHD_HTTP_INTERNAL_SERVER_ERROR;
+	}
+}
+
+/* respond: queues `body` (heap, taken in every case; NULL: empty) with
+ * `status` and `content_type`. */
+static enum MHD_Result
+respond(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
+    const char *content_type, const char *allow)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	resp = MHD_create_response_from_buffer(body ? len : 0, body,
+	    body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	if (resp == NULL) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+	    content_type);
+	if (allow != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* respond_json: `j` (a reference taken) as the body. */
+static enum MHD_Result
+respond_json(struct MHD_Connection *conn, unsigned status, json_t *j,
+    const char *allow)
+{
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+	json_decref(j);
+	if (text == NULL)
+		return respond(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, NULL, 0,
+		    "application/json", NULL);
+	return respond(conn, status, text, strlen(text), "application/json",
+	    allow);
+}
+
+/* respond_error: {"code": "NOT_FOUND", "message": ...} with the HTTP
+ * status of `code` (or `status` when not 0). */
+static enum MHD_Result
+respond_error(struct MHD_Connection *conn, unsigned status, int code,
+    const char *message, const char *allow)
+{
+	json_t *j = json_pack("{s:s, s:s}", "code", moat_strerror(code),
+	    "message", message ? message : moat_strerror(code));
+
+	/* A message that echoes bytes of the request (a URL that is not
+	 * UTF-8) is sent with those bytes as '?'. */
+	if (j == NULL && message != NULL) {
+		char *clean = strdup(message);
+
+		for (char *p = clean; p != NULL && *p != '\0'; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		if (clean != NULL)
+			j = json_pack("{s:s, s:s}", "code",
+			    moat_strerror(code), "message", clean);
+		free(clean);
+	}
+	return respond_json(conn, status ? status : (unsigned)
+	    http_status_of(code), j, allow);
+}
+
+/* ---- calling the gateway ---- */
+
+/* header_u64: a decimal header value, or `def` when absent. False when
+ * present but not a number. */
+static bool
+header_u64(struct MHD_Connection *conn, const char *name, uint64_t max,
+    uint64_t *out)
+{
+	const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    name);
+	char *end;
+	unsigned long long n;
+
+	if (v == NULL)
+		return true;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 ||
+	    n > max)
+		return false;
+	*out = n;
+	return true;
+}
+
+/* call_gateway: runs `method` with `req` through the gateway's own
+ * dispatcher, as an nng client's Envelope would. On MOAT_OK *reply is a
+ * message of the method's output the caller frees with
+ * protobuf_c_message_free_unpacked(*reply, NULL); otherwise *errmsg
+ * (heap, caller frees) has the gateway's message. */
+static int
+call_gateway(struct moat_http *h, struct MHD_Connection *conn,
+    const ProtobufCMethodDescriptor *md, const ProtobufCMessage *req,
+    uint32_t default_timeout_ms, ProtobufCMessage **reply, char **errmsg)
+{
+	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
+	Moat__V1__Reply *r = NULL;
+	const char *authz;
+	uint8_t *payload = NULL, *packed = NULL, *out = NULL;
+	size_t payload_len, packed_len, out_len = 0;
+	uint64_t rid = 0, timeout = default_timeout_ms;
+	int rv;
+
+	*reply = NULL;
+	*errmsg = NULL;
+	if (!header_u64(conn, "X-Moat-Request-Id", UINT64_MAX, &rid) ||
+	    !header_u64(conn, "X-Moat-Timeout-Ms", UINT32_MAX, &timeout)) {
+		*errmsg = moat_asprintf("X-Moat-Request-Id and "
+		    "X-Moat-Timeout-Ms must be decimal numbers");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	env.auth = (char *)"";
+	authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    MHD_HTTP_HEADER_AUTHORIZATION);
+	if (authz != NULL) {
+		if (strncasecmp(authz, "Bearer ", 7) != 0) {
+			*errmsg = moat_asprintf("the Authorization header "
+			    "must be \"Bearer <api key>\"");
+			return MOAT_UNAUTHENTICATED;
+		}
+		env.auth = (char *)authz + 7;
+	}
+	payload_len = protobuf_c_message_get_packed_size(req);
+	if ((payload = malloc(payload_len ? payload_len : 1)) == NULL)
+		goto fail_oom;
+	protobuf_c_message_pack(req, payload);
+	env.service = (char *)h->service->name;
+	env.method = (char *)md->name;
+	env.request_id = rid != 0 ? rid : moat_rpc_new_request_id();
+	env.timeout_ms = (uint32_t)timeout;
+	env.payload.data = payload;
+	env.payload.len = payload_len;
+	packed_len = moat__v1__envelope__get_packed_size(&env);
+	if ((packed = malloc(packed_len)) == NULL)
+		goto fail_oom;
+	moat__v1__envelope__pack(&env, packed);
+	if (moat_rpc_server_dispatch(h->dispatcher, packed, packed_len, &out,
+	    &out_len) != 0)
+		goto fail_oom;
+	if ((r = moat__v1__reply__unpack(NULL, out_len, out)) == NULL) {
+		rv = MOAT_INTERNAL;
+		*errmsg = moat_asprintf("the gateway's reply to %s did not "
+		    "decode", md->name);
+		goto out;
+	}
+	if (r->code != MOAT__V1__CODE__OK) {
+		rv = (int)r->code;
+		*errmsg = strdup(r->message ? r->message : "");
+		goto out;
+	}
+	*reply = protobuf_c_message_unpack(md->output, NULL, r->payload.len,
+	    r->payload.data);
+	if (*reply == NULL) {
+		rv = MOAT_INTERNAL;
+		*errmsg = moat_asprintf("the reply payload of %s is not a %s",
+		    md->name, md->output->name);
+		goto out;
+	}
+	rv = MOAT_OK;
+	goto out;
+
+fail_oom:
+	rv = MOAT_RESOURCE_EXHAUSTED;
+	*errmsg = moat_asprintf("out of memory calling %s", md->name);
+out:
+	if (r != NULL)
+		moat__v1__reply__free_unpacked(r, NULL);
+	free(out);
+	free(packed);
+	free(payload);
+	return rv;
+}
+
+/* ---- building the input message ---- */
+
+struct query_ctx {
+	const ProtobufCMessageDescriptor *d;
+	json_t *obj;
+	bool failed;
+};
+
+/* query_field: one query argument as a JSON value of its field: a bool
+ * field takes true/false, anything else a string (the codec parses
+ * numbers and enum names from strings). */
+static enum MHD_Result
+query_field(void *cls, enum MHD_ValueKind kind, const char *key,
+    const char *value)
+{
+	struct query_ctx *q = cls;
+	const ProtobufCFieldDescriptor *f = moat_codec_find_field(q->d, key);
+	json_t *v;
+
+	if (value == NULL)
+		value = "";
+	if (f != NULL && f->type == PROTOBUF_C_TYPE_BOOL &&
+	    f->label != PROTOBUF_C_LABEL_REPEATED &&
+	    (strcmp(value, "true") == 0 || strcmp(value, "false") == 0))
+		v = json_boolean(strcmp(value, "true") == 0);
+	else
+		v = json_string(value);
+	/* A repeated key, or bytes that are not UTF-8: refused by the
+	 * codec as a type error or here. */
+	if (v == NULL || json_object_get(q->obj, key) != NULL) {
+		json_decref(v);
+		q->failed = true;
+		return MHD_NO;
+	}
+	if (json_object_set_new(q->obj, key, v) != 0)
+		q->failed = true;
+	return MHD_YES;
+}
+
+/* build_input: the JSON of the method's input from the route's source,
+ * with the URL id put in its field. NULL with *errmsg (heap) set on a
+ * client error. */
+static json_t *
+build_input(struct MHD_Connection *conn, const struct route *rt,
+    const ProtobufCMessageDescriptor *in, const struct http_req *hr,
+    const char *id, char **errmsg)
+{
+	json_t *obj;
+
+	if (rt->body == BODY_JSON && hr->len > 0) {
+		json_error_t jerr;
+
+		obj = json_loadb(hr->body, hr->len, JSON_REJECT_DUPLICATES,
+		    &jerr);
+		if (obj == NULL) {
+			*errmsg = moat_asprintf("malformed JSON body at line "
+			    "%d column %d: %s", jerr.line, jerr.column,
+			    jerr.text);
+			return NULL;
+		}
+		if (!json_is_object(obj)) {
+			json_decref(obj);
+			*errmsg = moat_asprintf("the body must be a JSON "
+			    "object (a %s)", in->name);
+			return NULL;
+		}
+	} else if (rt->body == BODY_JSON) {
+		obj = json_object();
+	} else {
+		struct query_ctx q = { .d = in, .obj = json_object() };
+
+		if ((obj = q.obj) == NULL)
+			goto fail_oom;
+		MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND,
+		    query_field, &q);
+		if (q.failed) {
+			json_decref(obj);
+			*errmsg = moat_asprintf("the query string has a key "
+			    "twice or a value that is not UTF-8");
+			return NULL;
+		}
+	}
+	if (obj == NULL)
+		goto fail_oom;
+	if (rt->id_field != NULL) {
+		const ProtobufCFieldDescriptor *idf =
+		    moat_codec_find_field(in, rt->id_field);
+		const char *key;
+		json_t *v;
+
+		json_object_foreach(obj, key, v) {
+			if (moat_codec_find_field(in, key) == idf) {
+				char json_name[64];
+				moat_codec_json_name(rt->id_field, json_name,
+				    sizeof(json_name));
+				*errmsg = moat_asprintf("%s comes from the "
+				    "URL; leave it out of the request",
+				    json_name);
+				json_decref(obj);
+				return NULL;
+			}
+		}
+		if (json_object_set_new(obj, rt->id_field, json_string(id)) !=
+		    0) {
+			json_decref(obj);
+			*errmsg = moat_asprintf("the id in the URL is not "
+			    "UTF-8");
+			return NULL;
+		}
+	}
+	return obj;
+
+fail_oom:
+	*errmsg = moat_asprintf("out of memory");
+	return NULL;
+}
+
+/* ---- routing ---- */
+
+/* route_match: whether `url` matches `pattern`; the {} segment (if any)
+ * is copied to id (size bytes). */
+static bool
+route_match(const char *pattern, const char *url, char *id, size_t size)
+{
+	const char *p = pattern, *u = url;
+
+	while (*p != '\0') {
+		if (p[0] == '{' && p[1] == '}') {
+			const char *end = strchr(u, '/');
+			size_t n = end ? (size_t)(end - u) : strlen(u);
+
+			if (n == 0 || n >= size)
+				return false;
+			memcpy(id, u, n);
+			id[n] = '\0';
+			u += n;
+			p += 2;
+			continue;
+		}
+		if (*p != *u)
+			return false;
+		p++;
+		u++;
+	}
+	return *u == '\0' || (u[0] == '/' && u[1] == '\0');
+}
+
+static enum MHD_Result
+serve_route(struct moat_http *h, struct MHD_Connection *conn,
+    const struct route *rt, const char *id, const struct http_req *hr)
+{
+	const ProtobufCMethodDescriptor *md;
+	ProtobufCMessage *req = NULL, *reply = NULL;
+	const char *rpc_method = rt->rpc_method ? rt->rpc_method : id;
+	char *errmsg = NULL;
+	json_t *in, *out = NULL;
+	enum MHD_Result ret;
+	int rv;
+
+	md = protobuf_c_service_descriptor_get_method_by_name(h->service,
+	    rpc_method);
+	if (md == NULL) {
+		errmsg = moat_asprintf("%s has no method \"%s\": POST "
+		    "/v1/rpc/{Method} with a method of gateway.proto "
+		    "(CreateSandbox, Exec, ...)", h->service->name,
+		    rpc_method);
+		ret = respond_error(conn, 0, MOAT_NOT_FOUND, errmsg, NULL);
+		free(errmsg);
+		return ret;
+	}
+	if ((in = build_input(conn, rt, md->input, hr, rt->rpc_method ? id :
+	    NULL, &errmsg)) == NULL)
+		goto client_error;
+	rv = moat_codec_from_json(md->input, in, 0, &req, &errmsg);
+	json_decref(in);
+	if (rv != MOAT_OK) {
+		ret = respond_error(conn, 0, rv, errmsg, NULL);
+		free(errmsg);
+		return ret;
+	}
+	if (rt->body == BODY_FILE && hr->len > 0) {
+		Moat__V1__FileWriteRequest *w = (Moat__V1__FileWriteRequest *)
+		    req;
+		if ((w->data.data = malloc(hr->len)) == NULL) {
+			protobuf_c_message_free_unpacked(req, NULL);
+			return respond_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
+			    "out of memory", NULL);
+		}
+		memcpy(w->data.data, hr->body, hr->len);
+		w->data.len = hr->len;
+	}
+	rv = call_gateway(h, conn, md, req, 0, &reply, &errmsg);
+	protobuf_c_message_free_unpacked(req, NULL);
+	if (rv != MOAT_OK) {
+		ret = respond_error(conn, 0, rv, errmsg, NULL);
+		free(errmsg);
+		return ret;
+	}
+	if (rt->raw_reply) {
+		Moat__V1__FileData *fd = (Moat__V1__FileData *)reply;
+		char *bytes = malloc(fd->data.len ? fd->data.len : 1);
+
+		if (bytes == NULL) {
+			protobuf_c_message_free_unpacked(reply, NULL);
+			return respond_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
+			    "out of memory", NULL);
+		}
+		if (fd->data.len > 0)
+			memcpy(bytes, fd->data.data, fd->data.len);
+		ret = respond(conn, MHD_HTTP_OK, bytes, fd->data.len,
+		    "application/octet-stream", NULL);
+		protobuf_c_message_free_unpacked(reply, NULL);
+		return ret;
+	}
+	rv = moat_codec_to_json(reply, 0, &out, &errmsg);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	if (rv != MOAT_OK) {
+		ret = respond_error(conn, 0, rv, errmsg, NULL);
+		free(errmsg);
+		return ret;
+	}
+	return respond_json(conn, MHD_HTTP_OK, out, NULL);
+
+client_error:
+	ret = respond_error(conn, 0, MOAT_INVALID_ARGUMENT, errmsg, NULL);
+	free(errmsg);
+	return ret;
+}
+
+/* ---- operator routes: /metrics, /v1/openapi.json ---- */
+
+/* schema_of: the JSON schema of message `d` in `schemas` (components),
+ * added with every message it uses. */
+static void
+schema_add(json_t *schemas, const ProtobufCMessageDescriptor *d)
+{
+	json_t *props, *s;
+
+	if (json_object_get(schemas, d->name) != NULL)
+		return;
+	props = json_object();
+	s = json_pack("{s:s, s:o}", "type", "object", "properties", props);
+	if (s == NULL || json_object_set_new(schemas, d->name, s) != 0)
+		return;
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		char name[128];
+		json_t *t;
+
+		moat_codec_json_name(f->name, name, sizeof(name));
+		switch (f->type) {
+		case PROTOBUF_C_TYPE_BOOL:
+			t = json_pack("{s:s}", "type", "boolean");
+			break;
+		case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32:
+		case PROTOBUF_C_TYPE_SFIXED32: case PROTOBUF_C_TYPE_UINT32:
+		case PROTOBUF_C_TYPE_FIXED32:
+			t = json_pack("{s:s}", "type", "integer");
+			break;
+		case PROTOBUF_C_TYPE_FLOAT: case PROTOBUF_C_TYPE_DOUBLE:
+			t = json_pack("{s:s}", "type", "number");
+			break;
+		case PROTOBUF_C_TYPE_BYTES:
+			t = json_pack("{s:s, s:s}", "type", "string", "format",
+			    "byte");
+			break;
+		case PROTOBUF_C_TYPE_ENUM: {
+			const ProtobufCEnumDescriptor *e = f->descriptor;
+			json_t *names = json_array();
+
+			for (unsigned k = 0; k < e->n_values; k++)
+				json_array_append_new(names,
+				    json_string(e->values[k].name));
+			t = json_pack("{s:s, s:o}", "type", "string", "enum",
+			    names);
+			break;
+		}
+		case PROTOBUF_C_TYPE_MESSAGE: {
+			const ProtobufCMessageDescriptor *m = f->descriptor;
+			char *ref = moat_asprintf("#/components/schemas/%s",
+			    m->name);
+
+			schema_add(schemas, m);
+			t = ref ? json_pack("{s:s}", "$ref", ref) : NULL;
+			free(ref);
+			break;
+		}
+		default:   /* 64-bit integers are strings in proto3 JSON */
+			t = json_pack("{s:s}", "type", f->type ==
+			    PROTOBUF_C_TYPE_STRING ? "string" :
+			    "string");
+			if (t != NULL && f->type != PROTOBUF_C_TYPE_STRING)
+				json_object_set_new(t, "format", json_string(
+				    "int64"));
+			break;
+		}
+		if (t != NULL && f->label == PROTOBUF_C_LABEL_REPEATED)
+			t = json_pack("{s:s, s:o}", "type", "array", "items",
+			    t);
+		if (t != NULL)
+			json_object_set_new(props, name, t);
+	}
+}
+
+static json_t *
+ref_of(const ProtobufCMessageDescriptor *d)
+{
+	char *ref = moat_asprintf("#/components/schemas/%s", d->name);
+	json_t *j = ref ? json_pack("{s:{s:{s:{s:s}}}}", "content",
+	    "application/json", "schema", "$ref", ref) : NULL;
+
+	free(ref);
+	return j;
+}
+
+/* openapi: the OpenAPI 3 document of the routes table and the operator
+ * routes, schemas from the Gateway methods' descriptors. */
+static json_t *
+openapi(struct moat_http *h)
+{
+	json_t *doc, *paths, *schemas, *err;
+
+	doc = json_pack("{s:s, s:{s:s, s:s, s:s}, s:o, s:{s:o, s:{s:{s:s, "
+	    "s:s}}}, s:[{s:[]}]}", "openapi", "3.0.3", "info", "title",
+	    "moat gateway HTTP API", "version", MOAT_VERSION, "description",
+	    "Every route is a method of moat.v1.Gateway (proto/gateway.proto)"
+	    "; errors are {code, message} with the HTTP status of the code.",
+	    "paths", json_object(), "components", "schemas", json_object(),
+	    "securitySchemes", "apiKey", "type", "http", "scheme", "bearer",
+	    "security", "apiKey");
+	if (doc == NULL)
+		return NULL;
+	paths = json_object_get(doc, "paths");
+	schemas = json_object_get(json_object_get(doc, "components"),
+	    "schemas");
+	err = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "type", "object",
+	    "properties", "code", "type", "string", "message", "type",
+	    "string");
+	json_object_set_new(schemas, "Error", err);
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct route *rt = &routes[i];
+		const ProtobufCMethodDescriptor *md = rt->rpc_method ?
+		    protobuf_c_service_descriptor_get_method_by_name(
+		    h->service, rt->rpc_method) : NULL;
+		char path[256], method[16], *p;
+		json_t *item, *op, *params;
+		size_t k;
+
+		snprintf(path, sizeof(path), "%s", rt->pattern);
+		if ((p = strstr(path, "{}")) != NULL) {
+			memmove(p + 4, p + 2, strlen(p + 2) + 1);
+			memcpy(p, "{id}", 4);
+		}
+		for (k = 0; rt->http_method[k] != '\0' && k < 15; k++)
+			method[k] = (char)(rt->http_method[k] | 0x20);
+		method[k] = '\0';
+		if ((item = json_object_get(paths, path)) == NULL) {
+			item = json_object();
+			json_object_set_new(paths, path, item);
+		}
+		op = json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:{s:{s:{s:s}}}}}}",
+		    "summary", md ? md->name : rt->pattern, "responses", "200",
+		    "description", "the method's output message", "default",
+		    "description", "an error", "content", "application/json",
+		    "schema", "$ref", "#/components/schemas/Error");
+		if (op == NULL)
+			continue;
+		params = json_array();
+		if (strstr(rt->pattern, "{}") != NULL)
+			json_array_append_new(params, json_pack("{s:s, s:s, "
+			    "s:b, s:{s:s}, s:s}", "name", "id", "in", "path",
+			    "required", 1, "schema", "type", "string",
+			    "description", rt->rpc_method ? (rt->id_field ?
+			    rt->id_field : "id") : "a method of "
+			    "moat.v1.Gateway; the body is its input"));
+		if (md != NULL) {
+			schema_add(schemas, md->input);
+			schema_add(schemas, md->output);
+			json_object_set_new(op, "operationId",
+			    json_string(md->name));
+			if (rt->body == BODY_JSON)
+				json_object_set_new(op, "requestBody",
+				    ref_of(md->input));
+			else
+				for (unsigned f = 0; f < md->input->n_fields;
+				    f++) {
+					const char *fn =
+					    md->input->fields[f].name;
+					if (rt->id_field != NULL &&
+					    strcmp(fn, rt->id_field) == 0)
+						continue;
+					json_array_append_new(params,
+					    json_pack("{s:s, s:s, s:{s:s}}",
+					    "name", fn, "in", "query",
+					    "schema", "type", "string"));
+				}
+			if (rt->raw_reply)
+				json_object_set_new(json_object_get(
+				    json_object_get(op, "responses"), "200"),
+				    "content", json_pack("{s:{}}",
+				    "application/octet-stream"));
+			else {
+				json_t *out = ref_of(md->output);
+
+				json_object_set(json_object_get(
+				    json_object_get(op, "responses"), "200"),
+				    "content", json_object_get(out,
+				    "content"));
+				json_decref(out);
+			}
+		}
+		if (strcmp(rt->pattern, "/healthz") == 0)
+			json_object_set_new(op, "security", json_array());
+		json_object_set_new(op, "parameters", params);
+		json_object_set_new(item, method, op);
+	}
+	json_object_set_new(paths, "/metrics", json_pack("{s:{s:s, s:[], "
+	    "s:{s:{s:s, s:{s:{}}}}}}", "get", "summary", "Prometheus "
+	    "counters (no key needed)", "security", "responses", "200",
+	    "description", "text/plain exposition format", "content",
+	    "text/plain"));
+	json_object_set_new(paths, "/v1/openapi.json", json_pack("{s:{s:s, "
+	    "s:[], s:{s:{s:s}}}}", "get", "summary", "this document",
+	    "security", "responses", "200", "description", "OpenAPI 3"));
+	return doc;
+}
+
+/* serve_extra: the routes that are not Gateway methods; MHD_NO in
+ * *handled when `url` is none of them. */
+static enum MHD_Result
+serve_extra(struct moat_http *h, struct MHD_Connection *conn,
+    const char *url, const char *method, bool *handled)
+{
+	*handled = true;
+	if (strcmp(url, "/metrics") == 0 && strcmp(method, "GET") == 0) {
+		char *text = moat_gateway_metrics(h->gw);
+
+		if (text == NULL)
+			return respond_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
+			    "out of memory", NULL);
+		return respond(conn, MHD_HTTP_OK, text, strlen(text),
+		    "text/plain; version=0.0.4", NULL);
+	}
+	if (strcmp(url, "/v1/openapi.json") == 0 &&
+	    strcmp(method, "GET") == 0)
+		return respond_json(conn, MHD_HTTP_OK, openapi(h), NULL);
+	*handled = false;
+	return MHD_NO;
+}
+
+/* ---- MCP (mcp_http.c) ---- */
+
+struct mcp_call {
+	struct moat_http *h;
+	struct MHD_Connection *conn;   /* whose auth the calls carry */
+};
+
+/* mcp_gateway_call: the moat_mcp_call_fn of /mcp: JSON to the method's
+ * message, run in process like any route, the reply back to JSON. */
+static int
+mcp_gateway_call(void *arg, const char *method, json_t *request,
+    json_t **reply, char **errmsg)
+{
+	struct mcp_call *mc = arg;
+	const ProtobufCMethodDescriptor *md;
+	ProtobufCMessage *req = NULL, *out = NULL;
+	int rv;
+
+	*reply = NULL;
+	if ((rv = moat_mcp_decode_request(mc->h->service, method, request,
+	    &md, &req, errmsg)) != MOAT_OK)
+		return rv;
+	rv = call_gateway(mc->h, mc->conn, md, req,
+	    moat_mcp_timeout_ms(method, request), &out, errmsg);
+	protobuf_c_message_free_unpacked(req, NULL);
+	if (rv != MOAT_OK)
+		return rv;
+	rv = moat_codec_to_json(out, 0, reply, errmsg);
+	protobuf_c_message_free_unpacked(out, NULL);
+	return rv;
+}
+
+static enum MHD_Result
+dispatch_url(struct moat_http *h, struct MHD_Connection *conn,
+    const char *url, const char *method, const struct http_req *hr)
+{
+	if (strcmp(url, "/mcp") == 0 || strcmp(url, "/mcp/") == 0) {
+		struct mcp_call mc = { .h = h, .conn = conn };
+
+		return moat_mcp_http_serve(h->mcp, conn, method, hr->body,
+		    hr->len, mcp_gateway_call, &mc);
+	}
+	char id[MOAT_ID_MAX], allow[64] = "";
+	char *msg;
+	enum MHD_Result ret;
+	bool extra;
+
+	ret = serve_extra(h, conn, url, method, &extra);
+	if (extra)
+		return ret;
+
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct route *rt = &routes[i];
+
+		if (!route_match(rt->pattern, url, id, sizeof(id)))
+			continue;
+		if (strcmp(rt->http_method, method) != 0) {
+			size_t n = strlen(allow);
+			snprintf(allow + n, sizeof(allow) - n, "%s%s",
+			    n ? ", " : "", rt->http_method);
+			continue;
+		}
+		if (strcmp(rt->pattern, "/healthz") == 0)
+			return respond_json(conn, MHD_HTTP_OK,
+			    json_pack("{s:s}", "status", "ok"), NULL);
+		return serve_route(h, conn, rt, id, hr);
+	}
+	if (allow[0] != '\0') {
+		msg = moat_asprintf("%s is not allowed on %s: use %s", method,
+		    url, allow);
+		ret = respond_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+		    MOAT_UNIMPLEMENTED, msg, allow);
+	} else {
+		msg = moat_asprintf("no route %s %s: the routes are "
+		    ROUTE_FAMILIES, method, url);
+		ret = respond_error(conn, 0, MOAT_NOT_FOUND, msg, NULL);
+	}
+	free(msg);
+	return ret;
+}
+
+static enum MHD_Result
+on_request(void *cls, struct MHD_Connection *conn, const char *url,
+    const char *method, const char *version, const char *upload_data,
+    size_t *upload_data_size, void **con_cls)
+{
+	struct moat_http *h = cls;
+	struct http_req *hr = *con_cls;
+
+	if (hr == NULL) {
+		const char *cl = MHD_lookup_connection_value(conn,
+		    MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+
+		if ((hr = calloc(1, sizeof(*hr))) == NULL)
+			return MHD_NO;
+		*con_cls = hr;
+		/* Refused before reading a byte of it. */
+		if (cl != NULL && strtoull(cl, NULL, 10) > MOAT_HTTP_MAX_BODY)
+			hr->too_large = true;
+		else
+			return MHD_YES;
+	}
+	if (*upload_data_size > 0) {
+		size_t n = *upload_data_size;
+
+		*upload_data_size = 0;
+		if (hr->too_large || hr->len + n > MOAT_HTTP_MAX_BODY) {
+			hr->too_large = true;
+			free(hr->body);
+			hr->body = NULL;
+			hr->len = hr->cap = 0;
+			return MHD_YES;
+		}
+		if (hr->len + n > hr->cap) {
+			size_t cap = hr->cap ? hr->cap : 4096;
+			char *nb;
+
+			while (cap < hr->len + n)
+				cap *= 2;
+			if (cap > MOAT_HTTP_MAX_BODY)
+				cap = MOAT_HTTP_MAX_BODY;
+			if ((nb = realloc(hr->body, cap)) == NULL)
+				return MHD_NO;
+			hr->body = nb;
+			hr->cap = cap;
+		}
+		memcpy(hr->body + hr->len, upload_data, n);
+		hr->len += n;
+		return MHD_YES;
+	}
+	if (hr->too_large) {
+		char *msg = moat_asprintf("the request body is larger than "
+		    "%u bytes: write big files in parts (PUT .../files with "
+		    "?offset=)", MOAT_HTTP_MAX_BODY);
+		enum MHD_Result ret = respond_error(conn,
+		    MHD_HTTP_CONTENT_TOO_LARGE, MOAT_RESOURCE_EXHAUSTED, msg,
+		    NULL);
+		free(msg);
+		return ret;
+	}
+	return dispatch_url(h, conn, url, method, hr);
+}
+
+static void
+on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+    enum MHD_RequestTerminationCode toe)
+{
+	struct http_req *hr = *con_cls;
+
+	if (hr != NULL) {
+		free(hr->body);
+		free(hr);
+		*con_cls = NULL;
+	}
+}
+
+/* ---- start and stop ---- */
+
+/* parse_addr: "a.b.c.d:port" or "[v6]:port" (numeric only: inet_pton
+ * refuses the legacy forms getaddrinfo would take) into *ss. */
+static int
+parse_addr(const char *addr, struct sockaddr_storage *ss, char **errmsg)
+{
+	struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+	char host[64], *end;
+	const char *colon, *port, *hs = addr;
+	unsigned long pn;
+	size_t hn;
+	bool v6 = addr[0] == '[';
+
+	if (v6) {
+		const char *close = strchr(addr, ']');
+		if (close == NULL || close[1] != ':')
+			goto bad;
+		hs = addr + 1;
+		hn = (size_t)(close - hs);
+		port = close + 2;
+	} else {
+		if ((colon = strrchr(addr, ':')) == NULL)
+			goto bad;
+		hn = (size_t)(colon - addr);
+		port = colon + 1;
+	}
+	if (hn == 0 || hn >= sizeof(host) || port[0] < '0' || port[0] > '9')
+		goto bad;
+	errno = 0;
+	pn = strtoul(port, &end, 10);
+	if (*end != '\0' || errno != 0 || pn > 65535)
+		goto bad;
+	memcpy(host, hs, hn);
+	host[hn] = '\0';
+	memset(ss, 0, sizeof(*ss));
+	if (v6) {
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons((uint16_t)pn);
+		if (inet_pton(AF_INET6, host, &sin6->sin6_addr) != 1)
+			goto bad;
+	} else {
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons((uint16_t)pn);
+		if (inet_pton(AF_INET, host, &sin->sin_addr) != 1)
+			goto bad;
+	}
+	return MOAT_OK;
+
+bad:
+	*errmsg = moat_asprintf("HTTP address \"%s\" is not a numeric "
+	    "host:port: give one as 127.0.0.1:7780 or [::1]:7780, or "
+	    "\"off\"", addr);
+	return MOAT_INVALID_ARGUMENT;
+}
+
+int
+moat_http_start(struct moat_http **out, struct moat_gateway *gw,
+    const char *addr, char **errmsg)
+{
+	struct moat_rpc_service svc;
+	struct sockaddr_storage ss;
+	const union MHD_DaemonInfo *info;
+	struct moat_http *h;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD |
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+	int rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((rv = parse_addr(addr, &ss, errmsg)) != MOAT_OK)
+		return rv;
+	if (ss.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	if ((h = calloc(1, sizeof(*h))) == NULL) {
+		*errmsg = moat_asprintf("out of memory starting HTTP");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	moat_gateway_service(gw, &svc);
+	h->gw = gw;
+	h->service = svc.descriptor;
+	if (moat_mcp_http_new(&h->mcp) != MOAT_OK) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		*errmsg = moat_asprintf("out of memory starting HTTP");
+		goto fail;
+	}
+	if ((rv = moat_rpc_server_new_detached(&h->dispatcher, &svc,
+	    errmsg)) != MOAT_OK)
+		goto fail;
+	h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
+	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)MOAT_HTTP_MAX_CONNECTIONS,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MOAT_HTTP_IDLE_TIMEOUT_S,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+	    MHD_OPTION_END);
+	if (h->daemon == NULL) {
+		rv = MOAT_UNAVAILABLE;
+		*errmsg = moat_asprintf("cannot serve HTTP on %s: the address "
+		    "is in use or not local: pick another with --http, or "
+		    "--http off", addr);
+		goto fail;
+	}
+	info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+	h->port = info != NULL ? info->port : 0;
+	*out = h;
+	return MOAT_OK;
+
+fail:
+	moat_http_stop(h);
+	return rv;
+}
+
+uint16_t
+moat_http_port(const struct moat_http *h)
+{
+	return h->port;
+}
+
+void
+moat_http_stop(struct moat_http *h)
+{
+	if (h == NULL)
+		return;
+	/* Joins every connection thread: no request runs after this. */
+	if (h->daemon != NULL)
+		MHD_stop_daemon(h->daemon);
+	moat_rpc_server_stop(h->dispatcher);
+	moat_mcp_http_free(h->mcp);
+	free(h);
+}

@@ -1,0 +1,42 @@
+/*
+ * http.h: the gateway's HTTP/JSON door (http.c). Requests arrive as JSON
+ * over HTTP, are decoded into the Gateway method's input message
+ * (moat/codec.h) and run through the same dispatcher and handlers as the
+ * nng door, so validation, auth, deduplication and forwarding are the
+ * same; replies are the output message as proto3 JSON.
+ * Not for: the nng RPC door (handlers.c) or any behaviour of its own:
+ * what a route does is what its Gateway method does.
+ */
+#ifndef MOAT_GATEWAY_HTTP_H
+#define MOAT_GATEWAY_HTTP_H
+
+#include <stdint.h>
+
+#include "gateway.h"
+
+#define MOAT_HTTP_DEFAULT_ADDR "127.0.0.1:7780"
+#define MOAT_HTTP_MAX_BODY (4u << 20)      /* larger bodies: 413 */
+#define MOAT_HTTP_MAX_CONNECTIONS 256
+#define MOAT_HTTP_IDLE_TIMEOUT_S 120
+
+struct moat_http;
+
+/* moat_http_start: serves the HTTP door on `addr` ("host:port",
+ * "[v6addr]:port", numeric hosts only; port 0 picks a free port, see
+ * moat_http_port) in front of `gw`, which must outlive the door (stop
+ * the door first). One thread per connection, at most
+ * MOAT_HTTP_MAX_CONNECTIONS. On MOAT_OK *out is the caller's
+ * (moat_http_stop). On failure returns INVALID_ARGUMENT (a bad address)
+ * or UNAVAILABLE (cannot listen) with *errmsg (heap, caller frees)
+ * naming the address. */
+int moat_http_start(struct moat_http **out, struct moat_gateway *gw,
+    const char *addr, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_http_port: the TCP port the door listens on. */
+uint16_t moat_http_port(const struct moat_http *h);
+
+/* moat_http_stop: stops listening, waits for requests in progress to
+ * finish, frees. Safe on NULL. */
+void moat_http_stop(struct moat_http *h);
+
+#endif

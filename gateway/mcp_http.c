@@ -1,0 +1,365 @@
+/*
+ * mcp_http.c: MCP's Streamable HTTP transport (mcp_http.h): the session
+ * table (ids from getrandom, at most MOAT_MCP_HTTP_MAX_SESSIONS, the
+ * least recently used idle one evicted when full), the checks the spec
+ * asks of a server (Origin against DNS rebinding, the session header),
+ * and the HTTP statuses: 200 with the JSON-RPC reply, 202 for
+ * notifications and responses, 400 malformed or no session header, 404
+ * unknown session, 405 GET, 403 foreign Origin. A session answers only
+ * requests with the Authorization header it was initialized with, so an
+ * id alone does not reach another caller's default sandbox.
+ * Not for: JSON-RPC itself (clients/mcp/mcp.c).
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "mcp_http.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+
+#define SESSION_HEADER "Mcp-Session-Id"
+#define SESSION_ID_LEN 32   /* hex digits */
+
+struct mcp_entry {
+	char id[SESSION_ID_LEN + 1];        /* "" : free slot */
+	struct moat_mcp_session *session;
+	char *authz;                        /* heap; the Authorization header
+	                                     * of initialize ("" : none) */
+	unsigned refs;                      /* requests using it now */
+	bool removed;                       /* out of the table; the last
+	                                     * request frees it */
+	time_t last_used;
+};
+
+struct moat_mcp_http {
+	pthread_mutex_t lock;   /* guards entries (not the sessions) */
+	struct mcp_entry *entries[MOAT_MCP_HTTP_MAX_SESSIONS];
+};
+
+int
+moat_mcp_http_new(struct moat_mcp_http **out)
+{
+	struct moat_mcp_http *m = calloc(1, sizeof(*m));
+
+	*out = NULL;
+	if (m == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	pthread_mutex_init(&m->lock, NULL);
+	*out = m;
+	return MOAT_OK;
+}
+
+static void
+entry_free(struct mcp_entry *e)
+{
+	if (e == NULL)
+		return;
+	moat_mcp_session_free(e->session);
+	free(e->authz);
+	free(e);
+}
+
+void
+moat_mcp_http_free(struct moat_mcp_http *m)
+{
+	if (m == NULL)
+		return;
+	for (size_t i = 0; i < MOAT_MCP_HTTP_MAX_SESSIONS; i++)
+		entry_free(m->entries[i]);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}
+
+/* ---- replies ---- */
+
+static enum MHD_Result
+reply(struct MHD_Connection *conn, unsigned status, json_t *body,
+    const char *session_id, const char *allow)
+{
+	struct MHD_Response *resp;
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	enum MHD_Result ret;
+
+	json_decref(body);
+	resp = MHD_create_response_from_buffer(text ? strlen(text) : 0, text,
+	    text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	if (resp == NULL) {
+		free(text);
+		return MHD_NO;
+	}
+	if (text != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+		    "application/json");
+	if (session_id != NULL)
+		MHD_add_response_header(resp, SESSION_HEADER, session_id);
+	if (allow != NULL)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* reply_error: a JSON-RPC error object (id null) with an HTTP status. */
+static enum MHD_Result
+reply_error(struct MHD_Connection *conn, unsigned status, int code,
+    const char *message)
+{
+	return reply(conn, status, moat_mcp_error_reply(code, message), NULL,
+	    NULL);
+}
+
+/* ---- the session table ---- */
+
+/* new_session_id: 32 random hex digits into id. */
+static bool
+new_session_id(char id[SESSION_ID_LEN + 1])
+{
+	uint8_t rnd[SESSION_ID_LEN / 2];
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		return false;
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(id + 2 * i, 3, "%02x", rnd[i]);
+	return true;
+}
+
+/* session_add: a new entry `id` for `s` (taken). False when the table is
+ * full of busy or recent sessions (s is then freed). */
+static bool
+session_add(struct moat_mcp_http *m, struct moat_mcp_session *s,
+    const char *id, const char *authz)
+{
+	struct mcp_entry *e, *victim = NULL;
+	size_t slot = MOAT_MCP_HTTP_MAX_SESSIONS;
+	time_t now = time(NULL);
+
+	if ((e = calloc(1, sizeof(*e))) == NULL ||
+	    (e->authz = strdup(authz ? authz : "")) == NULL) {
+		free(e);
+		moat_mcp_session_free(s);
+		return false;
+	}
+	snprintf(e->id, sizeof(e->id), "%s", id);
+	e->session = s;
+	e->last_used = now;
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < MOAT_MCP_HTTP_MAX_SESSIONS; i++) {
+		struct mcp_entry *o = m->entries[i];
+
+		if (o == NULL) {
+			slot = i;
+			break;
+		}
+		if (o->refs == 0 &&
+		    now - o->last_used > MOAT_MCP_HTTP_IDLE_S &&
+		    (slot == MOAT_MCP_HTTP_MAX_SESSIONS ||
+		    o->last_used < m->entries[slot]->last_used))
+			slot = i;
+	}
+	if (slot < MOAT_MCP_HTTP_MAX_SESSIONS) {
+		victim = m->entries[slot];
+		m->entries[slot] = e;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (slot == MOAT_MCP_HTTP_MAX_SESSIONS) {
+		entry_free(e);
+		return false;
+	}
+	if (victim != NULL)
+		moat_warn(0, "mcp-session-evicted %s: idle for over %d s; "
+		    "its sandbox (label mcp-session=%s) is left running",
+		    victim->id, MOAT_MCP_HTTP_IDLE_S, victim->id);
+	entry_free(victim);
+	return true;
+}
+
+/* session_get: the entry of `id` initialized with the Authorization
+ * header `authz` (NULL: none), with a reference taken, or NULL. */
+static struct mcp_entry *
+session_get(struct moat_mcp_http *m, const char *id, const char *authz)
+{
+	struct mcp_entry *found = NULL;
+
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < MOAT_MCP_HTTP_MAX_SESSIONS; i++) {
+		struct mcp_entry *e = m->entries[i];
+
+		if (e != NULL && strcmp(e->id, id) == 0 &&
+		    strcmp(e->authz, authz ? authz : "") == 0) {
+			e->refs++;
+			e->last_used = time(NULL);
+			found = e;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+	return found;
+}
+
+/* session_put: drops a reference; `remove` takes the entry out of the
+ * table. The last reference of a removed entry frees it. */
+static void
+session_put(struct moat_mcp_http *m, struct mcp_entry *e, bool remove)
+{
+	bool free_it = false;
+
+	pthread_mutex_lock(&m->lock);
+	if (remove && !e->removed) {
+		for (size_t i = 0; i < MOAT_MCP_HTTP_MAX_SESSIONS; i++)
+			if (m->entries[i] == e)
+				m->entries[i] = NULL;
+		e->removed = true;
+	}
+	e->refs--;
+	free_it = e->removed && e->refs == 0;
+	pthread_mutex_unlock(&m->lock);
+	if (free_it)
+		entry_free(e);
+}
+
+/* ---- requests ---- */
+
+/* origin_ok: no Origin (not a browser), or a loopback one: a web page
+ * elsewhere must not drive a local server (DNS rebinding). */
+static bool
+origin_ok(struct MHD_Connection *conn)
+{
+	static const char *const local[] = { "http://localhost",
+	    "http://127.0.0.1", "http://[::1]", "https://localhost",
+	    "https://127.0.0.1", "https://[::1]" };
+	const char *o = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    "Origin");
+
+	if (o == NULL || strcmp(o, "null") == 0)
+		return o == NULL;
+	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++) {
+		size_t n = strlen(local[i]);
+		if (strncmp(o, local[i], n) == 0 && (o[n] == '\0' ||
+		    o[n] == ':' || o[n] == '/'))
+			return true;
+	}
+	return false;
+}
+
+static enum MHD_Result
+serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
+    const char *body, size_t len, moat_mcp_call_fn call, void *arg)
+{
+	const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    SESSION_HEADER);
+	const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    MHD_HTTP_HEADER_AUTHORIZATION);
+	struct moat_mcp_session *s;
+	struct mcp_entry *e;
+	char new_id[SESSION_ID_LEN + 1], *errmsg = NULL;
+	json_error_t jerr;
+	json_t *msg, *out;
+	enum MHD_Result ret;
+
+	msg = len > 0 ? json_loadb(body, len, JSON_REJECT_DUPLICATES |
+	    JSON_DECODE_ANY, &jerr) : NULL;
+	if (msg == NULL) {
+		char *text = len > 0 ? moat_asprintf("malformed JSON at line "
+		    "%d column %d: %s", jerr.line, jerr.column, jerr.text) :
+		    NULL;
+		ret = reply_error(conn, MHD_HTTP_BAD_REQUEST,
+		    MOAT_MCP_PARSE_ERROR, text ? text : "the body must be a "
+		    "JSON-RPC message");
+		free(text);
+		return ret;
+	}
+	if (moat_mcp_is_initialize(msg)) {
+		if (!new_session_id(new_id) ||
+		    moat_mcp_session_new(&s, NULL, new_id, &errmsg) !=
+		    MOAT_OK) {
+			json_decref(msg);
+			ret = reply_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
+			    MOAT_MCP_INTERNAL_ERROR, errmsg ? errmsg :
+			    "out of memory");
+			free(errmsg);
+			return ret;
+		}
+		if (!session_add(m, s, new_id, authz)) {
+			json_decref(msg);
+			return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+			    MOAT_MCP_INTERNAL_ERROR, "too many MCP sessions: "
+			    "end unused ones with DELETE /mcp");
+		}
+		if ((e = session_get(m, new_id, authz)) == NULL) {
+			json_decref(msg);
+			return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+			    MOAT_MCP_INTERNAL_ERROR, "the new session was "
+			    "evicted at once: retry");
+		}
+		out = moat_mcp_handle(e->session, msg, call, arg);
+		session_put(m, e, false);
+		json_decref(msg);
+		moat_info(0, "mcp-session-start %s", new_id);
+		return reply(conn, MHD_HTTP_OK, out, new_id, NULL);
+	}
+	if (sid == NULL) {
+		json_decref(msg);
+		return reply_error(conn, MHD_HTTP_BAD_REQUEST,
+		    MOAT_MCP_INVALID_REQUEST, "the Mcp-Session-Id header is "
+		    "required: send initialize first and echo the id it "
+		    "returns");
+	}
+	if ((e = session_get(m, sid, authz)) == NULL) {
+		json_decref(msg);
+		return reply_error(conn, MHD_HTTP_NOT_FOUND,
+		    MOAT_MCP_INVALID_REQUEST, "no such MCP session (ended or "
+		    "expired): initialize a new one");
+	}
+	out = moat_mcp_handle(e->session, msg, call, arg);
+	session_put(m, e, false);
+	if (!moat_mcp_has_request(msg)) {
+		json_decref(msg);
+		json_decref(out);
+		return reply(conn, MHD_HTTP_ACCEPTED, NULL, NULL, NULL);
+	}
+	json_decref(msg);
+	return reply(conn, MHD_HTTP_OK, out, NULL, NULL);
+}
+
+enum MHD_Result
+moat_mcp_http_serve(struct moat_mcp_http *m, struct MHD_Connection *conn,
+    const char *method, const char *body, size_t len, moat_mcp_call_fn call,
+    void *arg)
+{
+	const char *sid;
+	struct mcp_entry *e;
+
+	if (!origin_ok(conn))
+		return reply_error(conn, MHD_HTTP_FORBIDDEN,
+		    MOAT_MCP_INVALID_REQUEST, "the Origin header names a "
+		    "site other than this host: /mcp serves local clients");
+	if (strcmp(method, "POST") == 0)
+		return serve_post(m, conn, body, len, call, arg);
+	if (strcmp(method, "DELETE") == 0) {
+		sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		    SESSION_HEADER);
+		if (sid == NULL)
+			return reply_error(conn, MHD_HTTP_BAD_REQUEST,
+			    MOAT_MCP_INVALID_REQUEST, "DELETE /mcp needs the "
+			    "Mcp-Session-Id header of the session to end");
+		if ((e = session_get(m, sid, MHD_lookup_connection_value(conn,
+		    MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) == NULL)
+			return reply_error(conn, MHD_HTTP_NOT_FOUND,
+			    MOAT_MCP_INVALID_REQUEST, "no such MCP session");
+		moat_mcp_session_close(e->session, call, arg);
+		moat_info(0, "mcp-session-end %s", e->id);
+		session_put(m, e, true);
+		return reply(conn, MHD_HTTP_NO_CONTENT, NULL, NULL, NULL);
+	}
+	return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+	    moat_mcp_error_reply(MOAT_MCP_INVALID_REQUEST, "/mcp takes POST "
+	    "(JSON-RPC messages) and DELETE (end a session); this server "
+	    "offers no server-initiated stream"), NULL, "POST, DELETE");
+}

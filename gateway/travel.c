@@ -1,0 +1,923 @@
+/*
+ * travel.c: time travel through recorded sessions (issue 3) and the
+ * persistent code contexts' calls (issue 4), answered by the gateway:
+ * RestoreStep brings a sandbox back to the state after one step from
+ * that step's snapshot (in place, or as a new sandbox) and starts a
+ * branch session there; Fork makes up to 16 such sandboxes at once, each
+ * with its own branch; Replay re-runs a session's inputs in a fresh
+ * recorded sandbox and says which steps came out the same. RunCode is
+ * recorded as a CODE step like Exec; a client's SnapshotSandbox on a
+ * MANUAL session becomes its latest step's snapshot. Restores never
+ * replay: a step without a snapshot cannot be restored, and the error
+ * says which steps can.
+ * Not for: recording itself (record.c), Diff and Compare (they only read
+ * sessions), the node's side of snapshots (services/vm/).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "session.pb-c.h"
+
+#define TRAVEL_FORK_MAX 16
+
+static struct moat_travel
+parts(struct moat_rpc_call *call)
+{
+	struct moat_travel t;
+
+	moat_gateway_travel(call->service_ctx, &t);
+	t.tenant = moat_gw_tenant(call);
+	return t;
+}
+
+/* fail: replies `rv` with *msg (freed). */
+static int
+fail(struct moat_rpc_call *call, int rv, char *msg)
+{
+	rv = moat_rpc_error(call, rv, "%s", msg ? msg : moat_strerror(rv));
+	free(msg);
+	return rv;
+}
+
+/* snapshot_node: the node named in a local snapshot id
+ * "snap-<node>-<16 hex>" (services/vm/snapshot.c). */
+static bool
+snapshot_node(const char *snap_id, struct moat_node_id *node)
+{
+	const char *last;
+	size_t n;
+
+	if (snap_id == NULL || strncmp(snap_id, "snap-", 5) != 0 ||
+	    (last = strrchr(snap_id, '-')) == NULL || last < snap_id + 6 ||
+	    strlen(last + 1) != 16)
+		return false;
+	n = (size_t)(last - (snap_id + 5));
+	if (n == 0 || n >= sizeof(node->s))
+		return false;
+	memcpy(node->s, snap_id + 5, n);
+	node->s[n] = '\0';
+	return true;
+}
+
+/* get_session: the tenant's session; NOT_FOUND passes through. */
+static int
+get_session(struct moat_travel *t, const char *session_id, uint64_t deadline,
+    Moat__V1__SessionInfo **out, char **errmsg)
+{
+	Moat__V1__GetSessionRequest req = MOAT__V1__GET_SESSION_REQUEST__INIT;
+
+	if (session_id == NULL || session_id[0] == '\0') {
+		*errmsg = moat_asprintf("session_id is required: `moat "
+		    "session ls` lists the sessions");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	req.tenant = (char *)t->tenant;
+	req.session_id = (char *)session_id;
+	return moat_record_sessiond(t->rec, "GetSession", &req.base,
+	    &moat__v1__session_info__descriptor, (ProtobufCMessage **)out,
+	    deadline, errmsg);
+}
+
+static const char *
+policy_word(Moat__V1__SnapshotPolicy p)
+{
+	return p == MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY ?
+	    "every" : p == MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_NONE ?
+	    "none" : "manual";
+}
+
+/* no_snapshot_message: FAILED_PRECONDITION's message for `step` of s:
+ * the steps that do have snapshots, or how to get some. */
+static char *
+no_snapshot_message(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t step, uint64_t deadline)
+{
+	Moat__V1__ListStepsRequest req = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+	Moat__V1__ListStepsReply *page = NULL;
+	char list[512] = "", step0[MOAT_ID_MAX], *token = NULL, *msg = NULL;
+	size_t used = 0;
+	int n = 0;
+
+	if (moat_record_session_step0(s) != NULL ||
+	    moat_record_step0(t->rec, s->id, step0, sizeof(step0)))
+		used += (size_t)snprintf(list, sizeof(list), "0"), n++;
+	req.tenant = (char *)t->tenant;
+	req.session_id = s->id;
+	req.page_size = 1000;
+	do {
+		req.page_token = token != NULL ? token : (char *)"";
+		if (moat_record_sessiond(t->rec, "ListSteps", &req.base,
+		    &moat__v1__list_steps_reply__descriptor,
+		    (ProtobufCMessage **)&page, deadline, &msg) != MOAT_OK) {
+			free(msg);
+			break;
+		}
+		for (size_t i = 0; i < page->n_steps; i++) {
+			if (page->steps[i]->snapshot_id[0] == '\0' ||
+			    used >= sizeof(list) - 32)
+				continue;
+			used += (size_t)snprintf(list + used,
+			    sizeof(list) - used, "%s%llu", n ? ", " : "",
+			    (unsigned long long)page->steps[i]->index);
+			n++;
+		}
+		free(token);
+		token = page->next_page_token[0] ?
+		    strdup(page->next_page_token) : NULL;
+		moat__v1__list_steps_reply__free_unpacked(page, NULL);
+	} while (token != NULL);
+	if (n > 0)
+		return moat_asprintf("step %llu of session %s has no "
+		    "snapshot: steps with one: %s (`moat restore SANDBOX "
+		    "--step N --session %s`)", (unsigned long long)step,
+		    s->id, list, s->id);
+	return moat_asprintf("step %llu of session %s has no snapshot, nor "
+	    "does any of its steps: its snapshot policy is %s; take one after "
+	    "a step with `moat snapshot create %s` (policy manual), or record "
+	    "with `moat sandbox create --record --snapshot every`",
+	    (unsigned long long)step, s->id,
+	    policy_word(s->snapshot_policy), s->sandbox_id);
+}
+
+/* step_snapshot: the snapshot of `step` of s into snap (MOAT_ID_MAX).
+ * NOT_FOUND for a step past the end; FAILED_PRECONDITION when the step
+ * has none. */
+static int
+step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t step, uint64_t deadline, char *snap, char **errmsg)
+{
+	Moat__V1__GetStepRequest req = MOAT__V1__GET_STEP_REQUEST__INIT;
+	Moat__V1__Step *st = NULL;
+	const char *label;
+	int rv;
+
+	snap[0] = '\0';
+	if (step > s->step_count) {
+		*errmsg = moat_asprintf("step %llu of session %s not found: "
+		    "it has steps 1..%llu (0: the state before step 1)",
+		    (unsigned long long)step, s->id,
+		    (unsigned long long)s->step_count);
+		return MOAT_NOT_FOUND;
+	}
+	if (step == 0) {
+		if ((label = moat_record_session_step0(s)) != NULL)
+			snprintf(snap, MOAT_ID_MAX, "%s", label);
+		else
+			(void)moat_record_step0(t->rec, s->id, snap,
+			    MOAT_ID_MAX);
+	} else {
+		req.tenant = (char *)t->tenant;
+		req.session_id = s->id;
+		req.index = step;
+		req.omit_outputs = true;
+		if ((rv = moat_record_sessiond(t->rec, "GetStep", &req.base,
+		    &moat__v1__step__descriptor, (ProtobufCMessage **)&st,
+		    deadline, errmsg)) != MOAT_OK)
+			return rv;
+		snprintf(snap, MOAT_ID_MAX, "%s", st->snapshot_id);
+		moat__v1__step__free_unpacked(st, NULL);
+	}
+	if (snap[0] != '\0')
+		return MOAT_OK;
+	*errmsg = no_snapshot_message(t, s, step, deadline);
+	return MOAT_FAILED_PRECONDITION;
+}
+
+/* restore: a sandbox restored from `snap` on its node, replacing
+ * `replace` ("" : none) in place where the node can. On MOAT_OK *out is
+ * the caller's and its route is remembered. */
+static int
+restore(struct moat_travel *t, const char *snap, const char *replace,
+    uint64_t deadline, Moat__V1__Sandbox **out, char **errmsg)
+{
+	Moat__V1__RestoreSandboxRequest req =
+	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+	uint8_t *payload, *reply = NULL;
+	size_t len, reply_len = 0;
+	char what[MOAT_ID_MAX + 16];
+	int rv;
+
+	*out = NULL;
+	if (!snapshot_node(snap, &node)) {
+		*errmsg = moat_asprintf("snapshot %s names no node", snap);
+		return MOAT_INTERNAL;
+	}
+	req.snapshot_id = (char *)snap;
+	req.tenant = (char *)t->tenant;
+	req.replace_sandbox_id = (char *)replace;
+	len = moat__v1__restore_sandbox_request__get_packed_size(&req);
+	if ((payload = malloc(len ? len : 1)) == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	moat__v1__restore_sandbox_request__pack(&req, payload);
+	snprintf(what, sizeof(what), "snapshot %.100s", snap);
+	rv = moat_forward_to_node(t->fw, &node, "RestoreSandbox", payload, len,
+	    moat_rpc_new_request_id(), deadline, what, &reply, &reply_len,
+	    errmsg);
+	free(payload);
+	if (rv != MOAT_OK)
+		return rv;
+	*out = moat__v1__sandbox__unpack(NULL, reply_len, reply);
+	free(reply);
+	if (*out == NULL) {
+		*errmsg = moat_asprintf("node %s answered RestoreSandbox with "
+		    "something that is not a moat.v1.Sandbox", node.s);
+		return MOAT_INTERNAL;
+	}
+	if (moat_sandbox_id_set(&sandbox, (*out)->id))
+		moat_forward_remember(t->fw, &sandbox, &node);
+	return MOAT_OK;
+}
+
+/* destroy: best effort; logged when it fails. */
+static void
+destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+	uint8_t payload[MOAT_ID_MAX + 8], *out = NULL;
+	size_t len, out_len = 0;
+	uint64_t deadline = moat_rpc_now_ms() + MOAT_RPC_DEFAULT_TIMEOUT_MS;
+	char *msg = NULL;
+
+	moat_record_forget(t->rec, sandbox_id);
+	ref.sandbox_id = (char *)sandbox_id;
+	len = moat__v1__sandbox_ref__get_packed_size(&ref);
+	if (!moat_sandbox_id_set(&sandbox, sandbox_id) ||
+	    len > sizeof(payload))
+		return;
+	moat__v1__sandbox_ref__pack(&ref, payload);
+	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) !=
+	    MOAT_OK || moat_forward_to_node(t->fw, &node, "DestroySandbox",
+	    payload, len, moat_rpc_new_request_id(), deadline,
+	    "the replaced sandbox", &out, &out_len, &msg) != MOAT_OK)
+		moat_warn(request_id, "sandbox %s not destroyed: %s",
+		    sandbox_id, msg ? msg : "");
+	moat_forward_forget(t->fw, &sandbox);
+	free(out);
+	free(msg);
+}
+
+/* set_sandbox_session: sb->session_id = heap copy of id. */
+static bool
+set_sandbox_session(Moat__V1__Sandbox *sb, const char *id)
+{
+	char *copy = strdup(id);
+
+	if (copy == NULL)
+		return false;
+	if (sb->session_id != NULL &&
+	    sb->session_id != protobuf_c_empty_string)
+		free(sb->session_id);
+	sb->session_id = copy;
+	return true;
+}
+
+/* branch_restore: restores `snap` in place of `replace` ("" : none; a
+ * new sandbox when it is on another node than the snapshot, the old one
+ * then destroyed). On MOAT_OK *out is the caller's. */
+static int
+branch_restore(struct moat_travel *t, const char *snap, const char *replace,
+    uint64_t request_id, uint64_t deadline, Moat__V1__Sandbox **out,
+    char **errmsg)
+{
+	struct moat_sandbox_id old;
+	struct moat_node_id old_node, snap_node;
+	const char *in_place = replace;
+	char *msg = NULL;
+	int rv;
+
+	/* A node replaces only its own sandboxes. */
+	if (replace[0] != '\0' && moat_sandbox_id_set(&old, replace) &&
+	    snapshot_node(snap, &snap_node) &&
+	    moat_forward_locate(t->fw, &old, deadline, &old_node, &msg) ==
+	    MOAT_OK && strcmp(old_node.s, snap_node.s) != 0)
+		in_place = "";
+	free(msg);
+	msg = NULL;
+	if ((rv = restore(t, snap, in_place, deadline, out, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	if (replace[0] != '\0' && strcmp((*out)->id, replace) != 0) {
+		/* The node made a new sandbox instead of replacing: the old
+		 * one goes, and the recording moves to the new one. */
+		moat_info(request_id, "restore of %s came back as %s: "
+		    "destroying %s", replace, (*out)->id, replace);
+		destroy(t, replace, request_id);
+	}
+	return MOAT_OK;
+}
+
+/* branch_record: the restored sandbox *out records from now on into a
+ * new branch session of (s, step), whose id goes to session_id (and
+ * (*out)->session_id). `base_trace`: the restored state's fs trace when
+ * known (NULL: traced here). On failure *out is freed and NULL (the
+ * sandbox itself is left running). */
+static int
+branch_record(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t step, const char *snap, const Moat__V1__FsTrace *base_trace,
+    uint64_t request_id, uint64_t deadline, Moat__V1__Sandbox **out,
+    char *session_id, char **errmsg)
+{
+	struct moat_record_origin origin = {
+		.policy = s->snapshot_policy,
+		.parent_session_id = s->id,
+		.parent_step = step,
+		.base_snapshot = snap,
+		.base_trace = base_trace,
+	};
+	char *msg = NULL;
+	int rv;
+
+	if ((rv = moat_record_begin(t->rec, t->tenant, (*out)->id,
+	    &origin, request_id, deadline, session_id, MOAT_ID_MAX,
+	    &msg)) != MOAT_OK) {
+		*errmsg = moat_asprintf("sandbox %s was restored from %s but "
+		    "does not record: %s (destroy it, or restore again once "
+		    "moat-sessiond answers)", (*out)->id, snap, msg);
+		free(msg);
+		moat__v1__sandbox__free_unpacked(*out, NULL);
+		*out = NULL;
+		return rv;
+	}
+	if (!set_sandbox_session(*out, session_id)) {
+		moat__v1__sandbox__free_unpacked(*out, NULL);
+		*out = NULL;
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	moat_info(request_id, "sandbox %s restored to step %llu of %s; "
+	    "records into branch %s", (*out)->id, (unsigned long long)step,
+	    s->id, session_id);
+	return MOAT_OK;
+}
+
+/* branch: branch_restore, then branch_record. */
+static int
+branch(struct moat_travel *t, const Moat__V1__SessionInfo *s, uint64_t step,
+    const char *snap, const char *replace, uint64_t request_id,
+    uint64_t deadline, Moat__V1__Sandbox **out, char *session_id,
+    char **errmsg)
+{
+	int rv;
+
+	if ((rv = branch_restore(t, snap, replace, request_id, deadline, out,
+	    errmsg)) != MOAT_OK)
+		return rv;
+	return branch_record(t, s, step, snap, NULL, request_id, deadline,
+	    out, session_id, errmsg);
+}
+
+int
+moat_travel_restore_step(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct moat_travel t = parts(call);
+	const Moat__V1__RestoreStepRequest *req =
+	    (const Moat__V1__RestoreStepRequest *)request;
+	Moat__V1__RestoreStepReply *r = (Moat__V1__RestoreStepReply *)reply;
+	Moat__V1__SessionInfo *s = NULL;
+	char snap[MOAT_ID_MAX], session_id[MOAT_ID_MAX], *msg = NULL;
+	const char *replace = "";
+	struct moat_sandbox_id target;
+	struct moat_node_id node;
+	int rv;
+
+	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
+	    &msg)) != MOAT_OK ||
+	    (rv = step_snapshot(&t, s, req->step, call->deadline_ms, snap,
+	    &msg)) != MOAT_OK)
+		goto fail;
+	if (req->new_sandbox) {
+		replace = "";
+	} else if (req->sandbox_id[0] != '\0') {
+		/* Asked for by name: it must exist. */
+		if (!moat_sandbox_id_set(&target, req->sandbox_id)) {
+			rv = MOAT_INVALID_ARGUMENT;
+			msg = moat_asprintf("sandbox_id is too long");
+			goto fail;
+		}
+		if ((rv = moat_forward_locate(t.fw, &target,
+		    call->deadline_ms, &node, &msg)) != MOAT_OK)
+			goto fail;
+		replace = req->sandbox_id;
+	} else if (moat_sandbox_id_set(&target, s->sandbox_id) &&
+	    moat_forward_locate(t.fw, &target, call->deadline_ms, &node,
+	    &msg) == MOAT_OK) {
+		replace = s->sandbox_id;
+	} else {
+		free(msg);   /* the session's sandbox is gone: a new one */
+		msg = NULL;
+	}
+	if ((rv = branch(&t, s, req->step, snap, replace, call->request_id,
+	    call->deadline_ms, &r->sandbox, session_id, &msg)) != MOAT_OK)
+		goto fail;
+	moat__v1__session_info__free_unpacked(s, NULL);
+	if ((r->session_id = strdup(session_id)) == NULL ||
+	    (r->snapshot_id = strdup(snap)) == NULL)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	return MOAT_OK;
+
+fail:
+	if (s != NULL)
+		moat__v1__session_info__free_unpacked(s, NULL);
+	return fail(call, rv, msg);
+}
+
+/* One copy of a fork, made on its own thread. */
+struct fork_job {
+	pthread_t thread;
+	bool started;
+	struct moat_travel *t;
+	const Moat__V1__SessionInfo *s;
+	uint64_t step;
+	const char *snap;
+	uint64_t request_id, deadline;
+	Moat__V1__ForkCopy *copy;   /* filled by the thread */
+};
+
+/* copy_failed: records a copy's status and (when it failed) message,
+ * taking msg. */
+static void
+copy_failed(Moat__V1__ForkCopy *copy, int rv, char *msg)
+{
+	copy->code = (Moat__V1__Code)rv;
+	if (rv == MOAT_OK) {
+		free(msg);
+		return;
+	}
+	if (msg == NULL)
+		msg = strdup(moat_strerror(rv));
+	if (msg != NULL)   /* else protobuf-c's empty default stays */
+		copy->message = msg;
+}
+
+static void *
+fork_main(void *arg)
+{
+	struct fork_job *j = arg;
+	char *msg = NULL;
+	int rv;
+
+	rv = branch_restore(j->t, j->snap, "", j->request_id, j->deadline,
+	    &j->copy->sandbox, &msg);
+	copy_failed(j->copy, rv, msg);
+	return NULL;
+}
+
+int
+moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_travel t = parts(call);
+	const Moat__V1__ForkRequest *req =
+	    (const Moat__V1__ForkRequest *)request;
+	Moat__V1__ForkReply *r = (Moat__V1__ForkReply *)reply;
+	Moat__V1__SessionInfo *s = NULL;
+	struct fork_job jobs[TRAVEL_FORK_MAX];
+	uint32_t count = req->count == 0 ? 1 : req->count;
+	Moat__V1__FsTrace *trace = NULL;
+	char snap[MOAT_ID_MAX], *msg = NULL;
+	int rv;
+
+	if (count > TRAVEL_FORK_MAX)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "count %u: "
+		    "a fork makes at most %d copies", count, TRAVEL_FORK_MAX);
+	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
+	    &msg)) != MOAT_OK ||
+	    (rv = step_snapshot(&t, s, req->step, call->deadline_ms, snap,
+	    &msg)) != MOAT_OK)
+		goto fail;
+	if ((r->copies = calloc(count, sizeof(*r->copies))) == NULL)
+		goto fail_oom;
+	for (uint32_t i = 0; i < count; i++) {
+		if ((r->copies[i] = malloc(sizeof(**r->copies))) == NULL)
+			goto fail_oom;
+		moat__v1__fork_copy__init(r->copies[i]);
+		r->n_copies++;
+	}
+	memset(jobs, 0, sizeof(jobs));
+	for (uint32_t i = 0; i < count; i++) {
+		jobs[i] = (struct fork_job){
+			.t = &t, .s = s, .step = req->step, .snap = snap,
+			.request_id = call->request_id,
+			.deadline = call->deadline_ms, .copy = r->copies[i],
+		};
+		jobs[i].started = pthread_create(&jobs[i].thread, NULL,
+		    fork_main, &jobs[i]) == 0;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		if (jobs[i].started)
+			pthread_join(jobs[i].thread, NULL);
+		else
+			fork_main(&jobs[i]);
+	}
+	/* The copies start alike: one fs trace is every branch's baseline. */
+	for (uint32_t i = 0; i < count && trace == NULL; i++)
+		if (r->copies[i]->sandbox != NULL &&
+		    moat_record_trace(t.rec, r->copies[i]->sandbox->id,
+		    call->deadline_ms, &trace, &msg) != MOAT_OK) {
+			moat_warn(call->request_id, "fork: no fs trace of %s: "
+			    "%s", r->copies[i]->sandbox->id, msg ? msg : "");
+			free(msg);
+			msg = NULL;
+			trace = NULL;
+		}
+	for (uint32_t i = 0; i < count; i++) {
+		Moat__V1__ForkCopy *c = r->copies[i];
+		char session_id[MOAT_ID_MAX], sandbox_id[MOAT_ID_MAX];
+
+		if (c->sandbox == NULL)
+			continue;
+		snprintf(sandbox_id, sizeof(sandbox_id), "%s", c->sandbox->id);
+		if ((rv = branch_record(&t, s, req->step, snap, trace,
+		    call->request_id, call->deadline_ms, &c->sandbox,
+		    session_id, &msg)) != MOAT_OK) {
+			/* An unrecorded copy is not what was asked for. */
+			destroy(&t, sandbox_id, call->request_id);
+			copy_failed(c, rv, msg);
+			msg = NULL;
+			continue;
+		}
+		if ((c->session_id = strdup(session_id)) == NULL)
+			c->session_id = (char *)protobuf_c_empty_string;
+		r->succeeded++;
+	}
+	if (trace != NULL)
+		moat__v1__fs_trace__free_unpacked(trace, NULL);
+	moat_info(call->request_id, "fork of %s step %llu: %u of %u copies",
+	    s->id, (unsigned long long)req->step, r->succeeded, count);
+	moat__v1__session_info__free_unpacked(s, NULL);
+	if ((r->snapshot_id = strdup(snap)) == NULL)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	return MOAT_OK;
+
+fail_oom:
+	rv = MOAT_RESOURCE_EXHAUSTED;
+	msg = moat_asprintf("out of memory");
+fail:
+	if (s != NULL)
+		moat__v1__session_info__free_unpacked(s, NULL);
+	return fail(call, rv, msg);
+}
+
+/* ---- replay ---- */
+
+/* create_like: a fresh sandbox shaped like `like` (NULL: defaults), on a
+ * node chosen by placement. On MOAT_OK *out is the caller's. */
+static int
+create_like(struct moat_travel *t, const Moat__V1__Sandbox *like,
+    uint64_t deadline, Moat__V1__Sandbox **out, char **errmsg)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__Node **nodes = NULL;
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+	uint8_t *payload = NULL, *reply = NULL;
+	size_t n_nodes = 0, chosen, len, reply_len = 0;
+	int rv;
+
+	*out = NULL;
+	if (like != NULL) {
+		req.vcpus = like->vcpus;
+		req.memory_mib = like->memory_mib;
+		req.image = like->image;
+		req.scratch_mib = like->scratch_mib;
+	}
+	req.tenant = (char *)t->tenant;
+	if (moat_nodes_snapshot(t->nodes, &nodes, &n_nodes) != MOAT_OK) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	if ((rv = moat_placement_choose(nodes, n_nodes, req.vcpus,
+	    req.memory_mib, req.image, t->survey_url, &chosen, errmsg)) !=
+	    MOAT_OK)
+		goto out;
+	if (!moat_node_id_set(&node, nodes[chosen]->node_id)) {
+		rv = MOAT_INTERNAL;
+		*errmsg = moat_asprintf("placement chose a node without "
+		    "an id");
+		goto out;
+	}
+	len = moat__v1__create_sandbox_request__get_packed_size(&req);
+	if ((payload = malloc(len ? len : 1)) == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		*errmsg = moat_asprintf("out of memory");
+		goto out;
+	}
+	moat__v1__create_sandbox_request__pack(&req, payload);
+	if ((rv = moat_forward_to_node(t->fw, &node, "CreateSandbox", payload,
+	    len, moat_rpc_new_request_id(), deadline, "the replay sandbox",
+	    &reply, &reply_len, errmsg)) != MOAT_OK)
+		goto out;
+	if ((*out = moat__v1__sandbox__unpack(NULL, reply_len, reply)) ==
+	    NULL) {
+		rv = MOAT_INTERNAL;
+		*errmsg = moat_asprintf("node %s answered CreateSandbox with "
+		    "something that is not a moat.v1.Sandbox", node.s);
+		goto out;
+	}
+	if (moat_sandbox_id_set(&sandbox, (*out)->id))
+		moat_forward_remember(t->fw, &sandbox, &node);
+out:
+	free(reply);
+	free(payload);
+	moat_nodes_snapshot_free(nodes, n_nodes);
+	return rv;
+}
+
+/* get_sandbox: the sandbox, or NULL when it is gone or unreachable. */
+static Moat__V1__Sandbox *
+get_sandbox(struct moat_travel *t, const char *sandbox_id, uint64_t deadline)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+	uint8_t payload[MOAT_ID_MAX + 8], *out = NULL;
+	size_t len, out_len = 0;
+	Moat__V1__Sandbox *sb = NULL;
+	char *msg = NULL;
+
+	ref.sandbox_id = (char *)sandbox_id;
+	len = moat__v1__sandbox_ref__get_packed_size(&ref);
+	if (!moat_sandbox_id_set(&sandbox, sandbox_id) ||
+	    len > sizeof(payload))
+		return NULL;
+	moat__v1__sandbox_ref__pack(&ref, payload);
+	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) ==
+	    MOAT_OK && moat_forward_to_node(t->fw, &node, "GetSandbox",
+	    payload, len, moat_rpc_new_request_id(), deadline,
+	    "the recorded sandbox", &out, &out_len, &msg) == MOAT_OK)
+		sb = moat__v1__sandbox__unpack(NULL, out_len, out);
+	free(out);
+	free(msg);
+	return sb;
+}
+
+/* The outcome of one replayed step, to compare with the recorded one. */
+struct outcome {
+	bool ran;
+	int32_t exit_code;
+	ProtobufCBinaryData out, err;   /* borrowed from the reply */
+};
+
+static bool
+same_bytes(ProtobufCBinaryData a, ProtobufCBinaryData b)
+{
+	return a.len == b.len && (a.len == 0 ||
+	    memcmp(a.data, b.data, a.len) == 0);
+}
+
+/* replay_step: runs the recorded step `st` in `sandbox_id` through the
+ * recording path (so it becomes a step of the replay's session) and says
+ * whether it came out as recorded. */
+static bool
+replay_step(struct moat_travel *t, struct moat_rpc_call *parent,
+    const char *sandbox_id, const Moat__V1__Step *st)
+{
+	Moat__V1__ExecRequest ereq = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__RunCodeRequest creq = MOAT__V1__RUN_CODE_REQUEST__INIT;
+	Moat__V1__FileWriteRequest freq = MOAT__V1__FILE_WRITE_REQUEST__INIT;
+	struct moat_rpc_call call = {
+		.service = parent->service,
+		.request_id = moat_rpc_new_request_id(),
+		.deadline_ms = parent->deadline_ms,
+		.auth = parent->auth,
+		.principal = parent->principal,
+		.service_ctx = parent->service_ctx,
+	};
+	ProtobufCMessage *req;
+	Moat__V1__ExecResult *er = NULL;
+	Moat__V1__RunCodeResult *cr = NULL;
+	uint8_t *payload;
+	size_t len;
+	bool handled = false, same = false;
+	int rv;
+
+	switch (st->kind) {
+	case MOAT__V1__STEP_KIND__STEP_KIND_EXEC:
+		ereq.sandbox_id = (char *)sandbox_id;
+		if (st->n_argv > 0) {
+			ereq.argv = st->argv;
+			ereq.n_argv = st->n_argv;
+		} else {
+			ereq.shell = st->input;
+		}
+		req = &ereq.base;
+		call.method = "Exec";
+		break;
+	case MOAT__V1__STEP_KIND__STEP_KIND_CODE:
+		creq.sandbox_id = (char *)sandbox_id;
+		creq.code = st->input;
+		creq.language = st->language;
+		req = &creq.base;
+		call.method = "RunCode";
+		break;
+	case MOAT__V1__STEP_KIND__STEP_KIND_FILE_WRITE:
+		freq.sandbox_id = (char *)sandbox_id;
+		freq.path = st->path;
+		freq.data.data = (uint8_t *)st->input;
+		freq.data.len = strlen(st->input);
+		freq.truncate = true;
+		freq.make_parents = true;
+		req = &freq.base;
+		call.method = "WriteFile";
+		break;
+	default:
+		return false;
+	}
+	len = protobuf_c_message_get_packed_size(req);
+	if ((payload = malloc(len ? len : 1)) == NULL)
+		return false;
+	protobuf_c_message_pack(req, payload);
+	call.payload = payload;
+	call.payload_len = len;
+	rv = moat_record_step(t->rec, &call, req, sandbox_id, t->tenant,
+	    &handled);
+	if (!handled)   /* sessiond lost the recording: run it anyway */
+		rv = moat_forward_call(t->fw, &call, sandbox_id, payload, len);
+	if (rv != MOAT_OK) {
+		moat_warn(parent->request_id, "replay step %llu in %s: %s",
+		    (unsigned long long)st->index, sandbox_id,
+		    call.error_message ? call.error_message : "");
+	} else if (st->kind == MOAT__V1__STEP_KIND__STEP_KIND_EXEC &&
+	    (er = moat__v1__exec_result__unpack(NULL, call.raw_reply_len,
+	    call.raw_reply)) != NULL && er->status != NULL) {
+		int32_t code = er->status->exited ? er->status->exit_code :
+		    128 + er->status->signal;
+		same = code == st->exit_code &&
+		    same_bytes(er->stdout, st->stdout) &&
+		    same_bytes(er->stderr, st->stderr);
+	} else if (st->kind == MOAT__V1__STEP_KIND__STEP_KIND_CODE &&
+	    (cr = moat__v1__run_code_result__unpack(NULL, call.raw_reply_len,
+	    call.raw_reply)) != NULL && cr->result != NULL) {
+		int32_t code = cr->result->timed_out ? 124 :
+		    cr->result->error_name[0] != '\0' ? 1 : 0;
+		same = code == st->exit_code &&
+		    same_bytes(cr->result->stdout, st->stdout) &&
+		    same_bytes(cr->result->stderr, st->stderr);
+	} else if (st->kind == MOAT__V1__STEP_KIND__STEP_KIND_FILE_WRITE) {
+		same = true;
+	}
+	if (er != NULL)
+		moat__v1__exec_result__free_unpacked(er, NULL);
+	if (cr != NULL)
+		moat__v1__run_code_result__free_unpacked(cr, NULL);
+	free(call.raw_reply);
+	free(call.error_message);
+	free(payload);
+	return same;
+}
+
+int
+moat_travel_replay(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct moat_travel t = parts(call);
+	const Moat__V1__ReplayRequest *req =
+	    (const Moat__V1__ReplayRequest *)request;
+	Moat__V1__ReplayReply *r = (Moat__V1__ReplayReply *)reply;
+	Moat__V1__ExportSessionRequest ereq =
+	    MOAT__V1__EXPORT_SESSION_REQUEST__INIT;
+	Moat__V1__ExportSessionReply *ex = NULL;
+	Moat__V1__Sandbox *like = NULL, *sb = NULL;
+	struct moat_record_origin origin = { 0 };
+	char session_id[MOAT_ID_MAX], *msg = NULL;
+	uint64_t until;
+	int rv;
+
+	if (req->session_id[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "session_id is required: `moat session ls` lists the "
+		    "sessions");
+	ereq.tenant = (char *)t.tenant;
+	ereq.session_id = req->session_id;
+	if ((rv = moat_record_sessiond(t.rec, "ExportSession", &ereq.base,
+	    &moat__v1__export_session_reply__descriptor,
+	    (ProtobufCMessage **)&ex, call->deadline_ms, &msg)) != MOAT_OK)
+		return fail(call, rv, msg);
+	if (ex->session == NULL) {
+		moat__v1__export_session_reply__free_unpacked(ex, NULL);
+		return moat_rpc_error(call, MOAT_INTERNAL, "moat-sessiond "
+		    "exported session %s without its info", req->session_id);
+	}
+	until = req->until_step == 0 || req->until_step > ex->n_steps ?
+	    ex->n_steps : req->until_step;
+	like = get_sandbox(&t, ex->session->sandbox_id, call->deadline_ms);
+	rv = create_like(&t, like, call->deadline_ms, &sb, &msg);
+	if (like != NULL)
+		moat__v1__sandbox__free_unpacked(like, NULL);
+	if (rv != MOAT_OK)
+		goto fail;
+	origin.policy = ex->session->snapshot_policy;
+	if ((rv = moat_record_begin(t.rec, t.tenant, sb->id, &origin,
+	    call->request_id, call->deadline_ms, session_id,
+	    sizeof(session_id), &msg)) != MOAT_OK)
+		goto fail_destroy;
+	for (uint64_t i = 0; i < until; i++) {
+		bool same = replay_step(&t, call, sb->id, ex->steps[i]);
+
+		r->steps_replayed++;
+		if (same)
+			r->steps_matching++;
+		else if (r->first_divergent_step == 0)
+			r->first_divergent_step = ex->steps[i]->index;
+	}
+	moat_info(call->request_id, "replay of %s in %s: %llu of %llu steps "
+	    "the same", req->session_id, sb->id,
+	    (unsigned long long)r->steps_matching,
+	    (unsigned long long)r->steps_replayed);
+	moat__v1__export_session_reply__free_unpacked(ex, NULL);
+	if ((r->session_id = strdup(session_id)) == NULL)
+		rv = MOAT_RESOURCE_EXHAUSTED;
+	if (req->keep_sandbox && rv == MOAT_OK &&
+	    set_sandbox_session(sb, session_id)) {
+		r->sandbox = sb;
+		return MOAT_OK;
+	}
+	destroy(&t, sb->id, call->request_id);
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	if (rv != MOAT_OK)
+		return moat_rpc_error(call, rv, "out of memory");
+	return MOAT_OK;
+
+fail_destroy:
+	destroy(&t, sb->id, call->request_id);
+fail:
+	if (sb != NULL)
+		moat__v1__sandbox__free_unpacked(sb, NULL);
+	moat__v1__export_session_reply__free_unpacked(ex, NULL);
+	return fail(call, rv, msg);
+}
+
+/* ---- recorded sandbox calls answered with the recording's help ---- */
+
+int
+moat_travel_run_code(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct moat_travel t = parts(call);
+	const Moat__V1__RunCodeRequest *req =
+	    (const Moat__V1__RunCodeRequest *)request;
+	bool handled = false;
+	int rv;
+
+	(void)reply;
+	rv = moat_record_step(t.rec, call, request, req->sandbox_id,
+	    t.tenant, &handled);
+	if (handled)
+		return rv;
+	return moat_forward_call(t.fw, call, req->sandbox_id, call->payload,
+	    call->payload_len);
+}
+
+int
+moat_travel_close_code_context(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct moat_travel t = parts(call);
+	const Moat__V1__CodeContextCall *req =
+	    (const Moat__V1__CodeContextCall *)request;
+
+	(void)reply;
+	return moat_forward_call(t.fw, call, req->sandbox_id, call->payload,
+	    call->payload_len);
+}
+
+int
+moat_travel_snapshot_sandbox(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct moat_travel t = parts(call);
+	const Moat__V1__SnapshotSandboxRequest *req =
+	    (const Moat__V1__SnapshotSandboxRequest *)request;
+	Moat__V1__LocalSnapshot *snap;
+	int rv;
+
+	(void)reply;
+	if ((rv = moat_forward_call(t.fw, call, req->sandbox_id, call->payload,
+	    call->payload_len)) != MOAT_OK)
+		return rv;
+	snap = moat__v1__local_snapshot__unpack(NULL, call->raw_reply_len,
+	    call->raw_reply);
+	if (snap != NULL) {
+		moat_record_snapshot_taken(t.rec, t.tenant,
+		    req->sandbox_id, snap->snapshot_id, call->request_id,
+		    call->deadline_ms);
+		moat__v1__local_snapshot__free_unpacked(snap, NULL);
+	}
+	return MOAT_OK;
+}

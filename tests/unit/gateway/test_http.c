@@ -1,0 +1,532 @@
+/*
+ * test_http.c: the gateway's HTTP/JSON door (gateway/http.c) in front of
+ * a real gateway in-process and a fake vmd node, called with libcurl as a
+ * client would: healthz; a sandbox created, fetched, listed, exec'd in,
+ * read and written, and destroyed through the resource routes, each
+ * landing on the node as the same Gateway method; the generic
+ * /v1/rpc/{Method} route; and the unhappy paths: malformed JSON, unknown
+ * fields, wrong types and an id in the body (400 naming the problem),
+ * unknown routes, methods and sandboxes (404), wrong HTTP methods (405
+ * with Allow), bodies over 4 MiB with and without a length (413), a bad
+ * Authorization header (401), sessiond down (503); and the door still
+ * answers after all of them.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <jansson.h>
+#include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
+
+#include "fake_node.h"
+#include "gateway.h"
+#include "http.h"
+#include "moat/log.h"
+#include "moat/util.h"
+
+struct env {
+	char dir[64];
+	char *survey_url, *listen_url;
+	struct moat_gateway *gw;
+	struct moat_http *http;
+	uint16_t port;
+	struct fake_node a;
+};
+
+static struct env E;
+
+/* One HTTP exchange as the test sees it. */
+struct resp {
+	long status;
+	char *body;            /* heap, NUL-terminated */
+	size_t len;
+	char content_type[128];
+	char allow[128];
+	json_t *json;          /* body parsed, when it is JSON */
+};
+
+static size_t
+on_body(char *data, size_t size, size_t n, void *cls)
+{
+	struct resp *r = cls;
+	char *nb = realloc(r->body, r->len + size * n + 1);
+
+	if (nb == NULL)
+		return 0;
+	memcpy(nb + r->len, data, size * n);
+	r->body = nb;
+	r->len += size * n;
+	r->body[r->len] = '\0';
+	return size * n;
+}
+
+static size_t
+on_header(char *data, size_t size, size_t n, void *cls)
+{
+	struct resp *r = cls;
+	size_t len = size * n;
+
+	if (len > 6 && strncasecmp(data, "Allow:", 6) == 0) {
+		size_t start = 6, end = len;
+
+		while (start < end && data[start] == ' ')
+			start++;
+		while (end > start && (data[end - 1] == '\r' ||
+		    data[end - 1] == '\n'))
+			end--;
+		snprintf(r->allow, sizeof(r->allow), "%.*s",
+		    (int)(end - start), data + start);
+	}
+	return len;
+}
+
+/* The chunked upload of `chunked_left` bytes of 'x'. */
+static size_t chunked_left;
+
+static size_t
+on_read(char *buf, size_t size, size_t n, void *cls)
+{
+	size_t want = size * n;
+
+	if (want > chunked_left)
+		want = chunked_left;
+	memset(buf, 'x', want);
+	chunked_left -= want;
+	return want;
+}
+
+/* http: one request to the door. `body` may be NULL; `chunked` sends
+ * that many bytes with chunked transfer encoding instead. */
+static void
+http_ex(const char *method, const char *path, const char *body,
+    size_t body_len, const char *authz, size_t chunked, struct resp *r)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *hdrs = NULL;
+	char url[512], *ct = NULL;
+	CURLcode cc;
+
+	memset(r, 0, sizeof(*r));
+	assert_non_null(c);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", E.port, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	if (body != NULL) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+		    (curl_off_t)body_len);
+		hdrs = curl_slist_append(hdrs, "Content-Type: "
+		    "application/json");
+	} else if (chunked > 0) {
+		chunked_left = chunked;
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		hdrs = curl_slist_append(hdrs, "Transfer-Encoding: chunked");
+	}
+	if (authz != NULL) {
+		char h[256];
+		snprintf(h, sizeof(h), "Authorization: %s", authz);
+		hdrs = curl_slist_append(hdrs, h);
+	}
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+	cc = curl_easy_perform(c);
+	/* The door may answer 413 and close before the upload ends; the
+	 * answer is what counts. */
+	if (cc != CURLE_OK && cc != CURLE_SEND_ERROR)
+		fail_msg("%s %s: %s", method, path, curl_easy_strerror(cc));
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	if (ct != NULL)
+		snprintf(r->content_type, sizeof(r->content_type), "%s", ct);
+	if (r->body != NULL && strcmp(r->content_type, "application/json") ==
+	    0)
+		r->json = json_loadb(r->body, r->len, 0, NULL);
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(c);
+}
+
+static void
+http(const char *method, const char *path, const char *body,
+    struct resp *r)
+{
+	http_ex(method, path, body, body ? strlen(body) : 0, NULL, 0, r);
+}
+
+static void
+resp_free(struct resp *r)
+{
+	free(r->body);
+	json_decref(r->json);
+	memset(r, 0, sizeof(*r));
+}
+
+static const char *
+jstr(const struct resp *r, const char *key)
+{
+	const char *s = json_string_value(json_object_get(r->json, key));
+
+	return s != NULL ? s : "";
+}
+
+/* expect_error: status `status`, body {"code": code, "message": ...}
+ * with `want` in the message. */
+static void
+expect_error(struct resp *r, long status, const char *code,
+    const char *want)
+{
+	if (r->status != status || r->json == NULL ||
+	    strcmp(jstr(r, "code"), code) != 0 ||
+	    strstr(jstr(r, "message"), want) == NULL)
+		fail_msg("got %ld %s, want %ld %s with \"%s\"", r->status,
+		    r->body ? r->body : "(no body)", status, code, want);
+	resp_free(r);
+}
+
+static void
+wait_node(void)
+{
+	struct resp r;
+
+	for (int i = 0; i < 300; i++) {
+		json_t *nodes;
+
+		http("POST", "/v1/rpc/ListNodes", "{}", &r);
+		nodes = json_object_get(r.json, "nodes");
+		if (r.status == 200 && json_array_size(nodes) == 1 &&
+		    json_is_true(json_object_get(json_array_get(nodes, 0),
+		    "available"))) {
+			resp_free(&r);
+			return;
+		}
+		resp_free(&r);
+		nng_msleep(20);
+	}
+	fail_msg("the gateway never saw the fake node");
+}
+
+static int
+setup(void **state)
+{
+	struct moat_gateway_opts opts = { 0 };
+	char *errmsg = NULL, *sessiond, *snapd;
+
+	memset(&E, 0, sizeof(E));
+	moat_log_init("test", MOAT_LOG_WARN);
+	curl_global_init(CURL_GLOBAL_ALL);
+	snprintf(E.dir, sizeof(E.dir), "/tmp/moat-http-XXXXXX");
+	assert_non_null(mkdtemp(E.dir));
+	E.survey_url = moat_asprintf("ipc://%s/survey.sock", E.dir);
+	E.listen_url = moat_asprintf("ipc://%s/gateway.sock", E.dir);
+	sessiond = moat_asprintf("ipc://%s/sessiond.sock", E.dir);
+	snapd = moat_asprintf("ipc://%s/snapd.sock", E.dir);
+	opts.listen_url = E.listen_url;
+	opts.survey_url = E.survey_url;
+	opts.sessiond_url = sessiond;
+	opts.snapd_url = snapd;
+	opts.state_dir = E.dir;
+	opts.survey_interval_ms = 100;
+	if (moat_gateway_start(&E.gw, &opts, &errmsg) != MOAT_OK)
+		fail_msg("gateway: %s", errmsg);
+	free(sessiond);
+	free(snapd);
+	if (moat_http_start(&E.http, E.gw, "127.0.0.1:0", &errmsg) !=
+	    MOAT_OK)
+		fail_msg("http: %s", errmsg);
+	E.port = moat_http_port(E.http);
+	assert_true(E.port != 0);
+	assert_int_equal(fake_node_start(&E.a, "node-a", E.dir, E.survey_url),
+	    0);
+	wait_node();
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	moat_http_stop(E.http);
+	fake_node_halt(&E.a);
+	moat_gateway_stop(E.gw);
+	fake_node_stop(&E.a);
+	moat_rm_rf(E.dir);
+	free(E.survey_url);
+	free(E.listen_url);
+	curl_global_cleanup();
+	return 0;
+}
+
+static void
+test_healthz(void **state)
+{
+	struct resp r;
+
+	http("GET", "/healthz", NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.content_type, "application/json");
+	assert_string_equal(jstr(&r, "status"), "ok");
+	resp_free(&r);
+}
+
+static void
+test_sandbox_lifecycle(void **state)
+{
+	struct resp r;
+	char id[128], path[256];
+	json_t *list;
+	bool listed = false;
+
+	http("POST", "/v1/sandboxes", "{\"memoryMib\": 256, \"labels\": "
+	    "{\"team\": \"blue\"}, \"image\": \"default\"}", &r);
+	if (r.status != 200)
+		fail_msg("create: %ld %s", r.status, r.body);
+	snprintf(id, sizeof(id), "%s", jstr(&r, "id"));
+	assert_non_null(strstr(id, "node-a-sb-"));
+	assert_string_equal(jstr(&r, "state"), "SANDBOX_STATE_RUNNING");
+	assert_string_equal(jstr(&r, "nodeId"), "node-a");
+	resp_free(&r);
+	assert_string_equal(E.a.last_method, "CreateSandbox");
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	http("GET", path, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(&r, "id"), id);
+	resp_free(&r);
+	assert_string_equal(E.a.last_method, "GetSandbox");
+
+	http("GET", "/v1/sandboxes", NULL, &r);
+	assert_int_equal(r.status, 200);
+	list = json_object_get(r.json, "sandboxes");
+	for (size_t i = 0; i < json_array_size(list); i++)
+		if (strcmp(json_string_value(json_object_get(json_array_get(
+		    list, i), "id")), id) == 0)
+			listed = true;
+	assert_true(listed);
+	resp_free(&r);
+
+	/* Exec: the body is an ExecRequest without the id. */
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+	http("POST", path, "{\"argv\": [\"echo\", \"hi\"], \"timeoutMs\": "
+	    "\"5000\"}", &r);
+	if (r.status != 200)
+		fail_msg("exec: %ld %s", r.status, r.body);
+	assert_true(json_is_object(r.json));
+	resp_free(&r);
+	assert_string_equal(E.a.last_method, "Exec");
+	assert_string_equal(E.a.last_sandbox, id);
+	http("POST", path, "{\"sandboxId\": \"other\", \"shell\": \"ls\"}",
+	    &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT", "sandboxId comes from the "
+	    "URL");
+	http("POST", path, "{\"argv\": \"ls\"}", &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT",
+	    "argv: expected an array, got \"ls\"");
+
+	/* Files: raw bytes both ways. */
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/etc/hosts",
+	    id);
+	http("GET", path, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.content_type, "application/octet-stream");
+	resp_free(&r);
+	assert_string_equal(E.a.last_method, "ReadFile");
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/tmp/x&"
+	    "makeParents=true&mode=420", id);
+	http_ex("PUT", path, "hello", 5, NULL, 0, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	assert_string_equal(E.a.last_method, "WriteFile");
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/x&"
+	    "offset=minus", id);
+	http("GET", path, NULL, &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT", "offset: expected uint64");
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
+	http("DELETE", path, NULL, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	assert_string_equal(E.a.last_method, "DestroySandbox");
+	http("GET", path, NULL, &r);
+	expect_error(&r, 404, "NOT_FOUND", id);
+}
+
+static void
+test_generic_rpc(void **state)
+{
+	struct resp r;
+
+	http("POST", "/v1/rpc/Health", "{}", &r);
+	assert_int_equal(r.status, 200);
+	assert_true(json_is_object(r.json));
+	resp_free(&r);
+	/* An empty body is an empty message. */
+	http("POST", "/v1/rpc/ListNodes", "", &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(json_string_value(json_object_get(json_array_get(
+	    json_object_get(r.json, "nodes"), 0), "nodeId")), "node-a");
+	resp_free(&r);
+	http("POST", "/v1/rpc/GetSandbox", "{\"sandbox_id\": \"sb-nope\"}",
+	    &r);
+	expect_error(&r, 404, "NOT_FOUND", "sb-nope");
+	http("POST", "/v1/rpc/NoSuchMethod", "{}", &r);
+	expect_error(&r, 404, "NOT_FOUND", "no method \"NoSuchMethod\"");
+	http("GET", "/v1/rpc/Health", NULL, &r);
+	assert_string_equal(r.allow, "POST");
+	expect_error(&r, 405, "UNIMPLEMENTED", "use POST");
+}
+
+static void
+test_bad_requests(void **state)
+{
+	struct resp r;
+
+	http("POST", "/v1/sandboxes", "{\"memoryMib\": ", &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT", "malformed JSON body at "
+	    "line 1");
+	http("POST", "/v1/sandboxes", "[1]", &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT", "must be a JSON object");
+	http("POST", "/v1/sandboxes", "{\"bogus\": 1}", &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT",
+	    "bogus: unknown field of moat.v1.CreateSandboxRequest");
+	http("POST", "/v1/sandboxes", "{\"vcpus\": \"many\"}", &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT", "vcpus: expected uint32");
+	http("POST", "/v1/sandboxes", "{\"a\": 1, \"a\": 2}", &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT", "duplicate");
+	http("GET", "/v1/sandboxes?bogus=1", NULL, &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT", "bogus: unknown field");
+
+	http("GET", "/v2/things", NULL, &r);
+	expect_error(&r, 404, "NOT_FOUND", "/v1/sandboxes");
+	http("GET", "/", NULL, &r);
+	expect_error(&r, 404, "NOT_FOUND", "/healthz");
+	http("GET", "/v1/sandboxes/a/b/c", NULL, &r);
+	expect_error(&r, 404, "NOT_FOUND", "no route");
+	/* Bytes that are not UTF-8 in the URL, and an id too long for
+	 * any sandbox. */
+	http("GET", "/v1/%ff%fe", NULL, &r);
+	expect_error(&r, 404, "NOT_FOUND", "/v1/??");
+	{
+		char path[400] = "/v1/sandboxes/";
+		memset(path + strlen(path), 'a', 300);
+		http("GET", path, NULL, &r);
+		expect_error(&r, 404, "NOT_FOUND", "no route");
+	}
+	http("GET", "/v1/sandboxes/sb-never", NULL, &r);
+	expect_error(&r, 404, "NOT_FOUND", "sb-never");
+
+	http("PATCH", "/v1/sandboxes", "{}", &r);
+	assert_string_equal(r.allow, "POST, GET");
+	expect_error(&r, 405, "UNIMPLEMENTED", "PATCH is not allowed");
+	http("POST", "/healthz", "{}", &r);
+	expect_error(&r, 405, "UNIMPLEMENTED", "use GET");
+
+	http_ex("GET", "/v1/sandboxes", NULL, 0, "Basic dXNlcjpwdw==", 0, &r);
+	expect_error(&r, 401, "UNAUTHENTICATED", "Bearer");
+	http_ex("GET", "/v1/sandboxes", NULL, 0, "Bearer k-123", 0, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+
+	/* Sessions go to moat-sessiond, which is not running. */
+	http("GET", "/v1/sessions", NULL, &r);
+	expect_error(&r, 503, "UNAVAILABLE", "sessiond");
+}
+
+static void
+test_body_limit(void **state)
+{
+	size_t big = 5u << 20;
+	char *body = malloc(big);
+	struct resp r;
+
+	memset(body, ' ', big);
+	body[0] = '{';
+	body[big - 1] = '}';
+	/* With a Content-Length: refused before it is read. */
+	http_ex("POST", "/v1/sandboxes", body, big, NULL, 0, &r);
+	expect_error(&r, 413, "RESOURCE_EXHAUSTED", "larger than 4194304");
+	/* Chunked, with no length: read, dropped, refused. */
+	http_ex("PUT", "/v1/sandboxes/x/files?path=/big", NULL, 0, NULL, big,
+	    &r);
+	expect_error(&r, 413, "RESOURCE_EXHAUSTED", "larger than");
+	/* Just under the limit is read and decoded. */
+	body[(4u << 20) - 2] = '}';
+	http_ex("POST", "/v1/rpc/Health", body, (4u << 20) - 1, NULL, 0, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	free(body);
+}
+
+static void
+test_addresses(void **state)
+{
+	static const char *bad[] = { "nonsense", "127.0.0.1", ":80",
+	    "localhost:80", "127.0.0.1:http", "[::1]80", "[::1", "1.2.3:80" };
+	struct moat_http *h = NULL;
+	char *errmsg = NULL;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(moat_http_start(&h, E.gw, bad[i], &errmsg),
+		    MOAT_INVALID_ARGUMENT);
+		assert_null(h);
+		assert_non_null(strstr(errmsg, bad[i]));
+		free(errmsg);
+		errmsg = NULL;
+	}
+	/* The port the door already has: UNAVAILABLE naming it. */
+	{
+		char addr[64];
+		snprintf(addr, sizeof(addr), "127.0.0.1:%u", E.port);
+		assert_int_equal(moat_http_start(&h, E.gw, addr, &errmsg),
+		    MOAT_UNAVAILABLE);
+		assert_non_null(strstr(errmsg, addr));
+		free(errmsg);
+		errmsg = NULL;
+	}
+	/* IPv6, where the host has it. */
+	if (moat_http_start(&h, E.gw, "[::1]:0", &errmsg) == MOAT_OK) {
+		assert_true(moat_http_port(h) != 0);
+		moat_http_stop(h);
+	} else {
+		free(errmsg);
+	}
+	moat_http_stop(NULL);
+}
+
+static void
+test_still_answers(void **state)
+{
+	struct resp r;
+
+	http("GET", "/healthz", NULL, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	http("POST", "/v1/sandboxes", "{}", &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_healthz),
+		cmocka_unit_test(test_sandbox_lifecycle),
+		cmocka_unit_test(test_generic_rpc),
+		cmocka_unit_test(test_bad_requests),
+		cmocka_unit_test(test_body_limit),
+		cmocka_unit_test(test_addresses),
+		cmocka_unit_test(test_still_answers),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
