@@ -12,10 +12,14 @@ PKGS=(
 	qemu-system-x86 qemu-utils
 	mmdebstrap e2fsprogs cpio busybox-static zstd xz-utils kmod
 	python3 python3-yaml ca-certificates procps psmisc
+	nodejs npm
 )
 
 missing=()
 for p in "${PKGS[@]}"; do
+	# NodeSource's nodejs carries its own npm (and conflicts with
+	# Debian's): an npm on PATH is enough.
+	[ "$p" = npm ] && command -v npm >/dev/null && continue
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 		missing+=("$p")
 done

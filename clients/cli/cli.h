@@ -18,6 +18,7 @@ struct cli {
 	const char *gateway_url;   /* as given; NULL: default */
 	bool json;                 /* --json: data as JSON on stdout */
 	uint32_t timeout_ms;       /* --timeout; 0: per-call defaults */
+	const char *api_key;       /* --api-key; NULL: cli_client finds it */
 	struct moat_client *client;
 };
 
@@ -27,6 +28,11 @@ struct cli_command {
 	const char *usage;         /* one line, after "moat " */
 	const char *summary;
 };
+
+/* cli_api_key: the API key the CLI sends: --api-key, $MOAT_API_KEY, the
+ * first line of $MOAT_API_KEY_FILE or <state dir>/api-key; NULL when
+ * none. Static or borrowed: valid until exit. */
+const char *cli_api_key(const struct cli *cli);
 
 /* cli_client: the gateway client, opened on first use. Exits the process
  * (with the error printed) when the url cannot be used. */
@@ -72,6 +78,15 @@ int cmd_ls(struct cli *cli, int argc, char **argv);
 int cmd_info(struct cli *cli, int argc, char **argv);
 int cmd_session(struct cli *cli, int argc, char **argv);
 int cmd_history(struct cli *cli, int argc, char **argv);
+int cmd_diff(struct cli *cli, int argc, char **argv);
+int cmd_compare(struct cli *cli, int argc, char **argv);
+int cmd_code(struct cli *cli, int argc, char **argv);
+int cmd_restore(struct cli *cli, int argc, char **argv);
+int cmd_fork(struct cli *cli, int argc, char **argv);
+int cmd_replay(struct cli *cli, int argc, char **argv);
+int cmd_mcp(struct cli *cli, int argc, char **argv);
+int cmd_audit(struct cli *cli, int argc, char **argv);
+int cmd_snapshot(struct cli *cli, int argc, char **argv);
 
 /* The common option of every command: --json also after the command. */
 #define CLI_OPT_JSON 0x1000

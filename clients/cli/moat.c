@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "moat/codec.h"
+#include "moat/config.h"
 #include "moat/status.h"
 #include "moat/util.h"
 
@@ -44,6 +45,27 @@ static const struct cli_command commands[] = {
 	    "recorded sessions: list, show steps, export as JSON, delete" },
 	{ "history", cmd_history, "history SANDBOX",
 	    "the recorded steps of a sandbox (its latest session)" },
+	{ "diff", cmd_diff, "diff A B [--json]",
+	    "where two recorded sessions part: steps, outputs, files" },
+	{ "compare", cmd_compare, "compare A B ... [--html FILE] [--json]",
+	    "rank recorded sessions best first; --html writes a report" },
+	{ "restore", cmd_restore,
+	    "restore SANDBOX --step N [--session S] [--new]",
+	    "bring a sandbox back to a recorded step, from its snapshot" },
+	{ "fork", cmd_fork, "fork SESSION --step N [--count K]",
+	    "K new sandboxes from one step's snapshot, each recorded" },
+	{ "replay", cmd_replay, "replay SESSION [--until N] [--keep]",
+	    "re-run a session's steps in a fresh sandbox and compare" },
+	{ "snapshot", cmd_snapshot, "snapshot create SANDBOX | ls | rm ID...",
+	    "snapshots of running sandboxes: take, list, remove" },
+	{ "code", cmd_code,
+	    "code SANDBOX [-c CODE | FILE | -] [-l python] [--context NAME] "
+	    "[--timeout S] [--json] | code SANDBOX --close NAME",
+	    "run code in a sandbox's persistent context (state is kept)" },
+	{ "mcp", cmd_mcp, "mcp [--allow-dir DIR]",
+	    "serve MCP (Model Context Protocol) on stdio for AI agents" },
+	{ "audit", cmd_audit, "audit [--limit N] [--json]",
+	    "your tenant's audit log: mutating calls, refused commands" },
 	{ "info", cmd_info, "info",
 	    "the cluster: services, nodes, accelerators, images, versions" },
 };
@@ -53,7 +75,8 @@ static void
 usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: moat [--gateway URL] [--json] [--timeout S] COMMAND ...\n"
+	    "usage: moat [--gateway URL] [--api-key KEY] [--json] "
+	    "[--timeout S] COMMAND ...\n"
 	    "\n"
 	    "Run untrusted code in disposable microVMs.\n"
 	    "\n"
@@ -68,6 +91,9 @@ usage(FILE *f)
 	    "global options:\n"
 	    "  --gateway URL  the gateway (default: $MOAT_GATEWAY, else\n"
 	    "                 ipc://<state dir>/gateway.sock)\n"
+	    "  --api-key KEY  the API key (default: $MOAT_API_KEY, else the\n"
+	    "                 file $MOAT_API_KEY_FILE or <state dir>/api-key\n"
+	    "                 that deploy/moat-stack writes)\n"
 	    "  --json         print data as JSON (proto3 JSON mapping)\n"
 	    "  --timeout S    seconds each call to the gateway may take\n"
 	    "\n"
@@ -94,6 +120,39 @@ find_command(const char *name)
 	return NULL;
 }
 
+/* cli_api_key: the key sent with every call: --api-key, else $MOAT_API_KEY,
+ * else the first line of $MOAT_API_KEY_FILE or <state dir>/api-key (the
+ * key deploy/moat-stack makes on first start); NULL when none. */
+const char *
+cli_api_key(const struct cli *cli)
+{
+	static char key[256];
+	const char *env = getenv("MOAT_API_KEY");
+	char *path, *state = NULL;
+	FILE *f;
+
+	if (cli->api_key != NULL)
+		return cli->api_key;
+	if (env != NULL && env[0] != '\0')
+		return env;
+	if ((env = getenv("MOAT_API_KEY_FILE")) != NULL && env[0] != '\0')
+		path = strdup(env);
+	else if ((state = moat_default_state_dir()) != NULL)
+		path = moat_asprintf("%s/api-key", state);
+	else
+		path = NULL;
+	free(state);
+	f = path != NULL ? fopen(path, "r") : NULL;
+	free(path);
+	if (f == NULL)
+		return NULL;
+	if (fgets(key, sizeof(key), f) == NULL)
+		key[0] = '\0';
+	fclose(f);
+	key[strcspn(key, "\r\n")] = '\0';
+	return key[0] != '\0' ? key : NULL;
+}
+
 struct moat_client *
 cli_client(struct cli *cli)
 {
@@ -102,8 +161,8 @@ cli_client(struct cli *cli)
 
 	if (cli->client != NULL)
 		return cli->client;
-	if ((rv = moat_client_open(&cli->client, cli->gateway_url, NULL,
-	    &errmsg)) != MOAT_OK)
+	if ((rv = moat_client_open(&cli->client, cli->gateway_url,
+	    cli_api_key(cli), &errmsg)) != MOAT_OK)
 		exit(cli_fail(cli, rv, errmsg, "cannot use the gateway url"));
 	moat_client_set_timeout(cli->client, cli->timeout_ms);
 	return cli->client;
@@ -258,6 +317,7 @@ main(int argc, char **argv)
 {
 	static const struct option long_opts[] = {
 		{ "gateway", required_argument, NULL, 'g' },
+		{ "api-key", required_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
@@ -274,6 +334,9 @@ main(int argc, char **argv)
 		switch (opt) {
 		case 'g':
 			cli.gateway_url = optarg;
+			break;
+		case 'k':
+			cli.api_key = optarg;
 			break;
 		case 'j':
 			cli.json = true;

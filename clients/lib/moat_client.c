@@ -665,6 +665,41 @@ moat_client_list_steps(struct moat_client *c, const char *session_id,
 }
 
 int
+moat_client_diff(struct moat_client *c, const char *a, const char *b,
+    Moat__V1__DiffReply **out, char **errmsg)
+{
+	Moat__V1__DiffRequest req = MOAT__V1__DIFF_REQUEST__INIT;
+
+	req.session_a = (char *)a;
+	req.session_b = (char *)b;
+	return gw_call(c, "Diff", &req.base,
+	    &moat__v1__diff_reply__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_list_audit(struct moat_client *c, uint32_t limit,
+    Moat__V1__ListAuditReply **out, char **errmsg)
+{
+	Moat__V1__ListAuditRequest req = MOAT__V1__LIST_AUDIT_REQUEST__INIT;
+
+	req.limit = limit;
+	return gw_call(c, "ListAudit", &req.base,
+	    &moat__v1__list_audit_reply__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_compare(struct moat_client *c, char *const *session_ids,
+    size_t n, Moat__V1__CompareReply **out, char **errmsg)
+{
+	Moat__V1__CompareRequest req = MOAT__V1__COMPARE_REQUEST__INIT;
+
+	req.session_ids = (char **)session_ids;
+	req.n_session_ids = n;
+	return gw_call(c, "Compare", &req.base,
+	    &moat__v1__compare_reply__descriptor, out, 0, errmsg);
+}
+
+int
 moat_client_export_session(struct moat_client *c, const char *session_id,
     bool as_json, Moat__V1__ExportSessionReply **out, char **errmsg)
 {
@@ -688,4 +723,102 @@ moat_client_delete_session(struct moat_client *c, const char *session_id,
 	req.session_id = (char *)session_id;
 	return gw_call(c, "DeleteSession", &req.base,
 	    &moat__v1__delete_session_reply__descriptor, out, 0, errmsg);
+}
+
+/* ---- snapshots and time travel (issue 3) ---- */
+
+int
+moat_client_snapshot(struct moat_client *c, const char *sandbox_id,
+    Moat__V1__LocalSnapshot **out, char **errmsg)
+{
+	Moat__V1__SnapshotSandboxRequest req =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	return gw_call(c, "SnapshotSandbox", &req.base,
+	    &moat__v1__local_snapshot__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_list_snapshots(struct moat_client *c,
+    Moat__V1__LocalSnapshotList **out, char **errmsg)
+{
+	Moat__V1__ListLocalSnapshotsRequest req =
+	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
+
+	return gw_call(c, "ListLocalSnapshots", &req.base,
+	    &moat__v1__local_snapshot_list__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_delete_snapshot(struct moat_client *c, const char *snapshot_id,
+    char **errmsg)
+{
+	Moat__V1__LocalSnapshotRef req = MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
+	Moat__V1__Empty *out = NULL;
+	int rv;
+
+	req.snapshot_id = (char *)snapshot_id;
+	rv = gw_call(c, "DeleteLocalSnapshot", &req.base,
+	    &moat__v1__empty__descriptor, &out, 0, errmsg);
+	moat_client_free_msg(out);
+	return rv;
+}
+
+int
+moat_client_restore_step(struct moat_client *c,
+    const Moat__V1__RestoreStepRequest *req, Moat__V1__RestoreStepReply **out,
+    char **errmsg)
+{
+	return gw_call(c, "RestoreStep", &req->base,
+	    &moat__v1__restore_step_reply__descriptor, out,
+	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_CREATE_TIMEOUT_MS,
+	    errmsg);
+}
+
+int
+moat_client_fork(struct moat_client *c, const Moat__V1__ForkRequest *req,
+    Moat__V1__ForkReply **out, char **errmsg)
+{
+	return gw_call(c, "Fork", &req->base,
+	    &moat__v1__fork_reply__descriptor, out,
+	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_CREATE_TIMEOUT_MS,
+	    errmsg);
+}
+
+int
+moat_client_replay(struct moat_client *c, const Moat__V1__ReplayRequest *req,
+    Moat__V1__ReplayReply **out, char **errmsg)
+{
+	return gw_call(c, "Replay", &req->base,
+	    &moat__v1__replay_reply__descriptor, out,
+	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_CREATE_TIMEOUT_MS,
+	    errmsg);
+}
+
+/* ---- code contexts ---- */
+
+int
+moat_client_run_code(struct moat_client *c,
+    const Moat__V1__RunCodeRequest *req, Moat__V1__RunCodeResult **out,
+    char **errmsg)
+{
+	uint32_t t = req->timeout_ms != 0 ? plus(base_timeout(c),
+	    req->timeout_ms) : (c->timeout_set ? c->timeout_ms :
+	    EXEC_DEFAULT_TIMEOUT_MS);
+
+	return gw_call(c, "RunCode", &req->base,
+	    &moat__v1__run_code_result__descriptor, out, t, errmsg);
+}
+
+int
+moat_client_close_context(struct moat_client *c, const char *sandbox_id,
+    const char *context, char **errmsg)
+{
+	Moat__V1__CodeContextCall req = MOAT__V1__CODE_CONTEXT_CALL__INIT;
+
+	req.sandbox_id = (char *)sandbox_id;
+	req.context = (char *)(context ? context : "");
+	return gw_call(c, "CloseCodeContext", &req.base,
+	    &moat__v1__empty__descriptor, NULL, 0, errmsg);
 }

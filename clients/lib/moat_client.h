@@ -15,7 +15,7 @@
  * - A client may be used from many threads at once.
  * - Mutating calls are sent once (the rpc layer never resends); a call
  *   that timed out may still have run: check before retrying.
- * Not for: snapshots and time travel (a later issue), or HTTP.
+ * Not for: HTTP.
  */
 #ifndef MOAT_CLIENT_H
 #define MOAT_CLIENT_H
@@ -188,6 +188,20 @@ int moat_client_list_steps(struct moat_client *c, const char *session_id,
     const char *page_token, bool include_outputs,
     Moat__V1__ListStepsReply **out, char **errmsg)
     __attribute__((warn_unused_result));
+/* moat_client_diff: where sessions `a` and `b` part, step by step, and
+ * how their net effects on the filesystem differ. */
+int moat_client_diff(struct moat_client *c, const char *a, const char *b,
+    Moat__V1__DiffReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_list_audit: the newest `limit` (0: 100) entries of the
+ * audit log of the caller's tenant, oldest first. */
+int moat_client_list_audit(struct moat_client *c, uint32_t limit,
+    Moat__V1__ListAuditReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_compare: scores of `n` sessions (2..32), best first. */
+int moat_client_compare(struct moat_client *c, char *const *session_ids,
+    size_t n, Moat__V1__CompareReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
 /* moat_client_export_session: the session and all its steps with their
  * outputs; as_json: the same as JSON text in (*out)->json instead. */
 int moat_client_export_session(struct moat_client *c, const char *session_id,
@@ -197,5 +211,55 @@ int moat_client_export_session(struct moat_client *c, const char *session_id,
 int moat_client_delete_session(struct moat_client *c, const char *session_id,
     Moat__V1__DeleteSessionReply **out, char **errmsg)
     __attribute__((warn_unused_result));
+
+/* ---- snapshots and time travel (issue 3) ---- */
+
+/* moat_client_snapshot: snapshots a running sandbox on its node (paused
+ * for the copy). On a recorded sandbox with the MANUAL policy it becomes
+ * the snapshot of the latest step (step 0 before any). */
+int moat_client_snapshot(struct moat_client *c, const char *sandbox_id,
+    Moat__V1__LocalSnapshot **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_list_snapshots: the tenant's snapshots on every node. */
+int moat_client_list_snapshots(struct moat_client *c,
+    Moat__V1__LocalSnapshotList **out, char **errmsg)
+    __attribute__((warn_unused_result));
+int moat_client_delete_snapshot(struct moat_client *c,
+    const char *snapshot_id, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_restore_step: brings a sandbox back to the state after
+ * req->step of req->session_id from that step's snapshot; FAILED_
+ * PRECONDITION when the step has none (the message lists those that
+ * do). The timeout is the client's when set, else
+ * MOAT_CLIENT_CREATE_TIMEOUT_MS (as creates). */
+int moat_client_restore_step(struct moat_client *c,
+    const Moat__V1__RestoreStepRequest *req, Moat__V1__RestoreStepReply **out,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_client_fork: req->count (1..16) new sandboxes from one step's
+ * snapshot; each copy's outcome is in (*out)->copies. */
+int moat_client_fork(struct moat_client *c, const Moat__V1__ForkRequest *req,
+    Moat__V1__ForkReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_replay: re-runs the session's inputs in a fresh recorded
+ * sandbox and counts the steps that came out the same. Timeout as
+ * moat_client_restore_step. */
+int moat_client_replay(struct moat_client *c,
+    const Moat__V1__ReplayRequest *req, Moat__V1__ReplayReply **out,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* ---- code contexts ---- */
+
+/* moat_client_run_code: runs req->code in the sandbox's named context
+ * (a long-lived interpreter: state survives between runs). On MOAT_OK
+ * *out (free with moat_client_free_msg) has the CodeResult, which says
+ * whether the code raised. The call's timeout is the client's plus
+ * req->timeout_ms, or the exec default when neither is set. */
+int moat_client_run_code(struct moat_client *c,
+    const Moat__V1__RunCodeRequest *req, Moat__V1__RunCodeResult **out,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_client_close_context: ends a code context ("" : "default") and
+ * its interpreter; NOT_FOUND when none of that name is open. */
+int moat_client_close_context(struct moat_client *c, const char *sandbox_id,
+    const char *context, char **errmsg) __attribute__((warn_unused_result));
 
 #endif

@@ -8,7 +8,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
 state=$(mktemp -d /tmp/moat-bench.XXXXXX)
 export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
-trap 'bash "$repo/deploy/moat-stack" stop >/dev/null 2>&1; rm -rf "$state"' EXIT
+trap 'bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1; rm -rf "$state"' EXIT
 bash "$repo/deploy/moat-stack" start
 mkdir -p "$repo/tests/bench/results"
 "$bin/moat-bench-skeleton" "ipc://$state/gateway.sock" "ipc://$state/vmd.sock" \

@@ -28,6 +28,8 @@ check() { # check DESC COMMAND...: passes when the command succeeds
 cleanup() {
 	bash "$repo/deploy/moat-stack" stop >/dev/null 2>&1
 	pkill -KILL -f "$state" 2>/dev/null
+	# purge also frees the snapshots' RAM copies on tmpfs.
+	"$MOAT_BIN_DIR/moat-vmd" purge "$state" >/dev/null 2>&1
 	rm -rf "$state" "$work"
 }
 trap cleanup EXIT
@@ -39,6 +41,17 @@ if ! bash "$repo/deploy/moat-stack" start; then
 	exit 1
 fi
 ok "stack starts and becomes healthy"
+
+# shellcheck source=travel_section.sh
+. "$(dirname "$0")/travel_section.sh"
+if [ "${MOAT_STACK_ONLY:-}" = travel ]; then
+	travel_section
+	bash "$repo/deploy/moat-stack" stop >/dev/null
+	check "travel: no sanitizer report in any service log" sh -c "! grep -lE 'ERROR: (Address|Leak)Sanitizer|runtime error:' '$state'/logs/*.log"
+	echo "$passed passed, $failed failed"
+	[ $failed -eq 0 ]
+	exit
+fi
 
 out=$("$moat" run -c 'print(6*7)' 2>"$work/err"); rc=$?
 check "moat run python prints 42 (got '$out', rc $rc)" [ "$out" = 42 -a $rc -eq 0 ]
@@ -140,6 +153,49 @@ check "unknown session -> exit 69 (rc $rc)" [ $rc -eq 69 ]
 "$moat" history "$id" 2>"$work/err"; rc=$?
 check "history of a removed / unrecorded sandbox -> exit 69 (rc $rc)" [ $rc -eq 69 ]
 check "recorded sandbox rm" sh -c "'$moat' sandbox rm '$rid' >/dev/null"
+
+# Time travel: restore, fork, replay, sessiond down (travel_section.sh).
+travel_section
+
+# Diff and compare: two recorded sandboxes run the same two steps, then
+# part at step 3, where B creates a file, modifies one and deletes one.
+session_of() { # session_of SANDBOX: its session id
+	"$moat" --json sandbox get "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("sessionId", ""))'
+}
+dfa=$("$moat" sandbox create --record --snapshot none 2>"$work/err")
+dfb=$("$moat" sandbox create --record --snapshot none 2>"$work/err")
+check "two recorded sandboxes for diff ($dfa, $dfb)" [ -n "$dfa" -a -n "$dfb" ]
+dsa=$(session_of "$dfa"); dsb=$(session_of "$dfb")
+check "both have sessions ($dsa, $dsb)" [ -n "$dsa" -a -n "$dsb" ]
+for sb in "$dfa" "$dfb"; do
+	"$moat" exec "$sb" -- sh -c 'mkdir -p /root/d; echo one > /root/d/mod.txt; echo old > /root/d/del.txt' >/dev/null 2>&1
+	"$moat" exec "$sb" -- ls /root/d >/dev/null 2>&1
+done
+"$moat" exec "$dfa" -- true >/dev/null 2>&1
+"$moat" exec "$dfb" -- sh -c 'echo new > /root/d/new.txt; echo two >> /root/d/mod.txt; rm /root/d/del.txt' >/dev/null 2>&1
+"$moat" diff "$dsa" "$dsb" --json >"$work/diff.json" 2>"$work/err"; rc=$?
+check "moat diff --json (rc $rc)" [ $rc -eq 0 ]
+diff_json() { # diff_json PYTHON-EXPR: true when it holds for the diff d
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if eval(sys.argv[2]) else 1)' "$work/diff.json" "$1"
+}
+check "first divergent step is 3" diff_json 'int(d["firstDivergentStep"]) == 3'
+step3() { diff_json "any(f[\"path\"] == \"$1\" and f[\"changeA\"] == \"\" and f[\"changeB\"] == \"$2\" for f in d[\"steps\"][2][\"files\"])"; }
+check "step 3: B created new.txt" step3 /root/d/new.txt created
+check "step 3: B modified mod.txt" step3 /root/d/mod.txt modified
+check "step 3: B deleted del.txt" step3 /root/d/del.txt deleted
+check "net: mod.txt created on both sides, contents differ" diff_json 'any(f["path"] == "/root/d/mod.txt" and f["changeA"] == "created" and f["changeB"] == "created" and f["sha256A"] != f["sha256B"] for f in d["files"])'
+check "net: del.txt only on A" diff_json 'any(f["path"] == "/root/d/del.txt" and f["changeA"] == "created" and f["changeB"] == "" for f in d["files"])'
+"$moat" diff "$dsa" "$dsb" >"$work/diff.txt" 2>&1
+check "human diff names step 3 and the created file" sh -c "grep -q 'first divergent step: 3' '$work/diff.txt' && grep -q '+ created /root/d/new.txt' '$work/diff.txt'"
+"$moat" compare "$dsa" "$dsb" --html "$work/x.html" >"$work/cmp.txt" 2>"$work/err"; rc=$?
+check "moat compare --html (rc $rc)" [ $rc -eq 0 ]
+check "the report names both sessions" sh -c "grep -q '$dsa' '$work/x.html' && grep -q '$dsb' '$work/x.html'"
+check "the report has no script" sh -c "! grep -qi '<script' '$work/x.html'"
+"$moat" diff "$dsa" ses-0000000000000000 2>"$work/err"; rc=$?
+check "diff with an unknown session -> exit 69 naming it (rc $rc)" sh -c "[ $rc -eq 69 ] && grep -q ses-0000000000000000 '$work/err'"
+"$moat" compare "$dsa" 2>/dev/null; rc=$?
+check "compare of one session -> exit 67 (rc $rc)" [ $rc -eq 67 ]
+check "diff sandboxes rm" sh -c "'$moat' sandbox rm '$dfa' '$dfb' >/dev/null"
 
 # A sandbox left running is destroyed by a clean stop.
 id2=$("$moat" sandbox create 2>/dev/null)

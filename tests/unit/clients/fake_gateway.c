@@ -245,6 +245,97 @@ h_ok(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* Diff: canned: the sessions part at step 2, where B created /w/new. */
+static int
+h_diff(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__DiffRequest *req = (const void *)request;
+	Moat__V1__DiffReply *r = (Moat__V1__DiffReply *)reply;
+	Moat__V1__StepDiff *d;
+	Moat__V1__FileDiff *f;
+
+	if (strncmp(req->session_a, "ses-", 4) != 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND, "session %s does "
+		    "not exist", req->session_a);
+	r->session_a = strdup(req->session_a);
+	r->session_b = strdup(req->session_b);
+	r->first_divergent_step = 2;
+	r->steps_a = 2;
+	r->steps_b = 2;
+	r->steps = calloc(1, sizeof(*r->steps));
+	d = malloc(sizeof(*d));
+	f = malloc(sizeof(*f));
+	moat__v1__step_diff__init(d);
+	moat__v1__file_diff__init(f);
+	d->index = 2;
+	d->in_a = d->in_b = true;
+	d->input_differs = true;
+	d->input_a = strdup("true");
+	d->input_b = strdup("touch /w/new");
+	d->exit_code_b = 1;
+	d->stdout_differs = true;
+	f->path = strdup("/w/new");
+	f->change_a = strdup("");
+	f->change_b = strdup("created");
+	f->sha256_a = strdup("");
+	f->sha256_b = strdup("ab");
+	d->files = calloc(1, sizeof(*d->files));
+	d->files[0] = f;
+	d->n_files = 1;
+	r->steps[0] = d;
+	r->n_steps = 1;
+	return MOAT_OK;
+}
+
+/* Compare: every session scored, ranked in the order asked. */
+static int
+h_compare(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__CompareRequest *req = (const void *)request;
+	Moat__V1__CompareReply *r = (Moat__V1__CompareReply *)reply;
+
+	r->sessions = calloc(req->n_session_ids + 1, sizeof(*r->sessions));
+	for (size_t i = 0; i < req->n_session_ids; i++) {
+		Moat__V1__SessionScore *s = malloc(sizeof(*s));
+
+		moat__v1__session_score__init(s);
+		s->session_id = strdup(req->session_ids[i]);
+		s->sandbox_id = strdup("sb-<b>");
+		s->rank = (uint32_t)i + 1;
+		s->steps = 1;
+		s->final_success = i == 0;
+		r->sessions[r->n_sessions++] = s;
+	}
+	return MOAT_OK;
+}
+
+/* ListSteps: none, but for sessions named "ses-html...": one step whose
+ * input is markup, for the HTML report's escaping. */
+static int
+h_list_steps(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__ListStepsRequest *req = (const void *)request;
+	Moat__V1__ListStepsReply *r = (Moat__V1__ListStepsReply *)reply;
+	Moat__V1__Step *st;
+
+	if (strncmp(req->session_id, "ses-html", 8) != 0)
+		return MOAT_OK;
+	st = malloc(sizeof(*st));
+	moat__v1__step__init(st);
+	st->session_id = strdup(req->session_id);
+	st->index = 1;
+	st->kind = MOAT__V1__STEP_KIND__STEP_KIND_EXEC;
+	st->input = strdup("echo '<script>alert(1)</script>' & \"q\"");
+	st->exit_code = 0;
+	r->steps = calloc(1, sizeof(*r->steps));
+	r->steps[0] = st;
+	r->n_steps = 1;
+	return MOAT_OK;
+}
+
 static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "Health", h_ok, false, false },
 	{ "Info", h_ok, false, false },
@@ -273,17 +364,18 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "DeleteLocalSnapshot", h_ok, true, false },
 	{ "ListSessions", h_ok, false, false },
 	{ "GetSession", h_ok, false, false },
-	{ "ListSteps", h_ok, false, false },
+	{ "ListSteps", h_list_steps, false, false },
 	{ "GetStep", h_ok, false, false },
 	{ "ExportSession", h_ok, false, false },
 	{ "DeleteSession", h_ok, true, false },
 	{ "RestoreStep", h_ok, true, false },
 	{ "Fork", h_ok, true, false },
 	{ "Replay", h_ok, true, false },
-	{ "Diff", h_ok, false, false },
-	{ "Compare", h_ok, false, false },
+	{ "Diff", h_diff, false, false },
+	{ "Compare", h_compare, false, false },
 	{ "RunCode", h_ok, true, false },
 	{ "CloseCodeContext", h_ok, true, false },
+	{ "ListAudit", h_ok, false, false },
 };
 
 int

@@ -341,6 +341,68 @@ test_session_commands(void **state)
 	result_free(&r);
 }
 
+/* diff and compare: argument checks, the human and JSON output, and an
+ * HTML report that escapes what the sessions hold. */
+static void
+test_diff_and_compare(void **state)
+{
+	struct result r;
+	char *html_path = moat_asprintf("%s/report.html", dir), *html;
+
+	r = moat(0, 0, "--gateway", fg.url, "diff", "ses-a", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "compare", "ses-a", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "diff", "nope", "ses-b", NULL);
+	assert_int_equal(r.code, 64 + 5);
+	assert_non_null(strstr(r.err, "nope"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "diff", "ses-a", "ses-b", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "first divergent step: 2"));
+	assert_non_null(strstr(r.out, "B + created /w/new"));
+	assert_non_null(strstr(r.out, "touch /w/new"));
+	assert_non_null(strstr(r.out, "stdout"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "diff", "ses-a", "ses-b",
+	    "--json", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "\"firstDivergentStep\""));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "compare", "ses-html1",
+	    "ses-html2", "--html", html_path, NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "RANK"));
+	assert_non_null(strstr(r.out, "ses-html1"));
+	result_free(&r);
+	html = slurp(html_path, NULL);
+	assert_non_null(strstr(html, "<!DOCTYPE html>"));
+	assert_non_null(strstr(html, "ses-html1"));
+	assert_non_null(strstr(html, "ses-html2"));
+	assert_non_null(strstr(html,
+	    "&lt;script&gt;alert(1)&lt;/script&gt;"));
+	assert_non_null(strstr(html, "&amp; &quot;q&quot;"));
+	assert_non_null(strstr(html, "sb-&lt;b&gt;"));
+	/* self-contained: no script, no link out */
+	assert_null(strstr(html, "<script"));
+	assert_null(strstr(html, "src="));
+	assert_null(strstr(html, "href="));
+	assert_null(strstr(html, "http"));
+	free(html);
+
+	r = moat(0, 0, "--gateway", fg.url, "compare", "ses-a", "ses-b",
+	    "--json", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "\"finalSuccess\""));
+	result_free(&r);
+	free(html_path);
+}
+
 int
 main(void)
 {
@@ -352,6 +414,7 @@ main(void)
 		cmocka_unit_test(test_cp_round_trip),
 		cmocka_unit_test(test_json_output),
 		cmocka_unit_test(test_session_commands),
+		cmocka_unit_test(test_diff_and_compare),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,619 @@
+"""Sandboxes of the moat SDK: a Sandbox object per microVM, with code
+runs in persistent contexts (RunCode), commands (Exec), files, snapshots
+and time travel through its recorded session (RestoreStep, Fork,
+ListSteps), and the result types those return. Every call is one Gateway
+method through Client.call. Not for: the transport or error mapping
+(client.py, errors.py)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from .client import Client, from_b64, to_b64, to_int
+from .errors import MoatError, code_name, error_for
+
+_POLICIES = {
+    "manual": "SNAPSHOT_POLICY_MANUAL",
+    "every": "SNAPSHOT_POLICY_EVERY",
+    "none": "SNAPSHOT_POLICY_NONE",
+}
+
+# Files travel in pieces well under the gateway's 4 MiB body cap once
+# base64 has grown them by a third.
+_WRITE_CHUNK = 2 * 1024 * 1024
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _seconds_to_ms(timeout: Optional[float]) -> int:
+    if timeout is None:
+        return 0
+    if timeout <= 0:
+        raise ValueError("timeout must be positive seconds (None: the "
+                         "node's default)")
+    return max(1, int(timeout * 1000))
+
+
+# ---- results ----
+
+@dataclass
+class ExecutionError:
+    """The exception a code run raised: its class name, its str() and
+    the formatted traceback."""
+    name: str
+    value: str
+    traceback: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.value}" if self.value else self.name
+
+
+@dataclass
+class Execution:
+    """One run of code in a context. `result` is the repr of the last
+    expression (None when there was none); `error` is set when the code
+    raised or timed out (a timeout is a KeyboardInterrupt); `step` is
+    the recorded step's index (None when not recorded)."""
+    stdout: str = ""
+    stderr: str = ""
+    result: Optional[str] = None
+    error: Optional[ExecutionError] = None
+    step: Optional[int] = None
+    session_id: Optional[str] = None
+    context: str = "default"
+    language: str = "python"
+    timed_out: bool = False
+    context_created: bool = False
+    execution_count: int = 0
+    duration_us: int = 0
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+    recording_error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def _from_reply(cls, reply: Mapping[str, Any]) -> "Execution":
+        r = reply.get("result") or {}
+        out, err = from_b64(r.get("stdout")), from_b64(r.get("stderr"))
+        error = None
+        if r.get("errorName"):
+            error = ExecutionError(r.get("errorName", ""),
+                                   r.get("errorValue", ""),
+                                   r.get("traceback", ""))
+        step = to_int(reply.get("stepIndex")) or None
+        return cls(stdout=_text(out), stderr=_text(err),
+                   result=r.get("result", "") if r.get("hasResult") else None,
+                   error=error, step=step,
+                   session_id=reply.get("sessionId") or None,
+                   context=r.get("context") or "default",
+                   language=r.get("language") or "python",
+                   timed_out=bool(r.get("timedOut")),
+                   context_created=bool(r.get("contextCreated")),
+                   execution_count=to_int(r.get("executionCount")),
+                   duration_us=to_int(r.get("durationUs")),
+                   stdout_bytes=out, stderr_bytes=err,
+                   recording_error=reply.get("recordingError", ""))
+
+
+@dataclass
+class CommandResult:
+    """One finished command. `exit_code` is -1 when a signal killed it
+    (`signal` says which); stdout/stderr are text, the *_bytes fields
+    the exact bytes."""
+    exit_code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+    signal: int = 0
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: int = 0
+    step: Optional[int] = None
+    session_id: Optional[str] = None
+    recording_error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @classmethod
+    def _from_reply(cls, reply: Mapping[str, Any]) -> "CommandResult":
+        st = reply.get("status") or {}
+        out, err = from_b64(reply.get("stdout")), from_b64(reply.get("stderr"))
+        return cls(exit_code=to_int(st.get("exitCode")), stdout=_text(out),
+                   stderr=_text(err), stdout_bytes=out, stderr_bytes=err,
+                   signal=to_int(st.get("signal")),
+                   timed_out=bool(st.get("timedOut")),
+                   stdout_truncated=bool(st.get("stdoutTruncated")),
+                   stderr_truncated=bool(st.get("stderrTruncated")),
+                   duration_ms=to_int(st.get("durationMs")),
+                   step=to_int(reply.get("stepIndex")) or None,
+                   session_id=reply.get("sessionId") or None,
+                   recording_error=reply.get("recordingError", ""))
+
+
+_FILE_TYPES = {"FILE_TYPE_REGULAR": "file", "FILE_TYPE_DIRECTORY": "dir",
+               "FILE_TYPE_SYMLINK": "symlink", "FILE_TYPE_OTHER": "other",
+               "FILE_TYPE_UNKNOWN": "unknown"}
+
+
+@dataclass
+class FileInfo:
+    """A file in a sandbox; `type` is "file", "dir", "symlink", "other"
+    or "unknown"."""
+    name: str
+    path: str
+    size: int
+    mode: int
+    mtime_ns: int
+    type: str
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @classmethod
+    def _from_json(cls, f: Mapping[str, Any]) -> "FileInfo":
+        return cls(name=f.get("name", ""), path=f.get("path", ""),
+                   size=to_int(f.get("size")), mode=to_int(f.get("mode")),
+                   mtime_ns=to_int(f.get("mtimeNs")),
+                   type=_FILE_TYPES.get(f.get("type", "FILE_TYPE_UNKNOWN"),
+                                        "unknown"))
+
+
+@dataclass
+class Snapshot:
+    """A snapshot of a running sandbox, held by its node."""
+    id: str
+    sandbox_id: str
+    pause_ms: int
+    ram_bytes: int
+    disk_bytes: int
+    created_unix_ms: int
+    remote_stored: bool
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def _from_json(cls, s: Mapping[str, Any]) -> "Snapshot":
+        return cls(id=s.get("snapshotId", ""),
+                   sandbox_id=s.get("sandboxId", ""),
+                   pause_ms=to_int(s.get("pauseMs")),
+                   ram_bytes=to_int(s.get("ramBytes")),
+                   disk_bytes=to_int(s.get("diskBytes")),
+                   created_unix_ms=to_int(s.get("createdUnixMs")),
+                   remote_stored=bool(s.get("remoteStored")), raw=dict(s))
+
+
+_STEP_KINDS = {"STEP_KIND_EXEC": "exec", "STEP_KIND_CODE": "code",
+               "STEP_KIND_FILE_WRITE": "file_write"}
+
+
+@dataclass
+class Step:
+    """One recorded step of a session: `kind` is "exec", "code" or
+    "file_write"; `snapshot_id` is "" when no snapshot follows it (then
+    it cannot be restored or forked from)."""
+    session_id: str
+    index: int
+    kind: str
+    input: str
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    language: str = ""
+    argv: List[str] = field(default_factory=list)
+    path: str = ""
+    snapshot_id: str = ""
+    started_ms: int = 0
+    ended_ms: int = 0
+    safety: str = ""
+
+    @classmethod
+    def _from_json(cls, s: Mapping[str, Any]) -> "Step":
+        return cls(session_id=s.get("sessionId", ""),
+                   index=to_int(s.get("index")),
+                   kind=_STEP_KINDS.get(s.get("kind", ""), "unknown"),
+                   input=s.get("input", ""),
+                   exit_code=to_int(s.get("exitCode")),
+                   stdout=from_b64(s.get("stdout")),
+                   stderr=from_b64(s.get("stderr")),
+                   language=s.get("language", ""),
+                   argv=list(s.get("argv", [])), path=s.get("path", ""),
+                   snapshot_id=s.get("snapshotId", ""),
+                   started_ms=to_int(s.get("startedMs")),
+                   ended_ms=to_int(s.get("endedMs")),
+                   safety=s.get("safety", ""))
+
+
+@dataclass
+class ForkFailure:
+    """A copy of a fork that did not start, and why."""
+    code: str
+    message: str
+
+    def error(self) -> MoatError:
+        return error_for(self.code, self.message)
+
+
+class ForkResult(list):
+    """The sandboxes a Fork started (a list of Sandbox), with the copies
+    that failed in `failed` and the snapshot forked from."""
+
+    def __init__(self, sandboxes, failed, snapshot_id):
+        super().__init__(sandboxes)
+        self.failed: List[ForkFailure] = failed
+        self.snapshot_id: str = snapshot_id
+
+
+@dataclass
+class Restored:
+    """What RestoreStep brought back: the sandbox (same id when restored
+    in place), the branch session recording from there, the snapshot."""
+    sandbox_id: str
+    session_id: str
+    snapshot_id: str
+
+
+# ---- the sandbox and its parts ----
+
+class Commands:
+    """sb.commands: processes in the sandbox (Exec)."""
+
+    def __init__(self, sandbox: "Sandbox"):
+        self._sb = sandbox
+
+    def run(self, cmd: Union[str, Sequence[str]], cwd: Optional[str] = None,
+            env: Optional[Mapping[str, str]] = None,
+            timeout: Optional[float] = None,
+            stdin: Union[bytes, str, None] = None) -> CommandResult:
+        """run: runs `cmd` to the end. A string runs under /bin/sh, a list
+        is the argv itself. `timeout` is seconds (None: the node's
+        default); a command that runs past it is killed and comes back
+        with timed_out set. A non-zero exit is a result, not an error."""
+        body: Dict[str, Any] = {"sandboxId": self._sb.id}
+        if isinstance(cmd, str):
+            body["shell"] = cmd
+        else:
+            argv = [str(a) for a in cmd]
+            if not argv:
+                raise ValueError("commands.run: empty argv")
+            body["argv"] = argv
+        if cwd:
+            body["cwd"] = cwd
+        if env:
+            body["env"] = [f"{k}={v}" for k, v in env.items()]
+        if stdin is not None:
+            body["stdin"] = to_b64(stdin.encode() if isinstance(stdin, str)
+                                   else bytes(stdin))
+        ms = _seconds_to_ms(timeout)
+        if ms:
+            body["timeoutMs"] = ms
+        reply = self._sb._client.call("Exec", body, timeout=timeout)
+        return CommandResult._from_reply(reply)
+
+
+class Files:
+    """sb.files: the sandbox's filesystem."""
+
+    def __init__(self, sandbox: "Sandbox"):
+        self._sb = sandbox
+
+    def read(self, path: str) -> bytes:
+        """read: the whole file at `path`, in as many ReadFile calls as
+        it takes."""
+        out = bytearray()
+        while True:
+            reply = self._sb._client.call("ReadFile", {
+                "sandboxId": self._sb.id, "path": path,
+                "offset": str(len(out))})
+            piece = from_b64(reply.get("data"))
+            out += piece
+            size = to_int(reply.get("size"))
+            if reply.get("eof") or not piece or len(out) >= size:
+                return bytes(out)
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """read_text: the file at `path` decoded as `encoding`."""
+        return self.read(path).decode(encoding)
+
+    def write(self, path: str, data: Union[bytes, str], mode: int = 0o644,
+              make_parents: bool = True) -> FileInfo:
+        """write: replaces the file at `path` with `data` (str is written
+        as UTF-8), creating missing directories unless make_parents is
+        False. Large data goes in pieces."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        data = bytes(data)
+        offset, reply = 0, {}
+        while True:
+            piece = data[offset:offset + _WRITE_CHUNK]
+            body: Dict[str, Any] = {"sandboxId": self._sb.id, "path": path,
+                                    "data": to_b64(piece), "mode": mode,
+                                    "makeParents": make_parents}
+            if offset == 0:
+                body["truncate"] = True
+            else:
+                body["offset"] = str(offset)
+            reply = self._sb._client.call("WriteFile", body)
+            offset += len(piece)
+            if offset >= len(data):
+                return FileInfo._from_json(reply)
+
+    def list(self, path: str = "/", recursive: bool = False) -> List[FileInfo]:
+        """list: the entries of directory `path`."""
+        reply = self._sb._client.call("ListFiles", {
+            "sandboxId": self._sb.id, "path": path, "recursive": recursive})
+        return [FileInfo._from_json(f) for f in reply.get("entries", [])]
+
+    def stat(self, path: str) -> FileInfo:
+        """stat: what is at `path` (NotFound when nothing is)."""
+        return FileInfo._from_json(self._sb._client.call("StatFile", {
+            "sandboxId": self._sb.id, "path": path}))
+
+    def exists(self, path: str) -> bool:
+        """exists: whether anything is at `path`."""
+        from .errors import NotFound
+        try:
+            self.stat(path)
+            return True
+        except NotFound:
+            return False
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """remove: deletes `path` (a directory only with recursive)."""
+        self._sb._client.call("RemoveFile", {
+            "sandboxId": self._sb.id, "path": path, "recursive": recursive})
+
+    def make_dir(self, path: str, parents: bool = True,
+                 mode: int = 0o755) -> FileInfo:
+        """make_dir: creates directory `path`."""
+        return FileInfo._from_json(self._sb._client.call("MakeDir", {
+            "sandboxId": self._sb.id, "path": path, "parents": parents,
+            "mode": mode}))
+
+
+class Sandbox:
+    """A microVM. Sandbox(...) creates one (and waits until it runs);
+    Sandbox.connect(id) attaches to one that exists. As a context manager
+    it is destroyed on exit, whichever way it was obtained.
+
+    cpus, memory (MiB): its shape (0: the node's default); image: a guest
+    image name (None: "default"); labels: str -> str; record: keep a
+    session of every command and code run (history, restore, fork);
+    snapshot: "manual" (a step gets a snapshot when you call snapshot()),
+    "every" (after each step) or "none"."""
+
+    def __init__(self, cpus: int = 1, memory: int = 512, record: bool = True,
+                 snapshot: str = "manual", image: Optional[str] = None,
+                 labels: Optional[Mapping[str, str]] = None,
+                 client: Optional[Client] = None,
+                 timeout: Optional[float] = None, cold_boot: bool = False):
+        if snapshot not in _POLICIES:
+            raise ValueError(f"snapshot must be one of "
+                             f"{', '.join(sorted(_POLICIES))}, not "
+                             f"{snapshot!r}")
+        self._client = client or Client()
+        body: Dict[str, Any] = {"vcpus": int(cpus), "memoryMib": int(memory),
+                                "record": bool(record),
+                                "snapshotPolicy": _POLICIES[snapshot]}
+        if image:
+            body["image"] = image
+        if labels:
+            body["labels"] = {str(k): str(v) for k, v in labels.items()}
+        if cold_boot:
+            body["coldBoot"] = True
+        if timeout is not None:
+            body["bootTimeoutMs"] = _seconds_to_ms(timeout)
+        self._set_info(self._client.call("CreateSandbox", body,
+                                         timeout=timeout))
+        self._init_parts()
+
+    def _init_parts(self) -> None:
+        self.commands = Commands(self)
+        self.files = Files(self)
+
+    def _set_info(self, info: Mapping[str, Any]) -> None:
+        self.info: Dict[str, Any] = dict(info)
+        self.id: str = info.get("id", "")
+        self.session_id: Optional[str] = info.get("sessionId") or None
+
+    @classmethod
+    def _from_info(cls, client: Client, info: Mapping[str, Any]) -> "Sandbox":
+        sb = cls.__new__(cls)
+        sb._client = client
+        sb._set_info(info)
+        sb._init_parts()
+        return sb
+
+    @classmethod
+    def connect(cls, sandbox_id: str,
+                client: Optional[Client] = None) -> "Sandbox":
+        """connect: the running sandbox `sandbox_id` (NotFound when this
+        tenant has none by that id)."""
+        client = client or Client()
+        return cls._from_info(client, client.call(
+            "GetSandbox", {"sandboxId": sandbox_id}))
+
+    def __repr__(self) -> str:
+        return f"<moat.Sandbox {self.id} session={self.session_id}>"
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        return dict(self.info.get("labels") or {})
+
+    def refresh(self) -> "Sandbox":
+        """refresh: re-reads the sandbox (state, session) from the
+        gateway."""
+        self._set_info(self._client.call("GetSandbox",
+                                         {"sandboxId": self.id}))
+        return self
+
+    def kill(self) -> None:
+        """kill: destroys the sandbox; one already gone is not an
+        error."""
+        from .errors import NotFound
+        try:
+            self._client.call("DestroySandbox", {"sandboxId": self.id})
+        except NotFound:
+            pass
+
+    destroy = kill
+
+    def run_code(self, code: str, language: str = "python",
+                 context: str = "default",
+                 timeout: Optional[float] = None) -> Execution:
+        """run_code: runs `code` in the named persistent context (like a
+        notebook cell: variables, imports and functions stay for the next
+        run). An exception in the code is the result's `error`, not a
+        raise; a timeout interrupts the cell and keeps the context."""
+        body: Dict[str, Any] = {"sandboxId": self.id, "code": code,
+                                "language": language, "context": context}
+        ms = _seconds_to_ms(timeout)
+        if ms:
+            body["timeoutMs"] = ms
+        return Execution._from_reply(self._client.call("RunCode", body,
+                                                       timeout=timeout))
+
+    def close_context(self, context: str = "default") -> None:
+        """close_context: ends a code context and frees its interpreter."""
+        self._client.call("CloseCodeContext", {"sandboxId": self.id,
+                                               "context": context})
+
+    def snapshot(self) -> Snapshot:
+        """snapshot: pauses the sandbox, snapshots it and resumes. With a
+        recorded "manual" session it becomes the latest step's snapshot
+        (so that step can be restored or forked from)."""
+        return Snapshot._from_json(self._client.call(
+            "SnapshotSandbox", {"sandboxId": self.id}))
+
+    def _need_session(self, what: str) -> str:
+        if not self.session_id:
+            self.refresh()
+        if not self.session_id:
+            raise error_for("FAILED_PRECONDITION",
+                            f"{what}: sandbox {self.id} is not recorded: "
+                            f"create it with Sandbox(record=True)")
+        return self.session_id
+
+    def history(self, session_id: Optional[str] = None,
+                outputs: bool = True) -> List[Step]:
+        """history: the steps of this sandbox's session (or of
+        `session_id`), oldest first, with their outputs unless outputs is
+        False."""
+        sid = session_id or self._need_session("history")
+        steps: List[Step] = []
+        token = ""
+        while True:
+            body: Dict[str, Any] = {"sessionId": sid,
+                                    "includeOutputs": outputs}
+            if token:
+                body["pageToken"] = token
+            reply = self._client.call("ListSteps", body)
+            steps += [Step._from_json(s) for s in reply.get("steps", [])]
+            token = reply.get("nextPageToken", "")
+            if not token:
+                return steps
+
+    def restore(self, step: int,
+                session_id: Optional[str] = None) -> Restored:
+        """restore: brings this sandbox back, in place (same id), to the
+        exact state after recorded step `step` of its session (or of
+        `session_id`, e.g. the one before an earlier restore; 0: before
+        the first step), from that step's snapshot. From then on it
+        records into a new branch session (session_id changes)."""
+        sid = session_id or self._need_session("restore")
+        reply = self._client.call("RestoreStep", {
+            "sessionId": sid, "step": str(int(step)), "sandboxId": self.id})
+        sb = reply.get("sandbox") or {}
+        if sb:
+            self._set_info(sb)
+        if reply.get("sessionId"):
+            self.session_id = reply["sessionId"]
+        return Restored(sandbox_id=sb.get("id", self.id),
+                        session_id=reply.get("sessionId", ""),
+                        snapshot_id=reply.get("snapshotId", ""))
+
+    def fork(self, step: Optional[int] = None, count: int = 1,
+             labels: Optional[Mapping[str, str]] = None,
+             session_id: Optional[str] = None) -> ForkResult:
+        """fork: `count` (1..16) new sandboxes, each in the state after
+        step `step` (None: the latest step) of this sandbox's session (or
+        of `session_id`), each recording its own branch. Returns the ones
+        that started (ForkResult, a list of Sandbox; destroy them when
+        done); those that did not are in .failed. Raises only when none
+        started."""
+        sid = session_id or self._need_session("fork")
+        if step is None:
+            steps = self.history(sid, outputs=False)
+            if not steps:
+                raise error_for("FAILED_PRECONDITION",
+                                f"fork: session {sid} has no steps yet")
+            step = steps[-1].index
+        body: Dict[str, Any] = {"sessionId": sid, "step": str(int(step)),
+                                "count": int(count)}
+        if labels:
+            body["labels"] = {str(k): str(v) for k, v in labels.items()}
+        reply = self._client.call("Fork", body)
+        started, failed = [], []
+        for copy in reply.get("copies", []):
+            code = code_name(copy.get("code"))
+            if code == "OK" and copy.get("sandbox"):
+                sb = Sandbox._from_info(self._client, copy["sandbox"])
+                if copy.get("sessionId"):
+                    sb.session_id = copy["sessionId"]
+                started.append(sb)
+            else:
+                failed.append(ForkFailure(code, copy.get("message", "")))
+        if not started:
+            if failed:
+                raise failed[0].error()
+            raise error_for("INTERNAL", f"fork of session {sid} step "
+                            f"{step}: the gateway returned no copies")
+        return ForkResult(started, failed, reply.get("snapshotId", ""))
+
+
+def run_code(code: str, language: str = "python",
+             timeout: Optional[float] = None,
+             client: Optional[Client] = None, **sandbox_args) -> Execution:
+    """run_code: runs `code` once in a throwaway sandbox (created, used,
+    destroyed) and returns its Execution. sandbox_args go to Sandbox()."""
+    sandbox_args.setdefault("record", False)
+    sandbox_args.setdefault("snapshot", "none")
+    with Sandbox(client=client, **sandbox_args) as sb:
+        return sb.run_code(code, language=language, timeout=timeout)
+
+
+def wait_ready(client: Optional[Client] = None, timeout: float = 30.0) -> dict:
+    """wait_ready: waits until the gateway answers Info with an available
+    node, and returns that ClusterInfo; raises Unavailable after
+    `timeout` seconds."""
+    client = client or Client()
+    deadline = time.monotonic() + timeout
+    last: Optional[Exception] = None
+    while time.monotonic() < deadline:
+        try:
+            info = client.info()
+            if any(n.get("available") for n in info.get("nodes", [])):
+                return info
+            last = None
+        except MoatError as e:
+            last = e
+        time.sleep(0.2)
+    raise error_for("UNAVAILABLE", f"no available node behind "
+                    f"{client.url} after {timeout:g} s"
+                    + (f": {last}" if last else ""))

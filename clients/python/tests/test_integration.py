@@ -1,0 +1,159 @@
+"""Integration tests of the moat SDK against a real local stack (real
+microVMs) at $MOAT_URL: run_stack_tests.sh starts one in its own state
+directory and sets MOAT_URL. Skipped, saying so, only when
+MOAT_SKIP_STACK=1; without a reachable gateway they fail."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import moat  # noqa: E402
+
+SKIP = os.environ.get("MOAT_SKIP_STACK") == "1"
+SKIP_WHY = ("MOAT_SKIP_STACK=1: no local stack for the SDK's integration "
+            "tests (run clients/python/tests/run_stack_tests.sh)")
+
+
+@unittest.skipIf(SKIP, SKIP_WHY)
+class StackTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.environ.get("MOAT_URL"):
+            raise AssertionError(
+                "MOAT_URL is not set: run these tests through "
+                "clients/python/tests/run_stack_tests.sh, or set "
+                "MOAT_SKIP_STACK=1 to skip them")
+        cls.client = moat.Client(timeout=120)
+        moat.wait_ready(cls.client, timeout=30)
+
+    def sandbox(self, **kw):
+        sb = moat.Sandbox(client=self.client, memory=256, **kw)
+        self.addCleanup(sb.kill)
+        return sb
+
+    def test_run_code_throwaway(self):
+        before = {s.id for s in self.client.list_sandboxes()}
+        ex = moat.run_code("print('hi')\n6*7", client=self.client,
+                           memory=256)
+        self.assertEqual(ex.stdout, "hi\n")
+        self.assertEqual(ex.result, "42")
+        self.assertIsNone(ex.error)
+        after = {s.id for s in self.client.list_sandboxes()}
+        self.assertEqual(after - before, set(), "throwaway sandbox left")
+
+    def test_sandbox_end_to_end(self):
+        # One sandbox for context, commands, files and errors: each boot
+        # costs seconds on a shared host.
+        with moat.Sandbox(client=self.client, memory=256,
+                          record=False) as sb:
+            self.assertTrue(sb.id)
+            self.assertEqual(moat.Sandbox.connect(sb.id, self.client).id,
+                             sb.id)
+            # a context keeps its variables
+            self.assertIsNone(sb.run_code("import math; r = 2").error)
+            self.assertEqual(sb.run_code("r * 21").result, "42")
+            other = sb.run_code("r", context="other")
+            self.assertEqual(other.error.name, "NameError")
+            self.assertIn("Traceback", other.error.traceback)
+            err = sb.run_code("1/0")
+            self.assertEqual(err.error.name, "ZeroDivisionError")
+            self.assertEqual(sb.run_code("r").result, "2")
+            # a timeout interrupts the cell; the context lives on
+            t = sb.run_code("while True: pass", timeout=1)
+            self.assertTrue(t.timed_out)
+            self.assertEqual(t.error.name, "KeyboardInterrupt")
+            self.assertEqual(sb.run_code("r").result, "2")
+
+            # commands: shell string, argv, env, cwd, exit code, stderr
+            r = sb.commands.run("echo out; echo err >&2; exit 3")
+            self.assertEqual((r.exit_code, r.stdout, r.stderr),
+                             (3, "out\n", "err\n"))
+            r = sb.commands.run(["sh", "-c", 'echo "$FOO"; pwd'],
+                                cwd="/tmp", env={"FOO": "bar"})
+            self.assertEqual(r.stdout, "bar\n/tmp\n")
+            self.assertEqual(r.stdout_bytes, b"bar\n/tmp\n")
+            r = sb.commands.run("sleep 30", timeout=1)
+            self.assertTrue(r.timed_out)
+
+            # files both ways, binary safe, listed
+            blob = bytes(range(256)) * 8
+            sb.files.write("/root/work/data.bin", blob)
+            sb.files.write("/root/work/note.txt", "héllo")
+            self.assertEqual(sb.files.read("/root/work/data.bin"), blob)
+            self.assertEqual(sb.files.read_text("/root/work/note.txt"),
+                             "héllo")
+            names = {f.name: f for f in sb.files.list("/root/work")}
+            self.assertEqual(set(names), {"data.bin", "note.txt"})
+            self.assertEqual(names["data.bin"].size, len(blob))
+            self.assertEqual(names["data.bin"].type, "file")
+            r = sb.commands.run("cat /root/work/note.txt")
+            self.assertEqual(r.stdout, "héllo")
+            with self.assertRaises(moat.NotFound) as cm:
+                sb.files.read("/root/nope")
+            self.assertEqual(cm.exception.http_status, 404)
+            sb_id = sb.id
+        with self.assertRaises(moat.NotFound):
+            moat.Sandbox.connect(sb_id, self.client)
+
+    def test_unknown_sandbox_is_not_found(self):
+        with self.assertRaises(moat.NotFound) as cm:
+            moat.Sandbox.connect("sb-0000000000000000", self.client)
+        self.assertEqual(cm.exception.code, "NOT_FOUND")
+        self.assertEqual(cm.exception.http_status, 404)
+
+    def test_record_history_snapshot_restore_fork(self):
+        sb = self.sandbox(record=True, snapshot="manual")
+        self.assertTrue(sb.session_id)
+        first = sb.run_code("x = 5")
+        self.assertEqual(first.step, 1)
+        snap = sb.snapshot()
+        self.assertTrue(snap.id)
+        r = sb.commands.run("echo two > /root/two")
+        self.assertEqual(r.step, 2)
+        sb.run_code("x = 100")
+        steps = sb.history()
+        self.assertEqual([s.index for s in steps], [1, 2, 3])
+        self.assertEqual([s.kind for s in steps], ["code", "exec", "code"])
+        self.assertEqual(steps[0].input, "x = 5")
+        self.assertEqual(steps[0].snapshot_id, snap.id)
+        self.assertEqual(steps[1].stdout, b"")
+        self.assertEqual(steps[2].snapshot_id, "")
+
+        # a step without a snapshot cannot be restored
+        with self.assertRaises(moat.FailedPrecondition):
+            sb.restore(3)
+
+        original = sb.session_id
+        restored = sb.restore(1)
+        self.assertEqual(restored.snapshot_id, snap.id)
+        self.assertEqual(sb.id, restored.sandbox_id)
+        self.assertNotEqual(sb.session_id, original)
+        self.assertEqual(sb.run_code("x").result, "5")
+        r = sb.commands.run("test -e /root/two")
+        self.assertEqual(r.exit_code, 1, "the file of step 2 is gone")
+
+        forks = sb.fork(1, 2, session_id=original)
+        for f in forks:
+            self.addCleanup(f.kill)
+        self.assertEqual(len(forks), 2, f"failed copies: {forks.failed}")
+        self.assertEqual(forks.failed, [])
+        self.assertEqual(len({f.id for f in forks} | {sb.id}), 3)
+        for i, f in enumerate(forks):
+            self.assertEqual(f.run_code("x").result, "5")
+            f.run_code(f"x = {i}")
+        self.assertEqual([f.run_code("x").result for f in forks],
+                         ["0", "1"])
+        self.assertEqual(sb.run_code("x").result, "5")
+
+    def test_adapter_callable_against_the_stack(self):
+        from moat.integrations import code_runner
+        sb = self.sandbox(record=False)
+        run = code_runner(sb)
+        run("y = 20")
+        self.assertEqual(run("print('y is', y); y + 1"), "y is 20\n21")
+
+
+if __name__ == "__main__":
+    unittest.main()
