@@ -21,35 +21,9 @@
 #include "moat/rpc.h"
 #include "moat/status.h"
 #include "vm.pb-c.h"
+#include "bench_stats.h"
 
 #define VM "moat.v1.Vm"
-
-static double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static json_t *
-summary(double *v, size_t n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return json_pack("{s:i, s:f, s:f, s:f, s:f}", "n", (int)n, "p50_ms",
-	    v[(size_t)(0.50 * (double)(n - 1) + 0.5)], "p95_ms",
-	    v[(size_t)(0.95 * (double)(n - 1) + 0.5)], "min_ms", v[0],
-	    "max_ms", v[n - 1]);
-}
 
 static void
 die(const char *what, int rv, char *msg)
@@ -68,7 +42,7 @@ run_code(struct moat_rpc_client *c, const char *id, const char *code,
 	struct moat_rpc_opts o = { .timeout_ms = 60000 };
 	Moat__V1__RunCodeResult *rep = NULL;
 	char *msg = NULL;
-	double t0 = now_ms(), t;
+	double t0 = bench_now_ms(), t;
 	int rv;
 
 	req.sandbox_id = (char *)id;
@@ -76,7 +50,7 @@ run_code(struct moat_rpc_client *c, const char *id, const char *code,
 	rv = moat_rpc_call(c, VM, "RunCode", &req.base,
 	    &moat__v1__run_code_result__descriptor, (ProtobufCMessage **)&rep,
 	    &o, &msg);
-	t = now_ms() - t0;
+	t = bench_now_ms() - t0;
 	if (rv != MOAT_OK)
 		die("RunCode", rv, msg);
 	if (want != NULL && strcmp(rep->result->result, want) != 0)
@@ -128,7 +102,7 @@ main(int argc, char **argv)
 	}
 	if ((rv = moat_rpc_client_open(&c, url, &msg)) != 0)
 		die("vmd", rv, msg);
-	for (t0 = now_ms();; usleep(100000)) {
+	for (t0 = bench_now_ms();; usleep(100000)) {
 		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
 		struct moat_rpc_opts o = { .timeout_ms = 1000 };
 
@@ -137,7 +111,7 @@ main(int argc, char **argv)
 		if (moat_rpc_call(c, VM, "Health", &h.base,
 		    &moat__v1__health_reply__descriptor, &rep, &o, &msg) == 0)
 			break;
-		if (now_ms() - t0 > 15000)
+		if (bench_now_ms() - t0 > 15000)
 			die("vmd did not start", MOAT_UNAVAILABLE, msg);
 	}
 	protobuf_c_message_free_unpacked(rep, NULL);
@@ -159,7 +133,7 @@ main(int argc, char **argv)
 
 	out = json_pack("{s:s, s:f, s:o}", "what", "RunCode straight to "
 	    "moat-vmd, python context", "first_run_ms", first,
-	    "warm_1plus1", summary(warm, (size_t)calls));
+	    "warm_1plus1", bench_summary(warm, (size_t)calls));
 	if (json_dump_file(out, argv[2], JSON_INDENT(2)) != 0)
 		die("write", MOAT_INTERNAL, argv[2]);
 	json_dumpf(out, stdout, JSON_INDENT(2));

@@ -15,47 +15,9 @@
 
 #include "moat/rpc.h"
 #include "vm.pb-c.h"
+#include "bench_stats.h"
 
 #define GW "moat.v1.Gateway"
-
-static double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double
-percentile(double *v, size_t n, double p)
-{
-	size_t i;
-
-	if (n == 0)
-		return 0;
-	qsort(v, n, sizeof(*v), cmp_double);
-	i = (size_t)(p * (double)(n - 1) + 0.5);
-	return v[i];
-}
-
-static json_t *
-summary(double *v, size_t n)
-{
-	double p50 = percentile(v, n, 0.50), p95 = percentile(v, n, 0.95);
-
-	return json_pack("{s:i, s:f, s:f, s:f, s:f}", "n", (int)n,
-	    "p50_ms", p50, "p95_ms", p95, "min_ms", v[0], "max_ms",
-	    n ? v[n - 1] : 0.0);
-}
 
 static void
 die(const char *what, int rv, char *msg)
@@ -110,7 +72,7 @@ exec_true(struct moat_rpc_client *c, const char *service, const char *id)
 	char *argv[] = { "true" };
 	ProtobufCMessage *rep = NULL;
 	char *msg = NULL;
-	double t0 = now_ms();
+	double t0 = bench_now_ms();
 	int rv;
 
 	req.sandbox_id = (char *)id;
@@ -121,7 +83,7 @@ exec_true(struct moat_rpc_client *c, const char *service, const char *id)
 	if (rv != MOAT_OK)
 		die("exec", rv, msg);
 	protobuf_c_message_free_unpacked(rep, NULL);
-	return now_ms() - t0;
+	return bench_now_ms() - t0;
 }
 
 /* get_sandbox: GetSandbox on `service`; returns ms taken. A call that
@@ -132,7 +94,7 @@ get_sandbox(struct moat_rpc_client *c, const char *service, const char *id)
 	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
 	ProtobufCMessage *rep = NULL;
 	char *msg = NULL;
-	double t0 = now_ms();
+	double t0 = bench_now_ms();
 	int rv;
 
 	ref.sandbox_id = (char *)id;
@@ -141,7 +103,7 @@ get_sandbox(struct moat_rpc_client *c, const char *service, const char *id)
 	if (rv != MOAT_OK)
 		die("get", rv, msg);
 	protobuf_c_message_free_unpacked(rep, NULL);
-	return now_ms() - t0;
+	return bench_now_ms() - t0;
 }
 
 static long
@@ -199,10 +161,10 @@ main(int argc, char **argv)
 		die("alloc", MOAT_RESOURCE_EXHAUSTED, NULL);
 
 	for (int i = 0; i < boots; i++) {
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 		id = create(gw);
 		exec_true(gw, GW, id);
-		cold[i] = now_ms() - t0;
+		cold[i] = bench_now_ms() - t0;
 		fprintf(stderr, "cold create+exec %d: %.0f ms\n", i, cold[i]);
 		destroy(gw, id);
 		free(id);
@@ -239,25 +201,25 @@ main(int argc, char **argv)
 	out = json_object();
 	json_object_set_new(out, "benchmark", json_string("skeleton"));
 	json_object_set_new(out, "cold_create_to_first_exec",
-	    summary(cold, (size_t)boots));
+	    bench_summary(cold, (size_t)boots));
 	json_object_set_new(out, "exec_true_via_gateway",
-	    summary(via_gw, (size_t)calls));
+	    bench_summary(via_gw, (size_t)calls));
 	json_object_set_new(out, "exec_true_direct_vmd",
-	    summary(direct, (size_t)calls));
+	    bench_summary(direct, (size_t)calls));
 	json_object_set_new(out, "gateway_added_p50_ms",
-	    json_real(percentile(via_gw, (size_t)calls, 0.5) -
-		percentile(direct, (size_t)calls, 0.5)));
+	    json_real(bench_percentile(via_gw, (size_t)calls, 0.5) -
+		bench_percentile(direct, (size_t)calls, 0.5)));
 	json_object_set_new(out, "gateway_added_p95_ms",
-	    json_real(percentile(via_gw, (size_t)calls, 0.95) -
-		percentile(direct, (size_t)calls, 0.95)));
+	    json_real(bench_percentile(via_gw, (size_t)calls, 0.95) -
+		bench_percentile(direct, (size_t)calls, 0.95)));
 	json_object_set_new(out, "goal_gateway_added_p50_ms", json_real(1.0));
 	json_object_set_new(out, "get_sandbox_via_gateway",
-	    summary(get_gw, (size_t)calls));
+	    bench_summary(get_gw, (size_t)calls));
 	json_object_set_new(out, "get_sandbox_direct_vmd",
-	    summary(get_direct, (size_t)calls));
+	    bench_summary(get_direct, (size_t)calls));
 	json_object_set_new(out, "gateway_added_get_p50_ms",
-	    json_real(percentile(get_gw, (size_t)calls, 0.5) -
-		percentile(get_direct, (size_t)calls, 0.5)));
+	    json_real(bench_percentile(get_gw, (size_t)calls, 0.5) -
+		bench_percentile(get_direct, (size_t)calls, 0.5)));
 	json_object_set_new(out, "vmd_rss_growth_per_sandbox_kib",
 	    json_real((double)(rss1 - rss0) / rss_sandboxes));
 	json_object_set_new(out, "goal_vmd_rss_per_sandbox_kib",

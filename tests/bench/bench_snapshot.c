@@ -26,6 +26,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "vm.pb-c.h"
+#include "bench_stats.h"
 
 #define VM "moat.v1.Vm"
 #define LONG_MS 180000u
@@ -35,42 +36,6 @@
 #define TEMPLATE_PAIRS 6
 
 static struct moat_rpc_client *vmd;
-
-static double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double
-percentile(double *v, size_t n, double p)
-{
-	if (n == 0)
-		return 0;
-	qsort(v, n, sizeof(*v), cmp_double);
-	return v[(size_t)(p * (double)(n - 1) + 0.5)];
-}
-
-static json_t *
-summary(double *v, size_t n)
-{
-	double p50 = percentile(v, n, 0.50), p95 = percentile(v, n, 0.95);
-
-	return json_pack("{s:i, s:f, s:f, s:f, s:f}", "n", (int)n,
-	    "p50_ms", p50, "p95_ms", p95, "min_ms", n ? v[0] : 0.0,
-	    "max_ms", n ? v[n - 1] : 0.0);
-}
 
 static void
 die(const char *what, int rv, const char *msg)
@@ -127,7 +92,7 @@ create_exec(bool cold_boot, char **id, bool *templated)
 	Moat__V1__CreateSandboxRequest req =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
 	Moat__V1__Sandbox *sb;
-	double t0 = now_ms(), t;
+	double t0 = bench_now_ms(), t;
 
 	req.memory_mib = 256;
 	req.scratch_mib = 256;
@@ -135,7 +100,7 @@ create_exec(bool cold_boot, char **id, bool *templated)
 	sb = (Moat__V1__Sandbox *)rpc("CreateSandbox", &req.base,
 	    &moat__v1__sandbox__descriptor);
 	exec_true(sb->id);
-	t = now_ms() - t0;
+	t = bench_now_ms() - t0;
 	if (templated != NULL)
 		*templated = sb->template_id[0] != '\0';
 	if (id != NULL)
@@ -242,13 +207,13 @@ main(int argc, char **argv)
 		Moat__V1__RestoreSandboxRequest rr =
 		    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 		Moat__V1__Sandbox *sb;
-		double t0 = now_ms();
+		double t0 = bench_now_ms();
 
 		rr.snapshot_id = snap_id;
 		sb = (Moat__V1__Sandbox *)rpc("RestoreSandbox", &rr.base,
 		    &moat__v1__sandbox__descriptor);
 		exec_true(sb->id);
-		restore[i] = now_ms() - t0;
+		restore[i] = bench_now_ms() - t0;
 		destroy(sb->id);
 		protobuf_c_message_free_unpacked(&sb->base, NULL);
 	}
@@ -294,29 +259,29 @@ main(int argc, char **argv)
 	json_object_set_new(out, "benchmark", json_string("snapshot"));
 	json_object_set_new(out, "guest_memory_mib", json_integer(256));
 	json_object_set_new(out, "accel", json_string("tcg"));
-	json_object_set_new(out, "snapshot_pause", summary(pause,
+	json_object_set_new(out, "snapshot_pause", bench_summary(pause,
 	    SNAPSHOTS));
 	json_object_set_new(out, "goal_snapshot_pause_p50_ms",
 	    json_real(20.0));
 	json_object_set_new(out, "cold_create_to_first_exec",
-	    summary(boot, BOOTS));
+	    bench_summary(boot, BOOTS));
 	json_object_set_new(out, "restore_to_first_exec",
-	    summary(restore, RESTORES));
+	    bench_summary(restore, RESTORES));
 	json_object_set_new(out, "restore_over_cold_p50",
-	    json_real(percentile(restore, RESTORES, 0.5) /
-	    percentile(boot, BOOTS, 0.5)));
+	    json_real(bench_percentile(restore, RESTORES, 0.5) /
+	    bench_percentile(boot, BOOTS, 0.5)));
 	json_object_set_new(out, "goal_restore_over_cold_p50",
 	    json_real(0.15));
 	json_object_set_new(out, "template_create_to_first_exec",
-	    summary(tpl, n_tpl));
+	    bench_summary(tpl, n_tpl));
 	json_object_set_new(out, "cold_boot_create_to_first_exec",
-	    summary(tpl_cold, TEMPLATE_PAIRS));
+	    bench_summary(tpl_cold, TEMPLATE_PAIRS));
 	json_object_set_new(out, "template_over_cold_p50",
-	    json_real(percentile(tpl, n_tpl, 0.5) /
-	    percentile(tpl_cold, TEMPLATE_PAIRS, 0.5)));
+	    json_real(bench_percentile(tpl, n_tpl, 0.5) /
+	    bench_percentile(tpl_cold, TEMPLATE_PAIRS, 0.5)));
 	json_object_set_new(out, "template_over_cold_p95",
-	    json_real(percentile(tpl, n_tpl, 0.95) /
-	    percentile(tpl_cold, TEMPLATE_PAIRS, 0.95)));
+	    json_real(bench_percentile(tpl, n_tpl, 0.95) /
+	    bench_percentile(tpl_cold, TEMPLATE_PAIRS, 0.95)));
 	json_object_set_new(out, "goal_template_over_cold",
 	    json_real(0.15));
 	json_object_set_new(out, "device_state_bytes",

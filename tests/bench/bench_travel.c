@@ -17,48 +17,13 @@
 
 #include "moat/status.h"
 #include "moat_client.h"
+#include "bench_stats.h"
 
 #define FORK_COPIES 8
 #define ROUNDS_DEFAULT 5
 #define ROUNDS_MAX 50
 
 static struct moat_client *gw;
-
-static double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double
-percentile(double *v, size_t n, double p)
-{
-	if (n == 0)
-		return 0;
-	qsort(v, n, sizeof(*v), cmp_double);
-	return v[(size_t)(p * (double)(n - 1) + 0.5)];
-}
-
-static json_t *
-summary(double *v, size_t n)
-{
-	double p50 = percentile(v, n, 0.50), p95 = percentile(v, n, 0.95);
-
-	return json_pack("{s:i, s:f, s:f, s:f, s:f}", "n", (int)n,
-	    "p50_ms", p50, "p95_ms", p95, "min_ms", n ? v[0] : 0.0,
-	    "max_ms", n ? v[n - 1] : 0.0);
-}
 
 static void
 die(const char *what, int rv, char *msg)
@@ -132,21 +97,21 @@ main(int argc, char **argv)
 		rreq.session_id = session;
 		rreq.step = 1;
 		rreq.new_sandbox = true;
-		t0 = now_ms();
+		t0 = bench_now_ms();
 		if ((rv = moat_client_restore_step(gw, &rreq, &rr, &msg)) !=
 		    MOAT_OK)
 			die("restore", rv, msg);
-		restore_ms[i] = now_ms() - t0;
+		restore_ms[i] = bench_now_ms() - t0;
 		destroy(rr->sandbox->id);
 		moat_client_free_msg(rr);
 
 		freq.session_id = session;
 		freq.step = 1;
 		freq.count = FORK_COPIES;
-		t0 = now_ms();
+		t0 = bench_now_ms();
 		if ((rv = moat_client_fork(gw, &freq, &fr, &msg)) != MOAT_OK)
 			die("fork", rv, msg);
-		fork_ms[i] = now_ms() - t0;
+		fork_ms[i] = bench_now_ms() - t0;
 		if (fr->succeeded != FORK_COPIES)
 			fprintf(stderr, "bench-travel: round %d: %u of %d "
 			    "copies\n", i, fr->succeeded, FORK_COPIES);
@@ -161,8 +126,8 @@ main(int argc, char **argv)
 	moat_client_free_msg(sb);
 
 	{
-		json_t *r = summary(restore_ms, (size_t)rounds);
-		json_t *f = summary(fork_ms, (size_t)rounds);
+		json_t *r = bench_summary(restore_ms, (size_t)rounds);
+		json_t *f = bench_summary(fork_ms, (size_t)rounds);
 		double r50 = json_real_value(json_object_get(r, "p50_ms"));
 		double r95 = json_real_value(json_object_get(r, "p95_ms"));
 		double f50 = json_real_value(json_object_get(f, "p50_ms"));
