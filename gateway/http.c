@@ -7,8 +7,10 @@
  * server serving the gateway's own method table; the Reply comes back as
  * the output message in proto3 JSON, or as {"code", "message"} with the
  * HTTP status of the code.
- * Not for: behaviour of its own (every route is a Gateway method), TLS
- * (put a proxy in front), or streaming (exec output comes whole).
+ * POST .../exec with Accept: text/event-stream (or ?stream=true) is the
+ * one stream: ExecStart, then ExecRead long polls as Server-Sent Events.
+ * Not for: behaviour of its own (every route is a Gateway method), or
+ * TLS (put a proxy in front).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -220,33 +222,22 @@ header_u64(struct MHD_Connection *conn, const char *name, uint64_t max,
 	return true;
 }
 
-/* call_gateway: runs `method` with `req` through the gateway's own
- * dispatcher, as an nng client's Envelope would. On MOAT_OK *reply is a
- * message of the method's output the caller frees with
- * protobuf_c_message_free_unpacked(*reply, NULL); otherwise *errmsg
- * (heap, caller frees) has the gateway's message. */
+/* request_auth: the request's api key (a pointer into the connection's
+ * headers, "" when none), request id (0: new) and timeout from its
+ * headers. A status with *errmsg (heap, caller frees) when malformed. */
 static int
-call_gateway(struct moat_http *h, struct MHD_Connection *conn,
-    const ProtobufCMethodDescriptor *md, const ProtobufCMessage *req,
-    uint32_t default_timeout_ms, ProtobufCMessage **reply, char **errmsg)
+request_auth(struct MHD_Connection *conn, const char **auth, uint64_t *rid,
+    uint64_t *timeout, char **errmsg)
 {
-	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
-	Moat__V1__Reply *r = NULL;
 	const char *authz;
-	uint8_t *payload = NULL, *packed = NULL, *out = NULL;
-	size_t payload_len, packed_len, out_len = 0;
-	uint64_t rid = 0, timeout = default_timeout_ms;
-	int rv;
 
-	*reply = NULL;
-	*errmsg = NULL;
-	if (!header_u64(conn, "X-Moat-Request-Id", UINT64_MAX, &rid) ||
-	    !header_u64(conn, "X-Moat-Timeout-Ms", UINT32_MAX, &timeout)) {
+	if (!header_u64(conn, "X-Moat-Request-Id", UINT64_MAX, rid) ||
+	    !header_u64(conn, "X-Moat-Timeout-Ms", UINT32_MAX, timeout)) {
 		*errmsg = moat_asprintf("X-Moat-Request-Id and "
 		    "X-Moat-Timeout-Ms must be decimal numbers");
 		return MOAT_INVALID_ARGUMENT;
 	}
-	env.auth = (char *)"";
+	*auth = "";
 	authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	    MHD_HTTP_HEADER_AUTHORIZATION);
 	if (authz != NULL) {
@@ -255,8 +246,29 @@ call_gateway(struct moat_http *h, struct MHD_Connection *conn,
 			    "must be \"Bearer <api key>\"");
 			return MOAT_UNAUTHENTICATED;
 		}
-		env.auth = (char *)authz + 7;
+		*auth = authz + 7;
 	}
+	return MOAT_OK;
+}
+
+/* call_gateway_as: call_gateway with the api key, request id (0: a new
+ * one) and timeout given rather than read from a connection, for calls
+ * made after the request's headers may be gone (exec streams). */
+static int
+call_gateway_as(struct moat_http *h, const char *auth, uint64_t rid,
+    uint32_t timeout_ms, const ProtobufCMethodDescriptor *md,
+    const ProtobufCMessage *req, ProtobufCMessage **reply, char **errmsg)
+{
+	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
+	Moat__V1__Reply *r = NULL;
+	uint8_t *payload = NULL, *packed = NULL, *out = NULL;
+	size_t payload_len, packed_len, out_len = 0;
+	uint64_t timeout = timeout_ms;
+	int rv;
+
+	*reply = NULL;
+	*errmsg = NULL;
+	env.auth = (char *)auth;
 	payload_len = protobuf_c_message_get_packed_size(req);
 	if ((payload = malloc(payload_len ? payload_len : 1)) == NULL)
 		goto fail_oom;
@@ -306,6 +318,29 @@ out:
 	free(packed);
 	free(payload);
 	return rv;
+}
+
+/* call_gateway: runs `method` with `req` through the gateway's own
+ * dispatcher, as an nng client's Envelope would. On MOAT_OK *reply is a
+ * message of the method's output the caller frees with
+ * protobuf_c_message_free_unpacked(*reply, NULL); otherwise *errmsg
+ * (heap, caller frees) has the gateway's message. */
+static int
+call_gateway(struct moat_http *h, struct MHD_Connection *conn,
+    const ProtobufCMethodDescriptor *md, const ProtobufCMessage *req,
+    uint32_t default_timeout_ms, ProtobufCMessage **reply, char **errmsg)
+{
+	const char *auth;
+	uint64_t rid = 0, timeout = default_timeout_ms;
+	int rv;
+
+	*reply = NULL;
+	*errmsg = NULL;
+	if ((rv = request_auth(conn, &auth, &rid, &timeout, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	return call_gateway_as(h, auth, rid, (uint32_t)timeout, md, req,
+	    reply, errmsg);
 }
 
 /* ---- building the input message ---- */
@@ -455,6 +490,306 @@ route_match(const char *pattern, const char *url, char *id, size_t size)
 	return *u == '\0' || (u[0] == '/' && u[1] == '\0');
 }
 
+/* ---- exec output as Server-Sent Events ---- */
+
+#define EXEC_STREAM_WAIT_MS 1000        /* one ExecRead's long poll */
+#define EXEC_STREAM_READ_BYTES 65536    /* per stream per ExecRead */
+#define EXEC_STREAM_CALL_MS 10000       /* an ExecRead's deadline past it */
+#define EXEC_STREAM_KILL_MS 5000
+
+/* One streamed exec, owned by its MHD response: the reader polls
+ * ExecRead and formats what comes back as events; the free callback
+ * kills the process unless it was seen to exit. At most one ExecRead's
+ * worth of events (about 2 * 4/3 * EXEC_STREAM_READ_BYTES) is held. */
+struct exec_stream {
+	struct moat_http *h;
+	char *auth;                 /* heap: the request's api key */
+	uint64_t request_id;        /* ExecStart's, for the logs; each
+	                             * later call gets its own (a
+	                             * mutating id is used only once) */
+	char *sandbox_id;           /* heap */
+	uint64_t exec_id;
+	uint64_t stdout_offset, stderr_offset;
+	char *pending;              /* heap: events not yet sent */
+	size_t pending_len, pending_sent;
+	bool exited;                /* the process is gone: nothing to kill */
+	bool done;                  /* the last event is in `pending` */
+};
+
+/* wants_event_stream: whether the client asked for exec output as it
+ * comes (Accept: text/event-stream, or ?stream=true). */
+static bool
+wants_event_stream(struct MHD_Connection *conn)
+{
+	const char *accept = MHD_lookup_connection_value(conn,
+	    MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+	const char *q = MHD_lookup_connection_value(conn,
+	    MHD_GET_ARGUMENT_KIND, "stream");
+
+	return (accept != NULL && strstr(accept, "text/event-stream") !=
+	    NULL) || (q != NULL && (strcmp(q, "true") == 0 ||
+	    strcmp(q, "1") == 0));
+}
+
+/* sse_append: "event: <event>\ndata: <j compact>\n\n" (or the comment
+ * line `comment` when event is NULL) onto st->pending; takes `j`. False
+ * when out of memory. */
+static bool
+sse_append(struct exec_stream *st, const char *event, json_t *j,
+    const char *comment)
+{
+	char *data = NULL, *line, *nb;
+	size_t n;
+
+	if (event != NULL) {
+		data = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+		if (data == NULL)
+			return false;
+		line = moat_asprintf("event: %s\ndata: %s\n\n", event, data);
+		free(data);
+	} else {
+		line = moat_asprintf(": %s\n\n", comment);
+	}
+	if (line == NULL)
+		return false;
+	n = strlen(line);
+	if ((nb = realloc(st->pending, st->pending_len + n)) == NULL) {
+		free(line);
+		return false;
+	}
+	memcpy(nb + st->pending_len, line, n);
+	st->pending = nb;
+	st->pending_len += n;
+	free(line);
+	return true;
+}
+
+/* sse_append_bytes: one stdout or stderr event, {"data": base64}. */
+static bool
+sse_append_bytes(struct exec_stream *st, const char *event,
+    const ProtobufCBinaryData *bytes)
+{
+	char *b64 = moat_codec_base64(bytes->data, bytes->len);
+	json_t *j = b64 ? json_pack("{s:s}", "data", b64) : NULL;
+
+	free(b64);
+	return j != NULL && sse_append(st, event, j, NULL);
+}
+
+/* sse_append_error: an `error` event, {"code", "message"}; the stream
+ * ends after it. */
+static void
+sse_append_error(struct exec_stream *st, int code, const char *message)
+{
+	sse_append(st, "error", json_pack("{s:s, s:s}", "code",
+	    moat_strerror(code), "message", message ? message : ""), NULL);
+	st->done = true;
+}
+
+/* exec_stream_poll: one ExecRead (blocking up to about
+ * EXEC_STREAM_WAIT_MS), its output as events; the exit event and done
+ * once everything is read; a comment when nothing came, so that a
+ * client that went away is noticed at the next write. */
+static void
+exec_stream_poll(struct exec_stream *st)
+{
+	Moat__V1__ExecReadRequest rq = MOAT__V1__EXEC_READ_REQUEST__INIT;
+	const ProtobufCMethodDescriptor *md =
+	    protobuf_c_service_descriptor_get_method_by_name(st->h->service,
+	    "ExecRead");
+	Moat__V1__ExecReadReply *rr;
+	ProtobufCMessage *reply = NULL;
+	json_t *status = NULL;
+	char *errmsg = NULL;
+	bool had_output, ok = true;
+	int rv;
+
+	rq.sandbox_id = st->sandbox_id;
+	rq.exec_id = st->exec_id;
+	rq.stdout_offset = st->stdout_offset;
+	rq.stderr_offset = st->stderr_offset;
+	rq.wait_ms = EXEC_STREAM_WAIT_MS;
+	rq.max_bytes = EXEC_STREAM_READ_BYTES;
+	rv = call_gateway_as(st->h, st->auth, 0,
+	    EXEC_STREAM_WAIT_MS + EXEC_STREAM_CALL_MS, md,
+	    (ProtobufCMessage *)&rq, &reply, &errmsg);
+	if (rv != MOAT_OK) {
+		sse_append_error(st, rv, errmsg);
+		free(errmsg);
+		return;
+	}
+	rr = (Moat__V1__ExecReadReply *)reply;
+	had_output = rr->stdout.len > 0 || rr->stderr.len > 0;
+	if (rr->stdout.len > 0)
+		ok = ok && sse_append_bytes(st, "stdout", &rr->stdout);
+	if (rr->stderr.len > 0)
+		ok = ok && sse_append_bytes(st, "stderr", &rr->stderr);
+	st->stdout_offset = rr->stdout_next > st->stdout_offset ?
+	    rr->stdout_next : st->stdout_offset + rr->stdout.len;
+	st->stderr_offset = rr->stderr_next > st->stderr_offset ?
+	    rr->stderr_next : st->stderr_offset + rr->stderr.len;
+	/* eof: exited and all read. An exited process whose read came
+	 * back empty has nothing left either, eof or not. */
+	if (ok && (rr->eof || (rr->status != NULL && rr->status->exited &&
+	    !had_output))) {
+		st->exited = true;
+		if (rr->status == NULL)
+			status = json_object();
+		else if (moat_codec_to_json((ProtobufCMessage *)rr->status, 0,
+		    &status, &errmsg) != MOAT_OK) {
+			free(errmsg);
+			status = NULL;
+		}
+		ok = status != NULL && sse_append(st, "exit", status, NULL);
+		st->done = true;
+	} else if (ok && !had_output) {
+		ok = sse_append(st, NULL, NULL, "waiting");
+	}
+	protobuf_c_message_free_unpacked(reply, NULL);
+	if (!ok)
+		sse_append_error(st, MOAT_RESOURCE_EXHAUSTED, "out of memory "
+		    "formatting exec output");
+}
+
+/* exec_stream_read: libmicrohttpd's content reader; blocks this
+ * connection's thread (thread per connection) for one ExecRead at most
+ * per call. */
+static ssize_t
+exec_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct exec_stream *st = cls;
+	size_t n;
+
+	(void)pos;
+	while (st->pending_sent == st->pending_len) {
+		free(st->pending);
+		st->pending = NULL;
+		st->pending_len = st->pending_sent = 0;
+		if (st->done)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		exec_stream_poll(st);
+		if (st->pending_len == 0)   /* not even an error fit */
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	n = st->pending_len - st->pending_sent;
+	if (n > max)
+		n = max;
+	memcpy(buf, st->pending + st->pending_sent, n);
+	st->pending_sent += n;
+	return (ssize_t)n;
+}
+
+/* exec_stream_free: libmicrohttpd's free callback, once the response is
+ * done with: whole, failed, or the client gone. Kills the process
+ * unless it exited, so no command outlives the stream that shows it. */
+static void
+exec_stream_free(void *cls)
+{
+	struct exec_stream *st = cls;
+
+	if (st == NULL)
+		return;
+	if (!st->exited && st->sandbox_id != NULL) {
+		Moat__V1__ExecKillRequest kq =
+		    MOAT__V1__EXEC_KILL_REQUEST__INIT;
+		const ProtobufCMethodDescriptor *md =
+		    protobuf_c_service_descriptor_get_method_by_name(
+		    st->h->service, "ExecKill");
+		ProtobufCMessage *reply = NULL;
+		char *errmsg = NULL;
+
+		kq.sandbox_id = st->sandbox_id;
+		kq.exec_id = st->exec_id;
+		if (call_gateway_as(st->h, st->auth ? st->auth : "", 0,
+		    EXEC_STREAM_KILL_MS, md,
+		    (ProtobufCMessage *)&kq, &reply, &errmsg) != MOAT_OK)
+			moat_warn(st->request_id, "http-exec-stream-kill "
+			    "sandbox %s exec %llu: the stream ended but the "
+			    "kill failed: %s", st->sandbox_id,
+			    (unsigned long long)st->exec_id, errmsg);
+		if (reply != NULL)
+			protobuf_c_message_free_unpacked(reply, NULL);
+		free(errmsg);
+	}
+	free(st->pending);
+	free(st->sandbox_id);
+	free(st->auth);
+	free(st);
+}
+
+/* serve_exec_stream: POST .../exec as an event stream: ExecStart with
+ * `req` (an ExecRequest, the caller's), then a `start` event with the
+ * handle, `stdout`/`stderr` events as output comes, and `exit` with the
+ * ExecStatus. Errors before the start are ordinary JSON replies. */
+static enum MHD_Result
+serve_exec_stream(struct moat_http *h, struct MHD_Connection *conn,
+    const ProtobufCMessage *req)
+{
+	const ProtobufCMethodDescriptor *md =
+	    protobuf_c_service_descriptor_get_method_by_name(h->service,
+	    "ExecStart");
+	Moat__V1__ExecHandle *handle;
+	ProtobufCMessage *reply = NULL;
+	struct MHD_Response *resp;
+	struct exec_stream *st;
+	const char *auth;
+	uint64_t rid = 0, timeout = 0;
+	char *errmsg = NULL;
+	json_t *start = NULL;
+	enum MHD_Result ret;
+	int rv;
+
+	if ((rv = request_auth(conn, &auth, &rid, &timeout, &errmsg)) !=
+	    MOAT_OK)
+		goto fail_reply;
+	if (rid == 0)
+		rid = moat_rpc_new_request_id();
+	if ((rv = call_gateway_as(h, auth, rid, (uint32_t)timeout, md, req,
+	    &reply, &errmsg)) != MOAT_OK)
+		goto fail_reply;
+	handle = (Moat__V1__ExecHandle *)reply;
+	if ((st = calloc(1, sizeof(*st))) == NULL) {
+		protobuf_c_message_free_unpacked(reply, NULL);
+		return MHD_NO;
+	}
+	st->h = h;
+	st->request_id = rid;
+	st->exec_id = handle->exec_id;
+	st->auth = strdup(auth);
+	st->sandbox_id = strdup(handle->sandbox_id ? handle->sandbox_id :
+	    "");
+	if (moat_codec_to_json(reply, 0, &start, &errmsg) != MOAT_OK) {
+		free(errmsg);
+		start = NULL;
+	}
+	protobuf_c_message_free_unpacked(reply, NULL);
+	if (st->auth == NULL || st->sandbox_id == NULL || start == NULL ||
+	    !sse_append(st, "start", start, NULL)) {
+		exec_stream_free(st);   /* kills it */
+		return respond_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory starting the exec stream", NULL);
+	}
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
+	    exec_stream_read, st, exec_stream_free);
+	if (resp == NULL) {
+		exec_stream_free(st);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+	    "text/event-stream");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+	    "no-cache");
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);   /* a failed queue frees st: killed */
+	return ret;
+
+fail_reply:
+	ret = respond_error(conn, 0, rv, errmsg, NULL);
+	free(errmsg);
+	return ret;
+}
+
 static enum MHD_Result
 serve_route(struct moat_http *h, struct MHD_Connection *conn,
     const struct route *rt, const char *id, const struct http_req *hr)
@@ -498,6 +833,12 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 		}
 		memcpy(w->data.data, hr->body, hr->len);
 		w->data.len = hr->len;
+	}
+	if (rt->rpc_method != NULL && strcmp(rt->rpc_method, "Exec") == 0 &&
+	    wants_event_stream(conn)) {
+		ret = serve_exec_stream(h, conn, req);
+		protobuf_c_message_free_unpacked(req, NULL);
+		return ret;
 	}
 	rv = call_gateway(h, conn, md, req, 0, &reply, &errmsg);
 	protobuf_c_message_free_unpacked(req, NULL);

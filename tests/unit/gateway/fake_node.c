@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/survey0/respond.h>
@@ -123,10 +124,45 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    (size_t)(fn->n_sandboxes - idx - 1) * 64);
 		fn->n_sandboxes--;
 	} else if (strcmp(m, "ExecStart") == 0) {
+		const Moat__V1__ExecRequest *q = (const void *)request;
 		Moat__V1__ExecHandle *r = (Moat__V1__ExecHandle *)reply;
 		r->sandbox_id = strdup(sid);
-		r->exec_id = 7;
+		/* argv[0] "sleep": exec 8, which never exits (ExecRead). */
+		r->exec_id = q->n_argv > 0 && strcmp(q->argv[0], "sleep") ==
+		    0 ? 8 : 7;
 		r->pid = 42;
+	} else if (strcmp(m, "ExecRead") == 0) {
+		/* Exec 7 prints "hello\n" and "oops\n" and exits 3; exec 8
+		 * prints nothing and runs until killed. */
+		const Moat__V1__ExecReadRequest *q = (const void *)request;
+		Moat__V1__ExecReadReply *r = (Moat__V1__ExecReadReply *)reply;
+
+		r->stdout_next = q->stdout_offset;
+		r->stderr_next = q->stderr_offset;
+		if (q->exec_id == 7 && q->stdout_offset == 0) {
+			r->stdout.data = (uint8_t *)strdup("hello\n");
+			r->stdout.len = 6;
+			r->stdout_next = 6;
+			r->stderr.data = (uint8_t *)strdup("oops\n");
+			r->stderr.len = 5;
+			r->stderr_next = 5;
+		} else if (q->exec_id != 7) {
+			usleep(20000);   /* a long poll that times out */
+		} else {
+			r->status = malloc(sizeof(*r->status));
+			moat__v1__exec_status__init(r->status);
+			r->status->exited = true;
+			r->status->exit_code = 3;
+			r->status->exec_id = 7;
+			r->status->stdout_bytes = 6;
+			r->status->stderr_bytes = 5;
+			r->eof = true;
+		}
+	} else if (strcmp(m, "ExecWait") == 0) {
+		Moat__V1__ExecStatus *r = (Moat__V1__ExecStatus *)reply;
+		r->exited = true;
+		r->exit_code = 3;
+		r->exec_id = 7;
 	} else if (strcmp(m, "StatFile") == 0) {
 		/* An error of the node's own: the gateway must pass it on
 		 * unchanged. */

@@ -4,10 +4,12 @@
  * client would: healthz; a sandbox created, fetched, listed, exec'd in,
  * read and written, and destroyed through the resource routes, each
  * landing on the node as the same Gateway method; the generic
- * /v1/rpc/{Method} route; and the unhappy paths: malformed JSON, unknown
- * fields, wrong types and an id in the body (400 naming the problem),
- * unknown routes, methods and sandboxes (404), wrong HTTP methods (405
- * with Allow), bodies over 4 MiB with and without a length (413), a bad
+ * /v1/rpc/{Method} route; exec output as Server-Sent Events (start,
+ * stdout, stderr and exit events; a JSON error before the stream; the
+ * command killed when the client goes away); and the unhappy paths:
+ * malformed JSON, unknown fields, wrong types and an id in the body (400
+ * naming the problem), unknown routes, methods and sandboxes (404),
+ * wrong HTTP methods (405 with Allow), bodies over 4 MiB with and without a length (413), a bad
  * Authorization header (401), sessiond down (503); and the door still
  * answers after all of them.
  */
@@ -503,6 +505,183 @@ test_addresses(void **state)
 	moat_http_stop(NULL);
 }
 
+/* The event stream of one POST .../exec; the transfer is cut once the
+ * body holds `stop_at` (the client going away). */
+struct sse {
+	struct resp r;
+	const char *stop_at;
+};
+
+static size_t
+on_sse_body(char *data, size_t size, size_t n, void *cls)
+{
+	struct sse *s = cls;
+
+	if (on_body(data, size, n, &s->r) != size * n)
+		return 0;
+	if (s->stop_at != NULL && strstr(s->r.body, s->stop_at) != NULL)
+		return 0;
+	return size * n;
+}
+
+static void
+sse_post(const char *path, const char *body, const char *accept,
+    const char *stop_at, struct sse *s)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *hdrs = NULL;
+	char url[512], h[128], *ct = NULL;
+	CURLcode cc;
+
+	memset(s, 0, sizeof(*s));
+	s->stop_at = stop_at;
+	assert_non_null(c);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", E.port, path);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_sse_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+	if (accept != NULL) {
+		snprintf(h, sizeof(h), "Accept: %s", accept);
+		hdrs = curl_slist_append(hdrs, h);
+	}
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+	cc = curl_easy_perform(c);
+	if (cc != CURLE_OK && !(stop_at != NULL && cc == CURLE_WRITE_ERROR))
+		fail_msg("POST %s: %s", path, curl_easy_strerror(cc));
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &s->r.status);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	if (ct != NULL)
+		snprintf(s->r.content_type, sizeof(s->r.content_type), "%s",
+		    ct);
+	if (s->r.body != NULL && strcmp(s->r.content_type,
+	    "application/json") == 0)
+		s->r.json = json_loadb(s->r.body, s->r.len, 0, NULL);
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(c);
+}
+
+/* sse_event: the JSON of the first `event` in body, or NULL. */
+static json_t *
+sse_event(const char *body, const char *event)
+{
+	char want[64];
+	const char *p, *data, *end;
+
+	snprintf(want, sizeof(want), "event: %s\ndata: ", event);
+	if ((p = strstr(body, want)) == NULL)
+		return NULL;
+	data = p + strlen(want);
+	if ((end = strstr(data, "\n\n")) == NULL)
+		return NULL;
+	return json_loadb(data, (size_t)(end - data), 0, NULL);
+}
+
+static char *
+last_method(void)
+{
+	static char m[64];
+
+	pthread_mutex_lock(&E.a.lock);
+	snprintf(m, sizeof(m), "%s", E.a.last_method);
+	pthread_mutex_unlock(&E.a.lock);
+	return m;
+}
+
+static void
+test_exec_stream(void **state)
+{
+	struct resp r;
+	struct sse s;
+	char id[128], path[256];
+	json_t *ev;
+	const char *out, *err, *exit_ev;
+	bool killed = false;
+
+	http("POST", "/v1/sandboxes", "{}", &r);
+	assert_int_equal(r.status, 200);
+	snprintf(id, sizeof(id), "%s", jstr(&r, "id"));
+	resp_free(&r);
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+
+	/* The fake's exec prints to both streams and exits 3: start,
+	 * stdout, stderr, exit, in that order, and the stream ends. */
+	sse_post(path, "{\"argv\": [\"echo\", \"hello\"]}",
+	    "text/event-stream", NULL, &s);
+	if (s.r.status != 200)
+		fail_msg("stream: %ld %s", s.r.status, s.r.body);
+	assert_string_equal(s.r.content_type, "text/event-stream");
+	assert_non_null(s.r.body);
+	ev = sse_event(s.r.body, "start");
+	assert_non_null(ev);
+	assert_string_equal(json_string_value(json_object_get(ev, "execId")),
+	    "7");
+	json_decref(ev);
+	ev = sse_event(s.r.body, "stdout");
+	assert_non_null(ev);
+	assert_string_equal(json_string_value(json_object_get(ev, "data")),
+	    "aGVsbG8K");                       /* "hello\n" */
+	json_decref(ev);
+	ev = sse_event(s.r.body, "stderr");
+	assert_non_null(ev);
+	assert_string_equal(json_string_value(json_object_get(ev, "data")),
+	    "b29wcwo=");                       /* "oops\n" */
+	json_decref(ev);
+	ev = sse_event(s.r.body, "exit");
+	assert_non_null(ev);
+	assert_true(json_is_true(json_object_get(ev, "exited")));
+	assert_int_equal(json_integer_value(json_object_get(ev, "exitCode")),
+	    3);
+	json_decref(ev);
+	out = strstr(s.r.body, "event: stdout");
+	err = strstr(s.r.body, "event: stderr");
+	exit_ev = strstr(s.r.body, "event: exit");
+	assert_true(strstr(s.r.body, "event: start") < out && out < err &&
+	    err < exit_ev);
+	assert_null(strstr(exit_ev + 1, "event:"));
+	/* It exited: nothing to kill. */
+	assert_string_equal(last_method(), "ExecRead");
+	resp_free(&s.r);
+
+	/* ?stream=true without the Accept header streams too. */
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec?stream=true", id);
+	sse_post(path, "{\"shell\": \"echo hello\"}", NULL, NULL, &s);
+	assert_int_equal(s.r.status, 200);
+	assert_non_null(strstr(s.r.body, "event: exit\n"));
+	resp_free(&s.r);
+	/* Without either, the reply is the whole ExecResult. */
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+	sse_post(path, "{\"shell\": \"echo hello\"}", NULL, NULL, &s);
+	assert_int_equal(s.r.status, 200);
+	assert_string_equal(s.r.content_type, "application/json");
+	resp_free(&s.r);
+
+	/* Errors before the stream starts are JSON errors. */
+	sse_post("/v1/sandboxes/sb-never/exec", "{\"shell\": \"ls\"}",
+	    "text/event-stream", NULL, &s);
+	expect_error(&s.r, 404, "NOT_FOUND", "sb-never");
+	sse_post(path, "{\"argv\": \"ls\"}", "text/event-stream", NULL, &s);
+	expect_error(&s.r, 400, "INVALID_ARGUMENT", "argv");
+
+	/* The client goes away while the command runs: it is killed. */
+	sse_post(path, "{\"argv\": [\"sleep\", \"100\"]}", "text/event-stream",
+	    ": waiting", &s);
+	assert_int_equal(s.r.status, 200);
+	assert_non_null(strstr(s.r.body, "\"execId\":\"8\""));
+	resp_free(&s.r);
+	for (int i = 0; i < 500 && !killed; i++) {
+		killed = strcmp(last_method(), "ExecKill") == 0;
+		if (!killed)
+			nng_msleep(10);
+	}
+	if (!killed)
+		fail_msg("the exec was not killed when its client went away "
+		    "(last call %s)", last_method());
+}
+
 static void
 test_still_answers(void **state)
 {
@@ -526,6 +705,7 @@ main(void)
 		cmocka_unit_test(test_bad_requests),
 		cmocka_unit_test(test_body_limit),
 		cmocka_unit_test(test_addresses),
+		cmocka_unit_test(test_exec_stream),
 		cmocka_unit_test(test_still_answers),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
