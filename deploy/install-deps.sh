@@ -12,6 +12,7 @@ PKGS=(
 	qemu-system-x86 qemu-utils
 	mmdebstrap e2fsprogs cpio busybox-static zstd xz-utils kmod
 	python3 python3-yaml ca-certificates procps psmisc
+	python3-pip python3-setuptools python3-wheel python3-venv
 	nodejs npm
 )
 
