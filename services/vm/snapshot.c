@@ -266,12 +266,10 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		    "sandbox %s has %u running exec(s): wait for them or kill "
 		    "them, then snapshot (processes started in the background "
 		    "are fine)", sb->id.str, sb->execs_running);
-	} else if (sb->vmm.ram_file == NULL) {
-		rv = moat_rpc_error(call, MOAT_UNIMPLEMENTED, "sandbox %s has "
-		    "no RAM file of its own under the %s driver, so it cannot "
-		    "be snapshotted: snapshot the sandbox it was restored from",
-		    sb->id.str, vmd->vmm->name);
 	} else {
+		/* Whether this VM can be captured is the driver's to say
+		 * (QEMU needs the RAM file every VM now has; Firecracker
+		 * writes its memory file through its API). */
 		sb->snapshotting = true;
 		marked = true;
 	}

@@ -27,18 +27,23 @@ die(const char *what, int rv, char *msg)
 	exit(1);
 }
 
+/* The stack's API key (run.sh exports MOAT_API_KEY from its state). */
+static const char *api_key;
+static struct moat_rpc_opts auth_opts;
+
 static char *
 create(struct moat_rpc_client *c)
 {
 	Moat__V1__CreateSandboxRequest req =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	struct moat_rpc_opts o = { .timeout_ms = 180000 };
+	struct moat_rpc_opts o = { .timeout_ms = 180000, .auth = api_key };
 	ProtobufCMessage *rep = NULL;
 	char *msg = NULL, *id;
 	int rv;
 
 	req.vcpus = 1;
 	req.memory_mib = 256;
+	req.cold_boot = true;       /* a boot, not a template clone */
 	rv = moat_rpc_call(c, GW, "CreateSandbox", &req.base,
 	    &moat__v1__sandbox__descriptor, &rep, &o, &msg);
 	if (rv != MOAT_OK)
@@ -58,7 +63,7 @@ destroy(struct moat_rpc_client *c, const char *id)
 
 	ref.sandbox_id = (char *)id;
 	rv = moat_rpc_call(c, GW, "DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor, &rep, NULL, &msg);
+	    &moat__v1__empty__descriptor, &rep, &auth_opts, &msg);
 	if (rv != MOAT_OK)
 		die("destroy", rv, msg);
 	protobuf_c_message_free_unpacked(rep, NULL);
@@ -79,7 +84,7 @@ exec_true(struct moat_rpc_client *c, const char *service, const char *id)
 	req.n_argv = 1;
 	req.argv = argv;
 	rv = moat_rpc_call(c, service, "Exec", &req.base,
-	    &moat__v1__exec_result__descriptor, &rep, NULL, &msg);
+	    &moat__v1__exec_result__descriptor, &rep, &auth_opts, &msg);
 	if (rv != MOAT_OK)
 		die("exec", rv, msg);
 	protobuf_c_message_free_unpacked(rep, NULL);
@@ -99,7 +104,7 @@ get_sandbox(struct moat_rpc_client *c, const char *service, const char *id)
 
 	ref.sandbox_id = (char *)id;
 	rv = moat_rpc_call(c, service, "GetSandbox", &ref.base,
-	    &moat__v1__sandbox__descriptor, &rep, NULL, &msg);
+	    &moat__v1__sandbox__descriptor, &rep, &auth_opts, &msg);
 	if (rv != MOAT_OK)
 		die("get", rv, msg);
 	protobuf_c_message_free_unpacked(rep, NULL);
@@ -140,6 +145,8 @@ main(int argc, char **argv)
 		return 2;
 	}
 	vmd_pid = atoi(argv[3]);
+	api_key = getenv("MOAT_API_KEY");
+	auth_opts.auth = api_key;
 	if (argc > 5)
 		boots = atoi(argv[5]);
 	if (argc > 6)

@@ -67,7 +67,7 @@ main(int argc, char **argv)
 	}
 	if (rounds < 1 || rounds > ROUNDS_MAX)
 		rounds = ROUNDS_DEFAULT;
-	if ((rv = moat_client_open(&gw, argv[1], NULL, &msg)) != MOAT_OK)
+	if ((rv = moat_client_open(&gw, argv[1], getenv("MOAT_API_KEY"), &msg)) != MOAT_OK)
 		die("open", rv, msg);
 	moat_client_set_timeout(gw, 300000);
 

@@ -2,7 +2,8 @@
 # Runs the benchmarks against a fresh local stack in a temporary state
 # directory and leaves JSON in tests/bench/results/. Timings here are
 # noisy: compare the ratios measured side by side within one run.
-# Usage: tests/bench/run.sh [BOOTS] [CALLS]
+# Usage: tests/bench/run.sh [BOOTS] [CALLS]   (every bench, one after
+# the other, on a quiet machine: about 15 minutes)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
@@ -10,6 +11,19 @@ state=$(mktemp -d /tmp/moat-bench.XXXXXX)
 export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
 trap 'bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1; rm -rf "$state"' EXIT
 bash "$repo/deploy/moat-stack" start
+MOAT_API_KEY=$(cat "$state/api-key")
+export MOAT_API_KEY
 mkdir -p "$repo/tests/bench/results"
 "$bin/moat-bench-skeleton" "ipc://$state/gateway.sock" "ipc://$state/vmd.sock" \
 	"$(cat "$state/run/vmd.pid")" "$repo/tests/bench/results/skeleton.json" "${1:-5}" "${2:-200}"
+"$bin/moat-bench-travel" "ipc://$state/gateway.sock" "$repo/tests/bench/results/travel.json" 5
+bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1
+unset MOAT_API_KEY MOAT_STATE_DIR
+
+# These start their own services.
+images=${MOAT_IMAGE_DIR:-$repo/images/out}
+"$bin/moat-bench-snapshot" "$images" "$repo/tests/bench/results/snapshot.json"
+"$bin/moat-bench-code" "$images" "$repo/tests/bench/results/code.json" 300
+"$bin/moat-bench-http" "$repo/tests/bench/results/http.json" 200 5
+"$bin/moat-bench-sessiond" "$repo/tests/bench/results/sessiond.json"
+"$bin/moat-bench-snapd" "$repo/tests/bench/results/snapd.json"
