@@ -7,8 +7,17 @@
  * microseconds, so one tenant's entries are one ordered range. Writes go
  * through LMDB's single writer lock (moat/store.h), which also serialises
  * the gateway and an operator's `keys` command in another process.
+ * Audit appends never touch the disk in the caller's thread: they go into
+ * a bounded queue that one writer thread per moat_auth drains, committing
+ * whatever is queued in one transaction (one fsync per batch). A caller
+ * that finds the queue full waits up to 2 s for room; past that (a stuck
+ * disk) the entry is dropped, counted per tenant, and the writer logs one
+ * "N audit entries dropped (queue full)" entry once space returns.
+ * Verified keys are cached in memory for MOAT_AUTH_KEY_CACHE_TTL_MS so a
+ * call costs no LMDB read; a revoke in this process evicts at once.
  * Not for: which calls need a key, or what is audited (handlers.c).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +28,7 @@
 #include <openssl/sha.h>
 
 #include "auth.h"
+#include "moat/log.h"
 #include "moat/status.h"
 #include "moat/store.h"
 #include "moat/util.h"
@@ -27,12 +37,68 @@
 #define DB_AUDIT "audit"
 #define SECRET_BYTES 32
 #define AUTH_MAP_BYTES (256ull << 20)
+#define KEY_CACHE_SLOTS 256       /* direct-mapped by key id */
+#define DROP_TENANTS 64           /* tenants with drops counted apart */
+#define DROP_WARN_EVERY_MS 10000
+
+/* One queued audit entry: its tenant, time and JSON text (heap). */
+struct audit_item {
+	char tenant[MOAT_AUTH_TENANT_MAX];
+	uint64_t us;
+	char *text;
+};
+
+struct audit_drop {
+	char tenant[MOAT_AUTH_TENANT_MAX];
+	uint64_t n;
+};
+
+struct key_cache_slot {
+	char id[MOAT_AUTH_KEY_ID_LEN + 1];  /* "" when empty */
+	char hash[2 * SHA256_DIGEST_LENGTH + 1];
+	char tenant[MOAT_AUTH_TENANT_MAX];
+	uint64_t expires_ms;                 /* monotonic */
+};
 
 struct moat_auth {
 	struct moat_store *st;
+
+	/* lock guards everything below up to the writer's own state: the
+	 * queue ring, the drop table, the sequence numbers, stopping. Never
+	 * held across a transaction. */
+	pthread_mutex_t lock;
+	pthread_cond_t work;              /* queue or drops non-empty, stop */
+	pthread_cond_t done;              /* done_seq moved */
+	struct audit_item *ring;
+	size_t cap, head, len;
+	struct audit_drop drops[DROP_TENANTS];
+	size_t n_drops;
+	uint64_t drops_unattributed;      /* beyond DROP_TENANTS tenants */
+	uint64_t seq;                     /* entries queued + dropped */
+	uint64_t done_seq;                /* of those, handled by the writer */
+	bool stopping, writer_started, sync_ready;
+	pthread_t writer;
+	/* writer thread only */
+	struct audit_item *batch;         /* cap entries being committed */
+	uint64_t warn_at_ms, warn_dropped;
+
+	/* cache_lock guards cache. */
+	pthread_mutex_t cache_lock;
+	struct key_cache_slot cache[KEY_CACHE_SLOTS];
 };
 
 static const char *const db_names[] = { DB_KEYS, DB_AUDIT, NULL };
+
+static void *audit_writer(void *arg);
+
+static uint64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 
 int
 moat_auth_open(struct moat_auth **out, const char *state_dir, char **errmsg)
@@ -55,8 +121,36 @@ moat_auth_open(struct moat_auth **out, const char *state_dir, char **errmsg)
 		free(a);
 		return rv;
 	}
+	a->cap = MOAT_AUTH_AUDIT_QUEUE_LEN;
+	if ((a->ring = calloc(a->cap, sizeof(*a->ring))) == NULL ||
+	    (a->batch = calloc(a->cap, sizeof(*a->batch))) == NULL) {
+		*errmsg = moat_asprintf("out of memory for the audit queue");
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		goto fail;
+	}
+	if (pthread_mutex_init(&a->lock, NULL) != 0 ||
+	    pthread_mutex_init(&a->cache_lock, NULL) != 0 ||
+	    pthread_cond_init(&a->work, NULL) != 0 ||
+	    pthread_cond_init(&a->done, NULL) != 0) {
+		/* glibc's init does not fail; other libcs may. */
+		*errmsg = moat_asprintf("cannot create the audit queue's "
+		    "locks");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
+	a->sync_ready = true;
+	if (pthread_create(&a->writer, NULL, audit_writer, a) != 0) {
+		*errmsg = moat_asprintf("cannot start the audit writer "
+		    "thread");
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		goto fail;
+	}
+	a->writer_started = true;
 	*out = a;
 	return MOAT_OK;
+fail:
+	moat_auth_close(a);
+	return rv;
 }
 
 void
@@ -64,6 +158,24 @@ moat_auth_close(struct moat_auth *a)
 {
 	if (a == NULL)
 		return;
+	if (a->writer_started) {
+		/* The writer drains the queue and commits before it ends. */
+		pthread_mutex_lock(&a->lock);
+		a->stopping = true;
+		pthread_cond_signal(&a->work);
+		pthread_mutex_unlock(&a->lock);
+		pthread_join(a->writer, NULL);
+	}
+	for (size_t i = 0; a->ring != NULL && i < a->len; i++)
+		free(a->ring[(a->head + i) % a->cap].text);
+	free(a->ring);
+	free(a->batch);
+	if (a->sync_ready) {
+		pthread_mutex_destroy(&a->lock);
+		pthread_mutex_destroy(&a->cache_lock);
+		pthread_cond_destroy(&a->work);
+		pthread_cond_destroy(&a->done);
+	}
 	moat_store_close(a->st);
 	free(a);
 }
@@ -200,6 +312,64 @@ key_record(struct moat_store_txn *txn, const char *key_id, int *rv,
 	return rec;
 }
 
+static struct key_cache_slot *
+cache_slot(struct moat_auth *a, const char *id)
+{
+	uint32_t h = 2166136261u;   /* FNV-1a of the id */
+
+	for (const char *p = id; *p != '\0'; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	return &a->cache[h % KEY_CACHE_SLOTS];
+}
+
+/* cache_lookup: whether key `id` with secret hash `hash` was verified
+ * within the TTL; then copies its tenant (tenant_size bytes). */
+static bool
+cache_lookup(struct moat_auth *a, const char *id, const char *hash,
+    char *tenant, size_t tenant_size)
+{
+	struct key_cache_slot *c;
+	bool hit = false;
+
+	pthread_mutex_lock(&a->cache_lock);
+	c = cache_slot(a, id);
+	if (strcmp(c->id, id) == 0 && c->expires_ms > mono_ms() &&
+	    CRYPTO_memcmp(c->hash, hash, sizeof(c->hash)) == 0 &&
+	    strlen(c->tenant) < tenant_size) {
+		strcpy(tenant, c->tenant);
+		hit = true;
+	}
+	pthread_mutex_unlock(&a->cache_lock);
+	return hit;
+}
+
+static void
+cache_put(struct moat_auth *a, const char *id, const char *hash,
+    const char *tenant)
+{
+	struct key_cache_slot *c;
+
+	pthread_mutex_lock(&a->cache_lock);
+	c = cache_slot(a, id);
+	snprintf(c->id, sizeof(c->id), "%s", id);
+	snprintf(c->hash, sizeof(c->hash), "%s", hash);
+	snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
+	c->expires_ms = mono_ms() + MOAT_AUTH_KEY_CACHE_TTL_MS;
+	pthread_mutex_unlock(&a->cache_lock);
+}
+
+static void
+cache_evict(struct moat_auth *a, const char *id)
+{
+	struct key_cache_slot *c;
+
+	pthread_mutex_lock(&a->cache_lock);
+	c = cache_slot(a, id);
+	if (strcmp(c->id, id) == 0)
+		memset(c, 0, sizeof(*c));
+	pthread_mutex_unlock(&a->cache_lock);
+}
+
 int
 moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
     size_t tenant_size, char *key_id)
@@ -219,6 +389,11 @@ moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
 	memcpy(id, key + 5, MOAT_AUTH_KEY_ID_LEN);
 	id[MOAT_AUTH_KEY_ID_LEN] = '\0';
 	secret_hash(sep + 1, hash);
+	if (cache_lookup(a, id, hash, tenant, tenant_size)) {
+		strcpy(key_id, id);
+		return MOAT_OK;
+	}
+	/* A read transaction only: no writer lock, no fsync. */
 	if ((rv = moat_store_txn_begin(a->st, false, &txn, &errmsg)) !=
 	    MOAT_OK)
 		goto out;
@@ -240,6 +415,7 @@ moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
 	}
 	strcpy(tenant, t);
 	strcpy(key_id, id);
+	cache_put(a, id, hash, t);
 	rv = MOAT_OK;
 out:
 	if (errmsg != NULL && rv != MOAT_UNAUTHENTICATED)
@@ -287,6 +463,8 @@ moat_auth_key_revoke(struct moat_auth *a, const char *key_id, char **errmsg)
 		goto out;
 	}
 	rv = moat_store_txn_commit(txn, errmsg);
+	if (rv == MOAT_OK)
+		cache_evict(a, key_id);
 out:
 	free(text);
 	json_decref(rec);
@@ -352,16 +530,35 @@ audit_key(uint8_t *key, const char *tenant, uint64_t us)
 	return n + 8;
 }
 
+/* How long a caller waits for room in a full audit queue before its
+ * entry is counted as dropped (the disk is then stuck, not just busy). */
+#define AUDIT_FULL_WAIT_MS 2000
+
+/* note_drop: counts a dropped entry of `tenant`; lock held. */
+static void
+note_drop(struct moat_auth *a, const char *tenant)
+{
+	for (size_t i = 0; i < a->n_drops; i++)
+		if (strcmp(a->drops[i].tenant, tenant) == 0) {
+			a->drops[i].n++;
+			return;
+		}
+	if (a->n_drops == DROP_TENANTS) {
+		a->drops_unattributed++;
+		return;
+	}
+	snprintf(a->drops[a->n_drops].tenant, MOAT_AUTH_TENANT_MAX, "%s",
+	    tenant);
+	a->drops[a->n_drops++].n = 1;
+}
+
 int
 moat_auth_audit_append(struct moat_auth *a, const char *tenant,
     json_t *entry, char **errmsg)
 {
-	uint8_t key[MOAT_AUTH_TENANT_MAX + 8];
-	struct moat_store_txn *txn = NULL;
 	struct timespec ts;
 	uint64_t us;
 	char *text;
-	int rv;
 
 	if (!moat_auth_tenant_valid(tenant)) {
 		*errmsg = moat_asprintf("audit: bad tenant name");
@@ -375,10 +572,61 @@ moat_auth_audit_append(struct moat_auth *a, const char *tenant,
 		*errmsg = moat_asprintf("out of memory writing the audit log");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
-	if ((rv = moat_store_txn_begin(a->st, true, &txn, errmsg)) !=
-	    MOAT_OK)
-		goto out;
-	/* Two entries in one microsecond: the later one takes the next. */
+	pthread_mutex_lock(&a->lock);
+	a->seq++;
+	if (a->len == a->cap) {
+		/* A full queue slows the caller down rather than losing its
+		 * entry: wait (at most AUDIT_FULL_WAIT_MS) for the writer's
+		 * next commit to make room. */
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += AUDIT_FULL_WAIT_MS / 1000;
+		pthread_cond_signal(&a->work);
+		while (a->len == a->cap && !a->stopping &&
+		    pthread_cond_timedwait(&a->done, &a->lock, &until) == 0)
+			;
+	}
+	if (a->len == a->cap) {
+		/* The disk is stuck: count it, the writer says so. */
+		note_drop(a, tenant);
+		free(text);
+	} else {
+		struct audit_item *it = &a->ring[(a->head + a->len) % a->cap];
+
+		snprintf(it->tenant, sizeof(it->tenant), "%s", tenant);
+		it->us = us;
+		it->text = text;
+		a->len++;
+	}
+	pthread_cond_signal(&a->work);
+	pthread_mutex_unlock(&a->lock);
+	return MOAT_OK;
+}
+
+void
+moat_auth_audit_flush(struct moat_auth *a)
+{
+	uint64_t target;
+
+	if (a == NULL)
+		return;
+	pthread_mutex_lock(&a->lock);
+	target = a->seq;
+	while (a->done_seq < target)
+		pthread_cond_wait(&a->done, &a->lock);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* put_entry: stores one entry in the write transaction; two entries in
+ * one microsecond: the later one takes the next. */
+static int
+put_entry(struct moat_store_txn *txn, const char *tenant, uint64_t us,
+    const char *text, char **errmsg)
+{
+	uint8_t key[MOAT_AUTH_TENANT_MAX + 8];
+	int rv;
+
 	do {
 		size_t klen = audit_key(key, tenant, us++);
 
@@ -389,14 +637,130 @@ moat_auth_audit_append(struct moat_auth *a, const char *tenant,
 			*errmsg = NULL;
 		}
 	} while (rv == MOAT_ALREADY_EXISTS);
+	return rv;
+}
+
+/* put_drop: the one entry saying how many of `tenant`'s were dropped. */
+static int
+put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
+    char **errmsg)
+{
+	struct timespec ts;
+	uint64_t us;
+	char *text, *msg;
+	json_t *e;
+	int rv;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	msg = moat_asprintf("%llu audit entries dropped (queue full)",
+	    (unsigned long long)n);
+	/* The text also as "command": the one field of ListAudit's
+	 * AuditEntry that carries free text. */
+	e = json_pack("{s:s, s:s, s:s?, s:s?, s:I, s:I}", "method",
+	    "AuditDropped", "code", "RESOURCE_EXHAUSTED", "message", msg,
+	    "command", msg, "dropped", (json_int_t)n, "at_unix_ms",
+	    (json_int_t)(us / 1000));
+	free(msg);
+	if (e == NULL || (text = json_dumps(e, JSON_COMPACT)) == NULL) {
+		json_decref(e);
+		*errmsg = moat_asprintf("out of memory writing the audit log");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	json_decref(e);
+	rv = put_entry(txn, tenant, us, text, errmsg);
+	free(text);
+	return rv;
+}
+
+/* commit_batch: one write transaction (one fsync) for the whole batch
+ * and the drop counts; writer thread only. */
+static void
+commit_batch(struct moat_auth *a, struct audit_item *batch, size_t n,
+    const struct audit_drop *drops, size_t n_drops, uint64_t unattributed)
+{
+	struct moat_store_txn *txn = NULL;
+	char *errmsg = NULL;
+	uint64_t dropped = unattributed, now;
+	int rv;
+
+	for (size_t i = 0; i < n_drops; i++)
+		dropped += drops[i].n;
+	if ((rv = moat_store_txn_begin(a->st, true, &txn, &errmsg)) !=
+	    MOAT_OK)
+		goto out;
+	for (size_t i = 0; i < n && rv == MOAT_OK; i++)
+		rv = put_entry(txn, batch[i].tenant, batch[i].us,
+		    batch[i].text, &errmsg);
+	for (size_t i = 0; i < n_drops && rv == MOAT_OK; i++)
+		rv = put_drop(txn, drops[i].tenant, drops[i].n, &errmsg);
 	if (rv != MOAT_OK) {
 		moat_store_txn_abort(txn);
 		goto out;
 	}
-	rv = moat_store_txn_commit(txn, errmsg);
+	rv = moat_store_txn_commit(txn, &errmsg);
 out:
-	free(text);
-	return rv;
+	if (rv != MOAT_OK)
+		moat_warn(0, "audit: %zu entries not logged: %s", n + n_drops,
+		    errmsg ? errmsg : "?");
+	free(errmsg);
+	if (dropped > 0) {
+		a->warn_dropped += dropped;
+		now = mono_ms();
+		if (a->warn_at_ms == 0 || now - a->warn_at_ms >=
+		    DROP_WARN_EVERY_MS) {
+			moat_warn(0, "audit: %llu entries dropped (queue of %zu "
+			    "full)%s", (unsigned long long)a->warn_dropped,
+			    a->cap, unattributed > 0 ? "; some of tenants "
+			    "beyond the first 64 not logged per tenant" : "");
+			a->warn_at_ms = now;
+			a->warn_dropped = 0;
+		}
+	}
+}
+
+/* audit_writer: the one LMDB writer of the audit log: takes all that is
+ * queued, commits it in one transaction, again until stopped with an
+ * empty queue. */
+static void *
+audit_writer(void *arg)
+{
+	struct moat_auth *a = arg;
+	struct audit_drop drops[DROP_TENANTS];
+	size_t n, n_drops;
+	uint64_t unattributed, taken;
+
+	pthread_mutex_lock(&a->lock);
+	for (;;) {
+		while (a->len == 0 && a->n_drops == 0 &&
+		    a->drops_unattributed == 0 && !a->stopping)
+			pthread_cond_wait(&a->work, &a->lock);
+		if (a->len == 0 && a->n_drops == 0 &&
+		    a->drops_unattributed == 0)
+			break;   /* stopping, all done */
+		/* Take everything: the queue is empty again for handlers. */
+		for (n = 0; n < a->len; n++)
+			a->batch[n] = a->ring[(a->head + n) % a->cap];
+		a->head = (a->head + n) % a->cap;
+		a->len = 0;
+		n_drops = a->n_drops;
+		memcpy(drops, a->drops, n_drops * sizeof(*drops));
+		unattributed = a->drops_unattributed;
+		a->n_drops = 0;
+		a->drops_unattributed = 0;
+		taken = a->seq;
+		pthread_mutex_unlock(&a->lock);
+		commit_batch(a, a->batch, n, drops, n_drops, unattributed);
+		for (size_t i = 0; i < n; i++)
+			free(a->batch[i].text);
+		pthread_mutex_lock(&a->lock);
+		a->done_seq = taken;
+		pthread_cond_broadcast(&a->done);
+	}
+	a->done_seq = a->seq;
+	pthread_cond_broadcast(&a->done);
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
 }
 
 struct audit_ctx {

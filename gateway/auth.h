@@ -24,6 +24,8 @@
 #define MOAT_AUTH_KEY_ID_LEN 12        /* hex characters */
 #define MOAT_AUTH_TENANT_MAX 64        /* with its NUL */
 #define MOAT_AUTH_AUDIT_MAX_LIMIT 1000
+#define MOAT_AUTH_AUDIT_QUEUE_LEN 4096  /* entries awaiting the writer */
+#define MOAT_AUTH_KEY_CACHE_TTL_MS 5000 /* a verified key is trusted */
 #define MOAT_AUTH_UNAUTHENTICATED_MSG                                    \
 	"missing or revoked API key: create one with moat-gateway keys "  \
 	"create --tenant NAME"
@@ -31,12 +33,15 @@
 struct moat_auth;
 
 /* moat_auth_open: opens (creating) the key store in
- * <state_dir>/gateway-db. On MOAT_OK *out is the caller's
- * (moat_auth_close); otherwise *errmsg (heap, caller frees). */
+ * <state_dir>/gateway-db and starts its audit writer thread. On MOAT_OK
+ * *out is the caller's (moat_auth_close); otherwise *errmsg (heap, caller
+ * frees). */
 int moat_auth_open(struct moat_auth **out, const char *state_dir,
     char **errmsg) __attribute__((warn_unused_result));
 
-/* moat_auth_close: safe on NULL. */
+/* moat_auth_close: commits every queued audit entry, stops the writer
+ * thread and closes the store. No other call on `a` may be running or
+ * start. Safe on NULL. */
 void moat_auth_close(struct moat_auth *a);
 
 /* moat_auth_tenant_valid: 1-63 of [A-Za-z0-9._-]. */
@@ -53,12 +58,15 @@ int moat_auth_key_create(struct moat_auth *a, const char *tenant,
 /* moat_auth_key_verify: the tenant (tenant_size bytes) and key id
  * (MOAT_AUTH_KEY_ID_LEN + 1 bytes) of API key `key`. UNAUTHENTICATED
  * for a missing, malformed, unknown or revoked key; other failures (the
- * store) INTERNAL. Thread-safe. */
+ * store) INTERNAL. A key verified in the last MOAT_AUTH_KEY_CACHE_TTL_MS
+ * is answered from memory; otherwise one LMDB read transaction. A key
+ * revoked through this `a` is refused at once, one revoked by another
+ * process (the `keys revoke` command) within the TTL. Thread-safe. */
 int moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
     size_t tenant_size, char *key_id) __attribute__((warn_unused_result));
 
 /* moat_auth_key_revoke: marks key `key_id` revoked (kept, for the audit
- * log). NOT_FOUND when unknown; errors set *errmsg (heap). */
+ * log) and drops it from this `a`'s key cache. NOT_FOUND when unknown; errors set *errmsg (heap). */
 int moat_auth_key_revoke(struct moat_auth *a, const char *key_id,
     char **errmsg) __attribute__((warn_unused_result));
 
@@ -68,14 +76,26 @@ int moat_auth_key_revoke(struct moat_auth *a, const char *key_id,
 int moat_auth_key_list(struct moat_auth *a, const char *tenant, FILE *f,
     char **errmsg) __attribute__((warn_unused_result));
 
-/* moat_auth_audit_append: appends `entry` (a JSON object, borrowed) to
- * `tenant`'s audit log, stamped with "at_unix_ms". Append-only: nothing
- * rewrites or deletes entries. Errors set *errmsg (heap). */
+/* moat_auth_audit_append: queues `entry` (a JSON object, borrowed;
+ * "at_unix_ms" is set on it) for `tenant`'s audit log and returns without
+ * waiting for the disk: the writer thread commits it with whatever else
+ * is queued, so readers see it one commit later (moat_auth_audit_flush).
+ * With MOAT_AUTH_AUDIT_QUEUE_LEN entries queued the entry is dropped and
+ * counted, and the log gets one "N audit entries dropped (queue full)"
+ * entry (method "AuditDropped", code RESOURCE_EXHAUSTED, "dropped": N,
+ * the text in "message" and "command") when space returns.
+ * Append-only: nothing rewrites or deletes entries. Thread-safe. Errors
+ * (a bad tenant, out of memory) set *errmsg (heap). */
 int moat_auth_audit_append(struct moat_auth *a, const char *tenant,
     json_t *entry, char **errmsg) __attribute__((warn_unused_result));
 
+/* moat_auth_audit_flush: waits until every entry appended (or dropped)
+ * before the call is committed (or reported dropped). For tests and
+ * shutdown; never called with a lock held. Safe on NULL. */
+void moat_auth_audit_flush(struct moat_auth *a);
+
 /* moat_auth_audit_list: the newest `limit` (1..MOAT_AUTH_AUDIT_MAX_LIMIT)
- * entries of `tenant`, oldest first, as a new JSON array in *out (the
+ * committed entries of `tenant`, oldest first, as a new JSON array in *out (the
  * caller's reference). Errors set *errmsg (heap). */
 int moat_auth_audit_list(struct moat_auth *a, const char *tenant,
     size_t limit, json_t **out, char **errmsg)

@@ -1074,6 +1074,7 @@ audit(struct moat_gateway *gw, struct moat_rpc_call *call,
 		json_object_set_new(e, "command", json_string(command));
 	if (safety != NULL)
 		json_object_set_new(e, "safety", json_string(safety));
+	/* Queued for auth.c's writer thread: no disk wait in a handler. */
 	if (moat_auth_audit_append(gw->auth, moat_gw_tenant(call), e,
 	    &msg) != MOAT_OK)
 		goto fail;
@@ -1378,6 +1379,7 @@ moat_gateway_stop(struct moat_gateway *gw)
 	free(gw->sessiond_url);
 	free(gw->snapd_url);
 	free(gw->state_dir);
+	/* Commits the audit entries still queued, then ends its writer. */
 	moat_auth_close(gw->auth);
 	if (gw->metrics != NULL)
 		pthread_mutex_destroy(&gw->metrics->lock);

@@ -2,7 +2,9 @@
  * test_auth.c: tenants, API keys, policy, audit and the operator routes
  * of the gateway (gateway/auth.c, the gate in handlers.c, http.c), with a
  * real gateway in-process (auth on) and a fake vmd node: the key store
- * itself (create, verify, a wrong secret, revoke); missing, malformed,
+ * itself (create, verify, a wrong secret, revoke); 10,000 audit appends
+ * from 8 threads all in the log after a flush (or counted as dropped),
+ * and closing commits what is queued; missing, malformed,
  * unknown and revoked keys refused on nng (UNAUTHENTICATED) and HTTP
  * (401), Health and /healthz needing none; a key revoked by the
  * `moat-gateway keys` command while the gateway runs; two tenants, each
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -286,6 +289,125 @@ test_key_store(void **state)
 	moat_rm_rf(dir);
 }
 
+#define AUDIT_THREADS 8
+#define AUDIT_CALLS 10000
+#define AUDIT_TENANTS_PER_THREAD 2
+
+struct audit_worker {
+	struct moat_auth *a;
+	int index;
+	int failed;
+};
+
+static void *
+audit_worker_run(void *arg)
+{
+	struct audit_worker *w = arg;
+	char tenant[32], *errmsg = NULL;
+
+	for (int i = 0; i < AUDIT_CALLS / AUDIT_THREADS; i++) {
+		json_t *e = json_pack("{s:s, s:s, s:i}", "method", "Exec",
+		    "code", "OK", "seq", i);
+
+		snprintf(tenant, sizeof(tenant), "t%d-%d", w->index,
+		    i % AUDIT_TENANTS_PER_THREAD);
+		if (e == NULL || moat_auth_audit_append(w->a, tenant, e,
+		    &errmsg) != MOAT_OK) {
+			free(errmsg);
+			errmsg = NULL;
+			w->failed++;
+		}
+		json_decref(e);
+	}
+	return NULL;
+}
+
+/* audit_count: entries of `tenant` that are calls, and the sum of the
+ * dropped counts its "AuditDropped" entries report. */
+static void
+audit_count(struct moat_auth *a, const char *tenant, int *calls,
+    int *dropped)
+{
+	json_t *list = NULL, *e;
+	char *errmsg = NULL;
+	size_t i;
+
+	*calls = *dropped = 0;
+	assert_int_equal(moat_auth_audit_list(a, tenant,
+	    MOAT_AUTH_AUDIT_MAX_LIMIT, &list, &errmsg), MOAT_OK);
+	json_array_foreach(list, i, e) {
+		const char *m = json_string_value(json_object_get(e,
+		    "method"));
+
+		assert_non_null(m);
+		assert_non_null(json_object_get(e, "at_unix_ms"));
+		if (strcmp(m, "Exec") == 0) {
+			(*calls)++;
+		} else {
+			assert_string_equal(m, "AuditDropped");
+			assert_non_null(strstr(json_string_value(
+			    json_object_get(e, "message")),
+			    "audit entries dropped (queue full)"));
+			*dropped += (int)json_integer_value(json_object_get(e,
+			    "dropped"));
+		}
+	}
+	json_decref(list);
+}
+
+/* Audit appends from many threads go through one writer; after a flush
+ * every one is in its tenant's log, or counted in a "dropped" entry.
+ * Closing commits what is still queued. */
+static void
+test_audit_concurrent(void **state)
+{
+	char dir[] = "/tmp/moat-audit-XXXXXX", tenant[32], *errmsg = NULL;
+	struct audit_worker w[AUDIT_THREADS];
+	pthread_t th[AUDIT_THREADS];
+	struct moat_auth *a = NULL;
+	int calls, dropped, total = 0, landed = 0;
+
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(moat_auth_open(&a, dir, &errmsg), MOAT_OK);
+	for (int t = 0; t < AUDIT_THREADS; t++) {
+		w[t] = (struct audit_worker){ .a = a, .index = t };
+		assert_int_equal(pthread_create(&th[t], NULL,
+		    audit_worker_run, &w[t]), 0);
+	}
+	for (int t = 0; t < AUDIT_THREADS; t++) {
+		assert_int_equal(pthread_join(th[t], NULL), 0);
+		assert_int_equal(w[t].failed, 0);
+	}
+	moat_auth_audit_flush(a);
+	for (int t = 0; t < AUDIT_THREADS; t++)
+		for (int k = 0; k < AUDIT_TENANTS_PER_THREAD; k++) {
+			snprintf(tenant, sizeof(tenant), "t%d-%d", t, k);
+			audit_count(a, tenant, &calls, &dropped);
+			assert_int_equal(calls + dropped, AUDIT_CALLS /
+			    AUDIT_THREADS / AUDIT_TENANTS_PER_THREAD);
+			total += calls + dropped;
+			landed += calls;
+		}
+	assert_int_equal(total, AUDIT_CALLS);
+	assert_true(landed >= MOAT_AUTH_AUDIT_QUEUE_LEN);
+
+	/* Queued, not flushed: closing commits them. */
+	for (int i = 0; i < 100; i++) {
+		json_t *e = json_pack("{s:s, s:s}", "method", "Exec", "code",
+		    "OK");
+
+		assert_int_equal(moat_auth_audit_append(a, "late", e,
+		    &errmsg), MOAT_OK);
+		json_decref(e);
+	}
+	moat_auth_close(a);
+	assert_int_equal(moat_auth_open(&a, dir, &errmsg), MOAT_OK);
+	audit_count(a, "late", &calls, &dropped);
+	assert_int_equal(calls + dropped, 100);
+	moat_auth_close(a);
+	moat_rm_rf(dir);
+}
+
 static void
 test_unauthenticated(void **state)
 {
@@ -326,10 +448,23 @@ test_unauthenticated(void **state)
 	assert_int_equal(r.status, 200);
 	resp_free(&r);
 
-	/* Revoked by the operator's command while the gateway runs. */
+	/* Revoked by the operator's command while the gateway runs: the
+	 * gateway's key cache lets it through for at most the TTL. */
 	snprintf(cmd, sizeof(cmd), "%s keys revoke %s --state-dir %s "
 	    ">/dev/null", GATEWAY_BIN, E.gone_id, E.dir);
 	assert_int_equal(system(cmd), 0);
+	{
+		int rv = MOAT_OK;
+
+		for (int i = 0; i <= (MOAT_AUTH_KEY_CACHE_TTL_MS + 1000) /
+		    50 && rv == MOAT_OK; i++) {
+			rv = call_code("ListSandboxes", &lreq.base, ld,
+			    E.key_gone);
+			if (rv == MOAT_OK)
+				nng_msleep(50);
+		}
+		assert_int_equal(rv, MOAT_UNAUTHENTICATED);
+	}
 	assert_int_equal(call_code("ListSandboxes", &lreq.base, ld,
 	    E.key_gone), MOAT_UNAUTHENTICATED);
 	http("GET", "/v1/sandboxes", NULL, E.key_gone, &r);
@@ -447,6 +582,21 @@ audited(const char *key, const char *method, const char *code,
 	return n;
 }
 
+/* audited_wait: audited(), polled until it reaches `want` (the writer
+ * commits a call's entry a little after the reply), for at most 5 s. */
+static int
+audited_wait(const char *key, const char *method, const char *code,
+    const char *command, int want)
+{
+	int n = audited(key, method, code, command);
+
+	for (int i = 0; i < 100 && n < want; i++) {
+		nng_msleep(50);
+		n = audited(key, method, code, command);
+	}
+	return n;
+}
+
 static void
 test_policy_and_audit(void **state)
 {
@@ -479,8 +629,8 @@ test_policy_and_audit(void **state)
 	assert_non_null(strstr(msg, "blocked"));
 	free(msg);
 	assert_int_equal(E.a.calls, calls);
-	assert_int_equal(audited(E.key_acme, "Exec", "PERMISSION_DENIED",
-	    ":(){ :|:& };:"), 1);
+	assert_int_equal(audited_wait(E.key_acme, "Exec",
+	    "PERMISSION_DENIED", ":(){ :|:& };:", 1), 1);
 
 	/* Destructive: refused for zeta (refuse.zeta), run for acme with
 	 * the level in the reply. */
@@ -499,12 +649,13 @@ test_policy_and_audit(void **state)
 	moat__v1__exec_result__free_unpacked(er, NULL);
 	assert_string_equal(E.a.last_method, "Exec");
 
-	/* Each tenant's log is its own. */
-	assert_int_equal(audited(E.key_acme, "Exec", "OK",
-	    "rm -rf /tmp/work"), 1);
+	/* Each tenant's log is its own. One writer commits in call order:
+	 * once zeta's last entry is there, so are its earlier ones. */
+	assert_int_equal(audited_wait(E.key_acme, "Exec", "OK",
+	    "rm -rf /tmp/work", 1), 1);
 	assert_true(audited(E.key_acme, "CreateSandbox", "OK", NULL) >= 1);
-	assert_int_equal(audited(E.key_zeta, "Exec", "PERMISSION_DENIED",
-	    "rm -rf /tmp/work"), 1);
+	assert_int_equal(audited_wait(E.key_zeta, "Exec",
+	    "PERMISSION_DENIED", "rm -rf /tmp/work", 1), 1);
 	assert_int_equal(audited(E.key_zeta, "Exec", "OK", NULL), 0);
 	assert_int_equal(audited(E.key_zeta, "Exec", "PERMISSION_DENIED",
 	    ":(){ :|:& };:"), 0);
@@ -662,6 +813,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_key_store),
+		cmocka_unit_test(test_audit_concurrent),
 		cmocka_unit_test(test_unauthenticated),
 		cmocka_unit_test(test_cross_tenant),
 		cmocka_unit_test(test_policy_and_audit),
