@@ -42,6 +42,7 @@ static const struct option vmd_options[] = {
 	{ "driver", required_argument, NULL, 'D' },
 	{ "snapd", required_argument, NULL, 'S' },
 	{ "templates", required_argument, NULL, 'T' },
+	{ "template-spares", required_argument, NULL, 'P' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -70,6 +71,12 @@ usage(FILE *f)
 	    "                     ready snapshot of their shape (image,\n"
 	    "                     sizes, accel), made in the background\n"
 	    "                     after the first cold boot (default on)\n"
+	    "  --template-spares N ready RAM copies kept per template in\n"
+	    "                     /dev/shm, so a clone renames one instead of\n"
+	    "                     copying the RAM; each costs the template's\n"
+	    "                     RAM data in tmpfs (~93 MB for a 256 MiB\n"
+	    "                     guest); removed when vmd stops (default 2,\n"
+	    "                     0: none)\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
@@ -192,6 +199,19 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	    UINT32_MAX);
 	U64("boot-timeout-ms", VMD_DEFAULT_BOOT_TIMEOUT_MS,
 	    cfg->boot_timeout_ms, 100, 3600000);
+	/* No lower bound: 0 turns the spares off. */
+	if ((rv = moat_config_get_u64(c, SECTION, "template-spares", 2, &v,
+	    &errmsg)) != 0) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg);
+		free(errmsg);
+		return rv;
+	}
+	if (v > 64) {
+		fprintf(stderr, "moat-vmd: template-spares=%" PRIu64 " is out "
+		    "of range 0..64\n", v);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	cfg->template_spares = (uint32_t)v;
 #undef U64
 	if ((rv = moat_config_get_bool(c, SECTION, "test-hooks", false,
 	    &cfg->test_hooks, &errmsg)) != 0 ||
@@ -294,6 +314,31 @@ purge_ram_links(const char *dir)
 	closedir(d);
 }
 
+/* purge_spares: removes the spare RAM copies of the templates under
+ * `state_dir` from /dev/shm (templates.c names them by template id). */
+static void
+purge_spares(const char *state_dir)
+{
+	char *root = moat_asprintf("%s/templates", state_dir);
+	DIR *d = root ? opendir(root) : NULL;
+	struct dirent *e;
+
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		char *id, *dot;
+
+		if (strncmp(e->d_name, "tpl-", 4) != 0 ||
+		    (id = strdup(e->d_name)) == NULL)
+			continue;
+		if ((dot = strchr(id, '.')) != NULL)
+			*dot = '\0';
+		vmd_template_spares_purge(id);
+		free(id);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+}
+
 /* `moat-vmd purge DIR`: deletes a stopped vmd's state directory with
  * everything it holds outside it (its snapshots' RAM copies on tmpfs). */
 static int
@@ -304,6 +349,7 @@ purge_main(const char *state_dir)
 	if ((rv = state_lock(state_dir, &fd)) != MOAT_OK)
 		return moat_status_exit_code(rv);
 	purge_ram_links(state_dir);
+	purge_spares(state_dir);
 	close(fd);
 	if ((err = moat_rm_rf(state_dir)) != 0) {
 		fprintf(stderr, "moat-vmd: cannot remove %s: %s\n", state_dir,
@@ -356,6 +402,7 @@ main(int argc, char **argv)
 		case 'D': key = "driver"; break;
 		case 'S': key = "snapd"; break;
 		case 'T': key = "templates"; break;
+		case 'P': key = "template-spares"; break;
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -201,6 +201,7 @@ sandbox_free(struct sandbox *sb)
 	free(sb->template_id);
 	free(sb->restored_from);
 	free(sb->ram_source);
+	free(sb->ram_spare);
 	free(sb->failure_reason);
 	free(sb->link_error);
 	pthread_mutex_destroy(&sb->mu);
@@ -629,6 +630,7 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 	spec.accel = accel;
 	spec.extra_cmdline = extra;
 	spec.ram_source = snap_dir ? sb->ram_source : NULL;
+	spec.ram_ready = snap_dir ? sb->ram_spare : NULL;
 
 	pthread_mutex_lock(&sb->mu);
 	sb->agent_ready = false;
@@ -644,6 +646,13 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 	rv = snap_dir == NULL ? vmd->vmm->start(vmd->vmm_binary, &spec, &vm,
 	    &err) : vmd->vmm->restore(vmd->vmm_binary, &spec, snap_dir, &vm,
 	    &err);
+	if (sb->ram_spare != NULL) {
+		/* Taken (renamed) by a driver that uses it; else it would
+		 * hold tmpfs until vmd stops. Once only: a retry copies. */
+		(void)unlink(sb->ram_spare);
+		free(sb->ram_spare);
+		sb->ram_spare = NULL;
+	}
 	if (rv != MOAT_OK) {
 		*why = err ? err : strdup("the VMM did not start");
 		err = NULL;
@@ -1229,6 +1238,7 @@ sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
 		goto out;
 	}
 	sb->ram_source = vmd_template_ram(vmd, tid, tdir);
+	sb->ram_spare = vmd_template_take_spare(vmd, tid);
 	rv = sandbox_bring_up(vmd, call, sb, tdir, accel, BRING_UP_LISTED,
 	    NULL, out);
 	pthread_mutex_lock(&vmd->mu);

@@ -11,6 +11,11 @@
  * waits for its agent, snapshots it, moves the RAM copy from tmpfs into
  * the template's directory (so removing a state directory removes its
  * templates whole) and destroys the VM. One build per shape at a time.
+ * Once a template's RAM is in memory (made, or first used since vmd
+ * started), one thread keeps [vmd] template-spares complete copies of it
+ * in /dev/shm, which a clone renames into its own RAM file instead of
+ * copying on its critical path; they are removed with vmd, with their
+ * template, at the next start and by `moat-vmd purge`.
  * Templates are never listed, pushed or counted as a tenant's
  * snapshots. Not for: restoring (sandbox.c) or taking the snapshot
  * (snapshot.c).
@@ -57,6 +62,14 @@ struct tpl_ram {
 	struct tpl_ram *next;
 	char id[32];
 	int fd;
+	/* Its spares: complete copies in /dev/shm (SPARE_DIR/moat-spare-
+	 * <id>-<seq>.ram, made as .tmp and renamed when whole), that a
+	 * clone renames into its own RAM file instead of copying. */
+	char **spares;             /* ready paths, heap; n_spares of them */
+	uint32_t n_spares;
+	uint32_t making;           /* copies in progress (0 or 1) */
+	uint64_t seq;
+	bool dropped;              /* removed: make no more spares */
 };
 
 struct vmd_templates {
@@ -64,7 +77,14 @@ struct vmd_templates {
 	struct tpl_build *builds;
 	struct tpl_ram *rams;
 	bool stopping;
+	uint32_t spares_want;      /* [vmd] template-spares */
+	pthread_cond_t spare_cv;   /* a pool to refill, or stopping */
+	pthread_t spare_thread;
+	bool spare_thread_on;
 };
+
+#define SPARE_DIR "/dev/shm"
+#define SPARE_PREFIX "moat-spare-"
 
 static char *
 tpl_root(const struct vmd *vmd)
@@ -95,12 +115,19 @@ vmd_templates_init(struct vmd *vmd)
 		return MOAT_INTERNAL;
 	}
 	pthread_mutex_init(&t->mu, NULL);
+	vmd_cond_init(&t->spare_cv);
+	t->spares_want = vmd->cfg.template_spares;
 	vmd->templates = t;
-	/* A build cut short by a killed vmd left <id>.tmp: not a template. */
+	/* A build cut short by a killed vmd left <id>.tmp: not a template.
+	 * Spares a killed vmd left in /dev/shm are removed: the pools are
+	 * made anew from the templates' RAM once used. */
 	if ((d = opendir(root)) != NULL) {
 		while ((de = readdir(d)) != NULL) {
 			size_t n = strlen(de->d_name);
 			char *dir;
+
+			if (tpl_name_ok(de->d_name))
+				vmd_template_spares_purge(de->d_name);
 
 			if (n < 5 || strcmp(de->d_name + n - 4, ".tmp") != 0 ||
 			    (dir = moat_asprintf("%s/%s", root, de->d_name)) ==
@@ -113,6 +140,164 @@ vmd_templates_init(struct vmd *vmd)
 	}
 	free(root);
 	return MOAT_OK;
+}
+
+void
+vmd_template_spares_purge(const char *id)
+{
+	char *prefix = moat_asprintf(SPARE_PREFIX "%s-", id);
+	struct dirent *de;
+	DIR *d;
+
+	if (prefix == NULL || strchr(id, '/') != NULL ||
+	    (d = opendir(SPARE_DIR)) == NULL) {
+		free(prefix);
+		return;
+	}
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0)
+			(void)unlinkat(dirfd(d), de->d_name, 0);
+	}
+	closedir(d);
+	free(prefix);
+}
+
+/* The refill thread: makes one spare at a time, for the first template
+ * whose pool is short, until vmd stops. */
+static void *
+tpl_spare_main(void *arg)
+{
+	struct vmd_templates *t = arg;
+
+	pthread_mutex_lock(&t->mu);
+	while (!t->stopping) {
+		struct tpl_ram *r;
+		char *tmp = NULL, *path = NULL, *src = NULL;
+		char **grown;
+		int in = -1, out = -1, err = 0;
+		struct stat st;
+
+		for (r = t->rams; r != NULL; r = r->next)
+			if (!r->dropped && r->n_spares + r->making <
+			    t->spares_want)
+				break;
+		if (r == NULL) {
+			pthread_cond_wait(&t->spare_cv, &t->mu);
+			continue;
+		}
+		r->making++;
+		path = moat_asprintf(SPARE_DIR "/" SPARE_PREFIX "%s-%llu.ram",
+		    r->id, (unsigned long long)r->seq);
+		tmp = moat_asprintf(SPARE_DIR "/" SPARE_PREFIX "%s-%llu.tmp",
+		    r->id, (unsigned long long)r->seq);
+		src = moat_asprintf("/proc/self/fd/%d", r->fd);
+		r->seq++;
+		pthread_mutex_unlock(&t->mu);
+		/* A description of its own: the copy seeks. r->fd stays open
+		 * until fini, which joins this thread first. */
+		if (path == NULL || tmp == NULL || src == NULL)
+			err = ENOMEM;
+		else if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0 ||
+		    fstat(in, &st) != 0 ||
+		    (out = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+		    0600)) < 0 || ftruncate(out, st.st_size) != 0)
+			err = errno;
+		else
+			err = vmd_copy_extents(in, out, NULL);
+		if (in >= 0)
+			close(in);
+		if (out >= 0 && close(out) != 0 && err == 0)
+			err = errno;
+		pthread_mutex_lock(&t->mu);
+		r->making--;
+		grown = err == 0 ? realloc(r->spares, (r->n_spares + 1) *
+		    sizeof(*r->spares)) : NULL;
+		if (grown != NULL)
+			r->spares = grown;
+		if (err == 0 && grown != NULL && !r->dropped && !t->stopping &&
+		    rename(tmp, path) == 0) {
+			r->spares[r->n_spares++] = path;
+			path = NULL;
+		} else {
+			if (tmp != NULL)
+				(void)unlink(tmp);
+			if (err != 0) {
+				moat_warn(0, "template %s: cannot make a spare "
+				    "RAM copy in " SPARE_DIR " (%s); clones "
+				    "copy the RAM themselves", r->id,
+				    strerror(err));
+				/* Do not retry in a loop (a full tmpfs):
+				 * the next take wakes this thread again. */
+				if (!t->stopping)
+					pthread_cond_wait(&t->spare_cv, &t->mu);
+			}
+		}
+		free(tmp);
+		free(path);
+		free(src);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return NULL;
+}
+
+/* Wakes (starting it the first time) the refill thread. Under t->mu. */
+static void
+tpl_spares_kick(struct vmd_templates *t)
+{
+	if (t->spares_want == 0 || t->stopping)
+		return;
+	if (!t->spare_thread_on) {
+		if (vmd_thread_create(&t->spare_thread, tpl_spare_main, t) !=
+		    0) {
+			moat_warn(0, "cannot start the template spares thread; "
+			    "clones copy their RAM");
+			t->spares_want = 0;
+			return;
+		}
+		t->spare_thread_on = true;
+	}
+	pthread_cond_broadcast(&t->spare_cv);
+}
+
+char *
+vmd_template_take_spare(struct vmd *vmd, const char *id)
+{
+	struct vmd_templates *t = vmd->templates;
+	struct tpl_ram *r;
+	char *path = NULL;
+
+	if (t == NULL)
+		return NULL;
+	pthread_mutex_lock(&t->mu);
+	for (r = t->rams; r != NULL; r = r->next)
+		if (strcmp(r->id, id) == 0 && !r->dropped) {
+			if (r->n_spares > 0)
+				path = r->spares[--r->n_spares];
+			tpl_spares_kick(t);
+			break;
+		}
+	pthread_mutex_unlock(&t->mu);
+	return path;
+}
+
+/* Template `id` is removed: its pool is emptied and not refilled. */
+static void
+tpl_spares_forget(struct vmd *vmd, const char *id)
+{
+	struct vmd_templates *t = vmd->templates;
+	struct tpl_ram *r;
+
+	if (t != NULL) {
+		pthread_mutex_lock(&t->mu);
+		for (r = t->rams; r != NULL; r = r->next)
+			if (strcmp(r->id, id) == 0) {
+				r->dropped = true;
+				while (r->n_spares > 0)
+					free(r->spares[--r->n_spares]);
+			}
+		pthread_mutex_unlock(&t->mu);
+	}
+	vmd_template_spares_purge(id);
 }
 
 static void
@@ -137,19 +322,29 @@ vmd_templates_fini(struct vmd *vmd)
 			vmd_sandbox_abort(b->vm);
 	b = t->builds;
 	t->builds = NULL;
+	pthread_cond_broadcast(&t->spare_cv);
 	pthread_mutex_unlock(&t->mu);
 	for (; b != NULL; b = next) {
 		next = b->next;
 		pthread_join(b->thread, NULL);
 		tpl_build_free(b);
 	}
+	if (t->spare_thread_on)
+		pthread_join(t->spare_thread, NULL);
+	/* The spares go with vmd (also those taken by a clone that did not
+	 * start: nothing else would remove them). */
 	while (t->rams != NULL) {
 		struct tpl_ram *r = t->rams;
 
 		t->rams = r->next;
 		close(r->fd);
+		while (r->n_spares > 0)
+			free(r->spares[--r->n_spares]);
+		free(r->spares);
+		vmd_template_spares_purge(r->id);
 		free(r);
 	}
+	pthread_cond_destroy(&t->spare_cv);
 	pthread_mutex_destroy(&t->mu);
 	free(t);
 	vmd->templates = NULL;
@@ -199,11 +394,13 @@ vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
 			    "since; removed (the next create makes a new "
 			    "one)", m->snapshot_id, m->image);
 			vmd_snapshot_remove_dir(dir);
+			tpl_spares_forget(vmd, de->d_name);
 		} else if (ram == NULL || stat(ram, &st) != 0) {
 			/* Its RAM copy on tmpfs did not survive a reboot. */
 			moat_info(0, "template %s: its RAM file is gone; "
 			    "removed", m->snapshot_id);
 			vmd_snapshot_remove_dir(dir);
+			tpl_spares_forget(vmd, de->d_name);
 		} else if ((*id_out = strdup(m->snapshot_id)) != NULL) {
 			*dir_out = dir;
 			dir = NULL;
@@ -239,6 +436,7 @@ tpl_ram_add(struct vmd_templates *t, const char *id, int fd)
 		t->rams = r;
 		have = fd;
 		fd = -1;
+		tpl_spares_kick(t);
 	}
 	pthread_mutex_unlock(&t->mu);
 	if (fd >= 0)
@@ -292,9 +490,11 @@ vmd_template_ram(struct vmd *vmd, const char *id, const char *dir)
 void
 vmd_template_drop(struct vmd *vmd, const char *dir)
 {
-	(void)vmd;
+	const char *id = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+
 	moat_warn(0, "template %s removed: it did not restore", dir);
 	vmd_snapshot_remove_dir(dir);
+	tpl_spares_forget(vmd, id);
 }
 
 static char *

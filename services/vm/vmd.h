@@ -70,6 +70,8 @@ struct vmd_config {
 	char *snapd_url;           /* "" : snapshots stay local (no push) */
 	bool templates;            /* creates clone the node's ready
 	                              snapshot of the shape (templates.c) */
+	uint32_t template_spares;  /* ready RAM copies kept per template in
+	                              /dev/shm for clones to take (0: none) */
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */
@@ -157,6 +159,8 @@ struct sandbox {
 	                              NULL */
 	char *ram_source;          /* a template clone's RAM source
 	                              (vmd_template_ram), or NULL */
+	char *ram_spare;           /* a template clone's ready RAM copy
+	                              (vmd_template_take_spare), or NULL */
 
 	pthread_mutex_t mu;        /* guards everything below */
 	pthread_cond_t cv;         /* any change below */
@@ -482,6 +486,17 @@ void vmd_template_build_async(struct vmd *vmd, const struct vmd_shape *shape,
  * copies its RAM from: "/proc/self/fd/N" of a copy vmd holds in memory
  * (loaded on first use), heap; NULL: use <dir>/ram. */
 char *vmd_template_ram(struct vmd *vmd, const char *id, const char *dir);
+
+/* vmd_template_take_spare: a ready RAM copy of template `id` taken
+ * from its pool of spares ([vmd] template-spares; heap path of a file
+ * in /dev/shm that the caller renames into its own RAM file name), or
+ * NULL when none is ready (then copy from vmd_template_ram). Wakes the
+ * thread that refills the pool. */
+char *vmd_template_take_spare(struct vmd *vmd, const char *id);
+
+/* vmd_template_spares_purge: removes every spare RAM copy of template
+ * `id` from /dev/shm (ready or half made). For templates.c and purge. */
+void vmd_template_spares_purge(const char *id);
 
 /* vmd_template_drop: removes template directory `dir` (it failed to
  * restore). */

@@ -33,6 +33,9 @@ struct moat_vmm_spec {
 	                              NULL ("moat.test=flood") */
 	const char *ram_source;    /* restore: the RAM to copy, when not
 	                              <snap_dir>/ram (NULL) */
+	const char *ram_ready;     /* restore: a complete copy of the RAM to
+	                              rename into place instead of copying
+	                              (a template spare), or NULL */
 };
 
 /* One VMM process. Filled by `start`; the strings are heap memory owned

@@ -348,7 +348,12 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	}
 	/* A RAM file left by an earlier boot attempt must not be reused. */
 	(void)unlink(vm->ram_file);
-	if (snap_dir != NULL) {
+	if (snap_dir != NULL && spec->ram_ready != NULL &&
+	    rename(spec->ram_ready, vm->ram_file) == 0) {
+		/* A template spare: already a complete copy, now ours. */
+		moat_debug(0, "restore: RAM %s taken as %s", spec->ram_ready,
+		    vm->ram_file);
+	} else if (snap_dir != NULL) {
 		/* The clone's own RAM: a copy of the snapshot's allocated
 		 * extents (holes stay holes), mapped shared like a booted
 		 * VM's, so a clone snapshots like any sandbox. It is made

@@ -2611,6 +2611,22 @@ template_dir(const struct vmd_proc *v)
 	return found;
 }
 
+/* Removes template `id`'s spare RAM copies from /dev/shm. */
+static void
+spares_unlink(const char *id)
+{
+	char *prefix = moat_asprintf("moat-spare-%s-", id);
+	DIR *d = opendir("/dev/shm");
+	struct dirent *de;
+
+	while (d != NULL && prefix != NULL && (de = readdir(d)) != NULL)
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0)
+			(void)unlinkat(dirfd(d), de->d_name, 0);
+	if (d != NULL)
+		closedir(d);
+	free(prefix);
+}
+
 static int
 templates_case_teardown(void **state)
 {
@@ -2636,6 +2652,10 @@ templates_case_teardown(void **state)
 				(void)unlink(target);
 		}
 		free(link);
+		/* Spares a failed run may have left (vmd removes them). */
+		if (strncmp(de->d_name, "tpl-", 4) == 0 &&
+		    strchr(de->d_name, '.') == NULL)
+			spares_unlink(de->d_name);
 	}
 	if (d != NULL)
 		closedir(d);
@@ -2643,17 +2663,89 @@ templates_case_teardown(void **state)
 	return 0;
 }
 
+/* How many spare RAM copies of template `id` are in /dev/shm (ready
+ * ones only when `ready`). */
+static int
+spare_count(const char *id, bool ready)
+{
+	char *prefix = moat_asprintf("moat-spare-%s-", id);
+	DIR *d = opendir("/dev/shm");
+	struct dirent *de;
+	int n = 0;
+
+	while (d != NULL && prefix != NULL && (de = readdir(d)) != NULL) {
+		size_t len = strlen(de->d_name);
+
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+		    (!ready || (len > 4 &&
+		    strcmp(de->d_name + len - 4, ".ram") == 0)))
+			n++;
+	}
+	if (d != NULL)
+		closedir(d);
+	free(prefix);
+	return n;
+}
+
+/* The inode numbers of template `id`'s ready spares, up to `max`. */
+static int
+spare_inodes(const char *id, ino_t *ino, int max)
+{
+	char *prefix = moat_asprintf("moat-spare-%s-", id);
+	DIR *d = opendir("/dev/shm");
+	struct dirent *de;
+	struct stat st;
+	int n = 0;
+
+	while (d != NULL && prefix != NULL && n < max &&
+	    (de = readdir(d)) != NULL) {
+		size_t len = strlen(de->d_name);
+
+		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+		    len > 4 && strcmp(de->d_name + len - 4, ".ram") == 0 &&
+		    fstatat(dirfd(d), de->d_name, &st, 0) == 0)
+			ino[n++] = st.st_ino;
+	}
+	if (d != NULL)
+		closedir(d);
+	free(prefix);
+	return n;
+}
+
+/* Spares of every template under state dir `sdir`, plus of `id`. */
+static int
+spare_count_all(const char *sdir, const char *id)
+{
+	char *root = moat_asprintf("%s/templates", sdir);
+	DIR *d = root ? opendir(root) : NULL;
+	struct dirent *de;
+	int n = spare_count(id, false);
+
+	while (d != NULL && (de = readdir(d)) != NULL)
+		if (strncmp(de->d_name, "tpl-", 4) == 0 &&
+		    strchr(de->d_name, '.') == NULL &&
+		    strcmp(de->d_name, id) != 0)
+			n += spare_count(de->d_name, false);
+	if (d != NULL)
+		closedir(d);
+	free(root);
+	return n;
+}
+
 static void
 test_templates(void **state)
 {
 	Moat__V1__Sandbox *a = NULL, *b = NULL, *c = NULL, *cold = NULL;
-	Moat__V1__Sandbox *e = NULL;
+	Moat__V1__Sandbox *e = NULL, *f = NULL;
 	Moat__V1__ListLocalSnapshotsRequest lr =
 	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
 	Moat__V1__LocalSnapshotList *list = NULL;
 	char *sdir = moat_asprintf("%s/tpl", state_root);
-	char *tdir = NULL, *hb, *hc, *rb, *rc, *path;
+	char *tdir = NULL, *hb, *hc, *rb, *rc, *path, *tid;
 	uint64_t until;
+	ino_t ino[64];
+	int n_ino, i;
+	struct stat st;
 
 	if (!have_image)
 		skip();
@@ -2703,6 +2795,38 @@ test_templates(void **state)
 	assert_string_equal(hb, "b-runs\n");
 	free(hb);
 
+	/* The pool of spare RAM copies (default 2) refills after b and c
+	 * took or copied theirs; a clone then takes one by rename. */
+	tid = strdup(b->template_id);
+	assert_non_null(tid);
+	until = now_ms() + LONG_MS;
+	while (spare_count(tid, true) < 1 && now_ms() < until)
+		usleep(100 * 1000);
+	n_ino = spare_inodes(tid, ino, 64);
+	assert_true(n_ino >= 1);
+	if (create_shaped(&tpl_vmd, false, &f) != MOAT_OK) {
+		print_log_tail(&tpl_vmd);
+		fail_msg("create from a spare: %s", last_err);
+	}
+	assert_string_equal(f->template_id, tid);
+	/* Its RAM file is one of those spares, renamed, not a copy. */
+	path = moat_asprintf("/dev/shm/moat-%s.ram", f->id);
+	assert_int_equal(stat(path, &st), 0);
+	free(path);
+	for (i = 0; i < n_ino && ino[i] != st.st_ino; i++)
+		;
+	assert_true(i < n_ino);
+	hb = bash_on(&tpl_vmd, f->id, "hostname");
+	path = moat_asprintf("%s\n", f->id);
+	assert_string_equal(hb, path);
+	assert_string_not_equal(f->id, b->id);
+	free(path);
+	free(hb);
+	hb = bash_on(&tpl_vmd, f->id, "echo f-runs");
+	assert_string_equal(hb, "f-runs\n");
+	free(hb);
+	destroy_sandbox(&tpl_vmd, f->id);
+
 	/* cold_boot boots, and templates never list as snapshots. */
 	if (create_shaped(&tpl_vmd, true, &cold) != MOAT_OK)
 		fail_msg("cold create: %s", last_err);
@@ -2733,6 +2857,10 @@ test_templates(void **state)
 	destroy_sandbox(&tpl_vmd, e->id);
 	/* Stopping while the replacement template may be building. */
 	vmd_stop(&tpl_vmd);
+	/* No spare outlives vmd. */
+	assert_int_equal(spare_count_all(sdir, tid), 0);
+	free(tid);
+	protobuf_c_message_free_unpacked(&f->base, NULL);
 	protobuf_c_message_free_unpacked(&list->base, NULL);
 	protobuf_c_message_free_unpacked(&a->base, NULL);
 	protobuf_c_message_free_unpacked(&b->base, NULL);
