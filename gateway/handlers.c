@@ -1214,15 +1214,27 @@ moat_gateway_metrics(struct moat_gateway *gw)
 	    "started.\n# TYPE moat_gateway_uptime_seconds gauge\n"
 	    "moat_gateway_uptime_seconds %.3f\n",
 	    (double)(moat_rpc_now_ms() - gw->started_ms) / 1000.0);
-	fprintf(f, "# HELP moat_sandboxes Sandboxes on each node, by its "
-	    "last survey answer.\n# TYPE moat_sandboxes gauge\n");
+	fprintf(f, "# HELP moat_sandboxes Sandboxes on each node by state, "
+	    "from its last survey answer.\n# TYPE moat_sandboxes gauge\n");
 	fprintf(f, "# HELP moat_node_up Whether the node answers the "
 	    "gateway's surveys.\n# TYPE moat_node_up gauge\n");
 	if (moat_nodes_snapshot(&gw->nodes, &nodes, &n_nodes) == MOAT_OK) {
 		for (size_t i = 0; i < n_nodes; i++) {
-			fprintf(f, "moat_sandboxes{node=\"%s\",state=\"%s\"}"
-			    " %u\n", nodes[i]->node_id, "running",
-			    nodes[i]->sandboxes);
+			const Moat__V1__Node *n = nodes[i];
+			const struct {
+				const char *state;
+				uint32_t count;
+			} by_state[] = {
+				{ "creating", n->sandboxes_creating },
+				{ "running", n->sandboxes_running },
+				{ "failed", n->sandboxes_failed },
+				{ "stopped", n->sandboxes_stopped },
+			};
+
+			for (size_t s = 0; s < 4; s++)
+				fprintf(f, "moat_sandboxes{node=\"%s\","
+				    "state=\"%s\"} %u\n", n->node_id,
+				    by_state[s].state, by_state[s].count);
 			fprintf(f, "moat_node_up{node=\"%s\"} %d\n",
 			    nodes[i]->node_id, nodes[i]->available ? 1 : 0);
 		}

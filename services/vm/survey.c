@@ -49,8 +49,27 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	node->memory_mib_total = cfg->memory_mib_total;
 	pthread_mutex_lock(&vmd->mu);
 	node->memory_mib_used = vmd->memory_mib_reserved;
-	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next)
+	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next) {
 		count++;
+		pthread_mutex_lock(&sb->mu);
+		switch (sb->state) {
+		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING:
+			node->sandboxes_creating++;
+			break;
+		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING:
+			node->sandboxes_running++;
+			break;
+		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED:
+			node->sandboxes_failed++;
+			break;
+		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_STOPPED:
+			node->sandboxes_stopped++;
+			break;
+		default:
+			break;
+		}
+		pthread_mutex_unlock(&sb->mu);
+	}
 	pthread_mutex_unlock(&vmd->mu);
 	node->sandboxes = count;
 	vmd_accel_current(vmd, accel);

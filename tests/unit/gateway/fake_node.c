@@ -221,6 +221,7 @@ respond_main(void *arg)
 			node.memory_mib_total = fn->memory_total_mib;
 			node.memory_mib_used = (uint64_t)fn->n_sandboxes * 256;
 			node.sandboxes = (uint32_t)fn->n_sandboxes;
+			node.sandboxes_running = (uint32_t)fn->n_sandboxes;
 			node.accel = "tcg";
 			node.driver = "qemu";
 			node.version = "9.9.9";

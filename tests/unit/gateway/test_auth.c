@@ -687,7 +687,10 @@ test_metrics_and_openapi(void **state)
 	    "\"ListSandboxes\",code=\"UNAUTHENTICATED\"}"));
 	assert_non_null(strstr(r.body, "moat_gateway_call_seconds_bucket{"
 	    "method=\"Health\",le=\"+Inf\"}"));
-	assert_non_null(strstr(r.body, "moat_sandboxes{node=\"node-a\""));
+	assert_non_null(strstr(r.body, "moat_sandboxes{node=\"node-a\","
+	    "state=\"running\"}"));
+	assert_non_null(strstr(r.body, "moat_sandboxes{node=\"node-a\","
+	    "state=\"failed\"} 0"));
 	resp_free(&r);
 
 	http("GET", "/v1/openapi.json", NULL, NULL, &r);
