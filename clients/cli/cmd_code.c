@@ -22,7 +22,7 @@
 #define EXIT_RAISED 1
 
 static const char *code_usage = "code SANDBOX [-c CODE | FILE | -] "
-    "[-l python] [--context NAME] [--timeout S] | code SANDBOX --close NAME";
+    "[-l python|node] [--context NAME] [--timeout S] | code SANDBOX --close NAME";
 
 /* code_read: the code from a file, or from stdin for "-". *out is heap
  * (caller frees). */

@@ -59,7 +59,7 @@ static const struct cli_command commands[] = {
 	{ "snapshot", cmd_snapshot, "snapshot create SANDBOX | ls | rm ID...",
 	    "snapshots of running sandboxes: take, list, remove" },
 	{ "code", cmd_code,
-	    "code SANDBOX [-c CODE | FILE | -] [-l python] [--context NAME] "
+	    "code SANDBOX [-c CODE | FILE | -] [-l python|node] [--context NAME] "
 	    "[--timeout S] [--json] | code SANDBOX --close NAME",
 	    "run code in a sandbox's persistent context (state is kept)" },
 	{ "mcp", cmd_mcp, "mcp [--allow-dir DIR]",

@@ -119,6 +119,70 @@ static const char code_py_driver[]
       " + b''.join(p))\n"
       "    rep.flush()\n";
 
+/* The node driver, run as node -e: the same protocol as the python one.
+ * Cells run in the main context (vm.runInThisContext), so top-level
+ * var/let/const, functions and require()d modules persist; the
+ * completion value of the cell is its result (util.inspect). SIGINT
+ * interrupts a running cell (breakOnSigint) and is ignored between
+ * cells. The driver's own names live in a closure, out of the cells'
+ * way. Synchronous code only: a cell's promises are not awaited. */
+static const char code_node_driver[]
+    = "globalThis.require = require;\n"
+      "(() => {\n"
+      "const fs = require('fs'), vm = require('vm'), util = "
+      "require('util');\n"
+      "process.on('SIGINT', () => {});\n"
+      "const cut = (s, n) => s.length <= n ? s : s.slice(0, n) + "
+      "'...[cut]';\n"
+      "let pend = Buffer.alloc(0), n = 0;\n"
+      "function more() {\n"
+      "  const b = Buffer.alloc(65536);\n"
+      "  let k;\n"
+      "  for (;;) {\n"
+      "    try { k = fs.readSync(3, b, 0, b.length, null); break; }\n"
+      "    catch (e) { if (e.code !== 'EAGAIN' && e.code !== 'EINTR') "
+      "throw e; }\n"
+      "  }\n"
+      "  if (k === 0) process.exit(0);\n"
+      "  pend = Buffer.concat([pend, b.subarray(0, k)]);\n"
+      "}\n"
+      "function text(v) { try { return cut(String(v), 65536); } "
+      "catch (e) { return '<unprintable>'; } }\n"
+      "for (;;) {\n"
+      "  let nl;\n"
+      "  while ((nl = pend.indexOf(10)) < 0) more();\n"
+      "  const len = parseInt(pend.subarray(0, nl).toString(), 10);\n"
+      "  pend = pend.subarray(nl + 1);\n"
+      "  while (pend.length < len) more();\n"
+      "  const src = pend.subarray(0, len).toString('utf8');\n"
+      "  pend = pend.subarray(len);\n"
+      "  n++;\n"
+      "  let res = '', en = '', ev = '', tb = '', has = 0;\n"
+      "  try {\n"
+      "    const v = vm.runInThisContext(src, { filename: '<cell-' + n "
+      "+ '>', breakOnSigint: true });\n"
+      "    if (v !== undefined) { has = 1; res = cut(util.inspect(v), "
+      "262144); }\n"
+      "  } catch (e) {\n"
+      "    const interrupted = e && e.code === "
+      "'ERR_SCRIPT_EXECUTION_INTERRUPTED';\n"
+      "    en = interrupted ? 'KeyboardInterrupt' : (e && e.name) ? "
+      "String(e.name) : typeof e;\n"
+      "    ev = text(e && e.message !== undefined ? e.message : e);\n"
+      "    tb = cut(String((e && e.stack) || ev), 262144);\n"
+      "  }\n"
+      "  const p = [res, en, ev, tb].map((x) => Buffer.from(x, "
+      "'utf8'));\n"
+      "  const head = Buffer.from([has, ...p.map((x) => "
+      "x.length)].join(' ') + '\\n');\n"
+      "  const out = Buffer.concat([head, ...p]);\n"
+      "  for (let off = 0; off < out.length;) {\n"
+      "    try { off += fs.writeSync(4, out, off); }\n"
+      "    catch (e) { if (e.code !== 'EAGAIN') throw e; }\n"
+      "  }\n"
+      "}\n"
+      "})();\n";
+
 static const char* const code_env[] = {
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	"HOME=/root",
@@ -139,6 +203,7 @@ struct code_stream {
  * closed. */
 struct agent_code {
 	char name[CODE_NAME_MAX + 1];
+	char lang[8]; /* "python" or "node" */
 	pid_t pid; /* the interpreter, and its process group */
 	int cmd_fd; /* cells to the driver (write end), -1 once closed */
 	int rep_fd; /* the driver's replies (read end) */
@@ -280,10 +345,14 @@ code_has_node(struct agent* a)
 /* code_child: in the forked child; never returns. The pipe ends are
  * first moved above fd 10 (close-on-exec) so that putting them on 0-4
  * cannot clobber one with another. */
-static void __attribute__((noreturn)) code_child(int cwd_fd, const int want[5])
+static void __attribute__((noreturn)) code_child(
+    int cwd_fd, const int want[5], bool node)
 {
-	static char* const argv[]
+	static char* const py_argv[]
 	    = { "python3", "-I", "-u", "-c", (char*)code_py_driver, NULL };
+	static char* const node_argv[]
+	    = { "node", "-e", (char*)code_node_driver, NULL };
+	char* const* argv = node ? node_argv : py_argv;
 	int high[5], i;
 	sigset_t none;
 
@@ -305,15 +374,15 @@ static void __attribute__((noreturn)) code_child(int cwd_fd, const int want[5])
 	umask(022);
 	environ = (char**)code_env;
 	execvp(argv[0], argv);
-	dprintf(2, "moat-agent: cannot run python3: %s\n", strerror(errno));
+	dprintf(2, "moat-agent: cannot run %s: %s\n", argv[0], strerror(errno));
 	_exit(127);
 }
 
 /* code_spawn: starts a context's interpreter. Returns 0 and *out (in no
  * slot yet), or a status with *why (heap). */
 static int
-code_spawn(
-    struct agent* a, const char* name, struct agent_code** out, char** why)
+code_spawn(struct agent* a, const char* name, const char* lang,
+    struct agent_code** out, char** why)
 {
 	int cmd[2] = { -1, -1 }, rep[2] = { -1, -1 };
 	int o[2] = { -1, -1 }, e[2] = { -1, -1 }, devnull = -1, cwd = -1;
@@ -360,9 +429,10 @@ code_spawn(
 	if (pid == 0) {
 		int want[5] = { devnull, o[1], e[1], cmd[0], rep[1] };
 
-		code_child(cwd, want);
+		code_child(cwd, want, strcmp(lang, "node") == 0);
 	}
 	snprintf(c->name, sizeof(c->name), "%s", name);
+	snprintf(c->lang, sizeof(c->lang), "%s", lang);
 	c->pid = pid;
 	c->cmd_fd = cmd[1];
 	c->rep_fd = rep[0];
@@ -371,8 +441,8 @@ code_spawn(
 	cmd[1] = rep[0] = o[0] = e[0] = -1;
 	*out = c;
 	c = NULL;
-	moat_info(
-	    0, "code context \"%s\" started: python3 pid %d", name, (int)pid);
+	moat_info(0, "code context \"%s\" started: %s pid %d", name, lang,
+	    (int)pid);
 out:
 	free(c);
 	code_close_fd(&cwd);
@@ -595,7 +665,7 @@ code_answer(struct agent* a, struct agent_code* c,
 	code_note_dropped(&c->out[0], "stdout");
 	code_note_dropped(&c->out[1], "stderr");
 	res.context = c->name;
-	res.language = "python";
+	res.language = c->lang;
 	res.stdout.data = c->out[0].buf;
 	res.stdout.len = c->out[0].len;
 	res.stderr.data = c->out[1].buf;
@@ -697,18 +767,20 @@ agent_code_run(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 			              "available (language \"python\")");
 			return MOAT_FAILED_PRECONDITION;
 		}
-		*why = strdup("node contexts are not supported by this "
-		              "moat-agent; use language \"python\"");
-		return MOAT_UNIMPLEMENTED;
-	}
-	if (strcmp(lang, "python") != 0) {
+	} else if (strcmp(lang, "python") != 0) {
 		*why = moat_asprintf("language \"%.40s\" is unknown: code "
 		                     "contexts run \"python\" (or \"node\" "
 		                     "where the image has it)",
 		    lang);
 		return MOAT_INVALID_ARGUMENT;
 	}
-	if ((c = code_find(a, name, NULL)) != NULL && c->busy) {
+	if ((c = code_find(a, name, NULL)) != NULL && strcmp(c->lang, lang) != 0) {
+		*why = moat_asprintf("context \"%s\" runs %s, not %s: pick "
+		                     "another context name or close it first",
+		    name, c->lang, lang);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if (c != NULL && c->busy) {
 		*why = moat_asprintf("context \"%s\" is still running a cell "
 		                     "(request %" PRIu64 "); wait for its "
 		                     "result or close the context",
@@ -728,7 +800,7 @@ agent_code_run(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 			    AGENT_CODE_MAX);
 			return MOAT_RESOURCE_EXHAUSTED;
 		}
-		if ((rv = code_spawn(a, name, &c, why)) != 0)
+		if ((rv = code_spawn(a, name, lang, &c, why)) != 0)
 			return rv;
 		a->code[slot] = c;
 		c->created = true;

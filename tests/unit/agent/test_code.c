@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -361,6 +362,78 @@ test_refusals(void** state)
 	moat__v1__guest_message__free_unpacked(m, NULL);
 }
 
+/* A node context where the root has node (a stub for the host's): state,
+ * require()d modules and functions persist, the completion value is the
+ * result, errors carry name/value/stack, a timeout interrupts the cell
+ * and keeps the context. Skipped when the host has no node. */
+static void
+test_node_context(void** state)
+{
+	struct tagent* t = *state;
+	Moat__V1__GuestMessage* m;
+	Moat__V1__CodeResult* r;
+	char dir[300], link[320], cmd[1024];
+
+	if (access("/usr/bin/node", X_OK) != 0)
+		skip();
+	snprintf(dir, sizeof(dir), "%s/usr/bin", t->root);
+	snprintf(link, sizeof(link), "%s/node", dir);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	/* The agent looks for node inside its root; in host mode the
+	 * interpreter itself comes from the host's PATH. */
+	snprintf(cmd, sizeof(cmd), "printf '#!/bin/sh\\nexec /usr/bin/node "
+	    "\"$@\"\\n' >'%s' && chmod 755 '%s'", link, link);
+	assert_int_equal(system(cmd), 0);
+
+	m = run_lang(t, "js", "node",
+	    "const os = require('os');\nfunction dbl(x) { return x * 2; }\n"
+	    "let n = 20;\nconsole.log('hi');\nn + 1",
+	    0);
+	assert_int_equal(m->code, MOAT_OK);
+	r = m->code_result;
+	assert_string_equal(r->language, "node");
+	assert_true(r->context_created);
+	if (!r->has_result)
+		print_error("node: %s: %s\n%.*s\n", r->error_name,
+		    r->error_value, (int)r->stderr.len,
+		    (const char*)r->stderr.data);
+	assert_true(r->has_result);
+	assert_string_equal(r->result, "21");
+	assert_int_equal(r->stdout.len, 3);
+	moat__v1__guest_message__free_unpacked(m, NULL);
+
+	m = run_lang(t, "js", "node", "typeof os.platform() + dbl(n + 1)", 0);
+	assert_int_equal(m->code, MOAT_OK);
+	assert_string_equal(m->code_result->result, "'string42'");
+	assert_false(m->code_result->context_created);
+	moat__v1__guest_message__free_unpacked(m, NULL);
+
+	m = run_lang(t, "js", "node", "null.x", 0);
+	assert_int_equal(m->code, MOAT_OK);
+	assert_string_equal(m->code_result->error_name, "TypeError");
+	assert_non_null(strstr(m->code_result->traceback, "<cell-"));
+	moat__v1__guest_message__free_unpacked(m, NULL);
+
+	m = run_lang(t, "js", "node", "while (true) {}", 500);
+	assert_int_equal(m->code, MOAT_OK);
+	assert_true(m->code_result->timed_out);
+	assert_string_equal(m->code_result->error_name, "KeyboardInterrupt");
+	moat__v1__guest_message__free_unpacked(m, NULL);
+
+	m = run_lang(t, "js", "node", "dbl(n)", 0);
+	assert_int_equal(m->code, MOAT_OK);
+	assert_string_equal(m->code_result->result, "40");
+	moat__v1__guest_message__free_unpacked(m, NULL);
+
+	/* one context, one language */
+	m = run_lang(t, "js", "python", "1", 0);
+	assert_int_equal(m->code, MOAT_FAILED_PRECONDITION);
+	moat__v1__guest_message__free_unpacked(m, NULL);
+	assert_int_equal(close_ctx(t, "js"), MOAT_OK);
+	unlink(link);
+}
+
 static void
 test_too_many(void** state)
 {
@@ -400,6 +473,7 @@ main(void)
 		cmocka_unit_test(test_context_dies),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_too_many),
+		cmocka_unit_test(test_node_context),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
