@@ -10,7 +10,7 @@ PKGS=(
 	libnng-dev liblmdb-dev libinih-dev libcmocka-dev
 	libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev libssl-dev
 	qemu-system-x86 qemu-utils
-	mmdebstrap e2fsprogs cpio busybox-static zstd xz-utils kmod
+	mmdebstrap e2fsprogs xfsprogs cpio busybox-static zstd xz-utils kmod
 	python3 python3-yaml ca-certificates procps psmisc
 	python3-pip python3-setuptools python3-wheel python3-venv
 	nodejs npm

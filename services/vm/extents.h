@@ -16,7 +16,9 @@ int vmd_copy_sparse(const char *src, const char *dst, uint64_t *copied)
 
 /* vmd_copy_extents: copies the allocated extents of open file `in` into
  * open file `out` at the same offsets (out already has in's size and
- * holes where in has them). *copied (may be NULL) gets the bytes copied.
+ * holes where in has them), or clones `in` into it where the filesystem
+ * has reflinks. *copied (may be NULL) gets the bytes copied (allocated
+ * for a clone).
  * Returns 0 or an errno value. */
 int vmd_copy_extents(int in, int out, uint64_t *copied)
     __attribute__((warn_unused_result));

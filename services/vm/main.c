@@ -26,6 +26,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "spawn.h"
+#include "ramdir.h"
 #include "vmd.h"
 
 #define SECTION "vmd"
@@ -43,6 +44,7 @@ static const struct option vmd_options[] = {
 	{ "snapd", required_argument, NULL, 'S' },
 	{ "templates", required_argument, NULL, 'T' },
 	{ "template-spares", required_argument, NULL, 'P' },
+	{ "ram-dir", required_argument, NULL, 'R' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -76,7 +78,12 @@ usage(FILE *f)
 	    "                     copying the RAM; each costs the template's\n"
 	    "                     RAM data in tmpfs (~93 MB for a 256 MiB\n"
 	    "                     guest); removed when vmd stops (default 2,\n"
-	    "                     0: none)\n"
+	    "                     0: none; not made where --ram-dir has\n"
+	    "                     reflinks: a clone is then a reflink)\n"
+	    "  --ram-dir DIR      guest RAM files and snapshots' RAM copies\n"
+	    "                     (default /dev/shm). On XFS or btrfs with\n"
+	    "                     reflinks a snapshot clones RAM instead of\n"
+	    "                     copying it while the guest is paused\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
@@ -154,7 +161,9 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	cfg->driver = cfg_str(c, "driver", "auto");
 	cfg->firecracker_binary = cfg_str(c, "firecracker", "firecracker");
 	cfg->snapd_url = cfg_str(c, "snapd", "");
-	if (!cfg->driver || !cfg->firecracker_binary || !cfg->snapd_url)
+	cfg->ram_dir = cfg_str(c, "ram-dir", "/dev/shm");
+	if (!cfg->driver || !cfg->firecracker_binary || !cfg->snapd_url ||
+	    !cfg->ram_dir)
 		return MOAT_INTERNAL;
 	if (strcmp(cfg->driver, "auto") && strcmp(cfg->driver, "qemu") &&
 	    strcmp(cfg->driver, "firecracker")) {
@@ -240,6 +249,7 @@ vmd_config_fini(struct vmd_config *cfg)
 	free(cfg->driver);
 	free(cfg->firecracker_binary);
 	free(cfg->snapd_url);
+	free(cfg->ram_dir);
 }
 
 /* Only one vmd may own a state directory: the orphan cleanup at start
@@ -305,8 +315,7 @@ purge_ram_links(const char *dir)
 		} else if (S_ISLNK(st.st_mode) && (n = readlink(path, target,
 		    sizeof(target) - 1)) > 0) {
 			target[n] = '\0';
-			if (strncmp(target, "/dev/shm/moat-", 14) == 0 &&
-			    strstr(target, "/..") == NULL)
+			if (vmd_ram_path_ours(target))
 				(void)unlink(target);
 		}
 		free(path);
@@ -348,6 +357,11 @@ purge_main(const char *state_dir)
 
 	if ((rv = state_lock(state_dir, &fd)) != MOAT_OK)
 		return moat_status_exit_code(rv);
+	/* The RAM dir the vmd used (default /dev/shm if none recorded). */
+	if ((err = vmd_ram_dir_recall(state_dir)) != 0)
+		fprintf(stderr, "moat-vmd: the recorded RAM dir of %s is gone "
+		    "(%s); RAM files there are not removed\n", state_dir,
+		    strerror(err));
 	purge_ram_links(state_dir);
 	purge_spares(state_dir);
 	close(fd);
@@ -403,6 +417,7 @@ main(int argc, char **argv)
 		case 'S': key = "snapd"; break;
 		case 'T': key = "templates"; break;
 		case 'P': key = "template-spares"; break;
+		case 'R': key = "ram-dir"; break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -458,6 +473,20 @@ main(int argc, char **argv)
 	}
 	if ((rv = state_lock(vmd.cfg.state_dir, &lock_fd)) != MOAT_OK)
 		goto out;
+	if ((rv = vmd_ram_dir_set(vmd.cfg.ram_dir, &errmsg)) != MOAT_OK) {
+		moat_error(0, "%s (fix [vmd] ram-dir / --ram-dir)", errmsg);
+		free(errmsg);
+		errmsg = NULL;
+		goto out;
+	}
+	if ((err = vmd_ram_dir_record(vmd.cfg.state_dir)) != 0)
+		moat_warn(0, "cannot record the RAM dir in %s: %s; `moat-vmd "
+		    "purge` will look in /dev/shm", vmd.cfg.state_dir,
+		    strerror(err));
+	moat_info(0, "guest RAM in %s: snapshots %s", vmd_ram_dir(),
+	    vmd_ram_dir_reflinks() ? "clone it (reflinks), the pause does "
+	    "not grow with RAM" : "copy it while the guest is paused (no "
+	    "reflinks there; XFS or btrfs would avoid the copy)");
 	if ((rv = vmd_driver_select(&vmd, config, &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "the VMM is not usable");
 		free(errmsg);

@@ -29,6 +29,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "snap_client.h"
+#include "ramdir.h"
 #include "vmd.h"
 
 #define PUSH_HEALTH_MS 2000u       /* a snapd that is down, found fast */
@@ -353,13 +354,13 @@ label_of(const Moat__V1__SnapshotInfo *info, const char *key)
 }
 
 /* Where artifact `name` goes: the RAM on tmpfs next to the driver's own
- * snapshot copies ("/dev/shm/moat-<id>.ram", a symlink in the directory,
+ * snapshot copies ("<ram-dir>/moat-<id>.ram", a symlink in the directory,
  * so deleting the snapshot removes it), the others inside tmp. Heap. */
 static char *
 fetch_target(const char *name, const char *tmp, const char *id)
 {
 	if (strcmp(name, "ram") == 0)
-		return moat_asprintf("/dev/shm/moat-%s.ram", id);
+		return moat_asprintf("%s/moat-%s.ram", vmd_ram_dir(), id);
 	for (size_t i = 0; i < N_ARTIFACTS; i++)
 		if (strcmp(name, artifacts[i].name) == 0)
 			return moat_asprintf("%s/%s", tmp, artifacts[i].file);

@@ -35,6 +35,7 @@
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "ramdir.h"
 #include "vmd.h"
 
 #define TPL_BUILD_TIMEOUT_MS 600000u
@@ -62,7 +63,7 @@ struct tpl_ram {
 	struct tpl_ram *next;
 	char id[32];
 	int fd;
-	/* Its spares: complete copies in /dev/shm (SPARE_DIR/moat-spare-
+	/* Its spares: complete copies in the RAM dir (<ram-dir>/moat-spare-
 	 * <id>-<seq>.ram, made as .tmp and renamed when whole), that a
 	 * clone renames into its own RAM file instead of copying. */
 	char **spares;             /* ready paths, heap; n_spares of them */
@@ -83,7 +84,6 @@ struct vmd_templates {
 	bool spare_thread_on;
 };
 
-#define SPARE_DIR "/dev/shm"
 #define SPARE_PREFIX "moat-spare-"
 
 static char *
@@ -116,7 +116,9 @@ vmd_templates_init(struct vmd *vmd)
 	}
 	pthread_mutex_init(&t->mu, NULL);
 	vmd_cond_init(&t->spare_cv);
-	t->spares_want = vmd->cfg.template_spares;
+	/* With reflinks a clone's RAM is a clone of the template's file:
+	 * nothing to prepare. */
+	t->spares_want = vmd_ram_dir_reflinks() ? 0 : vmd->cfg.template_spares;
 	vmd->templates = t;
 	/* A build cut short by a killed vmd left <id>.tmp: not a template.
 	 * Spares a killed vmd left in /dev/shm are removed: the pools are
@@ -150,7 +152,7 @@ vmd_template_spares_purge(const char *id)
 	DIR *d;
 
 	if (prefix == NULL || strchr(id, '/') != NULL ||
-	    (d = opendir(SPARE_DIR)) == NULL) {
+	    (d = opendir(vmd_ram_dir())) == NULL) {
 		free(prefix);
 		return;
 	}
@@ -186,10 +188,10 @@ tpl_spare_main(void *arg)
 			continue;
 		}
 		r->making++;
-		path = moat_asprintf(SPARE_DIR "/" SPARE_PREFIX "%s-%llu.ram",
-		    r->id, (unsigned long long)r->seq);
-		tmp = moat_asprintf(SPARE_DIR "/" SPARE_PREFIX "%s-%llu.tmp",
-		    r->id, (unsigned long long)r->seq);
+		path = moat_asprintf("%s/" SPARE_PREFIX "%s-%llu.ram",
+		    vmd_ram_dir(), r->id, (unsigned long long)r->seq);
+		tmp = moat_asprintf("%s/" SPARE_PREFIX "%s-%llu.tmp",
+		    vmd_ram_dir(), r->id, (unsigned long long)r->seq);
 		src = moat_asprintf("/proc/self/fd/%d", r->fd);
 		r->seq++;
 		pthread_mutex_unlock(&t->mu);
@@ -223,8 +225,8 @@ tpl_spare_main(void *arg)
 				(void)unlink(tmp);
 			if (err != 0) {
 				moat_warn(0, "template %s: cannot make a spare "
-				    "RAM copy in " SPARE_DIR " (%s); clones "
-				    "copy the RAM themselves", r->id,
+				    "RAM copy in %s (%s); clones copy the RAM "
+				    "themselves", r->id, vmd_ram_dir(),
 				    strerror(err));
 				/* Do not retry in a loop (a full tmpfs):
 				 * the next take wakes this thread again. */
@@ -453,7 +455,9 @@ vmd_template_ram(struct vmd *vmd, const char *id, const char *dir)
 	int fd = -1, in;
 	struct stat st;
 
-	if (t == NULL)
+	/* With reflinks <dir>/ram clones in no time; a copy in memory could
+	 * only be copied. */
+	if (t == NULL || vmd_ram_dir_reflinks())
 		return NULL;
 	pthread_mutex_lock(&t->mu);
 	for (r = t->rams; r != NULL; r = r->next)

@@ -71,7 +71,9 @@ struct vmd_config {
 	bool templates;            /* creates clone the node's ready
 	                              snapshot of the shape (templates.c) */
 	uint32_t template_spares;  /* ready RAM copies kept per template in
-	                              /dev/shm for clones to take (0: none) */
+	                              the RAM dir for clones to take (0:
+	                              none; unused where it has reflinks) */
+	char *ram_dir;             /* [vmd] ram-dir (ramdir.c) */
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */
@@ -489,13 +491,13 @@ char *vmd_template_ram(struct vmd *vmd, const char *id, const char *dir);
 
 /* vmd_template_take_spare: a ready RAM copy of template `id` taken
  * from its pool of spares ([vmd] template-spares; heap path of a file
- * in /dev/shm that the caller renames into its own RAM file name), or
+ * in the RAM dir that the caller renames into its own RAM file name), or
  * NULL when none is ready (then copy from vmd_template_ram). Wakes the
  * thread that refills the pool. */
 char *vmd_template_take_spare(struct vmd *vmd, const char *id);
 
 /* vmd_template_spares_purge: removes every spare RAM copy of template
- * `id` from /dev/shm (ready or half made). For templates.c and purge. */
+ * `id` from the RAM dir (ready or half made). For templates.c and purge. */
 void vmd_template_spares_purge(const char *id);
 
 /* vmd_template_drop: removes template directory `dir` (it failed to

@@ -259,6 +259,11 @@ main(int argc, char **argv)
 	json_object_set_new(out, "benchmark", json_string("snapshot"));
 	json_object_set_new(out, "guest_memory_mib", json_integer(256));
 	json_object_set_new(out, "accel", json_string("tcg"));
+	/* Where vmd kept guest RAM: tmpfs copies it in the pause, an XFS
+	 * with reflinks (tests/bench/run.sh makes one) clones it. */
+	json_object_set_new(out, "ram_dir", json_string(
+	    getenv("MOAT_VMD_RAM_DIR") ? getenv("MOAT_VMD_RAM_DIR") :
+	    "/dev/shm"));
 	json_object_set_new(out, "snapshot_pause", bench_summary(pause,
 	    SNAPSHOTS));
 	json_object_set_new(out, "goal_snapshot_pause_p50_ms",

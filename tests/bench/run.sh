@@ -23,6 +23,15 @@ unset MOAT_API_KEY MOAT_STATE_DIR
 # These start their own services.
 images=${MOAT_IMAGE_DIR:-$repo/images/out}
 "$bin/moat-bench-snapshot" "$images" "$repo/tests/bench/results/snapshot.json"
+# Again with guest RAM on an XFS with reflinks (deploy/ramfs.sh; needs
+# root and xfsprogs): snapshots clone RAM instead of copying it.
+ramdir=$(mktemp -d /tmp/moat-bench-ram.XXXXXX)
+if bash "$repo/deploy/ramfs.sh" up "$ramdir" 4G >/dev/null; then
+	MOAT_VMD_RAM_DIR=$ramdir "$bin/moat-bench-snapshot" "$images" \
+		"$repo/tests/bench/results/snapshot-reflink.json"
+	bash "$repo/deploy/ramfs.sh" down "$ramdir"
+fi
+rmdir "$ramdir"
 "$bin/moat-bench-code" "$images" "$repo/tests/bench/results/code.json" 300
 "$bin/moat-bench-http" "$repo/tests/bench/results/http.json" 200 5
 "$bin/moat-bench-sessiond" "$repo/tests/bench/results/sessiond.json"

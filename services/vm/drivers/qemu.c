@@ -1,7 +1,8 @@
 /*
  * qemu.c: the QEMU driver (`moat_vmm_qemu`): one qemu-system-x86_64
  * process per sandbox with the microvm machine, guest RAM in a shared file
- * under /dev/shm (so snapshots can capture and clones can map it), the
+ * in the RAM dir (ramdir.c: /dev/shm, or XFS with reflinks; so snapshots
+ * can capture and clones can map it), the
  * image's root filesystem read-only and the scratch disk read-write as
  * virtio-blk, the agent on a virtio-serial port bridged to a Unix socket
  * in the sandbox directory, QMP on another, and the serial console in a
@@ -27,6 +28,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "../extents.h"
+#include "../ramdir.h"
 #include "../spawn.h"
 #include "../sync.h"
 #include "../vmm.h"
@@ -34,7 +36,6 @@
 
 #define QEMU_MAX_ARGS 64
 #define QEMU_AGENT_PORT "org.moat.agent"
-#define QEMU_RAM_DIR "/dev/shm"
 
 /* The kernel command line every sandbox gets; keys per guest/agent/boot.h
  * and images/README.md. */
@@ -124,7 +125,7 @@ argv_fini(struct qemu_argv *a)
 static char *
 ram_file_path(const char *sandbox_id)
 {
-	return moat_asprintf(QEMU_RAM_DIR "/moat-%s.ram", sandbox_id);
+	return moat_asprintf("%s/moat-%s.ram", vmd_ram_dir(), sandbox_id);
 }
 
 /* The last component of a directory path (borrowed). */
@@ -631,9 +632,10 @@ qmp_wait_migrated(struct qmp *q, char **errmsg)
 	}
 }
 
-/* Where a snapshot's RAM copy lives: on tmpfs next to the guests' RAM
- * files (copying there while the guest is paused is several times faster
- * than to a disk's page cache), named after the snapshot directory, which
+/* Where a snapshot's RAM copy lives: in the RAM dir next to the guests'
+ * RAM files (on tmpfs, copying there while the guest is paused is several
+ * times faster than to a disk's page cache; with reflinks it is a clone
+ * of the same filesystem's file), named after the snapshot directory, which
  * holds a symlink to it (MOAT_VMM_SNAP_RAM). Heap. */
 static char *
 snap_ram_path(const char *snap_dir)
@@ -649,7 +651,7 @@ snap_ram_path(const char *snap_dir)
 	n = strlen(name);
 	if (n > 4 && strcmp(name + n - 4, ".tmp") == 0)
 		name[n - 4] = '\0';
-	path = moat_asprintf(QEMU_RAM_DIR "/moat-%s.ram", name);
+	path = moat_asprintf("%s/moat-%s.ram", vmd_ram_dir(), name);
 	free(name);
 	return path;
 }
@@ -733,6 +735,18 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 		*errmsg = strdup("out of memory");
 		rv = MOAT_INTERNAL;
 		goto out;
+	}
+
+	/* With reflinks the RAM is cloned in the pause, and a clone first
+	 * writes back the file's dirty pages: write them back now, while
+	 * the guest runs, so the pause only meets what it dirties after. */
+	if (vmd_ram_dir_reflinks()) {
+		int ram_fd = open(vm->ram_file, O_RDONLY | O_CLOEXEC);
+
+		if (ram_fd >= 0) {
+			(void)fdatasync(ram_fd);
+			close(ram_fd);
+		}
 	}
 
 	/* The pause: from here to `cont`. stop flushes the block layer, so

@@ -27,8 +27,9 @@ export MOAT_GATEWAY_HTTP=127.0.0.1:$port
 cleanup() {
 	bash "$repo/deploy/moat-stack" stop >/dev/null 2>&1
 	pkill -KILL -f "$state" 2>/dev/null
-	# purge also frees the snapshots' RAM copies on tmpfs.
-	"$MOAT_BIN_DIR/moat-vmd" purge "$state" >/dev/null 2>&1
+	# purge also frees the snapshots' RAM copies and unmounts the RAM
+	# filesystem (deploy/ramfs.sh) the stack made.
+	bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1
 	rm -rf "$state" "$work"
 }
 trap cleanup EXIT

@@ -28,8 +28,9 @@ check() { # check DESC COMMAND...: passes when the command succeeds
 cleanup() {
 	bash "$repo/deploy/moat-stack" stop >/dev/null 2>&1
 	pkill -KILL -f "$state" 2>/dev/null
-	# purge also frees the snapshots' RAM copies on tmpfs.
-	"$MOAT_BIN_DIR/moat-vmd" purge "$state" >/dev/null 2>&1
+	# purge also frees the snapshots' RAM copies and unmounts the RAM
+	# filesystem (deploy/ramfs.sh) the stack made.
+	bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1
 	rm -rf "$state" "$work"
 }
 trap cleanup EXIT
@@ -156,6 +157,27 @@ check "recorded sandbox rm" sh -c "'$moat' sandbox rm '$rid' >/dev/null"
 
 # Time travel: restore, fork, replay, sessiond down (travel_section.sh).
 travel_section
+
+# Guest RAM on the stack's XFS with reflinks (deploy/ramfs.sh) where it
+# could be made: the snapshots travel_section took keep their RAM there.
+if bash "$repo/deploy/ramfs.sh" check "$state/ram" 2>/dev/null; then
+	check "vmd keeps guest RAM on the reflink filesystem" grep -q "guest RAM in $state/ram: snapshots clone it" "$state/logs/vmd.log"
+	nsnap=0
+	elsewhere=0
+	for l in "$state"/snapshots/*/ram; do
+		[ -L "$l" ] || continue
+		nsnap=$((nsnap + 1))
+		case "$(readlink "$l")" in
+		"$state"/ram/moat-*) ;;
+		*) elsewhere=$((elsewhere + 1)) ;;
+		esac
+	done
+	check "snapshots' RAM lives in $state/ram ($nsnap snapshots, $elsewhere elsewhere)" [ $nsnap -gt 0 -a $elsewhere -eq 0 ]
+elif [ "$(id -u)" -eq 0 ] && command -v mkfs.xfs >/dev/null; then
+	bad "no reflink RAM filesystem although root with xfsprogs (see moat-stack start's output)"
+else
+	echo "skip - no reflink RAM filesystem (needs root and xfsprogs): guest RAM in /dev/shm"
+fi
 
 # Diff and compare: two recorded sandboxes run the same two steps, then
 # part at step 3, where B creates a file, modifies one and deletes one.

@@ -1,0 +1,27 @@
+/*
+ * ramdir.h: the directory guest RAM lives in, [vmd] ram-dir (ramdir.c).
+ * Not for: copying files (extents.h).
+ */
+#ifndef MOAT_VMD_RAMDIR_H
+#define MOAT_VMD_RAMDIR_H
+
+#include <stdbool.h>
+
+/* vmd_ram_dir_set: checks and takes `dir` (at start, before threads)
+ * and probes whether it has reflinks; MOAT_OK or a status with *errmsg (heap). */
+int vmd_ram_dir_set(const char *dir, char **errmsg);
+/* vmd_ram_dir: the directory (default /dev/shm). */
+const char *vmd_ram_dir(void);
+/* vmd_ram_dir_reflinks: files there clone with FICLONE (XFS, btrfs):
+ * snapshots clone RAM instead of copying it in the pause. */
+bool vmd_ram_dir_reflinks(void);
+/* vmd_ram_path_ours: `path` is a moat-* file right in the RAM dir (what
+ * a snapshot's ram link may point at, and purge may remove). */
+bool vmd_ram_path_ours(const char *path);
+/* vmd_ram_dir_record / vmd_ram_dir_recall: <state>/ram-dir keeps the
+ * directory so `moat-vmd purge` finds RAM files without the config.
+ * Return 0 or errno (recall: 0 when nothing was recorded). */
+int vmd_ram_dir_record(const char *state_dir);
+int vmd_ram_dir_recall(const char *state_dir);
+
+#endif
