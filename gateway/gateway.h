@@ -471,6 +471,12 @@ struct moat_travel {
 	const char *tenant;   /* the caller's (moat_gw_tenant) */
 };
 
+/* moat_gateway_policy_refuses: whether `tenant`'s policy refuses the
+ * command in `request` (an Exec or RunCode request; others pass), with
+ * *why (heap) naming its safety level and reason. handlers.c. */
+bool moat_gateway_policy_refuses(struct moat_gateway *gw, const char *tenant,
+    const ProtobufCMessage *request, char **why);
+
 /* moat_gateway_travel: fills *out from gw (handlers.c). */
 void moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out);
 

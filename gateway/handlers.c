@@ -1406,6 +1406,28 @@ moat_gateway_nodes(struct moat_gateway *gw)
 	return &gw->nodes;
 }
 
+bool
+moat_gateway_policy_refuses(struct moat_gateway *gw, const char *tenant,
+    const ProtobufCMessage *request, char **why)
+{
+	const char *language, *command;
+	struct moat_safety_verdict v;
+	char *joined = NULL;
+	bool refused = false;
+
+	*why = NULL;
+	command = command_of(request, &language, &joined);
+	if (command != NULL) {
+		v = moat_safety_classify(command, language);
+		refused = moat_policy_refuses(gw->config, tenant, v.level);
+		if (refused)
+			*why = moat_asprintf("%s: %s",
+			    moat_safety_level_name(v.level), v.reason);
+	}
+	free(joined);
+	return refused;
+}
+
 void
 moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out)
 {

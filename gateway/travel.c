@@ -686,7 +686,7 @@ same_bytes(ProtobufCBinaryData a, ProtobufCBinaryData b)
  * whether it came out as recorded. */
 static bool
 replay_step(struct moat_travel *t, struct moat_rpc_call *parent,
-    const char *sandbox_id, const Moat__V1__Step *st)
+    const char *sandbox_id, const Moat__V1__Step *st, bool *refused)
 {
 	Moat__V1__ExecRequest ereq = MOAT__V1__EXEC_REQUEST__INIT;
 	Moat__V1__RunCodeRequest creq = MOAT__V1__RUN_CODE_REQUEST__INIT;
@@ -703,9 +703,12 @@ replay_step(struct moat_travel *t, struct moat_rpc_call *parent,
 	Moat__V1__ExecResult *er = NULL;
 	Moat__V1__RunCodeResult *cr = NULL;
 	uint8_t *payload;
+	char *why = NULL;
 	size_t len;
 	bool handled = false, same = false;
 	int rv;
+
+	*refused = false;
 
 	switch (st->kind) {
 	case MOAT__V1__STEP_KIND__STEP_KIND_EXEC:
@@ -737,6 +740,18 @@ replay_step(struct moat_travel *t, struct moat_rpc_call *parent,
 		call.method = "WriteFile";
 		break;
 	default:
+		return false;
+	}
+	/* A recorded step passed the policy when it ran; the policy may
+	 * have changed since, and a replay runs it again. */
+	if (moat_gateway_policy_refuses(parent->service_ctx, t->tenant, req,
+	    &why)) {
+		moat_info(parent->request_id, "replay step %llu in %s not run: "
+		    "the policy of tenant %s refuses it (%s)",
+		    (unsigned long long)st->index, sandbox_id, t->tenant,
+		    why ? why : "?");
+		free(why);
+		*refused = true;
 		return false;
 	}
 	len = protobuf_c_message_get_packed_size(req);
@@ -828,9 +843,13 @@ moat_travel_replay(struct moat_rpc_call *call,
 	    sizeof(session_id), &msg)) != MOAT_OK)
 		goto fail_destroy;
 	for (uint64_t i = 0; i < until; i++) {
-		bool same = replay_step(&t, call, sb->id, ex->steps[i]);
+		bool refused;
+		bool same = replay_step(&t, call, sb->id, ex->steps[i],
+		    &refused);
 
 		r->steps_replayed++;
+		if (refused)
+			r->steps_refused++;
 		if (same)
 			r->steps_matching++;
 		else if (r->first_divergent_step == 0)

@@ -272,6 +272,10 @@ cmd_replay(struct cli *cli, int argc, char **argv)
 		    (unsigned long long)r->steps_replayed, req.session_id);
 		printf("same:      %llu\n",
 		    (unsigned long long)r->steps_matching);
+		if (r->steps_refused != 0)
+			printf("refused:   %llu (not run: the tenant's policy "
+			    "refuses them now)\n",
+			    (unsigned long long)r->steps_refused);
 		if (r->first_divergent_step != 0)
 			printf("diverged:  first at step %llu (`moat session "
 			    "show %s` shows the new outputs)\n",

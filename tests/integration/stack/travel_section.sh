@@ -131,6 +131,24 @@ travel_section() {
 	check "travel: step 0 holds none of step 1's files (rc $rc)" [ $rc -eq 0 ]
 	"$moat" sandbox rm "$out" >/dev/null 2>&1
 
+	# A policy made stricter after recording holds for a replay too: with
+	# writes refused, the replay of the manual session runs step 1 and
+	# refuses step 2 (it writes /root/x).
+	restart_gateway() {
+		kill -TERM "$(cat "$state/run/gateway.pid")"
+		for _ in $(seq 1 50); do
+			kill -0 "$(cat "$state/run/gateway.pid")" 2>/dev/null || break
+			sleep 0.1
+		done
+		"$@" bash "$repo/deploy/moat-stack" start >/dev/null 2>&1
+	}
+	restart_gateway env MOAT_POLICY_REFUSE=write,destructive,system,blocked
+	"$moat" --json replay "$msid" >"$work/replay.json" 2>"$work/err"; rc=$?
+	check "travel: replay under a stricter policy differs (rc $rc)" [ $rc -eq 1 ]
+	check "travel: ... one step refused, one the same" [ "$(json_get "$work/replay.json" 'str(d.get("stepsRefused")) + "/" + str(d.get("stepsMatching")) + "/" + str(d.get("firstDivergentStep"))')" = "1/1/2" ]
+	check "travel: ... the refused step never ran" sh -c "grep -q 'replay step 2 in .* not run: the policy of tenant' '$state/logs/gateway.log'"
+	restart_gateway env
+
 	# A restarted gateway finds the sandbox's session again.
 	local before after
 	before=$("$moat" history "$rid" | grep -cE '^[0-9]+ +exec ')
