@@ -158,6 +158,10 @@ moat_config_load(struct moat_config **out, const char *path, char **errmsg)
 		if (path != NULL && path[0] == '\0')
 			path = NULL;
 	}
+	if (path == NULL && access(MOAT_CONFIG_SYSTEM_PATH, F_OK) == 0) {
+		path = MOAT_CONFIG_SYSTEM_PATH;
+		why = " (the host's default config)";
+	}
 	if (path == NULL) {
 		*out = cfg;
 		return MOAT_OK;

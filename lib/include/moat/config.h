@@ -14,7 +14,12 @@
 
 struct moat_config;
 
-/* moat_config_load: reads `path` (NULL: $MOAT_CONFIG, else no file). A
+/* The file every service reads when neither --config nor $MOAT_CONFIG
+ * names one (absent: defaults only). */
+#define MOAT_CONFIG_SYSTEM_PATH "/etc/moat/moat.conf"
+
+/* moat_config_load: reads `path` (NULL: $MOAT_CONFIG, else
+ * MOAT_CONFIG_SYSTEM_PATH where it exists, else no file). A
  * missing file named by $MOAT_CONFIG or `path` is an error; a parse error
  * is an error naming the line. On success *out is owned by the caller
  * (moat_config_free). On failure returns a status and sets *errmsg to a

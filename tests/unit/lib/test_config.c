@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +287,44 @@ test_default_state_dir(void **state)
 	free(d);
 }
 
+/* Without --config or $MOAT_CONFIG, /etc/moat/moat.conf is read where it
+ * exists; a flag and the environment still win over it. Needs root and
+ * no such file already (then it is skipped, saying so). */
+static void
+test_system_default_file(void **state)
+{
+	struct moat_config *cfg = NULL;
+	char *errmsg = NULL;
+	bool made_dir = false;
+	uint64_t v = 0;
+	FILE *f;
+
+	(void)state;
+	if (geteuid() != 0 || access(MOAT_CONFIG_SYSTEM_PATH, F_OK) == 0) {
+		printf("SKIPPED: test_system_default_file (needs root and no "
+		    "%s)\n", MOAT_CONFIG_SYSTEM_PATH);
+		skip();
+	}
+	if (mkdir("/etc/moat", 0755) == 0)
+		made_dir = true;
+	f = fopen(MOAT_CONFIG_SYSTEM_PATH, "w");
+	assert_non_null(f);
+	fputs("[vmd]\nworkers = 7\n", f);
+	fclose(f);
+	assert_int_equal(moat_config_load(&cfg, NULL, &errmsg), MOAT_OK);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 1, &v,
+	    &errmsg), MOAT_OK);
+	assert_int_equal(v, 7);
+	setenv("MOAT_VMD_WORKERS", "9", 1);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 1, &v,
+	    &errmsg), MOAT_OK);
+	assert_int_equal(v, 9);
+	moat_config_free(cfg);
+	unlink(MOAT_CONFIG_SYSTEM_PATH);
+	if (made_dir)
+		rmdir("/etc/moat");
+}
+
 int
 main(void)
 {
@@ -296,6 +335,7 @@ main(void)
 		T(test_numbers_and_bools),
 		T(test_missing_and_broken_files),
 		T(test_default_state_dir),
+		T(test_system_default_file),
 #undef T
 	};
 
