@@ -136,8 +136,10 @@ moat_placement_choose(Moat__V1__Node *const *nodes, size_t n, uint32_t vcpus,
 	}
 	if (fit_image == 0) {
 		*errmsg = moat_asprintf("image \"%s\" is not built on any "
-		    "available node: build it (images/build.sh %s) or pick "
-		    "another with --image", image, image);
+		    "available node: build it on a node as root "
+		    "(images/build.sh --name %s --out DIR, DIR being that "
+		    "node's vmd --image-dir) or pick another with --image",
+		    image, image);
 		return MOAT_FAILED_PRECONDITION;
 	}
 	*errmsg = moat_asprintf("all %zu available node(s) are full: %u MiB "

@@ -22,7 +22,7 @@ name=default
 check=0
 suite=${MOAT_IMAGE_SUITE:-bookworm}
 kernel_meta=linux-image-cloud-amd64
-packages=python3,busybox
+packages=python3,busybox,nodejs
 # Loaded by the agent in this order after dependencies are put first.
 # virtio_pci is left out: microvm and Firecracker only have virtio-mmio;
 # virtio_rng too: the guest seeds from RDRAND (crng is ready at 0 s).

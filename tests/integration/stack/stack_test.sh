@@ -43,6 +43,16 @@ if ! bash "$repo/deploy/moat-stack" start; then
 fi
 ok "stack starts and becomes healthy"
 
+# Whoever can connect to the internal sockets (sessiond, snapd, vmd)
+# gets past the gateway's API keys: only the stack's user may.
+socks=()
+for f in "$state"/*.sock; do [ -e "$f" ] && socks+=("$f"); done
+check "the stack's sockets are in its state dir (${#socks[@]} of gateway, survey, sessiond, snapd, vmd)" [ ${#socks[@]} -ge 5 ]
+for f in "${socks[@]}"; do
+	check "$(basename "$f") is a socket" [ -S "$f" ]
+	check "$(basename "$f") has mode 0600 ($(stat -c %a "$f"))" [ "$(stat -c %a "$f")" = 600 ]
+done
+
 # shellcheck source=travel_section.sh
 . "$(dirname "$0")/travel_section.sh"
 if [ "${MOAT_STACK_ONLY:-}" = travel ]; then
@@ -56,6 +66,8 @@ fi
 
 out=$("$moat" run -c 'print(6*7)' 2>"$work/err"); rc=$?
 check "moat run python prints 42 (got '$out', rc $rc)" [ "$out" = 42 -a $rc -eq 0 ]
+out=$("$moat" run -l node -c 'console.log(6*7)' 2>"$work/err"); rc=$?
+check "moat run -l node prints 42 (got '$out', rc $rc)" [ "$out" = 42 -a $rc -eq 0 ]
 
 out=$("$moat" run -l bash -c 'echo out; echo err >&2; exit 3' 2>"$work/err"); rc=$?
 check "bash exit code 3 comes back (rc $rc)" [ $rc -eq 3 ]

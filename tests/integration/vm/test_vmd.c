@@ -639,6 +639,16 @@ test_python_and_bash(void **state)
 	assert_memory_equal(r->stderr.data, "bad\n", 4);
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 
+	/* node, which images/build.sh puts in the image. */
+	r = run_code(&main_vmd, id, "node",
+	    "console.log(6 * 7); console.error('e'); process.exit(2)", 0, 0,
+	    MOAT_OK);
+	assert_int_equal(r->status->exit_code, 2);
+	assert_int_equal(r->stdout.len, 3);
+	assert_memory_equal(r->stdout.data, "42\n", 3);
+	assert_int_equal(r->stderr.len, 2);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
 	/* argv with env. */
 	req.sandbox_id = (char *)id;
 	req.argv = argv;
@@ -721,7 +731,7 @@ test_code_contexts(void **state)
 {
 	const char *id = shared_sandbox();
 	Moat__V1__CodeContextCall close_req = MOAT__V1__CODE_CONTEXT_CALL__INIT;
-	Moat__V1__RunCodeRequest bad = MOAT__V1__RUN_CODE_REQUEST__INIT;
+	Moat__V1__RunCodeRequest node = MOAT__V1__RUN_CODE_REQUEST__INIT;
 	Moat__V1__RunCodeResult *r;
 
 	r = code_run(id, "itest", "import math\nx = 20\nprint('set')", 0);
@@ -749,14 +759,28 @@ test_code_contexts(void **state)
 	assert_string_equal(r->result->result, "20");
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 
-	/* this image has no node */
-	bad.sandbox_id = (char *)id;
-	bad.language = "node";
-	bad.code = "1";
-	assert_int_equal(call(&main_vmd, "RunCode", &bad.base,
-	    &moat__v1__run_code_result__descriptor, NULL, LONG_MS),
-	    MOAT_FAILED_PRECONDITION);
-	assert_non_null(strstr(last_err, "no node"));
+	/* A node context next to the python one (the image has node; an
+	 * image without it is refused naming python: tests/unit/agent). */
+	node.sandbox_id = (char *)id;
+	node.context = "js";
+	node.language = "node";
+	node.code = "const n = 6 * 7; console.log('set')";
+	assert_int_equal(call(&main_vmd, "RunCode", &node.base,
+	    &moat__v1__run_code_result__descriptor, (ProtobufCMessage **)&r,
+	    LONG_MS), MOAT_OK);
+	assert_string_equal(r->result->error_name, "");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	node.code = "n + 1";
+	assert_int_equal(call(&main_vmd, "RunCode", &node.base,
+	    &moat__v1__run_code_result__descriptor, (ProtobufCMessage **)&r,
+	    LONG_MS), MOAT_OK);
+	assert_false(r->result->context_created);
+	assert_string_equal(r->result->result, "43");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	close_req.sandbox_id = (char *)id;
+	close_req.context = "js";
+	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
+	    &moat__v1__empty__descriptor, NULL, LONG_MS), MOAT_OK);
 
 	close_req.sandbox_id = (char *)id;
 	close_req.context = "itest";

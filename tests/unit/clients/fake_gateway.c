@@ -2,6 +2,7 @@
  * fake_gateway.c: the fake Gateway of fake_gateway.h. Exec is scripted by
  * the code sent: "timeout" ends timed out, "signal" killed by SIGKILL,
  * "forever" never ends, anything else prints "hello" / "warn" and exits 3.
+ * Info, ListSandboxes and ListFiles answer canned, non-empty replies.
  * Not for: anything but tests.
  */
 #include <stdio.h>
@@ -245,6 +246,84 @@ h_ok(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* Info: the gateway up, sessiond down, and one available node. */
+static int
+h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	Moat__V1__ClusterInfo *r = (Moat__V1__ClusterInfo *)reply;
+	static const char *names[] = { "moat-gateway", "moat-sessiond" };
+
+	r->version = strdup("0.0-fake");
+	r->uptime_ms = 1234;
+	r->services = calloc(2, sizeof(*r->services));
+	for (size_t i = 0; i < 2; i++) {
+		Moat__V1__ServiceHealth *h = malloc(sizeof(*h));
+
+		moat__v1__service_health__init(h);
+		h->service = strdup(names[i]);
+		h->url = strdup("ipc:///fake.sock");
+		h->up = i == 0;
+		h->version = strdup(i == 0 ? "0.0-fake" : "");
+		h->message = strdup(i == 0 ? "" : "fake: down");
+		r->services[r->n_services++] = h;
+	}
+	r->nodes = calloc(1, sizeof(*r->nodes));
+	r->nodes[0] = malloc(sizeof(*r->nodes[0]));
+	moat__v1__node__init(r->nodes[0]);
+	r->nodes[0]->node_id = strdup("node-x");
+	r->nodes[0]->rpc_url = strdup("ipc:///fake-vmd.sock");
+	r->nodes[0]->accel = strdup("tcg");
+	r->nodes[0]->driver = strdup("qemu");
+	r->nodes[0]->version = strdup("0.0-fake");
+	r->nodes[0]->available = true;
+	r->nodes[0]->vcpus_total = 4;
+	r->n_nodes = 1;
+	return MOAT_OK;
+}
+
+/* ListSandboxes: one running sandbox, sb-1 on node-x. */
+static int
+h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	Moat__V1__SandboxList *r = (Moat__V1__SandboxList *)reply;
+	Moat__V1__Sandbox *sb = malloc(sizeof(*sb));
+
+	moat__v1__sandbox__init(sb);
+	sb->id = strdup("sb-1");
+	sb->node_id = strdup("node-x");
+	sb->image = strdup("default");
+	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
+	sb->vcpus = 1;
+	sb->memory_mib = 256;
+	r->sandboxes = calloc(1, sizeof(*r->sandboxes));
+	r->sandboxes[0] = sb;
+	r->n_sandboxes = 1;
+	return MOAT_OK;
+}
+
+/* ListFiles: one regular file, "hello.txt" of 6 bytes, in any directory. */
+static int
+h_list_files(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__PathRequest *req = (const void *)request;
+	Moat__V1__FileList *r = (Moat__V1__FileList *)reply;
+	Moat__V1__FileInfo *fi = malloc(sizeof(*fi));
+
+	moat__v1__file_info__init(fi);
+	fi->name = strdup("hello.txt");
+	fi->path = moat_asprintf("%s/hello.txt", req->path);
+	fi->size = 6;
+	fi->mode = 0644;
+	fi->type = MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR;
+	r->entries = calloc(1, sizeof(*r->entries));
+	r->entries[0] = fi;
+	r->n_entries = 1;
+	return MOAT_OK;
+}
+
 /* Diff: canned: the sessions part at step 2, where B created /w/new. */
 static int
 h_diff(struct moat_rpc_call *call, const ProtobufCMessage *request,
@@ -338,11 +417,11 @@ h_list_steps(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "Health", h_ok, false, false },
-	{ "Info", h_ok, false, false },
+	{ "Info", h_info, false, false },
 	{ "ListNodes", h_ok, false, false },
 	{ "CreateSandbox", h_create, true, false },
 	{ "GetSandbox", h_get, false, false },
-	{ "ListSandboxes", h_ok, false, false },
+	{ "ListSandboxes", h_list_sandboxes, false, false },
 	{ "DestroySandbox", h_destroy, true, false },
 	{ "ExecStart", h_exec_start, true, false },
 	{ "ExecRead", h_exec_read, false, false },
@@ -352,7 +431,7 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "Exec", h_ok, true, false },
 	{ "ReadFile", h_read_file, false, false },
 	{ "WriteFile", h_write_file, true, false },
-	{ "ListFiles", h_ok, false, false },
+	{ "ListFiles", h_list_files, false, false },
 	{ "StatFile", h_stat, false, false },
 	{ "RemoveFile", h_ok, true, false },
 	{ "MakeDir", h_ok, true, false },

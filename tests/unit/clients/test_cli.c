@@ -303,6 +303,144 @@ test_json_output(void **state)
 	result_free(&r);
 }
 
+/* json_of: r's stdout parsed as one JSON object; fails the test when it
+ * is not. The caller frees it (json_decref). */
+static json_t *
+json_of(const struct result *r)
+{
+	json_error_t e;
+	json_t *j = json_loads(r->out, 0, &e);
+
+	if (j == NULL)
+		fail_msg("not JSON (%s at line %d): %s", e.text, e.line,
+		    r->out);
+	assert_true(json_is_object(j));
+	return j;
+}
+
+/* exec_json_ok: an ExecResult as the fake's exec makes it: "hello\n" on
+ * stdout, "warn\n" on stderr (base64, as proto3 JSON has bytes), exit 3. */
+static void
+exec_json_ok(const struct result *r)
+{
+	json_t *j = json_of(r), *st;
+
+	assert_int_equal(r->code, 3);
+	assert_string_equal(json_string_value(json_object_get(j, "stdout")),
+	    "aGVsbG8K");
+	assert_string_equal(json_string_value(json_object_get(j, "stderr")),
+	    "d2Fybgo=");
+	st = json_object_get(j, "status");
+	assert_true(json_is_object(st));
+	assert_true(json_is_true(json_object_get(st, "exited")));
+	assert_int_equal(json_integer_value(json_object_get(st, "exitCode")),
+	    3);
+	/* Nothing but the JSON on stdout: the output is inside it. */
+	assert_null(strstr(r->out, "hello"));
+	json_decref(j);
+}
+
+/* --json on run, exec, ls, info and sandbox ls: stdout is one JSON
+ * object with the reply's fields, and nothing else. */
+static void
+test_json_outputs(void **state)
+{
+	struct result r;
+	json_t *j, *a, *e;
+	int destroys;
+
+	pthread_mutex_lock(&fg.lock);
+	destroys = fg.destroys;
+	pthread_mutex_unlock(&fg.lock);
+	r = moat(0, 0, "--gateway", fg.url, "--json", "run", "-c",
+	    "print(1)", NULL);
+	exec_json_ok(&r);
+	result_free(&r);
+	pthread_mutex_lock(&fg.lock);
+	assert_int_equal(fg.destroys, destroys + 1);
+	pthread_mutex_unlock(&fg.lock);
+
+	r = moat(0, 0, "--gateway", fg.url, "--json", "exec", "sb-1", "--",
+	    "echo", "hi", NULL);
+	exec_json_ok(&r);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "--json", "ls", "sb-1", "/data",
+	    NULL);
+	assert_int_equal(r.code, 0);
+	j = json_of(&r);
+	a = json_object_get(j, "entries");
+	assert_true(json_is_array(a));
+	assert_int_equal(json_array_size(a), 1);
+	e = json_array_get(a, 0);
+	assert_string_equal(json_string_value(json_object_get(e, "name")),
+	    "hello.txt");
+	assert_string_equal(json_string_value(json_object_get(e, "path")),
+	    "/data/hello.txt");
+	assert_string_equal(json_string_value(json_object_get(e, "type")),
+	    "FILE_TYPE_REGULAR");
+	assert_int_equal(json_integer_value(json_object_get(e, "mode")),
+	    0644);
+	json_decref(j);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "--json", "info", NULL);
+	assert_int_equal(r.code, 0);
+	j = json_of(&r);
+	assert_string_equal(json_string_value(json_object_get(j, "version")),
+	    "0.0-fake");
+	a = json_object_get(j, "services");
+	assert_true(json_is_array(a));
+	assert_int_equal(json_array_size(a), 2);
+	e = json_array_get(a, 0);
+	assert_string_equal(json_string_value(json_object_get(e, "service")),
+	    "moat-gateway");
+	assert_true(json_is_true(json_object_get(e, "up")));
+	/* A down service says so (false printed, not left out): what
+	 * deploy/moat-stack's wait_healthy looks for. */
+	e = json_array_get(a, 1);
+	assert_string_equal(json_string_value(json_object_get(e, "service")),
+	    "moat-sessiond");
+	assert_true(json_is_false(json_object_get(e, "up")));
+	assert_string_equal(json_string_value(json_object_get(e, "message")),
+	    "fake: down");
+	a = json_object_get(j, "nodes");
+	assert_true(json_is_array(a));
+	assert_int_equal(json_array_size(a), 1);
+	e = json_array_get(a, 0);
+	assert_string_equal(json_string_value(json_object_get(e, "nodeId")),
+	    "node-x");
+	assert_true(json_is_true(json_object_get(e, "available")));
+	assert_string_equal(json_string_value(json_object_get(e, "accel")),
+	    "tcg");
+	json_decref(j);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "--json", "sandbox", "ls", NULL);
+	assert_int_equal(r.code, 0);
+	j = json_of(&r);
+	a = json_object_get(j, "sandboxes");
+	assert_true(json_is_array(a));
+	assert_int_equal(json_array_size(a), 1);
+	e = json_array_get(a, 0);
+	assert_string_equal(json_string_value(json_object_get(e, "id")),
+	    "sb-1");
+	assert_string_equal(json_string_value(json_object_get(e, "nodeId")),
+	    "node-x");
+	assert_string_equal(json_string_value(json_object_get(e, "state")),
+	    "SANDBOX_STATE_RUNNING");
+	assert_int_equal(json_integer_value(json_object_get(e, "memoryMib")),
+	    256);
+	json_decref(j);
+	/* Without --json: the table, not JSON. */
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "ls", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "sb-1"));
+	assert_null(strchr(r.out, '{'));
+	result_free(&r);
+}
+
 /* The session commands' own argument checks and their answers from a
  * gateway that knows no sessions (the fake answers empty lists). */
 static void
@@ -413,6 +551,7 @@ main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_cp_round_trip),
 		cmocka_unit_test(test_json_output),
+		cmocka_unit_test(test_json_outputs),
 		cmocka_unit_test(test_session_commands),
 		cmocka_unit_test(test_diff_and_compare),
 	};

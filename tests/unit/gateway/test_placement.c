@@ -154,7 +154,7 @@ test_image_must_be_built(void **state)
 	assert_int_equal(chosen, 1);
 	assert_int_equal(choose(2, 0, 0, "rust", &chosen, &msg),
 	    MOAT_FAILED_PRECONDITION);
-	assert_non_null(strstr(msg, "images/build.sh rust"));
+	assert_non_null(strstr(msg, "images/build.sh --name rust --out "));
 	free(msg);
 }
 

@@ -22,6 +22,15 @@ check "driver=firecracker without the binary fails (rc $rc)" [ $rc -ne 0 -a $rc 
 check "the message names the binary it looked for" grep -q "/nonexistent/firecracker" "$state/out"
 check "the message says what to do (driver=qemu)" grep -q "driver=qemu" "$state/out"
 
+# No QEMU at the configured path: the message names the Debian package.
+MOAT_VMD_QEMU=/nonexistent/qemu-system-x86_64 timeout 20 "$vmd" \
+	--state-dir "$state" --listen "ipc://$state/q.sock" \
+	--driver qemu >"$state/out" 2>&1
+rc=$?
+check "driver=qemu without the binary fails (rc $rc)" [ $rc -ne 0 -a $rc -ne 124 ]
+check "the message names the binary it looked for" grep -q "/nonexistent/qemu-system-x86_64" "$state/out"
+check "the message names the Debian package qemu-system-x86" grep -q "package qemu-system-x86" "$state/out"
+
 timeout 20 "$vmd" --state-dir "$state" --listen "ipc://$state/b.sock" \
 	--driver bogus >"$state/out" 2>&1
 rc=$?
