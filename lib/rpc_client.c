@@ -2,15 +2,17 @@
  * rpc_client.c: the client half of moat's RPC layer. One req0 socket per
  * client with a non-blocking dial (so a server that starts later is
  * found), nng's resend turned off (a mutating call must never run twice
- * because a reply was slow), and one nng context per call so many threads
- * can call at once. Turns transport failures into statuses a person can
- * act on: UNAVAILABLE when no server takes the request or the connection
- * drops during the call, DEADLINE_EXCEEDED when the reply is late. Not
- * for: serving (rpc_server.c) or retrying (callers decide whether a call
- * is safe to repeat).
+ * because a reply was slow), and one nng context per call in flight (kept
+ * for the client's next calls) so many threads can call at once. Turns
+ * transport failures into statuses a person can act on: UNAVAILABLE when
+ * no server takes the request or the connection drops during the call,
+ * DEADLINE_EXCEEDED when the reply is late. Not for: serving
+ * (rpc_server.c) or retrying (callers decide whether a call is safe to
+ * repeat).
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,22 +36,47 @@
  * UNAVAILABLE rather than waiting out its whole timeout. */
 #define RPC_CONNECT_WAIT_MS 2000
 
-/* One call's wait for its reply. The receive completes through a
- * callback, not an aio timeout: when the caller's deadline passes the
- * receive stays armed ("abandoned"), so a late reply is taken by its own
- * context, and the client knows whether a reply may still arrive. That
- * matters at close: nng 1.5 can hang for good in nng_close when a message
- * arrives on a pipe while it closes (nng issues 1543, 1813), so a client
- * that may still be answered is parked, not closed, until it has been
- * (moat_rpc_client_close). */
+/* How often a caller past its deadline looks whether its request has
+ * reached a server yet (rare: see call_envelope). */
+#define RPC_LATE_SEND_POLL_MS 5
+
+/* Idle waits (a context and its two aios) a client keeps for its next
+ * calls: opening a context and allocating aios per call costs more than
+ * the call's own work on a busy client. Bounded, so a burst of callers
+ * does not pin memory for good. */
+#define RPC_IDLE_WAITS 256
+
+/* Request ids taken from the kernel at once, per thread: one getrandom
+ * per call was a syscall on every call's path. */
+#define RPC_IDS_PER_FILL 32
+
+/* One call's wait for its reply. The send's completion starts the
+ * receive (send_done), so a caller sleeps once per call, however long
+ * its request queued behind others on the connection. The receive
+ * completes through a callback, not an aio timeout: when the caller's
+ * deadline passes the receive stays armed ("abandoned"), so a late reply
+ * is taken by its own context, and the client knows whether a reply may
+ * still arrive. That matters at close: nng 1.5 can hang for good in
+ * nng_close when a message arrives on a pipe while it closes (nng issues
+ * 1543, 1813), so a client that may still be answered is parked, not
+ * closed, until it has been (moat_rpc_client_close). A wait whose call
+ * was answered goes back to the client's idle list for the next call. */
 struct rpc_wait {
 	struct moat_rpc_client *c;
 	nng_ctx ctx;
 	bool has_ctx;
-	nng_aio *aio;
+	nng_aio *send_aio;          /* completes into send_done */
+	nng_aio *aio;               /* the receive; completes into recv_done */
+	/* The caller sleeps here, with c->lock: one condition per call, so
+	 * a reply wakes its own caller and no other. */
+	pthread_cond_t wake;
+	bool cond_inited;
+	int send_rv;                /* the send's error; guarded by c->lock */
+	atomic_bool sent;           /* a server has the request */
 	bool done;                  /* guarded by c->lock */
 	bool abandoned;             /* guarded by c->lock */
-	struct rpc_wait *next;      /* in c->abandoned; guarded by c->lock */
+	/* In c->abandoned or c->idle; guarded by c->lock. */
+	struct rpc_wait *next;
 };
 
 struct moat_rpc_client {
@@ -57,11 +84,13 @@ struct moat_rpc_client {
 	bool has_socket;
 	bool sync_inited;
 	char *url;
-	/* Guards the rpc_wait flags, `abandoned` and `n_late`. */
+	/* Guards the rpc_wait flags, `abandoned`, `n_late`, `idle` and
+	 * `n_idle`. */
 	pthread_mutex_t lock;
-	pthread_cond_t replied;     /* some receive finished */
 	struct rpc_wait *abandoned;
 	unsigned n_late;            /* abandoned and not yet answered */
+	struct rpc_wait *idle;      /* answered waits, ready for reuse */
+	unsigned n_idle;
 	struct moat_rpc_client *parked_next;
 };
 
@@ -70,14 +99,54 @@ struct moat_rpc_client {
 static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct moat_rpc_client *parked;  /* guarded by parked_lock */
 
+/* wait_free: safe on a half-built wait. Only for a wait no operation is
+ * running on (done, never started, or idle). */
 static void
 wait_free(struct rpc_wait *w)
 {
+	/* The send first: its callback may still be returning from
+	 * starting the receive. nng_aio_free waits for callbacks. */
+	if (w->send_aio != NULL)
+		nng_aio_free(w->send_aio);
 	if (w->aio != NULL)
-		nng_aio_free(w->aio);   /* waits for recv_done to return */
+		nng_aio_free(w->aio);
 	if (w->has_ctx)
 		nng_ctx_close(w->ctx);
+	if (w->cond_inited)
+		pthread_cond_destroy(&w->wake);
 	free(w);
+}
+
+/* Runs on an nng thread when the send finishes: a connected server has
+ * the request (start the receive), or none took it in time, or the
+ * socket closed. */
+static void
+send_done(void *arg)
+{
+	struct rpc_wait *w = arg;
+	struct moat_rpc_client *c = w->c;
+	int rv = nng_aio_result(w->send_aio);
+
+	if (rv == 0) {
+		/* No lock and no wake: only a caller past its deadline
+		 * looks at this, and it polls. */
+		atomic_store(&w->sent, true);
+		nng_ctx_recv(w->ctx, w->aio);
+		return;
+	}
+	/* A failed send leaves the message with the aio. */
+	nng_msg_free(nng_aio_get_msg(w->send_aio));
+	nng_aio_set_msg(w->send_aio, NULL);
+	pthread_mutex_lock(&c->lock);
+	w->send_rv = rv;
+	w->done = true;
+	if (w->abandoned)
+		c->n_late--;
+	pthread_mutex_unlock(&c->lock);
+	/* After the unlock, so the caller does not wake into a held lock.
+	 * w is still alive: whoever frees or reuses it first waits for this
+	 * callback to return (nng_aio_free, nng_aio_wait). */
+	pthread_cond_signal(&w->wake);
 }
 
 /* Runs on an nng thread when a receive finishes (reply, error, close). */
@@ -90,35 +159,136 @@ recv_done(void *arg)
 	pthread_mutex_lock(&c->lock);
 	w->done = true;
 	if (w->abandoned) {
-		if (nng_aio_result(w->aio) == 0)
+		if (nng_aio_result(w->aio) == 0) {
 			nng_msg_free(nng_aio_get_msg(w->aio));
+			nng_aio_set_msg(w->aio, NULL);
+		}
 		c->n_late--;
 	}
-	pthread_cond_broadcast(&c->replied);
 	pthread_mutex_unlock(&c->lock);
+	/* After the unlock: see send_done. */
+	pthread_cond_signal(&w->wake);
+}
+
+/* Moves the abandoned calls answered since onto *done. Called with
+ * c->lock held. */
+static void
+take_answered(struct moat_rpc_client *c, struct rpc_wait **done)
+{
+	struct rpc_wait **pp, *w;
+
+	for (pp = &c->abandoned; (w = *pp) != NULL;) {
+		if (w->done) {
+			*pp = w->next;
+			w->next = *done;
+			*done = w;
+		} else {
+			pp = &w->next;
+		}
+	}
+}
+
+static void
+free_list(struct rpc_wait *w)
+{
+	struct rpc_wait *next;
+
+	for (; w != NULL; w = next) {
+		next = w->next;
+		wait_free(w);
+	}
 }
 
 /* Frees the abandoned calls that have been answered since. */
 static void
 reap_abandoned(struct moat_rpc_client *c)
 {
-	struct rpc_wait *done = NULL, **pp, *w;
+	struct rpc_wait *done = NULL;
 
 	pthread_mutex_lock(&c->lock);
-	for (pp = &c->abandoned; (w = *pp) != NULL;) {
-		if (w->done) {
-			*pp = w->next;
-			w->next = done;
-			done = w;
-		} else {
-			pp = &w->next;
-		}
+	take_answered(c, &done);
+	pthread_mutex_unlock(&c->lock);
+	free_list(done);
+}
+
+/* wait_new: a wait with its own context on c's socket; NULL with *nrv
+ * set on failure. */
+static struct rpc_wait *
+wait_new(struct moat_rpc_client *c, int *nrv)
+{
+	pthread_condattr_t ca;
+	struct rpc_wait *w;
+
+	if ((w = calloc(1, sizeof(*w))) == NULL) {
+		*nrv = NNG_ENOMEM;
+		return NULL;
+	}
+	w->c = c;
+	/* Deadlines are on the monotonic clock. */
+	if (pthread_condattr_init(&ca) != 0) {
+		free(w);
+		*nrv = NNG_ENOMEM;
+		return NULL;
+	}
+	w->cond_inited = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ==
+	    0 && pthread_cond_init(&w->wake, &ca) == 0;
+	pthread_condattr_destroy(&ca);
+	if (!w->cond_inited) {
+		*nrv = NNG_ENOMEM;
+		goto fail;
+	}
+	if ((*nrv = nng_ctx_open(&w->ctx, c->sock)) != 0)
+		goto fail;
+	w->has_ctx = true;
+	if ((*nrv = nng_aio_alloc(&w->send_aio, send_done, w)) != 0 ||
+	    (*nrv = nng_aio_alloc(&w->aio, recv_done, w)) != 0)
+		goto fail;
+	return w;
+fail:
+	wait_free(w);
+	return NULL;
+}
+
+/* wait_get: an idle wait of c, or a new one; frees the abandoned calls
+ * answered since the last call on the way. NULL with *nrv on failure. */
+static struct rpc_wait *
+wait_get(struct moat_rpc_client *c, int *nrv)
+{
+	struct rpc_wait *done = NULL, *w;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->abandoned != NULL)
+		take_answered(c, &done);
+	if ((w = c->idle) != NULL) {
+		c->idle = w->next;
+		c->n_idle--;
 	}
 	pthread_mutex_unlock(&c->lock);
-	while ((w = done) != NULL) {
-		done = w->next;
-		wait_free(w);
+	free_list(done);
+	if (w == NULL)
+		return wait_new(c, nrv);
+	w->next = NULL;
+	return w;
+}
+
+/* wait_put: keeps w, whose call was answered, for the next call. */
+static void
+wait_put(struct moat_rpc_client *c, struct rpc_wait *w)
+{
+	/* Both callbacks may still be returning after waking the caller;
+	 * reusing an aio before they have is not allowed. */
+	nng_aio_wait(w->send_aio);
+	nng_aio_wait(w->aio);
+	pthread_mutex_lock(&c->lock);
+	if (c->n_idle < RPC_IDLE_WAITS) {
+		w->next = c->idle;
+		c->idle = w;
+		c->n_idle++;
+		w = NULL;
 	}
+	pthread_mutex_unlock(&c->lock);
+	if (w != NULL)
+		wait_free(w);
 }
 
 unsigned
@@ -133,50 +303,81 @@ moat_rpc_client_late_replies(struct moat_rpc_client *c)
 	return n;
 }
 
-uint64_t
-moat_rpc_new_request_id(void)
+/* A forked child must not hand out the ids its parent holds: the server
+ * would take the child's call for a repeat of the parent's. Each
+ * thread's buffer remembers the generation it was filled in. */
+static unsigned fork_generation;        /* only the child's handler writes */
+static pthread_once_t ids_once = PTHREAD_ONCE_INIT;
+
+static void
+ids_after_fork(void)
 {
-	static __thread uint64_t fallback;
+	fork_generation++;
+}
+
+static void
+ids_init(void)
+{
+	/* Without the handler ids would repeat across a fork; a failure
+	 * here (out of memory) leaves every fill at one id. */
+	if (pthread_atfork(NULL, NULL, ids_after_fork) != 0)
+		fork_generation = ~0u;
+}
+
+/* A random non-zero id that does not come from the kernel: ids only
+ * need to differ, so mix clock, pid and a counter. */
+static uint64_t
+fallback_id(void)
+{
+	static __thread uint64_t counter;
+	struct timespec ts;
 	uint64_t id = 0;
 
 	while (id == 0) {
-		ssize_t n = getrandom(&id, sizeof(id), 0);
-
-		if (n == (ssize_t)sizeof(id))
-			continue;
-		if (n < 0 && errno == EINTR)
-			continue;
-		/* No kernel randomness (very old kernel, seccomp): ids
-		 * only need to differ, so mix clock, pid and a counter. */
-		struct timespec ts;
-
 		clock_gettime(CLOCK_REALTIME, &ts);
-		fallback += 0x9e3779b97f4a7c15ull;
+		counter += 0x9e3779b97f4a7c15ull;
 		id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^
-		    ((uint64_t)getpid() << 16) ^ fallback;
+		    ((uint64_t)getpid() << 16) ^ counter;
 		id *= 0xbf58476d1ce4e5b9ull;
 	}
 	return id;
 }
 
-/* The lock and the condition (on the monotonic clock, like deadlines). */
+uint64_t
+moat_rpc_new_request_id(void)
+{
+	static __thread uint64_t ids[RPC_IDS_PER_FILL];
+	static __thread unsigned n_ids;
+	static __thread unsigned generation;
+	ssize_t n;
+
+	pthread_once(&ids_once, ids_init);
+	if (generation != fork_generation || fork_generation == ~0u) {
+		n_ids = 0;
+		generation = fork_generation;
+	}
+	for (;;) {
+		while (n_ids > 0)
+			if (ids[--n_ids] != 0)
+				return ids[n_ids];
+		n = getrandom(ids, fork_generation == ~0u ? sizeof(ids[0]) :
+		    sizeof(ids), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < (ssize_t)sizeof(ids[0]))
+			/* No kernel randomness (very old kernel,
+			 * seccomp). */
+			return fallback_id();
+		n_ids = (unsigned)((size_t)n / sizeof(ids[0]));
+	}
+}
+
+/* The lock; each wait has its own condition. */
 static bool
 client_sync_init(struct moat_rpc_client *c)
 {
-	pthread_condattr_t ca;
-	bool ok;
-
-	if (pthread_condattr_init(&ca) != 0)
-		return false;
-	ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-	    pthread_mutex_init(&c->lock, NULL) == 0;
-	if (ok && pthread_cond_init(&c->replied, &ca) != 0) {
-		pthread_mutex_destroy(&c->lock);
-		ok = false;
-	}
-	pthread_condattr_destroy(&ca);
-	c->sync_inited = ok;
-	return ok;
+	c->sync_inited = pthread_mutex_init(&c->lock, NULL) == 0;
+	return c->sync_inited;
 }
 
 int
@@ -234,11 +435,15 @@ fail_nng:
 static void
 client_destroy(struct moat_rpc_client *c)
 {
+	/* The idle contexts first, while the socket is open: nothing runs
+	 * on them. */
+	free_list(c->idle);
+	c->idle = NULL;
+	c->n_idle = 0;
 	if (c->has_socket)
 		nng_close(c->sock);
-	reap_abandoned(c);          /* all answered or closed by now */
 	if (c->sync_inited) {
-		pthread_cond_destroy(&c->replied);
+		reap_abandoned(c);  /* all answered or closed by now */
 		pthread_mutex_destroy(&c->lock);
 	}
 	free(c->url);
@@ -292,6 +497,18 @@ moat_rpc_client_close(struct moat_rpc_client *c)
 	client_destroy(c);
 }
 
+/* The monotonic clock `ms` from now, for pthread_cond_timedwait. */
+static struct timespec
+monotonic_after(uint64_t ms)
+{
+	uint64_t t = moat_rpc_now_ms() + ms;
+	struct timespec ts;
+
+	ts.tv_sec = (time_t)(t / 1000);
+	ts.tv_nsec = (long)(t % 1000) * 1000000L;
+	return ts;
+}
+
 /* Sends one encoded Envelope and returns the Reply (caller frees with
  * moat__v1__reply__free_unpacked) or a transport status with *errmsg. */
 static int
@@ -300,14 +517,13 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 {
 	struct rpc_wait *w;
 	struct timespec until;
-	nng_aio *send_aio = NULL;
 	nng_msg *msg = NULL;
 	uint64_t start = moat_rpc_now_ms(), deadline = start + timeout_ms;
+	bool late = false;
 	size_t n;
 	int nrv, rv;
 
 	*out = NULL;
-	reap_abandoned(c);
 	n = moat__v1__envelope__get_packed_size(env);
 	if (n > MOAT_RPC_MAX_MSG) {
 		*errmsg = moat_asprintf("%s.%s: the request is %zu bytes, "
@@ -315,51 +531,50 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		    env->method, n, MOAT_RPC_MAX_MSG);
 		return MOAT_INVALID_ARGUMENT;
 	}
-	if ((w = calloc(1, sizeof(*w))) == NULL) {
-		*errmsg = moat_asprintf("%s.%s: out of memory", env->service,
-		    env->method);
-		return MOAT_RESOURCE_EXHAUSTED;
+	if ((w = wait_get(c, &nrv)) == NULL) {
+		rv = moat_status_from_nng(nrv);
+		*errmsg = moat_asprintf("%s.%s to %s failed: %s", env->service,
+		    env->method, c->url, nng_strerror(nrv));
+		return rv;
 	}
-	w->c = c;
-	if ((nrv = nng_ctx_open(&w->ctx, c->sock)) != 0)
-		goto fail_nng;
-	w->has_ctx = true;
-	if ((nrv = nng_aio_alloc(&send_aio, NULL, NULL)) != 0 ||
-	    (nrv = nng_aio_alloc(&w->aio, recv_done, w)) != 0 ||
-	    (nrv = nng_msg_alloc(&msg, n)) != 0)
+	if ((nrv = nng_msg_alloc(&msg, n)) != 0)
 		goto fail_nng;
 	moat__v1__envelope__pack(env, nng_msg_body(msg));
 
+	/* No callback runs before the send starts, so these need no lock
+	 * (nng's own locks order them before send_done). */
+	w->done = false;
+	atomic_store(&w->sent, false);
+	w->send_rv = 0;
+	w->abandoned = false;
 	/* The send finishes when a connected server has the request: if none
-	 * takes it soon, the service is down, not slow. */
-	nng_aio_set_msg(send_aio, msg);
-	nng_aio_set_timeout(send_aio, (nng_duration)(timeout_ms <
-	    RPC_CONNECT_WAIT_MS ? timeout_ms : RPC_CONNECT_WAIT_MS));
-	nng_ctx_send(w->ctx, send_aio);
-	nng_aio_wait(send_aio);
-	if ((nrv = nng_aio_result(send_aio)) != 0) {
-		if (nrv == NNG_ETIMEDOUT || nrv == NNG_ECONNREFUSED ||
-		    nrv == NNG_ECLOSED) {
-			rv = MOAT_UNAVAILABLE;
-			*errmsg = moat_asprintf("no answer from %s: is the "
-			    "service running? (deploy/moat-stack start)",
-			    c->url);
-			goto fail;
-		}
-		goto fail_nng;
-	}
+	 * takes it soon, the service is down, not slow. send_done then starts
+	 * the receive. */
+	nng_aio_set_msg(w->send_aio, msg);
 	msg = NULL;
-	nng_aio_free(send_aio);
-	send_aio = NULL;
+	nng_aio_set_timeout(w->send_aio, (nng_duration)(timeout_ms <
+	    RPC_CONNECT_WAIT_MS ? timeout_ms : RPC_CONNECT_WAIT_MS));
+	nng_ctx_send(w->ctx, w->send_aio);
 
-	nng_ctx_recv(w->ctx, w->aio);
 	until.tv_sec = (time_t)(deadline / 1000);
 	until.tv_nsec = (long)(deadline % 1000) * 1000000L;
 	pthread_mutex_lock(&c->lock);
-	while (!w->done)
-		if (pthread_cond_timedwait(&c->replied, &c->lock, &until) ==
-		    ETIMEDOUT)
+	while (!w->done) {
+		if (!late) {
+			late = pthread_cond_timedwait(&w->wake, &c->lock,
+			    &until) == ETIMEDOUT;
+			continue;
+		}
+		if (atomic_load(&w->sent))
 			break;
+		/* Past the deadline with the request not yet taken: its
+		 * send times out about now (its timeout is at most the
+		 * call's), and that answer (UNAVAILABLE) is the right one:
+		 * no server has seen the call. Polled, so that sending
+		 * costs no lock on every call. */
+		until = monotonic_after(RPC_LATE_SEND_POLL_MS);
+		pthread_cond_timedwait(&w->wake, &c->lock, &until);
+	}
 	if (!w->done) {
 		w->abandoned = true;
 		w->next = c->abandoned;
@@ -372,8 +587,20 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		    env->service, env->method, c->url, timeout_ms);
 		return MOAT_DEADLINE_EXCEEDED;
 	}
+	nrv = w->send_rv;
 	pthread_mutex_unlock(&c->lock);
 
+	if (nrv != 0) {
+		if (nrv == NNG_ETIMEDOUT || nrv == NNG_ECONNREFUSED ||
+		    nrv == NNG_ECLOSED) {
+			rv = MOAT_UNAVAILABLE;
+			*errmsg = moat_asprintf("no answer from %s: is the "
+			    "service running? (deploy/moat-stack start)",
+			    c->url);
+			goto fail;
+		}
+		goto fail_nng;
+	}
 	if ((nrv = nng_aio_result(w->aio)) != 0) {
 		/* With resend off, nng fails a call whose connection closed
 		 * (it does not send it again elsewhere). */
@@ -388,6 +615,7 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		goto fail_nng;
 	}
 	msg = nng_aio_get_msg(w->aio);
+	nng_aio_set_msg(w->aio, NULL);
 	*out = moat__v1__reply__unpack(NULL, nng_msg_len(msg),
 	    nng_msg_body(msg));
 	nng_msg_free(msg);
@@ -399,7 +627,7 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		    env->service, env->method, c->url);
 		goto fail;
 	}
-	wait_free(w);
+	wait_put(c, w);
 	return MOAT_OK;
 
 fail_nng:
@@ -409,8 +637,7 @@ fail_nng:
 fail:
 	if (msg != NULL)
 		nng_msg_free(msg);
-	if (send_aio != NULL)
-		nng_aio_free(send_aio);
+	/* Not reused: after a failure its context's state is nng's guess. */
 	wait_free(w);
 	return rv;
 }

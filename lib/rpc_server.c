@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +76,17 @@ enum dedup_verdict {
 struct worker {
 	struct moat_rpc_server *srv;
 	nng_ctx ctx;
-	nng_aio *aio;
+	nng_aio *aio;               /* the receive */
+	/* The reply's send. The worker does not wait for it: it takes the
+	 * next request meanwhile, and only finishes the send (send_finish)
+	 * before the next reply, by which time it has long completed. */
+	nng_aio *send_aio;
+	bool send_pending;          /* the worker's own */
+	/* Guards starting operations on ctx against moat_rpc_server_stop
+	 * (see moat_rpc_server.stopping). One per worker, so workers never
+	 * wait for each other's sends. */
+	pthread_mutex_t lock;
+	bool lock_inited;
 	pthread_t thread;
 	bool thread_started;
 };
@@ -87,12 +98,12 @@ struct moat_rpc_server {
 	struct dedup_cache dedup;
 	bool dedup_inited;
 	/* nng 1.5 can crash when a context operation starts while its socket
-	 * is closing (the context's release touches a freed mutex). So
-	 * workers start operations only under `lock` while `stopping` is
-	 * false, and stop closes the socket after every worker has left. */
-	pthread_mutex_t lock;       /* guards stopping */
-	bool lock_inited;
-	bool stopping;
+	 * is closing (the context's release touches a freed mutex). So a
+	 * worker starts operations only under its own lock while `stopping`
+	 * is false; stop sets it, then takes each worker's lock once (so no
+	 * operation is still starting), and closes the socket after every
+	 * worker has left. */
+	atomic_bool stopping;
 	bool has_socket;
 	nng_socket sock;
 	struct worker *workers;
@@ -708,9 +719,7 @@ moat_rpc_server_new_detached(struct moat_rpc_server **out,
 	if (pthread_mutex_init(&srv->dedup.lock, NULL) != 0)
 		goto fail_nomem;
 	srv->dedup_inited = true;
-	if (pthread_mutex_init(&srv->lock, NULL) != 0)
-		goto fail_nomem;
-	srv->lock_inited = true;
+	atomic_init(&srv->stopping, false);
 	*out = srv;
 	return MOAT_OK;
 
@@ -728,28 +737,37 @@ fail:
 static bool
 worker_submit(struct worker *w, bool send)
 {
-	struct moat_rpc_server *srv = w->srv;
 	bool ok;
 
-	pthread_mutex_lock(&srv->lock);
-	ok = !srv->stopping;
+	pthread_mutex_lock(&w->lock);
+	ok = !atomic_load(&w->srv->stopping);
 	if (ok && send)
-		nng_ctx_send(w->ctx, w->aio);
+		nng_ctx_send(w->ctx, w->send_aio);
 	else if (ok)
 		nng_ctx_recv(w->ctx, w->aio);
-	pthread_mutex_unlock(&srv->lock);
+	pthread_mutex_unlock(&w->lock);
 	return ok;
 }
 
 static bool
 server_stopping(struct moat_rpc_server *srv)
 {
-	bool stopping;
+	return atomic_load(&srv->stopping);
+}
 
-	pthread_mutex_lock(&srv->lock);
-	stopping = srv->stopping;
-	pthread_mutex_unlock(&srv->lock);
-	return stopping;
+/* send_finish: waits for the worker's last send; a reply that could not
+ * be sent (the client went away, the server stops) is freed here. */
+static void
+send_finish(struct worker *w)
+{
+	if (!w->send_pending)
+		return;
+	nng_aio_wait(w->send_aio);
+	if (nng_aio_result(w->send_aio) != 0) {
+		nng_msg_free(nng_aio_get_msg(w->send_aio));
+		nng_aio_set_msg(w->send_aio, NULL);
+	}
+	w->send_pending = false;
 }
 
 static void *
@@ -773,6 +791,7 @@ worker_main(void *arg)
 			continue;
 		}
 		msg = nng_aio_get_msg(w->aio);
+		nng_aio_set_msg(w->aio, NULL);
 		if (server_stopping(w->srv)) {
 			nng_msg_free(msg);
 			break;
@@ -791,18 +810,19 @@ worker_main(void *arg)
 			nng_msg_free(msg);
 			continue;
 		}
-		nng_aio_set_msg(w->aio, msg);
+		/* rep0 has put the previous reply's header on it when the
+		 * send started, so it does not mix with the request just
+		 * received; the aio itself must be free again. */
+		send_finish(w);
+		nng_aio_set_msg(w->send_aio, msg);
 		if (!worker_submit(w, true)) {
+			nng_aio_set_msg(w->send_aio, NULL);
 			nng_msg_free(msg);
 			break;
 		}
-		nng_aio_wait(w->aio);
-		if ((rv = nng_aio_result(w->aio)) != 0) {
-			nng_msg_free(msg);
-			if (rv == NNG_ECLOSED || server_stopping(w->srv))
-				break;
-		}
+		w->send_pending = true;
 	}
+	send_finish(w);
 	return NULL;
 }
 
@@ -844,11 +864,16 @@ moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
 		struct worker *w = &srv->workers[i];
 
 		w->srv = srv;
+		if (pthread_mutex_init(&w->lock, NULL) != 0)
+			goto fail_nomem;
+		w->lock_inited = true;
+		/* From here stop undoes what this worker has. */
+		srv->n_workers = i + 1;
 		if ((nrv = nng_ctx_open(&w->ctx, srv->sock)) != 0)
 			goto fail_nng;
-		if ((nrv = nng_aio_alloc(&w->aio, NULL, NULL)) != 0)
+		if ((nrv = nng_aio_alloc(&w->aio, NULL, NULL)) != 0 ||
+		    (nrv = nng_aio_alloc(&w->send_aio, NULL, NULL)) != 0)
 			goto fail_nng;
-		srv->n_workers = i + 1;
 		if ((rv = pthread_create(&w->thread, NULL, worker_main, w))
 		    != 0) {
 			*errmsg = moat_asprintf("cannot start worker threads "
@@ -894,30 +919,42 @@ moat_rpc_server_stop(struct moat_rpc_server *srv)
 {
 	if (srv == NULL)
 		return;
-	/* No worker starts an operation once stopping is set; cancelling
-	 * wakes those waiting, and a worker inside a handler finishes it
-	 * and drops its reply. Only then is the socket closed. */
-	if (srv->lock_inited) {
-		pthread_mutex_lock(&srv->lock);
-		srv->stopping = true;
-		pthread_mutex_unlock(&srv->lock);
+	/* No worker starts an operation once stopping is set and its lock
+	 * has been taken once after (an operation that was starting has
+	 * started); cancelling wakes those waiting, and a worker inside a
+	 * handler finishes it and drops its reply. Only then is the socket
+	 * closed. */
+	atomic_store(&srv->stopping, true);
+	for (int i = 0; i < srv->n_workers; i++) {
+		struct worker *w = &srv->workers[i];
+
+		if (w->lock_inited) {
+			pthread_mutex_lock(&w->lock);
+			pthread_mutex_unlock(&w->lock);
+		}
+		if (w->aio != NULL)
+			nng_aio_cancel(w->aio);
+		if (w->send_aio != NULL)
+			nng_aio_cancel(w->send_aio);
 	}
-	for (int i = 0; i < srv->n_workers; i++)
-		if (srv->workers[i].aio != NULL)
-			nng_aio_cancel(srv->workers[i].aio);
 	for (int i = 0; i < srv->n_workers; i++)
 		if (srv->workers[i].thread_started)
 			pthread_join(srv->workers[i].thread, NULL);
 	if (srv->has_socket)
 		nng_close(srv->sock);
-	for (int i = 0; i < srv->n_workers; i++)
-		if (srv->workers[i].aio != NULL)
-			nng_aio_free(srv->workers[i].aio);
+	for (int i = 0; i < srv->n_workers; i++) {
+		struct worker *w = &srv->workers[i];
+
+		if (w->aio != NULL)
+			nng_aio_free(w->aio);
+		if (w->send_aio != NULL)
+			nng_aio_free(w->send_aio);
+		if (w->lock_inited)
+			pthread_mutex_destroy(&w->lock);
+	}
 	free(srv->workers);
 	if (srv->dedup_inited)
 		dedup_fini(&srv->dedup);
-	if (srv->lock_inited)
-		pthread_mutex_destroy(&srv->lock);
 	free(srv->rows);
 	free(srv->url);
 	free(srv);

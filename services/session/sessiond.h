@@ -10,6 +10,7 @@
 #define MOAT_SESSIOND_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -164,10 +165,12 @@ struct sessiond_op {
 	uint64_t result_count;           /* DELETE: steps removed */
 	uint8_t *record;
 	size_t record_len;
-	/* The writer's: set under the writer's lock, `wake` signalled, so
-	 * a commit wakes exactly the handlers whose ops it carried. */
-	bool done;
-	pthread_cond_t wake;
+	/* Posted when the op is finished (by the writer for the first op
+	 * of a batch, which posts the others, linked by wake_next), so a
+	 * commit wakes exactly the handlers whose ops it carried, and none
+	 * of them then waits for a lock the writer holds. */
+	sem_t done;
+	struct sessiond_op *wake_next;
 };
 
 /* sessiond_writer_start: starts the writer thread over `st` (borrowed,

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,9 +35,12 @@ struct sessiond_writer {
 	struct moat_store *store;       /* borrowed */
 	pthread_t thread;
 	bool thread_started;
-	/* `lock` guards the ring, `stopping` and every queued op's `done`. */
+	/* `lock` guards the ring, `stopping` and `idle`. */
 	pthread_mutex_t lock;
 	pthread_cond_t not_empty;       /* writer waits for work */
+	/* The writer waits on not_empty and nobody has woken it yet: only
+	 * then does a submit signal, not once per op. */
+	bool idle;
 	pthread_cond_t not_full;        /* handlers wait for room */
 	size_t room_waiters;            /* handlers waiting on not_full */
 	struct sessiond_op *ring[QUEUE_CAP];
@@ -431,8 +435,11 @@ writer_main(void *arg)
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
-		while (w->count == 0 && !w->stopping)
+		while (w->count == 0 && !w->stopping) {
+			w->idle = true;
 			pthread_cond_wait(&w->not_empty, &w->lock);
+		}
+		w->idle = false;
 		if (w->count == 0)
 			break;
 		/* Take what is queued: at least one op, then as many as fit
@@ -453,11 +460,16 @@ writer_main(void *arg)
 
 		run_batch(w->store, batch, n);
 
+		/* The writer wakes only the first handler, which wakes the
+		 * others (sessiond_writer_submit): each wake lets the woken
+		 * thread preempt the waker, and the writer, the one thread
+		 * every write waits for, should be on its next commit, not
+		 * waking handlers. Outside the queue's lock, so a woken
+		 * handler has no lock to wait for. */
+		for (size_t i = 0; i < n; i++)
+			batch[i]->wake_next = i + 1 < n ? batch[i + 1] : NULL;
+		sem_post(&batch[0]->done);
 		pthread_mutex_lock(&w->lock);
-		for (size_t i = 0; i < n; i++) {
-			batch[i]->done = true;
-			pthread_cond_signal(&batch[i]->wake);
-		}
 		w->batches++;
 		w->ops += n;
 	}
@@ -505,6 +517,7 @@ sessiond_writer_stop(struct sessiond_writer *w)
 	if (w->thread_started) {
 		pthread_mutex_lock(&w->lock);
 		w->stopping = true;
+		w->idle = false;
 		pthread_cond_signal(&w->not_empty);
 		pthread_mutex_unlock(&w->lock);
 		pthread_join(w->thread, NULL);
@@ -525,11 +538,15 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 	struct timespec ts;
 	int rc = 0;
 
-	op->done = false;
 	op->status = MOAT_OK;
 	op->errmsg = NULL;
 	op->record = NULL;
-	pthread_cond_init(&op->wake, NULL);
+	op->wake_next = NULL;
+	if (sem_init(&op->done, 0, 0) != 0) {
+		op->errmsg = moat_asprintf("cannot wait for the writer: %s",
+		    strerror(errno));
+		return op->status = MOAT_INTERNAL;
+	}
 	ts.tv_sec = (time_t)(deadline_ms / 1000);
 	ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
 	pthread_mutex_lock(&w->lock);
@@ -539,7 +556,7 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 	w->room_waiters--;
 	if (w->count == QUEUE_CAP || w->stopping) {
 		pthread_mutex_unlock(&w->lock);
-		pthread_cond_destroy(&op->wake);
+		sem_destroy(&op->done);
 		op->errmsg = moat_asprintf("sessiond's write queue (%d "
 		    "writes) stayed full until the call's deadline: the disk "
 		    "is slower than the writes; retry later", QUEUE_CAP);
@@ -547,12 +564,26 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 	}
 	w->ring[(w->head + w->count) % QUEUE_CAP] = op;
 	w->count++;
-	pthread_cond_signal(&w->not_empty);
-	/* Once queued the op must finish before it leaves this stack: the
-	 * writer never takes long to answer each one. */
-	while (!op->done)
-		pthread_cond_wait(&op->wake, &w->lock);
+	if (w->idle) {
+		w->idle = false;
+		pthread_cond_signal(&w->not_empty);
+	}
 	pthread_mutex_unlock(&w->lock);
-	pthread_cond_destroy(&op->wake);
+	/* Once queued the op must finish before it leaves this stack: the
+	 * writer never takes long to answer each one. The post orders the
+	 * writer's results (of the whole batch) before what follows. */
+	while (sem_wait(&op->done) != 0)
+		;                       /* EINTR (the only error): a signal */
+	/* The first op of a batch wakes the rest. An op is its handler's
+	 * again once posted, so its successor is read before; sem_post
+	 * touches nothing of it after (glibc allows destroying a semaphore
+	 * as soon as sem_wait returns). */
+	for (struct sessiond_op *next = op->wake_next, *o; next != NULL;) {
+		o = next;
+		next = o->wake_next;
+		o->wake_next = NULL;
+		sem_post(&o->done);
+	}
+	sem_destroy(&op->done);
 	return op->status;
 }

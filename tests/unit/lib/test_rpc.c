@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -708,6 +709,62 @@ test_unavailable(void **state)
 	moat_rpc_client_close(c);
 }
 
+/* A timeout shorter than the wait for a connected server: the call must
+ * still say the service is down (the request never left), not that a
+ * reply is late, and leave nothing that could still be answered. */
+static void
+test_unavailable_short_timeout(void **state)
+{
+	struct fixture *f = *state;
+	char url[160];
+	struct moat_rpc_client *c;
+	struct exec_arg a = { .method = "ExecWait", .timeout_ms = 300 };
+
+	snprintf(url, sizeof(url), "ipc://%s/nobody.sock", f->dir);
+	c = open_client(url);
+	a.c = c;
+	exec_thread(&a);
+	assert_int_equal(a.rv, MOAT_UNAVAILABLE);
+	assert_non_null(strstr(a.err, "no answer from"));
+	free(a.err);
+	assert_int_equal(moat_rpc_client_late_replies(c), 0);
+	moat_rpc_client_close(c);
+}
+
+/* Contexts are reused from call to call: calls that failed in every way
+ * the transport and the server can fail them must leave the client
+ * working, and the replies must never be a previous call's. */
+static void
+test_calls_after_failures(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_rpc_client *c = open_client(f->url);
+	struct exec_arg late = { .c = c, .method = "ExecWait",
+		.timeout_ms = 200 };
+	Moat__V1__Sandbox *sb = NULL;
+	char *err = NULL, image[32];
+	int polls = 0;
+
+	exec_thread(&late);
+	assert_int_equal(late.rv, MOAT_DEADLINE_EXCEEDED);
+	free(late.err);
+	for (int i = 0; i < 20; i++) {
+		snprintf(image, sizeof(image), "img-%d", i);
+		assert_int_equal(create(c, image, 0, &sb, &err), MOAT_OK);
+		assert_string_equal(sb->image, image);
+		protobuf_c_message_free_unpacked(&sb->base, NULL);
+	}
+	release_all(f);
+	while (moat_rpc_client_late_replies(c) != 0 &&
+	    polls++ < GIVE_UP_S * 100)
+		usleep(10000);
+	assert_int_equal(moat_rpc_client_late_replies(c), 0);
+	assert_int_equal(create(c, "after", 0, &sb, &err), MOAT_OK);
+	assert_string_equal(sb->image, "after");
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	moat_rpc_client_close(c);
+}
+
 static void
 test_server_started_after_client(void **state)
 {
@@ -1042,6 +1099,35 @@ test_request_ids(void **state)
 	assert_true(a != b);
 }
 
+/* Ids are drawn from the kernel in batches per thread: a forked child
+ * must not hand out the ones its parent holds, or the server would take
+ * the child's call for a repeat of the parent's. */
+static void
+test_request_ids_after_fork(void **state)
+{
+	uint64_t parent_next, child_first = 0;
+	int fds[2], status;
+	pid_t pid;
+
+	(void)moat_rpc_new_request_id();        /* fills this thread's batch */
+	assert_int_equal(pipe(fds), 0);
+	if ((pid = fork()) == 0) {
+		uint64_t id = moat_rpc_new_request_id();
+
+		_exit(write(fds[1], &id, sizeof(id)) == sizeof(id) ? 0 : 1);
+	}
+	assert_true(pid > 0);
+	parent_next = moat_rpc_new_request_id();
+	assert_int_equal(read(fds[0], &child_first, sizeof(child_first)),
+	    sizeof(child_first));
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(fds[0]);
+	close(fds[1]);
+	assert_true(child_first != 0);
+	assert_true(child_first != parent_next);
+}
+
 int
 main(void)
 {
@@ -1058,6 +1144,8 @@ main(void)
 		T(test_deadline_exceeded),
 		T(test_close_with_late_reply_pending),
 		T(test_unavailable),
+		T(test_unavailable_short_timeout),
+		T(test_calls_after_failures),
 		T(test_server_started_after_client),
 		T(test_needs_auth),
 		T(test_raw_call_and_raw_reply),
@@ -1068,6 +1156,7 @@ main(void)
 		T(test_no_resend_after_connection_loss),
 		cmocka_unit_test(test_table_must_cover_descriptor),
 		cmocka_unit_test(test_request_ids),
+		cmocka_unit_test(test_request_ids_after_fork),
 #undef T
 	};
 
