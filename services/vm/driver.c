@@ -38,6 +38,20 @@ driver_fc_config(const struct moat_config *c, const struct vmd_config *cfg,
 	    errmsg)) != 0)
 		return rv;
 	fcc->track_dirty_pages = b;
+	if ((rv = moat_config_get_bool(c, FC, "test-no-kvm-check", false, &b,
+	    errmsg)) != 0)
+		return rv;
+	if (b && !cfg->test_hooks) {
+		*errmsg = strdup("[firecracker] test-no-kvm-check is for "
+		    "moat's own tests (a test double stands in for "
+		    "Firecracker): remove it, or set [vmd] test-hooks=true on "
+		    "a test node");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (b)
+		moat_warn(0, "[firecracker] test-no-kvm-check: KVM is not "
+		    "checked; only a test double can run here");
+	fcc->test_no_kvm_check = b;
 	if ((rv = moat_config_get_u64(c, FC, "vsock-port", fcc->vsock_port,
 	    &v, errmsg)) != 0)
 		return rv;

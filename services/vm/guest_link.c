@@ -312,6 +312,11 @@ link_write(struct guest_link *gl, const uint8_t *buf, size_t len,
 		ssize_t n;
 		int ms;
 
+		if (gl->fd < 0) {
+			*errmsg = strdup("the guest link was replaced");
+			rv = MOAT_UNAVAILABLE;
+			break;
+		}
 		if (now >= deadline_ms) {
 			*errmsg = moat_asprintf("the guest did not take a "
 			    "%zu-byte request before the deadline", len);
@@ -347,14 +352,15 @@ link_write(struct guest_link *gl, const uint8_t *buf, size_t len,
 		}
 		done += (size_t)n;
 	}
-	pthread_mutex_unlock(&gl->write_mu);
 	if (rv != MOAT_OK && done > 0 && done < len) {
 		/* Half a frame is on the wire: nothing after it can be
-		 * understood. */
+		 * understood. Under write_mu: guest_link_close_fd may not
+		 * close the descriptor meanwhile. */
 		link_mark_closed(gl, "the guest stopped reading its link "
 		    "in the middle of a request");
 		shutdown(gl->fd, SHUT_RDWR);
 	}
+	pthread_mutex_unlock(&gl->write_mu);
 	return rv;
 }
 
@@ -460,6 +466,34 @@ guest_link_shutdown(struct guest_link *gl, const char *why)
 	shutdown(gl->fd, SHUT_RDWR);
 	if (join)
 		pthread_join(gl->reader, NULL);
+}
+
+void
+guest_link_continue_ids(struct guest_link *gl, struct guest_link *from)
+{
+	uint64_t last;
+
+	if (gl == NULL || from == NULL)
+		return;
+	pthread_mutex_lock(&from->mu);
+	last = from->last_id;
+	pthread_mutex_unlock(&from->mu);
+	pthread_mutex_lock(&gl->mu);
+	if (gl->last_id < last)
+		gl->last_id = last;
+	pthread_mutex_unlock(&gl->mu);
+}
+
+void
+guest_link_close_fd(struct guest_link *gl)
+{
+	if (gl == NULL)
+		return;
+	pthread_mutex_lock(&gl->write_mu);
+	if (gl->fd >= 0)
+		close(gl->fd);
+	gl->fd = -1;
+	pthread_mutex_unlock(&gl->write_mu);
 }
 
 void

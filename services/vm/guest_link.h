@@ -62,6 +62,19 @@ int guest_link_call(struct guest_link *gl, Moat__V1__GuestRequest *req,
  * be called from a hook. */
 void guest_link_shutdown(struct guest_link *gl, const char *why);
 
+/* guest_link_continue_ids: makes `gl`'s next request id follow the last
+ * one `from` handed out, so ids stay unique across a link and its
+ * replacement (vmd uses them as exec ids). Call before anyone else uses
+ * `gl`. */
+void guest_link_continue_ids(struct guest_link *gl,
+    struct guest_link *from);
+
+/* guest_link_close_fd: after guest_link_shutdown: closes the stream's
+ * file descriptor now (waiting for a writer still inside), so a link
+ * that is replaced but must stay allocated for callers that may still
+ * hold it keeps no descriptor open; they get UNAVAILABLE. Idempotent. */
+void guest_link_close_fd(struct guest_link *gl);
+
 /* guest_link_free: after guest_link_shutdown and once no caller can be
  * inside guest_link_call. Safe on NULL. */
 void guest_link_free(struct guest_link *gl);

@@ -186,6 +186,9 @@ static void
 sandbox_free(struct sandbox *sb)
 {
 	guest_link_free(sb->link);
+	for (size_t i = 0; i < sb->n_retired_links; i++)
+		guest_link_free(sb->retired_links[i]);
+	free(sb->retired_links);
 	vmd_exec_free_all(sb);
 	sb->vmd->vmm->release(&sb->vmm);
 	for (size_t i = 0; i < sb->n_labels; i++) {
@@ -365,6 +368,7 @@ sandbox_supervisor_main(void *arg)
 	siginfo_t si;
 	int status = 0;
 	char *console = NULL;
+	char *vmm_said = NULL;
 	char *how = NULL;
 	char *reason = NULL;
 	bool changed = false;
@@ -374,6 +378,12 @@ sandbox_supervisor_main(void *arg)
 		;
 	console = vmd_console_tail(sb->vmm.console_log,
 	    SANDBOX_CONSOLE_LINES);
+	/* Why a VMM died is in its own log more than on the console
+	 * (Firecracker's logger file, QEMU's stderr). */
+	if (sb->vmm.vmm_log != NULL && (sb->vmm.console_log == NULL ||
+	    strcmp(sb->vmm.vmm_log, sb->vmm.console_log) != 0))
+		vmm_said = vmd_console_tail(sb->vmm.vmm_log,
+		    SANDBOX_CONSOLE_LINES);
 	pthread_mutex_lock(&sb->mu);
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
@@ -383,10 +393,14 @@ sandbox_supervisor_main(void *arg)
 	if (sb->state == MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING &&
 	    !sb->destroying) {
 		reason = moat_asprintf("the VM exited unexpectedly (%s%s%s); "
-		    "last console lines:\n%s", how ? how : "?",
+		    "last console lines:\n%s%s%s%s%s", how ? how : "?",
 		    sb->link_error ? "; " : "",
 		    sb->link_error ? sb->link_error : "",
-		    console ? console : "");
+		    console ? console : "",
+		    vmm_said && vmm_said[0] ? "\nlast lines of the VMM's log "
+		    "(" : "", vmm_said && vmm_said[0] ? sb->vmm.vmm_log : "",
+		    vmm_said && vmm_said[0] ? "):\n" : "",
+		    vmm_said ? vmm_said : "");
 		changed = sandbox_fail_locked(sb, reason ? reason :
 		    "the VM exited unexpectedly");
 	}
@@ -399,6 +413,7 @@ sandbox_supervisor_main(void *arg)
 	free(how);
 	free(reason);
 	free(console);
+	free(vmm_said);
 	return NULL;
 }
 
@@ -411,6 +426,7 @@ hook_ready(void *arg, const Moat__V1__AgentReady *ready)
 
 	pthread_mutex_lock(&sb->mu);
 	sb->agent_ready = true;
+	sb->ready_count++;
 	pthread_cond_broadcast(&sb->cv);
 	pthread_mutex_unlock(&sb->mu);
 	moat_debug(0, "sandbox %s: agent %s ready (guest uptime %" PRIu64
@@ -433,6 +449,14 @@ hook_closed(void *arg, bool violation, const char *reason)
 	bool changed = false;
 
 	pthread_mutex_lock(&sb->mu);
+	if (sb->relinking && !violation) {
+		/* The snapshot reset the stream; vmd_sandbox_relink replaces
+		 * it (and retries if the new one is the one that closed). */
+		sb->relink_lost = true;
+		pthread_cond_broadcast(&sb->cv);
+		pthread_mutex_unlock(&sb->mu);
+		return;
+	}
 	sb->link_closed = true;
 	if (sb->link_error == NULL)
 		sb->link_error = strdup(reason);
@@ -467,6 +491,124 @@ static const struct guest_link_hooks sandbox_link_hooks = {
 	.event = hook_event,
 	.closed = hook_closed,
 };
+
+/* ---- a new guest link after a snapshot ---- */
+
+void
+vmd_sandbox_relink_begin(struct sandbox *sb)
+{
+	pthread_mutex_lock(&sb->mu);
+	sb->relinking = true;
+	sb->relink_lost = false;
+	pthread_mutex_unlock(&sb->mu);
+}
+
+int
+vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
+{
+	const struct moat_vmm_ops *ops = sb->vmd->vmm;
+	struct guest_link *old;
+	struct guest_link *link = NULL;
+	struct guest_link **grown;
+	char *err = NULL;
+	int rv;
+
+	*why = NULL;
+	pthread_mutex_lock(&sb->mu);
+	old = sb->link;
+	/* Room for the old link first: the swap below cannot fail. */
+	grown = realloc(sb->retired_links, (sb->n_retired_links + 1) *
+	    sizeof(*grown));
+	if (grown != NULL)
+		sb->retired_links = grown;
+	pthread_mutex_unlock(&sb->mu);
+	if (grown == NULL) {
+		*why = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto out;
+	}
+	/* Whatever the guest still says on the old stream is from before
+	 * the reset; calls still on it fail UNAVAILABLE. */
+	guest_link_shutdown(old, "the snapshot reset the guest link");
+	guest_link_close_fd(old);
+	for (;;) {
+		uint32_t seen;
+		bool stop;
+		int fd = -1;
+
+		pthread_mutex_lock(&sb->mu);
+		stop = sb->vmm_exited || sb->destroying;
+		pthread_mutex_unlock(&sb->mu);
+		if (stop) {
+			*why = strdup("the VM stopped while vmd replaced its "
+			    "guest link after a snapshot");
+			rv = MOAT_UNAVAILABLE;
+			break;
+		}
+		if (moat_rpc_now_ms() >= deadline_ms) {
+			*why = moat_asprintf("the guest agent took no new link "
+			    "after the snapshot reset the old one (%s)",
+			    err ? err : "no AgentReady");
+			rv = MOAT_DEADLINE_EXCEEDED;
+			break;
+		}
+		free(err);
+		err = NULL;
+		rv = ops->connect_agent(&sb->vmm, &fd, &err);
+		if (rv == MOAT_UNAVAILABLE) {
+			vmd_sleep_ms(10);
+			continue;
+		}
+		if (rv != MOAT_OK) {
+			*why = err;
+			err = NULL;
+			break;
+		}
+		pthread_mutex_lock(&sb->mu);
+		seen = sb->ready_count;
+		sb->relink_lost = false;
+		pthread_mutex_unlock(&sb->mu);
+		if ((rv = guest_link_open(&link, fd, 0, &sandbox_link_hooks, sb,
+		    &err)) != MOAT_OK) {
+			*why = err;
+			err = NULL;
+			break;
+		}
+		/* Exec ids are request ids: never one an exec had before. */
+		guest_link_continue_ids(link, old);
+		pthread_mutex_lock(&sb->mu);
+		while (sb->ready_count == seen && !sb->relink_lost &&
+		    !sb->vmm_exited && !sb->destroying &&
+		    vmd_cond_wait_until(&sb->cv, &sb->mu, deadline_ms) == 0)
+			;
+		if (sb->ready_count != seen && !sb->relink_lost) {
+			sb->retired_links[sb->n_retired_links++] = old;
+			sb->link = link;
+			sb->link_closed = false;
+			free(sb->link_error);
+			sb->link_error = NULL;
+			sb->relinking = false;
+			pthread_mutex_unlock(&sb->mu);
+			moat_debug(0, "sandbox %s: new guest link after the "
+			    "snapshot", sb->id.str);
+			return MOAT_OK;
+		}
+		pthread_mutex_unlock(&sb->mu);
+		/* Reset too (the guest saw the reset late), or silent: no
+		 * RPC has seen this link, so it can go at once. */
+		guest_link_shutdown(link, NULL);
+		guest_link_free(link);
+		link = NULL;
+		free(err);
+		err = strdup("the new link closed before AgentReady");
+	}
+out:
+	free(err);
+	pthread_mutex_lock(&sb->mu);
+	sb->relinking = false;
+	pthread_mutex_unlock(&sb->mu);
+	return rv;
+}
 
 /* ---- stopping a VMM ---- */
 
@@ -908,8 +1050,9 @@ sandbox_validate(struct vmd *vmd, struct moat_rpc_call *call,
 	}
 	if (!image_present(vmd, image))
 		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "image "
-		    "\"%s\" is not built: run images/build.sh (looked in "
-		    "%s/%s)", image, cfg->image_dir, image);
+		    "\"%s\" is not built: run images/build.sh --name %s "
+		    "--out %s as root (looked in %s/%s)", image, image,
+		    cfg->image_dir, cfg->image_dir, image);
 	return MOAT_OK;
 }
 

@@ -295,8 +295,28 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		goto out;
 	}
 	/* The guest link is not held: guest calls wait out the pause. */
-	if ((rv = vmd->vmm->snapshot(&sb->vmm, scratch, tmp,
-	    VMD_SNAPSHOT_TIMEOUT_MS, &st, &err)) != MOAT_OK) {
+	if (vmd->vmm->snapshot_resets_agent_link)
+		vmd_sandbox_relink_begin(sb);
+	rv = vmd->vmm->snapshot(&sb->vmm, scratch, tmp,
+	    VMD_SNAPSHOT_TIMEOUT_MS, &st, &err);
+	if (vmd->vmm->snapshot_resets_agent_link) {
+		/* Whether or not the snapshot worked, the VMM may have reset
+		 * the agent's stream (Firecracker does so on every snapshot
+		 * create): connect a new one, or the sandbox cannot go on. */
+		char *why = NULL;
+
+		if (vmd_sandbox_relink(sb, moat_rpc_now_ms() +
+		    VMD_RELINK_TIMEOUT_MS, &why) != MOAT_OK) {
+			char *reason = moat_asprintf("its guest link was lost "
+			    "after a snapshot: %s", why ? why : "?");
+
+			vmd_sandbox_fail(sb, reason ? reason : "its guest "
+			    "link was lost after a snapshot");
+			free(reason);
+		}
+		free(why);
+	}
+	if (rv != MOAT_OK) {
 		if (snap_no_space(rv, err, tmp))
 			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 			    "no space left for snapshot %s of sandbox %s in "

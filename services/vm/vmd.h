@@ -180,8 +180,16 @@ struct sandbox {
 	pthread_t supervisor;
 	struct guest_link *link;   /* NULL before connect */
 	bool agent_ready;
+	uint32_t ready_count;      /* AgentReady messages seen, all links */
 	bool link_closed;
 	char *link_error;          /* why the link closed, heap */
+	bool relinking;            /* vmd_sandbox_relink: a link closing
+	                              now is expected, not a failure */
+	bool relink_lost;          /* one closed while relinking */
+	struct guest_link **retired_links; /* replaced by a relink: shut,
+	                              fd closed, freed with the sandbox
+	                              (an RPC may still hold one) */
+	size_t n_retired_links;
 	struct exec *execs;
 	uint32_t execs_running;
 	uint32_t execs_finished;
@@ -239,6 +247,18 @@ int vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 /* vmd_sandbox_fail: turns a RUNNING or CREATING sandbox FAILED with
  * `reason` (copied) and kills its VMM. Thread-safe; first reason wins. */
 void vmd_sandbox_fail(struct sandbox *sb, const char *reason);
+
+/* vmd_sandbox_relink_begin, vmd_sandbox_relink: around a snapshot whose
+ * driver resets the agent's stream (vmm.h snapshot_resets_agent_link):
+ * begin makes a close of the link expected; relink (after the snapshot,
+ * the VMM running) shuts the old link, connects a new one and waits for
+ * its AgentReady until `deadline_ms`, retrying while the new stream is
+ * also closed. Returns 0, or a status with *why (heap) after which the
+ * caller fails the sandbox. Either way the relink window ends. The caller
+ * holds the sandbox as snapshotting, so no other relink runs. */
+void vmd_sandbox_relink_begin(struct sandbox *sb);
+int vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms,
+    char **why) __attribute__((warn_unused_result));
 
 /* vmd_reap_orphans: at start, before serving: removes what an earlier
  * vmd left in <state>/vms. */
@@ -421,6 +441,9 @@ void vmd_service(struct vmd *vmd, struct moat_rpc_service *svc);
 /* ---- snapshot.c: local snapshots under <state>/snapshots ---- */
 
 #define VMD_SNAPSHOT_TIMEOUT_MS 60000u
+/* A new guest link after a snapshot that reset the old one (Firecracker):
+ * the guest runs already, so its agent answers within ms. */
+#define VMD_RELINK_TIMEOUT_MS 10000u
 
 /* vmd_snapshot_take: snapshots running sandbox req->sandbox_id (the
  * sandbox keeps running) and fills `reply` (heap fields, the RPC server

@@ -147,6 +147,13 @@ struct moat_vmm_ops {
 	int (*resume)(const struct moat_vmm *vm, const char *snap_dir,
 	    uint32_t timeout_ms, char **errmsg)
 	    __attribute__((warn_unused_result));
+
+	/* snapshot_resets_agent_link: a snapshot closes the agent's stream
+	 * once the guest runs again (Firecracker resets its vsock device
+	 * when it snapshots; the guest's listener survives), so after each
+	 * snapshot vmd connects a new one; the agent greets it with a new
+	 * AgentReady. */
+	bool snapshot_resets_agent_link;
 };
 
 extern const struct moat_vmm_ops moat_vmm_qemu;

@@ -16,15 +16,41 @@ Every request is appended as one JSON line to FC_DOUBLE_LOG (default
 double.jsonl in the working folder) for the tests to read.
 FC_DOUBLE_MODE: "" normal; "exit-early" prints and exits 152 before the
 socket exists; "no-socket" never listens; "fault=PATH" answers PUT PATH
-with a 400; "exit-on=PATH" exits 1 when PATH is called.
+with a 400; "exit-on=PATH" exits 1 when PATH is called. SIGUSR2 makes a
+serving double log a fatal error and exit 1 (a VMM failing by itself).
+
+Agent mode (FC_DOUBLE_AGENT=path of moat-agent, for moat-vmd's contract
+test): the guest side of the vsock is a proxy to a real moat-agent in its
+host mode (`--listen unix:agent.sock --root guest-root`, both in the
+working folder), started when the VM first runs (InstanceStart, a load
+with resume_vm, or PATCH /vm Resumed), stopped with SIGSTOP while the VM
+is paused and SIGCONT on resume, and killed with the double. As in
+Firecracker, a host CONNECT is answered "OK <n>" only once the guest runs
+and listens, so a CONNECT to a paused VM waits; the connection then
+carries the agent's stream. PUT /snapshot/create writes the state file
+(JSON: the configuration) and the memory file (a tar of guest-root, the
+only "guest memory" the double has); PUT /snapshot/load in a fresh process
+checks both exist and are what create wrote, unpacks guest-root from the
+memory file and starts a new agent on it. That is NOT a VM restore: no
+memory, no processes, no open files survive, only guest-root's files, and
+the agent is a new process that says AgentReady again (as a real guest's
+agent does when it accepts the host's new vsock connection).
+The arguments are parsed as Firecracker's parser does: --api-sock, --id
+and the ones the jailer adds (--start-time-us, --start-time-cpu-us,
+--parent-cpu-time-us); an unknown or repeated one exits 153.
 Not for: anything but tests; it runs no VM.
 """
+import ctypes
 import json
 import os
 import re
+import shutil
+import signal
 import socket
 import socketserver
+import subprocess
 import sys
+import tarfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
@@ -32,6 +58,9 @@ from http.server import BaseHTTPRequestHandler
 import yaml
 
 VERSION = "1.17.0-dev"
+# Firecracker's own options that take a value, the jailer's included.
+VALUE_ARGS = ("--api-sock", "--id", "--start-time-us", "--start-time-cpu-us",
+              "--parent-cpu-time-us")
 ID_RE = re.compile(r"^[A-Za-z0-9_]+$")
 
 PRE_BOOT_ONLY = {
@@ -130,6 +159,159 @@ class Spec:
                             (where, value, schema["enum"]))
 
 
+GUEST_ROOT = "guest-root"
+AGENT_SOCK = "agent.sock"
+SNAP_MAGIC = "moat fc_double snapshot v1"
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """preexec_fn: the agent gets SIGKILL when the thread that started it
+    (a keeper thread that lives as long as the agent) or the double
+    dies, so a killed double leaves no agent behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Guest:
+    """Agent mode's stand-in for the guest: a moat-agent in host mode on
+    AGENT_SOCK serving GUEST_ROOT, both in the working folder. `running`
+    is whether the VM runs (the agent is SIGSTOPped while it is paused);
+    `conns` are the proxied host connections. Guarded by cv."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.agent = os.environ["FC_DOUBLE_AGENT"]
+        self.root = os.path.abspath(GUEST_ROOT)
+        self.sock = os.path.abspath(AGENT_SOCK)
+        self.proc = None
+        self.running = False
+        self.reset_pending = False
+        self.conns = set()
+
+    def fresh(self):
+        for d in ("root", "tmp"):
+            os.makedirs(os.path.join(self.root, d), exist_ok=True)
+
+    def unpack(self, mem_file):
+        """guest-root as a snapshot's memory file holds it."""
+        if os.path.exists(self.root):
+            shutil.rmtree(self.root)
+        os.makedirs(self.root)
+        with tarfile.open(mem_file) as t:
+            for m in t.getmembers():
+                if m.name.startswith("/") or ".." in m.name.split("/"):
+                    raise Violation("Load snapshot error: memory file "
+                                    "holds %s" % m.name)
+            if hasattr(tarfile, "data_filter"):
+                t.extractall(self.root, filter="data")
+            else:
+                t.extractall(self.root)
+
+    def pack(self, mem_file):
+        with tarfile.open(mem_file, "w") as t:
+            t.add(self.root, arcname=".")
+
+    def _start_locked(self):
+        started = threading.Event()
+
+        def keeper():
+            if os.path.exists(self.sock):
+                os.unlink(self.sock)
+            self.proc = subprocess.Popen(
+                [self.agent, "--listen", "unix:" + self.sock, "--root",
+                 self.root], stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent)
+            started.set()
+            self.proc.wait()
+
+        threading.Thread(target=keeper, daemon=True).start()
+        started.wait()
+
+    def run(self):
+        """The VM runs: boot, a load with resume_vm, or a resume."""
+        with self.cv:
+            if self.proc is None:
+                self._start_locked()
+            elif not self.running:
+                self.proc.send_signal(signal.SIGCONT)
+            self.running = True
+            if self.reset_pending:
+                # Firecracker resets the vsock device when it snapshots:
+                # the connections open then are closed once the guest
+                # runs again; its listeners survive.
+                self.reset_pending = False
+                for c in list(self.conns):
+                    try:
+                        c.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+            self.cv.notify_all()
+
+    def pause(self):
+        with self.cv:
+            if self.proc is not None and self.running:
+                self.proc.send_signal(signal.SIGSTOP)
+            self.running = False
+
+    def snapshotted(self):
+        with self.cv:
+            if os.environ.get("FC_DOUBLE_SNAPSHOT_RESETS_VSOCK", "1") != "0":
+                self.reset_pending = True
+
+    def connect(self, conn):
+        """A host CONNECT to the agent's port: waits until the VM runs
+        (Firecracker says OK only when the guest answers), then proxies
+        conn to the agent. Closes conn when the agent cannot be reached,
+        as Firecracker does when nothing in the guest listens."""
+        with self.cv:
+            while not self.running:
+                self.cv.wait()
+        agent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        until = time.monotonic() + 10
+        while True:
+            try:
+                agent.connect(self.sock)
+                break
+            except OSError:
+                if time.monotonic() > until:
+                    agent.close()
+                    conn.close()
+                    return
+                time.sleep(0.02)
+        with self.cv:
+            self.conns.add(conn)
+        try:
+            conn.sendall(b"OK 1073741824\n")
+        except OSError:
+            pass
+        t = threading.Thread(target=pipe, args=(agent, conn), daemon=True)
+        t.start()
+        pipe(conn, agent)
+        t.join()
+        with self.cv:
+            self.conns.discard(conn)
+        conn.close()
+        agent.close()
+
+
+def pipe(src, dst):
+    """Copies src to dst until either ends, then ends both directions."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    for s in (src, dst):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class Vmm:
     """The state a Firecracker keeps; guarded by lock."""
 
@@ -145,6 +327,7 @@ class Vmm:
         self.vsock_started = False
         self.mode = os.environ.get("FC_DOUBLE_MODE", "")
         self.log_path = os.environ.get("FC_DOUBLE_LOG", "double.jsonl")
+        self.guest = Guest() if os.environ.get("FC_DOUBLE_AGENT") else None
 
     def record(self, entry):
         with open(self.log_path, "a") as f:
@@ -224,17 +407,29 @@ def apply(vmm, method, tmpl, params, body):
                                     "ELF kernel image")
             vmm.state = "Running"
             start_vsock(vmm)
+            if vmm.guest:
+                vmm.guest.fresh()
+                vmm.guest.run()
     elif tmpl == "/vm":
         vmm.state = "Paused" if body["state"] == "Paused" else "Running"
+        if vmm.guest and vmm.state == "Paused":
+            vmm.guest.pause()
+        elif vmm.guest:
+            vmm.guest.run()
     elif tmpl == "/snapshot/create":
         if vmm.state != "Paused":
             raise Violation("Create snapshot error: Cannot save the "
                             "microVM state: the microVM must be paused.")
         with open(body["snapshot_path"], "w") as f:
-            json.dump({"vsock": vmm.vsock, "drives": vmm.drives,
-                       "config": vmm.config}, f)
-        with open(body["mem_file_path"], "wb") as f:
-            f.write(b"\0" * 4096)
+            json.dump({"magic": SNAP_MAGIC, "vsock": vmm.vsock,
+                       "drives": vmm.drives, "config": vmm.config,
+                       "guest": vmm.guest is not None}, f)
+        if vmm.guest:
+            vmm.guest.pack(body["mem_file_path"])
+            vmm.guest.snapshotted()
+        else:
+            with open(body["mem_file_path"], "wb") as f:
+                f.write(b"\0" * 4096)
     elif tmpl == "/snapshot/load":
         if vmm.configured - LOAD_ALLOWED_BEFORE:
             raise Violation("Loading a microVM snapshot not allowed after "
@@ -246,10 +441,23 @@ def apply(vmm, method, tmpl, params, body):
         mem = body.get("mem_backend", {}).get("backend_path",
                                               body.get("mem_file_path"))
         need_file(mem, "Load snapshot error: memory file")
-        with open(body["snapshot_path"]) as f:
-            snap = json.load(f)
+        try:
+            with open(body["snapshot_path"]) as f:
+                snap = json.load(f)
+        except ValueError:
+            raise Violation("Load snapshot error: %s is not a snapshot "
+                            "state file" % body["snapshot_path"])
+        if snap.get("magic", SNAP_MAGIC) != SNAP_MAGIC:
+            raise Violation("Load snapshot error: %s is not a snapshot "
+                            "state file" % body["snapshot_path"])
         for d in snap["drives"].values():
             need_file(d["path_on_host"], "Load snapshot error: drive")
+        if vmm.guest:
+            if not snap.get("guest") or not tarfile.is_tarfile(mem):
+                raise Violation("Load snapshot error: memory file %s was "
+                                "not written by this double's agent mode"
+                                % mem)
+            vmm.guest.unpack(mem)
         vmm.vsock = snap["vsock"]
         if "vsock_override" in body:
             vmm.vsock = dict(vmm.vsock,
@@ -257,6 +465,8 @@ def apply(vmm, method, tmpl, params, body):
         vmm.drives = snap["drives"]
         vmm.state = "Running" if body.get("resume_vm") else "Paused"
         start_vsock(vmm)
+        if vmm.guest and vmm.state == "Running":
+            vmm.guest.run()
     vmm.configured.add(tmpl)
     if isinstance(body, dict):
         vmm.config[tmpl.strip("/")] = body
@@ -273,10 +483,11 @@ def start_vsock(vmm):
     lsn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     lsn.bind(path)
     lsn.listen(8)
-    threading.Thread(target=vsock_loop, args=(lsn,), daemon=True).start()
+    threading.Thread(target=vsock_loop, args=(lsn, vmm.guest),
+                     daemon=True).start()
 
 
-def vsock_loop(lsn):
+def vsock_loop(lsn, guest):
     closes = int(os.environ.get("FC_DOUBLE_VSOCK_CLOSE", "2"))
     port = os.environ.get("FC_DOUBLE_GUEST_PORT", "1024")
     answer = os.environ.get("FC_DOUBLE_VSOCK_ANSWER", "")
@@ -291,6 +502,10 @@ def vsock_loop(lsn):
         if closes > 0 or line != ("CONNECT %s\n" % port).encode():
             closes -= 1
             conn.close()
+            continue
+        if guest is not None and not answer:
+            threading.Thread(target=guest.connect, args=(conn,),
+                             daemon=True).start()
             continue
         conn.sendall((answer or "OK 1073741824\n").encode())
         threading.Thread(target=echo, args=(conn,), daemon=True).start()
@@ -416,12 +631,20 @@ def main():
     args = {}
     i = 0
     while i < len(argv):
-        if argv[i] in ("--api-sock", "--id") and i + 1 < len(argv):
+        if argv[i] in VALUE_ARGS and argv[i] in args:
+            # Firecracker's parser refuses a repeated argument (the jailer
+            # passes --id itself, so the caller must not repeat it).
+            print("Arguments parsing error: The argument '%s' was "
+                  "provided more than once." % argv[i][2:], file=sys.stderr)
+            return 153
+        if argv[i] in VALUE_ARGS and i + 1 < len(argv) and \
+                not argv[i + 1].startswith("--"):
             args[argv[i]] = argv[i + 1]
             i += 2
         else:
-            print("Arguments parsing error: unexpected %s" % argv[i],
-                  file=sys.stderr)
+            print("Arguments parsing error: Found argument '%s' which "
+                  "wasn't expected, or isn't valid in this context." %
+                  argv[i], file=sys.stderr)
             return 153
     mode = os.environ.get("FC_DOUBLE_MODE", "")
     if mode == "exit-early":
@@ -439,6 +662,14 @@ def main():
     srv = Server(sock, Handler)
     srv.vmm = Vmm(args)
     srv.spec = spec
+
+    def fatal(signum, frame):
+        # A VMM that fails on its own: a last log line, exit code 1.
+        srv.vmm.log("Fatal error: SIGUSR2 from the test (test double)")
+        print("Firecracker exiting with code 1 (test double)", flush=True)
+        os._exit(1)
+
+    signal.signal(signal.SIGUSR2, fatal)
     print("Running Firecracker v%s (test double) on %s" % (VERSION, sock))
     sys.stdout.flush()
     srv.serve_forever()

@@ -331,7 +331,8 @@ fc_probe(const char *binary, char **version, char **errmsg)
 			}
 		}
 	}
-	if ((rv = fc_check_kvm(errmsg)) != MOAT_OK)
+	if (!fc.cfg.test_no_kvm_check &&
+	    (rv = fc_check_kvm(errmsg)) != MOAT_OK)
 		goto cleanup;
 	free(fc.binary);
 	fc.binary = abs;
@@ -906,9 +907,12 @@ static int
 fc_launch(const char *binary, const struct moat_vmm_spec *spec,
     struct fc_instance *in, struct moat_vmm *vm, char **errmsg)
 {
+	/* Jailed, the jailer passes --id itself (it execs Firecracker with
+	 * "--id <id>" before the arguments after "--"), and Firecracker's
+	 * parser refuses an argument given twice: exit 153. */
 	const char *fc_args[] = { binary, "--api-sock",
 		in->jailed ? "/" FC_API_SOCK : FC_API_SOCK,
-		"--id", spec->sandbox_id, NULL };
+		in->jailed ? NULL : "--id", spec->sandbox_id, NULL };
 	struct moat_spawn_req req = { 0 };
 	char **jail_argv = NULL;
 	uint64_t deadline;
@@ -1525,7 +1529,11 @@ cleanup:
 }
 
 /* restore (vmm.h): a fresh Firecracker loads snap_dir's device_state and
- * ram and stays paused until fc_resume. */
+ * ram and resumes at once, unlike QEMU's restore: vmd connects the agent
+ * before it calls resume, and Firecracker answers a vsock CONNECT only
+ * when the guest does, so a paused guest would never be reached. A guest
+ * that runs before vmd connects loses nothing: its agent listens on
+ * vsock and greets the new connection (the snapshot's was reset). */
 static int
 fc_restore(const char *binary, const struct moat_vmm_spec *spec,
     const char *snap_dir, struct moat_vmm *vm, char **errmsg)
@@ -1540,7 +1548,7 @@ fc_restore(const char *binary, const struct moat_vmm_spec *spec,
 		*errmsg = strdup("out of memory");
 		rv = MOAT_INTERNAL;
 	} else {
-		rv = moat_fc_snapshot_load(binary, spec, state, ram, false, vm,
+		rv = moat_fc_snapshot_load(binary, spec, state, ram, true, vm,
 		    errmsg);
 	}
 	free(state);
@@ -1548,8 +1556,9 @@ fc_restore(const char *binary, const struct moat_vmm_spec *spec,
 	return rv;
 }
 
-/* resume (vmm.h): the device state was loaded by fc_restore already;
- * only the guest is let run (bounded by api-timeout-ms). */
+/* resume (vmm.h): the device state was loaded, and the guest let run,
+ * by fc_restore already; resuming again is harmless and says whether the
+ * VM still answers (bounded by api-timeout-ms). */
 static int
 fc_resume(const struct moat_vmm *vm, const char *snap_dir,
     uint32_t timeout_ms, char **errmsg)
@@ -1570,4 +1579,5 @@ const struct moat_vmm_ops moat_vmm_firecracker = {
 	.snapshot = fc_snapshot,
 	.restore = fc_restore,
 	.resume = fc_resume,
+	.snapshot_resets_agent_link = true,
 };

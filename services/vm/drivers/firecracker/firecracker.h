@@ -29,6 +29,9 @@ struct moat_fc_config {
 	uint32_t vsock_port;       /* the agent's port (moat.vsock=) */
 	bool track_dirty_pages;    /* needed for Diff snapshots */
 	bool use_jailer;           /* false: `jail` is ignored */
+	bool test_no_kvm_check;    /* moat's own tests only: probe does not
+	                              ask KVM for a VM (a test double stands
+	                              in for Firecracker) */
 	struct moat_fc_jail_config jail;
 };
 

@@ -63,7 +63,8 @@ int moat_fc_jail_prepare(const struct moat_fc_jail_config *cfg,
 
 /* moat_fc_jail_argv: the jailer's command line for this jail with
  * `vcpus` and `memory_mib` as cgroup limits, then "--" and the
- * Firecracker arguments `fc_args` (NULL-terminated, borrowed). Returns a
+ * Firecracker arguments `fc_args` (NULL-terminated, borrowed; without
+ * --id, which the jailer passes to Firecracker itself). Returns a
  * NULL-terminated heap array of heap strings (free with
  * moat_fc_jail_argv_free), or NULL when out of memory. */
 char **moat_fc_jail_argv(const struct moat_fc_jail_config *cfg,
