@@ -222,6 +222,24 @@ header_u64(struct MHD_Connection *conn, const char *name, uint64_t max,
 	return true;
 }
 
+/* bearer_key: the api key of the Authorization header value `authz`
+ * (NULL: no header, key ""), a pointer into authz. UNAUTHENTICATED with
+ * *errmsg (heap, caller frees) when it is not "Bearer <api key>". */
+static int
+bearer_key(const char *authz, const char **auth, char **errmsg)
+{
+	*auth = "";
+	if (authz == NULL)
+		return MOAT_OK;
+	if (strncasecmp(authz, "Bearer ", 7) != 0) {
+		*errmsg = moat_asprintf("the Authorization header must be "
+		    "\"Bearer <api key>\"");
+		return MOAT_UNAUTHENTICATED;
+	}
+	*auth = authz + 7;
+	return MOAT_OK;
+}
+
 /* request_auth: the request's api key (a pointer into the connection's
  * headers, "" when none), request id (0: new) and timeout from its
  * headers. A status with *errmsg (heap, caller frees) when malformed. */
@@ -229,26 +247,14 @@ static int
 request_auth(struct MHD_Connection *conn, const char **auth, uint64_t *rid,
     uint64_t *timeout, char **errmsg)
 {
-	const char *authz;
-
 	if (!header_u64(conn, "X-Moat-Request-Id", UINT64_MAX, rid) ||
 	    !header_u64(conn, "X-Moat-Timeout-Ms", UINT32_MAX, timeout)) {
 		*errmsg = moat_asprintf("X-Moat-Request-Id and "
 		    "X-Moat-Timeout-Ms must be decimal numbers");
 		return MOAT_INVALID_ARGUMENT;
 	}
-	*auth = "";
-	authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-	    MHD_HTTP_HEADER_AUTHORIZATION);
-	if (authz != NULL) {
-		if (strncasecmp(authz, "Bearer ", 7) != 0) {
-			*errmsg = moat_asprintf("the Authorization header "
-			    "must be \"Bearer <api key>\"");
-			return MOAT_UNAUTHENTICATED;
-		}
-		*auth = authz + 7;
-	}
-	return MOAT_OK;
+	return bearer_key(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    MHD_HTTP_HEADER_AUTHORIZATION), auth, errmsg);
 }
 
 /* call_gateway_as: call_gateway with the api key, request id (0: a new
@@ -964,6 +970,39 @@ ref_of(const ProtobufCMessageDescriptor *d)
 	return j;
 }
 
+/* openapi_exec_stream: POST .../exec's other reply in its operation
+ * `op` and `params`: the `stream` query parameter and the Server-Sent
+ * Events of serve_exec_stream as a text/event-stream content. (OpenAPI
+ * ignores an Accept header parameter, so the descriptions name it.) */
+static void
+openapi_exec_stream(json_t *op, json_t *params)
+{
+	json_t *ok = json_object_get(json_object_get(op, "responses"), "200");
+
+	json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:{s:s}, "
+	    "s:s}", "name", "stream", "in", "query", "required", 0, "schema",
+	    "type", "boolean", "description", "true (or 1), or the header "
+	    "Accept: text/event-stream: start the command (ExecStart) and "
+	    "answer with its output as Server-Sent Events while it runs, "
+	    "instead of the ExecResult once it ends"));
+	json_object_set_new(ok, "description", json_string("the ExecResult "
+	    "(application/json); with ?stream=true or Accept: "
+	    "text/event-stream, Server-Sent Events as the command runs "
+	    "(text/event-stream)"));
+	json_object_set_new(json_object_get(ok, "content"),
+	    "text/event-stream", json_pack("{s:{s:s, s:s}}", "schema", "type",
+	    "string", "description", "Server-Sent Events, each \"event: "
+	    "NAME\" and \"data: JSON\": start (the ExecHandle: sandboxId, "
+	    "execId, pid) first; stdout and stderr, {\"data\": base64 "
+	    "bytes}, as output arrives (read in one-second ExecRead long "
+	    "polls; a \": waiting\" comment when none came); last either "
+	    "exit (the ExecStatus: exited, exitCode, signal, timedOut, "
+	    "...) or error ({\"code\", \"message\"}: reading failed). A "
+	    "client that goes away before exit gets the command killed "
+	    "(ExecKill). Errors before the command starts are JSON "
+	    "errors."));
+}
+
 /* openapi: the OpenAPI 3 document of the routes table and the operator
  * routes, schemas from the Gateway methods' descriptors. */
 static json_t *
@@ -1062,6 +1101,9 @@ openapi(struct moat_http *h)
 		}
 		if (strcmp(rt->pattern, "/healthz") == 0)
 			json_object_set_new(op, "security", json_array());
+		if (rt->rpc_method != NULL &&
+		    strcmp(rt->rpc_method, "Exec") == 0)
+			openapi_exec_stream(op, params);
 		json_object_set_new(op, "parameters", params);
 		json_object_set_new(item, method, op);
 	}
@@ -1103,26 +1145,37 @@ serve_extra(struct moat_http *h, struct MHD_Connection *conn,
 
 struct mcp_call {
 	struct moat_http *h;
-	struct MHD_Connection *conn;   /* whose auth the calls carry */
+	struct MHD_Connection *conn;   /* the request, whose headers the
+	                                * calls with no authz carry */
 };
 
-/* mcp_gateway_call: the moat_mcp_call_fn of /mcp: JSON to the method's
- * message, run in process like any route, the reply back to JSON. */
+/* mcp_gateway_call: the moat_mcp_http_call_fn of /mcp: JSON to the
+ * method's message, run in process like any route as the request's
+ * caller (`authz` NULL) or as the Authorization header value `authz`
+ * ("": none; an evicted session's), the reply back to JSON. */
 static int
-mcp_gateway_call(void *arg, const char *method, json_t *request,
-    json_t **reply, char **errmsg)
+mcp_gateway_call(void *arg, const char *authz, const char *method,
+    json_t *request, json_t **reply, char **errmsg)
 {
 	struct mcp_call *mc = arg;
 	const ProtobufCMethodDescriptor *md;
 	ProtobufCMessage *req = NULL, *out = NULL;
+	uint32_t timeout_ms = moat_mcp_timeout_ms(method, request);
+	const char *auth;
 	int rv;
 
 	*reply = NULL;
+	*errmsg = NULL;
 	if ((rv = moat_mcp_decode_request(mc->h->service, method, request,
 	    &md, &req, errmsg)) != MOAT_OK)
 		return rv;
-	rv = call_gateway(mc->h, mc->conn, md, req,
-	    moat_mcp_timeout_ms(method, request), &out, errmsg);
+	if (authz == NULL)
+		rv = call_gateway(mc->h, mc->conn, md, req, timeout_ms, &out,
+		    errmsg);
+	else if ((rv = bearer_key(authz[0] != '\0' ? authz : NULL, &auth,
+	    errmsg)) == MOAT_OK)
+		rv = call_gateway_as(mc->h, auth, 0, timeout_ms, md, req,
+		    &out, errmsg);
 	protobuf_c_message_free_unpacked(req, NULL);
 	if (rv != MOAT_OK)
 		return rv;
@@ -1314,8 +1367,12 @@ bad:
 
 int
 moat_http_start(struct moat_http **out, struct moat_gateway *gw,
-    const char *addr, char **errmsg)
+    const char *addr, const struct moat_http_opts *opts, char **errmsg)
 {
+	static const struct moat_http_opts defaults = {
+		.mcp_max_sessions = MOAT_HTTP_MCP_MAX_SESSIONS,
+		.mcp_idle_s = MOAT_HTTP_MCP_IDLE_S,
+	};
 	struct moat_rpc_service svc;
 	struct sockaddr_storage ss;
 	const union MHD_DaemonInfo *info;
@@ -1326,6 +1383,15 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 
 	*out = NULL;
 	*errmsg = NULL;
+	if (opts == NULL)
+		opts = &defaults;
+	if (opts->mcp_max_sessions < 1 || opts->mcp_max_sessions >
+	    MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT) {
+		*errmsg = moat_asprintf("mcp-max-sessions must be 1-%u, not "
+		    "%u", MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT,
+		    opts->mcp_max_sessions);
+		return MOAT_INVALID_ARGUMENT;
+	}
 	if ((rv = parse_addr(addr, &ss, errmsg)) != MOAT_OK)
 		return rv;
 	if (ss.ss_family == AF_INET6)
@@ -1337,7 +1403,8 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 	moat_gateway_service(gw, &svc);
 	h->gw = gw;
 	h->service = svc.descriptor;
-	if (moat_mcp_http_new(&h->mcp) != MOAT_OK) {
+	if (moat_mcp_http_new(&h->mcp, opts->mcp_max_sessions,
+	    opts->mcp_idle_s) != MOAT_OK) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		*errmsg = moat_asprintf("out of memory starting HTTP");
 		goto fail;

@@ -18,19 +18,33 @@
 #define MOAT_HTTP_MAX_BODY (4u << 20)      /* larger bodies: 413 */
 #define MOAT_HTTP_MAX_CONNECTIONS 256
 #define MOAT_HTTP_IDLE_TIMEOUT_S 120
+#define MOAT_HTTP_MCP_MAX_SESSIONS 256    /* mcp-max-sessions default */
+#define MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT 65536u
+#define MOAT_HTTP_MCP_IDLE_S 3600         /* mcp-idle-s default */
 
 struct moat_http;
+
+/* The door's settings besides its address ([gateway] options). */
+struct moat_http_opts {
+	uint32_t mcp_max_sessions;  /* /mcp sessions at once, 1 to
+	                             * MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT */
+	uint32_t mcp_idle_s;        /* with the table full, a session idle
+	                             * this long (0: any not in use) is
+	                             * evicted and its sandbox destroyed */
+};
 
 /* moat_http_start: serves the HTTP door on `addr` ("host:port",
  * "[v6addr]:port", numeric hosts only; port 0 picks a free port, see
  * moat_http_port) in front of `gw`, which must outlive the door (stop
- * the door first). One thread per connection, at most
- * MOAT_HTTP_MAX_CONNECTIONS. On MOAT_OK *out is the caller's
- * (moat_http_stop). On failure returns INVALID_ARGUMENT (a bad address)
- * or UNAVAILABLE (cannot listen) with *errmsg (heap, caller frees)
- * naming the address. */
+ * the door first), with `opts` (borrowed; NULL: the defaults). One
+ * thread per connection, at most MOAT_HTTP_MAX_CONNECTIONS. On MOAT_OK
+ * *out is the caller's (moat_http_stop). On failure returns
+ * INVALID_ARGUMENT (a bad address or option) or UNAVAILABLE (cannot
+ * listen) with *errmsg (heap, caller frees) naming the address or
+ * option. */
 int moat_http_start(struct moat_http **out, struct moat_gateway *gw,
-    const char *addr, char **errmsg) __attribute__((warn_unused_result));
+    const char *addr, const struct moat_http_opts *opts, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_http_port: the TCP port the door listens on. */
 uint16_t moat_http_port(const struct moat_http *h);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,12 @@ usage(FILE *f)
 	    "  --workers N          calls served at once (default 64)\n"
 	    "  --http ADDR          HTTP/JSON API host:port (default "
 	    MOAT_HTTP_DEFAULT_ADDR "; \"off\": none)\n"
+	    "  --mcp-max-sessions N MCP sessions at once on HTTP /mcp "
+	    "(default %d)\n"
+	    "  --mcp-idle-s N       with all open, a new one evicts the "
+	    "least recently used\n"
+	    "                       idle N s or more and destroys its "
+	    "sandbox (default %d)\n"
 	    "  --auth on|off        API keys required (default on; off: "
 	    "every caller is tenant \"default\")\n"
 	    "  --version, --help\n"
@@ -51,7 +58,8 @@ usage(FILE *f)
 	    "usage: moat-gateway keys create --tenant NAME | keys ls "
 	    "[--tenant NAME] | keys revoke KEYID\n"
 	    "  (with --config / --state-dir as above; works while the "
-	    "gateway runs)\n");
+	    "gateway runs)\n", MOAT_HTTP_MCP_MAX_SESSIONS,
+	    MOAT_HTTP_MCP_IDLE_S);
 }
 
 /* keys_main: `moat-gateway keys create|ls|revoke`: the operator's door
@@ -179,11 +187,14 @@ main(int argc, char **argv)
 		{ "workers", required_argument, NULL, 'w' },
 		{ "http", required_argument, NULL, 'H' },
 		{ "auth", required_argument, NULL, 'A' },
+		{ "mcp-max-sessions", required_argument, NULL, 'M' },
+		{ "mcp-idle-s", required_argument, NULL, 'I' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_gateway_opts opts = { 0 };
+	struct moat_http_opts http_opts = { 0 };
 	struct moat_config *cfg = NULL;
 	struct moat_gateway *gw = NULL;
 	struct moat_http *http = NULL;
@@ -191,7 +202,7 @@ main(int argc, char **argv)
 	const char *config_path = NULL, *v;
 	char *state_dir = NULL, *listen = NULL, *survey = NULL;
 	char *sessiond = NULL, *snapd = NULL, *errmsg = NULL;
-	uint64_t interval = 0, workers = 0;
+	uint64_t interval = 0, workers = 0, mcp_max = 0, mcp_idle = 0;
 	const char *flag_keys[16], *flag_vals[16];
 	size_t n_flags = 0;
 	sigset_t sigs;
@@ -284,6 +295,21 @@ main(int argc, char **argv)
 		    "and workers at most 4096");
 		goto fail_msg;
 	}
+	if ((rv = moat_config_get_u64(cfg, SECTION, "mcp-max-sessions",
+	    MOAT_HTTP_MCP_MAX_SESSIONS, &mcp_max, &errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "mcp-idle-s",
+	    MOAT_HTTP_MCP_IDLE_S, &mcp_idle, &errmsg)) != MOAT_OK)
+		goto fail_msg;
+	if (mcp_max < 1 || mcp_max > MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT ||
+	    mcp_idle > UINT32_MAX) {
+		rv = MOAT_INVALID_ARGUMENT;
+		errmsg = moat_asprintf("mcp-max-sessions must be 1-%u and "
+		    "mcp-idle-s at most %u", MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT,
+		    UINT32_MAX);
+		goto fail_msg;
+	}
+	http_opts.mcp_max_sessions = (uint32_t)mcp_max;
+	http_opts.mcp_idle_s = (uint32_t)mcp_idle;
 	if ((rv = moat_config_get_bool(cfg, SECTION, "auth", true, &auth,
 	    &errmsg)) != MOAT_OK)
 		goto fail_msg;
@@ -313,7 +339,7 @@ main(int argc, char **argv)
 	http_addr = moat_config_get(cfg, SECTION, "http", NULL);
 	if (http_addr == NULL || strcmp(http_addr, "off") != 0) {
 		rv = moat_http_start(&http, gw, http_addr ? http_addr :
-		    MOAT_HTTP_DEFAULT_ADDR, &errmsg);
+		    MOAT_HTTP_DEFAULT_ADDR, &http_opts, &errmsg);
 		if (rv != MOAT_OK && http_addr != NULL) {
 			moat_gateway_stop(gw);
 			goto fail_msg;

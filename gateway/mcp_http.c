@@ -1,11 +1,12 @@
 /*
  * mcp_http.c: MCP's Streamable HTTP transport (mcp_http.h): the session
- * table (ids from getrandom, at most MOAT_MCP_HTTP_MAX_SESSIONS, the
- * least recently used idle one evicted when full), the checks the spec
- * asks of a server (Origin against DNS rebinding, the session header),
- * and the HTTP statuses: 200 with the JSON-RPC reply, 202 for
- * notifications and responses, 400 malformed or no session header, 404
- * unknown session, 405 GET, 403 foreign Origin. A session answers only
+ * table (ids from getrandom, a configured size, the least recently used
+ * idle one evicted when full: its sandbox destroyed as its own caller,
+ * never as the caller who evicts it), the checks the spec asks of a
+ * server (Origin against DNS rebinding, the session header), and the
+ * HTTP statuses: 200 with the JSON-RPC reply, 202 for notifications and
+ * responses, 400 malformed or no session header, 404 unknown session,
+ * 405 GET, 403 foreign Origin, 503 a full table. A session answers only
  * requests with the Authorization header it was initialized with, so an
  * id alone does not reach another caller's default sandbox.
  * Not for: JSON-RPC itself (clients/mcp/mcp.c).
@@ -40,17 +41,45 @@ struct mcp_entry {
 
 struct moat_mcp_http {
 	pthread_mutex_t lock;   /* guards entries (not the sessions) */
-	struct mcp_entry *entries[MOAT_MCP_HTTP_MAX_SESSIONS];
+	struct mcp_entry **entries;   /* heap, max_sessions; NULL: free */
+	size_t max_sessions;
+	unsigned idle_s;        /* idle this long: may be evicted */
 };
 
-int
-moat_mcp_http_new(struct moat_mcp_http **out)
+/* One caller of the gateway, as the moat_mcp_call_fn clients/mcp takes:
+ * http.c's call as `authz` (NULL: the request's own headers). */
+struct caller {
+	moat_mcp_http_call_fn call;
+	void *arg;
+	const char *authz;
+};
+
+static int
+call_as(void *arg, const char *method, json_t *request, json_t **reply,
+    char **errmsg)
 {
-	struct moat_mcp_http *m = calloc(1, sizeof(*m));
+	struct caller *c = arg;
+
+	return c->call(c->arg, c->authz, method, request, reply, errmsg);
+}
+
+int
+moat_mcp_http_new(struct moat_mcp_http **out, size_t max_sessions,
+    unsigned idle_s)
+{
+	struct moat_mcp_http *m;
 
 	*out = NULL;
-	if (m == NULL)
+	if (max_sessions == 0)
+		return MOAT_INVALID_ARGUMENT;
+	if ((m = calloc(1, sizeof(*m))) == NULL ||
+	    (m->entries = calloc(max_sessions, sizeof(*m->entries))) ==
+	    NULL) {
+		free(m);
 		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	m->max_sessions = max_sessions;
+	m->idle_s = idle_s;
 	pthread_mutex_init(&m->lock, NULL);
 	*out = m;
 	return MOAT_OK;
@@ -71,8 +100,9 @@ moat_mcp_http_free(struct moat_mcp_http *m)
 {
 	if (m == NULL)
 		return;
-	for (size_t i = 0; i < MOAT_MCP_HTTP_MAX_SESSIONS; i++)
+	for (size_t i = 0; m->entries != NULL && i < m->max_sessions; i++)
 		entry_free(m->entries[i]);
+	free(m->entries);
 	pthread_mutex_destroy(&m->lock);
 	free(m);
 }
@@ -130,14 +160,47 @@ new_session_id(char id[SESSION_ID_LEN + 1])
 	return true;
 }
 
-/* session_add: a new entry `id` for `s` (taken). False when the table is
- * full of busy or recent sessions (s is then freed). */
+/* session_evict: closes `victim`, out of the table and used by no
+ * request, as its own caller (victim->authz through `call`, never the
+ * Authorization of the request that evicts it, which may be another
+ * tenant's), then frees it. Blocks while the sandbox is destroyed. */
+static void
+session_evict(struct moat_mcp_http *m, struct mcp_entry *victim,
+    time_t now, moat_mcp_http_call_fn call, void *arg)
+{
+	struct caller as_victim = { .call = call, .arg = arg,
+	    .authz = victim->authz };
+	long long idle = (long long)(now - victim->last_used);
+	int rv = moat_mcp_session_close(victim->session, call_as,
+	    &as_victim);
+
+	if (rv == MOAT_OK || rv == MOAT_NOT_FOUND)
+		moat_info(0, "mcp-session-evicted %s: idle for %lld s "
+		    "(mcp-idle-s %u) with all %zu sessions open; %s",
+		    victim->id, idle, m->idle_s, m->max_sessions,
+		    rv == MOAT_OK ? "its sandbox was destroyed" :
+		    "it had no sandbox");
+	else
+		moat_warn(0, "mcp-session-evicted %s: idle for %lld s "
+		    "(mcp-idle-s %u) with all %zu sessions open; its sandbox "
+		    "(label mcp-session=%s) could not be destroyed: %s (see "
+		    "mcp-sandbox-leaked)", victim->id, idle, m->idle_s,
+		    m->max_sessions, victim->id, moat_strerror(rv));
+	entry_free(victim);
+}
+
+/* session_add: a new entry `id` for `s` (taken), made with the
+ * Authorization header `authz` (NULL: none). When the table is full, the
+ * least recently used session that no request uses and that has been
+ * idle idle_s seconds or more makes room (session_evict, through `call`
+ * with `arg`). False when none may (s is then freed). */
 static bool
 session_add(struct moat_mcp_http *m, struct moat_mcp_session *s,
-    const char *id, const char *authz)
+    const char *id, const char *authz, moat_mcp_http_call_fn call,
+    void *arg)
 {
 	struct mcp_entry *e, *victim = NULL;
-	size_t slot = MOAT_MCP_HTTP_MAX_SESSIONS;
+	size_t slot = m->max_sessions;
 	time_t now = time(NULL);
 
 	if ((e = calloc(1, sizeof(*e))) == NULL ||
@@ -150,33 +213,31 @@ session_add(struct moat_mcp_http *m, struct moat_mcp_session *s,
 	e->session = s;
 	e->last_used = now;
 	pthread_mutex_lock(&m->lock);
-	for (size_t i = 0; i < MOAT_MCP_HTTP_MAX_SESSIONS; i++) {
+	for (size_t i = 0; i < m->max_sessions; i++) {
 		struct mcp_entry *o = m->entries[i];
 
 		if (o == NULL) {
 			slot = i;
 			break;
 		}
-		if (o->refs == 0 &&
-		    now - o->last_used > MOAT_MCP_HTTP_IDLE_S &&
-		    (slot == MOAT_MCP_HTTP_MAX_SESSIONS ||
+		/* >=: with idle_s 0 any session not in use may go, even
+		 * one used this very second. */
+		if (o->refs == 0 && now - o->last_used >= (time_t)m->idle_s &&
+		    (slot == m->max_sessions ||
 		    o->last_used < m->entries[slot]->last_used))
 			slot = i;
 	}
-	if (slot < MOAT_MCP_HTTP_MAX_SESSIONS) {
+	if (slot < m->max_sessions) {
 		victim = m->entries[slot];
 		m->entries[slot] = e;
 	}
 	pthread_mutex_unlock(&m->lock);
-	if (slot == MOAT_MCP_HTTP_MAX_SESSIONS) {
+	if (slot == m->max_sessions) {
 		entry_free(e);
 		return false;
 	}
 	if (victim != NULL)
-		moat_warn(0, "mcp-session-evicted %s: idle for over %d s; "
-		    "its sandbox (label mcp-session=%s) is left running",
-		    victim->id, MOAT_MCP_HTTP_IDLE_S, victim->id);
-	entry_free(victim);
+		session_evict(m, victim, now, call, arg);
 	return true;
 }
 
@@ -188,7 +249,7 @@ session_get(struct moat_mcp_http *m, const char *id, const char *authz)
 	struct mcp_entry *found = NULL;
 
 	pthread_mutex_lock(&m->lock);
-	for (size_t i = 0; i < MOAT_MCP_HTTP_MAX_SESSIONS; i++) {
+	for (size_t i = 0; i < m->max_sessions; i++) {
 		struct mcp_entry *e = m->entries[i];
 
 		if (e != NULL && strcmp(e->id, id) == 0 &&
@@ -212,7 +273,7 @@ session_put(struct moat_mcp_http *m, struct mcp_entry *e, bool remove)
 
 	pthread_mutex_lock(&m->lock);
 	if (remove && !e->removed) {
-		for (size_t i = 0; i < MOAT_MCP_HTTP_MAX_SESSIONS; i++)
+		for (size_t i = 0; i < m->max_sessions; i++)
 			if (m->entries[i] == e)
 				m->entries[i] = NULL;
 		e->removed = true;
@@ -248,9 +309,10 @@ origin_ok(struct MHD_Connection *conn)
 	return false;
 }
 
+/* serve_post: one POST; `self` is the request's own caller. */
 static enum MHD_Result
 serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
-    const char *body, size_t len, moat_mcp_call_fn call, void *arg)
+    const char *body, size_t len, struct caller *self)
 {
 	const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	    SESSION_HEADER);
@@ -286,7 +348,8 @@ serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
 			free(errmsg);
 			return ret;
 		}
-		if (!session_add(m, s, new_id, authz)) {
+		if (!session_add(m, s, new_id, authz, self->call,
+		    self->arg)) {
 			json_decref(msg);
 			return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
 			    MOAT_MCP_INTERNAL_ERROR, "too many MCP sessions: "
@@ -298,7 +361,7 @@ serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
 			    MOAT_MCP_INTERNAL_ERROR, "the new session was "
 			    "evicted at once: retry");
 		}
-		out = moat_mcp_handle(e->session, msg, call, arg);
+		out = moat_mcp_handle(e->session, msg, call_as, self);
 		session_put(m, e, false);
 		json_decref(msg);
 		moat_info(0, "mcp-session-start %s", new_id);
@@ -317,7 +380,7 @@ serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
 		    MOAT_MCP_INVALID_REQUEST, "no such MCP session (ended or "
 		    "expired): initialize a new one");
 	}
-	out = moat_mcp_handle(e->session, msg, call, arg);
+	out = moat_mcp_handle(e->session, msg, call_as, self);
 	session_put(m, e, false);
 	if (!moat_mcp_has_request(msg)) {
 		json_decref(msg);
@@ -330,9 +393,10 @@ serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
 
 enum MHD_Result
 moat_mcp_http_serve(struct moat_mcp_http *m, struct MHD_Connection *conn,
-    const char *method, const char *body, size_t len, moat_mcp_call_fn call,
-    void *arg)
+    const char *method, const char *body, size_t len,
+    moat_mcp_http_call_fn call, void *arg)
 {
+	struct caller self = { .call = call, .arg = arg, .authz = NULL };
 	const char *sid;
 	struct mcp_entry *e;
 
@@ -341,7 +405,7 @@ moat_mcp_http_serve(struct moat_mcp_http *m, struct MHD_Connection *conn,
 		    MOAT_MCP_INVALID_REQUEST, "the Origin header names a "
 		    "site other than this host: /mcp serves local clients");
 	if (strcmp(method, "POST") == 0)
-		return serve_post(m, conn, body, len, call, arg);
+		return serve_post(m, conn, body, len, &self);
 	if (strcmp(method, "DELETE") == 0) {
 		sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 		    SESSION_HEADER);
@@ -353,7 +417,7 @@ moat_mcp_http_serve(struct moat_mcp_http *m, struct MHD_Connection *conn,
 		    MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) == NULL)
 			return reply_error(conn, MHD_HTTP_NOT_FOUND,
 			    MOAT_MCP_INVALID_REQUEST, "no such MCP session");
-		moat_mcp_session_close(e->session, call, arg);
+		moat_mcp_session_close(e->session, call_as, &self);
 		moat_info(0, "mcp-session-end %s", e->id);
 		session_put(m, e, true);
 		return reply(conn, MHD_HTTP_NO_CONTENT, NULL, NULL, NULL);

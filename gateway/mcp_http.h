@@ -5,7 +5,8 @@
  * after it, DELETE to end a session, GET refused with 405 (no
  * server-initiated stream). The protocol and tools are clients/mcp/
  * (shared with `moat mcp`); http.c gives the call function, which runs
- * Gateway methods in process with the request's own auth.
+ * Gateway methods in process with the request's own auth, or with the
+ * Authorization of an evicted session to destroy that session's sandbox.
  * Not for: the protocol, the tools, or the rest of the HTTP door.
  */
 #ifndef MOAT_GATEWAY_MCP_HTTP_H
@@ -17,15 +18,26 @@
 
 #include "mcp.h"
 
-#define MOAT_MCP_HTTP_MAX_SESSIONS 256
-#define MOAT_MCP_HTTP_IDLE_S 3600    /* an idle session may be evicted */
-
 struct moat_mcp_http;
 
-/* moat_mcp_http_new: an empty session table. On MOAT_OK *out is the
- * caller's (moat_mcp_http_free); RESOURCE_EXHAUSTED otherwise. */
-int moat_mcp_http_new(struct moat_mcp_http **out)
-    __attribute__((warn_unused_result));
+/* moat_mcp_http_call_fn: runs Gateway method `method` as a
+ * moat_mcp_call_fn does (mcp.h), as one caller: the request being
+ * served when `authz` is NULL (its Authorization, X-Moat-Request-Id and
+ * X-Moat-Timeout-Ms headers), else the Authorization header value
+ * `authz` ("Bearer KEY"; "": none) with a new request id: another
+ * caller's, an evicted session's. Called on the request's thread. */
+typedef int (*moat_mcp_http_call_fn)(void *arg, const char *authz,
+    const char *method, json_t *request, json_t **reply, char **errmsg);
+
+/* moat_mcp_http_new: an empty table of at most `max_sessions` sessions
+ * (at least 1). When it is full, initialize evicts the least recently
+ * used session that no request is using and that has been idle for
+ * `idle_s` seconds or more (0: any such session), destroying its sandbox
+ * as its own caller; with none, initialize is refused (503). On MOAT_OK
+ * *out is the caller's (moat_mcp_http_free); INVALID_ARGUMENT (no
+ * sessions) or RESOURCE_EXHAUSTED otherwise. */
+int moat_mcp_http_new(struct moat_mcp_http **out, size_t max_sessions,
+    unsigned idle_s) __attribute__((warn_unused_result));
 
 /* moat_mcp_http_free: frees every session (their sandboxes are left to
  * their owners). No request may be in progress. Safe on NULL. */
@@ -33,9 +45,11 @@ void moat_mcp_http_free(struct moat_mcp_http *m);
 
 /* moat_mcp_http_serve: answers one request to /mcp: `method` is the HTTP
  * method, `body` (`len` bytes, may be NULL) the request body. Gateway
- * methods run through `call` with `arg`. Thread-safe. */
+ * methods run through `call` with `arg`; an initialize that evicts a
+ * session first destroys that session's sandbox through `call` as the
+ * evicted session's Authorization. Thread-safe. */
 enum MHD_Result moat_mcp_http_serve(struct moat_mcp_http *m,
     struct MHD_Connection *conn, const char *method, const char *body,
-    size_t len, moat_mcp_call_fn call, void *arg);
+    size_t len, moat_mcp_http_call_fn call, void *arg);
 
 #endif

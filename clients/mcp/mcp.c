@@ -76,31 +76,35 @@ moat_mcp_session_free(struct moat_mcp_session *s)
 	free(s);
 }
 
-void
+int
 moat_mcp_session_close(struct moat_mcp_session *s, moat_mcp_call_fn call,
     void *arg)
 {
 	char id[MOAT_MCP_ID_MAX];
 	json_t *req, *reply = NULL;
 	char *errmsg = NULL;
+	int rv;
 
 	if (s == NULL)
-		return;
+		return MOAT_NOT_FOUND;
 	pthread_mutex_lock(&s->lock);
 	snprintf(id, sizeof(id), "%s", s->default_sandbox);
 	s->default_sandbox[0] = '\0';
 	pthread_mutex_unlock(&s->lock);
 	if (id[0] == '\0')
-		return;
+		return MOAT_NOT_FOUND;
 	if ((req = json_pack("{s:s}", "sandboxId", id)) == NULL)
-		return;
-	if (call(arg, "DestroySandbox", req, &reply, &errmsg) != MOAT_OK)
+		rv = MOAT_RESOURCE_EXHAUSTED;
+	else
+		rv = call(arg, "DestroySandbox", req, &reply, &errmsg);
+	if (rv != MOAT_OK)
 		moat_warn(0, "mcp-sandbox-leaked %s: could not destroy the "
 		    "MCP session's sandbox: %s: remove it with `moat sandbox "
-		    "rm %s`", id, errmsg ? errmsg : "", id);
+		    "rm %s`", id, errmsg ? errmsg : moat_strerror(rv), id);
 	json_decref(req);
 	json_decref(reply);
 	free(errmsg);
+	return rv;
 }
 
 json_t *

@@ -59,8 +59,10 @@ void moat_mcp_session_free(struct moat_mcp_session *s);
 
 /* moat_mcp_session_close: destroys the sandbox run_code and the other
  * tools created for this session when given no sandbox_id, if any,
- * through `call`. Thread-safe. */
-void moat_mcp_session_close(struct moat_mcp_session *s, moat_mcp_call_fn call,
+ * through `call`. Returns MOAT_OK when it was destroyed, NOT_FOUND when
+ * the session had none, else DestroySandbox's status (logged as
+ * mcp-sandbox-leaked; the sandbox is forgotten either way). Thread-safe. */
+int moat_mcp_session_close(struct moat_mcp_session *s, moat_mcp_call_fn call,
     void *arg);
 
 /* moat_mcp_handle: handles one JSON-RPC message (a request, a

@@ -1,7 +1,9 @@
 // The MCP TypeScript SDK client against moat's MCP server, over stdio
 // (`moat mcp`) and Streamable HTTP (the gateway's /mcp): lists the tools,
-// runs code, writes and reads a file, checks the error paths. Prints
-// "ok - ..." / "FAIL - ..." lines; exits 1 when anything failed.
+// runs code, writes and reads a file, checks the error paths, and (with
+// the gateway at mcp-max-sessions 1, mcp-idle-s 0: mcp_test.sh) that an
+// evicted session's sandbox is destroyed with that session's own key.
+// Prints "ok - ..." / "FAIL - ..." lines; exits 1 when anything failed.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -187,6 +189,46 @@ async function main() {
   const del2 = await fetch(url, { method: "DELETE",
     headers: { "mcp-session-id": sid2, authorization: "Bearer not-a-key" } });
   check(del2.status === 204, `http: its own caller ends it (${del2.status})`);
+
+  // Eviction (mcp-max-sessions 1, mcp-idle-s 0): session A makes its
+  // sandbox; B, initialized with a key the gateway refuses, evicts A.
+  // A's sandbox goes only if the eviction destroyed it with A's own key.
+  const initBody = JSON.stringify({ jsonrpc: "2.0", id: 1,
+    method: "initialize", params: { protocolVersion: "2025-06-18",
+      capabilities: {}, clientInfo: { name: "raw", version: "0" } } });
+  const mcpOf = async (sid) => {
+    const l = await fetch(new URL("/v1/sandboxes", url), { headers: bearer });
+    const lj = await l.json();
+    return (lj.sandboxes || []).filter((s) =>
+      (s.labels || {})["mcp-session"] === sid);
+  };
+  const ia = await post(initBody);
+  const sidA = ia.headers.get("mcp-session-id");
+  check(ia.status === 200 && sidA,
+    `http: session A initialized (${ia.status})`);
+  const ra = await post(JSON.stringify({ jsonrpc: "2.0", id: 2,
+    method: "tools/call", params: { name: "run_code",
+      arguments: { code: "print(6*7)" } } }), { "mcp-session-id": sidA });
+  const raj = await ra.json();
+  check(raj.result && !raj.result.isError && text(raj.result).trim() === "42",
+    `http: session A runs code (${text(raj.result || {}).trim()})`);
+  check((await mcpOf(sidA)).length === 1,
+    "http: session A's sandbox is labelled mcp-session=A");
+  const ib = await post(initBody, { authorization: "Bearer not-a-key" });
+  const sidB = ib.headers.get("mcp-session-id");
+  check(ib.status === 200 && sidB && sidB !== sidA,
+    `http: session B evicts A from the full table (${ib.status})`);
+  const evicted = await post(JSON.stringify({ jsonrpc: "2.0", id: 3,
+    method: "tools/list" }), { "mcp-session-id": sidA });
+  check(evicted.status === 404,
+    `http: the evicted session is not found (${evicted.status})`);
+  const leftA = await mcpOf(sidA);
+  check(leftA.length === 0,
+    `http: the evicted session's sandbox was destroyed with its own key ` +
+    `(${leftA.map((s) => s.id).join(", ") || "none left"})`);
+  const delB = await fetch(url, { method: "DELETE",
+    headers: { "mcp-session-id": sidB, authorization: "Bearer not-a-key" } });
+  check(delB.status === 204, `http: B ends (${delB.status})`);
 }
 
 try {

@@ -3,7 +3,9 @@
 # temporary state directory with the HTTP door on a free port, then runs
 # mcp_test.mjs, the official MCP TypeScript SDK client, over stdio
 # (spawning `moat mcp --allow-dir`) and over Streamable HTTP (the
-# gateway's /mcp). Fails when the SDK cannot be installed.
+# gateway's /mcp). The gateway keeps one MCP session, evictable as soon
+# as it is idle, so that the client's last step sees an evicted
+# session's sandbox destroyed. Fails when the SDK cannot be installed.
 # Needs built binaries (MOAT_BIN_DIR), images (MOAT_IMAGE_DIR), node, npm.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +26,9 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
 export MOAT_GATEWAY=ipc://$state/gateway.sock
 export MOAT_GATEWAY_HTTP=127.0.0.1:$port
+# One /mcp session at a time, evicted by the next initialize once idle
+# (the client's sessions never overlap until its eviction step).
+export MOAT_GATEWAY_MCP_MAX_SESSIONS=1 MOAT_GATEWAY_MCP_IDLE_S=0
 cleanup() {
 	bash "$repo/deploy/moat-stack" stop >/dev/null 2>&1
 	pkill -KILL -f "$state" 2>/dev/null
@@ -54,7 +59,8 @@ MOAT_CLI="$bin/moat" MCP_URL="http://127.0.0.1:$port/mcp" \
 	MCP_HOST_DIR="$work/host" node "$work/mcp_test.mjs"
 rc=$?
 
-# Both sessions ended (stdin closed; DELETE /mcp): their sandboxes too.
+# Every session ended (stdin closed; DELETE /mcp; evicted): their
+# sandboxes too.
 left=$("$bin/moat" --json sandbox ls | python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("sandboxes", [])))')
 if [ "$left" = 0 ]; then
 	echo "ok - ended sessions leave no sandbox behind"

@@ -213,7 +213,7 @@ setup(void **state)
 		fail_msg("gateway: %s", errmsg);
 	free(sessiond);
 	free(snapd);
-	if (moat_http_start(&E.http, E.gw, "127.0.0.1:0", &errmsg) !=
+	if (moat_http_start(&E.http, E.gw, "127.0.0.1:0", NULL, &errmsg) !=
 	    MOAT_OK)
 		fail_msg("http: %s", errmsg);
 	E.port = moat_http_port(E.http);

@@ -6,12 +6,13 @@
  * landing on the node as the same Gateway method; the generic
  * /v1/rpc/{Method} route; exec output as Server-Sent Events (start,
  * stdout, stderr and exit events; a JSON error before the stream; the
- * command killed when the client goes away); and the unhappy paths:
- * malformed JSON, unknown fields, wrong types and an id in the body (400
- * naming the problem), unknown routes, methods and sandboxes (404),
- * wrong HTTP methods (405 with Allow), bodies over 4 MiB with and without a length (413), a bad
- * Authorization header (401), sessiond down (503); and the door still
- * answers after all of them.
+ * command killed when the client goes away) and the stream described in
+ * /v1/openapi.json; an MCP table of no sessions refused; and the unhappy
+ * paths: malformed JSON, unknown fields, wrong types and an id in the
+ * body (400 naming the problem), unknown routes, methods and sandboxes
+ * (404), wrong HTTP methods (405 with Allow), bodies over 4 MiB with and
+ * without a length (413), a bad Authorization header (401), sessiond
+ * down (503); and the door still answers after all of them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -244,7 +245,7 @@ setup(void **state)
 		fail_msg("gateway: %s", errmsg);
 	free(sessiond);
 	free(snapd);
-	if (moat_http_start(&E.http, E.gw, "127.0.0.1:0", &errmsg) !=
+	if (moat_http_start(&E.http, E.gw, "127.0.0.1:0", NULL, &errmsg) !=
 	    MOAT_OK)
 		fail_msg("http: %s", errmsg);
 	E.port = moat_http_port(E.http);
@@ -474,12 +475,14 @@ test_addresses(void **state)
 {
 	static const char *bad[] = { "nonsense", "127.0.0.1", ":80",
 	    "localhost:80", "127.0.0.1:http", "[::1]80", "[::1", "1.2.3:80" };
+	struct moat_http_opts no_sessions = { .mcp_max_sessions = 0,
+	    .mcp_idle_s = 60 };
 	struct moat_http *h = NULL;
 	char *errmsg = NULL;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_int_equal(moat_http_start(&h, E.gw, bad[i], &errmsg),
-		    MOAT_INVALID_ARGUMENT);
+		assert_int_equal(moat_http_start(&h, E.gw, bad[i], NULL,
+		    &errmsg), MOAT_INVALID_ARGUMENT);
 		assert_null(h);
 		assert_non_null(strstr(errmsg, bad[i]));
 		free(errmsg);
@@ -489,19 +492,27 @@ test_addresses(void **state)
 	{
 		char addr[64];
 		snprintf(addr, sizeof(addr), "127.0.0.1:%u", E.port);
-		assert_int_equal(moat_http_start(&h, E.gw, addr, &errmsg),
-		    MOAT_UNAVAILABLE);
+		assert_int_equal(moat_http_start(&h, E.gw, addr, NULL,
+		    &errmsg), MOAT_UNAVAILABLE);
 		assert_non_null(strstr(errmsg, addr));
 		free(errmsg);
 		errmsg = NULL;
 	}
 	/* IPv6, where the host has it. */
-	if (moat_http_start(&h, E.gw, "[::1]:0", &errmsg) == MOAT_OK) {
+	if (moat_http_start(&h, E.gw, "[::1]:0", NULL, &errmsg) == MOAT_OK) {
 		assert_true(moat_http_port(h) != 0);
 		moat_http_stop(h);
 	} else {
 		free(errmsg);
+		errmsg = NULL;
 	}
+	/* An MCP table of no sessions: INVALID_ARGUMENT naming the
+	 * option. */
+	assert_int_equal(moat_http_start(&h, E.gw, "127.0.0.1:0",
+	    &no_sessions, &errmsg), MOAT_INVALID_ARGUMENT);
+	assert_null(h);
+	assert_non_null(strstr(errmsg, "mcp-max-sessions"));
+	free(errmsg);
 	moat_http_stop(NULL);
 }
 
@@ -682,6 +693,58 @@ test_exec_stream(void **state)
 		    "(last call %s)", last_method());
 }
 
+/* /v1/openapi.json describes the event stream: POST .../exec has the
+ * `stream` query parameter and a text/event-stream reply naming its
+ * events, beside the ExecResult as JSON. */
+static void
+test_openapi_exec_stream(void **state)
+{
+	struct resp r;
+	json_t *post, *ok, *sse, *param, *p;
+	const char *events;
+	size_t i;
+
+	http("GET", "/v1/openapi.json", NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_non_null(r.json);
+	post = json_object_get(json_object_get(json_object_get(r.json,
+	    "paths"), "/v1/sandboxes/{id}/exec"), "post");
+	assert_non_null(post);
+	ok = json_object_get(json_object_get(post, "responses"), "200");
+	assert_non_null(json_object_get(json_object_get(ok, "content"),
+	    "application/json"));
+	sse = json_object_get(json_object_get(ok, "content"),
+	    "text/event-stream");
+	assert_non_null(sse);
+	events = json_string_value(json_object_get(json_object_get(sse,
+	    "schema"), "description"));
+	assert_non_null(events);
+	assert_non_null(strstr(events, "start (the ExecHandle"));
+	assert_non_null(strstr(events, "stdout and stderr, {\"data\": "
+	    "base64"));
+	assert_non_null(strstr(events, "exit (the ExecStatus"));
+	assert_non_null(strstr(events, "error ({\"code\", \"message\"}"));
+	param = NULL;
+	json_array_foreach(json_object_get(post, "parameters"), i, p)
+		if (strcmp(json_string_value(json_object_get(p, "name")),
+		    "stream") == 0)
+			param = p;
+	assert_non_null(param);
+	assert_string_equal(json_string_value(json_object_get(param, "in")),
+	    "query");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(
+	    param, "schema"), "type")), "boolean");
+	/* Only exec streams: CreateSandbox's reply is JSON alone. */
+	ok = json_object_get(json_object_get(json_object_get(json_object_get(
+	    json_object_get(r.json, "paths"), "/v1/sandboxes"), "post"),
+	    "responses"), "200");
+	assert_non_null(json_object_get(json_object_get(ok, "content"),
+	    "application/json"));
+	assert_null(json_object_get(json_object_get(ok, "content"),
+	    "text/event-stream"));
+	resp_free(&r);
+}
+
 static void
 test_still_answers(void **state)
 {
@@ -706,6 +769,7 @@ main(void)
 		cmocka_unit_test(test_body_limit),
 		cmocka_unit_test(test_addresses),
 		cmocka_unit_test(test_exec_stream),
+		cmocka_unit_test(test_openapi_exec_stream),
 		cmocka_unit_test(test_still_answers),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

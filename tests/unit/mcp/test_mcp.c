@@ -364,8 +364,9 @@ test_default_sandbox(void **state)
 	    "sandboxId")), "sb-other");
 
 	/* Closing the session destroys its sandbox, once. */
-	moat_mcp_session_close(s, fake_call, &f);
-	moat_mcp_session_close(s, fake_call, &f);
+	assert_int_equal(moat_mcp_session_close(s, fake_call, &f), MOAT_OK);
+	assert_int_equal(moat_mcp_session_close(s, fake_call, &f),
+	    MOAT_NOT_FOUND);
 	assert_int_equal(f.n, 5);
 	assert_string_equal(f.methods[4], "DestroySandbox");
 	assert_string_equal(json_string_value(json_object_get(f.requests[4],

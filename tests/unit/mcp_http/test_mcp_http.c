@@ -4,23 +4,36 @@
  * Mcp-Session-Id, later requests need it (400 without, 404 unknown),
  * notifications get 202, GET is 405 with Allow, DELETE ends the session
  * (204, then 404), a session answers only its own Authorization, a
- * foreign Origin is 403, malformed JSON is -32700,
- * and tools run through the gateway's own handlers.
+ * foreign Origin is 403, malformed JSON is -32700, a table full of
+ * sessions not idle long enough refuses initialize (503), and tools run
+ * through the gateway's own handlers. Then eviction, with keys on, a
+ * fake node and a real moat-sessiond (the default sandbox is recorded):
+ * a full table evicts the least recently used idle session and destroys
+ * its sandbox with that session's own key, not the evicting caller's.
  * Not for: the protocol's details (tests/unit/mcp) or VMs (mcp_sdk).
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
 #include <jansson.h>
+#include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
 
+#include "auth.h"
+#include "fake_node.h"
 #include "gateway.h"
 #include "http.h"
 #include "moat/log.h"
@@ -31,7 +44,11 @@ struct env {
 	char *survey_url, *listen_url;
 	struct moat_gateway *gw;
 	struct moat_http *http;
-	uint16_t port;
+	uint16_t port;              /* the door the calls go to */
+	struct fake_node node;      /* eviction group only */
+	bool has_node;
+	pid_t sessiond;             /* eviction group only; 0: none */
+	char *key_acme, *key_zeta;  /* eviction group only */
 };
 
 static struct env E;
@@ -89,20 +106,20 @@ on_header(char *data, size_t size, size_t n, void *cls)
 	return size * n;
 }
 
-/* mcp: one request to /mcp with the session header `sid` (may be NULL)
- * and an Origin (may be NULL). */
+/* request: one request to `path` with the session header `sid` (may be
+ * NULL) and an Origin (may be NULL). */
 static void
-mcp(const char *method, const char *body, const char *sid,
-    const char *origin, struct resp *r)
+request(const char *method, const char *path, const char *body,
+    const char *sid, const char *origin, struct resp *r)
 {
 	CURL *c = curl_easy_init();
 	struct curl_slist *hdrs = NULL;
-	char url[64], h[256];
+	char url[128], h[256];
 	CURLcode cc;
 
 	memset(r, 0, sizeof(*r));
 	assert_non_null(c);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%u/mcp", E.port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", E.port, path);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -135,11 +152,19 @@ mcp(const char *method, const char *body, const char *sid,
 	cc = curl_easy_perform(c);
 	curl_slist_free_all(hdrs);
 	if (cc != CURLE_OK)
-		fail_msg("%s /mcp: %s", method, curl_easy_strerror(cc));
+		fail_msg("%s %s: %s", method, path, curl_easy_strerror(cc));
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
 	curl_easy_cleanup(c);
 	if (r->body != NULL)
 		r->json = json_loads(r->body, JSON_DECODE_ANY, NULL);
+}
+
+/* mcp: one request to /mcp. */
+static void
+mcp(const char *method, const char *body, const char *sid,
+    const char *origin, struct resp *r)
+{
+	request(method, "/mcp", body, sid, origin, r);
 }
 
 static void
@@ -157,17 +182,14 @@ rpc_error(struct resp *r)
 	    r->json, "error"), "code"));
 }
 
-static int
-setup(void **state)
+/* start: the gateway (keys on when `auth`) in E.dir (env_init) and
+ * its HTTP door with `hopts` (NULL: the defaults). */
+static void
+start(bool auth, const struct moat_http_opts *hopts)
 {
 	struct moat_gateway_opts opts = { 0 };
 	char *errmsg = NULL, *sessiond, *snapd;
 
-	memset(&E, 0, sizeof(E));
-	moat_log_init("test", MOAT_LOG_WARN);
-	curl_global_init(CURL_GLOBAL_ALL);
-	snprintf(E.dir, sizeof(E.dir), "/tmp/moat-mcphttp-XXXXXX");
-	assert_non_null(mkdtemp(E.dir));
 	E.survey_url = moat_asprintf("ipc://%s/survey.sock", E.dir);
 	E.listen_url = moat_asprintf("ipc://%s/gateway.sock", E.dir);
 	sessiond = moat_asprintf("ipc://%s/sessiond.sock", E.dir);
@@ -178,25 +200,130 @@ setup(void **state)
 	opts.snapd_url = snapd;
 	opts.state_dir = E.dir;
 	opts.survey_interval_ms = 100;
+	opts.auth = auth;
 	if (moat_gateway_start(&E.gw, &opts, &errmsg) != MOAT_OK)
 		fail_msg("gateway: %s", errmsg);
 	free(sessiond);
 	free(snapd);
-	if (moat_http_start(&E.http, E.gw, "127.0.0.1:0", &errmsg) !=
+	if (moat_http_start(&E.http, E.gw, "127.0.0.1:0", hopts, &errmsg) !=
 	    MOAT_OK)
 		fail_msg("http: %s", errmsg);
 	E.port = moat_http_port(E.http);
+}
+
+/* env_init: a zeroed E, logs, curl and a new E.dir. */
+static void
+env_init(void)
+{
+	memset(&E, 0, sizeof(E));
+	moat_log_init("test", MOAT_LOG_WARN);
+	curl_global_init(CURL_GLOBAL_ALL);
+	snprintf(E.dir, sizeof(E.dir), "/tmp/moat-mcphttp-XXXXXX");
+	assert_non_null(mkdtemp(E.dir));
+}
+
+static int
+setup(void **state)
+{
+	env_init();
+	start(false, NULL);
+	return 0;
+}
+
+static void
+wait_node(void)
+{
+	for (int i = 0; i < 200; i++) {
+		Moat__V1__Node **nodes = NULL;
+		size_t n = 0;
+		bool seen;
+
+		assert_int_equal(moat_nodes_snapshot(moat_gateway_nodes(E.gw),
+		    &nodes, &n), MOAT_OK);
+		seen = n > 0 && nodes[0]->available;
+		moat_nodes_snapshot_free(nodes, n);
+		if (seen)
+			return;
+		nng_msleep(20);
+	}
+	fail_msg("the gateway never saw the fake node");
+}
+
+/* setup_evict: keys on (tenants acme and zeta), a fake node, a real
+ * moat-sessiond on the url the gateway was given, and a door of 2 MCP
+ * sessions, each evictable as soon as no request uses it (mcp-idle-s
+ * 0). */
+static int
+setup_evict(void **state)
+{
+	static const struct moat_http_opts two = { .mcp_max_sessions = 2,
+	    .mcp_idle_s = 0 };
+	char *argv[] = { (char *)SESSIOND_BIN, (char *)"--state-dir", NULL,
+	    NULL };
+	char id[MOAT_AUTH_KEY_ID_LEN + 1], bearer[256];
+	struct moat_auth *a = NULL;
+	char *errmsg = NULL;
+	struct resp r = { 0 };
+
+	env_init();
+	/* Keys made before the gateway opens the store. */
+	assert_int_equal(moat_auth_open(&a, E.dir, &errmsg), MOAT_OK);
+	assert_int_equal(moat_auth_key_create(a, "acme", &E.key_acme, id,
+	    &errmsg), MOAT_OK);
+	assert_int_equal(moat_auth_key_create(a, "zeta", &E.key_zeta, id,
+	    &errmsg), MOAT_OK);
+	moat_auth_close(a);
+	start(true, &two);
+	assert_int_equal(fake_node_start(&E.node, "node-a", E.dir,
+	    E.survey_url), 0);
+	E.has_node = true;
+	wait_node();
+
+	argv[2] = E.dir;
+	if ((E.sessiond = fork()) == 0) {
+		if (freopen("/dev/null", "w", stderr) == NULL)
+			_exit(126);
+		unsetenv("MOAT_CONFIG");
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	assert_true(E.sessiond > 0);
+	snprintf(bearer, sizeof(bearer), "Bearer %s", E.key_acme);
+	authz = bearer;
+	for (int i = 0; i < 100 && r.status != 200; i++) {
+		if (i > 0)
+			nng_msleep(50);
+		resp_free(&r);
+		request("GET", "/v1/sessions", NULL, NULL, NULL, &r);
+	}
+	authz = NULL;
+	if (r.status != 200)
+		fail_msg("moat-sessiond did not come up: GET /v1/sessions "
+		    "%ld %s", r.status, r.body ? r.body : "");
+	resp_free(&r);
 	return 0;
 }
 
 static int
 teardown(void **state)
 {
+	int status;
+
+	if (E.sessiond > 0) {
+		kill(E.sessiond, SIGTERM);
+		waitpid(E.sessiond, &status, 0);
+	}
 	moat_http_stop(E.http);
+	if (E.has_node)
+		fake_node_halt(&E.node);
 	moat_gateway_stop(E.gw);
+	if (E.has_node)
+		fake_node_stop(&E.node);
 	moat_rm_rf(E.dir);
 	free(E.survey_url);
 	free(E.listen_url);
+	free(E.key_acme);
+	free(E.key_zeta);
 	curl_global_cleanup();
 	return 0;
 }
@@ -309,13 +436,149 @@ test_transport_errors(void **state)
 	resp_free(&r);
 }
 
+/* A table full of sessions idle for less than mcp-idle-s: initialize is
+ * 503 and the sessions stay; an ended one makes room. */
+static void
+test_full_table(void **state)
+{
+	static const struct moat_http_opts one = { .mcp_max_sessions = 1,
+	    .mcp_idle_s = 3600 };
+	struct moat_http *h = NULL;
+	uint16_t port = E.port;
+	char *errmsg = NULL, sid[128];
+	struct resp r;
+
+	if (moat_http_start(&h, E.gw, "127.0.0.1:0", &one, &errmsg) !=
+	    MOAT_OK)
+		fail_msg("http: %s", errmsg);
+	E.port = moat_http_port(h);
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	snprintf(sid, sizeof(sid), "%s", r.session);
+	resp_free(&r);
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 503);
+	assert_string_equal(r.session, "");
+	assert_non_null(strstr(r.body, "too many MCP sessions"));
+	resp_free(&r);
+	mcp("POST", LIST, sid, NULL, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	mcp("DELETE", NULL, sid, NULL, &r);
+	assert_int_equal(r.status, 204);
+	resp_free(&r);
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	E.port = port;
+	moat_http_stop(h);
+}
+
+/* node_sandboxes: how many sandboxes the fake node holds; the first's id
+ * and tenant into id and tenant (128 and 64 bytes) when any. */
+static int
+node_sandboxes(char *id, char *tenant)
+{
+	int n;
+
+	pthread_mutex_lock(&E.node.lock);
+	n = E.node.n_sandboxes;
+	if (n > 0) {
+		snprintf(id, 128, "%s", E.node.sandboxes[0]);
+		snprintf(tenant, 64, "%s", E.node.tenants[0]);
+	}
+	pthread_mutex_unlock(&E.node.lock);
+	return n;
+}
+
+/* Eviction: acme's session A makes its default sandbox (run_code);
+ * zeta's session B fills the table; zeta's next initialize evicts A,
+ * the least recently used, and A's sandbox is destroyed on the node.
+ * The gateway answers zeta's DestroySandbox of acme's sandbox with
+ * NOT_FOUND before the node sees it, so the sandbox is gone only if
+ * the eviction used A's own key. A is then 404; B and the new C stay. */
+static void
+test_evict_destroys_as_victim(void **state)
+{
+	char acme[256], zeta[256], sid_a[128], sid_b[128], sid_c[128];
+	char sandbox[128] = "", tenant[64] = "", now_id[128] = "";
+	char gone[128] = "";
+	char method[64];
+	struct resp r;
+
+	snprintf(acme, sizeof(acme), "Bearer %s", E.key_acme);
+	snprintf(zeta, sizeof(zeta), "Bearer %s", E.key_zeta);
+
+	authz = acme;
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	snprintf(sid_a, sizeof(sid_a), "%s", r.session);
+	resp_free(&r);
+	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
+	    "\"tools/call\",\"params\":{\"name\":\"run_code\","
+	    "\"arguments\":{\"code\":\"print(1)\"}}}", sid_a, NULL, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	assert_int_equal(node_sandboxes(sandbox, tenant), 1);
+	assert_string_equal(tenant, "acme");
+
+	/* A free slot: nothing is evicted. */
+	authz = zeta;
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	snprintf(sid_b, sizeof(sid_b), "%s", r.session);
+	resp_free(&r);
+	assert_int_equal(node_sandboxes(now_id, tenant), 1);
+
+	/* Full: C evicts A, with A's key. */
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	snprintf(sid_c, sizeof(sid_c), "%s", r.session);
+	resp_free(&r);
+	assert_true(strlen(sid_c) >= 16);
+	assert_string_not_equal(sid_c, sid_a);
+	assert_string_not_equal(sid_c, sid_b);
+	if (node_sandboxes(now_id, tenant) != 0)
+		fail_msg("the evicted session's sandbox %s (tenant %s) is "
+		    "still on the node", now_id, tenant);
+	pthread_mutex_lock(&E.node.lock);
+	snprintf(method, sizeof(method), "%s", E.node.last_method);
+	snprintf(gone, sizeof(gone), "%s", E.node.last_sandbox);
+	pthread_mutex_unlock(&E.node.lock);
+	assert_string_equal(method, "DestroySandbox");
+	assert_string_equal(gone, sandbox);
+
+	authz = acme;
+	mcp("POST", LIST, sid_a, NULL, &r);
+	assert_int_equal(r.status, 404);
+	resp_free(&r);
+	authz = zeta;
+	mcp("POST", LIST, sid_b, NULL, &r);
+	assert_int_equal(r.status, 200);
+	resp_free(&r);
+	mcp("DELETE", NULL, sid_b, NULL, &r);
+	assert_int_equal(r.status, 204);
+	resp_free(&r);
+	mcp("DELETE", NULL, sid_c, NULL, &r);
+	assert_int_equal(r.status, 204);
+	resp_free(&r);
+	authz = NULL;
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_session_lifecycle),
 		cmocka_unit_test(test_transport_errors),
+		cmocka_unit_test(test_full_table),
 	};
+	const struct CMUnitTest evict_tests[] = {
+		cmocka_unit_test(test_evict_destroys_as_victim),
+	};
+	int failed;
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	failed = cmocka_run_group_tests(tests, setup, teardown);
+	failed += cmocka_run_group_tests(evict_tests, setup_evict, teardown);
+	return failed;
 }
