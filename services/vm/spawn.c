@@ -10,17 +10,30 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 #include "moat/status.h"
 #include "moat/util.h"
 #include "spawn.h"
+
+#if defined(__x86_64__)
+#define SPAWN_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SPAWN_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "spawn.c: name this architecture's AUDIT_ARCH_* for the seccomp filter"
+#endif
 
 /* One request in flight. Lives on the requester's stack. */
 struct spawn_job {
@@ -38,6 +51,42 @@ static struct spawn_job *spawner_job;   /* waiting for the thread */
 static bool spawner_running;
 static bool spawner_stopping;
 static pthread_t spawner_thread;
+
+/* deny_hugepage_advice: a seccomp filter under which madvise(addr, len,
+ * MADV_HUGEPAGE) fails with EINVAL; every other call is allowed. QEMU
+ * advises huge pages on all guest RAM, and on a file mapping the kernel
+ * then reads around each fault a whole 2 MiB (even with readahead off)
+ * and dirties memory 2 MiB at a time: a clone whose RAM file is a reflink
+ * on a block-backed filesystem (ram-dir on XFS) would read nearly all its
+ * RAM through the block layer as soon as the guest runs. QEMU takes the
+ * advice as optional. Returns 0 or an errno value. */
+static int
+deny_hugepage_advice(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+		    offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SPAWN_AUDIT_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+		    offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_madvise, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+		    offsetof(struct seccomp_data, args[2])),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_HUGEPAGE, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {
+		.len = (unsigned short)(sizeof(f) / sizeof(f[0])),
+		.filter = f,
+	};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+		return errno;
+	return 0;
+}
 
 /* Runs in the child between fork and exec: only async-signal-safe calls.
  * Reports a failure's errno through `report_fd` and exits. */
@@ -80,6 +129,8 @@ spawn_child(const struct moat_spawn_req *req, int out_fd, int report_fd,
 		syscall(SYS_close_range, 3U, (unsigned)report_fd - 1, 0U);
 	syscall(SYS_close_range, (unsigned)report_fd + 1, ~0U, 0U);
 	if (req->cwd != NULL && chdir(req->cwd) != 0)
+		goto fail;
+	if (req->no_hugepage_advice && deny_hugepage_advice() != 0)
 		goto fail;
 	execvp(req->argv[0], (char *const *)req->argv);
 fail:

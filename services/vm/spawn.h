@@ -12,6 +12,7 @@
 #ifndef MOAT_VMD_SPAWN_H
 #define MOAT_VMD_SPAWN_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 struct moat_spawn_req {
@@ -19,6 +20,9 @@ struct moat_spawn_req {
 	const char *output_file;   /* stdout and stderr go here (created,
 	                              truncated, 0600); NULL: /dev/null */
 	const char *cwd;           /* NULL: inherit */
+	bool no_hugepage_advice;   /* madvise(MADV_HUGEPAGE) fails with
+	                              EINVAL in the child (a seccomp filter;
+	                              see spawn.c) */
 };
 
 /* moat_spawner_start: starts the spawner thread. Call once, before any

@@ -447,6 +447,10 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	req.argv = (const char *const *)a.arg;
 	req.output_file = vm->vmm_log;
 	req.cwd = spec->dir;
+	/* RAM on a block-backed filesystem (reflinks): no huge-page advice,
+	 * or each fault reads and dirties 2 MiB of the RAM file (spawn.h).
+	 * On tmpfs the advice is the operator's shmem THP policy: kept. */
+	req.no_hugepage_advice = vmd_ram_dir_reflinks();
 	if ((rv = moat_spawn(&req, &vm->pid, errmsg)) != MOAT_OK)
 		goto fail;
 	argv_fini(&a);
