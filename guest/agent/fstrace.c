@@ -13,6 +13,9 @@
  * Entries come in path order (sorted within each directory, parents
  * before children), with sha256 of regular files when asked, and stop at
  * the entry cap or at what one frame holds (truncated then says so).
+ * Hashes are remembered (memo below): a file unchanged since it was last
+ * hashed is not read again, so recording a step costs what the step
+ * changed, not the size of everything it ever wrote.
  * Not for: mounting the overlay (boot.c) or diffing traces (sessiond).
  */
 #include <dirent.h>
@@ -23,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -32,6 +36,25 @@
 
 #define TRACE_DEPTH_MAX 256
 #define TRACE_HASH_CHUNK (64u << 10)
+#define TRACE_MEMO_SLOTS 4096       /* direct-mapped by (dev, inode) */
+#define TRACE_MEMO_SETTLE_NS 20000000LL
+
+/* One remembered hash. A file's ctime changes with every write to it and
+ * cannot be set, so the same inode with the same size, mtime and ctime
+ * holds what was hashed, as long as no write landed in the same clock
+ * tick as the hashing: an entry is kept only when the file's ctime was
+ * TRACE_MEMO_SETTLE_NS older than the moment its hashing began (file
+ * times come from a coarse clock). The agent is one thread: no lock. */
+struct trace_memo {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime, ctime;
+	bool used;
+	uint8_t sum[AGENT_SHA256_LEN];
+};
+
+static struct trace_memo trace_memo[TRACE_MEMO_SLOTS];
 
 struct trace {
 	Moat__V1__FsTraceEntry* ents;
@@ -40,6 +63,7 @@ struct trace {
 	size_t budget; /* encoded bytes, roughly */
 	bool hash;
 	bool truncated;
+	uint64_t files_hashed, bytes_hashed;
 	int err; /* first error that stops the walk (-errno) */
 };
 
@@ -106,13 +130,51 @@ fail:
 	return -ENOMEM;
 }
 
-static int
-trace_hash(int dirfd, const char* name, uint8_t out[AGENT_SHA256_LEN])
+static struct trace_memo*
+trace_memo_slot(const struct stat* st)
 {
+	uint64_t k = ((uint64_t)st->st_dev * 0x9e3779b97f4a7c15ULL)
+	    ^ (uint64_t)st->st_ino;
+
+	k ^= k >> 29;
+	return &trace_memo[(k * 0xbf58476d1ce4e5b9ULL >> 40)
+	    % TRACE_MEMO_SLOTS];
+}
+
+static bool
+trace_same_time(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+static int64_t
+trace_ns(struct timespec t)
+{
+	return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* trace_hash: the sha256 of regular file `name` in `dirfd`, whose lstat
+ * is `st`: remembered, or read (and then remembered when it may be). */
+static int
+trace_hash(struct trace* t, int dirfd, const char* name,
+    const struct stat* st, uint8_t out[AGENT_SHA256_LEN])
+{
+	struct trace_memo* m = trace_memo_slot(st);
 	struct agent_sha256 h;
+	struct timespec began;
+	struct stat after;
+	uint64_t bytes = 0;
 	uint8_t* buf;
 	ssize_t n;
 	int fd;
+
+	if (m->used && m->dev == st->st_dev && m->ino == st->st_ino
+	    && m->size == st->st_size && trace_same_time(m->mtime, st->st_mtim)
+	    && trace_same_time(m->ctime, st->st_ctim)) {
+		memcpy(out, m->sum, AGENT_SHA256_LEN);
+		return 0;
+	}
+	clock_gettime(CLOCK_REALTIME, &began);
 
 	fd = openat(dirfd, name,
 	    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -129,12 +191,35 @@ trace_hash(int dirfd, const char* name, uint8_t out[AGENT_SHA256_LEN])
 		if (n < 0)
 			break;
 		agent_sha256_update(&h, buf, (size_t)n);
+		bytes += (uint64_t)n;
 	}
 	free(buf);
-	close(fd);
-	if (n < 0)
+	t->files_hashed++;
+	t->bytes_hashed += bytes;
+	if (n < 0 || fstat(fd, &after) != 0) {
+		close(fd);
 		return -EIO;
+	}
+	close(fd);
 	agent_sha256_final(&h, out);
+	/* Remembered only for what was read: the same file, unchanged
+	 * while it was read, and settled before. */
+	if (after.st_ino == st->st_ino && after.st_dev == st->st_dev
+	    && after.st_size == st->st_size && (uint64_t)after.st_size == bytes
+	    && trace_same_time(after.st_mtim, st->st_mtim)
+	    && trace_same_time(after.st_ctim, st->st_ctim)
+	    && trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS
+	        < trace_ns(began)) {
+		m->used = true;
+		m->dev = st->st_dev;
+		m->ino = st->st_ino;
+		m->size = st->st_size;
+		m->mtime = st->st_mtim;
+		m->ctime = st->st_ctim;
+		memcpy(m->sum, out, AGENT_SHA256_LEN);
+	} else if (m->used && m->dev == st->st_dev && m->ino == st->st_ino) {
+		m->used = false;
+	}
 	return 0;
 }
 
@@ -184,7 +269,7 @@ trace_add(struct trace* t, const char* path, Moat__V1__FsChange change,
 	}
 	if (t->hash && change != MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED
 	    && st != NULL && S_ISREG(st->st_mode)
-	    && trace_hash(hash_dirfd, name, t->sums[t->n]) == 0) {
+	    && trace_hash(t, hash_dirfd, name, st, t->sums[t->n]) == 0) {
 		e->sha256.data = t->sums[t->n];
 		e->sha256.len = AGENT_SHA256_LEN;
 	}
@@ -383,6 +468,8 @@ agent_fs_trace(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 	trace.entries = ptrs;
 	trace.n_entries = t.n;
 	trace.truncated = t.truncated;
+	trace.files_hashed = t.files_hashed;
+	trace.bytes_hashed = t.bytes_hashed;
 	m.id = req->id;
 	m.body_case = MOAT__V1__GUEST_MESSAGE__BODY_FS_TRACE;
 	m.fs_trace = &trace;

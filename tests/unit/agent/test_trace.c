@@ -4,8 +4,9 @@
  * real whiteout (mknod 0:0; the tests run as root) and, where the
  * filesystem takes trusted xattrs, an opaque directory. Checks created /
  * modified / deleted, that directories which only hold changes are not
- * reported, sha256 against OpenSSL, the entry cap, and the error when
- * the agent has no overlay. Not for: the SHA-256 code (test_sha256.c).
+ * reported, sha256 against OpenSSL, the entry cap, the error when the
+ * agent has no overlay, and the memory of hashes: an unchanged file is
+ * not read again, and a changed one (same size and mtime) is. Not for: the SHA-256 code (test_sha256.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -238,6 +239,71 @@ test_trace_no_hash_and_cap(void** state)
 	moat__v1__guest_message__free_unpacked(m, NULL);
 }
 
+/* memo_trace: a hashed trace; *sum the sha256 entry of /memo.bin, and
+ * the count of files it read. */
+static uint64_t
+memo_trace(struct fixture* fx, uint8_t sum[32])
+{
+	Moat__V1__GuestMessage* m = trace(&fx->t, 0, true);
+	uint64_t hashed;
+	bool found = false;
+
+	assert_non_null(m);
+	assert_int_equal(m->code, MOAT_OK);
+	for (size_t i = 0; i < m->fs_trace->n_entries; i++) {
+		Moat__V1__FsTraceEntry* e = m->fs_trace->entries[i];
+
+		if (strcmp(e->path, "/memo.bin") == 0) {
+			assert_int_equal(e->sha256.len, 32);
+			memcpy(sum, e->sha256.data, 32);
+			found = true;
+		}
+	}
+	assert_true(found);
+	hashed = m->fs_trace->files_hashed;
+	assert_true(hashed == 0 || m->fs_trace->bytes_hashed > 0);
+	moat__v1__guest_message__free_unpacked(m, NULL);
+	return hashed;
+}
+
+static void
+test_trace_memo(void** state)
+{
+	struct fixture* fx = *state;
+	char upper[200], path[300];
+	uint8_t sum[32], want[32];
+	struct timespec times[2];
+	struct stat st;
+
+	snprintf(upper, sizeof(upper), "%s/upper", fx->dir);
+	snprintf(path, sizeof(path), "%s/memo.bin", upper);
+	put(upper, "/memo.bin", "0123456789");
+	usleep(100000); /* older than the settle time (20 ms) */
+	assert_true(memo_trace(fx, sum) >= 1);
+	SHA256((const uint8_t*)"0123456789", 10, want);
+	assert_memory_equal(sum, want, 32);
+	/* Nothing changed: nothing is read. */
+	assert_int_equal(memo_trace(fx, sum), 0);
+	assert_memory_equal(sum, want, 32);
+
+	/* Same size, mtime put back: the ctime still tells. */
+	assert_int_equal(stat(path, &st), 0);
+	put(upper, "/memo.bin", "abcdefghij");
+	times[0] = st.st_atim;
+	times[1] = st.st_mtim;
+	assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+	assert_int_equal(memo_trace(fx, sum), 1);
+	SHA256((const uint8_t*)"abcdefghij", 10, want);
+	assert_memory_equal(sum, want, 32);
+	/* Written just before that trace, so maybe not remembered by it
+	 * (how soon it ran is up to the scheduler); a settled one is. */
+	usleep(100000);
+	assert_true(memo_trace(fx, sum) <= 1);
+	assert_int_equal(memo_trace(fx, sum), 0);
+	assert_memory_equal(sum, want, 32);
+	assert_int_equal(unlink(path), 0);
+}
+
 static int
 start_plain(void** state)
 {
@@ -274,6 +340,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_trace_changes),
 		cmocka_unit_test(test_trace_no_hash_and_cap),
+		cmocka_unit_test(test_trace_memo),
 		cmocka_unit_test_setup_teardown(
 		    test_trace_without_overlay, start_plain, stop_plain),
 	};
