@@ -5,7 +5,11 @@
  * same step, p50 and p95 of each over ROUNDS rounds measured side by side
  * in one run, and the ratio fork-of-8 / one restore (issue 3's goal is
  * <= 2: the copies restore in parallel and share the snapshot's RAM
- * file). Every sandbox it makes is destroyed. Not a test: it asserts
+ * file). A first round is a warm-up, not counted (the node makes its
+ * template in the background then), and each timed call starts SETTLE_MS
+ * after the last destroy, so that neither side pays for the teardown of
+ * the other's sandboxes (QEMU exits, freed RAM files). Every sandbox it
+ * makes is destroyed. Not a test: it asserts
  * nothing about time. Run against a started stack (deploy/moat-stack) as
  *   moat-bench-travel GATEWAY_URL tests/bench/results/travel.json [ROUNDS]
  */
@@ -22,6 +26,16 @@
 #define FORK_COPIES 8
 #define ROUNDS_DEFAULT 5
 #define ROUNDS_MAX 50
+#define SETTLE_MS 2000
+
+/* settle: lets the teardown of the sandboxes just destroyed finish. */
+static void
+settle(void)
+{
+	struct timespec ts = { SETTLE_MS / 1000, (SETTLE_MS % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
 
 static struct moat_client *gw;
 
@@ -86,7 +100,7 @@ main(int argc, char **argv)
 		die("step 1", MOAT_INTERNAL, strdup(res->recording_error));
 	moat_client_free_msg(res);
 
-	for (int i = 0; i < rounds; i++) {
+	for (int i = -1; i < rounds; i++) {
 		Moat__V1__RestoreStepRequest rreq =
 		    MOAT__V1__RESTORE_STEP_REQUEST__INIT;
 		Moat__V1__ForkRequest freq = MOAT__V1__FORK_REQUEST__INIT;
@@ -97,21 +111,25 @@ main(int argc, char **argv)
 		rreq.session_id = session;
 		rreq.step = 1;
 		rreq.new_sandbox = true;
+		settle();
 		t0 = bench_now_ms();
 		if ((rv = moat_client_restore_step(gw, &rreq, &rr, &msg)) !=
 		    MOAT_OK)
 			die("restore", rv, msg);
-		restore_ms[i] = bench_now_ms() - t0;
+		if (i >= 0)
+			restore_ms[i] = bench_now_ms() - t0;
 		destroy(rr->sandbox->id);
 		moat_client_free_msg(rr);
 
 		freq.session_id = session;
 		freq.step = 1;
 		freq.count = FORK_COPIES;
+		settle();
 		t0 = bench_now_ms();
 		if ((rv = moat_client_fork(gw, &freq, &fr, &msg)) != MOAT_OK)
 			die("fork", rv, msg);
-		fork_ms[i] = bench_now_ms() - t0;
+		if (i >= 0)
+			fork_ms[i] = bench_now_ms() - t0;
 		if (fr->succeeded != FORK_COPIES)
 			fprintf(stderr, "bench-travel: round %d: %u of %d "
 			    "copies\n", i, fr->succeeded, FORK_COPIES);
@@ -119,8 +137,10 @@ main(int argc, char **argv)
 			if (fr->copies[j]->sandbox != NULL)
 				destroy(fr->copies[j]->sandbox->id);
 		moat_client_free_msg(fr);
-		fprintf(stderr, "round %d: restore %.0f ms, fork of %d %.0f "
-		    "ms\n", i, restore_ms[i], FORK_COPIES, fork_ms[i]);
+		if (i >= 0)
+			fprintf(stderr, "round %d: restore %.0f ms, fork of %d "
+			    "%.0f ms\n", i, restore_ms[i], FORK_COPIES,
+			    fork_ms[i]);
 	}
 	destroy(sb->id);
 	moat_client_free_msg(sb);

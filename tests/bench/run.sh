@@ -9,7 +9,9 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
 state=$(mktemp -d /tmp/moat-bench.XXXXXX)
 export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
-trap 'bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1; rm -rf "$state"' EXIT
+# The bench's own state directory only (MOAT_STATE_DIR is unset later,
+# and purging the default one would stop an operator's stack).
+trap 'MOAT_STATE_DIR=$state bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1 || :; rm -rf "$state"' EXIT
 bash "$repo/deploy/moat-stack" start
 MOAT_API_KEY=$(cat "$state/api-key")
 export MOAT_API_KEY
