@@ -3,7 +3,9 @@
 # directory and leaves JSON in tests/bench/results/. Timings here are
 # noisy: compare the ratios measured side by side within one run.
 # Usage: tests/bench/run.sh [BOOTS] [CALLS]   (every bench, one after
-# the other, on a quiet machine: about 15 minutes)
+# the other, on a quiet machine: about 10 minutes; CALLS, default 1000,
+# is the exec round trips each way for the gateway's added latency, whose
+# spread is tens of ms around a 1 ms goal)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
@@ -17,7 +19,7 @@ MOAT_API_KEY=$(cat "$state/api-key")
 export MOAT_API_KEY
 mkdir -p "$repo/tests/bench/results"
 "$bin/moat-bench-skeleton" "ipc://$state/gateway.sock" "ipc://$state/vmd.sock" \
-	"$(cat "$state/run/vmd.pid")" "$repo/tests/bench/results/skeleton.json" "${1:-5}" "${2:-200}"
+	"$(cat "$state/run/vmd.pid")" "$repo/tests/bench/results/skeleton.json" "${1:-5}" "${2:-1000}"
 "$bin/moat-bench-travel" "ipc://$state/gateway.sock" "$repo/tests/bench/results/travel.json" 5
 bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1
 unset MOAT_API_KEY MOAT_STATE_DIR
