@@ -38,13 +38,18 @@
 #define TRACE_HASH_CHUNK (64u << 10)
 #define TRACE_MEMO_SLOTS 4096       /* direct-mapped by (dev, inode) */
 #define TRACE_MEMO_SETTLE_NS 20000000LL
+#define TRACE_MEMO_WAIT_MIN (1u << 20)  /* bytes: worth waiting to keep */
 
 /* One remembered hash. A file's ctime changes with every write to it and
  * cannot be set, so the same inode with the same size, mtime and ctime
  * holds what was hashed, as long as no write landed in the same clock
  * tick as the hashing: an entry is kept only when the file's ctime was
  * TRACE_MEMO_SETTLE_NS older than the moment its hashing began (file
- * times come from a coarse clock). The agent is one thread: no lock. */
+ * times come from a coarse clock). A file of TRACE_MEMO_WAIT_MIN bytes or
+ * more written just now is hashed once it has settled (a wait of at most
+ * TRACE_MEMO_SETTLE_NS), so the step that wrote it pays for its hash
+ * once and the next trace, or a clone's, does not read it again. The
+ * agent is one thread: no lock. */
 struct trace_memo {
 	dev_t dev;
 	ino_t ino;
@@ -175,6 +180,21 @@ trace_hash(struct trace* t, int dirfd, const char* name,
 		return 0;
 	}
 	clock_gettime(CLOCK_REALTIME, &began);
+	if (st->st_size >= (off_t)TRACE_MEMO_WAIT_MIN
+	    && trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS
+	        >= trace_ns(began)) {
+		int64_t wait = trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS + 1
+		    - trace_ns(began);
+		struct timespec w;
+
+		if (wait > TRACE_MEMO_SETTLE_NS + 1)
+			wait = TRACE_MEMO_SETTLE_NS + 1; /* a ctime ahead of now */
+		w.tv_sec = 0;
+		w.tv_nsec = (long)wait;
+		while (nanosleep(&w, &w) != 0 && errno == EINTR)
+			;
+		clock_gettime(CLOCK_REALTIME, &began);
+	}
 
 	fd = openat(dirfd, name,
 	    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);

@@ -6,7 +6,8 @@
  * modified / deleted, that directories which only hold changes are not
  * reported, sha256 against OpenSSL, the entry cap, the error when the
  * agent has no overlay, and the memory of hashes: an unchanged file is
- * not read again, and a changed one (same size and mtime) is. Not for: the SHA-256 code (test_sha256.c).
+ * not read again, a changed one (same size and mtime) is, and a big
+ * file written just before a trace is remembered by it. Not for: the SHA-256 code (test_sha256.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -302,6 +303,26 @@ test_trace_memo(void** state)
 	assert_int_equal(memo_trace(fx, sum), 0);
 	assert_memory_equal(sum, want, 32);
 	assert_int_equal(unlink(path), 0);
+
+	/* A big file written just now: hashed once it settled, and kept. */
+	{
+		char* big = malloc(2u << 20);
+		FILE* f;
+
+		assert_non_null(big);
+		memset(big, 'x', 2u << 20);
+		snprintf(path, sizeof(path), "%s/memo.bin", upper);
+		assert_non_null(f = fopen(path, "w"));
+		assert_int_equal(fwrite(big, 1, 2u << 20, f), 2u << 20);
+		fclose(f);
+		assert_int_equal(memo_trace(fx, sum), 1);
+		SHA256((const uint8_t*)big, 2u << 20, want);
+		assert_memory_equal(sum, want, 32);
+		assert_int_equal(memo_trace(fx, sum), 0);
+		assert_memory_equal(sum, want, 32);
+		free(big);
+		assert_int_equal(unlink(path), 0);
+	}
 }
 
 static int
