@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include <cmocka.h>
 #include <jansson.h>
 
@@ -189,7 +191,11 @@ test_sessions_and_steps(void **state)
 	assert_memory_equal(s->id, "ses-", 4);
 	assert_true(s->created_ms > 1600000000000ull);
 	protobuf_c_message_free_unpacked(reply, NULL);
+	/* Lists are oldest first with ties (one millisecond) in id order:
+	 * keep the three apart so the expected order is theirs. */
+	usleep(3000);
 	ids[1] = ses_create(p, TA, "sbx-1");
+	usleep(3000);
 	ids[2] = ses_create(p, TA, "sbx-2");
 
 	append_ok(p, TA, ids[0], "echo one", "one\n", 1);
