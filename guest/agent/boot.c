@@ -360,8 +360,13 @@ boot_make_root(const char* root, const char* scratch)
 		rv = boot_mount(
 		    "tmpfs", "/mnt/scratch", "tmpfs", MS_NOATIME, "mode=0755");
 	else
+		/* noinit_itable: vmd makes the scratch disk with lazy inode
+		 * tables in a sparse file, whose holes read as zeros already;
+		 * zeroing them in the background cost every sandbox and every
+		 * clone of it block I/O and ~2,000 guest blocks to translate
+		 * under TCG right after a restore (restore 165 -> 141 ms). */
 		rv = boot_mount(
-		    scratch, "/mnt/scratch", "ext4", MS_NOATIME, "");
+		    scratch, "/mnt/scratch", "ext4", MS_NOATIME, "noinit_itable");
 	if (rv != 0)
 		return rv;
 	if ((mkdir("/mnt/scratch/upper", 0755) != 0 && errno != EEXIST)

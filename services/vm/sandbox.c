@@ -683,7 +683,7 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	Moat__V1__GuestMessage *reply = NULL;
 	uint8_t entropy[64];
 	struct timespec now;
-	uint64_t left = 0, t = moat_rpc_now_ms();
+	uint64_t left = 0, t = moat_rpc_now_ms(), t_resumed;
 	char *err = NULL;
 	int rv;
 
@@ -709,8 +709,12 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	reset.hostname = sb->id.str;
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_RESET;
 	req.reset = &reset;
+	t_resumed = moat_rpc_now_ms();
 	rv = guest_link_call(link, &req, deadline, &reply, &err);
 	explicit_bzero(entropy, sizeof(entropy));
+	moat_debug(0, "sandbox %s: device state loaded and resumed in %"
+	    PRIu64 " ms, agent reset in %" PRIu64 " ms", sb->id.str,
+	    t_resumed - t, moat_rpc_now_ms() - t_resumed);
 	if (rv != MOAT_OK) {
 		*why = moat_asprintf("the restored guest's agent did not "
 		    "answer the reset: %s", err ? err : "?");

@@ -663,6 +663,17 @@ test_python_and_bash(void **state)
 	assert_memory_equal(r->stdout.data, "sh-bar", 6);
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 
+	/* The scratch disk is mounted noinit_itable: the kernel does not
+	 * zero its inode tables in the background of every sandbox and
+	 * clone (they are holes of a sparse file: zeros already). */
+	r = run_code(&main_vmd, id, "sh",
+	    "grep -l noinit_itable /proc/fs/ext4/*/options | wc -l", 0, 0,
+	    MOAT_OK);
+	assert_int_equal(r->status->exit_code, 0);
+	assert_int_equal(r->stdout.len, 2);
+	assert_memory_equal(r->stdout.data, "1\n", 2);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
 	(void)run_code(&main_vmd, id, "cobol", "x", 0, 0,
 	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(last_err, "python, bash, sh or node"));
