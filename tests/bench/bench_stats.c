@@ -3,8 +3,10 @@
  * bench_stats.h, shared by every benchmark here.
  * Not for: anything outside tests/bench.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench_stats.h"
 
@@ -15,6 +17,29 @@ bench_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+double
+bench_host_busy_ms(void)
+{
+	unsigned long long v[10] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	long hz = sysconf(_SC_CLK_TCK);
+	int n;
+
+	if (f == NULL)
+		return -1;
+	/* cpu user nice system idle iowait irq softirq steal guest guest_nice */
+	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+	    &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8],
+	    &v[9]);
+	fclose(f);
+	if (n < 8 || hz <= 0)
+		return -1;
+	/* Guest time is already in user; idle, iowait and steal (time the
+	 * hypervisor under this machine ran something else) are left out. */
+	return (double)(v[0] + v[1] + v[2] + v[5] + v[6]) * 1000.0 /
+	    (double)hz;
 }
 
 int

@@ -13,6 +13,12 @@
 /* bench_now_ms: CLOCK_MONOTONIC in ms, sub-millisecond detail kept. */
 double bench_now_ms(void);
 
+/* bench_host_busy_ms: the CPU time this host has spent not idle since
+ * boot, summed over its CPUs, in ms (from /proc/stat; -1 when it cannot
+ * be read). The difference across a call is the CPU the call cost the
+ * host, whichever processes spent it (VMMs, services, kernel threads). */
+double bench_host_busy_ms(void);
+
 /* bench_cmp_double: qsort order of doubles, ascending. */
 int bench_cmp_double(const void *a, const void *b);
 
