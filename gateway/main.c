@@ -75,7 +75,7 @@ keys_main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *config_path = NULL, *tenant = NULL, *verb, *v;
+	const char *config_path = NULL, *tenant = NULL, *verb;
 	char *state_dir = NULL, *errmsg = NULL, *secret = NULL;
 	char key_id[MOAT_AUTH_KEY_ID_LEN + 1];
 	struct moat_config *cfg = NULL;
@@ -106,14 +106,8 @@ keys_main(int argc, char **argv)
 	moat_log_init("gateway", MOAT_LOG_WARN);
 	if ((rv = moat_config_load(&cfg, config_path, &errmsg)) != MOAT_OK)
 		goto out;
-	if (state_dir == NULL) {
-		if ((v = moat_config_get(cfg, SECTION, "state-dir", NULL)) !=
-		    NULL || (v = moat_config_get(cfg, "moat", "state-dir",
-		    NULL)) != NULL)
-			state_dir = strdup(v);
-		else
-			state_dir = moat_default_state_dir();
-	}
+	if (state_dir == NULL)
+		state_dir = moat_config_state_dir(cfg, SECTION);
 	if (state_dir == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		errmsg = moat_asprintf("out of memory");
@@ -199,61 +193,23 @@ main(int argc, char **argv)
 	struct moat_gateway *gw = NULL;
 	struct moat_http *http = NULL;
 	const char *http_addr;
-	const char *config_path = NULL, *v;
+	const char *v;
 	char *state_dir = NULL, *listen = NULL, *survey = NULL;
 	char *sessiond = NULL, *snapd = NULL, *errmsg = NULL;
 	uint64_t interval = 0, workers = 0, mcp_max = 0, mcp_idle = 0;
-	const char *flag_keys[16], *flag_vals[16];
-	size_t n_flags = 0;
 	sigset_t sigs;
-	int opt, sig = 0, rv, exit_code = 1;
+	int sig = 0, rv, exit_code = 1;
 
 	bool auth = true;
 
 	if (argc > 1 && strcmp(argv[1], "keys") == 0)
 		return keys_main(argc - 1, argv + 1);
-	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-		switch (opt) {
-		case 'c':
-			config_path = optarg;
-			break;
-		case 'V':
-			printf("moat-gateway %s\n", MOAT_VERSION);
-			return 0;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case '?':
-			usage(stderr);
-			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
-		default:
-			for (const struct option *o = long_opts; o->name; o++)
-				if (o->val == opt && n_flags < 16) {
-					flag_keys[n_flags] = o->name;
-					flag_vals[n_flags++] = optarg;
-				}
-			break;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "moat-gateway: unexpected argument \"%s\"; see "
-		    "--help\n", argv[optind]);
-		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
-	}
+	if ((exit_code = moat_config_from_args(argc, argv, long_opts,
+	    "moat-gateway", SECTION, usage, &cfg)) != -1)
+		return exit_code;
+	exit_code = 1;
 	moat_log_init("gateway", MOAT_LOG_INFO);
-	if ((rv = moat_config_load(&cfg, config_path, &errmsg)) != MOAT_OK)
-		goto fail_msg;
-	for (size_t i = 0; i < n_flags; i++)
-		if ((rv = moat_config_set_flag(cfg, SECTION, flag_keys[i],
-		    flag_vals[i])) != MOAT_OK) {
-			errmsg = moat_asprintf("out of memory");
-			goto fail_msg;
-		}
-	if ((v = moat_config_get(cfg, SECTION, "state-dir", NULL)) != NULL ||
-	    (v = moat_config_get(cfg, "moat", "state-dir", NULL)) != NULL)
-		state_dir = strdup(v);
-	else
-		state_dir = moat_default_state_dir();
+	state_dir = moat_config_state_dir(cfg, SECTION);
 	if (state_dir == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		errmsg = moat_asprintf("out of memory");

@@ -400,3 +400,93 @@ moat_default_state_dir(void)
 		return moat_asprintf("%s/.local/state/moat", v);
 	return moat_asprintf("/tmp/moat-%u", (unsigned)geteuid());
 }
+
+int
+moat_config_from_args(int argc, char **argv, const struct option *opts,
+    const char *program, const char *section, void (*usage)(FILE *),
+    struct moat_config **cfg)
+{
+	const char *config_path = NULL;
+	const char **keys, **vals;
+	size_t n_flags = 0;
+	char *errmsg = NULL;
+	int opt, rv;
+
+	*cfg = NULL;
+	/* At most one value per given argument. */
+	keys = calloc((size_t)argc + 1, sizeof(*keys));
+	vals = calloc((size_t)argc + 1, sizeof(*vals));
+	if (keys == NULL || vals == NULL) {
+		fprintf(stderr, "%s: out of memory\n", program);
+		rv = moat_status_exit_code(MOAT_RESOURCE_EXHAUSTED);
+		goto out;
+	}
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (opt == 'c') {
+			config_path = optarg;
+		} else if (opt == 'V') {
+			printf("%s %s\n", program, MOAT_VERSION);
+			rv = 0;
+			goto out;
+		} else if (opt == 'h') {
+			usage(stdout);
+			rv = 0;
+			goto out;
+		} else if (opt == '?') {
+			usage(stderr);
+			rv = moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+			goto out;
+		} else {
+			for (const struct option *o = opts; o->name; o++)
+				if (o->val == opt && o->flag == NULL) {
+					keys[n_flags] = o->name;
+					vals[n_flags++] = optarg;
+					break;
+				}
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "%s: unexpected argument \"%s\"; see --help\n",
+		    program, argv[optind]);
+		rv = moat_status_exit_code(MOAT_INVALID_ARGUMENT);
+		goto out;
+	}
+	if ((rv = moat_config_load(cfg, config_path, &errmsg)) != MOAT_OK) {
+		fprintf(stderr, "%s: %s\n", program, errmsg ? errmsg :
+		    moat_strerror(rv));
+		rv = moat_status_exit_code(rv);
+		goto out;
+	}
+	for (size_t i = 0; i < n_flags; i++)
+		if ((rv = moat_config_set_flag(*cfg, section, keys[i],
+		    vals[i])) != MOAT_OK) {
+			fprintf(stderr, "%s: --%s: %s\n", program, keys[i],
+			    moat_strerror(rv));
+			rv = moat_status_exit_code(rv);
+			goto out;
+		}
+	rv = -1;
+out:
+	if (rv != -1) {
+		moat_config_free(*cfg);
+		*cfg = NULL;
+	}
+	free(errmsg);
+	free(keys);
+	free(vals);
+	return rv;
+}
+
+char *
+moat_config_state_dir(const struct moat_config *cfg, const char *section)
+{
+	const char *v;
+
+	if (((v = moat_config_get(cfg, section, "state-dir", NULL)) != NULL &&
+	    v[0] != '\0') ||
+	    ((v = moat_config_get(cfg, "moat", "state-dir", NULL)) != NULL &&
+	    v[0] != '\0'))
+		return strdup(v);
+	return moat_default_state_dir();
+}

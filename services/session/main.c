@@ -111,54 +111,18 @@ main(int argc, char **argv)
 	struct sessiond sd = { .started_ms = moat_rpc_now_ms() };
 	struct moat_rpc_server *srv = NULL;
 	struct moat_config *cfg = NULL;
-	const char *config_path = NULL, *v;
-	const char *flag_keys[8], *flag_vals[8];
+	const char *v;
 	char *state_dir = NULL, *listen = NULL, *errmsg = NULL;
 	uint64_t map_mib = 0, workers = 0;
-	size_t n_flags = 0;
 	sigset_t sigs;
-	int opt, sig = 0, rv, exit_code = 1;
+	int sig = 0, rv, exit_code = 1;
 
-	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-		switch (opt) {
-		case 'c':
-			config_path = optarg;
-			break;
-		case 'V':
-			printf(SERVICE_NAME " %s\n", MOAT_VERSION);
-			return 0;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case '?':
-			usage(stderr);
-			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
-		default:
-			for (const struct option *o = long_opts; o->name; o++)
-				if (o->val == opt && n_flags < 8) {
-					flag_keys[n_flags] = o->name;
-					flag_vals[n_flags++] = optarg;
-				}
-			break;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, SERVICE_NAME ": unexpected argument \"%s\"; "
-		    "see --help\n", argv[optind]);
-		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
-	}
+	if ((exit_code = moat_config_from_args(argc, argv, long_opts,
+	    SERVICE_NAME, SECTION, usage, &cfg)) != -1)
+		return exit_code;
+	exit_code = 1;
 	moat_log_init("sessiond", MOAT_LOG_INFO);
-	if ((rv = moat_config_load(&cfg, config_path, &errmsg)) != MOAT_OK)
-		goto fail;
-	for (size_t i = 0; i < n_flags; i++)
-		if ((rv = moat_config_set_flag(cfg, SECTION, flag_keys[i],
-		    flag_vals[i])) != MOAT_OK)
-			goto fail_oom;
-	if ((v = moat_config_get(cfg, SECTION, "state-dir", NULL)) != NULL ||
-	    (v = moat_config_get(cfg, "moat", "state-dir", NULL)) != NULL)
-		state_dir = strdup(v);
-	else
-		state_dir = moat_default_state_dir();
+	state_dir = moat_config_state_dir(cfg, SECTION);
 	if (state_dir == NULL)
 		goto fail_oom;
 	if ((v = moat_config_get(cfg, SECTION, "listen", NULL)) != NULL)

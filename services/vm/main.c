@@ -45,6 +45,7 @@ static const struct option vmd_options[] = {
 	{ "templates", required_argument, NULL, 'T' },
 	{ "template-spares", required_argument, NULL, 'P' },
 	{ "ram-dir", required_argument, NULL, 'R' },
+	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -84,6 +85,7 @@ usage(FILE *f)
 	    "                     (default /dev/shm). On XFS or btrfs with\n"
 	    "                     reflinks a snapshot clones RAM instead of\n"
 	    "                     copying it while the guest is paused\n"
+	    "  --version, --help\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
@@ -133,12 +135,7 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	if (ncpu < 1)
 		ncpu = 1;
 	gethostname(host, sizeof(host) - 1);
-	if ((cfg->state_dir = cfg_str(c, "state-dir", NULL)) == NULL) {
-		const char *m = moat_config_get(c, "moat", "state-dir", NULL);
-		cfg->state_dir = m && m[0] ? strdup(m) :
-		    moat_default_state_dir();
-	}
-	if (cfg->state_dir == NULL)
+	if ((cfg->state_dir = moat_config_state_dir(c, SECTION)) == NULL)
 		return MOAT_INTERNAL;
 	/* Trailing slashes would make two spellings of one directory. */
 	for (size_t n = strlen(cfg->state_dir); n > 1 &&
@@ -381,74 +378,20 @@ main(int argc, char **argv)
 	struct moat_rpc_server *server = NULL;
 	struct moat_rpc_service svc;
 	struct vmd_survey *survey = NULL;
-	const char *config_path = NULL;
 	char *errmsg = NULL;
 	char *vms = NULL;
 	sigset_t sigs;
 	int lock_fd = -1;
 	int sig = 0;
-	int opt;
 	int rv;
 	int err;
-	struct {
-		const char *key;
-		const char *value;
-	} flags[16];
-	int n_flags = 0;
 
 	moat_log_init("vmd", MOAT_LOG_INFO);
 	if (argc == 3 && strcmp(argv[1], "purge") == 0)
 		return purge_main(argv[2]);
-	while ((opt = getopt_long(argc, argv, "h", vmd_options, NULL)) != -1) {
-		const char *key = NULL;
-
-		switch (opt) {
-		case 'c':
-			config_path = optarg;
-			continue;
-		case 'l': key = "listen"; break;
-		case 's': key = "survey"; break;
-		case 'd': key = "state-dir"; break;
-		case 'i': key = "image-dir"; break;
-		case 'n': key = "node-id"; break;
-		case 'a': key = "accel"; break;
-		case 'C': key = "cache-dir"; break;
-		case 'D': key = "driver"; break;
-		case 'S': key = "snapd"; break;
-		case 'T': key = "templates"; break;
-		case 'P': key = "template-spares"; break;
-		case 'R': key = "ram-dir"; break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
-		}
-		if (n_flags < 16) {
-			flags[n_flags].key = key;
-			flags[n_flags++].value = optarg;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "moat-vmd: unexpected argument %s\n",
-		    argv[optind]);
-		usage(stderr);
-		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
-	}
-	if ((rv = moat_config_load(&config, config_path, &errmsg)) != 0) {
-		fprintf(stderr, "moat-vmd: %s\n", errmsg ? errmsg : "config");
-		free(errmsg);
-		return moat_status_exit_code(rv);
-	}
-	for (int i = 0; i < n_flags; i++) {
-		if ((rv = moat_config_set_flag(config, SECTION, flags[i].key,
-		    flags[i].value)) != 0) {
-			fprintf(stderr, "moat-vmd: --%s: %s\n", flags[i].key,
-			    moat_strerror(rv));
-			goto out;
-		}
-	}
+	if ((rv = moat_config_from_args(argc, argv, vmd_options, "moat-vmd",
+	    SECTION, usage, &config)) != -1)
+		return rv;
 	if ((rv = vmd_configure(&vmd, config)) != MOAT_OK)
 		goto out;
 

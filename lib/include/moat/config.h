@@ -9,8 +9,10 @@
 #ifndef MOAT_CONFIG_H
 #define MOAT_CONFIG_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct moat_config;
 
@@ -52,6 +54,26 @@ int moat_config_get_bool(const struct moat_config *cfg, const char *section,
 
 /* moat_config_free: safe on NULL. */
 void moat_config_free(struct moat_config *cfg);
+
+/* moat_config_from_args: a service's command line, by the rules every
+ * moat service shares. `opts` (getopt_long's, ending in a zero entry)
+ * may hold "config" (val 'c': the file to read instead of the default),
+ * "help" ('h': usage(stdout)) and "version" ('V': prints "<program>
+ * <MOAT_VERSION>"); every other option is the setting of [section] with
+ * the option's name, and wins over the environment and the file. Returns
+ * -1 with *cfg loaded (the caller frees it) when the program should run;
+ * else the exit code it should end with now: 0 after --help or --version,
+ * or a status exit code after an unknown option, a stray argument or a
+ * config file that cannot be read, each said on stderr. */
+int moat_config_from_args(int argc, char **argv, const struct option *opts,
+    const char *program, const char *section, void (*usage)(FILE *),
+    struct moat_config **cfg) __attribute__((warn_unused_result));
+
+/* moat_config_state_dir: the state directory of a program of [section]:
+ * its state-dir, else [moat] state-dir, else moat_default_state_dir().
+ * Heap string (NULL: out of memory), the caller frees. */
+char *moat_config_state_dir(const struct moat_config *cfg,
+    const char *section);
 
 /* moat_default_state_dir: $MOAT_STATE_DIR, else /var/lib/moat for root,
  * else $XDG_STATE_HOME/moat or $HOME/.local/state/moat. Heap string, the

@@ -2,7 +2,8 @@
  * test_config.c: unit tests of lib/config.c: the precedence flag > env >
  * file > default, env names (MOAT_<SECTION>_<KEY>, MOAT_<KEY> for
  * [moat]), numbers and booleans with errors that name the key and its
- * source, missing and broken files, and the default state directory.
+ * source, missing and broken files, the default state directory, and a
+ * service's command line (moat_config_from_args, moat_config_state_dir).
  * Each test writes its own moat.conf in a temporary directory and cleans
  * the variables it set. Not for: what the values mean to each service.
  */
@@ -287,6 +288,119 @@ test_default_state_dir(void **state)
 	free(d);
 }
 
+static int usage_calls;
+
+static void
+count_usage(FILE *f)
+{
+	(void)f;
+	usage_calls++;
+}
+
+static const struct option svc_opts[] = {
+	{ "config", required_argument, NULL, 'c' },
+	{ "state-dir", required_argument, NULL, 's' },
+	{ "workers", required_argument, NULL, 'w' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* args: runs moat_config_from_args on a NULL-terminated argv. */
+static int
+args(struct moat_config **cfg, char **argv)
+{
+	int argc = 0;
+
+	while (argv[argc] != NULL)
+		argc++;
+	return moat_config_from_args(argc, argv, svc_opts, "moat-test", "vmd",
+	    count_usage, cfg);
+}
+
+static void
+test_service_args(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_config *cfg = NULL;
+	uint64_t v = 0;
+	char *err = NULL, *dir;
+
+	write_conf(f, sample);
+	setenv("MOAT_VMD_WORKERS", "9", 1);
+	/* --config is read; a flag wins over env and file, by its name. */
+	{
+		char *argv[] = { "moat-test", "--config", f->path,
+			"--workers", "3", NULL };
+
+		assert_int_equal(args(&cfg, argv), -1);
+	}
+	assert_non_null(cfg);
+	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 1, &v,
+	    &err), MOAT_OK);
+	assert_int_equal(v, 3);
+	assert_string_equal(moat_config_get(cfg, "gateway", "listen", ""),
+	    "tcp://0.0.0.0:7700");
+	/* state-dir: [vmd] over [moat] over the default. */
+	dir = moat_config_state_dir(cfg, "vmd");
+	assert_string_equal(dir, "/srv/vmd");
+	free(dir);
+	dir = moat_config_state_dir(cfg, "sessiond");
+	assert_string_equal(dir, "/srv/moat");
+	free(dir);
+	moat_config_free(cfg);
+	{
+		char *argv[] = { "moat-test", "--state-dir", "/flag/dir", NULL };
+
+		assert_int_equal(args(&cfg, argv), -1);
+	}
+	dir = moat_config_state_dir(cfg, "vmd");
+	assert_string_equal(dir, "/flag/dir");
+	free(dir);
+	moat_config_free(cfg);
+
+	/* --help and --version end the program with 0 and load nothing. */
+	usage_calls = 0;
+	{
+		char *argv[] = { "moat-test", "--help", NULL };
+
+		assert_int_equal(args(&cfg, argv), 0);
+	}
+	assert_null(cfg);
+	assert_int_equal(usage_calls, 1);
+	{
+		char *argv[] = { "moat-test", "--version", NULL };
+
+		assert_int_equal(args(&cfg, argv), 0);
+	}
+	assert_null(cfg);
+	/* An unknown option, a stray argument, a config that is not there:
+	 * the exit code of INVALID_ARGUMENT or NOT_FOUND, nothing loaded. */
+	{
+		char *argv[] = { "moat-test", "--bogus", NULL };
+
+		assert_int_equal(args(&cfg, argv),
+		    moat_status_exit_code(MOAT_INVALID_ARGUMENT));
+	}
+	assert_null(cfg);
+	assert_int_equal(usage_calls, 2);
+	{
+		char *argv[] = { "moat-test", "stray", NULL };
+
+		assert_int_equal(args(&cfg, argv),
+		    moat_status_exit_code(MOAT_INVALID_ARGUMENT));
+	}
+	assert_null(cfg);
+	{
+		char *argv[] = { "moat-test", "--config", "/nonexistent/moat.conf",
+			NULL };
+
+		assert_int_not_equal(args(&cfg, argv), -1);
+		assert_int_not_equal(args(&cfg, argv), 0);
+	}
+	assert_null(cfg);
+}
+
 /* Without --config or $MOAT_CONFIG, /etc/moat/moat.conf is read where it
  * exists; a flag and the environment still win over it. Needs root and
  * no such file already (then it is skipped, saying so). */
@@ -335,6 +449,7 @@ main(void)
 		T(test_numbers_and_bools),
 		T(test_missing_and_broken_files),
 		T(test_default_state_dir),
+		T(test_service_args),
 		T(test_system_default_file),
 #undef T
 	};
