@@ -81,6 +81,11 @@ int cmd_history(struct cli *cli, int argc, char **argv);
 int cmd_diff(struct cli *cli, int argc, char **argv);
 int cmd_compare(struct cli *cli, int argc, char **argv);
 int cmd_code(struct cli *cli, int argc, char **argv);
+
+/* cli_read_code: program text for `run` and `code`: the file, or stdin
+ * for "-", at most 16 MiB. MOAT_OK with *code (heap, NUL-terminated,
+ * the caller frees), else a status with *errmsg (heap) saying why. */
+int cli_read_code(const char *file, char **code, char **errmsg);
 int cmd_restore(struct cli *cli, int argc, char **argv);
 int cmd_fork(struct cli *cli, int argc, char **argv);
 int cmd_replay(struct cli *cli, int argc, char **argv);

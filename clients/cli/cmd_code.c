@@ -18,64 +18,10 @@
 #include "moat/status.h"
 #include "moat/util.h"
 
-#define CODE_TEXT_MAX (16u << 20)
 #define EXIT_RAISED 1
 
 static const char *code_usage = "code SANDBOX [-c CODE | FILE | -] "
     "[-l python|node] [--context NAME] [--timeout S] | code SANDBOX --close NAME";
-
-/* code_read: the code from a file, or from stdin for "-". *out is heap
- * (caller frees). */
-static int
-code_read(const char *file, char **out, char **errmsg)
-{
-	size_t len = 0, cap = 0;
-	char *buf = NULL;
-	int err;
-
-	if (strcmp(file, "-") != 0) {
-		if ((err = moat_read_file(file, CODE_TEXT_MAX, out, &len))
-		    != 0) {
-			*errmsg = moat_asprintf("cannot read %s: %s", file,
-			    strerror(err));
-			return moat_status_from_errno(err);
-		}
-		return MOAT_OK;
-	}
-	for (;;) {
-		ssize_t n;
-
-		if (len + 65536 + 1 > cap) {
-			char *grown;
-
-			cap = cap ? cap * 2 : 131072;
-			if (cap > CODE_TEXT_MAX + 65536 + 1 ||
-			    (grown = realloc(buf, cap)) == NULL) {
-				free(buf);
-				*errmsg = moat_asprintf("the code on stdin is "
-				    "larger than 16 MiB");
-				return MOAT_RESOURCE_EXHAUSTED;
-			}
-			buf = grown;
-		}
-		n = read(STDIN_FILENO, buf + len, 65536);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			err = errno;
-			free(buf);
-			*errmsg = moat_asprintf("reading code from stdin: %s",
-			    strerror(err));
-			return moat_status_from_errno(err);
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	*out = buf;
-	return MOAT_OK;
-}
 
 static void
 code_write(FILE *f, const ProtobufCBinaryData *b)
@@ -188,7 +134,7 @@ cmd_code(struct cli *cli, int argc, char **argv)
 		file = "-";
 	}
 	if (inline_code == NULL &&
-	    (rv = code_read(file, &code, &errmsg)) != MOAT_OK)
+	    (rv = cli_read_code(file, &code, &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "code");
 
 	req.sandbox_id = (char *)sandbox_id;

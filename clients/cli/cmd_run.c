@@ -195,8 +195,8 @@ language_of(const char *file)
 	return NULL;
 }
 
-static int
-read_code(const char *file, char **code, char **errmsg)
+int
+cli_read_code(const char *file, char **code, char **errmsg)
 {
 	size_t len = 0, cap = 0;
 	char *buf = NULL;
@@ -330,7 +330,7 @@ cmd_run(struct cli *cli, int argc, char **argv)
 		return cli_usage_error(usage_line, "-l wants python, bash, sh "
 		    "or node, not \"%s\"", lang);
 	if (inline_code == NULL &&
-	    (rv = read_code(file, &code, &errmsg)) != MOAT_OK)
+	    (rv = cli_read_code(file, &code, &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "run");
 	if ((inline_code ? inline_code : code)[0] == '\0') {
 		free(code);
