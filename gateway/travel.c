@@ -435,6 +435,18 @@ fail:
 	return fail(call, rv, msg);
 }
 
+/* The baseline fs trace a fork's copies share: the copies start alike,
+ * so the first copy up is traced while the others still restore, and
+ * every branch records from that one trace. */
+struct fork_trace {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool taking;                /* a copy is being traced */
+	bool done;                  /* trace is final (NULL: none could be) */
+	uint32_t left;              /* copies that have not had their turn */
+	Moat__V1__FsTrace *trace;
+};
+
 /* One copy of a fork, made on its own thread. */
 struct fork_job {
 	pthread_t thread;
@@ -444,6 +456,7 @@ struct fork_job {
 	uint64_t step;
 	const char *snap;
 	uint64_t request_id, deadline;
+	struct fork_trace *ft;
 	Moat__V1__ForkCopy *copy;   /* filled by the thread */
 };
 
@@ -463,16 +476,79 @@ copy_failed(Moat__V1__ForkCopy *copy, int rv, char *msg)
 		copy->message = msg;
 }
 
+/* fork_trace_get: the shared baseline, traced from `sandbox_id` when no
+ * copy has been traced yet and none is being traced; NULL when no copy
+ * could be (each branch then traces its own sandbox). `ok`: this copy
+ * restored. Every copy calls it once; each waits until the baseline is
+ * final, which it is once one trace worked or every copy has tried. */
+static const Moat__V1__FsTrace *
+fork_trace_get(struct fork_job *j, const char *sandbox_id, bool ok)
+{
+	struct fork_trace *ft = j->ft;
+	Moat__V1__FsTrace *trace = NULL;
+	char *msg = NULL;
+
+	pthread_mutex_lock(&ft->mu);
+	while (ok && ft->taking && !ft->done)
+		pthread_cond_wait(&ft->cv, &ft->mu);
+	if (ok && !ft->done) {
+		ft->taking = true;
+		pthread_mutex_unlock(&ft->mu);
+		if (moat_record_trace(j->t->rec, sandbox_id, j->deadline,
+		    &trace, &msg) != MOAT_OK) {
+			moat_warn(j->request_id, "fork: no fs trace of %s: %s",
+			    sandbox_id, msg ? msg : "");
+			free(msg);
+			trace = NULL;
+		}
+		pthread_mutex_lock(&ft->mu);
+		ft->taking = false;
+		if (trace != NULL) {
+			ft->trace = trace;
+			ft->done = true;
+		}
+	}
+	/* This copy has had its turn. */
+	if (--ft->left == 0)
+		ft->done = true;
+	pthread_cond_broadcast(&ft->cv);
+	while (ok && !ft->done)
+		pthread_cond_wait(&ft->cv, &ft->mu);
+	trace = ft->trace;
+	pthread_mutex_unlock(&ft->mu);
+	return trace;
+}
+
 static void *
 fork_main(void *arg)
 {
 	struct fork_job *j = arg;
+	Moat__V1__ForkCopy *c = j->copy;
+	const Moat__V1__FsTrace *trace;
+	char session_id[MOAT_ID_MAX], sandbox_id[MOAT_ID_MAX];
 	char *msg = NULL;
 	int rv;
 
 	rv = branch_restore(j->t, j->snap, "", j->request_id, j->deadline,
-	    &j->copy->sandbox, &msg);
-	copy_failed(j->copy, rv, msg);
+	    &c->sandbox, &msg);
+	trace = fork_trace_get(j, rv == MOAT_OK ? c->sandbox->id : "",
+	    rv == MOAT_OK);
+	if (rv != MOAT_OK) {
+		copy_failed(c, rv, msg);
+		return NULL;
+	}
+	snprintf(sandbox_id, sizeof(sandbox_id), "%s", c->sandbox->id);
+	if ((rv = branch_record(j->t, j->s, j->step, j->snap, trace,
+	    j->request_id, j->deadline, &c->sandbox, session_id, &msg)) !=
+	    MOAT_OK) {
+		/* An unrecorded copy is not what was asked for. */
+		destroy(j->t, sandbox_id, j->request_id);
+		copy_failed(c, rv, msg);
+		return NULL;
+	}
+	if ((c->session_id = strdup(session_id)) == NULL)
+		c->session_id = (char *)protobuf_c_empty_string;
+	copy_failed(c, MOAT_OK, NULL);
 	return NULL;
 }
 
@@ -486,8 +562,11 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__ForkReply *r = (Moat__V1__ForkReply *)reply;
 	Moat__V1__SessionInfo *s = NULL;
 	struct fork_job jobs[TRAVEL_FORK_MAX];
+	struct fork_trace ft = {
+		.mu = PTHREAD_MUTEX_INITIALIZER,
+		.cv = PTHREAD_COND_INITIALIZER,
+	};
 	uint32_t count = req->count == 0 ? 1 : req->count;
-	Moat__V1__FsTrace *trace = NULL;
 	char snap[MOAT_ID_MAX], *msg = NULL;
 	int rv;
 
@@ -507,12 +586,16 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		moat__v1__fork_copy__init(r->copies[i]);
 		r->n_copies++;
 	}
+	ft.left = count;
 	memset(jobs, 0, sizeof(jobs));
+	/* Each copy restores, waits for the shared trace (or takes it) and
+	 * records its branch on its own thread. */
 	for (uint32_t i = 0; i < count; i++) {
 		jobs[i] = (struct fork_job){
 			.t = &t, .s = s, .step = req->step, .snap = snap,
 			.request_id = call->request_id,
-			.deadline = call->deadline_ms, .copy = r->copies[i],
+			.deadline = call->deadline_ms, .ft = &ft,
+			.copy = r->copies[i],
 		};
 		jobs[i].started = pthread_create(&jobs[i].thread, NULL,
 		    fork_main, &jobs[i]) == 0;
@@ -523,39 +606,14 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		else
 			fork_main(&jobs[i]);
 	}
-	/* The copies start alike: one fs trace is every branch's baseline. */
-	for (uint32_t i = 0; i < count && trace == NULL; i++)
-		if (r->copies[i]->sandbox != NULL &&
-		    moat_record_trace(t.rec, r->copies[i]->sandbox->id,
-		    call->deadline_ms, &trace, &msg) != MOAT_OK) {
-			moat_warn(call->request_id, "fork: no fs trace of %s: "
-			    "%s", r->copies[i]->sandbox->id, msg ? msg : "");
-			free(msg);
-			msg = NULL;
-			trace = NULL;
-		}
-	for (uint32_t i = 0; i < count; i++) {
-		Moat__V1__ForkCopy *c = r->copies[i];
-		char session_id[MOAT_ID_MAX], sandbox_id[MOAT_ID_MAX];
-
-		if (c->sandbox == NULL)
-			continue;
-		snprintf(sandbox_id, sizeof(sandbox_id), "%s", c->sandbox->id);
-		if ((rv = branch_record(&t, s, req->step, snap, trace,
-		    call->request_id, call->deadline_ms, &c->sandbox,
-		    session_id, &msg)) != MOAT_OK) {
-			/* An unrecorded copy is not what was asked for. */
-			destroy(&t, sandbox_id, call->request_id);
-			copy_failed(c, rv, msg);
-			msg = NULL;
-			continue;
-		}
-		if ((c->session_id = strdup(session_id)) == NULL)
-			c->session_id = (char *)protobuf_c_empty_string;
-		r->succeeded++;
-	}
-	if (trace != NULL)
-		moat__v1__fs_trace__free_unpacked(trace, NULL);
+	for (uint32_t i = 0; i < count; i++)
+		if (r->copies[i]->code == MOAT__V1__CODE__OK &&
+		    r->copies[i]->sandbox != NULL)
+			r->succeeded++;
+	if (ft.trace != NULL)
+		moat__v1__fs_trace__free_unpacked(ft.trace, NULL);
+	pthread_mutex_destroy(&ft.mu);
+	pthread_cond_destroy(&ft.cv);
 	moat_info(call->request_id, "fork of %s step %llu: %u of %u copies",
 	    s->id, (unsigned long long)req->step, r->succeeded, count);
 	moat__v1__session_info__free_unpacked(s, NULL);
