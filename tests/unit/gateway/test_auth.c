@@ -1,20 +1,20 @@
 /*
  * test_auth.c: tenants, API keys, policy, audit and the operator routes
  * of the gateway (gateway/auth.c, the gate in handlers.c, http.c), with a
- * real gateway in-process (auth on) and a fake vmd node: the key store
- * itself (create, verify, a wrong secret, revoke); 10,000 audit appends
- * from 8 threads all in the log after a flush (or counted as dropped),
- * and closing commits what is queued; missing, malformed,
- * unknown and revoked keys refused on nng (UNAUTHENTICATED) and HTTP
- * (401), Health and /healthz needing none; a key revoked by the
- * `moat-gateway keys` command while the gateway runs; two tenants, each
- * seeing the other's sandbox as NOT_FOUND for get, exec, files, snapshot
- * and destroy, and not in its list; a command the policy refuses is
- * PERMISSION_DENIED, never reaches the node and is audited, per-tenant
- * policy overrides; ExecResult.safety; /metrics counts calls; the
- * OpenAPI document parses; with a real moat-sessiond, another tenant's
- * session is NOT_FOUND for every session call and a step keeps its
- * safety level.
+ * real gateway in-process (auth on), a fake vmd node, and HTTP calls
+ * through http_client.h: the key store itself (create, verify, a wrong
+ * secret, revoke); 10,000 audit appends from 8 threads all in the log
+ * after a flush (or counted as dropped), and closing commits what is
+ * queued; missing, malformed, unknown and revoked keys refused on nng
+ * (UNAUTHENTICATED) and HTTP (401), Health and /healthz needing none; a
+ * key revoked by the `moat-gateway keys` command while the gateway runs;
+ * two tenants, each seeing the other's sandbox as NOT_FOUND for get,
+ * exec, files, snapshot and destroy, and not in its list; a command the
+ * policy refuses is PERMISSION_DENIED, never reaches the node and is
+ * audited, per-tenant policy overrides; ExecResult.safety; /metrics
+ * counts calls; the OpenAPI document parses; with a real moat-sessiond,
+ * another tenant's session is NOT_FOUND for every session call and a
+ * step keeps its safety level.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +38,7 @@
 #include "fake_node.h"
 #include "gateway.h"
 #include "http.h"
+#include "http_client.h"
 #include "moat/log.h"
 #include "moat/util.h"
 
@@ -55,71 +56,22 @@ struct env {
 
 static struct env E;
 
-struct resp {
-	long status;
-	char *body;
-	size_t len;
-	json_t *json;
-};
-
-static size_t
-on_body(char *data, size_t size, size_t n, void *cls)
-{
-	struct resp *r = cls;
-	char *nb = realloc(r->body, r->len + size * n + 1);
-
-	if (nb == NULL)
-		return 0;
-	memcpy(nb + r->len, data, size * n);
-	r->body = nb;
-	r->len += size * n;
-	r->body[r->len] = '\0';
-	return size * n;
-}
-
 /* http: one request; `key` NULL sends no Authorization header. */
 static void
 http(const char *method, const char *path, const char *body,
-    const char *key, struct resp *r)
+    const char *key, struct http_client_resp *r)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *hdrs = NULL;
-	char url[512], h[256];
+	char bearer[256];
+	const struct http_client_header hdrs[] = {
+		{ "Authorization", key != NULL ? bearer : NULL },
+		{ NULL, NULL } };
 
-	memset(r, 0, sizeof(*r));
-	assert_non_null(c);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", E.port, path);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	if (body != NULL) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		hdrs = curl_slist_append(hdrs, "Content-Type: "
-		    "application/json");
-	}
-	if (key != NULL) {
-		snprintf(h, sizeof(h), "Authorization: Bearer %s", key);
-		hdrs = curl_slist_append(hdrs, h);
-	}
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	if (curl_easy_perform(c) != CURLE_OK)
-		fail_msg("%s %s failed", method, path);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-	if (r->body != NULL)
-		r->json = json_loadb(r->body, r->len, 0, NULL);
-	curl_slist_free_all(hdrs);
-	curl_easy_cleanup(c);
-}
-
-static void
-resp_free(struct resp *r)
-{
-	free(r->body);
-	json_decref(r->json);
-	memset(r, 0, sizeof(*r));
+	if (key != NULL)
+		snprintf(bearer, sizeof(bearer), "Bearer %s", key);
+	http_client_request(E.port, &(struct http_client_req){
+	    .method = method, .path = path, .body = body,
+	    .body_len = body ? strlen(body) : 0, .headers = hdrs,
+	    .json_type = body != NULL }, r);
 }
 
 /* call: one nng call to the gateway with `key` (NULL: none). Returns the
@@ -152,25 +104,6 @@ call_code(const char *method, const ProtobufCMessage *req,
 
 	free(msg);
 	return rv;
-}
-
-static void
-wait_node(void)
-{
-	for (int i = 0; i < 200; i++) {
-		Moat__V1__Node **nodes = NULL;
-		size_t n = 0;
-		bool seen;
-
-		assert_int_equal(moat_nodes_snapshot(moat_gateway_nodes(E.gw),
-		    &nodes, &n), MOAT_OK);
-		seen = n > 0 && nodes[0]->available;
-		moat_nodes_snapshot_free(nodes, n);
-		if (seen)
-			return;
-		nng_msleep(20);
-	}
-	fail_msg("the gateway never saw the fake node");
 }
 
 static int
@@ -222,7 +155,7 @@ setup(void **state)
 	    MOAT_OK);
 	assert_int_equal(fake_node_start(&E.a, "node-a", E.dir, E.survey_url),
 	    0);
-	wait_node();
+	http_client_wait_node(E.gw);
 	return 0;
 }
 
@@ -417,7 +350,7 @@ test_unauthenticated(void **state)
 	const ProtobufCMessageDescriptor *ld =
 	    &moat__v1__sandbox_list__descriptor;
 	char *msg = NULL, cmd[512];
-	struct resp r;
+	struct http_client_resp r;
 
 	/* Health needs no key; everything else does. */
 	assert_int_equal(call_code("Health", &hreq.base,
@@ -437,16 +370,16 @@ test_unauthenticated(void **state)
 	assert_int_equal(r.status, 401);
 	assert_string_equal(json_string_value(json_object_get(r.json,
 	    "code")), "UNAUTHENTICATED");
-	resp_free(&r);
+	http_client_resp_free(&r);
 	http("GET", "/v1/sandboxes", NULL, "moat_nope", &r);
 	assert_int_equal(r.status, 401);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	http("GET", "/v1/sandboxes", NULL, E.key_gone, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	http("GET", "/healthz", NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	/* Revoked by the operator's command while the gateway runs: the
 	 * gateway's key cache lets it through for at most the TTL. */
@@ -469,7 +402,7 @@ test_unauthenticated(void **state)
 	    E.key_gone), MOAT_UNAUTHENTICATED);
 	http("GET", "/v1/sandboxes", NULL, E.key_gone, &r);
 	assert_int_equal(r.status, 401);
-	resp_free(&r);
+	http_client_resp_free(&r);
 }
 
 static void
@@ -488,7 +421,7 @@ test_cross_tenant(void **state)
 	Moat__V1__Sandbox *sb = NULL;
 	Moat__V1__SandboxList *list = NULL;
 	char *msg = NULL, *argv[] = { "ls", "/" }, id[128], path[256];
-	struct resp r;
+	struct http_client_resp r;
 	int calls;
 
 	creq.tenant = "zeta";   /* the client's say is ignored */
@@ -536,10 +469,10 @@ test_cross_tenant(void **state)
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
 	http("GET", path, NULL, E.key_zeta, &r);
 	assert_int_equal(r.status, 404);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	http("DELETE", path, NULL, E.key_zeta, &r);
 	assert_int_equal(r.status, 404);
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	/* Not in zeta's list; in acme's. */
 	assert_int_equal(call("ListSandboxes", &lreq.base,
@@ -550,7 +483,7 @@ test_cross_tenant(void **state)
 	moat__v1__sandbox_list__free_unpacked(list, NULL);
 	http("GET", path, NULL, E.key_acme, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 }
 
 /* The audit entries of `key` whose method is `method` and code `code`. */
@@ -558,7 +491,7 @@ static int
 audited(const char *key, const char *method, const char *code,
     const char *command)
 {
-	struct resp r;
+	struct http_client_resp r;
 	json_t *e;
 	size_t i;
 	int n = 0;
@@ -578,7 +511,7 @@ audited(const char *key, const char *method, const char *code,
 		    (cmd != NULL && strcmp(cmd, command) == 0)))
 			n++;
 	}
-	resp_free(&r);
+	http_client_resp_free(&r);
 	return n;
 }
 
@@ -660,14 +593,14 @@ test_policy_and_audit(void **state)
 	assert_int_equal(audited(E.key_zeta, "Exec", "PERMISSION_DENIED",
 	    ":(){ :|:& };:"), 0);
 	{
-		struct resp r;
+		struct http_client_resp r;
 
 		http("GET", "/v1/audit", NULL, NULL, &r);
 		assert_int_equal(r.status, 401);
-		resp_free(&r);
+		http_client_resp_free(&r);
 		http("GET", "/v1/audit?limit=5000", NULL, E.key_acme, &r);
 		assert_int_equal(r.status, 400);
-		resp_free(&r);
+		http_client_resp_free(&r);
 	}
 }
 
@@ -675,7 +608,7 @@ static void
 test_metrics_and_openapi(void **state)
 {
 	Moat__V1__HealthRequest hreq = MOAT__V1__HEALTH_REQUEST__INIT;
-	struct resp r;
+	struct http_client_resp r;
 
 	assert_int_equal(call_code("Health", &hreq.base,
 	    &moat__v1__health_reply__descriptor, NULL), MOAT_OK);
@@ -691,7 +624,7 @@ test_metrics_and_openapi(void **state)
 	    "state=\"running\"}"));
 	assert_non_null(strstr(r.body, "moat_sandboxes{node=\"node-a\","
 	    "state=\"failed\"} 0"));
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	http("GET", "/v1/openapi.json", NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
@@ -704,7 +637,7 @@ test_metrics_and_openapi(void **state)
 	    r.json, "components"), "schemas"), "moat.v1.ExecRequest"));
 	assert_non_null(json_object_get(json_object_get(json_object_get(
 	    r.json, "paths"), "/v1/audit"), "get"));
-	resp_free(&r);
+	http_client_resp_free(&r);
 }
 
 /* Sessions with a real moat-sessiond: acme's recorded sandbox and its

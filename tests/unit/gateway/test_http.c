@@ -1,18 +1,19 @@
 /*
  * test_http.c: the gateway's HTTP/JSON door (gateway/http.c) in front of
  * a real gateway in-process and a fake vmd node, called with libcurl as a
- * client would: healthz; a sandbox created, fetched, listed, exec'd in,
- * read and written, and destroyed through the resource routes, each
- * landing on the node as the same Gateway method; the generic
- * /v1/rpc/{Method} route; exec output as Server-Sent Events (start,
- * stdout, stderr and exit events; a JSON error before the stream; the
- * command killed when the client goes away) and the stream described in
- * /v1/openapi.json; an MCP table of no sessions refused; and the unhappy
- * paths: malformed JSON, unknown fields, wrong types and an id in the
- * body (400 naming the problem), unknown routes, methods and sandboxes
- * (404), wrong HTTP methods (405 with Allow), bodies over 4 MiB with and
- * without a length (413), a bad Authorization header (401), sessiond
- * down (503); and the door still answers after all of them.
+ * client would (through http_client.h): healthz; a sandbox created,
+ * fetched, listed, exec'd in, read and written, and destroyed through the
+ * resource routes, each landing on the node as the same Gateway method;
+ * the generic /v1/rpc/{Method} route; exec output as Server-Sent Events
+ * (start, stdout, stderr and exit events; a JSON error before the
+ * stream; the command killed when the client goes away) and the stream
+ * described in /v1/openapi.json; an MCP table of no sessions refused;
+ * and the unhappy paths: malformed JSON, unknown fields, wrong types and
+ * an id in the body (400 naming the problem), unknown routes, methods
+ * and sandboxes (404), wrong HTTP methods (405 with Allow), bodies over
+ * 4 MiB with and without a length (413), a bad Authorization header
+ * (401), sessiond down (503); and the door still answers after all of
+ * them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +32,7 @@
 #include "fake_node.h"
 #include "gateway.h"
 #include "http.h"
+#include "http_client.h"
 #include "moat/log.h"
 #include "moat/util.h"
 
@@ -45,139 +47,32 @@ struct env {
 
 static struct env E;
 
-/* One HTTP exchange as the test sees it. */
-struct resp {
-	long status;
-	char *body;            /* heap, NUL-terminated */
-	size_t len;
-	char content_type[128];
-	char allow[128];
-	json_t *json;          /* body parsed, when it is JSON */
-};
-
-static size_t
-on_body(char *data, size_t size, size_t n, void *cls)
-{
-	struct resp *r = cls;
-	char *nb = realloc(r->body, r->len + size * n + 1);
-
-	if (nb == NULL)
-		return 0;
-	memcpy(nb + r->len, data, size * n);
-	r->body = nb;
-	r->len += size * n;
-	r->body[r->len] = '\0';
-	return size * n;
-}
-
-static size_t
-on_header(char *data, size_t size, size_t n, void *cls)
-{
-	struct resp *r = cls;
-	size_t len = size * n;
-
-	if (len > 6 && strncasecmp(data, "Allow:", 6) == 0) {
-		size_t start = 6, end = len;
-
-		while (start < end && data[start] == ' ')
-			start++;
-		while (end > start && (data[end - 1] == '\r' ||
-		    data[end - 1] == '\n'))
-			end--;
-		snprintf(r->allow, sizeof(r->allow), "%.*s",
-		    (int)(end - start), data + start);
-	}
-	return len;
-}
-
-/* The chunked upload of `chunked_left` bytes of 'x'. */
-static size_t chunked_left;
-
-static size_t
-on_read(char *buf, size_t size, size_t n, void *cls)
-{
-	size_t want = size * n;
-
-	if (want > chunked_left)
-		want = chunked_left;
-	memset(buf, 'x', want);
-	chunked_left -= want;
-	return want;
-}
-
-/* http: one request to the door. `body` may be NULL; `chunked` sends
- * that many bytes with chunked transfer encoding instead. */
+/* http_ex: one request to the door with `body` (NULL: none; sent as
+ * JSON) or else `chunked` bytes with chunked transfer encoding, and an
+ * Authorization header when `authz` is not NULL. */
 static void
 http_ex(const char *method, const char *path, const char *body,
-    size_t body_len, const char *authz, size_t chunked, struct resp *r)
+    size_t body_len, const char *authz, size_t chunked,
+    struct http_client_resp *r)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *hdrs = NULL;
-	char url[512], *ct = NULL;
-	CURLcode cc;
+	const struct http_client_header hdrs[] = {
+		{ "Authorization", authz }, { NULL, NULL } };
 
-	memset(r, 0, sizeof(*r));
-	assert_non_null(c);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", E.port, path);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	if (body != NULL) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
-		    (curl_off_t)body_len);
-		hdrs = curl_slist_append(hdrs, "Content-Type: "
-		    "application/json");
-	} else if (chunked > 0) {
-		chunked_left = chunked;
-		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
-		hdrs = curl_slist_append(hdrs, "Transfer-Encoding: chunked");
-	}
-	if (authz != NULL) {
-		char h[256];
-		snprintf(h, sizeof(h), "Authorization: %s", authz);
-		hdrs = curl_slist_append(hdrs, h);
-	}
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	cc = curl_easy_perform(c);
-	/* The door may answer 413 and close before the upload ends; the
-	 * answer is what counts. */
-	if (cc != CURLE_OK && cc != CURLE_SEND_ERROR)
-		fail_msg("%s %s: %s", method, path, curl_easy_strerror(cc));
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
-	if (ct != NULL)
-		snprintf(r->content_type, sizeof(r->content_type), "%s", ct);
-	if (r->body != NULL && strcmp(r->content_type, "application/json") ==
-	    0)
-		r->json = json_loadb(r->body, r->len, 0, NULL);
-	curl_slist_free_all(hdrs);
-	curl_easy_cleanup(c);
+	http_client_request(E.port, &(struct http_client_req){
+	    .method = method, .path = path, .body = body,
+	    .body_len = body_len, .chunked = chunked, .headers = hdrs,
+	    .json_type = body != NULL }, r);
 }
 
 static void
 http(const char *method, const char *path, const char *body,
-    struct resp *r)
+    struct http_client_resp *r)
 {
 	http_ex(method, path, body, body ? strlen(body) : 0, NULL, 0, r);
 }
 
-static void
-resp_free(struct resp *r)
-{
-	free(r->body);
-	json_decref(r->json);
-	memset(r, 0, sizeof(*r));
-}
-
 static const char *
-jstr(const struct resp *r, const char *key)
+jstr(const struct http_client_resp *r, const char *key)
 {
 	const char *s = json_string_value(json_object_get(r->json, key));
 
@@ -187,7 +82,7 @@ jstr(const struct resp *r, const char *key)
 /* expect_error: status `status`, body {"code": code, "message": ...}
  * with `want` in the message. */
 static void
-expect_error(struct resp *r, long status, const char *code,
+expect_error(struct http_client_resp *r, long status, const char *code,
     const char *want)
 {
 	if (r->status != status || r->json == NULL ||
@@ -195,13 +90,13 @@ expect_error(struct resp *r, long status, const char *code,
 	    strstr(jstr(r, "message"), want) == NULL)
 		fail_msg("got %ld %s, want %ld %s with \"%s\"", r->status,
 		    r->body ? r->body : "(no body)", status, code, want);
-	resp_free(r);
+	http_client_resp_free(r);
 }
 
 static void
 wait_node(void)
 {
-	struct resp r;
+	struct http_client_resp r;
 
 	for (int i = 0; i < 300; i++) {
 		json_t *nodes;
@@ -211,10 +106,10 @@ wait_node(void)
 		if (r.status == 200 && json_array_size(nodes) == 1 &&
 		    json_is_true(json_object_get(json_array_get(nodes, 0),
 		    "available"))) {
-			resp_free(&r);
+			http_client_resp_free(&r);
 			return;
 		}
-		resp_free(&r);
+		http_client_resp_free(&r);
 		nng_msleep(20);
 	}
 	fail_msg("the gateway never saw the fake node");
@@ -273,19 +168,19 @@ teardown(void **state)
 static void
 test_healthz(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 
 	http("GET", "/healthz", NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(r.content_type, "application/json");
 	assert_string_equal(jstr(&r, "status"), "ok");
-	resp_free(&r);
+	http_client_resp_free(&r);
 }
 
 static void
 test_sandbox_lifecycle(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 	char id[128], path[256];
 	json_t *list;
 	bool listed = false;
@@ -298,14 +193,14 @@ test_sandbox_lifecycle(void **state)
 	assert_non_null(strstr(id, "node-a-sb-"));
 	assert_string_equal(jstr(&r, "state"), "SANDBOX_STATE_RUNNING");
 	assert_string_equal(jstr(&r, "nodeId"), "node-a");
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_string_equal(E.a.last_method, "CreateSandbox");
 
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
 	http("GET", path, NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(jstr(&r, "id"), id);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_string_equal(E.a.last_method, "GetSandbox");
 
 	http("GET", "/v1/sandboxes", NULL, &r);
@@ -316,7 +211,7 @@ test_sandbox_lifecycle(void **state)
 		    list, i), "id")), id) == 0)
 			listed = true;
 	assert_true(listed);
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	/* Exec: the body is an ExecRequest without the id. */
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
@@ -325,7 +220,7 @@ test_sandbox_lifecycle(void **state)
 	if (r.status != 200)
 		fail_msg("exec: %ld %s", r.status, r.body);
 	assert_true(json_is_object(r.json));
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_string_equal(E.a.last_method, "Exec");
 	assert_string_equal(E.a.last_sandbox, id);
 	http("POST", path, "{\"sandboxId\": \"other\", \"shell\": \"ls\"}",
@@ -342,13 +237,13 @@ test_sandbox_lifecycle(void **state)
 	http("GET", path, NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(r.content_type, "application/octet-stream");
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_string_equal(E.a.last_method, "ReadFile");
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/tmp/x&"
 	    "makeParents=true&mode=420", id);
 	http_ex("PUT", path, "hello", 5, NULL, 0, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_string_equal(E.a.last_method, "WriteFile");
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/x&"
 	    "offset=minus", id);
@@ -358,7 +253,7 @@ test_sandbox_lifecycle(void **state)
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", id);
 	http("DELETE", path, NULL, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_string_equal(E.a.last_method, "DestroySandbox");
 	http("GET", path, NULL, &r);
 	expect_error(&r, 404, "NOT_FOUND", id);
@@ -367,18 +262,18 @@ test_sandbox_lifecycle(void **state)
 static void
 test_generic_rpc(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 
 	http("POST", "/v1/rpc/Health", "{}", &r);
 	assert_int_equal(r.status, 200);
 	assert_true(json_is_object(r.json));
-	resp_free(&r);
+	http_client_resp_free(&r);
 	/* An empty body is an empty message. */
 	http("POST", "/v1/rpc/ListNodes", "", &r);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(json_string_value(json_object_get(json_array_get(
 	    json_object_get(r.json, "nodes"), 0), "nodeId")), "node-a");
-	resp_free(&r);
+	http_client_resp_free(&r);
 	http("POST", "/v1/rpc/GetSandbox", "{\"sandbox_id\": \"sb-nope\"}",
 	    &r);
 	expect_error(&r, 404, "NOT_FOUND", "sb-nope");
@@ -392,7 +287,7 @@ test_generic_rpc(void **state)
 static void
 test_bad_requests(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 
 	http("POST", "/v1/sandboxes", "{\"memoryMib\": ", &r);
 	expect_error(&r, 400, "INVALID_ARGUMENT", "malformed JSON body at "
@@ -438,7 +333,7 @@ test_bad_requests(void **state)
 	expect_error(&r, 401, "UNAUTHENTICATED", "Bearer");
 	http_ex("GET", "/v1/sandboxes", NULL, 0, "Bearer k-123", 0, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	/* Sessions go to moat-sessiond, which is not running. */
 	http("GET", "/v1/sessions", NULL, &r);
@@ -450,7 +345,7 @@ test_body_limit(void **state)
 {
 	size_t big = 5u << 20;
 	char *body = malloc(big);
-	struct resp r;
+	struct http_client_resp r;
 
 	memset(body, ' ', big);
 	body[0] = '{';
@@ -466,7 +361,7 @@ test_body_limit(void **state)
 	body[(4u << 20) - 2] = '}';
 	http_ex("POST", "/v1/rpc/Health", body, (4u << 20) - 1, NULL, 0, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	free(body);
 }
 
@@ -516,63 +411,25 @@ test_addresses(void **state)
 	moat_http_stop(NULL);
 }
 
-/* The event stream of one POST .../exec; the transfer is cut once the
- * body holds `stop_at` (the client going away). */
+/* The event stream of one POST .../exec. */
 struct sse {
-	struct resp r;
-	const char *stop_at;
+	struct http_client_resp r;
 };
 
-static size_t
-on_sse_body(char *data, size_t size, size_t n, void *cls)
-{
-	struct sse *s = cls;
-
-	if (on_body(data, size, n, &s->r) != size * n)
-		return 0;
-	if (s->stop_at != NULL && strstr(s->r.body, s->stop_at) != NULL)
-		return 0;
-	return size * n;
-}
-
+/* sse_post: POSTs `body` as JSON with an Accept header when `accept` is
+ * not NULL; the transfer is cut once the body holds `stop_at` (the
+ * client going away; NULL: read to the end). */
 static void
 sse_post(const char *path, const char *body, const char *accept,
     const char *stop_at, struct sse *s)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *hdrs = NULL;
-	char url[512], h[128], *ct = NULL;
-	CURLcode cc;
+	const struct http_client_header hdrs[] = {
+		{ "Accept", accept }, { NULL, NULL } };
 
-	memset(s, 0, sizeof(*s));
-	s->stop_at = stop_at;
-	assert_non_null(c);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", E.port, path);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_sse_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-	if (accept != NULL) {
-		snprintf(h, sizeof(h), "Accept: %s", accept);
-		hdrs = curl_slist_append(hdrs, h);
-	}
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	cc = curl_easy_perform(c);
-	if (cc != CURLE_OK && !(stop_at != NULL && cc == CURLE_WRITE_ERROR))
-		fail_msg("POST %s: %s", path, curl_easy_strerror(cc));
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &s->r.status);
-	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
-	if (ct != NULL)
-		snprintf(s->r.content_type, sizeof(s->r.content_type), "%s",
-		    ct);
-	if (s->r.body != NULL && strcmp(s->r.content_type,
-	    "application/json") == 0)
-		s->r.json = json_loadb(s->r.body, s->r.len, 0, NULL);
-	curl_slist_free_all(hdrs);
-	curl_easy_cleanup(c);
+	http_client_request(E.port, &(struct http_client_req){
+	    .method = "POST", .path = path, .body = body,
+	    .body_len = strlen(body), .headers = hdrs, .json_type = true,
+	    .stop_at = stop_at }, &s->r);
 }
 
 /* sse_event: the JSON of the first `event` in body, or NULL. */
@@ -605,7 +462,7 @@ last_method(void)
 static void
 test_exec_stream(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 	struct sse s;
 	char id[128], path[256];
 	json_t *ev;
@@ -615,7 +472,7 @@ test_exec_stream(void **state)
 	http("POST", "/v1/sandboxes", "{}", &r);
 	assert_int_equal(r.status, 200);
 	snprintf(id, sizeof(id), "%s", jstr(&r, "id"));
-	resp_free(&r);
+	http_client_resp_free(&r);
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
 
 	/* The fake's exec prints to both streams and exits 3: start,
@@ -655,20 +512,20 @@ test_exec_stream(void **state)
 	assert_null(strstr(exit_ev + 1, "event:"));
 	/* It exited: nothing to kill. */
 	assert_string_equal(last_method(), "ExecRead");
-	resp_free(&s.r);
+	http_client_resp_free(&s.r);
 
 	/* ?stream=true without the Accept header streams too. */
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec?stream=true", id);
 	sse_post(path, "{\"shell\": \"echo hello\"}", NULL, NULL, &s);
 	assert_int_equal(s.r.status, 200);
 	assert_non_null(strstr(s.r.body, "event: exit\n"));
-	resp_free(&s.r);
+	http_client_resp_free(&s.r);
 	/* Without either, the reply is the whole ExecResult. */
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
 	sse_post(path, "{\"shell\": \"echo hello\"}", NULL, NULL, &s);
 	assert_int_equal(s.r.status, 200);
 	assert_string_equal(s.r.content_type, "application/json");
-	resp_free(&s.r);
+	http_client_resp_free(&s.r);
 
 	/* Errors before the stream starts are JSON errors. */
 	sse_post("/v1/sandboxes/sb-never/exec", "{\"shell\": \"ls\"}",
@@ -682,7 +539,7 @@ test_exec_stream(void **state)
 	    ": waiting", &s);
 	assert_int_equal(s.r.status, 200);
 	assert_non_null(strstr(s.r.body, "\"execId\":\"8\""));
-	resp_free(&s.r);
+	http_client_resp_free(&s.r);
 	for (int i = 0; i < 500 && !killed; i++) {
 		killed = strcmp(last_method(), "ExecKill") == 0;
 		if (!killed)
@@ -699,7 +556,7 @@ test_exec_stream(void **state)
 static void
 test_openapi_exec_stream(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 	json_t *post, *ok, *sse, *param, *p;
 	const char *events;
 	size_t i;
@@ -742,20 +599,20 @@ test_openapi_exec_stream(void **state)
 	    "application/json"));
 	assert_null(json_object_get(json_object_get(ok, "content"),
 	    "text/event-stream"));
-	resp_free(&r);
+	http_client_resp_free(&r);
 }
 
 static void
 test_still_answers(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 
 	http("GET", "/healthz", NULL, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	http("POST", "/v1/sandboxes", "{}", &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 }
 
 int

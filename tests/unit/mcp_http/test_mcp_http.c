@@ -10,6 +10,7 @@
  * fake node and a real moat-sessiond (the default sandbox is recorded):
  * a full table evicts the least recently used idle session and destroys
  * its sandbox with that session's own key, not the evicting caller's.
+ * Calls go through the gateway tests' libcurl client (http_client.h).
  * Not for: the protocol's details (tests/unit/mcp) or VMs (mcp_sdk).
  */
 #include <pthread.h>
@@ -22,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +36,7 @@
 #include "fake_node.h"
 #include "gateway.h"
 #include "http.h"
+#include "http_client.h"
 #include "moat/log.h"
 #include "moat/util.h"
 
@@ -54,129 +55,35 @@ struct env {
 static struct env E;
 static const char *authz;   /* Authorization header of the next calls */
 
-struct resp {
-	long status;
-	char *body;
-	size_t len;
-	char session[128];      /* Mcp-Session-Id of the reply */
-	char allow[128];
-	json_t *json;
-};
-
-static size_t
-on_body(char *data, size_t size, size_t n, void *cls)
-{
-	struct resp *r = cls;
-	char *nb = realloc(r->body, r->len + size * n + 1);
-
-	if (nb == NULL)
-		return 0;
-	memcpy(nb + r->len, data, size * n);
-	r->body = nb;
-	r->len += size * n;
-	r->body[r->len] = '\0';
-	return size * n;
-}
-
-/* header_value: copies the value of header `name` in data to out. */
-static void
-header_value(const char *data, size_t len, const char *name, char *out,
-    size_t size)
-{
-	size_t n = strlen(name), start, end = len;
-
-	if (len <= n + 1 || strncasecmp(data, name, n) != 0 || data[n] != ':')
-		return;
-	start = n + 1;
-	while (start < end && data[start] == ' ')
-		start++;
-	while (end > start && (data[end - 1] == '\r' || data[end - 1] == '\n'))
-		end--;
-	snprintf(out, size, "%.*s", (int)(end - start), data + start);
-}
-
-static size_t
-on_header(char *data, size_t size, size_t n, void *cls)
-{
-	struct resp *r = cls;
-
-	header_value(data, size * n, "Mcp-Session-Id", r->session,
-	    sizeof(r->session));
-	header_value(data, size * n, "Allow", r->allow, sizeof(r->allow));
-	return size * n;
-}
-
 /* request: one request to `path` with the session header `sid` (may be
- * NULL) and an Origin (may be NULL). */
+ * NULL), an Origin (may be NULL) and `authz`. */
 static void
 request(const char *method, const char *path, const char *body,
-    const char *sid, const char *origin, struct resp *r)
+    const char *sid, const char *origin, struct http_client_resp *r)
 {
-	CURL *c = curl_easy_init();
-	struct curl_slist *hdrs = NULL;
-	char url[128], h[256];
-	CURLcode cc;
+	const struct http_client_header hdrs[] = {
+		{ "Accept", "application/json, text/event-stream" },
+		{ "Mcp-Session-Id", sid },
+		{ "Origin", origin },
+		{ "Authorization", authz },
+		{ NULL, NULL } };
 
-	memset(r, 0, sizeof(*r));
-	assert_non_null(c);
-	snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", E.port, path);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	if (body != NULL) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
-		    (curl_off_t)strlen(body));
-	}
-	hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-	hdrs = curl_slist_append(hdrs,
-	    "Accept: application/json, text/event-stream");
-	if (sid != NULL) {
-		snprintf(h, sizeof(h), "Mcp-Session-Id: %s", sid);
-		hdrs = curl_slist_append(hdrs, h);
-	}
-	if (origin != NULL) {
-		snprintf(h, sizeof(h), "Origin: %s", origin);
-		hdrs = curl_slist_append(hdrs, h);
-	}
-	if (authz != NULL) {
-		snprintf(h, sizeof(h), "Authorization: %s", authz);
-		hdrs = curl_slist_append(hdrs, h);
-	}
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-	cc = curl_easy_perform(c);
-	curl_slist_free_all(hdrs);
-	if (cc != CURLE_OK)
-		fail_msg("%s %s: %s", method, path, curl_easy_strerror(cc));
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-	curl_easy_cleanup(c);
-	if (r->body != NULL)
-		r->json = json_loads(r->body, JSON_DECODE_ANY, NULL);
+	http_client_request(E.port, &(struct http_client_req){
+	    .method = method, .path = path, .body = body,
+	    .body_len = body ? strlen(body) : 0, .headers = hdrs,
+	    .json_type = true }, r);
 }
 
 /* mcp: one request to /mcp. */
 static void
 mcp(const char *method, const char *body, const char *sid,
-    const char *origin, struct resp *r)
+    const char *origin, struct http_client_resp *r)
 {
 	request(method, "/mcp", body, sid, origin, r);
 }
 
-static void
-resp_free(struct resp *r)
-{
-	free(r->body);
-	json_decref(r->json);
-	memset(r, 0, sizeof(*r));
-}
-
 static int
-rpc_error(struct resp *r)
+rpc_error(struct http_client_resp *r)
 {
 	return (int)json_integer_value(json_object_get(json_object_get(
 	    r->json, "error"), "code"));
@@ -230,25 +137,6 @@ setup(void **state)
 	return 0;
 }
 
-static void
-wait_node(void)
-{
-	for (int i = 0; i < 200; i++) {
-		Moat__V1__Node **nodes = NULL;
-		size_t n = 0;
-		bool seen;
-
-		assert_int_equal(moat_nodes_snapshot(moat_gateway_nodes(E.gw),
-		    &nodes, &n), MOAT_OK);
-		seen = n > 0 && nodes[0]->available;
-		moat_nodes_snapshot_free(nodes, n);
-		if (seen)
-			return;
-		nng_msleep(20);
-	}
-	fail_msg("the gateway never saw the fake node");
-}
-
 /* setup_evict: keys on (tenants acme and zeta), a fake node, a real
  * moat-sessiond on the url the gateway was given, and a door of 2 MCP
  * sessions, each evictable as soon as no request uses it (mcp-idle-s
@@ -263,7 +151,7 @@ setup_evict(void **state)
 	char id[MOAT_AUTH_KEY_ID_LEN + 1], bearer[256];
 	struct moat_auth *a = NULL;
 	char *errmsg = NULL;
-	struct resp r = { 0 };
+	struct http_client_resp r = { 0 };
 
 	env_init();
 	/* Keys made before the gateway opens the store. */
@@ -277,7 +165,7 @@ setup_evict(void **state)
 	assert_int_equal(fake_node_start(&E.node, "node-a", E.dir,
 	    E.survey_url), 0);
 	E.has_node = true;
-	wait_node();
+	http_client_wait_node(E.gw);
 
 	argv[2] = E.dir;
 	if ((E.sessiond = fork()) == 0) {
@@ -293,14 +181,14 @@ setup_evict(void **state)
 	for (int i = 0; i < 100 && r.status != 200; i++) {
 		if (i > 0)
 			nng_msleep(50);
-		resp_free(&r);
+		http_client_resp_free(&r);
 		request("GET", "/v1/sessions", NULL, NULL, NULL, &r);
 	}
 	authz = NULL;
 	if (r.status != 200)
 		fail_msg("moat-sessiond did not come up: GET /v1/sessions "
 		    "%ld %s", r.status, r.body ? r.body : "");
-	resp_free(&r);
+	http_client_resp_free(&r);
 	return 0;
 }
 
@@ -336,7 +224,7 @@ teardown(void **state)
 static void
 test_session_lifecycle(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 	char sid[128];
 
 	mcp("POST", INIT, NULL, NULL, &r);
@@ -345,19 +233,19 @@ test_session_lifecycle(void **state)
 	assert_string_equal(json_string_value(json_object_get(json_object_get(
 	    r.json, "result"), "protocolVersion")), "2025-03-26");
 	snprintf(sid, sizeof(sid), "%s", r.session);
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	mcp("POST", "{\"jsonrpc\":\"2.0\",\"method\":"
 	    "\"notifications/initialized\"}", sid, NULL, &r);
 	assert_int_equal(r.status, 202);
 	assert_int_equal(r.len, 0);
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	mcp("POST", LIST, sid, NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_true(json_array_size(json_object_get(json_object_get(r.json,
 	    "result"), "tools")) >= 13);
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	/* A tool through the gateway's own handlers (no nodes here). */
 	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
@@ -366,74 +254,74 @@ test_session_lifecycle(void **state)
 	assert_int_equal(r.status, 200);
 	assert_non_null(json_object_get(json_object_get(r.json, "result"),
 	    "content"));
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\","
 	    "\"params\":{\"name\":\"read_file\",\"arguments\":{\"path\":"
 	    "\"/x\",\"sandbox_id\":\"sb-nowhere\"}}}", sid, NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_true(json_is_true(json_object_get(json_object_get(r.json,
 	    "result"), "isError")));
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"nope\"}", sid,
 	    NULL, &r);
 	assert_int_equal(rpc_error(&r), -32601);
-	resp_free(&r);
+	http_client_resp_free(&r);
 
 	/* Another caller's credentials do not reach this session. */
 	authz = "Bearer someone-else";
 	mcp("POST", LIST, sid, NULL, &r);
 	assert_int_equal(r.status, 404);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("DELETE", NULL, sid, NULL, &r);
 	assert_int_equal(r.status, 404);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	authz = NULL;
 
 	mcp("DELETE", NULL, sid, NULL, &r);
 	assert_int_equal(r.status, 204);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", LIST, sid, NULL, &r);
 	assert_int_equal(r.status, 404);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("DELETE", NULL, sid, NULL, &r);
 	assert_int_equal(r.status, 404);
-	resp_free(&r);
+	http_client_resp_free(&r);
 }
 
 static void
 test_transport_errors(void **state)
 {
-	struct resp r;
+	struct http_client_resp r;
 
 	mcp("POST", LIST, NULL, NULL, &r);
 	assert_int_equal(r.status, 400);
 	assert_non_null(strstr(r.body, "Mcp-Session-Id"));
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", LIST, "feedface", NULL, &r);
 	assert_int_equal(r.status, 404);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", "{\"jsonrpc\":", NULL, NULL, &r);
 	assert_int_equal(r.status, 400);
 	assert_int_equal(rpc_error(&r), -32700);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", "", NULL, NULL, &r);
 	assert_int_equal(r.status, 400);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("GET", NULL, NULL, NULL, &r);
 	assert_int_equal(r.status, 405);
 	assert_non_null(strstr(r.allow, "POST"));
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("DELETE", NULL, NULL, NULL, &r);
 	assert_int_equal(r.status, 400);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", INIT, NULL, "http://evil.example", &r);
 	assert_int_equal(r.status, 403);
 	assert_string_equal(r.session, "");
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", INIT, NULL, "http://localhost:3000", &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 }
 
 /* A table full of sessions idle for less than mcp-idle-s: initialize is
@@ -446,7 +334,7 @@ test_full_table(void **state)
 	struct moat_http *h = NULL;
 	uint16_t port = E.port;
 	char *errmsg = NULL, sid[128];
-	struct resp r;
+	struct http_client_resp r;
 
 	if (moat_http_start(&h, E.gw, "127.0.0.1:0", &one, &errmsg) !=
 	    MOAT_OK)
@@ -455,21 +343,21 @@ test_full_table(void **state)
 	mcp("POST", INIT, NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
 	snprintf(sid, sizeof(sid), "%s", r.session);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", INIT, NULL, NULL, &r);
 	assert_int_equal(r.status, 503);
 	assert_string_equal(r.session, "");
 	assert_non_null(strstr(r.body, "too many MCP sessions"));
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", LIST, sid, NULL, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("DELETE", NULL, sid, NULL, &r);
 	assert_int_equal(r.status, 204);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", INIT, NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	E.port = port;
 	moat_http_stop(h);
 }
@@ -504,7 +392,7 @@ test_evict_destroys_as_victim(void **state)
 	char sandbox[128] = "", tenant[64] = "", now_id[128] = "";
 	char gone[128] = "";
 	char method[64];
-	struct resp r;
+	struct http_client_resp r;
 
 	snprintf(acme, sizeof(acme), "Bearer %s", E.key_acme);
 	snprintf(zeta, sizeof(zeta), "Bearer %s", E.key_zeta);
@@ -513,12 +401,12 @@ test_evict_destroys_as_victim(void **state)
 	mcp("POST", INIT, NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
 	snprintf(sid_a, sizeof(sid_a), "%s", r.session);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
 	    "\"tools/call\",\"params\":{\"name\":\"run_code\","
 	    "\"arguments\":{\"code\":\"print(1)\"}}}", sid_a, NULL, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_int_equal(node_sandboxes(sandbox, tenant), 1);
 	assert_string_equal(tenant, "acme");
 
@@ -527,14 +415,14 @@ test_evict_destroys_as_victim(void **state)
 	mcp("POST", INIT, NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
 	snprintf(sid_b, sizeof(sid_b), "%s", r.session);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_int_equal(node_sandboxes(now_id, tenant), 1);
 
 	/* Full: C evicts A, with A's key. */
 	mcp("POST", INIT, NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
 	snprintf(sid_c, sizeof(sid_c), "%s", r.session);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	assert_true(strlen(sid_c) >= 16);
 	assert_string_not_equal(sid_c, sid_a);
 	assert_string_not_equal(sid_c, sid_b);
@@ -551,17 +439,17 @@ test_evict_destroys_as_victim(void **state)
 	authz = acme;
 	mcp("POST", LIST, sid_a, NULL, &r);
 	assert_int_equal(r.status, 404);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	authz = zeta;
 	mcp("POST", LIST, sid_b, NULL, &r);
 	assert_int_equal(r.status, 200);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("DELETE", NULL, sid_b, NULL, &r);
 	assert_int_equal(r.status, 204);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	mcp("DELETE", NULL, sid_c, NULL, &r);
 	assert_int_equal(r.status, 204);
-	resp_free(&r);
+	http_client_resp_free(&r);
 	authz = NULL;
 }
 
