@@ -14,6 +14,7 @@
 
 #include "fake_node.h"
 #include "moat/nng_close.h"
+#include "moat/util.h"
 #include "vm.pb-c.h"
 
 static int
@@ -107,6 +108,31 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			fill_sandbox(fn, sb, fn->sandboxes[i], q->tenant);
 			r->sandboxes[r->n_sandboxes++] = sb;
 		}
+	} else if (strcmp(m, "RestoreSandbox") == 0) {
+		/* A new sandbox of the snapshot's tenant; every
+		 * fail_restore_every-th restore fails as a node's would. */
+		const Moat__V1__RestoreSandboxRequest *q =
+		    (const void *)request;
+		char id[128];
+
+		fn->restores++;
+		if (fn->fail_restore_every > 0 &&
+		    fn->restores % fn->fail_restore_every == 0) {
+			rv = moat_rpc_error(call, MOAT_UNAVAILABLE, "fake node "
+			    "%s: restore %d of %s failed on purpose", fn->id,
+			    fn->restores, q->snapshot_id);
+		} else {
+			snprintf(id, sizeof(id), "%s-sb-%d", fn->id,
+			    fn->next_sandbox++);
+			if (fn->n_sandboxes < FAKE_MAX_SANDBOXES) {
+				snprintf(fn->tenants[fn->n_sandboxes], 64,
+				    "%s", q->tenant);
+				snprintf(fn->sandboxes[fn->n_sandboxes++], 128,
+				    "%s", id);
+			}
+			rv = fill_sandbox(fn, (Moat__V1__Sandbox *)reply, id,
+			    q->tenant);
+		}
 	} else if (strcmp(m, "NodeInfo") == 0) {
 		Moat__V1__Node *r = (Moat__V1__Node *)reply;
 		r->node_id = strdup(fn->id);
@@ -163,6 +189,31 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		r->exited = true;
 		r->exit_code = 3;
 		r->exec_id = 7;
+	} else if (strcmp(m, "SnapshotSandbox") == 0) {
+		/* An id that names this node, as vmd's do. */
+		Moat__V1__LocalSnapshot *r = (Moat__V1__LocalSnapshot *)reply;
+
+		r->snapshot_id = moat_asprintf("snap-%s-%016x", fn->id,
+		    (unsigned)++fn->snapshots);
+		r->sandbox_id = strdup(sid);
+		r->tenant = strdup(fn->tenants[idx]);
+	} else if (strcmp(m, "TraceFs") == 0) {
+		/* One file, the same every time. */
+		Moat__V1__FsTrace *r = (Moat__V1__FsTrace *)reply;
+		Moat__V1__FsTraceEntry *e = malloc(sizeof(*e));
+
+		fn->traces++;
+		r->entries = malloc(sizeof(*r->entries));
+		if (e == NULL || r->entries == NULL) {
+			free(e);
+			rv = MOAT_RESOURCE_EXHAUSTED;
+		} else {
+			moat__v1__fs_trace_entry__init(e);
+			e->path = strdup("/root/fake.txt");
+			e->type = MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR;
+			e->size = 3;
+			r->entries[r->n_entries++] = e;
+		}
 	} else if (strcmp(m, "StatFile") == 0) {
 		/* An error of the node's own: the gateway must pass it on
 		 * unchanged. */

@@ -43,6 +43,10 @@ struct fake_node {
 	char tenants[FAKE_MAX_SANDBOXES][64]; /* "": any (added ones) */
 	int n_sandboxes;
 	int next_sandbox;
+	int restores;                /* RestoreSandbox calls */
+	int fail_restore_every;      /* > 0: every n-th restore fails */
+	int snapshots;               /* SnapshotSandbox calls */
+	int traces;                  /* TraceFs calls */
 };
 
 /* fake_node_start: serves Vm on ipc://<dir>/<id>.sock and answers

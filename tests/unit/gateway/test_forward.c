@@ -8,7 +8,8 @@
  * node that dies gives UNAVAILABLE naming node and sandbox; lists merge;
  * with moat-sessiond down a recorded sandbox is refused (and not left
  * behind) and session calls are UNAVAILABLE naming sessiond; with a real
- * sessiond each Exec of a recorded sandbox becomes the next step.
+ * sessiond each Exec of a recorded sandbox becomes the next step, and a
+ * fork reports each copy on its own and shares one fs trace.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -450,32 +451,19 @@ gw_call(const char *method, const ProtobufCMessage *req,
 	    errmsg);
 }
 
-/* Recording with a real moat-sessiond (on the url the gateway was given)
- * and the fake node: the recorded sandbox gets a session, GetSandbox
- * shows it, each Exec becomes the next step (index in the reply, no
- * recording error), the steps are listed through the gateway, an unknown
- * session is NOT_FOUND and a deleted one is gone. */
-static void
-test_record_with_sessiond(void **state)
+/* sessiond_start: a real moat-sessiond on the url the gateway was given
+ * (state in the test's directory), once the gateway reaches it. */
+static pid_t
+sessiond_start(void)
 {
-	Moat__V1__CreateSandboxRequest creq =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
-	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
-	Moat__V1__ListStepsRequest lreq = MOAT__V1__LIST_STEPS_REQUEST__INIT;
-	Moat__V1__GetSessionRequest greq = MOAT__V1__GET_SESSION_REQUEST__INIT;
-	Moat__V1__DeleteSessionRequest dreq =
-	    MOAT__V1__DELETE_SESSION_REQUEST__INIT;
 	Moat__V1__ListSessionsRequest sreq =
 	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
 	ProtobufCMessage *reply = NULL;
-	Moat__V1__ExecResult *res;
-	Moat__V1__ListStepsReply *steps;
-	char *errmsg = NULL, *sandbox_id, *session_id;
 	char *argv[] = { (char *)SESSIOND_BIN, (char *)"--state-dir", E.dir,
 	    NULL };
+	char *errmsg = NULL;
+	int rv = MOAT_UNAVAILABLE;
 	pid_t pid;
-	int rv = MOAT_UNAVAILABLE, status;
 
 	if ((pid = fork()) == 0) {
 		if (freopen("/dev/null", "w", stderr) == NULL)
@@ -496,6 +484,40 @@ test_record_with_sessiond(void **state)
 			nng_msleep(50);
 	}
 	assert_int_equal(rv, MOAT_OK);
+	return pid;
+}
+
+static void
+sessiond_stop(pid_t pid)
+{
+	int status;
+
+	kill(pid, SIGTERM);
+	waitpid(pid, &status, 0);
+}
+
+/* Recording with a real moat-sessiond (on the url the gateway was given)
+ * and the fake node: the recorded sandbox gets a session, GetSandbox
+ * shows it, each Exec becomes the next step (index in the reply, no
+ * recording error), the steps are listed through the gateway, an unknown
+ * session is NOT_FOUND and a deleted one is gone. */
+static void
+test_record_with_sessiond(void **state)
+{
+	Moat__V1__CreateSandboxRequest creq =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ListStepsRequest lreq = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+	Moat__V1__GetSessionRequest greq = MOAT__V1__GET_SESSION_REQUEST__INIT;
+	Moat__V1__DeleteSessionRequest dreq =
+	    MOAT__V1__DELETE_SESSION_REQUEST__INIT;
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__ExecResult *res;
+	Moat__V1__ListStepsReply *steps;
+	char *errmsg = NULL, *sandbox_id, *session_id;
+	pid_t pid = sessiond_start();
+	int rv;
 
 	creq.record = true;
 	assert_int_equal(gw_call("CreateSandbox", &creq.base,
@@ -558,8 +580,109 @@ test_record_with_sessiond(void **state)
 	assert_int_equal(gw_call("DestroySandbox", &ref.base,
 	    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
 	protobuf_c_message_free_unpacked(reply, NULL);
-	kill(pid, SIGTERM);
-	waitpid(pid, &status, 0);
+	sessiond_stop(pid);
+	free(sandbox_id);
+	free(session_id);
+}
+
+/* Fork through the fake node with a real sessiond: a session with a
+ * snapshot after every step forks into 3 copies while every 2nd restore
+ * fails on purpose: the reply says which copy failed and why, the two
+ * others run with a branch session each of (session, step 1), and the
+ * copies share one fs trace of the restored state (one TraceFs for the
+ * whole fork, taken while the other copies restore). */
+static void
+test_fork_with_sessiond(void **state)
+{
+	Moat__V1__CreateSandboxRequest creq =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ForkRequest freq = MOAT__V1__FORK_REQUEST__INIT;
+	Moat__V1__GetSessionRequest greq = MOAT__V1__GET_SESSION_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__ForkReply *fr;
+	Moat__V1__SessionInfo *si;
+	char *errmsg = NULL, *sandbox_id, *session_id;
+	const char *branch[2] = { NULL, NULL };
+	pid_t pid = sessiond_start();
+	int traces, failed = 0, ok = 0;
+
+	(void)state;
+	creq.record = true;
+	creq.snapshot_policy =
+	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY;
+	assert_int_equal(gw_call("CreateSandbox", &creq.base,
+	    &moat__v1__sandbox__descriptor, &reply, &errmsg), MOAT_OK);
+	sandbox_id = strdup(((Moat__V1__Sandbox *)reply)->id);
+	session_id = strdup(((Moat__V1__Sandbox *)reply)->session_id);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	ex.sandbox_id = sandbox_id;
+	ex.shell = (char *)"echo hi > /root/x";
+	assert_int_equal(gw_call("Exec", &ex.base,
+	    &moat__v1__exec_result__descriptor, &reply, &errmsg), MOAT_OK);
+	assert_string_equal(((Moat__V1__ExecResult *)reply)->recording_error,
+	    "");
+	protobuf_c_message_free_unpacked(reply, NULL);
+
+	pthread_mutex_lock(&E.a.lock);
+	traces = E.a.traces;
+	E.a.restores = 0;
+	E.a.fail_restore_every = 2;
+	pthread_mutex_unlock(&E.a.lock);
+	freq.session_id = session_id;
+	freq.step = 1;
+	freq.count = 3;
+	assert_int_equal(gw_call("Fork", &freq.base,
+	    &moat__v1__fork_reply__descriptor, &reply, &errmsg), MOAT_OK);
+	fr = (Moat__V1__ForkReply *)reply;
+	pthread_mutex_lock(&E.a.lock);
+	E.a.fail_restore_every = 0;
+	assert_int_equal(E.a.traces - traces, 1);
+	pthread_mutex_unlock(&E.a.lock);
+	assert_int_equal(fr->n_copies, 3);
+	assert_int_equal(fr->succeeded, 2);
+	for (size_t i = 0; i < fr->n_copies; i++) {
+		Moat__V1__ForkCopy *c = fr->copies[i];
+
+		if (c->code != MOAT__V1__CODE__OK) {
+			assert_int_equal(c->code, MOAT_UNAVAILABLE);
+			assert_non_null(strstr(c->message, "on purpose"));
+			assert_null(c->sandbox);
+			failed++;
+			continue;
+		}
+		assert_non_null(c->sandbox);
+		assert_int_equal(strncmp(c->session_id, "ses-", 4), 0);
+		assert_string_not_equal(c->session_id, session_id);
+		assert_string_equal(c->sandbox->session_id, c->session_id);
+		branch[ok++] = c->session_id;
+	}
+	assert_int_equal(failed, 1);
+	assert_string_not_equal(branch[0], branch[1]);
+	for (int i = 0; i < 2; i++) {
+		greq.session_id = (char *)branch[i];
+		assert_int_equal(gw_call("GetSession", &greq.base,
+		    &moat__v1__session_info__descriptor,
+		    (ProtobufCMessage **)&si, &errmsg), MOAT_OK);
+		assert_string_equal(si->parent_session_id, session_id);
+		assert_int_equal(si->parent_step, 1);
+		protobuf_c_message_free_unpacked(&si->base, NULL);
+	}
+	for (size_t i = 0; i < fr->n_copies; i++) {
+		if (fr->copies[i]->sandbox == NULL)
+			continue;
+		ref.sandbox_id = fr->copies[i]->sandbox->id;
+		assert_int_equal(gw_call("DestroySandbox", &ref.base,
+		    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
+		protobuf_c_message_free_unpacked(reply, NULL);
+	}
+	protobuf_c_message_free_unpacked(&fr->base, NULL);
+	ref.sandbox_id = sandbox_id;
+	assert_int_equal(gw_call("DestroySandbox", &ref.base,
+	    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	sessiond_stop(pid);
 	free(sandbox_id);
 	free(session_id);
 }
@@ -576,6 +699,7 @@ main(void)
 		cmocka_unit_test(test_two_nodes_placement_lookup_and_list),
 		cmocka_unit_test(test_record_without_sessiond),
 		cmocka_unit_test(test_record_with_sessiond),
+		cmocka_unit_test(test_fork_with_sessiond),
 		cmocka_unit_test(test_dead_node_unavailable),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
