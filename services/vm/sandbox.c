@@ -834,7 +834,9 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 		pthread_mutex_unlock(&sb->mu);
 		if (stop || moat_rpc_now_ms() >= deadline)
 			break;
-		vmd_sleep_ms(10);
+		/* A restore waits here for QEMU's start (~35 ms), half a
+		 * poll on average: keep the poll short. */
+		vmd_sleep_ms(2);
 	}
 	if (fd >= 0) {
 		if ((rv = guest_link_open(&link, fd, 0, &sandbox_link_hooks, sb,

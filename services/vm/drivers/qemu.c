@@ -849,7 +849,7 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 			break;
 		free(*errmsg);
 		*errmsg = NULL;
-		vmd_sleep_ms(5);
+		vmd_sleep_ms(2);
 	}
 	if (rv != MOAT_OK)
 		goto out;
