@@ -442,9 +442,7 @@ struct fork_trace {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool taking;                /* a copy is being traced */
-	bool done;                  /* trace is final (NULL: none could be) */
-	uint32_t left;              /* copies that have not had their turn */
-	Moat__V1__FsTrace *trace;
+	Moat__V1__FsTrace *trace;   /* NULL: none yet */
 };
 
 /* One copy of a fork, made on its own thread. */
@@ -476,22 +474,24 @@ copy_failed(Moat__V1__ForkCopy *copy, int rv, char *msg)
 		copy->message = msg;
 }
 
-/* fork_trace_get: the shared baseline, traced from `sandbox_id` when no
- * copy has been traced yet and none is being traced; NULL when no copy
- * could be (each branch then traces its own sandbox). `ok`: this copy
- * restored. Every copy calls it once; each waits until the baseline is
- * final, which it is once one trace worked or every copy has tried. */
+/* fork_trace_get: the shared baseline: traced from `sandbox_id` unless
+ * another copy has been traced; while one is being traced the others
+ * wait for it (and try themselves if it failed). NULL when this copy's
+ * own trace failed too: its branch then traces its sandbox itself. The
+ * only wait is on a copy that is tracing, which waits on nothing else,
+ * so copies run inline (no thread) cannot deadlock. */
 static const Moat__V1__FsTrace *
-fork_trace_get(struct fork_job *j, const char *sandbox_id, bool ok)
+fork_trace_get(struct fork_job *j, const char *sandbox_id)
 {
 	struct fork_trace *ft = j->ft;
 	Moat__V1__FsTrace *trace = NULL;
+	const Moat__V1__FsTrace *shared;
 	char *msg = NULL;
 
 	pthread_mutex_lock(&ft->mu);
-	while (ok && ft->taking && !ft->done)
+	while (ft->taking)
 		pthread_cond_wait(&ft->cv, &ft->mu);
-	if (ok && !ft->done) {
+	if (ft->trace == NULL) {
 		ft->taking = true;
 		pthread_mutex_unlock(&ft->mu);
 		if (moat_record_trace(j->t->rec, sandbox_id, j->deadline,
@@ -503,20 +503,12 @@ fork_trace_get(struct fork_job *j, const char *sandbox_id, bool ok)
 		}
 		pthread_mutex_lock(&ft->mu);
 		ft->taking = false;
-		if (trace != NULL) {
-			ft->trace = trace;
-			ft->done = true;
-		}
+		ft->trace = trace;
+		pthread_cond_broadcast(&ft->cv);
 	}
-	/* This copy has had its turn. */
-	if (--ft->left == 0)
-		ft->done = true;
-	pthread_cond_broadcast(&ft->cv);
-	while (ok && !ft->done)
-		pthread_cond_wait(&ft->cv, &ft->mu);
-	trace = ft->trace;
+	shared = ft->trace;
 	pthread_mutex_unlock(&ft->mu);
-	return trace;
+	return shared;
 }
 
 static void *
@@ -531,12 +523,11 @@ fork_main(void *arg)
 
 	rv = branch_restore(j->t, j->snap, "", j->request_id, j->deadline,
 	    &c->sandbox, &msg);
-	trace = fork_trace_get(j, rv == MOAT_OK ? c->sandbox->id : "",
-	    rv == MOAT_OK);
 	if (rv != MOAT_OK) {
 		copy_failed(c, rv, msg);
 		return NULL;
 	}
+	trace = fork_trace_get(j, c->sandbox->id);
 	snprintf(sandbox_id, sizeof(sandbox_id), "%s", c->sandbox->id);
 	if ((rv = branch_record(j->t, j->s, j->step, j->snap, trace,
 	    j->request_id, j->deadline, &c->sandbox, session_id, &msg)) !=
@@ -586,7 +577,6 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		moat__v1__fork_copy__init(r->copies[i]);
 		r->n_copies++;
 	}
-	ft.left = count;
 	memset(jobs, 0, sizeof(jobs));
 	/* Each copy restores, waits for the shared trace (or takes it) and
 	 * records its branch on its own thread. */

@@ -606,6 +606,7 @@ test_fork_with_sessiond(void **state)
 	char *errmsg = NULL, *sandbox_id, *session_id;
 	const char *branch[2] = { NULL, NULL };
 	pid_t pid = sessiond_start();
+	struct fake_node *node;
 	int traces, failed = 0, ok = 0;
 
 	(void)state;
@@ -616,6 +617,10 @@ test_fork_with_sessiond(void **state)
 	    &moat__v1__sandbox__descriptor, &reply, &errmsg), MOAT_OK);
 	sandbox_id = strdup(((Moat__V1__Sandbox *)reply)->id);
 	session_id = strdup(((Moat__V1__Sandbox *)reply)->session_id);
+	/* Placement picks the node (an earlier test left node-b up); the
+	 * snapshot and its copies live there. */
+	node = strncmp(((Moat__V1__Sandbox *)reply)->node_id, "node-a", 6) ==
+	    0 ? &E.a : &E.b;
 	protobuf_c_message_free_unpacked(reply, NULL);
 	ex.sandbox_id = sandbox_id;
 	ex.shell = (char *)"echo hi > /root/x";
@@ -625,21 +630,24 @@ test_fork_with_sessiond(void **state)
 	    "");
 	protobuf_c_message_free_unpacked(reply, NULL);
 
-	pthread_mutex_lock(&E.a.lock);
-	traces = E.a.traces;
-	E.a.restores = 0;
-	E.a.fail_restore_every = 2;
-	pthread_mutex_unlock(&E.a.lock);
+	pthread_mutex_lock(&node->lock);
+	traces = node->traces;
+	node->restores = 0;
+	node->fail_restore_every = 2;
+	pthread_mutex_unlock(&node->lock);
 	freq.session_id = session_id;
 	freq.step = 1;
 	freq.count = 3;
 	assert_int_equal(gw_call("Fork", &freq.base,
 	    &moat__v1__fork_reply__descriptor, &reply, &errmsg), MOAT_OK);
 	fr = (Moat__V1__ForkReply *)reply;
-	pthread_mutex_lock(&E.a.lock);
-	E.a.fail_restore_every = 0;
-	assert_int_equal(E.a.traces - traces, 1);
-	pthread_mutex_unlock(&E.a.lock);
+	/* Read under the lock, asserted after it: a failed assertion must
+	 * not leave the fake node locked. */
+	pthread_mutex_lock(&node->lock);
+	node->fail_restore_every = 0;
+	traces = node->traces - traces;
+	pthread_mutex_unlock(&node->lock);
+	assert_int_equal(traces, 1);
 	assert_int_equal(fr->n_copies, 3);
 	assert_int_equal(fr->succeeded, 2);
 	for (size_t i = 0; i < fr->n_copies; i++) {
