@@ -11,6 +11,7 @@
  * cases of one message (the HTTP door puts URL parts into the JSON before
  * calling this).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
@@ -180,10 +181,14 @@ int_of(struct dec *dc, json_t *v, bool is_signed, int64_t lo, int64_t hi,
 	}
 	if (json_is_string(v)) {
 		const char *s = json_string_value(v);
+		const char *digits = s[0] == '-' ? s + 1 : s;
 		char *end;
 
-		if (s[0] == '\0' || s[0] == ' ' || s[0] == '+' ||
-		    s[0] == '\t' || strlen(s) != json_string_length(v))
+		/* Digits, after one '-' at most: strtoll and strtoull would
+		 * skip any leading white space and take a sign after it (so
+		 * "\n-5" read as 2^64 - 5 for an unsigned field). */
+		if (!isdigit((unsigned char)digits[0]) ||
+		    strlen(s) != json_string_length(v))
 			return dec_expected(dc, what, v);
 		errno = 0;
 		if (is_signed) {

@@ -605,6 +605,14 @@ test_decode_errors(void **state)
 	    "outputCap: out of range for uint64");
 	decode_err(exd, "{\"outputCap\": \"18446744073709551616\"}", BAD,
 	    "out of range for uint64");
+	/* A number in a string is digits after one '-' at most: no white
+	 * space or '+' first (strtoull would skip "\n" and wrap "-5"). */
+	decode_err(exd, "{\"outputCap\": \"\\n-5\"}", BAD,
+	    "outputCap: expected");
+	decode_err(exd, "{\"outputCap\": \" 5\"}", BAD, "expected");
+	decode_err(exd, "{\"outputCap\": \"+5\"}", BAD, "expected");
+	decode_err(exd, "{\"outputCap\": \"-\"}", BAD, "expected");
+	decode_err(sbd, "{\"vmmPid\": \"\\r-7\"}", BAD, "vmmPid: expected");
 	decode_err(exd, "{\"outputCap\": 1.8446744073709552e19}", BAD,
 	    "out of range for uint64");
 	decode_err(&moat__v1__file_info__descriptor,
