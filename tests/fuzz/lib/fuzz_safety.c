@@ -48,8 +48,9 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 		"\0ls -la / | grep x && echo \"$(rm -rf y)\" > /etc/z",
 		"\1:(){ :|:& };:",
 		"\1cat <<'EOF' > f\nrm -rf /\nEOF\nsudo -u root dd of=/dev/sda",
-		"\2import os, subprocess\nsubprocess.run(['rm', '-rf', 'x'])\n"
-		"open('/etc/x', 'w').write(\"\"\"a'b\"\"\")  # c",
+		/* One seed on two lines (parenthesized: not a lost comma). */
+		("\2import os, subprocess\nsubprocess.run(['rm', '-rf', 'x'])\n"
+		"open('/etc/x', 'w').write(\"\"\"a'b\"\"\")  # c"),
 		"\3require('child_process').execSync(`ls ${x}`); /* c */",
 		"\4DROP TABLE t;",
 		"\0sh -c 'eval \"bash -c \\\"rm -rf /\\\"\"'",
