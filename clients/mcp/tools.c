@@ -491,7 +491,7 @@ t_list_dir(struct tool_ctx *t)
 {
 	const char *path;
 	char id[MOAT_MCP_ID_MAX], *errmsg, *text = NULL;
-	json_t *reply, *e, *r;
+	json_t *reply, *e, *r, *entries;
 	size_t i, len = 0;
 	FILE *f;
 	int rv;
@@ -513,8 +513,12 @@ t_list_dir(struct tool_ctx *t)
 		    json_string_value(json_object_get(e, "size")) ?: "0");
 	}
 	fclose(f);
-	r = result_text(text, false, json_pack("{s:O}", "entries",
-	    json_object_get(reply, "entries") ?: json_array()));
+	/* An empty listing has no "entries" (proto3 JSON leaves empty
+	 * repeated fields out): a new array then, whose one reference the
+	 * result takes ("o"); the reply's is shared ("o" after incref). */
+	entries = json_object_get(reply, "entries");
+	r = result_text(text, false, json_pack("{s:o}", "entries",
+	    entries != NULL ? json_incref(entries) : json_array()));
 	free(text);
 	json_decref(reply);
 	return r;

@@ -30,6 +30,7 @@ struct fake {
 	json_t *requests[32];
 	int n;
 	bool fail_read;         /* ReadFile: NOT_FOUND */
+	bool list_empty;        /* ListFiles: no "entries" (proto3 JSON) */
 };
 
 static int
@@ -62,6 +63,11 @@ fake_call(void *arg, const char *method, json_t *request, json_t **reply,
 		b64 = moat_codec_base64("hi\n", 3);
 		*reply = json_pack("{s:s}", "data", b64);
 		free(b64);
+	} else if (strcmp(method, "ListFiles") == 0 && !f->list_empty) {
+		*reply = json_pack("{s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}]}",
+		    "entries", "name", "d", "type", "FILE_TYPE_DIRECTORY",
+		    "size", "0", "name", "b.txt", "type", "FILE_TYPE_REGULAR",
+		    "size", "3");
 	} else {
 		*reply = json_object();
 	}
@@ -363,13 +369,37 @@ test_default_sandbox(void **state)
 	assert_string_equal(json_string_value(json_object_get(f.requests[3],
 	    "sandboxId")), "sb-other");
 
+	/* list_dir: a line per entry, the entries as structured content;
+	 * an empty directory (no "entries" in the reply) is an empty array
+	 * (and, under the sanitizer build, leaks nothing). */
+	res = call_tool(s, &f, "list_dir", "{\"path\":\"/root\"}");
+	assert_false(json_is_true(json_object_get(res, "isError")));
+	assert_string_equal(result_text(res), "d/\t0\nb.txt\t3\n");
+	assert_int_equal(json_array_size(json_object_get(json_object_get(res,
+	    "structuredContent"), "entries")), 2);
+	json_decref(res);
+	f.list_empty = true;
+	res = call_tool(s, &f, "list_dir", "{}");
+	assert_false(json_is_true(json_object_get(res, "isError")));
+	assert_string_equal(result_text(res), "");
+	assert_true(json_is_array(json_object_get(json_object_get(res,
+	    "structuredContent"), "entries")));
+	assert_int_equal(json_array_size(json_object_get(json_object_get(res,
+	    "structuredContent"), "entries")), 0);
+	json_decref(res);
+	f.list_empty = false;
+	assert_int_equal(f.n, 6);
+	assert_string_equal(f.methods[5], "ListFiles");
+	assert_string_equal(json_string_value(json_object_get(f.requests[5],
+	    "path")), "/root");
+
 	/* Closing the session destroys its sandbox, once. */
 	assert_int_equal(moat_mcp_session_close(s, fake_call, &f), MOAT_OK);
 	assert_int_equal(moat_mcp_session_close(s, fake_call, &f),
 	    MOAT_NOT_FOUND);
-	assert_int_equal(f.n, 5);
-	assert_string_equal(f.methods[4], "DestroySandbox");
-	assert_string_equal(json_string_value(json_object_get(f.requests[4],
+	assert_int_equal(f.n, 7);
+	assert_string_equal(f.methods[6], "DestroySandbox");
+	assert_string_equal(json_string_value(json_object_get(f.requests[6],
 	    "sandboxId")), "sb-fake");
 	fake_reset(&f);
 	moat_mcp_session_free(s);
