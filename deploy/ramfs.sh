@@ -5,7 +5,9 @@
 # milliseconds of pause) instead of copying it while the guest is paused
 # (tens of milliseconds, growing with RAM), and snapshots and clones share
 # the blocks they have in common. Memory is only used as blocks are
-# written. Usage:
+# written, and given back as soon as blocks are freed: the mount discards
+# them, so the loop device punches holes in the backing file (without
+# that, tmpfs keeps every block XFS ever used). Usage:
 #   deploy/ramfs.sh up DIR [SIZE]   make or reuse it (SIZE default 16G,
 #                                   at most the tmpfs's size); prints DIR
 #   deploy/ramfs.sh down DIR        unmount it and free its memory
@@ -47,7 +49,7 @@ up() {
 			{ rm -f "$img.tmp"; die "mkfs.xfs failed on $img" 3; }
 		mv "$img.tmp" "$img"
 	fi
-	mount -o loop,noatime "$img" "$dir" 2>/dev/null ||
+	mount -o loop,noatime,discard "$img" "$dir" 2>/dev/null ||
 		die "cannot loop-mount $img on $dir (no loop device?)" 3
 	chmod 0700 "$dir"
 	echo "$dir"

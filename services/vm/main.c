@@ -27,6 +27,7 @@
 #include "moat/util.h"
 #include "spawn.h"
 #include "ramdir.h"
+#include "snapram.h"
 #include "vmd.h"
 
 #define SECTION "vmd"
@@ -45,6 +46,7 @@ static const struct option vmd_options[] = {
 	{ "templates", required_argument, NULL, 'T' },
 	{ "template-spares", required_argument, NULL, 'P' },
 	{ "ram-dir", required_argument, NULL, 'R' },
+	{ "snapshot-ram-mib", required_argument, NULL, 'B' },
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
@@ -85,6 +87,11 @@ usage(FILE *f)
 	    "                     (default /dev/shm). On XFS or btrfs with\n"
 	    "                     reflinks a snapshot clones RAM instead of\n"
 	    "                     copying it while the guest is paused\n"
+	    "  --snapshot-ram-mib N  RAM dir room for snapshots' RAM copies;\n"
+	    "                     past it the least recently used go to disk\n"
+	    "                     (snapd's chunks, else the state dir) and a\n"
+	    "                     restore brings them back (default a quarter\n"
+	    "                     of host memory; 0: every copy goes at once)\n"
 	    "  --version, --help\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, firecracker,\n"
@@ -218,6 +225,19 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 		return MOAT_INVALID_ARGUMENT;
 	}
 	cfg->template_spares = (uint32_t)v;
+	/* No lower bound: 0 sends every snapshot's RAM to disk at once. */
+	if ((rv = moat_config_get_u64(c, SECTION, "snapshot-ram-mib",
+	    host_memory_mib() / 4, &v, &errmsg)) != 0) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg);
+		free(errmsg);
+		return rv;
+	}
+	if (v > (UINT64_C(1) << 30)) {
+		fprintf(stderr, "moat-vmd: snapshot-ram-mib=%" PRIu64 " is out "
+		    "of range 0..%" PRIu64 "\n", v, UINT64_C(1) << 30);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	cfg->snapshot_ram_mib = v;
 #undef U64
 	if ((rv = moat_config_get_bool(c, SECTION, "test-hooks", false,
 	    &cfg->test_hooks, &errmsg)) != 0 ||
@@ -456,7 +476,8 @@ main(int argc, char **argv)
 		goto out;
 	}
 	vmd_reap_orphans(&vmd);
-	if ((rv = vmd_templates_init(&vmd)) != MOAT_OK) {
+	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
+	    (rv = vmd_templates_init(&vmd)) != MOAT_OK) {
 		moat_error(0, "out of memory");
 		goto out;
 	}
@@ -506,6 +527,7 @@ out:
 	moat_rpc_server_stop(server);
 	/* After the server: no create can start a build any more. */
 	vmd_templates_fini(&vmd);
+	vmd_snapram_fini(&vmd);
 	moat_rpc_client_close(vmd.snapd);
 	moat_spawner_stop();
 	moat_config_free(config);

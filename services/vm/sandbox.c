@@ -31,6 +31,8 @@
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "ramdir.h"
+#include "snapram.h"
 #include "vmd.h"
 
 #define SANDBOX_MAX_LABELS 64
@@ -352,6 +354,15 @@ exit_status_text(int status)
 {
 	if (WIFEXITED(status))
 		return moat_asprintf("exit status %d", WEXITSTATUS(status));
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS)
+		return moat_asprintf("killed by signal %d (%s): the VMM "
+		    "touched guest RAM that its file in %s could not back, "
+		    "most likely because that filesystem is full", SIGBUS,
+		    strsignal(SIGBUS), vmd_ram_dir());
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+		return moat_asprintf("killed by signal %d (%s): by the "
+		    "host's out-of-memory killer or by someone on the host",
+		    SIGKILL, strsignal(SIGKILL));
 	if (WIFSIGNALED(status))
 		return moat_asprintf("killed by signal %d (%s)",
 		    WTERMSIG(status), strsignal(WTERMSIG(status)));
@@ -1202,12 +1213,23 @@ sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 {
 	char *why = NULL;
 	char *scratch = NULL;
+	uint64_t ram_bytes = (uint64_t)sb->memory_mib << 20;
+	char what[64];
 	int err;
 	int rv;
 
+	/* Its RAM file may grow to all of its memory: the RAM dir must hold
+	 * that on top of what it has promised, or the VMM would die of
+	 * SIGBUS the day it touches a page that cannot be backed. */
+	snprintf(what, sizeof(what), "a sandbox of %u MiB", sb->memory_mib);
+	if ((rv = vmd_ram_admit(vmd, call, ram_bytes, what)) != MOAT_OK) {
+		vmd_sandbox_put(sb);
+		return rv;
+	}
 	pthread_mutex_lock(&vmd->mu);
 	if (vmd->shutting_down) {
 		pthread_mutex_unlock(&vmd->mu);
+		vmd_ram_admit_done(vmd, ram_bytes);
 		vmd_sandbox_put(sb);
 		return moat_rpc_error(call, MOAT_UNAVAILABLE, "node %s is "
 		    "shutting down: create the sandbox elsewhere",
@@ -1218,6 +1240,7 @@ sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 		uint64_t free_mib = vmd->cfg.memory_mib_total -
 		    vmd->memory_mib_reserved;
 		pthread_mutex_unlock(&vmd->mu);
+		vmd_ram_admit_done(vmd, ram_bytes);
 		rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "sandbox "
 		    "needs %u MiB of memory but node %s has %" PRIu64 " of %"
 		    PRIu64 " MiB free: destroy sandboxes or ask for less "
@@ -1235,6 +1258,8 @@ sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 		vmd->sandboxes = sb;
 	}
 	pthread_mutex_unlock(&vmd->mu);
+	/* Counted in memory_mib_reserved from here on. */
+	vmd_ram_admit_done(vmd, ram_bytes);
 	moat_info(call->request_id, "sandbox %s: %s (image %s, %u vcpus, "
 	    "%u MiB, scratch %" PRIu64 " MiB%s%s)", sb->id.str,
 	    snap_dir ? "restoring" : "creating", sb->image,
@@ -1536,6 +1561,14 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, req->tenant,
 	    &meta, &snap_dir)) != MOAT_OK)
 		return rv;
+	/* Its RAM copy stays until the clone has its own (an evicted one is
+	 * rebuilt here first). */
+	if ((rv = vmd_snapram_acquire(vmd, call, req->snapshot_id, snap_dir,
+	    &meta)) != MOAT_OK) {
+		free(snap_dir);
+		moat__v1__local_snapshot__free_unpacked(meta, NULL);
+		return rv;
+	}
 	if (meta->vmm[0] != '\0' && strcmp(meta->vmm, vmd->vmm->name) != 0) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "snapshot "
 		    "%s was taken under the %s VMM and restores only under "
@@ -1675,6 +1708,7 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	    meta->accel : "tcg", old ? BRING_UP_REPLACE : BRING_UP_LISTED,
 	    old, out);
 out:
+	vmd_snapram_release(vmd, req->snapshot_id);
 	vmd_sandbox_put(old);
 	free(labels);
 	free(entries);

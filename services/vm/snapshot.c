@@ -26,6 +26,8 @@
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "ramdir.h"
+#include "snapram.h"
 #include "vmd.h"
 
 #define SNAP_META "meta.pb"
@@ -116,6 +118,26 @@ vmd_snapshot_read_meta(const char *dir, Moat__V1__LocalSnapshot **meta)
 	return snap_meta_read(dir, meta);
 }
 
+int
+vmd_snapshot_write_meta(const char *dir, const Moat__V1__LocalSnapshot *meta)
+{
+	char *path = moat_asprintf("%s/" SNAP_META, dir);
+	size_t len = moat__v1__local_snapshot__get_packed_size(meta);
+	uint8_t *packed = malloc(len ? len : 1);
+	int e;
+
+	if (path == NULL || packed == NULL) {
+		free(path);
+		free(packed);
+		return ENOMEM;
+	}
+	moat__v1__local_snapshot__pack(meta, packed);
+	e = moat_write_file_atomic(path, packed, len, 0600);
+	free(packed);
+	free(path);
+	return e;
+}
+
 /* Heap copies of meta's fields into reply (the RPC server frees). */
 static int
 snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
@@ -144,6 +166,16 @@ snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
 	r->remote_parent_id = strdup(m->remote_parent_id);
 	r->vmm = strdup(m->vmm);
 	r->template_ = m->template_;
+	/* Snapshots taken before issue 11 have no location: in RAM. */
+	r->location = strdup(m->location[0] ? m->location : "ram");
+	r->evicted_to = strdup(m->evicted_to);
+	r->last_used_unix_ms = m->last_used_unix_ms ? m->last_used_unix_ms :
+	    m->created_unix_ms;
+	r->session_id = strdup(m->session_id);
+	r->step = m->step;
+	r->ram_resident_bytes = m->ram_resident_bytes;
+	if (!r->location || !r->evicted_to || !r->session_id)
+		return MOAT_INTERNAL;
 	if (!r->vmm || !r->snapshot_id || !r->sandbox_id || !r->dir ||
 	    !r->tenant || !r->image || !r->accel || !r->image_stamp ||
 	    !r->remote_id || !r->remote_error || !r->remote_parent_id)
@@ -239,6 +271,7 @@ snap_no_space(int rv, const char *err, const char *dir)
 int
 vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
     struct sandbox *sb, const char *id, const char *dir, bool is_template,
+    const Moat__V1__SnapshotSandboxRequest *req,
     Moat__V1__LocalSnapshot *reply)
 {
 	Moat__V1__LocalSnapshot meta = MOAT__V1__LOCAL_SNAPSHOT__INIT;
@@ -250,6 +283,7 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	uint8_t *packed = NULL;
 	size_t len;
 	bool marked = false;
+	uint64_t admitted = 0;
 	int rv, e;
 
 	if (vmd->vmm->snapshot == NULL)
@@ -293,6 +327,23 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
 		    "create snapshot directory %s: %s", tmp, strerror(e));
 		goto out;
+	}
+	/* The RAM copy lands in the RAM dir: make room first (with
+	 * reflinks it shares the guest's blocks, and the guest's own
+	 * claim on the dir already covers rewriting them). */
+	if (!vmd_ram_dir_reflinks() && sb->vmm.ram_file != NULL) {
+		struct stat ram_st;
+		char what[96];
+
+		if (stat(sb->vmm.ram_file, &ram_st) == 0)
+			admitted = (uint64_t)ram_st.st_blocks * 512u;
+		snprintf(what, sizeof(what), "a snapshot of sandbox %s",
+		    sb->id.str);
+		if ((rv = vmd_ram_admit(vmd, call, admitted, what)) !=
+		    MOAT_OK) {
+			admitted = 0;
+			goto out_rm;
+		}
 	}
 	/* The guest link is not held: guest calls wait out the pause. */
 	if (vmd->vmm->snapshot_resets_agent_link)
@@ -348,6 +399,13 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	meta.image_stamp = image_stamp;
 	meta.vmm = (char *)vmd->vmm->name;
 	meta.template_ = is_template;
+	meta.location = "ram";
+	meta.ram_resident_bytes = vmd_snapram_resident(tmp);
+	meta.last_used_unix_ms = meta.created_unix_ms;
+	if (req != NULL) {
+		meta.session_id = req->session_id;
+		meta.step = req->step;
+	}
 	/* The sandbox runs again: hashing and pushing cost it no pause.
 	 * Templates are the node's own and never leave it. */
 	if (vmd->snapd != NULL && !is_template) {
@@ -391,10 +449,18 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	    sb->id.str, st.pause_ms, st.device_state_bytes, st.ram_bytes,
 	    st.disk_bytes);
 	rv = MOAT_OK;
+	vmd_ram_admit_done(vmd, admitted);
+	admitted = 0;
+	/* Over budget now: the least recently used copies go to disk
+	 * (pushed already, so mostly an unlink), this one last. */
+	if (!is_template)
+		vmd_snapram_added(vmd, call->request_id, id, dir,
+		    meta.ram_resident_bytes);
 	goto out;
 out_rm:
 	vmd_snapshot_remove_dir(tmp);
 out:
+	vmd_ram_admit_done(vmd, admitted);
 	pthread_mutex_lock(&sb->mu);
 	sb->snapshotting = false;
 	pthread_mutex_unlock(&sb->mu);
@@ -428,7 +494,8 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	if (dir == NULL)
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	else
-		rv = vmd_snapshot_make(vmd, call, sb, id, dir, false, reply);
+		rv = vmd_snapshot_make(vmd, call, sb, id, dir, false, req,
+		    reply);
 	vmd_sandbox_put(sb);
 	free(id);
 	free(dir);
@@ -596,7 +663,27 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = snap_open(vmd, call, req->snapshot_id, req->tenant,
 	    &meta, &dir, false)) != MOAT_OK)
 		return rv;
-	moat__v1__local_snapshot__free_unpacked(meta, NULL);
+	if ((rv = vmd_snapram_forget(vmd, call, req->snapshot_id,
+	    vmd_call_deadline(call))) != MOAT_OK)
+		goto out;
+	/* Its copy in snapd goes too (chunks other snapshots share stay):
+	 * a deleted snapshot must free its store, not only this node. */
+	if (meta->remote_stored && !req->keep_remote && vmd->snapd != NULL) {
+		char *err = NULL;
+		uint64_t freed = 0;
+
+		if (vmd_snapshot_delete_remote(vmd, meta->tenant,
+		    meta->remote_id, &freed, &err) != MOAT_OK)
+			moat_warn(call->request_id, "snapshot %s: its copy %s "
+			    "in moat-snapd stays (%s): `moat snapshot gc` "
+			    "removes it later", req->snapshot_id,
+			    meta->remote_id, err ? err : "?");
+		else
+			moat_info(call->request_id, "snapshot %s: deleted "
+			    "from moat-snapd as %s (%" PRIu64 " B freed)",
+			    req->snapshot_id, meta->remote_id, freed);
+		free(err);
+	}
 	snap_remove_ram(dir);
 	/* Clones have their own copies of the RAM file: removing the
 	 * snapshot's never touches a running clone. */
@@ -607,6 +694,8 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 	else
 		moat_info(call->request_id, "snapshot %s: deleted",
 		    req->snapshot_id);
+out:
+	moat__v1__local_snapshot__free_unpacked(meta, NULL);
 	free(dir);
 	return rv;
 }

@@ -30,6 +30,7 @@
 #include "moat/util.h"
 #include "snap_client.h"
 #include "ramdir.h"
+#include "snapram.h"
 #include "vmd.h"
 
 #define PUSH_HEALTH_MS 2000u       /* a snapd that is down, found fast */
@@ -439,6 +440,7 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 	uint64_t n_local = 0, n_remote = 0;
 	struct stat st;
 	uint64_t t0 = moat_rpc_now_ms();
+	uint64_t admitted = 0;
 	int rv, e;
 
 	if (vmd->snapd == NULL)
@@ -501,6 +503,23 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
 		    "create snapshot directory %s: %s", tmp, strerror(e));
 		goto out;
+	}
+	/* Its RAM lands in the RAM dir: make room as a create would. */
+	for (size_t i = 0; i < info->n_artifacts; i++) {
+		const Moat__V1__SnapArtifact *a = info->artifacts[i];
+		size_t n = a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
+
+		if (strcmp(a->name, "ram") != 0)
+			continue;
+		for (size_t c = 0; c < n; c++)
+			if (!moat_chunk_id_is_zero((const struct moat_chunk_id *)
+			    (a->chunk_ids.data + c * MOAT_CHUNK_ID_LEN)))
+				admitted += a->chunk_size;
+	}
+	if ((rv = vmd_ram_admit(vmd, call, admitted, "a pulled snapshot's "
+	    "RAM")) != MOAT_OK) {
+		admitted = 0;
+		goto out_rm;
 	}
 	for (size_t i = 0; i < info->n_artifacts; i++) {
 		const Moat__V1__SnapArtifact *a = info->artifacts[i];
@@ -593,6 +612,7 @@ out_rm:
 		    strerror(errno));
 	(void)moat_rm_rf(tmp);
 out:
+	vmd_ram_admit_done(vmd, admitted);
 	pthread_mutex_unlock(&vmd->fetch_mu);
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);
@@ -601,5 +621,190 @@ out:
 	free(tmp);
 	free(root);
 	free(err);
+	return rv;
+}
+
+/* ---- an evicted snapshot's RAM back from snapd (issue 11) ---- */
+
+#define PULL_THREADS 4u
+/* Chunks per stripe, a multiple of 8: threads own whole bytes of the
+ * writer's bitmap, and each stripe is one GetChunks. */
+#define PULL_STRIPE MOAT_SNAP_PULL_BATCH
+
+/* One puller thread: stripes k, k + n, k + 2n ... of the artifact. */
+struct pull_job {
+	struct vmd *vmd;
+	const char *tenant;
+	const char *snap_id;
+	const Moat__V1__SnapArtifact *art;
+	struct moat_chunk_writer *w;
+	uint32_t k, n;
+	int rv;
+	char *err;                 /* heap, with rv */
+	pthread_t thread;
+	bool started;
+};
+
+/* Pulls the missing chunks of stripe `s` (GetChunks may answer short:
+ * it is asked again for the rest). */
+static int
+pull_stripe(struct pull_job *j, uint64_t s)
+{
+	Moat__V1__GetChunksRequest req = MOAT__V1__GET_CHUNKS_REQUEST__INIT;
+	const Moat__V1__SnapArtifact *a = j->art;
+	size_t n_ids = a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
+	uint64_t end = (s + 1) * PULL_STRIPE < n_ids ? (s + 1) * PULL_STRIPE :
+	    n_ids;
+	uint8_t ids[PULL_STRIPE * MOAT_CHUNK_ID_LEN];
+	uint64_t batch[PULL_STRIPE];
+	int rv = MOAT_OK;
+
+	req.tenant = (char *)j->tenant;
+	req.snapshot_id = (char *)j->snap_id;
+	for (;;) {
+		Moat__V1__GetChunksReply *r;
+		ProtobufCMessage *reply = NULL;
+		size_t n = 0;
+
+		for (uint64_t i = moat_chunk_writer_next_missing(j->w,
+		    s * PULL_STRIPE); i < end;
+		    i = moat_chunk_writer_next_missing(j->w, i + 1)) {
+			batch[n] = i;
+			memcpy(ids + n++ * MOAT_CHUNK_ID_LEN,
+			    a->chunk_ids.data + i * MOAT_CHUNK_ID_LEN,
+			    MOAT_CHUNK_ID_LEN);
+		}
+		if (n == 0)
+			return MOAT_OK;
+		req.ids.data = ids;
+		req.ids.len = n * MOAT_CHUNK_ID_LEN;
+		if ((rv = moat_rpc_call(j->vmd->snapd, MOAT_SNAP_SERVICE,
+		    "GetChunks", &req.base,
+		    &moat__v1__get_chunks_reply__descriptor, &reply, NULL,
+		    &j->err)) != MOAT_OK)
+			return rv;
+		r = (Moat__V1__GetChunksReply *)reply;
+		if (r->n_chunks == 0 || r->n_chunks > n) {
+			j->err = moat_asprintf("GetChunks answered %zu chunks "
+			    "for %zu ids", r->n_chunks, n);
+			rv = MOAT_INTERNAL;
+		}
+		for (size_t i = 0; i < r->n_chunks && rv == MOAT_OK; i++)
+			rv = moat_chunk_writer_put(j->w, batch[i],
+			    r->chunks[i]->data.data, r->chunks[i]->data.len,
+			    &j->err);
+		protobuf_c_message_free_unpacked(reply, NULL);
+		if (rv != MOAT_OK)
+			return rv;
+	}
+}
+
+static void *
+pull_main(void *arg)
+{
+	struct pull_job *j = arg;
+	size_t n_ids = j->art->chunk_ids.len / MOAT_CHUNK_ID_LEN;
+	uint64_t stripes = (n_ids + PULL_STRIPE - 1) / PULL_STRIPE;
+
+	for (uint64_t s = j->k; s < stripes && j->rv == MOAT_OK; s += j->n)
+		j->rv = pull_stripe(j, s);
+	return NULL;
+}
+
+int
+vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
+    const char *path, char **errmsg)
+{
+	Moat__V1__GetSnapshotRequest req = MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
+	struct pull_job jobs[PULL_THREADS];
+	const Moat__V1__SnapArtifact *ram = NULL;
+	struct moat_chunk_writer *w = NULL;
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__SnapshotInfo *info;
+	int rv;
+
+	*errmsg = NULL;
+	memset(jobs, 0, sizeof(jobs));
+	req.tenant = (char *)tenant_or_default(meta->tenant);
+	req.id = meta->remote_id;
+	req.with_chunks = true;
+	if ((rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE, "GetSnapshot",
+	    &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
+	    errmsg)) != MOAT_OK)
+		return rv;
+	info = (Moat__V1__SnapshotInfo *)reply;
+	for (size_t i = 0; i < info->n_artifacts; i++)
+		if (strcmp(info->artifacts[i]->name, "ram") == 0)
+			ram = info->artifacts[i];
+	if (ram == NULL) {
+		*errmsg = moat_asprintf("snapd snapshot %s has no RAM",
+		    meta->remote_id);
+		rv = MOAT_FAILED_PRECONDITION;
+		goto out;
+	}
+	if ((rv = moat_chunk_writer_open(&w, path, ram->size, ram->chunk_size,
+	    ram->chunk_ids.data, ram->chunk_ids.len / MOAT_CHUNK_ID_LEN,
+	    errmsg)) != MOAT_OK)
+		goto out;
+	for (uint32_t k = 0; k < PULL_THREADS; k++) {
+		struct pull_job *j = &jobs[k];
+
+		*j = (struct pull_job){ .vmd = vmd, .tenant = req.tenant,
+			.snap_id = meta->remote_id, .art = ram, .w = w, .k = k,
+			.n = PULL_THREADS };
+		/* A thread that cannot start leaves its stripes to the
+		 * check below: they are pulled here. */
+		j->started = vmd_thread_create(&j->thread, pull_main, j) == 0;
+	}
+	for (uint32_t k = 0; k < PULL_THREADS; k++) {
+		if (jobs[k].started)
+			pthread_join(jobs[k].thread, NULL);
+		else
+			pull_main(&jobs[k]);
+		if (jobs[k].rv != MOAT_OK && rv == MOAT_OK) {
+			rv = jobs[k].rv;
+			*errmsg = jobs[k].err;
+			jobs[k].err = NULL;
+		}
+	}
+	if (rv == MOAT_OK)
+		rv = moat_chunk_writer_commit(w, errmsg);
+	else
+		moat_chunk_writer_abort(w);
+out:
+	for (uint32_t k = 0; k < PULL_THREADS; k++)
+		free(jobs[k].err);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	return rv;
+}
+
+int
+vmd_snapshot_delete_remote(struct vmd *vmd, const char *tenant,
+    const char *remote_id, uint64_t *freed_bytes, char **errmsg)
+{
+	Moat__V1__DeleteSnapshotRequest req =
+	    MOAT__V1__DELETE_SNAPSHOT_REQUEST__INIT;
+	ProtobufCMessage *reply = NULL;
+	int rv;
+
+	*errmsg = NULL;
+	*freed_bytes = 0;
+	if (vmd->snapd == NULL || remote_id == NULL || remote_id[0] == '\0')
+		return MOAT_OK;
+	req.tenant = (char *)tenant_or_default(tenant);
+	req.id = (char *)remote_id;
+	rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE, "DeleteSnapshot",
+	    &req.base, &moat__v1__delete_snapshot_reply__descriptor, &reply,
+	    NULL, errmsg);
+	if (rv == MOAT_OK)
+		*freed_bytes = ((Moat__V1__DeleteSnapshotReply *)reply)->
+		    freed_bytes;
+	if (reply != NULL)
+		protobuf_c_message_free_unpacked(reply, NULL);
+	if (rv == MOAT_NOT_FOUND) {
+		free(*errmsg);
+		*errmsg = NULL;
+		rv = MOAT_OK;
+	}
 	return rv;
 }

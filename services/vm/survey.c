@@ -18,6 +18,8 @@
 #include "moat/nng_close.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "ramdir.h"
+#include "snapram.h"
 #include "vmd.h"
 
 struct vmd_survey {
@@ -83,8 +85,10 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	(void)vmd_images_list(vmd, &images, &n_images);
 	node->images = images;
 	node->n_images = n_images;
+	vmd_snapram_fill(vmd, node);
+	node->ram_dir = strdup(vmd_ram_dir());
 	if (!node->node_id || !node->rpc_url || !node->accel ||
-	    !node->driver || !node->version)
+	    !node->driver || !node->version || !node->ram_dir)
 		return MOAT_INTERNAL;
 	return MOAT_OK;
 }
@@ -99,6 +103,7 @@ node_fields_free(Moat__V1__Node *node)
 	free(node->accel);
 	free(node->driver);
 	free(node->version);
+	free(node->ram_dir);
 	for (size_t i = 0; i < node->n_images; i++)
 		free(node->images[i]);
 	free(node->images);

@@ -610,7 +610,8 @@ tpl_build_main(void *arg)
 		rv = moat_rpc_error(&call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
-	if ((rv = vmd_snapshot_make(vmd, &call, sb, id, dir, true, NULL)) ==
+	if ((rv = vmd_snapshot_make(vmd, &call, sb, id, dir, true, NULL,
+	    NULL)) ==
 	    MOAT_OK)
 		tpl_keep_ram(t, id, dir);
 out:

@@ -74,6 +74,9 @@ struct vmd_config {
 	                              the RAM dir for clones to take (0:
 	                              none; unused where it has reflinks) */
 	char *ram_dir;             /* [vmd] ram-dir (ramdir.c) */
+	uint64_t snapshot_ram_mib; /* [vmd] snapshot-ram-mib: RAM copies of
+	                              snapshots kept in the RAM dir before
+	                              the least used go to disk (snapram.c) */
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */
@@ -98,6 +101,7 @@ struct vmd {
 	pthread_mutex_t fetch_mu;  /* one snapshot pulled from snapd at a time */
 
 	struct vmd_templates *templates; /* templates.c; owned */
+	struct vmd_snapram *snapram; /* snapram.c; owned */
 
 	pthread_mutex_t mu;        /* guards the fields below */
 	struct sandbox *sandboxes; /* singly linked, newest first */
@@ -468,6 +472,7 @@ int vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
  * go through moat_rpc_error(call, ...); the sandbox keeps running. */
 int vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
     struct sandbox *sb, const char *id, const char *dir, bool is_template,
+    const Moat__V1__SnapshotSandboxRequest *req,
     Moat__V1__LocalSnapshot *reply) __attribute__((warn_unused_result));
 
 /* vmd_snapshot_remove_dir: removes a snapshot directory and the RAM copy
@@ -478,6 +483,11 @@ void vmd_snapshot_remove_dir(const char *dir);
  * frees with moat__v1__local_snapshot__free_unpacked) or an errno. */
 int vmd_snapshot_read_meta(const char *dir, Moat__V1__LocalSnapshot **meta)
     __attribute__((warn_unused_result));
+
+/* vmd_snapshot_write_meta: replaces <dir>/meta.pb atomically. Returns 0
+ * or an errno value. */
+int vmd_snapshot_write_meta(const char *dir,
+    const Moat__V1__LocalSnapshot *meta) __attribute__((warn_unused_result));
 
 /* ---- templates.c: the node's ready snapshots, one per shape ---- */
 
@@ -561,6 +571,21 @@ struct vmd_push_result {
 void vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
     const Moat__V1__LocalSnapshot *meta, const char *dir,
     const char *parent_id, struct vmd_push_result *res);
+
+/* vmd_snapshot_pull_ram: writes the RAM of snapshot *meta (stored in
+ * snapd as meta->remote_id) to the new file `path` from its chunks, every
+ * one verified, several GetChunks in flight. Returns MOAT_OK or a status
+ * with *errmsg (heap); on failure `path` is not left. Blocking. */
+int vmd_snapshot_pull_ram(struct vmd *vmd,
+    const Moat__V1__LocalSnapshot *meta, const char *path, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* vmd_snapshot_delete_remote: deletes snapd snapshot `remote_id` of
+ * `tenant` ("" : "default"); a snapshot already gone is fine. Returns
+ * MOAT_OK or a status with *errmsg (heap). */
+int vmd_snapshot_delete_remote(struct vmd *vmd, const char *tenant,
+    const char *remote_id, uint64_t *freed_bytes, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* vmd_snapshot_fetch: pulls snapd snapshot `id` of `tenant` ("" :
  * "default") into directory `dir` (absent; made via dir.tmp and a
