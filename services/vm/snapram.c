@@ -105,6 +105,22 @@ file_exists(const char *dir, const char *name)
 	return ok;
 }
 
+/* Replaces string field *f of an unpacked message with a copy of `v`:
+ * the old value is freed unless it is protobuf-c's shared empty string
+ * (what an unset field points to). Returns false when out of memory. */
+static bool
+set_str(char **f, const char *v)
+{
+	char *copy = strdup(v);
+
+	if (copy == NULL)
+		return false;
+	if (*f != NULL && *f != protobuf_c_empty_string)
+		free(*f);
+	*f = copy;
+	return true;
+}
+
 static struct snapram_entry *
 find(struct vmd_snapram *sr, const char *id)
 {
@@ -243,22 +259,18 @@ evict_to_disk(struct vmd *vmd, uint64_t request_id, const char *dir,
 		/* Not in snapd yet (it was down, or full, at the time):
 		 * try again now, it is the store that dedups. */
 		vmd_snapshot_push(vmd, request_id, meta, dir, "", &push);
-		if (push.remote_id != NULL) {
-			free(meta->remote_id);
-			meta->remote_id = push.remote_id;
-			push.remote_id = NULL;
+		if (push.remote_id != NULL &&
+		    set_str(&meta->remote_id, push.remote_id) &&
+		    set_str(&meta->remote_error, "")) {
 			meta->remote_stored = true;
-			free(meta->remote_error);
-			meta->remote_error = strdup("");
 			meta->remote_stored_bytes = push.stored_bytes;
 			meta->remote_logical_bytes = push.logical_bytes;
 		}
 	}
-	free(meta->evicted_to);
-	if (meta->remote_stored) {
-		meta->evicted_to = strdup("snapd");
-	} else {
-		meta->evicted_to = strdup("local");
+	if (!set_str(&meta->evicted_to, meta->remote_stored ? "snapd" :
+	    "local")) {
+		rv = MOAT_INTERNAL;
+	} else if (!meta->remote_stored) {
 		local = moat_asprintf("%s/" EVICTED_FILE, dir);
 		if (local == NULL) {
 			rv = MOAT_INTERNAL;
@@ -269,11 +281,9 @@ evict_to_disk(struct vmd *vmd, uint64_t request_id, const char *dir,
 			rv = moat_status_from_errno(e);
 		}
 	}
-	free(meta->location);
-	meta->location = strdup("disk");
-	meta->ram_resident_bytes = 0;
-	if (rv == MOAT_OK && (!meta->location || !meta->evicted_to))
+	if (rv == MOAT_OK && !set_str(&meta->location, "disk"))
 		rv = MOAT_INTERNAL;
+	meta->ram_resident_bytes = 0;
 	if (rv == MOAT_OK && (e = vmd_snapshot_write_meta(dir, meta)) != 0) {
 		*why = moat_asprintf("cannot rewrite %s/meta.pb: %s", dir,
 		    strerror(e));
@@ -386,6 +396,7 @@ vmd_ram_admit(struct vmd *vmd, struct moat_rpc_call *call, uint64_t bytes,
 	struct vmd_snapram *sr = vmd->snapram;
 	struct ram_room r;
 	uint64_t request_id = call ? call->request_id : 0;
+	int64_t left;
 
 	for (;;) {
 		room_measure(vmd, &r);
@@ -402,16 +413,17 @@ vmd_ram_admit(struct vmd *vmd, struct moat_rpc_call *call, uint64_t bytes,
 	    what);
 	if (call == NULL)
 		return MOAT_RESOURCE_EXHAUSTED;
+	left = room_left(&r);
 	return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "node %s cannot "
-	    "fit %s (%" PRIu64 " MiB) in its RAM dir %s: of its %" PRIu64
-	    " MiB, running sandboxes hold or may still claim %" PRIu64
-	    " MiB, snapshot RAM copies hold %" PRIu64 " MiB (budget [vmd] "
+	    "fit %s (%" PRIu64 " MiB) in its RAM dir %s (%" PRIu64 " MiB): "
+	    "running sandboxes may fill %" PRIu64 " MiB of it (their whole "
+	    "memory), snapshot RAM copies hold %" PRIu64 " MiB ([vmd] "
 	    "snapshot-ram-mib %" PRIu64 "; none is left to evict to disk), "
-	    "%" PRIu64 " MiB are free: destroy sandboxes, delete snapshots "
+	    "%" PRIu64 " MiB remain: destroy sandboxes, delete snapshots "
 	    "(moat snapshot gc) or give the RAM dir more room",
 	    vmd->cfg.node_id, what, bytes / MIB, vmd_ram_dir(),
 	    r.capacity / MIB, r.guests / MIB, r.snapshots / MIB,
-	    sr->budget / MIB, r.free_now / MIB);
+	    sr->budget / MIB, left > 0 ? (uint64_t)left / MIB : 0);
 }
 
 void
@@ -619,16 +631,14 @@ vmd_snapram_acquire(struct vmd *vmd, struct moat_rpc_call *call,
 		    moat_rpc_now_ms() - t0);
 	}
 	resident = vmd_snapram_resident(dir);
-	free(m->location);
-	m->location = strdup("ram");
 	m->ram_resident_bytes = resident;
 	m->last_used_unix_ms = moat_now_unix_ms();
-	if (m->location == NULL ||
-	    (err = vmd_snapshot_write_meta(dir, m)) != 0) {
+	err = set_str(&m->location, "ram") ? vmd_snapshot_write_meta(dir, m) :
+	    ENOMEM;
+	if (err != 0) {
 		(void)unlink(target);
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "snapshot %s: cannot "
-		    "record its rebuilt RAM: %s", id,
-		    m->location ? strerror(err) : "out of memory");
+		    "record its rebuilt RAM: %s", id, strerror(err));
 		goto fail;
 	}
 	free(target);
@@ -705,12 +715,9 @@ init_one(struct vmd *vmd, const char *dir)
 	in_ram = strcmp(m->location, "disk") != 0 && resident > 0;
 	if (!in_ram && strcmp(m->location, "disk") != 0 &&
 	    (m->remote_stored || file_exists(dir, EVICTED_FILE))) {
-		free(m->location);
-		free(m->evicted_to);
-		m->location = strdup("disk");
-		m->evicted_to = strdup(m->remote_stored ? "snapd" : "local");
 		m->ram_resident_bytes = 0;
-		if (m->location && m->evicted_to &&
+		if (set_str(&m->location, "disk") && set_str(&m->evicted_to,
+		    m->remote_stored ? "snapd" : "local") &&
 		    vmd_snapshot_write_meta(dir, m) == 0)
 			moat_info(0, "snapshot %s: its RAM copy is gone; "
 			    "restores rebuild it from %s", m->snapshot_id,

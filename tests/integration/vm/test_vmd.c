@@ -33,6 +33,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,6 +47,7 @@
 #include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "snapshot.pb-c.h"
 #include "vm.pb-c.h"
 
 #define VM_SERVICE "moat.v1.Vm"
@@ -490,6 +492,8 @@ qemu_only(const char *name)
 		    "boot misses" },
 		{ "test_kill_and_restart", "checks QEMU's RAM file in /dev/shm "
 		    "and qemu.pid" },
+		{ "test_snapshot_ram_budget", "QEMU's guest RAM files in the "
+		    "RAM dir are what the budget bounds" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -718,8 +722,8 @@ test_timeout_kills_tree(void **state)
 
 /* code_run: one RunCode through vmd; the result (caller frees). */
 static Moat__V1__RunCodeResult *
-code_run(const char *id, const char *context, const char *code,
-    uint32_t timeout_ms)
+code_run_on(struct vmd_proc *v, const char *id, const char *context,
+    const char *code, uint32_t timeout_ms)
 {
 	Moat__V1__RunCodeRequest req = MOAT__V1__RUN_CODE_REQUEST__INIT;
 	Moat__V1__RunCodeResult *r = NULL;
@@ -728,11 +732,18 @@ code_run(const char *id, const char *context, const char *code,
 	req.context = (char *)context;
 	req.code = (char *)code;
 	req.timeout_ms = timeout_ms;
-	assert_int_equal(call(&main_vmd, "RunCode", &req.base,
+	assert_int_equal(call(v, "RunCode", &req.base,
 	    &moat__v1__run_code_result__descriptor, (ProtobufCMessage **)&r,
 	    LONG_MS), MOAT_OK);
 	assert_non_null(r->result);
 	return r;
+}
+
+static Moat__V1__RunCodeResult *
+code_run(const char *id, const char *context, const char *code,
+    uint32_t timeout_ms)
+{
+	return code_run_on(&main_vmd, id, context, code, timeout_ms);
 }
 
 /* Persistent code contexts in a real guest: state survives runs, a
@@ -2600,6 +2611,302 @@ test_snapshot_disk_full(void **state)
 	free(dir);
 }
 
+/* Issue 11: snapshot RAM under a budget. A vmd with a 256 MiB budget and
+ * its RAM dir on a 1200 MiB tmpfs of the test's own takes nine snapshots
+ * (about three times the budget); the copies past the budget go to
+ * snapd's chunks, the RAM dir and Shmem stay within the guest plus the
+ * budget plus slack, and every snapshot, evicted or not, restores
+ * exactly (a python variable, a file by sha256). Then sandboxes are
+ * created until the RAM dir is full: the last is RESOURCE_EXHAUSTED
+ * naming it (every copy evicted first), and so is a snapshot that does
+ * not fit; no QEMU dies of a signal. Deleting the snapshots removes them
+ * from snapd and gives the memory back. */
+static struct vmd_proc budget_vmd;
+static char budget_ram[320];
+
+static int
+budget_case_teardown(void **state)
+{
+	char *cmd;
+
+	(void)state;
+	if (budget_vmd.pid > 0)
+		(void)vmd_stop_status(&budget_vmd);
+	snapd_stop();
+	if (budget_ram[0] != '\0' &&
+	    (cmd = moat_asprintf("umount '%s' 2>/dev/null", budget_ram)) !=
+	    NULL) {
+		(void)!system(cmd);
+		free(cmd);
+	}
+	return 0;
+}
+
+/* Bytes used in the filesystem at `dir`. */
+static uint64_t
+fs_used(const char *dir)
+{
+	struct statvfs fs;
+
+	assert_int_equal(statvfs(dir, &fs), 0);
+	return ((uint64_t)fs.f_blocks - fs.f_bfree) * fs.f_frsize;
+}
+
+static uint64_t
+shmem_bytes(void)
+{
+	char *text = NULL, *p;
+	size_t len = 0;
+	uint64_t kib = 0;
+
+	assert_int_equal(moat_read_file("/proc/meminfo", 1 << 16, &text,
+	    &len), 0);
+	if ((p = strstr(text, "\nShmem:")) != NULL)
+		kib = strtoull(p + 7, NULL, 10);
+	free(text);
+	return kib * 1024;
+}
+
+static Moat__V1__Node *
+node_of(struct vmd_proc *v)
+{
+	Moat__V1__Empty e = MOAT__V1__EMPTY__INIT;
+	Moat__V1__Node *n = NULL;
+
+	assert_int_equal(call(v, "NodeInfo", &e.base,
+	    &moat__v1__node__descriptor, (ProtobufCMessage **)&n, 30000),
+	    MOAT_OK);
+	return n;
+}
+
+#define BUDGET_MIB 256u
+#define BUDGET_SNAPS 9
+#define BUDGET_SLACK (96ull << 20)
+
+static void
+test_snapshot_ram_budget(void **state)
+{
+	Moat__V1__Sandbox *a = NULL, *extra[6] = { NULL };
+	Moat__V1__ListLocalSnapshotsRequest lr =
+	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__LocalSnapshotList *list = NULL;
+	Moat__V1__LocalSnapshot *snaps[BUDGET_SNAPS] = { NULL };
+	char sums[BUDGET_SNAPS][80];
+	uint64_t shm0, ram0, peak_used = 0, peak_shm = 0;
+	Moat__V1__Node *n;
+	char *cmd, *o, *state_dir;
+	size_t n_extra = 0, on_disk = 0;
+	int rv = MOAT_OK;
+
+	(void)state;
+	if (!have_image)
+		skip();
+	snprintf(budget_ram, sizeof(budget_ram), "%s/budget-ram", state_root);
+	assert_int_equal(moat_mkdir_p(budget_ram, 0700), 0);
+	cmd = moat_asprintf("mount -t tmpfs -o size=1200m moat-test-ram '%s' "
+	    "2>/dev/null", budget_ram);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "SKIPPED test_snapshot_ram_budget: cannot mount "
+		    "a tmpfs on %s (needs root and mount rights)\n",
+		    budget_ram);
+		free(cmd);
+		budget_ram[0] = '\0';
+		skip();
+	}
+	free(cmd);
+	shm0 = shmem_bytes();
+	ram0 = fs_used(budget_ram);
+	snapd_start();
+	state_dir = moat_asprintf("%s/budget", state_root);
+	setenv("MOAT_VMD_SNAPD", snapd_url, 1);
+	setenv("MOAT_VMD_RAM_DIR", budget_ram, 1);
+	setenv("MOAT_VMD_SNAPSHOT_RAM_MIB", "256", 1);
+	vmd_start(&budget_vmd, state_dir, false, NULL, NULL);
+	unsetenv("MOAT_VMD_SNAPD");
+	unsetenv("MOAT_VMD_RAM_DIR");
+	unsetenv("MOAT_VMD_SNAPSHOT_RAM_MIB");
+	free(state_dir);
+	n = node_of(&budget_vmd);
+	assert_int_equal(n->snapshot_ram_budget_bytes,
+	    (uint64_t)BUDGET_MIB << 20);
+	assert_string_equal(n->ram_dir, budget_ram);
+	protobuf_c_message_free_unpacked(&n->base, NULL);
+
+	if (create_sandbox(&budget_vmd, NULL, NULL, &a) != MOAT_OK) {
+		print_log_tail(&budget_vmd);
+		fail_msg("CreateSandbox: %s", last_err);
+	}
+	/* Nine states, each with its own variable and file. */
+	for (int i = 0; i < BUDGET_SNAPS; i++) {
+		char code[200];
+		Moat__V1__RunCodeResult *r;
+
+		snprintf(code, sizeof(code), "head -c 3000000 /dev/urandom "
+		    ">/root/s%d.bin && sha256sum /root/s%d.bin | cut -c1-64",
+		    i, i);
+		o = bash_on(&budget_vmd, a->id, code);
+		snprintf(sums[i], sizeof(sums[i]), "%s", o);
+		free(o);
+		snprintf(code, sizeof(code), "x = %d", 1000 + i);
+		r = code_run_on(&budget_vmd, a->id, "", code, 0);
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+		snaps[i] = snapshot_on(&budget_vmd, a->id);
+		if (fs_used(budget_ram) - ram0 > peak_used)
+			peak_used = fs_used(budget_ram) - ram0;
+		if (shmem_bytes() - shm0 > peak_shm)
+			peak_shm = shmem_bytes() - shm0;
+	}
+	n = node_of(&budget_vmd);
+	fprintf(stderr, "budget: %" PRIu64 " MiB of copies in RAM, %u in "
+	    "RAM, %u on disk, %" PRIu64 " evictions; peak RAM dir +%" PRIu64
+	    " MiB, Shmem +%" PRIu64 " MiB\n",
+	    n->snapshot_ram_used_bytes >> 20, n->snapshots_in_ram,
+	    n->snapshots_on_disk, n->snapshot_evictions, peak_used >> 20,
+	    peak_shm >> 20);
+	assert_true(n->snapshot_ram_used_bytes <= (uint64_t)BUDGET_MIB << 20);
+	assert_true(n->snapshot_evictions >= 3);
+	assert_int_equal(n->snapshots_in_ram + n->snapshots_on_disk,
+	    BUDGET_SNAPS);
+	protobuf_c_message_free_unpacked(&n->base, NULL);
+	/* The guest's own RAM (256 MiB at most), the budget, and slack. */
+	assert_true(peak_used <= ((uint64_t)(256 + BUDGET_MIB) << 20) +
+	    BUDGET_SLACK);
+	assert_true(peak_shm <= ((uint64_t)(256 + BUDGET_MIB) << 20) +
+	    BUDGET_SLACK);
+	assert_int_equal(call(&budget_vmd, "ListLocalSnapshots", &lr.base,
+	    &moat__v1__local_snapshot_list__descriptor,
+	    (ProtobufCMessage **)&list, 30000), MOAT_OK);
+	for (size_t i = 0; i < list->n_snapshots; i++) {
+		const Moat__V1__LocalSnapshot *s = list->snapshots[i];
+
+		if (strcmp(s->location, "disk") == 0) {
+			on_disk++;
+			assert_string_equal(s->evicted_to, "snapd");
+			assert_int_equal(s->ram_resident_bytes, 0);
+		} else {
+			assert_string_equal(s->location, "ram");
+		}
+	}
+	assert_true(on_disk >= 3);
+	protobuf_c_message_free_unpacked(&list->base, NULL);
+
+	/* Every snapshot restores exactly, oldest (evicted) first. */
+	for (int i = 0; i < BUDGET_SNAPS; i++) {
+		Moat__V1__Sandbox *c = NULL;
+		Moat__V1__RunCodeResult *r;
+		char want[40], code[120];
+
+		if (restore_on(&budget_vmd, snaps[i]->snapshot_id, &c) !=
+		    MOAT_OK) {
+			print_log_tail(&budget_vmd);
+			fail_msg("restore of %s: %s", snaps[i]->snapshot_id,
+			    last_err);
+		}
+		snprintf(code, sizeof(code), "sha256sum /root/s%d.bin | "
+		    "cut -c1-64", i);
+		o = bash_on(&budget_vmd, c->id, code);
+		assert_string_equal(o, sums[i]);
+		free(o);
+		r = code_run_on(&budget_vmd, c->id, "", "x", 0);
+		snprintf(want, sizeof(want), "%d", 1000 + i);
+		assert_string_equal(r->result->result, want);
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+		destroy_sandbox(&budget_vmd, c->id);
+		protobuf_c_message_free_unpacked(&c->base, NULL);
+	}
+	assert_true(log_has(&budget_vmd, "RAM rebuilt from snapd"));
+
+	/* Fill the RAM dir with sandboxes: the one that does not fit is
+	 * refused, after every copy went to disk to make room. */
+	while (n_extra < 6 && (rv = create_sandbox(&budget_vmd, NULL, NULL,
+	    &extra[n_extra])) == MOAT_OK)
+		n_extra++;
+	fprintf(stderr, "budget: %zu more sandboxes, then %s: %s\n", n_extra,
+	    moat_strerror(rv), last_err);
+	assert_int_equal(rv, MOAT_RESOURCE_EXHAUSTED);
+	assert_non_null(strstr(last_err, budget_ram));
+	assert_non_null(strstr(last_err, "snapshot-ram-mib"));
+	{
+		/* Sandbox a's RAM file gets over 160 MiB, more than the
+		 * room left (under 256 MiB: a create of that was refused),
+		 * or than what a filler sandbox leaves; a snapshot of it
+		 * cannot fit. */
+		Moat__V1__RunCodeResult *r = code_run_on(&budget_vmd, a->id,
+		    "", "blob = b'x' * (150 << 20); len(blob)", 0);
+
+		if (strcmp(r->result->result, "157286400") != 0)
+			fail_msg("filling 150 MiB in the guest: %s %s",
+			    r->result->error_name, r->result->error_value);
+		protobuf_c_message_free_unpacked(&r->base, NULL);
+	}
+	n = node_of(&budget_vmd);
+	assert_int_equal(n->snapshots_in_ram, 0);
+	{
+		uint64_t left = n->ram_dir_capacity_bytes -
+		    n->ram_dir_reserved_bytes;
+		Moat__V1__SnapshotSandboxRequest sr =
+		    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+		Moat__V1__CreateSandboxRequest cr =
+		    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+
+		if (left > (uint64_t)(128 + 32) << 20) {
+			cr.memory_mib = (uint32_t)(left >> 20) - 32;
+			cr.scratch_mib = 256;
+			assert_int_equal(call(&budget_vmd, "CreateSandbox",
+			    &cr.base, &moat__v1__sandbox__descriptor,
+			    (ProtobufCMessage **)&extra[n_extra], LONG_MS),
+			    MOAT_OK);
+			n_extra++;
+		}
+		sr.sandbox_id = a->id;
+		rv = call(&budget_vmd, "SnapshotSandbox", &sr.base,
+		    &moat__v1__local_snapshot__descriptor, NULL, LONG_MS);
+		fprintf(stderr, "budget: snapshot with %" PRIu64 " MiB left: "
+		    "%s: %s\n", left >> 20, moat_strerror(rv), last_err);
+		assert_int_equal(rv, MOAT_RESOURCE_EXHAUSTED);
+	}
+	protobuf_c_message_free_unpacked(&n->base, NULL);
+	o = bash_on(&budget_vmd, a->id, "echo alive");
+	assert_string_equal(o, "alive\n");
+	free(o);
+	for (size_t i = 0; i < n_extra; i++) {
+		destroy_sandbox(&budget_vmd, extra[i]->id);
+		protobuf_c_message_free_unpacked(&extra[i]->base, NULL);
+	}
+	assert_false(log_has(&budget_vmd, "killed by signal"));
+
+	/* Deleting the snapshots empties snapd and the RAM dir. */
+	for (int i = 0; i < BUDGET_SNAPS; i++) {
+		delete_local(&budget_vmd, snaps[i]->snapshot_id);
+		protobuf_c_message_free_unpacked(&snaps[i]->base, NULL);
+	}
+	{
+		Moat__V1__ListSnapshotsRequest q =
+		    MOAT__V1__LIST_SNAPSHOTS_REQUEST__INIT;
+		Moat__V1__ListSnapshotsReply *l = NULL;
+		struct moat_rpc_client *c = NULL;
+		char *err = NULL;
+
+		q.tenant = "default";
+		assert_int_equal(moat_rpc_client_open(&c, snapd_url, &err), 0);
+		assert_int_equal(moat_rpc_call(c, "moat.v1.Snapshot",
+		    "ListSnapshots", &q.base,
+		    &moat__v1__list_snapshots_reply__descriptor,
+		    (ProtobufCMessage **)&l, NULL, &err), MOAT_OK);
+		assert_int_equal(l->n_snapshots, 0);
+		protobuf_c_message_free_unpacked(&l->base, NULL);
+		moat_rpc_client_close(c);
+	}
+	destroy_sandbox(&budget_vmd, a->id);
+	protobuf_c_message_free_unpacked(&a->base, NULL);
+	fprintf(stderr, "budget: after deleting, RAM dir +%" PRIu64 " MiB, "
+	    "Shmem +%" PRIu64 " MiB\n", (fs_used(budget_ram) - ram0) >> 20,
+	    shmem_bytes() > shm0 ? (shmem_bytes() - shm0) >> 20 : 0);
+	assert_true(fs_used(budget_ram) - ram0 < (16ull << 20));
+	assert_true(shmem_bytes() < shm0 + (32ull << 20));
+	vmd_stop(&budget_vmd);
+}
+
 /* Templates: the first create of a shape boots cold and makes the
  * template in the background; later creates are clones of it with their
  * own name and randomness; cold_boot=true boots; a template that does
@@ -2936,6 +3243,8 @@ main(void)
 		cmocka_unit_test(test_restore_in_place),
 		cmocka_unit_test(test_snapshot_wrong_vmm),
 		cmocka_unit_test(test_snapshot_disk_full),
+		cmocka_unit_test_teardown(test_snapshot_ram_budget,
+		    budget_case_teardown),
 		cmocka_unit_test_teardown(test_templates,
 		    templates_case_teardown),
 	};
