@@ -3,8 +3,8 @@
  * handler checks its request (validate.c), then either reads in its own
  * read transaction (gets, lists, export) or hands a write to the writer
  * thread and waits for the durable commit (create, append, delete, set
- * snapshot). Replies are built from the stored records, so what a client
- * reads is what is on disk.
+ * snapshot, set keep). Replies are built from the stored records, so what
+ * a client reads is what is on disk.
  * Not for: option parsing and startup (main.c), the layout (layout.c).
  */
 #include <stdlib.h>
@@ -35,7 +35,8 @@ oom(struct moat_rpc_call *call)
 }
 
 /* submit: runs `op` through the writer; on failure replies with its
- * message. The op's record stays the caller's. */
+ * message and frees its results. On success the op's record and
+ * unreferenced list stay the caller's. */
 static int
 submit(struct moat_rpc_call *call, struct sessiond_op *op)
 {
@@ -45,6 +46,9 @@ submit(struct moat_rpc_call *call, struct sessiond_op *op)
 	if (rv != MOAT_OK) {
 		free(op->record);
 		op->record = NULL;
+		sessiond_strings_free(op->unreferenced, op->n_unreferenced);
+		op->unreferenced = NULL;
+		op->n_unreferenced = 0;
 		rv = fail_with(call, rv, op->errmsg);
 		op->errmsg = NULL;
 	}
@@ -284,6 +288,9 @@ h_delete_session(struct moat_rpc_call *call,
 	    &op.id)) != MOAT_OK || (rv = submit(call, &op)) != MOAT_OK)
 		return rv;
 	r->steps_deleted = op.result_count;
+	/* The list moves into the reply, which frees it. */
+	r->unreferenced_snapshots = op.unreferenced;
+	r->n_unreferenced_snapshots = op.n_unreferenced;
 	return MOAT_OK;
 }
 
@@ -525,6 +532,44 @@ h_set_step_snapshot(struct moat_rpc_call *call,
 		.tenant = req->tenant,
 		.index = req->index,
 		.snapshot_id = req->snapshot_id,
+		.removed_reason = req->removed_reason,
+		.bytes = 1024,
+	};
+	int rv;
+
+	/* Index 0 is the session's step 0 (its step-0 labels). */
+	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK ||
+	    (rv = sessiond_check_id(call, "session_id", req->session_id,
+	    &op.id)) != MOAT_OK ||
+	    (rv = sessiond_check_short(call, "snapshot_id", req->snapshot_id,
+	    SESSIOND_MAX_SNAPSHOT_ID)) != MOAT_OK ||
+	    (rv = sessiond_check_short(call, "removed_reason",
+	    req->removed_reason, SESSIOND_MAX_LABEL_VALUE)) != MOAT_OK)
+		return rv;
+	if (req->snapshot_id[0] != '\0' && req->removed_reason[0] != '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "removed_reason is given with snapshot_id \"%.64s\": a "
+		    "reason says why a step has no snapshot; send an empty "
+		    "snapshot_id to remove it, or no reason to set it",
+		    req->snapshot_id);
+	if ((rv = submit(call, &op)) != MOAT_OK)
+		return rv;
+	rv = reply_from_record(call, reply, op.record, op.record_len);
+	free(op.record);
+	return rv;
+}
+
+static int
+h_set_step_keep(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__SetStepKeepRequest *req =
+	    (const Moat__V1__SetStepKeepRequest *)request;
+	struct sessiond_op op = {
+		.kind = SESSIOND_OP_SET_KEEP,
+		.tenant = req->tenant,
+		.index = req->index,
+		.keep = req->keep,
 		.bytes = 1024,
 	};
 	int rv;
@@ -533,13 +578,51 @@ h_set_step_snapshot(struct moat_rpc_call *call,
 	    (rv = sessiond_check_id(call, "session_id", req->session_id,
 	    &op.id)) != MOAT_OK ||
 	    (rv = check_index(call, req->index)) != MOAT_OK ||
-	    (rv = sessiond_check_short(call, "snapshot_id", req->snapshot_id,
-	    SESSIOND_MAX_SHORT)) != MOAT_OK || (rv = submit(call, &op)) !=
-	    MOAT_OK)
+	    (rv = submit(call, &op)) != MOAT_OK)
 		return rv;
 	rv = reply_from_record(call, reply, op.record, op.record_len);
 	free(op.record);
 	return rv;
+}
+
+static int
+h_snapshot_refs(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__SnapshotRefsRequest *req =
+	    (const Moat__V1__SnapshotRefsRequest *)request;
+	Moat__V1__SnapshotRefsReply *r = (Moat__V1__SnapshotRefsReply *)reply;
+	struct moat_store_txn *txn = NULL;
+	char *errmsg = NULL;
+	uint64_t count;
+	int rv;
+
+	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK)
+		return rv;
+	if (req->n_snapshot_ids > SESSIOND_MAX_REFS_ASKED)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "snapshot_ids holds %zu ids; at most %d per call: ask in "
+		    "batches", req->n_snapshot_ids, SESSIOND_MAX_REFS_ASKED);
+	if (req->n_snapshot_ids == 0)
+		return MOAT_OK;
+	if ((r->refs = calloc(req->n_snapshot_ids, sizeof(*r->refs))) ==
+	    NULL)
+		return oom(call);
+	if ((rv = read_begin(call, &txn)) != MOAT_OK)
+		return rv;
+	/* An empty id, or one longer than any stored, is referenced by
+	 * nothing: 0, like an unknown one. */
+	for (size_t i = 0; i < req->n_snapshot_ids; i++) {
+		if ((rv = sessiond_refs_get(txn, req->tenant,
+		    req->snapshot_ids[i], &count, &errmsg)) != MOAT_OK) {
+			moat_store_txn_abort(txn);
+			return fail_with(call, rv, errmsg);
+		}
+		r->refs[r->n_refs++] = count > UINT32_MAX ? UINT32_MAX :
+		    (uint32_t)count;
+	}
+	moat_store_txn_abort(txn);
+	return MOAT_OK;
 }
 
 /* Mutating calls are answered from the RPC layer's memory when a client
@@ -555,6 +638,8 @@ const struct moat_rpc_method sessiond_methods[] = {
 	{ "ListSteps", h_list_steps, false, false },
 	{ "ExportSession", h_export_session, false, false },
 	{ "SetStepSnapshot", h_set_step_snapshot, true, false },
+	{ "SetStepKeep", h_set_step_keep, true, false },
+	{ "SnapshotRefs", h_snapshot_refs, false, false },
 };
 const size_t sessiond_n_methods =
     sizeof(sessiond_methods) / sizeof(sessiond_methods[0]);

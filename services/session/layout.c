@@ -7,6 +7,8 @@
  *   steps      id index(8) -> Step without outputs and fs trace
  *   fs_traces  id index(8) -> FsTrace (guest.proto), when it has entries
  *   outputs    id index(8) stream(1) chunk(4) -> up to 64 KiB of output
+ *   snapshot_refs tenant NUL snapshot_id -> references (8), see refs.c
+ *   meta       "format" -> "2" (main.c)
  * Integers are big-endian so LMDB's byte order is numeric order; ids have
  * a fixed length so a session's keys share one prefix.
  * Not for: writes (writer.c) or checking requests (validate.c).
@@ -23,7 +25,7 @@
 
 const char *const sessiond_dbs[] = {
 	"meta", "sessions", "by_tenant", "by_sandbox", "steps", "outputs",
-	"fs_traces", NULL,
+	"fs_traces", "snapshot_refs", NULL,
 };
 
 static const char hexdigits[] = "0123456789abcdef";
@@ -124,6 +126,16 @@ sessiond_key_by_sandbox(uint8_t *key, size_t cap, const char *tenant,
 {
 	return key_index(key, cap, tenant, sandbox, created_ms, id,
 	    prefix_len);
+}
+
+const char *
+sessiond_label(const Moat__V1__SessionInfo *s, const char *key)
+{
+	for (size_t i = 0; i < s->n_labels; i++)
+		if (s->labels[i]->key != NULL &&
+		    strcmp(s->labels[i]->key, key) == 0)
+			return s->labels[i]->value;
+	return NULL;
 }
 
 uint8_t *

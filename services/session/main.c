@@ -1,7 +1,8 @@
 /*
  * main.c: moat-sessiond, the keeper of recordings (sessions, steps, their
  * outputs and filesystem traces). It reads its options, opens its LMDB
- * environment under <state>/sessiond, checks the on-disk format, starts
+ * environment under <state>/sessiond, checks the on-disk format (and
+ * brings a store of the format before to this one), starts
  * the writer thread and the RPC server (handlers.c), and stops cleanly on
  * SIGTERM or SIGINT: the server first, so no call is left waiting, then
  * the writer, which finishes what is queued.
@@ -26,10 +27,47 @@
 #define SECTION "sessiond"
 #define SERVICE_NAME SESSIOND_SERVICE_NAME
 #define FORMAT_KEY "format"
-#define FORMAT_VERSION "1"  /* bump when the layout of the dbs changes */
+/* Bump when the layout of the dbs changes. 2: snapshot_refs (issue 11);
+ * a sessiond of format 1 would not keep its counts, so it must refuse a
+ * store of format 2, and it does. */
+#define FORMAT_VERSION "2"
+#define FORMAT_NO_REFS "1"  /* before snapshot_refs: counted at open */
 
-/* check_format: stamps a new store with FORMAT_VERSION, and refuses one
- * written in another format rather than misreading it. */
+/* upgrade_refs: a store of format 1 has no snapshot reference counts:
+ * counts them (refs.c) and stamps FORMAT_VERSION, in `txn`, so a crash
+ * leaves either the old store or the new one. */
+static int
+upgrade_refs(struct moat_store *st, struct moat_store_txn *txn,
+    char **errmsg)
+{
+	uint64_t sessions, refs;
+	int rv;
+
+	if ((rv = sessiond_refs_build(txn, &sessions, &refs, errmsg)) !=
+	    MOAT_OK) {
+		char *why = *errmsg;
+
+		*errmsg = moat_asprintf("store %s: counting the snapshot "
+		    "references of format %s failed (%s); the store is "
+		    "unchanged", moat_store_path(st), FORMAT_NO_REFS,
+		    why ? why : moat_strerror(rv));
+		free(why);
+		return rv;
+	}
+	if ((rv = moat_store_put(txn, "meta", FORMAT_KEY, strlen(FORMAT_KEY),
+	    FORMAT_VERSION, strlen(FORMAT_VERSION), false, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	moat_info(0, SERVICE_NAME ": store %s brought from format %s to %s: "
+	    "%llu snapshot references counted in %llu sessions",
+	    moat_store_path(st), FORMAT_NO_REFS, FORMAT_VERSION,
+	    (unsigned long long)refs, (unsigned long long)sessions);
+	return MOAT_OK;
+}
+
+/* check_format: stamps a new store with FORMAT_VERSION, brings one of
+ * format 1 to it, and refuses one written in another format rather than
+ * misreading it. */
 static int
 check_format(struct moat_store *st, char **errmsg)
 {
@@ -51,6 +89,12 @@ check_format(struct moat_store *st, char **errmsg)
 	}
 	if (rv != MOAT_OK)
 		goto fail;
+	if (len == strlen(FORMAT_NO_REFS) &&
+	    memcmp(val, FORMAT_NO_REFS, len) == 0) {
+		if ((rv = upgrade_refs(st, txn, errmsg)) != MOAT_OK)
+			goto fail;
+		return moat_store_txn_commit(txn, errmsg);
+	}
 	if (len != strlen(FORMAT_VERSION) ||
 	    memcmp(val, FORMAT_VERSION, len) != 0) {
 		*errmsg = moat_asprintf("store %s has format \"%.*s\"; this "

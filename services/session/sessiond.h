@@ -1,8 +1,9 @@
 /*
  * sessiond.h: what the files of moat-sessiond share: the service's state,
- * the on-disk layout of recordings (layout.c), the checks of requests
- * (validate.c), the single writer thread with group commit (writer.c) and
- * the RPC method table (handlers.c). main.c only parses options, opens
+ * the on-disk layout of recordings (layout.c), the reference counts of
+ * snapshot ids (refs.c), the checks of requests (validate.c), the single
+ * writer thread with group commit (writer.c) and the RPC method table
+ * (handlers.c). main.c only parses options, opens
  * the store and starts these.
  * Not for: clients (they use session.proto through the RPC layer).
  */
@@ -47,6 +48,13 @@ struct sessiond_id {
 #define SESSIOND_PAGE_MAX 1000
 #define SESSIOND_PAGE_BYTES (16u << 20) /* ListSteps with outputs */
 #define SESSIOND_EXPORT_BYTES (32u << 20)
+#define SESSIOND_MAX_REFS_ASKED 4096 /* ids in one SnapshotRefs call */
+
+/* The session labels that stand for step 0, the state before step 1: its
+ * snapshot (set by the gateway at CreateSession, or by SetStepSnapshot
+ * with index 0) and why that snapshot is gone. */
+#define SESSIOND_LABEL_STEP0 "moat.step0_snapshot"
+#define SESSIOND_LABEL_STEP0_REMOVED "moat.step0_removed"
 
 struct sessiond_writer;
 
@@ -88,6 +96,10 @@ size_t sessiond_key_by_sandbox(uint8_t *key, size_t cap,
 /* The part of an index key after its prefix: created (8) + id. */
 #define SESSIOND_INDEX_SUFFIX (8 + SESSIOND_ID_LEN)
 
+/* sessiond_label: the value of label `key` of `s` (owned by s), or NULL
+ * when it has none. */
+const char *sessiond_label(const Moat__V1__SessionInfo *s, const char *key);
+
 /* sessiond_pack: `msg` packed into a heap buffer (caller frees); NULL
  * when out of memory. */
 uint8_t *sessiond_pack(const ProtobufCMessage *msg, size_t *len);
@@ -120,6 +132,61 @@ bool sessiond_token_decode(const char *token, uint8_t *bytes, size_t len);
  * `from`. */
 void sessiond_reply_move(ProtobufCMessage *reply, ProtobufCMessage *from);
 
+/* ---- refs.c: snapshot reference counts ----
+ * snapshot_refs: tenant NUL snapshot_id -> count (8 bytes, big-endian),
+ * present only while the count is above 0. Every write that adds or
+ * removes a reference changes the count in its own transaction. */
+
+/* The longest snapshot id a reference can name (step.snapshot_id and
+ * label values are checked against it on the way in). */
+#define SESSIOND_MAX_SNAPSHOT_ID SESSIOND_MAX_SHORT
+
+/* sessiond_refs_get: the count of `snapshot_id` for `tenant` in *count (0
+ * when nothing references it, or the id is empty or longer than any
+ * stored one). Errors set *errmsg (heap, caller frees). */
+int sessiond_refs_get(struct moat_store_txn *txn, const char *tenant,
+    const char *snapshot_id, uint64_t *count, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* sessiond_refs_add: adds `n` references to `snapshot_id` (non-empty) of
+ * `tenant`, in a write transaction. Errors set *errmsg (heap, caller
+ * frees). */
+int sessiond_refs_add(struct moat_store_txn *txn, const char *tenant,
+    const char *snapshot_id, uint64_t n, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* sessiond_refs_drop: removes `n` references and sets *left to the count
+ * after; at 0 the entry goes. A count smaller than `n` (a damaged store)
+ * is logged and taken as 0. Errors set *errmsg (heap, caller frees). */
+int sessiond_refs_drop(struct moat_store_txn *txn, const char *tenant,
+    const char *snapshot_id, uint64_t n, uint64_t *left, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* sessiond_refs_move: a reference moved from `from` to `to` (either may
+ * be NULL or empty: none); nothing when they are equal. */
+int sessiond_refs_move(struct moat_store_txn *txn, const char *tenant,
+    const char *from, const char *to, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* sessiond_session_snapshots: every snapshot id session `s` references,
+ * its step-0 label's and its steps', once per reference, in *ids (heap
+ * array of heap strings, *n of them; the caller frees them with
+ * sessiond_strings_free). On failure *ids is NULL and *errmsg is set
+ * (heap, caller frees). */
+int sessiond_session_snapshots(struct moat_store_txn *txn,
+    const Moat__V1__SessionInfo *s, char ***ids, size_t *n, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* sessiond_strings_free: frees `n` strings and the array. Safe on NULL. */
+void sessiond_strings_free(char **strings, size_t n);
+
+/* sessiond_refs_build: empties snapshot_refs and counts every reference
+ * of every session again, in the write transaction `txn` (a store of
+ * format 1 has no counts). *sessions and *refs say what was counted.
+ * Errors set *errmsg (heap, caller frees); the caller aborts the txn. */
+int sessiond_refs_build(struct moat_store_txn *txn, uint64_t *sessions,
+    uint64_t *refs, char **errmsg) __attribute__((warn_unused_result));
+
 /* ---- validate.c: every check returns MOAT_OK or the status of
  * moat_rpc_error naming the field. ---- */
 
@@ -142,6 +209,7 @@ enum sessiond_op_kind {
 	SESSIOND_OP_APPEND,
 	SESSIOND_OP_DELETE,
 	SESSIOND_OP_SET_SNAPSHOT,
+	SESSIOND_OP_SET_KEEP,
 };
 
 /* One write handed to the writer thread. The handler owns it (usually on
@@ -153,18 +221,25 @@ struct sessiond_op {
 	struct sessiond_id id;           /* CREATE: filled by the writer */
 	const Moat__V1__CreateSessionRequest *create;
 	const Moat__V1__Step *step;      /* APPEND */
-	uint64_t index;                  /* SET_SNAPSHOT */
+	uint64_t index;                  /* SET_SNAPSHOT (0: step 0), KEEP */
 	const char *snapshot_id;         /* SET_SNAPSHOT */
+	const char *removed_reason;      /* SET_SNAPSHOT */
+	bool keep;                       /* SET_KEEP */
 	size_t bytes;                    /* rough size, for batch limits */
 	/* Results, valid after submit returns. `record` (heap, caller
-	 * frees) is the packed SessionInfo (CREATE) or Step (SET_SNAPSHOT);
-	 * `errmsg` (heap, caller frees) goes with a failed status. */
+	 * frees) is the packed SessionInfo (CREATE) or Step (SET_SNAPSHOT,
+	 * SET_KEEP); `unreferenced` (DELETE: heap array of heap strings,
+	 * caller frees with sessiond_strings_free) the snapshot ids whose
+	 * count the delete brought to 0; `errmsg` (heap, caller frees)
+	 * goes with a failed status. */
 	int status;
 	char *errmsg;
 	uint64_t result_index;           /* APPEND: the step's index */
 	uint64_t result_count;           /* DELETE: steps removed */
 	uint8_t *record;
 	size_t record_len;
+	char **unreferenced;
+	size_t n_unreferenced;
 	/* Posted when the op is finished (by the writer for the first op
 	 * of a batch, which posts the others, linked by wake_next), so a
 	 * commit wakes exactly the handlers whose ops it carried, and none

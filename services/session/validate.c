@@ -12,6 +12,10 @@
 #include "moat/status.h"
 #include "sessiond.h"
 
+/* A step-0 label names a snapshot: any label value fits a reference key. */
+_Static_assert(SESSIOND_MAX_LABEL_VALUE <= SESSIOND_MAX_SNAPSHOT_ID,
+    "label values must fit snapshot_refs keys");
+
 int
 sessiond_check_short(struct moat_rpc_call *call, const char *field,
     const char *value, size_t max)
@@ -93,6 +97,14 @@ sessiond_check_create(struct moat_rpc_call *call,
 		    req->labels[i]->value, SESSIOND_MAX_LABEL_VALUE)) !=
 		    MOAT_OK)
 			return rv;
+		/* One value per key, so the step-0 snapshot a session
+		 * references is never in doubt. */
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(req->labels[j]->key, k) == 0)
+				return moat_rpc_error(call,
+				    MOAT_INVALID_ARGUMENT, "labels: key "
+				    "\"%.64s\" is given twice; give each key "
+				    "once", k);
 	}
 	switch (req->snapshot_policy) {
 	case MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL:
@@ -164,8 +176,15 @@ sessiond_check_step(struct moat_rpc_call *call, const Moat__V1__Step *step)
 	    (rv = sessiond_check_short(call, "step.snapshot_id",
 	    step->snapshot_id, SESSIOND_MAX_SHORT)) != MOAT_OK ||
 	    (rv = sessiond_check_short(call, "step.safety", step->safety,
-	    SESSIOND_MAX_SHORT)) != MOAT_OK)
+	    SESSIOND_MAX_SHORT)) != MOAT_OK ||
+	    (rv = sessiond_check_short(call, "step.snapshot_removed",
+	    step->snapshot_removed, SESSIOND_MAX_SHORT)) != MOAT_OK)
 		return rv;
+	if (step->snapshot_id[0] != '\0' && step->snapshot_removed[0] != '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "step.snapshot_removed is set with step.snapshot_id "
+		    "\"%.64s\": a reason is for a step whose snapshot is "
+		    "gone; leave one of them empty", step->snapshot_id);
 	if (step->kind == MOAT__V1__STEP_KIND__STEP_KIND_FILE_WRITE &&
 	    (step->path == NULL || step->path[0] == '\0'))
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "step.path "

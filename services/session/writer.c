@@ -1,10 +1,13 @@
 /*
  * writer.c: sessiond's one LMDB writer thread. Handlers hand their writes
- * (create, append, delete, set snapshot) to it through a bounded queue and
- * wait; it takes everything queued (up to a batch limit), applies it in
- * one write transaction and commits once, with fsync, so many sandboxes
- * recording at once share one durable commit (group commit) and every
- * write is acknowledged only after that commit returned.
+ * (create, append, delete, set snapshot, set keep) to it through a bounded
+ * queue and wait; it takes everything queued (up to a batch limit),
+ * applies it in one write transaction and commits once, with fsync, so
+ * many sandboxes recording at once share one durable commit (group
+ * commit) and every write is acknowledged only after that commit
+ * returned. A write that adds or removes a snapshot reference (a step's
+ * snapshot_id, a session's step-0 label) changes its count (refs.c) in
+ * the same transaction.
  *
  * Each op makes all its checks before its first put, so an op that is
  * refused (unknown session, wrong index) leaves the shared transaction
@@ -63,6 +66,9 @@ op_reset(struct sessiond_op *op)
 	op->status = MOAT_OK;
 	op->result_index = 0;
 	op->result_count = 0;
+	sessiond_strings_free(op->unreferenced, op->n_unreferenced);
+	op->unreferenced = NULL;
+	op->n_unreferenced = 0;
 }
 
 /* put_packed: packs msg and puts it under key. */
@@ -118,6 +124,7 @@ apply_create(struct moat_store_txn *txn, struct sessiond_op *op,
 	Moat__V1__SessionInfo s = MOAT__V1__SESSION_INFO__INIT;
 	Moat__V1__SessionInfo *parent = NULL;
 	struct sessiond_id parent_id;
+	const char *step0;
 	const void *val;
 	size_t len;
 	int rv;
@@ -165,11 +172,14 @@ apply_create(struct moat_store_txn *txn, struct sessiond_op *op,
 		*broken = true;
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
+	step0 = sessiond_label(&s, SESSIOND_LABEL_STEP0);
 	*broken = true;         /* from here on, a failure dirties the txn */
 	if ((rv = moat_store_put(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
 	    op->record, op->record_len, true, &op->errmsg)) != MOAT_OK ||
 	    (rv = put_indexes(txn, &s, &op->id, false, &op->errmsg)) !=
-	    MOAT_OK)
+	    MOAT_OK ||
+	    (rv = sessiond_refs_move(txn, s.tenant, NULL, step0,
+	    &op->errmsg)) != MOAT_OK)
 		return rv;
 	*broken = false;
 	return MOAT_OK;
@@ -262,7 +272,9 @@ apply_append(struct moat_store_txn *txn, struct sessiond_op *op,
 		goto out;
 	s->step_count = index;
 	if ((rv = put_packed(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
-	    &s->base, &op->errmsg)) != MOAT_OK)
+	    &s->base, &op->errmsg)) != MOAT_OK ||
+	    (rv = sessiond_refs_move(txn, op->tenant, NULL, in->snapshot_id,
+	    &op->errmsg)) != MOAT_OK)
 		goto out;
 	op->result_index = index;
 	*broken = false;
@@ -271,12 +283,56 @@ out:
 	return rv;
 }
 
-/* apply_delete: a session, its index entries, steps, traces, outputs. */
+/* cmp_string: qsort's order of C strings. */
+static int
+cmp_string(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* drop_refs: removes the references `ids` (n of them, sorted here) of the
+ * session being deleted, and moves each id whose count fell to 0 into
+ * op->unreferenced, once; those left in `ids` stay the caller's. */
+static int
+drop_refs(struct moat_store_txn *txn, struct sessiond_op *op, char **ids,
+    size_t n)
+{
+	uint64_t left;
+	size_t i, j;
+	int rv;
+
+	if (n == 0)
+		return MOAT_OK;
+	qsort(ids, n, sizeof(*ids), cmp_string);
+	if ((op->unreferenced = calloc(n, sizeof(*op->unreferenced))) ==
+	    NULL) {
+		op->errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	for (i = 0; i < n; i = j) {
+		for (j = i + 1; j < n && strcmp(ids[i], ids[j]) == 0; j++)
+			;
+		if ((rv = sessiond_refs_drop(txn, op->tenant, ids[i], j - i,
+		    &left, &op->errmsg)) != MOAT_OK)
+			return rv;
+		if (left == 0) {
+			op->unreferenced[op->n_unreferenced++] = ids[i];
+			ids[i] = NULL;
+		}
+	}
+	return MOAT_OK;
+}
+
+/* apply_delete: a session, its index entries, steps, traces, outputs, and
+ * its snapshot references; op->unreferenced lists the snapshots nothing
+ * of the tenant references any more. */
 static int
 apply_delete(struct moat_store_txn *txn, struct sessiond_op *op,
     bool *broken)
 {
 	Moat__V1__SessionInfo *s = NULL;
+	char **ids = NULL;
+	size_t n_ids = 0;
 	int rv;
 
 	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
@@ -284,7 +340,12 @@ apply_delete(struct moat_store_txn *txn, struct sessiond_op *op,
 		*broken = rv != MOAT_NOT_FOUND;
 		return rv;
 	}
+	/* Its references, read before its steps go. A failure here wrote
+	 * nothing, but may be the store's: let the op run alone. */
 	*broken = true;
+	if ((rv = sessiond_session_snapshots(txn, s, &ids, &n_ids,
+	    &op->errmsg)) != MOAT_OK)
+		goto out;
 	if ((rv = moat_store_del(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
 	    &op->errmsg)) != MOAT_OK ||
 	    (rv = put_indexes(txn, s, &op->id, true, &op->errmsg)) !=
@@ -294,16 +355,137 @@ apply_delete(struct moat_store_txn *txn, struct sessiond_op *op,
 	    (rv = moat_store_del_prefix(txn, "fs_traces", op->id.s,
 	    SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK ||
 	    (rv = moat_store_del_prefix(txn, "outputs", op->id.s,
-	    SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK)
+	    SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK ||
+	    (rv = drop_refs(txn, op, ids, n_ids)) != MOAT_OK)
 		goto out;
 	*broken = false;
 out:
+	sessiond_strings_free(ids, n_ids);
 	moat__v1__session_info__free_unpacked(s, NULL);
 	return rv;
 }
 
-/* apply_set_snapshot: replaces a step's snapshot id; the new record
- * (without outputs) is the result. */
+/* put_step: stores `rec` (the loaded `step`, changed) as step op->index
+ * and packs the reply into op->record: the record with its fs trace and
+ * outputs_omitted. The stored record has no fs trace (its own db) and
+ * no outputs flag. */
+static int
+put_step(struct moat_store_txn *txn, struct sessiond_op *op,
+    const Moat__V1__Step *step, Moat__V1__Step *rec)
+{
+	uint8_t key[SESSIOND_ID_LEN + 8];
+	int rv;
+
+	rec->n_fs_trace = 0;
+	rec->fs_trace = NULL;
+	rec->outputs_omitted = false;
+	sessiond_key_step(key, &op->id, op->index);
+	if ((rv = put_packed(txn, "steps", key, sizeof(key), &rec->base,
+	    &op->errmsg)) != MOAT_OK)
+		return rv;
+	rec->n_fs_trace = step->n_fs_trace;
+	rec->fs_trace = step->fs_trace;
+	rec->outputs_omitted = true;
+	if ((op->record = sessiond_pack(&rec->base, &op->record_len)) ==
+	    NULL) {
+		op->errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	return MOAT_OK;
+}
+
+/* load_step: the session and step op->index for SET_SNAPSHOT and
+ * SET_KEEP; on failure both are NULL and *broken says whether the store
+ * failed. */
+static int
+load_step(struct moat_store_txn *txn, struct sessiond_op *op,
+    Moat__V1__SessionInfo **s, Moat__V1__Step **step, bool *broken)
+{
+	int rv;
+
+	*step = NULL;
+	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, s,
+	    &op->errmsg)) != MOAT_OK) {
+		*broken = rv != MOAT_NOT_FOUND;
+		return rv;
+	}
+	if ((rv = sessiond_step_load(txn, *s, op->index, true, step,
+	    &op->errmsg)) != MOAT_OK) {
+		*broken = rv != MOAT_NOT_FOUND;
+		moat__v1__session_info__free_unpacked(*s, NULL);
+		*s = NULL;
+	}
+	return rv;
+}
+
+/* set_step0: SetStepSnapshot with index 0: the session's step-0 labels
+ * (the snapshot, or why it is gone) and the reference they hold. The
+ * reply is a Step of index 0 with snapshot_id or snapshot_removed. */
+static int
+set_step0(struct moat_store_txn *txn, struct sessiond_op *op,
+    Moat__V1__SessionInfo *s, bool *broken)
+{
+	Moat__V1__SessionInfo__LabelsEntry snap =
+	    MOAT__V1__SESSION_INFO__LABELS_ENTRY__INIT;
+	Moat__V1__SessionInfo__LabelsEntry removed =
+	    MOAT__V1__SESSION_INFO__LABELS_ENTRY__INIT;
+	Moat__V1__SessionInfo__LabelsEntry **labels, **stored = s->labels;
+	Moat__V1__Step reply = MOAT__V1__STEP__INIT;
+	const char *to = op->snapshot_id ? op->snapshot_id : "";
+	const char *reason = to[0] == '\0' && op->removed_reason ?
+	    op->removed_reason : "";
+	const char *from = sessiond_label(s, SESSIOND_LABEL_STEP0);
+	size_t n = 0, n_stored = s->n_labels;
+	int rv;
+
+	if ((labels = calloc(n_stored + 2, sizeof(*labels))) == NULL) {
+		op->errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	for (size_t i = 0; i < n_stored; i++)
+		if (strcmp(stored[i]->key, SESSIOND_LABEL_STEP0) != 0 &&
+		    strcmp(stored[i]->key, SESSIOND_LABEL_STEP0_REMOVED) != 0)
+			labels[n++] = stored[i];
+	if (to[0] != '\0') {
+		snap.key = (char *)SESSIOND_LABEL_STEP0;
+		snap.value = (char *)to;
+		labels[n++] = &snap;
+	}
+	if (reason[0] != '\0') {
+		removed.key = (char *)SESSIOND_LABEL_STEP0_REMOVED;
+		removed.value = (char *)reason;
+		labels[n++] = &removed;
+	}
+	/* The session's own labels go back before it is freed; `from`
+	 * points into them. */
+	s->labels = labels;
+	s->n_labels = n;
+	*broken = true;
+	rv = put_packed(txn, "sessions", op->id.s, SESSIOND_ID_LEN, &s->base,
+	    &op->errmsg);
+	s->labels = stored;
+	s->n_labels = n_stored;
+	free(labels);
+	if (rv != MOAT_OK || (rv = sessiond_refs_move(txn, op->tenant, from,
+	    to, &op->errmsg)) != MOAT_OK)
+		return rv;
+	reply.session_id = op->id.s;
+	reply.index = 0;
+	reply.snapshot_id = (char *)to;
+	reply.snapshot_removed = (char *)reason;
+	reply.outputs_omitted = true;
+	if ((op->record = sessiond_pack(&reply.base, &op->record_len)) ==
+	    NULL) {
+		op->errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	*broken = false;
+	return MOAT_OK;
+}
+
+/* apply_set_snapshot: replaces the snapshot id of a step (index 0: of the
+ * session's step 0), with the reason when it is emptied, and moves the
+ * reference; the new record (without outputs) is the result. */
 static int
 apply_set_snapshot(struct moat_store_txn *txn, struct sessiond_op *op,
     bool *broken)
@@ -311,40 +493,55 @@ apply_set_snapshot(struct moat_store_txn *txn, struct sessiond_op *op,
 	Moat__V1__SessionInfo *s = NULL;
 	Moat__V1__Step *step = NULL;
 	Moat__V1__Step rec;
-	uint8_t key[SESSIOND_ID_LEN + 8];
+	const char *to = op->snapshot_id ? op->snapshot_id : "";
 	int rv;
 
-	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
-	    &op->errmsg)) != MOAT_OK) {
-		*broken = rv != MOAT_NOT_FOUND;
+	if (op->index == 0) {
+		if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
+		    &op->errmsg)) != MOAT_OK) {
+			*broken = rv != MOAT_NOT_FOUND;
+			return rv;
+		}
+		rv = set_step0(txn, op, s, broken);
+		moat__v1__session_info__free_unpacked(s, NULL);
 		return rv;
 	}
-	if ((rv = sessiond_step_load(txn, s, op->index, true, &step,
-	    &op->errmsg)) != MOAT_OK) {
-		*broken = rv != MOAT_NOT_FOUND;
-		goto out;
-	}
-	/* The stored record has no fs trace and no outputs flag. */
+	if ((rv = load_step(txn, op, &s, &step, broken)) != MOAT_OK)
+		return rv;
 	rec = *step;
-	rec.snapshot_id = (char *)(op->snapshot_id ? op->snapshot_id : "");
-	rec.n_fs_trace = 0;
-	rec.fs_trace = NULL;
-	rec.outputs_omitted = false;
+	rec.snapshot_id = (char *)to;
+	rec.snapshot_removed = (char *)(to[0] == '\0' && op->removed_reason ?
+	    op->removed_reason : "");
 	*broken = true;
-	sessiond_key_step(key, &op->id, op->index);
-	if ((rv = put_packed(txn, "steps", key, sizeof(key), &rec.base,
+	if ((rv = put_step(txn, op, step, &rec)) != MOAT_OK ||
+	    (rv = sessiond_refs_move(txn, op->tenant, step->snapshot_id, to,
 	    &op->errmsg)) != MOAT_OK)
 		goto out;
-	/* The reply: the step as stored, with its fs trace. */
-	rec.n_fs_trace = step->n_fs_trace;
-	rec.fs_trace = step->fs_trace;
-	rec.outputs_omitted = true;
-	if ((op->record = sessiond_pack(&rec.base, &op->record_len)) ==
-	    NULL) {
-		op->errmsg = moat_asprintf("out of memory");
-		rv = MOAT_RESOURCE_EXHAUSTED;
+	*broken = false;
+out:
+	moat__v1__step__free_unpacked(step, NULL);
+	moat__v1__session_info__free_unpacked(s, NULL);
+	return rv;
+}
+
+/* apply_set_keep: pins or unpins a step; the new record (without
+ * outputs) is the result. */
+static int
+apply_set_keep(struct moat_store_txn *txn, struct sessiond_op *op,
+    bool *broken)
+{
+	Moat__V1__SessionInfo *s = NULL;
+	Moat__V1__Step *step = NULL;
+	Moat__V1__Step rec;
+	int rv;
+
+	if ((rv = load_step(txn, op, &s, &step, broken)) != MOAT_OK)
+		return rv;
+	rec = *step;
+	rec.keep = op->keep;
+	*broken = true;
+	if ((rv = put_step(txn, op, step, &rec)) != MOAT_OK)
 		goto out;
-	}
 	*broken = false;
 out:
 	moat__v1__step__free_unpacked(step, NULL);
@@ -367,6 +564,8 @@ apply(struct moat_store_txn *txn, struct sessiond_op *op, bool *broken)
 		return apply_delete(txn, op, broken);
 	case SESSIOND_OP_SET_SNAPSHOT:
 		return apply_set_snapshot(txn, op, broken);
+	case SESSIOND_OP_SET_KEEP:
+		return apply_set_keep(txn, op, broken);
 	}
 	abort();
 }
@@ -541,6 +740,8 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 	op->status = MOAT_OK;
 	op->errmsg = NULL;
 	op->record = NULL;
+	op->unreferenced = NULL;
+	op->n_unreferenced = 0;
 	op->wake_next = NULL;
 	if (sem_init(&op->done, 0, 0) != 0) {
 		op->errmsg = moat_asprintf("cannot wait for the writer: %s",
