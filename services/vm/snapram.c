@@ -665,6 +665,10 @@ vmd_snapram_release(struct vmd *vmd, const char *id)
 		pthread_cond_broadcast(&sr->cv);
 	}
 	pthread_mutex_unlock(&sr->mu);
+	/* A copy rebuilt for this restore may have put the budget over
+	 * while it was pinned. */
+	if (e != NULL)
+		enforce_budget(vmd, 0);
 }
 
 void

@@ -626,10 +626,10 @@ out:
 
 /* ---- an evicted snapshot's RAM back from snapd (issue 11) ---- */
 
-#define PULL_THREADS 4u
+#define PULL_THREADS 8u
 /* Chunks per stripe, a multiple of 8: threads own whole bytes of the
  * writer's bitmap, and each stripe is one GetChunks. */
-#define PULL_STRIPE MOAT_SNAP_PULL_BATCH
+#define PULL_STRIPE 64u
 
 /* One puller thread: stripes k, k + n, k + 2n ... of the artifact. */
 struct pull_job {
