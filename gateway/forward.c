@@ -210,6 +210,40 @@ out:
 }
 
 int
+moat_forward_node_call(struct moat_forward *fw,
+    const struct moat_node_id *node, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+    uint64_t request_id, uint64_t deadline_ms, const char *what,
+    ProtobufCMessage **out, char **errmsg)
+{
+	uint8_t *payload, *reply = NULL;
+	size_t len, reply_len = 0;
+	int rv;
+
+	*out = NULL;
+	len = protobuf_c_message_get_packed_size(req);
+	if ((payload = malloc(len ? len : 1)) == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	protobuf_c_message_pack(req, payload);
+	rv = moat_forward_to_node(fw, node, method, payload, len, request_id,
+	    deadline_ms, what, &reply, &reply_len, errmsg);
+	free(payload);
+	if (rv != MOAT_OK)
+		return rv;
+	*out = protobuf_c_message_unpack(reply_desc, NULL, reply_len, reply);
+	free(reply);
+	if (*out == NULL) {
+		*errmsg = moat_asprintf("node %s answered %s with something "
+		    "that is not a %s: are the gateway and moat-vmd built from "
+		    "the same protos?", node->s, method, reply_desc->name);
+		return MOAT_INTERNAL;
+	}
+	return MOAT_OK;
+}
+
+int
 moat_forward_locate(struct moat_forward *fw,
     const struct moat_sandbox_id *sandbox, uint64_t deadline_ms,
     struct moat_node_id *node, char **errmsg)

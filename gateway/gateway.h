@@ -191,6 +191,17 @@ int moat_forward_to_node(struct moat_forward *fw,
     uint64_t deadline_ms, const char *what, uint8_t **reply,
     size_t *reply_len, char **errmsg) __attribute__((warn_unused_result));
 
+/* moat_forward_node_call: moat_forward_to_node with `req` encoded here
+ * and the node's reply decoded as `reply_desc`: on MOAT_OK *out is the
+ * caller's (free with protobuf_c_message_free_unpacked); a reply that
+ * does not decode is INTERNAL naming the node. Errors set *errmsg
+ * (heap). */
+int moat_forward_node_call(struct moat_forward *fw,
+    const struct moat_node_id *node, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+    uint64_t request_id, uint64_t deadline_ms, const char *what,
+    ProtobufCMessage **out, char **errmsg) __attribute__((warn_unused_result));
+
 /* moat_forward_call: the whole forward of one sandbox call: locate the
  * node holding `sandbox_id`, send it `payload` (call->payload unless the
  * gateway re-encoded the request) as the same method with the same
@@ -215,6 +226,12 @@ struct moat_record {
 	struct moat_forward *fw;           /* borrowed */
 	struct moat_rpc_client *sessiond;  /* borrowed */
 	const char *sessiond_url;          /* borrowed, for messages */
+	/* Set by the gateway after moat_record_init (NULL: none, the
+	 * defaults): snapd for deleting snapshots it holds, the config for
+	 * [retention]. Borrowed. */
+	struct moat_rpc_client *snapd;
+	const char *snapd_url;
+	const struct moat_config *config;
 	bool ready;
 };
 
@@ -260,6 +277,9 @@ int moat_record_exec(struct moat_record *rec, struct moat_rpc_call *call,
 /* The session label holding the snapshot of step 0 (the state before
  * step 1): sessiond's SetStepSnapshot knows steps from 1 only. */
 #define MOAT_RECORD_STEP0_LABEL "moat.step0_snapshot"
+/* The label saying why step 0 has no snapshot any more (moat-sessiond
+ * keeps it when SetStepSnapshot of index 0 removes it with a reason). */
+#define MOAT_RECORD_STEP0_REMOVED_LABEL "moat.step0_removed"
 
 /* Where a new recording comes from: its policy and, for a branch, the
  * session and step it continues and the snapshot it was restored from
@@ -302,18 +322,39 @@ int moat_record_trace(struct moat_record *rec, const char *sandbox_id,
     uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
     __attribute__((warn_unused_result));
 
-/* moat_record_snapshot: snapshots `sandbox_id` on its node; the id goes
- * to snapshot_id (size bytes). Errors set *errmsg (heap). */
+/* moat_record_snapshot: snapshots `sandbox_id` on its node as step
+ * `step` of session `session_id` (kept in the snapshot's meta; NULL: none
+ * known); the id goes to snapshot_id (size bytes). Errors set *errmsg
+ * (heap). */
 int moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
-    uint64_t deadline_ms, char *snapshot_id, size_t size, char **errmsg)
+    const char *session_id, uint64_t step, uint64_t deadline_ms,
+    char *snapshot_id, size_t size, char **errmsg)
     __attribute__((warn_unused_result));
 
-/* moat_record_snapshot_taken: a client snapshotted `sandbox_id`: under
- * MANUAL the snapshot is attached to the latest step (or is step 0).
- * Failures are logged only: the snapshot exists either way. */
-void moat_record_snapshot_taken(struct moat_record *rec, const char *tenant,
-    const char *sandbox_id, const char *snapshot_id, uint64_t request_id,
-    uint64_t deadline_ms);
+/* moat_record_snapshot_call: a client's SnapshotSandbox (`req`, decoded;
+ * call->payload its bytes). On a recorded MANUAL sandbox the request goes
+ * to the node with the session and its latest step set, the snapshot is
+ * attached to that step (or is step 0) and retention runs; otherwise it
+ * is forwarded unchanged. The node's reply goes to call->raw_reply;
+ * returns the forward's status (attaching failures are logged only: the
+ * snapshot exists either way). */
+int moat_record_snapshot_call(struct moat_record *rec,
+    struct moat_rpc_call *call, const Moat__V1__SnapshotSandboxRequest *req,
+    const char *tenant);
+
+/* moat_record_set_step_snapshot: SetStepSnapshot in sessiond for
+ * `tenant`: step `index` (0: the session's step 0) gets `snapshot_id`, or
+ * none ("") with `removed_reason` (NULL: none) saying why. Within
+ * deadline_ms (monotonic); errors set *errmsg (heap). */
+int moat_record_set_step_snapshot(struct moat_record *rec, const char *tenant,
+    const char *session_id, uint64_t index, const char *snapshot_id,
+    const char *removed_reason, uint64_t request_id, uint64_t deadline_ms,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_record_step0_forget: the step-0 snapshot of `session_id` kept in
+ * memory is gone (retention removed it). */
+void moat_record_step0_forget(struct moat_record *rec,
+    const char *session_id);
 
 /* moat_record_step0: the step-0 snapshot of `session_id` known to this
  * gateway (MANUAL sessions keep it in memory only). */
@@ -321,8 +362,10 @@ bool moat_record_step0(struct moat_record *rec, const char *session_id,
     char *snapshot_id, size_t size);
 
 /* moat_record_session_step0: the step-0 snapshot in a session's labels
- * (borrowed from s), or NULL. */
+ * (borrowed from s), or NULL. moat_record_session_label: any label. */
 const char *moat_record_session_step0(const Moat__V1__SessionInfo *s);
+const char *moat_record_session_label(const Moat__V1__SessionInfo *s,
+    const char *key);
 
 /* moat_record_sessiond: one call to sessiond, the request's tenant set by
  * the caller. On MOAT_OK *reply is the caller's; else *errmsg (heap)
@@ -355,6 +398,93 @@ int moat_record_sessiond_call(struct moat_record *rec, const char *method,
     const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
     uint64_t request_id, uint64_t deadline_ms, char **errmsg)
     __attribute__((warn_unused_result));
+
+/* ---- snapshot deletion and garbage (snapshots.c) ---- */
+
+/* moat_snapshot_node: the node named in a local snapshot id
+ * "snap-<node>-<16 hex>" (services/vm/snapshot.c); false for any other
+ * shape (moat-snapd's ids are "snap-<32 hex>"). */
+bool moat_snapshot_node(const char *snap_id, struct moat_node_id *node);
+
+/* moat_snapshot_local_bytes: what a local snapshot holds on its node: its
+ * RAM copy in the RAM dir (or, from a vmd that does not say, its RAM
+ * bytes) plus its disk copy. */
+uint64_t moat_snapshot_local_bytes(const Moat__V1__LocalSnapshot *s);
+
+/* What deleting snapshots did. */
+struct moat_snapshots_freed {
+	uint32_t deleted;
+	uint64_t bytes;
+	uint32_t left;       /* not deleted now: left for `moat snapshot gc` */
+	char *first_error;   /* heap (caller frees): why the first was left */
+};
+
+/* moat_snapshots_delete: deletes the `n` snapshot ids of `tenant`: a
+ * local id on the node it names (DeleteLocalSnapshot, which also deletes
+ * the snapshot's copy in moat-snapd; its size read from the node's list
+ * first), any other id in moat-snapd (DeleteSnapshot). One that is gone
+ * already is skipped; one whose node or snapd does not answer is left
+ * (counted, logged) for `moat snapshot gc`. Never fails: *out says what
+ * happened; the caller frees out->first_error. Blocks, within
+ * deadline_ms. */
+void moat_snapshots_delete(struct moat_record *rec, const char *tenant,
+    char *const *ids, size_t n, uint64_t request_id, uint64_t deadline_ms,
+    struct moat_snapshots_freed *out);
+
+/* moat_snapshots_refs: sessiond's SnapshotRefs of `n` ids for `tenant`,
+ * in batches; on MOAT_OK refs (n entries, the caller's array) holds how
+ * many steps name each id. Errors set *errmsg (heap). */
+int moat_snapshots_refs(struct moat_record *rec, const char *tenant,
+    char *const *ids, size_t n, uint32_t *refs, uint64_t request_id,
+    uint64_t deadline_ms, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_snapshots_node_list: node `node`'s local snapshots of `tenant`
+ * (ListLocalSnapshots, within deadline_ms but at most 10 s). On MOAT_OK
+ * *out is the caller's; errors set *errmsg (heap). */
+int moat_snapshots_node_list(struct moat_forward *fw,
+    const struct moat_node_id *node, const char *tenant, uint64_t deadline_ms,
+    Moat__V1__LocalSnapshotList **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* The Gateway handlers of snapshots.c (call->service_ctx is the gateway):
+ * DeleteSession (sessiond deletes the session, the gateway the snapshots
+ * nothing names any more) and GcSnapshots. Errors go through
+ * moat_rpc_error. */
+int moat_snapshots_delete_session(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_snapshots_gc(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* ---- snapshot retention (retention.c) ---- */
+
+#define MOAT_RETENTION_KEEP_LAST 16     /* step snapshots per session */
+#define MOAT_RETENTION_KEEP_AGE_S 900   /* younger ones are always kept */
+
+struct moat_retention {
+	uint64_t keep_last;    /* 0: keep every snapshot */
+	uint64_t keep_age_s;
+};
+
+/* moat_retention_policy: `tenant`'s policy from [retention]
+ * keep-last.<tenant> / keep-age-s.<tenant>, else keep-last / keep-age-s
+ * (also MOAT_RETENTION_* and the gateway's flags), else the defaults.
+ * INVALID_ARGUMENT with *errmsg (heap) naming the key when a value is not
+ * a number; *out then holds the defaults for it. cfg may be NULL. */
+int moat_retention_policy(const struct moat_config *cfg, const char *tenant,
+    struct moat_retention *out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_retention_apply: applies `policy` (keep_last > 0) to session
+ * `session_id` of `tenant`: the snapshots of its steps (and of step 0)
+ * beyond the newest keep_last, older than keep_age_s (since the step
+ * ended; step 0: since the session began) and not pinned are taken off
+ * their steps in sessiond with the reason, and deleted when no step of
+ * the tenant names them any more. Errors are logged, never returned; it
+ * takes a few seconds at most. Returns how many of the session's steps
+ * still have a snapshot (UINT32_MAX when it could not tell). */
+uint32_t moat_retention_apply(struct moat_record *rec, const char *tenant,
+    const char *session_id, const struct moat_retention *policy,
+    uint64_t request_id);
 
 /* ---- diff and compare (diff.c) ---- */
 

@@ -4,7 +4,8 @@
  * cluster-wide ListSandboxes, and CreateSandbox's placement), plus the
  * gateway object's start and stop. Every other method is a sandbox call
  * forwarded unchanged by forward.c, but for those of recorded sandboxes
- * (record.c). The gateway, never the client, sets the `tenant` fields:
+ * (record.c) and the snapshots' own (snapshots.c: DeleteSession,
+ * GcSnapshots). The gateway, never the client, sets the `tenant` fields:
  * every call first passes gate(), which resolves the caller's tenant from
  * its API key (auth.c), hides other tenants' sandboxes, applies the
  * command policy, audits mutating calls and counts every call for
@@ -12,6 +13,7 @@
  * Not for: flags and signals (main.c), the node table (discovery.c).
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -625,27 +627,6 @@ h_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 /* ---- local snapshots (issue 3) ---- */
 
-/* The node that holds snapshot `snap_id`: its id is
- * "snap-<node>-<16 hex>" (services/vm/snapshot.c). False when the id has
- * no such shape. */
-static bool
-snapshot_node(const char *snap_id, struct moat_node_id *node)
-{
-	const char *last;
-	size_t n;
-
-	if (snap_id == NULL || strncmp(snap_id, "snap-", 5) != 0 ||
-	    (last = strrchr(snap_id, '-')) == NULL || last < snap_id + 6 ||
-	    strlen(last + 1) != 16)
-		return false;
-	n = (size_t)(last - (snap_id + 5));
-	if (n == 0 || n >= sizeof(node->s))
-		return false;
-	memcpy(node->s, snap_id + 5, n);
-	node->s[n] = '\0';
-	return true;
-}
-
 /* Sends `msg` (re-encoded, with the gateway's tenant already set) as
  * `method` to the node holding `snap_id`, and sets the raw reply. When
  * `remember` the reply is a Sandbox whose route is kept. */
@@ -664,7 +645,7 @@ snapshot_forward(struct moat_rpc_call *call, const char *snap_id,
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%s: "
 		    "snapshot_id is required: ListLocalSnapshots lists them",
 		    call->method);
-	if (!snapshot_node(snap_id, &node))
+	if (!moat_snapshot_node(snap_id, &node))
 		return moat_rpc_error(call, MOAT_NOT_FOUND, "snapshot %.80s "
 		    "not found: it is not a snapshot id (\"snap-<node>-...\")",
 		    snap_id);
@@ -729,49 +710,27 @@ h_list_local_snapshots(struct moat_rpc_call *call,
 {
 	struct moat_gateway *gw = call->service_ctx;
 	Moat__V1__LocalSnapshotList *r = (Moat__V1__LocalSnapshotList *)reply;
-	Moat__V1__ListLocalSnapshotsRequest fwd =
-	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
 	struct moat_node_id *ids = NULL;
-	size_t n = 0, failed = 0, len;
-	uint8_t *payload = NULL;
+	size_t n = 0, failed = 0;
 	int rv = MOAT_OK;
 
 	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
-	fwd.tenant = (char *)moat_gw_tenant(call);
-	len = moat__v1__list_local_snapshots_request__get_packed_size(&fwd);
-	if ((payload = malloc(len ? len : 1)) == NULL) {
-		free(ids);
-		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-		    "out of memory");
-	}
-	moat__v1__list_local_snapshots_request__pack(&fwd, payload);
 	for (size_t i = 0; i < n && rv == MOAT_OK; i++) {
 		Moat__V1__LocalSnapshotList *list = NULL;
 		Moat__V1__LocalSnapshot **grown;
-		uint64_t deadline = moat_rpc_now_ms() + LIST_TIMEOUT_MS;
-		uint8_t *out = NULL;
-		size_t out_len = 0;
 		char *msg = NULL;
 
-		if (deadline > call->deadline_ms)
-			deadline = call->deadline_ms;
-		if (moat_forward_to_node(&gw->fw, &ids[i], "ListLocalSnapshots",
-		    payload, len, moat_rpc_new_request_id(), deadline,
-		    "the snapshots of a node", &out, &out_len, &msg) ==
-		    MOAT_OK)
-			list = moat__v1__local_snapshot_list__unpack(NULL,
-			    out_len, out);
-		free(out);
-		if (list == NULL) {
+		if (moat_snapshots_node_list(&gw->fw, &ids[i],
+		    moat_gw_tenant(call), call->deadline_ms, &list, &msg) !=
+		    MOAT_OK) {
 			failed++;
 			moat_warn(call->request_id, "ListLocalSnapshots: node "
 			    "%s: %s", ids[i].s, msg ? msg : "not a list");
 			free(msg);
 			continue;
 		}
-		free(msg);
 		grown = list->n_snapshots == 0 ? r->snapshots :
 		    realloc(r->snapshots, (r->n_snapshots +
 		    list->n_snapshots) * sizeof(*grown));
@@ -786,7 +745,6 @@ h_list_local_snapshots(struct moat_rpc_call *call,
 		}
 		moat__v1__local_snapshot_list__free_unpacked(list, NULL);
 	}
-	free(payload);
 	free(ids);
 	if (rv != MOAT_OK)
 		return moat_rpc_error(call, rv, "out of memory");
@@ -916,7 +874,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "ListSteps", h_session, false, true },
 	{ "GetStep", h_session, false, true },
 	{ "ExportSession", h_session, false, true },
-	{ "DeleteSession", h_session, true, true },
+	{ "DeleteSession", moat_snapshots_delete_session, true, true },
 	{ "RestoreStep", moat_travel_restore_step, true, true },
 	{ "Fork", moat_travel_fork, true, true },
 	{ "Replay", moat_travel_replay, true, true },
@@ -926,6 +884,8 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "CloseCodeContext", moat_travel_close_code_context, true,
 	    true },
 	{ "ListAudit", h_list_audit, false, true },
+	{ "SetStepKeep", h_session, true, true },
+	{ "GcSnapshots", moat_snapshots_gc, true, true },
 };
 
 /* ---- the gate: auth, tenant, policy, audit, metrics (one place) ---- */
@@ -1199,6 +1159,37 @@ done:
 	return rv;
 }
 
+/* node_snapshot_metrics: each node's snapshot RAM (issue 11), from its
+ * last survey answer, one metric after the other. */
+static void
+node_snapshot_metrics(FILE *f, Moat__V1__Node *const *nodes, size_t n)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t offset;
+	} metrics[] = {
+		{ "moat_node_snapshot_ram_bytes", "gauge", "What snapshot RAM "
+		    "copies hold in the node's RAM dir.",
+		    offsetof(Moat__V1__Node, snapshot_ram_used_bytes) },
+		{ "moat_node_snapshot_ram_budget_bytes", "gauge", "The node's "
+		    "budget for snapshot RAM copies ([vmd] snapshot-ram-mib).",
+		    offsetof(Moat__V1__Node, snapshot_ram_budget_bytes) },
+		{ "moat_node_snapshot_evictions_total", "counter", "Snapshot "
+		    "RAM copies evicted to the on-disk store since vmd "
+		    "started.", offsetof(Moat__V1__Node, snapshot_evictions) },
+	};
+
+	for (size_t m = 0; m < sizeof(metrics) / sizeof(metrics[0]); m++) {
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name,
+		    metrics[m].help, metrics[m].name, metrics[m].type);
+		for (size_t i = 0; i < n; i++)
+			fprintf(f, "%s{node=\"%s\"} %llu\n", metrics[m].name,
+			    nodes[i]->node_id, (unsigned long long)
+			    *(const uint64_t *)((const char *)nodes[i] +
+			    metrics[m].offset));
+	}
+}
+
 char *
 moat_gateway_metrics(struct moat_gateway *gw)
 {
@@ -1238,6 +1229,7 @@ moat_gateway_metrics(struct moat_gateway *gw)
 			fprintf(f, "moat_node_up{node=\"%s\"} %d\n",
 			    nodes[i]->node_id, nodes[i]->available ? 1 : 0);
 		}
+		node_snapshot_metrics(f, nodes, n_nodes);
 		moat_nodes_snapshot_free(nodes, n_nodes);
 	}
 	fprintf(f, "# HELP moat_gateway_calls_total Gateway calls (nng and "
@@ -1353,6 +1345,9 @@ moat_gateway_start(struct moat_gateway **out,
 	if (moat_record_init(&gw->rec, &gw->fw, gw->sessiond,
 	    gw->sessiond_url) != MOAT_OK)
 		goto fail_oom;
+	gw->rec.snapd = gw->snapd;
+	gw->rec.snapd_url = gw->snapd_url;
+	gw->rec.config = gw->config;
 	if ((rv = moat_discovery_start(&gw->discovery, &gw->nodes,
 	    gw->survey_url, opts->survey_interval_ms, errmsg)) != MOAT_OK)
 		goto fail;

@@ -55,11 +55,18 @@ usage(FILE *f)
 	    "<name> in [gateway].\n"
 	    "[policy] refuse = blocked,destructive (default blocked) and "
 	    "refuse.<tenant> = ... refuse commands by safety level.\n"
+	    "  --retention-keep-last N   step snapshots a session keeps "
+	    "(default %d; 0: all)\n"
+	    "  --retention-keep-age-s S  younger ones are always kept "
+	    "(default %d)\n"
+	    "  (also [retention] keep-last / keep-age-s, per tenant "
+	    "keep-last.<tenant> ..., MOAT_RETENTION_KEEP_LAST ...)\n"
 	    "usage: moat-gateway keys create --tenant NAME | keys ls "
 	    "[--tenant NAME] | keys revoke KEYID\n"
 	    "  (with --config / --state-dir as above; works while the "
 	    "gateway runs)\n", MOAT_HTTP_MCP_MAX_SESSIONS,
-	    MOAT_HTTP_MCP_IDLE_S);
+	    MOAT_HTTP_MCP_IDLE_S, MOAT_RETENTION_KEEP_LAST,
+	    MOAT_RETENTION_KEEP_AGE_S);
 }
 
 /* keys_main: `moat-gateway keys create|ls|revoke`: the operator's door
@@ -167,6 +174,35 @@ out:
 	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);
 }
 
+/* retention_config: the retention flags (settings of [gateway], as
+ * moat_config_from_args makes every flag) become [retention]'s, and the
+ * default policy is checked now rather than at the first step. */
+static int
+retention_config(struct moat_config *cfg, char **errmsg)
+{
+	static const char *const keys[] = { "keep-last", "keep-age-s" };
+	struct moat_retention policy;
+	char name[32];
+	const char *v;
+	uint64_t n;
+	int rv;
+
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(name, sizeof(name), "retention-%s", keys[i]);
+		if ((v = moat_config_get(cfg, SECTION, name, NULL)) == NULL)
+			continue;
+		if ((rv = moat_config_get_u64(cfg, SECTION, name, 0, &n,
+		    errmsg)) != MOAT_OK)
+			return rv;
+		if ((rv = moat_config_set_flag(cfg, "retention", keys[i],
+		    v)) != MOAT_OK) {
+			*errmsg = moat_asprintf("out of memory");
+			return rv;
+		}
+	}
+	return moat_retention_policy(cfg, NULL, &policy, errmsg);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -183,6 +219,8 @@ main(int argc, char **argv)
 		{ "auth", required_argument, NULL, 'A' },
 		{ "mcp-max-sessions", required_argument, NULL, 'M' },
 		{ "mcp-idle-s", required_argument, NULL, 'I' },
+		{ "retention-keep-last", required_argument, NULL, 'K' },
+		{ "retention-keep-age-s", required_argument, NULL, 'G' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -267,7 +305,8 @@ main(int argc, char **argv)
 	http_opts.mcp_max_sessions = (uint32_t)mcp_max;
 	http_opts.mcp_idle_s = (uint32_t)mcp_idle;
 	if ((rv = moat_config_get_bool(cfg, SECTION, "auth", true, &auth,
-	    &errmsg)) != MOAT_OK)
+	    &errmsg)) != MOAT_OK ||
+	    (rv = retention_config(cfg, &errmsg)) != MOAT_OK)
 		goto fail_msg;
 	if (!auth)
 		moat_warn(0, "moat-gateway: auth is off: every caller is "

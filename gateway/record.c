@@ -10,9 +10,11 @@
  * sessiond with the caller's tenant) and the trace diff itself.
  * The snapshot policy of a session is applied here too: EVERY snapshots
  * the sandbox when recording starts and after each step, MANUAL attaches
- * the snapshots clients take to the latest step. The table of recorded
- * sandboxes lives in memory; a gateway restarted finds the session of a
- * sandbox again by asking sessiond (ListSessions by sandbox).
+ * the snapshots clients take to the latest step; each snapshot names its
+ * session and step, and once attached the tenant's retention runs
+ * (retention.c). The table of recorded sandboxes lives in memory; a
+ * gateway restarted finds the session of a sandbox again by asking
+ * sessiond (ListSessions by sandbox).
  * Not for: restore, fork and replay (travel.c), sessiond's storage
  * (services/session/).
  */
@@ -44,6 +46,8 @@ struct moat_record_entry {
 	Moat__V1__SnapshotPolicy policy;
 	uint64_t last_index;        /* the latest step (0: none yet) */
 	char step0[MOAT_ID_MAX];    /* snapshot before step 1 ("" : none) */
+	uint32_t snapshots;         /* steps with a snapshot, as far as this
+	                             * gateway knows (UINT32_MAX: unknown) */
 	Moat__V1__FsTrace *prev;    /* owned: the trace after the last step */
 };
 
@@ -428,8 +432,6 @@ node_call(struct moat_record *rec, const char *sandbox_id,
 {
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
-	uint8_t *payload, *reply = NULL;
-	size_t len, reply_len = 0;
 	int rv;
 
 	*out = NULL;
@@ -440,26 +442,8 @@ node_call(struct moat_record *rec, const char *sandbox_id,
 	if ((rv = moat_forward_locate(rec->fw, &sandbox, deadline, &node,
 	    errmsg)) != MOAT_OK)
 		return rv;
-	len = protobuf_c_message_get_packed_size(req);
-	if ((payload = malloc(len ? len : 1)) == NULL) {
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	protobuf_c_message_pack(req, payload);
-	rv = moat_forward_to_node(rec->fw, &node, method, payload, len,
-	    moat_rpc_new_request_id(), deadline, what, &reply, &reply_len,
-	    errmsg);
-	free(payload);
-	if (rv != MOAT_OK)
-		return rv;
-	*out = protobuf_c_message_unpack(reply_desc, NULL, reply_len, reply);
-	free(reply);
-	if (*out == NULL) {
-		*errmsg = moat_asprintf("node %s answered %s with something "
-		    "that is not a %s", node.s, method, reply_desc->name);
-		return MOAT_INTERNAL;
-	}
-	return MOAT_OK;
+	return moat_forward_node_call(rec->fw, &node, method, req, reply_desc,
+	    moat_rpc_new_request_id(), deadline, what, out, errmsg);
 }
 
 /* trace_fs: the hashed filesystem trace of `sandbox_id` from its node.
@@ -503,7 +487,8 @@ trace_copy(const Moat__V1__FsTrace *t)
 
 int
 moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
-    uint64_t deadline_ms, char *snapshot_id, size_t size, char **errmsg)
+    const char *session_id, uint64_t step, uint64_t deadline_ms,
+    char *snapshot_id, size_t size, char **errmsg)
 {
 	Moat__V1__SnapshotSandboxRequest req =
 	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
@@ -511,6 +496,8 @@ moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
 	int rv;
 
 	req.sandbox_id = (char *)sandbox_id;
+	req.session_id = (char *)(session_id != NULL ? session_id : "");
+	req.step = step;
 	if ((rv = node_call(rec, sandbox_id, "SnapshotSandbox", &req.base,
 	    &moat__v1__local_snapshot__descriptor, moat_rpc_now_ms() +
 	    call_timeout(deadline_ms), "the sandbox's snapshot",
@@ -521,11 +508,11 @@ moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
 	return MOAT_OK;
 }
 
-/* set_step_snapshot: attaches `snapshot_id` to step `index` (>= 1). */
-static int
-set_step_snapshot(struct moat_record *rec, const char *tenant,
+int
+moat_record_set_step_snapshot(struct moat_record *rec, const char *tenant,
     const char *session_id, uint64_t index, const char *snapshot_id,
-    uint64_t deadline_ms, char **errmsg)
+    const char *removed_reason, uint64_t request_id, uint64_t deadline_ms,
+    char **errmsg)
 {
 	Moat__V1__SetStepSnapshotRequest req =
 	    MOAT__V1__SET_STEP_SNAPSHOT_REQUEST__INIT;
@@ -536,12 +523,25 @@ set_step_snapshot(struct moat_record *rec, const char *tenant,
 	req.session_id = (char *)session_id;
 	req.index = index;
 	req.snapshot_id = (char *)snapshot_id;
-	rv = moat_record_sessiond(rec, "SetStepSnapshot", &req.base,
-	    &moat__v1__step__descriptor, &reply, moat_rpc_now_ms() +
-	    call_timeout(deadline_ms), errmsg);
+	req.removed_reason = (char *)(removed_reason ? removed_reason : "");
+	rv = moat_record_sessiond_call(rec, "SetStepSnapshot", &req.base,
+	    &moat__v1__step__descriptor, &reply, request_id, deadline_ms,
+	    errmsg);
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);
 	return rv;
+}
+
+/* set_step_snapshot: attaches `snapshot_id` to step `index` (0: the
+ * session's step-0 label), with at least RECORD_CALL_MIN_MS. */
+static int
+set_step_snapshot(struct moat_record *rec, const char *tenant,
+    const char *session_id, uint64_t index, const char *snapshot_id,
+    uint64_t deadline_ms, char **errmsg)
+{
+	return moat_record_set_step_snapshot(rec, tenant, session_id, index,
+	    snapshot_id, NULL, moat_rpc_new_request_id(), moat_rpc_now_ms() +
+	    call_timeout(deadline_ms), errmsg);
 }
 
 /* label_of: the value of `key` in a session's labels, or NULL. */
@@ -558,6 +558,12 @@ const char *
 moat_record_session_step0(const Moat__V1__SessionInfo *s)
 {
 	return label_of(s, MOAT_RECORD_STEP0_LABEL);
+}
+
+const char *
+moat_record_session_label(const Moat__V1__SessionInfo *s, const char *key)
+{
+	return label_of(s, key);
 }
 
 /* lookup: the entry of `sandbox_id`: from the table, else (a gateway
@@ -599,6 +605,7 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 	if (e != NULL && latest != NULL) {
 		e->policy = latest->snapshot_policy;
 		e->last_index = latest->step_count;
+		e->snapshots = UINT32_MAX;   /* retention will count them */
 		if ((step0 = label_of(latest, MOAT_RECORD_STEP0_LABEL)) !=
 		    NULL)
 			snprintf(e->step0, sizeof(e->step0), "%s", step0);
@@ -630,6 +637,34 @@ moat_record_session_lookup(struct moat_record *rec, const char *tenant,
 	return true;
 }
 
+/* take_step0: the snapshot of the new session's starting state, as its
+ * step 0 (in sessiond, and in e before e is shared). A failure is logged:
+ * step 0 then cannot be restored. */
+static void
+take_step0(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, struct moat_record_entry *e, uint64_t request_id,
+    uint64_t deadline_ms)
+{
+	char snap[MOAT_ID_MAX], *msg = NULL;
+
+	if (moat_record_snapshot(rec, sandbox_id, e->session_id, 0,
+	    deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK) {
+		moat_warn(request_id, "recording %s: no snapshot of its "
+		    "starting state (%s): step 0 cannot be restored",
+		    sandbox_id, msg ? msg : "");
+		free(msg);
+		return;
+	}
+	snprintf(e->step0, sizeof(e->step0), "%s", snap);
+	if (set_step_snapshot(rec, tenant, e->session_id, 0, snap,
+	    deadline_ms, &msg) != MOAT_OK) {
+		moat_warn(request_id, "recording %s: step-0 snapshot %s is "
+		    "known to this gateway only: %s", sandbox_id, snap,
+		    msg ? msg : "");
+		free(msg);
+	}
+}
+
 int
 moat_record_begin(struct moat_record *rec, const char *tenant,
     const char *sandbox_id, const struct moat_record_origin *origin,
@@ -649,17 +684,6 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 
 	if (origin->base_snapshot != NULL && origin->base_snapshot[0] != '\0')
 		snprintf(step0, sizeof(step0), "%s", origin->base_snapshot);
-	else if (origin->policy ==
-	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY &&
-	    moat_record_snapshot(rec, sandbox_id, deadline_ms, step0,
-	    sizeof(step0), &msg) != MOAT_OK) {
-		moat_warn(request_id, "recording %s: no snapshot of its "
-		    "starting state (%s): step 0 cannot be restored",
-		    sandbox_id, msg ? msg : "");
-		free(msg);
-		msg = NULL;
-		step0[0] = '\0';
-	}
 	creq.tenant = (char *)tenant;
 	creq.sandbox_id = (char *)sandbox_id;
 	creq.snapshot_policy = origin->policy;
@@ -692,6 +716,10 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 	}
 	e->policy = origin->policy;
 	snprintf(e->step0, sizeof(e->step0), "%s", step0);
+	if (step0[0] == '\0' && origin->policy ==
+	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY)
+		take_step0(rec, tenant, sandbox_id, e, request_id, deadline_ms);
+	e->snapshots = e->step0[0] != '\0' ? 1 : 0;
 	snprintf(session_id, size, "%s", e->session_id);
 	/* What the sandbox holds now is no step's: the first step is
 	 * diffed against this. Best effort. */
@@ -727,38 +755,121 @@ moat_record_start(struct moat_record *rec, const char *tenant,
 	    deadline_ms, session_id, size, errmsg);
 }
 
-void
-moat_record_snapshot_taken(struct moat_record *rec, const char *tenant,
-    const char *sandbox_id, const char *snapshot_id, uint64_t request_id,
-    uint64_t deadline_ms)
+/* retain: one more of e's steps has a snapshot: once the session may
+ * hold more than the tenant's keep-last, retention runs (e->lock held). */
+static void
+retain(struct moat_record *rec, struct moat_record_entry *e,
+    const char *tenant, uint64_t request_id)
 {
-	struct moat_record_entry *e = lookup(rec, tenant, sandbox_id,
-	    request_id);
+	struct moat_retention policy;
 	char *msg = NULL;
 
-	if (e == NULL || e->session_id[0] == '\0' || e->policy !=
-	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL)
+	if (moat_retention_policy(rec->config, tenant, &policy, &msg) !=
+	    MOAT_OK) {
+		moat_warn(request_id, "retention of tenant %s: %s (the "
+		    "default is used)", tenant, msg ? msg : "");
+		free(msg);
+	}
+	if (e->snapshots != UINT32_MAX)
+		e->snapshots++;
+	if (policy.keep_last == 0 || e->snapshots <= policy.keep_last)
 		return;
-	pthread_mutex_lock(&e->lock);
+	e->snapshots = moat_retention_apply(rec, tenant, e->session_id,
+	    &policy, request_id);
+}
+
+void
+moat_record_step0_forget(struct moat_record *rec, const char *session_id)
+{
+	pthread_mutex_lock(&rec->lock);
+	for (size_t i = 0; i < rec->n; i++)
+		if (strcmp(rec->entries[i]->session_id, session_id) == 0)
+			rec->entries[i]->step0[0] = '\0';
+	pthread_mutex_unlock(&rec->lock);
+}
+
+/* attach_manual: `snapshot_id`, just taken of e's sandbox, becomes the
+ * snapshot of its latest step (step 0 before any). e->lock held. */
+static void
+attach_manual(struct moat_record *rec, struct moat_record_entry *e,
+    const char *tenant, const char *snapshot_id, uint64_t request_id,
+    uint64_t deadline_ms)
+{
+	char *msg = NULL;
+
 	if (e->last_index == 0) {
 		pthread_mutex_lock(&rec->lock);
 		snprintf(e->step0, sizeof(e->step0), "%s", snapshot_id);
 		pthread_mutex_unlock(&rec->lock);
-		moat_info(request_id, "snapshot %s is step 0 of session %s",
-		    snapshot_id, e->session_id);
-	} else if (set_step_snapshot(rec, tenant, e->session_id,
-	    e->last_index, snapshot_id, deadline_ms, &msg) != MOAT_OK) {
-		moat_warn(request_id, "snapshot %s of %s not attached to step "
-		    "%llu of session %s: %s", snapshot_id, sandbox_id,
-		    (unsigned long long)e->last_index, e->session_id,
-		    msg ? msg : "");
-	} else {
-		moat_info(request_id, "snapshot %s is step %llu of session %s",
-		    snapshot_id, (unsigned long long)e->last_index,
-		    e->session_id);
 	}
+	if (set_step_snapshot(rec, tenant, e->session_id, e->last_index,
+	    snapshot_id, deadline_ms, &msg) != MOAT_OK) {
+		moat_warn(request_id, "snapshot %s of %s not attached to step "
+		    "%llu of session %s%s: %s", snapshot_id, e->sandbox_id,
+		    (unsigned long long)e->last_index, e->session_id,
+		    e->last_index == 0 ? " (this gateway keeps it)" : "",
+		    msg ? msg : "");
+		free(msg);
+		return;
+	}
+	moat_info(request_id, "snapshot %s is step %llu of session %s",
+	    snapshot_id, (unsigned long long)e->last_index, e->session_id);
+	retain(rec, e, tenant, request_id);
+}
+
+/* forward_snapshot: the client's SnapshotSandbox to the node, with the
+ * session and step it becomes set; on MOAT_OK *snap is the node's reply
+ * decoded (the caller's; NULL when it does not decode). */
+static int
+forward_snapshot(struct moat_record *rec, struct moat_rpc_call *call,
+    const Moat__V1__SnapshotSandboxRequest *req,
+    const struct moat_record_entry *e, Moat__V1__LocalSnapshot **snap)
+{
+	Moat__V1__SnapshotSandboxRequest fwd = *req;
+	uint8_t *payload;
+	size_t len;
+	int rv;
+
+	*snap = NULL;
+	fwd.session_id = (char *)e->session_id;
+	fwd.step = e->last_index;
+	len = moat__v1__snapshot_sandbox_request__get_packed_size(&fwd);
+	if ((payload = malloc(len ? len : 1)) == NULL)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	moat__v1__snapshot_sandbox_request__pack(&fwd, payload);
+	rv = moat_forward_call(rec->fw, call, req->sandbox_id, payload, len);
+	free(payload);
+	if (rv == MOAT_OK)
+		*snap = moat__v1__local_snapshot__unpack(NULL,
+		    call->raw_reply_len, call->raw_reply);
+	return rv;
+}
+
+int
+moat_record_snapshot_call(struct moat_record *rec, struct moat_rpc_call *call,
+    const Moat__V1__SnapshotSandboxRequest *req, const char *tenant)
+{
+	struct moat_record_entry *e = lookup(rec, tenant, req->sandbox_id,
+	    call->request_id);
+	Moat__V1__LocalSnapshot *snap = NULL;
+	int rv;
+
+	if (e == NULL || e->session_id[0] == '\0' || e->policy !=
+	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL)
+		return moat_forward_call(rec->fw, call, req->sandbox_id,
+		    call->payload, call->payload_len);
+	/* Under the entry's lock: no step lands between the snapshot and
+	 * its attaching. */
+	pthread_mutex_lock(&e->lock);
+	rv = forward_snapshot(rec, call, req, e, &snap);
+	if (snap != NULL)
+		attach_manual(rec, e, tenant, snap->snapshot_id,
+		    call->request_id, call->deadline_ms);
 	pthread_mutex_unlock(&e->lock);
-	free(msg);
+	if (snap != NULL)
+		moat__v1__local_snapshot__free_unpacked(snap, NULL);
+	return rv;
 }
 
 /* join_argv: argv as one line (heap), for a step's input. */
@@ -824,11 +935,13 @@ step_fill(const struct step_run *r, Moat__V1__Step *step, char **joined)
 			    128 + res->status->signal;
 		step->stdout = res->stdout;
 		step->stderr = res->stderr;
+		step->keep = req->keep;
 	} else if (d == &moat__v1__run_code_request__descriptor) {
 		const Moat__V1__RunCodeRequest *req =
 		    (const Moat__V1__RunCodeRequest *)r->request;
 		const Moat__V1__CodeResult *res = r->code->result;
 
+		step->keep = req->keep;
 		step->kind = MOAT__V1__STEP_KIND__STEP_KIND_CODE;
 		step->input = req->code;
 		step->language = (char *)(req->language[0] != '\0' ?
@@ -1018,8 +1131,8 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	msg = NULL;
 	/* A snapshot that fails does not fail the step: it is recorded,
 	 * and the reply says it cannot be restored. */
-	if (moat_record_snapshot(rec, sandbox_id, call->deadline_ms, snap,
-	    sizeof(snap), &msg) != MOAT_OK ||
+	if (moat_record_snapshot(rec, sandbox_id, e->session_id, index,
+	    call->deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK ||
 	    set_step_snapshot(rec, tenant, e->session_id, index, snap,
 	    call->deadline_ms, &msg) != MOAT_OK) {
 		err = moat_asprintf("step %llu recorded without a snapshot "
@@ -1027,6 +1140,8 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 		    msg ? msg : "");
 		moat_warn(call->request_id, "recording %s: %s", sandbox_id,
 		    err);
+	} else {
+		retain(rec, e, tenant, call->request_id);
 	}
 reply:
 	repack(call, &r, err == NULL || index > 0 ? index : 0, e->session_id,

@@ -45,26 +45,6 @@ fail(struct moat_rpc_call *call, int rv, char *msg)
 	return rv;
 }
 
-/* snapshot_node: the node named in a local snapshot id
- * "snap-<node>-<16 hex>" (services/vm/snapshot.c). */
-static bool
-snapshot_node(const char *snap_id, struct moat_node_id *node)
-{
-	const char *last;
-	size_t n;
-
-	if (snap_id == NULL || strncmp(snap_id, "snap-", 5) != 0 ||
-	    (last = strrchr(snap_id, '-')) == NULL || last < snap_id + 6 ||
-	    strlen(last + 1) != 16)
-		return false;
-	n = (size_t)(last - (snap_id + 5));
-	if (n == 0 || n >= sizeof(node->s))
-		return false;
-	memcpy(node->s, snap_id + 5, n);
-	node->s[n] = '\0';
-	return true;
-}
-
 /* get_session: the tenant's session; NOT_FOUND passes through. */
 static int
 get_session(struct moat_travel *t, const char *session_id, uint64_t deadline,
@@ -92,21 +72,45 @@ policy_word(Moat__V1__SnapshotPolicy p)
 	    "none" : "manual";
 }
 
-/* no_snapshot_message: FAILED_PRECONDITION's message for `step` of s:
- * the steps that do have snapshots, or how to get some. */
-static char *
-no_snapshot_message(struct moat_travel *t, const Moat__V1__SessionInfo *s,
-    uint64_t step, uint64_t deadline)
+/* The steps nearest to one that has no snapshot which do have one, and
+ * (the first of) all that have one. */
+struct nearest {
+	bool has_before, has_after;
+	uint64_t before, after;
+	char all[256];
+	size_t used;
+};
+
+static void
+nearest_add(struct nearest *n, uint64_t index)
+{
+	if (n->used >= sizeof(n->all) - 24) {
+		if (n->used < sizeof(n->all) - 4)
+			n->used += (size_t)snprintf(n->all + n->used,
+			    sizeof(n->all) - n->used, ", ...");
+		return;
+	}
+	n->used += (size_t)snprintf(n->all + n->used, sizeof(n->all) - n->used,
+	    "%s%llu", n->used ? ", " : "", (unsigned long long)index);
+}
+
+/* nearest_find: scans the session's steps (without outputs) for the
+ * nearest with a snapshot on either side of `step`, and lists those that
+ * have one (step 0 counts when the session has its snapshot). */
+static void
+nearest_find(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t step, uint64_t deadline, struct nearest *n)
 {
 	Moat__V1__ListStepsRequest req = MOAT__V1__LIST_STEPS_REQUEST__INIT;
 	Moat__V1__ListStepsReply *page = NULL;
-	char list[512] = "", step0[MOAT_ID_MAX], *token = NULL, *msg = NULL;
-	size_t used = 0;
-	int n = 0;
+	char step0[MOAT_ID_MAX], *token = NULL, *msg = NULL;
 
+	memset(n, 0, sizeof(*n));
 	if (moat_record_session_step0(s) != NULL ||
-	    moat_record_step0(t->rec, s->id, step0, sizeof(step0)))
-		used += (size_t)snprintf(list, sizeof(list), "0"), n++;
+	    moat_record_step0(t->rec, s->id, step0, sizeof(step0))) {
+		n->has_before = step > 0;
+		nearest_add(n, 0);
+	}
 	req.tenant = (char *)t->tenant;
 	req.session_id = s->id;
 	req.page_size = 1000;
@@ -119,35 +123,64 @@ no_snapshot_message(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 			break;
 		}
 		for (size_t i = 0; i < page->n_steps; i++) {
-			if (page->steps[i]->snapshot_id[0] == '\0' ||
-			    used >= sizeof(list) - 32)
+			uint64_t idx = page->steps[i]->index;
+
+			if (page->steps[i]->snapshot_id[0] == '\0')
 				continue;
-			used += (size_t)snprintf(list + used,
-			    sizeof(list) - used, "%s%llu", n ? ", " : "",
-			    (unsigned long long)page->steps[i]->index);
-			n++;
+			nearest_add(n, idx);
+			if (idx < step) {
+				n->has_before = true;
+				n->before = idx;
+			} else if (idx > step && !n->has_after) {
+				n->has_after = true;
+				n->after = idx;
+			}
 		}
 		free(token);
 		token = page->next_page_token[0] ?
 		    strdup(page->next_page_token) : NULL;
 		moat__v1__list_steps_reply__free_unpacked(page, NULL);
 	} while (token != NULL);
-	if (n > 0)
+	free(token);
+}
+
+/* no_snapshot_message: FAILED_PRECONDITION's message for `step` of s
+ * (`removed`: why its snapshot is gone, "" : it never had one): the
+ * nearest steps that have one, or how to get some. */
+static char *
+no_snapshot_message(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t step, const char *removed, uint64_t deadline)
+{
+	struct nearest n;
+	char before[48] = "", after[48] = "", why[160] = "";
+
+	nearest_find(t, s, step, deadline, &n);
+	if (removed != NULL && removed[0] != '\0')
+		snprintf(why, sizeof(why), ": it was %s", removed);
+	if (n.has_before)
+		snprintf(before, sizeof(before), "%llu (before it)",
+		    (unsigned long long)n.before);
+	if (n.has_after)
+		snprintf(after, sizeof(after), "%llu (after it)",
+		    (unsigned long long)n.after);
+	if (n.has_before || n.has_after)
 		return moat_asprintf("step %llu of session %s has no "
-		    "snapshot: steps with one: %s (`moat restore SANDBOX "
-		    "--step N --session %s`)", (unsigned long long)step,
-		    s->id, list, s->id);
-	return moat_asprintf("step %llu of session %s has no snapshot, nor "
+		    "snapshot%s; the nearest steps that still have one: "
+		    "%s%s%s (all with one: %s; `moat restore SANDBOX --step N "
+		    "--session %s`)", (unsigned long long)step, s->id, why,
+		    before, n.has_before && n.has_after ? " and " : "", after,
+		    n.all, s->id);
+	return moat_asprintf("step %llu of session %s has no snapshot%s, nor "
 	    "does any of its steps: its snapshot policy is %s; take one after "
 	    "a step with `moat snapshot create %s` (policy manual), or record "
 	    "with `moat sandbox create --record --snapshot every`",
-	    (unsigned long long)step, s->id,
+	    (unsigned long long)step, s->id, why,
 	    policy_word(s->snapshot_policy), s->sandbox_id);
 }
 
 /* step_snapshot: the snapshot of `step` of s into snap (MOAT_ID_MAX).
  * NOT_FOUND for a step past the end; FAILED_PRECONDITION when the step
- * has none. */
+ * has none (any more). */
 static int
 step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
     uint64_t step, uint64_t deadline, char *snap, char **errmsg)
@@ -155,6 +188,7 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	Moat__V1__GetStepRequest req = MOAT__V1__GET_STEP_REQUEST__INIT;
 	Moat__V1__Step *st = NULL;
 	const char *label;
+	char removed[160] = "";
 	int rv;
 
 	snap[0] = '\0';
@@ -171,6 +205,9 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		else
 			(void)moat_record_step0(t->rec, s->id, snap,
 			    MOAT_ID_MAX);
+		if ((label = moat_record_session_label(s,
+		    MOAT_RECORD_STEP0_REMOVED_LABEL)) != NULL)
+			snprintf(removed, sizeof(removed), "%s", label);
 	} else {
 		req.tenant = (char *)t->tenant;
 		req.session_id = s->id;
@@ -181,11 +218,13 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		    deadline, errmsg)) != MOAT_OK)
 			return rv;
 		snprintf(snap, MOAT_ID_MAX, "%s", st->snapshot_id);
+		snprintf(removed, sizeof(removed), "%s",
+		    st->snapshot_removed ? st->snapshot_removed : "");
 		moat__v1__step__free_unpacked(st, NULL);
 	}
 	if (snap[0] != '\0')
 		return MOAT_OK;
-	*errmsg = no_snapshot_message(t, s, step, deadline);
+	*errmsg = no_snapshot_message(t, s, step, removed, deadline);
 	return MOAT_FAILED_PRECONDITION;
 }
 
@@ -206,9 +245,11 @@ restore(struct moat_travel *t, const char *snap, const char *replace,
 	int rv;
 
 	*out = NULL;
-	if (!snapshot_node(snap, &node)) {
-		*errmsg = moat_asprintf("snapshot %s names no node", snap);
-		return MOAT_INTERNAL;
+	if (!moat_snapshot_node(snap, &node)) {
+		*errmsg = moat_asprintf("snapshot %s names no node: only a "
+		    "node's local snapshot (\"snap-<node>-...\") can be "
+		    "restored here", snap);
+		return MOAT_FAILED_PRECONDITION;
 	}
 	req.snapshot_id = (char *)snap;
 	req.tenant = (char *)t->tenant;
@@ -224,6 +265,15 @@ restore(struct moat_travel *t, const char *snap, const char *replace,
 	    moat_rpc_new_request_id(), deadline, what, &reply, &reply_len,
 	    errmsg);
 	free(payload);
+	if (rv == MOAT_NOT_FOUND) {
+		char *node_msg = *errmsg;
+
+		*errmsg = moat_asprintf("snapshot %s is no longer on node %s "
+		    "(deleted, or the node lost it): %s; `moat session show` "
+		    "lists the steps that still have one", snap, node.s,
+		    node_msg ? node_msg : "");
+		free(node_msg);
+	}
 	if (rv != MOAT_OK)
 		return rv;
 	*out = moat__v1__sandbox__unpack(NULL, reply_len, reply);
@@ -299,7 +349,7 @@ branch_restore(struct moat_travel *t, const char *snap, const char *replace,
 
 	/* A node replaces only its own sandboxes. */
 	if (replace[0] != '\0' && moat_sandbox_id_set(&old, replace) &&
-	    snapshot_node(snap, &snap_node) &&
+	    moat_snapshot_node(snap, &snap_node) &&
 	    moat_forward_locate(t->fw, &old, deadline, &old_node, &msg) ==
 	    MOAT_OK && strcmp(old_node.s, snap_node.s) != 0)
 		in_place = "";
@@ -969,22 +1019,8 @@ moat_travel_snapshot_sandbox(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply)
 {
 	struct moat_travel t = parts(call);
-	const Moat__V1__SnapshotSandboxRequest *req =
-	    (const Moat__V1__SnapshotSandboxRequest *)request;
-	Moat__V1__LocalSnapshot *snap;
-	int rv;
 
 	(void)reply;
-	if ((rv = moat_forward_call(t.fw, call, req->sandbox_id, call->payload,
-	    call->payload_len)) != MOAT_OK)
-		return rv;
-	snap = moat__v1__local_snapshot__unpack(NULL, call->raw_reply_len,
-	    call->raw_reply);
-	if (snap != NULL) {
-		moat_record_snapshot_taken(t.rec, t.tenant,
-		    req->sandbox_id, snap->snapshot_id, call->request_id,
-		    call->deadline_ms);
-		moat__v1__local_snapshot__free_unpacked(snap, NULL);
-	}
-	return MOAT_OK;
+	return moat_record_snapshot_call(t.rec, call,
+	    (const Moat__V1__SnapshotSandboxRequest *)request, t.tenant);
 }

@@ -3,8 +3,10 @@
  * long-lived interpreter, like a notebook's kernel: variables, imports
  * and functions stay for the next run), printed like a REPL: the code's
  * stdout and stderr, then the value of its last expression, or the
- * traceback when it raised. `--close NAME` ends a context. Exits 0, 1
- * when the code raised (or timed out), 64 + status when the call failed.
+ * traceback when it raised. On a recorded sandbox each run is a step;
+ * `--keep` pins it (retention keeps its snapshot). `--close NAME` ends a
+ * context. Exits 0, 1 when the code raised (or timed out), 64 + status
+ * when the call failed.
  * Not for: one-shot programs (cmd_run.c).
  */
 #include <errno.h>
@@ -21,7 +23,8 @@
 #define EXIT_RAISED 1
 
 static const char *code_usage = "code SANDBOX [-c CODE | FILE | -] "
-    "[-l python|node] [--context NAME] [--timeout S] | code SANDBOX --close NAME";
+    "[-l python|node] [--context NAME] [--timeout S] [--keep] | "
+    "code SANDBOX --close NAME";
 
 static void
 code_write(FILE *f, const ProtobufCBinaryData *b)
@@ -67,6 +70,7 @@ cmd_code(struct cli *cli, int argc, char **argv)
 		{ "context", required_argument, NULL, 'x' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "close", required_argument, NULL, 'X' },
+		{ "keep", no_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -92,6 +96,9 @@ cmd_code(struct cli *cli, int argc, char **argv)
 		case 'X':
 			close_name = optarg;
 			break;
+		case 'k':
+			req.keep = true;
+			break;
 		case 't':
 			if (!cli_parse_seconds(optarg, &timeout_ms))
 				return cli_usage_error(code_usage, "--timeout "
@@ -115,9 +122,9 @@ cmd_code(struct cli *cli, int argc, char **argv)
 		    "\"%s\" too", argv[optind]);
 
 	if (close_name != NULL) {
-		if (inline_code != NULL || file != NULL)
+		if (inline_code != NULL || file != NULL || req.keep)
 			return cli_usage_error(code_usage, "--close takes no "
-			    "code");
+			    "code (nor --keep)");
 		if ((rv = moat_client_close_context(cli_client(cli),
 		    sandbox_id, close_name, &errmsg)) != MOAT_OK)
 			return cli_fail(cli, rv, errmsg, "closing context "

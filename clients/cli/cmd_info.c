@@ -1,7 +1,8 @@
 /*
  * cmd_info.c: `moat info`: what an operator checks first: which services
  * answer (and their versions), which nodes the gateway knows, with the
- * accelerator each uses, its capacity and the images built there.
+ * accelerator each uses, its capacity, its snapshot RAM budget and the
+ * images built there.
  * Not for: per-sandbox detail (`moat sandbox get`).
  */
 #include <stdio.h>
@@ -22,6 +23,27 @@ print_duration(uint64_t ms)
 	else
 		printf("%lluh%02llum", (unsigned long long)(s / 3600),
 		    (unsigned long long)(s / 60 % 60));
+}
+
+#define MIB(b) ((double)(b) / (1024.0 * 1024.0))
+
+/* print_snapshot_ram: the node's snapshot RAM budget and its RAM dir
+ * (issue 11); nothing from a vmd that does not report them. */
+static void
+print_snapshot_ram(const Moat__V1__Node *n)
+{
+	if (n->snapshot_ram_budget_bytes != 0 ||
+	    n->snapshot_ram_used_bytes != 0)
+		printf("    snapshot RAM %.1f/%.1f MiB used, %u in RAM, %u on "
+		    "disk, %llu evictions\n", MIB(n->snapshot_ram_used_bytes),
+		    MIB(n->snapshot_ram_budget_bytes), n->snapshots_in_ram,
+		    n->snapshots_on_disk,
+		    (unsigned long long)n->snapshot_evictions);
+	if (n->ram_dir_capacity_bytes != 0)
+		printf("    RAM dir %s: %.1f MiB, %.1f MiB reserved\n",
+		    n->ram_dir[0] ? n->ram_dir : "-",
+		    MIB(n->ram_dir_capacity_bytes),
+		    MIB(n->ram_dir_reserved_bytes));
 }
 
 int
@@ -74,6 +96,7 @@ cmd_info(struct cli *cli, int argc, char **argv)
 		    (unsigned long long)n->memory_mib_used,
 		    (unsigned long long)n->memory_mib_total, n->vcpus_total,
 		    n->max_vcpus, n->max_memory_mib);
+		print_snapshot_ram(n);
 		printf("    images:");
 		if (n->n_images == 0)
 			printf(" none reported");

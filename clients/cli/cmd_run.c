@@ -485,12 +485,13 @@ int
 cmd_exec(struct cli *cli, int argc, char **argv)
 {
 	static const char *usage_line = "exec ID [--timeout S] [--cwd DIR] "
-	    "[-e K=V]... [-i] -- CMD [ARG...]";
+	    "[-e K=V]... [-i] [--keep] -- CMD [ARG...]";
 	static const struct option opts[] = {
 		{ "timeout", required_argument, NULL, 't' },
 		{ "cwd", required_argument, NULL, 'w' },
 		{ "env", required_argument, NULL, 'e' },
 		{ "stdin", no_argument, NULL, 'i' },
+		{ "keep", no_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -531,6 +532,9 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		case 'i':
 			with_stdin = true;
 			break;
+		case 'k':
+			exec.keep = true;
+			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
 			break;
@@ -538,6 +542,11 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 			free(env);
 			return cli_usage_error(usage_line, "bad option");
 		}
+	}
+	if (exec.keep && with_stdin) {
+		free(env);
+		return cli_usage_error(usage_line, "--keep pins the recorded "
+		    "step an exec becomes, and -i runs unrecorded: give one");
 	}
 	if (argc - optind < 2) {
 		free(env);
@@ -560,6 +569,9 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		free(env);
 		return rv;
 	}
+	if (exec.keep)
+		fprintf(stderr, "moat: warning: sandbox %s is not recorded: "
+		    "--keep has no step to pin\n", sandbox_id);
 	cli_catch_signals();
 	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
 	    &errmsg)) != MOAT_OK) {

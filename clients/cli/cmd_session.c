@@ -1,10 +1,12 @@
 /*
- * cmd_session.c: `moat session ls|show|export|rm` and `moat history`: the
- * recordings of sandboxes created with `moat sandbox create --record`.
+ * cmd_session.c: `moat session ls|show|export|rm|keep` and `moat
+ * history`: the recordings of sandboxes created with `moat sandbox create
+ * --record`.
  * A session is one recorded run; each one-shot exec on the sandbox is a
  * step with its input, exit code, outputs and the files it created,
  * modified or deleted. `history SANDBOX` shows the steps of the
- * sandbox's latest session.
+ * sandbox's latest session, marking pinned steps and those whose snapshot
+ * retention removed; `session keep` pins a step.
  * Not for: creating recorded sandboxes (cmd_sandbox.c) or running the
  * steps (cmd_run.c).
  */
@@ -17,7 +19,8 @@
 #include "moat/util.h"
 
 static const char *const usage_all = "session ls [--sandbox ID] | show ID | "
-    "export ID | rm ID...";
+    "export ID | rm ID... | keep SESSION STEP [--off]";
+static const char *const usage_keep = "session keep SESSION STEP [--off]";
 
 static const char *
 policy_name(Moat__V1__SnapshotPolicy p)
@@ -71,10 +74,14 @@ print_step(const Moat__V1__Step *st)
 	int first_line = (int)strcspn(in, "\n");
 	bool more = in[first_line] != '\0';
 
-	printf("%-5llu %-10s %5d  %.*s%s%s\n", (unsigned long long)st->index,
+	printf("%-5llu %-10s %5d  %.*s%s%s%s", (unsigned long long)st->index,
 	    kind_name(st->kind), st->exit_code, first_line > 100 ? 100 :
 	    first_line, in, more || first_line > 100 ? " ..." : "",
-	    st->snapshot_id[0] ? "  [snapshot]" : "");
+	    st->snapshot_id[0] ? "  [snapshot]" : "",
+	    st->keep ? "  [pinned]" : "");
+	if (st->snapshot_removed != NULL && st->snapshot_removed[0] != '\0')
+		printf("  [snapshot %s]", st->snapshot_removed);
+	putchar('\n');
 	for (size_t i = 0; i < st->n_fs_trace; i++) {
 		const Moat__V1__FsTraceEntry *e = st->fs_trace[i];
 
@@ -177,6 +184,19 @@ session_ls(struct cli *cli, const char *sandbox_id)
 	return 0;
 }
 
+/* print_step0: the snapshot of the state before step 1 (the session's
+ * labels hold it), or why it is gone. */
+static void
+print_step0(const Moat__V1__SessionInfo *s)
+{
+	/* "snapshot snap-..." or "snapshot removed by retention ..." */
+	for (size_t i = 0; i < s->n_labels; i++)
+		if (strcmp(s->labels[i]->key, "moat.step0_snapshot") == 0 ||
+		    strcmp(s->labels[i]->key, "moat.step0_removed") == 0)
+			printf("step 0:      snapshot %s\n",
+			    s->labels[i]->value);
+}
+
 static int
 session_show(struct cli *cli, const char *id)
 {
@@ -197,6 +217,7 @@ session_show(struct cli *cli, const char *id)
 			printf("forked from: %s step %llu\n",
 			    s->parent_session_id,
 			    (unsigned long long)s->parent_step);
+		print_step0(s);
 		printf("steps:       %llu\n\n",
 		    (unsigned long long)s->step_count);
 	}
@@ -219,6 +240,63 @@ session_export(struct cli *cli, const char *id)
 		putchar('\n');
 	moat_client_free_msg(ex);
 	return 0;
+}
+
+/* print_deleted: the session's id on stdout (for scripts), what deleting
+ * it freed on stderr. */
+static void
+print_deleted(const char *id, const Moat__V1__DeleteSessionReply *r)
+{
+	size_t left = r->n_unreferenced_snapshots > r->snapshots_deleted ?
+	    r->n_unreferenced_snapshots - r->snapshots_deleted : 0;
+
+	printf("%s\n", id);
+	fprintf(stderr, "deleted session %s: %llu steps, %u snapshots, "
+	    "%.1f MiB freed", id, (unsigned long long)r->steps_deleted,
+	    r->snapshots_deleted,
+	    (double)r->snapshot_bytes_freed / (1024.0 * 1024.0));
+	if (left > 0)
+		fprintf(stderr, "; %zu of its snapshots could not be deleted "
+		    "now (see the gateway log): `moat snapshot gc` removes "
+		    "them later", left);
+	fputc('\n', stderr);
+}
+
+/* session_keep: `session keep SESSION STEP [--off]`: pins the step, so
+ * snapshot retention keeps its snapshot, or unpins it. */
+static int
+session_keep(struct cli *cli, int argc, char **argv)
+{
+	Moat__V1__Step *st = NULL;
+	unsigned long long index;
+	bool keep = true;
+	char *end, *errmsg = NULL;
+	int rv;
+
+	if (argc == 3 && strcmp(argv[2], "--off") == 0) {
+		keep = false;
+		argc--;
+	}
+	if (argc != 2)
+		return cli_usage_error(usage_keep, "give a session id and a "
+		    "step number");
+	index = strtoull(argv[1], &end, 10);
+	if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' ||
+	    index == 0)
+		return cli_usage_error(usage_keep, "STEP is a step number from "
+		    "1, not \"%s\"", argv[1]);
+	if ((rv = moat_client_set_step_keep(cli_client(cli), argv[0], index,
+	    keep, &st, &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg, "%s step %llu of session %s",
+		    keep ? "pinning" : "unpinning", index, argv[0]);
+	if (cli->json)
+		rv = cli_print_json(cli, st);
+	else
+		fprintf(stderr, "step %llu of session %s is %s\n", index,
+		    argv[0], keep ? "pinned: retention keeps its snapshot" :
+		    "no longer pinned");
+	moat_client_free_msg(st);
+	return rv;
 }
 
 static int
@@ -245,7 +323,7 @@ session_rm(struct cli *cli, int argc, char **argv)
 		if (cli->json)
 			(void)cli_print_json(cli, r);
 		else
-			printf("%s\n", argv[i]);
+			print_deleted(argv[i], r);
 		moat_client_free_msg(r);
 	}
 	return first_failure;
@@ -301,6 +379,8 @@ cmd_session(struct cli *cli, int argc, char **argv)
 	}
 	if (strcmp(sub, "rm") == 0 || strcmp(sub, "delete") == 0)
 		return session_rm(cli, argc - 2, argv + 2);
+	if (strcmp(sub, "keep") == 0 || strcmp(sub, "pin") == 0)
+		return session_keep(cli, argc - 2, argv + 2);
 	return cli_usage_error(usage_all, "unknown session command \"%s\"",
 	    sub);
 }

@@ -1,6 +1,6 @@
 /*
  * cmd_travel.c: `moat restore`, `moat fork`, `moat replay` and `moat
- * snapshot create|ls|rm`: going back to a recorded step from its
+ * snapshot create|ls|rm|gc`: going back to a recorded step from its
  * snapshot (in place or as a new sandbox), branching several sandboxes
  * from one step, re-running a session's inputs to see whether they come
  * out the same, and the snapshots themselves. Data goes to stdout (ids,
@@ -22,7 +22,9 @@ static const char *const usage_restore =
 static const char *const usage_fork = "fork SESSION --step N [--count K]";
 static const char *const usage_replay = "replay SESSION [--until N] [--keep]";
 static const char *const usage_snapshot =
-    "snapshot create SANDBOX | ls | rm ID...";
+    "snapshot create SANDBOX | ls | rm ID... | gc [--dry-run] [--min-age S]";
+static const char *const usage_gc = "snapshot gc [--dry-run] [--min-age S] "
+    "[--json]";
 
 /* parse_step: a step index (0: the state before step 1). */
 static bool
@@ -293,11 +295,37 @@ cmd_replay(struct cli *cli, int argc, char **argv)
 	return rv;
 }
 
+#define MIB(b) ((double)(b) / (1024.0 * 1024.0))
+
+/* snapshot_where: "ram" or "disk" (evicted), "+snapd" when moat-snapd
+ * has a copy, into buf. */
+static const char *
+snapshot_where(const Moat__V1__LocalSnapshot *s, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s%s", s->template_ ? "template" :
+	    s->location[0] != '\0' ? s->location : "ram",
+	    s->remote_stored ? "+snapd" : "");
+	return buf;
+}
+
+/* snapshot_bytes: its size on the node: the RAM copy (what it holds in
+ * the RAM dir, or its RAM bytes once evicted to disk) and the disk
+ * copy. */
+static uint64_t
+snapshot_bytes(const Moat__V1__LocalSnapshot *s)
+{
+	uint64_t ram = s->location[0] == '\0' ||
+	    strcmp(s->location, "disk") == 0 ? s->ram_bytes :
+	    s->ram_resident_bytes;
+
+	return ram + s->disk_bytes;
+}
+
 static int
 snapshot_ls(struct cli *cli)
 {
 	Moat__V1__LocalSnapshotList *list = NULL;
-	char *errmsg = NULL, age[32];
+	char *errmsg = NULL, age[32], where[32], step[24];
 	int rv;
 
 	if ((rv = moat_client_list_snapshots(cli_client(cli), &list,
@@ -308,18 +336,74 @@ snapshot_ls(struct cli *cli)
 		moat_client_free_msg(list);
 		return rv;
 	}
-	printf("%-36s %-24s %9s %8s %s\n", "ID", "SANDBOX", "RAM_MIB",
-	    "PAUSE_MS", "AGE");
+	printf("%-36s %-14s %9s %-24s %-22s %5s %s\n", "ID", "WHERE",
+	    "SIZE_MIB", "SANDBOX", "SESSION", "STEP", "AGE");
 	for (size_t i = 0; i < list->n_snapshots; i++) {
 		const Moat__V1__LocalSnapshot *s = list->snapshots[i];
 
-		printf("%-36s %-24s %9.1f %8llu %s\n", s->snapshot_id,
-		    s->sandbox_id, (double)s->ram_bytes / (1024.0 * 1024.0),
-		    (unsigned long long)s->pause_ms,
+		snprintf(step, sizeof(step), "%llu",
+		    (unsigned long long)s->step);
+		printf("%-36s %-14s %9.1f %-24s %-22s %5s %s\n", s->snapshot_id,
+		    snapshot_where(s, where, sizeof(where)),
+		    MIB(snapshot_bytes(s)), s->sandbox_id[0] ? s->sandbox_id :
+		    "-", s->session_id[0] ? s->session_id : "-",
+		    s->session_id[0] ? step : "-",
 		    cli_format_age(s->created_unix_ms, age, sizeof(age)));
 	}
 	moat_client_free_msg(list);
 	return 0;
+}
+
+/* snapshot_gc: `snapshot gc`: one line per snapshot removed (or, dry
+ * run, that would be), then the total; the nodes or snapd that failed
+ * on stderr (exit 64 + UNAVAILABLE). */
+static int
+snapshot_gc(struct cli *cli, int argc, char **argv)
+{
+	Moat__V1__GcSnapshotsReply *r = NULL;
+	uint32_t min_age = 0;
+	bool dry_run = false;
+	char *errmsg = NULL;
+	int rv;
+
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--dry-run") == 0 ||
+		    strcmp(argv[i], "-n") == 0)
+			dry_run = true;
+		else if (strcmp(argv[i], "--min-age") != 0)
+			return cli_usage_error(usage_gc, "\"%s\": gc takes "
+			    "--dry-run and --min-age SECONDS", argv[i]);
+		else if (++i >= argc || !cli_parse_u32(argv[i], 0, UINT32_MAX,
+		    &min_age))
+			return cli_usage_error(usage_gc, "--min-age wants "
+			    "seconds%s%s%s", i < argc ? ", not \"" : "",
+			    i < argc ? argv[i] : "", i < argc ? "\"" : "");
+		else if (min_age == 0)
+			min_age = 1;   /* 0 on the wire is the default, 60 s */
+	}
+	if ((rv = moat_client_gc_snapshots(cli_client(cli), dry_run, min_age,
+	    &r, &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg, "collecting snapshot garbage");
+	if (cli->json) {
+		rv = cli_print_json(cli, r);
+	} else {
+		for (size_t i = 0; i < r->n_removed; i++)
+			printf("%s %s  %s  %.1f MiB%s%s\n", dry_run ?
+			    "would remove" : "removed",
+			    r->removed[i]->snapshot_id, r->removed[i]->where,
+			    MIB(r->removed[i]->bytes),
+			    r->removed[i]->sandbox_id[0] ? "  of sandbox " : "",
+			    r->removed[i]->sandbox_id);
+		printf("%s %.1f MiB in %zu snapshots; %u kept (a step still "
+		    "names them)\n", dry_run ? "would free" : "freed",
+		    MIB(r->bytes_freed), r->n_removed, r->kept);
+	}
+	for (size_t i = 0; i < r->n_errors; i++)
+		fprintf(stderr, "moat: snapshot gc: %s\n", r->errors[i]);
+	if (rv == 0 && r->n_errors > 0)
+		rv = moat_status_exit_code(MOAT_UNAVAILABLE);
+	moat_client_free_msg(r);
+	return rv;
 }
 
 int
@@ -350,6 +434,8 @@ cmd_snapshot(struct cli *cli, int argc, char **argv)
 			    "arguments");
 		return snapshot_ls(cli);
 	}
+	if (strcmp(sub, "gc") == 0)
+		return snapshot_gc(cli, argc - 2, argv + 2);
 	if (strcmp(sub, "create") == 0) {
 		if (argc != 3)
 			return cli_usage_error(usage_snapshot, "give one "

@@ -722,7 +722,22 @@ moat_client_delete_session(struct moat_client *c, const char *session_id,
 
 	req.session_id = (char *)session_id;
 	return gw_call(c, "DeleteSession", &req.base,
-	    &moat__v1__delete_session_reply__descriptor, out, 0, errmsg);
+	    &moat__v1__delete_session_reply__descriptor, out,
+	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_CREATE_TIMEOUT_MS,
+	    errmsg);
+}
+
+int
+moat_client_set_step_keep(struct moat_client *c, const char *session_id,
+    uint64_t index, bool keep, Moat__V1__Step **out, char **errmsg)
+{
+	Moat__V1__SetStepKeepRequest req = MOAT__V1__SET_STEP_KEEP_REQUEST__INIT;
+
+	req.session_id = (char *)session_id;
+	req.index = index;
+	req.keep = keep;
+	return gw_call(c, "SetStepKeep", &req.base, &moat__v1__step__descriptor,
+	    out, 0, errmsg);
 }
 
 /* ---- snapshots and time travel (issue 3) ---- */
@@ -763,6 +778,20 @@ moat_client_delete_snapshot(struct moat_client *c, const char *snapshot_id,
 	    &moat__v1__empty__descriptor, &out, 0, errmsg);
 	moat_client_free_msg(out);
 	return rv;
+}
+
+int
+moat_client_gc_snapshots(struct moat_client *c, bool dry_run,
+    uint32_t min_age_s, Moat__V1__GcSnapshotsReply **out, char **errmsg)
+{
+	Moat__V1__GcSnapshotsRequest req = MOAT__V1__GC_SNAPSHOTS_REQUEST__INIT;
+
+	req.dry_run = dry_run;
+	req.min_age_s = min_age_s;
+	return gw_call(c, "GcSnapshots", &req.base,
+	    &moat__v1__gc_snapshots_reply__descriptor, out,
+	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_CREATE_TIMEOUT_MS,
+	    errmsg);
 }
 
 int

@@ -207,9 +207,18 @@ int moat_client_compare(struct moat_client *c, char *const *session_ids,
 int moat_client_export_session(struct moat_client *c, const char *session_id,
     bool as_json, Moat__V1__ExportSessionReply **out, char **errmsg)
     __attribute__((warn_unused_result));
-/* moat_client_delete_session: *out optional (the count of steps gone). */
+/* moat_client_delete_session: deletes the session and the snapshots no
+ * other session names; *out optional (the steps gone, the snapshots
+ * deleted and the bytes they freed). Timeout as
+ * moat_client_restore_step. */
 int moat_client_delete_session(struct moat_client *c, const char *session_id,
     Moat__V1__DeleteSessionReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_set_step_keep: pins step `index` (from 1) of a session so
+ * snapshot retention keeps its snapshot (keep false: unpins it); *out
+ * optional (the step, without outputs). */
+int moat_client_set_step_keep(struct moat_client *c, const char *session_id,
+    uint64_t index, bool keep, Moat__V1__Step **out, char **errmsg)
     __attribute__((warn_unused_result));
 
 /* ---- snapshots and time travel (issue 3) ---- */
@@ -226,6 +235,12 @@ int moat_client_list_snapshots(struct moat_client *c,
     __attribute__((warn_unused_result));
 int moat_client_delete_snapshot(struct moat_client *c,
     const char *snapshot_id, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_gc_snapshots: removes the tenant's snapshots nothing names
+ * (dry_run: only lists them), sparing those younger than min_age_s (0:
+ * 60 s). Timeout as moat_client_restore_step. */
+int moat_client_gc_snapshots(struct moat_client *c, bool dry_run,
+    uint32_t min_age_s, Moat__V1__GcSnapshotsReply **out, char **errmsg)
     __attribute__((warn_unused_result));
 /* moat_client_restore_step: brings a sandbox back to the state after
  * req->step of req->session_id from that step's snapshot; FAILED_

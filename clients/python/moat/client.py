@@ -165,6 +165,25 @@ class Client:
         """info: ClusterInfo (version, nodes, services) as a dict."""
         return self.call("Info", {})
 
+    def list_snapshots(self):
+        """list_snapshots: this tenant's snapshots on every node, as
+        Snapshot objects (where each lives, its session and step)."""
+        from .sandbox import Snapshot
+        reply = self.call("ListLocalSnapshots", {})
+        return [Snapshot._from_json(s) for s in reply.get("snapshots", [])]
+
+    def gc_snapshots(self, dry_run: bool = False,
+                     min_age: Optional[int] = None):
+        """gc_snapshots: removes this tenant's snapshots that no step
+        names and whose sandbox is gone, on every node and in moat-snapd
+        (dry_run: only lists them); those younger than `min_age` seconds
+        (None: 60) are spared. Returns a GcResult."""
+        from .sandbox import GcResult
+        body: Dict[str, Any] = {"dryRun": bool(dry_run)}
+        if min_age is not None:
+            body["minAgeS"] = int(min_age)
+        return GcResult._from_json(self.call("GcSnapshots", body))
+
     def list_sandboxes(self):
         """list_sandboxes: this tenant's sandboxes as Sandbox objects
         (connected, not created)."""

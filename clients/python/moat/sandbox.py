@@ -1,7 +1,7 @@
 """Sandboxes of the moat SDK: a Sandbox object per microVM, with code
 runs in persistent contexts (RunCode), commands (Exec), files, snapshots
 and time travel through its recorded session (RestoreStep, Fork,
-ListSteps), and the result types those return. Every call is one Gateway
+ListSteps, SetStepKeep), and the result types those return. Every call is one Gateway
 method through Client.call. Not for: the transport or error mapping
 (client.py, errors.py)."""
 
@@ -172,7 +172,11 @@ class FileInfo:
 
 @dataclass
 class Snapshot:
-    """A snapshot of a running sandbox, held by its node."""
+    """A snapshot of a running sandbox, held by its node. `location` is
+    "ram" (its RAM copy in the node's RAM dir) or "disk" (evicted to the
+    on-disk store, `evicted_to`; a restore rebuilds the RAM copy first);
+    `session_id` and `step` say which recorded step it is of (step 0: the
+    state before the first)."""
     id: str
     sandbox_id: str
     pause_ms: int
@@ -180,6 +184,13 @@ class Snapshot:
     disk_bytes: int
     created_unix_ms: int
     remote_stored: bool
+    location: str = ""
+    evicted_to: str = ""
+    ram_resident_bytes: int = 0
+    last_used_unix_ms: int = 0
+    session_id: str = ""
+    step: int = 0
+    template: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -190,7 +201,39 @@ class Snapshot:
                    ram_bytes=to_int(s.get("ramBytes")),
                    disk_bytes=to_int(s.get("diskBytes")),
                    created_unix_ms=to_int(s.get("createdUnixMs")),
-                   remote_stored=bool(s.get("remoteStored")), raw=dict(s))
+                   remote_stored=bool(s.get("remoteStored")),
+                   location=s.get("location", ""),
+                   evicted_to=s.get("evictedTo", ""),
+                   ram_resident_bytes=to_int(s.get("ramResidentBytes")),
+                   last_used_unix_ms=to_int(s.get("lastUsedUnixMs")),
+                   session_id=s.get("sessionId", ""),
+                   step=to_int(s.get("step")),
+                   template=bool(s.get("template")), raw=dict(s))
+
+
+@dataclass
+class GcResult:
+    """What GcSnapshots removed (or, dry_run, would remove): `removed`
+    holds one dict per snapshot (snapshot_id, where: "node NODE" or
+    "snapd", bytes, sandbox_id); `kept` counts the snapshots a step
+    still names; `errors` the nodes or snapd that failed."""
+    dry_run: bool
+    removed: List[Dict[str, Any]]
+    bytes_freed: int
+    kept: int
+    errors: List[str]
+
+    @classmethod
+    def _from_json(cls, r: Mapping[str, Any]) -> "GcResult":
+        removed = [{"snapshot_id": g.get("snapshotId", ""),
+                    "where": g.get("where", ""),
+                    "bytes": to_int(g.get("bytes")),
+                    "sandbox_id": g.get("sandboxId", "")}
+                   for g in r.get("removed", [])]
+        return cls(dry_run=bool(r.get("dryRun")), removed=removed,
+                   bytes_freed=to_int(r.get("bytesFreed")),
+                   kept=to_int(r.get("kept")),
+                   errors=list(r.get("errors", [])))
 
 
 _STEP_KINDS = {"STEP_KIND_EXEC": "exec", "STEP_KIND_CODE": "code",
@@ -201,7 +244,9 @@ _STEP_KINDS = {"STEP_KIND_EXEC": "exec", "STEP_KIND_CODE": "code",
 class Step:
     """One recorded step of a session: `kind` is "exec", "code" or
     "file_write"; `snapshot_id` is "" when no snapshot follows it (then
-    it cannot be restored or forked from)."""
+    it cannot be restored or forked from), and `snapshot_removed` says
+    why when it had one (e.g. retention removed it); `keep`: pinned, so
+    retention keeps its snapshot."""
     session_id: str
     index: int
     kind: str
@@ -216,6 +261,8 @@ class Step:
     started_ms: int = 0
     ended_ms: int = 0
     safety: str = ""
+    keep: bool = False
+    snapshot_removed: str = ""
 
     @classmethod
     def _from_json(cls, s: Mapping[str, Any]) -> "Step":
@@ -231,7 +278,8 @@ class Step:
                    snapshot_id=s.get("snapshotId", ""),
                    started_ms=to_int(s.get("startedMs")),
                    ended_ms=to_int(s.get("endedMs")),
-                   safety=s.get("safety", ""))
+                   safety=s.get("safety", ""), keep=bool(s.get("keep")),
+                   snapshot_removed=s.get("snapshotRemoved", ""))
 
 
 @dataclass
@@ -274,11 +322,14 @@ class Commands:
     def run(self, cmd: Union[str, Sequence[str]], cwd: Optional[str] = None,
             env: Optional[Mapping[str, str]] = None,
             timeout: Optional[float] = None,
-            stdin: Union[bytes, str, None] = None) -> CommandResult:
+            stdin: Union[bytes, str, None] = None,
+            keep: bool = False) -> CommandResult:
         """run: runs `cmd` to the end. A string runs under /bin/sh, a list
         is the argv itself. `timeout` is seconds (None: the node's
         default); a command that runs past it is killed and comes back
-        with timed_out set. A non-zero exit is a result, not an error."""
+        with timed_out set. A non-zero exit is a result, not an error.
+        keep: pin the recorded step it becomes (snapshot retention then
+        keeps its snapshot)."""
         body: Dict[str, Any] = {"sandboxId": self._sb.id}
         if isinstance(cmd, str):
             body["shell"] = cmd
@@ -297,6 +348,8 @@ class Commands:
         ms = _seconds_to_ms(timeout)
         if ms:
             body["timeoutMs"] = ms
+        if keep:
+            body["keep"] = True
         reply = self._sb._client.call("Exec", body, timeout=timeout)
         return CommandResult._from_reply(reply)
 
@@ -476,16 +529,21 @@ class Sandbox:
 
     def run_code(self, code: str, language: str = "python",
                  context: str = "default",
-                 timeout: Optional[float] = None) -> Execution:
+                 timeout: Optional[float] = None,
+                 keep: bool = False) -> Execution:
         """run_code: runs `code` in the named persistent context (like a
         notebook cell: variables, imports and functions stay for the next
         run). An exception in the code is the result's `error`, not a
-        raise; a timeout interrupts the cell and keeps the context."""
+        raise; a timeout interrupts the cell and keeps the context.
+        keep: pin the recorded step it becomes (retention keeps its
+        snapshot)."""
         body: Dict[str, Any] = {"sandboxId": self.id, "code": code,
                                 "language": language, "context": context}
         ms = _seconds_to_ms(timeout)
         if ms:
             body["timeoutMs"] = ms
+        if keep:
+            body["keep"] = True
         return Execution._from_reply(self._client.call("RunCode", body,
                                                        timeout=timeout))
 
@@ -528,6 +586,16 @@ class Sandbox:
             token = reply.get("nextPageToken", "")
             if not token:
                 return steps
+
+    def keep_step(self, step: int, keep: bool = True,
+                  session_id: Optional[str] = None) -> Step:
+        """keep_step: pins recorded step `step` (from 1) of this
+        sandbox's session (or of `session_id`) so snapshot retention
+        keeps its snapshot; keep=False unpins it. Returns the step
+        (without outputs)."""
+        sid = session_id or self._need_session("keep_step")
+        return Step._from_json(self._client.call("SetStepKeep", {
+            "sessionId": sid, "index": str(int(step)), "keep": bool(keep)}))
 
     def restore(self, step: int,
                 session_id: Optional[str] = None) -> Restored:

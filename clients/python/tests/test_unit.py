@@ -366,6 +366,69 @@ class SandboxTest(FakeTest):
                                             "includeOutputs": True})
         self.assertEqual(calls[1]["body"]["pageToken"], "p2")
 
+    def test_keep_pins_the_step(self):
+        self.gw.on("Exec", (200, {"status": {"exited": True},
+                                  "stepIndex": 3}))
+        self.gw.on("RunCode", (200, {"result": {}, "stepIndex": 4}))
+        sb = self.sandbox()
+        sb.commands.run("make", keep=True)
+        sb.commands.run("make test")
+        sb.run_code("x = 1", keep=True)
+        calls = self.gw.calls("Exec")
+        self.assertIs(calls[0]["body"]["keep"], True)
+        self.assertNotIn("keep", calls[1]["body"])
+        self.assertIs(self.gw.calls("RunCode")[0]["body"]["keep"], True)
+
+    def test_keep_step(self):
+        self.gw.on("SetStepKeep", (200, {"sessionId": "ses-1",
+                                         "index": "2", "keep": True}))
+        st = self.sandbox().keep_step(2)
+        self.assertTrue(st.keep)
+        self.assertEqual(st.index, 2)
+        self.assertEqual(self.gw.calls("SetStepKeep")[0]["body"], {
+            "sessionId": "ses-1", "index": "2", "keep": True})
+
+    def test_steps_and_snapshots_of_issue_11(self):
+        self.gw.on("ListSteps", (200, {"steps": [
+            {"index": "1", "keep": True, "snapshotId": "snap-a"},
+            {"index": "2",
+             "snapshotRemoved": "removed by retention (keep-last 3)"}]}))
+        steps = self.sandbox().history(outputs=False)
+        self.assertTrue(steps[0].keep)
+        self.assertEqual(steps[1].snapshot_removed,
+                         "removed by retention (keep-last 3)")
+        self.assertFalse(steps[1].keep)
+        self.gw.on("ListLocalSnapshots", (200, {"snapshots": [
+            {"snapshotId": "snap-n-1", "location": "disk",
+             "evictedTo": "snapd", "ramBytes": "3145728",
+             "ramResidentBytes": "0", "sessionId": "ses-1", "step": "2",
+             "lastUsedUnixMs": "1796227677861", "someFutureField": 1}]}))
+        snaps = self.client.list_snapshots()
+        self.assertEqual(snaps[0].location, "disk")
+        self.assertEqual(snaps[0].evicted_to, "snapd")
+        self.assertEqual(snaps[0].session_id, "ses-1")
+        self.assertEqual(snaps[0].step, 2)
+        self.assertEqual(snaps[0].last_used_unix_ms, 1796227677861)
+
+    def test_gc_snapshots(self):
+        self.gw.on("GcSnapshots", (200, {
+            "dryRun": True, "bytesFreed": "3145728", "kept": 4,
+            "removed": [{"snapshotId": "snap-n-1", "where": "node n",
+                         "bytes": "2097152", "sandboxId": "sb-9"}],
+            "errors": ["moat-snapd did not answer"]}))
+        r = self.client.gc_snapshots(dry_run=True, min_age=120)
+        self.assertEqual(self.gw.calls("GcSnapshots")[0]["body"],
+                         {"dryRun": True, "minAgeS": 120})
+        self.assertTrue(r.dry_run)
+        self.assertEqual(r.bytes_freed, 3145728)
+        self.assertEqual(r.kept, 4)
+        self.assertEqual(r.removed[0]["bytes"], 2097152)
+        self.assertEqual(r.removed[0]["where"], "node n")
+        self.assertEqual(r.errors, ["moat-snapd did not answer"])
+        self.client.gc_snapshots()
+        self.assertEqual(self.gw.calls("GcSnapshots")[1]["body"],
+                         {"dryRun": False})
+
     def test_history_of_unrecorded_sandbox(self):
         self.gw.on("CreateSandbox", (200, {"id": "sb-2"}))
         self.gw.on("GetSandbox", (200, {"id": "sb-2"}))

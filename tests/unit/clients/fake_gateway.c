@@ -16,6 +16,9 @@
 #include "gateway.pb-c.h"
 #include "moat/util.h"
 
+static Moat__V1__ExecStatus *status_new(void);
+static void set_bytes(ProtobufCBinaryData *b, const char *s);
+
 static int
 h_create(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -36,14 +39,168 @@ h_create(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* GetSandbox: only "sb-rec" exists, recorded as session ses-rec. */
 static int
 h_get(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	const Moat__V1__SandboxRef *ref = (const void *)request;
+	Moat__V1__Sandbox *sb = (Moat__V1__Sandbox *)reply;
 
-	return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %s does not "
-	    "exist: `moat sandbox ls` lists the sandboxes", ref->sandbox_id);
+	if (strcmp(ref->sandbox_id, "sb-rec") != 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %s does "
+		    "not exist: `moat sandbox ls` lists the sandboxes",
+		    ref->sandbox_id);
+	sb->id = strdup("sb-rec");
+	sb->session_id = strdup("ses-rec");
+	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
+	return MOAT_OK;
+}
+
+/* Exec (a recorded sandbox's): prints "rec\n", exits 0, is step 1. */
+static int
+h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__ExecRequest *req = (const void *)request;
+	Moat__V1__ExecResult *r = (Moat__V1__ExecResult *)reply;
+
+	pthread_mutex_lock(&fg->lock);
+	fg->execs++;
+	fg->exec_keep = req->keep;
+	pthread_mutex_unlock(&fg->lock);
+	r->status = status_new();
+	set_bytes(&r->stdout, "rec\n");
+	r->step_index = 1;
+	r->session_id = strdup("ses-rec");
+	return MOAT_OK;
+}
+
+/* RunCode: "42", remembering keep. */
+static int
+h_run_code(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__RunCodeRequest *req = (const void *)request;
+	Moat__V1__RunCodeResult *r = (Moat__V1__RunCodeResult *)reply;
+
+	pthread_mutex_lock(&fg->lock);
+	fg->code_keep = req->keep;
+	pthread_mutex_unlock(&fg->lock);
+	r->result = malloc(sizeof(*r->result));
+	moat__v1__code_result__init(r->result);
+	r->result->has_result = true;
+	r->result->result = strdup("42");
+	return MOAT_OK;
+}
+
+/* SetStepKeep: remembered; session "ses-none" is NOT_FOUND. */
+static int
+h_set_step_keep(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__SetStepKeepRequest *req = (const void *)request;
+	Moat__V1__Step *st = (Moat__V1__Step *)reply;
+
+	if (strcmp(req->session_id, "ses-none") == 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND, "session %s does "
+		    "not exist", req->session_id);
+	pthread_mutex_lock(&fg->lock);
+	snprintf(fg->keep_session, sizeof(fg->keep_session), "%s",
+	    req->session_id);
+	fg->keep_index = req->index;
+	fg->keep_keep = req->keep;
+	pthread_mutex_unlock(&fg->lock);
+	st->session_id = strdup(req->session_id);
+	st->index = req->index;
+	st->keep = req->keep;
+	return MOAT_OK;
+}
+
+static Moat__V1__GcSnapshot *
+gc_snapshot_new(const char *id, const char *where, uint64_t bytes)
+{
+	Moat__V1__GcSnapshot *g = malloc(sizeof(*g));
+
+	moat__v1__gc_snapshot__init(g);
+	g->snapshot_id = strdup(id);
+	g->where = strdup(where);
+	g->bytes = bytes;
+	g->sandbox_id = strdup("sb-gone");
+	return g;
+}
+
+/* GcSnapshots: two snapshots (3 MiB), one kept, one node that failed. */
+static int
+h_gc(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__GcSnapshotsRequest *req = (const void *)request;
+	Moat__V1__GcSnapshotsReply *r = (Moat__V1__GcSnapshotsReply *)reply;
+
+	pthread_mutex_lock(&fg->lock);
+	fg->gc_calls++;
+	fg->gc_dry_run = req->dry_run;
+	fg->gc_min_age = req->min_age_s;
+	pthread_mutex_unlock(&fg->lock);
+	r->dry_run = req->dry_run;
+	r->removed = calloc(2, sizeof(*r->removed));
+	r->removed[r->n_removed++] = gc_snapshot_new(
+	    "snap-node-x-00000000000000aa", "node node-x", 2u << 20);
+	r->removed[r->n_removed++] = gc_snapshot_new(
+	    "snap-0123456789abcdef0123456789abcdef", "snapd", 1u << 20);
+	r->bytes_freed = 3u << 20;
+	r->kept = 4;
+	r->errors = calloc(1, sizeof(*r->errors));
+	r->errors[r->n_errors++] = strdup("node node-y: fake: down");
+	return MOAT_OK;
+}
+
+/* ListLocalSnapshots: one evicted snapshot of step 2 of ses-rec, with a
+ * copy in snapd. */
+static int
+h_list_snapshots(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	Moat__V1__LocalSnapshotList *r = (Moat__V1__LocalSnapshotList *)reply;
+	Moat__V1__LocalSnapshot *s = malloc(sizeof(*s));
+
+	moat__v1__local_snapshot__init(s);
+	s->snapshot_id = strdup("snap-node-x-00000000000000bb");
+	s->sandbox_id = strdup("sb-rec");
+	s->session_id = strdup("ses-rec");
+	s->step = 2;
+	s->location = strdup("disk");
+	s->evicted_to = strdup("snapd");
+	s->remote_stored = true;
+	s->ram_bytes = 3u << 20;
+	s->disk_bytes = 1u << 20;
+	r->snapshots = calloc(1, sizeof(*r->snapshots));
+	r->snapshots[r->n_snapshots++] = s;
+	return MOAT_OK;
+}
+
+/* DeleteSession: 3 steps, 2 of 3 unreferenced snapshots deleted (5 MiB
+ * freed). */
+static int
+h_delete_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	Moat__V1__DeleteSessionReply *r = (Moat__V1__DeleteSessionReply *)reply;
+
+	r->steps_deleted = 3;
+	r->unreferenced_snapshots = calloc(3,
+	    sizeof(*r->unreferenced_snapshots));
+	for (int i = 0; i < 3; i++)
+		r->unreferenced_snapshots[r->n_unreferenced_snapshots++] =
+		    moat_asprintf("snap-node-x-%016x", i);
+	r->snapshots_deleted = 2;
+	r->snapshot_bytes_freed = 5u << 20;
+	return MOAT_OK;
 }
 
 static int
@@ -278,6 +435,14 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	r->nodes[0]->version = strdup("0.0-fake");
 	r->nodes[0]->available = true;
 	r->nodes[0]->vcpus_total = 4;
+	r->nodes[0]->snapshot_ram_budget_bytes = 512u << 20;
+	r->nodes[0]->snapshot_ram_used_bytes = 128u << 20;
+	r->nodes[0]->snapshot_evictions = 7;
+	r->nodes[0]->snapshots_in_ram = 3;
+	r->nodes[0]->snapshots_on_disk = 5;
+	r->nodes[0]->ram_dir = strdup("/dev/shm/moat-ram");
+	r->nodes[0]->ram_dir_capacity_bytes = 1024u << 20;
+	r->nodes[0]->ram_dir_reserved_bytes = 300u << 20;
 	r->n_nodes = 1;
 	return MOAT_OK;
 }
@@ -391,7 +556,32 @@ h_compare(struct moat_rpc_call *call, const ProtobufCMessage *request,
 }
 
 /* ListSteps: none, but for sessions named "ses-html...": one step whose
- * input is markup, for the HTML report's escaping. */
+ * input is markup, for the HTML report's escaping; "ses-rec": a pinned
+ * step 1 and a step 2 whose snapshot retention removed. */
+static int
+rec_steps(Moat__V1__ListStepsReply *r)
+{
+	r->steps = calloc(2, sizeof(*r->steps));
+	for (int i = 0; i < 2; i++) {
+		Moat__V1__Step *st = malloc(sizeof(*st));
+
+		moat__v1__step__init(st);
+		st->session_id = strdup("ses-rec");
+		st->index = (uint64_t)i + 1;
+		st->kind = MOAT__V1__STEP_KIND__STEP_KIND_EXEC;
+		st->input = strdup(i == 0 ? "make" : "make test");
+		if (i == 0) {
+			st->keep = true;
+			st->snapshot_id = strdup("snap-node-x-00000000000000cc");
+		} else {
+			st->snapshot_removed = strdup("removed by retention "
+			    "(keep-last 3)");
+		}
+		r->steps[r->n_steps++] = st;
+	}
+	return MOAT_OK;
+}
+
 static int
 h_list_steps(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -400,6 +590,8 @@ h_list_steps(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__ListStepsReply *r = (Moat__V1__ListStepsReply *)reply;
 	Moat__V1__Step *st;
 
+	if (strcmp(req->session_id, "ses-rec") == 0)
+		return rec_steps(r);
 	if (strncmp(req->session_id, "ses-html", 8) != 0)
 		return MOAT_OK;
 	st = malloc(sizeof(*st));
@@ -428,7 +620,7 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "ExecWrite", h_ok, true, false },
 	{ "ExecWait", h_ok, false, false },
 	{ "ExecKill", h_ok, true, false },
-	{ "Exec", h_ok, true, false },
+	{ "Exec", h_exec, true, false },
 	{ "ReadFile", h_read_file, false, false },
 	{ "WriteFile", h_write_file, true, false },
 	{ "ListFiles", h_list_files, false, false },
@@ -439,22 +631,24 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "TraceFs", h_ok, false, false },
 	{ "SnapshotSandbox", h_ok, true, false },
 	{ "RestoreSandbox", h_ok, true, false },
-	{ "ListLocalSnapshots", h_ok, false, false },
+	{ "ListLocalSnapshots", h_list_snapshots, false, false },
 	{ "DeleteLocalSnapshot", h_ok, true, false },
 	{ "ListSessions", h_ok, false, false },
 	{ "GetSession", h_ok, false, false },
 	{ "ListSteps", h_list_steps, false, false },
 	{ "GetStep", h_ok, false, false },
 	{ "ExportSession", h_ok, false, false },
-	{ "DeleteSession", h_ok, true, false },
+	{ "DeleteSession", h_delete_session, true, false },
 	{ "RestoreStep", h_ok, true, false },
 	{ "Fork", h_ok, true, false },
 	{ "Replay", h_ok, true, false },
 	{ "Diff", h_diff, false, false },
 	{ "Compare", h_compare, false, false },
-	{ "RunCode", h_ok, true, false },
+	{ "RunCode", h_run_code, true, false },
 	{ "CloseCodeContext", h_ok, true, false },
 	{ "ListAudit", h_ok, false, false },
+	{ "SetStepKeep", h_set_step_keep, true, false },
+	{ "GcSnapshots", h_gc, true, false },
 };
 
 int

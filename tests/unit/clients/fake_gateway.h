@@ -1,7 +1,9 @@
 /*
  * fake_gateway.h: an in-process moat.v1.Gateway for the client library
  * and CLI tests: one file store (bytes by path), scripted exec results
- * chosen by the code sent, and a record of the calls that matter.
+ * chosen by the code sent, one recorded sandbox ("sb-rec"), canned
+ * snapshot and session replies, and a record of the calls that
+ * matter.
  * Not for: anything but tests.
  */
 #ifndef MOAT_TEST_FAKE_GATEWAY_H
@@ -32,6 +34,14 @@ struct fake_gateway {
 	char exec_language[32];
 	char exec_code[256];
 	int exec_reads;
+	int execs;                  /* Exec calls (recorded sandboxes) */
+	int exec_keep;              /* the last Exec's / RunCode's keep */
+	int code_keep;
+	char keep_session[64];      /* the last SetStepKeep */
+	uint64_t keep_index;
+	int keep_keep;
+	int gc_calls, gc_dry_run;   /* the last GcSnapshots */
+	uint32_t gc_min_age;
 };
 
 /* fake_gateway_start: serves on ipc://<dir>/gateway.sock. */

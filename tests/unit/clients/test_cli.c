@@ -5,7 +5,8 @@
  * destroys its sandbox, even on SIGTERM; errors have the documented form
  * and exit code, with what to do when the gateway is down; cp moves a
  * binary file up and back; --json prints JSON; the session commands
- * check their arguments and say when a sandbox has no recording.
+ * check their arguments and say when a sandbox has no recording; the
+ * snapshot retention commands and flags reach the gateway.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -541,6 +542,120 @@ test_diff_and_compare(void **state)
 	free(html_path);
 }
 
+/* Snapshot retention and garbage (issue 11): --keep reaches Exec and
+ * RunCode, `session keep` pins and unpins (a bad step is a usage error),
+ * `snapshot gc` sends
+ * its flags and prints each snapshot, the total and the errors, `snapshot
+ * ls` says where a snapshot lives and its session and step, `session rm`
+ * what it freed, `info` the snapshot RAM of a node; `session show`
+ * marks pinned steps and removed snapshots. */
+static void
+test_snapshot_retention_commands(void **state)
+{
+	struct result r;
+
+	r = moat(0, 0, "--gateway", fg.url, "exec", "sb-rec", "--keep", "--",
+	    "make", NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(r.out, "rec\n");
+	assert_int_equal(fg.exec_keep, 1);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "exec", "sb-rec", "--", "make",
+	    NULL);
+	assert_int_equal(fg.exec_keep, 0);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "exec", "sb-rec", "--keep", "-i",
+	    "--", "make", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "code", "sb-rec", "--keep", "-c",
+	    "6*7", NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(r.out, "42\n");
+	assert_int_equal(fg.code_keep, 1);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "session", "keep", "ses-rec", "2",
+	    NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(fg.keep_session, "ses-rec");
+	assert_int_equal(fg.keep_index, 2);
+	assert_int_equal(fg.keep_keep, 1);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "session", "keep", "ses-rec", "3",
+	    "--off", NULL);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(fg.keep_index, 3);
+	assert_int_equal(fg.keep_keep, 0);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "session", "keep", "ses-rec", "x",
+	    NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "session", "keep", "ses-none", "1",
+	    NULL);
+	assert_int_equal(r.code, 64 + 5);
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "session", "show", "ses-rec",
+	    NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "[pinned]"));
+	assert_non_null(strstr(r.out, "removed by retention (keep-last 3)"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", "--dry-run",
+	    "--min-age", "120", NULL);
+	assert_int_equal(r.code, 64 + 14);     /* a node failed */
+	assert_int_equal(fg.gc_dry_run, 1);
+	assert_int_equal(fg.gc_min_age, 120);
+	assert_non_null(strstr(r.out, "would remove "
+	    "snap-node-x-00000000000000aa  node node-x  2.0 MiB"));
+	assert_non_null(strstr(r.out, "snapd"));
+	assert_non_null(strstr(r.out, "would free 3.0 MiB in 2 snapshots"));
+	assert_non_null(strstr(r.err, "node node-y"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", NULL);
+	assert_int_equal(fg.gc_dry_run, 0);
+	assert_int_equal(fg.gc_min_age, 0);
+	assert_non_null(strstr(r.out, "freed 3.0 MiB in 2 snapshots"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", "--json", NULL);
+	assert_non_null(strstr(r.out, "\"bytesFreed\""));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", "--min-age",
+	    "soon", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", "--min-age",
+	    "0", NULL);
+	assert_int_equal(fg.gc_min_age, 1);    /* 0 would be the default */
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "snapshot", "ls", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "disk+snapd"));
+	assert_non_null(strstr(r.out, "4.0"));     /* 3 MiB RAM + 1 disk */
+	assert_non_null(strstr(r.out, "ses-rec"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "session", "rm", "ses-rec", NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(r.out, "ses-rec\n");
+	assert_non_null(strstr(r.err, "3 steps, 2 snapshots, 5.0 MiB freed"));
+	assert_non_null(strstr(r.err, "moat snapshot gc"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "info", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "snapshot RAM 128.0/512.0 MiB used, 3 "
+	    "in RAM, 5 on disk, 7 evictions"));
+	assert_non_null(strstr(r.out, "RAM dir /dev/shm/moat-ram: 1024.0 MiB, "
+	    "300.0 MiB reserved"));
+	result_free(&r);
+}
+
 int
 main(void)
 {
@@ -554,6 +669,7 @@ main(void)
 		cmocka_unit_test(test_json_outputs),
 		cmocka_unit_test(test_session_commands),
 		cmocka_unit_test(test_diff_and_compare),
+		cmocka_unit_test(test_snapshot_retention_commands),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

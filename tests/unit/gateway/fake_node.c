@@ -1,7 +1,8 @@
 /*
  * fake_node.c: the fake vmd of fake_node.h: survey answers from a
- * respondent thread, and Vm handlers over an in-memory sandbox list that
- * record the method, request id and tenant of every call.
+ * respondent thread, and Vm handlers over an in-memory sandbox list (and
+ * the local snapshots taken of them) that record the method, request id
+ * and tenant of every call.
  * Not for: anything but tests.
  */
 #include <stdio.h>
@@ -40,6 +41,116 @@ fill_sandbox(struct fake_node *fn, Moat__V1__Sandbox *sb, const char *id,
 	    MOAT_RESOURCE_EXHAUSTED;
 }
 
+/* snap_find: the index of snapshot `id` held, or -1. Lock held. */
+static int
+snap_find(struct fake_node *fn, const char *id)
+{
+	for (int i = 0; i < fn->n_snaps; i++)
+		if (strcmp(fn->snaps[i].id, id) == 0)
+			return i;
+	return -1;
+}
+
+/* snap_fill: `s` as vmd would say it (a RAM copy in the RAM dir). */
+static void
+snap_fill(const struct fake_snapshot *s, Moat__V1__LocalSnapshot *r)
+{
+	r->snapshot_id = strdup(s->id);
+	r->sandbox_id = strdup(s->sandbox);
+	r->tenant = strdup(s->tenant);
+	r->session_id = strdup(s->session);
+	r->step = s->step;
+	r->created_unix_ms = s->created_ms;
+	r->template_ = s->is_template;
+	r->location = strdup("ram");
+	r->ram_bytes = FAKE_SNAP_RAM + 4096;
+	r->ram_resident_bytes = FAKE_SNAP_RAM;
+	r->disk_bytes = FAKE_SNAP_DISK;
+	r->last_used_unix_ms = s->created_ms;
+}
+
+/* snap_handler: the snapshot calls that need no sandbox: listing the
+ * tenant's, deleting one (remembered), restoring one (NOT_FOUND when
+ * the node does not hold it). *handled false for other methods. */
+static int
+snap_handler(struct fake_node *fn, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply, bool *handled)
+{
+	const char *m = call->method;
+	int i;
+
+	*handled = true;
+	if (strcmp(m, "ListLocalSnapshots") == 0) {
+		const Moat__V1__ListLocalSnapshotsRequest *q =
+		    (const void *)request;
+		Moat__V1__LocalSnapshotList *r = (void *)reply;
+
+		r->snapshots = calloc((size_t)fn->n_snaps + 1,
+		    sizeof(*r->snapshots));
+		for (i = 0; i < fn->n_snaps; i++) {
+			Moat__V1__LocalSnapshot *ls;
+
+			if (!fn->snaps[i].is_template &&
+			    strcmp(fn->snaps[i].tenant, q->tenant) != 0)
+				continue;
+			ls = malloc(sizeof(*ls));
+			moat__v1__local_snapshot__init(ls);
+			snap_fill(&fn->snaps[i], ls);
+			r->snapshots[r->n_snapshots++] = ls;
+		}
+		return MOAT_OK;
+	}
+	if (strcmp(m, "DeleteLocalSnapshot") == 0) {
+		const Moat__V1__LocalSnapshotRef *q = (const void *)request;
+
+		if ((i = snap_find(fn, q->snapshot_id)) < 0 ||
+		    strcmp(fn->snaps[i].tenant, q->tenant) != 0)
+			return moat_rpc_error(call, MOAT_NOT_FOUND, "fake node "
+			    "%s: no snapshot %s", fn->id, q->snapshot_id);
+		if (fn->n_deleted < FAKE_MAX_SNAPSHOTS)
+			snprintf(fn->deleted[fn->n_deleted++], 128, "%s",
+			    q->snapshot_id);
+		memmove(&fn->snaps[i], &fn->snaps[i + 1],
+		    (size_t)(fn->n_snaps - i - 1) * sizeof(fn->snaps[0]));
+		fn->n_snaps--;
+		return MOAT_OK;
+	}
+	if (strcmp(m, "RestoreSandbox") == 0) {
+		const Moat__V1__RestoreSandboxRequest *q =
+		    (const void *)request;
+
+		if (snap_find(fn, q->snapshot_id) < 0)
+			return moat_rpc_error(call, MOAT_NOT_FOUND, "fake node "
+			    "%s: no snapshot %s", fn->id, q->snapshot_id);
+	}
+	*handled = false;
+	return MOAT_OK;
+}
+
+/* snap_take: SnapshotSandbox of sandbox `idx`: an id that names this
+ * node, as vmd's do, kept with the session and step asked for. */
+static int
+snap_take(struct fake_node *fn, const ProtobufCMessage *request, int idx,
+    Moat__V1__LocalSnapshot *r)
+{
+	const Moat__V1__SnapshotSandboxRequest *q = (const void *)request;
+	struct fake_snapshot s;
+
+	if (fn->n_snaps >= FAKE_MAX_SNAPSHOTS)
+		return MOAT_RESOURCE_EXHAUSTED;
+	memset(&s, 0, sizeof(s));
+	snprintf(s.id, sizeof(s.id), "snap-%s-%016x", fn->id,
+	    (unsigned)++fn->snapshots);
+	snprintf(s.sandbox, sizeof(s.sandbox), "%s", fn->sandboxes[idx]);
+	snprintf(s.tenant, sizeof(s.tenant), "%s", fn->tenants[idx]);
+	snprintf(s.session, sizeof(s.session), "%s", q->session_id);
+	s.step = q->step;
+	s.created_ms = moat_now_unix_ms();
+	fn->snaps[fn->n_snaps++] = s;
+	snap_fill(&s, r);
+	return MOAT_OK;
+}
+
 static const char *
 sandbox_id_of(const ProtobufCMessage *request)
 {
@@ -58,6 +169,7 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 {
 	struct fake_node *fn = call->service_ctx;
 	const char *m = call->method, *sid = sandbox_id_of(request);
+	bool handled;
 	int rv = MOAT_OK, idx;
 
 	pthread_mutex_lock(&fn->lock);
@@ -66,7 +178,10 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	snprintf(fn->last_method, sizeof(fn->last_method), "%s", m);
 	snprintf(fn->last_sandbox, sizeof(fn->last_sandbox), "%s",
 	    sid ? sid : "");
-	if (strcmp(m, "Health") == 0) {
+	rv = snap_handler(fn, call, request, reply, &handled);
+	if (handled) {
+		/* answered */
+	} else if (strcmp(m, "Health") == 0) {
 		Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;
 		r->service = strdup("fake-vmd");
 		r->version = strdup("9.9.9");
@@ -190,13 +305,8 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		r->exit_code = 3;
 		r->exec_id = 7;
 	} else if (strcmp(m, "SnapshotSandbox") == 0) {
-		/* An id that names this node, as vmd's do. */
-		Moat__V1__LocalSnapshot *r = (Moat__V1__LocalSnapshot *)reply;
-
-		r->snapshot_id = moat_asprintf("snap-%s-%016x", fn->id,
-		    (unsigned)++fn->snapshots);
-		r->sandbox_id = strdup(sid);
-		r->tenant = strdup(fn->tenants[idx]);
+		rv = snap_take(fn, request, idx,
+		    (Moat__V1__LocalSnapshot *)reply);
 	} else if (strcmp(m, "TraceFs") == 0) {
 		/* One file, the same every time. */
 		Moat__V1__FsTrace *r = (Moat__V1__FsTrace *)reply;
@@ -275,6 +385,11 @@ respond_main(void *arg)
 			node.sandboxes_running = (uint32_t)fn->n_sandboxes;
 			node.accel = "tcg";
 			node.driver = "qemu";
+			node.snapshot_ram_budget_bytes = 1ull << 30;
+			node.snapshot_ram_used_bytes =
+			    (uint64_t)fn->n_snaps * FAKE_SNAP_RAM;
+			node.snapshots_in_ram = (uint32_t)fn->n_snaps;
+			node.snapshot_evictions = 3;
 			node.version = "9.9.9";
 			len = moat__v1__node__get_packed_size(&node);
 			nng_msg_realloc(m, len);
@@ -343,6 +458,60 @@ fake_node_add_sandbox(struct fake_node *fn, const char *sandbox_id)
 		    sandbox_id);
 	}
 	pthread_mutex_unlock(&fn->lock);
+}
+
+void
+fake_node_add_snapshot(struct fake_node *fn, const char *id,
+    const char *sandbox_id, const char *tenant, uint64_t age_ms,
+    bool is_template)
+{
+	struct fake_snapshot *s;
+
+	pthread_mutex_lock(&fn->lock);
+	if (fn->n_snaps < FAKE_MAX_SNAPSHOTS) {
+		s = &fn->snaps[fn->n_snaps++];
+		memset(s, 0, sizeof(*s));
+		snprintf(s->id, sizeof(s->id), "%s", id);
+		snprintf(s->sandbox, sizeof(s->sandbox), "%s", sandbox_id);
+		snprintf(s->tenant, sizeof(s->tenant), "%s", tenant);
+		s->created_ms = moat_now_unix_ms() - age_ms;
+		s->is_template = is_template;
+	}
+	pthread_mutex_unlock(&fn->lock);
+}
+
+void
+fake_node_age_snapshots(struct fake_node *fn, uint64_t ms)
+{
+	pthread_mutex_lock(&fn->lock);
+	for (int i = 0; i < fn->n_snaps; i++)
+		fn->snaps[i].created_ms -= ms;
+	pthread_mutex_unlock(&fn->lock);
+}
+
+bool
+fake_node_snapshot(struct fake_node *fn, const char *id,
+    struct fake_snapshot *out)
+{
+	int i;
+
+	pthread_mutex_lock(&fn->lock);
+	if ((i = snap_find(fn, id)) >= 0 && out != NULL)
+		*out = fn->snaps[i];
+	pthread_mutex_unlock(&fn->lock);
+	return i >= 0;
+}
+
+bool
+fake_node_was_deleted(struct fake_node *fn, const char *id)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&fn->lock);
+	for (int i = 0; i < fn->n_deleted && !found; i++)
+		found = strcmp(fn->deleted[i], id) == 0;
+	pthread_mutex_unlock(&fn->lock);
+	return found;
 }
 
 void

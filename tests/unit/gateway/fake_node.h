@@ -2,7 +2,8 @@
  * fake_node.h: a stand-in for moat-vmd in the gateway's unit tests: a
  * respondent0 socket that answers the gateway's surveys with a
  * moat.v1.Node (or garbage, or nothing), and an in-process moat.v1.Vm RPC
- * server that keeps sandboxes in memory and records what it was asked.
+ * server that keeps sandboxes and their snapshots in memory and records
+ * what it was asked.
  * Not for: anything but tests; it boots nothing.
  */
 #ifndef MOAT_TEST_FAKE_NODE_H
@@ -17,6 +18,20 @@
 #include "moat/rpc.h"
 
 #define FAKE_MAX_SANDBOXES 64
+#define FAKE_MAX_SNAPSHOTS 128
+#define FAKE_SNAP_RAM (50u << 20)    /* a snapshot's RAM copy, resident */
+#define FAKE_SNAP_DISK (1u << 20)    /* and its disk copy */
+
+/* One local snapshot the fake node holds (as vmd's meta says it). */
+struct fake_snapshot {
+	char id[128];
+	char sandbox[128];
+	char tenant[64];
+	char session[64];            /* SnapshotSandboxRequest.session_id */
+	uint64_t step;
+	uint64_t created_ms;         /* unix ms */
+	bool is_template;
+};
 
 struct fake_node {
 	char id[64];
@@ -47,6 +62,10 @@ struct fake_node {
 	int fail_restore_every;      /* > 0: every n-th restore fails */
 	int snapshots;               /* SnapshotSandbox calls */
 	int traces;                  /* TraceFs calls */
+	struct fake_snapshot snaps[FAKE_MAX_SNAPSHOTS]; /* held now */
+	int n_snaps;
+	char deleted[FAKE_MAX_SNAPSHOTS][128]; /* DeleteLocalSnapshot'd */
+	int n_deleted;
 };
 
 /* fake_node_start: serves Vm on ipc://<dir>/<id>.sock and answers
@@ -56,6 +75,24 @@ int fake_node_start(struct fake_node *fn, const char *id, const char *dir,
 
 /* fake_node_add_sandbox: a sandbox the gateway never saw created. */
 void fake_node_add_sandbox(struct fake_node *fn, const char *sandbox_id);
+
+/* fake_node_add_snapshot: a snapshot the gateway never saw taken, of
+ * `sandbox_id` for `tenant`, `age_ms` old (a template when is_template).
+ */
+void fake_node_add_snapshot(struct fake_node *fn, const char *id,
+    const char *sandbox_id, const char *tenant, uint64_t age_ms,
+    bool is_template);
+
+/* fake_node_age_snapshots: every snapshot held becomes `ms` older. */
+void fake_node_age_snapshots(struct fake_node *fn, uint64_t ms);
+
+/* fake_node_snapshot: a copy of snapshot `id` into *out (optional);
+ * false when the node does not hold it. */
+bool fake_node_snapshot(struct fake_node *fn, const char *id,
+    struct fake_snapshot *out);
+
+/* fake_node_was_deleted: whether DeleteLocalSnapshot deleted `id`. */
+bool fake_node_was_deleted(struct fake_node *fn, const char *id);
 
 /* fake_node_kill_rpc: stops the Vm server (the node "dies") while the
  * respondent keeps answering or not, as set. */
