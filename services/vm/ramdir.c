@@ -114,6 +114,23 @@ vmd_ram_path_ours(const char *path)
 }
 
 int
+vmd_ram_unlink(const char *path)
+{
+	int fd;
+
+	if (unlink(path) != 0)
+		return errno;
+	/* The unlink changed the directory: forcing the directory to the
+	 * log forces the transaction that freed the file's blocks. */
+	if (ram_reflinks && (fd = open(ram_dir, O_RDONLY | O_DIRECTORY |
+	    O_CLOEXEC)) >= 0) {
+		(void)fsync(fd);
+		close(fd);
+	}
+	return 0;
+}
+
+int
 vmd_ram_dir_record(const char *state_dir)
 {
 	char *path = moat_asprintf("%s/" RAM_DIR_RECORD, state_dir);

@@ -18,6 +18,13 @@ bool vmd_ram_dir_reflinks(void);
 /* vmd_ram_path_ours: `path` is a moat-* file right in the RAM dir (what
  * a snapshot's ram link may point at, and purge may remove). */
 bool vmd_ram_path_ours(const char *path);
+/* vmd_ram_unlink: removes RAM file `path` and, in a RAM dir with
+ * reflinks (XFS), forces its log so the freed blocks are discarded now,
+ * not at the next periodic log push (tens of seconds): the loop device
+ * under the ramfs (deploy/ramfs.sh) then punches them out of its backing
+ * file in /dev/shm and the host has the memory back. Returns 0 or errno
+ * (ENOENT included). */
+int vmd_ram_unlink(const char *path);
 /* vmd_ram_dir_record / vmd_ram_dir_recall: <state>/ram-dir keeps the
  * directory so `moat-vmd purge` finds RAM files without the config.
  * Return 0 or errno (recall: 0 when nothing was recorded). */

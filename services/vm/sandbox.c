@@ -331,7 +331,7 @@ sandbox_fail_locked(struct sandbox *sb, const char *reason)
 		sb->vmd->vmm->stop(&sb->vmm, true);
 	/* Guest RAM is the memory the node needs back. */
 	if (sb->vmm.ram_file != NULL)
-		(void)unlink(sb->vmm.ram_file);
+		(void)vmd_ram_unlink(sb->vmm.ram_file);
 	pthread_cond_broadcast(&sb->cv);
 	moat_warn(0, "sandbox %s failed: %s", sb->id.str, reason);
 	return true;

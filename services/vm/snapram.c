@@ -290,9 +290,9 @@ evict_to_disk(struct vmd *vmd, uint64_t request_id, const char *dir,
 		rv = moat_status_from_errno(e);
 	}
 	/* Only once the meta says where the RAM is does the copy go. */
-	if (rv == MOAT_OK && unlink(target) != 0 && errno != ENOENT)
+	if (rv == MOAT_OK && (e = vmd_ram_unlink(target)) != 0 && e != ENOENT)
 		moat_warn(request_id, "cannot remove %s: %s", target,
-		    strerror(errno));
+		    strerror(e));
 	if (rv == MOAT_INTERNAL && *why == NULL)
 		*why = strdup("out of memory");
 	moat__v1__local_snapshot__free_unpacked(meta, NULL);

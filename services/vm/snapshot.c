@@ -191,13 +191,14 @@ snap_remove_ram(const char *dir)
 	char *link = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, dir);
 	char target[4096];
 	ssize_t n;
+	int e;
 
 	if (link != NULL && (n = readlink(link, target, sizeof(target) - 1))
 	    > 0) {
 		target[n] = '\0';
-		if (unlink(target) != 0 && errno != ENOENT)
+		if ((e = vmd_ram_unlink(target)) != 0 && e != ENOENT)
 			moat_warn(0, "cannot remove %s: %s", target,
-			    strerror(errno));
+			    strerror(e));
 	}
 	free(link);
 }

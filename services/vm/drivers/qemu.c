@@ -281,7 +281,7 @@ qemu_release(struct moat_vmm *vm)
 		vm->driver_data = NULL;
 	}
 	if (vm->ram_file != NULL)
-		(void)unlink(vm->ram_file);
+		(void)vmd_ram_unlink(vm->ram_file);
 	free(vm->agent_socket);
 	free(vm->console_log);
 	free(vm->vmm_log);
@@ -571,7 +571,7 @@ qemu_reap_orphan(const char *dir, const char *id)
 		free(text);
 	}
 	if (ram != NULL)
-		(void)unlink(ram);
+		(void)vmd_ram_unlink(ram);
 	free(ram);
 	free(pidfile);
 	return killed;
