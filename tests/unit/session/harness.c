@@ -231,3 +231,27 @@ ses_expect(int rv, char *errmsg, int code, const char *needle)
 		    errmsg ? errmsg : "", needle);
 	free(errmsg);
 }
+
+int
+ses_case_setup(void **state)
+{
+	struct ses_proc *p = calloc(1, sizeof(*p));
+
+	if (p == NULL)
+		return -1;
+	ses_start(p, NULL);
+	*state = p;
+	return 0;
+}
+
+int
+ses_case_teardown(void **state)
+{
+	struct ses_proc *p = *state;
+
+	if (p->pid > 0)
+		ses_stop(p);
+	ses_reap_all(state);
+	free(p);
+	return 0;
+}

@@ -34,6 +34,14 @@ int ses_kill(struct ses_proc *p, int sig);
 /* ses_stop: SIGTERM (it must exit 0), client closed, directory removed. */
 void ses_stop(struct ses_proc *p);
 
+/* ses_case_setup / ses_case_teardown: a cmocka case's own sessiond
+ * (*state is its struct ses_proc, started with ses_start), stopped and
+ * reaped after the case. */
+int ses_case_setup(void **state);
+int ses_case_teardown(void **state);
+#define SES_CASE(t) cmocka_unit_test_setup_teardown(t, ses_case_setup, \
+	ses_case_teardown)
+
 /* ses_reap_all: a cmocka teardown: kills (SIGKILL) every sessiond a
  * failed test left running and removes its directory. */
 int ses_reap_all(void **state);

@@ -28,28 +28,6 @@
 #define TA "tenant-a"
 #define TB "tenant-b"
 
-static int
-setup(void **state)
-{
-	struct ses_proc *p = calloc(1, sizeof(*p));
-
-	ses_start(p, NULL);
-	*state = p;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct ses_proc *p = *state;
-
-	if (p->pid > 0)
-		ses_stop(p);
-	ses_reap_all(state);
-	free(p);
-	return 0;
-}
-
 static Moat__V1__SessionInfo *
 get_session(struct ses_proc *p, const char *tenant, const char *id,
     int *rv, char **errmsg)
@@ -706,16 +684,11 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_sessions_and_steps, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_big_outputs, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_tenant_isolation, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_bad_input, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_fork_snapshot_export,
-		    setup, teardown),
+		SES_CASE(test_sessions_and_steps),
+		SES_CASE(test_big_outputs),
+		SES_CASE(test_tenant_isolation),
+		SES_CASE(test_bad_input),
+		SES_CASE(test_fork_snapshot_export),
 		cmocka_unit_test_teardown(test_map_full, ses_reap_all),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -33,28 +33,6 @@
 #define STEP0_REMOVED "moat.step0_removed"
 #define REASON "removed by retention (keep-last 3)"
 
-static int
-setup(void **state)
-{
-	struct ses_proc *p = calloc(1, sizeof(*p));
-
-	ses_start(p, NULL);
-	*state = p;
-	return 0;
-}
-
-static int
-teardown(void **state)
-{
-	struct ses_proc *p = *state;
-
-	if (p->pid > 0)
-		ses_stop(p);
-	ses_reap_all(state);
-	free(p);
-	return 0;
-}
-
 /* create: a session of `tenant` with the step-0 label `step0` (NULL: no
  * label), forked from `parent` at `parent_step` when parent is given. */
 static char *
@@ -923,21 +901,14 @@ int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_refs_counted, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_shared_snapshot_delete,
-		    setup, teardown),
-		cmocka_unit_test_setup_teardown(test_set_snapshot, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_set_step_keep, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_refs_tenants, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_refs_rebuilt, setup,
-		    teardown),
-		cmocka_unit_test_setup_teardown(test_refs_concurrent, setup,
-		    teardown),
+		SES_CASE(test_refs_counted),
+		SES_CASE(test_shared_snapshot_delete),
+		SES_CASE(test_set_snapshot),
+		SES_CASE(test_set_step_keep),
+		SES_CASE(test_limits),
+		SES_CASE(test_refs_tenants),
+		SES_CASE(test_refs_rebuilt),
+		SES_CASE(test_refs_concurrent),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
