@@ -58,6 +58,9 @@ struct snapram_entry {
 };
 
 struct vmd_snapram {
+	/* One admission at a time: the room measured is the room granted
+	 * (taken before vmd->mu and mu, never while holding either). */
+	pthread_mutex_t admit_mu;
 	pthread_mutex_t mu;        /* guards everything below */
 	pthread_cond_t cv;         /* an entry stopped being busy or pinned */
 	struct snapram_entry *entries;
@@ -399,13 +402,18 @@ vmd_ram_admit(struct vmd *vmd, struct moat_rpc_call *call, uint64_t bytes,
 	int64_t left;
 
 	for (;;) {
+		bool fits;
+
+		pthread_mutex_lock(&sr->admit_mu);
 		room_measure(vmd, &r);
-		if (room_left(&r) >= (int64_t)bytes) {
+		if ((fits = room_left(&r) >= (int64_t)bytes)) {
 			pthread_mutex_lock(&sr->mu);
 			sr->inflight += bytes;
 			pthread_mutex_unlock(&sr->mu);
-			return MOAT_OK;
 		}
+		pthread_mutex_unlock(&sr->admit_mu);
+		if (fits)
+			return MOAT_OK;
 		if (!evict_some(vmd, request_id, 4))
 			break;
 	}
@@ -748,6 +756,7 @@ vmd_snapram_init(struct vmd *vmd)
 		free(root);
 		return MOAT_INTERNAL;
 	}
+	pthread_mutex_init(&sr->admit_mu, NULL);
 	pthread_mutex_init(&sr->mu, NULL);
 	vmd_cond_init(&sr->cv);
 	sr->budget = vmd->cfg.snapshot_ram_mib * MIB;
@@ -788,6 +797,7 @@ vmd_snapram_fini(struct vmd *vmd)
 		sr->entries = e->next;
 		entry_free(e);
 	}
+	pthread_mutex_destroy(&sr->admit_mu);
 	pthread_mutex_destroy(&sr->mu);
 	pthread_cond_destroy(&sr->cv);
 	free(sr);
