@@ -247,6 +247,7 @@ main(int argc, char **argv)
 		return exit_code;
 	exit_code = 1;
 	moat_log_init("gateway", MOAT_LOG_INFO);
+	moat_service_malloc_init();
 	state_dir = moat_config_state_dir(cfg, SECTION);
 	if (state_dir == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;

@@ -4,6 +4,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -190,4 +191,11 @@ moat_now_unix_ms(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void
+moat_service_malloc_init(void)
+{
+	/* Setting it turns glibc's dynamic threshold off. */
+	(void)mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 }

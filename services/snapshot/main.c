@@ -130,6 +130,7 @@ main(int argc, char **argv)
 		return exit_code;
 	exit_code = 1;
 	moat_log_init("snapd", MOAT_LOG_INFO);
+	moat_service_malloc_init();
 	state_dir = moat_config_state_dir(cfg, SECTION);
 	if (state_dir == NULL)
 		goto fail_oom;

@@ -407,6 +407,7 @@ main(int argc, char **argv)
 	int err;
 
 	moat_log_init("vmd", MOAT_LOG_INFO);
+	moat_service_malloc_init();
 	if (argc == 3 && strcmp(argv[1], "purge") == 0)
 		return purge_main(argv[2]);
 	if ((rv = moat_config_from_args(argc, argv, vmd_options, "moat-vmd",

@@ -35,4 +35,12 @@ int moat_write_file_atomic(const char *path, const void *data, size_t len,
 /* moat_now_unix_ms: wall clock in ms. */
 uint64_t moat_now_unix_ms(void);
 
+/* moat_service_malloc_init: for a long-running service, at the start of
+ * main: buffers of 128 KiB and more are always their own mappings and go
+ * back to the kernel when freed. glibc otherwise raises that threshold
+ * to the largest buffer freed so far, and then keeps the megabyte-sized
+ * RPC replies of many threads in their arenas: moat-vmd grew from 10 to
+ * 240 MiB and moat-snapd to 600 MiB in a 10-minute soak without a leak. */
+void moat_service_malloc_init(void);
+
 #endif
