@@ -163,6 +163,22 @@ def allocated_kib(path):
         return 0
 
 
+def ram_fs_usage_kib():
+    """(used as df counts it, what its backing file holds) of the RAM
+    filesystem, or (0, 0) when the RAM dir is not a loop-mounted one."""
+    ram = f"{STATE}/ram"
+    r = subprocess.run(["findmnt", "-n", "-o", "SOURCE", "--target", ram],
+                       capture_output=True, text=True)
+    dev = r.stdout.strip()
+    if not dev.startswith("/dev/loop"):
+        return (0, 0)
+    img = subprocess.run(["losetup", "-n", "-O", "BACK-FILE", dev],
+                         capture_output=True, text=True).stdout.strip()
+    st = os.statvfs(ram)
+    return ((st.f_blocks - st.f_bfree) * st.f_frsize // 1024,
+            allocated_kib(img))
+
+
 def ram_fs_metadata_kib():
     """What the RAM filesystem (deploy/ramfs.sh: an XFS on a sparse file
     in /dev/shm) counts as used but its backing file does not hold yet:
@@ -217,8 +233,20 @@ def main():
     snaps = client.call("ListLocalSnapshots", {}).get("snapshots", [])
     time.sleep(2)
     vms = os.listdir(f"{STATE}/vms") if os.path.isdir(f"{STATE}/vms") else []
+    # Freed blocks go back as XFS discards them: at once for files vmd
+    # removes (it forces the log), at its next log push (up to 30 s) for
+    # what XFS frees in the background (copy-on-write leftovers).
+    t_end = time.time()
+    allowed_now = (start["shmem_kib"] + 64 * 1024 + start["fs_meta_kib"] +
+                   template_ram_kib())
+    while shmem_kib() > allowed_now and time.time() - t_end < 45:
+        time.sleep(1)
+    settle_s = round(time.time() - t_end, 1)
     end = {"shmem_kib": shmem_kib(), "services": service_stats(),
-           "templates_kib": template_ram_kib()}
+           "templates_kib": template_ram_kib(),
+           "ram_fs": ram_fs_usage_kib(),
+           "ram_files": sorted(os.listdir(f"{STATE}/ram"))
+           if os.path.isdir(f"{STATE}/ram") else []}
     allowed = (start["shmem_kib"] + 64 * 1024 + start["fs_meta_kib"] +
                end["templates_kib"])
     report = {
@@ -243,8 +271,12 @@ def main():
         "shmem_slack_kib": 64 * 1024,
         "ram_fs_metadata_kib": start["fs_meta_kib"],
         "template_ram_kib": end["templates_kib"],
+        "ram_fs_used_kib_end": end["ram_fs"][0],
+        "ram_fs_backing_kib_end": end["ram_fs"][1],
+        "ram_dir_files_end": end["ram_files"],
         "shmem_end_allowed_kib": allowed,
         "shmem_back_to_start": end["shmem_kib"] <= allowed,
+        "shmem_settle_s": settle_s,
         "services_start": start["services"],
         "services_end": end["services"],
         "node": client.call("Info", {}).get("nodes", [{}])[0],
