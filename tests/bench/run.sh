@@ -36,6 +36,7 @@ if bash "$repo/deploy/ramfs.sh" up "$ramdir" 4G >/dev/null; then
 	bash "$repo/deploy/ramfs.sh" down "$ramdir"
 fi
 rmdir "$ramdir"
+"$bin/moat-bench-evict" "$images" "$repo/tests/bench/results/evict.json" 10
 "$bin/moat-bench-code" "$images" "$repo/tests/bench/results/code.json" 300
 "$bin/moat-bench-http" "$repo/tests/bench/results/http.json" 200 5
 "$bin/moat-bench-sessiond" "$repo/tests/bench/results/sessiond.json"
