@@ -165,11 +165,12 @@ no_snapshot_message(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		    (unsigned long long)n.after);
 	if (n.has_before || n.has_after)
 		return moat_asprintf("step %llu of session %s has no "
-		    "snapshot%s; the nearest steps that still have one: "
-		    "%s%s%s (all with one: %s; `moat restore SANDBOX --step N "
-		    "--session %s`)", (unsigned long long)step, s->id, why,
-		    before, n.has_before && n.has_after ? " and " : "", after,
-		    n.all, s->id);
+		    "snapshot%s; the nearest steps that %shave one: "
+		    "%s%s%s (steps with one: %s; `moat restore SANDBOX --step "
+		    "N --session %s`)", (unsigned long long)step, s->id, why,
+		    why[0] ? "still " : "", before,
+		    n.has_before && n.has_after ? " and " : "", after, n.all,
+		    s->id);
 	return moat_asprintf("step %llu of session %s has no snapshot%s, nor "
 	    "does any of its steps: its snapshot policy is %s; take one after "
 	    "a step with `moat snapshot create %s` (policy manual), or record "

@@ -462,7 +462,7 @@ test_retention_pinned_and_restore(void **state)
 	assert_non_null(strstr(msg, REASON));
 	assert_non_null(strstr(msg, "2 (before it)"));
 	assert_non_null(strstr(msg, "4 (after it)"));
-	assert_non_null(strstr(msg, "all with one: 2, 4, 5, 6;"));
+	assert_non_null(strstr(msg, "steps with one: 2, 4, 5, 6;"));
 	free(msg);
 	assert_int_equal(restore_step(E.session1, 2, &msg),
 	    MOAT_FAILED_PRECONDITION);
