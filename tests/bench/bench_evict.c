@@ -215,7 +215,8 @@ main(int argc, char **argv)
 			"--snapd", n->with_snapd ? snapd_url : "", NULL };
 
 		snprintf(n->state, sizeof(n->state), "%s/%s", root, n->kind);
-		snprintf(n->url, sizeof(n->url), "ipc://%s/vmd.sock", n->state);
+		snprintf(n->url, sizeof(n->url), "ipc://%s/%s/vmd.sock", root,
+		    n->kind);
 		snprintf(log, sizeof(log), "%s.log", n->state);
 		n->pid = spawn(a, log);
 		if ((rv = moat_rpc_client_open(&n->client, n->url, &msg)) != 0)
