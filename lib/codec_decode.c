@@ -41,24 +41,37 @@ static bool dec_message(struct dec *dc, const ProtobufCMessageDescriptor *d,
 /* ---- errors and the field path ---- */
 
 static void
-path_push(struct dec *dc, const char *fmt, const char *arg, size_t index)
+path_advance(struct dec *dc, int n, size_t room)
 {
-	size_t room = sizeof(dc->path) - dc->path_len;
-	int n;
-
-	if (arg != NULL)
-		n = snprintf(dc->path + dc->path_len, room, fmt, arg);
-	else
-		n = snprintf(dc->path + dc->path_len, room, fmt, index);
 	if (n < 0)
 		n = 0;
 	dc->path_len += (size_t)n < room ? (size_t)n : room - 1;
 }
 
+/* Appends PREFIX KEY SUFFIX to the field path. */
+static void
+path_push(struct dec *dc, const char *prefix, const char *key,
+    const char *suffix)
+{
+	size_t room = sizeof(dc->path) - dc->path_len;
+
+	path_advance(dc, snprintf(dc->path + dc->path_len, room, "%s%s%s",
+	    prefix, key, suffix), room);
+}
+
+static void
+path_index(struct dec *dc, size_t index)
+{
+	size_t room = sizeof(dc->path) - dc->path_len;
+
+	path_advance(dc, snprintf(dc->path + dc->path_len, room, "[%zu]",
+	    index), room);
+}
+
 static void
 path_field(struct dec *dc, const char *key)
 {
-	path_push(dc, dc->path_len == 0 ? "%s" : ".%s", key, 0);
+	path_push(dc, dc->path_len == 0 ? "" : ".", key, "");
 }
 
 static void
@@ -494,7 +507,7 @@ dec_map(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 		ProtobufCMessage *entry;
 		char *eb;
 
-		path_push(dc, "[\"%s\"]", key, 0);
+		path_push(dc, "[\"", key, "\"]");
 		if (json_is_null(val))
 			return dec_fail(dc, MOAT_INVALID_ARGUMENT,
 			    "map values may not be null", NULL, NULL);
@@ -536,7 +549,7 @@ dec_repeated(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 	for (size_t i = 0; i < count; i++) {
 		json_t *el = json_array_get(v, i);
 
-		path_push(dc, "[%zu]", NULL, i);
+		path_index(dc, i);
 		if (json_is_null(el))
 			return dec_fail(dc, MOAT_INVALID_ARGUMENT, "array "
 			    "elements may not be null", NULL, NULL);
