@@ -2,7 +2,8 @@
 # The README's test command: installs what is missing, builds, makes the
 # guest images (cached), and runs every test under ctest — unit (cmocka),
 # fuzz (deterministic corpora), and integration (real VMs under QEMU) —
-# first in the normal build, then in the AddressSanitizer + UBSan build.
+# first in the normal build, then in the AddressSanitizer + UBSan build,
+# then the concurrency-heavy unit tests in a ThreadSanitizer build.
 # Usage: tests/run.sh [--no-sanitize] [-- extra ctest args]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,4 +36,39 @@ if [ "$sanitize" -eq 1 ]; then
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --test-dir build-asan --output-on-failure --timeout 900 "${extra[@]}"
+fi
+
+# ThreadSanitizer: the unit tests that run many threads against one
+# another (RPC server and client, the gateway's forwarding, the HTTP and
+# MCP doors, sessiond's concurrent writers, snapd, vmd's guest link).
+# The rest gain nothing from it and the whole tree costs minutes more.
+tsan_targets=(test_lib_rpc test_concurrency test_forward test_services
+	test_http test_mcp_http test_snapd test_vm_guest_link)
+tsan_tests='^(lib_rpc|session\.test_concurrency|gateway\.test_forward|gateway\.test_services|gateway\.test_http|gateway\.test_mcp_http|snapshot\.test_snapd|vm_guest_link)$'
+
+tsan_probe() {
+	local d
+	d=$(mktemp -d)
+	printf '#include <pthread.h>\nstatic void *f(void *a) { return a; }\nint main(void) { pthread_t t; return pthread_create(&t, 0, f, 0) || pthread_join(t, 0); }\n' >"$d/p.c"
+	cc -fsanitize=thread "$d/p.c" -o "$d/p" 2>"$d/err" && "$d/p" 2>>"$d/err"
+	local rc=$?
+	tsan_why=$(head -c 300 "$d/err" | tr '\n' ' ')
+	rm -rf "$d"
+	return $rc
+}
+
+if [ "$sanitize" -eq 1 ]; then
+	if tsan_probe; then
+		echo "== ThreadSanitizer build (build-tsan)"
+		cmake -S . -B build-tsan -DMOAT_TSAN=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+		make -C build-tsan -j"$(nproc)" --no-print-directory "${tsan_targets[@]}"
+		echo "== tests (build-tsan: ThreadSanitizer)"
+		# The tests wait on sockets far more than they compute: two at a
+		# time halves the wall time on two cores.
+		TSAN_OPTIONS="suppressions=$repo/tests/tsan/suppressions.txt halt_on_error=1 second_deadlock_stack=1" \
+			ctest --test-dir build-tsan --output-on-failure --timeout 600 \
+			-j2 -R "$tsan_tests" "${extra[@]}"
+	else
+		echo "SKIPPED: tsan (a ThreadSanitizer program cannot build or run here: $tsan_why)"
+	fi
 fi
