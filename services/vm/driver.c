@@ -1,87 +1,75 @@
 /*
- * driver.c: which VMM this vmd drives (`[vmd] driver=auto|qemu|
- * firecracker`). auto picks Firecracker when its binary runs and the KVM
- * device can create a VM, else QEMU; the driver table chosen here is the
- * only place in vmd that knows which VMM runs. Firecracker's own settings
- * come from the [firecracker] section. Not for: the accelerator decision
- * of the QEMU driver (accel.c) or the drivers themselves (drivers/).
+ * driver.c: the table of VMM drivers vmd can run and the choice among
+ * them (`[vmd] driver=auto|qemu|firecracker`, see driver.h). The table is
+ * the only place in vmd that knows which drivers exist; a driver's own
+ * settings reach it through its entry's configure op. Not for: the
+ * accelerator decision of the QEMU driver (accel.c) or the drivers
+ * themselves (drivers/).
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 
 #include "drivers/firecracker/firecracker.h"
 #include "moat/config.h"
 #include "moat/log.h"
+#include "moat/status.h"
 #include "moat/util.h"
 #include "vmd.h"
 
-#define FC "firecracker"
+/* One driver vmd can run. */
+struct vmd_driver {
+	const char *name;          /* [vmd] driver=, and ops->name */
+	const struct moat_vmm_ops *ops; /* ops->probe: can it run here? */
+	size_t binary;             /* offsetof the binary's path in struct
+	                              vmd_config ([vmd] qemu=, firecracker=) */
+	/* configure: reads the driver's own section of `c` into the
+	 * driver's state, before its probe; NULL: nothing to read. Returns
+	 * 0 or a status with *errmsg (heap). */
+	int (*configure)(const struct moat_config *c,
+	    const struct moat_vmm_host *host, char **errmsg);
+	const char *accel;         /* the accelerator it forces, or NULL */
+};
 
-/* Reads the [firecracker] section into *fcc; strings stay owned by c. */
-static int
-driver_fc_config(const struct moat_config *c, const struct vmd_config *cfg,
-    struct moat_fc_config *fcc, char **errmsg)
+/* In the order driver=auto tries them; the last is the fallback, whose
+ * failure ends the start. */
+static const struct vmd_driver drivers[] = {
+	{
+		.name = "firecracker",
+		.ops = &moat_vmm_firecracker,
+		.binary = offsetof(struct vmd_config, firecracker_binary),
+		.configure = moat_fc_configure,
+		.accel = "kvm",    /* Firecracker has no TCG */
+	},
+	{
+		.name = "qemu",
+		.ops = &moat_vmm_qemu,
+		.binary = offsetof(struct vmd_config, qemu_binary),
+	},
+};
+
+#define N_DRIVERS (sizeof(drivers) / sizeof(drivers[0]))
+
+static const char *
+driver_binary(const struct vmd_driver *d, const struct vmd_config *cfg)
 {
-	struct moat_fc_jail_config *j = &fcc->jail;
-	uint64_t v;
-	bool b;
-	int rv;
+	return *(char *const *)(const void *)((const char *)cfg + d->binary);
+}
 
-	moat_fc_config_defaults(fcc);
-	fcc->kvm_device = cfg->kvm_device;
-	if ((rv = moat_config_get_bool(c, FC, "jailer", false, &b,
-	    errmsg)) != 0)
-		return rv;
-	fcc->use_jailer = b;
-	if ((rv = moat_config_get_bool(c, FC, "track-dirty-pages", false, &b,
-	    errmsg)) != 0)
-		return rv;
-	fcc->track_dirty_pages = b;
-	if ((rv = moat_config_get_bool(c, FC, "test-no-kvm-check", false, &b,
-	    errmsg)) != 0)
-		return rv;
-	if (b && !cfg->test_hooks) {
-		*errmsg = strdup("[firecracker] test-no-kvm-check is for "
-		    "moat's own tests (a test double stands in for "
-		    "Firecracker): remove it, or set [vmd] test-hooks=true on "
-		    "a test node");
-		return MOAT_INVALID_ARGUMENT;
+/* Makes `d` vmd's driver after its probe passed. */
+static int
+driver_use(struct vmd *vmd, const struct vmd_driver *d)
+{
+	struct vmd_config *cfg = &vmd->cfg;
+
+	vmd->vmm = d->ops;
+	vmd->vmm_binary = driver_binary(d, cfg);
+	if (d->accel != NULL) {
+		free(cfg->accel);
+		if ((cfg->accel = strdup(d->accel)) == NULL)
+			return MOAT_INTERNAL;
 	}
-	if (b)
-		moat_warn(0, "[firecracker] test-no-kvm-check: KVM is not "
-		    "checked; only a test double can run here");
-	fcc->test_no_kvm_check = b;
-	if ((rv = moat_config_get_u64(c, FC, "vsock-port", fcc->vsock_port,
-	    &v, errmsg)) != 0)
-		return rv;
-	fcc->vsock_port = (uint32_t)v;
-	if ((rv = moat_config_get_u64(c, FC, "api-timeout-ms",
-	    fcc->api_timeout_ms, &v, errmsg)) != 0)
-		return rv;
-	fcc->api_timeout_ms = (uint32_t)v;
-	j->jailer = moat_config_get(c, FC, "jailer-binary", j->jailer);
-	j->chroot_base = moat_config_get(c, FC, "chroot-base", j->chroot_base);
-	j->cgroup_root = moat_config_get(c, FC, "cgroup-root", j->cgroup_root);
-	j->parent_cgroup = moat_config_get(c, FC, "parent-cgroup",
-	    j->parent_cgroup);
-	j->netns = moat_config_get(c, FC, "netns", j->netns);
-	if ((rv = moat_config_get_u64(c, FC, "uid-base", j->uid_base, &v,
-	    errmsg)) != 0)
-		return rv;
-	j->uid_base = (uint32_t)v;
-	if ((rv = moat_config_get_u64(c, FC, "id-count", j->id_count, &v,
-	    errmsg)) != 0)
-		return rv;
-	j->id_count = (uint32_t)v;
-	if ((rv = moat_config_get_bool(c, FC, "new-pid-ns", j->new_pid_ns,
-	    &b, errmsg)) != 0)
-		return rv;
-	j->new_pid_ns = b;
-	if ((rv = moat_config_get_u64(c, FC, "memory-overhead-mib",
-	    j->memory_overhead_mib, &v, errmsg)) != 0)
-		return rv;
-	j->memory_overhead_mib = (uint32_t)v;
+	moat_info(0, "driver: %s (%s)", d->name, vmd->vmm_version);
 	return MOAT_OK;
 }
 
@@ -90,44 +78,37 @@ vmd_driver_select(struct vmd *vmd, const struct moat_config *c,
     char **errmsg)
 {
 	struct vmd_config *cfg = &vmd->cfg;
-	bool want_fc = strcmp(cfg->driver, FC) == 0;
-	struct moat_fc_config fcc;
-	char *why = NULL;
+	const struct moat_vmm_host host = {
+		.kvm_device = cfg->kvm_device,
+		.test_hooks = cfg->test_hooks,
+	};
+	bool any = strcmp(cfg->driver, "auto") == 0;
 	int rv;
 
-	vmd->vmm = &moat_vmm_qemu;
-	vmd->vmm_binary = cfg->qemu_binary;
-	if (strcmp(cfg->driver, "qemu") != 0) {
-		if ((rv = driver_fc_config(c, cfg, &fcc, errmsg)) != 0)
+	*errmsg = NULL;
+	for (size_t i = 0; i < N_DRIVERS; i++) {
+		const struct vmd_driver *d = &drivers[i];
+		bool last = i + 1 == N_DRIVERS;
+		char *why = NULL;
+
+		if (!any && strcmp(cfg->driver, d->name) != 0)
+			continue;
+		if (d->configure != NULL &&
+		    (rv = d->configure(c, &host, errmsg)) != MOAT_OK)
 			return rv;
-		if (fcc.use_jailer && fcc.jail.new_pid_ns)
-			(void)prctl(PR_SET_CHILD_SUBREAPER, 1);
-		if ((rv = moat_vmm_firecracker_configure(&fcc, errmsg)) != 0)
-			return rv;
-		rv = moat_vmm_firecracker.probe(cfg->firecracker_binary,
-		    &vmd->vmm_version, &why);
-		if (rv == MOAT_OK) {
-			vmd->vmm = &moat_vmm_firecracker;
-			vmd->vmm_binary = cfg->firecracker_binary;
-			/* Firecracker has no TCG: the accelerator is KVM. */
-			free(cfg->accel);
-			if ((cfg->accel = strdup("kvm")) == NULL)
-				return MOAT_INTERNAL;
-			moat_info(0, "driver: firecracker (%s)",
-			    vmd->vmm_version);
-			return MOAT_OK;
-		}
-		if (want_fc) {
+		rv = d->ops->probe(driver_binary(d, cfg), &vmd->vmm_version,
+		    &why);
+		if (rv == MOAT_OK)
+			return driver_use(vmd, d);
+		if (!any || last) {
 			*errmsg = why;
 			return rv;
 		}
-		moat_info(0, "driver=auto: using qemu, not firecracker: %s",
-		    why ? why : "not usable");
+		moat_info(0, "driver=auto: using %s, not %s: %s",
+		    drivers[i + 1].name, d->name, why ? why : "not usable");
 		free(why);
 	}
-	if ((rv = vmd->vmm->probe(cfg->qemu_binary, &vmd->vmm_version,
-	    errmsg)) != MOAT_OK)
-		return rv;
-	moat_info(0, "driver: qemu (%s)", vmd->vmm_version);
-	return MOAT_OK;
+	*errmsg = moat_asprintf("driver \"%s\" is not one of auto, qemu, "
+	    "firecracker", cfg->driver);
+	return MOAT_INVALID_ARGUMENT;
 }

@@ -22,6 +22,7 @@
 #include "moat/rpc.h"
 #include "sync.h"
 #include "vmm.h"
+#include "driver.h"
 
 struct guest_link;
 
@@ -284,18 +285,6 @@ char *vmd_image_path(const struct vmd *vmd, const char *image,
 /* vmd_images_list: names of the images present (heap array of heap
  * strings, caller frees both). */
 int vmd_images_list(const struct vmd *vmd, char ***names, size_t *n);
-
-/* ---- driver.c ---- */
-
-struct moat_config;
-
-/* vmd_driver_select: picks the VMM driver from cfg.driver (auto: the
- * Firecracker driver when its binary runs and KVM works, else QEMU),
- * probes it, and sets vmd->vmm, vmm_binary and vmm_version (heap, freed
- * with vmd). Firecracker forces cfg.accel to "kvm". On failure returns a
- * status with *errmsg (heap, caller frees) naming what to install. */
-int vmd_driver_select(struct vmd *vmd, const struct moat_config *c,
-    char **errmsg) __attribute__((warn_unused_result));
 
 /* ---- accel.c ---- */
 

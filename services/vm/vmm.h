@@ -1,12 +1,15 @@
 /*
  * vmm.h: the one interface between moat-vmd and a virtual machine monitor.
- * A driver (drivers/qemu.c; Firecracker later) is a `const struct
+ * A driver (drivers/qemu.c, drivers/firecracker/) is a `const struct
  * moat_vmm_ops` table; the rest of vmd calls only these ops, so the
  * sandbox lifecycle, the guest link and the RPC handlers never learn which
  * VMM runs a sandbox. Every VMM is a child process of vmd: the driver
  * starts it (through the spawner, see spawn.h) and names its pid; vmd's
- * sandbox code supervises that pid (waits, signals, reaps). Not for: the
- * guest protocol (guest_link.h) or the choice of accelerator (accel.c).
+ * sandbox code supervises that pid (waits, signals, reaps). A driver links
+ * only the host utilities (moat_vmhost: spawn.h, extents.h, sync.h,
+ * ramdir.h, vmhost.h), never vmd's core. Not for: the guest protocol
+ * (guest_link.h), the choice of driver (driver.h) or of accelerator
+ * (accel.c).
  */
 #ifndef MOAT_VMD_VMM_H
 #define MOAT_VMD_VMM_H
@@ -61,6 +64,14 @@ struct moat_vmm_snapshot_stats {
 	uint64_t ram_bytes;        /* allocated bytes copied */
 	uint64_t disk_bytes;
 	double pause_ms;
+};
+
+/* What a driver's configure op (driver.h) may know of the node's own
+ * settings ([vmd]); borrowed for the call. */
+struct moat_vmm_host {
+	const char *kvm_device;    /* [vmd] kvm-device: "/dev/kvm" */
+	bool test_hooks;           /* [vmd] test-hooks: a test node, where
+	                              settings for test doubles are allowed */
 };
 
 /* The files of a snapshot directory, named by every driver alike. The

@@ -31,6 +31,7 @@
 #include "../ramdir.h"
 #include "../spawn.h"
 #include "../sync.h"
+#include "../vmhost.h"
 #include "../vmm.h"
 #include "qmp.h"
 
@@ -148,38 +149,19 @@ path_ok(const char *p)
 static int
 qemu_probe(const char *binary, char **version, char **errmsg)
 {
-	char *cmd = NULL;
-	FILE *f;
-	char line[256] = "";
-	int status;
+	char line[256];
+	int rv;
 
 	*version = NULL;
-	*errmsg = NULL;
-	if (strchr(binary, '\'') != NULL) {
-		*errmsg = moat_asprintf("qemu binary name %s has a quote in "
-		    "it", binary);
-		return MOAT_INVALID_ARGUMENT;
-	}
-	cmd = moat_asprintf("'%s' --version 2>/dev/null", binary);
-	if (cmd == NULL || (f = popen(cmd, "r")) == NULL) {
-		free(cmd);
-		*errmsg = strdup("cannot run the qemu version check");
-		return MOAT_INTERNAL;
-	}
-	free(cmd);
-	if (fgets(line, sizeof(line), f) == NULL)
-		line[0] = '\0';
-	while (fgetc(f) != EOF)
-		;
-	status = pclose(f);
-	if (status != 0 || strncmp(line, "QEMU emulator", 13) != 0) {
+	rv = vmd_version_line(binary, "qemu", "QEMU emulator", line,
+	    sizeof(line), errmsg);
+	if (rv == MOAT_FAILED_PRECONDITION)
 		*errmsg = moat_asprintf("%s is not installed or does not run: "
 		    "install the Debian package qemu-system-x86 (apt-get "
 		    "install qemu-system-x86) or set [vmd] qemu= to its path",
 		    binary);
-		return MOAT_FAILED_PRECONDITION;
-	}
-	line[strcspn(line, "\r\n")] = '\0';
+	if (rv != MOAT_OK)
+		return rv;
 	qemu_host_tsc_khz = measure_tsc_khz();
 	moat_info(0, "qemu: host TSC %u kHz (given to TCG guests)",
 	    qemu_host_tsc_khz);
@@ -200,16 +182,14 @@ struct qemu_ram_copy {
 	char *what;                /* "<src> to <dst>", heap */
 };
 
-static double now_ms_exact(void);
-
 static void *
 ram_copy_main(void *arg)
 {
 	struct qemu_ram_copy *rc = arg;
-	double t0 = now_ms_exact();
+	double t0 = vmd_now_ms_exact();
 
 	rc->err = vmd_copy_extents(rc->in, rc->out, &rc->bytes);
-	rc->ms = now_ms_exact() - t0;
+	rc->ms = vmd_now_ms_exact() - t0;
 	return NULL;
 }
 
@@ -481,70 +461,11 @@ qemu_restore(const char *binary, const struct moat_vmm_spec *spec,
 	return qemu_launch(binary, spec, snap_dir, vm, errmsg);
 }
 
+/* The agent's virtio-serial port is bridged to a plain Unix socket. */
 static int
 qemu_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int s;
-
-	*fd = -1;
-	*errmsg = NULL;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", vm->agent_socket);
-	if ((s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
-		*errmsg = moat_asprintf("socket: %s", strerror(errno));
-		return moat_status_from_errno(errno);
-	}
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		int err = errno;
-
-		close(s);
-		if (err == ENOENT || err == ECONNREFUSED || err == EAGAIN)
-			return MOAT_UNAVAILABLE;
-		*errmsg = moat_asprintf("cannot connect to %s: %s",
-		    vm->agent_socket, strerror(err));
-		return moat_status_from_errno(err);
-	}
-	*fd = s;
-	return MOAT_OK;
-}
-
-static void
-qemu_stop(const struct moat_vmm *vm, bool force)
-{
-	if (vm->pid > 0)
-		(void)kill(vm->pid, force ? SIGKILL : SIGTERM);
-}
-
-/* True when /proc/<pid> is a live (not zombie) process whose command line
- * mentions `dir`: the VMM of that sandbox, not a recycled pid. */
-static bool
-proc_runs_from(pid_t pid, const char *dir)
-{
-	char path[64];
-	char *buf = NULL;
-	size_t len = 0;
-	bool match = false;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (moat_read_file(path, 4096, &buf, &len) != 0)
-		return false;
-	{
-		char *rp = strrchr(buf, ')');
-		if (rp == NULL || rp[1] == '\0' || rp[2] == 'Z') {
-			free(buf);
-			return false;
-		}
-	}
-	free(buf);
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	if (moat_read_file(path, 1 << 16, &buf, &len) != 0)
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (buf[i] == '\0')
-			buf[i] = ' ';
-	match = strstr(buf, dir) != NULL;
-	free(buf);
-	return match;
+	return vmd_unix_connect(vm->agent_socket, fd, errmsg);
 }
 
 static bool
@@ -552,24 +473,10 @@ qemu_reap_orphan(const char *dir, const char *id)
 {
 	char *pidfile = moat_asprintf("%s/qemu.pid", dir);
 	char *ram = ram_file_path(id);
-	char *text = NULL;
-	size_t len;
-	bool killed = false;
-	long pid;
+	/* QEMU's options name files in the sandbox directory: a process
+	 * whose command line mentions dir is that sandbox's VMM. */
+	bool killed = vmd_kill_orphan(pidfile, dir, false);
 
-	if (pidfile != NULL && moat_read_file(pidfile, 64, &text, &len) == 0)
-	{
-		pid = strtol(text, NULL, 10);
-		if (pid > 1 && proc_runs_from((pid_t)pid, dir)) {
-			(void)kill((pid_t)pid, SIGKILL);
-			killed = true;
-			/* Not our child: wait for whoever reaps it. */
-			for (int i = 0; i < 500 &&
-			    proc_runs_from((pid_t)pid, dir); i++)
-				vmd_sleep_ms(10);
-		}
-		free(text);
-	}
 	if (ram != NULL)
 		(void)vmd_ram_unlink(ram);
 	free(ram);
@@ -660,15 +567,6 @@ snap_ram_path(const char *snap_dir)
 	return path;
 }
 
-static double
-now_ms_exact(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static uint64_t
 file_size(const char *path)
 {
@@ -755,14 +653,14 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 
 	/* The pause: from here to `cont`. stop flushes the block layer, so
 	 * the disk copied below agrees with the RAM copied with it. */
-	t0 = now_ms_exact();
+	t0 = vmd_now_ms_exact();
 	if ((rv = qmp_run(&q, "stop", NULL, NULL, errmsg)) != MOAT_OK)
 		goto out;
 	stopped = true;
 	if ((rv = qmp_run(&q, "migrate", args, NULL, errmsg)) != MOAT_OK ||
 	    (rv = qmp_wait_migrated(&q, errmsg)) != MOAT_OK)
 		goto out;
-	t_state = now_ms_exact();
+	t_state = vmd_now_ms_exact();
 	if ((err = vmd_copy_sparse(vm->ram_file, ram_copy, &st->ram_bytes))
 	    != 0) {
 		*errmsg = moat_asprintf("cannot copy guest RAM %s to %s: %s",
@@ -770,7 +668,7 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 		rv = moat_status_from_errno(err);
 		goto out;
 	}
-	t_ram = now_ms_exact();
+	t_ram = vmd_now_ms_exact();
 	if ((err = vmd_copy_sparse(scratch_disk, disk, &st->disk_bytes)) !=
 	    0) {
 		*errmsg = moat_asprintf("cannot copy scratch disk %s to %s: %s",
@@ -796,7 +694,7 @@ out:
 			}
 		}
 		free(cerr);
-		st->pause_ms = now_ms_exact() - t0;
+		st->pause_ms = vmd_now_ms_exact() - t0;
 	}
 	if (rv == MOAT_OK) {
 		st->device_state_bytes = file_size(state);
@@ -907,7 +805,7 @@ const struct moat_vmm_ops moat_vmm_qemu = {
 	.probe = qemu_probe,
 	.start = qemu_start,
 	.connect_agent = qemu_connect_agent,
-	.stop = qemu_stop,
+	.stop = vmd_vmm_signal,
 	.release = qemu_release,
 	.reap_orphan = qemu_reap_orphan,
 	.snapshot = qemu_snapshot,

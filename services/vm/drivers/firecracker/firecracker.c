@@ -30,10 +30,13 @@
 
 #include <linux/kvm.h>
 
+#include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "../../extents.h"
 #include "../../spawn.h"
+#include "../../sync.h"
+#include "../../vmhost.h"
 #include "api.h"
 #include "firecracker.h"
 #include "jail.h"
@@ -262,9 +265,7 @@ static int
 fc_probe(const char *binary, char **version, char **errmsg)
 {
 	char *abs = NULL;
-	char *cmd = NULL;
-	char line[256] = "";
-	FILE *f;
+	char line[256];
 	int rv;
 
 	*version = NULL;
@@ -273,30 +274,14 @@ fc_probe(const char *binary, char **version, char **errmsg)
 		*errmsg = fc_not_found_text("firecracker", binary);
 		return MOAT_FAILED_PRECONDITION;
 	}
-	if (strchr(abs, '\'') != NULL) {
-		*errmsg = moat_asprintf("firecracker path %s has a quote in "
-		    "it: move it", abs);
-		rv = MOAT_INVALID_ARGUMENT;
-		goto cleanup;
-	}
-	cmd = moat_asprintf("'%s' --version 2>/dev/null", abs);
-	if (cmd == NULL || (f = popen(cmd, "r")) == NULL) {
-		*errmsg = strdup("cannot run the firecracker version check");
-		rv = MOAT_INTERNAL;
-		goto cleanup;
-	}
-	if (fgets(line, sizeof(line), f) == NULL)
-		line[0] = '\0';
-	while (fgetc(f) != EOF)
-		;
-	if (pclose(f) != 0 || strncmp(line, "Firecracker v", 13) != 0) {
+	rv = vmd_version_line(abs, "firecracker", "Firecracker v", line,
+	    sizeof(line), errmsg);
+	if (rv == MOAT_FAILED_PRECONDITION)
 		*errmsg = moat_asprintf("%s does not run as Firecracker "
 		    "(\"%s --version\" did not print \"Firecracker v...\"): "
 		    "reinstall it from the release tarball", abs, abs);
-		rv = MOAT_FAILED_PRECONDITION;
+	if (rv != MOAT_OK)
 		goto cleanup;
-	}
-	line[strcspn(line, "\r\n")] = '\0';
 	if (fc.cfg.use_jailer) {
 		char *jailer = fc_find_binary(fc.cfg.jail.jailer);
 
@@ -340,56 +325,11 @@ fc_probe(const char *binary, char **version, char **errmsg)
 	if ((*version = strdup(line)) == NULL)
 		rv = MOAT_INTERNAL;
 cleanup:
-	free(cmd);
 	free(abs);
 	return rv;
 }
 
 /* ---- small helpers ---- */
-
-/* The last `lines` lines of a log file, printable ASCII only; "" when
- * missing. Heap. */
-static char *
-fc_tail(const char *path, int lines)
-{
-	enum { TAIL_BYTES = 8192 };
-	char *buf;
-	char *start;
-	off_t size;
-	ssize_t got;
-	int fd;
-	int seen = 0;
-
-	if (path == NULL || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return strdup("");
-	size = lseek(fd, 0, SEEK_END);
-	if (size <= 0 || (buf = malloc(TAIL_BYTES + 1)) == NULL) {
-		close(fd);
-		return strdup("");
-	}
-	got = pread(fd, buf, TAIL_BYTES, size > TAIL_BYTES ?
-	    size - TAIL_BYTES : 0);
-	close(fd);
-	if (got <= 0) {
-		free(buf);
-		return strdup("");
-	}
-	while (got > 0 && buf[got - 1] == '\n')
-		got--;
-	buf[got] = '\0';
-	for (ssize_t i = 0; i < got; i++)
-		if (buf[i] != '\n' && (buf[i] < 0x20 || buf[i] > 0x7e))
-			buf[i] = '?';
-	start = buf;
-	for (ssize_t i = got - 1; i >= 0; i--) {
-		if (buf[i] == '\n' && ++seen == lines) {
-			start = buf + i + 1;
-			break;
-		}
-	}
-	memmove(buf, start, strlen(start) + 1);
-	return buf;
-}
 
 char *
 moat_fc_exit_text(int status)
@@ -427,8 +367,8 @@ static char *
 fc_exit_report(int status, const char *console, const char *log)
 {
 	char *how = moat_fc_exit_text(status);
-	char *out_tail = fc_tail(console, FC_TAIL_LINES);
-	char *log_tail = fc_tail(log, FC_TAIL_LINES);
+	char *out_tail = vmd_log_tail(console, FC_TAIL_LINES);
+	char *log_tail = vmd_log_tail(log, FC_TAIL_LINES);
 	char *text;
 
 	text = moat_asprintf("%s; its output ended with:\n%s\nand its log "
@@ -439,24 +379,6 @@ fc_exit_report(int status, const char *console, const char *log)
 	free(out_tail);
 	free(log_tail);
 	return text;
-}
-
-static uint64_t
-fc_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void
-fc_sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000u, (long)(ms % 1000u) * 1000000L };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
 }
 
 static bool
@@ -869,8 +791,8 @@ fc_adopt_jailed(struct moat_vmm *vm, const struct fc_instance *in,
 	pid_t got;
 
 	while ((got = waitpid(vm->pid, &status, WNOHANG)) == 0 &&
-	    fc_now_ms() < deadline)
-		fc_sleep_ms(5);
+	    moat_rpc_now_ms() < deadline)
+		vmd_sleep_ms(5);
 	if (got == 0) {
 		*errmsg = moat_asprintf("the jailer (pid %d) did not hand over "
 		    "to Firecracker within %u ms", (int)vm->pid,
@@ -938,7 +860,7 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 	req.output_file = vm->console_log;
 	if ((rv = moat_spawn(&req, &vm->pid, errmsg)) != MOAT_OK)
 		goto fail;
-	deadline = fc_now_ms() + fc.cfg.api_timeout_ms;
+	deadline = moat_rpc_now_ms() + fc.cfg.api_timeout_ms;
 	if (in->jailed && fc.cfg.jail.new_pid_ns &&
 	    (rv = fc_adopt_jailed(vm, in, deadline, errmsg)) != MOAT_OK)
 		goto fail;
@@ -980,7 +902,7 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 			free(why);
 			break;
 		}
-		if (rv != MOAT_UNAVAILABLE || fc_now_ms() >= deadline) {
+		if (rv != MOAT_UNAVAILABLE || moat_rpc_now_ms() >= deadline) {
 			*errmsg = moat_asprintf("Firecracker for sandbox %s "
 			    "did not answer on %s within %u ms (%s): see %s",
 			    spec->sandbox_id, in->api_socket,
@@ -991,7 +913,7 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 			goto fail;
 		}
 		free(why);
-		fc_sleep_ms(5);
+		vmd_sleep_ms(5);
 	}
 
 	body = json_pack("{s:s, s:s, s:b, s:b}", "log_path", FC_LOG,
@@ -1269,7 +1191,6 @@ cleanup:
 static int
 fc_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { FC_HANDSHAKE_MS / 1000,
 		(FC_HANDSHAKE_MS % 1000) * 1000 };
 	struct timeval none = { 0, 0 };
@@ -1277,24 +1198,11 @@ fc_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 	char answer[32];
 	size_t got = 0;
 	int s;
-	int err;
+	int rv;
 
 	*fd = -1;
-	*errmsg = NULL;
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", vm->agent_socket);
-	if ((s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
-		*errmsg = moat_asprintf("socket: %s", strerror(errno));
-		return moat_status_from_errno(errno);
-	}
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		err = errno;
-		close(s);
-		if (err == ENOENT || err == ECONNREFUSED || err == EAGAIN)
-			return MOAT_UNAVAILABLE;
-		*errmsg = moat_asprintf("cannot connect to %s: %s",
-		    vm->agent_socket, strerror(err));
-		return moat_status_from_errno(err);
-	}
+	if ((rv = vmd_unix_connect(vm->agent_socket, &s, errmsg)) != MOAT_OK)
+		return rv;
 	(void)setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	(void)setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	snprintf(hello, sizeof(hello), "CONNECT %u\n", fc.cfg.vsock_port);
@@ -1333,66 +1241,13 @@ fc_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 	return MOAT_OK;
 }
 
-static void
-fc_stop(const struct moat_vmm *vm, bool force)
-{
-	if (vm->pid > 0)
-		(void)kill(vm->pid, force ? SIGKILL : SIGTERM);
-}
-
-/* True when /proc/<pid> is a live process whose command line holds the
- * argument `id` (Firecracker's --id): that sandbox's VMM, not a recycled
- * pid. */
-static bool
-fc_proc_is(pid_t pid, const char *id)
-{
-	char path[64];
-	char *buf = NULL;
-	char *rp;
-	size_t len = 0;
-	bool match = false;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (moat_read_file(path, 4096, &buf, &len) != 0)
-		return false;
-	rp = strrchr(buf, ')');
-	if (rp == NULL || rp[1] == '\0' || rp[2] == 'Z') {
-		free(buf);
-		return false;
-	}
-	free(buf);
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	if (moat_read_file(path, 1 << 16, &buf, &len) != 0)
-		return false;
-	for (size_t i = 0; i < len; i += strlen(buf + i) + 1)
-		if (strcmp(buf + i, id) == 0)
-			match = true;
-	free(buf);
-	return match;
-}
-
 static bool
 fc_reap_orphan(const char *dir, const char *id)
 {
 	char *pidfile = moat_asprintf("%s/%s", dir, FC_PID);
-	char *text = NULL;
-	size_t len;
-	bool killed = false;
-	long pid;
+	/* Firecracker runs with `--id <id>`: that argument marks it. */
+	bool killed = vmd_kill_orphan(pidfile, id, true);
 
-	if (pidfile != NULL && moat_read_file(pidfile, 64, &text, &len) == 0)
-	{
-		pid = strtol(text, NULL, 10);
-		if (pid > 1 && fc_proc_is((pid_t)pid, id)) {
-			(void)kill((pid_t)pid, SIGKILL);
-			killed = true;
-			/* Not our child: wait for whoever reaps it. */
-			for (int i = 0; i < 500 && fc_proc_is((pid_t)pid, id);
-			    i++)
-				fc_sleep_ms(10);
-		}
-		free(text);
-	}
 	free(pidfile);
 	if (fc.cfg.use_jailer) {
 		struct moat_fc_jail j = { 0 };
@@ -1440,15 +1295,6 @@ fc_allocated(const char *path)
 	return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
 }
 
-static double
-fc_now_ms_exact(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* snapshot (vmm.h): pause, a Full snapshot, its two files moved into
  * snap_dir as device_state and ram, the scratch disk copied while still
  * paused (Firecracker's snapshot has no disks), resume whatever happened.
@@ -1477,7 +1323,7 @@ fc_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 		rv = MOAT_INTERNAL;
 		goto cleanup;
 	}
-	t0 = fc_now_ms_exact();
+	t0 = vmd_now_ms_exact();
 	if ((rv = moat_fc_vm_pause(vm, errmsg)) != MOAT_OK)
 		goto cleanup;
 	paused = true;
@@ -1513,7 +1359,7 @@ cleanup:
 			rv = MOAT_INTERNAL;
 		}
 		free(rerr);
-		st->pause_ms = fc_now_ms_exact() - t0;
+		st->pause_ms = vmd_now_ms_exact() - t0;
 	}
 	/* Moved already on success; otherwise nothing may stay behind. */
 	if (state_file != NULL)
@@ -1573,7 +1419,7 @@ const struct moat_vmm_ops moat_vmm_firecracker = {
 	.probe = fc_probe,
 	.start = fc_start,
 	.connect_agent = fc_connect_agent,
-	.stop = fc_stop,
+	.stop = vmd_vmm_signal,
 	.release = fc_release,
 	.reap_orphan = fc_reap_orphan,
 	.snapshot = fc_snapshot,

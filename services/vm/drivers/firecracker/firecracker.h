@@ -21,6 +21,8 @@
 #include "../../vmm.h"
 #include "jail.h"
 
+struct moat_config;
+
 /* The driver's settings. Strings are copied by configure. */
 struct moat_fc_config {
 	const char *kvm_device;    /* "/dev/kvm" */
@@ -43,10 +45,22 @@ extern const struct moat_vmm_ops moat_vmm_firecracker;
  * strings are static. */
 void moat_fc_config_defaults(struct moat_fc_config *cfg);
 
-/* moat_vmm_firecracker_configure: sets the driver's settings. Call once,
- * from the main thread, before probe and any other op; without it the
- * defaults apply. Returns 0, or a status with *errmsg (heap, caller frees)
- * for settings that cannot work. */
+/* moat_fc_configure: the driver's configure op (vmd's driver table,
+ * driver.h): reads the [firecracker] section of `c` (NULL: environment
+ * and defaults only) with the node's kvm-device and test-hooks from
+ * `host`, makes vmd a child subreaper when a jailed Firecracker gets its
+ * own pid namespace, and applies the settings with
+ * moat_vmm_firecracker_configure. Main thread, before probe. Returns 0,
+ * or a status with *errmsg (heap, caller frees) naming the key. */
+int moat_fc_configure(const struct moat_config *c,
+    const struct moat_vmm_host *host, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_vmm_firecracker_configure: sets the driver's own settings from a
+ * filled struct (moat_fc_configure's last step; the driver's unit tests
+ * call it directly). Call from the main thread, before probe and any
+ * other op; without it the defaults apply. Returns 0, or a status with
+ * *errmsg (heap, caller frees) for settings that cannot work. */
 int moat_vmm_firecracker_configure(const struct moat_fc_config *cfg,
     char **errmsg) __attribute__((warn_unused_result));
 
