@@ -1,8 +1,9 @@
 /*
- * test_safety.c: unit tests of lib/safety.c: many command lines and code
- * snippets per level, the tricky ones (quoted text is an argument, not a
- * command; wrappers and env assignments; pipes, substitutions, sh -c),
- * and that the most severe level wins. Not for: enforcement.
+ * test_safety.c: unit tests of the classifier (gateway/safety/): many
+ * command lines and snippets per level, the tricky ones (quoted text is
+ * an argument, not a command; wrappers and env assignments; pipes,
+ * substitutions, sh -c), and that the most severe level wins.
+ * Not for: enforcement.
  */
 #include <setjmp.h>
 #include <stdarg.h>
