@@ -340,9 +340,7 @@ int
 main(int argc, char **argv)
 {
 	static const struct option long_opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "state-dir", required_argument, NULL, 's' },
-		{ "listen", required_argument, NULL, 'l' },
+		MOAT_SERVICE_OPTIONS_FIRST,
 		{ "survey", required_argument, NULL, 'u' },
 		{ "sessiond", required_argument, NULL, 'S' },
 		{ "snapd", required_argument, NULL, 'P' },
@@ -354,9 +352,7 @@ main(int argc, char **argv)
 		{ "mcp-idle-s", required_argument, NULL, 'I' },
 		{ "retention-keep-last", required_argument, NULL, 'K' },
 		{ "retention-keep-age-s", required_argument, NULL, 'G' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		MOAT_SERVICE_OPTIONS_LAST,
 	};
 	static const struct moat_service service = {
 		.program = "moat-gateway",

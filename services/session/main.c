@@ -187,14 +187,10 @@ int
 main(int argc, char **argv)
 {
 	static const struct option long_opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "state-dir", required_argument, NULL, 's' },
-		{ "listen", required_argument, NULL, 'l' },
+		MOAT_SERVICE_OPTIONS_FIRST,
 		{ "map-size-mib", required_argument, NULL, 'm' },
 		{ "workers", required_argument, NULL, 'w' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		MOAT_SERVICE_OPTIONS_LAST,
 	};
 	static const struct moat_service service = {
 		.program = SERVICE_NAME,

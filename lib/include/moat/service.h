@@ -48,6 +48,18 @@ struct moat_service {
 	void (*close)(void *ctx);
 };
 
+/* The options every service has, first and last in its table:
+ *	{ MOAT_SERVICE_OPTIONS_FIRST, ...its own..., MOAT_SERVICE_OPTIONS_LAST }
+ * ("config", "version" and "help" are moat_config_from_args's). */
+#define MOAT_SERVICE_OPTIONS_FIRST                                       \
+	{ "config", required_argument, NULL, 'c' },                      \
+	{ "state-dir", required_argument, NULL, 's' },                   \
+	{ "listen", required_argument, NULL, 'l' }
+#define MOAT_SERVICE_OPTIONS_LAST                                        \
+	{ "version", no_argument, NULL, 'V' },                           \
+	{ "help", no_argument, NULL, 'h' },                              \
+	{ NULL, 0, NULL, 0 }
+
 /* moat_service_main: runs `svc` until SIGTERM or SIGINT, and returns
  * main()'s exit code: 0 after a clean stop, after --help or --version; a
  * status exit code (moat_status_exit_code) after bad options or a failed
