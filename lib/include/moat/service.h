@@ -24,10 +24,10 @@ struct moat_config;
  * own text), which moat_service_main logs as "<program>: <errmsg>". */
 struct moat_service {
 	const char *program;        /* "moat-sessiond": messages, --version */
-	const char *section;        /* [section] of moat.conf, MOAT_<SECTION>_* */
+	const char *section;        /* [section], MOAT_<SECTION>_<NAME> */
 	const char *log_component;  /* "sessiond" */
-	const struct option *options;  /* getopt_long's; see
-	                                * moat_config_from_args */
+	/* getopt_long's table, by moat_config_from_args's rules */
+	const struct option *options;
 	void (*usage)(FILE *f);
 	bool make_state_dir;        /* create the state directory (0700) */
 	/* open: reads the service's settings from `cfg` and opens what it
@@ -49,7 +49,8 @@ struct moat_service {
 };
 
 /* The options every service has, first and last in its table:
- *	{ MOAT_SERVICE_OPTIONS_FIRST, ...its own..., MOAT_SERVICE_OPTIONS_LAST }
+ *	{ MOAT_SERVICE_OPTIONS_FIRST, ...its own...,
+ *	    MOAT_SERVICE_OPTIONS_LAST }
  * ("config", "version" and "help" are moat_config_from_args's). */
 #define MOAT_SERVICE_OPTIONS_FIRST                                       \
 	{ "config", required_argument, NULL, 'c' },                      \
