@@ -559,6 +559,12 @@ struct moat_gateway_opts {
 
 struct moat_gateway;
 
+/* moat_sandbox_set_session: puts a heap copy of `id` in sb->session_id
+ * (of an unpacked message, freed with it), freeing the one before unless
+ * it is protobuf-c's static empty string. False on allocation failure,
+ * sb unchanged. */
+bool moat_sandbox_set_session(Moat__V1__Sandbox *sb, const char *id);
+
 /* moat_gateway_start: starts discovery, then serves the Gateway service
  * on opts->listen_url. Strings in opts are copied. On success *out is
  * the caller's (moat_gateway_stop). On failure returns a status and sets

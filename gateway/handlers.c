@@ -246,11 +246,8 @@ fail_oom:
 	return rv;
 }
 
-/* set_session_id: puts a heap copy of `id` in sb->session_id. An unset
- * string of an unpacked message is protobuf-c's static empty string,
- * never freed. False on allocation failure. */
-static bool
-set_session_id(Moat__V1__Sandbox *sb, const char *id)
+bool
+moat_sandbox_set_session(Moat__V1__Sandbox *sb, const char *id)
 {
 	char *copy = strdup(id);
 
@@ -297,7 +294,7 @@ record_new_sandbox(struct moat_rpc_call *call,
 	    (*sb)->id, call->request_id, call->deadline_ms, session_id,
 	    sizeof(session_id), errmsg);
 	if (rv == MOAT_OK) {
-		if (!set_session_id(*sb, session_id) ||
+		if (!moat_sandbox_set_session(*sb, session_id) ||
 		    repack_sandbox(*sb, out, out_len) != MOAT_OK) {
 			*errmsg = moat_asprintf("out of memory");
 			return MOAT_RESOURCE_EXHAUSTED;
@@ -446,7 +443,8 @@ list_append(struct moat_gateway *gw, Moat__V1__SandboxList *r,
 		}
 		if (moat_record_session_of(&gw->rec, from->sandboxes[i]->id,
 		    session_id, sizeof(session_id)))
-			(void)set_session_id(from->sandboxes[i], session_id);
+			(void)moat_sandbox_set_session(from->sandboxes[i],
+			    session_id);
 		r->sandboxes[r->n_sandboxes++] = from->sandboxes[i];
 	}
 	/* The array now lends its elements to r; free only the shell. */
@@ -577,7 +575,7 @@ h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    call->raw_reply);
 	if (sb == NULL)
 		return MOAT_OK;   /* passed on as the node said it */
-	if (set_session_id(sb, session_id))
+	if (moat_sandbox_set_session(sb, session_id))
 		(void)repack_sandbox(sb, &call->raw_reply,
 		    &call->raw_reply_len);
 	moat__v1__sandbox__free_unpacked(sb, NULL);

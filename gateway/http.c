@@ -34,7 +34,7 @@
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
-#include "rpc_internal.h"
+#include "moat/rpc_dispatch.h"
 
 struct moat_http {
 	struct moat_gateway *gw;

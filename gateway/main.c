@@ -1,12 +1,11 @@
 /*
- * main.c: the moat-gateway process: flags and the [gateway] config
- * section, the state directory, then the gateway (handlers.c) and its
- * HTTP door (http.c) until SIGTERM or SIGINT, which stop them cleanly.
+ * main.c: the moat-gateway process: its hooks of moat_service_main
+ * (moat/service.h) read the flags and the [gateway] config section, then
+ * run the gateway (handlers.c) and its HTTP door (http.c) until SIGTERM or
+ * SIGINT, which stop them cleanly; and `moat-gateway keys`.
  * Not for: any RPC behaviour (handlers.c, forward.c, discovery.c).
  */
-#include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include "http.h"
 #include "moat/config.h"
 #include "moat/log.h"
+#include "moat/service.h"
 #include "moat/status.h"
 #include "moat/util.h"
 
@@ -203,13 +203,144 @@ retention_config(struct moat_config *cfg, char **errmsg)
 	return moat_retention_policy(cfg, NULL, &policy, errmsg);
 }
 
+/* What the hooks share: the options the gateway and its HTTP door start
+ * with, what they are, and the strings main() owns. */
+struct gateway_main {
+	struct moat_gateway_opts opts;
+	struct moat_http_opts http_opts;
+	struct moat_config *cfg;        /* borrowed from moat_service_main */
+	struct moat_gateway *gw;
+	struct moat_http *http;
+	char *listen, *survey, *sessiond, *snapd;
+};
+
+static int
+gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
+    char **errmsg)
+{
+	struct gateway_main *m = ctx;
+	uint64_t interval = 0, workers = 0, mcp_max = 0, mcp_idle = 0;
+	bool auth = true;
+	int rv;
+
+	m->cfg = cfg;
+	m->listen = moat_service_url(cfg, SECTION, "listen", state_dir,
+	    "gateway.sock");
+	m->survey = moat_service_url(cfg, SECTION, "survey", state_dir,
+	    "survey.sock");
+	m->sessiond = moat_service_url(cfg, SECTION, "sessiond", state_dir,
+	    "sessiond.sock");
+	m->snapd = moat_service_url(cfg, SECTION, "snapd", state_dir,
+	    "snapd.sock");
+	if (m->listen == NULL || m->survey == NULL || m->sessiond == NULL ||
+	    m->snapd == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	if ((rv = moat_config_get_u64(cfg, SECTION, "survey-interval-ms",
+	    MOAT_GW_SURVEY_INTERVAL_MS, &interval, errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "workers", 0, &workers,
+	    errmsg)) != MOAT_OK)
+		return rv;
+	if (interval < 50 || interval > 60000 || workers > 4096) {
+		*errmsg = moat_asprintf("survey-interval-ms must be 50-60000 "
+		    "and workers at most 4096");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if ((rv = moat_config_get_u64(cfg, SECTION, "mcp-max-sessions",
+	    MOAT_HTTP_MCP_MAX_SESSIONS, &mcp_max, errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "mcp-idle-s",
+	    MOAT_HTTP_MCP_IDLE_S, &mcp_idle, errmsg)) != MOAT_OK)
+		return rv;
+	if (mcp_max < 1 || mcp_max > MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT ||
+	    mcp_idle > UINT32_MAX) {
+		*errmsg = moat_asprintf("mcp-max-sessions must be 1-%u and "
+		    "mcp-idle-s at most %u", MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT,
+		    UINT32_MAX);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	m->http_opts.mcp_max_sessions = (uint32_t)mcp_max;
+	m->http_opts.mcp_idle_s = (uint32_t)mcp_idle;
+	if ((rv = moat_config_get_bool(cfg, SECTION, "auth", true, &auth,
+	    errmsg)) != MOAT_OK ||
+	    (rv = retention_config(cfg, errmsg)) != MOAT_OK)
+		return rv;
+	if (!auth)
+		moat_warn(0, "moat-gateway: auth is off: every caller is "
+		    "tenant \"default\", without a key");
+	m->opts.auth = auth;
+	m->opts.config = cfg;
+	m->opts.listen_url = m->listen;
+	m->opts.survey_url = m->survey;
+	m->opts.sessiond_url = m->sessiond;
+	m->opts.snapd_url = m->snapd;
+	m->opts.state_dir = state_dir;
+	m->opts.survey_interval_ms = (uint32_t)interval;
+	m->opts.workers = (int)workers;
+	return MOAT_OK;
+}
+
+static int
+gateway_serve(void *ctx, char **errmsg)
+{
+	struct gateway_main *m = ctx;
+	const char *http_addr;
+	int rv;
+
+	if ((rv = moat_gateway_start(&m->gw, &m->opts, errmsg)) != MOAT_OK)
+		return rv;
+	http_addr = moat_config_get(m->cfg, SECTION, "http", NULL);
+	if (http_addr == NULL || strcmp(http_addr, "off") != 0) {
+		rv = moat_http_start(&m->http, m->gw, http_addr ? http_addr :
+		    MOAT_HTTP_DEFAULT_ADDR, &m->http_opts, errmsg);
+		if (rv != MOAT_OK && http_addr != NULL) {
+			moat_gateway_stop(m->gw);
+			m->gw = NULL;
+			return rv;
+		}
+		/* The default port taken (another gateway on this host,
+		 * a test) costs the HTTP door only, not the gateway. */
+		if (rv != MOAT_OK) {
+			moat_warn(0, "moat-gateway: no HTTP API: %s", *errmsg);
+			free(*errmsg);
+			*errmsg = NULL;
+		} else {
+			moat_info(0, "moat-gateway: HTTP API on http://%s",
+			    http_addr ? http_addr : MOAT_HTTP_DEFAULT_ADDR);
+		}
+	}
+	moat_info(0, "moat-gateway %s serving %s, surveying %s, state %s",
+	    MOAT_VERSION, m->listen, m->survey, m->opts.state_dir);
+	return MOAT_OK;
+}
+
+static void
+gateway_stop(void *ctx)
+{
+	struct gateway_main *m = ctx;
+
+	/* The HTTP door first: its requests run on the gateway. */
+	moat_http_stop(m->http);
+	moat_gateway_stop(m->gw);
+	moat_info(0, "moat-gateway stopped");
+}
+
+static void
+gateway_close(void *ctx)
+{
+	struct gateway_main *m = ctx;
+
+	free(m->listen);
+	free(m->survey);
+	free(m->sessiond);
+	free(m->snapd);
+}
+
 int
 main(int argc, char **argv)
 {
 	static const struct option long_opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "state-dir", required_argument, NULL, 's' },
-		{ "listen", required_argument, NULL, 'l' },
+		MOAT_SERVICE_OPTIONS_FIRST,
 		{ "survey", required_argument, NULL, 'u' },
 		{ "sessiond", required_argument, NULL, 'S' },
 		{ "snapd", required_argument, NULL, 'P' },
@@ -221,159 +352,23 @@ main(int argc, char **argv)
 		{ "mcp-idle-s", required_argument, NULL, 'I' },
 		{ "retention-keep-last", required_argument, NULL, 'K' },
 		{ "retention-keep-age-s", required_argument, NULL, 'G' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		MOAT_SERVICE_OPTIONS_LAST,
 	};
-	struct moat_gateway_opts opts = { 0 };
-	struct moat_http_opts http_opts = { 0 };
-	struct moat_config *cfg = NULL;
-	struct moat_gateway *gw = NULL;
-	struct moat_http *http = NULL;
-	const char *http_addr;
-	const char *v;
-	char *state_dir = NULL, *listen = NULL, *survey = NULL;
-	char *sessiond = NULL, *snapd = NULL, *errmsg = NULL;
-	uint64_t interval = 0, workers = 0, mcp_max = 0, mcp_idle = 0;
-	sigset_t sigs;
-	int sig = 0, rv, exit_code = 1;
-
-	bool auth = true;
+	static const struct moat_service service = {
+		.program = "moat-gateway",
+		.section = SECTION,
+		.log_component = "gateway",
+		.options = long_opts,
+		.usage = usage,
+		.make_state_dir = true,
+		.open = gateway_open,
+		.serve = gateway_serve,
+		.stop = gateway_stop,
+		.close = gateway_close,
+	};
+	struct gateway_main m = { 0 };
 
 	if (argc > 1 && strcmp(argv[1], "keys") == 0)
 		return keys_main(argc - 1, argv + 1);
-	if ((exit_code = moat_config_from_args(argc, argv, long_opts,
-	    "moat-gateway", SECTION, usage, &cfg)) != -1)
-		return exit_code;
-	exit_code = 1;
-	moat_log_init("gateway", MOAT_LOG_INFO);
-	moat_service_malloc_init();
-	state_dir = moat_config_state_dir(cfg, SECTION);
-	if (state_dir == NULL) {
-		rv = MOAT_RESOURCE_EXHAUSTED;
-		errmsg = moat_asprintf("out of memory");
-		goto fail_msg;
-	}
-	if ((rv = moat_mkdir_p(state_dir, 0700)) != 0) {
-		errmsg = moat_asprintf("cannot create the state directory %s: "
-		    "%s: create it, or pick another with --state-dir",
-		    state_dir, strerror(rv));
-		rv = moat_status_from_errno(rv);
-		goto fail_msg;
-	}
-#define URL_OR_DEFAULT(var, key, file)                                   \
-	do {                                                             \
-		if ((v = moat_config_get(cfg, SECTION, key, NULL)) != NULL) \
-			var = strdup(v);                                 \
-		else                                                     \
-			var = moat_asprintf("ipc://%s/%s", state_dir, file); \
-	} while (0)
-	URL_OR_DEFAULT(listen, "listen", "gateway.sock");
-	URL_OR_DEFAULT(survey, "survey", "survey.sock");
-	URL_OR_DEFAULT(sessiond, "sessiond", "sessiond.sock");
-	URL_OR_DEFAULT(snapd, "snapd", "snapd.sock");
-#undef URL_OR_DEFAULT
-	if (listen == NULL || survey == NULL || sessiond == NULL ||
-	    snapd == NULL) {
-		rv = MOAT_RESOURCE_EXHAUSTED;
-		errmsg = moat_asprintf("out of memory");
-		goto fail_msg;
-	}
-	if ((rv = moat_config_get_u64(cfg, SECTION, "survey-interval-ms",
-	    MOAT_GW_SURVEY_INTERVAL_MS, &interval, &errmsg)) != MOAT_OK ||
-	    (rv = moat_config_get_u64(cfg, SECTION, "workers", 0, &workers,
-	    &errmsg)) != MOAT_OK)
-		goto fail_msg;
-	if (interval < 50 || interval > 60000 || workers > 4096) {
-		rv = MOAT_INVALID_ARGUMENT;
-		errmsg = moat_asprintf("survey-interval-ms must be 50-60000 "
-		    "and workers at most 4096");
-		goto fail_msg;
-	}
-	if ((rv = moat_config_get_u64(cfg, SECTION, "mcp-max-sessions",
-	    MOAT_HTTP_MCP_MAX_SESSIONS, &mcp_max, &errmsg)) != MOAT_OK ||
-	    (rv = moat_config_get_u64(cfg, SECTION, "mcp-idle-s",
-	    MOAT_HTTP_MCP_IDLE_S, &mcp_idle, &errmsg)) != MOAT_OK)
-		goto fail_msg;
-	if (mcp_max < 1 || mcp_max > MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT ||
-	    mcp_idle > UINT32_MAX) {
-		rv = MOAT_INVALID_ARGUMENT;
-		errmsg = moat_asprintf("mcp-max-sessions must be 1-%u and "
-		    "mcp-idle-s at most %u", MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT,
-		    UINT32_MAX);
-		goto fail_msg;
-	}
-	http_opts.mcp_max_sessions = (uint32_t)mcp_max;
-	http_opts.mcp_idle_s = (uint32_t)mcp_idle;
-	if ((rv = moat_config_get_bool(cfg, SECTION, "auth", true, &auth,
-	    &errmsg)) != MOAT_OK ||
-	    (rv = retention_config(cfg, &errmsg)) != MOAT_OK)
-		goto fail_msg;
-	if (!auth)
-		moat_warn(0, "moat-gateway: auth is off: every caller is "
-		    "tenant \"default\", without a key");
-	opts.auth = auth;
-	opts.config = cfg;
-	opts.listen_url = listen;
-	opts.survey_url = survey;
-	opts.sessiond_url = sessiond;
-	opts.snapd_url = snapd;
-	opts.state_dir = state_dir;
-	opts.survey_interval_ms = (uint32_t)interval;
-	opts.workers = (int)workers;
-
-	/* Every thread started from here on inherits the mask, so the
-	 * signals reach only sigwait below. */
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
-	if ((rv = moat_gateway_start(&gw, &opts, &errmsg)) != MOAT_OK)
-		goto fail_msg;
-	http_addr = moat_config_get(cfg, SECTION, "http", NULL);
-	if (http_addr == NULL || strcmp(http_addr, "off") != 0) {
-		rv = moat_http_start(&http, gw, http_addr ? http_addr :
-		    MOAT_HTTP_DEFAULT_ADDR, &http_opts, &errmsg);
-		if (rv != MOAT_OK && http_addr != NULL) {
-			moat_gateway_stop(gw);
-			goto fail_msg;
-		}
-		/* The default port taken (another gateway on this host,
-		 * a test) costs the HTTP door only, not the gateway. */
-		if (rv != MOAT_OK) {
-			moat_warn(0, "moat-gateway: no HTTP API: %s", errmsg);
-			free(errmsg);
-			errmsg = NULL;
-		} else {
-			moat_info(0, "moat-gateway: HTTP API on http://%s",
-			    http_addr ? http_addr : MOAT_HTTP_DEFAULT_ADDR);
-		}
-	}
-	moat_info(0, "moat-gateway %s serving %s, surveying %s, state %s",
-	    MOAT_VERSION, listen, survey, state_dir);
-	do {
-		rv = sigwait(&sigs, &sig);
-	} while (rv == EINTR);
-	moat_info(0, "moat-gateway: signal %d: stopping", sig);
-	/* The HTTP door first: its requests run on the gateway. */
-	moat_http_stop(http);
-	moat_gateway_stop(gw);
-	moat_info(0, "moat-gateway stopped");
-	exit_code = 0;
-	goto out;
-
-fail_msg:
-	moat_error(0, "moat-gateway: %s", errmsg ? errmsg : moat_strerror(rv));
-	exit_code = moat_status_exit_code(rv);
-out:
-	free(errmsg);
-	free(state_dir);
-	free(listen);
-	free(survey);
-	free(sessiond);
-	free(snapd);
-	moat_config_free(cfg);
-	return exit_code;
+	return moat_service_main(&service, &m, argc, argv);
 }

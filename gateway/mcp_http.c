@@ -9,7 +9,7 @@
  * 405 GET, 403 foreign Origin, 503 a full table. A session answers only
  * requests with the Authorization header it was initialized with, so an
  * id alone does not reach another caller's default sandbox.
- * Not for: JSON-RPC itself (clients/mcp/mcp.c).
+ * Not for: JSON-RPC itself (lib/mcp/mcp.c).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -46,7 +46,7 @@ struct moat_mcp_http {
 	unsigned idle_s;        /* idle this long: may be evicted */
 };
 
-/* One caller of the gateway, as the moat_mcp_call_fn clients/mcp takes:
+/* One caller of the gateway, as the moat_mcp_call_fn lib/mcp takes:
  * http.c's call as `authz` (NULL: the request's own headers). */
 struct caller {
 	moat_mcp_http_call_fn call;

@@ -3,7 +3,7 @@
  * HTTP door (http.c): POSTed JSON-RPC messages answered as
  * application/json, an Mcp-Session-Id issued at initialize and required
  * after it, DELETE to end a session, GET refused with 405 (no
- * server-initiated stream). The protocol and tools are clients/mcp/
+ * server-initiated stream). The protocol and tools are lib/mcp/
  * (shared with `moat mcp`); http.c gives the call function, which runs
  * Gateway methods in process with the request's own auth, or with the
  * Authorization of an evicted session to destroy that session's sandbox.
@@ -16,7 +16,7 @@
 
 #include <microhttpd.h>
 
-#include "mcp.h"
+#include "moat/mcp.h"
 
 struct moat_mcp_http;
 

@@ -319,21 +319,6 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 	free(msg);
 }
 
-/* set_sandbox_session: sb->session_id = heap copy of id. */
-static bool
-set_sandbox_session(Moat__V1__Sandbox *sb, const char *id)
-{
-	char *copy = strdup(id);
-
-	if (copy == NULL)
-		return false;
-	if (sb->session_id != NULL &&
-	    sb->session_id != protobuf_c_empty_string)
-		free(sb->session_id);
-	sb->session_id = copy;
-	return true;
-}
-
 /* branch_restore: restores `snap` in place of `replace` ("" : none; a
  * new sandbox when it is on another node than the snapshot, the old one
  * then destroyed). On MOAT_OK *out is the caller's. */
@@ -401,7 +386,7 @@ branch_record(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		*out = NULL;
 		return rv;
 	}
-	if (!set_sandbox_session(*out, session_id)) {
+	if (!moat_sandbox_set_session(*out, session_id)) {
 		moat__v1__sandbox__free_unpacked(*out, NULL);
 		*out = NULL;
 		*errmsg = moat_asprintf("out of memory");
@@ -962,7 +947,7 @@ moat_travel_replay(struct moat_rpc_call *call,
 	if ((r->session_id = strdup(session_id)) == NULL)
 		rv = MOAT_RESOURCE_EXHAUSTED;
 	if (req->keep_sandbox && rv == MOAT_OK &&
-	    set_sandbox_session(sb, session_id)) {
+	    moat_sandbox_set_session(sb, session_id)) {
 		r->sandbox = sb;
 		return MOAT_OK;
 	}

@@ -30,7 +30,6 @@
 #include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/util.h"
-#include "rpc_internal.h"
 
 /* How long a request may wait for a connected server before the call says
  * UNAVAILABLE rather than waiting out its whole timeout. */

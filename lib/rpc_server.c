@@ -25,9 +25,9 @@
 #include "common.pb-c.h"
 #include "moat/log.h"
 #include "moat/rpc.h"
+#include "moat/rpc_dispatch.h"
 #include "moat/status.h"
 #include "moat/util.h"
-#include "rpc_internal.h"
 
 /* Memory of mutating calls. Bounded by count, bytes and age, so a client
  * that sends many mutations cannot grow the server without limit. */

@@ -496,3 +496,47 @@ moat_store_del_prefix(struct moat_store_txn *t, const char *db,
 		*deleted = n;
 	return status;
 }
+
+int
+moat_store_check_format(struct moat_store *st,
+    const struct moat_store_format *fmt, char **errmsg)
+{
+	size_t klen = strlen(fmt->key), vlen = strlen(fmt->version);
+	struct moat_store_txn *txn;
+	const void *val;
+	size_t len;
+	int rv;
+
+	if ((rv = moat_store_txn_begin(st, true, &txn, errmsg)) != MOAT_OK)
+		return rv;
+	rv = moat_store_get(txn, "meta", fmt->key, klen, &val, &len, errmsg);
+	if (rv == MOAT_NOT_FOUND) {
+		if ((rv = moat_store_put(txn, "meta", fmt->key, klen,
+		    fmt->version, vlen, true, errmsg)) != MOAT_OK)
+			goto fail;
+		return moat_store_txn_commit(txn, errmsg);
+	}
+	if (rv != MOAT_OK)
+		goto fail;
+	if (fmt->older != NULL && len == strlen(fmt->older) &&
+	    memcmp(val, fmt->older, len) == 0) {
+		if ((rv = fmt->upgrade(st, txn, errmsg)) != MOAT_OK)
+			goto fail;
+		return moat_store_txn_commit(txn, errmsg);
+	}
+	if (len != vlen || memcmp(val, fmt->version, len) != 0) {
+		*errmsg = moat_asprintf("store %s has format \"%.*s\"; this "
+		    "%s reads format %s: run the moat version that wrote it, "
+		    "or move the directory away", moat_store_path(st),
+		    (int)(len < 32 ? len : 32), (const char *)val,
+		    fmt->program, fmt->version);
+		rv = MOAT_FAILED_PRECONDITION;
+		goto fail;
+	}
+	moat_store_txn_abort(txn);
+	return MOAT_OK;
+
+fail:
+	moat_store_txn_abort(txn);
+	return rv;
+}

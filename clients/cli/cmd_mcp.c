@@ -2,7 +2,7 @@
  * cmd_mcp.c: `moat mcp`, moat's MCP server on stdio for MCP clients
  * (Claude Desktop, Claude Code, ...) that spawn it: newline-delimited
  * JSON-RPC on stdin and stdout, logs on stderr only. Protocol and tools
- * are clients/mcp/ (shared with the gateway's /mcp); this file is the
+ * are lib/mcp/ (shared with the gateway's /mcp); this file is the
  * framing and the call function, which sends each Gateway method over
  * nng. The sandbox made for the session is destroyed when stdin ends.
  * Not for: the protocol (mcp.c) or the tools (tools.c).
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "mcp.h"
+#include "moat/mcp.h"
 #include "moat/codec.h"
 #include "moat/rpc.h"
 #include "moat/status.h"

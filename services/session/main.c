@@ -1,17 +1,16 @@
 /*
  * main.c: moat-sessiond, the keeper of recordings (sessions, steps, their
- * outputs and filesystem traces). It reads its options, opens its LMDB
- * environment under <state>/sessiond, checks the on-disk format (and
- * brings a store of the format before to this one), starts
- * the writer thread and the RPC server (handlers.c), and stops cleanly on
- * SIGTERM or SIGINT: the server first, so no call is left waiting, then
- * the writer, which finishes what is queued.
+ * outputs and filesystem traces). Its hooks of moat_service_main
+ * (moat/service.h): open reads its options, opens its LMDB environment
+ * under <state>/sessiond and checks the on-disk format (bringing a store
+ * of the format before to this one); serve starts the writer thread and
+ * the RPC server (handlers.c); on SIGTERM or SIGINT the server stops
+ * first, so no call is left waiting, then the writer, which finishes what
+ * is queued.
  * Not for: anything a client calls directly (the gateway orchestrates),
  * the layout of the data (layout.c) or the writes (writer.c).
  */
-#include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "moat/config.h"
 #include "moat/log.h"
 #include "moat/rpc.h"
+#include "moat/service.h"
 #include "moat/status.h"
 #include "moat/store.h"
 #include "moat/util.h"
@@ -65,53 +65,13 @@ upgrade_refs(struct moat_store *st, struct moat_store_txn *txn,
 	return MOAT_OK;
 }
 
-/* check_format: stamps a new store with FORMAT_VERSION, brings one of
- * format 1 to it, and refuses one written in another format rather than
- * misreading it. */
-static int
-check_format(struct moat_store *st, char **errmsg)
-{
-	struct moat_store_txn *txn;
-	const void *val;
-	size_t len;
-	int rv;
-
-	if ((rv = moat_store_txn_begin(st, true, &txn, errmsg)) != MOAT_OK)
-		return rv;
-	rv = moat_store_get(txn, "meta", FORMAT_KEY, strlen(FORMAT_KEY), &val,
-	    &len, errmsg);
-	if (rv == MOAT_NOT_FOUND) {
-		if ((rv = moat_store_put(txn, "meta", FORMAT_KEY,
-		    strlen(FORMAT_KEY), FORMAT_VERSION, strlen(FORMAT_VERSION),
-		    true, errmsg)) != MOAT_OK)
-			goto fail;
-		return moat_store_txn_commit(txn, errmsg);
-	}
-	if (rv != MOAT_OK)
-		goto fail;
-	if (len == strlen(FORMAT_NO_REFS) &&
-	    memcmp(val, FORMAT_NO_REFS, len) == 0) {
-		if ((rv = upgrade_refs(st, txn, errmsg)) != MOAT_OK)
-			goto fail;
-		return moat_store_txn_commit(txn, errmsg);
-	}
-	if (len != strlen(FORMAT_VERSION) ||
-	    memcmp(val, FORMAT_VERSION, len) != 0) {
-		*errmsg = moat_asprintf("store %s has format \"%.*s\"; this "
-		    "%s reads format %s: run the moat version that wrote it, "
-		    "or move the directory away", moat_store_path(st),
-		    (int)(len < 32 ? len : 32), (const char *)val,
-		    SERVICE_NAME, FORMAT_VERSION);
-		rv = MOAT_FAILED_PRECONDITION;
-		goto fail;
-	}
-	moat_store_txn_abort(txn);
-	return MOAT_OK;
-
-fail:
-	moat_store_txn_abort(txn);
-	return rv;
-}
+static const struct moat_store_format store_format = {
+	.key = FORMAT_KEY,
+	.version = FORMAT_VERSION,
+	.program = SERVICE_NAME,
+	.older = FORMAT_NO_REFS,
+	.upgrade = upgrade_refs,
+};
 
 static void
 usage(FILE *f)
@@ -134,116 +94,116 @@ usage(FILE *f)
 	    MOAT_RPC_DEFAULT_WORKERS);
 }
 
-int
-main(int argc, char **argv)
+/* What the hooks share: the service's state and what main() owns. */
+struct sessiond_main {
+	struct sessiond sd;
+	struct moat_rpc_server *srv;
+	char *listen;
+	int workers;
+};
+
+static int
+sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
+    char **errmsg)
 {
-	static const struct option long_opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "state-dir", required_argument, NULL, 's' },
-		{ "listen", required_argument, NULL, 'l' },
-		{ "map-size-mib", required_argument, NULL, 'm' },
-		{ "workers", required_argument, NULL, 'w' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct sessiond_main *m = ctx;
+	uint64_t map_mib = 0, workers = 0;
+	int rv;
+
+	m->listen = moat_service_url(cfg, SECTION, "listen", state_dir,
+	    "sessiond.sock");
+	if (m->listen == NULL || (m->sd.store_dir = moat_asprintf(
+	    "%s/sessiond", state_dir)) == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	if ((rv = moat_service_map_mib(cfg, SECTION, &map_mib, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	if ((rv = moat_config_get_u64(cfg, SECTION, "workers",
+	    MOAT_RPC_DEFAULT_WORKERS, &workers, errmsg)) != MOAT_OK)
+		return rv;
+	/* Each worker may hold a read transaction: stay under LMDB's 256
+	 * reader slots. */
+	if (workers < 1 || workers > 200) {
+		*errmsg = moat_asprintf("workers must be 1 to 200, not %llu",
+		    (unsigned long long)workers);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	m->workers = (int)workers;
+	m->sd.map_mib = map_mib;
+	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir,
+	    map_mib << 20, sessiond_dbs, errmsg)) != MOAT_OK)
+		return rv;
+	return moat_store_check_format(m->sd.store, &store_format, errmsg);
+}
+
+static int
+sessiond_serve(void *ctx, char **errmsg)
+{
+	struct sessiond_main *m = ctx;
 	struct moat_rpc_service svc = {
 		.descriptor = &moat__v1__session__descriptor,
 		.methods = sessiond_methods,
 		.n_methods = sessiond_n_methods,
+		.ctx = &m->sd,
 	};
-	struct sessiond sd = { .started_ms = moat_rpc_now_ms() };
-	struct moat_rpc_server *srv = NULL;
-	struct moat_config *cfg = NULL;
-	const char *v;
-	char *state_dir = NULL, *listen = NULL, *errmsg = NULL;
-	uint64_t map_mib = 0, workers = 0;
-	sigset_t sigs;
-	int sig = 0, rv, exit_code = 1;
+	int rv;
 
-	if ((exit_code = moat_config_from_args(argc, argv, long_opts,
-	    SERVICE_NAME, SECTION, usage, &cfg)) != -1)
-		return exit_code;
-	exit_code = 1;
-	moat_log_init("sessiond", MOAT_LOG_INFO);
-	moat_service_malloc_init();
-	state_dir = moat_config_state_dir(cfg, SECTION);
-	if (state_dir == NULL)
-		goto fail_oom;
-	if ((v = moat_config_get(cfg, SECTION, "listen", NULL)) != NULL)
-		listen = strdup(v);
-	else
-		listen = moat_asprintf("ipc://%s/sessiond.sock", state_dir);
-	if (listen == NULL ||
-	    (sd.store_dir = moat_asprintf("%s/sessiond", state_dir)) == NULL)
-		goto fail_oom;
-	if ((rv = moat_config_get_u64(cfg, SECTION, "map-size-mib",
-	    MOAT_STORE_DEFAULT_MAP_MIB, &map_mib, &errmsg)) != MOAT_OK)
-		goto fail;
-	if (map_mib < 1 || map_mib > (1ull << 24)) {
-		rv = MOAT_INVALID_ARGUMENT;
-		errmsg = moat_asprintf("map-size-mib must be 1 to %llu, not "
-		    "%llu", 1ull << 24, (unsigned long long)map_mib);
-		goto fail;
-	}
-	if ((rv = moat_config_get_u64(cfg, SECTION, "workers",
-	    MOAT_RPC_DEFAULT_WORKERS, &workers, &errmsg)) != MOAT_OK)
-		goto fail;
-	/* Each worker may hold a read transaction: stay under LMDB's 256
-	 * reader slots. */
-	if (workers < 1 || workers > 200) {
-		rv = MOAT_INVALID_ARGUMENT;
-		errmsg = moat_asprintf("workers must be 1 to 200, not %llu",
-		    (unsigned long long)workers);
-		goto fail;
-	}
-	sd.map_mib = map_mib;
-	if ((rv = moat_store_open(&sd.store, sd.store_dir, map_mib << 20,
-	    sessiond_dbs, &errmsg)) != MOAT_OK)
-		goto fail;
-	if ((rv = check_format(sd.store, &errmsg)) != MOAT_OK)
-		goto fail;
-	/* Block the stop signals before any thread exists: a thread that
-	 * has them unblocked would take SIGTERM and die with it. */
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	if ((rv = sessiond_writer_start(&sd.writer, sd.store, &errmsg)) !=
-	    MOAT_OK)
-		goto fail;
-
-	svc.ctx = &sd;
-	if ((rv = moat_rpc_server_start(&srv, listen, &svc, (int)workers,
-	    &errmsg)) !=
-	    MOAT_OK)
-		goto fail;
+	if ((rv = sessiond_writer_start(&m->sd.writer, m->sd.store,
+	    errmsg)) != MOAT_OK)
+		return rv;
+	if ((rv = moat_rpc_server_start(&m->srv, m->listen, &svc, m->workers,
+	    errmsg)) != MOAT_OK)
+		return rv;
 	moat_info(0, SERVICE_NAME " %s serving %s, store %s (map %llu MiB)",
-	    MOAT_VERSION, listen, sd.store_dir, (unsigned long long)map_mib);
-	do {
-		rv = sigwait(&sigs, &sig);
-	} while (rv == EINTR);
-	moat_info(0, SERVICE_NAME ": signal %d: stopping", sig);
-	moat_rpc_server_stop(srv);
-	exit_code = 0;
-	goto out;
+	    MOAT_VERSION, m->listen, m->sd.store_dir,
+	    (unsigned long long)m->sd.map_mib);
+	return MOAT_OK;
+}
 
-fail_oom:
-	rv = MOAT_RESOURCE_EXHAUSTED;
-	free(errmsg);
-	errmsg = moat_asprintf("out of memory");
-fail:
-	moat_error(0, SERVICE_NAME ": %s",
-	    errmsg ? errmsg : moat_strerror(rv));
-	exit_code = moat_status_exit_code(rv);
-out:
-	sessiond_writer_stop(sd.writer);
-	moat_store_close(sd.store);
-	free(sd.store_dir);
-	free(errmsg);
-	free(state_dir);
-	free(listen);
-	moat_config_free(cfg);
-	return exit_code;
+static void
+sessiond_stop(void *ctx)
+{
+	struct sessiond_main *m = ctx;
+
+	moat_rpc_server_stop(m->srv);
+}
+
+/* sessiond_close: the writer after the server (stopped already, or never
+ * started): no handler may queue a job on a stopped writer. */
+static void
+sessiond_close(void *ctx)
+{
+	struct sessiond_main *m = ctx;
+
+	sessiond_writer_stop(m->sd.writer);
+	moat_store_close(m->sd.store);
+	free(m->sd.store_dir);
+	free(m->listen);
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option long_opts[] = {
+		MOAT_SERVICE_OPTIONS_FIRST,
+		{ "map-size-mib", required_argument, NULL, 'm' },
+		{ "workers", required_argument, NULL, 'w' },
+		MOAT_SERVICE_OPTIONS_LAST,
+	};
+	static const struct moat_service service = {
+		.program = SERVICE_NAME,
+		.section = SECTION,
+		.log_component = "sessiond",
+		.options = long_opts,
+		.usage = usage,
+		.open = sessiond_open,
+		.serve = sessiond_serve,
+		.stop = sessiond_stop,
+		.close = sessiond_close,
+	};
+	struct sessiond_main m = { .sd.started_ms = moat_rpc_now_ms() };
+
+	return moat_service_main(&service, &m, argc, argv);
 }

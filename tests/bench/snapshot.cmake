@@ -4,6 +4,6 @@
 add_executable(moat-bench-snapshot ${CMAKE_CURRENT_LIST_DIR}/bench_snapshot.c)
 target_compile_definitions(moat-bench-snapshot PRIVATE
   MOAT_VMD_BIN="$<TARGET_FILE:moat-vmd>")
-target_link_libraries(moat-bench-snapshot PRIVATE moat_bench_stats moat_core moat_proto
+target_link_libraries(moat-bench-snapshot PRIVATE moat_bench_stats moat_rpc moat_proto
   PkgConfig::JANSSON)
 add_dependencies(moat-bench-snapshot moat-vmd)

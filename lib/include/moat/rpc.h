@@ -111,6 +111,13 @@ int moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
 /* moat_rpc_client_close: safe on NULL; no call may be in flight. */
 void moat_rpc_client_close(struct moat_rpc_client *c);
 
+/* moat_rpc_client_late_replies: how many of c's calls timed out and may
+ * still be answered; while any may, moat_rpc_client_close parks the
+ * client (socket open) rather than risk nng 1.5's hang on close, and a
+ * later moat_rpc_client_close (of any client, or NULL) finishes it. For
+ * tests and diagnostics; thread-safe. */
+unsigned moat_rpc_client_late_replies(struct moat_rpc_client *c);
+
 /* Options of one call. Zeroed means defaults. */
 struct moat_rpc_opts {
 	uint32_t timeout_ms;       /* 0: MOAT_RPC_DEFAULT_TIMEOUT_MS */

@@ -124,4 +124,28 @@ int moat_store_del_prefix(struct moat_store_txn *txn, const char *db,
     const void *prefix, size_t plen, uint64_t *deleted, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* The on-disk format a service's store is stamped with: the value of
+ * `key` in sub-database "meta". */
+struct moat_store_format {
+	const char *key;          /* in "meta" */
+	const char *version;      /* the format this program reads */
+	const char *program;      /* named in the refusal of another */
+	/* A format `older` that upgrade brings to `version` in the write
+	 * transaction given (stamping it too), or NULL: none. On failure
+	 * upgrade returns a status and sets *errmsg (heap); nothing is
+	 * committed. */
+	const char *older;
+	int (*upgrade)(struct moat_store *st, struct moat_store_txn *txn,
+	    char **errmsg);
+};
+
+/* moat_store_check_format: stamps a new store with fmt->version, brings
+ * one of fmt->older to it, and refuses one written in another format
+ * (FAILED_PRECONDITION, saying what to do) rather than misreading it. The
+ * store must have a "meta" sub-database. On failure returns a status and
+ * sets *errmsg (heap, caller frees). */
+int moat_store_check_format(struct moat_store *st,
+    const struct moat_store_format *fmt, char **errmsg)
+    __attribute__((warn_unused_result));
+
 #endif

@@ -17,8 +17,8 @@
 #include "fuzz.h"
 #include "moat/log.h"
 #include "moat/rpc.h"
+#include "moat/rpc_dispatch.h"
 #include "moat/util.h"
-#include "rpc_internal.h"
 #include "vm.pb-c.h"
 
 static struct moat_rpc_server *srv;

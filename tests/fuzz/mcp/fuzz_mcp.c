@@ -1,6 +1,6 @@
 /*
  * fuzz_mcp.c: fuzz target for the MCP server's message handling
- * (clients/mcp/mcp.c, tools.c) with a fake gateway. Invariants: any
+ * (lib/mcp/mcp.c, tools.c) with a fake gateway. Invariants: any
  * input gets no reply or a reply that is JSON-RPC 2.0 JSON; input that
  * is not JSON gets -32700; nothing leaks (ASan).
  * Not for: transports.
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "mcp.h"
+#include "moat/mcp.h"
 #include "moat/status.h"
 
 static int

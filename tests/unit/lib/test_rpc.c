@@ -33,8 +33,8 @@
 #include "common.pb-c.h"
 #include "guest.pb-c.h"
 #include "moat/rpc.h"
+#include "moat/rpc_dispatch.h"
 #include "moat/util.h"
-#include "rpc_internal.h"
 #include "vm.pb-c.h"
 
 #define N_CONCURRENT 64

@@ -1,5 +1,5 @@
 /*
- * test_mcp.c: the MCP protocol layer (clients/mcp) against a fake
+ * test_mcp.c: the MCP protocol layer (lib/mcp) against a fake
  * gateway call function: initialize's version negotiation, the shape of
  * tools/list, JSON-RPC errors (-32700, -32600, -32601, -32602), tool
  * failures as isError results, the session's default sandbox, and host
@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
-#include "mcp.h"
 #include "moat/codec.h"
+#include "moat/mcp.h"
 #include "moat/status.h"
 #include "moat/util.h"
 

@@ -1,8 +1,9 @@
 /*
- * test_safety.c: unit tests of lib/safety.c: many command lines and code
- * snippets per level, the tricky ones (quoted text is an argument, not a
- * command; wrappers and env assignments; pipes, substitutions, sh -c),
- * and that the most severe level wins. Not for: enforcement.
+ * test_safety.c: unit tests of the classifier (gateway/safety/): many
+ * command lines and snippets per level, the tricky ones (quoted text is
+ * an argument, not a command; wrappers and env assignments; pipes,
+ * substitutions, sh -c), and that the most severe level wins.
+ * Not for: enforcement.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -309,6 +310,48 @@ test_garbage(void **state)
 	free(big);
 }
 
+/* Each row of safety.c's command table, and each branch of its judges,
+ * at least once (rows the cases above do not reach). */
+static void
+test_table_rows(void **state)
+{
+	static const struct case_ cases[] = {
+		{ "init 0", NULL, MOAT_SAFETY_BLOCKED },
+		{ "telinit 6", NULL, MOAT_SAFETY_BLOCKED },
+		{ "init 3", NULL, MOAT_SAFETY_WRITE },
+		{ "systemctl reboot", NULL, MOAT_SAFETY_BLOCKED },
+		{ "systemctl status nginx", NULL, MOAT_SAFETY_SYSTEM },
+		{ "mke2fs /dev/sdb1", NULL, MOAT_SAFETY_BLOCKED },
+		{ "mkswap swapfile", NULL, MOAT_SAFETY_DESTRUCTIVE },
+		{ "wipefs -a disk.img", NULL, MOAT_SAFETY_DESTRUCTIVE },
+		{ "perl -pi -e s/a/b/ f.txt", NULL, MOAT_SAFETY_WRITE },
+		{ "perl script.pl", NULL, MOAT_SAFETY_WRITE },
+		{ "ln -s a /usr/bin/a", NULL, MOAT_SAFETY_SYSTEM },
+		{ "chgrp staff f", NULL, MOAT_SAFETY_WRITE },
+		{ "rmdir build", NULL, MOAT_SAFETY_WRITE },
+		{ "npm ls", NULL, MOAT_SAFETY_READ },
+		{ "cargo build", NULL, MOAT_SAFETY_WRITE },
+		{ "busybox rm -rf /", NULL, MOAT_SAFETY_BLOCKED },
+		{ "busybox", NULL, MOAT_SAFETY_WRITE },
+		{ "node -e \"console.log(1)\"", NULL, MOAT_SAFETY_READ },
+		{ "node app.js", NULL, MOAT_SAFETY_WRITE },
+		{ "deno run main.ts", NULL, MOAT_SAFETY_WRITE },
+		{ "source env.sh", NULL, MOAT_SAFETY_WRITE },
+		{ "psql -c \"DROP TABLE users\"", NULL,
+		    MOAT_SAFETY_DESTRUCTIVE },
+		{ "mysql -e \"select 1\"", NULL, MOAT_SAFETY_WRITE },
+		{ "tar tvf a.tar", NULL, MOAT_SAFETY_READ },
+		{ "tar xzf a.tar.gz", NULL, MOAT_SAFETY_WRITE },
+		{ "gzip big.log", NULL, MOAT_SAFETY_WRITE },
+		{ "make -j2", NULL, MOAT_SAFETY_WRITE },
+		{ "curl -o out.html http://x", NULL, MOAT_SAFETY_WRITE },
+		{ "hostname", NULL, MOAT_SAFETY_READ },
+		{ "hostname sandbox", NULL, MOAT_SAFETY_SYSTEM },
+	};
+
+	CHECK(cases);
+}
+
 int
 main(void)
 {
@@ -321,6 +364,7 @@ main(void)
 		cmocka_unit_test(test_most_severe_wins),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_garbage),
+		cmocka_unit_test(test_table_rows),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

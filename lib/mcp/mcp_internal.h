@@ -1,6 +1,6 @@
 /*
  * mcp_internal.h: the session state mcp.c and tools.c share.
- * Not for: anything outside clients/mcp/.
+ * Not for: anything outside lib/mcp/.
  */
 #ifndef MOAT_MCP_INTERNAL_H
 #define MOAT_MCP_INTERNAL_H
@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "mcp.h"
+#include "moat/mcp.h"
 
 #define MOAT_MCP_ID_MAX 128     /* longest sandbox id, with its NUL */
 

@@ -1,7 +1,8 @@
 /*
  * safety.c: the classifier of safety.h: its entry point, the paths that
- * matter, and what each known command word does with its arguments
- * (after env assignments and wrappers). Every judgement keeps the most
+ * matter, and the table of known command words (command_rules): each
+ * row's verdict, or the judge that reads its arguments (after env
+ * assignments and wrappers). Every judgement keeps the most
  * severe level and the reason of the first command that reached it.
  * Not for: splitting shell text into commands (safety_shell.c), Python
  * and Node code (safety_code.c), or enforcing anything.
@@ -257,11 +258,71 @@ moat_safety_sql(struct safety_judge *j, const char *text, const char *who)
 	return false;
 }
 
+struct command_rule;
+
+/* A judge of one command word: argv[0] is the command (after wrappers),
+ * `rule` the row that named it. */
+typedef void command_judge(struct safety_judge *j,
+    const struct command_rule *rule, char **argv, int argc, int depth);
+
+/* A row of the command table: the words it names, and either a judge that
+ * reads the arguments or the verdict whatever they are (the reason is the
+ * command word followed by `reason`). */
+struct command_rule {
+	const char *const *names;  /* NULL-terminated */
+	bool prefix;               /* names are prefixes: mkfs.ext4, python3 */
+	command_judge *judge;      /* NULL: the verdict below */
+	enum moat_safety_level level;
+	const char *reason;
+};
+
 static void judge_argv(struct safety_judge *j, char **argv, int argc,
     int depth);
 
 static void
-judge_rm(struct safety_judge *j, char **argv, int argc)
+judge_unknown(struct safety_judge *j, const char *cmd)
+{
+	moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s: not a known command "
+	    "(assumed to write)", cmd);
+}
+
+/* judge_rule_verdict: the row's own verdict, naming the command. */
+static void
+judge_rule_verdict(struct safety_judge *j, const struct command_rule *rule,
+    const char *cmd)
+{
+	moat_safety_raise(j, rule->level, "%s%s", cmd, rule->reason);
+}
+
+/* init 0 / init 6 halt or reboot; other runlevels are not known. */
+static void
+judge_init(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	if (argc > 1 && (strcmp(argv[1], "0") == 0 ||
+	    strcmp(argv[1], "6") == 0))
+		judge_rule_verdict(j, rule, base_name(argv[0]));
+	else
+		judge_unknown(j, base_name(argv[0]));
+}
+
+static void
+judge_systemctl(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	static const char *const stops[] = { "poweroff", "reboot", "halt",
+	    NULL };
+
+	if (argc > 1 && in_list(argv[1], stops))
+		moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s: stops the "
+		    "machine", base_name(argv[0]));
+	else
+		judge_rule_verdict(j, rule, base_name(argv[0]));
+}
+
+static void
+judge_rm(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
 {
 	bool recursive = has_flag(argv, argc, 1, 'r', "--recursive") ||
 	    has_flag(argv, argc, 1, 'R', NULL);
@@ -300,8 +361,10 @@ judge_rm(struct safety_judge *j, char **argv, int argc)
 		moat_safety_raise(j, MOAT_SAFETY_WRITE, "rm: deletes a file");
 }
 
+/* dd reads unless of= names something that is not a harmless sink. */
 static void
-judge_dd(struct safety_judge *j, char **argv, int argc)
+judge_dd(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
 {
 	for (int i = 1; i < argc; i++)
 		if (has_prefix(argv[i], "of=")) {
@@ -313,12 +376,87 @@ judge_dd(struct safety_judge *j, char **argv, int argc)
 			moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "dd of=%s: "
 			    "overwrites it", p);
 		}
+	judge_rule_verdict(j, rule, "dd");
+}
+
+/* judge_disk_args: mkfs, shred ...: blocked on a disk device, else the
+ * row's verdict. */
+static void
+judge_disk_args(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	const char *cmd = base_name(argv[0]);
+
+	for (int i = 1; i < argc; i++)
+		if (is_disk_device(argv[i]))
+			moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s %s: "
+			    "wipes a disk", cmd, argv[i]);
+	judge_rule_verdict(j, rule, cmd);
+}
+
+/* judge_find: -delete, and the command of -exec / -execdir / -ok. */
+static void
+judge_find(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-delete") == 0)
+			moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "find "
+			    "-delete: deletes what it finds");
+		if ((strcmp(argv[i], "-exec") == 0 ||
+		    strcmp(argv[i], "-execdir") == 0 ||
+		    strcmp(argv[i], "-ok") == 0) && i + 1 < argc) {
+			int end = i + 1;
+
+			while (end < argc && strcmp(argv[end], ";") &&
+			    strcmp(argv[end], "+"))
+				end++;
+			if (strcmp(base_name(argv[i + 1]), "rm") == 0)
+				moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+				    "find -exec rm: deletes what it finds");
+			judge_argv(j, argv + i + 1, end - i - 1, depth);
+			i = end;
+		}
+	}
+	judge_rule_verdict(j, rule, "find");
+}
+
+/* judge_in_place: sed and perl with -i edit files; perl without it runs
+ * a program; sed without it reads. */
+static void
+judge_in_place(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	const char *cmd = base_name(argv[0]);
+	bool perl = strcmp(cmd, "perl") == 0, inplace = false;
+
+	for (int i = 1; i < argc; i++)
+		if (has_prefix(argv[i], "-i") ||
+		    has_prefix(argv[i], "--in-place") ||
+		    (argv[i][0] == '-' && argv[i][1] != '-' &&
+		    strchr(argv[i], 'i') != NULL && perl))
+			inplace = true;
+	if (inplace) {
+		int last = argc - 1;
+
+		if (last > 0 && is_system_path(argv[last]))
+			moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s -i on "
+			    "system path %s", cmd, argv[last]);
+		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s -i edits files "
+		    "in place", cmd);
+	} else if (perl) {
+		moat_safety_raise(j, MOAT_SAFETY_WRITE, "perl runs a program "
+		    "(not read: assumed to write)");
+	} else {
+		moat_safety_raise(j, MOAT_SAFETY_READ, "sed");
+	}
 }
 
 /* judge_paths_written: a command that writes its non-option arguments
- * (touch, mkdir, tee ...); `skip` leading operands are not paths. */
+ * (touch, mkdir, tee ...). */
 static void
-judge_paths_written(struct safety_judge *j, char **argv, int argc, int skip)
+judge_paths_written(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
 {
 	bool any = false, opts = true;
 
@@ -329,10 +467,6 @@ judge_paths_written(struct safety_judge *j, char **argv, int argc, int skip)
 		}
 		if (opts && argv[i][0] == '-' && argv[i][1] != '\0')
 			continue;
-		if (skip > 0) {
-			skip--;
-			continue;
-		}
 		moat_safety_write_target(j, base_name(argv[0]), argv[i]);
 		any = true;
 	}
@@ -343,7 +477,8 @@ judge_paths_written(struct safety_judge *j, char **argv, int argc, int skip)
 
 /* judge_copy: cp / mv / ln / install: the last operand is written. */
 static void
-judge_copy(struct safety_judge *j, char **argv, int argc)
+judge_copy(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
 {
 	const char *cmd = base_name(argv[0]);
 	int last = -1;
@@ -367,7 +502,8 @@ judge_copy(struct safety_judge *j, char **argv, int argc)
 }
 
 static void
-judge_chmod(struct safety_judge *j, char **argv, int argc)
+judge_chmod(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
 {
 	const char *cmd = base_name(argv[0]);
 	bool first = true, system = false;
@@ -389,7 +525,8 @@ judge_chmod(struct safety_judge *j, char **argv, int argc)
 }
 
 static void
-judge_git(struct safety_judge *j, char **argv, int argc)
+judge_git(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
 {
 	static const char *const reads[] = { "status", "log", "diff", "show",
 	    "blame", "grep", "ls-files", "rev-parse", "describe", "shortlog",
@@ -431,6 +568,40 @@ judge_git(struct safety_judge *j, char **argv, int argc)
 		    "or repository", argv[sub]);
 }
 
+/* judge_language_packages: pip, npm, cargo ...: their read-only
+ * subcommands read; anything else installs or builds. */
+static void
+judge_language_packages(struct safety_judge *j,
+    const struct command_rule *rule, char **argv, int argc, int depth)
+{
+	static const char *const reads[] = { "list", "show", "freeze",
+	    "search", "ls", "view", "--version", "version", "help", "check",
+	    "outdated", NULL };
+	const char *cmd = base_name(argv[0]);
+
+	if (argc > 1 && in_list(argv[1], reads))
+		moat_safety_raise(j, MOAT_SAFETY_READ, "%s %s", cmd, argv[1]);
+	else
+		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s %s installs or "
+		    "builds into the work tree", cmd, argc > 1 ? argv[1] : "");
+}
+
+/* judge_system_packages: apt, dnf, rpm ...: queries read; anything else
+ * changes the system's packages. */
+static void
+judge_system_packages(struct safety_judge *j,
+    const struct command_rule *rule, char **argv, int argc, int depth)
+{
+	static const char *const reads[] = { "list", "show", "search",
+	    "info", "policy", "-l", "-q", "-qa", "-L", "--version", NULL };
+	const char *cmd = base_name(argv[0]);
+
+	if (argc > 1 && in_list(argv[1], reads))
+		moat_safety_raise(j, MOAT_SAFETY_READ, "%s %s", cmd, argv[1]);
+	else
+		judge_rule_verdict(j, rule, cmd);
+}
+
 /* judge_interpreter: python / node / sh with -c / -e CODE, -m MODULE, or
  * a script (unknown: write). */
 static void
@@ -465,44 +636,212 @@ judge_interpreter(struct safety_judge *j, char **argv, int argc,
 			return;
 		}
 	}
-	if (strcmp(lang, "shell") == 0 || strcmp(lang, "python") == 0 ||
-	    strcmp(lang, "node") == 0)
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s reads a program from "
-		    "stdin (not read: assumed to write)", cmd);
+	moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s reads a program from "
+	    "stdin (not read: assumed to write)", cmd);
 }
 
-static const char *const read_cmds[] = { "ls", "cat", "grep", "egrep",
-	"fgrep", "rg", "head", "tail", "less", "more", "wc", "echo", "printf",
-	"pwd", "whoami", "id", "date", "uname", "hostname", "printenv",
-	"which", "type", "stat", "file", "sort", "uniq", "cut", "tr", "awk",
-	"gawk", "diff", "cmp", "comm", "du", "df", "ps", "top", "free",
-	"uptime", "test", "[", "[[", "true", "false", ":", "sleep", "seq",
-	"basename", "dirname", "realpath", "readlink", "md5sum", "sha1sum",
-	"sha256sum", "sha512sum", "cksum", "xxd", "od", "hexdump", "strings",
-	"jq", "base64", "tree", "cd", "export", "set", "unset", "read",
-	"exit", "return", "alias", "history", "column", "nl", "tac", "rev",
-	"fold", "expand", "paste", "join", "yes", "env", "locale", "lsblk",
-	"lscpu", "lsmod", "lspci", "lsusb", "dmesg", "getent", "groups",
-	"ldd", "nproc", "tty", "w", "who", "last", "netstat", "ss", "lsof",
-	"pgrep", "pidof", "command", "hash", "local", "declare", "let",
-	"shift", "wait", "jobs", "bc", "expr", "man", "info", "sed", "zcat",
-	"fi", "done", "esac", "for", "case", "select", "function", "in",
-	"curl", "ping", "dig", "nslookup", "host", "getconf", "time", NULL };
+static void
+judge_shell(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	judge_interpreter(j, argv, argc, "shell", depth);
+}
 
-static const char *const system_cmds[] = { "mount", "umount", "sysctl",
-	"ip", "ifconfig", "route", "iptables", "ip6tables", "nft", "ebtables",
-	"modprobe", "insmod", "rmmod", "kill", "killall", "pkill", "systemctl",
-	"service", "swapon", "swapoff", "chroot", "useradd", "userdel",
-	"usermod", "groupadd", "groupdel", "passwd", "chpasswd", "crontab",
-	"setenforce", "tc", "ethtool", "losetup", "chattr", "hwclock",
-	"timedatectl", "hostnamectl", "ulimit", "renice", "nsenter",
-	"unshare", "capsh", "setcap", "visudo", "update-alternatives",
-	"ldconfig", "depmod", "sysrq", "brctl", "dhclient", "journalctl",
-	"loginctl", "su", NULL };
+/* busybox APPLET ...: the applet is the command. */
+static void
+judge_busybox(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	if (argc > 1)
+		judge_argv(j, argv + 1, argc - 1, depth);
+	else
+		judge_interpreter(j, argv, argc, "shell", depth);
+}
 
-static const char *const write_cmds[] = { "touch", "mkdir", "tee",
-	"rmdir", "unlink", "mkfifo", "mknod", "split", "csplit", NULL };
+static void
+judge_python(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	judge_interpreter(j, argv, argc, "python", depth);
+}
 
+static void
+judge_node(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	judge_interpreter(j, argv, argc, "node", depth);
+}
+
+static void
+judge_eval(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	judge_join(j, argv, argc, 1, "shell", depth + 1);
+}
+
+/* judge_sql_client: DROP TABLE and friends among the arguments; any
+ * other use may change the database. */
+static void
+judge_sql_client(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	const char *cmd = base_name(argv[0]);
+	bool dropped = false;
+
+	for (int i = 1; i < argc && !dropped; i++)
+		dropped = moat_safety_sql(j, argv[i], cmd);
+	judge_rule_verdict(j, rule, cmd);
+}
+
+/* tar t (list) reads; every other tar writes. */
+static void
+judge_tar(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	if (argc > 1 && strchr(argv[1], 't') != NULL &&
+	    strchr(argv[1], 'x') == NULL && strchr(argv[1], 'c') == NULL)
+		moat_safety_raise(j, MOAT_SAFETY_READ, "tar t lists");
+	else
+		judge_rule_verdict(j, rule, "tar");
+}
+
+/* curl reads, unless -o / -O saves what it fetched. */
+static void
+judge_curl(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	if (has_flag(argv, argc, 1, 'o', "--output") ||
+	    has_flag(argv, argc, 1, 'O', "--remote-name"))
+		moat_safety_raise(j, MOAT_SAFETY_WRITE, "curl -o writes a "
+		    "file");
+	else
+		judge_rule_verdict(j, rule, "curl");
+}
+
+/* hostname reads, unless given a name to set. */
+static void
+judge_hostname(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
+{
+	if (argc > 1 && argv[1][0] != '-')
+		moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "hostname sets the "
+		    "host name");
+	else
+		judge_rule_verdict(j, rule, "hostname");
+}
+
+#define NAMES(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+/* The command words the classifier knows, after env assignments and
+ * wrappers. A word is looked up among the exact names first, then the
+ * prefixes; a word in no row is assumed to write. Each name stands in one
+ * row only. */
+static const struct command_rule command_rules[] = {
+	{ NAMES("shutdown", "reboot", "halt", "poweroff"),
+	    .level = MOAT_SAFETY_BLOCKED, .reason = ": stops the machine" },
+	{ NAMES("init", "telinit"), .judge = judge_init,
+	    .level = MOAT_SAFETY_BLOCKED, .reason = ": stops the machine" },
+	{ NAMES("systemctl"), .judge = judge_systemctl,
+	    .level = MOAT_SAFETY_SYSTEM, .reason = " changes the system" },
+	{ NAMES("rm"), .judge = judge_rm },
+	{ NAMES("dd"), .judge = judge_dd, .level = MOAT_SAFETY_READ,
+	    .reason = "" },
+	{ NAMES("mkfs"), .prefix = true, .judge = judge_disk_args,
+	    .level = MOAT_SAFETY_DESTRUCTIVE, .reason = ": wipes a filesystem" },
+	{ NAMES("mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "parted",
+	    "blkdiscard"), .judge = judge_disk_args,
+	    .level = MOAT_SAFETY_DESTRUCTIVE, .reason = ": wipes a filesystem" },
+	{ NAMES("shred", "truncate"), .judge = judge_disk_args,
+	    .level = MOAT_SAFETY_DESTRUCTIVE,
+	    .reason = ": destroys file contents" },
+	{ NAMES("find"), .judge = judge_find, .level = MOAT_SAFETY_READ,
+	    .reason = "" },
+	{ NAMES("sed", "perl"), .judge = judge_in_place },
+	{ NAMES("cp", "mv", "ln", "install", "rsync"), .judge = judge_copy },
+	{ NAMES("chmod", "chown", "chgrp"), .judge = judge_chmod },
+	{ NAMES("touch", "mkdir", "tee", "rmdir", "unlink", "mkfifo", "mknod",
+	    "split", "csplit"), .judge = judge_paths_written },
+	{ NAMES("git"), .judge = judge_git },
+	{ NAMES("pip", "pip3", "npm", "yarn", "pnpm", "gem", "cargo", "go",
+	    "uv"), .judge = judge_language_packages },
+	{ NAMES("apt", "apt-get", "yum", "dnf", "apk", "dpkg", "rpm",
+	    "zypper", "pacman"), .judge = judge_system_packages,
+	    .level = MOAT_SAFETY_SYSTEM, .reason = " changes system packages" },
+	{ NAMES("sh", "bash", "dash", "zsh", "ksh", "ash"),
+	    .judge = judge_shell },
+	{ NAMES("busybox"), .judge = judge_busybox },
+	{ NAMES("python"), .prefix = true, .judge = judge_python },
+	{ NAMES("node", "nodejs", "deno", "bun"), .judge = judge_node },
+	{ NAMES("eval"), .judge = judge_eval },
+	{ NAMES("source", "."), .level = MOAT_SAFETY_WRITE,
+	    .reason = " runs a script (not read: assumed to write)" },
+	{ NAMES("sqlite3", "psql", "mysql", "mariadb"),
+	    .judge = judge_sql_client, .level = MOAT_SAFETY_WRITE,
+	    .reason = " may change a database" },
+	{ NAMES("tar"), .judge = judge_tar, .level = MOAT_SAFETY_WRITE,
+	    .reason = " writes files" },
+	{ NAMES("unzip", "gzip", "gunzip", "zip", "bzip2", "xz", "patch",
+	    "wget", "make", "cmake", "gcc", "cc", "clang"),
+	    .level = MOAT_SAFETY_WRITE, .reason = " writes files" },
+	{ NAMES("mount", "umount", "sysctl", "ip", "ifconfig", "route",
+	    "iptables", "ip6tables", "nft", "ebtables", "modprobe", "insmod",
+	    "rmmod", "kill", "killall", "pkill", "service", "swapon",
+	    "swapoff", "chroot", "useradd", "userdel", "usermod", "groupadd",
+	    "groupdel", "passwd", "chpasswd", "crontab", "setenforce", "tc",
+	    "ethtool", "losetup", "chattr", "hwclock", "timedatectl",
+	    "hostnamectl", "ulimit", "renice", "nsenter", "unshare", "capsh",
+	    "setcap", "visudo", "update-alternatives", "ldconfig", "depmod",
+	    "sysrq", "brctl", "dhclient", "journalctl", "loginctl", "su"),
+	    .level = MOAT_SAFETY_SYSTEM, .reason = " changes the system" },
+	{ NAMES("curl"), .judge = judge_curl, .level = MOAT_SAFETY_READ,
+	    .reason = "" },
+	{ NAMES("hostname"), .judge = judge_hostname,
+	    .level = MOAT_SAFETY_READ, .reason = "" },
+	/* Reads, and shell words that do nothing by themselves. */
+	{ NAMES("ls", "cat", "grep", "egrep", "fgrep", "rg", "head", "tail",
+	    "less", "more", "wc", "echo", "printf", "pwd", "whoami", "id",
+	    "date", "uname", "printenv", "which", "type", "stat", "file",
+	    "sort", "uniq", "cut", "tr", "awk", "gawk", "diff", "cmp", "comm",
+	    "du", "df", "ps", "top", "free", "uptime", "test", "[", "[[",
+	    "true", "false", ":", "sleep", "seq", "basename", "dirname",
+	    "realpath", "readlink", "md5sum", "sha1sum", "sha256sum",
+	    "sha512sum", "cksum", "xxd", "od", "hexdump", "strings", "jq",
+	    "base64", "tree", "cd", "export", "set", "unset", "read", "exit",
+	    "return", "alias", "history", "column", "nl", "tac", "rev",
+	    "fold", "expand", "paste", "join", "yes", "env", "locale",
+	    "lsblk", "lscpu", "lsmod", "lspci", "lsusb", "dmesg", "getent",
+	    "groups", "ldd", "nproc", "tty", "w", "who", "last", "netstat",
+	    "ss", "lsof", "pgrep", "pidof", "command", "hash", "local",
+	    "declare", "let", "shift", "wait", "jobs", "bc", "expr", "man",
+	    "info", "zcat", "fi", "done", "esac", "for", "case", "select",
+	    "function", "in", "ping", "dig", "nslookup", "host", "getconf"),
+	    .level = MOAT_SAFETY_READ, .reason = "" },
+};
+
+#undef NAMES
+
+/* find_rule: the row of command word `cmd`, or NULL. */
+static const struct command_rule *
+find_rule(const char *cmd)
+{
+	const size_t n = sizeof(command_rules) / sizeof(command_rules[0]);
+
+	for (size_t i = 0; i < n; i++)
+		if (!command_rules[i].prefix &&
+		    in_list(cmd, command_rules[i].names))
+			return &command_rules[i];
+	for (size_t i = 0; i < n; i++) {
+		if (!command_rules[i].prefix)
+			continue;
+		for (const char *const *p = command_rules[i].names;
+		    *p != NULL; p++)
+			if (has_prefix(cmd, *p))
+				return &command_rules[i];
+	}
+	return NULL;
+}
+
+/* Words that run the command after them (and their own options). */
 static const char *const wrappers[] = { "sudo", "doas", "nohup", "nice",
 	"ionice", "timeout", "stdbuf", "exec", "builtin", "then", "do",
 	"else", "elif", "if", "while", "until", "!", "{", "}", "time",
@@ -548,6 +887,7 @@ skip_wrapper(char **argv, int argc)
 static void
 judge_argv(struct safety_judge *j, char **argv, int argc, int depth)
 {
+	const struct command_rule *rule;
 	const char *cmd;
 
 	/* env assignments, wrappers, env, xargs */
@@ -592,187 +932,12 @@ judge_argv(struct safety_judge *j, char **argv, int argc, int depth)
 	if (argc <= 0)
 		return;
 	cmd = base_name(argv[0]);
-
-	if (strcmp(cmd, "shutdown") == 0 || strcmp(cmd, "reboot") == 0 ||
-	    strcmp(cmd, "halt") == 0 || strcmp(cmd, "poweroff") == 0 ||
-	    ((strcmp(cmd, "init") == 0 || strcmp(cmd, "telinit") == 0) &&
-	    argc > 1 && (strcmp(argv[1], "0") == 0 ||
-	    strcmp(argv[1], "6") == 0)) ||
-	    (strcmp(cmd, "systemctl") == 0 && argc > 1 &&
-	    (strcmp(argv[1], "poweroff") == 0 ||
-	    strcmp(argv[1], "reboot") == 0 || strcmp(argv[1], "halt") == 0))) {
-		moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s: stops the machine", cmd);
-		return;
-	}
-	if (strcmp(cmd, "rm") == 0) {
-		judge_rm(j, argv, argc);
-	} else if (strcmp(cmd, "dd") == 0) {
-		judge_dd(j, argv, argc);
-		moat_safety_raise(j, MOAT_SAFETY_READ, "dd");
-	} else if (has_prefix(cmd, "mkfs") || strcmp(cmd, "mke2fs") == 0 ||
-	    strcmp(cmd, "mkswap") == 0 || strcmp(cmd, "wipefs") == 0 ||
-	    strcmp(cmd, "fdisk") == 0 || strcmp(cmd, "sfdisk") == 0 ||
-	    strcmp(cmd, "parted") == 0 || strcmp(cmd, "blkdiscard") == 0) {
-		for (int i = 1; i < argc; i++)
-			if (is_disk_device(argv[i]))
-				moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s %s: "
-				    "wipes a disk", cmd, argv[i]);
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "%s: wipes a "
-		    "filesystem", cmd);
-	} else if (strcmp(cmd, "shred") == 0 || strcmp(cmd, "truncate") == 0) {
-		for (int i = 1; i < argc; i++)
-			if (is_disk_device(argv[i]))
-				moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s %s: "
-				    "wipes a disk", cmd, argv[i]);
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "%s: destroys file "
-		    "contents", cmd);
-	} else if (strcmp(cmd, "find") == 0) {
-		for (int i = 1; i < argc; i++) {
-			if (strcmp(argv[i], "-delete") == 0)
-				moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "find "
-				    "-delete: deletes what it finds");
-			if ((strcmp(argv[i], "-exec") == 0 ||
-			    strcmp(argv[i], "-execdir") == 0 ||
-			    strcmp(argv[i], "-ok") == 0) && i + 1 < argc) {
-				int end = i + 1;
-
-				while (end < argc && strcmp(argv[end], ";") &&
-				    strcmp(argv[end], "+"))
-					end++;
-				if (strcmp(base_name(argv[i + 1]), "rm") == 0)
-					moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
-					    "find -exec rm: deletes what it "
-					    "finds");
-				judge_argv(j, argv + i + 1, end - i - 1,
-				    depth);
-				i = end;
-			}
-		}
-		moat_safety_raise(j, MOAT_SAFETY_READ, "find");
-	} else if (strcmp(cmd, "sed") == 0 || strcmp(cmd, "perl") == 0) {
-		bool inplace = false;
-
-		for (int i = 1; i < argc; i++)
-			if (has_prefix(argv[i], "-i") ||
-			    has_prefix(argv[i], "--in-place") ||
-			    (argv[i][0] == '-' && argv[i][1] != '-' &&
-			    strchr(argv[i], 'i') != NULL &&
-			    strcmp(cmd, "perl") == 0)) {
-				inplace = true;
-			}
-		if (inplace) {
-			int last = argc - 1;
-
-			if (last > 0 && is_system_path(argv[last]))
-				moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s -i on "
-				    "system path %s", cmd, argv[last]);
-			moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s -i edits files "
-			    "in place", cmd);
-		} else if (strcmp(cmd, "perl") == 0) {
-			moat_safety_raise(j, MOAT_SAFETY_WRITE, "perl runs a program "
-			    "(not read: assumed to write)");
-		} else {
-			moat_safety_raise(j, MOAT_SAFETY_READ, "sed");
-		}
-	} else if (strcmp(cmd, "cp") == 0 || strcmp(cmd, "mv") == 0 ||
-	    strcmp(cmd, "ln") == 0 || strcmp(cmd, "install") == 0 ||
-	    strcmp(cmd, "rsync") == 0) {
-		judge_copy(j, argv, argc);
-	} else if (strcmp(cmd, "chmod") == 0 || strcmp(cmd, "chown") == 0 ||
-	    strcmp(cmd, "chgrp") == 0) {
-		judge_chmod(j, argv, argc);
-	} else if (in_list(cmd, write_cmds)) {
-		judge_paths_written(j, argv, argc, 0);
-	} else if (strcmp(cmd, "git") == 0) {
-		judge_git(j, argv, argc);
-	} else if (strcmp(cmd, "pip") == 0 || strcmp(cmd, "pip3") == 0 ||
-	    strcmp(cmd, "npm") == 0 || strcmp(cmd, "yarn") == 0 ||
-	    strcmp(cmd, "pnpm") == 0 || strcmp(cmd, "gem") == 0 ||
-	    strcmp(cmd, "cargo") == 0 || strcmp(cmd, "go") == 0 ||
-	    strcmp(cmd, "uv") == 0) {
-		static const char *const reads[] = { "list", "show", "freeze",
-		    "search", "ls", "view", "--version", "version", "help",
-		    "check", "outdated", NULL };
-
-		if (argc > 1 && in_list(argv[1], reads))
-			moat_safety_raise(j, MOAT_SAFETY_READ, "%s %s", cmd, argv[1]);
-		else
-			moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s %s installs or "
-			    "builds into the work tree", cmd,
-			    argc > 1 ? argv[1] : "");
-	} else if (strcmp(cmd, "apt") == 0 || strcmp(cmd, "apt-get") == 0 ||
-	    strcmp(cmd, "yum") == 0 || strcmp(cmd, "dnf") == 0 ||
-	    strcmp(cmd, "apk") == 0 || strcmp(cmd, "dpkg") == 0 ||
-	    strcmp(cmd, "rpm") == 0 || strcmp(cmd, "zypper") == 0 ||
-	    strcmp(cmd, "pacman") == 0) {
-		static const char *const reads[] = { "list", "show", "search",
-		    "info", "policy", "-l", "-q", "-qa", "-L", "--version",
-		    NULL };
-
-		if (argc > 1 && in_list(argv[1], reads))
-			moat_safety_raise(j, MOAT_SAFETY_READ, "%s %s", cmd, argv[1]);
-		else
-			moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s changes system "
-			    "packages", cmd);
-	} else if (strcmp(cmd, "sh") == 0 || strcmp(cmd, "bash") == 0 ||
-	    strcmp(cmd, "dash") == 0 || strcmp(cmd, "zsh") == 0 ||
-	    strcmp(cmd, "ksh") == 0 || strcmp(cmd, "ash") == 0 ||
-	    strcmp(cmd, "busybox") == 0) {
-		if (strcmp(cmd, "busybox") == 0 && argc > 1)
-			judge_argv(j, argv + 1, argc - 1, depth);
-		else
-			judge_interpreter(j, argv, argc, "shell", depth);
-	} else if (has_prefix(cmd, "python")) {
-		judge_interpreter(j, argv, argc, "python", depth);
-	} else if (strcmp(cmd, "node") == 0 || strcmp(cmd, "nodejs") == 0 ||
-	    strcmp(cmd, "deno") == 0 || strcmp(cmd, "bun") == 0) {
-		judge_interpreter(j, argv, argc, "node", depth);
-	} else if (strcmp(cmd, "eval") == 0) {
-		judge_join(j, argv, argc, 1, "shell", depth + 1);
-	} else if (strcmp(cmd, "source") == 0 || strcmp(cmd, ".") == 0) {
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s runs a script (not read: "
-		    "assumed to write)", cmd);
-	} else if (strcmp(cmd, "sqlite3") == 0 || strcmp(cmd, "psql") == 0 ||
-	    strcmp(cmd, "mysql") == 0 || strcmp(cmd, "mariadb") == 0) {
-		bool dropped = false;
-
-		for (int i = 1; i < argc && !dropped; i++)
-			dropped = moat_safety_sql(j, argv[i], cmd);
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s may change a database",
-		    cmd);
-	} else if (strcmp(cmd, "tar") == 0 || strcmp(cmd, "unzip") == 0 ||
-	    strcmp(cmd, "gzip") == 0 || strcmp(cmd, "gunzip") == 0 ||
-	    strcmp(cmd, "zip") == 0 || strcmp(cmd, "bzip2") == 0 ||
-	    strcmp(cmd, "xz") == 0 || strcmp(cmd, "patch") == 0 ||
-	    strcmp(cmd, "wget") == 0 || strcmp(cmd, "make") == 0 ||
-	    strcmp(cmd, "cmake") == 0 || strcmp(cmd, "gcc") == 0 ||
-	    strcmp(cmd, "cc") == 0 || strcmp(cmd, "clang") == 0) {
-		if (strcmp(cmd, "tar") == 0 && argc > 1 &&
-		    strchr(argv[1], 't') != NULL &&
-		    strchr(argv[1], 'x') == NULL &&
-		    strchr(argv[1], 'c') == NULL)
-			moat_safety_raise(j, MOAT_SAFETY_READ, "tar t lists");
-		else
-			moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s writes files",
-			    cmd);
-	} else if (in_list(cmd, system_cmds)) {
-		moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s changes the system", cmd);
-	} else if (in_list(cmd, read_cmds)) {
-		if (strcmp(cmd, "curl") == 0 && (has_flag(argv, argc, 1, 'o',
-		    "--output") || has_flag(argv, argc, 1, 'O',
-		    "--remote-name")))
-			moat_safety_raise(j, MOAT_SAFETY_WRITE, "curl -o writes a "
-			    "file");
-		else if (strcmp(cmd, "hostname") == 0 && argc > 1 &&
-		    argv[1][0] != '-')
-			moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "hostname sets the "
-			    "host name");
-		else
-			moat_safety_raise(j, MOAT_SAFETY_READ, "%s", cmd);
-	} else {
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s: not a known command "
-		    "(assumed to write)", cmd);
-	}
+	if ((rule = find_rule(cmd)) == NULL)
+		judge_unknown(j, cmd);
+	else if (rule->judge != NULL)
+		rule->judge(j, rule, argv, argc, depth);
+	else
+		judge_rule_verdict(j, rule, cmd);
 }
 
 void
