@@ -4,8 +4,12 @@
  * host's (the guest's clock stood still while the snapshot sat on disk),
  * mix host random bytes into the kernel's pool (every clone of one
  * snapshot starts with the same RNG state: without this they would hand
- * out the same "random" numbers), and take the clone's own hostname. Not
- * for: the link to the host (link.c) or exec state (exec.c).
+ * out the same "random" numbers), and take the clone's own hostname. In
+ * host mode (not PID 1: the agent runs as a process of the host, for
+ * tests) none of that is done: the clock, RNG and hostname are the
+ * host's, so the request is checked, logged with "host mode: not
+ * applied" and acknowledged as a guest would. Not for: the link to the
+ * host (link.c) or exec state (exec.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -77,6 +81,17 @@ agent_reset_after_restore(struct agent *a,
 		*why = moat_asprintf("hostname of %zu bytes: at most %u", hlen,
 		    RESET_HOSTNAME_MAX);
 		return MOAT_INVALID_ARGUMENT;
+	}
+	if (!a->pid1) {
+		/* A test's reset must never set the host's clock or name, nor
+		 * feed its RNG: answer what a guest would, and say so. */
+		moat_info(req->id, "reset after restore: host mode: not "
+		    "applied (clock %lld.%09lld, %zu bytes of entropy%s%s)",
+		    (long long)(r->unix_ns / 1000000000),
+		    (long long)(r->unix_ns % 1000000000), r->entropy.len,
+		    hlen ? ", hostname " : "", hlen ? r->hostname : "");
+		agent_send_ack(a, req->id);
+		return MOAT_OK;
 	}
 	/* The RNG first: a failure here must not leave a clone running with
 	 * its siblings' randomness, so it is an error, not a warning. */
