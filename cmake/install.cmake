@@ -78,6 +78,7 @@ foreach(unit vmd gateway sessiond snapd)
   endif()
   install(CODE "
     set(MOAT_BINDIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
+    set(MOAT_DATADIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DATADIR}\")
     configure_file(\"${CMAKE_SOURCE_DIR}/deploy/systemd/moat-${unit}.service.in\"
       \"${CMAKE_BINARY_DIR}/install/units/moat-${unit}.service\" @ONLY)
     file(INSTALL \"${CMAKE_BINARY_DIR}/install/units/moat-${unit}.service\"

@@ -57,6 +57,13 @@ for u in vmd gateway sessiond snapd; do
 	check "moat-$u.service runs $prefix/bin/moat-$u" \
 		grep -qx "ExecStart=$prefix/bin/moat-$u" "$unit"
 done
+# systemd's own reading of the units, where it is installed.
+if command -v systemd-analyze >/dev/null; then
+	for u in vmd gateway sessiond snapd; do
+		check "systemd-analyze verify moat-$u.service" \
+			systemd-analyze verify "$prefix/lib/systemd/system/moat-$u.service"
+	done
+fi
 check "no Python bytecode is installed" \
 	sh -c "! find '$prefix/share/moat/python' -name '__pycache__' | grep -q ."
 
