@@ -31,7 +31,11 @@
 #define RESET_HOSTNAME_MAX 64u
 
 /* Credits `len` host bytes to the kernel pool (RNDADDENTROPY needs
- * CAP_SYS_ADMIN: the agent is PID 1, root). Returns 0 or an errno. */
+ * CAP_SYS_ADMIN: the agent is PID 1, root), then reseeds the crng from
+ * it at once: a crng that is already ready reseeds only on its own
+ * schedule (up to a minute), and until then every clone of a snapshot
+ * would still read the same bytes from /dev/urandom. Returns 0 or an
+ * errno. */
 static int
 clock_reseed(const uint8_t *bytes, size_t len)
 {
@@ -48,6 +52,9 @@ clock_reseed(const uint8_t *bytes, size_t len)
 	} else {
 		if (ioctl(fd, RNDADDENTROPY, info) != 0)
 			rv = errno;
+		else if (ioctl(fd, RNDRESEEDCRNG) != 0 && errno != ENOTTY &&
+		    errno != EINVAL)
+			rv = errno;  /* ENOTTY, EINVAL: a kernel before 4.17 */
 		close(fd);
 	}
 	explicit_bzero(info, sizeof(*info) + len);
