@@ -23,9 +23,9 @@ set(MOAT_INCLUDE_SUBDIR ${CMAKE_INSTALL_INCLUDEDIR}/moat)
 # Built from the objects of moat_client and moat_proto (every generated
 # message, so a caller can free or pack any of them) plus what they need
 # of moat_core and moat_base; all compiled PIC for it. The version script
-# exports only the client API (moat_client_*, moat_strerror and the
-# moat.v1 protobuf-c functions and descriptors): the rpc layer and nng
-# stay private.
+# (libmoat.map) exports only the client API: moat_client_*, moat/status.h
+# (moat_strerror, moat_status_*) and the moat.v1 protobuf-c functions and
+# descriptors; the rpc layer, config and logging stay private.
 set_target_properties(moat_client moat_proto moat_core moat_base PROPERTIES
   POSITION_INDEPENDENT_CODE ON)
 add_library(libmoat SHARED $<TARGET_OBJECTS:moat_client>
