@@ -5,7 +5,11 @@
  * Answers feed the node table, which also caches one RPC client per node.
  * A node silent for MOAT_GW_MISSED_SURVEYS surveys in a row is marked
  * unavailable (kept in the table, shown by ListNodes); it is available
- * again as soon as it answers. The survey itself carries an empty body.
+ * again as soon as it answers. One silent for MOAT_GATEWAY_NODE_FORGET_S
+ * seconds (default MOAT_GW_NODE_FORGET_S; counted in surveys missed, so a
+ * jump of the wall clock drops nothing) drops out of the table: a node
+ * that is gone is not listed forever, and if it comes back it joins
+ * again. The survey itself carries an empty body.
  * Not for: choosing nodes (placement.c) or calling them (forward.c).
  */
 #include <errno.h>
@@ -18,6 +22,7 @@
 #include <nng/supplemental/util/platform.h>
 
 #include "gateway.h"
+#include "moat/config.h"
 #include "moat/log.h"
 #include "moat/nng_close.h"
 #include "moat/status.h"
@@ -195,11 +200,28 @@ moat_nodes_seen(struct moat_nodes *nodes, Moat__V1__Node *node,
 	return MOAT_OK;
 }
 
+/* entry_forget: drops entry i, keeping the others in order (ListNodes
+ * shows them as they joined). Calls still holding its connection finish
+ * on it; the lock is held. */
+static void
+entry_forget(struct moat_nodes *nodes, size_t i)
+{
+	struct moat_node_entry *e = &nodes->entries[i];
+
+	if (e->node != NULL)
+		moat__v1__node__free_unpacked(e->node, NULL);
+	conn_unref(e->conn);
+	memmove(e, e + 1, (nodes->n - i - 1) * sizeof(*e));
+	nodes->n--;
+}
+
 void
 moat_nodes_round_end(struct moat_nodes *nodes)
 {
+	size_t i = 0;
+
 	pthread_mutex_lock(&nodes->lock);
-	for (size_t i = 0; i < nodes->n; i++) {
+	while (i < nodes->n) {
 		struct moat_node_entry *e = &nodes->entries[i];
 
 		if (!e->answered && e->missed < UINT32_MAX)
@@ -213,6 +235,18 @@ moat_nodes_round_end(struct moat_nodes *nodes)
 			    "missed): marked unavailable; is its moat-vmd "
 			    "running?", e->id.s, e->missed);
 		}
+		/* Only an unavailable node is forgotten: one that still
+		 * answers is never dropped. */
+		if (!e->available && nodes->forget_rounds != 0 &&
+		    e->missed >= nodes->forget_rounds) {
+			moat_warn(0, "node %s silent for %u surveys in a row "
+			    "(MOAT_GATEWAY_NODE_FORGET_S): dropped from the "
+			    "node list; it joins again when it answers",
+			    e->id.s, e->missed);
+			entry_forget(nodes, i);
+			continue;
+		}
+		i++;
 	}
 	pthread_mutex_unlock(&nodes->lock);
 }
@@ -434,12 +468,38 @@ survey_main(void *arg)
 	return NULL;
 }
 
+/* forget_rounds: the table's forget_rounds from
+ * MOAT_GATEWAY_NODE_FORGET_S (the environment layer of the shared
+ * settings: the gateway gives discovery no config of its own) and the
+ * survey interval. */
+static int
+forget_rounds(const struct moat_discovery *d, uint32_t *out, char **errmsg)
+{
+	uint64_t forget_s, rounds;
+	int rv;
+
+	if ((rv = moat_config_get_u64(NULL, "gateway", "node-forget-s",
+	    MOAT_GW_NODE_FORGET_S, &forget_s, errmsg)) != MOAT_OK)
+		return rv;
+	if (forget_s > UINT32_MAX) {
+		*errmsg = moat_asprintf("MOAT_GATEWAY_NODE_FORGET_S=%llu is "
+		    "too large: give seconds, at most %u (0: never drop a "
+		    "node)", (unsigned long long)forget_s, UINT32_MAX);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	/* Rounded up: a node is dropped no sooner than the stated time. */
+	rounds = (forget_s * 1000 + d->interval_ms - 1) / d->interval_ms;
+	*out = rounds > UINT32_MAX ? UINT32_MAX : (uint32_t)rounds;
+	return MOAT_OK;
+}
+
 int
 moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
     const char *url, uint32_t interval_ms, char **errmsg)
 {
 	struct moat_discovery *d;
 	nng_listener l;
+	uint32_t forget;
 	int rv;
 
 	*out = NULL;
@@ -451,6 +511,10 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 	}
 	d->nodes = nodes;
 	d->interval_ms = interval_ms ? interval_ms : MOAT_GW_SURVEY_INTERVAL_MS;
+	if ((rv = forget_rounds(d, &forget, errmsg)) != MOAT_OK) {
+		moat_discovery_stop(d);
+		return rv;
+	}
 	if ((rv = nng_surveyor0_open(&d->sock)) != 0)
 		goto fail_nng;
 	d->has_socket = true;
@@ -472,6 +536,11 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 		goto fail_nng;
 	if ((rv = nng_listener_start(l, 0)) != 0)
 		goto fail_nng;
+	/* Set only once this discovery owns the url: a second start that
+	 * fails leaves the running one's table alone. */
+	pthread_mutex_lock(&nodes->lock);
+	nodes->forget_rounds = forget;
+	pthread_mutex_unlock(&nodes->lock);
 	if ((rv = pthread_create(&d->thread, NULL, survey_main, d)) != 0) {
 		*errmsg = moat_asprintf("discovery on %s: cannot start its "
 		    "thread: %s", url, strerror(rv));

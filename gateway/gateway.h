@@ -25,6 +25,7 @@
 #define MOAT_ID_MAX 128                 /* longest id, with its NUL */
 #define MOAT_GW_SURVEY_INTERVAL_MS 1000 /* one survey a second */
 #define MOAT_GW_MISSED_SURVEYS 3        /* silent this often: unavailable */
+#define MOAT_GW_NODE_FORGET_S 600       /* silent this long: dropped */
 #define MOAT_GW_HEALTH_TIMEOUT_MS 1500  /* Info's health calls */
 #define MOAT_GW_NODE_ANSWER_MAX (1u << 20) /* cap on one survey answer */
 #define MOAT_GW_DEFAULT_TENANT "default"
@@ -52,6 +53,10 @@ struct moat_nodes {
 	struct moat_node_entry *entries;
 	size_t n, cap;
 	uint32_t missed_limit;  /* MOAT_GW_MISSED_SURVEYS */
+	/* Surveys in a row an unavailable node may miss before it is
+	 * dropped (0: never); moat_discovery_start sets it from
+	 * MOAT_GATEWAY_NODE_FORGET_S and its interval. */
+	uint32_t forget_rounds;
 };
 
 /* moat_nodes_init / moat_nodes_fini: fini closes every cached client (no
@@ -70,7 +75,8 @@ int moat_nodes_seen(struct moat_nodes *nodes, Moat__V1__Node *node,
 
 /* moat_nodes_round_end: ends one survey round: a node that did not answer
  * in it counts a miss; missed_limit misses in a row mark it unavailable
- * (logged once). */
+ * (logged once); forget_rounds misses drop an unavailable node from the
+ * table (logged). */
 void moat_nodes_round_end(struct moat_nodes *nodes);
 
 /* moat_nodes_snapshot: deep copies of every known node (available or

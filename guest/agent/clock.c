@@ -4,8 +4,12 @@
  * host's (the guest's clock stood still while the snapshot sat on disk),
  * mix host random bytes into the kernel's pool (every clone of one
  * snapshot starts with the same RNG state: without this they would hand
- * out the same "random" numbers), and take the clone's own hostname. Not
- * for: the link to the host (link.c) or exec state (exec.c).
+ * out the same "random" numbers), and take the clone's own hostname. In
+ * host mode (not PID 1: the agent runs as a process of the host, for
+ * tests) none of that is done: the clock, RNG and hostname are the
+ * host's, so the request is checked, logged with "host mode: not
+ * applied" and acknowledged as a guest would. Not for: the link to the
+ * host (link.c) or exec state (exec.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +31,11 @@
 #define RESET_HOSTNAME_MAX 64u
 
 /* Credits `len` host bytes to the kernel pool (RNDADDENTROPY needs
- * CAP_SYS_ADMIN: the agent is PID 1, root). Returns 0 or an errno. */
+ * CAP_SYS_ADMIN: the agent is PID 1, root), then reseeds the crng from
+ * it at once: a crng that is already ready reseeds only on its own
+ * schedule (up to a minute), and until then every clone of a snapshot
+ * would still read the same bytes from /dev/urandom. Returns 0 or an
+ * errno. */
 static int
 clock_reseed(const uint8_t *bytes, size_t len)
 {
@@ -44,6 +52,9 @@ clock_reseed(const uint8_t *bytes, size_t len)
 	} else {
 		if (ioctl(fd, RNDADDENTROPY, info) != 0)
 			rv = errno;
+		else if (ioctl(fd, RNDRESEEDCRNG) != 0 && errno != ENOTTY &&
+		    errno != EINVAL)
+			rv = errno;  /* ENOTTY, EINVAL: a kernel before 4.17 */
 		close(fd);
 	}
 	explicit_bzero(info, sizeof(*info) + len);
@@ -77,6 +88,17 @@ agent_reset_after_restore(struct agent *a,
 		*why = moat_asprintf("hostname of %zu bytes: at most %u", hlen,
 		    RESET_HOSTNAME_MAX);
 		return MOAT_INVALID_ARGUMENT;
+	}
+	if (!a->pid1) {
+		/* A test's reset must never set the host's clock or name, nor
+		 * feed its RNG: answer what a guest would, and say so. */
+		moat_info(req->id, "reset after restore: host mode: not "
+		    "applied (clock %lld.%09lld, %zu bytes of entropy%s%s)",
+		    (long long)(r->unix_ns / 1000000000),
+		    (long long)(r->unix_ns % 1000000000), r->entropy.len,
+		    hlen ? ", hostname " : "", hlen ? r->hostname : "");
+		agent_send_ack(a, req->id);
+		return MOAT_OK;
 	}
 	/* The RNG first: a failure here must not leave a clone running with
 	 * its siblings' randomness, so it is an error, not a warning. */
