@@ -5,7 +5,7 @@
  * Answers feed the node table, which also caches one RPC client per node.
  * A node silent for MOAT_GW_MISSED_SURVEYS surveys in a row is marked
  * unavailable (kept in the table, shown by ListNodes); it is available
- * again as soon as it answers. One silent for MOAT_GATEWAY_NODE_FORGET_S
+ * again as soon as it answers. One silent for [gateway] node-forget-s
  * seconds (default MOAT_GW_NODE_FORGET_S; counted in surveys missed, so a
  * jump of the wall clock drops nothing) drops out of the table: a node
  * that is gone is not listed forever, and if it comes back it joins
@@ -240,7 +240,7 @@ moat_nodes_round_end(struct moat_nodes *nodes)
 		if (!e->available && nodes->forget_rounds != 0 &&
 		    e->missed >= nodes->forget_rounds) {
 			moat_warn(0, "node %s silent for %u surveys in a row "
-			    "(MOAT_GATEWAY_NODE_FORGET_S): dropped from the "
+			    "([gateway] node-forget-s): dropped from the "
 			    "node list; it joins again when it answers",
 			    e->id.s, e->missed);
 			entry_forget(nodes, i);
@@ -468,21 +468,21 @@ survey_main(void *arg)
 	return NULL;
 }
 
-/* forget_rounds: the table's forget_rounds from
- * MOAT_GATEWAY_NODE_FORGET_S (the environment layer of the shared
- * settings: the gateway gives discovery no config of its own) and the
- * survey interval. */
+/* forget_rounds: the table's forget_rounds from [gateway] node-forget-s
+ * in `config` or MOAT_GATEWAY_NODE_FORGET_S (config NULL: the
+ * environment only) and the survey interval. */
 static int
-forget_rounds(const struct moat_discovery *d, uint32_t *out, char **errmsg)
+forget_rounds(const struct moat_discovery *d, const struct moat_config *config,
+    uint32_t *out, char **errmsg)
 {
 	uint64_t forget_s, rounds;
 	int rv;
 
-	if ((rv = moat_config_get_u64(NULL, "gateway", "node-forget-s",
+	if ((rv = moat_config_get_u64(config, "gateway", "node-forget-s",
 	    MOAT_GW_NODE_FORGET_S, &forget_s, errmsg)) != MOAT_OK)
 		return rv;
 	if (forget_s > UINT32_MAX) {
-		*errmsg = moat_asprintf("MOAT_GATEWAY_NODE_FORGET_S=%llu is "
+		*errmsg = moat_asprintf("node-forget-s (MOAT_GATEWAY_NODE_FORGET_S) %llu is "
 		    "too large: give seconds, at most %u (0: never drop a "
 		    "node)", (unsigned long long)forget_s, UINT32_MAX);
 		return MOAT_INVALID_ARGUMENT;
@@ -495,7 +495,8 @@ forget_rounds(const struct moat_discovery *d, uint32_t *out, char **errmsg)
 
 int
 moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
-    const char *url, uint32_t interval_ms, char **errmsg)
+    const char *url, uint32_t interval_ms, const struct moat_config *config,
+    char **errmsg)
 {
 	struct moat_discovery *d;
 	nng_listener l;
@@ -511,7 +512,7 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 	}
 	d->nodes = nodes;
 	d->interval_ms = interval_ms ? interval_ms : MOAT_GW_SURVEY_INTERVAL_MS;
-	if ((rv = forget_rounds(d, &forget, errmsg)) != MOAT_OK) {
+	if ((rv = forget_rounds(d, config, &forget, errmsg)) != MOAT_OK) {
 		moat_discovery_stop(d);
 		return rv;
 	}

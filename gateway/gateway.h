@@ -112,11 +112,14 @@ struct moat_discovery;
  * mode 0600) and starts a thread that surveys every `interval_ms` (0:
  * MOAT_GW_SURVEY_INTERVAL_MS), feeding every answer that decodes as a
  * moat.v1.Node into `nodes` (which must outlive the discovery). A
- * malformed answer is logged and ignored. On failure returns a status
- * and sets *errmsg (heap, caller frees). */
+ * malformed answer is logged and ignored. A node silent for [gateway]
+ * node-forget-s of `config` (borrowed; NULL: MOAT_GATEWAY_NODE_FORGET_S
+ * only) is dropped. On failure returns a status and sets *errmsg (heap,
+ * caller frees). */
 int moat_discovery_start(struct moat_discovery **out,
     struct moat_nodes *nodes, const char *url, uint32_t interval_ms,
-    char **errmsg) __attribute__((warn_unused_result));
+    const struct moat_config *config, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_discovery_stop: closes the socket, joins the thread, frees. Safe
  * on NULL. */

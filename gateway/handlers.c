@@ -1347,7 +1347,8 @@ moat_gateway_start(struct moat_gateway **out,
 	gw->rec.snapd_url = gw->snapd_url;
 	gw->rec.config = gw->config;
 	if ((rv = moat_discovery_start(&gw->discovery, &gw->nodes,
-	    gw->survey_url, opts->survey_interval_ms, errmsg)) != MOAT_OK)
+	    gw->survey_url, opts->survey_interval_ms, gw->config,
+	    errmsg)) != MOAT_OK)
 		goto fail;
 	svc.ctx = gw;
 	if ((rv = moat_rpc_server_start(&gw->server, gw->listen_url, &svc,

@@ -118,7 +118,7 @@ test_survey_finds_and_drops_nodes(void **state)
 	survey_url = moat_asprintf("ipc://%s/survey.sock", dir);
 	assert_int_equal(moat_nodes_init(&nodes), MOAT_OK);
 	assert_int_equal(moat_discovery_start(&d, &nodes, survey_url,
-	    INTERVAL_MS, &errmsg), MOAT_OK);
+	    INTERVAL_MS, NULL, &errmsg), MOAT_OK);
 
 	assert_int_equal(fake_node_start(&bad, "bad", dir, survey_url), 0);
 	atomic_store(&bad.garbage, true);
@@ -166,10 +166,10 @@ test_survey_url_in_use(void **state)
 	assert_non_null(mkdtemp(dir));
 	url = moat_asprintf("ipc://%s/survey.sock", dir);
 	assert_int_equal(moat_nodes_init(&nodes), MOAT_OK);
-	assert_int_equal(moat_discovery_start(&d1, &nodes, url, INTERVAL_MS,
+	assert_int_equal(moat_discovery_start(&d1, &nodes, url, INTERVAL_MS, NULL,
 	    &errmsg), MOAT_OK);
 	assert_int_not_equal(moat_discovery_start(&d2, &nodes, url,
-	    INTERVAL_MS, &errmsg), MOAT_OK);
+	    INTERVAL_MS, NULL, &errmsg), MOAT_OK);
 	assert_null(d2);
 	assert_non_null(strstr(errmsg, url));
 	free(errmsg);

@@ -16,10 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "gateway.h"
+#include "moat/config.h"
 #include "moat/util.h"
 
 /* seen: node `id` answers a survey. */
@@ -124,12 +126,12 @@ test_zero_never_forgets(void **state)
 	assert_true(listed(nodes, "ancient", NULL));
 }
 
-/* start_with: moat_discovery_start on a fresh ipc url with
- * MOAT_GATEWAY_NODE_FORGET_S = forget (NULL: unset); returns its status
- * and the table's forget_rounds in *rounds. */
+/* start_with_config: moat_discovery_start on a fresh ipc url with
+ * `config` (NULL: none) and MOAT_GATEWAY_NODE_FORGET_S = forget (NULL:
+ * unset); returns its status and the table's forget_rounds in *rounds. */
 static int
-start_with(const char *forget, uint32_t interval_ms, uint32_t *rounds,
-    char **errmsg)
+start_with_config(const struct moat_config *config, const char *forget,
+    uint32_t interval_ms, uint32_t *rounds, char **errmsg)
 {
 	struct moat_discovery *d = NULL;
 	struct moat_nodes nodes;
@@ -144,13 +146,44 @@ start_with(const char *forget, uint32_t interval_ms, uint32_t *rounds,
 	assert_non_null(mkdtemp(dir));
 	snprintf(url, sizeof(url), "ipc://%s/survey.sock", dir);
 	assert_int_equal(moat_nodes_init(&nodes), MOAT_OK);
-	rv = moat_discovery_start(&d, &nodes, url, interval_ms, errmsg);
+	rv = moat_discovery_start(&d, &nodes, url, interval_ms, config, errmsg);
 	*rounds = nodes.forget_rounds;
 	moat_discovery_stop(d);
 	moat_nodes_fini(&nodes);
 	moat_rm_rf(dir);
 	unsetenv("MOAT_GATEWAY_NODE_FORGET_S");
 	return rv;
+}
+
+static int
+start_with(const char *forget, uint32_t interval_ms, uint32_t *rounds,
+    char **errmsg)
+{
+	return start_with_config(NULL, forget, interval_ms, rounds, errmsg);
+}
+
+/* [gateway] node-forget-s in moat.conf is read as the variable is. */
+static void
+test_config_key(void **state)
+{
+	char path[] = "/tmp/moat-test-forget-conf-XXXXXX";
+	struct moat_config *config = NULL;
+	char *errmsg = NULL;
+	uint32_t rounds;
+	FILE *f;
+	int fd;
+
+	(void)state;
+	assert_true((fd = mkstemp(path)) >= 0);
+	assert_non_null(f = fdopen(fd, "w"));
+	fputs("[gateway]\nnode-forget-s = 20\n", f);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(moat_config_load(&config, path, &errmsg), MOAT_OK);
+	assert_int_equal(start_with_config(config, NULL, 500, &rounds,
+	    &errmsg), MOAT_OK);
+	assert_int_equal(rounds, 40);
+	moat_config_free(config);
+	unlink(path);
 }
 
 static void
@@ -191,6 +224,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_zero_never_forgets,
 		    table_setup, table_teardown),
 		cmocka_unit_test(test_setting_becomes_rounds),
+		cmocka_unit_test(test_config_key),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
