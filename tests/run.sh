@@ -25,8 +25,22 @@ bash deploy/setup.sh --no-start
 # images are shared.
 export MOAT_IMAGE_DIR=$repo/images/out
 
+# run_suite DIR: the tests without VMs (unit, fuzz, install, style) side
+# by side, as many as there are CPUs: they wait on sockets and processes
+# more than they compute. Then the integration tests one at a time: their
+# guests run under TCG where there is no KVM, and two of them on two
+# CPUs would only race their boot deadlines. Extra environment is passed
+# by the caller.
+run_suite() {
+	local dir=$1
+	ctest --test-dir "$dir" --output-on-failure --timeout 900 \
+		-j"$(nproc)" -L '^(unit|fuzz|install|style)$' "${extra[@]}"
+	ctest --test-dir "$dir" --output-on-failure --timeout 900 \
+		-LE '^(unit|fuzz|install|style)$' "${extra[@]}"
+}
+
 echo "== tests (build)"
-ctest --test-dir build --output-on-failure --timeout 900 "${extra[@]}"
+run_suite build
 
 if [ "$sanitize" -eq 1 ]; then
 	echo "== sanitizer build (build-asan)"
@@ -35,7 +49,7 @@ if [ "$sanitize" -eq 1 ]; then
 	echo "== tests (build-asan: AddressSanitizer + UBSan)"
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --test-dir build-asan --output-on-failure --timeout 900 "${extra[@]}"
+		run_suite build-asan
 fi
 
 # ThreadSanitizer: the unit tests that run many threads against one
