@@ -37,8 +37,8 @@
 #define DB_AUDIT "audit"
 #define SECRET_BYTES 32
 #define AUTH_MAP_BYTES (256ull << 20)
-#define KEY_CACHE_SLOTS 256       /* direct-mapped by key id */
-#define DROP_TENANTS 64           /* tenants with drops counted apart */
+#define KEY_CACHE_SLOTS 256 /* direct-mapped by key id */
+#define DROP_TENANTS 64     /* tenants with drops counted apart */
 #define DROP_WARN_EVERY_MS 10000
 
 /* One queued audit entry: its tenant, time and JSON text (heap). */
@@ -54,10 +54,10 @@ struct audit_drop {
 };
 
 struct key_cache_slot {
-	char id[MOAT_AUTH_KEY_ID_LEN + 1];  /* "" when empty */
+	char id[MOAT_AUTH_KEY_ID_LEN + 1]; /* "" when empty */
 	char hash[2 * SHA256_DIGEST_LENGTH + 1];
 	char tenant[MOAT_AUTH_TENANT_MAX];
-	uint64_t expires_ms;                 /* monotonic */
+	uint64_t expires_ms; /* monotonic */
 };
 
 struct moat_auth {
@@ -67,19 +67,19 @@ struct moat_auth {
 	 * queue ring, the drop table, the sequence numbers, stopping. Never
 	 * held across a transaction. */
 	pthread_mutex_t lock;
-	pthread_cond_t work;              /* queue or drops non-empty, stop */
-	pthread_cond_t done;              /* done_seq moved */
+	pthread_cond_t work; /* queue or drops non-empty, stop */
+	pthread_cond_t done; /* done_seq moved */
 	struct audit_item *ring;
 	size_t cap, head, len;
 	struct audit_drop drops[DROP_TENANTS];
 	size_t n_drops;
-	uint64_t drops_unattributed;      /* beyond DROP_TENANTS tenants */
-	uint64_t seq;                     /* entries queued + dropped */
-	uint64_t done_seq;                /* of those, handled by the writer */
+	uint64_t drops_unattributed; /* beyond DROP_TENANTS tenants */
+	uint64_t seq;                /* entries queued + dropped */
+	uint64_t done_seq;           /* of those, handled by the writer */
 	bool stopping, writer_started, sync_ready;
 	pthread_t writer;
 	/* writer thread only */
-	struct audit_item *batch;         /* cap entries being committed */
+	struct audit_item *batch; /* cap entries being committed */
 	uint64_t warn_at_ms, warn_dropped;
 
 	/* cache_lock guards cache. */
@@ -110,7 +110,7 @@ moat_auth_open(struct moat_auth **out, const char *state_dir, char **errmsg)
 	*out = NULL;
 	if ((a = calloc(1, sizeof(*a))) == NULL ||
 	    (path = moat_asprintf("%s/%s", state_dir, MOAT_AUTH_DB_DIR)) ==
-	    NULL) {
+	        NULL) {
 		free(a);
 		*errmsg = moat_asprintf("out of memory opening the key store");
 		return MOAT_RESOURCE_EXHAUSTED;
@@ -134,14 +134,14 @@ moat_auth_open(struct moat_auth **out, const char *state_dir, char **errmsg)
 	    pthread_cond_init(&a->done, NULL) != 0) {
 		/* glibc's init does not fail; other libcs may. */
 		*errmsg = moat_asprintf("cannot create the audit queue's "
-		    "locks");
+		                        "locks");
 		rv = MOAT_INTERNAL;
 		goto fail;
 	}
 	a->sync_ready = true;
 	if (pthread_create(&a->writer, NULL, audit_writer, a) != 0) {
 		*errmsg = moat_asprintf("cannot start the audit writer "
-		    "thread");
+		                        "thread");
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		goto fail;
 	}
@@ -190,8 +190,8 @@ moat_auth_tenant_valid(const char *tenant)
 	for (size_t i = 0; i < n; i++) {
 		char c = tenant[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-		    c == '-'))
+		        (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		        c == '-'))
 			return false;
 	}
 	return true;
@@ -245,9 +245,10 @@ moat_auth_key_create(struct moat_auth *a, const char *tenant, char **secret,
 
 	*secret = NULL;
 	if (!moat_auth_tenant_valid(tenant)) {
-		*errmsg = moat_asprintf("tenant \"%.80s\" is not a name: use "
-		    "1-63 letters, digits, '.', '_' or '-'", tenant ? tenant :
-		    "");
+		*errmsg =
+		    moat_asprintf("tenant \"%.80s\" is not a name: use "
+		                  "1-63 letters, digits, '.', '_' or '-'",
+		        tenant ? tenant : "");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (!random_bytes(id_bytes, sizeof(id_bytes)) ||
@@ -259,20 +260,18 @@ moat_auth_key_create(struct moat_auth *a, const char *tenant, char **secret,
 	hex(sec_bytes, sizeof(sec_bytes), sec_hex);
 	secret_hash(sec_hex, hash);
 	rec = json_pack("{s:s, s:s, s:I, s:b}", "tenant", tenant, "sha256",
-	    hash, "created_unix_ms", (json_int_t)moat_now_unix_ms(),
-	    "revoked", 0);
+	    hash, "created_unix_ms", (json_int_t)moat_now_unix_ms(), "revoked",
+	    0);
 	if (rec == NULL || (text = json_dumps(rec, JSON_COMPACT)) == NULL ||
-	    (*secret = moat_asprintf("moat_%s_%s", key_id, sec_hex)) ==
-	    NULL) {
+	    (*secret = moat_asprintf("moat_%s_%s", key_id, sec_hex)) == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		*errmsg = moat_asprintf("out of memory creating a key");
 		goto out;
 	}
-	if ((rv = moat_store_txn_begin(a->st, true, &txn, errmsg)) !=
-	    MOAT_OK)
+	if ((rv = moat_store_txn_begin(a->st, true, &txn, errmsg)) != MOAT_OK)
 		goto out;
 	if ((rv = moat_store_put(txn, DB_KEYS, key_id, strlen(key_id), text,
-	    strlen(text), true, errmsg)) != MOAT_OK) {
+	         strlen(text), true, errmsg)) != MOAT_OK) {
 		moat_store_txn_abort(txn);
 		goto out;
 	}
@@ -299,14 +298,15 @@ key_record(struct moat_store_txn *txn, const char *key_id, int *rv,
 	json_t *rec;
 
 	if ((*rv = moat_store_get(txn, DB_KEYS, key_id, strlen(key_id), &val,
-	    &vlen, errmsg)) != MOAT_OK)
+	         &vlen, errmsg)) != MOAT_OK)
 		return NULL;
 	if ((rec = json_loadb(val, vlen, 0, NULL)) == NULL ||
 	    !json_is_object(rec)) {
 		json_decref(rec);
 		*rv = MOAT_INTERNAL;
 		*errmsg = moat_asprintf("key %s: its record in the key store "
-		    "is not JSON", key_id);
+		                        "is not JSON",
+		    key_id);
 		return NULL;
 	}
 	return rec;
@@ -315,7 +315,7 @@ key_record(struct moat_store_txn *txn, const char *key_id, int *rv,
 static struct key_cache_slot *
 cache_slot(struct moat_auth *a, const char *id)
 {
-	uint32_t h = 2166136261u;   /* FNV-1a of the id */
+	uint32_t h = 2166136261u; /* FNV-1a of the id */
 
 	for (const char *p = id; *p != '\0'; p++)
 		h = (h ^ (uint8_t)*p) * 16777619u;
@@ -435,22 +435,23 @@ moat_auth_key_revoke(struct moat_auth *a, const char *key_id, char **errmsg)
 
 	if (key_id == NULL || strlen(key_id) != MOAT_AUTH_KEY_ID_LEN) {
 		*errmsg = moat_asprintf("\"%.80s\" is not a key id: `moat-"
-		    "gateway keys ls` lists them", key_id ? key_id : "");
+		                        "gateway keys ls` lists them",
+		    key_id ? key_id : "");
 		return MOAT_NOT_FOUND;
 	}
-	if ((rv = moat_store_txn_begin(a->st, true, &txn, errmsg)) !=
-	    MOAT_OK)
+	if ((rv = moat_store_txn_begin(a->st, true, &txn, errmsg)) != MOAT_OK)
 		return rv;
 	if ((rec = key_record(txn, key_id, &rv, errmsg)) == NULL) {
 		if (rv == MOAT_NOT_FOUND)
 			*errmsg = moat_asprintf("no key %s: `moat-gateway "
-			    "keys ls` lists them", key_id);
+			                        "keys ls` lists them",
+			    key_id);
 		moat_store_txn_abort(txn);
 		return rv;
 	}
 	if (json_object_set_new(rec, "revoked", json_true()) != 0 ||
 	    json_object_set_new(rec, "revoked_unix_ms",
-	    json_integer((json_int_t)moat_now_unix_ms())) != 0 ||
+	        json_integer((json_int_t)moat_now_unix_ms())) != 0 ||
 	    (text = json_dumps(rec, JSON_COMPACT)) == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		*errmsg = moat_asprintf("out of memory revoking %s", key_id);
@@ -458,7 +459,7 @@ moat_auth_key_revoke(struct moat_auth *a, const char *key_id, char **errmsg)
 		goto out;
 	}
 	if ((rv = moat_store_put(txn, DB_KEYS, key_id, strlen(key_id), text,
-	    strlen(text), false, errmsg)) != MOAT_OK) {
+	         strlen(text), false, errmsg)) != MOAT_OK) {
 		moat_store_txn_abort(txn);
 		goto out;
 	}
@@ -477,8 +478,7 @@ struct list_ctx {
 };
 
 static int
-list_one(const void *key, size_t klen, const void *val, size_t vlen,
-    void *arg)
+list_one(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
 {
 	struct list_ctx *c = arg;
 	json_t *rec = json_loadb(val, vlen, 0, NULL);
@@ -488,14 +488,16 @@ list_one(const void *key, size_t klen, const void *val, size_t vlen,
 	char when[32] = "?";
 
 	if (t != NULL && (c->tenant == NULL || strcmp(c->tenant, t) == 0)) {
-		secs = (time_t)(json_integer_value(json_object_get(rec,
-		    "created_unix_ms")) / 1000);
+		secs = (time_t)(json_integer_value(
+		                    json_object_get(rec, "created_unix_ms")) /
+		    1000);
 		if (gmtime_r(&secs, &tm) != NULL)
 			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ",
 			    &tm);
 		fprintf(c->f, "%.*s %s %s %s\n", (int)klen, (const char *)key,
-		    t, when, json_is_true(json_object_get(rec, "revoked")) ?
-		    "revoked" : "active");
+		    t, when,
+		    json_is_true(json_object_get(rec, "revoked")) ? "revoked" :
+		                                                    "active");
 	}
 	json_decref(rec);
 	return MOAT_OK;
@@ -509,8 +511,7 @@ moat_auth_key_list(struct moat_auth *a, const char *tenant, FILE *f,
 	struct list_ctx c = { .tenant = tenant, .f = f };
 	int rv;
 
-	if ((rv = moat_store_txn_begin(a->st, false, &txn, errmsg)) !=
-	    MOAT_OK)
+	if ((rv = moat_store_txn_begin(a->st, false, &txn, errmsg)) != MOAT_OK)
 		return rv;
 	rv = moat_store_scan(txn, DB_KEYS, NULL, 0, NULL, 0, list_one, &c,
 	    errmsg);
@@ -553,8 +554,8 @@ note_drop(struct moat_auth *a, const char *tenant)
 }
 
 int
-moat_auth_audit_append(struct moat_auth *a, const char *tenant,
-    json_t *entry, char **errmsg)
+moat_auth_audit_append(struct moat_auth *a, const char *tenant, json_t *entry,
+    char **errmsg)
 {
 	struct timespec ts;
 	uint64_t us;
@@ -567,7 +568,7 @@ moat_auth_audit_append(struct moat_auth *a, const char *tenant,
 	clock_gettime(CLOCK_REALTIME, &ts);
 	us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 	if (json_object_set_new(entry, "at_unix_ms",
-	    json_integer((json_int_t)(us / 1000))) != 0 ||
+	        json_integer((json_int_t)(us / 1000))) != 0 ||
 	    (text = json_dumps(entry, JSON_COMPACT)) == NULL) {
 		*errmsg = moat_asprintf("out of memory writing the audit log");
 		return MOAT_RESOURCE_EXHAUSTED;
@@ -686,8 +687,7 @@ commit_batch(struct moat_auth *a, struct audit_item *batch, size_t n,
 
 	for (size_t i = 0; i < n_drops; i++)
 		dropped += drops[i].n;
-	if ((rv = moat_store_txn_begin(a->st, true, &txn, &errmsg)) !=
-	    MOAT_OK)
+	if ((rv = moat_store_txn_begin(a->st, true, &txn, &errmsg)) != MOAT_OK)
 		goto out;
 	for (size_t i = 0; i < n && rv == MOAT_OK; i++)
 		rv = put_entry(txn, batch[i].tenant, batch[i].us,
@@ -707,12 +707,16 @@ out:
 	if (dropped > 0) {
 		a->warn_dropped += dropped;
 		now = mono_ms();
-		if (a->warn_at_ms == 0 || now - a->warn_at_ms >=
-		    DROP_WARN_EVERY_MS) {
-			moat_warn(0, "audit: %llu entries dropped (queue of %zu "
-			    "full)%s", (unsigned long long)a->warn_dropped,
-			    a->cap, unattributed > 0 ? "; some of tenants "
-			    "beyond the first 64 not logged per tenant" : "");
+		if (a->warn_at_ms == 0 ||
+		    now - a->warn_at_ms >= DROP_WARN_EVERY_MS) {
+			moat_warn(0,
+			    "audit: %llu entries dropped (queue of %zu "
+			    "full)%s",
+			    (unsigned long long)a->warn_dropped, a->cap,
+			    unattributed > 0 ?
+			        "; some of tenants "
+			        "beyond the first 64 not logged per tenant" :
+			        "");
 			a->warn_at_ms = now;
 			a->warn_dropped = 0;
 		}
@@ -737,7 +741,7 @@ audit_writer(void *arg)
 			pthread_cond_wait(&a->work, &a->lock);
 		if (a->len == 0 && a->n_drops == 0 &&
 		    a->drops_unattributed == 0)
-			break;   /* stopping, all done */
+			break; /* stopping, all done */
 		/* Take everything: the queue is empty again for handlers. */
 		for (n = 0; n < a->len; n++)
 			a->batch[n] = a->ring[(a->head + n) % a->cap];
@@ -765,7 +769,7 @@ audit_writer(void *arg)
 
 struct audit_ctx {
 	json_t **ring;
-	size_t limit, n;   /* n: entries seen */
+	size_t limit, n; /* n: entries seen */
 };
 
 static int
@@ -807,7 +811,7 @@ moat_auth_audit_list(struct moat_auth *a, const char *tenant, size_t limit,
 		*errmsg = moat_asprintf("out of memory reading the audit log");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
-	plen = strlen(tenant) + 1;  /* with its NUL: not a longer name */
+	plen = strlen(tenant) + 1; /* with its NUL: not a longer name */
 	if ((rv = moat_store_txn_begin(a->st, false, &txn, errmsg)) ==
 	    MOAT_OK) {
 		rv = moat_store_scan(txn, DB_AUDIT, tenant, plen, NULL, 0,

@@ -21,13 +21,13 @@
 #include "moat/safety.h"
 
 #define MOAT_AUTH_DB_DIR "gateway-db"
-#define MOAT_AUTH_KEY_ID_LEN 12        /* hex characters */
-#define MOAT_AUTH_TENANT_MAX 64        /* with its NUL */
+#define MOAT_AUTH_KEY_ID_LEN 12 /* hex characters */
+#define MOAT_AUTH_TENANT_MAX 64 /* with its NUL */
 #define MOAT_AUTH_AUDIT_MAX_LIMIT 1000
 #define MOAT_AUTH_AUDIT_QUEUE_LEN 4096  /* entries awaiting the writer */
 #define MOAT_AUTH_KEY_CACHE_TTL_MS 5000 /* a verified key is trusted */
-#define MOAT_AUTH_UNAUTHENTICATED_MSG                                    \
-	"missing or revoked API key: create one with moat-gateway keys "  \
+#define MOAT_AUTH_UNAUTHENTICATED_MSG                                         \
+	"missing or revoked API key: create one with moat-gateway keys "      \
 	"create --tenant NAME"
 
 struct moat_auth;
@@ -97,9 +97,8 @@ void moat_auth_audit_flush(struct moat_auth *a);
 /* moat_auth_audit_list: the newest `limit` (1..MOAT_AUTH_AUDIT_MAX_LIMIT)
  * committed entries of `tenant`, oldest first, as a new JSON array in *out (the
  * caller's reference). Errors set *errmsg (heap). */
-int moat_auth_audit_list(struct moat_auth *a, const char *tenant,
-    size_t limit, json_t **out, char **errmsg)
-    __attribute__((warn_unused_result));
+int moat_auth_audit_list(struct moat_auth *a, const char *tenant, size_t limit,
+    json_t **out, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_policy_refuses: whether `tenant`'s policy refuses commands of
  * `level`: [policy] refuse.<tenant>, else [policy] refuse, else

@@ -23,15 +23,15 @@
 
 #define COMPARE_MIN 2
 #define COMPARE_MAX 32
-#define FETCH_MAX_STEPS 100000   /* per session: a bound on memory */
+#define FETCH_MAX_STEPS 100000 /* per session: a bound on memory */
 #define FETCH_PAGE_SIZE 1000
 
 /* ---- file changes ---- */
 
 /* One file's change, as a step or a whole session left it. */
 struct file_change {
-	const char *path;          /* borrowed from a step */
-	int change;                /* MOAT__V1__FS_CHANGE__*, or -1: none */
+	const char *path; /* borrowed from a step */
+	int change;       /* MOAT__V1__FS_CHANGE__*, or -1: none */
 	const ProtobufCBinaryData *sha256; /* borrowed; NULL: unknown */
 };
 
@@ -86,8 +86,7 @@ cmp_change_path(const void *a, const void *b)
  * path listed twice keeps its last entry). *out heap (caller frees),
  * NULL when none. */
 static int
-changes_of_step(const Moat__V1__Step *st, struct file_change **out,
-    size_t *n)
+changes_of_step(const Moat__V1__Step *st, struct file_change **out, size_t *n)
 {
 	struct file_change *c;
 	size_t k = 0;
@@ -180,13 +179,14 @@ net_changes(const struct moat_session_view *s, struct file_change **out,
 		for (size_t width = 1; width < k; width *= 2) {
 			for (size_t lo = 0; lo < k; lo += 2 * width) {
 				size_t mid = lo + width < k ? lo + width : k;
-				size_t hi = lo + 2 * width < k ? lo + 2 * width
-				    : k;
+				size_t hi =
+				    lo + 2 * width < k ? lo + 2 * width : k;
 				size_t x = lo, y = mid, t = lo;
 
 				while (x < mid && y < hi)
 					tmp[t++] = strcmp(all[y].path,
-					    all[x].path) < 0 ? all[y++] :
+					               all[x].path) < 0 ?
+					    all[y++] :
 					    all[x++];
 				while (x < mid)
 					tmp[t++] = all[x++];
@@ -213,8 +213,10 @@ net_changes(const struct moat_session_view *s, struct file_change **out,
 		if (change >= 0) {
 			net[n].path = all[i].path;
 			net[n].change = change;
-			net[n].sha256 = change ==
-			    MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED ? NULL : sha;
+			net[n].sha256 =
+			    change == MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED ?
+			    NULL :
+			    sha;
 			n++;
 		}
 		i = j;
@@ -304,8 +306,8 @@ diff_changes(const struct file_change *a, size_t na,
 static bool
 bytes_equal(const ProtobufCBinaryData *x, const ProtobufCBinaryData *y)
 {
-	return x->len == y->len && (x->len == 0 ||
-	    memcmp(x->data, y->data, x->len) == 0);
+	return x->len == y->len &&
+	    (x->len == 0 || memcmp(x->data, y->data, x->len) == 0);
 }
 
 static const Moat__V1__Step *
@@ -349,7 +351,7 @@ step_diff(const Moat__V1__Step *sa, const Moat__V1__Step *sb, uint64_t index,
 	if ((rv = changes_of_step(sa, &ca, &na)) != MOAT_OK ||
 	    (rv = changes_of_step(sb, &cb, &nb)) != MOAT_OK ||
 	    (rv = diff_changes(ca, na, cb, nb, &d->files, &d->n_files)) !=
-	    MOAT_OK)
+	        MOAT_OK)
 		goto done;
 	d->same = sa != NULL && sb != NULL && !d->input_differs &&
 	    d->exit_code_a == d->exit_code_b && !d->stdout_differs &&
@@ -423,7 +425,7 @@ step_command(const Moat__V1__Step *st)
 			*p++ = ' ';
 		*p++ = '\'';
 		for (const char *c = st->argv[i]; *c != '\0'; c++) {
-			if (*c == '\'') {   /* ' -> '\'' */
+			if (*c == '\'') { /* ' -> '\'' */
 				memcpy(p, "'\\''", 4);
 				p += 4;
 			} else {
@@ -449,9 +451,9 @@ cmp_score(const void *pa, const void *pb)
 
 	if (x->final_success != y->final_success)
 		return x->final_success ? -1 : 1;
-#define CMP_FEWER(f) \
-	if (x->f != y->f) \
-		return x->f < y->f ? -1 : 1
+#define CMP_FEWER(f)                                                          \
+	if (x->f != y->f)                                                     \
+	return x->f < y->f ? -1 : 1
 	CMP_FEWER(failed_steps);
 	CMP_FEWER(destructive_actions);
 	CMP_FEWER(files_deleted);
@@ -475,8 +477,8 @@ score_of(const struct moat_session_view *s, Moat__V1__SessionScore **out)
 	moat__v1__session_score__init(sc);
 	*out = sc;
 	sc->session_id = strdup(s->session_id ? s->session_id : "");
-	sc->sandbox_id = strdup(s->info != NULL && s->info->sandbox_id ?
-	    s->info->sandbox_id : "");
+	sc->sandbox_id = strdup(
+	    s->info != NULL && s->info->sandbox_id ? s->info->sandbox_id : "");
 	if (sc->session_id == NULL || sc->sandbox_id == NULL)
 		return MOAT_RESOURCE_EXHAUSTED;
 	sc->created_ms = s->info != NULL ? s->info->created_ms : 0;
@@ -496,8 +498,8 @@ score_of(const struct moat_session_view *s, Moat__V1__SessionScore **out)
 		free(command);
 		if (v.level >= MOAT_SAFETY_DESTRUCTIVE)
 			sc->destructive_actions++;
-		if (st->started_ms != 0 && (first == 0 ||
-		    st->started_ms < first))
+		if (st->started_ms != 0 &&
+		    (first == 0 || st->started_ms < first))
 			first = st->started_ms;
 		if (st->ended_ms > last)
 			last = st->ended_ms;
@@ -591,11 +593,13 @@ fetch(struct moat_record *rec, struct moat_rpc_call *call, const char *id,
 	greq.tenant = (char *)tenant;
 	greq.session_id = (char *)id;
 	if ((rv = moat_record_sessiond_call(rec, "GetSession", &greq.base,
-	    &moat__v1__session_info__descriptor, &reply, call->request_id,
-	    call->deadline_ms, &err)) != MOAT_OK) {
+	         &moat__v1__session_info__descriptor, &reply, call->request_id,
+	         call->deadline_ms, &err)) != MOAT_OK) {
 		if (rv == MOAT_NOT_FOUND)
-			rv = moat_rpc_error(call, rv, "session %s does not "
-			    "exist: `moat session ls` lists the sessions", id);
+			rv = moat_rpc_error(call, rv,
+			    "session %s does not "
+			    "exist: `moat session ls` lists the sessions",
+			    id);
 		else
 			rv = moat_rpc_error(call, rv, "session %s: %s", id,
 			    err);
@@ -613,11 +617,13 @@ fetch(struct moat_record *rec, struct moat_rpc_call *call, const char *id,
 
 		lreq.page_token = token != NULL ? token : (char *)"";
 		if ((rv = moat_record_sessiond_call(rec, "ListSteps",
-		    &lreq.base, &moat__v1__list_steps_reply__descriptor,
-		    &reply, moat_rpc_new_request_id(), call->deadline_ms,
-		    &err)) != MOAT_OK) {
-			rv = moat_rpc_error(call, rv, "steps of session %s: "
-			    "%s", id, err);
+		         &lreq.base, &moat__v1__list_steps_reply__descriptor,
+		         &reply, moat_rpc_new_request_id(), call->deadline_ms,
+		         &err)) != MOAT_OK) {
+			rv = moat_rpc_error(call, rv,
+			    "steps of session %s: "
+			    "%s",
+			    id, err);
 			goto fail;
 		}
 		page = (Moat__V1__ListStepsReply *)reply;
@@ -625,11 +631,12 @@ fetch(struct moat_record *rec, struct moat_rpc_call *call, const char *id,
 			protobuf_c_message_free_unpacked(reply, NULL);
 			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 			    "session %s has more than %d steps: too many to "
-			    "diff", id, FETCH_MAX_STEPS);
+			    "diff",
+			    id, FETCH_MAX_STEPS);
 			goto fail;
 		}
-		grown = realloc(f->steps, (f->n_steps + page->n_steps + 1) *
-		    sizeof(*grown));
+		grown = realloc(f->steps,
+		    (f->n_steps + page->n_steps + 1) * sizeof(*grown));
 		if (grown == NULL) {
 			protobuf_c_message_free_unpacked(reply, NULL);
 			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
@@ -684,7 +691,8 @@ moat_diff_handle(struct moat_record *rec, struct moat_rpc_call *call,
 
 	if (req->session_a == NULL || req->session_a[0] == '\0' ||
 	    req->session_b == NULL || req->session_b[0] == '\0')
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "Diff "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "Diff "
 		    "wants two session ids (session_a, session_b): `moat "
 		    "session ls` lists them");
 	if ((rv = fetch(rec, call, req->session_a, tenant, true, &fa)) !=
@@ -701,8 +709,10 @@ moat_diff_handle(struct moat_record *rec, struct moat_rpc_call *call,
 	fetched_fini(&fa);
 	fetched_fini(&fb);
 	if (rv != MOAT_OK)
-		return moat_rpc_error(call, rv, "out of memory diffing %s "
-		    "and %s", req->session_a, req->session_b);
+		return moat_rpc_error(call, rv,
+		    "out of memory diffing %s "
+		    "and %s",
+		    req->session_a, req->session_b);
 	return MOAT_OK;
 }
 
@@ -718,9 +728,10 @@ moat_compare_handle(struct moat_record *rec, struct moat_rpc_call *call,
 	int rv = MOAT_OK;
 
 	if (n < COMPARE_MIN || n > COMPARE_MAX)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "Compare "
-		    "wants %d to %d session ids, not %zu", COMPARE_MIN,
-		    COMPARE_MAX, n);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "Compare "
+		    "wants %d to %d session ids, not %zu",
+		    COMPARE_MIN, COMPARE_MAX, n);
 	for (size_t i = 0; i < n; i++)
 		if (req->session_ids[i] == NULL ||
 		    req->session_ids[i][0] == '\0')
@@ -736,13 +747,14 @@ moat_compare_handle(struct moat_record *rec, struct moat_rpc_call *call,
 	}
 	for (; got < n; got++) {
 		if ((rv = fetch(rec, call, req->session_ids[got], tenant,
-		    false, &f[got])) != MOAT_OK)
+		         false, &f[got])) != MOAT_OK)
 			goto done;
 		view_of(&f[got], req->session_ids[got], &v[got]);
 	}
 	if ((rv = moat_compare_build(v, n, (Moat__V1__CompareReply *)reply)) !=
 	    MOAT_OK)
-		rv = moat_rpc_error(call, rv, "out of memory comparing "
+		rv = moat_rpc_error(call, rv,
+		    "out of memory comparing "
 		    "sessions");
 done:
 	for (size_t i = 0; i < got; i++)

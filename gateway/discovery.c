@@ -29,17 +29,17 @@
 #include "moat/util.h"
 
 struct moat_node_conn {
-	atomic_int refs;        /* the entry's one, plus one per caller */
+	atomic_int refs; /* the entry's one, plus one per caller */
 	struct moat_rpc_client *client;
 	char *url;
 };
 
 struct moat_node_entry {
 	struct moat_node_id id;
-	Moat__V1__Node *node;   /* the last answer, owned */
+	Moat__V1__Node *node; /* the last answer, owned */
 	uint64_t last_seen_unix_ms;
-	uint32_t missed;        /* surveys in a row without an answer */
-	bool answered;          /* answered in the current round */
+	uint32_t missed; /* surveys in a row without an answer */
+	bool answered;   /* answered in the current round */
 	bool available;
 	struct moat_node_conn *conn; /* holds one ref, or NULL */
 };
@@ -49,7 +49,7 @@ struct moat_discovery {
 	bool has_socket;
 	pthread_t thread;
 	bool thread_started;
-	atomic_bool stop;       /* set by stop; the thread polls it */
+	atomic_bool stop; /* set by stop; the thread polls it */
 	struct moat_nodes *nodes;
 	uint32_t interval_ms;
 	char *url;
@@ -59,7 +59,7 @@ struct moat_discovery {
 };
 
 #define BAD_ANSWER_LOG_MS 60000
-#define DISCOVERY_POLL_MS 50    /* longest wait inside nng */
+#define DISCOVERY_POLL_MS 50 /* longest wait inside nng */
 
 bool
 moat_node_id_set(struct moat_node_id *id, const char *s)
@@ -162,8 +162,8 @@ moat_nodes_seen(struct moat_nodes *nodes, Moat__V1__Node *node,
 	if ((e = find_entry(nodes, id.s)) == NULL) {
 		if (nodes->n == nodes->cap) {
 			size_t cap = nodes->cap ? nodes->cap * 2 : 8;
-			struct moat_node_entry *grown = realloc(nodes->entries,
-			    cap * sizeof(*grown));
+			struct moat_node_entry *grown =
+			    realloc(nodes->entries, cap * sizeof(*grown));
 			if (grown == NULL) {
 				pthread_mutex_unlock(&nodes->lock);
 				moat__v1__node__free_unpacked(node, NULL);
@@ -175,17 +175,18 @@ moat_nodes_seen(struct moat_nodes *nodes, Moat__V1__Node *node,
 		e = &nodes->entries[nodes->n++];
 		memset(e, 0, sizeof(*e));
 		e->id = id;
-		moat_info(0, "node %s joined: rpc %s, %u vcpus, %llu MiB, "
-		    "accel %s, driver %s", id.s, node->rpc_url,
-		    node->vcpus_total,
+		moat_info(0,
+		    "node %s joined: rpc %s, %u vcpus, %llu MiB, "
+		    "accel %s, driver %s",
+		    id.s, node->rpc_url, node->vcpus_total,
 		    (unsigned long long)node->memory_mib_total,
 		    node->accel[0] ? node->accel : "undecided",
 		    node->driver[0] ? node->driver : "unknown");
 	} else {
 		if (!e->available)
 			moat_info(0, "node %s answers again: available", id.s);
-		if (e->node != NULL && strcmp(e->node->rpc_url,
-		    node->rpc_url) != 0)
+		if (e->node != NULL &&
+		    strcmp(e->node->rpc_url, node->rpc_url) != 0)
 			moat_info(0, "node %s moved from %s to %s", id.s,
 			    e->node->rpc_url, node->rpc_url);
 		if (e->node != NULL)
@@ -231,15 +232,18 @@ moat_nodes_round_end(struct moat_nodes *nodes)
 			e->available = false;
 			if (e->node != NULL)
 				e->node->available = false;
-			moat_warn(0, "node %s stopped answering surveys (%u "
+			moat_warn(0,
+			    "node %s stopped answering surveys (%u "
 			    "missed): marked unavailable; is its moat-vmd "
-			    "running?", e->id.s, e->missed);
+			    "running?",
+			    e->id.s, e->missed);
 		}
 		/* Only an unavailable node is forgotten: one that still
 		 * answers is never dropped. */
 		if (!e->available && nodes->forget_rounds != 0 &&
 		    e->missed >= nodes->forget_rounds) {
-			moat_warn(0, "node %s silent for %u surveys in a row "
+			moat_warn(0,
+			    "node %s silent for %u surveys in a row "
 			    "([gateway] node-forget-s): dropped from the "
 			    "node list; it joins again when it answers",
 			    e->id.s, e->missed);
@@ -252,8 +256,7 @@ moat_nodes_round_end(struct moat_nodes *nodes)
 }
 
 int
-moat_nodes_snapshot(struct moat_nodes *nodes, Moat__V1__Node ***out,
-    size_t *n)
+moat_nodes_snapshot(struct moat_nodes *nodes, Moat__V1__Node ***out, size_t *n)
 {
 	Moat__V1__Node **list = NULL;
 	size_t count = 0;
@@ -261,8 +264,7 @@ moat_nodes_snapshot(struct moat_nodes *nodes, Moat__V1__Node ***out,
 	*out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&nodes->lock);
-	if (nodes->n > 0 &&
-	    (list = calloc(nodes->n, sizeof(*list))) == NULL)
+	if (nodes->n > 0 && (list = calloc(nodes->n, sizeof(*list))) == NULL)
 		goto fail;
 	for (size_t i = 0; i < nodes->n; i++) {
 		struct moat_node_entry *e = &nodes->entries[i];
@@ -298,8 +300,8 @@ moat_nodes_snapshot_free(Moat__V1__Node **list, size_t n)
 }
 
 int
-moat_nodes_available_ids(struct moat_nodes *nodes,
-    struct moat_node_id **out, size_t *n)
+moat_nodes_available_ids(struct moat_nodes *nodes, struct moat_node_id **out,
+    size_t *n)
 {
 	struct moat_node_id *ids = NULL;
 	size_t count = 0;
@@ -339,7 +341,8 @@ moat_nodes_conn_get(struct moat_nodes *nodes, const struct moat_node_id *id,
 	if ((e = find_entry(nodes, id->s)) == NULL || e->node == NULL) {
 		pthread_mutex_unlock(&nodes->lock);
 		*errmsg = moat_asprintf("node %s is not known to the gateway: "
-		    "list nodes with `moat info`", id->s);
+		                        "list nodes with `moat info`",
+		    id->s);
 		return MOAT_NOT_FOUND;
 	}
 	if (e->conn == NULL || strcmp(e->conn->url, e->node->rpc_url) != 0) {
@@ -352,12 +355,12 @@ moat_nodes_conn_get(struct moat_nodes *nodes, const struct moat_node_id *id,
 		    (c->url = strdup(e->node->rpc_url)) == NULL) {
 			free(c);
 			pthread_mutex_unlock(&nodes->lock);
-			*errmsg = moat_asprintf("node %s: out of memory",
-			    id->s);
+			*errmsg =
+			    moat_asprintf("node %s: out of memory", id->s);
 			return MOAT_RESOURCE_EXHAUSTED;
 		}
-		if ((rv = moat_rpc_client_open(&c->client, c->url,
-		    errmsg)) != MOAT_OK) {
+		if ((rv = moat_rpc_client_open(&c->client, c->url, errmsg)) !=
+		    MOAT_OK) {
 			free(c->url);
 			free(c);
 			pthread_mutex_unlock(&nodes->lock);
@@ -400,14 +403,16 @@ survey_answer(struct moat_discovery *d, nng_msg *m)
 	uint64_t now = moat_rpc_now_ms();
 
 	node = moat__v1__node__unpack(NULL, len, nng_msg_body(m));
-	rv = node == NULL ? MOAT_INVALID_ARGUMENT :
+	rv = node == NULL ?
+	    MOAT_INVALID_ARGUMENT :
 	    moat_nodes_seen(d->nodes, node, moat_now_unix_ms());
 	if (rv == MOAT_INVALID_ARGUMENT) {
 		d->bad_since_log++;
 		if (d->bad_logged_ms != 0 &&
 		    now - d->bad_logged_ms < BAD_ANSWER_LOG_MS)
 			return;
-		moat_warn(0, "discovery: ignored %u survey answer(s) that are "
+		moat_warn(0,
+		    "discovery: ignored %u survey answer(s) that are "
 		    "not a moat.v1.Node with a node_id and rpc_url (last: %zu "
 		    "bytes); a program of another version dials %s",
 		    d->bad_since_log, len, d->url);
@@ -450,20 +455,21 @@ survey_main(void *arg)
 				return NULL;
 			if (rv == NNG_ETIMEDOUT &&
 			    moat_rpc_now_ms() - started < survey_ms)
-				continue;  /* a poll, not the survey's end */
+				continue; /* a poll, not the survey's end */
 			if (rv != 0)
 				break;
 			survey_answer(d, m);
 			nng_msg_free(m);
 		}
 		moat_nodes_round_end(d->nodes);
-	pause:
+pause:
 		/* Keep a steady pace even when the survey ended early. */
 		while (!atomic_load(&d->stop) &&
 		    (spent = moat_rpc_now_ms() - started) < d->interval_ms)
 			nng_msleep((nng_duration)(d->interval_ms - spent <
-			    DISCOVERY_POLL_MS ? d->interval_ms - spent :
-			    DISCOVERY_POLL_MS));
+			            DISCOVERY_POLL_MS ?
+			        d->interval_ms - spent :
+			        DISCOVERY_POLL_MS));
 	}
 	return NULL;
 }
@@ -479,12 +485,14 @@ forget_rounds(const struct moat_discovery *d, const struct moat_config *config,
 	int rv;
 
 	if ((rv = moat_config_get_u64(config, "gateway", "node-forget-s",
-	    MOAT_GW_NODE_FORGET_S, &forget_s, errmsg)) != MOAT_OK)
+	         MOAT_GW_NODE_FORGET_S, &forget_s, errmsg)) != MOAT_OK)
 		return rv;
 	if (forget_s > UINT32_MAX) {
-		*errmsg = moat_asprintf("node-forget-s (MOAT_GATEWAY_NODE_FORGET_S) %llu is "
+		*errmsg = moat_asprintf(
+		    "node-forget-s (MOAT_GATEWAY_NODE_FORGET_S) %llu is "
 		    "too large: give seconds, at most %u (0: never drop a "
-		    "node)", (unsigned long long)forget_s, UINT32_MAX);
+		    "node)",
+		    (unsigned long long)forget_s, UINT32_MAX);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	/* Rounded up: a node is dropped no sooner than the stated time. */
@@ -511,7 +519,8 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	d->nodes = nodes;
-	d->interval_ms = interval_ms ? interval_ms : MOAT_GW_SURVEY_INTERVAL_MS;
+	d->interval_ms =
+	    interval_ms ? interval_ms : MOAT_GW_SURVEY_INTERVAL_MS;
 	if ((rv = forget_rounds(d, config, &forget, errmsg)) != MOAT_OK) {
 		moat_discovery_stop(d);
 		return rv;
@@ -522,13 +531,13 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 	/* The survey lasts a little less than the interval, so a round ends
 	 * before the next one starts. */
 	if ((rv = nng_socket_set_ms(d->sock, NNG_OPT_SURVEYOR_SURVEYTIME,
-	    (nng_duration)(d->interval_ms * 9 / 10))) != 0 ||
+	         (nng_duration)(d->interval_ms * 9 / 10))) != 0 ||
 	    (rv = nng_socket_set_ms(d->sock, NNG_OPT_RECVTIMEO,
-	    DISCOVERY_POLL_MS)) != 0 ||
+	         DISCOVERY_POLL_MS)) != 0 ||
 	    (rv = nng_socket_set_ms(d->sock, NNG_OPT_SENDTIMEO,
-	    DISCOVERY_POLL_MS)) != 0 ||
+	         DISCOVERY_POLL_MS)) != 0 ||
 	    (rv = nng_socket_set_size(d->sock, NNG_OPT_RECVMAXSZ,
-	    MOAT_GW_NODE_ANSWER_MAX)) != 0)
+	         MOAT_GW_NODE_ANSWER_MAX)) != 0)
 		goto fail_nng;
 	if ((rv = nng_listener_create(&l, d->sock, url)) != 0)
 		goto fail_nng;
@@ -544,7 +553,8 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 	pthread_mutex_unlock(&nodes->lock);
 	if ((rv = pthread_create(&d->thread, NULL, survey_main, d)) != 0) {
 		*errmsg = moat_asprintf("discovery on %s: cannot start its "
-		    "thread: %s", url, strerror(rv));
+		                        "thread: %s",
+		    url, strerror(rv));
 		moat_discovery_stop(d);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
@@ -554,11 +564,14 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 
 fail_nng:
 	*errmsg = moat_asprintf("discovery: cannot listen on %s: %s%s", url,
-	    nng_strerror(rv), rv == NNG_EADDRINUSE ? ": another gateway is "
-	    "running there; stop it or pick another --survey url" : "");
+	    nng_strerror(rv),
+	    rv == NNG_EADDRINUSE ?
+	        ": another gateway is "
+	        "running there; stop it or pick another --survey url" :
+	        "");
 	moat_discovery_stop(d);
 	return rv == NNG_EADDRINUSE ? MOAT_ALREADY_EXISTS :
-	    moat_status_from_nng(rv);
+	                              moat_status_from_nng(rv);
 }
 
 void
@@ -570,8 +583,10 @@ moat_discovery_stop(struct moat_discovery *d)
 	if (d->thread_started)
 		pthread_join(d->thread, NULL);
 	if (d->has_socket && !moat_nng_close_bounded(d->sock, 2000))
-		moat_warn(0, "discovery %s: closing the socket hung (an nng "
-		    "1.5 bug); left it open", d->url);
+		moat_warn(0,
+		    "discovery %s: closing the socket hung (an nng "
+		    "1.5 bug); left it open",
+		    d->url);
 	free(d->url);
 	free(d);
 }

@@ -21,13 +21,13 @@
 #include "moat/util.h"
 
 #define VM_SERVICE "moat.v1.Vm"
-#define LOCATE_TIMEOUT_MS 5000  /* per node, when looking for a sandbox */
-#define DEADLINE_MARGIN_MS 50   /* left for the way back to the client */
+#define LOCATE_TIMEOUT_MS 5000 /* per node, when looking for a sandbox */
+#define DEADLINE_MARGIN_MS 50  /* left for the way back to the client */
 
 struct moat_sandbox_route {
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
-	char tenant[MOAT_ID_MAX];   /* "" : not learnt yet */
+	char tenant[MOAT_ID_MAX]; /* "" : not learnt yet */
 };
 
 int
@@ -63,8 +63,8 @@ route_find(const struct moat_forward *fw, const char *id, bool *found)
 		else
 			hi = mid;
 	}
-	*found = lo < fw->n_routes &&
-	    strcmp(fw->routes[lo].sandbox.s, id) == 0;
+	*found =
+	    lo < fw->n_routes && strcmp(fw->routes[lo].sandbox.s, id) == 0;
 	return lo;
 }
 
@@ -85,8 +85,8 @@ moat_forward_remember(struct moat_forward *fw,
 	}
 	if (fw->n_routes == fw->cap_routes) {
 		size_t cap = fw->cap_routes ? fw->cap_routes * 2 : 64;
-		struct moat_sandbox_route *grown = realloc(fw->routes,
-		    cap * sizeof(*grown));
+		struct moat_sandbox_route *grown =
+		    realloc(fw->routes, cap * sizeof(*grown));
 		/* Without room the route is simply not cached: the next
 		 * call finds the node by asking, so nothing breaks. */
 		if (grown == NULL)
@@ -174,32 +174,37 @@ moat_forward_to_node(struct moat_forward *fw, const struct moat_node_id *node,
 	*reply = NULL;
 	*reply_len = 0;
 	*errmsg = NULL;
-	if ((rv = moat_nodes_conn_get(fw->nodes, node, &conn, &url,
-	    &msg)) != MOAT_OK) {
+	if ((rv = moat_nodes_conn_get(fw->nodes, node, &conn, &url, &msg)) !=
+	    MOAT_OK) {
 		*errmsg = moat_asprintf("%s is on node %s, which the gateway "
-		    "cannot call: %s", what, node->s, msg);
+		                        "cannot call: %s",
+		    what, node->s, msg);
 		free(msg);
 		return rv == MOAT_NOT_FOUND ? MOAT_UNAVAILABLE : rv;
 	}
 	if ((opts.timeout_ms = time_left(deadline_ms)) == 0) {
-		*errmsg = moat_asprintf("%s %s on node %s: the call's deadline "
+		*errmsg = moat_asprintf(
+		    "%s %s on node %s: the call's deadline "
 		    "passed before it could be forwarded: allow a longer "
-		    "timeout", method, what, node->s);
+		    "timeout",
+		    method, what, node->s);
 		rv = MOAT_DEADLINE_EXCEEDED;
 		goto out;
 	}
-	rv = moat_rpc_call_raw(moat_node_conn_client(conn), VM_SERVICE,
-	    method, payload, len, reply, reply_len, &opts, &msg);
+	rv = moat_rpc_call_raw(moat_node_conn_client(conn), VM_SERVICE, method,
+	    payload, len, reply, reply_len, &opts, &msg);
 	if (rv == MOAT_OK)
 		goto out;
 	if (transport_unavailable(rv, msg)) {
-		*errmsg = moat_asprintf("node %s (%s), which holds %s, did "
+		*errmsg = moat_asprintf(
+		    "node %s (%s), which holds %s, did "
 		    "not answer %s: is its moat-vmd running? `moat info` "
 		    "shows the nodes; deploy/moat-stack start restarts a "
-		    "local one", node->s, url ? url : "?", what, method);
+		    "local one",
+		    node->s, url ? url : "?", what, method);
 		free(msg);
 	} else {
-		*errmsg = msg;  /* the node's own words, unchanged */
+		*errmsg = msg; /* the node's own words, unchanged */
 	}
 	if (*errmsg == NULL)
 		*errmsg = strdup(moat_strerror(rv));
@@ -236,8 +241,10 @@ moat_forward_node_call(struct moat_forward *fw,
 	free(reply);
 	if (*out == NULL) {
 		*errmsg = moat_asprintf("node %s answered %s with something "
-		    "that is not a %s: are the gateway and moat-vmd built from "
-		    "the same protos?", node->s, method, reply_desc->name);
+		                        "that is not a %s: are the gateway "
+		                        "and moat-vmd built from "
+		                        "the same protos?",
+		    node->s, method, reply_desc->name);
 		return MOAT_INTERNAL;
 	}
 	return MOAT_OK;
@@ -261,13 +268,16 @@ moat_forward_locate(struct moat_forward *fw,
 		return MOAT_OK;
 	if ((rv = moat_nodes_available_ids(fw->nodes, &ids, &n)) != MOAT_OK) {
 		*errmsg = moat_asprintf("looking for sandbox %s: out of "
-		    "memory", sandbox->s);
+		                        "memory",
+		    sandbox->s);
 		return rv;
 	}
 	if (n == 0) {
-		*errmsg = moat_asprintf("sandbox %s: no vmd node is "
+		*errmsg = moat_asprintf(
+		    "sandbox %s: no vmd node is "
 		    "available to hold it: start moat-vmd (deploy/moat-stack "
-		    "start); `moat info` lists the nodes", sandbox->s);
+		    "start); `moat info` lists the nodes",
+		    sandbox->s);
 		return MOAT_UNAVAILABLE;
 	}
 	ref.sandbox_id = (char *)sandbox->s;
@@ -275,7 +285,8 @@ moat_forward_locate(struct moat_forward *fw,
 	if ((req = malloc(req_len ? req_len : 1)) == NULL) {
 		free(ids);
 		*errmsg = moat_asprintf("looking for sandbox %s: out of "
-		    "memory", sandbox->s);
+		                        "memory",
+		    sandbox->s);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	moat__v1__sandbox_ref__pack(&ref, req);
@@ -290,8 +301,8 @@ moat_forward_locate(struct moat_forward *fw,
 			deadline = cap;
 		snprintf(what, sizeof(what), "sandbox %s", sandbox->s);
 		rv = moat_forward_to_node(fw, &ids[i], "GetSandbox", req,
-		    req_len, moat_rpc_new_request_id(), deadline, what,
-		    &reply, &reply_len, &msg);
+		    req_len, moat_rpc_new_request_id(), deadline, what, &reply,
+		    &reply_len, &msg);
 		free(reply);
 		if (rv == MOAT_OK) {
 			*node = ids[i];
@@ -304,19 +315,23 @@ moat_forward_locate(struct moat_forward *fw,
 			snprintf(silent + used, sizeof(silent) - used, "%s%s",
 			    n_silent ? ", " : "", ids[i].s);
 			n_silent++;
-			moat_warn(0, "looking for sandbox %s on node %s: %s: %s",
+			moat_warn(0,
+			    "looking for sandbox %s on node %s: %s: %s",
 			    sandbox->s, ids[i].s, moat_strerror(rv),
 			    msg ? msg : "");
 		}
 		free(msg);
 	}
 	if (n_silent > 0) {
-		*errmsg = moat_asprintf("sandbox %s is on none of the nodes "
+		*errmsg = moat_asprintf(
+		    "sandbox %s is on none of the nodes "
 		    "that answered, and node(s) %s did not: retry when they "
-		    "are back (`moat info` shows them)", sandbox->s, silent);
+		    "are back (`moat info` shows them)",
+		    sandbox->s, silent);
 		rv = MOAT_UNAVAILABLE;
 	} else {
-		*errmsg = moat_asprintf("sandbox %s does not exist (or was "
+		*errmsg = moat_asprintf(
+		    "sandbox %s does not exist (or was "
 		    "destroyed): `moat sandbox ls` lists the sandboxes",
 		    sandbox->s);
 		rv = MOAT_NOT_FOUND;
@@ -339,15 +354,19 @@ moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 	int rv;
 
 	if (sandbox_id == NULL || sandbox_id[0] == '\0')
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%s: "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "%s: "
 		    "sandbox_id is required: `moat sandbox ls` lists the "
-		    "sandboxes", call->method);
+		    "sandboxes",
+		    call->method);
 	if (!moat_sandbox_id_set(&sandbox, sandbox_id))
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%s: "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "%s: "
 		    "sandbox_id is longer than %d bytes: no sandbox has such "
-		    "an id", call->method, MOAT_ID_MAX - 1);
+		    "an id",
+		    call->method, MOAT_ID_MAX - 1);
 	if ((rv = moat_forward_locate(fw, &sandbox, call->deadline_ms, &node,
-	    &msg)) != MOAT_OK)
+	         &msg)) != MOAT_OK)
 		goto fail;
 	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
 	rv = moat_forward_to_node(fw, &node, call->method, payload, len,
@@ -357,7 +376,7 @@ moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 		/* For these two, NOT_FOUND can only mean the sandbox. */
 		if (rv == MOAT_NOT_FOUND &&
 		    (strcmp(call->method, "GetSandbox") == 0 ||
-		    strcmp(call->method, "DestroySandbox") == 0))
+		        strcmp(call->method, "DestroySandbox") == 0))
 			moat_forward_forget(fw, &sandbox);
 		goto fail;
 	}
@@ -410,13 +429,14 @@ moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
 
 	*errmsg = NULL;
 	if (!moat_sandbox_id_set(&sandbox, sandbox_id)) {
-		*errmsg = moat_asprintf("sandbox_id is empty or longer than "
+		*errmsg = moat_asprintf(
+		    "sandbox_id is empty or longer than "
 		    "%d bytes: `moat sandbox ls` lists the sandboxes",
 		    MOAT_ID_MAX - 1);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((rv = moat_forward_locate(fw, &sandbox, deadline_ms, &node,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		return rv;
 	if (route_tenant(fw, &sandbox, NULL, tenant, size))
 		return MOAT_OK;
@@ -425,14 +445,15 @@ moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
 	moat__v1__sandbox_ref__pack(&ref, req);
 	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
 	if ((rv = moat_forward_to_node(fw, &node, "GetSandbox", req, len,
-	    moat_rpc_new_request_id(), deadline_ms, what, &reply, &reply_len,
-	    errmsg)) != MOAT_OK)
+	         moat_rpc_new_request_id(), deadline_ms, what, &reply,
+	         &reply_len, errmsg)) != MOAT_OK)
 		return rv;
 	sb = moat__v1__sandbox__unpack(NULL, reply_len, reply);
 	free(reply);
 	if (sb == NULL) {
 		*errmsg = moat_asprintf("node %s answered GetSandbox %s with "
-		    "something that is not a Sandbox", node.s, sandbox.s);
+		                        "something that is not a Sandbox",
+		    node.s, sandbox.s);
 		return MOAT_INTERNAL;
 	}
 	snprintf(tenant, size, "%s", sb->tenant ? sb->tenant : "");

@@ -22,11 +22,11 @@
 #include "session.pb-c.h"
 #include "vm.pb-c.h"
 
-#define MOAT_ID_MAX 128                 /* longest id, with its NUL */
-#define MOAT_GW_SURVEY_INTERVAL_MS 1000 /* one survey a second */
-#define MOAT_GW_MISSED_SURVEYS 3        /* silent this often: unavailable */
-#define MOAT_GW_NODE_FORGET_S 600       /* silent this long: dropped */
-#define MOAT_GW_HEALTH_TIMEOUT_MS 1500  /* Info's health calls */
+#define MOAT_ID_MAX 128                    /* longest id, with its NUL */
+#define MOAT_GW_SURVEY_INTERVAL_MS 1000    /* one survey a second */
+#define MOAT_GW_MISSED_SURVEYS 3           /* silent this often: unavailable */
+#define MOAT_GW_NODE_FORGET_S 600          /* silent this long: dropped */
+#define MOAT_GW_HEALTH_TIMEOUT_MS 1500     /* Info's health calls */
 #define MOAT_GW_NODE_ANSWER_MAX (1u << 20) /* cap on one survey answer */
 #define MOAT_GW_DEFAULT_TENANT "default"
 
@@ -49,10 +49,10 @@ struct moat_node_conn;
 struct moat_node_entry;
 
 struct moat_nodes {
-	pthread_mutex_t lock;   /* guards entries, n, cap, each entry */
+	pthread_mutex_t lock; /* guards entries, n, cap, each entry */
 	struct moat_node_entry *entries;
 	size_t n, cap;
-	uint32_t missed_limit;  /* MOAT_GW_MISSED_SURVEYS */
+	uint32_t missed_limit; /* MOAT_GW_MISSED_SURVEYS */
 	/* Surveys in a row an unavailable node may miss before it is
 	 * dropped (0: never); moat_discovery_start sets it from
 	 * MOAT_GATEWAY_NODE_FORGET_S and its interval. */
@@ -93,16 +93,15 @@ void moat_nodes_snapshot_free(Moat__V1__Node **list, size_t n);
  * copy of its url the caller frees. NOT_FOUND when the node is unknown;
  * other failures set *errmsg (heap, caller frees). Thread-safe. */
 int moat_nodes_conn_get(struct moat_nodes *nodes,
-    const struct moat_node_id *id, struct moat_node_conn **out,
-    char **url_out, char **errmsg) __attribute__((warn_unused_result));
+    const struct moat_node_id *id, struct moat_node_conn **out, char **url_out,
+    char **errmsg) __attribute__((warn_unused_result));
 struct moat_rpc_client *moat_node_conn_client(struct moat_node_conn *conn);
 void moat_node_conn_put(struct moat_node_conn *conn);
 
 /* moat_nodes_available_ids: ids of the nodes available now. *out is a
  * heap array of *n ids, the caller frees (NULL when none). */
 int moat_nodes_available_ids(struct moat_nodes *nodes,
-    struct moat_node_id **out, size_t *n)
-    __attribute__((warn_unused_result));
+    struct moat_node_id **out, size_t *n) __attribute__((warn_unused_result));
 
 /* ---- discovery (discovery.c) ---- */
 
@@ -116,10 +115,9 @@ struct moat_discovery;
  * node-forget-s of `config` (borrowed; NULL: MOAT_GATEWAY_NODE_FORGET_S
  * only) is dropped. On failure returns a status and sets *errmsg (heap,
  * caller frees). */
-int moat_discovery_start(struct moat_discovery **out,
-    struct moat_nodes *nodes, const char *url, uint32_t interval_ms,
-    const struct moat_config *config, char **errmsg)
-    __attribute__((warn_unused_result));
+int moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
+    const char *url, uint32_t interval_ms, const struct moat_config *config,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_discovery_stop: closes the socket, joins the thread, frees. Safe
  * on NULL. */
@@ -149,7 +147,7 @@ struct moat_sandbox_route;
 
 struct moat_forward {
 	struct moat_nodes *nodes;
-	pthread_mutex_t lock;   /* guards routes, n_routes, cap_routes */
+	pthread_mutex_t lock; /* guards routes, n_routes, cap_routes */
 	struct moat_sandbox_route *routes; /* sorted by sandbox id */
 	size_t n_routes, cap_routes;
 };
@@ -197,8 +195,8 @@ int moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
 int moat_forward_to_node(struct moat_forward *fw,
     const struct moat_node_id *node, const char *method,
     const uint8_t *payload, size_t len, uint64_t request_id,
-    uint64_t deadline_ms, const char *what, uint8_t **reply,
-    size_t *reply_len, char **errmsg) __attribute__((warn_unused_result));
+    uint64_t deadline_ms, const char *what, uint8_t **reply, size_t *reply_len,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_forward_node_call: moat_forward_to_node with `req` encoded here
  * and the node's reply decoded as `reply_desc`: on MOAT_OK *out is the
@@ -229,12 +227,12 @@ struct moat_record_entry;
  * In memory; a restarted gateway finds a sandbox's latest session in
  * sessiond (ListSessions by sandbox) on its next step. */
 struct moat_record {
-	pthread_mutex_t lock;   /* guards entries, n, cap (not the entries) */
+	pthread_mutex_t lock; /* guards entries, n, cap (not the entries) */
 	struct moat_record_entry **entries;
 	size_t n, cap;
-	struct moat_forward *fw;           /* borrowed */
-	struct moat_rpc_client *sessiond;  /* borrowed */
-	const char *sessiond_url;          /* borrowed, for messages */
+	struct moat_forward *fw;          /* borrowed */
+	struct moat_rpc_client *sessiond; /* borrowed */
+	const char *sessiond_url;         /* borrowed, for messages */
 	/* Set by the gateway after moat_record_init (NULL: none, the
 	 * defaults): snapd for deleting snapshots it holds, the config for
 	 * [retention]. Borrowed. */
@@ -257,8 +255,8 @@ void moat_record_fini(struct moat_record *rec);
  * session's id; else *errmsg (heap, caller frees) names sessiond. */
 int moat_record_start(struct moat_record *rec, const char *tenant,
     const Moat__V1__CreateSandboxRequest *req, const char *sandbox_id,
-    uint64_t request_id, uint64_t deadline_ms, char *session_id,
-    size_t size, char **errmsg) __attribute__((warn_unused_result));
+    uint64_t request_id, uint64_t deadline_ms, char *session_id, size_t size,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_record_session_of: true (and the id in session_id) when
  * `sandbox_id` is recorded. */
@@ -311,8 +309,8 @@ struct moat_record_origin {
  * *errmsg (heap, caller frees). Blocks on sessiond and the node. */
 int moat_record_begin(struct moat_record *rec, const char *tenant,
     const char *sandbox_id, const struct moat_record_origin *origin,
-    uint64_t request_id, uint64_t deadline_ms, char *session_id,
-    size_t size, char **errmsg) __attribute__((warn_unused_result));
+    uint64_t request_id, uint64_t deadline_ms, char *session_id, size_t size,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_record_step: one Exec, RunCode or WriteFile (`request`, decoded;
  * call->payload its bytes) on `sandbox_id`. When the sandbox is not
@@ -362,8 +360,7 @@ int moat_record_set_step_snapshot(struct moat_record *rec, const char *tenant,
 
 /* moat_record_step0_forget: the step-0 snapshot of `session_id` kept in
  * memory is gone (retention removed it). */
-void moat_record_step0_forget(struct moat_record *rec,
-    const char *session_id);
+void moat_record_step0_forget(struct moat_record *rec, const char *session_id);
 
 /* moat_record_step0: the step-0 snapshot of `session_id` known to this
  * gateway (MANUAL sessions keep it in memory only). */
@@ -424,8 +421,8 @@ uint64_t moat_snapshot_local_bytes(const Moat__V1__LocalSnapshot *s);
 struct moat_snapshots_freed {
 	uint32_t deleted;
 	uint64_t bytes;
-	uint32_t left;       /* not deleted now: left for `moat snapshot gc` */
-	char *first_error;   /* heap (caller frees): why the first was left */
+	uint32_t left;     /* not deleted now: left for `moat snapshot gc` */
+	char *first_error; /* heap (caller frees): why the first was left */
 };
 
 /* moat_snapshots_delete: deletes the `n` snapshot ids of `tenant`: a
@@ -466,11 +463,11 @@ int moat_snapshots_gc(struct moat_rpc_call *call,
 
 /* ---- snapshot retention (retention.c) ---- */
 
-#define MOAT_RETENTION_KEEP_LAST 16     /* step snapshots per session */
-#define MOAT_RETENTION_KEEP_AGE_S 900   /* younger ones are always kept */
+#define MOAT_RETENTION_KEEP_LAST 16   /* step snapshots per session */
+#define MOAT_RETENTION_KEEP_AGE_S 900 /* younger ones are always kept */
 
 struct moat_retention {
-	uint64_t keep_last;    /* 0: keep every snapshot */
+	uint64_t keep_last; /* 0: keep every snapshot */
 	uint64_t keep_age_s;
 };
 
@@ -500,8 +497,8 @@ uint32_t moat_retention_apply(struct moat_record *rec, const char *tenant,
 /* One recorded session as diff.c reads it: all borrowed. */
 struct moat_session_view {
 	const char *session_id;
-	const Moat__V1__SessionInfo *info;   /* NULL: unknown */
-	Moat__V1__Step *const *steps;        /* by index, from 1 */
+	const Moat__V1__SessionInfo *info; /* NULL: unknown */
+	Moat__V1__Step *const *steps;      /* by index, from 1 */
 	size_t n_steps;
 };
 
@@ -550,13 +547,13 @@ void moat_trace_diff_free(Moat__V1__FsTraceEntry **ents, size_t n);
 /* ---- the gateway (handlers.c) ---- */
 
 struct moat_gateway_opts {
-	const char *listen_url;   /* Gateway RPC */
-	const char *survey_url;   /* discovery */
+	const char *listen_url; /* Gateway RPC */
+	const char *survey_url; /* discovery */
 	const char *sessiond_url;
 	const char *snapd_url;
 	const char *state_dir;
 	uint32_t survey_interval_ms; /* 0: MOAT_GW_SURVEY_INTERVAL_MS */
-	int workers;              /* 0: the RPC default */
+	int workers;                 /* 0: the RPC default */
 	/* API keys (auth.c): on, every call but Health needs a key of
 	 * state_dir's key store and acts for its tenant; off (zeroed opts,
 	 * the unit tests), every caller is MOAT_GW_DEFAULT_TENANT. */
@@ -613,7 +610,7 @@ struct moat_travel {
 	struct moat_forward *fw;
 	struct moat_record *rec;
 	const char *survey_url;
-	const char *tenant;   /* the caller's (moat_gw_tenant) */
+	const char *tenant; /* the caller's (moat_gw_tenant) */
 };
 
 /* moat_gateway_policy_refuses: whether `tenant`'s policy refuses the

@@ -29,7 +29,7 @@
 #include "session.pb-c.h"
 #include "snapshot.pb-c.h"
 
-#define LIST_TIMEOUT_MS 10000  /* per node, for ListSandboxes */
+#define LIST_TIMEOUT_MS 10000 /* per node, for ListSandboxes */
 
 struct moat_gateway {
 	struct moat_nodes nodes;
@@ -41,11 +41,11 @@ struct moat_gateway {
 	struct moat_rpc_client *sessiond, *snapd;
 	char *listen_url, *survey_url, *sessiond_url, *snapd_url, *state_dir;
 	uint64_t started_ms;
-	struct moat_auth *auth;    /* keys and audit; NULL: no store */
-	bool auth_on;              /* keys required (opts.auth) */
-	const struct moat_config *config;  /* borrowed: [policy] */
+	struct moat_auth *auth;           /* keys and audit; NULL: no store */
+	bool auth_on;                     /* keys required (opts.auth) */
+	const struct moat_config *config; /* borrowed: [policy] */
 	struct gw_metrics *metrics;
-	struct moat_rpc_method *methods;   /* the table served: all gate() */
+	struct moat_rpc_method *methods; /* the table served: all gate() */
 };
 
 static char *
@@ -79,8 +79,7 @@ h_list_nodes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct moat_gateway *gw = call->service_ctx;
 	Moat__V1__NodeList *r = (Moat__V1__NodeList *)reply;
 
-	if (moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) !=
-	    MOAT_OK)
+	if (moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) != MOAT_OK)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory listing nodes");
 	return MOAT_OK;
@@ -92,10 +91,10 @@ struct health_check {
 	pthread_t thread;
 	bool started;
 	struct moat_gateway *gw;
-	struct moat_rpc_client *client;  /* sessiond/snapd; NULL for a node */
+	struct moat_rpc_client *client; /* sessiond/snapd; NULL for a node */
 	struct moat_node_id node;
-	const char *rpc_service;         /* "moat.v1.Session" */
-	Moat__V1__ServiceHealth *out;    /* filled by the thread */
+	const char *rpc_service;      /* "moat.v1.Session" */
+	Moat__V1__ServiceHealth *out; /* filled by the thread */
 };
 
 static void *
@@ -103,7 +102,8 @@ health_main(void *arg)
 {
 	struct health_check *hc = arg;
 	Moat__V1__HealthRequest req = MOAT__V1__HEALTH_REQUEST__INIT;
-	struct moat_rpc_opts opts = { .timeout_ms = MOAT_GW_HEALTH_TIMEOUT_MS };
+	struct moat_rpc_opts opts = { .timeout_ms =
+		                          MOAT_GW_HEALTH_TIMEOUT_MS };
 	struct moat_node_conn *conn = NULL;
 	struct moat_rpc_client *client = hc->client;
 	ProtobufCMessage *reply = NULL;
@@ -113,13 +113,12 @@ health_main(void *arg)
 
 	if (client == NULL) {
 		if ((rv = moat_nodes_conn_get(&hc->gw->nodes, &hc->node, &conn,
-		    NULL, &msg)) != MOAT_OK)
+		         NULL, &msg)) != MOAT_OK)
 			goto done;
 		client = moat_node_conn_client(conn);
 	}
-	rv = moat_rpc_call(client, hc->rpc_service, "Health",
-	    &req.base, &moat__v1__health_reply__descriptor, &reply, &opts,
-	    &msg);
+	rv = moat_rpc_call(client, hc->rpc_service, "Health", &req.base,
+	    &moat__v1__health_reply__descriptor, &reply, &opts, &msg);
 done:
 	if (rv == MOAT_OK) {
 		hr = (Moat__V1__HealthReply *)reply;
@@ -130,8 +129,8 @@ done:
 	} else {
 		hc->out->up = false;
 		free(hc->out->message);
-		hc->out->message = moat_asprintf("%s: %s", moat_strerror(rv),
-		    msg ? msg : "");
+		hc->out->message =
+		    moat_asprintf("%s: %s", moat_strerror(rv), msg ? msg : "");
 	}
 	free(msg);
 	moat_node_conn_put(conn);
@@ -174,10 +173,11 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		goto fail_oom;
 	/* gateway itself, sessiond, snapd, then one per node. */
 	if ((r->services = calloc(3 + r->n_nodes, sizeof(*r->services))) ==
-	    NULL || (checks = calloc(2 + r->n_nodes, sizeof(*checks))) == NULL)
+	        NULL ||
+	    (checks = calloc(2 + r->n_nodes, sizeof(*checks))) == NULL)
 		goto fail_oom;
 	if ((r->services[0] = service_health_new("moat-gateway",
-	    gw->listen_url)) == NULL)
+	         gw->listen_url)) == NULL)
 		goto fail_oom;
 	r->n_services = 1;
 	r->services[0]->up = true;
@@ -193,8 +193,8 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		{ "moat-snapd", gw->snapd_url, "moat.v1.Snapshot", gw->snapd },
 	};
 	for (size_t i = 0; i < 2; i++) {
-		Moat__V1__ServiceHealth *s = service_health_new(fixed[i].name,
-		    fixed[i].url);
+		Moat__V1__ServiceHealth *s =
+		    service_health_new(fixed[i].name, fixed[i].url);
 		if (s == NULL)
 			goto fail_oom;
 		r->services[r->n_services++] = s;
@@ -207,7 +207,8 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	for (size_t i = 0; i < r->n_nodes; i++) {
 		Moat__V1__Node *node = r->nodes[i];
 		char *name = moat_asprintf("moat-vmd %s", node->node_id);
-		Moat__V1__ServiceHealth *s = name == NULL ? NULL :
+		Moat__V1__ServiceHealth *s = name == NULL ?
+		    NULL :
 		    service_health_new(name, node->rpc_url);
 
 		free(name);
@@ -216,7 +217,8 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		r->services[r->n_services++] = s;
 		if (!node->available) {
 			free(s->message);
-			s->message = moat_asprintf("not answering the "
+			s->message = moat_asprintf(
+			    "not answering the "
 			    "gateway's surveys: is its moat-vmd running?");
 			continue;
 		}
@@ -229,7 +231,7 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	}
 	for (size_t i = 0; i < n_checks; i++)
 		checks[i].started = pthread_create(&checks[i].thread, NULL,
-		    health_main, &checks[i]) == 0;
+		                        health_main, &checks[i]) == 0;
 	for (size_t i = 0; i < n_checks; i++) {
 		if (checks[i].started)
 			pthread_join(checks[i].thread, NULL);
@@ -290,8 +292,8 @@ record_new_sandbox(struct moat_rpc_call *call,
 	char session_id[MOAT_ID_MAX];
 	int rv;
 
-	rv = moat_record_start(&gw->rec, moat_gw_tenant(call), req,
-	    (*sb)->id, call->request_id, call->deadline_ms, session_id,
+	rv = moat_record_start(&gw->rec, moat_gw_tenant(call), req, (*sb)->id,
+	    call->request_id, call->deadline_ms, session_id,
 	    sizeof(session_id), errmsg);
 	if (rv == MOAT_OK) {
 		if (!moat_sandbox_set_session(*sb, session_id) ||
@@ -299,8 +301,10 @@ record_new_sandbox(struct moat_rpc_call *call,
 			*errmsg = moat_asprintf("out of memory");
 			return MOAT_RESOURCE_EXHAUSTED;
 		}
-		moat_info(call->request_id, "sandbox %s recorded as session "
-		    "%s", (*sb)->id, session_id);
+		moat_info(call->request_id,
+		    "sandbox %s recorded as session "
+		    "%s",
+		    (*sb)->id, session_id);
 		return MOAT_OK;
 	} else {
 		Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
@@ -314,12 +318,14 @@ record_new_sandbox(struct moat_rpc_call *call,
 		if (len <= sizeof(payload)) {
 			moat__v1__sandbox_ref__pack(&ref, payload);
 			if (moat_forward_to_node(&gw->fw, node,
-			    "DestroySandbox", payload, len,
-			    moat_rpc_new_request_id(), moat_rpc_now_ms() +
-			    MOAT_RPC_DEFAULT_TIMEOUT_MS,
-			    "the unrecorded sandbox", &dout, &dlen,
-			    &dmsg) != MOAT_OK)
-				moat_warn(call->request_id, "sandbox %s could "
+			        "DestroySandbox", payload, len,
+			        moat_rpc_new_request_id(),
+			        moat_rpc_now_ms() +
+			            MOAT_RPC_DEFAULT_TIMEOUT_MS,
+			        "the unrecorded sandbox", &dout, &dlen,
+			        &dmsg) != MOAT_OK)
+				moat_warn(call->request_id,
+				    "sandbox %s could "
 				    "not be recorded and is left running: %s",
 				    (*sb)->id, dmsg ? dmsg : "");
 			free(dout);
@@ -352,8 +358,8 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
 	if ((rv = moat_placement_choose(nodes, n_nodes, req->vcpus,
-	    req->memory_mib, req->image, gw->survey_url, &chosen,
-	    &msg)) != MOAT_OK)
+	         req->memory_mib, req->image, gw->survey_url, &chosen,
+	         &msg)) != MOAT_OK)
 		goto fail;
 	if (!moat_node_id_set(&node, nodes[chosen]->node_id)) {
 		rv = MOAT_INTERNAL;
@@ -371,15 +377,17 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	}
 	moat__v1__create_sandbox_request__pack(&fwd, payload);
 	if ((rv = moat_forward_to_node(&gw->fw, &node, "CreateSandbox",
-	    payload, len, call->request_id, call->deadline_ms,
-	    "the new sandbox", &out, &out_len, &msg)) != MOAT_OK)
+	         payload, len, call->request_id, call->deadline_ms,
+	         "the new sandbox", &out, &out_len, &msg)) != MOAT_OK)
 		goto fail;
 	sb = moat__v1__sandbox__unpack(NULL, out_len, out);
 	if (sb == NULL) {
 		rv = MOAT_INTERNAL;
-		msg = moat_asprintf("node %s answered CreateSandbox with "
+		msg = moat_asprintf(
+		    "node %s answered CreateSandbox with "
 		    "something that is not a moat.v1.Sandbox: are the gateway "
-		    "and moat-vmd built from the same protos?", node.s);
+		    "and moat-vmd built from the same protos?",
+		    node.s);
 		goto fail;
 	}
 	if (moat_sandbox_id_set(&sandbox, sb->id)) {
@@ -388,12 +396,14 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		moat_info(call->request_id, "sandbox %s placed on node %s",
 		    sandbox.s, node.s);
 	} else {
-		moat_warn(call->request_id, "node %s created a sandbox "
-		    "without a usable id: calls cannot reach it", node.s);
+		moat_warn(call->request_id,
+		    "node %s created a sandbox "
+		    "without a usable id: calls cannot reach it",
+		    node.s);
 	}
 	if (req->record) {
 		if ((rv = record_new_sandbox(call, req, &node, &sb, &out,
-		    &out_len, &msg)) != MOAT_OK)
+		         &out_len, &msg)) != MOAT_OK)
 			goto fail;
 	}
 	moat__v1__sandbox__free_unpacked(sb, NULL);
@@ -442,7 +452,7 @@ list_append(struct moat_gateway *gw, Moat__V1__SandboxList *r,
 			    from->sandboxes[i]->tenant);
 		}
 		if (moat_record_session_of(&gw->rec, from->sandboxes[i]->id,
-		    session_id, sizeof(session_id)))
+		        session_id, sizeof(session_id)))
 			(void)moat_sandbox_set_session(from->sandboxes[i],
 			    session_id);
 		r->sandboxes[r->n_sandboxes++] = from->sandboxes[i];
@@ -495,9 +505,10 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    &out, &out_len, &msg);
 		if (rv == MOAT_OK &&
 		    (list = moat__v1__sandbox_list__unpack(NULL, out_len,
-		    out)) == NULL) {
+		         out)) == NULL) {
 			rv = MOAT_INTERNAL;
-			msg = moat_asprintf("node %s answered ListSandboxes "
+			msg = moat_asprintf(
+			    "node %s answered ListSandboxes "
 			    "with something that is not a SandboxList",
 			    ids[i].s);
 		}
@@ -509,9 +520,10 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			 * the failure is logged, and only when every node
 			 * fails is the call an error. */
 			failed++;
-			moat_warn(call->request_id, "ListSandboxes: node %s: "
-			    "%s: %s", ids[i].s, moat_strerror(rv),
-			    msg ? msg : "");
+			moat_warn(call->request_id,
+			    "ListSandboxes: node %s: "
+			    "%s: %s",
+			    ids[i].s, moat_strerror(rv), msg ? msg : "");
 			if (first_error == NULL) {
 				first_error = msg;
 				first_rv = rv;
@@ -545,7 +557,8 @@ h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    request->descriptor, "sandbox_id");
 	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
 	    f->label == PROTOBUF_C_LABEL_REPEATED)
-		return moat_rpc_error(call, MOAT_INTERNAL, "%s has no "
+		return moat_rpc_error(call, MOAT_INTERNAL,
+		    "%s has no "
 		    "sandbox_id field: the gateway's method table is wrong",
 		    request->descriptor->name);
 	sandbox_id = *(char *const *)((const char *)request + f->offset);
@@ -560,21 +573,22 @@ h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	struct moat_gateway *gw = call->service_ctx;
-	const Moat__V1__SandboxRef *req = (const Moat__V1__SandboxRef *)request;
+	const Moat__V1__SandboxRef *req =
+	    (const Moat__V1__SandboxRef *)request;
 	char session_id[MOAT_ID_MAX];
 	Moat__V1__Sandbox *sb;
 	int rv;
 
 	if ((rv = moat_forward_call(&gw->fw, call, req->sandbox_id,
-	    call->payload, call->payload_len)) != MOAT_OK ||
+	         call->payload, call->payload_len)) != MOAT_OK ||
 	    !moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
-	    req->sandbox_id, call->request_id, session_id,
-	    sizeof(session_id)))
+	        req->sandbox_id, call->request_id, session_id,
+	        sizeof(session_id)))
 		return rv;
 	sb = moat__v1__sandbox__unpack(NULL, call->raw_reply_len,
 	    call->raw_reply);
 	if (sb == NULL)
-		return MOAT_OK;   /* passed on as the node said it */
+		return MOAT_OK; /* passed on as the node said it */
 	if (moat_sandbox_set_session(sb, session_id))
 		(void)repack_sandbox(sb, &call->raw_reply,
 		    &call->raw_reply_len);
@@ -587,7 +601,8 @@ h_destroy_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	struct moat_gateway *gw = call->service_ctx;
-	const Moat__V1__SandboxRef *req = (const Moat__V1__SandboxRef *)request;
+	const Moat__V1__SandboxRef *req =
+	    (const Moat__V1__SandboxRef *)request;
 	int rv;
 
 	rv = moat_forward_call(&gw->fw, call, req->sandbox_id, call->payload,
@@ -640,11 +655,13 @@ snapshot_forward(struct moat_rpc_call *call, const char *snap_id,
 	int rv;
 
 	if (snap_id == NULL || snap_id[0] == '\0')
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%s: "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "%s: "
 		    "snapshot_id is required: ListLocalSnapshots lists them",
 		    call->method);
 	if (!moat_snapshot_node(snap_id, &node))
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "snapshot %.80s "
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "snapshot %.80s "
 		    "not found: it is not a snapshot id (\"snap-<node>-...\")",
 		    snap_id);
 	len = protobuf_c_message_get_packed_size(msg);
@@ -657,14 +674,14 @@ snapshot_forward(struct moat_rpc_call *call, const char *snap_id,
 	    call->request_id, call->deadline_ms, what, &out, &out_len, &err);
 	free(payload);
 	if (rv != MOAT_OK) {
-		rv = moat_rpc_error(call, rv, "%s", err ? err :
-		    moat_strerror(rv));
+		rv = moat_rpc_error(call, rv, "%s",
+		    err ? err : moat_strerror(rv));
 		free(err);
 		return rv;
 	}
 	if (remember) {
-		Moat__V1__Sandbox *sb = moat__v1__sandbox__unpack(NULL,
-		    out_len, out);
+		Moat__V1__Sandbox *sb =
+		    moat__v1__sandbox__unpack(NULL, out_len, out);
 		struct moat_sandbox_id sandbox;
 
 		if (sb != NULL && moat_sandbox_id_set(&sandbox, sb->id))
@@ -721,17 +738,20 @@ h_list_local_snapshots(struct moat_rpc_call *call,
 		char *msg = NULL;
 
 		if (moat_snapshots_node_list(&gw->fw, &ids[i],
-		    moat_gw_tenant(call), call->deadline_ms, &list, &msg) !=
-		    MOAT_OK) {
+		        moat_gw_tenant(call), call->deadline_ms, &list,
+		        &msg) != MOAT_OK) {
 			failed++;
-			moat_warn(call->request_id, "ListLocalSnapshots: node "
-			    "%s: %s", ids[i].s, msg ? msg : "not a list");
+			moat_warn(call->request_id,
+			    "ListLocalSnapshots: node "
+			    "%s: %s",
+			    ids[i].s, msg ? msg : "not a list");
 			free(msg);
 			continue;
 		}
-		grown = list->n_snapshots == 0 ? r->snapshots :
-		    realloc(r->snapshots, (r->n_snapshots +
-		    list->n_snapshots) * sizeof(*grown));
+		grown = list->n_snapshots == 0 ?
+		    r->snapshots :
+		    realloc(r->snapshots,
+		        (r->n_snapshots + list->n_snapshots) * sizeof(*grown));
 		if (list->n_snapshots > 0 && grown == NULL) {
 			rv = MOAT_RESOURCE_EXHAUSTED;
 		} else {
@@ -748,7 +768,8 @@ h_list_local_snapshots(struct moat_rpc_call *call,
 		return moat_rpc_error(call, rv, "out of memory");
 	if (n > 0 && failed == n)
 		return moat_rpc_error(call, MOAT_UNAVAILABLE,
-		    "no node answered ListLocalSnapshots: see the gateway log");
+		    "no node answered ListLocalSnapshots: see the gateway "
+		    "log");
 	return MOAT_OK;
 }
 
@@ -798,18 +819,21 @@ h_list_audit(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	int rv;
 
 	if (gw->auth == NULL)
-		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "this "
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "this "
 		    "gateway keeps no audit log (it has no state directory)");
 	if ((rv = moat_auth_audit_list(gw->auth, moat_gw_tenant(call),
-	    req->limit == 0 ? 100 : req->limit, &list, &msg)) != MOAT_OK) {
+	         req->limit == 0 ? 100 : req->limit, &list, &msg)) !=
+	    MOAT_OK) {
 		rv = moat_rpc_error(call, rv, "%s", msg ? msg : "");
 		free(msg);
 		return rv;
 	}
-	if (json_array_size(list) > 0 && (r->entries = calloc(
-	    json_array_size(list), sizeof(*r->entries))) == NULL)
+	if (json_array_size(list) > 0 &&
+	    (r->entries = calloc(json_array_size(list),
+	         sizeof(*r->entries))) == NULL)
 		goto fail_oom;
-	json_array_foreach(list, i, e) {
+	json_array_foreach (list, i, e) {
 		Moat__V1__AuditEntry *a = malloc(sizeof(*a));
 
 		if (a == NULL)
@@ -833,7 +857,8 @@ h_list_audit(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 fail_oom:
 	json_decref(list);
-	return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "out of memory "
+	return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+	    "out of memory "
 	    "listing the audit log");
 }
 
@@ -879,8 +904,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "Diff", h_diff, false, true },
 	{ "Compare", h_compare, false, true },
 	{ "RunCode", moat_travel_run_code, true, true },
-	{ "CloseCodeContext", moat_travel_close_code_context, true,
-	    true },
+	{ "CloseCodeContext", moat_travel_close_code_context, true, true },
 	{ "ListAudit", h_list_audit, false, true },
 	{ "SetStepKeep", h_session, true, true },
 	{ "GcSnapshots", moat_snapshots_gc, true, true },
@@ -892,12 +916,19 @@ static const struct moat_rpc_method gateway_methods[] = {
 #define N_CODES 17
 #define N_BUCKETS 8
 static const double latency_bounds_s[N_BUCKETS] = {
-	0.005, 0.025, 0.1, 0.5, 1, 5, 30, 120,
+	0.005,
+	0.025,
+	0.1,
+	0.5,
+	1,
+	5,
+	30,
+	120,
 };
 
 /* The gateway's counters, for /metrics. */
 struct gw_metrics {
-	pthread_mutex_t lock;  /* guards the arrays */
+	pthread_mutex_t lock; /* guards the arrays */
 	uint64_t calls[N_METHODS][N_CODES];
 	uint64_t buckets[N_METHODS][N_BUCKETS];
 	uint64_t count[N_METHODS];
@@ -908,7 +939,7 @@ const char *
 moat_gw_tenant(const struct moat_rpc_call *call)
 {
 	return call->principal != NULL ? call->principal :
-	    MOAT_GW_DEFAULT_TENANT;
+	                                 MOAT_GW_DEFAULT_TENANT;
 }
 
 /* request_string: the string field `name` of `request`, or NULL. */
@@ -917,7 +948,7 @@ request_string(const ProtobufCMessage *request, const char *name)
 {
 	const ProtobufCFieldDescriptor *f =
 	    protobuf_c_message_descriptor_get_field_by_name(
-	    request->descriptor, name);
+	        request->descriptor, name);
 
 	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
 	    f->label == PROTOBUF_C_LABEL_REPEATED)
@@ -961,7 +992,8 @@ command_of(const ProtobufCMessage *request, const char **language,
 		    (const Moat__V1__RunCodeRequest *)request;
 
 		*language = r->language != NULL && r->language[0] != '\0' ?
-		    r->language : "python";
+		    r->language :
+		    "python";
 		return r->code;
 	}
 	return NULL;
@@ -974,8 +1006,8 @@ set_safety(struct moat_rpc_call *call, ProtobufCMessage *reply,
     const char *level)
 {
 	const ProtobufCFieldDescriptor *f =
-	    protobuf_c_message_descriptor_get_field_by_name(
-	    reply->descriptor, "safety");
+	    protobuf_c_message_descriptor_get_field_by_name(reply->descriptor,
+	        "safety");
 	ProtobufCMessage *m = reply;
 	char **slot, *copy;
 
@@ -983,7 +1015,7 @@ set_safety(struct moat_rpc_call *call, ProtobufCMessage *reply,
 		return;
 	if (call->raw_reply != NULL &&
 	    (m = protobuf_c_message_unpack(reply->descriptor, NULL,
-	    call->raw_reply_len, call->raw_reply)) == NULL)
+	         call->raw_reply_len, call->raw_reply)) == NULL)
 		return;
 	slot = (char **)((char *)m + f->offset);
 	if ((copy = strdup(level)) != NULL) {
@@ -1008,8 +1040,8 @@ set_safety(struct moat_rpc_call *call, ProtobufCMessage *reply,
 
 static void
 audit(struct moat_gateway *gw, struct moat_rpc_call *call,
-    const ProtobufCMessage *request, const char *key_id,
-    const char *command, const char *safety, int rv)
+    const ProtobufCMessage *request, const char *key_id, const char *command,
+    const char *safety, int rv)
 {
 	const char *sandbox = request_string(request, "sandbox_id");
 	const char *session = request_string(request, "session_id");
@@ -1033,8 +1065,8 @@ audit(struct moat_gateway *gw, struct moat_rpc_call *call,
 	if (safety != NULL)
 		json_object_set_new(e, "safety", json_string(safety));
 	/* Queued for auth.c's writer thread: no disk wait in a handler. */
-	if (moat_auth_audit_append(gw->auth, moat_gw_tenant(call), e,
-	    &msg) != MOAT_OK)
+	if (moat_auth_audit_append(gw->auth, moat_gw_tenant(call), e, &msg) !=
+	    MOAT_OK)
 		goto fail;
 	json_decref(e);
 	return;
@@ -1090,8 +1122,10 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			break;
 		}
 	if (row == NULL)
-		return moat_rpc_error(call, MOAT_INTERNAL, "%s has no row in "
-		    "the gateway's method table", call->method);
+		return moat_rpc_error(call, MOAT_INTERNAL,
+		    "%s has no row in "
+		    "the gateway's method table",
+		    call->method);
 	if (gw->auth_on && row->needs_auth) {
 		rv = moat_auth_key_verify(gw->auth, call->auth, tenant,
 		    sizeof(tenant), key_id);
@@ -1101,7 +1135,8 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			goto done;
 		}
 		if (rv != MOAT_OK) {
-			rv = moat_rpc_error(call, MOAT_INTERNAL, "the gateway's "
+			rv = moat_rpc_error(call, MOAT_INTERNAL,
+			    "the gateway's "
 			    "key store failed: see the gateway log");
 			goto done;
 		}
@@ -1117,13 +1152,15 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		if (rv == MOAT_OK && strcmp(owner, tenant) != 0) {
 			rv = MOAT_NOT_FOUND;
 			free(msg);
-			msg = moat_asprintf("sandbox %s does not exist (or was "
+			msg = moat_asprintf(
+			    "sandbox %s does not exist (or was "
 			    "destroyed): `moat sandbox ls` lists the "
-			    "sandboxes", sandbox);
+			    "sandboxes",
+			    sandbox);
 		}
 		if (rv != MOAT_OK) {
-			rv = moat_rpc_error(call, rv, "%s", msg ? msg :
-			    moat_strerror(rv));
+			rv = moat_rpc_error(call, rv, "%s",
+			    msg ? msg : moat_strerror(rv));
 			goto done;
 		}
 	}
@@ -1133,19 +1170,22 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		safety = moat_safety_level_name(v.level);
 		if (moat_policy_refuses(gw->config, tenant, v.level)) {
 			audited = true;
-			moat_info(call->request_id, "policy: tenant %s: %s "
-			    "refused: %s (%s)", tenant, call->method, safety,
-			    v.reason);
-			rv = moat_rpc_error(call, MOAT_PERMISSION_DENIED, "the "
+			moat_info(call->request_id,
+			    "policy: tenant %s: %s "
+			    "refused: %s (%s)",
+			    tenant, call->method, safety, v.reason);
+			rv = moat_rpc_error(call, MOAT_PERMISSION_DENIED,
+			    "the "
 			    "policy of tenant %s refuses %s commands: %s; the "
 			    "command was not run (an operator sets [policy] "
-			    "refuse)", tenant, safety, v.reason);
+			    "refuse)",
+			    tenant, safety, v.reason);
 			goto done;
 		}
 	}
 	rv = row->handler(call, request, reply);
-	if (rv == MOAT_OK && safety != NULL && strcmp(call->method,
-	    "ExecStart") != 0)
+	if (rv == MOAT_OK && safety != NULL &&
+	    strcmp(call->method, "ExecStart") != 0)
 		set_safety(call, reply, safety);
 done:
 	if (audited)
@@ -1166,15 +1206,19 @@ node_snapshot_metrics(FILE *f, Moat__V1__Node *const *nodes, size_t n)
 		const char *name, *type, *help;
 		size_t offset;
 	} metrics[] = {
-		{ "moat_node_snapshot_ram_bytes", "gauge", "What snapshot RAM "
+		{ "moat_node_snapshot_ram_bytes", "gauge",
+		    "What snapshot RAM "
 		    "copies hold in the node's RAM dir.",
 		    offsetof(Moat__V1__Node, snapshot_ram_used_bytes) },
-		{ "moat_node_snapshot_ram_budget_bytes", "gauge", "The node's "
+		{ "moat_node_snapshot_ram_budget_bytes", "gauge",
+		    "The node's "
 		    "budget for snapshot RAM copies ([vmd] snapshot-ram-mib).",
 		    offsetof(Moat__V1__Node, snapshot_ram_budget_bytes) },
-		{ "moat_node_snapshot_evictions_total", "counter", "Snapshot "
+		{ "moat_node_snapshot_evictions_total", "counter",
+		    "Snapshot "
 		    "RAM copies evicted to the on-disk store since vmd "
-		    "started.", offsetof(Moat__V1__Node, snapshot_evictions) },
+		    "started.",
+		    offsetof(Moat__V1__Node, snapshot_evictions) },
 	};
 
 	for (size_t m = 0; m < sizeof(metrics) / sizeof(metrics[0]); m++) {
@@ -1182,9 +1226,10 @@ node_snapshot_metrics(FILE *f, Moat__V1__Node *const *nodes, size_t n)
 		    metrics[m].help, metrics[m].name, metrics[m].type);
 		for (size_t i = 0; i < n; i++)
 			fprintf(f, "%s{node=\"%s\"} %llu\n", metrics[m].name,
-			    nodes[i]->node_id, (unsigned long long)
-			    *(const uint64_t *)((const char *)nodes[i] +
-			    metrics[m].offset));
+			    nodes[i]->node_id,
+			    (unsigned long long)*(
+			        const uint64_t *)((const char *)nodes[i] +
+			        metrics[m].offset));
 	}
 }
 
@@ -1199,13 +1244,16 @@ moat_gateway_metrics(struct moat_gateway *gw)
 
 	if (f == NULL)
 		return NULL;
-	fprintf(f, "# HELP moat_gateway_uptime_seconds Since the gateway "
+	fprintf(f,
+	    "# HELP moat_gateway_uptime_seconds Since the gateway "
 	    "started.\n# TYPE moat_gateway_uptime_seconds gauge\n"
 	    "moat_gateway_uptime_seconds %.3f\n",
 	    (double)(moat_rpc_now_ms() - gw->started_ms) / 1000.0);
-	fprintf(f, "# HELP moat_sandboxes Sandboxes on each node by state, "
+	fprintf(f,
+	    "# HELP moat_sandboxes Sandboxes on each node by state, "
 	    "from its last survey answer.\n# TYPE moat_sandboxes gauge\n");
-	fprintf(f, "# HELP moat_node_up Whether the node answers the "
+	fprintf(f,
+	    "# HELP moat_node_up Whether the node answers the "
 	    "gateway's surveys.\n# TYPE moat_node_up gauge\n");
 	if (moat_nodes_snapshot(&gw->nodes, &nodes, &n_nodes) == MOAT_OK) {
 		for (size_t i = 0; i < n_nodes; i++) {
@@ -1221,27 +1269,32 @@ moat_gateway_metrics(struct moat_gateway *gw)
 			};
 
 			for (size_t s = 0; s < 4; s++)
-				fprintf(f, "moat_sandboxes{node=\"%s\","
-				    "state=\"%s\"} %u\n", n->node_id,
-				    by_state[s].state, by_state[s].count);
+				fprintf(f,
+				    "moat_sandboxes{node=\"%s\","
+				    "state=\"%s\"} %u\n",
+				    n->node_id, by_state[s].state,
+				    by_state[s].count);
 			fprintf(f, "moat_node_up{node=\"%s\"} %d\n",
 			    nodes[i]->node_id, nodes[i]->available ? 1 : 0);
 		}
 		node_snapshot_metrics(f, nodes, n_nodes);
 		moat_nodes_snapshot_free(nodes, n_nodes);
 	}
-	fprintf(f, "# HELP moat_gateway_calls_total Gateway calls (nng and "
+	fprintf(f,
+	    "# HELP moat_gateway_calls_total Gateway calls (nng and "
 	    "HTTP) by method and code.\n"
 	    "# TYPE moat_gateway_calls_total counter\n");
 	pthread_mutex_lock(&m->lock);
 	for (size_t r = 0; r < N_METHODS; r++)
 		for (int c = 0; c < N_CODES; c++)
 			if (m->calls[r][c] > 0)
-				fprintf(f, "moat_gateway_calls_total{method="
+				fprintf(f,
+				    "moat_gateway_calls_total{method="
 				    "\"%s\",code=\"%s\"} %llu\n",
 				    gateway_methods[r].name, moat_strerror(c),
 				    (unsigned long long)m->calls[r][c]);
-	fprintf(f, "# HELP moat_gateway_call_seconds Gateway call latency "
+	fprintf(f,
+	    "# HELP moat_gateway_call_seconds Gateway call latency "
 	    "by method.\n# TYPE moat_gateway_call_seconds histogram\n");
 	for (size_t r = 0; r < N_METHODS; r++) {
 		const char *name = gateway_methods[r].name;
@@ -1249,17 +1302,23 @@ moat_gateway_metrics(struct moat_gateway *gw)
 		if (m->count[r] == 0)
 			continue;
 		for (size_t b = 0; b < N_BUCKETS; b++)
-			fprintf(f, "moat_gateway_call_seconds_bucket{method="
-			    "\"%s\",le=\"%g\"} %llu\n", name,
-			    latency_bounds_s[b],
+			fprintf(f,
+			    "moat_gateway_call_seconds_bucket{method="
+			    "\"%s\",le=\"%g\"} %llu\n",
+			    name, latency_bounds_s[b],
 			    (unsigned long long)m->buckets[r][b]);
-		fprintf(f, "moat_gateway_call_seconds_bucket{method=\"%s\","
-		    "le=\"+Inf\"} %llu\n", name,
-		    (unsigned long long)m->count[r]);
-		fprintf(f, "moat_gateway_call_seconds_sum{method=\"%s\"} "
-		    "%.6f\n", name, m->sum_s[r]);
-		fprintf(f, "moat_gateway_call_seconds_count{method=\"%s\"} "
-		    "%llu\n", name, (unsigned long long)m->count[r]);
+		fprintf(f,
+		    "moat_gateway_call_seconds_bucket{method=\"%s\","
+		    "le=\"+Inf\"} %llu\n",
+		    name, (unsigned long long)m->count[r]);
+		fprintf(f,
+		    "moat_gateway_call_seconds_sum{method=\"%s\"} "
+		    "%.6f\n",
+		    name, m->sum_s[r]);
+		fprintf(f,
+		    "moat_gateway_call_seconds_count{method=\"%s\"} "
+		    "%llu\n",
+		    name, (unsigned long long)m->count[r]);
 	}
 	pthread_mutex_unlock(&m->lock);
 	if (fclose(f) != 0) {
@@ -1278,8 +1337,8 @@ moat_gateway_start(struct moat_gateway **out,
 	struct moat_rpc_service svc = {
 		.descriptor = &moat__v1__gateway__descriptor,
 		.methods = gateway_methods,
-		.n_methods = sizeof(gateway_methods) /
-		    sizeof(gateway_methods[0]),
+		.n_methods =
+		    sizeof(gateway_methods) / sizeof(gateway_methods[0]),
 	};
 	struct moat_gateway *gw;
 	int rv;
@@ -1308,7 +1367,8 @@ moat_gateway_start(struct moat_gateway **out,
 	svc.methods = gw->methods;
 	if (opts->state_dir != NULL && opts->state_dir[0] != '\0') {
 		if ((rv = moat_auth_open(&gw->auth, opts->state_dir,
-		    errmsg)) != MOAT_OK && gw->auth_on)
+		         errmsg)) != MOAT_OK &&
+		    gw->auth_on)
 			goto fail;
 		if (rv != MOAT_OK) {
 			moat_warn(0, "gateway: no audit log: %s", *errmsg);
@@ -1318,7 +1378,8 @@ moat_gateway_start(struct moat_gateway **out,
 	}
 	if (gw->auth_on && gw->auth == NULL) {
 		rv = MOAT_INVALID_ARGUMENT;
-		*errmsg = moat_asprintf("auth is on but the gateway has no "
+		*errmsg = moat_asprintf(
+		    "auth is on but the gateway has no "
 		    "state directory for its keys: set state-dir");
 		goto fail;
 	}
@@ -1336,23 +1397,23 @@ moat_gateway_start(struct moat_gateway **out,
 	gw->fw_ready = true;
 	/* Dials do not block: a service that starts later is found. */
 	if ((rv = moat_rpc_client_open(&gw->sessiond, gw->sessiond_url,
-	    errmsg)) != MOAT_OK ||
-	    (rv = moat_rpc_client_open(&gw->snapd, gw->snapd_url,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK ||
+	    (rv = moat_rpc_client_open(&gw->snapd, gw->snapd_url, errmsg)) !=
+	        MOAT_OK)
 		goto fail;
 	if (moat_record_init(&gw->rec, &gw->fw, gw->sessiond,
-	    gw->sessiond_url) != MOAT_OK)
+	        gw->sessiond_url) != MOAT_OK)
 		goto fail_oom;
 	gw->rec.snapd = gw->snapd;
 	gw->rec.snapd_url = gw->snapd_url;
 	gw->rec.config = gw->config;
 	if ((rv = moat_discovery_start(&gw->discovery, &gw->nodes,
-	    gw->survey_url, opts->survey_interval_ms, gw->config,
-	    errmsg)) != MOAT_OK)
+	         gw->survey_url, opts->survey_interval_ms, gw->config,
+	         errmsg)) != MOAT_OK)
 		goto fail;
 	svc.ctx = gw;
 	if ((rv = moat_rpc_server_start(&gw->server, gw->listen_url, &svc,
-	    opts->workers, errmsg)) != MOAT_OK)
+	         opts->workers, errmsg)) != MOAT_OK)
 		goto fail;
 	*out = gw;
 	return MOAT_OK;

@@ -42,20 +42,20 @@ struct moat_http {
 	struct moat_rpc_server *dispatcher;
 	const ProtobufCServiceDescriptor *service;
 	uint16_t port;
-	struct moat_mcp_http *mcp;   /* MCP sessions of /mcp (mcp_http.c) */
+	struct moat_mcp_http *mcp; /* MCP sessions of /mcp (mcp_http.c) */
 };
 
 /* One request's state across libmicrohttpd's calls of the handler. */
 struct http_req {
-	char *body;            /* heap, at most MOAT_HTTP_MAX_BODY bytes */
+	char *body; /* heap, at most MOAT_HTTP_MAX_BODY bytes */
 	size_t len, cap;
-	bool too_large;        /* the rest of the body was dropped */
+	bool too_large; /* the rest of the body was dropped */
 };
 
 enum body_kind {
-	BODY_JSON,             /* the JSON body is the input message */
-	BODY_QUERY,            /* the query string's fields are */
-	BODY_FILE,             /* query fields; the raw body is `data` */
+	BODY_JSON,  /* the JSON body is the input message */
+	BODY_QUERY, /* the query string's fields are */
+	BODY_FILE,  /* query fields; the raw body is `data` */
 };
 
 /* One route: a URL pattern ("{}" is one path segment, the id) and an
@@ -63,10 +63,10 @@ enum body_kind {
 struct route {
 	const char *pattern;
 	const char *http_method;
-	const char *rpc_method;  /* NULL: the {} segment names it */
+	const char *rpc_method; /* NULL: the {} segment names it */
 	enum body_kind body;
-	const char *id_field;    /* the field the {} segment fills */
-	bool raw_reply;          /* reply with FileData.data as bytes */
+	const char *id_field; /* the field the {} segment fills */
+	bool raw_reply;       /* reply with FileData.data as bytes */
 };
 
 static const struct route routes[] = {
@@ -92,10 +92,10 @@ static const struct route routes[] = {
 	{ "/healthz", "GET", NULL, BODY_QUERY, NULL, false },
 };
 
-#define ROUTE_FAMILIES                                                   \
-	"GET /healthz, POST /mcp, POST /v1/rpc/{Method}, "                \
-	"/v1/sandboxes[/{id}[/exec|" \
-	"/files]], /v1/sessions[/{id}[/steps]], GET /v1/audit, /metrics, " \
+#define ROUTE_FAMILIES                                                        \
+	"GET /healthz, POST /mcp, POST /v1/rpc/{Method}, "                    \
+	"/v1/sandboxes[/{id}[/exec|"                                          \
+	"/files]], /v1/sessions[/{id}[/steps]], GET /v1/audit, /metrics, "    \
 	"/v1/openapi.json"
 
 /* ---- replies ---- */
@@ -194,8 +194,8 @@ respond_error(struct MHD_Connection *conn, unsigned status, int code,
 			    moat_strerror(code), "message", clean);
 		free(clean);
 	}
-	return respond_json(conn, status ? status : (unsigned)
-	    http_status_of(code), j, allow);
+	return respond_json(conn,
+	    status ? status : (unsigned)http_status_of(code), j, allow);
 }
 
 /* ---- calling the gateway ---- */
@@ -206,8 +206,8 @@ static bool
 header_u64(struct MHD_Connection *conn, const char *name, uint64_t max,
     uint64_t *out)
 {
-	const char *v = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-	    name);
+	const char *v =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
 	char *end;
 	unsigned long long n;
 
@@ -215,8 +215,7 @@ header_u64(struct MHD_Connection *conn, const char *name, uint64_t max,
 		return true;
 	errno = 0;
 	n = strtoull(v, &end, 10);
-	if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 ||
-	    n > max)
+	if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 || n > max)
 		return false;
 	*out = n;
 	return true;
@@ -233,7 +232,7 @@ bearer_key(const char *authz, const char **auth, char **errmsg)
 		return MOAT_OK;
 	if (strncasecmp(authz, "Bearer ", 7) != 0) {
 		*errmsg = moat_asprintf("the Authorization header must be "
-		    "\"Bearer <api key>\"");
+		                        "\"Bearer <api key>\"");
 		return MOAT_UNAUTHENTICATED;
 	}
 	*auth = authz + 7;
@@ -249,12 +248,14 @@ request_auth(struct MHD_Connection *conn, const char **auth, uint64_t *rid,
 {
 	if (!header_u64(conn, "X-Moat-Request-Id", UINT64_MAX, rid) ||
 	    !header_u64(conn, "X-Moat-Timeout-Ms", UINT32_MAX, timeout)) {
-		*errmsg = moat_asprintf("X-Moat-Request-Id and "
-		    "X-Moat-Timeout-Ms must be decimal numbers");
+		*errmsg =
+		    moat_asprintf("X-Moat-Request-Id and "
+		                  "X-Moat-Timeout-Ms must be decimal numbers");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	return bearer_key(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-	    MHD_HTTP_HEADER_AUTHORIZATION), auth, errmsg);
+	                      MHD_HTTP_HEADER_AUTHORIZATION),
+	    auth, errmsg);
 }
 
 /* call_gateway_as: call_gateway with the api key, request id (0: a new
@@ -290,12 +291,13 @@ call_gateway_as(struct moat_http *h, const char *auth, uint64_t rid,
 		goto fail_oom;
 	moat__v1__envelope__pack(&env, packed);
 	if (moat_rpc_server_dispatch(h->dispatcher, packed, packed_len, &out,
-	    &out_len) != 0)
+	        &out_len) != 0)
 		goto fail_oom;
 	if ((r = moat__v1__reply__unpack(NULL, out_len, out)) == NULL) {
 		rv = MOAT_INTERNAL;
 		*errmsg = moat_asprintf("the gateway's reply to %s did not "
-		    "decode", md->name);
+		                        "decode",
+		    md->name);
 		goto out;
 	}
 	if (r->code != MOAT__V1__CODE__OK) {
@@ -345,8 +347,8 @@ call_gateway(struct moat_http *h, struct MHD_Connection *conn,
 	if ((rv = request_auth(conn, &auth, &rid, &timeout, errmsg)) !=
 	    MOAT_OK)
 		return rv;
-	return call_gateway_as(h, auth, rid, (uint32_t)timeout, md, req,
-	    reply, errmsg);
+	return call_gateway_as(h, auth, rid, (uint32_t)timeout, md, req, reply,
+	    errmsg);
 }
 
 /* ---- building the input message ---- */
@@ -405,14 +407,15 @@ build_input(struct MHD_Connection *conn, const struct route *rt,
 		    &jerr);
 		if (obj == NULL) {
 			*errmsg = moat_asprintf("malformed JSON body at line "
-			    "%d column %d: %s", jerr.line, jerr.column,
-			    jerr.text);
+			                        "%d column %d: %s",
+			    jerr.line, jerr.column, jerr.text);
 			return NULL;
 		}
 		if (!json_is_object(obj)) {
 			json_decref(obj);
 			*errmsg = moat_asprintf("the body must be a JSON "
-			    "object (a %s)", in->name);
+			                        "object (a %s)",
+			    in->name);
 			return NULL;
 		}
 	} else if (rt->body == BODY_JSON) {
@@ -426,7 +429,8 @@ build_input(struct MHD_Connection *conn, const struct route *rt,
 		    query_field, &q);
 		if (q.failed) {
 			json_decref(obj);
-			*errmsg = moat_asprintf("the query string has a key "
+			*errmsg = moat_asprintf(
+			    "the query string has a key "
 			    "twice or a value that is not UTF-8");
 			return NULL;
 		}
@@ -439,12 +443,13 @@ build_input(struct MHD_Connection *conn, const struct route *rt,
 		const char *key;
 		json_t *v;
 
-		json_object_foreach(obj, key, v) {
+		json_object_foreach (obj, key, v) {
 			if (moat_codec_find_field(in, key) == idf) {
 				char json_name[64];
 				moat_codec_json_name(rt->id_field, json_name,
 				    sizeof(json_name));
-				*errmsg = moat_asprintf("%s comes from the "
+				*errmsg = moat_asprintf(
+				    "%s comes from the "
 				    "URL; leave it out of the request",
 				    json_name);
 				json_decref(obj);
@@ -455,7 +460,7 @@ build_input(struct MHD_Connection *conn, const struct route *rt,
 		    0) {
 			json_decref(obj);
 			*errmsg = moat_asprintf("the id in the URL is not "
-			    "UTF-8");
+			                        "UTF-8");
 			return NULL;
 		}
 	}
@@ -498,9 +503,9 @@ route_match(const char *pattern, const char *url, char *id, size_t size)
 
 /* ---- exec output as Server-Sent Events ---- */
 
-#define EXEC_STREAM_WAIT_MS 1000        /* one ExecRead's long poll */
-#define EXEC_STREAM_READ_BYTES 65536    /* per stream per ExecRead */
-#define EXEC_STREAM_CALL_MS 10000       /* an ExecRead's deadline past it */
+#define EXEC_STREAM_WAIT_MS 1000     /* one ExecRead's long poll */
+#define EXEC_STREAM_READ_BYTES 65536 /* per stream per ExecRead */
+#define EXEC_STREAM_CALL_MS 10000    /* an ExecRead's deadline past it */
 #define EXEC_STREAM_KILL_MS 5000
 
 /* One streamed exec, owned by its MHD response: the reader polls
@@ -509,17 +514,17 @@ route_match(const char *pattern, const char *url, char *id, size_t size)
  * worth of events (about 2 * 4/3 * EXEC_STREAM_READ_BYTES) is held. */
 struct exec_stream {
 	struct moat_http *h;
-	char *auth;                 /* heap: the request's api key */
-	uint64_t request_id;        /* ExecStart's, for the logs; each
+	char *auth;          /* heap: the request's api key */
+	uint64_t request_id; /* ExecStart's, for the logs; each
 	                             * later call gets its own (a
 	                             * mutating id is used only once) */
-	char *sandbox_id;           /* heap */
+	char *sandbox_id;    /* heap */
 	uint64_t exec_id;
 	uint64_t stdout_offset, stderr_offset;
-	char *pending;              /* heap: events not yet sent */
+	char *pending; /* heap: events not yet sent */
 	size_t pending_len, pending_sent;
-	bool exited;                /* the process is gone: nothing to kill */
-	bool done;                  /* the last event is in `pending` */
+	bool exited; /* the process is gone: nothing to kill */
+	bool done;   /* the last event is in `pending` */
 };
 
 /* wants_event_stream: whether the client asked for exec output as it
@@ -527,14 +532,14 @@ struct exec_stream {
 static bool
 wants_event_stream(struct MHD_Connection *conn)
 {
-	const char *accept = MHD_lookup_connection_value(conn,
-	    MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
-	const char *q = MHD_lookup_connection_value(conn,
-	    MHD_GET_ARGUMENT_KIND, "stream");
+	const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    MHD_HTTP_HEADER_ACCEPT);
+	const char *q =
+	    MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "stream");
 
-	return (accept != NULL && strstr(accept, "text/event-stream") !=
-	    NULL) || (q != NULL && (strcmp(q, "true") == 0 ||
-	    strcmp(q, "1") == 0));
+	return (accept != NULL &&
+	           strstr(accept, "text/event-stream") != NULL) ||
+	    (q != NULL && (strcmp(q, "true") == 0 || strcmp(q, "1") == 0));
 }
 
 /* sse_append: "event: <event>\ndata: <j compact>\n\n" (or the comment
@@ -588,8 +593,10 @@ sse_append_bytes(struct exec_stream *st, const char *event,
 static void
 sse_append_error(struct exec_stream *st, int code, const char *message)
 {
-	sse_append(st, "error", json_pack("{s:s, s:s}", "code",
-	    moat_strerror(code), "message", message ? message : ""), NULL);
+	sse_append(st, "error",
+	    json_pack("{s:s, s:s}", "code", moat_strerror(code), "message",
+	        message ? message : ""),
+	    NULL);
 	st->done = true;
 }
 
@@ -603,7 +610,7 @@ exec_stream_poll(struct exec_stream *st)
 	Moat__V1__ExecReadRequest rq = MOAT__V1__EXEC_READ_REQUEST__INIT;
 	const ProtobufCMethodDescriptor *md =
 	    protobuf_c_service_descriptor_get_method_by_name(st->h->service,
-	    "ExecRead");
+	        "ExecRead");
 	Moat__V1__ExecReadReply *rr;
 	ProtobufCMessage *reply = NULL;
 	json_t *status = NULL;
@@ -632,18 +639,21 @@ exec_stream_poll(struct exec_stream *st)
 	if (rr->stderr.len > 0)
 		ok = ok && sse_append_bytes(st, "stderr", &rr->stderr);
 	st->stdout_offset = rr->stdout_next > st->stdout_offset ?
-	    rr->stdout_next : st->stdout_offset + rr->stdout.len;
+	    rr->stdout_next :
+	    st->stdout_offset + rr->stdout.len;
 	st->stderr_offset = rr->stderr_next > st->stderr_offset ?
-	    rr->stderr_next : st->stderr_offset + rr->stderr.len;
+	    rr->stderr_next :
+	    st->stderr_offset + rr->stderr.len;
 	/* eof: exited and all read. An exited process whose read came
 	 * back empty has nothing left either, eof or not. */
-	if (ok && (rr->eof || (rr->status != NULL && rr->status->exited &&
-	    !had_output))) {
+	if (ok &&
+	    (rr->eof ||
+	        (rr->status != NULL && rr->status->exited && !had_output))) {
 		st->exited = true;
 		if (rr->status == NULL)
 			status = json_object();
 		else if (moat_codec_to_json((ProtobufCMessage *)rr->status, 0,
-		    &status, &errmsg) != MOAT_OK) {
+		             &status, &errmsg) != MOAT_OK) {
 			free(errmsg);
 			status = NULL;
 		}
@@ -654,7 +664,8 @@ exec_stream_poll(struct exec_stream *st)
 	}
 	protobuf_c_message_free_unpacked(reply, NULL);
 	if (!ok)
-		sse_append_error(st, MOAT_RESOURCE_EXHAUSTED, "out of memory "
+		sse_append_error(st, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory "
 		    "formatting exec output");
 }
 
@@ -675,7 +686,7 @@ exec_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (st->done)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		exec_stream_poll(st);
-		if (st->pending_len == 0)   /* not even an error fit */
+		if (st->pending_len == 0) /* not even an error fit */
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 	}
 	n = st->pending_len - st->pending_sent;
@@ -701,19 +712,21 @@ exec_stream_free(void *cls)
 		    MOAT__V1__EXEC_KILL_REQUEST__INIT;
 		const ProtobufCMethodDescriptor *md =
 		    protobuf_c_service_descriptor_get_method_by_name(
-		    st->h->service, "ExecKill");
+		        st->h->service, "ExecKill");
 		ProtobufCMessage *reply = NULL;
 		char *errmsg = NULL;
 
 		kq.sandbox_id = st->sandbox_id;
 		kq.exec_id = st->exec_id;
 		if (call_gateway_as(st->h, st->auth ? st->auth : "", 0,
-		    EXEC_STREAM_KILL_MS, md,
-		    (ProtobufCMessage *)&kq, &reply, &errmsg) != MOAT_OK)
-			moat_warn(st->request_id, "http-exec-stream-kill "
+		        EXEC_STREAM_KILL_MS, md, (ProtobufCMessage *)&kq,
+		        &reply, &errmsg) != MOAT_OK)
+			moat_warn(st->request_id,
+			    "http-exec-stream-kill "
 			    "sandbox %s exec %llu: the stream ended but the "
-			    "kill failed: %s", st->sandbox_id,
-			    (unsigned long long)st->exec_id, errmsg);
+			    "kill failed: %s",
+			    st->sandbox_id, (unsigned long long)st->exec_id,
+			    errmsg);
 		if (reply != NULL)
 			protobuf_c_message_free_unpacked(reply, NULL);
 		free(errmsg);
@@ -734,7 +747,7 @@ serve_exec_stream(struct moat_http *h, struct MHD_Connection *conn,
 {
 	const ProtobufCMethodDescriptor *md =
 	    protobuf_c_service_descriptor_get_method_by_name(h->service,
-	    "ExecStart");
+	        "ExecStart");
 	Moat__V1__ExecHandle *handle;
 	ProtobufCMessage *reply = NULL;
 	struct MHD_Response *resp;
@@ -752,7 +765,7 @@ serve_exec_stream(struct moat_http *h, struct MHD_Connection *conn,
 	if (rid == 0)
 		rid = moat_rpc_new_request_id();
 	if ((rv = call_gateway_as(h, auth, rid, (uint32_t)timeout, md, req,
-	    &reply, &errmsg)) != MOAT_OK)
+	         &reply, &errmsg)) != MOAT_OK)
 		goto fail_reply;
 	handle = (Moat__V1__ExecHandle *)reply;
 	if ((st = calloc(1, sizeof(*st))) == NULL) {
@@ -763,8 +776,7 @@ serve_exec_stream(struct moat_http *h, struct MHD_Connection *conn,
 	st->request_id = rid;
 	st->exec_id = handle->exec_id;
 	st->auth = strdup(auth);
-	st->sandbox_id = strdup(handle->sandbox_id ? handle->sandbox_id :
-	    "");
+	st->sandbox_id = strdup(handle->sandbox_id ? handle->sandbox_id : "");
 	if (moat_codec_to_json(reply, 0, &start, &errmsg) != MOAT_OK) {
 		free(errmsg);
 		start = NULL;
@@ -772,7 +784,7 @@ serve_exec_stream(struct moat_http *h, struct MHD_Connection *conn,
 	protobuf_c_message_free_unpacked(reply, NULL);
 	if (st->auth == NULL || st->sandbox_id == NULL || start == NULL ||
 	    !sse_append(st, "start", start, NULL)) {
-		exec_stream_free(st);   /* kills it */
+		exec_stream_free(st); /* kills it */
 		return respond_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory starting the exec stream", NULL);
 	}
@@ -787,7 +799,7 @@ serve_exec_stream(struct moat_http *h, struct MHD_Connection *conn,
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
 	    "no-cache");
 	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
-	MHD_destroy_response(resp);   /* a failed queue frees st: killed */
+	MHD_destroy_response(resp); /* a failed queue frees st: killed */
 	return ret;
 
 fail_reply:
@@ -811,16 +823,17 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 	md = protobuf_c_service_descriptor_get_method_by_name(h->service,
 	    rpc_method);
 	if (md == NULL) {
-		errmsg = moat_asprintf("%s has no method \"%s\": POST "
+		errmsg = moat_asprintf(
+		    "%s has no method \"%s\": POST "
 		    "/v1/rpc/{Method} with a method of gateway.proto "
-		    "(CreateSandbox, Exec, ...)", h->service->name,
-		    rpc_method);
+		    "(CreateSandbox, Exec, ...)",
+		    h->service->name, rpc_method);
 		ret = respond_error(conn, 0, MOAT_NOT_FOUND, errmsg, NULL);
 		free(errmsg);
 		return ret;
 	}
-	if ((in = build_input(conn, rt, md->input, hr, rt->rpc_method ? id :
-	    NULL, &errmsg)) == NULL)
+	if ((in = build_input(conn, rt, md->input, hr,
+	         rt->rpc_method ? id : NULL, &errmsg)) == NULL)
 		goto client_error;
 	rv = moat_codec_from_json(md->input, in, 0, &req, &errmsg);
 	json_decref(in);
@@ -830,8 +843,8 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 		return ret;
 	}
 	if (rt->body == BODY_FILE && hr->len > 0) {
-		Moat__V1__FileWriteRequest *w = (Moat__V1__FileWriteRequest *)
-		    req;
+		Moat__V1__FileWriteRequest *w =
+		    (Moat__V1__FileWriteRequest *)req;
 		if ((w->data.data = malloc(hr->len)) == NULL) {
 			protobuf_c_message_free_unpacked(req, NULL);
 			return respond_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
@@ -909,12 +922,15 @@ schema_add(json_t *schemas, const ProtobufCMessageDescriptor *d)
 		case PROTOBUF_C_TYPE_BOOL:
 			t = json_pack("{s:s}", "type", "boolean");
 			break;
-		case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32:
-		case PROTOBUF_C_TYPE_SFIXED32: case PROTOBUF_C_TYPE_UINT32:
+		case PROTOBUF_C_TYPE_INT32:
+		case PROTOBUF_C_TYPE_SINT32:
+		case PROTOBUF_C_TYPE_SFIXED32:
+		case PROTOBUF_C_TYPE_UINT32:
 		case PROTOBUF_C_TYPE_FIXED32:
 			t = json_pack("{s:s}", "type", "integer");
 			break;
-		case PROTOBUF_C_TYPE_FLOAT: case PROTOBUF_C_TYPE_DOUBLE:
+		case PROTOBUF_C_TYPE_FLOAT:
+		case PROTOBUF_C_TYPE_DOUBLE:
 			t = json_pack("{s:s}", "type", "number");
 			break;
 		case PROTOBUF_C_TYPE_BYTES:
@@ -934,21 +950,21 @@ schema_add(json_t *schemas, const ProtobufCMessageDescriptor *d)
 		}
 		case PROTOBUF_C_TYPE_MESSAGE: {
 			const ProtobufCMessageDescriptor *m = f->descriptor;
-			char *ref = moat_asprintf("#/components/schemas/%s",
-			    m->name);
+			char *ref =
+			    moat_asprintf("#/components/schemas/%s", m->name);
 
 			schema_add(schemas, m);
 			t = ref ? json_pack("{s:s}", "$ref", ref) : NULL;
 			free(ref);
 			break;
 		}
-		default:   /* 64-bit integers are strings in proto3 JSON */
-			t = json_pack("{s:s}", "type", f->type ==
-			    PROTOBUF_C_TYPE_STRING ? "string" :
-			    "string");
+		default: /* 64-bit integers are strings in proto3 JSON */
+			t = json_pack("{s:s}", "type",
+			    f->type == PROTOBUF_C_TYPE_STRING ? "string" :
+			                                        "string");
 			if (t != NULL && f->type != PROTOBUF_C_TYPE_STRING)
-				json_object_set_new(t, "format", json_string(
-				    "int64"));
+				json_object_set_new(t, "format",
+				    json_string("int64"));
 			break;
 		}
 		if (t != NULL && f->label == PROTOBUF_C_LABEL_REPEATED)
@@ -964,7 +980,8 @@ ref_of(const ProtobufCMessageDescriptor *d)
 {
 	char *ref = moat_asprintf("#/components/schemas/%s", d->name);
 	json_t *j = ref ? json_pack("{s:{s:{s:{s:s}}}}", "content",
-	    "application/json", "schema", "$ref", ref) : NULL;
+	                      "application/json", "schema", "$ref", ref) :
+	                  NULL;
 
 	free(ref);
 	return j;
@@ -979,28 +996,35 @@ openapi_exec_stream(json_t *op, json_t *params)
 {
 	json_t *ok = json_object_get(json_object_get(op, "responses"), "200");
 
-	json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:{s:s}, "
-	    "s:s}", "name", "stream", "in", "query", "required", 0, "schema",
-	    "type", "boolean", "description", "true (or 1), or the header "
-	    "Accept: text/event-stream: start the command (ExecStart) and "
-	    "answer with its output as Server-Sent Events while it runs, "
-	    "instead of the ExecResult once it ends"));
-	json_object_set_new(ok, "description", json_string("the ExecResult "
-	    "(application/json); with ?stream=true or Accept: "
-	    "text/event-stream, Server-Sent Events as the command runs "
-	    "(text/event-stream)"));
+	json_array_append_new(params,
+	    json_pack("{s:s, s:s, s:b, s:{s:s}, "
+	              "s:s}",
+	        "name", "stream", "in", "query", "required", 0, "schema",
+	        "type", "boolean", "description",
+	        "true (or 1), or the header "
+	        "Accept: text/event-stream: start the command (ExecStart) and "
+	        "answer with its output as Server-Sent Events while it runs, "
+	        "instead of the ExecResult once it ends"));
+	json_object_set_new(ok, "description",
+	    json_string(
+	        "the ExecResult "
+	        "(application/json); with ?stream=true or Accept: "
+	        "text/event-stream, Server-Sent Events as the command runs "
+	        "(text/event-stream)"));
 	json_object_set_new(json_object_get(ok, "content"),
-	    "text/event-stream", json_pack("{s:{s:s, s:s}}", "schema", "type",
-	    "string", "description", "Server-Sent Events, each \"event: "
-	    "NAME\" and \"data: JSON\": start (the ExecHandle: sandboxId, "
-	    "execId, pid) first; stdout and stderr, {\"data\": base64 "
-	    "bytes}, as output arrives (read in one-second ExecRead long "
-	    "polls; a \": waiting\" comment when none came); last either "
-	    "exit (the ExecStatus: exited, exitCode, signal, timedOut, "
-	    "...) or error ({\"code\", \"message\"}: reading failed). A "
-	    "client that goes away before exit gets the command killed "
-	    "(ExecKill). Errors before the command starts are JSON "
-	    "errors."));
+	    "text/event-stream",
+	    json_pack("{s:{s:s, s:s}}", "schema", "type", "string",
+	        "description",
+	        "Server-Sent Events, each \"event: "
+	        "NAME\" and \"data: JSON\": start (the ExecHandle: sandboxId, "
+	        "execId, pid) first; stdout and stderr, {\"data\": base64 "
+	        "bytes}, as output arrives (read in one-second ExecRead long "
+	        "polls; a \": waiting\" comment when none came); last either "
+	        "exit (the ExecStatus: exited, exitCode, signal, timedOut, "
+	        "...) or error ({\"code\", \"message\"}: reading failed). A "
+	        "client that goes away before exit gets the command killed "
+	        "(ExecKill). Errors before the command starts are JSON "
+	        "errors."));
 }
 
 /* openapi: the OpenAPI 3 document of the routes table and the operator
@@ -1011,8 +1035,9 @@ openapi(struct moat_http *h)
 	json_t *doc, *paths, *schemas, *err;
 
 	doc = json_pack("{s:s, s:{s:s, s:s, s:s}, s:o, s:{s:o, s:{s:{s:s, "
-	    "s:s}}}, s:[{s:[]}]}", "openapi", "3.0.3", "info", "title",
-	    "moat gateway HTTP API", "version", MOAT_VERSION, "description",
+	                "s:s}}}, s:[{s:[]}]}",
+	    "openapi", "3.0.3", "info", "title", "moat gateway HTTP API",
+	    "version", MOAT_VERSION, "description",
 	    "Every route is a method of moat.v1.Gateway (proto/gateway.proto)"
 	    "; errors are {code, message} with the HTTP status of the code.",
 	    "paths", json_object(), "components", "schemas", json_object(),
@@ -1021,8 +1046,8 @@ openapi(struct moat_http *h)
 	if (doc == NULL)
 		return NULL;
 	paths = json_object_get(doc, "paths");
-	schemas = json_object_get(json_object_get(doc, "components"),
-	    "schemas");
+	schemas =
+	    json_object_get(json_object_get(doc, "components"), "schemas");
 	err = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "type", "object",
 	    "properties", "code", "type", "string", "message", "type",
 	    "string");
@@ -1031,7 +1056,8 @@ openapi(struct moat_http *h)
 		const struct route *rt = &routes[i];
 		const ProtobufCMethodDescriptor *md = rt->rpc_method ?
 		    protobuf_c_service_descriptor_get_method_by_name(
-		    h->service, rt->rpc_method) : NULL;
+		        h->service, rt->rpc_method) :
+		    NULL;
 		char path[256], method[16], *p;
 		json_t *item, *op, *params;
 		size_t k;
@@ -1057,12 +1083,15 @@ openapi(struct moat_http *h)
 			continue;
 		params = json_array();
 		if (strstr(rt->pattern, "{}") != NULL)
-			json_array_append_new(params, json_pack("{s:s, s:s, "
-			    "s:b, s:{s:s}, s:s}", "name", "id", "in", "path",
-			    "required", 1, "schema", "type", "string",
-			    "description", rt->rpc_method ? (rt->id_field ?
-			    rt->id_field : "id") : "a method of "
-			    "moat.v1.Gateway; the body is its input"));
+			json_array_append_new(params,
+			    json_pack("{s:s, s:s, "
+			              "s:b, s:{s:s}, s:s}",
+			        "name", "id", "in", "path", "required", 1,
+			        "schema", "type", "string", "description",
+			        rt->rpc_method ?
+			            (rt->id_field ? rt->id_field : "id") :
+			            "a method of "
+			            "moat.v1.Gateway; the body is its input"));
 		if (md != NULL) {
 			schema_add(schemas, md->input);
 			schema_add(schemas, md->output);
@@ -1073,7 +1102,7 @@ openapi(struct moat_http *h)
 				    ref_of(md->input));
 			else
 				for (unsigned f = 0; f < md->input->n_fields;
-				    f++) {
+				     f++) {
 					const char *fn =
 					    md->input->fields[f].name;
 					if (rt->id_field != NULL &&
@@ -1081,21 +1110,26 @@ openapi(struct moat_http *h)
 						continue;
 					json_array_append_new(params,
 					    json_pack("{s:s, s:s, s:{s:s}}",
-					    "name", fn, "in", "query",
-					    "schema", "type", "string"));
+					        "name", fn, "in", "query",
+					        "schema", "type", "string"));
 				}
 			if (rt->raw_reply)
-				json_object_set_new(json_object_get(
-				    json_object_get(op, "responses"), "200"),
-				    "content", json_pack("{s:{}}",
-				    "application/octet-stream"));
+				json_object_set_new(
+				    json_object_get(json_object_get(op,
+				                        "responses"),
+				        "200"),
+				    "content",
+				    json_pack("{s:{}}",
+				        "application/octet-stream"));
 			else {
 				json_t *out = ref_of(md->output);
 
-				json_object_set(json_object_get(
-				    json_object_get(op, "responses"), "200"),
-				    "content", json_object_get(out,
-				    "content"));
+				json_object_set(
+				    json_object_get(json_object_get(op,
+				                        "responses"),
+				        "200"),
+				    "content",
+				    json_object_get(out, "content"));
 				json_decref(out);
 			}
 		}
@@ -1107,22 +1141,27 @@ openapi(struct moat_http *h)
 		json_object_set_new(op, "parameters", params);
 		json_object_set_new(item, method, op);
 	}
-	json_object_set_new(paths, "/metrics", json_pack("{s:{s:s, s:[], "
-	    "s:{s:{s:s, s:{s:{}}}}}}", "get", "summary", "Prometheus "
-	    "counters (no key needed)", "security", "responses", "200",
-	    "description", "text/plain exposition format", "content",
-	    "text/plain"));
-	json_object_set_new(paths, "/v1/openapi.json", json_pack("{s:{s:s, "
-	    "s:[], s:{s:{s:s}}}}", "get", "summary", "this document",
-	    "security", "responses", "200", "description", "OpenAPI 3"));
+	json_object_set_new(paths, "/metrics",
+	    json_pack("{s:{s:s, s:[], "
+	              "s:{s:{s:s, s:{s:{}}}}}}",
+	        "get", "summary",
+	        "Prometheus "
+	        "counters (no key needed)",
+	        "security", "responses", "200", "description",
+	        "text/plain exposition format", "content", "text/plain"));
+	json_object_set_new(paths, "/v1/openapi.json",
+	    json_pack("{s:{s:s, "
+	              "s:[], s:{s:{s:s}}}}",
+	        "get", "summary", "this document", "security", "responses",
+	        "200", "description", "OpenAPI 3"));
 	return doc;
 }
 
 /* serve_extra: the routes that are not Gateway methods; MHD_NO in
  * *handled when `url` is none of them. */
 static enum MHD_Result
-serve_extra(struct moat_http *h, struct MHD_Connection *conn,
-    const char *url, const char *method, bool *handled)
+serve_extra(struct moat_http *h, struct MHD_Connection *conn, const char *url,
+    const char *method, bool *handled)
 {
 	*handled = true;
 	if (strcmp(url, "/metrics") == 0 && strcmp(method, "GET") == 0) {
@@ -1134,8 +1173,7 @@ serve_extra(struct moat_http *h, struct MHD_Connection *conn,
 		return respond(conn, MHD_HTTP_OK, text, strlen(text),
 		    "text/plain; version=0.0.4", NULL);
 	}
-	if (strcmp(url, "/v1/openapi.json") == 0 &&
-	    strcmp(method, "GET") == 0)
+	if (strcmp(url, "/v1/openapi.json") == 0 && strcmp(method, "GET") == 0)
 		return respond_json(conn, MHD_HTTP_OK, openapi(h), NULL);
 	*handled = false;
 	return MHD_NO;
@@ -1145,7 +1183,7 @@ serve_extra(struct moat_http *h, struct MHD_Connection *conn,
 
 struct mcp_call {
 	struct moat_http *h;
-	struct MHD_Connection *conn;   /* the request, whose headers the
+	struct MHD_Connection *conn; /* the request, whose headers the
 	                                * calls with no authz carry */
 };
 
@@ -1166,16 +1204,16 @@ mcp_gateway_call(void *arg, const char *authz, const char *method,
 
 	*reply = NULL;
 	*errmsg = NULL;
-	if ((rv = moat_mcp_decode_request(mc->h->service, method, request,
-	    &md, &req, errmsg)) != MOAT_OK)
+	if ((rv = moat_mcp_decode_request(mc->h->service, method, request, &md,
+	         &req, errmsg)) != MOAT_OK)
 		return rv;
 	if (authz == NULL)
 		rv = call_gateway(mc->h, mc->conn, md, req, timeout_ms, &out,
 		    errmsg);
 	else if ((rv = bearer_key(authz[0] != '\0' ? authz : NULL, &auth,
-	    errmsg)) == MOAT_OK)
-		rv = call_gateway_as(mc->h, auth, 0, timeout_ms, md, req,
-		    &out, errmsg);
+	              errmsg)) == MOAT_OK)
+		rv = call_gateway_as(mc->h, auth, 0, timeout_ms, md, req, &out,
+		    errmsg);
 	protobuf_c_message_free_unpacked(req, NULL);
 	if (rv != MOAT_OK)
 		return rv;
@@ -1185,8 +1223,8 @@ mcp_gateway_call(void *arg, const char *authz, const char *method,
 }
 
 static enum MHD_Result
-dispatch_url(struct moat_http *h, struct MHD_Connection *conn,
-    const char *url, const char *method, const struct http_req *hr)
+dispatch_url(struct moat_http *h, struct MHD_Connection *conn, const char *url,
+    const char *method, const struct http_req *hr)
 {
 	if (strcmp(url, "/mcp") == 0 || strcmp(url, "/mcp/") == 0) {
 		struct mcp_call mc = { .h = h, .conn = conn };
@@ -1225,8 +1263,9 @@ dispatch_url(struct moat_http *h, struct MHD_Connection *conn,
 		ret = respond_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
 		    MOAT_UNIMPLEMENTED, msg, allow);
 	} else {
-		msg = moat_asprintf("no route %s %s: the routes are "
-		    ROUTE_FAMILIES, method, url);
+		msg = moat_asprintf(
+		    "no route %s %s: the routes are " ROUTE_FAMILIES, method,
+		    url);
 		ret = respond_error(conn, 0, MOAT_NOT_FOUND, msg, NULL);
 	}
 	free(msg);
@@ -1283,12 +1322,14 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		return MHD_YES;
 	}
 	if (hr->too_large) {
-		char *msg = moat_asprintf("the request body is larger than "
+		char *msg = moat_asprintf(
+		    "the request body is larger than "
 		    "%u bytes: write big files in parts (PUT .../files with "
-		    "?offset=)", MOAT_HTTP_MAX_BODY);
-		enum MHD_Result ret = respond_error(conn,
-		    MHD_HTTP_CONTENT_TOO_LARGE, MOAT_RESOURCE_EXHAUSTED, msg,
-		    NULL);
+		    "?offset=)",
+		    MOAT_HTTP_MAX_BODY);
+		enum MHD_Result ret =
+		    respond_error(conn, MHD_HTTP_CONTENT_TOO_LARGE,
+		        MOAT_RESOURCE_EXHAUSTED, msg, NULL);
 		free(msg);
 		return ret;
 	}
@@ -1359,9 +1400,11 @@ parse_addr(const char *addr, struct sockaddr_storage *ss, char **errmsg)
 	return MOAT_OK;
 
 bad:
-	*errmsg = moat_asprintf("HTTP address \"%s\" is not a numeric "
+	*errmsg = moat_asprintf(
+	    "HTTP address \"%s\" is not a numeric "
 	    "host:port: give one as 127.0.0.1:7780 or [::1]:7780, or "
-	    "\"off\"", addr);
+	    "\"off\"",
+	    addr);
 	return MOAT_INVALID_ARGUMENT;
 }
 
@@ -1385,11 +1428,11 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 	*errmsg = NULL;
 	if (opts == NULL)
 		opts = &defaults;
-	if (opts->mcp_max_sessions < 1 || opts->mcp_max_sessions >
-	    MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT) {
+	if (opts->mcp_max_sessions < 1 ||
+	    opts->mcp_max_sessions > MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT) {
 		*errmsg = moat_asprintf("mcp-max-sessions must be 1-%u, not "
-		    "%u", MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT,
-		    opts->mcp_max_sessions);
+		                        "%u",
+		    MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT, opts->mcp_max_sessions);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((rv = parse_addr(addr, &ss, errmsg)) != MOAT_OK)
@@ -1404,25 +1447,26 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 	h->gw = gw;
 	h->service = svc.descriptor;
 	if (moat_mcp_http_new(&h->mcp, opts->mcp_max_sessions,
-	    opts->mcp_idle_s) != MOAT_OK) {
+	        opts->mcp_idle_s) != MOAT_OK) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		*errmsg = moat_asprintf("out of memory starting HTTP");
 		goto fail;
 	}
 	if ((rv = moat_rpc_server_new_detached(&h->dispatcher, &svc,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		goto fail;
 	h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)MOAT_HTTP_MAX_CONNECTIONS,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MOAT_HTTP_IDLE_TIMEOUT_S,
-	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-	    MHD_OPTION_END);
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
 	if (h->daemon == NULL) {
 		rv = MOAT_UNAVAILABLE;
-		*errmsg = moat_asprintf("cannot serve HTTP on %s: the address "
+		*errmsg = moat_asprintf(
+		    "cannot serve HTTP on %s: the address "
 		    "is in use or not local: pick another with --http, or "
-		    "--http off", addr);
+		    "--http off",
+		    addr);
 		goto fail;
 	}
 	info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);

@@ -15,20 +15,20 @@
 #include "gateway.h"
 
 #define MOAT_HTTP_DEFAULT_ADDR "127.0.0.1:7780"
-#define MOAT_HTTP_MAX_BODY (4u << 20)      /* larger bodies: 413 */
+#define MOAT_HTTP_MAX_BODY (4u << 20) /* larger bodies: 413 */
 #define MOAT_HTTP_MAX_CONNECTIONS 256
 #define MOAT_HTTP_IDLE_TIMEOUT_S 120
-#define MOAT_HTTP_MCP_MAX_SESSIONS 256    /* mcp-max-sessions default */
+#define MOAT_HTTP_MCP_MAX_SESSIONS 256 /* mcp-max-sessions default */
 #define MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT 65536u
-#define MOAT_HTTP_MCP_IDLE_S 3600         /* mcp-idle-s default */
+#define MOAT_HTTP_MCP_IDLE_S 3600 /* mcp-idle-s default */
 
 struct moat_http;
 
 /* The door's settings besides its address ([gateway] options). */
 struct moat_http_opts {
-	uint32_t mcp_max_sessions;  /* /mcp sessions at once, 1 to
+	uint32_t mcp_max_sessions; /* /mcp sessions at once, 1 to
 	                             * MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT */
-	uint32_t mcp_idle_s;        /* with the table full, a session idle
+	uint32_t mcp_idle_s;       /* with the table full, a session idle
 	                             * this long (0: any not in use) is
 	                             * evicted and its sandbox destroyed */
 };

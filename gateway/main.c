@@ -40,8 +40,8 @@ usage(FILE *f)
 	    "ipc://<state>/snapd.sock)\n"
 	    "  --survey-interval-ms N  ms between surveys (default 1000)\n"
 	    "  --workers N          calls served at once (default 64)\n"
-	    "  --http ADDR          HTTP/JSON API host:port (default "
-	    MOAT_HTTP_DEFAULT_ADDR "; \"off\": none)\n"
+	    "  --http ADDR          HTTP/JSON API host:port "
+	    "(default " MOAT_HTTP_DEFAULT_ADDR "; \"off\": none)\n"
 	    "  --mcp-max-sessions N MCP sessions at once on HTTP /mcp "
 	    "(default %d)\n"
 	    "  --mcp-idle-s N       with all open, a new one evicts the "
@@ -64,9 +64,9 @@ usage(FILE *f)
 	    "usage: moat-gateway keys create --tenant NAME | keys ls "
 	    "[--tenant NAME] | keys revoke KEYID\n"
 	    "  (with --config / --state-dir as above; works while the "
-	    "gateway runs)\n", MOAT_HTTP_MCP_MAX_SESSIONS,
-	    MOAT_HTTP_MCP_IDLE_S, MOAT_RETENTION_KEEP_LAST,
-	    MOAT_RETENTION_KEEP_AGE_S);
+	    "gateway runs)\n",
+	    MOAT_HTTP_MCP_MAX_SESSIONS, MOAT_HTTP_MCP_IDLE_S,
+	    MOAT_RETENTION_KEEP_LAST, MOAT_RETENTION_KEEP_AGE_S);
 }
 
 /* keys_main: `moat-gateway keys create|ls|revoke`: the operator's door
@@ -124,24 +124,25 @@ keys_main(int argc, char **argv)
 	    strcmp(verb, "revoke") != 0) {
 		rv = MOAT_INVALID_ARGUMENT;
 		errmsg = moat_asprintf("keys: say create --tenant NAME, ls "
-		    "[--tenant NAME] or revoke KEYID");
+		                       "[--tenant NAME] or revoke KEYID");
 		goto out;
 	}
 	if (strcmp(verb, "create") == 0 && tenant == NULL) {
 		rv = MOAT_INVALID_ARGUMENT;
 		errmsg = moat_asprintf("keys create: --tenant NAME is "
-		    "required");
+		                       "required");
 		goto out;
 	}
 	if (strcmp(verb, "revoke") == 0 && optind + 1 >= argc) {
 		rv = MOAT_INVALID_ARGUMENT;
 		errmsg = moat_asprintf("keys revoke: name the KEYID (`moat-"
-		    "gateway keys ls` lists them)");
+		                       "gateway keys ls` lists them)");
 		goto out;
 	}
 	if ((rv = moat_mkdir_p(state_dir, 0700)) != 0) {
 		errmsg = moat_asprintf("cannot create the state directory "
-		    "%s: %s", state_dir, strerror(rv));
+		                       "%s: %s",
+		    state_dir, strerror(rv));
 		rv = moat_status_from_errno(rv);
 		goto out;
 	}
@@ -149,23 +150,25 @@ keys_main(int argc, char **argv)
 		goto out;
 	if (strcmp(verb, "create") == 0) {
 		if ((rv = moat_auth_key_create(a, tenant, &secret, key_id,
-		    &errmsg)) == MOAT_OK) {
+		         &errmsg)) == MOAT_OK) {
 			printf("%s\n", secret);
-			fprintf(stderr, "key %s of tenant %s: the line above is "
+			fprintf(stderr,
+			    "key %s of tenant %s: the line above is "
 			    "its secret, shown this once: keep it (e.g. in "
-			    "MOAT_API_KEY)\n", key_id, tenant);
+			    "MOAT_API_KEY)\n",
+			    key_id, tenant);
 		}
 	} else if (strcmp(verb, "ls") == 0) {
 		rv = moat_auth_key_list(a, tenant, stdout, &errmsg);
 	} else {
 		if ((rv = moat_auth_key_revoke(a, argv[optind + 1],
-		    &errmsg)) == MOAT_OK)
+		         &errmsg)) == MOAT_OK)
 			printf("revoked %s\n", argv[optind + 1]);
 	}
 out:
 	if (rv != MOAT_OK)
-		fprintf(stderr, "moat-gateway keys: %s\n", errmsg ? errmsg :
-		    moat_strerror(rv));
+		fprintf(stderr, "moat-gateway keys: %s\n",
+		    errmsg ? errmsg : moat_strerror(rv));
 	moat_auth_close(a);
 	free(secret);
 	free(errmsg);
@@ -192,10 +195,10 @@ retention_config(struct moat_config *cfg, char **errmsg)
 		if ((v = moat_config_get(cfg, SECTION, name, NULL)) == NULL)
 			continue;
 		if ((rv = moat_config_get_u64(cfg, SECTION, name, 0, &n,
-		    errmsg)) != MOAT_OK)
+		         errmsg)) != MOAT_OK)
 			return rv;
 		if ((rv = moat_config_set_flag(cfg, "retention", keys[i],
-		    v)) != MOAT_OK) {
+		         v)) != MOAT_OK) {
 			*errmsg = moat_asprintf("out of memory");
 			return rv;
 		}
@@ -208,7 +211,7 @@ retention_config(struct moat_config *cfg, char **errmsg)
 struct gateway_main {
 	struct moat_gateway_opts opts;
 	struct moat_http_opts http_opts;
-	struct moat_config *cfg;        /* borrowed from moat_service_main */
+	struct moat_config *cfg; /* borrowed from moat_service_main */
 	struct moat_gateway *gw;
 	struct moat_http *http;
 	char *listen, *survey, *sessiond, *snapd;
@@ -226,47 +229,48 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	m->cfg = cfg;
 	m->listen = moat_service_url(cfg, SECTION, "listen", state_dir,
 	    "gateway.sock");
-	m->survey = moat_service_url(cfg, SECTION, "survey", state_dir,
-	    "survey.sock");
+	m->survey =
+	    moat_service_url(cfg, SECTION, "survey", state_dir, "survey.sock");
 	m->sessiond = moat_service_url(cfg, SECTION, "sessiond", state_dir,
 	    "sessiond.sock");
-	m->snapd = moat_service_url(cfg, SECTION, "snapd", state_dir,
-	    "snapd.sock");
+	m->snapd =
+	    moat_service_url(cfg, SECTION, "snapd", state_dir, "snapd.sock");
 	if (m->listen == NULL || m->survey == NULL || m->sessiond == NULL ||
 	    m->snapd == NULL) {
 		*errmsg = moat_asprintf("out of memory");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	if ((rv = moat_config_get_u64(cfg, SECTION, "survey-interval-ms",
-	    MOAT_GW_SURVEY_INTERVAL_MS, &interval, errmsg)) != MOAT_OK ||
+	         MOAT_GW_SURVEY_INTERVAL_MS, &interval, errmsg)) != MOAT_OK ||
 	    (rv = moat_config_get_u64(cfg, SECTION, "workers", 0, &workers,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		return rv;
 	if (interval < 50 || interval > 60000 || workers > 4096) {
 		*errmsg = moat_asprintf("survey-interval-ms must be 50-60000 "
-		    "and workers at most 4096");
+		                        "and workers at most 4096");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((rv = moat_config_get_u64(cfg, SECTION, "mcp-max-sessions",
-	    MOAT_HTTP_MCP_MAX_SESSIONS, &mcp_max, errmsg)) != MOAT_OK ||
+	         MOAT_HTTP_MCP_MAX_SESSIONS, &mcp_max, errmsg)) != MOAT_OK ||
 	    (rv = moat_config_get_u64(cfg, SECTION, "mcp-idle-s",
-	    MOAT_HTTP_MCP_IDLE_S, &mcp_idle, errmsg)) != MOAT_OK)
+	         MOAT_HTTP_MCP_IDLE_S, &mcp_idle, errmsg)) != MOAT_OK)
 		return rv;
 	if (mcp_max < 1 || mcp_max > MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT ||
 	    mcp_idle > UINT32_MAX) {
 		*errmsg = moat_asprintf("mcp-max-sessions must be 1-%u and "
-		    "mcp-idle-s at most %u", MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT,
-		    UINT32_MAX);
+		                        "mcp-idle-s at most %u",
+		    MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT, UINT32_MAX);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	m->http_opts.mcp_max_sessions = (uint32_t)mcp_max;
 	m->http_opts.mcp_idle_s = (uint32_t)mcp_idle;
 	if ((rv = moat_config_get_bool(cfg, SECTION, "auth", true, &auth,
-	    errmsg)) != MOAT_OK ||
+	         errmsg)) != MOAT_OK ||
 	    (rv = retention_config(cfg, errmsg)) != MOAT_OK)
 		return rv;
 	if (!auth)
-		moat_warn(0, "moat-gateway: auth is off: every caller is "
+		moat_warn(0,
+		    "moat-gateway: auth is off: every caller is "
 		    "tenant \"default\", without a key");
 	m->opts.auth = auth;
 	m->opts.config = cfg;
@@ -291,8 +295,9 @@ gateway_serve(void *ctx, char **errmsg)
 		return rv;
 	http_addr = moat_config_get(m->cfg, SECTION, "http", NULL);
 	if (http_addr == NULL || strcmp(http_addr, "off") != 0) {
-		rv = moat_http_start(&m->http, m->gw, http_addr ? http_addr :
-		    MOAT_HTTP_DEFAULT_ADDR, &m->http_opts, errmsg);
+		rv = moat_http_start(&m->http, m->gw,
+		    http_addr ? http_addr : MOAT_HTTP_DEFAULT_ADDR,
+		    &m->http_opts, errmsg);
 		if (rv != MOAT_OK && http_addr != NULL) {
 			moat_gateway_stop(m->gw);
 			m->gw = NULL;

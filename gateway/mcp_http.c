@@ -26,24 +26,24 @@
 #include "moat/util.h"
 
 #define SESSION_HEADER "Mcp-Session-Id"
-#define SESSION_ID_LEN 32   /* hex digits */
+#define SESSION_ID_LEN 32 /* hex digits */
 
 struct mcp_entry {
-	char id[SESSION_ID_LEN + 1];        /* "" : free slot */
+	char id[SESSION_ID_LEN + 1]; /* "" : free slot */
 	struct moat_mcp_session *session;
-	char *authz;                        /* heap; the Authorization header
+	char *authz;   /* heap; the Authorization header
 	                                     * of initialize ("" : none) */
-	unsigned refs;                      /* requests using it now */
-	bool removed;                       /* out of the table; the last
+	unsigned refs; /* requests using it now */
+	bool removed;  /* out of the table; the last
 	                                     * request frees it */
 	time_t last_used;
 };
 
 struct moat_mcp_http {
-	pthread_mutex_t lock;   /* guards entries (not the sessions) */
-	struct mcp_entry **entries;   /* heap, max_sessions; NULL: free */
+	pthread_mutex_t lock;       /* guards entries (not the sessions) */
+	struct mcp_entry **entries; /* heap, max_sessions; NULL: free */
 	size_t max_sessions;
-	unsigned idle_s;        /* idle this long: may be evicted */
+	unsigned idle_s; /* idle this long: may be evicted */
 };
 
 /* One caller of the gateway, as the moat_mcp_call_fn lib/mcp takes:
@@ -73,8 +73,7 @@ moat_mcp_http_new(struct moat_mcp_http **out, size_t max_sessions,
 	if (max_sessions == 0)
 		return MOAT_INVALID_ARGUMENT;
 	if ((m = calloc(1, sizeof(*m))) == NULL ||
-	    (m->entries = calloc(max_sessions, sizeof(*m->entries))) ==
-	    NULL) {
+	    (m->entries = calloc(max_sessions, sizeof(*m->entries))) == NULL) {
 		free(m);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
@@ -165,27 +164,30 @@ new_session_id(char id[SESSION_ID_LEN + 1])
  * Authorization of the request that evicts it, which may be another
  * tenant's), then frees it. Blocks while the sandbox is destroyed. */
 static void
-session_evict(struct moat_mcp_http *m, struct mcp_entry *victim,
-    time_t now, moat_mcp_http_call_fn call, void *arg)
+session_evict(struct moat_mcp_http *m, struct mcp_entry *victim, time_t now,
+    moat_mcp_http_call_fn call, void *arg)
 {
-	struct caller as_victim = { .call = call, .arg = arg,
-	    .authz = victim->authz };
+	struct caller as_victim = { .call = call,
+		.arg = arg,
+		.authz = victim->authz };
 	long long idle = (long long)(now - victim->last_used);
-	int rv = moat_mcp_session_close(victim->session, call_as,
-	    &as_victim);
+	int rv = moat_mcp_session_close(victim->session, call_as, &as_victim);
 
 	if (rv == MOAT_OK || rv == MOAT_NOT_FOUND)
-		moat_info(0, "mcp-session-evicted %s: idle for %lld s "
+		moat_info(0,
+		    "mcp-session-evicted %s: idle for %lld s "
 		    "(mcp-idle-s %u) with all %zu sessions open; %s",
 		    victim->id, idle, m->idle_s, m->max_sessions,
 		    rv == MOAT_OK ? "its sandbox was destroyed" :
-		    "it had no sandbox");
+		                    "it had no sandbox");
 	else
-		moat_warn(0, "mcp-session-evicted %s: idle for %lld s "
+		moat_warn(0,
+		    "mcp-session-evicted %s: idle for %lld s "
 		    "(mcp-idle-s %u) with all %zu sessions open; its sandbox "
 		    "(label mcp-session=%s) could not be destroyed: %s (see "
-		    "mcp-sandbox-leaked)", victim->id, idle, m->idle_s,
-		    m->max_sessions, victim->id, moat_strerror(rv));
+		    "mcp-sandbox-leaked)",
+		    victim->id, idle, m->idle_s, m->max_sessions, victim->id,
+		    moat_strerror(rv));
 	entry_free(victim);
 }
 
@@ -196,8 +198,7 @@ session_evict(struct moat_mcp_http *m, struct mcp_entry *victim,
  * with `arg`). False when none may (s is then freed). */
 static bool
 session_add(struct moat_mcp_http *m, struct moat_mcp_session *s,
-    const char *id, const char *authz, moat_mcp_http_call_fn call,
-    void *arg)
+    const char *id, const char *authz, moat_mcp_http_call_fn call, void *arg)
 {
 	struct mcp_entry *e, *victim = NULL;
 	size_t slot = m->max_sessions;
@@ -224,7 +225,7 @@ session_add(struct moat_mcp_http *m, struct moat_mcp_session *s,
 		 * one used this very second. */
 		if (o->refs == 0 && now - o->last_used >= (time_t)m->idle_s &&
 		    (slot == m->max_sessions ||
-		    o->last_used < m->entries[slot]->last_used))
+		        o->last_used < m->entries[slot]->last_used))
 			slot = i;
 	}
 	if (slot < m->max_sessions) {
@@ -293,17 +294,17 @@ static bool
 origin_ok(struct MHD_Connection *conn)
 {
 	static const char *const local[] = { "http://localhost",
-	    "http://127.0.0.1", "http://[::1]", "https://localhost",
-	    "https://127.0.0.1", "https://[::1]" };
-	const char *o = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-	    "Origin");
+		"http://127.0.0.1", "http://[::1]", "https://localhost",
+		"https://127.0.0.1", "https://[::1]" };
+	const char *o =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
 
 	if (o == NULL || strcmp(o, "null") == 0)
 		return o == NULL;
 	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++) {
 		size_t n = strlen(local[i]);
-		if (strncmp(o, local[i], n) == 0 && (o[n] == '\0' ||
-		    o[n] == ':' || o[n] == '/'))
+		if (strncmp(o, local[i], n) == 0 &&
+		    (o[n] == '\0' || o[n] == ':' || o[n] == '/'))
 			return true;
 	}
 	return false;
@@ -314,8 +315,8 @@ static enum MHD_Result
 serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
     const char *body, size_t len, struct caller *self)
 {
-	const char *sid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-	    SESSION_HEADER);
+	const char *sid =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, SESSION_HEADER);
 	const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	    MHD_HTTP_HEADER_AUTHORIZATION);
 	struct moat_mcp_session *s;
@@ -325,40 +326,45 @@ serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
 	json_t *msg, *out;
 	enum MHD_Result ret;
 
-	msg = len > 0 ? json_loadb(body, len, JSON_REJECT_DUPLICATES |
-	    JSON_DECODE_ANY, &jerr) : NULL;
+	msg = len > 0 ? json_loadb(body, len,
+	                    JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr) :
+	                NULL;
 	if (msg == NULL) {
 		char *text = len > 0 ? moat_asprintf("malformed JSON at line "
-		    "%d column %d: %s", jerr.line, jerr.column, jerr.text) :
-		    NULL;
+		                                     "%d column %d: %s",
+		                           jerr.line, jerr.column, jerr.text) :
+		                       NULL;
 		ret = reply_error(conn, MHD_HTTP_BAD_REQUEST,
-		    MOAT_MCP_PARSE_ERROR, text ? text : "the body must be a "
-		    "JSON-RPC message");
+		    MOAT_MCP_PARSE_ERROR,
+		    text ? text :
+		           "the body must be a "
+		           "JSON-RPC message");
 		free(text);
 		return ret;
 	}
 	if (moat_mcp_is_initialize(msg)) {
 		if (!new_session_id(new_id) ||
 		    moat_mcp_session_new(&s, NULL, new_id, &errmsg) !=
-		    MOAT_OK) {
+		        MOAT_OK) {
 			json_decref(msg);
 			ret = reply_error(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
-			    MOAT_MCP_INTERNAL_ERROR, errmsg ? errmsg :
-			    "out of memory");
+			    MOAT_MCP_INTERNAL_ERROR,
+			    errmsg ? errmsg : "out of memory");
 			free(errmsg);
 			return ret;
 		}
-		if (!session_add(m, s, new_id, authz, self->call,
-		    self->arg)) {
+		if (!session_add(m, s, new_id, authz, self->call, self->arg)) {
 			json_decref(msg);
 			return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-			    MOAT_MCP_INTERNAL_ERROR, "too many MCP sessions: "
+			    MOAT_MCP_INTERNAL_ERROR,
+			    "too many MCP sessions: "
 			    "end unused ones with DELETE /mcp");
 		}
 		if ((e = session_get(m, new_id, authz)) == NULL) {
 			json_decref(msg);
 			return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-			    MOAT_MCP_INTERNAL_ERROR, "the new session was "
+			    MOAT_MCP_INTERNAL_ERROR,
+			    "the new session was "
 			    "evicted at once: retry");
 		}
 		out = moat_mcp_handle(e->session, msg, call_as, self);
@@ -370,14 +376,16 @@ serve_post(struct moat_mcp_http *m, struct MHD_Connection *conn,
 	if (sid == NULL) {
 		json_decref(msg);
 		return reply_error(conn, MHD_HTTP_BAD_REQUEST,
-		    MOAT_MCP_INVALID_REQUEST, "the Mcp-Session-Id header is "
+		    MOAT_MCP_INVALID_REQUEST,
+		    "the Mcp-Session-Id header is "
 		    "required: send initialize first and echo the id it "
 		    "returns");
 	}
 	if ((e = session_get(m, sid, authz)) == NULL) {
 		json_decref(msg);
 		return reply_error(conn, MHD_HTTP_NOT_FOUND,
-		    MOAT_MCP_INVALID_REQUEST, "no such MCP session (ended or "
+		    MOAT_MCP_INVALID_REQUEST,
+		    "no such MCP session (ended or "
 		    "expired): initialize a new one");
 	}
 	out = moat_mcp_handle(e->session, msg, call_as, self);
@@ -402,7 +410,8 @@ moat_mcp_http_serve(struct moat_mcp_http *m, struct MHD_Connection *conn,
 
 	if (!origin_ok(conn))
 		return reply_error(conn, MHD_HTTP_FORBIDDEN,
-		    MOAT_MCP_INVALID_REQUEST, "the Origin header names a "
+		    MOAT_MCP_INVALID_REQUEST,
+		    "the Origin header names a "
 		    "site other than this host: /mcp serves local clients");
 	if (strcmp(method, "POST") == 0)
 		return serve_post(m, conn, body, len, &self);
@@ -411,10 +420,12 @@ moat_mcp_http_serve(struct moat_mcp_http *m, struct MHD_Connection *conn,
 		    SESSION_HEADER);
 		if (sid == NULL)
 			return reply_error(conn, MHD_HTTP_BAD_REQUEST,
-			    MOAT_MCP_INVALID_REQUEST, "DELETE /mcp needs the "
+			    MOAT_MCP_INVALID_REQUEST,
+			    "DELETE /mcp needs the "
 			    "Mcp-Session-Id header of the session to end");
-		if ((e = session_get(m, sid, MHD_lookup_connection_value(conn,
-		    MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) == NULL)
+		if ((e = session_get(m, sid,
+		         MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+		             MHD_HTTP_HEADER_AUTHORIZATION))) == NULL)
 			return reply_error(conn, MHD_HTTP_NOT_FOUND,
 			    MOAT_MCP_INVALID_REQUEST, "no such MCP session");
 		moat_mcp_session_close(e->session, call_as, &self);
@@ -423,7 +434,9 @@ moat_mcp_http_serve(struct moat_mcp_http *m, struct MHD_Connection *conn,
 		return reply(conn, MHD_HTTP_NO_CONTENT, NULL, NULL, NULL);
 	}
 	return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
-	    moat_mcp_error_reply(MOAT_MCP_INVALID_REQUEST, "/mcp takes POST "
-	    "(JSON-RPC messages) and DELETE (end a session); this server "
-	    "offers no server-initiated stream"), NULL, "POST, DELETE");
+	    moat_mcp_error_reply(MOAT_MCP_INVALID_REQUEST,
+	        "/mcp takes POST "
+	        "(JSON-RPC messages) and DELETE (end a session); this server "
+	        "offers no server-initiated stream"),
+	    NULL, "POST, DELETE");
 }

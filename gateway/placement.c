@@ -29,7 +29,8 @@ free_mib(const Moat__V1__Node *n)
 	if (n->memory_mib_total == 0)
 		return UINT32_MAX;
 	return n->memory_mib_total > n->memory_mib_used ?
-	    n->memory_mib_total - n->memory_mib_used : 0;
+	    n->memory_mib_total - n->memory_mib_used :
+	    0;
 }
 
 /* within_limits: whether the node could ever hold such a sandbox, empty
@@ -93,10 +94,10 @@ moat_placement_choose(Moat__V1__Node *const *nodes, size_t n, uint32_t vcpus,
 		if (node == NULL || !node->available)
 			continue;
 		available++;
-		node_vcpus = node->max_vcpus ? node->max_vcpus :
-		    node->vcpus_total;
+		node_vcpus =
+		    node->max_vcpus ? node->max_vcpus : node->vcpus_total;
 		node_mem = node->max_memory_mib ? node->max_memory_mib :
-		    node->memory_mib_total;
+		                                  node->memory_mib_total;
 		if (node_vcpus > max_vcpus)
 			max_vcpus = node_vcpus;
 		if (node_mem > max_mem)
@@ -119,7 +120,8 @@ moat_placement_choose(Moat__V1__Node *const *nodes, size_t n, uint32_t vcpus,
 		return MOAT_OK;
 	}
 	if (available == 0) {
-		*errmsg = moat_asprintf("no vmd node is available: start "
+		*errmsg = moat_asprintf(
+		    "no vmd node is available: start "
 		    "moat-vmd (deploy/moat-stack start) and check that it "
 		    "dials the gateway's survey url %s; `moat info` lists "
 		    "the nodes the gateway knows",
@@ -127,25 +129,28 @@ moat_placement_choose(Moat__V1__Node *const *nodes, size_t n, uint32_t vcpus,
 		return MOAT_UNAVAILABLE;
 	}
 	if (fit_limits == 0) {
-		*errmsg = moat_asprintf("no node can hold a sandbox of %u "
+		*errmsg = moat_asprintf(
+		    "no node can hold a sandbox of %u "
 		    "vcpus and %u MiB: the largest allowed on the available "
 		    "nodes is %u vcpus and %llu MiB; ask for less (--cpus, "
-		    "--memory)", vcpus, memory_mib, max_vcpus,
-		    (unsigned long long)max_mem);
+		    "--memory)",
+		    vcpus, memory_mib, max_vcpus, (unsigned long long)max_mem);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (fit_image == 0) {
-		*errmsg = moat_asprintf("image \"%s\" is not built on any "
+		*errmsg = moat_asprintf(
+		    "image \"%s\" is not built on any "
 		    "available node: build it on a node as root "
 		    "(images/build.sh --name %s --out DIR, DIR being that "
 		    "node's vmd --image-dir) or pick another with --image",
 		    image, image);
 		return MOAT_FAILED_PRECONDITION;
 	}
-	*errmsg = moat_asprintf("all %zu available node(s) are full: %u MiB "
+	*errmsg = moat_asprintf(
+	    "all %zu available node(s) are full: %u MiB "
 	    "asked, at most %llu MiB free on one node; destroy sandboxes "
 	    "you no longer need (moat sandbox ls, moat sandbox rm ID), ask "
-	    "for less memory, or start another node", fit_image, memory_mib,
-	    (unsigned long long)most_free);
+	    "for less memory, or start another node",
+	    fit_image, memory_mib, (unsigned long long)most_free);
 	return MOAT_RESOURCE_EXHAUSTED;
 }

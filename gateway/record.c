@@ -31,8 +31,8 @@
 #include "session.pb-c.h"
 
 #define SESSIOND_SERVICE "moat.v1.Session"
-#define RECORD_CALL_MIN_MS 5000  /* trace / append get at least this */
-#define RECORD_LOOKUP_MS 3000    /* finding a sandbox's session again */
+#define RECORD_CALL_MIN_MS 5000 /* trace / append get at least this */
+#define RECORD_LOOKUP_MS 3000   /* finding a sandbox's session again */
 
 /* One recorded sandbox. Entries are allocated one by one and freed only
  * by moat_record_fini, so a pointer taken under the table lock stays
@@ -42,13 +42,13 @@ struct moat_record_entry {
 	pthread_mutex_t lock;
 	char sandbox_id[MOAT_ID_MAX];
 	char session_id[MOAT_ID_MAX]; /* "" : known not to be recorded */
-	bool gone;                  /* destroyed, or now records elsewhere */
+	bool gone;                    /* destroyed, or now records elsewhere */
 	Moat__V1__SnapshotPolicy policy;
-	uint64_t last_index;        /* the latest step (0: none yet) */
-	char step0[MOAT_ID_MAX];    /* snapshot before step 1 ("" : none) */
-	uint32_t snapshots;         /* steps with a snapshot, as far as this
+	uint64_t last_index;     /* the latest step (0: none yet) */
+	char step0[MOAT_ID_MAX]; /* snapshot before step 1 ("" : none) */
+	uint32_t snapshots;      /* steps with a snapshot, as far as this
 	                             * gateway knows (UINT32_MAX: unknown) */
-	Moat__V1__FsTrace *prev;    /* owned: the trace after the last step */
+	Moat__V1__FsTrace *prev; /* owned: the trace after the last step */
 };
 
 /* ---- the trace diff ---- */
@@ -85,8 +85,9 @@ same_state(const Moat__V1__FsTraceEntry *a, const Moat__V1__FsTraceEntry *b)
 {
 	return a->change == b->change && a->type == b->type &&
 	    a->size == b->size && a->mode == b->mode &&
-	    a->sha256.len == b->sha256.len && (a->sha256.len == 0 ||
-	    memcmp(a->sha256.data, b->sha256.data, a->sha256.len) == 0);
+	    a->sha256.len == b->sha256.len &&
+	    (a->sha256.len == 0 ||
+	        memcmp(a->sha256.data, b->sha256.data, a->sha256.len) == 0);
 }
 
 /* new_entry: a deep copy of `from` (size, hash, mode and type only when
@@ -154,8 +155,7 @@ moat_trace_diff(const Moat__V1__FsTrace *prev, const Moat__V1__FsTrace *cur,
 	if ((rv = sorted_view(prev, &p, &np)) != MOAT_OK ||
 	    (rv = sorted_view(cur, &c, &nc)) != MOAT_OK)
 		goto cleanup;
-	if (np + nc > 0 &&
-	    (res = calloc(np + nc, sizeof(*res))) == NULL) {
+	if (np + nc > 0 && (res = calloc(np + nc, sizeof(*res))) == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		goto cleanup;
 	}
@@ -163,14 +163,16 @@ moat_trace_diff(const Moat__V1__FsTrace *prev, const Moat__V1__FsTrace *cur,
 		const Moat__V1__FsTraceEntry *a = i < np ? p[i] : NULL;
 		const Moat__V1__FsTraceEntry *b = j < nc ? c[j] : NULL;
 		Moat__V1__FsTraceEntry *e = NULL;
-		int order = a == NULL ? 1 : b == NULL ? -1 :
-		    cmp_entry_path(&p[i], &c[j]);
+		int order = a == NULL ? 1 :
+		    b == NULL         ? -1 :
+		                        cmp_entry_path(&p[i], &c[j]);
 
 		if (order > 0) {
 			e = new_entry(b, b->change, true);
 			j++;
 		} else if (order < 0) {
-			if (a->change == MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED)
+			if (a->change ==
+			    MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED)
 				e = new_entry(a,
 				    MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED,
 				    false);
@@ -189,7 +191,8 @@ moat_trace_diff(const Moat__V1__FsTrace *prev, const Moat__V1__FsTrace *cur,
 			j++;
 			if (same_state(a, b))
 				continue;
-			if (b->change == MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED)
+			if (b->change ==
+			    MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED)
 				e = new_entry(b,
 				    MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED,
 				    false);
@@ -217,7 +220,7 @@ moat_trace_diff(const Moat__V1__FsTrace *prev, const Moat__V1__FsTrace *cur,
 	rv = MOAT_OK;
 cleanup:
 	if (res != NULL)
-		moat_trace_diff_free(res, n);  /* n entries made so far */
+		moat_trace_diff_free(res, n); /* n entries made so far */
 	free(p);
 	free(c);
 	return rv;
@@ -294,7 +297,8 @@ add_entry(struct moat_record *rec, struct moat_record_entry *e)
 		if (!rec->entries[i]->gone &&
 		    strcmp(rec->entries[i]->sandbox_id, e->sandbox_id) == 0)
 			rec->entries[i]->gone = true;
-	grown = rec->n < rec->cap ? rec->entries :
+	grown = rec->n < rec->cap ?
+	    rec->entries :
 	    realloc(rec->entries, (rec->cap * 2 + 8) * sizeof(*grown));
 	if (grown != NULL) {
 		if (grown != rec->entries) {
@@ -399,8 +403,8 @@ moat_record_sessiond(struct moat_record *rec, const char *method,
 {
 	uint64_t now = moat_rpc_now_ms();
 	struct moat_rpc_opts opts = {
-		.timeout_ms = deadline_ms > now ?
-		    (uint32_t)(deadline_ms - now) : 1,
+		.timeout_ms =
+		    deadline_ms > now ? (uint32_t)(deadline_ms - now) : 1,
 	};
 	char *msg = NULL;
 	int rv;
@@ -413,7 +417,8 @@ moat_record_sessiond(struct moat_record *rec, const char *method,
 		return MOAT_OK;
 	}
 	if (rv == MOAT_UNAVAILABLE || rv == MOAT_DEADLINE_EXCEEDED)
-		*errmsg = moat_asprintf("moat-sessiond at %s did not "
+		*errmsg = moat_asprintf(
+		    "moat-sessiond at %s did not "
 		    "answer %s (%s): is it running? `moat info` shows it",
 		    rec->sessiond_url, method, msg ? msg : "");
 	else
@@ -425,10 +430,9 @@ moat_record_sessiond(struct moat_record *rec, const char *method,
 /* node_call: `method` of moat.v1.Vm with `req` on the node holding
  * `sandbox_id`; the reply decoded as `reply_desc` (caller frees). */
 static int
-node_call(struct moat_record *rec, const char *sandbox_id,
-    const char *method, const ProtobufCMessage *req,
-    const ProtobufCMessageDescriptor *reply_desc, uint64_t deadline,
-    const char *what, ProtobufCMessage **out, char **errmsg)
+node_call(struct moat_record *rec, const char *sandbox_id, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+    uint64_t deadline, const char *what, ProtobufCMessage **out, char **errmsg)
 {
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
@@ -440,7 +444,7 @@ node_call(struct moat_record *rec, const char *sandbox_id,
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((rv = moat_forward_locate(rec->fw, &sandbox, deadline, &node,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		return rv;
 	return moat_forward_node_call(rec->fw, &node, method, req, reply_desc,
 	    moat_rpc_new_request_id(), deadline, what, out, errmsg);
@@ -449,17 +453,17 @@ node_call(struct moat_record *rec, const char *sandbox_id,
 /* trace_fs: the hashed filesystem trace of `sandbox_id` from its node.
  * On MOAT_OK *out is the caller's; else *errmsg (heap, caller frees). */
 static int
-trace_fs(struct moat_record *rec, const char *sandbox_id,
-    uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
+trace_fs(struct moat_record *rec, const char *sandbox_id, uint64_t deadline_ms,
+    Moat__V1__FsTrace **out, char **errmsg)
 {
 	Moat__V1__FsTraceCall req = MOAT__V1__FS_TRACE_CALL__INIT;
 
 	req.sandbox_id = (char *)sandbox_id;
 	req.hash = true;
 	return node_call(rec, sandbox_id, "TraceFs", &req.base,
-	    &moat__v1__fs_trace__descriptor, moat_rpc_now_ms() +
-	    call_timeout(deadline_ms), "the sandbox's fs trace",
-	    (ProtobufCMessage **)out, errmsg);
+	    &moat__v1__fs_trace__descriptor,
+	    moat_rpc_now_ms() + call_timeout(deadline_ms),
+	    "the sandbox's fs trace", (ProtobufCMessage **)out, errmsg);
 }
 
 int
@@ -499,9 +503,10 @@ moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
 	req.session_id = (char *)(session_id != NULL ? session_id : "");
 	req.step = step;
 	if ((rv = node_call(rec, sandbox_id, "SnapshotSandbox", &req.base,
-	    &moat__v1__local_snapshot__descriptor, moat_rpc_now_ms() +
-	    call_timeout(deadline_ms), "the sandbox's snapshot",
-	    (ProtobufCMessage **)&snap, errmsg)) != MOAT_OK)
+	         &moat__v1__local_snapshot__descriptor,
+	         moat_rpc_now_ms() + call_timeout(deadline_ms),
+	         "the sandbox's snapshot", (ProtobufCMessage **)&snap,
+	         errmsg)) != MOAT_OK)
 		return rv;
 	snprintf(snapshot_id, size, "%s", snap->snapshot_id);
 	moat__v1__local_snapshot__free_unpacked(snap, NULL);
@@ -540,8 +545,8 @@ set_step_snapshot(struct moat_record *rec, const char *tenant,
     uint64_t deadline_ms, char **errmsg)
 {
 	return moat_record_set_step_snapshot(rec, tenant, session_id, index,
-	    snapshot_id, NULL, moat_rpc_new_request_id(), moat_rpc_now_ms() +
-	    call_timeout(deadline_ms), errmsg);
+	    snapshot_id, NULL, moat_rpc_new_request_id(),
+	    moat_rpc_now_ms() + call_timeout(deadline_ms), errmsg);
 }
 
 /* label_of: the value of `key` in a session's labels, or NULL. */
@@ -589,11 +594,13 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 	req.sandbox_id = (char *)sandbox_id;
 	req.page_size = 1000;
 	if (moat_record_sessiond(rec, "ListSessions", &req.base,
-	    &moat__v1__list_sessions_reply__descriptor,
-	    (ProtobufCMessage **)&list, moat_rpc_now_ms() +
-	    RECORD_LOOKUP_MS, &msg) != MOAT_OK) {
-		moat_warn(request_id, "recording: cannot tell whether sandbox "
-		    "%s is recorded: %s", sandbox_id, msg ? msg : "");
+	        &moat__v1__list_sessions_reply__descriptor,
+	        (ProtobufCMessage **)&list,
+	        moat_rpc_now_ms() + RECORD_LOOKUP_MS, &msg) != MOAT_OK) {
+		moat_warn(request_id,
+		    "recording: cannot tell whether sandbox "
+		    "%s is recorded: %s",
+		    sandbox_id, msg ? msg : "");
 		free(msg);
 		return NULL;
 	}
@@ -605,7 +612,7 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 	if (e != NULL && latest != NULL) {
 		e->policy = latest->snapshot_policy;
 		e->last_index = latest->step_count;
-		e->snapshots = UINT32_MAX;   /* retention will count them */
+		e->snapshots = UINT32_MAX; /* retention will count them */
 		if ((step0 = label_of(latest, MOAT_RECORD_STEP0_LABEL)) !=
 		    NULL)
 			snprintf(e->step0, sizeof(e->step0), "%s", step0);
@@ -614,8 +621,10 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 			free(msg);
 			msg = NULL;
 		}
-		moat_info(request_id, "sandbox %s records again into session "
-		    "%s (found in moat-sessiond)", sandbox_id, e->session_id);
+		moat_info(request_id,
+		    "sandbox %s records again into session "
+		    "%s (found in moat-sessiond)",
+		    sandbox_id, e->session_id);
 	}
 	moat__v1__list_sessions_reply__free_unpacked(list, NULL);
 	if (e == NULL || add_entry(rec, e) != MOAT_OK)
@@ -625,11 +634,10 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 
 bool
 moat_record_session_lookup(struct moat_record *rec, const char *tenant,
-    const char *sandbox_id, uint64_t request_id, char *session_id,
-    size_t size)
+    const char *sandbox_id, uint64_t request_id, char *session_id, size_t size)
 {
-	struct moat_record_entry *e = lookup(rec, tenant, sandbox_id,
-	    request_id);
+	struct moat_record_entry *e =
+	    lookup(rec, tenant, sandbox_id, request_id);
 
 	if (e == NULL || size == 0 || e->session_id[0] == '\0')
 		return false;
@@ -641,26 +649,27 @@ moat_record_session_lookup(struct moat_record *rec, const char *tenant,
  * step 0 (in sessiond, and in e before e is shared). A failure is logged:
  * step 0 then cannot be restored. */
 static void
-take_step0(struct moat_record *rec, const char *tenant,
-    const char *sandbox_id, struct moat_record_entry *e, uint64_t request_id,
-    uint64_t deadline_ms)
+take_step0(struct moat_record *rec, const char *tenant, const char *sandbox_id,
+    struct moat_record_entry *e, uint64_t request_id, uint64_t deadline_ms)
 {
 	char snap[MOAT_ID_MAX], *msg = NULL;
 
 	if (moat_record_snapshot(rec, sandbox_id, e->session_id, 0,
-	    deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK) {
-		moat_warn(request_id, "recording %s: no snapshot of its "
+	        deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK) {
+		moat_warn(request_id,
+		    "recording %s: no snapshot of its "
 		    "starting state (%s): step 0 cannot be restored",
 		    sandbox_id, msg ? msg : "");
 		free(msg);
 		return;
 	}
 	snprintf(e->step0, sizeof(e->step0), "%s", snap);
-	if (set_step_snapshot(rec, tenant, e->session_id, 0, snap,
-	    deadline_ms, &msg) != MOAT_OK) {
-		moat_warn(request_id, "recording %s: step-0 snapshot %s is "
-		    "known to this gateway only: %s", sandbox_id, snap,
-		    msg ? msg : "");
+	if (set_step_snapshot(rec, tenant, e->session_id, 0, snap, deadline_ms,
+	        &msg) != MOAT_OK) {
+		moat_warn(request_id,
+		    "recording %s: step-0 snapshot %s is "
+		    "known to this gateway only: %s",
+		    sandbox_id, snap, msg ? msg : "");
 		free(msg);
 	}
 }
@@ -668,8 +677,8 @@ take_step0(struct moat_record *rec, const char *tenant,
 int
 moat_record_begin(struct moat_record *rec, const char *tenant,
     const char *sandbox_id, const struct moat_record_origin *origin,
-    uint64_t request_id, uint64_t deadline_ms, char *session_id,
-    size_t size, char **errmsg)
+    uint64_t request_id, uint64_t deadline_ms, char *session_id, size_t size,
+    char **errmsg)
 {
 	Moat__V1__CreateSessionRequest creq =
 	    MOAT__V1__CREATE_SESSION_REQUEST__INIT;
@@ -688,7 +697,8 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 	creq.sandbox_id = (char *)sandbox_id;
 	creq.snapshot_policy = origin->policy;
 	creq.parent_session_id = (char *)(origin->parent_session_id != NULL ?
-	    origin->parent_session_id : "");
+	        origin->parent_session_id :
+	        "");
 	creq.parent_step = origin->parent_step;
 	if (step0[0] != '\0') {
 		/* SetStepSnapshot knows steps from 1; step 0's snapshot is
@@ -699,8 +709,8 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 		creq.n_labels = 1;
 	}
 	if ((rv = moat_record_sessiond(rec, "CreateSession", &creq.base,
-	    &moat__v1__session_info__descriptor, &reply,
-	    moat_rpc_now_ms() + call_timeout(deadline_ms), &msg)) !=
+	         &moat__v1__session_info__descriptor, &reply,
+	         moat_rpc_now_ms() + call_timeout(deadline_ms), &msg)) !=
 	    MOAT_OK) {
 		*errmsg = moat_asprintf("cannot start the recording of %s: %s",
 		    sandbox_id, msg);
@@ -716,20 +726,24 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 	}
 	e->policy = origin->policy;
 	snprintf(e->step0, sizeof(e->step0), "%s", step0);
-	if (step0[0] == '\0' && origin->policy ==
-	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY)
-		take_step0(rec, tenant, sandbox_id, e, request_id, deadline_ms);
+	if (step0[0] == '\0' &&
+	    origin->policy == MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY)
+		take_step0(rec, tenant, sandbox_id, e, request_id,
+		    deadline_ms);
 	e->snapshots = e->step0[0] != '\0' ? 1 : 0;
 	snprintf(session_id, size, "%s", e->session_id);
 	/* What the sandbox holds now is no step's: the first step is
 	 * diffed against this. Best effort. */
 	if (origin->base_trace != NULL) {
 		if ((e->prev = trace_copy(origin->base_trace)) == NULL)
-			moat_warn(request_id, "recording %s: out of memory "
-			    "copying the starting fs trace", sandbox_id);
+			moat_warn(request_id,
+			    "recording %s: out of memory "
+			    "copying the starting fs trace",
+			    sandbox_id);
 	} else if (trace_fs(rec, sandbox_id, deadline_ms, &e->prev, &msg) !=
 	    MOAT_OK) {
-		moat_warn(request_id, "recording %s: no starting fs trace "
+		moat_warn(request_id,
+		    "recording %s: no starting fs trace "
 		    "(%s): the first step lists every change since boot",
 		    sandbox_id, msg ? msg : "");
 		free(msg);
@@ -744,8 +758,8 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 int
 moat_record_start(struct moat_record *rec, const char *tenant,
     const Moat__V1__CreateSandboxRequest *req, const char *sandbox_id,
-    uint64_t request_id, uint64_t deadline_ms, char *session_id,
-    size_t size, char **errmsg)
+    uint64_t request_id, uint64_t deadline_ms, char *session_id, size_t size,
+    char **errmsg)
 {
 	struct moat_record_origin origin = {
 		.policy = req->snapshot_policy,
@@ -766,8 +780,10 @@ retain(struct moat_record *rec, struct moat_record_entry *e,
 
 	if (moat_retention_policy(rec->config, tenant, &policy, &msg) !=
 	    MOAT_OK) {
-		moat_warn(request_id, "retention of tenant %s: %s (the "
-		    "default is used)", tenant, msg ? msg : "");
+		moat_warn(request_id,
+		    "retention of tenant %s: %s (the "
+		    "default is used)",
+		    tenant, msg ? msg : "");
 		free(msg);
 	}
 	if (e->snapshots != UINT32_MAX)
@@ -803,9 +819,11 @@ attach_manual(struct moat_record *rec, struct moat_record_entry *e,
 		pthread_mutex_unlock(&rec->lock);
 	}
 	if (set_step_snapshot(rec, tenant, e->session_id, e->last_index,
-	    snapshot_id, deadline_ms, &msg) != MOAT_OK) {
-		moat_warn(request_id, "snapshot %s of %s not attached to step "
-		    "%llu of session %s%s: %s", snapshot_id, e->sandbox_id,
+	        snapshot_id, deadline_ms, &msg) != MOAT_OK) {
+		moat_warn(request_id,
+		    "snapshot %s of %s not attached to step "
+		    "%llu of session %s%s: %s",
+		    snapshot_id, e->sandbox_id,
 		    (unsigned long long)e->last_index, e->session_id,
 		    e->last_index == 0 ? " (this gateway keeps it)" : "",
 		    msg ? msg : "");
@@ -850,13 +868,13 @@ int
 moat_record_snapshot_call(struct moat_record *rec, struct moat_rpc_call *call,
     const Moat__V1__SnapshotSandboxRequest *req, const char *tenant)
 {
-	struct moat_record_entry *e = lookup(rec, tenant, req->sandbox_id,
-	    call->request_id);
+	struct moat_record_entry *e =
+	    lookup(rec, tenant, req->sandbox_id, call->request_id);
 	Moat__V1__LocalSnapshot *snap = NULL;
 	int rv;
 
-	if (e == NULL || e->session_id[0] == '\0' || e->policy !=
-	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL)
+	if (e == NULL || e->session_id[0] == '\0' ||
+	    e->policy != MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL)
 		return moat_forward_call(rec->fw, call, req->sandbox_id,
 		    call->payload, call->payload_len);
 	/* Under the entry's lock: no step lands between the snapshot and
@@ -896,8 +914,8 @@ join_argv(char *const *argv, size_t n)
  * node's reply the step keeps (borrowed from `exec` / `code`). */
 struct step_run {
 	const ProtobufCMessage *request;
-	Moat__V1__ExecResult *exec;     /* owned: Exec's reply */
-	Moat__V1__RunCodeResult *code;  /* owned: RunCode's reply */
+	Moat__V1__ExecResult *exec;    /* owned: Exec's reply */
+	Moat__V1__RunCodeResult *code; /* owned: RunCode's reply */
 };
 
 /* step_fill: the step's input from the request and its outcome from the
@@ -922,7 +940,7 @@ step_fill(const struct step_run *r, Moat__V1__Step *step, char **joined)
 				step->input = req->shell;
 			} else {
 				if ((*joined = join_argv(req->argv,
-				    req->n_argv)) == NULL)
+				         req->n_argv)) == NULL)
 					return MOAT_RESOURCE_EXHAUSTED;
 				step->input = *joined;
 				step->n_argv = req->n_argv;
@@ -944,13 +962,15 @@ step_fill(const struct step_run *r, Moat__V1__Step *step, char **joined)
 		step->keep = req->keep;
 		step->kind = MOAT__V1__STEP_KIND__STEP_KIND_CODE;
 		step->input = req->code;
-		step->language = (char *)(req->language[0] != '\0' ?
-		    req->language : "python");
+		step->language =
+		    (char *)(req->language[0] != '\0' ? req->language :
+		                                        "python");
 		if (res != NULL) {
 			/* A code run has no exit code: an exception is 1, a
 			 * timeout 124 (as `moat run`). */
 			step->exit_code = res->timed_out ? 124 :
-			    res->error_name[0] != '\0' ? 1 : 0;
+			    res->error_name[0] != '\0'   ? 1 :
+			                                   0;
 			step->stdout = res->stdout;
 			step->stderr = res->stderr;
 		}
@@ -987,8 +1007,8 @@ append_step(struct moat_record *rec, struct moat_record_entry *e,
 	areq.session_id = e->session_id;
 	areq.step = step;
 	if ((rv = moat_record_sessiond(rec, "AppendStep", &areq.base,
-	    &moat__v1__append_step_reply__descriptor, &reply,
-	    moat_rpc_now_ms() + call_timeout(deadline_ms), &msg)) !=
+	         &moat__v1__append_step_reply__descriptor, &reply,
+	         moat_rpc_now_ms() + call_timeout(deadline_ms), &msg)) !=
 	    MOAT_OK) {
 		*errmsg = moat_asprintf("step not recorded: %s: %s",
 		    moat_strerror(rv), msg);
@@ -1048,8 +1068,8 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
     const ProtobufCMessage *request, const char *sandbox_id,
     const char *tenant, bool *handled)
 {
-	struct moat_record_entry *e = lookup(rec, tenant, sandbox_id,
-	    call->request_id);
+	struct moat_record_entry *e =
+	    lookup(rec, tenant, sandbox_id, call->request_id);
 	struct step_run r = { .request = request };
 	Moat__V1__Step step = MOAT__V1__STEP__INIT;
 	Moat__V1__FsTrace *cur = NULL;
@@ -1069,7 +1089,7 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	    call->payload_len);
 	ended = moat_now_unix_ms();
 	if (rv != MOAT_OK)
-		goto cleanup;   /* it did not run: no step */
+		goto cleanup; /* it did not run: no step */
 	if (request->descriptor == &moat__v1__exec_request__descriptor)
 		r.exec = moat__v1__exec_result__unpack(NULL,
 		    call->raw_reply_len, call->raw_reply);
@@ -1077,11 +1097,12 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	    &moat__v1__run_code_request__descriptor)
 		r.code = moat__v1__run_code_result__unpack(NULL,
 		    call->raw_reply_len, call->raw_reply);
-	if (r.exec == NULL && r.code == NULL && request->descriptor !=
-	    &moat__v1__file_write_request__descriptor) {
-		moat_warn(call->request_id, "recording %s: the node's %s "
-		    "reply does not decode: step not recorded", sandbox_id,
-		    call->method);
+	if (r.exec == NULL && r.code == NULL &&
+	    request->descriptor != &moat__v1__file_write_request__descriptor) {
+		moat_warn(call->request_id,
+		    "recording %s: the node's %s "
+		    "reply does not decode: step not recorded",
+		    sandbox_id, call->method);
 		goto cleanup;
 	}
 	if (step_fill(&r, &step, &joined) != MOAT_OK) {
@@ -1097,15 +1118,17 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	    MOAT_OK) {
 		if (moat_trace_diff(e->prev, cur, &diff, &n_diff) != MOAT_OK) {
 			err = moat_asprintf("out of memory diffing the fs "
-			    "trace");
+			                    "trace");
 			goto reply;
 		}
-		step.fs_trace_truncated = cur->truncated ||
-		    (e->prev != NULL && e->prev->truncated);
+		step.fs_trace_truncated =
+		    cur->truncated || (e->prev != NULL && e->prev->truncated);
 	} else {
 		/* The step still lands, marked as lacking its trace. */
-		moat_warn(call->request_id, "recording %s: fs trace failed: "
-		    "%s", sandbox_id, msg ? msg : "");
+		moat_warn(call->request_id,
+		    "recording %s: fs trace failed: "
+		    "%s",
+		    sandbox_id, msg ? msg : "");
 		step.fs_trace_truncated = true;
 	}
 	step.started_ms = started;
@@ -1113,7 +1136,7 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	step.n_fs_trace = n_diff;
 	step.fs_trace = diff;
 	if (append_step(rec, e, tenant, &step, call->deadline_ms, &index,
-	    &err) != MOAT_OK) {
+	        &err) != MOAT_OK) {
 		moat_warn(call->request_id, "recording %s: %s", sandbox_id,
 		    err);
 		goto reply;
@@ -1132,12 +1155,12 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	/* A snapshot that fails does not fail the step: it is recorded,
 	 * and the reply says it cannot be restored. */
 	if (moat_record_snapshot(rec, sandbox_id, e->session_id, index,
-	    call->deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK ||
+	        call->deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK ||
 	    set_step_snapshot(rec, tenant, e->session_id, index, snap,
-	    call->deadline_ms, &msg) != MOAT_OK) {
+	        call->deadline_ms, &msg) != MOAT_OK) {
 		err = moat_asprintf("step %llu recorded without a snapshot "
-		    "(it cannot be restored): %s", (unsigned long long)index,
-		    msg ? msg : "");
+		                    "(it cannot be restored): %s",
+		    (unsigned long long)index, msg ? msg : "");
 		moat_warn(call->request_id, "recording %s: %s", sandbox_id,
 		    err);
 	} else {
@@ -1186,8 +1209,10 @@ moat_record_session_call(struct moat_record *rec, struct moat_rpc_call *call,
 	f = protobuf_c_message_descriptor_get_field_by_name(d, "tenant");
 	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
 	    f->label == PROTOBUF_C_LABEL_REPEATED)
-		return moat_rpc_error(call, MOAT_INTERNAL, "%s has no tenant "
-		    "field: the gateway's method table is wrong", d->name);
+		return moat_rpc_error(call, MOAT_INTERNAL,
+		    "%s has no tenant "
+		    "field: the gateway's method table is wrong",
+		    d->name);
 	/* A shallow copy with the gateway's tenant: the request stays as
 	 * decoded, and the copy only borrows its fields. */
 	if ((copy = malloc(d->sizeof_message)) == NULL)
@@ -1203,8 +1228,8 @@ moat_record_session_call(struct moat_record *rec, struct moat_rpc_call *call,
 	}
 	protobuf_c_message_pack(copy, payload);
 	free(copy);
-	opts.timeout_ms = call->deadline_ms > now ?
-	    (uint32_t)(call->deadline_ms - now) : 1;
+	opts.timeout_ms =
+	    call->deadline_ms > now ? (uint32_t)(call->deadline_ms - now) : 1;
 	rv = moat_rpc_call_raw(rec->sessiond, SESSIOND_SERVICE, call->method,
 	    payload, len, &out, &out_len, &opts, &msg);
 	free(payload);
@@ -1216,12 +1241,13 @@ moat_record_session_call(struct moat_record *rec, struct moat_rpc_call *call,
 	}
 	free(out);
 	if (rv == MOAT_UNAVAILABLE || rv == MOAT_DEADLINE_EXCEEDED)
-		rv = moat_rpc_error(call, rv, "moat-sessiond at %s did not "
+		rv = moat_rpc_error(call, rv,
+		    "moat-sessiond at %s did not "
 		    "answer %s (%s): is it running? `moat info` shows it",
 		    rec->sessiond_url, call->method, msg ? msg : "");
 	else
-		rv = moat_rpc_error(call, rv, "%s", msg ? msg :
-		    moat_strerror(rv));
+		rv = moat_rpc_error(call, rv, "%s",
+		    msg ? msg : moat_strerror(rv));
 	free(msg);
 	return rv;
 }
@@ -1238,8 +1264,8 @@ moat_record_sessiond_call(struct moat_record *rec, const char *method,
 	int rv;
 
 	*reply = NULL;
-	opts.timeout_ms = deadline_ms > now ? (uint32_t)(deadline_ms - now) :
-	    1;
+	opts.timeout_ms =
+	    deadline_ms > now ? (uint32_t)(deadline_ms - now) : 1;
 	rv = moat_rpc_call(rec->sessiond, SESSIOND_SERVICE, method, request,
 	    reply_desc, reply, &opts, &msg);
 	if (rv == MOAT_OK) {
@@ -1247,7 +1273,8 @@ moat_record_sessiond_call(struct moat_record *rec, const char *method,
 		return MOAT_OK;
 	}
 	if (rv == MOAT_UNAVAILABLE || rv == MOAT_DEADLINE_EXCEEDED)
-		*errmsg = moat_asprintf("moat-sessiond at %s did not answer "
+		*errmsg = moat_asprintf(
+		    "moat-sessiond at %s did not answer "
 		    "%s (%s): is it running? `moat info` shows it",
 		    rec->sessiond_url, method, msg ? msg : "");
 	else

@@ -20,7 +20,7 @@
 #include "moat/util.h"
 
 #define SECTION "retention"
-#define RETENTION_MS 5000        /* all of one session's retention */
+#define RETENTION_MS 5000 /* all of one session's retention */
 #define STEPS_PAGE 1000
 
 /* get_key: [retention] key.<tenant>, else key, else def. */
@@ -32,7 +32,8 @@ get_key(const struct moat_config *cfg, const char *tenant, const char *key,
 
 	if (tenant != NULL && tenant[0] != '\0' &&
 	    (size_t)snprintf(name, sizeof(name), "%s.%s", key, tenant) <
-	    sizeof(name) && moat_config_get(cfg, SECTION, name, NULL) != NULL)
+	        sizeof(name) &&
+	    moat_config_get(cfg, SECTION, name, NULL) != NULL)
 		return moat_config_get_u64(cfg, SECTION, name, def, out,
 		    errmsg);
 	return moat_config_get_u64(cfg, SECTION, key, def, out, errmsg);
@@ -46,27 +47,27 @@ moat_retention_policy(const struct moat_config *cfg, const char *tenant,
 
 	*errmsg = NULL;
 	if ((rv = get_key(cfg, tenant, "keep-last", MOAT_RETENTION_KEEP_LAST,
-	    &out->keep_last, errmsg)) != MOAT_OK) {
+	         &out->keep_last, errmsg)) != MOAT_OK) {
 		out->keep_last = MOAT_RETENTION_KEEP_LAST;
 		out->keep_age_s = MOAT_RETENTION_KEEP_AGE_S;
 		return rv;
 	}
-	if ((rv = get_key(cfg, tenant, "keep-age-s",
-	    MOAT_RETENTION_KEEP_AGE_S, &out->keep_age_s, errmsg)) != MOAT_OK)
+	if ((rv = get_key(cfg, tenant, "keep-age-s", MOAT_RETENTION_KEEP_AGE_S,
+	         &out->keep_age_s, errmsg)) != MOAT_OK)
 		out->keep_age_s = MOAT_RETENTION_KEEP_AGE_S;
 	return rv;
 }
 
 /* One step that has a snapshot. */
 struct held {
-	uint64_t index;        /* 0: the session's step 0 */
-	char *snapshot_id;     /* heap */
-	uint64_t at_ms;        /* unix ms: when the step ended */
+	uint64_t index;    /* 0: the session's step 0 */
+	char *snapshot_id; /* heap */
+	uint64_t at_ms;    /* unix ms: when the step ended */
 	bool keep;
 };
 
 struct session_snaps {
-	struct held *v;        /* by index, ascending */
+	struct held *v; /* by index, ascending */
 	size_t n, cap;
 };
 
@@ -120,8 +121,8 @@ session_snaps_get(struct moat_record *rec, const char *tenant,
 	sreq.tenant = req.tenant = (char *)tenant;
 	sreq.session_id = req.session_id = (char *)session_id;
 	if ((rv = moat_record_sessiond_call(rec, "GetSession", &sreq.base,
-	    &moat__v1__session_info__descriptor, (ProtobufCMessage **)&s,
-	    request_id, deadline, errmsg)) != MOAT_OK)
+	         &moat__v1__session_info__descriptor, (ProtobufCMessage **)&s,
+	         request_id, deadline, errmsg)) != MOAT_OK)
 		return rv;
 	if ((step0 = moat_record_session_step0(s)) != NULL && step0[0] != '\0')
 		rv = snaps_add(ss, 0, step0, s->created_ms, false);
@@ -129,10 +130,10 @@ session_snaps_get(struct moat_record *rec, const char *tenant,
 	req.page_size = STEPS_PAGE;
 	while (rv == MOAT_OK) {
 		req.page_token = token != NULL ? token : (char *)"";
-		if ((rv = moat_record_sessiond_call(rec, "ListSteps", &req.base,
-		    &moat__v1__list_steps_reply__descriptor,
-		    (ProtobufCMessage **)&page, request_id, deadline,
-		    errmsg)) != MOAT_OK)
+		if ((rv = moat_record_sessiond_call(rec, "ListSteps",
+		         &req.base, &moat__v1__list_steps_reply__descriptor,
+		         (ProtobufCMessage **)&page, request_id, deadline,
+		         errmsg)) != MOAT_OK)
 			break;
 		for (size_t i = 0; i < page->n_steps && rv == MOAT_OK; i++) {
 			const Moat__V1__Step *st = page->steps[i];
@@ -143,7 +144,8 @@ session_snaps_get(struct moat_record *rec, const char *tenant,
 		}
 		free(token);
 		token = page->next_page_token[0] != '\0' ?
-		    strdup(page->next_page_token) : NULL;
+		    strdup(page->next_page_token) :
+		    NULL;
 		moat__v1__list_steps_reply__free_unpacked(page, NULL);
 		if (token == NULL)
 			break;
@@ -156,17 +158,19 @@ session_snaps_get(struct moat_record *rec, const char *tenant,
 
 /* drop_unreferenced: deletes those of the `n` ids that no step names. */
 static void
-drop_unreferenced(struct moat_record *rec, const char *tenant,
-    char **ids, size_t n, uint64_t request_id, uint64_t deadline)
+drop_unreferenced(struct moat_record *rec, const char *tenant, char **ids,
+    size_t n, uint64_t request_id, uint64_t deadline)
 {
 	struct moat_snapshots_freed freed;
 	uint32_t *refs = calloc(n, sizeof(*refs));
 	char *msg = NULL;
 	size_t m = 0;
 
-	if (refs == NULL || moat_snapshots_refs(rec, tenant, ids, n, refs,
-	    request_id, deadline, &msg) != MOAT_OK) {
-		moat_warn(request_id, "retention: snapshots taken off steps "
+	if (refs == NULL ||
+	    moat_snapshots_refs(rec, tenant, ids, n, refs, request_id,
+	        deadline, &msg) != MOAT_OK) {
+		moat_warn(request_id,
+		    "retention: snapshots taken off steps "
 		    "but not deleted (`moat snapshot gc` will): %s",
 		    msg ? msg : "out of memory");
 		free(msg);
@@ -180,7 +184,8 @@ drop_unreferenced(struct moat_record *rec, const char *tenant,
 	moat_snapshots_delete(rec, tenant, ids, m, request_id, deadline,
 	    &freed);
 	if (m > 0)
-		moat_info(request_id, "retention: %u snapshots deleted (%llu "
+		moat_info(request_id,
+		    "retention: %u snapshots deleted (%llu "
 		    "bytes), %u left for `moat snapshot gc`%s%s",
 		    freed.deleted, (unsigned long long)freed.bytes, freed.left,
 		    freed.first_error ? ": " : "",
@@ -195,8 +200,9 @@ moat_retention_apply(struct moat_record *rec, const char *tenant,
 {
 	uint64_t deadline = moat_rpc_now_ms() + RETENTION_MS;
 	uint64_t now = moat_now_unix_ms();
-	uint64_t young = now - (policy->keep_age_s * 1000 < now ?
-	    policy->keep_age_s * 1000 : now);
+	uint64_t young = now -
+	    (policy->keep_age_s * 1000 < now ? policy->keep_age_s * 1000 :
+	                                       now);
 	struct session_snaps ss = { 0 };
 	char reason[64], **gone = NULL, *msg = NULL;
 	size_t n_gone = 0, still;
@@ -204,29 +210,35 @@ moat_retention_apply(struct moat_record *rec, const char *tenant,
 	if (policy->keep_last == 0)
 		return UINT32_MAX;
 	if (session_snaps_get(rec, tenant, session_id, request_id, deadline,
-	    &ss, &msg) != MOAT_OK || (ss.n > policy->keep_last &&
-	    (gone = calloc(ss.n, sizeof(*gone))) == NULL)) {
-		moat_warn(request_id, "retention of session %s not applied: "
-		    "%s", session_id, msg ? msg : "out of memory");
+	        &ss, &msg) != MOAT_OK ||
+	    (ss.n > policy->keep_last &&
+	        (gone = calloc(ss.n, sizeof(*gone))) == NULL)) {
+		moat_warn(request_id,
+		    "retention of session %s not applied: "
+		    "%s",
+		    session_id, msg ? msg : "out of memory");
 		free(msg);
 		snaps_free(&ss);
 		return UINT32_MAX;
 	}
-	snprintf(reason, sizeof(reason), "removed by retention (keep-last "
-	    "%llu)", (unsigned long long)policy->keep_last);
+	snprintf(reason, sizeof(reason),
+	    "removed by retention (keep-last "
+	    "%llu)",
+	    (unsigned long long)policy->keep_last);
 	still = ss.n;
 	/* The newest keep_last stay whatever their age; older ones stay
 	 * when pinned or young. */
-	for (size_t i = 0; ss.n > policy->keep_last &&
-	    i < ss.n - policy->keep_last; i++) {
+	for (size_t i = 0;
+	     ss.n > policy->keep_last && i < ss.n - policy->keep_last; i++) {
 		struct held *h = &ss.v[i];
 
 		if (h->keep || h->at_ms > young)
 			continue;
 		if (moat_record_set_step_snapshot(rec, tenant, session_id,
-		    h->index, "", reason, request_id, deadline, &msg) !=
-		    MOAT_OK) {
-			moat_warn(request_id, "retention: step %llu of session "
+		        h->index, "", reason, request_id, deadline,
+		        &msg) != MOAT_OK) {
+			moat_warn(request_id,
+			    "retention: step %llu of session "
 			    "%s keeps snapshot %s: %s",
 			    (unsigned long long)h->index, session_id,
 			    h->snapshot_id, msg ? msg : "");

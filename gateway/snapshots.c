@@ -22,9 +22,9 @@
 #include "snapshot.pb-c.h"
 
 #define SNAPD_SERVICE "moat.v1.Snapshot"
-#define REFS_BATCH 4096          /* SnapshotRefs takes at most this many */
-#define NODE_LIST_MS 10000       /* per node, for its lists */
-#define GC_MIN_AGE_S 60          /* GcSnapshotsRequest.min_age_s 0 */
+#define REFS_BATCH 4096    /* SnapshotRefs takes at most this many */
+#define NODE_LIST_MS 10000 /* per node, for its lists */
+#define GC_MIN_AGE_S 60    /* GcSnapshotsRequest.min_age_s 0 */
 #define SNAPD_PAGE 1000
 
 bool
@@ -51,7 +51,8 @@ moat_snapshot_local_bytes(const Moat__V1__LocalSnapshot *s)
 	/* A vmd from before issue 11 says no location: its RAM copy is all
 	 * in the RAM dir. */
 	uint64_t ram = s->location != NULL && s->location[0] != '\0' ?
-	    s->ram_resident_bytes : s->ram_bytes;
+	    s->ram_resident_bytes :
+	    s->ram_bytes;
 
 	return ram + s->disk_bytes;
 }
@@ -91,8 +92,8 @@ snapd_call(struct moat_record *rec, const char *method,
 	uint64_t now = moat_rpc_now_ms();
 	struct moat_rpc_opts opts = {
 		.request_id = moat_rpc_new_request_id(),
-		.timeout_ms = deadline_ms > now ?
-		    (uint32_t)(deadline_ms - now) : 1,
+		.timeout_ms =
+		    deadline_ms > now ? (uint32_t)(deadline_ms - now) : 1,
 	};
 	char *msg = NULL;
 	int rv;
@@ -100,7 +101,7 @@ snapd_call(struct moat_record *rec, const char *method,
 	*out = NULL;
 	if (rec->snapd == NULL) {
 		*errmsg = moat_asprintf("the gateway has no moat-snapd to "
-		    "call (set [gateway] snapd)");
+		                        "call (set [gateway] snapd)");
 		return MOAT_UNAVAILABLE;
 	}
 	rv = moat_rpc_call(rec->snapd, SNAPD_SERVICE, method, req, reply_desc,
@@ -110,13 +111,14 @@ snapd_call(struct moat_record *rec, const char *method,
 		return MOAT_OK;
 	}
 	if (rv == MOAT_UNAVAILABLE || rv == MOAT_DEADLINE_EXCEEDED)
-		*errmsg = moat_asprintf("moat-snapd at %s did not answer %s "
-		    "(%s): is it running? `moat info` shows it",
-		    rec->snapd_url ? rec->snapd_url : "?", method,
-		    moat_strerror(rv));
+		*errmsg =
+		    moat_asprintf("moat-snapd at %s did not answer %s "
+		                  "(%s): is it running? `moat info` shows it",
+		        rec->snapd_url ? rec->snapd_url : "?", method,
+		        moat_strerror(rv));
 	else
-		*errmsg = moat_asprintf("moat-snapd: %s", msg ? msg :
-		    moat_strerror(rv));
+		*errmsg = moat_asprintf("moat-snapd: %s",
+		    msg ? msg : moat_strerror(rv));
 	free(msg);
 	return rv;
 }
@@ -137,14 +139,15 @@ moat_snapshots_refs(struct moat_record *rec, const char *tenant,
 		req.snapshot_ids = (char **)ids + done;
 		req.n_snapshot_ids = batch;
 		if ((rv = moat_record_sessiond_call(rec, "SnapshotRefs",
-		    &req.base, &moat__v1__snapshot_refs_reply__descriptor,
-		    (ProtobufCMessage **)&r, request_id, deadline_ms,
-		    errmsg)) != MOAT_OK)
+		         &req.base, &moat__v1__snapshot_refs_reply__descriptor,
+		         (ProtobufCMessage **)&r, request_id, deadline_ms,
+		         errmsg)) != MOAT_OK)
 			return rv;
 		if (r->n_refs != batch) {
-			*errmsg = moat_asprintf("moat-sessiond answered "
-			    "SnapshotRefs of %zu ids with %zu counts", batch,
-			    r->n_refs);
+			*errmsg = moat_asprintf(
+			    "moat-sessiond answered "
+			    "SnapshotRefs of %zu ids with %zu counts",
+			    batch, r->n_refs);
 			moat__v1__snapshot_refs_reply__free_unpacked(r, NULL);
 			return MOAT_INTERNAL;
 		}
@@ -160,9 +163,9 @@ moat_snapshots_refs(struct moat_record *rec, const char *tenant,
 /* One node's list of snapshots, asked for once per batch of deletes. */
 struct listed {
 	struct moat_node_id node;
-	int rv;                              /* MOAT_OK: `list` is set */
-	char *msg;                           /* heap: why not */
-	Moat__V1__LocalSnapshotList *list;   /* owned */
+	int rv;                            /* MOAT_OK: `list` is set */
+	char *msg;                         /* heap: why not */
+	Moat__V1__LocalSnapshotList *list; /* owned */
 };
 
 /* The context of one moat_snapshots_delete. */
@@ -170,9 +173,9 @@ struct deleting {
 	struct moat_record *rec;
 	const char *tenant;
 	uint64_t request_id, deadline;
-	struct moat_node_id *available;      /* heap */
+	struct moat_node_id *available; /* heap */
 	size_t n_available;
-	struct listed *listed;               /* heap */
+	struct listed *listed; /* heap */
 	size_t n_listed;
 	struct moat_snapshots_freed *out;
 };
@@ -196,8 +199,8 @@ listed_get(struct deleting *d, const struct moat_node_id *node)
 	for (size_t i = 0; i < d->n_listed; i++)
 		if (strcmp(d->listed[i].node.s, node->s) == 0)
 			return &d->listed[i];
-	if ((grown = realloc(d->listed, (d->n_listed + 1) *
-	    sizeof(*grown))) == NULL)
+	if ((grown = realloc(d->listed, (d->n_listed + 1) * sizeof(*grown))) ==
+	    NULL)
 		return NULL;
 	d->listed = grown;
 	l = &d->listed[d->n_listed++];
@@ -214,9 +217,10 @@ static void
 left(struct deleting *d, const char *id, char *why)
 {
 	d->out->left++;
-	moat_warn(d->request_id, "snapshot %s of tenant %s not deleted (left "
-	    "for `moat snapshot gc`): %s", id, d->tenant,
-	    why ? why : "out of memory");
+	moat_warn(d->request_id,
+	    "snapshot %s of tenant %s not deleted (left "
+	    "for `moat snapshot gc`): %s",
+	    id, d->tenant, why ? why : "out of memory");
 	if (d->out->first_error == NULL)
 		d->out->first_error = moat_asprintf("snapshot %s: %s", id,
 		    why ? why : "out of memory");
@@ -247,9 +251,9 @@ delete_on_node(struct moat_forward *fw, const struct moat_node_id *node,
 	ref.snapshot_id = (char *)id;
 	ref.tenant = (char *)tenant;
 	snprintf(what, sizeof(what), "snapshot %.100s", id);
-	rv = moat_forward_node_call(fw, node, "DeleteLocalSnapshot",
-	    &ref.base, &moat__v1__empty__descriptor, request_id, deadline_ms,
-	    what, &reply, errmsg);
+	rv = moat_forward_node_call(fw, node, "DeleteLocalSnapshot", &ref.base,
+	    &moat__v1__empty__descriptor, request_id, deadline_ms, what,
+	    &reply, errmsg);
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);
 	return rv;
@@ -265,17 +269,21 @@ delete_local(struct deleting *d, const char *id,
 	int rv;
 
 	if (!node_available(d, node)) {
-		left(d, id, moat_asprintf("its node %s is not available "
-		    "(`moat info` shows the nodes)", node->s));
+		left(d, id,
+		    moat_asprintf("its node %s is not available "
+		                  "(`moat info` shows the nodes)",
+		        node->s));
 		return;
 	}
 	if ((l = listed_get(d, node)) == NULL || l->rv != MOAT_OK) {
-		left(d, id, l == NULL ? NULL : moat_asprintf("%s", l->msg ?
-		    l->msg : moat_strerror(l->rv)));
+		left(d, id,
+		    l == NULL ? NULL :
+		                moat_asprintf("%s",
+		                    l->msg ? l->msg : moat_strerror(l->rv)));
 		return;
 	}
 	if ((s = list_find(l->list, id)) == NULL)
-		return;   /* gone already */
+		return; /* gone already */
 	rv = delete_on_node(d->rec->fw, node, d->tenant, id,
 	    moat_rpc_new_request_id(), d->deadline, &msg);
 	if (rv == MOAT_OK) {
@@ -302,8 +310,8 @@ delete_in_snapd(struct moat_record *rec, const char *tenant, const char *id,
 	req.tenant = (char *)tenant;
 	req.id = (char *)id;
 	if ((rv = snapd_call(rec, "DeleteSnapshot", &req.base,
-	    &moat__v1__delete_snapshot_reply__descriptor,
-	    (ProtobufCMessage **)&r, deadline_ms, errmsg)) != MOAT_OK)
+	         &moat__v1__delete_snapshot_reply__descriptor,
+	         (ProtobufCMessage **)&r, deadline_ms, errmsg)) != MOAT_OK)
 		return rv;
 	*freed = r->freed_bytes;
 	moat__v1__delete_snapshot_reply__free_unpacked(r, NULL);
@@ -315,8 +323,8 @@ delete_remote(struct deleting *d, const char *id)
 {
 	uint64_t freed = 0;
 	char *msg = NULL;
-	int rv = delete_in_snapd(d->rec, d->tenant, id, d->deadline, &freed,
-	    &msg);
+	int rv =
+	    delete_in_snapd(d->rec, d->tenant, id, d->deadline, &freed, &msg);
 
 	if (rv == MOAT_OK) {
 		d->out->deleted++;
@@ -334,8 +342,11 @@ moat_snapshots_delete(struct moat_record *rec, const char *tenant,
     struct moat_snapshots_freed *out)
 {
 	struct deleting d = {
-		.rec = rec, .tenant = tenant, .request_id = request_id,
-		.deadline = deadline_ms, .out = out,
+		.rec = rec,
+		.tenant = tenant,
+		.request_id = request_id,
+		.deadline = deadline_ms,
+		.out = out,
 	};
 	struct moat_node_id node;
 
@@ -343,7 +354,7 @@ moat_snapshots_delete(struct moat_record *rec, const char *tenant,
 	if (n == 0)
 		return;
 	if (moat_nodes_available_ids(rec->fw->nodes, &d.available,
-	    &d.n_available) != MOAT_OK) {
+	        &d.n_available) != MOAT_OK) {
 		d.available = NULL;
 		d.n_available = 0;
 	}
@@ -397,10 +408,10 @@ moat_snapshots_delete_session(struct moat_rpc_call *call,
 	(void)reply;
 	moat_gateway_travel(call->service_ctx, &t);
 	fwd.tenant = (char *)moat_gw_tenant(call);
-	if ((rv = moat_record_sessiond_call(t.rec, "DeleteSession",
-	    &fwd.base, &moat__v1__delete_session_reply__descriptor,
-	    (ProtobufCMessage **)&r, call->request_id, call->deadline_ms,
-	    &msg)) != MOAT_OK) {
+	if ((rv = moat_record_sessiond_call(t.rec, "DeleteSession", &fwd.base,
+	         &moat__v1__delete_session_reply__descriptor,
+	         (ProtobufCMessage **)&r, call->request_id, call->deadline_ms,
+	         &msg)) != MOAT_OK) {
 		rv = moat_rpc_error(call, rv, "%s", msg);
 		free(msg);
 		return rv;
@@ -408,19 +419,22 @@ moat_snapshots_delete_session(struct moat_rpc_call *call,
 	/* The session is gone: its snapshots go now, and what cannot go
 	 * now is left for `moat snapshot gc`, never failing the delete. */
 	moat_snapshots_delete(t.rec, fwd.tenant, r->unreferenced_snapshots,
-	    r->n_unreferenced_snapshots, call->request_id,
-	    call->deadline_ms, &freed);
+	    r->n_unreferenced_snapshots, call->request_id, call->deadline_ms,
+	    &freed);
 	r->snapshots_deleted = freed.deleted;
 	r->snapshot_bytes_freed = freed.bytes;
 	if (freed.left > 0)
-		moat_warn(call->request_id, "session %s deleted; %u of its "
+		moat_warn(call->request_id,
+		    "session %s deleted; %u of its "
 		    "%zu snapshots are left for `moat snapshot gc`: %s",
 		    fwd.session_id, freed.left, r->n_unreferenced_snapshots,
 		    freed.first_error ? freed.first_error : "");
 	else if (r->n_unreferenced_snapshots > 0)
-		moat_info(call->request_id, "session %s deleted with %u "
-		    "snapshots (%llu bytes freed)", fwd.session_id,
-		    freed.deleted, (unsigned long long)freed.bytes);
+		moat_info(call->request_id,
+		    "session %s deleted with %u "
+		    "snapshots (%llu bytes freed)",
+		    fwd.session_id, freed.deleted,
+		    (unsigned long long)freed.bytes);
 	free(freed.first_error);
 	rv = pack_reply(call, &r->base);
 	moat__v1__delete_session_reply__free_unpacked(r, NULL);
@@ -434,14 +448,14 @@ struct gc {
 	struct moat_record *rec;
 	const char *tenant;
 	uint64_t request_id, deadline;
-	uint64_t cutoff_ms;      /* created after this: spared (min_age) */
+	uint64_t cutoff_ms; /* created after this: spared (min_age) */
 	bool dry_run;
 	Moat__V1__GcSnapshotsReply *r;
-	char **live;             /* ids of sandboxes on the nodes (heap) */
+	char **live; /* ids of sandboxes on the nodes (heap) */
 	size_t n_live, cap_live;
-	char **held;             /* local ids listed and their snapd ids */
+	char **held; /* local ids listed and their snapd ids */
 	size_t n_held, cap_held;
-	struct moat_node_id *unsure;  /* nodes that did not list (heap) */
+	struct moat_node_id *unsure; /* nodes that did not list (heap) */
 	size_t n_unsure;
 	bool oom;
 };
@@ -508,8 +522,8 @@ gc_error(struct gc *g, const char *fmt, ...)
 	}
 	moat_warn(g->request_id, "GcSnapshots of tenant %s: %s", g->tenant,
 	    line);
-	if ((grown = realloc(g->r->errors, (g->r->n_errors + 1) *
-	    sizeof(*grown))) == NULL) {
+	if ((grown = realloc(g->r->errors,
+	         (g->r->n_errors + 1) * sizeof(*grown))) == NULL) {
 		free(line);
 		g->oom = true;
 		return;
@@ -532,17 +546,19 @@ gc_removed(struct gc *g, const char *id, const char *where, uint64_t bytes,
 	if ((s->snapshot_id = strdup(id)) == NULL ||
 	    (s->where = strdup(where)) == NULL ||
 	    (s->sandbox_id = strdup(sandbox_id ? sandbox_id : "")) == NULL ||
-	    (grown = realloc(g->r->removed, (g->r->n_removed + 1) *
-	    sizeof(*grown))) == NULL) {
+	    (grown = realloc(g->r->removed,
+	         (g->r->n_removed + 1) * sizeof(*grown))) == NULL) {
 		moat__v1__gc_snapshot__free_unpacked(s, NULL);
 		goto oom;
 	}
 	g->r->removed = grown;
 	g->r->removed[g->r->n_removed++] = s;
 	g->r->bytes_freed += bytes;
-	moat_info(g->request_id, "GcSnapshots of tenant %s: %s %s in %s "
-	    "(%llu bytes)", g->tenant, g->dry_run ? "would remove" :
-	    "removed", id, where, (unsigned long long)bytes);
+	moat_info(g->request_id,
+	    "GcSnapshots of tenant %s: %s %s in %s "
+	    "(%llu bytes)",
+	    g->tenant, g->dry_run ? "would remove" : "removed", id, where,
+	    (unsigned long long)bytes);
 	return;
 oom:
 	g->oom = true;
@@ -565,12 +581,13 @@ gc_list_node(struct gc *g, const struct moat_node_id *node,
 	*out = NULL;
 	req.tenant = (char *)g->tenant;
 	if ((rv = moat_forward_node_call(g->rec->fw, node, "ListSandboxes",
-	    &req.base, &moat__v1__sandbox_list__descriptor,
-	    moat_rpc_new_request_id(), deadline_cap(g->deadline,
-	    NODE_LIST_MS), "the tenant's sandboxes",
-	    (ProtobufCMessage **)&sbs, &msg)) != MOAT_OK ||
+	         &req.base, &moat__v1__sandbox_list__descriptor,
+	         moat_rpc_new_request_id(),
+	         deadline_cap(g->deadline, NODE_LIST_MS),
+	         "the tenant's sandboxes", (ProtobufCMessage **)&sbs, &msg)) !=
+	        MOAT_OK ||
 	    (rv = moat_snapshots_node_list(g->rec->fw, node, g->tenant,
-	    g->deadline, out, &msg)) != MOAT_OK) {
+	         g->deadline, out, &msg)) != MOAT_OK) {
 		gc_error(g, "node %s: %s: its snapshots are left as they are",
 		    node->s, msg ? msg : moat_strerror(rv));
 		free(msg);
@@ -619,10 +636,13 @@ gc_node(struct gc *g, const struct moat_node_id *node,
 		cand[n] = s;
 		ids[n++] = s->snapshot_id;
 	}
-	if (n > 0 && moat_snapshots_refs(g->rec, g->tenant, ids, n, refs,
-	    g->request_id, g->deadline, &msg) != MOAT_OK) {
-		gc_error(g, "node %s: cannot tell what names its snapshots: "
-		    "%s", node->s, msg);
+	if (n > 0 &&
+	    moat_snapshots_refs(g->rec, g->tenant, ids, n, refs, g->request_id,
+	        g->deadline, &msg) != MOAT_OK) {
+		gc_error(g,
+		    "node %s: cannot tell what names its snapshots: "
+		    "%s",
+		    node->s, msg);
 		goto out;
 	}
 	snprintf(where, sizeof(where), "node %s", node->s);
@@ -633,9 +653,11 @@ gc_node(struct gc *g, const struct moat_node_id *node,
 			g->r->kept++;
 			continue;
 		}
-		if (!g->dry_run && (rv = delete_on_node(g->rec->fw, node,
-		    g->tenant, ids[i], moat_rpc_new_request_id(), g->deadline,
-		    &msg)) != MOAT_OK && rv != MOAT_NOT_FOUND)
+		if (!g->dry_run &&
+		    (rv = delete_on_node(g->rec->fw, node, g->tenant, ids[i],
+		         moat_rpc_new_request_id(), g->deadline, &msg)) !=
+		        MOAT_OK &&
+		    rv != MOAT_NOT_FOUND)
 			gc_error(g, "snapshot %s on node %s: %s", ids[i],
 			    node->s, msg ? msg : moat_strerror(rv));
 		else if (rv == MOAT_OK)
@@ -710,10 +732,13 @@ gc_snapd_page(struct gc *g, const Moat__V1__ListSnapshotsReply *page)
 		ids[2 * n + 1] = (char *)(local ? local : "");
 		n++;
 	}
-	if (n > 0 && moat_snapshots_refs(g->rec, g->tenant, ids, 2 * n, refs,
-	    g->request_id, g->deadline, &msg) != MOAT_OK) {
-		gc_error(g, "moat-snapd: cannot tell what names its snapshots: "
-		    "%s", msg);
+	if (n > 0 &&
+	    moat_snapshots_refs(g->rec, g->tenant, ids, 2 * n, refs,
+	        g->request_id, g->deadline, &msg) != MOAT_OK) {
+		gc_error(g,
+		    "moat-snapd: cannot tell what names its snapshots: "
+		    "%s",
+		    msg);
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -724,11 +749,12 @@ gc_snapd_page(struct gc *g, const Moat__V1__ListSnapshotsReply *page)
 			g->r->kept++;
 			continue;
 		}
-		if (!g->dry_run && (rv = delete_in_snapd(g->rec, g->tenant,
-		    cand[i]->id, g->deadline, &freed, &msg)) != MOAT_OK &&
+		if (!g->dry_run &&
+		    (rv = delete_in_snapd(g->rec, g->tenant, cand[i]->id,
+		         g->deadline, &freed, &msg)) != MOAT_OK &&
 		    rv != MOAT_NOT_FOUND)
-			gc_error(g, "snapshot %s in moat-snapd: %s", cand[i]->id,
-			    msg ? msg : moat_strerror(rv));
+			gc_error(g, "snapshot %s in moat-snapd: %s",
+			    cand[i]->id, msg ? msg : moat_strerror(rv));
 		else if (rv == MOAT_OK)
 			gc_removed(g, cand[i]->id, "snapd", freed, "");
 		free(msg);
@@ -756,8 +782,8 @@ gc_snapd(struct gc *g)
 	do {
 		req.page_token = token != NULL ? token : (char *)"";
 		if ((rv = snapd_call(g->rec, "ListSnapshots", &req.base,
-		    &moat__v1__list_snapshots_reply__descriptor,
-		    (ProtobufCMessage **)&page, g->deadline, &msg)) !=
+		         &moat__v1__list_snapshots_reply__descriptor,
+		         (ProtobufCMessage **)&page, g->deadline, &msg)) !=
 		    MOAT_OK) {
 			gc_error(g, "%s", msg ? msg : moat_strerror(rv));
 			free(msg);
@@ -766,7 +792,8 @@ gc_snapd(struct gc *g)
 		gc_snapd_page(g, page);
 		free(token);
 		token = page->next_page_token[0] != '\0' ?
-		    strdup(page->next_page_token) : NULL;
+		    strdup(page->next_page_token) :
+		    NULL;
 		moat__v1__list_snapshots_reply__free_unpacked(page, NULL);
 	} while (token != NULL && !g->oom);
 	free(token);
@@ -781,8 +808,9 @@ gc_nodes(struct gc *g)
 	size_t n = 0;
 
 	if (moat_nodes_available_ids(g->rec->fw->nodes, &ids, &n) != MOAT_OK ||
-	    (n > 0 && ((lists = calloc(n, sizeof(*lists))) == NULL ||
-	    (g->unsure = calloc(n, sizeof(*g->unsure))) == NULL))) {
+	    (n > 0 &&
+	        ((lists = calloc(n, sizeof(*lists))) == NULL ||
+	            (g->unsure = calloc(n, sizeof(*g->unsure))) == NULL))) {
 		free(ids);
 		free(lists);
 		return MOAT_RESOURCE_EXHAUSTED;
@@ -808,8 +836,7 @@ moat_snapshots_gc(struct moat_rpc_call *call, const ProtobufCMessage *request,
 {
 	const Moat__V1__GcSnapshotsRequest *req =
 	    (const Moat__V1__GcSnapshotsRequest *)request;
-	uint32_t min_age = req->min_age_s != 0 ? req->min_age_s :
-	    GC_MIN_AGE_S;
+	uint32_t min_age = req->min_age_s != 0 ? req->min_age_s : GC_MIN_AGE_S;
 	uint64_t now = moat_now_unix_ms();
 	struct moat_travel t;
 	struct gc g = {
@@ -824,7 +851,8 @@ moat_snapshots_gc(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	moat_gateway_travel(call->service_ctx, &t);
 	g.rec = t.rec;
 	g.cutoff_ms = now > (uint64_t)min_age * 1000 ?
-	    now - (uint64_t)min_age * 1000 : 0;
+	    now - (uint64_t)min_age * 1000 :
+	    0;
 	g.r->dry_run = req->dry_run;
 	rv = gc_nodes(&g);
 	if (rv == MOAT_OK && !g.oom)
@@ -833,11 +861,13 @@ moat_snapshots_gc(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	set_free(g.held, g.n_held);
 	free(g.unsure);
 	if (rv != MOAT_OK || g.oom)
-		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "out of "
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of "
 		    "memory collecting snapshot garbage");
-	moat_info(call->request_id, "GcSnapshots of tenant %s%s: %zu "
-	    "snapshots, %llu bytes; %u kept; %zu errors", g.tenant,
-	    g.dry_run ? " (dry run)" : "", g.r->n_removed,
+	moat_info(call->request_id,
+	    "GcSnapshots of tenant %s%s: %zu "
+	    "snapshots, %llu bytes; %u kept; %zu errors",
+	    g.tenant, g.dry_run ? " (dry run)" : "", g.r->n_removed,
 	    (unsigned long long)g.r->bytes_freed, g.r->kept, g.r->n_errors);
 	return MOAT_OK;
 }

@@ -54,7 +54,7 @@ get_session(struct moat_travel *t, const char *session_id, uint64_t deadline,
 
 	if (session_id == NULL || session_id[0] == '\0') {
 		*errmsg = moat_asprintf("session_id is required: `moat "
-		    "session ls` lists the sessions");
+		                        "session ls` lists the sessions");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	req.tenant = (char *)t->tenant;
@@ -68,8 +68,9 @@ static const char *
 policy_word(Moat__V1__SnapshotPolicy p)
 {
 	return p == MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY ?
-	    "every" : p == MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_NONE ?
-	    "none" : "manual";
+	    "every" :
+	    p == MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_NONE ? "none" :
+	                                                           "manual";
 }
 
 /* The steps nearest to one that has no snapshot which do have one, and
@@ -117,8 +118,9 @@ nearest_find(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	do {
 		req.page_token = token != NULL ? token : (char *)"";
 		if (moat_record_sessiond(t->rec, "ListSteps", &req.base,
-		    &moat__v1__list_steps_reply__descriptor,
-		    (ProtobufCMessage **)&page, deadline, &msg) != MOAT_OK) {
+		        &moat__v1__list_steps_reply__descriptor,
+		        (ProtobufCMessage **)&page, deadline,
+		        &msg) != MOAT_OK) {
 			free(msg);
 			break;
 		}
@@ -138,7 +140,8 @@ nearest_find(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		}
 		free(token);
 		token = page->next_page_token[0] ?
-		    strdup(page->next_page_token) : NULL;
+		    strdup(page->next_page_token) :
+		    NULL;
 		moat__v1__list_steps_reply__free_unpacked(page, NULL);
 	} while (token != NULL);
 	free(token);
@@ -164,14 +167,17 @@ no_snapshot_message(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		snprintf(after, sizeof(after), "%llu (after it)",
 		    (unsigned long long)n.after);
 	if (n.has_before || n.has_after)
-		return moat_asprintf("step %llu of session %s has no "
+		return moat_asprintf(
+		    "step %llu of session %s has no "
 		    "snapshot%s; the nearest steps that %shave one: "
 		    "%s%s%s (steps with one: %s; `moat restore SANDBOX --step "
-		    "N --session %s`)", (unsigned long long)step, s->id, why,
+		    "N --session %s`)",
+		    (unsigned long long)step, s->id, why,
 		    why[0] ? "still " : "", before,
 		    n.has_before && n.has_after ? " and " : "", after, n.all,
 		    s->id);
-	return moat_asprintf("step %llu of session %s has no snapshot%s, nor "
+	return moat_asprintf(
+	    "step %llu of session %s has no snapshot%s, nor "
 	    "does any of its steps: its snapshot policy is %s; take one after "
 	    "a step with `moat snapshot create %s` (policy manual), or record "
 	    "with `moat sandbox create --record --snapshot every`",
@@ -194,7 +200,8 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 
 	snap[0] = '\0';
 	if (step > s->step_count) {
-		*errmsg = moat_asprintf("step %llu of session %s not found: "
+		*errmsg = moat_asprintf(
+		    "step %llu of session %s not found: "
 		    "it has steps 1..%llu (0: the state before step 1)",
 		    (unsigned long long)step, s->id,
 		    (unsigned long long)s->step_count);
@@ -207,7 +214,7 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 			(void)moat_record_step0(t->rec, s->id, snap,
 			    MOAT_ID_MAX);
 		if ((label = moat_record_session_label(s,
-		    MOAT_RECORD_STEP0_REMOVED_LABEL)) != NULL)
+		         MOAT_RECORD_STEP0_REMOVED_LABEL)) != NULL)
 			snprintf(removed, sizeof(removed), "%s", label);
 	} else {
 		req.tenant = (char *)t->tenant;
@@ -215,8 +222,8 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		req.index = step;
 		req.omit_outputs = true;
 		if ((rv = moat_record_sessiond(t->rec, "GetStep", &req.base,
-		    &moat__v1__step__descriptor, (ProtobufCMessage **)&st,
-		    deadline, errmsg)) != MOAT_OK)
+		         &moat__v1__step__descriptor, (ProtobufCMessage **)&st,
+		         deadline, errmsg)) != MOAT_OK)
 			return rv;
 		snprintf(snap, MOAT_ID_MAX, "%s", st->snapshot_id);
 		snprintf(removed, sizeof(removed), "%s",
@@ -247,9 +254,11 @@ restore(struct moat_travel *t, const char *snap, const char *replace,
 
 	*out = NULL;
 	if (!moat_snapshot_node(snap, &node)) {
-		*errmsg = moat_asprintf("snapshot %s names no node: only a "
+		*errmsg = moat_asprintf(
+		    "snapshot %s names no node: only a "
 		    "node's local snapshot (\"snap-<node>-...\") can be "
-		    "restored here", snap);
+		    "restored here",
+		    snap);
 		return MOAT_FAILED_PRECONDITION;
 	}
 	req.snapshot_id = (char *)snap;
@@ -269,10 +278,11 @@ restore(struct moat_travel *t, const char *snap, const char *replace,
 	if (rv == MOAT_NOT_FOUND) {
 		char *node_msg = *errmsg;
 
-		*errmsg = moat_asprintf("snapshot %s is no longer on node %s "
+		*errmsg = moat_asprintf(
+		    "snapshot %s is no longer on node %s "
 		    "(deleted, or the node lost it): %s; `moat session show` "
-		    "lists the steps that still have one", snap, node.s,
-		    node_msg ? node_msg : "");
+		    "lists the steps that still have one",
+		    snap, node.s, node_msg ? node_msg : "");
 		free(node_msg);
 	}
 	if (rv != MOAT_OK)
@@ -280,8 +290,10 @@ restore(struct moat_travel *t, const char *snap, const char *replace,
 	*out = moat__v1__sandbox__unpack(NULL, reply_len, reply);
 	free(reply);
 	if (*out == NULL) {
-		*errmsg = moat_asprintf("node %s answered RestoreSandbox with "
-		    "something that is not a moat.v1.Sandbox", node.s);
+		*errmsg =
+		    moat_asprintf("node %s answered RestoreSandbox with "
+		                  "something that is not a moat.v1.Sandbox",
+		        node.s);
 		return MOAT_INTERNAL;
 	}
 	if (moat_sandbox_id_set(&sandbox, (*out)->id))
@@ -309,9 +321,10 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 		return;
 	moat__v1__sandbox_ref__pack(&ref, payload);
 	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) !=
-	    MOAT_OK || moat_forward_to_node(t->fw, &node, "DestroySandbox",
-	    payload, len, moat_rpc_new_request_id(), deadline,
-	    "the replaced sandbox", &out, &out_len, &msg) != MOAT_OK)
+	        MOAT_OK ||
+	    moat_forward_to_node(t->fw, &node, "DestroySandbox", payload, len,
+	        moat_rpc_new_request_id(), deadline, "the replaced sandbox",
+	        &out, &out_len, &msg) != MOAT_OK)
 		moat_warn(request_id, "sandbox %s not destroyed: %s",
 		    sandbox_id, msg ? msg : "");
 	moat_forward_forget(t->fw, &sandbox);
@@ -337,7 +350,8 @@ branch_restore(struct moat_travel *t, const char *snap, const char *replace,
 	if (replace[0] != '\0' && moat_sandbox_id_set(&old, replace) &&
 	    moat_snapshot_node(snap, &snap_node) &&
 	    moat_forward_locate(t->fw, &old, deadline, &old_node, &msg) ==
-	    MOAT_OK && strcmp(old_node.s, snap_node.s) != 0)
+	        MOAT_OK &&
+	    strcmp(old_node.s, snap_node.s) != 0)
 		in_place = "";
 	free(msg);
 	msg = NULL;
@@ -347,8 +361,10 @@ branch_restore(struct moat_travel *t, const char *snap, const char *replace,
 	if (replace[0] != '\0' && strcmp((*out)->id, replace) != 0) {
 		/* The node made a new sandbox instead of replacing: the old
 		 * one goes, and the recording moves to the new one. */
-		moat_info(request_id, "restore of %s came back as %s: "
-		    "destroying %s", replace, (*out)->id, replace);
+		moat_info(request_id,
+		    "restore of %s came back as %s: "
+		    "destroying %s",
+		    replace, (*out)->id, replace);
 		destroy(t, replace, request_id);
 	}
 	return MOAT_OK;
@@ -375,12 +391,14 @@ branch_record(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	char *msg = NULL;
 	int rv;
 
-	if ((rv = moat_record_begin(t->rec, t->tenant, (*out)->id,
-	    &origin, request_id, deadline, session_id, MOAT_ID_MAX,
-	    &msg)) != MOAT_OK) {
-		*errmsg = moat_asprintf("sandbox %s was restored from %s but "
+	if ((rv = moat_record_begin(t->rec, t->tenant, (*out)->id, &origin,
+	         request_id, deadline, session_id, MOAT_ID_MAX, &msg)) !=
+	    MOAT_OK) {
+		*errmsg = moat_asprintf(
+		    "sandbox %s was restored from %s but "
 		    "does not record: %s (destroy it, or restore again once "
-		    "moat-sessiond answers)", (*out)->id, snap, msg);
+		    "moat-sessiond answers)",
+		    (*out)->id, snap, msg);
 		free(msg);
 		moat__v1__sandbox__free_unpacked(*out, NULL);
 		*out = NULL;
@@ -392,9 +410,10 @@ branch_record(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		*errmsg = moat_asprintf("out of memory");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
-	moat_info(request_id, "sandbox %s restored to step %llu of %s; "
-	    "records into branch %s", (*out)->id, (unsigned long long)step,
-	    s->id, session_id);
+	moat_info(request_id,
+	    "sandbox %s restored to step %llu of %s; "
+	    "records into branch %s",
+	    (*out)->id, (unsigned long long)step, s->id, session_id);
 	return MOAT_OK;
 }
 
@@ -408,10 +427,10 @@ branch(struct moat_travel *t, const Moat__V1__SessionInfo *s, uint64_t step,
 	int rv;
 
 	if ((rv = branch_restore(t, snap, replace, request_id, deadline, out,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		return rv;
-	return branch_record(t, s, step, snap, NULL, request_id, deadline,
-	    out, session_id, errmsg);
+	return branch_record(t, s, step, snap, NULL, request_id, deadline, out,
+	    session_id, errmsg);
 }
 
 int
@@ -430,9 +449,9 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 	int rv;
 
 	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
-	    &msg)) != MOAT_OK ||
+	         &msg)) != MOAT_OK ||
 	    (rv = step_snapshot(&t, s, req->step, call->deadline_ms, snap,
-	    &msg)) != MOAT_OK)
+	         &msg)) != MOAT_OK)
 		goto fail;
 	if (req->new_sandbox) {
 		replace = "";
@@ -443,20 +462,20 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 			msg = moat_asprintf("sandbox_id is too long");
 			goto fail;
 		}
-		if ((rv = moat_forward_locate(t.fw, &target,
-		    call->deadline_ms, &node, &msg)) != MOAT_OK)
+		if ((rv = moat_forward_locate(t.fw, &target, call->deadline_ms,
+		         &node, &msg)) != MOAT_OK)
 			goto fail;
 		replace = req->sandbox_id;
 	} else if (moat_sandbox_id_set(&target, s->sandbox_id) &&
 	    moat_forward_locate(t.fw, &target, call->deadline_ms, &node,
-	    &msg) == MOAT_OK) {
+	        &msg) == MOAT_OK) {
 		replace = s->sandbox_id;
 	} else {
-		free(msg);   /* the session's sandbox is gone: a new one */
+		free(msg); /* the session's sandbox is gone: a new one */
 		msg = NULL;
 	}
 	if ((rv = branch(&t, s, req->step, snap, replace, call->request_id,
-	    call->deadline_ms, &r->sandbox, session_id, &msg)) != MOAT_OK)
+	         call->deadline_ms, &r->sandbox, session_id, &msg)) != MOAT_OK)
 		goto fail;
 	moat__v1__session_info__free_unpacked(s, NULL);
 	if ((r->session_id = strdup(session_id)) == NULL ||
@@ -477,8 +496,8 @@ fail:
 struct fork_trace {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	bool taking;                /* a copy is being traced */
-	Moat__V1__FsTrace *trace;   /* NULL: none yet */
+	bool taking;              /* a copy is being traced */
+	Moat__V1__FsTrace *trace; /* NULL: none yet */
 };
 
 /* One copy of a fork, made on its own thread. */
@@ -491,7 +510,7 @@ struct fork_job {
 	const char *snap;
 	uint64_t request_id, deadline;
 	struct fork_trace *ft;
-	Moat__V1__ForkCopy *copy;   /* filled by the thread */
+	Moat__V1__ForkCopy *copy; /* filled by the thread */
 };
 
 /* copy_failed: records a copy's status and (when it failed) message,
@@ -506,7 +525,7 @@ copy_failed(Moat__V1__ForkCopy *copy, int rv, char *msg)
 	}
 	if (msg == NULL)
 		msg = strdup(moat_strerror(rv));
-	if (msg != NULL)   /* else protobuf-c's empty default stays */
+	if (msg != NULL) /* else protobuf-c's empty default stays */
 		copy->message = msg;
 }
 
@@ -531,7 +550,7 @@ fork_trace_get(struct fork_job *j, const char *sandbox_id)
 		ft->taking = true;
 		pthread_mutex_unlock(&ft->mu);
 		if (moat_record_trace(j->t->rec, sandbox_id, j->deadline,
-		    &trace, &msg) != MOAT_OK) {
+		        &trace, &msg) != MOAT_OK) {
 			moat_warn(j->request_id, "fork: no fs trace of %s: %s",
 			    sandbox_id, msg ? msg : "");
 			free(msg);
@@ -566,7 +585,7 @@ fork_main(void *arg)
 	trace = fork_trace_get(j, c->sandbox->id);
 	snprintf(sandbox_id, sizeof(sandbox_id), "%s", c->sandbox->id);
 	if ((rv = branch_record(j->t, j->s, j->step, j->snap, trace,
-	    j->request_id, j->deadline, &c->sandbox, session_id, &msg)) !=
+	         j->request_id, j->deadline, &c->sandbox, session_id, &msg)) !=
 	    MOAT_OK) {
 		/* An unrecorded copy is not what was asked for. */
 		destroy(j->t, sandbox_id, j->request_id);
@@ -598,12 +617,14 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	int rv;
 
 	if (count > TRAVEL_FORK_MAX)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "count %u: "
-		    "a fork makes at most %d copies", count, TRAVEL_FORK_MAX);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "count %u: "
+		    "a fork makes at most %d copies",
+		    count, TRAVEL_FORK_MAX);
 	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
-	    &msg)) != MOAT_OK ||
+	         &msg)) != MOAT_OK ||
 	    (rv = step_snapshot(&t, s, req->step, call->deadline_ms, snap,
-	    &msg)) != MOAT_OK)
+	         &msg)) != MOAT_OK)
 		goto fail;
 	if ((r->copies = calloc(count, sizeof(*r->copies))) == NULL)
 		goto fail_oom;
@@ -618,13 +639,17 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	 * records its branch on its own thread. */
 	for (uint32_t i = 0; i < count; i++) {
 		jobs[i] = (struct fork_job){
-			.t = &t, .s = s, .step = req->step, .snap = snap,
+			.t = &t,
+			.s = s,
+			.step = req->step,
+			.snap = snap,
 			.request_id = call->request_id,
-			.deadline = call->deadline_ms, .ft = &ft,
+			.deadline = call->deadline_ms,
+			.ft = &ft,
 			.copy = r->copies[i],
 		};
 		jobs[i].started = pthread_create(&jobs[i].thread, NULL,
-		    fork_main, &jobs[i]) == 0;
+		                      fork_main, &jobs[i]) == 0;
 	}
 	for (uint32_t i = 0; i < count; i++) {
 		if (jobs[i].started)
@@ -687,13 +712,13 @@ create_like(struct moat_travel *t, const Moat__V1__Sandbox *like,
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	if ((rv = moat_placement_choose(nodes, n_nodes, req.vcpus,
-	    req.memory_mib, req.image, t->survey_url, &chosen, errmsg)) !=
+	         req.memory_mib, req.image, t->survey_url, &chosen, errmsg)) !=
 	    MOAT_OK)
 		goto out;
 	if (!moat_node_id_set(&node, nodes[chosen]->node_id)) {
 		rv = MOAT_INTERNAL;
 		*errmsg = moat_asprintf("placement chose a node without "
-		    "an id");
+		                        "an id");
 		goto out;
 	}
 	len = moat__v1__create_sandbox_request__get_packed_size(&req);
@@ -704,14 +729,16 @@ create_like(struct moat_travel *t, const Moat__V1__Sandbox *like,
 	}
 	moat__v1__create_sandbox_request__pack(&req, payload);
 	if ((rv = moat_forward_to_node(t->fw, &node, "CreateSandbox", payload,
-	    len, moat_rpc_new_request_id(), deadline, "the replay sandbox",
-	    &reply, &reply_len, errmsg)) != MOAT_OK)
+	         len, moat_rpc_new_request_id(), deadline,
+	         "the replay sandbox", &reply, &reply_len, errmsg)) != MOAT_OK)
 		goto out;
 	if ((*out = moat__v1__sandbox__unpack(NULL, reply_len, reply)) ==
 	    NULL) {
 		rv = MOAT_INTERNAL;
-		*errmsg = moat_asprintf("node %s answered CreateSandbox with "
-		    "something that is not a moat.v1.Sandbox", node.s);
+		*errmsg =
+		    moat_asprintf("node %s answered CreateSandbox with "
+		                  "something that is not a moat.v1.Sandbox",
+		        node.s);
 		goto out;
 	}
 	if (moat_sandbox_id_set(&sandbox, (*out)->id))
@@ -742,9 +769,10 @@ get_sandbox(struct moat_travel *t, const char *sandbox_id, uint64_t deadline)
 		return NULL;
 	moat__v1__sandbox_ref__pack(&ref, payload);
 	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) ==
-	    MOAT_OK && moat_forward_to_node(t->fw, &node, "GetSandbox",
-	    payload, len, moat_rpc_new_request_id(), deadline,
-	    "the recorded sandbox", &out, &out_len, &msg) == MOAT_OK)
+	        MOAT_OK &&
+	    moat_forward_to_node(t->fw, &node, "GetSandbox", payload, len,
+	        moat_rpc_new_request_id(), deadline, "the recorded sandbox",
+	        &out, &out_len, &msg) == MOAT_OK)
 		sb = moat__v1__sandbox__unpack(NULL, out_len, out);
 	free(out);
 	free(msg);
@@ -755,14 +783,14 @@ get_sandbox(struct moat_travel *t, const char *sandbox_id, uint64_t deadline)
 struct outcome {
 	bool ran;
 	int32_t exit_code;
-	ProtobufCBinaryData out, err;   /* borrowed from the reply */
+	ProtobufCBinaryData out, err; /* borrowed from the reply */
 };
 
 static bool
 same_bytes(ProtobufCBinaryData a, ProtobufCBinaryData b)
 {
-	return a.len == b.len && (a.len == 0 ||
-	    memcmp(a.data, b.data, a.len) == 0);
+	return a.len == b.len &&
+	    (a.len == 0 || memcmp(a.data, b.data, a.len) == 0);
 }
 
 /* replay_step: runs the recorded step `st` in `sandbox_id` through the
@@ -829,8 +857,9 @@ replay_step(struct moat_travel *t, struct moat_rpc_call *parent,
 	/* A recorded step passed the policy when it ran; the policy may
 	 * have changed since, and a replay runs it again. */
 	if (moat_gateway_policy_refuses(parent->service_ctx, t->tenant, req,
-	    &why)) {
-		moat_info(parent->request_id, "replay step %llu in %s not run: "
+	        &why)) {
+		moat_info(parent->request_id,
+		    "replay step %llu in %s not run: "
 		    "the policy of tenant %s refuses it (%s)",
 		    (unsigned long long)st->index, sandbox_id, t->tenant,
 		    why ? why : "?");
@@ -846,7 +875,7 @@ replay_step(struct moat_travel *t, struct moat_rpc_call *parent,
 	call.payload_len = len;
 	rv = moat_record_step(t->rec, &call, req, sandbox_id, t->tenant,
 	    &handled);
-	if (!handled)   /* sessiond lost the recording: run it anyway */
+	if (!handled) /* sessiond lost the recording: run it anyway */
 		rv = moat_forward_call(t->fw, &call, sandbox_id, payload, len);
 	if (rv != MOAT_OK) {
 		moat_warn(parent->request_id, "replay step %llu in %s: %s",
@@ -854,17 +883,20 @@ replay_step(struct moat_travel *t, struct moat_rpc_call *parent,
 		    call.error_message ? call.error_message : "");
 	} else if (st->kind == MOAT__V1__STEP_KIND__STEP_KIND_EXEC &&
 	    (er = moat__v1__exec_result__unpack(NULL, call.raw_reply_len,
-	    call.raw_reply)) != NULL && er->status != NULL) {
+	         call.raw_reply)) != NULL &&
+	    er->status != NULL) {
 		int32_t code = er->status->exited ? er->status->exit_code :
-		    128 + er->status->signal;
+		                                    128 + er->status->signal;
 		same = code == st->exit_code &&
 		    same_bytes(er->stdout, st->stdout) &&
 		    same_bytes(er->stderr, st->stderr);
 	} else if (st->kind == MOAT__V1__STEP_KIND__STEP_KIND_CODE &&
 	    (cr = moat__v1__run_code_result__unpack(NULL, call.raw_reply_len,
-	    call.raw_reply)) != NULL && cr->result != NULL) {
-		int32_t code = cr->result->timed_out ? 124 :
-		    cr->result->error_name[0] != '\0' ? 1 : 0;
+	         call.raw_reply)) != NULL &&
+	    cr->result != NULL) {
+		int32_t code = cr->result->timed_out  ? 124 :
+		    cr->result->error_name[0] != '\0' ? 1 :
+		                                        0;
 		same = code == st->exit_code &&
 		    same_bytes(cr->result->stdout, st->stdout) &&
 		    same_bytes(cr->result->stderr, st->stderr);
@@ -882,8 +914,8 @@ replay_step(struct moat_travel *t, struct moat_rpc_call *parent,
 }
 
 int
-moat_travel_replay(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply)
+moat_travel_replay(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
 {
 	struct moat_travel t = parts(call);
 	const Moat__V1__ReplayRequest *req =
@@ -905,16 +937,20 @@ moat_travel_replay(struct moat_rpc_call *call,
 	ereq.tenant = (char *)t.tenant;
 	ereq.session_id = req->session_id;
 	if ((rv = moat_record_sessiond(t.rec, "ExportSession", &ereq.base,
-	    &moat__v1__export_session_reply__descriptor,
-	    (ProtobufCMessage **)&ex, call->deadline_ms, &msg)) != MOAT_OK)
+	         &moat__v1__export_session_reply__descriptor,
+	         (ProtobufCMessage **)&ex, call->deadline_ms, &msg)) !=
+	    MOAT_OK)
 		return fail(call, rv, msg);
 	if (ex->session == NULL) {
 		moat__v1__export_session_reply__free_unpacked(ex, NULL);
-		return moat_rpc_error(call, MOAT_INTERNAL, "moat-sessiond "
-		    "exported session %s without its info", req->session_id);
+		return moat_rpc_error(call, MOAT_INTERNAL,
+		    "moat-sessiond "
+		    "exported session %s without its info",
+		    req->session_id);
 	}
 	until = req->until_step == 0 || req->until_step > ex->n_steps ?
-	    ex->n_steps : req->until_step;
+	    ex->n_steps :
+	    req->until_step;
 	like = get_sandbox(&t, ex->session->sandbox_id, call->deadline_ms);
 	rv = create_like(&t, like, call->deadline_ms, &sb, &msg);
 	if (like != NULL)
@@ -923,13 +959,13 @@ moat_travel_replay(struct moat_rpc_call *call,
 		goto fail;
 	origin.policy = ex->session->snapshot_policy;
 	if ((rv = moat_record_begin(t.rec, t.tenant, sb->id, &origin,
-	    call->request_id, call->deadline_ms, session_id,
-	    sizeof(session_id), &msg)) != MOAT_OK)
+	         call->request_id, call->deadline_ms, session_id,
+	         sizeof(session_id), &msg)) != MOAT_OK)
 		goto fail_destroy;
 	for (uint64_t i = 0; i < until; i++) {
 		bool refused;
-		bool same = replay_step(&t, call, sb->id, ex->steps[i],
-		    &refused);
+		bool same =
+		    replay_step(&t, call, sb->id, ex->steps[i], &refused);
 
 		r->steps_replayed++;
 		if (refused)
@@ -939,9 +975,10 @@ moat_travel_replay(struct moat_rpc_call *call,
 		else if (r->first_divergent_step == 0)
 			r->first_divergent_step = ex->steps[i]->index;
 	}
-	moat_info(call->request_id, "replay of %s in %s: %llu of %llu steps "
-	    "the same", req->session_id, sb->id,
-	    (unsigned long long)r->steps_matching,
+	moat_info(call->request_id,
+	    "replay of %s in %s: %llu of %llu steps "
+	    "the same",
+	    req->session_id, sb->id, (unsigned long long)r->steps_matching,
 	    (unsigned long long)r->steps_replayed);
 	moat__v1__export_session_reply__free_unpacked(ex, NULL);
 	if ((r->session_id = strdup(session_id)) == NULL)
@@ -979,8 +1016,8 @@ moat_travel_run_code(struct moat_rpc_call *call,
 	int rv;
 
 	(void)reply;
-	rv = moat_record_step(t.rec, call, request, req->sandbox_id,
-	    t.tenant, &handled);
+	rv = moat_record_step(t.rec, call, request, req->sandbox_id, t.tenant,
+	    &handled);
 	if (handled)
 		return rv;
 	return moat_forward_call(t.fw, call, req->sandbox_id, call->payload,

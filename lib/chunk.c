@@ -26,8 +26,7 @@ moat_chunk_hash(const void *data, size_t len, struct moat_chunk_id *id)
 }
 
 bool
-moat_chunk_verify(const void *data, size_t len,
-    const struct moat_chunk_id *id)
+moat_chunk_verify(const void *data, size_t len, const struct moat_chunk_id *id)
 {
 	struct moat_chunk_id got;
 
@@ -121,8 +120,8 @@ next_data(int fd, uint64_t off, uint64_t size)
 }
 
 int
-moat_chunk_fd(int fd, const char *name, uint32_t chunk_size,
-    moat_chunk_fn fn, void *arg, uint64_t *size_out, char **errmsg)
+moat_chunk_fd(int fd, const char *name, uint32_t chunk_size, moat_chunk_fn fn,
+    void *arg, uint64_t *size_out, char **errmsg)
 {
 	struct moat_chunk c;
 	struct stat st;
@@ -132,8 +131,9 @@ moat_chunk_fd(int fd, const char *name, uint32_t chunk_size,
 
 	if (!moat_chunk_size_valid(chunk_size)) {
 		*errmsg = moat_asprintf("chunk size %u: must be a multiple of "
-		    "%u from %u to %u", chunk_size, MOAT_CHUNK_MIN_SIZE,
-		    MOAT_CHUNK_MIN_SIZE, MOAT_CHUNK_MAX_SIZE);
+		                        "%u from %u to %u",
+		    chunk_size, MOAT_CHUNK_MIN_SIZE, MOAT_CHUNK_MIN_SIZE,
+		    MOAT_CHUNK_MAX_SIZE);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (fstat(fd, &st) != 0) {
@@ -144,8 +144,9 @@ moat_chunk_fd(int fd, const char *name, uint32_t chunk_size,
 	size = (uint64_t)st.st_size;
 	if ((n = moat_chunk_count(size, chunk_size)) > MOAT_CHUNK_MAX_COUNT) {
 		*errmsg = moat_asprintf("%s: %llu bytes is more than %u "
-		    "chunks of %u bytes", name, (unsigned long long)size,
-		    MOAT_CHUNK_MAX_COUNT, chunk_size);
+		                        "chunks of %u bytes",
+		    name, (unsigned long long)size, MOAT_CHUNK_MAX_COUNT,
+		    chunk_size);
 		return MOAT_OUT_OF_RANGE;
 	}
 	if (size_out != NULL)
@@ -160,7 +161,8 @@ moat_chunk_fd(int fd, const char *name, uint32_t chunk_size,
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t off = i * chunk_size;
 		size_t len = (size_t)(size - off < chunk_size ? size - off :
-		    chunk_size), got = 0;
+		                                                chunk_size),
+		       got = 0;
 
 		memset(&c, 0, sizeof(c));
 		c.index = i;
@@ -177,7 +179,7 @@ moat_chunk_fd(int fd, const char *name, uint32_t chunk_size,
 			}
 		}
 		if (data_at >= off + len) {
-			c.zero = true;  /* all hole: never read */
+			c.zero = true; /* all hole: never read */
 		} else {
 			if ((err = read_full(fd, buf, len, off, &got)) != 0) {
 				*errmsg = moat_asprintf("%s: read at %llu: %s",
@@ -187,10 +189,11 @@ moat_chunk_fd(int fd, const char *name, uint32_t chunk_size,
 				goto out;
 			}
 			if (got != len) {
-				*errmsg = moat_asprintf("%s: shrank while "
+				*errmsg = moat_asprintf(
+				    "%s: shrank while "
 				    "being chunked (short read at %llu): "
-				    "chunk a copy that nothing writes", name,
-				    (unsigned long long)off);
+				    "chunk a copy that nothing writes",
+				    name, (unsigned long long)off);
 				rv = MOAT_ABORTED;
 				goto out;
 			}
@@ -232,8 +235,8 @@ struct moat_chunk_writer {
 	uint64_t size;
 	uint32_t chunk_size;
 	size_t n_ids;
-	uint8_t *ids;              /* n_ids * 32, owned */
-	uint8_t *done;             /* bitmap of chunks put, owned */
+	uint8_t *ids;  /* n_ids * 32, owned */
+	uint8_t *done; /* bitmap of chunks put, owned */
 };
 
 int
@@ -249,8 +252,8 @@ moat_chunk_writer_open(struct moat_chunk_writer **out, const char *path,
 	    moat_chunk_count(size, chunk_size) != n_ids ||
 	    n_ids > MOAT_CHUNK_MAX_COUNT) {
 		*errmsg = moat_asprintf("%s: %zu chunks of %u bytes do not "
-		    "make a %llu-byte file", path, n_ids, chunk_size,
-		    (unsigned long long)size);
+		                        "make a %llu-byte file",
+		    path, n_ids, chunk_size, (unsigned long long)size);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((w = calloc(1, sizeof(*w))) == NULL)
@@ -260,8 +263,7 @@ moat_chunk_writer_open(struct moat_chunk_writer **out, const char *path,
 	w->chunk_size = chunk_size;
 	w->n_ids = n_ids;
 	if ((w->path = strdup(path)) == NULL ||
-	    (w->tmp_path = moat_asprintf("%s.partial-XXXXXX", path)) ==
-	    NULL ||
+	    (w->tmp_path = moat_asprintf("%s.partial-XXXXXX", path)) == NULL ||
 	    (w->ids = malloc(n_ids * MOAT_CHUNK_ID_LEN + 1)) == NULL ||
 	    (w->done = calloc(n_ids / 8 + 1, 1)) == NULL)
 		goto fail_oom;
@@ -308,22 +310,23 @@ moat_chunk_writer_put(struct moat_chunk_writer *w, uint64_t index,
 		    (unsigned long long)index, w->n_ids);
 		return MOAT_INVALID_ARGUMENT;
 	}
-	id = (const struct moat_chunk_id *)(w->ids +
-	    index * MOAT_CHUNK_ID_LEN);
+	id =
+	    (const struct moat_chunk_id *)(w->ids + index * MOAT_CHUNK_ID_LEN);
 	want = (size_t)(w->size - off < w->chunk_size ? w->size - off :
-	    w->chunk_size);
+	                                                w->chunk_size);
 	if (moat_chunk_id_is_zero(id) || len != want) {
 		*errmsg = moat_asprintf("%s: chunk %llu: %s", w->path,
-		    (unsigned long long)index, moat_chunk_id_is_zero(id) ?
-		    "is a zero chunk (a hole), not written" :
-		    "wrong length");
+		    (unsigned long long)index,
+		    moat_chunk_id_is_zero(id) ?
+		        "is a zero chunk (a hole), not written" :
+		        "wrong length");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (!moat_chunk_verify(data, len, id)) {
 		moat_chunk_id_hex(id, hex);
 		*errmsg = moat_asprintf("%s: chunk %llu does not match its id "
-		    "%s: refusing to write corrupt data", w->path,
-		    (unsigned long long)index, hex);
+		                        "%s: refusing to write corrupt data",
+		    w->path, (unsigned long long)index, hex);
 		return MOAT_DATA_LOSS;
 	}
 	while (done < len) {
@@ -350,8 +353,9 @@ moat_chunk_writer_next_missing(const struct moat_chunk_writer *w,
     uint64_t from)
 {
 	for (uint64_t i = from; i < w->n_ids; i++) {
-		const struct moat_chunk_id *id = (const struct moat_chunk_id *)
-		    (w->ids + i * MOAT_CHUNK_ID_LEN);
+		const struct moat_chunk_id *id =
+		    (const struct moat_chunk_id *)(w->ids +
+		        i * MOAT_CHUNK_ID_LEN);
 
 		if (!(w->done[i / 8] & (1u << (i % 8))) &&
 		    !moat_chunk_id_is_zero(id))
@@ -380,7 +384,7 @@ moat_chunk_writer_commit(struct moat_chunk_writer *w, char **errmsg)
 		goto fail;
 	}
 	free(w->tmp_path);
-	w->tmp_path = NULL;  /* renamed: nothing for abort to remove */
+	w->tmp_path = NULL; /* renamed: nothing for abort to remove */
 	moat_chunk_writer_abort(w);
 	return MOAT_OK;
 
@@ -417,7 +421,7 @@ moat_chunk_assemble(const char *path, uint64_t size, uint32_t chunk_size,
 	int rv;
 
 	if ((rv = moat_chunk_writer_open(&w, path, size, chunk_size, ids,
-	    n_ids, errmsg)) != MOAT_OK)
+	         n_ids, errmsg)) != MOAT_OK)
 		return rv;
 	if ((buf = malloc(chunk_size)) == NULL) {
 		*errmsg = moat_asprintf("%s: out of memory", path);
@@ -425,16 +429,17 @@ moat_chunk_assemble(const char *path, uint64_t size, uint32_t chunk_size,
 		goto fail;
 	}
 	for (i = moat_chunk_writer_next_missing(w, 0); i != UINT64_MAX;
-	    i = moat_chunk_writer_next_missing(w, i + 1)) {
+	     i = moat_chunk_writer_next_missing(w, i + 1)) {
 		uint64_t off = i * chunk_size;
 		size_t len = (size_t)(size - off < chunk_size ? size - off :
-		    chunk_size);
-		const struct moat_chunk_id *id = (const struct moat_chunk_id *)
-		    (ids + i * MOAT_CHUNK_ID_LEN);
+		                                                chunk_size);
+		const struct moat_chunk_id *id =
+		    (const struct moat_chunk_id *)(ids +
+		        i * MOAT_CHUNK_ID_LEN);
 
 		if ((rv = source(i, id, buf, len, arg, errmsg)) != MOAT_OK ||
 		    (rv = moat_chunk_writer_put(w, i, buf, len, errmsg)) !=
-		    MOAT_OK)
+		        MOAT_OK)
 			goto fail;
 	}
 	free(buf);

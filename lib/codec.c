@@ -21,7 +21,7 @@
 
 struct enc {
 	unsigned flags;
-	char *errmsg;        /* first error, heap */
+	char *errmsg; /* first error, heap */
 	int status;
 };
 
@@ -364,8 +364,8 @@ map_key(const ProtobufCFieldDescriptor *kf, const void *p)
 		return strdup(s != NULL ? s : "");
 	}
 	case PROTOBUF_C_TYPE_BOOL:
-		return strdup(*(const protobuf_c_boolean *)p ? "true" :
-		    "false");
+		return strdup(
+		    *(const protobuf_c_boolean *)p ? "true" : "false");
 	case PROTOBUF_C_TYPE_INT32:
 	case PROTOBUF_C_TYPE_SINT32:
 	case PROTOBUF_C_TYPE_SFIXED32:
@@ -405,7 +405,8 @@ enc_map(struct enc *e, const ProtobufCFieldDescriptor *f,
 		if (base == NULL)
 			continue;
 		if ((key = map_key(kf, base + kf->offset)) == NULL) {
-			enc_fail(e, MOAT_INTERNAL, "a map key type that JSON "
+			enc_fail(e, MOAT_INTERNAL,
+			    "a map key type that JSON "
 			    "cannot hold");
 			goto fail;
 		}
@@ -441,8 +442,8 @@ enc_repeated(struct enc *e, const ProtobufCFieldDescriptor *f,
 	if ((arr = json_array()) == NULL)
 		goto fail_oom;
 	for (size_t i = 0; i < n; i++) {
-		json_t *v = enc_value(e, f, (const char *)array + i * sz,
-		    depth);
+		json_t *v =
+		    enc_value(e, f, (const char *)array + i * sz, depth);
 		if (v == NULL)
 			goto fail;
 		if (json_array_append_new(arr, v) != 0)
@@ -475,8 +476,8 @@ field_present(const struct enc *e, const ProtobufCFieldDescriptor *f,
 		if (f->type == PROTOBUF_C_TYPE_STRING ||
 		    f->type == PROTOBUF_C_TYPE_MESSAGE)
 			return *(void *const *)member != NULL;
-		return *(const protobuf_c_boolean *)(base +
-		    f->quantifier_offset);
+		return *(
+		    const protobuf_c_boolean *)(base + f->quantifier_offset);
 	case PROTOBUF_C_LABEL_REPEATED:
 		return *(const size_t *)(base + f->quantifier_offset) > 0 ||
 		    (e->flags & MOAT_CODEC_EMIT_DEFAULTS);
@@ -501,7 +502,8 @@ enc_message(struct enc *e, const ProtobufCMessage *msg, int depth)
 		return NULL;
 	}
 	if (depth > CODEC_MAX_DEPTH) {
-		enc_fail(e, MOAT_INVALID_ARGUMENT, "messages nested deeper "
+		enc_fail(e, MOAT_INVALID_ARGUMENT,
+		    "messages nested deeper "
 		    "than 64 levels");
 		return NULL;
 	}
@@ -540,8 +542,8 @@ fail:
 }
 
 int
-moat_codec_to_json(const ProtobufCMessage *msg, unsigned flags,
-    json_t **out, char **errmsg)
+moat_codec_to_json(const ProtobufCMessage *msg, unsigned flags, json_t **out,
+    char **errmsg)
 {
 	struct enc e = { .flags = flags };
 
@@ -554,7 +556,8 @@ moat_codec_to_json(const ProtobufCMessage *msg, unsigned flags,
 	if (*out == NULL) {
 		if (e.errmsg == NULL) {
 			e.errmsg = moat_asprintf("JSON encoding of %s: out "
-			    "of memory", msg->descriptor->name);
+			                         "of memory",
+			    msg->descriptor->name);
 			e.status = MOAT_RESOURCE_EXHAUSTED;
 		}
 		*errmsg = e.errmsg;

@@ -29,9 +29,9 @@
 
 struct dec {
 	unsigned flags;
-	char *errmsg;          /* first error, heap */
+	char *errmsg; /* first error, heap */
 	int status;
-	char path[512];        /* "exec.argv[2]", NUL-terminated */
+	char path[512]; /* "exec.argv[2]", NUL-terminated */
 	size_t path_len;
 };
 
@@ -55,8 +55,10 @@ path_push(struct dec *dc, const char *prefix, const char *key,
 {
 	size_t room = sizeof(dc->path) - dc->path_len;
 
-	path_advance(dc, snprintf(dc->path + dc->path_len, room, "%s%s%s",
-	    prefix, key, suffix), room);
+	path_advance(dc,
+	    snprintf(dc->path + dc->path_len, room, "%s%s%s", prefix, key,
+	        suffix),
+	    room);
 }
 
 static void
@@ -64,8 +66,8 @@ path_index(struct dec *dc, size_t index)
 {
 	size_t room = sizeof(dc->path) - dc->path_len;
 
-	path_advance(dc, snprintf(dc->path + dc->path_len, room, "[%zu]",
-	    index), room);
+	path_advance(dc,
+	    snprintf(dc->path + dc->path_len, room, "[%zu]", index), room);
 }
 
 static void
@@ -93,8 +95,8 @@ got_what(json_t *v)
 		if (n > 40) {
 			int cut = 40;
 			/* Not in the middle of a UTF-8 sequence. */
-			while (cut > 0 && ((unsigned char)s[cut] & 0xc0) ==
-			    0x80)
+			while (
+			    cut > 0 && ((unsigned char)s[cut] & 0xc0) == 0x80)
 				cut--;
 			return moat_asprintf("\"%.*s...\"", cut, s);
 		}
@@ -235,8 +237,9 @@ static bool
 double_of(struct dec *dc, json_t *v, bool is_float, double *out)
 {
 	const char *what = is_float ? "a float (a number, \"NaN\", "
-	    "\"Infinity\" or \"-Infinity\")" : "a double (a number, \"NaN\", "
-	    "\"Infinity\" or \"-Infinity\")";
+	                              "\"Infinity\" or \"-Infinity\")" :
+	                              "a double (a number, \"NaN\", "
+	                              "\"Infinity\" or \"-Infinity\")";
 	double d;
 
 	if (json_is_number(v)) {
@@ -254,8 +257,9 @@ double_of(struct dec *dc, json_t *v, bool is_float, double *out)
 		else {
 			/* Numbers as strings, but not strtod's own
 			 * spellings ("inf", "nan", hex). */
-			if (s[0] == '\0' || strspn(s, "0123456789+-.eE") !=
-			    strlen(s) || strlen(s) != json_string_length(v))
+			if (s[0] == '\0' ||
+			    strspn(s, "0123456789+-.eE") != strlen(s) ||
+			    strlen(s) != json_string_length(v))
 				return dec_expected(dc, what, v);
 			errno = 0;
 			d = strtod(s, &end);
@@ -263,8 +267,8 @@ double_of(struct dec *dc, json_t *v, bool is_float, double *out)
 				return dec_expected(dc, what, v);
 			if (errno == ERANGE && isinf(d))
 				return dec_fail(dc, MOAT_INVALID_ARGUMENT,
-				    "out of range for ", is_float ? "float" :
-				    "double", v);
+				    "out of range for ",
+				    is_float ? "float" : "double", v);
 		}
 	} else {
 		return dec_expected(dc, what, v);
@@ -352,7 +356,7 @@ dec_value(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 	case PROTOBUF_C_TYPE_SINT32:
 	case PROTOBUF_C_TYPE_SFIXED32:
 		if (!int_of(dc, v, true, INT32_MIN, INT32_MAX, 0, "int32", &s,
-		    &u))
+		        &u))
 			return false;
 		*(int32_t *)p = (int32_t)s;
 		return true;
@@ -366,7 +370,7 @@ dec_value(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 	case PROTOBUF_C_TYPE_SINT64:
 	case PROTOBUF_C_TYPE_SFIXED64:
 		if (!int_of(dc, v, true, INT64_MIN, INT64_MAX, 0, "int64", &s,
-		    &u))
+		        &u))
 			return false;
 		*(int64_t *)p = s;
 		return true;
@@ -407,13 +411,15 @@ dec_value(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 		if (json_is_integer(v)) {
 			/* proto3 enums are open: any int32 is kept. */
 			if (!int_of(dc, v, true, INT32_MIN, INT32_MAX, 0,
-			    "enum", &s, &u))
+			        "enum", &s, &u))
 				return false;
 			*(int *)p = (int)s;
 			return true;
 		}
-		return dec_fail(dc, MOAT_INVALID_ARGUMENT, "expected a value "
-		    "name or number of ", ed->name, v);
+		return dec_fail(dc, MOAT_INVALID_ARGUMENT,
+		    "expected a value "
+		    "name or number of ",
+		    ed->name, v);
 	}
 	case PROTOBUF_C_TYPE_STRING: {
 		char *str;
@@ -442,8 +448,10 @@ dec_value(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 		if (rv == MOAT_RESOURCE_EXHAUSTED)
 			return dec_oom(dc);
 		if (rv != MOAT_OK)
-			return dec_expected(dc, "base64 bytes (standard or "
-			    "URL-safe, padding optional)", v);
+			return dec_expected(dc,
+			    "base64 bytes (standard or "
+			    "URL-safe, padding optional)",
+			    v);
 		b->data = data;
 		b->len = len;
 		return true;
@@ -458,8 +466,10 @@ dec_value(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 		return ok;
 	}
 	}
-	return dec_fail(dc, MOAT_INTERNAL, "a field type this codec does not "
-	    "know", NULL, NULL);
+	return dec_fail(dc, MOAT_INTERNAL,
+	    "a field type this codec does not "
+	    "know",
+	    NULL, NULL);
 }
 
 /* ---- maps and repeated fields ---- */
@@ -473,8 +483,10 @@ dec_map_key(struct dec *dc, const ProtobufCFieldDescriptor *kf,
 
 	if (kf->type == PROTOBUF_C_TYPE_BOOL) {
 		if (strcmp(key, "true") != 0 && strcmp(key, "false") != 0)
-			return dec_fail(dc, MOAT_INVALID_ARGUMENT, "map key "
-			    "must be \"true\" or \"false\"", NULL, NULL);
+			return dec_fail(dc, MOAT_INVALID_ARGUMENT,
+			    "map key "
+			    "must be \"true\" or \"false\"",
+			    NULL, NULL);
 		*(protobuf_c_boolean *)p = strcmp(key, "true") == 0;
 		return true;
 	}
@@ -503,7 +515,7 @@ dec_map(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 		return true;
 	if ((*arr = calloc(json_object_size(v), sizeof(**arr))) == NULL)
 		return dec_oom(dc);
-	json_object_foreach(v, key, val) {
+	json_object_foreach (v, key, val) {
 		ProtobufCMessage *entry;
 		char *eb;
 
@@ -517,9 +529,9 @@ dec_map(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 		(*arr)[(*n)++] = entry;
 		eb = (char *)entry;
 		if (!dec_map_key(dc, &ed->fields[0], key,
-		    eb + ed->fields[0].offset) ||
+		        eb + ed->fields[0].offset) ||
 		    !dec_value(dc, &ed->fields[1], val,
-		    eb + ed->fields[1].offset, depth))
+		        eb + ed->fields[1].offset, depth))
 			return false;
 		path_pop(dc, save);
 	}
@@ -551,8 +563,10 @@ dec_repeated(struct dec *dc, const ProtobufCFieldDescriptor *f, json_t *v,
 
 		path_index(dc, i);
 		if (json_is_null(el))
-			return dec_fail(dc, MOAT_INVALID_ARGUMENT, "array "
-			    "elements may not be null", NULL, NULL);
+			return dec_fail(dc, MOAT_INVALID_ARGUMENT,
+			    "array "
+			    "elements may not be null",
+			    NULL, NULL);
 		/* Counted before filling: a message element that failed
 		 * half-way must still be freed with the parent. */
 		(*n)++;
@@ -576,7 +590,7 @@ moat_codec_find_field(const ProtobufCMessageDescriptor *d, const char *name)
 		if (strcmp(f->name, name) == 0)
 			return f;
 		if (moat_codec_json_name(f->name, json_name,
-		    sizeof(json_name)) < sizeof(json_name) &&
+		        sizeof(json_name)) < sizeof(json_name) &&
 		    strcmp(json_name, name) == 0)
 			return f;
 	}
@@ -622,8 +636,10 @@ dec_message(struct dec *dc, const ProtobufCMessageDescriptor *d, json_t *in,
 	*out = NULL;
 	if (depth > MOAT_CODEC_MAX_DECODE_DEPTH) {
 		char what[96];
-		snprintf(what, sizeof(what), "messages nested deeper than %d "
-		    "levels", MOAT_CODEC_MAX_DECODE_DEPTH);
+		snprintf(what, sizeof(what),
+		    "messages nested deeper than %d "
+		    "levels",
+		    MOAT_CODEC_MAX_DECODE_DEPTH);
 		return dec_fail(dc, MOAT_INVALID_ARGUMENT, what, NULL, NULL);
 	}
 	if (!json_is_object(in)) {
@@ -637,9 +653,9 @@ dec_message(struct dec *dc, const ProtobufCMessageDescriptor *d, json_t *in,
 	*out = msg;
 	if ((seen = calloc(d->n_fields + 1, sizeof(*seen))) == NULL)
 		return dec_oom(dc);
-	json_object_foreach(in, key, v) {
-		const ProtobufCFieldDescriptor *f = moat_codec_find_field(d,
-		    key);
+	json_object_foreach (in, key, v) {
+		const ProtobufCFieldDescriptor *f =
+		    moat_codec_find_field(d, key);
 		unsigned idx;
 
 		path_field(dc, key);
@@ -654,8 +670,10 @@ dec_message(struct dec *dc, const ProtobufCMessageDescriptor *d, json_t *in,
 		}
 		idx = (unsigned)(f - d->fields);
 		if (seen[idx] != NULL) {
-			dec_fail(dc, MOAT_INVALID_ARGUMENT, "set twice (as "
-			    "its JSON name and its .proto name)", NULL, NULL);
+			dec_fail(dc, MOAT_INVALID_ARGUMENT,
+			    "set twice (as "
+			    "its JSON name and its .proto name)",
+			    NULL, NULL);
 			goto out;
 		}
 		seen[idx] = f;
@@ -670,14 +688,16 @@ dec_message(struct dec *dc, const ProtobufCMessageDescriptor *d, json_t *in,
 			if (set != 0 && set != f->id) {
 				const ProtobufCFieldDescriptor *o =
 				    protobuf_c_message_descriptor_get_field(d,
-				    set);
+				        set);
 				char other[256];
 
 				moat_codec_json_name(o ? o->name : "?", other,
 				    sizeof(other));
-				dec_fail(dc, MOAT_INVALID_ARGUMENT, "only one "
+				dec_fail(dc, MOAT_INVALID_ARGUMENT,
+				    "only one "
 				    "member of a oneof may be set, and this "
-				    "one's oneof already has ", other, NULL);
+				    "one's oneof already has ",
+				    other, NULL);
 				goto out;
 			}
 		}
@@ -702,7 +722,7 @@ moat_codec_from_json(const ProtobufCMessageDescriptor *d, json_t *in,
 	*errmsg = NULL;
 	if (d == NULL || d->magic != PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC) {
 		*errmsg = moat_asprintf("JSON decoding: not a protobuf-c "
-		    "message descriptor");
+		                        "message descriptor");
 		return MOAT_INTERNAL;
 	}
 	if (in == NULL) {
@@ -740,7 +760,8 @@ moat_codec_from_json_text(const ProtobufCMessageDescriptor *d,
 	j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (j == NULL) {
 		*errmsg = moat_asprintf("malformed JSON at line %d column %d: "
-		    "%s", jerr.line, jerr.column, jerr.text);
+		                        "%s",
+		    jerr.line, jerr.column, jerr.text);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	rv = moat_codec_from_json(d, j, flags, out, errmsg);

@@ -18,7 +18,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 
-#define CONFIG_MAX_ENTRIES 4096     /* a config file is small */
+#define CONFIG_MAX_ENTRIES 4096 /* a config file is small */
 #define CONFIG_MAX_NAME 128
 
 enum config_source {
@@ -31,12 +31,12 @@ struct config_entry {
 	char *section;
 	char *key;
 	char *value;
-	int line;                   /* in the file, for SRC_FILE */
+	int line; /* in the file, for SRC_FILE */
 	struct config_entry *next;
 };
 
 struct moat_config {
-	char *path;                 /* the file read, or NULL */
+	char *path; /* the file read, or NULL */
 	struct config_entry *entries;
 	size_t n_entries;
 };
@@ -48,7 +48,7 @@ struct parse_state {
 	FILE *file;
 	int line;
 	int at_line_start;
-	int failed;                 /* 0 or a status */
+	int failed; /* 0 or a status */
 };
 
 static struct config_entry *
@@ -60,8 +60,9 @@ config_find(const struct moat_config *cfg, enum config_source source,
 	if (cfg == NULL)
 		return NULL;
 	for (e = cfg->entries; e != NULL; e = e->next)
-		if (e->source == source && strcasecmp(e->section, section) == 0
-		    && strcasecmp(e->key, key) == 0)
+		if (e->source == source &&
+		    strcasecmp(e->section, section) == 0 &&
+		    strcasecmp(e->key, key) == 0)
 			return e;
 	return NULL;
 }
@@ -129,9 +130,9 @@ config_on_value(void *user, const char *section, const char *name,
 	int rv;
 
 	if (name == NULL)
-		return 1;           /* a section header alone */
+		return 1; /* a section header alone */
 	if ((rv = config_put(st->cfg, SRC_FILE, section, name,
-	    value != NULL ? value : "", st->line)) != MOAT_OK) {
+	         value != NULL ? value : "", st->line)) != MOAT_OK) {
 		st->failed = rv;
 		return 0;
 	}
@@ -175,9 +176,11 @@ moat_config_load(struct moat_config **out, const char *path, char **errmsg)
 		int err = errno;
 
 		rv = moat_status_from_errno(err);
-		*errmsg = moat_asprintf("cannot read config file %s%s: %s: "
+		*errmsg = moat_asprintf(
+		    "cannot read config file %s%s: %s: "
 		    "create it, fix the path, or leave it unset to use "
-		    "defaults", path, why, strerror(err));
+		    "defaults",
+		    path, why, strerror(err));
 		goto fail;
 	}
 	st.cfg = cfg;
@@ -187,14 +190,16 @@ moat_config_load(struct moat_config **out, const char *path, char **errmsg)
 	if (st.failed != 0) {
 		rv = st.failed;
 		*errmsg = moat_asprintf("config file %s: too many settings or "
-		    "out of memory at line %d", path, st.line);
+		                        "out of memory at line %d",
+		    path, st.line);
 		goto fail;
 	}
 	if (line != 0) {
 		rv = MOAT_INVALID_ARGUMENT;
-		*errmsg = moat_asprintf("config file %s line %d: not a "
-		    "[section] or key = value line: fix or remove it", path,
-		    line);
+		*errmsg = moat_asprintf(
+		    "config file %s line %d: not a "
+		    "[section] or key = value line: fix or remove it",
+		    path, line);
 		goto fail;
 	}
 	*out = cfg;
@@ -298,11 +303,12 @@ config_bad_value(const struct moat_config *cfg, const char *section,
 	config_lookup(cfg, section, key, name, sizeof(name), &line, &kind);
 	if (strcmp(kind, "file") == 0)
 		return moat_asprintf("[%s] %s = \"%s\" in %s line %d is not "
-		    "%s: fix the file", section, key, value, name, line, want);
+		                     "%s: fix the file",
+		    section, key, value, name, line, want);
 	if (strcmp(kind, "environment") == 0)
 		return moat_asprintf("[%s] %s: %s=\"%s\" in the environment "
-		    "is not %s: fix or unset it", section, key, name, value,
-		    want);
+		                     "is not %s: fix or unset it",
+		    section, key, name, value, want);
 	return moat_asprintf("[%s] %s: %s \"%s\" is not %s", section, key,
 	    name, value, want);
 }
@@ -453,14 +459,14 @@ moat_config_from_args(int argc, char **argv, const struct option *opts,
 		goto out;
 	}
 	if ((rv = moat_config_load(cfg, config_path, &errmsg)) != MOAT_OK) {
-		fprintf(stderr, "%s: %s\n", program, errmsg ? errmsg :
-		    moat_strerror(rv));
+		fprintf(stderr, "%s: %s\n", program,
+		    errmsg ? errmsg : moat_strerror(rv));
 		rv = moat_status_exit_code(rv);
 		goto out;
 	}
 	for (size_t i = 0; i < n_flags; i++)
 		if ((rv = moat_config_set_flag(*cfg, section, keys[i],
-		    vals[i])) != MOAT_OK) {
+		         vals[i])) != MOAT_OK) {
 			fprintf(stderr, "%s: --%s: %s\n", program, keys[i],
 			    moat_strerror(rv));
 			rv = moat_status_exit_code(rv);
@@ -484,9 +490,9 @@ moat_config_state_dir(const struct moat_config *cfg, const char *section)
 	const char *v;
 
 	if (((v = moat_config_get(cfg, section, "state-dir", NULL)) != NULL &&
-	    v[0] != '\0') ||
+	        v[0] != '\0') ||
 	    ((v = moat_config_get(cfg, "moat", "state-dir", NULL)) != NULL &&
-	    v[0] != '\0'))
+	        v[0] != '\0'))
 		return strdup(v);
 	return moat_default_state_dir();
 }

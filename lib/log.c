@@ -15,8 +15,7 @@
 static char log_component[32] = "moat";
 static enum moat_log_level log_min = MOAT_LOG_INFO;
 
-static const char *const level_names[] = { "DEBUG", "INFO", "WARN",
-	"ERROR" };
+static const char *const level_names[] = { "DEBUG", "INFO", "WARN", "ERROR" };
 
 void
 moat_log_init(const char *component, enum moat_log_level level)

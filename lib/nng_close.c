@@ -13,7 +13,7 @@
 #include "moat/nng_close.h"
 
 struct close_job {
-	pthread_mutex_t lock;       /* guards done and refs */
+	pthread_mutex_t lock; /* guards done and refs */
 	pthread_cond_t cv;
 	nng_socket sock;
 	bool done;

@@ -64,16 +64,16 @@ struct rpc_wait {
 	struct moat_rpc_client *c;
 	nng_ctx ctx;
 	bool has_ctx;
-	nng_aio *send_aio;          /* completes into send_done */
-	nng_aio *aio;               /* the receive; completes into recv_done */
+	nng_aio *send_aio; /* completes into send_done */
+	nng_aio *aio;      /* the receive; completes into recv_done */
 	/* The caller sleeps here, with c->lock: one condition per call, so
 	 * a reply wakes its own caller and no other. */
 	pthread_cond_t wake;
 	bool cond_inited;
-	int send_rv;                /* the send's error; guarded by c->lock */
-	atomic_bool sent;           /* a server has the request */
-	bool done;                  /* guarded by c->lock */
-	bool abandoned;             /* guarded by c->lock */
+	int send_rv;      /* the send's error; guarded by c->lock */
+	atomic_bool sent; /* a server has the request */
+	bool done;        /* guarded by c->lock */
+	bool abandoned;   /* guarded by c->lock */
 	/* In c->abandoned or c->idle; guarded by c->lock. */
 	struct rpc_wait *next;
 };
@@ -87,8 +87,8 @@ struct moat_rpc_client {
 	 * `n_idle`. */
 	pthread_mutex_t lock;
 	struct rpc_wait *abandoned;
-	unsigned n_late;            /* abandoned and not yet answered */
-	struct rpc_wait *idle;      /* answered waits, ready for reuse */
+	unsigned n_late;       /* abandoned and not yet answered */
+	struct rpc_wait *idle; /* answered waits, ready for reuse */
 	unsigned n_idle;
 	struct moat_rpc_client *parked_next;
 };
@@ -96,7 +96,7 @@ struct moat_rpc_client {
 /* Clients closed while a late reply could still come: kept here (not
  * lost) and finished by a later close once their replies are in. */
 static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct moat_rpc_client *parked;  /* guarded by parked_lock */
+static struct moat_rpc_client *parked; /* guarded by parked_lock */
 
 /* wait_free: safe on a half-built wait. Only for a wait no operation is
  * running on (done, never started, or idle). */
@@ -229,8 +229,9 @@ wait_new(struct moat_rpc_client *c, int *nrv)
 		*nrv = NNG_ENOMEM;
 		return NULL;
 	}
-	w->cond_inited = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ==
-	    0 && pthread_cond_init(&w->wake, &ca) == 0;
+	w->cond_inited =
+	    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+	    pthread_cond_init(&w->wake, &ca) == 0;
 	pthread_condattr_destroy(&ca);
 	if (!w->cond_inited) {
 		*nrv = NNG_ENOMEM;
@@ -305,7 +306,7 @@ moat_rpc_client_late_replies(struct moat_rpc_client *c)
 /* A forked child must not hand out the ids its parent holds: the server
  * would take the child's call for a repeat of the parent's. Each
  * thread's buffer remembers the generation it was filled in. */
-static unsigned fork_generation;        /* only the child's handler writes */
+static unsigned fork_generation; /* only the child's handler writes */
 static pthread_once_t ids_once = PTHREAD_ONCE_INIT;
 
 static void
@@ -359,8 +360,8 @@ moat_rpc_new_request_id(void)
 		while (n_ids > 0)
 			if (ids[--n_ids] != 0)
 				return ids[n_ids];
-		n = getrandom(ids, fork_generation == ~0u ? sizeof(ids[0]) :
-		    sizeof(ids), 0);
+		n = getrandom(ids,
+		    fork_generation == ~0u ? sizeof(ids[0]) : sizeof(ids), 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < (ssize_t)sizeof(ids[0]))
@@ -392,7 +393,8 @@ moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
 	    (c->url = strdup(url)) == NULL) {
 		free(c);
 		*errmsg = moat_asprintf("out of memory opening a client for "
-		    "%s", url);
+		                        "%s",
+		    url);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	if (!client_sync_init(c)) {
@@ -403,10 +405,10 @@ moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
 		goto fail_nng;
 	c->has_socket = true;
 	if ((nrv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME,
-	    NNG_DURATION_INFINITE)) != 0)
+	         NNG_DURATION_INFINITE)) != 0)
 		goto fail_nng;
 	if ((nrv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ,
-	    MOAT_RPC_MAX_MSG)) != 0)
+	         MOAT_RPC_MAX_MSG)) != 0)
 		goto fail_nng;
 	if ((nrv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20)) != 0 ||
 	    (nrv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500)) != 0)
@@ -419,9 +421,10 @@ moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
 fail_nng:
 	if (nrv == NNG_EADDRINVAL || nrv == NNG_ENOTSUP || nrv == NNG_EINVAL) {
 		rv = MOAT_INVALID_ARGUMENT;
-		*errmsg = moat_asprintf("cannot dial %s: %s: use ipc://PATH, "
-		    "tcp://HOST:PORT or tls+tcp://HOST:PORT", url,
-		    nng_strerror(nrv));
+		*errmsg =
+		    moat_asprintf("cannot dial %s: %s: use ipc://PATH, "
+		                  "tcp://HOST:PORT or tls+tcp://HOST:PORT",
+		        url, nng_strerror(nrv));
 	} else {
 		rv = moat_status_from_nng(nrv);
 		*errmsg = moat_asprintf("cannot dial %s: %s", url,
@@ -442,7 +445,7 @@ client_destroy(struct moat_rpc_client *c)
 	if (c->has_socket)
 		nng_close(c->sock);
 	if (c->sync_inited) {
-		reap_abandoned(c);  /* all answered or closed by now */
+		reap_abandoned(c); /* all answered or closed by now */
 		pthread_mutex_destroy(&c->lock);
 	}
 	free(c->url);
@@ -484,9 +487,11 @@ moat_rpc_client_close(struct moat_rpc_client *c)
 		/* See struct rpc_wait: closing now could hang. The socket
 		 * stays open, drops the late replies as they come, and a
 		 * later close finishes it. */
-		moat_warn(0, "rpc client for %s parked: %u calls that timed "
+		moat_warn(0,
+		    "rpc client for %s parked: %u calls that timed "
 		    "out may still be answered, and closing now could hang "
-		    "(nng 1.5)", c->url, late);
+		    "(nng 1.5)",
+		    c->url, late);
 		pthread_mutex_lock(&parked_lock);
 		c->parked_next = parked;
 		parked = c;
@@ -525,9 +530,10 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 	*out = NULL;
 	n = moat__v1__envelope__get_packed_size(env);
 	if (n > MOAT_RPC_MAX_MSG) {
-		*errmsg = moat_asprintf("%s.%s: the request is %zu bytes, "
-		    "over the %u-byte limit: send less per call", env->service,
-		    env->method, n, MOAT_RPC_MAX_MSG);
+		*errmsg =
+		    moat_asprintf("%s.%s: the request is %zu bytes, "
+		                  "over the %u-byte limit: send less per call",
+		        env->service, env->method, n, MOAT_RPC_MAX_MSG);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((w = wait_get(c, &nrv)) == NULL) {
@@ -551,8 +557,10 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 	 * the receive. */
 	nng_aio_set_msg(w->send_aio, msg);
 	msg = NULL;
-	nng_aio_set_timeout(w->send_aio, (nng_duration)(timeout_ms <
-	    RPC_CONNECT_WAIT_MS ? timeout_ms : RPC_CONNECT_WAIT_MS));
+	nng_aio_set_timeout(w->send_aio,
+	    (nng_duration)(timeout_ms < RPC_CONNECT_WAIT_MS ?
+	            timeout_ms :
+	            RPC_CONNECT_WAIT_MS));
 	nng_ctx_send(w->ctx, w->send_aio);
 
 	until.tv_sec = (time_t)(deadline / 1000);
@@ -561,7 +569,7 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 	while (!w->done) {
 		if (!late) {
 			late = pthread_cond_timedwait(&w->wake, &c->lock,
-			    &until) == ETIMEDOUT;
+			           &until) == ETIMEDOUT;
 			continue;
 		}
 		if (atomic_load(&w->sent))
@@ -580,7 +588,8 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		c->abandoned = w;
 		c->n_late++;
 		pthread_mutex_unlock(&c->lock);
-		*errmsg = moat_asprintf("%s.%s on %s gave no reply within %u "
+		*errmsg = moat_asprintf(
+		    "%s.%s on %s gave no reply within %u "
 		    "ms: the call may still be running; check its result "
 		    "before retrying, or allow a longer timeout",
 		    env->service, env->method, c->url, timeout_ms);
@@ -593,7 +602,8 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		if (nrv == NNG_ETIMEDOUT || nrv == NNG_ECONNREFUSED ||
 		    nrv == NNG_ECLOSED) {
 			rv = MOAT_UNAVAILABLE;
-			*errmsg = moat_asprintf("no answer from %s: is the "
+			*errmsg = moat_asprintf(
+			    "no answer from %s: is the "
 			    "service running? (deploy/moat-stack start)",
 			    c->url);
 			goto fail;
@@ -605,7 +615,8 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		 * (it does not send it again elsewhere). */
 		if (nrv == NNG_ECONNRESET || nrv == NNG_ECONNSHUT) {
 			rv = MOAT_UNAVAILABLE;
-			*errmsg = moat_asprintf("the connection to %s was "
+			*errmsg = moat_asprintf(
+			    "the connection to %s was "
 			    "lost while %s.%s was running: it may or may not "
 			    "have run; check its result before retrying",
 			    c->url, env->service, env->method);
@@ -615,13 +626,14 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 	}
 	msg = nng_aio_get_msg(w->aio);
 	nng_aio_set_msg(w->aio, NULL);
-	*out = moat__v1__reply__unpack(NULL, nng_msg_len(msg),
-	    nng_msg_body(msg));
+	*out =
+	    moat__v1__reply__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
 	nng_msg_free(msg);
 	msg = NULL;
 	if (*out == NULL) {
 		rv = MOAT_INTERNAL;
-		*errmsg = moat_asprintf("%s.%s: %s sent a reply that is not "
+		*errmsg = moat_asprintf(
+		    "%s.%s: %s sent a reply that is not "
 		    "a moat.v1.Reply: is that address a moat service?",
 		    env->service, env->method, c->url);
 		goto fail;
@@ -673,17 +685,19 @@ moat_rpc_call_raw(struct moat_rpc_client *c, const char *service,
 	*reply_payload = NULL;
 	*reply_len = 0;
 	*errmsg = NULL;
-	timeout_ms = opts != NULL && opts->timeout_ms != 0 ? opts->timeout_ms :
+	timeout_ms = opts != NULL && opts->timeout_ms != 0 ?
+	    opts->timeout_ms :
 	    MOAT_RPC_DEFAULT_TIMEOUT_MS;
 	if (timeout_ms > INT32_MAX)
 		timeout_ms = INT32_MAX; /* nng durations are int32 ms */
 	env.service = (char *)service;
 	env.method = (char *)method;
 	env.request_id = opts != NULL && opts->request_id != 0 ?
-	    opts->request_id : moat_rpc_new_request_id();
+	    opts->request_id :
+	    moat_rpc_new_request_id();
 	env.timeout_ms = timeout_ms;
-	env.auth = (char *)(opts != NULL && opts->auth != NULL ? opts->auth :
-	    "");
+	env.auth =
+	    (char *)(opts != NULL && opts->auth != NULL ? opts->auth : "");
 	env.payload.data = (uint8_t *)payload;
 	env.payload.len = len;
 	if ((rv = call_envelope(c, &env, timeout_ms, &r, errmsg)) != 0)
@@ -720,12 +734,13 @@ moat_rpc_call(struct moat_rpc_client *c, const char *service,
 	n = protobuf_c_message_get_packed_size(request);
 	if ((req_bytes = malloc(n ? n : 1)) == NULL) {
 		*errmsg = moat_asprintf("%s.%s: out of memory encoding the "
-		    "request", service, method);
+		                        "request",
+		    service, method);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	protobuf_c_message_pack(request, req_bytes);
-	rv = moat_rpc_call_raw(c, service, method, req_bytes, n,
-	    &reply_bytes, &reply_len, opts, errmsg);
+	rv = moat_rpc_call_raw(c, service, method, req_bytes, n, &reply_bytes,
+	    &reply_len, opts, errmsg);
 	free(req_bytes);
 	if (rv != MOAT_OK)
 		return rv;
@@ -733,7 +748,8 @@ moat_rpc_call(struct moat_rpc_client *c, const char *service,
 	    reply_bytes);
 	free(reply_bytes);
 	if (*reply == NULL) {
-		*errmsg = moat_asprintf("%s.%s: the reply is not a valid %s: "
+		*errmsg = moat_asprintf(
+		    "%s.%s: the reply is not a valid %s: "
 		    "are client and server built from the same protos?",
 		    service, method, reply_desc->name);
 		return MOAT_INTERNAL;

@@ -35,7 +35,7 @@
 #define DEDUP_TTL_MS (10u * 60u * 1000u)
 #define DEDUP_MAX_BYTES (64u << 20)
 #define DEDUP_MAX_REPLY (4u << 20)
-#define DEDUP_BUCKETS 8192          /* power of two */
+#define DEDUP_BUCKETS 8192 /* power of two */
 
 #define RPC_MAX_WORKERS 1024
 #define RPC_MAX_NAME 128            /* longest service or method name */
@@ -43,11 +43,11 @@
 
 struct dedup_entry {
 	uint64_t request_id;
-	const char *method;         /* the descriptor's; static storage */
-	char *auth;                 /* the caller's credentials, copied */
+	const char *method; /* the descriptor's; static storage */
+	char *auth;         /* the caller's credentials, copied */
 	uint64_t created_ms;
 	bool done;
-	uint8_t *reply;             /* encoded moat.v1.Reply, when done */
+	uint8_t *reply; /* encoded moat.v1.Reply, when done */
 	size_t reply_len;
 	struct dedup_entry *bucket_next;
 	struct dedup_entry *older;
@@ -55,7 +55,7 @@ struct dedup_entry {
 };
 
 struct dedup_cache {
-	pthread_mutex_t lock;       /* guards every field below */
+	pthread_mutex_t lock; /* guards every field below */
 	struct dedup_entry *buckets[DEDUP_BUCKETS];
 	struct dedup_entry *oldest;
 	struct dedup_entry *newest;
@@ -64,24 +64,24 @@ struct dedup_cache {
 };
 
 enum dedup_verdict {
-	DEDUP_NEW,                  /* inserted as running; run the handler */
-	DEDUP_DONE,                 /* a copy of the stored reply returned */
-	DEDUP_RUNNING,              /* the first is still running */
-	DEDUP_OTHER_CALL,           /* the id was used for another method
+	DEDUP_NEW,        /* inserted as running; run the handler */
+	DEDUP_DONE,       /* a copy of the stored reply returned */
+	DEDUP_RUNNING,    /* the first is still running */
+	DEDUP_OTHER_CALL, /* the id was used for another method
 	                             * or by another caller */
-	DEDUP_FULL,                 /* every entry is running */
+	DEDUP_FULL,       /* every entry is running */
 	DEDUP_NOMEM,
 };
 
 struct worker {
 	struct moat_rpc_server *srv;
 	nng_ctx ctx;
-	nng_aio *aio;               /* the receive */
+	nng_aio *aio; /* the receive */
 	/* The reply's send. The worker does not wait for it: it takes the
 	 * next request meanwhile, and only finishes the send (send_finish)
 	 * before the next reply, by which time it has long completed. */
 	nng_aio *send_aio;
-	bool send_pending;          /* the worker's own */
+	bool send_pending; /* the worker's own */
 	/* Guards starting operations on ctx against moat_rpc_server_stop
 	 * (see moat_rpc_server.stopping). One per worker, so workers never
 	 * wait for each other's sends. */
@@ -298,8 +298,7 @@ dedup_fini(struct dedup_cache *c)
 
 static int
 encode_reply(uint64_t request_id, int code, const char *message,
-    const uint8_t *payload, size_t payload_len, uint8_t **out,
-    size_t *out_len)
+    const uint8_t *payload, size_t payload_len, uint8_t **out, size_t *out_len)
 {
 	Moat__V1__Reply r = MOAT__V1__REPLY__INIT;
 	uint8_t *buf;
@@ -381,8 +380,10 @@ sanitize_message(char *msg)
 	while (i < len) {
 		size_t n = utf8_seq_len(p + i, len - i);
 
-		if (n == 0 || (n == 1 && ((p[i] < 0x20 && p[i] != '\n' &&
-		    p[i] != '\t') || p[i] == 0x7f))) {
+		if (n == 0 ||
+		    (n == 1 &&
+		        ((p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') ||
+		            p[i] == 0x7f))) {
 			p[i++] = '?';
 			continue;
 		}
@@ -396,13 +397,12 @@ sanitize_message(char *msg)
 
 struct outcome {
 	int code;
-	char *message;            /* heap or NULL */
-	uint8_t *payload;         /* heap or NULL */
+	char *message;    /* heap or NULL */
+	uint8_t *payload; /* heap or NULL */
 	size_t payload_len;
 };
 
-static int
-outcome_set(struct outcome *o, int code, const char *fmt, ...)
+static int outcome_set(struct outcome *o, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int
@@ -440,8 +440,8 @@ run_handler(struct moat_rpc_server *srv, const struct moat_rpc_method *row,
 	if (rv < 0 || rv > MOAT_STATUS_MAX) {
 		outcome_set(o, MOAT_INTERNAL,
 		    "handler of %s.%s returned %d, which is not a status: "
-		    "this is a bug in the service", call->service,
-		    call->method, rv);
+		    "this is a bug in the service",
+		    call->service, call->method, rv);
 	} else if (rv != MOAT_OK) {
 		o->code = rv;
 		o->message = call->error_message;
@@ -471,8 +471,8 @@ run_handler(struct moat_rpc_server *srv, const struct moat_rpc_method *row,
 		o->payload_len = 0;
 		outcome_set(o, MOAT_RESOURCE_EXHAUSTED,
 		    "the reply of %s.%s is larger than %u bytes: ask for less "
-		    "(smaller ranges or limits)", call->service, call->method,
-		    MOAT_RPC_MAX_MSG);
+		    "(smaller ranges or limits)",
+		    call->service, call->method, MOAT_RPC_MAX_MSG);
 	}
 	protobuf_c_message_free_unpacked(reply, NULL);
 	free(call->raw_reply);
@@ -497,8 +497,8 @@ log_outcome(const struct moat_rpc_server *srv, uint64_t rid,
 }
 
 int
-moat_rpc_server_dispatch(struct moat_rpc_server *srv,
-    const uint8_t *request, size_t len, uint8_t **reply, size_t *reply_len)
+moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
+    size_t len, uint8_t **reply, size_t *reply_len)
 {
 	const ProtobufCServiceDescriptor *sd = srv->svc.descriptor;
 	const ProtobufCMethodDescriptor *md = NULL;
@@ -520,34 +520,37 @@ moat_rpc_server_dispatch(struct moat_rpc_server *srv,
 	if (env == NULL) {
 		outcome_set(&o, MOAT_INVALID_ARGUMENT,
 		    "the request (%zu bytes) is not a moat.v1.Envelope: "
-		    "send requests with a moat RPC client", len);
+		    "send requests with a moat RPC client",
+		    len);
 		goto answer;
 	}
 	rid = env->request_id;
 	if (!name_ok(env->service) || !name_ok(env->method)) {
 		outcome_set(&o, MOAT_INVALID_ARGUMENT,
 		    "the envelope's service or method name is empty, too "
-		    "long or not printable: name a method of %s", sd->name);
+		    "long or not printable: name a method of %s",
+		    sd->name);
 		goto answer;
 	}
 	method_for_log = env->method;
 	if (strcmp(env->service, sd->name) != 0) {
 		outcome_set(&o, MOAT_UNIMPLEMENTED,
 		    "service %s is not served here (this address serves %s): "
-		    "check the url", env->service, sd->name);
+		    "check the url",
+		    env->service, sd->name);
 		goto answer;
 	}
-	md = protobuf_c_service_descriptor_get_method_by_name(sd,
-	    env->method);
+	md = protobuf_c_service_descriptor_get_method_by_name(sd, env->method);
 	if (md == NULL) {
 		outcome_set(&o, MOAT_UNIMPLEMENTED,
 		    "method %s is not a method of %s: is the client newer "
-		    "than the server?", env->method, sd->name);
+		    "than the server?",
+		    env->method, sd->name);
 		goto answer;
 	}
 	row = srv->rows[md - sd->methods];
-	req_msg = protobuf_c_message_unpack(md->input, NULL,
-	    env->payload.len, env->payload.data);
+	req_msg = protobuf_c_message_unpack(md->input, NULL, env->payload.len,
+	    env->payload.data);
 	if (req_msg == NULL) {
 		outcome_set(&o, MOAT_INVALID_ARGUMENT,
 		    "malformed %s payload (%zu bytes) for %s.%s: encode the "
@@ -575,8 +578,10 @@ moat_rpc_server_dispatch(struct moat_rpc_server *srv,
 		case DEDUP_NEW:
 			break;
 		case DEDUP_DONE:
-			moat_debug(rid, "rpc %s.%s repeat answered from "
-			    "memory", sd->name, md->name);
+			moat_debug(rid,
+			    "rpc %s.%s repeat answered from "
+			    "memory",
+			    sd->name, md->name);
 			goto done;
 		case DEDUP_RUNNING:
 			outcome_set(&o, MOAT_ABORTED,
@@ -606,8 +611,9 @@ moat_rpc_server_dispatch(struct moat_rpc_server *srv,
 	call.method = md->name;
 	call.request_id = rid;
 	call.timeout_ms = env->timeout_ms;
-	call.deadline_ms = started + (env->timeout_ms != 0 ?
-	    env->timeout_ms : MOAT_RPC_DEFAULT_TIMEOUT_MS);
+	call.deadline_ms = started +
+	    (env->timeout_ms != 0 ? env->timeout_ms :
+	                            MOAT_RPC_DEFAULT_TIMEOUT_MS);
 	call.auth = env->auth != NULL ? env->auth : "";
 	call.service_ctx = srv->svc.ctx;
 	call.payload = env->payload.data;
@@ -625,13 +631,15 @@ answer:
 	    reply, reply_len);
 	if (entry != NULL) {
 		if (rv == MOAT_OK && *reply_len > DEDUP_MAX_REPLY) {
-			char *m = moat_asprintf("request %016llx already ran, "
+			char *m = moat_asprintf(
+			    "request %016llx already ran, "
 			    "but its reply (%zu bytes) was too large to keep: "
 			    "read the result back instead of resending",
 			    (unsigned long long)rid, *reply_len);
 
-			if (m == NULL || encode_reply(rid, MOAT_ABORTED, m,
-			    NULL, 0, &tl, &tl_len) != MOAT_OK)
+			if (m == NULL ||
+			    encode_reply(rid, MOAT_ABORTED, m, NULL, 0, &tl,
+			        &tl_len) != MOAT_OK)
 				tl = NULL;
 			free(m);
 		}
@@ -661,11 +669,12 @@ check_table(struct moat_rpc_server *srv, char **errmsg)
 
 		if (row->name == NULL || row->handler == NULL ||
 		    protobuf_c_service_descriptor_get_method_by_name(sd,
-		    row->name) == NULL) {
-			*errmsg = moat_asprintf("programmer error: row %zu of "
+		        row->name) == NULL) {
+			*errmsg = moat_asprintf(
+			    "programmer error: row %zu of "
 			    "the %s method table names %s, which is not a "
-			    "method of the service or has no handler", r,
-			    sd->name, row->name ? row->name : "nothing");
+			    "method of the service or has no handler",
+			    r, sd->name, row->name ? row->name : "nothing");
 			return MOAT_INTERNAL;
 		}
 	}
@@ -676,7 +685,8 @@ check_table(struct moat_rpc_server *srv, char **errmsg)
 			if (strcmp(svc->methods[r].name, name) != 0)
 				continue;
 			if (srv->rows[i] != NULL) {
-				*errmsg = moat_asprintf("programmer error: "
+				*errmsg = moat_asprintf(
+				    "programmer error: "
 				    "%s.%s has two rows in the method table",
 				    sd->name, name);
 				return MOAT_INTERNAL;
@@ -685,7 +695,8 @@ check_table(struct moat_rpc_server *srv, char **errmsg)
 		}
 		if (srv->rows[i] == NULL) {
 			*errmsg = moat_asprintf("programmer error: %s.%s has "
-			    "no row in the method table", sd->name, name);
+			                        "no row in the method table",
+			    sd->name, name);
 			return MOAT_INTERNAL;
 		}
 	}
@@ -704,14 +715,13 @@ moat_rpc_server_new_detached(struct moat_rpc_server **out,
 	if (svc == NULL || svc->descriptor == NULL ||
 	    (svc->methods == NULL && svc->n_methods != 0)) {
 		*errmsg = moat_asprintf("programmer error: no service "
-		    "descriptor or method table given");
+		                        "descriptor or method table given");
 		return MOAT_INTERNAL;
 	}
 	if ((srv = calloc(1, sizeof(*srv))) == NULL)
 		goto fail_nomem;
 	srv->svc = *svc;
-	srv->rows = calloc(svc->descriptor->n_methods + 1,
-	    sizeof(*srv->rows));
+	srv->rows = calloc(svc->descriptor->n_methods + 1, sizeof(*srv->rows));
 	if (srv->rows == NULL)
 		goto fail_nomem;
 	if ((rv = check_table(srv, errmsg)) != MOAT_OK)
@@ -786,8 +796,8 @@ worker_main(void *arg)
 		if ((rv = nng_aio_result(w->aio)) != 0) {
 			if (rv == NNG_ECLOSED || server_stopping(w->srv))
 				break;
-			moat_warn(0, "rpc %s: receive failed: %s",
-			    w->srv->url, nng_strerror(rv));
+			moat_warn(0, "rpc %s: receive failed: %s", w->srv->url,
+			    nng_strerror(rv));
 			continue;
 		}
 		msg = nng_aio_get_msg(w->aio);
@@ -839,7 +849,7 @@ moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
 	if (workers <= 0)
 		workers = MOAT_RPC_DEFAULT_WORKERS;
 	if (workers > RPC_MAX_WORKERS)
-		workers = RPC_MAX_WORKERS;  /* a thread each */
+		workers = RPC_MAX_WORKERS; /* a thread each */
 	if ((rv = moat_rpc_server_new_detached(&srv, svc, errmsg)) != 0)
 		return rv;
 	if ((srv->url = strdup(url)) == NULL)
@@ -848,17 +858,18 @@ moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
 		goto fail_nng;
 	srv->has_socket = true;
 	if ((nrv = nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ,
-	    MOAT_RPC_MAX_MSG)) != 0)
+	         MOAT_RPC_MAX_MSG)) != 0)
 		goto fail_nng;
 	if ((nrv = nng_listener_create(&l, srv->sock, url)) != 0)
 		goto fail_nng;
-	if (strncmp(url, "ipc://", 6) == 0 && (nrv = nng_listener_set_int(l,
-	    NNG_OPT_IPC_PERMISSIONS, 0600)) != 0)
+	if (strncmp(url, "ipc://", 6) == 0 &&
+	    (nrv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) !=
+	        0)
 		goto fail_nng;
 	if ((nrv = nng_listener_start(l, 0)) != 0)
 		goto fail_nng;
-	if ((srv->workers = calloc((size_t)workers, sizeof(*srv->workers)))
-	    == NULL)
+	if ((srv->workers = calloc((size_t)workers, sizeof(*srv->workers))) ==
+	    NULL)
 		goto fail_nomem;
 	for (int i = 0; i < workers; i++) {
 		struct worker *w = &srv->workers[i];
@@ -874,10 +885,11 @@ moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
 		if ((nrv = nng_aio_alloc(&w->aio, NULL, NULL)) != 0 ||
 		    (nrv = nng_aio_alloc(&w->send_aio, NULL, NULL)) != 0)
 			goto fail_nng;
-		if ((rv = pthread_create(&w->thread, NULL, worker_main, w))
-		    != 0) {
+		if ((rv = pthread_create(&w->thread, NULL, worker_main, w)) !=
+		    0) {
 			*errmsg = moat_asprintf("cannot start worker threads "
-			    "for %s: %s", url, strerror(rv));
+			                        "for %s: %s",
+			    url, strerror(rv));
 			rv = MOAT_RESOURCE_EXHAUSTED;
 			goto fail;
 		}
@@ -892,23 +904,27 @@ fail_nng:
 	rv = moat_status_from_nng(nrv);
 	if (nrv == NNG_EADDRINUSE) {
 		rv = MOAT_UNAVAILABLE;
-		*errmsg = moat_asprintf("cannot listen on %s: address in use: "
-		    "is another copy of this service running?", url);
+		*errmsg =
+		    moat_asprintf("cannot listen on %s: address in use: "
+		                  "is another copy of this service running?",
+		        url);
 	} else if (nrv == NNG_EADDRINVAL || nrv == NNG_ENOTSUP) {
 		rv = MOAT_INVALID_ARGUMENT;
-		*errmsg = moat_asprintf("cannot listen on %s: %s: use "
-		    "ipc://PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT", url,
-		    nng_strerror(nrv));
+		*errmsg = moat_asprintf(
+		    "cannot listen on %s: %s: use "
+		    "ipc://PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT",
+		    url, nng_strerror(nrv));
 	} else {
-		*errmsg = moat_asprintf("cannot listen on %s: %s: check the "
+		*errmsg = moat_asprintf(
+		    "cannot listen on %s: %s: check the "
 		    "address and that its directory exists and is writable",
 		    url, nng_strerror(nrv));
 	}
 	goto fail;
 fail_nomem:
 	rv = MOAT_RESOURCE_EXHAUSTED;
-	*errmsg = moat_asprintf("out of memory starting the server on %s",
-	    url);
+	*errmsg =
+	    moat_asprintf("out of memory starting the server on %s", url);
 fail:
 	moat_rpc_server_stop(srv);
 	return rv;

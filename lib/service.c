@@ -29,7 +29,7 @@ moat_service_main(const struct moat_service *svc, void *ctx, int argc,
 	int sig = 0, rv, exit_code;
 
 	if ((exit_code = moat_config_from_args(argc, argv, svc->options,
-	    svc->program, svc->section, svc->usage, &cfg)) != -1)
+	         svc->program, svc->section, svc->usage, &cfg)) != -1)
 		return exit_code;
 	moat_log_init(svc->log_component, MOAT_LOG_INFO);
 	moat_service_malloc_init();
@@ -38,9 +38,9 @@ moat_service_main(const struct moat_service *svc, void *ctx, int argc,
 		errmsg = moat_asprintf("out of memory");
 		goto fail;
 	}
-	if (svc->make_state_dir &&
-	    (rv = moat_mkdir_p(state_dir, 0700)) != 0) {
-		errmsg = moat_asprintf("cannot create the state directory %s: "
+	if (svc->make_state_dir && (rv = moat_mkdir_p(state_dir, 0700)) != 0) {
+		errmsg = moat_asprintf(
+		    "cannot create the state directory %s: "
 		    "%s: create it, or pick another with --state-dir",
 		    state_dir, strerror(rv));
 		rv = moat_status_from_errno(rv);
@@ -67,8 +67,8 @@ moat_service_main(const struct moat_service *svc, void *ctx, int argc,
 	goto out;
 
 fail:
-	moat_error(0, "%s: %s", svc->program, errmsg ? errmsg :
-	    moat_strerror(rv));
+	moat_error(0, "%s: %s", svc->program,
+	    errmsg ? errmsg : moat_strerror(rv));
 	exit_code = moat_status_exit_code(rv);
 out:
 	svc->close(ctx);
@@ -96,11 +96,12 @@ moat_service_map_mib(const struct moat_config *cfg, const char *section,
 	int rv;
 
 	if ((rv = moat_config_get_u64(cfg, section, "map-size-mib",
-	    MOAT_STORE_DEFAULT_MAP_MIB, map_mib, errmsg)) != MOAT_OK)
+	         MOAT_STORE_DEFAULT_MAP_MIB, map_mib, errmsg)) != MOAT_OK)
 		return rv;
 	if (*map_mib < 1 || *map_mib > (1ull << 24)) {
 		*errmsg = moat_asprintf("map-size-mib must be 1 to %llu, not "
-		    "%llu", 1ull << 24, (unsigned long long)*map_mib);
+		                        "%llu",
+		    1ull << 24, (unsigned long long)*map_mib);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	return MOAT_OK;

@@ -90,14 +90,14 @@ store_fail(char **errmsg, int rc, const char *fmt, ...)
 	else if (rc == EACCES)
 		hint = ": check the directory's owner and mode";
 	if (errmsg != NULL)
-		*errmsg = moat_asprintf("%s: %s%s", what, mdb_strerror(rc),
-		    hint);
+		*errmsg =
+		    moat_asprintf("%s: %s%s", what, mdb_strerror(rc), hint);
 	return moat_store_status_from_mdb(rc);
 }
 
 int
-moat_store_open(struct moat_store **out, const char *path,
-    uint64_t map_size, const char *const *db_names, char **errmsg)
+moat_store_open(struct moat_store **out, const char *path, uint64_t map_size,
+    const char *const *db_names, char **errmsg)
 {
 	struct moat_store *st;
 	MDB_txn *txn = NULL;
@@ -109,7 +109,8 @@ moat_store_open(struct moat_store **out, const char *path,
 		n++;
 	if (n > MOAT_STORE_MAX_DBS) {
 		*errmsg = moat_asprintf("store %s: %zu sub-databases asked, "
-		    "at most %d", path, n, MOAT_STORE_MAX_DBS);
+		                        "at most %d",
+		    path, n, MOAT_STORE_MAX_DBS);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (map_size == 0)
@@ -123,27 +124,31 @@ moat_store_open(struct moat_store **out, const char *path,
 	if ((rc = moat_mkdir_p(path, 0700)) != 0) {
 		status = moat_status_from_errno(rc);
 		*errmsg = moat_asprintf("store %s: cannot create the "
-		    "directory: %s", path, strerror(rc));
+		                        "directory: %s",
+		    path, strerror(rc));
 		goto fail_st;
 	}
 	if ((rc = mdb_env_create(&st->env)) != 0) {
-		status = store_fail(errmsg, rc, "store %s: mdb_env_create",
-		    path);
+		status =
+		    store_fail(errmsg, rc, "store %s: mdb_env_create", path);
 		goto fail_st;
 	}
 	if ((rc = mdb_env_set_mapsize(st->env, (size_t)map_size)) != 0 ||
 	    (rc = mdb_env_set_maxdbs(st->env, MOAT_STORE_MAX_DBS)) != 0 ||
 	    (rc = mdb_env_set_maxreaders(st->env, 256)) != 0) {
-		status = store_fail(errmsg, rc, "store %s: configuring the "
-		    "environment (map size %llu bytes)", path,
-		    (unsigned long long)map_size);
+		status = store_fail(errmsg, rc,
+		    "store %s: configuring the "
+		    "environment (map size %llu bytes)",
+		    path, (unsigned long long)map_size);
 		goto fail_env;
 	}
 	/* MDB_NOTLS: read transactions are not tied to a thread, so an RPC
 	 * worker pool can hold many. No MDB_NOSYNC: fsync stays on. */
 	if ((rc = mdb_env_open(st->env, path, MDB_NOTLS, 0600)) != 0) {
-		status = store_fail(errmsg, rc, "store %s: opening the LMDB "
-		    "environment", path);
+		status = store_fail(errmsg, rc,
+		    "store %s: opening the LMDB "
+		    "environment",
+		    path);
 		goto fail_env;
 	}
 	if ((rc = mdb_txn_begin(st->env, NULL, 0, &txn)) != 0) {
@@ -153,23 +158,27 @@ moat_store_open(struct moat_store **out, const char *path,
 	}
 	for (size_t i = 0; i < n; i++) {
 		if ((st->db_names[i] = strdup(db_names[i])) == NULL) {
-			*errmsg = moat_asprintf("store %s: out of memory",
-			    path);
+			*errmsg =
+			    moat_asprintf("store %s: out of memory", path);
 			status = MOAT_RESOURCE_EXHAUSTED;
 			goto fail_txn;
 		}
 		st->n_dbs = i + 1;
 		if ((rc = mdb_dbi_open(txn, db_names[i], MDB_CREATE,
-			 &st->dbis[i])) != 0) {
-			status = store_fail(errmsg, rc, "store %s: opening "
-			    "sub-database \"%s\"", path, db_names[i]);
+		         &st->dbis[i])) != 0) {
+			status = store_fail(errmsg, rc,
+			    "store %s: opening "
+			    "sub-database \"%s\"",
+			    path, db_names[i]);
 			goto fail_txn;
 		}
 	}
 	if ((rc = mdb_txn_commit(txn)) != 0) {
 		txn = NULL;
-		status = store_fail(errmsg, rc, "store %s: creating the "
-		    "sub-databases", path);
+		status = store_fail(errmsg, rc,
+		    "store %s: creating the "
+		    "sub-databases",
+		    path);
 		goto fail_env;
 	}
 	*out = st;
@@ -219,10 +228,12 @@ moat_store_txn_begin(struct moat_store *st, bool write,
 	t->st = st;
 	t->write = write;
 	if ((rc = mdb_txn_begin(st->env, NULL, write ? 0 : MDB_RDONLY,
-		 &t->txn)) != 0) {
+	         &t->txn)) != 0) {
 		free(t);
-		return store_fail(errmsg, rc, "store %s: beginning a %s "
-		    "transaction", st->path, write ? "write" : "read");
+		return store_fail(errmsg, rc,
+		    "store %s: beginning a %s "
+		    "transaction",
+		    st->path, write ? "write" : "read");
 	}
 	*out = t;
 	return MOAT_OK;
@@ -263,7 +274,8 @@ store_dbi(struct moat_store_txn *t, const char *db, MDB_dbi *dbi,
 		}
 	}
 	*errmsg = moat_asprintf("store %s: no sub-database \"%s\" was "
-	    "opened", t->st->path, db);
+	                        "opened",
+	    t->st->path, db);
 	return MOAT_INVALID_ARGUMENT;
 }
 
@@ -305,14 +317,16 @@ moat_store_put(struct moat_store_txn *t, const char *db, const void *key,
 		return rc;
 	if (!t->write) {
 		*errmsg = moat_asprintf("store %s: put in \"%s\" inside a "
-		    "read transaction", t->st->path, db);
+		                        "read transaction",
+		    t->st->path, db);
 		return MOAT_INTERNAL;
 	}
 	rc = mdb_put(t->txn, dbi, &k, &v, no_overwrite ? MDB_NOOVERWRITE : 0);
 	if (rc != 0)
-		return store_fail(errmsg, rc, "store %s: put in \"%s\" "
-		    "(%zu-byte key, %zu-byte value)", t->st->path, db, klen,
-		    vlen);
+		return store_fail(errmsg, rc,
+		    "store %s: put in \"%s\" "
+		    "(%zu-byte key, %zu-byte value)",
+		    t->st->path, db, klen, vlen);
 	return MOAT_OK;
 }
 
@@ -364,7 +378,8 @@ moat_store_txn_begin_child(struct moat_store_txn *parent,
 	*out = NULL;
 	if (!parent->write) {
 		*errmsg = moat_asprintf("store %s: a nested transaction needs "
-		    "a write parent", st->path);
+		                        "a write parent",
+		    st->path);
 		return MOAT_INTERNAL;
 	}
 	if ((t = calloc(1, sizeof(*t))) == NULL) {
@@ -375,8 +390,10 @@ moat_store_txn_begin_child(struct moat_store_txn *parent,
 	t->write = true;
 	if ((rc = mdb_txn_begin(st->env, parent->txn, 0, &t->txn)) != 0) {
 		free(t);
-		return store_fail(errmsg, rc, "store %s: beginning a nested "
-		    "transaction", st->path);
+		return store_fail(errmsg, rc,
+		    "store %s: beginning a nested "
+		    "transaction",
+		    st->path);
 	}
 	*out = t;
 	return MOAT_OK;
@@ -404,11 +421,11 @@ moat_store_scan(struct moat_store_txn *t, const char *db, const void *prefix,
 	k.mv_size = flen;
 	k.mv_data = (void *)from;
 	rc = flen == 0 ? mdb_cursor_get(cur, &k, &v, MDB_FIRST) :
-	    mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	                 mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 	rv = MOAT_OK;
 	while (rc == 0) {
-		if (plen > 0 && (k.mv_size < plen ||
-		    memcmp(k.mv_data, prefix, plen) != 0))
+		if (plen > 0 &&
+		    (k.mv_size < plen || memcmp(k.mv_data, prefix, plen) != 0))
 			break;
 		rv = fn(k.mv_data, k.mv_size, v.mv_data, v.mv_size, arg);
 		if (rv != MOAT_OK)
@@ -467,9 +484,10 @@ moat_store_del_prefix(struct moat_store_txn *t, const char *db,
 	if ((rc = store_dbi(t, db, &dbi, errmsg)) != MOAT_OK)
 		return rc;
 	if (!t->write || plen == 0) {
-		*errmsg = moat_asprintf("store %s: prefix delete in \"%s\" "
-		    "needs a write transaction and a prefix", t->st->path,
-		    db);
+		*errmsg =
+		    moat_asprintf("store %s: prefix delete in \"%s\" "
+		                  "needs a write transaction and a prefix",
+		        t->st->path, db);
 		return MOAT_INTERNAL;
 	}
 	if ((rc = mdb_cursor_open(t->txn, dbi, &cur)) != 0)
@@ -489,8 +507,10 @@ moat_store_del_prefix(struct moat_store_txn *t, const char *db,
 		rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 	}
 	if (rc != 0 && rc != MDB_NOTFOUND)
-		status = store_fail(errmsg, rc, "store %s: prefix delete in "
-		    "\"%s\"", t->st->path, db);
+		status = store_fail(errmsg, rc,
+		    "store %s: prefix delete in "
+		    "\"%s\"",
+		    t->st->path, db);
 	mdb_cursor_close(cur);
 	if (deleted != NULL)
 		*deleted = n;
@@ -512,7 +532,7 @@ moat_store_check_format(struct moat_store *st,
 	rv = moat_store_get(txn, "meta", fmt->key, klen, &val, &len, errmsg);
 	if (rv == MOAT_NOT_FOUND) {
 		if ((rv = moat_store_put(txn, "meta", fmt->key, klen,
-		    fmt->version, vlen, true, errmsg)) != MOAT_OK)
+		         fmt->version, vlen, true, errmsg)) != MOAT_OK)
 			goto fail;
 		return moat_store_txn_commit(txn, errmsg);
 	}
@@ -525,11 +545,12 @@ moat_store_check_format(struct moat_store *st,
 		return moat_store_txn_commit(txn, errmsg);
 	}
 	if (len != vlen || memcmp(val, fmt->version, len) != 0) {
-		*errmsg = moat_asprintf("store %s has format \"%.*s\"; this "
+		*errmsg = moat_asprintf(
+		    "store %s has format \"%.*s\"; this "
 		    "%s reads format %s: run the moat version that wrote it, "
-		    "or move the directory away", moat_store_path(st),
-		    (int)(len < 32 ? len : 32), (const char *)val,
-		    fmt->program, fmt->version);
+		    "or move the directory away",
+		    moat_store_path(st), (int)(len < 32 ? len : 32),
+		    (const char *)val, fmt->program, fmt->version);
 		rv = MOAT_FAILED_PRECONDITION;
 		goto fail;
 	}

@@ -60,8 +60,8 @@ rm_rf_at(int parent, const char *name)
 	if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 		return errno == ENOENT ? 0 : errno;
 	if (S_ISDIR(st.st_mode)) {
-		int fd = openat(parent, name, O_RDONLY | O_DIRECTORY |
-		    O_NOFOLLOW | O_CLOEXEC);
+		int fd = openat(parent, name,
+		    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		DIR *d;
 		struct dirent *de;
 
@@ -160,8 +160,8 @@ moat_write_file_atomic(const char *path, const void *data, size_t len,
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
 		return ENAMETOOLONG;
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-	    mode)) < 0)
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)) <
+	    0)
 		return errno;
 	while (len > 0) {
 		ssize_t n = write(fd, p, len);

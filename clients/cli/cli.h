@@ -15,17 +15,17 @@
 #include "moat_client.h"
 
 struct cli {
-	const char *gateway_url;   /* as given; NULL: default */
-	bool json;                 /* --json: data as JSON on stdout */
-	uint32_t timeout_ms;       /* --timeout; 0: per-call defaults */
-	const char *api_key;       /* --api-key; NULL: cli_client finds it */
+	const char *gateway_url; /* as given; NULL: default */
+	bool json;               /* --json: data as JSON on stdout */
+	uint32_t timeout_ms;     /* --timeout; 0: per-call defaults */
+	const char *api_key;     /* --api-key; NULL: cli_client finds it */
 	struct moat_client *client;
 };
 
 struct cli_command {
 	const char *name;
 	int (*run)(struct cli *cli, int argc, char **argv);
-	const char *usage;         /* one line, after "moat " */
+	const char *usage; /* one line, after "moat " */
 	const char *summary;
 };
 

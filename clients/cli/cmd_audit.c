@@ -26,15 +26,17 @@ cmd_audit(struct cli *cli, int argc, char **argv)
 		else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {
 			if (!cli_parse_u32(argv[++i], 1, 1000, &limit))
 				return cli_usage_error("audit [--limit N] "
-				    "[--json]", "--limit wants 1-1000, not "
-				    "\"%s\"", argv[i]);
+				                       "[--json]",
+				    "--limit wants 1-1000, not "
+				    "\"%s\"",
+				    argv[i]);
 		} else {
 			return cli_usage_error("audit [--limit N] [--json]",
 			    "unexpected argument \"%s\"", argv[i]);
 		}
 	}
 	if ((rv = moat_client_list_audit(cli_client(cli), limit, &r,
-	    &errmsg)) != MOAT_OK)
+	         &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "reading the audit log");
 	if (cli->json) {
 		rv = cli_print_json(cli, r);
@@ -48,11 +50,14 @@ cmd_audit(struct cli *cli, int argc, char **argv)
 		char when[32] = "?";
 
 		if (gmtime_r(&secs, &tm) != NULL)
-			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ",
+			    &tm);
 		printf("%s  %-12s  %-18s %-20s %-16s %s%s%s%s\n", when,
 		    e->key_id[0] ? e->key_id : "-", e->code, e->method,
-		    e->sandbox_id[0] ? e->sandbox_id : e->session_id[0] ?
-		    e->session_id : "-", e->safety[0] ? "[" : "", e->safety,
+		    e->sandbox_id[0]     ? e->sandbox_id :
+		        e->session_id[0] ? e->session_id :
+		                           "-",
+		    e->safety[0] ? "[" : "", e->safety,
 		    e->safety[0] ? "] " : "", e->command);
 	}
 	moat_client_free_msg(r);

@@ -22,7 +22,8 @@
 
 #define EXIT_RAISED 1
 
-static const char *code_usage = "code SANDBOX [-c CODE | FILE | -] "
+static const char *code_usage =
+    "code SANDBOX [-c CODE | FILE | -] "
     "[-l python|node] [--context NAME] [--timeout S] [--keep] | "
     "code SANDBOX --close NAME";
 
@@ -54,8 +55,9 @@ code_print(const Moat__V1__CodeResult *r)
 	if (r->timed_out)
 		fprintf(stderr, "moat: the code ran past its timeout; %s\n",
 		    strcmp(r->error_name, "ContextDied") == 0 ?
-		    "the context was lost" : "the context and its variables "
-		    "are kept (allow more with --timeout S)");
+		        "the context was lost" :
+		        "the context and its variables "
+		        "are kept (allow more with --timeout S)");
 	else if (strcmp(r->error_name, "ContextDied") == 0)
 		fprintf(stderr, "moat: %s\n", r->error_value);
 	return EXIT_RAISED;
@@ -101,8 +103,10 @@ cmd_code(struct cli *cli, int argc, char **argv)
 			break;
 		case 't':
 			if (!cli_parse_seconds(optarg, &timeout_ms))
-				return cli_usage_error(code_usage, "--timeout "
-				    "wants seconds, not \"%s\"", optarg);
+				return cli_usage_error(code_usage,
+				    "--timeout "
+				    "wants seconds, not \"%s\"",
+				    optarg);
 			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
@@ -112,31 +116,39 @@ cmd_code(struct cli *cli, int argc, char **argv)
 		}
 	}
 	if (optind >= argc)
-		return cli_usage_error(code_usage, "which sandbox? give its "
+		return cli_usage_error(code_usage,
+		    "which sandbox? give its "
 		    "id first");
 	sandbox_id = argv[optind++];
 	if (optind < argc)
 		file = argv[optind++];
 	if (optind < argc)
-		return cli_usage_error(code_usage, "one FILE at most, not "
-		    "\"%s\" too", argv[optind]);
+		return cli_usage_error(code_usage,
+		    "one FILE at most, not "
+		    "\"%s\" too",
+		    argv[optind]);
 
 	if (close_name != NULL) {
 		if (inline_code != NULL || file != NULL || req.keep)
-			return cli_usage_error(code_usage, "--close takes no "
+			return cli_usage_error(code_usage,
+			    "--close takes no "
 			    "code (nor --keep)");
 		if ((rv = moat_client_close_context(cli_client(cli),
-		    sandbox_id, close_name, &errmsg)) != MOAT_OK)
-			return cli_fail(cli, rv, errmsg, "closing context "
-			    "\"%s\" of sandbox %s", close_name, sandbox_id);
+		         sandbox_id, close_name, &errmsg)) != MOAT_OK)
+			return cli_fail(cli, rv, errmsg,
+			    "closing context "
+			    "\"%s\" of sandbox %s",
+			    close_name, sandbox_id);
 		return 0;
 	}
 	if (inline_code != NULL && file != NULL)
-		return cli_usage_error(code_usage, "give -c CODE or FILE, not "
+		return cli_usage_error(code_usage,
+		    "give -c CODE or FILE, not "
 		    "both");
 	if (inline_code == NULL && file == NULL) {
 		if (isatty(STDIN_FILENO))
-			return cli_usage_error(code_usage, "no code: give -c "
+			return cli_usage_error(code_usage,
+			    "no code: give -c "
 			    "CODE, a FILE, or - with the code on stdin");
 		file = "-";
 	}
@@ -152,13 +164,15 @@ cmd_code(struct cli *cli, int argc, char **argv)
 	rv = moat_client_run_code(cli_client(cli), &req, &res, &errmsg);
 	free(code);
 	if (rv != MOAT_OK)
-		return cli_fail(cli, rv, errmsg, "running code in context "
-		    "\"%s\" of sandbox %s", context[0] ? context : "default",
-		    sandbox_id);
+		return cli_fail(cli, rv, errmsg,
+		    "running code in context "
+		    "\"%s\" of sandbox %s",
+		    context[0] ? context : "default", sandbox_id);
 	if (cli->json) {
 		exit_code = cli_print_json(cli, res);
-		if (exit_code == 0 && (res->result == NULL ||
-		    res->result->error_name[0] != '\0'))
+		if (exit_code == 0 &&
+		    (res->result == NULL ||
+		        res->result->error_name[0] != '\0'))
 			exit_code = EXIT_RAISED;
 	} else {
 		exit_code = code_print(res->result);

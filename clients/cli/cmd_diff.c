@@ -75,7 +75,7 @@ print_diff(const Moat__V1__DiffReply *r)
 	    (unsigned long long)r->steps_b);
 	if (r->first_divergent_step == 0) {
 		printf("the sessions agree: same inputs, exit codes, outputs "
-		    "and files at every step\n");
+		       "and files at every step\n");
 		return;
 	}
 	printf("first divergent step: %llu\n",
@@ -98,8 +98,9 @@ print_diff(const Moat__V1__DiffReply *r)
 			printf("(no such step)\n");
 		if (d->in_a && d->in_b) {
 			printf("  exit code: A %d, B %d%s\n", d->exit_code_a,
-			    d->exit_code_b, d->exit_code_a != d->exit_code_b ?
-			    "  (differ)" : "");
+			    d->exit_code_b,
+			    d->exit_code_a != d->exit_code_b ? "  (differ)" :
+			                                       "");
 			if (d->stdout_differs || d->stderr_differs)
 				printf("  outputs differ:%s%s\n",
 				    d->stdout_differs ? " stdout" : "",
@@ -145,13 +146,16 @@ cmd_diff(struct cli *cli, int argc, char **argv)
 	argc = take_json(cli, argc, argv);
 	for (int i = 1; i < argc; i++)
 		if (argv[i][0] == '-')
-			return cli_usage_error(usage_diff, "unknown option "
-			    "\"%s\"", argv[i]);
+			return cli_usage_error(usage_diff,
+			    "unknown option "
+			    "\"%s\"",
+			    argv[i]);
 	if (argc != 3)
-		return cli_usage_error(usage_diff, "give two session ids "
+		return cli_usage_error(usage_diff,
+		    "give two session ids "
 		    "(`moat session ls` lists them)");
 	if ((rv = moat_client_diff(cli_client(cli), argv[1], argv[2], &r,
-	    &errmsg)) != MOAT_OK)
+	         &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "diffing sessions %s and %s",
 		    argv[1], argv[2]);
 	if (cli->json)
@@ -187,8 +191,8 @@ print_ranking(const Moat__V1__CompareReply *r)
 
 		format_ms(s->duration_ms, t, sizeof(t));
 		printf("%-4u %-24s %-3s %5llu %6llu %11llu %7llu %7llu %8llu "
-		    "%8s\n", s->rank, s->session_id,
-		    s->final_success ? "yes" : "no",
+		       "%8s\n",
+		    s->rank, s->session_id, s->final_success ? "yes" : "no",
 		    (unsigned long long)s->steps,
 		    (unsigned long long)s->failed_steps,
 		    (unsigned long long)s->destructive_actions,
@@ -254,8 +258,8 @@ static const char html_head[] =
  * outputs) as an HTML table. Returns MOAT_OK or the call's status, with
  * *errmsg set. */
 static int
-write_session_steps(struct cli *cli, FILE *f,
-    const Moat__V1__SessionScore *s, char **errmsg)
+write_session_steps(struct cli *cli, FILE *f, const Moat__V1__SessionScore *s,
+    char **errmsg)
 {
 	Moat__V1__ListStepsReply *page = NULL;
 	char *token = NULL;
@@ -267,7 +271,8 @@ write_session_steps(struct cli *cli, FILE *f,
 	fputs("</h2>\n<p>sandbox ", f);
 	html_str(f, s->sandbox_id);
 	fputs("</p>\n<table>\n<tr><th>step</th><th>exit code</th>"
-	    "<th>input</th><th>files</th></tr>\n", f);
+	      "<th>input</th><th>files</th></tr>\n",
+	    f);
 	for (;;) {
 		rv = moat_client_list_steps(cli_client(cli), s->session_id,
 		    token, false, &page, errmsg);
@@ -278,7 +283,8 @@ write_session_steps(struct cli *cli, FILE *f,
 		for (size_t i = 0; i < page->n_steps; i++) {
 			const Moat__V1__Step *st = page->steps[i];
 
-			fprintf(f, "<tr><td class=\"num\">%llu</td>"
+			fprintf(f,
+			    "<tr><td class=\"num\">%llu</td>"
 			    "<td class=\"num %s\">%d</td><td><pre>",
 			    (unsigned long long)st->index,
 			    st->exit_code == 0 ? "ok" : "bad", st->exit_code);
@@ -289,10 +295,13 @@ write_session_steps(struct cli *cli, FILE *f,
 				    st->fs_trace[j];
 
 				fputs(e->change ==
-				    MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED ?
-				    "+ " : e->change ==
-				    MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED ?
-				    "- " : "~ ", f);
+				            MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED ?
+				        "+ " :
+				        e->change ==
+				            MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED ?
+				        "- " :
+				        "~ ",
+				    f);
 				html_str(f, e->path);
 				fputs("<br>", f);
 			}
@@ -331,9 +340,10 @@ write_html(struct cli *cli, const Moat__V1__CompareReply *r, const char *path)
 	}
 	fputs(html_head, f);
 	fputs("<h2>Ranking (best first)</h2>\n<table>\n<tr><th>rank</th>"
-	    "<th>session</th><th>final success</th><th>steps</th>"
-	    "<th>failed</th><th>destructive</th><th>deleted</th>"
-	    "<th>created</th><th>modified</th><th>time</th></tr>\n", f);
+	      "<th>session</th><th>final success</th><th>steps</th>"
+	      "<th>failed</th><th>destructive</th><th>deleted</th>"
+	      "<th>created</th><th>modified</th><th>time</th></tr>\n",
+	    f);
 	for (size_t i = 0; i < r->n_sessions; i++) {
 		const Moat__V1__SessionScore *s = r->sessions[i];
 		char t[32];
@@ -341,11 +351,13 @@ write_html(struct cli *cli, const Moat__V1__CompareReply *r, const char *path)
 		format_ms(s->duration_ms, t, sizeof(t));
 		fprintf(f, "<tr><td class=\"num\">%u</td><td>", s->rank);
 		html_str(f, s->session_id);
-		fprintf(f, "</td><td class=\"%s\">%s</td>"
+		fprintf(f,
+		    "</td><td class=\"%s\">%s</td>"
 		    "<td class=\"num\">%llu</td><td class=\"num\">%llu</td>"
 		    "<td class=\"num\">%llu</td><td class=\"num\">%llu</td>"
 		    "<td class=\"num\">%llu</td><td class=\"num\">%llu</td>"
-		    "<td class=\"num\">", s->final_success ? "ok" : "bad",
+		    "<td class=\"num\">",
+		    s->final_success ? "ok" : "bad",
 		    s->final_success ? "yes" : "no",
 		    (unsigned long long)s->steps,
 		    (unsigned long long)s->failed_steps,
@@ -359,16 +371,19 @@ write_html(struct cli *cli, const Moat__V1__CompareReply *r, const char *path)
 	fputs("</table>\n", f);
 	for (size_t i = 0; i < r->n_sessions && rv == MOAT_OK; i++)
 		if ((rv = write_session_steps(cli, f, r->sessions[i],
-		    &errmsg)) != MOAT_OK)
+		         &errmsg)) != MOAT_OK)
 			rv = cli_fail(cli, rv, errmsg, "steps of session %s",
 			    r->sessions[i]->session_id);
 	fputs("</body>\n</html>\n", f);
 	if (fclose(f) != 0 && rv == MOAT_OK)
-		rv = cli_fail(cli, MOAT_INTERNAL, moat_asprintf("%s: %m",
-		    tmp), "writing the HTML report");
+		rv = cli_fail(cli, MOAT_INTERNAL, moat_asprintf("%s: %m", tmp),
+		    "writing the HTML report");
 	if (rv == MOAT_OK && rename(tmp, path) != 0)
-		rv = cli_fail(cli, MOAT_INTERNAL, moat_asprintf("renaming "
-		    "%s to %s: %m", tmp, path), "writing the HTML report");
+		rv = cli_fail(cli, MOAT_INTERNAL,
+		    moat_asprintf("renaming "
+		                  "%s to %s: %m",
+		        tmp, path),
+		    "writing the HTML report");
 	if (rv != MOAT_OK)
 		unlink(tmp);
 	free(tmp);
@@ -389,29 +404,36 @@ cmd_compare(struct cli *cli, int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--html") == 0) {
 			if (i + 1 >= argc)
-				return cli_usage_error(usage_compare, "--html "
+				return cli_usage_error(usage_compare,
+				    "--html "
 				    "wants a file name");
 			html = argv[++i];
 		} else if (strncmp(argv[i], "--html=", 7) == 0) {
 			html = argv[i] + 7;
 		} else if (argv[i][0] == '-') {
-			return cli_usage_error(usage_compare, "unknown option "
-			    "\"%s\"", argv[i]);
+			return cli_usage_error(usage_compare,
+			    "unknown option "
+			    "\"%s\"",
+			    argv[i]);
 		} else if (n >= COMPARE_MAX) {
-			return cli_usage_error(usage_compare, "at most %d "
-			    "sessions", COMPARE_MAX);
+			return cli_usage_error(usage_compare,
+			    "at most %d "
+			    "sessions",
+			    COMPARE_MAX);
 		} else {
 			ids[n++] = argv[i];
 		}
 	}
 	if (n < 2)
-		return cli_usage_error(usage_compare, "give at least two "
+		return cli_usage_error(usage_compare,
+		    "give at least two "
 		    "session ids (`moat session ls` lists them)");
 	if (html != NULL && html[0] == '\0')
-		return cli_usage_error(usage_compare, "--html wants a file "
+		return cli_usage_error(usage_compare,
+		    "--html wants a file "
 		    "name");
-	if ((rv = moat_client_compare(cli_client(cli), ids, n, &r,
-	    &errmsg)) != MOAT_OK)
+	if ((rv = moat_client_compare(cli_client(cli), ids, n, &r, &errmsg)) !=
+	    MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "comparing %zu sessions", n);
 	if (html != NULL)
 		rv = write_html(cli, r, html);

@@ -24,7 +24,7 @@ static const char *const usage_cp = "cp SRC DST   (one side is ID:/path)";
 
 /* A side of a copy: a sandbox path when `sandbox` is set. */
 struct side {
-	char *sandbox;   /* heap, or NULL for the host */
+	char *sandbox; /* heap, or NULL for the host */
 	const char *path;
 };
 
@@ -37,8 +37,8 @@ parse_side(const char *arg, struct side *s)
 
 	s->sandbox = NULL;
 	s->path = arg;
-	if (colon == NULL || colon == arg || memchr(arg, '/',
-	    (size_t)(colon - arg)) != NULL)
+	if (colon == NULL || colon == arg ||
+	    memchr(arg, '/', (size_t)(colon - arg)) != NULL)
 		return 0;
 	if ((s->sandbox = strndup(arg, (size_t)(colon - arg))) == NULL)
 		return ENOMEM;
@@ -76,29 +76,37 @@ cp_up(struct cli *cli, const char *local, const char *sandbox,
 		if ((fd = open(local, O_RDONLY | O_CLOEXEC)) < 0) {
 			int err = errno;
 			return cli_fail(cli, moat_status_from_errno(err),
-			    moat_asprintf("%s", strerror(err)), "cp: cannot "
-			    "open %s", local);
+			    moat_asprintf("%s", strerror(err)),
+			    "cp: cannot "
+			    "open %s",
+			    local);
 		}
 		if (fstat(fd, &lst) != 0 || S_ISDIR(lst.st_mode)) {
 			close(fd);
 			return cli_fail(cli, MOAT_INVALID_ARGUMENT,
 			    moat_asprintf("only files can be copied: pack "
-			    "it first (tar cf dir.tar %s), copy the archive, "
-			    "then unpack it with moat exec ID -- tar xf ...",
-			    local), "cp: %s is a directory", local);
+			                  "it first (tar cf dir.tar %s), copy "
+			                  "the archive, "
+			                  "then unpack it with moat exec ID "
+			                  "-- tar xf ...",
+			        local),
+			    "cp: %s is a directory", local);
 		}
 		mode = lst.st_mode & 07777;
 	}
 	/* "ID:/dir/" or an existing directory: keep the source's name. */
-	if (ends_with_slash(remote) || (moat_client_stat(cli_client(cli),
-	    sandbox, remote, &st, &errmsg) == MOAT_OK &&
-	    st->type == MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY)) {
+	if (ends_with_slash(remote) ||
+	    (moat_client_stat(cli_client(cli), sandbox, remote, &st,
+	         &errmsg) == MOAT_OK &&
+	        st->type == MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY)) {
 		if (strcmp(local, "-") == 0) {
 			rv = cli_fail(cli, MOAT_INVALID_ARGUMENT,
 			    moat_asprintf("name the file, e.g. %s:%s%sdata",
-			    sandbox, remote, ends_with_slash(remote) ? "" :
-			    "/"), "cp: stdin needs a file name in the "
-			    "sandbox, not the directory %s", remote);
+			        sandbox, remote,
+			        ends_with_slash(remote) ? "" : "/"),
+			    "cp: stdin needs a file name in the "
+			    "sandbox, not the directory %s",
+			    remote);
 			goto out;
 		}
 		target = moat_asprintf("%s%s%s", remote,
@@ -113,7 +121,7 @@ cp_up(struct cli *cli, const char *local, const char *sandbox,
 		goto out;
 	}
 	if ((rv = moat_client_write_file_from_fd(cli_client(cli), sandbox,
-	    target, fd, mode, true, &done, &errmsg)) != MOAT_OK) {
+	         target, fd, mode, true, &done, &errmsg)) != MOAT_OK) {
 		rv = cli_fail(cli, rv, errmsg, "cp: writing %s in sandbox %s",
 		    target, sandbox);
 		goto out;
@@ -141,23 +149,30 @@ cp_down(struct cli *cli, const char *sandbox, const char *remote,
 	int fd = -1, rv;
 
 	if ((rv = moat_client_stat(cli_client(cli), sandbox, remote, &st,
-	    &errmsg)) != MOAT_OK)
+	         &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "cp: %s in sandbox %s",
 		    remote, sandbox);
 	if (st->type == MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY) {
 		moat_client_free_msg(st);
 		return cli_fail(cli, MOAT_INVALID_ARGUMENT,
 		    moat_asprintf("only files can be copied: pack it first "
-		    "(moat exec %s -- tar cf /tmp/dir.tar -C %s .) and copy "
-		    "the archive", sandbox, remote), "cp: %s in sandbox %s "
-		    "is a directory", remote, sandbox);
+		                  "(moat exec %s -- tar cf /tmp/dir.tar -C %s "
+		                  ".) and copy "
+		                  "the archive",
+		        sandbox, remote),
+		    "cp: %s in sandbox %s "
+		    "is a directory",
+		    remote, sandbox);
 	}
 	moat_client_free_msg(st);
 	if (strcmp(local, "-") == 0) {
 		if ((rv = moat_client_read_file_to_fd(cli_client(cli), sandbox,
-		    remote, STDOUT_FILENO, NULL, NULL, &errmsg)) != MOAT_OK)
-			return cli_fail(cli, rv, errmsg, "cp: reading %s in "
-			    "sandbox %s", remote, sandbox);
+		         remote, STDOUT_FILENO, NULL, NULL, &errmsg)) !=
+		    MOAT_OK)
+			return cli_fail(cli, rv, errmsg,
+			    "cp: reading %s in "
+			    "sandbox %s",
+			    remote, sandbox);
 		return 0;
 	}
 	if (ends_with_slash(local) ||
@@ -168,20 +183,20 @@ cp_down(struct cli *cli, const char *sandbox, const char *remote,
 		target = strdup(local);
 	if (target == NULL ||
 	    (tmp = moat_asprintf("%s.moat-partial-%d", target,
-	    (int)getpid())) == NULL) {
+	         (int)getpid())) == NULL) {
 		rv = cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "cp");
 		goto out;
 	}
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-	    0600)) < 0) {
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) <
+	    0) {
 		int err = errno;
 		rv = cli_fail(cli, moat_status_from_errno(err),
 		    moat_asprintf("%s", strerror(err)), "cp: cannot create %s",
 		    tmp);
 		goto out;
 	}
-	if ((rv = moat_client_read_file_to_fd(cli_client(cli), sandbox,
-	    remote, fd, &size, &mode, &errmsg)) != MOAT_OK) {
+	if ((rv = moat_client_read_file_to_fd(cli_client(cli), sandbox, remote,
+	         fd, &size, &mode, &errmsg)) != MOAT_OK) {
 		rv = cli_fail(cli, rv, errmsg, "cp: reading %s in sandbox %s",
 		    remote, sandbox);
 		goto fail_tmp;
@@ -225,17 +240,21 @@ cmd_cp(struct cli *cli, int argc, char **argv)
 		}
 	}
 	if (argc != 3)
-		return cli_usage_error(usage_cp, "give a source and a "
+		return cli_usage_error(usage_cp,
+		    "give a source and a "
 		    "destination");
 	if (parse_side(argv[1], &src) != 0 || parse_side(argv[2], &dst) != 0)
 		return cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "cp");
 	if ((src.sandbox != NULL) == (dst.sandbox != NULL)) {
-		rv = cli_usage_error(usage_cp, src.sandbox ? "both sides are "
-		    "in sandboxes: copy through the host" : "neither side "
-		    "is in a sandbox: write one as ID:/path");
+		rv = cli_usage_error(usage_cp,
+		    src.sandbox ? "both sides are "
+		                  "in sandboxes: copy through the host" :
+		                  "neither side "
+		                  "is in a sandbox: write one as ID:/path");
 	} else if ((src.sandbox && src.path[0] == '\0') ||
 	    (dst.sandbox && dst.path[0] == '\0')) {
-		rv = cli_usage_error(usage_cp, "the sandbox side needs a path "
+		rv = cli_usage_error(usage_cp,
+		    "the sandbox side needs a path "
 		    "after the colon (ID:/root/file)");
 	} else if (dst.sandbox != NULL) {
 		rv = cp_up(cli, src.path, dst.sandbox, dst.path);
@@ -289,12 +308,13 @@ cmd_ls(struct cli *cli, int argc, char **argv)
 		}
 	}
 	if (argc < 2 || argc > 3)
-		return cli_usage_error("ls ID [PATH]", "give a sandbox id and "
+		return cli_usage_error("ls ID [PATH]",
+		    "give a sandbox id and "
 		    "optionally a path");
 	if (argc == 3)
 		path = argv[2];
-	if ((rv = moat_client_list_files(cli_client(cli), argv[1], path,
-	    &list, &errmsg)) != MOAT_OK)
+	if ((rv = moat_client_list_files(cli_client(cli), argv[1], path, &list,
+	         &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "listing %s in sandbox %s",
 		    path, argv[1]);
 	if (cli->json) {
@@ -302,8 +322,7 @@ cmd_ls(struct cli *cli, int argc, char **argv)
 		moat_client_free_msg(list);
 		return rv;
 	}
-	qsort(list->entries, list->n_entries, sizeof(*list->entries),
-	    by_name);
+	qsort(list->entries, list->n_entries, sizeof(*list->entries), by_name);
 	for (size_t i = 0; i < list->n_entries; i++) {
 		const Moat__V1__FileInfo *f = list->entries[i];
 		char perms[10], when[32] = "-";
@@ -311,8 +330,8 @@ cmd_ls(struct cli *cli, int argc, char **argv)
 		struct tm tm;
 
 		for (int b = 0; b < 9; b++)
-			perms[b] = (f->mode & (0400u >> b)) ? "rwxrwxrwx"[b] :
-			    '-';
+			perms[b] =
+			    (f->mode & (0400u >> b)) ? "rwxrwxrwx"[b] : '-';
 		perms[9] = '\0';
 		if (f->mtime_ns != 0 && gmtime_r(&t, &tm) != NULL)
 			strftime(when, sizeof(when), "%Y-%m-%d %H:%M", &tm);

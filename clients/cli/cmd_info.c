@@ -35,7 +35,8 @@ print_snapshot_ram(const Moat__V1__Node *n)
 	if (n->snapshot_ram_budget_bytes != 0 ||
 	    n->snapshot_ram_used_bytes != 0)
 		printf("    snapshot RAM %.1f/%.1f MiB used, %u in RAM, %u on "
-		    "disk, %llu evictions\n", MIB(n->snapshot_ram_used_bytes),
+		       "disk, %llu evictions\n",
+		    MIB(n->snapshot_ram_used_bytes),
 		    MIB(n->snapshot_ram_budget_bytes), n->snapshots_in_ram,
 		    n->snapshots_on_disk,
 		    (unsigned long long)n->snapshot_evictions);
@@ -57,7 +58,8 @@ cmd_info(struct cli *cli, int argc, char **argv)
 		if (strcmp(argv[i], "--json") == 0)
 			cli->json = true;
 		else
-			return cli_usage_error("info", "info takes no "
+			return cli_usage_error("info",
+			    "info takes no "
 			    "arguments");
 	}
 	if ((rv = moat_client_info(cli_client(cli), &info, &errmsg)) !=
@@ -82,7 +84,7 @@ cmd_info(struct cli *cli, int argc, char **argv)
 	printf("\nnodes:\n");
 	if (info->n_nodes == 0)
 		printf("  none: start moat-vmd (deploy/moat-stack start); it "
-		    "finds the gateway by itself\n");
+		       "finds the gateway by itself\n");
 	for (size_t i = 0; i < info->n_nodes; i++) {
 		const Moat__V1__Node *n = info->nodes[i];
 
@@ -92,8 +94,8 @@ cmd_info(struct cli *cli, int argc, char **argv)
 		    n->driver[0] ? n->driver : "-",
 		    n->version[0] ? n->version : "-");
 		printf("    sandboxes %u, memory %llu/%llu MiB used, %u vcpus"
-		    " (per sandbox at most %u vcpus, %u MiB)\n", n->sandboxes,
-		    (unsigned long long)n->memory_mib_used,
+		       " (per sandbox at most %u vcpus, %u MiB)\n",
+		    n->sandboxes, (unsigned long long)n->memory_mib_used,
 		    (unsigned long long)n->memory_mib_total, n->vcpus_total,
 		    n->max_vcpus, n->max_memory_mib);
 		print_snapshot_ram(n);

@@ -33,8 +33,8 @@ on_stop_signal(int sig)
 
 struct stdio_call {
 	struct moat_rpc_client *rpc;
-	uint32_t timeout_ms;       /* --timeout; 0: per method */
-	const char *auth;          /* the CLI's API key (cli_api_key) */
+	uint32_t timeout_ms; /* --timeout; 0: per method */
+	const char *auth;    /* the CLI's API key (cli_api_key) */
 };
 
 /* stdio_gateway_call: the moat_mcp_call_fn of `moat mcp`: JSON to the
@@ -52,13 +52,14 @@ stdio_gateway_call(void *arg, const char *method, json_t *request,
 	*reply = NULL;
 	*errmsg = NULL;
 	if ((rv = moat_mcp_decode_request(&moat__v1__gateway__descriptor,
-	    method, request, &md, &req, errmsg)) != MOAT_OK)
+	         method, request, &md, &req, errmsg)) != MOAT_OK)
 		return rv;
-	opts.timeout_ms = sc->timeout_ms ? sc->timeout_ms :
+	opts.timeout_ms = sc->timeout_ms ?
+	    sc->timeout_ms :
 	    moat_mcp_timeout_ms(method, request);
 	opts.auth = sc->auth;
-	rv = moat_rpc_call(sc->rpc, moat__v1__gateway__descriptor.name,
-	    method, req, md->output, &out, &opts, errmsg);
+	rv = moat_rpc_call(sc->rpc, moat__v1__gateway__descriptor.name, method,
+	    req, md->output, &out, &opts, errmsg);
 	protobuf_c_message_free_unpacked(req, NULL);
 	if (rv != MOAT_OK)
 		return rv;
@@ -76,7 +77,7 @@ cmd_mcp(struct cli *cli, int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct stdio_call sc = { .timeout_ms = cli->timeout_ms,
-	    .auth = cli_api_key(cli) };
+		.auth = cli_api_key(cli) };
 	struct moat_mcp_session *s = NULL;
 	const char *allow_dir = NULL;
 	char *line = NULL, *errmsg = NULL, *reply;
@@ -91,7 +92,8 @@ cmd_mcp(struct cli *cli, int argc, char **argv)
 			allow_dir = optarg;
 			break;
 		case 'h':
-			printf("usage: moat " USAGE "\n\nServes MCP on stdin/"
+			printf(
+			    "usage: moat " USAGE "\n\nServes MCP on stdin/"
 			    "stdout (newline-delimited JSON-RPC). Host file "
 			    "tools (upload_file, download_file) are offered "
 			    "only with --allow-dir, and reach only files "
@@ -108,7 +110,7 @@ cmd_mcp(struct cli *cli, int argc, char **argv)
 	    MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "moat mcp");
 	if ((rv = moat_rpc_client_open(&sc.rpc,
-	    moat_client_url(cli_client(cli)), &errmsg)) != MOAT_OK) {
+	         moat_client_url(cli_client(cli)), &errmsg)) != MOAT_OK) {
 		moat_mcp_session_free(s);
 		return cli_fail(cli, rv, errmsg, "moat mcp");
 	}
@@ -126,18 +128,18 @@ cmd_mcp(struct cli *cli, int argc, char **argv)
 		sigaction(SIGHUP, &sa, NULL);
 	}
 	fprintf(stderr, "moat mcp: serving MCP on stdio (gateway %s%s%s)\n",
-	    moat_client_url(cli_client(cli)), allow_dir ? ", host files in " :
-	    "", allow_dir ? allow_dir : "");
+	    moat_client_url(cli_client(cli)),
+	    allow_dir ? ", host files in " : "", allow_dir ? allow_dir : "");
 	while (!mcp_stop && (len = getline(&line, &cap, stdin)) >= 0) {
-		while (len > 0 && (line[len - 1] == '\n' ||
-		    line[len - 1] == '\r'))
+		while (len > 0 &&
+		    (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			line[--len] = '\0';
 		if (len == 0)
 			continue;
 		if ((size_t)len > MOAT_MCP_MAX_MESSAGE) {
-			json_t *e = moat_mcp_error_reply(
-			    MOAT_MCP_INVALID_REQUEST,
-			    "message larger than 8 MiB");
+			json_t *e =
+			    moat_mcp_error_reply(MOAT_MCP_INVALID_REQUEST,
+			        "message larger than 8 MiB");
 			reply = e ? json_dumps(e, JSON_COMPACT) : NULL;
 			json_decref(e);
 		} else {

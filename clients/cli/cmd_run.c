@@ -20,15 +20,15 @@
 #include "moat/status.h"
 #include "moat/util.h"
 
-#define READ_WAIT_MS 500        /* long-poll; also how soon ^C is seen */
-#define CODE_MAX (16u << 20)    /* largest program text sent */
+#define READ_WAIT_MS 500     /* long-poll; also how soon ^C is seen */
+#define CODE_MAX (16u << 20) /* largest program text sent */
 #define EXIT_TIMED_OUT 124
 
 struct stream_result {
-	Moat__V1__ExecStatus *status;   /* owned; NULL if not known */
-	uint8_t *out, *err;             /* --json: collected output */
+	Moat__V1__ExecStatus *status; /* owned; NULL if not known */
+	uint8_t *out, *err;           /* --json: collected output */
 	size_t out_len, err_len;
-	int interrupted;                /* the signal that stopped us */
+	int interrupted; /* the signal that stopped us */
 };
 
 static void
@@ -106,11 +106,13 @@ stream(struct cli *cli, const char *sandbox_id, uint64_t exec_id,
 			return rv;
 		if (cli->json) {
 			if (append(&res->out, &res->out_len, r->stdout.data,
-			    r->stdout.len) != 0 || append(&res->err,
-			    &res->err_len, r->stderr.data, r->stderr.len) != 0) {
+			        r->stdout.len) != 0 ||
+			    append(&res->err, &res->err_len, r->stderr.data,
+			        r->stderr.len) != 0) {
 				moat_client_free_msg(r);
-				*errmsg = moat_asprintf("out of memory "
-				    "collecting the output");
+				*errmsg =
+				    moat_asprintf("out of memory "
+				                  "collecting the output");
 				return MOAT_RESOURCE_EXHAUSTED;
 			}
 		} else {
@@ -122,9 +124,11 @@ stream(struct cli *cli, const char *sandbox_id, uint64_t exec_id,
 			    r->stderr.len);
 		}
 		req.stdout_offset = r->stdout_next > req.stdout_offset ?
-		    r->stdout_next : req.stdout_offset + r->stdout.len;
+		    r->stdout_next :
+		    req.stdout_offset + r->stdout.len;
 		req.stderr_offset = r->stderr_next > req.stderr_offset ?
-		    r->stderr_next : req.stderr_offset + r->stderr.len;
+		    r->stderr_next :
+		    req.stderr_offset + r->stderr.len;
 		if (r->eof) {
 			res->status = r->status;
 			r->status = NULL;
@@ -142,15 +146,18 @@ exit_code_of(const Moat__V1__ExecStatus *st, uint32_t timeout_ms)
 	if (st == NULL)
 		return moat_status_exit_code(MOAT_UNKNOWN);
 	if (st->stdout_truncated)
-		fprintf(stderr, "moat: stdout was cut after the node's output "
+		fprintf(stderr,
+		    "moat: stdout was cut after the node's output "
 		    "cap (%llu bytes produced)\n",
 		    (unsigned long long)st->stdout_bytes);
 	if (st->stderr_truncated)
-		fprintf(stderr, "moat: stderr was cut after the node's output "
+		fprintf(stderr,
+		    "moat: stderr was cut after the node's output "
 		    "cap (%llu bytes produced)\n",
 		    (unsigned long long)st->stderr_bytes);
 	if (st->timed_out) {
-		fprintf(stderr, "moat: the program ran past its timeout "
+		fprintf(stderr,
+		    "moat: the program ran past its timeout "
 		    "(%.1f s) and was killed; allow more with --timeout S\n",
 		    timeout_ms / 1000.0);
 		return EXIT_TIMED_OUT;
@@ -205,8 +212,10 @@ cli_read_code(const char *file, char **code, char **errmsg)
 	if (strcmp(file, "-") != 0) {
 		if ((err = moat_read_file(file, CODE_MAX, code, &len)) != 0) {
 			*errmsg = moat_asprintf("cannot read %s: %s%s", file,
-			    strerror(err), err == EFBIG ? " (at most 16 MiB "
-			    "of code; copy data with moat cp)" : "");
+			    strerror(err),
+			    err == EFBIG ? " (at most 16 MiB "
+			                   "of code; copy data with moat cp)" :
+			                   "");
 			return moat_status_from_errno(err);
 		}
 		return MOAT_OK;
@@ -221,7 +230,7 @@ cli_read_code(const char *file, char **code, char **errmsg)
 			    (grown = realloc(buf, cap)) == NULL) {
 				free(buf);
 				*errmsg = moat_asprintf("the code on stdin is "
-				    "larger than 16 MiB");
+				                        "larger than 16 MiB");
 				return MOAT_RESOURCE_EXHAUSTED;
 			}
 			buf = grown;
@@ -248,7 +257,8 @@ cli_read_code(const char *file, char **code, char **errmsg)
 int
 cmd_run(struct cli *cli, int argc, char **argv)
 {
-	static const char *usage_line = "run [-c CODE | FILE | -] "
+	static const char *usage_line =
+	    "run [-c CODE | FILE | -] "
 	    "[-l python|bash|sh|node] [--timeout S] [--cpus N] [--memory MiB] "
 	    "[--image NAME]";
 	static const struct option opts[] = {
@@ -282,18 +292,23 @@ cmd_run(struct cli *cli, int argc, char **argv)
 			break;
 		case 't':
 			if (!cli_parse_seconds(optarg, &timeout_ms))
-				return cli_usage_error(usage_line, "--timeout "
-				    "wants seconds, not \"%s\"", optarg);
+				return cli_usage_error(usage_line,
+				    "--timeout "
+				    "wants seconds, not \"%s\"",
+				    optarg);
 			break;
 		case 'C':
 			if (!cli_parse_u32(optarg, 1, 1024, &create.vcpus))
-				return cli_usage_error(usage_line, "--cpus "
-				    "wants 1-1024, not \"%s\"", optarg);
+				return cli_usage_error(usage_line,
+				    "--cpus "
+				    "wants 1-1024, not \"%s\"",
+				    optarg);
 			break;
 		case 'M':
 			if (!cli_parse_u32(optarg, 16, 1u << 24,
-			    &create.memory_mib))
-				return cli_usage_error(usage_line, "--memory "
+			        &create.memory_mib))
+				return cli_usage_error(usage_line,
+				    "--memory "
 				    "wants MiB (16 or more), not \"%s\"",
 				    optarg);
 			break;
@@ -310,14 +325,18 @@ cmd_run(struct cli *cli, int argc, char **argv)
 	if (optind < argc)
 		file = argv[optind++];
 	if (optind < argc)
-		return cli_usage_error(usage_line, "one FILE at most, not "
-		    "\"%s\" too", argv[optind]);
+		return cli_usage_error(usage_line,
+		    "one FILE at most, not "
+		    "\"%s\" too",
+		    argv[optind]);
 	if (inline_code != NULL && file != NULL)
-		return cli_usage_error(usage_line, "give -c CODE or FILE, not "
+		return cli_usage_error(usage_line,
+		    "give -c CODE or FILE, not "
 		    "both");
 	if (inline_code == NULL && file == NULL) {
 		if (isatty(STDIN_FILENO))
-			return cli_usage_error(usage_line, "no code: give -c "
+			return cli_usage_error(usage_line,
+			    "no code: give -c "
 			    "CODE, a FILE, or - with the code on stdin");
 		file = "-";
 	}
@@ -327,21 +346,26 @@ cmd_run(struct cli *cli, int argc, char **argv)
 		lang = "python";
 	if (strcmp(lang, "python") != 0 && strcmp(lang, "bash") != 0 &&
 	    strcmp(lang, "sh") != 0 && strcmp(lang, "node") != 0)
-		return cli_usage_error(usage_line, "-l wants python, bash, sh "
-		    "or node, not \"%s\"", lang);
+		return cli_usage_error(usage_line,
+		    "-l wants python, bash, sh "
+		    "or node, not \"%s\"",
+		    lang);
 	if (inline_code == NULL &&
 	    (rv = cli_read_code(file, &code, &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "run");
 	if ((inline_code ? inline_code : code)[0] == '\0') {
 		free(code);
-		return cli_usage_error(usage_line, "no code to run: %s is "
-		    "empty", inline_code ? "-c" : strcmp(file, "-") == 0 ?
-		    "stdin" : file);
+		return cli_usage_error(usage_line,
+		    "no code to run: %s is "
+		    "empty",
+		    inline_code                ? "-c" :
+		        strcmp(file, "-") == 0 ? "stdin" :
+		                                 file);
 	}
 
 	cli_catch_signals();
 	if ((rv = moat_client_create(cli_client(cli), &create, &sb,
-	    &errmsg)) != MOAT_OK) {
+	         &errmsg)) != MOAT_OK) {
 		free(code);
 		return cli_fail(cli, rv, errmsg, "creating a sandbox");
 	}
@@ -356,15 +380,19 @@ cmd_run(struct cli *cli, int argc, char **argv)
 	exec.code = inline_code ? (char *)inline_code : code;
 	exec.timeout_ms = timeout_ms;
 	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
-	    &errmsg)) != MOAT_OK) {
-		exit_code = cli_fail(cli, rv, errmsg, "starting %s code in "
-		    "sandbox %s", lang, sandbox_id);
+	         &errmsg)) != MOAT_OK) {
+		exit_code = cli_fail(cli, rv, errmsg,
+		    "starting %s code in "
+		    "sandbox %s",
+		    lang, sandbox_id);
 		goto destroy;
 	}
 	if ((rv = stream(cli, sandbox_id, handle->exec_id, false, &res,
-	    &errmsg)) != MOAT_OK) {
-		exit_code = cli_fail(cli, rv, errmsg, "reading the output of "
-		    "sandbox %s", sandbox_id);
+	         &errmsg)) != MOAT_OK) {
+		exit_code = cli_fail(cli, rv, errmsg,
+		    "reading the output of "
+		    "sandbox %s",
+		    sandbox_id);
 		goto destroy;
 	}
 	if (res.interrupted) {
@@ -377,12 +405,15 @@ cmd_run(struct cli *cli, int argc, char **argv)
 
 destroy:
 	if (res.interrupted)
-		fprintf(stderr, "moat: interrupted (signal %d): destroying "
-		    "sandbox %s\n", res.interrupted, sandbox_id);
+		fprintf(stderr,
+		    "moat: interrupted (signal %d): destroying "
+		    "sandbox %s\n",
+		    res.interrupted, sandbox_id);
 	/* Always, even interrupted: a run leaves nothing behind. */
-	if ((rv = moat_client_destroy(cli_client(cli), sandbox_id,
-	    &errmsg)) != MOAT_OK) {
-		int code_destroy = cli_fail(cli, rv, errmsg, "destroying "
+	if ((rv = moat_client_destroy(cli_client(cli), sandbox_id, &errmsg)) !=
+	    MOAT_OK) {
+		int code_destroy = cli_fail(cli, rv, errmsg,
+		    "destroying "
 		    "sandbox %s (remove it with `moat sandbox rm %s`)",
 		    sandbox_id, sandbox_id);
 		if (exit_code == 0)
@@ -416,8 +447,8 @@ stdin_main(void *arg)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (moat_client_exec_write(p->cli->client, p->sandbox_id,
-		    p->exec_id, buf, n > 0 ? (size_t)n : 0, n <= 0,
-		    &errmsg) != MOAT_OK) {
+		        p->exec_id, buf, n > 0 ? (size_t)n : 0, n <= 0,
+		        &errmsg) != MOAT_OK) {
 			/* The program may have exited: not our error. */
 			free(errmsg);
 			return NULL;
@@ -475,8 +506,10 @@ recorded_exec(struct cli *cli, const Moat__V1__ExecRequest *exec,
 			fwrite(res->stderr.data, 1, res->stderr.len, stderr);
 	}
 	if (res->recording_error[0] != '\0')
-		fprintf(stderr, "moat: warning: the exec ran but was not "
-		    "recorded: %s\n", res->recording_error);
+		fprintf(stderr,
+		    "moat: warning: the exec ran but was not "
+		    "recorded: %s\n",
+		    res->recording_error);
 	moat_client_free_msg(res);
 	return exit_code;
 }
@@ -484,7 +517,8 @@ recorded_exec(struct cli *cli, const Moat__V1__ExecRequest *exec,
 int
 cmd_exec(struct cli *cli, int argc, char **argv)
 {
-	static const char *usage_line = "exec ID [--timeout S] [--cwd DIR] "
+	static const char *usage_line =
+	    "exec ID [--timeout S] [--cwd DIR] "
 	    "[-e K=V]... [-i] [--keep] -- CMD [ARG...]";
 	static const struct option opts[] = {
 		{ "timeout", required_argument, NULL, 't' },
@@ -514,8 +548,10 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		case 't':
 			if (!cli_parse_seconds(optarg, &timeout_ms)) {
 				free(env);
-				return cli_usage_error(usage_line, "--timeout "
-				    "wants seconds, not \"%s\"", optarg);
+				return cli_usage_error(usage_line,
+				    "--timeout "
+				    "wants seconds, not \"%s\"",
+				    optarg);
 			}
 			break;
 		case 'w':
@@ -524,8 +560,10 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		case 'e':
 			if (strchr(optarg, '=') == NULL) {
 				free(env);
-				return cli_usage_error(usage_line, "-e wants "
-				    "KEY=VALUE, not \"%s\"", optarg);
+				return cli_usage_error(usage_line,
+				    "-e wants "
+				    "KEY=VALUE, not \"%s\"",
+				    optarg);
 			}
 			env[n_env++] = optarg;
 			break;
@@ -545,12 +583,14 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 	}
 	if (exec.keep && with_stdin) {
 		free(env);
-		return cli_usage_error(usage_line, "--keep pins the recorded "
+		return cli_usage_error(usage_line,
+		    "--keep pins the recorded "
 		    "step an exec becomes, and -i runs unrecorded: give one");
 	}
 	if (argc - optind < 2) {
 		free(env);
-		return cli_usage_error(usage_line, "give a sandbox id and a "
+		return cli_usage_error(usage_line,
+		    "give a sandbox id and a "
 		    "command");
 	}
 	sandbox_id = argv[optind++];
@@ -570,11 +610,13 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		return rv;
 	}
 	if (exec.keep)
-		fprintf(stderr, "moat: warning: sandbox %s is not recorded: "
-		    "--keep has no step to pin\n", sandbox_id);
+		fprintf(stderr,
+		    "moat: warning: sandbox %s is not recorded: "
+		    "--keep has no step to pin\n",
+		    sandbox_id);
 	cli_catch_signals();
 	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
-	    &errmsg)) != MOAT_OK) {
+	         &errmsg)) != MOAT_OK) {
 		free(env);
 		return cli_fail(cli, rv, errmsg, "starting %s in sandbox %s",
 		    exec.argv[0], sandbox_id);
@@ -583,16 +625,20 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		pump.cli = cli;
 		pump.sandbox_id = sandbox_id;
 		pump.exec_id = handle->exec_id;
-		pumping = pthread_create(&pump_thread, NULL, stdin_main,
-		    &pump) == 0;
+		pumping =
+		    pthread_create(&pump_thread, NULL, stdin_main, &pump) == 0;
 	}
 	rv = stream(cli, sandbox_id, handle->exec_id, true, &res, &errmsg);
 	if (rv != MOAT_OK) {
-		exit_code = cli_fail(cli, rv, errmsg, "reading the output of "
-		    "%s in sandbox %s", exec.argv[0], sandbox_id);
+		exit_code = cli_fail(cli, rv, errmsg,
+		    "reading the output of "
+		    "%s in sandbox %s",
+		    exec.argv[0], sandbox_id);
 	} else if (res.interrupted) {
-		fprintf(stderr, "moat: interrupted; %s may still be running "
-		    "in sandbox %s\n", exec.argv[0], sandbox_id);
+		fprintf(stderr,
+		    "moat: interrupted; %s may still be running "
+		    "in sandbox %s\n",
+		    exec.argv[0], sandbox_id);
 		exit_code = 128 + res.interrupted;
 	} else {
 		exit_code = exit_code_of(res.status, timeout_ms);

@@ -11,11 +11,12 @@
 #include "cli.h"
 #include "moat/status.h"
 
-static const char *const usage_create = "sandbox create [--cpus N] "
+static const char *const usage_create =
+    "sandbox create [--cpus N] "
     "[--memory MiB] [--scratch MiB] [--image NAME] [--label K=V]... "
     "[--record [--snapshot every|manual|none]]";
 static const char *const usage_all = "sandbox create [...] | ls | get ID | "
-    "rm ID...";
+                                     "rm ID...";
 
 static const char *
 state_name(Moat__V1__SandboxState s)
@@ -85,15 +86,18 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		switch (opt) {
 		case 'C':
 			if (!cli_parse_u32(optarg, 1, 1024, &req.vcpus)) {
-				rv = cli_usage_error(usage_create, "--cpus "
-				    "wants 1-1024, not \"%s\"", optarg);
+				rv = cli_usage_error(usage_create,
+				    "--cpus "
+				    "wants 1-1024, not \"%s\"",
+				    optarg);
 				goto out;
 			}
 			break;
 		case 'M':
 			if (!cli_parse_u32(optarg, 16, 1u << 24,
-			    &req.memory_mib)) {
-				rv = cli_usage_error(usage_create, "--memory "
+			        &req.memory_mib)) {
+				rv = cli_usage_error(usage_create,
+				    "--memory "
 				    "wants MiB (16 or more), not \"%s\"",
 				    optarg);
 				goto out;
@@ -101,8 +105,10 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 			break;
 		case 'S':
 			if (!cli_parse_u32(optarg, 1, UINT32_MAX, &scratch)) {
-				rv = cli_usage_error(usage_create, "--scratch "
-				    "wants MiB, not \"%s\"", optarg);
+				rv = cli_usage_error(usage_create,
+				    "--scratch "
+				    "wants MiB, not \"%s\"",
+				    optarg);
 				goto out;
 			}
 			req.scratch_mib = scratch;
@@ -113,8 +119,10 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		case 'L':
 			if ((eq = strchr(optarg, '=')) == NULL ||
 			    eq == optarg) {
-				rv = cli_usage_error(usage_create, "--label "
-				    "wants KEY=VALUE, not \"%s\"", optarg);
+				rv = cli_usage_error(usage_create,
+				    "--label "
+				    "wants KEY=VALUE, not \"%s\"",
+				    optarg);
 				goto out;
 			}
 			*eq = '\0';
@@ -131,7 +139,8 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		case 'P':
 			policy_set = true;
 			if (!parse_policy(optarg, &req.snapshot_policy)) {
-				rv = cli_usage_error(usage_create, "--snapshot "
+				rv = cli_usage_error(usage_create,
+				    "--snapshot "
 				    "wants every, manual or none, not \"%s\"",
 				    optarg);
 				goto out;
@@ -151,7 +160,8 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		goto out;
 	}
 	if (policy_set && !req.record) {
-		rv = cli_usage_error(usage_create, "--snapshot is a policy of "
+		rv = cli_usage_error(usage_create,
+		    "--snapshot is a policy of "
 		    "recording: add --record");
 		goto out;
 	}
@@ -223,11 +233,12 @@ sandbox_get(struct cli *cli, const char *id)
 	printf("memory:      %u MiB\n", s->memory_mib);
 	printf("scratch:     %llu MiB\n", (unsigned long long)s->scratch_mib);
 	printf("image:       %s\n", s->image[0] ? s->image : "default");
-	printf("vmm:         %s (%s), pid %d\n", s->driver[0] ? s->driver :
-	    "-", s->accel[0] ? s->accel : "-", s->vmm_pid);
+	printf("vmm:         %s (%s), pid %d\n",
+	    s->driver[0] ? s->driver : "-", s->accel[0] ? s->accel : "-",
+	    s->vmm_pid);
 	printf("boot:        %llu ms\n", (unsigned long long)s->boot_ms);
-	printf("age:         %s\n", cli_format_age(s->created_unix_ms, age,
-	    sizeof(age)));
+	printf("age:         %s\n",
+	    cli_format_age(s->created_unix_ms, age, sizeof(age)));
 	printf("execs:       %u running\n", s->running_execs);
 	if (s->session_id[0])
 		printf("session:     %s (recorded; `moat history %s`)\n",
@@ -245,12 +256,13 @@ sandbox_rm(struct cli *cli, int argc, char **argv)
 	int first_failure = 0;
 
 	if (argc < 1)
-		return cli_usage_error("sandbox rm ID...", "give one or more "
+		return cli_usage_error("sandbox rm ID...",
+		    "give one or more "
 		    "sandbox ids (`moat sandbox ls` lists them)");
 	for (int i = 0; i < argc; i++) {
 		char *errmsg = NULL;
-		int rv = moat_client_destroy(cli_client(cli), argv[i],
-		    &errmsg);
+		int rv =
+		    moat_client_destroy(cli_client(cli), argv[i], &errmsg);
 
 		if (rv != MOAT_OK) {
 			rv = cli_fail(cli, rv, errmsg, "destroying sandbox %s",
@@ -289,13 +301,15 @@ cmd_sandbox(struct cli *cli, int argc, char **argv)
 	}
 	if (strcmp(sub, "ls") == 0 || strcmp(sub, "list") == 0) {
 		if (argc != 2)
-			return cli_usage_error("sandbox ls", "ls takes no "
+			return cli_usage_error("sandbox ls",
+			    "ls takes no "
 			    "arguments");
 		return sandbox_ls(cli);
 	}
 	if (strcmp(sub, "get") == 0) {
 		if (argc != 3)
-			return cli_usage_error("sandbox get ID", "give one "
+			return cli_usage_error("sandbox get ID",
+			    "give one "
 			    "sandbox id");
 		return sandbox_get(cli, argv[2]);
 	}

@@ -18,7 +18,8 @@
 #include "moat/status.h"
 #include "moat/util.h"
 
-static const char *const usage_all = "session ls [--sandbox ID] | show ID | "
+static const char *const usage_all =
+    "session ls [--sandbox ID] | show ID | "
     "export ID | rm ID... | keep SESSION STEP [--off]";
 static const char *const usage_keep = "session keep SESSION STEP [--off]";
 
@@ -75,8 +76,9 @@ print_step(const Moat__V1__Step *st)
 	bool more = in[first_line] != '\0';
 
 	printf("%-5llu %-10s %5d  %.*s%s%s%s", (unsigned long long)st->index,
-	    kind_name(st->kind), st->exit_code, first_line > 100 ? 100 :
-	    first_line, in, more || first_line > 100 ? " ..." : "",
+	    kind_name(st->kind), st->exit_code,
+	    first_line > 100 ? 100 : first_line, in,
+	    more || first_line > 100 ? " ..." : "",
 	    st->snapshot_id[0] ? "  [snapshot]" : "",
 	    st->keep ? "  [pinned]" : "");
 	if (st->snapshot_removed != NULL && st->snapshot_removed[0] != '\0')
@@ -88,8 +90,7 @@ print_step(const Moat__V1__Step *st)
 		if (e->change == MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED)
 			printf("      %-8s %s\n", change_name(e->change),
 			    e->path);
-		else if (e->type ==
-		    MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY)
+		else if (e->type == MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY)
 			printf("      %-8s %s/\n", change_name(e->change),
 			    e->path);
 		else
@@ -114,7 +115,7 @@ show_steps(struct cli *cli, const char *session_id)
 		Moat__V1__ExportSessionReply *ex = NULL;
 
 		if ((rv = moat_client_export_session(cli_client(cli),
-		    session_id, false, &ex, &errmsg)) != MOAT_OK)
+		         session_id, false, &ex, &errmsg)) != MOAT_OK)
 			return cli_fail(cli, rv, errmsg, "showing session %s",
 			    session_id);
 		rv = cli_print_json(cli, ex);
@@ -124,16 +125,19 @@ show_steps(struct cli *cli, const char *session_id)
 	printf("%-5s %-10s %5s  %s\n", "STEP", "KIND", "EXIT", "INPUT");
 	do {
 		if ((rv = moat_client_list_steps(cli_client(cli), session_id,
-		    token, false, &page, &errmsg)) != MOAT_OK) {
+		         token, false, &page, &errmsg)) != MOAT_OK) {
 			free(token);
-			return cli_fail(cli, rv, errmsg, "listing the steps of "
-			    "session %s", session_id);
+			return cli_fail(cli, rv, errmsg,
+			    "listing the steps of "
+			    "session %s",
+			    session_id);
 		}
 		for (size_t i = 0; i < page->n_steps; i++)
 			print_step(page->steps[i]);
 		free(token);
 		token = page->next_page_token[0] ?
-		    strdup(page->next_page_token) : NULL;
+		    strdup(page->next_page_token) :
+		    NULL;
 		moat_client_free_msg(page);
 		page = NULL;
 	} while (token != NULL);
@@ -150,7 +154,7 @@ session_ls(struct cli *cli, const char *sandbox_id)
 
 	do {
 		if ((rv = moat_client_list_sessions(cli_client(cli),
-		    sandbox_id, token, &page, &errmsg)) != MOAT_OK) {
+		         sandbox_id, token, &page, &errmsg)) != MOAT_OK) {
 			free(token);
 			return cli_fail(cli, rv, errmsg, "listing sessions");
 		}
@@ -177,7 +181,8 @@ session_ls(struct cli *cli, const char *sandbox_id)
 			    cli_format_age(s->created_ms, age, sizeof(age)));
 		}
 		token = page->next_page_token[0] ?
-		    strdup(page->next_page_token) : NULL;
+		    strdup(page->next_page_token) :
+		    NULL;
 		moat_client_free_msg(page);
 		page = NULL;
 	} while (token != NULL);
@@ -204,15 +209,15 @@ session_show(struct cli *cli, const char *id)
 	char *errmsg = NULL, age[32];
 	int rv;
 
-	if ((rv = moat_client_get_session(cli_client(cli), id, &s,
-	    &errmsg)) != MOAT_OK)
+	if ((rv = moat_client_get_session(cli_client(cli), id, &s, &errmsg)) !=
+	    MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "getting session %s", id);
 	if (!cli->json) {
 		printf("session:     %s\n", s->id);
 		printf("sandbox:     %s\n", s->sandbox_id);
 		printf("snapshots:   %s\n", policy_name(s->snapshot_policy));
-		printf("age:         %s\n", cli_format_age(s->created_ms, age,
-		    sizeof(age)));
+		printf("age:         %s\n",
+		    cli_format_age(s->created_ms, age, sizeof(age)));
 		if (s->parent_session_id[0])
 			printf("forked from: %s step %llu\n",
 			    s->parent_session_id,
@@ -233,7 +238,7 @@ session_export(struct cli *cli, const char *id)
 	int rv;
 
 	if ((rv = moat_client_export_session(cli_client(cli), id, true, &ex,
-	    &errmsg)) != MOAT_OK)
+	         &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "exporting session %s", id);
 	fputs(ex->json, stdout);
 	if (ex->json[0] != '\0' && ex->json[strlen(ex->json) - 1] != '\n')
@@ -248,17 +253,21 @@ static void
 print_deleted(const char *id, const Moat__V1__DeleteSessionReply *r)
 {
 	size_t left = r->n_unreferenced_snapshots > r->snapshots_deleted ?
-	    r->n_unreferenced_snapshots - r->snapshots_deleted : 0;
+	    r->n_unreferenced_snapshots - r->snapshots_deleted :
+	    0;
 
 	printf("%s\n", id);
-	fprintf(stderr, "deleted session %s: %llu steps, %u snapshots, "
-	    "%.1f MiB freed", id, (unsigned long long)r->steps_deleted,
-	    r->snapshots_deleted,
+	fprintf(stderr,
+	    "deleted session %s: %llu steps, %u snapshots, "
+	    "%.1f MiB freed",
+	    id, (unsigned long long)r->steps_deleted, r->snapshots_deleted,
 	    (double)r->snapshot_bytes_freed / (1024.0 * 1024.0));
 	if (left > 0)
-		fprintf(stderr, "; %zu of its snapshots could not be deleted "
+		fprintf(stderr,
+		    "; %zu of its snapshots could not be deleted "
 		    "now (see the gateway log): `moat snapshot gc` removes "
-		    "them later", left);
+		    "them later",
+		    left);
 	fputc('\n', stderr);
 }
 
@@ -278,23 +287,26 @@ session_keep(struct cli *cli, int argc, char **argv)
 		argc--;
 	}
 	if (argc != 2)
-		return cli_usage_error(usage_keep, "give a session id and a "
+		return cli_usage_error(usage_keep,
+		    "give a session id and a "
 		    "step number");
 	index = strtoull(argv[1], &end, 10);
-	if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' ||
-	    index == 0)
-		return cli_usage_error(usage_keep, "STEP is a step number from "
-		    "1, not \"%s\"", argv[1]);
+	if (argv[1][0] < '0' || argv[1][0] > '9' || *end != '\0' || index == 0)
+		return cli_usage_error(usage_keep,
+		    "STEP is a step number from "
+		    "1, not \"%s\"",
+		    argv[1]);
 	if ((rv = moat_client_set_step_keep(cli_client(cli), argv[0], index,
-	    keep, &st, &errmsg)) != MOAT_OK)
+	         keep, &st, &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "%s step %llu of session %s",
 		    keep ? "pinning" : "unpinning", index, argv[0]);
 	if (cli->json)
 		rv = cli_print_json(cli, st);
 	else
 		fprintf(stderr, "step %llu of session %s is %s\n", index,
-		    argv[0], keep ? "pinned: retention keeps its snapshot" :
-		    "no longer pinned");
+		    argv[0],
+		    keep ? "pinned: retention keeps its snapshot" :
+		           "no longer pinned");
 	moat_client_free_msg(st);
 	return rv;
 }
@@ -305,7 +317,8 @@ session_rm(struct cli *cli, int argc, char **argv)
 	int first_failure = 0;
 
 	if (argc < 1)
-		return cli_usage_error("session rm ID...", "give one or more "
+		return cli_usage_error("session rm ID...",
+		    "give one or more "
 		    "session ids (`moat session ls` lists them)");
 	for (int i = 0; i < argc; i++) {
 		Moat__V1__DeleteSessionReply *r = NULL;
@@ -362,18 +375,21 @@ cmd_session(struct cli *cli, int argc, char **argv)
 			return session_ls(cli, argv[3]);
 		if (argc == 3 && strncmp(argv[2], "--sandbox=", 10) == 0)
 			return session_ls(cli, argv[2] + 10);
-		return cli_usage_error("session ls [--sandbox ID]", "ls takes "
+		return cli_usage_error("session ls [--sandbox ID]",
+		    "ls takes "
 		    "only --sandbox ID");
 	}
 	if (strcmp(sub, "show") == 0 || strcmp(sub, "get") == 0) {
 		if (argc != 3)
-			return cli_usage_error("session show ID", "give one "
+			return cli_usage_error("session show ID",
+			    "give one "
 			    "session id");
 		return session_show(cli, argv[2]);
 	}
 	if (strcmp(sub, "export") == 0) {
 		if (argc != 3)
-			return cli_usage_error("session export ID", "give one "
+			return cli_usage_error("session export ID",
+			    "give one "
 			    "session id");
 		return session_export(cli, argv[2]);
 	}
@@ -399,19 +415,21 @@ cmd_history(struct cli *cli, int argc, char **argv)
 	/* Oldest first: the sandbox's latest session is the last one. Pages
 	 * are followed so a sandbox with many sessions still works. */
 	for (;;) {
-		rv = moat_client_list_sessions(cli_client(cli), argv[1],
-		    token, &page, &errmsg);
+		rv = moat_client_list_sessions(cli_client(cli), argv[1], token,
+		    &page, &errmsg);
 		free(token);
 		token = NULL;
 		if (rv != MOAT_OK) {
 			free(session_id);
-			return cli_fail(cli, rv, errmsg, "listing the sessions "
-			    "of sandbox %s", argv[1]);
+			return cli_fail(cli, rv, errmsg,
+			    "listing the sessions "
+			    "of sandbox %s",
+			    argv[1]);
 		}
 		if (page->n_sessions > 0) {
 			free(session_id);
-			session_id = strdup(
-			    page->sessions[page->n_sessions - 1]->id);
+			session_id =
+			    strdup(page->sessions[page->n_sessions - 1]->id);
 		}
 		if (page->next_page_token[0] != '\0')
 			token = strdup(page->next_page_token);
@@ -421,9 +439,12 @@ cmd_history(struct cli *cli, int argc, char **argv)
 			break;
 	}
 	if (session_id == NULL)
-		return cli_fail(cli, MOAT_NOT_FOUND, moat_asprintf("sandbox "
-		    "%s has no recorded session: create the sandbox with "
-		    "`moat sandbox create --record`", argv[1]),
+		return cli_fail(cli, MOAT_NOT_FOUND,
+		    moat_asprintf(
+		        "sandbox "
+		        "%s has no recorded session: create the sandbox with "
+		        "`moat sandbox create --record`",
+		        argv[1]),
 		    "history of %s", argv[1]);
 	if (!cli->json)
 		printf("session %s\n", session_id);

@@ -24,7 +24,7 @@ static const char *const usage_replay = "replay SESSION [--until N] [--keep]";
 static const char *const usage_snapshot =
     "snapshot create SANDBOX | ls | rm ID... | gc [--dry-run] [--min-age S]";
 static const char *const usage_gc = "snapshot gc [--dry-run] [--min-age S] "
-    "[--json]";
+                                    "[--json]";
 
 /* parse_step: a step index (0: the state before step 1). */
 static bool
@@ -57,8 +57,10 @@ latest_session(struct cli *cli, const char *sandbox_id, int *rv)
 		token = NULL;
 		if (*rv != MOAT_OK) {
 			free(id);
-			*rv = cli_fail(cli, *rv, errmsg, "finding the session "
-			    "of sandbox %s", sandbox_id);
+			*rv = cli_fail(cli, *rv, errmsg,
+			    "finding the session "
+			    "of sandbox %s",
+			    sandbox_id);
 			return NULL;
 		}
 		if (page->n_sessions > 0) {
@@ -71,10 +73,13 @@ latest_session(struct cli *cli, const char *sandbox_id, int *rv)
 		page = NULL;
 	} while (token != NULL);
 	if (id == NULL)
-		*rv = cli_fail(cli, MOAT_NOT_FOUND, moat_asprintf("sandbox %s "
-		    "has no recorded session: give one with --session (`moat "
-		    "session ls` lists them)", sandbox_id), "restore %s",
-		    sandbox_id);
+		*rv = cli_fail(cli, MOAT_NOT_FOUND,
+		    moat_asprintf("sandbox %s "
+		                  "has no recorded session: give one with "
+		                  "--session (`moat "
+		                  "session ls` lists them)",
+		        sandbox_id),
+		    "restore %s", sandbox_id);
 	return id;
 }
 
@@ -101,8 +106,10 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 		switch (opt) {
 		case 's':
 			if (!parse_step(optarg, &req.step))
-				return cli_usage_error(usage_restore, "--step "
-				    "wants a step number, not \"%s\"", optarg);
+				return cli_usage_error(usage_restore,
+				    "--step "
+				    "wants a step number, not \"%s\"",
+				    optarg);
 			step_set = true;
 			break;
 		case 'S':
@@ -115,15 +122,18 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 			cli->json = true;
 			break;
 		default:
-			return cli_usage_error(usage_restore, "unknown "
+			return cli_usage_error(usage_restore,
+			    "unknown "
 			    "option");
 		}
 	}
 	if (optind + 1 != argc)
 		return cli_usage_error(usage_restore, "give one sandbox id");
 	if (!step_set)
-		return cli_usage_error(usage_restore, "which step? --step N "
-		    "(`moat history %s` lists them)", argv[optind]);
+		return cli_usage_error(usage_restore,
+		    "which step? --step N "
+		    "(`moat history %s` lists them)",
+		    argv[optind]);
 	sandbox = argv[optind];
 	if (session == NULL) {
 		if ((found = latest_session(cli, sandbox, &rv)) == NULL)
@@ -135,8 +145,10 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 		req.sandbox_id = (char *)sandbox;
 	rv = moat_client_restore_step(cli_client(cli), &req, &r, &errmsg);
 	if (rv != MOAT_OK) {
-		rv = cli_fail(cli, rv, errmsg, "restoring step %llu of "
-		    "session %s", (unsigned long long)req.step, session);
+		rv = cli_fail(cli, rv, errmsg,
+		    "restoring step %llu of "
+		    "session %s",
+		    (unsigned long long)req.step, session);
 		free(found);
 		return rv;
 	}
@@ -144,7 +156,8 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 		rv = cli_print_json(cli, r);
 	} else {
 		printf("%s\n", r->sandbox != NULL ? r->sandbox->id : "");
-		fprintf(stderr, "restored step %llu of session %s into "
+		fprintf(stderr,
+		    "restored step %llu of session %s into "
 		    "sandbox %s; its steps now record into session %s\n",
 		    (unsigned long long)req.step, session,
 		    r->sandbox != NULL ? r->sandbox->id : "?", r->session_id);
@@ -175,14 +188,18 @@ cmd_fork(struct cli *cli, int argc, char **argv)
 		switch (opt) {
 		case 's':
 			if (!parse_step(optarg, &req.step))
-				return cli_usage_error(usage_fork, "--step "
-				    "wants a step number, not \"%s\"", optarg);
+				return cli_usage_error(usage_fork,
+				    "--step "
+				    "wants a step number, not \"%s\"",
+				    optarg);
 			step_set = true;
 			break;
 		case 'c':
 			if (!cli_parse_u32(optarg, 1, 16, &req.count))
-				return cli_usage_error(usage_fork, "--count "
-				    "wants 1-16, not \"%s\"", optarg);
+				return cli_usage_error(usage_fork,
+				    "--count "
+				    "wants 1-16, not \"%s\"",
+				    optarg);
 			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
@@ -194,14 +211,17 @@ cmd_fork(struct cli *cli, int argc, char **argv)
 	if (optind + 1 != argc)
 		return cli_usage_error(usage_fork, "give one session id");
 	if (!step_set)
-		return cli_usage_error(usage_fork, "which step? --step N "
-		    "(`moat session show %s` lists them)", argv[optind]);
+		return cli_usage_error(usage_fork,
+		    "which step? --step N "
+		    "(`moat session show %s` lists them)",
+		    argv[optind]);
 	req.session_id = argv[optind];
 	if ((rv = moat_client_fork(cli_client(cli), &req, &r, &errmsg)) !=
 	    MOAT_OK)
-		return cli_fail(cli, rv, errmsg, "forking step %llu of "
-		    "session %s", (unsigned long long)req.step,
-		    req.session_id);
+		return cli_fail(cli, rv, errmsg,
+		    "forking step %llu of "
+		    "session %s",
+		    (unsigned long long)req.step, req.session_id);
 	for (size_t i = 0; i < r->n_copies; i++) {
 		const Moat__V1__ForkCopy *c = r->copies[i];
 
@@ -218,9 +238,10 @@ cmd_fork(struct cli *cli, int argc, char **argv)
 	if (cli->json)
 		rv = cli_print_json(cli, r);
 	else
-		fprintf(stderr, "%u of %zu copies of step %llu of session %s "
-		    "run (sandbox, branch session above)\n", r->succeeded,
-		    r->n_copies, (unsigned long long)req.step,
+		fprintf(stderr,
+		    "%u of %zu copies of step %llu of session %s "
+		    "run (sandbox, branch session above)\n",
+		    r->succeeded, r->n_copies, (unsigned long long)req.step,
 		    req.session_id);
 	moat_client_free_msg(r);
 	return rv != 0 ? rv : first_failure;
@@ -246,7 +267,8 @@ cmd_replay(struct cli *cli, int argc, char **argv)
 		case 'u':
 			if (!parse_step(optarg, &req.until_step) ||
 			    req.until_step == 0)
-				return cli_usage_error(usage_replay, "--until "
+				return cli_usage_error(usage_replay,
+				    "--until "
 				    "wants a step number from 1, not \"%s\"",
 				    optarg);
 			break;
@@ -276,17 +298,18 @@ cmd_replay(struct cli *cli, int argc, char **argv)
 		    (unsigned long long)r->steps_matching);
 		if (r->steps_refused != 0)
 			printf("refused:   %llu (not run: the tenant's policy "
-			    "refuses them now)\n",
+			       "refuses them now)\n",
 			    (unsigned long long)r->steps_refused);
 		if (r->first_divergent_step != 0)
 			printf("diverged:  first at step %llu (`moat session "
-			    "show %s` shows the new outputs)\n",
+			       "show %s` shows the new outputs)\n",
 			    (unsigned long long)r->first_divergent_step,
 			    r->session_id);
 		printf("session:   %s\n", r->session_id);
 		if (r->sandbox != NULL)
 			printf("sandbox:   %s (kept: `moat sandbox rm %s` "
-			    "when done)\n", r->sandbox->id, r->sandbox->id);
+			       "when done)\n",
+			    r->sandbox->id, r->sandbox->id);
 	}
 	/* Like diff(1): 1 when the replay came out different. */
 	if (rv == 0 && r->steps_matching != r->steps_replayed)
@@ -302,8 +325,10 @@ cmd_replay(struct cli *cli, int argc, char **argv)
 static const char *
 snapshot_where(const Moat__V1__LocalSnapshot *s, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s%s", s->template_ ? "template" :
-	    s->location[0] != '\0' ? s->location : "ram",
+	snprintf(buf, len, "%s%s",
+	    s->template_               ? "template" :
+	        s->location[0] != '\0' ? s->location :
+	                                 "ram",
 	    s->remote_stored ? "+snapd" : "");
 	return buf;
 }
@@ -314,8 +339,9 @@ snapshot_where(const Moat__V1__LocalSnapshot *s, char *buf, size_t len)
 static uint64_t
 snapshot_bytes(const Moat__V1__LocalSnapshot *s)
 {
-	uint64_t ram = s->location[0] == '\0' ||
-	    strcmp(s->location, "disk") == 0 ? s->ram_bytes :
+	uint64_t ram =
+	    s->location[0] == '\0' || strcmp(s->location, "disk") == 0 ?
+	    s->ram_bytes :
 	    s->ram_resident_bytes;
 
 	return ram + s->disk_bytes;
@@ -329,7 +355,7 @@ snapshot_ls(struct cli *cli)
 	int rv;
 
 	if ((rv = moat_client_list_snapshots(cli_client(cli), &list,
-	    &errmsg)) != MOAT_OK)
+	         &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "listing snapshots");
 	if (cli->json) {
 		rv = cli_print_json(cli, list);
@@ -343,10 +369,11 @@ snapshot_ls(struct cli *cli)
 
 		snprintf(step, sizeof(step), "%llu",
 		    (unsigned long long)s->step);
-		printf("%-36s %-14s %9.1f %-24s %-22s %5s %s\n", s->snapshot_id,
-		    snapshot_where(s, where, sizeof(where)),
-		    MIB(snapshot_bytes(s)), s->sandbox_id[0] ? s->sandbox_id :
-		    "-", s->session_id[0] ? s->session_id : "-",
+		printf("%-36s %-14s %9.1f %-24s %-22s %5s %s\n",
+		    s->snapshot_id, snapshot_where(s, where, sizeof(where)),
+		    MIB(snapshot_bytes(s)),
+		    s->sandbox_id[0] ? s->sandbox_id : "-",
+		    s->session_id[0] ? s->session_id : "-",
 		    s->session_id[0] ? step : "-",
 		    cli_format_age(s->created_unix_ms, age, sizeof(age)));
 	}
@@ -371,32 +398,39 @@ snapshot_gc(struct cli *cli, int argc, char **argv)
 		    strcmp(argv[i], "-n") == 0)
 			dry_run = true;
 		else if (strcmp(argv[i], "--min-age") != 0)
-			return cli_usage_error(usage_gc, "\"%s\": gc takes "
-			    "--dry-run and --min-age SECONDS", argv[i]);
-		else if (++i >= argc || !cli_parse_u32(argv[i], 0, UINT32_MAX,
-		    &min_age))
-			return cli_usage_error(usage_gc, "--min-age wants "
-			    "seconds%s%s%s", i < argc ? ", not \"" : "",
+			return cli_usage_error(usage_gc,
+			    "\"%s\": gc takes "
+			    "--dry-run and --min-age SECONDS",
+			    argv[i]);
+		else if (++i >= argc ||
+		    !cli_parse_u32(argv[i], 0, UINT32_MAX, &min_age))
+			return cli_usage_error(usage_gc,
+			    "--min-age wants "
+			    "seconds%s%s%s",
+			    i < argc ? ", not \"" : "",
 			    i < argc ? argv[i] : "", i < argc ? "\"" : "");
 		else if (min_age == 0)
-			min_age = 1;   /* 0 on the wire is the default, 60 s */
+			min_age = 1; /* 0 on the wire is the default, 60 s */
 	}
 	if ((rv = moat_client_gc_snapshots(cli_client(cli), dry_run, min_age,
-	    &r, &errmsg)) != MOAT_OK)
-		return cli_fail(cli, rv, errmsg, "collecting snapshot garbage");
+	         &r, &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg,
+		    "collecting snapshot garbage");
 	if (cli->json) {
 		rv = cli_print_json(cli, r);
 	} else {
 		for (size_t i = 0; i < r->n_removed; i++)
-			printf("%s %s  %s  %.1f MiB%s%s\n", dry_run ?
-			    "would remove" : "removed",
+			printf("%s %s  %s  %.1f MiB%s%s\n",
+			    dry_run ? "would remove" : "removed",
 			    r->removed[i]->snapshot_id, r->removed[i]->where,
 			    MIB(r->removed[i]->bytes),
-			    r->removed[i]->sandbox_id[0] ? "  of sandbox " : "",
+			    r->removed[i]->sandbox_id[0] ? "  of sandbox " :
+			                                   "",
 			    r->removed[i]->sandbox_id);
 		printf("%s %.1f MiB in %zu snapshots; %u kept (a step still "
-		    "names them)\n", dry_run ? "would free" : "freed",
-		    MIB(r->bytes_freed), r->n_removed, r->kept);
+		       "names them)\n",
+		    dry_run ? "would free" : "freed", MIB(r->bytes_freed),
+		    r->n_removed, r->kept);
 	}
 	for (size_t i = 0; i < r->n_errors; i++)
 		fprintf(stderr, "moat: snapshot gc: %s\n", r->errors[i]);
@@ -425,12 +459,14 @@ cmd_snapshot(struct cli *cli, int argc, char **argv)
 		}
 	}
 	if (argc < 2)
-		return cli_usage_error(usage_snapshot, "which snapshot "
+		return cli_usage_error(usage_snapshot,
+		    "which snapshot "
 		    "command?");
 	sub = argv[1];
 	if (strcmp(sub, "ls") == 0 || strcmp(sub, "list") == 0) {
 		if (argc != 2)
-			return cli_usage_error(usage_snapshot, "ls takes no "
+			return cli_usage_error(usage_snapshot,
+			    "ls takes no "
 			    "arguments");
 		return snapshot_ls(cli);
 	}
@@ -438,10 +474,11 @@ cmd_snapshot(struct cli *cli, int argc, char **argv)
 		return snapshot_gc(cli, argc - 2, argv + 2);
 	if (strcmp(sub, "create") == 0) {
 		if (argc != 3)
-			return cli_usage_error(usage_snapshot, "give one "
+			return cli_usage_error(usage_snapshot,
+			    "give one "
 			    "sandbox id");
 		if ((rv = moat_client_snapshot(cli_client(cli), argv[2], &snap,
-		    &errmsg)) != MOAT_OK)
+		         &errmsg)) != MOAT_OK)
 			return cli_fail(cli, rv, errmsg, "snapshot of %s",
 			    argv[2]);
 		if (cli->json)
@@ -453,13 +490,16 @@ cmd_snapshot(struct cli *cli, int argc, char **argv)
 	}
 	if (strcmp(sub, "rm") == 0 || strcmp(sub, "delete") == 0) {
 		if (argc < 3)
-			return cli_usage_error(usage_snapshot, "give the "
+			return cli_usage_error(usage_snapshot,
+			    "give the "
 			    "snapshot ids to remove (`moat snapshot ls`)");
 		for (int i = 2; i < argc; i++) {
 			if ((rv = moat_client_delete_snapshot(cli_client(cli),
-			    argv[i], &errmsg)) != MOAT_OK) {
-				rv = cli_fail(cli, rv, errmsg, "removing "
-				    "snapshot %s", argv[i]);
+			         argv[i], &errmsg)) != MOAT_OK) {
+				rv = cli_fail(cli, rv, errmsg,
+				    "removing "
+				    "snapshot %s",
+				    argv[i]);
 				if (worst == 0)
 					worst = rv;
 				continue;
@@ -471,6 +511,8 @@ cmd_snapshot(struct cli *cli, int argc, char **argv)
 			    n == 1 ? "" : "s");
 		return worst;
 	}
-	return cli_usage_error(usage_snapshot, "unknown snapshot command "
-	    "\"%s\"", sub);
+	return cli_usage_error(usage_snapshot,
+	    "unknown snapshot command "
+	    "\"%s\"",
+	    sub);
 }

@@ -39,8 +39,7 @@ static const struct cli_command commands[] = {
 	    "run a command in a sandbox, streaming its output" },
 	{ "cp", cmd_cp, "cp SRC DST   (one side is ID:/path; - is stdin/out)",
 	    "copy a file into or out of a sandbox" },
-	{ "ls", cmd_ls, "ls ID [PATH]",
-	    "list a directory in a sandbox" },
+	{ "ls", cmd_ls, "ls ID [PATH]", "list a directory in a sandbox" },
 	{ "session", cmd_session,
 	    "session ls [--sandbox ID] | show ID | export ID | rm ID... | "
 	    "keep SESSION STEP [--off]",
@@ -58,11 +57,13 @@ static const struct cli_command commands[] = {
 	    "K new sandboxes from one step's snapshot, each recorded" },
 	{ "replay", cmd_replay, "replay SESSION [--until N] [--keep]",
 	    "re-run a session's steps in a fresh sandbox and compare" },
-	{ "snapshot", cmd_snapshot, "snapshot create SANDBOX | ls | rm ID... | "
+	{ "snapshot", cmd_snapshot,
+	    "snapshot create SANDBOX | ls | rm ID... | "
 	    "gc [--dry-run] [--min-age S]",
 	    "snapshots of running sandboxes: take, list, remove, collect" },
 	{ "code", cmd_code,
-	    "code SANDBOX [-c CODE | FILE | -] [-l python|node] [--context NAME] "
+	    "code SANDBOX [-c CODE | FILE | -] [-l python|node] [--context "
+	    "NAME] "
 	    "[--timeout S] [--keep] [--json] | code SANDBOX --close NAME",
 	    "run code in a sandbox's persistent context (state is kept)" },
 	{ "mcp", cmd_mcp, "mcp [--allow-dir DIR]",
@@ -87,7 +88,8 @@ usage(FILE *f)
 	for (size_t i = 0; i < N_COMMANDS; i++)
 		fprintf(f, "  %-9s %s\n", commands[i].name,
 		    commands[i].summary);
-	fprintf(f, "  %-9s %s\n", "help", "this text; `moat help COMMAND` "
+	fprintf(f, "  %-9s %s\n", "help",
+	    "this text; `moat help COMMAND` "
 	    "for one command");
 	fprintf(f,
 	    "\n"
@@ -165,7 +167,7 @@ cli_client(struct cli *cli)
 	if (cli->client != NULL)
 		return cli->client;
 	if ((rv = moat_client_open(&cli->client, cli->gateway_url,
-	    cli_api_key(cli), &errmsg)) != MOAT_OK)
+	         cli_api_key(cli), &errmsg)) != MOAT_OK)
 		exit(cli_fail(cli, rv, errmsg, "cannot use the gateway url"));
 	moat_client_set_timeout(cli->client, cli->timeout_ms);
 	return cli->client;
@@ -174,8 +176,8 @@ cli_client(struct cli *cli)
 int
 cli_fail(struct cli *cli, int code, char *errmsg, const char *what, ...)
 {
-	const char *url = cli->client ? moat_client_url(cli->client) :
-	    cli->gateway_url;
+	const char *url =
+	    cli->client ? moat_client_url(cli->client) : cli->gateway_url;
 	char whatbuf[512];
 	va_list ap;
 
@@ -187,14 +189,17 @@ cli_fail(struct cli *cli, int code, char *errmsg, const char *what, ...)
 	    strstr(errmsg, url) != NULL) {
 		/* The gateway itself is not there: the usual cause is a
 		 * stack that is not started. */
-		fprintf(stderr, "moat: %s: no answer from the gateway at %s: "
+		fprintf(stderr,
+		    "moat: %s: no answer from the gateway at %s: "
 		    "is the local stack running? start it with "
 		    "deploy/moat-stack start, or point --gateway (or "
-		    "MOAT_GATEWAY) at a running gateway\n", whatbuf, url);
+		    "MOAT_GATEWAY) at a running gateway\n",
+		    whatbuf, url);
 	} else if (code == MOAT_DEADLINE_EXCEEDED) {
-		fprintf(stderr, "moat: %s: %s (the per-call limit is set with "
-		    "moat --timeout SECONDS)\n", whatbuf,
-		    errmsg ? errmsg : moat_strerror(code));
+		fprintf(stderr,
+		    "moat: %s: %s (the per-call limit is set with "
+		    "moat --timeout SECONDS)\n",
+		    whatbuf, errmsg ? errmsg : moat_strerror(code));
 	} else {
 		fprintf(stderr, "moat: %s: %s\n", whatbuf,
 		    errmsg ? errmsg : moat_strerror(code));
@@ -223,7 +228,7 @@ cli_print_json(struct cli *cli, const void *msg)
 	int rv;
 
 	if ((rv = moat_codec_to_json_string(msg, MOAT_CODEC_EMIT_DEFAULTS, 1,
-	    &text, &errmsg)) != MOAT_OK)
+	         &text, &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "printing JSON");
 	printf("%s\n", text);
 	free(text);
@@ -286,7 +291,8 @@ cli_format_age(uint64_t then_ms, char *buf, size_t len)
 static void
 on_signal(int sig)
 {
-	static const char msg[] = "moat: interrupted twice: exiting now; a "
+	static const char msg[] =
+	    "moat: interrupted twice: exiting now; a "
 	    "sandbox may be left behind (moat sandbox ls, moat sandbox rm "
 	    "ID)\n";
 
@@ -349,7 +355,8 @@ main(int argc, char **argv)
 			    cli.timeout_ms == 0)
 				return cli_usage_error("[--timeout S] COMMAND",
 				    "--timeout wants seconds above 0, not "
-				    "\"%s\"", optarg);
+				    "\"%s\"",
+				    optarg);
 			break;
 		case 'h':
 			usage(stdout);
@@ -377,13 +384,15 @@ main(int argc, char **argv)
 		return 0;
 	}
 	if ((cmd = find_command(argv[optind])) == NULL) {
-		fprintf(stderr, "moat: unknown command \"%s\": `moat help` "
-		    "lists the commands\n", argv[optind]);
+		fprintf(stderr,
+		    "moat: unknown command \"%s\": `moat help` "
+		    "lists the commands\n",
+		    argv[optind]);
 		return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
 	}
 	argc -= optind;
 	argv += optind;
-	optind = 0;  /* glibc: 0 re-initialises getopt for the command */
+	optind = 0; /* glibc: 0 re-initialises getopt for the command */
 	rv = cmd->run(&cli, argc, argv);
 	fflush(stdout);
 	moat_client_close(cli.client);

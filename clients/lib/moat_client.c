@@ -22,14 +22,14 @@
 struct moat_client {
 	struct moat_rpc_client *rpc;
 	char *url;
-	char *auth;              /* NULL: none */
-	uint32_t timeout_ms;     /* 0: rpc default */
+	char *auth;          /* NULL: none */
+	uint32_t timeout_ms; /* 0: rpc default */
 	bool timeout_set;
 };
 
 int
-moat_client_open(struct moat_client **out, const char *url,
-    const char *auth, char **errmsg)
+moat_client_open(struct moat_client **out, const char *url, const char *auth,
+    char **errmsg)
 {
 	struct moat_client *c;
 	char *state = NULL;
@@ -51,7 +51,8 @@ moat_client_open(struct moat_client **out, const char *url,
 	}
 	if (c->url == NULL)
 		goto fail_oom;
-	if (auth != NULL && auth[0] != '\0' && (c->auth = strdup(auth)) == NULL)
+	if (auth != NULL && auth[0] != '\0' &&
+	    (c->auth = strdup(auth)) == NULL)
 		goto fail_oom;
 	if ((rv = moat_rpc_client_open(&c->rpc, c->url, errmsg)) != MOAT_OK) {
 		moat_client_close(c);
@@ -112,9 +113,9 @@ plus(uint32_t a, uint32_t b)
 
 /* gw_call: one Gateway call; timeout_ms 0 is the client's. */
 static int
-gw_call(struct moat_client *c, const char *method,
-    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
-    void *out, uint32_t timeout_ms, char **errmsg)
+gw_call(struct moat_client *c, const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *reply_desc, void *out,
+    uint32_t timeout_ms, char **errmsg)
 {
 	struct moat_rpc_opts opts = {
 		.timeout_ms = timeout_ms ? timeout_ms : base_timeout(c),
@@ -232,18 +233,17 @@ int
 moat_client_exec(struct moat_client *c, const Moat__V1__ExecRequest *req,
     Moat__V1__ExecResult **out, char **errmsg)
 {
-	uint32_t t = req->timeout_ms != 0 ? plus(base_timeout(c),
-	    req->timeout_ms) : (c->timeout_set ? c->timeout_ms :
-	    EXEC_DEFAULT_TIMEOUT_MS);
+	uint32_t t = req->timeout_ms != 0 ?
+	    plus(base_timeout(c), req->timeout_ms) :
+	    (c->timeout_set ? c->timeout_ms : EXEC_DEFAULT_TIMEOUT_MS);
 
 	return gw_call(c, "Exec", &req->base,
 	    &moat__v1__exec_result__descriptor, out, t, errmsg);
 }
 
 int
-moat_client_exec_start(struct moat_client *c,
-    const Moat__V1__ExecRequest *req, Moat__V1__ExecHandle **out,
-    char **errmsg)
+moat_client_exec_start(struct moat_client *c, const Moat__V1__ExecRequest *req,
+    Moat__V1__ExecHandle **out, char **errmsg)
 {
 	return gw_call(c, "ExecStart", &req->base,
 	    &moat__v1__exec_handle__descriptor, out, 0, errmsg);
@@ -261,8 +261,7 @@ moat_client_exec_read(struct moat_client *c,
 
 int
 moat_client_exec_write(struct moat_client *c, const char *sandbox_id,
-    uint64_t exec_id, const void *data, size_t len, bool close,
-    char **errmsg)
+    uint64_t exec_id, const void *data, size_t len, bool close, char **errmsg)
 {
 	Moat__V1__ExecWriteRequest req = MOAT__V1__EXEC_WRITE_REQUEST__INIT;
 
@@ -271,8 +270,8 @@ moat_client_exec_write(struct moat_client *c, const char *sandbox_id,
 	req.data.data = (uint8_t *)data;
 	req.data.len = data != NULL ? len : 0;
 	req.close = close;
-	return gw_call(c, "ExecWrite", &req.base,
-	    &moat__v1__empty__descriptor, NULL, 0, errmsg);
+	return gw_call(c, "ExecWrite", &req.base, &moat__v1__empty__descriptor,
+	    NULL, 0, errmsg);
 }
 
 int
@@ -299,8 +298,8 @@ moat_client_exec_kill(struct moat_client *c, const char *sandbox_id,
 	req.sandbox_id = (char *)sandbox_id;
 	req.exec_id = exec_id;
 	req.signal = signal;
-	return gw_call(c, "ExecKill", &req.base,
-	    &moat__v1__empty__descriptor, NULL, 0, errmsg);
+	return gw_call(c, "ExecKill", &req.base, &moat__v1__empty__descriptor,
+	    NULL, 0, errmsg);
 }
 
 /* ---- files ---- */
@@ -323,9 +322,9 @@ read_piece(struct moat_client *c, const char *sandbox_id, const char *path,
 /* read_loop: reads the file piece by piece, handing each to `sink`. */
 static int
 read_loop(struct moat_client *c, const char *sandbox_id, const char *path,
-    size_t max, int (*sink)(void *arg, const Moat__V1__FileData *piece,
-    char **errmsg), void *arg, uint64_t *size, uint32_t *mode,
-    char **errmsg)
+    size_t max,
+    int (*sink)(void *arg, const Moat__V1__FileData *piece, char **errmsg),
+    void *arg, uint64_t *size, uint32_t *mode, char **errmsg)
 {
 	uint64_t offset = 0;
 	int rv;
@@ -336,13 +335,15 @@ read_loop(struct moat_client *c, const char *sandbox_id, const char *path,
 		bool done;
 
 		if ((rv = read_piece(c, sandbox_id, path, offset, &piece,
-		    errmsg)) != MOAT_OK)
+		         errmsg)) != MOAT_OK)
 			return rv;
 		if (max != 0 && piece->size > max) {
-			*errmsg = moat_asprintf("%s in sandbox %s is %llu "
+			*errmsg = moat_asprintf(
+			    "%s in sandbox %s is %llu "
 			    "bytes, more than the %zu this call takes: read "
-			    "it to a file instead", path, sandbox_id,
-			    (unsigned long long)piece->size, max);
+			    "it to a file instead",
+			    path, sandbox_id, (unsigned long long)piece->size,
+			    max);
 			moat_client_free_msg(piece);
 			return MOAT_RESOURCE_EXHAUSTED;
 		}
@@ -380,7 +381,8 @@ mem_sink_add(void *arg, const Moat__V1__FileData *piece, char **errmsg)
 
 	if (m->max != 0 && m->len + piece->data.len > m->max) {
 		*errmsg = moat_asprintf("%s grew past %zu bytes while being "
-		    "read", m->path, m->max);
+		                        "read",
+		    m->path, m->max);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	if (need > m->cap) {
@@ -390,8 +392,8 @@ mem_sink_add(void *arg, const Moat__V1__FileData *piece, char **errmsg)
 		while (cap < need)
 			cap *= 2;
 		if ((grown = realloc(m->buf, cap)) == NULL) {
-			*errmsg = moat_asprintf("out of memory reading %s",
-			    m->path);
+			*errmsg =
+			    moat_asprintf("out of memory reading %s", m->path);
 			return MOAT_RESOURCE_EXHAUSTED;
 		}
 		m->buf = grown;
@@ -404,8 +406,8 @@ mem_sink_add(void *arg, const Moat__V1__FileData *piece, char **errmsg)
 
 int
 moat_client_read_file(struct moat_client *c, const char *sandbox_id,
-    const char *path, size_t max, uint8_t **data, size_t *len,
-    uint32_t *mode, char **errmsg)
+    const char *path, size_t max, uint8_t **data, size_t *len, uint32_t *mode,
+    char **errmsg)
 {
 	struct mem_sink m = { .max = max, .path = path };
 	int rv;
@@ -435,8 +437,8 @@ fd_sink_add(void *arg, const Moat__V1__FileData *piece, char **errmsg)
 	size_t done = 0;
 
 	while (done < piece->data.len) {
-		ssize_t n = write(fd, piece->data.data + done,
-		    piece->data.len - done);
+		ssize_t n =
+		    write(fd, piece->data.data + done, piece->data.len - done);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -491,13 +493,14 @@ moat_client_write_file(struct moat_client *c, const char *sandbox_id,
 		*out = NULL;
 	do {
 		size_t n = len - offset < MOAT_CLIENT_FILE_CHUNK ?
-		    len - offset : MOAT_CLIENT_FILE_CHUNK;
+		    len - offset :
+		    MOAT_CLIENT_FILE_CHUNK;
 
 		moat_client_free_msg(info);
 		info = NULL;
 		if ((rv = write_piece(c, sandbox_id, path, offset,
-		    data != NULL ? (const uint8_t *)data + offset : NULL, n,
-		    mode, make_parents, &info, errmsg)) != MOAT_OK)
+		         data != NULL ? (const uint8_t *)data + offset : NULL,
+		         n, mode, make_parents, &info, errmsg)) != MOAT_OK)
 			return rv;
 		offset += n;
 	} while (offset < len);
@@ -557,7 +560,7 @@ moat_client_write_file_from_fd(struct moat_client *c, const char *sandbox_id,
 		moat_client_free_msg(info);
 		info = NULL;
 		if ((rv = write_piece(c, sandbox_id, path, offset, buf, got,
-		    mode, make_parents, &info, errmsg)) != MOAT_OK)
+		         mode, make_parents, &info, errmsg)) != MOAT_OK)
 			goto out;
 		offset += got;
 	} while (got == MOAT_CLIENT_FILE_CHUNK);
@@ -624,8 +627,7 @@ moat_client_mkdir(struct moat_client *c, const char *sandbox_id,
 
 int
 moat_client_list_sessions(struct moat_client *c, const char *sandbox_id,
-    const char *page_token, Moat__V1__ListSessionsReply **out,
-    char **errmsg)
+    const char *page_token, Moat__V1__ListSessionsReply **out, char **errmsg)
 {
 	Moat__V1__ListSessionsRequest req =
 	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
@@ -672,8 +674,8 @@ moat_client_diff(struct moat_client *c, const char *a, const char *b,
 
 	req.session_a = (char *)a;
 	req.session_b = (char *)b;
-	return gw_call(c, "Diff", &req.base,
-	    &moat__v1__diff_reply__descriptor, out, 0, errmsg);
+	return gw_call(c, "Diff", &req.base, &moat__v1__diff_reply__descriptor,
+	    out, 0, errmsg);
 }
 
 int
@@ -688,8 +690,8 @@ moat_client_list_audit(struct moat_client *c, uint32_t limit,
 }
 
 int
-moat_client_compare(struct moat_client *c, char *const *session_ids,
-    size_t n, Moat__V1__CompareReply **out, char **errmsg)
+moat_client_compare(struct moat_client *c, char *const *session_ids, size_t n,
+    Moat__V1__CompareReply **out, char **errmsg)
 {
 	Moat__V1__CompareRequest req = MOAT__V1__COMPARE_REQUEST__INIT;
 
@@ -708,7 +710,7 @@ moat_client_export_session(struct moat_client *c, const char *session_id,
 
 	req.session_id = (char *)session_id;
 	req.format = as_json ? MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_JSON :
-	    MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_MESSAGE;
+	                       MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_MESSAGE;
 	return gw_call(c, "ExportSession", &req.base,
 	    &moat__v1__export_session_reply__descriptor, out, 0, errmsg);
 }
@@ -731,13 +733,14 @@ int
 moat_client_set_step_keep(struct moat_client *c, const char *session_id,
     uint64_t index, bool keep, Moat__V1__Step **out, char **errmsg)
 {
-	Moat__V1__SetStepKeepRequest req = MOAT__V1__SET_STEP_KEEP_REQUEST__INIT;
+	Moat__V1__SetStepKeepRequest req =
+	    MOAT__V1__SET_STEP_KEEP_REQUEST__INIT;
 
 	req.session_id = (char *)session_id;
 	req.index = index;
 	req.keep = keep;
-	return gw_call(c, "SetStepKeep", &req.base, &moat__v1__step__descriptor,
-	    out, 0, errmsg);
+	return gw_call(c, "SetStepKeep", &req.base,
+	    &moat__v1__step__descriptor, out, 0, errmsg);
 }
 
 /* ---- snapshots and time travel (issue 3) ---- */
@@ -784,7 +787,8 @@ int
 moat_client_gc_snapshots(struct moat_client *c, bool dry_run,
     uint32_t min_age_s, Moat__V1__GcSnapshotsReply **out, char **errmsg)
 {
-	Moat__V1__GcSnapshotsRequest req = MOAT__V1__GC_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__GcSnapshotsRequest req =
+	    MOAT__V1__GC_SNAPSHOTS_REQUEST__INIT;
 
 	req.dry_run = dry_run;
 	req.min_age_s = min_age_s;
@@ -832,9 +836,9 @@ moat_client_run_code(struct moat_client *c,
     const Moat__V1__RunCodeRequest *req, Moat__V1__RunCodeResult **out,
     char **errmsg)
 {
-	uint32_t t = req->timeout_ms != 0 ? plus(base_timeout(c),
-	    req->timeout_ms) : (c->timeout_set ? c->timeout_ms :
-	    EXEC_DEFAULT_TIMEOUT_MS);
+	uint32_t t = req->timeout_ms != 0 ?
+	    plus(base_timeout(c), req->timeout_ms) :
+	    (c->timeout_set ? c->timeout_ms : EXEC_DEFAULT_TIMEOUT_MS);
 
 	return gw_call(c, "RunCode", &req->base,
 	    &moat__v1__run_code_result__descriptor, out, t, errmsg);

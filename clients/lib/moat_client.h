@@ -29,7 +29,7 @@
 #include "session.pb-c.h"
 #include "vm.pb-c.h"
 
-#define MOAT_CLIENT_FILE_CHUNK (1u << 20) /* bytes per ReadFile/WriteFile */
+#define MOAT_CLIENT_FILE_CHUNK (1u << 20)    /* bytes per ReadFile/WriteFile */
 #define MOAT_CLIENT_CREATE_TIMEOUT_MS 300000 /* a boot may retry once */
 
 struct moat_client;
@@ -107,8 +107,8 @@ int moat_client_exec_read(struct moat_client *c,
 /* moat_client_exec_write: sends stdin bytes (data may be NULL when len is
  * 0) and closes stdin when `close`. */
 int moat_client_exec_write(struct moat_client *c, const char *sandbox_id,
-    uint64_t exec_id, const void *data, size_t len, bool close,
-    char **errmsg) __attribute__((warn_unused_result));
+    uint64_t exec_id, const void *data, size_t len, bool close, char **errmsg)
+    __attribute__((warn_unused_result));
 /* moat_client_exec_wait: waits up to wait_ms (0: the call's timeout) for
  * the program to end; *out->exited says whether it did. */
 int moat_client_exec_wait(struct moat_client *c, const char *sandbox_id,
@@ -128,16 +128,16 @@ int moat_client_exec_kill(struct moat_client *c, const char *sandbox_id,
  * buffer of *len bytes plus a NUL (caller frees); *mode (optional) is
  * the file's mode. */
 int moat_client_read_file(struct moat_client *c, const char *sandbox_id,
-    const char *path, size_t max, uint8_t **data, size_t *len,
-    uint32_t *mode, char **errmsg) __attribute__((warn_unused_result));
+    const char *path, size_t max, uint8_t **data, size_t *len, uint32_t *mode,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_client_read_file_to_fd: streams the file to `fd` in pieces, so
  * any size works; *size (optional) gets the bytes written, *mode
  * (optional) the file's mode. A write error on fd is reported with its
  * errno's status. */
-int moat_client_read_file_to_fd(struct moat_client *c,
-    const char *sandbox_id, const char *path, int fd, uint64_t *size,
-    uint32_t *mode, char **errmsg) __attribute__((warn_unused_result));
+int moat_client_read_file_to_fd(struct moat_client *c, const char *sandbox_id,
+    const char *path, int fd, uint64_t *size, uint32_t *mode, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_client_write_file: replaces the file at `path` with `len` bytes
  * (data may be NULL when len is 0), creating it with `mode` (0: 0644)
@@ -177,8 +177,8 @@ int moat_client_mkdir(struct moat_client *c, const char *sandbox_id,
  * first; sandbox_id NULL or "": every sandbox's; page_token NULL or "":
  * the first page. */
 int moat_client_list_sessions(struct moat_client *c, const char *sandbox_id,
-    const char *page_token, Moat__V1__ListSessionsReply **out,
-    char **errmsg) __attribute__((warn_unused_result));
+    const char *page_token, Moat__V1__ListSessionsReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
 int moat_client_get_session(struct moat_client *c, const char *session_id,
     Moat__V1__SessionInfo **out, char **errmsg)
     __attribute__((warn_unused_result));
@@ -233,9 +233,8 @@ int moat_client_snapshot(struct moat_client *c, const char *sandbox_id,
 int moat_client_list_snapshots(struct moat_client *c,
     Moat__V1__LocalSnapshotList **out, char **errmsg)
     __attribute__((warn_unused_result));
-int moat_client_delete_snapshot(struct moat_client *c,
-    const char *snapshot_id, char **errmsg)
-    __attribute__((warn_unused_result));
+int moat_client_delete_snapshot(struct moat_client *c, const char *snapshot_id,
+    char **errmsg) __attribute__((warn_unused_result));
 /* moat_client_gc_snapshots: removes the tenant's snapshots nothing names
  * (dry_run: only lists them), sparing those younger than min_age_s (0:
  * 60 s). Timeout as moat_client_restore_step. */

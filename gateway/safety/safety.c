@@ -18,7 +18,6 @@
 #include "moat/safety.h"
 #include "safety_internal.h"
 
-
 void
 moat_safety_raise(struct safety_judge *j, enum moat_safety_level level,
     const char *fmt, ...)
@@ -53,7 +52,6 @@ moat_safety_level_name(enum moat_safety_level level)
 	return "unknown";
 }
 
-
 /* ---- paths ---- */
 
 static bool
@@ -76,8 +74,8 @@ static bool
 is_disk_device(const char *p)
 {
 	static const char *const disks[] = { "/dev/sd", "/dev/vd", "/dev/hd",
-	    "/dev/xvd", "/dev/nvme", "/dev/mmcblk", "/dev/dm-",
-	    "/dev/mapper/" };
+		"/dev/xvd", "/dev/nvme", "/dev/mmcblk", "/dev/dm-",
+		"/dev/mapper/" };
 
 	for (size_t i = 0; i < sizeof(disks) / sizeof(disks[0]); i++)
 		if (has_prefix(p, disks[i]))
@@ -97,8 +95,8 @@ static bool
 is_system_path(const char *p)
 {
 	static const char *const dirs[] = { "/etc", "/boot", "/usr", "/bin",
-	    "/sbin", "/lib", "/lib32", "/lib64", "/proc", "/sys", "/dev",
-	    "/var/lib", "/var/spool", "/opt" };
+		"/sbin", "/lib", "/lib32", "/lib64", "/proc", "/sys", "/dev",
+		"/var/lib", "/var/spool", "/opt" };
 
 	if (strcmp(p, "/") == 0)
 		return true;
@@ -113,10 +111,10 @@ static bool
 is_vital_tree(const char *p)
 {
 	static const char *const vital[] = { "/", "/*", "/.", "//", "/etc",
-	    "/usr", "/boot", "/bin", "/sbin", "/lib", "/lib64", "/var",
-	    "/home", "/root", "/etc/", "/usr/", "/boot/", "/bin/", "/sbin/",
-	    "/lib/", "/var/", "/home/", "/root/", "/etc/*", "/usr/*",
-	    "/boot/*", "/var/*", "/home/*" };
+		"/usr", "/boot", "/bin", "/sbin", "/lib", "/lib64", "/var",
+		"/home", "/root", "/etc/", "/usr/", "/boot/", "/bin/",
+		"/sbin/", "/lib/", "/var/", "/home/", "/root/", "/etc/*",
+		"/usr/*", "/boot/*", "/var/*", "/home/*" };
 
 	for (size_t i = 0; i < sizeof(vital) / sizeof(vital[0]); i++)
 		if (strcmp(p, vital[i]) == 0)
@@ -135,12 +133,14 @@ moat_safety_write_target(struct safety_judge *j, const char *who,
 	if (strcmp(p, "/dev/mem") == 0 || strcmp(p, "/dev/kmem") == 0 ||
 	    strcmp(p, "/dev/port") == 0 ||
 	    strcmp(p, "/proc/sysrq-trigger") == 0 || is_disk_device(p))
-		moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s writes to %s", who, p);
-	else if (is_system_path(p))
-		moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s writes to system path %s",
+		moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s writes to %s",
 		    who, p);
+	else if (is_system_path(p))
+		moat_safety_raise(j, MOAT_SAFETY_SYSTEM,
+		    "%s writes to system path %s", who, p);
 	else
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s writes %s", who, p);
+		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s writes %s", who,
+		    p);
 }
 
 /* ---- one command ---- */
@@ -158,8 +158,8 @@ is_assignment(const char *w)
 {
 	const char *eq = strchr(w, '=');
 
-	if (eq == NULL || eq == w || !(isalpha((unsigned char)w[0]) ||
-	    w[0] == '_'))
+	if (eq == NULL || eq == w ||
+	    !(isalpha((unsigned char)w[0]) || w[0] == '_'))
 		return false;
 	for (const char *p = w; p < eq; p++)
 		if (!isalnum((unsigned char)*p) && *p != '_')
@@ -247,12 +247,12 @@ bool
 moat_safety_sql(struct safety_judge *j, const char *text, const char *who)
 {
 	static const char *const kill[] = { "drop table", "drop database",
-	    "drop schema", "truncate table", NULL };
+		"drop schema", "truncate table", NULL };
 
 	for (int i = 0; kill[i] != NULL; i++)
 		if (contains_ci(text, kill[i])) {
-			moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "%s: %s", who,
-			    kill[i]);
+			moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "%s: %s",
+			    who, kill[i]);
 			return true;
 		}
 	return false;
@@ -269,9 +269,9 @@ typedef void command_judge(struct safety_judge *j,
  * reads the arguments or the verdict whatever they are (the reason is the
  * command word followed by `reason`). */
 struct command_rule {
-	const char *const *names;  /* NULL-terminated */
-	bool prefix;               /* names are prefixes: mkfs.ext4, python3 */
-	command_judge *judge;      /* NULL: the verdict below */
+	const char *const *names; /* NULL-terminated */
+	bool prefix;              /* names are prefixes: mkfs.ext4, python3 */
+	command_judge *judge;     /* NULL: the verdict below */
 	enum moat_safety_level level;
 	const char *reason;
 };
@@ -282,8 +282,10 @@ static void judge_argv(struct safety_judge *j, char **argv, int argc,
 static void
 judge_unknown(struct safety_judge *j, const char *cmd)
 {
-	moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s: not a known command "
-	    "(assumed to write)", cmd);
+	moat_safety_raise(j, MOAT_SAFETY_WRITE,
+	    "%s: not a known command "
+	    "(assumed to write)",
+	    cmd);
 }
 
 /* judge_rule_verdict: the row's own verdict, naming the command. */
@@ -299,8 +301,8 @@ static void
 judge_init(struct safety_judge *j, const struct command_rule *rule,
     char **argv, int argc, int depth)
 {
-	if (argc > 1 && (strcmp(argv[1], "0") == 0 ||
-	    strcmp(argv[1], "6") == 0))
+	if (argc > 1 &&
+	    (strcmp(argv[1], "0") == 0 || strcmp(argv[1], "6") == 0))
 		judge_rule_verdict(j, rule, base_name(argv[0]));
 	else
 		judge_unknown(j, base_name(argv[0]));
@@ -311,18 +313,20 @@ judge_systemctl(struct safety_judge *j, const struct command_rule *rule,
     char **argv, int argc, int depth)
 {
 	static const char *const stops[] = { "poweroff", "reboot", "halt",
-	    NULL };
+		NULL };
 
 	if (argc > 1 && in_list(argv[1], stops))
-		moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s: stops the "
-		    "machine", base_name(argv[0]));
+		moat_safety_raise(j, MOAT_SAFETY_BLOCKED,
+		    "%s: stops the "
+		    "machine",
+		    base_name(argv[0]));
 	else
 		judge_rule_verdict(j, rule, base_name(argv[0]));
 }
 
 static void
-judge_rm(struct safety_judge *j, const struct command_rule *rule,
-    char **argv, int argc, int depth)
+judge_rm(struct safety_judge *j, const struct command_rule *rule, char **argv,
+    int argc, int depth)
 {
 	bool recursive = has_flag(argv, argc, 1, 'r', "--recursive") ||
 	    has_flag(argv, argc, 1, 'R', NULL);
@@ -338,7 +342,8 @@ judge_rm(struct safety_judge *j, const struct command_rule *rule,
 		}
 		if (opts && a[0] == '-' && a[1] != '\0') {
 			if (strcmp(a, "--no-preserve-root") == 0)
-				moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "rm "
+				moat_safety_raise(j, MOAT_SAFETY_BLOCKED,
+				    "rm "
 				    "--no-preserve-root: wipes the root");
 			continue;
 		}
@@ -346,25 +351,31 @@ judge_rm(struct safety_judge *j, const struct command_rule *rule,
 		if (strchr(a, '*') != NULL)
 			glob = true;
 		if (recursive && is_vital_tree(a))
-			moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "rm -r %s: wipes "
-			    "the system", a);
+			moat_safety_raise(j, MOAT_SAFETY_BLOCKED,
+			    "rm -r %s: wipes "
+			    "the system",
+			    a);
 		else if (is_system_path(a))
-			moat_safety_raise(j, recursive ? MOAT_SAFETY_DESTRUCTIVE :
-			    MOAT_SAFETY_SYSTEM, "rm of system path %s", a);
+			moat_safety_raise(j,
+			    recursive ? MOAT_SAFETY_DESTRUCTIVE :
+			                MOAT_SAFETY_SYSTEM,
+			    "rm of system path %s", a);
 	}
 	if (recursive)
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "rm -r: deletes "
+		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+		    "rm -r: deletes "
 		    "directory trees");
 	else if (targets >= 5 || glob)
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "rm of many files");
+		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+		    "rm of many files");
 	else
 		moat_safety_raise(j, MOAT_SAFETY_WRITE, "rm: deletes a file");
 }
 
 /* dd reads unless of= names something that is not a harmless sink. */
 static void
-judge_dd(struct safety_judge *j, const struct command_rule *rule,
-    char **argv, int argc, int depth)
+judge_dd(struct safety_judge *j, const struct command_rule *rule, char **argv,
+    int argc, int depth)
 {
 	for (int i = 1; i < argc; i++)
 		if (has_prefix(argv[i], "of=")) {
@@ -373,8 +384,10 @@ judge_dd(struct safety_judge *j, const struct command_rule *rule,
 			if (is_harmless_sink(p))
 				continue;
 			moat_safety_write_target(j, "dd", p);
-			moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "dd of=%s: "
-			    "overwrites it", p);
+			moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+			    "dd of=%s: "
+			    "overwrites it",
+			    p);
 		}
 	judge_rule_verdict(j, rule, "dd");
 }
@@ -389,8 +402,10 @@ judge_disk_args(struct safety_judge *j, const struct command_rule *rule,
 
 	for (int i = 1; i < argc; i++)
 		if (is_disk_device(argv[i]))
-			moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "%s %s: "
-			    "wipes a disk", cmd, argv[i]);
+			moat_safety_raise(j, MOAT_SAFETY_BLOCKED,
+			    "%s %s: "
+			    "wipes a disk",
+			    cmd, argv[i]);
 	judge_rule_verdict(j, rule, cmd);
 }
 
@@ -401,11 +416,13 @@ judge_find(struct safety_judge *j, const struct command_rule *rule,
 {
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-delete") == 0)
-			moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "find "
+			moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+			    "find "
 			    "-delete: deletes what it finds");
 		if ((strcmp(argv[i], "-exec") == 0 ||
-		    strcmp(argv[i], "-execdir") == 0 ||
-		    strcmp(argv[i], "-ok") == 0) && i + 1 < argc) {
+		        strcmp(argv[i], "-execdir") == 0 ||
+		        strcmp(argv[i], "-ok") == 0) &&
+		    i + 1 < argc) {
 			int end = i + 1;
 
 			while (end < argc && strcmp(argv[end], ";") &&
@@ -434,18 +451,23 @@ judge_in_place(struct safety_judge *j, const struct command_rule *rule,
 		if (has_prefix(argv[i], "-i") ||
 		    has_prefix(argv[i], "--in-place") ||
 		    (argv[i][0] == '-' && argv[i][1] != '-' &&
-		    strchr(argv[i], 'i') != NULL && perl))
+		        strchr(argv[i], 'i') != NULL && perl))
 			inplace = true;
 	if (inplace) {
 		int last = argc - 1;
 
 		if (last > 0 && is_system_path(argv[last]))
-			moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s -i on "
-			    "system path %s", cmd, argv[last]);
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s -i edits files "
-		    "in place", cmd);
+			moat_safety_raise(j, MOAT_SAFETY_SYSTEM,
+			    "%s -i on "
+			    "system path %s",
+			    cmd, argv[last]);
+		moat_safety_raise(j, MOAT_SAFETY_WRITE,
+		    "%s -i edits files "
+		    "in place",
+		    cmd);
 	} else if (perl) {
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "perl runs a program "
+		moat_safety_raise(j, MOAT_SAFETY_WRITE,
+		    "perl runs a program "
 		    "(not read: assumed to write)");
 	} else {
 		moat_safety_raise(j, MOAT_SAFETY_READ, "sed");
@@ -489,16 +511,20 @@ judge_copy(struct safety_judge *j, const struct command_rule *rule,
 	if (strcmp(cmd, "mv") == 0)
 		for (int i = 1; i < last; i++)
 			if (argv[i][0] != '-' && is_vital_tree(argv[i]))
-				moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "mv %s: moves "
-				    "the system away", argv[i]);
+				moat_safety_raise(j, MOAT_SAFETY_BLOCKED,
+				    "mv %s: moves "
+				    "the system away",
+				    argv[i]);
 	if (last > 0 && strcmp(argv[last], "/dev/null") == 0 &&
 	    strcmp(cmd, "mv") == 0)
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "mv to /dev/null: "
+		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+		    "mv to /dev/null: "
 		    "deletes");
 	else if (last > 0)
 		moat_safety_write_target(j, cmd, argv[last]);
 	else
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s writes files", cmd);
+		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s writes files",
+		    cmd);
 }
 
 static void
@@ -511,7 +537,7 @@ judge_chmod(struct safety_judge *j, const struct command_rule *rule,
 	for (int i = 1; i < argc; i++) {
 		if (argv[i][0] == '-')
 			continue;
-		if (first) {       /* the mode or owner */
+		if (first) { /* the mode or owner */
 			first = false;
 			continue;
 		}
@@ -519,25 +545,28 @@ judge_chmod(struct safety_judge *j, const struct command_rule *rule,
 			system = true;
 	}
 	if (system)
-		moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s on a system path", cmd);
+		moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s on a system path",
+		    cmd);
 	else
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s changes file modes", cmd);
+		moat_safety_raise(j, MOAT_SAFETY_WRITE,
+		    "%s changes file modes", cmd);
 }
 
 static void
-judge_git(struct safety_judge *j, const struct command_rule *rule,
-    char **argv, int argc, int depth)
+judge_git(struct safety_judge *j, const struct command_rule *rule, char **argv,
+    int argc, int depth)
 {
 	static const char *const reads[] = { "status", "log", "diff", "show",
-	    "blame", "grep", "ls-files", "rev-parse", "describe", "shortlog",
-	    "--version", "version", "help", NULL };
+		"blame", "grep", "ls-files", "rev-parse", "describe",
+		"shortlog", "--version", "version", "help", NULL };
 	int sub = 1;
 
 	/* git -C DIR / -c k=v come before the subcommand */
-	while (sub < argc && argv[sub][0] == '-' &&
-	    !in_list(argv[sub], reads)) {
+	while (
+	    sub < argc && argv[sub][0] == '-' && !in_list(argv[sub], reads)) {
 		if ((strcmp(argv[sub], "-C") == 0 ||
-		    strcmp(argv[sub], "-c") == 0) && sub + 1 < argc)
+		        strcmp(argv[sub], "-c") == 0) &&
+		    sub + 1 < argc)
 			sub++;
 		sub++;
 	}
@@ -547,25 +576,30 @@ judge_git(struct safety_judge *j, const struct command_rule *rule,
 	}
 	if (strcmp(argv[sub], "reset") == 0 &&
 	    has_word(argv, argc, sub, "--hard"))
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "git reset --hard: "
+		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+		    "git reset --hard: "
 		    "throws work away");
 	else if (strcmp(argv[sub], "clean") == 0 &&
 	    (has_flag(argv, argc, sub + 1, 'f', "--force")))
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "git clean -f: deletes "
+		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+		    "git clean -f: deletes "
 		    "untracked files");
 	else if (strcmp(argv[sub], "push") == 0 &&
 	    (has_word(argv, argc, sub, "--force") ||
-	    has_flag(argv, argc, sub + 1, 'f', NULL)))
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "git push --force: "
+	        has_flag(argv, argc, sub + 1, 'f', NULL)))
+		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+		    "git push --force: "
 		    "overwrites remote history");
 	else if (in_list(argv[sub], reads) ||
 	    (strcmp(argv[sub], "branch") == 0 && argc == sub + 1) ||
 	    (strcmp(argv[sub], "remote") == 0 && argc <= sub + 2 &&
-	    (argc == sub + 1 || strcmp(argv[sub + 1], "-v") == 0)))
+	        (argc == sub + 1 || strcmp(argv[sub + 1], "-v") == 0)))
 		moat_safety_raise(j, MOAT_SAFETY_READ, "git %s", argv[sub]);
 	else
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "git %s changes the work tree "
-		    "or repository", argv[sub]);
+		moat_safety_raise(j, MOAT_SAFETY_WRITE,
+		    "git %s changes the work tree "
+		    "or repository",
+		    argv[sub]);
 }
 
 /* judge_language_packages: pip, npm, cargo ...: their read-only
@@ -575,25 +609,27 @@ judge_language_packages(struct safety_judge *j,
     const struct command_rule *rule, char **argv, int argc, int depth)
 {
 	static const char *const reads[] = { "list", "show", "freeze",
-	    "search", "ls", "view", "--version", "version", "help", "check",
-	    "outdated", NULL };
+		"search", "ls", "view", "--version", "version", "help",
+		"check", "outdated", NULL };
 	const char *cmd = base_name(argv[0]);
 
 	if (argc > 1 && in_list(argv[1], reads))
 		moat_safety_raise(j, MOAT_SAFETY_READ, "%s %s", cmd, argv[1]);
 	else
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s %s installs or "
-		    "builds into the work tree", cmd, argc > 1 ? argv[1] : "");
+		moat_safety_raise(j, MOAT_SAFETY_WRITE,
+		    "%s %s installs or "
+		    "builds into the work tree",
+		    cmd, argc > 1 ? argv[1] : "");
 }
 
 /* judge_system_packages: apt, dnf, rpm ...: queries read; anything else
  * changes the system's packages. */
 static void
-judge_system_packages(struct safety_judge *j,
-    const struct command_rule *rule, char **argv, int argc, int depth)
+judge_system_packages(struct safety_judge *j, const struct command_rule *rule,
+    char **argv, int argc, int depth)
 {
-	static const char *const reads[] = { "list", "show", "search",
-	    "info", "policy", "-l", "-q", "-qa", "-L", "--version", NULL };
+	static const char *const reads[] = { "list", "show", "search", "info",
+		"policy", "-l", "-q", "-qa", "-L", "--version", NULL };
 	const char *cmd = base_name(argv[0]);
 
 	if (argc > 1 && in_list(argv[1], reads))
@@ -613,9 +649,12 @@ judge_interpreter(struct safety_judge *j, char **argv, int argc,
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 
-		if ((strcmp(a, "-c") == 0 || (strcmp(lang, "node") == 0 &&
-		    (strcmp(a, "-e") == 0 || strcmp(a, "--eval") == 0 ||
-		    strcmp(a, "-p") == 0))) && i + 1 < argc) {
+		if ((strcmp(a, "-c") == 0 ||
+		        (strcmp(lang, "node") == 0 &&
+		            (strcmp(a, "-e") == 0 ||
+		                strcmp(a, "--eval") == 0 ||
+		                strcmp(a, "-p") == 0))) &&
+		    i + 1 < argc) {
 			judge_join(j, argv, i + 2, i + 1, lang, depth + 1);
 			return;
 		}
@@ -626,18 +665,24 @@ judge_interpreter(struct safety_judge *j, char **argv, int argc,
 				    depth + 1);
 				return;
 			}
-			moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s -m %s runs a "
-			    "module", cmd, argv[i + 1]);
+			moat_safety_raise(j, MOAT_SAFETY_WRITE,
+			    "%s -m %s runs a "
+			    "module",
+			    cmd, argv[i + 1]);
 			return;
 		}
 		if (a[0] != '-') {
-			moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s %s runs a script "
-			    "(not read: assumed to write)", cmd, a);
+			moat_safety_raise(j, MOAT_SAFETY_WRITE,
+			    "%s %s runs a script "
+			    "(not read: assumed to write)",
+			    cmd, a);
 			return;
 		}
 	}
-	moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s reads a program from "
-	    "stdin (not read: assumed to write)", cmd);
+	moat_safety_raise(j, MOAT_SAFETY_WRITE,
+	    "%s reads a program from "
+	    "stdin (not read: assumed to write)",
+	    cmd);
 }
 
 static void
@@ -695,8 +740,8 @@ judge_sql_client(struct safety_judge *j, const struct command_rule *rule,
 
 /* tar t (list) reads; every other tar writes. */
 static void
-judge_tar(struct safety_judge *j, const struct command_rule *rule,
-    char **argv, int argc, int depth)
+judge_tar(struct safety_judge *j, const struct command_rule *rule, char **argv,
+    int argc, int depth)
 {
 	if (argc > 1 && strchr(argv[1], 't') != NULL &&
 	    strchr(argv[1], 'x') == NULL && strchr(argv[1], 'c') == NULL)
@@ -712,7 +757,8 @@ judge_curl(struct safety_judge *j, const struct command_rule *rule,
 {
 	if (has_flag(argv, argc, 1, 'o', "--output") ||
 	    has_flag(argv, argc, 1, 'O', "--remote-name"))
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "curl -o writes a "
+		moat_safety_raise(j, MOAT_SAFETY_WRITE,
+		    "curl -o writes a "
 		    "file");
 	else
 		judge_rule_verdict(j, rule, "curl");
@@ -724,7 +770,8 @@ judge_hostname(struct safety_judge *j, const struct command_rule *rule,
     char **argv, int argc, int depth)
 {
 	if (argc > 1 && argv[1][0] != '-')
-		moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "hostname sets the "
+		moat_safety_raise(j, MOAT_SAFETY_SYSTEM,
+		    "hostname sets the "
 		    "host name");
 	else
 		judge_rule_verdict(j, rule, "hostname");
@@ -747,10 +794,12 @@ static const struct command_rule command_rules[] = {
 	{ NAMES("dd"), .judge = judge_dd, .level = MOAT_SAFETY_READ,
 	    .reason = "" },
 	{ NAMES("mkfs"), .prefix = true, .judge = judge_disk_args,
-	    .level = MOAT_SAFETY_DESTRUCTIVE, .reason = ": wipes a filesystem" },
+	    .level = MOAT_SAFETY_DESTRUCTIVE,
+	    .reason = ": wipes a filesystem" },
 	{ NAMES("mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "parted",
-	    "blkdiscard"), .judge = judge_disk_args,
-	    .level = MOAT_SAFETY_DESTRUCTIVE, .reason = ": wipes a filesystem" },
+	      "blkdiscard"),
+	    .judge = judge_disk_args, .level = MOAT_SAFETY_DESTRUCTIVE,
+	    .reason = ": wipes a filesystem" },
 	{ NAMES("shred", "truncate"), .judge = judge_disk_args,
 	    .level = MOAT_SAFETY_DESTRUCTIVE,
 	    .reason = ": destroys file contents" },
@@ -760,13 +809,16 @@ static const struct command_rule command_rules[] = {
 	{ NAMES("cp", "mv", "ln", "install", "rsync"), .judge = judge_copy },
 	{ NAMES("chmod", "chown", "chgrp"), .judge = judge_chmod },
 	{ NAMES("touch", "mkdir", "tee", "rmdir", "unlink", "mkfifo", "mknod",
-	    "split", "csplit"), .judge = judge_paths_written },
+	      "split", "csplit"),
+	    .judge = judge_paths_written },
 	{ NAMES("git"), .judge = judge_git },
 	{ NAMES("pip", "pip3", "npm", "yarn", "pnpm", "gem", "cargo", "go",
-	    "uv"), .judge = judge_language_packages },
-	{ NAMES("apt", "apt-get", "yum", "dnf", "apk", "dpkg", "rpm",
-	    "zypper", "pacman"), .judge = judge_system_packages,
-	    .level = MOAT_SAFETY_SYSTEM, .reason = " changes system packages" },
+	      "uv"),
+	    .judge = judge_language_packages },
+	{ NAMES("apt", "apt-get", "yum", "dnf", "apk", "dpkg", "rpm", "zypper",
+	      "pacman"),
+	    .judge = judge_system_packages, .level = MOAT_SAFETY_SYSTEM,
+	    .reason = " changes system packages" },
 	{ NAMES("sh", "bash", "dash", "zsh", "ksh", "ash"),
 	    .judge = judge_shell },
 	{ NAMES("busybox"), .judge = judge_busybox },
@@ -781,17 +833,17 @@ static const struct command_rule command_rules[] = {
 	{ NAMES("tar"), .judge = judge_tar, .level = MOAT_SAFETY_WRITE,
 	    .reason = " writes files" },
 	{ NAMES("unzip", "gzip", "gunzip", "zip", "bzip2", "xz", "patch",
-	    "wget", "make", "cmake", "gcc", "cc", "clang"),
+	      "wget", "make", "cmake", "gcc", "cc", "clang"),
 	    .level = MOAT_SAFETY_WRITE, .reason = " writes files" },
 	{ NAMES("mount", "umount", "sysctl", "ip", "ifconfig", "route",
-	    "iptables", "ip6tables", "nft", "ebtables", "modprobe", "insmod",
-	    "rmmod", "kill", "killall", "pkill", "service", "swapon",
-	    "swapoff", "chroot", "useradd", "userdel", "usermod", "groupadd",
-	    "groupdel", "passwd", "chpasswd", "crontab", "setenforce", "tc",
-	    "ethtool", "losetup", "chattr", "hwclock", "timedatectl",
-	    "hostnamectl", "ulimit", "renice", "nsenter", "unshare", "capsh",
-	    "setcap", "visudo", "update-alternatives", "ldconfig", "depmod",
-	    "sysrq", "brctl", "dhclient", "journalctl", "loginctl", "su"),
+	      "iptables", "ip6tables", "nft", "ebtables", "modprobe", "insmod",
+	      "rmmod", "kill", "killall", "pkill", "service", "swapon",
+	      "swapoff", "chroot", "useradd", "userdel", "usermod", "groupadd",
+	      "groupdel", "passwd", "chpasswd", "crontab", "setenforce", "tc",
+	      "ethtool", "losetup", "chattr", "hwclock", "timedatectl",
+	      "hostnamectl", "ulimit", "renice", "nsenter", "unshare", "capsh",
+	      "setcap", "visudo", "update-alternatives", "ldconfig", "depmod",
+	      "sysrq", "brctl", "dhclient", "journalctl", "loginctl", "su"),
 	    .level = MOAT_SAFETY_SYSTEM, .reason = " changes the system" },
 	{ NAMES("curl"), .judge = judge_curl, .level = MOAT_SAFETY_READ,
 	    .reason = "" },
@@ -799,22 +851,23 @@ static const struct command_rule command_rules[] = {
 	    .level = MOAT_SAFETY_READ, .reason = "" },
 	/* Reads, and shell words that do nothing by themselves. */
 	{ NAMES("ls", "cat", "grep", "egrep", "fgrep", "rg", "head", "tail",
-	    "less", "more", "wc", "echo", "printf", "pwd", "whoami", "id",
-	    "date", "uname", "printenv", "which", "type", "stat", "file",
-	    "sort", "uniq", "cut", "tr", "awk", "gawk", "diff", "cmp", "comm",
-	    "du", "df", "ps", "top", "free", "uptime", "test", "[", "[[",
-	    "true", "false", ":", "sleep", "seq", "basename", "dirname",
-	    "realpath", "readlink", "md5sum", "sha1sum", "sha256sum",
-	    "sha512sum", "cksum", "xxd", "od", "hexdump", "strings", "jq",
-	    "base64", "tree", "cd", "export", "set", "unset", "read", "exit",
-	    "return", "alias", "history", "column", "nl", "tac", "rev",
-	    "fold", "expand", "paste", "join", "yes", "env", "locale",
-	    "lsblk", "lscpu", "lsmod", "lspci", "lsusb", "dmesg", "getent",
-	    "groups", "ldd", "nproc", "tty", "w", "who", "last", "netstat",
-	    "ss", "lsof", "pgrep", "pidof", "command", "hash", "local",
-	    "declare", "let", "shift", "wait", "jobs", "bc", "expr", "man",
-	    "info", "zcat", "fi", "done", "esac", "for", "case", "select",
-	    "function", "in", "ping", "dig", "nslookup", "host", "getconf"),
+	      "less", "more", "wc", "echo", "printf", "pwd", "whoami", "id",
+	      "date", "uname", "printenv", "which", "type", "stat", "file",
+	      "sort", "uniq", "cut", "tr", "awk", "gawk", "diff", "cmp",
+	      "comm", "du", "df", "ps", "top", "free", "uptime", "test", "[",
+	      "[[", "true", "false", ":", "sleep", "seq", "basename",
+	      "dirname", "realpath", "readlink", "md5sum", "sha1sum",
+	      "sha256sum", "sha512sum", "cksum", "xxd", "od", "hexdump",
+	      "strings", "jq", "base64", "tree", "cd", "export", "set",
+	      "unset", "read", "exit", "return", "alias", "history", "column",
+	      "nl", "tac", "rev", "fold", "expand", "paste", "join", "yes",
+	      "env", "locale", "lsblk", "lscpu", "lsmod", "lspci", "lsusb",
+	      "dmesg", "getent", "groups", "ldd", "nproc", "tty", "w", "who",
+	      "last", "netstat", "ss", "lsof", "pgrep", "pidof", "command",
+	      "hash", "local", "declare", "let", "shift", "wait", "jobs", "bc",
+	      "expr", "man", "info", "zcat", "fi", "done", "esac", "for",
+	      "case", "select", "function", "in", "ping", "dig", "nslookup",
+	      "host", "getconf"),
 	    .level = MOAT_SAFETY_READ, .reason = "" },
 };
 
@@ -833,8 +886,8 @@ find_rule(const char *cmd)
 	for (size_t i = 0; i < n; i++) {
 		if (!command_rules[i].prefix)
 			continue;
-		for (const char *const *p = command_rules[i].names;
-		    *p != NULL; p++)
+		for (const char *const *p = command_rules[i].names; *p != NULL;
+		     p++)
 			if (has_prefix(cmd, *p))
 				return &command_rules[i];
 	}
@@ -843,10 +896,10 @@ find_rule(const char *cmd)
 
 /* Words that run the command after them (and their own options). */
 static const char *const wrappers[] = { "sudo", "doas", "nohup", "nice",
-	"ionice", "timeout", "stdbuf", "exec", "builtin", "then", "do",
-	"else", "elif", "if", "while", "until", "!", "{", "}", "time",
-	"strace", "ltrace", "taskset", "setsid", "chronic", "unbuffer",
-	"watch", "flock", NULL };
+	"ionice", "timeout", "stdbuf", "exec", "builtin", "then", "do", "else",
+	"elif", "if", "while", "until", "!", "{", "}", "time", "strace",
+	"ltrace", "taskset", "setsid", "chronic", "unbuffer", "watch", "flock",
+	NULL };
 
 /* skip_wrapper: how many words after argv[0] (a wrapper) are its own
  * options, so argv[1 + n] is the command it runs. */
@@ -859,11 +912,12 @@ skip_wrapper(char **argv, int argc)
 	if (strcmp(w, "timeout") == 0 || strcmp(w, "flock") == 0) {
 		while (i < argc && argv[i][0] == '-') {
 			if ((strcmp(argv[i], "-s") == 0 ||
-			    strcmp(argv[i], "-k") == 0) && i + 1 < argc)
+			        strcmp(argv[i], "-k") == 0) &&
+			    i + 1 < argc)
 				i++;
 			i++;
 		}
-		return i < argc ? i : argc - 1;  /* the duration / lock */
+		return i < argc ? i : argc - 1; /* the duration / lock */
 	}
 	if (strcmp(w, "taskset") == 0) {
 		while (i < argc && argv[i][0] == '-')
@@ -872,12 +926,18 @@ skip_wrapper(char **argv, int argc)
 	}
 	while (i < argc && argv[i][0] == '-') {
 		/* options with a value */
-		if ((strcmp(argv[i], "-u") == 0 || strcmp(argv[i], "-g") == 0 ||
-		    strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "-c") == 0 ||
-		    strcmp(argv[i], "-p") == 0 || strcmp(argv[i], "-o") == 0 ||
-		    strcmp(argv[i], "-e") == 0 || strcmp(argv[i], "-i") == 0 ||
-		    strcmp(argv[i], "-C") == 0 || strcmp(argv[i], "-s") == 0 ||
-		    strcmp(argv[i], "-k") == 0) && i + 1 < argc)
+		if ((strcmp(argv[i], "-u") == 0 ||
+		        strcmp(argv[i], "-g") == 0 ||
+		        strcmp(argv[i], "-n") == 0 ||
+		        strcmp(argv[i], "-c") == 0 ||
+		        strcmp(argv[i], "-p") == 0 ||
+		        strcmp(argv[i], "-o") == 0 ||
+		        strcmp(argv[i], "-e") == 0 ||
+		        strcmp(argv[i], "-i") == 0 ||
+		        strcmp(argv[i], "-C") == 0 ||
+		        strcmp(argv[i], "-s") == 0 ||
+		        strcmp(argv[i], "-k") == 0) &&
+		    i + 1 < argc)
 			i++;
 		i++;
 	}
@@ -908,8 +968,8 @@ judge_argv(struct safety_judge *j, char **argv, int argc, int depth)
 		if (strcmp(cmd, "env") == 0 && argc > 1) {
 			argv++;
 			argc--;
-			while (argc > 0 && (argv[0][0] == '-' ||
-			    is_assignment(argv[0]))) {
+			while (argc > 0 &&
+			    (argv[0][0] == '-' || is_assignment(argv[0]))) {
 				argv++;
 				argc--;
 			}
@@ -921,7 +981,8 @@ judge_argv(struct safety_judge *j, char **argv, int argc, int depth)
 			while (i < argc && argv[i][0] == '-')
 				i++;
 			if (i < argc && strcmp(base_name(argv[i]), "rm") == 0)
-				moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "xargs rm: "
+				moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+				    "xargs rm: "
 				    "deletes many files");
 			argv += i;
 			argc -= i;
@@ -971,17 +1032,20 @@ moat_safety_classify(const char *command_or_code, const char *language)
 			    contains_ci(text, "update ") ||
 			    contains_ci(text, "insert ") ||
 			    contains_ci(text, "create "))
-				moat_safety_raise(&j, MOAT_SAFETY_WRITE, "SQL that "
+				moat_safety_raise(&j, MOAT_SAFETY_WRITE,
+				    "SQL that "
 				    "changes rows");
 			else
-				moat_safety_raise(&j, MOAT_SAFETY_READ, "SQL query");
+				moat_safety_raise(&j, MOAT_SAFETY_READ,
+				    "SQL query");
 		}
 	} else {
 		moat_safety_shell(&j, text, strlen(text), 0);
 	}
 	if (j.oom) {
 		j.v.level = MOAT_SAFETY_BLOCKED;
-		snprintf(j.v.reason, sizeof(j.v.reason), "out of memory "
+		snprintf(j.v.reason, sizeof(j.v.reason),
+		    "out of memory "
 		    "classifying: refused rather than guessed");
 	}
 	if (j.v.reason[0] == '\0') {

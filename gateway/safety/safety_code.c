@@ -31,13 +31,15 @@ blank_strings(const char *code, size_t len, bool js)
 	while (i < len) {
 		char c = code[i];
 
-		if ((!js && c == '#') || (js && c == '/' && i + 1 < len &&
-		    code[i + 1] == '/')) {
+		if ((!js && c == '#') ||
+		    (js && c == '/' && i + 1 < len && code[i + 1] == '/')) {
 			while (i < len && code[i] != '\n')
 				out[i++] = ' ';
-		} else if (js && c == '/' && i + 1 < len && code[i + 1] == '*') {
-			while (i < len && !(code[i] == '*' && i + 1 < len &&
-			    code[i + 1] == '/'))
+		} else if (js && c == '/' && i + 1 < len &&
+		    code[i + 1] == '*') {
+			while (i < len &&
+			    !(code[i] == '*' && i + 1 < len &&
+			        code[i + 1] == '/'))
 				out[i++] = ' ';
 			if (i < len)
 				out[i++] = ' ';
@@ -55,8 +57,10 @@ blank_strings(const char *code, size_t len, bool js)
 					out[i++] = ' ';
 					continue;
 				}
-				if (code[i] == c && (!triple || (i + 2 < len &&
-				    code[i + 1] == c && code[i + 2] == c)))
+				if (code[i] == c &&
+				    (!triple ||
+				        (i + 2 < len && code[i + 1] == c &&
+				            code[i + 2] == c)))
 					break;
 				if (code[i] == '\n' && !triple && !js)
 					break;
@@ -83,8 +87,9 @@ literal_at(const char *code, size_t len, size_t pos, size_t *end)
 
 	while (i < len && isspace((unsigned char)code[i]))
 		i++;
-	while (i < len && (code[i] == 'r' || code[i] == 'R' ||
-	    code[i] == 'b' || code[i] == 'u'))
+	while (i < len &&
+	    (code[i] == 'r' || code[i] == 'R' || code[i] == 'b' ||
+	        code[i] == 'u'))
 		i++;
 	if (i >= len || (code[i] != '\'' && code[i] != '"' && code[i] != '`'))
 		return NULL;
@@ -100,13 +105,15 @@ literal_at(const char *code, size_t len, size_t pos, size_t *end)
 			i++;
 			continue;
 		}
-		if (code[i] == quote && (q == 1 || (i + 2 < len &&
-		    code[i + 1] == quote && code[i + 2] == quote)))
+		if (code[i] == quote &&
+		    (q == 1 ||
+		        (i + 2 < len && code[i + 1] == quote &&
+		            code[i + 2] == quote)))
 			break;
 		if (quote == '`' && code[i] == '$' && i + 1 < len &&
 		    code[i + 1] == '{') {
 			free(val);
-			return NULL;   /* a template: computed */
+			return NULL; /* a template: computed */
 		}
 		val[n++] = code[i];
 	}
@@ -135,8 +142,8 @@ literal_command_at(const char *code, size_t len, size_t pos)
 	for (;;) {
 		char *grown;
 
-		while (i < len && (isspace((unsigned char)code[i]) ||
-		    code[i] == ','))
+		while (i < len &&
+		    (isspace((unsigned char)code[i]) || code[i] == ','))
 			i++;
 		if (i < len && code[i] == ']')
 			break;
@@ -182,9 +189,11 @@ find_call(const char *blank, size_t len, size_t *pos, const char *name)
 		 * "fs.writeFileSync(" is the one looked for. */
 		if (name[0] != '.' && at > 0 &&
 		    (isalnum((unsigned char)blank[at - 1]) ||
-		    blank[at - 1] == '_' || (blank[at - 1] == '.' &&
-		    (strcmp(name, "exec") == 0 || strcmp(name, "spawn") == 0 ||
-		    strcmp(name, "open") == 0))))
+		        blank[at - 1] == '_' ||
+		        (blank[at - 1] == '.' &&
+		            (strcmp(name, "exec") == 0 ||
+		                strcmp(name, "spawn") == 0 ||
+		                strcmp(name, "open") == 0))))
 			continue;
 		k = at + nl;
 		while (k < len && blank[k] == ' ')
@@ -206,8 +215,10 @@ judge_runners(struct safety_judge *j, const char *code, const char *blank,
 			char *cmd = literal_command_at(code, len, args);
 
 			if (cmd == NULL) {
-				moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s with a "
-				    "computed command", names[i]);
+				moat_safety_raise(j, MOAT_SAFETY_SYSTEM,
+				    "%s with a "
+				    "computed command",
+				    names[i]);
 				continue;
 			}
 			moat_safety_shell(j, cmd, strlen(cmd), depth + 1);
@@ -269,7 +280,8 @@ judge_open(struct safety_judge *j, const char *code, const char *blank,
 			if (path != NULL)
 				moat_safety_write_target(j, "open()", path);
 			else
-				moat_safety_raise(j, MOAT_SAFETY_WRITE, "open() for "
+				moat_safety_raise(j, MOAT_SAFETY_WRITE,
+				    "open() for "
 				    "writing");
 		}
 		free(path);
@@ -280,22 +292,23 @@ void
 moat_safety_python(struct safety_judge *j, const char *code, int depth)
 {
 	static const char *const runners[] = { "os.system", "os.popen",
-	    "subprocess.run", "subprocess.call", "subprocess.Popen",
-	    "subprocess.check_output", "subprocess.check_call",
-	    "subprocess.getoutput", "subprocess.getstatusoutput",
-	    "check_output", "check_call", "Popen", NULL };
+		"subprocess.run", "subprocess.call", "subprocess.Popen",
+		"subprocess.check_output", "subprocess.check_call",
+		"subprocess.getoutput", "subprocess.getstatusoutput",
+		"check_output", "check_call", "Popen", NULL };
 	static const char *const deleters[] = { "shutil.rmtree", "rmtree",
-	    "os.remove", "os.unlink", "os.rmdir", "os.removedirs", ".unlink",
-	    ".rmdir", NULL };
+		"os.remove", "os.unlink", "os.rmdir", "os.removedirs",
+		".unlink", ".rmdir", NULL };
 	static const char *const systems[] = { "os.kill", "os.killpg",
-	    "os.setuid", "os.setgid", "os.chroot", "os.execv", "os.execvp",
-	    "os.execl", "os.execlp", "os.spawnv", "os.spawnl", "ctypes.CDLL",
-	    "signal.pthread_kill", NULL };
+		"os.setuid", "os.setgid", "os.chroot", "os.execv", "os.execvp",
+		"os.execl", "os.execlp", "os.spawnv", "os.spawnl",
+		"ctypes.CDLL", "signal.pthread_kill", NULL };
 	static const char *const writers[] = { ".write_text", ".write_bytes",
-	    "os.makedirs", "os.mkdir", "shutil.copy", "shutil.copy2",
-	    "shutil.copyfile", "shutil.copytree", "shutil.move", "os.rename",
-	    "os.replace", "os.symlink", "os.link", "os.chmod", "os.chown",
-	    ".mkdir", ".touch", ".to_csv", ".savefig", ".save", NULL };
+		"os.makedirs", "os.mkdir", "shutil.copy", "shutil.copy2",
+		"shutil.copyfile", "shutil.copytree", "shutil.move",
+		"os.rename", "os.replace", "os.symlink", "os.link", "os.chmod",
+		"os.chown", ".mkdir", ".touch", ".to_csv", ".savefig", ".save",
+		NULL };
 	size_t len = strlen(code);
 	const char *which;
 	char *blank;
@@ -307,20 +320,22 @@ moat_safety_python(struct safety_judge *j, const char *code, int depth)
 		return;
 	}
 	if (strstr(blank, "os.fork") != NULL && strstr(blank, "while") != NULL)
-		moat_safety_raise(j, MOAT_SAFETY_BLOCKED, "fork bomb: os.fork() in a "
+		moat_safety_raise(j, MOAT_SAFETY_BLOCKED,
+		    "fork bomb: os.fork() in a "
 		    "loop");
 	judge_runners(j, code, blank, len, runners, depth);
 	if (calls_any(blank, len, deleters, &which))
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "%s() deletes files",
-		    which);
+		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+		    "%s() deletes files", which);
 	if (strstr(blank, ".execute") != NULL)
 		moat_safety_sql(j, code, "SQL");
 	if (calls_any(blank, len, systems, &which))
-		moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "%s() acts on the system",
-		    which);
+		moat_safety_raise(j, MOAT_SAFETY_SYSTEM,
+		    "%s() acts on the system", which);
 	judge_open(j, code, blank, len);
 	if (calls_any(blank, len, writers, &which))
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s() writes files", which);
+		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s() writes files",
+		    which);
 	moat_safety_raise(j, MOAT_SAFETY_READ, "python code");
 	free(blank);
 }
@@ -328,15 +343,15 @@ moat_safety_python(struct safety_judge *j, const char *code, int depth)
 void
 moat_safety_node(struct safety_judge *j, const char *code, int depth)
 {
-	static const char *const runners[] = { "execSync", "exec",
-	    "spawnSync", "spawn", "execFileSync", "execFile", NULL };
+	static const char *const runners[] = { "execSync", "exec", "spawnSync",
+		"spawn", "execFileSync", "execFile", NULL };
 	static const char *const deleters[] = { "rmSync", "rmdirSync",
-	    "unlinkSync", "fs.rm", "fs.unlink", "fs.rmdir", ".rm", ".unlink",
-	    NULL };
+		"unlinkSync", "fs.rm", "fs.unlink", "fs.rmdir", ".rm",
+		".unlink", NULL };
 	static const char *const writers[] = { "writeFileSync",
-	    "appendFileSync", "mkdirSync", "copyFileSync", "renameSync",
-	    "writeFile", "appendFile", "mkdir", "createWriteStream",
-	    "copyFile", "rename", NULL };
+		"appendFileSync", "mkdirSync", "copyFileSync", "renameSync",
+		"writeFile", "appendFile", "mkdir", "createWriteStream",
+		"copyFile", "rename", NULL };
 	size_t len = strlen(code);
 	const char *which;
 	char *blank;
@@ -349,13 +364,15 @@ moat_safety_node(struct safety_judge *j, const char *code, int depth)
 	}
 	judge_runners(j, code, blank, len, runners, depth);
 	if (calls_any(blank, len, deleters, &which))
-		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE, "%s() deletes files",
-		    which);
+		moat_safety_raise(j, MOAT_SAFETY_DESTRUCTIVE,
+		    "%s() deletes files", which);
 	if (strstr(blank, "process.kill") != NULL)
-		moat_safety_raise(j, MOAT_SAFETY_SYSTEM, "process.kill() signals a "
+		moat_safety_raise(j, MOAT_SAFETY_SYSTEM,
+		    "process.kill() signals a "
 		    "process");
 	if (calls_any(blank, len, writers, &which))
-		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s() writes files", which);
+		moat_safety_raise(j, MOAT_SAFETY_WRITE, "%s() writes files",
+		    which);
 	moat_safety_raise(j, MOAT_SAFETY_READ, "node code");
 	free(blank);
 }

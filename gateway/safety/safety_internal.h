@@ -12,12 +12,12 @@
 
 #include "moat/safety.h"
 
-#define MOAT_SAFETY_MAX_DEPTH 6   /* sh -c "eval '...'" nesting */
+#define MOAT_SAFETY_MAX_DEPTH 6 /* sh -c "eval '...'" nesting */
 
 /* One classification in progress: the worst verdict so far. */
 struct safety_judge {
 	struct moat_safety_verdict v;
-	bool oom;                 /* an allocation failed: answer BLOCKED */
+	bool oom; /* an allocation failed: answer BLOCKED */
 };
 
 /* moat_safety_raise: raises the verdict to `level` with the formatted

@@ -15,7 +15,7 @@
 #include "moat/safety.h"
 #include "safety_internal.h"
 
-#define MAX_ARGS 256       /* words of one command that are looked at */
+#define MAX_ARGS 256 /* words of one command that are looked at */
 #define MAX_REDIRS 32
 
 /* ---- fork bombs ---- */
@@ -37,13 +37,14 @@ is_fork_bomb(const char *text, size_t len)
 			s[n++] = text[i];
 	s[n] = '\0';
 	for (p = strstr(s, "(){"); p != NULL && !found;
-	    p = strstr(p + 1, "(){")) {
+	     p = strstr(p + 1, "(){")) {
 		char name[64], pat[140];
 		char *start = p;
 		size_t nl;
 
-		while (start > s && (isalnum((unsigned char)start[-1]) ||
-		    start[-1] == '_' || start[-1] == ':' || start[-1] == '.'))
+		while (start > s &&
+		    (isalnum((unsigned char)start[-1]) || start[-1] == '_' ||
+		        start[-1] == ':' || start[-1] == '.'))
 			start--;
 		nl = (size_t)(p - start);
 		if (nl == 0 || nl >= sizeof(name))
@@ -69,7 +70,7 @@ is_fork_bomb(const char *text, size_t len)
 
 enum tok_kind {
 	TOK_WORD,
-	TOK_SEP,       /* ; && || & newline ( ) */
+	TOK_SEP, /* ; && || & newline ( ) */
 	TOK_PIPE,
 	TOK_REDIR_OUT, /* > >> >| &> ; next word is the target */
 	TOK_REDIR_IN,  /* < <<< ; next word is read */
@@ -80,9 +81,9 @@ enum tok_kind {
 struct lexer {
 	const char *s;
 	size_t len, pos;
-	char *word;           /* the current word's text (heap, len + 1) */
-	bool quoted;          /* some of it was quoted */
-	char heredoc[64];     /* a delimiter waiting for the newline */
+	char *word;       /* the current word's text (heap, len + 1) */
+	bool quoted;      /* some of it was quoted */
+	char heredoc[64]; /* a delimiter waiting for the newline */
 	bool heredoc_pending, heredoc_tabs;
 	struct safety_judge *j;
 	int depth;
@@ -145,8 +146,8 @@ skip_heredoc_body(struct lexer *lx)
 			while (start < eol && lx->s[start] == '\t')
 				start++;
 		lx->pos = eol < lx->len ? eol + 1 : eol;
-		if (eol - start == dl && memcmp(lx->s + start, lx->heredoc,
-		    dl) == 0)
+		if (eol - start == dl &&
+		    memcmp(lx->s + start, lx->heredoc, dl) == 0)
 			break;
 	}
 	lx->heredoc_pending = false;
@@ -163,8 +164,9 @@ next_token(struct lexer *lx)
 	lx->word[0] = '\0';
 	/* blanks and comments */
 	for (;;) {
-		while (lx->pos < lx->len && (s[lx->pos] == ' ' ||
-		    s[lx->pos] == '\t' || s[lx->pos] == '\r'))
+		while (lx->pos < lx->len &&
+		    (s[lx->pos] == ' ' || s[lx->pos] == '\t' ||
+		        s[lx->pos] == '\r'))
 			lx->pos++;
 		if (lx->pos + 1 < lx->len && s[lx->pos] == '\\' &&
 		    s[lx->pos + 1] == '\n') {
@@ -217,15 +219,15 @@ next_token(struct lexer *lx)
 		char c = s[lx->pos++];
 
 		if (c == '>') {
-			if (lx->pos < lx->len && (s[lx->pos] == '>' ||
-			    s[lx->pos] == '|'))
+			if (lx->pos < lx->len &&
+			    (s[lx->pos] == '>' || s[lx->pos] == '|'))
 				lx->pos++;
 			else if (lx->pos < lx->len && s[lx->pos] == '&') {
 				/* >&2, >&- : a duplication, no file */
 				lx->pos++;
 				while (lx->pos < lx->len &&
 				    (isdigit((unsigned char)s[lx->pos]) ||
-				    s[lx->pos] == '-'))
+				        s[lx->pos] == '-'))
 					lx->pos++;
 				return next_token(lx);
 			}
@@ -237,8 +239,8 @@ next_token(struct lexer *lx)
 				lx->pos++;
 				return TOK_REDIR_IN;
 			}
-			lx->heredoc_tabs = lx->pos < lx->len &&
-			    s[lx->pos] == '-';
+			lx->heredoc_tabs =
+			    lx->pos < lx->len && s[lx->pos] == '-';
 			if (lx->heredoc_tabs)
 				lx->pos++;
 			return TOK_HEREDOC;
@@ -247,7 +249,7 @@ next_token(struct lexer *lx)
 			lx->pos++;
 			while (lx->pos < lx->len &&
 			    (isdigit((unsigned char)s[lx->pos]) ||
-			    s[lx->pos] == '-'))
+			        s[lx->pos] == '-'))
 				lx->pos++;
 			return next_token(lx);
 		}
@@ -307,7 +309,8 @@ next_token(struct lexer *lx)
 			if (lx->pos < lx->len)
 				lx->pos++;
 		} else if ((c == '$' && lx->pos + 1 < lx->len &&
-		    s[lx->pos + 1] == '(') || c == '`') {
+		               s[lx->pos + 1] == '(') ||
+		    c == '`') {
 			bool tick = c == '`';
 			size_t start = lx->pos + (tick ? 1 : 2);
 			size_t end = skip_subst(s, lx->len, start, tick);
@@ -347,7 +350,6 @@ struct command {
 	int n_redir_out;
 };
 
-
 void
 moat_safety_shell(struct safety_judge *j, const char *text, size_t len,
     int depth)
@@ -356,7 +358,7 @@ moat_safety_shell(struct safety_judge *j, const char *text, size_t len,
 	struct command *c = NULL;
 	char *arena = NULL;
 	size_t used = 0;
-	enum tok_kind t, pending = TOK_WORD;  /* a redirection waiting */
+	enum tok_kind t, pending = TOK_WORD; /* a redirection waiting */
 
 	if (depth > MOAT_SAFETY_MAX_DEPTH || len == 0)
 		return;
@@ -379,7 +381,7 @@ moat_safety_shell(struct safety_judge *j, const char *text, size_t len,
 			char *copy;
 
 			if (used + wl + 1 > 2 * len + 2)
-				break;   /* cannot happen: words come from text */
+				break; /* cannot happen: words come from text */
 			copy = arena + used;
 			memcpy(copy, lx.word, wl + 1);
 			used += wl + 1;

@@ -46,11 +46,11 @@
 #define EXT4_LABEL_LEN 16
 
 struct boot_cmdline {
-	char root[128]; /* moat.root=: /dev/vdX or LABEL=name */
+	char root[128];    /* moat.root=: /dev/vdX or LABEL=name */
 	char scratch[128]; /* moat.scratch=: likewise, or "tmpfs" */
-	char port[128]; /* moat.port=: virtio-serial port name */
-	char vsock[16]; /* moat.vsock=: AF_VSOCK port, "" if unset */
-	char test[32]; /* moat.test= */
+	char port[128];    /* moat.port=: virtio-serial port name */
+	char vsock[16];    /* moat.vsock=: AF_VSOCK port, "" if unset */
+	char test[32];     /* moat.test= */
 };
 
 /* boot_log: one line to the kernel log, so it reaches the serial console
@@ -58,7 +58,7 @@ struct boot_cmdline {
  * prints; before /dev is mounted it falls back to stderr, which the
  * kernel opened on /dev/console for us. */
 static void __attribute__((format(printf, 2, 3)))
-boot_log(int error, const char* fmt, ...)
+boot_log(int error, const char *fmt, ...)
 {
 	char line[512];
 	va_list ap;
@@ -93,16 +93,17 @@ boot_now_ms(void)
 static void
 boot_sleep_ms(long ms)
 {
-	struct timespec ts
-	    = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+	struct timespec ts = { .tv_sec = ms / 1000,
+		.tv_nsec = (ms % 1000) * 1000000L };
 
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) { }
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
 }
 
 /* boot_read_small: reads a small text file (sysfs, procfs) into buf,
  * NUL-terminated, trailing newline removed. Returns 0 or an errno. */
 static int
-boot_read_small(const char* path, char* buf, size_t size)
+boot_read_small(const char *path, char *buf, size_t size)
 {
 	ssize_t n;
 	int fd;
@@ -130,8 +131,8 @@ boot_uptime_ms(void)
 }
 
 static int
-boot_mount(const char* src, const char* dst, const char* type,
-    unsigned long flags, const char* data)
+boot_mount(const char *src, const char *dst, const char *type,
+    unsigned long flags, const char *data)
 {
 	if (mkdir(dst, 0755) != 0 && errno != EEXIST) {
 		boot_log(1, "mkdir %s: %s", dst, strerror(errno));
@@ -151,7 +152,7 @@ boot_mount(const char* src, const char* dst, const char* type,
  * starts with key=. Values longer than dst are an error the caller sees
  * as a missing device later; they are cut, never overflowed. */
 static void
-boot_copy_value(const char* word, const char* key, char* dst, size_t size)
+boot_copy_value(const char *word, const char *key, char *dst, size_t size)
 {
 	size_t klen = strlen(key);
 
@@ -160,7 +161,7 @@ boot_copy_value(const char* word, const char* key, char* dst, size_t size)
 }
 
 static int
-boot_parse_cmdline(struct boot_cmdline* c)
+boot_parse_cmdline(struct boot_cmdline *c)
 {
 	char line[4096], *word, *save;
 	int rv;
@@ -176,11 +177,11 @@ boot_parse_cmdline(struct boot_cmdline* c)
 	for (word = strtok_r(line, " \t\n", &save); word != NULL;
 	     word = strtok_r(NULL, " \t\n", &save)) {
 		boot_copy_value(word, "moat.root", c->root, sizeof(c->root));
-		boot_copy_value(
-		    word, "moat.scratch", c->scratch, sizeof(c->scratch));
+		boot_copy_value(word, "moat.scratch", c->scratch,
+		    sizeof(c->scratch));
 		boot_copy_value(word, "moat.port", c->port, sizeof(c->port));
-		boot_copy_value(
-		    word, "moat.vsock", c->vsock, sizeof(c->vsock));
+		boot_copy_value(word, "moat.vsock", c->vsock,
+		    sizeof(c->vsock));
 		boot_copy_value(word, "moat.test", c->test, sizeof(c->test));
 	}
 	return 0;
@@ -190,7 +191,7 @@ boot_parse_cmdline(struct boot_cmdline* c)
  * Each load costs tens of milliseconds under TCG: QEMU guests talk over
  * virtio-serial and never need vsock; Firecracker guests the reverse. */
 static int
-boot_module_unused(const char* name, int vsock)
+boot_module_unused(const char *name, int vsock)
 {
 	if (vsock)
 		return strncmp(name, "virtio_console", 14) == 0;
@@ -204,7 +205,7 @@ static int
 boot_load_modules(int vsock)
 {
 	char name[256], path[512];
-	FILE* list;
+	FILE *list;
 	int fd, rv = 0;
 
 	if ((list = fopen(BOOT_MODULE_LIST, "re")) == NULL) {
@@ -215,8 +216,8 @@ boot_load_modules(int vsock)
 	}
 	while (fgets(name, sizeof(name), list) != NULL) {
 		name[strcspn(name, "\r\n")] = '\0';
-		if (name[0] == '\0' || name[0] == '#'
-		    || boot_module_unused(name, vsock))
+		if (name[0] == '\0' || name[0] == '#' ||
+		    boot_module_unused(name, vsock))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", BOOT_MODULE_DIR, name);
 		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
@@ -224,8 +225,8 @@ boot_load_modules(int vsock)
 			boot_log(1, "open module %s: %s", path, strerror(rv));
 			break;
 		}
-		if (syscall(SYS_finit_module, fd, "", 0) != 0
-		    && errno != EEXIST) {
+		if (syscall(SYS_finit_module, fd, "", 0) != 0 &&
+		    errno != EEXIST) {
 			rv = errno;
 			boot_log(1, "load module %s: %s", path, strerror(rv));
 			close(fd);
@@ -243,7 +244,7 @@ boot_load_modules(int vsock)
 /* boot_ext4_label_is: whether block device dev holds an ext4 (or ext2/3)
  * superblock with this volume label. */
 static int
-boot_ext4_label_is(const char* dev, const char* label)
+boot_ext4_label_is(const char *dev, const char *label)
 {
 	unsigned char sb[EXT4_LABEL_AT + EXT4_LABEL_LEN];
 	char found[EXT4_LABEL_LEN + 1];
@@ -266,11 +267,11 @@ boot_ext4_label_is(const char* dev, const char* label)
 /* boot_find_disk: resolves a moat.root=/moat.scratch= value to a /dev
  * path once, without waiting. Returns 1 when found. */
 static int
-boot_find_disk(const char* spec, char* dev, size_t size)
+boot_find_disk(const char *spec, char *dev, size_t size)
 {
-	struct dirent* de;
+	struct dirent *de;
 	struct stat st;
-	DIR* dir;
+	DIR *dir;
 	int found = 0;
 
 	if (strncmp(spec, "LABEL=", 6) != 0) {
@@ -293,11 +294,11 @@ boot_find_disk(const char* spec, char* dev, size_t size)
 /* boot_find_port: looks once for the virtio-serial port with this name;
  * fills path with its /dev node. Returns 1 when found. */
 static int
-boot_find_port(const char* want, char* path, size_t size)
+boot_find_port(const char *want, char *path, size_t size)
 {
 	char file[300], name[160];
-	struct dirent* de;
-	DIR* dir;
+	struct dirent *de;
+	DIR *dir;
 	int found = 0;
 
 	if ((dir = opendir("/sys/class/virtio-ports")) == NULL)
@@ -307,11 +308,11 @@ boot_find_port(const char* want, char* path, size_t size)
 			continue;
 		snprintf(file, sizeof(file), "/sys/class/virtio-ports/%s/name",
 		    de->d_name);
-		if (boot_read_small(file, name, sizeof(name)) != 0
-		    || strcmp(name, want) != 0)
+		if (boot_read_small(file, name, sizeof(name)) != 0 ||
+		    strcmp(name, want) != 0)
 			continue;
-		if ((size_t)snprintf(path, size, "/dev/%s", de->d_name)
-		    >= size)
+		if ((size_t)snprintf(path, size, "/dev/%s", de->d_name) >=
+		    size)
 			continue;
 		found = access(path, R_OK | W_OK) == 0;
 	}
@@ -320,8 +321,8 @@ boot_find_port(const char* want, char* path, size_t size)
 }
 
 static int
-boot_wait_disks(const struct boot_cmdline* c, uint64_t deadline, char* root,
-    char* scratch, size_t size)
+boot_wait_disks(const struct boot_cmdline *c, uint64_t deadline, char *root,
+    char *scratch, size_t size)
 {
 	int have_root = 0, have_scratch = strcmp(c->scratch, "tmpfs") == 0;
 
@@ -329,8 +330,8 @@ boot_wait_disks(const struct boot_cmdline* c, uint64_t deadline, char* root,
 		if (!have_root)
 			have_root = boot_find_disk(c->root, root, size);
 		if (!have_scratch)
-			have_scratch
-			    = boot_find_disk(c->scratch, scratch, size);
+			have_scratch =
+			    boot_find_disk(c->scratch, scratch, size);
 		if (have_root && have_scratch)
 			return 0;
 		if (boot_now_ms() >= deadline)
@@ -348,32 +349,31 @@ boot_wait_disks(const struct boot_cmdline* c, uint64_t deadline, char* root,
 
 /* boot_make_root: image + scratch -> overlay at /newroot. */
 static int
-boot_make_root(const char* root, const char* scratch)
+boot_make_root(const char *root, const char *scratch)
 {
 	int rv;
 
-	if ((rv = boot_mount(
-	         root, "/mnt/lower", "ext4", MS_RDONLY | MS_NOATIME, "noload"))
-	    != 0)
+	if ((rv = boot_mount(root, "/mnt/lower", "ext4",
+	         MS_RDONLY | MS_NOATIME, "noload")) != 0)
 		return rv;
 	if (scratch[0] == '\0')
-		rv = boot_mount(
-		    "tmpfs", "/mnt/scratch", "tmpfs", MS_NOATIME, "mode=0755");
+		rv = boot_mount("tmpfs", "/mnt/scratch", "tmpfs", MS_NOATIME,
+		    "mode=0755");
 	else
 		/* noinit_itable: vmd makes the scratch disk with lazy inode
 		 * tables in a sparse file, whose holes read as zeros already;
 		 * zeroing them in the background cost every sandbox and every
 		 * clone of it block I/O and ~2,000 guest blocks to translate
 		 * under TCG right after a restore (restore 165 -> 141 ms). */
-		rv = boot_mount(
-		    scratch, "/mnt/scratch", "ext4", MS_NOATIME, "noinit_itable");
+		rv = boot_mount(scratch, "/mnt/scratch", "ext4", MS_NOATIME,
+		    "noinit_itable");
 	if (rv != 0)
 		return rv;
-	if ((mkdir("/mnt/scratch/upper", 0755) != 0 && errno != EEXIST)
-	    || (mkdir("/mnt/scratch/work", 0755) != 0 && errno != EEXIST)) {
+	if ((mkdir("/mnt/scratch/upper", 0755) != 0 && errno != EEXIST) ||
+	    (mkdir("/mnt/scratch/work", 0755) != 0 && errno != EEXIST)) {
 		rv = errno;
-		boot_log(
-		    1, "mkdir upper/work on %s: %s", scratch, strerror(rv));
+		boot_log(1, "mkdir upper/work on %s: %s", scratch,
+		    strerror(rv));
 		return rv;
 	}
 	return boot_mount("overlay", "/newroot", "overlay", MS_NOATIME,
@@ -386,7 +386,7 @@ boot_make_root(const char* root, const char* scratch)
 static int
 boot_switch_root(void)
 {
-	static const char* const moved[] = { "/dev", "/proc", "/sys" };
+	static const char *const moved[] = { "/dev", "/proc", "/sys" };
 	char dst[64];
 	size_t i;
 	int rv;
@@ -396,8 +396,9 @@ boot_switch_root(void)
 		if ((rv = boot_mount(moved[i], dst, NULL, MS_MOVE, NULL)) != 0)
 			return rv;
 	}
-	if (chdir("/newroot") != 0 || mount(".", "/", NULL, MS_MOVE, NULL) != 0
-	    || chroot(".") != 0 || chdir("/") != 0) {
+	if (chdir("/newroot") != 0 ||
+	    mount(".", "/", NULL, MS_MOVE, NULL) != 0 || chroot(".") != 0 ||
+	    chdir("/") != 0) {
 		rv = errno;
 		boot_log(1, "switch root to /newroot: %s", strerror(rv));
 		return rv;
@@ -431,26 +432,25 @@ boot_mount_api(void)
 	const unsigned long api = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 	int rv;
 
-	if ((rv = boot_mount(
-	         "devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755"))
-	    != 0)
+	if ((rv = boot_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID,
+	         "mode=0755")) != 0)
 		return rv;
 	if ((rv = boot_mount("proc", "/proc", "proc", api, NULL)) != 0)
 		return rv;
 	if ((rv = boot_mount("sysfs", "/sys", "sysfs", api, NULL)) != 0)
 		return rv;
-	(void)boot_mount(
-	    "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+	(void)boot_mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+	    "mode=1777");
 	(void)boot_mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 	    "gid=5,mode=620,ptmxmode=666");
 	return 0;
 }
 
 static int
-boot_parse_vsock(const char* text, uint32_t* port)
+boot_parse_vsock(const char *text, uint32_t *port)
 {
 	unsigned long value;
-	char* end;
+	char *end;
 
 	*port = 0;
 	if (text[0] == '\0')
@@ -469,7 +469,7 @@ boot_parse_vsock(const char* text, uint32_t* port)
  * port (the host names it; the kernel learns the name a little after the
  * port itself). */
 static int
-boot_wait_port(const char* name, uint64_t deadline, char* path, size_t size)
+boot_wait_port(const char *name, uint64_t deadline, char *path, size_t size)
 {
 	while (!boot_find_port(name, path, size)) {
 		if (boot_now_ms() >= deadline) {
@@ -499,7 +499,7 @@ boot_finish_root(void)
 }
 
 int
-agent_boot_init(struct agent_boot* b)
+agent_boot_init(struct agent_boot *b)
 {
 	char root[300] = "", scratch[300] = "";
 	struct boot_cmdline c;
@@ -508,8 +508,9 @@ agent_boot_init(struct agent_boot* b)
 
 	memset(b, 0, sizeof(*b));
 	b->lower_fd = b->upper_fd = -1;
-	if ((rv = boot_mount_api()) != 0 || (rv = boot_parse_cmdline(&c)) != 0
-	    || (rv = boot_parse_vsock(c.vsock, &b->vsock_port)) != 0)
+	if ((rv = boot_mount_api()) != 0 ||
+	    (rv = boot_parse_cmdline(&c)) != 0 ||
+	    (rv = boot_parse_vsock(c.vsock, &b->vsock_port)) != 0)
 		return rv;
 	snprintf(b->test_mode, sizeof(b->test_mode), "%s", c.test);
 	if ((rv = boot_load_modules(b->vsock_port != 0)) != 0)
@@ -518,16 +519,16 @@ agent_boot_init(struct agent_boot* b)
 	    (unsigned long long)boot_uptime_ms());
 
 	deadline = boot_now_ms() + BOOT_DEVICE_WAIT_MS;
-	if ((rv = boot_wait_disks(&c, deadline, root, scratch, sizeof(root)))
-	    != 0)
+	if ((rv = boot_wait_disks(&c, deadline, root, scratch,
+	         sizeof(root))) != 0)
 		return rv;
 	if ((rv = boot_make_root(root, scratch)) != 0)
 		return rv;
 	/* The fs trace walks these from the new root, where they are out of
 	 * sight: open them now. */
 	b->lower_fd = open("/mnt/lower", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	b->upper_fd
-	    = open("/mnt/scratch/upper", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	b->upper_fd =
+	    open("/mnt/scratch/upper", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (b->lower_fd < 0 || b->upper_fd < 0) {
 		rv = errno;
 		boot_log(1, "open lower/upper dirs: %s", strerror(rv));
@@ -536,13 +537,12 @@ agent_boot_init(struct agent_boot* b)
 	if ((rv = boot_switch_root()) != 0)
 		return rv;
 	boot_finish_root();
-	boot_log(
-	    0, "new root at %llu ms", (unsigned long long)boot_uptime_ms());
+	boot_log(0, "new root at %llu ms",
+	    (unsigned long long)boot_uptime_ms());
 
-	if (b->vsock_port == 0
-	    && (rv = boot_wait_port(
-	            c.port, deadline, b->port_path, sizeof(b->port_path)))
-	        != 0)
+	if (b->vsock_port == 0 &&
+	    (rv = boot_wait_port(c.port, deadline, b->port_path,
+	         sizeof(b->port_path))) != 0)
 		return rv;
 	b->boot_ms = boot_uptime_ms();
 	boot_log(0, "booted at %llu ms, serving %s",

@@ -21,12 +21,12 @@
 #include <stdint.h>
 
 struct agent_boot {
-	int lower_fd;          /* image root dir, -1 when not booted by us */
-	int upper_fd;          /* overlay upper dir, -1 likewise */
-	char port_path[256];   /* /dev/vportNpM to serve, "" if none */
-	uint32_t vsock_port;   /* 0 unless moat.vsock= */
-	uint64_t boot_ms;      /* guest uptime when boot finished */
-	char test_mode[32];    /* moat.test=, "" normally */
+	int lower_fd;        /* image root dir, -1 when not booted by us */
+	int upper_fd;        /* overlay upper dir, -1 likewise */
+	char port_path[256]; /* /dev/vportNpM to serve, "" if none */
+	uint32_t vsock_port; /* 0 unless moat.vsock= */
+	uint64_t boot_ms;    /* guest uptime when boot finished */
+	char test_mode[32];  /* moat.test=, "" normally */
 };
 
 /* agent_boot_init: does PID 1's setup. Returns 0 with *b filled, or an

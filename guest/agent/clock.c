@@ -54,7 +54,7 @@ clock_reseed(const uint8_t *bytes, size_t len)
 			rv = errno;
 		else if (ioctl(fd, RNDRESEEDCRNG) != 0 && errno != ENOTTY &&
 		    errno != EINVAL)
-			rv = errno;  /* ENOTTY, EINVAL: a kernel before 4.17 */
+			rv = errno; /* ENOTTY, EINVAL: a kernel before 4.17 */
 		close(fd);
 	}
 	explicit_bzero(info, sizeof(*info) + len);
@@ -63,8 +63,8 @@ clock_reseed(const uint8_t *bytes, size_t len)
 }
 
 int
-agent_reset_after_restore(struct agent *a,
-    const Moat__V1__GuestRequest *req, char **why)
+agent_reset_after_restore(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
 {
 	const Moat__V1__ResetAfterRestore *r = req->reset;
 	struct timespec ts;
@@ -74,8 +74,8 @@ agent_reset_after_restore(struct agent *a,
 	if (r->entropy.len < RESET_ENTROPY_MIN ||
 	    r->entropy.len > RESET_ENTROPY_MAX) {
 		*why = moat_asprintf("%zu bytes of entropy given: send %u to "
-		    "%u", r->entropy.len, RESET_ENTROPY_MIN,
-		    RESET_ENTROPY_MAX);
+		                     "%u",
+		    r->entropy.len, RESET_ENTROPY_MIN, RESET_ENTROPY_MAX);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (r->unix_ns <= 0) {
@@ -92,7 +92,8 @@ agent_reset_after_restore(struct agent *a,
 	if (!a->pid1) {
 		/* A test's reset must never set the host's clock or name, nor
 		 * feed its RNG: answer what a guest would, and say so. */
-		moat_info(req->id, "reset after restore: host mode: not "
+		moat_info(req->id,
+		    "reset after restore: host mode: not "
 		    "applied (clock %lld.%09lld, %zu bytes of entropy%s%s)",
 		    (long long)(r->unix_ns / 1000000000),
 		    (long long)(r->unix_ns % 1000000000), r->entropy.len,
@@ -111,18 +112,20 @@ agent_reset_after_restore(struct agent *a,
 	ts.tv_nsec = (long)(r->unix_ns % 1000000000);
 	if (clock_settime(CLOCK_REALTIME, &ts) != 0) {
 		err = errno;
-		*why = moat_asprintf("cannot set the clock: %s",
-		    strerror(err));
+		*why =
+		    moat_asprintf("cannot set the clock: %s", strerror(err));
 		return moat_status_from_errno(err);
 	}
 	if (hlen > 0 && sethostname(r->hostname, hlen) != 0) {
 		err = errno;
-		*why = moat_asprintf("cannot set hostname %s: %s",
-		    r->hostname, strerror(err));
+		*why = moat_asprintf("cannot set hostname %s: %s", r->hostname,
+		    strerror(err));
 		return moat_status_from_errno(err);
 	}
-	moat_info(req->id, "reset after restore: clock set, %zu bytes of "
-	    "entropy added%s%s", r->entropy.len, hlen ? ", hostname " : "",
+	moat_info(req->id,
+	    "reset after restore: clock set, %zu bytes of "
+	    "entropy added%s%s",
+	    r->entropy.len, hlen ? ", hostname " : "",
 	    hlen ? r->hostname : "");
 	agent_send_ack(a, req->id);
 	return MOAT_OK;

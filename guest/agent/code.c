@@ -55,69 +55,69 @@
  * "HAS LEN_RESULT LEN_NAME LEN_VALUE LEN_TRACEBACK\n" and then the four
  * UTF-8 fields back to back. SIGINT is ignored outside a cell, so an
  * interrupt that comes late never kills the driver. */
-static const char code_py_driver[]
-    = "import ast, linecache, os, signal, sys, traceback\n"
-      "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-      "cmd, rep = os.fdopen(3, 'rb'), os.fdopen(4, 'wb')\n"
-      "sys.path.insert(0, '')\n"
-      "ns = {'__name__': '__main__', '__builtins__': __builtins__}\n"
-      "def cut(s, n):\n"
-      "    return s if len(s) <= n else s[:n] + '...[cut]'\n"
-      "def run(src, name):\n"
-      "    linecache.cache[name] = (len(src), None,\n"
-      "                             src.splitlines(True), name)\n"
-      "    tree = ast.parse(src, name, 'exec')\n"
-      "    last = None\n"
-      "    if tree.body and isinstance(tree.body[-1], ast.Expr):\n"
-      "        last = ast.Expression(tree.body.pop().value)\n"
-      "    exec(compile(tree, name, 'exec'), ns)\n"
-      "    if last is not None:\n"
-      "        v = eval(compile(last, name, 'eval'), ns)\n"
-      "        if v is not None:\n"
-      "            return cut(repr(v), 65536 * 4)\n"
-      "def text(e):\n"
-      "    try:\n"
-      "        return cut(str(e), 65536)\n"
-      "    except BaseException:\n"
-      "        return '<unprintable>'\n"
-      "n = 0\n"
-      "while True:\n"
-      "    line = cmd.readline()\n"
-      "    if not line:\n"
-      "        break\n"
-      "    src = cmd.read(int(line)).decode('utf-8', 'replace')\n"
-      "    n += 1\n"
-      "    res, en, ev, tb, has = '', '', '', '', 0\n"
-      "    try:\n"
-      "        try:\n"
-      "            signal.signal(signal.SIGINT, "
-      "signal.default_int_handler)\n"
-      "            r = run(src, '<cell-%d>' % n)\n"
-      "            if r is not None:\n"
-      "                has, res = 1, r\n"
-      "        finally:\n"
-      "            signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-      "    except BaseException as e:\n"
-      "        t = e.__traceback__\n"
-      "        while t is not None and "
-      "t.tb_frame.f_code.co_filename == '<string>':\n"
-      "            t = t.tb_next\n"
-      "        en, ev = type(e).__name__, text(e)\n"
-      "        try:\n"
-      "            tb = cut(''.join(traceback.format_exception("
-      "type(e), e, t)), 65536 * 4)\n"
-      "        except BaseException:\n"
-      "            tb = ''\n"
-      "        del e, t\n"
-      "    for f in (sys.stdout, sys.stderr):\n"
-      "        try:\n"
-      "            f.flush()\n"
-      "        except BaseException:\n"
-      "            pass\n"
-      "    p = [x.encode('utf-8', 'replace') for x in (res, en, ev, tb)]\n"
-      "    rep.write(('%d %d %d %d %d\\n' % (has, *map(len, p))).encode()"
-      " + b''.join(p))\n"
-      "    rep.flush()\n";
+static const char code_py_driver[] =
+    "import ast, linecache, os, signal, sys, traceback\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "cmd, rep = os.fdopen(3, 'rb'), os.fdopen(4, 'wb')\n"
+    "sys.path.insert(0, '')\n"
+    "ns = {'__name__': '__main__', '__builtins__': __builtins__}\n"
+    "def cut(s, n):\n"
+    "    return s if len(s) <= n else s[:n] + '...[cut]'\n"
+    "def run(src, name):\n"
+    "    linecache.cache[name] = (len(src), None,\n"
+    "                             src.splitlines(True), name)\n"
+    "    tree = ast.parse(src, name, 'exec')\n"
+    "    last = None\n"
+    "    if tree.body and isinstance(tree.body[-1], ast.Expr):\n"
+    "        last = ast.Expression(tree.body.pop().value)\n"
+    "    exec(compile(tree, name, 'exec'), ns)\n"
+    "    if last is not None:\n"
+    "        v = eval(compile(last, name, 'eval'), ns)\n"
+    "        if v is not None:\n"
+    "            return cut(repr(v), 65536 * 4)\n"
+    "def text(e):\n"
+    "    try:\n"
+    "        return cut(str(e), 65536)\n"
+    "    except BaseException:\n"
+    "        return '<unprintable>'\n"
+    "n = 0\n"
+    "while True:\n"
+    "    line = cmd.readline()\n"
+    "    if not line:\n"
+    "        break\n"
+    "    src = cmd.read(int(line)).decode('utf-8', 'replace')\n"
+    "    n += 1\n"
+    "    res, en, ev, tb, has = '', '', '', '', 0\n"
+    "    try:\n"
+    "        try:\n"
+    "            signal.signal(signal.SIGINT, "
+    "signal.default_int_handler)\n"
+    "            r = run(src, '<cell-%d>' % n)\n"
+    "            if r is not None:\n"
+    "                has, res = 1, r\n"
+    "        finally:\n"
+    "            signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "    except BaseException as e:\n"
+    "        t = e.__traceback__\n"
+    "        while t is not None and "
+    "t.tb_frame.f_code.co_filename == '<string>':\n"
+    "            t = t.tb_next\n"
+    "        en, ev = type(e).__name__, text(e)\n"
+    "        try:\n"
+    "            tb = cut(''.join(traceback.format_exception("
+    "type(e), e, t)), 65536 * 4)\n"
+    "        except BaseException:\n"
+    "            tb = ''\n"
+    "        del e, t\n"
+    "    for f in (sys.stdout, sys.stderr):\n"
+    "        try:\n"
+    "            f.flush()\n"
+    "        except BaseException:\n"
+    "            pass\n"
+    "    p = [x.encode('utf-8', 'replace') for x in (res, en, ev, tb)]\n"
+    "    rep.write(('%d %d %d %d %d\\n' % (has, *map(len, p))).encode()"
+    " + b''.join(p))\n"
+    "    rep.flush()\n";
 
 /* The node driver, run as node -e: the same protocol as the python one.
  * Cells run in the main context (vm.runInThisContext), so top-level
@@ -126,64 +126,64 @@ static const char code_py_driver[]
  * interrupts a running cell (breakOnSigint) and is ignored between
  * cells. The driver's own names live in a closure, out of the cells'
  * way. Synchronous code only: a cell's promises are not awaited. */
-static const char code_node_driver[]
-    = "globalThis.require = require;\n"
-      "(() => {\n"
-      "const fs = require('fs'), vm = require('vm'), util = "
-      "require('util');\n"
-      "process.on('SIGINT', () => {});\n"
-      "const cut = (s, n) => s.length <= n ? s : s.slice(0, n) + "
-      "'...[cut]';\n"
-      "let pend = Buffer.alloc(0), n = 0;\n"
-      "function more() {\n"
-      "  const b = Buffer.alloc(65536);\n"
-      "  let k;\n"
-      "  for (;;) {\n"
-      "    try { k = fs.readSync(3, b, 0, b.length, null); break; }\n"
-      "    catch (e) { if (e.code !== 'EAGAIN' && e.code !== 'EINTR') "
-      "throw e; }\n"
-      "  }\n"
-      "  if (k === 0) process.exit(0);\n"
-      "  pend = Buffer.concat([pend, b.subarray(0, k)]);\n"
-      "}\n"
-      "function text(v) { try { return cut(String(v), 65536); } "
-      "catch (e) { return '<unprintable>'; } }\n"
-      "for (;;) {\n"
-      "  let nl;\n"
-      "  while ((nl = pend.indexOf(10)) < 0) more();\n"
-      "  const len = parseInt(pend.subarray(0, nl).toString(), 10);\n"
-      "  pend = pend.subarray(nl + 1);\n"
-      "  while (pend.length < len) more();\n"
-      "  const src = pend.subarray(0, len).toString('utf8');\n"
-      "  pend = pend.subarray(len);\n"
-      "  n++;\n"
-      "  let res = '', en = '', ev = '', tb = '', has = 0;\n"
-      "  try {\n"
-      "    const v = vm.runInThisContext(src, { filename: '<cell-' + n "
-      "+ '>', breakOnSigint: true });\n"
-      "    if (v !== undefined) { has = 1; res = cut(util.inspect(v), "
-      "262144); }\n"
-      "  } catch (e) {\n"
-      "    const interrupted = e && e.code === "
-      "'ERR_SCRIPT_EXECUTION_INTERRUPTED';\n"
-      "    en = interrupted ? 'KeyboardInterrupt' : (e && e.name) ? "
-      "String(e.name) : typeof e;\n"
-      "    ev = text(e && e.message !== undefined ? e.message : e);\n"
-      "    tb = cut(String((e && e.stack) || ev), 262144);\n"
-      "  }\n"
-      "  const p = [res, en, ev, tb].map((x) => Buffer.from(x, "
-      "'utf8'));\n"
-      "  const head = Buffer.from([has, ...p.map((x) => "
-      "x.length)].join(' ') + '\\n');\n"
-      "  const out = Buffer.concat([head, ...p]);\n"
-      "  for (let off = 0; off < out.length;) {\n"
-      "    try { off += fs.writeSync(4, out, off); }\n"
-      "    catch (e) { if (e.code !== 'EAGAIN') throw e; }\n"
-      "  }\n"
-      "}\n"
-      "})();\n";
+static const char code_node_driver[] =
+    "globalThis.require = require;\n"
+    "(() => {\n"
+    "const fs = require('fs'), vm = require('vm'), util = "
+    "require('util');\n"
+    "process.on('SIGINT', () => {});\n"
+    "const cut = (s, n) => s.length <= n ? s : s.slice(0, n) + "
+    "'...[cut]';\n"
+    "let pend = Buffer.alloc(0), n = 0;\n"
+    "function more() {\n"
+    "  const b = Buffer.alloc(65536);\n"
+    "  let k;\n"
+    "  for (;;) {\n"
+    "    try { k = fs.readSync(3, b, 0, b.length, null); break; }\n"
+    "    catch (e) { if (e.code !== 'EAGAIN' && e.code !== 'EINTR') "
+    "throw e; }\n"
+    "  }\n"
+    "  if (k === 0) process.exit(0);\n"
+    "  pend = Buffer.concat([pend, b.subarray(0, k)]);\n"
+    "}\n"
+    "function text(v) { try { return cut(String(v), 65536); } "
+    "catch (e) { return '<unprintable>'; } }\n"
+    "for (;;) {\n"
+    "  let nl;\n"
+    "  while ((nl = pend.indexOf(10)) < 0) more();\n"
+    "  const len = parseInt(pend.subarray(0, nl).toString(), 10);\n"
+    "  pend = pend.subarray(nl + 1);\n"
+    "  while (pend.length < len) more();\n"
+    "  const src = pend.subarray(0, len).toString('utf8');\n"
+    "  pend = pend.subarray(len);\n"
+    "  n++;\n"
+    "  let res = '', en = '', ev = '', tb = '', has = 0;\n"
+    "  try {\n"
+    "    const v = vm.runInThisContext(src, { filename: '<cell-' + n "
+    "+ '>', breakOnSigint: true });\n"
+    "    if (v !== undefined) { has = 1; res = cut(util.inspect(v), "
+    "262144); }\n"
+    "  } catch (e) {\n"
+    "    const interrupted = e && e.code === "
+    "'ERR_SCRIPT_EXECUTION_INTERRUPTED';\n"
+    "    en = interrupted ? 'KeyboardInterrupt' : (e && e.name) ? "
+    "String(e.name) : typeof e;\n"
+    "    ev = text(e && e.message !== undefined ? e.message : e);\n"
+    "    tb = cut(String((e && e.stack) || ev), 262144);\n"
+    "  }\n"
+    "  const p = [res, en, ev, tb].map((x) => Buffer.from(x, "
+    "'utf8'));\n"
+    "  const head = Buffer.from([has, ...p.map((x) => "
+    "x.length)].join(' ') + '\\n');\n"
+    "  const out = Buffer.concat([head, ...p]);\n"
+    "  for (let off = 0; off < out.length;) {\n"
+    "    try { off += fs.writeSync(4, out, off); }\n"
+    "    catch (e) { if (e.code !== 'EAGAIN') throw e; }\n"
+    "  }\n"
+    "}\n"
+    "})();\n";
 
-static const char* const code_env[] = {
+static const char *const code_env[] = {
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	"HOME=/root",
 	"LANG=C.UTF-8",
@@ -191,10 +191,10 @@ static const char* const code_env[] = {
 	NULL,
 };
 
-extern char** environ;
+extern char **environ;
 
 struct code_stream {
-	uint8_t* buf; /* up to cap bytes kept, owned */
+	uint8_t *buf; /* up to cap bytes kept, owned */
 	size_t len;
 	uint64_t dropped; /* past the cap */
 };
@@ -203,25 +203,25 @@ struct code_stream {
  * closed. */
 struct agent_code {
 	char name[CODE_NAME_MAX + 1];
-	char lang[8]; /* "python" or "node" */
-	pid_t pid; /* the interpreter, and its process group */
-	int cmd_fd; /* cells to the driver (write end), -1 once closed */
-	int rep_fd; /* the driver's replies (read end) */
+	char lang[8];  /* "python" or "node" */
+	pid_t pid;     /* the interpreter, and its process group */
+	int cmd_fd;    /* cells to the driver (write end), -1 once closed */
+	int rep_fd;    /* the driver's replies (read end) */
 	int out_fd[2]; /* its fds 1 and 2 (read ends) */
 	uint64_t runs; /* execution_count */
 	/* the run in flight */
 	bool busy;
 	uint64_t req_id; /* 0: its host went away, answer nobody */
-	bool created; /* this run started the interpreter */
+	bool created;    /* this run started the interpreter */
 	uint64_t start_us;
 	uint64_t deadline_ms; /* SIGINT then; 0 if none */
 	uint64_t timeout_ms;
 	uint64_t kill_ms; /* SIGKILL then, after the SIGINT; 0 if not yet */
 	bool timed_out;
-	char* kill_why; /* static text: why the agent killed it, or NULL */
-	uint8_t* cmd_buf; /* "LEN\n" + code, owned */
+	char *kill_why;   /* static text: why the agent killed it, or NULL */
+	uint8_t *cmd_buf; /* "LEN\n" + code, owned */
 	size_t cmd_len, cmd_off;
-	uint8_t* rep_buf; /* reply bytes so far, owned */
+	uint8_t *rep_buf; /* reply bytes so far, owned */
 	size_t rep_len;
 	struct code_stream out[2]; /* since the last answered run */
 };
@@ -229,12 +229,12 @@ struct agent_code {
 /* The driver's reply, parsed; the strings point into a copy (owned). */
 struct code_reply {
 	bool has_result;
-	char* field[4]; /* result, name, value, traceback */
-	char* mem;
+	char *field[4]; /* result, name, value, traceback */
+	char *mem;
 };
 
 static void
-code_close_fd(int* fd)
+code_close_fd(int *fd)
 {
 	if (*fd >= 0) {
 		close(*fd);
@@ -246,7 +246,7 @@ code_close_fd(int* fd)
  * right after fork, before its setsid(). Never with pid 0: that would be
  * the agent's own group. */
 static void
-code_kill(const struct agent_code* c, int sig)
+code_kill(const struct agent_code *c, int sig)
 {
 	if (c->pid <= 0)
 		return;
@@ -254,14 +254,14 @@ code_kill(const struct agent_code* c, int sig)
 		(void)kill(c->pid, sig);
 }
 
-static struct agent_code*
-code_find(struct agent* a, const char* name, int* slot)
+static struct agent_code *
+code_find(struct agent *a, const char *name, int *slot)
 {
 	int i;
 
 	for (i = 0; i < AGENT_CODE_MAX; i++)
-		if (a->code[i] != NULL
-		    && strcmp(a->code[i]->name, name) == 0) {
+		if (a->code[i] != NULL &&
+		    strcmp(a->code[i]->name, name) == 0) {
 			if (slot != NULL)
 				*slot = i;
 			return a->code[i];
@@ -270,7 +270,7 @@ code_find(struct agent* a, const char* name, int* slot)
 }
 
 static void
-code_run_reset(struct agent_code* c)
+code_run_reset(struct agent_code *c)
 {
 	c->busy = false;
 	c->req_id = 0;
@@ -295,9 +295,9 @@ code_run_reset(struct agent_code* c)
 /* code_free: kills the interpreter's group (a no-op once it is gone;
  * a zombie left is reaped by the loop) and frees the slot. */
 static void
-code_free(struct agent* a, int slot)
+code_free(struct agent *a, int slot)
 {
-	struct agent_code* c = a->code[slot];
+	struct agent_code *c = a->code[slot];
 
 	if (c == NULL)
 		return;
@@ -312,7 +312,7 @@ code_free(struct agent* a, int slot)
 }
 
 static bool
-code_name_valid(const char* name)
+code_name_valid(const char *name)
 {
 	size_t n = strlen(name);
 
@@ -320,16 +320,15 @@ code_name_valid(const char* name)
 		return false;
 	return strspn(name,
 	           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-	           "0123456789_.-")
-	    == n;
+	           "0123456789_.-") == n;
 }
 
 /* code_has_node: whether the image (the agent's root) has a node. */
 static bool
-code_has_node(struct agent* a)
+code_has_node(struct agent *a)
 {
-	static const char* const where[]
-	    = { "/usr/local/bin/node", "/usr/bin/node", "/bin/node" };
+	static const char *const where[] = { "/usr/local/bin/node",
+		"/usr/bin/node", "/bin/node" };
 
 	for (size_t i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
 		int fd = agent_path_open(a, where[i], O_PATH, 0);
@@ -345,14 +344,14 @@ code_has_node(struct agent* a)
 /* code_child: in the forked child; never returns. The pipe ends are
  * first moved above fd 10 (close-on-exec) so that putting them on 0-4
  * cannot clobber one with another. */
-static void __attribute__((noreturn)) code_child(
-    int cwd_fd, const int want[5], bool node)
+static void __attribute__((noreturn))
+code_child(int cwd_fd, const int want[5], bool node)
 {
-	static char* const py_argv[]
-	    = { "python3", "-I", "-u", "-c", (char*)code_py_driver, NULL };
-	static char* const node_argv[]
-	    = { "node", "-e", (char*)code_node_driver, NULL };
-	char* const* argv = node ? node_argv : py_argv;
+	static char *const py_argv[] = { "python3", "-I", "-u", "-c",
+		(char *)code_py_driver, NULL };
+	static char *const node_argv[] = { "node", "-e",
+		(char *)code_node_driver, NULL };
+	char *const *argv = node ? node_argv : py_argv;
 	int high[5], i;
 	sigset_t none;
 
@@ -372,21 +371,22 @@ static void __attribute__((noreturn)) code_child(
 		_exit(127);
 	}
 	umask(022);
-	environ = (char**)code_env;
+	environ = (char **)code_env;
 	execvp(argv[0], argv);
-	dprintf(2, "moat-agent: cannot run %s: %s\n", argv[0], strerror(errno));
+	dprintf(2, "moat-agent: cannot run %s: %s\n", argv[0],
+	    strerror(errno));
 	_exit(127);
 }
 
 /* code_spawn: starts a context's interpreter. Returns 0 and *out (in no
  * slot yet), or a status with *why (heap). */
 static int
-code_spawn(struct agent* a, const char* name, const char* lang,
-    struct agent_code** out, char** why)
+code_spawn(struct agent *a, const char *name, const char *lang,
+    struct agent_code **out, char **why)
 {
 	int cmd[2] = { -1, -1 }, rep[2] = { -1, -1 };
 	int o[2] = { -1, -1 }, e[2] = { -1, -1 }, devnull = -1, cwd = -1;
-	struct agent_code* c = NULL;
+	struct agent_code *c = NULL;
 	int rv = MOAT_OK;
 	pid_t pid;
 
@@ -402,17 +402,17 @@ code_spawn(struct agent* a, const char* name, const char* lang,
 		rv = agent_path_error(cwd, CODE_CWD, "use as cwd", why);
 		goto out;
 	}
-	if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0
-	    || pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0
-	    || (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
+	if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(rep, O_CLOEXEC) != 0 ||
+	    pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0 ||
+	    (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0) {
 		*why = moat_asprintf("pipe: %s", strerror(errno));
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		goto out;
 	}
-	if (fcntl(cmd[1], F_SETFL, O_NONBLOCK) != 0
-	    || fcntl(rep[0], F_SETFL, O_NONBLOCK) != 0
-	    || fcntl(o[0], F_SETFL, O_NONBLOCK) != 0
-	    || fcntl(e[0], F_SETFL, O_NONBLOCK) != 0) {
+	if (fcntl(cmd[1], F_SETFL, O_NONBLOCK) != 0 ||
+	    fcntl(rep[0], F_SETFL, O_NONBLOCK) != 0 ||
+	    fcntl(o[0], F_SETFL, O_NONBLOCK) != 0 ||
+	    fcntl(e[0], F_SETFL, O_NONBLOCK) != 0) {
 		*why = moat_asprintf("pipe flags: %s", strerror(errno));
 		rv = MOAT_INTERNAL;
 		goto out;
@@ -459,7 +459,7 @@ out:
 /* code_write_cmd: writes what is pending of the cell. A driver that
  * stopped reading is found dead by the reaper. */
 static void
-code_write_cmd(struct agent_code* c)
+code_write_cmd(struct agent_code *c)
 {
 	while (c->cmd_fd >= 0 && c->cmd_off < c->cmd_len) {
 		ssize_t n = write(c->cmd_fd, c->cmd_buf + c->cmd_off,
@@ -483,14 +483,14 @@ code_write_cmd(struct agent_code* c)
 }
 
 static void
-code_stream_add(struct code_stream* st, const uint8_t* data, size_t n)
+code_stream_add(struct code_stream *st, const uint8_t *data, size_t n)
 {
-	size_t room
-	    = st->len < AGENT_OUTPUT_CAP ? AGENT_OUTPUT_CAP - st->len : 0;
+	size_t room =
+	    st->len < AGENT_OUTPUT_CAP ? AGENT_OUTPUT_CAP - st->len : 0;
 	size_t keep = n < room ? n : room;
 
-	if (keep > 0 && st->buf == NULL
-	    && (st->buf = malloc(AGENT_OUTPUT_CAP)) == NULL)
+	if (keep > 0 && st->buf == NULL &&
+	    (st->buf = malloc(AGENT_OUTPUT_CAP)) == NULL)
 		keep = 0;
 	if (keep > 0) {
 		memcpy(st->buf + st->len, data, keep);
@@ -502,7 +502,7 @@ code_stream_add(struct code_stream* st, const uint8_t* data, size_t n)
 /* code_read_stream: reads output pipe s until it is empty (or at most
  * `max` bytes). EOF closes it. */
 static void
-code_read_stream(struct agent_code* c, int s, size_t max)
+code_read_stream(struct agent_code *c, int s, size_t max)
 {
 	static uint8_t chunk[AGENT_CHUNK];
 	size_t total = 0;
@@ -526,13 +526,13 @@ code_read_stream(struct agent_code* c, int s, size_t max)
 /* code_read_reply: reads the reply pipe until it is empty. Returns false
  * when the driver sent more than a reply may hold (it is then killed). */
 static bool
-code_read_reply(struct agent_code* c)
+code_read_reply(struct agent_code *c)
 {
 	uint8_t chunk[16384];
 
 	while (c->rep_fd >= 0) {
 		ssize_t n = read(c->rep_fd, chunk, sizeof(chunk));
-		uint8_t* nb;
+		uint8_t *nb;
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -544,9 +544,9 @@ code_read_reply(struct agent_code* c)
 			code_kill(c, SIGKILL);
 			return true;
 		}
-		if (c->rep_len + (size_t)n > CODE_REPLY_MAX
-		    || (nb = realloc(c->rep_buf, c->rep_len + (size_t)n))
-		        == NULL) {
+		if (c->rep_len + (size_t)n > CODE_REPLY_MAX ||
+		    (nb = realloc(c->rep_buf, c->rep_len + (size_t)n)) ==
+		        NULL) {
 			c->kill_why = "it sent more than a reply may hold";
 			code_kill(c, SIGKILL);
 			code_close_fd(&c->rep_fd);
@@ -562,7 +562,7 @@ code_read_reply(struct agent_code* c)
 /* code_cut: n, less enough that the text ends on a whole UTF-8
  * character, and at most max. */
 static size_t
-code_cut(const char* s, size_t n, size_t max)
+code_cut(const char *s, size_t n, size_t max)
 {
 	if (n <= max)
 		return n;
@@ -575,15 +575,15 @@ code_cut(const char* s, size_t n, size_t max)
 /* code_parse_reply: 1 with *r filled (free r->mem) when rep_buf holds a
  * whole reply, 0 when more is to come, -1 when it is not a reply. */
 static int
-code_parse_reply(const struct agent_code* c, struct code_reply* r)
+code_parse_reply(const struct agent_code *c, struct code_reply *r)
 {
 	static const size_t caps[4] = { CODE_RESULT_MAX, CODE_NAME_FIELD_MAX,
 		CODE_VALUE_MAX, CODE_TRACEBACK_MAX };
-	const char* nl;
+	const char *nl;
 	unsigned long long has, len[4];
 	char head[128];
 	size_t hlen, need, off, i;
-	char* p;
+	char *p;
 
 	memset(r, 0, sizeof(*r));
 	if (c->rep_len == 0)
@@ -591,14 +591,13 @@ code_parse_reply(const struct agent_code* c, struct code_reply* r)
 	nl = memchr(c->rep_buf, '\n', c->rep_len);
 	if (nl == NULL)
 		return c->rep_len < sizeof(head) ? 0 : -1;
-	hlen = (size_t)(nl - (const char*)c->rep_buf);
+	hlen = (size_t)(nl - (const char *)c->rep_buf);
 	if (hlen >= sizeof(head))
 		return -1;
 	memcpy(head, c->rep_buf, hlen);
 	head[hlen] = '\0';
 	if (sscanf(head, "%llu %llu %llu %llu %llu", &has, &len[0], &len[1],
-	        &len[2], &len[3])
-	    != 5)
+	        &len[2], &len[3]) != 5)
 		return -1;
 	need = hlen + 1;
 	for (i = 0; i < 4; i++) {
@@ -616,7 +615,7 @@ code_parse_reply(const struct agent_code* c, struct code_reply* r)
 	off = hlen + 1;
 	p = r->mem;
 	for (i = 0; i < 4; i++) {
-		const char* src = (const char*)c->rep_buf + off;
+		const char *src = (const char *)c->rep_buf + off;
 		size_t keep = code_cut(src, (size_t)len[i], caps[i]);
 
 		memcpy(p, src, keep);
@@ -630,11 +629,11 @@ code_parse_reply(const struct agent_code* c, struct code_reply* r)
 
 /* code_note_dropped: says in the stream itself that its end was cut. */
 static void
-code_note_dropped(struct code_stream* st, const char* which)
+code_note_dropped(struct code_stream *st, const char *which)
 {
 	char note[160];
 	int n;
-	uint8_t* nb;
+	uint8_t *nb;
 
 	if (st->dropped == 0)
 		return;
@@ -653,12 +652,12 @@ code_note_dropped(struct code_stream* st, const char* which)
  * or NULL when the interpreter died with wait status `st`) and ends the
  * run. */
 static void
-code_answer(struct agent* a, struct agent_code* c,
-    const struct code_reply* reply, int st)
+code_answer(struct agent *a, struct agent_code *c,
+    const struct code_reply *reply, int st)
 {
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__CodeResult res = MOAT__V1__CODE_RESULT__INIT;
-	char* died = NULL;
+	char *died = NULL;
 
 	code_read_stream(c, 0, CODE_DRAIN_MAX);
 	code_read_stream(c, 1, CODE_DRAIN_MAX);
@@ -680,9 +679,9 @@ code_answer(struct agent* a, struct agent_code* c,
 		res.error_name = reply->field[1];
 		res.error_value = reply->field[2];
 		res.traceback = reply->field[3];
-		if (c->timed_out
-		    && strcmp(reply->field[1], "KeyboardInterrupt") == 0
-		    && reply->field[2][0] == '\0')
+		if (c->timed_out &&
+		    strcmp(reply->field[1], "KeyboardInterrupt") == 0 &&
+		    reply->field[2][0] == '\0')
 			res.error_value = died = moat_asprintf(
 			    "the cell ran past its timeout of %" PRIu64
 			    " ms and was interrupted; the context and its "
@@ -723,7 +722,7 @@ code_answer(struct agent* a, struct agent_code* c,
 
 /* code_check_reply: answers the run when its whole reply is in. */
 static void
-code_check_reply(struct agent* a, struct agent_code* c)
+code_check_reply(struct agent *a, struct agent_code *c)
 {
 	struct code_reply r;
 	int rv;
@@ -744,20 +743,20 @@ code_check_reply(struct agent* a, struct agent_code* c)
 }
 
 int
-agent_code_run(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_code_run(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 {
-	const Moat__V1__CodeRun* cr = req->code_run;
-	const char* name = cr->context[0] ? cr->context : CODE_DEFAULT_NAME;
-	const char* lang = cr->language[0] ? cr->language : "python";
-	struct agent_code* c;
+	const Moat__V1__CodeRun *cr = req->code_run;
+	const char *name = cr->context[0] ? cr->context : CODE_DEFAULT_NAME;
+	const char *lang = cr->language[0] ? cr->language : "python";
+	struct agent_code *c;
 	size_t code_len = strlen(cr->code);
 	char head[32];
 	int rv, slot = -1, hl;
 
 	if (!code_name_valid(name)) {
-		*why
-		    = moat_asprintf("context name \"%.80s\" is not valid: use "
-		                    "1 to %d of A-Z a-z 0-9 _ . -",
+		*why =
+		    moat_asprintf("context name \"%.80s\" is not valid: use "
+		                  "1 to %d of A-Z a-z 0-9 _ . -",
 		        name, CODE_NAME_MAX);
 		return MOAT_INVALID_ARGUMENT;
 	}
@@ -774,7 +773,8 @@ agent_code_run(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 		    lang);
 		return MOAT_INVALID_ARGUMENT;
 	}
-	if ((c = code_find(a, name, NULL)) != NULL && strcmp(c->lang, lang) != 0) {
+	if ((c = code_find(a, name, NULL)) != NULL &&
+	    strcmp(c->lang, lang) != 0) {
 		*why = moat_asprintf("context \"%s\" runs %s, not %s: pick "
 		                     "another context name or close it first",
 		    name, c->lang, lang);
@@ -817,26 +817,26 @@ agent_code_run(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 	c->runs++;
 	c->start_us = agent_now_us();
 	c->timeout_ms = cr->timeout_ms;
-	c->deadline_ms
-	    = cr->timeout_ms ? c->start_us / 1000 + cr->timeout_ms : 0;
+	c->deadline_ms =
+	    cr->timeout_ms ? c->start_us / 1000 + cr->timeout_ms : 0;
 	code_write_cmd(c);
 	return MOAT_OK;
 }
 
 int
-agent_code_close(
-    struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_code_close(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
 {
-	const char* name = req->code_context_close->context[0]
-	    ? req->code_context_close->context
-	    : CODE_DEFAULT_NAME;
-	struct agent_code* c;
+	const char *name = req->code_context_close->context[0] ?
+	    req->code_context_close->context :
+	    CODE_DEFAULT_NAME;
+	struct agent_code *c;
 	int slot;
 
 	if (!code_name_valid(name)) {
-		*why
-		    = moat_asprintf("context name \"%.80s\" is not valid: use "
-		                    "1 to %d of A-Z a-z 0-9 _ . -",
+		*why =
+		    moat_asprintf("context name \"%.80s\" is not valid: use "
+		                  "1 to %d of A-Z a-z 0-9 _ . -",
 		        name, CODE_NAME_MAX);
 		return MOAT_INVALID_ARGUMENT;
 	}
@@ -855,12 +855,12 @@ agent_code_close(
 }
 
 int
-agent_code_pollfds(struct agent* a, struct pollfd* pfd, int* map)
+agent_code_pollfds(struct agent *a, struct pollfd *pfd, int *map)
 {
 	int i, n = 0;
 
 	for (i = 0; i < AGENT_CODE_MAX; i++) {
-		struct agent_code* c = a->code[i];
+		struct agent_code *c = a->code[i];
 		int fds[4];
 
 		if (c == NULL)
@@ -882,11 +882,11 @@ agent_code_pollfds(struct agent* a, struct pollfd* pfd, int* map)
 }
 
 void
-agent_code_events(
-    struct agent* a, const struct pollfd* pfd, const int* map, int n)
+agent_code_events(struct agent *a, const struct pollfd *pfd, const int *map,
+    int n)
 {
 	for (int i = 0; i < n; i++) {
-		struct agent_code* c = a->code[map[i] / 4];
+		struct agent_code *c = a->code[map[i] / 4];
 		int what = map[i] % 4;
 
 		if (pfd[i].revents == 0 || c == NULL)
@@ -909,10 +909,10 @@ agent_code_events(
 }
 
 bool
-agent_code_reaped(struct agent* a, pid_t pid, int st)
+agent_code_reaped(struct agent *a, pid_t pid, int st)
 {
 	for (int i = 0; i < AGENT_CODE_MAX; i++) {
-		struct agent_code* c = a->code[i];
+		struct agent_code *c = a->code[i];
 
 		if (c == NULL || c->pid != pid)
 			continue;
@@ -923,18 +923,19 @@ agent_code_reaped(struct agent* a, pid_t pid, int st)
 		    c->name, (int)pid);
 		if (c->busy)
 			code_read_stream(c, 1, CODE_DRAIN_MAX);
-		if (c->busy && c->created && c->runs == 1 && WIFEXITED(st)
-		    && WEXITSTATUS(st) == 127 && c->out[1].len >= 12
-		    && memcmp(c->out[1].buf, "moat-agent: ", 12) == 0) {
+		if (c->busy && c->created && c->runs == 1 && WIFEXITED(st) &&
+		    WEXITSTATUS(st) == 127 && c->out[1].len >= 12 &&
+		    memcmp(c->out[1].buf, "moat-agent: ", 12) == 0) {
 			/* code_child failed: no python3 in the image */
 			if (c->req_id != 0)
 				agent_send_error(a, c->req_id,
 				    MOAT_FAILED_PRECONDITION,
 				    "code_run: python3 could not be started "
 				    "in the guest: %.*s",
-				    (int)(c->out[1].len < 512 ? c->out[1].len
-				                              : 512),
-				    c->out[1].buf ? (char*)c->out[1].buf : "");
+				    (int)(c->out[1].len < 512 ? c->out[1].len :
+				                                512),
+				    c->out[1].buf ? (char *)c->out[1].buf :
+				                    "");
 			code_run_reset(c);
 		} else if (c->busy) {
 			code_answer(a, c, NULL, st);
@@ -950,21 +951,21 @@ agent_code_reaped(struct agent* a, pid_t pid, int st)
 }
 
 int
-agent_code_timer(struct agent* a, uint64_t now)
+agent_code_timer(struct agent *a, uint64_t now)
 {
 	int next = -1;
 
 	for (int i = 0; i < AGENT_CODE_MAX; i++) {
-		struct agent_code* c = a->code[i];
+		struct agent_code *c = a->code[i];
 		uint64_t due;
 
 		if (c == NULL || !c->busy)
 			continue;
 		if (c->kill_ms != 0) {
 			if (now >= c->kill_ms) {
-				c->kill_why
-				    = "it did not stop within 2 s of "
-				      "the interrupt after its timeout";
+				c->kill_why =
+				    "it did not stop within 2 s of "
+				    "the interrupt after its timeout";
 				code_kill(c, SIGKILL);
 				c->kill_ms = 0;
 				continue;
@@ -995,7 +996,7 @@ agent_code_timer(struct agent* a, uint64_t now)
 }
 
 void
-agent_code_drop_host(struct agent* a)
+agent_code_drop_host(struct agent *a)
 {
 	for (int i = 0; i < AGENT_CODE_MAX; i++)
 		if (a->code[i] != NULL)
@@ -1003,7 +1004,7 @@ agent_code_drop_host(struct agent* a)
 }
 
 void
-agent_code_kill_all(struct agent* a)
+agent_code_kill_all(struct agent *a)
 {
 	for (int i = 0; i < AGENT_CODE_MAX; i++)
 		if (a->code[i] != NULL)

@@ -42,9 +42,9 @@
 #define EXEC_FINAL_DRAIN_MAX (1u << 20)
 #define EXEC_PAUSED_RETRY_MS 10
 
-extern char** environ;
+extern char **environ;
 
-static const char* const exec_default_env[] = {
+static const char *const exec_default_env[] = {
 	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	"HOME=/root",
 	"LANG=C.UTF-8",
@@ -56,14 +56,14 @@ static const char* const exec_default_env[] = {
 /* What the child needs, prepared before fork so the child only calls
  * async-signal-safe functions (and, on the way out, dprintf). */
 struct exec_plan {
-	char** argv; /* NULL-terminated; strings borrowed from the req */
-	char** envp; /* likewise */
-	int cwd_fd; /* O_PATH directory */
+	char **argv; /* NULL-terminated; strings borrowed from the req */
+	char **envp; /* likewise */
+	int cwd_fd;  /* O_PATH directory */
 	int pipe_in[2], pipe_out[2], pipe_err[2];
 };
 
-static struct agent_exec*
-exec_find(struct agent* a, uint64_t id)
+static struct agent_exec *
+exec_find(struct agent *a, uint64_t id)
 {
 	int i;
 
@@ -78,7 +78,7 @@ exec_find(struct agent* a, uint64_t id)
  * main process (not reaped, so its pid cannot have been reused) gets the
  * signal then, and a blocked one waits for the child to unblock it. */
 static int
-exec_kill(const struct agent_exec* e, int sig)
+exec_kill(const struct agent_exec *e, int sig)
 {
 	if (kill(-e->pid, sig) == 0)
 		return 0;
@@ -88,7 +88,7 @@ exec_kill(const struct agent_exec* e, int sig)
 }
 
 static void
-exec_close(int* fd)
+exec_close(int *fd)
 {
 	if (*fd >= 0) {
 		close(*fd);
@@ -97,7 +97,7 @@ exec_close(int* fd)
 }
 
 static void
-exec_plan_fini(struct exec_plan* p)
+exec_plan_fini(struct exec_plan *p)
 {
 	free(p->argv);
 	free(p->envp);
@@ -111,7 +111,7 @@ exec_plan_fini(struct exec_plan* p)
 }
 
 static bool
-exec_env_key_is(const char* entry, const char* other)
+exec_env_key_is(const char *entry, const char *other)
 {
 	size_t k = strcspn(entry, "=");
 
@@ -121,12 +121,12 @@ exec_env_key_is(const char* entry, const char* other)
 /* exec_plan_env: the default environment with req's entries added (an
  * entry with a default's key replaces it). */
 static int
-exec_plan_env(const Moat__V1__ExecStart* es, struct exec_plan* p, char** why)
+exec_plan_env(const Moat__V1__ExecStart *es, struct exec_plan *p, char **why)
 {
 	size_t i, j, n = 0;
 
 	for (i = 0; i < es->n_env; i++) {
-		const char* eq = strchr(es->env[i], '=');
+		const char *eq = strchr(es->env[i], '=');
 
 		if (eq == NULL || eq == es->env[i]) {
 			*why = moat_asprintf("env entry %zu (\"%.40s\") is "
@@ -135,7 +135,7 @@ exec_plan_env(const Moat__V1__ExecStart* es, struct exec_plan* p, char** why)
 			return MOAT_INVALID_ARGUMENT;
 		}
 	}
-	p->envp = calloc(EXEC_DEFAULT_ENV_N + es->n_env + 1, sizeof(char*));
+	p->envp = calloc(EXEC_DEFAULT_ENV_N + es->n_env + 1, sizeof(char *));
 	if (p->envp == NULL)
 		return MOAT_RESOURCE_EXHAUSTED;
 	for (i = 0; i < EXEC_DEFAULT_ENV_N; i++) {
@@ -143,7 +143,7 @@ exec_plan_env(const Moat__V1__ExecStart* es, struct exec_plan* p, char** why)
 			if (exec_env_key_is(exec_default_env[i], es->env[j]))
 				break;
 		if (j == es->n_env)
-			p->envp[n++] = (char*)exec_default_env[i];
+			p->envp[n++] = (char *)exec_default_env[i];
 	}
 	for (j = 0; j < es->n_env; j++)
 		p->envp[n++] = es->env[j];
@@ -151,26 +151,26 @@ exec_plan_env(const Moat__V1__ExecStart* es, struct exec_plan* p, char** why)
 }
 
 static int
-exec_plan_argv(const Moat__V1__ExecStart* es, struct exec_plan* p, char** why)
+exec_plan_argv(const Moat__V1__ExecStart *es, struct exec_plan *p, char **why)
 {
 	size_t i;
 
 	if ((es->n_argv > 0) == (es->shell[0] != '\0')) {
-		*why = strdup(es->n_argv > 0
-		        ? "set argv or shell, not both"
-		        : "nothing to run: set argv or shell");
+		*why = strdup(es->n_argv > 0 ?
+		        "set argv or shell, not both" :
+		        "nothing to run: set argv or shell");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (es->n_argv > 0 && es->argv[0][0] == '\0') {
 		*why = strdup("argv[0] is empty");
 		return MOAT_INVALID_ARGUMENT;
 	}
-	p->argv = calloc(es->n_argv > 0 ? es->n_argv + 1 : 4, sizeof(char*));
+	p->argv = calloc(es->n_argv > 0 ? es->n_argv + 1 : 4, sizeof(char *));
 	if (p->argv == NULL)
 		return MOAT_RESOURCE_EXHAUSTED;
 	if (es->n_argv == 0) {
-		p->argv[0] = (char*)"/bin/sh";
-		p->argv[1] = (char*)"-c";
+		p->argv[0] = (char *)"/bin/sh";
+		p->argv[1] = (char *)"-c";
 		p->argv[2] = es->shell;
 		return MOAT_OK;
 	}
@@ -182,10 +182,10 @@ exec_plan_argv(const Moat__V1__ExecStart* es, struct exec_plan* p, char** why)
 /* exec_plan_cwd: opens the working directory inside the agent's root,
  * making it (0755) when it is missing. */
 static int
-exec_plan_cwd(struct agent* a, const Moat__V1__ExecStart* es,
-    struct exec_plan* p, char** why)
+exec_plan_cwd(struct agent *a, const Moat__V1__ExecStart *es,
+    struct exec_plan *p, char **why)
 {
-	const char* want = es->cwd[0] ? es->cwd : EXEC_DEFAULT_CWD;
+	const char *want = es->cwd[0] ? es->cwd : EXEC_DEFAULT_CWD;
 	char clean[PATH_MAX];
 	int rv, fd;
 
@@ -204,17 +204,17 @@ exec_plan_cwd(struct agent* a, const Moat__V1__ExecStart* es,
 }
 
 static int
-exec_plan_pipes(struct exec_plan* p, char** why)
+exec_plan_pipes(struct exec_plan *p, char **why)
 {
-	if (pipe2(p->pipe_in, O_CLOEXEC) != 0
-	    || pipe2(p->pipe_out, O_CLOEXEC) != 0
-	    || pipe2(p->pipe_err, O_CLOEXEC) != 0) {
+	if (pipe2(p->pipe_in, O_CLOEXEC) != 0 ||
+	    pipe2(p->pipe_out, O_CLOEXEC) != 0 ||
+	    pipe2(p->pipe_err, O_CLOEXEC) != 0) {
 		*why = moat_asprintf("pipe: %s", strerror(errno));
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
-	if (fcntl(p->pipe_in[1], F_SETFL, O_NONBLOCK) != 0
-	    || fcntl(p->pipe_out[0], F_SETFL, O_NONBLOCK) != 0
-	    || fcntl(p->pipe_err[0], F_SETFL, O_NONBLOCK) != 0) {
+	if (fcntl(p->pipe_in[1], F_SETFL, O_NONBLOCK) != 0 ||
+	    fcntl(p->pipe_out[0], F_SETFL, O_NONBLOCK) != 0 ||
+	    fcntl(p->pipe_err[0], F_SETFL, O_NONBLOCK) != 0) {
 		*why = moat_asprintf("pipe flags: %s", strerror(errno));
 		return MOAT_INTERNAL;
 	}
@@ -224,7 +224,7 @@ exec_plan_pipes(struct exec_plan* p, char** why)
 /* exec_child: in the forked child; never returns. Fds 0-2 of the agent
  * are always open, so the pipe ends are >= 3 and dup2 cannot clobber
  * one with another. */
-static void __attribute__((noreturn)) exec_child(const struct exec_plan* p)
+static void __attribute__((noreturn)) exec_child(const struct exec_plan *p)
 {
 	sigset_t none;
 
@@ -232,8 +232,8 @@ static void __attribute__((noreturn)) exec_child(const struct exec_plan* p)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
 	setsid();
-	if (dup2(p->pipe_in[0], 0) < 0 || dup2(p->pipe_out[1], 1) < 0
-	    || dup2(p->pipe_err[1], 2) < 0)
+	if (dup2(p->pipe_in[0], 0) < 0 || dup2(p->pipe_out[1], 1) < 0 ||
+	    dup2(p->pipe_err[1], 2) < 0)
 		_exit(127);
 	if (fchdir(p->cwd_fd) != 0) {
 		dprintf(2,
@@ -245,13 +245,13 @@ static void __attribute__((noreturn)) exec_child(const struct exec_plan* p)
 	umask(022);
 	environ = p->envp;
 	execvp(p->argv[0], p->argv);
-	dprintf(
-	    2, "moat-agent: cannot run %s: %s\n", p->argv[0], strerror(errno));
+	dprintf(2, "moat-agent: cannot run %s: %s\n", p->argv[0],
+	    strerror(errno));
 	_exit(127);
 }
 
 static int
-exec_count(const struct agent* a, int* free_slot)
+exec_count(const struct agent *a, int *free_slot)
 {
 	int i, n = 0;
 
@@ -266,17 +266,17 @@ exec_count(const struct agent* a, int* free_slot)
 }
 
 int
-agent_exec_start(
-    struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_exec_start(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
 {
-	const Moat__V1__ExecStart* es = req->exec_start;
+	const Moat__V1__ExecStart *es = req->exec_start;
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__ExecStarted started = MOAT__V1__EXEC_STARTED__INIT;
 	struct exec_plan p = { .cwd_fd = -1,
 		.pipe_in = { -1, -1 },
 		.pipe_out = { -1, -1 },
 		.pipe_err = { -1, -1 } };
-	struct agent_exec* e = NULL;
+	struct agent_exec *e = NULL;
 	int rv, slot;
 	pid_t pid;
 
@@ -293,17 +293,17 @@ agent_exec_start(
 		    AGENT_EXEC_MAX);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
-	if ((rv = exec_plan_argv(es, &p, why)) != 0
-	    || (rv = exec_plan_env(es, &p, why)) != 0
-	    || (rv = exec_plan_cwd(a, es, &p, why)) != 0
-	    || (rv = exec_plan_pipes(&p, why)) != 0)
+	if ((rv = exec_plan_argv(es, &p, why)) != 0 ||
+	    (rv = exec_plan_env(es, &p, why)) != 0 ||
+	    (rv = exec_plan_cwd(a, es, &p, why)) != 0 ||
+	    (rv = exec_plan_pipes(&p, why)) != 0)
 		goto fail_plan;
 	if ((e = calloc(1, sizeof(*e))) == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		goto fail_plan;
 	}
-	if (es->stdin.len > 0
-	    && (e->stdin_buf = malloc(es->stdin.len)) == NULL) {
+	if (es->stdin.len > 0 &&
+	    (e->stdin_buf = malloc(es->stdin.len)) == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		goto fail_exec;
 	}
@@ -319,8 +319,8 @@ agent_exec_start(
 	e->id = req->id;
 	e->pid = pid;
 	e->cap = es->output_cap ? es->output_cap : AGENT_OUTPUT_CAP;
-	e->deadline_ms
-	    = es->timeout_ms ? e->start_us / 1000 + es->timeout_ms : 0;
+	e->deadline_ms =
+	    es->timeout_ms ? e->start_us / 1000 + es->timeout_ms : 0;
 	e->stdin_fd = p.pipe_in[1];
 	e->out_fd[0] = p.pipe_out[0];
 	e->out_fd[1] = p.pipe_err[0];
@@ -351,13 +351,13 @@ fail_plan:
 }
 
 int
-agent_exec_input(
-    struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_exec_input(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
 {
-	const Moat__V1__ExecInput* in = req->exec_input;
-	struct agent_exec* e = exec_find(a, in->exec_id);
+	const Moat__V1__ExecInput *in = req->exec_input;
+	struct agent_exec *e = exec_find(a, in->exec_id);
 	size_t pending;
-	uint8_t* nb;
+	uint8_t *nb;
 
 	if (e == NULL) {
 		*why = moat_asprintf("no exec with id %llu (it exited, or "
@@ -373,8 +373,8 @@ agent_exec_input(
 		return MOAT_FAILED_PRECONDITION;
 	}
 	pending = e->stdin_len - e->stdin_off;
-	if (in->data.len > AGENT_STDIN_MAX
-	    || pending > AGENT_STDIN_MAX - in->data.len) {
+	if (in->data.len > AGENT_STDIN_MAX ||
+	    pending > AGENT_STDIN_MAX - in->data.len) {
 		*why = moat_asprintf(
 		    "exec %llu already has %zu bytes of "
 		    "stdin waiting (at most %u); retry once it reads them",
@@ -406,11 +406,11 @@ ack:
 }
 
 int
-agent_exec_signal(
-    struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_exec_signal(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
 {
-	const Moat__V1__ExecSignal* sig = req->exec_signal;
-	struct agent_exec* e = exec_find(a, sig->exec_id);
+	const Moat__V1__ExecSignal *sig = req->exec_signal;
+	struct agent_exec *e = exec_find(a, sig->exec_id);
 	int rv;
 
 	if (e == NULL) {
@@ -426,8 +426,8 @@ agent_exec_signal(
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((rv = exec_kill(e, sig->signal)) != 0) {
-		*why = moat_asprintf(
-		    "kill process group %d: %s", (int)e->pid, strerror(rv));
+		*why = moat_asprintf("kill process group %d: %s", (int)e->pid,
+		    strerror(rv));
 		return moat_status_from_errno(rv);
 	}
 	agent_send_ack(a, req->id);
@@ -437,8 +437,8 @@ agent_exec_signal(
 /* exec_output: counts n bytes of a stream and sends what fits under the
  * cap as one event. */
 static void
-exec_output(
-    struct agent* a, struct agent_exec* e, int s, const uint8_t* buf, size_t n)
+exec_output(struct agent *a, struct agent_exec *e, int s, const uint8_t *buf,
+    size_t n)
 {
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__ExecOutput out = MOAT__V1__EXEC_OUTPUT__INIT;
@@ -454,9 +454,9 @@ exec_output(
 	m.id = e->id;
 	m.body_case = MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT;
 	m.exec_output = &out;
-	out.stream = s == 0 ? MOAT__V1__STREAM__STREAM_STDOUT
-	                    : MOAT__V1__STREAM__STREAM_STDERR;
-	out.data.data = (uint8_t*)buf;
+	out.stream = s == 0 ? MOAT__V1__STREAM__STREAM_STDOUT :
+	                      MOAT__V1__STREAM__STREAM_STDERR;
+	out.data.data = (uint8_t *)buf;
 	out.data.len = keep;
 	(void)agent_send(a, &m);
 }
@@ -464,7 +464,7 @@ exec_output(
 /* exec_read: one read of a stream. Returns bytes read, 0 at EOF (the fd
  * is then closed), -1 when nothing is there now. */
 static ssize_t
-exec_read(struct agent* a, struct agent_exec* e, int s)
+exec_read(struct agent *a, struct agent_exec *e, int s)
 {
 	static uint8_t chunk[AGENT_CHUNK];
 	ssize_t n;
@@ -483,9 +483,9 @@ exec_read(struct agent* a, struct agent_exec* e, int s)
 }
 
 static void
-exec_finish(struct agent* a, int slot)
+exec_finish(struct agent *a, int slot)
 {
-	struct agent_exec* e = a->execs[slot];
+	struct agent_exec *e = a->execs[slot];
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__ExecExit ex = MOAT__V1__EXEC_EXIT__INIT;
 	int st = e->wait_status;
@@ -513,9 +513,9 @@ exec_finish(struct agent* a, int slot)
 }
 
 static void
-exec_maybe_finish(struct agent* a, int slot)
+exec_maybe_finish(struct agent *a, int slot)
 {
-	struct agent_exec* e = a->execs[slot];
+	struct agent_exec *e = a->execs[slot];
 
 	if (e != NULL && e->exited && e->out_fd[0] < 0 && e->out_fd[1] < 0)
 		exec_finish(a, slot);
@@ -524,17 +524,17 @@ exec_maybe_finish(struct agent* a, int slot)
 /* exec_drain_close: the pipes had their time after the main process
  * exited: take what is in them now and close them. */
 static void
-exec_drain_close(struct agent* a, int slot)
+exec_drain_close(struct agent *a, int slot)
 {
-	struct agent_exec* e = a->execs[slot];
+	struct agent_exec *e = a->execs[slot];
 	int s;
 
 	for (s = 0; s < 2; s++) {
 		size_t total = 0;
 		ssize_t n;
 
-		while (e->out_fd[s] >= 0 && total < EXEC_FINAL_DRAIN_MAX
-		    && (n = exec_read(a, e, s)) > 0)
+		while (e->out_fd[s] >= 0 && total < EXEC_FINAL_DRAIN_MAX &&
+		    (n = exec_read(a, e, s)) > 0)
 			total += (size_t)n;
 		exec_close(&e->out_fd[s]);
 	}
@@ -542,7 +542,7 @@ exec_drain_close(struct agent* a, int slot)
 }
 
 static void
-exec_write_stdin(struct agent_exec* e)
+exec_write_stdin(struct agent_exec *e)
 {
 	while (e->stdin_off < e->stdin_len) {
 		ssize_t n = write(e->stdin_fd, e->stdin_buf + e->stdin_off,
@@ -568,12 +568,12 @@ exec_write_stdin(struct agent_exec* e)
 }
 
 int
-agent_exec_pollfds(struct agent* a, struct pollfd* pfd, int* map, bool paused)
+agent_exec_pollfds(struct agent *a, struct pollfd *pfd, int *map, bool paused)
 {
 	int i, s, n = 0;
 
 	for (i = 0; i < AGENT_EXEC_MAX; i++) {
-		struct agent_exec* e = a->execs[i];
+		struct agent_exec *e = a->execs[i];
 
 		if (e == NULL)
 			continue;
@@ -596,14 +596,14 @@ agent_exec_pollfds(struct agent* a, struct pollfd* pfd, int* map, bool paused)
 }
 
 void
-agent_exec_events(
-    struct agent* a, const struct pollfd* pfd, const int* map, int n)
+agent_exec_events(struct agent *a, const struct pollfd *pfd, const int *map,
+    int n)
 {
 	int i;
 
 	for (i = 0; i < n; i++) {
 		int slot = map[i] / 3, what = map[i] % 3;
-		struct agent_exec* e = a->execs[slot];
+		struct agent_exec *e = a->execs[slot];
 
 		if (pfd[i].revents == 0 || e == NULL)
 			continue;
@@ -619,31 +619,31 @@ agent_exec_events(
 		if (pfd[i].fd != e->out_fd[what - 1])
 			continue;
 		if (exec_read(a, e, what - 1) > 0 && e->exited)
-			e->drain_idle_ms
-			    = agent_now_ms() + AGENT_DRAIN_IDLE_MS;
+			e->drain_idle_ms =
+			    agent_now_ms() + AGENT_DRAIN_IDLE_MS;
 		exec_maybe_finish(a, slot);
 	}
 }
 
 void
-agent_exec_reap(struct agent* a)
+agent_exec_reap(struct agent *a)
 {
 	int st, i;
 	pid_t pid;
 
 	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
 		for (i = 0; i < AGENT_EXEC_MAX; i++) {
-			struct agent_exec* e = a->execs[i];
+			struct agent_exec *e = a->execs[i];
 
 			if (e == NULL || e->pid != pid || e->exited)
 				continue;
 			e->exited = true;
 			e->wait_status = st;
 			e->exit_us = agent_now_us();
-			e->drain_idle_ms
-			    = e->exit_us / 1000 + AGENT_DRAIN_IDLE_MS;
-			e->drain_max_ms
-			    = e->exit_us / 1000 + AGENT_DRAIN_MAX_MS;
+			e->drain_idle_ms =
+			    e->exit_us / 1000 + AGENT_DRAIN_IDLE_MS;
+			e->drain_max_ms =
+			    e->exit_us / 1000 + AGENT_DRAIN_MAX_MS;
 			/* what it did not read, nobody will */
 			exec_close(&e->stdin_fd);
 			exec_maybe_finish(a, i);
@@ -657,12 +657,12 @@ agent_exec_reap(struct agent* a)
 }
 
 int
-agent_exec_timer(struct agent* a, uint64_t now)
+agent_exec_timer(struct agent *a, uint64_t now)
 {
 	int i, next = -1;
 
 	for (i = 0; i < AGENT_EXEC_MAX; i++) {
-		struct agent_exec* e = a->execs[i];
+		struct agent_exec *e = a->execs[i];
 		uint64_t due;
 
 		if (e == NULL)
@@ -680,11 +680,11 @@ agent_exec_timer(struct agent* a, uint64_t now)
 			}
 			due = e->deadline_ms;
 		} else if (e->exited) {
-			due = e->drain_idle_ms < e->drain_max_ms
-			    ? e->drain_idle_ms
-			    : e->drain_max_ms;
-			if (now >= due && a->link.fd >= 0
-			    && a->link.out_bytes >= AGENT_OUT_HIGH) {
+			due = e->drain_idle_ms < e->drain_max_ms ?
+			    e->drain_idle_ms :
+			    e->drain_max_ms;
+			if (now >= due && a->link.fd >= 0 &&
+			    a->link.out_bytes >= AGENT_OUT_HIGH) {
 				/* the host is slow: what is left stays in
 				 * the pipe until there is room for it */
 				due = now + EXEC_PAUSED_RETRY_MS;
@@ -702,7 +702,7 @@ agent_exec_timer(struct agent* a, uint64_t now)
 }
 
 void
-agent_exec_kill_all(struct agent* a)
+agent_exec_kill_all(struct agent *a)
 {
 	int i;
 
@@ -712,12 +712,12 @@ agent_exec_kill_all(struct agent* a)
 }
 
 void
-agent_exec_drop_all(struct agent* a)
+agent_exec_drop_all(struct agent *a)
 {
 	int i;
 
 	for (i = 0; i < AGENT_EXEC_MAX; i++) {
-		struct agent_exec* e = a->execs[i];
+		struct agent_exec *e = a->execs[i];
 
 		if (e == NULL)
 			continue;

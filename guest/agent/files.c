@@ -24,7 +24,7 @@
 #define FILES_OFFSET_MAX (1ull << 60)
 
 struct files_entry {
-	char* name;
+	char *name;
 	struct stat st;
 };
 
@@ -40,7 +40,7 @@ agent_file_type(mode_t mode)
 	return MOAT__V1__FILE_TYPE__FILE_TYPE_OTHER;
 }
 
-static const char*
+static const char *
 files_kind(mode_t mode)
 {
 	if (S_ISDIR(mode))
@@ -56,31 +56,31 @@ files_kind(mode_t mode)
 	return "not a regular file";
 }
 
-static const char*
-files_basename(const char* clean)
+static const char *
+files_basename(const char *clean)
 {
-	const char* slash = strrchr(clean, '/');
+	const char *slash = strrchr(clean, '/');
 
 	return slash[1] ? slash + 1 : "/";
 }
 
 /* files_info: fills fi from st; strings are borrowed. */
 static void
-files_info(Moat__V1__FileInfo* fi, const char* name, const char* path,
-    const struct stat* st)
+files_info(Moat__V1__FileInfo *fi, const char *name, const char *path,
+    const struct stat *st)
 {
-	fi->name = (char*)name;
-	fi->path = (char*)path;
+	fi->name = (char *)name;
+	fi->path = (char *)path;
 	fi->size = (uint64_t)st->st_size;
 	fi->mode = st->st_mode & 07777;
-	fi->mtime_ns
-	    = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	fi->mtime_ns =
+	    (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 	fi->type = agent_file_type(st->st_mode);
 }
 
 static void
-files_send_info(
-    struct agent* a, uint64_t id, const char* clean, const struct stat* st)
+files_send_info(struct agent *a, uint64_t id, const char *clean,
+    const struct stat *st)
 {
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__FileInfo fi = MOAT__V1__FILE_INFO__INIT;
@@ -96,8 +96,8 @@ files_send_info(
  * making sure (through an O_PATH fd, which opens nothing) that it is
  * one. Returns an fd with *st filled, or -1 with the status in *rv. */
 static int
-files_open_regular(struct agent* a, const char* clean, int flags,
-    const char* doing, struct stat* st, int* rv, char** why)
+files_open_regular(struct agent *a, const char *clean, int flags,
+    const char *doing, struct stat *st, int *rv, char **why)
 {
 	struct stat again;
 	int fdp, fd;
@@ -125,8 +125,8 @@ files_open_regular(struct agent* a, const char* clean, int flags,
 		*rv = agent_path_error(fd, clean, doing, why);
 		return -1;
 	}
-	if (fstat(fd, &again) != 0 || again.st_dev != st->st_dev
-	    || again.st_ino != st->st_ino) {
+	if (fstat(fd, &again) != 0 || again.st_dev != st->st_dev ||
+	    again.st_ino != st->st_ino) {
 		close(fd);
 		*why = moat_asprintf("cannot %s %s: it was replaced while "
 		                     "being opened; retry",
@@ -139,15 +139,15 @@ files_open_regular(struct agent* a, const char* clean, int flags,
 }
 
 int
-agent_file_read(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_file_read(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 {
-	const Moat__V1__GuestFileRead* fr = req->file_read;
+	const Moat__V1__GuestFileRead *fr = req->file_read;
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__FileData fd_msg = MOAT__V1__FILE_DATA__INIT;
 	char clean[PATH_MAX];
 	size_t want, got = 0;
 	struct stat st;
-	uint8_t* buf;
+	uint8_t *buf;
 	int rv, fd;
 
 	if ((rv = agent_path_clean(fr->path, false, clean, why)) != 0)
@@ -159,17 +159,16 @@ agent_file_read(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 		return MOAT_INVALID_ARGUMENT;
 	}
 	want = fr->length ? fr->length : MOAT_GUEST_IO_MAX;
-	if ((fd = files_open_regular(
-	         a, clean, O_RDONLY, "read", &st, &rv, why))
-	    < 0)
+	if ((fd = files_open_regular(a, clean, O_RDONLY, "read", &st, &rv,
+	         why)) < 0)
 		return rv;
 	if ((buf = malloc(want)) == NULL) {
 		close(fd);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	while (got < want && fr->offset < FILES_OFFSET_MAX) {
-		ssize_t n = pread(
-		    fd, buf + got, want - got, (off_t)(fr->offset + got));
+		ssize_t n = pread(fd, buf + got, want - got,
+		    (off_t)(fr->offset + got));
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -200,8 +199,8 @@ out:
 /* files_create: makes a new regular file (and its parents when asked)
  * with exactly `mode`. Returns an fd, or -1 with *rv set. */
 static int
-files_create(struct agent* a, const char* clean, mode_t mode, bool parents,
-    int* rv, char** why)
+files_create(struct agent *a, const char *clean, mode_t mode, bool parents,
+    int *rv, char **why)
 {
 	int fd;
 
@@ -238,10 +237,10 @@ files_create(struct agent* a, const char* clean, mode_t mode, bool parents,
 }
 
 int
-agent_file_write(
-    struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_file_write(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
 {
-	const Moat__V1__GuestFileWrite* fw = req->file_write;
+	const Moat__V1__GuestFileWrite *fw = req->file_write;
 	mode_t mode = fw->mode ? (fw->mode & 07777) : 0644;
 	char clean[PATH_MAX];
 	size_t done = 0;
@@ -267,15 +266,15 @@ agent_file_write(
 		fd = files_create(a, clean, mode, fw->make_parents, &rv, why);
 	} else if (fd >= 0) {
 		close(fd);
-		fd = files_open_regular(
-		    a, clean, O_WRONLY, "write", &st, &rv, why);
+		fd = files_open_regular(a, clean, O_WRONLY, "write", &st, &rv,
+		    why);
 	} else {
 		rv = agent_path_error(fd, clean, "write", why);
 	}
 	if (fd < 0)
 		return rv;
-	if (fw->truncate
-	    && ftruncate(fd, (off_t)(fw->offset + fw->data.len)) != 0) {
+	if (fw->truncate &&
+	    ftruncate(fd, (off_t)(fw->offset + fw->data.len)) != 0) {
 		rv = agent_path_error(-errno, clean, "truncate", why);
 		goto out;
 	}
@@ -286,8 +285,8 @@ agent_file_write(
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			rv = agent_path_error(
-			    n < 0 ? -errno : -EIO, clean, "write", why);
+			rv = agent_path_error(n < 0 ? -errno : -EIO, clean,
+			    "write", why);
 			goto out;
 		}
 		done += (size_t)n;
@@ -304,7 +303,7 @@ out:
 }
 
 static int
-files_entry_cmp(const void* x, const void* y)
+files_entry_cmp(const void *x, const void *y)
 {
 	const struct files_entry *ex = x, *ey = y;
 
@@ -313,13 +312,13 @@ files_entry_cmp(const void* x, const void* y)
 
 /* files_not_dir: the error for a path that should be a directory. */
 static int
-files_not_dir(struct agent* a, const char* clean, int err, char** why)
+files_not_dir(struct agent *a, const char *clean, int err, char **why)
 {
 	struct stat st;
 	int fd;
 
-	if (err == -ENOTDIR
-	    && (fd = agent_path_open(a, clean, O_PATH, 0)) >= 0) {
+	if (err == -ENOTDIR &&
+	    (fd = agent_path_open(a, clean, O_PATH, 0)) >= 0) {
 		int known = fstat(fd, &st) == 0;
 
 		close(fd);
@@ -327,8 +326,8 @@ files_not_dir(struct agent* a, const char* clean, int err, char** why)
 			*why = moat_asprintf("%s is %s, not a directory; use "
 			                     "file_stat or file_read",
 			    clean,
-			    S_ISREG(st.st_mode) ? "a file"
-			                        : files_kind(st.st_mode));
+			    S_ISREG(st.st_mode) ? "a file" :
+			                          files_kind(st.st_mode));
 			return MOAT_FAILED_PRECONDITION;
 		}
 	}
@@ -336,20 +335,20 @@ files_not_dir(struct agent* a, const char* clean, int err, char** why)
 }
 
 int
-agent_file_list(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_file_list(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 {
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__FileList list = MOAT__V1__FILE_LIST__INIT;
 	Moat__V1__FileInfo *infos = NULL, **ptrs = NULL;
-	struct files_entry* ents = NULL;
+	struct files_entry *ents = NULL;
 	char clean[PATH_MAX], **paths = NULL;
 	size_t n = 0, alloc = 0, i, budget = 0;
-	struct dirent* de;
-	DIR* dir;
+	struct dirent *de;
+	DIR *dir;
 	int rv, fd;
 
-	if ((rv = agent_path_clean(req->file_list->path, false, clean, why))
-	    != 0)
+	if ((rv = agent_path_clean(req->file_list->path, false, clean, why)) !=
+	    0)
 		return rv;
 	fd = agent_path_open(a, clean, O_RDONLY | O_DIRECTORY, 0);
 	if (fd < 0)
@@ -361,19 +360,19 @@ agent_file_list(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 	while ((de = readdir(dir)) != NULL) {
 		struct stat st;
 
-		if (strcmp(de->d_name, ".") == 0
-		    || strcmp(de->d_name, "..") == 0)
+		if (strcmp(de->d_name, ".") == 0 ||
+		    strcmp(de->d_name, "..") == 0)
 			continue;
 		if (n == AGENT_LIST_MAX) {
 			list.truncated = true;
 			break;
 		}
-		if (fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW)
-		    != 0)
+		if (fstatat(dirfd(dir), de->d_name, &st,
+		        AT_SYMLINK_NOFOLLOW) != 0)
 			continue; /* removed meanwhile */
 		if (n == alloc) {
 			size_t na = alloc ? alloc * 2 : 64;
-			void* ne = realloc(ents, na * sizeof(*ents));
+			void *ne = realloc(ents, na * sizeof(*ents));
 
 			if (ne == NULL)
 				goto fail_mem;
@@ -391,8 +390,8 @@ agent_file_list(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 	if (infos == NULL || ptrs == NULL || paths == NULL)
 		goto fail_mem;
 	for (i = 0; i < n; i++) {
-		paths[i] = moat_asprintf(
-		    "%s/%s", clean[1] ? clean : "", ents[i].name);
+		paths[i] = moat_asprintf("%s/%s", clean[1] ? clean : "",
+		    ents[i].name);
 		if (paths[i] == NULL)
 			goto fail_mem;
 		budget += 2 * strlen(paths[i]) + 64;
@@ -430,14 +429,14 @@ out:
 }
 
 int
-agent_file_stat(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_file_stat(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 {
 	char clean[PATH_MAX];
 	struct stat st;
 	int rv, fd;
 
-	if ((rv = agent_path_clean(req->file_stat->path, false, clean, why))
-	    != 0)
+	if ((rv = agent_path_clean(req->file_stat->path, false, clean, why)) !=
+	    0)
 		return rv;
 	if ((fd = agent_path_open(a, clean, O_PATH | O_NOFOLLOW, 0)) < 0)
 		return agent_path_error(fd, clean, "stat", why);
@@ -455,17 +454,17 @@ agent_file_stat(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
  * staying on device `dev`. Returns 0 or the first -errno met (it goes on
  * after errors so as much as possible is gone). */
 static int
-files_rm_tree(int dirfd, const char* name, dev_t dev, int depth)
+files_rm_tree(int dirfd, const char *name, dev_t dev, int depth)
 {
-	struct dirent* de;
+	struct dirent *de;
 	struct stat st;
 	int fd, rv = 0, pass;
-	DIR* dir;
+	DIR *dir;
 
 	if (depth > FILES_RM_DEPTH_MAX)
 		return -ELOOP;
-	fd = openat(
-	    dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(dirfd, name,
+	    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) != 0 || st.st_dev != dev) {
@@ -482,15 +481,15 @@ files_rm_tree(int dirfd, const char* name, dev_t dev, int depth)
 		while ((de = readdir(dir)) != NULL) {
 			int r = 0;
 
-			if (strcmp(de->d_name, ".") == 0
-			    || strcmp(de->d_name, "..") == 0)
+			if (strcmp(de->d_name, ".") == 0 ||
+			    strcmp(de->d_name, "..") == 0)
 				continue;
-			if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW)
-			    != 0)
+			if (fstatat(fd, de->d_name, &st,
+			        AT_SYMLINK_NOFOLLOW) != 0)
 				continue;
 			if (S_ISDIR(st.st_mode))
-				r = files_rm_tree(
-				    fd, de->d_name, dev, depth + 1);
+				r = files_rm_tree(fd, de->d_name, dev,
+				    depth + 1);
 			else if (unlinkat(fd, de->d_name, 0) != 0)
 				r = -errno;
 			if (r != 0 && rv == 0)
@@ -504,12 +503,12 @@ files_rm_tree(int dirfd, const char* name, dev_t dev, int depth)
 }
 
 int
-agent_file_remove(
-    struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_file_remove(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
 {
-	const Moat__V1__GuestPath* gp = req->file_remove;
+	const Moat__V1__GuestPath *gp = req->file_remove;
 	char clean[PATH_MAX];
-	const char* name;
+	const char *name;
 	struct stat st;
 	int rv, pfd, r;
 
@@ -545,13 +544,13 @@ agent_file_remove(
 }
 
 int
-agent_file_mkdir(
-    struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_file_mkdir(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
 {
-	const Moat__V1__GuestPath* gp = req->mkdir;
+	const Moat__V1__GuestPath *gp = req->mkdir;
 	mode_t mode = gp->mode ? (gp->mode & 07777) : 0755;
 	char clean[PATH_MAX];
-	const char* name;
+	const char *name;
 	struct stat st;
 	int rv, pfd, fd;
 
@@ -571,8 +570,8 @@ agent_file_mkdir(
 		memcpy(dir, clean, n);
 		dir[n] = '\0';
 		if ((rv = agent_path_mkdirs(a, dir, 0755)) != 0)
-			return agent_path_error(
-			    rv, dir, "make directory", why);
+			return agent_path_error(rv, dir, "make directory",
+			    why);
 	}
 	if ((pfd = agent_path_parent(a, clean, &name)) < 0) {
 		if (pfd != -ENOENT)
@@ -584,15 +583,15 @@ agent_file_mkdir(
 	}
 	if (mkdirat(pfd, name, mode) != 0) {
 		rv = -errno;
-		if (rv == -EEXIST
-		    && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0
-		    && !S_ISDIR(st.st_mode)) {
+		if (rv == -EEXIST &&
+		    fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    !S_ISDIR(st.st_mode)) {
 			close(pfd);
 			*why = moat_asprintf("%s exists and is %s, not a "
 			                     "directory",
 			    clean,
-			    S_ISREG(st.st_mode) ? "a file"
-			                        : files_kind(st.st_mode));
+			    S_ISREG(st.st_mode) ? "a file" :
+			                          files_kind(st.st_mode));
 			return MOAT_FAILED_PRECONDITION;
 		}
 		close(pfd);
@@ -601,8 +600,8 @@ agent_file_mkdir(
 		return agent_path_error(rv, clean, "mkdir", why);
 	}
 	/* the exact mode asked, whatever the umask */
-	fd = openat(
-	    pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	fd =
+	    openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	close(pfd);
 	if (fd < 0 || fchmod(fd, mode) != 0) {
 		rv = agent_path_error(-errno, clean, "chmod", why);

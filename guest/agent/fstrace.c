@@ -36,9 +36,9 @@
 
 #define TRACE_DEPTH_MAX 256
 #define TRACE_HASH_CHUNK (64u << 10)
-#define TRACE_MEMO_SLOTS 4096       /* direct-mapped by (dev, inode) */
+#define TRACE_MEMO_SLOTS 4096 /* direct-mapped by (dev, inode) */
 #define TRACE_MEMO_SETTLE_NS 20000000LL
-#define TRACE_MEMO_WAIT_MIN (1u << 20)  /* bytes: worth waiting to keep */
+#define TRACE_MEMO_WAIT_MIN (1u << 20) /* bytes: worth waiting to keep */
 
 /* One remembered hash. A file's ctime changes with every write to it and
  * cannot be set, so the same inode with the same size, mtime and ctime
@@ -62,7 +62,7 @@ struct trace_memo {
 static struct trace_memo trace_memo[TRACE_MEMO_SLOTS];
 
 struct trace {
-	Moat__V1__FsTraceEntry* ents;
+	Moat__V1__FsTraceEntry *ents;
 	uint8_t (*sums)[AGENT_SHA256_LEN];
 	size_t n, alloc, max;
 	size_t budget; /* encoded bytes, roughly */
@@ -73,13 +73,13 @@ struct trace {
 };
 
 static int
-trace_name_cmp(const void* x, const void* y)
+trace_name_cmp(const void *x, const void *y)
 {
-	return strcmp(*(char* const*)x, *(char* const*)y);
+	return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
 static void
-trace_names_free(char** names, size_t n)
+trace_names_free(char **names, size_t n)
 {
 	size_t i;
 
@@ -91,12 +91,12 @@ trace_names_free(char** names, size_t n)
 /* trace_names: the sorted names in a directory (at most `max`), heap
  * array of heap strings; the caller frees with trace_names_free. */
 static int
-trace_names(int dirfd, size_t max, char*** out, size_t* count)
+trace_names(int dirfd, size_t max, char ***out, size_t *count)
 {
-	char** names = NULL;
+	char **names = NULL;
 	size_t n = 0, alloc = 0;
-	struct dirent* de;
-	DIR* dir;
+	struct dirent *de;
+	DIR *dir;
 	int fd;
 
 	fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -107,12 +107,12 @@ trace_names(int dirfd, size_t max, char*** out, size_t* count)
 		return -errno;
 	}
 	while (n < max && (de = readdir(dir)) != NULL) {
-		if (strcmp(de->d_name, ".") == 0
-		    || strcmp(de->d_name, "..") == 0)
+		if (strcmp(de->d_name, ".") == 0 ||
+		    strcmp(de->d_name, "..") == 0)
 			continue;
 		if (n == alloc) {
 			size_t na = alloc ? alloc * 2 : 32;
-			char** nn = realloc(names, na * sizeof(*names));
+			char **nn = realloc(names, na * sizeof(*names));
 
 			if (nn == NULL)
 				goto fail;
@@ -135,15 +135,15 @@ fail:
 	return -ENOMEM;
 }
 
-static struct trace_memo*
-trace_memo_slot(const struct stat* st)
+static struct trace_memo *
+trace_memo_slot(const struct stat *st)
 {
-	uint64_t k = ((uint64_t)st->st_dev * 0x9e3779b97f4a7c15ULL)
-	    ^ (uint64_t)st->st_ino;
+	uint64_t k = ((uint64_t)st->st_dev * 0x9e3779b97f4a7c15ULL) ^
+	    (uint64_t)st->st_ino;
 
 	k ^= k >> 29;
-	return &trace_memo[(k * 0xbf58476d1ce4e5b9ULL >> 40)
-	    % TRACE_MEMO_SLOTS];
+	return &trace_memo[(k * 0xbf58476d1ce4e5b9ULL >> 40) %
+	    TRACE_MEMO_SLOTS];
 }
 
 static bool
@@ -161,34 +161,34 @@ trace_ns(struct timespec t)
 /* trace_hash: the sha256 of regular file `name` in `dirfd`, whose lstat
  * is `st`: remembered, or read (and then remembered when it may be). */
 static int
-trace_hash(struct trace* t, int dirfd, const char* name,
-    const struct stat* st, uint8_t out[AGENT_SHA256_LEN])
+trace_hash(struct trace *t, int dirfd, const char *name, const struct stat *st,
+    uint8_t out[AGENT_SHA256_LEN])
 {
-	struct trace_memo* m = trace_memo_slot(st);
+	struct trace_memo *m = trace_memo_slot(st);
 	struct agent_sha256 h;
 	struct timespec began;
 	struct stat after;
 	uint64_t bytes = 0;
-	uint8_t* buf;
+	uint8_t *buf;
 	ssize_t n;
 	int fd;
 
-	if (m->used && m->dev == st->st_dev && m->ino == st->st_ino
-	    && m->size == st->st_size && trace_same_time(m->mtime, st->st_mtim)
-	    && trace_same_time(m->ctime, st->st_ctim)) {
+	if (m->used && m->dev == st->st_dev && m->ino == st->st_ino &&
+	    m->size == st->st_size && trace_same_time(m->mtime, st->st_mtim) &&
+	    trace_same_time(m->ctime, st->st_ctim)) {
 		memcpy(out, m->sum, AGENT_SHA256_LEN);
 		return 0;
 	}
 	clock_gettime(CLOCK_REALTIME, &began);
-	if (st->st_size >= (off_t)TRACE_MEMO_WAIT_MIN
-	    && trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS
-	        >= trace_ns(began)) {
-		int64_t wait = trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS + 1
-		    - trace_ns(began);
+	if (st->st_size >= (off_t)TRACE_MEMO_WAIT_MIN &&
+	    trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS >= trace_ns(began)) {
+		int64_t wait = trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS +
+		    1 - trace_ns(began);
 		struct timespec w;
 
 		if (wait > TRACE_MEMO_SETTLE_NS + 1)
-			wait = TRACE_MEMO_SETTLE_NS + 1; /* a ctime ahead of now */
+			wait = TRACE_MEMO_SETTLE_NS +
+			    1; /* a ctime ahead of now */
 		w.tv_sec = 0;
 		w.tv_nsec = (long)wait;
 		while (nanosleep(&w, &w) != 0 && errno == EINTR)
@@ -224,12 +224,11 @@ trace_hash(struct trace* t, int dirfd, const char* name,
 	agent_sha256_final(&h, out);
 	/* Remembered only for what was read: the same file, unchanged
 	 * while it was read, and settled before. */
-	if (after.st_ino == st->st_ino && after.st_dev == st->st_dev
-	    && after.st_size == st->st_size && (uint64_t)after.st_size == bytes
-	    && trace_same_time(after.st_mtim, st->st_mtim)
-	    && trace_same_time(after.st_ctim, st->st_ctim)
-	    && trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS
-	        < trace_ns(began)) {
+	if (after.st_ino == st->st_ino && after.st_dev == st->st_dev &&
+	    after.st_size == st->st_size && (uint64_t)after.st_size == bytes &&
+	    trace_same_time(after.st_mtim, st->st_mtim) &&
+	    trace_same_time(after.st_ctim, st->st_ctim) &&
+	    trace_ns(st->st_ctim) + TRACE_MEMO_SETTLE_NS < trace_ns(began)) {
 		m->used = true;
 		m->dev = st->st_dev;
 		m->ino = st->st_ino;
@@ -246,10 +245,10 @@ trace_hash(struct trace* t, int dirfd, const char* name,
 /* trace_add: appends one entry. Returns 0, or -1 when the trace is full
  * (truncated is then set) or out of memory (err set). */
 static int
-trace_add(struct trace* t, const char* path, Moat__V1__FsChange change,
-    const struct stat* st, int hash_dirfd, const char* name)
+trace_add(struct trace *t, const char *path, Moat__V1__FsChange change,
+    const struct stat *st, int hash_dirfd, const char *name)
 {
-	Moat__V1__FsTraceEntry* e;
+	Moat__V1__FsTraceEntry *e;
 	size_t cost = strlen(path) + 64;
 
 	if (t->n >= t->max || t->budget + cost > AGENT_REPLY_BUDGET) {
@@ -258,8 +257,8 @@ trace_add(struct trace* t, const char* path, Moat__V1__FsChange change,
 	}
 	if (t->n == t->alloc) {
 		size_t na = t->alloc ? t->alloc * 2 : 64;
-		void* ne = realloc(t->ents, na * sizeof(*t->ents));
-		void* ns;
+		void *ne = realloc(t->ents, na * sizeof(*t->ents));
+		void *ns;
 
 		if (ne == NULL) {
 			t->err = -ENOMEM;
@@ -283,13 +282,13 @@ trace_add(struct trace* t, const char* path, Moat__V1__FsChange change,
 	if (st != NULL) {
 		e->type = agent_file_type(st->st_mode);
 		e->mode = st->st_mode & 07777;
-		if (change != MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED
-		    && !S_ISDIR(st->st_mode))
+		if (change != MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED &&
+		    !S_ISDIR(st->st_mode))
 			e->size = (uint64_t)st->st_size;
 	}
-	if (t->hash && change != MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED
-	    && st != NULL && S_ISREG(st->st_mode)
-	    && trace_hash(t, hash_dirfd, name, st, t->sums[t->n]) == 0) {
+	if (t->hash && change != MOAT__V1__FS_CHANGE__FS_CHANGE_DELETED &&
+	    st != NULL && S_ISREG(st->st_mode) &&
+	    trace_hash(t, hash_dirfd, name, st, t->sums[t->n]) == 0) {
 		e->sha256.data = t->sums[t->n];
 		e->sha256.len = AGENT_SHA256_LEN;
 	}
@@ -299,7 +298,7 @@ trace_add(struct trace* t, const char* path, Moat__V1__FsChange change,
 }
 
 static bool
-trace_is_whiteout(const struct stat* st)
+trace_is_whiteout(const struct stat *st)
 {
 	return S_ISCHR(st->st_mode) && st->st_rdev == makedev(0, 0);
 }
@@ -317,19 +316,19 @@ trace_is_opaque(int dirfd)
 }
 
 static int
-trace_open_dir(int dirfd, const char* name)
+trace_open_dir(int dirfd, const char *name)
 {
 	if (dirfd < 0)
 		return -1;
-	return openat(
-	    dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return openat(dirfd, name,
+	    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
 /* trace_hidden: the lower entries an opaque upper dir hides. */
 static int
-trace_hidden(struct trace* t, int upper, int lower, const char* dir)
+trace_hidden(struct trace *t, int upper, int lower, const char *dir)
 {
-	char** names = NULL;
+	char **names = NULL;
 	size_t n = 0, i;
 	int rv = 0;
 
@@ -337,11 +336,10 @@ trace_hidden(struct trace* t, int upper, int lower, const char* dir)
 		return 0; /* nothing readable to hide */
 	for (i = 0; i < n && rv == 0; i++) {
 		struct stat ust, lst;
-		char* path;
+		char *path;
 
-		if (fstatat(upper, names[i], &ust, AT_SYMLINK_NOFOLLOW) == 0
-		    || fstatat(lower, names[i], &lst, AT_SYMLINK_NOFOLLOW)
-		        != 0)
+		if (fstatat(upper, names[i], &ust, AT_SYMLINK_NOFOLLOW) == 0 ||
+		    fstatat(lower, names[i], &lst, AT_SYMLINK_NOFOLLOW) != 0)
 			continue;
 		if ((path = moat_asprintf("%s/%s", dir, names[i])) == NULL) {
 			t->err = -ENOMEM;
@@ -360,9 +358,9 @@ trace_hidden(struct trace* t, int upper, int lower, const char* dir)
  * `lower` is the same dir in the image, or -1 when it has none. Returns
  * 0, or -1 to stop the whole walk. */
 static int
-trace_dir(struct trace* t, int upper, int lower, const char* dir, int depth)
+trace_dir(struct trace *t, int upper, int lower, const char *dir, int depth)
 {
-	char** names = NULL;
+	char **names = NULL;
 	size_t n = 0, i;
 	int rv = 0;
 
@@ -377,13 +375,12 @@ trace_dir(struct trace* t, int upper, int lower, const char* dir, int depth)
 	for (i = 0; i < n && rv == 0; i++) {
 		struct stat st, lst;
 		bool in_lower;
-		char* path;
+		char *path;
 
 		if (fstatat(upper, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
 			continue; /* gone meanwhile */
-		in_lower = lower >= 0
-		    && fstatat(lower, names[i], &lst, AT_SYMLINK_NOFOLLOW)
-		        == 0;
+		in_lower = lower >= 0 &&
+		    fstatat(lower, names[i], &lst, AT_SYMLINK_NOFOLLOW) == 0;
 		if ((path = moat_asprintf("%s/%s", dir, names[i])) == NULL) {
 			t->err = -ENOMEM;
 			rv = -1;
@@ -404,19 +401,19 @@ trace_dir(struct trace* t, int upper, int lower, const char* dir, int depth)
 			}
 			if (in_lower && S_ISDIR(lst.st_mode)) {
 				opaque = trace_is_opaque(ufd);
-				report = opaque || st.st_uid != lst.st_uid
-				    || st.st_gid != lst.st_gid
-				    || (st.st_mode & 07777)
-				        != (lst.st_mode & 07777);
+				report = opaque || st.st_uid != lst.st_uid ||
+				    st.st_gid != lst.st_gid ||
+				    (st.st_mode & 07777) !=
+				        (lst.st_mode & 07777);
 				lfd = trace_open_dir(lower, names[i]);
 			} else if (in_lower) {
 				report = true; /* a file became a directory */
 			}
 			if (report)
 				rv = trace_add(t, path,
-				    in_lower
-				        ? MOAT__V1__FS_CHANGE__FS_CHANGE_MODIFIED
-				        : MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED,
+				    in_lower ?
+				        MOAT__V1__FS_CHANGE__FS_CHANGE_MODIFIED :
+				        MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED,
 				    &st, -1, NULL);
 			if (rv == 0 && opaque && lfd >= 0)
 				rv = trace_hidden(t, ufd, lfd, path);
@@ -428,8 +425,9 @@ trace_dir(struct trace* t, int upper, int lower, const char* dir, int depth)
 			close(ufd);
 		} else {
 			rv = trace_add(t, path,
-			    in_lower ? MOAT__V1__FS_CHANGE__FS_CHANGE_MODIFIED
-			             : MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED,
+			    in_lower ?
+			        MOAT__V1__FS_CHANGE__FS_CHANGE_MODIFIED :
+			        MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED,
 			    &st, upper, names[i]);
 		}
 		free(path);
@@ -439,12 +437,12 @@ trace_dir(struct trace* t, int upper, int lower, const char* dir, int depth)
 }
 
 int
-agent_fs_trace(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_fs_trace(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 {
-	const Moat__V1__FsTraceRequest* fr = req->fs_trace;
+	const Moat__V1__FsTraceRequest *fr = req->fs_trace;
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__FsTrace trace = MOAT__V1__FS_TRACE__INIT;
-	Moat__V1__FsTraceEntry** ptrs = NULL;
+	Moat__V1__FsTraceEntry **ptrs = NULL;
 	struct trace t = { 0 };
 	int upper, lower = -1, rv = MOAT_OK;
 	size_t i;
@@ -461,18 +459,18 @@ agent_fs_trace(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 	t.hash = fr->hash;
 	upper = openat(a->upper_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (upper < 0)
-		return agent_path_error(
-		    -errno, "the overlay upper dir", "read", why);
+		return agent_path_error(-errno, "the overlay upper dir",
+		    "read", why);
 	if (a->lower_fd >= 0)
-		lower = openat(
-		    a->lower_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		lower = openat(a->lower_fd, ".",
+		    O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	(void)trace_dir(&t, upper, lower, "", 0);
 	close(upper);
 	if (lower >= 0)
 		close(lower);
 	if (t.err != 0) {
-		rv = agent_path_error(
-		    t.err, "the overlay upper dir", "trace", why);
+		rv = agent_path_error(t.err, "the overlay upper dir", "trace",
+		    why);
 		goto out;
 	}
 	if (t.n > 0 && (ptrs = calloc(t.n, sizeof(*ptrs))) == NULL) {

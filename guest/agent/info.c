@@ -21,11 +21,11 @@
 /* info_meminfo: MemTotal and MemAvailable from /proc/meminfo, in KiB.
  * Returns 0 when both were found. */
 static int
-info_meminfo(uint64_t* total, uint64_t* avail)
+info_meminfo(uint64_t *total, uint64_t *avail)
 {
 	char line[256];
 	int found = 0;
-	FILE* f;
+	FILE *f;
 
 	if ((f = fopen("/proc/meminfo", "re")) == NULL)
 		return -1;
@@ -49,9 +49,9 @@ info_meminfo(uint64_t* total, uint64_t* avail)
 static long
 info_processes(void)
 {
-	struct dirent* de;
+	struct dirent *de;
 	long n = 0;
-	DIR* d;
+	DIR *d;
 
 	if ((d = opendir("/proc")) == NULL)
 		return -1;
@@ -63,11 +63,11 @@ info_processes(void)
 }
 
 int
-agent_info(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_info(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 {
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__GuestInfo gi = MOAT__V1__GUEST_INFO__INIT;
-	char kernel[3 * sizeof(((struct utsname*)0)->release) + 4];
+	char kernel[3 * sizeof(((struct utsname *)0)->release) + 4];
 	struct statvfs vfs;
 	struct utsname u;
 	struct sysinfo si;
@@ -77,19 +77,19 @@ agent_info(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 
 	have_si = sysinfo(&si) == 0;
 	if (clock_gettime(CLOCK_BOOTTIME, &ts) == 0)
-		gi.uptime_ms = (uint64_t)ts.tv_sec * 1000
-		    + (uint64_t)ts.tv_nsec / 1000000;
-	if (info_meminfo(&gi.mem_total_kib, &gi.mem_available_kib) != 0
-	    && have_si) {
+		gi.uptime_ms = (uint64_t)ts.tv_sec * 1000 +
+		    (uint64_t)ts.tv_nsec / 1000000;
+	if (info_meminfo(&gi.mem_total_kib, &gi.mem_available_kib) != 0 &&
+	    have_si) {
 		gi.mem_total_kib = (uint64_t)si.totalram * si.mem_unit / 1024;
-		gi.mem_available_kib
-		    = (uint64_t)si.freeram * si.mem_unit / 1024;
+		gi.mem_available_kib =
+		    (uint64_t)si.freeram * si.mem_unit / 1024;
 	}
 	if (fstatvfs(a->root_fd, &vfs) == 0) {
-		gi.disk_total_kib
-		    = (uint64_t)vfs.f_blocks * vfs.f_frsize / 1024;
-		gi.disk_free_kib
-		    = (uint64_t)vfs.f_bavail * vfs.f_frsize / 1024;
+		gi.disk_total_kib =
+		    (uint64_t)vfs.f_blocks * vfs.f_frsize / 1024;
+		gi.disk_free_kib =
+		    (uint64_t)vfs.f_bavail * vfs.f_frsize / 1024;
 	}
 	if (have_si) {
 		gi.load1 = si.loads[0] / (double)(1 << SI_LOAD_SHIFT);
@@ -101,7 +101,7 @@ agent_info(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 		snprintf(kernel, sizeof(kernel), "%s %s %s", u.sysname,
 		    u.release, u.machine);
 	gi.kernel = kernel;
-	gi.agent_version = (char*)MOAT_VERSION;
+	gi.agent_version = (char *)MOAT_VERSION;
 	if ((ncpu = sysconf(_SC_NPROCESSORS_ONLN)) > 0)
 		gi.ncpu = (uint32_t)ncpu;
 	if ((procs = info_processes()) < 0 && have_si)

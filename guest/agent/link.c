@@ -38,15 +38,15 @@
 #define LINK_READ_BUDGET (1u << 20) /* per loop turn, for fairness */
 
 struct agent_out {
-	struct agent_out* next;
+	struct agent_out *next;
 	size_t len, off;
 	uint8_t data[];
 };
 
 static int
-link_queue(struct agent* a, struct agent_out* o)
+link_queue(struct agent *a, struct agent_out *o)
 {
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 
 	o->next = NULL;
 	if (l->out_tail != NULL)
@@ -59,9 +59,9 @@ link_queue(struct agent* a, struct agent_out* o)
 }
 
 int
-agent_link_queue_raw(struct agent* a, const void* data, size_t len)
+agent_link_queue_raw(struct agent *a, const void *data, size_t len)
 {
-	struct agent_out* o;
+	struct agent_out *o;
 
 	if (a->link.fd < 0 || a->link.muted)
 		return 0;
@@ -74,20 +74,20 @@ agent_link_queue_raw(struct agent* a, const void* data, size_t len)
 }
 
 /* link_encode: msg as one queued frame, or NULL (too big, no memory). */
-static struct agent_out*
-link_encode(const Moat__V1__GuestMessage* msg)
+static struct agent_out *
+link_encode(const Moat__V1__GuestMessage *msg)
 {
-	struct agent_out* o;
+	struct agent_out *o;
 	size_t body = moat__v1__guest_message__get_packed_size(msg);
 
 	if (body > MOAT_FRAME_MAX) {
-		moat_error(
-		    msg->id, "reply of %zu bytes is over the frame cap", body);
+		moat_error(msg->id, "reply of %zu bytes is over the frame cap",
+		    body);
 		return NULL;
 	}
 	if ((o = malloc(sizeof(*o) + 4 + body)) == NULL) {
-		moat_error(
-		    msg->id, "out of memory for a %zu-byte reply", body);
+		moat_error(msg->id, "out of memory for a %zu-byte reply",
+		    body);
 		return NULL;
 	}
 	o->len = 4 + body;
@@ -101,10 +101,10 @@ link_encode(const Moat__V1__GuestMessage* msg)
 }
 
 int
-agent_send(struct agent* a, const Moat__V1__GuestMessage* msg)
+agent_send(struct agent *a, const Moat__V1__GuestMessage *msg)
 {
 	Moat__V1__GuestMessage err = MOAT__V1__GUEST_MESSAGE__INIT;
-	struct agent_out* o;
+	struct agent_out *o;
 
 	if (a->link.fd < 0 || a->link.muted)
 		return 0;
@@ -114,15 +114,15 @@ agent_send(struct agent* a, const Moat__V1__GuestMessage* msg)
 	 * rather than none. */
 	err.id = msg->id;
 	err.code = MOAT__V1__CODE__RESOURCE_EXHAUSTED;
-	err.message = (char*)"the answer did not fit in one frame or in "
-	                     "the agent's memory; ask for less";
+	err.message = (char *)"the answer did not fit in one frame or in "
+	                      "the agent's memory; ask for less";
 	if ((o = link_encode(&err)) != NULL)
 		(void)link_queue(a, o);
 	return MOAT_RESOURCE_EXHAUSTED;
 }
 
 void
-agent_send_error(struct agent* a, uint64_t id, int code, const char* fmt, ...)
+agent_send_error(struct agent *a, uint64_t id, int code, const char *fmt, ...)
 {
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	char text[1024];
@@ -139,7 +139,7 @@ agent_send_error(struct agent* a, uint64_t id, int code, const char* fmt, ...)
 }
 
 void
-agent_send_ack(struct agent* a, uint64_t id)
+agent_send_ack(struct agent *a, uint64_t id)
 {
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__Empty empty = MOAT__V1__EMPTY__INIT;
@@ -151,7 +151,7 @@ agent_send_ack(struct agent* a, uint64_t id)
 }
 
 static void
-link_drop_queue(struct agent_link* l)
+link_drop_queue(struct agent_link *l)
 {
 	struct agent_out *o, *next;
 
@@ -164,9 +164,9 @@ link_drop_queue(struct agent_link* l)
 }
 
 void
-agent_link_close(struct agent* a, const char* why)
+agent_link_close(struct agent *a, const char *why)
 {
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 
 	if (l->fd >= 0) {
 		moat_info(0, "host link closed: %s", why);
@@ -187,14 +187,14 @@ agent_link_close(struct agent* a, const char* why)
 /* link_session_start: a host is there: the first thing it reads is
  * AgentReady. */
 static void
-link_session_start(struct agent* a, int fd)
+link_session_start(struct agent *a, int fd)
 {
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
 	Moat__V1__AgentReady ready = MOAT__V1__AGENT_READY__INIT;
 
 	a->link.fd = fd;
 	moat_frame_reader_init(&a->link.reader, MOAT_FRAME_MAX);
-	ready.agent_version = (char*)MOAT_VERSION;
+	ready.agent_version = (char *)MOAT_VERSION;
 	ready.boot_ms = a->boot_ms;
 	ready.kernel = a->kernel;
 	m.id = 0;
@@ -207,7 +207,7 @@ link_session_start(struct agent* a, int fd)
 }
 
 static int
-link_listen_unix(struct agent_link* l)
+link_listen_unix(struct agent_link *l)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	int fd, rv;
@@ -221,8 +221,8 @@ link_listen_unix(struct agent_link* l)
 	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
 		return errno;
 	(void)unlink(l->path);
-	if (bind(fd, (struct sockaddr*)&sun, sizeof(sun)) != 0
-	    || chmod(l->path, 0600) != 0 || listen(fd, 4) != 0) {
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0 ||
+	    chmod(l->path, 0600) != 0 || listen(fd, 4) != 0) {
 		rv = errno;
 		moat_error(0, "listen on unix:%s: %s", l->path, strerror(rv));
 		close(fd);
@@ -233,7 +233,7 @@ link_listen_unix(struct agent_link* l)
 }
 
 static int
-link_listen_vsock(struct agent_link* l)
+link_listen_vsock(struct agent_link *l)
 {
 	struct sockaddr_vm svm = { .svm_family = AF_VSOCK };
 	int fd, rv;
@@ -248,8 +248,8 @@ link_listen_vsock(struct agent_link* l)
 		    strerror(rv));
 		return rv;
 	}
-	if (bind(fd, (struct sockaddr*)&svm, sizeof(svm)) != 0
-	    || listen(fd, 4) != 0) {
+	if (bind(fd, (struct sockaddr *)&svm, sizeof(svm)) != 0 ||
+	    listen(fd, 4) != 0) {
 		rv = errno;
 		moat_error(0, "listen on vsock port %u: %s", l->vsock_port,
 		    strerror(rv));
@@ -261,9 +261,9 @@ link_listen_vsock(struct agent_link* l)
 }
 
 int
-agent_link_listen(struct agent* a)
+agent_link_listen(struct agent *a)
 {
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 
 	l->fd = -1;
 	l->listen_fd = -1;
@@ -282,15 +282,15 @@ agent_link_listen(struct agent* a)
 /* link_port_try: opens the port if it is not open yet, and starts a
  * session if a host is attached to it. */
 static void
-link_port_try(struct agent* a, uint64_t now)
+link_port_try(struct agent *a, uint64_t now)
 {
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 	struct pollfd pfd;
 
 	l->retry_at_ms = now + PORT_RETRY_MS;
 	if (l->listen_fd < 0) {
-		l->listen_fd = open(
-		    l->path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+		l->listen_fd =
+		    open(l->path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 		if (l->listen_fd < 0)
 			return; /* ENOENT: not there yet; EBUSY: held */
 	}
@@ -311,9 +311,9 @@ link_port_try(struct agent* a, uint64_t now)
 }
 
 int
-agent_link_timer(struct agent* a, uint64_t now)
+agent_link_timer(struct agent *a, uint64_t now)
 {
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 
 	if (l->kind != AGENT_LINK_PORT || l->fd >= 0)
 		return -1;
@@ -325,9 +325,9 @@ agent_link_timer(struct agent* a, uint64_t now)
 }
 
 int
-agent_link_pollfds(struct agent* a, struct pollfd* pfd, bool paused)
+agent_link_pollfds(struct agent *a, struct pollfd *pfd, bool paused)
 {
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 
 	if (l->fd < 0) {
 		/* a port without a host is looked at by the timer: it would
@@ -350,10 +350,10 @@ agent_link_pollfds(struct agent* a, struct pollfd* pfd, bool paused)
 /* link_write: writes queued frames until the stream would block. Returns
  * 0, or an errno value when the host is gone. */
 static int
-link_write(struct agent_link* l)
+link_write(struct agent_link *l)
 {
 	while (l->out_head != NULL) {
-		struct agent_out* o = l->out_head;
+		struct agent_out *o = l->out_head;
 		ssize_t n = write(l->fd, o->data + o->off, o->len - o->off);
 
 		if (n < 0) {
@@ -379,15 +379,15 @@ link_write(struct agent_link* l)
  * Returns 0, or -1 when the stream declared a frame over the cap (it is
  * then out of step and cannot be read further). */
 static int
-link_take_frames(struct agent* a)
+link_take_frames(struct agent *a)
 {
-	uint8_t* frame;
+	uint8_t *frame;
 	size_t len;
 	int rv;
 
-	while (a->link.fd >= 0
-	    && (rv = moat_frame_reader_next(&a->link.reader, &frame, &len))
-	        == MOAT_OK) {
+	while (a->link.fd >= 0 &&
+	    (rv = moat_frame_reader_next(&a->link.reader, &frame, &len)) ==
+	        MOAT_OK) {
 		agent_dispatch(a, frame, len);
 		free(frame);
 	}
@@ -400,7 +400,7 @@ link_take_frames(struct agent* a)
  * drop the stream: a socket is closed (the host reconnects); a port
  * cannot be, so its bytes so far are thrown away and reading goes on. */
 static void
-link_bad_stream(struct agent* a)
+link_bad_stream(struct agent *a)
 {
 	agent_send_error(a, 0, MOAT_INVALID_ARGUMENT,
 	    "the host sent a frame longer than the %u-byte cap; the stream "
@@ -419,10 +419,10 @@ link_bad_stream(struct agent* a)
 /* link_read: reads what the host sent (up to a budget) and dispatches
  * whole frames. Returns 0, or -1 when the host is gone. */
 static int
-link_read(struct agent* a)
+link_read(struct agent *a)
 {
 	static uint8_t chunk[LINK_READ_CHUNK];
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 	size_t budget = LINK_READ_BUDGET;
 
 	while (budget > 0 && l->fd >= 0) {
@@ -445,11 +445,10 @@ link_read(struct agent* a)
 
 			if (take > room)
 				take = room;
-			if (moat_frame_reader_feed(
-			        &l->reader, chunk + off, take)
-			    != MOAT_OK) {
-				agent_link_close(
-				    a, "out of memory for a frame");
+			if (moat_frame_reader_feed(&l->reader, chunk + off,
+			        take) != MOAT_OK) {
+				agent_link_close(a,
+				    "out of memory for a frame");
 				return 0;
 			}
 			off += take;
@@ -463,17 +462,17 @@ link_read(struct agent* a)
 }
 
 void
-agent_link_events(struct agent* a, const struct pollfd* pfd, int n)
+agent_link_events(struct agent *a, const struct pollfd *pfd, int n)
 {
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 	int fd, rv;
 
 	if (n < 1 || pfd[0].revents == 0)
 		return;
-	if (pfd[0].fd == l->listen_fd && l->fd < 0
-	    && l->kind != AGENT_LINK_PORT) {
-		fd = accept4(
-		    l->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (pfd[0].fd == l->listen_fd && l->fd < 0 &&
+	    l->kind != AGENT_LINK_PORT) {
+		fd = accept4(l->listen_fd, NULL, NULL,
+		    SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0)
 			link_session_start(a, fd);
 		else if (errno != EAGAIN && errno != EINTR)
@@ -492,16 +491,16 @@ agent_link_events(struct agent* a, const struct pollfd* pfd, int n)
 			return;
 		}
 		/* POLLHUP without data left: a port whose host went away */
-		if ((pfd[0].revents & (POLLHUP | POLLERR))
-		    && !(pfd[0].revents & POLLIN) && l->fd >= 0)
+		if ((pfd[0].revents & (POLLHUP | POLLERR)) &&
+		    !(pfd[0].revents & POLLIN) && l->fd >= 0)
 			agent_link_close(a, "the host hung up");
 	}
 }
 
 void
-agent_link_flush(struct agent* a, uint64_t deadline_ms)
+agent_link_flush(struct agent *a, uint64_t deadline_ms)
 {
-	struct agent_link* l = &a->link;
+	struct agent_link *l = &a->link;
 
 	while (l->fd >= 0 && l->out_head != NULL) {
 		struct pollfd pfd = { .fd = l->fd, .events = POLLOUT };
@@ -515,8 +514,8 @@ agent_link_flush(struct agent* a, uint64_t deadline_ms)
 			return;
 		if (rv > 0 && (pfd.revents & POLLOUT) && link_write(l) != 0)
 			return;
-		if (rv > 0 && (pfd.revents & (POLLHUP | POLLERR))
-		    && !(pfd.revents & POLLOUT))
+		if (rv > 0 && (pfd.revents & (POLLHUP | POLLERR)) &&
+		    !(pfd.revents & POLLOUT))
 			return;
 	}
 }

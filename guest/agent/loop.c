@@ -24,12 +24,12 @@
 
 struct agent_op {
 	Moat__V1__GuestRequest__OpCase op;
-	const char* name;
+	const char *name;
 	agent_handler_fn fn;
 };
 
-static int agent_shutdown(
-    struct agent* a, const Moat__V1__GuestRequest* req, char** why);
+static int agent_shutdown(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why);
 
 /* Listed once; the dispatcher checks what every request needs. */
 static const struct agent_op agent_ops[] = {
@@ -76,7 +76,7 @@ agent_now_ms(void)
 }
 
 static int
-wire_varint(const uint8_t** p, const uint8_t* end, uint64_t* v)
+wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
 	unsigned shift = 0;
 
@@ -97,14 +97,14 @@ wire_varint(const uint8_t** p, const uint8_t* end, uint64_t* v)
  * byte would silently cut a path or an argument short; the raw bytes are
  * the only place to see it. */
 static bool
-wire_has_nul(const ProtobufCMessageDescriptor* d, const uint8_t* p, size_t len,
+wire_has_nul(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len,
     int depth)
 {
-	const uint8_t* end = p + len;
+	const uint8_t *end = p + len;
 	uint64_t tag, n;
 
 	while (p < end) {
-		const ProtobufCFieldDescriptor* f;
+		const ProtobufCFieldDescriptor *f;
 
 		if (wire_varint(&p, end, &tag) != 0)
 			return false;
@@ -126,14 +126,14 @@ wire_has_nul(const ProtobufCMessageDescriptor* d, const uint8_t* p, size_t len,
 		}
 		if (wire_varint(&p, end, &n) != 0 || n > (uint64_t)(end - p))
 			return false;
-		f = protobuf_c_message_descriptor_get_field(
-		    d, (unsigned)(tag >> 3));
-		if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING
-		    && memchr(p, '\0', (size_t)n) != NULL)
+		f = protobuf_c_message_descriptor_get_field(d,
+		    (unsigned)(tag >> 3));
+		if (f != NULL && f->type == PROTOBUF_C_TYPE_STRING &&
+		    memchr(p, '\0', (size_t)n) != NULL)
 			return true;
-		if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE
-		    && depth < WIRE_DEPTH_MAX
-		    && wire_has_nul(f->descriptor, p, (size_t)n, depth + 1))
+		if (f != NULL && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+		    depth < WIRE_DEPTH_MAX &&
+		    wire_has_nul(f->descriptor, p, (size_t)n, depth + 1))
 			return true;
 		p += n;
 	}
@@ -141,11 +141,11 @@ wire_has_nul(const ProtobufCMessageDescriptor* d, const uint8_t* p, size_t len,
 }
 
 void
-agent_dispatch(struct agent* a, const uint8_t* body, size_t len)
+agent_dispatch(struct agent *a, const uint8_t *body, size_t len)
 {
-	Moat__V1__GuestRequest* req;
-	const struct agent_op* op = NULL;
-	char* why = NULL;
+	Moat__V1__GuestRequest *req;
+	const struct agent_op *op = NULL;
+	char *why = NULL;
 	size_t i;
 	int rv;
 
@@ -196,7 +196,7 @@ out:
 }
 
 static int
-agent_shutdown(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
+agent_shutdown(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 {
 	a->stopping = true;
 	a->stop_reboot = req->shutdown->reboot;
@@ -210,7 +210,7 @@ agent_shutdown(struct agent* a, const Moat__V1__GuestRequest* req, char** why)
 /* loop_signals: reads the signalfd. SIGCHLD reaps; SIGTERM and SIGINT
  * (host mode only; PID 1 does not take them) stop the agent. */
 static void
-loop_signals(struct agent* a)
+loop_signals(struct agent *a)
 {
 	struct signalfd_siginfo si[8];
 	bool reap = false;
@@ -221,8 +221,8 @@ loop_signals(struct agent* a)
 			if (si[i].ssi_signo == SIGCHLD)
 				reap = true;
 			else if (!a->pid1) {
-				moat_info(
-				    0, "signal %u: stopping", si[i].ssi_signo);
+				moat_info(0, "signal %u: stopping",
+				    si[i].ssi_signo);
 				a->stopping = true;
 				a->stop_by_ms = agent_now_ms();
 			}
@@ -244,7 +244,7 @@ loop_min_timeout(int cur, int t)
 }
 
 int
-agent_run(struct agent* a)
+agent_run(struct agent *a)
 {
 	struct pollfd pfd[LOOP_FDS];
 	int map[3 * AGENT_EXEC_MAX];
@@ -255,16 +255,16 @@ agent_run(struct agent* a)
 		int timeout = -1, nl, ne, nc, n = 0;
 		bool paused;
 
-		if (a->stopping
-		    && (a->link.fd < 0 || a->link.out_head == NULL
-		        || now >= a->stop_by_ms))
+		if (a->stopping &&
+		    (a->link.fd < 0 || a->link.out_head == NULL ||
+		        now >= a->stop_by_ms))
 			return 0;
 		timeout = loop_min_timeout(timeout, agent_exec_timer(a, now));
 		timeout = loop_min_timeout(timeout, agent_link_timer(a, now));
 		timeout = loop_min_timeout(timeout, agent_code_timer(a, now));
 		if (a->stopping)
-			timeout = loop_min_timeout(
-			    timeout, (int)(a->stop_by_ms - now));
+			timeout = loop_min_timeout(timeout,
+			    (int)(a->stop_by_ms - now));
 		paused = a->link.out_bytes >= AGENT_OUT_HIGH;
 		pfd[n].fd = a->sig_fd;
 		pfd[n].events = POLLIN;

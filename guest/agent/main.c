@@ -33,16 +33,16 @@
 #define MAIN_RETRY_MS 1000
 
 struct main_opts {
-	const char* listen;
-	const char* root;
-	const char* trace_lower;
-	const char* trace_upper;
-	const char* test_mode;
+	const char *listen;
+	const char *root;
+	const char *trace_lower;
+	const char *trace_upper;
+	const char *test_mode;
 	bool no_openat2;
 };
 
 static void
-main_usage(FILE* out)
+main_usage(FILE *out)
 {
 	fprintf(out,
 	    "usage: moat-agent --listen unix:PATH [--root DIR]\n"
@@ -54,7 +54,7 @@ main_usage(FILE* out)
 }
 
 static int
-main_parse(int argc, char** argv, struct main_opts* o)
+main_parse(int argc, char **argv, struct main_opts *o)
 {
 	static const struct option longopts[] = {
 		{ "listen", required_argument, NULL, 'l' },
@@ -97,8 +97,8 @@ main_parse(int argc, char** argv, struct main_opts* o)
 			return -1;
 		}
 	}
-	if (optind != argc || o->listen == NULL
-	    || strncmp(o->listen, "unix:", 5) != 0 || o->listen[5] == '\0') {
+	if (optind != argc || o->listen == NULL ||
+	    strncmp(o->listen, "unix:", 5) != 0 || o->listen[5] == '\0') {
 		fprintf(stderr,
 		    "moat-agent: give --listen unix:PATH (host "
 		    "mode serves a Unix socket)\n");
@@ -128,8 +128,8 @@ main_std_fds(void)
 	int fd;
 
 	for (fd = 0; fd < 3; fd++)
-		if (fcntl(fd, F_GETFD) < 0
-		    && open("/dev/null", O_RDWR | O_NOCTTY) < 0)
+		if (fcntl(fd, F_GETFD) < 0 &&
+		    open("/dev/null", O_RDWR | O_NOCTTY) < 0)
 			return;
 }
 
@@ -144,7 +144,7 @@ main_uptime_ms(void)
 }
 
 static int
-main_signals(struct agent* a)
+main_signals(struct agent *a)
 {
 	sigset_t set;
 
@@ -163,7 +163,7 @@ main_signals(struct agent* a)
 }
 
 static int
-main_open_dir(const char* what, const char* path, int* fd)
+main_open_dir(const char *what, const char *path, int *fd)
 {
 	*fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (*fd < 0) {
@@ -178,8 +178,8 @@ main_open_dir(const char* what, const char* path, int* fd)
 /* main_setup: the agent's state from the boot result or the options.
  * Returns 0 or an errno value (logged). */
 static int
-main_setup(
-    struct agent* a, const struct agent_boot* b, const struct main_opts* o)
+main_setup(struct agent *a, const struct agent_boot *b,
+    const struct main_opts *o)
 {
 	struct utsname u;
 	int rv;
@@ -214,22 +214,19 @@ main_setup(
 		a->boot_ms = main_uptime_ms();
 		a->no_openat2 = o->no_openat2;
 		a->link.kind = AGENT_LINK_UNIX;
-		snprintf(
-		    a->link.path, sizeof(a->link.path), "%s", o->listen + 5);
+		snprintf(a->link.path, sizeof(a->link.path), "%s",
+		    o->listen + 5);
 		snprintf(a->test_mode, sizeof(a->test_mode), "%s",
 		    o->test_mode ? o->test_mode : "");
 		a->confined = o->root != NULL;
-		if ((rv = main_open_dir(
-		         "--root", o->root ? o->root : "/", &a->root_fd))
-		    != 0)
+		if ((rv = main_open_dir("--root", o->root ? o->root : "/",
+		         &a->root_fd)) != 0)
 			return rv;
-		if (o->trace_upper != NULL
-		    && ((rv = main_open_dir(
-		             "--trace-lower", o->trace_lower, &a->lower_fd))
-		            != 0
-		        || (rv = main_open_dir(
-		                "--trace-upper", o->trace_upper, &a->upper_fd))
-		            != 0))
+		if (o->trace_upper != NULL &&
+		    ((rv = main_open_dir("--trace-lower", o->trace_lower,
+		          &a->lower_fd)) != 0 ||
+		        (rv = main_open_dir("--trace-upper", o->trace_upper,
+		             &a->upper_fd)) != 0))
 			return rv;
 		/* orphans of execs come to us, as they would to PID 1 */
 		(void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -267,8 +264,8 @@ static void __attribute__((noreturn)) main_pid1(void)
 		if ((rv = agent_run(&a)) != 0) {
 			struct timespec ts = { MAIN_RETRY_MS / 1000, 0 };
 
-			moat_error(
-			    0, "loop failed: %s; going on", strerror(rv));
+			moat_error(0, "loop failed: %s; going on",
+			    strerror(rv));
 			nanosleep(&ts, NULL);
 		}
 	}
@@ -283,7 +280,7 @@ static void __attribute__((noreturn)) main_pid1(void)
 }
 
 int
-main(int argc, char** argv)
+main(int argc, char **argv)
 {
 	static struct agent a;
 	struct main_opts o;

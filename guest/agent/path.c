@@ -29,7 +29,7 @@
 
 #define PATH_LINKS_MAX 40 /* as the kernel's MAXSYMLINKS */
 
-static const char* const path_off_limits[] = { "/proc", "/sys", "/dev" };
+static const char *const path_off_limits[] = { "/proc", "/sys", "/dev" };
 
 /* Filesystems of kernel objects rather than files. */
 static const unsigned long path_bad_fs[] = { PROC_SUPER_MAGIC, SYSFS_MAGIC,
@@ -38,16 +38,16 @@ static const unsigned long path_bad_fs[] = { PROC_SUPER_MAGIC, SYSFS_MAGIC,
 	EFIVARFS_MAGIC, PSTOREFS_MAGIC, BINFMTFS_MAGIC };
 
 static bool
-path_under(const char* path, const char* dir)
+path_under(const char *path, const char *dir)
 {
 	size_t n = strlen(dir);
 
-	return strncmp(path, dir, n) == 0
-	    && (path[n] == '\0' || path[n] == '/');
+	return strncmp(path, dir, n) == 0 &&
+	    (path[n] == '\0' || path[n] == '/');
 }
 
 static bool
-path_off_limits_p(const char* clean)
+path_off_limits_p(const char *clean)
 {
 	size_t i;
 
@@ -59,10 +59,10 @@ path_off_limits_p(const char* clean)
 }
 
 int
-agent_path_clean(const char* path, bool any_place, char* out, char** why)
+agent_path_clean(const char *path, bool any_place, char *out, char **why)
 {
 	size_t len, o = 0;
-	const char* p;
+	const char *p;
 
 	if (path == NULL || path[0] == '\0') {
 		*why = strdup("the path is empty; give an absolute path such "
@@ -124,7 +124,7 @@ agent_path_clean(const char* path, bool any_place, char* out, char** why)
 }
 
 int
-agent_path_fd_allowed(struct agent* a, int fd)
+agent_path_fd_allowed(struct agent *a, int fd)
 {
 	char link[64], target[PATH_MAX];
 	struct statfs sfs;
@@ -149,10 +149,10 @@ agent_path_fd_allowed(struct agent* a, int fd)
 /* path_walk_dirs: opens a symlink-free path (components only) from the
  * root, refusing symlinks. For ".." in symlink targets. */
 static int
-path_walk_dirs(struct agent* a, const char* resolved)
+path_walk_dirs(struct agent *a, const char *resolved)
 {
 	char comp[NAME_MAX + 1];
-	const char* p = resolved;
+	const char *p = resolved;
 	int fd = openat(a->root_fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 
 	while (fd >= 0) {
@@ -170,8 +170,8 @@ path_walk_dirs(struct agent* a, const char* resolved)
 		memcpy(comp, p, n);
 		comp[n] = '\0';
 		p += n;
-		next = openat(
-		    fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		next = openat(fd, comp,
+		    O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		close(fd);
 		fd = next;
 	}
@@ -181,7 +181,7 @@ path_walk_dirs(struct agent* a, const char* resolved)
 /* path_walk: openat2(RESOLVE_IN_ROOT) by hand. `rest` is what is left to
  * resolve; `resolved` the symlink-free path of dirfd below the root. */
 static int
-path_walk(struct agent* a, const char* clean, int flags, mode_t mode)
+path_walk(struct agent *a, const char *clean, int flags, mode_t mode)
 {
 	char rest[2 * PATH_MAX], resolved[PATH_MAX], comp[NAME_MAX + 1];
 	char target[PATH_MAX];
@@ -189,7 +189,7 @@ path_walk(struct agent* a, const char* clean, int flags, mode_t mode)
 	int dirfd, fd, links = 0;
 	size_t rlen = 0;
 	struct stat st;
-	char* p;
+	char *p;
 
 	snprintf(rest, sizeof(rest), "%s", clean);
 	resolved[0] = '\0';
@@ -231,17 +231,17 @@ path_walk(struct agent* a, const char* clean, int flags, mode_t mode)
 				return dirfd;
 			continue;
 		}
-		if ((!last || follow_last)
-		    && fstatat(dirfd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0
-		    && S_ISLNK(st.st_mode)) {
+		if ((!last || follow_last) &&
+		    fstatat(dirfd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISLNK(st.st_mode)) {
 			if (++links > PATH_LINKS_MAX) {
 				fd = -ELOOP;
 				break;
 			}
-			tl = readlinkat(
-			    dirfd, comp, target, sizeof(target) - 1);
-			if (tl <= 0
-			    || (size_t)tl + strlen(p) + 2 > sizeof(rest)) {
+			tl = readlinkat(dirfd, comp, target,
+			    sizeof(target) - 1);
+			if (tl <= 0 ||
+			    (size_t)tl + strlen(p) + 2 > sizeof(rest)) {
 				fd = tl < 0 ? -errno : -ENAMETOOLONG;
 				break;
 			}
@@ -261,10 +261,10 @@ path_walk(struct agent* a, const char* clean, int flags, mode_t mode)
 			continue;
 		}
 		if (last) {
-			fd = openat(
-			    dirfd, comp, flags | O_NOFOLLOW | O_CLOEXEC, mode);
-			if (fd < 0 && follow_last && errno == ELOOP
-			    && ++links <= PATH_LINKS_MAX) {
+			fd = openat(dirfd, comp,
+			    flags | O_NOFOLLOW | O_CLOEXEC, mode);
+			if (fd < 0 && follow_last && errno == ELOOP &&
+			    ++links <= PATH_LINKS_MAX) {
 				/* a symlink since fstatat: look again */
 				p -= n;
 				continue;
@@ -294,10 +294,10 @@ path_walk(struct agent* a, const char* clean, int flags, mode_t mode)
 }
 
 static int
-path_openat2(struct agent* a, const char* clean, int flags, mode_t mode)
+path_openat2(struct agent *a, const char *clean, int flags, mode_t mode)
 {
 	struct open_how how;
-	const char* rel = clean[1] ? clean + 1 : ".";
+	const char *rel = clean[1] ? clean + 1 : ".";
 	int tries, fd = -1;
 
 	memset(&how, 0, sizeof(how));
@@ -306,8 +306,8 @@ path_openat2(struct agent* a, const char* clean, int flags, mode_t mode)
 	how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
 	/* EAGAIN: a rename raced the lookup; the kernel asks to retry */
 	for (tries = 0; tries < 8; tries++) {
-		fd = (int)syscall(
-		    SYS_openat2, a->root_fd, rel, &how, sizeof(how));
+		fd = (int)syscall(SYS_openat2, a->root_fd, rel, &how,
+		    sizeof(how));
 		if (fd >= 0 || errno != EAGAIN)
 			break;
 	}
@@ -315,7 +315,7 @@ path_openat2(struct agent* a, const char* clean, int flags, mode_t mode)
 }
 
 int
-agent_path_open(struct agent* a, const char* clean, int flags, mode_t mode)
+agent_path_open(struct agent *a, const char *clean, int flags, mode_t mode)
 {
 	int fd = -ENOSYS, rv;
 
@@ -336,10 +336,10 @@ agent_path_open(struct agent* a, const char* clean, int flags, mode_t mode)
 }
 
 int
-agent_path_parent(struct agent* a, const char* clean, const char** name)
+agent_path_parent(struct agent *a, const char *clean, const char **name)
 {
 	char parent[PATH_MAX];
-	const char* slash = strrchr(clean, '/');
+	const char *slash = strrchr(clean, '/');
 	size_t n;
 
 	if (slash == NULL || slash[1] == '\0')
@@ -354,13 +354,13 @@ agent_path_parent(struct agent* a, const char* clean, const char** name)
 }
 
 int
-agent_path_mkdirs(struct agent* a, const char* clean, mode_t mode)
+agent_path_mkdirs(struct agent *a, const char *clean, mode_t mode)
 {
 	char prefix[PATH_MAX];
 	size_t len = strlen(clean), i;
 
 	for (i = 1; i <= len; i++) {
-		const char* name;
+		const char *name;
 		int fd;
 
 		if (clean[i] != '/' && clean[i] != '\0')
@@ -388,8 +388,8 @@ agent_path_mkdirs(struct agent* a, const char* clean, mode_t mode)
 }
 
 int
-agent_path_error(
-    int neg_errno, const char* path, const char* doing, char** why)
+agent_path_error(int neg_errno, const char *path, const char *doing,
+    char **why)
 {
 	int err = -neg_errno;
 
@@ -403,28 +403,28 @@ agent_path_error(
 		    doing, path);
 		return MOAT_FAILED_PRECONDITION;
 	case EISDIR:
-		*why = moat_asprintf(
-		    "cannot %s %s: it is a directory", doing, path);
+		*why = moat_asprintf("cannot %s %s: it is a directory", doing,
+		    path);
 		return MOAT_FAILED_PRECONDITION;
 	case EPERM:
 	case EACCES:
 		*why = moat_asprintf("cannot %s %s: %s%s", doing, path,
 		    strerror(err),
 		    err == EPERM ? " (or it is not a file the "
-		                   "agent may touch)"
-		                 : "");
+		                   "agent may touch)" :
+		                   "");
 		return MOAT_PERMISSION_DENIED;
 	case EROFS:
-		*why = moat_asprintf(
-		    "cannot %s %s: read-only filesystem", doing, path);
+		*why = moat_asprintf("cannot %s %s: read-only filesystem",
+		    doing, path);
 		return MOAT_PERMISSION_DENIED;
 	case ELOOP:
-		*why = moat_asprintf(
-		    "cannot %s %s: too many symbolic links", doing, path);
+		*why = moat_asprintf("cannot %s %s: too many symbolic links",
+		    doing, path);
 		return MOAT_FAILED_PRECONDITION;
 	case ENAMETOOLONG:
-		*why = moat_asprintf(
-		    "cannot %s %s: a name in it is too long", doing, path);
+		*why = moat_asprintf("cannot %s %s: a name in it is too long",
+		    doing, path);
 		return MOAT_INVALID_ARGUMENT;
 	case ENOSPC:
 	case EDQUOT:
@@ -433,8 +433,8 @@ agent_path_error(
 		    doing, path);
 		return MOAT_RESOURCE_EXHAUSTED;
 	case EEXIST:
-		*why = moat_asprintf(
-		    "cannot %s %s: it already exists", doing, path);
+		*why = moat_asprintf("cannot %s %s: it already exists", doing,
+		    path);
 		return MOAT_ALREADY_EXISTS;
 	case ENOTEMPTY:
 		*why = moat_asprintf("cannot %s %s: it is a directory that is "
@@ -448,14 +448,14 @@ agent_path_error(
 		    doing, path);
 		return MOAT_FAILED_PRECONDITION;
 	case ENXIO:
-		*why = moat_asprintf(
-		    "cannot %s %s: it is not a regular file", doing, path);
+		*why = moat_asprintf("cannot %s %s: it is not a regular file",
+		    doing, path);
 		return MOAT_FAILED_PRECONDITION;
 	default:
-		*why = moat_asprintf(
-		    "cannot %s %s: %s", doing, path, strerror(err));
-		return moat_status_from_errno(err) == MOAT_OK
-		    ? MOAT_INTERNAL
-		    : moat_status_from_errno(err);
+		*why = moat_asprintf("cannot %s %s: %s", doing, path,
+		    strerror(err));
+		return moat_status_from_errno(err) == MOAT_OK ?
+		    MOAT_INTERNAL :
+		    moat_status_from_errno(err);
 	}
 }

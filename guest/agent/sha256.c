@@ -83,19 +83,20 @@ sha256_rotr(uint32_t x, unsigned n)
 }
 
 static void
-sha256_block(uint32_t state[8], const uint8_t* p)
+sha256_block(uint32_t state[8], const uint8_t *p)
 {
 	uint32_t w[64], a, b, c, d, e, f, g, h, t1, t2;
 	int i;
 
 	for (i = 0; i < 16; i++)
-		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16
-		    | (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
+		w[i] = (uint32_t)p[4 * i] << 24 |
+		    (uint32_t)p[4 * i + 1] << 16 |
+		    (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
 	for (i = 16; i < 64; i++) {
-		uint32_t s0 = sha256_rotr(w[i - 15], 7)
-		    ^ sha256_rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-		uint32_t s1 = sha256_rotr(w[i - 2], 17)
-		    ^ sha256_rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+		uint32_t s0 = sha256_rotr(w[i - 15], 7) ^
+		    sha256_rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+		uint32_t s1 = sha256_rotr(w[i - 2], 17) ^
+		    sha256_rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
 
 		w[i] = w[i - 16] + s0 + w[i - 7] + s1;
 	}
@@ -108,13 +109,13 @@ sha256_block(uint32_t state[8], const uint8_t* p)
 	g = state[6];
 	h = state[7];
 	for (i = 0; i < 64; i++) {
-		t1 = h
-		    + (sha256_rotr(e, 6) ^ sha256_rotr(e, 11)
-		        ^ sha256_rotr(e, 25))
-		    + ((e & f) ^ (~e & g)) + sha256_k[i] + w[i];
-		t2 = (sha256_rotr(a, 2) ^ sha256_rotr(a, 13)
-		         ^ sha256_rotr(a, 22))
-		    + ((a & b) ^ (a & c) ^ (b & c));
+		t1 = h +
+		    (sha256_rotr(e, 6) ^ sha256_rotr(e, 11) ^
+		        sha256_rotr(e, 25)) +
+		    ((e & f) ^ (~e & g)) + sha256_k[i] + w[i];
+		t2 = (sha256_rotr(a, 2) ^ sha256_rotr(a, 13) ^
+		         sha256_rotr(a, 22)) +
+		    ((a & b) ^ (a & c) ^ (b & c));
 		h = g;
 		g = f;
 		f = e;
@@ -135,7 +136,7 @@ sha256_block(uint32_t state[8], const uint8_t* p)
 }
 
 void
-agent_sha256_init(struct agent_sha256* h)
+agent_sha256_init(struct agent_sha256 *h)
 {
 	static const uint32_t iv[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372,
 		0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
@@ -146,9 +147,9 @@ agent_sha256_init(struct agent_sha256* h)
 }
 
 void
-agent_sha256_update(struct agent_sha256* h, const void* data, size_t len)
+agent_sha256_update(struct agent_sha256 *h, const void *data, size_t len)
 {
-	const uint8_t* p = data;
+	const uint8_t *p = data;
 
 	h->total += len;
 	if (h->block_len > 0) {
@@ -175,7 +176,7 @@ agent_sha256_update(struct agent_sha256* h, const void* data, size_t len)
 }
 
 void
-agent_sha256_final(struct agent_sha256* h, uint8_t out[AGENT_SHA256_LEN])
+agent_sha256_final(struct agent_sha256 *h, uint8_t out[AGENT_SHA256_LEN])
 {
 	uint64_t bits = h->total * 8;
 	int i;
@@ -199,7 +200,7 @@ agent_sha256_final(struct agent_sha256* h, uint8_t out[AGENT_SHA256_LEN])
 }
 
 void
-agent_sha256(const void* data, size_t len, uint8_t out[AGENT_SHA256_LEN])
+agent_sha256(const void *data, size_t len, uint8_t out[AGENT_SHA256_LEN])
 {
 	struct agent_sha256 h;
 

@@ -15,22 +15,22 @@
 
 struct agent_sha256 {
 	uint32_t state[8];
-	uint64_t total; /* bytes fed so far */
+	uint64_t total;    /* bytes fed so far */
 	uint8_t block[64]; /* partial block */
 	size_t block_len;
 };
 
 /* agent_sha256_init: starts a new digest. No allocation. */
-void agent_sha256_init(struct agent_sha256* h);
+void agent_sha256_init(struct agent_sha256 *h);
 
 /* agent_sha256_update: feeds len bytes (len 0 is fine). */
-void agent_sha256_update(struct agent_sha256* h, const void* data, size_t len);
+void agent_sha256_update(struct agent_sha256 *h, const void *data, size_t len);
 
 /* agent_sha256_final: writes the 32-byte digest to out; h must be
  * initialised again before reuse. */
-void agent_sha256_final(struct agent_sha256* h, uint8_t out[AGENT_SHA256_LEN]);
+void agent_sha256_final(struct agent_sha256 *h, uint8_t out[AGENT_SHA256_LEN]);
 
 /* agent_sha256: one-shot digest of a buffer. */
-void agent_sha256(const void* data, size_t len, uint8_t out[AGENT_SHA256_LEN]);
+void agent_sha256(const void *data, size_t len, uint8_t out[AGENT_SHA256_LEN]);
 
 #endif

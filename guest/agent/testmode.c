@@ -32,10 +32,10 @@
 #define OVERSIZE_LEN (64u << 20)
 #define FLOOD_EXEC_ID 999999u
 
-static const char* const test_modes[] = { "garbage", "oversize", "flood" };
+static const char *const test_modes[] = { "garbage", "oversize", "flood" };
 
 bool
-agent_test_mode_valid(const char* name)
+agent_test_mode_valid(const char *name)
 {
 	size_t i;
 
@@ -50,7 +50,7 @@ agent_test_mode_valid(const char* name)
 /* test_random: fills buf; the kernel's generator if it answers at once,
  * else a time-seeded xorshift (randomness quality does not matter). */
 static void
-test_random(uint8_t* buf, size_t len)
+test_random(uint8_t *buf, size_t len)
 {
 	struct timespec ts;
 	uint64_t x;
@@ -69,7 +69,7 @@ test_random(uint8_t* buf, size_t len)
 }
 
 static void
-test_garbage(struct agent* a)
+test_garbage(struct agent *a)
 {
 	uint8_t frame[4 + GARBAGE_LEN];
 	int i;
@@ -86,7 +86,7 @@ test_garbage(struct agent* a)
 }
 
 static void
-test_oversize(struct agent* a)
+test_oversize(struct agent *a)
 {
 	uint8_t frame[4 + 256];
 
@@ -100,7 +100,7 @@ test_oversize(struct agent* a)
 }
 
 void
-agent_test_flood_refill(struct agent* a)
+agent_test_flood_refill(struct agent *a)
 {
 	static uint8_t junk[AGENT_CHUNK];
 	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
@@ -120,7 +120,7 @@ agent_test_flood_refill(struct agent* a)
 }
 
 void
-agent_test_mode_start(struct agent* a)
+agent_test_mode_start(struct agent *a)
 {
 	moat_warn(0, "test mode %s: misbehaving on purpose", a->test_mode);
 	if (strcmp(a->test_mode, "garbage") == 0)

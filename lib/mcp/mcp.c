@@ -45,13 +45,15 @@ moat_mcp_session_new(struct moat_mcp_session **out, const char *allow_dir,
 	if (allow_dir != NULL) {
 		if ((s->allow_dir = realpath(allow_dir, NULL)) == NULL) {
 			*errmsg = moat_asprintf("--allow-dir %s: %s: give an "
-			    "existing directory", allow_dir, strerror(errno));
+			                        "existing directory",
+			    allow_dir, strerror(errno));
 			moat_mcp_session_free(s);
 			return MOAT_INVALID_ARGUMENT;
 		}
 		if (stat(s->allow_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
 			*errmsg = moat_asprintf("--allow-dir %s is not a "
-			    "directory", allow_dir);
+			                        "directory",
+			    allow_dir);
 			moat_mcp_session_free(s);
 			return MOAT_INVALID_ARGUMENT;
 		}
@@ -98,9 +100,11 @@ moat_mcp_session_close(struct moat_mcp_session *s, moat_mcp_call_fn call,
 	else
 		rv = call(arg, "DestroySandbox", req, &reply, &errmsg);
 	if (rv != MOAT_OK)
-		moat_warn(0, "mcp-sandbox-leaked %s: could not destroy the "
+		moat_warn(0,
+		    "mcp-sandbox-leaked %s: could not destroy the "
 		    "MCP session's sandbox: %s: remove it with `moat sandbox "
-		    "rm %s`", id, errmsg ? errmsg : moat_strerror(rv), id);
+		    "rm %s`",
+		    id, errmsg ? errmsg : moat_strerror(rv), id);
 	json_decref(req);
 	json_decref(reply);
 	free(errmsg);
@@ -116,8 +120,8 @@ moat_mcp_error_reply(int code, const char *message)
 
 	/* A message that quotes the input (a parse error near bytes that
 	 * are not UTF-8) is sent with those bytes as '?'. */
-	if (r == NULL && message != NULL && (clean = strdup(message)) !=
-	    NULL) {
+	if (r == NULL && message != NULL &&
+	    (clean = strdup(message)) != NULL) {
 		for (char *p = clean; *p != '\0'; p++)
 			if ((unsigned char)*p >= 0x80)
 				*p = '?';
@@ -166,21 +170,20 @@ moat_mcp_has_request(json_t *msg)
 	json_t *m;
 
 	if (json_is_array(msg)) {
-		json_array_foreach(msg, i, m)
+		json_array_foreach (msg, i, m)
 			if (moat_mcp_has_request(m))
 				return true;
 		return false;
 	}
-	return json_is_object(msg) &&
-	    json_object_get(msg, "method") != NULL &&
+	return json_is_object(msg) && json_object_get(msg, "method") != NULL &&
 	    json_object_get(msg, "id") != NULL;
 }
 
 static json_t *
 do_initialize(struct moat_mcp_session *s, json_t *params)
 {
-	const char *asked = json_string_value(json_object_get(params,
-	    "protocolVersion"));
+	const char *asked =
+	    json_string_value(json_object_get(params, "protocolVersion"));
 	const char *chosen = versions[0];
 
 	for (size_t i = 0; asked != NULL && i < N_VERSIONS; i++)
@@ -191,9 +194,8 @@ do_initialize(struct moat_mcp_session *s, json_t *params)
 	s->initialized = true;
 	pthread_mutex_unlock(&s->lock);
 	return json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s}, s:s}",
-	    "protocolVersion", chosen,
-	    "capabilities", "tools", "listChanged", 0,
-	    "serverInfo", "name", SERVER_NAME, "version", SERVER_VERSION,
+	    "protocolVersion", chosen, "capabilities", "tools", "listChanged",
+	    0, "serverInfo", "name", SERVER_NAME, "version", SERVER_VERSION,
 	    "instructions",
 	    "moat runs code in disposable microVM sandboxes. run_code and "
 	    "exec without sandbox_id use one sandbox made for this session "
@@ -212,16 +214,20 @@ do_tools_call(struct moat_mcp_session *s, json_t *id, json_t *params,
 	json_t *r;
 
 	if (name == NULL)
-		return error_for(id, MOAT_MCP_INVALID_PARAMS, "tools/call "
+		return error_for(id, MOAT_MCP_INVALID_PARAMS,
+		    "tools/call "
 		    "needs params.name, the tool's name (see tools/list)");
 	if (!moat_mcp_tool_known(name, host)) {
 		msg = moat_asprintf("unknown tool \"%s\": tools/list lists "
-		    "the tools%s", name, !host && (strcmp(name,
-		    "upload_file") == 0 || strcmp(name, "download_file") == 0)
-		    ? " (host file tools need `moat mcp --allow-dir DIR`)" :
-		    "");
-		r = error_for(id, MOAT_MCP_INVALID_PARAMS, msg ? msg :
-		    "unknown tool");
+		                    "the tools%s",
+		    name,
+		    !host &&
+		            (strcmp(name, "upload_file") == 0 ||
+		                strcmp(name, "download_file") == 0) ?
+		        " (host file tools need `moat mcp --allow-dir DIR`)" :
+		        "");
+		r = error_for(id, MOAT_MCP_INVALID_PARAMS,
+		    msg ? msg : "unknown tool");
 		free(msg);
 		return r;
 	}
@@ -269,36 +275,42 @@ handle_one(struct moat_mcp_session *s, json_t *msg, moat_mcp_call_fn call,
 	    (id != NULL && !json_is_string(id) && !json_is_integer(id)))
 		return id != NULL || !json_is_string(method) ?
 		    error_for(json_is_string(id) || json_is_integer(id) ? id :
-		    NULL, MOAT_MCP_INVALID_REQUEST, "not a JSON-RPC 2.0 "
-		    "request: it needs \"jsonrpc\": \"2.0\", a string "
-		    "\"method\" and a string or integer \"id\"") : NULL;
+		                                                          NULL,
+		        MOAT_MCP_INVALID_REQUEST,
+		        "not a JSON-RPC 2.0 "
+		        "request: it needs \"jsonrpc\": \"2.0\", a string "
+		        "\"method\" and a string or integer \"id\"") :
+		    NULL;
 	m = json_string_value(method);
 	params = json_object_get(msg, "params");
 	if (params != NULL && !json_is_object(params) && !json_is_null(params))
-		return id == NULL ? NULL : error_for(id,
-		    MOAT_MCP_INVALID_PARAMS, "params must be an object");
+		return id == NULL ? NULL :
+		                    error_for(id, MOAT_MCP_INVALID_PARAMS,
+		                        "params must be an object");
 	if (id == NULL)
-		return NULL;    /* notifications/initialized, cancelled, ... */
+		return NULL; /* notifications/initialized, cancelled, ... */
 	if (strcmp(m, "initialize") == 0)
 		return result_for(id, do_initialize(s, params));
 	if (strcmp(m, "ping") == 0)
 		return result_for(id, json_object());
 	if (strcmp(m, "tools/list") == 0)
-		return result_for(id, json_pack("{s:o}", "tools",
-		    moat_mcp_tools_list(s->allow_dir != NULL)));
+		return result_for(id,
+		    json_pack("{s:o}", "tools",
+		        moat_mcp_tools_list(s->allow_dir != NULL)));
 	if (strcmp(m, "tools/call") == 0)
 		return do_tools_call(s, id, params, call, arg);
 	text = moat_asprintf("method \"%s\" is not offered: this server has "
-	    "initialize, ping, tools/list and tools/call", m);
-	r = error_for(id, MOAT_MCP_METHOD_NOT_FOUND, text ? text :
-	    "method not found");
+	                     "initialize, ping, tools/list and tools/call",
+	    m);
+	r = error_for(id, MOAT_MCP_METHOD_NOT_FOUND,
+	    text ? text : "method not found");
 	free(text);
 	return r;
 }
 
 json_t *
-moat_mcp_handle(struct moat_mcp_session *s, json_t *msg,
-    moat_mcp_call_fn call, void *arg)
+moat_mcp_handle(struct moat_mcp_session *s, json_t *msg, moat_mcp_call_fn call,
+    void *arg)
 {
 	json_t *replies, *m, *r;
 	size_t i;
@@ -310,7 +322,7 @@ moat_mcp_handle(struct moat_mcp_session *s, json_t *msg,
 		    "an empty batch");
 	if ((replies = json_array()) == NULL)
 		return NULL;
-	json_array_foreach(msg, i, m) {
+	json_array_foreach (msg, i, m) {
 		if ((r = handle_one(s, m, call, arg)) != NULL)
 			json_array_append_new(replies, r);
 	}
@@ -322,20 +334,21 @@ moat_mcp_handle(struct moat_mcp_session *s, json_t *msg,
 }
 
 char *
-moat_mcp_handle_text(struct moat_mcp_session *s, const char *text,
-    size_t len, moat_mcp_call_fn call, void *arg)
+moat_mcp_handle_text(struct moat_mcp_session *s, const char *text, size_t len,
+    moat_mcp_call_fn call, void *arg)
 {
 	json_error_t jerr;
 	json_t *msg, *reply;
 	char *out, *emsg;
 
-	msg = json_loadb(text, len, JSON_REJECT_DUPLICATES |
-	    JSON_DECODE_ANY, &jerr);
+	msg = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+	    &jerr);
 	if (msg == NULL) {
 		emsg = moat_asprintf("malformed JSON at line %d column %d: "
-		    "%s", jerr.line, jerr.column, jerr.text);
-		reply = moat_mcp_error_reply(MOAT_MCP_PARSE_ERROR, emsg ?
-		    emsg : "malformed JSON");
+		                     "%s",
+		    jerr.line, jerr.column, jerr.text);
+		reply = moat_mcp_error_reply(MOAT_MCP_PARSE_ERROR,
+		    emsg ? emsg : "malformed JSON");
 		free(emsg);
 	} else {
 		reply = moat_mcp_handle(s, msg, call, arg);
@@ -350,13 +363,12 @@ moat_mcp_handle_text(struct moat_mcp_session *s, const char *text,
 
 int
 moat_mcp_decode_request(const ProtobufCServiceDescriptor *service,
-    const char *method, json_t *request,
-    const ProtobufCMethodDescriptor **md, ProtobufCMessage **req,
-    char **errmsg)
+    const char *method, json_t *request, const ProtobufCMethodDescriptor **md,
+    ProtobufCMessage **req, char **errmsg)
 {
 	*req = NULL;
-	*md = protobuf_c_service_descriptor_get_method_by_name(service,
-	    method);
+	*md =
+	    protobuf_c_service_descriptor_get_method_by_name(service, method);
 	if (*md == NULL) {
 		*errmsg = moat_asprintf("%s has no method %s", service->name,
 		    method);
@@ -368,8 +380,8 @@ moat_mcp_decode_request(const ProtobufCServiceDescriptor *service,
 uint32_t
 moat_mcp_timeout_ms(const char *method, json_t *request)
 {
-	json_int_t t = json_integer_value(json_object_get(request,
-	    "timeoutMs"));
+	json_int_t t =
+	    json_integer_value(json_object_get(request, "timeoutMs"));
 
 	if (strcmp(method, "RunCode") == 0 || strcmp(method, "Exec") == 0)
 		return t > 0 && t < 86400000 ? (uint32_t)t + 60000 : 600000;

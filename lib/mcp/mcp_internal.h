@@ -10,15 +10,14 @@
 
 #include "moat/mcp.h"
 
-#define MOAT_MCP_ID_MAX 128     /* longest sandbox id, with its NUL */
-
+#define MOAT_MCP_ID_MAX 128 /* longest sandbox id, with its NUL */
 
 struct moat_mcp_session {
-	char *allow_dir;        /* heap real path; NULL: no host files */
-	char *label;            /* heap; NULL: none */
-	pthread_mutex_t lock;   /* guards the fields below */
-	bool initialized;       /* initialize answered */
-	char version[16];       /* the negotiated protocol version */
+	char *allow_dir;      /* heap real path; NULL: no host files */
+	char *label;          /* heap; NULL: none */
+	pthread_mutex_t lock; /* guards the fields below */
+	bool initialized;     /* initialize answered */
+	char version[16];     /* the negotiated protocol version */
 	char default_sandbox[MOAT_MCP_ID_MAX]; /* "" : none yet */
 };
 

@@ -39,9 +39,9 @@ typedef json_t *(*tool_fn)(struct tool_ctx *t);
 struct tool {
 	const char *name;
 	const char *description;
-	const char *schema;     /* JSON text of inputSchema */
+	const char *schema; /* JSON text of inputSchema */
 	tool_fn run;
-	bool host_files;        /* only with --allow-dir */
+	bool host_files; /* only with --allow-dir */
 };
 
 /* ---- results ---- */
@@ -66,8 +66,8 @@ result_text(const char *text, bool is_error, json_t *structured)
 	return r;
 }
 
-static json_t *
-tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static json_t *tool_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 
 static json_t *
 tool_error(const char *fmt, ...)
@@ -134,22 +134,24 @@ arg_number(struct tool_ctx *t, const char *name, double max, double *out,
 	return true;
 }
 
-#define REQUIRE_STRING(var, name, what)                                  \
-	do {                                                             \
-		bool bad_ = false;                                       \
-		(var) = arg_string(t, (name), &bad_);                    \
-		if (bad_ || (var) == NULL)                               \
-			return tool_error("argument \"%s\" is required " \
-			    "and must be a string: %s", (name), (what)); \
+#define REQUIRE_STRING(var, name, what)                                       \
+	do {                                                                  \
+		bool bad_ = false;                                            \
+		(var) = arg_string(t, (name), &bad_);                         \
+		if (bad_ || (var) == NULL)                                    \
+			return tool_error("argument \"%s\" is required "      \
+			                  "and must be a string: %s",         \
+			    (name), (what));                                  \
 	} while (0)
 
-#define OPTIONAL_STRING(var, name, what)                                 \
-	do {                                                             \
-		bool bad_ = false;                                       \
-		(var) = arg_string(t, (name), &bad_);                    \
-		if (bad_)                                                \
-			return tool_error("argument \"%s\" must be a "   \
-			    "string: %s", (name), (what));               \
+#define OPTIONAL_STRING(var, name, what)                                      \
+	do {                                                                  \
+		bool bad_ = false;                                            \
+		(var) = arg_string(t, (name), &bad_);                         \
+		if (bad_)                                                     \
+			return tool_error("argument \"%s\" must be a "        \
+			                  "string: %s",                       \
+			    (name), (what));                                  \
 	} while (0)
 
 /* ---- calls ---- */
@@ -190,7 +192,8 @@ sandbox_of(struct tool_ctx *t, char *id, size_t size, char **errmsg)
 
 	*errmsg = NULL;
 	if (bad) {
-		*errmsg = moat_asprintf("argument \"sandbox_id\" must be a "
+		*errmsg = moat_asprintf(
+		    "argument \"sandbox_id\" must be a "
 		    "string (sandbox_list lists them; leave it out to use "
 		    "this session's sandbox)");
 		return MOAT_INVALID_ARGUMENT;
@@ -206,8 +209,8 @@ sandbox_of(struct tool_ctx *t, char *id, size_t size, char **errmsg)
 		return MOAT_OK;
 	req = json_pack("{s:b}", "record", 1);
 	if (req != NULL && s->label != NULL)
-		json_object_set_new(req, "labels", json_pack("{s:s}",
-		    "mcp-session", s->label));
+		json_object_set_new(req, "labels",
+		    json_pack("{s:s}", "mcp-session", s->label));
 	if ((rv = gw(t, "CreateSandbox", req, &reply, errmsg)) != MOAT_OK)
 		return rv;
 	made = json_string_value(json_object_get(reply, "id"));
@@ -228,20 +231,21 @@ sandbox_of(struct tool_ctx *t, char *id, size_t size, char **errmsg)
 	json_decref(reply);
 	if (spare[0] != '\0') {
 		char *e = NULL;
-		if (gw(t, "DestroySandbox", json_pack("{s:s}", "sandboxId",
-		    spare), &reply, &e) == MOAT_OK)
+		if (gw(t, "DestroySandbox",
+		        json_pack("{s:s}", "sandboxId", spare), &reply,
+		        &e) == MOAT_OK)
 			json_decref(reply);
 		free(e);
 	}
 	return MOAT_OK;
 }
 
-#define SANDBOX_OR_FAIL(id)                                              \
-	do {                                                             \
-		char *e_;                                                \
-		int rv_ = sandbox_of(t, (id), sizeof(id), &e_);          \
-		if (rv_ != MOAT_OK)                                      \
-			return call_error("getting the sandbox", rv_, e_); \
+#define SANDBOX_OR_FAIL(id)                                                   \
+	do {                                                                  \
+		char *e_;                                                     \
+		int rv_ = sandbox_of(t, (id), sizeof(id), &e_);               \
+		if (rv_ != MOAT_OK)                                           \
+			return call_error("getting the sandbox", rv_, e_);    \
 	} while (0)
 
 /* b64_text: the bytes of base64 field `v` as a heap NUL-terminated
@@ -254,8 +258,8 @@ b64_text(json_t *v, size_t *len)
 	char *text;
 
 	*len = 0;
-	if (s != NULL && moat_codec_base64_decode(s, strlen(s), &bytes,
-	    len) != MOAT_OK)
+	if (s != NULL &&
+	    moat_codec_base64_decode(s, strlen(s), &bytes, len) != MOAT_OK)
 		*len = 0;
 	if ((text = malloc(*len + 1)) == NULL) {
 		free(bytes);
@@ -294,14 +298,16 @@ t_run_code(struct tool_ctx *t)
 	int rv;
 
 	REQUIRE_STRING(code, "code", "the source code to run");
-	OPTIONAL_STRING(language, "language", "python (default), bash, sh "
+	OPTIONAL_STRING(language, "language",
+	    "python (default), bash, sh "
 	    "or node");
-	OPTIONAL_STRING(context, "context", "the name of a persistent "
+	OPTIONAL_STRING(context, "context",
+	    "the name of a persistent "
 	    "interpreter (default \"default\")");
 	arg_number(t, "timeout", 86400, &timeout, &bad);
 	if (bad)
 		return tool_error("argument \"timeout\" must be a number of "
-		    "seconds between 0 and 86400");
+		                  "seconds between 0 and 86400");
 	SANDBOX_OR_FAIL(id);
 	req = json_pack("{s:s, s:s, s:s, s:s, s:i}", "sandboxId", id, "code",
 	    code, "language", language ? language : "", "context",
@@ -315,34 +321,30 @@ t_run_code(struct tool_ctx *t)
 	ename = json_string_value(json_object_get(res, "errorName"));
 	evalue = json_string_value(json_object_get(res, "errorValue"));
 	tb = json_string_value(json_object_get(res, "traceback"));
-	failed = (ename && ename[0]) || json_is_true(json_object_get(res,
-	    "timedOut"));
+	failed = (ename && ename[0]) ||
+	    json_is_true(json_object_get(res, "timedOut"));
 	if (out == NULL || err == NULL) {
 		free(out);
 		free(err);
 		json_decref(reply);
 		return tool_error("out of memory");
 	}
-	text = moat_asprintf("%s%s%s%s%s%s%s%s%s",
-	    out, err_len ? err : "",
-	    result && result[0] ? result : "",
-	    result && result[0] ? "\n" : "",
+	text = moat_asprintf("%s%s%s%s%s%s%s%s%s", out, err_len ? err : "",
+	    result && result[0] ? result : "", result && result[0] ? "\n" : "",
 	    tb && tb[0] ? tb : "",
 	    ename && ename[0] && !(tb && tb[0]) ? ename : "",
 	    ename && ename[0] && !(tb && tb[0]) ? ": " : "",
 	    ename && ename[0] && !(tb && tb[0]) ? (evalue ? evalue : "") : "",
 	    json_is_true(json_object_get(res, "timedOut")) ?
-	    "\n(timed out: pass a larger timeout, in seconds)" : "");
+	        "\n(timed out: pass a larger timeout, in seconds)" :
+	        "");
 	sc = json_pack("{s:s, s:s%, s:s%, s:s, s:s, s:s, s:s, s:b, s:O?}",
-	    "sandboxId", id,
-	    "stdout", utf8_ok(out, out_len) ? out : "", utf8_ok(out, out_len) ?
-	    out_len : 0,
-	    "stderr", utf8_ok(err, err_len) ? err : "", utf8_ok(err, err_len) ?
-	    err_len : 0,
-	    "result", result ? result : "",
-	    "errorName", ename ? ename : "",
-	    "errorValue", evalue ? evalue : "",
-	    "traceback", tb ? tb : "",
+	    "sandboxId", id, "stdout", utf8_ok(out, out_len) ? out : "",
+	    utf8_ok(out, out_len) ? out_len : 0, "stderr",
+	    utf8_ok(err, err_len) ? err : "",
+	    utf8_ok(err, err_len) ? err_len : 0, "result",
+	    result ? result : "", "errorName", ename ? ename : "",
+	    "errorValue", evalue ? evalue : "", "traceback", tb ? tb : "",
 	    "timedOut", json_is_true(json_object_get(res, "timedOut")),
 	    "executionCount", json_object_get(res, "executionCount"));
 	res = result_text(text, failed, sc);
@@ -370,19 +372,20 @@ t_exec(struct tool_ctx *t)
 	arg_number(t, "timeout", 86400, &timeout, &bad);
 	if (bad)
 		return tool_error("argument \"timeout\" must be a number of "
-		    "seconds between 0 and 86400");
+		                  "seconds between 0 and 86400");
 	env = json_object_get(t->args, "env");
 	if (env != NULL && !json_is_null(env) && !json_is_object(env))
 		return tool_error("argument \"env\" must be an object of "
-		    "variable names to string values");
+		                  "variable names to string values");
 	if ((envs = json_array()) == NULL)
 		return tool_error("out of memory");
-	json_object_foreach(env, key, v) {
+	json_object_foreach (env, key, v) {
 		char *kv;
 		if (!json_is_string(v)) {
 			json_decref(envs);
 			return tool_error("argument \"env\": the value of %s "
-			    "must be a string", key);
+			                  "must be a string",
+			    key);
 		}
 		kv = moat_asprintf("%s=%s", key, json_string_value(v));
 		json_array_append_new(envs, json_string(kv ? kv : ""));
@@ -395,9 +398,9 @@ t_exec(struct tool_ctx *t)
 			return call_error("getting the sandbox", rv, e);
 		}
 	}
-	req = json_pack("{s:s, s:s, s:s, s:o, s:i}", "sandboxId", id,
-	    "shell", command, "cwd", cwd ? cwd : "", "env", envs,
-	    "timeoutMs", (int)(timeout * 1000));
+	req = json_pack("{s:s, s:s, s:s, s:o, s:i}", "sandboxId", id, "shell",
+	    command, "cwd", cwd ? cwd : "", "env", envs, "timeoutMs",
+	    (int)(timeout * 1000));
 	if ((rv = gw(t, "Exec", req, &reply, &errmsg)) != MOAT_OK)
 		return call_error("exec", rv, errmsg);
 	status = json_object_get(reply, "status");
@@ -412,16 +415,18 @@ t_exec(struct tool_ctx *t)
 	}
 	text = moat_asprintf("%s%s%s[exit code %lld%s]", out, err,
 	    (out_len && out[out_len - 1] != '\n') ||
-	    (err_len && err[err_len - 1] != '\n') ? "\n" : "",
-	    (long long)code, json_is_true(json_object_get(status,
-	    "timedOut")) ? ", timed out" : "");
+	            (err_len && err[err_len - 1] != '\n') ?
+	        "\n" :
+	        "",
+	    (long long)code,
+	    json_is_true(json_object_get(status, "timedOut")) ? ", timed out" :
+	                                                        "");
 	sc = json_pack("{s:s, s:I, s:s%, s:s%, s:b}", "sandboxId", id,
-	    "exitCode", code,
-	    "stdout", utf8_ok(out, out_len) ? out : "", utf8_ok(out, out_len) ?
-	    out_len : 0,
-	    "stderr", utf8_ok(err, err_len) ? err : "", utf8_ok(err, err_len) ?
-	    err_len : 0,
-	    "timedOut", json_is_true(json_object_get(status, "timedOut")));
+	    "exitCode", code, "stdout", utf8_ok(out, out_len) ? out : "",
+	    utf8_ok(out, out_len) ? out_len : 0, "stderr",
+	    utf8_ok(err, err_len) ? err : "",
+	    utf8_ok(err, err_len) ? err_len : 0, "timedOut",
+	    json_is_true(json_object_get(status, "timedOut")));
 	r = result_text(text, false, sc);
 	free(text);
 	free(out);
@@ -439,11 +444,13 @@ t_read_file(struct tool_ctx *t)
 	size_t len;
 	int rv;
 
-	REQUIRE_STRING(path, "path", "the file's absolute path in the "
+	REQUIRE_STRING(path, "path",
+	    "the file's absolute path in the "
 	    "sandbox");
 	SANDBOX_OR_FAIL(id);
-	if ((rv = gw(t, "ReadFile", json_pack("{s:s, s:s}", "sandboxId", id,
-	    "path", path), &reply, &errmsg)) != MOAT_OK)
+	if ((rv = gw(t, "ReadFile",
+	         json_pack("{s:s, s:s}", "sandboxId", id, "path", path),
+	         &reply, &errmsg)) != MOAT_OK)
 		return call_error("read_file", rv, errmsg);
 	if ((data = b64_text(json_object_get(reply, "data"), &len)) == NULL) {
 		json_decref(reply);
@@ -453,7 +460,8 @@ t_read_file(struct tool_ctx *t)
 		r = result_text(data, false, NULL);
 	else
 		r = tool_error("%s is binary (%zu bytes), not UTF-8 text: "
-		    "read it with exec (base64 %s)", path, len, path);
+		               "read it with exec (base64 %s)",
+		    path, len, path);
 	free(data);
 	json_decref(reply);
 	return r;
@@ -467,15 +475,17 @@ t_write_file(struct tool_ctx *t)
 	json_t *reply, *r;
 	int rv;
 
-	REQUIRE_STRING(path, "path", "the file's absolute path in the "
+	REQUIRE_STRING(path, "path",
+	    "the file's absolute path in the "
 	    "sandbox");
 	REQUIRE_STRING(content, "content", "the text to write");
 	SANDBOX_OR_FAIL(id);
 	if ((b64 = moat_codec_base64(content, strlen(content))) == NULL)
 		return tool_error("out of memory");
-	rv = gw(t, "WriteFile", json_pack("{s:s, s:s, s:s, s:b, s:b}",
-	    "sandboxId", id, "path", path, "data", b64, "truncate", 1,
-	    "makeParents", 1), &reply, &errmsg);
+	rv = gw(t, "WriteFile",
+	    json_pack("{s:s, s:s, s:s, s:b, s:b}", "sandboxId", id, "path",
+	        path, "data", b64, "truncate", 1, "makeParents", 1),
+	    &reply, &errmsg);
 	free(b64);
 	if (rv != MOAT_OK)
 		return call_error("write_file", rv, errmsg);
@@ -498,18 +508,21 @@ t_list_dir(struct tool_ctx *t)
 
 	OPTIONAL_STRING(path, "path", "a directory in the sandbox");
 	SANDBOX_OR_FAIL(id);
-	if ((rv = gw(t, "ListFiles", json_pack("{s:s, s:s}", "sandboxId", id,
-	    "path", path ? path : "/root"), &reply, &errmsg)) != MOAT_OK)
+	if ((rv = gw(t, "ListFiles",
+	         json_pack("{s:s, s:s}", "sandboxId", id, "path",
+	             path ? path : "/root"),
+	         &reply, &errmsg)) != MOAT_OK)
 		return call_error("list_dir", rv, errmsg);
 	if ((f = open_memstream(&text, &len)) == NULL) {
 		json_decref(reply);
 		return tool_error("out of memory");
 	}
-	json_array_foreach(json_object_get(reply, "entries"), i, e) {
-		const char *type = json_string_value(json_object_get(e,
-		    "type"));
-		fprintf(f, "%s%s\t%s\n", json_string_value(json_object_get(e,
-		    "name")) ?: "", type && strstr(type, "DIR") ? "/" : "",
+	json_array_foreach (json_object_get(reply, "entries"), i, e) {
+		const char *type =
+		    json_string_value(json_object_get(e, "type"));
+		fprintf(f, "%s%s\t%s\n",
+		    json_string_value(json_object_get(e, "name")) ?: "",
+		    type && strstr(type, "DIR") ? "/" : "",
 		    json_string_value(json_object_get(e, "size")) ?: "0");
 	}
 	fclose(f);
@@ -517,8 +530,9 @@ t_list_dir(struct tool_ctx *t)
 	 * repeated fields out): a new array then, whose one reference the
 	 * result takes ("o"); the reply's is shared ("o" after incref). */
 	entries = json_object_get(reply, "entries");
-	r = result_text(text, false, json_pack("{s:o}", "entries",
-	    entries != NULL ? json_incref(entries) : json_array()));
+	r = result_text(text, false,
+	    json_pack("{s:o}", "entries",
+	        entries != NULL ? json_incref(entries) : json_array()));
 	free(text);
 	json_decref(reply);
 	return r;
@@ -539,20 +553,23 @@ t_sandbox_create(struct tool_ctx *t)
 	arg_number(t, "vcpus", 256, &cpus, &bad);
 	if (bad)
 		return tool_error("arguments \"memory_mib\" and \"vcpus\" "
-		    "must be positive numbers");
+		                  "must be positive numbers");
 	v = json_object_get(t->args, "record");
 	if (v != NULL && !json_is_boolean(v))
 		return tool_error("argument \"record\" must be true or false");
 	record = v == NULL || json_is_true(v);
-	if ((rv = gw(t, "CreateSandbox", json_pack("{s:s, s:i, s:i, s:b}",
-	    "image", image ? image : "", "memoryMib", (int)mem, "vcpus",
-	    (int)cpus, "record", record), &reply, &errmsg)) != MOAT_OK)
+	if ((rv = gw(t, "CreateSandbox",
+	         json_pack("{s:s, s:i, s:i, s:b}", "image", image ? image : "",
+	             "memoryMib", (int)mem, "vcpus", (int)cpus, "record",
+	             record),
+	         &reply, &errmsg)) != MOAT_OK)
 		return call_error("sandbox_create", rv, errmsg);
 	text = moat_asprintf("created sandbox %s%s%s",
 	    json_string_value(json_object_get(reply, "id")) ?: "?",
 	    record ? ", recording session " : "",
-	    record ? json_string_value(json_object_get(reply, "sessionId")) ?:
-	    "" : "");
+	    record ?
+	        json_string_value(json_object_get(reply, "sessionId")) ?: "" :
+	        "");
 	r = result_text(text, false, reply);
 	free(text);
 	return r;
@@ -574,7 +591,7 @@ t_sandbox_list(struct tool_ctx *t)
 		json_decref(reply);
 		return tool_error("out of memory");
 	}
-	json_array_foreach(json_object_get(reply, "sandboxes"), i, e)
+	json_array_foreach (json_object_get(reply, "sandboxes"), i, e)
 		fprintf(f, "%s\t%s\t%s\n",
 		    json_string_value(json_object_get(e, "id")) ?: "",
 		    json_string_value(json_object_get(e, "state")) ?: "",
@@ -595,10 +612,11 @@ t_sandbox_destroy(struct tool_ctx *t)
 	json_t *reply, *r;
 	int rv;
 
-	REQUIRE_STRING(id, "sandbox_id", "the sandbox to destroy "
+	REQUIRE_STRING(id, "sandbox_id",
+	    "the sandbox to destroy "
 	    "(sandbox_list lists them)");
 	if ((rv = gw(t, "DestroySandbox", json_pack("{s:s}", "sandboxId", id),
-	    &reply, &errmsg)) != MOAT_OK)
+	         &reply, &errmsg)) != MOAT_OK)
 		return call_error("sandbox_destroy", rv, errmsg);
 	pthread_mutex_lock(&t->s->lock);
 	if (strcmp(t->s->default_sandbox, id) == 0)
@@ -619,8 +637,8 @@ t_snapshot(struct tool_ctx *t)
 	int rv;
 
 	SANDBOX_OR_FAIL(id);
-	if ((rv = gw(t, "SnapshotSandbox", json_pack("{s:s}", "sandboxId",
-	    id), &reply, &errmsg)) != MOAT_OK)
+	if ((rv = gw(t, "SnapshotSandbox", json_pack("{s:s}", "sandboxId", id),
+	         &reply, &errmsg)) != MOAT_OK)
 		return call_error("snapshot", rv, errmsg);
 	text = moat_asprintf("snapshot %s of %s",
 	    json_string_value(json_object_get(reply, "snapshotId")) ?: "?",
@@ -644,7 +662,7 @@ session_of(struct tool_ctx *t, char *out, size_t size, char **errmsg)
 
 	if (bad) {
 		*errmsg = moat_asprintf("argument \"session_id\" must be a "
-		    "string");
+		                        "string");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (given != NULL && given[0] != '\0') {
@@ -654,13 +672,15 @@ session_of(struct tool_ctx *t, char *out, size_t size, char **errmsg)
 	if ((rv = sandbox_of(t, id, sizeof(id), errmsg)) != MOAT_OK)
 		return rv;
 	if ((rv = gw(t, "GetSandbox", json_pack("{s:s}", "sandboxId", id),
-	    &reply, errmsg)) != MOAT_OK)
+	         &reply, errmsg)) != MOAT_OK)
 		return rv;
 	sid = json_string_value(json_object_get(reply, "sessionId"));
 	if (sid == NULL || sid[0] == '\0') {
 		json_decref(reply);
-		*errmsg = moat_asprintf("sandbox %s is not recorded: give a "
-		    "session_id, or use a sandbox made with record true", id);
+		*errmsg = moat_asprintf(
+		    "sandbox %s is not recorded: give a "
+		    "session_id, or use a sandbox made with record true",
+		    id);
 		return MOAT_FAILED_PRECONDITION;
 	}
 	snprintf(out, size, "%s", sid);
@@ -679,18 +699,20 @@ t_restore(struct tool_ctx *t)
 	int rv;
 
 	if (!arg_number(t, "step", 1e15, &step, &bad) || bad)
-		return tool_error("argument \"step\" is required: the step "
+		return tool_error(
+		    "argument \"step\" is required: the step "
 		    "number to go back to (history lists them; 0 is the "
 		    "state before step 1)");
 	OPTIONAL_STRING(sb, "sandbox_id", "the sandbox to restore");
 	if ((rv = session_of(t, sid, sizeof(sid), &errmsg)) != MOAT_OK)
 		return call_error("restore", rv, errmsg);
-	if ((rv = gw(t, "RestoreStep", json_pack("{s:s, s:I, s:s}",
-	    "sessionId", sid, "step", (json_int_t)step, "sandboxId",
-	    sb ? sb : ""), &reply, &errmsg)) != MOAT_OK)
+	if ((rv = gw(t, "RestoreStep",
+	         json_pack("{s:s, s:I, s:s}", "sessionId", sid, "step",
+	             (json_int_t)step, "sandboxId", sb ? sb : ""),
+	         &reply, &errmsg)) != MOAT_OK)
 		return call_error("restore", rv, errmsg);
-	text = moat_asprintf("restored session %s to step %lld",
-	    sid, (long long)step);
+	text = moat_asprintf("restored session %s to step %lld", sid,
+	    (long long)step);
 	r = result_text(text, false, reply);
 	free(text);
 	return r;
@@ -708,21 +730,22 @@ t_history(struct tool_ctx *t)
 	if ((rv = session_of(t, sid, sizeof(sid), &errmsg)) != MOAT_OK)
 		return call_error("history", rv, errmsg);
 	if ((rv = gw(t, "ListSteps", json_pack("{s:s}", "sessionId", sid),
-	    &reply, &errmsg)) != MOAT_OK)
+	         &reply, &errmsg)) != MOAT_OK)
 		return call_error("history", rv, errmsg);
 	if ((f = open_memstream(&text, &len)) == NULL) {
 		json_decref(reply);
 		return tool_error("out of memory");
 	}
 	fprintf(f, "session %s\n", sid);
-	json_array_foreach(json_object_get(reply, "steps"), i, e) {
-		const char *in = json_string_value(json_object_get(e,
-		    "input")) ?: "";
+	json_array_foreach (json_object_get(reply, "steps"), i, e) {
+		const char *in =
+		    json_string_value(json_object_get(e, "input")) ?: "";
 		fprintf(f, "%s\t%s\texit %lld\t%.200s\n",
 		    json_string_value(json_object_get(e, "index")) ?: "?",
 		    json_string_value(json_object_get(e, "kind")) ?: "",
-		    (long long)json_integer_value(json_object_get(e,
-		    "exitCode")), in);
+		    (long long)json_integer_value(
+		        json_object_get(e, "exitCode")),
+		    in);
 	}
 	fclose(f);
 	json_object_set_new(reply, "sessionId", json_string(sid));
@@ -742,15 +765,16 @@ t_fork(struct tool_ctx *t)
 
 	if (!arg_number(t, "step", 1e15, &step, &bad) || bad)
 		return tool_error("argument \"step\" is required: the step "
-		    "to fork from (history lists them)");
+		                  "to fork from (history lists them)");
 	arg_number(t, "count", 16, &count, &bad);
 	if (bad)
 		return tool_error("argument \"count\" must be 1 to 16");
 	if ((rv = session_of(t, sid, sizeof(sid), &errmsg)) != MOAT_OK)
 		return call_error("fork", rv, errmsg);
-	if ((rv = gw(t, "Fork", json_pack("{s:s, s:I, s:i}", "sessionId", sid,
-	    "step", (json_int_t)step, "count", (int)count), &reply,
-	    &errmsg)) != MOAT_OK)
+	if ((rv = gw(t, "Fork",
+	         json_pack("{s:s, s:I, s:i}", "sessionId", sid, "step",
+	             (json_int_t)step, "count", (int)count),
+	         &reply, &errmsg)) != MOAT_OK)
 		return call_error("fork", rv, errmsg);
 	text = json_dumps(reply, JSON_INDENT(2));
 	r = result_text(text, false, reply);
@@ -768,8 +792,9 @@ t_diff(struct tool_ctx *t)
 
 	REQUIRE_STRING(a, "session_a", "a recorded session id");
 	REQUIRE_STRING(b, "session_b", "a recorded session id");
-	if ((rv = gw(t, "Diff", json_pack("{s:s, s:s}", "sessionA", a,
-	    "sessionB", b), &reply, &errmsg)) != MOAT_OK)
+	if ((rv = gw(t, "Diff",
+	         json_pack("{s:s, s:s}", "sessionA", a, "sessionB", b), &reply,
+	         &errmsg)) != MOAT_OK)
 		return call_error("diff", rv, errmsg);
 	text = json_dumps(reply, JSON_INDENT(2));
 	r = result_text(text, false, reply);
@@ -784,8 +809,8 @@ static bool
 has_dotdot(const char *path)
 {
 	for (const char *p = path; (p = strstr(p, "..")) != NULL; p += 2)
-		if ((p == path || p[-1] == '/') && (p[2] == '\0' ||
-		    p[2] == '/'))
+		if ((p == path || p[-1] == '/') &&
+		    (p[2] == '\0' || p[2] == '/'))
 			return true;
 	return false;
 }
@@ -802,17 +827,18 @@ moat_mcp_host_path(const char *allow_dir, const char *path, bool must_exist,
 	*errmsg = NULL;
 	if (path[0] == '\0' || has_dotdot(path)) {
 		*errmsg = moat_asprintf("host path \"%s\" is refused: give a "
-		    "path below %s without \"..\"", path, allow_dir);
+		                        "path below %s without \"..\"",
+		    path, allow_dir);
 		return MOAT_PERMISSION_DENIED;
 	}
-	joined = path[0] == '/' ? strdup(path) : moat_asprintf("%s/%s",
-	    allow_dir, path);
+	joined = path[0] == '/' ? strdup(path) :
+	                          moat_asprintf("%s/%s", allow_dir, path);
 	if (joined == NULL)
 		goto fail_oom;
 	if (must_exist) {
 		if ((real = realpath(joined, NULL)) == NULL) {
 			rv = errno == ENOENT ? MOAT_NOT_FOUND :
-			    MOAT_INVALID_ARGUMENT;
+			                       MOAT_INVALID_ARGUMENT;
 			*errmsg = moat_asprintf("host path %s: %s", path,
 			    strerror(errno));
 			free(joined);
@@ -838,8 +864,9 @@ moat_mcp_host_path(const char *allow_dir, const char *path, bool must_exist,
 			goto refused;
 	}
 	/* allow_dir "/" holds everything. */
-	if (n > 1 && (strncmp(real, allow_dir, n) != 0 || (real[n] != '/' &&
-	    real[n] != '\0')))
+	if (n > 1 &&
+	    (strncmp(real, allow_dir, n) != 0 ||
+	        (real[n] != '/' && real[n] != '\0')))
 		goto refused;
 	free(joined);
 	free(dir);
@@ -847,7 +874,8 @@ moat_mcp_host_path(const char *allow_dir, const char *path, bool must_exist,
 	return MOAT_OK;
 
 refused:
-	*errmsg = moat_asprintf("host path \"%s\" is outside %s (the "
+	*errmsg = moat_asprintf(
+	    "host path \"%s\" is outside %s (the "
 	    "--allow-dir): only files below it can be read or written",
 	    path, allow_dir);
 	free(joined);
@@ -878,14 +906,15 @@ t_upload_file(struct tool_ctx *t)
 	REQUIRE_STRING(path, "path", "where to put it in the sandbox");
 	SANDBOX_OR_FAIL(id);
 	if ((rv = moat_mcp_host_path(t->s->allow_dir, host, true, &real,
-	    &errmsg)) != MOAT_OK)
+	         &errmsg)) != MOAT_OK)
 		return call_error("upload_file", rv, errmsg);
 	fd = open(real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
 	    st.st_size > MOAT_MCP_MAX_HOST_FILE) {
 		r = tool_error("host file %s cannot be sent: %s", host,
-		    fd < 0 ? strerror(errno) : "not a regular file of at "
-		    "most 64 MiB");
+		    fd < 0 ? strerror(errno) :
+		             "not a regular file of at "
+		             "most 64 MiB");
 		if (fd >= 0)
 			close(fd);
 		free(real);
@@ -896,23 +925,24 @@ t_upload_file(struct tool_ctx *t)
 		close(fd);
 		return tool_error("out of memory");
 	}
-	while (len < (size_t)st.st_size && (got = read(fd, bytes + len,
-	    (size_t)st.st_size - len)) > 0)
+	while (len < (size_t)st.st_size &&
+	    (got = read(fd, bytes + len, (size_t)st.st_size - len)) > 0)
 		len += (size_t)got;
 	close(fd);
 	b64 = moat_codec_base64(bytes, len);
 	free(bytes);
 	if (b64 == NULL)
 		return tool_error("out of memory");
-	rv = gw(t, "WriteFile", json_pack("{s:s, s:s, s:s, s:b, s:b}",
-	    "sandboxId", id, "path", path, "data", b64, "truncate", 1,
-	    "makeParents", 1), &reply, &errmsg);
+	rv = gw(t, "WriteFile",
+	    json_pack("{s:s, s:s, s:s, s:b, s:b}", "sandboxId", id, "path",
+	        path, "data", b64, "truncate", 1, "makeParents", 1),
+	    &reply, &errmsg);
 	free(b64);
 	if (rv != MOAT_OK)
 		return call_error("upload_file", rv, errmsg);
 	json_decref(reply);
-	text = moat_asprintf("uploaded %s (%zu bytes) to %s:%s", host, len,
-	    id, path);
+	text = moat_asprintf("uploaded %s (%zu bytes) to %s:%s", host, len, id,
+	    path);
 	r = result_text(text, false, NULL);
 	free(text);
 	return r;
@@ -930,10 +960,11 @@ t_download_file(struct tool_ctx *t)
 	int fd, rv;
 
 	REQUIRE_STRING(path, "path", "the file in the sandbox");
-	REQUIRE_STRING(host, "host_path", "where to write it below the "
+	REQUIRE_STRING(host, "host_path",
+	    "where to write it below the "
 	    "--allow-dir");
 	if ((rv = moat_mcp_host_path(t->s->allow_dir, host, false, &real,
-	    &errmsg)) != MOAT_OK)
+	         &errmsg)) != MOAT_OK)
 		return call_error("download_file", rv, errmsg);
 	{
 		char *e;
@@ -942,14 +973,16 @@ t_download_file(struct tool_ctx *t)
 			return call_error("getting the sandbox", rv, e);
 		}
 	}
-	if ((rv = gw(t, "ReadFile", json_pack("{s:s, s:s}", "sandboxId", id,
-	    "path", path), &reply, &errmsg)) != MOAT_OK) {
+	if ((rv = gw(t, "ReadFile",
+	         json_pack("{s:s, s:s}", "sandboxId", id, "path", path),
+	         &reply, &errmsg)) != MOAT_OK) {
 		free(real);
 		return call_error("download_file", rv, errmsg);
 	}
 	b64 = json_string_value(json_object_get(reply, "data"));
-	if (b64 != NULL && moat_codec_base64_decode(b64, strlen(b64), &bytes,
-	    &len) != MOAT_OK) {
+	if (b64 != NULL &&
+	    moat_codec_base64_decode(b64, strlen(b64), &bytes, &len) !=
+	        MOAT_OK) {
 		free(real);
 		json_decref(reply);
 		return tool_error("the gateway's file data did not decode");
@@ -981,15 +1014,16 @@ t_download_file(struct tool_ctx *t)
 
 /* ---- the table ---- */
 
-#define SB_PROP                                                          \
-	"\"sandbox_id\":{\"type\":\"string\",\"description\":\"the "     \
+#define SB_PROP                                                               \
+	"\"sandbox_id\":{\"type\":\"string\",\"description\":\"the "          \
 	"sandbox; default: this session's own (made on first use)\"}"
-#define SES_PROP                                                         \
-	"\"session_id\":{\"type\":\"string\",\"description\":\"a "       \
+#define SES_PROP                                                              \
+	"\"session_id\":{\"type\":\"string\",\"description\":\"a "            \
 	"recorded session; default: the sandbox's\"}"
 
 static const struct tool tools[] = {
-	{ "run_code", "Run code in a persistent interpreter in a sandbox "
+	{ "run_code",
+	    "Run code in a persistent interpreter in a sandbox "
 	    "(state is kept between calls of the same context). Returns "
 	    "stdout, stderr, the last expression's value, and the error "
 	    "with its traceback.",
@@ -999,9 +1033,11 @@ static const struct tool tools[] = {
 	    "\"bash\",\"sh\",\"node\"],\"default\":\"python\"},"
 	    "\"context\":{\"type\":\"string\",\"description\":\"the "
 	    "interpreter's name; default \\\"default\\\"\"},"
-	    "\"timeout\":{\"type\":\"number\",\"description\":\"seconds\"},"
-	    SB_PROP "},\"required\":[\"code\"]}", t_run_code, false },
-	{ "exec", "Run a shell command in a sandbox; returns its output and "
+	    "\"timeout\":{\"type\":\"number\",\"description\":\"seconds\"}"
+	    "," SB_PROP "},\"required\":[\"code\"]}",
+	    t_run_code, false },
+	{ "exec",
+	    "Run a shell command in a sandbox; returns its output and "
 	    "exit code.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"command\":{\"type\":\"string\",\"description\":\"a shell "
@@ -1009,23 +1045,28 @@ static const struct tool tools[] = {
 	    "\"cwd\":{\"type\":\"string\"},"
 	    "\"env\":{\"type\":\"object\",\"additionalProperties\":"
 	    "{\"type\":\"string\"}},"
-	    "\"timeout\":{\"type\":\"number\",\"description\":\"seconds\"},"
-	    SB_PROP "},\"required\":[\"command\"]}", t_exec, false },
+	    "\"timeout\":{\"type\":\"number\",\"description\":\"seconds\"}"
+	    "," SB_PROP "},\"required\":[\"command\"]}",
+	    t_exec, false },
 	{ "read_file", "Read a text file from a sandbox.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"path\":{\"type\":\"string\"}," SB_PROP
-	    "},\"required\":[\"path\"]}", t_read_file, false },
-	{ "write_file", "Write a text file in a sandbox (parents are made, "
+	    "},\"required\":[\"path\"]}",
+	    t_read_file, false },
+	{ "write_file",
+	    "Write a text file in a sandbox (parents are made, "
 	    "an existing file is replaced).",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"path\":{\"type\":\"string\"},"
 	    "\"content\":{\"type\":\"string\"}," SB_PROP
-	    "},\"required\":[\"path\",\"content\"]}", t_write_file, false },
+	    "},\"required\":[\"path\",\"content\"]}",
+	    t_write_file, false },
 	{ "list_dir", "List a directory in a sandbox (default /root).",
 	    "{\"type\":\"object\",\"properties\":{"
-	    "\"path\":{\"type\":\"string\"}," SB_PROP "}}", t_list_dir,
-	    false },
-	{ "sandbox_create", "Create a new sandbox (a microVM); recorded "
+	    "\"path\":{\"type\":\"string\"}," SB_PROP "}}",
+	    t_list_dir, false },
+	{ "sandbox_create",
+	    "Create a new sandbox (a microVM); recorded "
 	    "unless record is false.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"image\":{\"type\":\"string\"},"
@@ -1034,50 +1075,58 @@ static const struct tool tools[] = {
 	    "\"record\":{\"type\":\"boolean\",\"default\":true}}}",
 	    t_sandbox_create, false },
 	{ "sandbox_list", "List the sandboxes.",
-	    "{\"type\":\"object\",\"properties\":{}}", t_sandbox_list,
-	    false },
+	    "{\"type\":\"object\",\"properties\":{}}", t_sandbox_list, false },
 	{ "sandbox_destroy", "Destroy a sandbox.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"sandbox_id\":{\"type\":\"string\"}},"
-	    "\"required\":[\"sandbox_id\"]}", t_sandbox_destroy, false },
-	{ "snapshot", "Snapshot a running sandbox (memory and disk). In a "
+	    "\"required\":[\"sandbox_id\"]}",
+	    t_sandbox_destroy, false },
+	{ "snapshot",
+	    "Snapshot a running sandbox (memory and disk). In a "
 	    "recorded sandbox the latest step gets it, so restore and fork "
 	    "can go back to that step.",
 	    "{\"type\":\"object\",\"properties\":{" SB_PROP "}}", t_snapshot,
 	    false },
-	{ "restore", "Bring a sandbox back to a recorded step that has a "
+	{ "restore",
+	    "Bring a sandbox back to a recorded step that has a "
 	    "snapshot (see snapshot and history); in place, same id.",
 	    "{\"type\":\"object\",\"properties\":{"
-	    "\"step\":{\"type\":\"integer\",\"minimum\":0}," SES_PROP ","
-	    SB_PROP "},\"required\":[\"step\"]}", t_restore, false },
+	    "\"step\":{\"type\":\"integer\",\"minimum\":0}," SES_PROP
+	    "," SB_PROP "},\"required\":[\"step\"]}",
+	    t_restore, false },
 	{ "history", "The recorded steps of a sandbox or session.",
-	    "{\"type\":\"object\",\"properties\":{" SES_PROP "," SB_PROP
-	    "}}", t_history, false },
-	{ "fork", "New sandboxes from a recorded step, each recorded as a "
+	    "{\"type\":\"object\",\"properties\":{" SES_PROP "," SB_PROP "}}",
+	    t_history, false },
+	{ "fork",
+	    "New sandboxes from a recorded step, each recorded as a "
 	    "branch session.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"step\":{\"type\":\"integer\",\"minimum\":0},"
-	    "\"count\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":16},"
-	    SES_PROP "," SB_PROP "},\"required\":[\"step\"]}", t_fork,
-	    false },
+	    "\"count\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":16}"
+	    "," SES_PROP "," SB_PROP "},\"required\":[\"step\"]}",
+	    t_fork, false },
 	{ "diff", "Where two recorded sessions part: steps, outputs, files.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"session_a\":{\"type\":\"string\"},"
 	    "\"session_b\":{\"type\":\"string\"}},"
-	    "\"required\":[\"session_a\",\"session_b\"]}", t_diff, false },
-	{ "upload_file", "Copy a file from the MCP host (below its "
+	    "\"required\":[\"session_a\",\"session_b\"]}",
+	    t_diff, false },
+	{ "upload_file",
+	    "Copy a file from the MCP host (below its "
 	    "--allow-dir) into a sandbox.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"host_path\":{\"type\":\"string\"},"
 	    "\"path\":{\"type\":\"string\"}," SB_PROP
-	    "},\"required\":[\"host_path\",\"path\"]}", t_upload_file, true },
-	{ "download_file", "Copy a file from a sandbox to the MCP host "
+	    "},\"required\":[\"host_path\",\"path\"]}",
+	    t_upload_file, true },
+	{ "download_file",
+	    "Copy a file from a sandbox to the MCP host "
 	    "(below its --allow-dir).",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"path\":{\"type\":\"string\"},"
 	    "\"host_path\":{\"type\":\"string\"}," SB_PROP
-	    "},\"required\":[\"path\",\"host_path\"]}", t_download_file,
-	    true },
+	    "},\"required\":[\"path\",\"host_path\"]}",
+	    t_download_file, true },
 };
 #define N_TOOLS (sizeof(tools) / sizeof(tools[0]))
 
@@ -1101,9 +1150,10 @@ moat_mcp_tools_list(bool host_files)
 			continue;
 		/* The schemas are constants: a parse failure is a bug. */
 		schema = json_loads(tools[i].schema, 0, NULL);
-		json_array_append_new(list, json_pack("{s:s, s:s, s:o*}",
-		    "name", tools[i].name, "description",
-		    tools[i].description, "inputSchema", schema));
+		json_array_append_new(list,
+		    json_pack("{s:s, s:s, s:o*}", "name", tools[i].name,
+		        "description", tools[i].description, "inputSchema",
+		        schema));
 	}
 	return list;
 }
@@ -1115,8 +1165,8 @@ moat_mcp_tool_known(const char *name, bool host_files)
 }
 
 json_t *
-moat_mcp_tool_call(struct moat_mcp_session *s, const char *name,
-    json_t *args, moat_mcp_call_fn call, void *arg)
+moat_mcp_tool_call(struct moat_mcp_session *s, const char *name, json_t *args,
+    moat_mcp_call_fn call, void *arg)
 {
 	const struct tool *tool = find_tool(name, s->allow_dir != NULL);
 	struct tool_ctx t = { .s = s, .call = call, .arg = arg, .args = args };

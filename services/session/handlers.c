@@ -30,7 +30,8 @@ fail_with(struct moat_rpc_call *call, int status, char *errmsg)
 static int
 oom(struct moat_rpc_call *call)
 {
-	return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "sessiond is out "
+	return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+	    "sessiond is out "
 	    "of memory");
 }
 
@@ -84,7 +85,8 @@ session_read(struct moat_rpc_call *call, const char *tenant,
 	*s = NULL;
 	if ((rv = sessiond_check_tenant(call, tenant)) != MOAT_OK ||
 	    (rv = sessiond_check_id(call, "session_id", session_id, &id)) !=
-	    MOAT_OK || (rv = read_begin(call, txn)) != MOAT_OK)
+	        MOAT_OK ||
+	    (rv = read_begin(call, txn)) != MOAT_OK)
 		return rv;
 	if ((rv = sessiond_session_load(*txn, tenant, &id, s, &errmsg)) !=
 	    MOAT_OK) {
@@ -115,8 +117,8 @@ static int
 reply_from_record(struct moat_rpc_call *call, ProtobufCMessage *reply,
     const uint8_t *buf, size_t len)
 {
-	ProtobufCMessage *m = protobuf_c_message_unpack(reply->descriptor,
-	    NULL, len, buf);
+	ProtobufCMessage *m =
+	    protobuf_c_message_unpack(reply->descriptor, NULL, len, buf);
 
 	if (m == NULL)
 		return oom(call);
@@ -125,8 +127,8 @@ reply_from_record(struct moat_rpc_call *call, ProtobufCMessage *reply,
 }
 
 static int
-h_create_session(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply)
+h_create_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
 {
 	const Moat__V1__CreateSessionRequest *req =
 	    (const Moat__V1__CreateSessionRequest *)request;
@@ -157,7 +159,7 @@ h_get_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	int rv;
 
 	if ((rv = session_read(call, req->tenant, req->session_id, &txn,
-	    &s)) != MOAT_OK)
+	         &s)) != MOAT_OK)
 		return rv;
 	moat_store_txn_abort(txn);
 	sessiond_reply_move(reply, &s->base);
@@ -167,7 +169,7 @@ h_get_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
 /* Ids collected by a scan of by_tenant or by_sandbox. */
 struct id_page {
 	size_t prefix_len;
-	uint32_t limit;            /* ids wanted; one more is the next page */
+	uint32_t limit; /* ids wanted; one more is the next page */
 	size_t n;
 	uint8_t (*suffixes)[SESSIOND_INDEX_SUFFIX];
 };
@@ -205,9 +207,9 @@ h_list_sessions(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK ||
 	    (rv = sessiond_check_short(call, "sandbox_id", req->sandbox_id,
-	    SESSIOND_MAX_SANDBOX)) != MOAT_OK ||
+	         SESSIOND_MAX_SANDBOX)) != MOAT_OK ||
 	    (rv = sessiond_check_page(call, req->page_size, &page.limit)) !=
-	    MOAT_OK)
+	        MOAT_OK)
 		return rv;
 	if (by_sandbox)
 		sessiond_key_by_sandbox(key, sizeof(key), req->tenant,
@@ -217,34 +219,36 @@ h_list_sessions(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    &page.prefix_len);
 	if (req->page_token != NULL && req->page_token[0] != '\0') {
 		if (!sessiond_token_decode(req->page_token,
-		    key + page.prefix_len, SESSIOND_INDEX_SUFFIX))
+		        key + page.prefix_len, SESSIOND_INDEX_SUFFIX))
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "page_token \"%.64s\" is not one this call "
 			    "returned: pass next_page_token unchanged, or "
-			    "none for the first page", req->page_token);
+			    "none for the first page",
+			    req->page_token);
 		start_len = page.prefix_len + SESSIOND_INDEX_SUFFIX;
 	}
-	if ((page.suffixes = malloc(((size_t)page.limit + 1) *
-	    sizeof(*page.suffixes))) == NULL)
+	if ((page.suffixes = malloc(
+	         ((size_t)page.limit + 1) * sizeof(*page.suffixes))) == NULL)
 		return oom(call);
 	if ((rv = read_begin(call, &txn)) != MOAT_OK)
 		goto out;
 	if ((rv = moat_store_scan(txn, db, key, page.prefix_len,
-	    start_len ? key : NULL, start_len, id_page_visit, &page,
-	    &errmsg)) != MOAT_OK) {
+	         start_len ? key : NULL, start_len, id_page_visit, &page,
+	         &errmsg)) != MOAT_OK) {
 		rv = fail_with(call, rv, errmsg);
 		goto out;
 	}
 	if (page.n > page.limit &&
-	    (r->next_page_token = sessiond_token_encode(
-	    page.suffixes[page.limit], SESSIOND_INDEX_SUFFIX)) == NULL) {
+	    (r->next_page_token =
+	            sessiond_token_encode(page.suffixes[page.limit],
+	                SESSIOND_INDEX_SUFFIX)) == NULL) {
 		rv = oom(call);
 		goto out;
 	}
 	if (page.n > page.limit)
 		page.n = page.limit;
-	if (page.n > 0 && (r->sessions = calloc(page.n,
-	    sizeof(*r->sessions))) == NULL) {
+	if (page.n > 0 &&
+	    (r->sessions = calloc(page.n, sizeof(*r->sessions))) == NULL) {
 		rv = oom(call);
 		goto out;
 	}
@@ -254,9 +258,10 @@ h_list_sessions(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		memcpy(id.s, page.suffixes[i] + 8, SESSIOND_ID_LEN);
 		id.s[SESSIOND_ID_LEN] = '\0';
 		if ((rv = sessiond_session_load(txn, req->tenant, &id,
-		    &r->sessions[r->n_sessions], &errmsg)) != MOAT_OK) {
-			rv = fail_with(call, rv == MOAT_NOT_FOUND ?
-			    MOAT_DATA_LOSS : rv, errmsg);
+		         &r->sessions[r->n_sessions], &errmsg)) != MOAT_OK) {
+			rv = fail_with(call,
+			    rv == MOAT_NOT_FOUND ? MOAT_DATA_LOSS : rv,
+			    errmsg);
 			goto out;
 		}
 		r->n_sessions++;
@@ -269,8 +274,8 @@ out:
 }
 
 static int
-h_delete_session(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply)
+h_delete_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
 {
 	const Moat__V1__DeleteSessionRequest *req =
 	    (const Moat__V1__DeleteSessionRequest *)request;
@@ -285,7 +290,8 @@ h_delete_session(struct moat_rpc_call *call,
 
 	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK ||
 	    (rv = sessiond_check_id(call, "session_id", req->session_id,
-	    &op.id)) != MOAT_OK || (rv = submit(call, &op)) != MOAT_OK)
+	         &op.id)) != MOAT_OK ||
+	    (rv = submit(call, &op)) != MOAT_OK)
 		return rv;
 	r->steps_deleted = op.result_count;
 	/* The list moves into the reply, which frees it. */
@@ -310,7 +316,7 @@ h_append_step(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK ||
 	    (rv = sessiond_check_id(call, "session_id", req->session_id,
-	    &op.id)) != MOAT_OK ||
+	         &op.id)) != MOAT_OK ||
 	    (rv = sessiond_check_step(call, req->step)) != MOAT_OK)
 		return rv;
 	op.bytes = 1024 + req->step->stdout.len + req->step->stderr.len +
@@ -328,7 +334,8 @@ static int
 check_index(struct moat_rpc_call *call, uint64_t index)
 {
 	if (index == 0)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "index is "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "index is "
 		    "0: steps count from 1 (ListSteps lists them)");
 	return MOAT_OK;
 }
@@ -347,7 +354,7 @@ h_get_step(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 	if ((rv = check_index(call, req->index)) != MOAT_OK ||
 	    (rv = session_read(call, req->tenant, req->session_id, &txn,
-	    &s)) != MOAT_OK)
+	         &s)) != MOAT_OK)
 		return rv;
 	rv = sessiond_step_load(txn, s, req->index, req->omit_outputs, &step,
 	    &errmsg);
@@ -385,7 +392,7 @@ load_steps(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 		if (bytes >= max_bytes)
 			break;
 		if ((rv = sessiond_step_load(txn, s, i, !outputs,
-		    &(*steps)[*n], errmsg)) != MOAT_OK)
+		         &(*steps)[*n], errmsg)) != MOAT_OK)
 			return rv == MOAT_NOT_FOUND ? MOAT_DATA_LOSS : rv;
 		bytes += (*steps)[*n]->stdout.len + (*steps)[*n]->stderr.len;
 		(*n)++;
@@ -419,10 +426,11 @@ h_list_steps(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "page_token \"%.64s\" is not one this call "
 			    "returned: pass next_page_token unchanged, or "
-			    "none for the first page", req->page_token);
+			    "none for the first page",
+			    req->page_token);
 	}
 	if ((rv = session_read(call, req->tenant, req->session_id, &txn,
-	    &s)) != MOAT_OK)
+	         &s)) != MOAT_OK)
 		return rv;
 	rv = load_steps(txn, s, first, limit, req->include_outputs,
 	    req->include_outputs ? SESSIOND_PAGE_BYTES : SIZE_MAX, &r->steps,
@@ -453,7 +461,7 @@ export_size(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 	*bytes = 0;
 	for (uint64_t i = 1; i <= s->step_count; i++) {
 		if ((rv = sessiond_step_load(txn, s, i, true, &step,
-		    errmsg)) != MOAT_OK)
+		         errmsg)) != MOAT_OK)
 			return rv == MOAT_NOT_FOUND ? MOAT_DATA_LOSS : rv;
 		*bytes += step->stdout_bytes + step->stderr_bytes +
 		    strlen(step->input) + 256 * (step->n_fs_trace + 1);
@@ -463,8 +471,8 @@ export_size(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 }
 
 static int
-h_export_session(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply)
+h_export_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
 {
 	const Moat__V1__ExportSessionRequest *req =
 	    (const Moat__V1__ExportSessionRequest *)request;
@@ -478,31 +486,35 @@ h_export_session(struct moat_rpc_call *call,
 
 	if (req->format != MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_MESSAGE &&
 	    req->format != MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_JSON)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "format %d "
-		    "is not MESSAGE (0) or JSON (1)", (int)req->format);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "format %d "
+		    "is not MESSAGE (0) or JSON (1)",
+		    (int)req->format);
 	if ((rv = session_read(call, req->tenant, req->session_id, &txn,
-	    &s)) != MOAT_OK)
+	         &s)) != MOAT_OK)
 		return rv;
 	r->session = s;
 	if ((rv = export_size(txn, s, &bytes, &errmsg)) != MOAT_OK)
 		goto fail;
 	if (bytes > SESSIOND_EXPORT_BYTES) {
-		errmsg = moat_asprintf("session %s holds about %llu MiB of "
+		errmsg = moat_asprintf(
+		    "session %s holds about %llu MiB of "
 		    "steps, more than one export carries (%u MiB): page "
-		    "through ListSteps with include_outputs instead", s->id,
-		    (unsigned long long)(bytes >> 20),
+		    "through ListSteps with include_outputs instead",
+		    s->id, (unsigned long long)(bytes >> 20),
 		    SESSIOND_EXPORT_BYTES >> 20);
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		goto fail;
 	}
-	if ((rv = load_steps(txn, s, 1, UINT64_MAX, true, SIZE_MAX,
-	    &r->steps, &r->n_steps, &next, &errmsg)) != MOAT_OK)
+	if ((rv = load_steps(txn, s, 1, UINT64_MAX, true, SIZE_MAX, &r->steps,
+	         &r->n_steps, &next, &errmsg)) != MOAT_OK)
 		goto fail;
 	moat_store_txn_abort(txn);
 	txn = NULL;
 	if (req->format == MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_JSON) {
 		if ((rv = moat_codec_to_json_string(&r->base,
-		    MOAT_CODEC_EMIT_DEFAULTS, 1, &json, &errmsg)) != MOAT_OK)
+		         MOAT_CODEC_EMIT_DEFAULTS, 1, &json, &errmsg)) !=
+		    MOAT_OK)
 			return fail_with(call, rv, errmsg);
 		/* The reply carries the text alone. */
 		moat__v1__session_info__free_unpacked(r->session, NULL);
@@ -540,11 +552,11 @@ h_set_step_snapshot(struct moat_rpc_call *call,
 	/* Index 0 is the session's step 0 (its step-0 labels). */
 	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK ||
 	    (rv = sessiond_check_id(call, "session_id", req->session_id,
-	    &op.id)) != MOAT_OK ||
+	         &op.id)) != MOAT_OK ||
 	    (rv = sessiond_check_short(call, "snapshot_id", req->snapshot_id,
-	    SESSIOND_MAX_SNAPSHOT_ID)) != MOAT_OK ||
+	         SESSIOND_MAX_SNAPSHOT_ID)) != MOAT_OK ||
 	    (rv = sessiond_check_short(call, "removed_reason",
-	    req->removed_reason, SESSIOND_MAX_LABEL_VALUE)) != MOAT_OK)
+	         req->removed_reason, SESSIOND_MAX_LABEL_VALUE)) != MOAT_OK)
 		return rv;
 	if (req->snapshot_id[0] != '\0' && req->removed_reason[0] != '\0')
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
@@ -576,7 +588,7 @@ h_set_step_keep(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK ||
 	    (rv = sessiond_check_id(call, "session_id", req->session_id,
-	    &op.id)) != MOAT_OK ||
+	         &op.id)) != MOAT_OK ||
 	    (rv = check_index(call, req->index)) != MOAT_OK ||
 	    (rv = submit(call, &op)) != MOAT_OK)
 		return rv;
@@ -602,11 +614,11 @@ h_snapshot_refs(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	if (req->n_snapshot_ids > SESSIOND_MAX_REFS_ASKED)
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "snapshot_ids holds %zu ids; at most %d per call: ask in "
-		    "batches", req->n_snapshot_ids, SESSIOND_MAX_REFS_ASKED);
+		    "batches",
+		    req->n_snapshot_ids, SESSIOND_MAX_REFS_ASKED);
 	if (req->n_snapshot_ids == 0)
 		return MOAT_OK;
-	if ((r->refs = calloc(req->n_snapshot_ids, sizeof(*r->refs))) ==
-	    NULL)
+	if ((r->refs = calloc(req->n_snapshot_ids, sizeof(*r->refs))) == NULL)
 		return oom(call);
 	if ((rv = read_begin(call, &txn)) != MOAT_OK)
 		return rv;
@@ -614,12 +626,12 @@ h_snapshot_refs(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	 * nothing: 0, like an unknown one. */
 	for (size_t i = 0; i < req->n_snapshot_ids; i++) {
 		if ((rv = sessiond_refs_get(txn, req->tenant,
-		    req->snapshot_ids[i], &count, &errmsg)) != MOAT_OK) {
+		         req->snapshot_ids[i], &count, &errmsg)) != MOAT_OK) {
 			moat_store_txn_abort(txn);
 			return fail_with(call, rv, errmsg);
 		}
-		r->refs[r->n_refs++] = count > UINT32_MAX ? UINT32_MAX :
-		    (uint32_t)count;
+		r->refs[r->n_refs++] =
+		    count > UINT32_MAX ? UINT32_MAX : (uint32_t)count;
 	}
 	moat_store_txn_abort(txn);
 	return MOAT_OK;

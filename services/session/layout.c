@@ -24,8 +24,15 @@
 #include "sessiond.h"
 
 const char *const sessiond_dbs[] = {
-	"meta", "sessions", "by_tenant", "by_sandbox", "steps", "outputs",
-	"fs_traces", "snapshot_refs", NULL,
+	"meta",
+	"sessions",
+	"by_tenant",
+	"by_sandbox",
+	"steps",
+	"outputs",
+	"fs_traces",
+	"snapshot_refs",
+	NULL,
 };
 
 static const char hexdigits[] = "0123456789abcdef";
@@ -75,8 +82,7 @@ sessiond_key_step(uint8_t key[SESSIOND_ID_LEN + 8],
 
 size_t
 sessiond_key_output(uint8_t key[SESSIOND_ID_LEN + 13],
-    const struct sessiond_id *id, uint64_t index, int stream,
-    uint32_t chunk)
+    const struct sessiond_id *id, uint64_t index, int stream, uint32_t chunk)
 {
 	uint8_t *p = key + sessiond_key_step(key, id, index);
 
@@ -96,7 +102,7 @@ key_index(uint8_t *key, size_t cap, const char *a, const char *b,
 	size_t la = strlen(a), lb = b ? strlen(b) : 0, n = 0;
 
 	if (la + 1 + (b ? lb + 1 : 0) + SESSIOND_INDEX_SUFFIX > cap)
-		abort();        /* programmer error: lengths are checked */
+		abort(); /* programmer error: lengths are checked */
 	memcpy(key, a, la + 1);
 	n = la + 1;
 	if (b != NULL) {
@@ -161,8 +167,7 @@ sessiond_reply_move(ProtobufCMessage *reply, ProtobufCMessage *from)
 
 int
 sessiond_session_load(struct moat_store_txn *txn, const char *tenant,
-    const struct sessiond_id *id, Moat__V1__SessionInfo **out,
-    char **errmsg)
+    const struct sessiond_id *id, Moat__V1__SessionInfo **out, char **errmsg)
 {
 	Moat__V1__SessionInfo *s;
 	const void *val;
@@ -175,10 +180,12 @@ sessiond_session_load(struct moat_store_txn *txn, const char *tenant,
 	if (rv != MOAT_OK && rv != MOAT_NOT_FOUND)
 		return rv;
 	s = rv == MOAT_OK ? moat__v1__session_info__unpack(NULL, len, val) :
-	    NULL;
+	                    NULL;
 	if (rv == MOAT_OK && s == NULL) {
-		*errmsg = moat_asprintf("session %s: its record does not "
-		    "decode (%zu bytes): the store is damaged", id->s, len);
+		*errmsg =
+		    moat_asprintf("session %s: its record does not "
+		                  "decode (%zu bytes): the store is damaged",
+		        id->s, len);
 		return MOAT_DATA_LOSS;
 	}
 	/* Another tenant's session does not exist for this caller: the
@@ -186,9 +193,11 @@ sessiond_session_load(struct moat_store_txn *txn, const char *tenant,
 	if (s == NULL || strcmp(s->tenant, tenant) != 0) {
 		if (s != NULL)
 			moat__v1__session_info__free_unpacked(s, NULL);
-		*errmsg = moat_asprintf("session %s not found for tenant "
+		*errmsg = moat_asprintf(
+		    "session %s not found for tenant "
 		    "\"%s\": ListSessions (moat session ls) shows the "
-		    "tenant's sessions", id->s, tenant);
+		    "tenant's sessions",
+		    id->s, tenant);
 		return MOAT_NOT_FOUND;
 	}
 	*out = s;
@@ -235,20 +244,22 @@ output_load(struct moat_store_txn *txn, const struct sessiond_id *id,
 		return MOAT_OK;
 	if (total > SIZE_MAX / 2 || (r.buf = malloc(total)) == NULL) {
 		*errmsg = moat_asprintf("session %s step %llu: out of memory "
-		    "for %llu bytes of output", id->s,
-		    (unsigned long long)index, (unsigned long long)total);
+		                        "for %llu bytes of output",
+		    id->s, (unsigned long long)index,
+		    (unsigned long long)total);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	r.cap = total;
 	sessiond_key_output(prefix, id, index, stream, 0);
-	rv = moat_store_scan(txn, "outputs", prefix, SESSIOND_ID_LEN + 9,
-	    NULL, 0, output_visit, &r, errmsg);
+	rv = moat_store_scan(txn, "outputs", prefix, SESSIOND_ID_LEN + 9, NULL,
+	    0, output_visit, &r, errmsg);
 	if (rv == MOAT_OK && (r.overflow || r.used != total)) {
-		*errmsg = moat_asprintf("session %s step %llu: %s holds %s "
+		*errmsg = moat_asprintf(
+		    "session %s step %llu: %s holds %s "
 		    "than the %llu bytes recorded: the store is damaged",
 		    id->s, (unsigned long long)index,
-		    stream ? "stderr" : "stdout",
-		    r.overflow ? "more" : "less", (unsigned long long)total);
+		    stream ? "stderr" : "stdout", r.overflow ? "more" : "less",
+		    (unsigned long long)total);
 		rv = MOAT_DATA_LOSS;
 	}
 	if (rv != MOAT_OK) {
@@ -276,19 +287,21 @@ sessiond_step_load(struct moat_store_txn *txn,
 	*out = NULL;
 	if (!sessiond_id_parse(session->id, &id)) {
 		*errmsg = moat_asprintf("session record \"%s\" has a bad id: "
-		    "the store is damaged", session->id);
+		                        "the store is damaged",
+		    session->id);
 		return MOAT_DATA_LOSS;
 	}
 	sessiond_key_step(key, &id, index);
-	rv = moat_store_get(txn, "steps", key, sizeof(key), &val, &len,
-	    errmsg);
+	rv =
+	    moat_store_get(txn, "steps", key, sizeof(key), &val, &len, errmsg);
 	if (rv == MOAT_NOT_FOUND) {
 		if (session->step_count == 0)
 			*errmsg = moat_asprintf("session %s has no steps yet "
-			    "(step %llu asked)", id.s,
-			    (unsigned long long)index);
+			                        "(step %llu asked)",
+			    id.s, (unsigned long long)index);
 		else
-			*errmsg = moat_asprintf("session %s has no step %llu: "
+			*errmsg = moat_asprintf(
+			    "session %s has no step %llu: "
 			    "its steps are 1 to %llu (ListSteps lists them)",
 			    id.s, (unsigned long long)index,
 			    (unsigned long long)session->step_count);
@@ -297,9 +310,10 @@ sessiond_step_load(struct moat_store_txn *txn,
 	if (rv != MOAT_OK)
 		return rv;
 	if ((step = moat__v1__step__unpack(NULL, len, val)) == NULL) {
-		*errmsg = moat_asprintf("session %s step %llu: its record "
-		    "does not decode: the store is damaged", id.s,
-		    (unsigned long long)index);
+		*errmsg =
+		    moat_asprintf("session %s step %llu: its record "
+		                  "does not decode: the store is damaged",
+		        id.s, (unsigned long long)index);
 		return MOAT_DATA_LOSS;
 	}
 	rv = moat_store_get(txn, "fs_traces", key, sizeof(key), &val, &len,
@@ -307,7 +321,8 @@ sessiond_step_load(struct moat_store_txn *txn,
 	if (rv == MOAT_OK) {
 		if ((trace = moat__v1__fs_trace__unpack(NULL, len, val)) ==
 		    NULL) {
-			*errmsg = moat_asprintf("session %s step %llu: its fs "
+			*errmsg = moat_asprintf(
+			    "session %s step %llu: its fs "
 			    "trace does not decode: the store is damaged",
 			    id.s, (unsigned long long)index);
 			rv = MOAT_DATA_LOSS;
@@ -325,9 +340,9 @@ sessiond_step_load(struct moat_store_txn *txn,
 	if (omit_outputs) {
 		step->outputs_omitted = true;
 	} else if ((rv = output_load(txn, &id, index, 0, step->stdout_bytes,
-	    &step->stdout, errmsg)) != MOAT_OK ||
+	                &step->stdout, errmsg)) != MOAT_OK ||
 	    (rv = output_load(txn, &id, index, 1, step->stderr_bytes,
-	    &step->stderr, errmsg)) != MOAT_OK) {
+	         &step->stderr, errmsg)) != MOAT_OK) {
 		goto fail;
 	}
 	*out = step;

@@ -31,14 +31,13 @@
  * a sessiond of format 1 would not keep its counts, so it must refuse a
  * store of format 2, and it does. */
 #define FORMAT_VERSION "2"
-#define FORMAT_NO_REFS "1"  /* before snapshot_refs: counted at open */
+#define FORMAT_NO_REFS "1" /* before snapshot_refs: counted at open */
 
 /* upgrade_refs: a store of format 1 has no snapshot reference counts:
  * counts them (refs.c) and stamps FORMAT_VERSION, in `txn`, so a crash
  * leaves either the old store or the new one. */
 static int
-upgrade_refs(struct moat_store *st, struct moat_store_txn *txn,
-    char **errmsg)
+upgrade_refs(struct moat_store *st, struct moat_store_txn *txn, char **errmsg)
 {
 	uint64_t sessions, refs;
 	int rv;
@@ -47,19 +46,22 @@ upgrade_refs(struct moat_store *st, struct moat_store_txn *txn,
 	    MOAT_OK) {
 		char *why = *errmsg;
 
-		*errmsg = moat_asprintf("store %s: counting the snapshot "
+		*errmsg = moat_asprintf(
+		    "store %s: counting the snapshot "
 		    "references of format %s failed (%s); the store is "
-		    "unchanged", moat_store_path(st), FORMAT_NO_REFS,
+		    "unchanged",
+		    moat_store_path(st), FORMAT_NO_REFS,
 		    why ? why : moat_strerror(rv));
 		free(why);
 		return rv;
 	}
 	if ((rv = moat_store_put(txn, "meta", FORMAT_KEY, strlen(FORMAT_KEY),
-	    FORMAT_VERSION, strlen(FORMAT_VERSION), false, errmsg)) !=
+	         FORMAT_VERSION, strlen(FORMAT_VERSION), false, errmsg)) !=
 	    MOAT_OK)
 		return rv;
-	moat_info(0, SERVICE_NAME ": store %s brought from format %s to %s: "
-	    "%llu snapshot references counted in %llu sessions",
+	moat_info(0,
+	    SERVICE_NAME ": store %s brought from format %s to %s: "
+	                 "%llu snapshot references counted in %llu sessions",
 	    moat_store_path(st), FORMAT_NO_REFS, FORMAT_VERSION,
 	    (unsigned long long)refs, (unsigned long long)sessions);
 	return MOAT_OK;
@@ -90,8 +92,8 @@ usage(FILE *f)
 	    "  --workers N          calls served at once (default %d)\n"
 	    "  --version, --help\n"
 	    "Every option is also MOAT_SESSIOND_<NAME> in the environment and "
-	    "<name> in [" SECTION "].\n", MOAT_STORE_DEFAULT_MAP_MIB,
-	    MOAT_RPC_DEFAULT_WORKERS);
+	    "<name> in [" SECTION "].\n",
+	    MOAT_STORE_DEFAULT_MAP_MIB, MOAT_RPC_DEFAULT_WORKERS);
 }
 
 /* What the hooks share: the service's state and what main() owns. */
@@ -112,8 +114,9 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 
 	m->listen = moat_service_url(cfg, SECTION, "listen", state_dir,
 	    "sessiond.sock");
-	if (m->listen == NULL || (m->sd.store_dir = moat_asprintf(
-	    "%s/sessiond", state_dir)) == NULL) {
+	if (m->listen == NULL ||
+	    (m->sd.store_dir = moat_asprintf("%s/sessiond", state_dir)) ==
+	        NULL) {
 		*errmsg = moat_asprintf("out of memory");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
@@ -121,7 +124,7 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	    MOAT_OK)
 		return rv;
 	if ((rv = moat_config_get_u64(cfg, SECTION, "workers",
-	    MOAT_RPC_DEFAULT_WORKERS, &workers, errmsg)) != MOAT_OK)
+	         MOAT_RPC_DEFAULT_WORKERS, &workers, errmsg)) != MOAT_OK)
 		return rv;
 	/* Each worker may hold a read transaction: stay under LMDB's 256
 	 * reader slots. */
@@ -132,8 +135,8 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	}
 	m->workers = (int)workers;
 	m->sd.map_mib = map_mib;
-	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir,
-	    map_mib << 20, sessiond_dbs, errmsg)) != MOAT_OK)
+	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir, map_mib << 20,
+	         sessiond_dbs, errmsg)) != MOAT_OK)
 		return rv;
 	return moat_store_check_format(m->sd.store, &store_format, errmsg);
 }
@@ -150,11 +153,11 @@ sessiond_serve(void *ctx, char **errmsg)
 	};
 	int rv;
 
-	if ((rv = sessiond_writer_start(&m->sd.writer, m->sd.store,
-	    errmsg)) != MOAT_OK)
+	if ((rv = sessiond_writer_start(&m->sd.writer, m->sd.store, errmsg)) !=
+	    MOAT_OK)
 		return rv;
 	if ((rv = moat_rpc_server_start(&m->srv, m->listen, &svc, m->workers,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		return rv;
 	moat_info(0, SERVICE_NAME " %s serving %s, store %s (map %llu MiB)",
 	    MOAT_VERSION, m->listen, m->sd.store_dir,

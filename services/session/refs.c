@@ -25,8 +25,7 @@
 /* ref_key: tenant NUL snapshot_id into key; 0 when either is empty or too
  * long to have been stored. */
 static size_t
-ref_key(uint8_t key[REF_KEY_MAX], const char *tenant,
-    const char *snapshot_id)
+ref_key(uint8_t key[REF_KEY_MAX], const char *tenant, const char *snapshot_id)
 {
 	size_t lt = tenant ? strlen(tenant) : 0;
 	size_t ls = snapshot_id ? strlen(snapshot_id) : 0;
@@ -55,9 +54,10 @@ ref_read(struct moat_store_txn *txn, const uint8_t *key, size_t klen,
 	if (rv != MOAT_OK)
 		return rv;
 	if (len != 8) {
-		*errmsg = moat_asprintf("snapshot reference count \"%.*s\" is "
-		    "%zu bytes, not 8: the store is damaged", (int)klen,
-		    (const char *)key, len);
+		*errmsg =
+		    moat_asprintf("snapshot reference count \"%.*s\" is "
+		                  "%zu bytes, not 8: the store is damaged",
+		        (int)klen, (const char *)key, len);
 		return MOAT_DATA_LOSS;
 	}
 	*count = moat_store_u64_from_key(val);
@@ -105,9 +105,11 @@ sessiond_refs_add(struct moat_store_txn *txn, const char *tenant,
 
 	if (klen == 0) {
 		/* Lengths are checked on the way in (validate.c). */
-		*errmsg = moat_asprintf("snapshot id \"%.64s\" of tenant "
+		*errmsg = moat_asprintf(
+		    "snapshot id \"%.64s\" of tenant "
 		    "\"%.64s\" cannot be counted: it is empty or over %d "
-		    "bytes", snapshot_id ? snapshot_id : "", tenant,
+		    "bytes",
+		    snapshot_id ? snapshot_id : "", tenant,
 		    SESSIOND_MAX_SNAPSHOT_ID);
 		return MOAT_INTERNAL;
 	}
@@ -127,16 +129,18 @@ sessiond_refs_drop(struct moat_store_txn *txn, const char *tenant,
 
 	*left = 0;
 	if (klen == 0)
-		return MOAT_OK;         /* never counted, so nothing to drop */
+		return MOAT_OK; /* never counted, so nothing to drop */
 	if ((rv = ref_read(txn, key, klen, &count, errmsg)) != MOAT_OK)
 		return rv;
 	if (count < n) {
 		/* The references are gone either way; say so and go on
 		 * rather than refuse the write that removes them. */
-		moat_warn(0, "sessiond: snapshot %s of tenant \"%s\" had %llu "
+		moat_warn(0,
+		    "sessiond: snapshot %s of tenant \"%s\" had %llu "
 		    "references counted and %llu removed: counting it as "
-		    "unreferenced", snapshot_id, tenant,
-		    (unsigned long long)count, (unsigned long long)n);
+		    "unreferenced",
+		    snapshot_id, tenant, (unsigned long long)count,
+		    (unsigned long long)n);
 		count = n;
 	}
 	*left = count - n;
@@ -156,11 +160,12 @@ sessiond_refs_move(struct moat_store_txn *txn, const char *tenant,
 		to = "";
 	if (strcmp(from, to) == 0)
 		return MOAT_OK;
-	if (from[0] != '\0' && (rv = sessiond_refs_drop(txn, tenant, from, 1,
-	    &left, errmsg)) != MOAT_OK)
+	if (from[0] != '\0' &&
+	    (rv = sessiond_refs_drop(txn, tenant, from, 1, &left, errmsg)) !=
+	        MOAT_OK)
 		return rv;
-	if (to[0] != '\0' && (rv = sessiond_refs_add(txn, tenant, to, 1,
-	    errmsg)) != MOAT_OK)
+	if (to[0] != '\0' &&
+	    (rv = sessiond_refs_add(txn, tenant, to, 1, errmsg)) != MOAT_OK)
 		return rv;
 	return MOAT_OK;
 }
@@ -231,7 +236,7 @@ string_list_fini(struct string_list *l)
 struct step_refs {
 	struct string_list list;
 	const char *session_id;
-	char *errmsg;                   /* heap, with MOAT_DATA_LOSS */
+	char *errmsg; /* heap, with MOAT_DATA_LOSS */
 };
 
 static int
@@ -243,9 +248,10 @@ step_visit(const void *key, size_t klen, const void *val, size_t vlen,
 	int rv = MOAT_OK;
 
 	if ((step = moat__v1__step__unpack(NULL, vlen, val)) == NULL) {
-		r->errmsg = moat_asprintf("session %s: a step record does not "
-		    "decode (%zu bytes): the store is damaged", r->session_id,
-		    vlen);
+		r->errmsg =
+		    moat_asprintf("session %s: a step record does not "
+		                  "decode (%zu bytes): the store is damaged",
+		        r->session_id, vlen);
 		return MOAT_DATA_LOSS;
 	}
 	if (step->snapshot_id[0] != '\0')
@@ -268,20 +274,22 @@ sessiond_session_snapshots(struct moat_store_txn *txn,
 	*n = 0;
 	if (strlen(s->id) != SESSIOND_ID_LEN) {
 		*errmsg = moat_asprintf("session record \"%.64s\" has a bad "
-		    "id: the store is damaged", s->id);
+		                        "id: the store is damaged",
+		    s->id);
 		return MOAT_DATA_LOSS;
 	}
 	if (step0 != NULL && step0[0] != '\0')
 		(void)string_list_add(&r.list, step0, strlen(step0));
 	rv = r.list.oom ? MOAT_RESOURCE_EXHAUSTED :
-	    moat_store_scan(txn, "steps", s->id, SESSIOND_ID_LEN, NULL, 0,
-	    step_visit, &r, &scan_err);
+	                  moat_store_scan(txn, "steps", s->id, SESSIOND_ID_LEN,
+	                      NULL, 0, step_visit, &r, &scan_err);
 	if (rv != MOAT_OK) {
 		if (r.errmsg != NULL)
 			*errmsg = r.errmsg;
 		else if (r.list.oom)
 			*errmsg = moat_asprintf("session %s: out of memory "
-			    "listing its snapshots", s->id);
+			                        "listing its snapshots",
+			    s->id);
 		else
 			*errmsg = scan_err;
 		if (*errmsg != scan_err)
@@ -306,15 +314,16 @@ key_visit(const void *key, size_t klen, const void *val, size_t vlen,
 
 /* scan_keys: every key of `db` into *keys. */
 static int
-scan_keys(struct moat_store_txn *txn, const char *db,
-    struct string_list *keys, char **errmsg)
+scan_keys(struct moat_store_txn *txn, const char *db, struct string_list *keys,
+    char **errmsg)
 {
 	int rv = moat_store_scan(txn, db, NULL, 0, NULL, 0, key_visit, keys,
 	    errmsg);
 
 	if (rv != MOAT_OK && keys->oom)
 		*errmsg = moat_asprintf("out of memory listing the keys of "
-		    "%s (%zu so far)", db, keys->n);
+		                        "%s (%zu so far)",
+		    db, keys->n);
 	return rv;
 }
 
@@ -329,7 +338,7 @@ refs_clear(struct moat_store_txn *txn, char **errmsg)
 		goto out;
 	for (size_t i = 0; i < keys.n; i++)
 		if ((rv = moat_store_del(txn, REFS_DB, keys.items[i],
-		    keys.lens[i], errmsg)) != MOAT_OK)
+		         keys.lens[i], errmsg)) != MOAT_OK)
 			goto out;
 out:
 	string_list_fini(&keys);
@@ -339,8 +348,8 @@ out:
 /* refs_count_session: adds the references of the session stored under
  * `id`; *refs grows by their number. */
 static int
-refs_count_session(struct moat_store_txn *txn, const char *id,
-    uint64_t *refs, char **errmsg)
+refs_count_session(struct moat_store_txn *txn, const char *id, uint64_t *refs,
+    char **errmsg)
 {
 	Moat__V1__SessionInfo *s;
 	const void *val;
@@ -349,11 +358,13 @@ refs_count_session(struct moat_store_txn *txn, const char *id,
 	int rv;
 
 	if ((rv = moat_store_get(txn, "sessions", id, SESSIOND_ID_LEN, &val,
-	    &len, errmsg)) != MOAT_OK)
+	         &len, errmsg)) != MOAT_OK)
 		return rv;
 	if ((s = moat__v1__session_info__unpack(NULL, len, val)) == NULL) {
-		*errmsg = moat_asprintf("session %s: its record does not "
-		    "decode (%zu bytes): the store is damaged", id, len);
+		*errmsg =
+		    moat_asprintf("session %s: its record does not "
+		                  "decode (%zu bytes): the store is damaged",
+		        id, len);
 		return MOAT_DATA_LOSS;
 	}
 	if ((rv = sessiond_session_snapshots(txn, s, &ids, &n, errmsg)) !=
@@ -361,7 +372,7 @@ refs_count_session(struct moat_store_txn *txn, const char *id,
 		goto out;
 	for (size_t i = 0; i < n; i++) {
 		if ((rv = sessiond_refs_add(txn, s->tenant, ids[i], 1,
-		    errmsg)) != MOAT_OK)
+		         errmsg)) != MOAT_OK)
 			goto out;
 		(*refs)++;
 	}
@@ -386,14 +397,16 @@ sessiond_refs_build(struct moat_store_txn *txn, uint64_t *sessions,
 	for (size_t i = 0; i < ids.n; i++) {
 		if (ids.lens[i] != SESSIOND_ID_LEN ||
 		    strlen(ids.items[i]) != SESSIOND_ID_LEN) {
-			*errmsg = moat_asprintf("sessions holds a key of %zu "
+			*errmsg = moat_asprintf(
+			    "sessions holds a key of %zu "
 			    "bytes that is not a session id: the store is "
-			    "damaged", ids.lens[i]);
+			    "damaged",
+			    ids.lens[i]);
 			rv = MOAT_DATA_LOSS;
 			goto out;
 		}
 		if ((rv = refs_count_session(txn, ids.items[i], refs,
-		    errmsg)) != MOAT_OK)
+		         errmsg)) != MOAT_OK)
 			goto out;
 		(*sessions)++;
 	}

@@ -40,7 +40,7 @@ struct sessiond_id {
 #define SESSIOND_MAX_LABEL_KEY 63
 #define SESSIOND_MAX_LABEL_VALUE 256
 #define SESSIOND_MAX_INPUT (8u << 20)
-#define SESSIOND_MAX_SHORT 256       /* language, path part, safety, ids */
+#define SESSIOND_MAX_SHORT 256 /* language, path part, safety, ids */
 #define SESSIOND_MAX_PATH 4096
 #define SESSIOND_MAX_ARGV 4096
 #define SESSIOND_MAX_FS_TRACE 100000
@@ -82,16 +82,15 @@ bool sessiond_id_parse(const char *s, struct sessiond_id *id);
 size_t sessiond_key_step(uint8_t key[SESSIOND_ID_LEN + 8],
     const struct sessiond_id *id, uint64_t index);
 size_t sessiond_key_output(uint8_t key[SESSIOND_ID_LEN + 13],
-    const struct sessiond_id *id, uint64_t index, int stream,
-    uint32_t chunk);
+    const struct sessiond_id *id, uint64_t index, int stream, uint32_t chunk);
 /* By tenant: tenant NUL created id; by sandbox: tenant NUL sandbox NUL
  * created id. `prefix_len` (may be NULL) is the length before created. */
 size_t sessiond_key_by_tenant(uint8_t *key, size_t cap, const char *tenant,
     uint64_t created_ms, const struct sessiond_id *id, size_t *prefix_len);
-size_t sessiond_key_by_sandbox(uint8_t *key, size_t cap,
-    const char *tenant, const char *sandbox, uint64_t created_ms,
-    const struct sessiond_id *id, size_t *prefix_len);
-#define SESSIOND_KEY_INDEX_MAX \
+size_t sessiond_key_by_sandbox(uint8_t *key, size_t cap, const char *tenant,
+    const char *sandbox, uint64_t created_ms, const struct sessiond_id *id,
+    size_t *prefix_len);
+#define SESSIOND_KEY_INDEX_MAX                                                \
 	(SESSIOND_MAX_TENANT + SESSIOND_MAX_SANDBOX + 2 + 8 + SESSIOND_ID_LEN)
 /* The part of an index key after its prefix: created (8) + id. */
 #define SESSIOND_INDEX_SUFFIX (8 + SESSIOND_ID_LEN)
@@ -109,8 +108,8 @@ uint8_t *sessiond_pack(const ProtobufCMessage *msg, size_t *len);
  * message saying how to list sessions, when it is absent or another
  * tenant's. Other errors set *errmsg too (heap, caller frees). */
 int sessiond_session_load(struct moat_store_txn *txn, const char *tenant,
-    const struct sessiond_id *id, Moat__V1__SessionInfo **out,
-    char **errmsg) __attribute__((warn_unused_result));
+    const struct sessiond_id *id, Moat__V1__SessionInfo **out, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* sessiond_step_load: step `index` of session `session` (already loaded
  * for the caller's tenant) in *out (heap, caller frees with
@@ -118,8 +117,7 @@ int sessiond_session_load(struct moat_store_txn *txn, const char *tenant,
  * unless omit_outputs. NOT_FOUND says which indexes exist. */
 int sessiond_step_load(struct moat_store_txn *txn,
     const Moat__V1__SessionInfo *session, uint64_t index, bool omit_outputs,
-    Moat__V1__Step **out, char **errmsg)
-    __attribute__((warn_unused_result));
+    Moat__V1__Step **out, char **errmsg) __attribute__((warn_unused_result));
 
 /* sessiond_token_encode / _decode: page tokens are the hex of the next
  * key suffix. encode returns a heap string (caller frees) or NULL;
@@ -218,14 +216,14 @@ struct sessiond_op {
 	enum sessiond_op_kind kind;
 	/* Inputs, borrowed from the request for the duration of the op. */
 	const char *tenant;
-	struct sessiond_id id;           /* CREATE: filled by the writer */
+	struct sessiond_id id; /* CREATE: filled by the writer */
 	const Moat__V1__CreateSessionRequest *create;
-	const Moat__V1__Step *step;      /* APPEND */
-	uint64_t index;                  /* SET_SNAPSHOT (0: step 0), KEEP */
-	const char *snapshot_id;         /* SET_SNAPSHOT */
-	const char *removed_reason;      /* SET_SNAPSHOT */
-	bool keep;                       /* SET_KEEP */
-	size_t bytes;                    /* rough size, for batch limits */
+	const Moat__V1__Step *step; /* APPEND */
+	uint64_t index;             /* SET_SNAPSHOT (0: step 0), KEEP */
+	const char *snapshot_id;    /* SET_SNAPSHOT */
+	const char *removed_reason; /* SET_SNAPSHOT */
+	bool keep;                  /* SET_KEEP */
+	size_t bytes;               /* rough size, for batch limits */
 	/* Results, valid after submit returns. `record` (heap, caller
 	 * frees) is the packed SessionInfo (CREATE) or Step (SET_SNAPSHOT,
 	 * SET_KEEP); `unreferenced` (DELETE: heap array of heap strings,
@@ -234,8 +232,8 @@ struct sessiond_op {
 	 * goes with a failed status. */
 	int status;
 	char *errmsg;
-	uint64_t result_index;           /* APPEND: the step's index */
-	uint64_t result_count;           /* DELETE: steps removed */
+	uint64_t result_index; /* APPEND: the step's index */
+	uint64_t result_count; /* DELETE: steps removed */
 	uint8_t *record;
 	size_t record_len;
 	char **unreferenced;
@@ -251,9 +249,8 @@ struct sessiond_op {
 /* sessiond_writer_start: starts the writer thread over `st` (borrowed,
  * must outlive the writer). On failure returns a status and sets *errmsg
  * (heap, caller frees). */
-int sessiond_writer_start(struct sessiond_writer **out,
-    struct moat_store *st, char **errmsg)
-    __attribute__((warn_unused_result));
+int sessiond_writer_start(struct sessiond_writer **out, struct moat_store *st,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* sessiond_writer_stop: finishes what is queued, stops the thread, frees
  * the writer. Safe on NULL. No submit may run or follow. */

@@ -30,22 +30,22 @@
 #include "moat/util.h"
 #include "sessiond.h"
 
-#define QUEUE_CAP 1024               /* ops waiting for the writer */
-#define BATCH_MAX_OPS 512            /* ops in one transaction */
-#define BATCH_MAX_BYTES (64u << 20)  /* their rough size */
+#define QUEUE_CAP 1024              /* ops waiting for the writer */
+#define BATCH_MAX_OPS 512           /* ops in one transaction */
+#define BATCH_MAX_BYTES (64u << 20) /* their rough size */
 
 struct sessiond_writer {
-	struct moat_store *store;       /* borrowed */
+	struct moat_store *store; /* borrowed */
 	pthread_t thread;
 	bool thread_started;
 	/* `lock` guards the ring, `stopping` and `idle`. */
 	pthread_mutex_t lock;
-	pthread_cond_t not_empty;       /* writer waits for work */
+	pthread_cond_t not_empty; /* writer waits for work */
 	/* The writer waits on not_empty and nobody has woken it yet: only
 	 * then does a submit signal, not once per op. */
 	bool idle;
-	pthread_cond_t not_full;        /* handlers wait for room */
-	size_t room_waiters;            /* handlers waiting on not_full */
+	pthread_cond_t not_full; /* handlers wait for room */
+	size_t room_waiters;     /* handlers waiting on not_full */
 	struct sessiond_op *ring[QUEUE_CAP];
 	size_t head;
 	size_t count;
@@ -101,13 +101,15 @@ put_indexes(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 
 	klen = sessiond_key_by_tenant(key, sizeof(key), s->tenant,
 	    s->created_ms, id, NULL);
-	rv = del ? moat_store_del(txn, "by_tenant", key, klen, errmsg) :
+	rv = del ?
+	    moat_store_del(txn, "by_tenant", key, klen, errmsg) :
 	    moat_store_put(txn, "by_tenant", key, klen, "", 0, false, errmsg);
 	if (rv != MOAT_OK && !(del && rv == MOAT_NOT_FOUND))
 		return rv;
 	klen = sessiond_key_by_sandbox(key, sizeof(key), s->tenant,
 	    s->sandbox_id, s->created_ms, id, NULL);
-	rv = del ? moat_store_del(txn, "by_sandbox", key, klen, errmsg) :
+	rv = del ?
+	    moat_store_del(txn, "by_sandbox", key, klen, errmsg) :
 	    moat_store_put(txn, "by_sandbox", key, klen, "", 0, false, errmsg);
 	if (rv != MOAT_OK && !(del && rv == MOAT_NOT_FOUND))
 		return rv;
@@ -117,8 +119,7 @@ put_indexes(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 /* apply_create: a new session. Refusals: the parent is unknown or has
  * fewer steps than parent_step. */
 static int
-apply_create(struct moat_store_txn *txn, struct sessiond_op *op,
-    bool *broken)
+apply_create(struct moat_store_txn *txn, struct sessiond_op *op, bool *broken)
 {
 	const Moat__V1__CreateSessionRequest *req = op->create;
 	Moat__V1__SessionInfo s = MOAT__V1__SESSION_INFO__INIT;
@@ -132,17 +133,19 @@ apply_create(struct moat_store_txn *txn, struct sessiond_op *op,
 	if (req->parent_session_id != NULL &&
 	    req->parent_session_id[0] != '\0') {
 		if (!sessiond_id_parse(req->parent_session_id, &parent_id))
-			abort();        /* validate.c checked it */
+			abort(); /* validate.c checked it */
 		if ((rv = sessiond_session_load(txn, op->tenant, &parent_id,
-		    &parent, &op->errmsg)) != MOAT_OK) {
+		         &parent, &op->errmsg)) != MOAT_OK) {
 			*broken = rv != MOAT_NOT_FOUND;
 			return rv;
 		}
 		if (req->parent_step > parent->step_count) {
-			op->errmsg = moat_asprintf("parent_step %llu: parent "
-			    "session %s has steps 1 to %llu",
-			    (unsigned long long)req->parent_step, parent_id.s,
-			    (unsigned long long)parent->step_count);
+			op->errmsg =
+			    moat_asprintf("parent_step %llu: parent "
+			                  "session %s has steps 1 to %llu",
+			        (unsigned long long)req->parent_step,
+			        parent_id.s,
+			        (unsigned long long)parent->step_count);
 			moat__v1__session_info__free_unpacked(parent, NULL);
 			return MOAT_INVALID_ARGUMENT;
 		}
@@ -151,8 +154,8 @@ apply_create(struct moat_store_txn *txn, struct sessiond_op *op,
 	/* 64 random bits: a collision is unlikely, but never overwrite. */
 	do {
 		sessiond_id_new(&op->id);
-		rv = moat_store_get(txn, "sessions", op->id.s,
-		    SESSIOND_ID_LEN, &val, &len, &op->errmsg);
+		rv = moat_store_get(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
+		    &val, &len, &op->errmsg);
 	} while (rv == MOAT_OK);
 	if (rv != MOAT_NOT_FOUND) {
 		*broken = true;
@@ -173,13 +176,13 @@ apply_create(struct moat_store_txn *txn, struct sessiond_op *op,
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	step0 = sessiond_label(&s, SESSIOND_LABEL_STEP0);
-	*broken = true;         /* from here on, a failure dirties the txn */
+	*broken = true; /* from here on, a failure dirties the txn */
 	if ((rv = moat_store_put(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
-	    op->record, op->record_len, true, &op->errmsg)) != MOAT_OK ||
+	         op->record, op->record_len, true, &op->errmsg)) != MOAT_OK ||
 	    (rv = put_indexes(txn, &s, &op->id, false, &op->errmsg)) !=
-	    MOAT_OK ||
+	        MOAT_OK ||
 	    (rv = sessiond_refs_move(txn, s.tenant, NULL, step0,
-	    &op->errmsg)) != MOAT_OK)
+	         &op->errmsg)) != MOAT_OK)
 		return rv;
 	*broken = false;
 	return MOAT_OK;
@@ -188,8 +191,7 @@ apply_create(struct moat_store_txn *txn, struct sessiond_op *op,
 /* put_output: one stream of a step, in SESSIOND_CHUNK pieces. */
 static int
 put_output(struct moat_store_txn *txn, const struct sessiond_id *id,
-    uint64_t index, int stream, const ProtobufCBinaryData *data,
-    char **errmsg)
+    uint64_t index, int stream, const ProtobufCBinaryData *data, char **errmsg)
 {
 	uint8_t key[SESSIOND_ID_LEN + 13];
 	uint32_t chunk = 0;
@@ -202,7 +204,7 @@ put_output(struct moat_store_txn *txn, const struct sessiond_id *id,
 			n = SESSIOND_CHUNK;
 		sessiond_key_output(key, id, index, stream, chunk++);
 		if ((rv = moat_store_put(txn, "outputs", key, sizeof(key),
-		    data->data + off, n, false, errmsg)) != MOAT_OK)
+		         data->data + off, n, false, errmsg)) != MOAT_OK)
 			return rv;
 	}
 	return MOAT_OK;
@@ -211,8 +213,7 @@ put_output(struct moat_store_txn *txn, const struct sessiond_id *id,
 /* apply_append: the next step of a session. Refusals: unknown session,
  * step.index given and not the next one. */
 static int
-apply_append(struct moat_store_txn *txn, struct sessiond_op *op,
-    bool *broken)
+apply_append(struct moat_store_txn *txn, struct sessiond_op *op, bool *broken)
 {
 	const Moat__V1__Step *in = op->step;
 	Moat__V1__Step rec;
@@ -223,15 +224,17 @@ apply_append(struct moat_store_txn *txn, struct sessiond_op *op,
 	int rv;
 
 	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
-	    &op->errmsg)) != MOAT_OK) {
+	         &op->errmsg)) != MOAT_OK) {
 		*broken = rv != MOAT_NOT_FOUND;
 		return rv;
 	}
 	index = s->step_count + 1;
 	if (in->index != 0 && in->index != index) {
-		op->errmsg = moat_asprintf("step.index %llu: session %s is at "
+		op->errmsg = moat_asprintf(
+		    "step.index %llu: session %s is at "
 		    "step %llu, so the next is %llu (or send 0 to take the "
-		    "next)", (unsigned long long)in->index, op->id.s,
+		    "next)",
+		    (unsigned long long)in->index, op->id.s,
 		    (unsigned long long)s->step_count,
 		    (unsigned long long)index);
 		moat__v1__session_info__free_unpacked(s, NULL);
@@ -255,26 +258,26 @@ apply_append(struct moat_store_txn *txn, struct sessiond_op *op,
 	*broken = true;
 	sessiond_key_step(key, &op->id, index);
 	if ((rv = put_packed(txn, "steps", key, sizeof(key), &rec.base,
-	    &op->errmsg)) != MOAT_OK)
+	         &op->errmsg)) != MOAT_OK)
 		goto out;
 	if (in->n_fs_trace > 0) {
 		trace.n_entries = in->n_fs_trace;
 		trace.entries = in->fs_trace;
 		trace.truncated = in->fs_trace_truncated;
 		if ((rv = put_packed(txn, "fs_traces", key, sizeof(key),
-		    &trace.base, &op->errmsg)) != MOAT_OK)
+		         &trace.base, &op->errmsg)) != MOAT_OK)
 			goto out;
 	}
 	if ((rv = put_output(txn, &op->id, index, 0, &in->stdout,
-	    &op->errmsg)) != MOAT_OK ||
+	         &op->errmsg)) != MOAT_OK ||
 	    (rv = put_output(txn, &op->id, index, 1, &in->stderr,
-	    &op->errmsg)) != MOAT_OK)
+	         &op->errmsg)) != MOAT_OK)
 		goto out;
 	s->step_count = index;
 	if ((rv = put_packed(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
-	    &s->base, &op->errmsg)) != MOAT_OK ||
+	         &s->base, &op->errmsg)) != MOAT_OK ||
 	    (rv = sessiond_refs_move(txn, op->tenant, NULL, in->snapshot_id,
-	    &op->errmsg)) != MOAT_OK)
+	         &op->errmsg)) != MOAT_OK)
 		goto out;
 	op->result_index = index;
 	*broken = false;
@@ -313,7 +316,7 @@ drop_refs(struct moat_store_txn *txn, struct sessiond_op *op, char **ids,
 		for (j = i + 1; j < n && strcmp(ids[i], ids[j]) == 0; j++)
 			;
 		if ((rv = sessiond_refs_drop(txn, op->tenant, ids[i], j - i,
-		    &left, &op->errmsg)) != MOAT_OK)
+		         &left, &op->errmsg)) != MOAT_OK)
 			return rv;
 		if (left == 0) {
 			op->unreferenced[op->n_unreferenced++] = ids[i];
@@ -327,8 +330,7 @@ drop_refs(struct moat_store_txn *txn, struct sessiond_op *op, char **ids,
  * its snapshot references; op->unreferenced lists the snapshots nothing
  * of the tenant references any more. */
 static int
-apply_delete(struct moat_store_txn *txn, struct sessiond_op *op,
-    bool *broken)
+apply_delete(struct moat_store_txn *txn, struct sessiond_op *op, bool *broken)
 {
 	Moat__V1__SessionInfo *s = NULL;
 	char **ids = NULL;
@@ -336,7 +338,7 @@ apply_delete(struct moat_store_txn *txn, struct sessiond_op *op,
 	int rv;
 
 	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
-	    &op->errmsg)) != MOAT_OK) {
+	         &op->errmsg)) != MOAT_OK) {
 		*broken = rv != MOAT_NOT_FOUND;
 		return rv;
 	}
@@ -344,18 +346,19 @@ apply_delete(struct moat_store_txn *txn, struct sessiond_op *op,
 	 * nothing, but may be the store's: let the op run alone. */
 	*broken = true;
 	if ((rv = sessiond_session_snapshots(txn, s, &ids, &n_ids,
-	    &op->errmsg)) != MOAT_OK)
+	         &op->errmsg)) != MOAT_OK)
 		goto out;
 	if ((rv = moat_store_del(txn, "sessions", op->id.s, SESSIOND_ID_LEN,
-	    &op->errmsg)) != MOAT_OK ||
+	         &op->errmsg)) != MOAT_OK ||
 	    (rv = put_indexes(txn, s, &op->id, true, &op->errmsg)) !=
-	    MOAT_OK ||
+	        MOAT_OK ||
 	    (rv = moat_store_del_prefix(txn, "steps", op->id.s,
-	    SESSIOND_ID_LEN, &op->result_count, &op->errmsg)) != MOAT_OK ||
+	         SESSIOND_ID_LEN, &op->result_count, &op->errmsg)) !=
+	        MOAT_OK ||
 	    (rv = moat_store_del_prefix(txn, "fs_traces", op->id.s,
-	    SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK ||
+	         SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK ||
 	    (rv = moat_store_del_prefix(txn, "outputs", op->id.s,
-	    SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK ||
+	         SESSIOND_ID_LEN, NULL, &op->errmsg)) != MOAT_OK ||
 	    (rv = drop_refs(txn, op, ids, n_ids)) != MOAT_OK)
 		goto out;
 	*broken = false;
@@ -381,7 +384,7 @@ put_step(struct moat_store_txn *txn, struct sessiond_op *op,
 	rec->outputs_omitted = false;
 	sessiond_key_step(key, &op->id, op->index);
 	if ((rv = put_packed(txn, "steps", key, sizeof(key), &rec->base,
-	    &op->errmsg)) != MOAT_OK)
+	         &op->errmsg)) != MOAT_OK)
 		return rv;
 	rec->n_fs_trace = step->n_fs_trace;
 	rec->fs_trace = step->fs_trace;
@@ -405,12 +408,12 @@ load_step(struct moat_store_txn *txn, struct sessiond_op *op,
 
 	*step = NULL;
 	if ((rv = sessiond_session_load(txn, op->tenant, &op->id, s,
-	    &op->errmsg)) != MOAT_OK) {
+	         &op->errmsg)) != MOAT_OK) {
 		*broken = rv != MOAT_NOT_FOUND;
 		return rv;
 	}
 	if ((rv = sessiond_step_load(txn, *s, op->index, true, step,
-	    &op->errmsg)) != MOAT_OK) {
+	         &op->errmsg)) != MOAT_OK) {
 		*broken = rv != MOAT_NOT_FOUND;
 		moat__v1__session_info__free_unpacked(*s, NULL);
 		*s = NULL;
@@ -432,8 +435,8 @@ set_step0(struct moat_store_txn *txn, struct sessiond_op *op,
 	Moat__V1__SessionInfo__LabelsEntry **labels, **stored = s->labels;
 	Moat__V1__Step reply = MOAT__V1__STEP__INIT;
 	const char *to = op->snapshot_id ? op->snapshot_id : "";
-	const char *reason = to[0] == '\0' && op->removed_reason ?
-	    op->removed_reason : "";
+	const char *reason =
+	    to[0] == '\0' && op->removed_reason ? op->removed_reason : "";
 	const char *from = sessiond_label(s, SESSIOND_LABEL_STEP0);
 	size_t n = 0, n_stored = s->n_labels;
 	int rv;
@@ -466,8 +469,9 @@ set_step0(struct moat_store_txn *txn, struct sessiond_op *op,
 	s->labels = stored;
 	s->n_labels = n_stored;
 	free(labels);
-	if (rv != MOAT_OK || (rv = sessiond_refs_move(txn, op->tenant, from,
-	    to, &op->errmsg)) != MOAT_OK)
+	if (rv != MOAT_OK ||
+	    (rv = sessiond_refs_move(txn, op->tenant, from, to,
+	         &op->errmsg)) != MOAT_OK)
 		return rv;
 	reply.session_id = op->id.s;
 	reply.index = 0;
@@ -498,7 +502,7 @@ apply_set_snapshot(struct moat_store_txn *txn, struct sessiond_op *op,
 
 	if (op->index == 0) {
 		if ((rv = sessiond_session_load(txn, op->tenant, &op->id, &s,
-		    &op->errmsg)) != MOAT_OK) {
+		         &op->errmsg)) != MOAT_OK) {
 			*broken = rv != MOAT_NOT_FOUND;
 			return rv;
 		}
@@ -510,12 +514,13 @@ apply_set_snapshot(struct moat_store_txn *txn, struct sessiond_op *op,
 		return rv;
 	rec = *step;
 	rec.snapshot_id = (char *)to;
-	rec.snapshot_removed = (char *)(to[0] == '\0' && op->removed_reason ?
-	    op->removed_reason : "");
+	rec.snapshot_removed =
+	    (char *)(to[0] == '\0' && op->removed_reason ? op->removed_reason :
+	                                                   "");
 	*broken = true;
 	if ((rv = put_step(txn, op, step, &rec)) != MOAT_OK ||
 	    (rv = sessiond_refs_move(txn, op->tenant, step->snapshot_id, to,
-	    &op->errmsg)) != MOAT_OK)
+	         &op->errmsg)) != MOAT_OK)
 		goto out;
 	*broken = false;
 out:
@@ -578,8 +583,8 @@ run_alone(struct moat_store *st, struct sessiond_op *op)
 	bool broken;
 
 	op_reset(op);
-	if ((op->status = moat_store_txn_begin(st, true, &txn,
-	    &op->errmsg)) != MOAT_OK)
+	if ((op->status = moat_store_txn_begin(st, true, &txn, &op->errmsg)) !=
+	    MOAT_OK)
 		return;
 	if ((op->status = apply(txn, op, &broken)) != MOAT_OK) {
 		moat_store_txn_abort(txn);
@@ -613,8 +618,10 @@ run_batch(struct moat_store *st, struct sessiond_op **ops, size_t n)
 		goto fallback;
 	}
 	if ((rv = moat_store_txn_commit(txn, &errmsg)) != MOAT_OK) {
-		moat_warn(0, "sessiond: group commit of %zu writes failed "
-		    "(%s); retrying them one by one", n, errmsg);
+		moat_warn(0,
+		    "sessiond: group commit of %zu writes failed "
+		    "(%s); retrying them one by one",
+		    n, errmsg);
 		goto fallback;
 	}
 	return;
@@ -646,8 +653,8 @@ writer_main(void *arg)
 		n = 0;
 		bytes = 0;
 		while (w->count > 0 && n < BATCH_MAX_OPS &&
-		    (n == 0 || bytes + w->ring[w->head]->bytes <=
-		    BATCH_MAX_BYTES)) {
+		    (n == 0 ||
+		        bytes + w->ring[w->head]->bytes <= BATCH_MAX_BYTES)) {
 			batch[n] = w->ring[w->head];
 			bytes += batch[n++]->bytes;
 			w->head = (w->head + 1) % QUEUE_CAP;
@@ -720,8 +727,10 @@ sessiond_writer_stop(struct sessiond_writer *w)
 		pthread_cond_signal(&w->not_empty);
 		pthread_mutex_unlock(&w->lock);
 		pthread_join(w->thread, NULL);
-		moat_info(0, "sessiond: writer stopped after %llu writes in "
-		    "%llu commits", (unsigned long long)w->ops,
+		moat_info(0,
+		    "sessiond: writer stopped after %llu writes in "
+		    "%llu commits",
+		    (unsigned long long)w->ops,
 		    (unsigned long long)w->batches);
 	}
 	pthread_cond_destroy(&w->not_empty);
@@ -758,9 +767,11 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 	if (w->count == QUEUE_CAP || w->stopping) {
 		pthread_mutex_unlock(&w->lock);
 		sem_destroy(&op->done);
-		op->errmsg = moat_asprintf("sessiond's write queue (%d "
+		op->errmsg = moat_asprintf(
+		    "sessiond's write queue (%d "
 		    "writes) stayed full until the call's deadline: the disk "
-		    "is slower than the writes; retry later", QUEUE_CAP);
+		    "is slower than the writes; retry later",
+		    QUEUE_CAP);
 		return op->status = MOAT_UNAVAILABLE;
 	}
 	w->ring[(w->head + w->count) % QUEUE_CAP] = op;
@@ -774,7 +785,7 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 	 * writer never takes long to answer each one. The post orders the
 	 * writer's results (of the whole batch) before what follows. */
 	while (sem_wait(&op->done) != 0)
-		;                       /* EINTR (the only error): a signal */
+		; /* EINTR (the only error): a signal */
 	/* The first op of a batch wakes the rest. An op is its handler's
 	 * again once posted, so its successor is read before; sem_post
 	 * touches nothing of it after (glibc allows destroying a semaphore

@@ -20,7 +20,7 @@
 
 struct commit_job {
 	const Moat__V1__CommitManifestRequest *req;
-	uint8_t *light;            /* packed reply, heap: the handler's */
+	uint8_t *light; /* packed reply, heap: the handler's */
 	size_t light_len;
 };
 
@@ -33,8 +33,8 @@ name_ok(const char *s, size_t max)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (!((s[i] >= 'a' && s[i] <= 'z') ||
-		    (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
-		    s[i] == '-' || s[i] == '.'))
+		        (s[i] >= '0' && s[i] <= '9') || s[i] == '_' ||
+		        s[i] == '-' || s[i] == '.'))
 			return false;
 	return true;
 }
@@ -50,34 +50,42 @@ check_commit(struct moat_rpc_call *call,
 		return rv;
 	if (strcmp(req->vmm, "qemu") != 0 &&
 	    strcmp(req->vmm, "firecracker") != 0)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "vmm "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "vmm "
 		    "\"%.32s\": must be \"qemu\" or \"firecracker\"",
 		    req->vmm);
 	if (strlen(req->image_id) > SNAPD_MAX_TEXT)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "image id "
-		    "longer than %u bytes", SNAPD_MAX_TEXT);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "image id "
+		    "longer than %u bytes",
+		    SNAPD_MAX_TEXT);
 	if (req->vcpus == 0 || req->vcpus > 1024 || req->memory_mib == 0 ||
 	    req->memory_mib > (1u << 22))
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "vcpus %u, "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "vcpus %u, "
 		    "memory %u MiB: need 1 to 1024 vcpus and 1 MiB to 4 TiB",
 		    req->vcpus, req->memory_mib);
 	if (req->parent_id[0] != '\0' &&
 	    (rv = snapd_parse_snap_id(call, req->parent_id, raw)) != MOAT_OK)
 		return rv;
 	if (req->n_labels > SNAPD_MAX_LABELS)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%zu "
-		    "labels; at most %u", req->n_labels, SNAPD_MAX_LABELS);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "%zu "
+		    "labels; at most %u",
+		    req->n_labels, SNAPD_MAX_LABELS);
 	for (size_t i = 0; i < req->n_labels; i++)
 		if (req->labels[i]->key[0] == '\0' ||
 		    strlen(req->labels[i]->key) > SNAPD_MAX_TEXT ||
 		    strlen(req->labels[i]->value) > SNAPD_MAX_TEXT)
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "label %zu: keys are 1 to %u bytes, values up to "
-			    "%u", i, SNAPD_MAX_TEXT, SNAPD_MAX_TEXT);
+			    "%u",
+			    i, SNAPD_MAX_TEXT, SNAPD_MAX_TEXT);
 	if (req->n_artifacts == 0 || req->n_artifacts > SNAPD_MAX_ARTIFACTS)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%zu "
-		    "artifacts; a snapshot has 1 to %u", req->n_artifacts,
-		    SNAPD_MAX_ARTIFACTS);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "%zu "
+		    "artifacts; a snapshot has 1 to %u",
+		    req->n_artifacts, SNAPD_MAX_ARTIFACTS);
 	for (size_t i = 0; i < req->n_artifacts; i++) {
 		const Moat__V1__SnapArtifact *a = req->artifacts[i];
 		uint64_t n;
@@ -85,18 +93,21 @@ check_commit(struct moat_rpc_call *call,
 		if (!name_ok(a->name, 64))
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "artifact %zu: name \"%.64s\" is not 1 to 64 of "
-			    "a-z 0-9 . _ -", i, a->name);
+			    "a-z 0-9 . _ -",
+			    i, a->name);
 		for (size_t j = 0; j < i; j++)
 			if (strcmp(req->artifacts[j]->name, a->name) == 0)
 				return moat_rpc_error(call,
-				    MOAT_INVALID_ARGUMENT, "artifact \"%s\" "
-				    "appears twice", a->name);
+				    MOAT_INVALID_ARGUMENT,
+				    "artifact \"%s\" "
+				    "appears twice",
+				    a->name);
 		if (!moat_chunk_size_valid(a->chunk_size))
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "artifact \"%s\": chunk size %u is not a multiple "
-			    "of %u from %u to %u", a->name, a->chunk_size,
-			    MOAT_CHUNK_MIN_SIZE, MOAT_CHUNK_MIN_SIZE,
-			    MOAT_CHUNK_MAX_SIZE);
+			    "of %u from %u to %u",
+			    a->name, a->chunk_size, MOAT_CHUNK_MIN_SIZE,
+			    MOAT_CHUNK_MIN_SIZE, MOAT_CHUNK_MAX_SIZE);
 		n = moat_chunk_count(a->size, a->chunk_size);
 		if (n > MOAT_CHUNK_MAX_COUNT ||
 		    a->chunk_ids.len != n * MOAT_CHUNK_ID_LEN)
@@ -116,7 +127,7 @@ chunk_len(const Moat__V1__SnapArtifact *a, size_t i)
 	uint64_t off = (uint64_t)i * a->chunk_size;
 
 	return (size_t)(a->size - off < a->chunk_size ? a->size - off :
-	    a->chunk_size);
+	                                                a->chunk_size);
 }
 
 /* commit_check: the first pass: every chunk present, with the length its
@@ -145,9 +156,10 @@ commit_check(struct moat_store_txn *txn,
 			if (rv == MOAT_NOT_FOUND) {
 				if (missing++ == 0) {
 					moat_chunk_id_hex(id, hex);
-					snprintf(first, sizeof(first), "%s "
-					    "chunk %zu (%s)", art->name, i,
-					    hex);
+					snprintf(first, sizeof(first),
+					    "%s "
+					    "chunk %zu (%s)",
+					    art->name, i, hex);
 				}
 				continue;
 			}
@@ -155,7 +167,8 @@ commit_check(struct moat_store_txn *txn,
 				return rv;
 			if (ref.len != chunk_len(art, i)) {
 				moat_chunk_id_hex(id, hex);
-				*errmsg = moat_asprintf("artifact \"%s\" "
+				*errmsg = moat_asprintf(
+				    "artifact \"%s\" "
 				    "chunk %zu (%s): stored chunk is %u "
 				    "bytes, its place needs %zu: wrong chunk "
 				    "size?",
@@ -166,11 +179,13 @@ commit_check(struct moat_store_txn *txn,
 		}
 	}
 	if (missing > 0) {
-		*errmsg = moat_asprintf("%llu of %llu chunks are missing from "
+		*errmsg = moat_asprintf(
+		    "%llu of %llu chunks are missing from "
 		    "tenant \"%s\"'s store (first: %s): put them "
 		    "(MissingChunks says which) and commit again; nothing was "
-		    "written", (unsigned long long)missing,
-		    (unsigned long long)total, req->tenant, first);
+		    "written",
+		    (unsigned long long)missing, (unsigned long long)total,
+		    req->tenant, first);
 		return MOAT_FAILED_PRECONDITION;
 	}
 	return MOAT_OK;
@@ -225,7 +240,7 @@ job_commit(struct snapd *sd, struct moat_store_txn *txn, void *arg,
 				continue;
 			}
 			if ((rv = snapd_ref_get(txn, req->tenant, id, &ref,
-			    errmsg)) != MOAT_OK)
+			         errmsg)) != MOAT_OK)
 				return rv;
 			if (ref.refs++ == 0) {
 				/* First use: this snapshot pays for it. */
@@ -235,7 +250,7 @@ job_commit(struct snapd *sd, struct moat_store_txn *txn, void *arg,
 			}
 			info.chunks++;
 			if ((rv = snapd_ref_put(txn, req->tenant, id, &ref,
-			    errmsg)) != MOAT_OK)
+			         errmsg)) != MOAT_OK)
 				return rv;
 		}
 	}
@@ -273,7 +288,7 @@ job_commit(struct snapd *sd, struct moat_store_txn *txn, void *arg,
 		goto fail_oom;
 	moat__v1__snapshot_info__pack(&info, cj->light);
 	if ((rv = snapd_manifest_put(txn, req->tenant, raw, full, full_len,
-	    cj->light, cj->light_len, errmsg)) != MOAT_OK)
+	         cj->light, cj->light_len, errmsg)) != MOAT_OK)
 		goto fail;
 	st.snapshots++;
 	st.logical_bytes += info.logical_bytes;
@@ -301,7 +316,8 @@ snapd_h_commit(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	struct commit_job cj = {
-		.req = (const Moat__V1__CommitManifestRequest *)request };
+		.req = (const Moat__V1__CommitManifestRequest *)request
+	};
 	struct snapd *sd = call->service_ctx;
 	char *errmsg = NULL;
 	int rv;
@@ -309,15 +325,17 @@ snapd_h_commit(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	if ((rv = check_commit(call, cj.req)) != MOAT_OK)
 		return rv;
 	if ((rv = snapd_writer_run(sd->writer, job_commit, &cj,
-	    call->deadline_ms, &errmsg)) != MOAT_OK) {
+	         call->deadline_ms, &errmsg)) != MOAT_OK) {
 		free(cj.light);
 		return snapd_error_from(call, rv, errmsg);
 	}
 	/* The packed catalog entry is the reply, as is. */
 	call->raw_reply = cj.light;
 	call->raw_reply_len = cj.light_len;
-	moat_info(call->request_id, "snapd: COMMIT tenant %s %zu bytes of "
-	    "catalog", cj.req->tenant, cj.light_len);
+	moat_info(call->request_id,
+	    "snapd: COMMIT tenant %s %zu bytes of "
+	    "catalog",
+	    cj.req->tenant, cj.light_len);
 	return MOAT_OK;
 }
 
@@ -344,8 +362,10 @@ snapd_h_get_snapshot(struct moat_rpc_call *call,
 	    &packed, &len, &errmsg);
 	moat_store_txn_abort(txn);
 	if (rv == MOAT_NOT_FOUND)
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "snapshot %s not "
-		    "found", req->id);
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "snapshot %s not "
+		    "found",
+		    req->id);
 	if (rv != MOAT_OK)
 		return snapd_error_from(call, rv, errmsg);
 	call->raw_reply = packed;
@@ -358,15 +378,14 @@ snapd_h_get_snapshot(struct moat_rpc_call *call,
 struct list_page {
 	Moat__V1__ListSnapshotsReply *r;
 	size_t want;
-	const uint8_t *skip;       /* the page token's key: not repeated */
+	const uint8_t *skip; /* the page token's key: not repeated */
 	size_t skip_len;
 	bool more;
 	bool oom;
 };
 
 static int
-list_one(const void *key, size_t klen, const void *val, size_t vlen,
-    void *arg)
+list_one(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
 {
 	struct list_page *p = arg;
 	Moat__V1__SnapshotInfo *info;
@@ -378,8 +397,7 @@ list_one(const void *key, size_t klen, const void *val, size_t vlen,
 		p->more = true;
 		return MOAT_STORE_SCAN_STOP;
 	}
-	if ((info = moat__v1__snapshot_info__unpack(NULL, vlen, val)) ==
-	    NULL)
+	if ((info = moat__v1__snapshot_info__unpack(NULL, vlen, val)) == NULL)
 		return MOAT_DATA_LOSS;
 	p->r->snapshots[p->r->n_snapshots++] = info;
 	return MOAT_OK;
@@ -403,21 +421,23 @@ snapd_h_list(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		return rv;
 	p.want = req->page_size == 0 ? SNAPD_LIST_DEFAULT : req->page_size;
 	if (p.want > SNAPD_LIST_MAX)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "page size "
-		    "%u; at most %u", req->page_size, SNAPD_LIST_MAX);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "page size "
+		    "%u; at most %u",
+		    req->page_size, SNAPD_LIST_MAX);
 	snapd_key_tenant(&prefix, req->tenant);
 	from.len = 0;
 	if (req->page_token[0] != '\0') {
 		if (!snapd_snap_id_parse(req->page_token, raw))
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "page token \"%.80s\" is not one this service "
-			    "gave", req->page_token);
+			    "gave",
+			    req->page_token);
 		snapd_key_snap(&from, req->tenant, raw);
 		p.skip = from.b;
 		p.skip_len = from.len;
 	}
-	if ((p.r->snapshots = calloc(p.want, sizeof(*p.r->snapshots))) ==
-	    NULL)
+	if ((p.r->snapshots = calloc(p.want, sizeof(*p.r->snapshots))) == NULL)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
 	if ((rv = snapd_read_begin(call, sd, &txn)) != MOAT_OK)
@@ -426,14 +446,15 @@ snapd_h_list(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    from.len ? from.b : NULL, from.len, list_one, &p, &errmsg);
 	moat_store_txn_abort(txn);
 	if (rv == MOAT_DATA_LOSS && errmsg == NULL)
-		return moat_rpc_error(call, rv, "a catalog entry of tenant "
+		return moat_rpc_error(call, rv,
+		    "a catalog entry of tenant "
 		    "\"%s\" does not decode: the store is damaged",
 		    req->tenant);
 	if (rv != MOAT_OK)
 		return snapd_error_from(call, rv, errmsg);
 	if (p.more && p.r->n_snapshots > 0 &&
-	    (p.r->next_page_token = strdup(p.r->snapshots[
-	    p.r->n_snapshots - 1]->id)) == NULL)
+	    (p.r->next_page_token =
+	            strdup(p.r->snapshots[p.r->n_snapshots - 1]->id)) == NULL)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
 	return MOAT_OK;
@@ -469,12 +490,14 @@ drop_refs(struct moat_store_txn *txn, const char *tenant,
 			if (moat_chunk_id_is_zero(id))
 				continue;
 			rv = snapd_ref_get(txn, tenant, id, &ref, errmsg);
-			if (rv == MOAT_NOT_FOUND || (rv == MOAT_OK &&
-			    ref.refs == 0)) {
+			if (rv == MOAT_NOT_FOUND ||
+			    (rv == MOAT_OK && ref.refs == 0)) {
 				moat_chunk_id_hex(id, hex);
-				moat_warn(0, "snapd: REFCOUNT_SKEW tenant %s "
+				moat_warn(0,
+				    "snapd: REFCOUNT_SKEW tenant %s "
 				    "snapshot %s chunk %s had no reference "
-				    "left", tenant, info->id, hex);
+				    "left",
+				    tenant, info->id, hex);
 				continue;
 			}
 			if (rv != MOAT_OK)
@@ -522,12 +545,13 @@ job_delete(struct snapd *sd, struct moat_store_txn *txn, void *arg,
 	free(packed);
 	if (info == NULL) {
 		*errmsg = moat_asprintf("snapshot %s: manifest does not "
-		    "decode: the store is damaged", dj->req->id);
+		                        "decode: the store is damaged",
+		    dj->req->id);
 		return MOAT_DATA_LOSS;
 	}
 	if ((rv = snapd_stats_get(txn, tenant, &st, errmsg)) != MOAT_OK ||
 	    (rv = drop_refs(txn, tenant, info, &st, dj->reply, errmsg)) !=
-	    MOAT_OK ||
+	        MOAT_OK ||
 	    (rv = snapd_manifest_del(txn, tenant, dj->raw, errmsg)) != MOAT_OK)
 		goto out;
 	st.snapshots--;
@@ -544,7 +568,8 @@ snapd_h_delete(struct moat_rpc_call *call, const ProtobufCMessage *request,
 {
 	struct delete_job dj = {
 		.req = (const Moat__V1__DeleteSnapshotRequest *)request,
-		.reply = (Moat__V1__DeleteSnapshotReply *)reply };
+		.reply = (Moat__V1__DeleteSnapshotReply *)reply
+	};
 	struct snapd *sd = call->service_ctx;
 	char *errmsg = NULL;
 	int rv;
@@ -553,10 +578,12 @@ snapd_h_delete(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    (rv = snapd_parse_snap_id(call, dj.req->id, dj.raw)) != MOAT_OK)
 		return rv;
 	if ((rv = snapd_writer_run(sd->writer, job_delete, &dj,
-	    call->deadline_ms, &errmsg)) != MOAT_OK)
+	         call->deadline_ms, &errmsg)) != MOAT_OK)
 		return snapd_error_from(call, rv, errmsg);
-	moat_info(call->request_id, "snapd: DELETE tenant %s %s freed %llu "
-	    "chunks, %llu bytes", dj.req->tenant, dj.req->id,
+	moat_info(call->request_id,
+	    "snapd: DELETE tenant %s %s freed %llu "
+	    "chunks, %llu bytes",
+	    dj.req->tenant, dj.req->id,
 	    (unsigned long long)dj.reply->freed_chunks,
 	    (unsigned long long)dj.reply->freed_bytes);
 	return MOAT_OK;
@@ -594,7 +621,8 @@ snapd_h_stats(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	r->logical_bytes = st.logical_bytes;
 	r->pending_chunks = st.pending_chunks;
 	r->pending_bytes = st.pending_bytes;
-	r->dedup_ratio = st.stored_bytes == 0 ? 0.0 :
+	r->dedup_ratio = st.stored_bytes == 0 ?
+	    0.0 :
 	    (double)st.logical_bytes / (double)st.stored_bytes;
 	return MOAT_OK;
 }

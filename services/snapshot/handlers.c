@@ -18,8 +18,8 @@
 #include "snapd.h"
 
 #define SERVICE_NAME "moat-snapd"
-#define NAMED_MAX 8                /* snapshots named in a DATA_LOSS */
-#define SWEEP_MAX 10000u           /* chunks freed per sweep */
+#define NAMED_MAX 8      /* snapshots named in a DATA_LOSS */
+#define SWEEP_MAX 10000u /* chunks freed per sweep */
 
 /* ---- shared helpers ---- */
 
@@ -33,8 +33,8 @@ snapd_id_at(const uint8_t *ids, size_t i)
 int
 snapd_error_from(struct moat_rpc_call *call, int rv, char *errmsg)
 {
-	rv = moat_rpc_error(call, rv, "%s", errmsg ? errmsg :
-	    moat_strerror(rv));
+	rv = moat_rpc_error(call, rv, "%s",
+	    errmsg ? errmsg : moat_strerror(rv));
 	free(errmsg);
 	return rv;
 }
@@ -57,7 +57,8 @@ check_ids(struct moat_rpc_call *call, const ProtobufCBinaryData *ids,
 	if (ids->len % MOAT_CHUNK_ID_LEN != 0)
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "ids is %zu bytes, not a multiple of %d (one SHA-256 per "
-		    "chunk)", ids->len, MOAT_CHUNK_ID_LEN);
+		    "chunk)",
+		    ids->len, MOAT_CHUNK_ID_LEN);
 	if (ids->len / MOAT_CHUNK_ID_LEN > max)
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "%zu ids in one call; at most %zu: split the request",
@@ -73,7 +74,8 @@ snapd_parse_snap_id(struct moat_rpc_call *call, const char *text,
 	if (!snapd_snap_id_parse(text, raw))
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "snapshot id \"%.80s\" is not \"snap-\" and 32 hex "
-		    "digits", text);
+		    "digits",
+		    text);
 	return MOAT_OK;
 }
 
@@ -127,7 +129,7 @@ h_missing(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 	if ((rv = snapd_check_tenant(call, req->tenant)) != MOAT_OK ||
 	    (rv = check_ids(call, &req->ids, SNAPD_MISSING_MAX_IDS)) !=
-	    MOAT_OK)
+	        MOAT_OK)
 		return rv;
 	n = req->ids.len / MOAT_CHUNK_ID_LEN;
 	if (n == 0)
@@ -164,8 +166,7 @@ struct put_job {
 };
 
 static int
-job_put(struct snapd *sd, struct moat_store_txn *txn, void *arg,
-    char **errmsg)
+job_put(struct snapd *sd, struct moat_store_txn *txn, void *arg, char **errmsg)
 {
 	struct put_job *pj = arg;
 	const char *tenant = pj->req->tenant;
@@ -191,7 +192,7 @@ job_put(struct snapd *sd, struct moat_store_txn *txn, void *arg,
 		if (rv != MOAT_NOT_FOUND)
 			return rv;
 		if ((rv = snapd_chunk_store(txn, tenant, id, c->data.data,
-		    c->data.len, now, errmsg)) != MOAT_OK)
+		         c->data.len, now, errmsg)) != MOAT_OK)
 			return rv;
 		pj->reply->stored++;
 		pj->reply->stored_bytes += c->data.len;
@@ -250,17 +251,17 @@ h_put(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			    "stored; mark it with a zero id in the manifest",
 			    i, hex);
 		if (!moat_chunk_verify(c->data.data, c->data.len,
-		    (const struct moat_chunk_id *)c->id.data))
+		        (const struct moat_chunk_id *)c->id.data))
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "chunk %zu: its %zu bytes do not hash to its id "
 			    "%s (corrupted in transit, or a wrong id): "
-			    "nothing of this batch was stored", i,
-			    c->data.len, hex);
+			    "nothing of this batch was stored",
+			    i, c->data.len, hex);
 	}
 	if (req->n_chunks == 0)
 		return MOAT_OK;
-	if ((rv = snapd_writer_run(sd->writer, job_put, &pj,
-	    call->deadline_ms, &errmsg)) != MOAT_OK)
+	if ((rv = snapd_writer_run(sd->writer, job_put, &pj, call->deadline_ms,
+	         &errmsg)) != MOAT_OK)
 		return snapd_error_from(call, rv, errmsg);
 	return MOAT_OK;
 }
@@ -297,7 +298,7 @@ manifest_uses(const Moat__V1__SnapshotInfo *info,
 
 		for (size_t i = 0; i < ids->len / MOAT_CHUNK_ID_LEN; i++)
 			if (memcmp(snapd_id_at(ids->data, i), id,
-			    MOAT_CHUNK_ID_LEN) == 0)
+			        MOAT_CHUNK_ID_LEN) == 0)
 				return true;
 	}
 	return false;
@@ -313,8 +314,8 @@ name_users(struct moat_store_txn *txn, const char *tenant,
 	struct users u = { .cap = SNAPD_CORRUPT_SCAN_MAX };
 	struct snapd_key k;
 	char *names, text[SNAPD_SNAP_TEXT], *errmsg = NULL;
-	size_t used = 0, named = 0, cap = NAMED_MAX * (SNAPD_SNAP_TEXT + 2) +
-	    32;
+	size_t used = 0, named = 0,
+	       cap = NAMED_MAX * (SNAPD_SNAP_TEXT + 2) + 32;
 
 	if ((names = calloc(1, cap)) == NULL ||
 	    (u.raw = calloc(u.cap, sizeof(*u.raw))) == NULL) {
@@ -323,7 +324,7 @@ name_users(struct moat_store_txn *txn, const char *tenant,
 	}
 	snapd_key_tenant(&k, tenant);
 	if (moat_store_scan(txn, "snapshots", k.b, k.len, NULL, 0,
-	    collect_snap, &u, &errmsg) != MOAT_OK) {
+	        collect_snap, &u, &errmsg) != MOAT_OK) {
 		free(errmsg);
 		errmsg = NULL;
 	}
@@ -333,7 +334,7 @@ name_users(struct moat_store_txn *txn, const char *tenant,
 		size_t len;
 
 		if (snapd_manifest_get(txn, tenant, u.raw[i], true, &packed,
-		    &len, &errmsg) != MOAT_OK) {
+		        &len, &errmsg) != MOAT_OK) {
 			free(errmsg);
 			errmsg = NULL;
 			continue;
@@ -345,9 +346,9 @@ name_users(struct moat_store_txn *txn, const char *tenant,
 		if (manifest_uses(info, id)) {
 			snapd_snap_id_format(u.raw[i], text);
 			if (named < NAMED_MAX)
-				used += (size_t)snprintf(names + used,
-				    cap - used, "%s%s", named ? ", " : "",
-				    text);
+				used +=
+				    (size_t)snprintf(names + used, cap - used,
+				        "%s%s", named ? ", " : "", text);
 			named++;
 		}
 		moat__v1__snapshot_info__free_unpacked(info, NULL);
@@ -407,7 +408,8 @@ h_get_chunks(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		if (moat_chunk_id_is_zero(id)) {
 			rv = moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "id %zu is the zero-chunk marker: zero chunks are "
-			    "not stored; leave a hole", i);
+			    "not stored; leave a hole",
+			    i);
 			goto out;
 		}
 		rv = snapd_chunk_read(txn, req->tenant, id, &data, &len,
@@ -420,15 +422,18 @@ h_get_chunks(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		}
 		if (rv == MOAT_DATA_LOSS) {
 			names = name_users(txn, req->tenant, id);
-			moat_error(call->request_id, "snapd: CORRUPT_CHUNK "
-			    "tenant %s chunk %s used by %s: %s", req->tenant,
-			    hex, names ? names : "?", errmsg);
-			rv = moat_rpc_error(call, MOAT_DATA_LOSS, "snapshot "
+			moat_error(call->request_id,
+			    "snapd: CORRUPT_CHUNK "
+			    "tenant %s chunk %s used by %s: %s",
+			    req->tenant, hex, names ? names : "?", errmsg);
+			rv = moat_rpc_error(call, MOAT_DATA_LOSS,
+			    "snapshot "
 			    "%s: %s (used by %s); the chunk is corrupt on "
 			    "disk and will not be returned: restore from "
 			    "another snapshot or take a new one",
 			    req->snapshot_id[0] ? req->snapshot_id :
-			    "(none named)", errmsg, names ? names : "?");
+			                          "(none named)",
+			    errmsg, names ? names : "?");
 			free(names);
 			free(errmsg);
 			goto out;
@@ -472,7 +477,7 @@ fail:
 /* ---- the sweep of abandoned uploads ---- */
 
 struct sweep {
-	uint64_t older_than;       /* put_ms before this is abandoned */
+	uint64_t older_than; /* put_ms before this is abandoned */
 	size_t n;
 	uint8_t (*keys)[SNAPD_KEY_MAX];
 	uint32_t *lens;
@@ -517,7 +522,7 @@ snapd_sweep_pending(struct snapd *sd, struct moat_store_txn *txn, void *arg,
 		goto out;
 	}
 	if ((rv = moat_store_scan(txn, "chunk_refs", NULL, 0, NULL, 0,
-	    sweep_one, &s, errmsg)) != MOAT_OK)
+	         sweep_one, &s, errmsg)) != MOAT_OK)
 		goto out;
 	for (size_t i = 0; i < s.n; i++) {
 		struct snapd_tenant_stats st;
@@ -529,9 +534,9 @@ snapd_sweep_pending(struct snapd *sd, struct moat_store_txn *txn, void *arg,
 		tenant[tlen] = '\0';
 		id = (const struct moat_chunk_id *)(s.keys[i] + 1 + tlen);
 		if ((rv = snapd_stats_get(txn, tenant, &st, errmsg)) !=
-		    MOAT_OK ||
+		        MOAT_OK ||
 		    (rv = snapd_chunk_free(txn, tenant, id, s.lens[i],
-		    errmsg)) != MOAT_OK)
+		         errmsg)) != MOAT_OK)
 			goto out;
 		st.chunks--;
 		st.stored_bytes -= s.lens[i];
@@ -560,5 +565,5 @@ const struct moat_rpc_method snapd_methods[] = {
 	{ "Stats", snapd_h_stats, false, false },
 };
 
-const size_t snapd_n_methods = sizeof(snapd_methods) /
-    sizeof(snapd_methods[0]);
+const size_t snapd_n_methods =
+    sizeof(snapd_methods) / sizeof(snapd_methods[0]);

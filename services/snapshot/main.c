@@ -23,13 +23,18 @@
 #define SECTION "snapd"
 #define SERVICE_NAME "moat-snapd"
 #define FORMAT_KEY "format"
-#define FORMAT_VERSION "1"  /* bump when the layout of the dbs changes */
-#define WRITE_QUEUE_LEN 64   /* write jobs waiting for the writer */
+#define FORMAT_VERSION "1" /* bump when the layout of the dbs changes */
+#define WRITE_QUEUE_LEN 64 /* write jobs waiting for the writer */
 
 /* The layout is in snapd.h. "tenants" arrived after format 1's first
  * stores, which held nothing but the format stamp: it is created empty. */
 static const char *const snapd_dbs[] = {
-	"meta", "snapshots", "manifests", "chunks", "chunk_refs", "tenants",
+	"meta",
+	"snapshots",
+	"manifests",
+	"chunks",
+	"chunk_refs",
+	"tenants",
 	NULL,
 };
 
@@ -58,7 +63,8 @@ usage(FILE *f)
 	    "600)\n"
 	    "  --version, --help\n"
 	    "Every option is also MOAT_SNAPD_<NAME> in the environment and "
-	    "<name> in [" SECTION "].\n", MOAT_STORE_DEFAULT_MAP_MIB);
+	    "<name> in [" SECTION "].\n",
+	    MOAT_STORE_DEFAULT_MAP_MIB);
 }
 
 /* What the hooks share: the service's state and what main() owns. */
@@ -77,10 +83,10 @@ snapd_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	uint64_t grace_s = 0, sweep_s = 0;
 	int rv;
 
-	m->listen = moat_service_url(cfg, SECTION, "listen", state_dir,
-	    "snapd.sock");
-	if (m->listen == NULL || (m->sd.store_dir = moat_asprintf("%s/snapd",
-	    state_dir)) == NULL) {
+	m->listen =
+	    moat_service_url(cfg, SECTION, "listen", state_dir, "snapd.sock");
+	if (m->listen == NULL ||
+	    (m->sd.store_dir = moat_asprintf("%s/snapd", state_dir)) == NULL) {
 		*errmsg = moat_asprintf("out of memory");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
@@ -88,19 +94,20 @@ snapd_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	    MOAT_OK)
 		return rv;
 	if ((rv = moat_config_get_u64(cfg, SECTION, "pending-grace-s", 3600,
-	    &grace_s, errmsg)) != MOAT_OK ||
+	         &grace_s, errmsg)) != MOAT_OK ||
 	    (rv = moat_config_get_u64(cfg, SECTION, "sweep-interval-s", 600,
-	    &sweep_s, errmsg)) != MOAT_OK)
+	         &sweep_s, errmsg)) != MOAT_OK)
 		return rv;
 	if (grace_s > 365ull * 86400 || sweep_s < 1 || sweep_s > 86400) {
-		*errmsg = moat_asprintf("pending-grace-s must be at most a "
-		    "year and sweep-interval-s 1 to 86400");
+		*errmsg =
+		    moat_asprintf("pending-grace-s must be at most a "
+		                  "year and sweep-interval-s 1 to 86400");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	m->sd.pending_grace_ms = grace_s * 1000;
 	m->sd.sweep_every_ms = sweep_s * 1000;
 	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir,
-	    m->map_mib << 20, snapd_dbs, errmsg)) != MOAT_OK)
+	         m->map_mib << 20, snapd_dbs, errmsg)) != MOAT_OK)
 		return rv;
 	return moat_store_check_format(m->sd.store, &store_format, errmsg);
 }
@@ -118,10 +125,10 @@ snapd_serve(void *ctx, char **errmsg)
 	int rv;
 
 	if ((rv = snapd_writer_start(&m->sd.writer, &m->sd, WRITE_QUEUE_LEN,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		return rv;
 	if ((rv = moat_rpc_server_start(&m->srv, m->listen, &svc, 0,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		return rv;
 	moat_info(0, SERVICE_NAME " %s serving %s, store %s (map %llu MiB)",
 	    MOAT_VERSION, m->listen, m->sd.store_dir,

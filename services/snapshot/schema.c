@@ -21,8 +21,8 @@
 #define DB_MANIFESTS "manifests"
 #define DB_TENANTS "tenants"
 
-#define REF_LEN 20                 /* refs u64, len u32, put_ms u64 */
-#define STATS_LEN 48               /* six u64 */
+#define REF_LEN 20   /* refs u64, len u32, put_ms u64 */
+#define STATS_LEN 48 /* six u64 */
 #define MANIFEST_MAX_PIECES (1u << 16)
 
 static void
@@ -60,18 +60,19 @@ snapd_tenant_check(const char *tenant, char **errmsg)
 
 	if (n == 0) {
 		*errmsg = moat_asprintf("tenant is empty: the gateway sets it "
-		    "on every snapshot call");
+		                        "on every snapshot call");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	for (size_t i = 0; i < n; i++) {
 		char c = tenant[i];
 
-		if (i >= SNAPD_TENANT_MAX || !((c >= 'a' && c <= 'z') ||
-		    (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		    c == '.' || c == '_' || c == '-')) {
+		if (i >= SNAPD_TENANT_MAX ||
+		    !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		        (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		        c == '-')) {
 			*errmsg = moat_asprintf("tenant \"%.64s\" is not 1 to "
-			    "%d of A-Z a-z 0-9 . _ -", tenant,
-			    SNAPD_TENANT_MAX);
+			                        "%d of A-Z a-z 0-9 . _ -",
+			    tenant, SNAPD_TENANT_MAX);
 			return MOAT_INVALID_ARGUMENT;
 		}
 	}
@@ -130,14 +131,15 @@ snapd_snap_id_new(uint8_t raw[SNAPD_SNAP_RAW], uint64_t ms, char **errmsg)
 		ms >>= 8;
 	}
 	while (got < SNAPD_SNAP_RAW - 6) {
-		ssize_t n = getrandom(raw + 6 + got, SNAPD_SNAP_RAW - 6 - got,
-		    0);
+		ssize_t n =
+		    getrandom(raw + 6 + got, SNAPD_SNAP_RAW - 6 - got, 0);
 
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			*errmsg = moat_asprintf("getrandom for a snapshot id: "
-			    "%s", strerror(errno));
+			                        "%s",
+			    strerror(errno));
 			return MOAT_INTERNAL;
 		}
 		got += (size_t)n;
@@ -187,13 +189,14 @@ snapd_stats_get(struct moat_store_txn *txn, const char *tenant,
 	rv = moat_store_get(txn, DB_TENANTS, k.b, k.len, (const void **)&v,
 	    &len, errmsg);
 	if (rv == MOAT_NOT_FOUND)
-		return MOAT_OK;  /* a tenant with nothing stored yet */
+		return MOAT_OK; /* a tenant with nothing stored yet */
 	if (rv != MOAT_OK)
 		return rv;
 	if (len != STATS_LEN) {
-		*errmsg = moat_asprintf("tenant \"%s\": counters record is "
-		    "%zu bytes, not %d: the store is damaged", tenant, len,
-		    STATS_LEN);
+		*errmsg =
+		    moat_asprintf("tenant \"%s\": counters record is "
+		                  "%zu bytes, not %d: the store is damaged",
+		        tenant, len, STATS_LEN);
 		return MOAT_DATA_LOSS;
 	}
 	s->snapshots = get_u64(v);
@@ -225,8 +228,7 @@ snapd_stats_put(struct moat_store_txn *txn, const char *tenant,
 
 int
 snapd_ref_get(struct moat_store_txn *txn, const char *tenant,
-    const struct moat_chunk_id *id, struct snapd_chunk_ref *ref,
-    char **errmsg)
+    const struct moat_chunk_id *id, struct snapd_chunk_ref *ref, char **errmsg)
 {
 	struct snapd_key k;
 	const uint8_t *v;
@@ -236,13 +238,14 @@ snapd_ref_get(struct moat_store_txn *txn, const char *tenant,
 
 	snapd_key_chunk(&k, tenant, id);
 	if ((rv = moat_store_get(txn, DB_REFS, k.b, k.len, (const void **)&v,
-	    &len, errmsg)) != MOAT_OK)
+	         &len, errmsg)) != MOAT_OK)
 		return rv;
 	if (len != REF_LEN) {
 		moat_chunk_id_hex(id, hex);
-		*errmsg = moat_asprintf("chunk %s of tenant \"%s\": reference "
-		    "record is %zu bytes, not %d: the store is damaged", hex,
-		    tenant, len, REF_LEN);
+		*errmsg = moat_asprintf(
+		    "chunk %s of tenant \"%s\": reference "
+		    "record is %zu bytes, not %d: the store is damaged",
+		    hex, tenant, len, REF_LEN);
 		return MOAT_DATA_LOSS;
 	}
 	ref->refs = get_u64(v);
@@ -276,11 +279,12 @@ piece_size(size_t len)
 	size_t pages = (len + 16) / SNAPD_PAGE;
 
 	if (pages == 0)
-		return len;  /* under a page: one piece */
+		return len; /* under a page: one piece */
 	if (pages > SNAPD_PIECE_MAX / SNAPD_PAGE + 1)
 		return SNAPD_PIECE_MAX;
 	return pages * SNAPD_PAGE - 16 < SNAPD_PIECE_MAX ?
-	    pages * SNAPD_PAGE - 16 : SNAPD_PIECE_MAX;
+	    pages * SNAPD_PAGE - 16 :
+	    SNAPD_PIECE_MAX;
 }
 
 int
@@ -288,7 +292,8 @@ snapd_chunk_store(struct moat_store_txn *txn, const char *tenant,
     const struct moat_chunk_id *id, const void *data, size_t len,
     uint64_t now_ms, char **errmsg)
 {
-	struct snapd_chunk_ref ref = { .refs = 0, .len = (uint32_t)len,
+	struct snapd_chunk_ref ref = { .refs = 0,
+		.len = (uint32_t)len,
 		.put_ms = now_ms };
 	struct snapd_key k;
 	size_t step = piece_size(len), off = 0;
@@ -301,7 +306,7 @@ snapd_chunk_store(struct moat_store_txn *txn, const char *tenant,
 
 		k.b[k.len - 1] = (uint8_t)piece++;
 		if ((rv = moat_store_put(txn, DB_CHUNKS, k.b, k.len,
-		    (const uint8_t *)data + off, n, false, errmsg)) !=
+		         (const uint8_t *)data + off, n, false, errmsg)) !=
 		    MOAT_OK)
 			return rv;
 		off += n;
@@ -320,7 +325,8 @@ snapd_chunk_free(struct moat_store_txn *txn, const char *tenant,
 	n_pieces = len == 0 ? 0 : (len + step - 1) / step;
 	snapd_key_chunk(&k, tenant, id);
 	if ((rv = moat_store_del(txn, DB_REFS, k.b, k.len, errmsg)) !=
-	    MOAT_OK && rv != MOAT_NOT_FOUND)
+	        MOAT_OK &&
+	    rv != MOAT_NOT_FOUND)
 		return rv;
 	k.len++;
 	for (size_t i = 0; i < n_pieces; i++) {
@@ -352,7 +358,8 @@ snapd_chunk_read(struct moat_store_txn *txn, const char *tenant,
 	moat_chunk_id_hex(id, hex);
 	if (ref.len == 0 || ref.len > MOAT_CHUNK_MAX_SIZE) {
 		*errmsg = moat_asprintf("chunk %s: recorded length %u is "
-		    "impossible", hex, ref.len);
+		                        "impossible",
+		    hex, ref.len);
 		return MOAT_DATA_LOSS;
 	}
 	if ((buf = malloc(ref.len)) == NULL) {
@@ -366,11 +373,12 @@ snapd_chunk_read(struct moat_store_txn *txn, const char *tenant,
 		k.b[k.len - 1] = (uint8_t)i++;
 		rv = moat_store_get(txn, DB_CHUNKS, k.b, k.len, &piece, &n,
 		    errmsg);
-		if (rv == MOAT_NOT_FOUND || (rv == MOAT_OK &&
-		    n != (ref.len - off < step ? ref.len - off : step))) {
+		if (rv == MOAT_NOT_FOUND ||
+		    (rv == MOAT_OK &&
+		        n != (ref.len - off < step ? ref.len - off : step))) {
 			*errmsg = moat_asprintf("chunk %s: piece %d is %s",
-			    hex, i - 1, rv == MOAT_OK ? "the wrong length" :
-			    "missing");
+			    hex, i - 1,
+			    rv == MOAT_OK ? "the wrong length" : "missing");
 			rv = MOAT_DATA_LOSS;
 			goto fail;
 		}
@@ -381,7 +389,8 @@ snapd_chunk_read(struct moat_store_txn *txn, const char *tenant,
 	}
 	if (!moat_chunk_verify(buf, ref.len, id)) {
 		*errmsg = moat_asprintf("chunk %s: stored bytes do not hash "
-		    "to its id", hex);
+		                        "to its id",
+		    hex);
 		rv = MOAT_DATA_LOSS;
 		goto fail;
 	}
@@ -406,16 +415,16 @@ snapd_manifest_put(struct moat_store_txn *txn, const char *tenant,
 
 	snapd_key_snap(&k, tenant, raw);
 	if ((rv = moat_store_put(txn, DB_SNAPS, k.b, k.len, light, light_len,
-	    true, errmsg)) != MOAT_OK)
+	         true, errmsg)) != MOAT_OK)
 		return rv;
 	k.len += 4;
 	do {
 		size_t n = full_len - off < SNAPD_PIECE_MAX ? full_len - off :
-		    SNAPD_PIECE_MAX;
+		                                              SNAPD_PIECE_MAX;
 
 		put_u32(k.b + k.len - 4, piece++);
 		if ((rv = moat_store_put(txn, DB_MANIFESTS, k.b, k.len,
-		    full + off, n, true, errmsg)) != MOAT_OK)
+		         full + off, n, true, errmsg)) != MOAT_OK)
 			return rv;
 		off += n;
 	} while (off < full_len);
@@ -452,8 +461,8 @@ gather_piece(const void *key, size_t klen, const void *val, size_t vlen,
 
 int
 snapd_manifest_get(struct moat_store_txn *txn, const char *tenant,
-    const uint8_t raw[SNAPD_SNAP_RAW], bool full, uint8_t **out,
-    size_t *len, char **errmsg)
+    const uint8_t raw[SNAPD_SNAP_RAW], bool full, uint8_t **out, size_t *len,
+    char **errmsg)
 {
 	struct gather g = { 0 };
 	struct snapd_key k;
@@ -465,7 +474,7 @@ snapd_manifest_get(struct moat_store_txn *txn, const char *tenant,
 	*len = 0;
 	snapd_key_snap(&k, tenant, raw);
 	if ((rv = moat_store_get(txn, DB_SNAPS, k.b, k.len, &v, &vlen,
-	    errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK)
 		return rv;
 	if (!full) {
 		if ((*out = malloc(vlen ? vlen : 1)) == NULL)
@@ -489,7 +498,8 @@ snapd_manifest_get(struct moat_store_txn *txn, const char *tenant,
 
 		snapd_snap_id_format(raw, text);
 		*errmsg = moat_asprintf("snapshot %s: its manifest is missing "
-		    "from the store", text);
+		                        "from the store",
+		    text);
 		return MOAT_DATA_LOSS;
 	}
 	*out = g.buf;

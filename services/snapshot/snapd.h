@@ -29,7 +29,7 @@
 
 #define SNAPD_TENANT_MAX 64
 #define SNAPD_SNAP_RAW 16
-#define SNAPD_SNAP_TEXT 38         /* "snap-" + 32 hex + NUL */
+#define SNAPD_SNAP_TEXT 38 /* "snap-" + 32 hex + NUL */
 #define SNAPD_KEY_MAX (1 + SNAPD_TENANT_MAX + MOAT_CHUNK_ID_LEN + 8)
 
 /* LMDB keeps a value over ~2 KB in its own run of 4 KiB overflow pages,
@@ -47,10 +47,10 @@
 #define SNAPD_GET_MAX_BYTES (32u << 20)
 #define SNAPD_MAX_ARTIFACTS 16u
 #define SNAPD_MAX_LABELS 64u
-#define SNAPD_MAX_TEXT 256u        /* image id, label keys and values */
+#define SNAPD_MAX_TEXT 256u /* image id, label keys and values */
 #define SNAPD_LIST_DEFAULT 100u
 #define SNAPD_LIST_MAX 1000u
-#define SNAPD_CORRUPT_SCAN_MAX 1000u  /* snapshots searched to name */
+#define SNAPD_CORRUPT_SCAN_MAX 1000u /* snapshots searched to name */
 
 struct snapd_writer;
 
@@ -59,8 +59,8 @@ struct snapd {
 	char *store_dir;
 	uint64_t started_ms;
 	struct snapd_writer *writer;
-	uint64_t pending_grace_ms;  /* unreferenced chunks older are swept */
-	uint64_t sweep_every_ms;    /* how often the writer sweeps */
+	uint64_t pending_grace_ms; /* unreferenced chunks older are swept */
+	uint64_t sweep_every_ms;   /* how often the writer sweeps */
 };
 
 struct snapd_key {
@@ -70,17 +70,17 @@ struct snapd_key {
 
 struct snapd_tenant_stats {
 	uint64_t snapshots;
-	uint64_t chunks;            /* stored, referenced or pending */
+	uint64_t chunks; /* stored, referenced or pending */
 	uint64_t stored_bytes;
 	uint64_t logical_bytes;
-	uint64_t pending_chunks;    /* stored, no manifest uses them yet */
+	uint64_t pending_chunks; /* stored, no manifest uses them yet */
 	uint64_t pending_bytes;
 };
 
 struct snapd_chunk_ref {
-	uint64_t refs;              /* manifest references */
+	uint64_t refs; /* manifest references */
 	uint32_t len;
-	uint64_t put_ms;            /* unix ms of the put that stored it */
+	uint64_t put_ms; /* unix ms of the put that stored it */
 };
 
 /* ---- schema.c ---- */
@@ -96,8 +96,7 @@ void snapd_snap_id_format(const uint8_t raw[SNAPD_SNAP_RAW],
     char out[SNAPD_SNAP_TEXT]);
 
 /* snapd_snap_id_new: creation time `ms` then 10 random bytes. */
-int snapd_snap_id_new(uint8_t raw[SNAPD_SNAP_RAW], uint64_t ms,
-    char **errmsg);
+int snapd_snap_id_new(uint8_t raw[SNAPD_SNAP_RAW], uint64_t ms, char **errmsg);
 
 /* Keys. `tenant` must have passed snapd_tenant_check. */
 void snapd_key_tenant(struct snapd_key *k, const char *tenant);
@@ -150,8 +149,8 @@ int snapd_manifest_put(struct moat_store_txn *txn, const char *tenant,
  * `full`, into *out (heap, caller frees). NOT_FOUND when the tenant has no
  * such snapshot. */
 int snapd_manifest_get(struct moat_store_txn *txn, const char *tenant,
-    const uint8_t raw[SNAPD_SNAP_RAW], bool full, uint8_t **out,
-    size_t *len, char **errmsg);
+    const uint8_t raw[SNAPD_SNAP_RAW], bool full, uint8_t **out, size_t *len,
+    char **errmsg);
 
 /* snapd_manifest_del: removes the catalog entry and all pieces. */
 int snapd_manifest_del(struct moat_store_txn *txn, const char *tenant,
@@ -204,16 +203,16 @@ const struct moat_chunk_id *snapd_id_at(const uint8_t *ids, size_t i);
 
 /* ---- catalog.c: handlers of the catalog calls ---- */
 
-int snapd_h_commit(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int snapd_h_commit(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply);
 int snapd_h_get_snapshot(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
-int snapd_h_list(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply);
-int snapd_h_delete(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply);
-int snapd_h_stats(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int snapd_h_list(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply);
+int snapd_h_delete(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply);
+int snapd_h_stats(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply);
 
 /* snapd_sweep_pending: frees chunks that no manifest has used for longer
  * than sd->pending_grace_ms (uploads that never committed). A writer

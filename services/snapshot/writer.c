@@ -20,13 +20,13 @@
 #include "moat/util.h"
 #include "snapd.h"
 
-#define WRITER_BATCH 32            /* jobs per parent transaction */
+#define WRITER_BATCH 32 /* jobs per parent transaction */
 
 struct snapd_job {
 	snapd_job_fn fn;
 	void *arg;
 	int status;
-	char *errmsg;              /* heap; handed to the submitter */
+	char *errmsg; /* heap; handed to the submitter */
 	bool done;
 	struct snapd_job *next;
 };
@@ -37,9 +37,9 @@ struct snapd_writer {
 	bool thread_started;
 	/* lock guards everything below it. */
 	pthread_mutex_t lock;
-	pthread_cond_t work;       /* a job was queued, or stopping */
-	pthread_cond_t space;      /* the queue has room */
-	pthread_cond_t finished;   /* some job is done */
+	pthread_cond_t work;     /* a job was queued, or stopping */
+	pthread_cond_t space;    /* the queue has room */
+	pthread_cond_t finished; /* some job is done */
 	struct snapd_job *head, *tail;
 	size_t queued, queue_len;
 	bool stopping;
@@ -66,7 +66,7 @@ run_batch(struct snapd_writer *w, struct snapd_job **jobs, size_t n)
 	int rv;
 
 	if ((rv = moat_store_txn_begin(w->sd->store, true, &parent,
-	    &errmsg)) != MOAT_OK) {
+	         &errmsg)) != MOAT_OK) {
 		for (size_t i = 0; i < n; i++) {
 			jobs[i]->status = rv;
 			jobs[i]->errmsg = moat_asprintf("%s", errmsg);
@@ -79,14 +79,14 @@ run_batch(struct snapd_writer *w, struct snapd_job **jobs, size_t n)
 		struct snapd_job *j = jobs[i];
 
 		if ((rv = moat_store_txn_begin_child(parent, &child,
-		    &j->errmsg)) != MOAT_OK) {
+		         &j->errmsg)) != MOAT_OK) {
 			j->status = rv;
 			continue;
 		}
 		j->status = j->fn(w->sd, child, j->arg, &j->errmsg);
 		if (j->status == MOAT_OK) {
 			if ((j->status = moat_store_txn_commit(child,
-			    &j->errmsg)) == MOAT_OK)
+			         &j->errmsg)) == MOAT_OK)
 				ok++;
 		} else {
 			moat_store_txn_abort(child);
@@ -227,7 +227,8 @@ snapd_writer_run(struct snapd_writer *w, snapd_job_fn fn, void *arg,
 	while (w->queued >= w->queue_len && !w->stopping) {
 		if (moat_rpc_now_ms() >= deadline_ms) {
 			pthread_mutex_unlock(&w->lock);
-			*errmsg = moat_asprintf("the snapshot store's write "
+			*errmsg = moat_asprintf(
+			    "the snapshot store's write "
 			    "queue stayed full (%zu jobs) until the deadline: "
 			    "retry later, or send fewer writes at once",
 			    w->queue_len);
@@ -243,8 +244,9 @@ snapd_writer_run(struct snapd_writer *w, snapd_job_fn fn, void *arg,
 	}
 	if (w->stopping) {
 		pthread_mutex_unlock(&w->lock);
-		*errmsg = moat_asprintf("moat-snapd is stopping: retry on "
-		    "another instance or after it restarts");
+		*errmsg =
+		    moat_asprintf("moat-snapd is stopping: retry on "
+		                  "another instance or after it restarts");
 		return MOAT_UNAVAILABLE;
 	}
 	if (w->tail != NULL)
@@ -261,7 +263,8 @@ snapd_writer_run(struct snapd_writer *w, snapd_job_fn fn, void *arg,
 		pthread_cond_wait(&w->finished, &w->lock);
 	pthread_mutex_unlock(&w->lock);
 	if (job.status != MOAT_OK) {
-		*errmsg = job.errmsg != NULL ? job.errmsg :
+		*errmsg = job.errmsg != NULL ?
+		    job.errmsg :
 		    moat_asprintf("%s", moat_strerror(job.status));
 		return job.status;
 	}

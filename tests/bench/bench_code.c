@@ -109,7 +109,8 @@ main(int argc, char **argv)
 		free(msg);
 		msg = NULL;
 		if (moat_rpc_call(c, VM, "Health", &h.base,
-		    &moat__v1__health_reply__descriptor, &rep, &o, &msg) == 0)
+		        &moat__v1__health_reply__descriptor, &rep, &o,
+		        &msg) == 0)
 			break;
 		if (bench_now_ms() - t0 > 15000)
 			die("vmd did not start", MOAT_UNAVAILABLE, msg);
@@ -118,7 +119,7 @@ main(int argc, char **argv)
 	creq.vcpus = 1;
 	creq.memory_mib = 256;
 	if ((rv = moat_rpc_call(c, VM, "CreateSandbox", &creq.base,
-	    &moat__v1__sandbox__descriptor, &rep, &long_o, &msg)) != 0)
+	         &moat__v1__sandbox__descriptor, &rep, &long_o, &msg)) != 0)
 		die("CreateSandbox", rv, msg);
 	id = strdup(((Moat__V1__Sandbox *)rep)->id);
 	protobuf_c_message_free_unpacked(rep, NULL);
@@ -131,9 +132,11 @@ main(int argc, char **argv)
 	for (int i = 0; i < calls; i++)
 		warm[i] = run_code(c, id, "1+1", "2");
 
-	out = json_pack("{s:s, s:f, s:o}", "what", "RunCode straight to "
-	    "moat-vmd, python context", "first_run_ms", first,
-	    "warm_1plus1", bench_summary(warm, (size_t)calls));
+	out = json_pack("{s:s, s:f, s:o}", "what",
+	    "RunCode straight to "
+	    "moat-vmd, python context",
+	    "first_run_ms", first, "warm_1plus1",
+	    bench_summary(warm, (size_t)calls));
 	if (json_dump_file(out, argv[2], JSON_INDENT(2)) != 0)
 		die("write", MOAT_INTERNAL, argv[2]);
 	json_dumpf(out, stdout, JSON_INDENT(2));
@@ -142,7 +145,7 @@ main(int argc, char **argv)
 
 	ref.sandbox_id = id;
 	if ((rv = moat_rpc_call(c, VM, "DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor, &rep, &long_o, &msg)) != 0)
+	         &moat__v1__empty__descriptor, &rep, &long_o, &msg)) != 0)
 		die("DestroySandbox", rv, msg);
 	protobuf_c_message_free_unpacked(rep, NULL);
 	moat_rpc_client_close(c);

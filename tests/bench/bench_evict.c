@@ -38,7 +38,7 @@
 #define N_KINDS 3
 
 struct node {
-	const char *kind;          /* "ram", "chunks", "local" */
+	const char *kind; /* "ram", "chunks", "local" */
 	const char *budget_mib;
 	bool with_snapd;
 	char state[300];
@@ -68,7 +68,7 @@ rpc(struct moat_rpc_client *c, const char *service, const char *method,
 	int rv;
 
 	if ((rv = moat_rpc_call(c, service, method, req, desc, &rep, &o,
-	    &msg)) != MOAT_OK)
+	         &msg)) != MOAT_OK)
 		die(method, rv, msg);
 	free(msg);
 	return rep;
@@ -119,8 +119,10 @@ exec_python(struct node *n, const char *id, const char *code)
 	req.sandbox_id = (char *)id;
 	req.language = "python";
 	req.code = (char *)code;
-	protobuf_c_message_free_unpacked(rpc(n->client, VM, "Exec", &req.base,
-	    &moat__v1__exec_result__descriptor), NULL);
+	protobuf_c_message_free_unpacked(
+	    rpc(n->client, VM, "Exec", &req.base,
+	        &moat__v1__exec_result__descriptor),
+	    NULL);
 }
 
 static void
@@ -132,8 +134,10 @@ exec_true(struct node *n, const char *id)
 	req.sandbox_id = (char *)id;
 	req.argv = argv;
 	req.n_argv = 1;
-	protobuf_c_message_free_unpacked(rpc(n->client, VM, "Exec", &req.base,
-	    &moat__v1__exec_result__descriptor), NULL);
+	protobuf_c_message_free_unpacked(
+	    rpc(n->client, VM, "Exec", &req.base,
+	        &moat__v1__exec_result__descriptor),
+	    NULL);
 }
 
 static void
@@ -143,7 +147,9 @@ destroy(struct node *n, const char *id)
 
 	ref.sandbox_id = (char *)id;
 	protobuf_c_message_free_unpacked(rpc(n->client, VM, "DestroySandbox",
-	    &ref.base, &moat__v1__empty__descriptor), NULL);
+	                                     &ref.base,
+	                                     &moat__v1__empty__descriptor),
+	    NULL);
 }
 
 static double
@@ -183,8 +189,9 @@ main(int argc, char **argv)
 	int rv;
 
 	if (argc < 3 || rounds < 1 || rounds > MAX_ROUNDS) {
-		fprintf(stderr, "usage: %s IMAGE_DIR OUT.json [ROUNDS 1..%d]\n",
-		    argv[0], MAX_ROUNDS);
+		fprintf(stderr,
+		    "usage: %s IMAGE_DIR OUT.json [ROUNDS 1..%d]\n", argv[0],
+		    MAX_ROUNDS);
 		return 2;
 	}
 	if (mkdtemp(root) == NULL)
@@ -208,11 +215,11 @@ main(int argc, char **argv)
 	wait_health(snapd, "moat.v1.Snapshot");
 	for (int k = 0; k < N_KINDS; k++) {
 		struct node *n = &nodes[k];
-		char *a[] = { vmd_bin, "--state-dir", n->state, "--accel", "tcg",
-			"--image-dir", argv[1], "--listen", n->url, "--node-id",
-			(char *)n->kind, "--templates", "off",
-			"--snapshot-ram-mib", (char *)n->budget_mib,
-			"--snapd", n->with_snapd ? snapd_url : "", NULL };
+		char *a[] = { vmd_bin, "--state-dir", n->state, "--accel",
+			"tcg", "--image-dir", argv[1], "--listen", n->url,
+			"--node-id", (char *)n->kind, "--templates", "off",
+			"--snapshot-ram-mib", (char *)n->budget_mib, "--snapd",
+			n->with_snapd ? snapd_url : "", NULL };
 
 		snprintf(n->state, sizeof(n->state), "%s/%s", root, n->kind);
 		snprintf(n->url, sizeof(n->url), "ipc://%s/%s/vmd.sock", root,
@@ -262,17 +269,17 @@ main(int argc, char **argv)
 	json_object_set_new(out, "accel", json_string("tcg"));
 	json_object_set_new(out, "rounds", json_integer(rounds));
 	{
-		double p50_ram = bench_percentile(nodes[0].restore, rounds,
-		    0.5);
-		double p95_ram = bench_percentile(nodes[0].restore, rounds,
-		    0.95);
+		double p50_ram =
+		    bench_percentile(nodes[0].restore, rounds, 0.5);
+		double p95_ram =
+		    bench_percentile(nodes[0].restore, rounds, 0.95);
 
 		for (int k = 0; k < N_KINDS; k++) {
 			char key[64];
-			double p50 = bench_percentile(nodes[k].restore,
-			    rounds, 0.5);
-			double p95 = bench_percentile(nodes[k].restore,
-			    rounds, 0.95);
+			double p50 =
+			    bench_percentile(nodes[k].restore, rounds, 0.5);
+			double p95 =
+			    bench_percentile(nodes[k].restore, rounds, 0.95);
 
 			snprintf(key, sizeof(key), "restore_from_%s",
 			    nodes[k].kind);
@@ -282,12 +289,12 @@ main(int argc, char **argv)
 				continue;
 			snprintf(key, sizeof(key), "%s_over_ram_p50",
 			    nodes[k].kind);
-			json_object_set_new(out, key, json_real(p50 /
-			    p50_ram));
+			json_object_set_new(out, key,
+			    json_real(p50 / p50_ram));
 			snprintf(key, sizeof(key), "%s_over_ram_p95",
 			    nodes[k].kind);
-			json_object_set_new(out, key, json_real(p95 /
-			    p95_ram));
+			json_object_set_new(out, key,
+			    json_real(p95 / p95_ram));
 		}
 	}
 	json_object_set_new(out, "goal_disk_over_ram", json_real(3.0));
@@ -303,14 +310,15 @@ main(int argc, char **argv)
 		char *rm;
 
 		ref.snapshot_id = nodes[k].snapshot_id;
-		protobuf_c_message_free_unpacked(rpc(nodes[k].client, VM,
-		    "DeleteLocalSnapshot", &ref.base,
-		    &moat__v1__empty__descriptor), NULL);
+		protobuf_c_message_free_unpacked(
+		    rpc(nodes[k].client, VM, "DeleteLocalSnapshot", &ref.base,
+		        &moat__v1__empty__descriptor),
+		    NULL);
 		moat_rpc_client_close(nodes[k].client);
 		kill(nodes[k].pid, SIGTERM);
 		waitpid(nodes[k].pid, NULL, 0);
 		if ((rm = moat_asprintf("'%s' purge '%s'", MOAT_VMD_BIN,
-		    nodes[k].state)) != NULL)
+		         nodes[k].state)) != NULL)
 			(void)!system(rm);
 		free(rm);
 		free(nodes[k].sandbox_id);

@@ -48,8 +48,8 @@ static char state_dir[] = "/tmp/moat-bench-http.XXXXXX";
 static bool stack_started;
 static char api_key[256];
 static char auth_header[300];
-static char http_base[64];       /* http://127.0.0.1:PORT */
-static char gateway_url[300];    /* ipc://STATE/gateway.sock */
+static char http_base[64];    /* http://127.0.0.1:PORT */
+static char gateway_url[300]; /* ipc://STATE/gateway.sock */
 static char sandbox_id[128];
 
 /* One HTTP reply's body, capped at REPLY_CAP. */
@@ -134,15 +134,17 @@ cpu_ticks(long pid)
 	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-	if ((f = fopen(path, "r")) == NULL || fgets(line, sizeof(line), f) ==
-	    NULL)
+	if ((f = fopen(path, "r")) == NULL ||
+	    fgets(line, sizeof(line), f) == NULL)
 		die("cannot read", path);
 	fclose(f);
 	/* Fields after the command name, which may hold spaces: state is
 	 * field 3, utime 14 and stime 15. */
 	if ((p = strrchr(line, ')')) == NULL ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
-	    "%llu", &ut, &st) != 2)
+	    sscanf(p + 2,
+	        "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
+	        "%llu",
+	        &ut, &st) != 2)
 		die("cannot parse", path);
 	return ut + st;
 }
@@ -170,8 +172,8 @@ http_handle(struct reply *r, struct curl_slist **headers)
 	if (h == NULL)
 		die("curl", "curl_easy_init failed");
 	*headers = curl_slist_append(NULL, auth_header);
-	*headers = curl_slist_append(*headers,
-	    "Content-Type: application/json");
+	*headers =
+	    curl_slist_append(*headers, "Content-Type: application/json");
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, *headers);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
@@ -326,8 +328,8 @@ rate(bool http, int seconds, long gateway_pid)
 	pthread_barrier_init(&start_line, NULL, THREADS + 1);
 	for (int i = 0; i < THREADS; i++) {
 		w[i].http = http;
-		if (pthread_create(&w[i].thread, NULL, worker_main,
-		    &w[i]) != 0)
+		if (pthread_create(&w[i].thread, NULL, worker_main, &w[i]) !=
+		    0)
 			die("rate", "cannot start a thread");
 	}
 	pthread_barrier_wait(&start_line);
@@ -346,8 +348,10 @@ rate(bool http, int seconds, long gateway_pid)
 	/* Calls still in flight at the stop are counted after it; at THREADS
 	 * calls out of seconds' worth the error is small. */
 	cpu_s = (double)(t1_ticks - t0_ticks) / (double)sysconf(_SC_CLK_TCK);
-	fprintf(stderr, "GetSandbox over %s: %.0f req/s, gateway CPU %.0f%%, "
-	    "%llu errors\n", http ? "HTTP" : "nng", (double)calls / wall_s,
+	fprintf(stderr,
+	    "GetSandbox over %s: %.0f req/s, gateway CPU %.0f%%, "
+	    "%llu errors\n",
+	    http ? "HTTP" : "nng", (double)calls / wall_s,
 	    100.0 * cpu_s / wall_s, errors);
 	return json_pack("{s:i, s:f, s:I, s:I, s:f, s:f, s:f}", "threads",
 	    THREADS, "seconds", wall_s, "calls", (json_int_t)calls, "errors",
@@ -378,7 +382,8 @@ main(int argc, char **argv)
 	int rv;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: moat-bench-http OUT.json [N] "
+		fprintf(stderr,
+		    "usage: moat-bench-http OUT.json [N] "
 		    "[SECONDS]\n");
 		return 2;
 	}
@@ -472,7 +477,8 @@ main(int argc, char **argv)
 				get_http(h, r, get_url);
 			else
 				get_nng(gw);
-			(http ? get_http_ms : get_nng_ms)[i] = bench_now_ms() - t0;
+			(http ? get_http_ms : get_nng_ms)[i] =
+			    bench_now_ms() - t0;
 		}
 	}
 	curl_easy_cleanup(h);
@@ -504,28 +510,27 @@ main(int argc, char **argv)
 		double h95 = json_real_value(json_object_get(jh, "p95_ms"));
 		double n50 = json_real_value(json_object_get(jn, "p50_ms"));
 		double n95 = json_real_value(json_object_get(jn, "p95_ms"));
-		double rn = json_real_value(json_object_get(rate_nng,
-		    "req_per_s"));
-		double rh = json_real_value(json_object_get(rate_http,
-		    "req_per_s"));
+		double rn =
+		    json_real_value(json_object_get(rate_nng, "req_per_s"));
+		double rh =
+		    json_real_value(json_object_get(rate_http, "req_per_s"));
 
-		double g50 = json_real_value(json_object_get(gh, "p50_ms"))
-		    - json_real_value(json_object_get(gn, "p50_ms"));
+		double g50 = json_real_value(json_object_get(gh, "p50_ms")) -
+		    json_real_value(json_object_get(gn, "p50_ms"));
 
 		out = json_pack("{s:s, s:i, s:f, s:o, s:o, s:f, s:f, s:f, "
-		    "s:f, s:o, s:o, s:f, s:o, s:o, s:f}", "bench", "http",
-		    "host_cpus", (int)sysconf(_SC_NPROCESSORS_ONLN),
-		    "create_ms", create_ms, "exec_true_via_http", jh,
-		    "exec_true_via_nng", jn, "http_added_p50_ms", h50 - n50,
-		    "http_added_p95_ms", h95 - n95,
-		    "http_added_paired_median_ms",
+		                "s:f, s:o, s:o, s:f, s:o, s:o, s:f}",
+		    "bench", "http", "host_cpus",
+		    (int)sysconf(_SC_NPROCESSORS_ONLN), "create_ms", create_ms,
+		    "exec_true_via_http", jh, "exec_true_via_nng", jn,
+		    "http_added_p50_ms", h50 - n50, "http_added_p95_ms",
+		    h95 - n95, "http_added_paired_median_ms",
 		    bench_percentile(paired, (size_t)n, 0.50),
-		    "goal_http_added_p50_ms", 1.0,
-		    "get_sandbox_via_http", gh, "get_sandbox_via_nng", gn,
-		    "get_sandbox_http_added_p50_ms", g50,
-		    "get_sandbox_rate_nng", rate_nng,
-		    "get_sandbox_rate_http", rate_http,
-		    "http_over_nng_rate", rn > 0 ? rh / rn : 0.0);
+		    "goal_http_added_p50_ms", 1.0, "get_sandbox_via_http", gh,
+		    "get_sandbox_via_nng", gn, "get_sandbox_http_added_p50_ms",
+		    g50, "get_sandbox_rate_nng", rate_nng,
+		    "get_sandbox_rate_http", rate_http, "http_over_nng_rate",
+		    rn > 0 ? rh / rn : 0.0);
 	}
 	if (out == NULL || json_dump_file(out, argv[1], JSON_INDENT(2)) != 0)
 		die("cannot write", argv[1]);

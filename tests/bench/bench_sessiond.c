@@ -39,11 +39,11 @@ struct writer {
 	struct moat_rpc_client *client;
 	char *session;
 	double stop_at;
-	double *lat;               /* ms of each append */
+	double *lat; /* ms of each append */
 	size_t n;
 	size_t cap;
 	int failures;
-	bool health;               /* Health calls: the RPC layer alone */
+	bool health; /* Health calls: the RPC layer alone */
 };
 
 static double
@@ -129,8 +129,8 @@ create_session(struct moat_rpc_client *c)
 	req.tenant = (char *)TENANT;
 	req.sandbox_id = (char *)"sbx-bench";
 	if (moat_rpc_call(c, SVC, "CreateSession", &req.base,
-	    &moat__v1__session_info__descriptor, &reply, NULL, &errmsg) !=
-	    MOAT_OK)
+	        &moat__v1__session_info__descriptor, &reply, NULL,
+	        &errmsg) != MOAT_OK)
 		die("CreateSession", errmsg);
 	id = strdup(((Moat__V1__SessionInfo *)reply)->id);
 	protobuf_c_message_free_unpacked(reply, NULL);
@@ -159,12 +159,14 @@ writer_main(void *arg)
 		char *errmsg = NULL;
 		double t0 = now_ms();
 
-		if ((w->health ? moat_rpc_call(w->client, SVC, "Health",
-		    &hreq.base, &moat__v1__health_reply__descriptor, &reply,
-		    NULL, &errmsg) : moat_rpc_call(w->client, SVC,
-		    "AppendStep", &req.base,
-		    &moat__v1__append_step_reply__descriptor, &reply, NULL,
-		    &errmsg)) != MOAT_OK) {
+		if ((w->health ?
+		            moat_rpc_call(w->client, SVC, "Health", &hreq.base,
+		                &moat__v1__health_reply__descriptor, &reply,
+		                NULL, &errmsg) :
+		            moat_rpc_call(w->client, SVC, "AppendStep",
+		                &req.base,
+		                &moat__v1__append_step_reply__descriptor,
+		                &reply, NULL, &errmsg)) != MOAT_OK) {
 			w->failures++;
 			free(errmsg);
 			continue;
@@ -190,7 +192,8 @@ run(struct moat_rpc_client *c, int n, double seconds, bool health)
 
 	for (int i = 0; i < n; i++) {
 		ws[i] = (struct writer){ .client = c,
-			.session = create_session(c), .health = health,
+			.session = create_session(c),
+			.health = health,
 			.cap = MAX_SAMPLES / (size_t)n };
 		ws[i].lat = malloc(ws[i].cap * sizeof(double));
 	}
@@ -216,12 +219,13 @@ run(struct moat_rpc_client *c, int n, double seconds, bool health)
 	qsort(all, total, sizeof(double), cmp_double);
 	j = json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:i}", "writers", n,
 	    "calls", (int)total, "seconds", elapsed, "calls_per_s",
-	    (double)total / elapsed, "p50_ms", pct(all, total, 0.50),
-	    "p95_ms", pct(all, total, 0.95), "failures", failures);
-	fprintf(stderr, "%3d %s: %8.0f calls/s  p50 %.2f ms  p95 "
-	    "%.2f ms\n", n, health ? "Health callers" : "writers",
-	    (double)total / elapsed, pct(all, total, 0.5),
-	    pct(all, total, 0.95));
+	    (double)total / elapsed, "p50_ms", pct(all, total, 0.50), "p95_ms",
+	    pct(all, total, 0.95), "failures", failures);
+	fprintf(stderr,
+	    "%3d %s: %8.0f calls/s  p50 %.2f ms  p95 "
+	    "%.2f ms\n",
+	    n, health ? "Health callers" : "writers", (double)total / elapsed,
+	    pct(all, total, 0.5), pct(all, total, 0.95));
 	free(all);
 	return j;
 }
@@ -229,8 +233,9 @@ run(struct moat_rpc_client *c, int n, double seconds, bool health)
 int
 main(int argc, char **argv)
 {
-	const char *out = argc > 1 ? argv[1] : "tests/bench/results/"
-	    "sessiond.json";
+	const char *out = argc > 1 ? argv[1] :
+	                             "tests/bench/results/"
+	                             "sessiond.json";
 	double seconds = argc > 2 ? atof(argv[2]) : 3.0;
 	const char *parent = argc > 3 ? argv[3] : "/var/tmp";
 	const char *bin = argc > 4 ? argv[4] : SESSIOND_BIN;
@@ -265,21 +270,22 @@ main(int argc, char **argv)
 		free(errmsg);
 		errmsg = NULL;
 		if (moat_rpc_call(c, SVC, "Health", &hreq.base,
-		    &moat__v1__health_reply__descriptor, &reply, &o,
-		    &errmsg) == MOAT_OK) {
+		        &moat__v1__health_reply__descriptor, &reply, &o,
+		        &errmsg) == MOAT_OK) {
 			protobuf_c_message_free_unpacked(reply, NULL);
 			break;
 		}
 		usleep(50000);
 	}
-	fprintf(stderr, "write + fdatasync in %s: %.2f ms; ceiling for 16 "
+	fprintf(stderr,
+	    "write + fdatasync in %s: %.2f ms; ceiling for 16 "
 	    "synchronous writers at two per commit: %.0f appends/s\n",
 	    parent, fs, 16.0 / (2 * fs / 1e3));
 	/* What the RPC layer alone allows on this machine right now. */
 	rpc16 = run(c, 16, seconds, true);
 	rounds = json_array();
-	for (size_t i = 0; i < sizeof(writer_counts) /
-	    sizeof(writer_counts[0]); i++) {
+	for (size_t i = 0;
+	     i < sizeof(writer_counts) / sizeof(writer_counts[0]); i++) {
 		json_t *r = run(c, writer_counts[i], seconds, false);
 
 		if (writer_counts[i] == 16)
@@ -294,12 +300,12 @@ main(int argc, char **argv)
 	    commits);
 	doc = json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:o, s:o, s:o}",
 	    "benchmark", "sessiond durable AppendStep", "disk_dir", parent,
-	    "mean_writes_per_commit", commits ? (double)writes /
-	    (double)commits : 0.0,
-	    "fdatasync_ms", fs, "ceiling_16_writers_per_s",
-	    16.0 / (2 * fs / 1e3), "goal_appends_per_s", 5000.0,
-	    "writers_16", r16 ? r16 : json_null(), "rounds", rounds,
-	    "health_16_callers", rpc16);
+	    "mean_writes_per_commit",
+	    commits ? (double)writes / (double)commits : 0.0, "fdatasync_ms",
+	    fs, "ceiling_16_writers_per_s", 16.0 / (2 * fs / 1e3),
+	    "goal_appends_per_s", 5000.0, "writers_16",
+	    r16 ? r16 : json_null(), "rounds", rounds, "health_16_callers",
+	    rpc16);
 	if (json_dump_file(doc, out, JSON_INDENT(2)) != 0)
 		die(out, "cannot write");
 	fprintf(stderr, "wrote %s\n", out);

@@ -43,7 +43,7 @@ create(struct moat_rpc_client *c)
 
 	req.vcpus = 1;
 	req.memory_mib = 256;
-	req.cold_boot = true;       /* a boot, not a template clone */
+	req.cold_boot = true; /* a boot, not a template clone */
 	rv = moat_rpc_call(c, GW, "CreateSandbox", &req.base,
 	    &moat__v1__sandbox__descriptor, &rep, &o, &msg);
 	if (rv != MOAT_OK)
@@ -164,8 +164,10 @@ main(int argc, char **argv)
 	int rv;
 
 	if (argc < 5) {
-		fprintf(stderr, "usage: %s GATEWAY_URL VMD_URL VMD_PID "
-		    "OUT.json [BOOTS CALLS]\n", argv[0]);
+		fprintf(stderr,
+		    "usage: %s GATEWAY_URL VMD_URL VMD_PID "
+		    "OUT.json [BOOTS CALLS]\n",
+		    argv[0]);
 		return 2;
 	}
 	vmd_pid = atoi(argv[3]);
@@ -251,10 +253,10 @@ main(int argc, char **argv)
 	    bench_summary(direct, (size_t)calls));
 	json_object_set_new(out, "gateway_added_p50_ms",
 	    json_real(bench_percentile(via_gw, (size_t)calls, 0.5) -
-		bench_percentile(direct, (size_t)calls, 0.5)));
+	        bench_percentile(direct, (size_t)calls, 0.5)));
 	json_object_set_new(out, "gateway_added_p95_ms",
 	    json_real(bench_percentile(via_gw, (size_t)calls, 0.95) -
-		bench_percentile(direct, (size_t)calls, 0.95)));
+	        bench_percentile(direct, (size_t)calls, 0.95)));
 	json_object_set_new(out, "gateway_added_paired_median_ms",
 	    json_real(paired_median));
 	json_object_set_new(out, "goal_gateway_added_p50_ms", json_real(1.0));
@@ -264,7 +266,7 @@ main(int argc, char **argv)
 	    bench_summary(get_direct, (size_t)calls));
 	json_object_set_new(out, "gateway_added_get_p50_ms",
 	    json_real(bench_percentile(get_gw, (size_t)calls, 0.5) -
-		bench_percentile(get_direct, (size_t)calls, 0.5)));
+	        bench_percentile(get_direct, (size_t)calls, 0.5)));
 	json_object_set_new(out, "vmd_rss_growth_per_sandbox_kib",
 	    json_real((double)(rss1 - rss0) / rss_sandboxes));
 	json_object_set_new(out, "goal_vmd_rss_per_sandbox_kib",

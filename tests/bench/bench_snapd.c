@@ -160,7 +160,7 @@ snapshot(struct moat_rpc_client *c, const char *tenant, const char *path,
 	int rv;
 
 	if ((rv = moat_snap_push_file(c, tenant, "ram", path, cs, &art, &ps,
-	    &msg)) != MOAT_OK)
+	         &msg)) != MOAT_OK)
 		die("push", rv, msg);
 	req.tenant = (char *)tenant;
 	req.vmm = (char *)"qemu";
@@ -171,8 +171,8 @@ snapshot(struct moat_rpc_client *c, const char *tenant, const char *path,
 	req.n_artifacts = 1;
 	req.artifacts = arts;
 	if ((rv = moat_rpc_call(c, MOAT_SNAP_SERVICE, "CommitManifest",
-	    &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
-	    &msg)) != MOAT_OK)
+	         &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
+	         &msg)) != MOAT_OK)
 		die("commit", rv, msg);
 	res->seconds = now_s() - t0;
 	info = (Moat__V1__SnapshotInfo *)reply;
@@ -196,8 +196,8 @@ stats(struct moat_rpc_client *c, const char *tenant)
 
 	req.tenant = (char *)tenant;
 	if ((rv = moat_rpc_call(c, MOAT_SNAP_SERVICE, "Stats", &req.base,
-	    &moat__v1__snapshot_stats_reply__descriptor, &reply, NULL,
-	    &msg)) != MOAT_OK)
+	         &moat__v1__snapshot_stats_reply__descriptor, &reply, NULL,
+	         &msg)) != MOAT_OK)
 		die("stats", rv, msg);
 	return (Moat__V1__SnapshotStatsReply *)reply;
 }
@@ -214,7 +214,7 @@ sweep_one(struct moat_rpc_client *c, const char *work, uint32_t cs)
 	json_t *j;
 
 	snprintf(tenant, sizeof(tenant), "sweep-%u", cs >> 10);
-	rng = 88172645463325252ull;  /* the same files for every size */
+	rng = 88172645463325252ull; /* the same files for every size */
 	make_ram_file(path);
 	t0 = now_s();
 	if ((rv = moat_chunk_file(path, cs, count_chunk, &n, NULL, &msg)) !=
@@ -225,28 +225,25 @@ sweep_one(struct moat_rpc_client *c, const char *work, uint32_t cs)
 	change_pages(path, SWEEP_CHANGED_PAGES);
 	snapshot(c, tenant, path, cs, a.id, &b);
 	j = json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:I, s:I, s:f, s:I, "
-	    "s:f, s:I, s:I}",
-	    "chunk_kib", (int)(cs >> 10),
-	    "file_mib", (int)FILE_MIB,
-	    "changed_pages", SWEEP_CHANGED_PAGES,
-	    "chunk_hash_mib_s", (double)FILE_MIB / hash_s,
-	    "first_put_commit_s", a.seconds,
+	              "s:f, s:I, s:I}",
+	    "chunk_kib", (int)(cs >> 10), "file_mib", (int)FILE_MIB,
+	    "changed_pages", SWEEP_CHANGED_PAGES, "chunk_hash_mib_s",
+	    (double)FILE_MIB / hash_s, "first_put_commit_s", a.seconds,
 	    "first_put_commit_mib_s", (double)FILE_MIB / a.seconds,
 	    "first_stored_bytes", (json_int_t)a.stored_bytes,
 	    "second_stored_bytes", (json_int_t)b.stored_bytes,
-	    "second_stored_fraction", (double)b.stored_bytes /
-	    (double)FILE_SIZE,
-	    "manifest_bytes", (json_int_t)(a.chunks * MOAT_CHUNK_ID_LEN),
-	    "second_put_commit_s", b.seconds,
-	    "chunks", (json_int_t)a.chunks,
-	    "zero_chunks", (json_int_t)a.zero_chunks);
-	fprintf(stderr, "chunk %3u KiB: hash %.0f MiB/s, first %.2fs "
+	    "second_stored_fraction",
+	    (double)b.stored_bytes / (double)FILE_SIZE, "manifest_bytes",
+	    (json_int_t)(a.chunks * MOAT_CHUNK_ID_LEN), "second_put_commit_s",
+	    b.seconds, "chunks", (json_int_t)a.chunks, "zero_chunks",
+	    (json_int_t)a.zero_chunks);
+	fprintf(stderr,
+	    "chunk %3u KiB: hash %.0f MiB/s, first %.2fs "
 	    "(%.0f MiB/s, %llu stored), second %.2fs %llu bytes stored, "
-	    "manifest %llu bytes, %llu of %llu chunks zero\n", cs >> 10,
-	    (double)FILE_MIB / hash_s, a.seconds,
-	    (double)FILE_MIB / a.seconds,
-	    (unsigned long long)a.stored_bytes, b.seconds,
-	    (unsigned long long)b.stored_bytes,
+	    "manifest %llu bytes, %llu of %llu chunks zero\n",
+	    cs >> 10, (double)FILE_MIB / hash_s, a.seconds,
+	    (double)FILE_MIB / a.seconds, (unsigned long long)a.stored_bytes,
+	    b.seconds, (unsigned long long)b.stored_bytes,
 	    (unsigned long long)(a.chunks * 32),
 	    (unsigned long long)a.zero_chunks, (unsigned long long)a.chunks);
 	unlink(path);
@@ -311,29 +308,25 @@ steps(struct moat_rpc_client *c, const char *work, const char *state,
 	p50 = secs[1 + (STEPS - 2) / 2];
 	p95 = secs[1 + (size_t)((STEPS - 2) * 0.95 + 0.5)];
 	j = json_pack("{s:i, s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f, "
-	    "s:f, s:f, s:I, s:I, s:f}",
-	    "chunk_kib", (int)(cs >> 10),
-	    "file_mib", (int)FILE_MIB,
-	    "steps", STEPS,
-	    "changed_pages_per_step", STEP_CHANGED_PAGES,
-	    "stored_bytes", (json_int_t)s->stored_bytes,
-	    "full_copies_bytes", (json_int_t)(STEPS * FILE_SIZE),
-	    "stored_vs_full_copies", (double)s->stored_bytes /
-	    (double)(STEPS * FILE_SIZE),
+	              "s:f, s:f, s:I, s:I, s:f}",
+	    "chunk_kib", (int)(cs >> 10), "file_mib", (int)FILE_MIB, "steps",
+	    STEPS, "changed_pages_per_step", STEP_CHANGED_PAGES,
+	    "stored_bytes", (json_int_t)s->stored_bytes, "full_copies_bytes",
+	    (json_int_t)(STEPS * FILE_SIZE), "stored_vs_full_copies",
+	    (double)s->stored_bytes / (double)(STEPS * FILE_SIZE),
 	    "mean_step_stored_fraction_of_ram",
 	    (double)stored_after_first / (STEPS - 1) / (double)FILE_SIZE,
-	    "dedup_ratio", s->dedup_ratio,
-	    "step_put_commit_p50_s", p50,
-	    "step_put_commit_p95_s", p95,
-	    "logical_mib_per_s", (double)FILE_MIB * STEPS / total_s,
-	    "lmdb_file_bytes_after_first", (json_int_t)mdb_first,
-	    "lmdb_file_bytes_after_all", (json_int_t)mdb_all,
-	    "lmdb_file_vs_full_copies", (double)mdb_all /
-	    (double)(STEPS * FILE_SIZE));
-	fprintf(stderr, "steps at %u KiB: %llu bytes stored for %d steps "
+	    "dedup_ratio", s->dedup_ratio, "step_put_commit_p50_s", p50,
+	    "step_put_commit_p95_s", p95, "logical_mib_per_s",
+	    (double)FILE_MIB * STEPS / total_s, "lmdb_file_bytes_after_first",
+	    (json_int_t)mdb_first, "lmdb_file_bytes_after_all",
+	    (json_int_t)mdb_all, "lmdb_file_vs_full_copies",
+	    (double)mdb_all / (double)(STEPS * FILE_SIZE));
+	fprintf(stderr,
+	    "steps at %u KiB: %llu bytes stored for %d steps "
 	    "vs %llu full copies (%.4f), LMDB file %llu after the first, "
-	    "%llu after all; step p50 %.3fs p95 %.3fs\n", cs >> 10,
-	    (unsigned long long)s->stored_bytes, STEPS,
+	    "%llu after all; step p50 %.3fs p95 %.3fs\n",
+	    cs >> 10, (unsigned long long)s->stored_bytes, STEPS,
 	    (unsigned long long)(STEPS * FILE_SIZE),
 	    (double)s->stored_bytes / (double)(STEPS * FILE_SIZE),
 	    (unsigned long long)mdb_first, (unsigned long long)mdb_all, p50,
@@ -380,8 +373,8 @@ snapd_start(struct snapd_proc *sp, const char *bin)
 		free(msg);
 		msg = NULL;
 		if ((rv = moat_rpc_call(sp->c, MOAT_SNAP_SERVICE, "Health",
-		    &hreq.base, &moat__v1__health_reply__descriptor, &reply,
-		    &o, &msg)) == MOAT_OK)
+		         &hreq.base, &moat__v1__health_reply__descriptor,
+		         &reply, &o, &msg)) == MOAT_OK)
 			break;
 		usleep(50000);
 	}
@@ -405,22 +398,23 @@ snapd_stop(struct snapd_proc *sp)
 int
 main(int argc, char **argv)
 {
-	const char *out = argc > 1 ? argv[1] :
-	    "tests/bench/results/snapd.json";
+	const char *out =
+	    argc > 1 ? argv[1] : "tests/bench/results/snapd.json";
 	char *self = strdup(argv[0]), *snapd_bin;
-	const char *work = argc > 3 ? argv[3] :
+	const char *work = argc > 3 ?
+	    argv[3] :
 	    (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 	struct snapd_proc sp;
 	json_t *root, *sweep, *st, *st64;
 
 	snapd_bin = argc > 2 ? strdup(argv[2]) :
-	    moat_asprintf("%s/moat-snapd", dirname(self));
+	                       moat_asprintf("%s/moat-snapd", dirname(self));
 	sweep = json_array();
 	for (size_t i = 0; i < sizeof(sweep_sizes) / sizeof(sweep_sizes[0]);
-	    i++) {
+	     i++) {
 		snapd_start(&sp, snapd_bin);
-		json_array_append_new(sweep, sweep_one(sp.c, work,
-		    sweep_sizes[i]));
+		json_array_append_new(sweep,
+		    sweep_one(sp.c, work, sweep_sizes[i]));
 		snapd_stop(&sp);
 	}
 	snapd_start(&sp, snapd_bin);

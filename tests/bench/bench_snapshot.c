@@ -69,8 +69,8 @@ exec_true(const char *id)
 	req.sandbox_id = (char *)id;
 	req.argv = (char *[]){ "true" };
 	req.n_argv = 1;
-	protobuf_c_message_free_unpacked(rpc("Exec", &req.base,
-	    &moat__v1__exec_result__descriptor), NULL);
+	protobuf_c_message_free_unpacked(
+	    rpc("Exec", &req.base, &moat__v1__exec_result__descriptor), NULL);
 }
 
 static void
@@ -80,7 +80,8 @@ destroy(const char *id)
 
 	ref.sandbox_id = (char *)id;
 	protobuf_c_message_free_unpacked(rpc("DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor), NULL);
+	                                     &moat__v1__empty__descriptor),
+	    NULL);
 }
 
 /* Create (cold_boot as `cold_boot`) -> first exec reply, ms; *id (heap)
@@ -196,9 +197,10 @@ main(int argc, char **argv)
 			snap_id = strdup(s->snapshot_id);
 		} else {
 			ref.snapshot_id = s->snapshot_id;
-			protobuf_c_message_free_unpacked(rpc(
-			    "DeleteLocalSnapshot", &ref.base,
-			    &moat__v1__empty__descriptor), NULL);
+			protobuf_c_message_free_unpacked(
+			    rpc("DeleteLocalSnapshot", &ref.base,
+			        &moat__v1__empty__descriptor),
+			    NULL);
 		}
 		protobuf_c_message_free_unpacked(&s->base, NULL);
 		exec_true(id);
@@ -222,7 +224,8 @@ main(int argc, char **argv)
 	(void)create_exec(false, NULL, NULL);
 	for (int i = 0; i < 1200; i++) {
 		char *cmd = moat_asprintf("ls -d '%s'/templates/tpl-*/meta.pb "
-		    ">/dev/null 2>&1", state);
+		                          ">/dev/null 2>&1",
+		    state);
 		int found = cmd ? system(cmd) : -1;
 
 		free(cmd);
@@ -241,8 +244,10 @@ main(int argc, char **argv)
 		if (templated)
 			tpl[n_tpl++] = t;
 		else
-			fprintf(stderr, "bench-snapshot: create %d was not "
-			    "from a template\n", i);
+			fprintf(stderr,
+			    "bench-snapshot: create %d was not "
+			    "from a template\n",
+			    i);
 	}
 	destroy(id);
 	{
@@ -251,8 +256,10 @@ main(int argc, char **argv)
 		    MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
 
 		ref.snapshot_id = snap_id;
-		protobuf_c_message_free_unpacked(rpc("DeleteLocalSnapshot",
-		    &ref.base, &moat__v1__empty__descriptor), NULL);
+		protobuf_c_message_free_unpacked(
+		    rpc("DeleteLocalSnapshot", &ref.base,
+		        &moat__v1__empty__descriptor),
+		    NULL);
 	}
 
 	out = json_object();
@@ -261,11 +268,12 @@ main(int argc, char **argv)
 	json_object_set_new(out, "accel", json_string("tcg"));
 	/* Where vmd kept guest RAM: tmpfs copies it in the pause, an XFS
 	 * with reflinks (tests/bench/run.sh makes one) clones it. */
-	json_object_set_new(out, "ram_dir", json_string(
-	    getenv("MOAT_VMD_RAM_DIR") ? getenv("MOAT_VMD_RAM_DIR") :
-	    "/dev/shm"));
-	json_object_set_new(out, "snapshot_pause", bench_summary(pause,
-	    SNAPSHOTS));
+	json_object_set_new(out, "ram_dir",
+	    json_string(getenv("MOAT_VMD_RAM_DIR") ?
+	            getenv("MOAT_VMD_RAM_DIR") :
+	            "/dev/shm"));
+	json_object_set_new(out, "snapshot_pause",
+	    bench_summary(pause, SNAPSHOTS));
 	json_object_set_new(out, "goal_snapshot_pause_p50_ms",
 	    json_real(20.0));
 	json_object_set_new(out, "cold_create_to_first_exec",
@@ -274,7 +282,7 @@ main(int argc, char **argv)
 	    bench_summary(restore, RESTORES));
 	json_object_set_new(out, "restore_over_cold_p50",
 	    json_real(bench_percentile(restore, RESTORES, 0.5) /
-	    bench_percentile(boot, BOOTS, 0.5)));
+	        bench_percentile(boot, BOOTS, 0.5)));
 	json_object_set_new(out, "goal_restore_over_cold_p50",
 	    json_real(0.15));
 	json_object_set_new(out, "template_create_to_first_exec",
@@ -283,12 +291,11 @@ main(int argc, char **argv)
 	    bench_summary(tpl_cold, TEMPLATE_PAIRS));
 	json_object_set_new(out, "template_over_cold_p50",
 	    json_real(bench_percentile(tpl, n_tpl, 0.5) /
-	    bench_percentile(tpl_cold, TEMPLATE_PAIRS, 0.5)));
+	        bench_percentile(tpl_cold, TEMPLATE_PAIRS, 0.5)));
 	json_object_set_new(out, "template_over_cold_p95",
 	    json_real(bench_percentile(tpl, n_tpl, 0.95) /
-	    bench_percentile(tpl_cold, TEMPLATE_PAIRS, 0.95)));
-	json_object_set_new(out, "goal_template_over_cold",
-	    json_real(0.15));
+	        bench_percentile(tpl_cold, TEMPLATE_PAIRS, 0.95)));
+	json_object_set_new(out, "goal_template_over_cold", json_real(0.15));
 	json_object_set_new(out, "device_state_bytes",
 	    json_integer((json_int_t)dev_bytes));
 	json_object_set_new(out, "ram_bytes_copied",
@@ -308,7 +315,7 @@ main(int argc, char **argv)
 	 * snapshot's phases); the state directory goes. */
 	fprintf(stderr, "bench-snapshot: vmd log in %s.log\n", state);
 	if ((rm = moat_asprintf("'%s' purge '%s'; rm -rf '%s'", MOAT_VMD_BIN,
-	    state, state)) != NULL)
+	         state, state)) != NULL)
 		(void)!system(rm);
 	free(rm);
 	free(url);

@@ -65,7 +65,7 @@ bench_summary(double *v, size_t n)
 	double p50 = bench_percentile(v, n, 0.50);
 	double p95 = bench_percentile(v, n, 0.95);
 
-	return json_pack("{s:i, s:f, s:f, s:f, s:f}", "n", (int)n,
-	    "p50_ms", p50, "p95_ms", p95, "min_ms", n ? v[0] : 0.0,
-	    "max_ms", n ? v[n - 1] : 0.0);
+	return json_pack("{s:i, s:f, s:f, s:f, s:f}", "n", (int)n, "p50_ms",
+	    p50, "p95_ms", p95, "min_ms", n ? v[0] : 0.0, "max_ms",
+	    n ? v[n - 1] : 0.0);
 }

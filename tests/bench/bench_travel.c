@@ -38,7 +38,8 @@
 static void
 settle(void)
 {
-	struct timespec ts = { SETTLE_MS / 1000, (SETTLE_MS % 1000) * 1000000L };
+	struct timespec ts = { SETTLE_MS / 1000,
+		(SETTLE_MS % 1000) * 1000000L };
 
 	nanosleep(&ts, NULL);
 }
@@ -48,8 +49,8 @@ static struct moat_client *gw;
 static void
 die(const char *what, int rv, char *msg)
 {
-	fprintf(stderr, "bench-travel: %s: %s: %s\n", what,
-	    moat_strerror(rv), msg ? msg : "");
+	fprintf(stderr, "bench-travel: %s: %s: %s\n", what, moat_strerror(rv),
+	    msg ? msg : "");
 	free(msg);
 	exit(1);
 }
@@ -122,7 +123,8 @@ main(int argc, char **argv)
 	int rv;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: moat-bench-travel GATEWAY_URL "
+		fprintf(stderr,
+		    "usage: moat-bench-travel GATEWAY_URL "
 		    "OUT.json [ROUNDS]\n");
 		return 2;
 	}
@@ -132,7 +134,8 @@ main(int argc, char **argv)
 		cpus = 1;
 	if (cpus > FORK_COPIES)
 		cpus = FORK_COPIES;
-	if ((rv = moat_client_open(&gw, argv[1], getenv("MOAT_API_KEY"), &msg)) != MOAT_OK)
+	if ((rv = moat_client_open(&gw, argv[1], getenv("MOAT_API_KEY"),
+	         &msg)) != MOAT_OK)
 		die("open", rv, msg);
 	moat_client_set_timeout(gw, 300000);
 
@@ -180,9 +183,10 @@ main(int argc, char **argv)
 		fork_cpu[i] = fcpu;
 		ncpu_ms[i] = nms;
 		ncpu_cpu[i] = ncpu;
-		fprintf(stderr, "round %d: restore %.0f ms (CPU %.0f), fork of "
-		    "%d %.0f ms (CPU %.0f), fork of %d %.0f ms\n", i, ms, cpu,
-		    FORK_COPIES, fms, fcpu, cpus, nms);
+		fprintf(stderr,
+		    "round %d: restore %.0f ms (CPU %.0f), fork of "
+		    "%d %.0f ms (CPU %.0f), fork of %d %.0f ms\n",
+		    i, ms, cpu, FORK_COPIES, fms, fcpu, cpus, nms);
 	}
 	destroy(sb->id);
 	moat_client_free_msg(sb);
@@ -196,30 +200,31 @@ main(int argc, char **argv)
 		double f50 = json_real_value(json_object_get(f, "p50_ms"));
 		double f95 = json_real_value(json_object_get(f, "p95_ms"));
 		double n50 = json_real_value(json_object_get(n, "p50_ms"));
-		double rc = p50(restore_cpu, rounds), fc = p50(fork_cpu, rounds);
+		double rc = p50(restore_cpu, rounds),
+		       fc = p50(fork_cpu, rounds);
 		double nc = p50(ncpu_cpu, rounds);
 
 		/* The copies restore in parallel only as far as there are
 		 * CPUs: under TCG each one is CPU-bound. fork_cpu_floor_ms is
 		 * the fork's host CPU over the host's CPUs: no schedule of
 		 * the same work on this host ends sooner. */
-		out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:f, s:f, s:f,"
+		out = json_pack(
+		    "{s:s, s:i, s:i, s:i, s:o, s:o, s:f, s:f, s:f,"
 		    " s:{s:f, s:f, s:f, s:f, s:f}, s:{s:i, s:o, s:f, s:f}}",
 		    "bench", "travel", "rounds", rounds, "host_cpus",
 		    (int)sysconf(_SC_NPROCESSORS_ONLN), "fork_copies",
 		    FORK_COPIES, "restore_one", r, "fork", f,
 		    "fork_over_restore_p50", r50 > 0 ? f50 / r50 : 0.0,
 		    "fork_over_restore_p95", r95 > 0 ? f95 / r95 : 0.0,
-		    "goal_ratio_max", 2.0,
-		    "host_cpu_p50_ms",
-		    "restore_one", rc, "fork", fc,
-		    "fork_per_copy", fc / FORK_COPIES,
-		    "fork_cpu_floor_ms", fc / (double)sysconf(
-		    _SC_NPROCESSORS_ONLN),
-		    "fork_cpu_floor_over_restore", r50 > 0 ? fc /
-		    (double)sysconf(_SC_NPROCESSORS_ONLN) / r50 : 0.0,
-		    "fork_host_cpus_copies",
-		    "copies", cpus, "wall", n,
+		    "goal_ratio_max", 2.0, "host_cpu_p50_ms", "restore_one",
+		    rc, "fork", fc, "fork_per_copy", fc / FORK_COPIES,
+		    "fork_cpu_floor_ms",
+		    fc / (double)sysconf(_SC_NPROCESSORS_ONLN),
+		    "fork_cpu_floor_over_restore",
+		    r50 > 0 ?
+		        fc / (double)sysconf(_SC_NPROCESSORS_ONLN) / r50 :
+		        0.0,
+		    "fork_host_cpus_copies", "copies", cpus, "wall", n,
 		    "over_restore_p50", r50 > 0 ? n50 / r50 : 0.0,
 		    "host_cpu_p50_ms", nc);
 	}

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOAT_CHUNK_ID_LEN 32          /* SHA-256 */
+#define MOAT_CHUNK_ID_LEN 32 /* SHA-256 */
 
 /* The chunk size producers use, chosen by measurement (bench_snapd on
  * the shared 2-core CI machine kind: a 256 MiB RAM-like file, a quarter
@@ -36,7 +36,7 @@
  * and is as fast as any size but 4 KiB, whose per-chunk costs (entries,
  * a 2 MiB manifest) dominate. */
 #define MOAT_CHUNK_SIZE (16u << 10)
-#define MOAT_CHUNK_MIN_SIZE 4096u     /* a page */
+#define MOAT_CHUNK_MIN_SIZE 4096u /* a page */
 #define MOAT_CHUNK_MAX_SIZE (1u << 20)
 
 /* Most chunks one file may have (256 GiB at the default size). */
@@ -52,9 +52,9 @@ struct moat_chunk_id {
 struct moat_chunk {
 	uint64_t index;
 	uint64_t offset;
-	size_t len;                /* chunk_size, or less for the last one */
+	size_t len; /* chunk_size, or less for the last one */
 	bool zero;
-	struct moat_chunk_id id;   /* all zero bytes when `zero` */
+	struct moat_chunk_id id; /* all zero bytes when `zero` */
 	const void *data;
 };
 
@@ -83,8 +83,8 @@ uint64_t moat_chunk_count(uint64_t size, uint32_t chunk_size);
 
 /* A callback returns MOAT_OK to go on; any other status stops the walk and
  * is returned by moat_chunk_file (the callback may set *errmsg, heap). */
-typedef int (*moat_chunk_fn)(const struct moat_chunk *c, void *arg,
-    char **errmsg);
+typedef int (
+    *moat_chunk_fn)(const struct moat_chunk *c, void *arg, char **errmsg);
 
 /* moat_chunk_file: walks the file at `path` chunk by chunk in order,
  * calling fn for each. Regions that SEEK_DATA/SEEK_HOLE report as holes

@@ -49,14 +49,12 @@ int moat_codec_to_json(const ProtobufCMessage *msg, unsigned flags,
  * indented by 2 when `pretty`). On MOAT_OK *out is a heap string the
  * caller frees. */
 int moat_codec_to_json_string(const ProtobufCMessage *msg, unsigned flags,
-    int pretty, char **out, char **errmsg)
-    __attribute__((warn_unused_result));
+    int pretty, char **out, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_codec_json_name: the proto3 JSON name of a field name
  * ("memory_mib" -> "memoryMib") into buf (always NUL-terminated,
  * truncated to buflen - 1). Returns the length it needed. */
-size_t moat_codec_json_name(const char *field_name, char *buf,
-    size_t buflen);
+size_t moat_codec_json_name(const char *field_name, char *buf, size_t buflen);
 
 /* moat_codec_base64: standard base64 with padding of `len` bytes. Heap
  * string the caller frees, or NULL on allocation failure. */
@@ -92,8 +90,8 @@ int moat_codec_from_json_text(const ProtobufCMessageDescriptor *d,
 
 /* moat_codec_find_field: the field of `d` whose .proto name or JSON name
  * is `name`, or NULL. The descriptor is static; nothing to free. */
-const ProtobufCFieldDescriptor *moat_codec_find_field(
-    const ProtobufCMessageDescriptor *d, const char *name);
+const ProtobufCFieldDescriptor *
+moat_codec_find_field(const ProtobufCMessageDescriptor *d, const char *name);
 
 /* moat_codec_base64_decode: standard or URL-safe base64, with or without
  * padding, of `len` bytes at s. On MOAT_OK *out is a heap buffer of

@@ -26,8 +26,8 @@ struct moat_config;
  * is an error naming the line. On success *out is owned by the caller
  * (moat_config_free). On failure returns a status and sets *errmsg to a
  * heap string the caller frees. */
-int moat_config_load(struct moat_config **out, const char *path,
-    char **errmsg) __attribute__((warn_unused_result));
+int moat_config_load(struct moat_config **out, const char *path, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_config_set_flag: records a command-line value (copied); flags win
  * over everything else. */
@@ -37,8 +37,8 @@ int moat_config_set_flag(struct moat_config *cfg, const char *section,
 /* moat_config_get: the value by precedence, or `def` when unset anywhere.
  * The pointer is owned by cfg (or is `def`) and lives until
  * moat_config_free. cfg may be NULL (env and default only). */
-const char *moat_config_get(const struct moat_config *cfg,
-    const char *section, const char *key, const char *def);
+const char *moat_config_get(const struct moat_config *cfg, const char *section,
+    const char *key, const char *def);
 
 /* moat_config_get_u64: like get, parsed as an unsigned decimal. A value
  * that is not a number is an error (INVALID_ARGUMENT) with *errmsg naming

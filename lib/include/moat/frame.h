@@ -11,14 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOAT_FRAME_MAX (4u << 20)       /* hard cap of one frame */
-#define MOAT_GUEST_IO_MAX (1u << 20)    /* file data per guest frame */
+#define MOAT_FRAME_MAX (4u << 20)    /* hard cap of one frame */
+#define MOAT_GUEST_IO_MAX (1u << 20) /* file data per guest frame */
 
 struct moat_frame_reader {
-	uint8_t *buf;      /* owned; bytes not yet taken */
-	size_t len;        /* bytes in buf */
-	size_t alloc;      /* allocated size of buf */
-	size_t max_frame;  /* cap on one frame's length */
+	uint8_t *buf;     /* owned; bytes not yet taken */
+	size_t len;       /* bytes in buf */
+	size_t alloc;     /* allocated size of buf */
+	size_t max_frame; /* cap on one frame's length */
 };
 
 /* moat_frame_reader_init: zeroes the reader and sets the cap (0 means

@@ -24,8 +24,8 @@ enum moat_log_level {
 void moat_log_init(const char *component, enum moat_log_level level);
 
 /* moat_log: writes one line. request_id 0 prints "-". */
-void moat_log(enum moat_log_level level, uint64_t request_id,
-    const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void moat_log(enum moat_log_level level, uint64_t request_id, const char *fmt,
+    ...) __attribute__((format(printf, 3, 4)));
 
 #define moat_debug(rid, ...) moat_log(MOAT_LOG_DEBUG, (rid), __VA_ARGS__)
 #define moat_info(rid, ...) moat_log(MOAT_LOG_INFO, (rid), __VA_ARGS__)

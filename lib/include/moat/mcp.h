@@ -21,8 +21,11 @@
 
 /* Newest first; initialize answers with the client's version when it is
  * one of these, else the first. */
-#define MOAT_MCP_VERSIONS { "2025-06-18", "2025-03-26", "2024-11-05" }
-#define MOAT_MCP_MAX_MESSAGE (8u << 20)  /* bytes of one JSON-RPC message */
+#define MOAT_MCP_VERSIONS                                                     \
+	{                                                                     \
+		"2025-06-18", "2025-03-26", "2024-11-05"                      \
+	}
+#define MOAT_MCP_MAX_MESSAGE (8u << 20)    /* bytes of one JSON-RPC message */
 #define MOAT_MCP_MAX_HOST_FILE (64u << 20) /* upload_file/download_file */
 
 /* JSON-RPC error codes. */
@@ -38,8 +41,8 @@
  * (a new reference the library releases). Otherwise returns a moat status
  * and sets *errmsg (heap, the library frees) to the gateway's message.
  * May be called from any thread the library is called on. */
-typedef int (*moat_mcp_call_fn)(void *arg, const char *method,
-    json_t *request, json_t **reply, char **errmsg);
+typedef int (*moat_mcp_call_fn)(void *arg, const char *method, json_t *request,
+    json_t **reply, char **errmsg);
 
 struct moat_mcp_session;
 
@@ -49,9 +52,8 @@ struct moat_mcp_session;
  * directory. `label` (may be NULL) is set as the label "mcp-session" of
  * the default sandbox. On MOAT_OK *out is the caller's
  * (moat_mcp_session_free); otherwise *errmsg (heap, caller frees). */
-int moat_mcp_session_new(struct moat_mcp_session **out,
-    const char *allow_dir, const char *label, char **errmsg)
-    __attribute__((warn_unused_result));
+int moat_mcp_session_new(struct moat_mcp_session **out, const char *allow_dir,
+    const char *label, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_mcp_session_free: frees. Does not destroy the default sandbox
  * (moat_mcp_session_close does). Safe on NULL. */
@@ -97,9 +99,8 @@ bool moat_mcp_has_request(json_t *msg);
  * protobuf_c_message_free_unpacked) and gives its method descriptor.
  * INVALID_ARGUMENT or NOT_FOUND with *errmsg (heap) otherwise. */
 int moat_mcp_decode_request(const ProtobufCServiceDescriptor *service,
-    const char *method, json_t *request,
-    const ProtobufCMethodDescriptor **md, ProtobufCMessage **req,
-    char **errmsg) __attribute__((warn_unused_result));
+    const char *method, json_t *request, const ProtobufCMethodDescriptor **md,
+    ProtobufCMessage **req, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_mcp_timeout_ms: how long a transport lets Gateway method `method`
  * with `request` (borrowed) run: a boot, restore or fork minutes, a run

@@ -26,8 +26,8 @@
 
 #include "moat/status.h"
 
-#define MOAT_RPC_MAX_MSG (64u << 20)    /* largest envelope or reply */
-#define MOAT_RPC_DEFAULT_WORKERS 64     /* calls in flight per server */
+#define MOAT_RPC_MAX_MSG (64u << 20) /* largest envelope or reply */
+#define MOAT_RPC_DEFAULT_WORKERS 64  /* calls in flight per server */
 #define MOAT_RPC_DEFAULT_TIMEOUT_MS 30000
 
 struct moat_rpc_server;
@@ -35,17 +35,17 @@ struct moat_rpc_client;
 
 /* One call as a handler sees it. Valid only during the handler. */
 struct moat_rpc_call {
-	const char *service;       /* "moat.v1.Vm" */
-	const char *method;        /* "CreateSandbox" */
+	const char *service; /* "moat.v1.Vm" */
+	const char *method;  /* "CreateSandbox" */
 	uint64_t request_id;
-	uint32_t timeout_ms;       /* as sent; 0: server default */
-	uint64_t deadline_ms;      /* monotonic ms (moat_rpc_now_ms) */
-	const char *auth;          /* "" when none */
+	uint32_t timeout_ms;  /* as sent; 0: server default */
+	uint64_t deadline_ms; /* monotonic ms (moat_rpc_now_ms) */
+	const char *auth;     /* "" when none */
 	/* Whom the call acts for, set by a service's own auth before its
 	 * handler runs (the gateway's tenant); NULL in the rpc layer. */
 	const char *principal;
-	void *service_ctx;         /* moat_rpc_service.ctx */
-	const uint8_t *payload;    /* the request's encoded bytes */
+	void *service_ctx;      /* moat_rpc_service.ctx */
+	const uint8_t *payload; /* the request's encoded bytes */
 	size_t payload_len;
 	/* Set by moat_rpc_error; freed by the server. */
 	char *error_message;
@@ -67,24 +67,24 @@ typedef int (*moat_rpc_handler)(struct moat_rpc_call *call,
  * method of the descriptor has a row at start, and refuses unknown
  * methods with UNIMPLEMENTED. */
 struct moat_rpc_method {
-	const char *name;          /* as in the .proto */
+	const char *name; /* as in the .proto */
 	moat_rpc_handler handler;
-	bool mutating;             /* deduplicated by request id */
-	bool needs_auth;           /* refused with UNAUTHENTICATED if no auth */
+	bool mutating;   /* deduplicated by request id */
+	bool needs_auth; /* refused with UNAUTHENTICATED if no auth */
 };
 
 struct moat_rpc_service {
 	const ProtobufCServiceDescriptor *descriptor;
 	const struct moat_rpc_method *methods;
 	size_t n_methods;
-	void *ctx;                 /* handed to handlers as service_ctx */
+	void *ctx; /* handed to handlers as service_ctx */
 };
 
 /* moat_rpc_error: formats a message for the reply (what failed, on which
  * object, what to do next) and returns `code`, so handlers can write
  * `return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %s ...", id);`. */
-int moat_rpc_error(struct moat_rpc_call *call, int code, const char *fmt,
-    ...) __attribute__((format(printf, 3, 4)));
+int moat_rpc_error(struct moat_rpc_call *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* moat_rpc_server_start: listens on `url` (ipc://, tcp://, tls+tcp://;
  * ipc sockets are made mode 0600) and serves `svc` (copied by value; the
@@ -120,9 +120,9 @@ unsigned moat_rpc_client_late_replies(struct moat_rpc_client *c);
 
 /* Options of one call. Zeroed means defaults. */
 struct moat_rpc_opts {
-	uint32_t timeout_ms;       /* 0: MOAT_RPC_DEFAULT_TIMEOUT_MS */
-	uint64_t request_id;       /* 0: a fresh random id */
-	const char *auth;          /* NULL: none */
+	uint32_t timeout_ms; /* 0: MOAT_RPC_DEFAULT_TIMEOUT_MS */
+	uint64_t request_id; /* 0: a fresh random id */
+	const char *auth;    /* NULL: none */
 };
 
 /* moat_rpc_call: sends `request` to `service`/`method` and waits for the

@@ -23,13 +23,13 @@ struct moat_config;
  * that can fail return a status and set *errmsg (heap; NULL: the status's
  * own text), which moat_service_main logs as "<program>: <errmsg>". */
 struct moat_service {
-	const char *program;        /* "moat-sessiond": messages, --version */
-	const char *section;        /* [section], MOAT_<SECTION>_<NAME> */
-	const char *log_component;  /* "sessiond" */
+	const char *program;       /* "moat-sessiond": messages, --version */
+	const char *section;       /* [section], MOAT_<SECTION>_<NAME> */
+	const char *log_component; /* "sessiond" */
 	/* getopt_long's table, by moat_config_from_args's rules */
 	const struct option *options;
 	void (*usage)(FILE *f);
-	bool make_state_dir;        /* create the state directory (0700) */
+	bool make_state_dir; /* create the state directory (0700) */
 	/* open: reads the service's settings from `cfg` and opens what it
 	 * keeps (stores). Both `cfg` and `state_dir` stay valid until close
 	 * returns. No thread may be started here: the stop signals are not
@@ -52,14 +52,18 @@ struct moat_service {
  *	{ MOAT_SERVICE_OPTIONS_FIRST, ...its own...,
  *	    MOAT_SERVICE_OPTIONS_LAST }
  * ("config", "version" and "help" are moat_config_from_args's). */
-#define MOAT_SERVICE_OPTIONS_FIRST                                       \
-	{ "config", required_argument, NULL, 'c' },                      \
-	{ "state-dir", required_argument, NULL, 's' },                   \
-	{ "listen", required_argument, NULL, 'l' }
-#define MOAT_SERVICE_OPTIONS_LAST                                        \
-	{ "version", no_argument, NULL, 'V' },                           \
-	{ "help", no_argument, NULL, 'h' },                              \
-	{ NULL, 0, NULL, 0 }
+#define MOAT_SERVICE_OPTIONS_FIRST                                            \
+	{ "config", required_argument, NULL, 'c' },                           \
+	    { "state-dir", required_argument, NULL, 's' },                    \
+	{                                                                     \
+		"listen", required_argument, NULL, 'l'                        \
+	}
+#define MOAT_SERVICE_OPTIONS_LAST                                             \
+	{ "version", no_argument, NULL, 'V' },                                \
+	    { "help", no_argument, NULL, 'h' },                               \
+	{                                                                     \
+		NULL, 0, NULL, 0                                              \
+	}
 
 /* moat_service_main: runs `svc` until SIGTERM or SIGINT, and returns
  * main()'s exit code: 0 after a clean stop, after --help or --version; a

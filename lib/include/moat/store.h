@@ -61,21 +61,20 @@ void moat_store_txn_abort(struct moat_store_txn *txn);
  * points into LMDB's map and is valid until the transaction ends (never
  * freed by the caller). MOAT_NOT_FOUND when absent (no *errmsg set);
  * any other status sets *errmsg (heap, caller frees). */
-int moat_store_get(struct moat_store_txn *txn, const char *db,
-    const void *key, size_t klen, const void **val, size_t *vlen,
-    char **errmsg) __attribute__((warn_unused_result));
+int moat_store_get(struct moat_store_txn *txn, const char *db, const void *key,
+    size_t klen, const void **val, size_t *vlen, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_store_put: stores `val` under `key` (copied by LMDB) in a write
  * transaction, replacing any value unless no_overwrite (then an existing
  * key is ALREADY_EXISTS). Errors set *errmsg (heap, caller frees). */
-int moat_store_put(struct moat_store_txn *txn, const char *db,
-    const void *key, size_t klen, const void *val, size_t vlen,
-    bool no_overwrite, char **errmsg) __attribute__((warn_unused_result));
+int moat_store_put(struct moat_store_txn *txn, const char *db, const void *key,
+    size_t klen, const void *val, size_t vlen, bool no_overwrite,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_store_del: removes `key`; NOT_FOUND (no *errmsg) when absent. */
-int moat_store_del(struct moat_store_txn *txn, const char *db,
-    const void *key, size_t klen, char **errmsg)
-    __attribute__((warn_unused_result));
+int moat_store_del(struct moat_store_txn *txn, const char *db, const void *key,
+    size_t klen, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_store_count: number of entries in `db`. */
 int moat_store_count(struct moat_store_txn *txn, const char *db,
@@ -127,9 +126,9 @@ int moat_store_del_prefix(struct moat_store_txn *txn, const char *db,
 /* The on-disk format a service's store is stamped with: the value of
  * `key` in sub-database "meta". */
 struct moat_store_format {
-	const char *key;          /* in "meta" */
-	const char *version;      /* the format this program reads */
-	const char *program;      /* named in the refusal of another */
+	const char *key;     /* in "meta" */
+	const char *version; /* the format this program reads */
+	const char *program; /* named in the refusal of another */
 	/* A format `older` that upgrade brings to `version` in the write
 	 * transaction given (stamping it too), or NULL: none. On failure
 	 * upgrade returns a status and sets *errmsg (heap); nothing is

@@ -12,7 +12,8 @@
 #include <sys/types.h>
 
 /* moat_asprintf: heap string (caller frees), or NULL on allocation failure. */
-char *moat_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *moat_asprintf(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 
 /* moat_mkdir_p: creates `path` and its parents with `mode`; an existing
  * directory is fine. Returns 0 or an errno value. */

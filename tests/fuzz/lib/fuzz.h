@@ -20,13 +20,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 void moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len));
 
 /* moat_fuzz_check: abort()s with a message when `ok` is false. */
-#define moat_fuzz_check(ok, what)                                         \
-	do {                                                              \
-		if (!(ok)) {                                              \
-			fprintf(stderr, "fuzz invariant broken: %s "     \
-			    "(%s:%d)\n", (what), __FILE__, __LINE__);       \
-			abort();                                          \
-		}                                                         \
+#define moat_fuzz_check(ok, what)                                             \
+	do {                                                                  \
+		if (!(ok)) {                                                  \
+			fprintf(stderr,                                       \
+			    "fuzz invariant broken: %s "                      \
+			    "(%s:%d)\n",                                      \
+			    (what), __FILE__, __LINE__);                      \
+			abort();                                              \
+		}                                                             \
 	} while (0)
 
 #endif

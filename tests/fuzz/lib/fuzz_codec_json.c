@@ -62,15 +62,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		moat_fuzz_check(errmsg != NULL && errmsg[0] != '\0',
 		    "an error without a message");
 		moat_fuzz_check(rv == MOAT_INVALID_ARGUMENT ||
-		    rv == MOAT_RESOURCE_EXHAUSTED, "error status");
+		        rv == MOAT_RESOURCE_EXHAUSTED,
+		    "error status");
 		free(errmsg);
 		return 0;
 	}
 	moat_fuzz_check(m != NULL && errmsg == NULL, "success shape");
 	moat_fuzz_check(moat_codec_to_json_string(m, 0, 0, &text, &errmsg) ==
-	    MOAT_OK, "re-encoding a decoded message");
+	        MOAT_OK,
+	    "re-encoding a decoded message");
 	moat_fuzz_check(moat_codec_from_json_text(d, text, strlen(text), 0,
-	    &again, &errmsg) == MOAT_OK, "decoding our own encoding");
+	                    &again, &errmsg) == MOAT_OK,
+	    "decoding our own encoding");
 	b1 = packed(m, &n1);
 	b2 = packed(again, &n2);
 	moat_fuzz_check(n1 == n2 && memcmp(b1, b2, n1) == 0,
@@ -84,8 +87,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 static void
-add_text(void (*add)(const uint8_t *, size_t), uint8_t which,
-    const char *json)
+add_text(void (*add)(const uint8_t *, size_t), uint8_t which, const char *json)
 {
 	size_t n = strlen(json);
 	uint8_t *buf = malloc(n + 1);
@@ -101,21 +103,29 @@ add_text(void (*add)(const uint8_t *, size_t), uint8_t which,
 void
 moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 {
-	add_text(add, 0, "{\"vcpus\": 2, \"memoryMib\": \"512\", \"labels\": "
+	add_text(add, 0,
+	    "{\"vcpus\": 2, \"memoryMib\": \"512\", \"labels\": "
 	    "{\"a\": \"b\"}, \"record\": true, \"snapshotPolicy\": 1}");
-	add_text(add, 1, "{\"sandboxId\": \"sb\", \"argv\": [\"ls\", \"-l\"], "
+	add_text(add, 1,
+	    "{\"sandboxId\": \"sb\", \"argv\": [\"ls\", \"-l\"], "
 	    "\"stdin\": \"aGkK\", \"timeoutMs\": 5000, \"outputCap\": "
 	    "\"18446744073709551615\"}");
-	add_text(add, 2, "{\"path\": \"/x\", \"data\": \"_-8\", \"offset\": "
+	add_text(add, 2,
+	    "{\"path\": \"/x\", \"data\": \"_-8\", \"offset\": "
 	    "1e3, \"truncate\": null}");
-	add_text(add, 3, "{\"id\": \"7\", \"execStart\": {\"argv\": "
+	add_text(add, 3,
+	    "{\"id\": \"7\", \"execStart\": {\"argv\": "
 	    "[\"a\"]}}");
-	add_text(add, 4, "{\"sandboxes\": [{\"id\": \"a\", \"state\": "
+	add_text(add, 4,
+	    "{\"sandboxes\": [{\"id\": \"a\", \"state\": "
 	    "\"SANDBOX_STATE_RUNNING\"}, {\"vmmPid\": -1}]}");
-	add_text(add, 5, "{\"status\": {\"exitCode\": -1, \"exited\": true}, "
+	add_text(add, 5,
+	    "{\"status\": {\"exitCode\": -1, \"exited\": true}, "
 	    "\"stdout\": \"\"}");
-	add_text(add, 6, "{\"load1\": \"NaN\", \"load5\": 1.5e300, "
+	add_text(add, 6,
+	    "{\"load1\": \"NaN\", \"load5\": 1.5e300, "
 	    "\"load15\": \"-Infinity\"}");
-	add_text(add, 0x87, "{\"sessionId\": \"s\", \"step\": 3, \"x\": [], "
+	add_text(add, 0x87,
+	    "{\"sessionId\": \"s\", \"step\": 3, \"x\": [], "
 	    "\"labels\": {}}");
 }

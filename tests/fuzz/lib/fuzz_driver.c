@@ -111,8 +111,8 @@ mutate(uint8_t *buf, size_t len)
 			break;
 		case 2:
 			if (len)
-				buf[below(len)] = interesting[below(
-				    sizeof(interesting))];
+				buf[below(len)] =
+				    interesting[below(sizeof(interesting))];
 			break;
 		case 3:
 			k = 1 + below(16);
@@ -214,7 +214,7 @@ main(int argc, char **argv)
 	signal(SIGFPE, on_crash);
 	rng_state = seed_env != NULL ? strtoull(seed_env, NULL, 0) : 0;
 	if (rng_state == 0)
-		rng_state = 0x6d6f6174u;     /* "moat" */
+		rng_state = 0x6d6f6174u; /* "moat" */
 	moat_fuzz_seeds(add_seed);
 	if (n_seeds == 0)
 		add_seed((const uint8_t *)"", 0);

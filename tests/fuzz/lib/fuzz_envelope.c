@@ -53,8 +53,8 @@ h_create(struct moat_rpc_call *call, const ProtobufCMessage *req,
 	if (in->vcpus > 64)
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "vcpus %u is over 64", in->vcpus);
-	sb->id = moat_asprintf("sb-%llx",
-	    (unsigned long long)call->request_id);
+	sb->id =
+	    moat_asprintf("sb-%llx", (unsigned long long)call->request_id);
 	sb->image = strdup(in->image);
 	sb->tenant = strdup(in->tenant);
 	return MOAT_OK;
@@ -87,7 +87,7 @@ static int
 h_silent_error(struct moat_rpc_call *call, const ProtobufCMessage *req,
     ProtobufCMessage *reply)
 {
-	return MOAT_FAILED_PRECONDITION;  /* no message: server adds one */
+	return MOAT_FAILED_PRECONDITION; /* no message: server adds one */
 }
 
 static const struct moat_rpc_method methods[] = {
@@ -151,8 +151,11 @@ text_ok(const char *s)
 	const unsigned char *p = (const unsigned char *)s;
 
 	while (*p != 0) {
-		size_t n = *p < 0x80 ? 1 : (*p & 0xe0) == 0xc0 ? 2 :
-		    (*p & 0xf0) == 0xe0 ? 3 : (*p & 0xf8) == 0xf0 ? 4 : 0;
+		size_t n = *p < 0x80    ? 1 :
+		    (*p & 0xe0) == 0xc0 ? 2 :
+		    (*p & 0xf0) == 0xe0 ? 3 :
+		    (*p & 0xf8) == 0xf0 ? 4 :
+		                          0;
 		uint32_t cp;
 
 		if (n == 0)
@@ -182,13 +185,14 @@ dispatch_and_check(const uint8_t *data, size_t size)
 	size_t out_len = 0;
 
 	moat_fuzz_check(moat_rpc_server_dispatch(srv, data, size, &out,
-	    &out_len) == MOAT_OK, "no reply built");
+	                    &out_len) == MOAT_OK,
+	    "no reply built");
 	r = moat__v1__reply__unpack(NULL, out_len, out);
 	moat_fuzz_check(r != NULL, "reply does not decode");
 	moat_fuzz_check((int)r->code >= 0 && (int)r->code <= MOAT_STATUS_MAX,
 	    "reply code is not a status");
 	moat_fuzz_check(r->code == MOAT__V1__CODE__OK ||
-	    (r->message[0] != '\0' && r->payload.len == 0),
+	        (r->message[0] != '\0' && r->payload.len == 0),
 	    "error reply without message or with payload");
 	moat_fuzz_check(text_ok(r->message), "reply message is not text");
 	moat__v1__reply__free_unpacked(r, NULL);
@@ -228,8 +232,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 static void
-add_env(void (*add)(const uint8_t *, size_t), const char *method,
-    uint64_t rid, const char *auth, const ProtobufCMessage *payload)
+add_env(void (*add)(const uint8_t *, size_t), const char *method, uint64_t rid,
+    const char *auth, const ProtobufCMessage *payload)
 {
 	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
 	uint8_t pbuf[1024], buf[2048];
@@ -291,7 +295,7 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 		else if (in == &moat__v1__exec_request__descriptor)
 			m = &ex.base;
 		buf[0] = (uint8_t)(i | 0x30);
-		add(buf, 1 + (m != NULL ?
-		    protobuf_c_message_pack(m, buf + 1) : 0));
+		add(buf,
+		    1 + (m != NULL ? protobuf_c_message_pack(m, buf + 1) : 0));
 	}
 }

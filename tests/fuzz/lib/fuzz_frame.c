@@ -25,8 +25,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 2)
 		return 0;
-	cap = 1 + (data[0] & 0x3f) * 4;          /* 1 .. 253 */
-	chunk = 1 + (data[1] & 0x1f);            /* 1 .. 32 */
+	cap = 1 + (data[0] & 0x3f) * 4; /* 1 .. 253 */
+	chunk = 1 + (data[1] & 0x1f);   /* 1 .. 32 */
 	data += 2;
 	size -= 2;
 	moat_frame_reader_init(&r, cap);
@@ -35,7 +35,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int frv = moat_frame_reader_feed(&r, data + off, n);
 
 		moat_fuzz_check(frv == MOAT_OK ||
-		    frv == MOAT_RESOURCE_EXHAUSTED, "feed status");
+		        frv == MOAT_RESOURCE_EXHAUSTED,
+		    "feed status");
 		moat_fuzz_check(r.len <= 2 * (cap + 4),
 		    "buffer past twice cap + 4");
 		moat_fuzz_check(r.alloc <= 2 * (cap + 4),
@@ -48,16 +49,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			moat_fuzz_check(taken + 4 + len <= off,
 			    "frame longer than the bytes fed");
 			/* The body is the stream's bytes after the header. */
-			moat_fuzz_check(len == 0 || memcmp(frame,
-			    data + taken + 4, len) == 0, "frame bytes differ");
+			moat_fuzz_check(len == 0 ||
+			        memcmp(frame, data + taken + 4, len) == 0,
+			    "frame bytes differ");
 			taken += 4 + len;
 			free(frame);
 		}
 		moat_fuzz_check(rv == MOAT_UNAVAILABLE ||
-		    rv == MOAT_OUT_OF_RANGE, "next status");
+		        rv == MOAT_OUT_OF_RANGE,
+		    "next status");
 		if (rv == MOAT_OUT_OF_RANGE) {
 			moat_fuzz_check(moat_frame_reader_next(&r, &frame,
-			    &len) == MOAT_OUT_OF_RANGE, "out of range sticks");
+			                    &len) == MOAT_OUT_OF_RANGE,
+			    "out of range sticks");
 		} else if (frv != MOAT_OK) {
 			/* Refused with no whole frame to take: the cap has
 			 * been reached by one frame, impossible within it. */
@@ -73,8 +77,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 void
 moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 {
-	static const uint8_t s1[] = { 0x10, 0x03, 0, 0, 0, 3, 'a', 'b', 'c',
-		0, 0, 0, 0, 0, 0, 0, 1, 'z' };
+	static const uint8_t s1[] = { 0x10, 0x03, 0, 0, 0, 3, 'a', 'b', 'c', 0,
+		0, 0, 0, 0, 0, 0, 1, 'z' };
 	static const uint8_t s2[] = { 0x01, 0x00, 0, 0, 0, 5, 1, 2, 3, 4, 5 };
 	static const uint8_t s3[] = { 0x3f, 0x1f, 0, 0, 0, 200 };
 	uint8_t s4[2 + 4 + 253];

@@ -32,11 +32,11 @@ has_unknown(const ProtobufCMessage *m)
 		if (f->type != PROTOBUF_C_TYPE_MESSAGE)
 			continue;
 		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-			size_t n = *(const size_t *)(base +
-			    f->quantifier_offset);
+			size_t n =
+			    *(const size_t *)(base + f->quantifier_offset);
 			ProtobufCMessage *const *arr =
 			    *(ProtobufCMessage *const *const *)(base +
-			    f->offset);
+			        f->offset);
 
 			for (size_t j = 0; j < n; j++)
 				if (arr[j] != NULL && has_unknown(arr[j]))
@@ -44,8 +44,7 @@ has_unknown(const ProtobufCMessage *m)
 			continue;
 		}
 		if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
-		    *(const uint32_t *)(base + f->quantifier_offset) !=
-		    f->id)
+		    *(const uint32_t *)(base + f->quantifier_offset) != f->id)
 			continue;
 		{
 			const ProtobufCMessage *sub =

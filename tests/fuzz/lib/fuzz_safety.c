@@ -17,7 +17,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const langs[] = { "", "bash", "python", "node",
-	    "sql", NULL };
+		"sql", NULL };
 	struct moat_safety_verdict a, b;
 	const char *lang;
 	char *text;
@@ -32,11 +32,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	a = moat_safety_classify(text, lang);
 	b = moat_safety_classify(text, lang);
 	moat_fuzz_check(a.level >= MOAT_SAFETY_READ &&
-	    a.level <= MOAT_SAFETY_BLOCKED, "level in range");
+	        a.level <= MOAT_SAFETY_BLOCKED,
+	    "level in range");
 	moat_fuzz_check(memchr(a.reason, '\0', sizeof(a.reason)) != NULL &&
-	    a.reason[0] != '\0', "reason set and terminated");
-	moat_fuzz_check(a.level == b.level &&
-	    strcmp(a.reason, b.reason) == 0, "same answer twice");
+	        a.reason[0] != '\0',
+	    "reason set and terminated");
+	moat_fuzz_check(a.level == b.level && strcmp(a.reason, b.reason) == 0,
+	    "same answer twice");
 	free(text);
 	return 0;
 }
@@ -47,10 +49,12 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	static const char *const seeds[] = {
 		"\0ls -la / | grep x && echo \"$(rm -rf y)\" > /etc/z",
 		"\1:(){ :|:& };:",
-		"\1cat <<'EOF' > f\nrm -rf /\nEOF\nsudo -u root dd of=/dev/sda",
+		"\1cat <<'EOF' > f\nrm -rf /\nEOF\nsudo -u root dd "
+		"of=/dev/sda",
 		/* One seed on two lines (parenthesized: not a lost comma). */
-		("\2import os, subprocess\nsubprocess.run(['rm', '-rf', 'x'])\n"
-		"open('/etc/x', 'w').write(\"\"\"a'b\"\"\")  # c"),
+		("\2import os, subprocess\nsubprocess.run(['rm', '-rf', "
+		 "'x'])\n"
+		 "open('/etc/x', 'w').write(\"\"\"a'b\"\"\")  # c"),
 		"\3require('child_process').execSync(`ls ${x}`); /* c */",
 		"\4DROP TABLE t;",
 		"\0sh -c 'eval \"bash -c \\\"rm -rf /\\\"\"'",

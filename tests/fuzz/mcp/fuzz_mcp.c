@@ -36,21 +36,26 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_t *in, *reply;
 
 	moat_fuzz_check(moat_mcp_session_new(&s, NULL, "fuzz", &errmsg) ==
-	    MOAT_OK, "session_new");
-	out = moat_mcp_handle_text(s, (const char *)data, size, fake_call,
-	    NULL);
-	in = json_loadb((const char *)data, size, JSON_DECODE_ANY |
-	    JSON_REJECT_DUPLICATES, NULL);
+	        MOAT_OK,
+	    "session_new");
+	out =
+	    moat_mcp_handle_text(s, (const char *)data, size, fake_call, NULL);
+	in = json_loadb((const char *)data, size,
+	    JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
 	if (out != NULL) {
 		reply = json_loads(out, JSON_DECODE_ANY, NULL);
 		moat_fuzz_check(reply != NULL, "the reply is JSON");
-		moat_fuzz_check(json_is_array(reply) || strcmp(
-		    json_string_value(json_object_get(reply, "jsonrpc")) ?: "",
-		    "2.0") == 0, "the reply is JSON-RPC 2.0");
+		moat_fuzz_check(json_is_array(reply) ||
+		        strcmp(
+		            json_string_value(json_object_get(reply, "jsonrpc")) ?:
+		                "",
+		            "2.0") == 0,
+		    "the reply is JSON-RPC 2.0");
 		if (in == NULL)
 			moat_fuzz_check(json_integer_value(json_object_get(
-			    json_object_get(reply, "error"), "code")) ==
-			    -32700, "malformed JSON gets -32700");
+			                    json_object_get(reply, "error"),
+			                    "code")) == -32700,
+			    "malformed JSON gets -32700");
 		json_decref(reply);
 	} else {
 		moat_fuzz_check(in != NULL, "malformed JSON gets a reply");

@@ -61,14 +61,14 @@ struct vmd_proc {
 	struct moat_rpc_client *client;
 };
 
-static char root[64];          /* the test's temporary folder */
+static char root[64]; /* the test's temporary folder */
 static char images[128];
 static char jail_base[128];
 static char cgroup_root[128];
 static char jailer_record[128];
-static struct vmd_proc vmd;    /* driver=firecracker, not jailed */
+static struct vmd_proc vmd; /* driver=firecracker, not jailed */
 static struct vmd_proc jailed_vmd;
-static struct vmd_proc qemu_vmd;  /* driver=qemu, same state directory */
+static struct vmd_proc qemu_vmd; /* driver=qemu, same state directory */
 static char last_err[4096];
 
 /* ---- helpers ---- */
@@ -139,23 +139,22 @@ vmd_start(struct vmd_proc *v, const char *name, const char *driver,
 	snprintf(v->url, sizeof(v->url), "ipc://%s/vmd.sock", v->state);
 	snprintf(v->log, sizeof(v->log), "%s.log", v->state);
 	snprintf(conf, sizeof(conf), "%s.conf", v->state);
-	text = moat_asprintf(
-	    "[vmd]\n"
-	    "driver = %s\n"
-	    "test-hooks = true\n"
-	    "templates = off\n"
-	    "boot-timeout-ms = 30000\n"
-	    "[firecracker]\n"
-	    "test-no-kvm-check = true\n"
-	    "api-timeout-ms = 20000\n"
-	    "%s%s%s%s%s%s%s",
-	    driver,
-	    jailed ? "jailer = true\njailer-binary = " : "",
-	    jailed ? MOAT_FAKE_JAILER : "",
-	    jailed ? "\nchroot-base = " : "", jailed ? jail_base : "",
-	    jailed ? "\ncgroup-root = " : "", jailed ? cgroup_root : "",
+	text = moat_asprintf("[vmd]\n"
+	                     "driver = %s\n"
+	                     "test-hooks = true\n"
+	                     "templates = off\n"
+	                     "boot-timeout-ms = 30000\n"
+	                     "[firecracker]\n"
+	                     "test-no-kvm-check = true\n"
+	                     "api-timeout-ms = 20000\n"
+	                     "%s%s%s%s%s%s%s",
+	    driver, jailed ? "jailer = true\njailer-binary = " : "",
+	    jailed ? MOAT_FAKE_JAILER : "", jailed ? "\nchroot-base = " : "",
+	    jailed ? jail_base : "", jailed ? "\ncgroup-root = " : "",
+	    jailed ? cgroup_root : "",
 	    jailed ? "\nparent-cgroup = moat\nnew-pid-ns = true\n"
-	    "uid-base = 900000\nid-count = 16\n" : "");
+	             "uid-base = 900000\nid-count = 16\n" :
+	             "");
 	assert_non_null(text);
 	write_text(conf, text, 0644);
 	free(text);
@@ -170,9 +169,9 @@ vmd_start(struct vmd_proc *v, const char *name, const char *driver,
 		}
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--config", conf,
-		    "--state-dir", v->state, "--image-dir", images,
-		    "--listen", v->url, "--cache-dir", root,
-		    "--node-id", "fc-test", (char *)NULL);
+		    "--state-dir", v->state, "--image-dir", images, "--listen",
+		    v->url, "--cache-dir", root, "--node-id", "fc-test",
+		    (char *)NULL);
 		_exit(127);
 	}
 	assert_int_equal(moat_rpc_client_open(&v->client, v->url, &err), 0);
@@ -184,8 +183,8 @@ vmd_start(struct vmd_proc *v, const char *name, const char *driver,
 		int status;
 
 		if (moat_rpc_call(v->client, VM_SERVICE, "Health", &h.base,
-		    &moat__v1__health_reply__descriptor, &r, &opts, &err) ==
-		    MOAT_OK) {
+		        &moat__v1__health_reply__descriptor, &r, &opts,
+		        &err) == MOAT_OK) {
 			protobuf_c_message_free_unpacked(r, NULL);
 			break;
 		}
@@ -287,9 +286,8 @@ create(struct vmd_proc *v)
 
 	req.memory_mib = 256;
 	req.scratch_mib = 64;
-	if (call(v, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb) !=
-	    MOAT_OK) {
+	if (call(v, "CreateSandbox", &req.base, &moat__v1__sandbox__descriptor,
+	        (ProtobufCMessage **)&sb) != MOAT_OK) {
 		print_log_tail(v);
 		fail_msg("CreateSandbox: %s", last_err);
 	}
@@ -308,7 +306,7 @@ destroy(struct vmd_proc *v, const char *id)
 
 	ref.sandbox_id = (char *)id;
 	if (call(v, "DestroySandbox", &ref.base, &moat__v1__empty__descriptor,
-	    NULL) != MOAT_OK)
+	        NULL) != MOAT_OK)
 		fail_msg("DestroySandbox %s: %s", id, last_err);
 }
 
@@ -344,7 +342,7 @@ exec_echo_hi(struct vmd_proc *v, const char *id)
 	req.code = "echo hi";
 	req.timeout_ms = 10000;
 	if (call(v, "Exec", &req.base, &moat__v1__exec_result__descriptor,
-	    (ProtobufCMessage **)&res) != MOAT_OK) {
+	        (ProtobufCMessage **)&res) != MOAT_OK) {
 		print_log_tail(v);
 		fail_msg("Exec in %s: %s", id, last_err);
 	}
@@ -369,7 +367,7 @@ exec_started(struct vmd_proc *v, const char *id, const char *code)
 	req.language = "bash";
 	req.code = (char *)code;
 	if (call(v, "ExecStart", &req.base, &moat__v1__exec_handle__descriptor,
-	    (ProtobufCMessage **)&h) != MOAT_OK)
+	        (ProtobufCMessage **)&h) != MOAT_OK)
 		fail_msg("ExecStart in %s: %s", id, last_err);
 	exec_id = h->exec_id;
 	protobuf_c_message_free_unpacked(&h->base, NULL);
@@ -377,7 +375,7 @@ exec_started(struct vmd_proc *v, const char *id, const char *code)
 	wr.exec_id = exec_id;
 	wr.wait_ms = 10000;
 	if (call(v, "ExecWait", &wr.base, &moat__v1__exec_status__descriptor,
-	    (ProtobufCMessage **)&st) != MOAT_OK)
+	        (ProtobufCMessage **)&st) != MOAT_OK)
 		fail_msg("ExecWait in %s: %s", id, last_err);
 	assert_true(st->exited);
 	protobuf_c_message_free_unpacked(&st->base, NULL);
@@ -395,8 +393,8 @@ exec_output_is(struct vmd_proc *v, const char *id, uint64_t exec_id,
 	rr.sandbox_id = (char *)id;
 	rr.exec_id = exec_id;
 	if (call(v, "ExecRead", &rr.base,
-	    &moat__v1__exec_read_reply__descriptor,
-	    (ProtobufCMessage **)&r) != MOAT_OK)
+	        &moat__v1__exec_read_reply__descriptor,
+	        (ProtobufCMessage **)&r) != MOAT_OK)
 		fail_msg("ExecRead %" PRIu64 " in %s: %s", exec_id, id,
 		    last_err);
 	assert_int_equal(r->stdout.len, strlen(text));
@@ -415,7 +413,7 @@ write_file(struct vmd_proc *v, const char *id, const char *path,
 	wr.data.data = (uint8_t *)text;
 	wr.data.len = strlen(text);
 	if (call(v, "WriteFile", &wr.base, &moat__v1__file_info__descriptor,
-	    NULL) != MOAT_OK)
+	        NULL) != MOAT_OK)
 		fail_msg("WriteFile %s: %s", path, last_err);
 }
 
@@ -430,7 +428,7 @@ read_file_is(struct vmd_proc *v, const char *id, const char *path,
 	rr.sandbox_id = (char *)id;
 	rr.path = (char *)path;
 	if (call(v, "ReadFile", &rr.base, &moat__v1__file_data__descriptor,
-	    (ProtobufCMessage **)&fd) != MOAT_OK)
+	        (ProtobufCMessage **)&fd) != MOAT_OK)
 		fail_msg("ReadFile %s: %s", path, last_err);
 	assert_int_equal(fd->data.len, strlen(text));
 	assert_memory_equal(fd->data.data, text, strlen(text));
@@ -462,7 +460,8 @@ get_sandbox(struct vmd_proc *v, const char *id)
 
 	ref.sandbox_id = (char *)id;
 	assert_int_equal(call(v, "GetSandbox", &ref.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb),
+	                     &moat__v1__sandbox__descriptor,
+	                     (ProtobufCMessage **)&sb),
 	    MOAT_OK);
 	return sb;
 }
@@ -520,22 +519,24 @@ group_setup(void **state)
 		return -1;
 	snprintf(path, sizeof(path), "%s/bin/firecracker", root);
 	text = moat_asprintf("#!/bin/sh\nexec /usr/bin/env python3 '%s' "
-	    "\"$@\"\n", MOAT_FC_DOUBLE);
+	                     "\"$@\"\n",
+	    MOAT_FC_DOUBLE);
 	write_text(path, text, 0755);
 	free(text);
 	snprintf(path, sizeof(path), "%s/bin/qemu-system-x86_64", root);
-	write_text(path, "#!/bin/sh\necho 'QEMU emulator version 7.2.0 "
-	    "(moat test stand-in, never started)'\n", 0755);
+	write_text(path,
+	    "#!/bin/sh\necho 'QEMU emulator version 7.2.0 "
+	    "(moat test stand-in, never started)'\n",
+	    0755);
 	snprintf(path, sizeof(path), "%s/bin", root);
-	text = moat_asprintf("%s:%s", path, getenv("PATH") ? getenv("PATH") :
-	    "/usr/bin:/bin");
+	text = moat_asprintf("%s:%s", path,
+	    getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
 	setenv("PATH", text, 1);
 	free(text);
 
 	/* The cgroup v2 root the jail is prepared under: a plain folder
 	 * holding what the driver reads (cgroupfs would make these). */
-	snprintf(path, sizeof(path), "%s/cgroup.subtree_control",
-	    cgroup_root);
+	snprintf(path, sizeof(path), "%s/cgroup.subtree_control", cgroup_root);
 	write_text(path, "cpu memory\n", 0644);
 	snprintf(path, sizeof(path), "%s/moat", cgroup_root);
 	if (mkdir(path, 0755) != 0)
@@ -635,8 +636,8 @@ test_snapshot_restore(void **state)
 	before = exec_started(&vmd, sb->id, "echo before");
 	sr.sandbox_id = sb->id;
 	if (call(&vmd, "SnapshotSandbox", &sr.base,
-	    &moat__v1__local_snapshot__descriptor,
-	    (ProtobufCMessage **)&snap) != MOAT_OK) {
+	        &moat__v1__local_snapshot__descriptor,
+	        (ProtobufCMessage **)&snap) != MOAT_OK) {
 		print_log_tail(&vmd);
 		fail_msg("SnapshotSandbox: %s", last_err);
 	}
@@ -741,10 +742,10 @@ test_vmm_exits(void **state)
 	assert_int_equal(kill(sb->vmm_pid, SIGUSR2), 0);
 	now = wait_failed(&vmd, sb->id);
 	assert_non_null(strstr(now->failure_reason, "exit status 1"));
-	assert_non_null(strstr(now->failure_reason,
-	    "Firecracker exiting with code 1"));
-	assert_non_null(strstr(now->failure_reason,
-	    "Fatal error: SIGUSR2 from the test"));
+	assert_non_null(
+	    strstr(now->failure_reason, "Firecracker exiting with code 1"));
+	assert_non_null(
+	    strstr(now->failure_reason, "Fatal error: SIGUSR2 from the test"));
 	assert_no_process(sb->id);
 	protobuf_c_message_free_unpacked(&now->base, NULL);
 	destroy_and_check_gone(&vmd, sb);
@@ -790,7 +791,8 @@ test_jailed(void **state)
 
 	(void)state;
 	if (geteuid() != 0) {
-		fprintf(stderr, "SKIPPED test_jailed: the jailer needs vmd to "
+		fprintf(stderr,
+		    "SKIPPED test_jailed: the jailer needs vmd to "
 		    "run as root (it gives the jail to another uid)\n");
 		skip();
 	}
@@ -840,8 +842,8 @@ test_jailed(void **state)
 	 * snapshot's files are linked in, and both VMs serve. */
 	sr.sandbox_id = sb->id;
 	if (call(jv, "SnapshotSandbox", &sr.base,
-	    &moat__v1__local_snapshot__descriptor,
-	    (ProtobufCMessage **)&snap) != MOAT_OK) {
+	        &moat__v1__local_snapshot__descriptor,
+	        (ProtobufCMessage **)&snap) != MOAT_OK) {
 		print_log_tail(jv);
 		fail_msg("SnapshotSandbox (jailed): %s", last_err);
 	}
@@ -904,8 +906,10 @@ test_no_kvm_check_needs_test_hooks(void **state)
 	snprintf(conf, sizeof(conf), "%s/nohooks.conf", root);
 	snprintf(log, sizeof(log), "%s/nohooks.log", root);
 	snprintf(dir, sizeof(dir), "%s/nohooks", root);
-	write_text(conf, "[vmd]\ndriver = firecracker\ntest-hooks = false\n"
-	    "[firecracker]\ntest-no-kvm-check = true\n", 0644);
+	write_text(conf,
+	    "[vmd]\ndriver = firecracker\ntest-hooks = false\n"
+	    "[firecracker]\ntest-no-kvm-check = true\n",
+	    0644);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
@@ -916,8 +920,8 @@ test_no_kvm_check_needs_test_hooks(void **state)
 			dup2(fd, 2);
 		}
 		execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--config", conf,
-		    "--state-dir", dir, "--image-dir", images,
-		    "--cache-dir", root, (char *)NULL);
+		    "--state-dir", dir, "--image-dir", images, "--cache-dir",
+		    root, (char *)NULL);
 		_exit(127);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);

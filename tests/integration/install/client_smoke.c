@@ -66,12 +66,13 @@ main(void)
 	moat_client_set_timeout(c, 2000);
 	rv = moat_client_health(c, &health, &errmsg);
 	if (rv == MOAT_OK || health != NULL || errmsg == NULL) {
-		fprintf(stderr, "client_smoke: Health on %s, where nothing "
-		    "listens, did not fail cleanly (status %d)\n", url, rv);
+		fprintf(stderr,
+		    "client_smoke: Health on %s, where nothing "
+		    "listens, did not fail cleanly (status %d)\n",
+		    url, rv);
 		return 1;
 	}
-	printf("client_smoke: %s -> %s: %s\n", url, moat_strerror(rv),
-	    errmsg);
+	printf("client_smoke: %s -> %s: %s\n", url, moat_strerror(rv), errmsg);
 	free(errmsg);
 	moat_client_close(c);
 	return 0;

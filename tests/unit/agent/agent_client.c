@@ -44,9 +44,9 @@ tagent_sleep_ms(long ms)
 }
 
 int
-tagent_start(struct tagent* t, const char* const* extra, bool no_root)
+tagent_start(struct tagent *t, const char *const *extra, bool no_root)
 {
-	const char* argv[32];
+	const char *argv[32];
 	char listen[300];
 	int n = 0, i;
 
@@ -76,18 +76,18 @@ tagent_start(struct tagent* t, const char* const* extra, bool no_root)
 	if (t->pid == 0) {
 		/* a test that fails half-way must not leave agents behind */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		execv(argv[0], (char* const*)argv);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	return tagent_connect(t);
 }
 
 int
-tagent_connect(struct tagent* t)
+tagent_connect(struct tagent *t)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	uint64_t deadline = tagent_now_ms() + TAGENT_WAIT_MS;
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	tagent_disconnect(t);
 	if (strlen(t->sock) >= sizeof(sun.sun_path))
@@ -99,7 +99,7 @@ tagent_connect(struct tagent* t)
 		t->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (t->fd < 0)
 			return -1;
-		if (connect(t->fd, (struct sockaddr*)&sun, sizeof(sun)) == 0)
+		if (connect(t->fd, (struct sockaddr *)&sun, sizeof(sun)) == 0)
 			break;
 		close(t->fd);
 		t->fd = -1;
@@ -115,8 +115,8 @@ tagent_connect(struct tagent* t)
 	moat_frame_reader_init(&t->reader, MOAT_FRAME_MAX);
 	if ((m = tagent_recv(t)) == NULL)
 		return -1;
-	if (m->body_case != MOAT__V1__GUEST_MESSAGE__BODY_READY
-	    || m->id != 0) {
+	if (m->body_case != MOAT__V1__GUEST_MESSAGE__BODY_READY ||
+	    m->id != 0) {
 		print_error("first message is not AgentReady\n");
 		moat__v1__guest_message__free_unpacked(m, NULL);
 		return -1;
@@ -131,7 +131,7 @@ tagent_connect(struct tagent* t)
 }
 
 void
-tagent_disconnect(struct tagent* t)
+tagent_disconnect(struct tagent *t)
 {
 	if (t->fd >= 0) {
 		close(t->fd);
@@ -141,7 +141,7 @@ tagent_disconnect(struct tagent* t)
 }
 
 int
-tagent_stop(struct tagent* t)
+tagent_stop(struct tagent *t)
 {
 	uint64_t deadline = tagent_now_ms() + TAGENT_WAIT_MS;
 	int st = -1;
@@ -169,13 +169,13 @@ tagent_stop(struct tagent* t)
 }
 
 int
-tagent_send_raw(struct tagent* t, const void* data, size_t len)
+tagent_send_raw(struct tagent *t, const void *data, size_t len)
 {
 	return moat_frame_write_all(t->fd, data, len) == 0 ? 0 : -1;
 }
 
 int
-tagent_send(struct tagent* t, Moat__V1__GuestRequest* req)
+tagent_send(struct tagent *t, Moat__V1__GuestRequest *req)
 {
 	size_t body, flen;
 	uint8_t *buf, *frame;
@@ -196,12 +196,12 @@ tagent_send(struct tagent* t, Moat__V1__GuestRequest* req)
 	return rv;
 }
 
-uint8_t*
-tagent_recv_frame(struct tagent* t, size_t* len)
+uint8_t *
+tagent_recv_frame(struct tagent *t, size_t *len)
 {
 	uint64_t deadline = tagent_now_ms() + TAGENT_WAIT_MS;
 	static uint8_t chunk[65536];
-	uint8_t* frame;
+	uint8_t *frame;
 
 	for (;;) {
 		struct pollfd pfd = { .fd = t->fd, .events = POLLIN };
@@ -214,8 +214,8 @@ tagent_recv_frame(struct tagent* t, size_t* len)
 			return frame;
 		if (rv != MOAT_UNAVAILABLE) /* else: not whole yet */
 			return NULL;
-		if (now >= deadline
-		    || poll(&pfd, 1, (int)(deadline - now)) <= 0)
+		if (now >= deadline ||
+		    poll(&pfd, 1, (int)(deadline - now)) <= 0)
 			return NULL;
 		n = read(t->fd, chunk, sizeof(chunk));
 		if (n <= 0)
@@ -225,11 +225,11 @@ tagent_recv_frame(struct tagent* t, size_t* len)
 	}
 }
 
-Moat__V1__GuestMessage*
-tagent_recv(struct tagent* t)
+Moat__V1__GuestMessage *
+tagent_recv(struct tagent *t)
 {
-	Moat__V1__GuestMessage* m;
-	uint8_t* frame;
+	Moat__V1__GuestMessage *m;
+	uint8_t *frame;
 	size_t len;
 
 	if ((frame = tagent_recv_frame(t, &len)) == NULL)
@@ -239,10 +239,10 @@ tagent_recv(struct tagent* t)
 	return m;
 }
 
-Moat__V1__GuestMessage*
-tagent_call(struct tagent* t, Moat__V1__GuestRequest* req)
+Moat__V1__GuestMessage *
+tagent_call(struct tagent *t, Moat__V1__GuestRequest *req)
 {
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	if (tagent_send(t, req) != 0)
 		return NULL;
@@ -260,9 +260,9 @@ tagent_call(struct tagent* t, Moat__V1__GuestRequest* req)
 }
 
 static int
-texec_append(struct texec* res, int s, const uint8_t* data, size_t len)
+texec_append(struct texec *res, int s, const uint8_t *data, size_t len)
 {
-	uint8_t* nb = realloc(res->out[s], res->len[s] + len + 1);
+	uint8_t *nb = realloc(res->out[s], res->len[s] + len + 1);
 
 	if (nb == NULL)
 		return -1;
@@ -276,9 +276,9 @@ texec_append(struct texec* res, int s, const uint8_t* data, size_t len)
 }
 
 int
-tagent_exec_wait(struct tagent* t, uint64_t id, struct texec* res)
+tagent_exec_wait(struct tagent *t, uint64_t id, struct texec *res)
 {
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	while ((m = tagent_recv(t)) != NULL) {
 		Moat__V1__GuestMessage__BodyCase body = m->body_case;
@@ -289,8 +289,8 @@ tagent_exec_wait(struct tagent* t, uint64_t id, struct texec* res)
 			    (unsigned long long)m->id, (unsigned long long)id);
 			rv = -1;
 		} else if (body == MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT) {
-			int s = m->exec_output->stream
-			    == MOAT__V1__STREAM__STREAM_STDERR;
+			int s = m->exec_output->stream ==
+			    MOAT__V1__STREAM__STREAM_STDERR;
 
 			rv = texec_append(res, s, m->exec_output->data.data,
 			    m->exec_output->data.len);
@@ -299,8 +299,8 @@ tagent_exec_wait(struct tagent* t, uint64_t id, struct texec* res)
 			res->exit_msg = m;
 			return 0;
 		} else {
-			print_error(
-			    "unexpected body %d during exec\n", (int)body);
+			print_error("unexpected body %d during exec\n",
+			    (int)body);
 			rv = -1;
 		}
 		moat__v1__guest_message__free_unpacked(m, NULL);
@@ -311,11 +311,11 @@ tagent_exec_wait(struct tagent* t, uint64_t id, struct texec* res)
 }
 
 int
-tagent_exec(
-    struct tagent* t, Moat__V1__ExecStart* es, uint64_t id, struct texec* res)
+tagent_exec(struct tagent *t, Moat__V1__ExecStart *es, uint64_t id,
+    struct texec *res)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	memset(res, 0, sizeof(*res));
 	req.id = id;
@@ -339,7 +339,7 @@ tagent_exec(
 }
 
 void
-texec_free(struct texec* res)
+texec_free(struct texec *res)
 {
 	free(res->out[0]);
 	free(res->out[1]);
@@ -349,8 +349,8 @@ texec_free(struct texec* res)
 	memset(res, 0, sizeof(*res));
 }
 
-const char*
-tagent_host_path(struct tagent* t, const char* guest_path)
+const char *
+tagent_host_path(struct tagent *t, const char *guest_path)
 {
 	static char buf[1024];
 

@@ -23,7 +23,7 @@
 #include "moat/status.h"
 
 static int
-group_setup(void** state)
+group_setup(void **state)
 {
 	static struct tagent t;
 
@@ -34,26 +34,26 @@ group_setup(void** state)
 }
 
 static int
-group_teardown(void** state)
+group_teardown(void **state)
 {
 	tagent_stop(*state);
 	return 0;
 }
 
 /* run: one CodeRun; returns the answer (caller frees). */
-static Moat__V1__GuestMessage*
-run_lang(struct tagent* t, const char* ctx, const char* lang, const char* code,
+static Moat__V1__GuestMessage *
+run_lang(struct tagent *t, const char *ctx, const char *lang, const char *code,
     uint32_t timeout_ms)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__CodeRun cr = MOAT__V1__CODE_RUN__INIT;
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_CODE_RUN;
 	req.code_run = &cr;
-	cr.context = (char*)ctx;
-	cr.language = (char*)lang;
-	cr.code = (char*)code;
+	cr.context = (char *)ctx;
+	cr.language = (char *)lang;
+	cr.code = (char *)code;
 	cr.timeout_ms = timeout_ms;
 	m = tagent_call(t, &req);
 	assert_non_null(m);
@@ -61,31 +61,31 @@ run_lang(struct tagent* t, const char* ctx, const char* lang, const char* code,
 }
 
 /* run_ok: a run that must come back as a CodeResult. */
-static Moat__V1__GuestMessage*
-run_ok(
-    struct tagent* t, const char* ctx, const char* code, uint32_t timeout_ms)
+static Moat__V1__GuestMessage *
+run_ok(struct tagent *t, const char *ctx, const char *code,
+    uint32_t timeout_ms)
 {
-	Moat__V1__GuestMessage* m = run_lang(t, ctx, "", code, timeout_ms);
+	Moat__V1__GuestMessage *m = run_lang(t, ctx, "", code, timeout_ms);
 
 	if (m->code != MOAT__V1__CODE__OK)
 		print_error("code_run failed: %s\n", m->message);
 	assert_int_equal(m->code, MOAT__V1__CODE__OK);
-	assert_int_equal(
-	    m->body_case, MOAT__V1__GUEST_MESSAGE__BODY_CODE_RESULT);
+	assert_int_equal(m->body_case,
+	    MOAT__V1__GUEST_MESSAGE__BODY_CODE_RESULT);
 	return m;
 }
 
 static int
-close_ctx(struct tagent* t, const char* ctx)
+close_ctx(struct tagent *t, const char *ctx)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__CodeContextRef ref = MOAT__V1__CODE_CONTEXT_REF__INIT;
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 	int code;
 
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_CODE_CONTEXT_CLOSE;
 	req.code_context_close = &ref;
-	ref.context = (char*)ctx;
+	ref.context = (char *)ctx;
 	m = tagent_call(t, &req);
 	assert_non_null(m);
 	code = (int)m->code;
@@ -94,11 +94,11 @@ close_ctx(struct tagent* t, const char* ctx)
 }
 
 static void
-test_state_survives(void** state)
+test_state_survives(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
-	Moat__V1__CodeResult* r;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
+	Moat__V1__CodeResult *r;
 
 	m = run_ok(t, "keep",
 	    "import math\ndef sq(x):\n    return x * x\n"
@@ -137,11 +137,11 @@ test_state_survives(void** state)
 }
 
 static void
-test_exception(void** state)
+test_exception(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
-	Moat__V1__CodeResult* r;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
+	Moat__V1__CodeResult *r;
 
 	m = run_ok(t, "exc",
 	    "def f():\n    raise ValueError('bad thing')\n"
@@ -176,11 +176,11 @@ test_exception(void** state)
 }
 
 static void
-test_child_output(void** state)
+test_child_output(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
-	Moat__V1__CodeResult* r;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
+	Moat__V1__CodeResult *r;
 
 	m = run_ok(t, "out",
 	    "import os, sys\nos.system('echo from-child; echo err-child >&2')"
@@ -208,11 +208,11 @@ test_child_output(void** state)
 }
 
 static void
-test_timeout_keeps_context(void** state)
+test_timeout_keeps_context(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
-	Moat__V1__CodeResult* r;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
+	Moat__V1__CodeResult *r;
 
 	m = run_ok(t, "slow", "y = 'kept'", 0);
 	moat__v1__guest_message__free_unpacked(m, NULL);
@@ -257,10 +257,10 @@ test_timeout_keeps_context(void** state)
 }
 
 static void
-test_independent_contexts(void** state)
+test_independent_contexts(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
 
 	m = run_ok(t, "a", "v = 'A'", 0);
 	moat__v1__guest_message__free_unpacked(m, NULL);
@@ -293,11 +293,11 @@ test_independent_contexts(void** state)
 }
 
 static void
-test_context_dies(void** state)
+test_context_dies(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
-	Moat__V1__CodeResult* r;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
+	Moat__V1__CodeResult *r;
 
 	m = run_ok(t, "mortal", "z = 1", 0);
 	moat__v1__guest_message__free_unpacked(m, NULL);
@@ -327,10 +327,10 @@ test_context_dies(void** state)
 }
 
 static void
-test_refusals(void** state)
+test_refusals(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
 	char name[80];
 
 	m = run_lang(t, "bad/name", "", "1", 0);
@@ -367,11 +367,11 @@ test_refusals(void** state)
  * result, errors carry name/value/stack, a timeout interrupts the cell
  * and keeps the context. Skipped when the host has no node. */
 static void
-test_node_context(void** state)
+test_node_context(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
-	Moat__V1__CodeResult* r;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
+	Moat__V1__CodeResult *r;
 	char dir[300], link[320], cmd[1024];
 
 	if (access("/usr/bin/node", X_OK) != 0)
@@ -382,8 +382,10 @@ test_node_context(void** state)
 	assert_int_equal(system(cmd), 0);
 	/* The agent looks for node inside its root; in host mode the
 	 * interpreter itself comes from the host's PATH. */
-	snprintf(cmd, sizeof(cmd), "printf '#!/bin/sh\\nexec /usr/bin/node "
-	    "\"$@\"\\n' >'%s' && chmod 755 '%s'", link, link);
+	snprintf(cmd, sizeof(cmd),
+	    "printf '#!/bin/sh\\nexec /usr/bin/node "
+	    "\"$@\"\\n' >'%s' && chmod 755 '%s'",
+	    link, link);
 	assert_int_equal(system(cmd), 0);
 
 	m = run_lang(t, "js", "node",
@@ -397,7 +399,7 @@ test_node_context(void** state)
 	if (!r->has_result)
 		print_error("node: %s: %s\n%.*s\n", r->error_name,
 		    r->error_value, (int)r->stderr.len,
-		    (const char*)r->stderr.data);
+		    (const char *)r->stderr.data);
 	assert_true(r->has_result);
 	assert_string_equal(r->result, "21");
 	assert_int_equal(r->stdout.len, 3);
@@ -435,10 +437,10 @@ test_node_context(void** state)
 }
 
 static void
-test_too_many(void** state)
+test_too_many(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
 	char name[16];
 	int i;
 

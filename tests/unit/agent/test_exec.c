@@ -22,7 +22,7 @@
 #include "moat/status.h"
 
 static int
-group_setup(void** state)
+group_setup(void **state)
 {
 	static struct tagent t;
 
@@ -33,28 +33,28 @@ group_setup(void** state)
 }
 
 static int
-group_teardown(void** state)
+group_teardown(void **state)
 {
 	tagent_stop(*state);
 	return 0;
 }
 
 static void
-run_shell(struct tagent* t, const char* shell, struct texec* r)
+run_shell(struct tagent *t, const char *shell, struct texec *r)
 {
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 
-	es.shell = (char*)shell;
+	es.shell = (char *)shell;
 	assert_int_equal(tagent_exec(t, &es, 0, r), 0);
 	assert_int_equal(r->code, MOAT_OK);
 	assert_non_null(r->exit);
 }
 
 static void
-test_echo_exit_code(void** state)
+test_echo_exit_code(void **state)
 {
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
-	char* argv[] = { "echo", "hello", "world" };
+	char *argv[] = { "echo", "hello", "world" };
 	struct texec r;
 
 	es.argv = argv;
@@ -77,28 +77,28 @@ test_echo_exit_code(void** state)
 }
 
 static void
-test_stderr(void** state)
+test_stderr(void **state)
 {
 	struct texec r;
 
 	run_shell(*state, "echo out; echo oops >&2; exit 1", &r);
 	assert_int_equal(r.exit->exit_code, 1);
-	assert_string_equal((char*)r.out[0], "out\n");
-	assert_string_equal((char*)r.out[1], "oops\n");
+	assert_string_equal((char *)r.out[0], "out\n");
+	assert_string_equal((char *)r.out[1], "oops\n");
 	assert_int_equal(r.exit->stderr_bytes, 5);
 	texec_free(&r);
 }
 
 static void
-test_stdin_at_start(void** state)
+test_stdin_at_start(void **state)
 {
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
-	char* argv[] = { "cat" };
+	char *argv[] = { "cat" };
 	struct texec r;
 
 	es.argv = argv;
 	es.n_argv = 1;
-	es.stdin.data = (uint8_t*)"abc\0def";
+	es.stdin.data = (uint8_t *)"abc\0def";
 	es.stdin.len = 7;
 	es.stdin_close = true;
 	assert_int_equal(tagent_exec(*state, &es, 0, &r), 0);
@@ -109,14 +109,14 @@ test_stdin_at_start(void** state)
 }
 
 static void
-test_stdin_streamed(void** state)
+test_stdin_streamed(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__ExecInput in = MOAT__V1__EXEC_INPUT__INIT;
-	Moat__V1__GuestMessage* m;
-	char* argv[] = { "tr", "a-z", "A-Z" };
+	Moat__V1__GuestMessage *m;
+	char *argv[] = { "tr", "a-z", "A-Z" };
 	uint64_t id = t->next_id++;
 	struct texec r;
 
@@ -128,15 +128,15 @@ test_stdin_streamed(void** state)
 	req.exec_start = &es;
 	m = tagent_call(t, &req);
 	assert_non_null(m);
-	assert_int_equal(
-	    m->body_case, MOAT__V1__GUEST_MESSAGE__BODY_EXEC_STARTED);
+	assert_int_equal(m->body_case,
+	    MOAT__V1__GUEST_MESSAGE__BODY_EXEC_STARTED);
 	moat__v1__guest_message__free_unpacked(m, NULL);
 
 	moat__v1__guest_request__init(&req);
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_EXEC_INPUT;
 	req.exec_input = &in;
 	in.exec_id = id;
-	in.data.data = (uint8_t*)"more ";
+	in.data.data = (uint8_t *)"more ";
 	in.data.len = 5;
 	m = tagent_call(t, &req);
 	assert_non_null(m);
@@ -145,7 +145,7 @@ test_stdin_streamed(void** state)
 	moat__v1__guest_message__free_unpacked(m, NULL);
 
 	req.id = 0;
-	in.data.data = (uint8_t*)"input";
+	in.data.data = (uint8_t *)"input";
 	in.data.len = 5;
 	in.close = true;
 	/* events of the exec may come before the ack: collect them all */
@@ -159,10 +159,10 @@ test_stdin_streamed(void** state)
 			break;
 		}
 		assert_int_equal(m->id, id);
-		assert_int_equal(
-		    m->body_case, MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT);
-		r.out[0] = realloc(
-		    r.out[0], r.len[0] + m->exec_output->data.len + 1);
+		assert_int_equal(m->body_case,
+		    MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT);
+		r.out[0] =
+		    realloc(r.out[0], r.len[0] + m->exec_output->data.len + 1);
 		memcpy(r.out[0] + r.len[0], m->exec_output->data.data,
 		    m->exec_output->data.len);
 		r.len[0] += m->exec_output->data.len;
@@ -184,11 +184,11 @@ test_stdin_streamed(void** state)
 }
 
 static void
-test_python_exit_code(void** state)
+test_python_exit_code(void **state)
 {
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
-	char* argv[]
-	    = { "python3", "-c", "import sys; print(6 * 7); sys.exit(7)" };
+	char *argv[] = { "python3", "-c",
+		"import sys; print(6 * 7); sys.exit(7)" };
 	struct texec r;
 
 	es.argv = argv;
@@ -196,12 +196,12 @@ test_python_exit_code(void** state)
 	assert_int_equal(tagent_exec(*state, &es, 0, &r), 0);
 	assert_int_equal(r.code, MOAT_OK);
 	assert_int_equal(r.exit->exit_code, 7);
-	assert_string_equal((char*)r.out[0], "42\n");
+	assert_string_equal((char *)r.out[0], "42\n");
 	texec_free(&r);
 }
 
 static void
-test_timeout_kills_group(void** state)
+test_timeout_kills_group(void **state)
 {
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 	struct texec r;
@@ -219,7 +219,7 @@ test_timeout_kills_group(void** state)
 }
 
 static void
-test_output_cap(void** state)
+test_output_cap(void **state)
 {
 	struct texec r;
 
@@ -230,13 +230,13 @@ test_output_cap(void** state)
 	assert_true(r.exit->stdout_truncated);
 	assert_int_equal(r.exit->stdout_bytes, 5u << 20);
 	assert_false(r.exit->stderr_truncated);
-	assert_string_equal((char*)r.out[1], "tail\n");
+	assert_string_equal((char *)r.out[1], "tail\n");
 	assert_true(r.max_chunk <= 65536);
 	texec_free(&r);
 }
 
 static void
-test_output_cap_small(void** state)
+test_output_cap_small(void **state)
 {
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 	struct texec r;
@@ -252,13 +252,13 @@ test_output_cap_small(void** state)
 }
 
 static void
-test_background_does_not_hold(void** state)
+test_background_does_not_hold(void **state)
 {
 	struct texec r;
 
 	run_shell(*state, "sleep 300 & echo started", &r);
 	assert_int_equal(r.exit->exit_code, 0);
-	assert_string_equal((char*)r.out[0], "started\n");
+	assert_string_equal((char *)r.out[0], "started\n");
 	/* the exec is over, but its background process lives on */
 	assert_int_equal(kill(-r.pid, 0), 0);
 	assert_int_equal(kill(-r.pid, SIGKILL), 0);
@@ -267,10 +267,10 @@ test_background_does_not_hold(void** state)
 }
 
 static void
-test_exec_failure(void** state)
+test_exec_failure(void **state)
 {
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
-	char* argv[] = { "/nonexistent/program", "x" };
+	char *argv[] = { "/nonexistent/program", "x" };
 	struct texec r;
 
 	es.argv = argv;
@@ -279,16 +279,16 @@ test_exec_failure(void** state)
 	assert_int_equal(r.code, MOAT_OK);
 	assert_int_equal(r.exit->exit_code, 127);
 	assert_non_null(r.out[1]);
-	assert_non_null(strstr((char*)r.out[1], "cannot run"));
+	assert_non_null(strstr((char *)r.out[1], "cannot run"));
 	texec_free(&r);
 }
 
 static void
-test_bad_requests(void** state)
+test_bad_requests(void **state)
 {
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
-	char* argv[] = { "true" };
-	char* env[] = { "NOEQUALS" };
+	char *argv[] = { "true" };
+	char *env[] = { "NOEQUALS" };
 	struct texec r;
 
 	/* neither argv nor shell */
@@ -320,11 +320,11 @@ test_bad_requests(void** state)
 }
 
 static void
-test_env_and_cwd(void** state)
+test_env_and_cwd(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
-	char* env[] = { "FOO=bar baz", "TERM=xterm" };
+	char *env[] = { "FOO=bar baz", "TERM=xterm" };
 	char want[600];
 	struct texec r;
 
@@ -336,7 +336,7 @@ test_env_and_cwd(void** state)
 	/* default cwd /root, inside --root, made when missing */
 	snprintf(want, sizeof(want), "bar baz|/root|xterm|C.UTF-8\n%s\n",
 	    tagent_host_path(t, "/root"));
-	assert_string_equal((char*)r.out[0], want);
+	assert_string_equal((char *)r.out[0], want);
 	texec_free(&r);
 
 	es.shell = "pwd";
@@ -345,21 +345,21 @@ test_env_and_cwd(void** state)
 	es.cwd = "/work/deep/dir";
 	assert_int_equal(tagent_exec(t, &es, 0, &r), 0);
 	assert_int_equal(r.exit->exit_code, 0);
-	snprintf(
-	    want, sizeof(want), "%s\n", tagent_host_path(t, "/work/deep/dir"));
-	assert_string_equal((char*)r.out[0], want);
+	snprintf(want, sizeof(want), "%s\n",
+	    tagent_host_path(t, "/work/deep/dir"));
+	assert_string_equal((char *)r.out[0], want);
 	texec_free(&r);
 }
 
 static void
-test_signal_and_unknown(void** state)
+test_signal_and_unknown(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__ExecSignal sig = MOAT__V1__EXEC_SIGNAL__INIT;
-	Moat__V1__GuestMessage* m;
-	char* argv[] = { "sleep", "300" };
+	Moat__V1__GuestMessage *m;
+	char *argv[] = { "sleep", "300" };
 	uint64_t id = t->next_id++;
 	struct texec r;
 
@@ -382,8 +382,8 @@ test_signal_and_unknown(void** state)
 	req.exec_start = &es;
 	m = tagent_call(t, &req);
 	assert_non_null(m);
-	assert_int_equal(
-	    m->body_case, MOAT__V1__GUEST_MESSAGE__BODY_EXEC_STARTED);
+	assert_int_equal(m->body_case,
+	    MOAT__V1__GUEST_MESSAGE__BODY_EXEC_STARTED);
 	moat__v1__guest_message__free_unpacked(m, NULL);
 
 	/* the same id again while it runs */
@@ -419,12 +419,12 @@ test_signal_and_unknown(void** state)
  * both at once) reaches a child that may not have made its process group
  * yet. */
 static void
-test_signal_right_after_start(void** state)
+test_signal_right_after_start(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 	Moat__V1__ExecSignal sig = MOAT__V1__EXEC_SIGNAL__INIT;
-	char* argv[] = { "sleep", "300" };
+	char *argv[] = { "sleep", "300" };
 	int round;
 
 	es.argv = argv;
@@ -459,16 +459,16 @@ test_signal_right_after_start(void** state)
 		n = (size_t)(p - buf);
 		assert_int_equal(tagent_send_raw(t, buf, n), 0);
 		while (!exited || seen < 2) {
-			Moat__V1__GuestMessage* m = tagent_recv(t);
+			Moat__V1__GuestMessage *m = tagent_recv(t);
 
 			assert_non_null(m);
 			assert_int_equal(m->code, MOAT_OK);
-			if (m->body_case
-			    == MOAT__V1__GUEST_MESSAGE__BODY_EXEC_EXIT) {
+			if (m->body_case ==
+			    MOAT__V1__GUEST_MESSAGE__BODY_EXEC_EXIT) {
 				assert_int_equal(m->id, start.id);
 				assert_false(m->exec_exit->timed_out);
-				assert_int_equal(
-				    m->exec_exit->signal, SIGKILL);
+				assert_int_equal(m->exec_exit->signal,
+				    SIGKILL);
 				exited = true;
 			} else {
 				seen++;
@@ -479,17 +479,17 @@ test_signal_right_after_start(void** state)
 }
 
 static void
-test_stdin_bound(void** state)
+test_stdin_bound(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__ExecInput in = MOAT__V1__EXEC_INPUT__INIT;
 	Moat__V1__ExecSignal sig = MOAT__V1__EXEC_SIGNAL__INIT;
-	Moat__V1__GuestMessage* m;
-	char* argv[] = { "sleep", "300" };
+	Moat__V1__GuestMessage *m;
+	char *argv[] = { "sleep", "300" };
 	uint64_t id = t->next_id++;
-	uint8_t* big = calloc(1, 1u << 20);
+	uint8_t *big = calloc(1, 1u << 20);
 	struct texec r;
 
 	assert_non_null(big);
@@ -536,14 +536,14 @@ test_stdin_bound(void** state)
 }
 
 static void
-test_exec_limit(void** state)
+test_exec_limit(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__ExecSignal sig = MOAT__V1__EXEC_SIGNAL__INIT;
-	Moat__V1__GuestMessage* m;
-	char* argv[] = { "sleep", "300" };
+	Moat__V1__GuestMessage *m;
+	char *argv[] = { "sleep", "300" };
 	uint64_t first = t->next_id;
 	struct texec r;
 	int i;
@@ -580,9 +580,9 @@ test_exec_limit(void** state)
 		m = tagent_recv(t);
 		assert_non_null(m);
 		assert_int_equal(m->code, MOAT_OK);
-		assert_true(m->body_case == MOAT__V1__GUEST_MESSAGE__BODY_ACK
-		    || m->body_case
-		        == MOAT__V1__GUEST_MESSAGE__BODY_EXEC_EXIT);
+		assert_true(
+		    m->body_case == MOAT__V1__GUEST_MESSAGE__BODY_ACK ||
+		    m->body_case == MOAT__V1__GUEST_MESSAGE__BODY_EXEC_EXIT);
 		moat__v1__guest_message__free_unpacked(m, NULL);
 	}
 	/* room again */

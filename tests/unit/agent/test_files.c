@@ -25,7 +25,7 @@
 #include "moat/status.h"
 
 static int
-group_setup(void** state)
+group_setup(void **state)
 {
 	static struct tagent t;
 
@@ -36,14 +36,14 @@ group_setup(void** state)
 }
 
 static int
-group_teardown(void** state)
+group_teardown(void **state)
 {
 	tagent_stop(*state);
 	return 0;
 }
 
-static Moat__V1__GuestMessage*
-do_write(struct tagent* t, const char* path, const void* data, size_t len,
+static Moat__V1__GuestMessage *
+do_write(struct tagent *t, const char *path, const void *data, size_t len,
     uint64_t offset, uint32_t mode, bool truncate, bool parents)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
@@ -51,8 +51,8 @@ do_write(struct tagent* t, const char* path, const void* data, size_t len,
 
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_FILE_WRITE;
 	req.file_write = &fw;
-	fw.path = (char*)path;
-	fw.data.data = (uint8_t*)data;
+	fw.path = (char *)path;
+	fw.data.data = (uint8_t *)data;
 	fw.data.len = len;
 	fw.offset = offset;
 	fw.mode = mode;
@@ -61,30 +61,30 @@ do_write(struct tagent* t, const char* path, const void* data, size_t len,
 	return tagent_call(t, &req);
 }
 
-static Moat__V1__GuestMessage*
-do_read(struct tagent* t, const char* path, uint64_t offset, uint32_t len)
+static Moat__V1__GuestMessage *
+do_read(struct tagent *t, const char *path, uint64_t offset, uint32_t len)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__GuestFileRead fr = MOAT__V1__GUEST_FILE_READ__INIT;
 
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_FILE_READ;
 	req.file_read = &fr;
-	fr.path = (char*)path;
+	fr.path = (char *)path;
 	fr.offset = offset;
 	fr.length = len;
 	return tagent_call(t, &req);
 }
 
 /* do_path: file_list, file_stat, file_remove or mkdir. */
-static Moat__V1__GuestMessage*
-do_path(struct tagent* t, Moat__V1__GuestRequest__OpCase op, const char* path,
+static Moat__V1__GuestMessage *
+do_path(struct tagent *t, Moat__V1__GuestRequest__OpCase op, const char *path,
     bool flag, uint32_t mode)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__GuestPath gp = MOAT__V1__GUEST_PATH__INIT;
 
 	req.op_case = op;
-	gp.path = (char*)path;
+	gp.path = (char *)path;
 	gp.recursive = flag;
 	gp.parents = flag;
 	gp.mode = mode;
@@ -107,12 +107,12 @@ do_path(struct tagent* t, Moat__V1__GuestRequest__OpCase op, const char* path,
 
 /* expect: the reply's code, and frees it. */
 static void
-expect(Moat__V1__GuestMessage* m, int code)
+expect(Moat__V1__GuestMessage *m, int code)
 {
 	assert_non_null(m);
 	if ((int)m->code != code)
-		print_error(
-		    "code %d, message: %s\n", (int)m->code, m->message);
+		print_error("code %d, message: %s\n", (int)m->code,
+		    m->message);
 	assert_int_equal(m->code, code);
 	if (code != MOAT_OK)
 		assert_true(strlen(m->message) > 0);
@@ -125,13 +125,13 @@ expect(Moat__V1__GuestMessage* m, int code)
 #define MKDIR MOAT__V1__GUEST_REQUEST__OP_MKDIR
 
 static void
-test_binary_round_trip(void** state)
+test_binary_round_trip(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	const size_t total = 3u << 20, chunk = 1u << 20;
 	uint8_t *data = malloc(total), *back = calloc(1, total);
 	uint8_t want[SHA256_DIGEST_LENGTH], got[SHA256_DIGEST_LENGTH];
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 	size_t off, i;
 
 	assert_non_null(data);
@@ -139,12 +139,12 @@ test_binary_round_trip(void** state)
 	for (i = 0; i < total; i++)
 		data[i] = (uint8_t)i;
 	for (off = 0; off < total; off += chunk) {
-		m = do_write(
-		    t, "/bin/blob", data + off, chunk, off, 0, off == 0, true);
+		m = do_write(t, "/bin/blob", data + off, chunk, off, 0,
+		    off == 0, true);
 		assert_non_null(m);
 		assert_int_equal(m->code, MOAT_OK);
-		assert_int_equal(
-		    m->body_case, MOAT__V1__GUEST_MESSAGE__BODY_FILE_STAT);
+		assert_int_equal(m->body_case,
+		    MOAT__V1__GUEST_MESSAGE__BODY_FILE_STAT);
 		assert_int_equal(m->file_stat->size, off + chunk);
 		moat__v1__guest_message__free_unpacked(m, NULL);
 	}
@@ -153,8 +153,8 @@ test_binary_round_trip(void** state)
 		m = do_read(t, "/bin/blob", off, 700000);
 		assert_non_null(m);
 		assert_int_equal(m->code, MOAT_OK);
-		assert_int_equal(
-		    m->body_case, MOAT__V1__GUEST_MESSAGE__BODY_FILE_DATA);
+		assert_int_equal(m->body_case,
+		    MOAT__V1__GUEST_MESSAGE__BODY_FILE_DATA);
 		assert_int_equal(m->file_data->size, total);
 		assert_true(m->file_data->data.len > 0);
 		assert_true(off + m->file_data->data.len <= total);
@@ -172,8 +172,8 @@ test_binary_round_trip(void** state)
 	free(back);
 	back = NULL;
 	{
-		FILE* f = fopen(tagent_host_path(t, "/bin/blob"), "rb");
-		uint8_t* disk = malloc(total);
+		FILE *f = fopen(tagent_host_path(t, "/bin/blob"), "rb");
+		uint8_t *disk = malloc(total);
 
 		assert_non_null(f);
 		assert_int_equal(fread(disk, 1, total, f), total);
@@ -185,14 +185,14 @@ test_binary_round_trip(void** state)
 }
 
 static void
-test_write_modes(void** state)
+test_write_modes(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
 	struct stat st;
 
-	expect(do_write(
-	           t, "/w/hello.txt", "hello world", 11, 0, 0600, false, true),
+	expect(do_write(t, "/w/hello.txt", "hello world", 11, 0, 0600, false,
+	           true),
 	    MOAT_OK);
 	assert_int_equal(stat(tagent_host_path(t, "/w/hello.txt"), &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0600);
@@ -228,7 +228,7 @@ test_write_modes(void** state)
 	    MOAT_FAILED_PRECONDITION);
 	/* too much for one request */
 	{
-		uint8_t* big = calloc(1, MOAT_GUEST_IO_MAX + 1);
+		uint8_t *big = calloc(1, MOAT_GUEST_IO_MAX + 1);
 
 		expect(do_write(t, "/w/big", big, MOAT_GUEST_IO_MAX + 1, 0, 0,
 		           false, false),
@@ -238,9 +238,9 @@ test_write_modes(void** state)
 }
 
 static void
-test_read_errors(void** state)
+test_read_errors(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 
 	expect(do_read(t, "/missing", 0, 0), MOAT_NOT_FOUND);
 	expect(do_read(t, "/", 0, 0), MOAT_FAILED_PRECONDITION);
@@ -256,10 +256,10 @@ test_read_errors(void** state)
 }
 
 static void
-test_list_stat_mkdir_remove(void** state)
+test_list_stat_mkdir_remove(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
 
 	expect(do_path(t, MKDIR, "/m/a/b", false, 0), MOAT_NOT_FOUND);
 	expect(do_path(t, MKDIR, "/m/a/b", true, 0), MOAT_OK);
@@ -270,29 +270,29 @@ test_list_stat_mkdir_remove(void** state)
 	    MOAT_OK);
 	expect(do_path(t, MKDIR, "/m/a/b/file", false, 0),
 	    MOAT_FAILED_PRECONDITION);
-	assert_int_equal(
-	    symlink("b/file", tagent_host_path(t, "/m/a/link")), 0);
+	assert_int_equal(symlink("b/file", tagent_host_path(t, "/m/a/link")),
+	    0);
 
 	m = do_path(t, STAT, "/m/private", false, 0);
 	assert_int_equal(m->code, MOAT_OK);
-	assert_int_equal(
-	    m->file_stat->type, MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY);
+	assert_int_equal(m->file_stat->type,
+	    MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY);
 	assert_int_equal(m->file_stat->mode, 0700);
 	assert_string_equal(m->file_stat->name, "private");
 	assert_string_equal(m->file_stat->path, "/m/private");
 	moat__v1__guest_message__free_unpacked(m, NULL);
 
 	m = do_path(t, STAT, "/m/a/b/file", false, 0);
-	assert_int_equal(
-	    m->file_stat->type, MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR);
+	assert_int_equal(m->file_stat->type,
+	    MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR);
 	assert_int_equal(m->file_stat->size, 5);
 	assert_true(m->file_stat->mtime_ns > 0);
 	moat__v1__guest_message__free_unpacked(m, NULL);
 
 	/* stat does not follow the last symlink */
 	m = do_path(t, STAT, "/m/a/link", false, 0);
-	assert_int_equal(
-	    m->file_stat->type, MOAT__V1__FILE_TYPE__FILE_TYPE_SYMLINK);
+	assert_int_equal(m->file_stat->type,
+	    MOAT__V1__FILE_TYPE__FILE_TYPE_SYMLINK);
 	moat__v1__guest_message__free_unpacked(m, NULL);
 
 	m = do_path(t, LIST, "/m/a", false, 0);
@@ -321,18 +321,18 @@ test_list_stat_mkdir_remove(void** state)
 	expect(do_path(t, STAT, "/m/a/b/file", false, 0), MOAT_OK);
 	expect(do_path(t, REMOVE, "/m/a/b/file", false, 0), MOAT_OK);
 	expect(do_path(t, STAT, "/m/a/b/file", false, 0), MOAT_NOT_FOUND);
-	expect(
-	    do_write(t, "/m/a/b/c/d/e", "x", 1, 0, 0, false, true), MOAT_OK);
+	expect(do_write(t, "/m/a/b/c/d/e", "x", 1, 0, 0, false, true),
+	    MOAT_OK);
 	expect(do_path(t, REMOVE, "/m/a", true, 0), MOAT_OK);
 	expect(do_path(t, STAT, "/m/a", false, 0), MOAT_NOT_FOUND);
 	expect(do_path(t, STAT, "/m/private", false, 0), MOAT_OK);
 }
 
 static void
-test_list_cap(void** state)
+test_list_cap(void **state)
 {
-	struct tagent* t = *state;
-	Moat__V1__GuestMessage* m;
+	struct tagent *t = *state;
+	Moat__V1__GuestMessage *m;
 	char path[600];
 	int i, fd;
 
@@ -353,14 +353,14 @@ test_list_cap(void** state)
 }
 
 static void
-test_path_rules(void** state)
+test_path_rules(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	/* GuestRequest{id 4242, file_stat {path "/tmp\0x"}}, by hand:
 	 * protobuf-c would stop the string at the NUL */
 	static const uint8_t nul_req[] = { 0, 0, 0, 14, 0x08, 0x92, 0x21, 0x82,
 		0x01, 0x08, 0x0a, 0x06, '/', 't', 'm', 'p', 0, 'x' };
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	expect(do_path(t, STAT, "relative/path", false, 0),
 	    MOAT_INVALID_ARGUMENT);
@@ -390,25 +390,26 @@ test_path_rules(void** state)
 /* escape_checks: nothing outside t->root can be read, listed or written
  * through the links make_escapes made. */
 static void
-escape_checks(struct tagent* t)
+escape_checks(struct tagent *t)
 {
 	char outside[300], secret[400], target[400];
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 	struct stat st;
 
 	snprintf(outside, sizeof(outside), "%s/outside", t->dir);
 	snprintf(secret, sizeof(secret), "%s/secret", outside);
 	assert_int_equal(mkdir(outside, 0755), 0);
 	{
-		FILE* f = fopen(secret, "w");
+		FILE *f = fopen(secret, "w");
 
 		assert_non_null(f);
 		fputs("SECRET", f);
 		fclose(f);
 	}
 	assert_int_equal(symlink(secret, tagent_host_path(t, "/abs")), 0);
-	assert_int_equal(
-	    symlink("../outside/secret", tagent_host_path(t, "/rel")), 0);
+	assert_int_equal(symlink("../outside/secret",
+	                     tagent_host_path(t, "/rel")),
+	    0);
 	assert_int_equal(symlink("../../../../../../outside",
 	                     tagent_host_path(t, "/dirlink")),
 	    0);
@@ -458,8 +459,8 @@ escape_checks(struct tagent* t)
 	assert_int_equal(stat(secret, &st), 0);
 
 	/* links that stay inside work */
-	expect(
-	    do_write(t, "/data/f", "inside", 6, 0, 0, false, true), MOAT_OK);
+	expect(do_write(t, "/data/f", "inside", 6, 0, 0, false, true),
+	    MOAT_OK);
 	assert_int_equal(symlink("/data/f", tagent_host_path(t, "/in")), 0);
 	assert_int_equal(symlink("data/f", tagent_host_path(t, "/data2")), 0);
 	m = do_read(t, "/in", 0, 0);
@@ -474,7 +475,7 @@ escape_checks(struct tagent* t)
 }
 
 static int
-start_plain(void** state)
+start_plain(void **state)
 {
 	static struct tagent t;
 
@@ -485,9 +486,9 @@ start_plain(void** state)
 }
 
 static int
-start_no_openat2(void** state)
+start_no_openat2(void **state)
 {
-	static const char* const extra[] = { "--no-openat2", NULL };
+	static const char *const extra[] = { "--no-openat2", NULL };
 	static struct tagent t;
 
 	if (tagent_start(&t, extra, false) != 0)
@@ -497,14 +498,14 @@ start_no_openat2(void** state)
 }
 
 static int
-stop_agent(void** state)
+stop_agent(void **state)
 {
 	tagent_stop(*state);
 	return 0;
 }
 
 static void
-test_root_escape(void** state)
+test_root_escape(void **state)
 {
 	escape_checks(*state);
 }
@@ -521,10 +522,10 @@ main(void)
 		cmocka_unit_test(test_path_rules),
 		/* a fresh root each: with openat2, and with the agent's own
 		 * walk */
-		cmocka_unit_test_setup_teardown(
-		    test_root_escape, start_plain, stop_agent),
-		cmocka_unit_test_setup_teardown(
-		    test_root_escape, start_no_openat2, stop_agent),
+		cmocka_unit_test_setup_teardown(test_root_escape, start_plain,
+		    stop_agent),
+		cmocka_unit_test_setup_teardown(test_root_escape,
+		    start_no_openat2, stop_agent),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -26,7 +26,7 @@
 #include "moat/status.h"
 
 static int
-group_setup(void** state)
+group_setup(void **state)
 {
 	static struct tagent t;
 
@@ -37,14 +37,14 @@ group_setup(void** state)
 }
 
 static int
-group_teardown(void** state)
+group_teardown(void **state)
 {
 	tagent_stop(*state);
 	return 0;
 }
 
-static Moat__V1__GuestMessage*
-info(struct tagent* t)
+static Moat__V1__GuestMessage *
+info(struct tagent *t)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__GuestInfoRequest ir = MOAT__V1__GUEST_INFO_REQUEST__INIT;
@@ -55,9 +55,9 @@ info(struct tagent* t)
 }
 
 static void
-expect_alive(struct tagent* t)
+expect_alive(struct tagent *t)
 {
-	Moat__V1__GuestMessage* m = info(t);
+	Moat__V1__GuestMessage *m = info(t);
 
 	assert_non_null(m);
 	assert_int_equal(m->code, MOAT_OK);
@@ -66,9 +66,9 @@ expect_alive(struct tagent* t)
 }
 
 static void
-test_ready(void** state)
+test_ready(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 
 	assert_non_null(t->ready);
 	assert_string_equal(t->ready->agent_version, MOAT_VERSION);
@@ -76,9 +76,9 @@ test_ready(void** state)
 }
 
 static void
-test_info(void** state)
+test_info(void **state)
 {
-	Moat__V1__GuestMessage* m = info(*state);
+	Moat__V1__GuestMessage *m = info(*state);
 
 	assert_non_null(m);
 	assert_int_equal(m->code, MOAT_OK);
@@ -95,11 +95,11 @@ test_info(void** state)
 }
 
 static void
-test_garbage_from_host(void** state)
+test_garbage_from_host(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	uint8_t frame[4 + 300];
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 	size_t i;
 
 	frame[0] = frame[1] = 0;
@@ -126,15 +126,15 @@ test_garbage_from_host(void** state)
 }
 
 static void
-test_id_zero_and_unknown_op(void** state)
+test_id_zero_and_unknown_op(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	/* GuestRequest{info {}} with no id */
 	static const uint8_t no_id[] = { 0, 0, 0, 3, 0x9a, 0x01, 0x00 };
 	/* GuestRequest{id 7, field 45 (a future op) {}} */
-	static const uint8_t future[]
-	    = { 0, 0, 0, 5, 0x08, 0x07, 0xea, 0x02, 0x00 };
-	Moat__V1__GuestMessage* m;
+	static const uint8_t future[] = { 0, 0, 0, 5, 0x08, 0x07, 0xea, 0x02,
+		0x00 };
+	Moat__V1__GuestMessage *m;
 
 	assert_int_equal(tagent_send_raw(t, no_id, sizeof(no_id)), 0);
 	m = tagent_recv(t);
@@ -153,11 +153,11 @@ test_id_zero_and_unknown_op(void** state)
 }
 
 static void
-test_oversize_from_host(void** state)
+test_oversize_from_host(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	static const uint8_t header[] = { 0x7f, 0xff, 0xff, 0xff, 1, 2, 3 };
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	assert_int_equal(tagent_send_raw(t, header, sizeof(header)), 0);
 	m = tagent_recv(t);
@@ -167,19 +167,19 @@ test_oversize_from_host(void** state)
 	assert_non_null(strstr(m->message, "cap"));
 	moat__v1__guest_message__free_unpacked(m, NULL);
 	/* the stream is out of step: the agent hung up ... */
-	assert_null(tagent_recv_frame(t, &(size_t) { 0 }));
+	assert_null(tagent_recv_frame(t, &(size_t){ 0 }));
 	/* ... and serves the next connection */
 	assert_int_equal(tagent_connect(t), 0);
 	expect_alive(t);
 }
 
 static void
-test_hang_up_mid_exec(void** state)
+test_hang_up_mid_exec(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 	struct texec r;
 	pid_t pid;
 
@@ -200,7 +200,7 @@ test_hang_up_mid_exec(void** state)
 	moat__v1__exec_start__init(&es);
 	es.shell = "echo fine";
 	assert_int_equal(tagent_exec(t, &es, 0, &r), 0);
-	assert_string_equal((char*)r.out[0], "fine\n");
+	assert_string_equal((char *)r.out[0], "fine\n");
 	texec_free(&r);
 }
 
@@ -208,9 +208,9 @@ static struct tagent fresh;
 
 /* a fresh agent, in a test mode or not */
 static int
-start_mode(void** state, const char* mode)
+start_mode(void **state, const char *mode)
 {
-	const char* extra[] = { "--test-mode", mode, NULL };
+	const char *extra[] = { "--test-mode", mode, NULL };
 
 	if (tagent_start(&fresh, mode ? extra : NULL, false) != 0)
 		return -1;
@@ -219,46 +219,46 @@ start_mode(void** state, const char* mode)
 }
 
 static int
-start_plain(void** state)
+start_plain(void **state)
 {
 	return start_mode(state, NULL);
 }
 
 static int
-start_garbage(void** state)
+start_garbage(void **state)
 {
 	return start_mode(state, "garbage");
 }
 
 static int
-start_oversize(void** state)
+start_oversize(void **state)
 {
 	return start_mode(state, "oversize");
 }
 
 static int
-start_flood(void** state)
+start_flood(void **state)
 {
 	return start_mode(state, "flood");
 }
 
 static int
-stop_fresh(void** state)
+stop_fresh(void **state)
 {
 	tagent_stop(*state);
 	return 0;
 }
 
 static void
-test_mode_garbage(void** state)
+test_mode_garbage(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	int i;
 
 	for (i = 0; i < 8; i++) {
 		size_t len;
-		uint8_t* f = tagent_recv_frame(t, &len);
-		Moat__V1__GuestMessage* m;
+		uint8_t *f = tagent_recv_frame(t, &len);
+		Moat__V1__GuestMessage *m;
 
 		assert_non_null(f);
 		assert_true(len > 0 && len < MOAT_FRAME_MAX);
@@ -270,10 +270,10 @@ test_mode_garbage(void** state)
 }
 
 static void
-test_mode_oversize(void** state)
+test_mode_oversize(void **state)
 {
-	struct tagent* t = *state;
-	uint8_t* f;
+	struct tagent *t = *state;
+	uint8_t *f;
 	size_t len;
 
 	/* the reader refuses the header by itself: no frame comes out */
@@ -284,17 +284,17 @@ test_mode_oversize(void** state)
 	assert_int_equal(t->reader.buf[1], 0);
 	assert_int_equal(t->reader.buf[2], 0);
 	assert_int_equal(t->reader.buf[3], 0);
-	assert_int_equal(
-	    moat_frame_reader_next(&t->reader, &f, &len), MOAT_OUT_OF_RANGE);
+	assert_int_equal(moat_frame_reader_next(&t->reader, &f, &len),
+	    MOAT_OUT_OF_RANGE);
 }
 
 /* expect_alive_among_flood: an info reply arrives among flood events. */
 static void
-expect_alive_among_flood(struct tagent* t)
+expect_alive_among_flood(struct tagent *t)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__GuestInfoRequest ir = MOAT__V1__GUEST_INFO_REQUEST__INIT;
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_INFO;
 	req.info = &ir;
@@ -308,18 +308,18 @@ expect_alive_among_flood(struct tagent* t)
 }
 
 static void
-test_mode_flood(void** state)
+test_mode_flood(void **state)
 {
-	struct tagent* t = *state;
+	struct tagent *t = *state;
 	int i;
 
 	for (i = 0; i < 64; i++) {
-		Moat__V1__GuestMessage* m = tagent_recv(t);
+		Moat__V1__GuestMessage *m = tagent_recv(t);
 
 		assert_non_null(m);
 		assert_int_equal(m->id, 999999);
-		assert_int_equal(
-		    m->body_case, MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT);
+		assert_int_equal(m->body_case,
+		    MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT);
 		moat__v1__guest_message__free_unpacked(m, NULL);
 	}
 	/* and it still answers in between */
@@ -327,12 +327,12 @@ test_mode_flood(void** state)
 }
 
 static void
-test_shutdown(void** state)
+test_shutdown(void **state)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__ShutdownRequest sr = MOAT__V1__SHUTDOWN_REQUEST__INIT;
-	Moat__V1__GuestMessage* m;
-	struct tagent* t = *state;
+	Moat__V1__GuestMessage *m;
+	struct tagent *t = *state;
 	struct timespec ts = { 0, 10000000 };
 	struct stat st;
 	int i, status = -1;
@@ -367,14 +367,14 @@ main(void)
 		cmocka_unit_test(test_id_zero_and_unknown_op),
 		cmocka_unit_test(test_oversize_from_host),
 		cmocka_unit_test(test_hang_up_mid_exec),
-		cmocka_unit_test_setup_teardown(
-		    test_mode_garbage, start_garbage, stop_fresh),
-		cmocka_unit_test_setup_teardown(
-		    test_mode_oversize, start_oversize, stop_fresh),
-		cmocka_unit_test_setup_teardown(
-		    test_mode_flood, start_flood, stop_fresh),
-		cmocka_unit_test_setup_teardown(
-		    test_shutdown, start_plain, stop_fresh),
+		cmocka_unit_test_setup_teardown(test_mode_garbage,
+		    start_garbage, stop_fresh),
+		cmocka_unit_test_setup_teardown(test_mode_oversize,
+		    start_oversize, stop_fresh),
+		cmocka_unit_test_setup_teardown(test_mode_flood, start_flood,
+		    stop_fresh),
+		cmocka_unit_test_setup_teardown(test_shutdown, start_plain,
+		    stop_fresh),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -26,8 +26,8 @@
 #include "moat/status.h"
 
 #define RESET_HOSTNAME "moat-reset-test-must-not-stick"
-#define RESET_UNIX_S 1000000000LL    /* 2001-09-09: far from now */
-#define CLOCK_SLACK_S 5              /* a jump bigger than this fails */
+#define RESET_UNIX_S 1000000000LL /* 2001-09-09: far from now */
+#define CLOCK_SLACK_S 5           /* a jump bigger than this fails */
 
 /* clock_offset_s: CLOCK_REALTIME minus CLOCK_MONOTONIC, in seconds; it
  * moves only when someone sets the wall clock. */
@@ -60,7 +60,8 @@ static void
 test_reset_host_mode_not_applied(void **state)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
-	Moat__V1__ResetAfterRestore reset = MOAT__V1__RESET_AFTER_RESTORE__INIT;
+	Moat__V1__ResetAfterRestore reset =
+	    MOAT__V1__RESET_AFTER_RESTORE__INIT;
 	Moat__V1__GuestMessage *m;
 	struct tagent t;
 	char log_path[] = "/tmp/moat-test-reset-XXXXXX";
@@ -119,10 +120,12 @@ test_reset_host_mode_not_applied(void **state)
 	}
 	if (llabs(offset_after - offset_before) > CLOCK_SLACK_S)
 		fail_msg("the host's wall clock moved by %lld s during the "
-		    "reset", (long long)(offset_after - offset_before));
+		         "reset",
+		    (long long)(offset_after - offset_before));
 	if (strstr(log, "host mode: not applied") == NULL)
 		fail_msg("the agent's log does not say the reset was not "
-		    "applied:\n%s", log);
+		         "applied:\n%s",
+		    log);
 }
 
 int

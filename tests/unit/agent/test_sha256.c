@@ -18,7 +18,7 @@
 #include "sha256.h"
 
 static void
-hex(const uint8_t* d, char* out)
+hex(const uint8_t *d, char *out)
 {
 	int i;
 
@@ -27,7 +27,7 @@ hex(const uint8_t* d, char* out)
 }
 
 static void
-check(const void* data, size_t len, const char* want)
+check(const void *data, size_t len, const char *want)
 {
 	uint8_t d[AGENT_SHA256_LEN];
 	char got[2 * AGENT_SHA256_LEN + 1];
@@ -38,7 +38,7 @@ check(const void* data, size_t len, const char* want)
 }
 
 static void
-test_vectors(void** state)
+test_vectors(void **state)
 {
 	check("", 0,
 	    "e3b0c44298fc1c149afbf4c8996fb924"
@@ -57,7 +57,7 @@ test_vectors(void** state)
 }
 
 static void
-test_million_a(void** state)
+test_million_a(void **state)
 {
 	struct agent_sha256 h;
 	uint8_t d[AGENT_SHA256_LEN], block[1000];
@@ -76,7 +76,7 @@ test_million_a(void** state)
 }
 
 static void
-test_against_openssl(void** state)
+test_against_openssl(void **state)
 {
 	uint8_t buf[1100], mine[AGENT_SHA256_LEN];
 	uint8_t theirs[SHA256_DIGEST_LENGTH];
@@ -92,7 +92,7 @@ test_against_openssl(void** state)
 }
 
 static void
-test_pieces(void** state)
+test_pieces(void **state)
 {
 	uint8_t buf[4099], one[AGENT_SHA256_LEN], split[AGENT_SHA256_LEN];
 	struct agent_sha256 h;

@@ -36,10 +36,10 @@ struct fixture {
 };
 
 static void
-put(const char* base, const char* rel, const char* content)
+put(const char *base, const char *rel, const char *content)
 {
 	char path[512];
-	FILE* f;
+	FILE *f;
 
 	snprintf(path, sizeof(path), "%s%s", base, rel);
 	f = fopen(path, "w");
@@ -49,7 +49,7 @@ put(const char* base, const char* rel, const char* content)
 }
 
 static void
-dir(const char* base, const char* rel, mode_t mode)
+dir(const char *base, const char *rel, mode_t mode)
 {
 	char path[512];
 
@@ -59,11 +59,11 @@ dir(const char* base, const char* rel, mode_t mode)
 }
 
 static int
-setup(void** state)
+setup(void **state)
 {
 	static struct fixture fx;
 	char lower[200], upper[200], path[300];
-	const char* extra[5];
+	const char *extra[5];
 
 	memset(&fx, 0, sizeof(fx));
 	snprintf(fx.dir, sizeof(fx.dir), "/tmp/moat-trace-test.XXXXXX");
@@ -120,17 +120,17 @@ setup(void** state)
 }
 
 static int
-teardown(void** state)
+teardown(void **state)
 {
-	struct fixture* fx = *state;
+	struct fixture *fx = *state;
 
 	tagent_stop(&fx->t);
 	(void)moat_rm_rf(fx->dir);
 	return 0;
 }
 
-static Moat__V1__GuestMessage*
-trace(struct tagent* t, uint32_t max, bool hash)
+static Moat__V1__GuestMessage *
+trace(struct tagent *t, uint32_t max, bool hash)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__FsTraceRequest fr = MOAT__V1__FS_TRACE_REQUEST__INIT;
@@ -143,10 +143,10 @@ trace(struct tagent* t, uint32_t max, bool hash)
 }
 
 struct want {
-	const char* path;
+	const char *path;
 	Moat__V1__FsChange change;
 	Moat__V1__FileType type;
-	const char* content; /* regular files: hashed; NULL otherwise */
+	const char *content; /* regular files: hashed; NULL otherwise */
 };
 
 #define C MOAT__V1__FS_CHANGE__FS_CHANGE_CREATED
@@ -156,9 +156,9 @@ struct want {
 #define DIR MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY
 
 static void
-test_trace_changes(void** state)
+test_trace_changes(void **state)
 {
-	struct fixture* fx = *state;
+	struct fixture *fx = *state;
 	static const struct want with_opaque[] = {
 		{ "/etc/hosts", D, REG, NULL },
 		{ "/etc/new.conf", C, REG, "new" },
@@ -182,10 +182,10 @@ test_trace_changes(void** state)
 		{ "/usr/bin/tool2", C, REG, "tool2" },
 		{ "/var/log/c.log", C, REG, "c" },
 	};
-	const struct want* w = fx->opaque ? with_opaque : without_opaque;
-	size_t n = fx->opaque ? sizeof(with_opaque) / sizeof(w[0])
-	                      : sizeof(without_opaque) / sizeof(w[0]);
-	Moat__V1__GuestMessage* m = trace(&fx->t, 0, true);
+	const struct want *w = fx->opaque ? with_opaque : without_opaque;
+	size_t n = fx->opaque ? sizeof(with_opaque) / sizeof(w[0]) :
+	                        sizeof(without_opaque) / sizeof(w[0]);
+	Moat__V1__GuestMessage *m = trace(&fx->t, 0, true);
 	size_t i;
 
 	assert_non_null(m);
@@ -197,7 +197,7 @@ test_trace_changes(void** state)
 		    (int)m->fs_trace->entries[i]->change);
 	assert_int_equal(m->fs_trace->n_entries, n);
 	for (i = 0; i < n; i++) {
-		Moat__V1__FsTraceEntry* e = m->fs_trace->entries[i];
+		Moat__V1__FsTraceEntry *e = m->fs_trace->entries[i];
 
 		assert_string_equal(e->path, w[i].path);
 		assert_int_equal(e->change, w[i].change);
@@ -205,7 +205,7 @@ test_trace_changes(void** state)
 		if (w[i].content != NULL) {
 			uint8_t sum[SHA256_DIGEST_LENGTH];
 
-			SHA256((const uint8_t*)w[i].content,
+			SHA256((const uint8_t *)w[i].content,
 			    strlen(w[i].content), sum);
 			assert_int_equal(e->sha256.len, sizeof(sum));
 			assert_memory_equal(e->sha256.data, sum, sizeof(sum));
@@ -219,10 +219,10 @@ test_trace_changes(void** state)
 }
 
 static void
-test_trace_no_hash_and_cap(void** state)
+test_trace_no_hash_and_cap(void **state)
 {
-	struct fixture* fx = *state;
-	Moat__V1__GuestMessage* m = trace(&fx->t, 0, false);
+	struct fixture *fx = *state;
+	Moat__V1__GuestMessage *m = trace(&fx->t, 0, false);
 	size_t i;
 
 	assert_non_null(m);
@@ -243,16 +243,16 @@ test_trace_no_hash_and_cap(void** state)
 /* memo_trace: a hashed trace; *sum the sha256 entry of /memo.bin, and
  * the count of files it read. */
 static uint64_t
-memo_trace(struct fixture* fx, uint8_t sum[32])
+memo_trace(struct fixture *fx, uint8_t sum[32])
 {
-	Moat__V1__GuestMessage* m = trace(&fx->t, 0, true);
+	Moat__V1__GuestMessage *m = trace(&fx->t, 0, true);
 	uint64_t hashed;
 	bool found = false;
 
 	assert_non_null(m);
 	assert_int_equal(m->code, MOAT_OK);
 	for (size_t i = 0; i < m->fs_trace->n_entries; i++) {
-		Moat__V1__FsTraceEntry* e = m->fs_trace->entries[i];
+		Moat__V1__FsTraceEntry *e = m->fs_trace->entries[i];
 
 		if (strcmp(e->path, "/memo.bin") == 0) {
 			assert_int_equal(e->sha256.len, 32);
@@ -268,9 +268,9 @@ memo_trace(struct fixture* fx, uint8_t sum[32])
 }
 
 static void
-test_trace_memo(void** state)
+test_trace_memo(void **state)
 {
-	struct fixture* fx = *state;
+	struct fixture *fx = *state;
 	char upper[200], path[300];
 	uint8_t sum[32], want[32];
 	struct timespec times[2];
@@ -281,7 +281,7 @@ test_trace_memo(void** state)
 	put(upper, "/memo.bin", "0123456789");
 	usleep(100000); /* older than the settle time (20 ms) */
 	assert_true(memo_trace(fx, sum) >= 1);
-	SHA256((const uint8_t*)"0123456789", 10, want);
+	SHA256((const uint8_t *)"0123456789", 10, want);
 	assert_memory_equal(sum, want, 32);
 	/* Nothing changed: nothing is read. */
 	assert_int_equal(memo_trace(fx, sum), 0);
@@ -294,7 +294,7 @@ test_trace_memo(void** state)
 	times[1] = st.st_mtim;
 	assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
 	assert_int_equal(memo_trace(fx, sum), 1);
-	SHA256((const uint8_t*)"abcdefghij", 10, want);
+	SHA256((const uint8_t *)"abcdefghij", 10, want);
 	assert_memory_equal(sum, want, 32);
 	/* Written just before that trace, so maybe not remembered by it
 	 * (how soon it ran is up to the scheduler); a settled one is. */
@@ -306,8 +306,8 @@ test_trace_memo(void** state)
 
 	/* A big file written just now: hashed once it settled, and kept. */
 	{
-		char* big = malloc(2u << 20);
-		FILE* f;
+		char *big = malloc(2u << 20);
+		FILE *f;
 
 		assert_non_null(big);
 		memset(big, 'x', 2u << 20);
@@ -316,7 +316,7 @@ test_trace_memo(void** state)
 		assert_int_equal(fwrite(big, 1, 2u << 20, f), 2u << 20);
 		fclose(f);
 		assert_int_equal(memo_trace(fx, sum), 1);
-		SHA256((const uint8_t*)big, 2u << 20, want);
+		SHA256((const uint8_t *)big, 2u << 20, want);
 		assert_memory_equal(sum, want, 32);
 		assert_int_equal(memo_trace(fx, sum), 0);
 		assert_memory_equal(sum, want, 32);
@@ -326,7 +326,7 @@ test_trace_memo(void** state)
 }
 
 static int
-start_plain(void** state)
+start_plain(void **state)
 {
 	static struct tagent t;
 
@@ -337,16 +337,16 @@ start_plain(void** state)
 }
 
 static int
-stop_plain(void** state)
+stop_plain(void **state)
 {
 	tagent_stop(*state);
 	return 0;
 }
 
 static void
-test_trace_without_overlay(void** state)
+test_trace_without_overlay(void **state)
 {
-	Moat__V1__GuestMessage* m;
+	Moat__V1__GuestMessage *m;
 
 	m = trace(*state, 0, false);
 	assert_non_null(m);
@@ -362,8 +362,8 @@ main(void)
 		cmocka_unit_test(test_trace_changes),
 		cmocka_unit_test(test_trace_no_hash_and_cap),
 		cmocka_unit_test(test_trace_memo),
-		cmocka_unit_test_setup_teardown(
-		    test_trace_without_overlay, start_plain, stop_plain),
+		cmocka_unit_test_setup_teardown(test_trace_without_overlay,
+		    start_plain, stop_plain),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

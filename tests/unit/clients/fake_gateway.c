@@ -48,7 +48,8 @@ h_get(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__Sandbox *sb = (Moat__V1__Sandbox *)reply;
 
 	if (strcmp(ref->sandbox_id, "sb-rec") != 0)
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %s does "
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "sandbox %s does "
 		    "not exist: `moat sandbox ls` lists the sandboxes",
 		    ref->sandbox_id);
 	sb->id = strdup("sb-rec");
@@ -106,8 +107,10 @@ h_set_step_keep(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__Step *st = (Moat__V1__Step *)reply;
 
 	if (strcmp(req->session_id, "ses-none") == 0)
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "session %s does "
-		    "not exist", req->session_id);
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "session %s does "
+		    "not exist",
+		    req->session_id);
 	pthread_mutex_lock(&fg->lock);
 	snprintf(fg->keep_session, sizeof(fg->keep_session), "%s",
 	    req->session_id);
@@ -149,10 +152,12 @@ h_gc(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	pthread_mutex_unlock(&fg->lock);
 	r->dry_run = req->dry_run;
 	r->removed = calloc(2, sizeof(*r->removed));
-	r->removed[r->n_removed++] = gc_snapshot_new(
-	    "snap-node-x-00000000000000aa", "node node-x", 2u << 20);
-	r->removed[r->n_removed++] = gc_snapshot_new(
-	    "snap-0123456789abcdef0123456789abcdef", "snapd", 1u << 20);
+	r->removed[r->n_removed++] =
+	    gc_snapshot_new("snap-node-x-00000000000000aa", "node node-x",
+	        2u << 20);
+	r->removed[r->n_removed++] =
+	    gc_snapshot_new("snap-0123456789abcdef0123456789abcdef", "snapd",
+	        1u << 20);
 	r->bytes_freed = 3u << 20;
 	r->kept = 4;
 	r->errors = calloc(1, sizeof(*r->errors));
@@ -190,11 +195,12 @@ static int
 h_delete_session(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
-	Moat__V1__DeleteSessionReply *r = (Moat__V1__DeleteSessionReply *)reply;
+	Moat__V1__DeleteSessionReply *r =
+	    (Moat__V1__DeleteSessionReply *)reply;
 
 	r->steps_deleted = 3;
-	r->unreferenced_snapshots = calloc(3,
-	    sizeof(*r->unreferenced_snapshots));
+	r->unreferenced_snapshots =
+	    calloc(3, sizeof(*r->unreferenced_snapshots));
 	for (int i = 0; i < 3; i++)
 		r->unreferenced_snapshots[r->n_unreferenced_snapshots++] =
 		    moat_asprintf("snap-node-x-%016x", i);
@@ -326,8 +332,7 @@ h_write_file(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		fg->file_mode = req->mode;
 	}
 	if (req->data.len > 0)
-		memcpy(fg->file + req->offset, req->data.data,
-		    req->data.len);
+		memcpy(fg->file + req->offset, req->data.data, req->data.len);
 	if (req->offset + req->data.len > fg->file_len)
 		fg->file_len = req->offset + req->data.len;
 	fi->name = strdup(req->path);
@@ -500,8 +505,10 @@ h_diff(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__FileDiff *f;
 
 	if (strncmp(req->session_a, "ses-", 4) != 0)
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "session %s does "
-		    "not exist", req->session_a);
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "session %s does "
+		    "not exist",
+		    req->session_a);
 	r->session_a = strdup(req->session_a);
 	r->session_b = strdup(req->session_b);
 	r->first_divergent_step = 2;
@@ -572,10 +579,11 @@ rec_steps(Moat__V1__ListStepsReply *r)
 		st->input = strdup(i == 0 ? "make" : "make test");
 		if (i == 0) {
 			st->keep = true;
-			st->snapshot_id = strdup("snap-node-x-00000000000000cc");
+			st->snapshot_id =
+			    strdup("snap-node-x-00000000000000cc");
 		} else {
 			st->snapshot_removed = strdup("removed by retention "
-			    "(keep-last 3)");
+			                              "(keep-last 3)");
 		}
 		r->steps[r->n_steps++] = st;
 	}
@@ -670,7 +678,7 @@ fake_gateway_start(struct fake_gateway *fg, const char *dir)
 		return MOAT_RESOURCE_EXHAUSTED;
 	snprintf(fg->url, sizeof(fg->url), "ipc://%s/gateway.sock", dir);
 	if ((rv = moat_rpc_server_start(&fg->srv, fg->url, &svc, 8,
-	    &errmsg)) != MOAT_OK) {
+	         &errmsg)) != MOAT_OK) {
 		fprintf(stderr, "fake gateway: %s\n", errmsg);
 		free(errmsg);
 	}

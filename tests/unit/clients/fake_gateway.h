@@ -21,26 +21,26 @@ struct fake_gateway {
 	char url[256];
 	struct moat_rpc_server *srv;
 
-	pthread_mutex_t lock;       /* guards everything below */
-	char file_path[256];        /* the one stored file */
-	uint8_t *file;              /* FAKE_GW_FILE_MAX bytes */
+	pthread_mutex_t lock; /* guards everything below */
+	char file_path[256];  /* the one stored file */
+	uint8_t *file;        /* FAKE_GW_FILE_MAX bytes */
 	size_t file_len;
 	uint32_t file_mode;
 	int write_calls, read_calls;
-	size_t largest_write;       /* bytes in one WriteFile */
+	size_t largest_write; /* bytes in one WriteFile */
 	int first_write_truncated;
 	int creates, destroys;
 	char destroyed[128];
 	char exec_language[32];
 	char exec_code[256];
 	int exec_reads;
-	int execs;                  /* Exec calls (recorded sandboxes) */
-	int exec_keep;              /* the last Exec's / RunCode's keep */
+	int execs;     /* Exec calls (recorded sandboxes) */
+	int exec_keep; /* the last Exec's / RunCode's keep */
 	int code_keep;
-	char keep_session[64];      /* the last SetStepKeep */
+	char keep_session[64]; /* the last SetStepKeep */
 	uint64_t keep_index;
 	int keep_keep;
-	int gc_calls, gc_dry_run;   /* the last GcSnapshots */
+	int gc_calls, gc_dry_run; /* the last GcSnapshots */
 	uint32_t gc_min_age;
 };
 

@@ -69,7 +69,7 @@ slurp(const char *path, size_t *len)
 	return s;
 }
 
-static int second_signal_ms;  /* >0: moat() signals again after it */
+static int second_signal_ms; /* >0: moat() signals again after it */
 
 /* moat: runs the CLI with `args` (NULL-terminated, after the binary),
  * stdin from /dev/null; sends `sig` after `sig_after_ms` when sig != 0
@@ -141,8 +141,8 @@ test_run_streams_and_exits_with_code(void **state)
 	assert_int_equal(fg.destroys, destroys + 1);
 	result_free(&r);
 
-	r = moat(0, 0, "--gateway", fg.url, "run", "-l", "sh", "-c",
-	    "timeout", NULL);
+	r = moat(0, 0, "--gateway", fg.url, "run", "-l", "sh", "-c", "timeout",
+	    NULL);
 	assert_int_equal(r.code, 124);
 	assert_non_null(strstr(r.err, "timeout"));
 	assert_string_equal(fg.exec_language, "sh");
@@ -196,7 +196,7 @@ test_run_interrupted_during_create(void **state)
 	assert_non_null(strstr(r.err, "interrupted twice"));
 	assert_non_null(strstr(r.err, "moat sandbox ls"));
 	result_free(&r);
-	nng_msleep(1500);  /* let the fake finish that create */
+	nng_msleep(1500); /* let the fake finish that create */
 }
 
 static void
@@ -213,7 +213,8 @@ test_errors(void **state)
 
 	r = moat(0, 0, "--gateway", fg.url, "sandbox", "get", "ghost", NULL);
 	assert_int_equal(r.code, 64 + 5);
-	assert_non_null(strstr(r.err, "moat: getting sandbox ghost: sandbox "
+	assert_non_null(strstr(r.err,
+	    "moat: getting sandbox ghost: sandbox "
 	    "ghost does not exist"));
 	result_free(&r);
 
@@ -242,7 +243,7 @@ test_cp_round_trip(void **state)
 
 	for (size_t i = 0; i < n; i++)
 		data[i] = (uint8_t)(i * 131 + (i >> 9));
-	data[10] = 0;  /* binary: NULs and all */
+	data[10] = 0; /* binary: NULs and all */
 	assert_int_equal(moat_write_file_atomic(up, data, n, 0640), 0);
 
 	r = moat(0, 0, "--gateway", fg.url, "cp", up, remote, NULL);
@@ -290,8 +291,8 @@ test_json_output(void **state)
 	assert_int_equal(r.code, 0);
 	j = json_loads(r.out, 0, NULL);
 	assert_non_null(j);
-	assert_non_null(strstr(json_string_value(json_object_get(j, "id")),
-	    "sb-fake-"));
+	assert_non_null(
+	    strstr(json_string_value(json_object_get(j, "id")), "sb-fake-"));
 	assert_string_equal(json_string_value(json_object_get(j, "state")),
 	    "SANDBOX_STATE_RUNNING");
 	json_decref(j);
@@ -353,8 +354,8 @@ test_json_outputs(void **state)
 	pthread_mutex_lock(&fg.lock);
 	destroys = fg.destroys;
 	pthread_mutex_unlock(&fg.lock);
-	r = moat(0, 0, "--gateway", fg.url, "--json", "run", "-c",
-	    "print(1)", NULL);
+	r = moat(0, 0, "--gateway", fg.url, "--json", "run", "-c", "print(1)",
+	    NULL);
 	exec_json_ok(&r);
 	result_free(&r);
 	pthread_mutex_lock(&fg.lock);
@@ -380,8 +381,7 @@ test_json_outputs(void **state)
 	    "/data/hello.txt");
 	assert_string_equal(json_string_value(json_object_get(e, "type")),
 	    "FILE_TYPE_REGULAR");
-	assert_int_equal(json_integer_value(json_object_get(e, "mode")),
-	    0644);
+	assert_int_equal(json_integer_value(json_object_get(e, "mode")), 0644);
 	json_decref(j);
 	result_free(&r);
 
@@ -507,8 +507,8 @@ test_diff_and_compare(void **state)
 	assert_non_null(strstr(r.out, "stdout"));
 	result_free(&r);
 
-	r = moat(0, 0, "--gateway", fg.url, "diff", "ses-a", "ses-b",
-	    "--json", NULL);
+	r = moat(0, 0, "--gateway", fg.url, "diff", "ses-a", "ses-b", "--json",
+	    NULL);
 	assert_int_equal(r.code, 0);
 	assert_non_null(strstr(r.out, "\"firstDivergentStep\""));
 	result_free(&r);
@@ -523,8 +523,7 @@ test_diff_and_compare(void **state)
 	assert_non_null(strstr(html, "<!DOCTYPE html>"));
 	assert_non_null(strstr(html, "ses-html1"));
 	assert_non_null(strstr(html, "ses-html2"));
-	assert_non_null(strstr(html,
-	    "&lt;script&gt;alert(1)&lt;/script&gt;"));
+	assert_non_null(strstr(html, "&lt;script&gt;alert(1)&lt;/script&gt;"));
 	assert_non_null(strstr(html, "&amp; &quot;q&quot;"));
 	assert_non_null(strstr(html, "sb-&lt;b&gt;"));
 	/* self-contained: no script, no link out */
@@ -607,10 +606,11 @@ test_snapshot_retention_commands(void **state)
 
 	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", "--dry-run",
 	    "--min-age", "120", NULL);
-	assert_int_equal(r.code, 64 + 14);     /* a node failed */
+	assert_int_equal(r.code, 64 + 14); /* a node failed */
 	assert_int_equal(fg.gc_dry_run, 1);
 	assert_int_equal(fg.gc_min_age, 120);
-	assert_non_null(strstr(r.out, "would remove "
+	assert_non_null(strstr(r.out,
+	    "would remove "
 	    "snap-node-x-00000000000000aa  node node-x  2.0 MiB"));
 	assert_non_null(strstr(r.out, "snapd"));
 	assert_non_null(strstr(r.out, "would free 3.0 MiB in 2 snapshots"));
@@ -628,15 +628,15 @@ test_snapshot_retention_commands(void **state)
 	    "soon", NULL);
 	assert_int_equal(r.code, 64 + 3);
 	result_free(&r);
-	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", "--min-age",
-	    "0", NULL);
-	assert_int_equal(fg.gc_min_age, 1);    /* 0 would be the default */
+	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", "--min-age", "0",
+	    NULL);
+	assert_int_equal(fg.gc_min_age, 1); /* 0 would be the default */
 	result_free(&r);
 
 	r = moat(0, 0, "--gateway", fg.url, "snapshot", "ls", NULL);
 	assert_int_equal(r.code, 0);
 	assert_non_null(strstr(r.out, "disk+snapd"));
-	assert_non_null(strstr(r.out, "4.0"));     /* 3 MiB RAM + 1 disk */
+	assert_non_null(strstr(r.out, "4.0")); /* 3 MiB RAM + 1 disk */
 	assert_non_null(strstr(r.out, "ses-rec"));
 	result_free(&r);
 
@@ -649,9 +649,11 @@ test_snapshot_retention_commands(void **state)
 
 	r = moat(0, 0, "--gateway", fg.url, "info", NULL);
 	assert_int_equal(r.code, 0);
-	assert_non_null(strstr(r.out, "snapshot RAM 128.0/512.0 MiB used, 3 "
+	assert_non_null(strstr(r.out,
+	    "snapshot RAM 128.0/512.0 MiB used, 3 "
 	    "in RAM, 5 on disk, 7 evictions"));
-	assert_non_null(strstr(r.out, "RAM dir /dev/shm/moat-ram: 1024.0 MiB, "
+	assert_non_null(strstr(r.out,
+	    "RAM dir /dev/shm/moat-ram: 1024.0 MiB, "
 	    "300.0 MiB reserved"));
 	result_free(&r);
 }

@@ -69,8 +69,9 @@ test_write_then_read_in_pieces(void **state)
 	uint32_t mode = 0;
 
 	fg.write_calls = fg.read_calls = 0;
-	assert_int_equal(moat_client_write_file(client, "sb", "/big.bin",
-	    data, n, 0600, false, &fi, &errmsg), MOAT_OK);
+	assert_int_equal(moat_client_write_file(client, "sb", "/big.bin", data,
+	                     n, 0600, false, &fi, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(fg.write_calls, 3);
 	assert_int_equal(fg.largest_write, MOAT_CLIENT_FILE_CHUNK);
 	assert_true(fg.first_write_truncated);
@@ -78,17 +79,19 @@ test_write_then_read_in_pieces(void **state)
 	moat_client_free_msg(fi);
 
 	assert_int_equal(moat_client_read_file(client, "sb", "/big.bin", 0,
-	    &back, &len, &mode, &errmsg), MOAT_OK);
+	                     &back, &len, &mode, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(len, n);
 	assert_memory_equal(back, data, n);
-	assert_int_equal(back[len], 0);  /* NUL after the data */
+	assert_int_equal(back[len], 0); /* NUL after the data */
 	assert_int_equal(mode, 0600);
 	assert_int_equal(fg.read_calls, 3);
 	free(back);
 
 	/* A limit below the size is refused before reading it all. */
-	assert_int_equal(moat_client_read_file(client, "sb", "/big.bin",
-	    1000, &back, &len, NULL, &errmsg), MOAT_RESOURCE_EXHAUSTED);
+	assert_int_equal(moat_client_read_file(client, "sb", "/big.bin", 1000,
+	                     &back, &len, NULL, &errmsg),
+	    MOAT_RESOURCE_EXHAUSTED);
 	assert_null(back);
 	assert_non_null(strstr(errmsg, "/big.bin"));
 	free(errmsg);
@@ -107,10 +110,12 @@ test_empty_file_and_fds(void **state)
 
 	fg.write_calls = 0;
 	assert_int_equal(moat_client_write_file(client, "sb", "/empty", NULL,
-	    0, 0, false, NULL, &errmsg), MOAT_OK);
+	                     0, 0, false, NULL, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(fg.write_calls, 1);
 	assert_int_equal(moat_client_read_file(client, "sb", "/empty", 0,
-	    &back, &len, NULL, &errmsg), MOAT_OK);
+	                     &back, &len, NULL, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(len, 0);
 	free(back);
 
@@ -122,14 +127,16 @@ test_empty_file_and_fds(void **state)
 	lseek(fd, 0, SEEK_SET);
 	fg.write_calls = 0;
 	assert_int_equal(moat_client_write_file_from_fd(client, "sb", "/fd",
-	    fd, 0644, true, NULL, &errmsg), MOAT_OK);
+	                     fd, 0644, true, NULL, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(fg.write_calls, 1);
 	close(fd);
 
 	snprintf(path, sizeof(path), "%s/down", dir);
 	fd = open(path, O_CREAT | O_RDWR | O_TRUNC, 0600);
 	assert_int_equal(moat_client_read_file_to_fd(client, "sb", "/fd", fd,
-	    &size, NULL, &errmsg), MOAT_OK);
+	                     &size, NULL, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(size, MOAT_CLIENT_FILE_CHUNK);
 	lseek(fd, 0, SEEK_SET);
 	back = malloc(MOAT_CLIENT_FILE_CHUNK);
@@ -153,7 +160,8 @@ test_errors_carry_server_words(void **state)
 	assert_non_null(strstr(errmsg, "ghost"));
 	free(errmsg);
 	assert_int_equal(moat_client_read_file(client, "sb", "/nope", 0,
-	    (uint8_t **)&sb, &(size_t){ 0 }, NULL, &errmsg), MOAT_NOT_FOUND);
+	                     (uint8_t **)&sb, &(size_t){ 0 }, NULL, &errmsg),
+	    MOAT_NOT_FOUND);
 	free(errmsg);
 }
 

@@ -40,8 +40,8 @@ wait_for_socket(const char *sock)
 	for (int i = 0; i < 500; i++) {
 		json_t *r = NULL;
 		char *err = NULL;
-		int rv = moat_fc_api_call(sock, "GET", "/", NULL, 1000, &r,
-		    &err);
+		int rv =
+		    moat_fc_api_call(sock, "GET", "/", NULL, 1000, &r, &err);
 
 		json_decref(r);
 		free(err);
@@ -91,8 +91,7 @@ teardown(void **state)
 
 /* PUT `json` to `path`; returns the status and the message (heap). */
 static int
-put(struct double_proc *d, const char *path, const char *json,
-    char **err)
+put(struct double_proc *d, const char *path, const char *json, char **err)
 {
 	json_t *body = json ? json_loads(json, 0, NULL) : NULL;
 	int rv;
@@ -126,11 +125,12 @@ test_get_instance_info(void **state)
 	char *err = NULL;
 
 	assert_int_equal(moat_fc_api_call(d->sock, "GET", "/", NULL, 2000,
-	    &info, &err), MOAT_OK);
+	                     &info, &err),
+	    MOAT_OK);
 	assert_null(err);
 	assert_non_null(info);
-	assert_string_equal(json_string_value(json_object_get(info,
-	    "state")), "Not started");
+	assert_string_equal(json_string_value(json_object_get(info, "state")),
+	    "Not started");
 	assert_string_equal(json_string_value(json_object_get(info, "id")),
 	    "sb-api");
 	json_decref(info);
@@ -143,7 +143,9 @@ test_put_ok(void **state)
 	char *err = NULL;
 
 	assert_int_equal(put(d, "/machine-config",
-	    "{\"vcpu_count\": 2, \"mem_size_mib\": 256}", &err), MOAT_OK);
+	                     "{\"vcpu_count\": 2, \"mem_size_mib\": 256}",
+	                     &err),
+	    MOAT_OK);
 	assert_null(err);
 }
 
@@ -152,22 +154,36 @@ test_spec_is_enforced(void **state)
 {
 	struct double_proc *d = *state;
 
-	expect_fault(d, "/machine-config", "{\"vcpu_count\": 1, "
-	    "\"mem_size_mib\": 128, \"bogus\": true}", "unknown field `bogus`");
-	expect_fault(d, "/machine-config", "{\"vcpu_count\": \"two\", "
-	    "\"mem_size_mib\": 128}", "expected an integer");
-	expect_fault(d, "/machine-config", "{\"vcpu_count\": 33, "
-	    "\"mem_size_mib\": 128}", "above 32");
-	expect_fault(d, "/machine-config", "{\"vcpu_count\": true, "
-	    "\"mem_size_mib\": 128}", "expected an integer");
+	expect_fault(d, "/machine-config",
+	    "{\"vcpu_count\": 1, "
+	    "\"mem_size_mib\": 128, \"bogus\": true}",
+	    "unknown field `bogus`");
+	expect_fault(d, "/machine-config",
+	    "{\"vcpu_count\": \"two\", "
+	    "\"mem_size_mib\": 128}",
+	    "expected an integer");
+	expect_fault(d, "/machine-config",
+	    "{\"vcpu_count\": 33, "
+	    "\"mem_size_mib\": 128}",
+	    "above 32");
+	expect_fault(d, "/machine-config",
+	    "{\"vcpu_count\": true, "
+	    "\"mem_size_mib\": 128}",
+	    "expected an integer");
 	expect_fault(d, "/boot-source", "{}",
 	    "missing field `kernel_image_path`");
-	expect_fault(d, "/drives/rootfs", "{\"drive_id\": \"rootfs\", "
-	    "\"is_root_device\": \"no\"}", "expected a boolean");
-	expect_fault(d, "/drives/rootfs", "{\"drive_id\": \"other\", "
-	    "\"is_root_device\": false}", "does not match");
-	expect_fault(d, "/drives/bad-id", "{\"drive_id\": \"bad-id\", "
-	    "\"is_root_device\": false}", "Invalid ID");
+	expect_fault(d, "/drives/rootfs",
+	    "{\"drive_id\": \"rootfs\", "
+	    "\"is_root_device\": \"no\"}",
+	    "expected a boolean");
+	expect_fault(d, "/drives/rootfs",
+	    "{\"drive_id\": \"other\", "
+	    "\"is_root_device\": false}",
+	    "does not match");
+	expect_fault(d, "/drives/bad-id",
+	    "{\"drive_id\": \"bad-id\", "
+	    "\"is_root_device\": false}",
+	    "Invalid ID");
 	expect_fault(d, "/actions", "{\"action_type\": \"Reboot\"}",
 	    "is not one of");
 	expect_fault(d, "/no-such-thing", "{}", "Invalid request method");
@@ -185,8 +201,7 @@ test_state_rules(void **state)
 	int rv;
 
 	/* Post-boot only, before boot. */
-	rv = moat_fc_api_call(d->sock, "PATCH", "/vm", body, 2000, NULL,
-	    &err);
+	rv = moat_fc_api_call(d->sock, "PATCH", "/vm", body, 2000, NULL, &err);
 	json_decref(body);
 	assert_int_equal(rv, MOAT_FAILED_PRECONDITION);
 	assert_non_null(strstr(err, "before starting the microVM"));
@@ -203,7 +218,8 @@ test_no_socket(void **state)
 
 	(void)state;
 	assert_int_equal(moat_fc_api_call("/nonexistent/api.sock", "GET", "/",
-	    NULL, 500, NULL, &err), MOAT_UNAVAILABLE);
+	                     NULL, 500, NULL, &err),
+	    MOAT_UNAVAILABLE);
 	assert_non_null(strstr(err, "/nonexistent/api.sock"));
 	free(err);
 }
@@ -222,7 +238,8 @@ test_silent_socket_times_out(void **state)
 	assert_int_equal(listen(s, 4), 0);
 	/* Connects (the backlog takes it), then nothing answers. */
 	assert_int_equal(moat_fc_api_call(path, "GET", "/", NULL, 300, NULL,
-	    &err), MOAT_DEADLINE_EXCEEDED);
+	                     &err),
+	    MOAT_DEADLINE_EXCEEDED);
 	assert_non_null(strstr(err, "within 300 ms"));
 	free(err);
 	close(s);

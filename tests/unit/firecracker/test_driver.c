@@ -40,12 +40,12 @@ struct box {
 	char *initrd;
 	char *rootfs;
 	char *scratch;
-	char *log;                 /* the double's request log */
+	char *log; /* the double's request log */
 	struct moat_vmm_spec spec;
 	struct moat_vmm vm;
 };
 
-static const char *dbl;         /* fc_double.py */
+static const char *dbl; /* fc_double.py */
 
 static void
 write_bytes(const char *path, const void *data, size_t len)
@@ -142,7 +142,7 @@ requests(const struct box *b)
 	if (moat_read_file(b->log, 1 << 20, &text, &len) != 0)
 		return all;
 	for (line = strtok_r(text, "\n", &save); line != NULL;
-	    line = strtok_r(NULL, "\n", &save)) {
+	     line = strtok_r(NULL, "\n", &save)) {
 		json_t *e = json_loads(line, 0, NULL);
 		assert_non_null(e);
 		json_array_append_new(all, e);
@@ -161,8 +161,9 @@ config_calls_of(const struct box *b, bool strict)
 	size_t i;
 	json_t *e;
 
-	json_array_foreach(all, i, e) {
-		const char *m = json_string_value(json_object_get(e, "method"));
+	json_array_foreach (all, i, e) {
+		const char *m =
+		    json_string_value(json_object_get(e, "method"));
 		char *next;
 
 		if (strict &&
@@ -194,9 +195,9 @@ body_of(json_t *all, const char *path)
 	size_t i;
 	json_t *e;
 
-	json_array_foreach(all, i, e)
+	json_array_foreach (all, i, e)
 		if (strcmp(json_string_value(json_object_get(e, "path")),
-		    path) == 0)
+		        path) == 0)
 			return json_object_get(e, "body");
 	fail_msg("no request to %s", path);
 	return NULL;
@@ -292,8 +293,8 @@ test_boot_sequence(void **state)
 
 	(void)state;
 	box_init(&b, true);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_OK);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm, &err),
+	    MOAT_OK);
 	assert_null(err);
 	assert_true(b.vm.pid > 0);
 	calls = config_calls(&b);
@@ -309,14 +310,17 @@ test_boot_sequence(void **state)
 	free(calls);
 	all = requests(&b);
 	body = body_of(all, "/machine-config");
-	assert_int_equal(json_integer_value(json_object_get(body,
-	    "vcpu_count")), 2);
-	assert_int_equal(json_integer_value(json_object_get(body,
-	    "mem_size_mib")), 256);
+	assert_int_equal(json_integer_value(
+	                     json_object_get(body, "vcpu_count")),
+	    2);
+	assert_int_equal(json_integer_value(
+	                     json_object_get(body, "mem_size_mib")),
+	    256);
 	body = body_of(all, "/boot-source");
 	/* vmd names vmlinuz; the driver boots the vmlinux beside it. */
-	assert_string_equal(json_string_value(json_object_get(body,
-	    "kernel_image_path")), "vmlinux");
+	assert_string_equal(json_string_value(
+	                        json_object_get(body, "kernel_image_path")),
+	    "vmlinux");
 	assert_has(json_string_value(json_object_get(body, "boot_args")),
 	    "moat.vsock=1024");
 	assert_has(json_string_value(json_object_get(body, "boot_args")),
@@ -326,14 +330,16 @@ test_boot_sequence(void **state)
 	assert_true(json_is_false(json_object_get(body, "is_root_device")));
 	body = body_of(all, "/drives/scratch");
 	assert_true(json_is_false(json_object_get(body, "is_read_only")));
-	assert_string_equal(json_string_value(json_object_get(body,
-	    "path_on_host")), "scratch.ext4");
+	assert_string_equal(json_string_value(
+	                        json_object_get(body, "path_on_host")),
+	    "scratch.ext4");
 	body = body_of(all, "/vsock");
-	assert_true(json_integer_value(json_object_get(body, "guest_cid")) >=
-	    3);
-	assert_string_equal(json_string_value(json_object_get(body,
-	    "action_type") ? json_object_get(body, "action_type") :
-	    json_object_get(body_of(all, "/actions"), "action_type")),
+	assert_true(
+	    json_integer_value(json_object_get(body, "guest_cid")) >= 3);
+	assert_string_equal(
+	    json_string_value(json_object_get(body, "action_type") ?
+	            json_object_get(body, "action_type") :
+	            json_object_get(body_of(all, "/actions"), "action_type")),
 	    "InstanceStart");
 	json_decref(all);
 
@@ -343,7 +349,8 @@ test_boot_sequence(void **state)
 		size_t len;
 
 		assert_int_equal(moat_read_file(b.vm.vmm_log, 1 << 16, &text,
-		    &len), 0);
+		                     &len),
+		    0);
 		assert_has(text, "PUT /actions done");
 		free(text);
 	}
@@ -370,17 +377,19 @@ test_cids_are_unique(void **state)
 
 	(void)state;
 	box_init(&a, true);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &a.spec, &a.vm,
-	    &err), MOAT_OK);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &a.spec, &a.vm, &err),
+	    MOAT_OK);
 	box_init(&b, true);
 	b.spec.sandbox_id = "sb-00000000000000bb";
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_OK);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm, &err),
+	    MOAT_OK);
 	ra = requests(&a);
 	rb = requests(&b);
-	assert_int_not_equal(json_integer_value(json_object_get(body_of(ra,
-	    "/vsock"), "guest_cid")), json_integer_value(json_object_get(
-	    body_of(rb, "/vsock"), "guest_cid")));
+	assert_int_not_equal(json_integer_value(
+	                         json_object_get(body_of(ra, "/vsock"),
+	                             "guest_cid")),
+	    json_integer_value(
+	        json_object_get(body_of(rb, "/vsock"), "guest_cid")));
 	json_decref(ra);
 	json_decref(rb);
 	box_fini(&a);
@@ -397,14 +406,14 @@ test_kernel_not_vmlinux(void **state)
 
 	(void)state;
 	box_init(&b, false);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_FAILED_PRECONDITION);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_has(err, "vmlinux");
 	assert_has(err, "bzImage");
 	assert_has(err, "images/build.sh");
 	free(err);
 	assert_int_equal(b.vm.pid, 0);
-	assert_int_not_equal(stat(b.log, &st), 0);   /* nothing spawned */
+	assert_int_not_equal(stat(b.log, &st), 0); /* nothing spawned */
 	box_fini(&b);
 	assert_no_children();
 }
@@ -418,19 +427,22 @@ test_firecracker_missing(void **state)
 
 	(void)state;
 	assert_int_equal(moat_vmm_firecracker.probe("/nonexistent/firecracker",
-	    &version, &err), MOAT_FAILED_PRECONDITION);
+	                     &version, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_null(version);
 	assert_has(err, "/nonexistent/firecracker");
 	assert_has(err, "/usr/local/bin/firecracker");
 	assert_has(err, "releases");
 	free(err);
 	assert_int_equal(moat_vmm_firecracker.probe("no-such-firecracker-xyz",
-	    &version, &err), MOAT_FAILED_PRECONDITION);
+	                     &version, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_has(err, "PATH=");
 	free(err);
 	box_init(&b, true);
 	assert_int_equal(moat_vmm_firecracker.start("no-such-firecracker-xyz",
-	    &b.spec, &b.vm, &err), MOAT_FAILED_PRECONDITION);
+	                     &b.spec, &b.vm, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_has(err, "install");
 	free(err);
 	box_fini(&b);
@@ -465,10 +477,10 @@ test_exits_during_start(void **state)
 	(void)state;
 	setenv("FC_DOUBLE_MODE", "exit-early", 1);
 	box_init(&b, true);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_FAILED_PRECONDITION);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_has(err, "exit code 152 (bad configuration)");
-	assert_has(err, "RunWithApiError");         /* its last lines */
+	assert_has(err, "RunWithApiError"); /* its last lines */
 	assert_has(err, b.spec.sandbox_id);
 	free(err);
 	assert_int_equal(b.vm.pid, 0);
@@ -487,7 +499,8 @@ test_exits_mid_configuration(void **state)
 	setenv("FC_DOUBLE_MODE", "exit-on=/drives/scratch", 1);
 	box_init(&b, true);
 	assert_int_not_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_OK);
+	                         &err),
+	    MOAT_OK);
 	assert_has(err, "/drives/scratch");
 	free(err);
 	assert_int_equal(b.vm.pid, 0);
@@ -504,11 +517,11 @@ test_api_fault_reaches_message(void **state)
 	(void)state;
 	setenv("FC_DOUBLE_MODE", "fault=/boot-source", 1);
 	box_init(&b, true);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_FAILED_PRECONDITION);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_has(err, "Injected fault for /boot-source");
 	assert_has(err, "PUT /boot-source");
-	assert_has(err, "firecracker.log");         /* where to look */
+	assert_has(err, "firecracker.log"); /* where to look */
 	free(err);
 	assert_int_equal(b.vm.pid, 0);
 	box_fini(&b);
@@ -528,8 +541,8 @@ test_never_listens(void **state)
 	assert_int_equal(moat_vmm_firecracker_configure(&cfg, &err), 0);
 	setenv("FC_DOUBLE_MODE", "no-socket", 1);
 	box_init(&b, true);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_DEADLINE_EXCEEDED);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm, &err),
+	    MOAT_DEADLINE_EXCEEDED);
 	assert_has(err, "did not answer");
 	assert_has(err, "300 ms");
 	free(err);
@@ -546,8 +559,8 @@ test_refuses_tcg(void **state)
 	(void)state;
 	box_init(&b, true);
 	b.spec.accel = "tcg";
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_FAILED_PRECONDITION);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_has(err, "driver=qemu");
 	free(err);
 	box_fini(&b);
@@ -564,10 +577,10 @@ test_vsock_wrong_answer(void **state)
 	setenv("FC_DOUBLE_VSOCK_CLOSE", "0", 1);
 	setenv("FC_DOUBLE_VSOCK_ANSWER", "HELLO\n", 1);
 	box_init(&b, true);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm,
-	    &err), MOAT_OK);
-	assert_int_equal(moat_vmm_firecracker.connect_agent(&b.vm, &fd,
-	    &err), MOAT_INTERNAL);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &b.spec, &b.vm, &err),
+	    MOAT_OK);
+	assert_int_equal(moat_vmm_firecracker.connect_agent(&b.vm, &fd, &err),
+	    MOAT_INTERNAL);
 	assert_int_equal(fd, -1);
 	assert_has(err, "HELLO");
 	assert_has(err, "CONNECT 1024");
@@ -591,36 +604,42 @@ test_snapshot_cycle(void **state)
 
 	(void)state;
 	box_init(&a, true);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &a.spec, &a.vm,
-	    &err), MOAT_OK);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &a.spec, &a.vm, &err),
+	    MOAT_OK);
 	/* Not paused: Firecracker's refusal comes back. */
 	assert_int_equal(moat_fc_snapshot_create(&a.vm, "s1", false,
-	    &state_file, &mem_file, &err), MOAT_FAILED_PRECONDITION);
+	                     &state_file, &mem_file, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_has(err, "must be paused");
 	assert_has(err, "pause it first");
 	free(err);
 	assert_int_equal(moat_fc_vm_pause(&a.vm, &err), MOAT_OK);
 	assert_int_equal(moat_fc_vm_pause(&a.vm, &err), MOAT_OK);
 	assert_int_equal(moat_fc_snapshot_create(&a.vm, "../s1", false,
-	    &state_file, &mem_file, &err), MOAT_INVALID_ARGUMENT);
+	                     &state_file, &mem_file, &err),
+	    MOAT_INVALID_ARGUMENT);
 	free(err);
 	assert_int_equal(moat_fc_snapshot_create(&a.vm, "s1", true,
-	    &state_file, &mem_file, &err), MOAT_FAILED_PRECONDITION);
+	                     &state_file, &mem_file, &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_has(err, "track-dirty-pages");
 	free(err);
 	assert_int_equal(moat_fc_snapshot_create(&a.vm, "s1", false,
-	    &state_file, &mem_file, &err), MOAT_OK);
+	                     &state_file, &mem_file, &err),
+	    MOAT_OK);
 	assert_int_equal(stat(state_file, &st), 0);
 	assert_int_equal(stat(mem_file, &st), 0);
 	assert_int_equal(moat_fc_vm_resume(&a.vm, &err), MOAT_OK);
 	all = requests(&a);
 	body = body_of(all, "/snapshot/create");
-	assert_string_equal(json_string_value(json_object_get(body,
-	    "snapshot_type")), "Full");
+	assert_string_equal(json_string_value(
+	                        json_object_get(body, "snapshot_type")),
+	    "Full");
 	json_decref(all);
 	calls = config_calls_of(&a, false);
 	/* The bad name and the Diff were refused before sending. */
-	assert_has(calls, "PUT /actions\nPUT /snapshot/create\nPATCH /vm\n"
+	assert_has(calls,
+	    "PUT /actions\nPUT /snapshot/create\nPATCH /vm\n"
 	    "PATCH /vm\nPUT /snapshot/create\nPATCH /vm\n");
 	free(calls);
 
@@ -628,15 +647,20 @@ test_snapshot_cycle(void **state)
 	box_init(&b, false);
 	b.spec.sandbox_id = "sb-00000000000000bb";
 	assert_int_equal(moat_fc_snapshot_load(dbl, &b.spec, state_file,
-	    mem_file, true, &b.vm, &err), MOAT_OK);
+	                     mem_file, true, &b.vm, &err),
+	    MOAT_OK);
 	calls = config_calls(&b);
-	assert_string_equal(calls, "PUT /logger\nPUT /metrics\n"
+	assert_string_equal(calls,
+	    "PUT /logger\nPUT /metrics\n"
 	    "PUT /snapshot/load\n");
 	free(calls);
 	all = requests(&b);
 	body = body_of(all, "/snapshot/load");
-	assert_string_equal(json_string_value(json_object_get(
-	    json_object_get(body, "mem_backend"), "backend_type")), "File");
+	assert_string_equal(json_string_value(
+	                        json_object_get(json_object_get(body,
+	                                            "mem_backend"),
+	                            "backend_type")),
+	    "File");
 	assert_true(json_is_true(json_object_get(body, "resume_vm")));
 	json_decref(all);
 	/* The vsock comes back at the same relative path, in b's folder. */
@@ -648,7 +672,8 @@ test_snapshot_cycle(void **state)
 	/* A memory file that is not there: refused before any spawn. */
 	box_init(&b, false);
 	assert_int_equal(moat_fc_snapshot_load(dbl, &b.spec, state_file,
-	    "/nonexistent/snap.mem", true, &b.vm, &err), MOAT_NOT_FOUND);
+	                     "/nonexistent/snap.mem", true, &b.vm, &err),
+	    MOAT_NOT_FOUND);
 	assert_has(err, "/nonexistent/snap.mem");
 	free(err);
 	box_fini(&b);
@@ -690,12 +715,13 @@ test_snapshot_ops(void **state)
 
 	(void)state;
 	box_init(&a, true);
-	assert_int_equal(moat_vmm_firecracker.start(dbl, &a.spec, &a.vm,
-	    &err), MOAT_OK);
+	assert_int_equal(moat_vmm_firecracker.start(dbl, &a.spec, &a.vm, &err),
+	    MOAT_OK);
 	snap = moat_asprintf("%s/snap", a.dir);
 	assert_int_equal(mkdir(snap, 0700), 0);
-	assert_int_equal(moat_vmm_firecracker.snapshot(&a.vm, a.scratch,
-	    snap, 30000, &st, &err), MOAT_OK);
+	assert_int_equal(moat_vmm_firecracker.snapshot(&a.vm, a.scratch, snap,
+	                     30000, &st, &err),
+	    MOAT_OK);
 	assert_null(err);
 	assert_true(st.ram_bytes > 0);
 	assert_true(st.device_state_bytes > 0);
@@ -714,13 +740,16 @@ test_snapshot_ops(void **state)
 	assert_int_equal(access(p, F_OK), -1);
 	free(p);
 	calls = config_calls(&a);
-	assert_has(calls, "PUT /actions\nPATCH /vm\nPUT /snapshot/create\n"
+	assert_has(calls,
+	    "PUT /actions\nPATCH /vm\nPUT /snapshot/create\n"
 	    "PATCH /vm\n");
 	free(calls);
 	all = requests(&a);
 	last = last_request(all);
-	assert_string_equal(json_string_value(json_object_get(
-	    json_object_get(last, "body"), "state")), "Resumed");
+	assert_string_equal(json_string_value(
+	                        json_object_get(json_object_get(last, "body"),
+	                            "state")),
+	    "Resumed");
 	json_decref(all);
 
 	/* A scratch disk that cannot be copied: an error naming it, the VM
@@ -728,16 +757,20 @@ test_snapshot_ops(void **state)
 	bad = moat_asprintf("%s/snap2", a.dir);
 	assert_int_equal(mkdir(bad, 0700), 0);
 	assert_int_not_equal(moat_vmm_firecracker.snapshot(&a.vm,
-	    "/nonexistent/scratch.ext4", bad, 30000, &st, &err), MOAT_OK);
+	                         "/nonexistent/scratch.ext4", bad, 30000, &st,
+	                         &err),
+	    MOAT_OK);
 	assert_has(err, "/nonexistent/scratch.ext4");
 	free(err);
 	err = NULL;
 	all = requests(&a);
 	last = last_request(all);
-	assert_string_equal(json_string_value(json_object_get(last,
-	    "path")), "/vm");
-	assert_string_equal(json_string_value(json_object_get(
-	    json_object_get(last, "body"), "state")), "Resumed");
+	assert_string_equal(json_string_value(json_object_get(last, "path")),
+	    "/vm");
+	assert_string_equal(json_string_value(
+	                        json_object_get(json_object_get(last, "body"),
+	                            "state")),
+	    "Resumed");
 	json_decref(all);
 	p = moat_asprintf("%s/moat-snapshot.mem", a.dir);
 	assert_int_equal(access(p, F_OK), -1);
@@ -749,17 +782,19 @@ test_snapshot_ops(void **state)
 	box_init(&b, false);
 	b.spec.sandbox_id = "sb-00000000000000bb";
 	assert_int_equal(moat_vmm_firecracker.restore(dbl, &b.spec, snap,
-	    &b.vm, &err), MOAT_OK);
+	                     &b.vm, &err),
+	    MOAT_OK);
 	assert_null(err);
 	assert_true(b.vm.pid > 0);
 	all = requests(&b);
-	assert_true(json_is_true(json_object_get(body_of(all,
-	    "/snapshot/load"), "resume_vm")));
+	assert_true(json_is_true(
+	    json_object_get(body_of(all, "/snapshot/load"), "resume_vm")));
 	json_decref(all);
-	assert_int_equal(moat_vmm_firecracker.resume(&b.vm, snap, 30000,
-	    &err), MOAT_OK);
+	assert_int_equal(moat_vmm_firecracker.resume(&b.vm, snap, 30000, &err),
+	    MOAT_OK);
 	calls = config_calls(&b);
-	assert_string_equal(calls, "PUT /logger\nPUT /metrics\n"
+	assert_string_equal(calls,
+	    "PUT /logger\nPUT /metrics\n"
 	    "PUT /snapshot/load\nPATCH /vm\n");
 	free(calls);
 	assert_int_equal(connect_retry(&b.vm, &fd), MOAT_OK);
@@ -770,7 +805,8 @@ test_snapshot_ops(void **state)
 	/* A snapshot directory without the files: refused, nothing runs. */
 	box_init(&b, false);
 	assert_int_equal(moat_vmm_firecracker.restore(dbl, &b.spec,
-	    "/nonexistent/snap", &b.vm, &err), MOAT_NOT_FOUND);
+	                     "/nonexistent/snap", &b.vm, &err),
+	    MOAT_NOT_FOUND);
 	assert_has(err, "/nonexistent/snap");
 	free(err);
 	assert_int_equal(b.vm.pid, 0);
@@ -794,11 +830,11 @@ test_reap_orphan(void **state)
 		fail_msg("start: %s", err);
 	pid = b.vm.pid;
 	/* Another id: not this sandbox's VMM, left alone. */
-	assert_false(moat_vmm_firecracker.reap_orphan(b.dir,
-	    "sb-00000000000000ff"));
+	assert_false(
+	    moat_vmm_firecracker.reap_orphan(b.dir, "sb-00000000000000ff"));
 	assert_int_equal(kill(pid, 0), 0);
-	assert_true(moat_vmm_firecracker.reap_orphan(b.dir,
-	    b.spec.sandbox_id));
+	assert_true(
+	    moat_vmm_firecracker.reap_orphan(b.dir, b.spec.sandbox_id));
 	assert_int_equal(waitpid(pid, NULL, 0), pid);
 	b.vm.pid = 0;
 	box_fini(&b);

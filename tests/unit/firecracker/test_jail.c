@@ -97,8 +97,9 @@ test_paths_and_ids(void **state)
 	char *err = NULL;
 	char *want;
 
-	assert_int_equal(moat_fc_jail_init(&f->cfg,
-	    "/opt/fc/firecracker-v1.7", "sb-00ff", 3, &j, &err), MOAT_OK);
+	assert_int_equal(moat_fc_jail_init(&f->cfg, "/opt/fc/firecracker-v1.7",
+	                     "sb-00ff", 3, &j, &err),
+	    MOAT_OK);
 	assert_null(err);
 	want = moat_asprintf("%s/firecracker-v1.7/sb-00ff", f->base);
 	assert_string_equal(j.dir, want);
@@ -107,7 +108,8 @@ test_paths_and_ids(void **state)
 	assert_string_equal(j.root, want);
 	free(want);
 	want = moat_asprintf("%s/firecracker-v1.7/sb-00ff/root/"
-	    "firecracker-v1.7.pid", f->base);
+	                     "firecracker-v1.7.pid",
+	    f->base);
 	assert_string_equal(j.pid_file, want);
 	free(want);
 	want = moat_asprintf("%s/moat/sb-00ff", f->cgroot);
@@ -116,7 +118,7 @@ test_paths_and_ids(void **state)
 	assert_int_equal(j.uid, 900003);
 	assert_int_equal(j.gid, 900003);
 	moat_fc_jail_fini(&j);
-	moat_fc_jail_fini(&j);          /* safe twice */
+	moat_fc_jail_fini(&j); /* safe twice */
 }
 
 static void
@@ -128,19 +130,23 @@ test_refuses_bad_ids(void **state)
 	char longid[70];
 
 	assert_int_equal(moat_fc_jail_init(&f->cfg, "firecracker", "../x", 0,
-	    &j, &err), MOAT_INVALID_ARGUMENT);
+	                     &j, &err),
+	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(err, "../x"));
 	free(err);
 	assert_int_equal(moat_fc_jail_init(&f->cfg, "firecracker", "a/b", 0,
-	    &j, &err), MOAT_INVALID_ARGUMENT);
+	                     &j, &err),
+	    MOAT_INVALID_ARGUMENT);
 	free(err);
 	memset(longid, 'a', 65);
 	longid[65] = '\0';
 	assert_int_equal(moat_fc_jail_init(&f->cfg, "firecracker", longid, 0,
-	    &j, &err), MOAT_INVALID_ARGUMENT);
+	                     &j, &err),
+	    MOAT_INVALID_ARGUMENT);
 	free(err);
 	assert_int_equal(moat_fc_jail_init(&f->cfg, "firecracker", "sb-1", 8,
-	    &j, &err), MOAT_RESOURCE_EXHAUSTED);
+	                     &j, &err),
+	    MOAT_RESOURCE_EXHAUSTED);
 	assert_non_null(strstr(err, "jail-id-count"));
 	free(err);
 	assert_null(j.dir);
@@ -157,7 +163,8 @@ test_prepare_enables_controllers(void **state)
 	char *text;
 
 	assert_int_equal(moat_fc_jail_init(&f->cfg, "firecracker", "sb-1", 1,
-	    &j, &err), MOAT_OK);
+	                     &j, &err),
+	    MOAT_OK);
 	/* The kernel makes the parent's control files when it is created;
 	 * here the test does. */
 	p = moat_asprintf("%s/moat", f->cgroot);
@@ -202,9 +209,9 @@ test_prepare_without_cgroup_v2(void **state)
 
 	f->cfg.cgroup_root = "/nonexistent-cgroup";
 	assert_int_equal(moat_fc_jail_init(&f->cfg, "firecracker", "sb-1", 0,
-	    &j, &err), MOAT_OK);
-	assert_int_not_equal(moat_fc_jail_prepare(&f->cfg, &j, &err),
+	                     &j, &err),
 	    MOAT_OK);
+	assert_int_not_equal(moat_fc_jail_prepare(&f->cfg, &j, &err), MOAT_OK);
 	assert_non_null(strstr(err, "cgroup v2"));
 	assert_non_null(strstr(err, "cgroup-root"));
 	free(err);
@@ -224,24 +231,27 @@ test_argv(void **state)
 
 	f->cfg.netns = "/var/run/netns/moat";
 	f->cfg.new_pid_ns = true;
-	assert_int_equal(moat_fc_jail_init(&f->cfg, "/opt/firecracker",
-	    "sb-7", 2, &j, &err), MOAT_OK);
+	assert_int_equal(moat_fc_jail_init(&f->cfg, "/opt/firecracker", "sb-7",
+	                     2, &j, &err),
+	    MOAT_OK);
 	argv = moat_fc_jail_argv(&f->cfg, &j, "/opt/firecracker", 2, 256,
 	    fc_args);
 	assert_non_null(argv);
 	for (int i = 0; argv[i] != NULL; i++) {
-		char *next = moat_asprintf("%s%s[%s]", joined, i ? " " : "",
-		    argv[i]);
+		char *next =
+		    moat_asprintf("%s%s[%s]", joined, i ? " " : "", argv[i]);
 		free(joined);
 		joined = next;
 	}
-	char *want = moat_asprintf("[/usr/local/bin/jailer] [--id] [sb-7] "
+	char *want = moat_asprintf(
+	    "[/usr/local/bin/jailer] [--id] [sb-7] "
 	    "[--exec-file] [/opt/firecracker] [--uid] [900002] [--gid] "
 	    "[900002] [--chroot-base-dir] [%s] [--cgroup-version] [2] "
 	    "[--parent-cgroup] [moat] [--cgroup] [memory.max=335544320] "
 	    "[--cgroup] [cpu.max=200000 100000] [--netns] "
 	    "[/var/run/netns/moat] [--new-pid-ns] [--] [--api-sock] "
-	    "[/api.sock]", f->base);
+	    "[/api.sock]",
+	    f->base);
 	assert_string_equal(joined, want);
 	free(want);
 	free(joined);
@@ -262,7 +272,8 @@ test_clean(void **state)
 	char *p;
 
 	assert_int_equal(moat_fc_jail_init(&f->cfg, "firecracker", "sb-9", 0,
-	    &j, &err), MOAT_OK);
+	                     &j, &err),
+	    MOAT_OK);
 	p = moat_asprintf("%s/moat", f->cgroot);
 	assert_int_equal(mkdir(p, 0755), 0);
 	free(p);
@@ -284,7 +295,7 @@ test_clean(void **state)
 	assert_int_equal(stat(j.dir, &st), -1);
 	assert_int_equal(errno, ENOENT);
 	assert_int_equal(stat(j.cgroup, &st), -1);
-	assert_int_equal(stat(disk, &st), 0);       /* the original stays */
+	assert_int_equal(stat(disk, &st), 0); /* the original stays */
 	assert_int_equal(st.st_nlink, 1);
 	/* The parent jail folder and cgroup stay for other sandboxes. */
 	p = moat_asprintf("%s/moat", f->cgroot);
@@ -305,8 +316,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_refuses_bad_ids, setup,
 		    teardown),
-		cmocka_unit_test_setup_teardown(test_prepare_enables_controllers,
-		    setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_prepare_enables_controllers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prepare_without_cgroup_v2,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_argv, setup, teardown),

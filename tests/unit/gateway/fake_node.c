@@ -38,7 +38,7 @@ fill_sandbox(struct fake_node *fn, Moat__V1__Sandbox *sb, const char *id,
 	sb->memory_mib = 256;
 	sb->vcpus = 1;
 	return sb->id && sb->node_id && sb->tenant ? MOAT_OK :
-	    MOAT_RESOURCE_EXHAUSTED;
+	                                             MOAT_RESOURCE_EXHAUSTED;
 }
 
 /* snap_find: the index of snapshot `id` held, or -1. Lock held. */
@@ -85,8 +85,8 @@ snap_handler(struct fake_node *fn, struct moat_rpc_call *call,
 		    (const void *)request;
 		Moat__V1__LocalSnapshotList *r = (void *)reply;
 
-		r->snapshots = calloc((size_t)fn->n_snaps + 1,
-		    sizeof(*r->snapshots));
+		r->snapshots =
+		    calloc((size_t)fn->n_snaps + 1, sizeof(*r->snapshots));
 		for (i = 0; i < fn->n_snaps; i++) {
 			Moat__V1__LocalSnapshot *ls;
 
@@ -105,8 +105,10 @@ snap_handler(struct fake_node *fn, struct moat_rpc_call *call,
 
 		if ((i = snap_find(fn, q->snapshot_id)) < 0 ||
 		    strcmp(fn->snaps[i].tenant, q->tenant) != 0)
-			return moat_rpc_error(call, MOAT_NOT_FOUND, "fake node "
-			    "%s: no snapshot %s", fn->id, q->snapshot_id);
+			return moat_rpc_error(call, MOAT_NOT_FOUND,
+			    "fake node "
+			    "%s: no snapshot %s",
+			    fn->id, q->snapshot_id);
 		if (fn->n_deleted < FAKE_MAX_SNAPSHOTS)
 			snprintf(fn->deleted[fn->n_deleted++], 128, "%s",
 			    q->snapshot_id);
@@ -120,8 +122,10 @@ snap_handler(struct fake_node *fn, struct moat_rpc_call *call,
 		    (const void *)request;
 
 		if (snap_find(fn, q->snapshot_id) < 0)
-			return moat_rpc_error(call, MOAT_NOT_FOUND, "fake node "
-			    "%s: no snapshot %s", fn->id, q->snapshot_id);
+			return moat_rpc_error(call, MOAT_NOT_FOUND,
+			    "fake node "
+			    "%s: no snapshot %s",
+			    fn->id, q->snapshot_id);
 	}
 	*handled = false;
 	return MOAT_OK;
@@ -156,7 +160,7 @@ sandbox_id_of(const ProtobufCMessage *request)
 {
 	const ProtobufCFieldDescriptor *f =
 	    protobuf_c_message_descriptor_get_field_by_name(
-	    request->descriptor, "sandbox_id");
+	        request->descriptor, "sandbox_id");
 
 	if (f == NULL)
 		return NULL;
@@ -187,7 +191,8 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		r->version = strdup("9.9.9");
 		r->node_id = strdup(fn->id);
 	} else if (strcmp(m, "CreateSandbox") == 0) {
-		const Moat__V1__CreateSandboxRequest *q = (const void *)request;
+		const Moat__V1__CreateSandboxRequest *q =
+		    (const void *)request;
 		char id[128];
 
 		snprintf(fn->last_tenant, sizeof(fn->last_tenant), "%s",
@@ -209,8 +214,8 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 		snprintf(fn->last_tenant, sizeof(fn->last_tenant), "%s",
 		    q->tenant);
-		r->sandboxes = calloc((size_t)fn->n_sandboxes + 1,
-		    sizeof(*r->sandboxes));
+		r->sandboxes =
+		    calloc((size_t)fn->n_sandboxes + 1, sizeof(*r->sandboxes));
 		for (int i = 0; i < fn->n_sandboxes; i++) {
 			Moat__V1__Sandbox *sb;
 
@@ -233,9 +238,10 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		fn->restores++;
 		if (fn->fail_restore_every > 0 &&
 		    fn->restores % fn->fail_restore_every == 0) {
-			rv = moat_rpc_error(call, MOAT_UNAVAILABLE, "fake node "
-			    "%s: restore %d of %s failed on purpose", fn->id,
-			    fn->restores, q->snapshot_id);
+			rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
+			    "fake node "
+			    "%s: restore %d of %s failed on purpose",
+			    fn->id, fn->restores, q->snapshot_id);
 		} else {
 			snprintf(id, sizeof(id), "%s-sb-%d", fn->id,
 			    fn->next_sandbox++);
@@ -252,12 +258,14 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		Moat__V1__Node *r = (Moat__V1__Node *)reply;
 		r->node_id = strdup(fn->id);
 	} else if (sid == NULL || (idx = find_sandbox(fn, sid)) < 0) {
-		rv = moat_rpc_error(call, MOAT_NOT_FOUND, "fake node %s: no "
-		    "sandbox %s", fn->id, sid ? sid : "(none)");
+		rv = moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "fake node %s: no "
+		    "sandbox %s",
+		    fn->id, sid ? sid : "(none)");
 	} else if (strcmp(m, "GetSandbox") == 0) {
 		rv = fill_sandbox(fn, (Moat__V1__Sandbox *)reply, sid,
 		    fn->tenants[idx][0] != '\0' ? fn->tenants[idx] :
-		    "default");
+		                                  "default");
 	} else if (strcmp(m, "DestroySandbox") == 0) {
 		memmove(fn->sandboxes[idx], fn->sandboxes[idx + 1],
 		    (size_t)(fn->n_sandboxes - idx - 1) * 128);
@@ -269,8 +277,8 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		Moat__V1__ExecHandle *r = (Moat__V1__ExecHandle *)reply;
 		r->sandbox_id = strdup(sid);
 		/* argv[0] "sleep": exec 8, which never exits (ExecRead). */
-		r->exec_id = q->n_argv > 0 && strcmp(q->argv[0], "sleep") ==
-		    0 ? 8 : 7;
+		r->exec_id =
+		    q->n_argv > 0 && strcmp(q->argv[0], "sleep") == 0 ? 8 : 7;
 		r->pid = 42;
 	} else if (strcmp(m, "ExecRead") == 0) {
 		/* Exec 7 prints "hello\n" and "oops\n" and exits 3; exec 8
@@ -288,7 +296,7 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			r->stderr.len = 5;
 			r->stderr_next = 5;
 		} else if (q->exec_id != 7) {
-			usleep(20000);   /* a long poll that times out */
+			usleep(20000); /* a long poll that times out */
 		} else {
 			r->status = malloc(sizeof(*r->status));
 			moat__v1__exec_status__init(r->status);
@@ -327,27 +335,45 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	} else if (strcmp(m, "StatFile") == 0) {
 		/* An error of the node's own: the gateway must pass it on
 		 * unchanged. */
-		rv = moat_rpc_error(call, MOAT_PERMISSION_DENIED, "fake node "
-		    "%s says: no peeking at %s", fn->id, sid);
+		rv = moat_rpc_error(call, MOAT_PERMISSION_DENIED,
+		    "fake node "
+		    "%s says: no peeking at %s",
+		    fn->id, sid);
 	}
 	pthread_mutex_unlock(&fn->lock);
 	return rv;
 }
 
-#define ROW(name, mut) { name, fake_handler, mut, false }
+#define ROW(name, mut)                                                        \
+	{                                                                     \
+		name, fake_handler, mut, false                                \
+	}
 static const struct moat_rpc_method fake_methods[] = {
-	ROW("Health", false), ROW("NodeInfo", false),
-	ROW("CreateSandbox", true), ROW("GetSandbox", false),
-	ROW("ListSandboxes", false), ROW("DestroySandbox", true),
-	ROW("ExecStart", true), ROW("ExecRead", false),
-	ROW("ExecWrite", true), ROW("ExecWait", false),
-	ROW("ExecKill", true), ROW("Exec", true), ROW("ReadFile", false),
-	ROW("WriteFile", true), ROW("ListFiles", false),
-	ROW("StatFile", false), ROW("RemoveFile", true),
-	ROW("MakeDir", true), ROW("SandboxInfo", false),
-	ROW("TraceFs", false), ROW("SnapshotSandbox", true),
-	ROW("RestoreSandbox", true), ROW("ListLocalSnapshots", false),
-	ROW("DeleteLocalSnapshot", true), ROW("RunCode", true),
+	ROW("Health", false),
+	ROW("NodeInfo", false),
+	ROW("CreateSandbox", true),
+	ROW("GetSandbox", false),
+	ROW("ListSandboxes", false),
+	ROW("DestroySandbox", true),
+	ROW("ExecStart", true),
+	ROW("ExecRead", false),
+	ROW("ExecWrite", true),
+	ROW("ExecWait", false),
+	ROW("ExecKill", true),
+	ROW("Exec", true),
+	ROW("ReadFile", false),
+	ROW("WriteFile", true),
+	ROW("ListFiles", false),
+	ROW("StatFile", false),
+	ROW("RemoveFile", true),
+	ROW("MakeDir", true),
+	ROW("SandboxInfo", false),
+	ROW("TraceFs", false),
+	ROW("SnapshotSandbox", true),
+	ROW("RestoreSandbox", true),
+	ROW("ListLocalSnapshots", false),
+	ROW("DeleteLocalSnapshot", true),
+	ROW("RunCode", true),
 	ROW("CloseCodeContext", true),
 };
 
@@ -365,7 +391,7 @@ respond_main(void *arg)
 		if ((rv = nng_recvmsg(fn->resp, &m, 0)) != 0) {
 			if (rv == NNG_ECLOSED)
 				break;
-			continue;  /* timeout: look at stop again */
+			continue; /* timeout: look at stop again */
 		}
 		nng_msg_clear(m);
 		if (atomic_load(&fn->silent)) {
@@ -426,7 +452,7 @@ fake_node_start(struct fake_node *fn, const char *id, const char *dir,
 	    survey_url ? survey_url : "");
 	fn->memory_total_mib = 4096;
 	if ((rv = moat_rpc_server_start(&fn->srv, fn->rpc_url, &svc, 8,
-	    &errmsg)) != MOAT_OK) {
+	         &errmsg)) != MOAT_OK) {
 		fprintf(stderr, "fake node %s: %s\n", id, errmsg);
 		free(errmsg);
 		return rv;
@@ -535,8 +561,10 @@ fake_node_stop(struct fake_node *fn)
 {
 	fake_node_halt(fn);
 	if (fn->has_resp && !moat_nng_close_bounded(fn->resp, 2000))
-		fprintf(stderr, "fake node %s: nng_close hung (nng 1.5 "
-		    "bug); socket abandoned\n", fn->id);
+		fprintf(stderr,
+		    "fake node %s: nng_close hung (nng 1.5 "
+		    "bug); socket abandoned\n",
+		    fn->id);
 	fn->has_resp = false;
 	fn->thread_started = false;
 	fake_node_kill_rpc(fn);

@@ -19,17 +19,17 @@
 
 #define FAKE_MAX_SANDBOXES 64
 #define FAKE_MAX_SNAPSHOTS 128
-#define FAKE_SNAP_RAM (50u << 20)    /* a snapshot's RAM copy, resident */
-#define FAKE_SNAP_DISK (1u << 20)    /* and its disk copy */
+#define FAKE_SNAP_RAM (50u << 20) /* a snapshot's RAM copy, resident */
+#define FAKE_SNAP_DISK (1u << 20) /* and its disk copy */
 
 /* One local snapshot the fake node holds (as vmd's meta says it). */
 struct fake_snapshot {
 	char id[128];
 	char sandbox[128];
 	char tenant[64];
-	char session[64];            /* SnapshotSandboxRequest.session_id */
+	char session[64]; /* SnapshotSandboxRequest.session_id */
 	uint64_t step;
-	uint64_t created_ms;         /* unix ms */
+	uint64_t created_ms; /* unix ms */
 	bool is_template;
 };
 
@@ -44,11 +44,11 @@ struct fake_node {
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool stop;
-	atomic_bool silent;          /* do not answer surveys */
-	atomic_bool garbage;         /* answer with bytes that are no Node */
+	atomic_bool silent;  /* do not answer surveys */
+	atomic_bool garbage; /* answer with bytes that are no Node */
 	atomic_int surveys_answered;
 
-	pthread_mutex_t lock;        /* guards everything below */
+	pthread_mutex_t lock; /* guards everything below */
 	uint64_t last_request_id;
 	char last_method[64];
 	char last_tenant[64];
@@ -58,10 +58,10 @@ struct fake_node {
 	char tenants[FAKE_MAX_SANDBOXES][64]; /* "": any (added ones) */
 	int n_sandboxes;
 	int next_sandbox;
-	int restores;                /* RestoreSandbox calls */
-	int fail_restore_every;      /* > 0: every n-th restore fails */
-	int snapshots;               /* SnapshotSandbox calls */
-	int traces;                  /* TraceFs calls */
+	int restores;           /* RestoreSandbox calls */
+	int fail_restore_every; /* > 0: every n-th restore fails */
+	int snapshots;          /* SnapshotSandbox calls */
+	int traces;             /* TraceFs calls */
 	struct fake_snapshot snaps[FAKE_MAX_SNAPSHOTS]; /* held now */
 	int n_snaps;
 	char deleted[FAKE_MAX_SNAPSHOTS][128]; /* DeleteLocalSnapshot'd */

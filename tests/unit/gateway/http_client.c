@@ -27,8 +27,8 @@
 struct transfer {
 	const struct http_client_req *req;
 	struct http_client_resp *r;
-	size_t chunked_left;          /* bytes of the upload still to send */
-	bool cut;                     /* the body reached req->stop_at */
+	size_t chunked_left; /* bytes of the upload still to send */
+	bool cut;            /* the body reached req->stop_at */
 };
 
 static size_t
@@ -44,8 +44,8 @@ on_body(char *data, size_t size, size_t n, void *cls)
 	r->body = nb;
 	r->len += size * n;
 	r->body[r->len] = '\0';
-	if (t->req->stop_at != NULL && strstr(r->body, t->req->stop_at) !=
-	    NULL) {
+	if (t->req->stop_at != NULL &&
+	    strstr(r->body, t->req->stop_at) != NULL) {
 		t->cut = true;
 		return 0;
 	}
@@ -119,7 +119,8 @@ http_client_request(uint16_t port, const struct http_client_req *req,
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	if (req->json_type)
-		hdrs = curl_slist_append(hdrs, "Content-Type: "
+		hdrs = curl_slist_append(hdrs,
+		    "Content-Type: "
 		    "application/json");
 	if (req->body != NULL) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, req->body);
@@ -152,8 +153,8 @@ http_client_request(uint16_t port, const struct http_client_req *req,
 	    !(cc == CURLE_WRITE_ERROR && t.cut))
 		fail_msg("%s %s: %s", req->method, req->path,
 		    curl_easy_strerror(cc));
-	if (r->body != NULL && strcmp(r->content_type, "application/json") ==
-	    0)
+	if (r->body != NULL &&
+	    strcmp(r->content_type, "application/json") == 0)
 		r->json = json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL);
 }
 
@@ -174,7 +175,8 @@ http_client_wait_node(struct moat_gateway *gw)
 		bool seen;
 
 		assert_int_equal(moat_nodes_snapshot(moat_gateway_nodes(gw),
-		    &nodes, &n), MOAT_OK);
+		                     &nodes, &n),
+		    MOAT_OK);
 		seen = n > 0 && nodes[0]->available;
 		moat_nodes_snapshot_free(nodes, n);
 		if (seen)

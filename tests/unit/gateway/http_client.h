@@ -22,31 +22,31 @@ struct moat_gateway;
 
 /* One extra header of a request. */
 struct http_client_header {
-	const char *name;             /* NULL: the end of the list */
-	const char *value;            /* NULL: the header is not sent */
+	const char *name;  /* NULL: the end of the list */
+	const char *value; /* NULL: the header is not sent */
 };
 
 /* One request to the door; designated initialisers, unset fields off. */
 struct http_client_req {
 	const char *method;
-	const char *path;             /* with the query string */
-	const char *body;             /* NULL: none; need not end in NUL */
+	const char *path; /* with the query string */
+	const char *body; /* NULL: none; need not end in NUL */
 	size_t body_len;
-	size_t chunked;               /* no body: this many 'x', chunked */
-	const struct http_client_header *headers;  /* may be NULL */
-	bool json_type;               /* Content-Type: application/json */
-	const char *stop_at;          /* cut once the body holds it */
+	size_t chunked; /* no body: this many 'x', chunked */
+	const struct http_client_header *headers; /* may be NULL */
+	bool json_type;      /* Content-Type: application/json */
+	const char *stop_at; /* cut once the body holds it */
 };
 
 /* One HTTP exchange as a test sees it. */
 struct http_client_resp {
-	long status;                  /* 0: no answer */
-	char *body;                   /* heap, NUL-terminated; NULL: empty */
+	long status; /* 0: no answer */
+	char *body;  /* heap, NUL-terminated; NULL: empty */
 	size_t len;
 	char content_type[128];
-	char allow[128];              /* the Allow header */
-	char session[128];            /* the Mcp-Session-Id header */
-	json_t *json;                 /* the body, when application/json */
+	char allow[128];   /* the Allow header */
+	char session[128]; /* the Mcp-Session-Id header */
+	json_t *json;      /* the body, when application/json */
 };
 
 /* http_client_request: sends `req` to http://127.0.0.1:<port> and fills

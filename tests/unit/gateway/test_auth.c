@@ -58,20 +58,25 @@ static struct env E;
 
 /* http: one request; `key` NULL sends no Authorization header. */
 static void
-http(const char *method, const char *path, const char *body,
-    const char *key, struct http_client_resp *r)
+http(const char *method, const char *path, const char *body, const char *key,
+    struct http_client_resp *r)
 {
 	char bearer[256];
 	const struct http_client_header hdrs[] = {
 		{ "Authorization", key != NULL ? bearer : NULL },
-		{ NULL, NULL } };
+		{ NULL, NULL }
+	};
 
 	if (key != NULL)
 		snprintf(bearer, sizeof(bearer), "Bearer %s", key);
-	http_client_request(E.port, &(struct http_client_req){
-	    .method = method, .path = path, .body = body,
-	    .body_len = body ? strlen(body) : 0, .headers = hdrs,
-	    .json_type = body != NULL }, r);
+	http_client_request(E.port,
+	    &(struct http_client_req){ .method = method,
+	        .path = path,
+	        .body = body,
+	        .body_len = body ? strlen(body) : 0,
+	        .headers = hdrs,
+	        .json_type = body != NULL },
+	    r);
 }
 
 /* call: one nng call to the gateway with `key` (NULL: none). Returns the
@@ -125,11 +130,14 @@ setup(void **state)
 	 * the environment open once. */
 	assert_int_equal(moat_auth_open(&a, E.dir, &errmsg), MOAT_OK);
 	assert_int_equal(moat_auth_key_create(a, "acme", &E.key_acme, id,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_auth_key_create(a, "zeta", &E.key_zeta, id,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_auth_key_create(a, "acme", &E.key_gone,
-	    E.gone_id, &errmsg), MOAT_OK);
+	                     E.gone_id, &errmsg),
+	    MOAT_OK);
 	moat_auth_close(a);
 	E.survey_url = moat_asprintf("ipc://%s/survey.sock", E.dir);
 	E.listen_url = moat_asprintf("ipc://%s/gateway.sock", E.dir);
@@ -189,30 +197,37 @@ test_key_store(void **state)
 	assert_non_null(mkdtemp(dir));
 	assert_int_equal(moat_auth_open(&a, dir, &errmsg), MOAT_OK);
 	assert_int_equal(moat_auth_key_create(a, "bad name!", &key, id,
-	    &errmsg), MOAT_INVALID_ARGUMENT);
+	                     &errmsg),
+	    MOAT_INVALID_ARGUMENT);
 	free(errmsg);
 	errmsg = NULL;
 	assert_int_equal(moat_auth_key_create(a, "t1", &key, id, &errmsg),
 	    MOAT_OK);
 	assert_non_null(strstr(key, id));
 	assert_int_equal(moat_auth_key_verify(a, key, tenant, sizeof(tenant),
-	    id2), MOAT_OK);
+	                     id2),
+	    MOAT_OK);
 	assert_string_equal(tenant, "t1");
 	assert_string_equal(id2, id);
 	/* One secret character off, no prefix, empty, garbage. */
 	bad = strdup(key);
 	bad[strlen(bad) - 1] = bad[strlen(bad) - 1] == '0' ? '1' : '0';
 	assert_int_equal(moat_auth_key_verify(a, bad, tenant, sizeof(tenant),
-	    id2), MOAT_UNAUTHENTICATED);
+	                     id2),
+	    MOAT_UNAUTHENTICATED);
 	assert_int_equal(moat_auth_key_verify(a, key + 5, tenant,
-	    sizeof(tenant), id2), MOAT_UNAUTHENTICATED);
+	                     sizeof(tenant), id2),
+	    MOAT_UNAUTHENTICATED);
 	assert_int_equal(moat_auth_key_verify(a, "", tenant, sizeof(tenant),
-	    id2), MOAT_UNAUTHENTICATED);
+	                     id2),
+	    MOAT_UNAUTHENTICATED);
 	assert_int_equal(moat_auth_key_verify(a, "moat_x_y", tenant,
-	    sizeof(tenant), id2), MOAT_UNAUTHENTICATED);
+	                     sizeof(tenant), id2),
+	    MOAT_UNAUTHENTICATED);
 	assert_int_equal(moat_auth_key_revoke(a, id, &errmsg), MOAT_OK);
 	assert_int_equal(moat_auth_key_verify(a, key, tenant, sizeof(tenant),
-	    id2), MOAT_UNAUTHENTICATED);
+	                     id2),
+	    MOAT_UNAUTHENTICATED);
 	assert_int_equal(moat_auth_key_revoke(a, "000000000000", &errmsg),
 	    MOAT_NOT_FOUND);
 	free(errmsg);
@@ -244,8 +259,9 @@ audit_worker_run(void *arg)
 
 		snprintf(tenant, sizeof(tenant), "t%d-%d", w->index,
 		    i % AUDIT_TENANTS_PER_THREAD);
-		if (e == NULL || moat_auth_audit_append(w->a, tenant, e,
-		    &errmsg) != MOAT_OK) {
+		if (e == NULL ||
+		    moat_auth_audit_append(w->a, tenant, e, &errmsg) !=
+		        MOAT_OK) {
 			free(errmsg);
 			errmsg = NULL;
 			w->failed++;
@@ -258,8 +274,7 @@ audit_worker_run(void *arg)
 /* audit_count: entries of `tenant` that are calls, and the sum of the
  * dropped counts its "AuditDropped" entries report. */
 static void
-audit_count(struct moat_auth *a, const char *tenant, int *calls,
-    int *dropped)
+audit_count(struct moat_auth *a, const char *tenant, int *calls, int *dropped)
 {
 	json_t *list = NULL, *e;
 	char *errmsg = NULL;
@@ -267,10 +282,11 @@ audit_count(struct moat_auth *a, const char *tenant, int *calls,
 
 	*calls = *dropped = 0;
 	assert_int_equal(moat_auth_audit_list(a, tenant,
-	    MOAT_AUTH_AUDIT_MAX_LIMIT, &list, &errmsg), MOAT_OK);
-	json_array_foreach(list, i, e) {
-		const char *m = json_string_value(json_object_get(e,
-		    "method"));
+	                     MOAT_AUTH_AUDIT_MAX_LIMIT, &list, &errmsg),
+	    MOAT_OK);
+	json_array_foreach (list, i, e) {
+		const char *m =
+		    json_string_value(json_object_get(e, "method"));
 
 		assert_non_null(m);
 		assert_non_null(json_object_get(e, "at_unix_ms"));
@@ -278,11 +294,12 @@ audit_count(struct moat_auth *a, const char *tenant, int *calls,
 			(*calls)++;
 		} else {
 			assert_string_equal(m, "AuditDropped");
-			assert_non_null(strstr(json_string_value(
-			    json_object_get(e, "message")),
-			    "audit entries dropped (queue full)"));
-			*dropped += (int)json_integer_value(json_object_get(e,
-			    "dropped"));
+			assert_non_null(
+			    strstr(json_string_value(
+			               json_object_get(e, "message")),
+			        "audit entries dropped (queue full)"));
+			*dropped += (int)json_integer_value(
+			    json_object_get(e, "dropped"));
 		}
 	}
 	json_decref(list);
@@ -304,8 +321,9 @@ test_audit_concurrent(void **state)
 	assert_int_equal(moat_auth_open(&a, dir, &errmsg), MOAT_OK);
 	for (int t = 0; t < AUDIT_THREADS; t++) {
 		w[t] = (struct audit_worker){ .a = a, .index = t };
-		assert_int_equal(pthread_create(&th[t], NULL,
-		    audit_worker_run, &w[t]), 0);
+		assert_int_equal(pthread_create(&th[t], NULL, audit_worker_run,
+		                     &w[t]),
+		    0);
 	}
 	for (int t = 0; t < AUDIT_THREADS; t++) {
 		assert_int_equal(pthread_join(th[t], NULL), 0);
@@ -316,8 +334,9 @@ test_audit_concurrent(void **state)
 		for (int k = 0; k < AUDIT_TENANTS_PER_THREAD; k++) {
 			snprintf(tenant, sizeof(tenant), "t%d-%d", t, k);
 			audit_count(a, tenant, &calls, &dropped);
-			assert_int_equal(calls + dropped, AUDIT_CALLS /
-			    AUDIT_THREADS / AUDIT_TENANTS_PER_THREAD);
+			assert_int_equal(calls + dropped,
+			    AUDIT_CALLS / AUDIT_THREADS /
+			        AUDIT_TENANTS_PER_THREAD);
 			total += calls + dropped;
 			landed += calls;
 		}
@@ -326,11 +345,11 @@ test_audit_concurrent(void **state)
 
 	/* Queued, not flushed: closing commits them. */
 	for (int i = 0; i < 100; i++) {
-		json_t *e = json_pack("{s:s, s:s}", "method", "Exec", "code",
-		    "OK");
+		json_t *e =
+		    json_pack("{s:s, s:s}", "method", "Exec", "code", "OK");
 
-		assert_int_equal(moat_auth_audit_append(a, "late", e,
-		    &errmsg), MOAT_OK);
+		assert_int_equal(moat_auth_audit_append(a, "late", e, &errmsg),
+		    MOAT_OK);
 		json_decref(e);
 	}
 	moat_auth_close(a);
@@ -354,22 +373,26 @@ test_unauthenticated(void **state)
 
 	/* Health needs no key; everything else does. */
 	assert_int_equal(call_code("Health", &hreq.base,
-	    &moat__v1__health_reply__descriptor, NULL), MOAT_OK);
+	                     &moat__v1__health_reply__descriptor, NULL),
+	    MOAT_OK);
 	assert_int_equal(call("ListSandboxes", &lreq.base, ld, NULL, NULL,
-	    &msg), MOAT_UNAUTHENTICATED);
+	                     &msg),
+	    MOAT_UNAUTHENTICATED);
 	assert_non_null(strstr(msg, "moat-gateway keys create --tenant"));
 	free(msg);
 	assert_int_equal(call_code("ListSandboxes", &lreq.base, ld,
-	    "moat_000000000000_00"), MOAT_UNAUTHENTICATED);
+	                     "moat_000000000000_00"),
+	    MOAT_UNAUTHENTICATED);
+	assert_int_equal(call_code("ListSandboxes", &lreq.base, ld, "garbage"),
+	    MOAT_UNAUTHENTICATED);
 	assert_int_equal(call_code("ListSandboxes", &lreq.base, ld,
-	    "garbage"), MOAT_UNAUTHENTICATED);
-	assert_int_equal(call_code("ListSandboxes", &lreq.base, ld,
-	    E.key_gone), MOAT_OK);
+	                     E.key_gone),
+	    MOAT_OK);
 
 	http("GET", "/v1/sandboxes", NULL, NULL, &r);
 	assert_int_equal(r.status, 401);
-	assert_string_equal(json_string_value(json_object_get(r.json,
-	    "code")), "UNAUTHENTICATED");
+	assert_string_equal(json_string_value(json_object_get(r.json, "code")),
+	    "UNAUTHENTICATED");
 	http_client_resp_free(&r);
 	http("GET", "/v1/sandboxes", NULL, "moat_nope", &r);
 	assert_int_equal(r.status, 401);
@@ -383,14 +406,18 @@ test_unauthenticated(void **state)
 
 	/* Revoked by the operator's command while the gateway runs: the
 	 * gateway's key cache lets it through for at most the TTL. */
-	snprintf(cmd, sizeof(cmd), "%s keys revoke %s --state-dir %s "
-	    ">/dev/null", GATEWAY_BIN, E.gone_id, E.dir);
+	snprintf(cmd, sizeof(cmd),
+	    "%s keys revoke %s --state-dir %s "
+	    ">/dev/null",
+	    GATEWAY_BIN, E.gone_id, E.dir);
 	assert_int_equal(system(cmd), 0);
 	{
 		int rv = MOAT_OK;
 
-		for (int i = 0; i <= (MOAT_AUTH_KEY_CACHE_TTL_MS + 1000) /
-		    50 && rv == MOAT_OK; i++) {
+		for (int i = 0;
+		     i <= (MOAT_AUTH_KEY_CACHE_TTL_MS + 1000) / 50 &&
+		     rv == MOAT_OK;
+		     i++) {
 			rv = call_code("ListSandboxes", &lreq.base, ld,
 			    E.key_gone);
 			if (rv == MOAT_OK)
@@ -399,7 +426,8 @@ test_unauthenticated(void **state)
 		assert_int_equal(rv, MOAT_UNAUTHENTICATED);
 	}
 	assert_int_equal(call_code("ListSandboxes", &lreq.base, ld,
-	    E.key_gone), MOAT_UNAUTHENTICATED);
+	                     E.key_gone),
+	    MOAT_UNAUTHENTICATED);
 	http("GET", "/v1/sandboxes", NULL, E.key_gone, &r);
 	assert_int_equal(r.status, 401);
 	http_client_resp_free(&r);
@@ -424,10 +452,11 @@ test_cross_tenant(void **state)
 	struct http_client_resp r;
 	int calls;
 
-	creq.tenant = "zeta";   /* the client's say is ignored */
+	creq.tenant = "zeta"; /* the client's say is ignored */
 	assert_int_equal(call("CreateSandbox", &creq.base,
-	    &moat__v1__sandbox__descriptor, E.key_acme,
-	    (ProtobufCMessage **)&sb, &msg), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor, E.key_acme,
+	                     (ProtobufCMessage **)&sb, &msg),
+	    MOAT_OK);
 	assert_string_equal(E.a.last_tenant, "acme");
 	snprintf(id, sizeof(id), "%s", sb->id);
 	moat__v1__sandbox__free_unpacked(sb, NULL);
@@ -442,27 +471,33 @@ test_cross_tenant(void **state)
 	wreq.path = "/tmp/x";
 	sreq.sandbox_id = id;
 	assert_int_equal(call_code("GetSandbox", &ref.base,
-	    &moat__v1__sandbox__descriptor, E.key_acme), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor, E.key_acme),
+	    MOAT_OK);
 	calls = E.a.calls;
 	assert_int_equal(call("GetSandbox", &ref.base,
-	    &moat__v1__sandbox__descriptor, E.key_zeta, NULL, &msg),
+	                     &moat__v1__sandbox__descriptor, E.key_zeta, NULL,
+	                     &msg),
 	    MOAT_NOT_FOUND);
 	assert_non_null(strstr(msg, "does not exist"));
 	free(msg);
 	assert_int_equal(call_code("Exec", &ereq.base,
-	    &moat__v1__exec_result__descriptor, E.key_zeta), MOAT_NOT_FOUND);
+	                     &moat__v1__exec_result__descriptor, E.key_zeta),
+	    MOAT_NOT_FOUND);
 	assert_int_equal(call_code("ExecStart", &ereq.base,
-	    &moat__v1__exec_handle__descriptor, E.key_zeta), MOAT_NOT_FOUND);
+	                     &moat__v1__exec_handle__descriptor, E.key_zeta),
+	    MOAT_NOT_FOUND);
 	assert_int_equal(call_code("ReadFile", &rreq.base,
-	    &moat__v1__file_data__descriptor, E.key_zeta), MOAT_NOT_FOUND);
+	                     &moat__v1__file_data__descriptor, E.key_zeta),
+	    MOAT_NOT_FOUND);
 	assert_int_equal(call_code("WriteFile", &wreq.base,
-	    &moat__v1__file_info__descriptor, E.key_zeta),
+	                     &moat__v1__file_info__descriptor, E.key_zeta),
 	    MOAT_NOT_FOUND);
 	assert_int_equal(call_code("SnapshotSandbox", &sreq.base,
-	    &moat__v1__local_snapshot__descriptor, E.key_zeta),
+	                     &moat__v1__local_snapshot__descriptor,
+	                     E.key_zeta),
 	    MOAT_NOT_FOUND);
 	assert_int_equal(call_code("DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor, E.key_zeta),
+	                     &moat__v1__empty__descriptor, E.key_zeta),
 	    MOAT_NOT_FOUND);
 	/* None of them reached the node. */
 	assert_int_equal(E.a.calls, calls);
@@ -476,8 +511,9 @@ test_cross_tenant(void **state)
 
 	/* Not in zeta's list; in acme's. */
 	assert_int_equal(call("ListSandboxes", &lreq.base,
-	    &moat__v1__sandbox_list__descriptor, E.key_zeta,
-	    (ProtobufCMessage **)&list, &msg), MOAT_OK);
+	                     &moat__v1__sandbox_list__descriptor, E.key_zeta,
+	                     (ProtobufCMessage **)&list, &msg),
+	    MOAT_OK);
 	for (size_t i = 0; i < list->n_sandboxes; i++)
 		assert_string_not_equal(list->sandboxes[i]->id, id);
 	moat__v1__sandbox_list__free_unpacked(list, NULL);
@@ -498,17 +534,18 @@ audited(const char *key, const char *method, const char *code,
 
 	http("GET", "/v1/audit?limit=50", NULL, key, &r);
 	assert_int_equal(r.status, 200);
-	json_array_foreach(json_object_get(r.json, "entries"), i, e) {
-		const char *m = json_string_value(json_object_get(e,
-		    "method"));
+	json_array_foreach (json_object_get(r.json, "entries"), i, e) {
+		const char *m =
+		    json_string_value(json_object_get(e, "method"));
 		const char *c = json_string_value(json_object_get(e, "code"));
-		const char *cmd = json_string_value(json_object_get(e,
-		    "command"));
+		const char *cmd =
+		    json_string_value(json_object_get(e, "command"));
 
 		assert_non_null(json_object_get(e, "atUnixMs"));
 		if (m != NULL && strcmp(m, method) == 0 && c != NULL &&
-		    strcmp(c, code) == 0 && (command == NULL ||
-		    (cmd != NULL && strcmp(cmd, command) == 0)))
+		    strcmp(c, code) == 0 &&
+		    (command == NULL ||
+		        (cmd != NULL && strcmp(cmd, command) == 0)))
 			n++;
 	}
 	http_client_resp_free(&r);
@@ -542,13 +579,15 @@ test_policy_and_audit(void **state)
 	int calls;
 
 	assert_int_equal(call("CreateSandbox", &creq.base,
-	    &moat__v1__sandbox__descriptor, E.key_acme,
-	    (ProtobufCMessage **)&sb, &msg), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor, E.key_acme,
+	                     (ProtobufCMessage **)&sb, &msg),
+	    MOAT_OK);
 	snprintf(ida, sizeof(ida), "%s", sb->id);
 	moat__v1__sandbox__free_unpacked(sb, NULL);
 	assert_int_equal(call("CreateSandbox", &creq.base,
-	    &moat__v1__sandbox__descriptor, E.key_zeta,
-	    (ProtobufCMessage **)&sb, &msg), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor, E.key_zeta,
+	                     (ProtobufCMessage **)&sb, &msg),
+	    MOAT_OK);
 	snprintf(idz, sizeof(idz), "%s", sb->id);
 	moat__v1__sandbox__free_unpacked(sb, NULL);
 
@@ -557,27 +596,31 @@ test_policy_and_audit(void **state)
 	ereq.sandbox_id = ida;
 	ereq.shell = ":(){ :|:& };:";
 	assert_int_equal(call("Exec", &ereq.base,
-	    &moat__v1__exec_result__descriptor, E.key_acme, NULL, &msg),
+	                     &moat__v1__exec_result__descriptor, E.key_acme,
+	                     NULL, &msg),
 	    MOAT_PERMISSION_DENIED);
 	assert_non_null(strstr(msg, "blocked"));
 	free(msg);
 	assert_int_equal(E.a.calls, calls);
-	assert_int_equal(audited_wait(E.key_acme, "Exec",
-	    "PERMISSION_DENIED", ":(){ :|:& };:", 1), 1);
+	assert_int_equal(audited_wait(E.key_acme, "Exec", "PERMISSION_DENIED",
+	                     ":(){ :|:& };:", 1),
+	    1);
 
 	/* Destructive: refused for zeta (refuse.zeta), run for acme with
 	 * the level in the reply. */
 	ereq.shell = "rm -rf /tmp/work";
 	ereq.sandbox_id = idz;
 	assert_int_equal(call("Exec", &ereq.base,
-	    &moat__v1__exec_result__descriptor, E.key_zeta, NULL, &msg),
+	                     &moat__v1__exec_result__descriptor, E.key_zeta,
+	                     NULL, &msg),
 	    MOAT_PERMISSION_DENIED);
 	assert_non_null(strstr(msg, "destructive"));
 	free(msg);
 	ereq.sandbox_id = ida;
 	assert_int_equal(call("Exec", &ereq.base,
-	    &moat__v1__exec_result__descriptor, E.key_acme,
-	    (ProtobufCMessage **)&er, &msg), MOAT_OK);
+	                     &moat__v1__exec_result__descriptor, E.key_acme,
+	                     (ProtobufCMessage **)&er, &msg),
+	    MOAT_OK);
 	assert_string_equal(er->safety, "destructive");
 	moat__v1__exec_result__free_unpacked(er, NULL);
 	assert_string_equal(E.a.last_method, "Exec");
@@ -585,13 +628,16 @@ test_policy_and_audit(void **state)
 	/* Each tenant's log is its own. One writer commits in call order:
 	 * once zeta's last entry is there, so are its earlier ones. */
 	assert_int_equal(audited_wait(E.key_acme, "Exec", "OK",
-	    "rm -rf /tmp/work", 1), 1);
+	                     "rm -rf /tmp/work", 1),
+	    1);
 	assert_true(audited(E.key_acme, "CreateSandbox", "OK", NULL) >= 1);
-	assert_int_equal(audited_wait(E.key_zeta, "Exec",
-	    "PERMISSION_DENIED", "rm -rf /tmp/work", 1), 1);
+	assert_int_equal(audited_wait(E.key_zeta, "Exec", "PERMISSION_DENIED",
+	                     "rm -rf /tmp/work", 1),
+	    1);
 	assert_int_equal(audited(E.key_zeta, "Exec", "OK", NULL), 0);
 	assert_int_equal(audited(E.key_zeta, "Exec", "PERMISSION_DENIED",
-	    ":(){ :|:& };:"), 0);
+	                     ":(){ :|:& };:"),
+	    0);
 	{
 		struct http_client_resp r;
 
@@ -611,32 +657,44 @@ test_metrics_and_openapi(void **state)
 	struct http_client_resp r;
 
 	assert_int_equal(call_code("Health", &hreq.base,
-	    &moat__v1__health_reply__descriptor, NULL), MOAT_OK);
+	                     &moat__v1__health_reply__descriptor, NULL),
+	    MOAT_OK);
 	http("GET", "/metrics", NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
-	assert_non_null(strstr(r.body, "moat_gateway_calls_total{method="
+	assert_non_null(strstr(r.body,
+	    "moat_gateway_calls_total{method="
 	    "\"Health\",code=\"OK\"}"));
-	assert_non_null(strstr(r.body, "moat_gateway_calls_total{method="
+	assert_non_null(strstr(r.body,
+	    "moat_gateway_calls_total{method="
 	    "\"ListSandboxes\",code=\"UNAUTHENTICATED\"}"));
-	assert_non_null(strstr(r.body, "moat_gateway_call_seconds_bucket{"
+	assert_non_null(strstr(r.body,
+	    "moat_gateway_call_seconds_bucket{"
 	    "method=\"Health\",le=\"+Inf\"}"));
-	assert_non_null(strstr(r.body, "moat_sandboxes{node=\"node-a\","
+	assert_non_null(strstr(r.body,
+	    "moat_sandboxes{node=\"node-a\","
 	    "state=\"running\"}"));
-	assert_non_null(strstr(r.body, "moat_sandboxes{node=\"node-a\","
+	assert_non_null(strstr(r.body,
+	    "moat_sandboxes{node=\"node-a\","
 	    "state=\"failed\"} 0"));
 	http_client_resp_free(&r);
 
 	http("GET", "/v1/openapi.json", NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_non_null(r.json);
-	assert_string_equal(json_string_value(json_object_get(r.json,
-	    "openapi")), "3.0.3");
-	assert_non_null(json_object_get(json_object_get(json_object_get(
-	    r.json, "paths"), "/v1/sandboxes"), "post"));
-	assert_non_null(json_object_get(json_object_get(json_object_get(
-	    r.json, "components"), "schemas"), "moat.v1.ExecRequest"));
-	assert_non_null(json_object_get(json_object_get(json_object_get(
-	    r.json, "paths"), "/v1/audit"), "get"));
+	assert_string_equal(json_string_value(
+	                        json_object_get(r.json, "openapi")),
+	    "3.0.3");
+	assert_non_null(
+	    json_object_get(json_object_get(json_object_get(r.json, "paths"),
+	                        "/v1/sandboxes"),
+	        "post"));
+	assert_non_null(json_object_get(
+	    json_object_get(json_object_get(r.json, "components"), "schemas"),
+	    "moat.v1.ExecRequest"));
+	assert_non_null(
+	    json_object_get(json_object_get(json_object_get(r.json, "paths"),
+	                        "/v1/audit"),
+	        "get"));
 	http_client_resp_free(&r);
 }
 
@@ -664,7 +722,7 @@ test_sessions_cross_tenant(void **state)
 	Moat__V1__Sandbox *sb = NULL;
 	char *msg = NULL, sandbox_id[128], session_id[128];
 	char *argv[] = { (char *)SESSIOND_BIN, (char *)"--state-dir", E.dir,
-	    NULL };
+		NULL };
 	pid_t pid;
 	int rv = MOAT_UNAVAILABLE, status;
 
@@ -686,59 +744,68 @@ test_sessions_cross_tenant(void **state)
 
 	creq.record = true;
 	assert_int_equal(call("CreateSandbox", &creq.base,
-	    &moat__v1__sandbox__descriptor, E.key_acme,
-	    (ProtobufCMessage **)&sb, &msg), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor, E.key_acme,
+	                     (ProtobufCMessage **)&sb, &msg),
+	    MOAT_OK);
 	snprintf(sandbox_id, sizeof(sandbox_id), "%s", sb->id);
 	snprintf(session_id, sizeof(session_id), "%s", sb->session_id);
 	moat__v1__sandbox__free_unpacked(sb, NULL);
 	ex.sandbox_id = sandbox_id;
 	ex.shell = "echo hi > /root/x";
 	assert_int_equal(call_code("Exec", &ex.base,
-	    &moat__v1__exec_result__descriptor, E.key_acme), MOAT_OK);
+	                     &moat__v1__exec_result__descriptor, E.key_acme),
+	    MOAT_OK);
 
 	lreq.session_id = session_id;
 	assert_int_equal(call("ListSteps", &lreq.base,
-	    &moat__v1__list_steps_reply__descriptor, E.key_acme,
-	    (ProtobufCMessage **)&steps, &msg), MOAT_OK);
+	                     &moat__v1__list_steps_reply__descriptor,
+	                     E.key_acme, (ProtobufCMessage **)&steps, &msg),
+	    MOAT_OK);
 	assert_int_equal(steps->n_steps, 1);
 	assert_string_equal(steps->steps[0]->safety, "write");
 	moat__v1__list_steps_reply__free_unpacked(steps, NULL);
 
 	/* zeta: as if it did not exist. */
 	assert_int_equal(call("ListSessions", &sreq.base,
-	    &moat__v1__list_sessions_reply__descriptor, E.key_zeta,
-	    (ProtobufCMessage **)&sl, &msg), MOAT_OK);
+	                     &moat__v1__list_sessions_reply__descriptor,
+	                     E.key_zeta, (ProtobufCMessage **)&sl, &msg),
+	    MOAT_OK);
 	for (size_t i = 0; i < sl->n_sessions; i++)
-		assert_string_not_equal(sl->sessions[i]->id,
-		    session_id);
+		assert_string_not_equal(sl->sessions[i]->id, session_id);
 	moat__v1__list_sessions_reply__free_unpacked(sl, NULL);
 	greq.session_id = session_id;
 	assert_int_equal(call_code("GetSession", &greq.base,
-	    &moat__v1__session_info__descriptor, E.key_zeta),
+	                     &moat__v1__session_info__descriptor, E.key_zeta),
 	    MOAT_NOT_FOUND);
 	assert_int_equal(call_code("ListSteps", &lreq.base,
-	    &moat__v1__list_steps_reply__descriptor, E.key_zeta),
+	                     &moat__v1__list_steps_reply__descriptor,
+	                     E.key_zeta),
 	    MOAT_NOT_FOUND);
 	rreq.session_id = session_id;
 	rreq.step = 1;
 	assert_int_equal(call_code("RestoreStep", &rreq.base,
-	    &moat__v1__restore_step_reply__descriptor, E.key_zeta),
+	                     &moat__v1__restore_step_reply__descriptor,
+	                     E.key_zeta),
 	    MOAT_NOT_FOUND);
 	freq.session_id = session_id;
 	freq.step = 1;
 	assert_int_equal(call_code("Fork", &freq.base,
-	    &moat__v1__fork_reply__descriptor, E.key_zeta), MOAT_NOT_FOUND);
+	                     &moat__v1__fork_reply__descriptor, E.key_zeta),
+	    MOAT_NOT_FOUND);
 	dfreq.session_a = session_id;
 	dfreq.session_b = session_id;
 	assert_int_equal(call_code("Diff", &dfreq.base,
-	    &moat__v1__diff_reply__descriptor, E.key_zeta), MOAT_NOT_FOUND);
+	                     &moat__v1__diff_reply__descriptor, E.key_zeta),
+	    MOAT_NOT_FOUND);
 	dreq.session_id = session_id;
 	assert_int_equal(call_code("DeleteSession", &dreq.base,
-	    &moat__v1__delete_session_reply__descriptor, E.key_zeta),
+	                     &moat__v1__delete_session_reply__descriptor,
+	                     E.key_zeta),
 	    MOAT_NOT_FOUND);
 	/* Still acme's. */
 	assert_int_equal(call_code("GetSession", &greq.base,
-	    &moat__v1__session_info__descriptor, E.key_acme), MOAT_OK);
+	                     &moat__v1__session_info__descriptor, E.key_acme),
+	    MOAT_OK);
 
 	kill(pid, SIGTERM);
 	assert_int_equal(waitpid(pid, &status, 0), pid);

@@ -106,10 +106,10 @@ test_sandbox_scalars_enum_map(void **state)
 	    256);
 	/* uint64 as a string, all 20 digits kept. */
 	assert_true(json_is_string(json_object_get(j, "createdUnixMs")));
-	assert_string_equal(json_string_value(json_object_get(j,
-	    "createdUnixMs")), "18446744073709551615");
-	assert_int_equal(json_integer_value(json_object_get(j, "vmmPid")),
-	    -5);
+	assert_string_equal(json_string_value(
+	                        json_object_get(j, "createdUnixMs")),
+	    "18446744073709551615");
+	assert_int_equal(json_integer_value(json_object_get(j, "vmmPid")), -5);
 	l = json_object_get(j, "labels");
 	assert_true(json_is_object(l));
 	assert_int_equal(json_object_size(l), 2);
@@ -128,8 +128,8 @@ test_sandbox_scalars_enum_map(void **state)
 	assert_int_equal(json_integer_value(json_object_get(j, "vcpus")), 0);
 	assert_string_equal(json_string_value(json_object_get(j, "node_id")),
 	    "");
-	assert_string_equal(json_string_value(json_object_get(j,
-	    "boot_ms")), "0");
+	assert_string_equal(json_string_value(json_object_get(j, "boot_ms")),
+	    "0");
 	assert_non_null(json_object_get(j, "memory_mib"));
 	assert_null(json_object_get(j, "memoryMib"));
 	json_decref(j);
@@ -172,8 +172,9 @@ test_bytes_nested_and_int64(void **state)
 	assert_true(json_is_true(json_object_get(s, "exited")));
 	assert_int_equal(json_integer_value(json_object_get(s, "exitCode")),
 	    3);
-	assert_string_equal(json_string_value(json_object_get(s,
-	    "stdoutBytes")), "3");
+	assert_string_equal(json_string_value(
+	                        json_object_get(s, "stdoutBytes")),
+	    "3");
 	assert_null(json_object_get(s, "timedOut"));
 	json_decref(j);
 
@@ -181,8 +182,10 @@ test_bytes_nested_and_int64(void **state)
 	fi.mtime_ns = -1234567890123ll;
 	fi.type = MOAT__V1__FILE_TYPE__FILE_TYPE_DIRECTORY;
 	assert_int_equal(moat_codec_to_json_string(&fi.base, 0, 0, &text,
-	    &errmsg), MOAT_OK);
-	assert_string_equal(text, "{\"name\":\"f\",\"mtimeNs\":"
+	                     &errmsg),
+	    MOAT_OK);
+	assert_string_equal(text,
+	    "{\"name\":\"f\",\"mtimeNs\":"
 	    "\"-1234567890123\",\"type\":\"FILE_TYPE_DIRECTORY\"}");
 	free(text);
 }
@@ -279,13 +282,13 @@ decode_ok(const ProtobufCMessageDescriptor *d, const char *text,
 /* decode_err: decoding `text` as `d` fails with `code` and a message that
  * contains `want`. */
 static void
-decode_err(const ProtobufCMessageDescriptor *d, const char *text,
-    int code, const char *want)
+decode_err(const ProtobufCMessageDescriptor *d, const char *text, int code,
+    const char *want)
 {
 	ProtobufCMessage *m = (ProtobufCMessage *)1;
 	char *errmsg = NULL;
-	int rv = moat_codec_from_json_text(d, text, strlen(text), 0, &m,
-	    &errmsg);
+	int rv =
+	    moat_codec_from_json_text(d, text, strlen(text), 0, &m, &errmsg);
 
 	if (rv != code || errmsg == NULL || strstr(errmsg, want) == NULL)
 		fail_msg("decoding %s as %s: got %s \"%s\", want %s \"%s\"",
@@ -306,7 +309,8 @@ round_trip(const ProtobufCMessage *msg, unsigned flags)
 	uint8_t *b1 = malloc(n1 + 1), *b2;
 
 	assert_int_equal(moat_codec_to_json_string(msg, flags, 0, &text,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	back = decode_ok(msg->descriptor, text, 0);
 	n2 = protobuf_c_message_get_packed_size(back);
 	b2 = malloc(n2 + 1);
@@ -441,7 +445,8 @@ test_decode_spellings(void **state)
 	    "{\"sandbox_id\": \"sb\", \"timeoutMs\": \"4294967295\", "
 	    "\"output_cap\": 1e3, \"stdin\": \"_-8\", \"stdinOpen\": true, "
 	    "\"argv\": [\"a\", \"b\"], \"shell\": null, \"env\": null, "
-	    "\"cwd\": \"/\"}", 0);
+	    "\"cwd\": \"/\"}",
+	    0);
 	assert_string_equal(ex->sandbox_id, "sb");
 	assert_int_equal(ex->timeout_ms, 4294967295u);
 	assert_int_equal(ex->output_cap, 1000);
@@ -456,13 +461,11 @@ test_decode_spellings(void **state)
 
 	/* Standard base64 with and without padding. */
 	ex = (Moat__V1__ExecRequest *)decode_ok(
-	    &moat__v1__exec_request__descriptor,
-	    "{\"stdin\": \"+/8=\"}", 0);
+	    &moat__v1__exec_request__descriptor, "{\"stdin\": \"+/8=\"}", 0);
 	assert_memory_equal(ex->stdin.data, "\xfb\xff", 2);
 	protobuf_c_message_free_unpacked(&ex->base, NULL);
 	ex = (Moat__V1__ExecRequest *)decode_ok(
-	    &moat__v1__exec_request__descriptor,
-	    "{\"stdin\": \"Zm9vYg\"}", 0);
+	    &moat__v1__exec_request__descriptor, "{\"stdin\": \"Zm9vYg\"}", 0);
 	assert_int_equal(ex->stdin.len, 4);
 	assert_memory_equal(ex->stdin.data, "foob", 4);
 	protobuf_c_message_free_unpacked(&ex->base, NULL);
@@ -475,7 +478,8 @@ test_decode_spellings(void **state)
 	 * name; int64 as a number; an int32 as a string. */
 	sb = (Moat__V1__Sandbox *)decode_ok(&moat__v1__sandbox__descriptor,
 	    "{\"state\": 2, \"bootMs\": 9007199254740993, \"vmmPid\": \"-7\","
-	    " \"labels\": {\"a\": \"1\", \"b\": \"\"}}", 0);
+	    " \"labels\": {\"a\": \"1\", \"b\": \"\"}}",
+	    0);
 	assert_int_equal(sb->state,
 	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
 	assert_int_equal(sb->boot_ms, 9007199254740993ull);
@@ -493,10 +497,11 @@ test_decode_spellings(void **state)
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 
 	/* Doubles: numbers, numeric strings, NaN and infinities. */
-	gi = (Moat__V1__GuestInfo *)decode_ok(
-	    &moat__v1__guest_info__descriptor,
-	    "{\"load1\": \"NaN\", \"load5\": \"-Infinity\", \"load15\": "
-	    "\"2.5e-1\"}", 0);
+	gi =
+	    (Moat__V1__GuestInfo *)decode_ok(&moat__v1__guest_info__descriptor,
+	        "{\"load1\": \"NaN\", \"load5\": \"-Infinity\", \"load15\": "
+	        "\"2.5e-1\"}",
+	        0);
 	assert_true(isnan(gi->load1));
 	assert_true(isinf(gi->load5) && gi->load5 < 0);
 	assert_true(gi->load15 == 0.25);
@@ -506,17 +511,17 @@ test_decode_spellings(void **state)
 	gr = (Moat__V1__GuestRequest *)decode_ok(
 	    &moat__v1__guest_request__descriptor,
 	    "{\"id\": \"3\", \"fileRead\": null, \"execStart\": {\"argv\": "
-	    "[\"ls\"]}}", 0);
-	assert_int_equal(gr->op_case,
-	    MOAT__V1__GUEST_REQUEST__OP_EXEC_START);
+	    "[\"ls\"]}}",
+	    0);
+	assert_int_equal(gr->op_case, MOAT__V1__GUEST_REQUEST__OP_EXEC_START);
 	assert_string_equal(gr->exec_start->argv[0], "ls");
 	protobuf_c_message_free_unpacked(&gr->base, NULL);
 
 	/* Unknown fields, when asked to, are skipped. */
-	ex = (Moat__V1__ExecRequest *)decode_ok(
-	    &moat__v1__exec_request__descriptor,
-	    "{\"future\": {\"x\": [1]}, \"cwd\": \"/tmp\"}",
-	    MOAT_CODEC_IGNORE_UNKNOWN);
+	ex = (Moat__V1__ExecRequest *)
+	    decode_ok(&moat__v1__exec_request__descriptor,
+	        "{\"future\": {\"x\": [1]}, \"cwd\": \"/tmp\"}",
+	        MOAT_CODEC_IGNORE_UNKNOWN);
 	assert_string_equal(ex->cwd, "/tmp");
 	protobuf_c_message_free_unpacked(&ex->base, NULL);
 }
@@ -556,7 +561,8 @@ test_decode_errors(void **state)
 		json_t *j = json_pack("{s:s%}", "shell", "a\0b", (size_t)3);
 		assert_int_equal(moat_codec_from_json(exd, j, 0, &m, &errmsg),
 		    BAD);
-		assert_non_null(strstr(errmsg, "shell: strings may not "
+		assert_non_null(strstr(errmsg,
+		    "shell: strings may not "
 		    "contain NUL"));
 		assert_null(m);
 		free(errmsg);
@@ -573,7 +579,8 @@ test_decode_errors(void **state)
 	    "argv: expected an array, got \"ls\"");
 	decode_err(exd, "{\"argv\": [\"ls\", 1]}", BAD,
 	    "argv[1]: expected a string, got 1");
-	decode_err(exd, "{\"argv\": [null]}", BAD, "argv[0]: array elements "
+	decode_err(exd, "{\"argv\": [null]}", BAD,
+	    "argv[0]: array elements "
 	    "may not be null");
 	decode_err(sbd, "{\"labels\": [\"a\"]}", BAD,
 	    "labels: expected an object (a map)");
@@ -583,14 +590,18 @@ test_decode_errors(void **state)
 	    "map values may not be null");
 	decode_err(sbd, "{\"state\": \"BOGUS\"}", BAD,
 	    "state: not a value of moat.v1.SandboxState, got \"BOGUS\"");
-	decode_err(sbd, "{\"state\": 1.5}", BAD, "state: expected a value "
+	decode_err(sbd, "{\"state\": 1.5}", BAD,
+	    "state: expected a value "
 	    "name or number");
-	decode_err(erd, "{\"status\": 5}", BAD, "status: expected an object "
+	decode_err(erd, "{\"status\": 5}", BAD,
+	    "status: expected an object "
 	    "(moat.v1.ExecStatus), got 5");
 	decode_err(&moat__v1__guest_info__descriptor, "{\"load1\": \"inf\"}",
 	    BAD, "load1: expected a double");
-	decode_err(&moat__v1__guest_info__descriptor, "{\"load1\": "
-	    "\"1e999\"}", BAD, "load1: out of range for double");
+	decode_err(&moat__v1__guest_info__descriptor,
+	    "{\"load1\": "
+	    "\"1e999\"}",
+	    BAD, "load1: out of range for double");
 	/* Ranges. */
 	decode_err(exd, "{\"timeoutMs\": 4294967296}", BAD,
 	    "timeoutMs: out of range for uint32, got 4294967296");
@@ -615,8 +626,8 @@ test_decode_errors(void **state)
 	decode_err(sbd, "{\"vmmPid\": \"\\r-7\"}", BAD, "vmmPid: expected");
 	decode_err(exd, "{\"outputCap\": 1.8446744073709552e19}", BAD,
 	    "out of range for uint64");
-	decode_err(&moat__v1__file_info__descriptor,
-	    "{\"mtimeNs\": 9.3e18}", BAD, "mtimeNs: out of range for int64");
+	decode_err(&moat__v1__file_info__descriptor, "{\"mtimeNs\": 9.3e18}",
+	    BAD, "mtimeNs: out of range for int64");
 	decode_err(&moat__v1__file_info__descriptor,
 	    "{\"mtimeNs\": \"9223372036854775808\"}", BAD,
 	    "out of range for int64");
@@ -643,8 +654,8 @@ test_decode_errors(void **state)
 	 * built (ASan checks the leak). */
 	decode_err(&moat__v1__sandbox_list__descriptor,
 	    "{\"sandboxes\": [{\"id\": \"a\", \"labels\": {\"x\": \"y\"}}, "
-	    "{\"id\": \"b\", \"vcpus\": \"many\"}]}", BAD,
-	    "sandboxes[1].vcpus: expected uint32");
+	    "{\"id\": \"b\", \"vcpus\": \"many\"}]}",
+	    BAD, "sandboxes[1].vcpus: expected uint32");
 	decode_err(grd, "{\"id\": 1, \"execStart\": {\"argv\": [\"a\", 2]}}",
 	    BAD, "execStart.argv[1]");
 
@@ -706,10 +717,21 @@ static const unsigned deep_flags_entry_sorted[] = { 0, 1 };
 static const ProtobufCIntRange deep_flags_entry_ranges[] = { { 1, 0 },
 	{ 0, 2 } };
 static const ProtobufCMessageDescriptor deep_flags_entry_descriptor = {
-	PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC, "test.Deep.FlagsEntry",
-	"FlagsEntry", "DeepFlagsEntry", "test", sizeof(DeepFlagsEntry), 2,
-	deep_flags_entry_fields, deep_flags_entry_sorted, 1,
-	deep_flags_entry_ranges, deep_flags_entry_init, NULL, NULL, NULL,
+	PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+	"test.Deep.FlagsEntry",
+	"FlagsEntry",
+	"DeepFlagsEntry",
+	"test",
+	sizeof(DeepFlagsEntry),
+	2,
+	deep_flags_entry_fields,
+	deep_flags_entry_sorted,
+	1,
+	deep_flags_entry_ranges,
+	deep_flags_entry_init,
+	NULL,
+	NULL,
+	NULL,
 };
 
 static const ProtobufCFieldDescriptor deep_fields[] = {
@@ -724,8 +746,8 @@ static const ProtobufCFieldDescriptor deep_fields[] = {
 	{ "fx", 5, PROTOBUF_C_LABEL_NONE, PROTOBUF_C_TYPE_FIXED32, 0,
 	    offsetof(Deep, fx), NULL, NULL, 0, 0, NULL, NULL },
 	{ "opt", 6, PROTOBUF_C_LABEL_OPTIONAL, PROTOBUF_C_TYPE_UINT32,
-	    offsetof(Deep, has_opt), offsetof(Deep, opt), NULL, NULL,
-	    0, 0, NULL, NULL },
+	    offsetof(Deep, has_opt), offsetof(Deep, opt), NULL, NULL, 0, 0,
+	    NULL, NULL },
 	{ "flags", 7, PROTOBUF_C_LABEL_REPEATED, PROTOBUF_C_TYPE_MESSAGE,
 	    offsetof(Deep, n_flags), offsetof(Deep, flags),
 	    &deep_flags_entry_descriptor, NULL, 0, 0, NULL, NULL },
@@ -733,9 +755,21 @@ static const ProtobufCFieldDescriptor deep_fields[] = {
 static const unsigned deep_sorted[] = { 0, 1, 6, 5, 2, 3, 4 };
 static const ProtobufCIntRange deep_ranges[] = { { 1, 0 }, { 0, 7 } };
 static const ProtobufCMessageDescriptor deep_descriptor = {
-	PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC, "test.Deep", "Deep", "Deep",
-	"test", sizeof(Deep), 7, deep_fields, deep_sorted, 1, deep_ranges,
-	deep_init, NULL, NULL, NULL,
+	PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+	"test.Deep",
+	"Deep",
+	"Deep",
+	"test",
+	sizeof(Deep),
+	7,
+	deep_fields,
+	deep_sorted,
+	1,
+	deep_ranges,
+	deep_init,
+	NULL,
+	NULL,
+	NULL,
 };
 
 /* nested_json: {"child": {"child": ... {}}} with `levels` children. */
@@ -759,10 +793,12 @@ test_decode_other_types_and_depth(void **state)
 	Deep *d, *back;
 	char *text = NULL, *errmsg = NULL;
 
-	d = (Deep *)decode_ok(&deep_descriptor, "{\"f\": 1.5, \"s\": -3, "
+	d = (Deep *)decode_ok(&deep_descriptor,
+	    "{\"f\": 1.5, \"s\": -3, "
 	    "\"sf\": \"-9223372036854775808\", \"fx\": 4294967295, "
 	    "\"opt\": 0, \"flags\": {\"-5\": true, \"7\": false}, "
-	    "\"child\": {\"f\": \"Infinity\"}}", 0);
+	    "\"child\": {\"f\": \"Infinity\"}}",
+	    0);
 	assert_true(d->f == 1.5f);
 	assert_int_equal(d->s, -3);
 	assert_true(d->sf == INT64_MIN);
@@ -775,7 +811,8 @@ test_decode_other_types_and_depth(void **state)
 	assert_true(isinf(d->child->f));
 	/* ... and back. */
 	assert_int_equal(moat_codec_to_json_string(&d->base, 0, 0, &text,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	back = (Deep *)decode_ok(&deep_descriptor, text, 0);
 	assert_true(back->has_opt && back->sf == INT64_MIN &&
 	    back->n_flags == 2 && back->flags[1]->key == 7 &&
@@ -792,8 +829,10 @@ test_decode_other_types_and_depth(void **state)
 	    MOAT_INVALID_ARGUMENT, "flags[\"x\"]: expected int32");
 	decode_err(&deep_descriptor, "{\"flags\": {\"1\": 1}}",
 	    MOAT_INVALID_ARGUMENT, "flags[\"1\"]: expected true or false");
-	decode_err(&deep_descriptor, "{\"child\": {\"child\": {\"s\": "
-	    "\"x\"}}}", MOAT_INVALID_ARGUMENT, "child.child.s: expected");
+	decode_err(&deep_descriptor,
+	    "{\"child\": {\"child\": {\"s\": "
+	    "\"x\"}}}",
+	    MOAT_INVALID_ARGUMENT, "child.child.s: expected");
 
 	/* 32 levels of nesting decode; 33 do not. */
 	text = nested_json(32);
@@ -814,15 +853,21 @@ static void
 test_base64_decode(void **state)
 {
 	static const char *good[][2] = {
-		{ "", "" }, { "Zg", "f" }, { "Zg==", "f" }, { "Zm8", "fo" },
-		{ "Zm8=", "fo" }, { "Zm9v", "foo" }, { "Zm9vYmFy", "foobar" },
+		{ "", "" },
+		{ "Zg", "f" },
+		{ "Zg==", "f" },
+		{ "Zm8", "fo" },
+		{ "Zm8=", "fo" },
+		{ "Zm9v", "foo" },
+		{ "Zm9vYmFy", "foobar" },
 	};
 	uint8_t *out;
 	size_t n;
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		assert_int_equal(moat_codec_base64_decode(good[i][0],
-		    strlen(good[i][0]), &out, &n), MOAT_OK);
+		                     strlen(good[i][0]), &out, &n),
+		    MOAT_OK);
 		assert_int_equal(n, strlen(good[i][1]));
 		if (n > 0)
 			assert_memory_equal(out, good[i][1], n);

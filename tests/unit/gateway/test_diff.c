@@ -72,10 +72,12 @@ static Moat__V1__DiffReply *
 diff(const char *ida, Moat__V1__Step **a, size_t na, const char *idb,
     Moat__V1__Step **b, size_t nb)
 {
-	struct moat_session_view va = { .session_id = ida, .steps = a,
-	    .n_steps = na };
-	struct moat_session_view vb = { .session_id = idb, .steps = b,
-	    .n_steps = nb };
+	struct moat_session_view va = { .session_id = ida,
+		.steps = a,
+		.n_steps = na };
+	struct moat_session_view vb = { .session_id = idb,
+		.steps = b,
+		.n_steps = nb };
 	Moat__V1__DiffReply *r = malloc(sizeof(*r));
 
 	assert_non_null(r);
@@ -141,7 +143,8 @@ test_diff_created_modified_deleted(void **state)
 	assert_string_equal(s3->files[0]->change_a, "");
 	assert_string_equal(s3->files[0]->change_b, "modified");
 	assert_string_equal(s3->files[0]->sha256_b,
-	    "2222222222222222222222222222222222222222222222222222222222222222");
+	    "222222222222222222222222222222222222222222222222222222222222222"
+	    "2");
 	assert_string_equal(s3->files[1]->change_b, "created");
 	assert_string_equal(s3->files[2]->path, "/w/old");
 	assert_string_equal(s3->files[2]->change_b, "deleted");
@@ -155,7 +158,8 @@ test_diff_created_modified_deleted(void **state)
 	assert_string_equal(f->change_a, "created");
 	assert_string_equal(f->change_b, "created");
 	assert_string_equal(f->sha256_a,
-	    "1111111111111111111111111111111111111111111111111111111111111111");
+	    "111111111111111111111111111111111111111111111111111111111111111"
+	    "1");
 	f = find_file(r->files, r->n_files, "/w/new");
 	assert_non_null(f);
 	assert_string_equal(f->change_a, "");
@@ -298,7 +302,8 @@ test_diff_net_folding(void **state)
 	assert_string_equal(f->change_a, "created");
 	assert_string_equal(f->change_b, "created");
 	assert_string_equal(f->sha256_a,
-	    "0707070707070707070707070707070707070707070707070707070707070707");
+	    "070707070707070707070707070707070707070707070707070707070707070"
+	    "7");
 	assert_null(find_file(r->files, r->n_files, "/tmp/t"));
 	moat__v1__diff_reply__free_unpacked(r, NULL);
 }
@@ -325,7 +330,7 @@ test_compare_ordering(void **state)
 	struct moat_session_view v[5];
 	Moat__V1__CompareReply *r;
 	static const char *const ids[] = { "fail-last", "ok-destructive",
-	    "ok-clean-slow", "ok-clean-fast", "ok-failed-first" };
+		"ok-clean-slow", "ok-clean-fast", "ok-failed-first" };
 
 	moat__v1__session_info__init(&info);
 	info.sandbox_id = "sb-1";
@@ -353,7 +358,9 @@ test_compare_ordering(void **state)
 		p[i][0] = &s[i][0].step;
 		p[i][1] = &s[i][1].step;
 		v[i] = (struct moat_session_view){ .session_id = ids[i],
-		    .info = &info, .steps = p[i], .n_steps = 2 };
+			.info = &info,
+			.steps = p[i],
+			.n_steps = 2 };
 	}
 	r = compare(v, 5);
 	assert_int_equal(r->n_sessions, 5);

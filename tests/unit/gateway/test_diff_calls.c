@@ -31,7 +31,7 @@
 
 #define GW "moat.v1.Gateway"
 #define SS "moat.v1.Session"
-#define LONG_STEPS 1003     /* more than one ListSteps page (1000) */
+#define LONG_STEPS 1003 /* more than one ListSteps page (1000) */
 
 struct env {
 	char dir[64];
@@ -57,8 +57,9 @@ new_session(const char *tenant, int n)
 	creq.tenant = (char *)tenant;
 	creq.sandbox_id = (char *)"sb-test";
 	assert_int_equal(moat_rpc_call(E.sessiond, SS, "CreateSession",
-	    &creq.base, &moat__v1__session_info__descriptor, &reply, NULL,
-	    &errmsg), MOAT_OK);
+	                     &creq.base, &moat__v1__session_info__descriptor,
+	                     &reply, NULL, &errmsg),
+	    MOAT_OK);
 	id = strdup(((Moat__V1__SessionInfo *)reply)->id);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	for (int i = 1; i <= n; i++) {
@@ -90,8 +91,10 @@ new_session(const char *tenant, int n)
 		areq.session_id = id;
 		areq.step = &st;
 		assert_int_equal(moat_rpc_call(E.sessiond, SS, "AppendStep",
-		    &areq.base, &moat__v1__append_step_reply__descriptor,
-		    &reply, NULL, &errmsg), MOAT_OK);
+		                     &areq.base,
+		                     &moat__v1__append_step_reply__descriptor,
+		                     &reply, NULL, &errmsg),
+		    MOAT_OK);
 		protobuf_c_message_free_unpacked(reply, NULL);
 	}
 	return id;
@@ -105,7 +108,7 @@ setup(void **state)
 	ProtobufCMessage *reply = NULL;
 	char *errmsg = NULL, *snapd, *survey;
 	char *argv[] = { (char *)SESSIOND_BIN, (char *)"--state-dir", E.dir,
-	    NULL };
+		NULL };
 	int rv = MOAT_UNAVAILABLE;
 
 	memset(&E, 0, sizeof(E));
@@ -135,9 +138,11 @@ setup(void **state)
 	free(snapd);
 	free(survey);
 	assert_int_equal(moat_rpc_client_open(&E.client, E.listen_url,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_rpc_client_open(&E.sessiond, E.sessiond_url,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	for (int i = 0; i < 200 && rv != MOAT_OK; i++) {
 		struct moat_rpc_opts o = { .timeout_ms = 500 };
 
@@ -186,8 +191,7 @@ teardown(void **state)
 }
 
 static int
-diff(const char *a, const char *b, Moat__V1__DiffReply **out,
-    char **errmsg)
+diff(const char *a, const char *b, Moat__V1__DiffReply **out, char **errmsg)
 {
 	Moat__V1__DiffRequest req = MOAT__V1__DIFF_REQUEST__INIT;
 
@@ -195,8 +199,8 @@ diff(const char *a, const char *b, Moat__V1__DiffReply **out,
 	req.session_b = (char *)b;
 	*errmsg = NULL;
 	return moat_rpc_call(E.client, GW, "Diff", &req.base,
-	    &moat__v1__diff_reply__descriptor, (ProtobufCMessage **)out,
-	    NULL, errmsg);
+	    &moat__v1__diff_reply__descriptor, (ProtobufCMessage **)out, NULL,
+	    errmsg);
 }
 
 static int
@@ -246,8 +250,8 @@ test_diff_not_found(void **state)
 	Moat__V1__DiffReply *r = NULL;
 	char *errmsg = NULL;
 
-	assert_int_equal(diff(E.short_id, "ses-0000000000000000", &r,
-	    &errmsg), MOAT_NOT_FOUND);
+	assert_int_equal(diff(E.short_id, "ses-0000000000000000", &r, &errmsg),
+	    MOAT_NOT_FOUND);
 	assert_non_null(strstr(errmsg, "ses-0000000000000000"));
 	free(errmsg);
 	assert_int_equal(diff(E.other_id, E.short_id, &r, &errmsg),
@@ -281,8 +285,7 @@ test_compare_calls(void **state)
 	free(errmsg);
 	for (int i = 0; i < 33; i++)
 		ids[i] = E.short_id;
-	assert_int_equal(compare(ids, 33, &r, &errmsg),
-	    MOAT_INVALID_ARGUMENT);
+	assert_int_equal(compare(ids, 33, &r, &errmsg), MOAT_INVALID_ARGUMENT);
 	free(errmsg);
 	assert_int_equal(compare(ids, 32, &r, &errmsg), MOAT_OK);
 	protobuf_c_message_free_unpacked(&r->base, NULL);

@@ -58,16 +58,18 @@ test_three_missed_surveys(void **state)
 
 	assert_int_equal(moat_nodes_init(&nodes), MOAT_OK);
 	assert_int_equal(moat_nodes_seen(&nodes, make_node("n1", "ipc:///a"),
-	    1), MOAT_OK);
-	moat_nodes_round_end(&nodes);      /* answered this round */
+	                     1),
+	    MOAT_OK);
+	moat_nodes_round_end(&nodes); /* answered this round */
 	assert_int_equal(node_state(&nodes, "n1"), 1);
-	moat_nodes_round_end(&nodes);      /* missed 1 */
-	moat_nodes_round_end(&nodes);      /* missed 2 */
+	moat_nodes_round_end(&nodes); /* missed 1 */
+	moat_nodes_round_end(&nodes); /* missed 2 */
 	assert_int_equal(node_state(&nodes, "n1"), 1);
-	moat_nodes_round_end(&nodes);      /* missed 3 */
+	moat_nodes_round_end(&nodes); /* missed 3 */
 	assert_int_equal(node_state(&nodes, "n1"), 0);
 	assert_int_equal(moat_nodes_seen(&nodes, make_node("n1", "ipc:///b"),
-	    2), MOAT_OK);
+	                     2),
+	    MOAT_OK);
 	assert_int_equal(node_state(&nodes, "n1"), 1);
 	moat_nodes_fini(&nodes);
 }
@@ -79,14 +81,15 @@ test_answer_without_id_is_refused(void **state)
 	char long_id[300];
 
 	assert_int_equal(moat_nodes_init(&nodes), MOAT_OK);
-	assert_int_equal(moat_nodes_seen(&nodes, make_node("", "ipc:///a"),
-	    1), MOAT_INVALID_ARGUMENT);
+	assert_int_equal(moat_nodes_seen(&nodes, make_node("", "ipc:///a"), 1),
+	    MOAT_INVALID_ARGUMENT);
 	assert_int_equal(moat_nodes_seen(&nodes, make_node("x", ""), 1),
 	    MOAT_INVALID_ARGUMENT);
 	memset(long_id, 'z', sizeof(long_id) - 1);
 	long_id[sizeof(long_id) - 1] = '\0';
-	assert_int_equal(moat_nodes_seen(&nodes, make_node(long_id,
-	    "ipc:///a"), 1), MOAT_INVALID_ARGUMENT);
+	assert_int_equal(moat_nodes_seen(&nodes,
+	                     make_node(long_id, "ipc:///a"), 1),
+	    MOAT_INVALID_ARGUMENT);
 	assert_int_equal(node_state(&nodes, "x"), -1);
 	moat_nodes_fini(&nodes);
 }
@@ -118,7 +121,8 @@ test_survey_finds_and_drops_nodes(void **state)
 	survey_url = moat_asprintf("ipc://%s/survey.sock", dir);
 	assert_int_equal(moat_nodes_init(&nodes), MOAT_OK);
 	assert_int_equal(moat_discovery_start(&d, &nodes, survey_url,
-	    INTERVAL_MS, NULL, &errmsg), MOAT_OK);
+	                     INTERVAL_MS, NULL, &errmsg),
+	    MOAT_OK);
 
 	assert_int_equal(fake_node_start(&bad, "bad", dir, survey_url), 0);
 	atomic_store(&bad.garbage, true);
@@ -126,8 +130,7 @@ test_survey_finds_and_drops_nodes(void **state)
 
 	assert_int_equal(wait_state(&nodes, "good", 1), 1);
 	/* The garbage answers were read and ignored. */
-	for (int i = 0; i < 100 && atomic_load(&bad.surveys_answered) < 2;
-	    i++)
+	for (int i = 0; i < 100 && atomic_load(&bad.surveys_answered) < 2; i++)
 		nng_msleep(20);
 	assert_true(atomic_load(&bad.surveys_answered) >= 2);
 	assert_int_equal(node_state(&nodes, "bad"), -1);
@@ -166,10 +169,12 @@ test_survey_url_in_use(void **state)
 	assert_non_null(mkdtemp(dir));
 	url = moat_asprintf("ipc://%s/survey.sock", dir);
 	assert_int_equal(moat_nodes_init(&nodes), MOAT_OK);
-	assert_int_equal(moat_discovery_start(&d1, &nodes, url, INTERVAL_MS, NULL,
-	    &errmsg), MOAT_OK);
+	assert_int_equal(moat_discovery_start(&d1, &nodes, url, INTERVAL_MS,
+	                     NULL, &errmsg),
+	    MOAT_OK);
 	assert_int_not_equal(moat_discovery_start(&d2, &nodes, url,
-	    INTERVAL_MS, NULL, &errmsg), MOAT_OK);
+	                         INTERVAL_MS, NULL, &errmsg),
+	    MOAT_OK);
 	assert_null(d2);
 	assert_non_null(strstr(errmsg, url));
 	free(errmsg);

@@ -54,8 +54,8 @@ available_nodes(void)
 	int count = 0;
 
 	if (moat_rpc_call(E.client, GW, "ListNodes", &req.base,
-	    &moat__v1__node_list__descriptor, &reply, NULL, &errmsg) !=
-	    MOAT_OK) {
+	        &moat__v1__node_list__descriptor, &reply, NULL,
+	        &errmsg) != MOAT_OK) {
 		free(errmsg);
 		return -1;
 	}
@@ -79,8 +79,8 @@ wait_node_count(const char *id, uint32_t sandboxes)
 		bool fresh = false;
 
 		if (moat_rpc_call(E.client, GW, "ListNodes", &req.base,
-		    &moat__v1__node_list__descriptor, &reply, NULL,
-		    &errmsg) == MOAT_OK) {
+		        &moat__v1__node_list__descriptor, &reply, NULL,
+		        &errmsg) == MOAT_OK) {
 			list = (Moat__V1__NodeList *)reply;
 			for (size_t j = 0; j < list->n_nodes; j++)
 				if (strcmp(list->nodes[j]->node_id, id) == 0 &&
@@ -133,7 +133,8 @@ setup(void **state)
 	free(sessiond);
 	free(snapd);
 	assert_int_equal(moat_rpc_client_open(&E.client, E.listen_url,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(fake_node_start(&E.a, "node-a", E.dir, E.survey_url),
 	    0);
 	wait_nodes(1);
@@ -215,7 +216,9 @@ test_create_routes_to_node(void **state)
 	assert_string_equal(E.a.last_tenant, "default");
 
 	assert_int_equal(sandbox_call("ExecStart", id, 0x5eed,
-	    &moat__v1__exec_handle__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__exec_handle__descriptor, &reply,
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(((Moat__V1__ExecHandle *)reply)->exec_id, 7);
 	assert_string_equal(((Moat__V1__ExecHandle *)reply)->sandbox_id, id);
 	protobuf_c_message_free_unpacked(reply, NULL);
@@ -225,11 +228,12 @@ test_create_routes_to_node(void **state)
 
 	/* Destroy, then the sandbox is gone everywhere. */
 	assert_int_equal(sandbox_call("DestroySandbox", id, 0xd1e,
-	    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__empty__descriptor, &reply, &errmsg),
+	    MOAT_OK);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	assert_int_equal(E.a.last_request_id, 0xd1e);
 	assert_int_equal(sandbox_call("GetSandbox", id, 0,
-	    &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	                     &moat__v1__sandbox__descriptor, &reply, &errmsg),
 	    MOAT_NOT_FOUND);
 	free(errmsg);
 	free(id);
@@ -258,14 +262,15 @@ test_unknown_sandbox_not_found(void **state)
 	char *errmsg = NULL;
 
 	assert_int_equal(sandbox_call("GetSandbox", "no-such-sandbox", 0,
-	    &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	                     &moat__v1__sandbox__descriptor, &reply, &errmsg),
 	    MOAT_NOT_FOUND);
 	assert_null(reply);
 	assert_non_null(strstr(errmsg, "no-such-sandbox"));
 	assert_non_null(strstr(errmsg, "moat sandbox ls"));
 	free(errmsg);
 	assert_int_equal(sandbox_call("ExecStart", "", 0,
-	    &moat__v1__exec_handle__descriptor, &reply, &errmsg),
+	                     &moat__v1__exec_handle__descriptor, &reply,
+	                     &errmsg),
 	    MOAT_INVALID_ARGUMENT);
 	free(errmsg);
 }
@@ -278,7 +283,8 @@ test_node_error_passes_unchanged(void **state)
 
 	assert_int_equal(create(0, "", &id, &errmsg), MOAT_OK);
 	assert_int_equal(sandbox_call("StatFile", id, 0,
-	    &moat__v1__file_info__descriptor, &reply, &errmsg),
+	                     &moat__v1__file_info__descriptor, &reply,
+	                     &errmsg),
 	    MOAT_PERMISSION_DENIED);
 	assert_non_null(strstr(errmsg, "fake node node-a says: no peeking"));
 	free(errmsg);
@@ -313,14 +319,17 @@ test_two_nodes_placement_lookup_and_list(void **state)
 	/* A sandbox the gateway never saw created is found by asking. */
 	fake_node_add_sandbox(&E.b, "hidden-1");
 	assert_int_equal(sandbox_call("ExecStart", "hidden-1", 0x99,
-	    &moat__v1__exec_handle__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__exec_handle__descriptor, &reply,
+	                     &errmsg),
+	    MOAT_OK);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	assert_string_equal(E.b.last_method, "ExecStart");
 	assert_int_equal(E.b.last_request_id, 0x99);
 
 	assert_int_equal(moat_rpc_call(E.client, GW, "ListSandboxes",
-	    &lreq.base, &moat__v1__sandbox_list__descriptor, &reply, NULL,
-	    &errmsg), MOAT_OK);
+	                     &lreq.base, &moat__v1__sandbox_list__descriptor,
+	                     &reply, NULL, &errmsg),
+	    MOAT_OK);
 	list = (Moat__V1__SandboxList *)reply;
 	for (size_t i = 0; i < list->n_sandboxes; i++) {
 		if (strcmp(list->sandboxes[i]->node_id, "node-a") == 0)
@@ -351,8 +360,8 @@ test_dead_node_unavailable(void **state)
 	/* The node's RPC dies; its respondent still answers surveys, so
 	 * the gateway still thinks it is up and must find out by calling. */
 	fake_node_kill_rpc(holder);
-	rv = sandbox_call("ExecStart", id, 0, &moat__v1__exec_handle__descriptor,
-	    &reply, &errmsg);
+	rv = sandbox_call("ExecStart", id, 0,
+	    &moat__v1__exec_handle__descriptor, &reply, &errmsg);
 	assert_int_equal(rv, MOAT_UNAVAILABLE);
 	assert_non_null(strstr(errmsg, holder->id));
 	assert_non_null(strstr(errmsg, id));
@@ -371,14 +380,16 @@ test_health_and_info(void **state)
 	bool vmd_up = false, sessiond_down = false;
 
 	assert_int_equal(moat_rpc_call(E.client, GW, "Health", &hreq.base,
-	    &moat__v1__health_reply__descriptor, &reply, NULL, &errmsg),
+	                     &moat__v1__health_reply__descriptor, &reply, NULL,
+	                     &errmsg),
 	    MOAT_OK);
 	assert_string_equal(((Moat__V1__HealthReply *)reply)->service,
 	    "moat-gateway");
 	protobuf_c_message_free_unpacked(reply, NULL);
 
 	assert_int_equal(moat_rpc_call(E.client, GW, "Info", &empty.base,
-	    &moat__v1__cluster_info__descriptor, &reply, NULL, &errmsg),
+	                     &moat__v1__cluster_info__descriptor, &reply, NULL,
+	                     &errmsg),
 	    MOAT_OK);
 	info = (Moat__V1__ClusterInfo *)reply;
 	assert_true(info->n_nodes >= 1);
@@ -460,7 +471,7 @@ sessiond_start(void)
 	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
 	ProtobufCMessage *reply = NULL;
 	char *argv[] = { (char *)SESSIOND_BIN, (char *)"--state-dir", E.dir,
-	    NULL };
+		NULL };
 	char *errmsg = NULL;
 	int rv = MOAT_UNAVAILABLE;
 	pid_t pid;
@@ -521,7 +532,8 @@ test_record_with_sessiond(void **state)
 
 	creq.record = true;
 	assert_int_equal(gw_call("CreateSandbox", &creq.base,
-	    &moat__v1__sandbox__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	    MOAT_OK);
 	sandbox_id = strdup(((Moat__V1__Sandbox *)reply)->id);
 	session_id = strdup(((Moat__V1__Sandbox *)reply)->session_id);
 	protobuf_c_message_free_unpacked(reply, NULL);
@@ -529,7 +541,8 @@ test_record_with_sessiond(void **state)
 
 	ref.sandbox_id = sandbox_id;
 	assert_int_equal(gw_call("GetSandbox", &ref.base,
-	    &moat__v1__sandbox__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	    MOAT_OK);
 	assert_string_equal(((Moat__V1__Sandbox *)reply)->session_id,
 	    session_id);
 	protobuf_c_message_free_unpacked(reply, NULL);
@@ -538,7 +551,8 @@ test_record_with_sessiond(void **state)
 	ex.shell = (char *)"echo hi > /root/x";
 	for (uint32_t i = 1; i <= 2; i++) {
 		assert_int_equal(gw_call("Exec", &ex.base,
-		    &moat__v1__exec_result__descriptor, &reply, &errmsg),
+		                     &moat__v1__exec_result__descriptor,
+		                     &reply, &errmsg),
 		    MOAT_OK);
 		res = (Moat__V1__ExecResult *)reply;
 		assert_string_equal(res->recording_error, "");
@@ -548,9 +562,10 @@ test_record_with_sessiond(void **state)
 	}
 
 	lreq.session_id = session_id;
-	lreq.tenant = (char *)"someone-else";  /* replaced by the gateway */
+	lreq.tenant = (char *)"someone-else"; /* replaced by the gateway */
 	assert_int_equal(gw_call("ListSteps", &lreq.base,
-	    &moat__v1__list_steps_reply__descriptor, &reply, &errmsg),
+	                     &moat__v1__list_steps_reply__descriptor, &reply,
+	                     &errmsg),
 	    MOAT_OK);
 	steps = (Moat__V1__ListStepsReply *)reply;
 	assert_int_equal(steps->n_steps, 2);
@@ -568,7 +583,8 @@ test_record_with_sessiond(void **state)
 
 	dreq.session_id = session_id;
 	assert_int_equal(gw_call("DeleteSession", &dreq.base,
-	    &moat__v1__delete_session_reply__descriptor, &reply, &errmsg),
+	                     &moat__v1__delete_session_reply__descriptor,
+	                     &reply, &errmsg),
 	    MOAT_OK);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	greq.session_id = session_id;
@@ -578,7 +594,8 @@ test_record_with_sessiond(void **state)
 	free(errmsg);
 
 	assert_int_equal(gw_call("DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__empty__descriptor, &reply, &errmsg),
+	    MOAT_OK);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	sessiond_stop(pid);
 	free(sandbox_id);
@@ -614,18 +631,23 @@ test_fork_with_sessiond(void **state)
 	creq.snapshot_policy =
 	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY;
 	assert_int_equal(gw_call("CreateSandbox", &creq.base,
-	    &moat__v1__sandbox__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	    MOAT_OK);
 	sandbox_id = strdup(((Moat__V1__Sandbox *)reply)->id);
 	session_id = strdup(((Moat__V1__Sandbox *)reply)->session_id);
 	/* Placement picks the node (an earlier test left node-b up); the
 	 * snapshot and its copies live there. */
-	node = strncmp(((Moat__V1__Sandbox *)reply)->node_id, "node-a", 6) ==
-	    0 ? &E.a : &E.b;
+	node =
+	    strncmp(((Moat__V1__Sandbox *)reply)->node_id, "node-a", 6) == 0 ?
+	    &E.a :
+	    &E.b;
 	protobuf_c_message_free_unpacked(reply, NULL);
 	ex.sandbox_id = sandbox_id;
 	ex.shell = (char *)"echo hi > /root/x";
 	assert_int_equal(gw_call("Exec", &ex.base,
-	    &moat__v1__exec_result__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__exec_result__descriptor, &reply,
+	                     &errmsg),
+	    MOAT_OK);
 	assert_string_equal(((Moat__V1__ExecResult *)reply)->recording_error,
 	    "");
 	protobuf_c_message_free_unpacked(reply, NULL);
@@ -639,7 +661,9 @@ test_fork_with_sessiond(void **state)
 	freq.step = 1;
 	freq.count = 3;
 	assert_int_equal(gw_call("Fork", &freq.base,
-	    &moat__v1__fork_reply__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__fork_reply__descriptor, &reply,
+	                     &errmsg),
+	    MOAT_OK);
 	fr = (Moat__V1__ForkReply *)reply;
 	/* Read under the lock, asserted after it: a failed assertion must
 	 * not leave the fake node locked. */
@@ -671,8 +695,9 @@ test_fork_with_sessiond(void **state)
 	for (int i = 0; i < 2; i++) {
 		greq.session_id = (char *)branch[i];
 		assert_int_equal(gw_call("GetSession", &greq.base,
-		    &moat__v1__session_info__descriptor,
-		    (ProtobufCMessage **)&si, &errmsg), MOAT_OK);
+		                     &moat__v1__session_info__descriptor,
+		                     (ProtobufCMessage **)&si, &errmsg),
+		    MOAT_OK);
 		assert_string_equal(si->parent_session_id, session_id);
 		assert_int_equal(si->parent_step, 1);
 		protobuf_c_message_free_unpacked(&si->base, NULL);
@@ -682,13 +707,16 @@ test_fork_with_sessiond(void **state)
 			continue;
 		ref.sandbox_id = fr->copies[i]->sandbox->id;
 		assert_int_equal(gw_call("DestroySandbox", &ref.base,
-		    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
+		                     &moat__v1__empty__descriptor, &reply,
+		                     &errmsg),
+		    MOAT_OK);
 		protobuf_c_message_free_unpacked(reply, NULL);
 	}
 	protobuf_c_message_free_unpacked(&fr->base, NULL);
 	ref.sandbox_id = sandbox_id;
 	assert_int_equal(gw_call("DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__empty__descriptor, &reply, &errmsg),
+	    MOAT_OK);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	sessiond_stop(pid);
 	free(sandbox_id);

@@ -55,13 +55,18 @@ http_ex(const char *method, const char *path, const char *body,
     size_t body_len, const char *authz, size_t chunked,
     struct http_client_resp *r)
 {
-	const struct http_client_header hdrs[] = {
-		{ "Authorization", authz }, { NULL, NULL } };
+	const struct http_client_header hdrs[] = { { "Authorization", authz },
+		{ NULL, NULL } };
 
-	http_client_request(E.port, &(struct http_client_req){
-	    .method = method, .path = path, .body = body,
-	    .body_len = body_len, .chunked = chunked, .headers = hdrs,
-	    .json_type = body != NULL }, r);
+	http_client_request(E.port,
+	    &(struct http_client_req){ .method = method,
+	        .path = path,
+	        .body = body,
+	        .body_len = body_len,
+	        .chunked = chunked,
+	        .headers = hdrs,
+	        .json_type = body != NULL },
+	    r);
 }
 
 static void
@@ -105,7 +110,7 @@ wait_node(void)
 		nodes = json_object_get(r.json, "nodes");
 		if (r.status == 200 && json_array_size(nodes) == 1 &&
 		    json_is_true(json_object_get(json_array_get(nodes, 0),
-		    "available"))) {
+		        "available"))) {
 			http_client_resp_free(&r);
 			return;
 		}
@@ -185,8 +190,10 @@ test_sandbox_lifecycle(void **state)
 	json_t *list;
 	bool listed = false;
 
-	http("POST", "/v1/sandboxes", "{\"memoryMib\": 256, \"labels\": "
-	    "{\"team\": \"blue\"}, \"image\": \"default\"}", &r);
+	http("POST", "/v1/sandboxes",
+	    "{\"memoryMib\": 256, \"labels\": "
+	    "{\"team\": \"blue\"}, \"image\": \"default\"}",
+	    &r);
 	if (r.status != 200)
 		fail_msg("create: %ld %s", r.status, r.body);
 	snprintf(id, sizeof(id), "%s", jstr(&r, "id"));
@@ -207,16 +214,19 @@ test_sandbox_lifecycle(void **state)
 	assert_int_equal(r.status, 200);
 	list = json_object_get(r.json, "sandboxes");
 	for (size_t i = 0; i < json_array_size(list); i++)
-		if (strcmp(json_string_value(json_object_get(json_array_get(
-		    list, i), "id")), id) == 0)
+		if (strcmp(json_string_value(
+		               json_object_get(json_array_get(list, i), "id")),
+		        id) == 0)
 			listed = true;
 	assert_true(listed);
 	http_client_resp_free(&r);
 
 	/* Exec: the body is an ExecRequest without the id. */
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
-	http("POST", path, "{\"argv\": [\"echo\", \"hi\"], \"timeoutMs\": "
-	    "\"5000\"}", &r);
+	http("POST", path,
+	    "{\"argv\": [\"echo\", \"hi\"], \"timeoutMs\": "
+	    "\"5000\"}",
+	    &r);
 	if (r.status != 200)
 		fail_msg("exec: %ld %s", r.status, r.body);
 	assert_true(json_is_object(r.json));
@@ -225,7 +235,8 @@ test_sandbox_lifecycle(void **state)
 	assert_string_equal(E.a.last_sandbox, id);
 	http("POST", path, "{\"sandboxId\": \"other\", \"shell\": \"ls\"}",
 	    &r);
-	expect_error(&r, 400, "INVALID_ARGUMENT", "sandboxId comes from the "
+	expect_error(&r, 400, "INVALID_ARGUMENT",
+	    "sandboxId comes from the "
 	    "URL");
 	http("POST", path, "{\"argv\": \"ls\"}", &r);
 	expect_error(&r, 400, "INVALID_ARGUMENT",
@@ -239,14 +250,18 @@ test_sandbox_lifecycle(void **state)
 	assert_string_equal(r.content_type, "application/octet-stream");
 	http_client_resp_free(&r);
 	assert_string_equal(E.a.last_method, "ReadFile");
-	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/tmp/x&"
-	    "makeParents=true&mode=420", id);
+	snprintf(path, sizeof(path),
+	    "/v1/sandboxes/%s/files?path=/tmp/x&"
+	    "makeParents=true&mode=420",
+	    id);
 	http_ex("PUT", path, "hello", 5, NULL, 0, &r);
 	assert_int_equal(r.status, 200);
 	http_client_resp_free(&r);
 	assert_string_equal(E.a.last_method, "WriteFile");
-	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/x&"
-	    "offset=minus", id);
+	snprintf(path, sizeof(path),
+	    "/v1/sandboxes/%s/files?path=/x&"
+	    "offset=minus",
+	    id);
 	http("GET", path, NULL, &r);
 	expect_error(&r, 400, "INVALID_ARGUMENT", "offset: expected uint64");
 
@@ -271,8 +286,11 @@ test_generic_rpc(void **state)
 	/* An empty body is an empty message. */
 	http("POST", "/v1/rpc/ListNodes", "", &r);
 	assert_int_equal(r.status, 200);
-	assert_string_equal(json_string_value(json_object_get(json_array_get(
-	    json_object_get(r.json, "nodes"), 0), "nodeId")), "node-a");
+	assert_string_equal(
+	    json_string_value(json_object_get(
+	        json_array_get(json_object_get(r.json, "nodes"), 0),
+	        "nodeId")),
+	    "node-a");
 	http_client_resp_free(&r);
 	http("POST", "/v1/rpc/GetSandbox", "{\"sandbox_id\": \"sb-nope\"}",
 	    &r);
@@ -290,7 +308,8 @@ test_bad_requests(void **state)
 	struct http_client_resp r;
 
 	http("POST", "/v1/sandboxes", "{\"memoryMib\": ", &r);
-	expect_error(&r, 400, "INVALID_ARGUMENT", "malformed JSON body at "
+	expect_error(&r, 400, "INVALID_ARGUMENT",
+	    "malformed JSON body at "
 	    "line 1");
 	http("POST", "/v1/sandboxes", "[1]", &r);
 	expect_error(&r, 400, "INVALID_ARGUMENT", "must be a JSON object");
@@ -369,15 +388,17 @@ static void
 test_addresses(void **state)
 {
 	static const char *bad[] = { "nonsense", "127.0.0.1", ":80",
-	    "localhost:80", "127.0.0.1:http", "[::1]80", "[::1", "1.2.3:80" };
+		"localhost:80", "127.0.0.1:http", "[::1]80", "[::1",
+		"1.2.3:80" };
 	struct moat_http_opts no_sessions = { .mcp_max_sessions = 0,
-	    .mcp_idle_s = 60 };
+		.mcp_idle_s = 60 };
 	struct moat_http *h = NULL;
 	char *errmsg = NULL;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(moat_http_start(&h, E.gw, bad[i], NULL,
-		    &errmsg), MOAT_INVALID_ARGUMENT);
+		                     &errmsg),
+		    MOAT_INVALID_ARGUMENT);
 		assert_null(h);
 		assert_non_null(strstr(errmsg, bad[i]));
 		free(errmsg);
@@ -388,7 +409,8 @@ test_addresses(void **state)
 		char addr[64];
 		snprintf(addr, sizeof(addr), "127.0.0.1:%u", E.port);
 		assert_int_equal(moat_http_start(&h, E.gw, addr, NULL,
-		    &errmsg), MOAT_UNAVAILABLE);
+		                     &errmsg),
+		    MOAT_UNAVAILABLE);
 		assert_non_null(strstr(errmsg, addr));
 		free(errmsg);
 		errmsg = NULL;
@@ -403,8 +425,9 @@ test_addresses(void **state)
 	}
 	/* An MCP table of no sessions: INVALID_ARGUMENT naming the
 	 * option. */
-	assert_int_equal(moat_http_start(&h, E.gw, "127.0.0.1:0",
-	    &no_sessions, &errmsg), MOAT_INVALID_ARGUMENT);
+	assert_int_equal(moat_http_start(&h, E.gw, "127.0.0.1:0", &no_sessions,
+	                     &errmsg),
+	    MOAT_INVALID_ARGUMENT);
 	assert_null(h);
 	assert_non_null(strstr(errmsg, "mcp-max-sessions"));
 	free(errmsg);
@@ -423,13 +446,18 @@ static void
 sse_post(const char *path, const char *body, const char *accept,
     const char *stop_at, struct sse *s)
 {
-	const struct http_client_header hdrs[] = {
-		{ "Accept", accept }, { NULL, NULL } };
+	const struct http_client_header hdrs[] = { { "Accept", accept },
+		{ NULL, NULL } };
 
-	http_client_request(E.port, &(struct http_client_req){
-	    .method = "POST", .path = path, .body = body,
-	    .body_len = strlen(body), .headers = hdrs, .json_type = true,
-	    .stop_at = stop_at }, &s->r);
+	http_client_request(E.port,
+	    &(struct http_client_req){ .method = "POST",
+	        .path = path,
+	        .body = body,
+	        .body_len = strlen(body),
+	        .headers = hdrs,
+	        .json_type = true,
+	        .stop_at = stop_at },
+	    &s->r);
 }
 
 /* sse_event: the JSON of the first `event` in body, or NULL. */
@@ -491,12 +519,12 @@ test_exec_stream(void **state)
 	ev = sse_event(s.r.body, "stdout");
 	assert_non_null(ev);
 	assert_string_equal(json_string_value(json_object_get(ev, "data")),
-	    "aGVsbG8K");                       /* "hello\n" */
+	    "aGVsbG8K"); /* "hello\n" */
 	json_decref(ev);
 	ev = sse_event(s.r.body, "stderr");
 	assert_non_null(ev);
 	assert_string_equal(json_string_value(json_object_get(ev, "data")),
-	    "b29wcwo=");                       /* "oops\n" */
+	    "b29wcwo="); /* "oops\n" */
 	json_decref(ev);
 	ev = sse_event(s.r.body, "exit");
 	assert_non_null(ev);
@@ -547,7 +575,8 @@ test_exec_stream(void **state)
 	}
 	if (!killed)
 		fail_msg("the exec was not killed when its client went away "
-		    "(last call %s)", last_method());
+		         "(last call %s)",
+		    last_method());
 }
 
 /* /v1/openapi.json describes the event stream: POST .../exec has the
@@ -564,8 +593,10 @@ test_openapi_exec_stream(void **state)
 	http("GET", "/v1/openapi.json", NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_non_null(r.json);
-	post = json_object_get(json_object_get(json_object_get(r.json,
-	    "paths"), "/v1/sandboxes/{id}/exec"), "post");
+	post =
+	    json_object_get(json_object_get(json_object_get(r.json, "paths"),
+	                        "/v1/sandboxes/{id}/exec"),
+	        "post");
 	assert_non_null(post);
 	ok = json_object_get(json_object_get(post, "responses"), "200");
 	assert_non_null(json_object_get(json_object_get(ok, "content"),
@@ -573,28 +604,35 @@ test_openapi_exec_stream(void **state)
 	sse = json_object_get(json_object_get(ok, "content"),
 	    "text/event-stream");
 	assert_non_null(sse);
-	events = json_string_value(json_object_get(json_object_get(sse,
-	    "schema"), "description"));
+	events = json_string_value(
+	    json_object_get(json_object_get(sse, "schema"), "description"));
 	assert_non_null(events);
 	assert_non_null(strstr(events, "start (the ExecHandle"));
-	assert_non_null(strstr(events, "stdout and stderr, {\"data\": "
+	assert_non_null(strstr(events,
+	    "stdout and stderr, {\"data\": "
 	    "base64"));
 	assert_non_null(strstr(events, "exit (the ExecStatus"));
 	assert_non_null(strstr(events, "error ({\"code\", \"message\"}"));
 	param = NULL;
-	json_array_foreach(json_object_get(post, "parameters"), i, p)
+	json_array_foreach (json_object_get(post, "parameters"), i, p)
 		if (strcmp(json_string_value(json_object_get(p, "name")),
-		    "stream") == 0)
+		        "stream") == 0)
 			param = p;
 	assert_non_null(param);
 	assert_string_equal(json_string_value(json_object_get(param, "in")),
 	    "query");
-	assert_string_equal(json_string_value(json_object_get(json_object_get(
-	    param, "schema"), "type")), "boolean");
+	assert_string_equal(json_string_value(json_object_get(
+	                        json_object_get(param, "schema"), "type")),
+	    "boolean");
 	/* Only exec streams: CreateSandbox's reply is JSON alone. */
-	ok = json_object_get(json_object_get(json_object_get(json_object_get(
-	    json_object_get(r.json, "paths"), "/v1/sandboxes"), "post"),
-	    "responses"), "200");
+	ok = json_object_get(
+	    json_object_get(
+	        json_object_get(json_object_get(json_object_get(r.json,
+	                                            "paths"),
+	                            "/v1/sandboxes"),
+	            "post"),
+	        "responses"),
+	    "200");
 	assert_non_null(json_object_get(json_object_get(ok, "content"),
 	    "application/json"));
 	assert_null(json_object_get(json_object_get(ok, "content"),

@@ -105,8 +105,8 @@ test_gone_node_drops_out(void **state)
 	assert_true(available);
 	/* Nor does the connection cache know it. */
 	assert_true(moat_node_id_set(&id, "gone"));
-	assert_int_equal(moat_nodes_conn_get(nodes, &id, &conn, NULL,
-	    &errmsg), MOAT_NOT_FOUND);
+	assert_int_equal(moat_nodes_conn_get(nodes, &id, &conn, NULL, &errmsg),
+	    MOAT_NOT_FOUND);
 	free(errmsg);
 	/* It joins again when it answers. */
 	seen(nodes, "gone");
@@ -146,7 +146,8 @@ start_with_config(const struct moat_config *config, const char *forget,
 	assert_non_null(mkdtemp(dir));
 	snprintf(url, sizeof(url), "ipc://%s/survey.sock", dir);
 	assert_int_equal(moat_nodes_init(&nodes), MOAT_OK);
-	rv = moat_discovery_start(&d, &nodes, url, interval_ms, config, errmsg);
+	rv =
+	    moat_discovery_start(&d, &nodes, url, interval_ms, config, errmsg);
 	*rounds = nodes.forget_rounds;
 	moat_discovery_stop(d);
 	moat_nodes_fini(&nodes);
@@ -180,7 +181,8 @@ test_config_key(void **state)
 	assert_int_equal(fclose(f), 0);
 	assert_int_equal(moat_config_load(&config, path, &errmsg), MOAT_OK);
 	assert_int_equal(start_with_config(config, NULL, 500, &rounds,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(rounds, 40);
 	moat_config_free(config);
 	unlink(path);

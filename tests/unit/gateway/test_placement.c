@@ -71,7 +71,7 @@ test_tie_breaks_on_free_memory_then_id(void **state)
 	assert_int_equal(chosen, 1);
 	set_node(1, "b", true, 1, 4096, 1024);
 	assert_int_equal(choose(2, 1, 256, NULL, &chosen, &msg), MOAT_OK);
-	assert_int_equal(chosen, 0);  /* same everything: "a" < "b" */
+	assert_int_equal(chosen, 0); /* same everything: "a" < "b" */
 }
 
 static void
@@ -93,15 +93,13 @@ test_no_node_is_unavailable(void **state)
 	size_t chosen;
 	char *msg;
 
-	assert_int_equal(choose(0, 0, 0, "", &chosen, &msg),
-	    MOAT_UNAVAILABLE);
+	assert_int_equal(choose(0, 0, 0, "", &chosen, &msg), MOAT_UNAVAILABLE);
 	assert_non_null(strstr(msg, "no vmd node is available"));
 	assert_non_null(strstr(msg, "deploy/moat-stack start"));
 	assert_non_null(strstr(msg, "ipc:///state/survey.sock"));
 	free(msg);
 	set_node(0, "down", false, 0, 4096, 0);
-	assert_int_equal(choose(1, 0, 0, "", &chosen, &msg),
-	    MOAT_UNAVAILABLE);
+	assert_int_equal(choose(1, 0, 0, "", &chosen, &msg), MOAT_UNAVAILABLE);
 	free(msg);
 }
 

@@ -37,8 +37,8 @@ t_init(struct t *t)
 }
 
 static void
-t_add(struct t *t, const char *path, Moat__V1__FsChange change,
-    uint64_t size, uint8_t sum)
+t_add(struct t *t, const char *path, Moat__V1__FsChange change, uint64_t size,
+    uint8_t sum)
 {
 	size_t i = t->trace.n_entries++;
 	Moat__V1__FsTraceEntry *e = &t->ents[i];

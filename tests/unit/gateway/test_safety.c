@@ -30,8 +30,8 @@ check_cases(const struct case_ *cases, size_t n)
 	int bad = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		struct moat_safety_verdict v = moat_safety_classify(
-		    cases[i].text, cases[i].language);
+		struct moat_safety_verdict v =
+		    moat_safety_classify(cases[i].text, cases[i].language);
 
 		assert_true(v.reason[0] != '\0');
 		if (v.level != cases[i].want) {
@@ -65,8 +65,10 @@ test_read(void **state)
 		{ "cat file # rm -rf / in a comment", NULL, MOAT_SAFETY_READ },
 		{ "FOO=1 env | sort", NULL, MOAT_SAFETY_READ },
 		{ "wc -l $(ls)", NULL, MOAT_SAFETY_READ },
-		{ "sed 's/a/b/' file.txt > /dev/null", NULL, MOAT_SAFETY_READ },
-		{ "print(open('data.csv').read())", "python", MOAT_SAFETY_READ },
+		{ "sed 's/a/b/' file.txt > /dev/null", NULL,
+		    MOAT_SAFETY_READ },
+		{ "print(open('data.csv').read())", "python",
+		    MOAT_SAFETY_READ },
 		{ "print('os.remove(x) is only text')", "python",
 		    MOAT_SAFETY_READ },
 		{ "# shutil.rmtree('/')\nprint(2)", "python",
@@ -105,12 +107,12 @@ test_write(void **state)
 		{ "git commit -am x", NULL, MOAT_SAFETY_WRITE },
 		{ "curl -o page.html http://x", NULL, MOAT_SAFETY_WRITE },
 		{ "chmod +x run.sh", NULL, MOAT_SAFETY_WRITE },
-		{ "with open('out.txt', 'w') as f:\n    f.write('x')", "python",
-		    MOAT_SAFETY_WRITE },
+		{ "with open('out.txt', 'w') as f:\n    f.write('x')",
+		    "python", MOAT_SAFETY_WRITE },
 		{ "open(path, mode='a').write('x')", "python",
 		    MOAT_SAFETY_WRITE },
-		{ "import pathlib\npathlib.Path('x').write_text('y')", "python",
-		    MOAT_SAFETY_WRITE },
+		{ "import pathlib\npathlib.Path('x').write_text('y')",
+		    "python", MOAT_SAFETY_WRITE },
 		{ "import subprocess\nsubprocess.run(['touch', 'x'])",
 		    "python", MOAT_SAFETY_WRITE },
 		{ "require('fs').writeFileSync('a', 'b')", "node",
@@ -126,7 +128,8 @@ test_system(void **state)
 {
 	static const struct case_ cases[] = {
 		{ "mount -t tmpfs none /mnt", NULL, MOAT_SAFETY_SYSTEM },
-		{ "sysctl -w net.ipv4.ip_forward=1", NULL, MOAT_SAFETY_SYSTEM },
+		{ "sysctl -w net.ipv4.ip_forward=1", NULL,
+		    MOAT_SAFETY_SYSTEM },
 		{ "ip link set eth0 down", NULL, MOAT_SAFETY_SYSTEM },
 		{ "iptables -F", NULL, MOAT_SAFETY_SYSTEM },
 		{ "sudo modprobe nbd", NULL, MOAT_SAFETY_SYSTEM },
@@ -177,7 +180,8 @@ test_destructive(void **state)
 		{ "truncate -s 0 data.db", NULL, MOAT_SAFETY_DESTRUCTIVE },
 		{ "git reset --hard HEAD~3", NULL, MOAT_SAFETY_DESTRUCTIVE },
 		{ "git clean -fd", NULL, MOAT_SAFETY_DESTRUCTIVE },
-		{ "cd /work && git clean -fdx", NULL, MOAT_SAFETY_DESTRUCTIVE },
+		{ "cd /work && git clean -fdx", NULL,
+		    MOAT_SAFETY_DESTRUCTIVE },
 		{ "sqlite3 app.db 'DROP TABLE users'", NULL,
 		    MOAT_SAFETY_DESTRUCTIVE },
 		{ "DROP TABLE users;", "sql", MOAT_SAFETY_DESTRUCTIVE },
@@ -218,7 +222,8 @@ test_blocked(void **state)
 	static const struct case_ cases[] = {
 		{ ":(){ :|:& };:", NULL, MOAT_SAFETY_BLOCKED },
 		{ ":() { : | : & }; :", NULL, MOAT_SAFETY_BLOCKED },
-		{ "bomb() { bomb | bomb & }; bomb", NULL, MOAT_SAFETY_BLOCKED },
+		{ "bomb() { bomb | bomb & }; bomb", NULL,
+		    MOAT_SAFETY_BLOCKED },
 		{ "rm -rf /", NULL, MOAT_SAFETY_BLOCKED },
 		{ "rm -rf /*", NULL, MOAT_SAFETY_BLOCKED },
 		{ "sudo rm -fr /", NULL, MOAT_SAFETY_BLOCKED },
@@ -281,8 +286,8 @@ test_names(void **state)
 	    "destructive");
 	assert_string_equal(moat_safety_level_name(MOAT_SAFETY_BLOCKED),
 	    "blocked");
-	assert_string_equal(moat_safety_level_name(
-	    (enum moat_safety_level)42), "unknown");
+	assert_string_equal(moat_safety_level_name((enum moat_safety_level)42),
+	    "unknown");
 }
 
 /* Garbage never crashes: unbalanced quotes and substitutions, lone
@@ -291,9 +296,9 @@ static void
 test_garbage(void **state)
 {
 	static const char *const junk[] = { "'", "\"", "$(", "`", "|||",
-	    ";;;&&&", ">", "<<", "2>", "$((((", "echo \"$(echo \"$(ls",
-	    "sh -c \"sh -c 'sh -c \\\"sh -c rm\\\"'\"", "\\", "a\\", "()",
-	    "open(", "subprocess.run([", "os.system('", NULL };
+		";;;&&&", ">", "<<", "2>", "$((((", "echo \"$(echo \"$(ls",
+		"sh -c \"sh -c 'sh -c \\\"sh -c rm\\\"'\"", "\\", "a\\", "()",
+		"open(", "subprocess.run([", "os.system('", NULL };
 	char *big = malloc(200001);
 
 	for (int i = 0; junk[i] != NULL; i++) {
@@ -306,7 +311,7 @@ test_garbage(void **state)
 		big[i] = "ls; x|"[i % 6];
 	big[200000] = '\0';
 	assert_int_equal(moat_safety_classify(big, NULL).level,
-	    MOAT_SAFETY_WRITE);  /* "x" is not a known command */
+	    MOAT_SAFETY_WRITE); /* "x" is not a known command */
 	free(big);
 }
 

@@ -76,7 +76,7 @@ wait_exit(pid_t pid)
 	for (int i = 0; i < 500; i++) {
 		if (waitpid(pid, &status, WNOHANG) == pid)
 			return WIFEXITED(status) ? WEXITSTATUS(status) :
-			    128 + WTERMSIG(status);
+			                           128 + WTERMSIG(status);
 		nng_msleep(10);
 	}
 	kill(pid, SIGKILL);
@@ -148,8 +148,8 @@ test_sessiond_health(void **state)
 static void
 test_snapd_health(void **state)
 {
-	check_health(SNAPD_BIN, "moat-snapd", "moat.v1.Snapshot",
-	    "snapd.sock", "snapd");
+	check_health(SNAPD_BIN, "moat-snapd", "moat.v1.Snapshot", "snapd.sock",
+	    "snapd");
 }
 
 static void
@@ -160,12 +160,12 @@ test_refuses_other_format(void **state)
 	struct moat_store_txn *txn;
 	char *path = moat_asprintf("%s/sessiond", dir), *errmsg = NULL;
 
-	assert_int_equal(moat_store_open(&st, path, 0, dbs, &errmsg),
-	    MOAT_OK);
+	assert_int_equal(moat_store_open(&st, path, 0, dbs, &errmsg), MOAT_OK);
 	assert_int_equal(moat_store_txn_begin(st, true, &txn, &errmsg),
 	    MOAT_OK);
 	assert_int_equal(moat_store_put(txn, "meta", "format", 6, "99", 2,
-	    false, &errmsg), MOAT_OK);
+	                     false, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_store_txn_commit(txn, &errmsg), MOAT_OK);
 	moat_store_close(st);
 	/* 64 + FAILED_PRECONDITION */

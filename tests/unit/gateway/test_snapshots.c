@@ -47,7 +47,7 @@ struct env {
 	struct moat_gateway *gw;
 	struct moat_rpc_client *client;
 	struct fake_node a;
-	char *alpha, *beta;         /* API keys */
+	char *alpha, *beta; /* API keys */
 	pid_t sessiond;
 	/* test_retention's sessions, for the later tests */
 	char session1[64], sandbox1[64], session2[64];
@@ -89,7 +89,7 @@ sessiond_start(void)
 	Moat__V1__ListSessionsRequest req =
 	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
 	char *argv[] = { (char *)SESSIOND_BIN, (char *)"--state-dir", E.dir,
-	    NULL };
+		NULL };
 	ProtobufCMessage *reply;
 	char *msg;
 	int rv = MOAT_UNAVAILABLE;
@@ -122,7 +122,8 @@ wait_node(void)
 		size_t n = 0;
 
 		if (moat_nodes_available_ids(moat_gateway_nodes(E.gw), &ids,
-		    &n) == MOAT_OK && n == 1) {
+		        &n) == MOAT_OK &&
+		    n == 1) {
 			free(ids);
 			return;
 		}
@@ -156,9 +157,10 @@ setup(void **state)
 	free(conf);
 	assert_int_equal(moat_auth_open(&a, E.dir, &errmsg), MOAT_OK);
 	assert_int_equal(moat_auth_key_create(a, "alpha", &E.alpha, id,
-	    &errmsg), MOAT_OK);
-	assert_int_equal(moat_auth_key_create(a, "beta", &E.beta, id,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
+	assert_int_equal(moat_auth_key_create(a, "beta", &E.beta, id, &errmsg),
+	    MOAT_OK);
 	moat_auth_close(a);
 	E.survey_url = moat_asprintf("ipc://%s/survey.sock", E.dir);
 	E.listen_url = moat_asprintf("ipc://%s/gateway.sock", E.dir);
@@ -167,7 +169,7 @@ setup(void **state)
 	opts.listen_url = E.listen_url;
 	opts.survey_url = E.survey_url;
 	opts.sessiond_url = sessiond;
-	opts.snapd_url = snapd;   /* nothing listens: snapd is down */
+	opts.snapd_url = snapd; /* nothing listens: snapd is down */
 	opts.state_dir = E.dir;
 	opts.survey_interval_ms = 100;
 	opts.auth = true;
@@ -177,7 +179,8 @@ setup(void **state)
 	free(sessiond);
 	free(snapd);
 	assert_int_equal(moat_rpc_client_open(&E.client, E.listen_url,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(fake_node_start(&E.a, "node-a", E.dir, E.survey_url),
 	    0);
 	wait_node();
@@ -237,8 +240,7 @@ step(const char *sandbox, uint32_t index, bool keep)
 	req.sandbox_id = (char *)sandbox;
 	req.shell = (char *)"echo step";
 	req.keep = keep;
-	r = ok("Exec", &req.base, &moat__v1__exec_result__descriptor,
-	    E.alpha);
+	r = ok("Exec", &req.base, &moat__v1__exec_result__descriptor, E.alpha);
 	assert_string_equal(r->recording_error, "");
 	assert_int_equal(r->step_index, index);
 	moat__v1__exec_result__free_unpacked(r, NULL);
@@ -325,7 +327,8 @@ delete_session(const char *session)
 static Moat__V1__GcSnapshotsReply *
 gc(bool dry_run, const char *key)
 {
-	Moat__V1__GcSnapshotsRequest req = MOAT__V1__GC_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__GcSnapshotsRequest req =
+	    MOAT__V1__GC_SNAPSHOTS_REQUEST__INIT;
 
 	req.dry_run = dry_run;
 	return ok("GcSnapshots", &req.base,
@@ -359,7 +362,8 @@ test_retention_policy(void **state)
 	conf = moat_asprintf("%s/policy.conf", E.dir);
 	assert_non_null(f = fopen(conf, "w"));
 	fputs("[retention]\nkeep-last = 5\nkeep-last.beta = 0\n"
-	    "keep-age-s.beta = 7\nkeep-last.gamma = many\n", f);
+	      "keep-age-s.beta = 7\nkeep-last.gamma = many\n",
+	    f);
 	fclose(f);
 	assert_int_equal(moat_config_load(&cfg, conf, &msg), MOAT_OK);
 	assert_int_equal(moat_retention_policy(cfg, "alpha", &p, &msg),
@@ -442,8 +446,10 @@ test_retention_pinned_and_restore(void **state)
 	code.sandbox_id = sandbox;
 	code.code = (char *)"x = 1";
 	code.keep = true;
-	protobuf_c_message_free_unpacked(ok("RunCode", &code.base,
-	    &moat__v1__run_code_result__descriptor, E.alpha), NULL);
+	protobuf_c_message_free_unpacked(
+	    ok("RunCode", &code.base, &moat__v1__run_code_result__descriptor,
+	        E.alpha),
+	    NULL);
 	steps = steps_of(E.session2, E.alpha);
 	assert_int_equal(steps->n_steps, 6);
 	assert_string_equal(steps->steps[0]->snapshot_removed, REASON);
@@ -491,7 +497,9 @@ test_restore_lost_snapshot(void **state)
 	assert_true(node_snap(E.session1, 4, id));
 	ref.snapshot_id = id;
 	protobuf_c_message_free_unpacked(ok("DeleteLocalSnapshot", &ref.base,
-	    &moat__v1__empty__descriptor, E.alpha), NULL);
+	                                     &moat__v1__empty__descriptor,
+	                                     E.alpha),
+	    NULL);
 	assert_int_equal(restore_step(E.session1, 4, &msg), MOAT_NOT_FOUND);
 	assert_non_null(strstr(msg, id));
 	assert_non_null(strstr(msg, "no longer on node node-a"));
@@ -519,8 +527,8 @@ test_delete_session_deletes_snapshots(void **state)
 	fork.session_id = session;
 	fork.step = 1;
 	fork.count = 1;
-	fr = ok("Fork", &fork.base, &moat__v1__fork_reply__descriptor,
-	    E.alpha);
+	fr =
+	    ok("Fork", &fork.base, &moat__v1__fork_reply__descriptor, E.alpha);
 	assert_int_equal(fr->succeeded, 1);
 	snprintf(branch, sizeof(branch), "%s", fr->copies[0]->session_id);
 	moat__v1__fork_reply__free_unpacked(fr, NULL);
@@ -542,7 +550,8 @@ test_delete_session_deletes_snapshots(void **state)
 	assert_true(fake_node_was_deleted(&E.a, ids[1]));
 	greq.session_id = session;
 	assert_int_equal(call("GetSession", &greq.base,
-	    &moat__v1__session_info__descriptor, &reply, E.alpha, &msg),
+	                     &moat__v1__session_info__descriptor, &reply,
+	                     E.alpha, &msg),
 	    MOAT_NOT_FOUND);
 	free(msg);
 }
@@ -563,15 +572,17 @@ test_gc(void **state)
 	(void)state;
 	ref.sandbox_id = E.sandbox1;
 	protobuf_c_message_free_unpacked(ok("DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor, E.alpha), NULL);
+	                                     &moat__v1__empty__descriptor,
+	                                     E.alpha),
+	    NULL);
 	assert_true(node_snap(E.session1, 5, named));
 	fake_node_add_sandbox(&E.a, "live-sb");
 	fake_node_add_snapshot(&E.a, "snap-node-a-00000000000000a1", "gone-sb",
 	    "alpha", 0, false);
 	fake_node_add_snapshot(&E.a, "snap-node-a-00000000000000a2", "live-sb",
 	    "alpha", 0, false);
-	fake_node_add_snapshot(&E.a, "snap-node-a-00000000000000a3", "",
-	    "", 0, true);
+	fake_node_add_snapshot(&E.a, "snap-node-a-00000000000000a3", "", "", 0,
+	    true);
 	fake_node_add_snapshot(&E.a, "snap-node-a-00000000000000b1", "gone-sb",
 	    "beta", 0, false);
 	fake_node_age_snapshots(&E.a, 120000);
@@ -605,23 +616,24 @@ test_gc(void **state)
 	assert_false(r->dry_run);
 	assert_true(gc_removed(r, "snap-node-a-00000000000000a1"));
 	moat__v1__gc_snapshots_reply__free_unpacked(r, NULL);
-	assert_true(fake_node_was_deleted(&E.a, "snap-node-a-00000000000000a1"));
+	assert_true(
+	    fake_node_was_deleted(&E.a, "snap-node-a-00000000000000a1"));
 	assert_true(fake_node_snapshot(&E.a, named, NULL));
-	assert_true(fake_node_snapshot(&E.a, "snap-node-a-00000000000000a2",
-	    NULL));
-	assert_true(fake_node_snapshot(&E.a, "snap-node-a-00000000000000a3",
-	    NULL));
-	assert_true(fake_node_snapshot(&E.a, "snap-node-a-00000000000000a4",
-	    NULL));
-	assert_true(fake_node_snapshot(&E.a, "snap-node-a-00000000000000b1",
-	    NULL));
+	assert_true(
+	    fake_node_snapshot(&E.a, "snap-node-a-00000000000000a2", NULL));
+	assert_true(
+	    fake_node_snapshot(&E.a, "snap-node-a-00000000000000a3", NULL));
+	assert_true(
+	    fake_node_snapshot(&E.a, "snap-node-a-00000000000000a4", NULL));
+	assert_true(
+	    fake_node_snapshot(&E.a, "snap-node-a-00000000000000b1", NULL));
 
 	r = gc(false, E.beta);
 	assert_true(gc_removed(r, "snap-node-a-00000000000000b1"));
 	assert_false(gc_removed(r, named));
 	moat__v1__gc_snapshots_reply__free_unpacked(r, NULL);
-	assert_false(fake_node_snapshot(&E.a, "snap-node-a-00000000000000b1",
-	    NULL));
+	assert_false(
+	    fake_node_snapshot(&E.a, "snap-node-a-00000000000000b1", NULL));
 }
 
 /* SetStepKeep acts for the caller's tenant: alpha pins its step, beta
@@ -629,7 +641,8 @@ test_gc(void **state)
 static void
 test_set_step_keep_tenants(void **state)
 {
-	Moat__V1__SetStepKeepRequest req = MOAT__V1__SET_STEP_KEEP_REQUEST__INIT;
+	Moat__V1__SetStepKeepRequest req =
+	    MOAT__V1__SET_STEP_KEEP_REQUEST__INIT;
 	Moat__V1__ListStepsReply *steps;
 	Moat__V1__Step *st;
 	ProtobufCMessage *reply;
@@ -639,9 +652,9 @@ test_set_step_keep_tenants(void **state)
 	req.session_id = E.session1;
 	req.index = 5;
 	req.keep = true;
-	req.tenant = (char *)"beta";    /* replaced by the gateway */
-	st = ok("SetStepKeep", &req.base, &moat__v1__step__descriptor,
-	    E.alpha);
+	req.tenant = (char *)"beta"; /* replaced by the gateway */
+	st =
+	    ok("SetStepKeep", &req.base, &moat__v1__step__descriptor, E.alpha);
 	assert_true(st->keep);
 	moat__v1__step__free_unpacked(st, NULL);
 	steps = steps_of(E.session1, E.alpha);
@@ -650,11 +663,12 @@ test_set_step_keep_tenants(void **state)
 
 	req.tenant = (char *)"alpha";
 	assert_int_equal(call("SetStepKeep", &req.base,
-	    &moat__v1__step__descriptor, &reply, E.beta, &msg),
+	                     &moat__v1__step__descriptor, &reply, E.beta,
+	                     &msg),
 	    MOAT_NOT_FOUND);
 	free(msg);
 	assert_int_equal(call("SetStepKeep", &req.base,
-	    &moat__v1__step__descriptor, &reply, NULL, &msg),
+	                     &moat__v1__step__descriptor, &reply, NULL, &msg),
 	    MOAT_UNAUTHENTICATED);
 	free(msg);
 }
@@ -667,13 +681,17 @@ test_metrics(void **state)
 
 	(void)state;
 	assert_non_null(text);
-	assert_non_null(strstr(text, "# TYPE moat_node_snapshot_ram_bytes "
+	assert_non_null(strstr(text,
+	    "# TYPE moat_node_snapshot_ram_bytes "
 	    "gauge"));
-	assert_non_null(strstr(text, "moat_node_snapshot_ram_budget_bytes{"
+	assert_non_null(strstr(text,
+	    "moat_node_snapshot_ram_budget_bytes{"
 	    "node=\"node-a\"} 1073741824\n"));
-	assert_non_null(strstr(text, "moat_node_snapshot_evictions_total{"
+	assert_non_null(strstr(text,
+	    "moat_node_snapshot_evictions_total{"
 	    "node=\"node-a\"} 3\n"));
-	assert_non_null(strstr(text, "moat_node_snapshot_ram_bytes{"
+	assert_non_null(strstr(text,
+	    "moat_node_snapshot_ram_bytes{"
 	    "node=\"node-a\"} "));
 	free(text);
 }
@@ -700,7 +718,8 @@ test_delete_session_node_down(void **state)
 	moat__v1__delete_session_reply__free_unpacked(r, NULL);
 	greq.session_id = session;
 	assert_int_equal(call("GetSession", &greq.base,
-	    &moat__v1__session_info__descriptor, &reply, E.alpha, &msg),
+	                     &moat__v1__session_info__descriptor, &reply,
+	                     E.alpha, &msg),
 	    MOAT_NOT_FOUND);
 	free(msg);
 	assert_false(fake_node_was_deleted(&E.a, id));

@@ -62,19 +62,23 @@ test_put_get_del_reopen(void **state)
 
 	assert_int_equal(moat_store_txn_begin(st, true, &txn, &errmsg),
 	    MOAT_OK);
-	assert_int_equal(moat_store_put(txn, "things", "k1", 2, "v1", 2,
-	    false, &errmsg), MOAT_OK);
+	assert_int_equal(moat_store_put(txn, "things", "k1", 2, "v1", 2, false,
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_store_put(txn, "things", "k1", 2, "zz", 2, true,
-	    &errmsg), MOAT_ALREADY_EXISTS);
+	                     &errmsg),
+	    MOAT_ALREADY_EXISTS);
 	free(errmsg);
 	errmsg = NULL;
 	assert_int_equal(moat_store_put(txn, "nope", "k", 1, "v", 1, false,
-	    &errmsg), MOAT_INVALID_ARGUMENT);
+	                     &errmsg),
+	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(errmsg, "nope"));
 	free(errmsg);
 	errmsg = NULL;
-	assert_int_equal(moat_store_put(txn, "things", "k2", 2, "v2", 2,
-	    false, &errmsg), MOAT_OK);
+	assert_int_equal(moat_store_put(txn, "things", "k2", 2, "v2", 2, false,
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_store_txn_commit(txn, &errmsg), MOAT_OK);
 	moat_store_close(st);
 
@@ -82,20 +86,24 @@ test_put_get_del_reopen(void **state)
 	assert_int_equal(moat_store_txn_begin(st, false, &txn, &errmsg),
 	    MOAT_OK);
 	assert_int_equal(moat_store_get(txn, "things", "k1", 2, &val, &len,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(len, 2);
 	assert_memory_equal(val, "v1", 2);
 	assert_int_equal(moat_store_get(txn, "things", "k3", 2, &val, &len,
-	    &errmsg), MOAT_NOT_FOUND);
+	                     &errmsg),
+	    MOAT_NOT_FOUND);
 	assert_null(errmsg);
 	assert_int_equal(moat_store_get(txn, "meta", "k1", 2, &val, &len,
-	    &errmsg), MOAT_NOT_FOUND);
+	                     &errmsg),
+	    MOAT_NOT_FOUND);
 	assert_int_equal(moat_store_count(txn, "things", &count, &errmsg),
 	    MOAT_OK);
 	assert_int_equal(count, 2);
 	/* A read transaction refuses writes. */
 	assert_int_equal(moat_store_put(txn, "things", "x", 1, "y", 1, false,
-	    &errmsg), MOAT_INTERNAL);
+	                     &errmsg),
+	    MOAT_INTERNAL);
 	free(errmsg);
 	errmsg = NULL;
 	moat_store_txn_abort(txn);
@@ -106,11 +114,12 @@ test_put_get_del_reopen(void **state)
 	    MOAT_OK);
 	assert_int_equal(moat_store_del(txn, "things", "k1", 2, &errmsg),
 	    MOAT_NOT_FOUND);
-	moat_store_txn_abort(txn);  /* dropped: k1 stays */
+	moat_store_txn_abort(txn); /* dropped: k1 stays */
 	assert_int_equal(moat_store_txn_begin(st, false, &txn, &errmsg),
 	    MOAT_OK);
 	assert_int_equal(moat_store_get(txn, "things", "k1", 2, &val, &len,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	moat_store_txn_abort(txn);
 	moat_store_close(st);
 }
@@ -180,8 +189,7 @@ reader_main(void *p)
 	if ((a->rv = moat_store_txn_begin(a->st, false, &txn, &errmsg)) !=
 	    MOAT_OK)
 		return NULL;
-	a->rv = moat_store_get(txn, "meta", "seen", 4, &val, &a->len,
-	    &errmsg);
+	a->rv = moat_store_get(txn, "meta", "seen", 4, &val, &a->len, &errmsg);
 	moat_store_txn_abort(txn);
 	free(errmsg);
 	return NULL;
@@ -199,15 +207,16 @@ test_readers_run_beside_a_writer(void **state)
 	assert_int_equal(moat_store_txn_begin(st, true, &txn, &errmsg),
 	    MOAT_OK);
 	assert_int_equal(moat_store_put(txn, "meta", "seen", 4, "old", 3,
-	    false, &errmsg), MOAT_OK);
+	                     false, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_store_txn_commit(txn, &errmsg), MOAT_OK);
 
 	/* A writer is mid-transaction; a reader on another thread sees the
 	 * committed value without waiting for it. */
-	assert_int_equal(moat_store_txn_begin(st, true, &w, &errmsg),
-	    MOAT_OK);
+	assert_int_equal(moat_store_txn_begin(st, true, &w, &errmsg), MOAT_OK);
 	assert_int_equal(moat_store_put(w, "meta", "seen", 4, "newer", 5,
-	    false, &errmsg), MOAT_OK);
+	                     false, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(pthread_create(&t, NULL, reader_main, &a), 0);
 	pthread_join(t, NULL);
 	assert_int_equal(a.rv, MOAT_OK);

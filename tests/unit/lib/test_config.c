@@ -78,18 +78,17 @@ write_conf(const struct fixture *f, const char *text)
 	assert_int_equal(fclose(fp), 0);
 }
 
-static const char sample[] =
-    "; moat.conf for tests\n"
-    "[moat]\n"
-    "state-dir = /srv/moat\n"
-    "\n"
-    "[vmd]\n"
-    "workers = 8\n"
-    "state-dir = /srv/vmd\n"
-    "kvm = yes\n"
-    "[gateway]\n"
-    "listen = tcp://0.0.0.0:7700\n"
-    "workers = 12x\n";
+static const char sample[] = "; moat.conf for tests\n"
+                             "[moat]\n"
+                             "state-dir = /srv/moat\n"
+                             "\n"
+                             "[vmd]\n"
+                             "workers = 8\n"
+                             "state-dir = /srv/vmd\n"
+                             "kvm = yes\n"
+                             "[gateway]\n"
+                             "listen = tcp://0.0.0.0:7700\n"
+                             "workers = 12x\n";
 
 static void
 test_precedence(void **state)
@@ -115,12 +114,14 @@ test_precedence(void **state)
 	    "/env/vmd");
 	/* flag over env */
 	assert_int_equal(moat_config_set_flag(cfg, "vmd", "state-dir",
-	    "/flag/vmd"), MOAT_OK);
+	                     "/flag/vmd"),
+	    MOAT_OK);
 	assert_string_equal(moat_config_get(cfg, "vmd", "state-dir", "/d"),
 	    "/flag/vmd");
 	/* a later flag replaces an earlier one */
 	assert_int_equal(moat_config_set_flag(cfg, "vmd", "state-dir",
-	    "/flag2"), MOAT_OK);
+	                     "/flag2"),
+	    MOAT_OK);
 	assert_string_equal(moat_config_get(cfg, "vmd", "state-dir", "/d"),
 	    "/flag2");
 	/* other sections are untouched */
@@ -154,8 +155,7 @@ test_env_names(void **state)
 	/* NULL cfg: env and default only */
 	assert_string_equal(moat_config_get(NULL, "gateway", "listen", "d"),
 	    "ipc:///x");
-	assert_string_equal(moat_config_get(NULL, "vmd", "nothing", "d"),
-	    "d");
+	assert_string_equal(moat_config_get(NULL, "vmd", "nothing", "d"), "d");
 }
 
 static void
@@ -170,15 +170,18 @@ test_numbers_and_bools(void **state)
 	write_conf(f, sample);
 	assert_int_equal(moat_config_load(&cfg, f->path, &err), MOAT_OK);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
-	    &err), MOAT_OK);
+	                     &err),
+	    MOAT_OK);
 	assert_int_equal(n, 8);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "absent", 3, &n,
-	    &err), MOAT_OK);
+	                     &err),
+	    MOAT_OK);
 	assert_int_equal(n, 3);
 
 	/* a bad number in the file names the key, the file and the line */
 	assert_int_equal(moat_config_get_u64(cfg, "gateway", "workers", 3, &n,
-	    &err), MOAT_INVALID_ARGUMENT);
+	                     &err),
+	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(err, "workers"));
 	assert_non_null(strstr(err, "12x"));
 	assert_non_null(strstr(err, f->path));
@@ -188,40 +191,48 @@ test_numbers_and_bools(void **state)
 	/* a bad number in the environment names the variable */
 	setenv("MOAT_VMD_WORKERS", "-1", 1);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
-	    &err), MOAT_INVALID_ARGUMENT);
+	                     &err),
+	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(err, "MOAT_VMD_WORKERS"));
 	free(err);
 	setenv("MOAT_VMD_WORKERS", "99999999999999999999999", 1);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
-	    &err), MOAT_INVALID_ARGUMENT);
+	                     &err),
+	    MOAT_INVALID_ARGUMENT);
 	free(err);
 	setenv("MOAT_VMD_WORKERS", "18446744073709551615", 1);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
-	    &err), MOAT_OK);
+	                     &err),
+	    MOAT_OK);
 	assert_true(n == UINT64_MAX);
 
 	/* a bad flag names the flag */
 	assert_int_equal(moat_config_set_flag(cfg, "vmd", "workers", ""), 0);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 3, &n,
-	    &err), MOAT_INVALID_ARGUMENT);
+	                     &err),
+	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(err, "workers"));
 	free(err);
 
 	assert_int_equal(moat_config_get_bool(cfg, "vmd", "kvm", false, &b,
-	    &err), MOAT_OK);
+	                     &err),
+	    MOAT_OK);
 	assert_true(b);
 	setenv("MOAT_VMD_KVM", "Off", 1);
 	assert_int_equal(moat_config_get_bool(cfg, "vmd", "kvm", true, &b,
-	    &err), MOAT_OK);
+	                     &err),
+	    MOAT_OK);
 	assert_false(b);
 	setenv("MOAT_VMD_KVM", "maybe", 1);
 	assert_int_equal(moat_config_get_bool(cfg, "vmd", "kvm", true, &b,
-	    &err), MOAT_INVALID_ARGUMENT);
+	                     &err),
+	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(err, "kvm"));
 	assert_non_null(strstr(err, "maybe"));
 	free(err);
 	assert_int_equal(moat_config_get_bool(cfg, "vmd", "absent", true, &b,
-	    &err), MOAT_OK);
+	                     &err),
+	    MOAT_OK);
 	assert_true(b);
 	moat_config_free(cfg);
 }
@@ -255,8 +266,7 @@ test_missing_and_broken_files(void **state)
 
 	write_conf(f, "[vmd]\nworkers = 2\n");
 	assert_int_equal(moat_config_load(&cfg, NULL, &err), MOAT_OK);
-	assert_string_equal(moat_config_get(cfg, "vmd", "workers", NULL),
-	    "2");
+	assert_string_equal(moat_config_get(cfg, "vmd", "workers", NULL), "2");
 	moat_config_free(cfg);
 
 	/* a parse error names the line */
@@ -330,14 +340,15 @@ test_service_args(void **state)
 	setenv("MOAT_VMD_WORKERS", "9", 1);
 	/* --config is read; a flag wins over env and file, by its name. */
 	{
-		char *argv[] = { "moat-test", "--config", f->path,
-			"--workers", "3", NULL };
+		char *argv[] = { "moat-test", "--config", f->path, "--workers",
+			"3", NULL };
 
 		assert_int_equal(args(&cfg, argv), -1);
 	}
 	assert_non_null(cfg);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 1, &v,
-	    &err), MOAT_OK);
+	                     &err),
+	    MOAT_OK);
 	assert_int_equal(v, 3);
 	assert_string_equal(moat_config_get(cfg, "gateway", "listen", ""),
 	    "tcp://0.0.0.0:7700");
@@ -350,7 +361,8 @@ test_service_args(void **state)
 	free(dir);
 	moat_config_free(cfg);
 	{
-		char *argv[] = { "moat-test", "--state-dir", "/flag/dir", NULL };
+		char *argv[] = { "moat-test", "--state-dir", "/flag/dir",
+			NULL };
 
 		assert_int_equal(args(&cfg, argv), -1);
 	}
@@ -392,8 +404,8 @@ test_service_args(void **state)
 	}
 	assert_null(cfg);
 	{
-		char *argv[] = { "moat-test", "--config", "/nonexistent/moat.conf",
-			NULL };
+		char *argv[] = { "moat-test", "--config",
+			"/nonexistent/moat.conf", NULL };
 
 		assert_int_not_equal(args(&cfg, argv), -1);
 		assert_int_not_equal(args(&cfg, argv), 0);
@@ -416,7 +428,8 @@ test_system_default_file(void **state)
 	(void)state;
 	if (geteuid() != 0 || access(MOAT_CONFIG_SYSTEM_PATH, F_OK) == 0) {
 		printf("SKIPPED: test_system_default_file (needs root and no "
-		    "%s)\n", MOAT_CONFIG_SYSTEM_PATH);
+		       "%s)\n",
+		    MOAT_CONFIG_SYSTEM_PATH);
 		skip();
 	}
 	if (mkdir("/etc/moat", 0755) == 0)
@@ -427,11 +440,13 @@ test_system_default_file(void **state)
 	fclose(f);
 	assert_int_equal(moat_config_load(&cfg, NULL, &errmsg), MOAT_OK);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 1, &v,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(v, 7);
 	setenv("MOAT_VMD_WORKERS", "9", 1);
 	assert_int_equal(moat_config_get_u64(cfg, "vmd", "workers", 1, &v,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(v, 9);
 	moat_config_free(cfg);
 	unlink(MOAT_CONFIG_SYSTEM_PATH);

@@ -74,7 +74,7 @@ test_split_feeds(void **state)
 	    MOAT_UNAVAILABLE);
 	assert_null(fr);
 	moat_frame_reader_fini(&r);
-	moat_frame_reader_fini(&r);     /* safe twice */
+	moat_frame_reader_fini(&r); /* safe twice */
 }
 
 static void
@@ -199,7 +199,7 @@ test_write_all(void **state)
 	assert_int_equal(read(p[0], buf, sizeof(buf)), 6);
 	assert_memory_equal(buf, "\0\0\0\2hi", 6);
 	close(p[0]);
-	signal(SIGPIPE, SIG_IGN);   /* EPIPE, not death */
+	signal(SIGPIPE, SIG_IGN); /* EPIPE, not death */
 	assert_int_not_equal(moat_frame_write_all(p[1], "x", 1), 0);
 	close(p[1]);
 }

@@ -29,8 +29,8 @@ struct fake {
 	char methods[32][32];
 	json_t *requests[32];
 	int n;
-	bool fail_read;         /* ReadFile: NOT_FOUND */
-	bool list_empty;        /* ListFiles: no "entries" (proto3 JSON) */
+	bool fail_read;  /* ReadFile: NOT_FOUND */
+	bool list_empty; /* ListFiles: no "entries" (proto3 JSON) */
 };
 
 static int
@@ -100,8 +100,8 @@ rpc(struct moat_mcp_session *s, struct fake *f, const char *text)
 static int
 error_code(json_t *reply)
 {
-	return (int)json_integer_value(json_object_get(json_object_get(reply,
-	    "error"), "code"));
+	return (int)json_integer_value(
+	    json_object_get(json_object_get(reply, "error"), "code"));
 }
 
 static struct moat_mcp_session *
@@ -119,22 +119,27 @@ static const char *
 negotiated(struct moat_mcp_session *s, struct fake *f, const char *asked)
 {
 	static char buf[32];
-	char *text = asked ? moat_asprintf("{\"jsonrpc\":\"2.0\",\"id\":1,"
-	    "\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
-	    "\"%s\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\","
-	    "\"version\":\"1\"}}}", asked) : strdup("{\"jsonrpc\":\"2.0\","
-	    "\"id\":1,\"method\":\"initialize\"}");
+	char *text = asked ?
+	    moat_asprintf(
+	        "{\"jsonrpc\":\"2.0\",\"id\":1,"
+	        "\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+	        "\"%s\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\","
+	        "\"version\":\"1\"}}}",
+	        asked) :
+	    strdup("{\"jsonrpc\":\"2.0\","
+	           "\"id\":1,\"method\":\"initialize\"}");
 	json_t *r = rpc(s, f, text);
 	json_t *res = json_object_get(r, "result");
 
 	free(text);
 	assert_non_null(res);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(
-	    res, "serverInfo"), "name")), "moat");
-	assert_non_null(json_object_get(json_object_get(res, "capabilities"),
-	    "tools"));
-	snprintf(buf, sizeof(buf), "%s", json_string_value(json_object_get(res,
-	    "protocolVersion")));
+	assert_string_equal(json_string_value(json_object_get(
+	                        json_object_get(res, "serverInfo"), "name")),
+	    "moat");
+	assert_non_null(
+	    json_object_get(json_object_get(res, "capabilities"), "tools"));
+	snprintf(buf, sizeof(buf), "%s",
+	    json_string_value(json_object_get(res, "protocolVersion")));
 	json_decref(r);
 	return buf;
 }
@@ -163,24 +168,26 @@ check_tools(json_t *tools, bool host)
 	bool saw_upload = false, saw_run = false;
 
 	assert_true(json_is_array(tools));
-	json_array_foreach(tools, i, t) {
+	json_array_foreach (tools, i, t) {
 		assert_true(json_is_string(json_object_get(t, "name")));
 		assert_true(json_is_string(json_object_get(t, "description")));
 		schema = json_object_get(t, "inputSchema");
 		assert_true(json_is_object(schema));
-		assert_string_equal(json_string_value(json_object_get(schema,
-		    "type")), "object");
-		assert_true(json_is_object(json_object_get(schema,
-		    "properties")));
+		assert_string_equal(json_string_value(
+		                        json_object_get(schema, "type")),
+		    "object");
+		assert_true(
+		    json_is_object(json_object_get(schema, "properties")));
 		req = json_object_get(schema, "required");
-		json_array_foreach(req, j, name)
+		json_array_foreach (req, j, name)
 			assert_non_null(json_object_get(json_object_get(schema,
-			    "properties"), json_string_value(name)));
+			                                    "properties"),
+			    json_string_value(name)));
 		if (strcmp(json_string_value(json_object_get(t, "name")),
-		    "upload_file") == 0)
+		        "upload_file") == 0)
 			saw_upload = true;
 		if (strcmp(json_string_value(json_object_get(t, "name")),
-		    "run_code") == 0)
+		        "run_code") == 0)
 			saw_run = true;
 	}
 	assert_true(saw_run);
@@ -194,7 +201,8 @@ test_tools_list_shape(void **state)
 	struct fake f = { 0 };
 	json_t *r;
 
-	r = rpc(s, &f, "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":"
+	r = rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":"
 	    "\"tools/list\"}");
 	assert_string_equal(json_string_value(json_object_get(r, "id")), "a");
 	check_tools(json_object_get(json_object_get(r, "result"), "tools"),
@@ -203,7 +211,8 @@ test_tools_list_shape(void **state)
 	moat_mcp_session_free(s);
 
 	s = new_session("/tmp");
-	r = rpc(s, &f, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":"
+	r = rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":"
 	    "\"tools/list\",\"params\":{}}");
 	check_tools(json_object_get(json_object_get(r, "result"), "tools"),
 	    true);
@@ -231,23 +240,29 @@ test_jsonrpc_errors(void **state)
 	r = rpc(s, &f, "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}");
 	assert_int_equal(error_code(r), -32600);
 	json_decref(r);
-	r = rpc(s, &f, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":"
+	r = rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":"
 	    "\"resources/list\"}");
 	assert_int_equal(error_code(r), -32601);
 	assert_int_equal(json_integer_value(json_object_get(r, "id")), 7);
 	json_decref(r);
-	r = rpc(s, &f, "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":"
+	r = rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":"
 	    "\"tools/call\",\"params\":{\"name\":\"nope\",\"arguments\":{}}}");
 	assert_int_equal(error_code(r), -32602);
 	json_decref(r);
 	/* Host file tools are unknown without --allow-dir. */
-	r = rpc(s, &f, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":"
+	r = rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":"
 	    "\"tools/call\",\"params\":{\"name\":\"upload_file\"}}");
 	assert_int_equal(error_code(r), -32602);
-	assert_non_null(strstr(json_string_value(json_object_get(
-	    json_object_get(r, "error"), "message")), "--allow-dir"));
+	assert_non_null(strstr(json_string_value(
+	                           json_object_get(json_object_get(r, "error"),
+	                               "message")),
+	    "--allow-dir"));
 	json_decref(r);
-	r = rpc(s, &f, "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":"
+	r = rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":"
 	    "\"tools/call\",\"params\":{\"name\":\"exec\",\"arguments\":[]}}");
 	assert_int_equal(error_code(r), -32602);
 	json_decref(r);
@@ -255,12 +270,15 @@ test_jsonrpc_errors(void **state)
 	assert_true(json_is_object(json_object_get(r, "result")));
 	json_decref(r);
 	/* Notifications and responses get no reply. */
-	assert_null(rpc(s, &f, "{\"jsonrpc\":\"2.0\",\"method\":"
+	assert_null(rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"method\":"
 	    "\"notifications/initialized\"}"));
-	assert_null(rpc(s, &f, "{\"jsonrpc\":\"2.0\",\"id\":3,"
+	assert_null(rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"id\":3,"
 	    "\"result\":{}}"));
 	/* A batch: one reply per request. */
-	r = rpc(s, &f, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+	r = rpc(s, &f,
+	    "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
 	    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/x\"},"
 	    "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"bogus\"}]");
 	assert_int_equal(json_array_size(r), 2);
@@ -275,7 +293,8 @@ static json_t *
 call_tool(struct moat_mcp_session *s, struct fake *f, const char *name,
     const char *args)
 {
-	char *text = moat_asprintf("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
+	char *text = moat_asprintf(
+	    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
 	    "\"tools/call\",\"params\":{\"name\":\"%s\",\"arguments\":%s}}",
 	    name, args);
 	json_t *r = rpc(s, f, text), *res;
@@ -290,8 +309,9 @@ call_tool(struct moat_mcp_session *s, struct fake *f, const char *name,
 static const char *
 result_text(json_t *res)
 {
-	return json_string_value(json_object_get(json_array_get(
-	    json_object_get(res, "content"), 0), "text"));
+	return json_string_value(
+	    json_object_get(json_array_get(json_object_get(res, "content"), 0),
+	        "text"));
 }
 
 static void
@@ -320,10 +340,11 @@ test_tool_errors_are_results(void **state)
 	assert_true(json_is_true(json_object_get(res, "isError")));
 	assert_non_null(strstr(result_text(res), "step"));
 	json_decref(res);
-	assert_int_equal(f.n, 0);   /* nothing reached the gateway */
+	assert_int_equal(f.n, 0); /* nothing reached the gateway */
 
 	f.fail_read = true;
-	res = call_tool(s, &f, "read_file", "{\"path\":\"/root/x\","
+	res = call_tool(s, &f, "read_file",
+	    "{\"path\":\"/root/x\","
 	    "\"sandbox_id\":\"sb-1\"}");
 	assert_true(json_is_true(json_object_get(res, "isError")));
 	assert_non_null(strstr(result_text(res), "NOT_FOUND"));
@@ -343,31 +364,39 @@ test_default_sandbox(void **state)
 	res = call_tool(s, &f, "run_code", "{\"code\":\"print(6*7)\"}");
 	assert_false(json_is_true(json_object_get(res, "isError")));
 	assert_string_equal(result_text(res), "42\n");
-	assert_string_equal(json_string_value(json_object_get(json_object_get(
-	    res, "structuredContent"), "stdout")), "42\n");
+	assert_string_equal(json_string_value(
+	                        json_object_get(json_object_get(res,
+	                                            "structuredContent"),
+	                            "stdout")),
+	    "42\n");
 	json_decref(res);
 	assert_int_equal(f.n, 2);
 	assert_string_equal(f.methods[0], "CreateSandbox");
 	assert_true(json_is_true(json_object_get(f.requests[0], "record")));
 	assert_string_equal(f.methods[1], "RunCode");
-	assert_string_equal(json_string_value(json_object_get(f.requests[1],
-	    "sandboxId")), "sb-fake");
-	assert_string_equal(json_string_value(json_object_get(f.requests[1],
-	    "code")), "print(6*7)");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[1], "sandboxId")),
+	    "sb-fake");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[1], "code")),
+	    "print(6*7)");
 
 	/* Made once per session; an explicit sandbox_id wins. */
 	res = call_tool(s, &f, "read_file", "{\"path\":\"/etc/x\"}");
 	assert_string_equal(result_text(res), "hi\n");
 	json_decref(res);
-	res = call_tool(s, &f, "read_file", "{\"path\":\"/etc/x\","
+	res = call_tool(s, &f, "read_file",
+	    "{\"path\":\"/etc/x\","
 	    "\"sandbox_id\":\"sb-other\"}");
 	json_decref(res);
 	assert_int_equal(f.n, 4);
 	assert_string_equal(f.methods[2], "ReadFile");
-	assert_string_equal(json_string_value(json_object_get(f.requests[2],
-	    "sandboxId")), "sb-fake");
-	assert_string_equal(json_string_value(json_object_get(f.requests[3],
-	    "sandboxId")), "sb-other");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[2], "sandboxId")),
+	    "sb-fake");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[3], "sandboxId")),
+	    "sb-other");
 
 	/* list_dir: a line per entry, the entries as structured content;
 	 * an empty directory (no "entries" in the reply) is an empty array
@@ -375,23 +404,31 @@ test_default_sandbox(void **state)
 	res = call_tool(s, &f, "list_dir", "{\"path\":\"/root\"}");
 	assert_false(json_is_true(json_object_get(res, "isError")));
 	assert_string_equal(result_text(res), "d/\t0\nb.txt\t3\n");
-	assert_int_equal(json_array_size(json_object_get(json_object_get(res,
-	    "structuredContent"), "entries")), 2);
+	assert_int_equal(json_array_size(
+	                     json_object_get(json_object_get(res,
+	                                         "structuredContent"),
+	                         "entries")),
+	    2);
 	json_decref(res);
 	f.list_empty = true;
 	res = call_tool(s, &f, "list_dir", "{}");
 	assert_false(json_is_true(json_object_get(res, "isError")));
 	assert_string_equal(result_text(res), "");
-	assert_true(json_is_array(json_object_get(json_object_get(res,
-	    "structuredContent"), "entries")));
-	assert_int_equal(json_array_size(json_object_get(json_object_get(res,
-	    "structuredContent"), "entries")), 0);
+	assert_true(json_is_array(
+	    json_object_get(json_object_get(res, "structuredContent"),
+	        "entries")));
+	assert_int_equal(json_array_size(
+	                     json_object_get(json_object_get(res,
+	                                         "structuredContent"),
+	                         "entries")),
+	    0);
 	json_decref(res);
 	f.list_empty = false;
 	assert_int_equal(f.n, 6);
 	assert_string_equal(f.methods[5], "ListFiles");
-	assert_string_equal(json_string_value(json_object_get(f.requests[5],
-	    "path")), "/root");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[5], "path")),
+	    "/root");
 
 	/* Closing the session destroys its sandbox, once. */
 	assert_int_equal(moat_mcp_session_close(s, fake_call, &f), MOAT_OK);
@@ -399,8 +436,9 @@ test_default_sandbox(void **state)
 	    MOAT_NOT_FOUND);
 	assert_int_equal(f.n, 7);
 	assert_string_equal(f.methods[6], "DestroySandbox");
-	assert_string_equal(json_string_value(json_object_get(f.requests[6],
-	    "sandboxId")), "sb-fake");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[6], "sandboxId")),
+	    "sb-fake");
 	fake_reset(&f);
 	moat_mcp_session_free(s);
 }
@@ -430,40 +468,47 @@ test_host_paths(void **state)
 	free(p);
 
 	assert_int_equal(moat_mcp_host_path(dir, "ok.txt", true, &out,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_non_null(strstr(out, "/ok.txt"));
 	free(out);
 	assert_int_equal(moat_mcp_host_path(dir, "sub/new.txt", false, &out,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	free(out);
 
 	static const char *const escapes[] = { "../x", "sub/../../x", "..",
-	    "/etc/passwd", "link/passwd", "link", "/tmp/x", "sub/.." };
+		"/etc/passwd", "link/passwd", "link", "/tmp/x", "sub/.." };
 	for (size_t i = 0; i < sizeof(escapes) / sizeof(escapes[0]); i++) {
 		out = NULL;
 		errmsg = NULL;
 		assert_int_not_equal(moat_mcp_host_path(dir, escapes[i], true,
-		    &out, &errmsg), MOAT_OK);
+		                         &out, &errmsg),
+		    MOAT_OK);
 		assert_null(out);
 		free(errmsg);
 		errmsg = NULL;
 		assert_int_not_equal(moat_mcp_host_path(dir, escapes[i], false,
-		    &out, &errmsg), MOAT_OK);
+		                         &out, &errmsg),
+		    MOAT_OK);
 		assert_null(out);
 		free(errmsg);
 	}
 	/* Writing through a symlink that points outside: refused. */
 	assert_int_equal(moat_mcp_host_path(dir, "badfile", false, &out,
-	    &errmsg), MOAT_PERMISSION_DENIED);
+	                     &errmsg),
+	    MOAT_PERMISSION_DENIED);
 	free(errmsg);
 
 	/* Through the tools: an isError result, and no gateway call. */
 	s = new_session(dir);
-	res = call_tool(s, &f, "upload_file", "{\"host_path\":\"../../etc/"
+	res = call_tool(s, &f, "upload_file",
+	    "{\"host_path\":\"../../etc/"
 	    "passwd\",\"path\":\"/root/x\",\"sandbox_id\":\"sb-1\"}");
 	assert_true(json_is_true(json_object_get(res, "isError")));
 	json_decref(res);
-	res = call_tool(s, &f, "download_file", "{\"host_path\":\"link/x\","
+	res = call_tool(s, &f, "download_file",
+	    "{\"host_path\":\"link/x\","
 	    "\"path\":\"/root/x\",\"sandbox_id\":\"sb-1\"}");
 	assert_true(json_is_true(json_object_get(res, "isError")));
 	json_decref(res);
@@ -482,7 +527,8 @@ test_allow_dir_must_exist(void **state)
 	char *errmsg = NULL;
 
 	assert_int_equal(moat_mcp_session_new(&s, "/no/such/dir", NULL,
-	    &errmsg), MOAT_INVALID_ARGUMENT);
+	                     &errmsg),
+	    MOAT_INVALID_ARGUMENT);
 	assert_null(s);
 	assert_non_null(strstr(errmsg, "/no/such/dir"));
 	free(errmsg);

@@ -45,15 +45,15 @@ struct env {
 	char *survey_url, *listen_url;
 	struct moat_gateway *gw;
 	struct moat_http *http;
-	uint16_t port;              /* the door the calls go to */
-	struct fake_node node;      /* eviction group only */
+	uint16_t port;         /* the door the calls go to */
+	struct fake_node node; /* eviction group only */
 	bool has_node;
-	pid_t sessiond;             /* eviction group only; 0: none */
-	char *key_acme, *key_zeta;  /* eviction group only */
+	pid_t sessiond;            /* eviction group only; 0: none */
+	char *key_acme, *key_zeta; /* eviction group only */
 };
 
 static struct env E;
-static const char *authz;   /* Authorization header of the next calls */
+static const char *authz; /* Authorization header of the next calls */
 
 /* request: one request to `path` with the session header `sid` (may be
  * NULL), an Origin (may be NULL) and `authz`. */
@@ -63,21 +63,24 @@ request(const char *method, const char *path, const char *body,
 {
 	const struct http_client_header hdrs[] = {
 		{ "Accept", "application/json, text/event-stream" },
-		{ "Mcp-Session-Id", sid },
-		{ "Origin", origin },
-		{ "Authorization", authz },
-		{ NULL, NULL } };
+		{ "Mcp-Session-Id", sid }, { "Origin", origin },
+		{ "Authorization", authz }, { NULL, NULL }
+	};
 
-	http_client_request(E.port, &(struct http_client_req){
-	    .method = method, .path = path, .body = body,
-	    .body_len = body ? strlen(body) : 0, .headers = hdrs,
-	    .json_type = true }, r);
+	http_client_request(E.port,
+	    &(struct http_client_req){ .method = method,
+	        .path = path,
+	        .body = body,
+	        .body_len = body ? strlen(body) : 0,
+	        .headers = hdrs,
+	        .json_type = true },
+	    r);
 }
 
 /* mcp: one request to /mcp. */
 static void
-mcp(const char *method, const char *body, const char *sid,
-    const char *origin, struct http_client_resp *r)
+mcp(const char *method, const char *body, const char *sid, const char *origin,
+    struct http_client_resp *r)
 {
 	request(method, "/mcp", body, sid, origin, r);
 }
@@ -85,8 +88,8 @@ mcp(const char *method, const char *body, const char *sid,
 static int
 rpc_error(struct http_client_resp *r)
 {
-	return (int)json_integer_value(json_object_get(json_object_get(
-	    r->json, "error"), "code"));
+	return (int)json_integer_value(
+	    json_object_get(json_object_get(r->json, "error"), "code"));
 }
 
 /* start: the gateway (keys on when `auth`) in E.dir (env_init) and
@@ -145,9 +148,9 @@ static int
 setup_evict(void **state)
 {
 	static const struct moat_http_opts two = { .mcp_max_sessions = 2,
-	    .mcp_idle_s = 0 };
+		.mcp_idle_s = 0 };
 	char *argv[] = { (char *)SESSIOND_BIN, (char *)"--state-dir", NULL,
-	    NULL };
+		NULL };
 	char id[MOAT_AUTH_KEY_ID_LEN + 1], bearer[256];
 	struct moat_auth *a = NULL;
 	char *errmsg = NULL;
@@ -157,13 +160,16 @@ setup_evict(void **state)
 	/* Keys made before the gateway opens the store. */
 	assert_int_equal(moat_auth_open(&a, E.dir, &errmsg), MOAT_OK);
 	assert_int_equal(moat_auth_key_create(a, "acme", &E.key_acme, id,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_auth_key_create(a, "zeta", &E.key_zeta, id,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	moat_auth_close(a);
 	start(true, &two);
 	assert_int_equal(fake_node_start(&E.node, "node-a", E.dir,
-	    E.survey_url), 0);
+	                     E.survey_url),
+	    0);
 	E.has_node = true;
 	http_client_wait_node(E.gw);
 
@@ -187,7 +193,8 @@ setup_evict(void **state)
 	authz = NULL;
 	if (r.status != 200)
 		fail_msg("moat-sessiond did not come up: GET /v1/sessions "
-		    "%ld %s", r.status, r.body ? r.body : "");
+		         "%ld %s",
+		    r.status, r.body ? r.body : "");
 	http_client_resp_free(&r);
 	return 0;
 }
@@ -216,7 +223,8 @@ teardown(void **state)
 	return 0;
 }
 
-#define INIT "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"," \
+#define INIT                                                                  \
+	"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\","            \
 	"\"params\":{\"protocolVersion\":\"2025-03-26\",\"capabilities\":{}," \
 	"\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}"
 #define LIST "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}"
@@ -230,37 +238,46 @@ test_session_lifecycle(void **state)
 	mcp("POST", INIT, NULL, NULL, &r);
 	assert_int_equal(r.status, 200);
 	assert_true(strlen(r.session) >= 16);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(
-	    r.json, "result"), "protocolVersion")), "2025-03-26");
+	assert_string_equal(json_string_value(
+	                        json_object_get(json_object_get(r.json,
+	                                            "result"),
+	                            "protocolVersion")),
+	    "2025-03-26");
 	snprintf(sid, sizeof(sid), "%s", r.session);
 	http_client_resp_free(&r);
 
-	mcp("POST", "{\"jsonrpc\":\"2.0\",\"method\":"
-	    "\"notifications/initialized\"}", sid, NULL, &r);
+	mcp("POST",
+	    "{\"jsonrpc\":\"2.0\",\"method\":"
+	    "\"notifications/initialized\"}",
+	    sid, NULL, &r);
 	assert_int_equal(r.status, 202);
 	assert_int_equal(r.len, 0);
 	http_client_resp_free(&r);
 
 	mcp("POST", LIST, sid, NULL, &r);
 	assert_int_equal(r.status, 200);
-	assert_true(json_array_size(json_object_get(json_object_get(r.json,
-	    "result"), "tools")) >= 13);
+	assert_true(
+	    json_array_size(json_object_get(json_object_get(r.json, "result"),
+	        "tools")) >= 13);
 	http_client_resp_free(&r);
 
 	/* A tool through the gateway's own handlers (no nodes here). */
-	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
-	    "\"params\":{\"name\":\"sandbox_list\",\"arguments\":{}}}", sid,
-	    NULL, &r);
+	mcp("POST",
+	    "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","
+	    "\"params\":{\"name\":\"sandbox_list\",\"arguments\":{}}}",
+	    sid, NULL, &r);
 	assert_int_equal(r.status, 200);
-	assert_non_null(json_object_get(json_object_get(r.json, "result"),
-	    "content"));
+	assert_non_null(
+	    json_object_get(json_object_get(r.json, "result"), "content"));
 	http_client_resp_free(&r);
-	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\","
+	mcp("POST",
+	    "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\","
 	    "\"params\":{\"name\":\"read_file\",\"arguments\":{\"path\":"
-	    "\"/x\",\"sandbox_id\":\"sb-nowhere\"}}}", sid, NULL, &r);
+	    "\"/x\",\"sandbox_id\":\"sb-nowhere\"}}}",
+	    sid, NULL, &r);
 	assert_int_equal(r.status, 200);
-	assert_true(json_is_true(json_object_get(json_object_get(r.json,
-	    "result"), "isError")));
+	assert_true(json_is_true(
+	    json_object_get(json_object_get(r.json, "result"), "isError")));
 	http_client_resp_free(&r);
 
 	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"nope\"}", sid,
@@ -330,14 +347,13 @@ static void
 test_full_table(void **state)
 {
 	static const struct moat_http_opts one = { .mcp_max_sessions = 1,
-	    .mcp_idle_s = 3600 };
+		.mcp_idle_s = 3600 };
 	struct moat_http *h = NULL;
 	uint16_t port = E.port;
 	char *errmsg = NULL, sid[128];
 	struct http_client_resp r;
 
-	if (moat_http_start(&h, E.gw, "127.0.0.1:0", &one, &errmsg) !=
-	    MOAT_OK)
+	if (moat_http_start(&h, E.gw, "127.0.0.1:0", &one, &errmsg) != MOAT_OK)
 		fail_msg("http: %s", errmsg);
 	E.port = moat_http_port(h);
 	mcp("POST", INIT, NULL, NULL, &r);
@@ -402,9 +418,11 @@ test_evict_destroys_as_victim(void **state)
 	assert_int_equal(r.status, 200);
 	snprintf(sid_a, sizeof(sid_a), "%s", r.session);
 	http_client_resp_free(&r);
-	mcp("POST", "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
+	mcp("POST",
+	    "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
 	    "\"tools/call\",\"params\":{\"name\":\"run_code\","
-	    "\"arguments\":{\"code\":\"print(1)\"}}}", sid_a, NULL, &r);
+	    "\"arguments\":{\"code\":\"print(1)\"}}}",
+	    sid_a, NULL, &r);
 	assert_int_equal(r.status, 200);
 	http_client_resp_free(&r);
 	assert_int_equal(node_sandboxes(sandbox, tenant), 1);
@@ -428,7 +446,8 @@ test_evict_destroys_as_victim(void **state)
 	assert_string_not_equal(sid_c, sid_b);
 	if (node_sandboxes(now_id, tenant) != 0)
 		fail_msg("the evicted session's sandbox %s (tenant %s) is "
-		    "still on the node", now_id, tenant);
+		         "still on the node",
+		    now_id, tenant);
 	pthread_mutex_lock(&E.node.lock);
 	snprintf(method, sizeof(method), "%s", E.node.last_method);
 	snprintf(gone, sizeof(gone), "%s", E.node.last_sandbox);

@@ -100,7 +100,8 @@ ses_start(struct ses_proc *p, char *const extra[])
 	live_set(p, true);
 	if (p->client == NULL)
 		assert_int_equal(moat_rpc_client_open(&p->client, p->url,
-		    &errmsg), MOAT_OK);
+		                     &errmsg),
+		    MOAT_OK);
 	for (int i = 0; i < 100 && rv != MOAT_OK; i++) {
 		free(errmsg);
 		errmsg = NULL;
@@ -154,17 +155,17 @@ ses_stop(struct ses_proc *p)
 }
 
 int
-ses_call(struct ses_proc *p, const char *method,
-    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
-    ProtobufCMessage **reply, char **errmsg)
+ses_call(struct ses_proc *p, const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+    char **errmsg)
 {
 	struct moat_rpc_opts opts = { .timeout_ms = 30000 };
 	char *msg = NULL;
 	int rv;
 
 	*reply = NULL;
-	rv = moat_rpc_call(p->client, SERVICE, method, req, desc, reply,
-	    &opts, &msg);
+	rv = moat_rpc_call(p->client, SERVICE, method, req, desc, reply, &opts,
+	    &msg);
 	if (errmsg != NULL)
 		*errmsg = msg;
 	else

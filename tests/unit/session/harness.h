@@ -17,9 +17,9 @@
 #include "session.pb-c.h"
 
 struct ses_proc {
-	char dir[64];                   /* state directory */
-	char *url;                      /* heap */
-	pid_t pid;                      /* 0 when not running */
+	char dir[64]; /* state directory */
+	char *url;    /* heap */
+	pid_t pid;    /* 0 when not running */
 	struct moat_rpc_client *client;
 };
 
@@ -39,8 +39,8 @@ void ses_stop(struct ses_proc *p);
  * reaped after the case. */
 int ses_case_setup(void **state);
 int ses_case_teardown(void **state);
-#define SES_CASE(t) cmocka_unit_test_setup_teardown(t, ses_case_setup, \
-	ses_case_teardown)
+#define SES_CASE(t)                                                           \
+	cmocka_unit_test_setup_teardown(t, ses_case_setup, ses_case_teardown)
 
 /* ses_reap_all: a cmocka teardown: kills (SIGKILL) every sessiond a
  * failed test left running and removes its directory. */
@@ -54,8 +54,7 @@ int ses_call(struct ses_proc *p, const char *method,
     ProtobufCMessage **reply, char **errmsg);
 
 /* ses_create: a new session of tenant/sandbox; returns its id (heap). */
-char *ses_create(struct ses_proc *p, const char *tenant,
-    const char *sandbox);
+char *ses_create(struct ses_proc *p, const char *tenant, const char *sandbox);
 
 /* ses_append: appends an EXEC step with `input` and `out` as stdout;
  * returns the status, *index set on MOAT_OK. */

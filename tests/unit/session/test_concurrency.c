@@ -27,8 +27,8 @@ struct appender {
 	struct ses_proc *p;
 	const char *session;
 	int thread;
-	uint64_t acked[PER_THREAD];    /* index of each append, 0: failed */
-	char *error;                   /* heap: the first failure */
+	uint64_t acked[PER_THREAD]; /* index of each append, 0: failed */
+	char *error;                /* heap: the first failure */
 };
 
 static void *
@@ -67,10 +67,12 @@ test_concurrent_appenders(void **state)
 	for (int s = 0; s < SESSIONS; s++)
 		sessions[s] = ses_create(&p, TENANT, "sbx-conc");
 	for (int t = 0; t < THREADS; t++) {
-		apps[t] = (struct appender){ .p = &p, .thread = t,
+		apps[t] = (struct appender){ .p = &p,
+			.thread = t,
 			.session = sessions[t % SESSIONS] };
 		assert_int_equal(pthread_create(&threads[t], NULL,
-		    appender_main, &apps[t]), 0);
+		                     appender_main, &apps[t]),
+		    0);
 	}
 	for (int t = 0; t < THREADS; t++)
 		pthread_join(threads[t], NULL);
@@ -80,8 +82,8 @@ test_concurrent_appenders(void **state)
 		for (int i = 0; i < PER_THREAD; i++) {
 			uint64_t ix = apps[t].acked[i];
 
-			assert_true(ix >= 1 &&
-			    ix <= THREADS / SESSIONS * PER_THREAD);
+			assert_true(
+			    ix >= 1 && ix <= THREADS / SESSIONS * PER_THREAD);
 			/* No index handed out twice. */
 			assert_int_equal(owner[t % SESSIONS][ix], 0);
 			owner[t % SESSIONS][ix] = t * PER_THREAD + i + 1;
@@ -106,8 +108,8 @@ test_concurrent_appenders(void **state)
 			req.page_token = token ? token : (char *)"";
 			req.include_outputs = true;
 			if (ses_call(&p, "ListSteps", &req.base,
-			    &moat__v1__list_steps_reply__descriptor, &reply,
-			    &errmsg) != MOAT_OK)
+			        &moat__v1__list_steps_reply__descriptor,
+			        &reply, &errmsg) != MOAT_OK)
 				fail_msg("ListSteps: %s", errmsg);
 			r = (Moat__V1__ListStepsReply *)reply;
 			for (size_t k = 0; k < r->n_steps; k++) {
@@ -129,7 +131,8 @@ test_concurrent_appenders(void **state)
 			}
 			free(token);
 			token = r->next_page_token[0] ?
-			    strdup(r->next_page_token) : NULL;
+			    strdup(r->next_page_token) :
+			    NULL;
 			protobuf_c_message_free_unpacked(reply, NULL);
 		} while (token != NULL);
 		assert_int_equal(want - 1, n);

@@ -25,22 +25,22 @@
 
 #define TOTAL 1000
 #define THREADS 4
-#define KILL_AFTER 300         /* acknowledged appends before the kill */
+#define KILL_AFTER 300 /* acknowledged appends before the kill */
 #define TENANT "tenant-crash"
 
 struct ack {
 	uint64_t index;
-	int seq;                   /* which append: its input is "a<seq>" */
+	int seq; /* which append: its input is "a<seq>" */
 };
 
 static struct {
-	pthread_mutex_t lock;      /* guards everything below */
+	pthread_mutex_t lock; /* guards everything below */
 	struct ses_proc *p;
 	const char *session;
 	int next_seq;
 	struct ack acks[TOTAL];
 	size_t n_acks;
-	bool stop;                 /* a call failed: sessiond is gone */
+	bool stop; /* a call failed: sessiond is gone */
 } run = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void
@@ -101,8 +101,9 @@ run_clients(void)
 	pthread_t threads[THREADS];
 
 	for (int i = 0; i < THREADS; i++)
-		assert_int_equal(pthread_create(&threads[i], NULL,
-		    client_main, NULL), 0);
+		assert_int_equal(pthread_create(&threads[i], NULL, client_main,
+		                     NULL),
+		    0);
 	for (int i = 0; i < THREADS; i++)
 		pthread_join(threads[i], NULL);
 }
@@ -120,14 +121,15 @@ check_all(struct ses_proc *p)
 	greq.tenant = (char *)TENANT;
 	greq.session_id = (char *)run.session;
 	if (ses_call(p, "GetSession", &greq.base,
-	    &moat__v1__session_info__descriptor, &reply, &errmsg) != MOAT_OK)
+	        &moat__v1__session_info__descriptor, &reply,
+	        &errmsg) != MOAT_OK)
 		fail_msg("GetSession after restart: %s", errmsg);
 	count = ((Moat__V1__SessionInfo *)reply)->step_count;
 	protobuf_c_message_free_unpacked(reply, NULL);
 	if (count < run.n_acks)
 		fail_msg("%zu appends were acknowledged but the session has "
-		    "%llu steps after SIGKILL", run.n_acks,
-		    (unsigned long long)count);
+		         "%llu steps after SIGKILL",
+		    run.n_acks, (unsigned long long)count);
 	for (size_t i = 0; i < run.n_acks; i++) {
 		Moat__V1__GetStepRequest req =
 		    MOAT__V1__GET_STEP_REQUEST__INIT;
@@ -138,10 +140,12 @@ check_all(struct ses_proc *p)
 		req.session_id = (char *)run.session;
 		req.index = run.acks[i].index;
 		if (ses_call(p, "GetStep", &req.base,
-		    &moat__v1__step__descriptor, &reply, &errmsg) != MOAT_OK)
+		        &moat__v1__step__descriptor, &reply,
+		        &errmsg) != MOAT_OK)
 			fail_msg("acknowledged step %llu (append %d) is lost: "
-			    "%s", (unsigned long long)req.index,
-			    run.acks[i].seq, errmsg);
+			         "%s",
+			    (unsigned long long)req.index, run.acks[i].seq,
+			    errmsg);
 		st = (Moat__V1__Step *)reply;
 		fmt_step(run.acks[i].seq, input, out, sizeof(input));
 		assert_string_equal(st->input, input);
@@ -158,7 +162,8 @@ check_all(struct ses_proc *p)
 		req.index = ix;
 		req.omit_outputs = true;
 		if (ses_call(p, "GetStep", &req.base,
-		    &moat__v1__step__descriptor, &reply, &errmsg) != MOAT_OK)
+		        &moat__v1__step__descriptor, &reply,
+		        &errmsg) != MOAT_OK)
 			fail_msg("step %llu of %llu is missing: %s",
 			    (unsigned long long)ix, (unsigned long long)count,
 			    errmsg);
@@ -185,7 +190,8 @@ test_sigkill_mid_appends(void **state)
 
 		for (int i = 0; i < THREADS; i++)
 			assert_int_equal(pthread_create(&threads[i], NULL,
-			    client_main, NULL), 0);
+			                     client_main, NULL),
+			    0);
 		/* Kill while the clients are appending. */
 		for (;;) {
 			size_t n;
@@ -204,12 +210,13 @@ test_sigkill_mid_appends(void **state)
 	assert_true(WIFSIGNALED(status));
 	acked_before = run.n_acks;
 	assert_true(acked_before >= KILL_AFTER);
-	assert_true(run.next_seq < TOTAL);      /* it died mid-run */
+	assert_true(run.next_seq < TOTAL); /* it died mid-run */
 
 	ses_start(&p, NULL);
 	count = check_all(&p);
 	print_message("killed after %zu acknowledged appends; %llu steps "
-	    "after restart\n", acked_before, (unsigned long long)count);
+	              "after restart\n",
+	    acked_before, (unsigned long long)count);
 
 	/* The rest of the 1000 go on after the last step. */
 	run.stop = false;

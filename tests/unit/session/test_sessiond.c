@@ -29,8 +29,8 @@
 #define TB "tenant-b"
 
 static Moat__V1__SessionInfo *
-get_session(struct ses_proc *p, const char *tenant, const char *id,
-    int *rv, char **errmsg)
+get_session(struct ses_proc *p, const char *tenant, const char *id, int *rv,
+    char **errmsg)
 {
 	Moat__V1__GetSessionRequest req = MOAT__V1__GET_SESSION_REQUEST__INIT;
 	ProtobufCMessage *reply;
@@ -114,8 +114,8 @@ delete_session(struct ses_proc *p, const char *tenant, const char *id,
 	rv = ses_call(p, "DeleteSession", &req.base,
 	    &moat__v1__delete_session_reply__descriptor, &reply, errmsg);
 	if (rv == MOAT_OK) {
-		*deleted = ((Moat__V1__DeleteSessionReply *)reply)
-		    ->steps_deleted;
+		*deleted =
+		    ((Moat__V1__DeleteSessionReply *)reply)->steps_deleted;
 		protobuf_c_message_free_unpacked(reply, NULL);
 	}
 	return rv;
@@ -162,7 +162,9 @@ test_sessions_and_steps(void **state)
 	creq.snapshot_policy =
 	    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY;
 	assert_int_equal(ses_call(p, "CreateSession", &creq.base,
-	    &moat__v1__session_info__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__session_info__descriptor, &reply,
+	                     &errmsg),
+	    MOAT_OK);
 	s = (Moat__V1__SessionInfo *)reply;
 	ids[0] = strdup(s->id);
 	assert_int_equal(strlen(s->id), 20);
@@ -303,7 +305,7 @@ test_big_outputs(void **state)
 
 	fill(out, out_len, 1);
 	fill(err, err_len, 2);
-	out[0] = 0;             /* NULs are bytes like any other */
+	out[0] = 0; /* NULs are bytes like any other */
 	req.tenant = (char *)TA;
 	req.session_id = id;
 	req.step = &in;
@@ -406,8 +408,7 @@ static void
 test_bad_input(void **state)
 {
 	struct ses_proc *p = *state;
-	Moat__V1__AppendStepRequest areq =
-	    MOAT__V1__APPEND_STEP_REQUEST__INIT;
+	Moat__V1__AppendStepRequest areq = MOAT__V1__APPEND_STEP_REQUEST__INIT;
 	Moat__V1__CreateSessionRequest creq =
 	    MOAT__V1__CREATE_SESSION_REQUEST__INIT;
 	Moat__V1__ListStepsRequest lreq = MOAT__V1__LIST_STEPS_REQUEST__INIT;
@@ -529,8 +530,7 @@ test_fork_snapshot_export(void **state)
 	    MOAT__V1__SET_STEP_SNAPSHOT_REQUEST__INIT;
 	Moat__V1__ExportSessionRequest ereq =
 	    MOAT__V1__EXPORT_SESSION_REQUEST__INIT;
-	Moat__V1__AppendStepRequest areq =
-	    MOAT__V1__APPEND_STEP_REQUEST__INIT;
+	Moat__V1__AppendStepRequest areq = MOAT__V1__APPEND_STEP_REQUEST__INIT;
 	Moat__V1__Step in = MOAT__V1__STEP__INIT;
 	Moat__V1__FsTraceEntry fe[2] = { MOAT__V1__FS_TRACE_ENTRY__INIT,
 		MOAT__V1__FS_TRACE_ENTRY__INIT };
@@ -564,7 +564,8 @@ test_fork_snapshot_export(void **state)
 	fe[1].sha256.data = hash;
 	fe[1].sha256.len = 32;
 	assert_int_equal(ses_call(p, "AppendStep", &areq.base,
-	    &moat__v1__append_step_reply__descriptor, &reply, &errmsg),
+	                     &moat__v1__append_step_reply__descriptor, &reply,
+	                     &errmsg),
 	    MOAT_OK);
 	protobuf_c_message_free_unpacked(reply, NULL);
 
@@ -589,7 +590,8 @@ test_fork_snapshot_export(void **state)
 	sreq.index = 2;
 	sreq.snapshot_id = (char *)"snap-0001";
 	assert_int_equal(ses_call(p, "SetStepSnapshot", &sreq.base,
-	    &moat__v1__step__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__step__descriptor, &reply, &errmsg),
+	    MOAT_OK);
 	assert_string_equal(((Moat__V1__Step *)reply)->snapshot_id,
 	    "snap-0001");
 	assert_int_equal(((Moat__V1__Step *)reply)->n_fs_trace, 2);
@@ -610,7 +612,9 @@ test_fork_snapshot_export(void **state)
 	creq.parent_session_id = id;
 	creq.parent_step = 2;
 	assert_int_equal(ses_call(p, "CreateSession", &creq.base,
-	    &moat__v1__session_info__descriptor, &reply, &errmsg), MOAT_OK);
+	                     &moat__v1__session_info__descriptor, &reply,
+	                     &errmsg),
+	    MOAT_OK);
 	s = (Moat__V1__SessionInfo *)reply;
 	assert_string_equal(s->parent_session_id, id);
 	assert_int_equal(s->parent_step, 2);
@@ -621,7 +625,8 @@ test_fork_snapshot_export(void **state)
 	ereq.tenant = (char *)TA;
 	ereq.session_id = id;
 	assert_int_equal(ses_call(p, "ExportSession", &ereq.base,
-	    &moat__v1__export_session_reply__descriptor, &reply, &errmsg),
+	                     &moat__v1__export_session_reply__descriptor,
+	                     &reply, &errmsg),
 	    MOAT_OK);
 	ex = (Moat__V1__ExportSessionReply *)reply;
 	assert_non_null(ex->session);
@@ -632,7 +637,8 @@ test_fork_snapshot_export(void **state)
 	protobuf_c_message_free_unpacked(reply, NULL);
 	ereq.format = MOAT__V1__EXPORT_FORMAT__EXPORT_FORMAT_JSON;
 	assert_int_equal(ses_call(p, "ExportSession", &ereq.base,
-	    &moat__v1__export_session_reply__descriptor, &reply, &errmsg),
+	                     &moat__v1__export_session_reply__descriptor,
+	                     &reply, &errmsg),
 	    MOAT_OK);
 	ex = (Moat__V1__ExportSessionReply *)reply;
 	assert_null(ex->session);
@@ -640,15 +646,22 @@ test_fork_snapshot_export(void **state)
 	doc = json_loads(ex->json, 0, NULL);
 	assert_non_null(doc);
 	assert_string_equal(json_string_value(json_object_get(
-	    json_object_get(doc, "session"), "id")), id);
+	                        json_object_get(doc, "session"), "id")),
+	    id);
 	steps = json_object_get(doc, "steps");
 	assert_int_equal(json_array_size(steps), 2);
-	assert_string_equal(json_string_value(json_object_get(
-	    json_array_get(steps, 1), "snapshotId")), "snap-0001");
-	assert_string_equal(json_string_value(json_object_get(
-	    json_array_get(steps, 0), "input")), "echo a > a.txt");
-	assert_int_equal(json_array_size(json_object_get(json_array_get(
-	    steps, 1), "fsTrace")), 2);
+	assert_string_equal(json_string_value(
+	                        json_object_get(json_array_get(steps, 1),
+	                            "snapshotId")),
+	    "snap-0001");
+	assert_string_equal(json_string_value(
+	                        json_object_get(json_array_get(steps, 0),
+	                            "input")),
+	    "echo a > a.txt");
+	assert_int_equal(json_array_size(
+	                     json_object_get(json_array_get(steps, 1),
+	                         "fsTrace")),
+	    2);
 	json_decref(doc);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	free(id);

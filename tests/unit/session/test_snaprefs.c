@@ -165,23 +165,27 @@ delete_ok(struct ses_proc *p, const char *tenant, const char *id)
 /* assert_listed: the reply's unreferenced snapshots are exactly `want`
  * (n of them, in any order, each once). */
 static void
-assert_listed(const Moat__V1__DeleteSessionReply *r,
-    const char *const *want, size_t n)
+assert_listed(const Moat__V1__DeleteSessionReply *r, const char *const *want,
+    size_t n)
 {
 	if (r->n_unreferenced_snapshots != n)
 		fail_msg("%zu unreferenced snapshots listed (first \"%s\"), "
-		    "%zu expected", r->n_unreferenced_snapshots,
+		         "%zu expected",
+		    r->n_unreferenced_snapshots,
 		    r->n_unreferenced_snapshots ?
-		    r->unreferenced_snapshots[0] : "", n);
+		        r->unreferenced_snapshots[0] :
+		        "",
+		    n);
 	for (size_t i = 0; i < n; i++) {
 		size_t seen = 0;
 
 		for (size_t j = 0; j < r->n_unreferenced_snapshots; j++)
-			seen += strcmp(r->unreferenced_snapshots[j],
-			    want[i]) == 0;
+			seen +=
+			    strcmp(r->unreferenced_snapshots[j], want[i]) == 0;
 		if (seen != 1)
 			fail_msg("snapshot %s listed %zu times, once "
-			    "expected", want[i], seen);
+			         "expected",
+			    want[i], seen);
 	}
 }
 
@@ -217,8 +221,7 @@ set_snap_ok(struct ses_proc *p, const char *tenant, const char *id,
 		    (unsigned long long)index, moat_strerror(rv), errmsg);
 	assert_int_equal(step->index, index);
 	assert_string_equal(step->session_id, id);
-	assert_string_equal(step->snapshot_id, snapshot_id ? snapshot_id :
-	    "");
+	assert_string_equal(step->snapshot_id, snapshot_id ? snapshot_id : "");
 	assert_string_equal(step->snapshot_removed, reason ? reason : "");
 	protobuf_c_message_free_unpacked(&step->base, NULL);
 }
@@ -285,8 +288,8 @@ label(const Moat__V1__SessionInfo *s, const char *key)
 	return NULL;
 }
 
-static Moat__V1__ExportSessionReply *
-export(struct ses_proc *p, const char *tenant, const char *id)
+static Moat__V1__ExportSessionReply *export(struct ses_proc *p,
+    const char *tenant, const char *id)
 {
 	Moat__V1__ExportSessionRequest req =
 	    MOAT__V1__EXPORT_SESSION_REQUEST__INIT;
@@ -349,8 +352,8 @@ test_refs_counted(void **state)
 		for (size_t i = 0; i < 6; i++)
 			if (r->refs[i] != want[i])
 				fail_msg("round %d: %s has %u references, "
-				    "%u expected", round, ids[i], r->refs[i],
-				    want[i]);
+				         "%u expected",
+				    round, ids[i], r->refs[i], want[i]);
 		protobuf_c_message_free_unpacked(&r->base, NULL);
 		/* Durable: the same after a restart. */
 		ses_kill(p, SIGTERM);
@@ -372,7 +375,7 @@ test_shared_snapshot_delete(void **state)
 
 	append_ok(p, TA, parent, "p1", 1);
 	append_ok(p, TA, parent, "p2", 2);
-	append_ok(p, TA, parent, "p1", 3);   /* a step that changed nothing */
+	append_ok(p, TA, parent, "p1", 3); /* a step that changed nothing */
 	branch = create(p, TA, "p2", parent, 2);
 	append_ok(p, TA, branch, "b1", 1);
 	/* A session without snapshots lists nothing. */
@@ -578,7 +581,8 @@ test_limits(void **state)
 	struct ses_proc *p = *state;
 	Moat__V1__CreateSessionRequest__LabelsEntry l[2] = {
 		MOAT__V1__CREATE_SESSION_REQUEST__LABELS_ENTRY__INIT,
-		MOAT__V1__CREATE_SESSION_REQUEST__LABELS_ENTRY__INIT };
+		MOAT__V1__CREATE_SESSION_REQUEST__LABELS_ENTRY__INIT
+	};
 	Moat__V1__CreateSessionRequest__LabelsEntry *labels[] = { &l[0],
 		&l[1] };
 	Moat__V1__CreateSessionRequest creq =
@@ -639,7 +643,8 @@ test_limits(void **state)
 	in.snapshot_id = (char *)"";
 	in.keep = true;
 	assert_int_equal(ses_call(p, "AppendStep", &areq.base,
-	    &moat__v1__append_step_reply__descriptor, &reply, &errmsg),
+	                     &moat__v1__append_step_reply__descriptor, &reply,
+	                     &errmsg),
 	    MOAT_OK);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	{
@@ -724,12 +729,14 @@ rewrite_old(const char *dir, bool stale)
 	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
 	assert_int_equal(mdb_dbi_open(txn, "snapshot_refs", 0, &refs), 0);
 	if (stale) {
-		k.mv_data = (void *)TA "\0" "old-1";
+		k.mv_data = (void *)TA "\0"
+		                       "old-1";
 		k.mv_size = sizeof(TA) + 5;
 		v.mv_data = count;
 		v.mv_size = 8;
 		assert_int_equal(mdb_put(txn, refs, &k, &v, 0), 0);
-		k.mv_data = (void *)TA "\0" "ghost";
+		k.mv_data = (void *)TA "\0"
+		                       "ghost";
 		assert_int_equal(mdb_put(txn, refs, &k, &v, 0), 0);
 	} else {
 		assert_int_equal(mdb_drop(txn, refs, 1), 0);
@@ -782,8 +789,8 @@ static void
 test_refs_rebuilt(void **state)
 {
 	struct ses_proc *p = *state;
-	static const char *const ids[] = { "old-0", "old-1", "old-2",
-		"ghost", "other-1" };
+	static const char *const ids[] = { "old-0", "old-1", "old-2", "ghost",
+		"other-1" };
 	static const uint32_t want[] = { 2, 2, 1, 0, 0 };
 	Moat__V1__SnapshotRefsReply *r;
 	Moat__V1__DeleteSessionReply *d;
@@ -808,8 +815,8 @@ test_refs_rebuilt(void **state)
 		for (size_t i = 0; i < 5; i++)
 			if (r->refs[i] != want[i])
 				fail_msg("round %d: %s has %u references "
-				    "after the rebuild, %u expected", round,
-				    ids[i], r->refs[i], want[i]);
+				         "after the rebuild, %u expected",
+				    round, ids[i], r->refs[i], want[i]);
 		protobuf_c_message_free_unpacked(&r->base, NULL);
 		assert_int_equal(refs_of(p, TB, "old-0"), 1);
 		assert_int_equal(refs_of(p, TB, "other-1"), 1);
@@ -841,7 +848,7 @@ test_refs_rebuilt(void **state)
 struct appender {
 	struct ses_proc *p;
 	char *session;
-	char *error;                    /* heap: the first failure */
+	char *error; /* heap: the first failure */
 };
 
 static void *
@@ -876,7 +883,8 @@ test_refs_concurrent(void **state)
 		apps[t] = (struct appender){ .p = p,
 			.session = create(p, TA, NULL, NULL, 0) };
 		assert_int_equal(pthread_create(&threads[t], NULL,
-		    appender_main, &apps[t]), 0);
+		                     appender_main, &apps[t]),
+		    0);
 	}
 	for (int t = 0; t < THREADS; t++)
 		pthread_join(threads[t], NULL);

@@ -26,7 +26,7 @@
 
 #define CS (64u << 10)
 #define NCH 10
-#define FILE_SIZE ((uint64_t)NCH * CS - 1000)  /* last chunk is short */
+#define FILE_SIZE ((uint64_t)NCH * CS - 1000) /* last chunk is short */
 
 static char dir[64];
 
@@ -48,7 +48,7 @@ teardown(void **state)
 struct seen {
 	uint64_t n;
 	struct moat_chunk c[NCH];
-	bool read[NCH];            /* data was handed over (not a hole) */
+	bool read[NCH]; /* data was handed over (not a hole) */
 };
 
 static int
@@ -107,8 +107,8 @@ test_sparse_walk(void **state)
 	struct seen s = { 0 };
 	uint64_t size = 0;
 
-	assert_int_equal(moat_chunk_file(path, CS, record, &s, &size,
-	    &errmsg), MOAT_OK);
+	assert_int_equal(moat_chunk_file(path, CS, record, &s, &size, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(size, FILE_SIZE);
 	assert_int_equal(s.n, NCH);
 	for (int i = 0; i < NCH; i++) {
@@ -145,15 +145,17 @@ test_assemble_sparse(void **state)
 	struct stat st;
 	size_t len = 0;
 
-	assert_int_equal(moat_chunk_file(path, CS, record, &s, NULL,
-	    &errmsg), MOAT_OK);
+	assert_int_equal(moat_chunk_file(path, CS, record, &s, NULL, &errmsg),
+	    MOAT_OK);
 	ids = calloc(NCH, 32);
 	for (int i = 0; i < NCH; i++)
 		memcpy(ids + 32 * i, s.c[i].id.b, 32);
 	assert_int_equal(moat_chunk_assemble(back, FILE_SIZE, CS, ids, NCH,
-	    from_memory, want, &errmsg), MOAT_OK);
+	                     from_memory, want, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_read_file(back, FILE_SIZE + 1, (char **)&got,
-	    &len), 0);
+	                     &len),
+	    0);
 	assert_int_equal(len, FILE_SIZE);
 	assert_memory_equal(got, want, FILE_SIZE);
 	/* Seven zero chunks were left as holes: 3 data chunks' worth of
@@ -183,7 +185,8 @@ test_writer_refuses(void **state)
 	moat_chunk_hash(data[1], 4096, &id);
 	memcpy(ids + 32, id.b, 32);
 	assert_int_equal(moat_chunk_writer_open(&w, path, 8192, 4096, ids, 2,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	/* Chunk 1's bytes at index 0: refused, nothing written. */
 	assert_int_equal(moat_chunk_writer_put(w, 0, data[1], 4096, &errmsg),
 	    MOAT_DATA_LOSS);
@@ -226,8 +229,9 @@ test_zero_and_bad_sizes(void **state)
 	assert_true(moat_chunk_size_valid(16384));
 	assert_int_equal(moat_chunk_count(0, 4096), 0);
 	assert_int_equal(moat_chunk_count(4097, 4096), 2);
-	assert_int_equal(moat_chunk_file("/nonexistent/moat", CS, record,
-	    NULL, NULL, &errmsg), MOAT_NOT_FOUND);
+	assert_int_equal(moat_chunk_file("/nonexistent/moat", CS, record, NULL,
+	                     NULL, &errmsg),
+	    MOAT_NOT_FOUND);
 	assert_non_null(strstr(errmsg, "/nonexistent/moat"));
 	free(errmsg);
 }

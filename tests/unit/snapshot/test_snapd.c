@@ -189,14 +189,14 @@ poke(const char *path, uint64_t off, uint32_t v)
 /* snapshot: pushes `path` as artifact "ram" and commits; returns the
  * reply (caller frees), or NULL with *rvp set when the commit failed. */
 static Moat__V1__SnapshotInfo *
-snapshot(const char *tenant, const char *path, const char *parent,
-    int *rvp, char **msg)
+snapshot(const char *tenant, const char *path, const char *parent, int *rvp,
+    char **msg)
 {
 	Moat__V1__CommitManifestRequest req =
 	    MOAT__V1__COMMIT_MANIFEST_REQUEST__INIT;
 	Moat__V1__SnapArtifact art, *arts[1] = { &art };
 	Moat__V1__SnapLabel label = MOAT__V1__SNAP_LABEL__INIT,
-	    *labels[1] = { &label };
+	                    *labels[1] = { &label };
 	ProtobufCMessage *reply = NULL;
 	char *errmsg = NULL;
 	int rv;
@@ -236,7 +236,8 @@ stats(const char *tenant)
 
 	req.tenant = (char *)tenant;
 	assert_int_equal(call("Stats", &req.base,
-	    &moat__v1__snapshot_stats_reply__descriptor, &reply, NULL),
+	                     &moat__v1__snapshot_stats_reply__descriptor,
+	                     &reply, NULL),
 	    MOAT_OK);
 	return (Moat__V1__SnapshotStatsReply *)reply;
 }
@@ -283,8 +284,8 @@ delete_snapshot(const char *tenant, const char *id, uint64_t *freed)
 	rv = call("DeleteSnapshot", &req.base,
 	    &moat__v1__delete_snapshot_reply__descriptor, &reply, NULL);
 	if (rv == MOAT_OK && freed != NULL)
-		*freed = ((Moat__V1__DeleteSnapshotReply *)reply)->
-		    freed_chunks;
+		*freed =
+		    ((Moat__V1__DeleteSnapshotReply *)reply)->freed_chunks;
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);
 	return rv;
@@ -327,12 +328,13 @@ test_lifecycle(void **state)
 	/* A fresh store lacks a chunk; a zero id is never missing. */
 	memset(data, 0x5a, CS);
 	moat_chunk_hash(data, CS, (struct moat_chunk_id *)ids);
-	ids[64] = 1;  /* ids[1] stays the zero marker */
+	ids[64] = 1; /* ids[1] stays the zero marker */
 	mreq.tenant = (char *)"acme";
 	mreq.ids.data = ids;
 	mreq.ids.len = sizeof(ids);
 	assert_int_equal(call("MissingChunks", &mreq.base,
-	    &moat__v1__missing_chunks_reply__descriptor, &reply, NULL),
+	                     &moat__v1__missing_chunks_reply__descriptor,
+	                     &reply, NULL),
 	    MOAT_OK);
 	mr = (Moat__V1__MissingChunksReply *)reply;
 	assert_int_equal(mr->n_missing, 2);
@@ -358,8 +360,9 @@ test_lifecycle(void **state)
 	got = get_snapshot("acme", info->id, true, &rv, NULL);
 	assert_int_equal(rv, MOAT_OK);
 	assert_int_equal(got->artifacts[0]->chunk_ids.len, 6 * 32);
-	assert_true(moat_chunk_id_is_zero((const struct moat_chunk_id *)
-	    (got->artifacts[0]->chunk_ids.data + 2 * 32)));
+	assert_true(moat_chunk_id_is_zero(
+	    (const struct moat_chunk_id *)(got->artifacts[0]->chunk_ids.data +
+	        2 * 32)));
 
 	/* GetChunks returns verified bytes in request order. */
 	greq.tenant = (char *)"acme";
@@ -367,7 +370,9 @@ test_lifecycle(void **state)
 	greq.ids.data = got->artifacts[0]->chunk_ids.data + 3 * 32;
 	greq.ids.len = 2 * 32;
 	assert_int_equal(call("GetChunks", &greq.base,
-	    &moat__v1__get_chunks_reply__descriptor, &reply, NULL), MOAT_OK);
+	                     &moat__v1__get_chunks_reply__descriptor, &reply,
+	                     NULL),
+	    MOAT_OK);
 	gr = (Moat__V1__GetChunksReply *)reply;
 	assert_int_equal(gr->n_chunks, 2);
 	assert_int_equal(gr->chunks[0]->data.len, CS);
@@ -378,12 +383,14 @@ test_lifecycle(void **state)
 	/* Pulled back, the file is the same, byte for byte. */
 	back = moat_asprintf("%s/ram.back", dir);
 	assert_int_equal(moat_snap_pull_file(cli, "acme", info->id,
-	    got->artifacts[0], back, &msg), MOAT_OK);
+	                     got->artifacts[0], back, &msg),
+	    MOAT_OK);
 	assert_files_equal(path, back);
 
 	lreq.tenant = (char *)"acme";
 	assert_int_equal(call("ListSnapshots", &lreq.base,
-	    &moat__v1__list_snapshots_reply__descriptor, &reply, NULL),
+	                     &moat__v1__list_snapshots_reply__descriptor,
+	                     &reply, NULL),
 	    MOAT_OK);
 	lr = (Moat__V1__ListSnapshotsReply *)reply;
 	assert_int_equal(lr->n_snapshots, 1);
@@ -443,8 +450,9 @@ static void
 test_zero_chunks(void **state)
 {
 	/* 12 chunks: 9 holes, one of written zeros, two of data. */
-	char *path = make_file("sparse", 12, 3, 0xfffu & ~(1u << 4 |
-	    1u << 7 | 1u << 10)), *msg = NULL;
+	char *path = make_file("sparse", 12, 3,
+	         0xfffu & ~(1u << 4 | 1u << 7 | 1u << 10)),
+	     *msg = NULL;
 	Moat__V1__PutChunksRequest req = MOAT__V1__PUT_CHUNKS_REQUEST__INIT;
 	Moat__V1__SnapChunk c = MOAT__V1__SNAP_CHUNK__INIT, *cs[1] = { &c };
 	Moat__V1__SnapshotInfo *info;
@@ -471,7 +479,8 @@ test_zero_chunks(void **state)
 	req.n_chunks = 1;
 	req.chunks = cs;
 	assert_int_equal(call("PutChunks", &req.base,
-	    &moat__v1__put_chunks_reply__descriptor, NULL, &msg),
+	                     &moat__v1__put_chunks_reply__descriptor, NULL,
+	                     &msg),
 	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(msg, "all zeros"));
 	free(msg);
@@ -515,15 +524,18 @@ test_tenant_isolation(void **state)
 	greq.tenant = (char *)"bravo";
 	greq.ids = full->artifacts[0]->chunk_ids;
 	assert_int_equal(call("GetChunks", &greq.base,
-	    &moat__v1__get_chunks_reply__descriptor, NULL, NULL),
+	                     &moat__v1__get_chunks_reply__descriptor, NULL,
+	                     NULL),
 	    MOAT_NOT_FOUND);
 	greq.snapshot_id = a2->id;
 	assert_int_equal(call("GetChunks", &greq.base,
-	    &moat__v1__get_chunks_reply__descriptor, NULL, NULL),
+	                     &moat__v1__get_chunks_reply__descriptor, NULL,
+	                     NULL),
 	    MOAT_NOT_FOUND);
 	lreq.tenant = (char *)"bravo";
 	assert_int_equal(call("ListSnapshots", &lreq.base,
-	    &moat__v1__list_snapshots_reply__descriptor, &reply, NULL),
+	                     &moat__v1__list_snapshots_reply__descriptor,
+	                     &reply, NULL),
 	    MOAT_OK);
 	assert_int_equal(((Moat__V1__ListSnapshotsReply *)reply)->n_snapshots,
 	    1);
@@ -563,12 +575,14 @@ flip(const char *tenant, const uint8_t *id)
 	assert_int_equal(moat_store_txn_begin(st, true, &txn, &errmsg),
 	    MOAT_OK);
 	assert_int_equal(moat_store_get(txn, "chunks", key, klen, &val, &vlen,
-	    &errmsg), MOAT_OK);
+	                     &errmsg),
+	    MOAT_OK);
 	copy = malloc(vlen);
 	memcpy(copy, val, vlen);
 	copy[vlen / 2] ^= 0x40;
 	assert_int_equal(moat_store_put(txn, "chunks", key, klen, copy, vlen,
-	    false, &errmsg), MOAT_OK);
+	                     false, &errmsg),
+	    MOAT_OK);
 	assert_int_equal(moat_store_txn_commit(txn, &errmsg), MOAT_OK);
 	moat_store_close(st);
 	free(copy);
@@ -593,7 +607,8 @@ test_corrupt_chunk(void **state)
 	greq.ids.data = full->artifacts[0]->chunk_ids.data + 2 * 32;
 	greq.ids.len = 32;
 	assert_int_equal(call("GetChunks", &greq.base,
-	    &moat__v1__get_chunks_reply__descriptor, NULL, &msg),
+	                     &moat__v1__get_chunks_reply__descriptor, NULL,
+	                     &msg),
 	    MOAT_DATA_LOSS);
 	assert_non_null(strstr(msg, info->id));
 	assert_non_null(strstr(msg, "hash"));
@@ -601,14 +616,16 @@ test_corrupt_chunk(void **state)
 	/* Without a snapshot named, snapd finds the ones that use it. */
 	greq.snapshot_id = (char *)"";
 	assert_int_equal(call("GetChunks", &greq.base,
-	    &moat__v1__get_chunks_reply__descriptor, NULL, &msg),
+	                     &moat__v1__get_chunks_reply__descriptor, NULL,
+	                     &msg),
 	    MOAT_DATA_LOSS);
 	assert_non_null(strstr(msg, info->id));
 	free(msg);
 	/* A restore stops: no file appears. */
 	back = moat_asprintf("%s/ram.back", dir);
 	assert_int_equal(moat_snap_pull_file(cli, "acme", info->id,
-	    full->artifacts[0], back, &msg), MOAT_DATA_LOSS);
+	                     full->artifacts[0], back, &msg),
+	    MOAT_DATA_LOSS);
 	free(msg);
 	assert_int_not_equal(access(back, F_OK), 0);
 	protobuf_c_message_free_unpacked(&info->base, NULL);
@@ -629,7 +646,8 @@ test_commit_missing(void **state)
 	ProtobufCMessage *reply = NULL;
 
 	assert_int_equal(moat_snap_push_file(cli, "acme", "ram", path, CS,
-	    &art, NULL, &msg), MOAT_OK);
+	                     &art, NULL, &msg),
+	    MOAT_OK);
 	/* Two ids nobody put. */
 	art.chunk_ids.data[0] ^= 1;
 	art.chunk_ids.data[3 * 32] ^= 1;
@@ -640,7 +658,7 @@ test_commit_missing(void **state)
 	req.n_artifacts = 1;
 	req.artifacts = arts;
 	assert_int_equal(call("CommitManifest", &req.base,
-	    &moat__v1__snapshot_info__descriptor, NULL, &msg),
+	                     &moat__v1__snapshot_info__descriptor, NULL, &msg),
 	    MOAT_FAILED_PRECONDITION);
 	assert_non_null(strstr(msg, "2 of 4 chunks are missing"));
 	free(msg);
@@ -648,7 +666,8 @@ test_commit_missing(void **state)
 	 * chunks put are still pending). */
 	lreq.tenant = (char *)"acme";
 	assert_int_equal(call("ListSnapshots", &lreq.base,
-	    &moat__v1__list_snapshots_reply__descriptor, &reply, NULL),
+	                     &moat__v1__list_snapshots_reply__descriptor,
+	                     &reply, NULL),
 	    MOAT_OK);
 	assert_int_equal(((Moat__V1__ListSnapshotsReply *)reply)->n_snapshots,
 	    0);
@@ -659,11 +678,12 @@ test_commit_missing(void **state)
 	art.chunk_ids.data[3 * 32] ^= 1;
 	req.parent_id = (char *)"snap-0123456789abcdef0123456789abcdef";
 	assert_int_equal(call("CommitManifest", &req.base,
-	    &moat__v1__snapshot_info__descriptor, NULL, NULL),
+	                     &moat__v1__snapshot_info__descriptor, NULL, NULL),
 	    MOAT_NOT_FOUND);
 	req.parent_id = (char *)"";
 	assert_int_equal(call("CommitManifest", &req.base,
-	    &moat__v1__snapshot_info__descriptor, NULL, NULL), MOAT_OK);
+	                     &moat__v1__snapshot_info__descriptor, NULL, NULL),
+	    MOAT_OK);
 	check_stats("acme", 1, 4, 0);
 	moat_snap_artifact_clear(&art);
 	free(path);
@@ -677,7 +697,7 @@ test_bad_input(void **state)
 	Moat__V1__CommitManifestRequest creq =
 	    MOAT__V1__COMMIT_MANIFEST_REQUEST__INIT;
 	Moat__V1__SnapArtifact art = MOAT__V1__SNAP_ARTIFACT__INIT,
-	    *arts[1] = { &art };
+	                       *arts[1] = { &art };
 	uint8_t data[4096], id[32];
 	char *msg = NULL;
 	int rv;
@@ -694,7 +714,8 @@ test_bad_input(void **state)
 	req.n_chunks = 1;
 	req.chunks = cs;
 	assert_int_equal(call("PutChunks", &req.base,
-	    &moat__v1__put_chunks_reply__descriptor, NULL, &msg),
+	                     &moat__v1__put_chunks_reply__descriptor, NULL,
+	                     &msg),
 	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(msg, "do not hash"));
 	free(msg);
@@ -702,12 +723,14 @@ test_bad_input(void **state)
 	/* No tenant, a short id, a batch over the cap. */
 	req.tenant = (char *)"";
 	assert_int_equal(call("PutChunks", &req.base,
-	    &moat__v1__put_chunks_reply__descriptor, NULL, NULL),
+	                     &moat__v1__put_chunks_reply__descriptor, NULL,
+	                     NULL),
 	    MOAT_INVALID_ARGUMENT);
 	req.tenant = (char *)"acme";
 	c.id.len = 31;
 	assert_int_equal(call("PutChunks", &req.base,
-	    &moat__v1__put_chunks_reply__descriptor, NULL, NULL),
+	                     &moat__v1__put_chunks_reply__descriptor, NULL,
+	                     NULL),
 	    MOAT_INVALID_ARGUMENT);
 	{
 		Moat__V1__SnapChunk *many[300];
@@ -717,7 +740,8 @@ test_bad_input(void **state)
 		req.n_chunks = 300;
 		req.chunks = many;
 		assert_int_equal(call("PutChunks", &req.base,
-		    &moat__v1__put_chunks_reply__descriptor, NULL, NULL),
+		                     &moat__v1__put_chunks_reply__descriptor,
+		                     NULL, NULL),
 		    MOAT_INVALID_ARGUMENT);
 	}
 	/* Commit: bad vmm, ids that do not fit the size. */
@@ -733,11 +757,11 @@ test_bad_input(void **state)
 	art.chunk_ids.data = data;
 	art.chunk_ids.len = 2 * 32;
 	assert_int_equal(call("CommitManifest", &creq.base,
-	    &moat__v1__snapshot_info__descriptor, NULL, NULL),
+	                     &moat__v1__snapshot_info__descriptor, NULL, NULL),
 	    MOAT_INVALID_ARGUMENT);
 	creq.vmm = (char *)"qemu";
 	assert_int_equal(call("CommitManifest", &creq.base,
-	    &moat__v1__snapshot_info__descriptor, NULL, &msg),
+	                     &moat__v1__snapshot_info__descriptor, NULL, &msg),
 	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(msg, "need 3 ids"));
 	free(msg);
@@ -757,12 +781,12 @@ test_list_paging(void **state)
 	size_t seen = 0;
 
 	for (int i = 0; i < 5; i++) {
-		Moat__V1__SnapshotInfo *s = snapshot("acme", path, NULL, NULL,
-		    NULL);
+		Moat__V1__SnapshotInfo *s =
+		    snapshot("acme", path, NULL, NULL, NULL);
 
 		ids[i] = strdup(s->id);
 		protobuf_c_message_free_unpacked(&s->base, NULL);
-		nng_msleep(2);  /* distinct creation times */
+		nng_msleep(2); /* distinct creation times */
 	}
 	check_stats("acme", 5, 2, 0);
 	lreq.tenant = (char *)"acme";
@@ -772,14 +796,15 @@ test_list_paging(void **state)
 		ProtobufCMessage *reply = NULL;
 
 		lreq.page_token = token ? token : (char *)"";
-		assert_int_equal(call("ListSnapshots", &lreq.base,
-		    &moat__v1__list_snapshots_reply__descriptor, &reply,
-		    NULL), MOAT_OK);
+		assert_int_equal(
+		    call("ListSnapshots", &lreq.base,
+		        &moat__v1__list_snapshots_reply__descriptor, &reply,
+		        NULL),
+		    MOAT_OK);
 		lr = (Moat__V1__ListSnapshotsReply *)reply;
 		assert_int_equal(lr->n_snapshots, page < 2 ? 2 : 1);
 		for (size_t i = 0; i < lr->n_snapshots; i++)
-			assert_string_equal(lr->snapshots[i]->id,
-			    ids[seen++]);
+			assert_string_equal(lr->snapshots[i]->id, ids[seen++]);
 		free(token);
 		token = strdup(lr->next_page_token);
 		assert_int_equal(token[0] == '\0', page == 2);
@@ -807,7 +832,8 @@ test_sweep_abandoned(void **state)
 	keep = make_file("keep", 2, 52, 0);
 	info = snapshot("acme", keep, NULL, NULL, NULL);
 	assert_int_equal(moat_snap_push_file(cli, "acme", "ram", path, CS,
-	    &art, NULL, &msg), MOAT_OK);
+	                     &art, NULL, &msg),
+	    MOAT_OK);
 	moat_snap_artifact_clear(&art);
 	/* Three pending chunks, never committed: swept within seconds; the
 	 * committed snapshot's chunks stay. */
@@ -836,7 +862,7 @@ test_map_full(void **state)
 	Moat__V1__ListSnapshotsRequest lreq =
 	    MOAT__V1__LIST_SNAPSHOTS_REQUEST__INIT;
 	Moat__V1__SnapArtifact art = MOAT__V1__SNAP_ARTIFACT__INIT,
-	    *arts[1] = { &art };
+	                       *arts[1] = { &art };
 	char *path = make_file("big", 100, 61, 0), *msg = NULL;
 	Moat__V1__SnapArtifact pushed;
 	ProtobufCMessage *reply = NULL;
@@ -865,13 +891,14 @@ test_map_full(void **state)
 	art.chunk_ids.len = 65536 * 2 * 32;
 	art.chunk_ids.data = calloc(1, art.chunk_ids.len);
 	assert_int_equal(call("CommitManifest", &req.base,
-	    &moat__v1__snapshot_info__descriptor, NULL, &msg),
+	                     &moat__v1__snapshot_info__descriptor, NULL, &msg),
 	    MOAT_RESOURCE_EXHAUSTED);
 	free(msg);
 	free(art.chunk_ids.data);
 	lreq.tenant = (char *)"acme";
 	assert_int_equal(call("ListSnapshots", &lreq.base,
-	    &moat__v1__list_snapshots_reply__descriptor, &reply, NULL),
+	                     &moat__v1__list_snapshots_reply__descriptor,
+	                     &reply, NULL),
 	    MOAT_OK);
 	assert_int_equal(((Moat__V1__ListSnapshotsReply *)reply)->n_snapshots,
 	    0);
