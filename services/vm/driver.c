@@ -14,7 +14,7 @@
 #include "moat/config.h"
 #include "moat/log.h"
 #include "moat/util.h"
-#include "vmd.h"
+#include "driver.h"
 
 #define FC "firecracker"
 

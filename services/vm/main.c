@@ -28,7 +28,14 @@
 #include "spawn.h"
 #include "ramdir.h"
 #include "snapram.h"
-#include "vmd.h"
+#include "accel.h"
+#include "driver.h"
+#include "exec.h"
+#include "node.h"
+#include "sandbox.h"
+#include "service.h"
+#include "survey.h"
+#include "templates.h"
 
 #define SECTION "vmd"
 
@@ -476,6 +483,7 @@ main(int argc, char **argv)
 		rv = MOAT_INTERNAL;
 		goto out;
 	}
+	vmd_exec_register(&vmd);
 	vmd_reap_orphans(&vmd);
 	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
 	    (rv = vmd_templates_init(&vmd)) != MOAT_OK) {

@@ -28,7 +28,13 @@
 #include "moat/util.h"
 #include "ramdir.h"
 #include "snapram.h"
-#include "vmd.h"
+#include "files.h"
+#include "image.h"
+#include "node.h"
+#include "sandbox.h"
+#include "sandbox_supervise.h"
+#include "snapshot.h"
+#include "snapshot_push.h"
 
 #define SNAP_META "meta.pb"
 #define SNAP_META_MAX (64u << 10)
@@ -292,10 +298,16 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		    "of node %s cannot take snapshots", vmd->vmm->name,
 		    vmd->cfg.node_id);
 	pthread_mutex_lock(&sb->mu);
-	if (sb->snapshotting) {
+	if (sb->lifecycle == SANDBOX_SNAPSHOTTING ||
+	    sb->lifecycle == SANDBOX_RELINKING) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "sandbox %s is being snapshotted already: wait for that "
 		    "snapshot", sb->id.str);
+	} else if (sb->lifecycle != SANDBOX_RUNNING) {
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox %s is %s: only a RUNNING sandbox can be "
+		    "snapshotted", sb->id.str, vmd_sandbox_api_state_name(
+		    vmd_sandbox_api_state(sb)));
 	} else if (sb->execs_running > 0) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "sandbox %s has %u running exec(s): wait for them or kill "
@@ -305,8 +317,11 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		/* Whether this VM can be captured is the driver's to say
 		 * (QEMU needs the RAM file every VM now has; Firecracker
 		 * writes its memory file through its API). */
-		sb->snapshotting = true;
-		marked = true;
+		marked = vmd_sandbox_step(sb, SANDBOX_EV_SNAPSHOT_BEGIN) ==
+		    SANDBOX_STEP_MOVED;
+		rv = marked ? MOAT_OK : moat_rpc_error(call,
+		    MOAT_FAILED_PRECONDITION, "sandbox %s cannot be "
+		    "snapshotted now", sb->id.str);
 	}
 	pthread_mutex_unlock(&sb->mu);
 	if (!marked)
@@ -463,7 +478,7 @@ out_rm:
 out:
 	vmd_ram_admit_done(vmd, admitted);
 	pthread_mutex_lock(&sb->mu);
-	sb->snapshotting = false;
+	(void)vmd_sandbox_step(sb, SANDBOX_EV_SNAPSHOT_END);
 	pthread_mutex_unlock(&sb->mu);
 	free(packed);
 	free(err);

@@ -31,7 +31,10 @@
 #include "snap_client.h"
 #include "ramdir.h"
 #include "snapram.h"
-#include "vmd.h"
+#include "node.h"
+#include "sync.h"
+#include "snapshot.h"
+#include "snapshot_push.h"
 
 #define PUSH_HEALTH_MS 2000u       /* a snapd that is down, found fast */
 #define FETCH_META_MAX (64u << 10)
