@@ -42,7 +42,7 @@
 #include "snapram.h"
 #include "node.h"
 #include "sync.h"
-#include "snapshot.h"
+#include "snapshot_meta.h"
 #include "snapshot_push.h"
 
 #define MIB ((uint64_t)1 << 20)

@@ -34,10 +34,10 @@
 #include "sandbox.h"
 #include "sandbox_supervise.h"
 #include "snapshot.h"
+#include "snapshot_fetch.h"
+#include "snapshot_meta.h"
 #include "snapshot_push.h"
 
-#define SNAP_META "meta.pb"
-#define SNAP_META_MAX (64u << 10)
 #define SNAP_ID_MAX 160u
 #define SNAP_LIST_MAX 4096u
 
@@ -95,53 +95,6 @@ snap_new_id(const struct vmd *vmd)
 	    node, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 	free(node);
 	return id;
-}
-
-/* Reads <dir>/meta.pb. Returns 0 with *meta (caller frees), or errno. */
-static int
-snap_meta_read(const char *dir, Moat__V1__LocalSnapshot **meta)
-{
-	char *path = moat_asprintf("%s/" SNAP_META, dir);
-	char *buf = NULL;
-	size_t len = 0;
-	int err;
-
-	*meta = NULL;
-	if (path == NULL)
-		return ENOMEM;
-	err = moat_read_file(path, SNAP_META_MAX, &buf, &len);
-	free(path);
-	if (err != 0)
-		return err;
-	*meta = moat__v1__local_snapshot__unpack(NULL, len, (uint8_t *)buf);
-	free(buf);
-	return *meta ? 0 : EINVAL;
-}
-
-int
-vmd_snapshot_read_meta(const char *dir, Moat__V1__LocalSnapshot **meta)
-{
-	return snap_meta_read(dir, meta);
-}
-
-int
-vmd_snapshot_write_meta(const char *dir, const Moat__V1__LocalSnapshot *meta)
-{
-	char *path = moat_asprintf("%s/" SNAP_META, dir);
-	size_t len = moat__v1__local_snapshot__get_packed_size(meta);
-	uint8_t *packed = malloc(len ? len : 1);
-	int e;
-
-	if (path == NULL || packed == NULL) {
-		free(path);
-		free(packed);
-		return ENOMEM;
-	}
-	moat__v1__local_snapshot__pack(meta, packed);
-	e = moat_write_file_atomic(path, packed, len, 0600);
-	free(packed);
-	free(path);
-	return e;
 }
 
 /* Heap copies of meta's fields into reply (the RPC server frees). */
@@ -227,7 +180,7 @@ snap_parent(const struct vmd *vmd, const char *sandbox_id)
 		if (!snap_id_ok(de->d_name) ||
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
-		if (snap_meta_read(dir, &m) == 0 && m->remote_stored &&
+		if (vmd_snapshot_read_meta(dir, &m) == 0 && m->remote_stored &&
 		    strcmp(m->sandbox_id, sandbox_id) == 0 &&
 		    m->created_unix_ms >= best_ms) {
 			char *id = strdup(m->remote_id);
@@ -332,7 +285,7 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		*slash = '\0';
 	tmp = moat_asprintf("%s.tmp", dir);
 	scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
-	meta_path = tmp ? moat_asprintf("%s/" SNAP_META, tmp) : NULL;
+	meta_path = tmp ? moat_asprintf("%s/" VMD_SNAPSHOT_META, tmp) : NULL;
 	image_stamp = vmd_image_stamp(vmd, sb->image);
 	if (!root || !tmp || !scratch || !meta_path || !image_stamp) {
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
@@ -536,7 +489,7 @@ snap_find_remote(const struct vmd *vmd, const char *remote_id)
 		if (!snap_id_ok(de->d_name) ||
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
-		if (snap_meta_read(dir, &m) == 0 && m->remote_stored &&
+		if (vmd_snapshot_read_meta(dir, &m) == 0 && m->remote_stored &&
 		    strcmp(m->remote_id, remote_id) == 0) {
 			found = dir;
 			dir = NULL;
@@ -570,7 +523,7 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 		    "(\"snap-...\")", id);
 	if ((*dir = snap_dir(vmd, id)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
-	e = snap_meta_read(*dir, meta);
+	e = vmd_snapshot_read_meta(*dir, meta);
 	if (e == ENOENT && fetch && vmd->snapd != NULL) {
 		char *local = snap_find_remote(vmd, id);
 		int rv = MOAT_OK;
@@ -586,7 +539,7 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 			*dir = NULL;
 			return rv;
 		}
-		e = snap_meta_read(*dir, meta);
+		e = vmd_snapshot_read_meta(*dir, meta);
 	}
 	if (e != 0 ||
 	    (tenant != NULL && tenant[0] != '\0' &&
@@ -639,7 +592,7 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 		if (!snap_id_ok(de->d_name) ||
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
-		if (snap_meta_read(dir, &m) != 0 || (req->tenant[0] != '\0' &&
+		if (vmd_snapshot_read_meta(dir, &m) != 0 || (req->tenant[0] != '\0' &&
 		    strcmp(req->tenant, m->tenant) != 0)) {
 			moat__v1__local_snapshot__free_unpacked(m, NULL);
 			free(dir);

@@ -48,15 +48,6 @@ int vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
  * its "ram" link points to (warns on failure). */
 void vmd_snapshot_remove_dir(const char *dir);
 
-/* vmd_snapshot_read_meta: <dir>/meta.pb. Returns 0 with *meta (caller
- * frees with moat__v1__local_snapshot__free_unpacked) or an errno. */
-int vmd_snapshot_read_meta(const char *dir, Moat__V1__LocalSnapshot **meta)
-    __attribute__((warn_unused_result));
-
-/* vmd_snapshot_write_meta: replaces <dir>/meta.pb atomically. Returns 0
- * or an errno value. */
-int vmd_snapshot_write_meta(const char *dir,
-    const Moat__V1__LocalSnapshot *meta) __attribute__((warn_unused_result));
 /* vmd_snapshot_open: snapshot `id`'s catalog entry (*meta, caller frees
  * with moat__v1__local_snapshot__free_unpacked) and directory (*dir,
  * heap). A snapshot of another tenant (when `tenant` is not "") is

@@ -11,6 +11,22 @@
 
 struct vmd;
 
+/* The artifacts of a snapshot directory: manifest name and file. */
+#define VMD_SNAP_N_ARTIFACTS 3
+struct vmd_snap_artifact {
+	const char *name;
+	const char *file;
+};
+extern const struct vmd_snap_artifact vmd_snap_artifacts[VMD_SNAP_N_ARTIFACTS];
+
+/* vmd_snapd_tenant: `tenant`, or "default" for "" (snapd's name). */
+const char *vmd_snapd_tenant(const char *tenant);
+
+/* vmd_snapd_ping: a short Health to vmd->snapd, so a snapd that is down
+ * costs seconds, not the RPC default. Returns a status with *errmsg. */
+int vmd_snapd_ping(struct vmd *vmd, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* What a push to snapd left (the caller owns the strings: free). */
 struct vmd_push_result {
 	char *remote_id;           /* NULL when not stored */
@@ -41,15 +57,6 @@ int vmd_snapshot_pull_ram(struct vmd *vmd,
  * MOAT_OK or a status with *errmsg (heap). */
 int vmd_snapshot_delete_remote(struct vmd *vmd, const char *tenant,
     const char *remote_id, uint64_t *freed_bytes, char **errmsg)
-    __attribute__((warn_unused_result));
-
-/* vmd_snapshot_fetch: pulls snapd snapshot `id` of `tenant` ("" :
- * "default") into directory `dir` (absent; made via dir.tmp and a
- * rename), verifying every chunk. Returns MOAT_OK, or sets the call's
- * error: NOT_FOUND, DATA_LOSS naming the snapshot for a corrupt chunk,
- * UNAVAILABLE when snapd does not answer. */
-int vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
-    const char *id, const char *tenant, const char *dir)
     __attribute__((warn_unused_result));
 
 #endif

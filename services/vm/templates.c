@@ -43,6 +43,7 @@
 #include "sandbox.h"
 #include "sandbox_boot.h"
 #include "snapshot.h"
+#include "snapshot_meta.h"
 #include "templates.h"
 
 #define TPL_BUILD_TIMEOUT_MS 600000u
