@@ -113,10 +113,8 @@ pull_seeded(struct vmd *vmd, const char *tenant, const char *snap_id,
     const Moat__V1__SnapArtifact *a, const char *path, struct seed *sd,
     uint64_t *local, uint64_t *remote, char **errmsg)
 {
-	Moat__V1__GetChunksRequest req = MOAT__V1__GET_CHUNKS_REQUEST__INIT;
 	struct moat_chunk_writer *w = NULL;
-	uint8_t ids[MOAT_SNAP_PULL_BATCH * MOAT_CHUNK_ID_LEN];
-	uint64_t batch[MOAT_SNAP_PULL_BATCH], idx, next = 0;
+	uint64_t idx;
 	size_t n_ids = a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
 	uint8_t *buf = NULL;
 	int rv;
@@ -148,48 +146,9 @@ pull_seeded(struct vmd *vmd, const char *tenant, const char *snap_id,
 			free(err);
 		}
 	}
-	req.tenant = (char *)tenant;
-	req.snapshot_id = (char *)snap_id;
-	idx = moat_chunk_writer_next_missing(w, 0);
-	while (idx != UINT64_MAX) {
-		Moat__V1__GetChunksReply *r;
-		ProtobufCMessage *reply = NULL;
-		size_t n = 0;
-
-		for (next = idx; next != UINT64_MAX &&
-		    n < MOAT_SNAP_PULL_BATCH;
-		    next = moat_chunk_writer_next_missing(w, next + 1)) {
-			batch[n] = next;
-			memcpy(ids + n++ * MOAT_CHUNK_ID_LEN,
-			    a->chunk_ids.data + next * MOAT_CHUNK_ID_LEN,
-			    MOAT_CHUNK_ID_LEN);
-		}
-		req.ids.data = ids;
-		req.ids.len = n * MOAT_CHUNK_ID_LEN;
-		if ((rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE,
-		    "GetChunks", &req.base,
-		    &moat__v1__get_chunks_reply__descriptor, &reply, NULL,
-		    errmsg)) != MOAT_OK)
-			goto fail;
-		r = (Moat__V1__GetChunksReply *)reply;
-		if (r->n_chunks == 0 || r->n_chunks > n) {
-			*errmsg = moat_asprintf("GetChunks answered %zu "
-			    "chunks for %zu ids", r->n_chunks, n);
-			protobuf_c_message_free_unpacked(reply, NULL);
-			rv = MOAT_INTERNAL;
-			goto fail;
-		}
-		for (size_t i = 0; i < r->n_chunks && rv == MOAT_OK; i++)
-			rv = moat_chunk_writer_put(w, batch[i],
-			    r->chunks[i]->data.data, r->chunks[i]->data.len,
-			    errmsg);
-		*remote += r->n_chunks;
-		/* A short reply resumes at the first chunk it left out. */
-		idx = r->n_chunks == n ? next : batch[r->n_chunks];
-		protobuf_c_message_free_unpacked(reply, NULL);
-		if (rv != MOAT_OK)
-			goto fail;
-	}
+	if ((rv = moat_snap_pull_chunks(vmd->snapd, tenant, snap_id, a, w, 0,
+	    UINT64_MAX, MOAT_SNAP_PULL_BATCH, remote, errmsg)) != MOAT_OK)
+		goto fail;
 	free(buf);
 	return moat_chunk_writer_commit(w, errmsg);
 fail:

@@ -192,58 +192,17 @@ struct pull_job {
 	bool started;
 };
 
-/* Pulls the missing chunks of stripe `s` (GetChunks may answer short:
- * it is asked again for the rest). */
+/* Pulls the missing chunks of stripe `s` (one GetChunks, asked again
+ * for what a short answer left out). */
 static int
 pull_stripe(struct pull_job *j, uint64_t s)
 {
-	Moat__V1__GetChunksRequest req = MOAT__V1__GET_CHUNKS_REQUEST__INIT;
-	const Moat__V1__SnapArtifact *a = j->art;
-	size_t n_ids = a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
+	size_t n_ids = j->art->chunk_ids.len / MOAT_CHUNK_ID_LEN;
 	uint64_t end = (s + 1) * PULL_STRIPE < n_ids ? (s + 1) * PULL_STRIPE :
 	    n_ids;
-	uint8_t ids[PULL_STRIPE * MOAT_CHUNK_ID_LEN];
-	uint64_t batch[PULL_STRIPE];
-	int rv = MOAT_OK;
 
-	req.tenant = (char *)j->tenant;
-	req.snapshot_id = (char *)j->snap_id;
-	for (;;) {
-		Moat__V1__GetChunksReply *r;
-		ProtobufCMessage *reply = NULL;
-		size_t n = 0;
-
-		for (uint64_t i = moat_chunk_writer_next_missing(j->w,
-		    s * PULL_STRIPE); i < end;
-		    i = moat_chunk_writer_next_missing(j->w, i + 1)) {
-			batch[n] = i;
-			memcpy(ids + n++ * MOAT_CHUNK_ID_LEN,
-			    a->chunk_ids.data + i * MOAT_CHUNK_ID_LEN,
-			    MOAT_CHUNK_ID_LEN);
-		}
-		if (n == 0)
-			return MOAT_OK;
-		req.ids.data = ids;
-		req.ids.len = n * MOAT_CHUNK_ID_LEN;
-		if ((rv = moat_rpc_call(j->vmd->snapd, MOAT_SNAP_SERVICE,
-		    "GetChunks", &req.base,
-		    &moat__v1__get_chunks_reply__descriptor, &reply, NULL,
-		    &j->err)) != MOAT_OK)
-			return rv;
-		r = (Moat__V1__GetChunksReply *)reply;
-		if (r->n_chunks == 0 || r->n_chunks > n) {
-			j->err = moat_asprintf("GetChunks answered %zu chunks "
-			    "for %zu ids", r->n_chunks, n);
-			rv = MOAT_INTERNAL;
-		}
-		for (size_t i = 0; i < r->n_chunks && rv == MOAT_OK; i++)
-			rv = moat_chunk_writer_put(j->w, batch[i],
-			    r->chunks[i]->data.data, r->chunks[i]->data.len,
-			    &j->err);
-		protobuf_c_message_free_unpacked(reply, NULL);
-		if (rv != MOAT_OK)
-			return rv;
-	}
+	return moat_snap_pull_chunks(j->vmd->snapd, j->tenant, j->snap_id,
+	    j->art, j->w, s * PULL_STRIPE, end, PULL_STRIPE, NULL, &j->err);
 }
 
 static void *
