@@ -79,7 +79,8 @@ vmd_images_list(const struct vmd *vmd, char ***names, size_t *n)
 	while ((de = readdir(d)) != NULL && count < 256) {
 		char **grown;
 
-		if (de->d_name[0] == '.' || !vmd_image_present(vmd, de->d_name))
+		if (de->d_name[0] == '.' ||
+		    !vmd_image_present(vmd, de->d_name))
 			continue;
 		if ((grown = realloc(list, (count + 1) * sizeof(*list)))
 		    == NULL)

@@ -344,13 +344,13 @@ vmd_sandbox_validate(struct vmd *vmd, struct moat_rpc_call *call,
 			continue;
 		if (!cfg->test_hooks)
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-			    "label " VMD_TEST_LABEL " is for moat's own tests: set "
-			    "[vmd] test-hooks=true on this node to use it");
+			    "label " VMD_TEST_LABEL " is for moat's own tests: "
+			    "set [vmd] test-hooks=true on this node to use it");
 		if (strcmp(v, "garbage") != 0 && strcmp(v, "oversize") != 0 &&
 		    strcmp(v, "flood") != 0)
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-			    "label " VMD_TEST_LABEL "=%s is unknown: use garbage, "
-			    "oversize or flood", v);
+			    "label " VMD_TEST_LABEL "=%s is unknown: use "
+			    "garbage, oversize or flood", v);
 		*test_mode = v;
 	}
 	if (!vmd_image_present(vmd, image))

@@ -546,7 +546,8 @@ bring_up_replace(struct vmd *vmd, struct sandbox *sb,
 	stopped = sb->link_closed || sb->vmm_exited;
 	pthread_mutex_unlock(&sb->mu);
 	if (stopped) {
-		*why = strdup("the restored VM stopped right after it resumed");
+		*why = strdup("the restored VM stopped right after it "
+		    "resumed");
 		return MOAT_UNAVAILABLE;
 	}
 	if (!vmd_sandbox_swap_in(vmd, replace, sb)) {

@@ -81,7 +81,8 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	*out = NULL;
-	if ((rv = vmd_sandbox_validate(vmd, call, req, image, &test_mode)) != 0)
+	if ((rv = vmd_sandbox_validate(vmd, call, req, image, &test_mode))
+	    != 0)
 		return rv;
 	shape.image = image;
 	shape.vcpus = req->vcpus ? req->vcpus : VMD_DEFAULT_VCPUS;

@@ -21,17 +21,18 @@
  *   STOPPED       [STOPPED]  destroyed, or given up by the creator;
  *                 terminal.
  *
- * Events and the transition table ("-": ignored, legal but nothing
- * changes; "x": refused, logged as a programmer error):
+ * Events and the transition table (RUN: RUNNING, STOP: STOPPED, ABORT:
+ * ABORTING, SNAP: SNAPSHOTTING, RELINK: RELINKING; "-": ignored, legal
+ * but nothing changes; "x": refused, logged as a programmer error):
  *
- *                 BOOTED  GAVE_UP FAIL    DESTROY SNAP_B  SNAP_E  RELN_B  RELN_E
- *   BOOTING       RUNNING STOPPED -       ABORTNG x       x       x       x
- *   ABORTING      x       STOPPED -       -       x       x       x       x
- *   RUNNING       x       STOPPED FAILED  STOPPED SNAPSHT x       x       x
- *   SNAPSHOTTING  x       x       FAILED  STOPPED x       RUNNING RELINK  x
- *   RELINKING     x       x       FAILED  STOPPED x       x       x       SNAPSHT
- *   FAILED        x       STOPPED -       STOPPED x       -       x       -
- *   STOPPED       x       -       -       -       x       -       x       -
+ *                BOOTED GAVE_UP FAIL    DESTROY SNAP_B SNAP_E RELN_B RELN_E
+ *   BOOTING      RUN    STOP    -       ABORT   x      x      x      x
+ *   ABORTING     x      STOP    -       -       x      x      x      x
+ *   RUNNING      x      STOP    FAILED  STOP    SNAP   x      x      x
+ *   SNAPSHOTTING x      x       FAILED  STOP    x      RUN    RELINK x
+ *   RELINKING    x      x       FAILED  STOP    x      x      x      SNAP
+ *   FAILED       x      STOP    -       STOP    x      -      x      -
+ *   STOPPED      x      -       -       -       x      -      x      -
  *
  * BOOTED: bring-up saw the agent ready. GAVE_UP: the creating thread
  * tore a sandbox down that it had not handed out (boot failed, destroyed

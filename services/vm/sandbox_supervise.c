@@ -258,8 +258,8 @@ vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
 		seen = sb->ready_count;
 		sb->relink_lost = false;
 		pthread_mutex_unlock(&sb->mu);
-		if ((rv = guest_link_open(&link, fd, 0, &vmd_sandbox_link_hooks, sb,
-		    &err)) != MOAT_OK) {
+		if ((rv = guest_link_open(&link, fd, 0,
+		    &vmd_sandbox_link_hooks, sb, &err)) != MOAT_OK) {
 			*why = err;
 			err = NULL;
 			break;

@@ -592,7 +592,8 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 		if (!snap_id_ok(de->d_name) ||
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
-		if (vmd_snapshot_read_meta(dir, &m) != 0 || (req->tenant[0] != '\0' &&
+		if (vmd_snapshot_read_meta(dir, &m) != 0 ||
+		    (req->tenant[0] != '\0' &&
 		    strcmp(req->tenant, m->tenant) != 0)) {
 			moat__v1__local_snapshot__free_unpacked(m, NULL);
 			free(dir);
