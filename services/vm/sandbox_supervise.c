@@ -193,12 +193,65 @@ vmd_sandbox_relink_begin(struct sandbox *sb)
 	pthread_mutex_unlock(&sb->mu);
 }
 
+/* One try at a new link: connects and waits for its AgentReady until
+ * `deadline_ms`, then swaps it in (RELINKING -> SNAPSHOTTING). Returns
+ * MOAT_OK; MOAT_UNAVAILABLE to try again (not listening yet, or the new
+ * stream closed or stayed silent; *err says which); another status with
+ * *err when it cannot work. */
+static int
+relink_try(struct sandbox *sb, struct guest_link *old, uint64_t deadline_ms,
+    char **err)
+{
+	const struct moat_vmm_ops *ops = sb->vmd->vmm;
+	struct guest_link *link = NULL;
+	uint32_t seen;
+	int fd = -1;
+	int rv;
+
+	rv = ops->connect_agent(&sb->vmm, &fd, err);
+	if (rv == MOAT_UNAVAILABLE)
+		vmd_sleep_ms(10);
+	if (rv != MOAT_OK)
+		return rv;
+	pthread_mutex_lock(&sb->mu);
+	seen = sb->ready_count;
+	sb->relink_lost = false;
+	pthread_mutex_unlock(&sb->mu);
+	if ((rv = guest_link_open(&link, fd, 0, &vmd_sandbox_link_hooks, sb,
+	    err)) != MOAT_OK)
+		return rv == MOAT_UNAVAILABLE ? MOAT_INTERNAL : rv;
+	/* Exec ids are request ids: never one an exec had before. */
+	guest_link_continue_ids(link, old);
+	pthread_mutex_lock(&sb->mu);
+	while (sb->ready_count == seen && !sb->relink_lost &&
+	    !sb->vmm_exited && !vmd_sandbox_stop_asked(sb) &&
+	    vmd_cond_wait_until(&sb->cv, &sb->mu, deadline_ms) == 0)
+		;
+	if (sb->ready_count != seen && !sb->relink_lost) {
+		sb->retired_links[sb->n_retired_links++] = old;
+		sb->link = link;
+		sb->link_closed = false;
+		free(sb->link_error);
+		sb->link_error = NULL;
+		(void)vmd_sandbox_step(sb, SANDBOX_EV_RELINK_END);
+		pthread_mutex_unlock(&sb->mu);
+		moat_debug(0, "sandbox %s: new guest link after the snapshot",
+		    sb->id.str);
+		return MOAT_OK;
+	}
+	pthread_mutex_unlock(&sb->mu);
+	/* Reset too (the guest saw the reset late), or silent: no RPC has
+	 * seen this link, so it can go at once. */
+	guest_link_shutdown(link, NULL);
+	guest_link_free(link);
+	*err = strdup("the new link closed before AgentReady");
+	return MOAT_UNAVAILABLE;
+}
+
 int
 vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
 {
-	const struct moat_vmm_ops *ops = sb->vmd->vmm;
 	struct guest_link *old;
-	struct guest_link *link = NULL;
 	struct guest_link **grown;
 	char *err = NULL;
 	int rv;
@@ -206,7 +259,7 @@ vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
 	*why = NULL;
 	pthread_mutex_lock(&sb->mu);
 	old = sb->link;
-	/* Room for the old link first: the swap below cannot fail. */
+	/* Room for the old link first: the swap cannot fail. */
 	grown = realloc(sb->retired_links, (sb->n_retired_links + 1) *
 	    sizeof(*grown));
 	if (grown != NULL)
@@ -222,9 +275,7 @@ vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
 	guest_link_shutdown(old, "the snapshot reset the guest link");
 	guest_link_close_fd(old);
 	for (;;) {
-		uint32_t seen;
 		bool stop;
-		int fd = -1;
 
 		pthread_mutex_lock(&sb->mu);
 		stop = sb->vmm_exited || vmd_sandbox_stop_asked(sb);
@@ -244,53 +295,15 @@ vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
 		}
 		free(err);
 		err = NULL;
-		rv = ops->connect_agent(&sb->vmm, &fd, &err);
-		if (rv == MOAT_UNAVAILABLE) {
-			vmd_sleep_ms(10);
-			continue;
-		}
-		if (rv != MOAT_OK) {
-			*why = err;
-			err = NULL;
-			break;
-		}
-		pthread_mutex_lock(&sb->mu);
-		seen = sb->ready_count;
-		sb->relink_lost = false;
-		pthread_mutex_unlock(&sb->mu);
-		if ((rv = guest_link_open(&link, fd, 0,
-		    &vmd_sandbox_link_hooks, sb, &err)) != MOAT_OK) {
-			*why = err;
-			err = NULL;
-			break;
-		}
-		/* Exec ids are request ids: never one an exec had before. */
-		guest_link_continue_ids(link, old);
-		pthread_mutex_lock(&sb->mu);
-		while (sb->ready_count == seen && !sb->relink_lost &&
-		    !sb->vmm_exited && !vmd_sandbox_stop_asked(sb) &&
-		    vmd_cond_wait_until(&sb->cv, &sb->mu, deadline_ms) == 0)
-			;
-		if (sb->ready_count != seen && !sb->relink_lost) {
-			sb->retired_links[sb->n_retired_links++] = old;
-			sb->link = link;
-			sb->link_closed = false;
-			free(sb->link_error);
-			sb->link_error = NULL;
-			(void)vmd_sandbox_step(sb, SANDBOX_EV_RELINK_END);
-			pthread_mutex_unlock(&sb->mu);
-			moat_debug(0, "sandbox %s: new guest link after the "
-			    "snapshot", sb->id.str);
+		if ((rv = relink_try(sb, old, deadline_ms, &err)) == MOAT_OK) {
+			free(err);
 			return MOAT_OK;
 		}
-		pthread_mutex_unlock(&sb->mu);
-		/* Reset too (the guest saw the reset late), or silent: no
-		 * RPC has seen this link, so it can go at once. */
-		guest_link_shutdown(link, NULL);
-		guest_link_free(link);
-		link = NULL;
-		free(err);
-		err = strdup("the new link closed before AgentReady");
+		if (rv != MOAT_UNAVAILABLE) {
+			*why = err;
+			err = NULL;
+			break;
+		}
 	}
 out:
 	free(err);
