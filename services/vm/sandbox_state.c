@@ -33,9 +33,9 @@ static const struct sandbox_cell
 	[SANDBOX_RELINKING] = { NO, NO, S_(FAILED), S_(STOPPED),
 	    NO, NO, NO, S_(SNAPSHOTTING) },
 	[SANDBOX_FAILED] = { NO, S_(STOPPED), IGN, S_(STOPPED),
-	    NO, IGN, NO, IGN },
+	    NO, IGN, IGN, IGN },
 	[SANDBOX_STOPPED] = { NO, IGN, IGN, IGN,
-	    NO, IGN, NO, IGN },
+	    NO, IGN, IGN, IGN },
 };
 
 enum sandbox_step

@@ -31,8 +31,8 @@
  *   RUNNING      x      STOP    FAILED  STOP    SNAP   x      x      x
  *   SNAPSHOTTING x      x       FAILED  STOP    x      RUN    RELINK x
  *   RELINKING    x      x       FAILED  STOP    x      x      x      SNAP
- *   FAILED       x      STOP    -       STOP    x      -      x      -
- *   STOPPED      x      -       -       -       x      -      x      -
+ *   FAILED       x      STOP    -       STOP    x      -      -      -
+ *   STOPPED      x      -       -       -       x      -      -      -
  *
  * BOOTED: bring-up saw the agent ready. GAVE_UP: the creating thread
  * tore a sandbox down that it had not handed out (boot failed, destroyed
@@ -41,8 +41,9 @@
  * booting the boot waiter judges that itself, so FAIL is ignored there.
  * DESTROY: Destroy, shutdown, a restore in place replacing it, or a
  * template build aborted; twice is harmless. SNAP_B/SNAP_E,
- * RELN_B/RELN_E: around a snapshot and its relink; the end events are
- * ignored once the sandbox failed or stopped meanwhile.
+ * RELN_B/RELN_E: around a snapshot and its relink; a relink and the
+ * end events are ignored once the sandbox failed or stopped meanwhile
+ * (a destroy may come at any time).
  */
 #ifndef MOAT_VMD_SANDBOX_STATE_H
 #define MOAT_VMD_SANDBOX_STATE_H
