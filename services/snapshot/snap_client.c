@@ -187,30 +187,28 @@ moat_snap_artifact_clear(Moat__V1__SnapArtifact *a)
 }
 
 int
-moat_snap_pull_file(struct moat_rpc_client *c, const char *tenant,
+moat_snap_pull_chunks(struct moat_rpc_client *c, const char *tenant,
     const char *snapshot_id, const Moat__V1__SnapArtifact *a,
-    const char *path, char **errmsg)
+    struct moat_chunk_writer *w, uint64_t first, uint64_t end,
+    size_t batch_max, uint64_t *pulled, char **errmsg)
 {
 	Moat__V1__GetChunksRequest req = MOAT__V1__GET_CHUNKS_REQUEST__INIT;
-	struct moat_chunk_writer *w = NULL;
 	uint8_t ids[MOAT_SNAP_PULL_BATCH * MOAT_CHUNK_ID_LEN];
-	uint64_t batch[MOAT_SNAP_PULL_BATCH], idx, next = 0;
-	int rv;
+	uint64_t batch[MOAT_SNAP_PULL_BATCH], idx, next;
+	int rv = MOAT_OK;
 
-	if ((rv = moat_chunk_writer_open(&w, path, a->size, a->chunk_size,
-	    a->chunk_ids.data, a->chunk_ids.len / MOAT_CHUNK_ID_LEN,
-	    errmsg)) != MOAT_OK)
-		return rv;
+	if (batch_max == 0 || batch_max > MOAT_SNAP_PULL_BATCH)
+		batch_max = MOAT_SNAP_PULL_BATCH;
 	req.tenant = (char *)tenant;
 	req.snapshot_id = (char *)snapshot_id;
-	idx = moat_chunk_writer_next_missing(w, 0);
-	while (idx != UINT64_MAX) {
+	idx = moat_chunk_writer_next_missing(w, first);
+	while (idx != UINT64_MAX && idx < end) {
 		Moat__V1__GetChunksReply *r;
 		ProtobufCMessage *reply = NULL;
 		size_t n = 0;
 
-		for (next = idx; next != UINT64_MAX &&
-		    n < MOAT_SNAP_PULL_BATCH;
+		for (next = idx; next != UINT64_MAX && next < end &&
+		    n < batch_max;
 		    next = moat_chunk_writer_next_missing(w, next + 1)) {
 			batch[n] = next;
 			memcpy(ids + n++ * MOAT_CHUNK_ID_LEN,
@@ -222,28 +220,45 @@ moat_snap_pull_file(struct moat_rpc_client *c, const char *tenant,
 		if ((rv = moat_rpc_call(c, MOAT_SNAP_SERVICE, "GetChunks",
 		    &req.base, &moat__v1__get_chunks_reply__descriptor, &reply,
 		    NULL, errmsg)) != MOAT_OK)
-			goto fail;
+			return rv;
 		r = (Moat__V1__GetChunksReply *)reply;
 		if (r->n_chunks == 0 || r->n_chunks > n) {
-			protobuf_c_message_free_unpacked(reply, NULL);
 			*errmsg = moat_asprintf("GetChunks answered %zu "
 			    "chunks for %zu ids", r->n_chunks, n);
-			rv = MOAT_INTERNAL;
-			goto fail;
+			protobuf_c_message_free_unpacked(reply, NULL);
+			return MOAT_INTERNAL;
 		}
 		for (size_t i = 0; i < r->n_chunks && rv == MOAT_OK; i++)
 			rv = moat_chunk_writer_put(w, batch[i],
 			    r->chunks[i]->data.data, r->chunks[i]->data.len,
 			    errmsg);
+		if (pulled != NULL)
+			*pulled += r->n_chunks;
 		/* A short reply resumes at the first chunk it left out. */
 		idx = r->n_chunks == n ? next : batch[r->n_chunks];
 		protobuf_c_message_free_unpacked(reply, NULL);
 		if (rv != MOAT_OK)
-			goto fail;
+			return rv;
+	}
+	return MOAT_OK;
+}
+
+int
+moat_snap_pull_file(struct moat_rpc_client *c, const char *tenant,
+    const char *snapshot_id, const Moat__V1__SnapArtifact *a,
+    const char *path, char **errmsg)
+{
+	struct moat_chunk_writer *w = NULL;
+	int rv;
+
+	if ((rv = moat_chunk_writer_open(&w, path, a->size, a->chunk_size,
+	    a->chunk_ids.data, a->chunk_ids.len / MOAT_CHUNK_ID_LEN,
+	    errmsg)) != MOAT_OK)
+		return rv;
+	if ((rv = moat_snap_pull_chunks(c, tenant, snapshot_id, a, w, 0,
+	    UINT64_MAX, MOAT_SNAP_PULL_BATCH, NULL, errmsg)) != MOAT_OK) {
+		moat_chunk_writer_abort(w);
+		return rv;
 	}
 	return moat_chunk_writer_commit(w, errmsg);
-
-fail:
-	moat_chunk_writer_abort(w);
-	return rv;
 }

@@ -10,6 +10,7 @@
 #ifndef MOAT_SNAP_CLIENT_H
 #define MOAT_SNAP_CLIENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "moat/rpc.h"
@@ -41,6 +42,23 @@ int moat_snap_push_file(struct moat_rpc_client *c, const char *tenant,
 /* moat_snap_artifact_clear: frees what push allocated and zeroes the
  * artifact. Safe on a zeroed or initialised one. */
 void moat_snap_artifact_clear(Moat__V1__SnapArtifact *artifact);
+
+struct moat_chunk_writer;
+
+/* moat_snap_pull_chunks: the one GetChunks loop: fetches every chunk of
+ * artifact `a` that writer `w` (the caller's, opened on `a`) still
+ * misses with an index in [first, end), at most `batch_max` ids per
+ * GetChunks (0 or more than MOAT_SNAP_PULL_BATCH: that), asking again
+ * for what a short reply left out. Each chunk is verified by the
+ * writer. Adds the chunks received to *pulled (may be NULL). Threads
+ * may pull disjoint ranges of one writer when each owns whole bytes of
+ * its bitmap (ranges of multiples of 8). Errors return a status and set
+ * *errmsg (heap); the writer is left to the caller. Blocking. */
+int moat_snap_pull_chunks(struct moat_rpc_client *c, const char *tenant,
+    const char *snapshot_id, const Moat__V1__SnapArtifact *a,
+    struct moat_chunk_writer *w, uint64_t first, uint64_t end,
+    size_t batch_max, uint64_t *pulled, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_snap_pull_file: writes artifact `a` (with its chunk list, from
  * GetSnapshot with_chunks) of snapshot `snapshot_id` to `path`, which

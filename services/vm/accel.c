@@ -19,7 +19,9 @@
 
 #include "moat/log.h"
 #include "moat/util.h"
-#include "vmd.h"
+#include "accel.h"
+#include "node.h"
+#include "sync.h"
 
 #define ACCEL_CACHE_FILE "accel-probe"
 #define ACCEL_CACHE_MAX (64u * 1024u)

@@ -13,7 +13,10 @@
 
 #include "moat/log.h"
 #include "moat/status.h"
-#include "vmd.h"
+#include "code.h"
+#include "files.h"
+#include "node.h"
+#include "sandbox.h"
 
 /* The agent interrupts a cell at its timeout and kills the interpreter
  * 2 s later if the cell does not stop; this leaves room for both. */

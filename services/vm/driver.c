@@ -15,7 +15,7 @@
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
-#include "vmd.h"
+#include "driver.h"
 
 /* One driver vmd can run. */
 struct vmd_driver {
@@ -56,6 +56,28 @@ driver_binary(const struct vmd_driver *d, const struct vmd_config *cfg)
 	return *(char *const *)(const void *)((const char *)cfg + d->binary);
 }
 
+/* The message for a driver name the table lacks, listing the table's
+ * names (heap, caller frees; NULL when out of memory). */
+static char *
+driver_unknown(const char *name)
+{
+	char *names = strdup("auto");
+
+	for (size_t i = 0; names != NULL && i < N_DRIVERS; i++) {
+		char *more = moat_asprintf("%s, %s", names, drivers[i].name);
+
+		free(names);
+		names = more;
+	}
+	if (names == NULL)
+		return NULL;
+	char *msg = moat_asprintf("driver \"%s\" is not one of %s: set "
+	    "[vmd] driver or --driver to one of them", name, names);
+
+	free(names);
+	return msg;
+}
+
 /* Makes `d` vmd's driver after its probe passed. */
 static int
 driver_use(struct vmd *vmd, const struct vmd_driver *d)
@@ -71,6 +93,19 @@ driver_use(struct vmd *vmd, const struct vmd_driver *d)
 	}
 	moat_info(0, "driver: %s (%s)", d->name, vmd->vmm_version);
 	return MOAT_OK;
+}
+
+int
+vmd_driver_check_name(const char *name, char **errmsg)
+{
+	*errmsg = NULL;
+	if (strcmp(name, "auto") == 0)
+		return MOAT_OK;
+	for (size_t i = 0; i < N_DRIVERS; i++)
+		if (strcmp(name, drivers[i].name) == 0)
+			return MOAT_OK;
+	*errmsg = driver_unknown(name);
+	return MOAT_INVALID_ARGUMENT;
 }
 
 int
@@ -108,7 +143,6 @@ vmd_driver_select(struct vmd *vmd, const struct moat_config *c,
 		    drivers[i + 1].name, d->name, why ? why : "not usable");
 		free(why);
 	}
-	*errmsg = moat_asprintf("driver \"%s\" is not one of auto, qemu, "
-	    "firecracker", cfg->driver);
+	*errmsg = driver_unknown(cfg->driver);
 	return MOAT_INVALID_ARGUMENT;
 }

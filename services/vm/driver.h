@@ -10,8 +10,16 @@
 #ifndef MOAT_VMD_DRIVER_H
 #define MOAT_VMD_DRIVER_H
 
+#include "node.h"
+
 struct moat_config;
-struct vmd;
+
+/* vmd_driver_check_name: MOAT_OK when `name` is "auto" or a driver of
+ * the table; else MOAT_INVALID_ARGUMENT with *errmsg (heap, caller
+ * frees) listing the names there are. For the config check at start,
+ * before anything on the node is touched. */
+int vmd_driver_check_name(const char *name, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* vmd_driver_select: picks the VMM driver from cfg.driver: the entry of
  * that name, or with "auto" the first entry, in the table's order

@@ -21,7 +21,11 @@
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
-#include "vmd.h"
+#include "exec.h"
+#include "files.h"
+#include "node.h"
+#include "sync.h"
+#include "sandbox.h"
 
 #define EXEC_READ_DEFAULT (1u << 20)
 #define EXEC_READ_MAX (16u << 20)
@@ -469,7 +473,7 @@ vmd_exec_read(struct vmd *vmd, struct moat_rpc_call *call,
 		return rv;
 	pthread_mutex_lock(&sb->mu);
 	for (;;) {
-		bool running = sb->state ==
+		bool running = vmd_sandbox_api_state(sb) ==
 		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
 
 		if ((e = exec_find(sb, req->exec_id)) == NULL) {
@@ -543,7 +547,8 @@ vmd_exec_wait(struct vmd *vmd, struct moat_rpc_call *call,
 		}
 		if (e->exited)
 			break;
-		if (sb->state != MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING)
+		if (vmd_sandbox_api_state(sb) !=
+		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING)
 		{
 			rv = exec_sandbox_gone(sb, call);
 			goto out;
@@ -707,7 +712,8 @@ vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
 		}
 		if (e->exited)
 			break;
-		if (sb->state != MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING)
+		if (vmd_sandbox_api_state(sb) !=
+		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING)
 		{
 			rv = exec_sandbox_gone(sb, call);
 			break;
@@ -756,4 +762,15 @@ vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
 	}
 	pthread_mutex_unlock(&sb->mu);
 	return rv;
+}
+
+static const struct vmd_guest_handler exec_guest_handler = {
+	.on_message = vmd_exec_on_message,
+	.release = vmd_exec_free_all,
+};
+
+void
+vmd_exec_register(struct vmd *vmd)
+{
+	vmd_sandbox_set_guest_handler(vmd, &exec_guest_handler);
 }

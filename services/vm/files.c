@@ -15,7 +15,9 @@
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
-#include "vmd.h"
+#include "files.h"
+#include "node.h"
+#include "sandbox.h"
 
 uint64_t
 vmd_call_deadline(const struct moat_rpc_call *call)
@@ -55,11 +57,12 @@ vmd_guest_call_until(struct sandbox *sb, struct moat_rpc_call *call,
 	rv = guest_link_call(link, req, deadline_ms, &msg, &err);
 	if (rv != MOAT_OK) {
 		pthread_mutex_lock(&sb->mu);
-		if (sb->state == MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED)
+		if (vmd_sandbox_api_state(sb) ==
+		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED)
 			rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 			    "sandbox %s has failed: %s", sb->id.str,
 			    sb->failure_reason ? sb->failure_reason : "?");
-		else if (sb->destroying)
+		else if (vmd_sandbox_stop_asked(sb))
 			rv = moat_rpc_error(call, MOAT_UNAVAILABLE, "sandbox "
 			    "%s was destroyed during the call", sb->id.str);
 		else

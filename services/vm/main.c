@@ -28,7 +28,14 @@
 #include "spawn.h"
 #include "ramdir.h"
 #include "snapram.h"
-#include "vmd.h"
+#include "accel.h"
+#include "driver.h"
+#include "exec.h"
+#include "node.h"
+#include "sandbox.h"
+#include "service.h"
+#include "survey.h"
+#include "templates.h"
 
 #define SECTION "vmd"
 
@@ -169,10 +176,9 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	if (!cfg->driver || !cfg->firecracker_binary || !cfg->snapd_url ||
 	    !cfg->ram_dir)
 		return MOAT_INTERNAL;
-	if (strcmp(cfg->driver, "auto") && strcmp(cfg->driver, "qemu") &&
-	    strcmp(cfg->driver, "firecracker")) {
-		fprintf(stderr, "moat-vmd: driver \"%s\" is not one of auto, "
-		    "qemu, firecracker\n", cfg->driver);
+	if (vmd_driver_check_name(cfg->driver, &errmsg) != MOAT_OK) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg ? errmsg : "out of memory");
+		free(errmsg);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (!cfg->image_dir || !cfg->listen_url || !cfg->survey_url ||
@@ -476,6 +482,7 @@ main(int argc, char **argv)
 		rv = MOAT_INTERNAL;
 		goto out;
 	}
+	vmd_exec_register(&vmd);
 	vmd_reap_orphans(&vmd);
 	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
 	    (rv = vmd_templates_init(&vmd)) != MOAT_OK) {

@@ -24,7 +24,8 @@
 #include "moat/util.h"
 #include "extents.h"
 #include "spawn.h"
-#include "vmd.h"
+#include "node.h"
+#include "scratch.h"
 
 /* Makes <state>/scratch/template-<mib>.ext4 if missing. scratch_mu held. */
 static int

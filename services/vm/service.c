@@ -9,7 +9,16 @@
 
 #include "moat/log.h"
 #include "moat/status.h"
-#include "vmd.h"
+#include "code.h"
+#include "exec.h"
+#include "files.h"
+#include "node.h"
+#include "sandbox.h"
+#include "sandbox_create.h"
+#include "sandbox_restore.h"
+#include "service.h"
+#include "snapshot.h"
+#include "survey.h"
 
 #define VMD(call) ((struct vmd *)(call)->service_ctx)
 

@@ -40,7 +40,10 @@
 #include "moat/util.h"
 #include "ramdir.h"
 #include "snapram.h"
-#include "vmd.h"
+#include "node.h"
+#include "sync.h"
+#include "snapshot_meta.h"
+#include "snapshot_push.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define EVICTED_FILE "ram.evicted"

@@ -28,10 +28,16 @@
 #include "moat/util.h"
 #include "ramdir.h"
 #include "snapram.h"
-#include "vmd.h"
+#include "files.h"
+#include "image.h"
+#include "node.h"
+#include "sandbox.h"
+#include "sandbox_supervise.h"
+#include "snapshot.h"
+#include "snapshot_fetch.h"
+#include "snapshot_meta.h"
+#include "snapshot_push.h"
 
-#define SNAP_META "meta.pb"
-#define SNAP_META_MAX (64u << 10)
 #define SNAP_ID_MAX 160u
 #define SNAP_LIST_MAX 4096u
 
@@ -89,53 +95,6 @@ snap_new_id(const struct vmd *vmd)
 	    node, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 	free(node);
 	return id;
-}
-
-/* Reads <dir>/meta.pb. Returns 0 with *meta (caller frees), or errno. */
-static int
-snap_meta_read(const char *dir, Moat__V1__LocalSnapshot **meta)
-{
-	char *path = moat_asprintf("%s/" SNAP_META, dir);
-	char *buf = NULL;
-	size_t len = 0;
-	int err;
-
-	*meta = NULL;
-	if (path == NULL)
-		return ENOMEM;
-	err = moat_read_file(path, SNAP_META_MAX, &buf, &len);
-	free(path);
-	if (err != 0)
-		return err;
-	*meta = moat__v1__local_snapshot__unpack(NULL, len, (uint8_t *)buf);
-	free(buf);
-	return *meta ? 0 : EINVAL;
-}
-
-int
-vmd_snapshot_read_meta(const char *dir, Moat__V1__LocalSnapshot **meta)
-{
-	return snap_meta_read(dir, meta);
-}
-
-int
-vmd_snapshot_write_meta(const char *dir, const Moat__V1__LocalSnapshot *meta)
-{
-	char *path = moat_asprintf("%s/" SNAP_META, dir);
-	size_t len = moat__v1__local_snapshot__get_packed_size(meta);
-	uint8_t *packed = malloc(len ? len : 1);
-	int e;
-
-	if (path == NULL || packed == NULL) {
-		free(path);
-		free(packed);
-		return ENOMEM;
-	}
-	moat__v1__local_snapshot__pack(meta, packed);
-	e = moat_write_file_atomic(path, packed, len, 0600);
-	free(packed);
-	free(path);
-	return e;
 }
 
 /* Heap copies of meta's fields into reply (the RPC server frees). */
@@ -221,7 +180,7 @@ snap_parent(const struct vmd *vmd, const char *sandbox_id)
 		if (!snap_id_ok(de->d_name) ||
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
-		if (snap_meta_read(dir, &m) == 0 && m->remote_stored &&
+		if (vmd_snapshot_read_meta(dir, &m) == 0 && m->remote_stored &&
 		    strcmp(m->sandbox_id, sandbox_id) == 0 &&
 		    m->created_unix_ms >= best_ms) {
 			char *id = strdup(m->remote_id);
@@ -269,88 +228,85 @@ snap_no_space(int rv, const char *err, const char *dir)
 	    (uint64_t)fs.f_bavail * fs.f_frsize < (1u << 20);
 }
 
-int
-vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
-    struct sandbox *sb, const char *id, const char *dir, bool is_template,
-    const Moat__V1__SnapshotSandboxRequest *req,
-    Moat__V1__LocalSnapshot *reply)
+/* Marks sb SNAPSHOTTING: one snapshot at a time, and none while execs
+ * run (their output would reach a clone that knows nothing of them).
+ * Returns 0 or a status after moat_rpc_error. */
+static int
+snap_begin(struct moat_rpc_call *call, struct sandbox *sb)
 {
-	Moat__V1__LocalSnapshot meta = MOAT__V1__LOCAL_SNAPSHOT__INIT;
-	struct moat_vmm_snapshot_stats st = { 0 };
-	char *tmp = NULL, *root = NULL, *slash;
-	char *scratch = NULL, *meta_path = NULL, *err = NULL;
-	char *image_stamp = NULL, *parent = NULL;
-	struct vmd_push_result push = { 0 };
-	uint8_t *packed = NULL;
-	size_t len;
-	bool marked = false;
-	uint64_t admitted = 0;
-	int rv, e;
+	int rv;
 
-	if (vmd->vmm->snapshot == NULL)
-		return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "the %s driver "
-		    "of node %s cannot take snapshots", vmd->vmm->name,
-		    vmd->cfg.node_id);
 	pthread_mutex_lock(&sb->mu);
-	if (sb->snapshotting) {
+	if (sb->lifecycle == SANDBOX_SNAPSHOTTING ||
+	    sb->lifecycle == SANDBOX_RELINKING) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "sandbox %s is being snapshotted already: wait for that "
 		    "snapshot", sb->id.str);
+	} else if (sb->lifecycle != SANDBOX_RUNNING) {
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox %s is %s: only a RUNNING sandbox can be "
+		    "snapshotted", sb->id.str, vmd_sandbox_api_state_name(
+		    vmd_sandbox_api_state(sb)));
 	} else if (sb->execs_running > 0) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "sandbox %s has %u running exec(s): wait for them or kill "
 		    "them, then snapshot (processes started in the background "
 		    "are fine)", sb->id.str, sb->execs_running);
+	} else if (vmd_sandbox_step(sb, SANDBOX_EV_SNAPSHOT_BEGIN) !=
+	    SANDBOX_STEP_MOVED) {
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "sandbox "
+		    "%s cannot be snapshotted now", sb->id.str);
 	} else {
 		/* Whether this VM can be captured is the driver's to say
 		 * (QEMU needs the RAM file every VM now has; Firecracker
 		 * writes its memory file through its API). */
-		sb->snapshotting = true;
-		marked = true;
+		rv = MOAT_OK;
 	}
 	pthread_mutex_unlock(&sb->mu);
-	if (!marked)
-		return rv;
+	return rv;
+}
 
-	root = strdup(dir);
-	if (root != NULL && (slash = strrchr(root, '/')) != NULL)
-		*slash = '\0';
-	tmp = moat_asprintf("%s.tmp", dir);
-	scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
-	meta_path = tmp ? moat_asprintf("%s/" SNAP_META, tmp) : NULL;
-	image_stamp = vmd_image_stamp(vmd, sb->image);
-	if (!root || !tmp || !scratch || !meta_path || !image_stamp) {
-		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
-		goto out;
-	}
-	if ((e = moat_mkdir_p(root, 0700)) != 0 || mkdir(tmp, 0700) != 0) {
-		e = e ? e : errno;
-		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
-		    "create snapshot directory %s: %s", tmp, strerror(e));
-		goto out;
-	}
+/* Has the driver write sb's snapshot `id` into directory `tmp` (in
+ * `root`): the RAM dir's room for the copy first, a new guest link
+ * after when the driver resets it. Returns 0 with *st, or a status
+ * after moat_rpc_error. *admitted: RAM dir bytes the caller gives back
+ * (vmd_ram_admit_done), also on failure. */
+static int
+snap_capture(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
+    const char *id, const char *tmp, const char *root,
+    struct moat_vmm_snapshot_stats *st, uint64_t *admitted)
+{
+	char *scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
+	char *err = NULL;
+	int rv;
+
+	*admitted = 0;
+	if (scratch == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	/* The RAM copy lands in the RAM dir: make room first (with
 	 * reflinks it shares the guest's blocks, and the guest's own
 	 * claim on the dir already covers rewriting them). */
 	if (!vmd_ram_dir_reflinks() && sb->vmm.ram_file != NULL) {
 		struct stat ram_st;
+		uint64_t bytes = 0;
 		char what[96];
 
 		if (stat(sb->vmm.ram_file, &ram_st) == 0)
-			admitted = (uint64_t)ram_st.st_blocks * 512u;
+			bytes = (uint64_t)ram_st.st_blocks * 512u;
 		snprintf(what, sizeof(what), "a snapshot of sandbox %s",
 		    sb->id.str);
-		if ((rv = vmd_ram_admit(vmd, call, admitted, what)) !=
-		    MOAT_OK) {
-			admitted = 0;
-			goto out_rm;
+		if ((rv = vmd_ram_admit(vmd, call, bytes, what)) != MOAT_OK) {
+			free(scratch);
+			return rv;
 		}
+		*admitted = bytes;
 	}
 	/* The guest link is not held: guest calls wait out the pause. */
 	if (vmd->vmm->snapshot_resets_agent_link)
 		vmd_sandbox_relink_begin(sb);
 	rv = vmd->vmm->snapshot(&sb->vmm, scratch, tmp,
-	    VMD_SNAPSHOT_TIMEOUT_MS, &st, &err);
+	    VMD_SNAPSHOT_TIMEOUT_MS, st, &err);
+	free(scratch);
 	if (vmd->vmm->snapshot_resets_agent_link) {
 		/* Whether or not the snapshot worked, the VMM may have reset
 		 * the agent's stream (Firecracker does so on every snapshot
@@ -380,33 +336,124 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 			rv = moat_rpc_error(call, rv, "snapshot of sandbox %s "
 			    "failed (the sandbox keeps running): %s",
 			    sb->id.str, err ? err : "?");
-		goto out_rm;
 	}
-	meta.snapshot_id = (char *)id;
-	meta.sandbox_id = sb->id.str;
-	meta.dir = (char *)dir;
-	meta.device_state_bytes = st.device_state_bytes;
-	meta.ram_bytes = st.ram_bytes;
-	meta.disk_bytes = st.disk_bytes;
-	meta.pause_ms = (uint64_t)(st.pause_ms + 0.5);
-	meta.pause_ms_exact = st.pause_ms;
-	meta.created_unix_ms = moat_now_unix_ms();
-	meta.tenant = sb->tenant;
-	meta.image = sb->image;
-	meta.vcpus = sb->vcpus;
-	meta.memory_mib = sb->memory_mib;
-	meta.scratch_mib = sb->scratch_mib;
-	meta.accel = sb->accel;
-	meta.image_stamp = image_stamp;
-	meta.vmm = (char *)vmd->vmm->name;
-	meta.template_ = is_template;
-	meta.location = "ram";
-	meta.ram_resident_bytes = vmd_snapram_resident(tmp);
-	meta.last_used_unix_ms = meta.created_unix_ms;
+	free(err);
+	return rv;
+}
+
+/* The catalog entry of snapshot `id` of sb just captured into `tmp`
+ * (every string borrowed: from sb, req, image_stamp, the arguments). */
+static void
+snap_meta_fill(struct vmd *vmd, Moat__V1__LocalSnapshot *meta,
+    struct sandbox *sb, const char *id, const char *dir, const char *tmp,
+    bool is_template, const Moat__V1__SnapshotSandboxRequest *req,
+    const struct moat_vmm_snapshot_stats *st, char *image_stamp)
+{
+	meta->snapshot_id = (char *)id;
+	meta->sandbox_id = sb->id.str;
+	meta->dir = (char *)dir;
+	meta->device_state_bytes = st->device_state_bytes;
+	meta->ram_bytes = st->ram_bytes;
+	meta->disk_bytes = st->disk_bytes;
+	meta->pause_ms = (uint64_t)(st->pause_ms + 0.5);
+	meta->pause_ms_exact = st->pause_ms;
+	meta->created_unix_ms = moat_now_unix_ms();
+	meta->tenant = sb->tenant;
+	meta->image = sb->image;
+	meta->vcpus = sb->vcpus;
+	meta->memory_mib = sb->memory_mib;
+	meta->scratch_mib = sb->scratch_mib;
+	meta->accel = sb->accel;
+	meta->image_stamp = image_stamp;
+	meta->vmm = (char *)vmd->vmm->name;
+	meta->template_ = is_template;
+	meta->location = "ram";
+	meta->ram_resident_bytes = vmd_snapram_resident(tmp);
+	meta->last_used_unix_ms = meta->created_unix_ms;
 	if (req != NULL) {
-		meta.session_id = req->session_id;
-		meta.step = req->step;
+		meta->session_id = req->session_id;
+		meta->step = req->step;
 	}
+}
+
+/* Writes `meta` into `tmp` and renames tmp to `dir`: the snapshot
+ * exists from here on. Returns 0 or a status after moat_rpc_error. */
+static int
+snap_store(struct moat_rpc_call *call, struct sandbox *sb,
+    const Moat__V1__LocalSnapshot *meta, const char *tmp, const char *root)
+{
+	size_t len = moat__v1__local_snapshot__get_packed_size(meta);
+	char *meta_path = moat_asprintf("%s/" VMD_SNAPSHOT_META, tmp);
+	uint8_t *packed = malloc(len ? len : 1);
+	int rv = MOAT_OK;
+	int e;
+
+	if (meta_path == NULL || packed == NULL) {
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	moat__v1__local_snapshot__pack(meta, packed);
+	if ((e = moat_write_file_atomic(meta_path, packed, len, 0600)) != 0 ||
+	    (rename(tmp, meta->dir) != 0 && (e = errno) != 0)) {
+		if (e == ENOSPC || e == EDQUOT)
+			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+			    "no space left for snapshot %s of sandbox %s in "
+			    "%s (the sandbox keeps running; nothing was "
+			    "kept): %s; free space there or delete "
+			    "snapshots", meta->snapshot_id, sb->id.str, root,
+			    strerror(e));
+		else
+			rv = moat_rpc_error(call, moat_status_from_errno(e),
+			    "cannot store snapshot %s in %s: %s",
+			    meta->snapshot_id, meta->dir, strerror(e));
+	}
+out:
+	free(meta_path);
+	free(packed);
+	return rv;
+}
+
+int
+vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
+    struct sandbox *sb, const char *id, const char *dir, bool is_template,
+    const Moat__V1__SnapshotSandboxRequest *req,
+    Moat__V1__LocalSnapshot *reply)
+{
+	Moat__V1__LocalSnapshot meta = MOAT__V1__LOCAL_SNAPSHOT__INIT;
+	struct moat_vmm_snapshot_stats st = { 0 };
+	char *tmp = NULL, *root = NULL, *slash;
+	char *image_stamp = NULL, *parent = NULL;
+	struct vmd_push_result push = { 0 };
+	uint64_t admitted = 0;
+	int rv, e;
+
+	if (vmd->vmm->snapshot == NULL)
+		return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "the %s driver "
+		    "of node %s cannot take snapshots", vmd->vmm->name,
+		    vmd->cfg.node_id);
+	if ((rv = snap_begin(call, sb)) != MOAT_OK)
+		return rv;
+
+	root = strdup(dir);
+	if (root != NULL && (slash = strrchr(root, '/')) != NULL)
+		*slash = '\0';
+	tmp = moat_asprintf("%s.tmp", dir);
+	image_stamp = vmd_image_stamp(vmd, sb->image);
+	if (!root || !tmp || !image_stamp) {
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	if ((e = moat_mkdir_p(root, 0700)) != 0 || mkdir(tmp, 0700) != 0) {
+		e = e ? e : errno;
+		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
+		    "create snapshot directory %s: %s", tmp, strerror(e));
+		goto out;
+	}
+	if ((rv = snap_capture(vmd, call, sb, id, tmp, root, &st, &admitted))
+	    != MOAT_OK)
+		goto out_rm;
+	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
+	    image_stamp);
 	/* The sandbox runs again: hashing and pushing cost it no pause.
 	 * Templates are the node's own and never leave it. */
 	if (vmd->snapd != NULL && !is_template) {
@@ -420,26 +467,8 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		meta.remote_logical_bytes = push.logical_bytes;
 		meta.remote_parent_id = parent && push.remote_id ? parent : "";
 	}
-	len = moat__v1__local_snapshot__get_packed_size(&meta);
-	if ((packed = malloc(len ? len : 1)) == NULL) {
-		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	if ((rv = snap_store(call, sb, &meta, tmp, root)) != MOAT_OK)
 		goto out_rm;
-	}
-	moat__v1__local_snapshot__pack(&meta, packed);
-	if ((e = moat_write_file_atomic(meta_path, packed, len, 0600)) != 0 ||
-	    (rename(tmp, dir) != 0 && (e = errno) != 0)) {
-		if (e == ENOSPC || e == EDQUOT)
-			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-			    "no space left for snapshot %s of sandbox %s in "
-			    "%s (the sandbox keeps running; nothing was "
-			    "kept): %s; free space there or delete "
-			    "snapshots", id, sb->id.str, root, strerror(e));
-		else
-			rv = moat_rpc_error(call, moat_status_from_errno(e),
-			    "cannot store snapshot %s in %s: %s", id, dir,
-			    strerror(e));
-		goto out_rm;
-	}
 	if (reply != NULL && snap_meta_copy(&meta, reply) != MOAT_OK) {
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
@@ -449,7 +478,6 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	    PRIu64 " B", is_template ? "template" : "snapshot", id,
 	    sb->id.str, st.pause_ms, st.device_state_bytes, st.ram_bytes,
 	    st.disk_bytes);
-	rv = MOAT_OK;
 	vmd_ram_admit_done(vmd, admitted);
 	admitted = 0;
 	/* Over budget now: the least recently used copies go to disk
@@ -463,14 +491,10 @@ out_rm:
 out:
 	vmd_ram_admit_done(vmd, admitted);
 	pthread_mutex_lock(&sb->mu);
-	sb->snapshotting = false;
+	(void)vmd_sandbox_step(sb, SANDBOX_EV_SNAPSHOT_END);
 	pthread_mutex_unlock(&sb->mu);
-	free(packed);
-	free(err);
 	free(root);
 	free(tmp);
-	free(scratch);
-	free(meta_path);
 	free(image_stamp);
 	free(parent);
 	free(push.remote_id);
@@ -521,7 +545,7 @@ snap_find_remote(const struct vmd *vmd, const char *remote_id)
 		if (!snap_id_ok(de->d_name) ||
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
-		if (snap_meta_read(dir, &m) == 0 && m->remote_stored &&
+		if (vmd_snapshot_read_meta(dir, &m) == 0 && m->remote_stored &&
 		    strcmp(m->remote_id, remote_id) == 0) {
 			found = dir;
 			dir = NULL;
@@ -555,7 +579,7 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 		    "(\"snap-...\")", id);
 	if ((*dir = snap_dir(vmd, id)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
-	e = snap_meta_read(*dir, meta);
+	e = vmd_snapshot_read_meta(*dir, meta);
 	if (e == ENOENT && fetch && vmd->snapd != NULL) {
 		char *local = snap_find_remote(vmd, id);
 		int rv = MOAT_OK;
@@ -571,7 +595,7 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 			*dir = NULL;
 			return rv;
 		}
-		e = snap_meta_read(*dir, meta);
+		e = vmd_snapshot_read_meta(*dir, meta);
 	}
 	if (e != 0 ||
 	    (tenant != NULL && tenant[0] != '\0' &&
@@ -624,7 +648,8 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 		if (!snap_id_ok(de->d_name) ||
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
-		if (snap_meta_read(dir, &m) != 0 || (req->tenant[0] != '\0' &&
+		if (vmd_snapshot_read_meta(dir, &m) != 0 ||
+		    (req->tenant[0] != '\0' &&
 		    strcmp(req->tenant, m->tenant) != 0)) {
 			moat__v1__local_snapshot__free_unpacked(m, NULL);
 			free(dir);

@@ -20,7 +20,12 @@
 #include "moat/util.h"
 #include "ramdir.h"
 #include "snapram.h"
-#include "vmd.h"
+#include "accel.h"
+#include "image.h"
+#include "node.h"
+#include "sync.h"
+#include "sandbox.h"
+#include "survey.h"
 
 struct vmd_survey {
 	struct vmd *vmd;
@@ -54,7 +59,7 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next) {
 		count++;
 		pthread_mutex_lock(&sb->mu);
-		switch (sb->state) {
+		switch (vmd_sandbox_api_state(sb)) {
 		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING:
 			node->sandboxes_creating++;
 			break;

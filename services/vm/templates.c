@@ -36,7 +36,15 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "ramdir.h"
-#include "vmd.h"
+#include "exec.h"
+#include "image.h"
+#include "node.h"
+#include "sync.h"
+#include "sandbox.h"
+#include "sandbox_boot.h"
+#include "snapshot.h"
+#include "snapshot_meta.h"
+#include "templates.h"
 
 #define TPL_BUILD_TIMEOUT_MS 600000u
 

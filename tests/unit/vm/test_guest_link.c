@@ -26,7 +26,10 @@
 #include "moat/frame.h"
 #include "moat/rpc.h"
 #include "moat/status.h"
-#include "vmd.h"
+#include "exec.h"
+#include "node.h"
+#include "sandbox.h"
+#include "sync.h"
 
 /* What the hooks saw; guarded by mu. */
 struct seen {
@@ -415,7 +418,7 @@ fake_sandbox(void)
 	pthread_mutex_init(&sb->mu, NULL);
 	vmd_cond_init(&sb->cv);
 	snprintf(sb->id.str, sizeof(sb->id.str), "sb-test");
-	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
+	sb->lifecycle = SANDBOX_RUNNING;
 	return sb;
 }
 

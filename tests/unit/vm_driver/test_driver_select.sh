@@ -35,7 +35,7 @@ timeout 20 "$vmd" --state-dir "$state" --listen "ipc://$state/b.sock" \
 	--driver bogus >"$state/out" 2>&1
 rc=$?
 check "driver=bogus is refused (rc $rc)" [ $rc -ne 0 -a $rc -ne 124 ]
-check "naming the choices" grep -q "auto, qemu, firecracker" "$state/out"
+check "naming the choices" grep -q "not one of auto, firecracker, qemu" "$state/out"
 
 # auto with no firecracker: starts on qemu; stop it once it says so.
 MOAT_VMD_FIRECRACKER=/nonexistent/firecracker "$vmd" --state-dir "$state" \

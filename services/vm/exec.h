@@ -1,0 +1,95 @@
+/*
+ * exec.h: processes in a sandbox (exec.c): the RPC handlers' work and
+ * the bookkeeping of their output, fed by the guest events exec.c
+ * registers for. Not for: files (files.h) or code contexts (code.h).
+ *
+ * Each takes the decoded request (borrowed) and fills `reply`, which the
+ * RPC server initialised and frees: every field set is heap memory. On
+ * failure each returns a status after moat_rpc_error(call, ...) and the
+ * reply is left to the server. They block at most until the call's
+ * deadline (vmd_call_deadline) and hold no lock while they wait on the
+ * guest.
+ */
+#ifndef MOAT_VMD_EXEC_H
+#define MOAT_VMD_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "moat/rpc.h"
+#include "vm.pb-c.h"
+#include "guest.pb-c.h"
+
+struct sandbox;
+struct vmd;
+
+/* One exec's output stream: what was kept (at most cap bytes) and what
+ * the program produced. */
+struct exec_stream {
+	uint8_t *buf;              /* owned */
+	size_t len;                /* bytes kept */
+	size_t alloc;
+	uint64_t cap;
+	uint64_t received;         /* bytes the guest sent for it */
+	bool truncated;
+};
+
+/* One process started in a sandbox. Guarded by its sandbox's mu. */
+struct exec {
+	struct exec *next;
+	uint64_t id;               /* the guest request id of ExecStart */
+	int32_t pid;
+	bool started;              /* ExecStarted came */
+	bool exited;
+	int32_t exit_code;
+	int32_t signal;
+	bool timed_out;
+	uint64_t duration_ms;
+	uint64_t stdout_bytes;     /* as the guest reported at exit */
+	uint64_t stderr_bytes;
+	uint64_t start_ms;         /* monotonic */
+	uint64_t finish_seq;       /* order of exits, for eviction */
+	struct exec_stream out[2]; /* STREAM_STDOUT, STREAM_STDERR */
+};
+
+int vmd_exec_start(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecHandle *reply)
+    __attribute__((warn_unused_result));
+int vmd_exec_read(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecReadRequest *req, Moat__V1__ExecReadReply *reply)
+    __attribute__((warn_unused_result));
+int vmd_exec_write(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecWriteRequest *req)
+    __attribute__((warn_unused_result));
+int vmd_exec_wait(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecWaitRequest *req, Moat__V1__ExecStatus *reply)
+    __attribute__((warn_unused_result));
+int vmd_exec_kill(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecKillRequest *req)
+    __attribute__((warn_unused_result));
+int vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
+    __attribute__((warn_unused_result));
+
+/* vmd_exec_run_on: vmd_exec_run in sandbox `sb` (a reference the caller
+ * holds; req->sandbox_id is not looked up), also for sandboxes in no
+ * table (the template builder's). */
+int vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
+    __attribute__((warn_unused_result));
+
+/* vmd_exec_on_message: exec output and exits of sandbox `sb`, as the
+ * guest handler (see vmd_exec_register). Returns 0, or a status with
+ * *why (heap) when the guest broke the protocol. Takes sb->mu. */
+int vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
+    char **why);
+
+/* vmd_exec_free_all: frees every exec of a sandbox (last reference). */
+void vmd_exec_free_all(struct sandbox *sb);
+
+/* vmd_exec_register: makes exec.c the handler of every sandbox's exec
+ * output and exits (vmd_sandbox_set_guest_handler). Call before
+ * serving. */
+void vmd_exec_register(struct vmd *vmd);
+
+#endif

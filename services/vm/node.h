@@ -1,0 +1,106 @@
+/*
+ * node.h: the node as moat-vmd sees it: its settings (struct
+ * vmd_config), the limits a client can reach, and struct vmd with the
+ * sandbox table and the shared resources every file reaches through it.
+ * Locks: vmd->mu guards the sandbox table, refcounts and memory
+ * accounting; take it before any sb->mu, never the other way, and never
+ * hold it across a guest call or a wait on another thread. Not for: a
+ * sandbox itself (sandbox.h) or the RPC wire format (service.c).
+ */
+#ifndef MOAT_VMD_NODE_H
+#define MOAT_VMD_NODE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "moat/rpc.h"
+#include "vmm.h"
+
+/* Limits a client can reach; each is checked with a message naming it. */
+#define VMD_MIN_MEMORY_MIB 128u
+#define VMD_MIN_SCRATCH_MIB 64u
+#define VMD_MAX_SCRATCH_MIB 65536u
+#define VMD_DEFAULT_VCPUS 1u
+#define VMD_DEFAULT_MEMORY_MIB 256u
+#define VMD_DEFAULT_SCRATCH_MIB 1024u
+#define VMD_DEFAULT_BOOT_TIMEOUT_MS 60000u
+#define VMD_ACCEL_PROBE_MS 15000u
+#define VMD_EXEC_DEFAULT_TIMEOUT_MS 300000u
+#define VMD_EXEC_MAX_TIMEOUT_MS 86400000u      /* 24 h */
+#define VMD_EXEC_DEFAULT_CAP (1u << 20)
+#define VMD_EXEC_MAX_CAP (64u << 20)
+#define VMD_EXEC_KEEP_FINISHED 32u
+#define VMD_EXEC_MAX_RUNNING 256u
+#define VMD_FILE_READ_MAX (8u << 20)
+
+struct vmd_config {
+	char *state_dir;
+	char *image_dir;
+	char *cache_dir;
+	char *listen_url;
+	char *survey_url;          /* "" : no survey respondent */
+	char *advertise_url;       /* Node.rpc_url; default listen_url */
+	char *node_id;
+	char *accel;               /* "auto", "kvm" or "tcg" */
+	char *qemu_binary;
+	char *kvm_device;          /* accel=auto checks that it opens */
+	char *driver;              /* "auto", "qemu" or "firecracker" */
+	char *firecracker_binary;
+	bool test_hooks;
+	uint32_t vcpus_total;
+	uint64_t memory_mib_total;
+	uint32_t max_vcpus;        /* per sandbox */
+	uint32_t max_memory_mib;
+	uint32_t boot_timeout_ms;
+	char *snapd_url;           /* "" : snapshots stay local (no push) */
+	bool templates;            /* creates clone the node's ready
+	                              snapshot of the shape (templates.c) */
+	uint32_t template_spares;  /* ready RAM copies kept per template in
+	                              the RAM dir for clones to take (0:
+	                              none; unused where it has reflinks) */
+	char *ram_dir;             /* [vmd] ram-dir (ramdir.c) */
+	uint64_t snapshot_ram_mib; /* [vmd] snapshot-ram-mib: RAM copies of
+	                              snapshots kept in the RAM dir before
+	                              the least used go to disk (snapram.c) */
+};
+
+/* The accelerator decision (accel.c). mu guards the rest. */
+struct vmd_accel {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	char decided[8];           /* "", "kvm", "tcg" */
+	bool probing;              /* one boot is finding out */
+};
+
+struct sandbox;
+struct vmd_guest_handler;
+struct vmd_templates;
+struct vmd_snapram;
+
+struct vmd {
+	struct vmd_config cfg;
+	const struct moat_vmm_ops *vmm;
+	const char *vmm_binary;    /* the chosen driver's binary (cfg) */
+	char *vmm_version;         /* from probe */
+	uint64_t started_ms;       /* monotonic */
+	struct vmd_accel accel;
+	pthread_mutex_t scratch_mu; /* one scratch template made at a time */
+	struct moat_rpc_client *snapd; /* NULL without [vmd] snapd; owned */
+	pthread_mutex_t fetch_mu;  /* one snapshot pulled from snapd at a time */
+
+	struct vmd_templates *templates; /* templates.c; owned */
+	struct vmd_snapram *snapram; /* snapram.c; owned */
+
+	/* How guest events beyond the agent's own reach whoever handles
+	 * them (exec.c registers itself: vmd_sandbox_set_guest_handler);
+	 * set before serving, read without a lock. */
+	const struct vmd_guest_handler *guest_handler;
+
+	pthread_mutex_t mu;        /* guards the fields below */
+	struct sandbox *sandboxes; /* singly linked, newest first */
+	uint64_t memory_mib_reserved;
+	bool shutting_down;
+};
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * sandbox_boot.h: bringing a sandbox up (sandbox_boot.c): admission, its
+ * disk, the boot or restore of its VMM under the boot deadline, and the
+ * step to RUNNING; and the hidden boots of the template builder. Not
+ * for: what a create or restore request means (sandbox_create.h,
+ * sandbox_restore.h).
+ */
+#ifndef MOAT_VMD_SANDBOX_BOOT_H
+#define MOAT_VMD_SANDBOX_BOOT_H
+
+#include <pthread.h>
+
+#include "moat/rpc.h"
+
+struct sandbox;
+struct vmd;
+struct vmd_shape;
+
+/* How vmd_sandbox_bring_up makes the sandbox known. */
+enum vmd_bring_up_mode {
+	BRING_UP_LISTED,           /* in the table from the start */
+	BRING_UP_HIDDEN,           /* never in the table (template builds) */
+	BRING_UP_REPLACE,          /* takes `replace`'s place once running */
+};
+
+/* vmd_sandbox_bring_up: admits `sb` (a fresh BOOTING vmd_sandbox_alloc)
+ * and brings it up: a boot (retried once, with the accelerator probe),
+ * or with `snap_dir` a restore from that snapshot under `accel`. Takes
+ * the caller's reference to sb. On success *out holds a reference and
+ * sb is RUNNING (or FAILED when the guest went wrong right after it said
+ * ready). On failure returns a status after moat_rpc_error; sb is
+ * STOPPED and its files are gone. `mode` says when (if ever) it enters
+ * the table; with BRING_UP_REPLACE, `replace` (a reference the caller
+ * keeps) is stopped once sb runs, and left as it was when sb fails. */
+int vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
+    struct sandbox *sb, const char *snap_dir, const char *accel,
+    enum vmd_bring_up_mode mode, struct sandbox *replace,
+    struct sandbox **out) __attribute__((warn_unused_result));
+
+/* vmd_sandbox_create_hidden: boots a sandbox of `shape` that is in no
+ * table (no id a client can name), for the template builder. Same
+ * contract as vmd_sandbox_create; release with vmd_sandbox_destroy_hidden.
+ * Before booting it stores the sandbox in *slot under slot_mu with a
+ * reference of the slot's own (the caller clears the slot and puts it,
+ * success or not), so another thread can vmd_sandbox_abort it. */
+int vmd_sandbox_create_hidden(struct vmd *vmd, struct moat_rpc_call *call,
+    const struct vmd_shape *shape, pthread_mutex_t *slot_mu,
+    struct sandbox **slot, struct sandbox **out)
+    __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * sandbox_create.c: CreateSandbox: a clone of the node's template of the
+ * request's shape when there is one ([vmd] templates; a template that
+ * does not restore is dropped and the create boots cold), else a cold
+ * boot, after which the template of that shape is made in the
+ * background. Not for: the boot itself (sandbox_boot.c) or making
+ * templates (templates.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "node.h"
+#include "sandbox.h"
+#include "sandbox_boot.h"
+#include "sandbox_create.h"
+#include "templates.h"
+
+/* A create as a clone of the template of `shape` under `accel`: MOAT_OK
+ * with *out; MOAT_NOT_FOUND when the create should boot cold instead
+ * (no template, or one that did not restore: it is dropped with a
+ * warning, and the call's error cleared); another status after
+ * moat_rpc_error (out of memory, full, destroyed, shutting down). */
+static int
+sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__CreateSandboxRequest *req, const struct vmd_shape *shape,
+    const char *accel, struct sandbox **out)
+{
+	struct sandbox *sb;
+	char *tdir = NULL, *tid = NULL;
+	bool stopping;
+	int rv;
+
+	if (vmd_template_find(vmd, shape, accel, &tdir, &tid) != MOAT_OK)
+		return MOAT_NOT_FOUND;
+	if ((sb = vmd_sandbox_alloc(vmd, req, shape->image, NULL)) == NULL ||
+	    (sb->template_id = strdup(tid)) == NULL) {
+		if (sb != NULL)
+			vmd_sandbox_free(sb);
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out;
+	}
+	sb->ram_source = vmd_template_ram(vmd, tid, tdir);
+	sb->ram_spare = vmd_template_take_spare(vmd, tid);
+	rv = vmd_sandbox_bring_up(vmd, call, sb, tdir, accel, BRING_UP_LISTED,
+	    NULL, out);
+	pthread_mutex_lock(&vmd->mu);
+	stopping = vmd->shutting_down;
+	pthread_mutex_unlock(&vmd->mu);
+	if (rv == MOAT_OK || rv == MOAT_ABORTED ||
+	    rv == MOAT_RESOURCE_EXHAUSTED || stopping)
+		goto out;
+	/* A bad template never fails a creation. */
+	moat_warn(call->request_id, "template %s did not restore (%s): "
+	    "dropped; booting cold", tid, call->error_message ?
+	    call->error_message : "?");
+	free(call->error_message);
+	call->error_message = NULL;
+	vmd_template_drop(vmd, tdir);
+	rv = MOAT_NOT_FOUND;
+out:
+	free(tdir);
+	free(tid);
+	return rv;
+}
+
+int
+vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
+{
+	const char *image = req->image && req->image[0] ? req->image :
+	    "default";
+	const char *test_mode = NULL;
+	struct vmd_shape shape;
+	struct sandbox *sb;
+	bool templated;
+	char accel[8];
+	int rv;
+
+	*out = NULL;
+	if ((rv = vmd_sandbox_validate(vmd, call, req, image, &test_mode))
+	    != 0)
+		return rv;
+	shape.image = image;
+	shape.vcpus = req->vcpus ? req->vcpus : VMD_DEFAULT_VCPUS;
+	shape.memory_mib = req->memory_mib ? req->memory_mib :
+	    VMD_DEFAULT_MEMORY_MIB;
+	shape.scratch_mib = req->scratch_mib ? req->scratch_mib :
+	    VMD_DEFAULT_SCRATCH_MIB;
+	/* A test mode changes how the guest boots: never from a template.
+	 * Before the accelerator is decided (the KVM probe) there is no
+	 * template to match: that create boots and decides it. */
+	templated = vmd->cfg.templates && !req->cold_boot &&
+	    test_mode == NULL && vmd->vmm->restore != NULL &&
+	    vmd->vmm->snapshot != NULL;
+	vmd_accel_current(vmd, accel);
+	if (templated && accel[0] != '\0' &&
+	    (rv = sandbox_create_templated(vmd, call, req, &shape, accel,
+	    out)) != MOAT_NOT_FOUND)
+		return rv;
+	if ((sb = vmd_sandbox_alloc(vmd, req, image, test_mode)) == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	rv = vmd_sandbox_bring_up(vmd, call, sb, NULL, NULL, BRING_UP_LISTED,
+	    NULL, out);
+	/* The first cold boot of a shape makes its template, after this
+	 * boot, so the two do not share the CPU. */
+	if (rv == MOAT_OK && templated) {
+		pthread_mutex_lock(&sb->mu);
+		snprintf(accel, sizeof(accel), "%s", sb->accel);
+		pthread_mutex_unlock(&sb->mu);
+		vmd_template_build_async(vmd, &shape, accel);
+	}
+	return rv;
+}

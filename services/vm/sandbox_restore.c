@@ -1,0 +1,239 @@
+/*
+ * sandbox_restore.c: RestoreSandbox: a new sandbox (a clone) from a
+ * local snapshot, checked against this node (driver, image build) and
+ * sized as the snapshot's sandbox; with replace_sandbox_id a restore in
+ * place, whose new VM takes the old one's id once it runs (the old one
+ * is left as it was when the restore fails). Not for: the snapshot
+ * catalog (snapshot.c), RAM copies (snapram.c) or the boot itself
+ * (sandbox_boot.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "image.h"
+#include "moat/log.h"
+#include "moat/status.h"
+#include "moat/util.h"
+#include "node.h"
+#include "sandbox.h"
+#include "sandbox_boot.h"
+#include "sandbox_restore.h"
+#include "snapram.h"
+#include "snapshot.h"
+
+/* What one restore holds while it runs (restore_done frees it). */
+struct restore {
+	Moat__V1__LocalSnapshot *meta; /* the catalog entry */
+	char *snap_dir;
+	bool acquired;             /* its RAM copy held (snapram) */
+	struct sandbox *old;       /* a restore in place's target, ref */
+	Moat__V1__CreateSandboxRequest create; /* strings borrowed */
+	Moat__V1__CreateSandboxRequest__LabelsEntry **labels;
+	Moat__V1__CreateSandboxRequest__LabelsEntry *entries;
+};
+
+static void
+restore_done(struct vmd *vmd, const char *snapshot_id, struct restore *r)
+{
+	if (r->acquired)
+		vmd_snapram_release(vmd, snapshot_id);
+	vmd_sandbox_put(r->old);
+	free(r->labels);
+	free(r->entries);
+	free(r->snap_dir);
+	if (r->meta != NULL)
+		moat__v1__local_snapshot__free_unpacked(r->meta, NULL);
+}
+
+/* Opens the snapshot and holds its RAM copy until the clone has its own
+ * (an evicted one is rebuilt here first); refuses one of another VMM. */
+static int
+restore_open(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RestoreSandboxRequest *req, struct restore *r)
+{
+	Moat__V1__LocalSnapshot *meta;
+	int rv;
+
+	if (vmd->vmm->restore == NULL || vmd->vmm->resume == NULL)
+		return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "the %s driver "
+		    "of node %s cannot restore snapshots", vmd->vmm->name,
+		    vmd->cfg.node_id);
+	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, req->tenant,
+	    &r->meta, &r->snap_dir)) != MOAT_OK)
+		return rv;
+	if ((rv = vmd_snapram_acquire(vmd, call, req->snapshot_id,
+	    r->snap_dir, &r->meta)) != MOAT_OK)
+		return rv;
+	r->acquired = true;
+	meta = r->meta;
+	if (meta->vmm[0] != '\0' && strcmp(meta->vmm, vmd->vmm->name) != 0)
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "snapshot "
+		    "%s was taken under the %s VMM and restores only under "
+		    "%s; node %s runs %s: restore it on a node with --driver "
+		    "%s", meta->snapshot_id, meta->vmm, meta->vmm,
+		    vmd->cfg.node_id, vmd->vmm->name, meta->vmm);
+	return MOAT_OK;
+}
+
+/* A restore in place: finds the sandbox to replace (r->old). Another
+ * tenant's sandbox is as good as absent; one still booting is refused. */
+static int
+restore_find_target(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RestoreSandboxRequest *req, struct restore *r)
+{
+	struct sandbox *old;
+	bool creating;
+
+	if (req->replace_sandbox_id == NULL ||
+	    req->replace_sandbox_id[0] == '\0')
+		return MOAT_OK;
+	if (vmd_sandbox_get(vmd, NULL, req->replace_sandbox_id, &r->old) !=
+	    MOAT_OK || strcmp(r->old->tenant, r->meta->tenant) != 0 ||
+	    (req->tenant[0] != '\0' &&
+	    strcmp(r->old->tenant, req->tenant) != 0))
+		return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %.40s to "
+		    "restore in place not found (moat sandbox ls lists "
+		    "sandboxes; it must be the snapshot's tenant's)",
+		    req->replace_sandbox_id);
+	old = r->old;
+	pthread_mutex_lock(&old->mu);
+	creating = vmd_sandbox_api_state(old) ==
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING;
+	pthread_mutex_unlock(&old->mu);
+	if (creating)
+		return moat_rpc_error(call, MOAT_UNAVAILABLE, "sandbox %s is "
+		    "still booting: restore into it once it is RUNNING",
+		    old->id.str);
+	return MOAT_OK;
+}
+
+/* Sets r->create's labels to n borrowed key/value pairs. */
+static int
+restore_labels(struct moat_rpc_call *call, struct restore *r, size_t n,
+    char *const *keys, char *const *values,
+    Moat__V1__RestoreSandboxRequest__LabelsEntry *const *entries)
+{
+	if ((r->labels = calloc(n, sizeof(*r->labels))) == NULL ||
+	    (r->entries = calloc(n, sizeof(*r->entries))) == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		moat__v1__create_sandbox_request__labels_entry__init(
+		    &r->entries[i]);
+		r->entries[i].key = entries ? entries[i]->key : keys[i];
+		r->entries[i].value = entries ? entries[i]->value : values[i];
+		r->labels[i] = &r->entries[i];
+	}
+	r->create.labels = r->labels;
+	r->create.n_labels = n;
+	return MOAT_OK;
+}
+
+/* The create request the clone is made from: the snapshot's sandbox in
+ * size and image; only its labels are its own (in place without labels:
+ * the sandbox keeps its own). Validated like a create, and the image
+ * must be the build the snapshot was taken with. */
+static int
+restore_request(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RestoreSandboxRequest *req, struct restore *r)
+{
+	const Moat__V1__LocalSnapshot *meta = r->meta;
+	const char *test_mode = NULL;
+	char *stamp;
+	bool same;
+	int rv;
+
+	moat__v1__create_sandbox_request__init(&r->create);
+	r->create.vcpus = meta->vcpus;
+	r->create.memory_mib = meta->memory_mib;
+	r->create.image = meta->image;
+	r->create.scratch_mib = meta->scratch_mib;
+	r->create.tenant = meta->tenant;
+	if (req->n_labels > 0)
+		rv = restore_labels(call, r, req->n_labels, NULL, NULL,
+		    req->labels);
+	else if (r->old != NULL && r->old->n_labels > 0)
+		rv = restore_labels(call, r, r->old->n_labels,
+		    r->old->label_keys, r->old->label_values, NULL);
+	else
+		rv = MOAT_OK;
+	if (rv != MOAT_OK)
+		return rv;
+	if ((rv = vmd_sandbox_validate(vmd, call, &r->create, meta->image,
+	    &test_mode)) != MOAT_OK)
+		return rv;
+	/* The guest's memory holds the kernel and the root filesystem's
+	 * cache as they were: another build of the image under the same
+	 * name would boot into corruption, not a restore. */
+	stamp = vmd_image_stamp(vmd, meta->image);
+	same = stamp != NULL && strcmp(stamp, meta->image_stamp) == 0;
+	free(stamp);
+	if (!same)
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "snapshot %s was taken with another build of image "
+		    "\"%s\" than the one on node %s now: it cannot be "
+		    "restored exactly; take a new snapshot",
+		    meta->snapshot_id, meta->image, vmd->cfg.node_id);
+	if (test_mode != NULL)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "label "
+		    VMD_TEST_LABEL " cannot be given to a restore: it changes "
+		    "how a guest boots, and a restored guest does not boot");
+	return MOAT_OK;
+}
+
+/* The clone's object. In place, the old VM runs on in its own directory
+ * until the swap; the new one gets a directory (and so a RAM file) of
+ * its own under the same id. */
+static int
+restore_alloc(struct vmd *vmd, struct moat_rpc_call *call,
+    struct restore *r, struct sandbox **out)
+{
+	struct sandbox *sb;
+	uint8_t rnd[4] = { 0 };
+	char *dir;
+
+	if ((sb = vmd_sandbox_alloc(vmd, &r->create, r->meta->image, NULL))
+	    == NULL)
+		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	if ((sb->restored_from = strdup(r->meta->snapshot_id)) == NULL)
+		goto oom;
+	if (r->old != NULL) {
+		(void)!getrandom(rnd, sizeof(rnd), 0);
+		dir = moat_asprintf("%s/vms/%s-r%02x%02x%02x%02x",
+		    vmd->cfg.state_dir, r->old->id.str, rnd[0], rnd[1], rnd[2],
+		    rnd[3]);
+		if (dir == NULL)
+			goto oom;
+		free(sb->dir);
+		sb->dir = dir;
+		sb->id = r->old->id;
+	}
+	*out = sb;
+	return MOAT_OK;
+oom:
+	vmd_sandbox_free(sb);
+	return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+}
+
+int
+vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RestoreSandboxRequest *req, struct sandbox **out)
+{
+	struct restore r = { 0 };
+	struct sandbox *sb = NULL;
+	int rv;
+
+	*out = NULL;
+	if ((rv = restore_open(vmd, call, req, &r)) != MOAT_OK ||
+	    (rv = restore_find_target(vmd, call, req, &r)) != MOAT_OK ||
+	    (rv = restore_request(vmd, call, req, &r)) != MOAT_OK ||
+	    (rv = restore_alloc(vmd, call, &r, &sb)) != MOAT_OK)
+		goto out;
+	rv = vmd_sandbox_bring_up(vmd, call, sb, r.snap_dir,
+	    r.meta->accel[0] ? r.meta->accel : "tcg",
+	    r.old ? BRING_UP_REPLACE : BRING_UP_LISTED, r.old, out);
+out:
+	restore_done(vmd, req->snapshot_id, &r);
+	return rv;
+}

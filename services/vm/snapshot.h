@@ -1,0 +1,59 @@
+/*
+ * snapshot.h: local snapshots under <state>/snapshots (snapshot.c):
+ * taking, listing, deleting and opening them. Not for: restoring one
+ * (sandbox_restore.h) or snapd (snapshot_push.h).
+ */
+#ifndef MOAT_VMD_SNAPSHOT_H
+#define MOAT_VMD_SNAPSHOT_H
+
+#include <stdbool.h>
+#include "moat/rpc.h"
+#include "vm.pb-c.h"
+
+struct sandbox;
+struct vmd;
+
+#define VMD_SNAPSHOT_TIMEOUT_MS 60000u
+/* A new guest link after a snapshot that reset the old one (Firecracker):
+ * the guest runs already, so its agent answers within ms. */
+#define VMD_RELINK_TIMEOUT_MS 10000u
+
+/* vmd_snapshot_take: snapshots running sandbox req->sandbox_id (the
+ * sandbox keeps running) and fills `reply` (heap fields, the RPC server
+ * frees them). Refused while execs run in it: their output would reach
+ * a clone that knows nothing of them. */
+int vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__SnapshotSandboxRequest *req,
+    Moat__V1__LocalSnapshot *reply) __attribute__((warn_unused_result));
+int vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ListLocalSnapshotsRequest *req,
+    Moat__V1__LocalSnapshotList *reply) __attribute__((warn_unused_result));
+int vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__LocalSnapshotRef *req)
+    __attribute__((warn_unused_result));
+
+/* vmd_snapshot_make: snapshots running sandbox `sb` (a reference the
+ * caller keeps) as snapshot `id` into directory `dir` (absent: written
+ * as dir.tmp and renamed when complete; on failure nothing is left).
+ * `is_template` marks a node template: never pushed to snapd. Fills
+ * `reply` (may be NULL; heap fields, the caller's message frees them).
+ * A full file system is RESOURCE_EXHAUSTED naming dir's parent. Errors
+ * go through moat_rpc_error(call, ...); the sandbox keeps running. */
+int vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
+    struct sandbox *sb, const char *id, const char *dir, bool is_template,
+    const Moat__V1__SnapshotSandboxRequest *req,
+    Moat__V1__LocalSnapshot *reply) __attribute__((warn_unused_result));
+
+/* vmd_snapshot_remove_dir: removes a snapshot directory and the RAM copy
+ * its "ram" link points to (warns on failure). */
+void vmd_snapshot_remove_dir(const char *dir);
+
+/* vmd_snapshot_open: snapshot `id`'s catalog entry (*meta, caller frees
+ * with moat__v1__local_snapshot__free_unpacked) and directory (*dir,
+ * heap). A snapshot of another tenant (when `tenant` is not "") is
+ * NOT_FOUND. Errors go through moat_rpc_error. */
+int vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
+    const char *id, const char *tenant, Moat__V1__LocalSnapshot **meta,
+    char **dir) __attribute__((warn_unused_result));
+
+#endif
