@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PKGS=(
-	build-essential cmake pkg-config
+	build-essential cmake pkg-config clang-format
 	protobuf-c-compiler libprotobuf-c-dev
 	libnng-dev liblmdb-dev libinih-dev libcmocka-dev
 	libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev libssl-dev

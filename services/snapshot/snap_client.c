@@ -19,7 +19,7 @@ struct push {
 	struct moat_rpc_client *c;
 	const char *tenant;
 	struct moat_snap_push_stats *stats;
-	uint8_t *ids;              /* the manifest's list, grows */
+	uint8_t *ids; /* the manifest's list, grows */
 	size_t n_ids, cap_ids;
 	/* The batch waiting for MissingChunks: chunks' bytes one after the
 	 * other in `data` (MOAT_SNAP_PUSH_BYTES), their ids in `batch_ids`. */
@@ -47,15 +47,15 @@ flush(struct push *p, char **errmsg)
 	mreq.ids.data = p->batch_ids;
 	mreq.ids.len = p->n_batch * MOAT_CHUNK_ID_LEN;
 	if ((rv = moat_rpc_call(p->c, MOAT_SNAP_SERVICE, "MissingChunks",
-	    &mreq.base, &moat__v1__missing_chunks_reply__descriptor, &reply,
-	    NULL, errmsg)) != MOAT_OK)
+	         &mreq.base, &moat__v1__missing_chunks_reply__descriptor,
+	         &reply, NULL, errmsg)) != MOAT_OK)
 		goto out;
 	mr = (Moat__V1__MissingChunksReply *)reply;
 	for (size_t i = 0; i < mr->n_missing; i++) {
 		if (mr->missing[i] >= p->n_batch) {
 			*errmsg = moat_asprintf("MissingChunks answered index "
-			    "%u of a batch of %zu", mr->missing[i],
-			    p->n_batch);
+			                        "%u of a batch of %zu",
+			    mr->missing[i], p->n_batch);
 			rv = MOAT_INTERNAL;
 			goto out;
 		}
@@ -67,8 +67,8 @@ flush(struct push *p, char **errmsg)
 		preq.tenant = (char *)p->tenant;
 		preq.chunks = send;
 		if ((rv = moat_rpc_call(p->c, MOAT_SNAP_SERVICE, "PutChunks",
-		    &preq.base, &moat__v1__put_chunks_reply__descriptor,
-		    &reply, NULL, errmsg)) != MOAT_OK)
+		         &preq.base, &moat__v1__put_chunks_reply__descriptor,
+		         &reply, NULL, errmsg)) != MOAT_OK)
 			goto out;
 		p->stats->sent_chunks += preq.n_chunks;
 		for (size_t i = 0; i < preq.n_chunks; i++)
@@ -95,7 +95,8 @@ push_chunk(const struct moat_chunk *ch, void *arg, char **errmsg)
 
 		if (ids == NULL) {
 			*errmsg = moat_asprintf("out of memory for %zu chunk "
-			    "ids", cap);
+			                        "ids",
+			    cap);
 			return MOAT_RESOURCE_EXHAUSTED;
 		}
 		p->ids = ids;
@@ -142,8 +143,8 @@ moat_snap_push_file(struct moat_rpc_client *c, const char *tenant,
 	if (stats != NULL)
 		memset(stats, 0, sizeof(*stats));
 	if (!moat_chunk_size_valid(chunk_size)) {
-		*errmsg = moat_asprintf("chunk size %u is not valid",
-		    chunk_size);
+		*errmsg =
+		    moat_asprintf("chunk size %u is not valid", chunk_size);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((p = calloc(1, sizeof(*p))) == NULL ||
@@ -156,7 +157,8 @@ moat_snap_push_file(struct moat_rpc_client *c, const char *tenant,
 	p->tenant = tenant;
 	p->stats = stats != NULL ? stats : &local;
 	if ((rv = moat_chunk_file(path, chunk_size, push_chunk, p, &size,
-	    errmsg)) != MOAT_OK || (rv = flush(p, errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK ||
+	    (rv = flush(p, errmsg)) != MOAT_OK)
 		goto out;
 	if ((artifact->name = strdup(name)) == NULL) {
 		*errmsg = moat_asprintf("out of memory");
@@ -167,7 +169,7 @@ moat_snap_push_file(struct moat_rpc_client *c, const char *tenant,
 	artifact->chunk_size = chunk_size;
 	artifact->chunk_ids.data = p->ids;
 	artifact->chunk_ids.len = p->n_ids * MOAT_CHUNK_ID_LEN;
-	p->ids = NULL;  /* the artifact's now */
+	p->ids = NULL; /* the artifact's now */
 out:
 	if (p != NULL) {
 		free(p->data);
@@ -207,9 +209,9 @@ moat_snap_pull_chunks(struct moat_rpc_client *c, const char *tenant,
 		ProtobufCMessage *reply = NULL;
 		size_t n = 0;
 
-		for (next = idx; next != UINT64_MAX && next < end &&
-		    n < batch_max;
-		    next = moat_chunk_writer_next_missing(w, next + 1)) {
+		for (next = idx;
+		     next != UINT64_MAX && next < end && n < batch_max;
+		     next = moat_chunk_writer_next_missing(w, next + 1)) {
 			batch[n] = next;
 			memcpy(ids + n++ * MOAT_CHUNK_ID_LEN,
 			    a->chunk_ids.data + next * MOAT_CHUNK_ID_LEN,
@@ -218,13 +220,14 @@ moat_snap_pull_chunks(struct moat_rpc_client *c, const char *tenant,
 		req.ids.data = ids;
 		req.ids.len = n * MOAT_CHUNK_ID_LEN;
 		if ((rv = moat_rpc_call(c, MOAT_SNAP_SERVICE, "GetChunks",
-		    &req.base, &moat__v1__get_chunks_reply__descriptor, &reply,
-		    NULL, errmsg)) != MOAT_OK)
+		         &req.base, &moat__v1__get_chunks_reply__descriptor,
+		         &reply, NULL, errmsg)) != MOAT_OK)
 			return rv;
 		r = (Moat__V1__GetChunksReply *)reply;
 		if (r->n_chunks == 0 || r->n_chunks > n) {
 			*errmsg = moat_asprintf("GetChunks answered %zu "
-			    "chunks for %zu ids", r->n_chunks, n);
+			                        "chunks for %zu ids",
+			    r->n_chunks, n);
 			protobuf_c_message_free_unpacked(reply, NULL);
 			return MOAT_INTERNAL;
 		}
@@ -245,18 +248,18 @@ moat_snap_pull_chunks(struct moat_rpc_client *c, const char *tenant,
 
 int
 moat_snap_pull_file(struct moat_rpc_client *c, const char *tenant,
-    const char *snapshot_id, const Moat__V1__SnapArtifact *a,
-    const char *path, char **errmsg)
+    const char *snapshot_id, const Moat__V1__SnapArtifact *a, const char *path,
+    char **errmsg)
 {
 	struct moat_chunk_writer *w = NULL;
 	int rv;
 
 	if ((rv = moat_chunk_writer_open(&w, path, a->size, a->chunk_size,
-	    a->chunk_ids.data, a->chunk_ids.len / MOAT_CHUNK_ID_LEN,
-	    errmsg)) != MOAT_OK)
+	         a->chunk_ids.data, a->chunk_ids.len / MOAT_CHUNK_ID_LEN,
+	         errmsg)) != MOAT_OK)
 		return rv;
 	if ((rv = moat_snap_pull_chunks(c, tenant, snapshot_id, a, w, 0,
-	    UINT64_MAX, MOAT_SNAP_PULL_BATCH, NULL, errmsg)) != MOAT_OK) {
+	         UINT64_MAX, MOAT_SNAP_PULL_BATCH, NULL, errmsg)) != MOAT_OK) {
 		moat_chunk_writer_abort(w);
 		return rv;
 	}

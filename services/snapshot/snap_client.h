@@ -17,14 +17,14 @@
 #include "snapshot.pb-c.h"
 
 #define MOAT_SNAP_SERVICE "moat.v1.Snapshot"
-#define MOAT_SNAP_PUSH_BATCH 256   /* chunks per MissingChunks/PutChunks */
-#define MOAT_SNAP_PUSH_BYTES (8u << 20)  /* and bytes per PutChunks */
-#define MOAT_SNAP_PULL_BATCH 256   /* ids per GetChunks (its cap) */
+#define MOAT_SNAP_PUSH_BATCH 256 /* chunks per MissingChunks/PutChunks */
+#define MOAT_SNAP_PUSH_BYTES (8u << 20) /* and bytes per PutChunks */
+#define MOAT_SNAP_PULL_BATCH 256        /* ids per GetChunks (its cap) */
 
 struct moat_snap_push_stats {
-	uint64_t chunks;           /* all, zero ones included */
+	uint64_t chunks; /* all, zero ones included */
 	uint64_t zero_chunks;
-	uint64_t sent_chunks;      /* the store lacked them */
+	uint64_t sent_chunks; /* the store lacked them */
 	uint64_t sent_bytes;
 };
 
@@ -65,7 +65,7 @@ int moat_snap_pull_chunks(struct moat_rpc_client *c, const char *tenant,
  * appears only when complete. DATA_LOSS from snapd (a corrupt chunk) or
  * from the check here is returned as is. Errors set *errmsg (heap). */
 int moat_snap_pull_file(struct moat_rpc_client *c, const char *tenant,
-    const char *snapshot_id, const Moat__V1__SnapArtifact *a,
-    const char *path, char **errmsg) __attribute__((warn_unused_result));
+    const char *snapshot_id, const Moat__V1__SnapArtifact *a, const char *path,
+    char **errmsg) __attribute__((warn_unused_result));
 
 #endif

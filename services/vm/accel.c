@@ -95,13 +95,13 @@ accel_cache_lookup(struct vmd *vmd, const char *key)
 	size_t len;
 	const char *found = NULL;
 
-	if (path == NULL || moat_read_file(path, ACCEL_CACHE_MAX, &text,
-	    &len) != 0) {
+	if (path == NULL ||
+	    moat_read_file(path, ACCEL_CACHE_MAX, &text, &len) != 0) {
 		free(path);
 		return NULL;
 	}
 	for (char *line = strtok(text, "\n"); line != NULL;
-	    line = strtok(NULL, "\n")) {
+	     line = strtok(NULL, "\n")) {
 		char *sp = strrchr(line, ' ');
 
 		if (sp == NULL || (size_t)(sp - line) != strlen(key) ||
@@ -131,9 +131,10 @@ accel_cache_store(struct vmd *vmd, const char *key, const char *accel)
 	if (path == NULL)
 		return;
 	if ((err = moat_mkdir_p(vmd->cfg.cache_dir, 0755)) != 0) {
-		moat_info(0, "accel: cannot create cache dir %s (%s); the "
-		    "probe will run again next time", vmd->cfg.cache_dir,
-		    strerror(err));
+		moat_info(0,
+		    "accel: cannot create cache dir %s (%s); the "
+		    "probe will run again next time",
+		    vmd->cfg.cache_dir, strerror(err));
 		goto out;
 	}
 	if (moat_read_file(path, ACCEL_CACHE_MAX, &text, &len) != 0) {
@@ -144,7 +145,7 @@ accel_cache_store(struct vmd *vmd, const char *key, const char *accel)
 		goto out;
 	if (text != NULL) {
 		for (char *line = strtok(text, "\n"); line != NULL;
-		    line = strtok(NULL, "\n")) {
+		     line = strtok(NULL, "\n")) {
 			char *sp = strrchr(line, ' ');
 			if (sp != NULL && (size_t)(sp - line) == strlen(key) &&
 			    strncmp(line, key, strlen(key)) == 0)
@@ -154,8 +155,10 @@ accel_cache_store(struct vmd *vmd, const char *key, const char *accel)
 	}
 	used += (size_t)sprintf(out + used, "%s %s\n", key, accel);
 	if ((err = moat_write_file_atomic(path, out, used, 0644)) != 0)
-		moat_info(0, "accel: cannot write %s (%s); the probe will run "
-		    "again next time", path, strerror(err));
+		moat_info(0,
+		    "accel: cannot write %s (%s); the probe will run "
+		    "again next time",
+		    path, strerror(err));
 out:
 	free(out);
 	free(text);
@@ -208,9 +211,10 @@ vmd_accel_choose(struct vmd *vmd, const char *kernel, bool *probe)
 		const char *cached = key ? accel_cache_lookup(vmd, key) : NULL;
 
 		if (cached != NULL) {
-			moat_info(0, "accel=auto: using %s, as probed before "
-			    "(%s/" ACCEL_CACHE_FILE ")", cached,
-			    vmd->cfg.cache_dir);
+			moat_info(0,
+			    "accel=auto: using %s, as probed before "
+			    "(%s/" ACCEL_CACHE_FILE ")",
+			    cached, vmd->cfg.cache_dir);
 			snprintf(a->decided, sizeof(a->decided), "%s", cached);
 		} else {
 			a->probing = true;
@@ -218,8 +222,8 @@ vmd_accel_choose(struct vmd *vmd, const char *kernel, bool *probe)
 		}
 		free(key);
 	}
-	result = *probe ? "kvm" : (strcmp(a->decided, "kvm") == 0 ? "kvm" :
-	    "tcg");
+	result =
+	    *probe ? "kvm" : (strcmp(a->decided, "kvm") == 0 ? "kvm" : "tcg");
 	pthread_mutex_unlock(&a->mu);
 	return result;
 }
@@ -237,11 +241,13 @@ vmd_accel_settle(struct vmd *vmd, const char *kernel, bool known,
 	if (known) {
 		snprintf(a->decided, sizeof(a->decided), "%s", accel);
 		if (!kvm_works)
-			moat_warn(0, "accel=auto: /dev/kvm is present but the "
+			moat_warn(0,
+			    "accel=auto: /dev/kvm is present but the "
 			    "guest never came up under KVM; falling back to "
 			    "TCG. Set accel=tcg to skip this probe");
 		else
-			moat_info(0, "accel=auto: the guest came up under "
+			moat_info(0,
+			    "accel=auto: the guest came up under "
 			    "KVM; using KVM");
 	}
 	pthread_cond_broadcast(&a->cv);

@@ -17,8 +17,7 @@ void vmd_accel_init(struct vmd *vmd);
  * short deadline, then must call vmd_accel_settle with what happened.
  * Other callers wait here while a probe runs. `kernel` is the image's
  * kernel (part of the cache key). Returns "kvm" or "tcg" (static). */
-const char *vmd_accel_choose(struct vmd *vmd, const char *kernel,
-    bool *probe);
+const char *vmd_accel_choose(struct vmd *vmd, const char *kernel, bool *probe);
 
 /* vmd_accel_settle: ends a probe. `kvm_works`: the guest answered.
  * `known`: false when the probe ended for an unrelated reason (the

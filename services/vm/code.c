@@ -52,11 +52,12 @@ vmd_code_run(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	if (req->timeout_ms > VMD_EXEC_MAX_TIMEOUT_MS)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "timeout_ms "
-		    "%u is over the limit of %u ms (24 h)", req->timeout_ms,
-		    VMD_EXEC_MAX_TIMEOUT_MS);
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "timeout_ms "
+		    "%u is over the limit of %u ms (24 h)",
+		    req->timeout_ms, VMD_EXEC_MAX_TIMEOUT_MS);
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	greq.op_case = MOAT__V1__GUEST_REQUEST__OP_CODE_RUN;
 	greq.code_run = &run;
@@ -87,14 +88,14 @@ vmd_code_close(struct vmd *vmd, struct moat_rpc_call *call,
 	struct sandbox *sb;
 	int rv;
 
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	greq.op_case = MOAT__V1__GUEST_REQUEST__OP_CODE_CONTEXT_CLOSE;
 	greq.code_context_close = &ref;
 	ref.context = req->context;
 	if ((rv = vmd_guest_call(sb, call, &greq,
-	    MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) == MOAT_OK)
+	         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) == MOAT_OK)
 		moat__v1__guest_message__free_unpacked(msg, NULL);
 	vmd_sandbox_put(sb);
 	return rv;

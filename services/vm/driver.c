@@ -19,32 +19,32 @@
 
 /* One driver vmd can run. */
 struct vmd_driver {
-	const char *name;          /* [vmd] driver=, and ops->name */
+	const char *name;               /* [vmd] driver=, and ops->name */
 	const struct moat_vmm_ops *ops; /* ops->probe: can it run here? */
-	size_t binary;             /* offsetof the binary's path in struct
+	size_t binary;                  /* offsetof the binary's path in struct
 	                              vmd_config ([vmd] qemu=, firecracker=) */
 	/* configure: reads the driver's own section of `c` into the
 	 * driver's state, before its probe; NULL: nothing to read. Returns
 	 * 0 or a status with *errmsg (heap). */
 	int (*configure)(const struct moat_config *c,
 	    const struct moat_vmm_host *host, char **errmsg);
-	const char *accel;         /* the accelerator it forces, or NULL */
+	const char *accel; /* the accelerator it forces, or NULL */
 };
 
 /* In the order driver=auto tries them; the last is the fallback, whose
  * failure ends the start. */
 static const struct vmd_driver drivers[] = {
 	{
-		.name = "firecracker",
-		.ops = &moat_vmm_firecracker,
-		.binary = offsetof(struct vmd_config, firecracker_binary),
-		.configure = moat_fc_configure,
-		.accel = "kvm",    /* Firecracker has no TCG */
+	    .name = "firecracker",
+	    .ops = &moat_vmm_firecracker,
+	    .binary = offsetof(struct vmd_config, firecracker_binary),
+	    .configure = moat_fc_configure,
+	    .accel = "kvm", /* Firecracker has no TCG */
 	},
 	{
-		.name = "qemu",
-		.ops = &moat_vmm_qemu,
-		.binary = offsetof(struct vmd_config, qemu_binary),
+	    .name = "qemu",
+	    .ops = &moat_vmm_qemu,
+	    .binary = offsetof(struct vmd_config, qemu_binary),
 	},
 };
 
@@ -72,7 +72,8 @@ driver_unknown(const char *name)
 	if (names == NULL)
 		return NULL;
 	char *msg = moat_asprintf("driver \"%s\" is not one of %s: set "
-	    "[vmd] driver or --driver to one of them", name, names);
+	                          "[vmd] driver or --driver to one of them",
+	    name, names);
 
 	free(names);
 	return msg;
@@ -109,8 +110,7 @@ vmd_driver_check_name(const char *name, char **errmsg)
 }
 
 int
-vmd_driver_select(struct vmd *vmd, const struct moat_config *c,
-    char **errmsg)
+vmd_driver_select(struct vmd *vmd, const struct moat_config *c, char **errmsg)
 {
 	struct vmd_config *cfg = &vmd->cfg;
 	const struct moat_vmm_host host = {

@@ -74,8 +74,9 @@ exec_evict(struct sandbox *sb)
 		struct exec *oldest = NULL;
 
 		for (struct exec *e = sb->execs; e != NULL; e = e->next)
-			if (e->exited && (oldest == NULL ||
-			    e->finish_seq < oldest->finish_seq))
+			if (e->exited &&
+			    (oldest == NULL ||
+			        e->finish_seq < oldest->finish_seq))
 				oldest = e;
 		if (oldest == NULL)
 			return;
@@ -103,7 +104,7 @@ stream_append(struct exec_stream *st, const uint8_t *data, size_t len)
 
 	if (st->len < st->cap)
 		keep = st->cap - st->len < len ? (size_t)(st->cap - st->len) :
-		    len;
+		                                 len;
 	if (keep > 0 && st->len + keep > st->alloc) {
 		size_t n = st->alloc ? st->alloc : 4096;
 		uint8_t *nb;
@@ -143,14 +144,16 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 
 		if (e == NULL) {
 			*why = moat_asprintf("output for exec %" PRIu64
-			    ", which does not exist", m->id);
+			                     ", which does not exist",
+			    m->id);
 			rv = -1;
 			goto out;
 		}
 		if (o->stream != MOAT__V1__STREAM__STREAM_STDOUT &&
 		    o->stream != MOAT__V1__STREAM__STREAM_STDERR) {
-			*why = moat_asprintf("output on stream %d of exec %"
-			    PRIu64, (int)o->stream, m->id);
+			*why = moat_asprintf(
+			    "output on stream %d of exec %" PRIu64,
+			    (int)o->stream, m->id);
 			rv = -1;
 			goto out;
 		}
@@ -158,8 +161,10 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 		st->received += o->data.len;
 		if (st->received > st->cap + MOAT_FRAME_MAX) {
 			*why = moat_asprintf("%" PRIu64 " bytes of output for "
-			    "exec %" PRIu64 ", far past its %" PRIu64 "-byte "
-			    "cap", st->received, m->id, st->cap);
+			                     "exec %" PRIu64
+			                     ", far past its %" PRIu64 "-byte "
+			                     "cap",
+			    st->received, m->id, st->cap);
 			rv = -1;
 			goto out;
 		}
@@ -170,8 +175,9 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 
 		if (e == NULL || e->exited) {
 			*why = moat_asprintf("an exit for exec %" PRIu64
-			    ", which %s", m->id, e ? "had already exited" :
-			    "does not exist");
+			                     ", which %s",
+			    m->id,
+			    e ? "had already exited" : "does not exist");
 			rv = -1;
 			goto out;
 		}
@@ -183,9 +189,11 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 		e->out[1].truncated |= x->stderr_truncated;
 		e->duration_ms = x->duration_us / 1000;
 		e->stdout_bytes = x->stdout_bytes > e->out[0].received ?
-		    x->stdout_bytes : e->out[0].received;
+		    x->stdout_bytes :
+		    e->out[0].received;
 		e->stderr_bytes = x->stderr_bytes > e->out[1].received ?
-		    x->stderr_bytes : e->out[1].received;
+		    x->stderr_bytes :
+		    e->out[1].received;
 		if (e->stdout_bytes > e->out[0].len)
 			e->out[0].truncated = true;
 		if (e->stderr_bytes > e->out[1].len)
@@ -218,8 +226,8 @@ exec_status_new(const struct exec *e)
 	st->timed_out = e->timed_out;
 	st->stdout_truncated = e->out[0].truncated;
 	st->stderr_truncated = e->out[1].truncated;
-	st->duration_ms = e->exited ? e->duration_ms :
-	    moat_rpc_now_ms() - e->start_ms;
+	st->duration_ms =
+	    e->exited ? e->duration_ms : moat_rpc_now_ms() - e->start_ms;
 	st->stdout_bytes = e->exited ? e->stdout_bytes : e->out[0].received;
 	st->stderr_bytes = e->exited ? e->stderr_bytes : e->out[1].received;
 	return st;
@@ -255,7 +263,8 @@ bytes_copy(ProtobufCBinaryData *dst, const uint8_t *src, size_t len)
 static int
 exec_sandbox_gone(struct sandbox *sb, struct moat_rpc_call *call)
 {
-	return moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "sandbox %s "
+	return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+	    "sandbox %s "
 	    "is no longer running%s%s: its execs will not finish",
 	    sb->id.str, sb->failure_reason ? ": " : "",
 	    sb->failure_reason ? sb->failure_reason : "");
@@ -264,9 +273,10 @@ exec_sandbox_gone(struct sandbox *sb, struct moat_rpc_call *call)
 static int
 exec_not_found(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id)
 {
-	return moat_rpc_error(call, MOAT_NOT_FOUND, "exec %" PRIu64 " not "
-	    "found in sandbox %s (the last %u finished execs are kept)", id,
-	    sb->id.str, VMD_EXEC_KEEP_FINISHED);
+	return moat_rpc_error(call, MOAT_NOT_FOUND,
+	    "exec %" PRIu64 " not "
+	    "found in sandbox %s (the last %u finished execs are kept)",
+	    id, sb->id.str, VMD_EXEC_KEEP_FINISHED);
 }
 
 /* ---- start ---- */
@@ -294,8 +304,8 @@ exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 	Moat__V1__ExecStart start = MOAT__V1__EXEC_START__INIT;
 	Moat__V1__GuestMessage *msg = NULL;
 	char *lang_argv[4] = { NULL, NULL, NULL, NULL };
-	uint64_t cap = req->output_cap ? req->output_cap :
-	    VMD_EXEC_DEFAULT_CAP;
+	uint64_t cap =
+	    req->output_cap ? req->output_cap : VMD_EXEC_DEFAULT_CAP;
 	uint32_t timeout = req->timeout_ms ? req->timeout_ms : default_timeout;
 	size_t stdin_first = req->stdin.len;
 	struct guest_link *link;
@@ -306,32 +316,38 @@ exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 	int rv;
 
 	if (forms != 1)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "give "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "give "
 		    "exactly one of argv, shell, or language with code");
 	if (req->language[0] != '\0' || req->code[0] != '\0') {
 		size_t i;
 
-		for (i = 0; i < sizeof(exec_languages) /
-		    sizeof(exec_languages[0]); i++)
-			if (strcmp(req->language, exec_languages[i].language)
-			    == 0)
+		for (i = 0;
+		     i < sizeof(exec_languages) / sizeof(exec_languages[0]);
+		     i++)
+			if (strcmp(req->language,
+			        exec_languages[i].language) == 0)
 				break;
 		if (i == sizeof(exec_languages) / sizeof(exec_languages[0]))
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "language \"%s\" is unknown: use python, bash, sh "
-			    "or node", req->language);
+			    "or node",
+			    req->language);
 		lang_argv[0] = (char *)exec_languages[i].program;
 		lang_argv[1] = (char *)exec_languages[i].flag;
 		lang_argv[2] = req->code;
 	}
 	if (req->timeout_ms > VMD_EXEC_MAX_TIMEOUT_MS)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "timeout_ms "
-		    "%u is over the limit of %u ms (24 h)", req->timeout_ms,
-		    VMD_EXEC_MAX_TIMEOUT_MS);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "timeout_ms "
+		    "%u is over the limit of %u ms (24 h)",
+		    req->timeout_ms, VMD_EXEC_MAX_TIMEOUT_MS);
 	if (cap > VMD_EXEC_MAX_CAP)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "output_cap "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "output_cap "
 		    "%" PRIu64 " is over the limit of %u bytes (64 MiB) per "
-		    "stream", cap, VMD_EXEC_MAX_CAP);
+		    "stream",
+		    cap, VMD_EXEC_MAX_CAP);
 	for (size_t i = 0; i < req->n_env; i++)
 		if (strchr(req->env[i], '=') == NULL)
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
@@ -343,7 +359,8 @@ exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 	pthread_mutex_lock(&sb->mu);
 	if (sb->execs_running >= VMD_EXEC_MAX_RUNNING) {
 		pthread_mutex_unlock(&sb->mu);
-		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "sandbox "
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "sandbox "
 		    "%s already runs %u execs: wait for some to finish",
 		    sb->id.str, VMD_EXEC_MAX_RUNNING);
 	}
@@ -417,7 +434,8 @@ exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 		off += n;
 		in.close = off == req->stdin.len && !req->stdin_open;
 		if ((rv = vmd_guest_call(sb, call, &in_req,
-		    MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) != MOAT_OK)
+		         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) !=
+		    MOAT_OK)
 			return rv;
 		moat__v1__guest_message__free_unpacked(msg, NULL);
 	}
@@ -433,8 +451,8 @@ vmd_exec_start(struct vmd *vmd, struct moat_rpc_call *call,
 	int32_t pid = 0;
 	int rv;
 
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	rv = exec_launch(sb, call, req, 0, &id, &pid);
 	if (rv == MOAT_OK) {
@@ -518,8 +536,8 @@ vmd_exec_read(struct vmd *vmd, struct moat_rpc_call *call,
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
-	reply->eof = e->exited && offs[0] == e->out[0].len &&
-	    offs[1] == e->out[1].len;
+	reply->eof =
+	    e->exited && offs[0] == e->out[0].len && offs[1] == e->out[1].len;
 out:
 	pthread_mutex_unlock(&sb->mu);
 	vmd_sandbox_put(sb);
@@ -548,8 +566,7 @@ vmd_exec_wait(struct vmd *vmd, struct moat_rpc_call *call,
 		if (e->exited)
 			break;
 		if (vmd_sandbox_api_state(sb) !=
-		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING)
-		{
+		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING) {
 			rv = exec_sandbox_gone(sb, call);
 			goto out;
 		}
@@ -569,8 +586,8 @@ out:
 
 /* Checks that exec `id` exists and still runs. */
 static int
-exec_check_running(struct sandbox *sb, struct moat_rpc_call *call,
-    uint64_t id, bool *exited)
+exec_check_running(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id,
+    bool *exited)
 {
 	struct exec *e;
 	int rv = MOAT_OK;
@@ -593,14 +610,15 @@ vmd_exec_write(struct vmd *vmd, struct moat_rpc_call *call,
 	size_t off = 0;
 	int rv;
 
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	if ((rv = exec_check_running(sb, call, req->exec_id, &exited)) != 0)
 		goto out;
 	if (exited) {
-		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "exec %"
-		    PRIu64 " in sandbox %s has exited: its stdin is gone",
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "exec %" PRIu64
+		    " in sandbox %s has exited: its stdin is gone",
 		    req->exec_id, sb->id.str);
 		goto out;
 	}
@@ -620,7 +638,8 @@ vmd_exec_write(struct vmd *vmd, struct moat_rpc_call *call,
 		off += n;
 		in.close = req->close && off == req->data.len;
 		if ((rv = vmd_guest_call(sb, call, &greq,
-		    MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) != MOAT_OK)
+		         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) !=
+		    MOAT_OK)
 			goto out;
 		moat__v1__guest_message__free_unpacked(msg, NULL);
 	} while (off < req->data.len);
@@ -660,10 +679,12 @@ vmd_exec_kill(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	if (sig < 1 || sig > 64)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "signal %d "
-		    "is not a signal number (1-64; 0 means SIGKILL)", sig);
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "signal %d "
+		    "is not a signal number (1-64; 0 means SIGKILL)",
+		    sig);
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	if ((rv = exec_check_running(sb, call, req->exec_id, &exited)) == 0 &&
 	    !exited)
@@ -682,8 +703,8 @@ vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
 	struct sandbox *sb;
 	int rv;
 
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	rv = vmd_exec_run_on(sb, call, req, reply);
 	vmd_sandbox_put(sb);
@@ -701,7 +722,7 @@ vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
 	int rv;
 
 	if ((rv = exec_launch(sb, call, req, VMD_EXEC_DEFAULT_TIMEOUT_MS, &id,
-	    &pid)) != MOAT_OK)
+	         &pid)) != MOAT_OK)
 		return rv;
 
 	pthread_mutex_lock(&sb->mu);
@@ -713,8 +734,7 @@ vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
 		if (e->exited)
 			break;
 		if (vmd_sandbox_api_state(sb) !=
-		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING)
-		{
+		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING) {
 			rv = exec_sandbox_gone(sb, call);
 			break;
 		}
@@ -729,10 +749,13 @@ vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
 		(void)exec_signal(sb, call, id, SIGKILL, call->deadline_ms);
 		free(call->error_message);
 		call->error_message = NULL;
-		return moat_rpc_error(call, MOAT_DEADLINE_EXCEEDED, "exec %"
-		    PRIu64 " in sandbox %s still ran when the call's deadline "
-		    "came, and was killed: give the call a longer timeout than "
-		    "the exec's timeout_ms", id, sb->id.str);
+		return moat_rpc_error(call, MOAT_DEADLINE_EXCEEDED,
+		    "exec %" PRIu64
+		    " in sandbox %s still ran when the call's deadline "
+		    "came, and was killed: give the call a longer timeout "
+		    "than "
+		    "the exec's timeout_ms",
+		    id, sb->id.str);
 	}
 	if (rv == MOAT_OK) {
 		size_t n_out = e->out[0].len, n_err = e->out[1].len;
@@ -754,10 +777,10 @@ vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
 			rv = moat_rpc_error(call, MOAT_INTERNAL,
 			    "out of memory");
 		} else {
-			reply->status->stdout_truncated |= n_out <
-			    e->out[0].len;
-			reply->status->stderr_truncated |= n_err <
-			    e->out[1].len;
+			reply->status->stdout_truncated |=
+			    n_out < e->out[0].len;
+			reply->status->stderr_truncated |=
+			    n_err < e->out[1].len;
 		}
 	}
 	pthread_mutex_unlock(&sb->mu);

@@ -26,26 +26,26 @@ struct vmd;
 /* One exec's output stream: what was kept (at most cap bytes) and what
  * the program produced. */
 struct exec_stream {
-	uint8_t *buf;              /* owned */
-	size_t len;                /* bytes kept */
+	uint8_t *buf; /* owned */
+	size_t len;   /* bytes kept */
 	size_t alloc;
 	uint64_t cap;
-	uint64_t received;         /* bytes the guest sent for it */
+	uint64_t received; /* bytes the guest sent for it */
 	bool truncated;
 };
 
 /* One process started in a sandbox. Guarded by its sandbox's mu. */
 struct exec {
 	struct exec *next;
-	uint64_t id;               /* the guest request id of ExecStart */
+	uint64_t id; /* the guest request id of ExecStart */
 	int32_t pid;
-	bool started;              /* ExecStarted came */
+	bool started; /* ExecStarted came */
 	bool exited;
 	int32_t exit_code;
 	int32_t signal;
 	bool timed_out;
 	uint64_t duration_ms;
-	uint64_t stdout_bytes;     /* as the guest reported at exit */
+	uint64_t stdout_bytes; /* as the guest reported at exit */
 	uint64_t stderr_bytes;
 	uint64_t start_ms;         /* monotonic */
 	uint64_t finish_seq;       /* order of exits, for eviction */
@@ -59,14 +59,12 @@ int vmd_exec_read(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ExecReadRequest *req, Moat__V1__ExecReadReply *reply)
     __attribute__((warn_unused_result));
 int vmd_exec_write(struct vmd *vmd, struct moat_rpc_call *call,
-    const Moat__V1__ExecWriteRequest *req)
-    __attribute__((warn_unused_result));
+    const Moat__V1__ExecWriteRequest *req) __attribute__((warn_unused_result));
 int vmd_exec_wait(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ExecWaitRequest *req, Moat__V1__ExecStatus *reply)
     __attribute__((warn_unused_result));
 int vmd_exec_kill(struct vmd *vmd, struct moat_rpc_call *call,
-    const Moat__V1__ExecKillRequest *req)
-    __attribute__((warn_unused_result));
+    const Moat__V1__ExecKillRequest *req) __attribute__((warn_unused_result));
 int vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
     __attribute__((warn_unused_result));

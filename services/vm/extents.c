@@ -27,8 +27,8 @@ copy_range(int in, int out, off_t off, off_t len)
 		    (size_t)len, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == ENOSPC || errno == EDQUOT || errno ==
-		    EIO))
+		if (n < 0 &&
+		    (errno == ENOSPC || errno == EDQUOT || errno == EIO))
 			return errno;
 		if (n <= 0)
 			break;
@@ -52,8 +52,8 @@ copy_range(int in, int out, off_t off, off_t len)
 		}
 		/* A short write is retried, so a full disk says ENOSPC. */
 		while (w < n) {
-			ssize_t k = pwrite(out, buf + w, (size_t)(n - w),
-			    out_off + w);
+			ssize_t k =
+			    pwrite(out, buf + w, (size_t)(n - w), out_off + w);
 			if (k < 0 && errno == EINTR)
 				continue;
 			if (k <= 0) {
@@ -165,4 +165,3 @@ out:
 		(void)unlink(dst);
 	return err;
 }
-

@@ -52,8 +52,10 @@ vmd_guest_call_until(struct sandbox *sb, struct moat_rpc_call *call,
 	link = sb->link;
 	pthread_mutex_unlock(&sb->mu);
 	if (link == NULL)
-		return moat_rpc_error(call, MOAT_UNAVAILABLE, "sandbox %s has "
-		    "no guest link", sb->id.str);
+		return moat_rpc_error(call, MOAT_UNAVAILABLE,
+		    "sandbox %s has "
+		    "no guest link",
+		    sb->id.str);
 	rv = guest_link_call(link, req, deadline_ms, &msg, &err);
 	if (rv != MOAT_OK) {
 		pthread_mutex_lock(&sb->mu);
@@ -63,8 +65,10 @@ vmd_guest_call_until(struct sandbox *sb, struct moat_rpc_call *call,
 			    "sandbox %s has failed: %s", sb->id.str,
 			    sb->failure_reason ? sb->failure_reason : "?");
 		else if (vmd_sandbox_stop_asked(sb))
-			rv = moat_rpc_error(call, MOAT_UNAVAILABLE, "sandbox "
-			    "%s was destroyed during the call", sb->id.str);
+			rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
+			    "sandbox "
+			    "%s was destroyed during the call",
+			    sb->id.str);
 		else
 			rv = moat_rpc_error(call, rv, "sandbox %s: %s",
 			    sb->id.str, err ? err : "?");
@@ -79,15 +83,16 @@ vmd_guest_call_until(struct sandbox *sb, struct moat_rpc_call *call,
 
 		if (code < 1 || code > MOAT_STATUS_MAX)
 			code = MOAT_UNKNOWN;
-		rv = moat_rpc_error(call, code, "%s", msg->message[0] ?
-		    msg->message : moat_strerror(code));
+		rv = moat_rpc_error(call, code, "%s",
+		    msg->message[0] ? msg->message : moat_strerror(code));
 		moat__v1__guest_message__free_unpacked(msg, NULL);
 		return rv;
 	}
 	if (want != MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET &&
 	    msg->body_case != want) {
 		moat__v1__guest_message__free_unpacked(msg, NULL);
-		return moat_rpc_error(call, MOAT_INTERNAL, "sandbox %s: the "
+		return moat_rpc_error(call, MOAT_INTERNAL,
+		    "sandbox %s: the "
 		    "guest agent answered with an unexpected message",
 		    sb->id.str);
 	}
@@ -122,11 +127,13 @@ static int
 path_check(struct moat_rpc_call *call, const char *path)
 {
 	if (path == NULL || path[0] == '\0')
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "path is "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "path is "
 		    "empty: give a path in the sandbox (relative paths are "
 		    "from /root)");
 	if (strlen(path) > 4096)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "path is "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "path is "
 		    "longer than 4096 bytes");
 	return MOAT_OK;
 }
@@ -145,8 +152,8 @@ path_call(struct vmd *vmd, struct moat_rpc_call *call,
 	*sbp = NULL;
 	if ((rv = path_check(call, req->path)) != MOAT_OK)
 		return rv;
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, sbp))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, sbp)) !=
+	    MOAT_OK)
 		return rv;
 	gp.path = req->path;
 	gp.recursive = req->recursive;
@@ -188,11 +195,13 @@ vmd_file_read(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = path_check(call, req->path)) != MOAT_OK)
 		return rv;
 	if (want > VMD_FILE_READ_MAX)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "length %u is "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "length %u is "
 		    "over the %u-byte limit of one ReadFile: read in parts "
-		    "with offset", req->length, VMD_FILE_READ_MAX);
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+		    "with offset",
+		    req->length, VMD_FILE_READ_MAX);
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	reply->eof = false;
 	while (got < want) {
@@ -207,16 +216,19 @@ vmd_file_read(struct vmd *vmd, struct moat_rpc_call *call,
 		greq.file_read = &fr;
 		fr.path = req->path;
 		fr.offset = off;
-		fr.length = want - got > MOAT_GUEST_IO_MAX ? MOAT_GUEST_IO_MAX :
+		fr.length = want - got > MOAT_GUEST_IO_MAX ?
+		    MOAT_GUEST_IO_MAX :
 		    (uint32_t)(want - got);
 		if ((rv = vmd_guest_call(sb, call, &greq,
-		    MOAT__V1__GUEST_MESSAGE__BODY_FILE_DATA, &msg)) != MOAT_OK)
+		         MOAT__V1__GUEST_MESSAGE__BODY_FILE_DATA, &msg)) !=
+		    MOAT_OK)
 			goto out;
 		fd = msg->file_data;
 		n = fd->data.len;
 		if (n > fr.length) {
 			moat__v1__guest_message__free_unpacked(msg, NULL);
-			rv = moat_rpc_error(call, MOAT_INTERNAL, "sandbox %s: "
+			rv = moat_rpc_error(call, MOAT_INTERNAL,
+			    "sandbox %s: "
 			    "the guest sent %zu bytes for a %u-byte read",
 			    sb->id.str, n, fr.length);
 			goto out;
@@ -224,8 +236,8 @@ vmd_file_read(struct vmd *vmd, struct moat_rpc_call *call,
 		reply->size = fd->size;
 		reply->mode = fd->mode;
 		if (n > 0) {
-			if ((grown = realloc(reply->data.data, got + n))
-			    == NULL) {
+			if ((grown = realloc(reply->data.data, got + n)) ==
+			    NULL) {
 				moat__v1__guest_message__free_unpacked(msg,
 				    NULL);
 				rv = moat_rpc_error(call, MOAT_INTERNAL,
@@ -261,8 +273,8 @@ vmd_file_write(struct vmd *vmd, struct moat_rpc_call *call,
 
 	if ((rv = path_check(call, req->path)) != MOAT_OK)
 		return rv;
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	do {
 		Moat__V1__GuestRequest greq = MOAT__V1__GUEST_REQUEST__INIT;
@@ -285,7 +297,8 @@ vmd_file_write(struct vmd *vmd, struct moat_rpc_call *call,
 		fw.truncate = first && req->truncate;
 		fw.make_parents = first && req->make_parents;
 		if ((rv = vmd_guest_call(sb, call, &greq,
-		    MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) != MOAT_OK)
+		         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) !=
+		    MOAT_OK)
 			goto out;
 		off += n;
 		if (last != NULL)
@@ -307,8 +320,8 @@ vmd_file_write(struct vmd *vmd, struct moat_rpc_call *call,
 		greq.file_stat = &gp;
 		gp.path = req->path;
 		if ((rv = vmd_guest_call(sb, call, &greq,
-		    MOAT__V1__GUEST_MESSAGE__BODY_FILE_STAT, &msg)) == MOAT_OK)
-		{
+		         MOAT__V1__GUEST_MESSAGE__BODY_FILE_STAT, &msg)) ==
+		    MOAT_OK) {
 			if (file_info_take(reply, msg->file_stat) != MOAT_OK)
 				rv = moat_rpc_error(call, MOAT_INTERNAL,
 				    "out of memory");
@@ -331,8 +344,9 @@ vmd_file_list(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	if ((rv = path_call(vmd, call, req,
-	    MOAT__V1__GUEST_REQUEST__OP_FILE_LIST,
-	    MOAT__V1__GUEST_MESSAGE__BODY_FILE_LIST, &sb, &msg)) != MOAT_OK)
+	         MOAT__V1__GUEST_REQUEST__OP_FILE_LIST,
+	         MOAT__V1__GUEST_MESSAGE__BODY_FILE_LIST, &sb, &msg)) !=
+	    MOAT_OK)
 		return rv;
 	/* Steal the entries: both messages are heap-allocated the same
 	 * way (protobuf-c's default allocator is malloc). */
@@ -354,8 +368,9 @@ vmd_file_stat(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	if ((rv = path_call(vmd, call, req,
-	    MOAT__V1__GUEST_REQUEST__OP_FILE_STAT,
-	    MOAT__V1__GUEST_MESSAGE__BODY_FILE_STAT, &sb, &msg)) != MOAT_OK)
+	         MOAT__V1__GUEST_REQUEST__OP_FILE_STAT,
+	         MOAT__V1__GUEST_MESSAGE__BODY_FILE_STAT, &sb, &msg)) !=
+	    MOAT_OK)
 		return rv;
 	if (file_info_take(reply, msg->file_stat) != MOAT_OK)
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
@@ -373,8 +388,9 @@ vmd_file_remove(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	if ((rv = path_call(vmd, call, req,
-	    MOAT__V1__GUEST_REQUEST__OP_FILE_REMOVE,
-	    MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &sb, &msg)) != MOAT_OK)
+	         MOAT__V1__GUEST_REQUEST__OP_FILE_REMOVE,
+	         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &sb, &msg)) !=
+	    MOAT_OK)
 		return rv;
 	moat__v1__guest_message__free_unpacked(msg, NULL);
 	vmd_sandbox_put(sb);
@@ -390,7 +406,8 @@ vmd_file_mkdir(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	if ((rv = path_call(vmd, call, req, MOAT__V1__GUEST_REQUEST__OP_MKDIR,
-	    MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &sb, &msg)) != MOAT_OK)
+	         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &sb, &msg)) !=
+	    MOAT_OK)
 		return rv;
 	if (msg->body_case == MOAT__V1__GUEST_MESSAGE__BODY_FILE_STAT) {
 		if (file_info_take(reply, msg->file_stat) != MOAT_OK)
@@ -419,13 +436,13 @@ vmd_guest_info(struct vmd *vmd, struct moat_rpc_call *call,
 	struct sandbox *sb;
 	int rv;
 
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	greq.op_case = MOAT__V1__GUEST_REQUEST__OP_INFO;
 	greq.info = &gi;
 	if ((rv = vmd_guest_call(sb, call, &greq,
-	    MOAT__V1__GUEST_MESSAGE__BODY_INFO, &msg)) == MOAT_OK) {
+	         MOAT__V1__GUEST_MESSAGE__BODY_INFO, &msg)) == MOAT_OK) {
 		info = msg->info;
 		/* Move the whole message: swap the string pointers out so
 		 * freeing msg leaves them to the reply. */
@@ -448,14 +465,14 @@ vmd_fs_trace(struct vmd *vmd, struct moat_rpc_call *call,
 	struct sandbox *sb;
 	int rv;
 
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	greq.op_case = MOAT__V1__GUEST_REQUEST__OP_FS_TRACE;
 	greq.fs_trace = &ft;
 	ft.hash = req->hash;
 	if ((rv = vmd_guest_call(sb, call, &greq,
-	    MOAT__V1__GUEST_MESSAGE__BODY_FS_TRACE, &msg)) == MOAT_OK) {
+	         MOAT__V1__GUEST_MESSAGE__BODY_FS_TRACE, &msg)) == MOAT_OK) {
 		reply->entries = msg->fs_trace->entries;
 		reply->n_entries = msg->fs_trace->n_entries;
 		reply->truncated = msg->fs_trace->truncated;

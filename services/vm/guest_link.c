@@ -27,11 +27,11 @@
 struct pending {
 	struct pending *next;
 	uint64_t id;
-	Moat__V1__GuestMessage *reply;  /* set by the reader */
+	Moat__V1__GuestMessage *reply; /* set by the reader */
 };
 
 struct guest_link {
-	int fd;                    /* non-blocking; owned */
+	int fd; /* non-blocking; owned */
 	size_t max_frame;
 	const struct guest_link_hooks *hooks;
 	void *arg;
@@ -41,13 +41,13 @@ struct guest_link {
 	/* write_mu: one frame at a time on the stream. */
 	pthread_mutex_t write_mu;
 
-	pthread_mutex_t mu;        /* guards the fields below */
-	pthread_cond_t cv;         /* a reply came, or the link closed */
-	uint64_t last_id;          /* highest id handed out */
+	pthread_mutex_t mu; /* guards the fields below */
+	pthread_cond_t cv;  /* a reply came, or the link closed */
+	uint64_t last_id;   /* highest id handed out */
 	struct pending *pending;
 	bool closed;
-	bool shut;                 /* guest_link_shutdown was called */
-	char *close_reason;        /* heap */
+	bool shut;          /* guest_link_shutdown was called */
+	char *close_reason; /* heap */
 };
 
 static void
@@ -97,7 +97,8 @@ link_dispatch(struct guest_link *gl, Moat__V1__GuestMessage *msg,
 		if (msg->id == 0 || msg->id > gl->last_id) {
 			pthread_mutex_unlock(&gl->mu);
 			*why = moat_asprintf("an answer to request %" PRIu64
-			    ", which was never sent", msg->id);
+			                     ", which was never sent",
+			    msg->id);
 			rv = -1;
 			break;
 		}
@@ -166,15 +167,15 @@ link_reader_main(void *arg)
 
 			if (take > room)
 				take = room;
-			if (moat_frame_reader_feed(&fr, chunk + off, take)
-			    != MOAT_OK) {
+			if (moat_frame_reader_feed(&fr, chunk + off, take) !=
+			    MOAT_OK) {
 				reason = strdup("out of memory for the guest "
-				    "link");
+				                "link");
 				goto out;
 			}
 			off += take;
 			while ((rv = moat_frame_reader_next(&fr, &frame,
-			    &len)) == MOAT_OK) {
+			            &len)) == MOAT_OK) {
 				Moat__V1__GuestMessage *msg;
 				char *why = NULL;
 
@@ -182,16 +183,20 @@ link_reader_main(void *arg)
 				    len, frame);
 				free(frame);
 				if (msg == NULL) {
-					reason = moat_asprintf("the guest "
-					    "sent a malformed frame: %zu bytes "
+					reason = moat_asprintf(
+					    "the guest "
+					    "sent a malformed frame: %zu "
+					    "bytes "
 					    "that do not decode as a "
-					    "GuestMessage", len);
+					    "GuestMessage",
+					    len);
 					violation = true;
 					goto out;
 				}
 				if (link_dispatch(gl, msg, &ready_seen,
-				    &why) != 0) {
-					reason = moat_asprintf("the guest "
+				        &why) != 0) {
+					reason = moat_asprintf(
+					    "the guest "
 					    "sent a malformed frame: %s",
 					    why ? why : "?");
 					free(why);
@@ -204,16 +209,17 @@ link_reader_main(void *arg)
 				    ((size_t)fr.buf[1] << 16) |
 				    ((size_t)fr.buf[2] << 8) |
 				    (size_t)fr.buf[3];
-				reason = moat_asprintf("the guest sent a "
+				reason = moat_asprintf(
+				    "the guest sent a "
 				    "malformed frame: a frame of %zu bytes, "
-				    "over the %zu-byte cap", declared,
-				    fr.max_frame);
+				    "over the %zu-byte cap",
+				    declared, fr.max_frame);
 				violation = true;
 				goto out;
 			}
 			if (rv != MOAT_UNAVAILABLE) {
 				reason = strdup("out of memory for the guest "
-				    "link");
+				                "link");
 				goto out;
 			}
 		}
@@ -268,15 +274,15 @@ guest_link_open(struct guest_link **out, int fd, size_t max_frame,
 	vmd_cond_init(&gl->cv);
 	flags = fcntl(fd, F_GETFL);
 	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-		*errmsg = moat_asprintf("guest link: fcntl: %s",
-		    strerror(errno));
+		*errmsg =
+		    moat_asprintf("guest link: fcntl: %s", strerror(errno));
 		guest_link_free(gl);
 		return MOAT_INTERNAL;
 	}
-	if ((rv = vmd_thread_create(&gl->reader, link_reader_main, gl))
-	    != 0) {
+	if ((rv = vmd_thread_create(&gl->reader, link_reader_main, gl)) != 0) {
 		*errmsg = moat_asprintf("guest link: cannot start its "
-		    "reader thread: %s", strerror(rv));
+		                        "reader thread: %s",
+		    strerror(rv));
 		guest_link_free(gl);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
@@ -318,12 +324,15 @@ link_write(struct guest_link *gl, const uint8_t *buf, size_t len,
 			break;
 		}
 		if (now >= deadline_ms) {
-			*errmsg = moat_asprintf("the guest did not take a "
-			    "%zu-byte request before the deadline", len);
+			*errmsg = moat_asprintf(
+			    "the guest did not take a "
+			    "%zu-byte request before the deadline",
+			    len);
 			rv = MOAT_DEADLINE_EXCEEDED;
 			break;
 		}
-		ms = deadline_ms - now > 1000 ? 1000 : (int)(deadline_ms - now);
+		ms =
+		    deadline_ms - now > 1000 ? 1000 : (int)(deadline_ms - now);
 		if (poll(&pfd, 1, ms) < 0 && errno != EINTR) {
 			*errmsg = moat_asprintf("guest link poll: %s",
 			    strerror(errno));
@@ -332,8 +341,9 @@ link_write(struct guest_link *gl, const uint8_t *buf, size_t len,
 		}
 		pthread_mutex_lock(&gl->mu);
 		if (gl->closed) {
-			*errmsg = strdup(gl->close_reason ? gl->close_reason :
-			    "the guest link closed");
+			*errmsg =
+			    strdup(gl->close_reason ? gl->close_reason :
+			                              "the guest link closed");
 			pthread_mutex_unlock(&gl->mu);
 			rv = MOAT_UNAVAILABLE;
 			break;
@@ -356,7 +366,8 @@ link_write(struct guest_link *gl, const uint8_t *buf, size_t len,
 		/* Half a frame is on the wire: nothing after it can be
 		 * understood. Under write_mu: guest_link_close_fd may not
 		 * close the descriptor meanwhile. */
-		link_mark_closed(gl, "the guest stopped reading its link "
+		link_mark_closed(gl,
+		    "the guest stopped reading its link "
 		    "in the middle of a request");
 		shutdown(gl->fd, SHUT_RDWR);
 	}
@@ -383,7 +394,8 @@ guest_link_call(struct guest_link *gl, Moat__V1__GuestRequest *req,
 	body_len = moat__v1__guest_request__get_packed_size(req);
 	if (body_len > gl->max_frame) {
 		*errmsg = moat_asprintf("a %zu-byte guest request is over the "
-		    "%zu-byte frame cap", body_len, gl->max_frame);
+		                        "%zu-byte frame cap",
+		    body_len, gl->max_frame);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if ((body = malloc(body_len ? body_len : 1)) == NULL) {
@@ -402,7 +414,7 @@ guest_link_call(struct guest_link *gl, Moat__V1__GuestRequest *req,
 	pthread_mutex_lock(&gl->mu);
 	if (gl->closed) {
 		*errmsg = strdup(gl->close_reason ? gl->close_reason :
-		    "the guest link closed");
+		                                    "the guest link closed");
 		pthread_mutex_unlock(&gl->mu);
 		free(frame);
 		return MOAT_UNAVAILABLE;
@@ -417,15 +429,19 @@ guest_link_call(struct guest_link *gl, Moat__V1__GuestRequest *req,
 	pthread_mutex_lock(&gl->mu);
 	while (rv == MOAT_OK && self.reply == NULL) {
 		if (gl->closed) {
-			*errmsg = strdup(gl->close_reason ? gl->close_reason :
-			    "the guest link closed");
+			*errmsg =
+			    strdup(gl->close_reason ? gl->close_reason :
+			                              "the guest link closed");
 			rv = MOAT_UNAVAILABLE;
 			break;
 		}
 		if (vmd_cond_wait_until(&gl->cv, &gl->mu, deadline_ms) ==
-		    ETIMEDOUT && self.reply == NULL) {
-			*errmsg = moat_asprintf("the guest agent did not "
-			    "answer request %" PRIu64 " in time", self.id);
+		        ETIMEDOUT &&
+		    self.reply == NULL) {
+			*errmsg =
+			    moat_asprintf("the guest agent did not "
+			                  "answer request %" PRIu64 " in time",
+			        self.id);
 			rv = MOAT_DEADLINE_EXCEEDED;
 		}
 	}

@@ -26,8 +26,7 @@ struct guest_link_hooks {
 	void (*ready)(void *arg, const Moat__V1__AgentReady *ready);
 	/* event: exec_output or exec_exit. Returns 0, or non-zero with *why
 	 * (heap) to call it a protocol violation. */
-	int (*event)(void *arg, const Moat__V1__GuestMessage *msg,
-	    char **why);
+	int (*event)(void *arg, const Moat__V1__GuestMessage *msg, char **why);
 	/* closed: the link is gone, once. `violation`: the guest broke the
 	 * protocol (reason says how); else the stream ended or failed. */
 	void (*closed)(void *arg, bool violation, const char *reason);
@@ -66,8 +65,7 @@ void guest_link_shutdown(struct guest_link *gl, const char *why);
  * one `from` handed out, so ids stay unique across a link and its
  * replacement (vmd uses them as exec ids). Call before anyone else uses
  * `gl`. */
-void guest_link_continue_ids(struct guest_link *gl,
-    struct guest_link *from);
+void guest_link_continue_ids(struct guest_link *gl, struct guest_link *from);
 
 /* guest_link_close_fd: after guest_link_shutdown: closes the stream's
  * file descriptor now (waiting for a writer still inside), so a link

@@ -32,8 +32,9 @@ vmd_image_stamp(const struct vmd *vmd, const char *image)
 {
 	char *stamp = strdup("");
 
-	for (size_t i = 0; stamp != NULL && i < sizeof(sandbox_image_files) /
-	    sizeof(sandbox_image_files[0]); i++) {
+	for (size_t i = 0; stamp != NULL &&
+	     i < sizeof(sandbox_image_files) / sizeof(sandbox_image_files[0]);
+	     i++) {
 		char *p = vmd_image_path(vmd, image, sandbox_image_files[i]);
 		char *next = NULL;
 		struct stat st;
@@ -52,8 +53,9 @@ vmd_image_stamp(const struct vmd *vmd, const char *image)
 bool
 vmd_image_present(const struct vmd *vmd, const char *image)
 {
-	for (size_t i = 0; i < sizeof(sandbox_image_files) /
-	    sizeof(sandbox_image_files[0]); i++) {
+	for (size_t i = 0;
+	     i < sizeof(sandbox_image_files) / sizeof(sandbox_image_files[0]);
+	     i++) {
 		char *p = vmd_image_path(vmd, image, sandbox_image_files[i]);
 		bool ok = p != NULL && access(p, R_OK) == 0;
 
@@ -82,8 +84,8 @@ vmd_images_list(const struct vmd *vmd, char ***names, size_t *n)
 		if (de->d_name[0] == '.' ||
 		    !vmd_image_present(vmd, de->d_name))
 			continue;
-		if ((grown = realloc(list, (count + 1) * sizeof(*list)))
-		    == NULL)
+		if ((grown = realloc(list, (count + 1) * sizeof(*list))) ==
+		    NULL)
 			break;
 		list = grown;
 		if ((list[count] = strdup(de->d_name)) == NULL)
@@ -106,7 +108,8 @@ vmd_image_name_ok(const char *s)
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+		        (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		        c == '.'))
 			return false;
 	}
 	return true;

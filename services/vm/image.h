@@ -32,5 +32,4 @@ bool vmd_image_name_ok(const char *s);
  * strings, caller frees both). */
 int vmd_images_list(const struct vmd *vmd, char ***names, size_t *n);
 
-
 #endif

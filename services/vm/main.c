@@ -65,9 +65,11 @@ usage(FILE *f)
 	fprintf(f,
 	    "usage: moat-vmd [options]\n"
 	    "       moat-vmd purge STATE_DIR   delete a stopped vmd's state\n"
-	    "                          and its snapshots' RAM copies on tmpfs\n"
+	    "                          and its snapshots' RAM copies on "
+	    "tmpfs\n"
 	    "  --config FILE      moat.conf (default $MOAT_CONFIG)\n"
-	    "  --listen URL       RPC address (default ipc://<state>/vmd.sock)\n"
+	    "  --listen URL       RPC address (default "
+	    "ipc://<state>/vmd.sock)\n"
 	    "  --survey URL       the gateway's survey address to answer\n"
 	    "  --state-dir DIR    default $MOAT_STATE_DIR or /var/lib/moat\n"
 	    "  --image-dir DIR    built images (default <state>/images)\n"
@@ -76,15 +78,18 @@ usage(FILE *f)
 	    "  --cache-dir DIR    default /var/cache/moat\n"
 	    "  --driver NAME      auto, qemu or firecracker (default auto:\n"
 	    "                     firecracker when installed and KVM works)\n"
-	    "  --snapd URL        moat-snapd: snapshots are pushed there after\n"
-	    "                     the sandbox resumes, and restores of ids this\n"
+	    "  --snapd URL        moat-snapd: snapshots are pushed there "
+	    "after\n"
+	    "                     the sandbox resumes, and restores of ids "
+	    "this\n"
 	    "                     node lacks pull from it (default: none)\n"
 	    "  --templates on|off creates without cold_boot clone the node's\n"
 	    "                     ready snapshot of their shape (image,\n"
 	    "                     sizes, accel), made in the background\n"
 	    "                     after the first cold boot (default on)\n"
 	    "  --template-spares N ready RAM copies kept per template in\n"
-	    "                     /dev/shm, so a clone renames one instead of\n"
+	    "                     /dev/shm, so a clone renames one instead "
+	    "of\n"
 	    "                     copying the RAM; each costs the template's\n"
 	    "                     RAM data in tmpfs (~93 MB for a 256 MiB\n"
 	    "                     guest); removed when vmd stops (default 2,\n"
@@ -97,11 +102,14 @@ usage(FILE *f)
 	    "  --snapshot-ram-mib N  RAM dir room for snapshots' RAM copies;\n"
 	    "                     past it the least recently used go to disk\n"
 	    "                     (snapd's chunks, else the state dir) and a\n"
-	    "                     restore brings them back (default a quarter\n"
-	    "                     of host memory; 0: every copy goes at once)\n"
+	    "                     restore brings them back (default a "
+	    "quarter\n"
+	    "                     of host memory; 0: every copy goes at "
+	    "once)\n"
 	    "  --version, --help\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
-	    "the environment; further keys: advertise-url, qemu, firecracker,\n"
+	    "the environment; further keys: advertise-url, qemu, "
+	    "firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
 	    "vcpus, boot-timeout-ms; [firecracker] jailer, jailer-binary,\n"
 	    "chroot-base, cgroup-root, parent-cgroup, netns, uid-base,\n"
@@ -152,8 +160,8 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	if ((cfg->state_dir = moat_config_state_dir(c, SECTION)) == NULL)
 		return MOAT_INTERNAL;
 	/* Trailing slashes would make two spellings of one directory. */
-	for (size_t n = strlen(cfg->state_dir); n > 1 &&
-	    cfg->state_dir[n - 1] == '/'; n--)
+	for (size_t n = strlen(cfg->state_dir);
+	     n > 1 && cfg->state_dir[n - 1] == '/'; n--)
 		cfg->state_dir[n - 1] = '\0';
 
 	def = moat_asprintf("%s/images", cfg->state_dir);
@@ -177,7 +185,8 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	    !cfg->ram_dir)
 		return MOAT_INTERNAL;
 	if (vmd_driver_check_name(cfg->driver, &errmsg) != MOAT_OK) {
-		fprintf(stderr, "moat-vmd: %s\n", errmsg ? errmsg : "out of memory");
+		fprintf(stderr, "moat-vmd: %s\n",
+		    errmsg ? errmsg : "out of memory");
 		free(errmsg);
 		return MOAT_INVALID_ARGUMENT;
 	}
@@ -187,26 +196,29 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 		return MOAT_INTERNAL;
 	if (strcmp(cfg->accel, "auto") && strcmp(cfg->accel, "kvm") &&
 	    strcmp(cfg->accel, "tcg")) {
-		fprintf(stderr, "moat-vmd: accel \"%s\" is not one of auto, "
-		    "kvm, tcg\n", cfg->accel);
+		fprintf(stderr,
+		    "moat-vmd: accel \"%s\" is not one of auto, "
+		    "kvm, tcg\n",
+		    cfg->accel);
 		return MOAT_INVALID_ARGUMENT;
 	}
 
-#define U64(key, def, dst, lo, hi)                                          \
-	do {                                                                \
-		if ((rv = moat_config_get_u64(c, SECTION, key, def, &v,     \
-		    &errmsg)) != 0) {                                       \
-			fprintf(stderr, "moat-vmd: %s\n", errmsg);         \
-			free(errmsg);                                       \
-			return rv;                                          \
-		}                                                           \
-		if (v < (lo) || v > (hi)) {                                 \
-			fprintf(stderr, "moat-vmd: %s=%" PRIu64 " is out "  \
-			    "of range %" PRIu64 "..%" PRIu64 "\n", key, v,  \
-			    (uint64_t)(lo), (uint64_t)(hi));                \
-			return MOAT_INVALID_ARGUMENT;                       \
-		}                                                           \
-		dst = v;                                                    \
+#define U64(key, def, dst, lo, hi)                                            \
+	do {                                                                  \
+		if ((rv = moat_config_get_u64(c, SECTION, key, def, &v,       \
+		         &errmsg)) != 0) {                                    \
+			fprintf(stderr, "moat-vmd: %s\n", errmsg);            \
+			free(errmsg);                                         \
+			return rv;                                            \
+		}                                                             \
+		if (v < (lo) || v > (hi)) {                                   \
+			fprintf(stderr,                                       \
+			    "moat-vmd: %s=%" PRIu64 " is out "                \
+			    "of range %" PRIu64 "..%" PRIu64 "\n",            \
+			    key, v, (uint64_t)(lo), (uint64_t)(hi));          \
+			return MOAT_INVALID_ARGUMENT;                         \
+		}                                                             \
+		dst = v;                                                      \
 	} while (0)
 
 	U64("vcpus", (uint64_t)ncpu, cfg->vcpus_total, 1, 4096);
@@ -220,35 +232,39 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	    cfg->boot_timeout_ms, 100, 3600000);
 	/* No lower bound: 0 turns the spares off. */
 	if ((rv = moat_config_get_u64(c, SECTION, "template-spares", 2, &v,
-	    &errmsg)) != 0) {
+	         &errmsg)) != 0) {
 		fprintf(stderr, "moat-vmd: %s\n", errmsg);
 		free(errmsg);
 		return rv;
 	}
 	if (v > 64) {
-		fprintf(stderr, "moat-vmd: template-spares=%" PRIu64 " is out "
-		    "of range 0..64\n", v);
+		fprintf(stderr,
+		    "moat-vmd: template-spares=%" PRIu64 " is out "
+		    "of range 0..64\n",
+		    v);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	cfg->template_spares = (uint32_t)v;
 	/* No lower bound: 0 sends every snapshot's RAM to disk at once. */
 	if ((rv = moat_config_get_u64(c, SECTION, "snapshot-ram-mib",
-	    host_memory_mib() / 4, &v, &errmsg)) != 0) {
+	         host_memory_mib() / 4, &v, &errmsg)) != 0) {
 		fprintf(stderr, "moat-vmd: %s\n", errmsg);
 		free(errmsg);
 		return rv;
 	}
 	if (v > (UINT64_C(1) << 30)) {
-		fprintf(stderr, "moat-vmd: snapshot-ram-mib=%" PRIu64 " is out "
-		    "of range 0..%" PRIu64 "\n", v, UINT64_C(1) << 30);
+		fprintf(stderr,
+		    "moat-vmd: snapshot-ram-mib=%" PRIu64 " is out "
+		    "of range 0..%" PRIu64 "\n",
+		    v, UINT64_C(1) << 30);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	cfg->snapshot_ram_mib = v;
 #undef U64
 	if ((rv = moat_config_get_bool(c, SECTION, "test-hooks", false,
-	    &cfg->test_hooks, &errmsg)) != 0 ||
+	         &cfg->test_hooks, &errmsg)) != 0 ||
 	    (rv = moat_config_get_bool(c, SECTION, "templates", true,
-	    &cfg->templates, &errmsg)) != 0) {
+	         &cfg->templates, &errmsg)) != 0) {
 		fprintf(stderr, "moat-vmd: %s\n", errmsg);
 		free(errmsg);
 		return rv;
@@ -298,9 +314,10 @@ state_lock(const char *state_dir, int *fd_out)
 
 		if (n > 0)
 			pid[strcspn(pid, "\n")] = '\0';
-		fprintf(stderr, "moat-vmd: another moat-vmd (pid %s) uses state "
-		    "directory %s: stop it or pick another --state-dir\n", pid,
-		    state_dir);
+		fprintf(stderr,
+		    "moat-vmd: another moat-vmd (pid %s) uses state "
+		    "directory %s: stop it or pick another --state-dir\n",
+		    pid, state_dir);
 		close(fd);
 		free(path);
 		return MOAT_FAILED_PRECONDITION;
@@ -329,14 +346,15 @@ purge_ram_links(const char *dir)
 		ssize_t n;
 		struct stat st;
 
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+		if (strcmp(e->d_name, ".") == 0 ||
+		    strcmp(e->d_name, "..") == 0)
 			continue;
 		if ((path = moat_asprintf("%s/%s", dir, e->d_name)) == NULL)
 			continue;
 		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
 			purge_ram_links(path);
-		} else if (S_ISLNK(st.st_mode) && (n = readlink(path, target,
-		    sizeof(target) - 1)) > 0) {
+		} else if (S_ISLNK(st.st_mode) &&
+		    (n = readlink(path, target, sizeof(target) - 1)) > 0) {
 			target[n] = '\0';
 			if (vmd_ram_path_ours(target))
 				(void)unlink(target);
@@ -382,9 +400,10 @@ purge_main(const char *state_dir)
 		return moat_status_exit_code(rv);
 	/* The RAM dir the vmd used (default /dev/shm if none recorded). */
 	if ((err = vmd_ram_dir_recall(state_dir)) != 0)
-		fprintf(stderr, "moat-vmd: the recorded RAM dir of %s is gone "
-		    "(%s); RAM files there are not removed\n", state_dir,
-		    strerror(err));
+		fprintf(stderr,
+		    "moat-vmd: the recorded RAM dir of %s is gone "
+		    "(%s); RAM files there are not removed\n",
+		    state_dir, strerror(err));
 	purge_ram_links(state_dir);
 	purge_spares(state_dir);
 	close(fd);
@@ -417,7 +436,7 @@ main(int argc, char **argv)
 	if (argc == 3 && strcmp(argv[1], "purge") == 0)
 		return purge_main(argv[2]);
 	if ((rv = moat_config_from_args(argc, argv, vmd_options, "moat-vmd",
-	    SECTION, usage, &config)) != -1)
+	         SECTION, usage, &config)) != -1)
 		return rv;
 	if ((rv = vmd_configure(&vmd, config)) != MOAT_OK)
 		goto out;
@@ -450,13 +469,16 @@ main(int argc, char **argv)
 		goto out;
 	}
 	if ((err = vmd_ram_dir_record(vmd.cfg.state_dir)) != 0)
-		moat_warn(0, "cannot record the RAM dir in %s: %s; `moat-vmd "
-		    "purge` will look in /dev/shm", vmd.cfg.state_dir,
-		    strerror(err));
+		moat_warn(0,
+		    "cannot record the RAM dir in %s: %s; `moat-vmd "
+		    "purge` will look in /dev/shm",
+		    vmd.cfg.state_dir, strerror(err));
 	moat_info(0, "guest RAM in %s: snapshots %s", vmd_ram_dir(),
-	    vmd_ram_dir_reflinks() ? "clone it (reflinks), the pause does "
-	    "not grow with RAM" : "copy it while the guest is paused (no "
-	    "reflinks there; XFS or btrfs would avoid the copy)");
+	    vmd_ram_dir_reflinks() ?
+	        "clone it (reflinks), the pause does "
+	        "not grow with RAM" :
+	        "copy it while the guest is paused (no "
+	        "reflinks there; XFS or btrfs would avoid the copy)");
 	if ((rv = vmd_driver_select(&vmd, config, &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "the VMM is not usable");
 		free(errmsg);
@@ -469,7 +491,7 @@ main(int argc, char **argv)
 	 * report remote_stored=false until it is up. */
 	if (vmd.cfg.snapd_url[0] != '\0' &&
 	    (rv = moat_rpc_client_open(&vmd.snapd, vmd.cfg.snapd_url,
-	    &errmsg)) != MOAT_OK) {
+	         &errmsg)) != MOAT_OK) {
 		moat_error(0, "snapd %s: %s (fix [vmd] snapd / --snapd)",
 		    vmd.cfg.snapd_url, errmsg ? errmsg : "cannot dial");
 		free(errmsg);
@@ -492,7 +514,7 @@ main(int argc, char **argv)
 
 	vmd_service(&vmd, &svc);
 	if ((rv = moat_rpc_server_start(&server, vmd.cfg.listen_url, &svc, 0,
-	    &errmsg)) != MOAT_OK) {
+	         &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "cannot listen");
 		free(errmsg);
 		errmsg = NULL;
@@ -501,14 +523,15 @@ main(int argc, char **argv)
 	if (vmd.cfg.survey_url[0] != '\0' &&
 	    vmd.cfg.advertise_url[0] == '\0' &&
 	    (strstr(vmd.cfg.listen_url, "://0.0.0.0") != NULL ||
-	    strstr(vmd.cfg.listen_url, "://*") != NULL ||
-	    strstr(vmd.cfg.listen_url, "://[::]") != NULL))
-		moat_warn(0, "listening on %s, which the gateway cannot dial: "
+	        strstr(vmd.cfg.listen_url, "://*") != NULL ||
+	        strstr(vmd.cfg.listen_url, "://[::]") != NULL))
+		moat_warn(0,
+		    "listening on %s, which the gateway cannot dial: "
 		    "set [vmd] advertise-url to this host's reachable address",
 		    vmd.cfg.listen_url);
 	if (vmd.cfg.survey_url[0] != '\0' &&
 	    (rv = vmd_survey_start(&vmd, vmd.cfg.survey_url, &survey,
-	    &errmsg)) != MOAT_OK) {
+	         &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "survey");
 		free(errmsg);
 		errmsg = NULL;
@@ -517,10 +540,11 @@ main(int argc, char **argv)
 	{
 		char accel[8];
 		vmd_accel_current(&vmd, accel);
-		moat_info(0, "moat-vmd %s node %s listening on %s (state %s, "
-		    "images %s, accel %s%s%s, %s)", MOAT_VERSION,
-		    vmd.cfg.node_id, vmd.cfg.listen_url, vmd.cfg.state_dir,
-		    vmd.cfg.image_dir, vmd.cfg.accel,
+		moat_info(0,
+		    "moat-vmd %s node %s listening on %s (state %s, "
+		    "images %s, accel %s%s%s, %s)",
+		    MOAT_VERSION, vmd.cfg.node_id, vmd.cfg.listen_url,
+		    vmd.cfg.state_dir, vmd.cfg.image_dir, vmd.cfg.accel,
 		    accel[0] ? " -> " : "", accel, vmd.vmm_version);
 	}
 

@@ -27,7 +27,7 @@
 #define VMD_DEFAULT_BOOT_TIMEOUT_MS 60000u
 #define VMD_ACCEL_PROBE_MS 15000u
 #define VMD_EXEC_DEFAULT_TIMEOUT_MS 300000u
-#define VMD_EXEC_MAX_TIMEOUT_MS 86400000u      /* 24 h */
+#define VMD_EXEC_MAX_TIMEOUT_MS 86400000u /* 24 h */
 #define VMD_EXEC_DEFAULT_CAP (1u << 20)
 #define VMD_EXEC_MAX_CAP (64u << 20)
 #define VMD_EXEC_KEEP_FINISHED 32u
@@ -39,18 +39,18 @@ struct vmd_config {
 	char *image_dir;
 	char *cache_dir;
 	char *listen_url;
-	char *survey_url;          /* "" : no survey respondent */
-	char *advertise_url;       /* Node.rpc_url; default listen_url */
+	char *survey_url;    /* "" : no survey respondent */
+	char *advertise_url; /* Node.rpc_url; default listen_url */
 	char *node_id;
-	char *accel;               /* "auto", "kvm" or "tcg" */
+	char *accel; /* "auto", "kvm" or "tcg" */
 	char *qemu_binary;
-	char *kvm_device;          /* accel=auto checks that it opens */
-	char *driver;              /* "auto", "qemu" or "firecracker" */
+	char *kvm_device; /* accel=auto checks that it opens */
+	char *driver;     /* "auto", "qemu" or "firecracker" */
 	char *firecracker_binary;
 	bool test_hooks;
 	uint32_t vcpus_total;
 	uint64_t memory_mib_total;
-	uint32_t max_vcpus;        /* per sandbox */
+	uint32_t max_vcpus; /* per sandbox */
 	uint32_t max_memory_mib;
 	uint32_t boot_timeout_ms;
 	char *snapd_url;           /* "" : snapshots stay local (no push) */
@@ -69,8 +69,8 @@ struct vmd_config {
 struct vmd_accel {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	char decided[8];           /* "", "kvm", "tcg" */
-	bool probing;              /* one boot is finding out */
+	char decided[8]; /* "", "kvm", "tcg" */
+	bool probing;    /* one boot is finding out */
 };
 
 struct sandbox;
@@ -81,16 +81,17 @@ struct vmd_snapram;
 struct vmd {
 	struct vmd_config cfg;
 	const struct moat_vmm_ops *vmm;
-	const char *vmm_binary;    /* the chosen driver's binary (cfg) */
-	char *vmm_version;         /* from probe */
-	uint64_t started_ms;       /* monotonic */
+	const char *vmm_binary; /* the chosen driver's binary (cfg) */
+	char *vmm_version;      /* from probe */
+	uint64_t started_ms;    /* monotonic */
 	struct vmd_accel accel;
 	pthread_mutex_t scratch_mu; /* one scratch template made at a time */
 	struct moat_rpc_client *snapd; /* NULL without [vmd] snapd; owned */
-	pthread_mutex_t fetch_mu;  /* one snapshot pulled from snapd at a time */
+	pthread_mutex_t
+	    fetch_mu; /* one snapshot pulled from snapd at a time */
 
 	struct vmd_templates *templates; /* templates.c; owned */
-	struct vmd_snapram *snapram; /* snapram.c; owned */
+	struct vmd_snapram *snapram;     /* snapram.c; owned */
 
 	/* How guest events beyond the agent's own reach whoever handles
 	 * them (exec.c registers itself: vmd_sandbox_set_guest_handler);

@@ -45,8 +45,9 @@ probe_reflink(const char *dir)
 		goto out;
 	fa = open(a, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	fb = open(b, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fa >= 0 && fb >= 0 && write(fa, block, sizeof(block)) ==
-	    (ssize_t)sizeof(block) && fsync(fa) == 0)
+	if (fa >= 0 && fb >= 0 &&
+	    write(fa, block, sizeof(block)) == (ssize_t)sizeof(block) &&
+	    fsync(fa) == 0)
 		ok = ioctl(fb, FICLONE, fa) == 0;
 out:
 	if (fa >= 0)
@@ -68,18 +69,22 @@ vmd_ram_dir_set(const char *dir, char **errmsg)
 	struct stat st;
 
 	*errmsg = NULL;
-	if (dir == NULL || dir[0] != '/' || strlen(dir) >= sizeof(ram_dir) -
-	    64 || strstr(dir, "/..") != NULL || strchr(dir, ',') != NULL) {
-		*errmsg = moat_asprintf("ram-dir \"%s\" must be an absolute "
+	if (dir == NULL || dir[0] != '/' ||
+	    strlen(dir) >= sizeof(ram_dir) - 64 ||
+	    strstr(dir, "/..") != NULL || strchr(dir, ',') != NULL) {
+		*errmsg = moat_asprintf(
+		    "ram-dir \"%s\" must be an absolute "
 		    "path without \"..\" or commas, under %zu characters",
 		    dir ? dir : "", sizeof(ram_dir) - 64);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
 	    access(dir, W_OK) != 0) {
-		*errmsg = moat_asprintf("ram-dir %s is not a writable "
+		*errmsg = moat_asprintf(
+		    "ram-dir %s is not a writable "
 		    "directory: create it (tmpfs such as /dev/shm, or XFS "
-		    "with reflinks for short snapshot pauses)", dir);
+		    "with reflinks for short snapshot pauses)",
+		    dir);
 		return MOAT_FAILED_PRECONDITION;
 	}
 	snprintf(ram_dir, sizeof(ram_dir), "%s", dir);
@@ -122,8 +127,8 @@ vmd_ram_unlink(const char *path)
 		return errno;
 	/* The unlink changed the directory: forcing the directory to the
 	 * log forces the transaction that freed the file's blocks. */
-	if (ram_reflinks && (fd = open(ram_dir, O_RDONLY | O_DIRECTORY |
-	    O_CLOEXEC)) >= 0) {
+	if (ram_reflinks &&
+	    (fd = open(ram_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
 		(void)fsync(fd);
 		close(fd);
 	}

@@ -47,8 +47,8 @@ enum sandbox_step
 vmd_sandbox_step(struct sandbox *sb, enum sandbox_event ev)
 {
 	enum sandbox_state to;
-	enum sandbox_step step = vmd_sandbox_state_next(sb->lifecycle, ev,
-	    &to);
+	enum sandbox_step step =
+	    vmd_sandbox_state_next(sb->lifecycle, ev, &to);
 
 	switch (step) {
 	case SANDBOX_STEP_MOVED:
@@ -161,8 +161,10 @@ vmd_sandbox_get(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "sandbox_id is empty: name a sandbox (moat sandbox ls "
 		    "lists sandboxes)");
-	return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %s not found "
-	    "(moat sandbox ls lists sandboxes)", id);
+	return moat_rpc_error(call, MOAT_NOT_FOUND,
+	    "sandbox %s not found "
+	    "(moat sandbox ls lists sandboxes)",
+	    id);
 }
 
 int
@@ -180,18 +182,22 @@ vmd_sandbox_get_running(struct vmd *vmd, struct moat_rpc_call *call,
 		rv = MOAT_OK;
 		break;
 	case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING:
-		rv = moat_rpc_error(call, MOAT_UNAVAILABLE, "sandbox %s is "
-		    "still booting: try again when it is RUNNING", id);
+		rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
+		    "sandbox %s is "
+		    "still booting: try again when it is RUNNING",
+		    id);
 		break;
 	case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED:
-		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "sandbox "
-		    "%s has failed: %s. Destroy it and create a new one", id,
-		    sb->failure_reason ? sb->failure_reason : "unknown");
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox "
+		    "%s has failed: %s. Destroy it and create a new one",
+		    id, sb->failure_reason ? sb->failure_reason : "unknown");
 		break;
 	default:
-		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "sandbox "
-		    "%s is %s", id, vmd_sandbox_api_state_name(
-		    vmd_sandbox_api_state(sb)));
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox "
+		    "%s is %s",
+		    id, vmd_sandbox_api_state_name(vmd_sandbox_api_state(sb)));
 		break;
 	}
 	pthread_mutex_unlock(&sb->mu);
@@ -304,32 +310,40 @@ vmd_sandbox_validate(struct vmd *vmd, struct moat_rpc_call *call,
 {
 	const struct vmd_config *cfg = &vmd->cfg;
 	uint32_t vcpus = req->vcpus ? req->vcpus : VMD_DEFAULT_VCPUS;
-	uint32_t mem = req->memory_mib ? req->memory_mib :
-	    VMD_DEFAULT_MEMORY_MIB;
-	uint64_t scratch = req->scratch_mib ? req->scratch_mib :
-	    VMD_DEFAULT_SCRATCH_MIB;
+	uint32_t mem =
+	    req->memory_mib ? req->memory_mib : VMD_DEFAULT_MEMORY_MIB;
+	uint64_t scratch =
+	    req->scratch_mib ? req->scratch_mib : VMD_DEFAULT_SCRATCH_MIB;
 
 	*test_mode = NULL;
 	if (vcpus > cfg->max_vcpus)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "vcpus %u is "
-		    "out of range: node %s allows 1 to %u per sandbox", vcpus,
-		    cfg->node_id, cfg->max_vcpus);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "vcpus %u is "
+		    "out of range: node %s allows 1 to %u per sandbox",
+		    vcpus, cfg->node_id, cfg->max_vcpus);
 	if (mem < VMD_MIN_MEMORY_MIB || mem > cfg->max_memory_mib)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "memory_mib "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "memory_mib "
 		    "%u is out of range: node %s allows %u to %u MiB per "
-		    "sandbox", mem, cfg->node_id, VMD_MIN_MEMORY_MIB,
+		    "sandbox",
+		    mem, cfg->node_id, VMD_MIN_MEMORY_MIB,
 		    cfg->max_memory_mib);
 	if (scratch < VMD_MIN_SCRATCH_MIB || scratch > VMD_MAX_SCRATCH_MIB)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "scratch_mib "
-		    "%" PRIu64 " is out of range: %u to %u MiB", scratch,
-		    VMD_MIN_SCRATCH_MIB, VMD_MAX_SCRATCH_MIB);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "scratch_mib "
+		    "%" PRIu64 " is out of range: %u to %u MiB",
+		    scratch, VMD_MIN_SCRATCH_MIB, VMD_MAX_SCRATCH_MIB);
 	if (!vmd_image_name_ok(image))
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "image name "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "image name "
 		    "\"%s\" is not valid: use letters, digits, '-', '_' and "
-		    "'.'", image);
+		    "'.'",
+		    image);
 	if (req->n_labels > SANDBOX_MAX_LABELS)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "%zu labels "
-		    "given: at most %d", req->n_labels, SANDBOX_MAX_LABELS);
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "%zu labels "
+		    "given: at most %d",
+		    req->n_labels, SANDBOX_MAX_LABELS);
 	for (size_t i = 0; i < req->n_labels; i++) {
 		const char *k = req->labels[i]->key;
 		const char *v = req->labels[i]->value;
@@ -337,27 +351,32 @@ vmd_sandbox_validate(struct vmd *vmd, struct moat_rpc_call *call,
 		if (strlen(k) == 0 || strlen(k) > SANDBOX_MAX_LABEL_KEY ||
 		    strlen(v) > SANDBOX_MAX_LABEL_VALUE)
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-			    "label \"%.40s\" is empty or too long: keys take 1 "
-			    "to %d bytes, values at most %d", k,
-			    SANDBOX_MAX_LABEL_KEY, SANDBOX_MAX_LABEL_VALUE);
+			    "label \"%.40s\" is empty or too long: keys take "
+			    "1 "
+			    "to %d bytes, values at most %d",
+			    k, SANDBOX_MAX_LABEL_KEY, SANDBOX_MAX_LABEL_VALUE);
 		if (strcmp(k, VMD_TEST_LABEL) != 0)
 			continue;
 		if (!cfg->test_hooks)
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-			    "label " VMD_TEST_LABEL " is for moat's own tests: "
-			    "set [vmd] test-hooks=true on this node to use it");
+			    "label " VMD_TEST_LABEL
+			    " is for moat's own tests: "
+			    "set [vmd] test-hooks=true on this node to use "
+			    "it");
 		if (strcmp(v, "garbage") != 0 && strcmp(v, "oversize") != 0 &&
 		    strcmp(v, "flood") != 0)
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "label " VMD_TEST_LABEL "=%s is unknown: use "
-			    "garbage, oversize or flood", v);
+			    "garbage, oversize or flood",
+			    v);
 		*test_mode = v;
 	}
 	if (!vmd_image_present(vmd, image))
-		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "image "
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "image "
 		    "\"%s\" is not built: run images/build.sh --name %s "
-		    "--out %s as root (looked in %s/%s)", image, image,
-		    cfg->image_dir, cfg->image_dir, image);
+		    "--out %s as root (looked in %s/%s)",
+		    image, image, cfg->image_dir, cfg->image_dir, image);
 	return MOAT_OK;
 }
 
@@ -371,8 +390,10 @@ sandbox_new_id(struct sandbox_id *id)
 		    (uint64_t)(uintptr_t)id;
 		memcpy(r, &t, sizeof(r));
 	}
-	snprintf(id->str, sizeof(id->str), "sb-%02x%02x%02x%02x%02x%02x%02x"
-	    "%02x", r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+	snprintf(id->str, sizeof(id->str),
+	    "sb-%02x%02x%02x%02x%02x%02x%02x"
+	    "%02x",
+	    r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 }
 
 struct sandbox *
@@ -390,12 +411,12 @@ vmd_sandbox_alloc(struct vmd *vmd, const Moat__V1__CreateSandboxRequest *req,
 	sandbox_new_id(&sb->id);
 	sb->lifecycle = SANDBOX_BOOTING;
 	sb->vcpus = req->vcpus ? req->vcpus : VMD_DEFAULT_VCPUS;
-	sb->memory_mib = req->memory_mib ? req->memory_mib :
-	    VMD_DEFAULT_MEMORY_MIB;
-	sb->scratch_mib = req->scratch_mib ? req->scratch_mib :
-	    VMD_DEFAULT_SCRATCH_MIB;
+	sb->memory_mib =
+	    req->memory_mib ? req->memory_mib : VMD_DEFAULT_MEMORY_MIB;
+	sb->scratch_mib =
+	    req->scratch_mib ? req->scratch_mib : VMD_DEFAULT_SCRATCH_MIB;
 	sb->boot_timeout_ms = req->boot_timeout_ms ? req->boot_timeout_ms :
-	    vmd->cfg.boot_timeout_ms;
+	                                             vmd->cfg.boot_timeout_ms;
 	sb->created_unix_ms = moat_now_unix_ms();
 	sb->dir = moat_asprintf("%s/vms/%s", vmd->cfg.state_dir, sb->id.str);
 	sb->image = strdup(image);
@@ -473,7 +494,7 @@ vmd_sandbox_swap_in(struct vmd *vmd, struct sandbox *old, struct sandbox *sb)
 
 	pthread_mutex_lock(&vmd->mu);
 	for (pp = &vmd->sandboxes; *pp != NULL && *pp != old;
-	    pp = &(*pp)->next)
+	     pp = &(*pp)->next)
 		;
 	if (*pp == NULL || vmd->shutting_down) {
 		pthread_mutex_unlock(&vmd->mu);
@@ -560,12 +581,15 @@ vmd_sandbox_destroy(struct vmd *vmd, struct moat_rpc_call *call,
     const char *id)
 {
 	if (id == NULL || id[0] == '\0')
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "sandbox_id "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "sandbox_id "
 		    "is empty: name a sandbox (moat sandbox ls lists "
 		    "sandboxes)");
 	if (sandbox_destroy(vmd, id, call->request_id) == MOAT_NOT_FOUND)
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %s not "
-		    "found (moat sandbox ls lists sandboxes)", id);
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "sandbox %s not "
+		    "found (moat sandbox ls lists sandboxes)",
+		    id);
 	return MOAT_OK;
 }
 
@@ -600,8 +624,8 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->vmm_pid = sb->vmm_exited ? 0 : sb->vmm.pid;
 	msg->running_execs = sb->execs_running;
 	msg->accel = strdup(sb->accel);
-	msg->failure_reason = strdup(sb->failure_reason ? sb->failure_reason :
-	    "");
+	msg->failure_reason =
+	    strdup(sb->failure_reason ? sb->failure_reason : "");
 	pthread_mutex_unlock(&sb->mu);
 	msg->id = strdup(sb->id.str);
 	msg->node_id = strdup(vmd->cfg.node_id);
@@ -613,8 +637,8 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->created_unix_ms = sb->created_unix_ms;
 	msg->tenant = strdup(sb->tenant);
 	msg->template_id = strdup(sb->template_id ? sb->template_id : "");
-	msg->restored_from = strdup(sb->restored_from ? sb->restored_from :
-	    "");
+	msg->restored_from =
+	    strdup(sb->restored_from ? sb->restored_from : "");
 	if (!msg->accel || !msg->failure_reason || !msg->id || !msg->node_id ||
 	    !msg->image || !msg->driver || !msg->tenant || !msg->template_id ||
 	    !msg->restored_from)
@@ -663,11 +687,15 @@ vmd_reap_orphans(struct vmd *vmd)
 			continue;
 		killed = vmd->vmm->reap_orphan(dir, de->d_name);
 		if ((err = moat_rm_rf(dir)) != 0)
-			moat_warn(0, "cannot remove %s left by an earlier vmd: "
-			    "%s", dir, strerror(err));
+			moat_warn(0,
+			    "cannot remove %s left by an earlier vmd: "
+			    "%s",
+			    dir, strerror(err));
 		moat_info(0, "cleaned up sandbox %s left by an earlier vmd%s",
-		    de->d_name, killed ? " (its VMM was still running and "
-		    "was killed)" : "");
+		    de->d_name,
+		    killed ? " (its VMM was still running and "
+		             "was killed)" :
+		             "");
 		free(dir);
 	}
 	closedir(d);

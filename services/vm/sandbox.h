@@ -50,21 +50,21 @@ struct vmd_guest_handler {
 	/* on_message: one event of sandbox `sb`. Returns 0, or a status
 	 * with *why (heap) when the guest broke the protocol (the link is
 	 * then closed). Called on the link's reader thread, no lock held. */
-	int (*on_message)(struct sandbox *sb,
-	    const Moat__V1__GuestMessage *m, char **why);
+	int (*on_message)(struct sandbox *sb, const Moat__V1__GuestMessage *m,
+	    char **why);
 	/* release: frees what on_message kept in sb (its last reference). */
 	void (*release)(struct sandbox *sb);
 };
 
 struct sandbox {
-	struct sandbox *next;      /* vmd->sandboxes, under vmd->mu */
+	struct sandbox *next; /* vmd->sandboxes, under vmd->mu */
 	struct vmd *vmd;
-	int refs;                  /* under vmd->mu */
+	int refs; /* under vmd->mu */
 	/* Resource facts, not lifecycle: which table and which memory
 	 * account hold it (a hidden sandbox runs unlisted; a restore in
 	 * place swaps its way in). Under vmd->mu. */
-	bool listed;               /* in vmd->sandboxes */
-	bool memory_reserved;      /* counted in vmd's memory_mib_reserved */
+	bool listed;          /* in vmd->sandboxes */
+	bool memory_reserved; /* counted in vmd's memory_mib_reserved */
 
 	/* Fixed at creation; read without a lock. */
 	struct sandbox_id id;
@@ -74,25 +74,25 @@ struct sandbox {
 	char **label_keys;
 	char **label_values;
 	size_t n_labels;
-	char *test_mode;           /* NULL unless a test hook is on */
+	char *test_mode; /* NULL unless a test hook is on */
 	uint32_t vcpus;
 	uint32_t memory_mib;
 	uint64_t scratch_mib;
 	uint32_t boot_timeout_ms;
 	uint64_t created_unix_ms;
-	char *template_id;         /* the template it was cloned from, or
+	char *template_id;   /* the template it was cloned from, or
 	                              NULL (booted or restored) */
-	char *restored_from;       /* the snapshot it was restored from, or
+	char *restored_from; /* the snapshot it was restored from, or
 	                              NULL */
-	char *ram_source;          /* a template clone's RAM source
+	char *ram_source;    /* a template clone's RAM source
 	                              (vmd_template_ram), or NULL */
-	char *ram_spare;           /* a template clone's ready RAM copy
+	char *ram_spare;     /* a template clone's ready RAM copy
 	                              (vmd_template_take_spare), or NULL */
 
-	pthread_mutex_t mu;        /* guards everything below */
-	pthread_cond_t cv;         /* any change below */
+	pthread_mutex_t mu;           /* guards everything below */
+	pthread_cond_t cv;            /* any change below */
 	enum sandbox_state lifecycle; /* only through vmd_sandbox_step */
-	char *failure_reason;      /* heap, once FAILED */
+	char *failure_reason;         /* heap, once FAILED */
 	char accel[8];
 	uint64_t boot_ms;
 
@@ -100,25 +100,25 @@ struct sandbox {
 	 * not the lifecycle: one boot may start several (a retry), and
 	 * the lifecycle reacts to them through events. */
 	struct moat_vmm vmm;
-	bool vmm_exited;           /* reaped by the supervisor */
-	int vmm_status;            /* waitpid status */
-	bool supervisor_running;   /* joinable */
+	bool vmm_exited;         /* reaped by the supervisor */
+	int vmm_status;          /* waitpid status */
+	bool supervisor_running; /* joinable */
 	pthread_t supervisor;
 
 	/* Facts about the current guest link, likewise: a relink replaces
 	 * it while the sandbox stays RELINKING. */
-	struct guest_link *link;   /* NULL before connect */
+	struct guest_link *link; /* NULL before connect */
 	bool agent_ready;
-	uint32_t ready_count;      /* AgentReady messages seen, all links */
+	uint32_t ready_count; /* AgentReady messages seen, all links */
 	bool link_closed;
-	char *link_error;          /* why the link closed, heap */
-	bool relink_lost;          /* a link closed while RELINKING */
+	char *link_error;                  /* why the link closed, heap */
+	bool relink_lost;                  /* a link closed while RELINKING */
 	struct guest_link **retired_links; /* replaced by a relink: shut,
 	                              fd closed, freed with the sandbox
 	                              (an RPC may still hold one) */
 	size_t n_retired_links;
 
-	struct exec *execs;        /* exec.c's */
+	struct exec *execs; /* exec.c's */
 	uint32_t execs_running;
 	uint32_t execs_finished;
 	uint64_t exec_finish_seq;

@@ -38,9 +38,9 @@
 
 enum boot_outcome {
 	BOOT_READY,
-	BOOT_SPAWN_FAILED,         /* the VMM did not start at all */
-	BOOT_FAILED,               /* started, the guest never answered */
-	BOOT_ABORTED,              /* destroyed meanwhile */
+	BOOT_SPAWN_FAILED, /* the VMM did not start at all */
+	BOOT_FAILED,       /* started, the guest never answered */
+	BOOT_ABORTED,      /* destroyed meanwhile */
 };
 
 /* After a restore: lets the paused VMM load its device state and run,
@@ -53,7 +53,8 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
     const char *snap_dir, uint64_t deadline, char **why)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
-	Moat__V1__ResetAfterRestore reset = MOAT__V1__RESET_AFTER_RESTORE__INIT;
+	Moat__V1__ResetAfterRestore reset =
+	    MOAT__V1__RESET_AFTER_RESTORE__INIT;
 	Moat__V1__GuestMessage *reply = NULL;
 	uint8_t entropy[64];
 	struct timespec now;
@@ -64,9 +65,10 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	if (deadline > t)
 		left = deadline - t;
 	if ((rv = sb->vmd->vmm->resume(&sb->vmm, snap_dir, (uint32_t)left,
-	    &err)) != MOAT_OK) {
+	         &err)) != MOAT_OK) {
 		*why = moat_asprintf("the VMM did not resume from the "
-		    "snapshot: %s", err ? err : "?");
+		                     "snapshot: %s",
+		    err ? err : "?");
 		free(err);
 		return rv;
 	}
@@ -86,18 +88,21 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	t_resumed = moat_rpc_now_ms();
 	rv = guest_link_call(link, &req, deadline, &reply, &err);
 	explicit_bzero(entropy, sizeof(entropy));
-	moat_debug(0, "sandbox %s: device state loaded and resumed in %"
-	    PRIu64 " ms, agent reset in %" PRIu64 " ms", sb->id.str,
-	    t_resumed - t, moat_rpc_now_ms() - t_resumed);
+	moat_debug(0,
+	    "sandbox %s: device state loaded and resumed in %" PRIu64
+	    " ms, agent reset in %" PRIu64 " ms",
+	    sb->id.str, t_resumed - t, moat_rpc_now_ms() - t_resumed);
 	if (rv != MOAT_OK) {
 		*why = moat_asprintf("the restored guest's agent did not "
-		    "answer the reset: %s", err ? err : "?");
+		                     "answer the reset: %s",
+		    err ? err : "?");
 		free(err);
 		return rv;
 	}
 	if (reply->code != MOAT__V1__CODE__OK) {
 		*why = moat_asprintf("the restored guest's agent refused the "
-		    "reset (clock, RNG, hostname): %s", reply->message);
+		                     "reset (clock, RNG, hostname): %s",
+		    reply->message);
 		rv = (int)reply->code;
 	}
 	moat__v1__guest_message__free_unpacked(reply, NULL);
@@ -110,7 +115,7 @@ struct boot_files {
 	char *initrd;
 	char *rootfs;
 	char *scratch;
-	char *extra;               /* the test label's cmdline, or NULL */
+	char *extra; /* the test label's cmdline, or NULL */
 };
 
 static void
@@ -136,8 +141,9 @@ boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
 	f->initrd = vmd_image_path(vmd, sb->image, "initrd.img");
 	f->rootfs = vmd_image_path(vmd, sb->image, "rootfs.ext4");
 	f->scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
-	f->extra = sb->test_mode ? moat_asprintf(VMD_TEST_LABEL "=%s",
-	    sb->test_mode) : NULL;
+	f->extra = sb->test_mode ?
+	    moat_asprintf(VMD_TEST_LABEL "=%s", sb->test_mode) :
+	    NULL;
 	if (!f->kernel || !f->initrd || !f->rootfs || !f->scratch ||
 	    (sb->test_mode && !f->extra))
 		return false;
@@ -181,9 +187,9 @@ boot_spawn(struct sandbox *sb, const struct moat_vmm_spec *spec,
 	sb->vmm_status = 0;
 	pthread_mutex_unlock(&sb->mu);
 
-	rv = snap_dir == NULL ? vmd->vmm->start(vmd->vmm_binary, spec, &vm,
-	    &err) : vmd->vmm->restore(vmd->vmm_binary, spec, snap_dir, &vm,
-	    &err);
+	rv = snap_dir == NULL ?
+	    vmd->vmm->start(vmd->vmm_binary, spec, &vm, &err) :
+	    vmd->vmm->restore(vmd->vmm_binary, spec, snap_dir, &vm, &err);
 	if (sb->ram_spare != NULL) {
 		/* Taken (renamed) by a driver that uses it; else it would
 		 * hold tmpfs until vmd stops. Once only: a retry copies. */
@@ -198,8 +204,7 @@ boot_spawn(struct sandbox *sb, const struct moat_vmm_spec *spec,
 	pthread_mutex_lock(&sb->mu);
 	sb->vmm = vm;
 	snprintf(sb->accel, sizeof(sb->accel), "%s", spec->accel);
-	if (vmd_thread_create(&sb->supervisor, vmd_sandbox_supervise, sb)
-	    == 0)
+	if (vmd_thread_create(&sb->supervisor, vmd_sandbox_supervise, sb) == 0)
 		sb->supervisor_running = true;
 	supervised = sb->supervisor_running;
 	pthread_mutex_unlock(&sb->mu);
@@ -246,7 +251,7 @@ boot_connect(struct sandbox *sb, uint64_t deadline, char **why)
 		vmd_sleep_ms(2);
 	}
 	if ((rv = guest_link_open(&link, fd, 0, &vmd_sandbox_link_hooks, sb,
-	    &err)) != MOAT_OK) {
+	         &err)) != MOAT_OK) {
 		*why = err;
 		return rv;
 	}
@@ -288,11 +293,13 @@ boot_wait_ready(struct sandbox *sb, uint64_t t0, uint64_t deadline,
 		free(how);
 		free(said);
 	} else if (sb->link_closed) {
-		*why = strdup(sb->link_error ? sb->link_error :
-		    "the guest link closed during boot");
+		*why = strdup(sb->link_error ?
+		        sb->link_error :
+		        "the guest link closed during boot");
 	} else {
 		*why = moat_asprintf("the guest agent did not answer within "
-		    "%u ms", timeout_ms);
+		                     "%u ms",
+		    timeout_ms);
 	}
 	pthread_mutex_unlock(&sb->mu);
 	return outcome;
@@ -330,12 +337,14 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 		link = sb->link;
 		pthread_mutex_unlock(&sb->mu);
 		if (link == NULL) {
-			*why = moat_asprintf("the restored VM's agent "
-			    "socket did not open within %u ms", timeout_ms);
+			*why =
+			    moat_asprintf("the restored VM's agent "
+			                  "socket did not open within %u ms",
+			        timeout_ms);
 			goto out;
 		}
-		if (sandbox_restore_finish(sb, link, snap_dir, deadline, why)
-		    != MOAT_OK)
+		if (sandbox_restore_finish(sb, link, snap_dir, deadline,
+		        why) != MOAT_OK)
 			goto out;
 		pthread_mutex_lock(&sb->mu);
 		sb->agent_ready = true;
@@ -379,8 +388,7 @@ sandbox_boot(struct sandbox *sb, char **why)
 			free(kernel);
 			return MOAT_OK;
 		}
-		console = vmd_log_tail(sb->vmm.console_log,
-		    VMD_CONSOLE_LINES);
+		console = vmd_log_tail(sb->vmm.console_log, VMD_CONSOLE_LINES);
 		vmd_sandbox_vmm_teardown(sb, true, "the sandbox is stopping");
 		pthread_mutex_lock(&sb->mu);
 		if (vmd_sandbox_stop_asked(sb))
@@ -407,18 +415,20 @@ sandbox_boot(struct sandbox *sb, char **why)
 		}
 		if (outcome == BOOT_SPAWN_FAILED || ++attempts >= 2) {
 			*why = moat_asprintf("%s%s%s", reason ? reason : "?",
-			    console && console[0] ?
-			    "; last console lines:\n" : " (the console is "
-			    "empty)", console ? console : "");
+			    console && console[0] ? "; last console lines:\n" :
+			                            " (the console is "
+			                            "empty)",
+			    console ? console : "");
 			free(reason);
 			free(console);
 			free(kernel);
 			return outcome == BOOT_SPAWN_FAILED ? MOAT_INTERNAL :
-			    MOAT_UNAVAILABLE;
+			                                      MOAT_UNAVAILABLE;
 		}
-		moat_warn(0, "sandbox %s: boot attempt %d failed (%s); "
-		    "retrying once", sb->id.str, attempts, reason ?
-		    reason : "?");
+		moat_warn(0,
+		    "sandbox %s: boot attempt %d failed (%s); "
+		    "retrying once",
+		    sb->id.str, attempts, reason ? reason : "?");
 		free(reason);
 		free(console);
 	}
@@ -431,8 +441,8 @@ sandbox_boot(struct sandbox *sb, char **why)
  * the table. On failure drops the caller's reference and returns a
  * status after moat_rpc_error. */
 static int
-bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call,
-    struct sandbox *sb, enum vmd_bring_up_mode mode)
+bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
+    enum vmd_bring_up_mode mode)
 {
 	uint64_t ram_bytes = (uint64_t)sb->memory_mib << 20;
 	char what[64];
@@ -451,20 +461,24 @@ bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call,
 		pthread_mutex_unlock(&vmd->mu);
 		vmd_ram_admit_done(vmd, ram_bytes);
 		vmd_sandbox_put(sb);
-		return moat_rpc_error(call, MOAT_UNAVAILABLE, "node %s is "
+		return moat_rpc_error(call, MOAT_UNAVAILABLE,
+		    "node %s is "
 		    "shutting down: create the sandbox elsewhere",
 		    vmd->cfg.node_id);
 	}
 	if (vmd->memory_mib_reserved + sb->memory_mib >
 	    vmd->cfg.memory_mib_total) {
-		uint64_t free_mib = vmd->cfg.memory_mib_total -
-		    vmd->memory_mib_reserved;
+		uint64_t free_mib =
+		    vmd->cfg.memory_mib_total - vmd->memory_mib_reserved;
 		pthread_mutex_unlock(&vmd->mu);
 		vmd_ram_admit_done(vmd, ram_bytes);
-		rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "sandbox "
-		    "needs %u MiB of memory but node %s has %" PRIu64 " of %"
-		    PRIu64 " MiB free: destroy sandboxes or ask for less "
-		    "memory_mib", sb->memory_mib, vmd->cfg.node_id, free_mib,
+		rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "sandbox "
+		    "needs %u MiB of memory but node %s has %" PRIu64
+		    " of %" PRIu64
+		    " MiB free: destroy sandboxes or ask for less "
+		    "memory_mib",
+		    sb->memory_mib, vmd->cfg.node_id, free_mib,
 		    vmd->cfg.memory_mib_total);
 		vmd_sandbox_put(sb);
 		return rv;
@@ -508,7 +522,8 @@ bring_up_disk(struct vmd *vmd, struct sandbox *sb, const char *snap_dir,
 	err = src ? vmd_copy_sparse(src, scratch, NULL) : ENOMEM;
 	if (err != 0) {
 		*why = moat_asprintf("cannot copy the snapshot's scratch disk "
-		    "%s: %s", src ? src : "?", strerror(err));
+		                     "%s: %s",
+		    src ? src : "?", strerror(err));
 		rv = moat_status_from_errno(err);
 	}
 out:
@@ -526,8 +541,8 @@ bring_up_vmm(struct sandbox *sb, const char *snap_dir, const char *accel,
 {
 	if (snap_dir == NULL)
 		return sandbox_boot(sb, why);
-	if (sandbox_boot_once(sb, accel, sb->boot_timeout_ms, snap_dir, why)
-	    != BOOT_READY) {
+	if (sandbox_boot_once(sb, accel, sb->boot_timeout_ms, snap_dir, why) !=
+	    BOOT_READY) {
 		vmd_sandbox_vmm_teardown(sb, true, "the sandbox is stopping");
 		return MOAT_UNAVAILABLE;
 	}
@@ -538,8 +553,8 @@ bring_up_vmm(struct sandbox *sb, const char *snap_dir, const char *accel,
  * and the old VM goes, only now that the new one runs. Returns 0 or a
  * status with *why (heap); then `replace` is left as it was. */
 static int
-bring_up_replace(struct vmd *vmd, struct sandbox *sb,
-    struct sandbox *replace, char **why)
+bring_up_replace(struct vmd *vmd, struct sandbox *sb, struct sandbox *replace,
+    char **why)
 {
 	bool stopped;
 
@@ -548,19 +563,20 @@ bring_up_replace(struct vmd *vmd, struct sandbox *sb,
 	pthread_mutex_unlock(&sb->mu);
 	if (stopped) {
 		*why = strdup("the restored VM stopped right after it "
-		    "resumed");
+		              "resumed");
 		return MOAT_UNAVAILABLE;
 	}
 	if (!vmd_sandbox_swap_in(vmd, replace, sb)) {
 		*why = moat_asprintf("sandbox %s was destroyed during the "
-		    "restore", replace->id.str);
+		                     "restore",
+		    replace->id.str);
 		return MOAT_ABORTED;
 	}
 	pthread_mutex_lock(&replace->mu);
 	(void)vmd_sandbox_step(replace, SANDBOX_EV_DESTROY);
 	pthread_mutex_unlock(&replace->mu);
 	vmd_sandbox_teardown(replace, "the sandbox was restored in place");
-	vmd_sandbox_put(replace);  /* the table's reference */
+	vmd_sandbox_put(replace); /* the table's reference */
 	return MOAT_OK;
 }
 
@@ -592,8 +608,8 @@ bring_up_running(struct vmd *vmd, struct sandbox *sb,
 		char *reason = moat_asprintf("%s; the sandbox was stopped",
 		    sb->link_error ? sb->link_error : "the VM stopped");
 
-		changed = vmd_sandbox_fail_locked(sb, reason ? reason :
-		    "the guest link closed");
+		changed = vmd_sandbox_fail_locked(sb,
+		    reason ? reason : "the guest link closed");
 		free(reason);
 	}
 	pthread_mutex_unlock(&sb->mu);
@@ -609,8 +625,8 @@ static int
 bring_up_fail(struct moat_rpc_call *call, struct sandbox *sb,
     const char *snap_dir, int rv, const char *why)
 {
-	moat_warn(call->request_id, "sandbox %s: %s failed: %s",
-	    sb->id.str, snap_dir ? "restore" : "create", why ? why : "?");
+	moat_warn(call->request_id, "sandbox %s: %s failed: %s", sb->id.str,
+	    snap_dir ? "restore" : "create", why ? why : "?");
 	vmd_sandbox_teardown(sb, "the sandbox is stopping");
 	vmd_sandbox_unlist(sb);
 	pthread_mutex_lock(&sb->mu);
@@ -630,30 +646,31 @@ bring_up_fail(struct moat_rpc_call *call, struct sandbox *sb,
 int
 vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
     struct sandbox *sb, const char *snap_dir, const char *accel,
-    enum vmd_bring_up_mode mode, struct sandbox *replace,
-    struct sandbox **out)
+    enum vmd_bring_up_mode mode, struct sandbox *replace, struct sandbox **out)
 {
 	char *why = NULL;
 	int rv;
 
 	if ((rv = bring_up_admit(vmd, call, sb, mode)) != MOAT_OK)
 		return rv;
-	moat_info(call->request_id, "sandbox %s: %s (image %s, %u vcpus, "
-	    "%u MiB, scratch %" PRIu64 " MiB%s%s)", sb->id.str,
-	    snap_dir ? "restoring" : "creating", sb->image,
+	moat_info(call->request_id,
+	    "sandbox %s: %s (image %s, %u vcpus, "
+	    "%u MiB, scratch %" PRIu64 " MiB%s%s)",
+	    sb->id.str, snap_dir ? "restoring" : "creating", sb->image,
 	    sb->vcpus, sb->memory_mib, sb->scratch_mib,
 	    sb->test_mode ? ", test mode " : "",
 	    sb->test_mode ? sb->test_mode : "");
 	if ((rv = bring_up_disk(vmd, sb, snap_dir, &why)) != MOAT_OK ||
 	    (rv = bring_up_vmm(sb, snap_dir, accel, &why)) != MOAT_OK ||
-	    (rv = bring_up_running(vmd, sb, mode, replace, &why)) !=
-	    MOAT_OK) {
+	    (rv = bring_up_running(vmd, sb, mode, replace, &why)) != MOAT_OK) {
 		rv = bring_up_fail(call, sb, snap_dir, rv, why);
 		free(why);
 		return rv;
 	}
-	moat_info(call->request_id, "sandbox %s: running (%s, pid %d, %s "
-	    "%" PRIu64 " ms)", sb->id.str, sb->accel, (int)sb->vmm.pid,
+	moat_info(call->request_id,
+	    "sandbox %s: running (%s, pid %d, %s "
+	    "%" PRIu64 " ms)",
+	    sb->id.str, sb->accel, (int)sb->vmm.pid,
 	    snap_dir ? "restore" : "boot", sb->boot_ms);
 	free(why);
 	*out = sb;
@@ -677,7 +694,7 @@ vmd_sandbox_create_hidden(struct vmd *vmd, struct moat_rpc_call *call,
 	req.scratch_mib = shape->scratch_mib;
 	req.image = (char *)shape->image;
 	if ((rv = vmd_sandbox_validate(vmd, call, &req, shape->image,
-	    &test_mode)) != MOAT_OK)
+	         &test_mode)) != MOAT_OK)
 		return rv;
 	if ((sb = vmd_sandbox_alloc(vmd, &req, shape->image, NULL)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
@@ -686,6 +703,6 @@ vmd_sandbox_create_hidden(struct vmd *vmd, struct moat_rpc_call *call,
 	pthread_mutex_lock(slot_mu);
 	*slot = sb;
 	pthread_mutex_unlock(slot_mu);
-	return vmd_sandbox_bring_up(vmd, call, sb, NULL, NULL,
-	    BRING_UP_HIDDEN, NULL, out);
+	return vmd_sandbox_bring_up(vmd, call, sb, NULL, NULL, BRING_UP_HIDDEN,
+	    NULL, out);
 }

@@ -18,9 +18,9 @@ struct vmd_shape;
 
 /* How vmd_sandbox_bring_up makes the sandbox known. */
 enum vmd_bring_up_mode {
-	BRING_UP_LISTED,           /* in the table from the start */
-	BRING_UP_HIDDEN,           /* never in the table (template builds) */
-	BRING_UP_REPLACE,          /* takes `replace`'s place once running */
+	BRING_UP_LISTED,  /* in the table from the start */
+	BRING_UP_HIDDEN,  /* never in the table (template builds) */
+	BRING_UP_REPLACE, /* takes `replace`'s place once running */
 };
 
 /* vmd_sandbox_bring_up: admits `sb` (a fresh BOOTING vmd_sandbox_alloc)
@@ -34,8 +34,8 @@ enum vmd_bring_up_mode {
  * keeps) is stopped once sb runs, and left as it was when sb fails. */
 int vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
     struct sandbox *sb, const char *snap_dir, const char *accel,
-    enum vmd_bring_up_mode mode, struct sandbox *replace,
-    struct sandbox **out) __attribute__((warn_unused_result));
+    enum vmd_bring_up_mode mode, struct sandbox *replace, struct sandbox **out)
+    __attribute__((warn_unused_result));
 
 /* vmd_sandbox_create_hidden: boots a sandbox of `shape` that is in no
  * table (no id a client can name), for the template builder. Same

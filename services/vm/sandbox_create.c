@@ -54,9 +54,10 @@ sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
 	    rv == MOAT_RESOURCE_EXHAUSTED || stopping)
 		goto out;
 	/* A bad template never fails a creation. */
-	moat_warn(call->request_id, "template %s did not restore (%s): "
-	    "dropped; booting cold", tid, call->error_message ?
-	    call->error_message : "?");
+	moat_warn(call->request_id,
+	    "template %s did not restore (%s): "
+	    "dropped; booting cold",
+	    tid, call->error_message ? call->error_message : "?");
 	free(call->error_message);
 	call->error_message = NULL;
 	vmd_template_drop(vmd, tdir);
@@ -71,8 +72,8 @@ int
 vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
 {
-	const char *image = req->image && req->image[0] ? req->image :
-	    "default";
+	const char *image =
+	    req->image && req->image[0] ? req->image : "default";
 	const char *test_mode = NULL;
 	struct vmd_shape shape;
 	struct sandbox *sb;
@@ -81,15 +82,15 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	*out = NULL;
-	if ((rv = vmd_sandbox_validate(vmd, call, req, image, &test_mode))
-	    != 0)
+	if ((rv = vmd_sandbox_validate(vmd, call, req, image, &test_mode)) !=
+	    0)
 		return rv;
 	shape.image = image;
 	shape.vcpus = req->vcpus ? req->vcpus : VMD_DEFAULT_VCPUS;
-	shape.memory_mib = req->memory_mib ? req->memory_mib :
-	    VMD_DEFAULT_MEMORY_MIB;
-	shape.scratch_mib = req->scratch_mib ? req->scratch_mib :
-	    VMD_DEFAULT_SCRATCH_MIB;
+	shape.memory_mib =
+	    req->memory_mib ? req->memory_mib : VMD_DEFAULT_MEMORY_MIB;
+	shape.scratch_mib =
+	    req->scratch_mib ? req->scratch_mib : VMD_DEFAULT_SCRATCH_MIB;
 	/* A test mode changes how the guest boots: never from a template.
 	 * Before the accelerator is decided (the KVM probe) there is no
 	 * template to match: that create boots and decides it. */
@@ -99,7 +100,7 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	vmd_accel_current(vmd, accel);
 	if (templated && accel[0] != '\0' &&
 	    (rv = sandbox_create_templated(vmd, call, req, &shape, accel,
-	    out)) != MOAT_NOT_FOUND)
+	         out)) != MOAT_NOT_FOUND)
 		return rv;
 	if ((sb = vmd_sandbox_alloc(vmd, req, image, test_mode)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");

@@ -27,8 +27,8 @@
 struct restore {
 	Moat__V1__LocalSnapshot *meta; /* the catalog entry */
 	char *snap_dir;
-	bool acquired;             /* its RAM copy held (snapram) */
-	struct sandbox *old;       /* a restore in place's target, ref */
+	bool acquired;       /* its RAM copy held (snapram) */
+	struct sandbox *old; /* a restore in place's target, ref */
 	Moat__V1__CreateSandboxRequest create; /* strings borrowed */
 	Moat__V1__CreateSandboxRequest__LabelsEntry **labels;
 	Moat__V1__CreateSandboxRequest__LabelsEntry *entries;
@@ -57,23 +57,26 @@ restore_open(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	if (vmd->vmm->restore == NULL || vmd->vmm->resume == NULL)
-		return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "the %s driver "
-		    "of node %s cannot restore snapshots", vmd->vmm->name,
-		    vmd->cfg.node_id);
+		return moat_rpc_error(call, MOAT_UNIMPLEMENTED,
+		    "the %s driver "
+		    "of node %s cannot restore snapshots",
+		    vmd->vmm->name, vmd->cfg.node_id);
 	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, req->tenant,
-	    &r->meta, &r->snap_dir)) != MOAT_OK)
+	         &r->meta, &r->snap_dir)) != MOAT_OK)
 		return rv;
-	if ((rv = vmd_snapram_acquire(vmd, call, req->snapshot_id,
-	    r->snap_dir, &r->meta)) != MOAT_OK)
+	if ((rv = vmd_snapram_acquire(vmd, call, req->snapshot_id, r->snap_dir,
+	         &r->meta)) != MOAT_OK)
 		return rv;
 	r->acquired = true;
 	meta = r->meta;
 	if (meta->vmm[0] != '\0' && strcmp(meta->vmm, vmd->vmm->name) != 0)
-		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "snapshot "
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "snapshot "
 		    "%s was taken under the %s VMM and restores only under "
 		    "%s; node %s runs %s: restore it on a node with --driver "
-		    "%s", meta->snapshot_id, meta->vmm, meta->vmm,
-		    vmd->cfg.node_id, vmd->vmm->name, meta->vmm);
+		    "%s",
+		    meta->snapshot_id, meta->vmm, meta->vmm, vmd->cfg.node_id,
+		    vmd->vmm->name, meta->vmm);
 	return MOAT_OK;
 }
 
@@ -90,10 +93,12 @@ restore_find_target(struct vmd *vmd, struct moat_rpc_call *call,
 	    req->replace_sandbox_id[0] == '\0')
 		return MOAT_OK;
 	if (vmd_sandbox_get(vmd, NULL, req->replace_sandbox_id, &r->old) !=
-	    MOAT_OK || strcmp(r->old->tenant, r->meta->tenant) != 0 ||
+	        MOAT_OK ||
+	    strcmp(r->old->tenant, r->meta->tenant) != 0 ||
 	    (req->tenant[0] != '\0' &&
-	    strcmp(r->old->tenant, req->tenant) != 0))
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "sandbox %.40s to "
+	        strcmp(r->old->tenant, req->tenant) != 0))
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "sandbox %.40s to "
 		    "restore in place not found (moat sandbox ls lists "
 		    "sandboxes; it must be the snapshot's tenant's)",
 		    req->replace_sandbox_id);
@@ -103,7 +108,8 @@ restore_find_target(struct vmd *vmd, struct moat_rpc_call *call,
 	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING;
 	pthread_mutex_unlock(&old->mu);
 	if (creating)
-		return moat_rpc_error(call, MOAT_UNAVAILABLE, "sandbox %s is "
+		return moat_rpc_error(call, MOAT_UNAVAILABLE,
+		    "sandbox %s is "
 		    "still booting: restore into it once it is RUNNING",
 		    old->id.str);
 	return MOAT_OK;
@@ -161,7 +167,7 @@ restore_request(struct vmd *vmd, struct moat_rpc_call *call,
 	if (rv != MOAT_OK)
 		return rv;
 	if ((rv = vmd_sandbox_validate(vmd, call, &r->create, meta->image,
-	    &test_mode)) != MOAT_OK)
+	         &test_mode)) != MOAT_OK)
 		return rv;
 	/* The guest's memory holds the kernel and the root filesystem's
 	 * cache as they were: another build of the image under the same
@@ -176,8 +182,9 @@ restore_request(struct vmd *vmd, struct moat_rpc_call *call,
 		    "restored exactly; take a new snapshot",
 		    meta->snapshot_id, meta->image, vmd->cfg.node_id);
 	if (test_mode != NULL)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT, "label "
-		    VMD_TEST_LABEL " cannot be given to a restore: it changes "
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "label " VMD_TEST_LABEL
+		    " cannot be given to a restore: it changes "
 		    "how a guest boots, and a restored guest does not boot");
 	return MOAT_OK;
 }
@@ -186,15 +193,15 @@ restore_request(struct vmd *vmd, struct moat_rpc_call *call,
  * until the swap; the new one gets a directory (and so a RAM file) of
  * its own under the same id. */
 static int
-restore_alloc(struct vmd *vmd, struct moat_rpc_call *call,
-    struct restore *r, struct sandbox **out)
+restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
+    struct sandbox **out)
 {
 	struct sandbox *sb;
 	uint8_t rnd[4] = { 0 };
 	char *dir;
 
-	if ((sb = vmd_sandbox_alloc(vmd, &r->create, r->meta->image, NULL))
-	    == NULL)
+	if ((sb = vmd_sandbox_alloc(vmd, &r->create, r->meta->image, NULL)) ==
+	    NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	if ((sb->restored_from = strdup(r->meta->snapshot_id)) == NULL)
 		goto oom;

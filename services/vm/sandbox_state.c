@@ -6,9 +6,18 @@
  */
 #include "sandbox_state.h"
 
-#define S_(x) { .step = SANDBOX_STEP_MOVED, .to = SANDBOX_##x }
-#define IGN { .step = SANDBOX_STEP_IGNORED }
-#define NO { .step = SANDBOX_STEP_REFUSED }
+#define S_(x)                                                                 \
+	{                                                                     \
+		.step = SANDBOX_STEP_MOVED, .to = SANDBOX_##x                 \
+	}
+#define IGN                                                                   \
+	{                                                                     \
+		.step = SANDBOX_STEP_IGNORED                                  \
+	}
+#define NO                                                                    \
+	{                                                                     \
+		.step = SANDBOX_STEP_REFUSED                                  \
+	}
 
 struct sandbox_cell {
 	enum sandbox_step step;
@@ -19,24 +28,22 @@ struct sandbox_cell {
  * table drawn in sandbox_state.h. */
 static const struct sandbox_cell
     sandbox_table[SANDBOX_N_STATES][SANDBOX_N_EVENTS] = {
-	/*                BOOTED         GAVE_UP         FAIL          DESTROY
+	    /*                BOOTED         GAVE_UP         FAIL          DESTROY
 	 *                SNAP_BEGIN          SNAP_END       RELINK_BEGIN
 	 *                RELINK_END */
-	[SANDBOX_BOOTING] = { S_(RUNNING), S_(STOPPED), IGN, S_(ABORTING),
-	    NO, NO, NO, NO },
-	[SANDBOX_ABORTING] = { NO, S_(STOPPED), IGN, IGN,
-	    NO, NO, NO, NO },
-	[SANDBOX_RUNNING] = { NO, S_(STOPPED), S_(FAILED), S_(STOPPED),
-	    S_(SNAPSHOTTING), NO, NO, NO },
-	[SANDBOX_SNAPSHOTTING] = { NO, NO, S_(FAILED), S_(STOPPED),
-	    NO, S_(RUNNING), S_(RELINKING), NO },
-	[SANDBOX_RELINKING] = { NO, NO, S_(FAILED), S_(STOPPED),
-	    NO, NO, NO, S_(SNAPSHOTTING) },
-	[SANDBOX_FAILED] = { NO, S_(STOPPED), IGN, S_(STOPPED),
-	    NO, IGN, IGN, IGN },
-	[SANDBOX_STOPPED] = { NO, IGN, IGN, IGN,
-	    NO, IGN, IGN, IGN },
-};
+	    [SANDBOX_BOOTING] = { S_(RUNNING), S_(STOPPED), IGN, S_(ABORTING),
+	        NO, NO, NO, NO },
+	    [SANDBOX_ABORTING] = { NO, S_(STOPPED), IGN, IGN, NO, NO, NO, NO },
+	    [SANDBOX_RUNNING] = { NO, S_(STOPPED), S_(FAILED), S_(STOPPED),
+	        S_(SNAPSHOTTING), NO, NO, NO },
+	    [SANDBOX_SNAPSHOTTING] = { NO, NO, S_(FAILED), S_(STOPPED), NO,
+	        S_(RUNNING), S_(RELINKING), NO },
+	    [SANDBOX_RELINKING] = { NO, NO, S_(FAILED), S_(STOPPED), NO, NO,
+	        NO, S_(SNAPSHOTTING) },
+	    [SANDBOX_FAILED] = { NO, S_(STOPPED), IGN, S_(STOPPED), NO, IGN,
+	        IGN, IGN },
+	    [SANDBOX_STOPPED] = { NO, IGN, IGN, IGN, NO, IGN, IGN, IGN },
+    };
 
 enum sandbox_step
 vmd_sandbox_state_next(enum sandbox_state from, enum sandbox_event ev,

@@ -77,9 +77,9 @@ enum sandbox_event {
 
 /* What looking up an event in the table says. */
 enum sandbox_step {
-	SANDBOX_STEP_MOVED,        /* *to is the new state */
-	SANDBOX_STEP_IGNORED,      /* legal; the state stays */
-	SANDBOX_STEP_REFUSED,      /* illegal here; the state stays */
+	SANDBOX_STEP_MOVED,   /* *to is the new state */
+	SANDBOX_STEP_IGNORED, /* legal; the state stays */
+	SANDBOX_STEP_REFUSED, /* illegal here; the state stays */
 };
 
 /* vmd_sandbox_state_next: the table. Sets *to (the state after `ev` in

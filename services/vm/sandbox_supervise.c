@@ -33,12 +33,14 @@ vmd_exit_status_text(int status)
 	if (WIFEXITED(status))
 		return moat_asprintf("exit status %d", WEXITSTATUS(status));
 	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS)
-		return moat_asprintf("killed by signal %d (%s): the VMM "
+		return moat_asprintf(
+		    "killed by signal %d (%s): the VMM "
 		    "touched guest RAM that its file in %s could not back, "
-		    "most likely because that filesystem is full", SIGBUS,
-		    strsignal(SIGBUS), vmd_ram_dir());
+		    "most likely because that filesystem is full",
+		    SIGBUS, strsignal(SIGBUS), vmd_ram_dir());
 	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-		return moat_asprintf("killed by signal %d (%s): by the "
+		return moat_asprintf(
+		    "killed by signal %d (%s): by the "
 		    "host's out-of-memory killer or by someone on the host",
 		    SIGKILL, strsignal(SIGKILL));
 	if (WIFSIGNALED(status))
@@ -65,14 +67,13 @@ vmd_sandbox_supervise(void *arg)
 	while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0 &&
 	    errno == EINTR)
 		;
-	console = vmd_log_tail(sb->vmm.console_log,
-	    VMD_CONSOLE_LINES);
+	console = vmd_log_tail(sb->vmm.console_log, VMD_CONSOLE_LINES);
 	/* Why a VMM died is in its own log more than on the console
 	 * (Firecracker's logger file, QEMU's stderr). */
-	if (sb->vmm.vmm_log != NULL && (sb->vmm.console_log == NULL ||
-	    strcmp(sb->vmm.vmm_log, sb->vmm.console_log) != 0))
-		vmm_said = vmd_log_tail(sb->vmm.vmm_log,
-		    VMD_CONSOLE_LINES);
+	if (sb->vmm.vmm_log != NULL &&
+	    (sb->vmm.console_log == NULL ||
+	        strcmp(sb->vmm.vmm_log, sb->vmm.console_log) != 0))
+		vmm_said = vmd_log_tail(sb->vmm.vmm_log, VMD_CONSOLE_LINES);
 	pthread_mutex_lock(&sb->mu);
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
@@ -81,16 +82,18 @@ vmd_sandbox_supervise(void *arg)
 	how = vmd_exit_status_text(status);
 	if (vmd_sandbox_state_live(sb->lifecycle)) {
 		reason = moat_asprintf("the VM exited unexpectedly (%s%s%s); "
-		    "last console lines:\n%s%s%s%s%s", how ? how : "?",
-		    sb->link_error ? "; " : "",
+		                       "last console lines:\n%s%s%s%s%s",
+		    how ? how : "?", sb->link_error ? "; " : "",
 		    sb->link_error ? sb->link_error : "",
 		    console ? console : "",
 		    vmm_said && vmm_said[0] ? "\nlast lines of the VMM's log "
-		    "(" : "", vmm_said && vmm_said[0] ? sb->vmm.vmm_log : "",
+		                              "(" :
+		                              "",
+		    vmm_said && vmm_said[0] ? sb->vmm.vmm_log : "",
 		    vmm_said && vmm_said[0] ? "):\n" : "",
 		    vmm_said ? vmm_said : "");
-		changed = vmd_sandbox_fail_locked(sb, reason ? reason :
-		    "the VM exited unexpectedly");
+		changed = vmd_sandbox_fail_locked(sb,
+		    reason ? reason : "the VM exited unexpectedly");
 	}
 	pthread_cond_broadcast(&sb->cv);
 	pthread_mutex_unlock(&sb->mu);
@@ -117,9 +120,10 @@ hook_ready(void *arg, const Moat__V1__AgentReady *ready)
 	sb->ready_count++;
 	pthread_cond_broadcast(&sb->cv);
 	pthread_mutex_unlock(&sb->mu);
-	moat_debug(0, "sandbox %s: agent %s ready (guest uptime %" PRIu64
-	    " ms, kernel %s)", sb->id.str, ready->agent_version,
-	    ready->boot_ms, ready->kernel);
+	moat_debug(0,
+	    "sandbox %s: agent %s ready (guest uptime %" PRIu64
+	    " ms, kernel %s)",
+	    sb->id.str, ready->agent_version, ready->boot_ms, ready->kernel);
 }
 
 static int
@@ -162,12 +166,14 @@ hook_closed(void *arg, bool violation, const char *reason)
 		msg = moat_asprintf("%s; the sandbox was stopped", reason);
 	} else {
 		/* Usually the VMM just died: let the supervisor say how. */
-		while (!sb->vmm_exited && vmd_cond_wait_until(&sb->cv, &sb->mu,
-		    until) == 0)
+		while (!sb->vmm_exited &&
+		    vmd_cond_wait_until(&sb->cv, &sb->mu, until) == 0)
 			;
 		if (!sb->vmm_exited)
-			msg = moat_asprintf("%s while the VM kept running; the "
-			    "sandbox was stopped", reason);
+			msg =
+			    moat_asprintf("%s while the VM kept running; the "
+			                  "sandbox was stopped",
+			        reason);
 	}
 	if (msg != NULL)
 		changed = vmd_sandbox_fail_locked(sb, msg);
@@ -219,7 +225,7 @@ relink_try(struct sandbox *sb, struct guest_link *old, uint64_t deadline_ms,
 	sb->relink_lost = false;
 	pthread_mutex_unlock(&sb->mu);
 	if ((rv = guest_link_open(&link, fd, 0, &vmd_sandbox_link_hooks, sb,
-	    err)) != MOAT_OK)
+	         err)) != MOAT_OK)
 		return rv == MOAT_UNAVAILABLE ? MOAT_INTERNAL : rv;
 	/* Exec ids are request ids: never one an exec had before. */
 	guest_link_continue_ids(link, old);
@@ -261,8 +267,8 @@ vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
 	pthread_mutex_lock(&sb->mu);
 	old = sb->link;
 	/* Room for the old link first: the swap cannot fail. */
-	grown = realloc(sb->retired_links, (sb->n_retired_links + 1) *
-	    sizeof(*grown));
+	grown = realloc(sb->retired_links,
+	    (sb->n_retired_links + 1) * sizeof(*grown));
 	if (grown != NULL)
 		sb->retired_links = grown;
 	pthread_mutex_unlock(&sb->mu);
@@ -283,12 +289,13 @@ vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
 		pthread_mutex_unlock(&sb->mu);
 		if (stop) {
 			*why = strdup("the VM stopped while vmd replaced its "
-			    "guest link after a snapshot");
+			              "guest link after a snapshot");
 			rv = MOAT_UNAVAILABLE;
 			break;
 		}
 		if (moat_rpc_now_ms() >= deadline_ms) {
-			*why = moat_asprintf("the guest agent took no new link "
+			*why = moat_asprintf(
+			    "the guest agent took no new link "
 			    "after the snapshot reset the old one (%s)",
 			    err ? err : "no AgentReady");
 			rv = MOAT_DEADLINE_EXCEEDED;

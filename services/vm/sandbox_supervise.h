@@ -33,7 +33,7 @@ char *vmd_exit_status_text(int status);
  * with *why (heap) after which the caller fails the sandbox. Either way
  * the relink window ends (RELINKING -> SNAPSHOTTING). */
 void vmd_sandbox_relink_begin(struct sandbox *sb);
-int vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms,
-    char **why) __attribute__((warn_unused_result));
+int vmd_sandbox_relink(struct sandbox *sb, uint64_t deadline_ms, char **why)
+    __attribute__((warn_unused_result));
 
 #endif

@@ -33,8 +33,8 @@ template_make(struct vmd *vmd, const char *path, uint64_t mib, char **errmsg)
 {
 	char *tmp = moat_asprintf("%s.tmp", path);
 	const char *argv[] = { "mkfs.ext4", "-q", "-F", "-L", "moat-scratch",
-		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
-		tmp, NULL };
+		"-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", tmp,
+		NULL };
 	struct moat_spawn_req req = { .argv = argv };
 	int status = 0;
 	int fd;
@@ -47,8 +47,9 @@ template_make(struct vmd *vmd, const char *path, uint64_t mib, char **errmsg)
 	(void)unlink(tmp);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0 || ftruncate(fd, (off_t)(mib << 20)) != 0) {
-		*errmsg = moat_asprintf("cannot create scratch template %s: %s",
-		    tmp, strerror(errno));
+		*errmsg =
+		    moat_asprintf("cannot create scratch template %s: %s", tmp,
+		        strerror(errno));
 		rv = moat_status_from_errno(errno);
 		if (fd >= 0)
 			close(fd);
@@ -57,8 +58,10 @@ template_make(struct vmd *vmd, const char *path, uint64_t mib, char **errmsg)
 	close(fd);
 	if ((rv = moat_spawn_wait(&req, &status, errmsg)) != MOAT_OK) {
 		if (rv == MOAT_FAILED_PRECONDITION) {
-			char *m = moat_asprintf("%s (install the Debian package "
-			    "e2fsprogs)", *errmsg);
+			char *m =
+			    moat_asprintf("%s (install the Debian package "
+			                  "e2fsprogs)",
+			        *errmsg);
 			free(*errmsg);
 			*errmsg = m;
 		}
@@ -66,7 +69,8 @@ template_make(struct vmd *vmd, const char *path, uint64_t mib, char **errmsg)
 	}
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		*errmsg = moat_asprintf("mkfs.ext4 of scratch template %s "
-		    "failed (status %d)", tmp, status);
+		                        "failed (status %d)",
+		    tmp, status);
 		rv = MOAT_INTERNAL;
 		goto out;
 	}
@@ -112,8 +116,8 @@ vmd_scratch_make(struct vmd *vmd, const char *path, uint64_t mib,
 	if (rv != MOAT_OK)
 		goto out;
 	if ((err = vmd_copy_sparse(template, path, NULL)) != 0) {
-		*errmsg = moat_asprintf("cannot make scratch disk %s: %s", path,
-		    strerror(err));
+		*errmsg = moat_asprintf("cannot make scratch disk %s: %s",
+		    path, strerror(err));
 		rv = moat_status_from_errno(err);
 	}
 out:

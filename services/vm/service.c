@@ -56,7 +56,8 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	int rv;
 
 	if ((rv = vmd_sandbox_create(VMD(call), call,
-	    (const Moat__V1__CreateSandboxRequest *)request, &sb)) != MOAT_OK)
+	         (const Moat__V1__CreateSandboxRequest *)request, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	rv = vmd_sandbox_to_proto(sb, (Moat__V1__Sandbox *)reply);
 	vmd_sandbox_put(sb);
@@ -69,7 +70,8 @@ static int
 h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
-	const Moat__V1__SandboxRef *ref = (const Moat__V1__SandboxRef *)request;
+	const Moat__V1__SandboxRef *ref =
+	    (const Moat__V1__SandboxRef *)request;
 	struct sandbox *sb;
 	int rv;
 
@@ -110,8 +112,8 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	}
 	pthread_mutex_unlock(&vmd->mu);
 
-	if (n > 0 && (list->sandboxes = calloc(n, sizeof(*list->sandboxes)))
-	    == NULL)
+	if (n > 0 &&
+	    (list->sandboxes = calloc(n, sizeof(*list->sandboxes))) == NULL)
 		rv = MOAT_INTERNAL;
 	for (size_t i = 0; i < n; i++) {
 		Moat__V1__Sandbox *m;
@@ -263,8 +265,8 @@ h_trace_fs(struct moat_rpc_call *call, const ProtobufCMessage *request,
 }
 
 static int
-h_snapshot_sandbox(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply)
+h_snapshot_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
 {
 	return vmd_snapshot_take(VMD(call), call,
 	    (const Moat__V1__SnapshotSandboxRequest *)request,
@@ -272,14 +274,14 @@ h_snapshot_sandbox(struct moat_rpc_call *call,
 }
 
 static int
-h_restore_sandbox(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply)
+h_restore_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
 {
 	struct sandbox *sb;
 	int rv;
 
 	if ((rv = vmd_sandbox_restore(VMD(call), call,
-	    (const Moat__V1__RestoreSandboxRequest *)request, &sb)) !=
+	         (const Moat__V1__RestoreSandboxRequest *)request, &sb)) !=
 	    MOAT_OK)
 		return rv;
 	rv = vmd_sandbox_to_proto(sb, (Moat__V1__Sandbox *)reply);
@@ -328,12 +330,14 @@ h_close_code_context(struct moat_rpc_call *call,
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
 	{ .name = "NodeInfo", .handler = h_node_info },
-	{ .name = "CreateSandbox", .handler = h_create_sandbox,
-	  .mutating = true },
+	{ .name = "CreateSandbox",
+	    .handler = h_create_sandbox,
+	    .mutating = true },
 	{ .name = "GetSandbox", .handler = h_get_sandbox },
 	{ .name = "ListSandboxes", .handler = h_list_sandboxes },
-	{ .name = "DestroySandbox", .handler = h_destroy_sandbox,
-	  .mutating = true },
+	{ .name = "DestroySandbox",
+	    .handler = h_destroy_sandbox,
+	    .mutating = true },
 	{ .name = "ExecStart", .handler = h_exec_start, .mutating = true },
 	{ .name = "ExecRead", .handler = h_exec_read },
 	{ .name = "ExecWrite", .handler = h_exec_write, .mutating = true },
@@ -348,16 +352,20 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "MakeDir", .handler = h_make_dir, .mutating = true },
 	{ .name = "SandboxInfo", .handler = h_sandbox_info },
 	{ .name = "TraceFs", .handler = h_trace_fs },
-	{ .name = "SnapshotSandbox", .handler = h_snapshot_sandbox,
-	  .mutating = true },
-	{ .name = "RestoreSandbox", .handler = h_restore_sandbox,
-	  .mutating = true },
+	{ .name = "SnapshotSandbox",
+	    .handler = h_snapshot_sandbox,
+	    .mutating = true },
+	{ .name = "RestoreSandbox",
+	    .handler = h_restore_sandbox,
+	    .mutating = true },
 	{ .name = "ListLocalSnapshots", .handler = h_list_local_snapshots },
-	{ .name = "DeleteLocalSnapshot", .handler = h_delete_local_snapshot,
-	  .mutating = true },
+	{ .name = "DeleteLocalSnapshot",
+	    .handler = h_delete_local_snapshot,
+	    .mutating = true },
 	{ .name = "RunCode", .handler = h_run_code, .mutating = true },
-	{ .name = "CloseCodeContext", .handler = h_close_code_context,
-	  .mutating = true },
+	{ .name = "CloseCodeContext",
+	    .handler = h_close_code_context,
+	    .mutating = true },
 };
 
 void

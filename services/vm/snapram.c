@@ -47,16 +47,16 @@
 
 #define MIB ((uint64_t)1 << 20)
 #define EVICTED_FILE "ram.evicted"
-#define WAIT_BUSY_MS 120000u       /* an eviction or rebuild in progress */
+#define WAIT_BUSY_MS 120000u /* an eviction or rebuild in progress */
 
 struct snapram_entry {
 	struct snapram_entry *next;
 	char *id;
 	char *dir;
-	uint64_t resident;         /* bytes of its RAM copy (0: evicted) */
-	uint64_t last_used_ms;     /* unix ms: taken or restored */
-	uint32_t pins;             /* restores reading its copy */
-	bool busy;                 /* being evicted or rebuilt */
+	uint64_t resident;     /* bytes of its RAM copy (0: evicted) */
+	uint64_t last_used_ms; /* unix ms: taken or restored */
+	uint32_t pins;         /* restores reading its copy */
+	bool busy;             /* being evicted or rebuilt */
 	bool in_ram;
 };
 
@@ -64,13 +64,13 @@ struct vmd_snapram {
 	/* One admission at a time: the room measured is the room granted
 	 * (taken before vmd->mu and mu, never while holding either). */
 	pthread_mutex_t admit_mu;
-	pthread_mutex_t mu;        /* guards everything below */
-	pthread_cond_t cv;         /* an entry stopped being busy or pinned */
+	pthread_mutex_t mu; /* guards everything below */
+	pthread_cond_t cv;  /* an entry stopped being busy or pinned */
 	struct snapram_entry *entries;
-	uint64_t budget;           /* bytes */
-	uint64_t used;             /* Σ resident of entries in RAM */
+	uint64_t budget; /* bytes */
+	uint64_t used;   /* Σ resident of entries in RAM */
 	uint64_t evictions;
-	uint64_t inflight;         /* admitted, not yet in the RAM dir */
+	uint64_t inflight; /* admitted, not yet in the RAM dir */
 };
 
 uint64_t
@@ -148,8 +148,8 @@ entry_free(struct snapram_entry *e)
 
 /* Adds an entry (sr->mu held); NULL on allocation failure. */
 static struct snapram_entry *
-entry_add(struct vmd_snapram *sr, const char *id, const char *dir,
-    bool in_ram, uint64_t resident, uint64_t last_used_ms)
+entry_add(struct vmd_snapram *sr, const char *id, const char *dir, bool in_ram,
+    uint64_t resident, uint64_t last_used_ms)
 {
 	struct snapram_entry *e = calloc(1, sizeof(*e));
 
@@ -174,9 +174,9 @@ entry_add(struct vmd_snapram *sr, const char *id, const char *dir,
 struct ram_room {
 	uint64_t capacity;
 	uint64_t free_now;
-	uint64_t guests;           /* running guests' memory, whole */
-	uint64_t guests_alloc;     /* what their RAM files hold already */
-	uint64_t snapshots;        /* snapshot RAM copies */
+	uint64_t guests;       /* running guests' memory, whole */
+	uint64_t guests_alloc; /* what their RAM files hold already */
+	uint64_t snapshots;    /* snapshot RAM copies */
 	uint64_t inflight;
 };
 
@@ -273,8 +273,8 @@ evict_to_disk(struct vmd *vmd, uint64_t request_id, const char *dir,
 			meta->remote_logical_bytes = push.logical_bytes;
 		}
 	}
-	if (!set_str(&meta->evicted_to, meta->remote_stored ? "snapd" :
-	    "local")) {
+	if (!set_str(&meta->evicted_to,
+	        meta->remote_stored ? "snapd" : "local")) {
 		rv = MOAT_INTERNAL;
 	} else if (!meta->remote_stored) {
 		local = moat_asprintf("%s/" EVICTED_FILE, dir);
@@ -339,13 +339,15 @@ evict_one(struct vmd *vmd, uint64_t request_id)
 	}
 	/* Logged before lru may be forgotten (it is busy until then). */
 	if (rv == MOAT_OK)
-		moat_info(request_id, "snapshot %s: RAM copy evicted to disk "
-		    "(%" PRIu64 " MiB freed in %s)", lru->id,
-		    lru->resident / MIB, vmd_ram_dir());
+		moat_info(request_id,
+		    "snapshot %s: RAM copy evicted to disk "
+		    "(%" PRIu64 " MiB freed in %s)",
+		    lru->id, lru->resident / MIB, vmd_ram_dir());
 	else
-		moat_warn(request_id, "snapshot %s: cannot evict its RAM copy "
-		    "(%s): %s; it stays in RAM", lru->id, moat_strerror(rv),
-		    why ? why : "?");
+		moat_warn(request_id,
+		    "snapshot %s: cannot evict its RAM copy "
+		    "(%s): %s; it stays in RAM",
+		    lru->id, moat_strerror(rv), why ? why : "?");
 	pthread_mutex_lock(&sr->mu);
 	lru->busy = false;
 	if (rv == MOAT_OK) {
@@ -425,7 +427,8 @@ vmd_ram_admit(struct vmd *vmd, struct moat_rpc_call *call, uint64_t bytes,
 	if (call == NULL)
 		return MOAT_RESOURCE_EXHAUSTED;
 	left = room_left(&r);
-	return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "node %s cannot "
+	return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+	    "node %s cannot "
 	    "fit %s (%" PRIu64 " MiB) in its RAM dir %s (%" PRIu64 " MiB): "
 	    "running sandboxes may fill %" PRIu64 " MiB of it (their whole "
 	    "memory), snapshot RAM copies hold %" PRIu64 " MiB ([vmd] "
@@ -458,17 +461,18 @@ vmd_snapram_added(struct vmd *vmd, uint64_t request_id, const char *id,
 
 	pthread_mutex_lock(&sr->mu);
 	if ((e = find(sr, id)) == NULL &&
-	    entry_add(sr, id, dir, true, resident, moat_now_unix_ms()) ==
-	    NULL)
-		moat_warn(request_id, "snapshot %s: out of memory: its RAM "
-		    "copy is not counted in the budget", id);
+	    entry_add(sr, id, dir, true, resident, moat_now_unix_ms()) == NULL)
+		moat_warn(request_id,
+		    "snapshot %s: out of memory: its RAM "
+		    "copy is not counted in the budget",
+		    id);
 	pthread_mutex_unlock(&sr->mu);
 	enforce_budget(vmd, request_id);
 }
 
 int
-vmd_snapram_forget(struct vmd *vmd, struct moat_rpc_call *call,
-    const char *id, uint64_t deadline_ms)
+vmd_snapram_forget(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
+    uint64_t deadline_ms)
 {
 	struct vmd_snapram *sr = vmd->snapram;
 	struct snapram_entry **pp, *e;
@@ -480,7 +484,8 @@ vmd_snapram_forget(struct vmd *vmd, struct moat_rpc_call *call,
 			pthread_mutex_unlock(&sr->mu);
 			return moat_rpc_error(call, MOAT_UNAVAILABLE,
 			    "snapshot %s is being restored or moved to disk: "
-			    "delete it once that is done", id);
+			    "delete it once that is done",
+			    id);
 		}
 	}
 	for (pp = &sr->entries; *pp; pp = &(*pp)->next)
@@ -512,25 +517,31 @@ rebuild(struct vmd *vmd, struct moat_rpc_call *call,
 		if ((e = vmd_copy_sparse(local, target, NULL)) != 0)
 			rv = moat_rpc_error(call, moat_status_from_errno(e),
 			    "snapshot %s: cannot bring its RAM back from %s "
-			    "to %s: %s", meta->snapshot_id, local, target,
-			    strerror(e));
+			    "to %s: %s",
+			    meta->snapshot_id, local, target, strerror(e));
 		else
 			rv = MOAT_OK;
 	} else if (meta->remote_stored && vmd->snapd != NULL) {
 		if ((rv = vmd_snapshot_pull_ram(vmd, meta, target, &err)) !=
 		    MOAT_OK)
-			rv = moat_rpc_error(call, rv == MOAT_NOT_FOUND ?
-			    MOAT_FAILED_PRECONDITION : rv, "snapshot %s: its "
+			rv = moat_rpc_error(call,
+			    rv == MOAT_NOT_FOUND ? MOAT_FAILED_PRECONDITION :
+			                           rv,
+			    "snapshot %s: its "
 			    "RAM was evicted to moat-snapd (%s) and cannot be "
-			    "pulled back: %s", meta->snapshot_id,
-			    meta->remote_id, err ? err : "?");
+			    "pulled back: %s",
+			    meta->snapshot_id, meta->remote_id,
+			    err ? err : "?");
 	} else {
-		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "snapshot "
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "snapshot "
 		    "%s: its RAM was evicted to %s, which %s: it cannot be "
-		    "restored; delete it", meta->snapshot_id,
+		    "restored; delete it",
+		    meta->snapshot_id,
 		    meta->remote_stored ? "moat-snapd" : "disk",
 		    meta->remote_stored ? "this node has no [vmd] snapd to "
-		    "reach" : "no longer holds it");
+		                          "reach" :
+		                          "no longer holds it");
 	}
 	free(local);
 	free(err);
@@ -582,9 +593,9 @@ vmd_snapram_acquire(struct vmd *vmd, struct moat_rpc_call *call,
 		return MOAT_OK;
 	evicted = strcmp(m->location, "disk") == 0;
 	pthread_mutex_lock(&sr->mu);
-	if ((e = find(sr, id)) == NULL && (e = entry_add(sr, id, dir,
-	    !evicted, vmd_snapram_resident(dir), moat_now_unix_ms())) ==
-	    NULL) {
+	if ((e = find(sr, id)) == NULL &&
+	    (e = entry_add(sr, id, dir, !evicted, vmd_snapram_resident(dir),
+	         moat_now_unix_ms())) == NULL) {
 		pthread_mutex_unlock(&sr->mu);
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	}
@@ -610,15 +621,17 @@ vmd_snapram_acquire(struct vmd *vmd, struct moat_rpc_call *call,
 	moat__v1__local_snapshot__free_unpacked(m, NULL);
 	*meta = NULL;
 	if ((err = vmd_snapshot_read_meta(dir, meta)) != 0) {
-		rv = moat_rpc_error(call, MOAT_INTERNAL, "snapshot %s cannot "
-		    "be read (%s): delete it and take another", id,
-		    strerror(err));
+		rv = moat_rpc_error(call, MOAT_INTERNAL,
+		    "snapshot %s cannot "
+		    "be read (%s): delete it and take another",
+		    id, strerror(err));
 		goto fail;
 	}
 	m = *meta;
 	need = m->ram_bytes;
 	if ((target = ram_target(dir)) == NULL) {
-		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "snapshot "
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "snapshot "
 		    "%s has no RAM link: it cannot be restored; delete it",
 		    id);
 		goto fail;
@@ -637,19 +650,22 @@ vmd_snapram_acquire(struct vmd *vmd, struct moat_rpc_call *call,
 		vmd_ram_admit_done(vmd, need);
 		if (rv != MOAT_OK)
 			goto fail;
-		moat_info(call->request_id, "snapshot %s: RAM rebuilt from %s "
-		    "in %" PRIu64 " ms", id, m->evicted_to,
-		    moat_rpc_now_ms() - t0);
+		moat_info(call->request_id,
+		    "snapshot %s: RAM rebuilt from %s "
+		    "in %" PRIu64 " ms",
+		    id, m->evicted_to, moat_rpc_now_ms() - t0);
 	}
 	resident = vmd_snapram_resident(dir);
 	m->ram_resident_bytes = resident;
 	m->last_used_unix_ms = moat_now_unix_ms();
 	err = set_str(&m->location, "ram") ? vmd_snapshot_write_meta(dir, m) :
-	    ENOMEM;
+	                                     ENOMEM;
 	if (err != 0) {
 		(void)unlink(target);
-		rv = moat_rpc_error(call, MOAT_INTERNAL, "snapshot %s: cannot "
-		    "record its rebuilt RAM: %s", id, strerror(err));
+		rv = moat_rpc_error(call, MOAT_INTERNAL,
+		    "snapshot %s: cannot "
+		    "record its rebuilt RAM: %s",
+		    id, strerror(err));
 		goto fail;
 	}
 	free(target);
@@ -706,8 +722,8 @@ vmd_snapram_fill(struct vmd *vmd, Moat__V1__Node *node)
 	pthread_mutex_unlock(&sr->mu);
 	node->ram_dir_capacity_bytes = r.capacity;
 	node->ram_dir_reserved_bytes = left < 0 ? r.capacity :
-	    r.capacity - ((uint64_t)left < r.capacity ? (uint64_t)left :
-	    r.capacity);
+	                                          r.capacity -
+	        ((uint64_t)left < r.capacity ? (uint64_t)left : r.capacity);
 }
 
 /* ---- start and stop ---- */
@@ -731,17 +747,18 @@ init_one(struct vmd *vmd, const char *dir)
 	if (!in_ram && strcmp(m->location, "disk") != 0 &&
 	    (m->remote_stored || file_exists(dir, EVICTED_FILE))) {
 		m->ram_resident_bytes = 0;
-		if (set_str(&m->location, "disk") && set_str(&m->evicted_to,
-		    m->remote_stored ? "snapd" : "local") &&
+		if (set_str(&m->location, "disk") &&
+		    set_str(&m->evicted_to,
+		        m->remote_stored ? "snapd" : "local") &&
 		    vmd_snapshot_write_meta(dir, m) == 0)
-			moat_info(0, "snapshot %s: its RAM copy is gone; "
-			    "restores rebuild it from %s", m->snapshot_id,
-			    m->evicted_to);
+			moat_info(0,
+			    "snapshot %s: its RAM copy is gone; "
+			    "restores rebuild it from %s",
+			    m->snapshot_id, m->evicted_to);
 	}
 	pthread_mutex_lock(&sr->mu);
 	(void)entry_add(sr, m->snapshot_id, dir, in_ram, resident,
-	    m->last_used_unix_ms ? m->last_used_unix_ms :
-	    m->created_unix_ms);
+	    m->last_used_unix_ms ? m->last_used_unix_ms : m->created_unix_ms);
 	pthread_mutex_unlock(&sr->mu);
 	moat__v1__local_snapshot__free_unpacked(m, NULL);
 }
@@ -770,9 +787,10 @@ vmd_snapram_init(struct vmd *vmd)
 			char *dir;
 
 			if (strncmp(de->d_name, "snap-", 5) != 0 ||
-			    (n > 4 && strcmp(de->d_name + n - 4, ".tmp") ==
-			    0) || (dir = moat_asprintf("%s/%s", root,
-			    de->d_name)) == NULL)
+			    (n > 4 &&
+			        strcmp(de->d_name + n - 4, ".tmp") == 0) ||
+			    (dir = moat_asprintf("%s/%s", root, de->d_name)) ==
+			        NULL)
 				continue;
 			init_one(vmd, dir);
 			free(dir);
@@ -780,9 +798,10 @@ vmd_snapram_init(struct vmd *vmd)
 		closedir(d);
 	}
 	free(root);
-	moat_info(0, "snapshot RAM: %" PRIu64 " of %" PRIu64 " MiB budget "
-	    "([vmd] snapshot-ram-mib) in %s", sr->used / MIB,
-	    sr->budget / MIB, vmd_ram_dir());
+	moat_info(0,
+	    "snapshot RAM: %" PRIu64 " of %" PRIu64 " MiB budget "
+	    "([vmd] snapshot-ram-mib) in %s",
+	    sr->used / MIB, sr->budget / MIB, vmd_ram_dir());
 	enforce_budget(vmd, 0);
 	return MOAT_OK;
 }

@@ -53,8 +53,8 @@ snap_id_ok(const char *id)
 	for (size_t i = 0; i < n; i++) {
 		char c = id[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-		    c == '.'))
+		        (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		        c == '.'))
 			return false;
 	}
 	return strcmp(id + n - 4, ".tmp") != 0;
@@ -84,15 +84,15 @@ snap_new_id(const struct vmd *vmd)
 		return NULL;
 	for (char *p = node; *p; p++)
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
-		    *p == '.'))
+		        (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+		        *p == '.'))
 			*p = '_';
 	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
 		free(node);
 		return NULL;
 	}
-	id = moat_asprintf("snap-%.64s-%02x%02x%02x%02x%02x%02x%02x%02x",
-	    node, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+	id = moat_asprintf("snap-%.64s-%02x%02x%02x%02x%02x%02x%02x%02x", node,
+	    r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 	free(node);
 	return id;
 }
@@ -128,8 +128,8 @@ snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
 	/* Snapshots taken before issue 11 have no location: in RAM. */
 	r->location = strdup(m->location[0] ? m->location : "ram");
 	r->evicted_to = strdup(m->evicted_to);
-	r->last_used_unix_ms = m->last_used_unix_ms ? m->last_used_unix_ms :
-	    m->created_unix_ms;
+	r->last_used_unix_ms =
+	    m->last_used_unix_ms ? m->last_used_unix_ms : m->created_unix_ms;
 	r->session_id = strdup(m->session_id);
 	r->step = m->step;
 	r->ram_resident_bytes = m->ram_resident_bytes;
@@ -152,8 +152,8 @@ snap_remove_ram(const char *dir)
 	ssize_t n;
 	int e;
 
-	if (link != NULL && (n = readlink(link, target, sizeof(target) - 1))
-	    > 0) {
+	if (link != NULL &&
+	    (n = readlink(link, target, sizeof(target) - 1)) > 0) {
 		target[n] = '\0';
 		if ((e = vmd_ram_unlink(target)) != 0 && e != ENOENT)
 			moat_warn(0, "cannot remove %s: %s", target,
@@ -218,9 +218,10 @@ snap_no_space(int rv, const char *err, const char *dir)
 {
 	struct statvfs fs;
 
-	if (rv == MOAT_RESOURCE_EXHAUSTED || (err != NULL &&
-	    (strstr(err, "No space left") != NULL ||
-	    strstr(err, "ENOSPC") != NULL)))
+	if (rv == MOAT_RESOURCE_EXHAUSTED ||
+	    (err != NULL &&
+	        (strstr(err, "No space left") != NULL ||
+	            strstr(err, "ENOSPC") != NULL)))
 		return true;
 	/* QEMU's failed write of the device state does not always say why:
 	 * a file system left with under 1 MiB did it. */
@@ -241,21 +242,26 @@ snap_begin(struct moat_rpc_call *call, struct sandbox *sb)
 	    sb->lifecycle == SANDBOX_RELINKING) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "sandbox %s is being snapshotted already: wait for that "
-		    "snapshot", sb->id.str);
+		    "snapshot",
+		    sb->id.str);
 	} else if (sb->lifecycle != SANDBOX_RUNNING) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "sandbox %s is %s: only a RUNNING sandbox can be "
-		    "snapshotted", sb->id.str, vmd_sandbox_api_state_name(
-		    vmd_sandbox_api_state(sb)));
+		    "snapshotted",
+		    sb->id.str,
+		    vmd_sandbox_api_state_name(vmd_sandbox_api_state(sb)));
 	} else if (sb->execs_running > 0) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "sandbox %s has %u running exec(s): wait for them or kill "
 		    "them, then snapshot (processes started in the background "
-		    "are fine)", sb->id.str, sb->execs_running);
+		    "are fine)",
+		    sb->id.str, sb->execs_running);
 	} else if (vmd_sandbox_step(sb, SANDBOX_EV_SNAPSHOT_BEGIN) !=
 	    SANDBOX_STEP_MOVED) {
-		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "sandbox "
-		    "%s cannot be snapshotted now", sb->id.str);
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox "
+		    "%s cannot be snapshotted now",
+		    sb->id.str);
 	} else {
 		/* Whether this VM can be captured is the driver's to say
 		 * (QEMU needs the RAM file every VM now has; Firecracker
@@ -313,13 +319,17 @@ snap_capture(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 		 * create): connect a new one, or the sandbox cannot go on. */
 		char *why = NULL;
 
-		if (vmd_sandbox_relink(sb, moat_rpc_now_ms() +
-		    VMD_RELINK_TIMEOUT_MS, &why) != MOAT_OK) {
+		if (vmd_sandbox_relink(sb,
+		        moat_rpc_now_ms() + VMD_RELINK_TIMEOUT_MS,
+		        &why) != MOAT_OK) {
 			char *reason = moat_asprintf("its guest link was lost "
-			    "after a snapshot: %s", why ? why : "?");
+			                             "after a snapshot: %s",
+			    why ? why : "?");
 
-			vmd_sandbox_fail(sb, reason ? reason : "its guest "
-			    "link was lost after a snapshot");
+			vmd_sandbox_fail(sb,
+			    reason ? reason :
+			             "its guest "
+			             "link was lost after a snapshot");
 			free(reason);
 		}
 		free(why);
@@ -330,10 +340,11 @@ snap_capture(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 			    "no space left for snapshot %s of sandbox %s in "
 			    "%s (the sandbox keeps running; nothing was "
 			    "kept): %s; free space there or delete "
-			    "snapshots", id, sb->id.str, root,
-			    err ? err : "?");
+			    "snapshots",
+			    id, sb->id.str, root, err ? err : "?");
 		else
-			rv = moat_rpc_error(call, rv, "snapshot of sandbox %s "
+			rv = moat_rpc_error(call, rv,
+			    "snapshot of sandbox %s "
 			    "failed (the sandbox keeps running): %s",
 			    sb->id.str, err ? err : "?");
 	}
@@ -400,8 +411,8 @@ snap_store(struct moat_rpc_call *call, struct sandbox *sb,
 			    "no space left for snapshot %s of sandbox %s in "
 			    "%s (the sandbox keeps running; nothing was "
 			    "kept): %s; free space there or delete "
-			    "snapshots", meta->snapshot_id, sb->id.str, root,
-			    strerror(e));
+			    "snapshots",
+			    meta->snapshot_id, sb->id.str, root, strerror(e));
 		else
 			rv = moat_rpc_error(call, moat_status_from_errno(e),
 			    "cannot store snapshot %s in %s: %s",
@@ -428,9 +439,10 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv, e;
 
 	if (vmd->vmm->snapshot == NULL)
-		return moat_rpc_error(call, MOAT_UNIMPLEMENTED, "the %s driver "
-		    "of node %s cannot take snapshots", vmd->vmm->name,
-		    vmd->cfg.node_id);
+		return moat_rpc_error(call, MOAT_UNIMPLEMENTED,
+		    "the %s driver "
+		    "of node %s cannot take snapshots",
+		    vmd->vmm->name, vmd->cfg.node_id);
 	if ((rv = snap_begin(call, sb)) != MOAT_OK)
 		return rv;
 
@@ -445,12 +457,14 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	}
 	if ((e = moat_mkdir_p(root, 0700)) != 0 || mkdir(tmp, 0700) != 0) {
 		e = e ? e : errno;
-		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
-		    "create snapshot directory %s: %s", tmp, strerror(e));
+		rv = moat_rpc_error(call, moat_status_from_errno(e),
+		    "cannot "
+		    "create snapshot directory %s: %s",
+		    tmp, strerror(e));
 		goto out;
 	}
-	if ((rv = snap_capture(vmd, call, sb, id, tmp, root, &st, &admitted))
-	    != MOAT_OK)
+	if ((rv = snap_capture(vmd, call, sb, id, tmp, root, &st,
+	         &admitted)) != MOAT_OK)
 		goto out_rm;
 	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
 	    image_stamp);
@@ -473,11 +487,12 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
-	moat_info(call->request_id, "%s %s of sandbox %s: paused %.1f "
-	    "ms, device state %" PRIu64 " B, RAM %" PRIu64 " B, disk %"
-	    PRIu64 " B", is_template ? "template" : "snapshot", id,
-	    sb->id.str, st.pause_ms, st.device_state_bytes, st.ram_bytes,
-	    st.disk_bytes);
+	moat_info(call->request_id,
+	    "%s %s of sandbox %s: paused %.1f "
+	    "ms, device state %" PRIu64 " B, RAM %" PRIu64 " B, disk %" PRIu64
+	    " B",
+	    is_template ? "template" : "snapshot", id, sb->id.str, st.pause_ms,
+	    st.device_state_bytes, st.ram_bytes, st.disk_bytes);
 	vmd_ram_admit_done(vmd, admitted);
 	admitted = 0;
 	/* Over budget now: the least recently used copies go to disk
@@ -511,8 +526,8 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	char *id = NULL, *dir = NULL;
 	int rv;
 
-	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb))
-	    != MOAT_OK)
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
 		return rv;
 	id = snap_new_id(vmd);
 	dir = id ? snap_dir(vmd, id) : NULL;
@@ -562,8 +577,7 @@ snap_find_remote(const struct vmd *vmd, const char *remote_id)
 /* vmd_snapshot_open without the fetch when `fetch` is false. */
 static int
 snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
-    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir,
-    bool fetch)
+    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir, bool fetch)
 {
 	int e;
 
@@ -571,12 +585,14 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	*dir = NULL;
 	if (id == NULL || id[0] == '\0')
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-		    "snapshot_id is empty: name a snapshot (ListLocalSnapshots "
+		    "snapshot_id is empty: name a snapshot "
+		    "(ListLocalSnapshots "
 		    "lists them)");
 	if (!snap_id_ok(id))
 		return moat_rpc_error(call, MOAT_NOT_FOUND,
 		    "snapshot %.80s not found: it is not a snapshot id "
-		    "(\"snap-...\")", id);
+		    "(\"snap-...\")",
+		    id);
 	if ((*dir = snap_dir(vmd, id)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	e = vmd_snapshot_read_meta(*dir, meta);
@@ -599,7 +615,7 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	}
 	if (e != 0 ||
 	    (tenant != NULL && tenant[0] != '\0' &&
-	    strcmp(tenant, (*meta)->tenant) != 0)) {
+	        strcmp(tenant, (*meta)->tenant) != 0)) {
 		moat__v1__local_snapshot__free_unpacked(*meta, NULL);
 		*meta = NULL;
 		free(*dir);
@@ -607,19 +623,19 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 		if (e != 0 && e != ENOENT)
 			return moat_rpc_error(call, MOAT_INTERNAL,
 			    "snapshot %s on node %s cannot be read (%s): "
-			    "delete it and take another", id,
-			    vmd->cfg.node_id, strerror(e));
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "snapshot %s not "
-		    "found on node %s (ListLocalSnapshots lists them)", id,
-		    vmd->cfg.node_id);
+			    "delete it and take another",
+			    id, vmd->cfg.node_id, strerror(e));
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "snapshot %s not "
+		    "found on node %s (ListLocalSnapshots lists them)",
+		    id, vmd->cfg.node_id);
 	}
 	return MOAT_OK;
 }
 
 int
-vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
-    const char *id, const char *tenant, Moat__V1__LocalSnapshot **meta,
-    char **dir)
+vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
+    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir)
 {
 	return snap_open(vmd, call, id, tenant, meta, dir, true);
 }
@@ -638,7 +654,7 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	if ((d = opendir(root)) == NULL) {
 		free(root);
-		return MOAT_OK;     /* none taken yet */
+		return MOAT_OK; /* none taken yet */
 	}
 	while (rv == MOAT_OK && (de = readdir(d)) != NULL &&
 	    reply->n_snapshots < SNAP_LIST_MAX) {
@@ -650,14 +666,14 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 			continue;
 		if (vmd_snapshot_read_meta(dir, &m) != 0 ||
 		    (req->tenant[0] != '\0' &&
-		    strcmp(req->tenant, m->tenant) != 0)) {
+		        strcmp(req->tenant, m->tenant) != 0)) {
 			moat__v1__local_snapshot__free_unpacked(m, NULL);
 			free(dir);
 			continue;
 		}
 		free(dir);
-		grown = realloc(reply->snapshots, (reply->n_snapshots + 1) *
-		    sizeof(*grown));
+		grown = realloc(reply->snapshots,
+		    (reply->n_snapshots + 1) * sizeof(*grown));
 		r = grown ? malloc(sizeof(*r)) : NULL;
 		if (grown != NULL)
 			reply->snapshots = grown;
@@ -686,11 +702,11 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv, e;
 
 	/* Deleting never pulls; the copy in snapd (if any) stays. */
-	if ((rv = snap_open(vmd, call, req->snapshot_id, req->tenant,
-	    &meta, &dir, false)) != MOAT_OK)
+	if ((rv = snap_open(vmd, call, req->snapshot_id, req->tenant, &meta,
+	         &dir, false)) != MOAT_OK)
 		return rv;
 	if ((rv = vmd_snapram_forget(vmd, call, req->snapshot_id,
-	    vmd_call_deadline(call))) != MOAT_OK)
+	         vmd_call_deadline(call))) != MOAT_OK)
 		goto out;
 	/* Its copy in snapd goes too (chunks other snapshots share stay):
 	 * a deleted snapshot must free its store, not only this node. */
@@ -699,13 +715,16 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 		uint64_t freed = 0;
 
 		if (vmd_snapshot_delete_remote(vmd, meta->tenant,
-		    meta->remote_id, &freed, &err) != MOAT_OK)
-			moat_warn(call->request_id, "snapshot %s: its copy %s "
+		        meta->remote_id, &freed, &err) != MOAT_OK)
+			moat_warn(call->request_id,
+			    "snapshot %s: its copy %s "
 			    "in moat-snapd stays (%s): `moat snapshot gc` "
-			    "removes it later", req->snapshot_id,
-			    meta->remote_id, err ? err : "?");
+			    "removes it later",
+			    req->snapshot_id, meta->remote_id,
+			    err ? err : "?");
 		else
-			moat_info(call->request_id, "snapshot %s: deleted "
+			moat_info(call->request_id,
+			    "snapshot %s: deleted "
 			    "from moat-snapd as %s (%" PRIu64 " B freed)",
 			    req->snapshot_id, meta->remote_id, freed);
 		free(err);
@@ -714,9 +733,10 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 	/* Clones have their own copies of the RAM file: removing the
 	 * snapshot's never touches a running clone. */
 	if ((e = moat_rm_rf(dir)) != 0)
-		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
-		    "remove snapshot %s (%s): %s", req->snapshot_id, dir,
-		    strerror(e));
+		rv = moat_rpc_error(call, moat_status_from_errno(e),
+		    "cannot "
+		    "remove snapshot %s (%s): %s",
+		    req->snapshot_id, dir, strerror(e));
 	else
 		moat_info(call->request_id, "snapshot %s: deleted",
 		    req->snapshot_id);

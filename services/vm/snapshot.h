@@ -29,8 +29,7 @@ int vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ListLocalSnapshotsRequest *req,
     Moat__V1__LocalSnapshotList *reply) __attribute__((warn_unused_result));
 int vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
-    const Moat__V1__LocalSnapshotRef *req)
-    __attribute__((warn_unused_result));
+    const Moat__V1__LocalSnapshotRef *req) __attribute__((warn_unused_result));
 
 /* vmd_snapshot_make: snapshots running sandbox `sb` (a reference the
  * caller keeps) as snapshot `id` into directory `dir` (absent: written

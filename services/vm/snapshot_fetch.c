@@ -82,7 +82,8 @@ seed_load(struct seed *sd, const char *path, uint32_t chunk_size)
 	if (access(path, R_OK) != 0)
 		return false;
 	if (moat_chunk_file(path, chunk_size, seed_add, sd, NULL, &err) !=
-	    MOAT_OK || (sd->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+	        MOAT_OK ||
+	    (sd->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
 		moat_warn(0, "not seeding a pull from %s: %s", path,
 		    err ? err : strerror(errno));
 		free(err);
@@ -120,23 +121,25 @@ pull_seeded(struct vmd *vmd, const char *tenant, const char *snap_id,
 	int rv;
 
 	if ((rv = moat_chunk_writer_open(&w, path, a->size, a->chunk_size,
-	    a->chunk_ids.data, n_ids, errmsg)) != MOAT_OK)
+	         a->chunk_ids.data, n_ids, errmsg)) != MOAT_OK)
 		return rv;
-	if (sd != NULL && sd->n > 0 &&
-	    (buf = malloc(a->chunk_size)) != NULL) {
+	if (sd != NULL && sd->n > 0 && (buf = malloc(a->chunk_size)) != NULL) {
 		for (idx = moat_chunk_writer_next_missing(w, 0);
-		    idx != UINT64_MAX;
-		    idx = moat_chunk_writer_next_missing(w, idx + 1)) {
-			const struct seed_chunk *hit = bsearch(
-			    a->chunk_ids.data + idx * MOAT_CHUNK_ID_LEN, sd->v,
-			    sd->n, sizeof(*sd->v), seed_cmp);
+		     idx != UINT64_MAX;
+		     idx = moat_chunk_writer_next_missing(w, idx + 1)) {
+			const struct seed_chunk *hit =
+			    bsearch(a->chunk_ids.data +
+			            idx * MOAT_CHUNK_ID_LEN,
+			        sd->v, sd->n, sizeof(*sd->v), seed_cmp);
 			uint64_t off = idx * a->chunk_size;
 			size_t len = a->size - off < a->chunk_size ?
-			    (size_t)(a->size - off) : a->chunk_size;
+			    (size_t)(a->size - off) :
+			    a->chunk_size;
 			char *err = NULL;
 
-			if (hit == NULL || pread(sd->fd, buf, len,
-			    (off_t)hit->offset) != (ssize_t)len)
+			if (hit == NULL ||
+			    pread(sd->fd, buf, len, (off_t)hit->offset) !=
+			        (ssize_t)len)
 				continue;
 			/* A seed that changed since is caught here and the
 			 * chunk comes from snapd instead. */
@@ -147,7 +150,7 @@ pull_seeded(struct vmd *vmd, const char *tenant, const char *snap_id,
 		}
 	}
 	if ((rv = moat_snap_pull_chunks(vmd->snapd, tenant, snap_id, a, w, 0,
-	    UINT64_MAX, MOAT_SNAP_PULL_BATCH, remote, errmsg)) != MOAT_OK)
+	         UINT64_MAX, MOAT_SNAP_PULL_BATCH, remote, errmsg)) != MOAT_OK)
 		goto fail;
 	free(buf);
 	return moat_chunk_writer_commit(w, errmsg);
@@ -242,10 +245,11 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 }
 
 int
-vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
-    const char *id, const char *tenant, const char *dir)
+vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
+    const char *tenant, const char *dir)
 {
-	Moat__V1__GetSnapshotRequest req = MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
+	Moat__V1__GetSnapshotRequest req =
+	    MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
 	Moat__V1__SnapshotInfo *info = NULL;
 	ProtobufCMessage *reply = NULL;
 	char *tmp = NULL, *err = NULL, *ram = NULL, *link = NULL;
@@ -258,10 +262,11 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv, e;
 
 	if (vmd->snapd == NULL)
-		return moat_rpc_error(call, MOAT_NOT_FOUND, "snapshot %s not "
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "snapshot %s not "
 		    "found on node %s (ListLocalSnapshots lists them; this "
-		    "node has no [vmd] snapd to pull others from)", id,
-		    vmd->cfg.node_id);
+		    "node has no [vmd] snapd to pull others from)",
+		    id, vmd->cfg.node_id);
 	pthread_mutex_lock(&vmd->fetch_mu);
 	/* Another restore may have fetched it while this one waited. */
 	if (stat(dir, &st) == 0) {
@@ -269,7 +274,8 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 		goto out;
 	}
 	if ((rv = vmd_snapd_ping(vmd, &err)) != MOAT_OK) {
-		rv = moat_rpc_error(call, MOAT_UNAVAILABLE, "snapshot %s is "
+		rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
+		    "snapshot %s is "
 		    "not on node %s and moat-snapd %s does not answer (%s): "
 		    "start it, or restore on the node that took the snapshot",
 		    id, vmd->cfg.node_id, vmd->cfg.snapd_url, err ? err : "?");
@@ -281,25 +287,30 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 	req.id = (char *)id;
 	req.with_chunks = true;
 	if ((rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE, "GetSnapshot",
-	    &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
-	    &err)) != MOAT_OK) {
+	         &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
+	         &err)) != MOAT_OK) {
 		if (rv == MOAT_NOT_FOUND)
-			rv = moat_rpc_error(call, MOAT_NOT_FOUND, "snapshot %s "
-			    "not found on node %s nor in moat-snapd: %s", id,
-			    vmd->cfg.node_id, err ? err : "?");
+			rv = moat_rpc_error(call, MOAT_NOT_FOUND,
+			    "snapshot %s "
+			    "not found on node %s nor in moat-snapd: %s",
+			    id, vmd->cfg.node_id, err ? err : "?");
 		else
-			rv = moat_rpc_error(call, rv, "snapshot %s is not on "
+			rv = moat_rpc_error(call, rv,
+			    "snapshot %s is not on "
 			    "node %s and moat-snapd %s failed to describe it: "
-			    "%s", id, vmd->cfg.node_id, vmd->cfg.snapd_url,
+			    "%s",
+			    id, vmd->cfg.node_id, vmd->cfg.snapd_url,
 			    err ? err : "?");
 		goto out;
 	}
 	info = (Moat__V1__SnapshotInfo *)reply;
 	if (strcmp(info->vmm, vmd->vmm->name) != 0) {
-		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "snapshot "
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "snapshot "
 		    "%s was taken by the %s driver; node %s runs %s: restore "
-		    "it on a %s node", id, info->vmm, vmd->cfg.node_id,
-		    vmd->vmm->name, info->vmm);
+		    "it on a %s node",
+		    id, info->vmm, vmd->cfg.node_id, vmd->vmm->name,
+		    info->vmm);
 		goto out;
 	}
 	root = moat_asprintf("%s/snapshots", vmd->cfg.state_dir);
@@ -314,8 +325,10 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 	(void)moat_rm_rf(tmp);
 	if ((e = moat_mkdir_p(root, 0700)) != 0 || mkdir(tmp, 0700) != 0) {
 		e = e ? e : errno;
-		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
-		    "create snapshot directory %s: %s", tmp, strerror(e));
+		rv = moat_rpc_error(call, moat_status_from_errno(e),
+		    "cannot "
+		    "create snapshot directory %s: %s",
+		    tmp, strerror(e));
 		goto out;
 	}
 	/* Its RAM lands in the RAM dir: make room as a create would. */
@@ -326,12 +339,14 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 		if (strcmp(a->name, "ram") != 0)
 			continue;
 		for (size_t c = 0; c < n; c++)
-			if (!moat_chunk_id_is_zero((const struct moat_chunk_id *)
-			    (a->chunk_ids.data + c * MOAT_CHUNK_ID_LEN)))
+			if (!moat_chunk_id_is_zero((const struct moat_chunk_id
+			            *)(a->chunk_ids.data +
+			        c * MOAT_CHUNK_ID_LEN)))
 				admitted += a->chunk_size;
 	}
-	if ((rv = vmd_ram_admit(vmd, call, admitted, "a pulled snapshot's "
-	    "RAM")) != MOAT_OK) {
+	if ((rv = vmd_ram_admit(vmd, call, admitted,
+	         "a pulled snapshot's "
+	         "RAM")) != MOAT_OK) {
 		admitted = 0;
 		goto out_rm;
 	}
@@ -348,8 +363,8 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 			rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 			    "snapshot %s in moat-snapd has an artifact \"%s\" "
 			    "a vmd snapshot does not have (or twice): it was "
-			    "not made by vmd and cannot be restored", id,
-			    a->name);
+			    "not made by vmd and cannot be restored",
+			    id, a->name);
 			goto out_rm;
 		}
 		if (k == 0) {
@@ -357,8 +372,10 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 			if (symlink(ram, link) != 0) {
 				e = errno;
 				rv = moat_rpc_error(call,
-				    moat_status_from_errno(e), "cannot link "
-				    "%s: %s", link, strerror(e));
+				    moat_status_from_errno(e),
+				    "cannot link "
+				    "%s: %s",
+				    link, strerror(e));
 				goto out_rm;
 			}
 		}
@@ -367,7 +384,8 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 			struct seed sd;
 			char *seed_path = info->parent_id[0] ?
 			    moat_asprintf("%s/%s/%s", root, info->parent_id,
-			    vmd_snap_artifacts[k].file) : NULL;
+			        vmd_snap_artifacts[k].file) :
+			    NULL;
 			bool seeded = seed_path != NULL &&
 			    seed_load(&sd, seed_path, a->chunk_size);
 
@@ -380,15 +398,19 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 		if (k != 0)
 			free(target);
 		if (rv == MOAT_DATA_LOSS) {
-			rv = moat_rpc_error(call, MOAT_DATA_LOSS, "snapshot %s "
-			    "is corrupt in moat-snapd (its %s): %s; it was not "
-			    "restored", id, a->name, err ? err : "?");
+			rv = moat_rpc_error(call, MOAT_DATA_LOSS,
+			    "snapshot %s "
+			    "is corrupt in moat-snapd (its %s): %s; it was "
+			    "not "
+			    "restored",
+			    id, a->name, err ? err : "?");
 			goto out_rm;
 		}
 		if (rv != MOAT_OK) {
-			rv = moat_rpc_error(call, rv, "cannot pull the %s of "
-			    "snapshot %s from moat-snapd %s: %s", a->name, id,
-			    vmd->cfg.snapd_url, err ? err : "?");
+			rv = moat_rpc_error(call, rv,
+			    "cannot pull the %s of "
+			    "snapshot %s from moat-snapd %s: %s",
+			    a->name, id, vmd->cfg.snapd_url, err ? err : "?");
 			goto out_rm;
 		}
 		free(err);
@@ -398,8 +420,10 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 	for (size_t k = 0; k < VMD_SNAP_N_ARTIFACTS; k++)
 		if (!have[k]) {
 			rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
-			    "snapshot %s in moat-snapd lacks its %s: it cannot "
-			    "be restored", id, vmd_snap_artifacts[k].name);
+			    "snapshot %s in moat-snapd lacks its %s: it "
+			    "cannot "
+			    "be restored",
+			    id, vmd_snap_artifacts[k].name);
 			goto out_rm;
 		}
 	if ((rv = fetch_write_meta(info, tmp, dir, &err)) != MOAT_OK) {
@@ -409,14 +433,17 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call,
 	}
 	if (rename(tmp, dir) != 0) {
 		e = errno;
-		rv = moat_rpc_error(call, moat_status_from_errno(e), "cannot "
-		    "rename %s to %s: %s", tmp, dir, strerror(e));
+		rv = moat_rpc_error(call, moat_status_from_errno(e),
+		    "cannot "
+		    "rename %s to %s: %s",
+		    tmp, dir, strerror(e));
 		goto out_rm;
 	}
-	moat_info(call->request_id, "snapshot %s: pulled from moat-snapd in "
+	moat_info(call->request_id,
+	    "snapshot %s: pulled from moat-snapd in "
 	    "%" PRIu64 " ms (%" PRIu64 " B logical): %" PRIu64 " chunks "
-	    "pulled, %" PRIu64 " copied from parent %s here", id,
-	    moat_rpc_now_ms() - t0, info->logical_bytes, n_remote, n_local,
+	    "pulled, %" PRIu64 " copied from parent %s here",
+	    id, moat_rpc_now_ms() - t0, info->logical_bytes, n_remote, n_local,
 	    info->parent_id[0] ? info->parent_id : "(none)");
 	rv = MOAT_OK;
 	goto out;
@@ -437,4 +464,3 @@ out:
 	free(err);
 	return rv;
 }
-

@@ -34,7 +34,7 @@
 #include "sync.h"
 #include "snapshot_push.h"
 
-#define PUSH_HEALTH_MS 2000u       /* a snapd that is down, found fast */
+#define PUSH_HEALTH_MS 2000u /* a snapd that is down, found fast */
 
 /* The artifacts of a snapshot directory, by their manifest names. */
 const struct vmd_snap_artifact vmd_snap_artifacts[VMD_SNAP_N_ARTIFACTS] = {
@@ -96,26 +96,25 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 		struct moat_snap_push_stats st = { 0 };
 
 		free(path);
-		path = moat_asprintf("%s/%s", dir,
-		    vmd_snap_artifacts[i].file);
+		path = moat_asprintf("%s/%s", dir, vmd_snap_artifacts[i].file);
 		if (path == NULL) {
 			rv = MOAT_INTERNAL;
 			err = strdup("out of memory");
 			goto fail;
 		}
 		if ((rv = moat_snap_push_file(vmd->snapd, tenant,
-		    vmd_snap_artifacts[i].name, path, MOAT_CHUNK_SIZE,
-		    &arts[i], &st, &err)) != MOAT_OK)
+		         vmd_snap_artifacts[i].name, path, MOAT_CHUNK_SIZE,
+		         &arts[i], &st, &err)) != MOAT_OK)
 			goto fail;
 		art_ptrs[i] = &arts[i];
 	}
-#define LABEL(k, v)                                                         \
-	do {                                                                \
-		moat__v1__snap_label__init(&labels[n_labels]);              \
-		labels[n_labels].key = (char *)(k);                         \
-		labels[n_labels].value = (char *)(v);                       \
-		label_ptrs[n_labels] = &labels[n_labels];                   \
-		n_labels++;                                                 \
+#define LABEL(k, v)                                                           \
+	do {                                                                  \
+		moat__v1__snap_label__init(&labels[n_labels]);                \
+		labels[n_labels].key = (char *)(k);                           \
+		labels[n_labels].value = (char *)(v);                         \
+		label_ptrs[n_labels] = &labels[n_labels];                     \
+		n_labels++;                                                   \
 	} while (0)
 	snprintf(scratch_mib, sizeof(scratch_mib), "%" PRIu64,
 	    meta->scratch_mib);
@@ -138,8 +137,9 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	req.artifacts = art_ptrs;
 	req.n_artifacts = VMD_SNAP_N_ARTIFACTS;
 	if ((rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE,
-	    "CommitManifest", &req.base, &moat__v1__snapshot_info__descriptor,
-	    &reply, NULL, &err)) != MOAT_OK)
+	         "CommitManifest", &req.base,
+	         &moat__v1__snapshot_info__descriptor, &reply, NULL, &err)) !=
+	    MOAT_OK)
 		goto fail;
 	info = (Moat__V1__SnapshotInfo *)reply;
 	res->remote_id = strdup(info->id);
@@ -150,7 +150,8 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 		err = strdup("out of memory");
 		goto fail;
 	}
-	moat_info(request_id, "snapshot %s: stored in moat-snapd as %s "
+	moat_info(request_id,
+	    "snapshot %s: stored in moat-snapd as %s "
 	    "(tenant %s, parent %s): %" PRIu64 " B new of %" PRIu64 " B",
 	    meta->snapshot_id, info->id, tenant,
 	    req.parent_id[0] ? req.parent_id : "none", info->stored_bytes,
@@ -187,7 +188,7 @@ struct pull_job {
 	struct moat_chunk_writer *w;
 	uint32_t k, n;
 	int rv;
-	char *err;                 /* heap, with rv */
+	char *err; /* heap, with rv */
 	pthread_t thread;
 	bool started;
 };
@@ -198,8 +199,8 @@ static int
 pull_stripe(struct pull_job *j, uint64_t s)
 {
 	size_t n_ids = j->art->chunk_ids.len / MOAT_CHUNK_ID_LEN;
-	uint64_t end = (s + 1) * PULL_STRIPE < n_ids ? (s + 1) * PULL_STRIPE :
-	    n_ids;
+	uint64_t end =
+	    (s + 1) * PULL_STRIPE < n_ids ? (s + 1) * PULL_STRIPE : n_ids;
 
 	return moat_snap_pull_chunks(j->vmd->snapd, j->tenant, j->snap_id,
 	    j->art, j->w, s * PULL_STRIPE, end, PULL_STRIPE, NULL, &j->err);
@@ -221,7 +222,8 @@ int
 vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
     const char *path, char **errmsg)
 {
-	Moat__V1__GetSnapshotRequest req = MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
+	Moat__V1__GetSnapshotRequest req =
+	    MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
 	struct pull_job jobs[PULL_THREADS];
 	const Moat__V1__SnapArtifact *ram = NULL;
 	struct moat_chunk_writer *w = NULL;
@@ -235,8 +237,8 @@ vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
 	req.id = meta->remote_id;
 	req.with_chunks = true;
 	if ((rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE, "GetSnapshot",
-	    &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
-	    errmsg)) != MOAT_OK)
+	         &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
+	         errmsg)) != MOAT_OK)
 		return rv;
 	info = (Moat__V1__SnapshotInfo *)reply;
 	for (size_t i = 0; i < info->n_artifacts; i++)
@@ -249,14 +251,18 @@ vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
 		goto out;
 	}
 	if ((rv = moat_chunk_writer_open(&w, path, ram->size, ram->chunk_size,
-	    ram->chunk_ids.data, ram->chunk_ids.len / MOAT_CHUNK_ID_LEN,
-	    errmsg)) != MOAT_OK)
+	         ram->chunk_ids.data, ram->chunk_ids.len / MOAT_CHUNK_ID_LEN,
+	         errmsg)) != MOAT_OK)
 		goto out;
 	for (uint32_t k = 0; k < PULL_THREADS; k++) {
 		struct pull_job *j = &jobs[k];
 
-		*j = (struct pull_job){ .vmd = vmd, .tenant = req.tenant,
-			.snap_id = meta->remote_id, .art = ram, .w = w, .k = k,
+		*j = (struct pull_job){ .vmd = vmd,
+			.tenant = req.tenant,
+			.snap_id = meta->remote_id,
+			.art = ram,
+			.w = w,
+			.k = k,
 			.n = PULL_THREADS };
 		/* A thread that cannot start leaves its stripes to the
 		 * check below: they are pulled here. */
@@ -303,8 +309,8 @@ vmd_snapshot_delete_remote(struct vmd *vmd, const char *tenant,
 	    &req.base, &moat__v1__delete_snapshot_reply__descriptor, &reply,
 	    NULL, errmsg);
 	if (rv == MOAT_OK)
-		*freed_bytes = ((Moat__V1__DeleteSnapshotReply *)reply)->
-		    freed_bytes;
+		*freed_bytes =
+		    ((Moat__V1__DeleteSnapshotReply *)reply)->freed_bytes;
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);
 	if (rv == MOAT_NOT_FOUND) {

@@ -29,8 +29,8 @@ int vmd_snapd_ping(struct vmd *vmd, char **errmsg)
 
 /* What a push to snapd left (the caller owns the strings: free). */
 struct vmd_push_result {
-	char *remote_id;           /* NULL when not stored */
-	char *error;               /* NULL when stored */
+	char *remote_id; /* NULL when not stored */
+	char *error;     /* NULL when stored */
 	uint64_t stored_bytes;
 	uint64_t logical_bytes;
 };
@@ -48,9 +48,8 @@ void vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
  * snapd as meta->remote_id) to the new file `path` from its chunks, every
  * one verified, several GetChunks in flight. Returns MOAT_OK or a status
  * with *errmsg (heap); on failure `path` is not left. Blocking. */
-int vmd_snapshot_pull_ram(struct vmd *vmd,
-    const Moat__V1__LocalSnapshot *meta, const char *path, char **errmsg)
-    __attribute__((warn_unused_result));
+int vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
+    const char *path, char **errmsg) __attribute__((warn_unused_result));
 
 /* vmd_snapshot_delete_remote: deletes snapd snapshot `remote_id` of
  * `tenant` ("" : "default"); a snapshot already gone is fine. Returns

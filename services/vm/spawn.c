@@ -39,15 +39,15 @@
 struct spawn_job {
 	const struct moat_spawn_req *req;
 	pid_t pid;
-	int err;                   /* errno from open/fork/exec, 0: ok */
-	const char *err_what;      /* which step failed */
+	int err;              /* errno from open/fork/exec, 0: ok */
+	const char *err_what; /* which step failed */
 	bool done;
 };
 
 /* spawner_mu guards every field of the spawner below. */
 static pthread_mutex_t spawner_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t spawner_cv = PTHREAD_COND_INITIALIZER;
-static struct spawn_job *spawner_job;   /* waiting for the thread */
+static struct spawn_job *spawner_job; /* waiting for the thread */
 static bool spawner_running;
 static bool spawner_stopping;
 static pthread_t spawner_thread;
@@ -272,7 +272,8 @@ moat_spawn(const struct moat_spawn_req *req, pid_t *pid, char **errmsg)
 	if (!spawner_running || spawner_stopping) {
 		pthread_mutex_unlock(&spawner_mu);
 		*errmsg = moat_asprintf("cannot start %s: vmd is shutting "
-		    "down", req->argv[0]);
+		                        "down",
+		    req->argv[0]);
 		return MOAT_UNAVAILABLE;
 	}
 	while (spawner_job != NULL)
@@ -287,7 +288,7 @@ moat_spawn(const struct moat_spawn_req *req, pid_t *pid, char **errmsg)
 		*errmsg = moat_asprintf("cannot start %s (%s): %s",
 		    req->argv[0], job.err_what, strerror(job.err));
 		return job.err == ENOENT ? MOAT_FAILED_PRECONDITION :
-		    moat_status_from_errno(job.err);
+		                           moat_status_from_errno(job.err);
 	}
 	*pid = job.pid;
 	return MOAT_OK;

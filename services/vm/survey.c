@@ -31,7 +31,7 @@ struct vmd_survey {
 	struct vmd *vmd;
 	nng_socket sock;
 	pthread_t thread;
-	atomic_bool stop;   /* set by stop; the thread polls it */
+	atomic_bool stop; /* set by stop; the thread polls it */
 	char *url;
 };
 
@@ -50,8 +50,8 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	uint32_t count = 0;
 
 	node->node_id = strdup(cfg->node_id);
-	node->rpc_url = strdup(cfg->advertise_url[0] ? cfg->advertise_url :
-	    cfg->listen_url);
+	node->rpc_url = strdup(
+	    cfg->advertise_url[0] ? cfg->advertise_url : cfg->listen_url);
 	node->vcpus_total = cfg->vcpus_total;
 	node->memory_mib_total = cfg->memory_mib_total;
 	pthread_mutex_lock(&vmd->mu);
@@ -138,8 +138,8 @@ survey_main(void *arg)
 		 * answer back, so keep the message and replace its body. */
 		nng_msg_clear(msg);
 		if (vmd_node_fill(s->vmd, &node) != MOAT_OK ||
-		    nng_msg_realloc(msg, len =
-		    moat__v1__node__get_packed_size(&node)) != 0) {
+		    nng_msg_realloc(msg,
+		        len = moat__v1__node__get_packed_size(&node)) != 0) {
 			nng_msg_free(msg);
 			node_fields_free(&node);
 			continue;
@@ -173,7 +173,8 @@ vmd_survey_start(struct vmd *vmd, const char *url, struct vmd_survey **out,
 	s->vmd = vmd;
 	if ((rv = nng_respondent0_open(&s->sock)) != 0) {
 		*errmsg = moat_asprintf("survey: cannot open a respondent "
-		    "socket: %s", nng_strerror(rv));
+		                        "socket: %s",
+		    nng_strerror(rv));
 		goto fail;
 	}
 	nng_socket_set_ms(s->sock, NNG_OPT_RECVTIMEO, SURVEY_POLL_MS);
@@ -181,7 +182,8 @@ vmd_survey_start(struct vmd *vmd, const char *url, struct vmd_survey **out,
 	/* Non-blocking dial: a gateway that is not up yet is found when it
 	 * comes up (nng redials). */
 	if ((rv = nng_dial(s->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
-		*errmsg = moat_asprintf("survey: cannot dial %s: %s (is it a "
+		*errmsg = moat_asprintf(
+		    "survey: cannot dial %s: %s (is it a "
 		    "tcp:// or ipc:// url of the gateway's survey socket?)",
 		    url, nng_strerror(rv));
 		nng_close(s->sock);
@@ -212,8 +214,10 @@ vmd_survey_stop(struct vmd_survey *s)
 	atomic_store(&s->stop, true);
 	pthread_join(s->thread, NULL);
 	if (!moat_nng_close_bounded(s->sock, 2000))
-		moat_warn(0, "survey %s: closing the socket hung (an nng 1.5 "
-		    "bug); left it open", s->url);
+		moat_warn(0,
+		    "survey %s: closing the socket hung (an nng 1.5 "
+		    "bug); left it open",
+		    s->url);
 	free(s->url);
 	free(s);
 }

@@ -18,9 +18,8 @@ struct vmd_survey;
 
 /* vmd_survey_start: dials `url` as an nng respondent and answers each
  * survey with this node. *out is the caller's (vmd_survey_stop). */
-int vmd_survey_start(struct vmd *vmd, const char *url,
-    struct vmd_survey **out, char **errmsg)
-    __attribute__((warn_unused_result));
+int vmd_survey_start(struct vmd *vmd, const char *url, struct vmd_survey **out,
+    char **errmsg) __attribute__((warn_unused_result));
 void vmd_survey_stop(struct vmd_survey *s);
 
 #endif

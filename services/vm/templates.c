@@ -58,8 +58,8 @@ struct tpl_build {
 	uint64_t scratch_mib;
 	char accel[8];
 	pthread_t thread;
-	bool done;                 /* the thread is about to return */
-	struct sandbox *vm;        /* the builder VM while it boots/runs */
+	bool done;          /* the thread is about to return */
+	struct sandbox *vm; /* the builder VM while it boots/runs */
 };
 
 /* A template's RAM held in memory by vmd: an unlinked tmpfs file or a
@@ -74,20 +74,20 @@ struct tpl_ram {
 	/* Its spares: complete copies in the RAM dir (<ram-dir>/moat-spare-
 	 * <id>-<seq>.ram, made as .tmp and renamed when whole), that a
 	 * clone renames into its own RAM file instead of copying. */
-	char **spares;             /* ready paths, heap; n_spares of them */
+	char **spares; /* ready paths, heap; n_spares of them */
 	uint32_t n_spares;
-	uint32_t making;           /* copies in progress (0 or 1) */
+	uint32_t making; /* copies in progress (0 or 1) */
 	uint64_t seq;
-	bool dropped;              /* removed: make no more spares */
+	bool dropped; /* removed: make no more spares */
 };
 
 struct vmd_templates {
-	pthread_mutex_t mu;        /* guards everything below */
+	pthread_mutex_t mu; /* guards everything below */
 	struct tpl_build *builds;
 	struct tpl_ram *rams;
 	bool stopping;
-	uint32_t spares_want;      /* [vmd] template-spares */
-	pthread_cond_t spare_cv;   /* a pool to refill, or stopping */
+	uint32_t spares_want;    /* [vmd] template-spares */
+	pthread_cond_t spare_cv; /* a pool to refill, or stopping */
 	pthread_t spare_thread;
 	bool spare_thread_on;
 };
@@ -141,7 +141,7 @@ vmd_templates_init(struct vmd *vmd)
 
 			if (n < 5 || strcmp(de->d_name + n - 4, ".tmp") != 0 ||
 			    (dir = moat_asprintf("%s/%s", root, de->d_name)) ==
-			    NULL)
+			        NULL)
 				continue;
 			vmd_snapshot_remove_dir(dir);
 			free(dir);
@@ -188,8 +188,8 @@ tpl_spare_main(void *arg)
 		struct stat st;
 
 		for (r = t->rams; r != NULL; r = r->next)
-			if (!r->dropped && r->n_spares + r->making <
-			    t->spares_want)
+			if (!r->dropped &&
+			    r->n_spares + r->making < t->spares_want)
 				break;
 		if (r == NULL) {
 			pthread_cond_wait(&t->spare_cv, &t->mu);
@@ -210,7 +210,8 @@ tpl_spare_main(void *arg)
 		else if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0 ||
 		    fstat(in, &st) != 0 ||
 		    (out = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-		    0600)) < 0 || ftruncate(out, st.st_size) != 0)
+		         0600)) < 0 ||
+		    ftruncate(out, st.st_size) != 0)
 			err = errno;
 		else
 			err = vmd_copy_extents(in, out, NULL);
@@ -220,8 +221,10 @@ tpl_spare_main(void *arg)
 			err = errno;
 		pthread_mutex_lock(&t->mu);
 		r->making--;
-		grown = err == 0 ? realloc(r->spares, (r->n_spares + 1) *
-		    sizeof(*r->spares)) : NULL;
+		grown = err == 0 ?
+		    realloc(r->spares,
+		        (r->n_spares + 1) * sizeof(*r->spares)) :
+		    NULL;
 		if (grown != NULL)
 			r->spares = grown;
 		if (err == 0 && grown != NULL && !r->dropped && !t->stopping &&
@@ -232,14 +235,16 @@ tpl_spare_main(void *arg)
 			if (tmp != NULL)
 				(void)unlink(tmp);
 			if (err != 0) {
-				moat_warn(0, "template %s: cannot make a spare "
+				moat_warn(0,
+				    "template %s: cannot make a spare "
 				    "RAM copy in %s (%s); clones copy the RAM "
-				    "themselves", r->id, vmd_ram_dir(),
-				    strerror(err));
+				    "themselves",
+				    r->id, vmd_ram_dir(), strerror(err));
 				/* Do not retry in a loop (a full tmpfs):
 				 * the next take wakes this thread again. */
 				if (!t->stopping)
-					pthread_cond_wait(&t->spare_cv, &t->mu);
+					pthread_cond_wait(&t->spare_cv,
+					    &t->mu);
 			}
 		}
 		free(tmp);
@@ -259,7 +264,8 @@ tpl_spares_kick(struct vmd_templates *t)
 	if (!t->spare_thread_on) {
 		if (vmd_thread_create(&t->spare_thread, tpl_spare_main, t) !=
 		    0) {
-			moat_warn(0, "cannot start the template spares thread; "
+			moat_warn(0,
+			    "cannot start the template spares thread; "
 			    "clones copy their RAM");
 			t->spares_want = 0;
 			return;
@@ -383,8 +389,8 @@ vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
 
 	*dir_out = NULL;
 	*id_out = NULL;
-	while (d != NULL && rv == MOAT_NOT_FOUND &&
-	    (de = readdir(d)) != NULL) {
+	while (
+	    d != NULL && rv == MOAT_NOT_FOUND && (de = readdir(d)) != NULL) {
 		Moat__V1__LocalSnapshot *m = NULL;
 		char *dir, *ram;
 		struct stat st;
@@ -400,15 +406,19 @@ vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
 		}
 		ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, dir);
 		if (strcmp(m->image_stamp, stamp) != 0) {
-			moat_info(0, "template %s: image \"%s\" was rebuilt "
+			moat_info(0,
+			    "template %s: image \"%s\" was rebuilt "
 			    "since; removed (the next create makes a new "
-			    "one)", m->snapshot_id, m->image);
+			    "one)",
+			    m->snapshot_id, m->image);
 			vmd_snapshot_remove_dir(dir);
 			tpl_spares_forget(vmd, de->d_name);
 		} else if (ram == NULL || stat(ram, &st) != 0) {
 			/* Its RAM copy on tmpfs did not survive a reboot. */
-			moat_info(0, "template %s: its RAM file is gone; "
-			    "removed", m->snapshot_id);
+			moat_info(0,
+			    "template %s: its RAM file is gone; "
+			    "removed",
+			    m->snapshot_id);
 			vmd_snapshot_remove_dir(dir);
 			tpl_spares_forget(vmd, de->d_name);
 		} else if ((*id_out = strdup(m->snapshot_id)) != NULL) {
@@ -562,7 +572,8 @@ tpl_keep_ram(struct vmd_templates *t, const char *id, const char *dir)
 static void
 tpl_warm(struct sandbox *sb, struct moat_rpc_call *call)
 {
-	static char *argv[] = { "/bin/sh", "-c", "true; command -v python3 "
+	static char *argv[] = { "/bin/sh", "-c",
+		"true; command -v python3 "
 		">/dev/null 2>&1 && python3 -c pass; true" };
 	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
 	Moat__V1__ExecResult *res = malloc(sizeof(*res));
@@ -575,9 +586,10 @@ tpl_warm(struct sandbox *sb, struct moat_rpc_call *call)
 	req.n_argv = 3;
 	req.timeout_ms = 60000;
 	if (vmd_exec_run_on(sb, call, &req, res) != MOAT_OK)
-		moat_info(0, "template: warming the VM failed (%s); the "
-		    "template is made anyway", call->error_message ?
-		    call->error_message : "?");
+		moat_info(0,
+		    "template: warming the VM failed (%s); the "
+		    "template is made anyway",
+		    call->error_message ? call->error_message : "?");
 	free(call->error_message);
 	call->error_message = NULL;
 	moat__v1__exec_result__free_unpacked(res, NULL);
@@ -591,16 +603,18 @@ tpl_build_main(void *arg)
 	struct vmd_templates *t = vmd->templates;
 	struct moat_rpc_call call = { .service = "moat.v1.Vm",
 		.method = "(template build)" };
-	struct vmd_shape shape = { .image = b->image, .vcpus = b->vcpus,
-		.memory_mib = b->memory_mib, .scratch_mib = b->scratch_mib };
+	struct vmd_shape shape = { .image = b->image,
+		.vcpus = b->vcpus,
+		.memory_mib = b->memory_mib,
+		.scratch_mib = b->scratch_mib };
 	struct sandbox *sb = NULL, *slot;
 	char *id = NULL, *root = NULL, *dir = NULL;
 	uint64_t t0 = moat_rpc_now_ms();
 	int rv;
 
 	call.deadline_ms = t0 + TPL_BUILD_TIMEOUT_MS;
-	rv = vmd_sandbox_create_hidden(vmd, &call, &shape, &t->mu, &b->vm,
-	    &sb);
+	rv =
+	    vmd_sandbox_create_hidden(vmd, &call, &shape, &t->mu, &b->vm, &sb);
 	pthread_mutex_lock(&t->mu);
 	slot = b->vm;
 	b->vm = NULL;
@@ -619,21 +633,24 @@ tpl_build_main(void *arg)
 		goto out;
 	}
 	if ((rv = vmd_snapshot_make(vmd, &call, sb, id, dir, true, NULL,
-	    NULL)) ==
-	    MOAT_OK)
+	         NULL)) == MOAT_OK)
 		tpl_keep_ram(t, id, dir);
 out:
 	vmd_sandbox_destroy_hidden(sb);
 	if (rv == MOAT_OK)
-		moat_info(0, "template %s of image %s (%u vcpus, %u MiB, "
-		    "scratch %llu MiB, %s) made in %llu ms", id, b->image,
-		    b->vcpus, b->memory_mib, (unsigned long long)b->scratch_mib,
-		    b->accel, (unsigned long long)(moat_rpc_now_ms() - t0));
+		moat_info(0,
+		    "template %s of image %s (%u vcpus, %u MiB, "
+		    "scratch %llu MiB, %s) made in %llu ms",
+		    id, b->image, b->vcpus, b->memory_mib,
+		    (unsigned long long)b->scratch_mib, b->accel,
+		    (unsigned long long)(moat_rpc_now_ms() - t0));
 	else
-		moat_warn(0, "template of image %s (%u vcpus, %u MiB, scratch "
+		moat_warn(0,
+		    "template of image %s (%u vcpus, %u MiB, scratch "
 		    "%llu MiB) not made: %s; creates of this shape boot cold "
-		    "and the next one tries again", b->image, b->vcpus,
-		    b->memory_mib, (unsigned long long)b->scratch_mib,
+		    "and the next one tries again",
+		    b->image, b->vcpus, b->memory_mib,
+		    (unsigned long long)b->scratch_mib,
 		    call.error_message ? call.error_message : "?");
 	free(call.error_message);
 	free(id);
@@ -679,8 +696,7 @@ vmd_template_build_async(struct vmd *vmd, const struct vmd_shape *shape,
 		    b->scratch_mib == shape->scratch_mib &&
 		    strcmp(b->accel, accel) == 0)
 			break;
-	if (b == NULL && !t->stopping &&
-	    (b = calloc(1, sizeof(*b))) != NULL) {
+	if (b == NULL && !t->stopping && (b = calloc(1, sizeof(*b))) != NULL) {
 		b->vmd = vmd;
 		b->image = strdup(shape->image);
 		b->vcpus = shape->vcpus;
@@ -689,15 +705,18 @@ vmd_template_build_async(struct vmd *vmd, const struct vmd_shape *shape,
 		snprintf(b->accel, sizeof(b->accel), "%s", accel);
 		if (b->image == NULL ||
 		    vmd_thread_create(&b->thread, tpl_build_main, b) != 0) {
-			moat_warn(0, "cannot start the template build of image "
-			    "%s", shape->image);
+			moat_warn(0,
+			    "cannot start the template build of image "
+			    "%s",
+			    shape->image);
 			tpl_build_free(b);
 		} else {
 			b->next = t->builds;
 			t->builds = b;
-			moat_info(0, "template of image %s (%u vcpus, %u MiB, "
-			    "scratch %llu MiB, %s): building", shape->image,
-			    shape->vcpus, shape->memory_mib,
+			moat_info(0,
+			    "template of image %s (%u vcpus, %u MiB, "
+			    "scratch %llu MiB, %s): building",
+			    shape->image, shape->vcpus, shape->memory_mib,
 			    (unsigned long long)shape->scratch_mib, accel);
 		}
 	}

@@ -22,7 +22,7 @@
 #include "vmhost.h"
 
 #define TAIL_BYTES 16384
-#define ORPHAN_WAIT_TRIES 500      /* of 10 ms: 5 s */
+#define ORPHAN_WAIT_TRIES 500 /* of 10 ms: 5 s */
 
 char *
 vmd_log_tail(const char *path, int lines)
@@ -41,8 +41,8 @@ vmd_log_tail(const char *path, int lines)
 		close(fd);
 		return strdup("");
 	}
-	got = pread(fd, buf, TAIL_BYTES, size > TAIL_BYTES ?
-	    size - TAIL_BYTES : 0);
+	got = pread(fd, buf, TAIL_BYTES,
+	    size > TAIL_BYTES ? size - TAIL_BYTES : 0);
 	close(fd);
 	if (got <= 0) {
 		free(buf);
@@ -126,7 +126,8 @@ vmd_kill_orphan(const char *pidfile, const char *mark, bool whole_arg)
 		killed = true;
 		/* Not our child: wait for whoever reaps it. */
 		for (int i = 0; i < ORPHAN_WAIT_TRIES &&
-		    vmd_proc_runs((pid_t)pid, mark, whole_arg); i++)
+		     vmd_proc_runs((pid_t)pid, mark, whole_arg);
+		     i++)
 			vmd_sleep_ms(10);
 	}
 	return killed;
@@ -173,14 +174,15 @@ vmd_version_line(const char *binary, const char *what, const char *prefix,
 	/* The path goes into a shell command inside single quotes. */
 	if (strchr(binary, '\'') != NULL) {
 		*errmsg = moat_asprintf("%s path %s has a quote in it: move "
-		    "it", what, binary);
+		                        "it",
+		    what, binary);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	cmd = moat_asprintf("'%s' --version 2>/dev/null", binary);
 	if (cmd == NULL || (f = popen(cmd, "r")) == NULL) {
 		free(cmd);
-		*errmsg = moat_asprintf("cannot run the %s version check",
-		    what);
+		*errmsg =
+		    moat_asprintf("cannot run the %s version check", what);
 		return MOAT_INTERNAL;
 	}
 	free(cmd);

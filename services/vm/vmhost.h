@@ -54,9 +54,8 @@ int vmd_unix_connect(const char *path, int *fd, char **errmsg)
  * message: the driver says what to install); INVALID_ARGUMENT (a quote
  * in the path) or INTERNAL with *errmsg (heap, caller frees) naming the
  * program as `what`. */
-int vmd_version_line(const char *binary, const char *what,
-    const char *prefix, char *line, size_t n, char **errmsg)
-    __attribute__((warn_unused_result));
+int vmd_version_line(const char *binary, const char *what, const char *prefix,
+    char *line, size_t n, char **errmsg) __attribute__((warn_unused_result));
 
 /* vmd_vmm_signal: vmm.h's stop for a VMM that is vmd's own child and ends
  * on SIGTERM: sends it SIGTERM, or SIGKILL with `force`. Only signals. */

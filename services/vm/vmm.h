@@ -21,14 +21,14 @@
 /* What to boot. Every string is borrowed from the caller for the duration
  * of `start`. */
 struct moat_vmm_spec {
-	const char *sandbox_id;    /* "sb-0123456789abcdef", the last part
+	const char *sandbox_id; /* "sb-0123456789abcdef", the last part
 	                              of dir (a restore in place adds
 	                              "-r<8 hex>": unique per VM) */
-	const char *dir;           /* the sandbox's own directory */
-	const char *kernel;        /* image files */
+	const char *dir;        /* the sandbox's own directory */
+	const char *kernel;     /* image files */
 	const char *initrd;
-	const char *rootfs;        /* attached read-only */
-	const char *scratch_disk;  /* attached read-write */
+	const char *rootfs;       /* attached read-only */
+	const char *scratch_disk; /* attached read-write */
 	uint32_t vcpus;
 	uint32_t memory_mib;
 	const char *accel;         /* "kvm" or "tcg" */
@@ -44,24 +44,24 @@ struct moat_vmm_spec {
 /* One VMM process. Filled by `start`; the strings are heap memory owned
  * by the struct and freed by `release`. */
 struct moat_vmm {
-	pid_t pid;                 /* 0 when not started */
-	char *agent_socket;        /* where connect_agent connects */
-	char *console_log;         /* the guest's serial console, a file */
-	char *vmm_log;             /* the VMM's own stderr, a file */
-	char *ram_file;            /* guest RAM (a file so snapshots can copy
+	pid_t pid;          /* 0 when not started */
+	char *agent_socket; /* where connect_agent connects */
+	char *console_log;  /* the guest's serial console, a file */
+	char *vmm_log;      /* the VMM's own stderr, a file */
+	char *ram_file;     /* guest RAM (a file so snapshots can copy
 	                              it), removed by release; a restored
 	                              VMM has its own (a sparse copy of the
 	                              snapshot's); NULL when the driver
 	                              keeps none (then no snapshot) */
-	char *qmp_socket;          /* the VMM's control socket */
-	void *driver_data;         /* the driver's own, freed by release */
+	char *qmp_socket;   /* the VMM's control socket */
+	void *driver_data;  /* the driver's own, freed by release */
 };
 
 /* What `snapshot` wrote into a snapshot directory, and how long the
  * guest stood still for it. */
 struct moat_vmm_snapshot_stats {
 	uint64_t device_state_bytes;
-	uint64_t ram_bytes;        /* allocated bytes copied */
+	uint64_t ram_bytes; /* allocated bytes copied */
 	uint64_t disk_bytes;
 	double pause_ms;
 };
@@ -69,8 +69,8 @@ struct moat_vmm_snapshot_stats {
 /* What a driver's configure op (driver.h) may know of the node's own
  * settings ([vmd]); borrowed for the call. */
 struct moat_vmm_host {
-	const char *kvm_device;    /* [vmd] kvm-device: "/dev/kvm" */
-	bool test_hooks;           /* [vmd] test-hooks: a test node, where
+	const char *kvm_device; /* [vmd] kvm-device: "/dev/kvm" */
+	bool test_hooks;        /* [vmd] test-hooks: a test node, where
 	                              settings for test doubles are allowed */
 };
 
@@ -82,7 +82,7 @@ struct moat_vmm_host {
 #define MOAT_VMM_SNAP_SCRATCH "scratch.ext4"
 
 struct moat_vmm_ops {
-	const char *name;          /* "qemu": Node.driver, Sandbox.driver */
+	const char *name; /* "qemu": Node.driver, Sandbox.driver */
 
 	/* probe: is this VMM usable on this host? Sets *version to a heap
 	 * string (the VMM's version line; caller frees) on success. On
@@ -105,8 +105,8 @@ struct moat_vmm_ops {
 	 * agent. Returns 0 with *fd (caller owns, blocking, CLOEXEC), or
 	 * MOAT_UNAVAILABLE while the VMM is not listening yet (the caller
 	 * retries), or another status with *errmsg (heap). */
-	int (*connect_agent)(const struct moat_vmm *vm, int *fd,
-	    char **errmsg) __attribute__((warn_unused_result));
+	int (*connect_agent)(const struct moat_vmm *vm, int *fd, char **errmsg)
+	    __attribute__((warn_unused_result));
 
 	/* stop: asks the VMM to go: gracefully (SIGTERM: QEMU exits at
 	 * once) or, with `force`, SIGKILL. Only signals; the caller reaps.

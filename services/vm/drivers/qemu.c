@@ -45,9 +45,10 @@
  * run ~0.4 s faster and only drops hardening inside the guest kernel, not
  * at the VM boundary. The kernel is the uncompressed vmlinux: a bzImage
  * spends 3-4 s of TCG time decompressing itself. */
-#define QEMU_CMDLINE "console=ttyS0 reboot=t panic=-1 quiet pci=off " \
-	"cryptomgr.notests 8250.nr_uarts=1 init_on_alloc=0 " \
-	"moat.root=LABEL=moat-root moat.scratch=LABEL=moat-scratch " \
+#define QEMU_CMDLINE                                                          \
+	"console=ttyS0 reboot=t panic=-1 quiet pci=off "                      \
+	"cryptomgr.notests 8250.nr_uarts=1 init_on_alloc=0 "                  \
+	"moat.root=LABEL=moat-root moat.scratch=LABEL=moat-scratch "          \
 	"moat.port=" QEMU_AGENT_PORT
 
 /* Under TCG the guest's TSC runs at the host's TSC rate, but the guest
@@ -156,7 +157,8 @@ qemu_probe(const char *binary, char **version, char **errmsg)
 	rv = vmd_version_line(binary, "qemu", "QEMU emulator", line,
 	    sizeof(line), errmsg);
 	if (rv == MOAT_FAILED_PRECONDITION)
-		*errmsg = moat_asprintf("%s is not installed or does not run: "
+		*errmsg = moat_asprintf(
+		    "%s is not installed or does not run: "
 		    "install the Debian package qemu-system-x86 (apt-get "
 		    "install qemu-system-x86) or set [vmd] qemu= to its path",
 		    binary);
@@ -175,11 +177,11 @@ qemu_probe(const char *binary, char **version, char **errmsg)
 struct qemu_ram_copy {
 	pthread_t thread;
 	bool joined;
-	int in, out;               /* the snapshot's RAM, the VM's */
-	int err;                   /* errno of the copy */
+	int in, out; /* the snapshot's RAM, the VM's */
+	int err;     /* errno of the copy */
 	uint64_t bytes;
 	double ms;
-	char *what;                /* "<src> to <dst>", heap */
+	char *what; /* "<src> to <dst>", heap */
 };
 
 static void *
@@ -229,7 +231,8 @@ ram_copy_start(const char *src, const char *dst, struct qemu_ram_copy **out)
 	if ((rc->in = open(src, O_RDONLY | O_CLOEXEC)) < 0 ||
 	    fstat(rc->in, &st) != 0 ||
 	    (rc->out = open(dst, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-	    0600)) < 0 || ftruncate(rc->out, st.st_size) != 0) {
+	         0600)) < 0 ||
+	    ftruncate(rc->out, st.st_size) != 0) {
 		err = errno;
 		goto fail;
 	}
@@ -298,7 +301,8 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	 * next to the VM it replaces, under the same sandbox id. */
 	vm->ram_file = ram_file_path(dir_base(spec->dir));
 	if (snap_dir != NULL)
-		snap_ram = spec->ram_source ? strdup(spec->ram_source) :
+		snap_ram = spec->ram_source ?
+		    strdup(spec->ram_source) :
 		    moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
 	vm->qmp_socket = moat_asprintf("%s/qmp.sock", spec->dir);
 	qmp = moat_asprintf("%s/qmp.sock", spec->dir);
@@ -314,16 +318,20 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	    !path_ok(spec->initrd) || !path_ok(spec->rootfs) ||
 	    !path_ok(spec->scratch_disk) ||
 	    (snap_dir != NULL && !path_ok(snap_dir))) {
-		*errmsg = moat_asprintf("a path for sandbox %s has a comma in "
+		*errmsg = moat_asprintf(
+		    "a path for sandbox %s has a comma in "
 		    "it, which QEMU cannot take: move the state or image "
-		    "directory", spec->sandbox_id);
+		    "directory",
+		    spec->sandbox_id);
 		rv = MOAT_FAILED_PRECONDITION;
 		goto fail;
 	}
-	if (strlen(vm->agent_socket) >= sizeof(((struct sockaddr_un *)0)
-	    ->sun_path)) {
-		*errmsg = moat_asprintf("socket path %s is too long for a Unix "
-		    "socket: use a shorter state directory", vm->agent_socket);
+	if (strlen(vm->agent_socket) >=
+	    sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		*errmsg =
+		    moat_asprintf("socket path %s is too long for a Unix "
+		                  "socket: use a shorter state directory",
+		        vm->agent_socket);
 		rv = MOAT_FAILED_PRECONDITION;
 		goto fail;
 	}
@@ -344,8 +352,8 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 
 		if (err != 0) {
 			*errmsg = moat_asprintf("cannot copy the snapshot's "
-			    "RAM %s to %s: %s", snap_ram, vm->ram_file,
-			    strerror(err));
+			                        "RAM %s to %s: %s",
+			    snap_ram, vm->ram_file, strerror(err));
 			rv = moat_status_from_errno(err);
 			goto fail;
 		}
@@ -355,8 +363,9 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 
 	argv_add(&a, strdup(binary));
 	argv_add(&a, strdup("-M"));
-	argv_add(&a, strdup("microvm,x-option-roms=off,rtc=on,"
-	    "memory-backend=ram"));
+	argv_add(&a,
+	    strdup("microvm,x-option-roms=off,rtc=on,"
+	           "memory-backend=ram"));
 	argv_add(&a, strdup("-accel"));
 	argv_add(&a, strdup(kvm ? "kvm" : "tcg"));
 	argv_add(&a, strdup("-cpu"));
@@ -366,8 +375,10 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	argv_add(&a, strdup("-m"));
 	argv_add(&a, moat_asprintf("%u", spec->memory_mib));
 	argv_add(&a, strdup("-object"));
-	argv_add(&a, moat_asprintf("memory-backend-file,id=ram,size=%uM,"
-	    "mem-path=%s,share=on", spec->memory_mib, vm->ram_file));
+	argv_add(&a,
+	    moat_asprintf("memory-backend-file,id=ram,size=%uM,"
+	                  "mem-path=%s,share=on",
+	        spec->memory_mib, vm->ram_file));
 	argv_add(&a, strdup("-no-reboot"));
 	argv_add(&a, strdup("-nodefaults"));
 	argv_add(&a, strdup("-no-user-config"));
@@ -381,32 +392,39 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	argv_add(&a, strdup(spec->initrd));
 	argv_add(&a, strdup("-append"));
 	if (!kvm && qemu_host_tsc_khz > 0)
-		tcg_cmdline = moat_asprintf(" tsc_early_khz=%u " QEMU_TCG_CMDLINE,
-		    qemu_host_tsc_khz);
+		tcg_cmdline =
+		    moat_asprintf(" tsc_early_khz=%u " QEMU_TCG_CMDLINE,
+		        qemu_host_tsc_khz);
 	else
 		tcg_cmdline = strdup(kvm ? "" : " " QEMU_TCG_CMDLINE);
-	argv_add(&a, moat_asprintf("%s%s%s%s", QEMU_CMDLINE,
-	    tcg_cmdline ? tcg_cmdline : "", spec->extra_cmdline ? " " : "",
-	    spec->extra_cmdline ? spec->extra_cmdline : ""));
+	argv_add(&a,
+	    moat_asprintf("%s%s%s%s", QEMU_CMDLINE,
+	        tcg_cmdline ? tcg_cmdline : "", spec->extra_cmdline ? " " : "",
+	        spec->extra_cmdline ? spec->extra_cmdline : ""));
 	free(tcg_cmdline);
 	argv_add(&a, strdup("-drive"));
-	argv_add(&a, moat_asprintf("id=root,file=%s,format=raw,if=none,"
-	    "readonly=on", spec->rootfs));
+	argv_add(&a,
+	    moat_asprintf("id=root,file=%s,format=raw,if=none,"
+	                  "readonly=on",
+	        spec->rootfs));
 	argv_add(&a, strdup("-device"));
 	argv_add(&a, strdup("virtio-blk-device,drive=root"));
 	argv_add(&a, strdup("-drive"));
-	argv_add(&a, moat_asprintf("id=scratch,file=%s,format=raw,if=none",
-	    spec->scratch_disk));
+	argv_add(&a,
+	    moat_asprintf("id=scratch,file=%s,format=raw,if=none",
+	        spec->scratch_disk));
 	argv_add(&a, strdup("-device"));
 	argv_add(&a, strdup("virtio-blk-device,drive=scratch"));
 	argv_add(&a, strdup("-device"));
 	argv_add(&a, strdup("virtio-serial-device"));
 	argv_add(&a, strdup("-chardev"));
-	argv_add(&a, moat_asprintf("socket,id=agent,path=%s,server=on,"
-	    "wait=off", vm->agent_socket));
+	argv_add(&a,
+	    moat_asprintf("socket,id=agent,path=%s,server=on,"
+	                  "wait=off",
+	        vm->agent_socket));
 	argv_add(&a, strdup("-device"));
-	argv_add(&a, strdup("virtserialport,chardev=agent,name="
-	    QEMU_AGENT_PORT));
+	argv_add(&a,
+	    strdup("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT));
 	argv_add(&a, strdup("-qmp"));
 	argv_add(&a, moat_asprintf("unix:%s,server=on,wait=off", qmp));
 	argv_add(&a, strdup("-pidfile"));
@@ -487,7 +505,7 @@ qemu_reap_orphan(const char *dir, const char *id)
 /* ---- snapshot and restore ---- */
 
 #define QEMU_MIGRATE_POLL_US 200
-#define QEMU_STATE_FD "moat-device-state"  /* getfd name */
+#define QEMU_STATE_FD "moat-device-state" /* getfd name */
 
 static int
 qmp_set_ignore_shared(struct qmp *q, char **errmsg)
@@ -522,21 +540,26 @@ qmp_wait_migrated(struct qmp *q, char **errmsg)
 			json_decref(ret);
 			return MOAT_OK;
 		}
-		if (status != NULL && (strcmp(status, "failed") == 0 ||
-		    strcmp(status, "cancelled") == 0)) {
+		if (status != NULL &&
+		    (strcmp(status, "failed") == 0 ||
+		        strcmp(status, "cancelled") == 0)) {
 			const char *why = json_string_value(
 			    json_object_get(ret, "error-desc"));
 
 			*errmsg = moat_asprintf("QEMU's migration to the "
-			    "snapshot %s: %s", status, why ? why : "no reason "
-			    "given (see qemu.log in the sandbox directory)");
+			                        "snapshot %s: %s",
+			    status,
+			    why ? why :
+			          "no reason "
+			          "given (see qemu.log in the sandbox "
+			          "directory)");
 			json_decref(ret);
 			return MOAT_INTERNAL;
 		}
 		json_decref(ret);
 		if (moat_rpc_now_ms() >= q->deadline_ms) {
 			*errmsg = strdup("QEMU did not finish writing the "
-			    "device state in time");
+			                 "device state in time");
 			return MOAT_DEADLINE_EXCEEDED;
 		}
 		usleep(QEMU_MIGRATE_POLL_US);
@@ -581,8 +604,8 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
     struct moat_vmm_snapshot_stats *st, char **errmsg)
 {
 	struct qmp q = { .fd = -1 };
-	char *state = moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE,
-	    snap_dir);
+	char *state =
+	    moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE, snap_dir);
 	char *ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
 	char *disk = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH, snap_dir);
 	char *ram_copy = snap_ram_path(snap_dir);
@@ -609,31 +632,29 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	}
 	if (vm->ram_file == NULL || vm->qmp_socket == NULL) {
 		*errmsg = strdup("this VM has no RAM file of its own to "
-		    "snapshot");
+		                 "snapshot");
 		rv = MOAT_FAILED_PRECONDITION;
 		goto out;
 	}
 	if ((state_fd = open(state, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-	    0600)) < 0) {
+	         0600)) < 0) {
 		err = errno;
 		*errmsg = moat_asprintf("cannot create %s: %s", state,
 		    strerror(err));
 		rv = moat_status_from_errno(err);
 		goto out;
 	}
-	if ((rv = qmp_open(&q, vm->qmp_socket, moat_rpc_now_ms() +
-	    timeout_ms, errmsg)) != MOAT_OK)
+	if ((rv = qmp_open(&q, vm->qmp_socket, moat_rpc_now_ms() + timeout_ms,
+	         errmsg)) != MOAT_OK)
 		goto out;
 	/* QEMU writes the device state straight into the file: no shell
 	 * and no cat in the pause. */
 	if ((rv = qmp_set_ignore_shared(&q, errmsg)) != MOAT_OK ||
-	    (rv = qmp_pass_fd(&q, QEMU_STATE_FD, state_fd, errmsg)) !=
-	    MOAT_OK)
+	    (rv = qmp_pass_fd(&q, QEMU_STATE_FD, state_fd, errmsg)) != MOAT_OK)
 		goto out;
 	close(state_fd);
 	state_fd = -1;
-	if ((args = json_pack("{s:s}", "uri", "fd:" QEMU_STATE_FD)) ==
-	    NULL) {
+	if ((args = json_pack("{s:s}", "uri", "fd:" QEMU_STATE_FD)) == NULL) {
 		*errmsg = strdup("out of memory");
 		rv = MOAT_INTERNAL;
 		goto out;
@@ -661,8 +682,8 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	    (rv = qmp_wait_migrated(&q, errmsg)) != MOAT_OK)
 		goto out;
 	t_state = vmd_now_ms_exact();
-	if ((err = vmd_copy_sparse(vm->ram_file, ram_copy, &st->ram_bytes))
-	    != 0) {
+	if ((err = vmd_copy_sparse(vm->ram_file, ram_copy, &st->ram_bytes)) !=
+	    0) {
 		*errmsg = moat_asprintf("cannot copy guest RAM %s to %s: %s",
 		    vm->ram_file, ram_copy, strerror(err));
 		rv = moat_status_from_errno(err);
@@ -671,8 +692,9 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	t_ram = vmd_now_ms_exact();
 	if ((err = vmd_copy_sparse(scratch_disk, disk, &st->disk_bytes)) !=
 	    0) {
-		*errmsg = moat_asprintf("cannot copy scratch disk %s to %s: %s",
-		    scratch_disk, disk, strerror(err));
+		*errmsg =
+		    moat_asprintf("cannot copy scratch disk %s to %s: %s",
+		        scratch_disk, disk, strerror(err));
 		rv = moat_status_from_errno(err);
 		goto out;
 	}
@@ -684,12 +706,15 @@ out:
 		 * the sandbox. */
 		q.deadline_ms = moat_rpc_now_ms() + 5000;
 		if (qmp_run(&q, "cont", NULL, NULL, &cerr) != MOAT_OK) {
-			moat_error(0, "cannot resume the VM after a snapshot: "
-			    "%s", cerr ? cerr : "?");
+			moat_error(0,
+			    "cannot resume the VM after a snapshot: "
+			    "%s",
+			    cerr ? cerr : "?");
 			if (rv == MOAT_OK) {
-				*errmsg = moat_asprintf("the VM did not resume "
-				    "after the snapshot: %s", cerr ? cerr :
-				    "?");
+				*errmsg =
+				    moat_asprintf("the VM did not resume "
+				                  "after the snapshot: %s",
+				        cerr ? cerr : "?");
 				rv = MOAT_INTERNAL;
 			}
 		}
@@ -698,9 +723,11 @@ out:
 	}
 	if (rv == MOAT_OK) {
 		st->device_state_bytes = file_size(state);
-		moat_debug(0, "snapshot %s: device state %.1f ms, RAM copy "
-		    "%.1f ms, disk copy and resume %.1f ms", snap_dir,
-		    t_state - t0, t_ram - t_state, t0 + st->pause_ms - t_ram);
+		moat_debug(0,
+		    "snapshot %s: device state %.1f ms, RAM copy "
+		    "%.1f ms, disk copy and resume %.1f ms",
+		    snap_dir, t_state - t0, t_ram - t_state,
+		    t0 + st->pause_ms - t_ram);
 	} else if (ram_copy != NULL) {
 		(void)unlink(ram_copy);
 	}
@@ -721,8 +748,8 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 {
 	struct qmp q = { .fd = -1 };
 	uint64_t deadline = moat_rpc_now_ms() + timeout_ms;
-	char *state = moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE,
-	    snap_dir);
+	char *state =
+	    moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE, snap_dir);
 	json_t *args = json_pack("{s:s}", "uri", "fd:" QEMU_STATE_FD);
 	int state_fd = -1;
 	int rv;
@@ -757,17 +784,17 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 
 		if (err != 0) {
 			*errmsg = moat_asprintf("cannot copy the snapshot's "
-			    "RAM (%s): %s", rc->what ? rc->what : "?",
-			    strerror(err));
+			                        "RAM (%s): %s",
+			    rc->what ? rc->what : "?", strerror(err));
 			rv = moat_status_from_errno(err);
 			goto out;
 		}
 	}
 	if ((rv = qmp_set_ignore_shared(&q, errmsg)) != MOAT_OK ||
 	    (rv = qmp_pass_fd(&q, QEMU_STATE_FD, state_fd, errmsg)) !=
-	    MOAT_OK ||
+	        MOAT_OK ||
 	    (rv = qmp_run(&q, "migrate-incoming", args, NULL, errmsg)) !=
-	    MOAT_OK)
+	        MOAT_OK)
 		goto out;
 	for (;;) {
 		json_t *ret = NULL;
@@ -784,7 +811,7 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 			break;
 		if (moat_rpc_now_ms() >= deadline) {
 			*errmsg = strdup("QEMU did not load the snapshot's "
-			    "device state in time");
+			                 "device state in time");
 			rv = MOAT_DEADLINE_EXCEEDED;
 			goto out;
 		}

@@ -50,7 +50,8 @@ qmp_read_line(struct qmp *q, json_t **out, char **errmsg)
 			if (*out == NULL || !json_is_object(*out)) {
 				json_decref(*out);
 				*out = NULL;
-				*errmsg = moat_asprintf("QEMU sent a QMP "
+				*errmsg = moat_asprintf(
+				    "QEMU sent a QMP "
 				    "line that is not a JSON object: %s",
 				    jerr.text);
 				return MOAT_INTERNAL;
@@ -59,7 +60,8 @@ qmp_read_line(struct qmp *q, json_t **out, char **errmsg)
 		}
 		if (q->len >= QMP_LINE_MAX) {
 			*errmsg = moat_asprintf("QEMU sent a QMP line over %u "
-			    "bytes", QMP_LINE_MAX);
+			                        "bytes",
+			    QMP_LINE_MAX);
 			return MOAT_INTERNAL;
 		}
 		if (now >= q->deadline_ms) {
@@ -76,8 +78,8 @@ qmp_read_line(struct qmp *q, json_t **out, char **errmsg)
 			continue;
 		if (n <= 0) {
 			*errmsg = moat_asprintf("QEMU closed its QMP "
-			    "socket%s%s", n < 0 ? ": " : "",
-			    n < 0 ? strerror(errno) : "");
+			                        "socket%s%s",
+			    n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
 			return MOAT_UNAVAILABLE;
 		}
 		q->len += (size_t)n;
@@ -123,7 +125,8 @@ qmp_send(struct qmp *q, json_t *msg, int pass_fd, char **errmsg)
 			continue;
 		if (n <= 0) {
 			*errmsg = moat_asprintf("cannot write to QEMU's QMP "
-			    "socket: %s", strerror(errno));
+			                        "socket: %s",
+			    strerror(errno));
 			free(text);
 			return MOAT_UNAVAILABLE;
 		}
@@ -143,8 +146,8 @@ qmp_exec(struct qmp *q, const char *cmd, json_t *args, int pass_fd,
 	*errmsg = NULL;
 	if (ret != NULL)
 		*ret = NULL;
-	if (msg == NULL || (args != NULL &&
-	    json_object_set(msg, "arguments", args) != 0)) {
+	if (msg == NULL ||
+	    (args != NULL && json_object_set(msg, "arguments", args) != 0)) {
 		json_decref(msg);
 		*errmsg = strdup("out of memory");
 		return MOAT_INTERNAL;
@@ -165,8 +168,8 @@ qmp_exec(struct qmp *q, const char *cmd, json_t *args, int pass_fd,
 			return MOAT_OK;
 		}
 		if ((e = json_object_get(line, "error")) != NULL) {
-			const char *desc = json_string_value(
-			    json_object_get(e, "desc"));
+			const char *desc =
+			    json_string_value(json_object_get(e, "desc"));
 
 			*errmsg = moat_asprintf("QEMU refused %s: %s", cmd,
 			    desc ? desc : "(no description)");
@@ -200,8 +203,7 @@ qmp_pass_fd(struct qmp *q, const char *name, int fd, char **errmsg)
 }
 
 int
-qmp_open(struct qmp *q, const char *path, uint64_t deadline_ms,
-    char **errmsg)
+qmp_open(struct qmp *q, const char *path, uint64_t deadline_ms, char **errmsg)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	json_t *greeting = NULL;
@@ -216,7 +218,8 @@ qmp_open(struct qmp *q, const char *path, uint64_t deadline_ms,
 		return MOAT_INTERNAL;
 	}
 	if (strlen(path) >= sizeof(sa.sun_path)) {
-		*errmsg = moat_asprintf("QMP socket path %s is too long", path);
+		*errmsg =
+		    moat_asprintf("QMP socket path %s is too long", path);
 		rv = MOAT_FAILED_PRECONDITION;
 		goto fail;
 	}
@@ -228,7 +231,8 @@ qmp_open(struct qmp *q, const char *path, uint64_t deadline_ms,
 	}
 	if (connect(q->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		*errmsg = moat_asprintf("cannot connect to QEMU's QMP socket "
-		    "%s: %s", path, strerror(errno));
+		                        "%s: %s",
+		    path, strerror(errno));
 		rv = MOAT_UNAVAILABLE;
 		goto fail;
 	}

@@ -15,10 +15,10 @@
 #define QMP_LINE_MAX (256u << 10)
 
 struct qmp {
-	int fd;                    /* -1 when closed */
-	char *buf;                 /* QMP_LINE_MAX bytes, owned */
+	int fd;    /* -1 when closed */
+	char *buf; /* QMP_LINE_MAX bytes, owned */
 	size_t len;
-	uint64_t deadline_ms;      /* monotonic; every read stops there */
+	uint64_t deadline_ms; /* monotonic; every read stops there */
 };
 
 /* qmp_open: connects to `path`, reads the greeting and sends

@@ -64,11 +64,11 @@ struct vmd_proc {
 };
 
 static char image_dir[1024];
-static char survey_url[320];   /* main vmd answers surveys here */
+static char survey_url[320]; /* main vmd answers surveys here */
 static nng_socket surveyor;
 static bool have_image;
 static struct vmd_proc main_vmd;
-static char shared_id[32];     /* the sandbox most cases share */
+static char shared_id[32]; /* the sandbox most cases share */
 /* The driver under test ($MOAT_TEST_DRIVER, set in main): qemu runs
  * under TCG; firecracker has only KVM and gets no --accel. */
 static const char *test_driver = "qemu";
@@ -148,7 +148,8 @@ vmd_start(struct vmd_proc *v, const char *state, bool test_hooks,
 		}
 		/* If this test dies, vmd stops (and takes its VMs along). */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		setenv("MOAT_VMD_TEST_HOOKS", test_hooks ? "true" : "false", 1);
+		setenv("MOAT_VMD_TEST_HOOKS", test_hooks ? "true" : "false",
+		    1);
 		setenv("MOAT_VMD_TEMPLATES", vmd_templates_env, 1);
 		if (survey != NULL)
 			setenv("MOAT_VMD_SURVEY", survey, 1);
@@ -167,16 +168,19 @@ vmd_start(struct vmd_proc *v, const char *state, bool test_hooks,
 		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
 		int status;
 
-		if (call(v, "Health", &h.base, &moat__v1__health_reply__descriptor,
-		    NULL, 1000) == MOAT_OK)
+		if (call(v, "Health", &h.base,
+		        &moat__v1__health_reply__descriptor, NULL,
+		        1000) == MOAT_OK)
 			break;
 		if (waitpid(v->pid, &status, WNOHANG) == v->pid) {
 			print_log_tail(v);
-			fail_msg("moat-vmd exited at start (status %d)", status);
+			fail_msg("moat-vmd exited at start (status %d)",
+			    status);
 		}
 		if (now_ms() > until) {
 			print_log_tail(v);
-			fail_msg("moat-vmd did not answer Health: %s", last_err);
+			fail_msg("moat-vmd did not answer Health: %s",
+			    last_err);
 		}
 		usleep(50 * 1000);
 	}
@@ -311,8 +315,7 @@ create_sandbox(struct vmd_proc *v, const char *label_key,
 		req.n_labels = 1;
 	}
 	return call(v, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out,
-	    LONG_MS);
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
 }
 
 static void
@@ -322,7 +325,8 @@ destroy_sandbox(struct vmd_proc *v, const char *id)
 
 	ref.sandbox_id = (char *)id;
 	assert_int_equal(call(v, "DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor, NULL, 60000), MOAT_OK);
+	                     &moat__v1__empty__descriptor, NULL, 60000),
+	    MOAT_OK);
 }
 
 /* One-shot exec of `code` in `language`. */
@@ -397,13 +401,17 @@ group_setup(void **state)
 	if (!have_image && env && env[0]) {
 		/* Named on purpose (tests/run.sh does): a missing image is a
 		 * failure there, never a quiet skip. */
-		fprintf(stderr, "no image at %s/default, which MOAT_IMAGE_DIR "
-		    "names: build it with images/build.sh\n", image_dir);
+		fprintf(stderr,
+		    "no image at %s/default, which MOAT_IMAGE_DIR "
+		    "names: build it with images/build.sh\n",
+		    image_dir);
 		return -1;
 	}
 	if (!have_image)
-		fprintf(stderr, "NOTE: no image at %s/default: the VM cases "
-		    "are skipped (build it with images/build.sh)\n", image_dir);
+		fprintf(stderr,
+		    "NOTE: no image at %s/default: the VM cases "
+		    "are skipped (build it with images/build.sh)\n",
+		    image_dir);
 	snprintf(state_root, sizeof(state_root), "/tmp/moat-vmd-test-XXXXXX");
 	if (mkdtemp(state_root) == NULL)
 		return -1;
@@ -456,8 +464,8 @@ firecracker_unusable(void)
 		size_t n = end ? (size_t)(end - path) : strlen(path);
 		char exe[1100];
 
-		snprintf(exe, sizeof(exe), "%.*s/firecracker",
-		    n ? (int)n : 1, n ? path : ".");
+		snprintf(exe, sizeof(exe), "%.*s/firecracker", n ? (int)n : 1,
+		    n ? path : ".");
 		found = access(exe, X_OK) == 0;
 		path = end ? end + 1 : path + n;
 	}
@@ -469,8 +477,10 @@ firecracker_unusable(void)
 		return why;
 	}
 	if ((vm = ioctl(fd, KVM_CREATE_VM, 0)) < 0) {
-		snprintf(why, sizeof(why), "/dev/kvm cannot create a VM "
-		    "(KVM_CREATE_VM: %s)", strerror(errno));
+		snprintf(why, sizeof(why),
+		    "/dev/kvm cannot create a VM "
+		    "(KVM_CREATE_VM: %s)",
+		    strerror(errno));
 		close(fd);
 		return why;
 	}
@@ -487,13 +497,17 @@ qemu_only(const char *name)
 		const char *name;
 		const char *why;
 	} cases[] = {
-		{ "test_accel_auto", "the kvm/tcg decision is QEMU's; "
+		{ "test_accel_auto",
+		    "the kvm/tcg decision is QEMU's; "
 		    "Firecracker has only KVM" },
-		{ "test_boot_deadline", "a 300 ms deadline that only a TCG "
+		{ "test_boot_deadline",
+		    "a 300 ms deadline that only a TCG "
 		    "boot misses" },
-		{ "test_kill_and_restart", "checks QEMU's RAM file in /dev/shm "
+		{ "test_kill_and_restart",
+		    "checks QEMU's RAM file in /dev/shm "
 		    "and qemu.pid" },
-		{ "test_snapshot_ram_budget", "QEMU's guest RAM files in the "
+		{ "test_snapshot_ram_budget",
+		    "QEMU's guest RAM files in the "
 		    "RAM dir are what the budget bounds" },
 	};
 
@@ -515,45 +529,49 @@ test_errors(void **state)
 
 	ref.sandbox_id = "sb-0000000000000000";
 	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
-	    &moat__v1__sandbox__descriptor, NULL, 5000), MOAT_NOT_FOUND);
+	                     &moat__v1__sandbox__descriptor, NULL, 5000),
+	    MOAT_NOT_FOUND);
 	assert_non_null(strstr(last_err, "sb-0000000000000000 not found"));
 	assert_int_equal(call(&main_vmd, "DestroySandbox", &ref.base,
-	    &moat__v1__empty__descriptor, NULL, 5000), MOAT_NOT_FOUND);
+	                     &moat__v1__empty__descriptor, NULL, 5000),
+	    MOAT_NOT_FOUND);
 	ex.sandbox_id = "sb-0000000000000000";
 	ex.shell = "true";
 	assert_int_equal(call(&main_vmd, "Exec", &ex.base,
-	    &moat__v1__exec_result__descriptor, NULL, 5000), MOAT_NOT_FOUND);
+	                     &moat__v1__exec_result__descriptor, NULL, 5000),
+	    MOAT_NOT_FOUND);
 
 	req.vcpus = 100;
 	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(last_err, "vcpus"));
 	req.vcpus = 1;
 	req.memory_mib = 64;
 	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(strstr(last_err, "memory_mib"));
 	req.memory_mib = 1u << 30;
 	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
 	req.memory_mib = 0;
 	req.scratch_mib = 1;
 	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
 	req.scratch_mib = 0;
 	req.image = "no-such-image";
 	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_FAILED_PRECONDITION);
-	assert_non_null(strstr(last_err, "image \"no-such-image\" is not "
+	assert_non_null(strstr(last_err,
+	    "image \"no-such-image\" is not "
 	    "built: run images/build.sh"));
 	req.image = "../etc";
 	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, 5000),
+	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
 }
 
@@ -564,7 +582,8 @@ test_node_info(void **state)
 	Moat__V1__Node *node = NULL;
 
 	assert_int_equal(call(&main_vmd, "NodeInfo", &e.base,
-	    &moat__v1__node__descriptor, (ProtobufCMessage **)&node, 5000),
+	                     &moat__v1__node__descriptor,
+	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
 	assert_string_equal(node->node_id, "test-node");
 	assert_string_equal(node->rpc_url, main_vmd.url);
@@ -598,7 +617,8 @@ test_boot_deadline(void **state)
 	req.boot_timeout_ms = 300;
 	req.scratch_mib = 64;
 	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, 60000), MOAT_UNAVAILABLE);
+	                     &moat__v1__sandbox__descriptor, NULL, 60000),
+	    MOAT_UNAVAILABLE);
 	fprintf(stderr, "boot deadline: %s\n", last_err);
 	assert_non_null(strstr(last_err, "did not boot"));
 	assert_non_null(strstr(last_err, "within 300 ms"));
@@ -624,7 +644,8 @@ test_python_and_bash(void **state)
 
 	r = run_code(&main_vmd, id, "python",
 	    "import sys\nprint('hello from python')\n"
-	    "print('oops', file=sys.stderr)\nsys.exit(3)\n", 0, 0, MOAT_OK);
+	    "print('oops', file=sys.stderr)\nsys.exit(3)\n",
+	    0, 0, MOAT_OK);
 	assert_true(r->status->exited);
 	assert_int_equal(r->status->exit_code, 3);
 	assert_false(r->status->timed_out);
@@ -661,8 +682,9 @@ test_python_and_bash(void **state)
 	req.env = env;
 	req.n_env = 1;
 	assert_int_equal(call(&main_vmd, "Exec", &req.base,
-	    &moat__v1__exec_result__descriptor, (ProtobufCMessage **)&r,
-	    LONG_MS), MOAT_OK);
+	                     &moat__v1__exec_result__descriptor,
+	                     (ProtobufCMessage **)&r, LONG_MS),
+	    MOAT_OK);
 	assert_int_equal(r->status->exit_code, 0);
 	assert_int_equal(r->stdout.len, 6);
 	assert_memory_equal(r->stdout.data, "sh-bar", 6);
@@ -696,8 +718,8 @@ test_timeout_kills_tree(void **state)
 	int left = -1;
 
 	r = run_code(&main_vmd, id, "sh",
-	    "sleep 1000 & sleep 1001 & (sleep 1002; true) & sleep 1003",
-	    2000, 0, MOAT_OK);
+	    "sleep 1000 & sleep 1001 & (sleep 1002; true) & sleep 1003", 2000,
+	    0, MOAT_OK);
 	assert_true(r->status->exited);
 	assert_true(r->status->timed_out);
 	assert_true(now_ms() - t0 < 20000);
@@ -711,7 +733,8 @@ test_timeout_kills_tree(void **state)
 		    "    try: c = open('/proc/%s/cmdline' % p, 'rb').read()\n"
 		    "    except OSError: continue\n"
 		    "    if c.startswith(b'sleep\\x00100'): n += 1\n"
-		    "print(n)\n", 0, 0, MOAT_OK);
+		    "print(n)\n",
+		    0, 0, MOAT_OK);
 		assert_int_equal(r->status->exit_code, 0);
 		left = atoi((const char *)r->stdout.data);
 		protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -734,8 +757,9 @@ code_run_on(struct vmd_proc *v, const char *id, const char *context,
 	req.code = (char *)code;
 	req.timeout_ms = timeout_ms;
 	assert_int_equal(call(v, "RunCode", &req.base,
-	    &moat__v1__run_code_result__descriptor, (ProtobufCMessage **)&r,
-	    LONG_MS), MOAT_OK);
+	                     &moat__v1__run_code_result__descriptor,
+	                     (ProtobufCMessage **)&r, LONG_MS),
+	    MOAT_OK);
 	assert_non_null(r->result);
 	return r;
 }
@@ -753,7 +777,8 @@ static void
 test_code_contexts(void **state)
 {
 	const char *id = shared_sandbox();
-	Moat__V1__CodeContextCall close_req = MOAT__V1__CODE_CONTEXT_CALL__INIT;
+	Moat__V1__CodeContextCall close_req =
+	    MOAT__V1__CODE_CONTEXT_CALL__INIT;
 	Moat__V1__RunCodeRequest node = MOAT__V1__RUN_CODE_REQUEST__INIT;
 	Moat__V1__RunCodeResult *r;
 
@@ -789,28 +814,33 @@ test_code_contexts(void **state)
 	node.language = "node";
 	node.code = "const n = 6 * 7; console.log('set')";
 	assert_int_equal(call(&main_vmd, "RunCode", &node.base,
-	    &moat__v1__run_code_result__descriptor, (ProtobufCMessage **)&r,
-	    LONG_MS), MOAT_OK);
+	                     &moat__v1__run_code_result__descriptor,
+	                     (ProtobufCMessage **)&r, LONG_MS),
+	    MOAT_OK);
 	assert_string_equal(r->result->error_name, "");
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	node.code = "n + 1";
 	assert_int_equal(call(&main_vmd, "RunCode", &node.base,
-	    &moat__v1__run_code_result__descriptor, (ProtobufCMessage **)&r,
-	    LONG_MS), MOAT_OK);
+	                     &moat__v1__run_code_result__descriptor,
+	                     (ProtobufCMessage **)&r, LONG_MS),
+	    MOAT_OK);
 	assert_false(r->result->context_created);
 	assert_string_equal(r->result->result, "43");
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	close_req.sandbox_id = (char *)id;
 	close_req.context = "js";
 	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
-	    &moat__v1__empty__descriptor, NULL, LONG_MS), MOAT_OK);
+	                     &moat__v1__empty__descriptor, NULL, LONG_MS),
+	    MOAT_OK);
 
 	close_req.sandbox_id = (char *)id;
 	close_req.context = "itest";
 	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
-	    &moat__v1__empty__descriptor, NULL, LONG_MS), MOAT_OK);
+	                     &moat__v1__empty__descriptor, NULL, LONG_MS),
+	    MOAT_OK);
 	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
-	    &moat__v1__empty__descriptor, NULL, LONG_MS), MOAT_NOT_FOUND);
+	                     &moat__v1__empty__descriptor, NULL, LONG_MS),
+	    MOAT_NOT_FOUND);
 }
 
 static void
@@ -821,7 +851,8 @@ test_output_cap(void **state)
 
 	r = run_code(&main_vmd, id, "python",
 	    "import sys\nsys.stdout.write('x' * (5 << 20))\n"
-	    "sys.stdout.flush()\nsys.stderr.write('done')\n", 0, 0, MOAT_OK);
+	    "sys.stdout.flush()\nsys.stderr.write('done')\n",
+	    0, 0, MOAT_OK);
 	assert_int_equal(r->status->exit_code, 0);
 	assert_int_equal(r->stdout.len, 1u << 20);
 	assert_true(r->status->stdout_truncated);
@@ -870,8 +901,8 @@ test_binary_file(void **state)
 	wr.make_parents = true;
 	wr.mode = 0600;
 	if (call(&main_vmd, "WriteFile", &wr.base,
-	    &moat__v1__file_info__descriptor, (ProtobufCMessage **)&info,
-	    LONG_MS) != MOAT_OK)
+	        &moat__v1__file_info__descriptor, (ProtobufCMessage **)&info,
+	        LONG_MS) != MOAT_OK)
 		fail_msg("WriteFile: %s", last_err);
 	assert_int_equal(info->size, len);
 	protobuf_c_message_free_unpacked(&info->base, NULL);
@@ -879,8 +910,8 @@ test_binary_file(void **state)
 	rd.sandbox_id = (char *)id;
 	rd.path = "/root/data/blob.bin";
 	if (call(&main_vmd, "ReadFile", &rd.base,
-	    &moat__v1__file_data__descriptor, (ProtobufCMessage **)&fd,
-	    LONG_MS) != MOAT_OK)
+	        &moat__v1__file_data__descriptor, (ProtobufCMessage **)&fd,
+	        LONG_MS) != MOAT_OK)
 		fail_msg("ReadFile: %s", last_err);
 	assert_int_equal(fd->data.len, len);
 	assert_int_equal(fd->size, len);
@@ -892,7 +923,8 @@ test_binary_file(void **state)
 	/* The guest sees the same bytes. */
 	r = run_code(&main_vmd, id, "python",
 	    "import hashlib\nprint(hashlib.sha256(open('/root/data/blob.bin',"
-	    "'rb').read()).hexdigest(), end='')\n", 0, 0, MOAT_OK);
+	    "'rb').read()).hexdigest(), end='')\n",
+	    0, 0, MOAT_OK);
 	assert_int_equal(r->stdout.len, 64);
 	assert_memory_equal(r->stdout.data, want_hex, 64);
 	protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -900,10 +932,10 @@ test_binary_file(void **state)
 	/* A guest error comes back with the agent's code. */
 	rd.path = "/root/no/such/file";
 	assert_int_equal(call(&main_vmd, "ReadFile", &rd.base,
-	    &moat__v1__file_data__descriptor, NULL, 30000), MOAT_NOT_FOUND);
+	                     &moat__v1__file_data__descriptor, NULL, 30000),
+	    MOAT_NOT_FOUND);
 	free(data);
 }
-
 
 static void
 test_survey(void **state)
@@ -955,8 +987,9 @@ test_exec_streaming(void **state)
 	req.shell = "cat; echo -n done >&2";
 	req.stdin_open = true;
 	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
-	    &moat__v1__exec_handle__descriptor, (ProtobufCMessage **)&h,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_handle__descriptor,
+	                     (ProtobufCMessage **)&h, 30000),
+	    MOAT_OK);
 	assert_true(h->exec_id > 0);
 	assert_true(h->pid > 0);
 	wr.sandbox_id = (char *)id;
@@ -964,17 +997,20 @@ test_exec_streaming(void **state)
 	wr.data.data = (uint8_t *)"hello ";
 	wr.data.len = 6;
 	assert_int_equal(call(&main_vmd, "ExecWrite", &wr.base,
-	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	                     &moat__v1__empty__descriptor, NULL, 30000),
+	    MOAT_OK);
 	wr.data.data = (uint8_t *)"world";
 	wr.data.len = 5;
 	wr.close = true;
 	assert_int_equal(call(&main_vmd, "ExecWrite", &wr.base,
-	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	                     &moat__v1__empty__descriptor, NULL, 30000),
+	    MOAT_OK);
 	wt.sandbox_id = (char *)id;
 	wt.exec_id = h->exec_id;
 	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
-	    &moat__v1__exec_status__descriptor, (ProtobufCMessage **)&st,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_status__descriptor,
+	                     (ProtobufCMessage **)&st, 30000),
+	    MOAT_OK);
 	assert_true(st->exited);
 	assert_int_equal(st->exit_code, 0);
 	protobuf_c_message_free_unpacked(&st->base, NULL);
@@ -982,8 +1018,9 @@ test_exec_streaming(void **state)
 	rd.exec_id = h->exec_id;
 	rd.max_bytes = 4;
 	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
-	    &moat__v1__exec_read_reply__descriptor, (ProtobufCMessage **)&rr,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_read_reply__descriptor,
+	                     (ProtobufCMessage **)&rr, 30000),
+	    MOAT_OK);
 	assert_int_equal(rr->stdout.len, 4);
 	assert_memory_equal(rr->stdout.data, "hell", 4);
 	assert_int_equal(rr->stdout_next, 4);
@@ -993,8 +1030,9 @@ test_exec_streaming(void **state)
 	rd.max_bytes = 0;
 	protobuf_c_message_free_unpacked(&rr->base, NULL);
 	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
-	    &moat__v1__exec_read_reply__descriptor, (ProtobufCMessage **)&rr,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_read_reply__descriptor,
+	                     (ProtobufCMessage **)&rr, 30000),
+	    MOAT_OK);
 	assert_int_equal(rr->stdout.len, 7);
 	assert_memory_equal(rr->stdout.data, "o world", 7);
 	assert_true(rr->eof);
@@ -1002,7 +1040,8 @@ test_exec_streaming(void **state)
 	protobuf_c_message_free_unpacked(&rr->base, NULL);
 	rd.stdout_offset = 1000;
 	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
-	    &moat__v1__exec_read_reply__descriptor, NULL, 30000),
+	                     &moat__v1__exec_read_reply__descriptor, NULL,
+	                     30000),
 	    MOAT_OUT_OF_RANGE);
 	protobuf_c_message_free_unpacked(&h->base, NULL);
 
@@ -1012,24 +1051,27 @@ test_exec_streaming(void **state)
 	req.sandbox_id = (char *)id;
 	req.shell = "sleep 1; echo -n late";
 	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
-	    &moat__v1__exec_handle__descriptor, (ProtobufCMessage **)&h,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_handle__descriptor,
+	                     (ProtobufCMessage **)&h, 30000),
+	    MOAT_OK);
 	moat__v1__exec_read_request__init(&rd);
 	rd.sandbox_id = (char *)id;
 	rd.exec_id = h->exec_id;
 	rd.wait_ms = 20000;
 	t0 = now_ms();
 	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
-	    &moat__v1__exec_read_reply__descriptor, (ProtobufCMessage **)&rr,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_read_reply__descriptor,
+	                     (ProtobufCMessage **)&rr, 30000),
+	    MOAT_OK);
 	assert_true(now_ms() - t0 < 15000);
 	if (rr->stdout.len == 0) {
 		/* The exit may come first on a slow guest: read again. */
 		assert_true(rr->status->exited);
 		protobuf_c_message_free_unpacked(&rr->base, NULL);
 		assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
-		    &moat__v1__exec_read_reply__descriptor,
-		    (ProtobufCMessage **)&rr, 30000), MOAT_OK);
+		                     &moat__v1__exec_read_reply__descriptor,
+		                     (ProtobufCMessage **)&rr, 30000),
+		    MOAT_OK);
 	}
 	assert_int_equal(rr->stdout.len, 4);
 	assert_memory_equal(rr->stdout.data, "late", 4);
@@ -1040,25 +1082,29 @@ test_exec_streaming(void **state)
 	 * exec as not exited yet. */
 	req.shell = "sleep 1000";
 	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
-	    &moat__v1__exec_handle__descriptor, (ProtobufCMessage **)&h,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_handle__descriptor,
+	                     (ProtobufCMessage **)&h, 30000),
+	    MOAT_OK);
 	moat__v1__exec_wait_request__init(&wt);
 	wt.sandbox_id = (char *)id;
 	wt.exec_id = h->exec_id;
 	wt.wait_ms = 200;
 	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
-	    &moat__v1__exec_status__descriptor, (ProtobufCMessage **)&st,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_status__descriptor,
+	                     (ProtobufCMessage **)&st, 30000),
+	    MOAT_OK);
 	assert_false(st->exited);
 	protobuf_c_message_free_unpacked(&st->base, NULL);
 	kl.sandbox_id = (char *)id;
 	kl.exec_id = h->exec_id;
 	assert_int_equal(call(&main_vmd, "ExecKill", &kl.base,
-	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	                     &moat__v1__empty__descriptor, NULL, 30000),
+	    MOAT_OK);
 	wt.wait_ms = 0;
 	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
-	    &moat__v1__exec_status__descriptor, (ProtobufCMessage **)&st,
-	    30000), MOAT_OK);
+	                     &moat__v1__exec_status__descriptor,
+	                     (ProtobufCMessage **)&st, 30000),
+	    MOAT_OK);
 	assert_true(st->exited);
 	assert_int_equal(st->signal, 9);
 	protobuf_c_message_free_unpacked(&st->base, NULL);
@@ -1066,7 +1112,8 @@ test_exec_streaming(void **state)
 
 	wt.exec_id = 987654321;
 	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
-	    &moat__v1__exec_status__descriptor, NULL, 30000), MOAT_NOT_FOUND);
+	                     &moat__v1__exec_status__descriptor, NULL, 30000),
+	    MOAT_NOT_FOUND);
 }
 
 /* MakeDir, StatFile, ListFiles, RemoveFile, SandboxInfo, TraceFs. */
@@ -1088,8 +1135,8 @@ test_file_calls(void **state)
 	pr.path = "/root/fc/a/b";
 	pr.parents = true;
 	if (call(&main_vmd, "MakeDir", &pr.base,
-	    &moat__v1__file_info__descriptor, (ProtobufCMessage **)&fi,
-	    30000) != MOAT_OK)
+	        &moat__v1__file_info__descriptor, (ProtobufCMessage **)&fi,
+	        30000) != MOAT_OK)
 		fail_msg("MakeDir: %s", last_err);
 	protobuf_c_message_free_unpacked(&fi->base, NULL);
 	wr.sandbox_id = (char *)id;
@@ -1097,18 +1144,21 @@ test_file_calls(void **state)
 	wr.data.data = (uint8_t *)"note";
 	wr.data.len = 4;
 	assert_int_equal(call(&main_vmd, "WriteFile", &wr.base,
-	    &moat__v1__file_info__descriptor, NULL, 30000), MOAT_OK);
+	                     &moat__v1__file_info__descriptor, NULL, 30000),
+	    MOAT_OK);
 	pr.path = "/root/fc/a/b/note.txt";
 	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
-	    &moat__v1__file_info__descriptor, (ProtobufCMessage **)&fi,
-	    30000), MOAT_OK);
+	                     &moat__v1__file_info__descriptor,
+	                     (ProtobufCMessage **)&fi, 30000),
+	    MOAT_OK);
 	assert_int_equal(fi->size, 4);
 	assert_int_equal(fi->type, MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR);
 	protobuf_c_message_free_unpacked(&fi->base, NULL);
 	pr.path = "/root/fc/a/b";
 	assert_int_equal(call(&main_vmd, "ListFiles", &pr.base,
-	    &moat__v1__file_list__descriptor, (ProtobufCMessage **)&fl,
-	    30000), MOAT_OK);
+	                     &moat__v1__file_list__descriptor,
+	                     (ProtobufCMessage **)&fl, 30000),
+	    MOAT_OK);
 	for (size_t i = 0; i < fl->n_entries; i++)
 		found |= strcmp(fl->entries[i]->name, "note.txt") == 0;
 	assert_true(found);
@@ -1117,8 +1167,9 @@ test_file_calls(void **state)
 	tc.sandbox_id = (char *)id;
 	tc.hash = true;
 	assert_int_equal(call(&main_vmd, "TraceFs", &tc.base,
-	    &moat__v1__fs_trace__descriptor, (ProtobufCMessage **)&tr,
-	    30000), MOAT_OK);
+	                     &moat__v1__fs_trace__descriptor,
+	                     (ProtobufCMessage **)&tr, 30000),
+	    MOAT_OK);
 	found = false;
 	for (size_t i = 0; i < tr->n_entries; i++)
 		if (strstr(tr->entries[i]->path, "note.txt") != NULL) {
@@ -1131,19 +1182,22 @@ test_file_calls(void **state)
 	pr.path = "/root/fc";
 	pr.recursive = true;
 	assert_int_equal(call(&main_vmd, "RemoveFile", &pr.base,
-	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	                     &moat__v1__empty__descriptor, NULL, 30000),
+	    MOAT_OK);
 	pr.path = "/root/fc/a/b/note.txt";
 	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
-	    &moat__v1__file_info__descriptor, NULL, 30000), MOAT_NOT_FOUND);
+	                     &moat__v1__file_info__descriptor, NULL, 30000),
+	    MOAT_NOT_FOUND);
 	pr.path = "";
 	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
-	    &moat__v1__file_info__descriptor, NULL, 30000),
+	                     &moat__v1__file_info__descriptor, NULL, 30000),
 	    MOAT_INVALID_ARGUMENT);
 
 	ref.sandbox_id = (char *)id;
 	assert_int_equal(call(&main_vmd, "SandboxInfo", &ref.base,
-	    &moat__v1__guest_info__descriptor, (ProtobufCMessage **)&gi,
-	    30000), MOAT_OK);
+	                     &moat__v1__guest_info__descriptor,
+	                     (ProtobufCMessage **)&gi, 30000),
+	    MOAT_OK);
 	assert_true(gi->mem_total_kib > 100 * 1024);
 	assert_true(gi->ncpu >= 1);
 	assert_true(gi->uptime_ms > 0);
@@ -1177,8 +1231,8 @@ par_create_and_exec(void *arg)
 	cr.memory_mib = 256;
 	cr.scratch_mib = 256;
 	p->rv = moat_rpc_call(main_vmd.client, VM_SERVICE, "CreateSandbox",
-	    &cr.base, &moat__v1__sandbox__descriptor,
-	    (ProtobufCMessage **)&sb, &opts, &err);
+	    &cr.base, &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb,
+	    &opts, &err);
 	if (p->rv != MOAT_OK) {
 		snprintf(p->err, sizeof(p->err), "create: %s", err);
 		free(err);
@@ -1189,8 +1243,8 @@ par_create_and_exec(void *arg)
 	req.sandbox_id = p->id;
 	req.shell = "echo -n \"$((1+1))\"";
 	p->rv = moat_rpc_call(main_vmd.client, VM_SERVICE, "Exec", &req.base,
-	    &moat__v1__exec_result__descriptor, (ProtobufCMessage **)&r,
-	    &opts, &err);
+	    &moat__v1__exec_result__descriptor, (ProtobufCMessage **)&r, &opts,
+	    &err);
 	if (p->rv != MOAT_OK) {
 		snprintf(p->err, sizeof(p->err), "exec: %s", err);
 		free(err);
@@ -1236,7 +1290,8 @@ test_four_at_once_and_destroy(void **state)
 	memset(p, 0, sizeof(p));
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(pthread_create(&t[i], NULL,
-		    par_create_and_exec, &p[i]), 0);
+		                     par_create_and_exec, &p[i]),
+		    0);
 	for (int i = 0; i < 4; i++)
 		pthread_join(t[i], NULL);
 	for (int i = 0; i < 4; i++) {
@@ -1253,8 +1308,9 @@ test_four_at_once_and_destroy(void **state)
 	assert_true(rss_after - rss_before < 4 * 2048);
 
 	assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
-	    &moat__v1__sandbox_list__descriptor, (ProtobufCMessage **)&list,
-	    5000), MOAT_OK);
+	                     &moat__v1__sandbox_list__descriptor,
+	                     (ProtobufCMessage **)&list, 5000),
+	    MOAT_OK);
 	assert_true(list->n_sandboxes >= 5);
 	for (int i = 0; i < 4; i++) {
 		int pid = 0;
@@ -1282,7 +1338,6 @@ test_four_at_once_and_destroy(void **state)
 	}
 	protobuf_c_message_free_unpacked(&list->base, NULL);
 }
-
 
 /* Destroy while the sandbox still boots: the create call gives up with
  * ABORTED, the destroy waits for it, and nothing is left. */
@@ -1323,8 +1378,9 @@ test_destroy_while_booting(void **state)
 		Moat__V1__SandboxList *list = NULL;
 
 		assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
-		    &moat__v1__sandbox_list__descriptor,
-		    (ProtobufCMessage **)&list, 5000), MOAT_OK);
+		                     &moat__v1__sandbox_list__descriptor,
+		                     (ProtobufCMessage **)&list, 5000),
+		    MOAT_OK);
 		for (size_t i = 0; i < list->n_sandboxes; i++)
 			if (list->sandboxes[i]->state ==
 			    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING)
@@ -1335,7 +1391,7 @@ test_destroy_while_booting(void **state)
 			usleep(20 * 1000);
 	}
 	assert_true(id[0] != '\0');
-	usleep(300 * 1000);        /* let QEMU start */
+	usleep(300 * 1000); /* let QEMU start */
 	destroy_sandbox(&main_vmd, id);
 	pthread_join(t, NULL);
 	assert_int_equal(p.rv, MOAT_ABORTED);
@@ -1357,8 +1413,9 @@ wait_failed(const char *id)
 		Moat__V1__Sandbox *sb = NULL;
 
 		assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
-		    &moat__v1__sandbox__descriptor,
-		    (ProtobufCMessage **)&sb, 5000), MOAT_OK);
+		                     &moat__v1__sandbox__descriptor,
+		                     (ProtobufCMessage **)&sb, 5000),
+		    MOAT_OK);
 		if (sb->state == MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED)
 			return sb;
 		protobuf_c_message_free_unpacked(&sb->base, NULL);
@@ -1397,7 +1454,7 @@ hostile_case(const char *mode, const char *reason_part)
 	ex.sandbox_id = id;
 	ex.shell = "true";
 	assert_int_equal(call(&main_vmd, "Exec", &ex.base,
-	    &moat__v1__exec_result__descriptor, NULL, 10000),
+	                     &moat__v1__exec_result__descriptor, NULL, 10000),
 	    MOAT_FAILED_PRECONDITION);
 	r = run_code(&main_vmd, good, "sh", "echo -n alive", 0, 0, MOAT_OK);
 	assert_int_equal(r->stdout.len, 5);
@@ -1496,7 +1553,8 @@ test_kill_and_restart(void **state)
 
 		snprintf(pidfile, sizeof(pidfile), "%s/qemu.pid", fake_dir);
 		assert_int_equal(moat_write_file_atomic(pidfile, pidtext,
-		    (size_t)n, 0644), 0);
+		                     (size_t)n, 0644),
+		    0);
 	}
 	until = now_ms() + 5000;
 	while (procs_mentioning(fake_dir) == 0 && now_ms() < until)
@@ -1509,13 +1567,15 @@ test_kill_and_restart(void **state)
 	assert_false(path_exists(fake_dir));
 	assert_int_equal(waitpid(fake, &status, 0), fake);
 	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-	kill(-fake, SIGKILL);      /* its sleep */
-	assert_true(log_has(&v, "cleaned up sandbox sb-00000000000000aa left "
+	kill(-fake, SIGKILL); /* its sleep */
+	assert_true(log_has(&v,
+	    "cleaned up sandbox sb-00000000000000aa left "
 	    "by an earlier vmd (its VMM was still running and was killed)"));
 	assert_int_equal(moat_read_file(v.log, 1 << 20, &log, &len), 0);
 	{
 		char *line = moat_asprintf("cleaned up sandbox %s left by an "
-		    "earlier vmd", sb->id);
+		                           "earlier vmd",
+		    sb->id);
 		assert_non_null(strstr(log, line));
 		free(line);
 	}
@@ -1523,7 +1583,6 @@ test_kill_and_restart(void **state)
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	vmd_stop(&v);
 }
-
 
 /* ---- accel=auto ---- */
 
@@ -1567,9 +1626,10 @@ test_accel_auto(void **state)
 	snprintf(state_dir, sizeof(state_dir), "%s/auto", state_root);
 	vmd_start(&v, state_dir, false, NULL, "auto");
 	assert_int_equal(call(&v, "NodeInfo", &e.base,
-	    &moat__v1__node__descriptor, (ProtobufCMessage **)&node, 5000),
+	                     &moat__v1__node__descriptor,
+	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
-	assert_string_equal(node->accel, "");      /* not decided yet */
+	assert_string_equal(node->accel, ""); /* not decided yet */
 	protobuf_c_message_free_unpacked(&node->base, NULL);
 	if (create_sandbox(&v, NULL, NULL, &sb) != MOAT_OK) {
 		print_log_tail(&v);
@@ -1577,13 +1637,14 @@ test_accel_auto(void **state)
 	}
 	snprintf(decided, sizeof(decided), "%s", sb->accel);
 	fprintf(stderr, "accel=auto decided %s\n", decided);
-	assert_true(strcmp(decided, "kvm") == 0 ||
-	    strcmp(decided, "tcg") == 0);
+	assert_true(
+	    strcmp(decided, "kvm") == 0 || strcmp(decided, "tcg") == 0);
 	if (strcmp(decided, "tcg") == 0)
 		assert_true(log_has(&v, "falling back to TCG"));
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	assert_int_equal(call(&v, "NodeInfo", &e.base,
-	    &moat__v1__node__descriptor, (ProtobufCMessage **)&node, 5000),
+	                     &moat__v1__node__descriptor,
+	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
 	assert_string_equal(node->accel, decided);
 	protobuf_c_message_free_unpacked(&node->base, NULL);
@@ -1593,7 +1654,8 @@ test_accel_auto(void **state)
 	moat_rm_rf(v.log);
 	vmd_start(&v, state_dir, false, NULL, "auto");
 	assert_int_equal(call(&v, "NodeInfo", &e.base,
-	    &moat__v1__node__descriptor, (ProtobufCMessage **)&node, 5000),
+	                     &moat__v1__node__descriptor,
+	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
 	protobuf_c_message_free_unpacked(&node->base, NULL);
 	if (create_sandbox(&v, NULL, NULL, &sb) != MOAT_OK) {
@@ -1619,8 +1681,8 @@ take_snapshot(const char *id)
 
 	req.sandbox_id = (char *)id;
 	if (call(&main_vmd, "SnapshotSandbox", &req.base,
-	    &moat__v1__local_snapshot__descriptor,
-	    (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
+	        &moat__v1__local_snapshot__descriptor,
+	        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
 		print_log_tail(&main_vmd);
 		fail_msg("SnapshotSandbox: %s", last_err);
 	}
@@ -1635,8 +1697,7 @@ restore_snapshot(const char *snap_id, Moat__V1__Sandbox **out)
 
 	req.snapshot_id = (char *)snap_id;
 	return call(&main_vmd, "RestoreSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out,
-	    LONG_MS);
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
 }
 
 /* Runs `script` under bash in `id`, wants exit 0, returns its stdout as
@@ -1644,8 +1705,8 @@ restore_snapshot(const char *snap_id, Moat__V1__Sandbox **out)
 static char *
 bash_out(const char *id, const char *script)
 {
-	Moat__V1__ExecResult *r = run_code(&main_vmd, id, "bash", script, 0,
-	    0, MOAT_OK);
+	Moat__V1__ExecResult *r =
+	    run_code(&main_vmd, id, "bash", script, 0, 0, MOAT_OK);
 	char *out;
 
 	if (r->status->exit_code != 0)
@@ -1653,7 +1714,7 @@ bash_out(const char *id, const char *script)
 		    (int)r->stderr.len, (char *)r->stderr.data);
 	/* No output is a NULL data pointer, which strndup may not get. */
 	out = r->stdout.len ? strndup((char *)r->stdout.data, r->stdout.len) :
-	    strdup("");
+	                      strdup("");
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	assert_non_null(out);
 	return out;
@@ -1673,7 +1734,8 @@ test_snapshot_restore(void **state)
 	char *path;
 	long host_now, guest_now;
 
-	before = bash_out(id, "echo state-at-snapshot > /root/snap.txt && "
+	before = bash_out(id,
+	    "echo state-at-snapshot > /root/snap.txt && "
 	    "{ sleep 100000 >/dev/null 2>&1 </dev/null & echo $! > "
 	    "/root/bg.pid; } && sha256sum /root/snap.txt");
 	snap = take_snapshot(id);
@@ -1688,12 +1750,15 @@ test_snapshot_restore(void **state)
 	path = moat_asprintf("%s/ram", snap->dir);
 	assert_true(path_exists(path));
 	free(path);
-	fprintf(stderr, "snapshot %s: paused %.1f ms, device state %" PRIu64
-	    " B, RAM %" PRIu64 " B\n", snap->snapshot_id,
-	    snap->pause_ms_exact, snap->device_state_bytes, snap->ram_bytes);
+	fprintf(stderr,
+	    "snapshot %s: paused %.1f ms, device state %" PRIu64
+	    " B, RAM %" PRIu64 " B\n",
+	    snap->snapshot_id, snap->pause_ms_exact, snap->device_state_bytes,
+	    snap->ram_bytes);
 
 	/* The original goes on and changes after the snapshot. */
-	free(bash_out(id, "echo changed-later > /root/snap.txt && "
+	free(bash_out(id,
+	    "echo changed-later > /root/snap.txt && "
 	    "rm -f /root/bg.pid"));
 
 	if (restore_snapshot(snap->snapshot_id, &c1) != MOAT_OK) {
@@ -1708,10 +1773,11 @@ test_snapshot_restore(void **state)
 	after = bash_out(c1->id, "sha256sum /root/snap.txt");
 	assert_string_equal(before, after);
 	free(after);
-	o1 = bash_out(c1->id, "cat /root/snap.txt; tr '\\0' ' ' < "
+	o1 = bash_out(c1->id,
+	    "cat /root/snap.txt; tr '\\0' ' ' < "
 	    "/proc/$(cat /root/bg.pid)/cmdline; echo; hostname");
-	after = moat_asprintf("state-at-snapshot\nsleep 100000 \n%s\n",
-	    c1->id);
+	after =
+	    moat_asprintf("state-at-snapshot\nsleep 100000 \n%s\n", c1->id);
 	assert_string_equal(o1, after);
 	free(after);
 	free(o1);
@@ -1732,7 +1798,8 @@ test_snapshot_restore(void **state)
 	if (restore_snapshot(snap->snapshot_id, &c2) != MOAT_OK)
 		fail_msg("RestoreSandbox 2: %s", last_err);
 	free(bash_out(c1->id, "echo one > /root/only-c1.txt"));
-	o2 = bash_out(c2->id, "cat /root/snap.txt; test -e /root/only-c1.txt"
+	o2 = bash_out(c2->id,
+	    "cat /root/snap.txt; test -e /root/only-c1.txt"
 	    " && echo leak || echo clean");
 	assert_string_equal(o2, "state-at-snapshot\nclean\n");
 	free(o2);
@@ -1741,9 +1808,11 @@ test_snapshot_restore(void **state)
 	assert_string_not_equal(r1, r2);
 	free(r1);
 	free(r2);
-	r1 = bash_out(c1->id, "python3 -c 'import random; "
+	r1 = bash_out(c1->id,
+	    "python3 -c 'import random; "
 	    "print(random.random())' 2>/dev/null || echo none");
-	r2 = bash_out(c2->id, "python3 -c 'import random; "
+	r2 = bash_out(c2->id,
+	    "python3 -c 'import random; "
 	    "print(random.random())' 2>/dev/null || echo none");
 	if (strcmp(r1, "none\n") != 0)
 		assert_string_not_equal(r1, r2);
@@ -1753,8 +1822,8 @@ test_snapshot_restore(void **state)
 	/* Another build of the image under the same name (here: a new
 	 * mtime on its root filesystem) cannot restore the snapshot. */
 	{
-		char *rootfs = moat_asprintf("%s/default/rootfs.ext4",
-		    image_dir);
+		char *rootfs =
+		    moat_asprintf("%s/default/rootfs.ext4", image_dir);
 		struct stat st;
 		struct timespec ts[2];
 		Moat__V1__Sandbox *c3 = NULL;
@@ -1788,25 +1857,29 @@ test_snapshot_restore(void **state)
 		Moat__V1__LocalSnapshotList *list = NULL;
 		bool listed = false;
 
-		assert_int_equal(call(&main_vmd, "ListLocalSnapshots",
-		    &lr.base, &moat__v1__local_snapshot_list__descriptor,
-		    (ProtobufCMessage **)&list, 30000), MOAT_OK);
+		assert_int_equal(
+		    call(&main_vmd, "ListLocalSnapshots", &lr.base,
+		        &moat__v1__local_snapshot_list__descriptor,
+		        (ProtobufCMessage **)&list, 30000),
+		    MOAT_OK);
 		for (size_t i = 0; i < list->n_snapshots; i++)
 			listed |= strcmp(list->snapshots[i]->snapshot_id,
-			    snap->snapshot_id) == 0;
+			              snap->snapshot_id) == 0;
 		assert_true(listed);
 		protobuf_c_message_free_unpacked(&list->base, NULL);
 		ref.snapshot_id = snap->snapshot_id;
 		assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot",
-		    &ref.base, &moat__v1__empty__descriptor, NULL, 30000),
+		                     &ref.base, &moat__v1__empty__descriptor,
+		                     NULL, 30000),
 		    MOAT_OK);
 		assert_false(path_exists(snap->dir));
-		path = moat_asprintf("/dev/shm/moat-%s.ram",
-		    snap->snapshot_id);
+		path =
+		    moat_asprintf("/dev/shm/moat-%s.ram", snap->snapshot_id);
 		assert_false(path_exists(path));
 		free(path);
 		assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot",
-		    &ref.base, &moat__v1__empty__descriptor, NULL, 30000),
+		                     &ref.base, &moat__v1__empty__descriptor,
+		                     NULL, 30000),
 		    MOAT_NOT_FOUND);
 		assert_int_equal(restore_snapshot(snap->snapshot_id, &c1),
 		    MOAT_NOT_FOUND);
@@ -1823,12 +1896,14 @@ test_snapshot_errors(void **state)
 	Moat__V1__Sandbox *sb = NULL;
 
 	assert_int_equal(restore_snapshot("snap-nowhere-0123456789abcdef",
-	    &sb), MOAT_NOT_FOUND);
+	                     &sb),
+	    MOAT_NOT_FOUND);
 	assert_int_equal(restore_snapshot("../../etc", &sb), MOAT_NOT_FOUND);
 	assert_int_equal(restore_snapshot("", &sb), MOAT_INVALID_ARGUMENT);
 	sr.sandbox_id = "sb-0000000000000000";
 	assert_int_equal(call(&main_vmd, "SnapshotSandbox", &sr.base,
-	    &moat__v1__local_snapshot__descriptor, NULL, 30000),
+	                     &moat__v1__local_snapshot__descriptor, NULL,
+	                     30000),
 	    MOAT_NOT_FOUND);
 }
 
@@ -1871,8 +1946,8 @@ snapd_start(void)
 			_exit(126);
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		unsetenv("MOAT_CONFIG");
-		execl(bin, bin, "--state-dir", snapd_dir, "--listen", snapd_url,
-		    (char *)NULL);
+		execl(bin, bin, "--state-dir", snapd_dir, "--listen",
+		    snapd_url, (char *)NULL);
 		_exit(127);
 	}
 	free(log);
@@ -1934,20 +2009,21 @@ snapd_case_teardown(void **state)
 	/* Snapshots a failed run left: their RAM copies live on /dev/shm,
 	 * outside the state directory the group teardown removes. */
 	for (size_t i = 0; i < 2; i++) {
-		char *root = moat_asprintf("%s/%s/snapshots", state_root,
-		    names[i]);
+		char *root =
+		    moat_asprintf("%s/%s/snapshots", state_root, names[i]);
 		DIR *d = root ? opendir(root) : NULL;
 		struct dirent *de;
 
 		while (d != NULL && (de = readdir(d)) != NULL) {
-			char *link = moat_asprintf("%s/%s/ram", root,
-			    de->d_name);
+			char *link =
+			    moat_asprintf("%s/%s/ram", root, de->d_name);
 			char target[4096];
 			ssize_t n;
 
-			if (link != NULL && strncmp(de->d_name, "snap-", 5)
-			    == 0 && (n = readlink(link, target,
-			    sizeof(target) - 1)) > 0) {
+			if (link != NULL &&
+			    strncmp(de->d_name, "snap-", 5) == 0 &&
+			    (n = readlink(link, target, sizeof(target) - 1)) >
+			        0) {
 				target[n] = '\0';
 				if (strncmp(target, "/dev/shm/moat-", 14) == 0)
 					(void)unlink(target);
@@ -1982,8 +2058,8 @@ snapshot_on(struct vmd_proc *v, const char *id)
 
 	req.sandbox_id = (char *)id;
 	if (call(v, "SnapshotSandbox", &req.base,
-	    &moat__v1__local_snapshot__descriptor,
-	    (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
+	        &moat__v1__local_snapshot__descriptor,
+	        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
 		print_log_tail(v);
 		fail_msg("SnapshotSandbox: %s", last_err);
 	}
@@ -1998,23 +2074,22 @@ restore_on(struct vmd_proc *v, const char *snap_id, Moat__V1__Sandbox **out)
 
 	req.snapshot_id = (char *)snap_id;
 	return call(v, "RestoreSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out,
-	    LONG_MS);
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
 }
 
 /* bash_out on vmd `v`. */
 static char *
 bash_on(struct vmd_proc *v, const char *id, const char *script)
 {
-	Moat__V1__ExecResult *r = run_code(v, id, "bash", script, 0, 0,
-	    MOAT_OK);
+	Moat__V1__ExecResult *r =
+	    run_code(v, id, "bash", script, 0, 0, MOAT_OK);
 	char *out;
 
 	if (r->status->exit_code != 0)
 		fail_msg("%s exited %d: %.*s", script, r->status->exit_code,
 		    (int)r->stderr.len, (char *)r->stderr.data);
 	out = r->stdout.len ? strndup((char *)r->stdout.data, r->stdout.len) :
-	    strdup("");
+	                      strdup("");
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	assert_non_null(out);
 	return out;
@@ -2159,7 +2234,8 @@ test_snapd_remote_restore(void **state)
 		print_log_tail(a_);
 		fail_msg("create: %s", last_err);
 	}
-	before = bash_on(a_, sb->id, "echo remote-state > /root/remote.txt && "
+	before = bash_on(a_, sb->id,
+	    "echo remote-state > /root/remote.txt && "
 	    "sync && sha256sum /root/remote.txt");
 	t0 = now_ms();
 	s1 = snapshot_on(a_, sb->id);
@@ -2170,11 +2246,12 @@ test_snapd_remote_restore(void **state)
 	}
 	assert_true(strncmp(s1->remote_id, "snap-", 5) == 0);
 	assert_string_equal(s1->remote_parent_id, "");
-	fprintf(stderr, "snapd snapshot %s (local %s): paused %.1f ms, call "
+	fprintf(stderr,
+	    "snapd snapshot %s (local %s): paused %.1f ms, call "
 	    "%" PRIu64 " ms with the push, %" PRIu64 " B stored of %" PRIu64
-	    " B logical\n", s1->remote_id, s1->snapshot_id,
-	    s1->pause_ms_exact, t_s1, s1->remote_stored_bytes,
-	    s1->remote_logical_bytes);
+	    " B logical\n",
+	    s1->remote_id, s1->snapshot_id, s1->pause_ms_exact, t_s1,
+	    s1->remote_stored_bytes, s1->remote_logical_bytes);
 
 	/* One small python step, then the next snapshot: its new bytes. */
 	r = run_code(a_, sb->id, "python", "x = 6 * 7\nprint(x)", 0, 0,
@@ -2188,7 +2265,8 @@ test_snapd_remote_restore(void **state)
 	assert_string_equal(s2->remote_parent_id, s1->remote_id);
 	frac = (double)s2->remote_stored_bytes /
 	    ((double)sb->memory_mib * 1048576.0);
-	fprintf(stderr, "second snapshot after one python step: %" PRIu64
+	fprintf(stderr,
+	    "second snapshot after one python step: %" PRIu64
 	    " B stored = %.2f%% of guest RAM (%u MiB; goal <= 5%%), "
 	    "paused %.1f ms, call %" PRIu64 " ms with the push\n",
 	    s2->remote_stored_bytes, frac * 100.0, sb->memory_mib,
@@ -2202,9 +2280,11 @@ test_snapd_remote_restore(void **state)
 		print_log_tail(b_);
 		fail_msg("remote RestoreSandbox: %s", last_err);
 	}
-	fprintf(stderr, "restore on a second vmd from snapd: %" PRIu64
+	fprintf(stderr,
+	    "restore on a second vmd from snapd: %" PRIu64
 	    " ms for the call (pull included), %" PRIu64 " ms of it to the "
-	    "agent's reply\n", now_ms() - t0, clone->boot_ms);
+	    "agent's reply\n",
+	    now_ms() - t0, clone->boot_ms);
 	after = bash_on(b_, clone->id, "sha256sum /root/remote.txt");
 	assert_string_equal(before, after);
 	free(after);
@@ -2234,7 +2314,8 @@ test_snapd_remote_restore(void **state)
 		req.snapshot_id = s2->remote_id;
 		req.tenant = (char *)"someone-else";
 		assert_int_equal(call(b_, "RestoreSandbox", &req.base,
-		    &moat__v1__sandbox__descriptor, NULL, LONG_MS),
+		                     &moat__v1__sandbox__descriptor, NULL,
+		                     LONG_MS),
 		    MOAT_NOT_FOUND);
 	}
 
@@ -2310,7 +2391,8 @@ delete_snapshot_main(const char *snap_id)
 
 	ref.snapshot_id = (char *)snap_id;
 	assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot", &ref.base,
-	    &moat__v1__empty__descriptor, NULL, 30000), MOAT_OK);
+	                     &moat__v1__empty__descriptor, NULL, 30000),
+	    MOAT_OK);
 }
 
 /* A clone is snapshotted like any sandbox, and so is a clone of a
@@ -2335,7 +2417,8 @@ test_snapshot_of_clone(void **state)
 	assert_string_equal(c1->template_id, "");
 	/* The clone's RAM is its own: the snapshot can go. */
 	delete_snapshot_main(s1->snapshot_id);
-	h2 = bash_out(c1->id, "head -c 100000 /dev/urandom > /root/gen2.bin "
+	h2 = bash_out(c1->id,
+	    "head -c 100000 /dev/urandom > /root/gen2.bin "
 	    "&& echo gen2 > /root/gen2.txt && { sleep 200000 >/dev/null "
 	    "2>&1 </dev/null & echo $! > /root/gen2.pid; } && "
 	    "sha256sum /root/gen2.bin");
@@ -2343,12 +2426,14 @@ test_snapshot_of_clone(void **state)
 	assert_string_equal(s2->sandbox_id, c1->id);
 	assert_true(s2->ram_bytes > 0);
 	/* c1 moves on after its snapshot. */
-	free(bash_out(c1->id, "echo later > /root/gen2.txt; rm -f "
+	free(bash_out(c1->id,
+	    "echo later > /root/gen2.txt; rm -f "
 	    "/root/gen2.bin"));
 	if (restore_snapshot(s2->snapshot_id, &c2) != MOAT_OK)
 		fail_msg("RestoreSandbox of a clone's snapshot: %s", last_err);
 	assert_string_equal(c2->restored_from, s2->snapshot_id);
-	o = bash_out(c2->id, "cat /root/gen1.txt /root/gen2.txt; tr '\\0' "
+	o = bash_out(c2->id,
+	    "cat /root/gen1.txt /root/gen2.txt; tr '\\0' "
 	    "' ' < /proc/$(cat /root/gen2.pid)/cmdline; echo; hostname; "
 	    "sha256sum /root/gen2.bin");
 	want = moat_asprintf("gen1\ngen2\nsleep 200000 \n%s\n%s", c2->id, h2);
@@ -2361,7 +2446,8 @@ test_snapshot_of_clone(void **state)
 	s3 = take_snapshot(c2->id);
 	if (restore_snapshot(s3->snapshot_id, &c3) != MOAT_OK)
 		fail_msg("RestoreSandbox of a clone's clone: %s", last_err);
-	o = bash_out(c3->id, "cat /root/gen1.txt /root/gen2.txt "
+	o = bash_out(c3->id,
+	    "cat /root/gen1.txt /root/gen2.txt "
 	    "/root/gen3.txt; sha256sum /root/gen2.bin");
 	want = moat_asprintf("gen1\ngen2\ngen3\n%s", h2);
 	assert_string_equal(o, want);
@@ -2405,22 +2491,26 @@ test_restore_in_place(void **state)
 
 	free(bash_out(id, "echo at-snapshot > /root/inplace.txt"));
 	snap = take_snapshot(id);
-	free(bash_out(id, "echo after > /root/inplace.txt && touch "
+	free(bash_out(id,
+	    "echo after > /root/inplace.txt && touch "
 	    "/root/after-only.txt"));
 	ref.sandbox_id = (char *)id;
 	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&before,
-	    30000), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor,
+	                     (ProtobufCMessage **)&before, 30000),
+	    MOAT_OK);
 
 	/* Refusals leave the sandbox as it was. */
 	req.snapshot_id = snap->snapshot_id;
 	req.replace_sandbox_id = "sb-0000000000000000";
 	assert_int_equal(call(&main_vmd, "RestoreSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, LONG_MS), MOAT_NOT_FOUND);
+	                     &moat__v1__sandbox__descriptor, NULL, LONG_MS),
+	    MOAT_NOT_FOUND);
 	req.replace_sandbox_id = (char *)id;
 	req.tenant = "someone-else";
 	assert_int_equal(call(&main_vmd, "RestoreSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, NULL, LONG_MS), MOAT_NOT_FOUND);
+	                     &moat__v1__sandbox__descriptor, NULL, LONG_MS),
+	    MOAT_NOT_FOUND);
 	o = bash_out(id, "cat /root/inplace.txt");
 	assert_string_equal(o, "after\n");
 	free(o);
@@ -2434,7 +2524,8 @@ test_restore_in_place(void **state)
 		int rv;
 
 		assert_int_equal(moat_write_file_atomic(path, "garbage", 7,
-		    0600), 0);
+		                     0600),
+		    0);
 		req.snapshot_id = bad->snapshot_id;
 		req.tenant = "";
 		rv = call(&main_vmd, "RestoreSandbox", &req.base,
@@ -2443,8 +2534,9 @@ test_restore_in_place(void **state)
 		fprintf(stderr, "bad in-place restore: %s: %s\n",
 		    moat_strerror(rv), last_err);
 		assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
-		    &moat__v1__sandbox__descriptor,
-		    (ProtobufCMessage **)&same, 30000), MOAT_OK);
+		                     &moat__v1__sandbox__descriptor,
+		                     (ProtobufCMessage **)&same, 30000),
+		    MOAT_OK);
 		assert_int_equal(same->vmm_pid, before->vmm_pid);
 		assert_string_equal(same->restored_from,
 		    before->restored_from);
@@ -2460,8 +2552,8 @@ test_restore_in_place(void **state)
 
 	req.tenant = "";
 	if (call(&main_vmd, "RestoreSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&after,
-	    LONG_MS) != MOAT_OK) {
+	        &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&after,
+	        LONG_MS) != MOAT_OK) {
 		print_log_tail(&main_vmd);
 		fail_msg("RestoreSandbox in place: %s", last_err);
 	}
@@ -2475,7 +2567,8 @@ test_restore_in_place(void **state)
 	for (int i = 0; i < 300 && kill(before->vmm_pid, 0) == 0; i++)
 		usleep(10 * 1000);
 	assert_int_not_equal(kill(before->vmm_pid, 0), 0);
-	o = bash_out(id, "cat /root/inplace.txt; test -e "
+	o = bash_out(id,
+	    "cat /root/inplace.txt; test -e "
 	    "/root/after-only.txt && echo kept || echo gone; hostname");
 	{
 		char *want = moat_asprintf("at-snapshot\ngone\n%s\n", id);
@@ -2485,12 +2578,14 @@ test_restore_in_place(void **state)
 	}
 	free(o);
 	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&got,
-	    30000), MOAT_OK);
+	                     &moat__v1__sandbox__descriptor,
+	                     (ProtobufCMessage **)&got, 30000),
+	    MOAT_OK);
 	assert_int_equal(got->vmm_pid, after->vmm_pid);
 	assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
-	    &moat__v1__sandbox_list__descriptor, (ProtobufCMessage **)&list,
-	    30000), MOAT_OK);
+	                     &moat__v1__sandbox_list__descriptor,
+	                     (ProtobufCMessage **)&list, 30000),
+	    MOAT_OK);
 	for (size_t i = 0; i < list->n_sandboxes; i++)
 		seen += strcmp(list->sandboxes[i]->id, id) == 0;
 	assert_int_equal(seen, 1);
@@ -2513,8 +2608,8 @@ test_snapshot_wrong_vmm(void **state)
 	Moat__V1__LocalSnapshot *snap = take_snapshot(id), *m;
 	Moat__V1__Sandbox *sb = NULL;
 	char *path = moat_asprintf("%s/meta.pb", snap->dir);
-	const char *other = strcmp(test_driver, "qemu") == 0 ? "firecracker" :
-	    "qemu";
+	const char *other =
+	    strcmp(test_driver, "qemu") == 0 ? "firecracker" : "qemu";
 	char *buf = NULL;
 	size_t len = 0;
 	uint8_t *packed;
@@ -2564,10 +2659,13 @@ test_snapshot_disk_full(void **state)
 
 	assert_int_equal(moat_mkdir_p(dir, 0700), 0);
 	cmd = moat_asprintf("mount -t tmpfs -o size=256k moat-test-full '%s' "
-	    "2>/dev/null", dir);
+	                    "2>/dev/null",
+	    dir);
 	if (system(cmd) != 0) {
-		fprintf(stderr, "SKIPPED test_snapshot_disk_full: cannot mount "
-		    "a tmpfs on %s (needs root and mount rights)\n", dir);
+		fprintf(stderr,
+		    "SKIPPED test_snapshot_disk_full: cannot mount "
+		    "a tmpfs on %s (needs root and mount rights)\n",
+		    dir);
 		free(cmd);
 		free(dir);
 		skip();
@@ -2584,8 +2682,9 @@ test_snapshot_disk_full(void **state)
 	if (d != NULL)
 		closedir(d);
 	assert_int_equal(call(&main_vmd, "ListLocalSnapshots", &lr.base,
-	    &moat__v1__local_snapshot_list__descriptor,
-	    (ProtobufCMessage **)&list, 30000), MOAT_OK);
+	                     &moat__v1__local_snapshot_list__descriptor,
+	                     (ProtobufCMessage **)&list, 30000),
+	    MOAT_OK);
 	cmd = moat_asprintf("umount '%s'", dir);
 	assert_int_equal(system(cmd), 0);
 	free(cmd);
@@ -2636,7 +2735,7 @@ budget_case_teardown(void **state)
 	snapd_stop();
 	if (budget_ram[0] != '\0' &&
 	    (cmd = moat_asprintf("umount '%s' 2>/dev/null", budget_ram)) !=
-	    NULL) {
+	        NULL) {
 		(void)!system(cmd);
 		free(cmd);
 	}
@@ -2660,8 +2759,8 @@ shmem_bytes(void)
 	size_t len = 0;
 	uint64_t kib = 0;
 
-	assert_int_equal(moat_read_file("/proc/meminfo", 1 << 16, &text,
-	    &len), 0);
+	assert_int_equal(moat_read_file("/proc/meminfo", 1 << 16, &text, &len),
+	    0);
 	if ((p = strstr(text, "\nShmem:")) != NULL)
 		kib = strtoull(p + 7, NULL, 10);
 	free(text);
@@ -2675,7 +2774,8 @@ node_of(struct vmd_proc *v)
 	Moat__V1__Node *n = NULL;
 
 	assert_int_equal(call(v, "NodeInfo", &e.base,
-	    &moat__v1__node__descriptor, (ProtobufCMessage **)&n, 30000),
+	                     &moat__v1__node__descriptor,
+	                     (ProtobufCMessage **)&n, 30000),
 	    MOAT_OK);
 	return n;
 }
@@ -2705,9 +2805,11 @@ test_snapshot_ram_budget(void **state)
 	snprintf(budget_ram, sizeof(budget_ram), "%s/budget-ram", state_root);
 	assert_int_equal(moat_mkdir_p(budget_ram, 0700), 0);
 	cmd = moat_asprintf("mount -t tmpfs -o size=1200m moat-test-ram '%s' "
-	    "2>/dev/null", budget_ram);
+	                    "2>/dev/null",
+	    budget_ram);
 	if (system(cmd) != 0) {
-		fprintf(stderr, "SKIPPED test_snapshot_ram_budget: cannot mount "
+		fprintf(stderr,
+		    "SKIPPED test_snapshot_ram_budget: cannot mount "
 		    "a tmpfs on %s (needs root and mount rights)\n",
 		    budget_ram);
 		free(cmd);
@@ -2742,7 +2844,8 @@ test_snapshot_ram_budget(void **state)
 		char code[200];
 		Moat__V1__RunCodeResult *r;
 
-		snprintf(code, sizeof(code), "head -c 3000000 /dev/urandom "
+		snprintf(code, sizeof(code),
+		    "head -c 3000000 /dev/urandom "
 		    ">/root/s%d.bin && sha256sum /root/s%d.bin | cut -c1-64",
 		    i, i);
 		o = bash_on(&budget_vmd, a->id, code);
@@ -2758,7 +2861,8 @@ test_snapshot_ram_budget(void **state)
 			peak_shm = shmem_bytes() - shm0;
 	}
 	n = node_of(&budget_vmd);
-	fprintf(stderr, "budget: %" PRIu64 " MiB of copies in RAM, %u in "
+	fprintf(stderr,
+	    "budget: %" PRIu64 " MiB of copies in RAM, %u in "
 	    "RAM, %u on disk, %" PRIu64 " evictions; peak RAM dir +%" PRIu64
 	    " MiB, Shmem +%" PRIu64 " MiB\n",
 	    n->snapshot_ram_used_bytes >> 20, n->snapshots_in_ram,
@@ -2770,13 +2874,14 @@ test_snapshot_ram_budget(void **state)
 	    BUDGET_SNAPS);
 	protobuf_c_message_free_unpacked(&n->base, NULL);
 	/* The guest's own RAM (256 MiB at most), the budget, and slack. */
-	assert_true(peak_used <= ((uint64_t)(256 + BUDGET_MIB) << 20) +
-	    BUDGET_SLACK);
-	assert_true(peak_shm <= ((uint64_t)(256 + BUDGET_MIB) << 20) +
-	    BUDGET_SLACK);
+	assert_true(
+	    peak_used <= ((uint64_t)(256 + BUDGET_MIB) << 20) + BUDGET_SLACK);
+	assert_true(
+	    peak_shm <= ((uint64_t)(256 + BUDGET_MIB) << 20) + BUDGET_SLACK);
 	assert_int_equal(call(&budget_vmd, "ListLocalSnapshots", &lr.base,
-	    &moat__v1__local_snapshot_list__descriptor,
-	    (ProtobufCMessage **)&list, 30000), MOAT_OK);
+	                     &moat__v1__local_snapshot_list__descriptor,
+	                     (ProtobufCMessage **)&list, 30000),
+	    MOAT_OK);
 	for (size_t i = 0; i < list->n_snapshots; i++) {
 		const Moat__V1__LocalSnapshot *s = list->snapshots[i];
 
@@ -2803,8 +2908,10 @@ test_snapshot_ram_budget(void **state)
 			fail_msg("restore of %s: %s", snaps[i]->snapshot_id,
 			    last_err);
 		}
-		snprintf(code, sizeof(code), "sha256sum /root/s%d.bin | "
-		    "cut -c1-64", i);
+		snprintf(code, sizeof(code),
+		    "sha256sum /root/s%d.bin | "
+		    "cut -c1-64",
+		    i);
 		o = bash_on(&budget_vmd, c->id, code);
 		assert_string_equal(o, sums[i]);
 		free(o);
@@ -2819,8 +2926,9 @@ test_snapshot_ram_budget(void **state)
 
 	/* Fill the RAM dir with sandboxes: the one that does not fit is
 	 * refused, after every copy went to disk to make room. */
-	while (n_extra < 6 && (rv = create_sandbox(&budget_vmd, NULL, NULL,
-	    &extra[n_extra])) == MOAT_OK)
+	while (n_extra < 6 &&
+	    (rv = create_sandbox(&budget_vmd, NULL, NULL, &extra[n_extra])) ==
+	        MOAT_OK)
 		n_extra++;
 	fprintf(stderr, "budget: %zu more sandboxes, then %s: %s\n", n_extra,
 	    moat_strerror(rv), last_err);
@@ -2843,8 +2951,8 @@ test_snapshot_ram_budget(void **state)
 	n = node_of(&budget_vmd);
 	assert_int_equal(n->snapshots_in_ram, 0);
 	{
-		uint64_t left = n->ram_dir_capacity_bytes -
-		    n->ram_dir_reserved_bytes;
+		uint64_t left =
+		    n->ram_dir_capacity_bytes - n->ram_dir_reserved_bytes;
 		Moat__V1__SnapshotSandboxRequest sr =
 		    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
 		Moat__V1__CreateSandboxRequest cr =
@@ -2853,17 +2961,20 @@ test_snapshot_ram_budget(void **state)
 		if (left > (uint64_t)(128 + 32) << 20) {
 			cr.memory_mib = (uint32_t)(left >> 20) - 32;
 			cr.scratch_mib = 256;
-			assert_int_equal(call(&budget_vmd, "CreateSandbox",
-			    &cr.base, &moat__v1__sandbox__descriptor,
-			    (ProtobufCMessage **)&extra[n_extra], LONG_MS),
+			assert_int_equal(
+			    call(&budget_vmd, "CreateSandbox", &cr.base,
+			        &moat__v1__sandbox__descriptor,
+			        (ProtobufCMessage **)&extra[n_extra], LONG_MS),
 			    MOAT_OK);
 			n_extra++;
 		}
 		sr.sandbox_id = a->id;
 		rv = call(&budget_vmd, "SnapshotSandbox", &sr.base,
 		    &moat__v1__local_snapshot__descriptor, NULL, LONG_MS);
-		fprintf(stderr, "budget: snapshot with %" PRIu64 " MiB left: "
-		    "%s: %s\n", left >> 20, moat_strerror(rv), last_err);
+		fprintf(stderr,
+		    "budget: snapshot with %" PRIu64 " MiB left: "
+		    "%s: %s\n",
+		    left >> 20, moat_strerror(rv), last_err);
 		assert_int_equal(rv, MOAT_RESOURCE_EXHAUSTED);
 	}
 	protobuf_c_message_free_unpacked(&n->base, NULL);
@@ -2891,16 +3002,19 @@ test_snapshot_ram_budget(void **state)
 
 		q.tenant = "default";
 		assert_int_equal(moat_rpc_client_open(&c, snapd_url, &err), 0);
-		assert_int_equal(moat_rpc_call(c, "moat.v1.Snapshot",
-		    "ListSnapshots", &q.base,
-		    &moat__v1__list_snapshots_reply__descriptor,
-		    (ProtobufCMessage **)&l, NULL, &err), MOAT_OK);
+		assert_int_equal(
+		    moat_rpc_call(c, "moat.v1.Snapshot", "ListSnapshots",
+		        &q.base, &moat__v1__list_snapshots_reply__descriptor,
+		        (ProtobufCMessage **)&l, NULL, &err),
+		    MOAT_OK);
 		for (size_t j = 0; j < l->n_snapshots; j++)
 			for (int i = 0; i < BUDGET_SNAPS; i++)
 				if (strcmp(l->snapshots[j]->id,
-				    snaps[i]->remote_id) == 0)
-					fail_msg("snapshot %s is still in snapd "
-					    "as %s", snaps[i]->snapshot_id,
+				        snaps[i]->remote_id) == 0)
+					fail_msg(
+					    "snapshot %s is still in snapd "
+					    "as %s",
+					    snaps[i]->snapshot_id,
 					    snaps[i]->remote_id);
 		protobuf_c_message_free_unpacked(&l->base, NULL);
 		moat_rpc_client_close(c);
@@ -2909,8 +3023,10 @@ test_snapshot_ram_budget(void **state)
 		protobuf_c_message_free_unpacked(&snaps[i]->base, NULL);
 	destroy_sandbox(&budget_vmd, a->id);
 	protobuf_c_message_free_unpacked(&a->base, NULL);
-	fprintf(stderr, "budget: after deleting, RAM dir +%" PRIu64 " MiB, "
-	    "Shmem +%" PRIu64 " MiB\n", (fs_used(budget_ram) - ram0) >> 20,
+	fprintf(stderr,
+	    "budget: after deleting, RAM dir +%" PRIu64 " MiB, "
+	    "Shmem +%" PRIu64 " MiB\n",
+	    (fs_used(budget_ram) - ram0) >> 20,
 	    shmem_bytes() > shm0 ? (shmem_bytes() - shm0) >> 20 : 0);
 	assert_true(fs_used(budget_ram) - ram0 < (16ull << 20));
 	assert_true(shmem_bytes() < shm0 + (32ull << 20));
@@ -2933,8 +3049,7 @@ create_shaped(struct vmd_proc *v, bool cold, Moat__V1__Sandbox **out)
 	req.scratch_mib = 256;
 	req.cold_boot = cold;
 	return call(v, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out,
-	    LONG_MS);
+	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
 }
 
 /* The directory (heap) of the template tpl_vmd made, or NULL. */
@@ -2997,8 +3112,8 @@ templates_case_teardown(void **state)
 		char target[4096];
 		ssize_t n;
 
-		if (link != NULL && (n = readlink(link, target,
-		    sizeof(target) - 1)) > 0) {
+		if (link != NULL &&
+		    (n = readlink(link, target, sizeof(target) - 1)) > 0) {
 			target[n] = '\0';
 			if (strncmp(target, "/dev/shm/moat-", 14) == 0)
 				(void)unlink(target);
@@ -3029,8 +3144,9 @@ spare_count(const char *id, bool ready)
 		size_t len = strlen(de->d_name);
 
 		if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
-		    (!ready || (len > 4 &&
-		    strcmp(de->d_name + len - 4, ".ram") == 0)))
+		    (!ready ||
+		        (len > 4 &&
+		            strcmp(de->d_name + len - 4, ".ram") == 0)))
 			n++;
 	}
 	if (d != NULL)
@@ -3134,9 +3250,11 @@ test_templates(void **state)
 	path = moat_asprintf("%s\n", c->id);
 	assert_string_equal(hc, path);
 	free(path);
-	rb = bash_on(&tpl_vmd, b->id, "head -c 32 /dev/urandom | od -An "
+	rb = bash_on(&tpl_vmd, b->id,
+	    "head -c 32 /dev/urandom | od -An "
 	    "-tx1");
-	rc = bash_on(&tpl_vmd, c->id, "head -c 32 /dev/urandom | od -An "
+	rc = bash_on(&tpl_vmd, c->id,
+	    "head -c 32 /dev/urandom | od -An "
 	    "-tx1");
 	assert_string_not_equal(rb, rc);
 	free(hb);
@@ -3184,8 +3302,9 @@ test_templates(void **state)
 		fail_msg("cold create: %s", last_err);
 	assert_string_equal(cold->template_id, "");
 	assert_int_equal(call(&tpl_vmd, "ListLocalSnapshots", &lr.base,
-	    &moat__v1__local_snapshot_list__descriptor,
-	    (ProtobufCMessage **)&list, 30000), MOAT_OK);
+	                     &moat__v1__local_snapshot_list__descriptor,
+	                     (ProtobufCMessage **)&list, 30000),
+	    MOAT_OK);
 	assert_int_equal(list->n_snapshots, 0);
 
 	/* A template that does not restore: cold boot, template dropped. */
@@ -3272,8 +3391,10 @@ main(void)
 	 * (ctest's SKIP_RETURN_CODE). */
 	if (drv != NULL && drv[0] != '\0' && strcmp(drv, "qemu") != 0) {
 		if (strcmp(drv, "firecracker") != 0) {
-			fprintf(stderr, "MOAT_TEST_DRIVER=%s is not qemu or "
-			    "firecracker\n", drv);
+			fprintf(stderr,
+			    "MOAT_TEST_DRIVER=%s is not qemu or "
+			    "firecracker\n",
+			    drv);
 			return 2;
 		}
 		test_driver = "firecracker";
@@ -3281,7 +3402,8 @@ main(void)
 		default_accel = "auto";
 		if ((why = firecracker_unusable()) != NULL) {
 			for (size_t i = 0; i < n_tests; i++)
-				printf("SKIPPED: %s (firecracker driver: %s)\n",
+				printf(
+				    "SKIPPED: %s (firecracker driver: %s)\n",
 				    tests[i].name, why);
 			return 77;
 		}
@@ -3305,7 +3427,8 @@ main(void)
 	 * never Passed. A failure of the cases that ran still fails. */
 	if (rv == 0 && !have_image) {
 		printf("SKIPPED: vm_integration (no image at %s/default: "
-		    "build it with images/build.sh)\n", image_dir);
+		       "build it with images/build.sh)\n",
+		    image_dir);
 		return 77;
 	}
 	return rv;

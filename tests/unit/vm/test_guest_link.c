@@ -39,7 +39,7 @@ struct seen {
 	int closed;
 	bool violation;
 	char reason[512];
-	struct sandbox *sb;        /* events go to exec.c when set */
+	struct sandbox *sb; /* events go to exec.c when set */
 };
 
 static void
@@ -100,8 +100,8 @@ wait_closed(struct seen *s)
 	int n;
 
 	pthread_mutex_lock(&s->mu);
-	while (s->closed == 0 &&
-	    vmd_cond_wait_until(&s->cv, &s->mu, until) == 0)
+	while (
+	    s->closed == 0 && vmd_cond_wait_until(&s->cv, &s->mu, until) == 0)
 		;
 	n = s->closed;
 	pthread_mutex_unlock(&s->mu);
@@ -152,8 +152,8 @@ recv_request(int fd)
 		ssize_t n;
 
 		if (moat_frame_reader_next(&r, &frame, &len) == MOAT_OK) {
-			req = moat__v1__guest_request__unpack(NULL, len,
-			    frame);
+			req =
+			    moat__v1__guest_request__unpack(NULL, len, frame);
 			free(frame);
 			break;
 		}
@@ -168,7 +168,7 @@ recv_request(int fd)
 }
 
 struct fixture {
-	int agent_fd;              /* the fake agent's end */
+	int agent_fd; /* the fake agent's end */
 	struct guest_link *gl;
 	struct seen seen;
 };
@@ -182,11 +182,13 @@ setup(void **state)
 
 	assert_non_null(f);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
-	    sv), 0);
+	                     sv),
+	    0);
 	seen_init(&f->seen);
 	f->agent_fd = sv[1];
 	assert_int_equal(guest_link_open(&f->gl, sv[0], 0, &hooks, &f->seen,
-	    &err), MOAT_OK);
+	                     &err),
+	    MOAT_OK);
 	*state = f;
 	return 0;
 }
@@ -236,8 +238,9 @@ test_ready_and_call(void **state)
 	assert_int_equal(pthread_create(&t, NULL, ack_one, f), 0);
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_INFO;
 	req.info = &gi;
-	assert_int_equal(guest_link_call(f->gl, &req, moat_rpc_now_ms() +
-	    5000, &reply, &err), MOAT_OK);
+	assert_int_equal(guest_link_call(f->gl, &req, moat_rpc_now_ms() + 5000,
+	                     &reply, &err),
+	    MOAT_OK);
 	assert_non_null(reply);
 	assert_int_equal(reply->body_case, MOAT__V1__GUEST_MESSAGE__BODY_ACK);
 	assert_int_equal(reply->id, req.id);
@@ -293,9 +296,10 @@ test_garbage_is_violation(void **state)
 	memset(frame, 0xab, sizeof(frame));
 	frame[0] = frame[1] = frame[2] = 0;
 	frame[3] = 64;
-	frame[4] = 0x07;           /* field 0, wire type 7: never valid */
+	frame[4] = 0x07; /* field 0, wire type 7: never valid */
 	assert_int_equal(moat_frame_write_all(f->agent_fd, frame,
-	    sizeof(frame)), 0);
+	                     sizeof(frame)),
+	    0);
 	assert_int_equal(wait_closed(&f->seen), 1);
 	assert_true(f->seen.violation);
 	assert_non_null(strstr(f->seen.reason, "malformed frame"));
@@ -305,7 +309,7 @@ static void
 test_oversize_is_violation(void **state)
 {
 	struct fixture *f = *state;
-	uint8_t hdr[4] = { 0x04, 0x00, 0x00, 0x00 };   /* 64 MiB */
+	uint8_t hdr[4] = { 0x04, 0x00, 0x00, 0x00 }; /* 64 MiB */
 
 	assert_int_equal(moat_frame_write_all(f->agent_fd, hdr, 4), 0);
 	/* Refused by its header: nothing else is sent, and it closes. */
@@ -357,8 +361,8 @@ call_forever(void *arg)
 
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_INFO;
 	req.info = &gi;
-	c->rv = guest_link_call(c->gl, &req, moat_rpc_now_ms() + 60000,
-	    &reply, &err);
+	c->rv = guest_link_call(c->gl, &req, moat_rpc_now_ms() + 60000, &reply,
+	    &err);
 	free(err);
 	return NULL;
 }
@@ -401,7 +405,8 @@ test_guest_not_reading(void **state)
 	fw.data.data = data;
 	fw.data.len = len;
 	assert_int_not_equal(guest_link_call(f->gl, &req, t0 + 300, &reply,
-	    &err), MOAT_OK);
+	                         &err),
+	    MOAT_OK);
 	assert_true(moat_rpc_now_ms() - t0 < 3000);
 	free(err);
 	free(data);

@@ -113,7 +113,7 @@ test_xfs_has_reflinks(void **state)
 	if (script == NULL || getuid() != 0 ||
 	    system("command -v mkfs.xfs >/dev/null 2>&1") != 0) {
 		printf("SKIPPED: test_xfs_has_reflinks (needs root, mkfs.xfs "
-		    "and MOAT_RAMFS_SCRIPT)\n");
+		       "and MOAT_RAMFS_SCRIPT)\n");
 		skip();
 	}
 	assert_non_null(mkdtemp(dir));

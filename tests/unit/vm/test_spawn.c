@@ -24,15 +24,15 @@
 
 /* Asks for huge pages on an anonymous mapping and for MADV_DONTFORK on
  * another; prints each result. */
-#define ADVISE_PY \
-	"import mmap\n" \
-	"def advise(a):\n" \
-	"    m = mmap.mmap(-1, 4 << 20)\n" \
-	"    try:\n" \
-	"        m.madvise(a); return 'ok'\n" \
-	"    except OSError as e:\n" \
-	"        return 'errno %d' % e.errno\n" \
-	"print('huge', advise(mmap.MADV_HUGEPAGE))\n" \
+#define ADVISE_PY                                                             \
+	"import mmap\n"                                                       \
+	"def advise(a):\n"                                                    \
+	"    m = mmap.mmap(-1, 4 << 20)\n"                                    \
+	"    try:\n"                                                          \
+	"        m.madvise(a); return 'ok'\n"                                 \
+	"    except OSError as e:\n"                                          \
+	"        return 'errno %d' % e.errno\n"                               \
+	"print('huge', advise(mmap.MADV_HUGEPAGE))\n"                         \
 	"print('dontfork', advise(mmap.MADV_DONTFORK))\n"
 
 static char dir[] = "/tmp/moat-spawn-XXXXXX";
@@ -42,9 +42,12 @@ static char *
 run_advise(bool no_hugepage_advice)
 {
 	const char *argv[] = { "python3", "-c", ADVISE_PY, NULL };
-	char *out = moat_asprintf("%s/out.txt", dir), *text = NULL, *errmsg = NULL;
+	char *out = moat_asprintf("%s/out.txt", dir), *text = NULL,
+	     *errmsg = NULL;
 	struct moat_spawn_req req = {
-		.argv = argv, .output_file = out, .cwd = dir,
+		.argv = argv,
+		.output_file = out,
+		.cwd = dir,
 		.no_hugepage_advice = no_hugepage_advice,
 	};
 	size_t len = 0;
@@ -69,7 +72,8 @@ test_hugepage_advice_denied(void **state)
 	assert_non_null(strstr(denied, "dontfork ok"));
 	if (strstr(plain, "huge ok") == NULL) {
 		print_message("skipped: this kernel refuses MADV_HUGEPAGE "
-		    "anyway (%s)\n", plain);
+		              "anyway (%s)\n",
+		    plain);
 	} else {
 		assert_non_null(strstr(denied, "huge errno 22"));
 	}

@@ -231,33 +231,35 @@ test_version_line(void **state)
 {
 	char *fake = in_dir("fakevmm");
 	char *quoted = in_dir("it's");
-	static const char script[] =
-	    "#!/bin/sh\n"
-	    "[ \"$1\" = --version ] || exit 3\n"
-	    "echo 'Fakevmm v1.2.3'\n"
-	    "echo 'more text'\n";
+	static const char script[] = "#!/bin/sh\n"
+	                             "[ \"$1\" = --version ] || exit 3\n"
+	                             "echo 'Fakevmm v1.2.3'\n"
+	                             "echo 'more text'\n";
 	char line[64];
 	char *err = NULL;
 
 	(void)state;
 	write_text(fake, script, sizeof(script) - 1, 0700);
 	assert_int_equal(vmd_version_line(fake, "fakevmm", "Fakevmm v", line,
-	    sizeof(line), &err), MOAT_OK);
+	                     sizeof(line), &err),
+	    MOAT_OK);
 	assert_string_equal(line, "Fakevmm v1.2.3");
 	assert_null(err);
 
 	/* Something else answers: the driver says what to install. */
 	assert_int_equal(vmd_version_line(fake, "fakevmm", "QEMU emulator",
-	    line, sizeof(line), &err), MOAT_FAILED_PRECONDITION);
+	                     line, sizeof(line), &err),
+	    MOAT_FAILED_PRECONDITION);
 	assert_null(err);
 	assert_int_equal(vmd_version_line("/nonexistent/fakevmm", "fakevmm",
-	    "Fakevmm v", line, sizeof(line), &err),
+	                     "Fakevmm v", line, sizeof(line), &err),
 	    MOAT_FAILED_PRECONDITION);
 	assert_null(err);
 
 	/* A quote would break out of the shell command. */
-	assert_int_equal(vmd_version_line(quoted, "fakevmm", "Fakevmm v",
-	    line, sizeof(line), &err), MOAT_INVALID_ARGUMENT);
+	assert_int_equal(vmd_version_line(quoted, "fakevmm", "Fakevmm v", line,
+	                     sizeof(line), &err),
+	    MOAT_INVALID_ARGUMENT);
 	assert_non_null(err);
 	assert_non_null(strstr(err, "quote"));
 	free(err);

@@ -94,10 +94,12 @@ agent_main(void *arg)
 		ssize_t n;
 
 		if (moat_frame_reader_next(&r, &frame, &len) == MOAT_OK) {
-			Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
+			Moat__V1__GuestMessage m =
+			    MOAT__V1__GUEST_MESSAGE__INIT;
 			Moat__V1__Empty ack = MOAT__V1__EMPTY__INIT;
 
-			req = moat__v1__guest_request__unpack(NULL, len, frame);
+			req =
+			    moat__v1__guest_request__unpack(NULL, len, frame);
 			free(frame);
 			if (req == NULL)
 				break;
@@ -181,8 +183,8 @@ fake_restore(const char *binary, const struct moat_vmm_spec *spec,
 	(void)binary;
 	(void)spec;
 	(void)snap_dir;
-	return fake_spawn(vm, fake_script.start_fails ||
-	    fake_script.restore_fails, errmsg);
+	return fake_spawn(vm,
+	    fake_script.start_fails || fake_script.restore_fails, errmsg);
 }
 
 static int
@@ -215,8 +217,8 @@ fake_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (fv != NULL)
 		atomic_store(&fv->agent_fd, sv[1]);
-	if (pthread_create(&t, &attr, agent_main, (void *)(intptr_t)sv[1])
-	    != 0) {
+	if (pthread_create(&t, &attr, agent_main, (void *)(intptr_t)sv[1]) !=
+	    0) {
 		pthread_attr_destroy(&attr);
 		close(sv[0]);
 		close(sv[1]);

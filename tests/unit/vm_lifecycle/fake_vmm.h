@@ -15,17 +15,17 @@
 #include "vmm.h"
 
 enum fake_agent {
-	FAKE_AGENT_READY,          /* AgentReady, then answers requests */
-	FAKE_AGENT_SILENT,         /* connects, never says ready */
-	FAKE_AGENT_CLOSES,         /* closes the stream at once */
+	FAKE_AGENT_READY,  /* AgentReady, then answers requests */
+	FAKE_AGENT_SILENT, /* connects, never says ready */
+	FAKE_AGENT_CLOSES, /* closes the stream at once */
 };
 
 /* What the next calls do; set by a test before it starts a VMM. */
 struct fake_script {
-	bool start_fails;          /* start (and restore) return an error */
-	bool restore_fails;        /* restore returns an error */
-	bool resume_fails;         /* resume returns an error */
-	bool vmm_exits;            /* the child exits at once (status 3) */
+	bool start_fails;   /* start (and restore) return an error */
+	bool restore_fails; /* restore returns an error */
+	bool resume_fails;  /* resume returns an error */
+	bool vmm_exits;     /* the child exits at once (status 3) */
 	enum fake_agent agent;
 };
 

@@ -53,12 +53,12 @@ static const int expected[SANDBOX_N_STATES][SANDBOX_N_EVENTS] = {
 	[SANDBOX_ABORTING] = { -2, SANDBOX_STOPPED, -1, -1, -2, -2, -2, -2 },
 	[SANDBOX_RUNNING] = { -2, SANDBOX_STOPPED, SANDBOX_FAILED,
 	    SANDBOX_STOPPED, SANDBOX_SNAPSHOTTING, -2, -2, -2 },
-	[SANDBOX_SNAPSHOTTING] = { -2, -2, SANDBOX_FAILED, SANDBOX_STOPPED,
-	    -2, SANDBOX_RUNNING, SANDBOX_RELINKING, -2 },
-	[SANDBOX_RELINKING] = { -2, -2, SANDBOX_FAILED, SANDBOX_STOPPED,
-	    -2, -2, -2, SANDBOX_SNAPSHOTTING },
-	[SANDBOX_FAILED] = { -2, SANDBOX_STOPPED, -1, SANDBOX_STOPPED, -2,
-	    -1, -1, -1 },
+	[SANDBOX_SNAPSHOTTING] = { -2, -2, SANDBOX_FAILED, SANDBOX_STOPPED, -2,
+	    SANDBOX_RUNNING, SANDBOX_RELINKING, -2 },
+	[SANDBOX_RELINKING] = { -2, -2, SANDBOX_FAILED, SANDBOX_STOPPED, -2,
+	    -2, -2, SANDBOX_SNAPSHOTTING },
+	[SANDBOX_FAILED] = { -2, SANDBOX_STOPPED, -1, SANDBOX_STOPPED, -2, -1,
+	    -1, -1 },
 	[SANDBOX_STOPPED] = { -2, -1, -1, -1, -2, -1, -1, -1 },
 };
 
@@ -69,16 +69,17 @@ test_table_every_cell(void **state)
 	for (int s = 0; s < SANDBOX_N_STATES; s++) {
 		for (int e = 0; e < SANDBOX_N_EVENTS; e++) {
 			enum sandbox_state to;
-			enum sandbox_step step = vmd_sandbox_state_next(s, e,
-			    &to);
+			enum sandbox_step step =
+			    vmd_sandbox_state_next(s, e, &to);
 
 			if (expected[s][e] >= 0) {
 				assert_int_equal(step, SANDBOX_STEP_MOVED);
 				assert_int_equal(to, expected[s][e]);
 			} else {
-				assert_int_equal(step, expected[s][e] == -1 ?
-				    SANDBOX_STEP_IGNORED :
-				    SANDBOX_STEP_REFUSED);
+				assert_int_equal(step,
+				    expected[s][e] == -1 ?
+				        SANDBOX_STEP_IGNORED :
+				        SANDBOX_STEP_REFUSED);
 				assert_int_equal(to, s);
 			}
 		}
@@ -88,9 +89,11 @@ test_table_every_cell(void **state)
 		enum sandbox_state to;
 
 		assert_int_equal(vmd_sandbox_state_next(SANDBOX_N_STATES, 0,
-		    &to), SANDBOX_STEP_REFUSED);
+		                     &to),
+		    SANDBOX_STEP_REFUSED);
 		assert_int_equal(vmd_sandbox_state_next(SANDBOX_RUNNING,
-		    SANDBOX_N_EVENTS, &to), SANDBOX_STEP_REFUSED);
+		                     SANDBOX_N_EVENTS, &to),
+		    SANDBOX_STEP_REFUSED);
 		assert_int_equal(to, SANDBOX_RUNNING);
 	}
 }
@@ -102,8 +105,7 @@ test_api_mapping(void **state)
 	assert_int_equal(vmd_sandbox_state_api(SANDBOX_BOOTING), CREATING);
 	assert_int_equal(vmd_sandbox_state_api(SANDBOX_ABORTING), CREATING);
 	assert_int_equal(vmd_sandbox_state_api(SANDBOX_RUNNING), RUNNING);
-	assert_int_equal(vmd_sandbox_state_api(SANDBOX_SNAPSHOTTING),
-	    RUNNING);
+	assert_int_equal(vmd_sandbox_state_api(SANDBOX_SNAPSHOTTING), RUNNING);
 	assert_int_equal(vmd_sandbox_state_api(SANDBOX_RELINKING), RUNNING);
 	assert_int_equal(vmd_sandbox_state_api(SANDBOX_FAILED), FAILED);
 	assert_int_equal(vmd_sandbox_state_api(SANDBOX_STOPPED), STOPPED);
@@ -117,7 +119,7 @@ test_api_mapping(void **state)
 struct env {
 	struct vmd vmd;
 	char root[64];
-	char snap_dir[128];        /* a snapshot directory to restore */
+	char snap_dir[128]; /* a snapshot directory to restore */
 	struct moat_rpc_call call;
 };
 
@@ -210,12 +212,13 @@ new_sandbox(struct env *e, uint32_t boot_timeout_ms)
 	req.scratch_mib = 64;
 	req.boot_timeout_ms = boot_timeout_ms;
 	assert_int_equal(vmd_sandbox_validate(&e->vmd, &e->call, &req,
-	    "default", &test_mode), MOAT_OK);
-	assert_non_null(sb = vmd_sandbox_alloc(&e->vmd, &req, "default",
-	    NULL));
+	                     "default", &test_mode),
+	    MOAT_OK);
+	assert_non_null(
+	    sb = vmd_sandbox_alloc(&e->vmd, &req, "default", NULL));
 	assert_int_equal(sb->lifecycle, SANDBOX_BOOTING);
 	pthread_mutex_lock(&e->vmd.mu);
-	sb->refs++;                /* the test's */
+	sb->refs++; /* the test's */
 	pthread_mutex_unlock(&e->vmd.mu);
 	return sb;
 }
@@ -290,9 +293,10 @@ boot_running(struct env *e)
 	struct sandbox *out = NULL;
 
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb, NULL,
-	    NULL, BRING_UP_LISTED, NULL, &out), MOAT_OK);
+	                     NULL, BRING_UP_LISTED, NULL, &out),
+	    MOAT_OK);
 	assert_ptr_equal(out, sb);
-	vmd_sandbox_put(out);      /* bring-up's; the test keeps its own */
+	vmd_sandbox_put(out); /* bring-up's; the test keeps its own */
 	assert_int_equal(state_of(sb), SANDBOX_RUNNING);
 	pthread_mutex_lock(&sb->mu);
 	assert_int_equal(vmd_sandbox_api_state(sb), RUNNING);
@@ -331,11 +335,13 @@ test_boot_timeout_retries_once(void **state)
 	fake_script.agent = FAKE_AGENT_SILENT;
 	/* BOOTING + GAVE_UP -> STOPPED, after two attempts. */
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb, NULL,
-	    NULL, BRING_UP_LISTED, NULL, &out), MOAT_UNAVAILABLE);
+	                     NULL, BRING_UP_LISTED, NULL, &out),
+	    MOAT_UNAVAILABLE);
 	assert_null(out);
 	assert_int_equal(fake_vmm_starts(), 2);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
-	assert_non_null(strstr(e->call.error_message, "did not answer "
+	assert_non_null(strstr(e->call.error_message,
+	    "did not answer "
 	    "within 300 ms"));
 	assert_false(sb->listed);
 	assert_int_equal(e->vmd.memory_mib_reserved, 0);
@@ -351,7 +357,8 @@ test_boot_vmm_does_not_start(void **state)
 
 	fake_script.start_fails = true;
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb, NULL,
-	    NULL, BRING_UP_LISTED, NULL, &out), MOAT_INTERNAL);
+	                     NULL, BRING_UP_LISTED, NULL, &out),
+	    MOAT_INTERNAL);
 	assert_int_equal(fake_vmm_starts(), 0);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
 	assert_non_null(strstr(e->call.error_message, "told to fail"));
@@ -368,7 +375,8 @@ test_boot_vmm_exits(void **state)
 	fake_script.vmm_exits = true;
 	fake_script.agent = FAKE_AGENT_SILENT;
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb, NULL,
-	    NULL, BRING_UP_LISTED, NULL, &out), MOAT_UNAVAILABLE);
+	                     NULL, BRING_UP_LISTED, NULL, &out),
+	    MOAT_UNAVAILABLE);
 	assert_int_equal(fake_vmm_starts(), 2);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
 	assert_non_null(strstr(e->call.error_message, "exit status 3"));
@@ -384,7 +392,8 @@ test_boot_agent_hangs_up(void **state)
 
 	fake_script.agent = FAKE_AGENT_CLOSES;
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb, NULL,
-	    NULL, BRING_UP_LISTED, NULL, &out), MOAT_UNAVAILABLE);
+	                     NULL, BRING_UP_LISTED, NULL, &out),
+	    MOAT_UNAVAILABLE);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
 	vmd_sandbox_put(sb);
 }
@@ -558,7 +567,8 @@ test_snapshot_and_relink(void **state)
 	pthread_mutex_unlock(&sb->mu);
 	/* The old link closing now is expected, not a failure. */
 	assert_int_equal(vmd_sandbox_relink(sb, moat_rpc_now_ms() + 3000,
-	    &why), MOAT_OK);
+	                     &why),
+	    MOAT_OK);
 	assert_null(why);
 	assert_int_equal(state_of(sb), SANDBOX_SNAPSHOTTING);
 	assert_ptr_not_equal(sb->link, before);
@@ -606,7 +616,8 @@ test_destroy_while_relinking(void **state)
 	    MOAT_OK);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
 	assert_int_not_equal(vmd_sandbox_relink(sb, moat_rpc_now_ms() + 1000,
-	    &why), MOAT_OK);
+	                         &why),
+	    MOAT_OK);
 	assert_non_null(why);
 	free(why);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
@@ -651,7 +662,8 @@ test_restore(void **state)
 	struct sandbox *out = NULL;
 
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb,
-	    e->snap_dir, "tcg", BRING_UP_LISTED, NULL, &out), MOAT_OK);
+	                     e->snap_dir, "tcg", BRING_UP_LISTED, NULL, &out),
+	    MOAT_OK);
 	vmd_sandbox_put(out);
 	assert_int_equal(state_of(sb), SANDBOX_RUNNING);
 	assert_int_equal(fake_vmm_starts(), 1);
@@ -668,7 +680,7 @@ test_restore_fails(void **state)
 	/* A restore is tried once: BOOTING + GAVE_UP -> STOPPED. */
 	fake_script.restore_fails = true;
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb,
-	    e->snap_dir, "tcg", BRING_UP_LISTED, NULL, &out),
+	                     e->snap_dir, "tcg", BRING_UP_LISTED, NULL, &out),
 	    MOAT_UNAVAILABLE);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
 	assert_non_null(strstr(e->call.error_message, "did not restore"));
@@ -679,7 +691,7 @@ test_restore_fails(void **state)
 	fake_script.resume_fails = true;
 	sb = new_sandbox(e, 2000);
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb,
-	    e->snap_dir, "tcg", BRING_UP_LISTED, NULL, &out),
+	                     e->snap_dir, "tcg", BRING_UP_LISTED, NULL, &out),
 	    MOAT_UNAVAILABLE);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
 	assert_non_null(strstr(e->call.error_message, "did not resume"));
@@ -700,12 +712,13 @@ test_restore_in_place(void **state)
 	/* The new one runs, then takes the old one's place: the old one
 	 * goes RUNNING + DESTROY -> STOPPED. */
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb,
-	    e->snap_dir, "tcg", BRING_UP_REPLACE, old, &out), MOAT_OK);
+	                     e->snap_dir, "tcg", BRING_UP_REPLACE, old, &out),
+	    MOAT_OK);
 	vmd_sandbox_put(out);
 	assert_int_equal(state_of(sb), SANDBOX_RUNNING);
 	assert_int_equal(state_of(old), SANDBOX_STOPPED);
-	assert_int_equal(vmd_sandbox_get(&e->vmd, NULL, old->id.str,
-	    &found), MOAT_OK);
+	assert_int_equal(vmd_sandbox_get(&e->vmd, NULL, old->id.str, &found),
+	    MOAT_OK);
 	assert_ptr_equal(found, sb);
 	vmd_sandbox_put(found);
 	vmd_sandbox_put(old);
@@ -726,7 +739,8 @@ test_restore_in_place_target_gone(void **state)
 	/* RUNNING + GAVE_UP -> STOPPED: the new VM ran but had nowhere to
 	 * go. */
 	assert_int_equal(vmd_sandbox_bring_up(&e->vmd, &e->call, sb,
-	    e->snap_dir, "tcg", BRING_UP_REPLACE, old, &out), MOAT_ABORTED);
+	                     e->snap_dir, "tcg", BRING_UP_REPLACE, old, &out),
+	    MOAT_ABORTED);
 	assert_int_equal(state_of(sb), SANDBOX_STOPPED);
 	vmd_sandbox_put(old);
 	vmd_sandbox_put(sb);

@@ -40,7 +40,7 @@ api_on_body(char *ptr, size_t size, size_t nmemb, void *arg)
 
 	if (r->len + n > MOAT_FC_API_MAX_REPLY) {
 		r->too_big = true;
-		return 0;          /* aborts the transfer */
+		return 0; /* aborts the transfer */
 	}
 	if ((grown = realloc(r->text, r->len + n + 1)) == NULL)
 		return 0;
@@ -74,9 +74,8 @@ api_fault_text(const struct api_reply *r)
 }
 
 int
-moat_fc_api_call(const char *socket_path, const char *method,
-    const char *path, json_t *body, uint32_t timeout_ms, json_t **reply,
-    char **errmsg)
+moat_fc_api_call(const char *socket_path, const char *method, const char *path,
+    json_t *body, uint32_t timeout_ms, json_t **reply, char **errmsg)
 {
 	struct api_reply r = { 0 };
 	struct curl_slist *headers = NULL;
@@ -135,30 +134,31 @@ moat_fc_api_call(const char *socket_path, const char *method,
 
 	crv = curl_easy_perform(c);
 	if (crv != CURLE_OK) {
-		const char *why = curl_err[0] ? curl_err :
-		    curl_easy_strerror(crv);
+		const char *why =
+		    curl_err[0] ? curl_err : curl_easy_strerror(crv);
 
 		if (r.too_big) {
 			*errmsg = moat_asprintf("Firecracker's answer to %s "
-			    "%s is over %u bytes: refused", method, path,
-			    MOAT_FC_API_MAX_REPLY);
+			                        "%s is over %u bytes: refused",
+			    method, path, MOAT_FC_API_MAX_REPLY);
 			rv = MOAT_INTERNAL;
 		} else if (crv == CURLE_OPERATION_TIMEDOUT) {
 			*errmsg = moat_asprintf("Firecracker did not answer "
-			    "%s %s within %u ms on %s", method, path,
-			    timeout_ms, socket_path);
+			                        "%s %s within %u ms on %s",
+			    method, path, timeout_ms, socket_path);
 			rv = MOAT_DEADLINE_EXCEEDED;
 		} else if (crv == CURLE_COULDNT_CONNECT ||
 		    crv == CURLE_GOT_NOTHING || crv == CURLE_RECV_ERROR ||
 		    crv == CURLE_SEND_ERROR) {
-			*errmsg = moat_asprintf("nothing answers on the "
+			*errmsg = moat_asprintf(
+			    "nothing answers on the "
 			    "Firecracker API socket %s (%s %s: %s)",
 			    socket_path, method, path, why);
 			rv = MOAT_UNAVAILABLE;
 		} else {
 			*errmsg = moat_asprintf("Firecracker API call %s %s "
-			    "on %s failed: %s", method, path, socket_path,
-			    why);
+			                        "on %s failed: %s",
+			    method, path, socket_path, why);
 			rv = MOAT_INTERNAL;
 		}
 		goto cleanup;
@@ -170,7 +170,8 @@ moat_fc_api_call(const char *socket_path, const char *method,
 
 			*reply = json_loadb(r.text, r.len, 0, &jerr);
 			if (*reply == NULL) {
-				*errmsg = moat_asprintf("Firecracker answered "
+				*errmsg = moat_asprintf(
+				    "Firecracker answered "
 				    "%s %s with JSON that does not parse: %s",
 				    method, path, jerr.text);
 				rv = MOAT_INTERNAL;

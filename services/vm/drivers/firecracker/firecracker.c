@@ -42,7 +42,7 @@
 #include "jail.h"
 
 #define FC_MAX_SLOTS 4096u
-#define FC_CID_BASE 3u             /* the lowest guest CID allowed */
+#define FC_CID_BASE 3u /* the lowest guest CID allowed */
 #define FC_TAIL_LINES 8
 #define FC_HANDSHAKE_MS 2000
 
@@ -60,7 +60,8 @@
 #define FC_SNAP_MEM "snapshot.mem"
 
 /* Keys per guest/agent/boot.h; the disks are found by label. */
-#define FC_CMDLINE "console=ttyS0 reboot=k panic=1 pci=off i8042.noaux " \
+#define FC_CMDLINE                                                            \
+	"console=ttyS0 reboot=k panic=1 pci=off i8042.noaux "                 \
 	"quiet moat.root=LABEL=moat-root moat.scratch=LABEL=moat-scratch"
 
 /* The driver's configuration: written by configure and probe on the main
@@ -73,7 +74,7 @@ static struct {
 	char *cgroup_root;
 	char *parent_cgroup;
 	char *netns;
-	char *binary;              /* resolved by probe, for reap_orphan */
+	char *binary; /* resolved by probe, for reap_orphan */
 } fc = {
 	.cfg = {
 		.kvm_device = "/dev/kvm",
@@ -97,8 +98,8 @@ static struct {
 struct fc_instance {
 	bool in_use;
 	bool jailed;
-	char *agent_socket;        /* key */
-	char *root;                /* Firecracker's working folder */
+	char *agent_socket; /* key */
+	char *root;         /* Firecracker's working folder */
 	char *api_socket;
 	struct moat_fc_jail jail;
 };
@@ -131,29 +132,31 @@ dup_or_null(const char *s)
 }
 
 int
-moat_vmm_firecracker_configure(const struct moat_fc_config *cfg,
-    char **errmsg)
+moat_vmm_firecracker_configure(const struct moat_fc_config *cfg, char **errmsg)
 {
 	const struct moat_fc_jail_config *j = &cfg->jail;
 
 	*errmsg = NULL;
 	if (cfg->vsock_port == 0 || cfg->api_timeout_ms == 0) {
 		*errmsg = strdup("[firecracker] vsock-port and api-timeout-ms "
-		    "must be above 0");
+		                 "must be above 0");
 		return MOAT_INVALID_ARGUMENT;
 	}
-	if (cfg->use_jailer && (!j->jailer || !j->chroot_base ||
-	    !j->cgroup_root || !j->parent_cgroup || j->chroot_base[0] != '/'
-	    || j->cgroup_root[0] != '/' || j->id_count == 0 ||
-	    strchr(j->parent_cgroup, '.') != NULL)) {
-		*errmsg = strdup("[firecracker] jailer settings are "
+	if (cfg->use_jailer &&
+	    (!j->jailer || !j->chroot_base || !j->cgroup_root ||
+	        !j->parent_cgroup || j->chroot_base[0] != '/' ||
+	        j->cgroup_root[0] != '/' || j->id_count == 0 ||
+	        strchr(j->parent_cgroup, '.') != NULL)) {
+		*errmsg = strdup(
+		    "[firecracker] jailer settings are "
 		    "incomplete: chroot-base and cgroup-root must be absolute "
-		    "paths, parent-cgroup a plain name, jail-id-count above 0");
+		    "paths, parent-cgroup a plain name, jail-id-count above "
+		    "0");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (cfg->use_jailer && j->uid_base == 0) {
 		*errmsg = strdup("[firecracker] jail-uid-base must not be 0: "
-		    "a jailed Firecracker must not run as root");
+		                 "a jailed Firecracker must not run as root");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	free(fc.kvm_device);
@@ -163,8 +166,8 @@ moat_vmm_firecracker_configure(const struct moat_fc_config *cfg,
 	free(fc.parent_cgroup);
 	free(fc.netns);
 	fc.cfg = *cfg;
-	fc.kvm_device = dup_or_null(cfg->kvm_device ? cfg->kvm_device :
-	    "/dev/kvm");
+	fc.kvm_device =
+	    dup_or_null(cfg->kvm_device ? cfg->kvm_device : "/dev/kvm");
 	fc.jailer = dup_or_null(j->jailer);
 	fc.chroot_base = dup_or_null(j->chroot_base);
 	fc.cgroup_root = dup_or_null(j->cgroup_root);
@@ -218,15 +221,16 @@ fc_not_found_text(const char *what, const char *name)
 {
 	const char *path = getenv("PATH");
 
-	return moat_asprintf("%s \"%s\" was not found (looked %s%s): "
+	return moat_asprintf(
+	    "%s \"%s\" was not found (looked %s%s): "
 	    "Firecracker is not packaged by Debian; download a release "
 	    "(firecracker-vX.Y.Z-x86_64.tgz) from "
 	    "https://github.com/firecracker-microvm/firecracker/releases and "
 	    "install its firecracker and jailer binaries as "
 	    "/usr/local/bin/firecracker and /usr/local/bin/jailer, or set "
 	    "[vmd] firecracker= (and [firecracker] jailer=) to their paths; "
-	    "or run with driver=qemu", what, name,
-	    strchr(name, '/') ? "at that path" : "in PATH=",
+	    "or run with driver=qemu",
+	    what, name, strchr(name, '/') ? "at that path" : "in PATH=",
 	    strchr(name, '/') ? "" : (path ? path : "(unset)"));
 }
 
@@ -240,18 +244,20 @@ fc_check_kvm(char **errmsg)
 
 	if (fd < 0) {
 		err = errno;
-		*errmsg = moat_asprintf("Firecracker needs KVM, and %s cannot "
+		*errmsg = moat_asprintf(
+		    "Firecracker needs KVM, and %s cannot "
 		    "be opened: %s (load kvm_intel or kvm_amd, give vmd "
 		    "access to %s, or run with driver=qemu, which falls back "
-		    "to TCG)", fc.cfg.kvm_device, strerror(err),
-		    fc.cfg.kvm_device);
+		    "to TCG)",
+		    fc.cfg.kvm_device, strerror(err), fc.cfg.kvm_device);
 		return MOAT_FAILED_PRECONDITION;
 	}
 	if (ioctl(fd, KVM_GET_API_VERSION, 0) != KVM_API_VERSION ||
 	    (vm = ioctl(fd, KVM_CREATE_VM, 0)) < 0) {
 		err = errno;
 		close(fd);
-		*errmsg = moat_asprintf("%s is there but cannot create a VM "
+		*errmsg = moat_asprintf(
+		    "%s is there but cannot create a VM "
 		    "(%s): Firecracker cannot run here; use driver=qemu",
 		    fc.cfg.kvm_device, strerror(err));
 		return MOAT_FAILED_PRECONDITION;
@@ -277,17 +283,19 @@ fc_probe(const char *binary, char **version, char **errmsg)
 	rv = vmd_version_line(abs, "firecracker", "Firecracker v", line,
 	    sizeof(line), errmsg);
 	if (rv == MOAT_FAILED_PRECONDITION)
-		*errmsg = moat_asprintf("%s does not run as Firecracker "
+		*errmsg = moat_asprintf(
+		    "%s does not run as Firecracker "
 		    "(\"%s --version\" did not print \"Firecracker v...\"): "
-		    "reinstall it from the release tarball", abs, abs);
+		    "reinstall it from the release tarball",
+		    abs, abs);
 	if (rv != MOAT_OK)
 		goto cleanup;
 	if (fc.cfg.use_jailer) {
 		char *jailer = fc_find_binary(fc.cfg.jail.jailer);
 
 		if (jailer == NULL) {
-			*errmsg = fc_not_found_text("jailer",
-			    fc.cfg.jail.jailer);
+			*errmsg =
+			    fc_not_found_text("jailer", fc.cfg.jail.jailer);
 			rv = MOAT_FAILED_PRECONDITION;
 			goto cleanup;
 		}
@@ -295,9 +303,11 @@ fc_probe(const char *binary, char **version, char **errmsg)
 		fc.jailer = jailer;
 		fc.cfg.jail.jailer = jailer;
 		if (geteuid() != 0) {
-			*errmsg = strdup("the jailer needs vmd to run as root "
+			*errmsg = strdup(
+			    "the jailer needs vmd to run as root "
 			    "(it makes chroots, cgroups and device nodes): "
-			    "run vmd as root or turn [firecracker] jailer off");
+			    "run vmd as root or turn [firecracker] jailer "
+			    "off");
 			rv = MOAT_PERMISSION_DENIED;
 			goto cleanup;
 		}
@@ -307,7 +317,8 @@ fc_probe(const char *binary, char **version, char **errmsg)
 			/* With --new-pid-ns the jailer's parent exits and
 			 * Firecracker must be re-parented to vmd. */
 			if (prctl(PR_GET_CHILD_SUBREAPER, &on) != 0 || !on) {
-				*errmsg = strdup("[firecracker] new-pid-ns "
+				*errmsg = strdup(
+				    "[firecracker] new-pid-ns "
 				    "needs vmd to be a child subreaper: call "
 				    "prctl(PR_SET_CHILD_SUBREAPER, 1) at vmd "
 				    "start");
@@ -338,11 +349,17 @@ moat_fc_exit_text(int status)
 		int code;
 		const char *meaning;
 	} codes[] = {
-		{ 0, "ok" }, { 1, "generic error" },
-		{ 148, "seccomp violation" }, { 149, "SIGBUS" },
-		{ 150, "SIGSEGV" }, { 151, "SIGXFSZ" },
-		{ 152, "bad configuration" }, { 153, "argument parsing" },
-		{ 154, "SIGXCPU" }, { 155, "SIGPIPE" }, { 156, "SIGHUP" },
+		{ 0, "ok" },
+		{ 1, "generic error" },
+		{ 148, "seccomp violation" },
+		{ 149, "SIGBUS" },
+		{ 150, "SIGSEGV" },
+		{ 151, "SIGXFSZ" },
+		{ 152, "bad configuration" },
+		{ 153, "argument parsing" },
+		{ 154, "SIGXCPU" },
+		{ 155, "SIGPIPE" },
+		{ 156, "SIGHUP" },
 		{ 157, "SIGILL" },
 	};
 
@@ -372,9 +389,9 @@ fc_exit_report(int status, const char *console, const char *log)
 	char *text;
 
 	text = moat_asprintf("%s; its output ended with:\n%s\nand its log "
-	    "(%s) with:\n%s", how ? how : "?",
-	    out_tail && out_tail[0] ? out_tail : "(nothing)", log,
-	    log_tail && log_tail[0] ? log_tail : "(nothing)");
+	                     "(%s) with:\n%s",
+	    how ? how : "?", out_tail && out_tail[0] ? out_tail : "(nothing)",
+	    log, log_tail && log_tail[0] ? log_tail : "(nothing)");
 	free(how);
 	free(out_tail);
 	free(log_tail);
@@ -388,15 +405,19 @@ fc_name_ok(const char *name)
 		return false;
 	for (const char *p = name; *p; p++)
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+		        (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
 			return false;
 	return true;
 }
 
 /* ---- the kernel ---- */
 
-enum fc_kernel_kind { KERNEL_MISSING, KERNEL_ELF, KERNEL_BZIMAGE,
-	KERNEL_OTHER };
+enum fc_kernel_kind {
+	KERNEL_MISSING,
+	KERNEL_ELF,
+	KERNEL_BZIMAGE,
+	KERNEL_OTHER
+};
 
 static enum fc_kernel_kind
 fc_kernel_kind(const char *path)
@@ -430,24 +451,30 @@ fc_pick_kernel(const char *kernel, char **out, char **errmsg)
 		*out = strdup(kernel);
 		return *out ? MOAT_OK : MOAT_INTERNAL;
 	}
-	beside = slash ? moat_asprintf("%.*s/" FC_KERNEL,
-	    (int)(slash - kernel), kernel) : strdup(FC_KERNEL);
+	beside = slash ?
+	    moat_asprintf("%.*s/" FC_KERNEL, (int)(slash - kernel), kernel) :
+	    strdup(FC_KERNEL);
 	if (beside != NULL && fc_kernel_kind(beside) == KERNEL_ELF) {
 		*out = beside;
 		return MOAT_OK;
 	}
 	free(beside);
 	if (kind == KERNEL_MISSING) {
-		*errmsg = moat_asprintf("kernel %s does not exist: build the "
+		*errmsg = moat_asprintf(
+		    "kernel %s does not exist: build the "
 		    "image with images/build.sh (Firecracker wants its "
-		    "uncompressed vmlinux)", kernel);
+		    "uncompressed vmlinux)",
+		    kernel);
 		return MOAT_FAILED_PRECONDITION;
 	}
-	*errmsg = moat_asprintf("kernel %s is %s, and Firecracker on x86_64 "
+	*errmsg = moat_asprintf(
+	    "kernel %s is %s, and Firecracker on x86_64 "
 	    "boots only an uncompressed ELF vmlinux: run images/build.sh to "
 	    "make vmlinux beside vmlinuz (or extract it with the kernel's "
-	    "scripts/extract-vmlinux)", kernel, kind == KERNEL_BZIMAGE ?
-	    "a compressed bzImage (vmlinuz)" : "not an ELF file");
+	    "scripts/extract-vmlinux)",
+	    kernel,
+	    kind == KERNEL_BZIMAGE ? "a compressed bzImage (vmlinuz)" :
+	                             "not an ELF file");
 	return MOAT_FAILED_PRECONDITION;
 }
 
@@ -515,7 +542,7 @@ fc_place(const struct fc_instance *in, const char *name, const char *src,
 	}
 	if ((dst_abs = realpath(dst, NULL)) != NULL &&
 	    strcmp(dst_abs, abs) == 0 && !in->jailed)
-		goto cleanup;          /* already in place (the scratch disk) */
+		goto cleanup; /* already in place (the scratch disk) */
 	(void)unlink(dst);
 	if (!in->jailed) {
 		if (symlink(abs, dst) != 0)
@@ -527,16 +554,18 @@ fc_place(const struct fc_instance *in, const char *name, const char *src,
 			/* Not readable by the jail's uid, and a shared
 			 * inode must keep its owner: use a private copy. */
 			(void)unlink(dst);
-			err = fc_copy_file(abs, dst, in->jail.uid,
-			    in->jail.gid);
+			err =
+			    fc_copy_file(abs, dst, in->jail.uid, in->jail.gid);
 		}
 	} else if (errno == EXDEV && !writable) {
 		err = fc_copy_file(abs, dst, in->jail.uid, in->jail.gid);
 	} else if (errno == EXDEV) {
-		*errmsg = moat_asprintf("%s and the jail %s are on different "
+		*errmsg = moat_asprintf(
+		    "%s and the jail %s are on different "
 		    "file systems, and the writable disk must be hard-linked "
 		    "into the jail: put [firecracker] chroot-base on the file "
-		    "system of vmd's state directory", src, in->root);
+		    "system of vmd's state directory",
+		    src, in->root);
 		rv = MOAT_FAILED_PRECONDITION;
 		goto cleanup;
 	} else {
@@ -557,8 +586,7 @@ cleanup:
 /* Creates `root`/`name` empty (Firecracker's logger and metrics want an
  * existing file) and gives it to the jail's uid. */
 static int
-fc_make_output(const struct fc_instance *in, const char *name,
-    char **errmsg)
+fc_make_output(const struct fc_instance *in, const char *name, char **errmsg)
 {
 	char *path = moat_asprintf("%s/%s", in->root, name);
 	int fd;
@@ -569,14 +597,14 @@ fc_make_output(const struct fc_instance *in, const char *name,
 		return MOAT_INTERNAL;
 	}
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || (in->jailed && fchown(fd, in->jail.uid,
-	    in->jail.gid) != 0))
+	if (fd < 0 ||
+	    (in->jailed && fchown(fd, in->jail.uid, in->jail.gid) != 0))
 		err = errno;
 	if (fd >= 0)
 		close(fd);
 	if (err != 0) {
-		*errmsg = moat_asprintf("cannot create %s: %s", path,
-		    strerror(err));
+		*errmsg =
+		    moat_asprintf("cannot create %s: %s", path, strerror(err));
 		free(path);
 		return moat_status_from_errno(err);
 	}
@@ -622,7 +650,7 @@ fc_api_socket_of(const struct moat_vmm *vm, char **errmsg)
 	pthread_mutex_unlock(&fc_mu);
 	if (slot < 0)
 		*errmsg = strdup("this VM was not started by the Firecracker "
-		    "driver, or was already released");
+		                 "driver, or was already released");
 	else if (sock == NULL)
 		*errmsg = strdup("out of memory");
 	return sock;
@@ -667,9 +695,9 @@ fc_abort(struct moat_vmm *vm)
 
 /* Which files to put in the working folder. */
 struct fc_files {
-	const char *kernel;        /* NULL: not needed (snapshot load) */
+	const char *kernel; /* NULL: not needed (snapshot load) */
 	const char *initrd;
-	const char *state_file;    /* snapshot load only */
+	const char *state_file; /* snapshot load only */
 	const char *mem_file;
 };
 
@@ -682,8 +710,8 @@ fc_prepare(const char *binary, const struct moat_vmm_spec *spec,
 {
 	struct fc_instance *in = NULL;
 	size_t sun_max = sizeof(((struct sockaddr_un *)0)->sun_path);
-	uint32_t limit = fc.cfg.use_jailer ? fc.cfg.jail.id_count :
-	    FC_MAX_SLOTS;
+	uint32_t limit =
+	    fc.cfg.use_jailer ? fc.cfg.jail.id_count : FC_MAX_SLOTS;
 	uint32_t slot;
 	int rv;
 
@@ -697,7 +725,8 @@ fc_prepare(const char *binary, const struct moat_vmm_spec *spec,
 	}
 	pthread_mutex_unlock(&fc_mu);
 	if (in == NULL) {
-		*errmsg = moat_asprintf("all %u Firecracker slots (guest CIDs"
+		*errmsg = moat_asprintf(
+		    "all %u Firecracker slots (guest CIDs"
 		    "%s) on this host are in use: destroy a sandbox first",
 		    limit, fc.cfg.use_jailer ? ", jail uids" : "");
 		return MOAT_RESOURCE_EXHAUSTED;
@@ -705,7 +734,8 @@ fc_prepare(const char *binary, const struct moat_vmm_spec *spec,
 	in->jailed = fc.cfg.use_jailer;
 	if (in->jailed) {
 		if ((rv = moat_fc_jail_init(&fc.cfg.jail, binary,
-		    spec->sandbox_id, slot, &in->jail, errmsg)) != MOAT_OK)
+		         spec->sandbox_id, slot, &in->jail, errmsg)) !=
+		    MOAT_OK)
 			goto fail;
 		in->root = strdup(in->jail.root);
 	} else {
@@ -716,8 +746,7 @@ fc_prepare(const char *binary, const struct moat_vmm_spec *spec,
 	vm->console_log = moat_asprintf("%s/%s", spec->dir, FC_CONSOLE);
 	vm->vmm_log = moat_asprintf("%s/%s", in->root, FC_LOG);
 	pthread_mutex_lock(&fc_mu);
-	in->agent_socket = vm->agent_socket ? strdup(vm->agent_socket) :
-	    NULL;
+	in->agent_socket = vm->agent_socket ? strdup(vm->agent_socket) : NULL;
 	pthread_mutex_unlock(&fc_mu);
 	if (!in->root || !vm->agent_socket || !in->api_socket ||
 	    !vm->console_log || !vm->vmm_log || !in->agent_socket) {
@@ -727,16 +756,18 @@ fc_prepare(const char *binary, const struct moat_vmm_spec *spec,
 	}
 	if (strlen(vm->agent_socket) >= sun_max ||
 	    strlen(in->api_socket) >= sun_max) {
-		*errmsg = moat_asprintf("socket path %s is too long for a Unix "
-		    "socket: use a shorter %s", vm->agent_socket,
-		    in->jailed ? "[firecracker] chroot-base" :
-		    "state directory");
+		*errmsg =
+		    moat_asprintf("socket path %s is too long for a Unix "
+		                  "socket: use a shorter %s",
+		        vm->agent_socket,
+		        in->jailed ? "[firecracker] chroot-base" :
+		                     "state directory");
 		rv = MOAT_FAILED_PRECONDITION;
 		goto fail;
 	}
 	if (in->jailed &&
-	    (rv = moat_fc_jail_prepare(&fc.cfg.jail, &in->jail, errmsg))
-	    != MOAT_OK)
+	    (rv = moat_fc_jail_prepare(&fc.cfg.jail, &in->jail, errmsg)) !=
+	        MOAT_OK)
 		goto fail;
 	(void)unlink(in->api_socket);
 	(void)unlink(vm->agent_socket);
@@ -744,21 +775,21 @@ fc_prepare(const char *binary, const struct moat_vmm_spec *spec,
 	    (rv = fc_make_output(in, FC_METRICS, errmsg)) != MOAT_OK)
 		goto fail;
 	if ((files->kernel != NULL &&
-	    (rv = fc_place(in, FC_KERNEL, files->kernel, false, errmsg)) !=
-	    MOAT_OK) ||
+	        (rv = fc_place(in, FC_KERNEL, files->kernel, false, errmsg)) !=
+	            MOAT_OK) ||
 	    (files->initrd != NULL &&
-	    (rv = fc_place(in, FC_INITRD, files->initrd, false, errmsg)) !=
-	    MOAT_OK) ||
+	        (rv = fc_place(in, FC_INITRD, files->initrd, false, errmsg)) !=
+	            MOAT_OK) ||
 	    (rv = fc_place(in, FC_ROOTFS, spec->rootfs, false, errmsg)) !=
-	    MOAT_OK ||
+	        MOAT_OK ||
 	    (rv = fc_place(in, FC_SCRATCH, spec->scratch_disk, true,
-	    errmsg)) != MOAT_OK ||
+	         errmsg)) != MOAT_OK ||
 	    (files->state_file != NULL &&
-	    (rv = fc_place(in, FC_SNAP_STATE, files->state_file, false,
-	    errmsg)) != MOAT_OK) ||
+	        (rv = fc_place(in, FC_SNAP_STATE, files->state_file, false,
+	             errmsg)) != MOAT_OK) ||
 	    (files->mem_file != NULL &&
-	    (rv = fc_place(in, FC_SNAP_MEM, files->mem_file, false, errmsg))
-	    != MOAT_OK))
+	        (rv = fc_place(in, FC_SNAP_MEM, files->mem_file, false,
+	             errmsg)) != MOAT_OK))
 		goto fail;
 	*inp = in;
 	return MOAT_OK;
@@ -794,18 +825,19 @@ fc_adopt_jailed(struct moat_vmm *vm, const struct fc_instance *in,
 	    moat_rpc_now_ms() < deadline)
 		vmd_sleep_ms(5);
 	if (got == 0) {
-		*errmsg = moat_asprintf("the jailer (pid %d) did not hand over "
-		    "to Firecracker within %u ms", (int)vm->pid,
-		    fc.cfg.api_timeout_ms);
+		*errmsg =
+		    moat_asprintf("the jailer (pid %d) did not hand over "
+		                  "to Firecracker within %u ms",
+		        (int)vm->pid, fc.cfg.api_timeout_ms);
 		return MOAT_DEADLINE_EXCEEDED;
 	}
 	if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		char *how = fc_exit_report(status, vm->console_log,
-		    vm->vmm_log);
+		char *how =
+		    fc_exit_report(status, vm->console_log, vm->vmm_log);
 
 		vm->pid = 0;
-		*errmsg = moat_asprintf("the jailer failed: %s", how ? how :
-		    "?");
+		*errmsg =
+		    moat_asprintf("the jailer failed: %s", how ? how : "?");
 		free(how);
 		return MOAT_FAILED_PRECONDITION;
 	}
@@ -814,7 +846,8 @@ fc_adopt_jailed(struct moat_vmm *vm, const struct fc_instance *in,
 	    (pid = strtol(text, NULL, 10)) <= 1) {
 		free(text);
 		*errmsg = moat_asprintf("the jailer exited without writing "
-		    "Firecracker's pid to %s", in->jail.pid_file);
+		                        "Firecracker's pid to %s",
+		    in->jail.pid_file);
 		return MOAT_INTERNAL;
 	}
 	free(text);
@@ -868,10 +901,10 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 	pidfile = moat_asprintf("%s/%s", spec->dir, FC_PID);
 	pidtext = moat_asprintf("%d\n", (int)vm->pid);
 	if (pidfile == NULL || pidtext == NULL ||
-	    moat_write_file_atomic(pidfile, pidtext, strlen(pidtext), 0600)
-	    != 0) {
-		*errmsg = moat_asprintf("cannot write %s", pidfile ? pidfile :
-		    FC_PID);
+	    moat_write_file_atomic(pidfile, pidtext, strlen(pidtext), 0600) !=
+	        0) {
+		*errmsg = moat_asprintf("cannot write %s",
+		    pidfile ? pidfile : FC_PID);
 		rv = MOAT_INTERNAL;
 		goto fail;
 	}
@@ -888,22 +921,24 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 			    vm->vmm_log);
 
 			vm->pid = 0;
-			*errmsg = moat_asprintf("Firecracker for sandbox %s "
+			*errmsg = moat_asprintf(
+			    "Firecracker for sandbox %s "
 			    "exited before its API was ready: %s",
 			    spec->sandbox_id, how ? how : "?");
 			free(how);
 			rv = MOAT_FAILED_PRECONDITION;
 			goto fail;
 		}
-		rv = moat_fc_api_call(in->api_socket, "GET", "/",
-		    NULL, fc.cfg.api_timeout_ms, &info, &why);
+		rv = moat_fc_api_call(in->api_socket, "GET", "/", NULL,
+		    fc.cfg.api_timeout_ms, &info, &why);
 		json_decref(info);
 		if (rv == MOAT_OK) {
 			free(why);
 			break;
 		}
 		if (rv != MOAT_UNAVAILABLE || moat_rpc_now_ms() >= deadline) {
-			*errmsg = moat_asprintf("Firecracker for sandbox %s "
+			*errmsg = moat_asprintf(
+			    "Firecracker for sandbox %s "
 			    "did not answer on %s within %u ms (%s): see %s",
 			    spec->sandbox_id, in->api_socket,
 			    fc.cfg.api_timeout_ms, why ? why : "?",
@@ -916,15 +951,15 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 		vmd_sleep_ms(5);
 	}
 
-	body = json_pack("{s:s, s:s, s:b, s:b}", "log_path", FC_LOG,
-	    "level", "Info", "show_level", 1, "show_log_origin", 0);
+	body = json_pack("{s:s, s:s, s:b, s:b}", "log_path", FC_LOG, "level",
+	    "Info", "show_level", 1, "show_log_origin", 0);
 	if ((rv = moat_fc_api_call(in->api_socket, "PUT", "/logger", body,
-	    fc.cfg.api_timeout_ms, NULL, errmsg)) != MOAT_OK)
+	         fc.cfg.api_timeout_ms, NULL, errmsg)) != MOAT_OK)
 		goto fail;
 	json_decref(body);
 	body = json_pack("{s:s}", "metrics_path", FC_METRICS);
 	if ((rv = moat_fc_api_call(in->api_socket, "PUT", "/metrics", body,
-	    fc.cfg.api_timeout_ms, NULL, errmsg)) != MOAT_OK)
+	         fc.cfg.api_timeout_ms, NULL, errmsg)) != MOAT_OK)
 		goto fail;
 	json_decref(body);
 	moat_fc_jail_argv_free(jail_argv);
@@ -960,8 +995,8 @@ fc_put(const char *sandbox_id, const char *api_socket, const char *path,
 	json_decref(body);
 	if (rv != MOAT_OK) {
 		*errmsg = moat_asprintf("configuring Firecracker for sandbox "
-		    "%s failed: %s (its log: %s)", sandbox_id, why ? why : "?",
-		    log);
+		                        "%s failed: %s (its log: %s)",
+		    sandbox_id, why ? why : "?", log);
 		free(why);
 	}
 	return rv;
@@ -982,9 +1017,11 @@ fc_start(const char *binary, const struct moat_vmm_spec *spec,
 	*errmsg = NULL;
 	memset(vm, 0, sizeof(*vm));
 	if (spec->accel != NULL && strcmp(spec->accel, "tcg") == 0) {
-		*errmsg = moat_asprintf("sandbox %s asks for TCG, and "
+		*errmsg = moat_asprintf(
+		    "sandbox %s asks for TCG, and "
 		    "Firecracker runs only on KVM: use driver=qemu on hosts "
-		    "without a usable /dev/kvm", spec->sandbox_id);
+		    "without a usable /dev/kvm",
+		    spec->sandbox_id);
 		return MOAT_FAILED_PRECONDITION;
 	}
 	if ((abs = fc_find_binary(binary)) == NULL) {
@@ -1001,8 +1038,9 @@ fc_start(const char *binary, const struct moat_vmm_spec *spec,
 	if ((rv = fc_launch(abs, spec, in, vm, errmsg)) != MOAT_OK)
 		goto cleanup;
 
-	cmdline = spec->extra_cmdline ? moat_asprintf("%s moat.vsock=%u %s",
-	    FC_CMDLINE, fc.cfg.vsock_port, spec->extra_cmdline) :
+	cmdline = spec->extra_cmdline ?
+	    moat_asprintf("%s moat.vsock=%u %s", FC_CMDLINE, fc.cfg.vsock_port,
+	        spec->extra_cmdline) :
 	    moat_asprintf("%s moat.vsock=%u", FC_CMDLINE, fc.cfg.vsock_port);
 	if (cmdline == NULL) {
 		*errmsg = strdup("out of memory");
@@ -1010,32 +1048,40 @@ fc_start(const char *binary, const struct moat_vmm_spec *spec,
 		goto fail;
 	}
 	if ((rv = fc_put(spec->sandbox_id, in->api_socket, "/machine-config",
-	    fc.cfg.track_dirty_pages ?
-	    json_pack("{s:i, s:i, s:b, s:b}", "vcpu_count", (int)spec->vcpus,
-	    "mem_size_mib", (int)spec->memory_mib, "smt", 0,
-	    "track_dirty_pages", 1) :
-	    json_pack("{s:i, s:i, s:b}", "vcpu_count", (int)spec->vcpus,
-	    "mem_size_mib", (int)spec->memory_mib, "smt", 0),
-	    vm->vmm_log, errmsg)) != MOAT_OK ||
+	         fc.cfg.track_dirty_pages ?
+	             json_pack("{s:i, s:i, s:b, s:b}", "vcpu_count",
+	                 (int)spec->vcpus, "mem_size_mib",
+	                 (int)spec->memory_mib, "smt", 0, "track_dirty_pages",
+	                 1) :
+	             json_pack("{s:i, s:i, s:b}", "vcpu_count",
+	                 (int)spec->vcpus, "mem_size_mib",
+	                 (int)spec->memory_mib, "smt", 0),
+	         vm->vmm_log, errmsg)) != MOAT_OK ||
 	    (rv = fc_put(spec->sandbox_id, in->api_socket, "/boot-source",
-	    spec->initrd ? json_pack("{s:s, s:s, s:s}", "kernel_image_path",
-	    FC_KERNEL, "initrd_path", FC_INITRD, "boot_args", cmdline) :
-	    json_pack("{s:s, s:s}", "kernel_image_path", FC_KERNEL,
-	    "boot_args", cmdline), vm->vmm_log, errmsg)) != MOAT_OK ||
+	         spec->initrd ?
+	             json_pack("{s:s, s:s, s:s}", "kernel_image_path",
+	                 FC_KERNEL, "initrd_path", FC_INITRD, "boot_args",
+	                 cmdline) :
+	             json_pack("{s:s, s:s}", "kernel_image_path", FC_KERNEL,
+	                 "boot_args", cmdline),
+	         vm->vmm_log, errmsg)) != MOAT_OK ||
 	    (rv = fc_put(spec->sandbox_id, in->api_socket, "/drives/rootfs",
-	    json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "rootfs",
-	    "path_on_host", FC_ROOTFS, "is_root_device", 0, "is_read_only",
-	    1), vm->vmm_log, errmsg)) != MOAT_OK ||
+	         json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "rootfs",
+	             "path_on_host", FC_ROOTFS, "is_root_device", 0,
+	             "is_read_only", 1),
+	         vm->vmm_log, errmsg)) != MOAT_OK ||
 	    (rv = fc_put(spec->sandbox_id, in->api_socket, "/drives/scratch",
-	    json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "scratch",
-	    "path_on_host", FC_SCRATCH, "is_root_device", 0, "is_read_only",
-	    0), vm->vmm_log, errmsg)) != MOAT_OK ||
+	         json_pack("{s:s, s:s, s:b, s:b}", "drive_id", "scratch",
+	             "path_on_host", FC_SCRATCH, "is_root_device", 0,
+	             "is_read_only", 0),
+	         vm->vmm_log, errmsg)) != MOAT_OK ||
 	    (rv = fc_put(spec->sandbox_id, in->api_socket, "/vsock",
-	    json_pack("{s:i, s:s}", "guest_cid", (int)cid, "uds_path",
-	    FC_VSOCK), vm->vmm_log, errmsg)) != MOAT_OK ||
+	         json_pack("{s:i, s:s}", "guest_cid", (int)cid, "uds_path",
+	             FC_VSOCK),
+	         vm->vmm_log, errmsg)) != MOAT_OK ||
 	    (rv = fc_put(spec->sandbox_id, in->api_socket, "/actions",
-	    json_pack("{s:s}", "action_type", "InstanceStart"), vm->vmm_log,
-	    errmsg)) != MOAT_OK)
+	         json_pack("{s:s}", "action_type", "InstanceStart"),
+	         vm->vmm_log, errmsg)) != MOAT_OK)
 		goto fail;
 	rv = MOAT_OK;
 	goto cleanup;
@@ -1076,7 +1122,7 @@ moat_fc_snapshot_load(const char *binary, const struct moat_vmm_spec *spec,
 	if (body != NULL && fc.cfg.track_dirty_pages)
 		json_object_set_new(body, "track_dirty_pages", json_true());
 	if ((rv = fc_put(spec->sandbox_id, in->api_socket, "/snapshot/load",
-	    body, vm->vmm_log, errmsg)) != MOAT_OK)
+	         body, vm->vmm_log, errmsg)) != MOAT_OK)
 		fc_abort(vm);
 cleanup:
 	free(abs);
@@ -1096,12 +1142,15 @@ fc_vm_state(const struct moat_vmm *vm, const char *state, char **errmsg)
 		return MOAT_FAILED_PRECONDITION;
 	body = json_pack("{s:s}", "state", state);
 	rv = body ? moat_fc_api_call(sock, "PATCH", "/vm", body,
-	    fc.cfg.api_timeout_ms, NULL, &why) : MOAT_INTERNAL;
+	                fc.cfg.api_timeout_ms, NULL, &why) :
+	            MOAT_INTERNAL;
 	json_decref(body);
 	if (rv != MOAT_OK)
-		*errmsg = moat_asprintf("setting the VM (pid %d) to %s failed: "
-		    "%s (its log: %s)", (int)vm->pid, state,
-		    why ? why : "out of memory", vm->vmm_log);
+		*errmsg =
+		    moat_asprintf("setting the VM (pid %d) to %s failed: "
+		                  "%s (its log: %s)",
+		        (int)vm->pid, state, why ? why : "out of memory",
+		        vm->vmm_log);
 	free(why);
 	free(sock);
 	return rv;
@@ -1120,8 +1169,8 @@ moat_fc_vm_resume(const struct moat_vmm *vm, char **errmsg)
 }
 
 int
-moat_fc_snapshot_create(const struct moat_vmm *vm, const char *name,
-    bool diff, char **state_file, char **mem_file, char **errmsg)
+moat_fc_snapshot_create(const struct moat_vmm *vm, const char *name, bool diff,
+    char **state_file, char **mem_file, char **errmsg)
 {
 	char *sock = NULL;
 	char *why = NULL;
@@ -1135,11 +1184,13 @@ moat_fc_snapshot_create(const struct moat_vmm *vm, const char *name,
 	*state_file = *mem_file = NULL;
 	if (!fc_name_ok(name)) {
 		*errmsg = moat_asprintf("snapshot name \"%s\" must be 1 to 64 "
-		    "of a-z, A-Z, 0-9, '-', '_'", name ? name : "(null)");
+		                        "of a-z, A-Z, 0-9, '-', '_'",
+		    name ? name : "(null)");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (diff && !fc.cfg.track_dirty_pages) {
-		*errmsg = strdup("a Diff snapshot needs dirty page tracking: "
+		*errmsg = strdup(
+		    "a Diff snapshot needs dirty page tracking: "
 		    "set [firecracker] track-dirty-pages=true (new sandboxes "
 		    "only) or take a Full snapshot");
 		return MOAT_FAILED_PRECONDITION;
@@ -1151,9 +1202,9 @@ moat_fc_snapshot_create(const struct moat_vmm *vm, const char *name,
 	root = strdup(sock);
 	if (root != NULL && strrchr(root, '/') != NULL)
 		*strrchr(root, '/') = '\0';
-	body = json_pack("{s:s, s:s, s:s}", "snapshot_path", state_rel ?
-	    state_rel : "", "mem_file_path", mem_rel ? mem_rel : "",
-	    "snapshot_type", diff ? "Diff" : "Full");
+	body = json_pack("{s:s, s:s, s:s}", "snapshot_path",
+	    state_rel ? state_rel : "", "mem_file_path",
+	    mem_rel ? mem_rel : "", "snapshot_type", diff ? "Diff" : "Full");
 	if (!state_rel || !mem_rel || !root || !body) {
 		*errmsg = strdup("out of memory");
 		rv = MOAT_INTERNAL;
@@ -1162,9 +1213,10 @@ moat_fc_snapshot_create(const struct moat_vmm *vm, const char *name,
 	rv = moat_fc_api_call(sock, "PUT", "/snapshot/create", body,
 	    fc.cfg.api_timeout_ms, NULL, &why);
 	if (rv != MOAT_OK) {
-		*errmsg = moat_asprintf("snapshot %s of the VM (pid %d) "
-		    "failed: %s (pause it first; its log: %s)", name,
-		    (int)vm->pid, why ? why : "?", vm->vmm_log);
+		*errmsg =
+		    moat_asprintf("snapshot %s of the VM (pid %d) "
+		                  "failed: %s (pause it first; its log: %s)",
+		        name, (int)vm->pid, why ? why : "?", vm->vmm_log);
 		goto cleanup;
 	}
 	*state_file = moat_asprintf("%s/%s", root, state_rel);
@@ -1230,9 +1282,11 @@ fc_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 	if (strncmp(answer, "OK ", 3) != 0 || answer[got - 1] != '\n') {
 		close(s);
 		answer[strcspn(answer, "\n")] = '\0';
-		*errmsg = moat_asprintf("the vsock socket %s answered \"%s\" "
+		*errmsg = moat_asprintf(
+		    "the vsock socket %s answered \"%s\" "
 		    "to CONNECT %u, not \"OK <port>\": is it a Firecracker "
-		    "vsock?", vm->agent_socket, answer, fc.cfg.vsock_port);
+		    "vsock?",
+		    vm->agent_socket, answer, fc.cfg.vsock_port);
 		return MOAT_INTERNAL;
 	}
 	(void)setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
@@ -1253,8 +1307,9 @@ fc_reap_orphan(const char *dir, const char *id)
 		struct moat_fc_jail j = { 0 };
 		char *err = NULL;
 
-		if (moat_fc_jail_init(&fc.cfg.jail, fc.binary ? fc.binary :
-		    "firecracker", id, 0, &j, &err) == MOAT_OK)
+		if (moat_fc_jail_init(&fc.cfg.jail,
+		        fc.binary ? fc.binary : "firecracker", id, 0, &j,
+		        &err) == MOAT_OK)
 			(void)moat_fc_jail_clean(&j);
 		free(err);
 		moat_fc_jail_fini(&j);
@@ -1305,11 +1360,11 @@ fc_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
     const char *snap_dir, uint32_t timeout_ms,
     struct moat_vmm_snapshot_stats *st, char **errmsg)
 {
-	char *state = moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE,
-	    snap_dir);
+	char *state =
+	    moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE, snap_dir);
 	char *ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
 	char *disk = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH, snap_dir);
-	char *state_file = NULL;   /* Firecracker's files; owned here */
+	char *state_file = NULL; /* Firecracker's files; owned here */
 	char *mem_file = NULL;
 	bool paused = false;
 	double t0 = 0;
@@ -1328,20 +1383,21 @@ fc_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 		goto cleanup;
 	paused = true;
 	if ((rv = moat_fc_snapshot_create(vm, FC_OP_SNAP, false, &state_file,
-	    &mem_file, errmsg)) != MOAT_OK)
+	         &mem_file, errmsg)) != MOAT_OK)
 		goto cleanup;
 	if ((err = fc_move(state_file, state)) != 0 ||
 	    (err = fc_move(mem_file, ram)) != 0) {
 		*errmsg = moat_asprintf("cannot move Firecracker's snapshot "
-		    "files %s and %s into %s: %s", state_file, mem_file,
-		    snap_dir, strerror(err));
+		                        "files %s and %s into %s: %s",
+		    state_file, mem_file, snap_dir, strerror(err));
 		rv = moat_status_from_errno(err);
 		goto cleanup;
 	}
 	if ((err = vmd_copy_sparse(scratch_disk, disk, &st->disk_bytes)) !=
 	    0) {
-		*errmsg = moat_asprintf("cannot copy scratch disk %s to %s: %s",
-		    scratch_disk, disk, strerror(err));
+		*errmsg =
+		    moat_asprintf("cannot copy scratch disk %s to %s: %s",
+		        scratch_disk, disk, strerror(err));
 		rv = moat_status_from_errno(err);
 		goto cleanup;
 	}
@@ -1355,7 +1411,8 @@ cleanup:
 		/* A failed snapshot must not leave the sandbox paused. */
 		if (moat_fc_vm_resume(vm, &rerr) != MOAT_OK && rv == MOAT_OK) {
 			*errmsg = moat_asprintf("the VM did not resume after "
-			    "the snapshot: %s", rerr ? rerr : "?");
+			                        "the snapshot: %s",
+			    rerr ? rerr : "?");
 			rv = MOAT_INTERNAL;
 		}
 		free(rerr);
@@ -1384,8 +1441,8 @@ static int
 fc_restore(const char *binary, const struct moat_vmm_spec *spec,
     const char *snap_dir, struct moat_vmm *vm, char **errmsg)
 {
-	char *state = moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE,
-	    snap_dir);
+	char *state =
+	    moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE, snap_dir);
 	char *ram = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, snap_dir);
 	int rv;
 
@@ -1406,8 +1463,8 @@ fc_restore(const char *binary, const struct moat_vmm_spec *spec,
  * by fc_restore already; resuming again is harmless and says whether the
  * VM still answers (bounded by api-timeout-ms). */
 static int
-fc_resume(const struct moat_vmm *vm, const char *snap_dir,
-    uint32_t timeout_ms, char **errmsg)
+fc_resume(const struct moat_vmm *vm, const char *snap_dir, uint32_t timeout_ms,
+    char **errmsg)
 {
 	(void)snap_dir;
 	(void)timeout_ms;

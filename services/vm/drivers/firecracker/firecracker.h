@@ -25,13 +25,13 @@ struct moat_config;
 
 /* The driver's settings. Strings are copied by configure. */
 struct moat_fc_config {
-	const char *kvm_device;    /* "/dev/kvm" */
-	uint32_t api_timeout_ms;   /* per API call, and for the API socket
+	const char *kvm_device;  /* "/dev/kvm" */
+	uint32_t api_timeout_ms; /* per API call, and for the API socket
 	                              to appear after spawn */
-	uint32_t vsock_port;       /* the agent's port (moat.vsock=) */
-	bool track_dirty_pages;    /* needed for Diff snapshots */
-	bool use_jailer;           /* false: `jail` is ignored */
-	bool test_no_kvm_check;    /* moat's own tests only: probe does not
+	uint32_t vsock_port;     /* the agent's port (moat.vsock=) */
+	bool track_dirty_pages;  /* needed for Diff snapshots */
+	bool use_jailer;         /* false: `jail` is ignored */
+	bool test_no_kvm_check;  /* moat's own tests only: probe does not
 	                              ask KVM for a VM (a test double stands
 	                              in for Firecracker) */
 	struct moat_fc_jail_config jail;
@@ -99,9 +99,8 @@ int moat_fc_snapshot_create(const struct moat_vmm *vm, const char *name,
  * success the caller reaps vm->pid and calls release; on failure nothing
  * runs and *errmsg (heap) says why. The guest clock and RNG reset stay
  * vmd's job, as for QEMU. */
-int moat_fc_snapshot_load(const char *binary,
-    const struct moat_vmm_spec *spec, const char *state_file,
-    const char *mem_file, bool resume, struct moat_vmm *vm, char **errmsg)
-    __attribute__((warn_unused_result));
+int moat_fc_snapshot_load(const char *binary, const struct moat_vmm_spec *spec,
+    const char *state_file, const char *mem_file, bool resume,
+    struct moat_vmm *vm, char **errmsg) __attribute__((warn_unused_result));
 
 #endif

@@ -31,7 +31,7 @@ jail_id_ok(const char *id)
 	for (size_t i = 0; i < n; i++) {
 		char c = id[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		    (c >= '0' && c <= '9') || c == '-'))
+		        (c >= '0' && c <= '9') || c == '-'))
 			return false;
 	}
 	return true;
@@ -59,20 +59,23 @@ moat_fc_jail_init(const struct moat_fc_jail_config *cfg,
 	memset(j, 0, sizeof(*j));
 	exec_name = exec_name ? exec_name + 1 : firecracker;
 	if (!jail_id_ok(id)) {
-		*errmsg = moat_asprintf("sandbox id \"%s\" cannot be a jailer "
-		    "--id (alphanumerics and '-', at most %d)", id,
-		    JAIL_ID_MAX);
+		*errmsg =
+		    moat_asprintf("sandbox id \"%s\" cannot be a jailer "
+		                  "--id (alphanumerics and '-', at most %d)",
+		        id, JAIL_ID_MAX);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (exec_name[0] == '\0' || strcmp(exec_name, "..") == 0 ||
 	    strcmp(exec_name, ".") == 0) {
-		*errmsg = moat_asprintf("firecracker binary \"%s\" has no file "
-		    "name: set [firecracker] binary to the file",
-		    firecracker);
+		*errmsg =
+		    moat_asprintf("firecracker binary \"%s\" has no file "
+		                  "name: set [firecracker] binary to the file",
+		        firecracker);
 		return MOAT_INVALID_ARGUMENT;
 	}
 	if (slot >= cfg->id_count) {
-		*errmsg = moat_asprintf("no jail uid/gid left: all %u of "
+		*errmsg = moat_asprintf(
+		    "no jail uid/gid left: all %u of "
 		    "%u..%u are in use; raise [firecracker] jail-id-count",
 		    cfg->id_count, cfg->uid_base,
 		    cfg->uid_base + cfg->id_count - 1);
@@ -80,8 +83,8 @@ moat_fc_jail_init(const struct moat_fc_jail_config *cfg,
 	}
 	j->id = strdup(id);
 	j->dir = moat_asprintf("%s/%s/%s", cfg->chroot_base, exec_name, id);
-	j->root = moat_asprintf("%s/%s/%s/root", cfg->chroot_base, exec_name,
-	    id);
+	j->root =
+	    moat_asprintf("%s/%s/%s/root", cfg->chroot_base, exec_name, id);
 	j->cgroup = moat_asprintf("%s/%s/%s", cfg->cgroup_root,
 	    cfg->parent_cgroup, id);
 	j->pid_file = moat_asprintf("%s/%s/%s/root/%s.pid", cfg->chroot_base,
@@ -147,9 +150,10 @@ jail_enable_controllers(const char *dir, char **errmsg)
 		return MOAT_INTERNAL;
 	}
 	if ((err = moat_read_file(path, 4096, &have, &len)) != 0) {
-		*errmsg = moat_asprintf("cannot read %s: %s: is %s a cgroup v2 "
-		    "mount? set [firecracker] cgroup-root to it", path,
-		    strerror(err), dir);
+		*errmsg =
+		    moat_asprintf("cannot read %s: %s: is %s a cgroup v2 "
+		                  "mount? set [firecracker] cgroup-root to it",
+		        path, strerror(err), dir);
 		free(path);
 		return moat_status_from_errno(err);
 	}
@@ -163,9 +167,11 @@ jail_enable_controllers(const char *dir, char **errmsg)
 	 * is missing, and the message should say which. */
 	if ((err = jail_write_control(path, "+cpu")) != 0 ||
 	    (err = jail_write_control(path, "+memory")) != 0) {
-		*errmsg = moat_asprintf("cannot enable the cpu and memory "
+		*errmsg = moat_asprintf(
+		    "cannot enable the cpu and memory "
 		    "controllers in %s: %s (the jail needs them for its "
-		    "limits)", path, strerror(err));
+		    "limits)",
+		    path, strerror(err));
 		free(path);
 		return moat_status_from_errno(err);
 	}
@@ -185,18 +191,20 @@ moat_fc_jail_prepare(const struct moat_fc_jail_config *cfg,
 	(void)moat_fc_jail_clean(j);
 	if ((err = moat_mkdir_p(j->root, 0750)) != 0) {
 		*errmsg = moat_asprintf("cannot create the jail %s: %s: check "
-		    "[firecracker] chroot-base", j->root, strerror(err));
+		                        "[firecracker] chroot-base",
+		    j->root, strerror(err));
 		return moat_status_from_errno(err);
 	}
 	if (chown(j->root, j->uid, j->gid) != 0) {
 		err = errno;
-		*errmsg = moat_asprintf("cannot give the jail %s to uid %u: "
-		    "%s (vmd must run as root to use the jailer)", j->root,
-		    (unsigned)j->uid, strerror(err));
+		*errmsg = moat_asprintf(
+		    "cannot give the jail %s to uid %u: "
+		    "%s (vmd must run as root to use the jailer)",
+		    j->root, (unsigned)j->uid, strerror(err));
 		return moat_status_from_errno(err);
 	}
 	if ((parent = moat_asprintf("%s/%s", cfg->cgroup_root,
-	    cfg->parent_cgroup)) == NULL) {
+	         cfg->parent_cgroup)) == NULL) {
 		*errmsg = strdup("out of memory");
 		return MOAT_INTERNAL;
 	}
@@ -233,8 +241,8 @@ moat_fc_jail_argv(const struct moat_fc_jail_config *cfg,
     uint32_t memory_mib, const char *const *fc_args)
 {
 	char **argv = calloc(JAIL_MAX_ARGS + 1, sizeof(*argv));
-	uint64_t mem_max = ((uint64_t)memory_mib +
-	    cfg->memory_overhead_mib) << 20;
+	uint64_t mem_max = ((uint64_t)memory_mib + cfg->memory_overhead_mib)
+	    << 20;
 	bool ok = true;
 	int n = 0;
 
@@ -246,11 +254,9 @@ moat_fc_jail_argv(const struct moat_fc_jail_config *cfg,
 	ok = ok && argv_push(argv, &n, strdup("--exec-file"));
 	ok = ok && argv_push(argv, &n, strdup(firecracker));
 	ok = ok && argv_push(argv, &n, strdup("--uid"));
-	ok = ok && argv_push(argv, &n, moat_asprintf("%u",
-	    (unsigned)j->uid));
+	ok = ok && argv_push(argv, &n, moat_asprintf("%u", (unsigned)j->uid));
 	ok = ok && argv_push(argv, &n, strdup("--gid"));
-	ok = ok && argv_push(argv, &n, moat_asprintf("%u",
-	    (unsigned)j->gid));
+	ok = ok && argv_push(argv, &n, moat_asprintf("%u", (unsigned)j->gid));
 	ok = ok && argv_push(argv, &n, strdup("--chroot-base-dir"));
 	ok = ok && argv_push(argv, &n, strdup(cfg->chroot_base));
 	ok = ok && argv_push(argv, &n, strdup("--cgroup-version"));
@@ -258,12 +264,15 @@ moat_fc_jail_argv(const struct moat_fc_jail_config *cfg,
 	ok = ok && argv_push(argv, &n, strdup("--parent-cgroup"));
 	ok = ok && argv_push(argv, &n, strdup(cfg->parent_cgroup));
 	ok = ok && argv_push(argv, &n, strdup("--cgroup"));
-	ok = ok && argv_push(argv, &n, moat_asprintf("memory.max=%llu",
-	    (unsigned long long)mem_max));
+	ok = ok &&
+	    argv_push(argv, &n,
+	        moat_asprintf("memory.max=%llu", (unsigned long long)mem_max));
 	ok = ok && argv_push(argv, &n, strdup("--cgroup"));
-	ok = ok && argv_push(argv, &n, moat_asprintf("cpu.max=%llu %u",
-	    (unsigned long long)vcpus * JAIL_CPU_PERIOD_US,
-	    JAIL_CPU_PERIOD_US));
+	ok = ok &&
+	    argv_push(argv, &n,
+	        moat_asprintf("cpu.max=%llu %u",
+	            (unsigned long long)vcpus * JAIL_CPU_PERIOD_US,
+	            JAIL_CPU_PERIOD_US));
 	if (cfg->netns != NULL && cfg->netns[0] != '\0') {
 		ok = ok && argv_push(argv, &n, strdup("--netns"));
 		ok = ok && argv_push(argv, &n, strdup(cfg->netns));

@@ -18,25 +18,25 @@
 /* The jailer's settings; strings borrowed for the life of the jail
  * calls (firecracker.c keeps them in its configuration). */
 struct moat_fc_jail_config {
-	const char *jailer;        /* jailer binary */
-	const char *chroot_base;   /* --chroot-base-dir ("/srv/jailer") */
-	const char *cgroup_root;   /* cgroup v2 mount ("/sys/fs/cgroup") */
-	const char *parent_cgroup; /* --parent-cgroup ("moat") */
-	uint32_t uid_base;         /* uid = gid = uid_base + slot */
-	uint32_t id_count;         /* slots in the range */
-	const char *netns;         /* --netns path, or NULL */
-	bool new_pid_ns;           /* --new-pid-ns */
+	const char *jailer;           /* jailer binary */
+	const char *chroot_base;      /* --chroot-base-dir ("/srv/jailer") */
+	const char *cgroup_root;      /* cgroup v2 mount ("/sys/fs/cgroup") */
+	const char *parent_cgroup;    /* --parent-cgroup ("moat") */
+	uint32_t uid_base;            /* uid = gid = uid_base + slot */
+	uint32_t id_count;            /* slots in the range */
+	const char *netns;            /* --netns path, or NULL */
+	bool new_pid_ns;              /* --new-pid-ns */
 	uint32_t memory_overhead_mib; /* memory.max = guest + this */
 };
 
 /* One sandbox's jail. Strings are heap, owned, freed by
  * moat_fc_jail_fini. */
 struct moat_fc_jail {
-	char *id;                  /* sandbox id, the jailer's --id */
-	char *dir;                 /* <base>/<exec name>/<id> */
-	char *root;                /* dir + "/root": the VM's "/" */
-	char *cgroup;              /* <cgroup_root>/<parent>/<id> */
-	char *pid_file;            /* root + "/<exec name>.pid" */
+	char *id;       /* sandbox id, the jailer's --id */
+	char *dir;      /* <base>/<exec name>/<id> */
+	char *root;     /* dir + "/root": the VM's "/" */
+	char *cgroup;   /* <cgroup_root>/<parent>/<id> */
+	char *pid_file; /* root + "/<exec name>.pid" */
 	uid_t uid;
 	gid_t gid;
 };
@@ -49,8 +49,7 @@ struct moat_fc_jail {
  * range. On failure *j is finied. */
 int moat_fc_jail_init(const struct moat_fc_jail_config *cfg,
     const char *firecracker, const char *id, uint32_t slot,
-    struct moat_fc_jail *j, char **errmsg)
-    __attribute__((warn_unused_result));
+    struct moat_fc_jail *j, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_fc_jail_prepare: makes the chroot folder (owned by the jail's
  * uid/gid, mode 0750) and the parent cgroup with the cpu and memory
