@@ -244,18 +244,240 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 	return MOAT_OK;
 }
 
+/* One fetch in progress: what vmd_snapshot_fetch's steps share. root,
+ * tmp, link and ram are heap (ram once the RAM is linked, so a failure
+ * can remove it); info is borrowed from the caller. */
+struct fetch {
+	struct vmd *vmd;
+	struct moat_rpc_call *call;
+	const char *id;
+	const char *snapd_tenant;
+	const Moat__V1__SnapshotInfo *info;
+	char *root, *tmp, *link, *ram;
+	bool have[VMD_SNAP_N_ARTIFACTS];
+	uint64_t n_local, n_remote;
+};
+
+/* Asks moat-snapd for snapshot f->id with its chunk ids. On MOAT_OK
+ * *info is set (free with protobuf_c_message_free_unpacked); otherwise
+ * the error has been replied on f->call. */
+static int
+fetch_describe(struct fetch *f, Moat__V1__SnapshotInfo **info)
+{
+	Moat__V1__GetSnapshotRequest req =
+	    MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
+	struct vmd *vmd = f->vmd;
+	ProtobufCMessage *reply = NULL;
+	char *err = NULL;
+	int rv;
+
+	*info = NULL;
+	if ((rv = vmd_snapd_ping(vmd, &err)) != MOAT_OK) {
+		rv = moat_rpc_error(f->call, MOAT_UNAVAILABLE,
+		    "snapshot %s is "
+		    "not on node %s and moat-snapd %s does not answer (%s): "
+		    "start it, or restore on the node that took the snapshot",
+		    f->id, vmd->cfg.node_id, vmd->cfg.snapd_url,
+		    err ? err : "?");
+		goto out;
+	}
+	free(err);
+	err = NULL;
+	req.tenant = (char *)f->snapd_tenant;
+	req.id = (char *)f->id;
+	req.with_chunks = true;
+	if ((rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE, "GetSnapshot",
+	         &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
+	         &err)) != MOAT_OK) {
+		if (rv == MOAT_NOT_FOUND)
+			rv = moat_rpc_error(f->call, MOAT_NOT_FOUND,
+			    "snapshot %s "
+			    "not found on node %s nor in moat-snapd: %s",
+			    f->id, vmd->cfg.node_id, err ? err : "?");
+		else
+			rv = moat_rpc_error(f->call, rv,
+			    "snapshot %s is not on "
+			    "node %s and moat-snapd %s failed to describe it: "
+			    "%s",
+			    f->id, vmd->cfg.node_id, vmd->cfg.snapd_url,
+			    err ? err : "?");
+		goto out;
+	}
+	*info = (Moat__V1__SnapshotInfo *)reply;
+	if (strcmp((*info)->vmm, vmd->vmm->name) != 0) {
+		rv = moat_rpc_error(f->call, MOAT_FAILED_PRECONDITION,
+		    "snapshot "
+		    "%s was taken by the %s driver; node %s runs %s: restore "
+		    "it on a %s node",
+		    f->id, (*info)->vmm, vmd->cfg.node_id, vmd->vmm->name,
+		    (*info)->vmm);
+		*info = NULL;
+		goto out;
+	}
+	reply = NULL;
+out:
+	if (reply != NULL)
+		protobuf_c_message_free_unpacked(reply, NULL);
+	free(err);
+	return rv;
+}
+
+/* Creates f->tmp (and the snapshots root) for snapshot directory `dir`,
+ * after removing one a crash left. Errors are replied on f->call. */
+static int
+fetch_make_tmp(struct fetch *f, const char *dir)
+{
+	int e;
+
+	f->root = moat_asprintf("%s/snapshots", f->vmd->cfg.state_dir);
+	f->tmp = moat_asprintf("%s.tmp", dir);
+	f->link =
+	    f->tmp ? moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, f->tmp) : NULL;
+	if (!f->root || !f->tmp || !f->link)
+		return moat_rpc_error(f->call, MOAT_INTERNAL, "out of memory");
+	/* A .tmp left by a crash: fetches here are serialised (fetch_mu)
+	 * and the state directory is this process's (vmd.lock). */
+	(void)moat_rm_rf(f->tmp);
+	if ((e = moat_mkdir_p(f->root, 0700)) != 0 ||
+	    mkdir(f->tmp, 0700) != 0) {
+		e = e ? e : errno;
+		return moat_rpc_error(f->call, moat_status_from_errno(e),
+		    "cannot "
+		    "create snapshot directory %s: %s",
+		    f->tmp, strerror(e));
+	}
+	return MOAT_OK;
+}
+
+/* The bytes of RAM-dir space the snapshot's RAM needs: its non-zero
+ * chunks (zero ones stay holes in the sparse file). */
+static uint64_t
+fetch_ram_bytes(const Moat__V1__SnapshotInfo *info)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < info->n_artifacts; i++) {
+		const Moat__V1__SnapArtifact *a = info->artifacts[i];
+		size_t n = a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
+
+		if (strcmp(a->name, "ram") != 0)
+			continue;
+		for (size_t c = 0; c < n; c++)
+			if (!moat_chunk_id_is_zero((const struct moat_chunk_id
+			            *)(a->chunk_ids.data +
+			        c * MOAT_CHUNK_ID_LEN)))
+				bytes += a->chunk_size;
+	}
+	return bytes;
+}
+
+/* Pulls artifact `a` (slot k of vmd_snap_artifacts) to `target`, seeded
+ * from the parent snapshot's copy when this node holds it. */
+static int
+fetch_pull(struct fetch *f, const Moat__V1__SnapArtifact *a, size_t k,
+    const char *target, char **errmsg)
+{
+	struct seed sd;
+	char *seed_path = f->info->parent_id[0] ?
+	    moat_asprintf("%s/%s/%s", f->root, f->info->parent_id,
+	        vmd_snap_artifacts[k].file) :
+	    NULL;
+	bool seeded =
+	    seed_path != NULL && seed_load(&sd, seed_path, a->chunk_size);
+	int rv;
+
+	rv = pull_seeded(f->vmd, f->snapd_tenant, f->id, a, target,
+	    seeded ? &sd : NULL, &f->n_local, &f->n_remote, errmsg);
+	if (seeded)
+		seed_free(&sd);
+	free(seed_path);
+	return rv;
+}
+
+/* Fetches artifact `a` into its place (the RAM into the RAM dir, linked
+ * from f->link) and marks it in f->have. Errors are replied on f->call;
+ * the caller removes f->tmp and f->ram. */
+static int
+fetch_artifact(struct fetch *f, const Moat__V1__SnapArtifact *a)
+{
+	char *target = fetch_target(a->name, f->tmp, f->id);
+	char *err = NULL;
+	size_t k;
+	int rv, e;
+
+	for (k = 0; k < VMD_SNAP_N_ARTIFACTS; k++)
+		if (strcmp(a->name, vmd_snap_artifacts[k].name) == 0)
+			break;
+	if (target == NULL || k == VMD_SNAP_N_ARTIFACTS || f->have[k]) {
+		free(target);
+		return moat_rpc_error(f->call, MOAT_FAILED_PRECONDITION,
+		    "snapshot %s in moat-snapd has an artifact \"%s\" "
+		    "a vmd snapshot does not have (or twice): it was "
+		    "not made by vmd and cannot be restored",
+		    f->id, a->name);
+	}
+	if (k == 0) {
+		f->ram = target;
+		if (symlink(f->ram, f->link) != 0) {
+			e = errno;
+			return moat_rpc_error(f->call,
+			    moat_status_from_errno(e),
+			    "cannot link "
+			    "%s: %s",
+			    f->link, strerror(e));
+		}
+	}
+	rv = fetch_pull(f, a, k, target, &err);
+	if (k != 0)
+		free(target);
+	if (rv == MOAT_DATA_LOSS)
+		rv = moat_rpc_error(f->call, MOAT_DATA_LOSS,
+		    "snapshot %s "
+		    "is corrupt in moat-snapd (its %s): %s; it was "
+		    "not "
+		    "restored",
+		    f->id, a->name, err ? err : "?");
+	else if (rv != MOAT_OK)
+		rv = moat_rpc_error(f->call, rv,
+		    "cannot pull the %s of "
+		    "snapshot %s from moat-snapd %s: %s",
+		    a->name, f->id, f->vmd->cfg.snapd_url, err ? err : "?");
+	else
+		f->have[k] = true;
+	free(err);
+	return rv;
+}
+
+/* Fetches every artifact of f->info, then checks none is missing. */
+static int
+fetch_artifacts(struct fetch *f)
+{
+	int rv;
+
+	for (size_t i = 0; i < f->info->n_artifacts; i++)
+		if ((rv = fetch_artifact(f, f->info->artifacts[i])) != MOAT_OK)
+			return rv;
+	for (size_t k = 0; k < VMD_SNAP_N_ARTIFACTS; k++)
+		if (!f->have[k])
+			return moat_rpc_error(f->call,
+			    MOAT_FAILED_PRECONDITION,
+			    "snapshot %s in moat-snapd lacks its %s: it "
+			    "cannot "
+			    "be restored",
+			    f->id, vmd_snap_artifacts[k].name);
+	return MOAT_OK;
+}
+
 int
 vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
     const char *tenant, const char *dir)
 {
-	Moat__V1__GetSnapshotRequest req =
-	    MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
+	struct fetch f = { .vmd = vmd,
+		.call = call,
+		.id = id,
+		.snapd_tenant = vmd_snapd_tenant(tenant) };
 	Moat__V1__SnapshotInfo *info = NULL;
-	ProtobufCMessage *reply = NULL;
-	char *tmp = NULL, *err = NULL, *ram = NULL, *link = NULL;
-	char *root = NULL;
-	bool have[VMD_SNAP_N_ARTIFACTS] = { false };
-	uint64_t n_local = 0, n_remote = 0;
+	char *err = NULL;
 	struct stat st;
 	uint64_t t0 = moat_rpc_now_ms();
 	uint64_t admitted = 0;
@@ -273,194 +495,56 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 		rv = MOAT_OK;
 		goto out;
 	}
-	if ((rv = vmd_snapd_ping(vmd, &err)) != MOAT_OK) {
-		rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
-		    "snapshot %s is "
-		    "not on node %s and moat-snapd %s does not answer (%s): "
-		    "start it, or restore on the node that took the snapshot",
-		    id, vmd->cfg.node_id, vmd->cfg.snapd_url, err ? err : "?");
+	if ((rv = fetch_describe(&f, &info)) != MOAT_OK)
 		goto out;
-	}
-	free(err);
-	err = NULL;
-	req.tenant = (char *)vmd_snapd_tenant(tenant);
-	req.id = (char *)id;
-	req.with_chunks = true;
-	if ((rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE, "GetSnapshot",
-	         &req.base, &moat__v1__snapshot_info__descriptor, &reply, NULL,
-	         &err)) != MOAT_OK) {
-		if (rv == MOAT_NOT_FOUND)
-			rv = moat_rpc_error(call, MOAT_NOT_FOUND,
-			    "snapshot %s "
-			    "not found on node %s nor in moat-snapd: %s",
-			    id, vmd->cfg.node_id, err ? err : "?");
-		else
-			rv = moat_rpc_error(call, rv,
-			    "snapshot %s is not on "
-			    "node %s and moat-snapd %s failed to describe it: "
-			    "%s",
-			    id, vmd->cfg.node_id, vmd->cfg.snapd_url,
-			    err ? err : "?");
+	f.info = info;
+	if ((rv = fetch_make_tmp(&f, dir)) != MOAT_OK)
 		goto out;
-	}
-	info = (Moat__V1__SnapshotInfo *)reply;
-	if (strcmp(info->vmm, vmd->vmm->name) != 0) {
-		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
-		    "snapshot "
-		    "%s was taken by the %s driver; node %s runs %s: restore "
-		    "it on a %s node",
-		    id, info->vmm, vmd->cfg.node_id, vmd->vmm->name,
-		    info->vmm);
-		goto out;
-	}
-	root = moat_asprintf("%s/snapshots", vmd->cfg.state_dir);
-	tmp = moat_asprintf("%s.tmp", dir);
-	link = tmp ? moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, tmp) : NULL;
-	if (!root || !tmp || !link) {
-		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
-		goto out;
-	}
-	/* A .tmp left by a crash: fetches here are serialised (fetch_mu)
-	 * and the state directory is this process's (vmd.lock). */
-	(void)moat_rm_rf(tmp);
-	if ((e = moat_mkdir_p(root, 0700)) != 0 || mkdir(tmp, 0700) != 0) {
-		e = e ? e : errno;
-		rv = moat_rpc_error(call, moat_status_from_errno(e),
-		    "cannot "
-		    "create snapshot directory %s: %s",
-		    tmp, strerror(e));
-		goto out;
-	}
 	/* Its RAM lands in the RAM dir: make room as a create would. */
-	for (size_t i = 0; i < info->n_artifacts; i++) {
-		const Moat__V1__SnapArtifact *a = info->artifacts[i];
-		size_t n = a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
-
-		if (strcmp(a->name, "ram") != 0)
-			continue;
-		for (size_t c = 0; c < n; c++)
-			if (!moat_chunk_id_is_zero((const struct moat_chunk_id
-			            *)(a->chunk_ids.data +
-			        c * MOAT_CHUNK_ID_LEN)))
-				admitted += a->chunk_size;
-	}
+	admitted = fetch_ram_bytes(info);
 	if ((rv = vmd_ram_admit(vmd, call, admitted,
 	         "a pulled snapshot's "
 	         "RAM")) != MOAT_OK) {
 		admitted = 0;
 		goto out_rm;
 	}
-	for (size_t i = 0; i < info->n_artifacts; i++) {
-		const Moat__V1__SnapArtifact *a = info->artifacts[i];
-		char *target = fetch_target(a->name, tmp, id);
-		size_t k;
-
-		for (k = 0; k < VMD_SNAP_N_ARTIFACTS; k++)
-			if (strcmp(a->name, vmd_snap_artifacts[k].name) == 0)
-				break;
-		if (target == NULL || k == VMD_SNAP_N_ARTIFACTS || have[k]) {
-			free(target);
-			rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
-			    "snapshot %s in moat-snapd has an artifact \"%s\" "
-			    "a vmd snapshot does not have (or twice): it was "
-			    "not made by vmd and cannot be restored",
-			    id, a->name);
-			goto out_rm;
-		}
-		if (k == 0) {
-			ram = target;
-			if (symlink(ram, link) != 0) {
-				e = errno;
-				rv = moat_rpc_error(call,
-				    moat_status_from_errno(e),
-				    "cannot link "
-				    "%s: %s",
-				    link, strerror(e));
-				goto out_rm;
-			}
-		}
-		{
-			/* The parent, when this node holds it, seeds it. */
-			struct seed sd;
-			char *seed_path = info->parent_id[0] ?
-			    moat_asprintf("%s/%s/%s", root, info->parent_id,
-			        vmd_snap_artifacts[k].file) :
-			    NULL;
-			bool seeded = seed_path != NULL &&
-			    seed_load(&sd, seed_path, a->chunk_size);
-
-			rv = pull_seeded(vmd, req.tenant, id, a, target,
-			    seeded ? &sd : NULL, &n_local, &n_remote, &err);
-			if (seeded)
-				seed_free(&sd);
-			free(seed_path);
-		}
-		if (k != 0)
-			free(target);
-		if (rv == MOAT_DATA_LOSS) {
-			rv = moat_rpc_error(call, MOAT_DATA_LOSS,
-			    "snapshot %s "
-			    "is corrupt in moat-snapd (its %s): %s; it was "
-			    "not "
-			    "restored",
-			    id, a->name, err ? err : "?");
-			goto out_rm;
-		}
-		if (rv != MOAT_OK) {
-			rv = moat_rpc_error(call, rv,
-			    "cannot pull the %s of "
-			    "snapshot %s from moat-snapd %s: %s",
-			    a->name, id, vmd->cfg.snapd_url, err ? err : "?");
-			goto out_rm;
-		}
-		free(err);
-		err = NULL;
-		have[k] = true;
-	}
-	for (size_t k = 0; k < VMD_SNAP_N_ARTIFACTS; k++)
-		if (!have[k]) {
-			rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
-			    "snapshot %s in moat-snapd lacks its %s: it "
-			    "cannot "
-			    "be restored",
-			    id, vmd_snap_artifacts[k].name);
-			goto out_rm;
-		}
-	if ((rv = fetch_write_meta(info, tmp, dir, &err)) != MOAT_OK) {
+	if ((rv = fetch_artifacts(&f)) != MOAT_OK)
+		goto out_rm;
+	if ((rv = fetch_write_meta(info, f.tmp, dir, &err)) != MOAT_OK) {
 		rv = moat_rpc_error(call, rv, "snapshot %s: %s", id,
 		    err ? err : "?");
 		goto out_rm;
 	}
-	if (rename(tmp, dir) != 0) {
+	if (rename(f.tmp, dir) != 0) {
 		e = errno;
 		rv = moat_rpc_error(call, moat_status_from_errno(e),
 		    "cannot "
 		    "rename %s to %s: %s",
-		    tmp, dir, strerror(e));
+		    f.tmp, dir, strerror(e));
 		goto out_rm;
 	}
 	moat_info(call->request_id,
 	    "snapshot %s: pulled from moat-snapd in "
 	    "%" PRIu64 " ms (%" PRIu64 " B logical): %" PRIu64 " chunks "
 	    "pulled, %" PRIu64 " copied from parent %s here",
-	    id, moat_rpc_now_ms() - t0, info->logical_bytes, n_remote, n_local,
-	    info->parent_id[0] ? info->parent_id : "(none)");
+	    id, moat_rpc_now_ms() - t0, info->logical_bytes, f.n_remote,
+	    f.n_local, info->parent_id[0] ? info->parent_id : "(none)");
 	rv = MOAT_OK;
 	goto out;
 out_rm:
-	if (ram != NULL && unlink(ram) != 0 && errno != ENOENT)
-		moat_warn(call->request_id, "cannot remove %s: %s", ram,
+	if (f.ram != NULL && unlink(f.ram) != 0 && errno != ENOENT)
+		moat_warn(call->request_id, "cannot remove %s: %s", f.ram,
 		    strerror(errno));
-	(void)moat_rm_rf(tmp);
+	(void)moat_rm_rf(f.tmp);
 out:
 	vmd_ram_admit_done(vmd, admitted);
 	pthread_mutex_unlock(&vmd->fetch_mu);
-	if (reply != NULL)
-		protobuf_c_message_free_unpacked(reply, NULL);
-	free(ram);
-	free(link);
-	free(tmp);
-	free(root);
+	if (info != NULL)
+		protobuf_c_message_free_unpacked(&info->base, NULL);
+	free(f.ram);
+	free(f.link);
+	free(f.tmp);
+	free(f.root);
 	free(err);
 	return rv;
 }
