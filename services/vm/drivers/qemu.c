@@ -275,6 +275,159 @@ qemu_release(struct moat_vmm *vm)
 	vm->pid = 0;
 }
 
+/* Refuses paths QEMU's option syntax or a Unix socket cannot take, with
+ * a message saying what to move. */
+static int
+qemu_check_paths(const struct moat_vmm_spec *spec, const char *snap_dir,
+    const struct moat_vmm *vm, char **errmsg)
+{
+	if (!path_ok(spec->dir) || !path_ok(spec->kernel) ||
+	    !path_ok(spec->initrd) || !path_ok(spec->rootfs) ||
+	    !path_ok(spec->scratch_disk) ||
+	    (snap_dir != NULL && !path_ok(snap_dir))) {
+		*errmsg = moat_asprintf(
+		    "a path for sandbox %s has a comma in "
+		    "it, which QEMU cannot take: move the state or image "
+		    "directory",
+		    spec->sandbox_id);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if (strlen(vm->agent_socket) >=
+	    sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		*errmsg =
+		    moat_asprintf("socket path %s is too long for a Unix "
+		                  "socket: use a shorter state directory",
+		        vm->agent_socket);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	return MOAT_OK;
+}
+
+/* Gives a restored VM its own RAM file vm->ram_file: a template spare
+ * when one is ready, else a copy of `snap_ram` started in the
+ * background. A boot (snap_dir NULL) only removes a stale one. */
+static int
+qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
+    const char *snap_ram, struct moat_vmm *vm, char **errmsg)
+{
+	/* A RAM file left by an earlier boot attempt must not be reused. */
+	(void)unlink(vm->ram_file);
+	if (snap_dir != NULL && spec->ram_ready != NULL &&
+	    rename(spec->ram_ready, vm->ram_file) == 0) {
+		/* A template spare: already a complete copy, now ours. */
+		moat_debug(0, "restore: RAM %s taken as %s", spec->ram_ready,
+		    vm->ram_file);
+	} else if (snap_dir != NULL) {
+		/* The clone's own RAM: a copy of the snapshot's allocated
+		 * extents (holes stay holes), mapped shared like a booted
+		 * VM's, so a clone snapshots like any sandbox. It is made
+		 * while QEMU starts; resume waits for it. */
+		int err = ram_copy_start(snap_ram, vm->ram_file,
+		    (struct qemu_ram_copy **)&vm->driver_data);
+
+		if (err != 0) {
+			*errmsg = moat_asprintf("cannot copy the snapshot's "
+			                        "RAM %s to %s: %s",
+			    snap_ram, vm->ram_file, strerror(err));
+			return moat_status_from_errno(err);
+		}
+	}
+	return MOAT_OK;
+}
+
+/* Adds the machine, CPU, memory, console and kernel arguments. */
+static void
+qemu_argv_machine(struct qemu_argv *a, const char *binary,
+    const struct moat_vmm_spec *spec, const struct moat_vmm *vm, bool kvm)
+{
+	char *tcg_cmdline;
+
+	argv_add(a, strdup(binary));
+	argv_add(a, strdup("-M"));
+	argv_add(a,
+	    strdup("microvm,x-option-roms=off,rtc=on,"
+	           "memory-backend=ram"));
+	argv_add(a, strdup("-accel"));
+	argv_add(a, strdup(kvm ? "kvm" : "tcg"));
+	argv_add(a, strdup("-cpu"));
+	argv_add(a, strdup(kvm ? "host" : "max"));
+	argv_add(a, strdup("-smp"));
+	argv_add(a, moat_asprintf("%u", spec->vcpus));
+	argv_add(a, strdup("-m"));
+	argv_add(a, moat_asprintf("%u", spec->memory_mib));
+	argv_add(a, strdup("-object"));
+	argv_add(a,
+	    moat_asprintf("memory-backend-file,id=ram,size=%uM,"
+	                  "mem-path=%s,share=on",
+	        spec->memory_mib, vm->ram_file));
+	argv_add(a, strdup("-no-reboot"));
+	argv_add(a, strdup("-nodefaults"));
+	argv_add(a, strdup("-no-user-config"));
+	argv_add(a, strdup("-display"));
+	argv_add(a, strdup("none"));
+	argv_add(a, strdup("-serial"));
+	argv_add(a, moat_asprintf("file:%s", vm->console_log));
+	argv_add(a, strdup("-kernel"));
+	argv_add(a, strdup(spec->kernel));
+	argv_add(a, strdup("-initrd"));
+	argv_add(a, strdup(spec->initrd));
+	argv_add(a, strdup("-append"));
+	if (!kvm && qemu_host_tsc_khz > 0)
+		tcg_cmdline =
+		    moat_asprintf(" tsc_early_khz=%u " QEMU_TCG_CMDLINE,
+		        qemu_host_tsc_khz);
+	else
+		tcg_cmdline = strdup(kvm ? "" : " " QEMU_TCG_CMDLINE);
+	argv_add(a,
+	    moat_asprintf("%s%s%s%s", QEMU_CMDLINE,
+	        tcg_cmdline ? tcg_cmdline : "", spec->extra_cmdline ? " " : "",
+	        spec->extra_cmdline ? spec->extra_cmdline : ""));
+	free(tcg_cmdline);
+}
+
+/* Adds the disks, the agent's serial port, QMP, the pidfile and, for a
+ * restore, the paused incoming migration. */
+static void
+qemu_argv_devices(struct qemu_argv *a, const struct moat_vmm_spec *spec,
+    const char *snap_dir, const struct moat_vmm *vm, const char *qmp,
+    const char *pidfile)
+{
+	argv_add(a, strdup("-drive"));
+	argv_add(a,
+	    moat_asprintf("id=root,file=%s,format=raw,if=none,"
+	                  "readonly=on",
+	        spec->rootfs));
+	argv_add(a, strdup("-device"));
+	argv_add(a, strdup("virtio-blk-device,drive=root"));
+	argv_add(a, strdup("-drive"));
+	argv_add(a,
+	    moat_asprintf("id=scratch,file=%s,format=raw,if=none",
+	        spec->scratch_disk));
+	argv_add(a, strdup("-device"));
+	argv_add(a, strdup("virtio-blk-device,drive=scratch"));
+	argv_add(a, strdup("-device"));
+	argv_add(a, strdup("virtio-serial-device"));
+	argv_add(a, strdup("-chardev"));
+	argv_add(a,
+	    moat_asprintf("socket,id=agent,path=%s,server=on,"
+	                  "wait=off",
+	        vm->agent_socket));
+	argv_add(a, strdup("-device"));
+	argv_add(a,
+	    strdup("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT));
+	argv_add(a, strdup("-qmp"));
+	argv_add(a, moat_asprintf("unix:%s,server=on,wait=off", qmp));
+	argv_add(a, strdup("-pidfile"));
+	argv_add(a, strdup(pidfile));
+	if (snap_dir != NULL) {
+		/* Paused, the device state loaded by resume (x-ignore-shared
+		 * must be set before the stream is read, so not at once). */
+		argv_add(a, strdup("-S"));
+		argv_add(a, strdup("-incoming"));
+		argv_add(a, strdup("defer"));
+	}
+}
+
 /* Starts a VMM for `spec`: booting when `snap_dir` is NULL, else paused
  * and waiting for the device state of the snapshot in snap_dir (with a
  * sparse copy of its RAM file as the VM's own). See start and restore in
@@ -288,7 +441,6 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	bool kvm = strcmp(spec->accel, "kvm") == 0;
 	char *qmp = NULL;
 	char *pidfile = NULL;
-	char *tcg_cmdline = NULL;
 	char *snap_ram = NULL;
 	int rv;
 
@@ -314,128 +466,15 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 		rv = MOAT_INTERNAL;
 		goto fail;
 	}
-	if (!path_ok(spec->dir) || !path_ok(spec->kernel) ||
-	    !path_ok(spec->initrd) || !path_ok(spec->rootfs) ||
-	    !path_ok(spec->scratch_disk) ||
-	    (snap_dir != NULL && !path_ok(snap_dir))) {
-		*errmsg = moat_asprintf(
-		    "a path for sandbox %s has a comma in "
-		    "it, which QEMU cannot take: move the state or image "
-		    "directory",
-		    spec->sandbox_id);
-		rv = MOAT_FAILED_PRECONDITION;
+	if ((rv = qemu_check_paths(spec, snap_dir, vm, errmsg)) != MOAT_OK ||
+	    (rv = qemu_prepare_ram(spec, snap_dir, snap_ram, vm, errmsg)) !=
+	        MOAT_OK)
 		goto fail;
-	}
-	if (strlen(vm->agent_socket) >=
-	    sizeof(((struct sockaddr_un *)0)->sun_path)) {
-		*errmsg =
-		    moat_asprintf("socket path %s is too long for a Unix "
-		                  "socket: use a shorter state directory",
-		        vm->agent_socket);
-		rv = MOAT_FAILED_PRECONDITION;
-		goto fail;
-	}
-	/* A RAM file left by an earlier boot attempt must not be reused. */
-	(void)unlink(vm->ram_file);
-	if (snap_dir != NULL && spec->ram_ready != NULL &&
-	    rename(spec->ram_ready, vm->ram_file) == 0) {
-		/* A template spare: already a complete copy, now ours. */
-		moat_debug(0, "restore: RAM %s taken as %s", spec->ram_ready,
-		    vm->ram_file);
-	} else if (snap_dir != NULL) {
-		/* The clone's own RAM: a copy of the snapshot's allocated
-		 * extents (holes stay holes), mapped shared like a booted
-		 * VM's, so a clone snapshots like any sandbox. It is made
-		 * while QEMU starts; resume waits for it. */
-		int err = ram_copy_start(snap_ram, vm->ram_file,
-		    (struct qemu_ram_copy **)&vm->driver_data);
-
-		if (err != 0) {
-			*errmsg = moat_asprintf("cannot copy the snapshot's "
-			                        "RAM %s to %s: %s",
-			    snap_ram, vm->ram_file, strerror(err));
-			rv = moat_status_from_errno(err);
-			goto fail;
-		}
-	}
 	(void)unlink(vm->agent_socket);
 	(void)unlink(qmp);
 
-	argv_add(&a, strdup(binary));
-	argv_add(&a, strdup("-M"));
-	argv_add(&a,
-	    strdup("microvm,x-option-roms=off,rtc=on,"
-	           "memory-backend=ram"));
-	argv_add(&a, strdup("-accel"));
-	argv_add(&a, strdup(kvm ? "kvm" : "tcg"));
-	argv_add(&a, strdup("-cpu"));
-	argv_add(&a, strdup(kvm ? "host" : "max"));
-	argv_add(&a, strdup("-smp"));
-	argv_add(&a, moat_asprintf("%u", spec->vcpus));
-	argv_add(&a, strdup("-m"));
-	argv_add(&a, moat_asprintf("%u", spec->memory_mib));
-	argv_add(&a, strdup("-object"));
-	argv_add(&a,
-	    moat_asprintf("memory-backend-file,id=ram,size=%uM,"
-	                  "mem-path=%s,share=on",
-	        spec->memory_mib, vm->ram_file));
-	argv_add(&a, strdup("-no-reboot"));
-	argv_add(&a, strdup("-nodefaults"));
-	argv_add(&a, strdup("-no-user-config"));
-	argv_add(&a, strdup("-display"));
-	argv_add(&a, strdup("none"));
-	argv_add(&a, strdup("-serial"));
-	argv_add(&a, moat_asprintf("file:%s", vm->console_log));
-	argv_add(&a, strdup("-kernel"));
-	argv_add(&a, strdup(spec->kernel));
-	argv_add(&a, strdup("-initrd"));
-	argv_add(&a, strdup(spec->initrd));
-	argv_add(&a, strdup("-append"));
-	if (!kvm && qemu_host_tsc_khz > 0)
-		tcg_cmdline =
-		    moat_asprintf(" tsc_early_khz=%u " QEMU_TCG_CMDLINE,
-		        qemu_host_tsc_khz);
-	else
-		tcg_cmdline = strdup(kvm ? "" : " " QEMU_TCG_CMDLINE);
-	argv_add(&a,
-	    moat_asprintf("%s%s%s%s", QEMU_CMDLINE,
-	        tcg_cmdline ? tcg_cmdline : "", spec->extra_cmdline ? " " : "",
-	        spec->extra_cmdline ? spec->extra_cmdline : ""));
-	free(tcg_cmdline);
-	argv_add(&a, strdup("-drive"));
-	argv_add(&a,
-	    moat_asprintf("id=root,file=%s,format=raw,if=none,"
-	                  "readonly=on",
-	        spec->rootfs));
-	argv_add(&a, strdup("-device"));
-	argv_add(&a, strdup("virtio-blk-device,drive=root"));
-	argv_add(&a, strdup("-drive"));
-	argv_add(&a,
-	    moat_asprintf("id=scratch,file=%s,format=raw,if=none",
-	        spec->scratch_disk));
-	argv_add(&a, strdup("-device"));
-	argv_add(&a, strdup("virtio-blk-device,drive=scratch"));
-	argv_add(&a, strdup("-device"));
-	argv_add(&a, strdup("virtio-serial-device"));
-	argv_add(&a, strdup("-chardev"));
-	argv_add(&a,
-	    moat_asprintf("socket,id=agent,path=%s,server=on,"
-	                  "wait=off",
-	        vm->agent_socket));
-	argv_add(&a, strdup("-device"));
-	argv_add(&a,
-	    strdup("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT));
-	argv_add(&a, strdup("-qmp"));
-	argv_add(&a, moat_asprintf("unix:%s,server=on,wait=off", qmp));
-	argv_add(&a, strdup("-pidfile"));
-	argv_add(&a, strdup(pidfile));
-	if (snap_dir != NULL) {
-		/* Paused, the device state loaded by resume (x-ignore-shared
-		 * must be set before the stream is read, so not at once). */
-		argv_add(&a, strdup("-S"));
-		argv_add(&a, strdup("-incoming"));
-		argv_add(&a, strdup("defer"));
-	}
+	qemu_argv_machine(&a, binary, spec, vm, kvm);
+	qemu_argv_devices(&a, spec, snap_dir, vm, qmp, pidfile);
 	if (a.oom) {
 		*errmsg = strdup("out of memory building the qemu command");
 		rv = MOAT_INTERNAL;
