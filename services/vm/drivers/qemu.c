@@ -637,6 +637,112 @@ file_size(const char *path)
 	return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
+/* Links snap_dir's RAM name to `ram_copy`, opens QMP on `q` and hands
+ * QEMU a new device-state file `state` to migrate into. */
+static int
+qemu_snapshot_prepare(const struct moat_vmm *vm, struct qmp *q,
+    const char *state, const char *ram, const char *ram_copy,
+    uint32_t timeout_ms, char **errmsg)
+{
+	int state_fd, rv, err;
+
+	if (symlink(ram_copy, ram) != 0) {
+		err = errno;
+		*errmsg = moat_asprintf("cannot link %s to %s: %s", ram,
+		    ram_copy, strerror(err));
+		return moat_status_from_errno(err);
+	}
+	if (vm->ram_file == NULL || vm->qmp_socket == NULL) {
+		*errmsg = strdup("this VM has no RAM file of its own to "
+		                 "snapshot");
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if ((state_fd = open(state, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+	         0600)) < 0) {
+		err = errno;
+		*errmsg = moat_asprintf("cannot create %s: %s", state,
+		    strerror(err));
+		return moat_status_from_errno(err);
+	}
+	if ((rv = qmp_open(q, vm->qmp_socket, moat_rpc_now_ms() + timeout_ms,
+	         errmsg)) != MOAT_OK)
+		goto out;
+	/* QEMU writes the device state straight into the file: no shell
+	 * and no cat in the pause. */
+	if ((rv = qmp_set_ignore_shared(q, errmsg)) == MOAT_OK)
+		rv = qmp_pass_fd(q, QEMU_STATE_FD, state_fd, errmsg);
+out:
+	close(state_fd);
+	return rv;
+}
+
+/* With reflinks the RAM is cloned in the pause, and a clone first
+ * writes back the file's dirty pages: write them back now, while
+ * the guest runs, so the pause only meets what it dirties after. */
+static void
+qemu_snapshot_writeback(const struct moat_vmm *vm)
+{
+	if (vmd_ram_dir_reflinks()) {
+		int ram_fd = open(vm->ram_file, O_RDONLY | O_CLOEXEC);
+
+		if (ram_fd >= 0) {
+			(void)fdatasync(ram_fd);
+			close(ram_fd);
+		}
+	}
+}
+
+/* In the pause: copies the guest's RAM to `ram_copy` and its scratch
+ * disk to `disk`; *t_ram is when the RAM copy ended. */
+static int
+qemu_snapshot_copy(const struct moat_vmm *vm, const char *scratch_disk,
+    const char *ram_copy, const char *disk, struct moat_vmm_snapshot_stats *st,
+    double *t_ram, char **errmsg)
+{
+	int err;
+
+	if ((err = vmd_copy_sparse(vm->ram_file, ram_copy, &st->ram_bytes)) !=
+	    0) {
+		*errmsg = moat_asprintf("cannot copy guest RAM %s to %s: %s",
+		    vm->ram_file, ram_copy, strerror(err));
+		return moat_status_from_errno(err);
+	}
+	*t_ram = vmd_now_ms_exact();
+	if ((err = vmd_copy_sparse(scratch_disk, disk, &st->disk_bytes)) !=
+	    0) {
+		*errmsg =
+		    moat_asprintf("cannot copy scratch disk %s to %s: %s",
+		        scratch_disk, disk, strerror(err));
+		return moat_status_from_errno(err);
+	}
+	return MOAT_OK;
+}
+
+/* Ends the pause whatever happened: a failed snapshot must not stop the
+ * sandbox. Returns `rv`, or MOAT_INTERNAL when a good snapshot could not
+ * resume the VM. */
+static int
+qemu_snapshot_cont(struct qmp *q, int rv, char **errmsg)
+{
+	char *cerr = NULL;
+
+	q->deadline_ms = moat_rpc_now_ms() + 5000;
+	if (qmp_run(q, "cont", NULL, NULL, &cerr) != MOAT_OK) {
+		moat_error(0,
+		    "cannot resume the VM after a snapshot: "
+		    "%s",
+		    cerr ? cerr : "?");
+		if (rv == MOAT_OK) {
+			*errmsg = moat_asprintf("the VM did not resume "
+			                        "after the snapshot: %s",
+			    cerr ? cerr : "?");
+			rv = MOAT_INTERNAL;
+		}
+	}
+	free(cerr);
+	return rv;
+}
+
 static int
 qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
     const char *snap_dir, uint32_t timeout_ms,
@@ -649,11 +755,10 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	char *disk = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH, snap_dir);
 	char *ram_copy = snap_ram_path(snap_dir);
 	double t_state = 0, t_ram = 0;
-	int state_fd = -1;
 	json_t *args = NULL;
 	bool stopped = false;
 	double t0 = 0;
-	int rv, err;
+	int rv;
 
 	*errmsg = NULL;
 	memset(st, 0, sizeof(*st));
@@ -662,54 +767,15 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 		rv = MOAT_INTERNAL;
 		goto out;
 	}
-	if (symlink(ram_copy, ram) != 0) {
-		err = errno;
-		*errmsg = moat_asprintf("cannot link %s to %s: %s", ram,
-		    ram_copy, strerror(err));
-		rv = moat_status_from_errno(err);
+	if ((rv = qemu_snapshot_prepare(vm, &q, state, ram, ram_copy,
+	         timeout_ms, errmsg)) != MOAT_OK)
 		goto out;
-	}
-	if (vm->ram_file == NULL || vm->qmp_socket == NULL) {
-		*errmsg = strdup("this VM has no RAM file of its own to "
-		                 "snapshot");
-		rv = MOAT_FAILED_PRECONDITION;
-		goto out;
-	}
-	if ((state_fd = open(state, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-	         0600)) < 0) {
-		err = errno;
-		*errmsg = moat_asprintf("cannot create %s: %s", state,
-		    strerror(err));
-		rv = moat_status_from_errno(err);
-		goto out;
-	}
-	if ((rv = qmp_open(&q, vm->qmp_socket, moat_rpc_now_ms() + timeout_ms,
-	         errmsg)) != MOAT_OK)
-		goto out;
-	/* QEMU writes the device state straight into the file: no shell
-	 * and no cat in the pause. */
-	if ((rv = qmp_set_ignore_shared(&q, errmsg)) != MOAT_OK ||
-	    (rv = qmp_pass_fd(&q, QEMU_STATE_FD, state_fd, errmsg)) != MOAT_OK)
-		goto out;
-	close(state_fd);
-	state_fd = -1;
 	if ((args = json_pack("{s:s}", "uri", "fd:" QEMU_STATE_FD)) == NULL) {
 		*errmsg = strdup("out of memory");
 		rv = MOAT_INTERNAL;
 		goto out;
 	}
-
-	/* With reflinks the RAM is cloned in the pause, and a clone first
-	 * writes back the file's dirty pages: write them back now, while
-	 * the guest runs, so the pause only meets what it dirties after. */
-	if (vmd_ram_dir_reflinks()) {
-		int ram_fd = open(vm->ram_file, O_RDONLY | O_CLOEXEC);
-
-		if (ram_fd >= 0) {
-			(void)fdatasync(ram_fd);
-			close(ram_fd);
-		}
-	}
+	qemu_snapshot_writeback(vm);
 
 	/* The pause: from here to `cont`. stop flushes the block layer, so
 	 * the disk copied below agrees with the RAM copied with it. */
@@ -721,43 +787,11 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	    (rv = qmp_wait_migrated(&q, errmsg)) != MOAT_OK)
 		goto out;
 	t_state = vmd_now_ms_exact();
-	if ((err = vmd_copy_sparse(vm->ram_file, ram_copy, &st->ram_bytes)) !=
-	    0) {
-		*errmsg = moat_asprintf("cannot copy guest RAM %s to %s: %s",
-		    vm->ram_file, ram_copy, strerror(err));
-		rv = moat_status_from_errno(err);
-		goto out;
-	}
-	t_ram = vmd_now_ms_exact();
-	if ((err = vmd_copy_sparse(scratch_disk, disk, &st->disk_bytes)) !=
-	    0) {
-		*errmsg =
-		    moat_asprintf("cannot copy scratch disk %s to %s: %s",
-		        scratch_disk, disk, strerror(err));
-		rv = moat_status_from_errno(err);
-		goto out;
-	}
-	rv = MOAT_OK;
+	rv = qemu_snapshot_copy(vm, scratch_disk, ram_copy, disk, st, &t_ram,
+	    errmsg);
 out:
 	if (stopped) {
-		char *cerr = NULL;
-		/* Resume whatever happened: a failed snapshot must not stop
-		 * the sandbox. */
-		q.deadline_ms = moat_rpc_now_ms() + 5000;
-		if (qmp_run(&q, "cont", NULL, NULL, &cerr) != MOAT_OK) {
-			moat_error(0,
-			    "cannot resume the VM after a snapshot: "
-			    "%s",
-			    cerr ? cerr : "?");
-			if (rv == MOAT_OK) {
-				*errmsg =
-				    moat_asprintf("the VM did not resume "
-				                  "after the snapshot: %s",
-				        cerr ? cerr : "?");
-				rv = MOAT_INTERNAL;
-			}
-		}
-		free(cerr);
+		rv = qemu_snapshot_cont(&q, rv, errmsg);
 		st->pause_ms = vmd_now_ms_exact() - t0;
 	}
 	if (rv == MOAT_OK) {
@@ -772,8 +806,6 @@ out:
 	}
 	json_decref(args);
 	qmp_close(&q);
-	if (state_fd >= 0)
-		close(state_fd);
 	free(state);
 	free(ram);
 	free(ram_copy);
