@@ -292,28 +292,16 @@ static const struct {
 	{ "node", "node", "-e" },
 };
 
-/* Validates and starts `req`; sets *exec_id and *pid. `default_timeout`
- * applies when req->timeout_ms is 0. Returns a status after
+/* Checks `req` before anything reaches the guest: one form of command,
+ * a known language (its argv put in lang_argv, borrowing req->code),
+ * limits within bounds, env entries KEY=VALUE. Returns a status after
  * moat_rpc_error on failure. */
 static int
-exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
-    const Moat__V1__ExecRequest *req, uint32_t default_timeout,
-    uint64_t *exec_id, int32_t *pid)
+exec_validate(struct moat_rpc_call *call, const Moat__V1__ExecRequest *req,
+    uint64_t cap, char *lang_argv[3])
 {
-	Moat__V1__GuestRequest greq = MOAT__V1__GUEST_REQUEST__INIT;
-	Moat__V1__ExecStart start = MOAT__V1__EXEC_START__INIT;
-	Moat__V1__GuestMessage *msg = NULL;
-	char *lang_argv[4] = { NULL, NULL, NULL, NULL };
-	uint64_t cap =
-	    req->output_cap ? req->output_cap : VMD_EXEC_DEFAULT_CAP;
-	uint32_t timeout = req->timeout_ms ? req->timeout_ms : default_timeout;
-	size_t stdin_first = req->stdin.len;
-	struct guest_link *link;
-	struct exec *e;
-	bool answered = false;
 	int forms = (req->n_argv > 0) + (req->shell[0] != '\0') +
 	    (req->language[0] != '\0' || req->code[0] != '\0');
-	int rv;
 
 	if (forms != 1)
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
@@ -353,8 +341,17 @@ exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 			    "env entry \"%.64s\" is not KEY=VALUE",
 			    req->env[i]);
-	if (stdin_first > MOAT_GUEST_IO_MAX)
-		stdin_first = MOAT_GUEST_IO_MAX;
+	return MOAT_OK;
+}
+
+/* Registers a new exec in sb->execs before it is sent, so its output
+ * has somewhere to go; sets *ep and *exec_id. Takes sb->mu. Returns a status after
+ * moat_rpc_error on failure. */
+static int
+exec_register(struct sandbox *sb, struct moat_rpc_call *call, uint64_t cap,
+    struct exec **ep, uint64_t *exec_id)
+{
+	struct exec *e;
 
 	pthread_mutex_lock(&sb->mu);
 	if (sb->execs_running >= VMD_EXEC_MAX_RUNNING) {
@@ -364,19 +361,80 @@ exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 		    "%s already runs %u execs: wait for some to finish",
 		    sb->id.str, VMD_EXEC_MAX_RUNNING);
 	}
-	link = sb->link;
 	if ((e = calloc(1, sizeof(*e))) == NULL) {
 		pthread_mutex_unlock(&sb->mu);
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	}
-	e->id = guest_link_new_id(link);
+	e->id = guest_link_new_id(sb->link);
 	e->start_ms = moat_rpc_now_ms();
 	e->out[0].cap = e->out[1].cap = cap;
 	e->next = sb->execs;
 	sb->execs = e;
 	sb->execs_running++;
+	*ep = e;
 	*exec_id = e->id;
 	pthread_mutex_unlock(&sb->mu);
+	return MOAT_OK;
+}
+
+/* Sends the rest of a large stdin after the ExecStart, a frame at a
+ * time, from offset `off`. */
+static int
+exec_send_stdin(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, uint64_t exec_id, size_t off)
+{
+	Moat__V1__GuestMessage *msg = NULL;
+	int rv;
+
+	while (off < req->stdin.len) {
+		Moat__V1__GuestRequest in_req = MOAT__V1__GUEST_REQUEST__INIT;
+		Moat__V1__ExecInput in = MOAT__V1__EXEC_INPUT__INIT;
+		size_t n = req->stdin.len - off;
+
+		if (n > MOAT_GUEST_IO_MAX)
+			n = MOAT_GUEST_IO_MAX;
+		in_req.op_case = MOAT__V1__GUEST_REQUEST__OP_EXEC_INPUT;
+		in_req.exec_input = &in;
+		in.exec_id = exec_id;
+		in.data.data = req->stdin.data + off;
+		in.data.len = n;
+		off += n;
+		in.close = off == req->stdin.len && !req->stdin_open;
+		if ((rv = vmd_guest_call(sb, call, &in_req,
+		         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) !=
+		    MOAT_OK)
+			return rv;
+		moat__v1__guest_message__free_unpacked(msg, NULL);
+	}
+	return MOAT_OK;
+}
+
+/* Validates and starts `req`; sets *exec_id and *pid. `default_timeout`
+ * applies when req->timeout_ms is 0. Returns a status after
+ * moat_rpc_error on failure. */
+static int
+exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, uint32_t default_timeout,
+    uint64_t *exec_id, int32_t *pid)
+{
+	Moat__V1__GuestRequest greq = MOAT__V1__GUEST_REQUEST__INIT;
+	Moat__V1__ExecStart start = MOAT__V1__EXEC_START__INIT;
+	Moat__V1__GuestMessage *msg = NULL;
+	char *lang_argv[4] = { NULL, NULL, NULL, NULL };
+	uint64_t cap =
+	    req->output_cap ? req->output_cap : VMD_EXEC_DEFAULT_CAP;
+	uint32_t timeout = req->timeout_ms ? req->timeout_ms : default_timeout;
+	size_t stdin_first = req->stdin.len;
+	struct exec *e = NULL;
+	bool answered = false;
+	int rv;
+
+	if ((rv = exec_validate(call, req, cap, lang_argv)) != MOAT_OK)
+		return rv;
+	if (stdin_first > MOAT_GUEST_IO_MAX)
+		stdin_first = MOAT_GUEST_IO_MAX;
+	if ((rv = exec_register(sb, call, cap, &e, exec_id)) != MOAT_OK)
+		return rv;
 
 	greq.id = *exec_id;
 	greq.op_case = MOAT__V1__GUEST_REQUEST__OP_EXEC_START;
@@ -417,29 +475,7 @@ exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 	*pid = e->pid;
 	pthread_mutex_unlock(&sb->mu);
 	moat__v1__guest_message__free_unpacked(msg, NULL);
-
-	/* The rest of a large stdin, a frame at a time. */
-	for (size_t off = stdin_first; off < req->stdin.len;) {
-		Moat__V1__GuestRequest in_req = MOAT__V1__GUEST_REQUEST__INIT;
-		Moat__V1__ExecInput in = MOAT__V1__EXEC_INPUT__INIT;
-		size_t n = req->stdin.len - off;
-
-		if (n > MOAT_GUEST_IO_MAX)
-			n = MOAT_GUEST_IO_MAX;
-		in_req.op_case = MOAT__V1__GUEST_REQUEST__OP_EXEC_INPUT;
-		in_req.exec_input = &in;
-		in.exec_id = *exec_id;
-		in.data.data = req->stdin.data + off;
-		in.data.len = n;
-		off += n;
-		in.close = off == req->stdin.len && !req->stdin_open;
-		if ((rv = vmd_guest_call(sb, call, &in_req,
-		         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) !=
-		    MOAT_OK)
-			return rv;
-		moat__v1__guest_message__free_unpacked(msg, NULL);
-	}
-	return MOAT_OK;
+	return exec_send_stdin(sb, call, req, *exec_id, stdin_first);
 }
 
 int
