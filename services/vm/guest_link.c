@@ -119,6 +119,116 @@ link_dispatch(struct guest_link *gl, Moat__V1__GuestMessage *msg,
 	return rv;
 }
 
+/* Decodes and dispatches every complete frame in `fr`. Returns false
+ * with *reason (heap) set, and *violation when the guest broke the
+ * protocol. */
+static bool
+link_drain_frames(struct guest_link *gl, struct moat_frame_reader *fr,
+    bool *ready_seen, char **reason, bool *violation)
+{
+	uint8_t *frame;
+	size_t len;
+	int rv;
+
+	while ((rv = moat_frame_reader_next(fr, &frame, &len)) == MOAT_OK) {
+		Moat__V1__GuestMessage *msg;
+		char *why = NULL;
+
+		msg = moat__v1__guest_message__unpack(NULL, len, frame);
+		free(frame);
+		if (msg == NULL) {
+			*reason = moat_asprintf("the guest "
+			                        "sent a malformed frame: %zu "
+			                        "bytes "
+			                        "that do not decode as a "
+			                        "GuestMessage",
+			    len);
+			*violation = true;
+			return false;
+		}
+		if (link_dispatch(gl, msg, ready_seen, &why) != 0) {
+			*reason = moat_asprintf("the guest "
+			                        "sent a malformed frame: %s",
+			    why ? why : "?");
+			free(why);
+			*violation = true;
+			return false;
+		}
+	}
+	if (rv == MOAT_OUT_OF_RANGE) {
+		size_t declared = ((size_t)fr->buf[0] << 24) |
+		    ((size_t)fr->buf[1] << 16) | ((size_t)fr->buf[2] << 8) |
+		    (size_t)fr->buf[3];
+		*reason =
+		    moat_asprintf("the guest sent a "
+		                  "malformed frame: a frame of %zu bytes, "
+		                  "over the %zu-byte cap",
+		        declared, fr->max_frame);
+		*violation = true;
+		return false;
+	}
+	if (rv != MOAT_UNAVAILABLE) {
+		*reason = strdup("out of memory for the guest "
+		                 "link");
+		return false;
+	}
+	return true;
+}
+
+/* Feeds the `n` bytes read into `chunk` to `fr`, no more than a frame's
+ * room at a time (so the reader's buffer stays capped), dispatching
+ * frames as they complete. Errors as link_drain_frames. */
+static bool
+link_consume(struct guest_link *gl, struct moat_frame_reader *fr,
+    const uint8_t *chunk, size_t n, bool *ready_seen, char **reason,
+    bool *violation)
+{
+	size_t off = 0;
+
+	while (off < n) {
+		size_t room = fr->max_frame + 4 - fr->len;
+		size_t take = n - off;
+
+		if (take > room)
+			take = room;
+		if (moat_frame_reader_feed(fr, chunk + off, take) != MOAT_OK) {
+			*reason = strdup("out of memory for the guest "
+			                 "link");
+			return false;
+		}
+		off += take;
+		if (!link_drain_frames(gl, fr, ready_seen, reason, violation))
+			return false;
+	}
+	return true;
+}
+
+/* The reader's end: marks the link closed (keeping a writer's earlier
+ * reason unless the guest broke the protocol), wakes waiters, and tells
+ * the owner unless it shut the link itself. */
+static void
+link_reader_close(struct guest_link *gl, const char *reason, bool violation)
+{
+	bool shut;
+	const char *why = reason ? reason : "the guest link closed";
+
+	pthread_mutex_lock(&gl->mu);
+	shut = gl->shut;
+	if (!gl->closed) {
+		gl->closed = true;
+		gl->close_reason = strdup(why);
+	} else if (!violation) {
+		/* A writer closed it first and said why. */
+		why = gl->close_reason;
+	}
+	pthread_cond_broadcast(&gl->cv);
+	pthread_mutex_unlock(&gl->mu);
+	/* Stop reading from a hostile or dead guest for good. */
+	shutdown(gl->fd, SHUT_RDWR);
+	if (!shut && gl->hooks->closed != NULL)
+		gl->hooks->closed(gl->arg, violation, why);
+}
+
 static void *
 link_reader_main(void *arg)
 {
@@ -137,7 +247,6 @@ link_reader_main(void *arg)
 	for (;;) {
 		struct pollfd pfd = { .fd = gl->fd, .events = POLLIN };
 		ssize_t n;
-		size_t off = 0;
 
 		if (poll(&pfd, 1, -1) < 0) {
 			if (errno == EINTR)
@@ -158,94 +267,14 @@ link_reader_main(void *arg)
 			reason = strdup("the guest link closed");
 			goto out;
 		}
-		while (off < (size_t)n) {
-			size_t room = fr.max_frame + 4 - fr.len;
-			size_t take = (size_t)n - off;
-			uint8_t *frame;
-			size_t len;
-			int rv;
-
-			if (take > room)
-				take = room;
-			if (moat_frame_reader_feed(&fr, chunk + off, take) !=
-			    MOAT_OK) {
-				reason = strdup("out of memory for the guest "
-				                "link");
-				goto out;
-			}
-			off += take;
-			while ((rv = moat_frame_reader_next(&fr, &frame,
-			            &len)) == MOAT_OK) {
-				Moat__V1__GuestMessage *msg;
-				char *why = NULL;
-
-				msg = moat__v1__guest_message__unpack(NULL,
-				    len, frame);
-				free(frame);
-				if (msg == NULL) {
-					reason = moat_asprintf(
-					    "the guest "
-					    "sent a malformed frame: %zu "
-					    "bytes "
-					    "that do not decode as a "
-					    "GuestMessage",
-					    len);
-					violation = true;
-					goto out;
-				}
-				if (link_dispatch(gl, msg, &ready_seen,
-				        &why) != 0) {
-					reason = moat_asprintf(
-					    "the guest "
-					    "sent a malformed frame: %s",
-					    why ? why : "?");
-					free(why);
-					violation = true;
-					goto out;
-				}
-			}
-			if (rv == MOAT_OUT_OF_RANGE) {
-				size_t declared = ((size_t)fr.buf[0] << 24) |
-				    ((size_t)fr.buf[1] << 16) |
-				    ((size_t)fr.buf[2] << 8) |
-				    (size_t)fr.buf[3];
-				reason = moat_asprintf(
-				    "the guest sent a "
-				    "malformed frame: a frame of %zu bytes, "
-				    "over the %zu-byte cap",
-				    declared, fr.max_frame);
-				violation = true;
-				goto out;
-			}
-			if (rv != MOAT_UNAVAILABLE) {
-				reason = strdup("out of memory for the guest "
-				                "link");
-				goto out;
-			}
-		}
+		if (!link_consume(gl, &fr, chunk, (size_t)n, &ready_seen,
+		        &reason, &violation))
+			goto out;
 	}
 out:
 	moat_frame_reader_fini(&fr);
 	free(chunk);
-	pthread_mutex_lock(&gl->mu);
-	{
-		bool shut = gl->shut;
-		const char *why = reason ? reason : "the guest link closed";
-
-		if (!gl->closed) {
-			gl->closed = true;
-			gl->close_reason = strdup(why);
-		} else if (!violation) {
-			/* A writer closed it first and said why. */
-			why = gl->close_reason;
-		}
-		pthread_cond_broadcast(&gl->cv);
-		pthread_mutex_unlock(&gl->mu);
-		/* Stop reading from a hostile or dead guest for good. */
-		shutdown(gl->fd, SHUT_RDWR);
-		if (!shut && gl->hooks->closed != NULL)
-			gl->hooks->closed(gl->arg, violation, why);
-	}
+	link_reader_close(gl, reason, violation);
 	free(reason);
 	return NULL;
 }
