@@ -142,20 +142,15 @@ cfg_str(const struct moat_config *c, const char *key, const char *def)
 	return v ? strdup(v) : NULL;
 }
 
-/* Fills vmd->cfg. Returns 0 or a status after printing why. */
+/* Fills cfg's directories, addresses and names, and checks the driver
+ * and accel. Returns 0 or a status after printing why. */
 static int
-vmd_configure(struct vmd *vmd, const struct moat_config *c)
+vmd_configure_strings(struct vmd_config *cfg, const struct moat_config *c)
 {
-	struct vmd_config *cfg = &vmd->cfg;
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	char host[256] = "localhost";
 	char *errmsg = NULL;
 	char *def = NULL;
-	uint64_t v;
-	int rv;
 
-	if (ncpu < 1)
-		ncpu = 1;
 	gethostname(host, sizeof(host) - 1);
 	if ((cfg->state_dir = moat_config_state_dir(c, SECTION)) == NULL)
 		return MOAT_INTERNAL;
@@ -202,6 +197,19 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 		    cfg->accel);
 		return MOAT_INVALID_ARGUMENT;
 	}
+	return MOAT_OK;
+}
+
+/* Fills cfg's sizes, limits and switches; host-dependent defaults come
+ * from `ncpu` and the host's memory. Returns 0 or a status after
+ * printing why. */
+static int
+vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
+    long ncpu)
+{
+	char *errmsg = NULL;
+	uint64_t v;
+	int rv;
 
 #define U64(key, def, dst, lo, hi)                                            \
 	do {                                                                  \
@@ -270,6 +278,20 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 		return rv;
 	}
 	return MOAT_OK;
+}
+
+/* Fills vmd->cfg. Returns 0 or a status after printing why. */
+static int
+vmd_configure(struct vmd *vmd, const struct moat_config *c)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int rv;
+
+	if (ncpu < 1)
+		ncpu = 1;
+	if ((rv = vmd_configure_strings(&vmd->cfg, c)) != MOAT_OK)
+		return rv;
+	return vmd_configure_limits(&vmd->cfg, c, ncpu);
 }
 
 static void
