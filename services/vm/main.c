@@ -437,6 +437,100 @@ purge_main(const char *state_dir)
 	return 0;
 }
 
+/* Signals are taken by sigwait in main; every thread made after this
+ * inherits the mask (the spawner unblocks them in children). */
+static void
+vmd_block_signals(sigset_t *sigs)
+{
+	sigemptyset(sigs);
+	sigaddset(sigs, SIGTERM);
+	sigaddset(sigs, SIGINT);
+	sigaddset(sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* Creates <state>/vms. Returns 0 or a status after printing why. */
+static int
+vmd_make_vms_dir(const struct vmd *vmd)
+{
+	char *vms = moat_asprintf("%s/vms", vmd->cfg.state_dir);
+	int err = 0;
+
+	if (vms == NULL || (err = moat_mkdir_p(vms, 0700)) != 0) {
+		fprintf(stderr, "moat-vmd: cannot create %s: %s\n",
+		    vms ? vms : "state dir", strerror(vms ? err : ENOMEM));
+		free(vms);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	free(vms);
+	return MOAT_OK;
+}
+
+/* Sets up the guest RAM dir, records it for `moat-vmd purge` and says
+ * how snapshots will copy RAM there. Returns 0 or a status after
+ * logging why. */
+static int
+vmd_ram_dir_open(const struct vmd *vmd)
+{
+	char *errmsg = NULL;
+	int rv, err;
+
+	if ((rv = vmd_ram_dir_set(vmd->cfg.ram_dir, &errmsg)) != MOAT_OK) {
+		moat_error(0, "%s (fix [vmd] ram-dir / --ram-dir)", errmsg);
+		free(errmsg);
+		return rv;
+	}
+	if ((err = vmd_ram_dir_record(vmd->cfg.state_dir)) != 0)
+		moat_warn(0,
+		    "cannot record the RAM dir in %s: %s; `moat-vmd "
+		    "purge` will look in /dev/shm",
+		    vmd->cfg.state_dir, strerror(err));
+	moat_info(0, "guest RAM in %s: snapshots %s", vmd_ram_dir(),
+	    vmd_ram_dir_reflinks() ?
+	        "clone it (reflinks), the pause does "
+	        "not grow with RAM" :
+	        "copy it while the guest is paused (no "
+	        "reflinks there; XFS or btrfs would avoid the copy)");
+	return MOAT_OK;
+}
+
+/* Starts the RPC server on cfg.listen_url and, with a survey URL, the
+ * survey respondent; warns when the gateway could not dial what is
+ * advertised. Returns 0 or a status after logging why. */
+static int
+vmd_serve(struct vmd *vmd, struct moat_rpc_service *svc,
+    struct moat_rpc_server **server, struct vmd_survey **survey)
+{
+	const struct vmd_config *cfg = &vmd->cfg;
+	char *errmsg = NULL;
+	int rv;
+
+	vmd_service(vmd, svc);
+	if ((rv = moat_rpc_server_start(server, cfg->listen_url, svc, 0,
+	         &errmsg)) != MOAT_OK) {
+		moat_error(0, "%s", errmsg ? errmsg : "cannot listen");
+		free(errmsg);
+		return rv;
+	}
+	if (cfg->survey_url[0] != '\0' && cfg->advertise_url[0] == '\0' &&
+	    (strstr(cfg->listen_url, "://0.0.0.0") != NULL ||
+	        strstr(cfg->listen_url, "://*") != NULL ||
+	        strstr(cfg->listen_url, "://[::]") != NULL))
+		moat_warn(0,
+		    "listening on %s, which the gateway cannot dial: "
+		    "set [vmd] advertise-url to this host's reachable address",
+		    cfg->listen_url);
+	if (cfg->survey_url[0] != '\0' &&
+	    (rv = vmd_survey_start(vmd, cfg->survey_url, survey, &errmsg)) !=
+	        MOAT_OK) {
+		moat_error(0, "%s", errmsg ? errmsg : "survey");
+		free(errmsg);
+		return rv;
+	}
+	return MOAT_OK;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -446,7 +540,6 @@ main(int argc, char **argv)
 	struct moat_rpc_service svc;
 	struct vmd_survey *survey = NULL;
 	char *errmsg = NULL;
-	char *vms = NULL;
 	sigset_t sigs;
 	int lock_fd = -1;
 	int sig = 0;
@@ -463,44 +556,15 @@ main(int argc, char **argv)
 	if ((rv = vmd_configure(&vmd, config)) != MOAT_OK)
 		goto out;
 
-	/* Signals are taken by sigwait below; every thread made from here
-	 * on inherits the mask (the spawner unblocks them in children). */
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	vmd_block_signals(&sigs);
 
 	vmd.started_ms = moat_rpc_now_ms();
 	pthread_mutex_init(&vmd.mu, NULL);
 	pthread_mutex_init(&vmd.scratch_mu, NULL);
-	vms = moat_asprintf("%s/vms", vmd.cfg.state_dir);
-	if (vms == NULL || (err = moat_mkdir_p(vms, 0700)) != 0) {
-		fprintf(stderr, "moat-vmd: cannot create %s: %s\n",
-		    vms ? vms : "state dir", strerror(vms ? err : ENOMEM));
-		rv = MOAT_FAILED_PRECONDITION;
+	if ((rv = vmd_make_vms_dir(&vmd)) != MOAT_OK ||
+	    (rv = state_lock(vmd.cfg.state_dir, &lock_fd)) != MOAT_OK ||
+	    (rv = vmd_ram_dir_open(&vmd)) != MOAT_OK)
 		goto out;
-	}
-	if ((rv = state_lock(vmd.cfg.state_dir, &lock_fd)) != MOAT_OK)
-		goto out;
-	if ((rv = vmd_ram_dir_set(vmd.cfg.ram_dir, &errmsg)) != MOAT_OK) {
-		moat_error(0, "%s (fix [vmd] ram-dir / --ram-dir)", errmsg);
-		free(errmsg);
-		errmsg = NULL;
-		goto out;
-	}
-	if ((err = vmd_ram_dir_record(vmd.cfg.state_dir)) != 0)
-		moat_warn(0,
-		    "cannot record the RAM dir in %s: %s; `moat-vmd "
-		    "purge` will look in /dev/shm",
-		    vmd.cfg.state_dir, strerror(err));
-	moat_info(0, "guest RAM in %s: snapshots %s", vmd_ram_dir(),
-	    vmd_ram_dir_reflinks() ?
-	        "clone it (reflinks), the pause does "
-	        "not grow with RAM" :
-	        "copy it while the guest is paused (no "
-	        "reflinks there; XFS or btrfs would avoid the copy)");
 	if ((rv = vmd_driver_select(&vmd, config, &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "the VMM is not usable");
 		free(errmsg);
@@ -534,31 +598,8 @@ main(int argc, char **argv)
 		goto out;
 	}
 
-	vmd_service(&vmd, &svc);
-	if ((rv = moat_rpc_server_start(&server, vmd.cfg.listen_url, &svc, 0,
-	         &errmsg)) != MOAT_OK) {
-		moat_error(0, "%s", errmsg ? errmsg : "cannot listen");
-		free(errmsg);
-		errmsg = NULL;
+	if ((rv = vmd_serve(&vmd, &svc, &server, &survey)) != MOAT_OK)
 		goto out;
-	}
-	if (vmd.cfg.survey_url[0] != '\0' &&
-	    vmd.cfg.advertise_url[0] == '\0' &&
-	    (strstr(vmd.cfg.listen_url, "://0.0.0.0") != NULL ||
-	        strstr(vmd.cfg.listen_url, "://*") != NULL ||
-	        strstr(vmd.cfg.listen_url, "://[::]") != NULL))
-		moat_warn(0,
-		    "listening on %s, which the gateway cannot dial: "
-		    "set [vmd] advertise-url to this host's reachable address",
-		    vmd.cfg.listen_url);
-	if (vmd.cfg.survey_url[0] != '\0' &&
-	    (rv = vmd_survey_start(&vmd, vmd.cfg.survey_url, &survey,
-	         &errmsg)) != MOAT_OK) {
-		moat_error(0, "%s", errmsg ? errmsg : "survey");
-		free(errmsg);
-		errmsg = NULL;
-		goto out;
-	}
 	{
 		char accel[8];
 		vmd_accel_current(&vmd, accel);
@@ -587,7 +628,6 @@ out:
 	moat_config_free(config);
 	if (lock_fd >= 0)
 		close(lock_fd);
-	free(vms);
 	free(vmd.vmm_version);
 	vmd_config_fini(&vmd.cfg);
 	if (rv == MOAT_OK)
