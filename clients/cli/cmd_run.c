@@ -581,12 +581,15 @@ recorded_exec(struct cli *cli, const Moat__V1__ExecRequest *exec,
 	return exit_code;
 }
 
-int
-cmd_exec(struct cli *cli, int argc, char **argv)
+static const char *exec_usage = "exec ID [--timeout S] [--cwd DIR] "
+                                "[-e K=V]... [-i] [--keep] -- CMD [ARG...]";
+
+/* exec_parse_options: fills exec from argv (strings point into argv;
+ * env, argc + 1 long, is the caller's). False with *exit_code set. */
+static bool
+exec_parse_options(struct cli *cli, int argc, char **argv,
+    Moat__V1__ExecRequest *exec, char **env, bool *with_stdin, int *exit_code)
 {
-	static const char *usage_line =
-	    "exec ID [--timeout S] [--cwd DIR] "
-	    "[-e K=V]... [-i] [--keep] -- CMD [ARG...]";
 	static const struct option opts[] = {
 		{ "timeout", required_argument, NULL, 't' },
 		{ "cwd", required_argument, NULL, 'w' },
@@ -596,98 +599,90 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
-	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
-	Moat__V1__ExecHandle *handle = NULL;
-	struct stream_result res = { 0 };
-	struct stdin_pump pump;
-	pthread_t pump_thread;
-	bool with_stdin = false, pumping = false;
-	char **env = NULL, *errmsg = NULL;
-	const char *sandbox_id;
 	size_t n_env = 0;
 	uint32_t timeout_ms = 0;
-	int opt, rv, exit_code;
+	int opt;
 
-	if ((env = calloc((size_t)argc + 1, sizeof(*env))) == NULL)
-		return cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "exec");
 	while ((opt = getopt_long(argc, argv, "e:i", opts, NULL)) != -1) {
 		switch (opt) {
 		case 't':
 			if (!cli_parse_seconds(optarg, &timeout_ms)) {
-				free(env);
-				return cli_usage_error(usage_line,
+				*exit_code = cli_usage_error(exec_usage,
 				    "--timeout "
 				    "wants seconds, not \"%s\"",
 				    optarg);
+				return false;
 			}
 			break;
 		case 'w':
-			exec.cwd = optarg;
+			exec->cwd = optarg;
 			break;
 		case 'e':
 			if (strchr(optarg, '=') == NULL) {
-				free(env);
-				return cli_usage_error(usage_line,
+				*exit_code = cli_usage_error(exec_usage,
 				    "-e wants "
 				    "KEY=VALUE, not \"%s\"",
 				    optarg);
+				return false;
 			}
 			env[n_env++] = optarg;
 			break;
 		case 'i':
-			with_stdin = true;
+			*with_stdin = true;
 			break;
 		case 'k':
-			exec.keep = true;
+			exec->keep = true;
 			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
 			break;
 		default:
-			free(env);
-			return cli_usage_error(usage_line, "bad option");
+			*exit_code = cli_usage_error(exec_usage, "bad option");
+			return false;
 		}
 	}
-	if (exec.keep && with_stdin) {
-		free(env);
-		return cli_usage_error(usage_line,
+	if (exec->keep && *with_stdin) {
+		*exit_code = cli_usage_error(exec_usage,
 		    "--keep pins the recorded "
 		    "step an exec becomes, and -i runs unrecorded: give one");
+		return false;
 	}
 	if (argc - optind < 2) {
-		free(env);
-		return cli_usage_error(usage_line,
+		*exit_code = cli_usage_error(exec_usage,
 		    "give a sandbox id and a "
 		    "command");
+		return false;
 	}
-	sandbox_id = argv[optind++];
-	exec.sandbox_id = (char *)sandbox_id;
-	exec.argv = &argv[optind];
-	exec.n_argv = (size_t)(argc - optind);
-	exec.env = env;
-	exec.n_env = n_env;
-	exec.timeout_ms = timeout_ms;
-	exec.stdin_open = with_stdin;
+	exec->sandbox_id = argv[optind++];
+	exec->argv = &argv[optind];
+	exec->n_argv = (size_t)(argc - optind);
+	exec->env = env;
+	exec->n_env = n_env;
+	exec->timeout_ms = timeout_ms;
+	exec->stdin_open = *with_stdin;
+	return true;
+}
 
-	/* A recorded sandbox records one-shot Execs only; -i needs the
-	 * streaming calls, so it runs unrecorded. */
-	if (!with_stdin && recorded(cli, sandbox_id)) {
-		rv = recorded_exec(cli, &exec, timeout_ms);
-		free(env);
-		return rv;
-	}
-	if (exec.keep)
-		fprintf(stderr,
-		    "moat: warning: sandbox %s is not recorded: "
-		    "--keep has no step to pin\n",
-		    sandbox_id);
+/* exec_streamed: starts exec and streams its output, with stdin pumped
+ * to it when with_stdin; the exit code for cmd_exec. With a pump, the
+ * process ends here. */
+static int
+exec_streamed(struct cli *cli, Moat__V1__ExecRequest *exec, bool with_stdin)
+{
+	const char *sandbox_id = exec->sandbox_id;
+	Moat__V1__ExecHandle *handle = NULL;
+	struct stream_result res = { 0 };
+	struct stdin_pump pump;
+	pthread_t pump_thread;
+	bool pumping = false;
+	char *errmsg = NULL;
+	int rv, exit_code;
+
 	cli_catch_signals();
-	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
-	         &errmsg)) != MOAT_OK) {
-		free(env);
+	if ((rv = moat_client_exec_start(cli_client(cli), exec, &handle,
+	         &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "starting %s in sandbox %s",
-		    exec.argv[0], sandbox_id);
-	}
+		    exec->argv[0], sandbox_id);
 	if (with_stdin) {
 		pump.cli = cli;
 		pump.sandbox_id = sandbox_id;
@@ -700,15 +695,15 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		exit_code = cli_fail(cli, rv, errmsg,
 		    "reading the output of "
 		    "%s in sandbox %s",
-		    exec.argv[0], sandbox_id);
+		    exec->argv[0], sandbox_id);
 	} else if (res.interrupted) {
 		fprintf(stderr,
 		    "moat: interrupted; %s may still be running "
 		    "in sandbox %s\n",
-		    exec.argv[0], sandbox_id);
+		    exec->argv[0], sandbox_id);
 		exit_code = 128 + res.interrupted;
 	} else {
-		exit_code = exit_code_of(res.status, timeout_ms);
+		exit_code = exit_code_of(res.status, exec->timeout_ms);
 		if (cli->json && print_json_result(cli, &res) != 0 &&
 		    exit_code == 0)
 			exit_code = moat_status_exit_code(MOAT_INTERNAL);
@@ -723,6 +718,36 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		_exit(exit_code);
 	}
 	moat_client_free_msg(handle);
+	return exit_code;
+}
+
+int
+cmd_exec(struct cli *cli, int argc, char **argv)
+{
+	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
+	bool with_stdin = false;
+	char **env;
+	int exit_code;
+
+	if ((env = calloc((size_t)argc + 1, sizeof(*env))) == NULL)
+		return cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "exec");
+	if (!exec_parse_options(cli, argc, argv, &exec, env, &with_stdin,
+	        &exit_code)) {
+		free(env);
+		return exit_code;
+	}
+	/* A recorded sandbox records one-shot Execs only; -i needs the
+	 * streaming calls, so it runs unrecorded. */
+	if (!with_stdin && recorded(cli, exec.sandbox_id)) {
+		exit_code = recorded_exec(cli, &exec, exec.timeout_ms);
+	} else {
+		if (exec.keep)
+			fprintf(stderr,
+			    "moat: warning: sandbox %s is not recorded: "
+			    "--keep has no step to pin\n",
+			    exec.sandbox_id);
+		exit_code = exec_streamed(cli, &exec, with_stdin);
+	}
 	free(env);
 	return exit_code;
 }
