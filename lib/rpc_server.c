@@ -496,6 +496,115 @@ log_outcome(const struct moat_rpc_server *srv, uint64_t rid,
 		    o->message != NULL ? o->message : "");
 }
 
+/* How admit_mutating let a state-changing call through. */
+enum admit {
+	ADMIT_RUN,     /* new: run it, then keep its reply (*entry) */
+	ADMIT_REPEAT,  /* already ran: *reply is the kept answer */
+	ADMIT_REFUSED, /* o says why */
+};
+
+/* admit_mutating: a state-changing call needs a request id, and runs
+ * once per id: a resend is answered from the dedup table. */
+static enum admit
+admit_mutating(struct moat_rpc_server *srv, const Moat__V1__Envelope *env,
+    const ProtobufCMethodDescriptor *md, struct dedup_entry **entry,
+    uint8_t **reply, size_t *reply_len, struct outcome *o)
+{
+	const ProtobufCServiceDescriptor *sd = srv->svc.descriptor;
+	uint64_t rid = env->request_id;
+
+	if (rid == 0) {
+		outcome_set(o, MOAT_INVALID_ARGUMENT,
+		    "%s.%s changes state and needs a request id: set "
+		    "Envelope.request_id to a random non-zero number",
+		    sd->name, md->name);
+		return ADMIT_REFUSED;
+	}
+	switch (dedup_begin(&srv->dedup, rid, md->name,
+	    env->auth != NULL ? env->auth : "", entry, reply, reply_len)) {
+	case DEDUP_NEW:
+		return ADMIT_RUN;
+	case DEDUP_DONE:
+		moat_debug(rid,
+		    "rpc %s.%s repeat answered from "
+		    "memory",
+		    sd->name, md->name);
+		return ADMIT_REPEAT;
+	case DEDUP_RUNNING:
+		outcome_set(o, MOAT_ABORTED,
+		    "request %016llx is still running; do not resend",
+		    (unsigned long long)rid);
+		return ADMIT_REFUSED;
+	case DEDUP_OTHER_CALL:
+		outcome_set(o, MOAT_INVALID_ARGUMENT,
+		    "request id %016llx was already used for another "
+		    "call: use a fresh random id per call",
+		    (unsigned long long)rid);
+		return ADMIT_REFUSED;
+	case DEDUP_FULL:
+		outcome_set(o, MOAT_RESOURCE_EXHAUSTED,
+		    "too many changes are running on %s: retry later",
+		    sd->name);
+		return ADMIT_REFUSED;
+	case DEDUP_NOMEM:
+		outcome_set(o, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory: retry later");
+		return ADMIT_REFUSED;
+	}
+	return ADMIT_RUN;
+}
+
+/* call_handler: the call as the handler sees it, and the handler run. */
+static void
+call_handler(struct moat_rpc_server *srv, const struct moat_rpc_method *row,
+    const ProtobufCMethodDescriptor *md, const Moat__V1__Envelope *env,
+    uint64_t started, ProtobufCMessage *req_msg, struct outcome *o)
+{
+	struct moat_rpc_call call;
+
+	memset(&call, 0, sizeof(call));
+	call.service = srv->svc.descriptor->name;
+	call.method = md->name;
+	call.request_id = env->request_id;
+	call.timeout_ms = env->timeout_ms;
+	call.deadline_ms = started +
+	    (env->timeout_ms != 0 ? env->timeout_ms :
+	                            MOAT_RPC_DEFAULT_TIMEOUT_MS);
+	call.auth = env->auth != NULL ? env->auth : "";
+	call.service_ctx = srv->svc.ctx;
+	call.payload = env->payload.data;
+	call.payload_len = env->payload.len;
+	run_handler(srv, row, md, &call, req_msg, o);
+	free(call.error_message);
+}
+
+/* dedup_keep: the reply of a state-changing call (NULL when it could
+ * not be encoded) is kept for resends; one too large to keep is
+ * replaced, for resends, by an error that says so. */
+static void
+dedup_keep(struct moat_rpc_server *srv, struct dedup_entry *entry,
+    uint64_t rid, const uint8_t *reply, size_t reply_len)
+{
+	uint8_t *tl = NULL;
+	size_t tl_len = 0;
+
+	if (reply != NULL && reply_len > DEDUP_MAX_REPLY) {
+		char *m = moat_asprintf(
+		    "request %016llx already ran, "
+		    "but its reply (%zu bytes) was too large to keep: "
+		    "read the result back instead of resending",
+		    (unsigned long long)rid, reply_len);
+
+		if (m == NULL ||
+		    encode_reply(rid, MOAT_ABORTED, m, NULL, 0, &tl,
+		        &tl_len) != MOAT_OK)
+			tl = NULL;
+		free(m);
+	}
+	dedup_finish(&srv->dedup, entry, reply, reply_len, tl, tl_len);
+	free(tl);
+}
+
 int
 moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
     size_t len, uint8_t **reply, size_t *reply_len)
@@ -505,11 +614,8 @@ moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
 	const struct moat_rpc_method *row = NULL;
 	Moat__V1__Envelope *env;
 	ProtobufCMessage *req_msg = NULL;
-	struct moat_rpc_call call;
 	struct outcome o = { 0 };
 	struct dedup_entry *entry = NULL;
-	uint8_t *tl = NULL;
-	size_t tl_len = 0;
 	uint64_t rid = 0, started = moat_rpc_now_ms();
 	const char *method_for_log = "?";
 	int rv;
@@ -565,61 +671,17 @@ moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
 		goto answer;
 	}
 	if (row->mutating) {
-		if (rid == 0) {
-			outcome_set(&o, MOAT_INVALID_ARGUMENT,
-			    "%s.%s changes state and needs a request id: set "
-			    "Envelope.request_id to a random non-zero number",
-			    sd->name, md->name);
-			goto answer;
-		}
-		switch (dedup_begin(&srv->dedup, rid, md->name,
-		    env->auth != NULL ? env->auth : "", &entry, reply,
-		    reply_len)) {
-		case DEDUP_NEW:
+		switch (admit_mutating(srv, env, md, &entry, reply, reply_len,
+		    &o)) {
+		case ADMIT_RUN:
 			break;
-		case DEDUP_DONE:
-			moat_debug(rid,
-			    "rpc %s.%s repeat answered from "
-			    "memory",
-			    sd->name, md->name);
+		case ADMIT_REPEAT:
 			goto done;
-		case DEDUP_RUNNING:
-			outcome_set(&o, MOAT_ABORTED,
-			    "request %016llx is still running; do not resend",
-			    (unsigned long long)rid);
-			goto answer;
-		case DEDUP_OTHER_CALL:
-			outcome_set(&o, MOAT_INVALID_ARGUMENT,
-			    "request id %016llx was already used for another "
-			    "call: use a fresh random id per call",
-			    (unsigned long long)rid);
-			goto answer;
-		case DEDUP_FULL:
-			outcome_set(&o, MOAT_RESOURCE_EXHAUSTED,
-			    "too many changes are running on %s: retry later",
-			    sd->name);
-			goto answer;
-		case DEDUP_NOMEM:
-			outcome_set(&o, MOAT_RESOURCE_EXHAUSTED,
-			    "out of memory: retry later");
+		case ADMIT_REFUSED:
 			goto answer;
 		}
 	}
-
-	memset(&call, 0, sizeof(call));
-	call.service = sd->name;
-	call.method = md->name;
-	call.request_id = rid;
-	call.timeout_ms = env->timeout_ms;
-	call.deadline_ms = started +
-	    (env->timeout_ms != 0 ? env->timeout_ms :
-	                            MOAT_RPC_DEFAULT_TIMEOUT_MS);
-	call.auth = env->auth != NULL ? env->auth : "";
-	call.service_ctx = srv->svc.ctx;
-	call.payload = env->payload.data;
-	call.payload_len = env->payload.len;
-	run_handler(srv, row, md, &call, req_msg, &o);
-	free(call.error_message);
+	call_handler(srv, row, md, env, started, req_msg, &o);
 
 answer:
 	if (o.code != MOAT_OK && o.message == NULL)
@@ -629,25 +691,10 @@ answer:
 	log_outcome(srv, rid, method_for_log, &o, started);
 	rv = encode_reply(rid, o.code, o.message, o.payload, o.payload_len,
 	    reply, reply_len);
-	if (entry != NULL) {
-		if (rv == MOAT_OK && *reply_len > DEDUP_MAX_REPLY) {
-			char *m = moat_asprintf(
-			    "request %016llx already ran, "
-			    "but its reply (%zu bytes) was too large to keep: "
-			    "read the result back instead of resending",
-			    (unsigned long long)rid, *reply_len);
-
-			if (m == NULL ||
-			    encode_reply(rid, MOAT_ABORTED, m, NULL, 0, &tl,
-			        &tl_len) != MOAT_OK)
-				tl = NULL;
-			free(m);
-		}
-		dedup_finish(&srv->dedup, entry, rv == MOAT_OK ? *reply : NULL,
-		    *reply_len, tl, tl_len);
-	}
+	if (entry != NULL)
+		dedup_keep(srv, entry, rid, rv == MOAT_OK ? *reply : NULL,
+		    *reply_len);
 done:
-	free(tl);
 	free(o.message);
 	free(o.payload);
 	if (req_msg != NULL)

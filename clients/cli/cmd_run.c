@@ -254,13 +254,24 @@ cli_read_code(const char *file, char **code, char **errmsg)
 	return MOAT_OK;
 }
 
-int
-cmd_run(struct cli *cli, int argc, char **argv)
+static const char *run_usage =
+    "run [-c CODE | FILE | -] "
+    "[-l python|bash|sh|node] [--timeout S] [--cpus N] [--memory MiB] "
+    "[--image NAME]";
+
+/* What `moat run` was asked for; strings point into argv or `code`. */
+struct run_opts {
+	Moat__V1__CreateSandboxRequest create;
+	const char *inline_code, *file, *lang;
+	char *code; /* read from FILE or stdin (heap; cmd_run frees) */
+	uint32_t timeout_ms;
+};
+
+/* run_parse_options: false with *exit_code set on a usage error. */
+static bool
+run_parse_options(struct cli *cli, int argc, char **argv, struct run_opts *o,
+    int *exit_code)
 {
-	static const char *usage_line =
-	    "run [-c CODE | FILE | -] "
-	    "[-l python|bash|sh|node] [--timeout S] [--cpus N] [--memory MiB] "
-	    "[--image NAME]";
 	static const struct option opts[] = {
 		{ "code", required_argument, NULL, 'c' },
 		{ "language", required_argument, NULL, 'l' },
@@ -271,145 +282,169 @@ cmd_run(struct cli *cli, int argc, char **argv)
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
-	Moat__V1__CreateSandboxRequest create =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
-	Moat__V1__Sandbox *sb = NULL;
-	Moat__V1__ExecHandle *handle = NULL;
-	struct stream_result res = { 0 };
-	const char *inline_code = NULL, *file = NULL, *lang = NULL;
-	char *code = NULL, *errmsg = NULL, *sandbox_id = NULL;
-	uint32_t timeout_ms = 0;
-	int opt, rv, exit_code;
+	int opt;
 
 	while ((opt = getopt_long(argc, argv, "c:l:", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
-			inline_code = optarg;
+			o->inline_code = optarg;
 			break;
 		case 'l':
-			lang = optarg;
+			o->lang = optarg;
 			break;
 		case 't':
-			if (!cli_parse_seconds(optarg, &timeout_ms))
-				return cli_usage_error(usage_line,
+			if (!cli_parse_seconds(optarg, &o->timeout_ms)) {
+				*exit_code = cli_usage_error(run_usage,
 				    "--timeout "
 				    "wants seconds, not \"%s\"",
 				    optarg);
+				return false;
+			}
 			break;
 		case 'C':
-			if (!cli_parse_u32(optarg, 1, 1024, &create.vcpus))
-				return cli_usage_error(usage_line,
+			if (!cli_parse_u32(optarg, 1, 1024,
+			        &o->create.vcpus)) {
+				*exit_code = cli_usage_error(run_usage,
 				    "--cpus "
 				    "wants 1-1024, not \"%s\"",
 				    optarg);
+				return false;
+			}
 			break;
 		case 'M':
 			if (!cli_parse_u32(optarg, 16, 1u << 24,
-			        &create.memory_mib))
-				return cli_usage_error(usage_line,
+			        &o->create.memory_mib)) {
+				*exit_code = cli_usage_error(run_usage,
 				    "--memory "
 				    "wants MiB (16 or more), not \"%s\"",
 				    optarg);
+				return false;
+			}
 			break;
 		case 'I':
-			create.image = optarg;
+			o->create.image = optarg;
 			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
 			break;
 		default:
-			return cli_usage_error(usage_line, "bad option");
+			*exit_code = cli_usage_error(run_usage, "bad option");
+			return false;
 		}
 	}
+	return true;
+}
+
+/* run_resolve_code: the FILE argument, the language and the code itself,
+ * read from FILE or stdin into o->code. False with *exit_code set. */
+static bool
+run_resolve_code(struct cli *cli, int argc, char **argv, struct run_opts *o,
+    int *exit_code)
+{
+	char *errmsg = NULL;
+	int rv;
+
 	if (optind < argc)
-		file = argv[optind++];
-	if (optind < argc)
-		return cli_usage_error(usage_line,
+		o->file = argv[optind++];
+	if (optind < argc) {
+		*exit_code = cli_usage_error(run_usage,
 		    "one FILE at most, not "
 		    "\"%s\" too",
 		    argv[optind]);
-	if (inline_code != NULL && file != NULL)
-		return cli_usage_error(usage_line,
+		return false;
+	}
+	if (o->inline_code != NULL && o->file != NULL) {
+		*exit_code = cli_usage_error(run_usage,
 		    "give -c CODE or FILE, not "
 		    "both");
-	if (inline_code == NULL && file == NULL) {
-		if (isatty(STDIN_FILENO))
-			return cli_usage_error(usage_line,
+		return false;
+	}
+	if (o->inline_code == NULL && o->file == NULL) {
+		if (isatty(STDIN_FILENO)) {
+			*exit_code = cli_usage_error(run_usage,
 			    "no code: give -c "
 			    "CODE, a FILE, or - with the code on stdin");
-		file = "-";
+			return false;
+		}
+		o->file = "-";
 	}
-	if (lang == NULL)
-		lang = language_of(file);
-	if (lang == NULL)
-		lang = "python";
-	if (strcmp(lang, "python") != 0 && strcmp(lang, "bash") != 0 &&
-	    strcmp(lang, "sh") != 0 && strcmp(lang, "node") != 0)
-		return cli_usage_error(usage_line,
+	if (o->lang == NULL)
+		o->lang = language_of(o->file);
+	if (o->lang == NULL)
+		o->lang = "python";
+	if (strcmp(o->lang, "python") != 0 && strcmp(o->lang, "bash") != 0 &&
+	    strcmp(o->lang, "sh") != 0 && strcmp(o->lang, "node") != 0) {
+		*exit_code = cli_usage_error(run_usage,
 		    "-l wants python, bash, sh "
 		    "or node, not \"%s\"",
-		    lang);
-	if (inline_code == NULL &&
-	    (rv = cli_read_code(file, &code, &errmsg)) != MOAT_OK)
-		return cli_fail(cli, rv, errmsg, "run");
-	if ((inline_code ? inline_code : code)[0] == '\0') {
-		free(code);
-		return cli_usage_error(usage_line,
+		    o->lang);
+		return false;
+	}
+	if (o->inline_code == NULL &&
+	    (rv = cli_read_code(o->file, &o->code, &errmsg)) != MOAT_OK) {
+		*exit_code = cli_fail(cli, rv, errmsg, "run");
+		return false;
+	}
+	if ((o->inline_code ? o->inline_code : o->code)[0] == '\0') {
+		*exit_code = cli_usage_error(run_usage,
 		    "no code to run: %s is "
 		    "empty",
-		    inline_code                ? "-c" :
-		        strcmp(file, "-") == 0 ? "stdin" :
-		                                 file);
+		    o->inline_code                ? "-c" :
+		        strcmp(o->file, "-") == 0 ? "stdin" :
+		                                    o->file);
+		return false;
 	}
+	return true;
+}
 
-	cli_catch_signals();
-	if ((rv = moat_client_create(cli_client(cli), &create, &sb,
-	         &errmsg)) != MOAT_OK) {
-		free(code);
-		return cli_fail(cli, rv, errmsg, "creating a sandbox");
-	}
-	sandbox_id = sb->id;
-	if (cli_interrupted) {
-		res.interrupted = cli_interrupted;
-		exit_code = 128 + res.interrupted;
-		goto destroy;
-	}
-	exec.sandbox_id = sandbox_id;
-	exec.language = (char *)lang;
-	exec.code = inline_code ? (char *)inline_code : code;
-	exec.timeout_ms = timeout_ms;
-	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
-	         &errmsg)) != MOAT_OK) {
-		exit_code = cli_fail(cli, rv, errmsg,
+/* run_code: runs the code in the new sandbox and streams its output;
+ * the exit code for cmd_run. *handle is the caller's to free. */
+static int
+run_code(struct cli *cli, const struct run_opts *o, const char *sandbox_id,
+    Moat__V1__ExecHandle **handle, struct stream_result *res)
+{
+	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
+	char *errmsg = NULL;
+	int rv, exit_code;
+
+	exec.sandbox_id = (char *)sandbox_id;
+	exec.language = (char *)o->lang;
+	exec.code = o->inline_code ? (char *)o->inline_code : o->code;
+	exec.timeout_ms = o->timeout_ms;
+	if ((rv = moat_client_exec_start(cli_client(cli), &exec, handle,
+	         &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg,
 		    "starting %s code in "
 		    "sandbox %s",
-		    lang, sandbox_id);
-		goto destroy;
-	}
-	if ((rv = stream(cli, sandbox_id, handle->exec_id, false, &res,
-	         &errmsg)) != MOAT_OK) {
-		exit_code = cli_fail(cli, rv, errmsg,
+		    o->lang, sandbox_id);
+	if ((rv = stream(cli, sandbox_id, (*handle)->exec_id, false, res,
+	         &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg,
 		    "reading the output of "
 		    "sandbox %s",
 		    sandbox_id);
-		goto destroy;
-	}
-	if (res.interrupted) {
-		exit_code = 128 + res.interrupted;
-		goto destroy;
-	}
-	exit_code = exit_code_of(res.status, timeout_ms);
-	if (cli->json && print_json_result(cli, &res) != 0 && exit_code == 0)
+	if (res->interrupted)
+		return 128 + res->interrupted;
+	exit_code = exit_code_of(res->status, o->timeout_ms);
+	if (cli->json && print_json_result(cli, res) != 0 && exit_code == 0)
 		exit_code = moat_status_exit_code(MOAT_INTERNAL);
+	return exit_code;
+}
 
-destroy:
-	if (res.interrupted)
+/* run_destroy: the run's sandbox goes, always, even interrupted: a run
+ * leaves nothing behind. Returns exit_code, or the failure's when 0. */
+static int
+run_destroy(struct cli *cli, const char *sandbox_id,
+    const struct stream_result *res, int exit_code)
+{
+	char *errmsg = NULL;
+	int rv;
+
+	if (res->interrupted)
 		fprintf(stderr,
 		    "moat: interrupted (signal %d): destroying "
 		    "sandbox %s\n",
-		    res.interrupted, sandbox_id);
-	/* Always, even interrupted: a run leaves nothing behind. */
+		    res->interrupted, sandbox_id);
 	if ((rv = moat_client_destroy(cli_client(cli), sandbox_id, &errmsg)) !=
 	    MOAT_OK) {
 		int code_destroy = cli_fail(cli, rv, errmsg,
@@ -419,10 +454,42 @@ destroy:
 		if (exit_code == 0)
 			exit_code = code_destroy;
 	}
+	return exit_code;
+}
+
+int
+cmd_run(struct cli *cli, int argc, char **argv)
+{
+	struct run_opts o = { .create =
+		                  MOAT__V1__CREATE_SANDBOX_REQUEST__INIT };
+	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__ExecHandle *handle = NULL;
+	struct stream_result res = { 0 };
+	char *errmsg = NULL;
+	int rv, exit_code;
+
+	if (!run_parse_options(cli, argc, argv, &o, &exit_code) ||
+	    !run_resolve_code(cli, argc, argv, &o, &exit_code)) {
+		free(o.code);
+		return exit_code;
+	}
+	cli_catch_signals();
+	if ((rv = moat_client_create(cli_client(cli), &o.create, &sb,
+	         &errmsg)) != MOAT_OK) {
+		free(o.code);
+		return cli_fail(cli, rv, errmsg, "creating a sandbox");
+	}
+	if (cli_interrupted) {
+		res.interrupted = cli_interrupted;
+		exit_code = 128 + res.interrupted;
+	} else {
+		exit_code = run_code(cli, &o, sb->id, &handle, &res);
+	}
+	exit_code = run_destroy(cli, sb->id, &res, exit_code);
 	stream_result_fini(&res);
 	moat_client_free_msg(handle);
 	moat_client_free_msg(sb);
-	free(code);
+	free(o.code);
 	return exit_code;
 }
 
@@ -514,12 +581,15 @@ recorded_exec(struct cli *cli, const Moat__V1__ExecRequest *exec,
 	return exit_code;
 }
 
-int
-cmd_exec(struct cli *cli, int argc, char **argv)
+static const char *exec_usage = "exec ID [--timeout S] [--cwd DIR] "
+                                "[-e K=V]... [-i] [--keep] -- CMD [ARG...]";
+
+/* exec_parse_options: fills exec from argv (strings point into argv;
+ * env, argc + 1 long, is the caller's). False with *exit_code set. */
+static bool
+exec_parse_options(struct cli *cli, int argc, char **argv,
+    Moat__V1__ExecRequest *exec, char **env, bool *with_stdin, int *exit_code)
 {
-	static const char *usage_line =
-	    "exec ID [--timeout S] [--cwd DIR] "
-	    "[-e K=V]... [-i] [--keep] -- CMD [ARG...]";
 	static const struct option opts[] = {
 		{ "timeout", required_argument, NULL, 't' },
 		{ "cwd", required_argument, NULL, 'w' },
@@ -529,98 +599,90 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
-	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
-	Moat__V1__ExecHandle *handle = NULL;
-	struct stream_result res = { 0 };
-	struct stdin_pump pump;
-	pthread_t pump_thread;
-	bool with_stdin = false, pumping = false;
-	char **env = NULL, *errmsg = NULL;
-	const char *sandbox_id;
 	size_t n_env = 0;
 	uint32_t timeout_ms = 0;
-	int opt, rv, exit_code;
+	int opt;
 
-	if ((env = calloc((size_t)argc + 1, sizeof(*env))) == NULL)
-		return cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "exec");
 	while ((opt = getopt_long(argc, argv, "e:i", opts, NULL)) != -1) {
 		switch (opt) {
 		case 't':
 			if (!cli_parse_seconds(optarg, &timeout_ms)) {
-				free(env);
-				return cli_usage_error(usage_line,
+				*exit_code = cli_usage_error(exec_usage,
 				    "--timeout "
 				    "wants seconds, not \"%s\"",
 				    optarg);
+				return false;
 			}
 			break;
 		case 'w':
-			exec.cwd = optarg;
+			exec->cwd = optarg;
 			break;
 		case 'e':
 			if (strchr(optarg, '=') == NULL) {
-				free(env);
-				return cli_usage_error(usage_line,
+				*exit_code = cli_usage_error(exec_usage,
 				    "-e wants "
 				    "KEY=VALUE, not \"%s\"",
 				    optarg);
+				return false;
 			}
 			env[n_env++] = optarg;
 			break;
 		case 'i':
-			with_stdin = true;
+			*with_stdin = true;
 			break;
 		case 'k':
-			exec.keep = true;
+			exec->keep = true;
 			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
 			break;
 		default:
-			free(env);
-			return cli_usage_error(usage_line, "bad option");
+			*exit_code = cli_usage_error(exec_usage, "bad option");
+			return false;
 		}
 	}
-	if (exec.keep && with_stdin) {
-		free(env);
-		return cli_usage_error(usage_line,
+	if (exec->keep && *with_stdin) {
+		*exit_code = cli_usage_error(exec_usage,
 		    "--keep pins the recorded "
 		    "step an exec becomes, and -i runs unrecorded: give one");
+		return false;
 	}
 	if (argc - optind < 2) {
-		free(env);
-		return cli_usage_error(usage_line,
+		*exit_code = cli_usage_error(exec_usage,
 		    "give a sandbox id and a "
 		    "command");
+		return false;
 	}
-	sandbox_id = argv[optind++];
-	exec.sandbox_id = (char *)sandbox_id;
-	exec.argv = &argv[optind];
-	exec.n_argv = (size_t)(argc - optind);
-	exec.env = env;
-	exec.n_env = n_env;
-	exec.timeout_ms = timeout_ms;
-	exec.stdin_open = with_stdin;
+	exec->sandbox_id = argv[optind++];
+	exec->argv = &argv[optind];
+	exec->n_argv = (size_t)(argc - optind);
+	exec->env = env;
+	exec->n_env = n_env;
+	exec->timeout_ms = timeout_ms;
+	exec->stdin_open = *with_stdin;
+	return true;
+}
 
-	/* A recorded sandbox records one-shot Execs only; -i needs the
-	 * streaming calls, so it runs unrecorded. */
-	if (!with_stdin && recorded(cli, sandbox_id)) {
-		rv = recorded_exec(cli, &exec, timeout_ms);
-		free(env);
-		return rv;
-	}
-	if (exec.keep)
-		fprintf(stderr,
-		    "moat: warning: sandbox %s is not recorded: "
-		    "--keep has no step to pin\n",
-		    sandbox_id);
+/* exec_streamed: starts exec and streams its output, with stdin pumped
+ * to it when with_stdin; the exit code for cmd_exec. With a pump, the
+ * process ends here. */
+static int
+exec_streamed(struct cli *cli, Moat__V1__ExecRequest *exec, bool with_stdin)
+{
+	const char *sandbox_id = exec->sandbox_id;
+	Moat__V1__ExecHandle *handle = NULL;
+	struct stream_result res = { 0 };
+	struct stdin_pump pump;
+	pthread_t pump_thread;
+	bool pumping = false;
+	char *errmsg = NULL;
+	int rv, exit_code;
+
 	cli_catch_signals();
-	if ((rv = moat_client_exec_start(cli_client(cli), &exec, &handle,
-	         &errmsg)) != MOAT_OK) {
-		free(env);
+	if ((rv = moat_client_exec_start(cli_client(cli), exec, &handle,
+	         &errmsg)) != MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "starting %s in sandbox %s",
-		    exec.argv[0], sandbox_id);
-	}
+		    exec->argv[0], sandbox_id);
 	if (with_stdin) {
 		pump.cli = cli;
 		pump.sandbox_id = sandbox_id;
@@ -633,15 +695,15 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		exit_code = cli_fail(cli, rv, errmsg,
 		    "reading the output of "
 		    "%s in sandbox %s",
-		    exec.argv[0], sandbox_id);
+		    exec->argv[0], sandbox_id);
 	} else if (res.interrupted) {
 		fprintf(stderr,
 		    "moat: interrupted; %s may still be running "
 		    "in sandbox %s\n",
-		    exec.argv[0], sandbox_id);
+		    exec->argv[0], sandbox_id);
 		exit_code = 128 + res.interrupted;
 	} else {
-		exit_code = exit_code_of(res.status, timeout_ms);
+		exit_code = exit_code_of(res.status, exec->timeout_ms);
 		if (cli->json && print_json_result(cli, &res) != 0 &&
 		    exit_code == 0)
 			exit_code = moat_status_exit_code(MOAT_INTERNAL);
@@ -656,6 +718,36 @@ cmd_exec(struct cli *cli, int argc, char **argv)
 		_exit(exit_code);
 	}
 	moat_client_free_msg(handle);
+	return exit_code;
+}
+
+int
+cmd_exec(struct cli *cli, int argc, char **argv)
+{
+	Moat__V1__ExecRequest exec = MOAT__V1__EXEC_REQUEST__INIT;
+	bool with_stdin = false;
+	char **env;
+	int exit_code;
+
+	if ((env = calloc((size_t)argc + 1, sizeof(*env))) == NULL)
+		return cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "exec");
+	if (!exec_parse_options(cli, argc, argv, &exec, env, &with_stdin,
+	        &exit_code)) {
+		free(env);
+		return exit_code;
+	}
+	/* A recorded sandbox records one-shot Execs only; -i needs the
+	 * streaming calls, so it runs unrecorded. */
+	if (!with_stdin && recorded(cli, exec.sandbox_id)) {
+		exit_code = recorded_exec(cli, &exec, exec.timeout_ms);
+	} else {
+		if (exec.keep)
+			fprintf(stderr,
+			    "moat: warning: sandbox %s is not recorded: "
+			    "--keep has no step to pin\n",
+			    exec.sandbox_id);
+		exit_code = exec_streamed(cli, &exec, with_stdin);
+	}
 	free(env);
 	return exit_code;
 }

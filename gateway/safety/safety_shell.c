@@ -76,6 +76,7 @@ enum tok_kind {
 	TOK_REDIR_IN,  /* < <<< ; next word is read */
 	TOK_HEREDOC,   /* << / <<- ; next word is the delimiter */
 	TOK_END,
+	TOK_AGAIN, /* inside the lexer only: nothing to return, lex on */
 };
 
 struct lexer {
@@ -153,192 +154,247 @@ skip_heredoc_body(struct lexer *lx)
 	lx->heredoc_pending = false;
 }
 
-/* next_token: the next token; a word's text is in lx->word. */
-static enum tok_kind
-next_token(struct lexer *lx)
+/* peek: the character `ahead` places past the cursor, '\0' past the
+ * end (only ever compared with non-NUL characters). */
+static char
+peek(const struct lexer *lx, size_t ahead)
 {
-	const char *s = lx->s;
-	size_t n = 0;
+	return lx->pos + ahead < lx->len ? lx->s[lx->pos + ahead] : '\0';
+}
 
-	lx->quoted = false;
-	lx->word[0] = '\0';
-	/* blanks and comments */
+static bool
+is_blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r';
+}
+
+/* skip_blanks: past blanks, line continuations and comments. */
+static void
+skip_blanks(struct lexer *lx)
+{
 	for (;;) {
-		while (lx->pos < lx->len &&
-		    (s[lx->pos] == ' ' || s[lx->pos] == '\t' ||
-		        s[lx->pos] == '\r'))
+		while (lx->pos < lx->len && is_blank(lx->s[lx->pos]))
 			lx->pos++;
-		if (lx->pos + 1 < lx->len && s[lx->pos] == '\\' &&
-		    s[lx->pos + 1] == '\n') {
+		if (peek(lx, 0) == '\\' && peek(lx, 1) == '\n') {
 			lx->pos += 2;
 			continue;
 		}
-		if (lx->pos < lx->len && s[lx->pos] == '#') {
-			while (lx->pos < lx->len && s[lx->pos] != '\n')
+		if (peek(lx, 0) == '#') {
+			while (lx->pos < lx->len && lx->s[lx->pos] != '\n')
 				lx->pos++;
 			continue;
 		}
 		break;
 	}
-	if (lx->pos >= lx->len)
-		return TOK_END;
-	if (s[lx->pos] == '\n') {
+}
+
+/* skip_fd_dup: s[pos] is the '&' of ">&2" or "<&-": a duplication of a
+ * descriptor, which names no file, so it is skipped whole. */
+static void
+skip_fd_dup(struct lexer *lx)
+{
+	lx->pos++;
+	while (lx->pos < lx->len &&
+	    (isdigit((unsigned char)lx->s[lx->pos]) || lx->s[lx->pos] == '-'))
+		lx->pos++;
+}
+
+/* lex_redirection: s[pos] is '>' or '<'. */
+static enum tok_kind
+lex_redirection(struct lexer *lx)
+{
+	char c = lx->s[lx->pos++];
+
+	if (c == '>') {
+		if (peek(lx, 0) == '>' || peek(lx, 0) == '|') {
+			lx->pos++;
+		} else if (peek(lx, 0) == '&') {
+			skip_fd_dup(lx);
+			return TOK_AGAIN;
+		}
+		return TOK_REDIR_OUT;
+	}
+	if (peek(lx, 0) == '<') {
+		lx->pos++;
+		if (peek(lx, 0) == '<') {
+			lx->pos++;
+			return TOK_REDIR_IN;
+		}
+		lx->heredoc_tabs = peek(lx, 0) == '-';
+		if (lx->heredoc_tabs)
+			lx->pos++;
+		return TOK_HEREDOC;
+	}
+	if (peek(lx, 0) == '&') {
+		skip_fd_dup(lx);
+		return TOK_AGAIN;
+	}
+	return TOK_REDIR_IN;
+}
+
+/* lex_operator: s[pos] is one of is_op_char's characters. */
+static enum tok_kind
+lex_operator(struct lexer *lx)
+{
+	char c = lx->s[lx->pos];
+
+	if (c == '\n') {
 		lx->pos++;
 		if (lx->heredoc_pending)
 			skip_heredoc_body(lx);
 		return TOK_SEP;
 	}
-	/* operators */
-	if (s[lx->pos] == '&' && lx->pos + 1 < lx->len &&
-	    s[lx->pos + 1] == '>') {
+	if (c == '&' && peek(lx, 1) == '>') {
 		lx->pos += 2;
-		if (lx->pos < lx->len && s[lx->pos] == '>')
+		if (peek(lx, 0) == '>')
 			lx->pos++;
 		return TOK_REDIR_OUT;
 	}
-	if (s[lx->pos] == '&' || s[lx->pos] == ';' || s[lx->pos] == '(' ||
-	    s[lx->pos] == ')') {
-		char c = s[lx->pos++];
-
-		if ((c == '&' || c == ';') && lx->pos < lx->len &&
-		    s[lx->pos] == c)
-			lx->pos++;
-		return TOK_SEP;
-	}
-	if (s[lx->pos] == '|') {
-		lx->pos++;
-		if (lx->pos < lx->len && s[lx->pos] == '|') {
+	if (c == '>' || c == '<')
+		return lex_redirection(lx);
+	lx->pos++;
+	if (c == '|') {
+		if (peek(lx, 0) == '|') {
 			lx->pos++;
 			return TOK_SEP;
 		}
-		if (lx->pos < lx->len && s[lx->pos] == '&')
+		if (peek(lx, 0) == '&')
 			lx->pos++;
 		return TOK_PIPE;
 	}
-	if (s[lx->pos] == '>' || s[lx->pos] == '<') {
-		char c = s[lx->pos++];
+	/* & ; ( ) and the doubled && ;; */
+	if ((c == '&' || c == ';') && peek(lx, 0) == c)
+		lx->pos++;
+	return TOK_SEP;
+}
 
-		if (c == '>') {
-			if (lx->pos < lx->len &&
-			    (s[lx->pos] == '>' || s[lx->pos] == '|'))
-				lx->pos++;
-			else if (lx->pos < lx->len && s[lx->pos] == '&') {
-				/* >&2, >&- : a duplication, no file */
-				lx->pos++;
-				while (lx->pos < lx->len &&
-				    (isdigit((unsigned char)s[lx->pos]) ||
-				        s[lx->pos] == '-'))
-					lx->pos++;
-				return next_token(lx);
-			}
-			return TOK_REDIR_OUT;
-		}
-		if (lx->pos < lx->len && s[lx->pos] == '<') {
-			lx->pos++;
-			if (lx->pos < lx->len && s[lx->pos] == '<') {
-				lx->pos++;
-				return TOK_REDIR_IN;
-			}
-			lx->heredoc_tabs =
-			    lx->pos < lx->len && s[lx->pos] == '-';
-			if (lx->heredoc_tabs)
-				lx->pos++;
-			return TOK_HEREDOC;
-		}
-		if (lx->pos < lx->len && s[lx->pos] == '&') {
-			lx->pos++;
-			while (lx->pos < lx->len &&
-			    (isdigit((unsigned char)s[lx->pos]) ||
-			        s[lx->pos] == '-'))
-				lx->pos++;
-			return next_token(lx);
-		}
-		return TOK_REDIR_IN;
+/* copy_until: appends s[pos..end) to the word. */
+static void
+copy_until(struct lexer *lx, size_t *n, size_t end)
+{
+	while (lx->pos < end)
+		lx->word[(*n)++] = lx->s[lx->pos++];
+}
+
+static bool
+starts_subst(const struct lexer *lx)
+{
+	return (peek(lx, 0) == '$' && peek(lx, 1) == '(') ||
+	    peek(lx, 0) == '`';
+}
+
+/* lex_subst: s[pos] starts "$(" or a backtick. The contents are judged
+ * as shell of their own; the substitution's text stays in the word. */
+static void
+lex_subst(struct lexer *lx, size_t *n)
+{
+	bool tick = lx->s[lx->pos] == '`';
+	size_t start = lx->pos + (tick ? 1 : 2);
+	size_t end = skip_subst(lx->s, lx->len, start, tick);
+
+	moat_safety_shell(lx->j, lx->s + start, end - start, lx->depth + 1);
+	copy_until(lx, n, end);
+	if (lx->pos < lx->len)
+		lx->word[(*n)++] = lx->s[lx->pos++];
+}
+
+/* lex_escaped: s[pos] is a backslash with a character after it. */
+static void
+lex_escaped(struct lexer *lx, size_t *n)
+{
+	lx->word[(*n)++] = lx->s[lx->pos + 1];
+	lx->pos += 2;
+}
+
+static void
+lex_single_quoted(struct lexer *lx, size_t *n)
+{
+	lx->quoted = true;
+	lx->pos++;
+	while (lx->pos < lx->len && lx->s[lx->pos] != '\'')
+		lx->word[(*n)++] = lx->s[lx->pos++];
+	if (lx->pos < lx->len)
+		lx->pos++;
+}
+
+/* lex_double_quoted: escapes and substitutions still work inside. */
+static void
+lex_double_quoted(struct lexer *lx, size_t *n)
+{
+	lx->quoted = true;
+	lx->pos++;
+	while (lx->pos < lx->len && lx->s[lx->pos] != '"') {
+		if (lx->s[lx->pos] == '\\' && lx->pos + 1 < lx->len)
+			lex_escaped(lx, n);
+		else if (starts_subst(lx))
+			lex_subst(lx, n);
+		else
+			lx->word[(*n)++] = lx->s[lx->pos++];
 	}
-	/* a word */
-	while (lx->pos < lx->len) {
-		char c = s[lx->pos];
+	if (lx->pos < lx->len)
+		lx->pos++;
+}
 
-		if (c == ' ' || c == '\t' || c == '\r' || is_op_char(c))
+static bool
+all_digits(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isdigit((unsigned char)s[i]))
+			return false;
+	return true;
+}
+
+/* lex_word: s[pos] starts a word, which ends at a blank or operator. */
+static enum tok_kind
+lex_word(struct lexer *lx)
+{
+	size_t n = 0;
+
+	while (lx->pos < lx->len) {
+		char c = lx->s[lx->pos];
+
+		if (is_blank(c) || is_op_char(c))
 			break;
 		if (c == '\\' && lx->pos + 1 < lx->len) {
-			lx->word[n++] = s[lx->pos + 1];
-			lx->pos += 2;
 			lx->quoted = true;
+			lex_escaped(lx, &n);
 		} else if (c == '\'') {
-			lx->quoted = true;
-			lx->pos++;
-			while (lx->pos < lx->len && s[lx->pos] != '\'')
-				lx->word[n++] = s[lx->pos++];
-			if (lx->pos < lx->len)
-				lx->pos++;
+			lex_single_quoted(lx, &n);
 		} else if (c == '"') {
-			lx->quoted = true;
-			lx->pos++;
-			while (lx->pos < lx->len && s[lx->pos] != '"') {
-				if (s[lx->pos] == '\\' &&
-				    lx->pos + 1 < lx->len) {
-					lx->word[n++] = s[lx->pos + 1];
-					lx->pos += 2;
-					continue;
-				}
-				if (s[lx->pos] == '$' &&
-				    lx->pos + 1 < lx->len &&
-				    s[lx->pos + 1] == '(') {
-					size_t start = lx->pos + 2;
-					size_t end = skip_subst(s, lx->len,
-					    start, false);
-
-					moat_safety_shell(lx->j, s + start,
-					    end - start, lx->depth + 1);
-					while (lx->pos < end)
-						lx->word[n++] = s[lx->pos++];
-				} else if (s[lx->pos] == '`') {
-					size_t start = lx->pos + 1;
-					size_t end = skip_subst(s, lx->len,
-					    start, true);
-
-					moat_safety_shell(lx->j, s + start,
-					    end - start, lx->depth + 1);
-					while (lx->pos < end)
-						lx->word[n++] = s[lx->pos++];
-				}
-				if (lx->pos < lx->len)
-					lx->word[n++] = s[lx->pos++];
-			}
-			if (lx->pos < lx->len)
-				lx->pos++;
-		} else if ((c == '$' && lx->pos + 1 < lx->len &&
-		               s[lx->pos + 1] == '(') ||
-		    c == '`') {
-			bool tick = c == '`';
-			size_t start = lx->pos + (tick ? 1 : 2);
-			size_t end = skip_subst(s, lx->len, start, tick);
-
-			moat_safety_shell(lx->j, s + start, end - start,
-			    lx->depth + 1);
-			/* The substitution's text stays in the word. */
-			while (lx->pos < end)
-				lx->word[n++] = s[lx->pos++];
-			if (lx->pos < lx->len)
-				lx->word[n++] = s[lx->pos++];
+			lex_double_quoted(lx, &n);
+		} else if (starts_subst(lx)) {
+			lex_subst(lx, &n);
 		} else {
-			lx->word[n++] = s[lx->pos++];
+			lx->word[n++] = lx->s[lx->pos++];
 		}
 	}
 	lx->word[n] = '\0';
 	/* "2>file": the digits were a file descriptor */
-	if (!lx->quoted && n > 0 && lx->pos < lx->len &&
-	    (s[lx->pos] == '>' || s[lx->pos] == '<')) {
-		bool digits = true;
-
-		for (size_t i = 0; i < n; i++)
-			if (!isdigit((unsigned char)lx->word[i]))
-				digits = false;
-		if (digits)
-			return next_token(lx);
-	}
+	if (!lx->quoted && n > 0 &&
+	    (peek(lx, 0) == '>' || peek(lx, 0) == '<') &&
+	    all_digits(lx->word, n))
+		return TOK_AGAIN;
 	return TOK_WORD;
+}
+
+/* next_token: the next token; a word's text is in lx->word. */
+static enum tok_kind
+next_token(struct lexer *lx)
+{
+	enum tok_kind t;
+
+	do {
+		lx->quoted = false;
+		lx->word[0] = '\0';
+		skip_blanks(lx);
+		if (lx->pos >= lx->len)
+			return TOK_END;
+		if (is_op_char(lx->s[lx->pos]))
+			t = lex_operator(lx);
+		else
+			t = lex_word(lx);
+	} while (t == TOK_AGAIN);
+	return t;
 }
 
 /* ---- commands ---- */
