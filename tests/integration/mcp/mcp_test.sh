@@ -15,7 +15,7 @@ export MOAT_IMAGE_DIR=${MOAT_IMAGE_DIR:-$repo/images/out}
 
 command -v node >/dev/null ||
 	{ echo "FAIL - node is not installed: run deploy/install-deps.sh"; exit 1; }
-if ! sdk=$(bash "$here/npm_setup.sh"); then
+if ! sdk=$(bash "$here/../npm_setup.sh" "$here/package.json"); then
 	echo "FAIL - the MCP TypeScript SDK could not be installed (see above)"
 	exit 1
 fi
