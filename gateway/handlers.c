@@ -37,6 +37,7 @@ struct moat_gateway {
 	struct moat_record rec;
 	bool nodes_ready, fw_ready;
 	struct moat_discovery *discovery;
+	struct moat_inventory *inventory; /* every node's sandboxes */
 	struct moat_rpc_server *server;
 	struct moat_rpc_client *sessiond, *snapd;
 	char *listen_url, *survey_url, *sessiond_url, *snapd_url, *state_dir;
@@ -464,6 +465,41 @@ out:
 	return MOAT_OK;
 }
 
+/* list_unavailable: appends to r the inventory's sandboxes of `tenant`
+ * on nodes not in `answered`, state UNAVAILABLE, with their sessions. */
+static int
+list_unavailable(struct moat_gateway *gw, Moat__V1__SandboxList *r,
+    const char *tenant, const struct moat_node_id *answered, size_t n_answered)
+{
+	Moat__V1__Sandbox **lost = NULL, **grown;
+	size_t n_lost = 0;
+	int rv;
+
+	if ((rv = moat_inventory_unavailable(gw->inventory, tenant, answered,
+	         n_answered, &lost, &n_lost)) != MOAT_OK ||
+	    n_lost == 0)
+		return rv;
+	grown =
+	    realloc(r->sandboxes, (r->n_sandboxes + n_lost) * sizeof(*grown));
+	if (grown == NULL) {
+		for (size_t i = 0; i < n_lost; i++)
+			moat__v1__sandbox__free_unpacked(lost[i], NULL);
+		free(lost);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	r->sandboxes = grown;
+	for (size_t i = 0; i < n_lost; i++) {
+		char session_id[MOAT_ID_MAX];
+
+		if (moat_record_session_of(&gw->rec, lost[i]->id, session_id,
+		        sizeof(session_id)))
+			(void)moat_sandbox_set_session(lost[i], session_id);
+		r->sandboxes[r->n_sandboxes++] = lost[i];
+	}
+	free(lost);
+	return MOAT_OK;
+}
+
 static int
 h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -472,19 +508,23 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__SandboxList *r = (Moat__V1__SandboxList *)reply;
 	Moat__V1__ListSandboxesRequest fwd =
 	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
-	struct moat_node_id *ids = NULL;
-	size_t n = 0, failed = 0, len;
+	struct moat_node_id *ids = NULL, *answered = NULL;
+	size_t n = 0, failed = 0, len, n_answered = 0;
 	uint8_t *payload = NULL;
 	char *first_error = NULL;
 	int rv, first_rv = MOAT_OK;
 
-	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK)
+	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK ||
+	    (answered = calloc(n + 1, sizeof(*answered))) == NULL) {
+		free(ids);
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
+	}
 	fwd.tenant = (char *)moat_gw_tenant(call);
 	len = moat__v1__list_sandboxes_request__get_packed_size(&fwd);
 	if ((payload = malloc(len ? len : 1)) == NULL) {
 		free(ids);
+		free(answered);
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
 	}
@@ -515,6 +555,8 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		free(out);
 		if (rv == MOAT_OK)
 			rv = list_append(gw, r, list, &ids[i]);
+		if (rv == MOAT_OK)
+			answered[n_answered++] = ids[i];
 		if (rv != MOAT_OK) {
 			/* One node down must not hide the others' sandboxes;
 			 * the failure is logged, and only when every node
@@ -534,7 +576,15 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	}
 	free(payload);
 	free(ids);
-	if (n > 0 && failed == n) {
+	/* The nodes that did not answer: their last known sandboxes, shown
+	 * UNAVAILABLE rather than silently missing. */
+	rv = list_unavailable(gw, r, fwd.tenant, answered, n_answered);
+	free(answered);
+	if (rv != MOAT_OK) {
+		free(first_error);
+		return moat_rpc_error(call, rv, "out of memory");
+	}
+	if (n > 0 && failed == n && r->n_sandboxes == 0) {
 		rv = moat_rpc_error(call, first_rv, "%s", first_error);
 		free(first_error);
 		return rv;
@@ -568,6 +618,34 @@ h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 /* ---- recorded sandboxes (record.c) ---- */
 
+/* get_unavailable: GetSandbox of a sandbox whose node does not answer:
+ * the inventory's last word on it, state UNAVAILABLE, as the reply. Else
+ * the UNAVAILABLE already set stays. */
+static int
+get_unavailable(struct moat_gateway *gw, struct moat_rpc_call *call,
+    const char *sandbox_id)
+{
+	Moat__V1__Sandbox *sb = NULL;
+	struct moat_node_id node;
+	int rv;
+
+	if (!moat_inventory_find(gw->inventory, sandbox_id, &node, &sb) ||
+	    sb == NULL || moat_nodes_is_available(&gw->nodes, &node) ||
+	    strcmp(sb->tenant, moat_gw_tenant(call)) != 0) {
+		if (sb != NULL)
+			moat__v1__sandbox__free_unpacked(sb, NULL);
+		return MOAT_UNAVAILABLE;
+	}
+	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_UNAVAILABLE;
+	rv = repack_sandbox(sb, &call->raw_reply, &call->raw_reply_len);
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	if (rv != MOAT_OK)
+		return MOAT_UNAVAILABLE;
+	free(call->error_message);
+	call->error_message = NULL;
+	return MOAT_OK;
+}
+
 static int
 h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -579,8 +657,11 @@ h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__Sandbox *sb;
 	int rv;
 
-	if ((rv = moat_forward_call(&gw->fw, call, req->sandbox_id,
-	         call->payload, call->payload_len)) != MOAT_OK ||
+	rv = moat_forward_call(&gw->fw, call, req->sandbox_id, call->payload,
+	    call->payload_len);
+	if (rv == MOAT_UNAVAILABLE)
+		rv = get_unavailable(gw, call, req->sandbox_id);
+	if (rv != MOAT_OK ||
 	    !moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
 	        req->sandbox_id, call->request_id, session_id,
 	        sizeof(session_id)))
@@ -1411,6 +1492,10 @@ moat_gateway_start(struct moat_gateway **out,
 	         gw->survey_url, opts->survey_interval_ms, gw->config,
 	         errmsg)) != MOAT_OK)
 		goto fail;
+	if ((rv = moat_inventory_start(&gw->inventory, &gw->nodes, &gw->fw,
+	         opts->survey_interval_ms, true, errmsg)) != MOAT_OK)
+		goto fail;
+	gw->fw.inv = gw->inventory;
 	svc.ctx = gw;
 	if ((rv = moat_rpc_server_start(&gw->server, gw->listen_url, &svc,
 	         opts->workers, errmsg)) != MOAT_OK)
@@ -1434,6 +1519,8 @@ moat_gateway_stop(struct moat_gateway *gw)
 	/* Serving stops first: no handler may run on what follows. */
 	moat_rpc_server_stop(gw->server);
 	moat_discovery_stop(gw->discovery);
+	gw->fw.inv = NULL;
+	moat_inventory_stop(gw->inventory);
 	moat_record_fini(&gw->rec);
 	moat_rpc_client_close(gw->sessiond);
 	moat_rpc_client_close(gw->snapd);

@@ -236,68 +236,64 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	return MOAT_FAILED_PRECONDITION;
 }
 
-/* restore: a sandbox restored from `snap` on its node, replacing
- * `replace` ("" : none) in place where the node can. On MOAT_OK *out is
- * the caller's and its route is remembered. */
+/* restore: a sandbox restored from `snap` on target `to` (its node, and
+ * the id that node knows the snapshot by), replacing `replace` ("" :
+ * none) in place where the node can. On MOAT_OK *out is the caller's and
+ * its route is remembered. */
 static int
-restore(struct moat_travel *t, const char *snap, const char *replace,
+restore(struct moat_travel *t, const char *snap,
+    const struct moat_restore_target *to, const char *replace,
     uint64_t deadline, Moat__V1__Sandbox **out, char **errmsg)
 {
 	Moat__V1__RestoreSandboxRequest req =
 	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 	struct moat_sandbox_id sandbox;
-	struct moat_node_id node;
-	uint8_t *payload, *reply = NULL;
-	size_t len, reply_len = 0;
-	char what[MOAT_ID_MAX + 16];
+	bool pulled = strcmp(to->snapshot_id, snap) != 0;
+	char what[2 * MOAT_ID_MAX + 32];
 	int rv;
 
 	*out = NULL;
-	if (!moat_snapshot_node(snap, &node)) {
-		*errmsg = moat_asprintf(
-		    "snapshot %s names no node: only a "
-		    "node's local snapshot (\"snap-<node>-...\") can be "
-		    "restored here",
-		    snap);
-		return MOAT_FAILED_PRECONDITION;
-	}
-	req.snapshot_id = (char *)snap;
+	req.snapshot_id = (char *)to->snapshot_id;
 	req.tenant = (char *)t->tenant;
 	req.replace_sandbox_id = (char *)replace;
-	len = moat__v1__restore_sandbox_request__get_packed_size(&req);
-	if ((payload = malloc(len ? len : 1)) == NULL) {
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	moat__v1__restore_sandbox_request__pack(&req, payload);
-	snprintf(what, sizeof(what), "snapshot %.100s", snap);
-	rv = moat_forward_to_node(t->fw, &node, "RestoreSandbox", payload, len,
-	    moat_rpc_new_request_id(), deadline, what, &reply, &reply_len,
-	    errmsg);
-	free(payload);
+	if (pulled)
+		snprintf(what, sizeof(what),
+		    "snapshot %.100s (moat-snapd's "
+		    "%.100s)",
+		    snap, to->snapshot_id);
+	else
+		snprintf(what, sizeof(what), "snapshot %.100s", snap);
+	rv = moat_forward_node_call(t->fw, &to->node, "RestoreSandbox",
+	    &req.base, &moat__v1__sandbox__descriptor,
+	    moat_rpc_new_request_id(), deadline, what,
+	    (ProtobufCMessage **)out, errmsg);
 	if (rv == MOAT_NOT_FOUND) {
 		char *node_msg = *errmsg;
 
-		*errmsg = moat_asprintf(
-		    "snapshot %s is no longer on node %s "
-		    "(deleted, or the node lost it): %s; `moat session show` "
-		    "lists the steps that still have one",
-		    snap, node.s, node_msg ? node_msg : "");
+		*errmsg = pulled ?
+		    moat_asprintf("snapshot %s (moat-snapd's %s) is no "
+		                  "longer in moat-snapd (deleted, or lost): "
+		                  "%s; `moat session show` lists the steps "
+		                  "that still have one",
+		        snap, to->snapshot_id, node_msg ? node_msg : "") :
+		    moat_asprintf("snapshot %s is no longer on node %s "
+		                  "(deleted, or the node lost it): %s; `moat "
+		                  "session show` lists the steps that still "
+		                  "have one",
+		        snap, to->node.s, node_msg ? node_msg : "");
 		free(node_msg);
 	}
 	if (rv != MOAT_OK)
 		return rv;
-	*out = moat__v1__sandbox__unpack(NULL, reply_len, reply);
-	free(reply);
-	if (*out == NULL) {
-		*errmsg =
-		    moat_asprintf("node %s answered RestoreSandbox with "
-		                  "something that is not a moat.v1.Sandbox",
-		        node.s);
-		return MOAT_INTERNAL;
-	}
 	if (moat_sandbox_id_set(&sandbox, (*out)->id))
-		moat_forward_remember(t->fw, &sandbox, &node);
+		moat_forward_remember(t->fw, &sandbox, &to->node);
+	moat_inventory_put(t->fw->inv, &to->node, *out);
+	if (pulled)
+		moat_info(0,
+		    "snapshot %s restored on node %s from moat-snapd's "
+		    "%s as %s: %llu bytes pulled",
+		    snap, to->node.s, to->snapshot_id, (*out)->id,
+		    (unsigned long long)(*out)->pulled_bytes);
 	return MOAT_OK;
 }
 
@@ -320,6 +316,18 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 	    len > sizeof(payload))
 		return;
 	moat__v1__sandbox_ref__pack(&ref, payload);
+	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) ==
+	        MOAT_OK &&
+	    !moat_nodes_is_available(t->nodes, &node)) {
+		moat_warn(request_id,
+		    "sandbox %s not destroyed: its node %s "
+		    "does not answer; destroy it when the node is back "
+		    "(`moat sandbox rm %s`)",
+		    sandbox_id, node.s, sandbox_id);
+		return;
+	}
+	free(msg);
+	msg = NULL;
 	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) !=
 	        MOAT_OK ||
 	    moat_forward_to_node(t->fw, &node, "DestroySandbox", payload, len,
@@ -332,39 +340,39 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 	free(msg);
 }
 
-/* branch_restore: restores `snap` in place of `replace` ("" : none; a
- * new sandbox when it is on another node than the snapshot, the old one
- * then destroyed). On MOAT_OK *out is the caller's. */
+/* branch_restore: restores `snap` on target `to`, in place of `replace`
+ * ("" : none; a new sandbox when `replace` is on another node than the
+ * target, the old one then destroyed). On MOAT_OK *out is the caller's. */
 static int
-branch_restore(struct moat_travel *t, const char *snap, const char *replace,
+branch_restore(struct moat_travel *t, const char *snap,
+    const struct moat_restore_target *to, const char *replace,
     uint64_t request_id, uint64_t deadline, Moat__V1__Sandbox **out,
     char **errmsg)
 {
 	struct moat_sandbox_id old;
-	struct moat_node_id old_node, snap_node;
+	struct moat_node_id old_node;
 	const char *in_place = replace;
 	char *msg = NULL;
 	int rv;
 
 	/* A node replaces only its own sandboxes. */
 	if (replace[0] != '\0' && moat_sandbox_id_set(&old, replace) &&
-	    moat_snapshot_node(snap, &snap_node) &&
 	    moat_forward_locate(t->fw, &old, deadline, &old_node, &msg) ==
 	        MOAT_OK &&
-	    strcmp(old_node.s, snap_node.s) != 0)
+	    strcmp(old_node.s, to->node.s) != 0)
 		in_place = "";
 	free(msg);
 	msg = NULL;
-	if ((rv = restore(t, snap, in_place, deadline, out, errmsg)) !=
+	if ((rv = restore(t, snap, to, in_place, deadline, out, errmsg)) !=
 	    MOAT_OK)
 		return rv;
 	if (replace[0] != '\0' && strcmp((*out)->id, replace) != 0) {
 		/* The node made a new sandbox instead of replacing: the old
 		 * one goes, and the recording moves to the new one. */
 		moat_info(request_id,
-		    "restore of %s came back as %s: "
+		    "restore of %s came back as %s on node %s: "
 		    "destroying %s",
-		    replace, (*out)->id, replace);
+		    replace, (*out)->id, to->node.s, replace);
 		destroy(t, replace, request_id);
 	}
 	return MOAT_OK;
@@ -420,17 +428,61 @@ branch_record(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 /* branch: branch_restore, then branch_record. */
 static int
 branch(struct moat_travel *t, const Moat__V1__SessionInfo *s, uint64_t step,
-    const char *snap, const char *replace, uint64_t request_id,
-    uint64_t deadline, Moat__V1__Sandbox **out, char *session_id,
-    char **errmsg)
+    const char *snap, const struct moat_restore_target *to,
+    const char *replace, uint64_t request_id, uint64_t deadline,
+    Moat__V1__Sandbox **out, char *session_id, char **errmsg)
 {
 	int rv;
 
-	if ((rv = branch_restore(t, snap, replace, request_id, deadline, out,
-	         errmsg)) != MOAT_OK)
+	if ((rv = branch_restore(t, snap, to, replace, request_id, deadline,
+	         out, errmsg)) != MOAT_OK)
 		return rv;
 	return branch_record(t, s, step, snap, NULL, request_id, deadline, out,
 	    session_id, errmsg);
+}
+
+/* session_of_request: the session a RestoreStep names into session_id
+ * (MOAT_ID_MAX): session_id when given, else the latest session of
+ * `sandbox_id` (a sandbox id in its place: found in sessiond by
+ * sandbox). Errors go through moat_rpc_error. */
+static int
+session_of_request(struct moat_travel *t, const char *session_id,
+    const char *sandbox_id, struct moat_rpc_call *call, char *out)
+{
+	if (session_id[0] != '\0') {
+		snprintf(out, MOAT_ID_MAX, "%s", session_id);
+		return MOAT_OK;
+	}
+	if (sandbox_id[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "session_id "
+		    "(or sandbox_id) is required: `moat session ls` lists the "
+		    "sessions");
+	if (moat_record_session_lookup(t->rec, t->tenant, sandbox_id,
+	        call->request_id, out, MOAT_ID_MAX))
+		return MOAT_OK;
+	return moat_rpc_error(call, MOAT_NOT_FOUND,
+	    "sandbox %s has no "
+	    "recorded session: give one with session_id (`moat session ls` "
+	    "lists them)",
+	    sandbox_id);
+}
+
+/* latest_step: the last step of s that has a snapshot (0 when only the
+ * state before step 1 has one). FAILED_PRECONDITION when none has. */
+static int
+latest_step(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t deadline, uint64_t *step, char **errmsg)
+{
+	struct nearest n;
+
+	nearest_find(t, s, UINT64_MAX, deadline, &n);
+	if (n.has_before) {
+		*step = n.before;
+		return MOAT_OK;
+	}
+	*errmsg = no_snapshot_message(t, s, s->step_count, "", deadline);
+	return MOAT_FAILED_PRECONDITION;
 }
 
 int
@@ -446,12 +498,22 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 	const char *replace = "";
 	struct moat_sandbox_id target;
 	struct moat_node_id node;
+	struct moat_restore_target to;
+	uint64_t step = req->step;
 	int rv;
 
-	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
-	         &msg)) != MOAT_OK ||
-	    (rv = step_snapshot(&t, s, req->step, call->deadline_ms, snap,
-	         &msg)) != MOAT_OK)
+	if ((rv = session_of_request(&t, req->session_id, req->sandbox_id,
+	         call, session_id)) != MOAT_OK)
+		return rv;
+	if ((rv = get_session(&t, session_id, call->deadline_ms, &s, &msg)) !=
+	        MOAT_OK ||
+	    (req->step_latest &&
+	        (rv = latest_step(&t, s, call->deadline_ms, &step, &msg)) !=
+	            MOAT_OK) ||
+	    (rv = step_snapshot(&t, s, step, call->deadline_ms, snap, &msg)) !=
+	        MOAT_OK ||
+	    (rv = moat_travel_place(&t, snap, req->node, 1, call->deadline_ms,
+	         &to, &msg)) != MOAT_OK)
 		goto fail;
 	if (req->new_sandbox) {
 		replace = "";
@@ -474,7 +536,7 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 		free(msg); /* the session's sandbox is gone: a new one */
 		msg = NULL;
 	}
-	if ((rv = branch(&t, s, req->step, snap, replace, call->request_id,
+	if ((rv = branch(&t, s, step, snap, &to, replace, call->request_id,
 	         call->deadline_ms, &r->sandbox, session_id, &msg)) != MOAT_OK)
 		goto fail;
 	moat__v1__session_info__free_unpacked(s, NULL);
@@ -508,6 +570,7 @@ struct fork_job {
 	const Moat__V1__SessionInfo *s;
 	uint64_t step;
 	const char *snap;
+	const struct moat_restore_target *to;
 	uint64_t request_id, deadline;
 	struct fork_trace *ft;
 	Moat__V1__ForkCopy *copy; /* filled by the thread */
@@ -576,8 +639,8 @@ fork_main(void *arg)
 	char *msg = NULL;
 	int rv;
 
-	rv = branch_restore(j->t, j->snap, "", j->request_id, j->deadline,
-	    &c->sandbox, &msg);
+	rv = branch_restore(j->t, j->snap, j->to, "", j->request_id,
+	    j->deadline, &c->sandbox, &msg);
 	if (rv != MOAT_OK) {
 		copy_failed(c, rv, msg);
 		return NULL;
@@ -613,6 +676,8 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		.cv = PTHREAD_COND_INITIALIZER,
 	};
 	uint32_t count = req->count == 0 ? 1 : req->count;
+	struct moat_restore_target targets[TRAVEL_FORK_MAX];
+	uint64_t step = req->step;
 	char snap[MOAT_ID_MAX], *msg = NULL;
 	int rv;
 
@@ -623,8 +688,13 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    count, TRAVEL_FORK_MAX);
 	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
 	         &msg)) != MOAT_OK ||
-	    (rv = step_snapshot(&t, s, req->step, call->deadline_ms, snap,
-	         &msg)) != MOAT_OK)
+	    (req->step_latest &&
+	        (rv = latest_step(&t, s, call->deadline_ms, &step, &msg)) !=
+	            MOAT_OK) ||
+	    (rv = step_snapshot(&t, s, step, call->deadline_ms, snap, &msg)) !=
+	        MOAT_OK ||
+	    (rv = moat_travel_place(&t, snap, req->node, count,
+	         call->deadline_ms, targets, &msg)) != MOAT_OK)
 		goto fail;
 	if ((r->copies = calloc(count, sizeof(*r->copies))) == NULL)
 		goto fail_oom;
@@ -641,8 +711,9 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		jobs[i] = (struct fork_job){
 			.t = &t,
 			.s = s,
-			.step = req->step,
+			.step = step,
 			.snap = snap,
+			.to = &targets[i],
 			.request_id = call->request_id,
 			.deadline = call->deadline_ms,
 			.ft = &ft,
@@ -666,7 +737,7 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	pthread_mutex_destroy(&ft.mu);
 	pthread_cond_destroy(&ft.cv);
 	moat_info(call->request_id, "fork of %s step %llu: %u of %u copies",
-	    s->id, (unsigned long long)req->step, r->succeeded, count);
+	    s->id, (unsigned long long)step, r->succeeded, count);
 	moat__v1__session_info__free_unpacked(s, NULL);
 	if ((r->snapshot_id = strdup(snap)) == NULL)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
