@@ -735,6 +735,11 @@ int moat_travel_restore_step(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_travel_fork(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
+/* RestoreSandbox through the gateway: snapshot_id a node's local id or
+ * moat-snapd's; placed as RestoreStep places (moat_travel_place), the
+ * replaced sandbox destroyed when the restore lands on another node. */
+int moat_travel_restore_sandbox(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_travel_replay(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_travel_run_code(struct moat_rpc_call *call,

@@ -776,18 +776,6 @@ snapshot_forward(struct moat_rpc_call *call, const char *snap_id,
 }
 
 static int
-h_restore_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
-    ProtobufCMessage *reply)
-{
-	Moat__V1__RestoreSandboxRequest fwd =
-	    *(const Moat__V1__RestoreSandboxRequest *)request;
-
-	/* Only the tenant's own snapshots: the node checks it. */
-	fwd.tenant = (char *)moat_gw_tenant(call);
-	return snapshot_forward(call, fwd.snapshot_id, &fwd.base, true);
-}
-
-static int
 h_delete_local_snapshot(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply)
 {
@@ -970,7 +958,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "SandboxInfo", h_sandbox, false, true },
 	{ "TraceFs", h_sandbox, false, true },
 	{ "SnapshotSandbox", moat_travel_snapshot_sandbox, true, true },
-	{ "RestoreSandbox", h_restore_sandbox, true, true },
+	{ "RestoreSandbox", moat_travel_restore_sandbox, true, true },
 	{ "ListLocalSnapshots", h_list_local_snapshots, false, true },
 	{ "DeleteLocalSnapshot", h_delete_local_snapshot, true, true },
 	{ "ListSessions", h_session, false, true },

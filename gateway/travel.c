@@ -378,6 +378,50 @@ branch_restore(struct moat_travel *t, const char *snap,
 	return MOAT_OK;
 }
 
+int
+moat_travel_restore_sandbox(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct moat_travel t = parts(call);
+	const Moat__V1__RestoreSandboxRequest *req =
+	    (const Moat__V1__RestoreSandboxRequest *)request;
+	struct moat_restore_target to;
+	Moat__V1__Sandbox *sb = NULL;
+	char *msg = NULL;
+	size_t len;
+	int rv;
+
+	(void)reply;
+	if (req->snapshot_id[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "RestoreSandbox: snapshot_id is required: "
+		    "ListLocalSnapshots lists them");
+	if (strlen(req->snapshot_id) >= MOAT_ID_MAX ||
+	    strncmp(req->snapshot_id, "snap-", 5) != 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "snapshot %.80s "
+		    "not found: it is not a snapshot id (\"snap-<node>-...\" "
+		    "or moat-snapd's \"snap-<32 hex>\")",
+		    req->snapshot_id);
+	/* Only the tenant's own snapshots: the node checks it. */
+	if ((rv = moat_travel_place(&t, req->snapshot_id, "", 1,
+	         call->deadline_ms, &to, &msg)) != MOAT_OK ||
+	    (rv = branch_restore(&t, req->snapshot_id, &to,
+	         req->replace_sandbox_id, call->request_id, call->deadline_ms,
+	         &sb, &msg)) != MOAT_OK)
+		return fail(call, rv, msg);
+	len = moat__v1__sandbox__get_packed_size(sb);
+	if ((call->raw_reply = malloc(len ? len : 1)) == NULL) {
+		moat__v1__sandbox__free_unpacked(sb, NULL);
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	moat__v1__sandbox__pack(sb, call->raw_reply);
+	call->raw_reply_len = len;
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	return MOAT_OK;
+}
+
 /* branch_record: the restored sandbox *out records from now on into a
  * new branch session of (s, step), whose id goes to session_id (and
  * (*out)->session_id). `base_trace`: the restored state's fs trace when

@@ -7,7 +7,8 @@
  * snapd's id, found by label, and the reply says where it landed and the
  * bytes pulled; an unknown or unavailable node is FAILED_PRECONDITION
  * naming the available ones; step_latest restores the last step with a
- * snapshot; a fork of 4 lands on both nodes; placement's spread on its
+ * snapshot; RestoreSandbox takes snapd's id; a fork of 4 lands on both
+ * nodes; placement's spread on its
  * own; locating a sandbox asks the nodes in parallel (a slow node does
  * not delay finding it on another); a node that stops answering lists its
  * sandboxes as UNAVAILABLE, GetSandbox answers them so, and a call on one
@@ -316,6 +317,9 @@ test_restore_on_other_node(void **state)
 	Moat__V1__RestoreStepRequest req =
 	    MOAT__V1__RESTORE_STEP_REQUEST__INIT;
 	Moat__V1__RestoreStepReply *r;
+	Moat__V1__RestoreSandboxRequest rs =
+	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
+	Moat__V1__Sandbox *sb;
 	char local[128], remote[64];
 
 	(void)state;
@@ -345,6 +349,16 @@ test_restore_on_other_node(void **state)
 	assert_int_equal(r->sandbox->pulled_bytes, 0);
 	assert_string_equal(E.a.last_restore_snap, local);
 	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+
+	/* RestoreSandbox through the gateway takes snapd's id too. */
+	rs.snapshot_id = remote;
+	sb = ok("RestoreSandbox", &rs.base, &moat__v1__sandbox__descriptor);
+	assert_string_equal(strcmp(sb->node_id, "node-a") == 0 ?
+	        E.a.last_restore_snap :
+	        E.b.last_restore_snap,
+	    remote);
+	assert_int_equal(sb->pulled_bytes, FAKE_PULLED_BYTES);
+	moat__v1__sandbox__free_unpacked(sb, NULL);
 }
 
 static void
