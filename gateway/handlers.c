@@ -29,7 +29,7 @@
 #include "session.pb-c.h"
 #include "snapshot.pb-c.h"
 
-#define LIST_TIMEOUT_MS 10000 /* per node, for ListSandboxes */
+#define LIST_TIMEOUT_MS 3000 /* all nodes at once, for ListSandboxes */
 
 struct moat_gateway {
 	struct moat_nodes nodes;
@@ -500,6 +500,61 @@ list_unavailable(struct moat_gateway *gw, Moat__V1__SandboxList *r,
 	return MOAT_OK;
 }
 
+/* One node's part of ListSandboxes, asked on its own thread. */
+struct list_job {
+	struct moat_gateway *gw;
+	struct moat_node_id node;
+	const uint8_t *payload;
+	size_t len;
+	uint64_t deadline;
+	pthread_t thread;
+	bool started;
+	int rv;
+	Moat__V1__SandboxList *list;
+	char *msg;
+};
+
+static void *
+list_node(void *arg)
+{
+	struct list_job *j = arg;
+	uint8_t *out = NULL;
+	size_t out_len = 0;
+	char what[MOAT_ID_MAX + 32];
+
+	snprintf(what, sizeof(what), "the sandboxes of node %s", j->node.s);
+	j->rv = moat_forward_to_node(&j->gw->fw, &j->node, "ListSandboxes",
+	    j->payload, j->len, moat_rpc_new_request_id(), j->deadline, what,
+	    &out, &out_len, &j->msg);
+	if (j->rv == MOAT_OK &&
+	    (j->list = moat__v1__sandbox_list__unpack(NULL, out_len, out)) ==
+	        NULL) {
+		j->rv = MOAT_INTERNAL;
+		j->msg = moat_asprintf("node %s answered ListSandboxes with "
+		                       "something that is not a SandboxList",
+		    j->node.s);
+	}
+	free(out);
+	return NULL;
+}
+
+/* list_nodes: asks every node of jobs at once, each within
+ * LIST_TIMEOUT_MS (a node that died but is not yet marked unavailable
+ * delays the answer by that at most, not by that per node). */
+static void
+list_nodes(struct list_job *jobs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		jobs[i].started = pthread_create(&jobs[i].thread, NULL,
+		                      list_node, &jobs[i]) == 0;
+	for (size_t i = 0; i < n; i++) {
+		if (jobs[i].started)
+			pthread_join(jobs[i].thread, NULL);
+		else
+			list_node(&jobs[i]);
+	}
+}
+
 static int
 h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -509,76 +564,72 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__ListSandboxesRequest fwd =
 	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
 	struct moat_node_id *ids = NULL, *answered = NULL;
+	struct list_job *jobs = NULL;
 	size_t n = 0, failed = 0, len, n_answered = 0;
 	uint8_t *payload = NULL;
 	char *first_error = NULL;
-	int rv, first_rv = MOAT_OK;
+	int rv = MOAT_OK, first_rv = MOAT_OK;
+	uint64_t deadline = moat_rpc_now_ms() + LIST_TIMEOUT_MS;
 
-	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK ||
-	    (answered = calloc(n + 1, sizeof(*answered))) == NULL) {
-		free(ids);
-		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-		    "out of memory");
-	}
+	(void)request;
+	if (deadline > call->deadline_ms)
+		deadline = call->deadline_ms;
 	fwd.tenant = (char *)moat_gw_tenant(call);
 	len = moat__v1__list_sandboxes_request__get_packed_size(&fwd);
-	if ((payload = malloc(len ? len : 1)) == NULL) {
+	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK ||
+	    (answered = calloc(n + 1, sizeof(*answered))) == NULL ||
+	    (jobs = calloc(n + 1, sizeof(*jobs))) == NULL ||
+	    (payload = malloc(len ? len : 1)) == NULL) {
 		free(ids);
 		free(answered);
+		free(jobs);
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
 	}
 	moat__v1__list_sandboxes_request__pack(&fwd, payload);
+	for (size_t i = 0; i < n; i++)
+		jobs[i] = (struct list_job){ .gw = gw,
+			.node = ids[i],
+			.payload = payload,
+			.len = len,
+			.deadline = deadline };
+	list_nodes(jobs, n);
 	for (size_t i = 0; i < n; i++) {
-		Moat__V1__SandboxList *list = NULL;
-		uint64_t deadline = moat_rpc_now_ms() + LIST_TIMEOUT_MS;
-		uint8_t *out = NULL;
-		size_t out_len = 0;
-		char *msg = NULL, what[MOAT_ID_MAX + 32];
+		struct list_job *j = &jobs[i];
 
-		if (deadline > call->deadline_ms)
-			deadline = call->deadline_ms;
-		snprintf(what, sizeof(what), "the sandboxes of node %s",
-		    ids[i].s);
-		rv = moat_forward_to_node(&gw->fw, &ids[i], "ListSandboxes",
-		    payload, len, moat_rpc_new_request_id(), deadline, what,
-		    &out, &out_len, &msg);
-		if (rv == MOAT_OK &&
-		    (list = moat__v1__sandbox_list__unpack(NULL, out_len,
-		         out)) == NULL) {
-			rv = MOAT_INTERNAL;
-			msg = moat_asprintf(
-			    "node %s answered ListSandboxes "
-			    "with something that is not a SandboxList",
-			    ids[i].s);
+		if (j->rv == MOAT_OK && rv == MOAT_OK) {
+			rv = list_append(gw, r, j->list, &j->node);
+			j->list = NULL;
+			if (rv == MOAT_OK)
+				answered[n_answered++] = j->node;
+			continue;
 		}
-		free(out);
-		if (rv == MOAT_OK)
-			rv = list_append(gw, r, list, &ids[i]);
-		if (rv == MOAT_OK)
-			answered[n_answered++] = ids[i];
-		if (rv != MOAT_OK) {
-			/* One node down must not hide the others' sandboxes;
-			 * the failure is logged, and only when every node
-			 * fails is the call an error. */
-			failed++;
-			moat_warn(call->request_id,
-			    "ListSandboxes: node %s: "
-			    "%s: %s",
-			    ids[i].s, moat_strerror(rv), msg ? msg : "");
-			if (first_error == NULL) {
-				first_error = msg;
-				first_rv = rv;
-				msg = NULL;
-			}
+		if (j->list != NULL)
+			moat__v1__sandbox_list__free_unpacked(j->list, NULL);
+		if (j->rv == MOAT_OK) {
+			free(j->msg);
+			continue;
 		}
-		free(msg);
+		/* One node down must not hide the others' sandboxes; the
+		 * failure is logged, and only when every node fails (and
+		 * nothing is known of them) is the call an error. */
+		failed++;
+		moat_warn(call->request_id, "ListSandboxes: node %s: %s: %s",
+		    j->node.s, moat_strerror(j->rv), j->msg ? j->msg : "");
+		if (first_error == NULL) {
+			first_error = j->msg;
+			first_rv = j->rv;
+		} else {
+			free(j->msg);
+		}
 	}
 	free(payload);
 	free(ids);
+	free(jobs);
 	/* The nodes that did not answer: their last known sandboxes, shown
 	 * UNAVAILABLE rather than silently missing. */
-	rv = list_unavailable(gw, r, fwd.tenant, answered, n_answered);
+	if (rv == MOAT_OK)
+		rv = list_unavailable(gw, r, fwd.tenant, answered, n_answered);
 	free(answered);
 	if (rv != MOAT_OK) {
 		free(first_error);
