@@ -512,21 +512,150 @@ session_of_request(struct moat_travel *t, const char *session_id,
 	    sandbox_id);
 }
 
-/* latest_step: the last step of s that has a snapshot (0 when only the
- * state before step 1 has one). FAILED_PRECONDITION when none has. */
+/* The steps of a session that have a snapshot, oldest first. */
+struct snapped {
+	uint64_t *index;
+	char (*snap)[MOAT_ID_MAX];
+	size_t n, cap;
+};
+
+static bool
+snapped_add(struct snapped *sn, uint64_t index, const char *snap)
+{
+	if (sn->n == sn->cap) {
+		size_t cap = sn->cap ? sn->cap * 2 : 32;
+		uint64_t *ix = realloc(sn->index, cap * sizeof(*ix));
+		char(*sp)[MOAT_ID_MAX];
+
+		if (ix == NULL)
+			return false;
+		sn->index = ix;
+		if ((sp = realloc(sn->snap, cap * sizeof(*sp))) == NULL)
+			return false;
+		sn->snap = sp;
+		sn->cap = cap;
+	}
+	sn->index[sn->n] = index;
+	snprintf(sn->snap[sn->n], MOAT_ID_MAX, "%s", snap);
+	sn->n++;
+	return true;
+}
+
+/* snapped_list: every step of s with a snapshot (step 0 included). */
+static int
+snapped_list(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t deadline, struct snapped *sn, char **errmsg)
+{
+	Moat__V1__ListStepsRequest req = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+	Moat__V1__ListStepsReply *page = NULL;
+	const char *label = moat_record_session_step0(s);
+	char step0[MOAT_ID_MAX], *token = NULL;
+	int rv = MOAT_OK;
+
+	if (label != NULL)
+		(void)snapped_add(sn, 0, label);
+	else if (moat_record_step0(t->rec, s->id, step0, sizeof(step0)))
+		(void)snapped_add(sn, 0, step0);
+	req.tenant = (char *)t->tenant;
+	req.session_id = s->id;
+	req.page_size = 1000;
+	do {
+		req.page_token = token != NULL ? token : (char *)"";
+		if ((rv = moat_record_sessiond(t->rec, "ListSteps", &req.base,
+		         &moat__v1__list_steps_reply__descriptor,
+		         (ProtobufCMessage **)&page, deadline, errmsg)) !=
+		    MOAT_OK)
+			break;
+		for (size_t i = 0; i < page->n_steps; i++)
+			if (page->steps[i]->snapshot_id[0] != '\0' &&
+			    !snapped_add(sn, page->steps[i]->index,
+			        page->steps[i]->snapshot_id))
+				rv = MOAT_RESOURCE_EXHAUSTED;
+		free(token);
+		token = page->next_page_token[0] ?
+		    strdup(page->next_page_token) :
+		    NULL;
+		moat__v1__list_steps_reply__free_unpacked(page, NULL);
+	} while (token != NULL && rv == MOAT_OK);
+	free(token);
+	if (rv == MOAT_RESOURCE_EXHAUSTED)
+		*errmsg = moat_asprintf("out of memory");
+	return rv;
+}
+
+/* restorable: whether `snap` can be restored now (on `node`, "" : any):
+ * its own node answers (and is the one asked for), or moat-snapd has a
+ * copy. */
+static bool
+restorable(struct moat_travel *t, const char *snap, const char *node,
+    uint64_t deadline)
+{
+	struct moat_node_id own;
+	char remote[MOAT_ID_MAX], *msg = NULL;
+	bool ok;
+
+	if (moat_snapshot_node(snap, &own) &&
+	    moat_nodes_is_available(t->nodes, &own) &&
+	    (node == NULL || node[0] == '\0' || strcmp(node, own.s) == 0))
+		return true;
+	ok = moat_travel_remote_id(t, snap, deadline, remote, &msg) == MOAT_OK;
+	free(msg);
+	return ok;
+}
+
+#define LATEST_TRIES 16 /* steps tried back from the last, at most */
+
+/* latest_step: the last step of s whose snapshot can be restored now
+ * (on `node`, "" : any): a snapshot on a node that is down counts only
+ * when it reached moat-snapd. Its index to *step, its snapshot to snap
+ * (MOAT_ID_MAX). FAILED_PRECONDITION when none can. */
 static int
 latest_step(struct moat_travel *t, const Moat__V1__SessionInfo *s,
-    uint64_t deadline, uint64_t *step, char **errmsg)
+    const char *node, uint64_t deadline, uint64_t *step, char *snap,
+    char **errmsg)
 {
-	struct nearest n;
+	struct snapped sn = { 0 };
+	size_t tried = 0;
+	int rv;
 
-	nearest_find(t, s, UINT64_MAX, deadline, &n);
-	if (n.has_before) {
-		*step = n.before;
-		return MOAT_OK;
+	if ((rv = snapped_list(t, s, deadline, &sn, errmsg)) != MOAT_OK)
+		goto out;
+	rv = MOAT_FAILED_PRECONDITION;
+	for (size_t k = sn.n; k > 0 && tried < LATEST_TRIES; k--, tried++) {
+		if (!restorable(t, sn.snap[k - 1], node, deadline))
+			continue;
+		*step = sn.index[k - 1];
+		snprintf(snap, MOAT_ID_MAX, "%s", sn.snap[k - 1]);
+		rv = MOAT_OK;
+		goto out;
 	}
-	*errmsg = no_snapshot_message(t, s, s->step_count, "", deadline);
-	return MOAT_FAILED_PRECONDITION;
+	if (sn.n == 0)
+		*errmsg =
+		    no_snapshot_message(t, s, s->step_count, "", deadline);
+	else
+		*errmsg = moat_asprintf(
+		    "none of the last %zu step snapshots of session %s can "
+		    "be restored now: their node does not answer and "
+		    "moat-snapd has no copy (a node pushes them there only "
+		    "with [vmd] snapd); bring the node back, or give a step "
+		    "with --step N",
+		    tried, s->id);
+out:
+	free(sn.index);
+	free(sn.snap);
+	return rv;
+}
+
+/* step_or_latest: the snapshot of `step` of s, or with `latest` the last
+ * restorable one (latest_step), its index to *step. */
+static int
+step_or_latest(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    bool latest, const char *node, uint64_t deadline, uint64_t *step,
+    char *snap, char **errmsg)
+{
+	if (latest)
+		return latest_step(t, s, node, deadline, step, snap, errmsg);
+	return step_snapshot(t, s, *step, deadline, snap, errmsg);
 }
 
 int
@@ -551,11 +680,8 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 		return rv;
 	if ((rv = get_session(&t, session_id, call->deadline_ms, &s, &msg)) !=
 	        MOAT_OK ||
-	    (req->step_latest &&
-	        (rv = latest_step(&t, s, call->deadline_ms, &step, &msg)) !=
-	            MOAT_OK) ||
-	    (rv = step_snapshot(&t, s, step, call->deadline_ms, snap, &msg)) !=
-	        MOAT_OK ||
+	    (rv = step_or_latest(&t, s, req->step_latest, req->node,
+	         call->deadline_ms, &step, snap, &msg)) != MOAT_OK ||
 	    (rv = moat_travel_place(&t, snap, req->node, 1, call->deadline_ms,
 	         &to, &msg)) != MOAT_OK)
 		goto fail;
@@ -732,11 +858,8 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    count, TRAVEL_FORK_MAX);
 	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
 	         &msg)) != MOAT_OK ||
-	    (req->step_latest &&
-	        (rv = latest_step(&t, s, call->deadline_ms, &step, &msg)) !=
-	            MOAT_OK) ||
-	    (rv = step_snapshot(&t, s, step, call->deadline_ms, snap, &msg)) !=
-	        MOAT_OK ||
+	    (rv = step_or_latest(&t, s, req->step_latest, req->node,
+	         call->deadline_ms, &step, snap, &msg)) != MOAT_OK ||
 	    (rv = moat_travel_place(&t, snap, req->node, count,
 	         call->deadline_ms, targets, &msg)) != MOAT_OK)
 		goto fail;

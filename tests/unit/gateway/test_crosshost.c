@@ -7,7 +7,7 @@
  * snapd's id, found by label, and the reply says where it landed and the
  * bytes pulled; an unknown or unavailable node is FAILED_PRECONDITION
  * naming the available ones; step_latest restores the last step with a
- * snapshot; RestoreSandbox takes snapd's id; a fork of 4 lands on both
+ * snapshot that can be restored there (on another node: one in snapd); RestoreSandbox takes snapd's id; a fork of 4 lands on both
  * nodes; placement's spread on its
  * own; locating a sandbox asks the nodes in parallel (a slow node does
  * not delay finding it on another); a node that stops answering lists its
@@ -46,6 +46,7 @@ struct fake_snapd {
 	struct moat_rpc_method *rows;
 	pthread_mutex_t lock;
 	char last_local_id[128];
+	char missing[128]; /* a local id it has no copy of */
 	int lists;
 };
 
@@ -92,6 +93,10 @@ snapd_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	sd->lists++;
 	snprintf(sd->last_local_id, sizeof(sd->last_local_id), "%s",
 	    q->labels[0]->value);
+	if (strcmp(sd->missing, q->labels[0]->value) == 0) {
+		pthread_mutex_unlock(&sd->lock);
+		return MOAT_OK; /* never pushed */
+	}
 	pthread_mutex_unlock(&sd->lock);
 	snapd_id_of(q->labels[0]->value, id, sizeof(id));
 	r->snapshots = calloc(1, sizeof(*r->snapshots));
@@ -400,7 +405,8 @@ test_step_latest(void **state)
 	Moat__V1__RestoreStepRequest req =
 	    MOAT__V1__RESTORE_STEP_REQUEST__INIT;
 	Moat__V1__RestoreStepReply *r;
-	char local[128];
+	ProtobufCMessage *reply;
+	char local[128], local1[128], remote1[64], *msg;
 
 	(void)state;
 	node_snap(2, local, sizeof(local));
@@ -413,6 +419,31 @@ test_step_latest(void **state)
 	    &moat__v1__restore_step_reply__descriptor);
 	assert_string_equal(r->snapshot_id, local);
 	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+
+	/* On another node, step 2's snapshot never reached snapd: the
+	 * latest that can be restored there is step 1's. */
+	pthread_mutex_lock(&E.snapd.lock);
+	snprintf(E.snapd.missing, sizeof(E.snapd.missing), "%s", local);
+	pthread_mutex_unlock(&E.snapd.lock);
+	node_snap(1, local1, sizeof(local1));
+	snapd_id_of(local1, remote1, sizeof(remote1));
+	req.node = (char *)"node-b";
+	r = ok("RestoreStep", &req.base,
+	    &moat__v1__restore_step_reply__descriptor);
+	assert_string_equal(r->snapshot_id, local1);
+	assert_string_equal(r->sandbox->node_id, "node-b");
+	assert_string_equal(E.b.last_restore_snap, remote1);
+	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+	/* A given step that is not in snapd: refused, saying why. */
+	req.step_latest = false;
+	req.step = 2;
+	assert_int_equal(call("RestoreStep", &req.base,
+	                     &moat__v1__restore_step_reply__descriptor, &reply,
+	                     &msg),
+	    MOAT_FAILED_PRECONDITION);
+	assert_non_null(strstr(msg, "never stored in moat-snapd"));
+	free(msg);
+	E.snapd.missing[0] = '\0';
 }
 
 static void
