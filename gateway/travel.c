@@ -308,6 +308,7 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 	size_t len, out_len = 0;
 	uint64_t deadline = moat_rpc_now_ms() + MOAT_RPC_DEFAULT_TIMEOUT_MS;
 	char *msg = NULL;
+	bool located;
 
 	moat_record_forget(t->rec, sandbox_id);
 	ref.sandbox_id = (char *)sandbox_id;
@@ -316,25 +317,26 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 	    len > sizeof(payload))
 		return;
 	moat__v1__sandbox_ref__pack(&ref, payload);
-	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) ==
-	        MOAT_OK &&
-	    !moat_nodes_is_available(t->nodes, &node)) {
+	located = moat_forward_locate(t->fw, &sandbox, deadline, &node,
+	              &msg) == MOAT_OK;
+	if (located && !moat_nodes_is_available(t->nodes, &node)) {
+		/* It stays in the node's list: shown UNAVAILABLE. */
 		moat_warn(request_id,
 		    "sandbox %s not destroyed: its node %s "
 		    "does not answer; destroy it when the node is back "
 		    "(`moat sandbox rm %s`)",
 		    sandbox_id, node.s, sandbox_id);
+		free(msg);
 		return;
 	}
-	free(msg);
-	msg = NULL;
-	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) !=
-	        MOAT_OK ||
+	if (!located ||
 	    moat_forward_to_node(t->fw, &node, "DestroySandbox", payload, len,
 	        moat_rpc_new_request_id(), deadline, "the replaced sandbox",
 	        &out, &out_len, &msg) != MOAT_OK)
 		moat_warn(request_id, "sandbox %s not destroyed: %s",
 		    sandbox_id, msg ? msg : "");
+	else
+		moat_inventory_forget(t->fw->inv, sandbox_id);
 	moat_forward_forget(t->fw, &sandbox);
 	free(out);
 	free(msg);
