@@ -284,7 +284,13 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		char id[128];
 
 		fn->restores++;
-		if (fn->fail_restore_every > 0 &&
+		if (strcmp(fn->corrupt_snap, q->snapshot_id) == 0) {
+			rv = moat_rpc_error(call, MOAT_DATA_LOSS,
+			    "snapshot %s is corrupt in moat-snapd (its "
+			    "memory): chunk 7 does not match its id; it was "
+			    "not restored",
+			    q->snapshot_id);
+		} else if (fn->fail_restore_every > 0 &&
 		    fn->restores % fn->fail_restore_every == 0) {
 			rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
 			    "fake node "
@@ -524,6 +530,17 @@ fake_node_start(struct fake_node *fn, const char *id, const char *dir,
 		return MOAT_INTERNAL;
 	fn->thread_started = true;
 	return MOAT_OK;
+}
+
+bool
+fake_node_has_sandbox(struct fake_node *fn, const char *sandbox_id)
+{
+	bool found;
+
+	pthread_mutex_lock(&fn->lock);
+	found = find_sandbox(fn, sandbox_id) >= 0;
+	pthread_mutex_unlock(&fn->lock);
+	return found;
 }
 
 void

@@ -53,6 +53,9 @@ struct fake_node {
 	/* RestoreSandbox of a moat-snapd id ("snap-<32 hex>"): the node
 	 * "pulls" it (FAKE_PULLED_BYTES) without holding it. */
 	char last_restore_snap[128];
+	/* A snapd id whose chunks are "corrupt": its restore is DATA_LOSS
+	 * naming the chunk, and leaves nothing behind. */
+	char corrupt_snap[128];
 
 	pthread_mutex_t lock; /* guards everything below */
 	uint64_t last_request_id;
@@ -78,6 +81,9 @@ struct fake_node {
  * surveys from survey_url (empty: no respondent). 0 or a status. */
 int fake_node_start(struct fake_node *fn, const char *id, const char *dir,
     const char *survey_url);
+
+/* fake_node_has_sandbox: whether the node holds `sandbox_id`. */
+bool fake_node_has_sandbox(struct fake_node *fn, const char *sandbox_id);
 
 /* fake_node_add_sandbox: a sandbox the gateway never saw created. */
 void fake_node_add_sandbox(struct fake_node *fn, const char *sandbox_id);

@@ -5,14 +5,17 @@
  * each local snapshot's snapd id by its label local_id. It shows: a
  * restore on another node (RestoreStepRequest.node) sends that node
  * snapd's id, found by label, and the reply says where it landed and the
- * bytes pulled; an unknown or unavailable node is FAILED_PRECONDITION
- * naming the available ones; step_latest restores the last step with a
- * snapshot that can be restored there (on another node: one in snapd); RestoreSandbox takes snapd's id; a fork of 4 lands on both
- * nodes; placement's spread on its
- * own; locating a sandbox asks the nodes in parallel (a slow node does
- * not delay finding it on another); a node that stops answering lists its
- * sandboxes as UNAVAILABLE, GetSandbox answers them so, and a call on one
- * fails at once saying how to bring it back.
+ * bytes pulled; in place on another node it is a new sandbox there and
+ * the old one goes; a corrupt copy in snapd is DATA_LOSS naming the
+ * chunk, the node left as it was; RestoreSandbox takes snapd's id; an
+ * unknown node is FAILED_PRECONDITION naming the available ones;
+ * step_latest restores the last step whose snapshot can be restored
+ * there (on another node: one in snapd); a fork of 4 lands on both
+ * nodes; placement's spread on its own; locating a sandbox asks the
+ * nodes in parallel (a slow node does not delay finding it on another);
+ * a node that stops answering lists its sandboxes as UNAVAILABLE,
+ * GetSandbox answers them so, and a call on one fails at once saying how
+ * to bring it back.
  * Not for: real restores (tests/integration) or TLS.
  */
 #include <setjmp.h>
@@ -325,7 +328,9 @@ test_restore_on_other_node(void **state)
 	Moat__V1__RestoreSandboxRequest rs =
 	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 	Moat__V1__Sandbox *sb;
-	char local[128], remote[64];
+	ProtobufCMessage *reply;
+	char local[128], remote[64], old[128], *msg;
+	int n_b;
 
 	(void)state;
 	node_snap(2, local, sizeof(local));
@@ -353,7 +358,35 @@ test_restore_on_other_node(void **state)
 	assert_string_equal(r->sandbox->node_id, "node-a");
 	assert_int_equal(r->sandbox->pulled_bytes, 0);
 	assert_string_equal(E.a.last_restore_snap, local);
+	snprintf(old, sizeof(old), "%s", r->sandbox->id);
 	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+
+	/* In place, but on node-b: a new sandbox there, the old one gone. */
+	req.new_sandbox = false;
+	req.sandbox_id = old;
+	req.node = (char *)"node-b";
+	r = ok("RestoreStep", &req.base,
+	    &moat__v1__restore_step_reply__descriptor);
+	assert_string_equal(r->sandbox->node_id, "node-b");
+	assert_string_not_equal(r->sandbox->id, old);
+	assert_false(fake_node_has_sandbox(&E.a, old));
+	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+	req.sandbox_id = (char *)"";
+	req.new_sandbox = true;
+
+	/* Corrupt in snapd: DATA_LOSS naming the chunk, node-b unchanged. */
+	pthread_mutex_lock(&E.b.lock);
+	snprintf(E.b.corrupt_snap, sizeof(E.b.corrupt_snap), "%s", remote);
+	n_b = E.b.n_sandboxes;
+	pthread_mutex_unlock(&E.b.lock);
+	assert_int_equal(call("RestoreStep", &req.base,
+	                     &moat__v1__restore_step_reply__descriptor, &reply,
+	                     &msg),
+	    MOAT_DATA_LOSS);
+	assert_non_null(strstr(msg, "chunk 7"));
+	assert_int_equal(E.b.n_sandboxes, n_b);
+	free(msg);
+	E.b.corrupt_snap[0] = '\0';
 
 	/* RestoreSandbox through the gateway takes snapd's id too. */
 	rs.snapshot_id = remote;
