@@ -1,7 +1,10 @@
 /*
  * forward.c: how a sandbox call reaches the node that holds the sandbox.
- * A sorted sandbox -> node map is filled by CreateSandbox and
- * ListSandboxes; on a miss every available node is asked GetSandbox. The
+ * A sorted sandbox -> node map is filled by CreateSandbox, ListSandboxes
+ * and the inventory (inventory.c); on a miss the inventory is looked at,
+ * then every available node is asked GetSandbox, all at once (the first
+ * that has it answers the caller; slower nodes do not delay it). A
+ * sandbox whose node the survey marked unavailable fails at once. The
  * call is then sent to that node's moat.v1.Vm service as the same method,
  * with the client's original payload bytes, the same request id (so the
  * node's deduplication of mutating calls holds end to end) and the time
@@ -22,7 +25,7 @@
 #include "moat/util.h"
 
 #define VM_SERVICE "moat.v1.Vm"
-#define LOCATE_TIMEOUT_MS 5000 /* per node, when looking for a sandbox */
+#define LOCATE_TIMEOUT_MS 5000 /* each node, asked in parallel */
 #define DEADLINE_MARGIN_MS 50  /* left for the way back to the client */
 
 struct moat_sandbox_route {
@@ -522,8 +525,10 @@ moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 		/* For these two, NOT_FOUND can only mean the sandbox. */
 		if (rv == MOAT_NOT_FOUND &&
 		    (strcmp(call->method, "GetSandbox") == 0 ||
-		        strcmp(call->method, "DestroySandbox") == 0))
+		        strcmp(call->method, "DestroySandbox") == 0)) {
 			moat_forward_forget(fw, &sandbox);
+			moat_inventory_forget(fw->inv, sandbox.s);
+		}
 		goto fail;
 	}
 	if (strcmp(call->method, "DestroySandbox") == 0) {

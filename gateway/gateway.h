@@ -186,8 +186,11 @@ void moat_forward_remember(struct moat_forward *fw,
 void moat_forward_forget(struct moat_forward *fw,
     const struct moat_sandbox_id *sandbox);
 
-/* moat_forward_locate: the node holding `sandbox`: from the map, else by
- * asking every available node GetSandbox (and remembering the answer).
+/* moat_forward_locate: the node holding `sandbox`: from the map, else
+ * from the inventory (fw->inv; the node may be unavailable), else by
+ * asking every available node GetSandbox in parallel (the first that has
+ * it wins; remembered). Threads asking slow nodes outlive the call;
+ * moat_forward_fini waits for them.
  * NOT_FOUND when every node answered that it has no such sandbox;
  * UNAVAILABLE when some node did not answer and none has it. Errors set
  * *errmsg (heap, caller frees). */
@@ -233,7 +236,8 @@ int moat_forward_node_call(struct moat_forward *fw,
     ProtobufCMessage **out, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_forward_call: the whole forward of one sandbox call: locate the
- * node holding `sandbox_id`, send it `payload` (call->payload unless the
+ * node holding `sandbox_id` (UNAVAILABLE at once, saying how to bring
+ * the sandbox back, when that node is marked unavailable), send it `payload` (call->payload unless the
  * gateway re-encoded the request) as the same method with the same
  * request id and the remaining deadline, and put the node's reply in
  * call->raw_reply. Errors go through moat_rpc_error. Keeps the map in
