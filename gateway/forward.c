@@ -1,7 +1,10 @@
 /*
  * forward.c: how a sandbox call reaches the node that holds the sandbox.
- * A sorted sandbox -> node map is filled by CreateSandbox and
- * ListSandboxes; on a miss every available node is asked GetSandbox. The
+ * A sorted sandbox -> node map is filled by CreateSandbox, ListSandboxes
+ * and the inventory (inventory.c); on a miss the inventory is looked at,
+ * then every available node is asked GetSandbox, all at once (the first
+ * that has it answers the caller; slower nodes do not delay it). A
+ * sandbox whose node the survey marked unavailable fails at once. The
  * call is then sent to that node's moat.v1.Vm service as the same method,
  * with the client's original payload bytes, the same request id (so the
  * node's deduplication of mutating calls holds end to end) and the time
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gateway.h"
 #include "moat/log.h"
@@ -21,7 +25,7 @@
 #include "moat/util.h"
 
 #define VM_SERVICE "moat.v1.Vm"
-#define LOCATE_TIMEOUT_MS 5000 /* per node, when looking for a sandbox */
+#define LOCATE_TIMEOUT_MS 5000 /* each node, asked in parallel */
 #define DEADLINE_MARGIN_MS 50  /* left for the way back to the client */
 
 struct moat_sandbox_route {
@@ -43,8 +47,20 @@ moat_forward_init(struct moat_forward *fw, struct moat_nodes *nodes)
 void
 moat_forward_fini(struct moat_forward *fw)
 {
-	if (fw->nodes != NULL)
+	if (fw->nodes != NULL) {
+		/* Locate's slow askers still use fw: wait for them. */
+		for (;;) {
+			int left;
+
+			pthread_mutex_lock(&fw->lock);
+			left = fw->locating;
+			pthread_mutex_unlock(&fw->lock);
+			if (left == 0)
+				break;
+			usleep(10000);
+		}
 		pthread_mutex_destroy(&fw->lock);
+	}
 	free(fw->routes);
 	memset(fw, 0, sizeof(*fw));
 }
@@ -250,22 +266,206 @@ moat_forward_node_call(struct moat_forward *fw,
 	return MOAT_OK;
 }
 
+/* One locate: the nodes asked in parallel, the first to have the
+ * sandbox wins; the caller does not wait for slower ones (their threads
+ * finish on their own and the last one out frees this). */
+struct locate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int refs; /* the caller's, plus one per thread */
+	size_t pending;
+	bool found;
+	struct moat_node_id node;
+	struct moat_forward *fw;
+	struct moat_sandbox_id sandbox;
+	uint64_t deadline_ms;
+	char silent[512]; /* nodes that did not answer, for the message */
+	size_t n_silent;
+};
+
+struct locate_job {
+	struct locate *l;
+	struct moat_node_id node;
+};
+
+static void
+locate_unref(struct locate *l)
+{
+	bool last;
+
+	pthread_mutex_lock(&l->mu);
+	last = --l->refs == 0;
+	pthread_mutex_unlock(&l->mu);
+	if (!last)
+		return;
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+	free(l);
+}
+
+/* locate_ask: asks one node GetSandbox; records what it said. */
+static void *
+locate_ask(void *arg)
+{
+	struct locate_job *j = arg;
+	struct locate *l = j->l;
+	struct moat_forward *fw = l->fw;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	uint8_t req[MOAT_ID_MAX + 8], *reply = NULL;
+	size_t req_len, reply_len = 0;
+	char *msg = NULL, what[MOAT_ID_MAX + 16];
+	uint64_t deadline = l->deadline_ms;
+	uint64_t cap = moat_rpc_now_ms() + LOCATE_TIMEOUT_MS;
+	int rv;
+
+	if (cap < deadline)
+		deadline = cap;
+	ref.sandbox_id = l->sandbox.s;
+	req_len = moat__v1__sandbox_ref__get_packed_size(&ref);
+	moat__v1__sandbox_ref__pack(&ref, req);
+	snprintf(what, sizeof(what), "sandbox %s", l->sandbox.s);
+	rv = moat_forward_to_node(fw, &j->node, "GetSandbox", req, req_len,
+	    moat_rpc_new_request_id(), deadline, what, &reply, &reply_len,
+	    &msg);
+	free(reply);
+	if (rv != MOAT_OK && rv != MOAT_NOT_FOUND)
+		moat_warn(0, "looking for sandbox %s on node %s: %s: %s",
+		    l->sandbox.s, j->node.s, moat_strerror(rv),
+		    msg ? msg : "");
+	free(msg);
+	if (rv == MOAT_OK)
+		moat_forward_remember(fw, &l->sandbox, &j->node);
+	pthread_mutex_lock(&l->mu);
+	if (rv == MOAT_OK && !l->found) {
+		l->found = true;
+		l->node = j->node;
+	} else if (rv != MOAT_OK && rv != MOAT_NOT_FOUND) {
+		size_t used = strlen(l->silent);
+
+		snprintf(l->silent + used, sizeof(l->silent) - used, "%s%s",
+		    l->n_silent ? ", " : "", j->node.s);
+		l->n_silent++;
+	}
+	l->pending--;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	pthread_mutex_lock(&fw->lock);
+	fw->locating--;
+	pthread_mutex_unlock(&fw->lock);
+	locate_unref(l);
+	free(j);
+	return NULL;
+}
+
+/* locate_start: one thread per node of ids; a node whose thread cannot
+ * start is asked inline. */
+static void
+locate_start(struct locate *l, const struct moat_node_id *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct locate_job *j = calloc(1, sizeof(*j));
+		pthread_attr_t attr;
+		pthread_t th;
+		bool started = false;
+
+		pthread_mutex_lock(&l->mu);
+		l->refs++;
+		pthread_mutex_unlock(&l->mu);
+		pthread_mutex_lock(&l->fw->lock);
+		l->fw->locating++;
+		pthread_mutex_unlock(&l->fw->lock);
+		if (j == NULL) {
+			/* Counted as a node that did not answer. */
+			pthread_mutex_lock(&l->mu);
+			l->n_silent++;
+			l->pending--;
+			pthread_mutex_unlock(&l->mu);
+			pthread_mutex_lock(&l->fw->lock);
+			l->fw->locating--;
+			pthread_mutex_unlock(&l->fw->lock);
+			locate_unref(l);
+			continue;
+		}
+		j->l = l;
+		j->node = ids[i];
+		if (pthread_attr_init(&attr) == 0) {
+			pthread_attr_setdetachstate(&attr,
+			    PTHREAD_CREATE_DETACHED);
+			started =
+			    pthread_create(&th, &attr, locate_ask, j) == 0;
+			pthread_attr_destroy(&attr);
+		}
+		if (!started)
+			locate_ask(j);
+	}
+}
+
+/* locate_ask_all: asks every node of ids at once; MOAT_OK with *node as
+ * soon as one has the sandbox, else the verdict once all answered. */
+static int
+locate_ask_all(struct moat_forward *fw, const struct moat_sandbox_id *sandbox,
+    const struct moat_node_id *ids, size_t n, uint64_t deadline_ms,
+    struct moat_node_id *node, char **errmsg)
+{
+	struct locate *l = calloc(1, sizeof(*l));
+	int rv;
+
+	if (l == NULL) {
+		*errmsg = moat_asprintf("looking for sandbox %s: out of "
+		                        "memory",
+		    sandbox->s);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	l->refs = 1;
+	l->pending = n;
+	l->fw = fw;
+	l->sandbox = *sandbox;
+	l->deadline_ms = deadline_ms;
+	locate_start(l, ids, n);
+	pthread_mutex_lock(&l->mu);
+	while (!l->found && l->pending > 0)
+		pthread_cond_wait(&l->cv, &l->mu);
+	if (l->found) {
+		*node = l->node;
+		rv = MOAT_OK;
+	} else if (l->n_silent > 0) {
+		*errmsg = moat_asprintf(
+		    "sandbox %s is on none of the nodes "
+		    "that answered, and node(s) %s did not: retry when they "
+		    "are back (`moat info` shows them)",
+		    sandbox->s, l->silent);
+		rv = MOAT_UNAVAILABLE;
+	} else {
+		*errmsg = moat_asprintf(
+		    "sandbox %s does not exist (or was "
+		    "destroyed): `moat sandbox ls` lists the sandboxes",
+		    sandbox->s);
+		rv = MOAT_NOT_FOUND;
+	}
+	pthread_mutex_unlock(&l->mu);
+	locate_unref(l);
+	return rv;
+}
+
 int
 moat_forward_locate(struct moat_forward *fw,
     const struct moat_sandbox_id *sandbox, uint64_t deadline_ms,
     struct moat_node_id *node, char **errmsg)
 {
-	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
 	struct moat_node_id *ids = NULL;
-	char silent[512] = "";
-	size_t n = 0, n_silent = 0;
-	uint8_t *req = NULL;
-	size_t req_len;
+	size_t n = 0;
 	int rv;
 
 	*errmsg = NULL;
 	if (route_lookup(fw, sandbox, node))
 		return MOAT_OK;
+	/* The inventory knows every node's sandboxes, the lost ones too. */
+	if (moat_inventory_find(fw->inv, sandbox->s, node, NULL)) {
+		moat_forward_remember(fw, sandbox, node);
+		return MOAT_OK;
+	}
 	if ((rv = moat_nodes_available_ids(fw->nodes, &ids, &n)) != MOAT_OK) {
 		*errmsg = moat_asprintf("looking for sandbox %s: out of "
 		                        "memory",
@@ -280,64 +480,7 @@ moat_forward_locate(struct moat_forward *fw,
 		    sandbox->s);
 		return MOAT_UNAVAILABLE;
 	}
-	ref.sandbox_id = (char *)sandbox->s;
-	req_len = moat__v1__sandbox_ref__get_packed_size(&ref);
-	if ((req = malloc(req_len ? req_len : 1)) == NULL) {
-		free(ids);
-		*errmsg = moat_asprintf("looking for sandbox %s: out of "
-		                        "memory",
-		    sandbox->s);
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	moat__v1__sandbox_ref__pack(&ref, req);
-	for (size_t i = 0; i < n; i++) {
-		uint8_t *reply = NULL;
-		size_t reply_len = 0;
-		char *msg = NULL, what[MOAT_ID_MAX + 16];
-		uint64_t deadline = deadline_ms;
-		uint64_t cap = moat_rpc_now_ms() + LOCATE_TIMEOUT_MS;
-
-		if (cap < deadline)
-			deadline = cap;
-		snprintf(what, sizeof(what), "sandbox %s", sandbox->s);
-		rv = moat_forward_to_node(fw, &ids[i], "GetSandbox", req,
-		    req_len, moat_rpc_new_request_id(), deadline, what, &reply,
-		    &reply_len, &msg);
-		free(reply);
-		if (rv == MOAT_OK) {
-			*node = ids[i];
-			moat_forward_remember(fw, sandbox, node);
-			free(msg);
-			goto out;
-		}
-		if (rv != MOAT_NOT_FOUND) {
-			size_t used = strlen(silent);
-			snprintf(silent + used, sizeof(silent) - used, "%s%s",
-			    n_silent ? ", " : "", ids[i].s);
-			n_silent++;
-			moat_warn(0,
-			    "looking for sandbox %s on node %s: %s: %s",
-			    sandbox->s, ids[i].s, moat_strerror(rv),
-			    msg ? msg : "");
-		}
-		free(msg);
-	}
-	if (n_silent > 0) {
-		*errmsg = moat_asprintf(
-		    "sandbox %s is on none of the nodes "
-		    "that answered, and node(s) %s did not: retry when they "
-		    "are back (`moat info` shows them)",
-		    sandbox->s, silent);
-		rv = MOAT_UNAVAILABLE;
-	} else {
-		*errmsg = moat_asprintf(
-		    "sandbox %s does not exist (or was "
-		    "destroyed): `moat sandbox ls` lists the sandboxes",
-		    sandbox->s);
-		rv = MOAT_NOT_FOUND;
-	}
-out:
-	free(req);
+	rv = locate_ask_all(fw, sandbox, ids, n, deadline_ms, node, errmsg);
 	free(ids);
 	return rv;
 }
@@ -368,6 +511,12 @@ moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 	if ((rv = moat_forward_locate(fw, &sandbox, call->deadline_ms, &node,
 	         &msg)) != MOAT_OK)
 		goto fail;
+	if (!moat_nodes_is_available(fw->nodes, &node)) {
+		/* No waiting for a node the survey says is gone. */
+		msg = moat_node_down_message(sandbox.s, node.s);
+		rv = MOAT_UNAVAILABLE;
+		goto fail;
+	}
 	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
 	rv = moat_forward_to_node(fw, &node, call->method, payload, len,
 	    call->request_id, call->deadline_ms, what, &reply, &reply_len,
@@ -376,12 +525,16 @@ moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 		/* For these two, NOT_FOUND can only mean the sandbox. */
 		if (rv == MOAT_NOT_FOUND &&
 		    (strcmp(call->method, "GetSandbox") == 0 ||
-		        strcmp(call->method, "DestroySandbox") == 0))
+		        strcmp(call->method, "DestroySandbox") == 0)) {
 			moat_forward_forget(fw, &sandbox);
+			moat_inventory_forget(fw->inv, sandbox.s);
+		}
 		goto fail;
 	}
-	if (strcmp(call->method, "DestroySandbox") == 0)
+	if (strcmp(call->method, "DestroySandbox") == 0) {
 		moat_forward_forget(fw, &sandbox);
+		moat_inventory_forget(fw->inv, sandbox.s);
+	}
 	call->raw_reply = reply;
 	call->raw_reply_len = reply_len;
 	return MOAT_OK;
@@ -414,6 +567,26 @@ route_tenant(struct moat_forward *fw, const struct moat_sandbox_id *sandbox,
 	return known;
 }
 
+/* inventory_tenant: the tenant the inventory knows for `sandbox` (its
+ * node's last word), cached with its route. */
+static bool
+inventory_tenant(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, char *tenant, size_t size)
+{
+	Moat__V1__Sandbox *sb = NULL;
+	bool known;
+
+	if (!moat_inventory_find(fw->inv, sandbox->s, NULL, &sb) || sb == NULL)
+		return false;
+	known = sb->tenant[0] != '\0';
+	if (known) {
+		snprintf(tenant, size, "%s", sb->tenant);
+		route_tenant(fw, sandbox, tenant, NULL, 0);
+	}
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	return known;
+}
+
 int
 moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
     uint64_t deadline_ms, char *tenant, size_t size, char **errmsg)
@@ -439,6 +612,8 @@ moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
 	         errmsg)) != MOAT_OK)
 		return rv;
 	if (route_tenant(fw, &sandbox, NULL, tenant, size))
+		return MOAT_OK;
+	if (inventory_tenant(fw, &sandbox, tenant, size))
 		return MOAT_OK;
 	ref.sandbox_id = sandbox.s;
 	len = moat__v1__sandbox_ref__get_packed_size(&ref);

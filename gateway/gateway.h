@@ -141,15 +141,38 @@ int moat_placement_choose(Moat__V1__Node *const *nodes, size_t n,
     const char *survey_url, size_t *chosen, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_placement_spread: moat_placement_choose for `count` sandboxes in
+ * a row (a fork's copies): each choice counts the ones before it on its
+ * node (one sandbox more, its memory used), so equal nodes share them.
+ * `prefer` (NULL or "": none) is taken for the first whenever it is
+ * available and fits (a restore on the snapshot's own node pulls
+ * nothing). When the counts say the nodes are full after the first, the
+ * node of the one before is taken again (the node itself refuses if it
+ * really is full). On MOAT_OK chosen[0..count)
+ * are indexes into nodes. `nodes` is modified (its counts). Errors as
+ * moat_placement_choose. */
+int moat_placement_spread(Moat__V1__Node **nodes, size_t n, uint32_t count,
+    uint32_t vcpus, uint32_t memory_mib, const char *image, const char *prefer,
+    const char *survey_url, size_t *chosen, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* ---- forwarding (forward.c) ---- */
 
 struct moat_sandbox_route;
+
+struct moat_inventory;
 
 struct moat_forward {
 	struct moat_nodes *nodes;
 	pthread_mutex_t lock; /* guards routes, n_routes, cap_routes */
 	struct moat_sandbox_route *routes; /* sorted by sandbox id */
 	size_t n_routes, cap_routes;
+	/* Set by the gateway after init (NULL: none): the last known
+	 * sandboxes of every node (inventory.c). Borrowed. */
+	struct moat_inventory *inv;
+	/* Locate's threads still asking nodes (guarded by lock): fini
+	 * waits for them. */
+	int locating;
 };
 
 int moat_forward_init(struct moat_forward *fw, struct moat_nodes *nodes)
@@ -163,8 +186,11 @@ void moat_forward_remember(struct moat_forward *fw,
 void moat_forward_forget(struct moat_forward *fw,
     const struct moat_sandbox_id *sandbox);
 
-/* moat_forward_locate: the node holding `sandbox`: from the map, else by
- * asking every available node GetSandbox (and remembering the answer).
+/* moat_forward_locate: the node holding `sandbox`: from the map, else
+ * from the inventory (fw->inv; the node may be unavailable), else by
+ * asking every available node GetSandbox in parallel (the first that has
+ * it wins; remembered). Threads asking slow nodes outlive the call;
+ * moat_forward_fini waits for them.
  * NOT_FOUND when every node answered that it has no such sandbox;
  * UNAVAILABLE when some node did not answer and none has it. Errors set
  * *errmsg (heap, caller frees). */
@@ -210,7 +236,8 @@ int moat_forward_node_call(struct moat_forward *fw,
     ProtobufCMessage **out, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_forward_call: the whole forward of one sandbox call: locate the
- * node holding `sandbox_id`, send it `payload` (call->payload unless the
+ * node holding `sandbox_id` (UNAVAILABLE at once, saying how to bring
+ * the sandbox back, when that node is marked unavailable), send it `payload` (call->payload unless the
  * gateway re-encoded the request) as the same method with the same
  * request id and the remaining deadline, and put the node's reply in
  * call->raw_reply. Errors go through moat_rpc_error. Keeps the map in
@@ -218,6 +245,61 @@ int moat_forward_node_call(struct moat_forward *fw,
  * succeeded forgets it). */
 int moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
     const char *sandbox_id, const uint8_t *payload, size_t len);
+
+/* ---- inventory of every node's sandboxes (inventory.c) ---- */
+
+#define MOAT_GW_INVENTORY_INTERVAL_MS 1000 /* one refresh a second */
+#define MOAT_GW_INVENTORY_TIMEOUT_MS 800   /* per node, per refresh */
+
+/* moat_inventory_start: the inventory over `nodes`, asking them through
+ * `fw` (both borrowed, outliving it) every interval_ms (0:
+ * MOAT_GW_INVENTORY_INTERVAL_MS) when `background` (else only when
+ * moat_inventory_refresh is called: the tests). Errors set *errmsg
+ * (heap). */
+int moat_inventory_start(struct moat_inventory **out, struct moat_nodes *nodes,
+    struct moat_forward *fw, uint32_t interval_ms, bool background,
+    char **errmsg) __attribute__((warn_unused_result));
+/* moat_inventory_stop: joins the thread, frees. Safe on NULL. */
+void moat_inventory_stop(struct moat_inventory *inv);
+
+/* moat_inventory_refresh: one round: every available node is asked
+ * ListAllSandboxes, all in parallel, each within the refresh timeout; an
+ * answer replaces the node's list (and feeds the routes); a node that
+ * does not answer keeps its last one; the entries of nodes dropped from
+ * the table go. Blocks for at most the timeout. */
+void moat_inventory_refresh(struct moat_inventory *inv);
+
+/* moat_inventory_node_list: `list` is all node `node` holds now.
+ * moat_inventory_put: one sandbox more (created or restored there).
+ * moat_inventory_forget: a sandbox destroyed. All safe on inv NULL. */
+void moat_inventory_node_list(struct moat_inventory *inv,
+    const struct moat_node_id *node, const Moat__V1__SandboxList *list);
+void moat_inventory_put(struct moat_inventory *inv,
+    const struct moat_node_id *node, const Moat__V1__Sandbox *sb);
+void moat_inventory_forget(struct moat_inventory *inv, const char *sandbox_id);
+
+/* moat_inventory_find: whether the inventory knows `sandbox_id`; its node
+ * into *node and (copy not NULL) a heap copy of its last known Sandbox
+ * (NULL when out of memory), freed by the caller. */
+bool moat_inventory_find(struct moat_inventory *inv, const char *sandbox_id,
+    struct moat_node_id *node, Moat__V1__Sandbox **copy);
+
+/* moat_inventory_unavailable: copies of `tenant`'s (NULL: everyone's)
+ * known sandboxes on nodes other than the `n_answered` in `answered`,
+ * with state UNAVAILABLE. *out (heap array of *n, NULL when none) is the
+ * caller's. RESOURCE_EXHAUSTED when out of memory. */
+int moat_inventory_unavailable(struct moat_inventory *inv, const char *tenant,
+    const struct moat_node_id *answered, size_t n_answered,
+    Moat__V1__Sandbox ***out, size_t *n) __attribute__((warn_unused_result));
+
+/* moat_nodes_is_available: whether node `node` is available now. */
+bool moat_nodes_is_available(struct moat_nodes *nodes,
+    const struct moat_node_id *node);
+
+/* moat_node_down_message: the UNAVAILABLE message for a call on
+ * `sandbox_id` held by node `node`, which does not answer: how to bring
+ * the sandbox back (heap, caller frees). */
+char *moat_node_down_message(const char *sandbox_id, const char *node);
 
 /* ---- recording (record.c) ---- */
 
@@ -613,6 +695,34 @@ struct moat_travel {
 	const char *tenant; /* the caller's (moat_gw_tenant) */
 };
 
+/* Where one restored copy runs, and the snapshot id its node gets: the
+ * local id on the snapshot's own node, snapd's id anywhere else. */
+struct moat_restore_target {
+	struct moat_node_id node;
+	char snapshot_id[MOAT_ID_MAX];
+};
+
+/* moat_travel_place: the targets of `count` restores of `snap`
+ * (crosshost.c): on `node` when given (FAILED_PRECONDITION naming the
+ * available nodes when it is unknown or unavailable), else by placement,
+ * the snapshot's own node first, copies spread. A copy off the
+ * snapshot's node gets snapd's id (moat_travel_remote_id); when snapd has
+ * none and no node was named, copies fall back to the snapshot's own
+ * node if it is available. out has count entries. Errors set *errmsg. */
+int moat_travel_place(struct moat_travel *t, const char *snap,
+    const char *node, uint32_t count, uint64_t deadline_ms,
+    struct moat_restore_target *out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_travel_remote_id: moat-snapd's id of snapshot `snap` into out
+ * (MOAT_ID_MAX): snap itself when it is one already; else its node's
+ * LocalSnapshot.remote_id when the node answers, else snapd's
+ * ListSnapshots of the tenant by label local_id. FAILED_PRECONDITION when
+ * snapd has no copy; errors set *errmsg. */
+int moat_travel_remote_id(struct moat_travel *t, const char *snap,
+    uint64_t deadline_ms, char *out, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_gateway_policy_refuses: whether `tenant`'s policy refuses the
  * command in `request` (an Exec or RunCode request; others pass), with
  * *why (heap) naming its safety level and reason. handlers.c. */
@@ -628,6 +738,11 @@ void moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out);
 int moat_travel_restore_step(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_travel_fork(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+/* RestoreSandbox through the gateway: snapshot_id a node's local id or
+ * moat-snapd's; placed as RestoreStep places (moat_travel_place), the
+ * replaced sandbox destroyed when the restore lands on another node. */
+int moat_travel_restore_sandbox(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_travel_replay(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);

@@ -29,7 +29,7 @@
 #include "session.pb-c.h"
 #include "snapshot.pb-c.h"
 
-#define LIST_TIMEOUT_MS 10000 /* per node, for ListSandboxes */
+#define LIST_TIMEOUT_MS 3000 /* all nodes at once, for ListSandboxes */
 
 struct moat_gateway {
 	struct moat_nodes nodes;
@@ -37,6 +37,7 @@ struct moat_gateway {
 	struct moat_record rec;
 	bool nodes_ready, fw_ready;
 	struct moat_discovery *discovery;
+	struct moat_inventory *inventory; /* every node's sandboxes */
 	struct moat_rpc_server *server;
 	struct moat_rpc_client *sessiond, *snapd;
 	char *listen_url, *survey_url, *sessiond_url, *snapd_url, *state_dir;
@@ -464,6 +465,96 @@ out:
 	return MOAT_OK;
 }
 
+/* list_unavailable: appends to r the inventory's sandboxes of `tenant`
+ * on nodes not in `answered`, state UNAVAILABLE, with their sessions. */
+static int
+list_unavailable(struct moat_gateway *gw, Moat__V1__SandboxList *r,
+    const char *tenant, const struct moat_node_id *answered, size_t n_answered)
+{
+	Moat__V1__Sandbox **lost = NULL, **grown;
+	size_t n_lost = 0;
+	int rv;
+
+	if ((rv = moat_inventory_unavailable(gw->inventory, tenant, answered,
+	         n_answered, &lost, &n_lost)) != MOAT_OK ||
+	    n_lost == 0)
+		return rv;
+	grown =
+	    realloc(r->sandboxes, (r->n_sandboxes + n_lost) * sizeof(*grown));
+	if (grown == NULL) {
+		for (size_t i = 0; i < n_lost; i++)
+			moat__v1__sandbox__free_unpacked(lost[i], NULL);
+		free(lost);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	r->sandboxes = grown;
+	for (size_t i = 0; i < n_lost; i++) {
+		char session_id[MOAT_ID_MAX];
+
+		if (moat_record_session_of(&gw->rec, lost[i]->id, session_id,
+		        sizeof(session_id)))
+			(void)moat_sandbox_set_session(lost[i], session_id);
+		r->sandboxes[r->n_sandboxes++] = lost[i];
+	}
+	free(lost);
+	return MOAT_OK;
+}
+
+/* One node's part of ListSandboxes, asked on its own thread. */
+struct list_job {
+	struct moat_gateway *gw;
+	struct moat_node_id node;
+	const uint8_t *payload;
+	size_t len;
+	uint64_t deadline;
+	pthread_t thread;
+	bool started;
+	int rv;
+	Moat__V1__SandboxList *list;
+	char *msg;
+};
+
+static void *
+list_node(void *arg)
+{
+	struct list_job *j = arg;
+	uint8_t *out = NULL;
+	size_t out_len = 0;
+	char what[MOAT_ID_MAX + 32];
+
+	snprintf(what, sizeof(what), "the sandboxes of node %s", j->node.s);
+	j->rv = moat_forward_to_node(&j->gw->fw, &j->node, "ListSandboxes",
+	    j->payload, j->len, moat_rpc_new_request_id(), j->deadline, what,
+	    &out, &out_len, &j->msg);
+	if (j->rv == MOAT_OK &&
+	    (j->list = moat__v1__sandbox_list__unpack(NULL, out_len, out)) ==
+	        NULL) {
+		j->rv = MOAT_INTERNAL;
+		j->msg = moat_asprintf("node %s answered ListSandboxes with "
+		                       "something that is not a SandboxList",
+		    j->node.s);
+	}
+	free(out);
+	return NULL;
+}
+
+/* list_nodes: asks every node of jobs at once, each within
+ * LIST_TIMEOUT_MS (a node that died but is not yet marked unavailable
+ * delays the answer by that at most, not by that per node). */
+static void
+list_nodes(struct list_job *jobs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		jobs[i].started = pthread_create(&jobs[i].thread, NULL,
+		                      list_node, &jobs[i]) == 0;
+	for (size_t i = 0; i < n; i++) {
+		if (jobs[i].started)
+			pthread_join(jobs[i].thread, NULL);
+		else
+			list_node(&jobs[i]);
+	}
+}
+
 static int
 h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -472,69 +563,79 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__SandboxList *r = (Moat__V1__SandboxList *)reply;
 	Moat__V1__ListSandboxesRequest fwd =
 	    MOAT__V1__LIST_SANDBOXES_REQUEST__INIT;
-	struct moat_node_id *ids = NULL;
-	size_t n = 0, failed = 0, len;
+	struct moat_node_id *ids = NULL, *answered = NULL;
+	struct list_job *jobs = NULL;
+	size_t n = 0, failed = 0, len, n_answered = 0;
 	uint8_t *payload = NULL;
 	char *first_error = NULL;
-	int rv, first_rv = MOAT_OK;
+	int rv = MOAT_OK, first_rv = MOAT_OK;
+	uint64_t deadline = moat_rpc_now_ms() + LIST_TIMEOUT_MS;
 
-	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK)
-		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-		    "out of memory");
+	(void)request;
+	if (deadline > call->deadline_ms)
+		deadline = call->deadline_ms;
 	fwd.tenant = (char *)moat_gw_tenant(call);
 	len = moat__v1__list_sandboxes_request__get_packed_size(&fwd);
-	if ((payload = malloc(len ? len : 1)) == NULL) {
+	if (moat_nodes_available_ids(&gw->nodes, &ids, &n) != MOAT_OK ||
+	    (answered = calloc(n + 1, sizeof(*answered))) == NULL ||
+	    (jobs = calloc(n + 1, sizeof(*jobs))) == NULL ||
+	    (payload = malloc(len ? len : 1)) == NULL) {
 		free(ids);
+		free(answered);
+		free(jobs);
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
 	}
 	moat__v1__list_sandboxes_request__pack(&fwd, payload);
+	for (size_t i = 0; i < n; i++)
+		jobs[i] = (struct list_job){ .gw = gw,
+			.node = ids[i],
+			.payload = payload,
+			.len = len,
+			.deadline = deadline };
+	list_nodes(jobs, n);
 	for (size_t i = 0; i < n; i++) {
-		Moat__V1__SandboxList *list = NULL;
-		uint64_t deadline = moat_rpc_now_ms() + LIST_TIMEOUT_MS;
-		uint8_t *out = NULL;
-		size_t out_len = 0;
-		char *msg = NULL, what[MOAT_ID_MAX + 32];
+		struct list_job *j = &jobs[i];
 
-		if (deadline > call->deadline_ms)
-			deadline = call->deadline_ms;
-		snprintf(what, sizeof(what), "the sandboxes of node %s",
-		    ids[i].s);
-		rv = moat_forward_to_node(&gw->fw, &ids[i], "ListSandboxes",
-		    payload, len, moat_rpc_new_request_id(), deadline, what,
-		    &out, &out_len, &msg);
-		if (rv == MOAT_OK &&
-		    (list = moat__v1__sandbox_list__unpack(NULL, out_len,
-		         out)) == NULL) {
-			rv = MOAT_INTERNAL;
-			msg = moat_asprintf(
-			    "node %s answered ListSandboxes "
-			    "with something that is not a SandboxList",
-			    ids[i].s);
+		if (j->rv == MOAT_OK && rv == MOAT_OK) {
+			rv = list_append(gw, r, j->list, &j->node);
+			j->list = NULL;
+			if (rv == MOAT_OK)
+				answered[n_answered++] = j->node;
+			continue;
 		}
-		free(out);
-		if (rv == MOAT_OK)
-			rv = list_append(gw, r, list, &ids[i]);
-		if (rv != MOAT_OK) {
-			/* One node down must not hide the others' sandboxes;
-			 * the failure is logged, and only when every node
-			 * fails is the call an error. */
-			failed++;
-			moat_warn(call->request_id,
-			    "ListSandboxes: node %s: "
-			    "%s: %s",
-			    ids[i].s, moat_strerror(rv), msg ? msg : "");
-			if (first_error == NULL) {
-				first_error = msg;
-				first_rv = rv;
-				msg = NULL;
-			}
+		if (j->list != NULL)
+			moat__v1__sandbox_list__free_unpacked(j->list, NULL);
+		if (j->rv == MOAT_OK) {
+			free(j->msg);
+			continue;
 		}
-		free(msg);
+		/* One node down must not hide the others' sandboxes; the
+		 * failure is logged, and only when every node fails (and
+		 * nothing is known of them) is the call an error. */
+		failed++;
+		moat_warn(call->request_id, "ListSandboxes: node %s: %s: %s",
+		    j->node.s, moat_strerror(j->rv), j->msg ? j->msg : "");
+		if (first_error == NULL) {
+			first_error = j->msg;
+			first_rv = j->rv;
+		} else {
+			free(j->msg);
+		}
 	}
 	free(payload);
 	free(ids);
-	if (n > 0 && failed == n) {
+	free(jobs);
+	/* The nodes that did not answer: their last known sandboxes, shown
+	 * UNAVAILABLE rather than silently missing. */
+	if (rv == MOAT_OK)
+		rv = list_unavailable(gw, r, fwd.tenant, answered, n_answered);
+	free(answered);
+	if (rv != MOAT_OK) {
+		free(first_error);
+		return moat_rpc_error(call, rv, "out of memory");
+	}
+	if (n > 0 && failed == n && r->n_sandboxes == 0) {
 		rv = moat_rpc_error(call, first_rv, "%s", first_error);
 		free(first_error);
 		return rv;
@@ -568,6 +669,34 @@ h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 /* ---- recorded sandboxes (record.c) ---- */
 
+/* get_unavailable: GetSandbox of a sandbox whose node does not answer:
+ * the inventory's last word on it, state UNAVAILABLE, as the reply. Else
+ * the UNAVAILABLE already set stays. */
+static int
+get_unavailable(struct moat_gateway *gw, struct moat_rpc_call *call,
+    const char *sandbox_id)
+{
+	Moat__V1__Sandbox *sb = NULL;
+	struct moat_node_id node;
+	int rv;
+
+	if (!moat_inventory_find(gw->inventory, sandbox_id, &node, &sb) ||
+	    sb == NULL || moat_nodes_is_available(&gw->nodes, &node) ||
+	    strcmp(sb->tenant, moat_gw_tenant(call)) != 0) {
+		if (sb != NULL)
+			moat__v1__sandbox__free_unpacked(sb, NULL);
+		return MOAT_UNAVAILABLE;
+	}
+	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_UNAVAILABLE;
+	rv = repack_sandbox(sb, &call->raw_reply, &call->raw_reply_len);
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	if (rv != MOAT_OK)
+		return MOAT_UNAVAILABLE;
+	free(call->error_message);
+	call->error_message = NULL;
+	return MOAT_OK;
+}
+
 static int
 h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -579,8 +708,11 @@ h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__Sandbox *sb;
 	int rv;
 
-	if ((rv = moat_forward_call(&gw->fw, call, req->sandbox_id,
-	         call->payload, call->payload_len)) != MOAT_OK ||
+	rv = moat_forward_call(&gw->fw, call, req->sandbox_id, call->payload,
+	    call->payload_len);
+	if (rv == MOAT_UNAVAILABLE)
+		rv = get_unavailable(gw, call, req->sandbox_id);
+	if (rv != MOAT_OK ||
 	    !moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
 	        req->sandbox_id, call->request_id, session_id,
 	        sizeof(session_id)))
@@ -692,18 +824,6 @@ snapshot_forward(struct moat_rpc_call *call, const char *snap_id,
 	call->raw_reply = out;
 	call->raw_reply_len = out_len;
 	return MOAT_OK;
-}
-
-static int
-h_restore_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
-    ProtobufCMessage *reply)
-{
-	Moat__V1__RestoreSandboxRequest fwd =
-	    *(const Moat__V1__RestoreSandboxRequest *)request;
-
-	/* Only the tenant's own snapshots: the node checks it. */
-	fwd.tenant = (char *)moat_gw_tenant(call);
-	return snapshot_forward(call, fwd.snapshot_id, &fwd.base, true);
 }
 
 static int
@@ -889,7 +1009,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "SandboxInfo", h_sandbox, false, true },
 	{ "TraceFs", h_sandbox, false, true },
 	{ "SnapshotSandbox", moat_travel_snapshot_sandbox, true, true },
-	{ "RestoreSandbox", h_restore_sandbox, true, true },
+	{ "RestoreSandbox", moat_travel_restore_sandbox, true, true },
 	{ "ListLocalSnapshots", h_list_local_snapshots, false, true },
 	{ "DeleteLocalSnapshot", h_delete_local_snapshot, true, true },
 	{ "ListSessions", h_session, false, true },
@@ -1411,6 +1531,10 @@ moat_gateway_start(struct moat_gateway **out,
 	         gw->survey_url, opts->survey_interval_ms, gw->config,
 	         errmsg)) != MOAT_OK)
 		goto fail;
+	if ((rv = moat_inventory_start(&gw->inventory, &gw->nodes, &gw->fw,
+	         opts->survey_interval_ms, true, errmsg)) != MOAT_OK)
+		goto fail;
+	gw->fw.inv = gw->inventory;
 	svc.ctx = gw;
 	if ((rv = moat_rpc_server_start(&gw->server, gw->listen_url, &svc,
 	         opts->workers, errmsg)) != MOAT_OK)
@@ -1434,6 +1558,8 @@ moat_gateway_stop(struct moat_gateway *gw)
 	/* Serving stops first: no handler may run on what follows. */
 	moat_rpc_server_stop(gw->server);
 	moat_discovery_stop(gw->discovery);
+	gw->fw.inv = NULL;
+	moat_inventory_stop(gw->inventory);
 	moat_record_fini(&gw->rec);
 	moat_rpc_client_close(gw->sessiond);
 	moat_rpc_client_close(gw->snapd);

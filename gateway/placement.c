@@ -154,3 +154,51 @@ moat_placement_choose(Moat__V1__Node *const *nodes, size_t n, uint32_t vcpus,
 	    fit_image, memory_mib, (unsigned long long)most_free);
 	return MOAT_RESOURCE_EXHAUSTED;
 }
+
+/* spread_one: the node for one sandbox more; see moat_placement_spread. */
+static int
+spread_one(Moat__V1__Node **nodes, size_t n, uint32_t vcpus,
+    uint32_t memory_mib, const char *image, const char *prefer,
+    const char *survey_url, size_t *chosen, char **errmsg)
+{
+	size_t one;
+	char *msg = NULL;
+
+	for (size_t i = 0; prefer != NULL && prefer[0] != '\0' && i < n; i++) {
+		if (nodes[i] == NULL || strcmp(nodes[i]->node_id, prefer) != 0)
+			continue;
+		if (moat_placement_choose(&nodes[i], 1, vcpus, memory_mib,
+		        image, survey_url, &one, &msg) == MOAT_OK) {
+			*chosen = i;
+			return MOAT_OK;
+		}
+		free(msg);
+		break;
+	}
+	return moat_placement_choose(nodes, n, vcpus, memory_mib, image,
+	    survey_url, chosen, errmsg);
+}
+
+int
+moat_placement_spread(Moat__V1__Node **nodes, size_t n, uint32_t count,
+    uint32_t vcpus, uint32_t memory_mib, const char *image, const char *prefer,
+    const char *survey_url, size_t *chosen, char **errmsg)
+{
+	uint32_t mem = memory_mib ? memory_mib : NODE_DEFAULT_MEMORY_MIB;
+
+	for (uint32_t k = 0; k < count; k++) {
+		int rv = spread_one(nodes, n, vcpus, memory_mib, image,
+		    k == 0 ? prefer : NULL, survey_url, &chosen[k], errmsg);
+
+		if (rv != MOAT_OK && k == 0)
+			return rv;
+		if (rv != MOAT_OK) {
+			free(*errmsg);
+			*errmsg = NULL;
+			chosen[k] = chosen[k - 1];
+		}
+		nodes[chosen[k]]->sandboxes++;
+		nodes[chosen[k]]->memory_mib_used += mem;
+	}
+	return MOAT_OK;
+}

@@ -236,68 +236,64 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	return MOAT_FAILED_PRECONDITION;
 }
 
-/* restore: a sandbox restored from `snap` on its node, replacing
- * `replace` ("" : none) in place where the node can. On MOAT_OK *out is
- * the caller's and its route is remembered. */
+/* restore: a sandbox restored from `snap` on target `to` (its node, and
+ * the id that node knows the snapshot by), replacing `replace` ("" :
+ * none) in place where the node can. On MOAT_OK *out is the caller's and
+ * its route is remembered. */
 static int
-restore(struct moat_travel *t, const char *snap, const char *replace,
+restore(struct moat_travel *t, const char *snap,
+    const struct moat_restore_target *to, const char *replace,
     uint64_t deadline, Moat__V1__Sandbox **out, char **errmsg)
 {
 	Moat__V1__RestoreSandboxRequest req =
 	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 	struct moat_sandbox_id sandbox;
-	struct moat_node_id node;
-	uint8_t *payload, *reply = NULL;
-	size_t len, reply_len = 0;
-	char what[MOAT_ID_MAX + 16];
+	bool pulled = strcmp(to->snapshot_id, snap) != 0;
+	char what[2 * MOAT_ID_MAX + 32];
 	int rv;
 
 	*out = NULL;
-	if (!moat_snapshot_node(snap, &node)) {
-		*errmsg = moat_asprintf(
-		    "snapshot %s names no node: only a "
-		    "node's local snapshot (\"snap-<node>-...\") can be "
-		    "restored here",
-		    snap);
-		return MOAT_FAILED_PRECONDITION;
-	}
-	req.snapshot_id = (char *)snap;
+	req.snapshot_id = (char *)to->snapshot_id;
 	req.tenant = (char *)t->tenant;
 	req.replace_sandbox_id = (char *)replace;
-	len = moat__v1__restore_sandbox_request__get_packed_size(&req);
-	if ((payload = malloc(len ? len : 1)) == NULL) {
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	moat__v1__restore_sandbox_request__pack(&req, payload);
-	snprintf(what, sizeof(what), "snapshot %.100s", snap);
-	rv = moat_forward_to_node(t->fw, &node, "RestoreSandbox", payload, len,
-	    moat_rpc_new_request_id(), deadline, what, &reply, &reply_len,
-	    errmsg);
-	free(payload);
+	if (pulled)
+		snprintf(what, sizeof(what),
+		    "snapshot %.100s (moat-snapd's "
+		    "%.100s)",
+		    snap, to->snapshot_id);
+	else
+		snprintf(what, sizeof(what), "snapshot %.100s", snap);
+	rv = moat_forward_node_call(t->fw, &to->node, "RestoreSandbox",
+	    &req.base, &moat__v1__sandbox__descriptor,
+	    moat_rpc_new_request_id(), deadline, what,
+	    (ProtobufCMessage **)out, errmsg);
 	if (rv == MOAT_NOT_FOUND) {
 		char *node_msg = *errmsg;
 
-		*errmsg = moat_asprintf(
-		    "snapshot %s is no longer on node %s "
-		    "(deleted, or the node lost it): %s; `moat session show` "
-		    "lists the steps that still have one",
-		    snap, node.s, node_msg ? node_msg : "");
+		*errmsg = pulled ?
+		    moat_asprintf("snapshot %s (moat-snapd's %s) is no "
+		                  "longer in moat-snapd (deleted, or lost): "
+		                  "%s; `moat session show` lists the steps "
+		                  "that still have one",
+		        snap, to->snapshot_id, node_msg ? node_msg : "") :
+		    moat_asprintf("snapshot %s is no longer on node %s "
+		                  "(deleted, or the node lost it): %s; `moat "
+		                  "session show` lists the steps that still "
+		                  "have one",
+		        snap, to->node.s, node_msg ? node_msg : "");
 		free(node_msg);
 	}
 	if (rv != MOAT_OK)
 		return rv;
-	*out = moat__v1__sandbox__unpack(NULL, reply_len, reply);
-	free(reply);
-	if (*out == NULL) {
-		*errmsg =
-		    moat_asprintf("node %s answered RestoreSandbox with "
-		                  "something that is not a moat.v1.Sandbox",
-		        node.s);
-		return MOAT_INTERNAL;
-	}
 	if (moat_sandbox_id_set(&sandbox, (*out)->id))
-		moat_forward_remember(t->fw, &sandbox, &node);
+		moat_forward_remember(t->fw, &sandbox, &to->node);
+	moat_inventory_put(t->fw->inv, &to->node, *out);
+	if (pulled)
+		moat_info(0,
+		    "snapshot %s restored on node %s from moat-snapd's "
+		    "%s as %s: %llu bytes pulled",
+		    snap, to->node.s, to->snapshot_id, (*out)->id,
+		    (unsigned long long)(*out)->pulled_bytes);
 	return MOAT_OK;
 }
 
@@ -312,6 +308,7 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 	size_t len, out_len = 0;
 	uint64_t deadline = moat_rpc_now_ms() + MOAT_RPC_DEFAULT_TIMEOUT_MS;
 	char *msg = NULL;
+	bool located;
 
 	moat_record_forget(t->rec, sandbox_id);
 	ref.sandbox_id = (char *)sandbox_id;
@@ -320,53 +317,110 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 	    len > sizeof(payload))
 		return;
 	moat__v1__sandbox_ref__pack(&ref, payload);
-	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) !=
-	        MOAT_OK ||
+	located = moat_forward_locate(t->fw, &sandbox, deadline, &node,
+	              &msg) == MOAT_OK;
+	if (located && !moat_nodes_is_available(t->nodes, &node)) {
+		/* It stays in the node's list: shown UNAVAILABLE. */
+		moat_warn(request_id,
+		    "sandbox %s not destroyed: its node %s "
+		    "does not answer; destroy it when the node is back "
+		    "(`moat sandbox rm %s`)",
+		    sandbox_id, node.s, sandbox_id);
+		free(msg);
+		return;
+	}
+	if (!located ||
 	    moat_forward_to_node(t->fw, &node, "DestroySandbox", payload, len,
 	        moat_rpc_new_request_id(), deadline, "the replaced sandbox",
 	        &out, &out_len, &msg) != MOAT_OK)
 		moat_warn(request_id, "sandbox %s not destroyed: %s",
 		    sandbox_id, msg ? msg : "");
+	else
+		moat_inventory_forget(t->fw->inv, sandbox_id);
 	moat_forward_forget(t->fw, &sandbox);
 	free(out);
 	free(msg);
 }
 
-/* branch_restore: restores `snap` in place of `replace` ("" : none; a
- * new sandbox when it is on another node than the snapshot, the old one
- * then destroyed). On MOAT_OK *out is the caller's. */
+/* branch_restore: restores `snap` on target `to`, in place of `replace`
+ * ("" : none; a new sandbox when `replace` is on another node than the
+ * target, the old one then destroyed). On MOAT_OK *out is the caller's. */
 static int
-branch_restore(struct moat_travel *t, const char *snap, const char *replace,
+branch_restore(struct moat_travel *t, const char *snap,
+    const struct moat_restore_target *to, const char *replace,
     uint64_t request_id, uint64_t deadline, Moat__V1__Sandbox **out,
     char **errmsg)
 {
 	struct moat_sandbox_id old;
-	struct moat_node_id old_node, snap_node;
+	struct moat_node_id old_node;
 	const char *in_place = replace;
 	char *msg = NULL;
 	int rv;
 
 	/* A node replaces only its own sandboxes. */
 	if (replace[0] != '\0' && moat_sandbox_id_set(&old, replace) &&
-	    moat_snapshot_node(snap, &snap_node) &&
 	    moat_forward_locate(t->fw, &old, deadline, &old_node, &msg) ==
 	        MOAT_OK &&
-	    strcmp(old_node.s, snap_node.s) != 0)
+	    strcmp(old_node.s, to->node.s) != 0)
 		in_place = "";
 	free(msg);
 	msg = NULL;
-	if ((rv = restore(t, snap, in_place, deadline, out, errmsg)) !=
+	if ((rv = restore(t, snap, to, in_place, deadline, out, errmsg)) !=
 	    MOAT_OK)
 		return rv;
 	if (replace[0] != '\0' && strcmp((*out)->id, replace) != 0) {
 		/* The node made a new sandbox instead of replacing: the old
 		 * one goes, and the recording moves to the new one. */
 		moat_info(request_id,
-		    "restore of %s came back as %s: "
+		    "restore of %s came back as %s on node %s: "
 		    "destroying %s",
-		    replace, (*out)->id, replace);
+		    replace, (*out)->id, to->node.s, replace);
 		destroy(t, replace, request_id);
 	}
+	return MOAT_OK;
+}
+
+int
+moat_travel_restore_sandbox(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	struct moat_travel t = parts(call);
+	const Moat__V1__RestoreSandboxRequest *req =
+	    (const Moat__V1__RestoreSandboxRequest *)request;
+	struct moat_restore_target to;
+	Moat__V1__Sandbox *sb = NULL;
+	char *msg = NULL;
+	size_t len;
+	int rv;
+
+	(void)reply;
+	if (req->snapshot_id[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "RestoreSandbox: snapshot_id is required: "
+		    "ListLocalSnapshots lists them");
+	if (strlen(req->snapshot_id) >= MOAT_ID_MAX ||
+	    strncmp(req->snapshot_id, "snap-", 5) != 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "snapshot %.80s "
+		    "not found: it is not a snapshot id (\"snap-<node>-...\" "
+		    "or moat-snapd's \"snap-<32 hex>\")",
+		    req->snapshot_id);
+	/* Only the tenant's own snapshots: the node checks it. */
+	if ((rv = moat_travel_place(&t, req->snapshot_id, "", 1,
+	         call->deadline_ms, &to, &msg)) != MOAT_OK ||
+	    (rv = branch_restore(&t, req->snapshot_id, &to,
+	         req->replace_sandbox_id, call->request_id, call->deadline_ms,
+	         &sb, &msg)) != MOAT_OK)
+		return fail(call, rv, msg);
+	len = moat__v1__sandbox__get_packed_size(sb);
+	if ((call->raw_reply = malloc(len ? len : 1)) == NULL) {
+		moat__v1__sandbox__free_unpacked(sb, NULL);
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	moat__v1__sandbox__pack(sb, call->raw_reply);
+	call->raw_reply_len = len;
+	moat__v1__sandbox__free_unpacked(sb, NULL);
 	return MOAT_OK;
 }
 
@@ -420,17 +474,190 @@ branch_record(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 /* branch: branch_restore, then branch_record. */
 static int
 branch(struct moat_travel *t, const Moat__V1__SessionInfo *s, uint64_t step,
-    const char *snap, const char *replace, uint64_t request_id,
-    uint64_t deadline, Moat__V1__Sandbox **out, char *session_id,
-    char **errmsg)
+    const char *snap, const struct moat_restore_target *to,
+    const char *replace, uint64_t request_id, uint64_t deadline,
+    Moat__V1__Sandbox **out, char *session_id, char **errmsg)
 {
 	int rv;
 
-	if ((rv = branch_restore(t, snap, replace, request_id, deadline, out,
-	         errmsg)) != MOAT_OK)
+	if ((rv = branch_restore(t, snap, to, replace, request_id, deadline,
+	         out, errmsg)) != MOAT_OK)
 		return rv;
 	return branch_record(t, s, step, snap, NULL, request_id, deadline, out,
 	    session_id, errmsg);
+}
+
+/* session_of_request: the session a RestoreStep names into session_id
+ * (MOAT_ID_MAX): session_id when given, else the latest session of
+ * `sandbox_id` (a sandbox id in its place: found in sessiond by
+ * sandbox). Errors go through moat_rpc_error. */
+static int
+session_of_request(struct moat_travel *t, const char *session_id,
+    const char *sandbox_id, struct moat_rpc_call *call, char *out)
+{
+	if (session_id[0] != '\0') {
+		snprintf(out, MOAT_ID_MAX, "%s", session_id);
+		return MOAT_OK;
+	}
+	if (sandbox_id[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "session_id "
+		    "(or sandbox_id) is required: `moat session ls` lists the "
+		    "sessions");
+	if (moat_record_session_lookup(t->rec, t->tenant, sandbox_id,
+	        call->request_id, out, MOAT_ID_MAX))
+		return MOAT_OK;
+	return moat_rpc_error(call, MOAT_NOT_FOUND,
+	    "sandbox %s has no "
+	    "recorded session: give one with session_id (`moat session ls` "
+	    "lists them)",
+	    sandbox_id);
+}
+
+/* The steps of a session that have a snapshot, oldest first. */
+struct snapped {
+	uint64_t *index;
+	char (*snap)[MOAT_ID_MAX];
+	size_t n, cap;
+};
+
+static bool
+snapped_add(struct snapped *sn, uint64_t index, const char *snap)
+{
+	if (sn->n == sn->cap) {
+		size_t cap = sn->cap ? sn->cap * 2 : 32;
+		uint64_t *ix = realloc(sn->index, cap * sizeof(*ix));
+		char(*sp)[MOAT_ID_MAX];
+
+		if (ix == NULL)
+			return false;
+		sn->index = ix;
+		if ((sp = realloc(sn->snap, cap * sizeof(*sp))) == NULL)
+			return false;
+		sn->snap = sp;
+		sn->cap = cap;
+	}
+	sn->index[sn->n] = index;
+	snprintf(sn->snap[sn->n], MOAT_ID_MAX, "%s", snap);
+	sn->n++;
+	return true;
+}
+
+/* snapped_list: every step of s with a snapshot (step 0 included). */
+static int
+snapped_list(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t deadline, struct snapped *sn, char **errmsg)
+{
+	Moat__V1__ListStepsRequest req = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+	Moat__V1__ListStepsReply *page = NULL;
+	const char *label = moat_record_session_step0(s);
+	char step0[MOAT_ID_MAX], *token = NULL;
+	int rv = MOAT_OK;
+
+	if (label != NULL)
+		(void)snapped_add(sn, 0, label);
+	else if (moat_record_step0(t->rec, s->id, step0, sizeof(step0)))
+		(void)snapped_add(sn, 0, step0);
+	req.tenant = (char *)t->tenant;
+	req.session_id = s->id;
+	req.page_size = 1000;
+	do {
+		req.page_token = token != NULL ? token : (char *)"";
+		if ((rv = moat_record_sessiond(t->rec, "ListSteps", &req.base,
+		         &moat__v1__list_steps_reply__descriptor,
+		         (ProtobufCMessage **)&page, deadline, errmsg)) !=
+		    MOAT_OK)
+			break;
+		for (size_t i = 0; i < page->n_steps; i++)
+			if (page->steps[i]->snapshot_id[0] != '\0' &&
+			    !snapped_add(sn, page->steps[i]->index,
+			        page->steps[i]->snapshot_id))
+				rv = MOAT_RESOURCE_EXHAUSTED;
+		free(token);
+		token = page->next_page_token[0] ?
+		    strdup(page->next_page_token) :
+		    NULL;
+		moat__v1__list_steps_reply__free_unpacked(page, NULL);
+	} while (token != NULL && rv == MOAT_OK);
+	free(token);
+	if (rv == MOAT_RESOURCE_EXHAUSTED)
+		*errmsg = moat_asprintf("out of memory");
+	return rv;
+}
+
+/* restorable: whether `snap` can be restored now (on `node`, "" : any):
+ * its own node answers (and is the one asked for), or moat-snapd has a
+ * copy. */
+static bool
+restorable(struct moat_travel *t, const char *snap, const char *node,
+    uint64_t deadline)
+{
+	struct moat_node_id own;
+	char remote[MOAT_ID_MAX], *msg = NULL;
+	bool ok;
+
+	if (moat_snapshot_node(snap, &own) &&
+	    moat_nodes_is_available(t->nodes, &own) &&
+	    (node == NULL || node[0] == '\0' || strcmp(node, own.s) == 0))
+		return true;
+	ok = moat_travel_remote_id(t, snap, deadline, remote, &msg) == MOAT_OK;
+	free(msg);
+	return ok;
+}
+
+#define LATEST_TRIES 16 /* steps tried back from the last, at most */
+
+/* latest_step: the last step of s whose snapshot can be restored now
+ * (on `node`, "" : any): a snapshot on a node that is down counts only
+ * when it reached moat-snapd. Its index to *step, its snapshot to snap
+ * (MOAT_ID_MAX). FAILED_PRECONDITION when none can. */
+static int
+latest_step(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    const char *node, uint64_t deadline, uint64_t *step, char *snap,
+    char **errmsg)
+{
+	struct snapped sn = { 0 };
+	size_t tried = 0;
+	int rv;
+
+	if ((rv = snapped_list(t, s, deadline, &sn, errmsg)) != MOAT_OK)
+		goto out;
+	rv = MOAT_FAILED_PRECONDITION;
+	for (size_t k = sn.n; k > 0 && tried < LATEST_TRIES; k--, tried++) {
+		if (!restorable(t, sn.snap[k - 1], node, deadline))
+			continue;
+		*step = sn.index[k - 1];
+		snprintf(snap, MOAT_ID_MAX, "%s", sn.snap[k - 1]);
+		rv = MOAT_OK;
+		goto out;
+	}
+	if (sn.n == 0)
+		*errmsg =
+		    no_snapshot_message(t, s, s->step_count, "", deadline);
+	else
+		*errmsg = moat_asprintf(
+		    "none of the last %zu step snapshots of session %s can "
+		    "be restored now: their node does not answer and "
+		    "moat-snapd has no copy (a node pushes them there only "
+		    "with [vmd] snapd); bring the node back, or give a step "
+		    "with --step N",
+		    tried, s->id);
+out:
+	free(sn.index);
+	free(sn.snap);
+	return rv;
+}
+
+/* step_or_latest: the snapshot of `step` of s, or with `latest` the last
+ * restorable one (latest_step), its index to *step. */
+static int
+step_or_latest(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    bool latest, const char *node, uint64_t deadline, uint64_t *step,
+    char *snap, char **errmsg)
+{
+	if (latest)
+		return latest_step(t, s, node, deadline, step, snap, errmsg);
+	return step_snapshot(t, s, *step, deadline, snap, errmsg);
 }
 
 int
@@ -446,12 +673,19 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 	const char *replace = "";
 	struct moat_sandbox_id target;
 	struct moat_node_id node;
+	struct moat_restore_target to;
+	uint64_t step = req->step;
 	int rv;
 
-	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
-	         &msg)) != MOAT_OK ||
-	    (rv = step_snapshot(&t, s, req->step, call->deadline_ms, snap,
-	         &msg)) != MOAT_OK)
+	if ((rv = session_of_request(&t, req->session_id, req->sandbox_id,
+	         call, session_id)) != MOAT_OK)
+		return rv;
+	if ((rv = get_session(&t, session_id, call->deadline_ms, &s, &msg)) !=
+	        MOAT_OK ||
+	    (rv = step_or_latest(&t, s, req->step_latest, req->node,
+	         call->deadline_ms, &step, snap, &msg)) != MOAT_OK ||
+	    (rv = moat_travel_place(&t, snap, req->node, 1, call->deadline_ms,
+	         &to, &msg)) != MOAT_OK)
 		goto fail;
 	if (req->new_sandbox) {
 		replace = "";
@@ -474,7 +708,7 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 		free(msg); /* the session's sandbox is gone: a new one */
 		msg = NULL;
 	}
-	if ((rv = branch(&t, s, req->step, snap, replace, call->request_id,
+	if ((rv = branch(&t, s, step, snap, &to, replace, call->request_id,
 	         call->deadline_ms, &r->sandbox, session_id, &msg)) != MOAT_OK)
 		goto fail;
 	moat__v1__session_info__free_unpacked(s, NULL);
@@ -508,6 +742,7 @@ struct fork_job {
 	const Moat__V1__SessionInfo *s;
 	uint64_t step;
 	const char *snap;
+	const struct moat_restore_target *to;
 	uint64_t request_id, deadline;
 	struct fork_trace *ft;
 	Moat__V1__ForkCopy *copy; /* filled by the thread */
@@ -576,8 +811,8 @@ fork_main(void *arg)
 	char *msg = NULL;
 	int rv;
 
-	rv = branch_restore(j->t, j->snap, "", j->request_id, j->deadline,
-	    &c->sandbox, &msg);
+	rv = branch_restore(j->t, j->snap, j->to, "", j->request_id,
+	    j->deadline, &c->sandbox, &msg);
 	if (rv != MOAT_OK) {
 		copy_failed(c, rv, msg);
 		return NULL;
@@ -613,6 +848,8 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		.cv = PTHREAD_COND_INITIALIZER,
 	};
 	uint32_t count = req->count == 0 ? 1 : req->count;
+	struct moat_restore_target targets[TRAVEL_FORK_MAX];
+	uint64_t step = req->step;
 	char snap[MOAT_ID_MAX], *msg = NULL;
 	int rv;
 
@@ -623,8 +860,10 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    count, TRAVEL_FORK_MAX);
 	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
 	         &msg)) != MOAT_OK ||
-	    (rv = step_snapshot(&t, s, req->step, call->deadline_ms, snap,
-	         &msg)) != MOAT_OK)
+	    (rv = step_or_latest(&t, s, req->step_latest, req->node,
+	         call->deadline_ms, &step, snap, &msg)) != MOAT_OK ||
+	    (rv = moat_travel_place(&t, snap, req->node, count,
+	         call->deadline_ms, targets, &msg)) != MOAT_OK)
 		goto fail;
 	if ((r->copies = calloc(count, sizeof(*r->copies))) == NULL)
 		goto fail_oom;
@@ -641,8 +880,9 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		jobs[i] = (struct fork_job){
 			.t = &t,
 			.s = s,
-			.step = req->step,
+			.step = step,
 			.snap = snap,
+			.to = &targets[i],
 			.request_id = call->request_id,
 			.deadline = call->deadline_ms,
 			.ft = &ft,
@@ -666,7 +906,7 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	pthread_mutex_destroy(&ft.mu);
 	pthread_cond_destroy(&ft.cv);
 	moat_info(call->request_id, "fork of %s step %llu: %u of %u copies",
-	    s->id, (unsigned long long)req->step, r->succeeded, count);
+	    s->id, (unsigned long long)step, r->succeeded, count);
 	moat__v1__session_info__free_unpacked(s, NULL);
 	if ((r->snapshot_id = strdup(snap)) == NULL)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,

@@ -30,6 +30,8 @@ state_name(Moat__V1__SandboxState s)
 		return "failed";
 	case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_STOPPED:
 		return "stopped";
+	case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_UNAVAILABLE:
+		return "unavailable";
 	default:
 		return "unknown";
 	}
@@ -194,12 +196,12 @@ sandbox_ls(struct cli *cli)
 		moat_client_free_msg(list);
 		return rv;
 	}
-	printf("%-24s %-9s %-14s %4s %7s %-10s %-5s %s\n", "ID", "STATE",
+	printf("%-24s %-11s %-14s %4s %7s %-10s %-5s %s\n", "ID", "STATE",
 	    "NODE", "CPUS", "MEMORY", "IMAGE", "ACCEL", "AGE");
 	for (size_t i = 0; i < list->n_sandboxes; i++) {
 		const Moat__V1__Sandbox *s = list->sandboxes[i];
 
-		printf("%-24s %-9s %-14s %4u %6uM %-10s %-5s %s\n", s->id,
+		printf("%-24s %-11s %-14s %4u %6uM %-10s %-5s %s\n", s->id,
 		    state_name(s->state), s->node_id, s->vcpus, s->memory_mib,
 		    s->image[0] ? s->image : "default",
 		    s->accel[0] ? s->accel : "-",

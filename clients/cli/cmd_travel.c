@@ -18,21 +18,29 @@
 #include "moat/util.h"
 
 static const char *const usage_restore =
-    "restore SANDBOX --step N [--session S] [--new]";
-static const char *const usage_fork = "fork SESSION --step N [--count K]";
+    "restore SANDBOX --step N|latest [--session S] [--new] [--node NODE]";
+static const char *const usage_fork =
+    "fork SESSION --step N|latest [--count K] [--node NODE]";
 static const char *const usage_replay = "replay SESSION [--until N] [--keep]";
 static const char *const usage_snapshot =
     "snapshot create SANDBOX | ls | rm ID... | gc [--dry-run] [--min-age S]";
 static const char *const usage_gc = "snapshot gc [--dry-run] [--min-age S] "
                                     "[--json]";
 
-/* parse_step: a step index (0: the state before step 1). */
+/* parse_step: a step index (0: the state before step 1), or "latest"
+ * (*latest set: the last step that has a snapshot). */
 static bool
-parse_step(const char *s, uint64_t *out)
+parse_step(const char *s, uint64_t *out, protobuf_c_boolean *latest)
 {
 	char *end;
 	unsigned long long v;
 
+	*latest = false;
+	if (s != NULL && strcmp(s, "latest") == 0) {
+		*latest = true;
+		*out = 0;
+		return true;
+	}
 	if (s == NULL || *s < '0' || *s > '9')
 		return false;
 	v = strtoull(s, &end, 10);
@@ -90,6 +98,7 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 		{ "step", required_argument, NULL, 's' },
 		{ "session", required_argument, NULL, 'S' },
 		{ "new", no_argument, NULL, 'n' },
+		{ "node", required_argument, NULL, 'N' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -105,10 +114,11 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
-			if (!parse_step(optarg, &req.step))
+			if (!parse_step(optarg, &req.step, &req.step_latest))
 				return cli_usage_error(usage_restore,
 				    "--step "
-				    "wants a step number, not \"%s\"",
+				    "wants a step number or \"latest\", not "
+				    "\"%s\"",
 				    optarg);
 			step_set = true;
 			break;
@@ -117,6 +127,9 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 			break;
 		case 'n':
 			req.new_sandbox = true;
+			break;
+		case 'N':
+			req.node = optarg;
 			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
@@ -145,10 +158,15 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 		req.sandbox_id = (char *)sandbox;
 	rv = moat_client_restore_step(cli_client(cli), &req, &r, &errmsg);
 	if (rv != MOAT_OK) {
-		rv = cli_fail(cli, rv, errmsg,
-		    "restoring step %llu of "
-		    "session %s",
-		    (unsigned long long)req.step, session);
+		rv = req.step_latest ?
+		    cli_fail(cli, rv, errmsg,
+		        "restoring the latest step "
+		        "of session %s",
+		        session) :
+		    cli_fail(cli, rv, errmsg,
+		        "restoring step %llu of "
+		        "session %s",
+		        (unsigned long long)req.step, session);
 		free(found);
 		return rv;
 	}
@@ -157,10 +175,18 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 	} else {
 		printf("%s\n", r->sandbox != NULL ? r->sandbox->id : "");
 		fprintf(stderr,
-		    "restored step %llu of session %s into "
-		    "sandbox %s; its steps now record into session %s\n",
-		    (unsigned long long)req.step, session,
-		    r->sandbox != NULL ? r->sandbox->id : "?", r->session_id);
+		    "restored %s (session %s) into sandbox %s on node %s "
+		    "(%llu bytes pulled from moat-snapd); its steps now "
+		    "record into session %s\n",
+		    r->snapshot_id, session,
+		    r->sandbox != NULL ? r->sandbox->id : "?",
+		    r->sandbox != NULL && r->sandbox->node_id[0] ?
+		        r->sandbox->node_id :
+		        "?",
+		    (unsigned long long)(r->sandbox != NULL ?
+		            r->sandbox->pulled_bytes :
+		            0),
+		    r->session_id);
 	}
 	moat_client_free_msg(r);
 	free(found);
@@ -173,6 +199,7 @@ cmd_fork(struct cli *cli, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "step", required_argument, NULL, 's' },
 		{ "count", required_argument, NULL, 'c' },
+		{ "node", required_argument, NULL, 'N' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -187,12 +214,16 @@ cmd_fork(struct cli *cli, int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
-			if (!parse_step(optarg, &req.step))
+			if (!parse_step(optarg, &req.step, &req.step_latest))
 				return cli_usage_error(usage_fork,
 				    "--step "
-				    "wants a step number, not \"%s\"",
+				    "wants a step number or \"latest\", not "
+				    "\"%s\"",
 				    optarg);
 			step_set = true;
+			break;
+		case 'N':
+			req.node = optarg;
 			break;
 		case 'c':
 			if (!cli_parse_u32(optarg, 1, 16, &req.count))
@@ -231,8 +262,19 @@ cmd_fork(struct cli *cli, int argc, char **argv)
 			if (first_failure == 0)
 				first_failure = 64 + (int)c->code;
 		} else if (!cli->json) {
+			/* stdout stays "SANDBOX SESSION" for scripts. */
 			printf("%s %s\n", c->sandbox ? c->sandbox->id : "",
 			    c->session_id);
+			fprintf(stderr,
+			    "copy %zu: %s on node %s, %llu bytes "
+			    "pulled from moat-snapd\n",
+			    i + 1, c->sandbox ? c->sandbox->id : "?",
+			    c->sandbox && c->sandbox->node_id[0] ?
+			        c->sandbox->node_id :
+			        "?",
+			    (unsigned long long)(c->sandbox ?
+			            c->sandbox->pulled_bytes :
+			            0));
 		}
 	}
 	if (cli->json)
@@ -258,6 +300,7 @@ cmd_replay(struct cli *cli, int argc, char **argv)
 	};
 	Moat__V1__ReplayRequest req = MOAT__V1__REPLAY_REQUEST__INIT;
 	Moat__V1__ReplayReply *r = NULL;
+	protobuf_c_boolean latest;
 	char *errmsg = NULL;
 	int opt, rv;
 
@@ -265,8 +308,8 @@ cmd_replay(struct cli *cli, int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'u':
-			if (!parse_step(optarg, &req.until_step) ||
-			    req.until_step == 0)
+			if (!parse_step(optarg, &req.until_step, &latest) ||
+			    latest || req.until_step == 0)
 				return cli_usage_error(usage_replay,
 				    "--until "
 				    "wants a step number from 1, not \"%s\"",

@@ -51,9 +51,11 @@ static const struct cli_command commands[] = {
 	{ "compare", cmd_compare, "compare A B ... [--html FILE] [--json]",
 	    "rank recorded sessions best first; --html writes a report" },
 	{ "restore", cmd_restore,
-	    "restore SANDBOX --step N [--session S] [--new]",
+	    "restore SANDBOX --step N|latest [--session S] [--new] [--node "
+	    "NODE]",
 	    "bring a sandbox back to a recorded step, from its snapshot" },
-	{ "fork", cmd_fork, "fork SESSION --step N [--count K]",
+	{ "fork", cmd_fork,
+	    "fork SESSION --step N|latest [--count K] [--node NODE]",
 	    "K new sandboxes from one step's snapshot, each recorded" },
 	{ "replay", cmd_replay, "replay SESSION [--until N] [--keep]",
 	    "re-run a session's steps in a fresh sandbox and compare" },

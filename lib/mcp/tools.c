@@ -692,8 +692,8 @@ static json_t *
 t_restore(struct tool_ctx *t)
 {
 	char sid[MOAT_MCP_ID_MAX], *errmsg, *text;
-	const char *sb;
-	json_t *reply, *r;
+	const char *sb, *node;
+	json_t *reply, *r, *req;
 	double step = -1;
 	bool bad = false;
 	int rv;
@@ -704,12 +704,14 @@ t_restore(struct tool_ctx *t)
 		    "number to go back to (history lists them; 0 is the "
 		    "state before step 1)");
 	OPTIONAL_STRING(sb, "sandbox_id", "the sandbox to restore");
+	OPTIONAL_STRING(node, "node", "the node to restore on");
 	if ((rv = session_of(t, sid, sizeof(sid), &errmsg)) != MOAT_OK)
 		return call_error("restore", rv, errmsg);
-	if ((rv = gw(t, "RestoreStep",
-	         json_pack("{s:s, s:I, s:s}", "sessionId", sid, "step",
-	             (json_int_t)step, "sandboxId", sb ? sb : ""),
-	         &reply, &errmsg)) != MOAT_OK)
+	req = json_pack("{s:s, s:I, s:s}", "sessionId", sid, "step",
+	    (json_int_t)step, "sandboxId", sb ? sb : "");
+	if (req != NULL && node != NULL && node[0] != '\0')
+		json_object_set_new(req, "node", json_string(node));
+	if ((rv = gw(t, "RestoreStep", req, &reply, &errmsg)) != MOAT_OK)
 		return call_error("restore", rv, errmsg);
 	text = moat_asprintf("restored session %s to step %lld", sid,
 	    (long long)step);
@@ -758,7 +760,8 @@ static json_t *
 t_fork(struct tool_ctx *t)
 {
 	char sid[MOAT_MCP_ID_MAX], *errmsg, *text;
-	json_t *reply, *r;
+	const char *node;
+	json_t *reply, *r, *req;
 	double step = -1, count = 1;
 	bool bad = false;
 	int rv;
@@ -769,12 +772,14 @@ t_fork(struct tool_ctx *t)
 	arg_number(t, "count", 16, &count, &bad);
 	if (bad)
 		return tool_error("argument \"count\" must be 1 to 16");
+	OPTIONAL_STRING(node, "node", "the node for every copy");
 	if ((rv = session_of(t, sid, sizeof(sid), &errmsg)) != MOAT_OK)
 		return call_error("fork", rv, errmsg);
-	if ((rv = gw(t, "Fork",
-	         json_pack("{s:s, s:I, s:i}", "sessionId", sid, "step",
-	             (json_int_t)step, "count", (int)count),
-	         &reply, &errmsg)) != MOAT_OK)
+	req = json_pack("{s:s, s:I, s:i}", "sessionId", sid, "step",
+	    (json_int_t)step, "count", (int)count);
+	if (req != NULL && node != NULL && node[0] != '\0')
+		json_object_set_new(req, "node", json_string(node));
+	if ((rv = gw(t, "Fork", req, &reply, &errmsg)) != MOAT_OK)
 		return call_error("fork", rv, errmsg);
 	text = json_dumps(reply, JSON_INDENT(2));
 	r = result_text(text, false, reply);
@@ -1020,6 +1025,9 @@ t_download_file(struct tool_ctx *t)
 #define SES_PROP                                                              \
 	"\"session_id\":{\"type\":\"string\",\"description\":\"a "            \
 	"recorded session; default: the sandbox's\"}"
+#define NODE_PROP                                                             \
+	"\"node\":{\"type\":\"string\",\"description\":\"the node to "        \
+	"restore on; default: the gateway places it\"}"
 
 static const struct tool tools[] = {
 	{ "run_code",
@@ -1092,7 +1100,7 @@ static const struct tool tools[] = {
 	    "snapshot (see snapshot and history); in place, same id.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"step\":{\"type\":\"integer\",\"minimum\":0}," SES_PROP
-	    "," SB_PROP "},\"required\":[\"step\"]}",
+	    "," SB_PROP "," NODE_PROP "},\"required\":[\"step\"]}",
 	    t_restore, false },
 	{ "history", "The recorded steps of a sandbox or session.",
 	    "{\"type\":\"object\",\"properties\":{" SES_PROP "," SB_PROP "}}",
@@ -1103,7 +1111,8 @@ static const struct tool tools[] = {
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"step\":{\"type\":\"integer\",\"minimum\":0},"
 	    "\"count\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":16}"
-	    "," SES_PROP "," SB_PROP "},\"required\":[\"step\"]}",
+	    "," SES_PROP "," SB_PROP "," NODE_PROP
+	    "},\"required\":[\"step\"]}",
 	    t_fork, false },
 	{ "diff", "Where two recorded sessions part: steps, outputs, files.",
 	    "{\"type\":\"object\",\"properties\":{"

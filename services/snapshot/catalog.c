@@ -380,9 +380,30 @@ struct list_page {
 	size_t want;
 	const uint8_t *skip; /* the page token's key: not repeated */
 	size_t skip_len;
+	/* ListSnapshotsRequest.labels: every one must match (borrowed). */
+	Moat__V1__SnapLabel *const *labels;
+	size_t n_labels;
 	bool more;
 	bool oom;
 };
+
+/* labels_match: whether `info` carries every label of the filter. */
+static bool
+labels_match(const struct list_page *p, const Moat__V1__SnapshotInfo *info)
+{
+	for (size_t i = 0; i < p->n_labels; i++) {
+		bool found = false;
+
+		for (size_t j = 0; j < info->n_labels && !found; j++)
+			found = strcmp(info->labels[j]->key,
+			            p->labels[i]->key) == 0 &&
+			    strcmp(info->labels[j]->value,
+			        p->labels[i]->value) == 0;
+		if (!found)
+			return false;
+	}
+	return true;
+}
 
 static int
 list_one(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
@@ -399,6 +420,10 @@ list_one(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
 	}
 	if ((info = moat__v1__snapshot_info__unpack(NULL, vlen, val)) == NULL)
 		return MOAT_DATA_LOSS;
+	if (!labels_match(p, info)) {
+		moat__v1__snapshot_info__free_unpacked(info, NULL);
+		return MOAT_OK;
+	}
 	p->r->snapshots[p->r->n_snapshots++] = info;
 	return MOAT_OK;
 }
@@ -425,6 +450,8 @@ snapd_h_list(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    "page size "
 		    "%u; at most %u",
 		    req->page_size, SNAPD_LIST_MAX);
+	p.labels = req->labels;
+	p.n_labels = req->n_labels;
 	snapd_key_tenant(&prefix, req->tenant);
 	from.len = 0;
 	if (req->page_token[0] != '\0') {

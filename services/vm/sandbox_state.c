@@ -133,6 +133,8 @@ vmd_sandbox_api_state_name(Moat__V1__SandboxState s)
 		return "FAILED";
 	case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_STOPPED:
 		return "STOPPED";
+	case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_UNAVAILABLE:
+		return "UNAVAILABLE";
 	default:
 		return "UNSPECIFIED";
 	}

@@ -84,13 +84,12 @@ h_get_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* list_sandboxes: the sandboxes of `tenant` (NULL: every tenant's) into
+ * list. */
 static int
-h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
-    ProtobufCMessage *reply)
+list_sandboxes(struct moat_rpc_call *call, const char *tenant,
+    Moat__V1__SandboxList *list)
 {
-	const Moat__V1__ListSandboxesRequest *req =
-	    (const Moat__V1__ListSandboxesRequest *)request;
-	Moat__V1__SandboxList *list = (Moat__V1__SandboxList *)reply;
 	struct vmd *vmd = VMD(call);
 	struct sandbox **refs = NULL;
 	size_t n = 0, cap = 0;
@@ -105,7 +104,8 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	}
 	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next) {
-		if (req->tenant[0] != '\0' && strcmp(req->tenant, sb->tenant))
+		if (tenant != NULL && tenant[0] != '\0' &&
+		    strcmp(tenant, sb->tenant) != 0)
 			continue;
 		sb->refs++;
 		refs[n++] = sb;
@@ -131,6 +131,27 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	if (rv != MOAT_OK)
 		return moat_rpc_error(call, rv, "out of memory");
 	return MOAT_OK;
+}
+
+static int
+h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__ListSandboxesRequest *req =
+	    (const Moat__V1__ListSandboxesRequest *)request;
+
+	return list_sandboxes(call, req->tenant,
+	    (Moat__V1__SandboxList *)reply);
+}
+
+/* h_list_all_sandboxes: every tenant's sandboxes, for the gateway's
+ * inventory (the only caller allowed past the node's listener). */
+static int
+h_list_all_sandboxes(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	(void)request;
+	return list_sandboxes(call, NULL, (Moat__V1__SandboxList *)reply);
 }
 
 static int
@@ -335,6 +356,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	    .mutating = true },
 	{ .name = "GetSandbox", .handler = h_get_sandbox },
 	{ .name = "ListSandboxes", .handler = h_list_sandboxes },
+	{ .name = "ListAllSandboxes", .handler = h_list_all_sandboxes },
 	{ .name = "DestroySandbox",
 	    .handler = h_destroy_sandbox,
 	    .mutating = true },

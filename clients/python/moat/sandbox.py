@@ -598,15 +598,21 @@ class Sandbox:
             "sessionId": sid, "index": str(int(step)), "keep": bool(keep)}))
 
     def restore(self, step: int,
-                session_id: Optional[str] = None) -> Restored:
+                session_id: Optional[str] = None,
+                node: Optional[str] = None) -> Restored:
         """restore: brings this sandbox back, in place (same id), to the
         exact state after recorded step `step` of its session (or of
         `session_id`, e.g. the one before an earlier restore; 0: before
         the first step), from that step's snapshot. From then on it
-        records into a new branch session (session_id changes)."""
+        records into a new branch session (session_id changes). `node`:
+        restore on that node (the sandbox then gets a new id there);
+        None: the gateway's placement chooses."""
         sid = session_id or self._need_session("restore")
-        reply = self._client.call("RestoreStep", {
-            "sessionId": sid, "step": str(int(step)), "sandboxId": self.id})
+        body: Dict[str, Any] = {"sessionId": sid, "step": str(int(step)),
+                                "sandboxId": self.id}
+        if node:
+            body["node"] = str(node)
+        reply = self._client.call("RestoreStep", body)
         sb = reply.get("sandbox") or {}
         if sb:
             self._set_info(sb)
@@ -618,7 +624,8 @@ class Sandbox:
 
     def fork(self, step: Optional[int] = None, count: int = 1,
              labels: Optional[Mapping[str, str]] = None,
-             session_id: Optional[str] = None) -> ForkResult:
+             session_id: Optional[str] = None,
+             node: Optional[str] = None) -> ForkResult:
         """fork: `count` (1..16) new sandboxes, each in the state after
         step `step` (None: the latest step) of this sandbox's session (or
         of `session_id`), each recording its own branch. Returns the ones
@@ -636,6 +643,8 @@ class Sandbox:
                                 "count": int(count)}
         if labels:
             body["labels"] = {str(k): str(v) for k, v in labels.items()}
+        if node:  # every copy there; None: spread by placement
+            body["node"] = str(node)
         reply = self._client.call("Fork", body)
         started, failed = [], []
         for copy in reply.get("copies", []):

@@ -449,6 +449,18 @@ class SandboxTest(FakeTest):
         self.assertEqual(sb.session_id, "ses-2")
         self.assertEqual(sb.id, "sb-1")
 
+    def test_restore_and_fork_on_a_node(self):
+        self.gw.on("RestoreStep", (200, {
+            "sandbox": dict(SANDBOX, id="sb-9", nodeId="node-b"),
+            "sessionId": "ses-2", "snapshotId": "snap-a"}))
+        self.gw.on("Fork", (200, {"copies": [{"sandbox": {"id": "x"}}]}))
+        sb = self.sandbox()
+        sb.restore(1, node="node-b")
+        self.assertEqual(self.gw.calls("RestoreStep")[0]["body"]["node"],
+                         "node-b")
+        sb.fork(1, 2, node="node-b")
+        self.assertEqual(self.gw.calls("Fork")[0]["body"]["node"], "node-b")
+
     def test_fork_reports_failed_copies(self):
         self.gw.on("Fork", (200, {
             "copies": [

@@ -96,6 +96,7 @@ static const struct moat_rpc_method methods[] = {
 	{ "CreateSandbox", h_create, true, false },
 	{ "GetSandbox", h_ref_error, false, true },
 	{ "ListSandboxes", h_ok, false, true },
+	{ "ListAllSandboxes", h_ok, false, true },
 	{ "DestroySandbox", h_ref_error, true, true },
 	{ "ExecStart", h_ok, true, false },
 	{ "ExecRead", h_raw, false, false },

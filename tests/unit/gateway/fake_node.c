@@ -69,6 +69,18 @@ snap_fill(const struct fake_snapshot *s, Moat__V1__LocalSnapshot *r)
 	r->last_used_unix_ms = s->created_ms;
 }
 
+/* is_snapd_id: "snap-" and 32 hex digits, as moat-snapd names them. */
+static bool
+is_snapd_id(const char *id)
+{
+	if (strncmp(id, "snap-", 5) != 0 || strlen(id) != 37)
+		return false;
+	for (const char *p = id + 5; *p != '\0'; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
 /* snap_handler: the snapshot calls that need no sandbox: listing the
  * tenant's, deleting one (remembered), restoring one (NOT_FOUND when
  * the node does not hold it). *handled false for other methods. */
@@ -121,7 +133,10 @@ snap_handler(struct fake_node *fn, struct moat_rpc_call *call,
 		const Moat__V1__RestoreSandboxRequest *q =
 		    (const void *)request;
 
-		if (snap_find(fn, q->snapshot_id) < 0)
+		snprintf(fn->last_restore_snap, sizeof(fn->last_restore_snap),
+		    "%s", q->snapshot_id);
+		if (snap_find(fn, q->snapshot_id) < 0 &&
+		    !is_snapd_id(q->snapshot_id))
 			return moat_rpc_error(call, MOAT_NOT_FOUND,
 			    "fake node "
 			    "%s: no snapshot %s",
@@ -155,6 +170,30 @@ snap_take(struct fake_node *fn, const ProtobufCMessage *request, int idx,
 	return MOAT_OK;
 }
 
+/* list_all: every sandbox, each with its own tenant ("default" for
+ * added ones). Lock held. */
+static int
+list_all(struct fake_node *fn, Moat__V1__SandboxList *r)
+{
+	r->sandboxes =
+	    calloc((size_t)fn->n_sandboxes + 1, sizeof(*r->sandboxes));
+	if (r->sandboxes == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	for (int i = 0; i < fn->n_sandboxes; i++) {
+		Moat__V1__Sandbox *sb = malloc(sizeof(*sb));
+
+		if (sb == NULL)
+			return MOAT_RESOURCE_EXHAUSTED;
+		moat__v1__sandbox__init(sb);
+		r->sandboxes[r->n_sandboxes++] = sb;
+		if (fill_sandbox(fn, sb, fn->sandboxes[i],
+		        fn->tenants[i][0] ? fn->tenants[i] : "default") !=
+		    MOAT_OK)
+			return MOAT_RESOURCE_EXHAUSTED;
+	}
+	return MOAT_OK;
+}
+
 static const char *
 sandbox_id_of(const ProtobufCMessage *request)
 {
@@ -176,7 +215,16 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	bool handled;
 	int rv = MOAT_OK, idx;
 
+	if (strcmp(m, "GetSandbox") == 0 && atomic_load(&fn->get_delay_ms) > 0)
+		usleep((useconds_t)atomic_load(&fn->get_delay_ms) * 1000u);
 	pthread_mutex_lock(&fn->lock);
+	if (strcmp(m, "ListAllSandboxes") == 0) {
+		/* The gateway's inventory asks this all the time: not a
+		 * call the tests count or look at. */
+		rv = list_all(fn, (Moat__V1__SandboxList *)reply);
+		pthread_mutex_unlock(&fn->lock);
+		return rv;
+	}
 	fn->calls++;
 	fn->last_request_id = call->request_id;
 	snprintf(fn->last_method, sizeof(fn->last_method), "%s", m);
@@ -236,7 +284,13 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		char id[128];
 
 		fn->restores++;
-		if (fn->fail_restore_every > 0 &&
+		if (strcmp(fn->corrupt_snap, q->snapshot_id) == 0) {
+			rv = moat_rpc_error(call, MOAT_DATA_LOSS,
+			    "snapshot %s is corrupt in moat-snapd (its "
+			    "memory): chunk 7 does not match its id; it was "
+			    "not restored",
+			    q->snapshot_id);
+		} else if (fn->fail_restore_every > 0 &&
 		    fn->restores % fn->fail_restore_every == 0) {
 			rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
 			    "fake node "
@@ -253,6 +307,9 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			}
 			rv = fill_sandbox(fn, (Moat__V1__Sandbox *)reply, id,
 			    q->tenant);
+			if (is_snapd_id(q->snapshot_id))
+				((Moat__V1__Sandbox *)reply)->pulled_bytes =
+				    FAKE_PULLED_BYTES;
 		}
 	} else if (strcmp(m, "NodeInfo") == 0) {
 		Moat__V1__Node *r = (Moat__V1__Node *)reply;
@@ -354,6 +411,7 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("CreateSandbox", true),
 	ROW("GetSandbox", false),
 	ROW("ListSandboxes", false),
+	ROW("ListAllSandboxes", false),
 	ROW("DestroySandbox", true),
 	ROW("ExecStart", true),
 	ROW("ExecRead", false),
@@ -472,6 +530,17 @@ fake_node_start(struct fake_node *fn, const char *id, const char *dir,
 		return MOAT_INTERNAL;
 	fn->thread_started = true;
 	return MOAT_OK;
+}
+
+bool
+fake_node_has_sandbox(struct fake_node *fn, const char *sandbox_id)
+{
+	bool found;
+
+	pthread_mutex_lock(&fn->lock);
+	found = find_sandbox(fn, sandbox_id) >= 0;
+	pthread_mutex_unlock(&fn->lock);
+	return found;
 }
 
 void

@@ -21,6 +21,7 @@
 #define FAKE_MAX_SNAPSHOTS 128
 #define FAKE_SNAP_RAM (50u << 20) /* a snapshot's RAM copy, resident */
 #define FAKE_SNAP_DISK (1u << 20) /* and its disk copy */
+#define FAKE_PULLED_BYTES 12345u  /* a restore of a snapd id pulls this */
 
 /* One local snapshot the fake node holds (as vmd's meta says it). */
 struct fake_snapshot {
@@ -47,6 +48,14 @@ struct fake_node {
 	atomic_bool silent;  /* do not answer surveys */
 	atomic_bool garbage; /* answer with bytes that are no Node */
 	atomic_int surveys_answered;
+	atomic_int get_delay_ms; /* GetSandbox answers this much later */
+
+	/* RestoreSandbox of a moat-snapd id ("snap-<32 hex>"): the node
+	 * "pulls" it (FAKE_PULLED_BYTES) without holding it. */
+	char last_restore_snap[128];
+	/* A snapd id whose chunks are "corrupt": its restore is DATA_LOSS
+	 * naming the chunk, and leaves nothing behind. */
+	char corrupt_snap[128];
 
 	pthread_mutex_t lock; /* guards everything below */
 	uint64_t last_request_id;
@@ -72,6 +81,9 @@ struct fake_node {
  * surveys from survey_url (empty: no respondent). 0 or a status. */
 int fake_node_start(struct fake_node *fn, const char *id, const char *dir,
     const char *survey_url);
+
+/* fake_node_has_sandbox: whether the node holds `sandbox_id`. */
+bool fake_node_has_sandbox(struct fake_node *fn, const char *sandbox_id);
 
 /* fake_node_add_sandbox: a sandbox the gateway never saw created. */
 void fake_node_add_sandbox(struct fake_node *fn, const char *sandbox_id);

@@ -226,6 +226,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "CreateSandbox", h_create, true, false },
 	{ "GetSandbox", h_get, false, true },
 	{ "ListSandboxes", h_list, false, false },
+	{ "ListAllSandboxes", h_unimplemented, false, false },
 	{ "DestroySandbox", h_destroy, true, false },
 	{ "ExecStart", h_unimplemented, true, false },
 	{ "ExecRead", h_unimplemented, false, false },
