@@ -318,8 +318,8 @@ record_new_sandbox(struct moat_rpc_call *call,
 		if (len <= sizeof(payload)) {
 			moat__v1__sandbox_ref__pack(&ref, payload);
 			if (moat_forward_to_node(&gw->fw, node,
-			        "DestroySandbox", payload, len,
-			        moat_rpc_new_request_id(),
+			        moat_gw_tenant(call), "DestroySandbox",
+			        payload, len, moat_rpc_new_request_id(),
 			        moat_rpc_now_ms() +
 			            MOAT_RPC_DEFAULT_TIMEOUT_MS,
 			        "the unrecorded sandbox", &dout, &dlen,
@@ -376,9 +376,10 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		goto fail;
 	}
 	moat__v1__create_sandbox_request__pack(&fwd, payload);
-	if ((rv = moat_forward_to_node(&gw->fw, &node, "CreateSandbox",
-	         payload, len, call->request_id, call->deadline_ms,
-	         "the new sandbox", &out, &out_len, &msg)) != MOAT_OK)
+	if ((rv = moat_forward_to_node(&gw->fw, &node, moat_gw_tenant(call),
+	         "CreateSandbox", payload, len, call->request_id,
+	         call->deadline_ms, "the new sandbox", &out, &out_len,
+	         &msg)) != MOAT_OK)
 		goto fail;
 	sb = moat__v1__sandbox__unpack(NULL, out_len, out);
 	if (sb == NULL) {
@@ -500,9 +501,10 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			deadline = call->deadline_ms;
 		snprintf(what, sizeof(what), "the sandboxes of node %s",
 		    ids[i].s);
-		rv = moat_forward_to_node(&gw->fw, &ids[i], "ListSandboxes",
-		    payload, len, moat_rpc_new_request_id(), deadline, what,
-		    &out, &out_len, &msg);
+		rv = moat_forward_to_node(&gw->fw, &ids[i],
+		    moat_gw_tenant(call), "ListSandboxes", payload, len,
+		    moat_rpc_new_request_id(), deadline, what, &out, &out_len,
+		    &msg);
 		if (rv == MOAT_OK &&
 		    (list = moat__v1__sandbox_list__unpack(NULL, out_len,
 		         out)) == NULL) {
@@ -670,8 +672,9 @@ snapshot_forward(struct moat_rpc_call *call, const char *snap_id,
 		    "out of memory");
 	protobuf_c_message_pack(msg, payload);
 	snprintf(what, sizeof(what), "snapshot %.100s", snap_id);
-	rv = moat_forward_to_node(&gw->fw, &node, call->method, payload, len,
-	    call->request_id, call->deadline_ms, what, &out, &out_len, &err);
+	rv = moat_forward_to_node(&gw->fw, &node, moat_gw_tenant(call),
+	    call->method, payload, len, call->request_id, call->deadline_ms,
+	    what, &out, &out_len, &err);
 	free(payload);
 	if (rv != MOAT_OK) {
 		rv = moat_rpc_error(call, rv, "%s",
@@ -956,6 +959,12 @@ request_string(const ProtobufCMessage *request, const char *name)
 	return *(char *const *)((const char *)request + f->offset);
 }
 
+const char *
+moat_gw_message_tenant(const ProtobufCMessage *msg)
+{
+	return request_string(msg, "tenant");
+}
+
 /* command_of: the command text of an Exec, ExecStart or RunCode request
  * and its language; NULL for other calls. *joined (heap, caller frees)
  * holds an argv joined by spaces. */
@@ -1108,7 +1117,7 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	const struct moat_rpc_method *row = NULL;
 	char tenant[MOAT_AUTH_TENANT_MAX] = MOAT_GW_DEFAULT_TENANT;
 	char key_id[MOAT_AUTH_KEY_ID_LEN + 1] = "";
-	char owner[MOAT_ID_MAX], *msg = NULL, *joined = NULL;
+	char *msg = NULL, *joined = NULL;
 	const char *sandbox, *command = NULL, *language, *safety = NULL;
 	struct moat_safety_verdict v;
 	uint64_t started = moat_rpc_now_ms();
@@ -1147,17 +1156,8 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	if (gw->auth_on && sandbox != NULL && sandbox[0] != '\0') {
 		/* Another tenant's sandbox does not exist, as far as this
 		 * caller can tell. */
-		rv = moat_forward_owner(&gw->fw, sandbox, call->deadline_ms,
-		    owner, sizeof(owner), &msg);
-		if (rv == MOAT_OK && strcmp(owner, tenant) != 0) {
-			rv = MOAT_NOT_FOUND;
-			free(msg);
-			msg = moat_asprintf(
-			    "sandbox %s does not exist (or was "
-			    "destroyed): `moat sandbox ls` lists the "
-			    "sandboxes",
-			    sandbox);
-		}
+		rv = moat_forward_check_owner(&gw->fw, sandbox, tenant,
+		    call->deadline_ms, &msg);
 		if (rv != MOAT_OK) {
 			rv = moat_rpc_error(call, rv, "%s",
 			    msg ? msg : moat_strerror(rv));

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "moat/log.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "code.h"
 #include "exec.h"
@@ -93,9 +94,14 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	Moat__V1__SandboxList *list = (Moat__V1__SandboxList *)reply;
 	struct vmd *vmd = VMD(call);
 	struct sandbox **refs = NULL;
+	const char *tenant;
 	size_t n = 0, cap = 0;
 	int rv = MOAT_OK;
 
+	/* One tenant's sandboxes, never all of them: an empty tenant is
+	 * refused (rpc_tenant.h). */
+	if ((rv = moat_rpc_tenant(call, req->tenant, &tenant)) != MOAT_OK)
+		return rv;
 	/* Take references under the table lock, fill outside it. */
 	pthread_mutex_lock(&vmd->mu);
 	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next)
@@ -105,7 +111,7 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	}
 	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next) {
-		if (req->tenant[0] != '\0' && strcmp(req->tenant, sb->tenant))
+		if (strcmp(tenant, sb->tenant) != 0)
 			continue;
 		sb->refs++;
 		refs[n++] = sb;

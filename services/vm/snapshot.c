@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "moat/log.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "ramdir.h"
@@ -577,12 +578,15 @@ snap_find_remote(const struct vmd *vmd, const char *remote_id)
 /* vmd_snapshot_open without the fetch when `fetch` is false. */
 static int
 snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
-    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir, bool fetch)
+    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir, bool fetch,
+    uint64_t *pulled_bytes)
 {
 	int e;
 
 	*meta = NULL;
 	*dir = NULL;
+	if (pulled_bytes != NULL)
+		*pulled_bytes = 0;
 	if (id == NULL || id[0] == '\0')
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "snapshot_id is empty: name a snapshot "
@@ -598,13 +602,17 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	e = vmd_snapshot_read_meta(*dir, meta);
 	if (e == ENOENT && fetch && vmd->snapd != NULL) {
 		char *local = snap_find_remote(vmd, id);
+		uint64_t pulled = 0;
 		int rv = MOAT_OK;
 
 		if (local != NULL) {
 			free(*dir);
 			*dir = local;
 		} else {
-			rv = vmd_snapshot_fetch(vmd, call, id, tenant, *dir);
+			rv = vmd_snapshot_fetch(vmd, call, id, tenant, *dir,
+			    &pulled);
+			if (pulled_bytes != NULL)
+				*pulled_bytes = pulled;
 		}
 		if (rv != MOAT_OK) {
 			free(*dir);
@@ -635,9 +643,10 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 
 int
 vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
-    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir)
+    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir,
+    uint64_t *pulled_bytes)
 {
-	return snap_open(vmd, call, id, tenant, meta, dir, true);
+	return snap_open(vmd, call, id, tenant, meta, dir, true, pulled_bytes);
 }
 
 int
@@ -645,12 +654,16 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ListLocalSnapshotsRequest *req,
     Moat__V1__LocalSnapshotList *reply)
 {
-	char *root = snap_root(vmd);
+	char *root;
+	const char *tenant;
 	DIR *d;
 	struct dirent *de;
-	int rv = MOAT_OK;
+	int rv;
 
-	if (root == NULL)
+	/* One tenant's snapshots, never every tenant's (rpc_tenant.h). */
+	if ((rv = moat_rpc_tenant(call, req->tenant, &tenant)) != MOAT_OK)
+		return rv;
+	if ((root = snap_root(vmd)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	if ((d = opendir(root)) == NULL) {
 		free(root);
@@ -665,8 +678,7 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
 		if (vmd_snapshot_read_meta(dir, &m) != 0 ||
-		    (req->tenant[0] != '\0' &&
-		        strcmp(req->tenant, m->tenant) != 0)) {
+		    strcmp(tenant, m->tenant) != 0) {
 			moat__v1__local_snapshot__free_unpacked(m, NULL);
 			free(dir);
 			continue;
@@ -698,12 +710,15 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__LocalSnapshotRef *req)
 {
 	Moat__V1__LocalSnapshot *meta = NULL;
+	const char *tenant;
 	char *dir = NULL;
 	int rv, e;
 
+	if ((rv = moat_rpc_tenant(call, req->tenant, &tenant)) != MOAT_OK)
+		return rv;
 	/* Deleting never pulls; the copy in snapd (if any) stays. */
-	if ((rv = snap_open(vmd, call, req->snapshot_id, req->tenant, &meta,
-	         &dir, false)) != MOAT_OK)
+	if ((rv = snap_open(vmd, call, req->snapshot_id, tenant, &meta, &dir,
+	         false, NULL)) != MOAT_OK)
 		return rv;
 	if ((rv = vmd_snapram_forget(vmd, call, req->snapshot_id,
 	         vmd_call_deadline(call))) != MOAT_OK)

@@ -19,9 +19,6 @@ struct vmd_snap_artifact {
 };
 extern const struct vmd_snap_artifact vmd_snap_artifacts[VMD_SNAP_N_ARTIFACTS];
 
-/* vmd_snapd_tenant: `tenant`, or "default" for "" (snapd's name). */
-const char *vmd_snapd_tenant(const char *tenant);
-
 /* vmd_snapd_ping: a short Health to vmd->snapd, so a snapd that is down
  * costs seconds, not the RPC default. Returns a status with *errmsg. */
 int vmd_snapd_ping(struct vmd *vmd, char **errmsg)
