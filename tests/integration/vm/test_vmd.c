@@ -98,16 +98,20 @@ print_log_tail(const struct vmd_proc *v)
 	free(cmd);
 }
 
-/* call: one RPC; returns the status, *reply on OK. *err is a static copy
- * of the error message. */
+/* call_as: one RPC for `tenant` (Envelope.tenant, as the gateway sends
+ * it); returns the status, *reply on OK. *err is a static copy of the
+ * error message. call: the same for TENANT, the tenant of every sandbox
+ * these tests make. */
+#define TENANT "default"
 static char last_err[4096];
 
 static int
-call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
-    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
-    uint32_t timeout_ms)
+call_as(struct vmd_proc *v, const char *tenant, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+    ProtobufCMessage **reply, uint32_t timeout_ms)
 {
-	struct moat_rpc_opts opts = { .timeout_ms = timeout_ms };
+	struct moat_rpc_opts opts = { .timeout_ms = timeout_ms,
+		.tenant = tenant };
 	ProtobufCMessage *r = NULL;
 	char *err = NULL;
 	int rv;
@@ -121,6 +125,14 @@ call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
 	else if (r != NULL)
 		protobuf_c_message_free_unpacked(r, NULL);
 	return rv;
+}
+
+static int
+call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+    uint32_t timeout_ms)
+{
+	return call_as(v, TENANT, method, req, desc, reply, timeout_ms);
 }
 
 static void
@@ -1223,7 +1235,8 @@ par_create_and_exec(void *arg)
 	Moat__V1__Sandbox *sb = NULL;
 	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
 	Moat__V1__ExecResult *r = NULL;
-	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS };
+	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS,
+		.tenant = TENANT };
 	Moat__V1__CreateSandboxRequest cr =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
 	char *err = NULL;
@@ -1347,7 +1360,8 @@ create_in_thread(void *arg)
 	struct par *p = arg;
 	Moat__V1__CreateSandboxRequest cr =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS };
+	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS,
+		.tenant = TENANT };
 	char *err = NULL;
 
 	ProtobufCMessage *sb = NULL;
@@ -2283,8 +2297,9 @@ test_snapd_remote_restore(void **state)
 	fprintf(stderr,
 	    "restore on a second vmd from snapd: %" PRIu64
 	    " ms for the call (pull included), %" PRIu64 " ms of it to the "
-	    "agent's reply\n",
-	    now_ms() - t0, clone->boot_ms);
+	    "agent's reply, %" PRIu64 " B pulled\n",
+	    now_ms() - t0, clone->boot_ms, clone->pulled_bytes);
+	assert_true(clone->pulled_bytes > 0);
 	after = bash_on(b_, clone->id, "sha256sum /root/remote.txt");
 	assert_string_equal(before, after);
 	free(after);
@@ -2300,6 +2315,7 @@ test_snapd_remote_restore(void **state)
 		fail_msg("RestoreSandbox by snapd id on its node: %s",
 		    last_err);
 	}
+	assert_int_equal(clone->pulled_bytes, 0);
 	path = moat_asprintf("%s/snapshots/%s", a_->state, s1->remote_id);
 	assert_false(path_exists(path));
 	free(path);
@@ -2312,10 +2328,9 @@ test_snapd_remote_restore(void **state)
 		    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 
 		req.snapshot_id = s2->remote_id;
-		req.tenant = (char *)"someone-else";
-		assert_int_equal(call(b_, "RestoreSandbox", &req.base,
-		                     &moat__v1__sandbox__descriptor, NULL,
-		                     LONG_MS),
+		assert_int_equal(call_as(b_, "someone-else", "RestoreSandbox",
+		                     &req.base, &moat__v1__sandbox__descriptor,
+		                     NULL, LONG_MS),
 		    MOAT_NOT_FOUND);
 	}
 
@@ -2507,9 +2522,9 @@ test_restore_in_place(void **state)
 	                     &moat__v1__sandbox__descriptor, NULL, LONG_MS),
 	    MOAT_NOT_FOUND);
 	req.replace_sandbox_id = (char *)id;
-	req.tenant = "someone-else";
-	assert_int_equal(call(&main_vmd, "RestoreSandbox", &req.base,
-	                     &moat__v1__sandbox__descriptor, NULL, LONG_MS),
+	assert_int_equal(call_as(&main_vmd, "someone-else", "RestoreSandbox",
+	                     &req.base, &moat__v1__sandbox__descriptor, NULL,
+	                     LONG_MS),
 	    MOAT_NOT_FOUND);
 	o = bash_out(id, "cat /root/inplace.txt");
 	assert_string_equal(o, "after\n");
@@ -2527,7 +2542,6 @@ test_restore_in_place(void **state)
 		                     0600),
 		    0);
 		req.snapshot_id = bad->snapshot_id;
-		req.tenant = "";
 		rv = call(&main_vmd, "RestoreSandbox", &req.base,
 		    &moat__v1__sandbox__descriptor, NULL, LONG_MS);
 		assert_int_not_equal(rv, MOAT_OK);
@@ -2550,7 +2564,6 @@ test_restore_in_place(void **state)
 		req.snapshot_id = snap->snapshot_id;
 	}
 
-	req.tenant = "";
 	if (call(&main_vmd, "RestoreSandbox", &req.base,
 	        &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&after,
 	        LONG_MS) != MOAT_OK) {
