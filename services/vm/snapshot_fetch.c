@@ -222,7 +222,8 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 	meta.snapshot_id = info->id;
 	meta.sandbox_id = (char *)label_of(info, "sandbox_id");
 	meta.dir = (char *)dir;
-	/* The sandbox's own tenant; "" was pushed as "default". */
+	/* The sandbox's own tenant (the label; older pushes of a sandbox
+	 * without one name snapd's tenant only). */
 	meta.tenant = (char *)label_of(info, "tenant");
 	if (meta.tenant[0] == '\0')
 		meta.tenant = info->tenant;
