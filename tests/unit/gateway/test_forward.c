@@ -357,7 +357,8 @@ test_two_nodes_placement_lookup_and_list(void **state)
 	}
 	assert_true(saw_b && saw_hidden);
 	assert_true(saw_a || E.a.n_sandboxes == 0);
-	protobuf_c_message_free_unpacked(reply, NULL);	assert_all_tenanted();
+	protobuf_c_message_free_unpacked(reply, NULL);
+	assert_all_tenanted();
 }
 
 static void
