@@ -32,6 +32,7 @@
 #include "driver.h"
 #include "exec.h"
 #include "node.h"
+#include "pushq.h"
 #include "sandbox.h"
 #include "service.h"
 #include "survey.h"
@@ -597,6 +598,8 @@ main(int argc, char **argv)
 		moat_error(0, "out of memory");
 		goto out;
 	}
+	/* Without the thread, pushes run before SnapshotSandbox answers. */
+	(void)!vmd_pushq_start(&vmd);
 
 	if ((rv = vmd_serve(&vmd, &svc, &server, &survey)) != MOAT_OK)
 		goto out;
@@ -620,6 +623,9 @@ out:
 	vmd_survey_stop(survey);
 	vmd_sandbox_destroy_all(&vmd);
 	moat_rpc_server_stop(server);
+	/* After the server: nothing queues a push any more; the running
+	 * one ends, queued ones are abandoned (pushed when evicted). */
+	vmd_pushq_stop(&vmd);
 	/* After the server: no create can start a build any more. */
 	vmd_templates_fini(&vmd);
 	vmd_snapram_fini(&vmd);

@@ -32,6 +32,7 @@
 #include "files.h"
 #include "image.h"
 #include "node.h"
+#include "pushq.h"
 #include "sandbox.h"
 #include "sandbox_supervise.h"
 #include "snapshot.h"
@@ -161,44 +162,6 @@ snap_remove_ram(const char *dir)
 			    strerror(e));
 	}
 	free(link);
-}
-
-/* The snapd id of the newest pushed local snapshot of sandbox `sandbox_id`
- * (heap), or NULL: the parent of its next snapshot. */
-static char *
-snap_parent(const struct vmd *vmd, const char *sandbox_id)
-{
-	char *root = snap_root(vmd);
-	char *best = NULL;
-	uint64_t best_ms = 0;
-	struct dirent *de;
-	DIR *d = root ? opendir(root) : NULL;
-
-	while (d != NULL && (de = readdir(d)) != NULL) {
-		Moat__V1__LocalSnapshot *m = NULL;
-		char *dir;
-
-		if (!snap_id_ok(de->d_name) ||
-		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
-			continue;
-		if (vmd_snapshot_read_meta(dir, &m) == 0 && m->remote_stored &&
-		    strcmp(m->sandbox_id, sandbox_id) == 0 &&
-		    m->created_unix_ms >= best_ms) {
-			char *id = strdup(m->remote_id);
-
-			if (id != NULL) {
-				free(best);
-				best = id;
-				best_ms = m->created_unix_ms;
-			}
-		}
-		moat__v1__local_snapshot__free_unpacked(m, NULL);
-		free(dir);
-	}
-	if (d != NULL)
-		closedir(d);
-	free(root);
-	return best;
 }
 
 void
@@ -437,6 +400,12 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	char *image_stamp = NULL, *parent = NULL;
 	struct vmd_push_result push = { 0 };
 	uint64_t admitted = 0;
+	/* Templates are the node's own and never leave it; a step's
+	 * snapshot is pushed in the background unless the caller waits. */
+	bool pushed = vmd->snapd != NULL && !is_template;
+	bool background =
+	    pushed && vmd->pushq != NULL && !(req != NULL && req->wait_push);
+	bool queued = false;
 	int rv, e;
 
 	if (vmd->vmm->snapshot == NULL)
@@ -469,10 +438,9 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		goto out_rm;
 	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
 	    image_stamp);
-	/* The sandbox runs again: hashing and pushing cost it no pause.
-	 * Templates are the node's own and never leave it. */
-	if (vmd->snapd != NULL && !is_template) {
-		parent = snap_parent(vmd, sb->id.str);
+	/* The sandbox runs again: hashing and pushing cost it no pause. */
+	if (pushed && !background) {
+		parent = vmd_snapshot_parent(root, sb->id.str);
 		vmd_snapshot_push(vmd, call->request_id, &meta, tmp,
 		    parent ? parent : "", &push);
 		meta.remote_id = push.remote_id ? push.remote_id : "";
@@ -484,10 +452,19 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	}
 	if ((rv = snap_store(call, sb, &meta, tmp, root)) != MOAT_OK)
 		goto out_rm;
+	if (background &&
+	    !(queued =
+	            vmd_pushq_add(vmd, call->request_id, id, dir, sb->id.str)))
+		moat_warn(call->request_id,
+		    "snapshot %s: not queued for moat-snapd (out of memory "
+		    "or stopping): it is pushed when evicted",
+		    id);
 	if (reply != NULL && snap_meta_copy(&meta, reply) != MOAT_OK) {
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
+	if (reply != NULL)
+		reply->remote_pending = queued;
 	moat_info(call->request_id,
 	    "%s %s of sandbox %s: paused %.1f "
 	    "ms, device state %" PRIu64 " B, RAM %" PRIu64 " B, disk %" PRIu64
@@ -695,6 +672,8 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 			moat__v1__local_snapshot__init(r);
 			reply->snapshots[reply->n_snapshots++] = r;
 			rv = snap_meta_copy(m, r);
+			r->remote_pending =
+			    vmd_pushq_pending(vmd, m->snapshot_id);
 		}
 		moat__v1__local_snapshot__free_unpacked(m, NULL);
 	}
@@ -720,6 +699,18 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = snap_open(vmd, call, req->snapshot_id, tenant, &meta, &dir,
 	         false, NULL)) != MOAT_OK)
 		return rv;
+	/* A push of it still queued is cancelled, a running one finished
+	 * (and its copy in snapd then deleted below): read it again. */
+	if (vmd_pushq_pending(vmd, req->snapshot_id)) {
+		vmd_pushq_settle(vmd, req->snapshot_id);
+		moat__v1__local_snapshot__free_unpacked(meta, NULL);
+		meta = NULL;
+		free(dir);
+		dir = NULL;
+		if ((rv = snap_open(vmd, call, req->snapshot_id, tenant, &meta,
+		         &dir, false, NULL)) != MOAT_OK)
+			return rv;
+	}
 	if ((rv = vmd_snapram_forget(vmd, call, req->snapshot_id,
 	         vmd_call_deadline(call))) != MOAT_OK)
 		goto out;

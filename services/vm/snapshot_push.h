@@ -49,7 +49,8 @@ int vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
     const char *path, char **errmsg) __attribute__((warn_unused_result));
 
 /* vmd_snapshot_delete_remote: deletes snapd snapshot `remote_id` of
- * `tenant` ("" : "default"); a snapshot already gone is fine. Returns
+ * `tenant` (the snapshot's; snapd refuses none); a snapshot already gone
+ * is fine. Returns
  * MOAT_OK or a status with *errmsg (heap). */
 int vmd_snapshot_delete_remote(struct vmd *vmd, const char *tenant,
     const char *remote_id, uint64_t *freed_bytes, char **errmsg)

@@ -2063,14 +2063,18 @@ vmd_start_snapd(struct vmd_proc *v, const char *name)
 	free(state);
 }
 
+/* snapshot_push_on: SnapshotSandbox of `id` on `v`; with `wait_push` the
+ * reply comes once the push to snapd ended (remote_* set), else at once
+ * (the push runs in the background: remote_pending). */
 static Moat__V1__LocalSnapshot *
-snapshot_on(struct vmd_proc *v, const char *id)
+snapshot_push_on(struct vmd_proc *v, const char *id, bool wait_push)
 {
 	Moat__V1__SnapshotSandboxRequest req =
 	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
 	Moat__V1__LocalSnapshot *snap = NULL;
 
 	req.sandbox_id = (char *)id;
+	req.wait_push = wait_push;
 	if (call(v, "SnapshotSandbox", &req.base,
 	        &moat__v1__local_snapshot__descriptor,
 	        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
@@ -2078,6 +2082,56 @@ snapshot_on(struct vmd_proc *v, const char *id)
 		fail_msg("SnapshotSandbox: %s", last_err);
 	}
 	return snap;
+}
+
+/* snapshot_on: a snapshot whose push to snapd (if any) is done. */
+static Moat__V1__LocalSnapshot *
+snapshot_on(struct vmd_proc *v, const char *id)
+{
+	return snapshot_push_on(v, id, true);
+}
+
+/* wait_pushes: waits (up to 2 min) until no snapshot of `v` has a push
+ * pending, then refreshes the remote_* fields of snaps[0..n) from its
+ * list. */
+static void
+wait_pushes(struct vmd_proc *v, Moat__V1__LocalSnapshot **snaps, size_t n)
+{
+	Moat__V1__ListLocalSnapshotsRequest lr =
+	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__LocalSnapshotList *list = NULL;
+	uint64_t until = now_ms() + 120000;
+	bool pending = true;
+
+	while (pending) {
+		if (list != NULL)
+			protobuf_c_message_free_unpacked(&list->base, NULL);
+		assert_int_equal(
+		    call(v, "ListLocalSnapshots", &lr.base,
+		        &moat__v1__local_snapshot_list__descriptor,
+		        (ProtobufCMessage **)&list, 30000),
+		    MOAT_OK);
+		pending = false;
+		for (size_t i = 0; i < list->n_snapshots; i++)
+			pending |= list->snapshots[i]->remote_pending;
+		if (pending && now_ms() > until)
+			fail_msg("snapshot pushes still pending after 2 min");
+		if (pending)
+			usleep(100000);
+	}
+	for (size_t k = 0; k < n; k++)
+		for (size_t i = 0; i < list->n_snapshots; i++) {
+			Moat__V1__LocalSnapshot *s = list->snapshots[i];
+
+			if (strcmp(s->snapshot_id, snaps[k]->snapshot_id) != 0)
+				continue;
+			/* Unset, it is protobuf-c's shared "": not freed. */
+			if (snaps[k]->remote_id != protobuf_c_empty_string)
+				free(snaps[k]->remote_id);
+			snaps[k]->remote_id = strdup(s->remote_id);
+			snaps[k]->remote_stored = s->remote_stored;
+		}
+	protobuf_c_message_free_unpacked(&list->base, NULL);
 }
 
 static int
@@ -2867,7 +2921,10 @@ test_snapshot_ram_budget(void **state)
 		snprintf(code, sizeof(code), "x = %d", 1000 + i);
 		r = code_run_on(&budget_vmd, a->id, "", code, 0);
 		protobuf_c_message_free_unpacked(&r->base, NULL);
-		snaps[i] = snapshot_on(&budget_vmd, a->id);
+		/* The reply does not wait for the push to snapd. */
+		snaps[i] = snapshot_push_on(&budget_vmd, a->id, false);
+		assert_false(snaps[i]->remote_stored);
+		assert_true(snaps[i]->remote_pending);
 		if (fs_used(budget_ram) - ram0 > peak_used)
 			peak_used = fs_used(budget_ram) - ram0;
 		if (shmem_bytes() - shm0 > peak_shm)
@@ -3001,7 +3058,9 @@ test_snapshot_ram_budget(void **state)
 	assert_false(log_has(&budget_vmd, "killed by signal"));
 
 	/* Deleting the snapshots takes them out of snapd (an earlier case
-	 * may have left others there) and empties the RAM dir. */
+	 * may have left others there) and empties the RAM dir. Each was
+	 * pushed: in the background, or when evicted. */
+	wait_pushes(&budget_vmd, snaps, BUDGET_SNAPS);
 	for (int i = 0; i < BUDGET_SNAPS; i++) {
 		assert_true(snaps[i]->remote_stored);
 		delete_local(&budget_vmd, snaps[i]->snapshot_id);
