@@ -623,11 +623,12 @@ out:
 	vmd_survey_stop(survey);
 	vmd_sandbox_destroy_all(&vmd);
 	moat_rpc_server_stop(server);
-	/* After the server: nothing queues a push any more; the running
-	 * one ends, queued ones are abandoned (pushed when evicted). */
-	vmd_pushq_stop(&vmd);
 	/* After the server: no create can start a build any more. */
 	vmd_templates_fini(&vmd);
+	/* After the server and the template builds: nothing queues or
+	 * settles a push any more; the running one ends, queued ones are
+	 * abandoned (pushed when evicted). */
+	vmd_pushq_stop(&vmd);
 	vmd_snapram_fini(&vmd);
 	moat_rpc_client_close(vmd.snapd);
 	moat_spawner_stop();
