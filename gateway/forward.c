@@ -178,12 +178,13 @@ transport_unavailable(int rv, const char *msg)
 
 int
 moat_forward_to_node(struct moat_forward *fw, const struct moat_node_id *node,
-    const char *method, const uint8_t *payload, size_t len,
+    const char *tenant, const char *method, const uint8_t *payload, size_t len,
     uint64_t request_id, uint64_t deadline_ms, const char *what,
     uint8_t **reply, size_t *reply_len, char **errmsg)
 {
 	struct moat_node_conn *conn = NULL;
-	struct moat_rpc_opts opts = { .request_id = request_id };
+	struct moat_rpc_opts opts = { .request_id = request_id,
+		.tenant = tenant };
 	char *url = NULL, *msg = NULL;
 	int rv;
 
@@ -232,7 +233,7 @@ out:
 
 int
 moat_forward_node_call(struct moat_forward *fw,
-    const struct moat_node_id *node, const char *method,
+    const struct moat_node_id *node, const char *tenant, const char *method,
     const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
     uint64_t request_id, uint64_t deadline_ms, const char *what,
     ProtobufCMessage **out, char **errmsg)
@@ -248,8 +249,8 @@ moat_forward_node_call(struct moat_forward *fw,
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	protobuf_c_message_pack(req, payload);
-	rv = moat_forward_to_node(fw, node, method, payload, len, request_id,
-	    deadline_ms, what, &reply, &reply_len, errmsg);
+	rv = moat_forward_to_node(fw, node, tenant, method, payload, len,
+	    request_id, deadline_ms, what, &reply, &reply_len, errmsg);
 	free(payload);
 	if (rv != MOAT_OK)
 		return rv;
@@ -278,6 +279,7 @@ struct locate {
 	struct moat_node_id node;
 	struct moat_forward *fw;
 	struct moat_sandbox_id sandbox;
+	char tenant[MOAT_ID_MAX];
 	uint64_t deadline_ms;
 	char silent[512]; /* nodes that did not answer, for the message */
 	size_t n_silent;
@@ -324,9 +326,9 @@ locate_ask(void *arg)
 	req_len = moat__v1__sandbox_ref__get_packed_size(&ref);
 	moat__v1__sandbox_ref__pack(&ref, req);
 	snprintf(what, sizeof(what), "sandbox %s", l->sandbox.s);
-	rv = moat_forward_to_node(fw, &j->node, "GetSandbox", req, req_len,
-	    moat_rpc_new_request_id(), deadline, what, &reply, &reply_len,
-	    &msg);
+	rv = moat_forward_to_node(fw, &j->node, l->tenant, "GetSandbox", req,
+	    req_len, moat_rpc_new_request_id(), deadline, what, &reply,
+	    &reply_len, &msg);
 	free(reply);
 	if (rv != MOAT_OK && rv != MOAT_NOT_FOUND)
 		moat_warn(0, "looking for sandbox %s on node %s: %s: %s",
@@ -404,8 +406,8 @@ locate_start(struct locate *l, const struct moat_node_id *ids, size_t n)
  * soon as one has the sandbox, else the verdict once all answered. */
 static int
 locate_ask_all(struct moat_forward *fw, const struct moat_sandbox_id *sandbox,
-    const struct moat_node_id *ids, size_t n, uint64_t deadline_ms,
-    struct moat_node_id *node, char **errmsg)
+    const char *tenant, const struct moat_node_id *ids, size_t n,
+    uint64_t deadline_ms, struct moat_node_id *node, char **errmsg)
 {
 	struct locate *l = calloc(1, sizeof(*l));
 	int rv;
@@ -422,6 +424,7 @@ locate_ask_all(struct moat_forward *fw, const struct moat_sandbox_id *sandbox,
 	l->pending = n;
 	l->fw = fw;
 	l->sandbox = *sandbox;
+	snprintf(l->tenant, sizeof(l->tenant), "%s", tenant ? tenant : "");
 	l->deadline_ms = deadline_ms;
 	locate_start(l, ids, n);
 	pthread_mutex_lock(&l->mu);
@@ -451,8 +454,8 @@ locate_ask_all(struct moat_forward *fw, const struct moat_sandbox_id *sandbox,
 
 int
 moat_forward_locate(struct moat_forward *fw,
-    const struct moat_sandbox_id *sandbox, uint64_t deadline_ms,
-    struct moat_node_id *node, char **errmsg)
+    const struct moat_sandbox_id *sandbox, const char *tenant,
+    uint64_t deadline_ms, struct moat_node_id *node, char **errmsg)
 {
 	struct moat_node_id *ids = NULL;
 	size_t n = 0;
@@ -480,10 +483,18 @@ moat_forward_locate(struct moat_forward *fw,
 		    sandbox->s);
 		return MOAT_UNAVAILABLE;
 	}
-	rv = locate_ask_all(fw, sandbox, ids, n, deadline_ms, node, errmsg);
+	rv = locate_ask_all(fw, sandbox, tenant, ids, n, deadline_ms, node,
+	    errmsg);
 	free(ids);
 	return rv;
 }
+
+static bool route_tenant(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, const char *set, char *out,
+    size_t size);
+static bool inventory_tenant(struct moat_forward *fw,
+    const struct moat_sandbox_id *sandbox, char *tenant, size_t size);
+static char *not_found_msg(const char *sandbox_id);
 
 int
 moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
@@ -508,19 +519,30 @@ moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 		    "sandbox_id is longer than %d bytes: no sandbox has such "
 		    "an id",
 		    call->method, MOAT_ID_MAX - 1);
-	if ((rv = moat_forward_locate(fw, &sandbox, call->deadline_ms, &node,
-	         &msg)) != MOAT_OK)
+	if ((rv = moat_forward_locate(fw, &sandbox, moat_gw_tenant(call),
+	         call->deadline_ms, &node, &msg)) != MOAT_OK)
 		goto fail;
 	if (!moat_nodes_is_available(fw->nodes, &node)) {
-		/* No waiting for a node the survey says is gone. */
-		msg = moat_node_down_message(sandbox.s, node.s);
-		rv = MOAT_UNAVAILABLE;
+		char owner[MOAT_ID_MAX];
+
+		/* No waiting for a node the survey says is gone; another
+		 * tenant's sandbox there is as absent as anywhere else. */
+		if ((route_tenant(fw, &sandbox, NULL, owner, sizeof(owner)) ||
+		        inventory_tenant(fw, &sandbox, owner,
+		            sizeof(owner))) &&
+		    strcmp(owner, moat_gw_tenant(call)) != 0) {
+			msg = not_found_msg(sandbox.s);
+			rv = MOAT_NOT_FOUND;
+		} else {
+			msg = moat_node_down_message(sandbox.s, node.s);
+			rv = MOAT_UNAVAILABLE;
+		}
 		goto fail;
 	}
 	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
-	rv = moat_forward_to_node(fw, &node, call->method, payload, len,
-	    call->request_id, call->deadline_ms, what, &reply, &reply_len,
-	    &msg);
+	rv = moat_forward_to_node(fw, &node, moat_gw_tenant(call),
+	    call->method, payload, len, call->request_id, call->deadline_ms,
+	    what, &reply, &reply_len, &msg);
 	if (rv != MOAT_OK) {
 		/* For these two, NOT_FOUND can only mean the sandbox. */
 		if (rv == MOAT_NOT_FOUND &&
@@ -587,17 +609,27 @@ inventory_tenant(struct moat_forward *fw,
 	return known;
 }
 
+/* not_found_msg: a missing sandbox's words; another tenant's gets the
+ * same. Heap. */
+static char *
+not_found_msg(const char *sandbox_id)
+{
+	return moat_asprintf("sandbox %s does not exist (or was "
+	                     "destroyed): `moat sandbox ls` lists the "
+	                     "sandboxes",
+	    sandbox_id);
+}
+
 int
-moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
-    uint64_t deadline_ms, char *tenant, size_t size, char **errmsg)
+moat_forward_check_owner(struct moat_forward *fw, const char *sandbox_id,
+    const char *tenant, uint64_t deadline_ms, char **errmsg)
 {
 	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
-	Moat__V1__Sandbox *sb;
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
 	uint8_t req[MOAT_ID_MAX + 8], *reply = NULL;
 	size_t len, reply_len = 0;
-	char what[MOAT_ID_MAX + 16];
+	char what[MOAT_ID_MAX + 16], owner[MOAT_ID_MAX];
 	int rv;
 
 	*errmsg = NULL;
@@ -608,33 +640,32 @@ moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
 		    MOAT_ID_MAX - 1);
 		return MOAT_INVALID_ARGUMENT;
 	}
-	if ((rv = moat_forward_locate(fw, &sandbox, deadline_ms, &node,
+	if ((rv = moat_forward_locate(fw, &sandbox, tenant, deadline_ms, &node,
 	         errmsg)) != MOAT_OK)
 		return rv;
-	if (route_tenant(fw, &sandbox, NULL, tenant, size))
-		return MOAT_OK;
-	if (inventory_tenant(fw, &sandbox, tenant, size))
-		return MOAT_OK;
+	if (route_tenant(fw, &sandbox, NULL, owner, sizeof(owner)) ||
+	    inventory_tenant(fw, &sandbox, owner, sizeof(owner))) {
+		if (strcmp(owner, tenant) == 0)
+			return MOAT_OK;
+		*errmsg = not_found_msg(sandbox.s);
+		return MOAT_NOT_FOUND;
+	}
+	/* The node answers NOT_FOUND for another tenant's sandbox. */
 	ref.sandbox_id = sandbox.s;
 	len = moat__v1__sandbox_ref__get_packed_size(&ref);
 	moat__v1__sandbox_ref__pack(&ref, req);
 	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
-	if ((rv = moat_forward_to_node(fw, &node, "GetSandbox", req, len,
-	         moat_rpc_new_request_id(), deadline_ms, what, &reply,
-	         &reply_len, errmsg)) != MOAT_OK)
-		return rv;
-	sb = moat__v1__sandbox__unpack(NULL, reply_len, reply);
+	rv = moat_forward_to_node(fw, &node, tenant, "GetSandbox", req, len,
+	    moat_rpc_new_request_id(), deadline_ms, what, &reply, &reply_len,
+	    errmsg);
 	free(reply);
-	if (sb == NULL) {
-		*errmsg = moat_asprintf("node %s answered GetSandbox %s with "
-		                        "something that is not a Sandbox",
-		    node.s, sandbox.s);
-		return MOAT_INTERNAL;
+	if (rv == MOAT_NOT_FOUND) {
+		free(*errmsg);
+		*errmsg = not_found_msg(sandbox.s);
+	} else if (rv == MOAT_OK) {
+		route_tenant(fw, &sandbox, tenant, NULL, 0);
 	}
-	snprintf(tenant, size, "%s", sb->tenant ? sb->tenant : "");
-	route_tenant(fw, &sandbox, tenant, NULL, 0);
-	moat__v1__sandbox__free_unpacked(sb, NULL);
-	return MOAT_OK;
+	return rv;
 }
 
 void

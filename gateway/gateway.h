@@ -186,17 +186,17 @@ void moat_forward_remember(struct moat_forward *fw,
 void moat_forward_forget(struct moat_forward *fw,
     const struct moat_sandbox_id *sandbox);
 
-/* moat_forward_locate: the node holding `sandbox`: from the map, else
- * from the inventory (fw->inv; the node may be unavailable), else by
- * asking every available node GetSandbox in parallel (the first that has
- * it wins; remembered). Threads asking slow nodes outlive the call;
- * moat_forward_fini waits for them.
- * NOT_FOUND when every node answered that it has no such sandbox;
- * UNAVAILABLE when some node did not answer and none has it. Errors set
- * *errmsg (heap, caller frees). */
+/* moat_forward_locate: the node holding `sandbox` of `tenant`: from the
+ * map, else from the inventory (fw->inv; the node may be unavailable),
+ * else by asking every available node GetSandbox for `tenant` in
+ * parallel (the first that has it wins; remembered). Threads asking slow
+ * nodes outlive the call; moat_forward_fini waits for them.
+ * NOT_FOUND when every node answered that it has no such sandbox (of
+ * that tenant); UNAVAILABLE when some node did not answer and none has
+ * it. Errors set *errmsg (heap, caller frees). */
 int moat_forward_locate(struct moat_forward *fw,
-    const struct moat_sandbox_id *sandbox, uint64_t deadline_ms,
-    struct moat_node_id *node, char **errmsg)
+    const struct moat_sandbox_id *sandbox, const char *tenant,
+    uint64_t deadline_ms, struct moat_node_id *node, char **errmsg)
     __attribute__((warn_unused_result));
 
 /* moat_forward_set_tenant: the tenant of a remembered sandbox, as its
@@ -204,22 +204,26 @@ int moat_forward_locate(struct moat_forward *fw,
 void moat_forward_set_tenant(struct moat_forward *fw,
     const struct moat_sandbox_id *sandbox, const char *tenant);
 
-/* moat_forward_owner: the tenant of sandbox `sandbox_id` into `tenant`
- * (size bytes): cached with its route, else asked of its node
- * (GetSandbox) once. Errors as moat_forward_locate (NOT_FOUND when no
- * node has it), with *errmsg (heap, caller frees). */
-int moat_forward_owner(struct moat_forward *fw, const char *sandbox_id,
-    uint64_t deadline_ms, char *tenant, size_t size, char **errmsg)
+/* moat_forward_check_owner: whether sandbox `sandbox_id` is `tenant`'s:
+ * MOAT_OK when it is (the tenant cached with its route, else asked of
+ * its node: GetSandbox for `tenant`, which answers NOT_FOUND for another
+ * tenant's). NOT_FOUND, worded as for a missing sandbox, when it is
+ * another tenant's or no node has it; other errors as
+ * moat_forward_locate, with *errmsg (heap, caller frees). */
+int moat_forward_check_owner(struct moat_forward *fw, const char *sandbox_id,
+    const char *tenant, uint64_t deadline_ms, char **errmsg)
     __attribute__((warn_unused_result));
 
 /* moat_forward_to_node: sends the encoded `payload` as `method` of
- * moat.v1.Vm to node `node` with `request_id` and the time left before
- * `deadline_ms`. On MOAT_OK *reply (heap, caller frees; NULL when
+ * moat.v1.Vm to node `node` for `tenant` (Envelope.tenant: the node
+ * checks every sandbox, snapshot and listing against it; the gateway's
+ * tenant rule is moat_gw_tenant, never "") with `request_id` and the
+ * time left before `deadline_ms`. On MOAT_OK *reply (heap, caller frees; NULL when
  * *reply_len is 0) is the node's encoded reply. A node's error comes back
  * with its code and message unchanged; a node that does not answer is
  * UNAVAILABLE naming the node and `what` (e.g. "sandbox sb-1"). */
 int moat_forward_to_node(struct moat_forward *fw,
-    const struct moat_node_id *node, const char *method,
+    const struct moat_node_id *node, const char *tenant, const char *method,
     const uint8_t *payload, size_t len, uint64_t request_id,
     uint64_t deadline_ms, const char *what, uint8_t **reply, size_t *reply_len,
     char **errmsg) __attribute__((warn_unused_result));
@@ -230,15 +234,16 @@ int moat_forward_to_node(struct moat_forward *fw,
  * does not decode is INTERNAL naming the node. Errors set *errmsg
  * (heap). */
 int moat_forward_node_call(struct moat_forward *fw,
-    const struct moat_node_id *node, const char *method,
+    const struct moat_node_id *node, const char *tenant, const char *method,
     const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
     uint64_t request_id, uint64_t deadline_ms, const char *what,
     ProtobufCMessage **out, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_forward_call: the whole forward of one sandbox call: locate the
  * node holding `sandbox_id` (UNAVAILABLE at once, saying how to bring
- * the sandbox back, when that node is marked unavailable), send it `payload` (call->payload unless the
- * gateway re-encoded the request) as the same method with the same
+ * the sandbox back, when that node is marked unavailable), send it
+ * `payload` (call->payload unless the gateway re-encoded the request) as
+ * the same method for the call's tenant (moat_gw_tenant) with the same
  * request id and the remaining deadline, and put the node's reply in
  * call->raw_reply. Errors go through moat_rpc_error. Keeps the map in
  * step (NOT_FOUND from the node forgets the route; a DestroySandbox that
@@ -405,19 +410,20 @@ int moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
     const ProtobufCMessage *request, const char *sandbox_id,
     const char *tenant, bool *handled);
 
-/* moat_record_trace: the hashed fs trace of `sandbox_id` from its node;
- * on MOAT_OK *out is the caller's, else *errmsg (heap). */
-int moat_record_trace(struct moat_record *rec, const char *sandbox_id,
-    uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
-    __attribute__((warn_unused_result));
+/* moat_record_trace: the hashed fs trace of `tenant`'s `sandbox_id` from
+ * its node; on MOAT_OK *out is the caller's, else *errmsg (heap). */
+int moat_record_trace(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, uint64_t deadline_ms, Moat__V1__FsTrace **out,
+    char **errmsg) __attribute__((warn_unused_result));
 
-/* moat_record_snapshot: snapshots `sandbox_id` on its node as step
+/* moat_record_snapshot: snapshots `tenant`'s `sandbox_id` on its node as
+ * step
  * `step` of session `session_id` (kept in the snapshot's meta; NULL: none
  * known); the id goes to snapshot_id (size bytes). Errors set *errmsg
  * (heap). */
-int moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
-    const char *session_id, uint64_t step, uint64_t deadline_ms,
-    char *snapshot_id, size_t size, char **errmsg)
+int moat_record_snapshot(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, const char *session_id, uint64_t step,
+    uint64_t deadline_ms, char *snapshot_id, size_t size, char **errmsg)
     __attribute__((warn_unused_result));
 
 /* moat_record_snapshot_call: a client's SnapshotSandbox (`req`, decoded;
@@ -668,6 +674,12 @@ void moat_gateway_stop(struct moat_gateway *gw);
  * before the handler ran; MOAT_GW_DEFAULT_TENANT when auth is off).
  * Borrowed: valid during the call. */
 const char *moat_gw_tenant(const struct moat_rpc_call *call);
+
+/* moat_gw_message_tenant: the `tenant` field of a sessiond or snapd
+ * request the gateway built (it sets that field from moat_gw_tenant), or
+ * NULL when the message has none: what such a call puts in
+ * Envelope.tenant, so sessiond and snapd see one tenant in both. */
+const char *moat_gw_message_tenant(const ProtobufCMessage *msg);
 
 /* moat_gateway_metrics: the Prometheus text of the gateway's counters
  * (calls by method and code, latency per method, sandboxes per node).

@@ -319,8 +319,8 @@ record_new_sandbox(struct moat_rpc_call *call,
 		if (len <= sizeof(payload)) {
 			moat__v1__sandbox_ref__pack(&ref, payload);
 			if (moat_forward_to_node(&gw->fw, node,
-			        "DestroySandbox", payload, len,
-			        moat_rpc_new_request_id(),
+			        moat_gw_tenant(call), "DestroySandbox",
+			        payload, len, moat_rpc_new_request_id(),
 			        moat_rpc_now_ms() +
 			            MOAT_RPC_DEFAULT_TIMEOUT_MS,
 			        "the unrecorded sandbox", &dout, &dlen,
@@ -377,9 +377,10 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		goto fail;
 	}
 	moat__v1__create_sandbox_request__pack(&fwd, payload);
-	if ((rv = moat_forward_to_node(&gw->fw, &node, "CreateSandbox",
-	         payload, len, call->request_id, call->deadline_ms,
-	         "the new sandbox", &out, &out_len, &msg)) != MOAT_OK)
+	if ((rv = moat_forward_to_node(&gw->fw, &node, moat_gw_tenant(call),
+	         "CreateSandbox", payload, len, call->request_id,
+	         call->deadline_ms, "the new sandbox", &out, &out_len,
+	         &msg)) != MOAT_OK)
 		goto fail;
 	sb = moat__v1__sandbox__unpack(NULL, out_len, out);
 	if (sb == NULL) {
@@ -507,6 +508,7 @@ struct list_job {
 	const uint8_t *payload;
 	size_t len;
 	uint64_t deadline;
+	const char *tenant;
 	pthread_t thread;
 	bool started;
 	int rv;
@@ -523,9 +525,9 @@ list_node(void *arg)
 	char what[MOAT_ID_MAX + 32];
 
 	snprintf(what, sizeof(what), "the sandboxes of node %s", j->node.s);
-	j->rv = moat_forward_to_node(&j->gw->fw, &j->node, "ListSandboxes",
-	    j->payload, j->len, moat_rpc_new_request_id(), j->deadline, what,
-	    &out, &out_len, &j->msg);
+	j->rv = moat_forward_to_node(&j->gw->fw, &j->node, j->tenant,
+	    "ListSandboxes", j->payload, j->len, moat_rpc_new_request_id(),
+	    j->deadline, what, &out, &out_len, &j->msg);
 	if (j->rv == MOAT_OK &&
 	    (j->list = moat__v1__sandbox_list__unpack(NULL, out_len, out)) ==
 	        NULL) {
@@ -592,7 +594,8 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			.node = ids[i],
 			.payload = payload,
 			.len = len,
-			.deadline = deadline };
+			.deadline = deadline,
+			.tenant = fwd.tenant };
 	list_nodes(jobs, n);
 	for (size_t i = 0; i < n; i++) {
 		struct list_job *j = &jobs[i];
@@ -802,8 +805,9 @@ snapshot_forward(struct moat_rpc_call *call, const char *snap_id,
 		    "out of memory");
 	protobuf_c_message_pack(msg, payload);
 	snprintf(what, sizeof(what), "snapshot %.100s", snap_id);
-	rv = moat_forward_to_node(&gw->fw, &node, call->method, payload, len,
-	    call->request_id, call->deadline_ms, what, &out, &out_len, &err);
+	rv = moat_forward_to_node(&gw->fw, &node, moat_gw_tenant(call),
+	    call->method, payload, len, call->request_id, call->deadline_ms,
+	    what, &out, &out_len, &err);
 	free(payload);
 	if (rv != MOAT_OK) {
 		rv = moat_rpc_error(call, rv, "%s",
@@ -1076,6 +1080,12 @@ request_string(const ProtobufCMessage *request, const char *name)
 	return *(char *const *)((const char *)request + f->offset);
 }
 
+const char *
+moat_gw_message_tenant(const ProtobufCMessage *msg)
+{
+	return request_string(msg, "tenant");
+}
+
 /* command_of: the command text of an Exec, ExecStart or RunCode request
  * and its language; NULL for other calls. *joined (heap, caller frees)
  * holds an argv joined by spaces. */
@@ -1228,7 +1238,7 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	const struct moat_rpc_method *row = NULL;
 	char tenant[MOAT_AUTH_TENANT_MAX] = MOAT_GW_DEFAULT_TENANT;
 	char key_id[MOAT_AUTH_KEY_ID_LEN + 1] = "";
-	char owner[MOAT_ID_MAX], *msg = NULL, *joined = NULL;
+	char *msg = NULL, *joined = NULL;
 	const char *sandbox, *command = NULL, *language, *safety = NULL;
 	struct moat_safety_verdict v;
 	uint64_t started = moat_rpc_now_ms();
@@ -1267,17 +1277,8 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	if (gw->auth_on && sandbox != NULL && sandbox[0] != '\0') {
 		/* Another tenant's sandbox does not exist, as far as this
 		 * caller can tell. */
-		rv = moat_forward_owner(&gw->fw, sandbox, call->deadline_ms,
-		    owner, sizeof(owner), &msg);
-		if (rv == MOAT_OK && strcmp(owner, tenant) != 0) {
-			rv = MOAT_NOT_FOUND;
-			free(msg);
-			msg = moat_asprintf(
-			    "sandbox %s does not exist (or was "
-			    "destroyed): `moat sandbox ls` lists the "
-			    "sandboxes",
-			    sandbox);
-		}
+		rv = moat_forward_check_owner(&gw->fw, sandbox, tenant,
+		    call->deadline_ms, &msg);
 		if (rv != MOAT_OK) {
 			rv = moat_rpc_error(call, rv, "%s",
 			    msg ? msg : moat_strerror(rv));

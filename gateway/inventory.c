@@ -288,9 +288,10 @@ refresh_node(void *arg)
 	Moat__V1__SandboxList *list = NULL;
 	char *msg = NULL;
 
-	if (moat_forward_node_call(j->inv->fw, &j->node, "ListAllSandboxes",
-	        &req.base, &moat__v1__sandbox_list__descriptor,
-	        moat_rpc_new_request_id(),
+	/* Every tenant's: no tenant is named. */
+	if (moat_forward_node_call(j->inv->fw, &j->node, NULL,
+	        "ListAllSandboxes", &req.base,
+	        &moat__v1__sandbox_list__descriptor, moat_rpc_new_request_id(),
 	        moat_rpc_now_ms() + j->inv->timeout_ms, "its sandboxes",
 	        (ProtobufCMessage **)&list, &msg) == MOAT_OK) {
 		moat_inventory_node_list(j->inv, &j->node, list);

@@ -405,6 +405,7 @@ moat_record_sessiond(struct moat_record *rec, const char *method,
 	struct moat_rpc_opts opts = {
 		.timeout_ms =
 		    deadline_ms > now ? (uint32_t)(deadline_ms - now) : 1,
+		.tenant = moat_gw_message_tenant(req),
 	};
 	char *msg = NULL;
 	int rv;
@@ -427,12 +428,14 @@ moat_record_sessiond(struct moat_record *rec, const char *method,
 	return rv;
 }
 
-/* node_call: `method` of moat.v1.Vm with `req` on the node holding
- * `sandbox_id`; the reply decoded as `reply_desc` (caller frees). */
+/* node_call: `method` of moat.v1.Vm with `req` for `tenant` on the node
+ * holding `sandbox_id`; the reply decoded as `reply_desc` (caller
+ * frees). */
 static int
-node_call(struct moat_record *rec, const char *sandbox_id, const char *method,
-    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
-    uint64_t deadline, const char *what, ProtobufCMessage **out, char **errmsg)
+node_call(struct moat_record *rec, const char *tenant, const char *sandbox_id,
+    const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *reply_desc, uint64_t deadline,
+    const char *what, ProtobufCMessage **out, char **errmsg)
 {
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
@@ -443,34 +446,36 @@ node_call(struct moat_record *rec, const char *sandbox_id, const char *method,
 		*errmsg = moat_asprintf("sandbox id unusable");
 		return MOAT_INVALID_ARGUMENT;
 	}
-	if ((rv = moat_forward_locate(rec->fw, &sandbox, deadline, &node,
-	         errmsg)) != MOAT_OK)
+	if ((rv = moat_forward_locate(rec->fw, &sandbox, tenant, deadline,
+	         &node, errmsg)) != MOAT_OK)
 		return rv;
-	return moat_forward_node_call(rec->fw, &node, method, req, reply_desc,
-	    moat_rpc_new_request_id(), deadline, what, out, errmsg);
+	return moat_forward_node_call(rec->fw, &node, tenant, method, req,
+	    reply_desc, moat_rpc_new_request_id(), deadline, what, out,
+	    errmsg);
 }
 
 /* trace_fs: the hashed filesystem trace of `sandbox_id` from its node.
  * On MOAT_OK *out is the caller's; else *errmsg (heap, caller frees). */
 static int
-trace_fs(struct moat_record *rec, const char *sandbox_id, uint64_t deadline_ms,
-    Moat__V1__FsTrace **out, char **errmsg)
+trace_fs(struct moat_record *rec, const char *tenant, const char *sandbox_id,
+    uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
 {
 	Moat__V1__FsTraceCall req = MOAT__V1__FS_TRACE_CALL__INIT;
 
 	req.sandbox_id = (char *)sandbox_id;
 	req.hash = true;
-	return node_call(rec, sandbox_id, "TraceFs", &req.base,
+	return node_call(rec, tenant, sandbox_id, "TraceFs", &req.base,
 	    &moat__v1__fs_trace__descriptor,
 	    moat_rpc_now_ms() + call_timeout(deadline_ms),
 	    "the sandbox's fs trace", (ProtobufCMessage **)out, errmsg);
 }
 
 int
-moat_record_trace(struct moat_record *rec, const char *sandbox_id,
-    uint64_t deadline_ms, Moat__V1__FsTrace **out, char **errmsg)
+moat_record_trace(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, uint64_t deadline_ms, Moat__V1__FsTrace **out,
+    char **errmsg)
 {
-	return trace_fs(rec, sandbox_id, deadline_ms, out, errmsg);
+	return trace_fs(rec, tenant, sandbox_id, deadline_ms, out, errmsg);
 }
 
 /* trace_copy: a deep copy (caller frees), or NULL when out of memory. */
@@ -490,9 +495,9 @@ trace_copy(const Moat__V1__FsTrace *t)
 }
 
 int
-moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
-    const char *session_id, uint64_t step, uint64_t deadline_ms,
-    char *snapshot_id, size_t size, char **errmsg)
+moat_record_snapshot(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, const char *session_id, uint64_t step,
+    uint64_t deadline_ms, char *snapshot_id, size_t size, char **errmsg)
 {
 	Moat__V1__SnapshotSandboxRequest req =
 	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
@@ -502,8 +507,8 @@ moat_record_snapshot(struct moat_record *rec, const char *sandbox_id,
 	req.sandbox_id = (char *)sandbox_id;
 	req.session_id = (char *)(session_id != NULL ? session_id : "");
 	req.step = step;
-	if ((rv = node_call(rec, sandbox_id, "SnapshotSandbox", &req.base,
-	         &moat__v1__local_snapshot__descriptor,
+	if ((rv = node_call(rec, tenant, sandbox_id, "SnapshotSandbox",
+	         &req.base, &moat__v1__local_snapshot__descriptor,
 	         moat_rpc_now_ms() + call_timeout(deadline_ms),
 	         "the sandbox's snapshot", (ProtobufCMessage **)&snap,
 	         errmsg)) != MOAT_OK)
@@ -617,7 +622,8 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 		    NULL)
 			snprintf(e->step0, sizeof(e->step0), "%s", step0);
 		/* The next step is diffed against the state found now. */
-		if (trace_fs(rec, sandbox_id, 0, &e->prev, &msg) != MOAT_OK) {
+		if (trace_fs(rec, tenant, sandbox_id, 0, &e->prev, &msg) !=
+		    MOAT_OK) {
 			free(msg);
 			msg = NULL;
 		}
@@ -654,7 +660,7 @@ take_step0(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 {
 	char snap[MOAT_ID_MAX], *msg = NULL;
 
-	if (moat_record_snapshot(rec, sandbox_id, e->session_id, 0,
+	if (moat_record_snapshot(rec, tenant, sandbox_id, e->session_id, 0,
 	        deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK) {
 		moat_warn(request_id,
 		    "recording %s: no snapshot of its "
@@ -740,8 +746,8 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 			    "recording %s: out of memory "
 			    "copying the starting fs trace",
 			    sandbox_id);
-	} else if (trace_fs(rec, sandbox_id, deadline_ms, &e->prev, &msg) !=
-	    MOAT_OK) {
+	} else if (trace_fs(rec, tenant, sandbox_id, deadline_ms, &e->prev,
+	               &msg) != MOAT_OK) {
 		moat_warn(request_id,
 		    "recording %s: no starting fs trace "
 		    "(%s): the first step lists every change since boot",
@@ -1114,7 +1120,7 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	if (step.input != NULL && step.input[0] != '\0')
 		step.safety = (char *)moat_safety_level_name(
 		    moat_safety_classify(step.input, step.language).level);
-	if (trace_fs(rec, sandbox_id, call->deadline_ms, &cur, &msg) ==
+	if (trace_fs(rec, tenant, sandbox_id, call->deadline_ms, &cur, &msg) ==
 	    MOAT_OK) {
 		if (moat_trace_diff(e->prev, cur, &diff, &n_diff) != MOAT_OK) {
 			err = moat_asprintf("out of memory diffing the fs "
@@ -1154,7 +1160,7 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	msg = NULL;
 	/* A snapshot that fails does not fail the step: it is recorded,
 	 * and the reply says it cannot be restored. */
-	if (moat_record_snapshot(rec, sandbox_id, e->session_id, index,
+	if (moat_record_snapshot(rec, tenant, sandbox_id, e->session_id, index,
 	        call->deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK ||
 	    set_step_snapshot(rec, tenant, e->session_id, index, snap,
 	        call->deadline_ms, &msg) != MOAT_OK) {
@@ -1198,7 +1204,8 @@ moat_record_session_call(struct moat_record *rec, struct moat_rpc_call *call,
 {
 	const ProtobufCMessageDescriptor *d = request->descriptor;
 	const ProtobufCFieldDescriptor *f;
-	struct moat_rpc_opts opts = { .request_id = call->request_id };
+	struct moat_rpc_opts opts = { .request_id = call->request_id,
+		.tenant = tenant };
 	uint64_t now = moat_rpc_now_ms();
 	ProtobufCMessage *copy = NULL;
 	uint8_t *payload = NULL, *out = NULL;
@@ -1258,7 +1265,8 @@ moat_record_sessiond_call(struct moat_record *rec, const char *method,
     const ProtobufCMessageDescriptor *reply_desc, ProtobufCMessage **reply,
     uint64_t request_id, uint64_t deadline_ms, char **errmsg)
 {
-	struct moat_rpc_opts opts = { .request_id = request_id };
+	struct moat_rpc_opts opts = { .request_id = request_id,
+		.tenant = moat_gw_message_tenant(request) };
 	uint64_t now = moat_rpc_now_ms();
 	char *msg = NULL;
 	int rv;

@@ -75,7 +75,7 @@ moat_snapshots_node_list(struct moat_forward *fw,
 	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
 
 	req.tenant = (char *)tenant;
-	return moat_forward_node_call(fw, node, "ListLocalSnapshots",
+	return moat_forward_node_call(fw, node, tenant, "ListLocalSnapshots",
 	    &req.base, &moat__v1__local_snapshot_list__descriptor,
 	    moat_rpc_new_request_id(), deadline_cap(deadline_ms, NODE_LIST_MS),
 	    "the tenant's snapshots", (ProtobufCMessage **)out, errmsg);
@@ -94,6 +94,7 @@ snapd_call(struct moat_record *rec, const char *method,
 		.request_id = moat_rpc_new_request_id(),
 		.timeout_ms =
 		    deadline_ms > now ? (uint32_t)(deadline_ms - now) : 1,
+		.tenant = moat_gw_message_tenant(req),
 	};
 	char *msg = NULL;
 	int rv;
@@ -251,9 +252,9 @@ delete_on_node(struct moat_forward *fw, const struct moat_node_id *node,
 	ref.snapshot_id = (char *)id;
 	ref.tenant = (char *)tenant;
 	snprintf(what, sizeof(what), "snapshot %.100s", id);
-	rv = moat_forward_node_call(fw, node, "DeleteLocalSnapshot", &ref.base,
-	    &moat__v1__empty__descriptor, request_id, deadline_ms, what,
-	    &reply, errmsg);
+	rv = moat_forward_node_call(fw, node, tenant, "DeleteLocalSnapshot",
+	    &ref.base, &moat__v1__empty__descriptor, request_id, deadline_ms,
+	    what, &reply, errmsg);
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);
 	return rv;
@@ -580,8 +581,9 @@ gc_list_node(struct gc *g, const struct moat_node_id *node,
 
 	*out = NULL;
 	req.tenant = (char *)g->tenant;
-	if ((rv = moat_forward_node_call(g->rec->fw, node, "ListSandboxes",
-	         &req.base, &moat__v1__sandbox_list__descriptor,
+	if ((rv = moat_forward_node_call(g->rec->fw, node, g->tenant,
+	         "ListSandboxes", &req.base,
+	         &moat__v1__sandbox_list__descriptor,
 	         moat_rpc_new_request_id(),
 	         deadline_cap(g->deadline, NODE_LIST_MS),
 	         "the tenant's sandboxes", (ProtobufCMessage **)&sbs, &msg)) !=

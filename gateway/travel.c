@@ -263,8 +263,8 @@ restore(struct moat_travel *t, const char *snap,
 		    snap, to->snapshot_id);
 	else
 		snprintf(what, sizeof(what), "snapshot %.100s", snap);
-	rv = moat_forward_node_call(t->fw, &to->node, "RestoreSandbox",
-	    &req.base, &moat__v1__sandbox__descriptor,
+	rv = moat_forward_node_call(t->fw, &to->node, t->tenant,
+	    "RestoreSandbox", &req.base, &moat__v1__sandbox__descriptor,
 	    moat_rpc_new_request_id(), deadline, what,
 	    (ProtobufCMessage **)out, errmsg);
 	if (rv == MOAT_NOT_FOUND) {
@@ -317,8 +317,8 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 	    len > sizeof(payload))
 		return;
 	moat__v1__sandbox_ref__pack(&ref, payload);
-	located = moat_forward_locate(t->fw, &sandbox, deadline, &node,
-	              &msg) == MOAT_OK;
+	located = moat_forward_locate(t->fw, &sandbox, t->tenant, deadline,
+	              &node, &msg) == MOAT_OK;
 	if (located && !moat_nodes_is_available(t->nodes, &node)) {
 		/* It stays in the node's list: shown UNAVAILABLE. */
 		moat_warn(request_id,
@@ -330,9 +330,9 @@ destroy(struct moat_travel *t, const char *sandbox_id, uint64_t request_id)
 		return;
 	}
 	if (!located ||
-	    moat_forward_to_node(t->fw, &node, "DestroySandbox", payload, len,
-	        moat_rpc_new_request_id(), deadline, "the replaced sandbox",
-	        &out, &out_len, &msg) != MOAT_OK)
+	    moat_forward_to_node(t->fw, &node, t->tenant, "DestroySandbox",
+	        payload, len, moat_rpc_new_request_id(), deadline,
+	        "the replaced sandbox", &out, &out_len, &msg) != MOAT_OK)
 		moat_warn(request_id, "sandbox %s not destroyed: %s",
 		    sandbox_id, msg ? msg : "");
 	else
@@ -359,8 +359,8 @@ branch_restore(struct moat_travel *t, const char *snap,
 
 	/* A node replaces only its own sandboxes. */
 	if (replace[0] != '\0' && moat_sandbox_id_set(&old, replace) &&
-	    moat_forward_locate(t->fw, &old, deadline, &old_node, &msg) ==
-	        MOAT_OK &&
+	    moat_forward_locate(t->fw, &old, t->tenant, deadline, &old_node,
+	        &msg) == MOAT_OK &&
 	    strcmp(old_node.s, to->node.s) != 0)
 		in_place = "";
 	free(msg);
@@ -696,13 +696,13 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 			msg = moat_asprintf("sandbox_id is too long");
 			goto fail;
 		}
-		if ((rv = moat_forward_locate(t.fw, &target, call->deadline_ms,
-		         &node, &msg)) != MOAT_OK)
+		if ((rv = moat_forward_locate(t.fw, &target, t.tenant,
+		         call->deadline_ms, &node, &msg)) != MOAT_OK)
 			goto fail;
 		replace = req->sandbox_id;
 	} else if (moat_sandbox_id_set(&target, s->sandbox_id) &&
-	    moat_forward_locate(t.fw, &target, call->deadline_ms, &node,
-	        &msg) == MOAT_OK) {
+	    moat_forward_locate(t.fw, &target, t.tenant, call->deadline_ms,
+	        &node, &msg) == MOAT_OK) {
 		replace = s->sandbox_id;
 	} else {
 		free(msg); /* the session's sandbox is gone: a new one */
@@ -784,8 +784,8 @@ fork_trace_get(struct fork_job *j, const char *sandbox_id)
 	if (ft->trace == NULL) {
 		ft->taking = true;
 		pthread_mutex_unlock(&ft->mu);
-		if (moat_record_trace(j->t->rec, sandbox_id, j->deadline,
-		        &trace, &msg) != MOAT_OK) {
+		if (moat_record_trace(j->t->rec, j->t->tenant, sandbox_id,
+		        j->deadline, &trace, &msg) != MOAT_OK) {
 			moat_warn(j->request_id, "fork: no fs trace of %s: %s",
 			    sandbox_id, msg ? msg : "");
 			free(msg);
@@ -968,9 +968,10 @@ create_like(struct moat_travel *t, const Moat__V1__Sandbox *like,
 		goto out;
 	}
 	moat__v1__create_sandbox_request__pack(&req, payload);
-	if ((rv = moat_forward_to_node(t->fw, &node, "CreateSandbox", payload,
-	         len, moat_rpc_new_request_id(), deadline,
-	         "the replay sandbox", &reply, &reply_len, errmsg)) != MOAT_OK)
+	if ((rv = moat_forward_to_node(t->fw, &node, t->tenant,
+	         "CreateSandbox", payload, len, moat_rpc_new_request_id(),
+	         deadline, "the replay sandbox", &reply, &reply_len,
+	         errmsg)) != MOAT_OK)
 		goto out;
 	if ((*out = moat__v1__sandbox__unpack(NULL, reply_len, reply)) ==
 	    NULL) {
@@ -1008,11 +1009,11 @@ get_sandbox(struct moat_travel *t, const char *sandbox_id, uint64_t deadline)
 	    len > sizeof(payload))
 		return NULL;
 	moat__v1__sandbox_ref__pack(&ref, payload);
-	if (moat_forward_locate(t->fw, &sandbox, deadline, &node, &msg) ==
-	        MOAT_OK &&
-	    moat_forward_to_node(t->fw, &node, "GetSandbox", payload, len,
-	        moat_rpc_new_request_id(), deadline, "the recorded sandbox",
-	        &out, &out_len, &msg) == MOAT_OK)
+	if (moat_forward_locate(t->fw, &sandbox, t->tenant, deadline, &node,
+	        &msg) == MOAT_OK &&
+	    moat_forward_to_node(t->fw, &node, t->tenant, "GetSandbox",
+	        payload, len, moat_rpc_new_request_id(), deadline,
+	        "the recorded sandbox", &out, &out_len, &msg) == MOAT_OK)
 		sb = moat__v1__sandbox__unpack(NULL, out_len, out);
 	free(out);
 	free(msg);

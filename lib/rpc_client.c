@@ -698,6 +698,8 @@ moat_rpc_call_raw(struct moat_rpc_client *c, const char *service,
 	env.timeout_ms = timeout_ms;
 	env.auth =
 	    (char *)(opts != NULL && opts->auth != NULL ? opts->auth : "");
+	env.tenant =
+	    (char *)(opts != NULL && opts->tenant != NULL ? opts->tenant : "");
 	env.payload.data = (uint8_t *)payload;
 	env.payload.len = len;
 	if ((rv = call_envelope(c, &env, timeout_ms, &r, errmsg)) != 0)

@@ -45,6 +45,7 @@ struct dedup_entry {
 	uint64_t request_id;
 	const char *method; /* the descriptor's; static storage */
 	char *auth;         /* the caller's credentials, copied */
+	char *tenant;       /* Envelope.tenant, copied */
 	uint64_t created_ms;
 	bool done;
 	uint8_t *reply; /* encoded moat.v1.Reply, when done */
@@ -163,9 +164,10 @@ dedup_unlink(struct dedup_cache *c, struct dedup_entry *e)
 	else
 		c->newest = e->older;
 	c->n_entries--;
-	c->n_bytes -= e->reply_len + strlen(e->auth);
+	c->n_bytes -= e->reply_len + strlen(e->auth) + strlen(e->tenant);
 	free(e->reply);
 	free(e->auth);
+	free(e->tenant);
 	free(e);
 }
 
@@ -192,14 +194,15 @@ dedup_evict(struct dedup_cache *c, uint64_t now)
 }
 
 /* dedup_begin: looks up request_id. A stored reply is only given to the
- * same method with the same credentials, so a caller who learns another
- * tenant's request id cannot read that tenant's reply. On DEDUP_NEW
- * *entry is the new running entry (finish it with dedup_finish). On
- * DEDUP_DONE *reply is a heap copy of the stored reply (caller frees). */
+ * same method with the same credentials and tenant, so a caller who
+ * learns another tenant's request id cannot read that tenant's reply.
+ * On DEDUP_NEW *entry is the new running entry (finish it with
+ * dedup_finish). On DEDUP_DONE *reply is a heap copy of the stored
+ * reply (caller frees). */
 static enum dedup_verdict
 dedup_begin(struct dedup_cache *c, uint64_t request_id, const char *method,
-    const char *auth, struct dedup_entry **entry, uint8_t **reply,
-    size_t *reply_len)
+    const char *auth, const char *tenant, struct dedup_entry **entry,
+    uint8_t **reply, size_t *reply_len)
 {
 	enum dedup_verdict v;
 	struct dedup_entry *e;
@@ -213,7 +216,8 @@ dedup_begin(struct dedup_cache *c, uint64_t request_id, const char *method,
 			break;
 	if (e != NULL) {
 		if (strcmp(e->method, method) != 0 ||
-		    strcmp(e->auth, auth) != 0) {
+		    strcmp(e->auth, auth) != 0 ||
+		    strcmp(e->tenant, tenant) != 0) {
 			v = DEDUP_OTHER_CALL;
 		} else if (!e->done) {
 			v = DEDUP_RUNNING;
@@ -231,12 +235,15 @@ dedup_begin(struct dedup_cache *c, uint64_t request_id, const char *method,
 		goto out;
 	}
 	if ((e = calloc(1, sizeof(*e))) == NULL ||
-	    (e->auth = strdup(auth)) == NULL) {
+	    (e->auth = strdup(auth)) == NULL ||
+	    (e->tenant = strdup(tenant)) == NULL) {
+		if (e != NULL)
+			free(e->auth);
 		free(e);
 		v = DEDUP_NOMEM;
 		goto out;
 	}
-	c->n_bytes += strlen(auth);
+	c->n_bytes += strlen(auth) + strlen(tenant);
 	e->request_id = request_id;
 	e->method = method;
 	e->created_ms = now;
@@ -521,7 +528,8 @@ admit_mutating(struct moat_rpc_server *srv, const Moat__V1__Envelope *env,
 		return ADMIT_REFUSED;
 	}
 	switch (dedup_begin(&srv->dedup, rid, md->name,
-	    env->auth != NULL ? env->auth : "", entry, reply, reply_len)) {
+	    env->auth != NULL ? env->auth : "",
+	    env->tenant != NULL ? env->tenant : "", entry, reply, reply_len)) {
 	case DEDUP_NEW:
 		return ADMIT_RUN;
 	case DEDUP_DONE:
@@ -571,6 +579,7 @@ call_handler(struct moat_rpc_server *srv, const struct moat_rpc_method *row,
 	    (env->timeout_ms != 0 ? env->timeout_ms :
 	                            MOAT_RPC_DEFAULT_TIMEOUT_MS);
 	call.auth = env->auth != NULL ? env->auth : "";
+	call.tenant = env->tenant != NULL ? env->tenant : "";
 	call.service_ctx = srv->svc.ctx;
 	call.payload = env->payload.data;
 	call.payload_len = env->payload.len;

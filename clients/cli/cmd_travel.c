@@ -364,7 +364,7 @@ cmd_replay(struct cli *cli, int argc, char **argv)
 #define MIB(b) ((double)(b) / (1024.0 * 1024.0))
 
 /* snapshot_where: "ram" or "disk" (evicted), "+snapd" when moat-snapd
- * has a copy, into buf. */
+ * has a copy ("+snapd?" while its push is under way), into buf. */
 static const char *
 snapshot_where(const Moat__V1__LocalSnapshot *s, char *buf, size_t len)
 {
@@ -372,7 +372,9 @@ snapshot_where(const Moat__V1__LocalSnapshot *s, char *buf, size_t len)
 	    s->template_               ? "template" :
 	        s->location[0] != '\0' ? s->location :
 	                                 "ram",
-	    s->remote_stored ? "+snapd" : "");
+	    s->remote_stored      ? "+snapd" :
+	        s->remote_pending ? "+snapd?" :
+	                            "");
 	return buf;
 }
 

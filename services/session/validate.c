@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "guest.pb-c.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "sessiond.h"
 
@@ -33,13 +34,21 @@ sessiond_check_short(struct moat_rpc_call *call, const char *field,
 int
 sessiond_check_tenant(struct moat_rpc_call *call, const char *tenant)
 {
+	const char *acts_for;
+	int rv;
+
+	/* The request's field names the tenant (never "" for any or for
+	 * "default"); a call that also carries Envelope.tenant (the
+	 * gateway's) must name the same one (rpc_tenant.h). */
 	if (tenant == NULL || tenant[0] == '\0')
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "tenant is "
-		    "empty: every sessiond call names the tenant it acts "
-		    "for");
-	return sessiond_check_short(call, "tenant", tenant,
-	    SESSIOND_MAX_TENANT);
+		    "required: every sessiond call names the tenant it acts "
+		    "for (the gateway sets it)");
+	if ((rv = sessiond_check_short(call, "tenant", tenant,
+	         SESSIOND_MAX_TENANT)) != MOAT_OK)
+		return rv;
+	return moat_rpc_tenant(call, tenant, &acts_for);
 }
 
 int

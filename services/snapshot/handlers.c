@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "moat/log.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "snapd.h"
@@ -42,12 +43,16 @@ snapd_error_from(struct moat_rpc_call *call, int rv, char *errmsg)
 int
 snapd_check_tenant(struct moat_rpc_call *call, const char *tenant)
 {
+	const char *acts_for;
 	char *errmsg = NULL;
 	int rv;
 
+	/* The request's field names the tenant (never "" for any or for
+	 * "default"); a call that also carries Envelope.tenant (the
+	 * gateway's) must name the same one (rpc_tenant.h). */
 	if ((rv = snapd_tenant_check(tenant, &errmsg)) != MOAT_OK)
 		return snapd_error_from(call, rv, errmsg);
-	return MOAT_OK;
+	return moat_rpc_tenant(call, tenant, &acts_for);
 }
 
 static int

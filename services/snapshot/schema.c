@@ -59,8 +59,9 @@ snapd_tenant_check(const char *tenant, char **errmsg)
 	size_t n = strlen(tenant);
 
 	if (n == 0) {
-		*errmsg = moat_asprintf("tenant is empty: the gateway sets it "
-		                        "on every snapshot call");
+		*errmsg = moat_asprintf("tenant is required: every snapd "
+		                        "call names the tenant it acts for "
+		                        "(the gateway and vmd set it)");
 		return MOAT_INVALID_ARGUMENT;
 	}
 	for (size_t i = 0; i < n; i++) {

@@ -32,6 +32,7 @@
 #include "driver.h"
 #include "exec.h"
 #include "node.h"
+#include "pushq.h"
 #include "sandbox.h"
 #include "service.h"
 #include "survey.h"
@@ -597,6 +598,8 @@ main(int argc, char **argv)
 		moat_error(0, "out of memory");
 		goto out;
 	}
+	/* Without the thread, pushes run before SnapshotSandbox answers. */
+	(void)!vmd_pushq_start(&vmd);
 
 	if ((rv = vmd_serve(&vmd, &svc, &server, &survey)) != MOAT_OK)
 		goto out;
@@ -622,6 +625,10 @@ out:
 	moat_rpc_server_stop(server);
 	/* After the server: no create can start a build any more. */
 	vmd_templates_fini(&vmd);
+	/* After the server and the template builds: nothing queues or
+	 * settles a push any more; the running one ends, queued ones are
+	 * abandoned (pushed when evicted). */
+	vmd_pushq_stop(&vmd);
 	vmd_snapram_fini(&vmd);
 	moat_rpc_client_close(vmd.snapd);
 	moat_spawner_stop();

@@ -77,6 +77,7 @@ struct sandbox;
 struct vmd_guest_handler;
 struct vmd_templates;
 struct vmd_snapram;
+struct vmd_pushq;
 
 struct vmd {
 	struct vmd_config cfg;
@@ -92,6 +93,7 @@ struct vmd {
 
 	struct vmd_templates *templates; /* templates.c; owned */
 	struct vmd_snapram *snapram;     /* snapram.c; owned */
+	struct vmd_pushq *pushq; /* pushq.c; owned; NULL: pushes inline */
 
 	/* How guest events beyond the agent's own reach whoever handles
 	 * them (exec.c registers itself: vmd_sandbox_set_guest_handler);

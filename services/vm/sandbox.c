@@ -22,6 +22,7 @@
 #include "guest_link.h"
 #include "image.h"
 #include "moat/log.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "node.h"
@@ -152,7 +153,22 @@ int
 vmd_sandbox_get(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
     struct sandbox **out)
 {
+	const char *tenant = NULL;
+	int rv;
+
+	*out = NULL;
+	/* A call acts for one tenant (rpc_tenant.h); internal lookups
+	 * (call NULL) see every sandbox. */
+	if (call != NULL &&
+	    (rv = moat_rpc_tenant(call, NULL, &tenant)) != MOAT_OK)
+		return rv;
 	*out = sandbox_find_ref(vmd, id ? id : "");
+	if (*out != NULL && tenant != NULL &&
+	    strcmp((*out)->tenant, tenant) != 0) {
+		/* Another tenant's sandbox is answered as a missing one. */
+		vmd_sandbox_put(*out);
+		*out = NULL;
+	}
 	if (*out != NULL)
 		return MOAT_OK;
 	if (call == NULL)
@@ -580,11 +596,14 @@ int
 vmd_sandbox_destroy(struct vmd *vmd, struct moat_rpc_call *call,
     const char *id)
 {
-	if (id == NULL || id[0] == '\0')
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-		    "sandbox_id "
-		    "is empty: name a sandbox (moat sandbox ls lists "
-		    "sandboxes)");
+	struct sandbox *sb;
+	int rv;
+
+	/* The tenant check is the lookup's; ids are never reused, so the
+	 * sandbox unlisted next is the one checked here. */
+	if ((rv = vmd_sandbox_get(vmd, call, id, &sb)) != MOAT_OK)
+		return rv;
+	vmd_sandbox_put(sb);
 	if (sandbox_destroy(vmd, id, call->request_id) == MOAT_NOT_FOUND)
 		return moat_rpc_error(call, MOAT_NOT_FOUND,
 		    "sandbox %s not "
@@ -639,6 +658,7 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->template_id = strdup(sb->template_id ? sb->template_id : "");
 	msg->restored_from =
 	    strdup(sb->restored_from ? sb->restored_from : "");
+	msg->pulled_bytes = sb->pulled_bytes;
 	if (!msg->accel || !msg->failure_reason || !msg->id || !msg->node_id ||
 	    !msg->image || !msg->driver || !msg->tenant || !msg->template_id ||
 	    !msg->restored_from)

@@ -80,13 +80,15 @@ struct sandbox {
 	uint64_t scratch_mib;
 	uint32_t boot_timeout_ms;
 	uint64_t created_unix_ms;
-	char *template_id;   /* the template it was cloned from, or
+	char *template_id;     /* the template it was cloned from, or
 	                              NULL (booted or restored) */
-	char *restored_from; /* the snapshot it was restored from, or
+	char *restored_from;   /* the snapshot it was restored from, or
 	                              NULL */
-	char *ram_source;    /* a template clone's RAM source
+	uint64_t pulled_bytes; /* from snapd by the restore that made it
+	                        * (Sandbox.pulled_bytes); 0: none */
+	char *ram_source;      /* a template clone's RAM source
 	                              (vmd_template_ram), or NULL */
-	char *ram_spare;     /* a template clone's ready RAM copy
+	char *ram_spare;       /* a template clone's ready RAM copy
 	                              (vmd_template_take_spare), or NULL */
 
 	pthread_mutex_t mu;           /* guards everything below */
@@ -142,7 +144,10 @@ Moat__V1__SandboxState vmd_sandbox_api_state(const struct sandbox *sb);
 bool vmd_sandbox_stop_asked(const struct sandbox *sb);
 
 /* vmd_sandbox_get: a referenced sandbox by id, or MOAT_NOT_FOUND after
- * moat_rpc_error (call may be NULL: no message). */
+ * moat_rpc_error (call may be NULL: no message). With a call, the lookup
+ * is the call's tenant's (moat_rpc_tenant: INVALID_ARGUMENT without
+ * one): another tenant's sandbox is NOT_FOUND, worded as a missing one.
+ * Every sandbox-scoped RPC finds its sandbox here. */
 int vmd_sandbox_get(struct vmd *vmd, struct moat_rpc_call *call,
     const char *id, struct sandbox **out) __attribute__((warn_unused_result));
 

@@ -12,6 +12,7 @@
 
 #include "accel.h"
 #include "moat/log.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "node.h"
 #include "sandbox.h"
@@ -70,11 +71,13 @@ out:
 
 int
 vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
-    const Moat__V1__CreateSandboxRequest *req, struct sandbox **out)
+    const Moat__V1__CreateSandboxRequest *request, struct sandbox **out)
 {
+	Moat__V1__CreateSandboxRequest owned = *request;
+	const Moat__V1__CreateSandboxRequest *req = &owned;
 	const char *image =
 	    req->image && req->image[0] ? req->image : "default";
-	const char *test_mode = NULL;
+	const char *test_mode = NULL, *tenant;
 	struct vmd_shape shape;
 	struct sandbox *sb;
 	bool templated;
@@ -82,6 +85,11 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	*out = NULL;
+	/* The sandbox is the call's tenant's: Envelope.tenant or the
+	 * request's field (equal when both are set), never empty. */
+	if ((rv = moat_rpc_tenant(call, request->tenant, &tenant)) != MOAT_OK)
+		return rv;
+	owned.tenant = (char *)tenant;
 	if ((rv = vmd_sandbox_validate(vmd, call, req, image, &test_mode)) !=
 	    0)
 		return rv;

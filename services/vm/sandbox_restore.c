@@ -14,6 +14,7 @@
 
 #include "image.h"
 #include "moat/log.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "node.h"
@@ -27,8 +28,10 @@
 struct restore {
 	Moat__V1__LocalSnapshot *meta; /* the catalog entry */
 	char *snap_dir;
-	bool acquired;       /* its RAM copy held (snapram) */
-	struct sandbox *old; /* a restore in place's target, ref */
+	bool acquired;         /* its RAM copy held (snapram) */
+	struct sandbox *old;   /* a restore in place's target, ref */
+	const char *tenant;    /* the call's (rpc_tenant.h) */
+	uint64_t pulled_bytes; /* from snapd for this restore */
 	Moat__V1__CreateSandboxRequest create; /* strings borrowed */
 	Moat__V1__CreateSandboxRequest__LabelsEntry **labels;
 	Moat__V1__CreateSandboxRequest__LabelsEntry *entries;
@@ -61,8 +64,8 @@ restore_open(struct vmd *vmd, struct moat_rpc_call *call,
 		    "the %s driver "
 		    "of node %s cannot restore snapshots",
 		    vmd->vmm->name, vmd->cfg.node_id);
-	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, req->tenant,
-	         &r->meta, &r->snap_dir)) != MOAT_OK)
+	if ((rv = vmd_snapshot_open(vmd, call, req->snapshot_id, r->tenant,
+	         &r->meta, &r->snap_dir, &r->pulled_bytes)) != MOAT_OK)
 		return rv;
 	if ((rv = vmd_snapram_acquire(vmd, call, req->snapshot_id, r->snap_dir,
 	         &r->meta)) != MOAT_OK)
@@ -95,8 +98,7 @@ restore_find_target(struct vmd *vmd, struct moat_rpc_call *call,
 	if (vmd_sandbox_get(vmd, NULL, req->replace_sandbox_id, &r->old) !=
 	        MOAT_OK ||
 	    strcmp(r->old->tenant, r->meta->tenant) != 0 ||
-	    (req->tenant[0] != '\0' &&
-	        strcmp(r->old->tenant, req->tenant) != 0))
+	    strcmp(r->old->tenant, r->tenant) != 0)
 		return moat_rpc_error(call, MOAT_NOT_FOUND,
 		    "sandbox %.40s to "
 		    "restore in place not found (moat sandbox ls lists "
@@ -205,6 +207,7 @@ restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	if ((sb->restored_from = strdup(r->meta->snapshot_id)) == NULL)
 		goto oom;
+	sb->pulled_bytes = r->pulled_bytes;
 	if (r->old != NULL) {
 		(void)!getrandom(rnd, sizeof(rnd), 0);
 		dir = moat_asprintf("%s/vms/%s-r%02x%02x%02x%02x",
@@ -232,6 +235,10 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	int rv;
 
 	*out = NULL;
+	/* The snapshot, and a sandbox restored in place, must be the
+	 * call's tenant's; the clone is too. */
+	if ((rv = moat_rpc_tenant(call, req->tenant, &r.tenant)) != MOAT_OK)
+		return rv;
 	if ((rv = restore_open(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_find_target(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_request(vmd, call, req, &r)) != MOAT_OK ||

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "moat/log.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "code.h"
 #include "exec.h"
@@ -104,8 +105,7 @@ list_sandboxes(struct moat_rpc_call *call, const char *tenant,
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	}
 	for (struct sandbox *sb = vmd->sandboxes; sb != NULL; sb = sb->next) {
-		if (tenant != NULL && tenant[0] != '\0' &&
-		    strcmp(tenant, sb->tenant) != 0)
+		if (tenant != NULL && strcmp(tenant, sb->tenant) != 0)
 			continue;
 		sb->refs++;
 		refs[n++] = sb;
@@ -139,9 +139,14 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 {
 	const Moat__V1__ListSandboxesRequest *req =
 	    (const Moat__V1__ListSandboxesRequest *)request;
+	const char *tenant;
+	int rv;
 
-	return list_sandboxes(call, req->tenant,
-	    (Moat__V1__SandboxList *)reply);
+	/* One tenant's sandboxes, never all of them: an empty tenant is
+	 * refused (rpc_tenant.h); ListAllSandboxes is the gateway's. */
+	if ((rv = moat_rpc_tenant(call, req->tenant, &tenant)) != MOAT_OK)
+		return rv;
+	return list_sandboxes(call, tenant, (Moat__V1__SandboxList *)reply);
 }
 
 /* h_list_all_sandboxes: every tenant's sandboxes, for the gateway's

@@ -41,6 +41,7 @@
 #include "ramdir.h"
 #include "snapram.h"
 #include "node.h"
+#include "pushq.h"
 #include "sync.h"
 #include "snapshot_meta.h"
 #include "snapshot_push.h"
@@ -335,6 +336,9 @@ evict_one(struct vmd *vmd, uint64_t request_id)
 		rv = MOAT_INTERNAL;
 		why = strdup("its RAM link is unreadable");
 	} else {
+		/* Its background push, if still queued, is done here
+		 * instead; a running one is finished first. */
+		vmd_pushq_settle(vmd, lru->id);
 		rv = evict_to_disk(vmd, request_id, lru->dir, target, &why);
 	}
 	/* Logged before lru may be forgotten (it is busy until then). */

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "moat/log.h"
+#include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "moat/util.h"
 #include "ramdir.h"
@@ -31,6 +32,7 @@
 #include "files.h"
 #include "image.h"
 #include "node.h"
+#include "pushq.h"
 #include "sandbox.h"
 #include "sandbox_supervise.h"
 #include "snapshot.h"
@@ -160,44 +162,6 @@ snap_remove_ram(const char *dir)
 			    strerror(e));
 	}
 	free(link);
-}
-
-/* The snapd id of the newest pushed local snapshot of sandbox `sandbox_id`
- * (heap), or NULL: the parent of its next snapshot. */
-static char *
-snap_parent(const struct vmd *vmd, const char *sandbox_id)
-{
-	char *root = snap_root(vmd);
-	char *best = NULL;
-	uint64_t best_ms = 0;
-	struct dirent *de;
-	DIR *d = root ? opendir(root) : NULL;
-
-	while (d != NULL && (de = readdir(d)) != NULL) {
-		Moat__V1__LocalSnapshot *m = NULL;
-		char *dir;
-
-		if (!snap_id_ok(de->d_name) ||
-		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
-			continue;
-		if (vmd_snapshot_read_meta(dir, &m) == 0 && m->remote_stored &&
-		    strcmp(m->sandbox_id, sandbox_id) == 0 &&
-		    m->created_unix_ms >= best_ms) {
-			char *id = strdup(m->remote_id);
-
-			if (id != NULL) {
-				free(best);
-				best = id;
-				best_ms = m->created_unix_ms;
-			}
-		}
-		moat__v1__local_snapshot__free_unpacked(m, NULL);
-		free(dir);
-	}
-	if (d != NULL)
-		closedir(d);
-	free(root);
-	return best;
 }
 
 void
@@ -436,6 +400,12 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	char *image_stamp = NULL, *parent = NULL;
 	struct vmd_push_result push = { 0 };
 	uint64_t admitted = 0;
+	/* Templates are the node's own and never leave it; a step's
+	 * snapshot is pushed in the background unless the caller waits. */
+	bool pushed = vmd->snapd != NULL && !is_template;
+	bool background =
+	    pushed && vmd->pushq != NULL && !(req != NULL && req->wait_push);
+	bool queued = false;
 	int rv, e;
 
 	if (vmd->vmm->snapshot == NULL)
@@ -468,10 +438,9 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		goto out_rm;
 	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
 	    image_stamp);
-	/* The sandbox runs again: hashing and pushing cost it no pause.
-	 * Templates are the node's own and never leave it. */
-	if (vmd->snapd != NULL && !is_template) {
-		parent = snap_parent(vmd, sb->id.str);
+	/* The sandbox runs again: hashing and pushing cost it no pause. */
+	if (pushed && !background) {
+		parent = vmd_snapshot_parent(root, sb->id.str);
 		vmd_snapshot_push(vmd, call->request_id, &meta, tmp,
 		    parent ? parent : "", &push);
 		meta.remote_id = push.remote_id ? push.remote_id : "";
@@ -483,10 +452,19 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	}
 	if ((rv = snap_store(call, sb, &meta, tmp, root)) != MOAT_OK)
 		goto out_rm;
+	if (background &&
+	    !(queued =
+	            vmd_pushq_add(vmd, call->request_id, id, dir, sb->id.str)))
+		moat_warn(call->request_id,
+		    "snapshot %s: not queued for moat-snapd (out of memory "
+		    "or stopping): it is pushed when evicted",
+		    id);
 	if (reply != NULL && snap_meta_copy(&meta, reply) != MOAT_OK) {
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
+	if (reply != NULL)
+		reply->remote_pending = queued;
 	moat_info(call->request_id,
 	    "%s %s of sandbox %s: paused %.1f "
 	    "ms, device state %" PRIu64 " B, RAM %" PRIu64 " B, disk %" PRIu64
@@ -577,12 +555,15 @@ snap_find_remote(const struct vmd *vmd, const char *remote_id)
 /* vmd_snapshot_open without the fetch when `fetch` is false. */
 static int
 snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
-    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir, bool fetch)
+    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir, bool fetch,
+    uint64_t *pulled_bytes)
 {
 	int e;
 
 	*meta = NULL;
 	*dir = NULL;
+	if (pulled_bytes != NULL)
+		*pulled_bytes = 0;
 	if (id == NULL || id[0] == '\0')
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "snapshot_id is empty: name a snapshot "
@@ -598,13 +579,17 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	e = vmd_snapshot_read_meta(*dir, meta);
 	if (e == ENOENT && fetch && vmd->snapd != NULL) {
 		char *local = snap_find_remote(vmd, id);
+		uint64_t pulled = 0;
 		int rv = MOAT_OK;
 
 		if (local != NULL) {
 			free(*dir);
 			*dir = local;
 		} else {
-			rv = vmd_snapshot_fetch(vmd, call, id, tenant, *dir);
+			rv = vmd_snapshot_fetch(vmd, call, id, tenant, *dir,
+			    &pulled);
+			if (pulled_bytes != NULL)
+				*pulled_bytes = pulled;
 		}
 		if (rv != MOAT_OK) {
 			free(*dir);
@@ -635,9 +620,10 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 
 int
 vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
-    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir)
+    const char *tenant, Moat__V1__LocalSnapshot **meta, char **dir,
+    uint64_t *pulled_bytes)
 {
-	return snap_open(vmd, call, id, tenant, meta, dir, true);
+	return snap_open(vmd, call, id, tenant, meta, dir, true, pulled_bytes);
 }
 
 int
@@ -645,12 +631,16 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ListLocalSnapshotsRequest *req,
     Moat__V1__LocalSnapshotList *reply)
 {
-	char *root = snap_root(vmd);
+	char *root;
+	const char *tenant;
 	DIR *d;
 	struct dirent *de;
-	int rv = MOAT_OK;
+	int rv;
 
-	if (root == NULL)
+	/* One tenant's snapshots, never every tenant's (rpc_tenant.h). */
+	if ((rv = moat_rpc_tenant(call, req->tenant, &tenant)) != MOAT_OK)
+		return rv;
+	if ((root = snap_root(vmd)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	if ((d = opendir(root)) == NULL) {
 		free(root);
@@ -665,8 +655,7 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
 			continue;
 		if (vmd_snapshot_read_meta(dir, &m) != 0 ||
-		    (req->tenant[0] != '\0' &&
-		        strcmp(req->tenant, m->tenant) != 0)) {
+		    strcmp(tenant, m->tenant) != 0) {
 			moat__v1__local_snapshot__free_unpacked(m, NULL);
 			free(dir);
 			continue;
@@ -683,6 +672,8 @@ vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 			moat__v1__local_snapshot__init(r);
 			reply->snapshots[reply->n_snapshots++] = r;
 			rv = snap_meta_copy(m, r);
+			r->remote_pending =
+			    vmd_pushq_pending(vmd, m->snapshot_id);
 		}
 		moat__v1__local_snapshot__free_unpacked(m, NULL);
 	}
@@ -698,13 +689,28 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__LocalSnapshotRef *req)
 {
 	Moat__V1__LocalSnapshot *meta = NULL;
+	const char *tenant;
 	char *dir = NULL;
 	int rv, e;
 
-	/* Deleting never pulls; the copy in snapd (if any) stays. */
-	if ((rv = snap_open(vmd, call, req->snapshot_id, req->tenant, &meta,
-	         &dir, false)) != MOAT_OK)
+	if ((rv = moat_rpc_tenant(call, req->tenant, &tenant)) != MOAT_OK)
 		return rv;
+	/* Deleting never pulls; the copy in snapd (if any) stays. */
+	if ((rv = snap_open(vmd, call, req->snapshot_id, tenant, &meta, &dir,
+	         false, NULL)) != MOAT_OK)
+		return rv;
+	/* A push of it still queued is cancelled, a running one finished
+	 * (and its copy in snapd then deleted below): read it again. */
+	if (vmd_pushq_pending(vmd, req->snapshot_id)) {
+		vmd_pushq_settle(vmd, req->snapshot_id);
+		moat__v1__local_snapshot__free_unpacked(meta, NULL);
+		meta = NULL;
+		free(dir);
+		dir = NULL;
+		if ((rv = snap_open(vmd, call, req->snapshot_id, tenant, &meta,
+		         &dir, false, NULL)) != MOAT_OK)
+			return rv;
+	}
 	if ((rv = vmd_snapram_forget(vmd, call, req->snapshot_id,
 	         vmd_call_deadline(call))) != MOAT_OK)
 		goto out;

@@ -49,10 +49,13 @@ void vmd_snapshot_remove_dir(const char *dir);
 
 /* vmd_snapshot_open: snapshot `id`'s catalog entry (*meta, caller frees
  * with moat__v1__local_snapshot__free_unpacked) and directory (*dir,
- * heap). A snapshot of another tenant (when `tenant` is not "") is
- * NOT_FOUND. Errors go through moat_rpc_error. */
+ * heap); one this node lacks is pulled from snapd (vmd --snapd), and
+ * *pulled_bytes (may be NULL) says how many bytes came from there (0:
+ * none). A snapshot of another tenant (when `tenant` is not "": RPCs
+ * always name one; "" is for vmd's own use) is NOT_FOUND. Errors go
+ * through moat_rpc_error. */
 int vmd_snapshot_open(struct vmd *vmd, struct moat_rpc_call *call,
     const char *id, const char *tenant, Moat__V1__LocalSnapshot **meta,
-    char **dir) __attribute__((warn_unused_result));
+    char **dir, uint64_t *pulled_bytes) __attribute__((warn_unused_result));
 
 #endif

@@ -106,14 +106,35 @@ seed_free(struct seed *sd)
 	sd->fd = -1;
 }
 
+/* The bytes of the chunks `w` (opened on `a`) still misses: what a
+ * pull from snapd brings. */
+static uint64_t
+missing_bytes(const struct moat_chunk_writer *w,
+    const Moat__V1__SnapArtifact *a)
+{
+	uint64_t idx, bytes = 0;
+
+	for (idx = moat_chunk_writer_next_missing(w, 0); idx != UINT64_MAX;
+	     idx = moat_chunk_writer_next_missing(w, idx + 1)) {
+		uint64_t off = idx * a->chunk_size;
+
+		bytes += a->size - off < a->chunk_size ? a->size - off :
+		                                         a->chunk_size;
+	}
+	return bytes;
+}
+
 /* Writes artifact `a` of snapshot `snap_id` to `path`: chunks found in
  * `sd` (may be NULL) are copied from there, the rest come from snapd;
- * every one is verified by the writer. *local / *remote count them. */
+ * every one is verified by the writer. *local / *remote count them,
+ * *remote_bytes adds the bytes pulled. */
 static int
 pull_seeded(struct vmd *vmd, const char *tenant, const char *snap_id,
     const Moat__V1__SnapArtifact *a, const char *path, struct seed *sd,
-    uint64_t *local, uint64_t *remote, char **errmsg)
+    uint64_t *local, uint64_t *remote, uint64_t *remote_bytes, char **errmsg)
 {
+	uint64_t want;
+
 	struct moat_chunk_writer *w = NULL;
 	uint64_t idx;
 	size_t n_ids = a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
@@ -149,9 +170,11 @@ pull_seeded(struct vmd *vmd, const char *tenant, const char *snap_id,
 			free(err);
 		}
 	}
+	want = missing_bytes(w, a);
 	if ((rv = moat_snap_pull_chunks(vmd->snapd, tenant, snap_id, a, w, 0,
 	         UINT64_MAX, MOAT_SNAP_PULL_BATCH, remote, errmsg)) != MOAT_OK)
 		goto fail;
+	*remote_bytes += want;
 	free(buf);
 	return moat_chunk_writer_commit(w, errmsg);
 fail:
@@ -199,7 +222,8 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 	meta.snapshot_id = info->id;
 	meta.sandbox_id = (char *)label_of(info, "sandbox_id");
 	meta.dir = (char *)dir;
-	/* The sandbox's own tenant; "" was pushed as "default". */
+	/* The sandbox's own tenant (the label; older pushes of a sandbox
+	 * without one name snapd's tenant only). */
 	meta.tenant = (char *)label_of(info, "tenant");
 	if (meta.tenant[0] == '\0')
 		meta.tenant = info->tenant;
@@ -256,6 +280,7 @@ struct fetch {
 	char *root, *tmp, *link, *ram;
 	bool have[VMD_SNAP_N_ARTIFACTS];
 	uint64_t n_local, n_remote;
+	uint64_t remote_bytes; /* chunk bytes pulled from snapd */
 };
 
 /* Asks moat-snapd for snapshot f->id with its chunk ids. On MOAT_OK
@@ -387,7 +412,8 @@ fetch_pull(struct fetch *f, const Moat__V1__SnapArtifact *a, size_t k,
 	int rv;
 
 	rv = pull_seeded(f->vmd, f->snapd_tenant, f->id, a, target,
-	    seeded ? &sd : NULL, &f->n_local, &f->n_remote, errmsg);
+	    seeded ? &sd : NULL, &f->n_local, &f->n_remote, &f->remote_bytes,
+	    errmsg);
 	if (seeded)
 		seed_free(&sd);
 	free(seed_path);
@@ -470,12 +496,12 @@ fetch_artifacts(struct fetch *f)
 
 int
 vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
-    const char *tenant, const char *dir)
+    const char *tenant, const char *dir, uint64_t *pulled_bytes)
 {
 	struct fetch f = { .vmd = vmd,
 		.call = call,
 		.id = id,
-		.snapd_tenant = vmd_snapd_tenant(tenant) };
+		.snapd_tenant = tenant };
 	Moat__V1__SnapshotInfo *info = NULL;
 	char *err = NULL;
 	struct stat st;
@@ -483,6 +509,12 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	uint64_t admitted = 0;
 	int rv, e;
 
+	*pulled_bytes = 0;
+	if (tenant == NULL || tenant[0] == '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "tenant is required: snapshot %s is pulled from "
+		    "moat-snapd for one tenant",
+		    id);
 	if (vmd->snapd == NULL)
 		return moat_rpc_error(call, MOAT_NOT_FOUND,
 		    "snapshot %s not "
@@ -526,9 +558,11 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	moat_info(call->request_id,
 	    "snapshot %s: pulled from moat-snapd in "
 	    "%" PRIu64 " ms (%" PRIu64 " B logical): %" PRIu64 " chunks "
-	    "pulled, %" PRIu64 " copied from parent %s here",
+	    "pulled (%" PRIu64 " B), %" PRIu64 " copied from parent %s here",
 	    id, moat_rpc_now_ms() - t0, info->logical_bytes, f.n_remote,
-	    f.n_local, info->parent_id[0] ? info->parent_id : "(none)");
+	    f.remote_bytes, f.n_local,
+	    info->parent_id[0] ? info->parent_id : "(none)");
+	*pulled_bytes = f.remote_bytes;
 	rv = MOAT_OK;
 	goto out;
 out_rm:

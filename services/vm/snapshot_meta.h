@@ -5,6 +5,8 @@
 #ifndef MOAT_VMD_SNAPSHOT_META_H
 #define MOAT_VMD_SNAPSHOT_META_H
 
+#include <stdbool.h>
+
 #include "vm.pb-c.h"
 
 #define VMD_SNAPSHOT_META "meta.pb"
@@ -19,5 +21,10 @@ int vmd_snapshot_read_meta(const char *dir, Moat__V1__LocalSnapshot **meta)
  * or an errno value. */
 int vmd_snapshot_write_meta(const char *dir,
     const Moat__V1__LocalSnapshot *meta) __attribute__((warn_unused_result));
+
+/* vmd_snapshot_parent: the snapd id of the newest pushed snapshot of
+ * sandbox `sandbox_id` among the snapshot directories under `root`
+ * (heap), or NULL: the parent of its next push. */
+char *vmd_snapshot_parent(const char *root, const char *sandbox_id);
 
 #endif

@@ -43,12 +43,6 @@ const struct vmd_snap_artifact vmd_snap_artifacts[VMD_SNAP_N_ARTIFACTS] = {
 	{ "device_state", MOAT_VMM_SNAP_DEVICE_STATE },
 };
 
-const char *
-vmd_snapd_tenant(const char *tenant)
-{
-	return tenant != NULL && tenant[0] != '\0' ? tenant : "default";
-}
-
 /* Is snapd there? A short Health, so a snapd that is down costs the
  * snapshot seconds, not the RPC default. */
 int
@@ -79,7 +73,7 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	Moat__V1__SnapLabel *label_ptrs[8];
 	Moat__V1__SnapshotInfo *info = NULL;
 	ProtobufCMessage *reply = NULL;
-	const char *tenant = vmd_snapd_tenant(meta->tenant);
+	const char *tenant = meta->tenant;
 	char scratch_mib[24];
 	char *err = NULL, *path = NULL;
 	size_t n_labels = 0;
@@ -233,7 +227,7 @@ vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
 
 	*errmsg = NULL;
 	memset(jobs, 0, sizeof(jobs));
-	req.tenant = (char *)vmd_snapd_tenant(meta->tenant);
+	req.tenant = meta->tenant;
 	req.id = meta->remote_id;
 	req.with_chunks = true;
 	if ((rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE, "GetSnapshot",
@@ -303,7 +297,7 @@ vmd_snapshot_delete_remote(struct vmd *vmd, const char *tenant,
 	*freed_bytes = 0;
 	if (vmd->snapd == NULL || remote_id == NULL || remote_id[0] == '\0')
 		return MOAT_OK;
-	req.tenant = (char *)vmd_snapd_tenant(tenant);
+	req.tenant = (char *)tenant;
 	req.id = (char *)remote_id;
 	rv = moat_rpc_call(vmd->snapd, MOAT_SNAP_SERVICE, "DeleteSnapshot",
 	    &req.base, &moat__v1__delete_snapshot_reply__descriptor, &reply,

@@ -19,9 +19,6 @@ struct vmd_snap_artifact {
 };
 extern const struct vmd_snap_artifact vmd_snap_artifacts[VMD_SNAP_N_ARTIFACTS];
 
-/* vmd_snapd_tenant: `tenant`, or "default" for "" (snapd's name). */
-const char *vmd_snapd_tenant(const char *tenant);
-
 /* vmd_snapd_ping: a short Health to vmd->snapd, so a snapd that is down
  * costs seconds, not the RPC default. Returns a status with *errmsg. */
 int vmd_snapd_ping(struct vmd *vmd, char **errmsg)
@@ -52,7 +49,8 @@ int vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
     const char *path, char **errmsg) __attribute__((warn_unused_result));
 
 /* vmd_snapshot_delete_remote: deletes snapd snapshot `remote_id` of
- * `tenant` ("" : "default"); a snapshot already gone is fine. Returns
+ * `tenant` (the snapshot's; snapd refuses none); a snapshot already gone
+ * is fine. Returns
  * MOAT_OK or a status with *errmsg (heap). */
 int vmd_snapshot_delete_remote(struct vmd *vmd, const char *tenant,
     const char *remote_id, uint64_t *freed_bytes, char **errmsg)

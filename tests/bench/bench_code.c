@@ -39,7 +39,7 @@ run_code(struct moat_rpc_client *c, const char *id, const char *code,
     const char *want)
 {
 	Moat__V1__RunCodeRequest req = MOAT__V1__RUN_CODE_REQUEST__INIT;
-	struct moat_rpc_opts o = { .timeout_ms = 60000 };
+	struct moat_rpc_opts o = { .timeout_ms = 60000, .tenant = "default" };
 	Moat__V1__RunCodeResult *rep = NULL;
 	char *msg = NULL;
 	double t0 = bench_now_ms(), t;
@@ -65,7 +65,9 @@ main(int argc, char **argv)
 	Moat__V1__CreateSandboxRequest creq =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
 	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
-	struct moat_rpc_opts long_o = { .timeout_ms = 300000 };
+	/* Every sandbox call names its tenant, as the gateway's do. */
+	struct moat_rpc_opts long_o = { .timeout_ms = 300000,
+		.tenant = "default" };
 	struct moat_rpc_client *c = NULL;
 	char state[] = "/tmp/moat-bench-code.XXXXXX", url[512], *msg = NULL;
 	ProtobufCMessage *rep = NULL;

@@ -62,7 +62,9 @@ static ProtobufCMessage *
 rpc(struct moat_rpc_client *c, const char *service, const char *method,
     const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc)
 {
-	struct moat_rpc_opts o = { .timeout_ms = LONG_MS };
+	/* Every sandbox call names its tenant, as the gateway's do. */
+	struct moat_rpc_opts o = { .timeout_ms = LONG_MS,
+		.tenant = "default" };
 	ProtobufCMessage *rep = NULL;
 	char *msg = NULL;
 	int rv;

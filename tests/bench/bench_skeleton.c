@@ -30,6 +30,9 @@ die(const char *what, int rv, char *msg)
 /* The stack's API key (run.sh exports MOAT_API_KEY from its state). */
 static const char *api_key;
 static struct moat_rpc_opts auth_opts;
+/* The sandboxes' tenant (the key's), which direct calls to vmd name in
+ * Envelope.tenant as the gateway does; the gateway ignores it. */
+static char sandbox_tenant[128];
 
 static char *
 create(struct moat_rpc_client *c)
@@ -49,6 +52,9 @@ create(struct moat_rpc_client *c)
 	if (rv != MOAT_OK)
 		die("create", rv, msg);
 	id = strdup(((Moat__V1__Sandbox *)rep)->id);
+	snprintf(sandbox_tenant, sizeof(sandbox_tenant), "%s",
+	    ((Moat__V1__Sandbox *)rep)->tenant);
+	auth_opts.tenant = sandbox_tenant;
 	protobuf_c_message_free_unpacked(rep, NULL);
 	return id;
 }

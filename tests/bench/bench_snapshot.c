@@ -49,7 +49,8 @@ static ProtobufCMessage *
 rpc(const char *method, const ProtobufCMessage *req,
     const ProtobufCMessageDescriptor *desc)
 {
-	struct moat_rpc_opts o = { .timeout_ms = LONG_MS };
+	struct moat_rpc_opts o = { .timeout_ms = LONG_MS,
+		.tenant = "default" }; /* as the gateway's calls name it */
 	ProtobufCMessage *rep = NULL;
 	char *msg = NULL;
 	int rv;

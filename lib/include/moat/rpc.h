@@ -44,6 +44,9 @@ struct moat_rpc_call {
 	/* Whom the call acts for, set by a service's own auth before its
 	 * handler runs (the gateway's tenant); NULL in the rpc layer. */
 	const char *principal;
+	/* Envelope.tenant: the tenant a gateway-forwarded call acts for;
+	 * "" when absent. Services check it against the objects named. */
+	const char *tenant;
 	void *service_ctx;      /* moat_rpc_service.ctx */
 	const uint8_t *payload; /* the request's encoded bytes */
 	size_t payload_len;
@@ -123,6 +126,7 @@ struct moat_rpc_opts {
 	uint32_t timeout_ms; /* 0: MOAT_RPC_DEFAULT_TIMEOUT_MS */
 	uint64_t request_id; /* 0: a fresh random id */
 	const char *auth;    /* NULL: none */
+	const char *tenant;  /* Envelope.tenant; NULL: none */
 };
 
 /* moat_rpc_call: sends `request` to `service`/`method` and waits for the

@@ -106,7 +106,9 @@ static int
 call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply)
 {
-	struct moat_rpc_opts opts = { .timeout_ms = CALL_MS };
+	/* Every sandbox call names its tenant, as the gateway's do. */
+	struct moat_rpc_opts opts = { .timeout_ms = CALL_MS,
+		.tenant = "default" };
 	ProtobufCMessage *r = NULL;
 	char *err = NULL;
 	int rv;

@@ -98,16 +98,20 @@ print_log_tail(const struct vmd_proc *v)
 	free(cmd);
 }
 
-/* call: one RPC; returns the status, *reply on OK. *err is a static copy
- * of the error message. */
+/* call_as: one RPC for `tenant` (Envelope.tenant, as the gateway sends
+ * it); returns the status, *reply on OK. *err is a static copy of the
+ * error message. call: the same for TENANT, the tenant of every sandbox
+ * these tests make. */
+#define TENANT "default"
 static char last_err[4096];
 
 static int
-call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
-    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
-    uint32_t timeout_ms)
+call_as(struct vmd_proc *v, const char *tenant, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+    ProtobufCMessage **reply, uint32_t timeout_ms)
 {
-	struct moat_rpc_opts opts = { .timeout_ms = timeout_ms };
+	struct moat_rpc_opts opts = { .timeout_ms = timeout_ms,
+		.tenant = tenant };
 	ProtobufCMessage *r = NULL;
 	char *err = NULL;
 	int rv;
@@ -121,6 +125,14 @@ call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
 	else if (r != NULL)
 		protobuf_c_message_free_unpacked(r, NULL);
 	return rv;
+}
+
+static int
+call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+    uint32_t timeout_ms)
+{
+	return call_as(v, TENANT, method, req, desc, reply, timeout_ms);
 }
 
 static void
@@ -1223,7 +1235,8 @@ par_create_and_exec(void *arg)
 	Moat__V1__Sandbox *sb = NULL;
 	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
 	Moat__V1__ExecResult *r = NULL;
-	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS };
+	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS,
+		.tenant = TENANT };
 	Moat__V1__CreateSandboxRequest cr =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
 	char *err = NULL;
@@ -1347,7 +1360,8 @@ create_in_thread(void *arg)
 	struct par *p = arg;
 	Moat__V1__CreateSandboxRequest cr =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS };
+	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS,
+		.tenant = TENANT };
 	char *err = NULL;
 
 	ProtobufCMessage *sb = NULL;
@@ -2049,14 +2063,18 @@ vmd_start_snapd(struct vmd_proc *v, const char *name)
 	free(state);
 }
 
+/* snapshot_push_on: SnapshotSandbox of `id` on `v`; with `wait_push` the
+ * reply comes once the push to snapd ended (remote_* set), else at once
+ * (the push runs in the background: remote_pending). */
 static Moat__V1__LocalSnapshot *
-snapshot_on(struct vmd_proc *v, const char *id)
+snapshot_push_on(struct vmd_proc *v, const char *id, bool wait_push)
 {
 	Moat__V1__SnapshotSandboxRequest req =
 	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
 	Moat__V1__LocalSnapshot *snap = NULL;
 
 	req.sandbox_id = (char *)id;
+	req.wait_push = wait_push;
 	if (call(v, "SnapshotSandbox", &req.base,
 	        &moat__v1__local_snapshot__descriptor,
 	        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
@@ -2064,6 +2082,56 @@ snapshot_on(struct vmd_proc *v, const char *id)
 		fail_msg("SnapshotSandbox: %s", last_err);
 	}
 	return snap;
+}
+
+/* snapshot_on: a snapshot whose push to snapd (if any) is done. */
+static Moat__V1__LocalSnapshot *
+snapshot_on(struct vmd_proc *v, const char *id)
+{
+	return snapshot_push_on(v, id, true);
+}
+
+/* wait_pushes: waits (up to 2 min) until no snapshot of `v` has a push
+ * pending, then refreshes the remote_* fields of snaps[0..n) from its
+ * list. */
+static void
+wait_pushes(struct vmd_proc *v, Moat__V1__LocalSnapshot **snaps, size_t n)
+{
+	Moat__V1__ListLocalSnapshotsRequest lr =
+	    MOAT__V1__LIST_LOCAL_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__LocalSnapshotList *list = NULL;
+	uint64_t until = now_ms() + 120000;
+	bool pending = true;
+
+	while (pending) {
+		if (list != NULL)
+			protobuf_c_message_free_unpacked(&list->base, NULL);
+		assert_int_equal(
+		    call(v, "ListLocalSnapshots", &lr.base,
+		        &moat__v1__local_snapshot_list__descriptor,
+		        (ProtobufCMessage **)&list, 30000),
+		    MOAT_OK);
+		pending = false;
+		for (size_t i = 0; i < list->n_snapshots; i++)
+			pending |= list->snapshots[i]->remote_pending;
+		if (pending && now_ms() > until)
+			fail_msg("snapshot pushes still pending after 2 min");
+		if (pending)
+			usleep(100000);
+	}
+	for (size_t k = 0; k < n; k++)
+		for (size_t i = 0; i < list->n_snapshots; i++) {
+			Moat__V1__LocalSnapshot *s = list->snapshots[i];
+
+			if (strcmp(s->snapshot_id, snaps[k]->snapshot_id) != 0)
+				continue;
+			/* Unset, it is protobuf-c's shared "": not freed. */
+			if (snaps[k]->remote_id != protobuf_c_empty_string)
+				free(snaps[k]->remote_id);
+			snaps[k]->remote_id = strdup(s->remote_id);
+			snaps[k]->remote_stored = s->remote_stored;
+		}
+	protobuf_c_message_free_unpacked(&list->base, NULL);
 }
 
 static int
@@ -2283,8 +2351,9 @@ test_snapd_remote_restore(void **state)
 	fprintf(stderr,
 	    "restore on a second vmd from snapd: %" PRIu64
 	    " ms for the call (pull included), %" PRIu64 " ms of it to the "
-	    "agent's reply\n",
-	    now_ms() - t0, clone->boot_ms);
+	    "agent's reply, %" PRIu64 " B pulled\n",
+	    now_ms() - t0, clone->boot_ms, clone->pulled_bytes);
+	assert_true(clone->pulled_bytes > 0);
 	after = bash_on(b_, clone->id, "sha256sum /root/remote.txt");
 	assert_string_equal(before, after);
 	free(after);
@@ -2300,6 +2369,7 @@ test_snapd_remote_restore(void **state)
 		fail_msg("RestoreSandbox by snapd id on its node: %s",
 		    last_err);
 	}
+	assert_int_equal(clone->pulled_bytes, 0);
 	path = moat_asprintf("%s/snapshots/%s", a_->state, s1->remote_id);
 	assert_false(path_exists(path));
 	free(path);
@@ -2312,10 +2382,9 @@ test_snapd_remote_restore(void **state)
 		    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 
 		req.snapshot_id = s2->remote_id;
-		req.tenant = (char *)"someone-else";
-		assert_int_equal(call(b_, "RestoreSandbox", &req.base,
-		                     &moat__v1__sandbox__descriptor, NULL,
-		                     LONG_MS),
+		assert_int_equal(call_as(b_, "someone-else", "RestoreSandbox",
+		                     &req.base, &moat__v1__sandbox__descriptor,
+		                     NULL, LONG_MS),
 		    MOAT_NOT_FOUND);
 	}
 
@@ -2507,9 +2576,9 @@ test_restore_in_place(void **state)
 	                     &moat__v1__sandbox__descriptor, NULL, LONG_MS),
 	    MOAT_NOT_FOUND);
 	req.replace_sandbox_id = (char *)id;
-	req.tenant = "someone-else";
-	assert_int_equal(call(&main_vmd, "RestoreSandbox", &req.base,
-	                     &moat__v1__sandbox__descriptor, NULL, LONG_MS),
+	assert_int_equal(call_as(&main_vmd, "someone-else", "RestoreSandbox",
+	                     &req.base, &moat__v1__sandbox__descriptor, NULL,
+	                     LONG_MS),
 	    MOAT_NOT_FOUND);
 	o = bash_out(id, "cat /root/inplace.txt");
 	assert_string_equal(o, "after\n");
@@ -2527,7 +2596,6 @@ test_restore_in_place(void **state)
 		                     0600),
 		    0);
 		req.snapshot_id = bad->snapshot_id;
-		req.tenant = "";
 		rv = call(&main_vmd, "RestoreSandbox", &req.base,
 		    &moat__v1__sandbox__descriptor, NULL, LONG_MS);
 		assert_int_not_equal(rv, MOAT_OK);
@@ -2550,7 +2618,6 @@ test_restore_in_place(void **state)
 		req.snapshot_id = snap->snapshot_id;
 	}
 
-	req.tenant = "";
 	if (call(&main_vmd, "RestoreSandbox", &req.base,
 	        &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&after,
 	        LONG_MS) != MOAT_OK) {
@@ -2854,7 +2921,10 @@ test_snapshot_ram_budget(void **state)
 		snprintf(code, sizeof(code), "x = %d", 1000 + i);
 		r = code_run_on(&budget_vmd, a->id, "", code, 0);
 		protobuf_c_message_free_unpacked(&r->base, NULL);
-		snaps[i] = snapshot_on(&budget_vmd, a->id);
+		/* The reply does not wait for the push to snapd. */
+		snaps[i] = snapshot_push_on(&budget_vmd, a->id, false);
+		assert_false(snaps[i]->remote_stored);
+		assert_true(snaps[i]->remote_pending);
 		if (fs_used(budget_ram) - ram0 > peak_used)
 			peak_used = fs_used(budget_ram) - ram0;
 		if (shmem_bytes() - shm0 > peak_shm)
@@ -2988,7 +3058,9 @@ test_snapshot_ram_budget(void **state)
 	assert_false(log_has(&budget_vmd, "killed by signal"));
 
 	/* Deleting the snapshots takes them out of snapd (an earlier case
-	 * may have left others there) and empties the RAM dir. */
+	 * may have left others there) and empties the RAM dir. Each was
+	 * pushed: in the background, or when evicted. */
+	wait_pushes(&budget_vmd, snaps, BUDGET_SNAPS);
 	for (int i = 0; i < BUDGET_SNAPS; i++) {
 		assert_true(snaps[i]->remote_stored);
 		delete_local(&budget_vmd, snaps[i]->snapshot_id);

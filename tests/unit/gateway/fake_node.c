@@ -206,12 +206,26 @@ sandbox_id_of(const ProtobufCMessage *request)
 	return *(char *const *)((const char *)request + f->offset);
 }
 
+/* tenant_of: the request's own tenant field, or "" when it has none. */
+static const char *
+tenant_of(const ProtobufCMessage *request)
+{
+	const ProtobufCFieldDescriptor *f =
+	    protobuf_c_message_descriptor_get_field_by_name(
+	        request->descriptor, "tenant");
+
+	if (f == NULL)
+		return "";
+	return *(char *const *)((const char *)request + f->offset);
+}
+
 static int
 fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	struct fake_node *fn = call->service_ctx;
 	const char *m = call->method, *sid = sandbox_id_of(request);
+	const char *req_tenant = tenant_of(request);
 	bool handled;
 	int rv = MOAT_OK, idx;
 
@@ -230,8 +244,30 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	snprintf(fn->last_method, sizeof(fn->last_method), "%s", m);
 	snprintf(fn->last_sandbox, sizeof(fn->last_sandbox), "%s",
 	    sid ? sid : "");
-	rv = snap_handler(fn, call, request, reply, &handled);
-	if (handled) {
+	snprintf(fn->last_call_tenant, sizeof(fn->last_call_tenant), "%s",
+	    call->tenant);
+	/* As vmd: every call but Health and NodeInfo names its tenant in
+	 * the envelope, and another tenant's sandbox does not exist. */
+	idx = sid != NULL ? find_sandbox(fn, sid) : -1;
+	handled = strcmp(m, "Health") != 0 && strcmp(m, "NodeInfo") != 0;
+	if (handled && call->tenant[0] == '\0') {
+		fn->untenanted++;
+		rv = moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "fake node %s: tenant is required: %s", fn->id, m);
+	} else if (handled && req_tenant[0] != '\0' &&
+	    strcmp(req_tenant, call->tenant) != 0) {
+		fn->untenanted++;
+		rv = moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "fake node %s: %s for tenant %s names tenant %s", fn->id,
+		    m, call->tenant, req_tenant);
+	} else if (handled && idx >= 0 && fn->tenants[idx][0] != '\0' &&
+	    strcmp(fn->tenants[idx], call->tenant) != 0) {
+		rv = moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "fake node %s: no sandbox %s", fn->id, sid);
+	} else {
+		rv = snap_handler(fn, call, request, reply, &handled);
+	}
+	if (rv != MOAT_OK || handled) {
 		/* answered */
 	} else if (strcmp(m, "Health") == 0) {
 		Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;

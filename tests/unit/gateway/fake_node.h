@@ -61,6 +61,8 @@ struct fake_node {
 	uint64_t last_request_id;
 	char last_method[64];
 	char last_tenant[64];
+	char last_call_tenant[64]; /* Envelope.tenant of the last call */
+	int untenanted;            /* calls refused: no Envelope.tenant */
 	char last_sandbox[128];
 	int calls;
 	char sandboxes[FAKE_MAX_SANDBOXES][128];

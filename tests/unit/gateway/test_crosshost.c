@@ -578,7 +578,7 @@ test_locate_parallel(void **state)
 	}
 	assert_true(moat_sandbox_id_set(&sb, "far-1"));
 	t0 = moat_rpc_now_ms();
-	assert_int_equal(moat_forward_locate(&fw, &sb,
+	assert_int_equal(moat_forward_locate(&fw, &sb, "default",
 	                     moat_rpc_now_ms() + 10000, &where, &msg),
 	    MOAT_OK);
 	spent = moat_rpc_now_ms() - t0;

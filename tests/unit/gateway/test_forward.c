@@ -201,6 +201,16 @@ sandbox_call(const char *method, const char *sandbox_id, uint64_t rid,
 	    &opts, errmsg);
 }
 
+/* Every call the gateway made to a node named its tenant in the
+ * envelope (the fake node, as vmd, refuses one that does not). */
+static void
+assert_all_tenanted(void)
+{
+	assert_int_equal(E.a.untenanted, 0);
+	if (E.b_started)
+		assert_int_equal(E.b.untenanted, 0);
+}
+
 static void
 test_create_routes_to_node(void **state)
 {
@@ -214,6 +224,9 @@ test_create_routes_to_node(void **state)
 	assert_int_equal(E.a.last_request_id, 0xabc123);
 	assert_string_equal(E.a.last_method, "CreateSandbox");
 	assert_string_equal(E.a.last_tenant, "default");
+	/* ... in the request and in the envelope: without API keys every
+	 * caller is tenant "default". */
+	assert_string_equal(E.a.last_call_tenant, "default");
 
 	assert_int_equal(sandbox_call("ExecStart", id, 0x5eed,
 	                     &moat__v1__exec_handle__descriptor, &reply,
@@ -225,6 +238,7 @@ test_create_routes_to_node(void **state)
 	assert_int_equal(E.a.last_request_id, 0x5eed);
 	assert_string_equal(E.a.last_method, "ExecStart");
 	assert_string_equal(E.a.last_sandbox, id);
+	assert_string_equal(E.a.last_call_tenant, "default");
 
 	/* Destroy, then the sandbox is gone everywhere. */
 	assert_int_equal(sandbox_call("DestroySandbox", id, 0xd1e,
@@ -237,6 +251,7 @@ test_create_routes_to_node(void **state)
 	    MOAT_NOT_FOUND);
 	free(errmsg);
 	free(id);
+	assert_all_tenanted();
 }
 
 static void
@@ -343,6 +358,7 @@ test_two_nodes_placement_lookup_and_list(void **state)
 	assert_true(saw_b && saw_hidden);
 	assert_true(saw_a || E.a.n_sandboxes == 0);
 	protobuf_c_message_free_unpacked(reply, NULL);
+	assert_all_tenanted();
 }
 
 static void
@@ -600,6 +616,7 @@ test_record_with_sessiond(void **state)
 	sessiond_stop(pid);
 	free(sandbox_id);
 	free(session_id);
+	assert_all_tenanted();
 }
 
 /* Fork through the fake node with a real sessiond: a session with a
@@ -721,6 +738,7 @@ test_fork_with_sessiond(void **state)
 	sessiond_stop(pid);
 	free(sandbox_id);
 	free(session_id);
+	assert_all_tenanted();
 }
 
 int

@@ -34,6 +34,7 @@
 #include "guest.pb-c.h"
 #include "moat/rpc.h"
 #include "moat/rpc_dispatch.h"
+#include "moat/rpc_tenant.h"
 #include "moat/util.h"
 #include "vm.pb-c.h"
 
@@ -56,6 +57,7 @@ struct fixture {
 	bool release; /* lets blocked handlers return */
 	int blocked;  /* handlers inside a blocking wait */
 	char last_auth[64];
+	char last_tenant[64]; /* call->tenant of the last GetSandbox */
 };
 
 static struct fixture *current;
@@ -142,6 +144,7 @@ h_get(struct moat_rpc_call *call, const ProtobufCMessage *req,
 
 	pthread_mutex_lock(&f->lock);
 	snprintf(f->last_auth, sizeof(f->last_auth), "%s", call->auth);
+	snprintf(f->last_tenant, sizeof(f->last_tenant), "%s", call->tenant);
 	pthread_mutex_unlock(&f->lock);
 	sb->id = strdup(in->sandbox_id);
 	return MOAT_OK;
@@ -837,6 +840,77 @@ test_needs_auth(void **state)
 	moat_rpc_client_close(c);
 }
 
+/* Envelope.tenant: what moat_rpc_opts.tenant sent is call->tenant; ""
+ * when none was sent. */
+static void
+test_tenant_reaches_handler(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_rpc_client *c = open_client(f->url);
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__Sandbox *sb = NULL;
+	struct moat_rpc_opts opts = { .auth = "key" };
+	char *err = NULL;
+
+	ref.sandbox_id = "sb-9";
+	assert_int_equal(moat_rpc_call(c, "moat.v1.Vm", "GetSandbox",
+	                     &ref.base, &moat__v1__sandbox__descriptor,
+	                     (ProtobufCMessage **)&sb, &opts, &err),
+	    MOAT_OK);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	pthread_mutex_lock(&f->lock);
+	assert_string_equal(f->last_tenant, "");
+	pthread_mutex_unlock(&f->lock);
+	opts.tenant = "acme";
+	assert_int_equal(moat_rpc_call(c, "moat.v1.Vm", "GetSandbox",
+	                     &ref.base, &moat__v1__sandbox__descriptor,
+	                     (ProtobufCMessage **)&sb, &opts, &err),
+	    MOAT_OK);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	pthread_mutex_lock(&f->lock);
+	assert_string_equal(f->last_tenant, "acme");
+	pthread_mutex_unlock(&f->lock);
+	moat_rpc_client_close(c);
+}
+
+/* moat_rpc_tenant: the envelope's or the request's tenant, equal when
+ * both are set, never none. */
+static void
+test_rpc_tenant_rule(void **state)
+{
+	struct moat_rpc_call call = { .method = "GetSandbox", .tenant = "" };
+	const char *t = NULL;
+
+	(void)state;
+	assert_int_equal(moat_rpc_tenant(&call, NULL, &t),
+	    MOAT_INVALID_ARGUMENT);
+	assert_null(t);
+	assert_non_null(strstr(call.error_message, "tenant is required"));
+	free(call.error_message);
+	call.error_message = NULL;
+	assert_int_equal(moat_rpc_tenant(&call, "", &t),
+	    MOAT_INVALID_ARGUMENT);
+	free(call.error_message);
+	call.error_message = NULL;
+	assert_int_equal(moat_rpc_tenant(&call, "acme", &t), MOAT_OK);
+	assert_string_equal(t, "acme");
+	call.tenant = "acme";
+	assert_int_equal(moat_rpc_tenant(&call, NULL, &t), MOAT_OK);
+	assert_string_equal(t, "acme");
+	assert_int_equal(moat_rpc_tenant(&call, "acme", &t), MOAT_OK);
+	assert_string_equal(t, "acme");
+	assert_int_equal(moat_rpc_tenant(&call, "bravo", &t),
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(call.error_message, "bravo"));
+	free(call.error_message);
+	/* A call struct of an older caller, tenant NULL, has none. */
+	call.error_message = NULL;
+	call.tenant = NULL;
+	assert_int_equal(moat_rpc_tenant(&call, NULL, &t),
+	    MOAT_INVALID_ARGUMENT);
+	free(call.error_message);
+}
+
 static void
 test_raw_call_and_raw_reply(void **state)
 {
@@ -1172,6 +1246,8 @@ main(void)
 		T(test_calls_after_failures),
 		T(test_server_started_after_client),
 		T(test_needs_auth),
+		T(test_tenant_reaches_handler),
+		cmocka_unit_test(test_rpc_tenant_rule),
 		T(test_raw_call_and_raw_reply),
 		T(test_handler_errors),
 		T(test_listen_errors),

@@ -159,7 +159,15 @@ ses_call(struct ses_proc *p, const char *method, const ProtobufCMessage *req,
     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
     char **errmsg)
 {
-	struct moat_rpc_opts opts = { .timeout_ms = 30000 };
+	return ses_call_as(p, NULL, method, req, desc, reply, errmsg);
+}
+
+int
+ses_call_as(struct ses_proc *p, const char *tenant, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+    ProtobufCMessage **reply, char **errmsg)
+{
+	struct moat_rpc_opts opts = { .timeout_ms = 30000, .tenant = tenant };
 	char *msg = NULL;
 	int rv;
 

@@ -53,6 +53,12 @@ int ses_call(struct ses_proc *p, const char *method,
     const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
     ProtobufCMessage **reply, char **errmsg);
 
+/* ses_call_as: ses_call with Envelope.tenant `tenant` (NULL: none), as
+ * the gateway sends it. */
+int ses_call_as(struct ses_proc *p, const char *tenant, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+    ProtobufCMessage **reply, char **errmsg);
+
 /* ses_create: a new session of tenant/sandbox; returns its id (heap). */
 char *ses_create(struct ses_proc *p, const char *tenant, const char *sandbox);
 

@@ -404,6 +404,80 @@ test_tenant_isolation(void **state)
 	free(id);
 }
 
+/* The gateway also puts the tenant in Envelope.tenant: it must be the
+ * request's, the request's own field is still required (never "" for
+ * any tenant), and another tenant's session and steps stay NOT_FOUND. */
+static void
+test_envelope_tenant(void **state)
+{
+	struct ses_proc *p = *state;
+	Moat__V1__GetSessionRequest g = MOAT__V1__GET_SESSION_REQUEST__INIT;
+	Moat__V1__GetStepRequest st = MOAT__V1__GET_STEP_REQUEST__INIT;
+	Moat__V1__ListSessionsRequest ls =
+	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
+	Moat__V1__SnapshotRefsRequest refs =
+	    MOAT__V1__SNAPSHOT_REFS_REQUEST__INIT;
+	char *id = ses_create(p, TA, "sbx-env"), *errmsg = NULL;
+	char *snaps[] = { "snap-x" };
+	ProtobufCMessage *reply = NULL;
+	int rv;
+
+	append_ok(p, TA, id, "true", "a", 1);
+	g.session_id = id;
+	st.session_id = id;
+	st.index = 1;
+	refs.snapshot_ids = snaps;
+	refs.n_snapshot_ids = 1;
+
+	/* Tenant A, named in both: OK. */
+	g.tenant = TA;
+	rv = ses_call_as(p, TA, "GetSession", &g.base,
+	    &moat__v1__session_info__descriptor, &reply, &errmsg);
+	assert_int_equal(rv, MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	st.tenant = TA;
+	rv = ses_call_as(p, TA, "GetStep", &st.base,
+	    &moat__v1__step__descriptor, &reply, &errmsg);
+	assert_int_equal(rv, MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+
+	/* The envelope and the request disagree. */
+	rv = ses_call_as(p, TB, "GetSession", &g.base,
+	    &moat__v1__session_info__descriptor, &reply, &errmsg);
+	ses_expect(rv, errmsg, MOAT_INVALID_ARGUMENT, TB);
+
+	/* Tenant B, in both: A's session and step do not exist. */
+	g.tenant = TB;
+	rv = ses_call_as(p, TB, "GetSession", &g.base,
+	    &moat__v1__session_info__descriptor, &reply, &errmsg);
+	ses_expect(rv, errmsg, MOAT_NOT_FOUND, NULL);
+	st.tenant = TB;
+	rv = ses_call_as(p, TB, "GetStep", &st.base,
+	    &moat__v1__step__descriptor, &reply, &errmsg);
+	ses_expect(rv, errmsg, MOAT_NOT_FOUND, NULL);
+
+	/* No tenant in the request: refused, with or without the
+	 * envelope's, for reads, listings and the refs count alike. */
+	g.tenant = "";
+	rv = ses_call_as(p, NULL, "GetSession", &g.base,
+	    &moat__v1__session_info__descriptor, &reply, &errmsg);
+	ses_expect(rv, errmsg, MOAT_INVALID_ARGUMENT, "tenant is required");
+	rv = ses_call_as(p, TA, "GetSession", &g.base,
+	    &moat__v1__session_info__descriptor, &reply, &errmsg);
+	ses_expect(rv, errmsg, MOAT_INVALID_ARGUMENT, "tenant is required");
+	st.tenant = "";
+	rv = ses_call_as(p, NULL, "GetStep", &st.base,
+	    &moat__v1__step__descriptor, &reply, &errmsg);
+	ses_expect(rv, errmsg, MOAT_INVALID_ARGUMENT, "tenant is required");
+	rv = ses_call_as(p, NULL, "ListSessions", &ls.base,
+	    &moat__v1__list_sessions_reply__descriptor, &reply, &errmsg);
+	ses_expect(rv, errmsg, MOAT_INVALID_ARGUMENT, "tenant is required");
+	rv = ses_call_as(p, NULL, "SnapshotRefs", &refs.base,
+	    &moat__v1__snapshot_refs_reply__descriptor, &reply, &errmsg);
+	ses_expect(rv, errmsg, MOAT_INVALID_ARGUMENT, "tenant is required");
+	free(id);
+}
+
 static void
 test_bad_input(void **state)
 {
@@ -700,6 +774,7 @@ main(void)
 		SES_CASE(test_sessions_and_steps),
 		SES_CASE(test_big_outputs),
 		SES_CASE(test_tenant_isolation),
+		SES_CASE(test_envelope_tenant),
 		SES_CASE(test_bad_input),
 		SES_CASE(test_fork_snapshot_export),
 		cmocka_unit_test_teardown(test_map_full, ses_reap_all),

@@ -552,6 +552,115 @@ test_tenant_isolation(void **state)
 	free(secret);
 }
 
+/* call_as: `method` with Envelope.tenant `tenant` (as the gateway sends
+ * it); only the status counts, *msg (heap) on failure. */
+static int
+call_as(const char *tenant, const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *rd, char **msg)
+{
+	struct moat_rpc_opts opts = { .timeout_ms = 10000, .tenant = tenant };
+	ProtobufCMessage *reply = NULL;
+	int rv;
+
+	*msg = NULL;
+	rv = moat_rpc_call(cli, SVC, method, req, rd, &reply, &opts, msg);
+	if (reply != NULL)
+		protobuf_c_message_free_unpacked(reply, NULL);
+	return rv;
+}
+
+/* call_as expecting `code` and, when not NULL, `needle` in the message. */
+static void
+expect_as(const char *tenant, const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *rd, int code, const char *needle)
+{
+	char *msg = NULL;
+
+	assert_int_equal(call_as(tenant, method, req, rd, &msg), code);
+	if (needle != NULL) {
+		assert_non_null(msg);
+		assert_non_null(strstr(msg, needle));
+	}
+	free(msg);
+}
+
+/* Envelope.tenant (the gateway's) must be the request's; the request's
+ * field is required (never "" for any tenant or "default"); another
+ * tenant's snapshot and chunks stay NOT_FOUND. */
+static void
+test_envelope_tenant(void **state)
+{
+	Moat__V1__GetSnapshotRequest g = MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
+	Moat__V1__GetChunksRequest c = MOAT__V1__GET_CHUNKS_REQUEST__INIT;
+	Moat__V1__ListSnapshotsRequest l =
+	    MOAT__V1__LIST_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__SnapshotStatsRequest s =
+	    MOAT__V1__SNAPSHOT_STATS_REQUEST__INIT;
+	Moat__V1__DeleteSnapshotRequest d =
+	    MOAT__V1__DELETE_SNAPSHOT_REQUEST__INIT;
+	Moat__V1__MissingChunksRequest m =
+	    MOAT__V1__MISSING_CHUNKS_REQUEST__INIT;
+	const ProtobufCMessageDescriptor *info =
+	    &moat__v1__snapshot_info__descriptor;
+	const ProtobufCMessageDescriptor *chunks =
+	    &moat__v1__get_chunks_reply__descriptor;
+	char *path = make_file("env", 2, 21, 0);
+	Moat__V1__SnapshotInfo *a = snapshot("acme", path, NULL, NULL, NULL);
+	Moat__V1__SnapshotInfo *full;
+	int rv;
+
+	full = get_snapshot("acme", a->id, true, &rv, NULL);
+	assert_int_equal(rv, MOAT_OK);
+	g.id = a->id;
+	c.snapshot_id = a->id;
+	c.ids = full->artifacts[0]->chunk_ids;
+	d.id = a->id;
+	m.ids = full->artifacts[0]->chunk_ids;
+
+	/* The owner, named in both: OK. */
+	g.tenant = c.tenant = "acme";
+	expect_as("acme", "GetSnapshot", &g.base, info, MOAT_OK, NULL);
+	expect_as("acme", "GetChunks", &c.base, chunks, MOAT_OK, NULL);
+	/* The envelope names another tenant than the request. */
+	expect_as("bravo", "GetSnapshot", &g.base, info, MOAT_INVALID_ARGUMENT,
+	    "bravo");
+	expect_as("bravo", "GetChunks", &c.base, chunks, MOAT_INVALID_ARGUMENT,
+	    "bravo");
+	/* Another tenant, in both: the snapshot and its chunks do not
+	 * exist, and it cannot be deleted. */
+	g.tenant = c.tenant = d.tenant = "bravo";
+	expect_as("bravo", "GetSnapshot", &g.base, info, MOAT_NOT_FOUND, NULL);
+	expect_as("bravo", "GetChunks", &c.base, chunks, MOAT_NOT_FOUND, NULL);
+	expect_as("bravo", "DeleteSnapshot", &d.base,
+	    &moat__v1__delete_snapshot_reply__descriptor, MOAT_NOT_FOUND,
+	    NULL);
+	/* No tenant in the request: refused, envelope or not. */
+	g.tenant = c.tenant = d.tenant = "";
+	expect_as(NULL, "GetSnapshot", &g.base, info, MOAT_INVALID_ARGUMENT,
+	    "tenant is required");
+	expect_as("acme", "GetSnapshot", &g.base, info, MOAT_INVALID_ARGUMENT,
+	    "tenant is required");
+	expect_as(NULL, "GetChunks", &c.base, chunks, MOAT_INVALID_ARGUMENT,
+	    "tenant is required");
+	expect_as(NULL, "MissingChunks", &m.base,
+	    &moat__v1__missing_chunks_reply__descriptor, MOAT_INVALID_ARGUMENT,
+	    "tenant is required");
+	expect_as(NULL, "ListSnapshots", &l.base,
+	    &moat__v1__list_snapshots_reply__descriptor, MOAT_INVALID_ARGUMENT,
+	    "tenant is required");
+	expect_as(NULL, "Stats", &s.base,
+	    &moat__v1__snapshot_stats_reply__descriptor, MOAT_INVALID_ARGUMENT,
+	    "tenant is required");
+	expect_as(NULL, "DeleteSnapshot", &d.base,
+	    &moat__v1__delete_snapshot_reply__descriptor,
+	    MOAT_INVALID_ARGUMENT, "tenant is required");
+	/* It is all still there for its owner. */
+	check_stats("acme", 1, 2, 0);
+	protobuf_c_message_free_unpacked(&full->base, NULL);
+	protobuf_c_message_free_unpacked(&a->base, NULL);
+	free(path);
+}
+
 /* flip: flips one byte of piece 0 of `tenant`'s chunk `id` in the LMDB
  * environment, behind snapd's back (LMDB allows a second process). */
 static void
@@ -924,6 +1033,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_zero_chunks, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_tenant_isolation, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_envelope_tenant, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_chunk, setup,
 		    teardown),

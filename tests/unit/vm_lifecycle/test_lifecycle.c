@@ -175,6 +175,7 @@ setup(void **state)
 	vmd_accel_init(&e->vmd);
 	assert_int_equal(vmd_snapram_init(&e->vmd), MOAT_OK);
 	e->call.request_id = 1;
+	e->call.tenant = "tenant-a"; /* every sandbox call names one */
 	e->call.deadline_ms = moat_rpc_now_ms() + 60000;
 	fake_vmm_reset();
 	*state = e;
@@ -208,6 +209,7 @@ new_sandbox(struct env *e, uint32_t boot_timeout_ms)
 	struct sandbox *sb;
 
 	req.image = "default";
+	req.tenant = "tenant-a";
 	req.memory_mib = 128;
 	req.scratch_mib = 64;
 	req.boot_timeout_ms = boot_timeout_ms;
