@@ -98,6 +98,7 @@ struct moat_rpc_client {
 	char *server_name;
 	pthread_mutex_t diag_lock;
 	bool diag_inited;
+	bool diag_quiet;
 	uint64_t diag_ms, diag_logged_ms;
 	char *diag; /* NULL: the last probe said nothing about TLS */
 };
@@ -491,6 +492,8 @@ moat_rpc_client_open_opts(struct moat_rpc_client **out, const char *url,
 	         errmsg)) != MOAT_OK)
 		return rv;
 	rv = client_open(out, url, tls, o->server_name, errmsg);
+	if (rv == MOAT_OK)
+		(*out)->diag_quiet = o->quiet;
 	if (tls != NULL)
 		nng_tls_config_free(tls);
 	return rv;
@@ -515,7 +518,7 @@ tls_diagnose(struct moat_rpc_client *c)
 		free(c->diag);
 		c->diag = moat_tls_probe_explain(nrv, c->url, c->server_name);
 		c->diag_ms = moat_rpc_now_ms();
-		if (c->diag != NULL &&
+		if (c->diag != NULL && !c->diag_quiet &&
 		    (c->diag_logged_ms == 0 ||
 		        c->diag_ms - c->diag_logged_ms >=
 		            RPC_TLS_DIAG_LOG_MS)) {

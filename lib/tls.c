@@ -363,6 +363,18 @@ moat_tls_enabled(const struct moat_tls *t)
 }
 
 bool
+moat_tls_has_ca(const struct moat_tls *t)
+{
+	return t != NULL && t->ca_pem != NULL;
+}
+
+bool
+moat_tls_has_peer_ca(const struct moat_tls *t)
+{
+	return t != NULL && t->peer_ca_pem != NULL;
+}
+
+bool
 moat_tls_insecure(const struct moat_tls *t)
 {
 	return t != NULL && t->insecure;
@@ -651,4 +663,51 @@ moat_tls_probe_explain(int nrv, const char *url, const char *server_name)
 	default:
 		return NULL;
 	}
+}
+
+int
+moat_tls_listener_apply(nng_listener l, const char *url,
+    const struct moat_tls *t, enum moat_tls_peer peer, const char *what,
+    char **errmsg)
+{
+	nng_tls_config *cfg = NULL;
+	int rv, nrv = 0;
+
+	*errmsg = NULL;
+	if ((rv = moat_tls_check_url(t, url, true, peer, what, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	if (strncmp(url, "ipc://", 6) == 0)
+		nrv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+	if (nrv == 0 && moat_tls_url_is_tls(url)) {
+		if ((rv = moat_tls_server_config(t, peer, &cfg, errmsg)) !=
+		    MOAT_OK)
+			return rv;
+		nrv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
+		nng_tls_config_free(cfg);
+	}
+	if (nrv != 0)
+		return config_fail(nrv, url, errmsg);
+	return MOAT_OK;
+}
+
+int
+moat_tls_dialer_apply(nng_dialer d, const char *url, const struct moat_tls *t,
+    const char *server_name, const char *what, char **errmsg)
+{
+	nng_tls_config *cfg = NULL;
+	int rv, nrv;
+
+	*errmsg = NULL;
+	if ((rv = moat_tls_check_url(t, url, false, MOAT_TLS_PEER_NONE, what,
+	         errmsg)) != MOAT_OK)
+		return rv;
+	if (!moat_tls_url_is_tls(url))
+		return MOAT_OK;
+	if ((rv = moat_tls_client_config(t, url, server_name, &cfg, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	nrv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg);
+	nng_tls_config_free(cfg);
+	return nrv != 0 ? config_fail(nrv, url, errmsg) : MOAT_OK;
 }

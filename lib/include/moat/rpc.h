@@ -133,6 +133,8 @@ struct moat_rpc_client_opts {
 	 * the url's host. */
 	const char *server_name;
 	const char *what; /* the link in messages ("the dial to snapd") */
+	bool quiet;       /* a failed handshake is not logged (the caller
+	                     says it) */
 };
 
 /* moat_rpc_client_open_opts: moat_rpc_client_open with the address rules

@@ -20,6 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <getopt.h>
+#include <nng/nng.h>
+
 struct moat_config;
 struct moat_tls;
 /* nng's; from <nng/supplemental/tls/tls.h>. */
@@ -71,6 +74,11 @@ void moat_tls_free(struct moat_tls *t);
 
 /* moat_tls_enabled: any TLS file is set (t may be NULL). */
 bool moat_tls_enabled(const struct moat_tls *t);
+
+/* moat_tls_has_ca / moat_tls_has_peer_ca: tls-ca is set (it can dial
+ * tls+tcp); a CA for callers is set (tls-peer-ca or tls-ca). */
+bool moat_tls_has_ca(const struct moat_tls *t);
+bool moat_tls_has_peer_ca(const struct moat_tls *t);
 
 /* moat_tls_insecure: `insecure` is set (t may be NULL: false). */
 bool moat_tls_insecure(const struct moat_tls *t);
@@ -126,5 +134,38 @@ int moat_tls_probe(const char *url, struct nng_tls_config *cfg,
  * (0, refused, timeout). Heap, caller frees. */
 char *moat_tls_probe_explain(int nrv, const char *url,
     const char *server_name);
+
+/* moat_tls_listener_apply: for a listener made with nng_listener_create
+ * on `url` and not started: the address rules (moat_tls_check_url), TLS
+ * on tls+tcp://, mode 0600 on ipc://. */
+int moat_tls_listener_apply(nng_listener l, const char *url,
+    const struct moat_tls *t, enum moat_tls_peer peer, const char *what,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_tls_dialer_apply: for a dialer made with nng_dialer_create on
+ * `url` and not started: the address rules and TLS on tls+tcp:// with
+ * `server_name` (NULL: the url's host). */
+int moat_tls_dialer_apply(nng_dialer d, const char *url,
+    const struct moat_tls *t, const char *server_name, const char *what,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* The TLS flags of a service's option table (getopt_long; their values
+ * are above any character), and their lines of --help. */
+#define MOAT_TLS_OPTIONS                                                      \
+	{ "tls-cert", required_argument, NULL, 0x7401 },                      \
+	    { "tls-key", required_argument, NULL, 0x7402 },                   \
+	    { "tls-ca", required_argument, NULL, 0x7403 },                    \
+	    { "tls-peer-ca", required_argument, NULL, 0x7404 },               \
+	{                                                                     \
+		"insecure", optional_argument, NULL, 0x7405                   \
+	}
+#define MOAT_TLS_USAGE                                                        \
+	"  --tls-cert FILE      own certificate (PEM: leaf, then its "        \
+	"intermediate)\n"                                                     \
+	"  --tls-key FILE       own private key (PEM)\n"                      \
+	"  --tls-ca FILE        CAs trusted for the servers it dials\n"       \
+	"  --tls-peer-ca FILE   CAs trusted for its callers (default: "       \
+	"tls-ca)\n"                                                           \
+	"  --insecure[=BOOL]    allow plain tcp:// off loopback (warns)\n"
 
 #endif
