@@ -492,12 +492,18 @@ moat_tls_check_url(const struct moat_tls *t, const char *url, bool listen,
 		    what, url);
 		return MOAT_OK;
 	}
-	name = setting_name(t != NULL ? t->section : NULL, "insecure");
+	if (t != NULL && t->section != NULL)
+		name = setting_name(t->section, "insecure");
+	else
+		name = strdup("pass --insecure (MOAT_INSECURE=1)");
 	*errmsg = moat_asprintf(
 	    "%s on %s refused: plain tcp:// off loopback "
 	    "is not encrypted nor authenticated: use tls+tcp://%s with "
-	    "tls-cert, tls-key and tls-ca, or set %s = true to allow it",
-	    what, url, strstr(url, "://") + 3, name ? name : "insecure");
+	    "tls-cert, tls-key and tls-ca, or %s%s%s to allow it",
+	    what, url, strstr(url, "://") + 3,
+	    t != NULL && t->section != NULL ? "set " : "",
+	    name ? name : "insecure",
+	    t != NULL && t->section != NULL ? " = true" : "");
 	free(name);
 	return MOAT_INVALID_ARGUMENT;
 }
