@@ -1,14 +1,17 @@
 #!/bin/sh
 # tls_certs.sh DIR: throwaway certificates for the TLS tests, made with
 # the openssl command line (EC P-256, one day): a root CA, intermediates
-# "gateway", "vmd" and "rogue" (all under the root), and leaves:
-#   DIR/gw/     CN=gateway (DNS:gateway)  from the gateway intermediate
+# "gateway", "vmd", "rogue", "sessiond" and "snapd" (all under the root),
+# and leaves:
+#   DIR/gw/     CN=gateway (DNS:gateway, IP:127.0.0.1) from the gateway
+#               intermediate
 #   DIR/node-a/ CN=node-a  (DNS:node-a)   from the vmd intermediate
 #   DIR/node-b/ CN=node-b  (DNS:node-b)   from the vmd intermediate
 #   DIR/rogue/  CN=node-a  (DNS:node-a)   from the rogue intermediate
 #   DIR/vmdgw/  CN=gateway (DNS:gateway)  from the vmd intermediate
+#   DIR/sessiond/, DIR/snapd/  CN=sessiond, CN=snapd from their own
 # each with cert.pem (leaf then intermediate) and key.pem; the CAs are
-# DIR/ca/{root,gateway,vmd,rogue}.crt. Not for: operators
+# DIR/ca/<name>.crt. Not for: operators
 # (deploy/moat-pki).
 set -eu
 d=$1
@@ -24,7 +27,7 @@ authorityKeyIdentifier = keyid
 basicConstraints = critical,CA:false
 keyUsage = critical,digitalSignature
 extendedKeyUsage = serverAuth,clientAuth
-subjectAltName = DNS:${ENV::SAN}
+subjectAltName = ${ENV::SAN}
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 EOF
@@ -36,7 +39,7 @@ openssl req -x509 -new -key ca/root.key -subj /CN=test-root -days 2 \
 	-addext basicConstraints=critical,CA:true \
 	-addext keyUsage=critical,keyCertSign,cRLSign \
 	-out ca/root.crt 2>/dev/null
-for i in gateway vmd rogue; do
+for i in gateway vmd rogue sessiond snapd; do
 	key ca/$i.key
 	openssl req -new -key ca/$i.key -subj /CN=test-$i-ca \
 		-out ca/$i.csr 2>/dev/null
@@ -44,18 +47,20 @@ for i in gateway vmd rogue; do
 		-CAcreateserial -days 2 -extfile ext.cnf -extensions ca \
 		-out ca/$i.crt 2>/dev/null
 done
-leaf() { # dir name intermediate
+leaf() { # dir name intermediate [subjectAltName]
 	mkdir -p "$1"
 	key "$1/key.pem"
 	openssl req -new -key "$1/key.pem" -subj "/CN=$2" \
 		-out "$1/req.csr" 2>/dev/null
-	SAN=$2 openssl x509 -req -in "$1/req.csr" -CA "ca/$3.crt" \
+	SAN=${4:-DNS:$2} openssl x509 -req -in "$1/req.csr" -CA "ca/$3.crt" \
 		-CAkey "ca/$3.key" -CAcreateserial -days 2 -extfile ext.cnf \
 		-extensions leaf -out "$1/leaf.pem" 2>/dev/null
 	cat "$1/leaf.pem" "ca/$3.crt" > "$1/cert.pem"
 }
-leaf gw gateway gateway
+leaf gw gateway gateway DNS:gateway,IP:127.0.0.1
 leaf node-a node-a vmd
 leaf node-b node-b vmd
 leaf rogue node-a rogue
 leaf vmdgw gateway vmd
+leaf sessiond sessiond sessiond
+leaf snapd snapd snapd
