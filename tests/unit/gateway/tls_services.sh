@@ -2,11 +2,11 @@
 # tls_services.sh BIN_DIR: the services' TLS wiring, with throwaway
 # certificates (tests/unit/lib/tls_certs.sh) on 127.0.0.1: moat-sessiond
 # and moat-snapd on tls+tcp requiring a gateway certificate, a
-# moat-gateway dialing them by name (no vmd: the node links are
-# test_node_proof's), the CLI over tls+tcp (right CA and name; no CA;
+# moat-gateway dialing them by name, the CLI over tls+tcp (right CA and name; no CA;
 # wrong name), a vmd certificate refused by sessiond, plain tcp off
 # loopback refused without insecure and warned with it, the HTTPS door
-# with curl and the Python SDK. Exits 77 without openssl.
+# with curl and the Python SDK, and (where moat-vmd starts) a vmd joining
+# over TLS and an impostor refused. Exits 77 without openssl.
 # Not for: VMs (tests/integration/cluster).
 set -u
 bin=$1
@@ -126,3 +126,46 @@ else:
 EOF
 	fail "Python SDK over HTTPS"
 echo "ok: HTTPS door (curl; Python SDK with ca=, and a wrong CA refused)"
+
+# vmd over TLS: it joins through the survey (its id proven at the dial);
+# a vmd holding node-b's certificate that answers as node-a is refused
+# and node-a's entry keeps its url. Skipped where vmd cannot start (no
+# VMM).
+cat "$p/ca/gateway.crt" "$p/ca/snapd.crt" > "$p/vmd-ca.pem"
+vmd() { # id leaf port
+	mkdir -p "$dir/ram-$1-$3" "$dir/img"
+	"$bin/moat-vmd" --state-dir "$dir/v-$1-$3" --image-dir "$dir/img" \
+		--ram-dir "$dir/ram-$1-$3" --templates off --node-id "$1" \
+		--listen "tls+tcp://127.0.0.1:$3" \
+		--survey "tls+tcp://127.0.0.1:$vp" \
+		--tls-cert "$p/$2/cert.pem" --tls-key "$p/$2/key.pem" \
+		--tls-ca "$p/vmd-ca.pem" --tls-peer-ca "$p/ca/gateway.crt" \
+		> "$dir/vmd-$1-$3.log" 2>&1 &
+	pids+=($!)
+}
+a=$(port) b=$(port)
+vmd node-a node-a "$a"
+joined=
+for _ in $(seq 1 50); do
+	grep -q "node node-a proved its id at tls+tcp://127.0.0.1:$a" \
+		"$dir/gateway.log" && { joined=1; break; }
+	kill -0 "${pids[-1]}" 2>/dev/null || break
+	sleep 0.2
+done
+if [ -z "$joined" ] && ! kill -0 "${pids[-1]}" 2>/dev/null; then
+	echo "skip: moat-vmd does not start here: $(tail -n 1 "$dir/vmd-node-a-$a.log")"
+	exit 0
+fi
+[ -n "$joined" ] || fail "vmd node-a did not join over TLS"
+vmd node-a node-b "$b"
+for _ in $(seq 1 50); do
+	grep -q "naming node node-a at tls+tcp://127.0.0.1:$b" \
+		"$dir/gateway.log" && break
+	sleep 0.2
+done
+grep -q "naming node node-a at tls+tcp://127.0.0.1:$b" "$dir/gateway.log" ||
+	fail "an impostor's answer was not refused"
+grep -q "node node-a moved" "$dir/gateway.log" && fail "node-a moved"
+out=$(moat --tls-ca "$p/ca/gateway.crt" --tls-name gateway info 2>&1)
+echo "$out" | grep -q "rpc tls+tcp://127.0.0.1:$a" || fail "node-a's url: $out"
+echo "ok: vmd joins over TLS; an impostor with node-b's certificate is refused"
