@@ -14,6 +14,8 @@ PKGS=(
 	python3 python3-yaml ca-certificates procps psmisc
 	python3-pip python3-setuptools python3-wheel python3-venv
 	nodejs npm
+	# the TLS tests' throwaway certificates, curl for the HTTPS door
+	openssl curl
 )
 
 missing=()

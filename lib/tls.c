@@ -655,8 +655,9 @@ moat_tls_probe_explain(int nrv, const char *url, const char *server_name)
 	case NNG_EPEERAUTH:
 		return moat_asprintf(
 		    "the TLS handshake with %s failed (%s): "
-		    "its certificate is not trusted by tls-ca or does not "
-		    "name \"%s\", or it does not trust our tls-cert",
+		    "its certificate is not trusted by tls-ca, has expired "
+		    "or does not name \"%s\", or it does not trust our "
+		    "tls-cert",
 		    url, nng_strerror(nrv), server_name ? server_name : "?");
 	case NNG_ECONNSHUT:
 	case NNG_ECONNRESET:

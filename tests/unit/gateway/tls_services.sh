@@ -6,12 +6,13 @@
 # wrong name), a vmd certificate refused by sessiond, plain tcp off
 # loopback refused without insecure and warned with it, the HTTPS door
 # with curl and the Python SDK, and (where moat-vmd starts) a vmd joining
-# over TLS and an impostor refused. Exits 77 without openssl.
+# over TLS and an impostor refused. Exits 77 without openssl or curl.
 # Not for: VMs (tests/integration/cluster).
 set -u
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
-command -v openssl >/dev/null || { echo "no openssl: skipped"; exit 77; }
+command -v openssl >/dev/null && command -v curl >/dev/null ||
+	{ echo "no openssl or curl: skipped"; exit 77; }
 dir=$(mktemp -d /tmp/moat-tlssvc-XXXXXX)
 pids=()
 cleanup() {
