@@ -205,7 +205,8 @@ prover_main(void *arg)
 		rv = prove(p, it->node, &why);
 		pthread_mutex_lock(&p->lock);
 		if (rv == MOAT_OK) {
-			p->passed++;
+			/* Recorded first, counted after: whoever sees the
+			 * count finds the node in the table. */
 			pthread_mutex_unlock(&p->lock);
 			moat_info(0, "discovery: node %s proved its id at %s",
 			    it->node->node_id, it->node->rpc_url);
@@ -215,6 +216,7 @@ prover_main(void *arg)
 				    "discovery: could not record a "
 				    "proven node");
 			pthread_mutex_lock(&p->lock);
+			p->passed++;
 		} else {
 			p->refused++;
 			log_refusal(p, it->node->node_id, it->node->rpc_url,
