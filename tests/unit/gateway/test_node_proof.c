@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,7 +247,7 @@ test_proof(void **state)
 struct respondent {
 	nng_socket sock;
 	pthread_t thread;
-	volatile bool stop;
+	atomic_bool stop;
 	char id[32], url[64];
 };
 
@@ -255,7 +256,7 @@ respond_main(void *arg)
 {
 	struct respondent *r = arg;
 
-	while (!r->stop) {
+	while (!atomic_load(&r->stop)) {
 		Moat__V1__Node n = MOAT__V1__NODE__INIT;
 		nng_msg *m;
 
@@ -301,7 +302,7 @@ respondent_start(struct respondent *r, const char *survey_url,
 static void
 respondent_quiet(struct respondent *r)
 {
-	r->stop = true;
+	atomic_store(&r->stop, true);
 	pthread_join(r->thread, NULL);
 }
 
