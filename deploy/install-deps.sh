@@ -14,7 +14,9 @@ PKGS=(
 	python3 python3-yaml ca-certificates procps psmisc
 	python3-pip python3-setuptools python3-wheel python3-venv
 	nodejs npm
-	openssl systemd
+	# the TLS tests' throwaway certificates and moat-pki, curl for the
+	# HTTPS door, systemd-analyze for the unit files' test
+	openssl curl systemd
 )
 
 missing=()

@@ -53,6 +53,9 @@ struct moat_discovery {
 	struct moat_nodes *nodes;
 	uint32_t interval_ms;
 	char *url;
+	/* Proves new ids and urls before they count (node_proof.c); NULL
+	 * without TLS to the nodes. */
+	struct moat_node_prover *prover;
 	/* A stray respondent answers every survey: say so once a minute. */
 	uint64_t bad_logged_ms;
 	uint32_t bad_since_log;
@@ -142,6 +145,20 @@ find_entry(struct moat_nodes *nodes, const char *id)
 		if (strcmp(nodes->entries[i].id.s, id) == 0)
 			return &nodes->entries[i];
 	return NULL;
+}
+
+bool
+moat_nodes_knows(struct moat_nodes *nodes, const char *id, const char *url)
+{
+	struct moat_node_entry *e;
+	bool known;
+
+	pthread_mutex_lock(&nodes->lock);
+	e = find_entry(nodes, id);
+	known =
+	    e != NULL && e->node != NULL && strcmp(e->node->rpc_url, url) == 0;
+	pthread_mutex_unlock(&nodes->lock);
+	return known;
 }
 
 int
@@ -359,8 +376,15 @@ moat_nodes_conn_get(struct moat_nodes *nodes, const struct moat_node_id *id,
 			    moat_asprintf("node %s: out of memory", id->s);
 			return MOAT_RESOURCE_EXHAUSTED;
 		}
-		if ((rv = moat_rpc_client_open(&c->client, c->url, errmsg)) !=
-		    MOAT_OK) {
+		/* The node's id is the TLS server name: only the holder of
+		 * its certificate answers as it. */
+		struct moat_rpc_client_opts co = {
+			.tls = nodes->tls,
+			.server_name = id->s,
+			.what = "the dial to a node (its survey rpc_url)",
+		};
+		if ((rv = moat_rpc_client_open_opts(&c->client, c->url, &co,
+		         errmsg)) != MOAT_OK) {
 			free(c->url);
 			free(c);
 			pthread_mutex_unlock(&nodes->lock);
@@ -403,6 +427,10 @@ survey_answer(struct moat_discovery *d, nng_msg *m)
 	uint64_t now = moat_rpc_now_ms();
 
 	node = moat__v1__node__unpack(NULL, len, nng_msg_body(m));
+	/* A new id or url waits for its proof (node_proof.c). */
+	if (node != NULL && d->prover != NULL &&
+	    moat_node_prover_offer(d->prover, node))
+		return;
 	rv = node == NULL ?
 	    MOAT_INVALID_ARGUMENT :
 	    moat_nodes_seen(d->nodes, node, moat_now_unix_ms());
@@ -506,6 +534,15 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
     const char *url, uint32_t interval_ms, const struct moat_config *config,
     char **errmsg)
 {
+	return moat_discovery_start_tls(out, nodes, url, interval_ms, config,
+	    NULL, errmsg);
+}
+
+int
+moat_discovery_start_tls(struct moat_discovery **out, struct moat_nodes *nodes,
+    const char *url, uint32_t interval_ms, const struct moat_config *config,
+    const struct moat_tls *survey_tls, char **errmsg)
+{
 	struct moat_discovery *d;
 	nng_listener l;
 	uint32_t forget;
@@ -541,9 +578,18 @@ moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
 		goto fail_nng;
 	if ((rv = nng_listener_create(&l, d->sock, url)) != 0)
 		goto fail_nng;
-	if (strncmp(url, "ipc://", 6) == 0 &&
-	    (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) != 0)
-		goto fail_nng;
+	/* Answers only from holders of a node certificate (the survey's
+	 * peer CAs); which node, the prover checks. */
+	if ((rv = moat_tls_listener_apply(l, url, survey_tls,
+	         MOAT_TLS_PEER_REQUIRED,
+	         "the survey listener ([gateway] survey)", errmsg)) !=
+	        MOAT_OK ||
+	    (moat_tls_has_ca(nodes->tls) &&
+	        (rv = moat_node_prover_start(&d->prover, nodes, errmsg)) !=
+	            MOAT_OK)) {
+		moat_discovery_stop(d);
+		return rv;
+	}
 	if ((rv = nng_listener_start(l, 0)) != 0)
 		goto fail_nng;
 	/* Set only once this discovery owns the url: a second start that
@@ -582,6 +628,7 @@ moat_discovery_stop(struct moat_discovery *d)
 	atomic_store(&d->stop, true);
 	if (d->thread_started)
 		pthread_join(d->thread, NULL);
+	moat_node_prover_stop(d->prover);
 	if (d->has_socket && !moat_nng_close_bounded(d->sock, 2000))
 		moat_warn(0,
 		    "discovery %s: closing the socket hung (an nng "

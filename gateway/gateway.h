@@ -19,6 +19,7 @@
 #include "gateway.pb-c.h"
 #include "moat/config.h"
 #include "moat/rpc.h"
+#include "moat/tls.h"
 #include "session.pb-c.h"
 #include "vm.pb-c.h"
 
@@ -57,6 +58,11 @@ struct moat_nodes {
 	 * dropped (0: never); moat_discovery_start sets it from
 	 * MOAT_GATEWAY_NODE_FORGET_S and its interval. */
 	uint32_t forget_rounds;
+	/* TLS for the dials to nodes (borrowed; NULL: none): a node is
+	 * dialed with its id as the TLS server name, and with tls-ca set
+	 * a survey answer with a new id or url is proven first
+	 * (node_proof.c). Set before discovery starts. */
+	const struct moat_tls *tls;
 };
 
 /* moat_nodes_init / moat_nodes_fini: fini closes every cached client (no
@@ -72,6 +78,10 @@ void moat_nodes_fini(struct moat_nodes *nodes);
  * node id or rpc url, or the id is too long. */
 int moat_nodes_seen(struct moat_nodes *nodes, Moat__V1__Node *node,
     uint64_t now_ms) __attribute__((warn_unused_result));
+
+/* moat_nodes_knows: `id` is in the table with rpc url `url`. */
+bool moat_nodes_knows(struct moat_nodes *nodes, const char *id,
+    const char *url);
 
 /* moat_nodes_round_end: ends one survey round: a node that did not answer
  * in it counts a miss; missed_limit misses in a row mark it unavailable
@@ -118,6 +128,51 @@ struct moat_discovery;
 int moat_discovery_start(struct moat_discovery **out, struct moat_nodes *nodes,
     const char *url, uint32_t interval_ms, const struct moat_config *config,
     char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_discovery_start_tls: moat_discovery_start with the address rules
+ * and, on tls+tcp://, TLS on the survey listener from `survey_tls` (the
+ * answering nodes' certificates required, from its peer CAs). With
+ * nodes->tls able to dial TLS (tls-ca), answers with a new node id or a
+ * new url are proven before they count (moat_node_prover). */
+int moat_discovery_start_tls(struct moat_discovery **out,
+    struct moat_nodes *nodes, const char *url, uint32_t interval_ms,
+    const struct moat_config *config, const struct moat_tls *survey_tls,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* ---- node identity (node_proof.c) ---- */
+
+/* How long a node's Health call may take to prove its id, how soon the
+ * same (id, url) is tried again, how often a refusal per id is logged. */
+#define MOAT_GW_PROOF_TIMEOUT_MS 1000
+#define MOAT_GW_PROOF_RETRY_MS 10000
+#define MOAT_GW_PROOF_LOG_MS 60000
+
+struct moat_node_prover;
+
+/* moat_node_prover_start: a thread that proves survey answers: a short
+ * Health call to the answer's rpc_url with TLS server name = its node id
+ * (so only the holder of that node's certificate passes). A proven
+ * answer goes into `nodes` (moat_nodes_seen); a refused one is logged (at
+ * most once per id per MOAT_GW_PROOF_LOG_MS) and the table is left as it
+ * was. Needs nodes->tls. */
+int moat_node_prover_start(struct moat_node_prover **out,
+    struct moat_nodes *nodes, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_node_prover_offer: takes `node` (ownership) when it needs a proof
+ * (an id not in the table, or a known id with another url) and returns
+ * true: queued, or refused (plain tcp:// without insecure; the same (id,
+ * url) tried in the last MOAT_GW_PROOF_RETRY_MS). False when no proof is
+ * needed (known id and url; an ipc:// url): the caller records it. */
+bool moat_node_prover_offer(struct moat_node_prover *p, Moat__V1__Node *node);
+
+/* moat_node_prover_counts: proofs passed and refused so far (tests). */
+void moat_node_prover_counts(struct moat_node_prover *p, unsigned *passed,
+    unsigned *refused);
+
+/* moat_node_prover_stop: joins the thread, drops what is queued. Safe on
+ * NULL. */
+void moat_node_prover_stop(struct moat_node_prover *p);
 
 /* moat_discovery_stop: closes the socket, joins the thread, frees. Safe
  * on NULL. */
@@ -649,6 +704,16 @@ struct moat_gateway_opts {
 	/* [policy] refuse / refuse.<tenant> (auth.c); NULL: env and the
 	 * default. Borrowed: must outlive the gateway. */
 	const struct moat_config *config;
+	/* TLS (moat/tls.h; borrowed, NULL: none): `tls` for the RPC
+	 * listener (client certificates optional) and the dials to nodes,
+	 * sessiond and snapd; `survey_tls` for the survey listener (node
+	 * certificates required, from survey-tls-peer-ca). The server names
+	 * of sessiond's and snapd's certificates (NULL: "sessiond",
+	 * "snapd"). */
+	const struct moat_tls *tls;
+	const struct moat_tls *survey_tls;
+	const char *sessiond_tls_name;
+	const char *snapd_tls_name;
 };
 
 struct moat_gateway;

@@ -1451,6 +1451,30 @@ moat_gateway_metrics(struct moat_gateway *gw)
 
 /* ---- lifecycle ---- */
 
+/* open_backends: the clients of sessiond and snapd, TLS by opts. */
+static int
+open_backends(struct moat_gateway *gw, const struct moat_gateway_opts *opts,
+    char **errmsg)
+{
+	struct moat_rpc_client_opts co = {
+		.tls = opts->tls,
+		.server_name = opts->sessiond_tls_name != NULL ?
+		    opts->sessiond_tls_name :
+		    "sessiond",
+		.what = "the dial to sessiond ([gateway] sessiond)",
+	};
+	int rv;
+
+	if ((rv = moat_rpc_client_open_opts(&gw->sessiond, gw->sessiond_url,
+	         &co, errmsg)) != MOAT_OK)
+		return rv;
+	co.server_name =
+	    opts->snapd_tls_name != NULL ? opts->snapd_tls_name : "snapd";
+	co.what = "the dial to snapd ([gateway] snapd)";
+	return moat_rpc_client_open_opts(&gw->snapd, gw->snapd_url, &co,
+	    errmsg);
+}
+
 int
 moat_gateway_start(struct moat_gateway **out,
     const struct moat_gateway_opts *opts, char **errmsg)
@@ -1513,14 +1537,12 @@ moat_gateway_start(struct moat_gateway **out,
 	if (moat_nodes_init(&gw->nodes) != MOAT_OK)
 		goto fail_oom;
 	gw->nodes_ready = true;
+	gw->nodes.tls = opts->tls;
 	if (moat_forward_init(&gw->fw, &gw->nodes) != MOAT_OK)
 		goto fail_oom;
 	gw->fw_ready = true;
 	/* Dials do not block: a service that starts later is found. */
-	if ((rv = moat_rpc_client_open(&gw->sessiond, gw->sessiond_url,
-	         errmsg)) != MOAT_OK ||
-	    (rv = moat_rpc_client_open(&gw->snapd, gw->snapd_url, errmsg)) !=
-	        MOAT_OK)
+	if ((rv = open_backends(gw, opts, errmsg)) != MOAT_OK)
 		goto fail;
 	if (moat_record_init(&gw->rec, &gw->fw, gw->sessiond,
 	        gw->sessiond_url) != MOAT_OK)
@@ -1528,8 +1550,9 @@ moat_gateway_start(struct moat_gateway **out,
 	gw->rec.snapd = gw->snapd;
 	gw->rec.snapd_url = gw->snapd_url;
 	gw->rec.config = gw->config;
-	if ((rv = moat_discovery_start(&gw->discovery, &gw->nodes,
+	if ((rv = moat_discovery_start_tls(&gw->discovery, &gw->nodes,
 	         gw->survey_url, opts->survey_interval_ms, gw->config,
+	         opts->survey_tls != NULL ? opts->survey_tls : opts->tls,
 	         errmsg)) != MOAT_OK)
 		goto fail;
 	if ((rv = moat_inventory_start(&gw->inventory, &gw->nodes, &gw->fw,
@@ -1537,8 +1560,18 @@ moat_gateway_start(struct moat_gateway **out,
 		goto fail;
 	gw->fw.inv = gw->inventory;
 	svc.ctx = gw;
-	if ((rv = moat_rpc_server_start(&gw->server, gw->listen_url, &svc,
-	         opts->workers, errmsg)) != MOAT_OK)
+	/* Clients prove themselves by API key; a certificate is checked
+	 * when one is shown and a CA for it is set. */
+	struct moat_rpc_server_opts so = {
+		.workers = opts->workers,
+		.tls = opts->tls,
+		.peer = moat_tls_has_peer_ca(opts->tls) ?
+		    MOAT_TLS_PEER_OPTIONAL :
+		    MOAT_TLS_PEER_NONE,
+		.what = "the gateway's RPC listener ([gateway] listen)",
+	};
+	if ((rv = moat_rpc_server_start_opts(&gw->server, gw->listen_url, &svc,
+	         &so, errmsg)) != MOAT_OK)
 		goto fail;
 	*out = gw;
 	return MOAT_OK;

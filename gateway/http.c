@@ -43,6 +43,7 @@ struct moat_http {
 	const ProtobufCServiceDescriptor *service;
 	uint16_t port;
 	struct moat_mcp_http *mcp; /* MCP sessions of /mcp (mcp_http.c) */
+	char *tls_cert, *tls_key;  /* PEM, while the daemon runs (HTTPS) */
 };
 
 /* One request's state across libmicrohttpd's calls of the handler. */
@@ -1408,6 +1409,45 @@ bad:
 	return MOAT_INVALID_ARGUMENT;
 }
 
+/* http_tls: reads the HTTPS certificate and key when both are set. */
+static int
+http_tls(struct moat_http *h, const struct moat_http_opts *opts, char **errmsg)
+{
+	bool cert = opts->tls_cert != NULL && opts->tls_cert[0] != '\0';
+	bool key = opts->tls_key != NULL && opts->tls_key[0] != '\0';
+	size_t len;
+	int err;
+
+	if (!cert && !key)
+		return MOAT_OK;
+	if (cert != key) {
+		*errmsg = moat_asprintf("[gateway] http-tls-cert and "
+		                        "http-tls-key go together: give both "
+		                        "or neither");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+		*errmsg = moat_asprintf(
+		    "http-tls-cert is set but this "
+		    "libmicrohttpd has no TLS: install one built with GnuTLS, "
+		    "or unset http-tls-cert and http-tls-key");
+		return MOAT_UNIMPLEMENTED;
+	}
+	for (int i = 0; i < 2; i++) {
+		const char *path = i == 0 ? opts->tls_cert : opts->tls_key;
+
+		if ((err = moat_read_file(path, 1u << 20,
+		         i == 0 ? &h->tls_cert : &h->tls_key, &len)) != 0) {
+			*errmsg = moat_asprintf("cannot read [gateway] %s %s: "
+			                        "%s",
+			    i == 0 ? "http-tls-cert" : "http-tls-key", path,
+			    strerror(err));
+			return MOAT_INVALID_ARGUMENT;
+		}
+	}
+	return MOAT_OK;
+}
+
 int
 moat_http_start(struct moat_http **out, struct moat_gateway *gw,
     const char *addr, const struct moat_http_opts *opts, char **errmsg)
@@ -1453,20 +1493,29 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 		goto fail;
 	}
 	if ((rv = moat_rpc_server_new_detached(&h->dispatcher, &svc,
-	         errmsg)) != MOAT_OK)
+	         errmsg)) != MOAT_OK ||
+	    (rv = http_tls(h, opts, errmsg)) != MOAT_OK)
 		goto fail;
-	h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
-	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)MOAT_HTTP_MAX_CONNECTIONS,
-	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MOAT_HTTP_IDLE_TIMEOUT_S,
-	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+	/* The TLS options last: MHD_OPTION_END ends the list early
+	 * without them. */
+	h->daemon = MHD_start_daemon(flags | (h->tls_cert ? MHD_USE_TLS : 0),
+	    0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+	    (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned)MOAT_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned)MOAT_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED,
+	    on_completed, h,
+	    h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
+	    h->tls_cert, MHD_OPTION_HTTPS_MEM_KEY, h->tls_key, MHD_OPTION_END);
 	if (h->daemon == NULL) {
 		rv = MOAT_UNAVAILABLE;
 		*errmsg = moat_asprintf(
-		    "cannot serve HTTP on %s: the address "
-		    "is in use or not local: pick another with --http, or "
+		    "cannot serve HTTP%s on %s: the address "
+		    "is in use or not local%s: pick another with --http, or "
 		    "--http off",
-		    addr);
+		    h->tls_cert ? "S" : "", addr,
+		    h->tls_cert ? ", or http-tls-cert / http-tls-key are not "
+		                  "a PEM certificate and its key" :
+		                  "");
 		goto fail;
 	}
 	info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -1495,5 +1544,10 @@ moat_http_stop(struct moat_http *h)
 		MHD_stop_daemon(h->daemon);
 	moat_rpc_server_stop(h->dispatcher);
 	moat_mcp_http_free(h->mcp);
+	free(h->tls_cert);
+	if (h->tls_key != NULL) {
+		explicit_bzero(h->tls_key, strlen(h->tls_key));
+		free(h->tls_key);
+	}
 	free(h);
 }

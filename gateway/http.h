@@ -31,6 +31,10 @@ struct moat_http_opts {
 	uint32_t mcp_idle_s;       /* with the table full, a session idle
 	                             * this long (0: any not in use) is
 	                             * evicted and its sandbox destroyed */
+	/* [gateway] http-tls-cert / http-tls-key: PEM files; both set,
+	 * the door serves HTTPS (libmicrohttpd with GnuTLS). */
+	const char *tls_cert;
+	const char *tls_key;
 };
 
 /* moat_http_start: serves the HTTP door on `addr` ("host:port",

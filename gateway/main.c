@@ -18,6 +18,7 @@
 #include "moat/log.h"
 #include "moat/service.h"
 #include "moat/status.h"
+#include "moat/tls.h"
 #include "moat/util.h"
 
 #define SECTION "gateway"
@@ -49,7 +50,20 @@ usage(FILE *f)
 	    "                       idle N s or more and destroys its "
 	    "sandbox (default %d)\n"
 	    "  --auth on|off        API keys required (default on; off: "
-	    "every caller is tenant \"default\")\n"
+	    "every caller is tenant \"default\")\n" MOAT_TLS_USAGE
+	    "                       (tls-ca: the CAs of vmd, sessiond and "
+	    "snapd;\n"
+	    "                       tls-peer-ca: optional client "
+	    "certificates)\n"
+	    "  --survey-tls-peer-ca FILE  CAs of the nodes that may answer "
+	    "the\n"
+	    "                       survey (default: tls-peer-ca)\n"
+	    "  --sessiond-tls-name N  name in sessiond's certificate "
+	    "(default sessiond)\n"
+	    "  --snapd-tls-name N   name in snapd's certificate (default "
+	    "snapd)\n"
+	    "  --http-tls-cert FILE, --http-tls-key FILE  serve the HTTP API "
+	    "as HTTPS\n"
 	    "  --version, --help\n"
 	    "Every option is also MOAT_GATEWAY_<NAME> in the environment and "
 	    "<name> in [gateway].\n"
@@ -215,7 +229,34 @@ struct gateway_main {
 	struct moat_gateway *gw;
 	struct moat_http *http;
 	char *listen, *survey, *sessiond, *snapd;
+	struct moat_tls *tls, *survey_tls;
 };
+
+/* gateway_tls: [gateway]'s TLS settings, for its listeners and dials
+ * (moat/tls.h), and the survey's callers (survey-tls-peer-ca). */
+static int
+gateway_tls(struct gateway_main *m, struct moat_config *cfg, char **errmsg)
+{
+	int rv;
+
+	if ((rv = moat_tls_from_config(cfg, SECTION, &m->tls, errmsg)) !=
+	        MOAT_OK ||
+	    (rv = moat_tls_with_peer_ca(m->tls,
+	         moat_config_get(cfg, SECTION, "survey-tls-peer-ca", NULL),
+	         "survey-tls-peer-ca", &m->survey_tls, errmsg)) != MOAT_OK)
+		return rv;
+	m->opts.tls = m->tls;
+	m->opts.survey_tls = m->survey_tls;
+	m->opts.sessiond_tls_name =
+	    moat_config_get(cfg, SECTION, "sessiond-tls-name", "sessiond");
+	m->opts.snapd_tls_name =
+	    moat_config_get(cfg, SECTION, "snapd-tls-name", "snapd");
+	m->http_opts.tls_cert =
+	    moat_config_get(cfg, SECTION, "http-tls-cert", NULL);
+	m->http_opts.tls_key =
+	    moat_config_get(cfg, SECTION, "http-tls-key", NULL);
+	return MOAT_OK;
+}
 
 static int
 gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
@@ -268,6 +309,8 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	         errmsg)) != MOAT_OK ||
 	    (rv = retention_config(cfg, errmsg)) != MOAT_OK)
 		return rv;
+	if ((rv = gateway_tls(m, cfg, errmsg)) != MOAT_OK)
+		return rv;
 	if (!auth)
 		moat_warn(0,
 		    "moat-gateway: auth is off: every caller is "
@@ -310,7 +353,8 @@ gateway_serve(void *ctx, char **errmsg)
 			free(*errmsg);
 			*errmsg = NULL;
 		} else {
-			moat_info(0, "moat-gateway: HTTP API on http://%s",
+			moat_info(0, "moat-gateway: HTTP API on %s://%s",
+			    m->http_opts.tls_cert ? "https" : "http",
 			    http_addr ? http_addr : MOAT_HTTP_DEFAULT_ADDR);
 		}
 	}
@@ -339,6 +383,8 @@ gateway_close(void *ctx)
 	free(m->survey);
 	free(m->sessiond);
 	free(m->snapd);
+	moat_tls_free(m->tls);
+	moat_tls_free(m->survey_tls);
 }
 
 int
@@ -357,6 +403,12 @@ main(int argc, char **argv)
 		{ "mcp-idle-s", required_argument, NULL, 'I' },
 		{ "retention-keep-last", required_argument, NULL, 'K' },
 		{ "retention-keep-age-s", required_argument, NULL, 'G' },
+		MOAT_TLS_OPTIONS,
+		{ "survey-tls-peer-ca", required_argument, NULL, 0x7420 },
+		{ "sessiond-tls-name", required_argument, NULL, 0x7421 },
+		{ "snapd-tls-name", required_argument, NULL, 0x7422 },
+		{ "http-tls-cert", required_argument, NULL, 0x7423 },
+		{ "http-tls-key", required_argument, NULL, 0x7424 },
 		MOAT_SERVICE_OPTIONS_LAST,
 	};
 	static const struct moat_service service = {

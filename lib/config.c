@@ -447,7 +447,10 @@ moat_config_from_args(int argc, char **argv, const struct option *opts,
 			for (const struct option *o = opts; o->name; o++)
 				if (o->val == opt && o->flag == NULL) {
 					keys[n_flags] = o->name;
-					vals[n_flags++] = optarg;
+					/* --insecure (optional value):
+					 * true. */
+					vals[n_flags++] =
+					    optarg ? optarg : "true";
 					break;
 				}
 		}

@@ -24,6 +24,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 
 #include "common.pb-c.h"
 #include "moat/log.h"
@@ -91,7 +92,22 @@ struct moat_rpc_client {
 	struct rpc_wait *idle; /* answered waits, ready for reuse */
 	unsigned n_idle;
 	struct moat_rpc_client *parked_next;
+	/* TLS links only: the dial's config (held), for the probe that
+	 * explains a dial that does not come up, and what it last said. */
+	nng_tls_config *tls;
+	char *server_name;
+	pthread_mutex_t diag_lock;
+	bool diag_inited;
+	bool diag_quiet;
+	uint64_t diag_ms, diag_logged_ms;
+	char *diag; /* NULL: the last probe said nothing about TLS */
 };
+
+/* How often a client probes a TLS peer that does not answer, how long a
+ * probe may take, and how often it logs the failure. */
+#define RPC_TLS_DIAG_EVERY_MS 10000
+#define RPC_TLS_DIAG_TIMEOUT_MS 1000
+#define RPC_TLS_DIAG_LOG_MS 60000
 
 /* Clients closed while a late reply could still come: kept here (not
  * lost) and finished by a later close once their replies are in. */
@@ -380,11 +396,14 @@ client_sync_init(struct moat_rpc_client *c)
 	return c->sync_inited;
 }
 
-int
-moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
-    char **errmsg)
+/* client_open: moat_rpc_client_open, with TLS on the dial when tls is
+ * not NULL (the client keeps a hold on it). */
+static int
+client_open(struct moat_rpc_client **out, const char *url, nng_tls_config *tls,
+    const char *server_name, char **errmsg)
 {
 	struct moat_rpc_client *c;
+	nng_dialer d;
 	int nrv, rv;
 
 	*out = NULL;
@@ -413,7 +432,21 @@ moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
 	if ((nrv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20)) != 0 ||
 	    (nrv = nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 500)) != 0)
 		goto fail_nng;
-	if ((nrv = nng_dial(c->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0)
+	if (tls != NULL) {
+		nng_tls_config_hold(tls);
+		c->tls = tls;
+		c->diag_inited = pthread_mutex_init(&c->diag_lock, NULL) == 0;
+		if (!c->diag_inited ||
+		    (server_name != NULL &&
+		        (c->server_name = strdup(server_name)) == NULL)) {
+			nrv = NNG_ENOMEM;
+			goto fail_nng;
+		}
+	}
+	if ((nrv = nng_dialer_create(&d, c->sock, url)) != 0 ||
+	    (tls != NULL &&
+	        (nrv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, tls)) != 0) ||
+	    (nrv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0)
 		goto fail_nng;
 	*out = c;
 	return MOAT_OK;
@@ -434,6 +467,87 @@ fail_nng:
 	return rv;
 }
 
+int
+moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
+    char **errmsg)
+{
+	return client_open(out, url, NULL, NULL, errmsg);
+}
+
+int
+moat_rpc_client_open_opts(struct moat_rpc_client **out, const char *url,
+    const struct moat_rpc_client_opts *o, char **errmsg)
+{
+	const char *what = o->what != NULL ? o->what : "the dial";
+	nng_tls_config *tls = NULL;
+	int rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((rv = moat_tls_check_url(o->tls, url, false, MOAT_TLS_PEER_NONE,
+	         what, errmsg)) != MOAT_OK)
+		return rv;
+	if (moat_tls_url_is_tls(url) &&
+	    (rv = moat_tls_client_config(o->tls, url, o->server_name, &tls,
+	         errmsg)) != MOAT_OK)
+		return rv;
+	rv = client_open(out, url, tls, o->server_name, errmsg);
+	if (rv == MOAT_OK)
+		(*out)->diag_quiet = o->quiet;
+	if (tls != NULL)
+		nng_tls_config_free(tls);
+	return rv;
+}
+
+/* tls_diagnose: why a TLS peer does not take our requests, if the
+ * handshake is why: a probe at most every RPC_TLS_DIAG_EVERY_MS (callers
+ * in between get the last answer), logged once a minute. Heap sentence
+ * or NULL. */
+static char *
+tls_diagnose(struct moat_rpc_client *c)
+{
+	uint64_t now = moat_rpc_now_ms();
+	char *said = NULL;
+	int nrv;
+
+	pthread_mutex_lock(&c->diag_lock);
+	if (c->diag_ms == 0 || now - c->diag_ms >= RPC_TLS_DIAG_EVERY_MS) {
+		/* Under the lock: concurrent callers wait for one probe
+		 * rather than each making their own. */
+		nrv = moat_tls_probe(c->url, c->tls, RPC_TLS_DIAG_TIMEOUT_MS);
+		free(c->diag);
+		c->diag = moat_tls_probe_explain(nrv, c->url, c->server_name);
+		c->diag_ms = moat_rpc_now_ms();
+		if (c->diag != NULL && !c->diag_quiet &&
+		    (c->diag_logged_ms == 0 ||
+		        c->diag_ms - c->diag_logged_ms >=
+		            RPC_TLS_DIAG_LOG_MS)) {
+			moat_warn(0, "rpc: %s", c->diag);
+			c->diag_logged_ms = c->diag_ms;
+		}
+	}
+	if (c->diag != NULL)
+		said = strdup(c->diag);
+	pthread_mutex_unlock(&c->diag_lock);
+	return said;
+}
+
+/* unavailable_message: "no answer from url", with the TLS probe's
+ * sentence on a TLS link. */
+static char *
+unavailable_message(struct moat_rpc_client *c)
+{
+	char *diag, *msg;
+
+	if (c->tls == NULL || (diag = tls_diagnose(c)) == NULL)
+		return moat_asprintf("no answer from %s: is the service "
+		                     "running? (deploy/moat-stack start)",
+		    c->url);
+	msg = moat_asprintf("no answer from %s: %s", c->url, diag);
+	free(diag);
+	return msg;
+}
+
 static void
 client_destroy(struct moat_rpc_client *c)
 {
@@ -448,6 +562,12 @@ client_destroy(struct moat_rpc_client *c)
 		reap_abandoned(c); /* all answered or closed by now */
 		pthread_mutex_destroy(&c->lock);
 	}
+	if (c->tls != NULL)
+		nng_tls_config_free(c->tls);
+	if (c->diag_inited)
+		pthread_mutex_destroy(&c->diag_lock);
+	free(c->diag);
+	free(c->server_name);
 	free(c->url);
 	free(c);
 }
@@ -602,10 +722,7 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		if (nrv == NNG_ETIMEDOUT || nrv == NNG_ECONNREFUSED ||
 		    nrv == NNG_ECLOSED) {
 			rv = MOAT_UNAVAILABLE;
-			*errmsg = moat_asprintf(
-			    "no answer from %s: is the "
-			    "service running? (deploy/moat-stack start)",
-			    c->url);
+			*errmsg = unavailable_message(c);
 			goto fail;
 		}
 		goto fail_nng;

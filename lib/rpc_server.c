@@ -21,6 +21,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <nng/supplemental/tls/tls.h>
 
 #include "common.pb-c.h"
 #include "moat/log.h"
@@ -892,9 +893,12 @@ worker_main(void *arg)
 	return NULL;
 }
 
-int
-moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
-    const struct moat_rpc_service *svc, int workers, char **errmsg)
+/* server_start: moat_rpc_server_start, with TLS on the listener when
+ * tls is not NULL (the listener takes its own hold). */
+static int
+server_start(struct moat_rpc_server **out, const char *url,
+    const struct moat_rpc_service *svc, int workers, nng_tls_config *tls,
+    char **errmsg)
 {
 	struct moat_rpc_server *srv = NULL;
 	nng_listener l;
@@ -917,6 +921,9 @@ moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
 	         MOAT_RPC_MAX_MSG)) != 0)
 		goto fail_nng;
 	if ((nrv = nng_listener_create(&l, srv->sock, url)) != 0)
+		goto fail_nng;
+	if (tls != NULL &&
+	    (nrv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tls)) != 0)
 		goto fail_nng;
 	if (strncmp(url, "ipc://", 6) == 0 &&
 	    (nrv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) !=
@@ -983,6 +990,37 @@ fail_nomem:
 	    moat_asprintf("out of memory starting the server on %s", url);
 fail:
 	moat_rpc_server_stop(srv);
+	return rv;
+}
+
+int
+moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
+    const struct moat_rpc_service *svc, int workers, char **errmsg)
+{
+	return server_start(out, url, svc, workers, NULL, errmsg);
+}
+
+int
+moat_rpc_server_start_opts(struct moat_rpc_server **out, const char *url,
+    const struct moat_rpc_service *svc, const struct moat_rpc_server_opts *o,
+    char **errmsg)
+{
+	const char *what = o->what != NULL ? o->what : "the RPC listener";
+	nng_tls_config *tls = NULL;
+	int rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((rv = moat_tls_check_url(o->tls, url, true, o->peer, what,
+	         errmsg)) != MOAT_OK)
+		return rv;
+	if (moat_tls_url_is_tls(url) &&
+	    (rv = moat_tls_server_config(o->tls, o->peer, &tls, errmsg)) !=
+	        MOAT_OK)
+		return rv;
+	rv = server_start(out, url, svc, o->workers, tls, errmsg);
+	if (tls != NULL)
+		nng_tls_config_free(tls);
 	return rv;
 }
 

@@ -54,11 +54,13 @@ fi
 
 # ThreadSanitizer: the unit tests that run many threads against one
 # another (RPC server and client, the gateway's forwarding, the HTTP and
-# MCP doors, sessiond's concurrent writers, snapd, vmd's guest link).
+# MCP doors, sessiond's concurrent writers, snapd, vmd's guest link, the
+# TLS links and the gateway's node prover).
 # The rest gain nothing from it and the whole tree costs minutes more.
 tsan_targets=(test_lib_rpc test_concurrency test_forward test_services
-	test_http test_mcp_http test_snapd test_vm_guest_link)
-tsan_tests='^(lib_rpc|session\.test_concurrency|gateway\.test_forward|gateway\.test_services|gateway\.test_http|gateway\.test_mcp_http|snapshot\.test_snapd|vm_guest_link)$'
+	test_http test_mcp_http test_snapd test_vm_guest_link test_lib_tls
+	test_node_proof)
+tsan_tests='^(lib_rpc|session\.test_concurrency|gateway\.test_forward|gateway\.test_services|gateway\.test_http|gateway\.test_mcp_http|snapshot\.test_snapd|vm_guest_link|lib_tls|gateway\.test_node_proof)$'
 
 tsan_probe() {
 	local d

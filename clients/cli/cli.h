@@ -19,6 +19,9 @@ struct cli {
 	bool json;               /* --json: data as JSON on stdout */
 	uint32_t timeout_ms;     /* --timeout; 0: per-call defaults */
 	const char *api_key;     /* --api-key; NULL: cli_client finds it */
+	/* --tls-ca, --tls-cert, --tls-key, --tls-name, --insecure (unset:
+	 * MOAT_TLS_* in the client library) */
+	struct moat_client_tls tls;
 	struct moat_client *client;
 };
 

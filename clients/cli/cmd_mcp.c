@@ -109,11 +109,9 @@ cmd_mcp(struct cli *cli, int argc, char **argv)
 	if ((rv = moat_mcp_session_new(&s, allow_dir, "stdio", &errmsg)) !=
 	    MOAT_OK)
 		return cli_fail(cli, rv, errmsg, "moat mcp");
-	if ((rv = moat_rpc_client_open(&sc.rpc,
-	         moat_client_url(cli_client(cli)), &errmsg)) != MOAT_OK) {
-		moat_mcp_session_free(s);
-		return cli_fail(cli, rv, errmsg, "moat mcp");
-	}
+	/* The CLI's own connection, with its TLS settings (--tls-*,
+	 * MOAT_TLS_*); closed by main. */
+	sc.rpc = moat_client_rpc(cli_client(cli));
 	/* A client that goes away mid-reply, or stops us with SIGTERM (as
 	 * MCP clients do after closing stdin), must not kill us before the
 	 * session's sandbox is destroyed. No SA_RESTART: the signal ends a
@@ -157,6 +155,6 @@ cmd_mcp(struct cli *cli, int argc, char **argv)
 	free(line);
 	moat_mcp_session_close(s, stdio_gateway_call, &sc);
 	moat_mcp_session_free(s);
-	moat_rpc_client_close(sc.rpc);
+
 	return 0;
 }

@@ -103,6 +103,17 @@ usage(FILE *f)
 	    "                 that deploy/moat-stack writes)\n"
 	    "  --json         print data as JSON (proto3 JSON mapping)\n"
 	    "  --timeout S    seconds each call to the gateway may take\n"
+	    "  --tls-ca FILE  CAs trusted for a tls+tcp:// gateway "
+	    "($MOAT_TLS_CA)\n"
+	    "  --tls-cert FILE, --tls-key FILE  a client certificate and "
+	    "key, when\n"
+	    "                 the gateway asks ($MOAT_TLS_CERT, "
+	    "$MOAT_TLS_KEY)\n"
+	    "  --tls-name N   the name in the gateway's certificate "
+	    "(default: the\n"
+	    "                 url's host; $MOAT_TLS_NAME)\n"
+	    "  --insecure     allow plain tcp:// off loopback "
+	    "($MOAT_INSECURE=1)\n"
 	    "\n"
 	    "exit codes: the program's own for run and exec (128+N when\n"
 	    "killed by signal N, 124 when it timed out); 64+code when moat\n"
@@ -168,8 +179,8 @@ cli_client(struct cli *cli)
 
 	if (cli->client != NULL)
 		return cli->client;
-	if ((rv = moat_client_open(&cli->client, cli->gateway_url,
-	         cli_api_key(cli), &errmsg)) != MOAT_OK)
+	if ((rv = moat_client_open_tls(&cli->client, cli->gateway_url,
+	         cli_api_key(cli), &cli->tls, &errmsg)) != MOAT_OK)
 		exit(cli_fail(cli, rv, errmsg, "cannot use the gateway url"));
 	moat_client_set_timeout(cli->client, cli->timeout_ms);
 	return cli->client;
@@ -188,7 +199,7 @@ cli_fail(struct cli *cli, int code, char *errmsg, const char *what, ...)
 	va_end(ap);
 	if (code == MOAT_UNAVAILABLE && errmsg != NULL && url != NULL &&
 	    strncmp(errmsg, "no answer from ", 15) == 0 &&
-	    strstr(errmsg, url) != NULL) {
+	    strstr(errmsg, url) != NULL && strstr(errmsg, "TLS") == NULL) {
 		/* The gateway itself is not there: the usual cause is a
 		 * stack that is not started. */
 		fprintf(stderr,
@@ -331,6 +342,11 @@ main(int argc, char **argv)
 		{ "api-key", required_argument, NULL, 'k' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "tls-ca", required_argument, NULL, 'C' },
+		{ "tls-cert", required_argument, NULL, 'E' },
+		{ "tls-key", required_argument, NULL, 'K' },
+		{ "tls-name", required_argument, NULL, 'N' },
+		{ "insecure", no_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -348,6 +364,21 @@ main(int argc, char **argv)
 			break;
 		case 'k':
 			cli.api_key = optarg;
+			break;
+		case 'C':
+			cli.tls.ca = optarg;
+			break;
+		case 'E':
+			cli.tls.cert = optarg;
+			break;
+		case 'K':
+			cli.tls.key = optarg;
+			break;
+		case 'N':
+			cli.tls.server_name = optarg;
+			break;
+		case 'I':
+			cli.tls.insecure = true;
 			break;
 		case 'j':
 			cli.json = true;

@@ -9,10 +9,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "moat/config.h"
 #include "moat/rpc.h"
+#include "moat/tls.h"
 #include "moat/util.h"
 #include "moat_client.h"
 
@@ -27,9 +29,69 @@ struct moat_client {
 	bool timeout_set;
 };
 
+static const char *
+pick(const char *given, const char *env)
+{
+	const char *v;
+
+	if (given != NULL && given[0] != '\0')
+		return given;
+	v = getenv(env);
+	return v != NULL && v[0] != '\0' ? v : NULL;
+}
+
+static bool
+env_true(const char *env)
+{
+	const char *v = getenv(env);
+
+	return v != NULL &&
+	    (strcmp(v, "1") == 0 || strcasecmp(v, "true") == 0 ||
+	        strcasecmp(v, "yes") == 0 || strcasecmp(v, "on") == 0);
+}
+
+/* open_rpc: the RPC connection, with TLS from `tls` and MOAT_TLS_*. */
+static int
+open_rpc(struct moat_client *c, const struct moat_client_tls *tls,
+    char **errmsg)
+{
+	static const struct moat_client_tls none = { 0 };
+	struct moat_tls_files f = { 0 };
+	struct moat_rpc_client_opts o = { .what = "the gateway url" };
+	struct moat_tls *t = NULL;
+	int rv;
+
+	if (tls == NULL)
+		tls = &none;
+	f.ca = pick(tls->ca, "MOAT_TLS_CA");
+	f.cert = pick(tls->cert, "MOAT_TLS_CERT");
+	f.key = pick(tls->key, "MOAT_TLS_KEY");
+	f.insecure = tls->insecure || env_true("MOAT_INSECURE");
+	if ((rv = moat_tls_load(&t, &f, errmsg)) != MOAT_OK)
+		return rv;
+	o.tls = t;
+	o.server_name = pick(tls->server_name, "MOAT_TLS_NAME");
+	rv = moat_rpc_client_open_opts(&c->rpc, c->url, &o, errmsg);
+	moat_tls_free(t);
+	return rv;
+}
+
 int
 moat_client_open(struct moat_client **out, const char *url, const char *auth,
     char **errmsg)
+{
+	return moat_client_open_tls(out, url, auth, NULL, errmsg);
+}
+
+struct moat_rpc_client *
+moat_client_rpc(struct moat_client *c)
+{
+	return c->rpc;
+}
+
+int
+moat_client_open_tls(struct moat_client **out, const char *url,
+    const char *auth, const struct moat_client_tls *tls, char **errmsg)
 {
 	struct moat_client *c;
 	char *state = NULL;
@@ -54,7 +116,7 @@ moat_client_open(struct moat_client **out, const char *url, const char *auth,
 	if (auth != NULL && auth[0] != '\0' &&
 	    (c->auth = strdup(auth)) == NULL)
 		goto fail_oom;
-	if ((rv = moat_rpc_client_open(&c->rpc, c->url, errmsg)) != MOAT_OK) {
+	if ((rv = open_rpc(c, tls, errmsg)) != MOAT_OK) {
 		moat_client_close(c);
 		return rv;
 	}

@@ -35,12 +35,38 @@
 struct moat_client;
 
 /* moat_client_open: a client of the gateway at `url` (ipc://, tcp://,
- * tls+tcp://; NULL: $MOAT_GATEWAY, else ipc://<state dir>/gateway.sock).
+ * tls+tcp://; NULL: $MOAT_GATEWAY, else ipc://<state dir>/gateway.sock),
+ * TLS from MOAT_TLS_* (moat_client_open_tls).
  * `auth` is the API key sent with every call (NULL or "": none; copied).
  * Does not contact the gateway: the first call does. On MOAT_OK *out is
  * the caller's (moat_client_close). */
 int moat_client_open(struct moat_client **out, const char *url,
     const char *auth, char **errmsg) __attribute__((warn_unused_result));
+
+/* TLS to the gateway (tls+tcp://). Each field NULL (or insecure false)
+ * falls back to the environment: MOAT_TLS_CA, MOAT_TLS_CERT,
+ * MOAT_TLS_KEY, MOAT_TLS_NAME, MOAT_INSECURE=1. */
+struct moat_client_tls {
+	const char *ca;          /* CAs trusted for the gateway (PEM) */
+	const char *cert;        /* own certificate, when the gateway
+	                            asks for one (optional) */
+	const char *key;         /* its key */
+	const char *server_name; /* the name in the gateway's
+	                            certificate; default: the url's host */
+	bool insecure;           /* allow plain tcp:// off loopback */
+};
+
+/* moat_client_open_tls: moat_client_open with TLS settings (tls NULL:
+ * the environment only, as moat_client_open does). A tls+tcp:// url
+ * needs a CA; a plain tcp:// url off loopback is refused unless
+ * insecure. */
+int moat_client_open_tls(struct moat_client **out, const char *url,
+    const char *auth, const struct moat_client_tls *tls, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_client_rpc: the client's RPC connection (owned by c), for
+ * callers that send raw Gateway calls (`moat mcp`). */
+struct moat_rpc_client *moat_client_rpc(struct moat_client *c);
 
 /* moat_client_close: safe on NULL; no call may be in flight. */
 void moat_client_close(struct moat_client *c);

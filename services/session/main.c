@@ -21,6 +21,7 @@
 #include "moat/service.h"
 #include "moat/status.h"
 #include "moat/store.h"
+#include "moat/tls.h"
 #include "moat/util.h"
 #include "sessiond.h"
 
@@ -89,8 +90,8 @@ usage(FILE *f)
 	    "  --map-size-mib N     LMDB map size (default %u); raise it "
 	    "when calls\n"
 	    "                       fail with RESOURCE_EXHAUSTED\n"
-	    "  --workers N          calls served at once (default %d)\n"
-	    "  --version, --help\n"
+	    "  --workers N          calls served at once (default "
+	    "%d)\n" MOAT_TLS_USAGE "  --version, --help\n"
 	    "Every option is also MOAT_SESSIOND_<NAME> in the environment and "
 	    "<name> in [" SECTION "].\n",
 	    MOAT_STORE_DEFAULT_MAP_MIB, MOAT_RPC_DEFAULT_WORKERS);
@@ -100,6 +101,7 @@ usage(FILE *f)
 struct sessiond_main {
 	struct sessiond sd;
 	struct moat_rpc_server *srv;
+	struct moat_tls *tls;
 	char *listen;
 	int workers;
 };
@@ -135,6 +137,9 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	}
 	m->workers = (int)workers;
 	m->sd.map_mib = map_mib;
+	if ((rv = moat_tls_from_config(cfg, SECTION, &m->tls, errmsg)) !=
+	    MOAT_OK)
+		return rv;
 	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir, map_mib << 20,
 	         sessiond_dbs, errmsg)) != MOAT_OK)
 		return rv;
@@ -156,7 +161,15 @@ sessiond_serve(void *ctx, char **errmsg)
 	if ((rv = sessiond_writer_start(&m->sd.writer, m->sd.store, errmsg)) !=
 	    MOAT_OK)
 		return rv;
-	if ((rv = moat_rpc_server_start(&m->srv, m->listen, &svc, m->workers,
+	/* Callers prove their role by the CA of their certificate
+	 * (tls-peer-ca: the gateway's intermediate). */
+	struct moat_rpc_server_opts so = {
+		.workers = m->workers,
+		.tls = m->tls,
+		.peer = MOAT_TLS_PEER_REQUIRED,
+		.what = "the sessiond listener ([sessiond] listen)",
+	};
+	if ((rv = moat_rpc_server_start_opts(&m->srv, m->listen, &svc, &so,
 	         errmsg)) != MOAT_OK)
 		return rv;
 	moat_info(0, SERVICE_NAME " %s serving %s, store %s (map %llu MiB)",
@@ -184,6 +197,7 @@ sessiond_close(void *ctx)
 	moat_store_close(m->sd.store);
 	free(m->sd.store_dir);
 	free(m->listen);
+	moat_tls_free(m->tls);
 }
 
 int
@@ -193,6 +207,7 @@ main(int argc, char **argv)
 		MOAT_SERVICE_OPTIONS_FIRST,
 		{ "map-size-mib", required_argument, NULL, 'm' },
 		{ "workers", required_argument, NULL, 'w' },
+		MOAT_TLS_OPTIONS,
 		MOAT_SERVICE_OPTIONS_LAST,
 	};
 	static const struct moat_service service = {

@@ -17,6 +17,7 @@
 #include "moat/service.h"
 #include "moat/status.h"
 #include "moat/store.h"
+#include "moat/tls.h"
 #include "moat/util.h"
 #include "snapd.h"
 
@@ -60,8 +61,7 @@ usage(FILE *f)
 	    "N s are\n"
 	    "                       freed (default 3600)\n"
 	    "  --sweep-interval-s N how often to look for them (default "
-	    "600)\n"
-	    "  --version, --help\n"
+	    "600)\n" MOAT_TLS_USAGE "  --version, --help\n"
 	    "Every option is also MOAT_SNAPD_<NAME> in the environment and "
 	    "<name> in [" SECTION "].\n",
 	    MOAT_STORE_DEFAULT_MAP_MIB);
@@ -71,6 +71,7 @@ usage(FILE *f)
 struct snapd_main {
 	struct snapd sd;
 	struct moat_rpc_server *srv;
+	struct moat_tls *tls;
 	char *listen;
 	uint64_t map_mib;
 };
@@ -106,6 +107,9 @@ snapd_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	}
 	m->sd.pending_grace_ms = grace_s * 1000;
 	m->sd.sweep_every_ms = sweep_s * 1000;
+	if ((rv = moat_tls_from_config(cfg, SECTION, &m->tls, errmsg)) !=
+	    MOAT_OK)
+		return rv;
 	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir,
 	         m->map_mib << 20, snapd_dbs, errmsg)) != MOAT_OK)
 		return rv;
@@ -127,7 +131,14 @@ snapd_serve(void *ctx, char **errmsg)
 	if ((rv = snapd_writer_start(&m->sd.writer, &m->sd, WRITE_QUEUE_LEN,
 	         errmsg)) != MOAT_OK)
 		return rv;
-	if ((rv = moat_rpc_server_start(&m->srv, m->listen, &svc, 0,
+	/* Callers prove their role by the CA of their certificate
+	 * (tls-peer-ca: the gateway's and vmd's intermediates). */
+	struct moat_rpc_server_opts so = {
+		.tls = m->tls,
+		.peer = MOAT_TLS_PEER_REQUIRED,
+		.what = "the snapd listener ([snapd] listen)",
+	};
+	if ((rv = moat_rpc_server_start_opts(&m->srv, m->listen, &svc, &so,
 	         errmsg)) != MOAT_OK)
 		return rv;
 	moat_info(0, SERVICE_NAME " %s serving %s, store %s (map %llu MiB)",
@@ -155,6 +166,7 @@ snapd_close(void *ctx)
 	moat_store_close(m->sd.store);
 	free(m->sd.store_dir);
 	free(m->listen);
+	moat_tls_free(m->tls);
 }
 
 int
@@ -165,6 +177,7 @@ main(int argc, char **argv)
 		{ "map-size-mib", required_argument, NULL, 'm' },
 		{ "pending-grace-s", required_argument, NULL, 'g' },
 		{ "sweep-interval-s", required_argument, NULL, 'w' },
+		MOAT_TLS_OPTIONS,
 		MOAT_SERVICE_OPTIONS_LAST,
 	};
 	static const struct moat_service service = {

@@ -24,6 +24,7 @@
 #include "moat/log.h"
 #include "moat/rpc.h"
 #include "moat/status.h"
+#include "moat/tls.h"
 #include "moat/util.h"
 #include "spawn.h"
 #include "ramdir.h"
@@ -55,6 +56,9 @@ static const struct option vmd_options[] = {
 	{ "template-spares", required_argument, NULL, 'P' },
 	{ "ram-dir", required_argument, NULL, 'R' },
 	{ "snapshot-ram-mib", required_argument, NULL, 'B' },
+	{ "snapd-tls-name", required_argument, NULL, 0x7410 },
+	{ "survey-tls-name", required_argument, NULL, 0x7411 },
+	MOAT_TLS_OPTIONS,
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
@@ -106,7 +110,14 @@ usage(FILE *f)
 	    "                     restore brings them back (default a "
 	    "quarter\n"
 	    "                     of host memory; 0: every copy goes at "
-	    "once)\n"
+	    "once)\n" MOAT_TLS_USAGE
+	    "                     (callers: the gateway's CA; tls-ca: "
+	    "snapd's and\n"
+	    "                     the gateway's)\n"
+	    "  --snapd-tls-name N name in snapd's certificate (default "
+	    "snapd)\n"
+	    "  --survey-tls-name N name in the gateway's survey certificate\n"
+	    "                     (default gateway)\n"
 	    "  --version, --help\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, "
@@ -177,9 +188,17 @@ vmd_configure_strings(struct vmd_config *cfg, const struct moat_config *c)
 	cfg->firecracker_binary = cfg_str(c, "firecracker", "firecracker");
 	cfg->snapd_url = cfg_str(c, "snapd", "");
 	cfg->ram_dir = cfg_str(c, "ram-dir", "/dev/shm");
+	cfg->snapd_tls_name = cfg_str(c, "snapd-tls-name", "snapd");
+	cfg->survey_tls_name = cfg_str(c, "survey-tls-name", "gateway");
 	if (!cfg->driver || !cfg->firecracker_binary || !cfg->snapd_url ||
-	    !cfg->ram_dir)
+	    !cfg->ram_dir || !cfg->snapd_tls_name || !cfg->survey_tls_name)
 		return MOAT_INTERNAL;
+	if (moat_tls_from_config(c, SECTION, &cfg->tls, &errmsg) != MOAT_OK) {
+		fprintf(stderr, "moat-vmd: %s\n",
+		    errmsg ? errmsg : "out of memory");
+		free(errmsg);
+		return MOAT_INVALID_ARGUMENT;
+	}
 	if (vmd_driver_check_name(cfg->driver, &errmsg) != MOAT_OK) {
 		fprintf(stderr, "moat-vmd: %s\n",
 		    errmsg ? errmsg : "out of memory");
@@ -312,6 +331,9 @@ vmd_config_fini(struct vmd_config *cfg)
 	free(cfg->firecracker_binary);
 	free(cfg->snapd_url);
 	free(cfg->ram_dir);
+	free(cfg->snapd_tls_name);
+	free(cfg->survey_tls_name);
+	moat_tls_free(cfg->tls);
 }
 
 /* Only one vmd may own a state directory: the orphan cleanup at start
@@ -507,8 +529,16 @@ vmd_serve(struct vmd *vmd, struct moat_rpc_service *svc,
 	char *errmsg = NULL;
 	int rv;
 
+	/* Callers prove the gateway role by their certificate's CA
+	 * (tls-peer-ca); the gateway proves this node's id by the name in
+	 * ours. */
+	struct moat_rpc_server_opts so = {
+		.tls = cfg->tls,
+		.peer = MOAT_TLS_PEER_REQUIRED,
+		.what = "the vmd listener ([vmd] listen)",
+	};
 	vmd_service(vmd, svc);
-	if ((rv = moat_rpc_server_start(server, cfg->listen_url, svc, 0,
+	if ((rv = moat_rpc_server_start_opts(server, cfg->listen_url, svc, &so,
 	         &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "cannot listen");
 		free(errmsg);
@@ -576,9 +606,14 @@ main(int argc, char **argv)
 	pthread_mutex_init(&vmd.fetch_mu, NULL);
 	/* The dial does not block: a snapd that is down only makes pushes
 	 * report remote_stored=false until it is up. */
+	struct moat_rpc_client_opts snapd_opts = {
+		.tls = vmd.cfg.tls,
+		.server_name = vmd.cfg.snapd_tls_name,
+		.what = "the dial to snapd ([vmd] snapd)",
+	};
 	if (vmd.cfg.snapd_url[0] != '\0' &&
-	    (rv = moat_rpc_client_open(&vmd.snapd, vmd.cfg.snapd_url,
-	         &errmsg)) != MOAT_OK) {
+	    (rv = moat_rpc_client_open_opts(&vmd.snapd, vmd.cfg.snapd_url,
+	         &snapd_opts, &errmsg)) != MOAT_OK) {
 		moat_error(0, "snapd %s: %s (fix [vmd] snapd / --snapd)",
 		    vmd.cfg.snapd_url, errmsg ? errmsg : "cannot dial");
 		free(errmsg);

@@ -53,13 +53,20 @@ struct vmd_config {
 	uint32_t max_vcpus; /* per sandbox */
 	uint32_t max_memory_mib;
 	uint32_t boot_timeout_ms;
-	char *snapd_url;           /* "" : snapshots stay local (no push) */
-	bool templates;            /* creates clone the node's ready
+	char *snapd_url;          /* "" : snapshots stay local (no push) */
+	bool templates;           /* creates clone the node's ready
 	                              snapshot of the shape (templates.c) */
-	uint32_t template_spares;  /* ready RAM copies kept per template in
+	uint32_t template_spares; /* ready RAM copies kept per template in
 	                              the RAM dir for clones to take (0:
 	                              none; unused where it has reflinks) */
-	char *ram_dir;             /* [vmd] ram-dir (ramdir.c) */
+	char *ram_dir;            /* [vmd] ram-dir (ramdir.c) */
+	/* TLS (moat/tls.h): tls-cert, tls-key, tls-ca (snapd's and the
+	 * gateway's CAs), tls-peer-ca (callers: the gateway's), insecure;
+	 * owned. The names snapd's and the gateway survey's certificates
+	 * must carry. */
+	struct moat_tls *tls;
+	char *snapd_tls_name;  /* [vmd] snapd-tls-name, default "snapd" */
+	char *survey_tls_name; /* [vmd] survey-tls-name, default "gateway" */
 	uint64_t snapshot_ram_mib; /* [vmd] snapshot-ram-mib: RAM copies of
 	                              snapshots kept in the RAM dir before
 	                              the least used go to disk (snapram.c) */
@@ -73,6 +80,7 @@ struct vmd_accel {
 	bool probing;    /* one boot is finding out */
 };
 
+struct moat_tls;
 struct sandbox;
 struct vmd_guest_handler;
 struct vmd_templates;

@@ -17,6 +17,7 @@
 #include "moat/log.h"
 #include "moat/nng_close.h"
 #include "moat/status.h"
+#include "moat/tls.h"
 #include "moat/util.h"
 #include "ramdir.h"
 #include "snapram.h"
@@ -160,7 +161,8 @@ vmd_survey_start(struct vmd *vmd, const char *url, struct vmd_survey **out,
     char **errmsg)
 {
 	struct vmd_survey *s;
-	int rv;
+	nng_dialer d;
+	int rv, st = MOAT_OK;
 
 	*out = NULL;
 	*errmsg = NULL;
@@ -180,14 +182,28 @@ vmd_survey_start(struct vmd *vmd, const char *url, struct vmd_survey **out,
 	nng_socket_set_ms(s->sock, NNG_OPT_RECVTIMEO, SURVEY_POLL_MS);
 	nng_socket_set_ms(s->sock, NNG_OPT_SENDTIMEO, SURVEY_POLL_MS);
 	/* Non-blocking dial: a gateway that is not up yet is found when it
-	 * comes up (nng redials). */
-	if ((rv = nng_dial(s->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	 * comes up (nng redials). On tls+tcp the gateway's certificate must
+	 * name [vmd] survey-tls-name, and it checks ours. */
+	if ((rv = nng_dialer_create(&d, s->sock, url)) != 0) {
 		*errmsg = moat_asprintf(
 		    "survey: cannot dial %s: %s (is it a "
-		    "tcp:// or ipc:// url of the gateway's survey socket?)",
+		    "tls+tcp://, tcp:// or ipc:// url of the gateway's survey "
+		    "socket?)",
 		    url, nng_strerror(rv));
 		nng_close(s->sock);
 		goto fail;
+	}
+	if ((st = moat_tls_dialer_apply(d, url, vmd->cfg.tls,
+	         vmd->cfg.survey_tls_name, "the survey dial ([vmd] survey)",
+	         errmsg)) != MOAT_OK ||
+	    (rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0) {
+		if (st == MOAT_OK)
+			*errmsg = moat_asprintf("survey: cannot dial %s: %s",
+			    url, nng_strerror(rv));
+		nng_close(s->sock);
+		free(s->url);
+		free(s);
+		return st != MOAT_OK ? st : moat_status_from_nng(rv);
 	}
 	if ((rv = vmd_thread_create(&s->thread, survey_main, s)) != 0) {
 		*errmsg = moat_asprintf("survey: cannot start a thread: %s",

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -57,11 +58,14 @@ class Client:
     """A connection to one moat-gateway over HTTP. `url` defaults to
     $MOAT_URL, else http://127.0.0.1:7780; `api_key` to $MOAT_API_KEY
     (sent as `Authorization: Bearer KEY`); `timeout` is the socket timeout
-    of one call in seconds. Thread-safe: it keeps no per-call state."""
+    of one call in seconds. An https:// url is checked against `ca` (a PEM
+    file of trusted CAs; default $MOAT_TLS_CA, else the system's CAs).
+    Thread-safe: it keeps no per-call state."""
 
     def __init__(self, url: Optional[str] = None,
                  api_key: Optional[str] = None,
-                 timeout: float = DEFAULT_TIMEOUT):
+                 timeout: float = DEFAULT_TIMEOUT,
+                 ca: Optional[str] = None):
         url = url or os.environ.get("MOAT_URL") or DEFAULT_URL
         if "://" not in url:
             url = "http://" + url
@@ -69,6 +73,10 @@ class Client:
         self.api_key = (api_key if api_key is not None
                         else os.environ.get("MOAT_API_KEY") or None)
         self.timeout = timeout
+        self.ca = ca or os.environ.get("MOAT_TLS_CA") or None
+        self._ssl: Optional[ssl.SSLContext] = None
+        if self.url.startswith("https://"):
+            self._ssl = ssl.create_default_context(cafile=self.ca)
 
     def __repr__(self) -> str:
         return f"moat.Client({self.url!r})"
@@ -103,7 +111,8 @@ class Client:
     def _send(self, req: urllib.request.Request, method: str,
               timeout: float) -> Dict[str, Any]:
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout,
+                                        context=self._ssl) as resp:
                 raw = resp.read()
                 status = resp.status
         except urllib.error.HTTPError as e:
@@ -147,6 +156,12 @@ class Client:
         if isinstance(reason, (socket.timeout, TimeoutError)):
             return DeadlineExceeded(None, f"{method}: no answer from the "
                                     f"moat gateway at {self.url}")
+        if isinstance(reason, ssl.SSLError):
+            return Unavailable(None, f"{method}: the TLS handshake with "
+                               f"the moat gateway at {self.url} failed "
+                               f"({reason}): give the CA that signed its "
+                               f"certificate (ca= or MOAT_TLS_CA), and a "
+                               f"url whose host its certificate names")
         refused = (isinstance(reason, ConnectionRefusedError) or
                    getattr(reason, "errno", None) == errno.ECONNREFUSED)
         what = "connection refused" if refused else str(reason)

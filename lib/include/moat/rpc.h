@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "moat/status.h"
+#include "moat/tls.h"
 
 #define MOAT_RPC_MAX_MSG (64u << 20) /* largest envelope or reply */
 #define MOAT_RPC_DEFAULT_WORKERS 64  /* calls in flight per server */
@@ -99,6 +100,23 @@ int moat_rpc_server_start(struct moat_rpc_server **out, const char *url,
     const struct moat_rpc_service *svc, int workers, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* Options of a server (moat_rpc_server_start_opts). Zeroed means
+ * defaults: no TLS, the default workers. */
+struct moat_rpc_server_opts {
+	int workers;                /* 0: MOAT_RPC_DEFAULT_WORKERS */
+	const struct moat_tls *tls; /* NULL: no TLS (tls+tcp:// refused) */
+	enum moat_tls_peer peer;    /* callers' certificates (tls+tcp) */
+	const char *what;           /* the listener in messages */
+};
+
+/* moat_rpc_server_start_opts: moat_rpc_server_start with the address
+ * rules of moat_tls_check_url (plain tcp:// off loopback refused unless
+ * insecure; tls+tcp:// needs the TLS settings) and, on tls+tcp://, TLS
+ * with opts->tls's certificate, callers checked as opts->peer says. */
+int moat_rpc_server_start_opts(struct moat_rpc_server **out, const char *url,
+    const struct moat_rpc_service *svc, const struct moat_rpc_server_opts *o,
+    char **errmsg) __attribute__((warn_unused_result));
+
 /* moat_rpc_server_stop: closes the socket, waits for running handlers to
  * return, frees everything. Safe on NULL. */
 void moat_rpc_server_stop(struct moat_rpc_server *srv);
@@ -110,6 +128,27 @@ void moat_rpc_server_stop(struct moat_rpc_server *srv);
  * sets *errmsg (heap, caller frees). */
 int moat_rpc_client_open(struct moat_rpc_client **out, const char *url,
     char **errmsg) __attribute__((warn_unused_result));
+
+/* Options of a client (moat_rpc_client_open_opts). Zeroed: no TLS. */
+struct moat_rpc_client_opts {
+	const struct moat_tls *tls; /* NULL: no TLS (tls+tcp:// refused) */
+	/* The name the server's certificate must carry (tls+tcp); NULL:
+	 * the url's host. */
+	const char *server_name;
+	const char *what; /* the link in messages ("the dial to snapd") */
+	bool quiet;       /* a failed handshake is not logged (the caller
+	                     says it) */
+};
+
+/* moat_rpc_client_open_opts: moat_rpc_client_open with the address rules
+ * of moat_tls_check_url and, on tls+tcp://, TLS from opts->tls. One
+ * connection serves every call (no handshake per call). When a call on a
+ * TLS link finds no server, its UNAVAILABLE message says whether the
+ * handshake failed (a probe, at most every few seconds per client; the
+ * failure is logged once a minute per client). */
+int moat_rpc_client_open_opts(struct moat_rpc_client **out, const char *url,
+    const struct moat_rpc_client_opts *o, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_rpc_client_close: safe on NULL; no call may be in flight. */
 void moat_rpc_client_close(struct moat_rpc_client *c);

@@ -198,6 +198,53 @@ test_gateway_down(void **state)
 	free(url);
 }
 
+/* The address rules and TLS settings of moat_client_open_tls (no dial
+ * leaves loopback: the refusals come before any). */
+static void
+test_tls_settings(void **state)
+{
+	struct moat_client_tls tls = { 0 };
+	struct moat_client *c = NULL;
+	char *errmsg = NULL;
+
+	unsetenv("MOAT_TLS_CA");
+	unsetenv("MOAT_INSECURE");
+	assert_int_equal(moat_client_open_tls(&c, "tcp://10.0.0.1:1", NULL,
+	                     &tls, &errmsg),
+	    MOAT_INVALID_ARGUMENT);
+	assert_null(c);
+	assert_non_null(strstr(errmsg, "--insecure"));
+	free(errmsg);
+	errmsg = NULL;
+	assert_int_equal(moat_client_open(&c, "tls+tcp://127.0.0.1:1", NULL,
+	                     &errmsg),
+	    MOAT_FAILED_PRECONDITION);
+	assert_non_null(strstr(errmsg, "MOAT_TLS_CA"));
+	free(errmsg);
+	errmsg = NULL;
+	/* A CA file that is no PEM: named, from the environment. */
+	setenv("MOAT_TLS_CA", "/dev/null", 1);
+	assert_int_not_equal(moat_client_open(&c, "tls+tcp://127.0.0.1:1",
+	                         NULL, &errmsg),
+	    MOAT_OK);
+	assert_non_null(strstr(errmsg, "MOAT_TLS_CA"));
+	free(errmsg);
+	errmsg = NULL;
+	unsetenv("MOAT_TLS_CA");
+	/* A key without its certificate. */
+	tls.key = "/dev/null";
+	assert_int_equal(moat_client_open_tls(&c, "tls+tcp://127.0.0.1:1",
+	                     NULL, &tls, &errmsg),
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(errmsg, "--tls-cert"));
+	free(errmsg);
+	/* Loopback tcp and ipc need nothing. */
+	assert_int_equal(moat_client_open(&c, "tcp://127.0.0.1:1", NULL,
+	                     &errmsg),
+	    MOAT_OK);
+	moat_client_close(c);
+}
+
 int
 main(void)
 {
@@ -207,6 +254,7 @@ main(void)
 		cmocka_unit_test(test_errors_carry_server_words),
 		cmocka_unit_test(test_sandbox_calls),
 		cmocka_unit_test(test_gateway_down),
+		cmocka_unit_test(test_tls_settings),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
