@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
+
 #include "gateway.h"
 #include "moat/log.h"
 #include "moat/status.h"
@@ -23,6 +26,9 @@
 
 #define SNAPD_SERVICE "moat.v1.Snapshot"
 #define LOOKUP_MS 5000 /* at most, for finding snapd's id */
+/* A snapshot whose push to snapd is under way: waited for this long. */
+#define PUSH_WAIT_MS 60000
+#define PUSH_POLL_MS 200
 
 /* available_list: "a, b" of the available nodes into buf. */
 static void
@@ -51,31 +57,44 @@ cap_ms(uint64_t deadline, uint64_t ms)
 }
 
 /* remote_from_node: the snapd id of local snapshot `snap` as its node
- * says it (LocalSnapshot.remote_id). */
+ * says it (LocalSnapshot.remote_id). A push still under way (vmd pushes
+ * in the background, remote_pending) is waited for, polling, until
+ * PUSH_WAIT_MS or the deadline. */
 static bool
 remote_from_node(struct moat_travel *t, const char *snap,
     const struct moat_node_id *node, uint64_t deadline, char *out)
 {
-	Moat__V1__LocalSnapshotList *list = NULL;
-	char *msg = NULL;
-	bool found = false;
+	uint64_t until = cap_ms(deadline, PUSH_WAIT_MS);
+	bool found = false, pending = true;
 
-	if (!moat_nodes_is_available(t->nodes, node) ||
-	    moat_snapshots_node_list(t->fw, node, t->tenant,
-	        cap_ms(deadline, LOOKUP_MS), &list, &msg) != MOAT_OK) {
-		free(msg);
-		return false;
-	}
-	for (size_t i = 0; i < list->n_snapshots && !found; i++) {
-		const Moat__V1__LocalSnapshot *s = list->snapshots[i];
+	while (!found && pending) {
+		Moat__V1__LocalSnapshotList *list = NULL;
+		char *msg = NULL;
 
-		if (strcmp(s->snapshot_id, snap) != 0 || !s->remote_stored ||
-		    s->remote_id[0] == '\0')
-			continue;
-		snprintf(out, MOAT_ID_MAX, "%s", s->remote_id);
-		found = true;
+		if (!moat_nodes_is_available(t->nodes, node) ||
+		    moat_snapshots_node_list(t->fw, node, t->tenant,
+		        cap_ms(deadline, LOOKUP_MS), &list, &msg) != MOAT_OK) {
+			free(msg);
+			return false;
+		}
+		pending = false;
+		for (size_t i = 0; i < list->n_snapshots && !found; i++) {
+			const Moat__V1__LocalSnapshot *s = list->snapshots[i];
+
+			if (strcmp(s->snapshot_id, snap) != 0)
+				continue;
+			pending = s->remote_pending;
+			if (!s->remote_stored || s->remote_id[0] == '\0')
+				continue;
+			snprintf(out, MOAT_ID_MAX, "%s", s->remote_id);
+			found = true;
+		}
+		moat__v1__local_snapshot_list__free_unpacked(list, NULL);
+		if (pending && moat_rpc_now_ms() + PUSH_POLL_MS >= until)
+			break;
+		if (!found && pending)
+			nng_msleep(PUSH_POLL_MS);
 	}
-	moat__v1__local_snapshot_list__free_unpacked(list, NULL);
 	return found;
 }
 

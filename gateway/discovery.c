@@ -272,6 +272,28 @@ moat_nodes_round_end(struct moat_nodes *nodes)
 	pthread_mutex_unlock(&nodes->lock);
 }
 
+void
+moat_nodes_mark_down(struct moat_nodes *nodes, const struct moat_node_id *id)
+{
+	struct moat_node_entry *e;
+
+	pthread_mutex_lock(&nodes->lock);
+	if ((e = find_entry(nodes, id->s)) != NULL && e->available) {
+		e->available = false;
+		if (e->node != NULL)
+			e->node->available = false;
+		/* Counted as silent from now: its next answer brings it
+		 * back, as after any outage. */
+		if (e->missed < nodes->missed_limit)
+			e->missed = nodes->missed_limit;
+		moat_warn(0,
+		    "node %s does not take calls (no connection): marked "
+		    "unavailable until it answers a survey again",
+		    e->id.s);
+	}
+	pthread_mutex_unlock(&nodes->lock);
+}
+
 int
 moat_nodes_snapshot(struct moat_nodes *nodes, Moat__V1__Node ***out, size_t *n)
 {

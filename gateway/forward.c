@@ -213,6 +213,7 @@ moat_forward_to_node(struct moat_forward *fw, const struct moat_node_id *node,
 	if (rv == MOAT_OK)
 		goto out;
 	if (transport_unavailable(rv, msg)) {
+		moat_nodes_mark_down(fw->nodes, node);
 		*errmsg = moat_asprintf(
 		    "node %s (%s), which holds %s, did "
 		    "not answer %s: is its moat-vmd running? `moat info` "

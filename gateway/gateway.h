@@ -352,6 +352,12 @@ int moat_inventory_unavailable(struct moat_inventory *inv, const char *tenant,
     const struct moat_node_id *answered, size_t n_answered,
     Moat__V1__Sandbox ***out, size_t *n) __attribute__((warn_unused_result));
 
+/* moat_nodes_mark_down: node `id` did not take a call (no connection):
+ * unavailable at once, not only after the surveys it misses, so that
+ * placement and calls skip it; its next survey answer brings it back. */
+void moat_nodes_mark_down(struct moat_nodes *nodes,
+    const struct moat_node_id *id);
+
 /* moat_nodes_is_available: whether node `node` is available now. */
 bool moat_nodes_is_available(struct moat_nodes *nodes,
     const struct moat_node_id *node);

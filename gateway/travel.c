@@ -708,8 +708,24 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 		free(msg); /* the session's sandbox is gone: a new one */
 		msg = NULL;
 	}
-	if ((rv = branch(&t, s, step, snap, &to, replace, call->request_id,
-	         call->deadline_ms, &r->sandbox, session_id, &msg)) != MOAT_OK)
+	rv = branch(&t, s, step, snap, &to, replace, call->request_id,
+	    call->deadline_ms, &r->sandbox, session_id, &msg);
+	if (rv == MOAT_UNAVAILABLE && req->node[0] == '\0' &&
+	    !moat_nodes_is_available(t.nodes, &to.node)) {
+		/* The chosen node turned out gone (marked down by the failed
+		 * call, before the surveys said so): placed once more. */
+		moat_info(call->request_id,
+		    "restore of %s: node %s does not answer; placing it again",
+		    snap, to.node.s);
+		free(msg);
+		msg = NULL;
+		if ((rv = moat_travel_place(&t, snap, "", 1, call->deadline_ms,
+		         &to, &msg)) == MOAT_OK)
+			rv = branch(&t, s, step, snap, &to, replace,
+			    call->request_id, call->deadline_ms, &r->sandbox,
+			    session_id, &msg);
+	}
+	if (rv != MOAT_OK)
 		goto fail;
 	moat__v1__session_info__free_unpacked(s, NULL);
 	if ((r->session_id = strdup(session_id)) == NULL ||
