@@ -22,12 +22,13 @@ set(MOAT_INCLUDE_SUBDIR ${CMAKE_INSTALL_INCLUDEDIR}/moat)
 # ---- libmoat: the C client as a shared library ----
 # Built from the objects of moat_client and moat_proto (every generated
 # message, so a caller can free or pack any of them) plus what they need
-# of moat_rpc, moat_config and moat_base; all compiled PIC for it. The version script
-# (libmoat.map) exports only the client API: moat_client_*, moat/status.h
-# (moat_strerror, moat_status_*) and the moat.v1 protobuf-c functions and
-# descriptors; the rpc layer, config and logging stay private.
-set_target_properties(moat_client moat_proto moat_rpc moat_config moat_base
-  PROPERTIES POSITION_INDEPENDENT_CODE ON)
+# of moat_rpc, moat_tls, moat_config and moat_base; all compiled PIC for
+# it. The version script (libmoat.map) exports only the client API:
+# moat_client_*, moat/status.h (moat_strerror, moat_status_*) and the
+# moat.v1 protobuf-c functions and descriptors; the rpc layer, TLS,
+# config and logging stay private.
+set_target_properties(moat_client moat_proto moat_rpc moat_tls moat_config
+  moat_base PROPERTIES POSITION_INDEPENDENT_CODE ON)
 add_library(libmoat SHARED $<TARGET_OBJECTS:moat_client>
   $<TARGET_OBJECTS:moat_proto>)
 target_link_libraries(libmoat PRIVATE moat_rpc moat_config moat_base
