@@ -266,6 +266,10 @@ moat_inventory_unavailable(struct moat_inventory *inv, const char *tenant,
 		free(list);
 		return rv;
 	}
+	if (count == 0) {
+		free(list);
+		list = NULL;
+	}
 	*out = list;
 	*n = count;
 	return MOAT_OK;
