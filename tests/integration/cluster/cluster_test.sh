@@ -216,5 +216,8 @@ check "with step 3's file ($out)" [ "$out" = three ]
 out=$(moat code "$bid" -c 'v' 2>"$work/err")
 check "and its python variable ($out)" [ "$out" = "'two'" ]
 
+c_stop
+check "no sanitizer report in any service log" sh -c "! grep -lE 'ERROR: (Address|Leak)Sanitizer|runtime error:' '$c_root'/h1/logs/*.log '$c_root'/host-*/logs/*.log"
+
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
