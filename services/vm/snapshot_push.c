@@ -189,6 +189,7 @@ struct pull_plan {
  * one fails. */
 struct pull_job {
 	struct vmd *vmd;
+	struct moat_rpc_client *client; /* the connection it asks on */
 	const char *tenant;
 	const char *snap_id;
 	const Moat__V1__SnapArtifact *art;
@@ -290,8 +291,14 @@ vmd_snapshot_pull_missing(struct vmd *vmd, const char *tenant,
 	n_jobs = plan.n < PULL_THREADS ? (uint32_t)plan.n : PULL_THREADS;
 	for (k = 0; k < n_jobs; k++) {
 		struct pull_job *j = &jobs[k];
+		/* Jobs spread over snapd's connections: one TLS stream
+		 * carries one reply at a time. */
+		struct moat_rpc_client *bulk = k % (VMD_SNAPD_BULK + 1) ?
+		    vmd->snapd_bulk[k % (VMD_SNAPD_BULK + 1) - 1] :
+		    NULL;
 
 		*j = (struct pull_job){ .vmd = vmd,
+			.client = bulk != NULL ? bulk : vmd->snapd,
 			.tenant = tenant,
 			.snap_id = snap_id,
 			.art = art,

@@ -129,9 +129,9 @@ int moat_chunk_writer_put(struct moat_chunk_writer *w, uint64_t index,
  * nothing changes since; anything else goes through _put. No chunk of
  * the range may be a zero chunk. A short source is an error (the chunks
  * stay missing). */
-int moat_chunk_writer_copy_trusted(struct moat_chunk_writer *w,
-    uint64_t first, uint64_t n, int src_fd, uint64_t src_first,
-    char **errmsg) __attribute__((warn_unused_result));
+int moat_chunk_writer_copy_trusted(struct moat_chunk_writer *w, uint64_t first,
+    uint64_t n, int src_fd, uint64_t src_first, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_chunk_writer_next_missing: the first non-zero chunk index at or
  * after `from` not yet put, or UINT64_MAX when none is left. */
