@@ -348,6 +348,86 @@ moat_chunk_writer_put(struct moat_chunk_writer *w, uint64_t index,
 	return MOAT_OK;
 }
 
+/* Copies [off, off + len) of `src` to the same length at `dst_off` of
+ * `dst`: copy_file_range first (a reflink where the filesystem shares
+ * blocks), read and write for what it leaves. Returns 0 or errno. */
+static int
+copy_bytes(int src, off_t src_off, int dst, off_t dst_off, size_t len)
+{
+	char buf[64 << 10];
+
+	while (len > 0) {
+		ssize_t n =
+		    copy_file_range(src, &src_off, dst, &dst_off, len, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len -= (size_t)n;
+	}
+	while (len > 0) {
+		size_t want = len < sizeof(buf) ? len : sizeof(buf);
+		ssize_t n = pread(src, buf, want, src_off), w = 0;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? errno : EIO; /* the source is short */
+		while (w < n) {
+			ssize_t k =
+			    pwrite(dst, buf + w, (size_t)(n - w), dst_off + w);
+
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0)
+				return k < 0 ? errno : EIO;
+			w += k;
+		}
+		src_off += n;
+		dst_off += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int
+moat_chunk_writer_copy_trusted(struct moat_chunk_writer *w, uint64_t first,
+    uint64_t n, int src_fd, uint64_t src_first, char **errmsg)
+{
+	uint64_t off = first * w->chunk_size, end, len;
+	int err;
+
+	if (n == 0 || first >= w->n_ids || n > w->n_ids - first) {
+		*errmsg = moat_asprintf("%s: chunks %llu+%llu of %zu", w->path,
+		    (unsigned long long)first, (unsigned long long)n,
+		    w->n_ids);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	for (uint64_t i = first; i < first + n; i++)
+		if (moat_chunk_id_is_zero(
+		        (const struct moat_chunk_id *)(w->ids +
+		            i * MOAT_CHUNK_ID_LEN))) {
+			*errmsg = moat_asprintf("%s: chunk %llu is a zero "
+			                        "chunk (a hole), not copied",
+			    w->path, (unsigned long long)i);
+			return MOAT_INVALID_ARGUMENT;
+		}
+	end = (first + n) * w->chunk_size;
+	len = (end < w->size ? end : w->size) - off;
+	if ((err = copy_bytes(src_fd, (off_t)(src_first * w->chunk_size),
+	         w->fd, (off_t)off, (size_t)len)) != 0) {
+		*errmsg = moat_asprintf("%s: copying chunks %llu+%llu from a "
+		                        "local file: %s",
+		    w->path, (unsigned long long)first, (unsigned long long)n,
+		    strerror(err));
+		return moat_status_from_errno(err);
+	}
+	for (uint64_t i = first; i < first + n; i++)
+		w->done[i / 8] |= (uint8_t)(1u << (i % 8));
+	return MOAT_OK;
+}
+
 uint64_t
 moat_chunk_writer_next_missing(const struct moat_chunk_writer *w,
     uint64_t from)

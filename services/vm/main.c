@@ -620,6 +620,15 @@ main(int argc, char **argv)
 		errmsg = NULL;
 		goto out;
 	}
+	for (int i = 0; vmd.snapd != NULL && i < VMD_SNAPD_BULK; i++)
+		if (moat_rpc_client_open_opts(&vmd.snapd_bulk[i],
+		        vmd.cfg.snapd_url, &snapd_opts, &errmsg) != MOAT_OK) {
+			/* Pulls then use vmd.snapd alone: slower, not wrong. */
+			moat_warn(0, "snapd %s: an extra connection: %s",
+			    vmd.cfg.snapd_url, errmsg ? errmsg : "?");
+			free(errmsg);
+			errmsg = NULL;
+		}
 	if ((err = moat_spawner_start()) != 0) {
 		moat_error(0, "cannot start the spawner thread: %s",
 		    strerror(err));
@@ -666,6 +675,8 @@ out:
 	vmd_pushq_stop(&vmd);
 	vmd_snapram_fini(&vmd);
 	moat_rpc_client_close(vmd.snapd);
+	for (int i = 0; i < VMD_SNAPD_BULK; i++)
+		moat_rpc_client_close(vmd.snapd_bulk[i]);
 	moat_spawner_stop();
 	moat_config_free(config);
 	if (lock_fd >= 0)

@@ -87,6 +87,9 @@ struct vmd_templates;
 struct vmd_snapram;
 struct vmd_pushq;
 
+/* Extra connections to snapd that pulls spread their requests over. */
+#define VMD_SNAPD_BULK 3
+
 struct vmd {
 	struct vmd_config cfg;
 	const struct moat_vmm_ops *vmm;
@@ -96,6 +99,10 @@ struct vmd {
 	struct vmd_accel accel;
 	pthread_mutex_t scratch_mu; /* one scratch template made at a time */
 	struct moat_rpc_client *snapd; /* NULL without [vmd] snapd; owned */
+	/* More connections to the same snapd for a pull's GetChunks (one
+	 * TLS stream carries one reply at a time); NULL ones fall back to
+	 * snapd. Owned. */
+	struct moat_rpc_client *snapd_bulk[VMD_SNAPD_BULK];
 	pthread_mutex_t
 	    fetch_mu; /* one snapshot pulled from snapd at a time */
 

@@ -1,8 +1,10 @@
 /*
  * snapshot_fetch.c: a snapshot that is in moat-snapd but not here,
  * pulled into the local catalog: every artifact written from its chunks
- * (verified), those this node already has in a parent snapshot copied
- * from there instead, the RAM into the RAM dir (admitted first). Not
+ * (each one that crosses the wire verified), those this node already has
+ * in a parent snapshot it pulled copied from there instead (the parent's
+ * recorded chunk list says where, nothing is read to find them), the RAM
+ * into the RAM dir (admitted first). Not
  * for: pushing (snapshot_push.c) or an evicted RAM copy coming back
  * (vmd_snapshot_pull_ram).
  */
@@ -28,41 +30,33 @@
 
 #define FETCH_META_MAX (64u << 10)
 
-/* One non-zero chunk of a local file that may seed a pull. */
+/* What a fetch did, for its log line and reply. */
+struct fetch_counts {
+	uint64_t local, remote; /* chunks copied here, pulled */
+	uint64_t remote_bytes;  /* chunk bytes pulled from snapd */
+	uint64_t describe_ms, seed_ms, pull_ms;
+};
+
+/* Where a pull records the manifest it wrote the files from (the
+ * GetSnapshot reply with its chunk ids), so that a later pull of a child
+ * knows which chunk sits where in them without reading them. */
+#define FETCH_MANIFEST "snapd-manifest.pb"
+
+/* One non-zero chunk of a parent's file, for a chunk that moved. */
 struct seed_chunk {
 	uint8_t id[MOAT_CHUNK_ID_LEN];
-	uint64_t offset;
+	uint64_t index;
 };
 
-/* A local file's non-zero chunks, sorted by id (owned: free v, close fd). */
+/* A parent snapshot's local file and its chunk list (owned: close fd,
+ * free v; `a` is borrowed from the parent's manifest). */
 struct seed {
-	struct seed_chunk *v;
-	size_t n, cap;
+	const Moat__V1__SnapArtifact *a;
+	uint64_t n_ids;
+	struct seed_chunk *v; /* its non-zero chunks, sorted by id */
+	size_t n;
 	int fd;
 };
-
-static int
-seed_add(const struct moat_chunk *c, void *arg, char **errmsg)
-{
-	struct seed *sd = arg;
-
-	if (c->zero)
-		return MOAT_OK;
-	if (sd->n == sd->cap) {
-		size_t cap = sd->cap ? sd->cap * 2 : 1024;
-		struct seed_chunk *v = realloc(sd->v, cap * sizeof(*v));
-
-		if (v == NULL) {
-			*errmsg = strdup("out of memory");
-			return MOAT_INTERNAL;
-		}
-		sd->v = v;
-		sd->cap = cap;
-	}
-	memcpy(sd->v[sd->n].id, c->id.b, MOAT_CHUNK_ID_LEN);
-	sd->v[sd->n++].offset = c->offset;
-	return MOAT_OK;
-}
 
 static int
 seed_cmp(const void *a, const void *b)
@@ -70,30 +64,106 @@ seed_cmp(const void *a, const void *b)
 	return memcmp(a, b, MOAT_CHUNK_ID_LEN);
 }
 
-/* Chunks `path` (if it exists) into *sd. Returns false when there is no
- * usable seed; a seed is only an optimisation, so errors just log. */
-static bool
-seed_load(struct seed *sd, const char *path, uint32_t chunk_size)
+static const uint8_t *
+id_at(const Moat__V1__SnapArtifact *a, uint64_t i)
 {
-	char *err = NULL;
+	return a->chunk_ids.data + i * MOAT_CHUNK_ID_LEN;
+}
+
+static bool
+id_zero(const Moat__V1__SnapArtifact *a, uint64_t i)
+{
+	return moat_chunk_id_is_zero(
+	    (const struct moat_chunk_id *)id_at(a, i));
+}
+
+/* The manifest this node recorded when it pulled snapshot `id` into
+ * root/id, or NULL (none: pulled by an older vmd, or taken here). */
+static Moat__V1__SnapshotInfo *
+seed_manifest(const char *root, const char *id)
+{
+	Moat__V1__SnapshotInfo *info = NULL;
+	char *path = moat_asprintf("%s/%s/" FETCH_MANIFEST, root, id);
+	char *buf = NULL;
+	size_t len;
+	int e;
+
+	if (path == NULL)
+		return NULL;
+	if ((e = moat_read_file(path, MOAT_RPC_MAX_MSG, &buf, &len)) == 0)
+		info = moat__v1__snapshot_info__unpack(NULL, len,
+		    (const uint8_t *)buf);
+	if (e == 0 && (info == NULL || strcmp(info->id, id) != 0))
+		moat_warn(0,
+		    "not seeding a pull from %s: not the manifest of "
+		    "%s",
+		    path, id);
+	else if (e != 0 && e != ENOENT)
+		moat_warn(0, "not seeding a pull from %s: %s", path,
+		    strerror(e));
+	if (info != NULL && strcmp(info->id, id) != 0) {
+		protobuf_c_message_free_unpacked(&info->base, NULL);
+		info = NULL;
+	}
+	free(buf);
+	free(path);
+	return info;
+}
+
+/* Opens the parent's copy of artifact `a` (file `file` of snapshot
+ * directory `dir`, described by `pm`) as a seed. False when there is
+ * none that fits; a seed is only an optimisation, so errors just log. */
+static bool
+seed_open(struct seed *sd, const Moat__V1__SnapshotInfo *pm,
+    const Moat__V1__SnapArtifact *a, const char *dir, const char *file)
+{
+	char *path = NULL;
+	struct stat st;
 
 	memset(sd, 0, sizeof(*sd));
 	sd->fd = -1;
-	if (access(path, R_OK) != 0)
-		return false;
-	if (moat_chunk_file(path, chunk_size, seed_add, sd, NULL, &err) !=
-	        MOAT_OK ||
-	    (sd->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-		moat_warn(0, "not seeding a pull from %s: %s", path,
-		    err ? err : strerror(errno));
-		free(err);
-		free(sd->v);
-		memset(sd, 0, sizeof(*sd));
-		sd->fd = -1;
-		return false;
+	for (size_t i = 0; pm != NULL && i < pm->n_artifacts; i++)
+		if (strcmp(pm->artifacts[i]->name, a->name) == 0)
+			sd->a = pm->artifacts[i];
+	if (sd->a == NULL || sd->a->chunk_size != a->chunk_size ||
+	    sd->a->chunk_ids.len % MOAT_CHUNK_ID_LEN != 0 ||
+	    (path = moat_asprintf("%s/%s", dir, file)) == NULL)
+		goto none;
+	sd->n_ids = sd->a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
+	if ((sd->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		if (errno != ENOENT) /* an evicted RAM copy is ENOENT */
+			moat_warn(0, "not seeding a pull from %s: %s", path,
+			    strerror(errno));
+		goto none;
+	}
+	if (fstat(sd->fd, &st) != 0 || (uint64_t)st.st_size != sd->a->size ||
+	    moat_chunk_count(sd->a->size, a->chunk_size) != sd->n_ids) {
+		moat_warn(0,
+		    "not seeding a pull from %s: it is not the size "
+		    "its manifest says",
+		    path);
+		goto none;
+	}
+	if ((sd->v = malloc((sd->n_ids ? sd->n_ids : 1) * sizeof(*sd->v))) ==
+	    NULL)
+		goto none;
+	for (uint64_t i = 0; i < sd->n_ids; i++) {
+		if (id_zero(sd->a, i))
+			continue;
+		memcpy(sd->v[sd->n].id, id_at(sd->a, i), MOAT_CHUNK_ID_LEN);
+		sd->v[sd->n++].index = i;
 	}
 	qsort(sd->v, sd->n, sizeof(*sd->v), seed_cmp);
+	free(path);
 	return true;
+none:
+	if (sd->fd >= 0)
+		close(sd->fd);
+	free(sd->v);
+	free(path);
+	memset(sd, 0, sizeof(*sd));
+	sd->fd = -1;
+	return false;
 }
 
 static void
@@ -104,6 +174,64 @@ seed_free(struct seed *sd)
 		close(sd->fd);
 	memset(sd, 0, sizeof(*sd));
 	sd->fd = -1;
+}
+
+/* How many chunks from `idx` on `a` has the same as the seed at the same
+ * places (non-zero ones; 0 when chunk idx differs). */
+static uint64_t
+seed_run(const struct seed *sd, const Moat__V1__SnapArtifact *a,
+    uint64_t n_ids, uint64_t idx)
+{
+	uint64_t n = 0;
+
+	while (idx + n < n_ids && idx + n < sd->n_ids &&
+	    !id_zero(a, idx + n) &&
+	    memcmp(id_at(a, idx + n), id_at(sd->a, idx + n),
+	        MOAT_CHUNK_ID_LEN) == 0)
+		n++;
+	return n;
+}
+
+/* Copies into `w` every chunk of `a` the seed holds: runs at the same
+ * offsets as one copy (a reflink where the RAM dir has them), a chunk
+ * that moved on its own. These chunks are not hashed again: the seed is
+ * a file this node wrote itself from chunks it verified against exactly
+ * these ids when it pulled the parent, and a snapshot's files are never
+ * written once its directory is in place (a restore copies them). The
+ * chunks the seed lacks, or a copy that fails, are left missing: they
+ * come from snapd, verified. Returns the chunks copied. */
+static uint64_t
+seed_copy(struct moat_chunk_writer *w, const Moat__V1__SnapArtifact *a,
+    const struct seed *sd)
+{
+	uint64_t n_ids = a->chunk_ids.len / MOAT_CHUNK_ID_LEN, copied = 0;
+	uint64_t idx = moat_chunk_writer_next_missing(w, 0), run, src;
+	const struct seed_chunk *hit;
+	char *err = NULL;
+
+	while (idx != UINT64_MAX) {
+		run = seed_run(sd, a, n_ids, idx);
+		src = idx;
+		if (run == 0 &&
+		    (hit = bsearch(id_at(a, idx), sd->v, sd->n, sizeof(*sd->v),
+		         seed_cmp)) != NULL) {
+			run = 1;
+			src = hit->index;
+		}
+		if (run > 0 &&
+		    moat_chunk_writer_copy_trusted(w, idx, run, sd->fd, src,
+		        &err) != MOAT_OK) {
+			moat_warn(0,
+			    "seeding a pull: %s; the rest comes from "
+			    "moat-snapd",
+			    err ? err : "?");
+			free(err);
+			return copied;
+		}
+		copied += run;
+		idx = moat_chunk_writer_next_missing(w, idx + (run ? run : 1));
+	}
+	return copied;
 }
 
 /* The bytes of the chunks `w` (opened on `a`) still misses: what a
@@ -124,62 +252,37 @@ missing_bytes(const struct moat_chunk_writer *w,
 	return bytes;
 }
 
-/* Writes artifact `a` of snapshot `snap_id` to `path`: chunks found in
- * `sd` (may be NULL) are copied from there, the rest come from snapd;
- * every one is verified by the writer. *local / *remote count them,
- * *remote_bytes adds the bytes pulled. */
+/* Writes artifact `a` of snapshot `snap_id` to `path`: chunks the seed
+ * `sd` (may be NULL) holds are copied from there, the rest come from
+ * snapd, several requests in flight, each verified by the writer.
+ * *local / *remote count them, *remote_bytes adds the bytes pulled,
+ * *seed_ms / *pull_ms the time each part took. */
 static int
 pull_seeded(struct vmd *vmd, const char *tenant, const char *snap_id,
-    const Moat__V1__SnapArtifact *a, const char *path, struct seed *sd,
-    uint64_t *local, uint64_t *remote, uint64_t *remote_bytes, char **errmsg)
+    const Moat__V1__SnapArtifact *a, const char *path, const struct seed *sd,
+    struct fetch_counts *fc, char **errmsg)
 {
-	uint64_t want;
-
 	struct moat_chunk_writer *w = NULL;
-	uint64_t idx;
+	uint64_t t0 = moat_rpc_now_ms(), want;
 	size_t n_ids = a->chunk_ids.len / MOAT_CHUNK_ID_LEN;
-	uint8_t *buf = NULL;
 	int rv;
 
 	if ((rv = moat_chunk_writer_open(&w, path, a->size, a->chunk_size,
 	         a->chunk_ids.data, n_ids, errmsg)) != MOAT_OK)
 		return rv;
-	if (sd != NULL && sd->n > 0 && (buf = malloc(a->chunk_size)) != NULL) {
-		for (idx = moat_chunk_writer_next_missing(w, 0);
-		     idx != UINT64_MAX;
-		     idx = moat_chunk_writer_next_missing(w, idx + 1)) {
-			const struct seed_chunk *hit =
-			    bsearch(a->chunk_ids.data +
-			            idx * MOAT_CHUNK_ID_LEN,
-			        sd->v, sd->n, sizeof(*sd->v), seed_cmp);
-			uint64_t off = idx * a->chunk_size;
-			size_t len = a->size - off < a->chunk_size ?
-			    (size_t)(a->size - off) :
-			    a->chunk_size;
-			char *err = NULL;
-
-			if (hit == NULL ||
-			    pread(sd->fd, buf, len, (off_t)hit->offset) !=
-			        (ssize_t)len)
-				continue;
-			/* A seed that changed since is caught here and the
-			 * chunk comes from snapd instead. */
-			if (moat_chunk_writer_put(w, idx, buf, len, &err) ==
-			    MOAT_OK)
-				(*local)++;
-			free(err);
-		}
-	}
+	if (sd != NULL)
+		fc->local += seed_copy(w, a, sd);
+	fc->seed_ms += moat_rpc_now_ms() - t0;
+	t0 = moat_rpc_now_ms();
 	want = missing_bytes(w, a);
-	if ((rv = moat_snap_pull_chunks(vmd->snapd, tenant, snap_id, a, w, 0,
-	         UINT64_MAX, MOAT_SNAP_PULL_BATCH, remote, errmsg)) != MOAT_OK)
-		goto fail;
-	*remote_bytes += want;
-	free(buf);
-	return moat_chunk_writer_commit(w, errmsg);
-fail:
-	free(buf);
-	moat_chunk_writer_abort(w);
+	if ((rv = vmd_snapshot_pull_missing(vmd, tenant, snap_id, a, w,
+	         &fc->remote, errmsg)) != MOAT_OK) {
+		moat_chunk_writer_abort(w);
+		return rv;
+	}
+	fc->remote_bytes += want;
+	rv = moat_chunk_writer_commit(w, errmsg);
+	fc->pull_ms += moat_rpc_now_ms() - t0;
 	return rv;
 }
 
@@ -279,8 +382,11 @@ struct fetch {
 	const Moat__V1__SnapshotInfo *info;
 	char *root, *tmp, *link, *ram;
 	bool have[VMD_SNAP_N_ARTIFACTS];
-	uint64_t n_local, n_remote;
-	uint64_t remote_bytes; /* chunk bytes pulled from snapd */
+	/* The parent's manifest as this node recorded it when it pulled
+	 * the parent (NULL: no seed), and where the parent is. */
+	Moat__V1__SnapshotInfo *parent;
+	char *parent_dir;
+	struct fetch_counts fc;
 };
 
 /* Asks moat-snapd for snapshot f->id with its chunk ids. On MOAT_OK
@@ -397,27 +503,51 @@ fetch_ram_bytes(const Moat__V1__SnapshotInfo *info)
 }
 
 /* Pulls artifact `a` (slot k of vmd_snap_artifacts) to `target`, seeded
- * from the parent snapshot's copy when this node holds it. */
+ * from the parent snapshot's copy when this node pulled the parent. */
 static int
 fetch_pull(struct fetch *f, const Moat__V1__SnapArtifact *a, size_t k,
     const char *target, char **errmsg)
 {
 	struct seed sd;
-	char *seed_path = f->info->parent_id[0] ?
-	    moat_asprintf("%s/%s/%s", f->root, f->info->parent_id,
-	        vmd_snap_artifacts[k].file) :
-	    NULL;
-	bool seeded =
-	    seed_path != NULL && seed_load(&sd, seed_path, a->chunk_size);
+	bool seeded = f->parent != NULL &&
+	    seed_open(&sd, f->parent, a, f->parent_dir,
+	        vmd_snap_artifacts[k].file);
 	int rv;
 
 	rv = pull_seeded(f->vmd, f->snapd_tenant, f->id, a, target,
-	    seeded ? &sd : NULL, &f->n_local, &f->n_remote, &f->remote_bytes,
-	    errmsg);
+	    seeded ? &sd : NULL, &f->fc, errmsg);
 	if (seeded)
 		seed_free(&sd);
-	free(seed_path);
 	return rv;
+}
+
+/* Writes <tmp>/FETCH_MANIFEST: the manifest the files were written from
+ * (see seed_manifest). */
+static int
+fetch_write_manifest(const Moat__V1__SnapshotInfo *info, const char *tmp,
+    char **errmsg)
+{
+	char *path = moat_asprintf("%s/" FETCH_MANIFEST, tmp);
+	size_t len = moat__v1__snapshot_info__get_packed_size(info);
+	uint8_t *packed = malloc(len ? len : 1);
+	int e;
+
+	if (path == NULL || packed == NULL) {
+		free(path);
+		free(packed);
+		*errmsg = strdup("out of memory");
+		return MOAT_INTERNAL;
+	}
+	moat__v1__snapshot_info__pack(info, packed);
+	e = moat_write_file_atomic(path, packed, len, 0600);
+	free(packed);
+	free(path);
+	if (e != 0) {
+		*errmsg = moat_asprintf("cannot write its chunk list: %s",
+		    strerror(e));
+		return moat_status_from_errno(e);
+	}
+	return MOAT_OK;
 }
 
 /* Fetches artifact `a` into its place (the RAM into the RAM dir, linked
@@ -530,8 +660,12 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	if ((rv = fetch_describe(&f, &info)) != MOAT_OK)
 		goto out;
 	f.info = info;
+	f.fc.describe_ms = moat_rpc_now_ms() - t0;
 	if ((rv = fetch_make_tmp(&f, dir)) != MOAT_OK)
 		goto out;
+	if (info->parent_id[0] != '\0' &&
+	    (f.parent = seed_manifest(f.root, info->parent_id)) != NULL)
+		f.parent_dir = moat_asprintf("%s/%s", f.root, info->parent_id);
 	/* Its RAM lands in the RAM dir: make room as a create would. */
 	admitted = fetch_ram_bytes(info);
 	if ((rv = vmd_ram_admit(vmd, call, admitted,
@@ -542,7 +676,8 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	}
 	if ((rv = fetch_artifacts(&f)) != MOAT_OK)
 		goto out_rm;
-	if ((rv = fetch_write_meta(info, f.tmp, dir, &err)) != MOAT_OK) {
+	if ((rv = fetch_write_manifest(info, f.tmp, &err)) != MOAT_OK ||
+	    (rv = fetch_write_meta(info, f.tmp, dir, &err)) != MOAT_OK) {
 		rv = moat_rpc_error(call, rv, "snapshot %s: %s", id,
 		    err ? err : "?");
 		goto out_rm;
@@ -558,11 +693,14 @@ vmd_snapshot_fetch(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	moat_info(call->request_id,
 	    "snapshot %s: pulled from moat-snapd in "
 	    "%" PRIu64 " ms (%" PRIu64 " B logical): %" PRIu64 " chunks "
-	    "pulled (%" PRIu64 " B), %" PRIu64 " copied from parent %s here",
-	    id, moat_rpc_now_ms() - t0, info->logical_bytes, f.n_remote,
-	    f.remote_bytes, f.n_local,
-	    info->parent_id[0] ? info->parent_id : "(none)");
-	*pulled_bytes = f.remote_bytes;
+	    "pulled (%" PRIu64 " B) in %" PRIu64 " ms, %" PRIu64 " copied "
+	    "from parent %s here in %" PRIu64 " ms, described in %" PRIu64
+	    " ms",
+	    id, moat_rpc_now_ms() - t0, info->logical_bytes, f.fc.remote,
+	    f.fc.remote_bytes, f.fc.pull_ms, f.fc.local,
+	    info->parent_id[0] ? info->parent_id : "(none)", f.fc.seed_ms,
+	    f.fc.describe_ms);
+	*pulled_bytes = f.fc.remote_bytes;
 	rv = MOAT_OK;
 	goto out;
 out_rm:
@@ -575,6 +713,9 @@ out:
 	pthread_mutex_unlock(&vmd->fetch_mu);
 	if (info != NULL)
 		protobuf_c_message_free_unpacked(&info->base, NULL);
+	if (f.parent != NULL)
+		protobuf_c_message_free_unpacked(&f.parent->base, NULL);
+	free(f.parent_dir);
 	free(f.ram);
 	free(f.link);
 	free(f.tmp);

@@ -8,16 +8,18 @@
  * this node does not hold: every chunk is verified on the way in, the
  * files are assembled in <id>.tmp and the directory is renamed into
  * place only when complete, so a restore never sees a partial snapshot.
- * A fetch pulls only the chunks this node lacks: when the snapshot's
- * parent is here, its files seed the new ones (a chunk whose id matches
- * is copied locally, verified like any other) and only the rest cross
- * the wire.
+ * A fetch pulls only the chunks this node lacks: when this node pulled
+ * the snapshot's parent, the parent's recorded chunk list says which of
+ * its chunks the new files share; those are copied locally (see
+ * snapshot_fetch.c) and only the rest cross the wire, several GetChunks
+ * in flight, every one verified.
  * Not for: pausing and copying (the driver) or the local catalog
  * (snapshot.c); the push never fails a snapshot, it records why not.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,50 +168,166 @@ out:
 	free(err);
 }
 
-/* ---- an evicted snapshot's RAM back from snapd (issue 11) ---- */
+/* ---- chunks from snapd, several GetChunks in flight ---- */
 
 #define PULL_THREADS 8u
-/* Chunks per stripe, a multiple of 8: threads own whole bytes of the
- * writer's bitmap, and each stripe is one GetChunks. */
-#define PULL_STRIPE 64u
+/* Missing chunks per GetChunks (1 MiB at the default chunk size): small
+ * enough that PULL_THREADS replies overlap, large enough that the round
+ * trips do not dominate. */
+#define PULL_BATCH 64u
 
-/* One puller thread: stripes k, k + n, k + 2n ... of the artifact. */
+/* The ranges of chunk indexes the pullers share: each [lo, hi) holds
+ * about PULL_BATCH missing chunks and starts and ends on a multiple of 8
+ * (or the end), so every thread owns whole bytes of the writer's bitmap. */
+struct pull_plan {
+	uint64_t (*r)[2];
+	size_t n;
+	atomic_size_t next;
+};
+
+/* One puller thread: takes ranges from the plan until none is left or
+ * one fails. */
 struct pull_job {
 	struct vmd *vmd;
+	struct moat_rpc_client *client; /* the connection it asks on */
 	const char *tenant;
 	const char *snap_id;
 	const Moat__V1__SnapArtifact *art;
 	struct moat_chunk_writer *w;
-	uint32_t k, n;
+	struct pull_plan *plan;
+	atomic_bool *failed;
+	uint64_t pulled;
 	int rv;
 	char *err; /* heap, with rv */
 	pthread_t thread;
 	bool started;
 };
 
-/* Pulls the missing chunks of stripe `s` (one GetChunks, asked again
- * for what a short answer left out). */
-static int
-pull_stripe(struct pull_job *j, uint64_t s)
-{
-	size_t n_ids = j->art->chunk_ids.len / MOAT_CHUNK_ID_LEN;
-	uint64_t end =
-	    (s + 1) * PULL_STRIPE < n_ids ? (s + 1) * PULL_STRIPE : n_ids;
-
-	return moat_snap_pull_chunks(j->vmd->snapd, j->tenant, j->snap_id,
-	    j->art, j->w, s * PULL_STRIPE, end, PULL_STRIPE, NULL, &j->err);
-}
-
 static void *
 pull_main(void *arg)
 {
 	struct pull_job *j = arg;
-	size_t n_ids = j->art->chunk_ids.len / MOAT_CHUNK_ID_LEN;
-	uint64_t stripes = (n_ids + PULL_STRIPE - 1) / PULL_STRIPE;
+	size_t i;
 
-	for (uint64_t s = j->k; s < stripes && j->rv == MOAT_OK; s += j->n)
-		j->rv = pull_stripe(j, s);
+	while (j->rv == MOAT_OK && !atomic_load(j->failed) &&
+	    (i = atomic_fetch_add(&j->plan->next, 1)) < j->plan->n) {
+		j->rv =
+		    moat_snap_pull_chunks(j->vmd->snapd, j->tenant, j->snap_id,
+		        j->art, j->w, j->plan->r[i][0], j->plan->r[i][1],
+		        MOAT_SNAP_PULL_BATCH, &j->pulled, &j->err);
+		if (j->rv != MOAT_OK)
+			atomic_store(j->failed, true);
+	}
 	return NULL;
+}
+
+/* Cuts what `w` misses into the plan's ranges. */
+static int
+pull_plan_make(struct pull_plan *p, const struct moat_chunk_writer *w,
+    uint64_t n_ids, char **errmsg)
+{
+	uint64_t idx, lo = 0, count = 0;
+	size_t cap = 0;
+
+	memset(p, 0, sizeof(*p));
+	for (idx = moat_chunk_writer_next_missing(w, 0); idx != UINT64_MAX;
+	     idx = moat_chunk_writer_next_missing(w, idx + 1)) {
+		if (count == 0)
+			lo = idx & ~(uint64_t)7;
+		if (++count < PULL_BATCH && idx + 1 < n_ids)
+			continue;
+		if (p->n == cap) {
+			uint64_t(*r)[2];
+
+			cap = cap ? cap * 2 : 64;
+			if ((r = realloc(p->r, cap * sizeof(*r))) == NULL) {
+				free(p->r);
+				*errmsg = strdup("out of memory");
+				return MOAT_RESOURCE_EXHAUSTED;
+			}
+			p->r = r;
+		}
+		p->r[p->n][0] = lo;
+		idx = (idx | 7) + 1 < n_ids ? (idx | 7) + 1 : n_ids;
+		p->r[p->n++][1] = idx;
+		count = 0;
+		idx--; /* the next search starts at the range's end */
+	}
+	if (count > 0) { /* the last missing chunk ended no range */
+		if (p->n == cap) {
+			uint64_t(*r)[2] =
+			    realloc(p->r, (cap + 1) * sizeof(*r));
+
+			if (r == NULL) {
+				free(p->r);
+				*errmsg = strdup("out of memory");
+				return MOAT_RESOURCE_EXHAUSTED;
+			}
+			p->r = r;
+		}
+		p->r[p->n][0] = lo;
+		p->r[p->n++][1] = n_ids;
+	}
+	return MOAT_OK;
+}
+
+int
+vmd_snapshot_pull_missing(struct vmd *vmd, const char *tenant,
+    const char *snap_id, const Moat__V1__SnapArtifact *art,
+    struct moat_chunk_writer *w, uint64_t *pulled, char **errmsg)
+{
+	struct pull_job jobs[PULL_THREADS];
+	struct pull_plan plan;
+	atomic_bool failed = false;
+	uint32_t k, n_jobs;
+	int rv;
+
+	*errmsg = NULL;
+	if ((rv = pull_plan_make(&plan, w,
+	         art->chunk_ids.len / MOAT_CHUNK_ID_LEN, errmsg)) != MOAT_OK)
+		return rv;
+	atomic_init(&plan.next, 0);
+	memset(jobs, 0, sizeof(jobs));
+	n_jobs = plan.n < PULL_THREADS ? (uint32_t)plan.n : PULL_THREADS;
+	for (k = 0; k < n_jobs; k++) {
+		struct pull_job *j = &jobs[k];
+		/* Jobs spread over snapd's connections: one TLS stream
+		 * carries one reply at a time. */
+		struct moat_rpc_client *bulk = k % (VMD_SNAPD_BULK + 1) ?
+		    vmd->snapd_bulk[k % (VMD_SNAPD_BULK + 1) - 1] :
+		    NULL;
+
+		*j = (struct pull_job){ .vmd = vmd,
+			.client = bulk != NULL ? bulk : vmd->snapd,
+			.tenant = tenant,
+			.snap_id = snap_id,
+			.art = art,
+			.w = w,
+			.plan = &plan,
+			.failed = &failed };
+		/* The first range is pulled by this thread; a thread that
+		 * cannot start leaves its share to the others. */
+		j->started =
+		    k > 0 && vmd_thread_create(&j->thread, pull_main, j) == 0;
+	}
+	if (n_jobs > 0)
+		pull_main(&jobs[0]);
+	for (k = 0; k < n_jobs; k++) {
+		if (jobs[k].started)
+			pthread_join(jobs[k].thread, NULL);
+		if (pulled != NULL)
+			*pulled += jobs[k].pulled;
+		if (jobs[k].rv != MOAT_OK && rv == MOAT_OK) {
+			rv = jobs[k].rv;
+			*errmsg = jobs[k].err;
+			jobs[k].err = NULL;
+		}
+		free(jobs[k].err);
+	}
+	free(plan.r);
+	/* This thread took every range the others did not: none is left
+	 * untried unless a failure stopped them, and then rv says so. */
+	return rv;
 }
 
 int
@@ -218,7 +336,6 @@ vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
 {
 	Moat__V1__GetSnapshotRequest req =
 	    MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
-	struct pull_job jobs[PULL_THREADS];
 	const Moat__V1__SnapArtifact *ram = NULL;
 	struct moat_chunk_writer *w = NULL;
 	ProtobufCMessage *reply = NULL;
@@ -226,7 +343,6 @@ vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
 	int rv;
 
 	*errmsg = NULL;
-	memset(jobs, 0, sizeof(jobs));
 	req.tenant = meta->tenant;
 	req.id = meta->remote_id;
 	req.with_chunks = true;
@@ -248,38 +364,12 @@ vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
 	         ram->chunk_ids.data, ram->chunk_ids.len / MOAT_CHUNK_ID_LEN,
 	         errmsg)) != MOAT_OK)
 		goto out;
-	for (uint32_t k = 0; k < PULL_THREADS; k++) {
-		struct pull_job *j = &jobs[k];
-
-		*j = (struct pull_job){ .vmd = vmd,
-			.tenant = req.tenant,
-			.snap_id = meta->remote_id,
-			.art = ram,
-			.w = w,
-			.k = k,
-			.n = PULL_THREADS };
-		/* A thread that cannot start leaves its stripes to the
-		 * check below: they are pulled here. */
-		j->started = vmd_thread_create(&j->thread, pull_main, j) == 0;
-	}
-	for (uint32_t k = 0; k < PULL_THREADS; k++) {
-		if (jobs[k].started)
-			pthread_join(jobs[k].thread, NULL);
-		else
-			pull_main(&jobs[k]);
-		if (jobs[k].rv != MOAT_OK && rv == MOAT_OK) {
-			rv = jobs[k].rv;
-			*errmsg = jobs[k].err;
-			jobs[k].err = NULL;
-		}
-	}
-	if (rv == MOAT_OK)
+	if ((rv = vmd_snapshot_pull_missing(vmd, req.tenant, meta->remote_id,
+	         ram, w, NULL, errmsg)) == MOAT_OK)
 		rv = moat_chunk_writer_commit(w, errmsg);
 	else
 		moat_chunk_writer_abort(w);
 out:
-	for (uint32_t k = 0; k < PULL_THREADS; k++)
-		free(jobs[k].err);
 	protobuf_c_message_free_unpacked(reply, NULL);
 	return rv;
 }

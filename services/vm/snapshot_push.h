@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include "moat/rpc.h"
+#include "snapshot.pb-c.h"
 #include "vm.pb-c.h"
 
 struct vmd;
@@ -47,6 +48,19 @@ void vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
  * with *errmsg (heap); on failure `path` is not left. Blocking. */
 int vmd_snapshot_pull_ram(struct vmd *vmd, const Moat__V1__LocalSnapshot *meta,
     const char *path, char **errmsg) __attribute__((warn_unused_result));
+
+struct moat_chunk_writer;
+
+/* vmd_snapshot_pull_missing: pulls from vmd->snapd every chunk writer
+ * `w` (the caller's, opened on artifact `art` of snapd snapshot
+ * `snap_id`) still misses, several GetChunks in flight; each chunk is
+ * verified by the writer. Adds the chunks pulled to *pulled (may be
+ * NULL). Returns MOAT_OK or the first failure's status with *errmsg
+ * (heap); the writer is left to the caller (commit or abort). */
+int vmd_snapshot_pull_missing(struct vmd *vmd, const char *tenant,
+    const char *snap_id, const Moat__V1__SnapArtifact *art,
+    struct moat_chunk_writer *w, uint64_t *pulled, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* vmd_snapshot_delete_remote: deletes snapd snapshot `remote_id` of
  * `tenant` (the snapshot's; snapd refuses none); a snapshot already gone

@@ -120,6 +120,19 @@ int moat_chunk_writer_put(struct moat_chunk_writer *w, uint64_t index,
     const void *data, size_t len, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_chunk_writer_copy_trusted: marks chunks [first, first + n) put,
+ * copying their bytes from open file `src_fd`, where they start at chunk
+ * `src_first` (same chunk size), with copy_file_range (a reflink where
+ * the filesystem shares blocks) or read and write. NOT verified: only
+ * for a source whose chunks this process knows to hold those ids, a
+ * local file it wrote from verified chunks or chunked itself and that
+ * nothing changes since; anything else goes through _put. No chunk of
+ * the range may be a zero chunk. A short source is an error (the chunks
+ * stay missing). */
+int moat_chunk_writer_copy_trusted(struct moat_chunk_writer *w, uint64_t first,
+    uint64_t n, int src_fd, uint64_t src_first, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_chunk_writer_next_missing: the first non-zero chunk index at or
  * after `from` not yet put, or UINT64_MAX when none is left. */
 uint64_t moat_chunk_writer_next_missing(const struct moat_chunk_writer *w,

@@ -3,8 +3,8 @@
  * back as zero chunks without being read, a written run of zeros that is
  * still a zero chunk, a short last chunk, ids that are the SHA-256 of the
  * bytes, a file written back from its chunks that is equal and sparse,
- * and a writer that refuses a corrupt chunk and never leaves a partial
- * file.
+ * a writer that refuses a corrupt chunk and never leaves a partial
+ * file, and one seeded from a local file without hashing it.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -208,6 +208,102 @@ test_writer_refuses(void **state)
 	free(path);
 }
 
+/* A writer seeded from a local file by copy_trusted: a run at the same
+ * offsets and a chunk from another offset arrive without put, a short
+ * last chunk is copied short, a zero chunk or a range past the end is
+ * refused, a short source leaves its chunks missing, and the file
+ * committed is the wanted one, sparse where its chunks are zero. */
+static void
+test_writer_copy_trusted(void **state)
+{
+	char *src = moat_asprintf("%s/parent", dir);
+	char *path = moat_asprintf("%s/child", dir), *errmsg = NULL, *got;
+	uint8_t *want = calloc(1, FILE_SIZE), ids[NCH * 32];
+	struct moat_chunk_writer *w = NULL;
+	struct moat_chunk_id id;
+	struct stat st;
+	size_t len;
+	int fd;
+
+	/* The parent: every chunk holds data, chunk k bytes k + 1. */
+	fd = open(src, O_CREAT | O_RDWR | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	for (uint64_t k = 0; k < NCH; k++) {
+		size_t n = k == NCH - 1 ? FILE_SIZE - k * CS : CS;
+
+		memset(want + k * CS, (int)k + 1, n);
+	}
+	assert_int_equal(pwrite(fd, want, FILE_SIZE, 0), (ssize_t)FILE_SIZE);
+	/* The child: chunk 2 is the parent's chunk 7, chunk 4 is zero,
+	 * chunk 5 is new; the rest as in the parent. */
+	memcpy(want + 2 * CS, want + 7 * CS, CS);
+	memset(want + 4 * CS, 0, CS);
+	memset(want + 5 * CS, 0xee, CS);
+	for (uint64_t k = 0; k < NCH; k++) {
+		size_t n = k == NCH - 1 ? FILE_SIZE - k * CS : CS;
+
+		if (k == 4)
+			memset(&id, 0, sizeof(id));
+		else
+			moat_chunk_hash(want + k * CS, n, &id);
+		memcpy(ids + k * 32, id.b, 32);
+	}
+	assert_int_equal(moat_chunk_writer_open(&w, path, FILE_SIZE, CS, ids,
+	                     NCH, &errmsg),
+	    MOAT_OK);
+	/* Refused: a range with the zero chunk, one past the end. */
+	assert_int_equal(moat_chunk_writer_copy_trusted(w, 3, 2, fd, 3,
+	                     &errmsg),
+	    MOAT_INVALID_ARGUMENT);
+	free(errmsg);
+	errmsg = NULL;
+	assert_int_equal(moat_chunk_writer_copy_trusted(w, 9, 2, fd, 9,
+	                     &errmsg),
+	    MOAT_INVALID_ARGUMENT);
+	free(errmsg);
+	errmsg = NULL;
+	assert_int_equal(moat_chunk_writer_next_missing(w, 0), 0);
+	assert_int_equal(moat_chunk_writer_copy_trusted(w, 0, 2, fd, 0,
+	                     &errmsg),
+	    MOAT_OK);
+	assert_int_equal(moat_chunk_writer_copy_trusted(w, 2, 1, fd, 7,
+	                     &errmsg),
+	    MOAT_OK);
+	assert_int_equal(moat_chunk_writer_copy_trusted(w, 3, 1, fd, 3,
+	                     &errmsg),
+	    MOAT_OK);
+	/* A source too short for chunks 6..9: they stay missing. */
+	assert_int_equal(ftruncate(fd, 7 * CS), 0);
+	assert_int_not_equal(moat_chunk_writer_copy_trusted(w, 6, 4, fd, 6,
+	                         &errmsg),
+	    MOAT_OK);
+	assert_non_null(strstr(errmsg, "local file"));
+	free(errmsg);
+	errmsg = NULL;
+	assert_int_equal(moat_chunk_writer_next_missing(w, 0), 5);
+	assert_int_equal(moat_chunk_writer_next_missing(w, 6), 6);
+	assert_int_equal(pwrite(fd, want + 7 * CS, FILE_SIZE - 7 * CS, 7 * CS),
+	    (ssize_t)(FILE_SIZE - 7 * CS));
+	assert_int_equal(moat_chunk_writer_copy_trusted(w, 6, 4, fd, 6,
+	                     &errmsg),
+	    MOAT_OK);
+	assert_int_equal(moat_chunk_writer_put(w, 5, want + 5 * CS, CS,
+	                     &errmsg),
+	    MOAT_OK);
+	assert_int_equal(moat_chunk_writer_commit(w, &errmsg), MOAT_OK);
+	close(fd);
+	assert_int_equal(moat_read_file(path, FILE_SIZE + 1, &got, &len), 0);
+	assert_int_equal(len, FILE_SIZE);
+	assert_memory_equal(got, want, FILE_SIZE);
+	free(got);
+	/* Chunk 4 is a hole: less allocated than the file's size. */
+	assert_int_equal(stat(path, &st), 0);
+	assert_true((uint64_t)st.st_blocks * 512 <= FILE_SIZE - CS + 4096);
+	free(want);
+	free(src);
+	free(path);
+}
+
 static void
 test_zero_and_bad_sizes(void **state)
 {
@@ -246,6 +342,8 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_writer_refuses, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(test_writer_copy_trusted,
+		    setup, teardown),
 		cmocka_unit_test(test_zero_and_bad_sizes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
