@@ -434,6 +434,35 @@ purge_spares(const char *state_dir)
 	free(root);
 }
 
+/* purge_sandbox_ram: removes the RAM files of the sandboxes that have a
+ * directory under <state_dir>/vms ("sb-<hex>" or "sb-<hex>-r<hex>"): a
+ * vmd killed with its sandboxes running leaves them behind. */
+static void
+purge_sandbox_ram(const char *state_dir)
+{
+	char *root = moat_asprintf("%s/vms", state_dir);
+	DIR *d = root ? opendir(root) : NULL;
+	struct dirent *e;
+
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		char *id, *r, *path;
+
+		if (strncmp(e->d_name, "sb-", 3) != 0 ||
+		    (id = strdup(e->d_name)) == NULL)
+			continue;
+		if ((r = strstr(id + 3, "-r")) != NULL)
+			*r = '\0';
+		if ((path = vmd_ram_sandbox_path(id)) != NULL &&
+		    vmd_ram_path_ours(path))
+			(void)vmd_ram_unlink(path);
+		free(path);
+		free(id);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+}
+
 /* `moat-vmd purge DIR`: deletes a stopped vmd's state directory with
  * everything it holds outside it (its snapshots' RAM copies on tmpfs). */
 static int
@@ -451,6 +480,7 @@ purge_main(const char *state_dir)
 		    state_dir, strerror(err));
 	purge_ram_links(state_dir);
 	purge_spares(state_dir);
+	purge_sandbox_ram(state_dir);
 	close(fd);
 	if ((err = moat_rm_rf(state_dir)) != 0) {
 		fprintf(stderr, "moat-vmd: cannot remove %s: %s\n", state_dir,

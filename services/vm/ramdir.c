@@ -118,6 +118,12 @@ vmd_ram_path_ours(const char *path)
 	    strncmp(path, ram_dir, n) == 0;
 }
 
+char *
+vmd_ram_sandbox_path(const char *sandbox_id)
+{
+	return moat_asprintf("%s/moat-%s.ram", vmd_ram_dir(), sandbox_id);
+}
+
 int
 vmd_ram_unlink(const char *path)
 {

@@ -18,6 +18,9 @@ bool vmd_ram_dir_reflinks(void);
 /* vmd_ram_path_ours: `path` is a moat-* file right in the RAM dir (what
  * a snapshot's ram link may point at, and purge may remove). */
 bool vmd_ram_path_ours(const char *path);
+/* vmd_ram_sandbox_path: the RAM file of QEMU sandbox `sandbox_id`
+ * ("<ram dir>/moat-<id>.ram"); heap, NULL when out of memory. */
+char *vmd_ram_sandbox_path(const char *sandbox_id);
 /* vmd_ram_unlink: removes RAM file `path` and, in a RAM dir with
  * reflinks (XFS), forces its log so the freed blocks are discarded now,
  * not at the next periodic log push (tens of seconds): the loop device

@@ -124,12 +124,6 @@ argv_fini(struct qemu_argv *a)
 	a->n = 0;
 }
 
-static char *
-ram_file_path(const char *sandbox_id)
-{
-	return moat_asprintf("%s/moat-%s.ram", vmd_ram_dir(), sandbox_id);
-}
-
 /* The last component of a directory path (borrowed). */
 static const char *
 dir_base(const char *dir)
@@ -451,7 +445,7 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	vm->vmm_log = moat_asprintf("%s/qemu.log", spec->dir);
 	/* Named after the directory, not the id: a restore in place runs
 	 * next to the VM it replaces, under the same sandbox id. */
-	vm->ram_file = ram_file_path(dir_base(spec->dir));
+	vm->ram_file = vmd_ram_sandbox_path(dir_base(spec->dir));
 	if (snap_dir != NULL)
 		snap_ram = spec->ram_source ?
 		    strdup(spec->ram_source) :
@@ -529,7 +523,7 @@ static bool
 qemu_reap_orphan(const char *dir, const char *id)
 {
 	char *pidfile = moat_asprintf("%s/qemu.pid", dir);
-	char *ram = ram_file_path(id);
+	char *ram = vmd_ram_sandbox_path(id);
 	/* QEMU's options name files in the sandbox directory: a process
 	 * whose command line mentions dir is that sandbox's VMM. */
 	bool killed = vmd_kill_orphan(pidfile, dir, false);
