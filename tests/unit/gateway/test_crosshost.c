@@ -264,7 +264,9 @@ setup(void **state)
 	opts.sessiond_url = sessiond;
 	opts.snapd_url = E.snapd_url;
 	opts.state_dir = E.dir;
-	opts.survey_interval_ms = 100;
+	/* Fast surveys, but not so fast that a loaded machine (sanitizers,
+	 * tests side by side) misses three in a row. */
+	opts.survey_interval_ms = 200;
 	if (moat_gateway_start(&E.gw, &opts, &errmsg) != MOAT_OK)
 		fail_msg("gateway: %s", errmsg);
 	free(sessiond);
@@ -487,6 +489,9 @@ test_fork_spreads(void **state)
 	int on_a = 0, on_b = 0;
 
 	(void)state;
+	/* Both nodes answering now: a survey missed under load must not
+	 * leave one out of the placement. */
+	wait_available(2);
 	req.session_id = E.session;
 	req.step = 1;
 	req.count = 4;
