@@ -211,10 +211,9 @@ pull_main(void *arg)
 
 	while (j->rv == MOAT_OK && !atomic_load(j->failed) &&
 	    (i = atomic_fetch_add(&j->plan->next, 1)) < j->plan->n) {
-		j->rv =
-		    moat_snap_pull_chunks(j->vmd->snapd, j->tenant, j->snap_id,
-		        j->art, j->w, j->plan->r[i][0], j->plan->r[i][1],
-		        MOAT_SNAP_PULL_BATCH, &j->pulled, &j->err);
+		j->rv = moat_snap_pull_chunks(j->client, j->tenant, j->snap_id,
+		    j->art, j->w, j->plan->r[i][0], j->plan->r[i][1],
+		    MOAT_SNAP_PULL_BATCH, &j->pulled, &j->err);
 		if (j->rv != MOAT_OK)
 			atomic_store(j->failed, true);
 	}
