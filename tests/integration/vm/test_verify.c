@@ -41,7 +41,9 @@
 
 #define VM_SERVICE "moat.v1.Vm"
 #define LONG_MS 180000u
-#define TIMED 3
+/* Restores timed per kind (MOAT_VERIFY_TIMED overrides, up to 50). */
+#define TIMED_MAX 50
+static int timed = 3;
 
 static char image_dir[1024];
 static char state_root[] = "/tmp/moat-verify-test-XXXXXX";
@@ -325,25 +327,25 @@ vmd_stop(void)
 }
 
 /* With $MOAT_VERIFY_BASELINE_VMD (a moat-vmd from before issue 14, which
- * checks nothing): the p50 of TIMED restores of snap under it, on the
+ * checks nothing): the p50 of timed restores of snap under it, on the
  * same state directory; then this build's vmd again. -1 without. */
 static double
 baseline_restores(const char *snap)
 {
 	const char *bin = getenv("MOAT_VERIFY_BASELINE_VMD");
-	double t[TIMED];
+	double t[TIMED_MAX];
 
 	if (bin == NULL || bin[0] == '\0')
 		return -1;
 	vmd_stop();
 	vmd_bin = bin;
 	vmd_start(NULL);
-	for (int i = 0; i < TIMED; i++)
+	for (int i = 0; i < timed; i++)
 		assert_int_equal(restore(snap, &t[i]), MOAT_OK);
 	vmd_stop();
 	vmd_bin = MOAT_VMD_BIN;
 	vmd_start(NULL);
-	return median(t, TIMED);
+	return median(t, timed);
 }
 
 /* A tampered snapshot: refused with DATA_LOSS naming `what`, and no
@@ -369,7 +371,7 @@ test_sealed_snapshots(void **unused)
 	Moat__V1__SnapshotSandboxRequest sreq =
 	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
 	Moat__V1__LocalSnapshot *snap = NULL;
-	double warm[TIMED], cold[TIMED], baseline;
+	double warm[TIMED_MAX], cold[TIMED_MAX], baseline;
 	char *cmd;
 	char *id, *dir, *ds, *ram, *scratch, *meta, ram_target[4096];
 	ssize_t n;
@@ -398,10 +400,10 @@ test_sealed_snapshots(void **unused)
 	destroy(id);
 
 	/* Restores: the cache warm (sealed when taken), then cold. */
-	for (int i = 0; i < TIMED; i++)
+	for (int i = 0; i < timed; i++)
 		assert_int_equal(restore(snap->snapshot_id, &warm[i]),
 		    MOAT_OK);
-	for (int i = 0; i < TIMED; i++) {
+	for (int i = 0; i < timed; i++) {
 		bump_ctime(ds);
 		bump_ctime(ram);
 		bump_ctime(scratch);
@@ -413,7 +415,7 @@ test_sealed_snapshots(void **unused)
 	       "\"restore_ms_p50_cached\": %.1f, "
 	       "\"restore_ms_p50_uncached\": %.1f, \"ram_bytes\": %" PRIu64
 	       ", \"disk_bytes\": %" PRIu64 "}\n",
-	    baseline, median(warm, TIMED), median(cold, TIMED),
+	    baseline, median(warm, timed), median(cold, timed),
 	    snap->ram_bytes, snap->disk_bytes);
 	fflush(stdout);
 	cmd = moat_asprintf("grep -o 'snapshot [^ ]*: verified in .*' '%s' "
@@ -588,6 +590,10 @@ main(void)
 
 	snprintf(image_dir, sizeof(image_dir), "%s",
 	    env && env[0] ? env : MOAT_REPO_DIR "/images/out");
+	if (getenv("MOAT_VERIFY_TIMED") != NULL) {
+		timed = atoi(getenv("MOAT_VERIFY_TIMED"));
+		timed = timed < 1 ? 1 : timed > TIMED_MAX ? TIMED_MAX : timed;
+	}
 	path = moat_asprintf("%s/default/rootfs.ext4", image_dir);
 	if (access(path, R_OK) != 0) {
 		fprintf(stderr, "no image at %s: skipped\n", path);
@@ -622,7 +628,7 @@ main(void)
 		log_tail();
 		rc = 1;
 	}
-	if (rc == 0) {
+	if (rc == 0 && getenv("MOAT_VERIFY_KEEP") == NULL) {
 		cmd = moat_asprintf("'%s' purge '%s/main' && '%s' purge "
 		                    "'%s/img-vmd'; rm -rf '%s'",
 		    MOAT_VMD_BIN, state_root, MOAT_VMD_BIN, state_root,
