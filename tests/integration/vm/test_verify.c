@@ -50,6 +50,7 @@ static char state_root[] = "/tmp/moat-verify-test-XXXXXX";
 static char state[300], url[350], log_path[350];
 static pid_t vmd_pid;
 static const char *vmd_bin = MOAT_VMD_BIN;
+static const char *templates = "off"; /* the next vmd_start's */
 static struct moat_rpc_client *client;
 static char last_err[4096];
 
@@ -105,7 +106,8 @@ vmd_start(void **unused)
 		execl(vmd_bin, vmd_bin, "--state-dir", state, "--accel", "tcg",
 		    "--driver", "qemu", "--image-dir", image_dir, "--listen",
 		    url, "--cache-dir", cache, "--node-id", "verify-node",
-		    "--templates", "off", (char *)NULL);
+		    "--templates", templates, "--template-spares", "0",
+		    (char *)NULL);
 		_exit(127);
 	}
 	assert_int_equal(moat_rpc_client_open(&client, url, &err), 0);
@@ -577,6 +579,109 @@ test_changed_image(void **unused)
 	free(copy);
 }
 
+/* The template vmd made (heap), or NULL. */
+static char *
+template_dir(void)
+{
+	char *root = moat_asprintf("%s/templates", state);
+	DIR *d = opendir(root);
+	struct dirent *de;
+	char *found = NULL;
+
+	while (d != NULL && found == NULL && (de = readdir(d)) != NULL) {
+		char *meta;
+
+		if (strncmp(de->d_name, "tpl-", 4) != 0 ||
+		    strchr(de->d_name, '.') != NULL)
+			continue;
+		meta = moat_asprintf("%s/%s/meta.pb", root, de->d_name);
+		if (access(meta, F_OK) == 0)
+			found = moat_asprintf("%s/%s", root, de->d_name);
+		free(meta);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+	return found;
+}
+
+/* A create: its template_id ("" when it booted cold), heap. */
+static char *
+create_template_id(void)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__Sandbox *sb = NULL;
+	char *tid;
+
+	req.memory_mib = 256;
+	req.scratch_mib = 256;
+	if (call("CreateSandbox", &req.base, &moat__v1__sandbox__descriptor,
+	        (ProtobufCMessage **)&sb) != MOAT_OK) {
+		log_tail();
+		fail_msg("CreateSandbox: %s", last_err);
+	}
+	tid = strdup(sb->template_id);
+	destroy(sb->id);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	return tid;
+}
+
+/* A template with a flipped byte is never cloned: it is removed, the
+ * create boots cold and says nothing wrong, vmd's log says why. */
+static void
+test_template_tampered(void **unused)
+{
+	char saved_state[sizeof(state)], saved_url[sizeof(url)];
+	char saved_log[sizeof(log_path)];
+	struct moat_rpc_client *saved_client = client;
+	pid_t saved_pid = vmd_pid;
+	char *tid, *dir = NULL, *ds;
+	uint64_t until;
+
+	(void)unused;
+	memcpy(saved_state, state, sizeof(state));
+	memcpy(saved_url, url, sizeof(url));
+	memcpy(saved_log, log_path, sizeof(log_path));
+	snprintf(state, sizeof(state), "%s/tpl", state_root);
+	snprintf(url, sizeof(url), "ipc://%s/vmd.sock", state);
+	snprintf(log_path, sizeof(log_path), "%s.log", state);
+	assert_int_equal(moat_mkdir_p(state, 0700), 0);
+	templates = "on";
+	vmd_start(NULL);
+	templates = "off";
+	/* The first create boots cold and makes the template after. */
+	tid = create_template_id();
+	assert_string_equal(tid, "");
+	free(tid);
+	for (until = moat_rpc_now_ms() + 120000;
+	     (dir = template_dir()) == NULL && moat_rpc_now_ms() < until;)
+		usleep(200 * 1000);
+	if (dir == NULL) {
+		log_tail();
+		fail_msg("no template was made");
+	}
+	tid = create_template_id();
+	assert_string_not_equal(tid, "");
+	free(tid);
+	ds = moat_asprintf("%s/device_state", dir);
+	flip(ds, 64);
+	tid = create_template_id();
+	assert_string_equal(tid, "");
+	free(tid);
+	assert_true(log_count("refused: snapshot tpl-") > 0);
+	assert_true(log_count("its device_state") > 0);
+	assert_int_equal(access(ds, F_OK), -1);
+	free(ds);
+	free(dir);
+	vmd_stop();
+	client = saved_client;
+	vmd_pid = saved_pid;
+	memcpy(state, saved_state, sizeof(state));
+	memcpy(url, saved_url, sizeof(url));
+	memcpy(log_path, saved_log, sizeof(log_path));
+}
+
 int
 main(void)
 {
@@ -584,6 +689,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sealed_snapshots),
 		cmocka_unit_test(test_changed_image),
+		cmocka_unit_test(test_template_tampered),
 	};
 	char *path, *cmd;
 	int rc, status;
@@ -629,10 +735,9 @@ main(void)
 		rc = 1;
 	}
 	if (rc == 0 && getenv("MOAT_VERIFY_KEEP") == NULL) {
-		cmd = moat_asprintf("'%s' purge '%s/main' && '%s' purge "
-		                    "'%s/img-vmd'; rm -rf '%s'",
-		    MOAT_VMD_BIN, state_root, MOAT_VMD_BIN, state_root,
-		    state_root);
+		cmd = moat_asprintf("for d in main img-vmd tpl; do '%s' purge "
+		                    "'%s'/$d; done; rm -rf '%s'",
+		    MOAT_VMD_BIN, state_root, state_root);
 		(void)!system(cmd);
 		free(cmd);
 	} else {
