@@ -352,11 +352,13 @@ snap_meta_fill(struct vmd *vmd, Moat__V1__LocalSnapshot *meta,
 	}
 }
 
-/* Seals meta with the digests of the artifacts in tmp (verify.h).
- * Returns 0 or a status after moat_rpc_error. */
+/* Seals meta with the digests of the artifacts in tmp (verify.h);
+ * *seal_ms: how long it took. Returns 0 or a status after
+ * moat_rpc_error. */
 static int
 snap_seal(struct vmd *vmd, struct moat_rpc_call *call,
-    Moat__V1__LocalSnapshot *meta, const char *tmp, struct vmd_seal *seal)
+    Moat__V1__LocalSnapshot *meta, const char *tmp, struct vmd_seal *seal,
+    uint64_t *seal_ms)
 {
 	uint64_t t0 = moat_rpc_now_ms();
 	char *err = NULL;
@@ -370,10 +372,7 @@ snap_seal(struct vmd *vmd, struct moat_rpc_call *call,
 		free(err);
 		return rv;
 	}
-	if (vmd->verify != NULL)
-		moat_debug(call->request_id,
-		    "snapshot %s: sealed in %" PRIu64 " ms", meta->snapshot_id,
-		    moat_rpc_now_ms() - t0);
+	*seal_ms = moat_rpc_now_ms() - t0;
 	return MOAT_OK;
 }
 
@@ -426,7 +425,7 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	char *image_stamp = NULL, *parent = NULL;
 	struct vmd_push_result push = { 0 };
 	struct vmd_seal seal;
-	uint64_t admitted = 0;
+	uint64_t admitted = 0, seal_ms = 0;
 	/* Templates are the node's own and never leave it; a step's
 	 * snapshot is pushed in the background unless the caller waits. */
 	bool pushed = vmd->snapd != NULL && !is_template;
@@ -468,7 +467,8 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	/* Sealed before anything reads it back (a push, a restore): the
 	 * digests also fill the verified-once cache, so the first restore
 	 * does not hash again. */
-	if ((rv = snap_seal(vmd, call, &meta, tmp, &seal)) != MOAT_OK)
+	if ((rv = snap_seal(vmd, call, &meta, tmp, &seal, &seal_ms)) !=
+	    MOAT_OK)
 		goto out_rm;
 	/* The sandbox runs again: hashing and pushing cost it no pause. */
 	if (pushed && !background) {
@@ -500,9 +500,9 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	moat_info(call->request_id,
 	    "%s %s of sandbox %s: paused %.1f "
 	    "ms, device state %" PRIu64 " B, RAM %" PRIu64 " B, disk %" PRIu64
-	    " B",
+	    " B, sealed in %" PRIu64 " ms",
 	    is_template ? "template" : "snapshot", id, sb->id.str, st.pause_ms,
-	    st.device_state_bytes, st.ram_bytes, st.disk_bytes);
+	    st.device_state_bytes, st.ram_bytes, st.disk_bytes, seal_ms);
 	vmd_ram_admit_done(vmd, admitted);
 	admitted = 0;
 	/* Over budget now: the least recently used copies go to disk

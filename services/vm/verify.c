@@ -79,6 +79,7 @@ key_create(const char *path)
 
 	if (tmp == NULL)
 		return ENOMEM;
+	(void)unlink(tmp); /* a crashed start's, under the same pid */
 	if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
 		e = EIO;
 	else if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
