@@ -168,7 +168,8 @@ vmd_start(struct vmd_proc *v, const char *state, bool test_hooks,
 		snprintf(cache, sizeof(cache), "%s", state);
 		if (strrchr(cache, '/') != NULL)
 			*strrchr(cache, '/') = '\0';
-		strncat(cache, "/snapshot.key", sizeof(cache) - strlen(cache) - 1);
+		strncat(cache, "/snapshot.key",
+		    sizeof(cache) - strlen(cache) - 1);
 		setenv("MOAT_VMD_SNAPSHOT_KEY_FILE", cache, 1);
 		snprintf(cache, sizeof(cache), "%s/cache", state);
 		if (survey != NULL)
