@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "moat/config.h"
 #include "moat/log.h"
 #include "moat/rpc.h"
@@ -38,6 +40,7 @@
 #include "service.h"
 #include "survey.h"
 #include "templates.h"
+#include "verify.h"
 
 #define SECTION "vmd"
 
@@ -58,6 +61,7 @@ static const struct option vmd_options[] = {
 	{ "snapshot-ram-mib", required_argument, NULL, 'B' },
 	{ "snapd-tls-name", required_argument, NULL, 0x7410 },
 	{ "survey-tls-name", required_argument, NULL, 0x7411 },
+	{ "snapshot-key-file", required_argument, NULL, 0x7412 },
 	MOAT_TLS_OPTIONS,
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
@@ -118,6 +122,10 @@ usage(FILE *f)
 	    "snapd)\n"
 	    "  --survey-tls-name N name in the gateway's survey certificate\n"
 	    "                     (default gateway)\n"
+	    "  --snapshot-key-file F  the key snapshots are sealed with (32\n"
+	    "                     bytes, made at first start; nodes that\n"
+	    "                     restore each other's snapshots share it;\n"
+	    "                     default <state>/snapshot.key)\n"
 	    "  --version, --help\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, "
@@ -190,6 +198,12 @@ vmd_configure_strings(struct vmd_config *cfg, const struct moat_config *c)
 	cfg->ram_dir = cfg_str(c, "ram-dir", "/dev/shm");
 	cfg->snapd_tls_name = cfg_str(c, "snapd-tls-name", "snapd");
 	cfg->survey_tls_name = cfg_str(c, "survey-tls-name", "gateway");
+	def = moat_asprintf("%s/snapshot.key", cfg->state_dir);
+	cfg->snapshot_key_file =
+	    def ? cfg_str(c, "snapshot-key-file", def) : NULL;
+	free(def);
+	if (cfg->snapshot_key_file == NULL)
+		return MOAT_INTERNAL;
 	if (!cfg->driver || !cfg->firecracker_binary || !cfg->snapd_url ||
 	    !cfg->ram_dir || !cfg->snapd_tls_name || !cfg->survey_tls_name)
 		return MOAT_INTERNAL;
@@ -333,6 +347,7 @@ vmd_config_fini(struct vmd_config *cfg)
 	free(cfg->ram_dir);
 	free(cfg->snapd_tls_name);
 	free(cfg->survey_tls_name);
+	free(cfg->snapshot_key_file);
 	moat_tls_free(cfg->tls);
 }
 
@@ -548,6 +563,43 @@ vmd_ram_dir_open(const struct vmd *vmd)
 	return MOAT_OK;
 }
 
+/* Loads (or makes) the snapshot key and checks every image against its
+ * manifest (verify.h). Returns 0 or a status after logging why. */
+static int
+vmd_verify_open(struct vmd *vmd)
+{
+	uint8_t key[VMD_SNAPSHOT_KEY_LEN];
+	char *errmsg = NULL;
+	bool created = false;
+	unsigned bad;
+	int rv;
+
+	if ((rv = vmd_verify_key_load(vmd->cfg.snapshot_key_file, key,
+	         &created, &errmsg)) != MOAT_OK) {
+		moat_error(0, "%s", errmsg ? errmsg : "snapshot key");
+		free(errmsg);
+		return rv;
+	}
+	if (created)
+		moat_info(0,
+		    "snapshot key %s made: copy it to every node that "
+		    "restores this node's snapshots (and set [vmd] "
+		    "snapshot-key-file there)",
+		    vmd->cfg.snapshot_key_file);
+	vmd->verify = vmd_verify_new(key);
+	OPENSSL_cleanse(key, sizeof(key));
+	if (vmd->verify == NULL) {
+		moat_error(0, "out of memory");
+		return MOAT_INTERNAL;
+	}
+	if ((bad = vmd_images_verify_all(vmd)) > 0)
+		moat_warn(0,
+		    "%u image(s) refused: they do not match their "
+		    "manifest.json (see above)",
+		    bad);
+	return MOAT_OK;
+}
+
 /* Starts the RPC server on cfg.listen_url and, with a survey URL, the
  * survey respondent; warns when the gateway could not dial what is
  * advertised. Returns 0 or a status after logging why. */
@@ -667,6 +719,8 @@ main(int argc, char **argv)
 	}
 	vmd_exec_register(&vmd);
 	vmd_reap_orphans(&vmd);
+	if ((rv = vmd_verify_open(&vmd)) != MOAT_OK)
+		goto out;
 	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
 	    (rv = vmd_templates_init(&vmd)) != MOAT_OK) {
 		moat_error(0, "out of memory");
@@ -704,6 +758,7 @@ out:
 	 * abandoned (pushed when evicted). */
 	vmd_pushq_stop(&vmd);
 	vmd_snapram_fini(&vmd);
+	vmd_verify_free(vmd.verify);
 	moat_rpc_client_close(vmd.snapd);
 	for (int i = 0; i < VMD_SNAPD_BULK; i++)
 		moat_rpc_client_close(vmd.snapd_bulk[i]);

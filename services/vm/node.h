@@ -70,6 +70,7 @@ struct vmd_config {
 	uint64_t snapshot_ram_mib; /* [vmd] snapshot-ram-mib: RAM copies of
 	                              snapshots kept in the RAM dir before
 	                              the least used go to disk (snapram.c) */
+	char *snapshot_key_file;   /* [vmd] snapshot-key-file (verify.h) */
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */
@@ -86,6 +87,7 @@ struct vmd_guest_handler;
 struct vmd_templates;
 struct vmd_snapram;
 struct vmd_pushq;
+struct vmd_verify;
 
 /* Extra connections to snapd that pulls spread their requests over. */
 #define VMD_SNAPD_BULK 3
@@ -109,6 +111,9 @@ struct vmd {
 	struct vmd_templates *templates; /* templates.c; owned */
 	struct vmd_snapram *snapram;     /* snapram.c; owned */
 	struct vmd_pushq *pushq; /* pushq.c; owned; NULL: pushes inline */
+	/* The snapshot key and verified-once cache (verify.c); owned.
+	 * NULL only in unit tests: nothing is sealed or checked. */
+	struct vmd_verify *verify;
 
 	/* How guest events beyond the agent's own reach whoever handles
 	 * them (exec.c registers itself: vmd_sandbox_set_guest_handler);

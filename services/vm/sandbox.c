@@ -29,6 +29,7 @@
 #include "ramdir.h"
 #include "sandbox.h"
 #include "sync.h"
+#include "verify.h"
 
 #define SANDBOX_MAX_LABELS 64
 #define SANDBOX_MAX_LABEL_KEY 128
@@ -393,7 +394,7 @@ vmd_sandbox_validate(struct vmd *vmd, struct moat_rpc_call *call,
 		    "\"%s\" is not built: run images/build.sh --name %s "
 		    "--out %s as root (looked in %s/%s)",
 		    image, image, cfg->image_dir, cfg->image_dir, image);
-	return MOAT_OK;
+	return vmd_image_check(vmd, call, image);
 }
 
 static void

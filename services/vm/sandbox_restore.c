@@ -7,6 +7,7 @@
  * catalog (snapshot.c), RAM copies (snapram.c) or the boot itself
  * (sandbox_boot.c).
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "sandbox_restore.h"
 #include "snapram.h"
 #include "snapshot.h"
+#include "verify.h"
 
 /* What one restore holds while it runs (restore_done frees it). */
 struct restore {
@@ -51,12 +53,14 @@ restore_done(struct vmd *vmd, const char *snapshot_id, struct restore *r)
 }
 
 /* Opens the snapshot and holds its RAM copy until the clone has its own
- * (an evicted one is rebuilt here first); refuses one of another VMM. */
+ * (an evicted one is rebuilt here first); refuses one of another VMM,
+ * and one whose seal or artifacts do not verify (verify.h). */
 static int
 restore_open(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__RestoreSandboxRequest *req, struct restore *r)
 {
 	Moat__V1__LocalSnapshot *meta;
+	uint64_t t0;
 	int rv;
 
 	if (vmd->vmm->restore == NULL || vmd->vmm->resume == NULL)
@@ -80,6 +84,18 @@ restore_open(struct vmd *vmd, struct moat_rpc_call *call,
 		    "%s",
 		    meta->snapshot_id, meta->vmm, meta->vmm, vmd->cfg.node_id,
 		    vmd->vmm->name, meta->vmm);
+	/* Before any VMM reads them: the seal, then every artifact (its
+	 * RAM copy rebuilt above when it was evicted). */
+	t0 = moat_rpc_now_ms();
+	if ((rv = vmd_snapshot_verify(vmd, call, meta, r->snap_dir, NULL)) !=
+	    MOAT_OK) {
+		moat_warn(call->request_id, "snapshot %s refused: %s",
+		    meta->snapshot_id,
+		    call->error_message ? call->error_message : "?");
+		return rv;
+	}
+	moat_info(call->request_id, "snapshot %s: verified in %" PRIu64 " ms",
+	    meta->snapshot_id, moat_rpc_now_ms() - t0);
 	return MOAT_OK;
 }
 

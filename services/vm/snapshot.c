@@ -39,6 +39,7 @@
 #include "snapshot_fetch.h"
 #include "snapshot_meta.h"
 #include "snapshot_push.h"
+#include "verify.h"
 
 #define SNAP_ID_MAX 160u
 #define SNAP_LIST_MAX 4096u
@@ -351,6 +352,30 @@ snap_meta_fill(struct vmd *vmd, Moat__V1__LocalSnapshot *meta,
 	}
 }
 
+/* Seals meta with the digests of the artifacts in tmp (verify.h);
+ * *seal_ms: how long it took. Returns 0 or a status after
+ * moat_rpc_error. */
+static int
+snap_seal(struct vmd *vmd, struct moat_rpc_call *call,
+    Moat__V1__LocalSnapshot *meta, const char *tmp, struct vmd_seal *seal,
+    uint64_t *seal_ms)
+{
+	uint64_t t0 = moat_rpc_now_ms();
+	char *err = NULL;
+	int rv;
+
+	if ((rv = vmd_snapshot_seal(vmd, meta, tmp, seal, &err)) != MOAT_OK) {
+		rv = moat_rpc_error(call, rv,
+		    "snapshot %s of sandbox %s cannot be sealed (the sandbox "
+		    "keeps running; nothing was kept): %s",
+		    meta->snapshot_id, meta->sandbox_id, err ? err : "?");
+		free(err);
+		return rv;
+	}
+	*seal_ms = moat_rpc_now_ms() - t0;
+	return MOAT_OK;
+}
+
 /* Writes `meta` into `tmp` and renames tmp to `dir`: the snapshot
  * exists from here on. Returns 0 or a status after moat_rpc_error. */
 static int
@@ -399,7 +424,8 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	char *tmp = NULL, *root = NULL, *slash;
 	char *image_stamp = NULL, *parent = NULL;
 	struct vmd_push_result push = { 0 };
-	uint64_t admitted = 0;
+	struct vmd_seal seal;
+	uint64_t admitted = 0, seal_ms = 0;
 	/* Templates are the node's own and never leave it; a step's
 	 * snapshot is pushed in the background unless the caller waits. */
 	bool pushed = vmd->snapd != NULL && !is_template;
@@ -438,6 +464,12 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		goto out_rm;
 	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
 	    image_stamp);
+	/* Sealed before anything reads it back (a push, a restore): the
+	 * digests also fill the verified-once cache, so the first restore
+	 * does not hash again. */
+	if ((rv = snap_seal(vmd, call, &meta, tmp, &seal, &seal_ms)) !=
+	    MOAT_OK)
+		goto out_rm;
 	/* The sandbox runs again: hashing and pushing cost it no pause. */
 	if (pushed && !background) {
 		parent = vmd_snapshot_parent(root, sb->id.str);
@@ -468,9 +500,9 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	moat_info(call->request_id,
 	    "%s %s of sandbox %s: paused %.1f "
 	    "ms, device state %" PRIu64 " B, RAM %" PRIu64 " B, disk %" PRIu64
-	    " B",
+	    " B, sealed in %" PRIu64 " ms",
 	    is_template ? "template" : "snapshot", id, sb->id.str, st.pause_ms,
-	    st.device_state_bytes, st.ram_bytes, st.disk_bytes);
+	    st.device_state_bytes, st.ram_bytes, st.disk_bytes, seal_ms);
 	vmd_ram_admit_done(vmd, admitted);
 	admitted = 0;
 	/* Over budget now: the least recently used copies go to disk
@@ -605,6 +637,14 @@ snap_open(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 		*meta = NULL;
 		free(*dir);
 		*dir = NULL;
+		/* A catalog entry that does not parse was changed on
+		 * disk: as a seal that does not match (verify.h). */
+		if (e == EINVAL)
+			return moat_rpc_error(call, MOAT_DATA_LOSS,
+			    "snapshot %s on node %s: its manifest (meta.pb) "
+			    "does not parse: changed since it was taken; "
+			    "nothing was started; delete it and take another",
+			    id, vmd->cfg.node_id);
 		if (e != 0 && e != ENOENT)
 			return moat_rpc_error(call, MOAT_INTERNAL,
 			    "snapshot %s on node %s cannot be read (%s): "

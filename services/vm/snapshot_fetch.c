@@ -27,6 +27,7 @@
 #include "snapram.h"
 #include "snapshot_fetch.h"
 #include "snapshot_push.h"
+#include "verify.h"
 
 #define FETCH_META_MAX (64u << 10)
 
@@ -317,6 +318,7 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
     const char *dir, char **errmsg)
 {
 	Moat__V1__LocalSnapshot meta = MOAT__V1__LOCAL_SNAPSHOT__INIT;
+	struct vmd_seal seal;
 	char *path = moat_asprintf("%s/meta.pb", tmp);
 	uint8_t *packed = NULL;
 	size_t len;
@@ -342,6 +344,16 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 	meta.remote_stored_bytes = info->stored_bytes;
 	meta.remote_logical_bytes = info->logical_bytes;
 	meta.remote_parent_id = info->parent_id;
+	meta.vmm = info->vmm;
+	/* The pusher's seal (none from a vmd before issue 14: such a
+	 * snapshot is refused at restore, not here). */
+	if (!vmd_seal_from_info(info, &meta, &seal)) {
+		free(path);
+		*errmsg = strdup("its seal labels are malformed: it was "
+		                 "not pushed by a moat-vmd and is not "
+		                 "restored");
+		return MOAT_DATA_LOSS;
+	}
 	for (size_t i = 0; i < info->n_artifacts; i++) {
 		const Moat__V1__SnapArtifact *a = info->artifacts[i];
 

@@ -45,6 +45,7 @@
 #include "snapshot.h"
 #include "snapshot_meta.h"
 #include "templates.h"
+#include "verify.h"
 
 #define TPL_BUILD_TIMEOUT_MS 600000u
 
@@ -383,6 +384,7 @@ vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
 {
 	char *root = tpl_root(vmd);
 	char *stamp = vmd_image_stamp(vmd, shape->image);
+	char *why = NULL;
 	struct dirent *de;
 	DIR *d = root && stamp ? opendir(root) : NULL;
 	int rv = MOAT_NOT_FOUND;
@@ -421,6 +423,14 @@ vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
 			    m->snapshot_id);
 			vmd_snapshot_remove_dir(dir);
 			tpl_spares_forget(vmd, de->d_name);
+		} else if (vmd_snapshot_verify(vmd, NULL, m, dir, &why) !=
+		    MOAT_OK) {
+			/* Never cloned: a template that does not verify is
+			 * removed and the next create makes a new one. */
+			moat_error(0, "template %s refused: %s; removed",
+			    m->snapshot_id, why ? why : "?");
+			vmd_snapshot_remove_dir(dir);
+			tpl_spares_forget(vmd, de->d_name);
 		} else if ((*id_out = strdup(m->snapshot_id)) != NULL) {
 			*dir_out = dir;
 			dir = NULL;
@@ -428,6 +438,8 @@ vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
 		}
 		free(ram);
 		free(dir);
+		free(why);
+		why = NULL;
 		moat__v1__local_snapshot__free_unpacked(m, NULL);
 	}
 	if (d != NULL)
@@ -613,6 +625,10 @@ tpl_build_main(void *arg)
 	int rv;
 
 	call.deadline_ms = t0 + TPL_BUILD_TIMEOUT_MS;
+	/* A template holds the image's kernel and files in its RAM: made
+	 * only of an image that still matches its manifest. */
+	if ((rv = vmd_image_check(vmd, &call, b->image)) != MOAT_OK)
+		goto out;
 	rv =
 	    vmd_sandbox_create_hidden(vmd, &call, &shape, &t->mu, &b->vm, &sb);
 	pthread_mutex_lock(&t->mu);

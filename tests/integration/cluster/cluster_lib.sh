@@ -37,7 +37,8 @@ c_spawn() {
 }
 
 # c_vmd_start NODE ADDR [extra flags]: a vmd as node NODE on ADDR with
-# its own state directory, RAM files and certificate.
+# its own state directory, RAM files and certificate; the cluster's one
+# snapshot key (made by the first), so each restores the other's.
 c_vmd_start() {
 	local node=$1 addr=$2 dir=$c_root/host-$1
 	shift 2
@@ -48,6 +49,7 @@ c_vmd_start() {
 		--listen "tls+tcp://$addr:$c_vmd_port" \
 		--survey "$c_survey_url" --snapd "$c_snapd_url" \
 		--image-dir "$MOAT_IMAGE_DIR" --ram-dir "$c_ram/$node" \
+		--snapshot-key-file "$c_root/snapshot.key" \
 		$(c_tls vmd "$node") "$@"
 }
 

@@ -58,7 +58,8 @@ mkdir -p "$state/b"
 MOAT_VMD_NODE_ID= "$bin/moat-vmd" --node-id node-b --state-dir "$state/b" \
 	--listen "ipc://$state/b/vmd.sock" --survey "ipc://$state/survey.sock" \
 	--snapd "ipc://$state/snapd.sock" --image-dir "$MOAT_IMAGE_DIR" \
-	--ram-dir "$ramb" --templates off >"$state/b/vmd.log" 2>&1 &
+	--ram-dir "$ramb" --templates off \
+	--snapshot-key-file "$state/snapshot.key" >"$state/b/vmd.log" 2>&1 &
 for _ in $(seq 1 50); do
 	[ "$("$moat" info 2>/dev/null | grep -c 'node-[ab]  available')" -eq 2 ] && break
 	sleep 0.2

@@ -163,6 +163,15 @@ vmd_start(struct vmd_proc *v, const char *state, bool test_hooks,
 		setenv("MOAT_VMD_TEST_HOOKS", test_hooks ? "true" : "false",
 		    1);
 		setenv("MOAT_VMD_TEMPLATES", vmd_templates_env, 1);
+		/* One snapshot key for every vmd of the test (a cluster's):
+		 * each restores what another pulled from snapd. */
+		snprintf(cache, sizeof(cache), "%s", state);
+		if (strrchr(cache, '/') != NULL)
+			*strrchr(cache, '/') = '\0';
+		strncat(cache, "/snapshot.key",
+		    sizeof(cache) - strlen(cache) - 1);
+		setenv("MOAT_VMD_SNAPSHOT_KEY_FILE", cache, 1);
+		snprintf(cache, sizeof(cache), "%s/cache", state);
 		if (survey != NULL)
 			setenv("MOAT_VMD_SURVEY", survey, 1);
 		else
