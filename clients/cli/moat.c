@@ -30,6 +30,7 @@ static const struct cli_command commands[] = {
 	    "run code in a fresh sandbox, stream its output, destroy it" },
 	{ "sandbox", cmd_sandbox,
 	    "sandbox create [--cpus N] [--memory MiB] [--scratch MiB] "
+	    "[--allow HOST[:PORT]]... "
 	    "[--image NAME] [--label K=V]... [--record [--snapshot "
 	    "every|manual|none]] | ls | get ID | rm ID...",
 	    "create, list, show and destroy sandboxes" },

@@ -31,6 +31,7 @@
 #include "snapram.h"
 #include "accel.h"
 #include "driver.h"
+#include "egress.h"
 #include "exec.h"
 #include "node.h"
 #include "pushq.h"
@@ -616,6 +617,12 @@ main(int argc, char **argv)
 		return rv;
 	if ((rv = vmd_configure(&vmd, config)) != MOAT_OK)
 		goto out;
+	if ((rv = vmd_egress_node_init(&vmd, config, &errmsg)) != MOAT_OK) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg ? errmsg : "egress");
+		free(errmsg);
+		errmsg = NULL;
+		goto out;
+	}
 
 	vmd_block_signals(&sigs);
 
@@ -713,6 +720,7 @@ out:
 		close(lock_fd);
 	free(vmd.vmm_version);
 	vmd_config_fini(&vmd.cfg);
+	vmd_egress_node_fini(&vmd);
 	if (rv == MOAT_OK)
 		moat_info(0, "stopped");
 	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);

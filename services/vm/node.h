@@ -86,6 +86,7 @@ struct vmd_guest_handler;
 struct vmd_templates;
 struct vmd_snapram;
 struct vmd_pushq;
+struct vmd_egress_node;
 
 /* Extra connections to snapd that pulls spread their requests over. */
 #define VMD_SNAPD_BULK 3
@@ -109,6 +110,7 @@ struct vmd {
 	struct vmd_templates *templates; /* templates.c; owned */
 	struct vmd_snapram *snapram;     /* snapram.c; owned */
 	struct vmd_pushq *pushq; /* pushq.c; owned; NULL: pushes inline */
+	struct vmd_egress_node *egress; /* egress.c: egress-hosts, events */
 
 	/* How guest events beyond the agent's own reach whoever handles
 	 * them (exec.c registers itself: vmd_sandbox_set_guest_handler);
