@@ -42,7 +42,6 @@ struct vmd_egress_node {
 	pthread_mutex_t mu;        /* guards the ring */
 	struct egress_event *ring; /* VMD_EGRESS_EVENTS */
 	uint64_t seq;              /* the newest event's */
-	uint64_t dropped;
 };
 
 struct vmd_egress {
@@ -129,10 +128,9 @@ event_add(struct vmd_egress *e, const char *kind, const char *host,
 	struct egress_event *ev;
 
 	pthread_mutex_lock(&n->mu);
+	/* The oldest is overwritten: a reader that fell behind learns how
+	 * many it missed (EgressEventList.dropped). */
 	n->seq++;
-	if (n->seq > VMD_EGRESS_EVENTS &&
-	    n->ring[n->seq % VMD_EGRESS_EVENTS].seq != 0)
-		n->dropped++; /* overwritten before anyone fetched it? maybe */
 	ev = &n->ring[n->seq % VMD_EGRESS_EVENTS];
 	memset(ev, 0, sizeof(*ev));
 	ev->seq = n->seq;
