@@ -124,7 +124,8 @@ usage(FILE *f)
 	    "the environment; further keys: advertise-url, qemu, "
 	    "firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
-	    "vcpus, boot-timeout-ms; [firecracker] jailer, jailer-binary,\n"
+	    "vcpus, boot-timeout-ms, egress-hosts, egress-max-conns;\n"
+	    "[firecracker] jailer, jailer-binary,\n"
 	    "chroot-base, cgroup-root, parent-cgroup, netns, uid-base,\n"
 	    "id-count, new-pid-ns, memory-overhead-mib, vsock-port.\n");
 }
