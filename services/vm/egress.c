@@ -143,7 +143,9 @@ event_add(struct vmd_egress *e, const char *kind, const char *host,
 	ev->allowed = allowed;
 	snprintf(ev->reason, sizeof(ev->reason), "%s", reason);
 	pthread_mutex_unlock(&n->mu);
-	moat_info(0, "egress %s %s %s %s:%u: %s", e->sandbox_id,
+	/* Debug only: a guest decides how many there are (the audit log
+	 * keeps them). */
+	moat_debug(0, "egress %s %s %s %s:%u: %s", e->sandbox_id,
 	    allowed ? "allowed" : "refused", kind, host, port, reason);
 }
 
