@@ -319,6 +319,13 @@ int moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 int moat_inventory_start(struct moat_inventory **out, struct moat_nodes *nodes,
     struct moat_forward *fw, uint32_t interval_ms, bool background,
     char **errmsg) __attribute__((warn_unused_result));
+/* moat_inventory_set_audit: from now on each round also fetches every
+ * node's guest egress events (vmd EgressEvents) into `auth`'s audit log
+ * of each event's tenant (method "Egress"; issue 14). Safe on NULL. */
+struct moat_auth;
+void moat_inventory_set_audit(struct moat_inventory *inv,
+    struct moat_auth *auth);
+
 /* moat_inventory_stop: joins the thread, frees. Safe on NULL. */
 void moat_inventory_stop(struct moat_inventory *inv);
 

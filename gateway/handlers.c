@@ -1559,6 +1559,7 @@ moat_gateway_start(struct moat_gateway **out,
 	         opts->survey_interval_ms, true, errmsg)) != MOAT_OK)
 		goto fail;
 	gw->fw.inv = gw->inventory;
+	moat_inventory_set_audit(gw->inventory, gw->auth);
 	svc.ctx = gw;
 	/* Clients prove themselves by API key; a certificate is checked
 	 * when one is shown and a CA for it is set. */

@@ -20,6 +20,7 @@
 #include <nng/nng.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "auth.h"
 #include "gateway.h"
 #include "moat/log.h"
 #include "moat/status.h"
@@ -33,8 +34,17 @@ struct inv_entry {
 	Moat__V1__Sandbox *last; /* owned: the node's last word on it */
 };
 
+/* Guest egress (issue 14): how far each node's egress events were read. */
+struct egress_cursor {
+	struct moat_node_id node;
+	uint64_t epoch, last_seq;
+};
+
 struct moat_inventory {
-	pthread_mutex_t lock; /* guards entries, n, cap */
+	pthread_mutex_t lock; /* guards entries, n, cap, the egress fields */
+	struct moat_auth *audit; /* borrowed; NULL: events stay on nodes */
+	struct egress_cursor *cursors;
+	size_t n_cursors;
 	struct inv_entry *entries;
 	size_t n, cap;
 	struct moat_nodes *nodes; /* borrowed */
@@ -284,6 +294,122 @@ struct refresh_job {
 	bool started;
 };
 
+void
+moat_inventory_set_audit(struct moat_inventory *inv, struct moat_auth *auth)
+{
+	if (inv == NULL)
+		return;
+	pthread_mutex_lock(&inv->lock);
+	inv->audit = auth;
+	pthread_mutex_unlock(&inv->lock);
+}
+
+/* The node's cursor (made at 0 when new), under inv->lock; NULL: OOM. */
+static struct egress_cursor *
+egress_cursor(struct moat_inventory *inv, const struct moat_node_id *node)
+{
+	struct egress_cursor *grown;
+
+	for (size_t i = 0; i < inv->n_cursors; i++)
+		if (strcmp(inv->cursors[i].node.s, node->s) == 0)
+			return &inv->cursors[i];
+	grown = realloc(inv->cursors, (inv->n_cursors + 1) * sizeof(*grown));
+	if (grown == NULL)
+		return NULL;
+	inv->cursors = grown;
+	memset(&grown[inv->n_cursors], 0, sizeof(*grown));
+	grown[inv->n_cursors].node = *node;
+	return &grown[inv->n_cursors++];
+}
+
+/* One egress event as an audit entry of its tenant. */
+static void
+egress_audit(struct moat_auth *auth, const struct moat_node_id *node,
+    const Moat__V1__EgressEvent *ev)
+{
+	char *cmd = ev->allowed ?
+	    moat_asprintf("egress %s %s:%u -> %s", ev->kind, ev->host,
+	        ev->port, ev->reason) :
+	    moat_asprintf("egress %s %s:%u refused: %s", ev->kind, ev->host,
+	        ev->port, ev->reason);
+	json_t *e = json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:s, s:s, s:i, "
+	                      "s:b, s:s, s:s}}",
+	    "key_id", "", "method", "Egress", "code",
+	    ev->allowed ? "OK" : "PERMISSION_DENIED", "sandbox_id",
+	    ev->sandbox_id, "command", cmd ? cmd : "egress", "egress", "kind",
+	    ev->kind, "host", ev->host, "port", (int)ev->port, "allowed",
+	    (int)ev->allowed, "reason", ev->reason, "node", node->s);
+	char *msg = NULL;
+
+	if (e == NULL ||
+	    moat_auth_audit_append(auth, ev->tenant, e, &msg) != MOAT_OK)
+		moat_warn(0, "audit: egress event %llu of %s not logged: %s",
+		    (unsigned long long)ev->seq, ev->tenant,
+		    msg ? msg : "out of memory");
+	json_decref(e);
+	free(msg);
+	free(cmd);
+}
+
+/* egress_poll: the node's new egress events into the audit log. */
+static void
+egress_poll(struct refresh_job *j)
+{
+	struct moat_inventory *inv = j->inv;
+	Moat__V1__EgressEventsRequest req =
+	    MOAT__V1__EGRESS_EVENTS_REQUEST__INIT;
+	Moat__V1__EgressEventList *list = NULL;
+	struct egress_cursor *c;
+	struct moat_auth *auth;
+	uint64_t epoch;
+	char *msg = NULL;
+
+	pthread_mutex_lock(&inv->lock);
+	auth = inv->audit;
+	c = auth ? egress_cursor(inv, &j->node) : NULL;
+	req.after_seq = c ? c->last_seq : 0;
+	epoch = c ? c->epoch : 0;
+	pthread_mutex_unlock(&inv->lock);
+	if (c == NULL)
+		return;
+	req.limit = 1024;
+	/* A node without the method (older) answers UNIMPLEMENTED: fine. */
+	if (moat_forward_node_call(inv->fw, &j->node, NULL, "EgressEvents",
+	        &req.base, &moat__v1__egress_event_list__descriptor,
+	        moat_rpc_new_request_id(), moat_rpc_now_ms() + inv->timeout_ms,
+	        "its egress events", (ProtobufCMessage **)&list,
+	        &msg) != MOAT_OK) {
+		free(msg);
+		return;
+	}
+	if (list->epoch != epoch && req.after_seq != 0) {
+		/* The node restarted: its numbering did too. Read again. */
+		pthread_mutex_lock(&inv->lock);
+		if ((c = egress_cursor(inv, &j->node)) != NULL) {
+			c->epoch = list->epoch;
+			c->last_seq = 0;
+		}
+		pthread_mutex_unlock(&inv->lock);
+		moat__v1__egress_event_list__free_unpacked(list, NULL);
+		return;
+	}
+	for (size_t i = 0; i < list->n_events; i++)
+		egress_audit(auth, &j->node, list->events[i]);
+	if (list->dropped > 0)
+		moat_warn(0,
+		    "node %s: %llu egress events were lost before "
+		    "the gateway read them",
+		    j->node.s, (unsigned long long)list->dropped);
+	pthread_mutex_lock(&inv->lock);
+	if ((c = egress_cursor(inv, &j->node)) != NULL) {
+		c->epoch = list->epoch;
+		if (list->n_events > 0)
+			c->last_seq = list->events[list->n_events - 1]->seq;
+	}
+	pthread_mutex_unlock(&inv->lock);
+	moat__v1__egress_event_list__free_unpacked(list, NULL);
+}
+
 static void *
 refresh_node(void *arg)
 {
@@ -300,6 +426,7 @@ refresh_node(void *arg)
 	        (ProtobufCMessage **)&list, &msg) == MOAT_OK) {
 		moat_inventory_node_list(j->inv, &j->node, list);
 		moat__v1__sandbox_list__free_unpacked(list, NULL);
+		egress_poll(j);
 	}
 	/* A node that does not answer keeps its last list: that is the
 	 * point. Discovery logs the node's silence. */
@@ -440,6 +567,7 @@ moat_inventory_stop(struct moat_inventory *inv)
 			moat__v1__sandbox__free_unpacked(inv->entries[i].last,
 			    NULL);
 	free(inv->entries);
+	free(inv->cursors);
 	pthread_mutex_destroy(&inv->lock);
 	free(inv);
 }

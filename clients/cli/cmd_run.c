@@ -257,11 +257,15 @@ cli_read_code(const char *file, char **code, char **errmsg)
 static const char *run_usage =
     "run [-c CODE | FILE | -] "
     "[-l python|bash|sh|node] [--timeout S] [--cpus N] [--memory MiB] "
-    "[--image NAME]";
+    "[--image NAME] [--allow HOST[:PORT]]...";
+
+#define RUN_MAX_ALLOW 64
 
 /* What `moat run` was asked for; strings point into argv or `code`. */
 struct run_opts {
 	Moat__V1__CreateSandboxRequest create;
+	Moat__V1__NetworkPolicy net; /* --allow (guest egress, issue 14) */
+	char *allow[RUN_MAX_ALLOW];
 	const char *inline_code, *file, *lang;
 	char *code; /* read from FILE or stdin (heap; cmd_run frees) */
 	uint32_t timeout_ms;
@@ -279,6 +283,7 @@ run_parse_options(struct cli *cli, int argc, char **argv, struct run_opts *o,
 		{ "cpus", required_argument, NULL, 'C' },
 		{ "memory", required_argument, NULL, 'M' },
 		{ "image", required_argument, NULL, 'I' },
+		{ "allow", required_argument, NULL, 'A' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -324,6 +329,14 @@ run_parse_options(struct cli *cli, int argc, char **argv, struct run_opts *o,
 		case 'I':
 			o->create.image = optarg;
 			break;
+		case 'A':
+			if (o->net.n_allow == RUN_MAX_ALLOW) {
+				*exit_code = cli_usage_error(run_usage,
+				    "at most %d --allow", RUN_MAX_ALLOW);
+				return false;
+			}
+			o->allow[o->net.n_allow++] = optarg;
+			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
 			break;
@@ -331,6 +344,15 @@ run_parse_options(struct cli *cli, int argc, char **argv, struct run_opts *o,
 			*exit_code = cli_usage_error(run_usage, "bad option");
 			return false;
 		}
+	}
+	if (o->net.n_allow > 0) {
+		size_t n = o->net.n_allow;
+
+		moat__v1__network_policy__init(&o->net);
+		o->net.n_allow = n;
+		o->net.mode = "allowlist";
+		o->net.allow = o->allow;
+		o->create.network = &o->net;
 	}
 	return true;
 }

@@ -14,7 +14,8 @@
 static const char *const usage_create =
     "sandbox create [--cpus N] "
     "[--memory MiB] [--scratch MiB] [--image NAME] [--label K=V]... "
-    "[--record [--snapshot every|manual|none]]";
+    "[--record [--snapshot every|manual|none]] "
+    "[--allow HOST[:PORT]]... [--network none|allowlist]";
 static const char *const usage_all = "sandbox create [...] | ls | get ID | "
                                      "rm ID...";
 
@@ -63,6 +64,8 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		{ "label", required_argument, NULL, 'L' },
 		{ "record", no_argument, NULL, 'R' },
 		{ "snapshot", required_argument, NULL, 'P' },
+		{ "allow", required_argument, NULL, 'A' },
+		{ "network", required_argument, NULL, 'N' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -71,6 +74,8 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 	Moat__V1__CreateSandboxRequest__LabelsEntry *entries = NULL;
 	Moat__V1__CreateSandboxRequest__LabelsEntry **labels = NULL;
 	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__NetworkPolicy net = MOAT__V1__NETWORK_POLICY__INIT;
+	char **allow = NULL;
 	char *errmsg = NULL;
 	uint32_t scratch;
 	bool policy_set = false;
@@ -78,7 +83,8 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 
 	entries = calloc((size_t)argc + 1, sizeof(*entries));
 	labels = calloc((size_t)argc + 1, sizeof(*labels));
-	if (entries == NULL || labels == NULL) {
+	allow = calloc((size_t)argc + 1, sizeof(*allow));
+	if (entries == NULL || labels == NULL || allow == NULL) {
 		rv = cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "create");
 		goto out;
 	}
@@ -148,6 +154,22 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 				goto out;
 			}
 			break;
+		case 'A': /* guest egress (issue 14): implies allowlist */
+			allow[net.n_allow++] = optarg;
+			if (net.mode == NULL)
+				net.mode = "allowlist";
+			break;
+		case 'N':
+			if (strcmp(optarg, "none") != 0 &&
+			    strcmp(optarg, "allowlist") != 0) {
+				rv = cli_usage_error(usage_create,
+				    "--network wants none or allowlist, not "
+				    "\"%s\"",
+				    optarg);
+				goto out;
+			}
+			net.mode = optarg;
+			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
 			break;
@@ -167,6 +189,14 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		    "recording: add --record");
 		goto out;
 	}
+	if (net.n_allow > 0 && strcmp(net.mode, "none") == 0) {
+		rv = cli_usage_error(usage_create,
+		    "--allow with --network none: drop one of them");
+		goto out;
+	}
+	net.allow = allow;
+	if (net.mode != NULL)
+		req.network = &net;
 	req.labels = labels;
 	if ((rv = moat_client_create(cli_client(cli), &req, &sb, &errmsg)) !=
 	    MOAT_OK) {
@@ -178,6 +208,7 @@ out:
 	moat_client_free_msg(sb);
 	free(entries);
 	free(labels);
+	free(allow);
 	return rv;
 }
 
@@ -242,6 +273,13 @@ sandbox_get(struct cli *cli, const char *id)
 	printf("age:         %s\n",
 	    cli_format_age(s->created_unix_ms, age, sizeof(age)));
 	printf("execs:       %u running\n", s->running_execs);
+	if (s->network != NULL && s->network->mode[0] != '\0' &&
+	    strcmp(s->network->mode, "none") != 0) {
+		printf("network:     %s", s->network->mode);
+		for (size_t i = 0; i < s->network->n_allow; i++)
+			printf("%s%s", i ? ", " : " (", s->network->allow[i]);
+		printf("%s\n", s->network->n_allow ? ")" : " (nothing)");
+	}
 	if (s->session_id[0])
 		printf("session:     %s (recorded; `moat history %s`)\n",
 		    s->session_id, s->id);

@@ -26,10 +26,12 @@ volatile sig_atomic_t cli_signal_count;
 static const struct cli_command commands[] = {
 	{ "run", cmd_run,
 	    "run [-c CODE | FILE | -] [-l python|bash|sh|node] [--timeout S] "
-	    "[--cpus N] [--memory MiB] [--image NAME]",
+	    "[--cpus N] [--memory MiB] [--image NAME] [--allow "
+	    "HOST[:PORT]]...",
 	    "run code in a fresh sandbox, stream its output, destroy it" },
 	{ "sandbox", cmd_sandbox,
 	    "sandbox create [--cpus N] [--memory MiB] [--scratch MiB] "
+	    "[--allow HOST[:PORT]]... "
 	    "[--image NAME] [--label K=V]... [--record [--snapshot "
 	    "every|manual|none]] | ls | get ID | rm ID...",
 	    "create, list, show and destroy sandboxes" },

@@ -100,6 +100,18 @@ struct agent {
 	struct agent_code *code[AGENT_CODE_MAX];
 };
 
+/* --- guest egress (egress.c, issue 14) --- */
+#define AGENT_EGRESS_ADDR "127.0.0.1:3128"
+
+/* agent_egress_on: the proxy runs; execs get http(s)_proxy set. */
+extern bool agent_egress_on;
+
+/* agent_egress_start: forks the proxy process: it listens on
+ * AGENT_EGRESS_ADDR and carries each connection to vmd over the
+ * virtio-serial port at `port_path` (moat/tunnel.h). Returns 0 or an
+ * errno value (logged). */
+int agent_egress_start(const char *port_path);
+
 /* --- time (loop.c) --- */
 uint64_t agent_now_ms(void);
 uint64_t agent_now_us(void);

@@ -13,7 +13,8 @@
  *   moat.root=/dev/vda (image, ext4, read-only), moat.scratch=/dev/vdb
  *   (ext4 made by vmd), moat.port=org.moat.agent (virtio-serial port
  *   name), moat.vsock=PORT (Firecracker: listen on AF_VSOCK instead),
- *   moat.test=MODE (test-only misbehaviour, see agent tests).
+ *   moat.test=MODE (test-only misbehaviour, see agent tests),
+ *   moat.egress=org.moat.egress (guest egress: the proxy's port name).
  */
 #ifndef MOAT_AGENT_BOOT_H
 #define MOAT_AGENT_BOOT_H
@@ -21,12 +22,13 @@
 #include <stdint.h>
 
 struct agent_boot {
-	int lower_fd;        /* image root dir, -1 when not booted by us */
-	int upper_fd;        /* overlay upper dir, -1 likewise */
-	char port_path[256]; /* /dev/vportNpM to serve, "" if none */
-	uint32_t vsock_port; /* 0 unless moat.vsock= */
-	uint64_t boot_ms;    /* guest uptime when boot finished */
-	char test_mode[32];  /* moat.test=, "" normally */
+	int lower_fd;          /* image root dir, -1 when not booted by us */
+	int upper_fd;          /* overlay upper dir, -1 likewise */
+	char port_path[256];   /* /dev/vportNpM to serve, "" if none */
+	uint32_t vsock_port;   /* 0 unless moat.vsock= */
+	uint64_t boot_ms;      /* guest uptime when boot finished */
+	char test_mode[32];    /* moat.test=, "" normally */
+	char egress_path[256]; /* moat.egress='s /dev/vportNpM, "" if none */
 };
 
 /* agent_boot_init: does PID 1's setup. Returns 0 with *b filled, or an

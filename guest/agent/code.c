@@ -191,6 +191,21 @@ static const char *const code_env[] = {
 	NULL,
 };
 
+/* With guest egress on (egress.c): the same and the proxy. */
+static const char *const code_env_egress[] = {
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/root",
+	"LANG=C.UTF-8",
+	"TERM=dumb",
+	"http_proxy=http://" AGENT_EGRESS_ADDR,
+	"https_proxy=http://" AGENT_EGRESS_ADDR,
+	"HTTP_PROXY=http://" AGENT_EGRESS_ADDR,
+	"HTTPS_PROXY=http://" AGENT_EGRESS_ADDR,
+	"no_proxy=localhost,127.0.0.1,::1",
+	"NO_PROXY=localhost,127.0.0.1,::1",
+	NULL,
+};
+
 extern char **environ;
 
 struct code_stream {
@@ -371,7 +386,7 @@ code_child(int cwd_fd, const int want[5], bool node)
 		_exit(127);
 	}
 	umask(022);
-	environ = (char **)code_env;
+	environ = (char **)(agent_egress_on ? code_env_egress : code_env);
 	execvp(argv[0], argv);
 	dprintf(2, "moat-agent: cannot run %s: %s\n", argv[0],
 	    strerror(errno));

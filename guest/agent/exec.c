@@ -53,6 +53,18 @@ static const char *const exec_default_env[] = {
 #define EXEC_DEFAULT_ENV_N                                                    \
 	(sizeof(exec_default_env) / sizeof(exec_default_env[0]))
 
+/* With guest egress on (egress.c), every exec finds the proxy. */
+static const char *const exec_egress_env[] = {
+	"http_proxy=http://" AGENT_EGRESS_ADDR,
+	"https_proxy=http://" AGENT_EGRESS_ADDR,
+	"HTTP_PROXY=http://" AGENT_EGRESS_ADDR,
+	"HTTPS_PROXY=http://" AGENT_EGRESS_ADDR,
+	"no_proxy=localhost,127.0.0.1,::1",
+	"NO_PROXY=localhost,127.0.0.1,::1",
+};
+#define EXEC_EGRESS_ENV_N                                                     \
+	(sizeof(exec_egress_env) / sizeof(exec_egress_env[0]))
+
 /* What the child needs, prepared before fork so the child only calls
  * async-signal-safe functions (and, on the way out, dprintf). */
 struct exec_plan {
@@ -135,15 +147,23 @@ exec_plan_env(const Moat__V1__ExecStart *es, struct exec_plan *p, char **why)
 			return MOAT_INVALID_ARGUMENT;
 		}
 	}
-	p->envp = calloc(EXEC_DEFAULT_ENV_N + es->n_env + 1, sizeof(char *));
+	p->envp =
+	    calloc(EXEC_DEFAULT_ENV_N + EXEC_EGRESS_ENV_N + es->n_env + 1,
+	        sizeof(char *));
 	if (p->envp == NULL)
 		return MOAT_RESOURCE_EXHAUSTED;
-	for (i = 0; i < EXEC_DEFAULT_ENV_N; i++) {
+	for (i = 0; i < EXEC_DEFAULT_ENV_N + EXEC_EGRESS_ENV_N; i++) {
+		const char *d = i < EXEC_DEFAULT_ENV_N ?
+		    exec_default_env[i] :
+		    exec_egress_env[i - EXEC_DEFAULT_ENV_N];
+
+		if (i >= EXEC_DEFAULT_ENV_N && !agent_egress_on)
+			break;
 		for (j = 0; j < es->n_env; j++)
-			if (exec_env_key_is(exec_default_env[i], es->env[j]))
+			if (exec_env_key_is(d, es->env[j]))
 				break;
 		if (j == es->n_env)
-			p->envp[n++] = (char *)exec_default_env[i];
+			p->envp[n++] = (char *)d;
 	}
 	for (j = 0; j < es->n_env; j++)
 		p->envp[n++] = es->env[j];

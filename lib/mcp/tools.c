@@ -545,7 +545,7 @@ t_sandbox_create(struct tool_ctx *t)
 	double mem = 0, cpus = 0;
 	bool bad = false, record;
 	char *errmsg, *text;
-	json_t *reply, *r, *v;
+	json_t *reply, *r, *v, *req;
 	int rv;
 
 	OPTIONAL_STRING(image, "image", "a guest image name");
@@ -558,11 +558,31 @@ t_sandbox_create(struct tool_ctx *t)
 	if (v != NULL && !json_is_boolean(v))
 		return tool_error("argument \"record\" must be true or false");
 	record = v == NULL || json_is_true(v);
-	if ((rv = gw(t, "CreateSandbox",
-	         json_pack("{s:s, s:i, s:i, s:b}", "image", image ? image : "",
-	             "memoryMib", (int)mem, "vcpus", (int)cpus, "record",
-	             record),
-	         &reply, &errmsg)) != MOAT_OK)
+	req = json_pack("{s:s, s:i, s:i, s:b}", "image", image ? image : "",
+	    "memoryMib", (int)mem, "vcpus", (int)cpus, "record", record);
+	/* Guest egress (issue 14): "allow" names imply an allowlist. */
+	if ((v = json_object_get(t->args, "allow")) != NULL) {
+		size_t i;
+		json_t *e;
+
+		if (!json_is_array(v)) {
+			json_decref(req);
+			return tool_error("argument \"allow\" must be a list "
+			                  "of \"host[:port]\" strings");
+		}
+		json_array_foreach (v, i, e)
+			if (!json_is_string(e)) {
+				json_decref(req);
+				return tool_error("argument \"allow\" must be "
+				                  "a list of \"host[:port]\" "
+				                  "strings");
+			}
+		if (json_array_size(v) > 0)
+			json_object_set_new(req, "network",
+			    json_pack("{s:s, s:O}", "mode", "allowlist",
+			        "allow", v));
+	}
+	if ((rv = gw(t, "CreateSandbox", req, &reply, &errmsg)) != MOAT_OK)
 		return call_error("sandbox_create", rv, errmsg);
 	text = moat_asprintf("created sandbox %s%s%s",
 	    json_string_value(json_object_get(reply, "id")) ?: "?",
@@ -1075,11 +1095,15 @@ static const struct tool tools[] = {
 	    t_list_dir, false },
 	{ "sandbox_create",
 	    "Create a new sandbox (a microVM); recorded "
-	    "unless record is false.",
+	    "unless record is false. No network unless allow names hosts "
+	    "(\"host[:port]\", ports 80 and 443 by default) that programs "
+	    "reach through the http(s)_proxy set in the sandbox.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"image\":{\"type\":\"string\"},"
 	    "\"memory_mib\":{\"type\":\"integer\",\"minimum\":0},"
 	    "\"vcpus\":{\"type\":\"integer\",\"minimum\":0},"
+	    "\"allow\":{\"type\":\"array\",\"items\":{\"type\":"
+	    "\"string\"}},"
 	    "\"record\":{\"type\":\"boolean\",\"default\":true}}}",
 	    t_sandbox_create, false },
 	{ "sandbox_list", "List the sandboxes.",

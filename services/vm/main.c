@@ -33,6 +33,7 @@
 #include "snapram.h"
 #include "accel.h"
 #include "driver.h"
+#include "egress.h"
 #include "exec.h"
 #include "node.h"
 #include "pushq.h"
@@ -131,7 +132,8 @@ usage(FILE *f)
 	    "the environment; further keys: advertise-url, qemu, "
 	    "firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
-	    "vcpus, boot-timeout-ms; [firecracker] jailer, jailer-binary,\n"
+	    "vcpus, boot-timeout-ms, egress-hosts, egress-max-conns;\n"
+	    "[firecracker] jailer, jailer-binary,\n"
 	    "chroot-base, cgroup-root, parent-cgroup, netns, uid-base,\n"
 	    "id-count, new-pid-ns, memory-overhead-mib, vsock-port.\n");
 }
@@ -668,6 +670,12 @@ main(int argc, char **argv)
 		return rv;
 	if ((rv = vmd_configure(&vmd, config)) != MOAT_OK)
 		goto out;
+	if ((rv = vmd_egress_node_init(&vmd, config, &errmsg)) != MOAT_OK) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg ? errmsg : "egress");
+		free(errmsg);
+		errmsg = NULL;
+		goto out;
+	}
 
 	vmd_block_signals(&sigs);
 
@@ -768,6 +776,7 @@ out:
 		close(lock_fd);
 	free(vmd.vmm_version);
 	vmd_config_fini(&vmd.cfg);
+	vmd_egress_node_fini(&vmd);
 	if (rv == MOAT_OK)
 		moat_info(0, "stopped");
 	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);

@@ -88,6 +88,7 @@ struct vmd_templates;
 struct vmd_snapram;
 struct vmd_pushq;
 struct vmd_verify;
+struct vmd_egress_node;
 
 /* Extra connections to snapd that pulls spread their requests over. */
 #define VMD_SNAPD_BULK 3
@@ -114,6 +115,7 @@ struct vmd {
 	/* The snapshot key and verified-once cache (verify.c); owned.
 	 * NULL only in unit tests: nothing is sealed or checked. */
 	struct vmd_verify *verify;
+	struct vmd_egress_node *egress; /* egress.c: egress-hosts, events */
 
 	/* How guest events beyond the agent's own reach whoever handles
 	 * them (exec.c registers itself: vmd_sandbox_set_guest_handler);

@@ -112,6 +112,7 @@ vmd_sandbox_free(struct sandbox *sb)
 	free(sb->restored_from);
 	free(sb->ram_source);
 	free(sb->ram_spare);
+	free(sb->egress_policy);
 	free(sb->failure_reason);
 	free(sb->link_error);
 	pthread_mutex_destroy(&sb->mu);
@@ -280,6 +281,7 @@ vmd_sandbox_vmm_teardown(struct sandbox *sb, bool free_link, const char *why)
 {
 	const struct moat_vmm_ops *ops = sb->vmd->vmm;
 	struct guest_link *link;
+	struct vmd_egress *egress;
 	bool join;
 
 	pthread_mutex_lock(&sb->mu);
@@ -302,6 +304,11 @@ vmd_sandbox_vmm_teardown(struct sandbox *sb, bool free_link, const char *why)
 
 	if (join)
 		pthread_join(sb->supervisor, NULL);
+	pthread_mutex_lock(&sb->mu);
+	egress = sb->egress;
+	sb->egress = NULL;
+	pthread_mutex_unlock(&sb->mu);
+	vmd_egress_stop(egress);
 	guest_link_shutdown(link, why);
 	if (free_link)
 		guest_link_free(link);
@@ -388,6 +395,25 @@ vmd_sandbox_validate(struct vmd *vmd, struct moat_rpc_call *call,
 			    v);
 		*test_mode = v;
 	}
+	{
+		struct vmd_egress_policy *np = NULL;
+		char *err = NULL;
+		int rv = vmd_egress_request_policy(req->network, &np, &err);
+		bool on = np != NULL;
+
+		free(np);
+		if (rv != MOAT_OK) {
+			rv = moat_rpc_error(call, rv, "network: %s",
+			    err ? err : "out of memory");
+			free(err);
+			return rv;
+		}
+		if (on && strcmp(vmd->vmm->name, "qemu") != 0)
+			return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+			    "network \"allowlist\" needs the qemu driver; "
+			    "node %s runs %s (set [vmd] driver = qemu)",
+			    cfg->node_id, vmd->vmm->name);
+	}
 	if (!vmd_image_present(vmd, image))
 		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "image "
@@ -441,6 +467,14 @@ vmd_sandbox_alloc(struct vmd *vmd, const Moat__V1__CreateSandboxRequest *req,
 	sb->test_mode = test_mode ? strdup(test_mode) : NULL;
 	oom = !sb->dir || !sb->image || !sb->tenant ||
 	    (test_mode && !sb->test_mode);
+	{
+		char *err = NULL; /* validated before: only memory fails */
+
+		if (vmd_egress_request_policy(req->network, &sb->egress_policy,
+		        &err) != MOAT_OK)
+			oom = true;
+		free(err);
+	}
 	if (req->n_labels > 0) {
 		sb->label_keys = calloc(req->n_labels, sizeof(char *));
 		sb->label_values = calloc(req->n_labels, sizeof(char *));
@@ -660,6 +694,8 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->restored_from =
 	    strdup(sb->restored_from ? sb->restored_from : "");
 	msg->pulled_bytes = sb->pulled_bytes;
+	if ((msg->network = vmd_egress_to_proto(sb->egress_policy)) == NULL)
+		return MOAT_INTERNAL;
 	if (!msg->accel || !msg->failure_reason || !msg->id || !msg->node_id ||
 	    !msg->image || !msg->driver || !msg->tenant || !msg->template_id ||
 	    !msg->restored_from)

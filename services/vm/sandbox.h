@@ -21,6 +21,7 @@
 #include "sandbox_state.h"
 #include "vm.pb-c.h"
 #include "vmm.h"
+#include "egress.h"
 
 struct exec;
 struct guest_link;
@@ -90,6 +91,10 @@ struct sandbox {
 	                              (vmd_template_ram), or NULL */
 	char *ram_spare;       /* a template clone's ready RAM copy
 	                              (vmd_template_take_spare), or NULL */
+	struct vmd_egress_policy *egress_policy; /* network "allowlist"
+	                              (egress.h), or NULL: no network */
+	struct vmd_egress *egress; /* its proxy thread while a VMM runs;
+	                              under mu */
 
 	pthread_mutex_t mu;           /* guards everything below */
 	pthread_cond_t cv;            /* any change below */

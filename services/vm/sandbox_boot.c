@@ -115,7 +115,8 @@ struct boot_files {
 	char *initrd;
 	char *rootfs;
 	char *scratch;
-	char *extra; /* the test label's cmdline, or NULL */
+	char *extra;  /* the test label's and egress's cmdline, or NULL */
+	char *egress; /* the egress port's socket, or NULL */
 };
 
 static void
@@ -126,6 +127,7 @@ boot_files_free(struct boot_files *f)
 	free(f->rootfs);
 	free(f->scratch);
 	free(f->extra);
+	free(f->egress);
 }
 
 /* Fills `spec` for one boot of sb (a restore from `snap_dir` when not
@@ -142,10 +144,16 @@ boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
 	f->rootfs = vmd_image_path(vmd, sb->image, "rootfs.ext4");
 	f->scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
 	f->extra = sb->test_mode ?
-	    moat_asprintf(VMD_TEST_LABEL "=%s", sb->test_mode) :
+	    moat_asprintf(VMD_TEST_LABEL "=%s%s", sb->test_mode,
+	        sb->egress_policy ? " " VMD_EGRESS_CMDLINE : "") :
+	    sb->egress_policy ? strdup(VMD_EGRESS_CMDLINE) :
+	                        NULL;
+	f->egress = sb->egress_policy ?
+	    moat_asprintf("%s/egress.sock", sb->dir) :
 	    NULL;
 	if (!f->kernel || !f->initrd || !f->rootfs || !f->scratch ||
-	    (sb->test_mode && !f->extra))
+	    ((sb->test_mode || sb->egress_policy) && !f->extra) ||
+	    (sb->egress_policy && !f->egress))
 		return false;
 	/* The directory's name: the sandbox id, but for a restore in place,
 	 * whose VM runs beside the one it replaces under a name of its own
@@ -160,6 +168,7 @@ boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
 	spec->memory_mib = sb->memory_mib;
 	spec->accel = accel;
 	spec->extra_cmdline = f->extra;
+	spec->egress_socket = f->egress;
 	spec->ram_source = snap_dir ? sb->ram_source : NULL;
 	spec->ram_ready = snap_dir ? sb->ram_spare : NULL;
 	return true;
@@ -206,6 +215,10 @@ boot_spawn(struct sandbox *sb, const struct moat_vmm_spec *spec,
 	snprintf(sb->accel, sizeof(sb->accel), "%s", spec->accel);
 	if (vmd_thread_create(&sb->supervisor, vmd_sandbox_supervise, sb) == 0)
 		sb->supervisor_running = true;
+	/* The proxy for this VM's egress port (a retry's VM gets its own). */
+	if (spec->egress_socket != NULL && sb->egress == NULL)
+		sb->egress = vmd_egress_start(vmd, spec->egress_socket,
+		    sb->egress_policy, sb->tenant, sb->id.str);
 	supervised = sb->supervisor_running;
 	pthread_mutex_unlock(&sb->mu);
 	if (!supervised) {

@@ -11,6 +11,7 @@
 #include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "code.h"
+#include "egress.h"
 #include "exec.h"
 #include "files.h"
 #include "node.h"
@@ -352,6 +353,15 @@ h_close_code_context(struct moat_rpc_call *call,
 	    (const Moat__V1__CodeContextCall *)request);
 }
 
+static int
+h_egress_events(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_egress_events(VMD(call), call,
+	    (const Moat__V1__EgressEventsRequest *)request,
+	    (Moat__V1__EgressEventList *)reply);
+}
+
 /* Auth is the gateway's job: vmd listens where only it can reach. */
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
@@ -393,6 +403,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "CloseCodeContext",
 	    .handler = h_close_code_context,
 	    .mutating = true },
+	{ .name = "EgressEvents", .handler = h_egress_events },
 };
 
 void

@@ -539,6 +539,16 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
 	    MOAT_OK)
 		return rv;
+	if (sb->egress_policy != NULL) {
+		/* A restore would need the egress port and proxy back (issue
+		 * 14): not built yet. */
+		vmd_sandbox_put(sb);
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox %s has network \"allowlist\": its snapshots "
+		    "are not supported yet (create it without --allow to "
+		    "snapshot it)",
+		    req->sandbox_id);
+	}
 	id = snap_new_id(vmd);
 	dir = id ? snap_dir(vmd, id) : NULL;
 	if (dir == NULL)

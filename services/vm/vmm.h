@@ -39,6 +39,9 @@ struct moat_vmm_spec {
 	const char *ram_ready;     /* restore: a complete copy of the RAM to
 	                              rename into place instead of copying
 	                              (a template spare), or NULL */
+	const char *egress_socket; /* network allowlist: the Unix socket of
+	                              the egress virtio-serial port (QEMU
+	                              only; egress.h), or NULL */
 };
 
 /* One VMM process. Filled by `start`; the strings are heap memory owned

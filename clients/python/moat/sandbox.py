@@ -434,6 +434,26 @@ class Files:
             "mode": mode}))
 
 
+def _network(network: Optional[str],
+             allow: Optional[Sequence[str]]) -> Optional[Dict[str, Any]]:
+    """_network: the CreateSandboxRequest.network JSON of network= and
+    allow= (None: leave it unset, i.e. no network)."""
+    if isinstance(allow, str):
+        allow = [allow]
+    entries = [str(a) for a in (allow or [])]
+    if network is None:
+        network = "allowlist" if entries else None
+    if network is None:
+        return None
+    if network not in ("none", "allowlist"):
+        raise ValueError(f"network must be 'none' or 'allowlist', "
+                         f"not {network!r}")
+    if network == "none" and entries:
+        raise ValueError("allow= needs network='allowlist' (or leave "
+                         "network unset)")
+    return {"mode": network, "allow": entries}
+
+
 class Sandbox:
     """A microVM. Sandbox(...) creates one (and waits until it runs);
     Sandbox.connect(id) attaches to one that exists. As a context manager
@@ -443,13 +463,18 @@ class Sandbox:
     image name (None: "default"); labels: str -> str; record: keep a
     session of every command and code run (history, restore, fork);
     snapshot: "manual" (a step gets a snapshot when you call snapshot()),
-    "every" (after each step) or "none"."""
+    "every" (after each step) or "none"; network: "none" (the default: no
+    network) or "allowlist"; allow: "host[:port]" names the guest may
+    reach through the node's proxy (ports 80 and 443 when none is given;
+    implies network="allowlist"; execs get http_proxy/https_proxy set)."""
 
     def __init__(self, cpus: int = 1, memory: int = 512, record: bool = True,
                  snapshot: str = "manual", image: Optional[str] = None,
                  labels: Optional[Mapping[str, str]] = None,
                  client: Optional[Client] = None,
-                 timeout: Optional[float] = None, cold_boot: bool = False):
+                 timeout: Optional[float] = None, cold_boot: bool = False,
+                 network: Optional[str] = None,
+                 allow: Optional[Sequence[str]] = None):
         if snapshot not in _POLICIES:
             raise ValueError(f"snapshot must be one of "
                              f"{', '.join(sorted(_POLICIES))}, not "
@@ -464,6 +489,9 @@ class Sandbox:
             body["labels"] = {str(k): str(v) for k, v in labels.items()}
         if cold_boot:
             body["coldBoot"] = True
+        net = _network(network, allow)
+        if net is not None:
+            body["network"] = net
         if timeout is not None:
             body["bootTimeoutMs"] = _seconds_to_ms(timeout)
         self._set_info(self._client.call("CreateSandbox", body,

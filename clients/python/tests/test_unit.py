@@ -196,6 +196,23 @@ class SandboxTest(FakeTest):
         with self.assertRaises(ValueError):
             self.sandbox(snapshot="sometimes")
 
+    def test_network_allowlist(self):
+        self.sandbox(allow=["pypi.org", "files.pythonhosted.org:443"])
+        self.assertEqual(
+            self.gw.calls("CreateSandbox")[-1]["body"]["network"],
+            {"mode": "allowlist",
+             "allow": ["pypi.org", "files.pythonhosted.org:443"]})
+        self.sandbox(network="allowlist")
+        self.assertEqual(
+            self.gw.calls("CreateSandbox")[-1]["body"]["network"],
+            {"mode": "allowlist", "allow": []})
+        self.sandbox()
+        self.assertNotIn("network", self.gw.calls("CreateSandbox")[-1]["body"])
+        with self.assertRaises(ValueError):
+            self.sandbox(network="open")
+        with self.assertRaises(ValueError):
+            self.sandbox(network="none", allow=["pypi.org"])
+
     def test_connect(self):
         self.gw.on("GetSandbox", (200, SANDBOX))
         sb = moat.Sandbox.connect("sb-1", client=self.client)

@@ -409,6 +409,20 @@ qemu_argv_devices(struct qemu_argv *a, const struct moat_vmm_spec *spec,
 	argv_add(a, strdup("-device"));
 	argv_add(a,
 	    strdup("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT));
+	if (spec->egress_socket != NULL) {
+		/* Guest egress (issue 14): a second port for the tunnel to
+		 * vmd's proxy (services/vm/egress.h); no guest NIC. */
+		(void)unlink(spec->egress_socket);
+		argv_add(a, strdup("-chardev"));
+		argv_add(a,
+		    moat_asprintf("socket,id=egress,path=%s,server=on,"
+		                  "wait=off",
+		        spec->egress_socket));
+		argv_add(a, strdup("-device"));
+		argv_add(a,
+		    strdup("virtserialport,chardev=egress,"
+		           "name=org.moat.egress"));
+	}
 	argv_add(a, strdup("-qmp"));
 	argv_add(a, moat_asprintf("unix:%s,server=on,wait=off", qmp));
 	argv_add(a, strdup("-pidfile"));

@@ -118,6 +118,7 @@ static const struct moat_rpc_method methods[] = {
 	{ "DeleteLocalSnapshot", h_ok, true, false },
 	{ "RunCode", h_ok, true, false },
 	{ "CloseCodeContext", h_ok, true, false },
+	{ "EgressEvents", h_ok, false, false },
 };
 
 static void

@@ -239,6 +239,11 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		pthread_mutex_unlock(&fn->lock);
 		return rv;
 	}
+	if (strcmp(m, "EgressEvents") == 0) {
+		/* Likewise each inventory round (issue 14): no events. */
+		pthread_mutex_unlock(&fn->lock);
+		return MOAT_OK;
+	}
 	fn->calls++;
 	fn->last_request_id = call->request_id;
 	snprintf(fn->last_method, sizeof(fn->last_method), "%s", m);
@@ -469,6 +474,7 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("DeleteLocalSnapshot", true),
 	ROW("RunCode", true),
 	ROW("CloseCodeContext", true),
+	ROW("EgressEvents", false),
 };
 
 static void *

@@ -354,6 +354,50 @@ test_tool_errors_are_results(void **state)
 	moat_mcp_session_free(s);
 }
 
+/* sandbox_create's "allow" becomes CreateSandboxRequest.network (guest
+ * egress, issue 14); a bad one reaches no gateway. */
+static void
+test_sandbox_create_allow(void **state)
+{
+	struct moat_mcp_session *s = new_session(NULL);
+	struct fake f = { 0 };
+	json_t *res, *net;
+	(void)state;
+
+	res = call_tool(s, &f, "sandbox_create",
+	    "{\"allow\":[\"pypi.org\",\"x.test:8080\"],\"record\":false}");
+	assert_false(json_is_true(json_object_get(res, "isError")));
+	json_decref(res);
+	assert_int_equal(f.n, 1);
+	assert_string_equal(f.methods[0], "CreateSandbox");
+	net = json_object_get(f.requests[0], "network");
+	assert_non_null(net);
+	assert_string_equal(json_string_value(json_object_get(net, "mode")),
+	    "allowlist");
+	assert_int_equal(json_array_size(json_object_get(net, "allow")), 2);
+	assert_string_equal(json_string_value(
+	                        json_array_get(json_object_get(net, "allow"),
+	                            1)),
+	    "x.test:8080");
+	fake_reset(&f);
+
+	res = call_tool(s, &f, "sandbox_create", "{\"record\":false}");
+	json_decref(res);
+	assert_null(json_object_get(f.requests[0], "network"));
+	fake_reset(&f);
+
+	res = call_tool(s, &f, "sandbox_create", "{\"allow\":\"pypi.org\"}");
+	assert_true(json_is_true(json_object_get(res, "isError")));
+	assert_non_null(strstr(result_text(res), "allow"));
+	json_decref(res);
+	res = call_tool(s, &f, "sandbox_create", "{\"allow\":[1]}");
+	assert_true(json_is_true(json_object_get(res, "isError")));
+	json_decref(res);
+	assert_int_equal(f.n, 0);
+	fake_reset(&f);
+	moat_mcp_session_free(s);
+}
+
 static void
 test_default_sandbox(void **state)
 {
@@ -543,6 +587,7 @@ main(void)
 		cmocka_unit_test(test_jsonrpc_errors),
 		cmocka_unit_test(test_tool_errors_are_results),
 		cmocka_unit_test(test_default_sandbox),
+		cmocka_unit_test(test_sandbox_create_allow),
 		cmocka_unit_test(test_host_paths),
 		cmocka_unit_test(test_allow_dir_must_exist),
 	};
