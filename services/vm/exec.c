@@ -186,10 +186,14 @@ stream_append(struct sandbox *sb, uint64_t exec_id, struct exec_stream *st,
 			n *= 2;
 		if (n > st->cap)
 			n = (size_t)st->cap;
-		/* Short of budget: grow only as far as it allows. */
+		/* Short of budget: grow only by what is needed, and only as
+		 * far as the budget allows. */
 		if ((got = budget_take(sb->vmd, n - st->alloc)) <
-		    n - st->alloc)
+		    n - st->alloc) {
+			budget_give(sb->vmd, got);
+			got = budget_take(sb->vmd, st->len + keep - st->alloc);
 			n = st->alloc + got;
+		}
 		if (n <= st->len) {
 			keep = 0;
 		} else if ((nb = realloc(st->buf, n)) == NULL) {

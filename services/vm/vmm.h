@@ -31,17 +31,18 @@ struct moat_vmm_spec {
 	const char *scratch_disk; /* attached read-write */
 	uint32_t vcpus;
 	uint32_t memory_mib;
-	const char *accel;          /* "kvm" or "tcg" */
-	const char *extra_cmdline;  /* appended to the kernel command line, or
+	const char *accel;         /* "kvm" or "tcg" */
+	const char *extra_cmdline; /* appended to the kernel command line, or
 	                              NULL ("moat.test=flood") */
-	const char *ram_source;     /* restore: the RAM to copy, when not
+	const char *ram_source;    /* restore: the RAM to copy, when not
 	                              <snap_dir>/ram (NULL) */
-	const char *ram_ready;      /* restore: a complete copy of the RAM to
+	const char *ram_ready;     /* restore: a complete copy of the RAM to
 	                              rename into place instead of copying
 	                              (a template spare), or NULL */
-	uint64_t console_max_bytes; /* the console's cap, console.log and
-	                              console.log.1 together ([vmd]
-	                              console-max-kib; 0: the default) */
+
+	/* The console's cap, console.log and console.log.1 together
+	 * ([vmd] console-max-kib; 0: the default). */
+	uint64_t console_max_bytes;
 };
 
 struct vmd_console;
@@ -49,20 +50,21 @@ struct vmd_console;
 /* One VMM process. Filled by `start`; the strings are heap memory owned
  * by the struct and freed by `release`. */
 struct moat_vmm {
-	pid_t pid;                   /* 0 when not started */
-	char *agent_socket;          /* where connect_agent connects */
-	char *console_log;           /* the guest's serial console, a file */
-	char *vmm_log;               /* the VMM's own stderr, a file */
-	char *ram_file;              /* guest RAM (a file so snapshots can copy
+	pid_t pid;          /* 0 when not started */
+	char *agent_socket; /* where connect_agent connects */
+	char *console_log;  /* the guest's serial console, a file */
+	char *vmm_log;      /* the VMM's own stderr, a file */
+	char *ram_file;     /* guest RAM (a file so snapshots can copy
 	                              it), removed by release; a restored
 	                              VMM has its own (a sparse copy of the
 	                              snapshot's); NULL when the driver
 	                              keeps none (then no snapshot) */
-	char *qmp_socket;            /* the VMM's control socket */
-	void *driver_data;           /* the driver's own, freed by release */
-	struct vmd_console *console; /* drains the guest's serial console
-	                              into console_log (console.h); closed
-	                              by release */
+	char *qmp_socket;   /* the VMM's control socket */
+	void *driver_data;  /* the driver's own, freed by release */
+
+	/* Drains the guest's serial console into console_log (console.h);
+	 * closed by release. */
+	struct vmd_console *console;
 };
 
 /* What `snapshot` wrote into a snapshot directory, and how long the
