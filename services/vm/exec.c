@@ -45,6 +45,10 @@ exec_find(struct sandbox *sb, uint64_t id)
 
 /* ---- the node's exec output budget ---- */
 
+/* What every stream keeps whatever the budget (counted all the same):
+ * the first allocation. */
+#define EXEC_FLOOR 4096u
+
 /* What a stream cut short by the budget ends with. */
 #define EXEC_BUDGET_MARKER                                                    \
 	"\n[moat: output truncated here: this node's exec output buffers "    \
@@ -182,23 +186,38 @@ stream_append(struct sandbox *sb, uint64_t exec_id, struct exec_stream *st,
 		keep = st->cap - st->len < len ? (size_t)(st->cap - st->len) :
 		                                 len;
 	if (keep > 0 && st->len + keep > st->alloc) {
-		size_t n = st->alloc ? st->alloc : 4096;
-		size_t got;
+		size_t n = st->alloc ? st->alloc : EXEC_FLOOR;
+		size_t forced, want, got = 0;
 		uint8_t *nb;
 
 		while (n < st->len + keep)
 			n *= 2;
 		if (n > st->cap)
 			n = (size_t)st->cap;
-		/* Short of budget: grow only by what is needed, and only as
-		 * far as the budget allows. */
-		if ((got = budget_take(sb->vmd, n - st->alloc)) <
-		    n - st->alloc) {
+		/* A stream's first EXEC_FLOOR bytes are kept whatever the
+		 * budget says, so a small output arrives while others flood;
+		 * they are counted all the same. Past them, short of
+		 * budget: grow only by what is needed, and only as far as
+		 * the budget allows. */
+		forced = st->alloc >= EXEC_FLOOR ? 0 :
+		    n < EXEC_FLOOR               ? n - st->alloc :
+		                                   EXEC_FLOOR - st->alloc;
+		if (forced > 0 && sb->vmd != NULL)
+			__atomic_add_fetch(&sb->vmd->exec_output_used, forced,
+			    __ATOMIC_RELAXED);
+		want = n - st->alloc - forced;
+		if (want > 0 && (got = budget_take(sb->vmd, want)) < want) {
+			size_t need = st->len + keep > st->alloc + forced ?
+			    st->len + keep - st->alloc - forced :
+			    0;
+
 			budget_give(sb->vmd, got);
-			got = budget_take(sb->vmd, st->len + keep - st->alloc);
-			n = st->alloc + got;
+			got = need ? budget_take(sb->vmd, need) : 0;
+			n = st->alloc + forced + got;
 		}
+		got += forced;
 		if (n <= st->len) {
+			budget_give(sb->vmd, got);
 			keep = 0;
 		} else if ((nb = realloc(st->buf, n)) == NULL) {
 			budget_give(sb->vmd, got);
