@@ -392,18 +392,40 @@ exec_start(struct vmd_proc *v, const char *id, const char *script,
 #define FLOOD_LINE                                                            \
 	"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
 
-/* Lets held exec `id` go (closes its stdin). */
+static bool log_has(const struct vmd_proc *v, const char *needle);
+
+/* Writes `line` to exec `id`'s stdin (and closes it with `close`). */
 static void
-exec_release(struct vmd_proc *v, const char *sandbox, uint64_t id)
+exec_line(struct vmd_proc *v, const char *sandbox, uint64_t id,
+    const char *line, bool close)
 {
 	Moat__V1__ExecWriteRequest w = MOAT__V1__EXEC_WRITE_REQUEST__INIT;
 
 	w.sandbox_id = (char *)sandbox;
 	w.exec_id = id;
-	w.close = true;
+	w.data.data = (uint8_t *)line;
+	w.data.len = strlen(line);
+	w.close = close;
 	if (call(v, "ExecWrite", &w.base, &moat__v1__empty__descriptor, NULL,
 	        60000) != MOAT_OK)
 		fail_msg("ExecWrite: %s", last_err);
+}
+
+/* Samples vmd's RSS into *peak every 200 ms until `until`, or until
+ * its log says the budget cut a stream when `stop_at_cut`. */
+static bool
+sample_rss(struct vmd_proc *v, long *peak, uint64_t until, bool stop_at_cut)
+{
+	while (moat_rpc_now_ms() < until) {
+		long r = rss_kib(v->pid);
+
+		if (r > *peak)
+			*peak = r;
+		if (stop_at_cut && log_has(v, "output cut short"))
+			return true;
+		usleep(200 * 1000);
+	}
+	return false;
 }
 
 static bool
@@ -432,7 +454,7 @@ test_exec_flood_budget(void **state)
 	char a[32], b[32];
 	uint64_t ids[64];
 	long base, peak = 0, bound;
-	uint64_t t0, until, answered_ms;
+	uint64_t t0, answered_ms;
 	bool marker = false;
 
 	(void)state;
@@ -447,39 +469,31 @@ test_exec_flood_budget(void **state)
 	bound = base + 16 * 1024 + 64 * 1024;
 	/* 64 floods (the agent runs at most 64 execs), each held on its
 	 * stdin until all are started (a busy guest under TCG answers
-	 * slowly); the last starts a fork bomb beside them (held to 30 s
-	 * by timeout). */
+	 * slowly). 15 s after they go, the last starts a fork bomb beside
+	 * them (held to 30 s by timeout): a bomb at once would starve the
+	 * floods of the guest's one vCPU, and a busy guest's agent answers
+	 * too slowly to be asked later. */
 	for (int i = 0; i < 64; i++)
 		exec_start(&v, a,
 		    i < 63 ? "read _; exec yes " FLOOD_LINE :
-		             "read _; (timeout 30 sh -c "
-		             "'b() { b | b & }; b' >/dev/null 2>&1 &); "
+		             "read _; (sleep 15; timeout 30 sh -c "
+		             "'b() { b | b & }; b' >/dev/null 2>&1) & "
 		             "exec yes " FLOOD_LINE,
 		    &ids[i]);
 	for (int i = 0; i < 64; i++)
-		exec_release(&v, a, ids[i]);
-	/* Until the budget cuts a stream (and 5 s more), at most 3 min. */
+		exec_line(&v, a, ids[i], "go\n", true);
 	t0 = moat_rpc_now_ms();
-	until = t0 + 180000;
-	while (moat_rpc_now_ms() < until) {
-		long r = rss_kib(v.pid);
-
-		if (r > peak)
-			peak = r;
-		if (!marker && log_has(&v, "output cut short")) {
-			marker = true;
-			until = moat_rpc_now_ms() + 5000;
-		}
-		usleep(200 * 1000);
-	}
+	marker = sample_rss(&v, &peak, t0 + 240000, true);
 	fprintf(stderr, "the budget cut a stream after %s%" PRIu64 " ms\n",
 	    marker ? "" : "(never) ", moat_rpc_now_ms() - t0);
-	/* Meanwhile the other sandbox answers. */
+	(void)sample_rss(&v, &peak, t0 + 25000, false); /* the bomb's on */
+	/* With the bomb and the floods on, the other sandbox answers. */
 	t0 = moat_rpc_now_ms();
 	res = sh(&v, b, "echo other", 120000);
 	answered_ms = moat_rpc_now_ms() - t0;
 	assert_string_equal((char *)res->stdout.data, "other\n");
 	protobuf_c_message_free_unpacked(&res->base, NULL);
+	(void)sample_rss(&v, &peak, moat_rpc_now_ms() + 5000, false);
 	fprintf(stderr,
 	    "vmd RSS %ld KiB before, peak %ld KiB, bound %ld KiB; the "
 	    "other sandbox answered in %" PRIu64 " ms\n",
