@@ -98,6 +98,13 @@ cmd_info(struct cli *cli, int argc, char **argv)
 		    n->sandboxes, (unsigned long long)n->memory_mib_used,
 		    (unsigned long long)n->memory_mib_total, n->vcpus_total,
 		    n->max_vcpus, n->max_memory_mib);
+		if (strcmp(n->accel, "tcg") == 0 && n->allow_tcg)
+			printf("    accelerator TCG: emulation, no security "
+			       "boundary between guests and the host\n");
+		else if (strcmp(n->accel, "tcg") == 0)
+			printf(
+			    "    no usable KVM and [vmd] allow-tcg = false: "
+			    "sandboxes are refused\n");
 		print_snapshot_ram(n);
 		printf("    images:");
 		if (n->n_images == 0)

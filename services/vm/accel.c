@@ -6,7 +6,11 @@
  * probe, with a short deadline; if the guest never answers, vmd falls back
  * to TCG with one warning and writes the result to <cache-dir>/accel-probe,
  * keyed by host kernel release, QEMU version and guest kernel hash, so
- * later vmd runs skip the probe. Not for: QEMU's command line.
+ * later vmd runs skip the probe. TCG is emulation, not a security
+ * boundary QEMU supports, so accel=auto never falls back to it silently:
+ * without [vmd] allow-tcg = true a node whose KVM is missing or broken
+ * refuses sandboxes (FAILED_PRECONDITION naming the key); accel=tcg,
+ * said outright, runs with a warning. Not for: QEMU's command line.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +22,7 @@
 #include <unistd.h>
 
 #include "moat/log.h"
+#include "moat/status.h"
 #include "moat/util.h"
 #include "accel.h"
 #include "node.h"
@@ -185,15 +190,47 @@ vmd_accel_init(struct vmd *vmd)
 	vmd_cond_init(&a->cv);
 	a->decided[0] = '\0';
 	a->probing = false;
-	if (strcmp(vmd->cfg.accel, "tcg") == 0)
+	if (strcmp(vmd->cfg.accel, "tcg") == 0) {
 		snprintf(a->decided, sizeof(a->decided), "tcg");
-	else if (strcmp(vmd->cfg.accel, "kvm") == 0)
+		moat_warn(0,
+		    "accel=tcg: guests run under TCG emulation, "
+		    "which is no security boundary: use KVM for "
+		    "untrusted code");
+	} else if (strcmp(vmd->cfg.accel, "kvm") == 0) {
 		snprintf(a->decided, sizeof(a->decided), "kvm");
-	else if (!kvm_opens(vmd->cfg.kvm_device)) {
-		moat_info(0, "accel=auto: %s cannot be opened; using TCG",
-		    vmd->cfg.kvm_device);
+	} else if (!kvm_opens(vmd->cfg.kvm_device)) {
 		snprintf(a->decided, sizeof(a->decided), "tcg");
+		if (vmd->cfg.allow_tcg)
+			moat_warn(0,
+			    "accel=auto: %s cannot be opened; using TCG "
+			    "(allow-tcg = true), which is no security "
+			    "boundary",
+			    vmd->cfg.kvm_device);
+		else
+			moat_error(0,
+			    "accel=auto: %s cannot be opened and [vmd] "
+			    "allow-tcg = false: sandboxes are refused "
+			    "(give vmd KVM, or set allow-tcg = true to run "
+			    "them under TCG, which is no security boundary)",
+			    vmd->cfg.kvm_device);
 	}
+}
+
+int
+vmd_accel_permit(struct vmd *vmd, const char *accel, char **why)
+{
+	*why = NULL;
+	if (accel == NULL || strcmp(accel, "tcg") != 0 ||
+	    strcmp(vmd->cfg.accel, "tcg") == 0 || vmd->cfg.allow_tcg)
+		return 0;
+	*why = moat_asprintf(
+	    "node %s has no usable KVM (%s) and runs no sandbox under TCG, "
+	    "which is no security boundary: give it KVM, or set [vmd] "
+	    "allow-tcg = true (MOAT_VMD_ALLOW_TCG=true) to accept TCG",
+	    vmd->cfg.node_id ? vmd->cfg.node_id : "?",
+	    strcmp(vmd->cfg.accel, "kvm") == 0 ? "accel = kvm" :
+	                                         vmd->cfg.kvm_device);
+	return MOAT_FAILED_PRECONDITION;
 }
 
 const char *
@@ -240,11 +277,18 @@ vmd_accel_settle(struct vmd *vmd, const char *kernel, bool known,
 	a->probing = false;
 	if (known) {
 		snprintf(a->decided, sizeof(a->decided), "%s", accel);
-		if (!kvm_works)
+		if (!kvm_works && vmd->cfg.allow_tcg)
 			moat_warn(0,
 			    "accel=auto: /dev/kvm is present but the "
 			    "guest never came up under KVM; falling back to "
-			    "TCG. Set accel=tcg to skip this probe");
+			    "TCG (allow-tcg = true), which is no security "
+			    "boundary. Set accel=tcg to skip this probe");
+		else if (!kvm_works)
+			moat_error(0,
+			    "accel=auto: /dev/kvm is present but the "
+			    "guest never came up under KVM, and [vmd] "
+			    "allow-tcg = false: sandboxes are refused (fix "
+			    "KVM, or set allow-tcg = true to accept TCG)");
 		else
 			moat_info(0,
 			    "accel=auto: the guest came up under "

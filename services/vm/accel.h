@@ -25,6 +25,13 @@ const char *vmd_accel_choose(struct vmd *vmd, const char *kernel, bool *probe);
 void vmd_accel_settle(struct vmd *vmd, const char *kernel, bool known,
     bool kvm_works);
 
+/* vmd_accel_permit: may a VM run under `accel` ("kvm", "tcg", or ""
+ * while undecided: yes)? TCG only with accel=tcg or allow-tcg = true.
+ * Returns 0, or MOAT_FAILED_PRECONDITION with *why (heap) naming the
+ * key. */
+int vmd_accel_permit(struct vmd *vmd, const char *accel, char **why)
+    __attribute__((warn_unused_result));
+
 /* vmd_accel_current: "", "kvm" or "tcg" into buf. */
 void vmd_accel_current(struct vmd *vmd, char buf[8]);
 

@@ -43,9 +43,55 @@ exec_find(struct sandbox *sb, uint64_t id)
 	return NULL;
 }
 
-static void
-exec_free(struct exec *e)
+/* ---- the node's exec output budget ---- */
+
+/* What every stream keeps whatever the budget (counted all the same):
+ * the first allocation. */
+#define EXEC_FLOOR 4096u
+
+/* What a stream cut short by the budget ends with. */
+#define EXEC_BUDGET_MARKER                                                    \
+	"\n[moat: output truncated here: this node's exec output buffers "    \
+	"are full ([vmd] exec-output-budget-mib); read output as it comes "   \
+	"(ExecRead) or lower output_cap]\n"
+
+/* Takes up to `want` bytes of the node's budget; returns what it got.
+ * A sandbox of no node (a unit test's) has no budget. */
+static size_t
+budget_take(struct vmd *vmd, size_t want)
 {
+	uint64_t budget, used;
+
+	if (vmd == NULL)
+		return want;
+	budget = vmd->cfg.exec_output_budget ? vmd->cfg.exec_output_budget :
+	                                       (UINT64_C(256) << 20);
+	used = __atomic_load_n(&vmd->exec_output_used, __ATOMIC_RELAXED);
+	for (;;) {
+		size_t got = used >= budget ? 0 :
+		    budget - used < want    ? (size_t)(budget - used) :
+		                              want;
+
+		if (got == 0)
+			return 0;
+		if (__atomic_compare_exchange_n(&vmd->exec_output_used, &used,
+		        used + got, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			return got;
+	}
+}
+
+static void
+budget_give(struct vmd *vmd, size_t n)
+{
+	if (vmd != NULL && n > 0)
+		__atomic_sub_fetch(&vmd->exec_output_used, n,
+		    __ATOMIC_RELAXED);
+}
+
+static void
+exec_free(struct vmd *vmd, struct exec *e)
+{
+	budget_give(vmd, e->out[0].alloc + e->out[1].alloc);
 	free(e->out[0].buf);
 	free(e->out[1].buf);
 	free(e);
@@ -81,7 +127,7 @@ exec_evict(struct sandbox *sb)
 		if (oldest == NULL)
 			return;
 		exec_unlink(sb, oldest);
-		exec_free(oldest);
+		exec_free(sb->vmd, oldest);
 	}
 }
 
@@ -91,41 +137,108 @@ vmd_exec_free_all(struct sandbox *sb)
 	while (sb->execs != NULL) {
 		struct exec *e = sb->execs;
 		sb->execs = e->next;
-		exec_free(e);
+		exec_free(sb->vmd, e);
 	}
 	sb->execs_running = sb->execs_finished = 0;
 }
 
-/* Keeps what fits under the cap; counts everything. */
+/* Ends a stream the budget cut short: the marker (counted, though it
+ * may pass the budget by its few bytes), a counter, one log line. */
 static void
-stream_append(struct exec_stream *st, const uint8_t *data, size_t len)
+stream_cut(struct sandbox *sb, uint64_t exec_id, struct exec_stream *st)
+{
+	struct vmd *vmd = sb->vmd;
+	size_t m = sizeof(EXEC_BUDGET_MARKER) - 1;
+	uint8_t *nb;
+	uint64_t cuts;
+
+	st->budget_cut = true;
+	st->truncated = true;
+	if (vmd == NULL)
+		return;
+	if ((nb = realloc(st->buf, st->len + m)) != NULL) {
+		__atomic_add_fetch(&vmd->exec_output_used,
+		    st->len + m - st->alloc, __ATOMIC_RELAXED);
+		st->buf = nb;
+		st->alloc = st->len + m;
+		memcpy(st->buf + st->len, EXEC_BUDGET_MARKER, m);
+		st->len += m;
+	}
+	cuts = __atomic_add_fetch(&vmd->exec_output_cut, 1, __ATOMIC_RELAXED);
+	moat_warn(0,
+	    "sandbox %s: exec %" PRIu64 "'s output cut short after %zu "
+	    "bytes: the node's exec output budget of %" PRIu64 " MiB is "
+	    "full (%" PRIu64 " streams cut so far; [vmd] "
+	    "exec-output-budget-mib)",
+	    sb->id.str, exec_id, st->len - (nb ? m : 0),
+	    vmd->cfg.exec_output_budget >> 20, cuts);
+}
+
+/* Keeps what fits under the cap and the node's budget; counts
+ * everything. Memory is counted as allocated. */
+static void
+stream_append(struct sandbox *sb, uint64_t exec_id, struct exec_stream *st,
+    const uint8_t *data, size_t len)
 {
 	size_t keep = 0;
 
-	if (st->len < st->cap)
+	if (st->len < st->cap && !st->budget_cut)
 		keep = st->cap - st->len < len ? (size_t)(st->cap - st->len) :
 		                                 len;
 	if (keep > 0 && st->len + keep > st->alloc) {
-		size_t n = st->alloc ? st->alloc : 4096;
+		size_t n = st->alloc ? st->alloc : EXEC_FLOOR;
+		size_t forced, want, got = 0;
 		uint8_t *nb;
 
 		while (n < st->len + keep)
 			n *= 2;
 		if (n > st->cap)
 			n = (size_t)st->cap;
-		if ((nb = realloc(st->buf, n)) == NULL) {
+		/* A stream's first EXEC_FLOOR bytes are kept whatever the
+		 * budget says, so a small output arrives while others flood;
+		 * they are counted all the same. Past them, short of
+		 * budget: grow only by what is needed, and only as far as
+		 * the budget allows. */
+		forced = st->alloc >= EXEC_FLOOR ? 0 :
+		    n < EXEC_FLOOR               ? n - st->alloc :
+		                                   EXEC_FLOOR - st->alloc;
+		if (forced > 0 && sb->vmd != NULL)
+			__atomic_add_fetch(&sb->vmd->exec_output_used, forced,
+			    __ATOMIC_RELAXED);
+		want = n - st->alloc - forced;
+		if (want > 0 && (got = budget_take(sb->vmd, want)) < want) {
+			size_t need = st->len + keep > st->alloc + forced ?
+			    st->len + keep - st->alloc - forced :
+			    0;
+
+			budget_give(sb->vmd, got);
+			got = need ? budget_take(sb->vmd, need) : 0;
+			n = st->alloc + forced + got;
+		}
+		got += forced;
+		if (n <= st->len) {
+			budget_give(sb->vmd, got);
+			keep = 0;
+		} else if ((nb = realloc(st->buf, n)) == NULL) {
+			budget_give(sb->vmd, got);
 			keep = 0;
 		} else {
 			st->buf = nb;
 			st->alloc = n;
+			if (keep > n - st->len)
+				keep = n - st->len;
 		}
 	}
 	if (keep > 0) {
 		memcpy(st->buf + st->len, data, keep);
 		st->len += keep;
 	}
-	if (keep < len)
+	if (keep < len) {
 		st->truncated = true;
+		/* Cut by the budget, not by the stream's own cap. */
+		if (!st->budget_cut && st->len < st->cap)
+			stream_cut(sb, exec_id, st);
+	}
 }
 
 int
@@ -169,7 +282,8 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 			goto out;
 		}
 		if (!e->exited)
-			stream_append(st, o->data.data, o->data.len);
+			stream_append(sb, e->id, st, o->data.data,
+			    o->data.len);
 	} else {
 		const Moat__V1__ExecExit *x = m->exec_exit;
 
@@ -464,7 +578,7 @@ exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 			/* The agent refused: no output will come. */
 			pthread_mutex_lock(&sb->mu);
 			exec_unlink(sb, e);
-			exec_free(e);
+			exec_free(sb->vmd, e);
 			pthread_mutex_unlock(&sb->mu);
 		}
 		return rv;

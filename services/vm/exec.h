@@ -32,6 +32,8 @@ struct exec_stream {
 	uint64_t cap;
 	uint64_t received; /* bytes the guest sent for it */
 	bool truncated;
+	bool budget_cut; /* the node's exec output budget ran out: the
+	                    marker was added and nothing more is kept */
 };
 
 /* One process started in a sandbox. Guarded by its sandbox's mu. */

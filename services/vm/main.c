@@ -32,6 +32,7 @@
 #include "ramdir.h"
 #include "snapram.h"
 #include "accel.h"
+#include "console.h"
 #include "driver.h"
 #include "egress.h"
 #include "exec.h"
@@ -132,7 +133,10 @@ usage(FILE *f)
 	    "the environment; further keys: advertise-url, qemu, "
 	    "firecracker,\n"
 	    "kvm-device, test-hooks, max-vcpus, max-memory-mib, memory-mib,\n"
-	    "vcpus, boot-timeout-ms, egress-hosts, egress-max-conns;\n"
+	    "vcpus, boot-timeout-ms, allow-tcg (accel=auto may fall back to\n"
+	    "TCG, no security boundary), console-max-kib, "
+	    "exec-output-budget-mib,\n"
+	    "disk-reserve-mib, egress-hosts, egress-max-conns;\n"
 	    "[firecracker] jailer, jailer-binary,\n"
 	    "chroot-base, cgroup-root, parent-cgroup, netns, uid-base,\n"
 	    "id-count, new-pid-ns, memory-overhead-mib, vsock-port.\n");
@@ -308,11 +312,63 @@ vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
 	if ((rv = moat_config_get_bool(c, SECTION, "test-hooks", false,
 	         &cfg->test_hooks, &errmsg)) != 0 ||
 	    (rv = moat_config_get_bool(c, SECTION, "templates", true,
-	         &cfg->templates, &errmsg)) != 0) {
+	         &cfg->templates, &errmsg)) != 0 ||
+	    (rv = moat_config_get_bool(c, SECTION, "allow-tcg", false,
+	         &cfg->allow_tcg, &errmsg)) != 0) {
 		fprintf(stderr, "moat-vmd: %s\n", errmsg);
 		free(errmsg);
 		return rv;
 	}
+	return MOAT_OK;
+}
+
+/* Fills the bounds of issue 14: the console cap, the exec output budget
+ * and the disk reserve (allow-tcg is with the switches). Returns 0 or a
+ * status after printing why. */
+static int
+vmd_configure_bounds(struct vmd_config *cfg, const struct moat_config *c)
+{
+	char *errmsg = NULL;
+	uint64_t v;
+	int rv;
+
+#define U64(key, def, lo, hi)                                                 \
+	do {                                                                  \
+		if ((rv = moat_config_get_u64(c, SECTION, key, def, &v,       \
+		         &errmsg)) != 0) {                                    \
+			fprintf(stderr, "moat-vmd: %s\n", errmsg);            \
+			free(errmsg);                                         \
+			return rv;                                            \
+		}                                                             \
+		if (v < (lo) || v > (hi)) {                                   \
+			fprintf(stderr,                                       \
+			    "moat-vmd: %s=%" PRIu64 " is out "                \
+			    "of range %" PRIu64 "..%" PRIu64 "\n",            \
+			    key, v, (uint64_t)(lo), (uint64_t)(hi));          \
+			return MOAT_INVALID_ARGUMENT;                         \
+		}                                                             \
+	} while (0)
+	U64("console-max-kib", VMD_CONSOLE_DEFAULT_MAX / 1024,
+	    VMD_CONSOLE_MIN_MAX / 1024, UINT64_C(1) << 30);
+	cfg->console_max_bytes = v * 1024;
+	U64("exec-output-budget-mib", 256, 1, UINT64_C(1) << 30);
+	cfg->exec_output_budget = v << 20;
+	/* No lower bound: 0 lets scratch disks claim the whole disk. */
+	if ((rv = moat_config_get_u64(c, SECTION, "disk-reserve-mib", 2048, &v,
+	         &errmsg)) != 0) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg);
+		free(errmsg);
+		return rv;
+	}
+	if (v > (UINT64_C(1) << 40)) {
+		fprintf(stderr,
+		    "moat-vmd: disk-reserve-mib=%" PRIu64 " is out "
+		    "of range 0..%" PRIu64 "\n",
+		    v, UINT64_C(1) << 40);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	cfg->disk_reserve_bytes = v << 20;
+#undef U64
 	return MOAT_OK;
 }
 
@@ -327,7 +383,9 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 		ncpu = 1;
 	if ((rv = vmd_configure_strings(&vmd->cfg, c)) != MOAT_OK)
 		return rv;
-	return vmd_configure_limits(&vmd->cfg, c, ncpu);
+	if ((rv = vmd_configure_limits(&vmd->cfg, c, ncpu)) != MOAT_OK)
+		return rv;
+	return vmd_configure_bounds(&vmd->cfg, c);
 }
 
 static void

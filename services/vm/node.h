@@ -71,6 +71,16 @@ struct vmd_config {
 	                              snapshots kept in the RAM dir before
 	                              the least used go to disk (snapram.c) */
 	char *snapshot_key_file;   /* [vmd] snapshot-key-file (verify.h) */
+	/* Bounds (issue 14, B). */
+	bool allow_tcg; /* [vmd] allow-tcg: accel=auto may fall back to TCG
+	                   (accel.c) */
+	uint64_t console_max_bytes;  /* [vmd] console-max-kib (console.h) */
+	uint64_t exec_output_budget; /* [vmd] exec-output-budget-mib: exec
+	                                output all sandboxes may hold in vmd
+	                                (exec.c) */
+	uint64_t disk_reserve_bytes; /* [vmd] disk-reserve-mib: free space in
+	                                the state dir that scratch disks may
+	                                never claim (scratch.c) */
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */
@@ -121,6 +131,12 @@ struct vmd {
 	 * them (exec.c registers itself: vmd_sandbox_set_guest_handler);
 	 * set before serving, read without a lock. */
 	const struct vmd_guest_handler *guest_handler;
+
+	/* Exec output held in vmd's buffers, all sandboxes, against
+	 * cfg.exec_output_budget; and how many streams the budget cut
+	 * short. Atomics (exec.c). */
+	uint64_t exec_output_used;
+	uint64_t exec_output_cut;
 
 	pthread_mutex_t mu;        /* guards the fields below */
 	struct sandbox *sandboxes; /* singly linked, newest first */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -171,6 +172,7 @@ boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
 	spec->egress_socket = f->egress;
 	spec->ram_source = snap_dir ? sb->ram_source : NULL;
 	spec->ram_ready = snap_dir ? sb->ram_spare : NULL;
+	spec->console_max_bytes = vmd->cfg.console_max_bytes;
 	return true;
 }
 
@@ -386,6 +388,10 @@ sandbox_boot(struct sandbox *sb, char **why)
 		return MOAT_INTERNAL;
 	}
 	accel = vmd_accel_choose(vmd, kernel, &probe);
+	if (vmd_accel_permit(vmd, accel, why) != MOAT_OK) {
+		free(kernel);
+		return MOAT_FAILED_PRECONDITION;
+	}
 	for (;;) {
 		uint32_t timeout = sb->boot_timeout_ms;
 		enum boot_outcome outcome;
@@ -424,6 +430,10 @@ sandbox_boot(struct sandbox *sb, char **why)
 			accel = "tcg";
 			free(reason);
 			free(console);
+			if (vmd_accel_permit(vmd, accel, why) != MOAT_OK) {
+				free(kernel);
+				return MOAT_FAILED_PRECONDITION;
+			}
 			continue;
 		}
 		if (outcome == BOOT_SPAWN_FAILED || ++attempts >= 2) {
@@ -515,6 +525,8 @@ bring_up_disk(struct vmd *vmd, struct sandbox *sb, const char *snap_dir,
 {
 	char *scratch = NULL;
 	char *src = NULL;
+	uint64_t bytes = 0;
+	struct stat st;
 	int err;
 	int rv = MOAT_OK;
 
@@ -527,16 +539,31 @@ bring_up_disk(struct vmd *vmd, struct sandbox *sb, const char *snap_dir,
 		*why = strdup("out of memory");
 		return MOAT_INTERNAL;
 	}
+	if (snap_dir != NULL &&
+	    (src = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH, snap_dir)) ==
+	        NULL) {
+		free(scratch);
+		*why = strdup("out of memory");
+		return MOAT_INTERNAL;
+	}
+	/* The disk at its full size against the state dir's free space. */
+	if (snap_dir == NULL)
+		bytes = sb->scratch_mib << 20;
+	else if (stat(src, &st) == 0)
+		bytes = (uint64_t)st.st_size;
+	if ((rv = vmd_scratch_admit(vmd, bytes, why)) != MOAT_OK)
+		goto out;
 	if (snap_dir == NULL) {
 		rv = vmd_scratch_make(vmd, scratch, sb->scratch_mib, why);
+		vmd_scratch_admit_done(vmd, bytes);
 		goto out;
 	}
-	src = moat_asprintf("%s/" MOAT_VMM_SNAP_SCRATCH, snap_dir);
-	err = src ? vmd_copy_sparse(src, scratch, NULL) : ENOMEM;
+	err = vmd_copy_sparse(src, scratch, NULL);
+	vmd_scratch_admit_done(vmd, bytes);
 	if (err != 0) {
 		*why = moat_asprintf("cannot copy the snapshot's scratch disk "
 		                     "%s: %s",
-		    src ? src : "?", strerror(err));
+		    src, strerror(err));
 		rv = moat_status_from_errno(err);
 	}
 out:
@@ -554,6 +581,8 @@ bring_up_vmm(struct sandbox *sb, const char *snap_dir, const char *accel,
 {
 	if (snap_dir == NULL)
 		return sandbox_boot(sb, why);
+	if (vmd_accel_permit(sb->vmd, accel, why) != MOAT_OK)
+		return MOAT_FAILED_PRECONDITION;
 	if (sandbox_boot_once(sb, accel, sb->boot_timeout_ms, snap_dir, why) !=
 	    BOOT_READY) {
 		vmd_sandbox_vmm_teardown(sb, true, "the sandbox is stopping");
@@ -662,8 +691,17 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
     enum vmd_bring_up_mode mode, struct sandbox *replace, struct sandbox **out)
 {
 	char *why = NULL;
+	char cur[8];
 	int rv;
 
+	/* No silent TCG (accel.c): refused before anything is made. */
+	vmd_accel_current(vmd, cur);
+	if (vmd_accel_permit(vmd, snap_dir ? accel : cur, &why) != MOAT_OK) {
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION, "%s", why);
+		free(why);
+		vmd_sandbox_put(sb);
+		return rv;
+	}
 	if ((rv = bring_up_admit(vmd, call, sb, mode)) != MOAT_OK)
 		return rv;
 	moat_info(call->request_id,

@@ -5,8 +5,12 @@
  * formats one template per size under <state>/scratch/ and gives each
  * sandbox a copy of the template's allocated extents only (a reflink where
  * the filesystem offers one): a 1 GiB disk costs a few MiB of writes.
- * Not for: what the guest does with the disk.
+ * Disks are admitted against the state dir's free space: each counts
+ * at its full size, so a guest that fills its disk cannot take the host
+ * below [vmd] disk-reserve-mib. Not for: what the guest does with the
+ * disk.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -16,6 +20,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,4 +129,88 @@ out:
 	free(dir);
 	free(template);
 	return rv;
+}
+
+/* ---- admission ---- */
+
+/* Bytes admitted whose files are not made yet. */
+static pthread_mutex_t admit_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t admit_pending;
+
+/* What the scratch disks under <state>/vms may still grow by: size
+ * less allocated, each. */
+static uint64_t
+scratch_growth(const struct vmd *vmd)
+{
+	char *root = moat_asprintf("%s/vms", vmd->cfg.state_dir);
+	DIR *d = root ? opendir(root) : NULL;
+	struct dirent *e;
+	uint64_t sum = 0;
+
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		struct stat st;
+		char *path;
+
+		if (e->d_name[0] == '.' ||
+		    (path = moat_asprintf("%s/%s/scratch.ext4", root,
+		         e->d_name)) == NULL)
+			continue;
+		if (stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+		    (uint64_t)st.st_size > (uint64_t)st.st_blocks * 512)
+			sum += (uint64_t)st.st_size -
+			    (uint64_t)st.st_blocks * 512;
+		free(path);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+	return sum;
+}
+
+int
+vmd_scratch_admit(struct vmd *vmd, uint64_t bytes, char **errmsg)
+{
+	const uint64_t mib = 1u << 20;
+	uint64_t reserve = vmd->cfg.disk_reserve_bytes;
+	uint64_t avail, growth, pending;
+	struct statvfs fs;
+
+	*errmsg = NULL;
+	if (statvfs(vmd->cfg.state_dir, &fs) != 0) {
+		*errmsg = moat_asprintf("cannot measure the free space of %s: "
+		                        "%s",
+		    vmd->cfg.state_dir, strerror(errno));
+		return moat_status_from_errno(errno);
+	}
+	avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+	pthread_mutex_lock(&admit_mu);
+	growth = scratch_growth(vmd);
+	pending = admit_pending;
+	if (avail >= reserve && avail - reserve >= growth + pending &&
+	    avail - reserve - growth - pending >= bytes) {
+		admit_pending += bytes;
+		pthread_mutex_unlock(&admit_mu);
+		return MOAT_OK;
+	}
+	pthread_mutex_unlock(&admit_mu);
+	*errmsg = moat_asprintf(
+	    "node %s has no disk for a %" PRIu64 " MiB scratch disk: %s has "
+	    "%" PRIu64 " MiB free, the scratch disks there may still grow by "
+	    "%" PRIu64 " MiB (each counts at its full size)%s and [vmd] "
+	    "disk-reserve-mib keeps %" PRIu64 " MiB: destroy sandboxes, ask "
+	    "for a smaller scratch_mib or free disk space",
+	    vmd->cfg.node_id, (bytes + mib - 1) / mib, vmd->cfg.state_dir,
+	    avail / mib, (growth + pending) / mib,
+	    pending ? " (with disks being made now)" : "", reserve / mib);
+	moat_warn(0, "%s", *errmsg);
+	return MOAT_RESOURCE_EXHAUSTED;
+}
+
+void
+vmd_scratch_admit_done(struct vmd *vmd, uint64_t bytes)
+{
+	(void)vmd;
+	pthread_mutex_lock(&admit_mu);
+	admit_pending -= bytes < admit_pending ? bytes : admit_pending;
+	pthread_mutex_unlock(&admit_mu);
 }

@@ -16,4 +16,15 @@ struct vmd;
 int vmd_scratch_make(struct vmd *vmd, const char *path, uint64_t mib,
     char **errmsg) __attribute__((warn_unused_result));
 
+/* vmd_scratch_admit: may a new scratch disk of `bytes` (its full size:
+ * the file is sparse, and the guest may fill it) be made? Yes when the
+ * state dir's filesystem has room for it, for what the scratch disks
+ * under <state>/vms may still grow by and for the ones being admitted,
+ * and keeps [vmd] disk-reserve-mib free besides. Returns 0 (then call
+ * vmd_scratch_admit_done with `bytes` once the file exists or failed),
+ * or MOAT_RESOURCE_EXHAUSTED with *errmsg (heap) giving the figures. */
+int vmd_scratch_admit(struct vmd *vmd, uint64_t bytes, char **errmsg)
+    __attribute__((warn_unused_result));
+void vmd_scratch_admit_done(struct vmd *vmd, uint64_t bytes);
+
 #endif

@@ -88,6 +88,27 @@ deny_hugepage_advice(void)
 	return 0;
 }
 
+/* Closes every fd from 3 up but `a` and `b` (-1: none). Child only. */
+static void
+close_all_but(int a, int b)
+{
+	int lo = a < b || b < 0 ? a : b;
+	int hi = a < b || b < 0 ? b : a;
+	unsigned from = 3;
+
+	if (lo >= 0) {
+		if ((unsigned)lo > from)
+			syscall(SYS_close_range, from, (unsigned)lo - 1, 0U);
+		from = (unsigned)lo + 1;
+	}
+	if (hi >= 0 && hi != lo) {
+		if ((unsigned)hi > from)
+			syscall(SYS_close_range, from, (unsigned)hi - 1, 0U);
+		from = (unsigned)hi + 1;
+	}
+	syscall(SYS_close_range, from, ~0U, 0U);
+}
+
 /* Runs in the child between fork and exec: only async-signal-safe calls.
  * Reports a failure's errno through `report_fd` and exits. */
 static void __attribute__((noreturn))
@@ -123,11 +144,12 @@ spawn_child(const struct moat_spawn_req *req, int out_fd, int report_fd,
 		/* Never happens with 0-2 open, but keep the pipe safe. */
 		goto fail;
 	}
-	/* Close everything else except the report pipe (close-on-exec):
-	 * a VMM must not hold vmd's sockets or other sandboxes' files. */
-	if (report_fd > 3)
-		syscall(SYS_close_range, 3U, (unsigned)report_fd - 1, 0U);
-	syscall(SYS_close_range, (unsigned)report_fd + 1, ~0U, 0U);
+	/* Close everything else except the report pipe (close-on-exec)
+	 * and the fd the request keeps: a VMM must not hold vmd's sockets
+	 * or other sandboxes' files. */
+	close_all_but(report_fd, req->keep_fd > 2 ? req->keep_fd : -1);
+	if (req->keep_fd > 2 && fcntl(req->keep_fd, F_SETFD, 0) != 0)
+		goto fail;
 	if (req->cwd != NULL && chdir(req->cwd) != 0)
 		goto fail;
 	if (req->no_hugepage_advice && deny_hugepage_advice() != 0)
@@ -150,7 +172,9 @@ spawn_run(struct spawn_job *job)
 	ssize_t n;
 	int child_err = 0;
 
-	if (req->output_file != NULL) {
+	if (req->output_fd > 2) {
+		out_fd = req->output_fd; /* the caller's: not closed here */
+	} else if (req->output_file != NULL) {
 		out_fd = open(req->output_file,
 		    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (out_fd < 0) {
@@ -194,7 +218,7 @@ out:
 		close(pipefd[0]);
 	if (pipefd[1] >= 0)
 		close(pipefd[1]);
-	if (out_fd >= 0)
+	if (out_fd >= 0 && out_fd != req->output_fd)
 		close(out_fd);
 }
 

@@ -23,6 +23,10 @@ struct moat_spawn_req {
 	bool no_hugepage_advice; /* madvise(MADV_HUGEPAGE) fails with
 	                              EINVAL in the child (a seccomp filter;
 	                              see spawn.c) */
+	int keep_fd;   /* > 2: stays open in the child under the same number
+	                  (QEMU's console pipe, named by -add-fd); 0: none */
+	int output_fd; /* > 2: the child's stdout and stderr instead of
+	                  output_file (a console pipe); 0: none */
 };
 
 /* moat_spawner_start: starts the spawner thread. Call once, before any

@@ -88,6 +88,7 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	node->last_seen_unix_ms = moat_now_unix_ms();
 	node->max_vcpus = cfg->max_vcpus;
 	node->max_memory_mib = cfg->max_memory_mib;
+	node->allow_tcg = cfg->allow_tcg || strcmp(cfg->accel, "tcg") == 0;
 	(void)vmd_images_list(vmd, &images, &n_images);
 	node->images = images;
 	node->n_images = n_images;

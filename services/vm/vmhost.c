@@ -24,6 +24,28 @@
 #define TAIL_BYTES 16384
 #define ORPHAN_WAIT_TRIES 500 /* of 10 ms: 5 s */
 
+/* The last `room` bytes of <path>.1 into buf; returns how many. */
+static ssize_t
+tail_older(const char *path, char *buf, size_t room)
+{
+	char *older = moat_asprintf("%s.1", path);
+	int fd = older ? open(older, O_RDONLY | O_CLOEXEC) : -1;
+	off_t size;
+	ssize_t got = 0;
+
+	free(older);
+	if (fd < 0)
+		return 0;
+	size = lseek(fd, 0, SEEK_END);
+	if (size > 0) {
+		size_t n = (size_t)size < room ? (size_t)size : room;
+
+		got = pread(fd, buf, n, size - (off_t)n);
+	}
+	close(fd);
+	return got > 0 ? got : 0;
+}
+
 char *
 vmd_log_tail(const char *path, int lines)
 {
@@ -37,12 +59,19 @@ vmd_log_tail(const char *path, int lines)
 	if (path == NULL || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 		return strdup("");
 	size = lseek(fd, 0, SEEK_END);
-	if (size <= 0 || (buf = malloc(TAIL_BYTES + 1)) == NULL) {
+	if (size < 0 || (buf = malloc(TAIL_BYTES + 1)) == NULL) {
 		close(fd);
 		return strdup("");
 	}
-	got = pread(fd, buf, TAIL_BYTES,
-	    size > TAIL_BYTES ? size - TAIL_BYTES : 0);
+	/* A capped console (console.h) that just rotated is short: the
+	 * lines before are at the end of <path>.1. */
+	got = size < TAIL_BYTES ? tail_older(path, buf, TAIL_BYTES - size) : 0;
+	if (size > 0) {
+		ssize_t n = pread(fd, buf + got, TAIL_BYTES - (size_t)got,
+		    size > TAIL_BYTES ? size - TAIL_BYTES : 0);
+
+		got += n > 0 ? n : 0;
+	}
 	close(fd);
 	if (got <= 0) {
 		free(buf);

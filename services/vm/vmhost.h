@@ -20,7 +20,9 @@
 
 /* vmd_log_tail: the last `lines` lines of the log file `path` (a guest
  * console, a VMM's own log) as a heap string the caller frees: only the
- * file's last 16 KiB are read, CR and NUL become spaces, other bytes
+ * file's last 16 KiB are read (with the end of <path>.1 before them
+ * when the file is shorter: a capped console that rotated, console.h),
+ * CR and NUL become spaces, other bytes
  * outside printable ASCII become '?', trailing blank lines are dropped.
  * "" when the file is missing or empty; NULL only when out of memory. */
 char *vmd_log_tail(const char *path, int lines);

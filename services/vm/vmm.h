@@ -42,7 +42,13 @@ struct moat_vmm_spec {
 	const char *egress_socket; /* network allowlist: the Unix socket of
 	                              the egress virtio-serial port (QEMU
 	                              only; egress.h), or NULL */
+
+	/* The console's cap, console.log and console.log.1 together
+	 * ([vmd] console-max-kib; 0: the default). */
+	uint64_t console_max_bytes;
 };
+
+struct vmd_console;
 
 /* One VMM process. Filled by `start`; the strings are heap memory owned
  * by the struct and freed by `release`. */
@@ -58,6 +64,10 @@ struct moat_vmm {
 	                              keeps none (then no snapshot) */
 	char *qmp_socket;   /* the VMM's control socket */
 	void *driver_data;  /* the driver's own, freed by release */
+
+	/* Drains the guest's serial console into console_log (console.h);
+	 * closed by release. */
+	struct vmd_console *console;
 };
 
 /* What `snapshot` wrote into a snapshot directory, and how long the

@@ -6,7 +6,7 @@
  * image's root filesystem read-only and the scratch disk read-write as
  * virtio-blk, the agent on a virtio-serial port bridged to a Unix socket
  * in the sandbox directory, QMP on another, and the serial console in a
- * file. Not for: supervising the process (sandbox.c) or deciding the
+ * pipe vmd drains into a capped file (console.h). Not for: supervising the process (sandbox.c) or deciding the
  * accelerator (accel.c).
  */
 #include <errno.h>
@@ -27,6 +27,7 @@
 #include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "../console.h"
 #include "../extents.h"
 #include "../ramdir.h"
 #include "../spawn.h"
@@ -35,7 +36,7 @@
 #include "../vmm.h"
 #include "qmp.h"
 
-#define QEMU_MAX_ARGS 64
+#define QEMU_MAX_ARGS 96
 #define QEMU_AGENT_PORT "org.moat.agent"
 
 /* The kernel command line every sandbox gets; keys per guest/agent/boot.h
@@ -259,6 +260,8 @@ qemu_release(struct moat_vmm *vm)
 	}
 	if (vm->ram_file != NULL)
 		(void)vmd_ram_unlink(vm->ram_file);
+	vmd_console_close(vm->console);
+	vm->console = NULL;
 	free(vm->agent_socket);
 	free(vm->console_log);
 	free(vm->vmm_log);
@@ -332,7 +335,8 @@ qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
 /* Adds the machine, CPU, memory, console and kernel arguments. */
 static void
 qemu_argv_machine(struct qemu_argv *a, const char *binary,
-    const struct moat_vmm_spec *spec, const struct moat_vmm *vm, bool kvm)
+    const struct moat_vmm_spec *spec, const struct moat_vmm *vm, bool kvm,
+    int console_fd)
 {
 	char *tcg_cmdline;
 
@@ -359,8 +363,17 @@ qemu_argv_machine(struct qemu_argv *a, const char *binary,
 	argv_add(a, strdup("-no-user-config"));
 	argv_add(a, strdup("-display"));
 	argv_add(a, strdup("none"));
+	/* The serial console goes into a pipe that vmd drains into a
+	 * capped console.log (console.h): QEMU gets the pipe as an fd set
+	 * (append=on: a pipe cannot be truncated). */
+	argv_add(a, strdup("-add-fd"));
+	argv_add(a, moat_asprintf("fd=%d,set=%d", console_fd, console_fd));
+	argv_add(a, strdup("-chardev"));
+	argv_add(a,
+	    moat_asprintf("file,id=console,path=/dev/fdset/%d,append=on",
+	        console_fd));
 	argv_add(a, strdup("-serial"));
-	argv_add(a, moat_asprintf("file:%s", vm->console_log));
+	argv_add(a, strdup("chardev:console"));
 	argv_add(a, strdup("-kernel"));
 	argv_add(a, strdup(spec->kernel));
 	argv_add(a, strdup("-initrd"));
@@ -447,6 +460,7 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	struct qemu_argv a = { 0 };
 	struct moat_spawn_req req = { 0 };
 	bool kvm = strcmp(spec->accel, "kvm") == 0;
+	int console_fd = -1;
 	char *qmp = NULL;
 	char *pidfile = NULL;
 	char *snap_ram = NULL;
@@ -480,8 +494,11 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 		goto fail;
 	(void)unlink(vm->agent_socket);
 	(void)unlink(qmp);
+	if ((rv = vmd_console_open(vm->console_log, spec->console_max_bytes,
+	         &vm->console, &console_fd, errmsg)) != MOAT_OK)
+		goto fail;
 
-	qemu_argv_machine(&a, binary, spec, vm, kvm);
+	qemu_argv_machine(&a, binary, spec, vm, kvm, console_fd);
 	qemu_argv_devices(&a, spec, snap_dir, vm, qmp, pidfile);
 	if (a.oom) {
 		*errmsg = strdup("out of memory building the qemu command");
@@ -491,12 +508,16 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 
 	req.argv = (const char *const *)a.arg;
 	req.output_file = vm->vmm_log;
+	req.keep_fd = console_fd;
 	req.cwd = spec->dir;
 	/* RAM on a block-backed filesystem (reflinks): no huge-page advice,
 	 * or each fault reads and dirties 2 MiB of the RAM file (spawn.h).
 	 * On tmpfs the advice is the operator's shmem THP policy: kept. */
 	req.no_hugepage_advice = vmd_ram_dir_reflinks();
-	if ((rv = moat_spawn(&req, &vm->pid, errmsg)) != MOAT_OK)
+	rv = moat_spawn(&req, &vm->pid, errmsg);
+	close(console_fd); /* QEMU holds its own */
+	console_fd = -1;
+	if (rv != MOAT_OK)
 		goto fail;
 	argv_fini(&a);
 	free(qmp);
@@ -504,6 +525,8 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	free(snap_ram);
 	return MOAT_OK;
 fail:
+	if (console_fd >= 0)
+		close(console_fd);
 	argv_fini(&a);
 	free(qmp);
 	free(pidfile);

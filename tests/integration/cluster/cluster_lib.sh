@@ -21,6 +21,11 @@ c_sessiond_url=tls+tcp://$c_h1:$((c_base + 2))
 c_snapd_url=tls+tcp://$c_h1:$((c_base + 3))
 c_vmd_port=$((c_base + 10))
 declare -A c_pid=()
+# Without usable KVM, vmd's accel=auto refuses sandboxes unless allow-tcg
+# (TCG is no security boundary); these test hosts accept TCG.
+if ! [ -c /dev/kvm ] || ! [ -w /dev/kvm ]; then
+	export MOAT_VMD_ALLOW_TCG=${MOAT_VMD_ALLOW_TCG:-true}
+fi
 
 # c_tls ROLE NAME: the TLS flags of one service instance.
 c_tls() {

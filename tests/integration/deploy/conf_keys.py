@@ -37,6 +37,7 @@ DYNAMIC = {
     ("lib/service.c", "moat_service_url"): "WRAPPERS",
     ("services/vm/main.c", "cfg_str"): "WRAPPERS",
     ("services/vm/main.c", "vmd_configure_limits"): "the U64 macro",
+    ("services/vm/main.c", "vmd_configure_bounds"): "the U64 macro",
     ("gateway/retention.c", "get_key"): "[retention] KEY.<tenant>",
     ("gateway/main.c", "retention_config"):
         "[gateway] retention-keep-last/-keep-age-s (its options)",

@@ -24,6 +24,11 @@ export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
 export MOAT_GATEWAY=ipc://$state/gateway.sock
 export MOAT_GATEWAY_HTTP=off MOAT_VMD_TEMPLATES=off MOAT_STACK_RAMFS=0
 export MOAT_VMD_NODE_ID=node-a
+# node-b's vmd is started here, not by moat-stack: without usable KVM it
+# needs allow-tcg too (accel=auto refuses TCG otherwise).
+if ! [ -c /dev/kvm ] || ! [ -w /dev/kvm ]; then
+	export MOAT_VMD_ALLOW_TCG=${MOAT_VMD_ALLOW_TCG:-true}
+fi
 moat=$bin/moat
 work=$(mktemp -d /tmp/moat-cross-work.XXXXXX)
 passed=0

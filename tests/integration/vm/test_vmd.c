@@ -1642,6 +1642,27 @@ test_accel_auto(void **state)
 
 	if (!have_image)
 		skip();
+	/* No silent TCG (issue 14): without KVM and without allow-tcg,
+	 * accel=auto refuses sandboxes, naming the key. */
+	snprintf(state_dir, sizeof(state_dir), "%s/auto-refused", state_root);
+	setenv("MOAT_VMD_KVM_DEVICE", "/nonexistent/kvm", 1);
+	unsetenv("MOAT_VMD_ALLOW_TCG");
+	vmd_start(&v, state_dir, false, NULL, "auto");
+	assert_int_equal(call(&v, "NodeInfo", &e.base,
+	                     &moat__v1__node__descriptor,
+	                     (ProtobufCMessage **)&node, 5000),
+	    MOAT_OK);
+	assert_false(node->allow_tcg);
+	protobuf_c_message_free_unpacked(&node->base, NULL);
+	assert_int_equal(create_sandbox(&v, NULL, NULL, &sb),
+	    MOAT_FAILED_PRECONDITION);
+	assert_non_null(strstr(last_err, "allow-tcg"));
+	assert_int_equal(procs_mentioning("/auto-refused/vms"), 0);
+	vmd_stop(&v);
+	unsetenv("MOAT_VMD_KVM_DEVICE");
+
+	/* The probe below falls back to TCG: allowed here. */
+	setenv("MOAT_VMD_ALLOW_TCG", "true", 1);
 	if ((fd = open("/dev/kvm", O_RDWR | O_CLOEXEC)) < 0)
 		setenv("MOAT_VMD_KVM_DEVICE", "/dev/null", 1);
 	else
@@ -1691,6 +1712,7 @@ test_accel_auto(void **state)
 	assert_false(log_has(&v, "falling back to TCG"));
 	vmd_stop(&v);
 	unsetenv("MOAT_VMD_KVM_DEVICE");
+	unsetenv("MOAT_VMD_ALLOW_TCG");
 }
 
 /* ---- snapshots (issue 3) ---- */

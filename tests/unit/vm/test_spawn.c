@@ -5,8 +5,10 @@
  * madvise(MADV_HUGEPAGE) fail in the child (EINVAL) while other advice
  * and the same call without the flag still work. The child is python3
  * (as the images script needs it); the huge-page case is skipped, saying
- * so, where this kernel refuses the advice anyway (no THP).
+ * so, where this kernel refuses the advice anyway (no THP). keep_fd and
+ * output_fd reach the child (the console pipe), nothing else does.
  */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -95,6 +97,47 @@ test_missing_program(void **state)
 	free(errmsg);
 }
 
+/* keep_fd stays open in the child under its number, output_fd takes
+ * its stdout and stderr, and every other fd of ours is closed there. */
+static void
+test_keep_and_output_fd(void **state)
+{
+	const char *argv[] = { "sh", "-c", NULL, NULL };
+	struct moat_spawn_req req = { .argv = argv };
+	int keep[2], outp[2], other[2];
+	char script[128], buf[64];
+	char *errmsg = NULL;
+	int status = -1;
+	ssize_t n;
+
+	(void)state;
+	assert_int_equal(pipe2(keep, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(outp, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(other, O_CLOEXEC), 0);
+	snprintf(script, sizeof(script),
+	    "echo kept >&%d; echo out; { echo leak >&%d; } 2>/dev/null; "
+	    "exit 0",
+	    keep[1], other[1]);
+	argv[2] = script;
+	req.keep_fd = keep[1];
+	req.output_fd = outp[1];
+	assert_int_equal(moat_spawn_wait(&req, &status, &errmsg), MOAT_OK);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(keep[1]);
+	close(outp[1]);
+	close(other[1]);
+	n = read(keep[0], buf, sizeof(buf) - 1);
+	assert_int_equal(n, 5);
+	assert_memory_equal(buf, "kept\n", 5);
+	n = read(outp[0], buf, sizeof(buf) - 1);
+	assert_int_equal(n, 4);
+	assert_memory_equal(buf, "out\n", 4);
+	assert_int_equal(read(other[0], buf, sizeof(buf)), 0); /* closed */
+	close(keep[0]);
+	close(outp[0]);
+	close(other[0]);
+}
+
 static int
 setup(void **state)
 {
@@ -118,6 +161,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hugepage_advice_denied),
 		cmocka_unit_test(test_missing_program),
+		cmocka_unit_test(test_keep_and_output_fd),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

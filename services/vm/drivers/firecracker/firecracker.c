@@ -33,6 +33,7 @@
 #include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "../../console.h"
 #include "../../extents.h"
 #include "../../spawn.h"
 #include "../../sync.h"
@@ -671,6 +672,8 @@ fc_release(struct moat_vmm *vm)
 	if (gone.jailed)
 		(void)moat_fc_jail_clean(&gone.jail);
 	fc_instance_fini(&gone);
+	vmd_console_close(vm->console);
+	vm->console = NULL;
 	free(vm->agent_socket);
 	free(vm->console_log);
 	free(vm->vmm_log);
@@ -832,8 +835,10 @@ fc_adopt_jailed(struct moat_vmm *vm, const struct fc_instance *in,
 		return MOAT_DEADLINE_EXCEEDED;
 	}
 	if (got < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		char *how =
-		    fc_exit_report(status, vm->console_log, vm->vmm_log);
+		char *how;
+
+		vmd_console_settle(vm->console, 200);
+		how = fc_exit_report(status, vm->console_log, vm->vmm_log);
 
 		vm->pid = 0;
 		*errmsg =
@@ -874,6 +879,7 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 	char *pidfile = NULL;
 	char *pidtext = NULL;
 	json_t *body = NULL;
+	int console_fd = -1;
 	int status;
 	int rv;
 
@@ -890,8 +896,15 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 		req.argv = fc_args;
 		req.cwd = in->root;
 	}
-	req.output_file = vm->console_log;
-	if ((rv = moat_spawn(&req, &vm->pid, errmsg)) != MOAT_OK)
+	/* Its stdout is the guest's serial console: a pipe vmd drains
+	 * into a capped console.log (console.h). */
+	if ((rv = vmd_console_open(vm->console_log, spec->console_max_bytes,
+	         &vm->console, &console_fd, errmsg)) != MOAT_OK)
+		goto fail;
+	req.output_fd = console_fd;
+	rv = moat_spawn(&req, &vm->pid, errmsg);
+	close(console_fd); /* Firecracker holds its own */
+	if (rv != MOAT_OK)
 		goto fail;
 	deadline = moat_rpc_now_ms() + fc.cfg.api_timeout_ms;
 	if (in->jailed && fc.cfg.jail.new_pid_ns &&
@@ -917,7 +930,10 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 		pid_t got = waitpid(vm->pid, &status, WNOHANG);
 
 		if (got == vm->pid) {
-			char *how = fc_exit_report(status, vm->console_log,
+			char *how;
+
+			vmd_console_settle(vm->console, 200);
+			how = fc_exit_report(status, vm->console_log,
 			    vm->vmm_log);
 
 			vm->pid = 0;
