@@ -106,6 +106,18 @@ moat_mcp_http_free(struct moat_mcp_http *m)
 	free(m);
 }
 
+size_t
+moat_mcp_http_sessions(struct moat_mcp_http *m)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->max_sessions; i++)
+		n += m->entries[i] != NULL;
+	pthread_mutex_unlock(&m->lock);
+	return n;
+}
+
 /* ---- replies ---- */
 
 static enum MHD_Result
