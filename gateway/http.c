@@ -400,13 +400,41 @@ query_field(void *cls, enum MHD_ValueKind kind, const char *key,
 	return MHD_YES;
 }
 
-/* build_input: the JSON of the method's input from the route's source,
+/* query_parse: the arguments of the raw query string `query` through
+ * query_field, split and unescaped as libmicrohttpd does for a
+ * connection (for moat_http_decode, which has none). */
+static void
+query_parse(const char *query, struct query_ctx *q)
+{
+	char *copy = strdup(query), *save = NULL, *tok;
+
+	if (copy == NULL) {
+		q->failed = true;
+		return;
+	}
+	for (tok = strtok_r(copy, "&", &save); tok != NULL && !q->failed;
+	     tok = strtok_r(NULL, "&", &save)) {
+		char *eq = strchr(tok, '=');
+
+		if (eq != NULL) {
+			*eq = '\0';
+			MHD_http_unescape(eq + 1);
+		}
+		MHD_http_unescape(tok);
+		query_field(q, MHD_GET_ARGUMENT_KIND, tok,
+		    eq != NULL ? eq + 1 : NULL);
+	}
+	free(copy);
+}
+
+/* build_input: the JSON of the method's input from the route's source
+ * (the query arguments of `conn`, or of `query` when conn is NULL),
  * with the URL id put in its field. NULL with *errmsg (heap) set on a
  * client error. */
 static json_t *
-build_input(struct MHD_Connection *conn, const struct route *rt,
-    const ProtobufCMessageDescriptor *in, const struct http_req *hr,
-    const char *id, char **errmsg)
+build_input(struct MHD_Connection *conn, const char *query,
+    const struct route *rt, const ProtobufCMessageDescriptor *in,
+    const struct http_req *hr, const char *id, char **errmsg)
 {
 	json_t *obj;
 
@@ -435,8 +463,11 @@ build_input(struct MHD_Connection *conn, const struct route *rt,
 
 		if ((obj = q.obj) == NULL)
 			goto fail_oom;
-		MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND,
-		    query_field, &q);
+		if (conn != NULL)
+			MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND,
+			    query_field, &q);
+		else if (query != NULL)
+			query_parse(query, &q);
 		if (q.failed) {
 			json_decref(obj);
 			*errmsg = moat_asprintf(
@@ -509,6 +540,63 @@ route_match(const char *pattern, const char *url, char *id, size_t size)
 		u++;
 	}
 	return *u == '\0' || (u[0] == '/' && u[1] == '\0');
+}
+
+/* find_route: the route of `method` `url`, its {} segment in id (size
+ * bytes); NULL when none, with the methods the URL takes in allow
+ * (size 64). */
+static const struct route *
+find_route(const char *url, const char *method, char *id, size_t size,
+    char allow[64])
+{
+	allow[0] = '\0';
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct route *rt = &routes[i];
+
+		if (!route_match(rt->pattern, url, id, size))
+			continue;
+		if (strcmp(rt->http_method, method) == 0)
+			return rt;
+		size_t n = strlen(allow);
+		snprintf(allow + n, 64 - n, "%s%s", n ? ", " : "",
+		    rt->http_method);
+	}
+	return NULL;
+}
+
+int
+moat_http_decode(const ProtobufCServiceDescriptor *svc, const char *method,
+    const char *url, const char *query, const char *body, size_t len,
+    ProtobufCMessage **out, char **errmsg)
+{
+	const struct http_req hr = { .body = (char *)body, .len = len };
+	const ProtobufCMethodDescriptor *md;
+	const struct route *rt;
+	char id[MOAT_ID_MAX], allow[64];
+	json_t *in;
+	int rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((rt = find_route(url, method, id, sizeof(id), allow)) == NULL) {
+		*errmsg = moat_asprintf("no route %s %s%s%s", method, url,
+		    allow[0] ? ": use " : "", allow);
+		return MOAT_NOT_FOUND;
+	}
+	if (strcmp(rt->pattern, "/healthz") == 0)
+		return MOAT_OK;
+	md = protobuf_c_service_descriptor_get_method_by_name(svc,
+	    rt->rpc_method ? rt->rpc_method : id);
+	if (md == NULL) {
+		*errmsg = moat_asprintf("no method %s", id);
+		return MOAT_NOT_FOUND;
+	}
+	if ((in = build_input(NULL, query, rt, md->input, &hr,
+	         rt->rpc_method ? id : NULL, errmsg)) == NULL)
+		return MOAT_INVALID_ARGUMENT;
+	rv = moat_codec_from_json(md->input, in, 0, out, errmsg);
+	json_decref(in);
+	return rv;
 }
 
 /* ---- exec output as Server-Sent Events ---- */
@@ -842,7 +930,7 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 		free(errmsg);
 		return ret;
 	}
-	if ((in = build_input(conn, rt, md->input, hr,
+	if ((in = build_input(conn, NULL, rt, md->input, hr,
 	         rt->rpc_method ? id : NULL, &errmsg)) == NULL)
 		goto client_error;
 	rv = moat_codec_from_json(md->input, in, 0, &req, &errmsg);
@@ -1277,22 +1365,14 @@ dispatch_url(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 	if (extra)
 		return ret;
 
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-		const struct route *rt = &routes[i];
+	const struct route *rt =
+	    find_route(url, method, id, sizeof(id), allow);
 
-		if (!route_match(rt->pattern, url, id, sizeof(id)))
-			continue;
-		if (strcmp(rt->http_method, method) != 0) {
-			size_t n = strlen(allow);
-			snprintf(allow + n, sizeof(allow) - n, "%s%s",
-			    n ? ", " : "", rt->http_method);
-			continue;
-		}
-		if (strcmp(rt->pattern, "/healthz") == 0)
-			return respond_json(conn, MHD_HTTP_OK,
-			    json_pack("{s:s}", "status", "ok"), NULL);
+	if (rt != NULL && strcmp(rt->pattern, "/healthz") == 0)
+		return respond_json(conn, MHD_HTTP_OK,
+		    json_pack("{s:s}", "status", "ok"), NULL);
+	if (rt != NULL)
 		return serve_route(h, conn, rt, id, hr);
-	}
 	if (allow[0] != '\0') {
 		msg = moat_asprintf("%s is not allowed on %s: use %s", method,
 		    url, allow);

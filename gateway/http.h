@@ -62,6 +62,19 @@ int moat_http_start(struct moat_http **out, struct moat_gateway *gw,
     const char *addr, const struct moat_http_opts *opts, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_http_decode: what the door makes of a request before it calls the
+ * gateway, without a connection (for the fuzz target
+ * tests/fuzz/services/fuzz_http_route.c): the route of `method` `url`
+ * (unescaped, as libmicrohttpd hands it over), its input message of
+ * service `svc` from the JSON `body` (`len` bytes) or the raw query
+ * string `query` (after '?'; NULL: none) and the URL id. On MOAT_OK *out
+ * is the message (protobuf_c_message_free_unpacked; NULL for /healthz);
+ * otherwise a status with *errmsg (heap, caller frees). */
+int moat_http_decode(const ProtobufCServiceDescriptor *svc,
+    const char *method, const char *url, const char *query, const char *body,
+    size_t len, ProtobufCMessage **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_http_port: the TCP port the door listens on. */
 uint16_t moat_http_port(const struct moat_http *h);
 
