@@ -1,13 +1,14 @@
 /*
  * fuzz_agent.c: fuzz target for the guest agent's request handlers
  * (guest/agent: loop.c's agent_dispatch and the file, mkdir, stat, list,
- * remove, info, fs_trace, exec_input/exec_signal, code_context_close and
- * shutdown handlers), fed any bytes as one frame body from the host. The
+ * remove, info, fs_trace, exec_input/exec_signal, code_context_close,
+ * shutdown and reset handlers; reset in host mode checks its request but
+ * never sets the clock or hostname), fed any bytes as one frame body from the host. The
  * agent is confined to a temporary directory (--root) and answers into a
  * queue on /dev/null that is dropped after each input, so replies are
  * encoded too. Left out: requests that start processes (exec_start,
- * code_run) and reset, which sets the clock; their decoding is still
- * fuzzed (fuzz_guest.c) but not run here. Not for: the frame layer
+ * code_run); their decoding is still fuzzed (fuzz_guest.c) but they are
+ * not run here. Not for: the frame layer
  * (fuzz_frame.c).
  */
 #include <fcntl.h>
@@ -50,7 +51,7 @@ init(void)
 	ready = true;
 }
 
-/* runs: whether the request may run here (no processes, no clock). */
+/* runs: whether the request may run here (no processes). */
 static bool
 runs(const uint8_t *data, size_t size)
 {
@@ -61,8 +62,7 @@ runs(const uint8_t *data, size_t size)
 	if (req == NULL)
 		return true; /* refused by the dispatcher: fine */
 	ok = req->op_case != MOAT__V1__GUEST_REQUEST__OP_EXEC_START &&
-	    req->op_case != MOAT__V1__GUEST_REQUEST__OP_CODE_RUN &&
-	    req->op_case != MOAT__V1__GUEST_REQUEST__OP_RESET;
+	    req->op_case != MOAT__V1__GUEST_REQUEST__OP_CODE_RUN;
 	moat__v1__guest_request__free_unpacked(req, NULL);
 	return ok;
 }
@@ -104,6 +104,8 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	Moat__V1__GuestPath gp = MOAT__V1__GUEST_PATH__INIT;
 	Moat__V1__FsTraceRequest ft = MOAT__V1__FS_TRACE_REQUEST__INIT;
 	Moat__V1__GuestInfoRequest info = MOAT__V1__GUEST_INFO_REQUEST__INIT;
+	Moat__V1__ResetAfterRestore rs = MOAT__V1__RESET_AFTER_RESTORE__INIT;
+	static uint8_t entropy[32];
 
 	rq.id = 1;
 	fw.path = "/work/a/b.txt";
@@ -143,5 +145,12 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	add_packed(add, &rq.base);
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_INFO;
 	rq.info = &info;
+	add_packed(add, &rq.base);
+	rs.entropy.data = entropy;
+	rs.entropy.len = sizeof(entropy);
+	rs.unix_ns = 1700000000123456789ll;
+	rs.hostname = "sb-1";
+	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_RESET;
+	rq.reset = &rs;
 	add_packed(add, &rq.base);
 }

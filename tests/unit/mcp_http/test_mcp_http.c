@@ -11,7 +11,8 @@
  * a full table evicts the least recently used idle session and destroys
  * its sandbox with that session's own key, not the evicting caller's;
  * initializes without a valid key are 401 and leave the table empty; over
- * the rate limit requests are 429 with Retry-After.
+ * the rate limit requests are 429 with Retry-After; a connection over
+ * max-conns-per-addr is closed.
  * Calls go through the gateway tests' libcurl client (http_client.h).
  * Not for: the protocol's details (tests/unit/mcp) or VMs (mcp_sdk).
  */
@@ -25,6 +26,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -635,6 +640,69 @@ test_rate_limited(void **state)
 	close_door(h, saved);
 }
 
+/* raw_connect: a TCP connection to the door, or -1. */
+static int
+raw_connect(uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		.sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* raw_healthz: sends GET /healthz on fd; true when a 200 comes back,
+ * false when the door closed the connection or said something else. */
+static bool
+raw_healthz(int fd)
+{
+	static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n"
+	                          "Connection: close\r\n\r\n";
+	struct timeval tv = { .tv_sec = 5 };
+	char buf[256] = "";
+	ssize_t n;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) < 0)
+		return false;
+	n = recv(fd, buf, sizeof(buf) - 1, 0);
+	return n > 0 && strncmp(buf, "HTTP/1.1 200", 12) == 0;
+}
+
+/* max-conns-per-addr 2: a third connection from the same address is
+ * closed at once, and one more is served when one of the two ends. */
+static void
+test_conn_cap(void **state)
+{
+	static const struct moat_http_opts o = { .mcp_max_sessions = 2,
+		.max_conns_per_addr = 2 };
+	uint16_t saved;
+	struct moat_http *h = open_door(&o, &saved);
+	int a = raw_connect(E.port), b = raw_connect(E.port), c, d;
+
+	assert_true(a >= 0 && b >= 0);
+	nng_msleep(100); /* both accepted before the third */
+	c = raw_connect(E.port);
+	if (c >= 0) {
+		assert_false(raw_healthz(c));
+		close(c);
+	}
+	assert_true(raw_healthz(a));
+	close(a);
+	nng_msleep(200); /* the door sees it gone */
+	d = raw_connect(E.port);
+	assert_true(d >= 0);
+	assert_true(raw_healthz(d));
+	close(d);
+	close(b);
+	close_door(h, saved);
+}
+
 int
 main(void)
 {
@@ -647,6 +715,7 @@ main(void)
 		cmocka_unit_test(test_evict_destroys_as_victim),
 		cmocka_unit_test(test_unauthenticated_initialize),
 		cmocka_unit_test(test_rate_limited),
+		cmocka_unit_test(test_conn_cap),
 	};
 	int failed;
 
