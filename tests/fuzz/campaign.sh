@@ -14,7 +14,7 @@
 set -uo pipefail
 [ $# -ge 4 ] || { echo "usage: $0 BUILD_DIR SECONDS WORK_DIR TARGET..." >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
-build=$1 secs=$2 work=$3
+build=$(cd "$1" && pwd) secs=$2 work=$(mkdir -p "$3" && cd "$3" && pwd)
 shift 3
 mkdir -p "$work"
 for t in "$@"; do
@@ -25,8 +25,8 @@ for t in "$@"; do
 	(cd "$work/$t" && "$bin" -max_total_time="$secs" -print_final_stats=1 \
 		-timeout=10 -rss_limit_mb=2048 corpus >log 2>&1)
 	rc=$?
-	execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$work/$t/log" | awk '{print $2}')
-	rss=$(grep -o 'stat::peak_rss_mb: [0-9]*' "$work/$t/log" | awk '{print $2}')
+	execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$work/$t/log" | awk '{print $2}')
+	rss=$(grep -o 'stat::peak_rss_mb: *[0-9]*' "$work/$t/log" | awk '{print $2}')
 	last=$(grep -E '^#[0-9]+' "$work/$t/log" | tail -1)
 	cov=$(echo "$last" | grep -o 'cov: [0-9]*' | awk '{print $2}')
 	ft=$(echo "$last" | grep -o 'ft: [0-9]*' | awk '{print $2}')
