@@ -20,7 +20,7 @@
 #define MOAT_HTTP_IDLE_TIMEOUT_S 120
 #define MOAT_HTTP_MCP_MAX_SESSIONS 256 /* mcp-max-sessions default */
 #define MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT 65536u
-#define MOAT_HTTP_MCP_IDLE_S 3600 /* mcp-idle-s default */
+#define MOAT_HTTP_MCP_IDLE_S 3600      /* mcp-idle-s default */
 #define MOAT_HTTP_UNLIMITED UINT32_MAX /* rate-limit-rps 0: no limit */
 
 struct moat_http;
@@ -70,10 +70,9 @@ int moat_http_start(struct moat_http **out, struct moat_gateway *gw,
  * string `query` (after '?'; NULL: none) and the URL id. On MOAT_OK *out
  * is the message (protobuf_c_message_free_unpacked; NULL for /healthz);
  * otherwise a status with *errmsg (heap, caller frees). */
-int moat_http_decode(const ProtobufCServiceDescriptor *svc,
-    const char *method, const char *url, const char *query, const char *body,
-    size_t len, ProtobufCMessage **out, char **errmsg)
-    __attribute__((warn_unused_result));
+int moat_http_decode(const ProtobufCServiceDescriptor *svc, const char *method,
+    const char *url, const char *query, const char *body, size_t len,
+    ProtobufCMessage **out, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_http_port: the TCP port the door listens on. */
 uint16_t moat_http_port(const struct moat_http *h);

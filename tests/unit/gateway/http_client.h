@@ -45,11 +45,11 @@ struct http_client_resp {
 	char *body;  /* heap, NUL-terminated; NULL: empty */
 	size_t len;
 	char content_type[128];
-	char allow[128];   /* the Allow header */
-	char session[128]; /* the Mcp-Session-Id header */
+	char allow[128];            /* the Allow header */
+	char session[128];          /* the Mcp-Session-Id header */
 	char retry_after[32];       /* the Retry-After header (429) */
 	char www_authenticate[128]; /* the WWW-Authenticate header (401) */
-	json_t *json;      /* the body, when application/json */
+	json_t *json;               /* the body, when application/json */
 };
 
 /* http_client_request: sends `req` to http://127.0.0.1:<port> and fills
