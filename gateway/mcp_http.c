@@ -8,7 +8,9 @@
  * responses, 400 malformed or no session header, 404 unknown session,
  * 405 GET, 403 foreign Origin, 503 a full table. A session answers only
  * requests with the Authorization header it was initialized with, so an
- * id alone does not reach another caller's default sandbox.
+ * id alone does not reach another caller's default sandbox. With keys
+ * on, a request without a valid key never gets here: http.c answers 401
+ * on its headers, before its body is read, so no session is made.
  * Not for: JSON-RPC itself (lib/mcp/mcp.c).
  */
 #include <pthread.h>

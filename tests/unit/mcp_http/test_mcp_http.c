@@ -11,8 +11,9 @@
  * a full table evicts the least recently used idle session and destroys
  * its sandbox with that session's own key, not the evicting caller's;
  * initializes without a valid key are 401 and leave the table empty; over
- * the rate limit requests are 429 with Retry-After; a connection over
- * max-conns-per-addr is closed.
+ * the rate limit requests are 429 with Retry-After, per address and per
+ * key (a key spent from one address is refused from another); a
+ * connection over max-conns-per-addr is closed.
  * Calls go through the gateway tests' libcurl client (http_client.h).
  * Not for: the protocol's details (tests/unit/mcp) or VMs (mcp_sdk).
  */
@@ -703,6 +704,81 @@ test_conn_cap(void **state)
 	close_door(h, saved);
 }
 
+/* raw_from: sends `method` `path` with the Authorization `auth` (may be
+ * NULL) and a
+ * small JSON body from source address `src` (a 127.x address: any of
+ * them reaches the door on 127.0.0.1) and returns the HTTP status (0:
+ * no answer); the head and body into buf (size bytes). */
+static int
+raw_from(const char *src, const char *method, const char *path,
+    const char *auth, char *buf, size_t size)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		.sin_port = htons(E.port) };
+	struct sockaddr_in from = { .sin_family = AF_INET };
+	struct timeval tv = { .tv_sec = 5 };
+	char req[1024];
+	int fd = socket(AF_INET, SOCK_STREAM, 0), n, status = 0;
+	size_t got = 0;
+	ssize_t r;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	inet_pton(AF_INET, src, &from.sin_addr);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof(from)), 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	n = snprintf(req, sizeof(req),
+	    "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+	    "%s%s%sContent-Type: application/json\r\n"
+	    "Content-Length: 2\r\n\r\n{}",
+	    method, path, auth ? "Authorization: " : "", auth ? auth : "",
+	    auth ? "\r\n" : "");
+	if (send(fd, req, (size_t)n, MSG_NOSIGNAL) == n)
+		while (got < size - 1 &&
+		    (r = recv(fd, buf + got, size - 1 - got, 0)) > 0)
+			got += (size_t)r;
+	buf[got] = '\0';
+	close(fd);
+	if (sscanf(buf, "HTTP/1.1 %d", &status) != 1)
+		status = 0;
+	return status;
+}
+
+/* Per key, not only per address: a key that spent its burst from one
+ * address is 429 from another address whose own bucket is full, while
+ * that address without the key is still served. */
+static void
+test_rate_limited_per_key(void **state)
+{
+	static const struct moat_http_opts o = { .mcp_max_sessions = 2,
+		.rate_limit_rps = 1,
+		.rate_limit_burst = 2 };
+	char acme[256], buf[4096];
+	uint16_t saved;
+	struct moat_http *h = open_door(&o, &saved);
+	int limited = 0;
+
+	snprintf(acme, sizeof(acme), "Bearer %s", E.key_acme);
+	/* /mcp without a session id: 400 at once, past the limits. */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(raw_from("127.0.0.1", "POST", "/mcp", acme,
+		                     buf, sizeof(buf)),
+		    400);
+	/* 127.0.0.2 is new: only the key's bucket can refuse. */
+	for (int i = 0; i < 2 && !limited; i++)
+		if (raw_from("127.0.0.2", "POST", "/mcp", acme, buf,
+		        sizeof(buf)) == 429)
+			limited = 1;
+	assert_true(limited);
+	assert_non_null(strstr(buf, "this API key"));
+	assert_non_null(strstr(buf, "Retry-After: "));
+	assert_int_equal(raw_from("127.0.0.3", "GET", "/healthz", NULL, buf,
+	                     sizeof(buf)),
+	    200);
+	close_door(h, saved);
+}
+
 int
 main(void)
 {
@@ -715,6 +791,7 @@ main(void)
 		cmocka_unit_test(test_evict_destroys_as_victim),
 		cmocka_unit_test(test_unauthenticated_initialize),
 		cmocka_unit_test(test_rate_limited),
+		cmocka_unit_test(test_rate_limited_per_key),
 		cmocka_unit_test(test_conn_cap),
 	};
 	int failed;
