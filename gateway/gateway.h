@@ -753,6 +753,16 @@ void moat_gateway_stop(struct moat_gateway *gw);
  * Borrowed: valid during the call. */
 const char *moat_gw_tenant(const struct moat_rpc_call *call);
 
+/* moat_gateway_check_key: whether API key `key` (NULL or "": none) may
+ * call the gateway, for doors that check before reading a request
+ * (http.c): MOAT_OK with its id in key_id (MOAT_AUTH_KEY_ID_LEN + 1
+ * bytes; "" when auth is off, which accepts any caller),
+ * UNAUTHENTICATED for a missing, unknown or revoked key, INTERNAL when
+ * the key store fails. Thread-safe; a recent key is answered from
+ * memory (moat_auth_key_verify). */
+int moat_gateway_check_key(struct moat_gateway *gw, const char *key,
+    char *key_id) __attribute__((warn_unused_result));
+
 /* moat_gw_message_tenant: the `tenant` field of a sessiond or snapd
  * request the gateway built (it sets that field from moat_gw_tenant), or
  * NULL when the message has none: what such a call puts in

@@ -1066,6 +1066,21 @@ moat_gw_tenant(const struct moat_rpc_call *call)
 	                                 MOAT_GW_DEFAULT_TENANT;
 }
 
+int
+moat_gateway_check_key(struct moat_gateway *gw, const char *key, char *key_id)
+{
+	char tenant[MOAT_AUTH_TENANT_MAX];
+	int rv;
+
+	key_id[0] = '\0';
+	if (!gw->auth_on)
+		return MOAT_OK;
+	rv = moat_auth_key_verify(gw->auth, key ? key : "", tenant,
+	    sizeof(tenant), key_id);
+	return rv == MOAT_OK || rv == MOAT_UNAUTHENTICATED ? rv :
+	                                                     MOAT_INTERNAL;
+}
+
 /* request_string: the string field `name` of `request`, or NULL. */
 static const char *
 request_string(const ProtobufCMessage *request, const char *name)

@@ -26,6 +26,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
+#include "auth.h"
 #include "common.pb-c.h"
 #include "gateway.pb-c.h"
 #include "http.h"
@@ -35,6 +36,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "moat/rpc_dispatch.h"
+#include "ratelimit.h"
 
 struct moat_http {
 	struct moat_gateway *gw;
@@ -44,6 +46,9 @@ struct moat_http {
 	uint16_t port;
 	struct moat_mcp_http *mcp; /* MCP sessions of /mcp (mcp_http.c) */
 	char *tls_cert, *tls_key;  /* PEM, while the daemon runs (HTTPS) */
+	struct moat_ratelimit *rl; /* per address and per key buckets */
+	uint64_t refused_auth;     /* 401s before a body (atomic) */
+	uint32_t rps, burst;       /* of rl; rps 0: no limit */
 };
 
 /* One request's state across libmicrohttpd's calls of the handler. */
@@ -51,6 +56,7 @@ struct http_req {
 	char *body; /* heap, at most MOAT_HTTP_MAX_BODY bytes */
 	size_t len, cap;
 	bool too_large; /* the rest of the body was dropped */
+	bool refused;   /* answered from the headers: drop the body */
 };
 
 enum body_kind {
@@ -153,6 +159,9 @@ respond(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
 	    content_type);
 	if (allow != NULL)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	if (status == MHD_HTTP_UNAUTHORIZED)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+		    "Bearer realm=\"moat\"");
 	ret = MHD_queue_response(conn, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -391,13 +400,41 @@ query_field(void *cls, enum MHD_ValueKind kind, const char *key,
 	return MHD_YES;
 }
 
-/* build_input: the JSON of the method's input from the route's source,
+/* query_parse: the arguments of the raw query string `query` through
+ * query_field, split and unescaped as libmicrohttpd does for a
+ * connection (for moat_http_decode, which has none). */
+static void
+query_parse(const char *query, struct query_ctx *q)
+{
+	char *copy = strdup(query), *save = NULL, *tok;
+
+	if (copy == NULL) {
+		q->failed = true;
+		return;
+	}
+	for (tok = strtok_r(copy, "&", &save); tok != NULL && !q->failed;
+	     tok = strtok_r(NULL, "&", &save)) {
+		char *eq = strchr(tok, '=');
+
+		if (eq != NULL) {
+			*eq = '\0';
+			MHD_http_unescape(eq + 1);
+		}
+		MHD_http_unescape(tok);
+		query_field(q, MHD_GET_ARGUMENT_KIND, tok,
+		    eq != NULL ? eq + 1 : NULL);
+	}
+	free(copy);
+}
+
+/* build_input: the JSON of the method's input from the route's source
+ * (the query arguments of `conn`, or of `query` when conn is NULL),
  * with the URL id put in its field. NULL with *errmsg (heap) set on a
  * client error. */
 static json_t *
-build_input(struct MHD_Connection *conn, const struct route *rt,
-    const ProtobufCMessageDescriptor *in, const struct http_req *hr,
-    const char *id, char **errmsg)
+build_input(struct MHD_Connection *conn, const char *query,
+    const struct route *rt, const ProtobufCMessageDescriptor *in,
+    const struct http_req *hr, const char *id, char **errmsg)
 {
 	json_t *obj;
 
@@ -426,8 +463,11 @@ build_input(struct MHD_Connection *conn, const struct route *rt,
 
 		if ((obj = q.obj) == NULL)
 			goto fail_oom;
-		MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND,
-		    query_field, &q);
+		if (conn != NULL)
+			MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND,
+			    query_field, &q);
+		else if (query != NULL)
+			query_parse(query, &q);
 		if (q.failed) {
 			json_decref(obj);
 			*errmsg = moat_asprintf(
@@ -500,6 +540,63 @@ route_match(const char *pattern, const char *url, char *id, size_t size)
 		u++;
 	}
 	return *u == '\0' || (u[0] == '/' && u[1] == '\0');
+}
+
+/* find_route: the route of `method` `url`, its {} segment in id (size
+ * bytes); NULL when none, with the methods the URL takes in allow
+ * (size 64). */
+static const struct route *
+find_route(const char *url, const char *method, char *id, size_t size,
+    char allow[64])
+{
+	allow[0] = '\0';
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct route *rt = &routes[i];
+
+		if (!route_match(rt->pattern, url, id, size))
+			continue;
+		if (strcmp(rt->http_method, method) == 0)
+			return rt;
+		size_t n = strlen(allow);
+		snprintf(allow + n, 64 - n, "%s%s", n ? ", " : "",
+		    rt->http_method);
+	}
+	return NULL;
+}
+
+int
+moat_http_decode(const ProtobufCServiceDescriptor *svc, const char *method,
+    const char *url, const char *query, const char *body, size_t len,
+    ProtobufCMessage **out, char **errmsg)
+{
+	const struct http_req hr = { .body = (char *)body, .len = len };
+	const ProtobufCMethodDescriptor *md;
+	const struct route *rt;
+	char id[MOAT_ID_MAX], allow[64];
+	json_t *in;
+	int rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((rt = find_route(url, method, id, sizeof(id), allow)) == NULL) {
+		*errmsg = moat_asprintf("no route %s %s%s%s", method, url,
+		    allow[0] ? ": use " : "", allow);
+		return MOAT_NOT_FOUND;
+	}
+	if (strcmp(rt->pattern, "/healthz") == 0)
+		return MOAT_OK;
+	md = protobuf_c_service_descriptor_get_method_by_name(svc,
+	    rt->rpc_method ? rt->rpc_method : id);
+	if (md == NULL) {
+		*errmsg = moat_asprintf("no method %s", id);
+		return MOAT_NOT_FOUND;
+	}
+	if ((in = build_input(NULL, query, rt, md->input, &hr,
+	         rt->rpc_method ? id : NULL, errmsg)) == NULL)
+		return MOAT_INVALID_ARGUMENT;
+	rv = moat_codec_from_json(md->input, in, 0, out, errmsg);
+	json_decref(in);
+	return rv;
 }
 
 /* ---- exec output as Server-Sent Events ---- */
@@ -833,7 +930,7 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 		free(errmsg);
 		return ret;
 	}
-	if ((in = build_input(conn, rt, md->input, hr,
+	if ((in = build_input(conn, NULL, rt, md->input, hr,
 	         rt->rpc_method ? id : NULL, &errmsg)) == NULL)
 		goto client_error;
 	rv = moat_codec_from_json(md->input, in, 0, &req, &errmsg);
@@ -1158,6 +1255,29 @@ openapi(struct moat_http *h)
 	return doc;
 }
 
+/* http_metrics: `gw_text` (the gateway's metrics) with the door's own
+ * counters after it; heap, NULL when out of memory. */
+static char *
+http_metrics(struct moat_http *h, const char *gw_text)
+{
+	return moat_asprintf(
+	    "%s"
+	    "# HELP moat_http_refused_total HTTP requests answered from "
+	    "their headers: 401 without a valid key, 429 over a rate "
+	    "limit.\n"
+	    "# TYPE moat_http_refused_total counter\n"
+	    "moat_http_refused_total{reason=\"unauthenticated\"} %llu\n"
+	    "moat_http_refused_total{reason=\"rate\"} %llu\n"
+	    "# HELP moat_mcp_sessions MCP sessions open at /mcp.\n"
+	    "# TYPE moat_mcp_sessions gauge\n"
+	    "moat_mcp_sessions %zu\n",
+	    gw_text,
+	    (unsigned long long)__atomic_load_n(&h->refused_auth,
+	        __ATOMIC_RELAXED),
+	    (unsigned long long)moat_ratelimit_refused(h->rl),
+	    moat_mcp_http_sessions(h->mcp));
+}
+
 /* serve_extra: the routes that are not Gateway methods; MHD_NO in
  * *handled when `url` is none of them. */
 static enum MHD_Result
@@ -1166,8 +1286,11 @@ serve_extra(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 {
 	*handled = true;
 	if (strcmp(url, "/metrics") == 0 && strcmp(method, "GET") == 0) {
-		char *text = moat_gateway_metrics(h->gw);
+		char *gw_text = moat_gateway_metrics(h->gw), *text = NULL;
 
+		if (gw_text != NULL)
+			text = http_metrics(h, gw_text);
+		free(gw_text);
 		if (text == NULL)
 			return respond_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
 			    "out of memory", NULL);
@@ -1242,22 +1365,14 @@ dispatch_url(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 	if (extra)
 		return ret;
 
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-		const struct route *rt = &routes[i];
+	const struct route *rt =
+	    find_route(url, method, id, sizeof(id), allow);
 
-		if (!route_match(rt->pattern, url, id, sizeof(id)))
-			continue;
-		if (strcmp(rt->http_method, method) != 0) {
-			size_t n = strlen(allow);
-			snprintf(allow + n, sizeof(allow) - n, "%s%s",
-			    n ? ", " : "", rt->http_method);
-			continue;
-		}
-		if (strcmp(rt->pattern, "/healthz") == 0)
-			return respond_json(conn, MHD_HTTP_OK,
-			    json_pack("{s:s}", "status", "ok"), NULL);
+	if (rt != NULL && strcmp(rt->pattern, "/healthz") == 0)
+		return respond_json(conn, MHD_HTTP_OK,
+		    json_pack("{s:s}", "status", "ok"), NULL);
+	if (rt != NULL)
 		return serve_route(h, conn, rt, id, hr);
-	}
 	if (allow[0] != '\0') {
 		msg = moat_asprintf("%s is not allowed on %s: use %s", method,
 		    url, allow);
@@ -1273,6 +1388,164 @@ dispatch_url(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 	return ret;
 }
 
+/* ---- admission: keys and rate limits, from the headers alone ---- */
+
+/* needs_key: whether `url` needs an API key when auth is on: /mcp and
+ * the Gateway methods under /v1/, but the OpenAPI document and Health,
+ * which answer anyone (the gateway's own check agrees: Health needs no
+ * key). Other URLs are /healthz, /metrics or 404s. */
+static bool
+needs_key(const char *url)
+{
+	if (strcmp(url, "/mcp") == 0 || strcmp(url, "/mcp/") == 0)
+		return true;
+	if (strncmp(url, "/v1/", 4) != 0)
+		return false;
+	return strcmp(url, "/v1/openapi.json") != 0 &&
+	    strcmp(url, "/v1/rpc/Health") != 0 &&
+	    strcmp(url, "/v1/rpc/Health/") != 0;
+}
+
+/* client_name: the rate limit bucket of the client's address, "a:" and
+ * the address; an IPv6 one by its /64 (one host holds a whole /64). */
+static void
+client_name(struct MHD_Connection *conn, char *out, size_t size)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	char text[INET6_ADDRSTRLEN] = "unknown";
+
+	if (ci != NULL && ci->client_addr != NULL &&
+	    ci->client_addr->sa_family == AF_INET) {
+		const struct sockaddr_in *sin =
+		    (const struct sockaddr_in *)ci->client_addr;
+
+		inet_ntop(AF_INET, &sin->sin_addr, text, sizeof(text));
+	} else if (ci != NULL && ci->client_addr != NULL &&
+	    ci->client_addr->sa_family == AF_INET6) {
+		struct in6_addr a =
+		    ((const struct sockaddr_in6 *)ci->client_addr)->sin6_addr;
+
+		if (!IN6_IS_ADDR_V4MAPPED(&a))
+			memset(a.s6_addr + 8, 0, 8);
+		inet_ntop(AF_INET6, &a, text, sizeof(text));
+	}
+	snprintf(out, size, "a:%s", text);
+}
+
+/* refuse: answers a request from its headers, before its body: as /mcp
+ * answers (a JSON-RPC error) or as the routes do ({"code", "message"}),
+ * with Retry-After when retry_s is not 0 (WWW-Authenticate comes with
+ * every 401, from respond). */
+static enum MHD_Result
+refuse(struct MHD_Connection *conn, bool mcp, unsigned status, int code,
+    const char *message, uint32_t retry_s)
+{
+	json_t *j = mcp ?
+	    moat_mcp_error_reply(MOAT_MCP_INVALID_REQUEST, message) :
+	    json_pack("{s:s, s:s}", "code", moat_strerror(code), "message",
+	        message);
+	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	struct MHD_Response *resp;
+	char retry[16];
+	enum MHD_Result ret;
+
+	json_decref(j);
+	resp = MHD_create_response_from_buffer(text ? strlen(text) : 0, text,
+	    text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	if (resp == NULL) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+	    "application/json");
+	if (status == MHD_HTTP_UNAUTHORIZED)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+		    "Bearer realm=\"moat\"");
+	if (retry_s != 0) {
+		snprintf(retry, sizeof(retry), "%u", retry_s);
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER,
+		    retry);
+	}
+	ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* refuse_rate: 429 for the bucket of `whose` ("this address"). */
+static enum MHD_Result
+refuse_rate(struct moat_http *h, struct MHD_Connection *conn, bool mcp,
+    const char *whose, uint32_t retry_s)
+{
+	char *msg =
+	    moat_asprintf("too many requests from %s: at most %u a "
+	                  "second, %u at once ([gateway] rate-limit-rps, "
+	                  "rate-limit-burst); retry in %u s",
+	        whose, h->rps, h->burst, retry_s);
+	enum MHD_Result ret = refuse(conn, mcp, MHD_HTTP_TOO_MANY_REQUESTS,
+	    MOAT_RESOURCE_EXHAUSTED, msg ? msg : "too many requests", retry_s);
+
+	free(msg);
+	return ret;
+}
+
+/* admit: the checks made on a request's headers before a byte of its
+ * body is read: the client address's bucket, then (a URL that needs one,
+ * auth on) the API key, then the key's bucket. *refused false: go on;
+ * true: the refusal is queued (or could not be: MHD_NO). */
+static enum MHD_Result
+admit(struct moat_http *h, struct MHD_Connection *conn, const char *url,
+    bool *refused)
+{
+	const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    MHD_HTTP_HEADER_AUTHORIZATION);
+	bool mcp = strcmp(url, "/mcp") == 0 || strcmp(url, "/mcp/") == 0;
+	char name[MOAT_RATELIMIT_NAME_MAX], key_id[MOAT_AUTH_KEY_ID_LEN + 1];
+	const char *key;
+	char *errmsg = NULL;
+	uint32_t retry = 0;
+	uint64_t now = moat_rpc_now_ms();
+	enum MHD_Result ret;
+	int rv;
+
+	*refused = true;
+	client_name(conn, name, sizeof(name));
+	if (!moat_ratelimit_take(h->rl, name, now, &retry))
+		return refuse_rate(h, conn, mcp, "this address", retry);
+	if (!needs_key(url)) {
+		*refused = false;
+		return MHD_YES;
+	}
+	if ((rv = bearer_key(authz, &key, &errmsg)) == MOAT_OK)
+		rv = moat_gateway_check_key(h->gw, key, key_id);
+	if (rv != MOAT_OK) {
+		__atomic_add_fetch(&h->refused_auth, 1, __ATOMIC_RELAXED);
+		ret = refuse(conn, mcp,
+		    rv == MOAT_UNAUTHENTICATED ?
+		        MHD_HTTP_UNAUTHORIZED :
+		        MHD_HTTP_INTERNAL_SERVER_ERROR,
+		    rv,
+		    errmsg ? errmsg :
+		        rv == MOAT_UNAUTHENTICATED ?
+		             "an API key is required: send \"Authorization: "
+		             "Bearer <key>\" (" MOAT_AUTH_UNAUTHENTICATED_MSG
+		             ")" :
+		             "the gateway's key store failed: see the gateway "
+		             "log",
+		    0);
+		free(errmsg);
+		return ret;
+	}
+	if (key_id[0] != '\0') {
+		snprintf(name, sizeof(name), "k:%s", key_id);
+		if (!moat_ratelimit_take(h->rl, name, now, &retry))
+			return refuse_rate(h, conn, mcp, "this API key",
+			    retry);
+	}
+	*refused = false;
+	return MHD_YES;
+}
+
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *conn, const char *url,
     const char *method, const char *version, const char *upload_data,
@@ -1285,14 +1558,23 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		const char *cl = MHD_lookup_connection_value(conn,
 		    MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 
+		enum MHD_Result ret;
+
 		if ((hr = calloc(1, sizeof(*hr))) == NULL)
 			return MHD_NO;
 		*con_cls = hr;
+		ret = admit(h, conn, url, &hr->refused);
+		if (hr->refused)
+			return ret;
 		/* Refused before reading a byte of it. */
 		if (cl != NULL && strtoull(cl, NULL, 10) > MOAT_HTTP_MAX_BODY)
 			hr->too_large = true;
 		else
 			return MHD_YES;
+	}
+	if (hr->refused) { /* answered already: the body is dropped */
+		*upload_data_size = 0;
+		return MHD_YES;
 	}
 	if (*upload_data_size > 0) {
 		size_t n = *upload_data_size;
@@ -1486,6 +1768,18 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 	moat_gateway_service(gw, &svc);
 	h->gw = gw;
 	h->service = svc.descriptor;
+	h->rps =
+	    opts->rate_limit_rps ? opts->rate_limit_rps : MOAT_RATELIMIT_RPS;
+	h->burst = opts->rate_limit_burst ? opts->rate_limit_burst :
+	                                    MOAT_RATELIMIT_BURST;
+	if (h->rps == MOAT_HTTP_UNLIMITED)
+		h->rps = 0;
+	if ((h->rl = moat_ratelimit_new(h->rps, h->burst,
+	         MOAT_RATELIMIT_SLOTS)) == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		*errmsg = moat_asprintf("out of memory starting HTTP");
+		goto fail;
+	}
 	if (moat_mcp_http_new(&h->mcp, opts->mcp_max_sessions,
 	        opts->mcp_idle_s) != MOAT_OK) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
@@ -1501,9 +1795,13 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 	h->daemon = MHD_start_daemon(flags | (h->tls_cert ? MHD_USE_TLS : 0),
 	    0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
 	    (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-	    (unsigned)MOAT_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-	    (unsigned)MOAT_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED,
-	    on_completed, h,
+	    (unsigned)MOAT_HTTP_MAX_CONNECTIONS,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+	    (unsigned)(opts->max_conns_per_addr ?
+	            opts->max_conns_per_addr :
+	            MOAT_HTTP_MAX_CONNS_PER_ADDR),
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MOAT_HTTP_IDLE_TIMEOUT_S,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 	    h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
 	    h->tls_cert, MHD_OPTION_HTTPS_MEM_KEY, h->tls_key, MHD_OPTION_END);
 	if (h->daemon == NULL) {
@@ -1544,6 +1842,7 @@ moat_http_stop(struct moat_http *h)
 		MHD_stop_daemon(h->daemon);
 	moat_rpc_server_stop(h->dispatcher);
 	moat_mcp_http_free(h->mcp);
+	moat_ratelimit_free(h->rl);
 	free(h->tls_cert);
 	if (h->tls_key != NULL) {
 		explicit_bzero(h->tls_key, strlen(h->tls_key));

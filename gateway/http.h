@@ -20,7 +20,8 @@
 #define MOAT_HTTP_IDLE_TIMEOUT_S 120
 #define MOAT_HTTP_MCP_MAX_SESSIONS 256 /* mcp-max-sessions default */
 #define MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT 65536u
-#define MOAT_HTTP_MCP_IDLE_S 3600 /* mcp-idle-s default */
+#define MOAT_HTTP_MCP_IDLE_S 3600      /* mcp-idle-s default */
+#define MOAT_HTTP_UNLIMITED UINT32_MAX /* rate-limit-rps 0: no limit */
 
 struct moat_http;
 
@@ -35,13 +36,24 @@ struct moat_http_opts {
 	 * the door serves HTTPS (libmicrohttpd with GnuTLS). */
 	const char *tls_cert;
 	const char *tls_key;
+	/* [gateway] rate-limit-rps / rate-limit-burst: each client address
+	 * (an IPv6 one by its /64) and each API key may make rps requests
+	 * a second, up to burst at once; more are answered 429 with
+	 * Retry-After (0: MOAT_RATELIMIT_RPS / MOAT_RATELIMIT_BURST of
+	 * ratelimit.h; rps MOAT_HTTP_UNLIMITED: no limit).
+	 * max-conns-per-addr: connections at once from one address, more
+	 * are closed at accept (0: MOAT_HTTP_MAX_CONNS_PER_ADDR). */
+	uint32_t rate_limit_rps, rate_limit_burst, max_conns_per_addr;
 };
 
 /* moat_http_start: serves the HTTP door on `addr` ("host:port",
  * "[v6addr]:port", numeric hosts only; port 0 picks a free port, see
  * moat_http_port) in front of `gw`, which must outlive the door (stop
  * the door first), with `opts` (borrowed; NULL: the defaults). One
- * thread per connection, at most MOAT_HTTP_MAX_CONNECTIONS. On MOAT_OK
+ * thread per connection, at most MOAT_HTTP_MAX_CONNECTIONS. With auth on,
+ * /mcp and /v1/ (but /v1/openapi.json and /v1/rpc/Health) need a valid
+ * key, checked with the rate limits on the request's headers before its
+ * body is read (401 with WWW-Authenticate: Bearer). On MOAT_OK
  * *out is the caller's (moat_http_stop). On failure returns
  * INVALID_ARGUMENT (a bad address or option) or UNAVAILABLE (cannot
  * listen) with *errmsg (heap, caller frees) naming the address or
@@ -49,6 +61,18 @@ struct moat_http_opts {
 int moat_http_start(struct moat_http **out, struct moat_gateway *gw,
     const char *addr, const struct moat_http_opts *opts, char **errmsg)
     __attribute__((warn_unused_result));
+
+/* moat_http_decode: what the door makes of a request before it calls the
+ * gateway, without a connection (for the fuzz target
+ * tests/fuzz/services/fuzz_http_route.c): the route of `method` `url`
+ * (unescaped, as libmicrohttpd hands it over), its input message of
+ * service `svc` from the JSON `body` (`len` bytes) or the raw query
+ * string `query` (after '?'; NULL: none) and the URL id. On MOAT_OK *out
+ * is the message (protobuf_c_message_free_unpacked; NULL for /healthz);
+ * otherwise a status with *errmsg (heap, caller frees). */
+int moat_http_decode(const ProtobufCServiceDescriptor *svc, const char *method,
+    const char *url, const char *query, const char *body, size_t len,
+    ProtobufCMessage **out, char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_http_port: the TCP port the door listens on. */
 uint16_t moat_http_port(const struct moat_http *h);

@@ -14,6 +14,7 @@
 #include "auth.h"
 #include "gateway.h"
 #include "http.h"
+#include "ratelimit.h"
 #include "moat/config.h"
 #include "moat/log.h"
 #include "moat/service.h"
@@ -258,6 +259,40 @@ gateway_tls(struct gateway_main *m, struct moat_config *cfg, char **errmsg)
 	return MOAT_OK;
 }
 
+/* http_limits: [gateway] rate-limit-rps (0: none), rate-limit-burst and
+ * max-conns-per-addr of the HTTP door. */
+static int
+http_limits(struct moat_http_opts *o, struct moat_config *cfg, char **errmsg)
+{
+	uint64_t rps = 0, burst = 0, conns = 0;
+	int rv;
+
+	if ((rv = moat_config_get_u64(cfg, SECTION, "rate-limit-rps",
+	         MOAT_RATELIMIT_RPS, &rps, errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "rate-limit-burst",
+	         MOAT_RATELIMIT_BURST, &burst, errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "max-conns-per-addr",
+	         MOAT_HTTP_MAX_CONNS_PER_ADDR, &conns, errmsg)) != MOAT_OK)
+		return rv;
+	if (rps > 1000000 || burst < 1 || burst > 1000000 || conns < 1 ||
+	    conns > MOAT_HTTP_MAX_CONNECTIONS) {
+		*errmsg = moat_asprintf(
+		    "[gateway] rate-limit-rps must be "
+		    "0-1000000 (0: no limit), rate-limit-burst 1-1000000 and "
+		    "max-conns-per-addr 1-%u",
+		    MOAT_HTTP_MAX_CONNECTIONS);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (rps == 0)
+		moat_warn(0,
+		    "moat-gateway: rate-limit-rps is 0: the HTTP "
+		    "door has no rate limit");
+	o->rate_limit_rps = rps ? (uint32_t)rps : MOAT_HTTP_UNLIMITED;
+	o->rate_limit_burst = (uint32_t)burst;
+	o->max_conns_per_addr = (uint32_t)conns;
+	return MOAT_OK;
+}
+
 static int
 gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
     char **errmsg)
@@ -305,6 +340,8 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	}
 	m->http_opts.mcp_max_sessions = (uint32_t)mcp_max;
 	m->http_opts.mcp_idle_s = (uint32_t)mcp_idle;
+	if ((rv = http_limits(&m->http_opts, cfg, errmsg)) != MOAT_OK)
+		return rv;
 	if ((rv = moat_config_get_bool(cfg, SECTION, "auth", true, &auth,
 	         errmsg)) != MOAT_OK ||
 	    (rv = retention_config(cfg, errmsg)) != MOAT_OK)

@@ -8,7 +8,9 @@
  * responses, 400 malformed or no session header, 404 unknown session,
  * 405 GET, 403 foreign Origin, 503 a full table. A session answers only
  * requests with the Authorization header it was initialized with, so an
- * id alone does not reach another caller's default sandbox.
+ * id alone does not reach another caller's default sandbox. With keys
+ * on, a request without a valid key never gets here: http.c answers 401
+ * on its headers, before its body is read, so no session is made.
  * Not for: JSON-RPC itself (lib/mcp/mcp.c).
  */
 #include <pthread.h>
@@ -104,6 +106,18 @@ moat_mcp_http_free(struct moat_mcp_http *m)
 	free(m->entries);
 	pthread_mutex_destroy(&m->lock);
 	free(m);
+}
+
+size_t
+moat_mcp_http_sessions(struct moat_mcp_http *m)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->max_sessions; i++)
+		n += m->entries[i] != NULL;
+	pthread_mutex_unlock(&m->lock);
+	return n;
 }
 
 /* ---- replies ---- */

@@ -43,6 +43,9 @@ int moat_mcp_http_new(struct moat_mcp_http **out, size_t max_sessions,
  * their owners). No request may be in progress. Safe on NULL. */
 void moat_mcp_http_free(struct moat_mcp_http *m);
 
+/* moat_mcp_http_sessions: how many sessions the table holds now. */
+size_t moat_mcp_http_sessions(struct moat_mcp_http *m);
+
 /* moat_mcp_http_serve: answers one request to /mcp: `method` is the HTTP
  * method, `body` (`len` bytes, may be NULL) the request body. Gateway
  * methods run through `call` with `arg`; an initialize that evicts a

@@ -383,7 +383,8 @@ agent_file_list(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 			goto fail_mem;
 		ents[n++].st = st;
 	}
-	qsort(ents, n, sizeof(*ents), files_entry_cmp);
+	if (n > 1) /* an empty directory has ents NULL: no qsort(NULL) */
+		qsort(ents, n, sizeof(*ents), files_entry_cmp);
 	infos = calloc(n ? n : 1, sizeof(*infos));
 	ptrs = calloc(n ? n : 1, sizeof(*ptrs));
 	paths = calloc(n ? n : 1, sizeof(*paths));

@@ -13,6 +13,8 @@ export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
 export MOAT_IMAGE_DIR=${MOAT_IMAGE_DIR:-$repo/images/out}
 export MOAT_VMD_SNAPSHOT_RAM_MIB=${MOAT_VMD_SNAPSHOT_RAM_MIB:-2048}
 export MOAT_GATEWAY_HTTP=127.0.0.1:$port
+# Endurance, not abuse: the HTTP door's rate limit off (rate-limit-rps).
+export MOAT_GATEWAY_RATE_LIMIT_RPS=${MOAT_GATEWAY_RATE_LIMIT_RPS:-0}
 trap 'MOAT_STATE_DIR=$state bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1 || :; rm -rf "$state"' EXIT
 bash "$repo/deploy/moat-stack" start
 export MOAT_URL=http://127.0.0.1:$port MOAT_API_KEY=$(cat "$state/api-key")

@@ -4,7 +4,8 @@
  * flips, interesting bytes, inserts, deletes, truncation, splices, big
  * varints) of the target's seeds, plus the seeds themselves. Same seed,
  * same inputs, so a failure in CI reproduces with the same command.
- * Usage: fuzz_X [ITERATIONS] | fuzz_X FILE... (run saved inputs).
+ * Usage: fuzz_X [ITERATIONS] | fuzz_X FILE... (run saved inputs) |
+ * fuzz_X --write-seeds DIR (the seeds as files, a corpus for libFuzzer).
  * MOAT_FUZZ_SEED changes the stream. Not for: coverage-guided fuzzing
  * (build with clang -fsanitize=fuzzer for that).
  */
@@ -189,6 +190,29 @@ run_file(const char *path)
 	return 0;
 }
 
+/* write_seeds: each seed as DIR/seed-N. */
+static int
+write_seeds(const char *dir)
+{
+	char path[4096];
+
+	moat_fuzz_seeds(add_seed);
+	for (size_t i = 0; i < n_seeds; i++) {
+		FILE *fp;
+
+		snprintf(path, sizeof(path), "%s/seed-%02zu", dir, i);
+		if ((fp = fopen(path, "wb")) == NULL ||
+		    fwrite(seeds[i].data, 1, seeds[i].len, fp) !=
+		        seeds[i].len ||
+		    fclose(fp) != 0) {
+			fprintf(stderr, "%s: %s\n", path, strerror(errno));
+			return 1;
+		}
+	}
+	printf("%zu seeds written to %s\n", n_seeds, dir);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -197,6 +221,8 @@ main(int argc, char **argv)
 	const char *seed_env = getenv("MOAT_FUZZ_SEED");
 	char *end;
 
+	if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0)
+		return write_seeds(argv[2]);
 	if (argc > 1) {
 		iterations = strtoul(argv[1], &end, 10);
 		if (*end != '\0') {

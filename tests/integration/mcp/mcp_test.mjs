@@ -136,8 +136,19 @@ async function main() {
   // Raw HTTP: errors of the transport itself.
   const url = process.env.MCP_URL;
   const g = await fetch(url, { method: "GET",
-    headers: { accept: "text/event-stream" } });
+    headers: { accept: "text/event-stream", ...bearer } });
   check(g.status === 405, `http: GET /mcp -> 405 (${g.status})`);
+  // With keys on, no key is 401 before the body is read: no session.
+  const anon = await fetch(url, { method: "POST",
+    headers: { "content-type": "application/json",
+      accept: "application/json, text/event-stream" },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize",
+      params: { protocolVersion: "2025-03-26", capabilities: {},
+        clientInfo: { name: "anon", version: "0" } } }) });
+  check(anon.status === 401 &&
+    (anon.headers.get("www-authenticate") || "").startsWith("Bearer") &&
+    !anon.headers.get("mcp-session-id"),
+    `http: initialize without a key -> 401 + WWW-Authenticate (${anon.status})`);
   const post = (body, headers = {}) => fetch(url, { method: "POST",
     headers: { "content-type": "application/json",
       accept: "application/json, text/event-stream", ...bearer, ...headers },
@@ -170,29 +181,32 @@ async function main() {
   check(del.status === 204, `http: DELETE -> 204 (${del.status})`);
 
   // The caller's auth reaches the gateway: a wrong key is refused there.
+  // A key the gateway refuses: 401 at initialize, before the body is
+  // read, and no session is made.
   const init2 = await post(JSON.stringify({ jsonrpc: "2.0", id: 1,
     method: "initialize", params: { protocolVersion: "2025-06-18",
       capabilities: {}, clientInfo: { name: "raw", version: "0" } } }),
   { authorization: "Bearer not-a-key" });
-  const sid2 = init2.headers.get("mcp-session-id");
-  const denied = await post(JSON.stringify({ jsonrpc: "2.0", id: 2,
-    method: "tools/call", params: { name: "sandbox_list", arguments: {} } }),
-  { "mcp-session-id": sid2, authorization: "Bearer not-a-key" });
-  const dj = await denied.json();
-  check(dj.result && dj.result.isError &&
-    /UNAUTHENTICATED|PERMISSION_DENIED/.test(text(dj.result)),
-    `http: a bad API key makes tools fail (${text(dj.result || {})})`);
+  check(init2.status === 401 && !init2.headers.get("mcp-session-id"),
+    `http: a bad API key gets no session (${init2.status})`);
+  // A session answers only the key it was initialized with.
+  const other = { authorization: `Bearer ${process.env.MOAT_API_KEY_OTHER}` };
+  const init3 = await post(JSON.stringify({ jsonrpc: "2.0", id: 1,
+    method: "initialize", params: { protocolVersion: "2025-06-18",
+      capabilities: {}, clientInfo: { name: "raw", version: "0" } } }));
+  const sid2 = init3.headers.get("mcp-session-id");
   const stolen = await post(JSON.stringify({ jsonrpc: "2.0", id: 3,
-    method: "tools/list" }), { "mcp-session-id": sid2 });
+    method: "tools/list" }), { "mcp-session-id": sid2, ...other });
   check(stolen.status === 404,
     `http: a session id with another key is not found (${stolen.status})`);
   const del2 = await fetch(url, { method: "DELETE",
-    headers: { "mcp-session-id": sid2, authorization: "Bearer not-a-key" } });
+    headers: { "mcp-session-id": sid2, ...bearer } });
   check(del2.status === 204, `http: its own caller ends it (${del2.status})`);
 
   // Eviction (mcp-max-sessions 1, mcp-idle-s 0): session A makes its
-  // sandbox; B, initialized with a key the gateway refuses, evicts A.
-  // A's sandbox goes only if the eviction destroyed it with A's own key.
+  // sandbox; B, initialized with another tenant's key (which cannot
+  // reach A's sandbox), evicts A. A's sandbox goes only if the eviction
+  // destroyed it with A's own key.
   const initBody = JSON.stringify({ jsonrpc: "2.0", id: 1,
     method: "initialize", params: { protocolVersion: "2025-06-18",
       capabilities: {}, clientInfo: { name: "raw", version: "0" } } });
@@ -214,7 +228,7 @@ async function main() {
     `http: session A runs code (${text(raj.result || {}).trim()})`);
   check((await mcpOf(sidA)).length === 1,
     "http: session A's sandbox is labelled mcp-session=A");
-  const ib = await post(initBody, { authorization: "Bearer not-a-key" });
+  const ib = await post(initBody, other);
   const sidB = ib.headers.get("mcp-session-id");
   check(ib.status === 200 && sidB && sidB !== sidA,
     `http: session B evicts A from the full table (${ib.status})`);
@@ -227,7 +241,7 @@ async function main() {
     `http: the evicted session's sandbox was destroyed with its own key ` +
     `(${leftA.map((s) => s.id).join(", ") || "none left"})`);
   const delB = await fetch(url, { method: "DELETE",
-    headers: { "mcp-session-id": sidB, authorization: "Bearer not-a-key" } });
+    headers: { "mcp-session-id": sidB, ...other } });
   check(delB.status === 204, `http: B ends (${delB.status})`);
 }
 

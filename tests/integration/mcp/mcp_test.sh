@@ -49,6 +49,12 @@ echo "ok - stack starts (HTTP on $port)"
 # client sends it as Authorization: Bearer.
 MOAT_API_KEY=$(cat "$state/api-key") || { echo "FAIL - the stack made no API key"; exit 1; }
 export MOAT_API_KEY
+# A second tenant's key: with keys on, a key the gateway refuses gets no
+# MCP session at all (401), so another caller is another tenant.
+MOAT_API_KEY_OTHER=$("$bin/moat-gateway" keys create --tenant other \
+	--state-dir "$state" 2>/dev/null) ||
+	{ echo "FAIL - cannot create a second API key"; exit 1; }
+export MOAT_API_KEY_OTHER
 
 # The client resolves the SDK next to the script it runs.
 cp "$here/mcp_test.mjs" "$work/"

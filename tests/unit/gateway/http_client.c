@@ -79,6 +79,10 @@ on_header(char *data, size_t size, size_t n, void *cls)
 	    sizeof(t->r->session));
 	header_value(data, size * n, "Allow", t->r->allow,
 	    sizeof(t->r->allow));
+	header_value(data, size * n, "Retry-After", t->r->retry_after,
+	    sizeof(t->r->retry_after));
+	header_value(data, size * n, "WWW-Authenticate",
+	    t->r->www_authenticate, sizeof(t->r->www_authenticate));
 	return size * n;
 }
 

@@ -3,7 +3,8 @@
  * (test_http, test_auth, test_mcp_http) call the HTTP door with: one
  * request with a body, a chunked upload or none and extra headers,
  * answered with the status, the body (parsed when it is JSON), and the
- * Content-Type, Allow and Mcp-Session-Id headers; and the wait until a
+ * Content-Type, Allow, Mcp-Session-Id, Retry-After and
+ * WWW-Authenticate headers; and the wait until a
  * gateway sees its fake node (fake_node.h).
  * Not for: anything but cmocka tests (a failed transfer fails the
  * running test), nor reading a stream as it comes: a transfer is read
@@ -44,9 +45,11 @@ struct http_client_resp {
 	char *body;  /* heap, NUL-terminated; NULL: empty */
 	size_t len;
 	char content_type[128];
-	char allow[128];   /* the Allow header */
-	char session[128]; /* the Mcp-Session-Id header */
-	json_t *json;      /* the body, when application/json */
+	char allow[128];            /* the Allow header */
+	char session[128];          /* the Mcp-Session-Id header */
+	char retry_after[32];       /* the Retry-After header (429) */
+	char www_authenticate[128]; /* the WWW-Authenticate header (401) */
+	json_t *json;               /* the body, when application/json */
 };
 
 /* http_client_request: sends `req` to http://127.0.0.1:<port> and fills

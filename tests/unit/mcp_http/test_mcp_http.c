@@ -9,7 +9,11 @@
  * through the gateway's own handlers. Then eviction, with keys on, a
  * fake node and a real moat-sessiond (the default sandbox is recorded):
  * a full table evicts the least recently used idle session and destroys
- * its sandbox with that session's own key, not the evicting caller's.
+ * its sandbox with that session's own key, not the evicting caller's;
+ * initializes without a valid key are 401 and leave the table empty; over
+ * the rate limit requests are 429 with Retry-After, per address and per
+ * key (a key spent from one address is refused from another); a
+ * connection over max-conns-per-addr is closed.
  * Calls go through the gateway tests' libcurl client (http_client.h).
  * Not for: the protocol's details (tests/unit/mcp) or VMs (mcp_sdk).
  */
@@ -23,6 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -472,6 +480,305 @@ test_evict_destroys_as_victim(void **state)
 	authz = NULL;
 }
 
+/* open_door: a second door on E.gw with `o`, the calls' port moved to
+ * it; close_door puts the first one back. */
+static struct moat_http *
+open_door(const struct moat_http_opts *o, uint16_t *saved)
+{
+	struct moat_http *h = NULL;
+	char *errmsg = NULL;
+
+	if (moat_http_start(&h, E.gw, "127.0.0.1:0", o, &errmsg) != MOAT_OK)
+		fail_msg("http: %s", errmsg);
+	*saved = E.port;
+	E.port = moat_http_port(h);
+	return h;
+}
+
+static void
+close_door(struct moat_http *h, uint16_t saved)
+{
+	E.port = saved;
+	moat_http_stop(h);
+}
+
+/* mcp_sessions: moat_mcp_sessions of the door's /metrics. */
+static long
+mcp_sessions(void)
+{
+	struct http_client_resp r;
+	const char *p;
+	long n = -1;
+
+	request("GET", "/metrics", NULL, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	p = r.body ? strstr(r.body, "\nmoat_mcp_sessions ") : NULL;
+	assert_non_null(p);
+	n = strtol(p + strlen("\nmoat_mcp_sessions "), NULL, 10);
+	http_client_resp_free(&r);
+	return n;
+}
+
+/* With keys on, 300 initializes without a valid key (none, a malformed
+ * header, an unknown key, a malformed body) are 401 with
+ * WWW-Authenticate: Bearer and a JSON-RPC error, and make no session:
+ * the table stays empty and a keyed initialize still gets a slot of a
+ * 2-session table. The body of a refused request is never parsed (a
+ * malformed one is 401, not 400). */
+static void
+test_unauthenticated_initialize(void **state)
+{
+	static const struct moat_http_opts o = { .mcp_max_sessions = 2,
+		.mcp_idle_s = 3600,
+		.rate_limit_rps = 1000000,
+		.rate_limit_burst = 1000000 };
+	static const char *const bad[] = { NULL, "Basic dXNlcjpwYXNz",
+		"Bearer moat_000000000000_nosuchsecret", "Bearer " };
+	char acme[256], sid[128];
+	struct http_client_resp r;
+	uint16_t saved;
+	struct moat_http *h = open_door(&o, &saved);
+
+	for (int i = 0; i < 300; i++) {
+		authz = bad[i % 4];
+		mcp("POST", i % 5 == 4 ? "{not json" : INIT, NULL, NULL, &r);
+		if (r.status != 401)
+			fail_msg("unauthenticated initialize %d (%s): %ld %s",
+			    i, authz ? authz : "no header", r.status,
+			    r.body ? r.body : "");
+		assert_string_equal(r.session, "");
+		assert_true(strncmp(r.www_authenticate, "Bearer", 6) == 0);
+		assert_int_equal(rpc_error(&r), -32600);
+		assert_non_null(strstr(r.body, "Bearer <"));
+		http_client_resp_free(&r);
+	}
+	authz = NULL;
+	assert_int_equal(mcp_sessions(), 0);
+	/* A route of the API is refused the same way, in its own shape. */
+	request("GET", "/v1/sessions", NULL, NULL, NULL, &r);
+	assert_int_equal(r.status, 401);
+	assert_true(strncmp(r.www_authenticate, "Bearer", 6) == 0);
+	assert_string_equal(json_string_value(json_object_get(r.json, "code")),
+	    "UNAUTHENTICATED");
+	http_client_resp_free(&r);
+	/* Health and the OpenAPI document answer anyone. */
+	request("POST", "/v1/rpc/Health", "{}", NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_client_resp_free(&r);
+
+	snprintf(acme, sizeof(acme), "Bearer %s", E.key_acme);
+	authz = acme;
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	snprintf(sid, sizeof(sid), "%s", r.session);
+	http_client_resp_free(&r);
+	assert_int_equal(mcp_sessions(), 1);
+	mcp("DELETE", NULL, sid, NULL, &r);
+	assert_int_equal(r.status, 204);
+	http_client_resp_free(&r);
+	authz = NULL;
+	close_door(h, saved);
+}
+
+/* Over the rate (1 a second, 2 at once): 429 with Retry-After and the
+ * limit named, on /mcp (a JSON-RPC error) and on the routes ({"code":
+ * "RESOURCE_EXHAUSTED"}), keyed or not, until a token is back. */
+static void
+test_rate_limited(void **state)
+{
+	static const struct moat_http_opts o = { .mcp_max_sessions = 4,
+		.mcp_idle_s = 3600,
+		.rate_limit_rps = 1,
+		.rate_limit_burst = 2 };
+	char acme[256];
+	struct http_client_resp r;
+	uint16_t saved;
+	struct moat_http *h = open_door(&o, &saved);
+	int ok = 0;
+
+	snprintf(acme, sizeof(acme), "Bearer %s", E.key_acme);
+	authz = acme;
+	for (int i = 0; i < 3; i++) {
+		mcp("POST", INIT, NULL, NULL, &r);
+		if (r.status == 200) {
+			ok++;
+		} else {
+			assert_int_equal(r.status, 429);
+			assert_true(atoi(r.retry_after) >= 1);
+			assert_int_equal(rpc_error(&r), -32600);
+			assert_non_null(strstr(r.body, "rate-limit-rps"));
+		}
+		http_client_resp_free(&r);
+	}
+	/* Two at once; a third within the second may have one back. */
+	assert_true(ok >= 2 && ok <= 3);
+	request("GET", "/v1/sessions", NULL, NULL, NULL, &r);
+	if (r.status == 429) {
+		assert_true(atoi(r.retry_after) >= 1);
+		assert_string_equal(json_string_value(
+		                        json_object_get(r.json, "code")),
+		    "RESOURCE_EXHAUSTED");
+	}
+	http_client_resp_free(&r);
+	/* Without a key too: the address's bucket comes first. */
+	authz = NULL;
+	for (int i = 0; i < 3; i++) {
+		mcp("POST", INIT, NULL, NULL, &r);
+		if (r.status == 429)
+			break;
+		http_client_resp_free(&r);
+	}
+	assert_int_equal(r.status, 429);
+	assert_true(atoi(r.retry_after) >= 1);
+	http_client_resp_free(&r);
+	/* A token back: keyed requests go through again. */
+	nng_msleep(2100);
+	authz = acme;
+	mcp("POST", LIST, NULL, NULL, &r);
+	assert_int_equal(r.status, 400); /* past the limits: no session id */
+	http_client_resp_free(&r);
+	authz = NULL;
+	close_door(h, saved);
+}
+
+/* raw_connect: a TCP connection to the door, or -1. */
+static int
+raw_connect(uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		.sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* raw_healthz: sends GET /healthz on fd; true when a 200 comes back,
+ * false when the door closed the connection or said something else. */
+static bool
+raw_healthz(int fd)
+{
+	static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n"
+	                          "Connection: close\r\n\r\n";
+	struct timeval tv = { .tv_sec = 5 };
+	char buf[256] = "";
+	ssize_t n;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) < 0)
+		return false;
+	n = recv(fd, buf, sizeof(buf) - 1, 0);
+	return n > 0 && strncmp(buf, "HTTP/1.1 200", 12) == 0;
+}
+
+/* max-conns-per-addr 2: a third connection from the same address is
+ * closed at once, and one more is served when one of the two ends. */
+static void
+test_conn_cap(void **state)
+{
+	static const struct moat_http_opts o = { .mcp_max_sessions = 2,
+		.max_conns_per_addr = 2 };
+	uint16_t saved;
+	struct moat_http *h = open_door(&o, &saved);
+	int a = raw_connect(E.port), b = raw_connect(E.port), c, d;
+
+	assert_true(a >= 0 && b >= 0);
+	nng_msleep(100); /* both accepted before the third */
+	c = raw_connect(E.port);
+	if (c >= 0) {
+		assert_false(raw_healthz(c));
+		close(c);
+	}
+	assert_true(raw_healthz(a));
+	close(a);
+	nng_msleep(200); /* the door sees it gone */
+	d = raw_connect(E.port);
+	assert_true(d >= 0);
+	assert_true(raw_healthz(d));
+	close(d);
+	close(b);
+	close_door(h, saved);
+}
+
+/* raw_from: sends `method` `path` with the Authorization `auth` (may be
+ * NULL) and a
+ * small JSON body from source address `src` (a 127.x address: any of
+ * them reaches the door on 127.0.0.1) and returns the HTTP status (0:
+ * no answer); the head and body into buf (size bytes). */
+static int
+raw_from(const char *src, const char *method, const char *path,
+    const char *auth, char *buf, size_t size)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+		.sin_port = htons(E.port) };
+	struct sockaddr_in from = { .sin_family = AF_INET };
+	struct timeval tv = { .tv_sec = 5 };
+	char req[1024];
+	int fd = socket(AF_INET, SOCK_STREAM, 0), n, status = 0;
+	size_t got = 0;
+	ssize_t r;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	inet_pton(AF_INET, src, &from.sin_addr);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof(from)), 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	n = snprintf(req, sizeof(req),
+	    "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+	    "%s%s%sContent-Type: application/json\r\n"
+	    "Content-Length: 2\r\n\r\n{}",
+	    method, path, auth ? "Authorization: " : "", auth ? auth : "",
+	    auth ? "\r\n" : "");
+	if (send(fd, req, (size_t)n, MSG_NOSIGNAL) == n)
+		while (got < size - 1 &&
+		    (r = recv(fd, buf + got, size - 1 - got, 0)) > 0)
+			got += (size_t)r;
+	buf[got] = '\0';
+	close(fd);
+	if (sscanf(buf, "HTTP/1.1 %d", &status) != 1)
+		status = 0;
+	return status;
+}
+
+/* Per key, not only per address: a key that spent its burst from one
+ * address is 429 from another address whose own bucket is full, while
+ * that address without the key is still served. */
+static void
+test_rate_limited_per_key(void **state)
+{
+	static const struct moat_http_opts o = { .mcp_max_sessions = 2,
+		.rate_limit_rps = 1,
+		.rate_limit_burst = 2 };
+	char acme[256], buf[4096];
+	uint16_t saved;
+	struct moat_http *h = open_door(&o, &saved);
+	int limited = 0;
+
+	snprintf(acme, sizeof(acme), "Bearer %s", E.key_acme);
+	/* /mcp without a session id: 400 at once, past the limits. */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(raw_from("127.0.0.1", "POST", "/mcp", acme,
+		                     buf, sizeof(buf)),
+		    400);
+	/* 127.0.0.2 is new: only the key's bucket can refuse. */
+	for (int i = 0; i < 2 && !limited; i++)
+		if (raw_from("127.0.0.2", "POST", "/mcp", acme, buf,
+		        sizeof(buf)) == 429)
+			limited = 1;
+	assert_true(limited);
+	assert_non_null(strstr(buf, "this API key"));
+	assert_non_null(strstr(buf, "Retry-After: "));
+	assert_int_equal(raw_from("127.0.0.3", "GET", "/healthz", NULL, buf,
+	                     sizeof(buf)),
+	    200);
+	close_door(h, saved);
+}
+
 int
 main(void)
 {
@@ -482,6 +789,10 @@ main(void)
 	};
 	const struct CMUnitTest evict_tests[] = {
 		cmocka_unit_test(test_evict_destroys_as_victim),
+		cmocka_unit_test(test_unauthenticated_initialize),
+		cmocka_unit_test(test_rate_limited),
+		cmocka_unit_test(test_rate_limited_per_key),
+		cmocka_unit_test(test_conn_cap),
 	};
 	int failed;
 
