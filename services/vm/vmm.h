@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct vmd_jail;
+
 /* What to boot. Every string is borrowed from the caller for the duration
  * of `start`. */
 struct moat_vmm_spec {
@@ -55,6 +57,8 @@ struct moat_vmm {
 	                              keeps none (then no snapshot) */
 	char *qmp_socket;   /* the VMM's control socket */
 	void *driver_data;  /* the driver's own, freed by release */
+	/* The VMM's jail (jail.h), freed by release; NULL: none. */
+	struct vmd_jail *jail;
 };
 
 /* What `snapshot` wrote into a snapshot directory, and how long the

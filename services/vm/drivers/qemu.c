@@ -28,6 +28,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "../extents.h"
+#include "../jail.h"
 #include "../ramdir.h"
 #include "../spawn.h"
 #include "../sync.h"
@@ -141,6 +142,29 @@ path_ok(const char *p)
 	return p != NULL && strchr(p, ',') == NULL;
 }
 
+/* QEMU's own seccomp filter, given to every VMM (jail.h):
+ * -sandbox with the obsolete, privilege, spawn and resource calls
+ * denied. */
+#define QEMU_SANDBOX                                                          \
+	"on,obsolete=deny,elevateprivileges=deny,spawn=deny,"                 \
+	"resourcecontrol=deny"
+
+/* A QEMU built without seccomp refuses -sandbox: the jail then lacks it
+ * (vmd_jail_missing_add). `binary` has no single quote (checked by
+ * vmd_version_line). */
+static void
+qemu_probe_sandbox(const char *binary)
+{
+	char *cmd = moat_asprintf("'%s' -sandbox " QEMU_SANDBOX
+	                          " -version >/dev/null 2>&1",
+	    binary);
+
+	if (cmd != NULL && system(cmd) != 0)
+		vmd_jail_missing_add("qemu -sandbox (this QEMU was built "
+		                     "without seccomp)");
+	free(cmd);
+}
+
 static int
 qemu_probe(const char *binary, char **version, char **errmsg)
 {
@@ -158,6 +182,7 @@ qemu_probe(const char *binary, char **version, char **errmsg)
 		    binary);
 	if (rv != MOAT_OK)
 		return rv;
+	qemu_probe_sandbox(binary);
 	qemu_host_tsc_khz = measure_tsc_khz();
 	moat_info(0, "qemu: host TSC %u kHz (given to TCG guests)",
 	    qemu_host_tsc_khz);
@@ -259,6 +284,8 @@ qemu_release(struct moat_vmm *vm)
 	}
 	if (vm->ram_file != NULL)
 		(void)vmd_ram_unlink(vm->ram_file);
+	vmd_jail_free(vm->jail);
+	vm->jail = NULL;
 	free(vm->agent_socket);
 	free(vm->console_log);
 	free(vm->vmm_log);
@@ -299,11 +326,13 @@ qemu_check_paths(const struct moat_vmm_spec *spec, const char *snap_dir,
 
 /* Gives a restored VM its own RAM file vm->ram_file: a template spare
  * when one is ready, else a copy of `snap_ram` started in the
- * background. A boot (snap_dir NULL) only removes a stale one. */
+ * background. A boot (snap_dir NULL) gets a new empty one (0600). */
 static int
 qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
     const char *snap_ram, struct moat_vmm *vm, char **errmsg)
 {
+	int err;
+
 	/* A RAM file left by an earlier boot attempt must not be reused. */
 	(void)unlink(vm->ram_file);
 	if (snap_dir != NULL && spec->ram_ready != NULL &&
@@ -316,7 +345,7 @@ qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
 		 * extents (holes stay holes), mapped shared like a booted
 		 * VM's, so a clone snapshots like any sandbox. It is made
 		 * while QEMU starts; resume waits for it. */
-		int err = ram_copy_start(snap_ram, vm->ram_file,
+		err = ram_copy_start(snap_ram, vm->ram_file,
 		    (struct qemu_ram_copy **)&vm->driver_data);
 
 		if (err != 0) {
@@ -325,8 +354,47 @@ qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
 			    snap_ram, vm->ram_file, strerror(err));
 			return moat_status_from_errno(err);
 		}
+	} else if ((err = vmd_ram_create(vm->ram_file)) != 0) {
+		/* A boot: QEMU opens the file made here (0600). */
+		*errmsg = moat_asprintf("cannot create the guest RAM file "
+		                        "%s: %s",
+		    vm->ram_file, strerror(err));
+		return moat_status_from_errno(err);
 	}
 	return MOAT_OK;
+}
+
+/* Puts the VMM of `spec` in a jail of its own (jail.h): vm->jail. */
+static int
+qemu_jail(const char *binary, const struct moat_vmm_spec *spec,
+    struct moat_vmm *vm, bool kvm, char **errmsg)
+{
+	struct vmd_jail_spec js = {
+		.name = dir_base(spec->dir),
+		.dir = spec->dir,
+		.binary = binary,
+		.ro_files = { spec->kernel, spec->initrd, spec->rootfs, NULL },
+		.rw_files = { vm->ram_file, spec->scratch_disk,
+		    vm->console_log, NULL },
+		.kvm = kvm,
+		.vcpus = spec->vcpus,
+		.memory_mib = spec->memory_mib,
+	};
+
+	return vmd_jail_make(&js, &vm->jail, errmsg);
+}
+
+/* A VMM in its own pid namespace writes its pid there (1) to -pidfile:
+ * vmd writes the host's instead, for reap_orphan. */
+static void
+qemu_write_pidfile(const char *pidfile, pid_t pid)
+{
+	char text[32];
+	int n = snprintf(text, sizeof(text), "%d\n", (int)pid);
+	int err = moat_write_file_atomic(pidfile, text, (size_t)n, 0600);
+
+	if (err != 0)
+		moat_warn(0, "cannot write %s: %s", pidfile, strerror(err));
 }
 
 /* Adds the machine, CPU, memory, console and kernel arguments. */
@@ -411,8 +479,14 @@ qemu_argv_devices(struct qemu_argv *a, const struct moat_vmm_spec *spec,
 	    strdup("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT));
 	argv_add(a, strdup("-qmp"));
 	argv_add(a, moat_asprintf("unix:%s,server=on,wait=off", qmp));
-	argv_add(a, strdup("-pidfile"));
-	argv_add(a, strdup(pidfile));
+	if (pidfile != NULL) {
+		argv_add(a, strdup("-pidfile"));
+		argv_add(a, strdup(pidfile));
+	}
+	if (vmd_jail_seccomp()) {
+		argv_add(a, strdup("-sandbox"));
+		argv_add(a, strdup(QEMU_SANDBOX));
+	}
 	if (snap_dir != NULL) {
 		/* Paused, the device state loaded by resume (x-ignore-shared
 		 * must be set before the stream is read, so not at once). */
@@ -436,6 +510,7 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	char *qmp = NULL;
 	char *pidfile = NULL;
 	char *snap_ram = NULL;
+	bool jailed_pid;
 	int rv;
 
 	*errmsg = NULL;
@@ -462,13 +537,17 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	}
 	if ((rv = qemu_check_paths(spec, snap_dir, vm, errmsg)) != MOAT_OK ||
 	    (rv = qemu_prepare_ram(spec, snap_dir, snap_ram, vm, errmsg)) !=
-	        MOAT_OK)
+	        MOAT_OK ||
+	    (rv = qemu_jail(binary, spec, vm, kvm, errmsg)) != MOAT_OK)
 		goto fail;
 	(void)unlink(vm->agent_socket);
 	(void)unlink(qmp);
+	(void)unlink(pidfile);
+	jailed_pid = vm->jail != NULL && vmd_jail_plan(vm->jail)->staging;
 
 	qemu_argv_machine(&a, binary, spec, vm, kvm);
-	qemu_argv_devices(&a, spec, snap_dir, vm, qmp, pidfile);
+	qemu_argv_devices(&a, spec, snap_dir, vm, qmp,
+	    jailed_pid ? NULL : pidfile);
 	if (a.oom) {
 		*errmsg = strdup("out of memory building the qemu command");
 		rv = MOAT_INTERNAL;
@@ -482,8 +561,11 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	 * or each fault reads and dirties 2 MiB of the RAM file (spawn.h).
 	 * On tmpfs the advice is the operator's shmem THP policy: kept. */
 	req.no_hugepage_advice = vmd_ram_dir_reflinks();
+	req.jail = vmd_jail_plan(vm->jail);
 	if ((rv = moat_spawn(&req, &vm->pid, errmsg)) != MOAT_OK)
 		goto fail;
+	if (jailed_pid)
+		qemu_write_pidfile(pidfile, vm->pid);
 	argv_fini(&a);
 	free(qmp);
 	free(pidfile);
@@ -527,6 +609,8 @@ qemu_reap_orphan(const char *dir, const char *id)
 	/* QEMU's options name files in the sandbox directory: a process
 	 * whose command line mentions dir is that sandbox's VMM. */
 	bool killed = vmd_kill_orphan(pidfile, dir, false);
+
+	vmd_jail_forget(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir);
 
 	if (ram != NULL)
 		(void)vmd_ram_unlink(ram);
