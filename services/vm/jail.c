@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,14 +391,30 @@ plan_root(struct vmd_jail *j, const struct vmd_jail_spec *spec)
 		op_path(j, spec->rw_files[i], MOAT_JAIL_BIND_RW, true);
 }
 
-/* Gives the uid the sandbox directory and the files it writes. */
+/* Is `f` right in directory `dir`? */
+static bool
+in_dir(const char *f, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	return strncmp(f, dir, n) == 0 && f[n] == '/' &&
+	    strchr(f + n + 1, '/') == NULL;
+}
+
+/* Opens the sandbox directory and the files the VMM writes to it. The
+ * directory stays root's, group jail-gid, sticky (01770): the VMM makes
+ * its sockets there but cannot rename or replace vmd's files (the
+ * scratch disk and console log, root:jail-gid 0660), so nothing vmd reads
+ * later (a snapshot's disk copy, the console's tail) can be swapped for
+ * a symlink to a host file. Files elsewhere (the RAM file) become the
+ * uid's, 0600. */
 static int
 give_files(const struct vmd_jail_spec *spec, uid_t uid, gid_t gid,
     uint64_t *largest, char **errmsg)
 {
 	struct stat st;
 
-	if (chown(spec->dir, uid, gid) != 0 || chmod(spec->dir, 0700) != 0) {
+	if (chown(spec->dir, 0, gid) != 0 || chmod(spec->dir, 01770) != 0) {
 		*errmsg =
 		    moat_asprintf("cannot give %s to the jail uid %u: %s",
 		        spec->dir, (unsigned)uid, strerror(errno));
@@ -406,9 +423,12 @@ give_files(const struct vmd_jail_spec *spec, uid_t uid, gid_t gid,
 	for (int i = 0; i < 4 && spec->rw_files[i] != NULL; i++) {
 		const char *f = spec->rw_files[i];
 
+		bool shared = in_dir(f, spec->dir);
+
 		if (lstat(f, &st) != 0 || !S_ISREG(st.st_mode))
 			continue;
-		if (chown(f, uid, gid) != 0 || chmod(f, 0600) != 0) {
+		if (chown(f, shared ? 0 : uid, gid) != 0 ||
+		    chmod(f, shared ? 0660 : 0600) != 0) {
 			*errmsg = moat_asprintf("cannot give %s to the jail "
 			                        "uid %u: %s",
 			    f, (unsigned)uid, strerror(errno));

@@ -68,8 +68,8 @@ struct vmd_jail_spec {
 	const char *dir;    /* the sandbox directory: read-write */
 	const char *binary; /* the VMM binary (PATH looked up) */
 	const char *ro_files[4]; /* kernel, initrd, rootfs; NULL ends */
-	const char *rw_files[4]; /* RAM file, scratch disk, console log:
-	                            given to the uid (0600); NULL ends */
+	const char *rw_files[4]; /* RAM file, scratch disk, console log;
+	                            NULL ends */
 	bool kvm;                /* bind /dev/kvm */
 	uint32_t vcpus;
 	uint32_t memory_mib;
@@ -77,8 +77,9 @@ struct vmd_jail_spec {
 
 struct vmd_jail;
 
-/* vmd_jail_make: takes a uid, gives it spec->dir (0700) and the
- * rw_files (0600; those that exist), makes the cgroup and plans the
+/* vmd_jail_make: takes a uid, opens spec->dir to it (root:jail-gid
+ * 01770) and the rw_files (those that exist: in spec->dir root:jail-gid
+ * 0660, elsewhere the uid's, 0600), makes the cgroup and plans the
  * root. Returns 0 with *out (free with vmd_jail_free after the VMM was
  * reaped), or a status with *errmsg (heap). With isolation refused,
  * MOAT_FAILED_PRECONDITION. */

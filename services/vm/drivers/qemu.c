@@ -380,7 +380,12 @@ qemu_jail(const char *binary, const struct moat_vmm_spec *spec,
 		.vcpus = spec->vcpus,
 		.memory_mib = spec->memory_mib,
 	};
+	/* Made here, root's: one a jailed QEMU made itself it could later
+	 * swap for a symlink (jail.h). */
+	int fd = open(vm->console_log, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
 
+	if (fd >= 0)
+		close(fd);
 	return vmd_jail_make(&js, &vm->jail, errmsg);
 }
 
@@ -594,11 +599,65 @@ qemu_restore(const char *binary, const struct moat_vmm_spec *spec,
 	return qemu_launch(binary, spec, snap_dir, vm, errmsg);
 }
 
+/* A jailed VMM may write its sandbox directory: before vmd connects to
+ * a socket there, the path must be a socket its VMM made (not a symlink
+ * to another sandbox's), and vmd connects to that very inode (through
+ * /proc/self/fd, so it cannot be swapped in between). Returns 0 with
+ * *pfd (close after connecting) and `via`, MOAT_UNAVAILABLE while it is
+ * not there yet, or a status with *errmsg. */
+static int
+qemu_sock_check(const struct moat_vmm *vm, const char *path, int *pfd,
+    char via[32], char **errmsg)
+{
+	uid_t want = vmd_jail_uid(vm->jail);
+	struct stat st;
+	int fd;
+
+	*pfd = -1;
+	if ((fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? MOAT_UNAVAILABLE :
+		                         moat_status_from_errno(errno);
+	if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
+	    (want != 0 && st.st_uid != want)) {
+		close(fd);
+		*errmsg = moat_asprintf("%s is not a socket its VMM made: "
+		                        "refusing to connect",
+		    path);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	snprintf(via, 32, "/proc/self/fd/%d", fd);
+	*pfd = fd;
+	return MOAT_OK;
+}
+
+static int
+qemu_qmp_open(const struct moat_vmm *vm, struct qmp *q, uint64_t deadline,
+    char **errmsg)
+{
+	char via[32];
+	int pfd, rv;
+
+	if ((rv = qemu_sock_check(vm, vm->qmp_socket, &pfd, via, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	rv = qmp_open(q, via, deadline, errmsg);
+	close(pfd);
+	return rv;
+}
+
 /* The agent's virtio-serial port is bridged to a plain Unix socket. */
 static int
 qemu_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 {
-	return vmd_unix_connect(vm->agent_socket, fd, errmsg);
+	char via[32];
+	int pfd, rv;
+
+	if ((rv = qemu_sock_check(vm, vm->agent_socket, &pfd, via, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	rv = vmd_unix_connect(via, fd, errmsg);
+	close(pfd);
+	return rv;
 }
 
 static bool
@@ -742,7 +801,7 @@ qemu_snapshot_prepare(const struct moat_vmm *vm, struct qmp *q,
 		    strerror(err));
 		return moat_status_from_errno(err);
 	}
-	if ((rv = qmp_open(q, vm->qmp_socket, moat_rpc_now_ms() + timeout_ms,
+	if ((rv = qemu_qmp_open(vm, q, moat_rpc_now_ms() + timeout_ms,
 	         errmsg)) != MOAT_OK)
 		goto out;
 	/* QEMU writes the device state straight into the file: no shell
@@ -917,7 +976,7 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 	}
 	/* The QMP socket appears early in QEMU's start: retry until. */
 	for (;;) {
-		rv = qmp_open(&q, vm->qmp_socket, deadline, errmsg);
+		rv = qemu_qmp_open(vm, &q, deadline, errmsg);
 		if (rv == MOAT_OK || rv != MOAT_UNAVAILABLE ||
 		    moat_rpc_now_ms() >= deadline)
 			break;

@@ -351,6 +351,18 @@ test_strict(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 
 	check_cgroup(pid, sb->vcpus, dirs);
+	/* The sandbox directory stays root's (sticky, group jail-gid): the
+	 * VMM cannot swap vmd's files there. */
+	snprintf(path, sizeof(path), "%s/vms/%s", v.state, sb->id);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 01770);
+	assert_int_equal(st.st_uid, 0);
+	assert_int_equal(st.st_gid, 200000);
+	snprintf(path, sizeof(path), "%s/vms/%s/scratch.ext4", v.state,
+	    sb->id);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_uid, 0);
 	/* The guest works under those limits. */
 	{
 		Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
