@@ -83,6 +83,8 @@ vmd_jail_missing_add(const char *piece)
 {
 	size_t n = strlen(J.missing);
 
+	if (J.s.off)
+		return;
 	if (strstr(piece, "-sandbox") != NULL)
 		J.seccomp_ok = false;
 	snprintf(J.missing + n, sizeof(J.missing) - n, "%s%s", n ? ", " : "",
@@ -133,6 +135,14 @@ vmd_jail_init(const struct vmd_jail_settings *s, char **errmsg)
 	if (J.cgroup_root == NULL || J.used == NULL)
 		return MOAT_INTERNAL;
 	J.s.cgroup_root = J.cgroup_root;
+	if (s->off) {
+		J.seccomp_ok = false;
+		snprintf(J.isolation, sizeof(J.isolation),
+		    "off (isolation = off, a test node: VMMs run as root, "
+		    "unconfined)");
+		moat_warn(0, "jail: isolation = off: VMMs run unconfined");
+		return MOAT_OK;
+	}
 	/* Start the pool at a random place: two vmds on one host with the
 	 * same range are then unlikely to share a uid at once. */
 	(void)!getrandom(&r, sizeof(r), GRND_NONBLOCK);
@@ -410,7 +420,7 @@ in_dir(const char *f, const char *dir)
  * uid's, 0600. */
 static int
 give_files(const struct vmd_jail_spec *spec, uid_t uid, gid_t gid,
-    uint64_t *largest, char **errmsg)
+    char **errmsg)
 {
 	struct stat st;
 
@@ -434,8 +444,6 @@ give_files(const struct vmd_jail_spec *spec, uid_t uid, gid_t gid,
 			    f, (unsigned)uid, strerror(errno));
 			return moat_status_from_errno(errno);
 		}
-		if ((uint64_t)st.st_size > *largest)
-			*largest = (uint64_t)st.st_size;
 	}
 	/* Shared read-only files: readable by all, or made group jail-gid
 	 * and group-readable (0640). */
@@ -496,6 +504,8 @@ vmd_jail_make(const struct vmd_jail_spec *spec, struct vmd_jail **out,
 	int rv;
 
 	*out = NULL;
+	if (J.s.off)
+		return MOAT_OK;
 	if ((rv = vmd_jail_admit(errmsg)) != MOAT_OK)
 		return rv;
 	if ((j = calloc(1, sizeof(*j))) == NULL) {
@@ -518,15 +528,24 @@ vmd_jail_make(const struct vmd_jail_spec *spec, struct vmd_jail **out,
 		j->has_uid = true;
 		j->plan.uid = uid;
 		j->plan.gid = J.s.gid;
-		if ((rv = give_files(spec, uid, J.s.gid, &largest, errmsg)) !=
-		    MOAT_OK)
+		if ((rv = give_files(spec, uid, J.s.gid, errmsg)) != MOAT_OK)
 			goto fail;
+	}
+	/* File size: the largest file it writes (RAM, scratch disk), and
+	 * room for its logs. */
+	for (int i = 0; i < 4 && spec->rw_files[i] != NULL; i++) {
+		struct stat st;
+
+		if (stat(spec->rw_files[i], &st) == 0 &&
+		    (uint64_t)st.st_size > largest)
+			largest = (uint64_t)st.st_size;
 	}
 	j->plan.fsize = largest + 64 * JAIL_MIB;
 	if (J.cg.version != 0) {
 		struct vmd_cgroup_limits lim = {
 			.memory_bytes =
-			    ((uint64_t)spec->memory_mib + J.s.overhead_mib) *
+			    ((uint64_t)spec->memory_mib + J.s.overhead_mib +
+			        spec->extra_mib) *
 			    JAIL_MIB,
 			.pids = J.s.pids,
 			.cpu_quota_us = spec->vcpus * 100000u,

@@ -28,6 +28,8 @@
 /* [vmd] settings of the jail. */
 struct vmd_jail_settings {
 	bool relaxed;            /* isolation = relaxed */
+	bool off;                /* isolation = off: no jail at all; only with
+	                         test-hooks (the isolation benchmark) */
 	uint32_t uid_base;       /* jail-uid-base (200000) */
 	uint32_t uid_count;      /* jail-uid-count (4096) */
 	uint32_t gid;            /* jail-gid (default uid_base) */
@@ -73,6 +75,8 @@ struct vmd_jail_spec {
 	bool kvm;                /* bind /dev/kvm */
 	uint32_t vcpus;
 	uint32_t memory_mib;
+	uint32_t extra_mib; /* the driver's own beyond vmm-overhead-mib (TCG's
+	                       code buffer) */
 };
 
 struct vmd_jail;

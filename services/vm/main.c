@@ -330,14 +330,29 @@ vmd_configure_jail(struct vmd_config *cfg, const struct moat_config *c)
 	uint64_t v;
 	int rv;
 
-	if (strcmp(iso, "strict") != 0 && strcmp(iso, "relaxed") != 0) {
+	bool hooks = false;
+
+	if (strcmp(iso, "strict") != 0 && strcmp(iso, "relaxed") != 0 &&
+	    strcmp(iso, "off") != 0) {
 		fprintf(stderr,
 		    "moat-vmd: isolation \"%s\" is not strict or "
 		    "relaxed\n",
 		    iso);
 		return MOAT_INVALID_ARGUMENT;
 	}
+	/* off: no jail, for the isolation benchmark on a test node only. */
+	if (strcmp(iso, "off") == 0 &&
+	    (moat_config_get_bool(c, SECTION, "test-hooks", false, &hooks,
+	         &errmsg) != 0 ||
+	        !hooks)) {
+		free(errmsg);
+		fprintf(stderr,
+		    "moat-vmd: isolation = off needs test-hooks = "
+		    "true (a test node): use strict or relaxed\n");
+		return MOAT_INVALID_ARGUMENT;
+	}
 	cfg->jail.relaxed = strcmp(iso, "relaxed") == 0;
+	cfg->jail.off = strcmp(iso, "off") == 0;
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		if ((rv = moat_config_get_u64(c, SECTION, keys[i].key,
 		         keys[i].def, &v, &errmsg)) != 0) {

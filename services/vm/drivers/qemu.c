@@ -64,6 +64,13 @@
 static uint32_t qemu_host_tsc_khz;
 #define QEMU_TCG_CMDLINE "tsc=reliable no_timer_check"
 
+/* TCG's translated-code buffer (MiB): QEMU's default is 1 GiB, which a
+ * long-running guest fills and a VMM's cgroup would have to allow. The
+ * jail's memory limit adds twice this under TCG (the buffer and TCG's
+ * own tables). */
+#define QEMU_TCG_TB_MIB "128"
+#define QEMU_TCG_EXTRA_MIB 256u
+
 /* The host TSC rate in kHz: ticks over ~50 ms of CLOCK_MONOTONIC_RAW,
  * best of three (a preempted sample only reads slower or faster by the
  * preemption, so take the median). */
@@ -379,6 +386,7 @@ qemu_jail(const char *binary, const struct moat_vmm_spec *spec,
 		.kvm = kvm,
 		.vcpus = spec->vcpus,
 		.memory_mib = spec->memory_mib,
+		.extra_mib = kvm ? 0 : QEMU_TCG_EXTRA_MIB,
 	};
 	/* Made here, root's: one a jailed QEMU made itself it could later
 	 * swap for a symlink (jail.h). */
@@ -415,7 +423,7 @@ qemu_argv_machine(struct qemu_argv *a, const char *binary,
 	    strdup("microvm,x-option-roms=off,rtc=on,"
 	           "memory-backend=ram"));
 	argv_add(a, strdup("-accel"));
-	argv_add(a, strdup(kvm ? "kvm" : "tcg"));
+	argv_add(a, strdup(kvm ? "kvm" : "tcg,tb-size=" QEMU_TCG_TB_MIB));
 	argv_add(a, strdup("-cpu"));
 	argv_add(a, strdup(kvm ? "host" : "max"));
 	argv_add(a, strdup("-smp"));

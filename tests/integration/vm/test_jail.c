@@ -36,7 +36,7 @@
 #define VM_SERVICE "moat.v1.Vm"
 #define LONG_MS 180000u
 #define MEMORY_MIB 256u
-#define OVERHEAD_MIB 160u
+#define OVERHEAD_MIB (160u + 256u) /* vmm-overhead-mib + TCG's buffer */
 
 struct vmd_proc {
 	pid_t pid;
