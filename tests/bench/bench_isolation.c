@@ -178,6 +178,7 @@ main(int argc, char **argv)
 	int rounds = 3, calls = 200;
 	double *first[2], *rt[2], p50_first[2], p50_rt[2];
 	json_t *out, *by_mode;
+	char *images;
 
 	if (argc < 3) {
 		fprintf(stderr,
@@ -199,9 +200,14 @@ main(int argc, char **argv)
 		if (first[m] == NULL || rt[m] == NULL)
 			die("alloc", MOAT_RESOURCE_EXHAUSTED, NULL);
 	}
+	/* vmd and QEMU run elsewhere: the image dir must be absolute. */
+	if ((images = realpath(argv[1], NULL)) == NULL) {
+		fprintf(stderr, "bench: %s: %s\n", argv[1], strerror(errno));
+		return 2;
+	}
 	for (int r = 0; r < rounds; r++)
 		for (int m = 0; m < 2; m++)
-			round_run(argv[1], modes[(r + m) % 2], calls,
+			round_run(images, modes[(r + m) % 2], calls,
 			    &first[(r + m) % 2][r],
 			    rt[(r + m) % 2] + (size_t)r * (size_t)calls);
 	by_mode = json_object();
@@ -233,5 +239,6 @@ main(int argc, char **argv)
 		free(first[m]);
 		free(rt[m]);
 	}
+	free(images);
 	return 0;
 }
