@@ -390,7 +390,8 @@ qemu_jail(const char *binary, const struct moat_vmm_spec *spec,
 	};
 	/* Made here, root's: one a jailed QEMU made itself it could later
 	 * swap for a symlink (jail.h). */
-	int fd = open(vm->console_log, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	int fd = open(vm->console_log,
+	    O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 
 	if (fd >= 0)
 		close(fd);
