@@ -93,6 +93,9 @@ cmd_info(struct cli *cli, int argc, char **argv)
 		    n->accel[0] ? n->accel : "undecided",
 		    n->driver[0] ? n->driver : "-",
 		    n->version[0] ? n->version : "-");
+		printf("    isolation %s\n",
+		    n->isolation[0] ? n->isolation :
+		                      "- (vmd before issue 14)");
 		printf("    sandboxes %u, memory %llu/%llu MiB used, %u vcpus"
 		       " (per sandbox at most %u vcpus, %u MiB)\n",
 		    n->sandboxes, (unsigned long long)n->memory_mib_used,

@@ -227,16 +227,21 @@ sandbox_ls(struct cli *cli)
 		moat_client_free_msg(list);
 		return rv;
 	}
-	printf("%-24s %-11s %-14s %4s %7s %-10s %-5s %s\n", "ID", "STATE",
-	    "NODE", "CPUS", "MEMORY", "IMAGE", "ACCEL", "AGE");
+	printf("%-24s %-11s %-14s %4s %7s %-10s %-5s %-8s %s\n", "ID", "STATE",
+	    "NODE", "CPUS", "MEMORY", "IMAGE", "ACCEL", "AGE", "ISOLATION");
 	for (size_t i = 0; i < list->n_sandboxes; i++) {
 		const Moat__V1__Sandbox *s = list->sandboxes[i];
 
-		printf("%-24s %-11s %-14s %4u %6uM %-10s %-5s %s\n", s->id,
-		    state_name(s->state), s->node_id, s->vcpus, s->memory_mib,
-		    s->image[0] ? s->image : "default",
+		/* The isolation's first word: strict or relaxed (`moat
+		 * sandbox get` has what is missing). */
+		int iso = (int)strcspn(s->isolation, ":");
+
+		printf("%-24s %-11s %-14s %4u %6uM %-10s %-5s %-8s %.*s\n",
+		    s->id, state_name(s->state), s->node_id, s->vcpus,
+		    s->memory_mib, s->image[0] ? s->image : "default",
 		    s->accel[0] ? s->accel : "-",
-		    cli_format_age(s->created_unix_ms, age, sizeof(age)));
+		    cli_format_age(s->created_unix_ms, age, sizeof(age)),
+		    iso ? iso : 1, iso ? s->isolation : "-");
 	}
 	moat_client_free_msg(list);
 	return 0;
@@ -269,6 +274,7 @@ sandbox_get(struct cli *cli, const char *id)
 	printf("vmm:         %s (%s), pid %d\n",
 	    s->driver[0] ? s->driver : "-", s->accel[0] ? s->accel : "-",
 	    s->vmm_pid);
+	printf("isolation:   %s\n", s->isolation[0] ? s->isolation : "-");
 	printf("boot:        %llu ms\n", (unsigned long long)s->boot_ms);
 	printf("age:         %s\n",
 	    cli_format_age(s->created_unix_ms, age, sizeof(age)));

@@ -13,6 +13,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,7 +137,9 @@ usage(FILE *f)
 	    "vcpus, boot-timeout-ms, allow-tcg (accel=auto may fall back to\n"
 	    "TCG, no security boundary), console-max-kib, "
 	    "exec-output-budget-mib,\n"
-	    "disk-reserve-mib, egress-hosts, egress-max-conns;\n"
+	    "disk-reserve-mib, egress-hosts, egress-max-conns,\n"
+	    "isolation, jail-uid-base, jail-uid-count, jail-gid,\n"
+	    "vmm-overhead-mib, vmm-pids, vmm-nofile, cgroup-root;\n"
 	    "[firecracker] jailer, jailer-binary,\n"
 	    "chroot-base, cgroup-root, parent-cgroup, netns, uid-base,\n"
 	    "id-count, new-pid-ns, memory-overhead-mib, vsock-port.\n");
@@ -372,6 +375,92 @@ vmd_configure_bounds(struct vmd_config *cfg, const struct moat_config *c)
 	return MOAT_OK;
 }
 
+/* Reads the jail's keys (jail.h) into cfg->jail. Returns 0 or a status
+ * after printing why. */
+static int
+vmd_configure_jail(struct vmd_config *cfg, const struct moat_config *c)
+{
+	static const struct {
+		const char *key;
+		uint64_t def, lo, hi;
+		size_t off;
+	} keys[] = {
+		{ "jail-uid-base", 200000, 1, UINT32_MAX - 1,
+		    offsetof(struct vmd_jail_settings, uid_base) },
+		{ "jail-uid-count", 4096, 1, 1u << 20,
+		    offsetof(struct vmd_jail_settings, uid_count) },
+		{ "vmm-overhead-mib", 160, 16, 1u << 20,
+		    offsetof(struct vmd_jail_settings, overhead_mib) },
+		{ "vmm-pids", 256, 16, 1u << 22,
+		    offsetof(struct vmd_jail_settings, pids) },
+		{ "vmm-nofile", 1024, 64, 1u << 20,
+		    offsetof(struct vmd_jail_settings, nofile) },
+	};
+	const char *iso = moat_config_get(c, SECTION, "isolation", "strict");
+	char *errmsg = NULL;
+	uint64_t v;
+	int rv;
+
+	bool hooks = false;
+
+	if (strcmp(iso, "strict") != 0 && strcmp(iso, "relaxed") != 0 &&
+	    strcmp(iso, "off") != 0) {
+		fprintf(stderr,
+		    "moat-vmd: isolation \"%s\" is not strict or "
+		    "relaxed\n",
+		    iso);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	/* off: no jail, for the isolation benchmark on a test node only. */
+	if (strcmp(iso, "off") == 0 &&
+	    (moat_config_get_bool(c, SECTION, "test-hooks", false, &hooks,
+	         &errmsg) != 0 ||
+	        !hooks)) {
+		free(errmsg);
+		fprintf(stderr,
+		    "moat-vmd: isolation = off needs test-hooks = "
+		    "true (a test node): use strict or relaxed\n");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	cfg->jail.relaxed = strcmp(iso, "relaxed") == 0;
+	cfg->jail.off = strcmp(iso, "off") == 0;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		if ((rv = moat_config_get_u64(c, SECTION, keys[i].key,
+		         keys[i].def, &v, &errmsg)) != 0) {
+			fprintf(stderr, "moat-vmd: %s\n", errmsg);
+			free(errmsg);
+			return rv;
+		}
+		if (v < keys[i].lo || v > keys[i].hi) {
+			fprintf(stderr,
+			    "moat-vmd: %s=%" PRIu64 " is out of range "
+			    "%" PRIu64 "..%" PRIu64 "\n",
+			    keys[i].key, v, keys[i].lo, keys[i].hi);
+			return MOAT_INVALID_ARGUMENT;
+		}
+		*(uint32_t *)(void *)((char *)&cfg->jail + keys[i].off) =
+		    (uint32_t)v;
+	}
+	if ((rv = moat_config_get_u64(c, SECTION, "jail-gid",
+	         cfg->jail.uid_base, &v, &errmsg)) != 0) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg);
+		free(errmsg);
+		return rv;
+	}
+	if (v == 0 || v >= UINT32_MAX) {
+		fprintf(stderr,
+		    "moat-vmd: jail-gid=%" PRIu64 " must be a "
+		    "non-root group id\n",
+		    v);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	cfg->jail.gid = (uint32_t)v;
+	if ((cfg->cgroup_root = cfg_str(c, "cgroup-root", "auto")) == NULL)
+		return MOAT_INTERNAL;
+	cfg->jail.cgroup_root = cfg->cgroup_root;
+	return MOAT_OK;
+}
+
 /* Fills vmd->cfg. Returns 0 or a status after printing why. */
 static int
 vmd_configure(struct vmd *vmd, const struct moat_config *c)
@@ -381,7 +470,8 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 
 	if (ncpu < 1)
 		ncpu = 1;
-	if ((rv = vmd_configure_strings(&vmd->cfg, c)) != MOAT_OK)
+	if ((rv = vmd_configure_strings(&vmd->cfg, c)) != MOAT_OK ||
+	    (rv = vmd_configure_jail(&vmd->cfg, c)) != MOAT_OK)
 		return rv;
 	if ((rv = vmd_configure_limits(&vmd->cfg, c, ncpu)) != MOAT_OK)
 		return rv;
@@ -408,6 +498,7 @@ vmd_config_fini(struct vmd_config *cfg)
 	free(cfg->snapd_tls_name);
 	free(cfg->survey_tls_name);
 	free(cfg->snapshot_key_file);
+	free(cfg->cgroup_root);
 	moat_tls_free(cfg->tls);
 }
 
@@ -744,6 +835,12 @@ main(int argc, char **argv)
 	    (rv = state_lock(vmd.cfg.state_dir, &lock_fd)) != MOAT_OK ||
 	    (rv = vmd_ram_dir_open(&vmd)) != MOAT_OK)
 		goto out;
+	if ((rv = vmd_jail_init(&vmd.cfg.jail, &errmsg)) != MOAT_OK) {
+		moat_error(0, "%s", errmsg ? errmsg : "out of memory");
+		free(errmsg);
+		errmsg = NULL;
+		goto out;
+	}
 	if ((rv = vmd_driver_select(&vmd, config, &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "the VMM is not usable");
 		free(errmsg);

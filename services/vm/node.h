@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "moat/rpc.h"
+#include "jail.h"
 #include "vmm.h"
 
 /* Limits a client can reach; each is checked with a message naming it. */
@@ -67,6 +68,11 @@ struct vmd_config {
 	struct moat_tls *tls;
 	char *snapd_tls_name;  /* [vmd] snapd-tls-name, default "snapd" */
 	char *survey_tls_name; /* [vmd] survey-tls-name, default "gateway" */
+	/* The VMM jail (jail.h): isolation, jail-uid-base, jail-uid-count,
+	 * jail-gid, vmm-overhead-mib, vmm-pids, vmm-nofile, cgroup-root
+	 * (owned: cgroup_root). */
+	struct vmd_jail_settings jail;
+	char *cgroup_root;
 	uint64_t snapshot_ram_mib; /* [vmd] snapshot-ram-mib: RAM copies of
 	                              snapshots kept in the RAM dir before
 	                              the least used go to disk (snapram.c) */

@@ -173,3 +173,14 @@ vmd_ram_dir_recall(const char *state_dir)
 	free(errmsg);
 	return rv == MOAT_OK ? 0 : ENOENT;
 }
+
+int
+vmd_ram_create(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		return errno;
+	close(fd);
+	return 0;
+}

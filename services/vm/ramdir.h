@@ -21,6 +21,10 @@ bool vmd_ram_path_ours(const char *path);
 /* vmd_ram_sandbox_path: the RAM file of QEMU sandbox `sandbox_id`
  * ("<ram dir>/moat-<id>.ram"); heap, NULL when out of memory. */
 char *vmd_ram_sandbox_path(const char *sandbox_id);
+/* vmd_ram_create: makes the empty RAM file `path` for a booting VM,
+ * mode 0600 (its VMM's jail then owns it: jail.c), so QEMU never
+ * creates it with its own umask. Returns 0 or errno. */
+int vmd_ram_create(const char *path);
 /* vmd_ram_unlink: removes RAM file `path` and, in a RAM dir with
  * reflinks (XFS), forces its log so the freed blocks are discarded now,
  * not at the next periodic log push (tens of seconds): the loop device

@@ -694,7 +694,8 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->restored_from =
 	    strdup(sb->restored_from ? sb->restored_from : "");
 	msg->pulled_bytes = sb->pulled_bytes;
-	if ((msg->network = vmd_egress_to_proto(sb->egress_policy)) == NULL)
+	if ((msg->network = vmd_egress_to_proto(sb->egress_policy)) == NULL ||
+	    (msg->isolation = strdup(vmd_jail_isolation())) == NULL)
 		return MOAT_INTERNAL;
 	if (!msg->accel || !msg->failure_reason || !msg->id || !msg->node_id ||
 	    !msg->image || !msg->driver || !msg->tenant || !msg->template_id ||

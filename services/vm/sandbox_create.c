@@ -90,6 +90,18 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = moat_rpc_tenant(call, request->tenant, &tenant)) != MOAT_OK)
 		return rv;
 	owned.tenant = (char *)tenant;
+	{
+		/* A node that cannot jail its VMMs runs none unless told
+		 * (isolation = relaxed). */
+		char *why = NULL;
+
+		if ((rv = vmd_jail_admit(&why)) != MOAT_OK) {
+			rv = moat_rpc_error(call, rv, "%s",
+			    why ? why : "out of memory");
+			free(why);
+			return rv;
+		}
+	}
 	if ((rv = vmd_sandbox_validate(vmd, call, req, image, &test_mode)) !=
 	    0)
 		return rv;

@@ -14,8 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,6 +38,32 @@
 #else
 #error "spawn.c: name this architecture's AUDIT_ARCH_* for the seccomp filter"
 #endif
+
+/* What the child reports through the pipe when a step fails. */
+struct spawn_report {
+	int err;
+	int step; /* enum spawn_step */
+};
+
+enum spawn_step {
+	STEP_SETUP,
+	STEP_CGROUP,
+	STEP_MOUNT,
+	STEP_PIVOT,
+	STEP_RLIMIT,
+	STEP_IDS,
+	STEP_EXEC,
+};
+
+static const char *const step_what[] = {
+	[STEP_SETUP] = "set up the child",
+	[STEP_CGROUP] = "join its cgroup",
+	[STEP_MOUNT] = "build its jail's root",
+	[STEP_PIVOT] = "enter its jail's root",
+	[STEP_RLIMIT] = "set its rlimits",
+	[STEP_IDS] = "drop to its jail uid",
+	[STEP_EXEC] = "exec",
+};
 
 /* One request in flight. Lives on the requester's stack. */
 struct spawn_job {
@@ -109,19 +139,170 @@ close_all_but(int a, int b)
 	syscall(SYS_close_range, from, ~0U, 0U);
 }
 
+/* The jail's steps, in the child: only raw system calls (after a raw
+ * clone glibc still believes the parent's threads exist, so its setuid
+ * would signal them: the ids are set with syscall()). Returns 0 or an
+ * errno with *step. */
+static int
+jail_mount_ops(const struct moat_jail *j)
+{
+	for (size_t i = 0; i < j->n_ops; i++) {
+		const struct moat_jail_op *op = &j->ops[i];
+		unsigned long ro =
+		    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV;
+		int fd;
+
+		switch (op->kind) {
+		case MOAT_JAIL_MKDIR:
+			if (mkdir(op->dst, 0755) != 0 && errno != EEXIST)
+				return errno;
+			break;
+		case MOAT_JAIL_MKFILE:
+			fd = open(op->dst, O_WRONLY | O_CREAT | O_CLOEXEC,
+			    0644);
+			if (fd < 0)
+				return errno;
+			close(fd);
+			break;
+		case MOAT_JAIL_SYMLINK:
+			if (symlink(op->src, op->dst) != 0)
+				return errno;
+			break;
+		case MOAT_JAIL_BIND_RO:
+			if (mount(op->src, op->dst, NULL, MS_BIND | MS_REC,
+			        NULL) != 0 ||
+			    mount(NULL, op->dst, NULL, ro, NULL) != 0)
+				return errno;
+			break;
+		case MOAT_JAIL_BIND_RW:
+			if (mount(op->src, op->dst, NULL, MS_BIND, NULL) !=
+			        0 ||
+			    mount(NULL, op->dst, NULL,
+			        MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV,
+			        NULL) != 0)
+				return errno;
+			break;
+		case MOAT_JAIL_BIND_DEV:
+			if (mount(op->src, op->dst, NULL, MS_BIND, NULL) !=
+			        0 ||
+			    mount(NULL, op->dst, NULL,
+			        MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC,
+			        NULL) != 0)
+				return errno;
+			break;
+		case MOAT_JAIL_PROC:
+			if (mount("proc", op->dst, "proc",
+			        MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+				return errno;
+			break;
+		}
+	}
+	return 0;
+}
+
+/* Makes the new root in a tmpfs at j->staging and pivots into it. */
+static int
+jail_root(const struct moat_jail *j, int *step)
+{
+	int err;
+
+	*step = STEP_MOUNT;
+	/* Nothing done here may reach the host's mount table. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+	    mount("moat-jail", j->staging, "tmpfs", MS_NOSUID | MS_NODEV,
+	        "mode=0755,size=1m") != 0)
+		return errno;
+	if ((err = jail_mount_ops(j)) != 0)
+		return err;
+	if (mount(NULL, j->staging, NULL,
+	        MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+	        NULL) != 0)
+		return errno;
+	*step = STEP_PIVOT;
+	/* pivot_root(".", "."): the old root lands on top of the new one
+	 * and is detached at once. */
+	if (chdir(j->staging) != 0 || syscall(SYS_pivot_root, ".", ".") != 0 ||
+	    umount2(".", MNT_DETACH) != 0 || chdir("/") != 0)
+		return errno;
+	return 0;
+}
+
+static int
+jail_enter(const struct moat_jail *j, int *step)
+{
+	struct rlimit rl;
+	int err;
+
+	*step = STEP_CGROUP;
+	for (size_t i = 0; i < j->n_cgroups; i++) {
+		/* "0": the writer itself (its pid here may be 1 of a new
+		 * pid namespace). */
+		int fd = open(j->cgroup_procs[i], O_WRONLY | O_CLOEXEC);
+
+		if (fd < 0)
+			return errno;
+		if (write(fd, "0", 1) != 1) {
+			err = errno;
+			close(fd);
+			return err;
+		}
+		close(fd);
+	}
+	*step = STEP_SETUP;
+	if ((j->clone_flags & CLONE_NEWUTS) && j->hostname != NULL &&
+	    sethostname(j->hostname, strlen(j->hostname)) != 0)
+		return errno;
+	if (j->staging != NULL && (err = jail_root(j, step)) != 0)
+		return err;
+	*step = STEP_RLIMIT;
+	rl.rlim_cur = rl.rlim_max = 0;
+	if (setrlimit(RLIMIT_CORE, &rl) != 0)
+		return errno;
+	rl.rlim_cur = rl.rlim_max = j->nofile;
+	if (j->nofile != 0 && setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return errno;
+	rl.rlim_cur = rl.rlim_max = j->fsize;
+	if (j->fsize != 0 && setrlimit(RLIMIT_FSIZE, &rl) != 0)
+		return errno;
+	*step = STEP_IDS;
+	/* No capability can come back, even through a setuid file. */
+	for (int cap = 0; j->uid != 0 && cap < 64; cap++)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 &&
+		    errno != EINVAL)
+			return errno;
+	if (j->uid != 0 &&
+	    (syscall(SYS_setgroups, 0, NULL) != 0 ||
+	        syscall(SYS_setresgid, j->gid, j->gid, j->gid) != 0 ||
+	        syscall(SYS_setresuid, j->uid, j->uid, j->uid) != 0))
+		return errno;
+	/* A uid change clears the death signal: set it again. (Should vmd
+	 * die in between, the next vmd's orphan cleanup kills this VMM by
+	 * its pidfile.) */
+	if (j->uid != 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+		return errno;
+	umask(077);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return errno;
+	return 0;
+}
+
 /* Runs in the child between fork and exec: only async-signal-safe calls.
  * Reports a failure's errno through `report_fd` and exits. */
 static void __attribute__((noreturn))
 spawn_child(const struct moat_spawn_req *req, int out_fd, int report_fd,
     pid_t parent)
 {
+	const struct moat_jail *jail = req->jail;
+	/* In a new pid namespace the parent is outside it: getppid() is 0. */
+	pid_t want_parent =
+	    jail && (jail->clone_flags & CLONE_NEWPID) ? 0 : parent;
+	struct spawn_report rep = { 0, STEP_SETUP };
 	sigset_t none;
 	int devnull;
-	int err;
 
 	/* The child of a dying vmd must not be left behind; and if vmd
 	 * died before the prctl took effect, go now. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != want_parent)
 		_exit(127);
 	setsid();
 	sigemptyset(&none);
@@ -150,14 +331,19 @@ spawn_child(const struct moat_spawn_req *req, int out_fd, int report_fd,
 	close_all_but(report_fd, req->keep_fd > 2 ? req->keep_fd : -1);
 	if (req->keep_fd > 2 && fcntl(req->keep_fd, F_SETFD, 0) != 0)
 		goto fail;
+	if (jail != NULL && (rep.err = jail_enter(jail, &rep.step)) != 0)
+		goto report;
+	rep.step = STEP_SETUP;
 	if (req->cwd != NULL && chdir(req->cwd) != 0)
 		goto fail;
 	if (req->no_hugepage_advice && deny_hugepage_advice() != 0)
 		goto fail;
+	rep.step = STEP_EXEC;
 	execvp(req->argv[0], (char *const *)req->argv);
 fail:
-	err = errno;
-	(void)!write(report_fd, &err, sizeof(err));
+	rep.err = errno;
+report:
+	(void)!write(report_fd, &rep, sizeof(rep));
 	_exit(127);
 }
 
@@ -170,7 +356,8 @@ spawn_run(struct spawn_job *job)
 	pid_t parent;
 	pid_t pid;
 	ssize_t n;
-	int child_err = 0;
+	struct spawn_report rep = { 0, 0 };
+	int flags = req->jail ? req->jail->clone_flags : 0;
 
 	if (req->output_fd > 2) {
 		out_fd = req->output_fd; /* the caller's: not closed here */
@@ -189,7 +376,12 @@ spawn_run(struct spawn_job *job)
 		goto out;
 	}
 	parent = getpid();
-	pid = fork();
+	/* New namespaces need clone; like fork otherwise (the child runs
+	 * on a copy of this stack). */
+	pid = flags ?
+	    (pid_t)syscall(SYS_clone, (unsigned long)(SIGCHLD | flags), NULL,
+	        NULL, NULL, NULL) :
+	    fork();
 	if (pid < 0) {
 		job->err = errno;
 		job->err_what = "fork";
@@ -202,14 +394,16 @@ spawn_run(struct spawn_job *job)
 	close(pipefd[1]);
 	pipefd[1] = -1;
 	do {
-		n = read(pipefd[0], &child_err, sizeof(child_err));
+		n = read(pipefd[0], &rep, sizeof(rep));
 	} while (n < 0 && errno == EINTR);
-	if (n == (ssize_t)sizeof(child_err)) {
+	if (n == (ssize_t)sizeof(rep)) {
 		/* exec failed: the child is gone or going; reap it here. */
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 			;
-		job->err = child_err ? child_err : EIO;
-		job->err_what = "exec";
+		job->err = rep.err ? rep.err : EIO;
+		job->err_what = rep.step >= 0 && rep.step <= STEP_EXEC ?
+		    step_what[rep.step] :
+		    "exec";
 		goto out;
 	}
 	job->pid = pid;

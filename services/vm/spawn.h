@@ -13,20 +13,62 @@
 #define MOAT_VMD_SPAWN_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
+/* One step of building a jail's root (jail.c plans them, the child runs
+ * them in order, before pivot_root). Paths are absolute, in the staging
+ * root. */
+enum moat_jail_op_kind {
+	MOAT_JAIL_MKDIR,    /* dst: a directory (0755) */
+	MOAT_JAIL_MKFILE,   /* dst: an empty file to bind a file onto */
+	MOAT_JAIL_SYMLINK,  /* dst -> src (a symlink's text) */
+	MOAT_JAIL_BIND_RO,  /* src bound at dst read-only, nosuid, nodev */
+	MOAT_JAIL_BIND_RW,  /* src bound at dst, nosuid, nodev */
+	MOAT_JAIL_BIND_DEV, /* a device node src at dst, nosuid, noexec */
+	MOAT_JAIL_PROC,     /* a proc of the new pid namespace at dst */
+};
+
+struct moat_jail_op {
+	enum moat_jail_op_kind kind;
+	const char *src;
+	const char *dst;
+};
+
+/* How a child is confined (jail.c builds one per VMM). The child joins
+ * the cgroups, enters new namespaces (clone_flags), builds its root from
+ * `ops` in a tmpfs at `staging` and pivots into it, sets the rlimits,
+ * drops to uid/gid with no supplementary groups, and sets no_new_privs.
+ * Each piece is skipped where its field is empty (isolation = relaxed). */
+struct moat_jail {
+	int clone_flags;     /* CLONE_NEW*; 0: none */
+	const char *staging; /* an empty directory for the new root, or
+	                        NULL: no new root (needs CLONE_NEWNS) */
+	const struct moat_jail_op *ops;
+	size_t n_ops;
+	const char *const *cgroup_procs; /* cgroup.procs files to join */
+	size_t n_cgroups;
+	uid_t uid; /* 0: keep root */
+	gid_t gid;
+	rlim_t nofile;        /* 0: unchanged */
+	rlim_t fsize;         /* 0: unchanged */
+	const char *hostname; /* with CLONE_NEWUTS */
+};
+
 struct moat_spawn_req {
-	const char *const *argv; /* argv[0] is looked up in PATH */
-	const char *output_file; /* stdout and stderr go here (created,
+	const char *const *argv;      /* argv[0] is looked up in PATH */
+	const char *output_file;      /* stdout and stderr go here (created,
 	                              truncated, 0600); NULL: /dev/null */
-	const char *cwd;         /* NULL: inherit */
-	bool no_hugepage_advice; /* madvise(MADV_HUGEPAGE) fails with
+	const char *cwd;              /* NULL: inherit */
+	bool no_hugepage_advice;      /* madvise(MADV_HUGEPAGE) fails with
 	                              EINVAL in the child (a seccomp filter;
 	                              see spawn.c) */
 	int keep_fd;   /* > 2: stays open in the child under the same number
 	                  (QEMU's console pipe, named by -add-fd); 0: none */
 	int output_fd; /* > 2: the child's stdout and stderr instead of
 	                  output_file (a console pipe); 0: none */
+	const struct moat_jail *jail; /* NULL: not confined (helpers) */
 };
 
 /* moat_spawner_start: starts the spawner thread. Call once, before any

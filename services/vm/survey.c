@@ -94,8 +94,10 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	node->n_images = n_images;
 	vmd_snapram_fill(vmd, node);
 	node->ram_dir = strdup(vmd_ram_dir());
+	node->isolation = strdup(vmd_jail_isolation());
 	if (!node->node_id || !node->rpc_url || !node->accel ||
-	    !node->driver || !node->version || !node->ram_dir)
+	    !node->driver || !node->version || !node->ram_dir ||
+	    !node->isolation)
 		return MOAT_INTERNAL;
 	return MOAT_OK;
 }
@@ -111,6 +113,7 @@ node_fields_free(Moat__V1__Node *node)
 	free(node->driver);
 	free(node->version);
 	free(node->ram_dir);
+	free(node->isolation);
 	for (size_t i = 0; i < node->n_images; i++)
 		free(node->images[i]);
 	free(node->images);

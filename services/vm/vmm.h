@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct vmd_jail;
+
 /* What to boot. Every string is borrowed from the caller for the duration
  * of `start`. */
 struct moat_vmm_spec {
@@ -68,6 +70,8 @@ struct moat_vmm {
 	/* Drains the guest's serial console into console_log (console.h);
 	 * closed by release. */
 	struct vmd_console *console;
+	/* The VMM's jail (jail.h), freed by release; NULL: none. */
+	struct vmd_jail *jail;
 };
 
 /* What `snapshot` wrote into a snapshot directory, and how long the

@@ -38,6 +38,7 @@ fi
 rmdir "$ramdir"
 "$bin/moat-bench-evict" "$images" "$repo/tests/bench/results/evict.json" 10
 "$bin/moat-bench-code" "$images" "$repo/tests/bench/results/code.json" 300
+"$bin/moat-bench-isolation" "$images" "$repo/tests/bench/results/isolation.json" 3 200
 "$bin/moat-bench-http" "$repo/tests/bench/results/http.json" 200 5
 "$bin/moat-bench-sessiond" "$repo/tests/bench/results/sessiond.json"
 "$bin/moat-bench-snapd" "$repo/tests/bench/results/snapd.json"

@@ -29,6 +29,7 @@
 #include "moat/util.h"
 #include "../console.h"
 #include "../extents.h"
+#include "../jail.h"
 #include "../ramdir.h"
 #include "../spawn.h"
 #include "../sync.h"
@@ -63,6 +64,13 @@
  * Set by probe; 0 when it could not be measured (then nothing is added). */
 static uint32_t qemu_host_tsc_khz;
 #define QEMU_TCG_CMDLINE "tsc=reliable no_timer_check"
+
+/* TCG's translated-code buffer (MiB): QEMU's default is 1 GiB, which a
+ * long-running guest fills and a VMM's cgroup would have to allow. The
+ * jail's memory limit adds twice this under TCG (the buffer and TCG's
+ * own tables). */
+#define QEMU_TCG_TB_MIB "128"
+#define QEMU_TCG_EXTRA_MIB 256u
 
 /* The host TSC rate in kHz: ticks over ~50 ms of CLOCK_MONOTONIC_RAW,
  * best of three (a preempted sample only reads slower or faster by the
@@ -142,6 +150,29 @@ path_ok(const char *p)
 	return p != NULL && strchr(p, ',') == NULL;
 }
 
+/* QEMU's own seccomp filter, given to every VMM (jail.h):
+ * -sandbox with the obsolete, privilege, spawn and resource calls
+ * denied. */
+#define QEMU_SANDBOX                                                          \
+	"on,obsolete=deny,elevateprivileges=deny,spawn=deny,"                 \
+	"resourcecontrol=deny"
+
+/* A QEMU built without seccomp refuses -sandbox: the jail then lacks it
+ * (vmd_jail_missing_add). `binary` has no single quote (checked by
+ * vmd_version_line). */
+static void
+qemu_probe_sandbox(const char *binary)
+{
+	char *cmd = moat_asprintf("'%s' -sandbox " QEMU_SANDBOX
+	                          " -version >/dev/null 2>&1",
+	    binary);
+
+	if (cmd != NULL && system(cmd) != 0)
+		vmd_jail_missing_add("qemu -sandbox (this QEMU was built "
+		                     "without seccomp)");
+	free(cmd);
+}
+
 static int
 qemu_probe(const char *binary, char **version, char **errmsg)
 {
@@ -159,6 +190,7 @@ qemu_probe(const char *binary, char **version, char **errmsg)
 		    binary);
 	if (rv != MOAT_OK)
 		return rv;
+	qemu_probe_sandbox(binary);
 	qemu_host_tsc_khz = measure_tsc_khz();
 	moat_info(0, "qemu: host TSC %u kHz (given to TCG guests)",
 	    qemu_host_tsc_khz);
@@ -262,6 +294,8 @@ qemu_release(struct moat_vmm *vm)
 		(void)vmd_ram_unlink(vm->ram_file);
 	vmd_console_close(vm->console);
 	vm->console = NULL;
+	vmd_jail_free(vm->jail);
+	vm->jail = NULL;
 	free(vm->agent_socket);
 	free(vm->console_log);
 	free(vm->vmm_log);
@@ -302,11 +336,13 @@ qemu_check_paths(const struct moat_vmm_spec *spec, const char *snap_dir,
 
 /* Gives a restored VM its own RAM file vm->ram_file: a template spare
  * when one is ready, else a copy of `snap_ram` started in the
- * background. A boot (snap_dir NULL) only removes a stale one. */
+ * background. A boot (snap_dir NULL) gets a new empty one (0600). */
 static int
 qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
     const char *snap_ram, struct moat_vmm *vm, char **errmsg)
 {
+	int err;
+
 	/* A RAM file left by an earlier boot attempt must not be reused. */
 	(void)unlink(vm->ram_file);
 	if (snap_dir != NULL && spec->ram_ready != NULL &&
@@ -319,7 +355,7 @@ qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
 		 * extents (holes stay holes), mapped shared like a booted
 		 * VM's, so a clone snapshots like any sandbox. It is made
 		 * while QEMU starts; resume waits for it. */
-		int err = ram_copy_start(snap_ram, vm->ram_file,
+		err = ram_copy_start(snap_ram, vm->ram_file,
 		    (struct qemu_ram_copy **)&vm->driver_data);
 
 		if (err != 0) {
@@ -328,8 +364,54 @@ qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
 			    snap_ram, vm->ram_file, strerror(err));
 			return moat_status_from_errno(err);
 		}
+	} else if ((err = vmd_ram_create(vm->ram_file)) != 0) {
+		/* A boot: QEMU opens the file made here (0600). */
+		*errmsg = moat_asprintf("cannot create the guest RAM file "
+		                        "%s: %s",
+		    vm->ram_file, strerror(err));
+		return moat_status_from_errno(err);
 	}
 	return MOAT_OK;
+}
+
+/* Puts the VMM of `spec` in a jail of its own (jail.h): vm->jail. */
+static int
+qemu_jail(const char *binary, const struct moat_vmm_spec *spec,
+    struct moat_vmm *vm, bool kvm, char **errmsg)
+{
+	struct vmd_jail_spec js = {
+		.name = dir_base(spec->dir),
+		.dir = spec->dir,
+		.binary = binary,
+		.ro_files = { spec->kernel, spec->initrd, spec->rootfs, NULL },
+		.rw_files = { vm->ram_file, spec->scratch_disk,
+		    vm->console_log, NULL },
+		.kvm = kvm,
+		.vcpus = spec->vcpus,
+		.memory_mib = spec->memory_mib,
+		.extra_mib = kvm ? 0 : QEMU_TCG_EXTRA_MIB,
+	};
+	/* Made here, root's: one a jailed QEMU made itself it could later
+	 * swap for a symlink (jail.h). */
+	int fd = open(vm->console_log,
+	    O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	if (fd >= 0)
+		close(fd);
+	return vmd_jail_make(&js, &vm->jail, errmsg);
+}
+
+/* A VMM in its own pid namespace writes its pid there (1) to -pidfile:
+ * vmd writes the host's instead, for reap_orphan. */
+static void
+qemu_write_pidfile(const char *pidfile, pid_t pid)
+{
+	char text[32];
+	int n = snprintf(text, sizeof(text), "%d\n", (int)pid);
+	int err = moat_write_file_atomic(pidfile, text, (size_t)n, 0600);
+
+	if (err != 0)
+		moat_warn(0, "cannot write %s: %s", pidfile, strerror(err));
 }
 
 /* Adds the machine, CPU, memory, console and kernel arguments. */
@@ -346,7 +428,7 @@ qemu_argv_machine(struct qemu_argv *a, const char *binary,
 	    strdup("microvm,x-option-roms=off,rtc=on,"
 	           "memory-backend=ram"));
 	argv_add(a, strdup("-accel"));
-	argv_add(a, strdup(kvm ? "kvm" : "tcg"));
+	argv_add(a, strdup(kvm ? "kvm" : "tcg,tb-size=" QEMU_TCG_TB_MIB));
 	argv_add(a, strdup("-cpu"));
 	argv_add(a, strdup(kvm ? "host" : "max"));
 	argv_add(a, strdup("-smp"));
@@ -438,8 +520,14 @@ qemu_argv_devices(struct qemu_argv *a, const struct moat_vmm_spec *spec,
 	}
 	argv_add(a, strdup("-qmp"));
 	argv_add(a, moat_asprintf("unix:%s,server=on,wait=off", qmp));
-	argv_add(a, strdup("-pidfile"));
-	argv_add(a, strdup(pidfile));
+	if (pidfile != NULL) {
+		argv_add(a, strdup("-pidfile"));
+		argv_add(a, strdup(pidfile));
+	}
+	if (vmd_jail_seccomp()) {
+		argv_add(a, strdup("-sandbox"));
+		argv_add(a, strdup(QEMU_SANDBOX));
+	}
 	if (snap_dir != NULL) {
 		/* Paused, the device state loaded by resume (x-ignore-shared
 		 * must be set before the stream is read, so not at once). */
@@ -464,6 +552,7 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	char *qmp = NULL;
 	char *pidfile = NULL;
 	char *snap_ram = NULL;
+	bool jailed_pid;
 	int rv;
 
 	*errmsg = NULL;
@@ -490,16 +579,20 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	}
 	if ((rv = qemu_check_paths(spec, snap_dir, vm, errmsg)) != MOAT_OK ||
 	    (rv = qemu_prepare_ram(spec, snap_dir, snap_ram, vm, errmsg)) !=
-	        MOAT_OK)
+	        MOAT_OK ||
+	    (rv = qemu_jail(binary, spec, vm, kvm, errmsg)) != MOAT_OK)
 		goto fail;
 	(void)unlink(vm->agent_socket);
 	(void)unlink(qmp);
 	if ((rv = vmd_console_open(vm->console_log, spec->console_max_bytes,
 	         &vm->console, &console_fd, errmsg)) != MOAT_OK)
 		goto fail;
+	(void)unlink(pidfile);
+	jailed_pid = vm->jail != NULL && vmd_jail_plan(vm->jail)->staging;
 
 	qemu_argv_machine(&a, binary, spec, vm, kvm, console_fd);
-	qemu_argv_devices(&a, spec, snap_dir, vm, qmp, pidfile);
+	qemu_argv_devices(&a, spec, snap_dir, vm, qmp,
+	    jailed_pid ? NULL : pidfile);
 	if (a.oom) {
 		*errmsg = strdup("out of memory building the qemu command");
 		rv = MOAT_INTERNAL;
@@ -514,11 +607,14 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	 * or each fault reads and dirties 2 MiB of the RAM file (spawn.h).
 	 * On tmpfs the advice is the operator's shmem THP policy: kept. */
 	req.no_hugepage_advice = vmd_ram_dir_reflinks();
+	req.jail = vmd_jail_plan(vm->jail);
 	rv = moat_spawn(&req, &vm->pid, errmsg);
 	close(console_fd); /* QEMU holds its own */
 	console_fd = -1;
 	if (rv != MOAT_OK)
 		goto fail;
+	if (jailed_pid)
+		qemu_write_pidfile(pidfile, vm->pid);
 	argv_fini(&a);
 	free(qmp);
 	free(pidfile);
@@ -549,11 +645,65 @@ qemu_restore(const char *binary, const struct moat_vmm_spec *spec,
 	return qemu_launch(binary, spec, snap_dir, vm, errmsg);
 }
 
+/* A jailed VMM may write its sandbox directory: before vmd connects to
+ * a socket there, the path must be a socket its VMM made (not a symlink
+ * to another sandbox's), and vmd connects to that very inode (through
+ * /proc/self/fd, so it cannot be swapped in between). Returns 0 with
+ * *pfd (close after connecting) and `via`, MOAT_UNAVAILABLE while it is
+ * not there yet, or a status with *errmsg. */
+static int
+qemu_sock_check(const struct moat_vmm *vm, const char *path, int *pfd,
+    char via[32], char **errmsg)
+{
+	uid_t want = vmd_jail_uid(vm->jail);
+	struct stat st;
+	int fd;
+
+	*pfd = -1;
+	if ((fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? MOAT_UNAVAILABLE :
+		                         moat_status_from_errno(errno);
+	if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) ||
+	    (want != 0 && st.st_uid != want)) {
+		close(fd);
+		*errmsg = moat_asprintf("%s is not a socket its VMM made: "
+		                        "refusing to connect",
+		    path);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	snprintf(via, 32, "/proc/self/fd/%d", fd);
+	*pfd = fd;
+	return MOAT_OK;
+}
+
+static int
+qemu_qmp_open(const struct moat_vmm *vm, struct qmp *q, uint64_t deadline,
+    char **errmsg)
+{
+	char via[32];
+	int pfd, rv;
+
+	if ((rv = qemu_sock_check(vm, vm->qmp_socket, &pfd, via, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	rv = qmp_open(q, via, deadline, errmsg);
+	close(pfd);
+	return rv;
+}
+
 /* The agent's virtio-serial port is bridged to a plain Unix socket. */
 static int
 qemu_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 {
-	return vmd_unix_connect(vm->agent_socket, fd, errmsg);
+	char via[32];
+	int pfd, rv;
+
+	if ((rv = qemu_sock_check(vm, vm->agent_socket, &pfd, via, errmsg)) !=
+	    MOAT_OK)
+		return rv;
+	rv = vmd_unix_connect(via, fd, errmsg);
+	close(pfd);
+	return rv;
 }
 
 static bool
@@ -564,6 +714,8 @@ qemu_reap_orphan(const char *dir, const char *id)
 	/* QEMU's options name files in the sandbox directory: a process
 	 * whose command line mentions dir is that sandbox's VMM. */
 	bool killed = vmd_kill_orphan(pidfile, dir, false);
+
+	vmd_jail_forget(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir);
 
 	if (ram != NULL)
 		(void)vmd_ram_unlink(ram);
@@ -695,7 +847,7 @@ qemu_snapshot_prepare(const struct moat_vmm *vm, struct qmp *q,
 		    strerror(err));
 		return moat_status_from_errno(err);
 	}
-	if ((rv = qmp_open(q, vm->qmp_socket, moat_rpc_now_ms() + timeout_ms,
+	if ((rv = qemu_qmp_open(vm, q, moat_rpc_now_ms() + timeout_ms,
 	         errmsg)) != MOAT_OK)
 		goto out;
 	/* QEMU writes the device state straight into the file: no shell
@@ -870,7 +1022,7 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 	}
 	/* The QMP socket appears early in QEMU's start: retry until. */
 	for (;;) {
-		rv = qmp_open(&q, vm->qmp_socket, deadline, errmsg);
+		rv = qemu_qmp_open(vm, &q, deadline, errmsg);
 		if (rv == MOAT_OK || rv != MOAT_UNAVAILABLE ||
 		    moat_rpc_now_ms() >= deadline)
 			break;

@@ -150,7 +150,8 @@ vmd_start(struct vmd_proc *v, const char *name, const char *driver,
 	                     "test-no-kvm-check = true\n"
 	                     "api-timeout-ms = 20000\n"
 	                     "%s%s%s%s%s%s%s",
-	    driver, jailed ? "jailer = true\njailer-binary = " : "",
+	    driver,
+	    jailed ? "jailer = true\njailer-binary = " : "jailer = false\n",
 	    jailed ? MOAT_FAKE_JAILER : "", jailed ? "\nchroot-base = " : "",
 	    jailed ? jail_base : "", jailed ? "\ncgroup-root = " : "",
 	    jailed ? cgroup_root : "",

@@ -438,6 +438,7 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	r->nodes[0]->accel = strdup("tcg");
 	r->nodes[0]->driver = strdup("qemu");
 	r->nodes[0]->version = strdup("0.0-fake");
+	r->nodes[0]->isolation = strdup("relaxed: no cgroup (fake)");
 	r->nodes[0]->available = true;
 	r->nodes[0]->vcpus_total = 4;
 	r->nodes[0]->snapshot_ram_budget_bytes = 512u << 20;

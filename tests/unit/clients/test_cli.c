@@ -655,6 +655,7 @@ test_snapshot_retention_commands(void **state)
 	assert_non_null(strstr(r.out,
 	    "RAM dir /dev/shm/moat-ram: 1024.0 MiB, "
 	    "300.0 MiB reserved"));
+	assert_non_null(strstr(r.out, "isolation relaxed: no cgroup (fake)"));
 	result_free(&r);
 }
 

@@ -28,7 +28,7 @@ fc_config_read(const struct moat_config *c, const struct moat_vmm_host *host,
 
 	moat_fc_config_defaults(fcc);
 	fcc->kvm_device = host->kvm_device;
-	if ((rv = moat_config_get_bool(c, FC, "jailer", false, &b, errmsg)) !=
+	if ((rv = moat_config_get_bool(c, FC, "jailer", true, &b, errmsg)) !=
 	    0)
 		return rv;
 	fcc->use_jailer = b;
