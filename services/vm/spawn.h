@@ -57,11 +57,11 @@ struct moat_jail {
 };
 
 struct moat_spawn_req {
-	const char *const *argv;      /* argv[0] is looked up in PATH */
-	const char *output_file;      /* stdout and stderr go here (created,
+	const char *const *argv; /* argv[0] is looked up in PATH */
+	const char *output_file; /* stdout and stderr go here (created,
 	                              truncated, 0600); NULL: /dev/null */
-	const char *cwd;              /* NULL: inherit */
-	bool no_hugepage_advice;      /* madvise(MADV_HUGEPAGE) fails with
+	const char *cwd;         /* NULL: inherit */
+	bool no_hugepage_advice; /* madvise(MADV_HUGEPAGE) fails with
 	                              EINVAL in the child (a seccomp filter;
 	                              see spawn.c) */
 	int keep_fd;   /* > 2: stays open in the child under the same number
