@@ -8,7 +8,8 @@
 # needs root, mounts and namespaces, which exec's isolation denies.
 # Node id: the Nomad client's name. Its certificate stays on its host,
 # like the node's other state: copy the files of `moat-pki issue DIR vmd
-# <name>` (cert.pem, key.pem, ca.pem, peer-ca.pem) to /etc/moat/tls there
+# <name>` (cert.pem, key.pem, ca.pem, peer-ca.pem, snapshot.key) to
+# /etc/moat/tls there
 # (raw_exec reads the host's files), so no node holds another's key.
 
 job "moat-vmd" {
@@ -61,6 +62,7 @@ job "moat-vmd" {
           tls-key = /etc/moat/tls/key.pem
           tls-ca = /etc/moat/tls/ca.pem
           tls-peer-ca = /etc/moat/tls/peer-ca.pem
+          snapshot-key-file = /etc/moat/tls/snapshot.key
         EOT
       }
 

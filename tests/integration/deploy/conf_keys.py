@@ -38,6 +38,7 @@ DYNAMIC = {
     ("services/vm/main.c", "cfg_str"): "WRAPPERS",
     ("services/vm/main.c", "vmd_configure_limits"): "the U64 macro",
     ("services/vm/main.c", "vmd_configure_bounds"): "the U64 macro",
+    ("services/vm/main.c", "vmd_configure_jail"): "the keys table",
     ("gateway/retention.c", "get_key"): "[retention] KEY.<tenant>",
     ("gateway/main.c", "retention_config"):
         "[gateway] retention-keep-last/-keep-age-s (its options)",

@@ -94,7 +94,7 @@ fi
 
 declare -A expect_files=(
 	[gateway/gw-1]="ca.pem cert.pem key.pem moat.conf peer-ca.pem survey-ca.pem"
-	[vmd/node-a]="ca.pem cert.pem key.pem moat.conf peer-ca.pem"
+	[vmd/node-a]="ca.pem cert.pem key.pem moat.conf peer-ca.pem snapshot.key"
 	[sessiond/sessiond]="ca.pem cert.pem key.pem moat.conf peer-ca.pem"
 	[snapd/snap-1]="ca.pem cert.pem key.pem moat.conf peer-ca.pem"
 	[client/alice]="ca.pem cert.pem env.sh key.pem"
@@ -110,6 +110,17 @@ for inst in "${!expect_files[@]}"; do
 	[ "$n" = 2 ] || fail "$inst/cert.pem holds $n certificates, not leaf + intermediate"
 done
 ok "files of each instance, key.pem 0600 and matching, cert.pem = leaf + intermediate"
+
+# The cluster's snapshot key: made once, 32 bytes, 0600, the same on
+# every node, and named by the vmd fragment.
+[ "$(stat -c %s "$d/ca/snapshot.key")" = 32 ] && [ "$(mode "$d/ca/snapshot.key")" = 600 ] &&
+	[ "$(mode "$d/vmd/node-a/snapshot.key")" = 600 ] &&
+	cmp -s "$d/vmd/node-a/snapshot.key" "$d/vmd/node-b/snapshot.key" &&
+	cmp -s "$d/vmd/node-a/snapshot.key" "$d/ca/snapshot.key" &&
+	grep -qx "snapshot-key-file = $d/vmd/node-a/snapshot.key" "$d/vmd/node-a/moat.conf" &&
+	! grep -q snapshot-key "$d/gateway/gw-1/moat.conf" &&
+	ok "snapshot.key: one 32-byte key (0600) copied to every vmd, named in its moat.conf" ||
+	fail "snapshot.key: $(ls -l "$d/ca/snapshot.key" "$d"/vmd/*/snapshot.key 2>&1)"
 
 # Names: CN=NAME, DNS:NAME, the role's name for gateway/sessiond/snapd.
 declare -A expect_sans=(
