@@ -485,7 +485,7 @@ restore(struct vmd_proc *v, const char *snap_id, Moat__V1__Sandbox **out)
 static int
 group_setup(void **state)
 {
-	char path[256];
+	char path[256], cmd[768];
 	char *text;
 	/* An ELF header is all the double checks of a kernel. */
 	static const char elf[64] = "\177ELF\2\1\1";
@@ -513,6 +513,17 @@ group_setup(void **state)
 	write_text(path, "initrd stand-in\n", 0644);
 	snprintf(path, sizeof(path), "%s/default/rootfs.ext4", images);
 	write_text(path, "rootfs stand-in\n", 0644);
+	/* vmd refuses an image whose files do not match its manifest.json
+	 * (issue 14): list the stand-ins with their digests. */
+	snprintf(cmd, sizeof(cmd),
+	    "cd '%s/default' && { printf '{\"files\": {'; sep=; "
+	    "for f in vmlinux initrd.img rootfs.ext4; do "
+	    "printf '%%s\"%%s\": {\"sha256\": \"%%s\", \"size\": %%s}' "
+	    "\"$sep\" $f $(sha256sum < $f | cut -c1-64) $(stat -c %%s $f); "
+	    "sep=', '; done; printf '}}\\n'; } > manifest.json",
+	    images);
+	if (system(cmd) != 0)
+		return -1;
 
 	/* What vmd finds on PATH: Firecracker (a wrapper around the double,
 	 * a real file, so the jailer copies it and names the jail after it)
