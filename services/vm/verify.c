@@ -388,6 +388,47 @@ vmd_verify_file(struct vmd_verify *v, const char *path, bool plain,
 	return e;
 }
 
+/* One artifact digested on a thread of its own (digest_all). */
+struct digest_job {
+	struct vmd_verify *v;
+	char *path; /* heap; NULL: nothing to digest */
+	uint8_t out[VMD_DIGEST_LEN];
+	uint64_t size;
+	int e;
+	pthread_t thread;
+	bool started;
+};
+
+static void *
+digest_main(void *arg)
+{
+	struct digest_job *j = arg;
+
+	j->e = j->path ?
+	    vmd_verify_file(j->v, j->path, false, j->out, &j->size, NULL) :
+	    ENOMEM;
+	return NULL;
+}
+
+/* Digests the n artifacts of one snapshot side by side: a cold check or
+ * a seal hashes the RAM and the disk at once, one core each. A thread
+ * that cannot start is run here instead. */
+static void
+digest_all(struct digest_job *jobs, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		jobs[i].started = pthread_create(&jobs[i].thread, NULL,
+		                      digest_main, &jobs[i]) == 0;
+	if (n > 0)
+		digest_main(&jobs[0]);
+	for (size_t i = 1; i < n; i++) {
+		if (jobs[i].started)
+			pthread_join(jobs[i].thread, NULL);
+		else
+			digest_main(&jobs[i]);
+	}
+}
+
 /* ---- the seal ---- */
 
 struct enc {
@@ -492,28 +533,39 @@ int
 vmd_snapshot_seal(struct vmd *vmd, Moat__V1__LocalSnapshot *m, const char *dir,
     struct vmd_seal *buf, char **errmsg)
 {
+	struct digest_job jobs[VMD_SEAL_N];
+	int rv = MOAT_OK;
+
 	*errmsg = NULL;
 	if (vmd->verify == NULL)
 		return MOAT_OK;
+
 	memset(buf, 0, sizeof(*buf));
+	memset(jobs, 0, sizeof(jobs));
+	for (size_t i = 0; i < VMD_SEAL_N; i++) {
+		jobs[i].v = vmd->verify;
+		jobs[i].path =
+		    moat_asprintf("%s/%s", dir, seal_artifacts[i].file);
+	}
+	digest_all(jobs, VMD_SEAL_N);
 	for (size_t i = 0; i < VMD_SEAL_N; i++) {
 		const char *name = seal_artifacts[i].name;
-		const char *file = seal_artifacts[i].file;
-		char *path = moat_asprintf("%s/%s", dir, file);
-		int e = path ? vmd_verify_file(vmd->verify, path, false,
-		                   buf->sha[i], &buf->d[i].size, NULL) :
-		               ENOMEM;
 
-		free(path);
-		if (e != 0) {
+		if (jobs[i].e != 0 && rv == MOAT_OK) {
 			*errmsg =
 			    moat_asprintf("cannot digest its %s (%s/%s): "
 			                  "%s",
-			        name, dir, file, strerror(e));
-			return moat_status_from_errno(e);
+			        name, dir, seal_artifacts[i].file,
+			        strerror(jobs[i].e));
+			rv = moat_status_from_errno(jobs[i].e);
 		}
+		memcpy(buf->sha[i], jobs[i].out, VMD_DIGEST_LEN);
+		buf->d[i].size = jobs[i].size;
 		snprintf(buf->names[i], sizeof(buf->names[i]), "%s", name);
+		free(jobs[i].path);
 	}
+	if (rv != MOAT_OK)
+		return rv;
 	seal_bind(m, buf);
 	vmd_seal_mac(vmd->verify->key, m, buf->mac);
 	return MOAT_OK;
@@ -545,18 +597,15 @@ artifact_file(const char *name)
 	return NULL;
 }
 
-/* Checks artifact d of snapshot m in dir. Returns 0 or a status after
- * verify_fail. */
+/* Sets *path to the file of artifact d of snapshot m in dir (heap).
+ * Returns 0 or a status after verify_fail (an artifact vmd does not
+ * make, or no memory). */
 static int
-verify_artifact(struct vmd *vmd, struct moat_rpc_call *call,
-    const Moat__V1__LocalSnapshot *m, const Moat__V1__SnapshotDigest *d,
-    const char *dir, char **errmsg)
+artifact_path(struct moat_rpc_call *call, const Moat__V1__LocalSnapshot *m,
+    const Moat__V1__SnapshotDigest *d, const char *dir, char **path,
+    char **errmsg)
 {
 	const char *file = artifact_file(d->name);
-	uint8_t got[VMD_DIGEST_LEN];
-	uint64_t size = 0;
-	char *path;
-	int e;
 
 	if (file == NULL || d->sha256.len != VMD_DIGEST_LEN)
 		return verify_fail(call, errmsg, MOAT_DATA_LOSS,
@@ -564,32 +613,34 @@ verify_artifact(struct vmd *vmd, struct moat_rpc_call *call,
 		                  "\"%.32s\" vmd does not make: nothing was "
 		                  "started; delete the snapshot",
 		        m->snapshot_id, d->name));
-	if ((path = moat_asprintf("%s/%s", dir, file)) == NULL)
+	if ((*path = moat_asprintf("%s/%s", dir, file)) == NULL)
 		return verify_fail(call, errmsg, MOAT_INTERNAL,
 		    strdup("out of memory"));
-	e = vmd_verify_file(vmd->verify, path, false, got, &size, NULL);
-	if (e != 0) {
-		int rv = verify_fail(call, errmsg, MOAT_DATA_LOSS,
+	return MOAT_OK;
+}
+
+/* Compares artifact d of snapshot m with what job j found. Returns 0 or
+ * a status after verify_fail. */
+static int
+verify_artifact(struct moat_rpc_call *call, const Moat__V1__LocalSnapshot *m,
+    const Moat__V1__SnapshotDigest *d, const struct digest_job *j,
+    char **errmsg)
+{
+	if (j->e != 0)
+		return verify_fail(call, errmsg, MOAT_DATA_LOSS,
 		    moat_asprintf("snapshot %s: its %s (%s) cannot be read: "
 		                  "%s; nothing was started; delete the "
 		                  "snapshot and take another",
-		        m->snapshot_id, d->name, path, strerror(e)));
-		free(path);
-		return rv;
-	}
-	if (size != d->size ||
-	    CRYPTO_memcmp(got, d->sha256.data, VMD_DIGEST_LEN) != 0) {
-		int rv = verify_fail(call, errmsg, MOAT_DATA_LOSS,
+		        m->snapshot_id, d->name, j->path, strerror(j->e)));
+	if (j->size != d->size ||
+	    CRYPTO_memcmp(j->out, d->sha256.data, VMD_DIGEST_LEN) != 0)
+		return verify_fail(call, errmsg, MOAT_DATA_LOSS,
 		    moat_asprintf("snapshot %s: its %s (%s) does not match "
 		                  "the digest in its manifest (%" PRIu64
 		                  " B, sealed %" PRIu64 " B): changed "
 		                  "since it was taken; nothing was started; "
 		                  "delete the snapshot and take another",
-		        m->snapshot_id, d->name, path, size, d->size));
-		free(path);
-		return rv;
-	}
-	free(path);
+		        m->snapshot_id, d->name, j->path, j->size, d->size));
 	return MOAT_OK;
 }
 
@@ -597,8 +648,9 @@ int
 vmd_snapshot_verify(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__LocalSnapshot *m, const char *dir, char **errmsg)
 {
+	struct digest_job jobs[VMD_SEAL_N];
 	uint8_t mac[VMD_DIGEST_LEN];
-	int rv;
+	int rv = MOAT_OK;
 
 	if (errmsg != NULL)
 		*errmsg = NULL;
@@ -624,11 +676,20 @@ vmd_snapshot_verify(struct vmd *vmd, struct moat_rpc_call *call,
 		        "snapshots share [vmd] snapshot-key-file); "
 		        "nothing was started",
 		        m->snapshot_id, dir));
-	for (size_t i = 0; i < m->n_digests; i++)
-		if ((rv = verify_artifact(vmd, call, m, m->digests[i], dir,
-		         errmsg)) != MOAT_OK)
-			return rv;
-	return MOAT_OK;
+	memset(jobs, 0, sizeof(jobs));
+	for (size_t i = 0; i < VMD_SEAL_N; i++) {
+		jobs[i].v = vmd->verify;
+		if ((rv = artifact_path(call, m, m->digests[i], dir,
+		         &jobs[i].path, errmsg)) != MOAT_OK)
+			goto out;
+	}
+	digest_all(jobs, VMD_SEAL_N);
+	for (size_t i = 0; i < VMD_SEAL_N && rv == MOAT_OK; i++)
+		rv = verify_artifact(call, m, m->digests[i], &jobs[i], errmsg);
+out:
+	for (size_t i = 0; i < VMD_SEAL_N; i++)
+		free(jobs[i].path);
+	return rv;
 }
 
 /* ---- the seal as snapd labels (each value under SNAPD_MAX_TEXT):

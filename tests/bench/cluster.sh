@@ -4,6 +4,8 @@
 # stack on ipc:// (deploy/moat-stack) side by side, runs
 # moat-bench-cluster against both and leaves tests/bench/results/
 # cluster.json. Usage: tests/bench/cluster.sh [CALLS] [STEPS]
+# MOAT_BENCH_LOGS=DIR keeps every service's log there (where the time of a
+# restore on the other node went: its vmd logs the pull and the check).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
@@ -15,6 +17,12 @@ stack=$c_root/stack
 . "$repo/tests/integration/cluster/cluster_lib.sh"
 cleanup() {
 	c_stop
+	if [ -n "${MOAT_BENCH_LOGS:-}" ]; then
+		mkdir -p "$MOAT_BENCH_LOGS"
+		for l in "$c_root"/*/logs/*.log; do
+			[ -f "$l" ] && cp "$l" "$MOAT_BENCH_LOGS/$(basename "$(dirname "$(dirname "$l")")")-$(basename "$l")"
+		done
+	fi
 	MOAT_STATE_DIR=$stack bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1
 	rm -rf "$c_root"
 }
