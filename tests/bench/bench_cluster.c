@@ -101,6 +101,59 @@ exec_true(struct moat_client *c, const char *id)
 	return bench_now_ms() - t0;
 }
 
+/* One call that crosses only the transport, in ms: Health (the client's
+ * hop to the gateway) or Get (that hop and the gateway's to the node; no
+ * guest). */
+static double
+hop_call(struct moat_client *c, const char *id)
+{
+	Moat__V1__HealthReply *h = NULL;
+	Moat__V1__Sandbox *sb = NULL;
+	char *msg = NULL;
+	double t0 = bench_now_ms();
+	int rv = id ? moat_client_get(c, id, &sb, &msg) :
+	              moat_client_health(c, &h, &msg);
+
+	if (rv != MOAT_OK)
+		die(id ? "get" : "health", rv, msg);
+	moat_client_free_msg(h);
+	moat_client_free_msg(sb);
+	return bench_now_ms() - t0;
+}
+
+/* The transport's own share of a call, tls+tcp against ipc, p50 added:
+ * `id` NULL: one hop (Health); else two (Get of sandbox id). Alternating
+ * batches, like bench_exec. */
+static json_t *
+bench_hops(struct moat_client *tls, const char *tls_id,
+    struct moat_client *ipc, const char *ipc_id, int calls)
+{
+	double *t = calloc((size_t)calls, sizeof(double));
+	double *p = calloc((size_t)calls, sizeof(double));
+	json_t *jt, *jp;
+	int i = 0;
+
+	if (t == NULL || p == NULL)
+		die("hops", MOAT_RESOURCE_EXHAUSTED, NULL);
+	while (i < calls) {
+		int n = calls - i < BATCH ? calls - i : BATCH;
+
+		for (int k = 0; k < n; k++)
+			t[i + k] = hop_call(tls, tls_id);
+		for (int k = 0; k < n; k++)
+			p[i + k] = hop_call(ipc, ipc_id);
+		i += n;
+	}
+	jt = bench_summary(t, (size_t)calls);
+	jp = bench_summary(p, (size_t)calls);
+	free(t);
+	free(p);
+	return json_pack("{s:o, s:o, s:f}", "tls_tcp", jt, "ipc", jp,
+	    "p50_added_ms",
+	    json_real_value(json_object_get(jt, "p50_ms")) -
+	        json_real_value(json_object_get(jp, "p50_ms")));
+}
+
 static json_t *
 bench_exec(struct moat_client *tls, struct moat_client *ipc, int calls)
 {
@@ -127,13 +180,19 @@ bench_exec(struct moat_client *tls, struct moat_client *ipc, int calls)
 	}
 	jt = bench_summary(t, (size_t)calls);
 	jp = bench_summary(p, (size_t)calls);
-	out = json_pack("{s:o, s:o, s:f, s:f, s:s}", "tls_tcp", jt, "ipc", jp,
-	    "p50_added_ms",
+	out = json_pack("{s:o, s:o, s:f, s:f, s:s, s:o, s:o, s:s}", "tls_tcp",
+	    jt, "ipc", jp, "p50_added_ms",
 	    json_real_value(json_object_get(jt, "p50_ms")) -
 	        json_real_value(json_object_get(jp, "p50_ms")),
 	    "goal_p50_added_ms", 1.0, "what",
 	    "exec `true` round trip through the gateway: tls+tcp (3 hosts, "
-	    "every link TLS) vs ipc (one host)");
+	    "every link TLS) vs ipc (one host)",
+	    "transport_one_hop", bench_hops(tls, NULL, ipc, NULL, calls),
+	    "transport_two_hops", bench_hops(tls, a->id, ipc, b->id, calls),
+	    "transport_what",
+	    "the same links without a guest: Health (client -> gateway) and "
+	    "Get (client -> gateway -> node), tls+tcp vs ipc: the part of "
+	    "exec's added time that is the transport itself");
 	destroy(tls, a->id);
 	destroy(ipc, b->id);
 	moat_client_free_msg(a);
