@@ -174,6 +174,10 @@ restore_request(struct vmd *vmd, struct moat_rpc_call *call,
 	r->create.image = meta->image;
 	r->create.scratch_mib = meta->scratch_mib;
 	r->create.tenant = meta->tenant;
+	/* Its network policy is the snapshot's (sealed; issue 14): a
+	 * restore request has none of its own, so it cannot widen it. In
+	 * place, restore_alloc gives the clone the sandbox's own. */
+	r->create.network = meta->network;
 	if (req->n_labels > 0)
 		rv = restore_labels(call, r, req->n_labels, NULL, NULL,
 		    req->labels);
@@ -234,6 +238,15 @@ restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
 		free(sb->dir);
 		sb->dir = dir;
 		sb->id = r->old->id;
+		/* A restore in place keeps the sandbox's network policy. */
+		free(sb->egress_policy);
+		sb->egress_policy = NULL;
+		if (r->old->egress_policy != NULL) {
+			if ((sb->egress_policy = malloc(
+			         sizeof(*sb->egress_policy))) == NULL)
+				goto oom;
+			*sb->egress_policy = *r->old->egress_policy;
+		}
 	}
 	*out = sb;
 	return MOAT_OK;
