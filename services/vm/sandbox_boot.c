@@ -214,6 +214,7 @@ boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
 	spec->accel = accel;
 	spec->extra_cmdline = f->extra;
 	spec->egress_socket = f->egress;
+	spec->no_egress_port = sb->no_egress_port;
 	spec->ram_source = snap_dir ? sb->ram_source : NULL;
 	spec->ram_ready = snap_dir ? sb->ram_spare : NULL;
 	spec->console_max_bytes = vmd->cfg.console_max_bytes;

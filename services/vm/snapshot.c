@@ -468,8 +468,10 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
 	    image_stamp);
 	/* The sandbox's network policy, sealed with the rest (issue 14):
-	 * a clone of this snapshot gets it, and nothing wider. */
-	if ((meta.network = vmd_egress_to_proto(sb->egress_policy)) == NULL) {
+	 * a clone of this snapshot gets it, and nothing wider. Unset: its
+	 * VM has no egress port (restored from a snapshot without one). */
+	if (!sb->no_egress_port &&
+	    (meta.network = vmd_egress_to_proto(sb->egress_policy)) == NULL) {
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out_rm;
 	}

@@ -126,12 +126,14 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	LABEL("scratch_mib", scratch_mib);
 	/* Its network policy (sealed): a node that pulls it restores the
 	 * clone with it (issue 14). */
-	if ((network = vmd_egress_label(meta->network)) == NULL) {
+	if (meta->network != NULL &&
+	    (network = vmd_egress_label(meta->network)) == NULL) {
 		rv = MOAT_INTERNAL;
 		err = strdup("out of memory");
 		goto fail;
 	}
-	LABEL("network", network);
+	if (network != NULL) /* none: taken without the egress port */
+		LABEL("network", network);
 	/* Its seal (verify.h) travels with it: a node that pulls it checks
 	 * it under the cluster's snapshot key before restoring. */
 	for (size_t i = 0; i <= VMD_SEAL_N &&
