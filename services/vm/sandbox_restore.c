@@ -279,10 +279,9 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	if (sb->no_egress_port && sb->egress_policy != NULL) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "snapshot %s was taken before snapshots kept guest "
-		    "egress: "
-		    "it cannot be restored into sandbox %s, which has network "
-		    "\"allowlist\"; restore it as a new sandbox (--new) or "
-		    "use a newer snapshot",
+		    "egress: it cannot be restored into sandbox %s, which "
+		    "has network \"allowlist\"; restore it as a new "
+		    "sandbox (--new) or use a newer snapshot",
 		    r.meta->snapshot_id, sb->id.str);
 		vmd_sandbox_free(sb);
 		goto out;
