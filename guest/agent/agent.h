@@ -106,11 +106,17 @@ struct agent {
 /* agent_egress_on: the proxy runs; execs get http(s)_proxy set. */
 extern bool agent_egress_on;
 
-/* agent_egress_start: forks the proxy process: it listens on
+/* agent_egress_set: on: (re)starts the proxy process: it listens on
  * AGENT_EGRESS_ADDR and carries each connection to vmd over the
- * virtio-serial port at `port_path` (moat/tunnel.h). Returns 0 or an
- * errno value (logged). */
-int agent_egress_start(const char *port_path);
+ * virtio-serial port org.moat.egress (moat/tunnel.h); off: ends it.
+ * Host mode changes nothing. Returns a status with *why (heap). */
+int agent_egress_set(struct agent *a, uint64_t id, bool on, char **why);
+/* agent_egress_reaped: PID 1 reaped `pid`: egress is off if it was the
+ * proxy process. */
+void agent_egress_reaped(pid_t pid, int status);
+/* agent_egress_mode: the EgressMode request. */
+int agent_egress_mode(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why);
 
 /* --- time (loop.c) --- */
 uint64_t agent_now_ms(void);

@@ -50,7 +50,6 @@ struct boot_cmdline {
 	char scratch[128]; /* moat.scratch=: likewise, or "tmpfs" */
 	char port[128];    /* moat.port=: virtio-serial port name */
 	char vsock[16];    /* moat.vsock=: AF_VSOCK port, "" if unset */
-	char egress[128];  /* moat.egress=: egress port name, "" if unset */
 	char test[32];     /* moat.test= */
 };
 
@@ -170,7 +169,7 @@ boot_parse_cmdline(struct boot_cmdline *c)
 	snprintf(c->root, sizeof(c->root), "%s", BOOT_DEFAULT_ROOT);
 	snprintf(c->scratch, sizeof(c->scratch), "%s", BOOT_DEFAULT_SCRATCH);
 	snprintf(c->port, sizeof(c->port), "%s", BOOT_DEFAULT_PORT);
-	c->vsock[0] = c->test[0] = c->egress[0] = '\0';
+	c->vsock[0] = c->test[0] = '\0';
 	if ((rv = boot_read_small("/proc/cmdline", line, sizeof(line))) != 0) {
 		boot_log(1, "read /proc/cmdline: %s", strerror(rv));
 		return rv;
@@ -184,8 +183,6 @@ boot_parse_cmdline(struct boot_cmdline *c)
 		boot_copy_value(word, "moat.vsock", c->vsock,
 		    sizeof(c->vsock));
 		boot_copy_value(word, "moat.test", c->test, sizeof(c->test));
-		boot_copy_value(word, "moat.egress", c->egress,
-		    sizeof(c->egress));
 	}
 	return 0;
 }
@@ -294,10 +291,10 @@ boot_find_disk(const char *spec, char *dev, size_t size)
 	return found;
 }
 
-/* boot_find_port: looks once for the virtio-serial port with this name;
+/* agent_boot_find_port: looks once for the virtio-serial port with this name;
  * fills path with its /dev node. Returns 1 when found. */
-static int
-boot_find_port(const char *want, char *path, size_t size)
+int
+agent_boot_find_port(const char *want, char *path, size_t size)
 {
 	char file[300], name[160];
 	struct dirent *de;
@@ -474,7 +471,7 @@ boot_parse_vsock(const char *text, uint32_t *port)
 static int
 boot_wait_port(const char *name, uint64_t deadline, char *path, size_t size)
 {
-	while (!boot_find_port(name, path, size)) {
+	while (!agent_boot_find_port(name, path, size)) {
 		if (boot_now_ms() >= deadline) {
 			boot_log(1,
 			    "no virtio-serial port named %s after %d ms", name,
@@ -547,11 +544,6 @@ agent_boot_init(struct agent_boot *b)
 	    (rv = boot_wait_port(c.port, deadline, b->port_path,
 	         sizeof(b->port_path))) != 0)
 		return rv;
-	/* Egress is optional: a guest without its port serves on. */
-	if (b->vsock_port == 0 && c.egress[0] != '\0' &&
-	    boot_wait_port(c.egress, deadline, b->egress_path,
-	        sizeof(b->egress_path)) != 0)
-		b->egress_path[0] = '\0';
 	b->boot_ms = boot_uptime_ms();
 	boot_log(0, "booted at %llu ms, serving %s",
 	    (unsigned long long)b->boot_ms,

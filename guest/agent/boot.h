@@ -13,22 +13,24 @@
  *   moat.root=/dev/vda (image, ext4, read-only), moat.scratch=/dev/vdb
  *   (ext4 made by vmd), moat.port=org.moat.agent (virtio-serial port
  *   name), moat.vsock=PORT (Firecracker: listen on AF_VSOCK instead),
- *   moat.test=MODE (test-only misbehaviour, see agent tests),
- *   moat.egress=org.moat.egress (guest egress: the proxy's port name).
+ *   moat.test=MODE (test-only misbehaviour, see agent tests).
+ * - guest egress (issue 14) is not on the command line (a restored VM
+ *   keeps its origin's): vmd turns it on and off by a guest request
+ *   (EgressMode, egress.c), on the port named org.moat.egress.
  */
 #ifndef MOAT_AGENT_BOOT_H
 #define MOAT_AGENT_BOOT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct agent_boot {
-	int lower_fd;          /* image root dir, -1 when not booted by us */
-	int upper_fd;          /* overlay upper dir, -1 likewise */
-	char port_path[256];   /* /dev/vportNpM to serve, "" if none */
-	uint32_t vsock_port;   /* 0 unless moat.vsock= */
-	uint64_t boot_ms;      /* guest uptime when boot finished */
-	char test_mode[32];    /* moat.test=, "" normally */
-	char egress_path[256]; /* moat.egress='s /dev/vportNpM, "" if none */
+	int lower_fd;        /* image root dir, -1 when not booted by us */
+	int upper_fd;        /* overlay upper dir, -1 likewise */
+	char port_path[256]; /* /dev/vportNpM to serve, "" if none */
+	uint32_t vsock_port; /* 0 unless moat.vsock= */
+	uint64_t boot_ms;    /* guest uptime when boot finished */
+	char test_mode[32];  /* moat.test=, "" normally */
 };
 
 /* agent_boot_init: does PID 1's setup. Returns 0 with *b filled, or an
@@ -40,5 +42,9 @@ int agent_boot_init(struct agent_boot *b);
  * RB_POWER_OFF, falling back to RB_AUTOBOOT, which QEMU's -no-reboot
  * turns into an exit). Never returns. */
 void agent_boot_poweroff(void) __attribute__((noreturn));
+
+/* agent_boot_find_port: looks once for the virtio-serial port named
+ * `name`; fills path with its /dev node. Returns 1 when found. */
+int agent_boot_find_port(const char *name, char *path, size_t size);
 
 #endif

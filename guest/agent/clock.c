@@ -101,6 +101,11 @@ agent_reset_after_restore(struct agent *a, const Moat__V1__GuestRequest *req,
 		agent_send_ack(a, req->id);
 		return MOAT_OK;
 	}
+	/* The restored sandbox's egress, which its origin's need not be:
+	 * first, so a refusal leaves the clock and name untouched. */
+	if ((err = agent_egress_set(a, req->id, r->egress && r->egress->on,
+	         why)) != MOAT_OK)
+		return err;
 	/* The RNG first: a failure here must not leave a clone running with
 	 * its siblings' randomness, so it is an error, not a warning. */
 	if ((err = clock_reseed(r->entropy.data, r->entropy.len)) != 0) {

@@ -1,8 +1,11 @@
 /*
- * egress.c: the guest's end of guest egress (issue 14). A child process
- * of PID 1 listens on 127.0.0.1:3128 and carries every connection, bytes
- * untouched, to vmd's proxy as one stream of the tunnel over the
- * virtio-serial port moat.egress= names (moat/tunnel.h). vmd decides
+ * egress.c: the guest's end of guest egress (issue 14). While vmd says
+ * it is on (the EgressMode request after a cold boot, or the one in
+ * ResetAfterRestore after every restore: a snapshot's guest may have had
+ * another mode), a child process of PID 1 listens on 127.0.0.1:3128 and
+ * carries every connection, bytes untouched, to vmd's proxy as one
+ * stream of the tunnel over the virtio-serial port org.moat.egress
+ * (moat/tunnel.h; every QEMU guest has it). vmd decides
  * everything (which host, which port, refusals): this side only moves
  * bytes, so nothing in the guest can widen the policy. There is no DNS
  * in the guest: programs reach names through the proxy (http_proxy and
@@ -14,21 +17,29 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
+#include "boot.h"
 #include "moat/log.h"
+#include "moat/status.h"
 #include "moat/tunnel.h"
+#include "moat/util.h"
 
 #define EGRESS_LISTEN_PORT 3128
 #define EGRESS_MAX_STREAMS 256
 #define EGRESS_RETRY_MS 200
+#define EGRESS_PORT_NAME "org.moat.egress"
+#define EGRESS_PORT_WAIT_MS 2000
 
 bool agent_egress_on;
+static pid_t egress_pid; /* the proxy child, 0 when none */
 
 static void
 egress_sleep_ms(long ms)
@@ -127,19 +138,94 @@ static void __attribute__((noreturn)) egress_child(const char *port_path)
 	}
 }
 
-int
-agent_egress_start(const char *port_path)
+/* egress_stop: ends the proxy child (its connections with it) and reaps
+ * it, so its listener is gone before a new one binds. */
+static void
+egress_stop(void)
 {
-	pid_t pid = fork();
+	pid_t pid = egress_pid;
 
-	if (pid < 0) {
+	egress_pid = 0;
+	if (pid <= 0)
+		return;
+	(void)kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
+/* egress_start: forks a fresh proxy child on the egress port. */
+static int
+egress_start(uint64_t id, char **why)
+{
+	char path[256];
+	uint64_t deadline = egress_now_ms() + EGRESS_PORT_WAIT_MS;
+	pid_t pid;
+
+	while (!agent_boot_find_port(EGRESS_PORT_NAME, path, sizeof(path))) {
+		if (egress_now_ms() >= deadline) {
+			*why = moat_asprintf("this guest has no virtio-serial "
+			                     "port " EGRESS_PORT_NAME
+			                     ": guest egress needs the qemu "
+			                     "driver");
+			return MOAT_FAILED_PRECONDITION;
+		}
+		egress_sleep_ms(5);
+	}
+	if ((pid = fork()) < 0) {
 		int err = errno;
 
-		moat_error(0, "egress: fork: %s", strerror(err));
-		return err;
+		*why = moat_asprintf("egress: fork: %s", strerror(err));
+		return moat_status_from_errno(err);
 	}
 	if (pid == 0)
-		egress_child(port_path);
-	agent_egress_on = true;
-	return 0;
+		egress_child(path);
+	egress_pid = pid;
+	moat_info(id, "egress: on (proxy pid %d)", (int)pid);
+	return MOAT_OK;
+}
+
+int
+agent_egress_set(struct agent *a, uint64_t id, bool on, char **why)
+{
+	int rv = MOAT_OK;
+
+	if (!a->pid1) {
+		/* Never a listener on the host a test runs on. */
+		moat_info(id, "egress %s: host mode: not applied",
+		    on ? "on" : "off");
+		return MOAT_OK;
+	}
+	/* On again restarts it: after a restore its tunnel session (and
+	 * every connection on it) belonged to the VM it was taken from. */
+	egress_stop();
+	agent_egress_on = false;
+	if (on && (rv = egress_start(id, why)) == MOAT_OK)
+		agent_egress_on = true;
+	if (!on)
+		moat_info(id, "egress: off");
+	return rv;
+}
+
+void
+agent_egress_reaped(pid_t pid, int status)
+{
+	if (pid <= 0 || pid != egress_pid)
+		return;
+	egress_pid = 0;
+	agent_egress_on = false;
+	moat_warn(0,
+	    "egress: the proxy process ended (status %d): egress is "
+	    "off until vmd turns it on again",
+	    status);
+}
+
+int
+agent_egress_mode(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
+{
+	int rv = agent_egress_set(a, req->id, req->egress->on, why);
+
+	if (rv == MOAT_OK)
+		agent_send_ack(a, req->id);
+	return rv;
 }

@@ -671,8 +671,8 @@ agent_exec_reap(struct agent *a)
 		}
 		/* not an exec's main process: a code context's interpreter,
 		 * or an orphan PID 1 adopted */
-		if (i == AGENT_EXEC_MAX)
-			(void)agent_code_reaped(a, pid, st);
+		if (i == AGENT_EXEC_MAX && !agent_code_reaped(a, pid, st))
+			agent_egress_reaped(pid, st);
 	}
 }
 

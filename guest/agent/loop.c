@@ -58,6 +58,7 @@ static const struct agent_op agent_ops[] = {
 	{ MOAT__V1__GUEST_REQUEST__OP_CODE_RUN, "code_run", agent_code_run },
 	{ MOAT__V1__GUEST_REQUEST__OP_CODE_CONTEXT_CLOSE, "code_context_close",
 	    agent_code_close },
+	{ MOAT__V1__GUEST_REQUEST__OP_EGRESS, "egress", agent_egress_mode },
 };
 
 uint64_t

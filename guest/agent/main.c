@@ -255,8 +255,6 @@ static void __attribute__((noreturn)) main_pid1(void)
 	main_std_fds();
 	moat_log_init("agent", MOAT_LOG_INFO);
 	a.pid1 = true;
-	if (b.egress_path[0] != '\0')
-		(void)agent_egress_start(b.egress_path);
 	if ((rv = main_setup(&a, &b, NULL)) != 0) {
 		moat_error(0, "cannot serve the guest link (%s); powering off",
 		    strerror(rv));

@@ -285,6 +285,97 @@ vmd_egress_to_proto(const struct vmd_egress_policy *p)
 	return m;
 }
 
+Moat__V1__NetworkPolicy *
+vmd_egress_proto_copy(const Moat__V1__NetworkPolicy *np)
+{
+	Moat__V1__NetworkPolicy *m;
+	bool oom;
+
+	if (np == NULL || (m = malloc(sizeof(*m))) == NULL)
+		return NULL;
+	moat__v1__network_policy__init(m);
+	m->mode = strdup(np->mode ? np->mode : "");
+	oom = m->mode == NULL;
+	if (np->n_allow > 0 && !oom) {
+		m->allow = calloc(np->n_allow, sizeof(*m->allow));
+		oom = m->allow == NULL;
+		for (size_t i = 0; !oom && i < np->n_allow; i++) {
+			m->allow[i] = strdup(np->allow[i]);
+			oom = m->allow[i] == NULL;
+			m->n_allow = i + 1;
+		}
+	}
+	if (oom) {
+		moat__v1__network_policy__free_unpacked(m, NULL);
+		return NULL;
+	}
+	return m;
+}
+
+char *
+vmd_egress_label(const Moat__V1__NetworkPolicy *np)
+{
+	size_t len = sizeof("allowlist:");
+	char *out;
+
+	if (np == NULL || np->mode == NULL ||
+	    strcmp(np->mode, "allowlist") != 0)
+		return strdup("none");
+	for (size_t i = 0; i < np->n_allow; i++)
+		len += strlen(np->allow[i]) + 1;
+	if ((out = malloc(len)) == NULL)
+		return NULL;
+	strcpy(out, "allowlist:");
+	for (size_t i = 0; i < np->n_allow; i++) {
+		if (i > 0)
+			strcat(out, ",");
+		strcat(out, np->allow[i]);
+	}
+	return out;
+}
+
+int
+vmd_egress_from_label(const char *label, Moat__V1__NetworkPolicy **out)
+{
+	Moat__V1__NetworkPolicy *m;
+	struct vmd_egress_policy *p = NULL;
+	char *err = NULL, *list = NULL, *save = NULL, *tok;
+	bool allow = strncmp(label, "allowlist:", 10) == 0;
+	int rv = MOAT_OK;
+
+	*out = NULL;
+	if (label[0] == '\0')
+		return MOAT_OK; /* pushed before it had one: "none" */
+	if (!allow && strcmp(label, "none") != 0)
+		return MOAT_INVALID_ARGUMENT;
+	if ((m = malloc(sizeof(*m))) == NULL)
+		return MOAT_INTERNAL;
+	moat__v1__network_policy__init(m);
+	m->mode = strdup(allow ? "allowlist" : "none");
+	if (allow && m->mode != NULL && (list = strdup(label + 10)) != NULL &&
+	    (m->allow = calloc(strlen(list) / 2 + 1, sizeof(char *))) !=
+	        NULL) {
+		for (tok = strtok_r(list, ",", &save); tok != NULL;
+		     tok = strtok_r(NULL, ",", &save))
+			if ((m->allow[m->n_allow++] = strdup(tok)) == NULL)
+				rv = MOAT_INTERNAL;
+	} else if (allow || m->mode == NULL) {
+		rv = MOAT_INTERNAL;
+	}
+	free(list);
+	/* What a create would accept, or it is no policy of ours. */
+	if (rv == MOAT_OK && allow &&
+	    vmd_egress_request_policy(m, &p, &err) != MOAT_OK)
+		rv = MOAT_INVALID_ARGUMENT;
+	free(p);
+	free(err);
+	if (rv != MOAT_OK)
+		moat__v1__network_policy__free_unpacked(m, NULL);
+	else
+		*out = m;
+	return rv;
+}
+
 /* ---- the proxy ---- */
 
 static const char *

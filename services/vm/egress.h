@@ -20,7 +20,6 @@
 #include "vm.pb-c.h"
 
 #define VMD_EGRESS_PORT_NAME "org.moat.egress"
-#define VMD_EGRESS_CMDLINE "moat.egress=" VMD_EGRESS_PORT_NAME
 #define VMD_EGRESS_DEFAULT_MAX_CONNS 64
 #define VMD_EGRESS_EVENTS 4096 /* the node's ring */
 #define VMD_EGRESS_CONNECT_MS 10000
@@ -47,6 +46,17 @@ int vmd_egress_request_policy(const Moat__V1__NetworkPolicy *np,
 Moat__V1__NetworkPolicy *vmd_egress_to_proto(
     const struct vmd_egress_policy *p);
 
+/* vmd_egress_proto_copy: a deep copy of np (NULL when np is NULL or out
+ * of memory; free with moat__v1__network_policy__free_unpacked). */
+Moat__V1__NetworkPolicy *vmd_egress_proto_copy(
+    const Moat__V1__NetworkPolicy *np);
+/* vmd_egress_label: a snapshot's policy as its snapd label "network":
+ * "none" or "allowlist:<host[:port]>,..." (heap; NULL: out of memory).
+ * vmd_egress_from_label: back (*out NULL for an empty label, a snapshot
+ * pushed before the label existed); INVALID_ARGUMENT when malformed. */
+char *vmd_egress_label(const Moat__V1__NetworkPolicy *np);
+int vmd_egress_from_label(const char *label, Moat__V1__NetworkPolicy **out)
+    __attribute__((warn_unused_result));
 /* vmd_egress_start: the proxy thread for one VM whose egress port is the
  * Unix socket `sock` (it retries until QEMU makes it). Copies what it
  * keeps. Returns NULL (after a log line) when it cannot start. */

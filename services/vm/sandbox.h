@@ -95,6 +95,9 @@ struct sandbox {
 	                              (egress.h), or NULL: no network */
 	struct vmd_egress *egress; /* its proxy thread while a VMM runs;
 	                              under mu */
+	bool no_egress_port; /* restored from a snapshot taken before every
+	                        VM had the egress port (its network unset):
+	                        its VM has none, nor its snapshots */
 
 	pthread_mutex_t mu;           /* guards everything below */
 	pthread_cond_t cv;            /* any change below */

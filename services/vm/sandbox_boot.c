@@ -56,6 +56,7 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__ResetAfterRestore reset =
 	    MOAT__V1__RESET_AFTER_RESTORE__INIT;
+	Moat__V1__EgressMode egress = MOAT__V1__EGRESS_MODE__INIT;
 	Moat__V1__GuestMessage *reply = NULL;
 	uint8_t entropy[64];
 	struct timespec now;
@@ -84,6 +85,9 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	reset.entropy.data = entropy;
 	reset.entropy.len = sizeof(entropy);
 	reset.hostname = sb->id.str;
+	/* This sandbox's egress, not the snapshot's origin's (issue 14). */
+	egress.on = sb->egress_policy != NULL;
+	reset.egress = &egress;
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_RESET;
 	req.reset = &reset;
 	t_resumed = moat_rpc_now_ms();
@@ -101,8 +105,51 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 		return rv;
 	}
 	if (reply->code != MOAT__V1__CODE__OK) {
-		*why = moat_asprintf("the restored guest's agent refused the "
-		                     "reset (clock, RNG, hostname): %s",
+		*why =
+		    moat_asprintf("the restored guest's agent refused the "
+		                  "reset (clock, RNG, hostname, egress): %s",
+		        reply->message);
+		rv = (int)reply->code;
+	}
+	moat__v1__guest_message__free_unpacked(reply, NULL);
+	return rv;
+}
+
+/* After a cold boot of an allowlist sandbox: turns the agent's egress
+ * proxy on (issue 14; it is off until told, and a restore is told in its
+ * reset). Returns 0 or a status with *why (heap). */
+static int
+boot_egress_on(struct sandbox *sb, uint64_t deadline, char **why)
+{
+	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
+	Moat__V1__EgressMode mode = MOAT__V1__EGRESS_MODE__INIT;
+	Moat__V1__GuestMessage *reply = NULL;
+	struct guest_link *link;
+	char *err = NULL;
+	int rv;
+
+	pthread_mutex_lock(&sb->mu);
+	link = sb->link;
+	pthread_mutex_unlock(&sb->mu);
+	if (link == NULL) {
+		*why = strdup("the guest link closed during boot");
+		return MOAT_UNAVAILABLE;
+	}
+	mode.on = true;
+	req.op_case = MOAT__V1__GUEST_REQUEST__OP_EGRESS;
+	req.egress = &mode;
+	if ((rv = guest_link_call(link, &req, deadline, &reply, &err)) !=
+	    MOAT_OK) {
+		*why = moat_asprintf("the guest's agent did not answer the "
+		                     "egress request: %s",
+		    err ? err : "?");
+		free(err);
+		return rv;
+	}
+	if (reply->code != MOAT__V1__CODE__OK) {
+		*why = moat_asprintf("the guest's agent cannot turn egress "
+		                     "on: %s (an image older than this vmd? "
+		                     "rebuild it with images/build.sh)",
 		    reply->message);
 		rv = (int)reply->code;
 	}
@@ -116,7 +163,7 @@ struct boot_files {
 	char *initrd;
 	char *rootfs;
 	char *scratch;
-	char *extra;  /* the test label's and egress's cmdline, or NULL */
+	char *extra;  /* the test label's cmdline, or NULL */
 	char *egress; /* the egress port's socket, or NULL */
 };
 
@@ -145,16 +192,13 @@ boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
 	f->rootfs = vmd_image_path(vmd, sb->image, "rootfs.ext4");
 	f->scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
 	f->extra = sb->test_mode ?
-	    moat_asprintf(VMD_TEST_LABEL "=%s%s", sb->test_mode,
-	        sb->egress_policy ? " " VMD_EGRESS_CMDLINE : "") :
-	    sb->egress_policy ? strdup(VMD_EGRESS_CMDLINE) :
-	                        NULL;
+	    moat_asprintf(VMD_TEST_LABEL "=%s", sb->test_mode) :
+	    NULL;
 	f->egress = sb->egress_policy ?
 	    moat_asprintf("%s/egress.sock", sb->dir) :
 	    NULL;
 	if (!f->kernel || !f->initrd || !f->rootfs || !f->scratch ||
-	    ((sb->test_mode || sb->egress_policy) && !f->extra) ||
-	    (sb->egress_policy && !f->egress))
+	    (sb->test_mode && !f->extra) || (sb->egress_policy && !f->egress))
 		return false;
 	/* The directory's name: the sandbox id, but for a restore in place,
 	 * whose VM runs beside the one it replaces under a name of its own
@@ -170,6 +214,7 @@ boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
 	spec->accel = accel;
 	spec->extra_cmdline = f->extra;
 	spec->egress_socket = f->egress;
+	spec->no_egress_port = sb->no_egress_port;
 	spec->ram_source = snap_dir ? sb->ram_source : NULL;
 	spec->ram_ready = snap_dir ? sb->ram_spare : NULL;
 	spec->console_max_bytes = vmd->cfg.console_max_bytes;
@@ -366,6 +411,10 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 		pthread_mutex_unlock(&sb->mu);
 	}
 	outcome = boot_wait_ready(sb, t0, deadline, timeout_ms, why);
+	if (outcome == BOOT_READY && snap_dir == NULL &&
+	    sb->egress_policy != NULL &&
+	    boot_egress_on(sb, deadline, why) != MOAT_OK)
+		outcome = BOOT_FAILED;
 out:
 	boot_files_free(&files);
 	return outcome;

@@ -114,13 +114,9 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	/* A test mode changes how the guest boots: never from a template.
 	 * Before the accelerator is decided (the KVM probe) there is no
 	 * template to match: that create boots and decides it. */
-	/* Egress adds a device and a kernel argument the template has not:
-	 * an allowlist sandbox boots. */
+	/* Network allowlist sandboxes too: every QEMU VM has the egress
+	 * port, and the restore's reset turns the guest's proxy on. */
 	templated = vmd->cfg.templates && !req->cold_boot &&
-	    !(req->network &&
-	        (req->network->n_allow > 0 ||
-	            (req->network->mode &&
-	                strcmp(req->network->mode, "allowlist") == 0))) &&
 	    test_mode == NULL && vmd->vmm->restore != NULL &&
 	    vmd->vmm->snapshot != NULL;
 	vmd_accel_current(vmd, accel);

@@ -174,6 +174,10 @@ restore_request(struct vmd *vmd, struct moat_rpc_call *call,
 	r->create.image = meta->image;
 	r->create.scratch_mib = meta->scratch_mib;
 	r->create.tenant = meta->tenant;
+	/* Its network policy is the snapshot's (sealed; issue 14): a
+	 * restore request has none of its own, so it cannot widen it. In
+	 * place, restore_alloc gives the clone the sandbox's own. */
+	r->create.network = meta->network;
 	if (req->n_labels > 0)
 		rv = restore_labels(call, r, req->n_labels, NULL, NULL,
 		    req->labels);
@@ -223,6 +227,8 @@ restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	if ((sb->restored_from = strdup(r->meta->snapshot_id)) == NULL)
 		goto oom;
+	/* Taken before every VM had the egress port (issue 14). */
+	sb->no_egress_port = r->meta->network == NULL;
 	sb->pulled_bytes = r->pulled_bytes;
 	if (r->old != NULL) {
 		(void)!getrandom(rnd, sizeof(rnd), 0);
@@ -234,6 +240,16 @@ restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
 		free(sb->dir);
 		sb->dir = dir;
 		sb->id = r->old->id;
+		/* A restore in place keeps the sandbox's network policy
+		 * (checked against the snapshot in vmd_sandbox_restore). */
+		free(sb->egress_policy);
+		sb->egress_policy = NULL;
+		if (r->old->egress_policy != NULL) {
+			if ((sb->egress_policy = malloc(
+			         sizeof(*sb->egress_policy))) == NULL)
+				goto oom;
+			*sb->egress_policy = *r->old->egress_policy;
+		}
 	}
 	*out = sb;
 	return MOAT_OK;
@@ -260,6 +276,16 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	    (rv = restore_request(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_alloc(vmd, call, &r, &sb)) != MOAT_OK)
 		goto out;
+	if (sb->no_egress_port && sb->egress_policy != NULL) {
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "snapshot %s was taken before snapshots kept guest "
+		    "egress: it cannot be restored into sandbox %s, which "
+		    "has network \"allowlist\"; restore it as a new "
+		    "sandbox (--new) or use a newer snapshot",
+		    r.meta->snapshot_id, sb->id.str);
+		vmd_sandbox_free(sb);
+		goto out;
+	}
 	rv = vmd_sandbox_bring_up(vmd, call, sb, r.snap_dir,
 	    r.meta->accel[0] ? r.meta->accel : "tcg",
 	    r.old ? BRING_UP_REPLACE : BRING_UP_LISTED, r.old, out);

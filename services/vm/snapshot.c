@@ -136,6 +136,9 @@ snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
 	r->session_id = strdup(m->session_id);
 	r->step = m->step;
 	r->ram_resident_bytes = m->ram_resident_bytes;
+	if (m->network != NULL &&
+	    (r->network = vmd_egress_proto_copy(m->network)) == NULL)
+		return MOAT_INTERNAL;
 	if (!r->location || !r->evicted_to || !r->session_id)
 		return MOAT_INTERNAL;
 	if (!r->vmm || !r->snapshot_id || !r->sandbox_id || !r->dir ||
@@ -464,6 +467,14 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		goto out_rm;
 	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
 	    image_stamp);
+	/* The sandbox's network policy, sealed with the rest (issue 14):
+	 * a clone of this snapshot gets it, and nothing wider. Unset: its
+	 * VM has no egress port (restored from a snapshot without one). */
+	if (!sb->no_egress_port &&
+	    (meta.network = vmd_egress_to_proto(sb->egress_policy)) == NULL) {
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+		goto out_rm;
+	}
 	/* Sealed before anything reads it back (a push, a restore): the
 	 * digests also fill the verified-once cache, so the first restore
 	 * does not hash again. */
@@ -524,6 +535,7 @@ out:
 	free(parent);
 	free(push.remote_id);
 	free(push.error);
+	moat__v1__network_policy__free_unpacked(meta.network, NULL);
 	return rv;
 }
 
@@ -539,16 +551,6 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
 	    MOAT_OK)
 		return rv;
-	if (sb->egress_policy != NULL) {
-		/* A restore would need the egress port and proxy back (issue
-		 * 14): not built yet. */
-		vmd_sandbox_put(sb);
-		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
-		    "sandbox %s has network \"allowlist\": its snapshots "
-		    "are not supported yet (create it without --allow to "
-		    "snapshot it)",
-		    req->sandbox_id);
-	}
 	id = snap_new_id(vmd);
 	dir = id ? snap_dir(vmd, id) : NULL;
 	if (dir == NULL)

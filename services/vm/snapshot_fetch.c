@@ -27,6 +27,7 @@
 #include "snapram.h"
 #include "snapshot_fetch.h"
 #include "snapshot_push.h"
+#include "egress.h"
 #include "verify.h"
 
 #define FETCH_META_MAX (64u << 10)
@@ -345,6 +346,16 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 	meta.remote_logical_bytes = info->logical_bytes;
 	meta.remote_parent_id = info->parent_id;
 	meta.vmm = info->vmm;
+	/* Its network policy (sealed below: a changed label fails the
+	 * check before any restore). */
+	if (vmd_egress_from_label(label_of(info, "network"), &meta.network) !=
+	    MOAT_OK) {
+		free(path);
+		*errmsg = moat_asprintf("its network label \"%.200s\" is "
+		                        "malformed: it is not restored",
+		    label_of(info, "network"));
+		return MOAT_DATA_LOSS;
+	}
 	/* The pusher's seal (none from a vmd before issue 14: such a
 	 * snapshot is refused at restore, not here). */
 	if (!vmd_seal_from_info(info, &meta, &seal)) {
@@ -352,6 +363,7 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 		*errmsg = strdup("its seal labels are malformed: it was "
 		                 "not pushed by a moat-vmd and is not "
 		                 "restored");
+		moat__v1__network_policy__free_unpacked(meta.network, NULL);
 		return MOAT_DATA_LOSS;
 	}
 	for (size_t i = 0; i < info->n_artifacts; i++) {
@@ -368,11 +380,13 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 	if (path == NULL || len > FETCH_META_MAX ||
 	    (packed = malloc(len ? len : 1)) == NULL) {
 		free(path);
+		moat__v1__network_policy__free_unpacked(meta.network, NULL);
 		*errmsg = strdup("out of memory or a catalog entry too large");
 		return MOAT_INTERNAL;
 	}
 	moat__v1__local_snapshot__pack(&meta, packed);
 	e = moat_write_file_atomic(path, packed, len, 0600);
+	moat__v1__network_policy__free_unpacked(meta.network, NULL);
 	free(packed);
 	free(path);
 	if (e != 0) {

@@ -35,6 +35,7 @@
 #include "node.h"
 #include "sync.h"
 #include "snapshot_push.h"
+#include "egress.h"
 #include "verify.h"
 
 #define PUSH_HEALTH_MS 2000u /* a snapd that is down, found fast */
@@ -72,14 +73,14 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	    MOAT__V1__COMMIT_MANIFEST_REQUEST__INIT;
 	Moat__V1__SnapArtifact arts[VMD_SNAP_N_ARTIFACTS];
 	Moat__V1__SnapArtifact *art_ptrs[VMD_SNAP_N_ARTIFACTS];
-	Moat__V1__SnapLabel labels[12];
-	Moat__V1__SnapLabel *label_ptrs[12];
+	Moat__V1__SnapLabel labels[16];
+	Moat__V1__SnapLabel *label_ptrs[16];
 	Moat__V1__SnapshotInfo *info = NULL;
 	ProtobufCMessage *reply = NULL;
 	const char *tenant = meta->tenant;
 	char scratch_mib[24];
 	char seal_kv[VMD_SEAL_N + 1][2][VMD_SEAL_LABEL_MAX];
-	char *err = NULL, *path = NULL;
+	char *err = NULL, *path = NULL, *network = NULL;
 	size_t n_labels = 0;
 	int rv;
 
@@ -123,6 +124,16 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	LABEL("accel", meta->accel);
 	LABEL("image_stamp", meta->image_stamp);
 	LABEL("scratch_mib", scratch_mib);
+	/* Its network policy (sealed): a node that pulls it restores the
+	 * clone with it (issue 14). */
+	if (meta->network != NULL &&
+	    (network = vmd_egress_label(meta->network)) == NULL) {
+		rv = MOAT_INTERNAL;
+		err = strdup("out of memory");
+		goto fail;
+	}
+	if (network != NULL) /* none: taken without the egress port */
+		LABEL("network", network);
 	/* Its seal (verify.h) travels with it: a node that pulls it checks
 	 * it under the cluster's snapshot key before restoring. */
 	for (size_t i = 0; i <= VMD_SEAL_N &&
@@ -173,6 +184,7 @@ out:
 	for (size_t i = 0; i < VMD_SNAP_N_ARTIFACTS; i++)
 		moat_snap_artifact_clear(&arts[i]);
 	free(path);
+	free(network);
 	free(err);
 }
 

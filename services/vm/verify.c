@@ -495,6 +495,16 @@ vmd_seal_mac(const uint8_t key[VMD_SNAPSHOT_KEY_LEN],
 	enc_u64(&e, m->memory_mib);
 	enc_u64(&e, m->scratch_mib);
 	enc_u64(&e, m->template_ ? 1 : 0);
+	/* Issue 14: an allowlist is sealed too, so no one widens what a
+	 * restore lets the guest reach ("none" or unset adds nothing: seals
+	 * made before it was recorded still match). */
+	if (m->network != NULL && m->network->mode != NULL &&
+	    strcmp(m->network->mode, "allowlist") == 0) {
+		enc_str(&e, "network:allowlist");
+		enc_u64(&e, m->network->n_allow);
+		for (size_t i = 0; i < m->network->n_allow; i++)
+			enc_str(&e, m->network->allow[i]);
+	}
 	enc_u64(&e, m->n_digests);
 	for (size_t i = 0; i < m->n_digests; i++) {
 		enc_str(&e, m->digests[i]->name);

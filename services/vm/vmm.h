@@ -43,7 +43,10 @@ struct moat_vmm_spec {
 	                              (a template spare), or NULL */
 	const char *egress_socket; /* network allowlist: the Unix socket of
 	                              the egress virtio-serial port (QEMU
-	                              only; egress.h), or NULL */
+	                              only; egress.h), or NULL: the port
+	                              leads nowhere (QEMU adds it always) */
+	bool no_egress_port;       /* restore of a snapshot taken without the
+	                              port: the VM must not have it */
 
 	/* The console's cap, console.log and console.log.1 together
 	 * ([vmd] console-max-kib; 0: the default). */

@@ -504,20 +504,27 @@ qemu_argv_devices(struct qemu_argv *a, const struct moat_vmm_spec *spec,
 	argv_add(a, strdup("-device"));
 	argv_add(a,
 	    strdup("virtserialport,chardev=agent,name=" QEMU_AGENT_PORT));
+	/* Guest egress (issue 14): a second port for the tunnel to vmd's
+	 * proxy (services/vm/egress.h); no guest NIC. Every VM has it, so
+	 * every snapshot can be restored with or without egress: a sandbox
+	 * with network "none" gets a null chardev (nothing behind it). A
+	 * snapshot taken before then restores only without it. */
+	if (spec->no_egress_port)
+		goto qmp;
+	argv_add(a, strdup("-chardev"));
 	if (spec->egress_socket != NULL) {
-		/* Guest egress (issue 14): a second port for the tunnel to
-		 * vmd's proxy (services/vm/egress.h); no guest NIC. */
 		(void)unlink(spec->egress_socket);
-		argv_add(a, strdup("-chardev"));
 		argv_add(a,
 		    moat_asprintf("socket,id=egress,path=%s,server=on,"
 		                  "wait=off",
 		        spec->egress_socket));
-		argv_add(a, strdup("-device"));
-		argv_add(a,
-		    strdup("virtserialport,chardev=egress,"
-		           "name=org.moat.egress"));
+	} else {
+		argv_add(a, strdup("null,id=egress"));
 	}
+	argv_add(a, strdup("-device"));
+	argv_add(a,
+	    strdup("virtserialport,chardev=egress,name=org.moat.egress"));
+qmp:
 	argv_add(a, strdup("-qmp"));
 	argv_add(a, moat_asprintf("unix:%s,server=on,wait=off", qmp));
 	if (pidfile != NULL) {

@@ -9,6 +9,8 @@
 # nodes; after kill -9 of node-a's vmd its sandboxes list as unavailable
 # within 5 s, a call on one fails at once saying how to bring it back,
 # and `moat restore SB --step latest --new` brings it back on node-b.
+# Also (issue 14) an allowlist sandbox's step restored on the other node
+# keeps its allowlist and runs the guest's egress proxy.
 # Not for: TLS or several hosts (the coordinator's cluster test).
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
@@ -96,6 +98,24 @@ check "an unknown --node is refused naming the nodes (rc $rc)" \
 "$moat" fork "$ses" --step 3 --count 4 >"$work/fork" 2>"$work/err"; rc=$?
 check "fork of 4 (rc $rc)" [ $rc -eq 0 -a "$(wc -l <"$work/fork")" -eq 4 ]
 check "its copies land on both nodes" sh -c "grep -q 'on node node-a' '$work/err' && grep -q 'on node node-b' '$work/err'"
+
+# Issue 14: an allowlist sandbox's step restored on the other node takes
+# the snapshot's policy from snapd's "network" label (sealed), and its
+# guest runs the egress proxy there.
+asb=$("$moat" sandbox create --record --snapshot every --allow allowed.test 2>"$work/err")
+anode=$(state_of "$asb" | cut -d' ' -f2)
+other=node-b
+[ "$anode" = node-b ] && other=node-a
+"$moat" exec "$asb" -- sh -c 'echo egress >/root/e.txt' >/dev/null 2>&1
+arid=$("$moat" restore "$asb" --step 1 --new --node "$other" 2>"$work/err"); rc=$?
+check "allowlist step restored on $other (rc $rc: $(tr '\n' ' ' <"$work/err"))" \
+	sh -c "[ $rc -eq 0 ] && grep -q 'on node $other' '$work/err'"
+check "  it has the snapshot's allowlist" \
+	sh -c "'$moat' sandbox get '$arid' 2>/dev/null | grep -q 'network: *allowlist (allowed.test)'"
+out=$("$moat" exec "$arid" -- python3 -c 'import os, socket
+socket.create_connection(("127.0.0.1", 3128), timeout=5); print("open", os.environ.get("http_proxy"))' 2>&1)
+check "  its guest runs the egress proxy ($out)" [ "$out" = "open http://127.0.0.1:3128" ]
+"$moat" sandbox rm "$asb" "$arid" >/dev/null 2>&1
 
 # Node loss: node-a's vmd killed.
 pkill -KILL -f "moat-vmd --state-dir $state --listen"

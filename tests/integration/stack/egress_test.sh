@@ -19,8 +19,8 @@ if [ ! -f "$MOAT_IMAGE_DIR/default/rootfs.ext4" ]; then
 	exit 77
 fi
 # The agent in the image must have the egress proxy (guest/agent/egress.c).
-if ! gzip -dc "$MOAT_IMAGE_DIR/default/initrd.img" 2>/dev/null | grep -a 'agent-egress' >/dev/null; then
-	echo "skip: the image in $MOAT_IMAGE_DIR has an agent without egress: rebuild it (images/build.sh)"
+if ! gzip -dc "$MOAT_IMAGE_DIR/default/initrd.img" 2>/dev/null | grep -a 'egress: on (proxy pid' >/dev/null; then
+	echo "skip: the image in $MOAT_IMAGE_DIR has an agent without egress set by vmd: rebuild it (images/build.sh)"
 	exit 77
 fi
 state=$(mktemp -d /tmp/moat-egress-test.XXXXXX)
@@ -193,6 +193,85 @@ try:
 except Exception as e: print("closed")' 2>&1)
 check "network none: nothing listens on 3128 ($out)" [ "$out" = closed ]
 "$moat" sandbox rm "$id" "$id2" >/dev/null 2>&1
+
+# Egress and snapshots (issue 14): every QEMU guest has the egress port,
+# vmd tells the agent its mode after each boot and restore, and a
+# snapshot carries (and seals) its sandbox's policy.
+fetch_src=$(cat "$work/fetch.py")
+rfetch() { "$moat" exec "$1" -- python3 -c "$fetch_src" "$2" 2>>"$work/rfetch.err"; }
+no_proxy_src='import os, socket
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=5); s = "open"
+except Exception: s = "closed"
+print(s, os.environ.get("http_proxy", "-"))'
+json_get() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+
+# The first cold boot above made the node's template: an allowlist
+# sandbox is cloned from it like any other.
+for _ in $(seq 120); do
+	find "$state" -path '*/templates/*' -name meta.pb 2>/dev/null | grep -qv '\.tmp/' && break
+	sleep 0.5
+done
+tid=$("$moat" sandbox create --allow allowed.test 2>"$work/err")
+"$moat" --json sandbox get "$tid" >"$work/tsb.json" 2>&1
+tmpl=$(json_get "$work/tsb.json" 'd.get("templateId", "")')
+check "an allowlist sandbox is cloned from the template ($tmpl)" [ -n "$tmpl" ]
+out=$(rfetch "$tid" http://allowed.test/hello.txt)
+check "  and fetches from the allowed server ($out)" [ "$out" = "200 hello from the allowed server" ]
+out=$(rfetch "$tid" http://refused.test/hello.txt)
+check "  and a name off the list is refused ($out)" sh -c "echo '$out' | grep -q '^403 '"
+"$moat" sandbox rm "$tid" >/dev/null 2>&1
+
+# A recorded allowlist sandbox: a snapshot at every step.
+rid=$("$moat" sandbox create --record --snapshot every --allow allowed.test 2>"$work/err")
+check "a recorded allowlist sandbox starts ($rid: $(head -c 300 "$work/err"))" [ -n "$rid" ]
+"$moat" --json sandbox get "$rid" >"$work/rsb.json" 2>&1
+rsid=$(json_get "$work/rsb.json" 'd.get("sessionId", "")')
+out=$(rfetch "$rid" http://allowed.test/hello.txt)
+check "recorded step 1 fetches ($out)" [ "$out" = "200 hello from the allowed server" ]
+"$moat" exec "$rid" -- sh -c 'echo two >/root/two.txt' >"$work/step2" 2>&1; rc=$?
+check "recorded step 2 runs and is recorded (rc $rc)" sh -c "[ $rc -eq 0 ] && ! grep -q 'not recorded' '$work/step2'"
+check "  both steps have their snapshot" [ "$("$moat" history "$rid" 2>/dev/null | grep -c '\[snapshot\]')" -ge 2 ]
+
+# restore --new of step 2 takes the snapshot's allowlist.
+nid=$("$moat" restore "$rid" --step 2 --new 2>"$work/err"); rc=$?
+check "restore --new of step 2 (rc $rc: $(head -c 300 "$work/err"))" [ $rc -eq 0 -a -n "$nid" ]
+"$moat" sandbox get "$nid" >"$work/nget" 2>&1
+check "  it has the snapshot's allowlist" grep -q "network: *allowlist (allowed.test)" "$work/nget"
+out=$("$moat" exec "$nid" -- cat /root/two.txt 2>&1)
+check "  in step 2's state ($out)" [ "$out" = two ]
+out=$(rfetch "$nid" http://allowed.test/hello.txt)
+check "  the allowed name fetches ($out)" [ "$out" = "200 hello from the allowed server" ]
+out=$(rfetch "$nid" http://refused.test/hello.txt)
+check "  a name off the list is refused ($out)" sh -c "echo '$out' | grep -q '^403 .*host not on the allowlist'"
+
+# A fork of step 1 too.
+"$moat" fork "$rsid" --step 1 --count 1 >"$work/fork" 2>"$work/err"; rc=$?
+fid=$(cut -d' ' -f1 "$work/fork" | head -n 1)
+check "fork of step 1 (rc $rc: $(head -c 300 "$work/err" | tr "\n" " "))" [ $rc -eq 0 -a -n "$fid" ]
+out=$(rfetch "$fid" http://allowed.test/hello.txt)
+check "  the fork fetches the allowed name ($out)" [ "$out" = "200 hello from the allowed server" ]
+out=$(rfetch "$fid" http://refused.test/hello.txt)
+check "  and is refused a name off the list ($out)" sh -c "echo '$out' | grep -q '^403 .*host not on the allowlist'"
+
+# Restore in place keeps the sandbox's own policy (the same here) and the
+# proxy works again after it.
+"$moat" restore "$rid" --step 1 >/dev/null 2>"$work/err"; rc=$?
+check "restore in place of step 1 (rc $rc: $(head -c 300 "$work/err"))" [ $rc -eq 0 ]
+out=$(rfetch "$rid" http://allowed.test/hello.txt)
+check "  the proxy works after it ($out)" [ "$out" = "200 hello from the allowed server" ]
+"$moat" sandbox rm "$rid" "$nid" "$fid" >/dev/null 2>&1
+
+# A snapshot of a network-none sandbox restores without a proxy.
+zid=$("$moat" sandbox create --record --snapshot every 2>"$work/err")
+"$moat" exec "$zid" -- sh -c 'echo z >/root/z.txt' >/dev/null 2>&1
+znew=$("$moat" restore "$zid" --step 1 --new 2>"$work/err"); rc=$?
+check "restore --new of a network-none step (rc $rc: $(head -c 300 "$work/err"))" [ $rc -eq 0 -a -n "$znew" ]
+out=$("$moat" exec "$znew" -- python3 -c "$no_proxy_src" 2>&1)
+check "  it has no proxy and no proxy env ($out)" [ "$out" = "closed -" ]
+"$moat" sandbox get "$znew" >"$work/zget" 2>&1
+check "  nor an allowlist" sh -c "! grep -q 'network:' '$work/zget'"
+"$moat" sandbox rm "$zid" "$znew" >/dev/null 2>&1
 
 bash "$repo/deploy/moat-stack" stop >/dev/null
 check "no sanitizer report in any service log" sh -c "! grep -lE 'ERROR: (Address|Leak)Sanitizer|runtime error:' '$state'/logs/*.log"

@@ -25,6 +25,7 @@
 
 #include "moat/status.h"
 #include "moat/util.h"
+#include "egress.h"
 #include "node.h"
 #include "verify.h"
 
@@ -141,6 +142,31 @@ mac_changed(const struct fake *f, const uint8_t base[VMD_DIGEST_LEN])
 	return memcmp(mac, base, VMD_DIGEST_LEN) != 0;
 }
 
+/* The network policy (issue 14): "none" leaves seals made before it was
+ * recorded as they were; an allowlist, and each entry of it, is sealed. */
+static void
+mac_network(struct fake *f, const uint8_t base[VMD_DIGEST_LEN])
+{
+	Moat__V1__NetworkPolicy np = MOAT__V1__NETWORK_POLICY__INIT;
+	char *allow[2] = { "allowed.test", "pypi.org:443" };
+	uint8_t listed[VMD_DIGEST_LEN];
+
+	fake_init(f);
+	np.mode = "none";
+	f->m.network = &np;
+	assert_false(mac_changed(f, base));
+	np.mode = "allowlist";
+	np.allow = allow;
+	np.n_allow = 2;
+	assert_true(mac_changed(f, base));
+	vmd_seal_mac(key_a, &f->m, listed);
+	allow[1] = "pypi.org:80";
+	assert_true(mac_changed(f, listed));
+	allow[1] = "pypi.org:443";
+	np.n_allow = 1;
+	assert_true(mac_changed(f, listed));
+}
+
 static void
 test_manifest_mac(void **state)
 {
@@ -185,6 +211,54 @@ test_manifest_mac(void **state)
 	f.m.last_used_unix_ms = 42;
 	f.m.location = "disk";
 	assert_false(mac_changed(&f, base));
+	mac_network(&f, base);
+}
+
+/* The snapd label "network" and back: exact (the seal covers the
+ * strings), and anything a create would refuse is refused. */
+static void
+test_network_label(void **state)
+{
+	Moat__V1__NetworkPolicy np = MOAT__V1__NETWORK_POLICY__INIT;
+	Moat__V1__NetworkPolicy *back = NULL;
+	char *allow[2] = { "allowed.test", "*.example.org:8443" };
+	char *label;
+
+	(void)state;
+	label = vmd_egress_label(NULL);
+	assert_string_equal(label, "none");
+	free(label);
+	np.mode = "allowlist";
+	np.allow = allow;
+	np.n_allow = 2;
+	label = vmd_egress_label(&np);
+	assert_string_equal(label,
+	    "allowlist:allowed.test,*.example.org:8443");
+	assert_int_equal(vmd_egress_from_label(label, &back), MOAT_OK);
+	assert_non_null(back);
+	assert_string_equal(back->mode, "allowlist");
+	assert_int_equal(back->n_allow, 2);
+	assert_string_equal(back->allow[0], "allowed.test");
+	assert_string_equal(back->allow[1], "*.example.org:8443");
+	moat__v1__network_policy__free_unpacked(back, NULL);
+	free(label);
+	assert_int_equal(vmd_egress_from_label("none", &back), MOAT_OK);
+	assert_string_equal(back->mode, "none");
+	assert_int_equal(back->n_allow, 0);
+	moat__v1__network_policy__free_unpacked(back, NULL);
+	/* Pushed before the label: unset, so "none". */
+	assert_int_equal(vmd_egress_from_label("", &back), MOAT_OK);
+	assert_null(back);
+	assert_int_equal(vmd_egress_from_label("all", &back),
+	    MOAT_INVALID_ARGUMENT);
+	assert_null(back);
+	assert_int_equal(vmd_egress_from_label("allowlist:127.0.0.1", &back),
+	    MOAT_INVALID_ARGUMENT);
+	assert_null(back);
+	assert_int_equal(vmd_egress_from_label("allowlist:a.test,,b:99999",
+	                     &back),
+	    MOAT_INVALID_ARGUMENT);
+	assert_null(back);
 }
 
 static void
@@ -509,6 +583,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_key_file),
 		cmocka_unit_test(test_manifest_mac),
+		cmocka_unit_test(test_network_label),
 		cmocka_unit_test(test_file_digest_and_cache),
 		cmocka_unit_test(test_seal_labels),
 		cmocka_unit_test(test_snapshot_verify),
