@@ -150,12 +150,8 @@ assert_no_process(const char *needle)
 static Moat__V1__Sandbox *
 create(struct vmd_proc *v)
 {
-	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__Sandbox *sb = vmd_create_or_fail(v, 256, 64, CALL_MS);
 
-	if (vmd_create_sandbox(v, 256, 64, &sb, CALL_MS) != MOAT_OK) {
-		vmd_log_tail(v, 40);
-		fail_msg("CreateSandbox: %s", vmd_last_err);
-	}
 	assert_int_equal(sb->state,
 	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
 	assert_string_equal(sb->driver, "firecracker");

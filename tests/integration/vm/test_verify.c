@@ -132,19 +132,9 @@ vm_dirs(void)
 static char *
 create(void)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	Moat__V1__Sandbox *sb = NULL;
-	char *id;
+	Moat__V1__Sandbox *sb = vmd_create_or_fail(&vmd, 256, 256, LONG_MS);
+	char *id = strdup(sb->id);
 
-	req.memory_mib = 256;
-	req.scratch_mib = 256;
-	if (call("CreateSandbox", &req.base, &moat__v1__sandbox__descriptor,
-	        (ProtobufCMessage **)&sb) != MOAT_OK) {
-		vmd_log_tail(&vmd, 30);
-		fail_msg("CreateSandbox: %s", vmd_last_err);
-	}
-	id = strdup(sb->id);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	return id;
 }
@@ -449,49 +439,13 @@ test_changed_image(void **unused)
 	free(copy);
 }
 
-/* The template vmd made (heap), or NULL. */
-static char *
-template_dir(void)
-{
-	char *root = moat_asprintf("%s/templates", vmd.state);
-	DIR *d = opendir(root);
-	struct dirent *de;
-	char *found = NULL;
-
-	while (d != NULL && found == NULL && (de = readdir(d)) != NULL) {
-		char *meta;
-
-		if (strncmp(de->d_name, "tpl-", 4) != 0 ||
-		    strchr(de->d_name, '.') != NULL)
-			continue;
-		meta = moat_asprintf("%s/%s/meta.pb", root, de->d_name);
-		if (access(meta, F_OK) == 0)
-			found = moat_asprintf("%s/%s", root, de->d_name);
-		free(meta);
-	}
-	if (d != NULL)
-		closedir(d);
-	free(root);
-	return found;
-}
-
 /* A create: its template_id ("" when it booted cold), heap. */
 static char *
 create_template_id(void)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	Moat__V1__Sandbox *sb = NULL;
-	char *tid;
+	Moat__V1__Sandbox *sb = vmd_create_or_fail(&vmd, 256, 256, LONG_MS);
+	char *tid = strdup(sb->template_id);
 
-	req.memory_mib = 256;
-	req.scratch_mib = 256;
-	if (call("CreateSandbox", &req.base, &moat__v1__sandbox__descriptor,
-	        (ProtobufCMessage **)&sb) != MOAT_OK) {
-		vmd_log_tail(&vmd, 30);
-		fail_msg("CreateSandbox: %s", vmd_last_err);
-	}
-	tid = strdup(sb->template_id);
 	vmd_destroy_sandbox(&vmd, sb->id);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	return tid;
@@ -517,7 +471,8 @@ test_template_tampered(void **unused)
 	assert_string_equal(tid, "");
 	free(tid);
 	for (until = moat_rpc_now_ms() + 120000;
-	     (dir = template_dir()) == NULL && moat_rpc_now_ms() < until;)
+	     (dir = vmd_template_dir(&vmd)) == NULL &&
+	     moat_rpc_now_ms() < until;)
 		usleep(200 * 1000);
 	if (dir == NULL) {
 		vmd_log_tail(&vmd, 30);

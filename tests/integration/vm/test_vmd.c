@@ -2982,32 +2982,6 @@ create_shaped(struct vmd_proc *v, bool cold, Moat__V1__Sandbox **out)
 	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
 }
 
-/* The directory (heap) of the template tpl_vmd made, or NULL. */
-static char *
-template_dir(const struct vmd_proc *v)
-{
-	char *root = moat_asprintf("%s/templates", v->state);
-	DIR *d = opendir(root);
-	struct dirent *de;
-	char *found = NULL;
-
-	while (d != NULL && found == NULL && (de = readdir(d)) != NULL) {
-		char *meta;
-
-		if (strncmp(de->d_name, "tpl-", 4) != 0 ||
-		    strchr(de->d_name, '.') != NULL)
-			continue;
-		meta = moat_asprintf("%s/%s/meta.pb", root, de->d_name);
-		if (path_exists(meta))
-			found = moat_asprintf("%s/%s", root, de->d_name);
-		free(meta);
-	}
-	if (d != NULL)
-		closedir(d);
-	free(root);
-	return found;
-}
-
 /* Removes template `id`'s spare RAM copies from /dev/shm. */
 static void
 spares_unlink(const char *id)
@@ -3157,7 +3131,7 @@ test_templates(void **state)
 	}
 	assert_string_equal(a->template_id, "");
 	until = now_ms() + LONG_MS;
-	while ((tdir = template_dir(&tpl_vmd)) == NULL && now_ms() < until)
+	while ((tdir = vmd_template_dir(&tpl_vmd)) == NULL && now_ms() < until)
 		usleep(200 * 1000);
 	if (tdir == NULL) {
 		vmd_log_tail(&tpl_vmd, 30);

@@ -157,6 +157,20 @@ vmd_create_sandbox(struct vmd_proc *v, uint32_t memory_mib,
 	    timeout_ms);
 }
 
+Moat__V1__Sandbox *
+vmd_create_or_fail(struct vmd_proc *v, uint32_t memory_mib,
+    uint64_t scratch_mib, uint32_t timeout_ms)
+{
+	Moat__V1__Sandbox *sb = NULL;
+
+	if (vmd_create_sandbox(v, memory_mib, scratch_mib, &sb, timeout_ms) !=
+	    MOAT_OK) {
+		vmd_log_tail(v, 30);
+		fail_msg("CreateSandbox: %s", vmd_last_err);
+	}
+	return sb;
+}
+
 void
 vmd_destroy_sandbox(struct vmd_proc *v, const char *id)
 {
@@ -166,6 +180,31 @@ vmd_destroy_sandbox(struct vmd_proc *v, const char *id)
 	if (vmd_call(v, "DestroySandbox", &ref.base,
 	        &moat__v1__empty__descriptor, NULL, 60000) != MOAT_OK)
 		fail_msg("DestroySandbox %s: %s", id, vmd_last_err);
+}
+
+char *
+vmd_template_dir(const struct vmd_proc *v)
+{
+	char *root = moat_asprintf("%s/templates", v->state);
+	DIR *d = opendir(root);
+	struct dirent *de;
+	char *found = NULL;
+
+	while (d != NULL && found == NULL && (de = readdir(d)) != NULL) {
+		char *meta;
+
+		if (strncmp(de->d_name, "tpl-", 4) != 0 ||
+		    strchr(de->d_name, '.') != NULL)
+			continue;
+		meta = moat_asprintf("%s/%s/meta.pb", root, de->d_name);
+		if (access(meta, F_OK) == 0)
+			found = moat_asprintf("%s/%s", root, de->d_name);
+		free(meta);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+	return found;
 }
 
 long

@@ -87,8 +87,19 @@ int vmd_call(struct vmd_proc *v, const char *method,
 int vmd_create_sandbox(struct vmd_proc *v, uint32_t memory_mib,
     uint64_t scratch_mib, Moat__V1__Sandbox **out, uint32_t timeout_ms);
 
+/* vmd_create_sandbox that must work: on any other status the log's tail
+ * goes to stderr and the test fails with the error. Returns the sandbox
+ * (the caller frees it). Not for: a create that may be refused. */
+Moat__V1__Sandbox *vmd_create_or_fail(struct vmd_proc *v, uint32_t memory_mib,
+    uint64_t scratch_mib, uint32_t timeout_ms);
+
 /* DestroySandbox of id; fails the test unless it is OK (60 s). */
 void vmd_destroy_sandbox(struct vmd_proc *v, const char *id);
+
+/* The directory (heap) of a template v made, one whose meta.pb is
+ * written (<state>/templates/tpl-*), or NULL while there is none. Not
+ * for: waiting for one (poll it). */
+char *vmd_template_dir(const struct vmd_proc *v);
 
 /* VmRSS of pid in KiB, or -1. */
 long vmd_rss_kib(pid_t pid);
