@@ -33,12 +33,13 @@ fake_node_touch(const char *dir, const char *name)
 }
 
 void
-fake_node_init(struct vmd *vmd, char *root, const char *accel,
-    const char *kvm_device)
+fake_node_init(struct vmd *vmd, char *root, size_t root_size, const char *name,
+    const char *accel, const char *kvm_device)
 {
 	struct vmd_config *cfg = &vmd->cfg;
 	char *images;
 
+	snprintf(root, root_size, "/tmp/moat-%s-XXXXXX", name);
 	assert_non_null(mkdtemp(root));
 	images = moat_asprintf("%s/images/default", root);
 	assert_int_equal(moat_mkdir_p(images, 0700), 0);
@@ -65,6 +66,35 @@ fake_node_init(struct vmd *vmd, char *root, const char *accel,
 	vmd_accel_init(vmd);
 	assert_int_equal(vmd_snapram_init(vmd), MOAT_OK);
 	fake_vmm_reset();
+}
+
+void
+fake_node_call_init(struct moat_rpc_call *call)
+{
+	call->request_id = 1;
+	call->tenant = "tenant-a";
+	call->deadline_ms = moat_rpc_now_ms() + 60000;
+}
+
+struct sandbox *
+fake_node_sandbox(struct vmd *vmd, struct moat_rpc_call *call,
+    uint32_t boot_timeout_ms)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	const char *test_mode = NULL;
+	struct sandbox *sb;
+
+	req.image = "default";
+	req.tenant = "tenant-a";
+	req.memory_mib = 128;
+	req.scratch_mib = 64;
+	req.boot_timeout_ms = boot_timeout_ms;
+	assert_int_equal(vmd_sandbox_validate(vmd, call, &req, "default",
+	                     &test_mode),
+	    MOAT_OK);
+	assert_non_null(sb = vmd_sandbox_alloc(vmd, &req, "default", NULL));
+	return sb;
 }
 
 void

@@ -55,12 +55,10 @@ setup(void **state)
 	struct env *e = calloc(1, sizeof(*e));
 
 	assert_non_null(e);
-	snprintf(e->root, sizeof(e->root), "/tmp/moat-bounds-XXXXXX");
-	fake_node_init(&e->vmd, e->root, "auto", "/nonexistent/kvm");
+	fake_node_init(&e->vmd, e->root, sizeof(e->root), "bounds", "auto",
+	    "/nonexistent/kvm");
 	e->vmd.cfg.exec_output_budget = 64 * 1024;
-	e->call.request_id = 1;
-	e->call.tenant = "tenant-a";
-	e->call.deadline_ms = moat_rpc_now_ms() + 60000;
+	fake_node_call_init(&e->call);
 	*state = e;
 	return 0;
 }
@@ -79,21 +77,7 @@ teardown(void **state)
 static struct sandbox *
 new_sandbox(struct env *e)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	const char *test_mode = NULL;
-	struct sandbox *sb;
-
-	req.image = "default";
-	req.tenant = "tenant-a";
-	req.memory_mib = 128;
-	req.scratch_mib = 64;
-	assert_int_equal(vmd_sandbox_validate(&e->vmd, &e->call, &req,
-	                     "default", &test_mode),
-	    MOAT_OK);
-	assert_non_null(
-	    sb = vmd_sandbox_alloc(&e->vmd, &req, "default", NULL));
-	return sb;
+	return fake_node_sandbox(&e->vmd, &e->call, 0);
 }
 
 /* ---- accel ---- */

@@ -130,14 +130,12 @@ setup(void **state)
 	struct env *e = calloc(1, sizeof(*e));
 
 	assert_non_null(e);
-	snprintf(e->root, sizeof(e->root), "/tmp/moat-lifecycle-XXXXXX");
-	fake_node_init(&e->vmd, e->root, "tcg", "/dev/null");
+	fake_node_init(&e->vmd, e->root, sizeof(e->root), "lifecycle", "tcg",
+	    "/dev/null");
 	snprintf(e->snap_dir, sizeof(e->snap_dir), "%s/snap", e->root);
 	assert_int_equal(moat_mkdir_p(e->snap_dir, 0700), 0);
 	fake_node_touch(e->snap_dir, MOAT_VMM_SNAP_SCRATCH);
-	e->call.request_id = 1;
-	e->call.tenant = "tenant-a"; /* every sandbox call names one */
-	e->call.deadline_ms = moat_rpc_now_ms() + 60000;
+	fake_node_call_init(&e->call);
 	*state = e;
 	return 0;
 }
@@ -159,21 +157,9 @@ teardown(void **state)
 static struct sandbox *
 new_sandbox(struct env *e, uint32_t boot_timeout_ms)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	const char *test_mode = NULL;
-	struct sandbox *sb;
+	struct sandbox *sb =
+	    fake_node_sandbox(&e->vmd, &e->call, boot_timeout_ms);
 
-	req.image = "default";
-	req.tenant = "tenant-a";
-	req.memory_mib = 128;
-	req.scratch_mib = 64;
-	req.boot_timeout_ms = boot_timeout_ms;
-	assert_int_equal(vmd_sandbox_validate(&e->vmd, &e->call, &req,
-	                     "default", &test_mode),
-	    MOAT_OK);
-	assert_non_null(
-	    sb = vmd_sandbox_alloc(&e->vmd, &req, "default", NULL));
 	assert_int_equal(sb->lifecycle, SANDBOX_BOOTING);
 	pthread_mutex_lock(&e->vmd.mu);
 	sb->refs++; /* the test's */

@@ -117,8 +117,8 @@ setup(void **state)
 	char *url, *msg = NULL;
 
 	assert_non_null(e);
-	snprintf(e->root, sizeof(e->root), "/tmp/moat-tenant-XXXXXX");
-	fake_node_init(&e->vmd, e->root, "tcg", "/dev/null");
+	fake_node_init(&e->vmd, e->root, sizeof(e->root), "tenant", "tcg",
+	    "/dev/null");
 	e->vmd.started_ms = moat_rpc_now_ms();
 	vmd_service(&e->vmd, &svc);
 	url = moat_asprintf("ipc://%s/vmd.sock", e->root);
