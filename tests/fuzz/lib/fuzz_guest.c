@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "fuzz_proto.h"
 #include "guest.pb-c.h"
 
 /* True if m or any message inside it kept unknown fields. protobuf-c
@@ -98,18 +99,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	return 0;
 }
 
-static void
-add_packed(void (*add)(const uint8_t *, size_t), const ProtobufCMessage *m)
-{
-	uint8_t buf[4096];
-	size_t n = protobuf_c_message_get_packed_size(m);
-
-	if (n > sizeof(buf))
-		return;
-	protobuf_c_message_pack(m, buf);
-	add(buf, n);
-}
-
 void
 moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 {
@@ -132,7 +121,7 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	es.timeout_ms = 1000;
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_EXEC_START;
 	rq.exec_start = &es;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 
 	fw.path = "/tmp/x";
 	fw.data.data = (uint8_t *)"hello";
@@ -140,14 +129,14 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	fw.make_parents = 1;
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_FILE_WRITE;
 	rq.file_write = &fw;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 
 	gm.id = 7;
 	eo.data.data = (uint8_t *)"1\n";
 	eo.data.len = 2;
 	gm.body_case = MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT;
 	gm.exec_output = &eo;
-	add_packed(add, &gm.base);
+	moat_fuzz_add_packed(add, &gm.base);
 
 	ee.exit_code = -1;
 	ee.signal = 9;
@@ -155,12 +144,12 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	ee.duration_us = 123456789;
 	gm.body_case = MOAT__V1__GUEST_MESSAGE__BODY_EXEC_EXIT;
 	gm.exec_exit = &ee;
-	add_packed(add, &gm.base);
+	moat_fuzz_add_packed(add, &gm.base);
 
 	gi.uptime_ms = 99;
 	gm.code = MOAT__V1__CODE__NOT_FOUND;
 	gm.message = "no such file";
 	gm.body_case = MOAT__V1__GUEST_MESSAGE__BODY_INFO;
 	gm.info = &gi;
-	add_packed(add, &gm.base);
+	moat_fuzz_add_packed(add, &gm.base);
 }

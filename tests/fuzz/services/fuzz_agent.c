@@ -19,6 +19,7 @@
 
 #include "agent.h"
 #include "fuzz.h"
+#include "fuzz_proto.h"
 #include "guest.pb-c.h"
 #include "moat/log.h"
 #include "moat/util.h"
@@ -83,18 +84,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	return 0;
 }
 
-static void
-add_packed(void (*add)(const uint8_t *, size_t), const ProtobufCMessage *m)
-{
-	uint8_t buf[4096];
-	size_t n = protobuf_c_message_get_packed_size(m);
-
-	if (n > sizeof(buf))
-		return;
-	protobuf_c_message_pack(m, buf);
-	add(buf, n);
-}
-
 void
 moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 {
@@ -115,42 +104,42 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	fw.make_parents = 1;
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_FILE_WRITE;
 	rq.file_write = &fw;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	fw.path = "../../etc/passwd";
 	fw.offset = 4096;
 	fw.truncate = 1;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	fr.path = "/work/a/b.txt";
 	fr.length = 100;
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_FILE_READ;
 	rq.file_read = &fr;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	gp.path = "/work/a";
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_FILE_LIST;
 	rq.file_list = &gp;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_FILE_STAT;
 	rq.file_stat = &gp;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_MKDIR;
 	rq.mkdir = &gp;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_FILE_REMOVE;
 	rq.file_remove = &gp;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_FS_TRACE;
 	ft.max_entries = 10;
 	ft.hash = 1;
 	rq.fs_trace = &ft;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_INFO;
 	rq.info = &info;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 	rs.entropy.data = entropy;
 	rs.entropy.len = sizeof(entropy);
 	rs.unix_ns = 1700000000123456789ll;
 	rs.hostname = "sb-1";
 	rq.op_case = MOAT__V1__GUEST_REQUEST__OP_RESET;
 	rq.reset = &rs;
-	add_packed(add, &rq.base);
+	moat_fuzz_add_packed(add, &rq.base);
 }

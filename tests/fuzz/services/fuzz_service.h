@@ -19,6 +19,7 @@
 #include "common.pb-c.h"
 #include "fuzz.h"
 #include "moat/rpc_dispatch.h"
+#include "moat/status.h"
 #include "moat/util.h"
 
 static const char *const fuzz_tenants[] = { "acme", "zeta", "",
@@ -77,6 +78,56 @@ fuzz_service_seed(void (*add)(const uint8_t *, size_t), unsigned m,
 	buf[1] = 0;
 	protobuf_c_message_pack(msg, buf + 2);
 	add(buf, n + 2);
+}
+
+/* fuzz_service_start: the detached server of svc in *srv; aborts the
+ * fuzzer when it cannot be made. Not for: opening the service's store
+ * or starting its writer (each target does, before this). */
+static inline void
+fuzz_service_start(struct moat_rpc_server **srv,
+    const struct moat_rpc_service *svc)
+{
+	char *errmsg = NULL;
+
+	moat_fuzz_check(moat_rpc_server_new_detached(srv, svc, &errmsg) ==
+	        MOAT_OK,
+	    "server");
+}
+
+/* fuzz_service_input: the body of a target's LLVMFuzzerTestOneInput:
+ * init() on the first input (it sets *srv), then fuzz_service_call. */
+static inline int
+fuzz_service_input(struct moat_rpc_server **srv, void (*init)(void),
+    const ProtobufCServiceDescriptor *d, const uint8_t *data, size_t size)
+{
+	if (*srv == NULL)
+		init();
+	fuzz_service_call(*srv, d, data, size);
+	return 0;
+}
+
+/* fuzz_service_method: the index of method `name` in d (0 when d has no
+ * such method), for fuzz_service_seed. */
+static inline unsigned
+fuzz_service_method(const ProtobufCServiceDescriptor *d, const char *name)
+{
+	for (unsigned i = 0; i < d->n_methods; i++)
+		if (strcmp(d->methods[i].name, name) == 0)
+			return i;
+	return 0;
+}
+
+/* fuzz_service_seed_methods: adds every method of d with tenant 0 and
+ * an empty payload. Not for: seeds with a request (fuzz_service_seed). */
+static inline void
+fuzz_service_seed_methods(void (*add)(const uint8_t *, size_t),
+    const ProtobufCServiceDescriptor *d)
+{
+	for (unsigned i = 0; i < d->n_methods; i++) {
+		uint8_t two[2] = { (uint8_t)i, 0 };
+
+		add(two, 2);
+	}
 }
 
 static char fuzz_service_tmp[64];

@@ -36,30 +36,21 @@ init(void)
 	moat_fuzz_check(sessiond_writer_start(&sd.writer, sd.store, &errmsg) ==
 	        MOAT_OK,
 	    "writer");
-	moat_fuzz_check(moat_rpc_server_new_detached(&srv, &svc, &errmsg) ==
-	        MOAT_OK,
-	    "server");
+	fuzz_service_start(&srv, &svc);
 }
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (srv == NULL)
-		init();
-	fuzz_service_call(srv, &moat__v1__session__descriptor, data, size);
-	return 0;
+	return fuzz_service_input(&srv, init, &moat__v1__session__descriptor,
+	    data, size);
 }
 
-/* method: the index of `name` in the Session service. */
+/* method: the index of `name` in the service. */
 static unsigned
 method(const char *name)
 {
-	const ProtobufCServiceDescriptor *d = &moat__v1__session__descriptor;
-
-	for (unsigned i = 0; i < d->n_methods; i++)
-		if (strcmp(d->methods[i].name, name) == 0)
-			return i;
-	return 0;
+	return fuzz_service_method(&moat__v1__session__descriptor, name);
 }
 
 void
@@ -114,10 +105,5 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	gse.tenant = "zeta";
 	gse.session_id = "not-an-id";
 	fuzz_service_seed(add, method("GetSession"), &gse.base);
-	for (unsigned i = 0; i < moat__v1__session__descriptor.n_methods;
-	     i++) {
-		uint8_t two[2] = { (uint8_t)i, 0 };
-
-		add(two, 2);
-	}
+	fuzz_service_seed_methods(add, &moat__v1__session__descriptor);
 }

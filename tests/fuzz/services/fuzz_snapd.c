@@ -41,29 +41,21 @@ init(void)
 	moat_fuzz_check(snapd_writer_start(&sd.writer, &sd, 64, &errmsg) ==
 	        MOAT_OK,
 	    "writer");
-	moat_fuzz_check(moat_rpc_server_new_detached(&srv, &svc, &errmsg) ==
-	        MOAT_OK,
-	    "server");
+	fuzz_service_start(&srv, &svc);
 }
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (srv == NULL)
-		init();
-	fuzz_service_call(srv, &moat__v1__snapshot__descriptor, data, size);
-	return 0;
+	return fuzz_service_input(&srv, init, &moat__v1__snapshot__descriptor,
+	    data, size);
 }
 
+/* method: the index of `name` in the service. */
 static unsigned
 method(const char *name)
 {
-	const ProtobufCServiceDescriptor *d = &moat__v1__snapshot__descriptor;
-
-	for (unsigned i = 0; i < d->n_methods; i++)
-		if (strcmp(d->methods[i].name, name) == 0)
-			return i;
-	return 0;
+	return fuzz_service_method(&moat__v1__snapshot__descriptor, name);
 }
 
 void
@@ -129,10 +121,5 @@ moat_fuzz_seeds(void (*add)(const uint8_t *data, size_t len))
 	gs.tenant = "acme";
 	gs.id = "snap-0123456789abcdef0123456789abcdef";
 	fuzz_service_seed(add, method("GetSnapshot"), &gs.base);
-	for (unsigned i = 0; i < moat__v1__snapshot__descriptor.n_methods;
-	     i++) {
-		uint8_t two[2] = { (uint8_t)i, 0 };
-
-		add(two, 2);
-	}
+	fuzz_service_seed_methods(add, &moat__v1__snapshot__descriptor);
 }

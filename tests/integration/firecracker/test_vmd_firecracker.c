@@ -47,19 +47,10 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "vm.pb-c.h"
+#include "vmd_harness.h"
 
-#define VM_SERVICE "moat.v1.Vm"
 #define CALL_MS 30000u
 #define NOTE "written before the snapshot\n"
-
-/* One running moat-vmd. */
-struct vmd_proc {
-	pid_t pid;
-	char state[300];
-	char url[340];
-	char log[340];
-	struct moat_rpc_client *client;
-};
 
 static char root[64]; /* the test's temporary folder */
 static char images[128];
@@ -69,7 +60,6 @@ static char jailer_record[128];
 static struct vmd_proc vmd; /* driver=firecracker, not jailed */
 static struct vmd_proc jailed_vmd;
 static struct vmd_proc qemu_vmd; /* driver=qemu, same state directory */
-static char last_err[4096];
 
 /* ---- helpers ---- */
 
@@ -91,37 +81,22 @@ path_exists(const char *p)
 	return lstat(p, &st) == 0;
 }
 
-static void
-print_log_tail(const struct vmd_proc *v)
-{
-	char *cmd = moat_asprintf("tail -n 40 '%s' >&2", v->log);
-
-	fprintf(stderr, "---- %s ----\n", v->log);
-	if (cmd != NULL)
-		(void)!system(cmd);
-	free(cmd);
-}
-
+/* One call to v for tenant "default" (every sandbox call names its
+ * tenant, as the gateway's do), CALL_MS. */
 static int
 call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply)
 {
-	/* Every sandbox call names its tenant, as the gateway's do. */
-	struct moat_rpc_opts opts = { .timeout_ms = CALL_MS,
-		.tenant = "default" };
-	ProtobufCMessage *r = NULL;
-	char *err = NULL;
-	int rv;
+	return vmd_call(v, method, req, desc, reply, CALL_MS);
+}
 
-	rv = moat_rpc_call(v->client, VM_SERVICE, method, req, desc, &r, &opts,
-	    &err);
-	snprintf(last_err, sizeof(last_err), "%s", err ? err : "");
-	free(err);
-	if (reply != NULL)
-		*reply = r;
-	else if (r != NULL)
-		protobuf_c_message_free_unpacked(r, NULL);
-	return rv;
+/* vmd_spawn's child: moat-vmd on the config `arg`. */
+static void
+exec_vmd(const struct vmd_proc *v, void *arg)
+{
+	execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--config", (const char *)arg,
+	    "--state-dir", v->state, "--image-dir", images, "--listen", v->url,
+	    "--cache-dir", root, "--node-id", "fc-test", (char *)NULL);
 }
 
 /* Writes <state>.conf and starts moat-vmd on it; waits for Health. The
@@ -131,16 +106,12 @@ static void
 vmd_start(struct vmd_proc *v, const char *name, const char *driver,
     bool jailed)
 {
+	char state[300];
 	char conf[400];
 	char *text;
-	uint64_t until;
-	char *err = NULL;
 
-	memset(v, 0, sizeof(*v));
-	snprintf(v->state, sizeof(v->state), "%s/%s", root, name);
-	snprintf(v->url, sizeof(v->url), "ipc://%s/vmd.sock", v->state);
-	snprintf(v->log, sizeof(v->log), "%s.log", v->state);
-	snprintf(conf, sizeof(conf), "%s.conf", v->state);
+	snprintf(state, sizeof(state), "%s/%s", root, name);
+	snprintf(conf, sizeof(conf), "%s.conf", state);
 	text = moat_asprintf("[vmd]\n"
 	                     "driver = %s\n"
 	                     "test-hooks = true\n"
@@ -161,111 +132,7 @@ vmd_start(struct vmd_proc *v, const char *name, const char *driver,
 	assert_non_null(text);
 	write_text(conf, text, 0644);
 	free(text);
-	v->pid = fork();
-	assert_true(v->pid >= 0);
-	if (v->pid == 0) {
-		int fd = open(v->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--config", conf,
-		    "--state-dir", v->state, "--image-dir", images, "--listen",
-		    v->url, "--cache-dir", root, "--node-id", "fc-test",
-		    (char *)NULL);
-		_exit(127);
-	}
-	assert_int_equal(moat_rpc_client_open(&v->client, v->url, &err), 0);
-	until = moat_rpc_now_ms() + 15000;
-	for (;;) {
-		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
-		struct moat_rpc_opts opts = { .timeout_ms = 1000 };
-		ProtobufCMessage *r = NULL;
-		int status;
-
-		if (moat_rpc_call(v->client, VM_SERVICE, "Health", &h.base,
-		        &moat__v1__health_reply__descriptor, &r, &opts,
-		        &err) == MOAT_OK) {
-			protobuf_c_message_free_unpacked(r, NULL);
-			break;
-		}
-		free(err);
-		err = NULL;
-		if (waitpid(v->pid, &status, WNOHANG) == v->pid) {
-			v->pid = 0;
-			print_log_tail(v);
-			fail_msg("moat-vmd exited at start (status %d)",
-			    status);
-		}
-		if (moat_rpc_now_ms() > until) {
-			print_log_tail(v);
-			fail_msg("moat-vmd did not answer Health");
-		}
-		usleep(20 * 1000);
-	}
-}
-
-/* SIGTERM; wants exit 0 (vmd destroys its sandboxes; in a sanitizer
- * build a report would make it exit non-zero). */
-static void
-vmd_stop(struct vmd_proc *v)
-{
-	int status = 0;
-
-	if (v->pid <= 0)
-		return;
-	moat_rpc_client_close(v->client);
-	v->client = NULL;
-	kill(v->pid, SIGTERM);
-	assert_int_equal(waitpid(v->pid, &status, 0), v->pid);
-	v->pid = 0;
-	if (status != 0) {
-		print_log_tail(v);
-		fail_msg("moat-vmd did not exit 0 on SIGTERM (status %d)",
-		    status);
-	}
-}
-
-/* Live processes (zombies aside) whose command line mentions `needle`. */
-static int
-procs_mentioning(const char *needle)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	int n = 0;
-
-	assert_non_null(d);
-	while ((de = readdir(d)) != NULL) {
-		char path[300];
-		char *text = NULL;
-		size_t len;
-
-		if (de->d_name[0] < '0' || de->d_name[0] > '9' ||
-		    atoi(de->d_name) == (int)getpid())
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-		if (moat_read_file(path, 4096, &text, &len) == 0) {
-			char *rp = strrchr(text, ')');
-			bool zombie = rp && rp[1] && rp[2] == 'Z';
-
-			free(text);
-			if (zombie)
-				continue;
-		}
-		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-		if (moat_read_file(path, 1 << 16, &text, &len) != 0)
-			continue;
-		for (size_t i = 0; i < len; i++)
-			if (text[i] == '\0')
-				text[i] = ' ';
-		if (strstr(text, needle) != NULL)
-			n++;
-		free(text);
-	}
-	closedir(d);
-	return n;
+	vmd_spawn(v, state, exec_vmd, conf, 15000);
 }
 
 /* Waits up to 5 s for no process to mention `needle`. */
@@ -274,43 +141,23 @@ assert_no_process(const char *needle)
 {
 	uint64_t until = moat_rpc_now_ms() + 5000;
 
-	while (procs_mentioning(needle) > 0 && moat_rpc_now_ms() < until)
+	while (vmd_procs_mentioning(needle) > 0 && moat_rpc_now_ms() < until)
 		usleep(50 * 1000);
-	if (procs_mentioning(needle) > 0)
+	if (vmd_procs_mentioning(needle) > 0)
 		fail_msg("a process still mentions %s", needle);
 }
 
 static Moat__V1__Sandbox *
 create(struct vmd_proc *v)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__Sandbox *sb = vmd_create_or_fail(v, 256, 64, CALL_MS);
 
-	req.memory_mib = 256;
-	req.scratch_mib = 64;
-	if (call(v, "CreateSandbox", &req.base, &moat__v1__sandbox__descriptor,
-	        (ProtobufCMessage **)&sb) != MOAT_OK) {
-		print_log_tail(v);
-		fail_msg("CreateSandbox: %s", last_err);
-	}
 	assert_int_equal(sb->state,
 	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
 	assert_string_equal(sb->driver, "firecracker");
 	assert_string_equal(sb->accel, "kvm");
 	assert_true(sb->vmm_pid > 0);
 	return sb;
-}
-
-static void
-destroy(struct vmd_proc *v, const char *id)
-{
-	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
-
-	ref.sandbox_id = (char *)id;
-	if (call(v, "DestroySandbox", &ref.base, &moat__v1__empty__descriptor,
-	        NULL) != MOAT_OK)
-		fail_msg("DestroySandbox %s: %s", id, last_err);
 }
 
 /* Destroys `sb` and checks nothing of it is left: no process mentions
@@ -323,7 +170,7 @@ destroy_and_check_gone(struct vmd_proc *v, const Moat__V1__Sandbox *sb)
 	char proc[64];
 	uint64_t until = moat_rpc_now_ms() + 5000;
 
-	destroy(v, sb->id);
+	vmd_destroy_sandbox(v, sb->id);
 	snprintf(proc, sizeof(proc), "/proc/%d", (int)sb->vmm_pid);
 	while (path_exists(proc) && moat_rpc_now_ms() < until)
 		usleep(20 * 1000);
@@ -346,8 +193,8 @@ exec_echo_hi(struct vmd_proc *v, const char *id)
 	req.timeout_ms = 10000;
 	if (call(v, "Exec", &req.base, &moat__v1__exec_result__descriptor,
 	        (ProtobufCMessage **)&res) != MOAT_OK) {
-		print_log_tail(v);
-		fail_msg("Exec in %s: %s", id, last_err);
+		vmd_log_tail(v, 40);
+		fail_msg("Exec in %s: %s", id, vmd_last_err);
 	}
 	assert_true(res->status->exited);
 	assert_int_equal(res->status->exit_code, 0);
@@ -371,7 +218,7 @@ exec_started(struct vmd_proc *v, const char *id, const char *code)
 	req.code = (char *)code;
 	if (call(v, "ExecStart", &req.base, &moat__v1__exec_handle__descriptor,
 	        (ProtobufCMessage **)&h) != MOAT_OK)
-		fail_msg("ExecStart in %s: %s", id, last_err);
+		fail_msg("ExecStart in %s: %s", id, vmd_last_err);
 	exec_id = h->exec_id;
 	protobuf_c_message_free_unpacked(&h->base, NULL);
 	wr.sandbox_id = (char *)id;
@@ -379,7 +226,7 @@ exec_started(struct vmd_proc *v, const char *id, const char *code)
 	wr.wait_ms = 10000;
 	if (call(v, "ExecWait", &wr.base, &moat__v1__exec_status__descriptor,
 	        (ProtobufCMessage **)&st) != MOAT_OK)
-		fail_msg("ExecWait in %s: %s", id, last_err);
+		fail_msg("ExecWait in %s: %s", id, vmd_last_err);
 	assert_true(st->exited);
 	protobuf_c_message_free_unpacked(&st->base, NULL);
 	return exec_id;
@@ -399,7 +246,7 @@ exec_output_is(struct vmd_proc *v, const char *id, uint64_t exec_id,
 	        &moat__v1__exec_read_reply__descriptor,
 	        (ProtobufCMessage **)&r) != MOAT_OK)
 		fail_msg("ExecRead %" PRIu64 " in %s: %s", exec_id, id,
-		    last_err);
+		    vmd_last_err);
 	assert_int_equal(r->stdout.len, strlen(text));
 	assert_memory_equal(r->stdout.data, text, strlen(text));
 	protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -417,7 +264,7 @@ write_file(struct vmd_proc *v, const char *id, const char *path,
 	wr.data.len = strlen(text);
 	if (call(v, "WriteFile", &wr.base, &moat__v1__file_info__descriptor,
 	        NULL) != MOAT_OK)
-		fail_msg("WriteFile %s: %s", path, last_err);
+		fail_msg("WriteFile %s: %s", path, vmd_last_err);
 }
 
 /* ReadFile of `path`; wants exactly `text`. */
@@ -432,7 +279,7 @@ read_file_is(struct vmd_proc *v, const char *id, const char *path,
 	rr.path = (char *)path;
 	if (call(v, "ReadFile", &rr.base, &moat__v1__file_data__descriptor,
 	        (ProtobufCMessage **)&fd) != MOAT_OK)
-		fail_msg("ReadFile %s: %s", path, last_err);
+		fail_msg("ReadFile %s: %s", path, vmd_last_err);
 	assert_int_equal(fd->data.len, strlen(text));
 	assert_memory_equal(fd->data.data, text, strlen(text));
 	protobuf_c_message_free_unpacked(&fd->base, NULL);
@@ -587,12 +434,12 @@ group_teardown(void **state)
 		kill(all[i]->pid, SIGTERM);
 		waitpid(all[i]->pid, &status, 0);
 		if (status != 0) {
-			print_log_tail(all[i]);
+			vmd_log_tail(all[i], 40);
 			fprintf(stderr, "FAIL: moat-vmd exited %d\n", status);
 			rv = -1;
 		}
 	}
-	if (procs_mentioning(root) > 0) {
+	if (vmd_procs_mentioning(root) > 0) {
 		fprintf(stderr, "FAIL: processes still mention %s\n", root);
 		rv = -1;
 	}
@@ -652,8 +499,8 @@ test_snapshot_restore(void **state)
 	if (call(&vmd, "SnapshotSandbox", &sr.base,
 	        &moat__v1__local_snapshot__descriptor,
 	        (ProtobufCMessage **)&snap) != MOAT_OK) {
-		print_log_tail(&vmd);
-		fail_msg("SnapshotSandbox: %s", last_err);
+		vmd_log_tail(&vmd, 40);
+		fail_msg("SnapshotSandbox: %s", vmd_last_err);
 	}
 	assert_string_equal(snap->vmm, "firecracker");
 	assert_string_equal(snap->sandbox_id, sb->id);
@@ -689,8 +536,8 @@ test_snapshot_restore(void **state)
 
 	/* A fresh double loads it, and the guest's file is there. */
 	if (restore(&vmd, snap_id, &clone) != MOAT_OK) {
-		print_log_tail(&vmd);
-		fail_msg("RestoreSandbox: %s", last_err);
+		vmd_log_tail(&vmd, 40);
+		fail_msg("RestoreSandbox: %s", vmd_last_err);
 	}
 	assert_int_equal(clone->state,
 	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
@@ -717,7 +564,7 @@ test_snapshot_restore(void **state)
 	assert_int_equal(restore(&qemu_vmd, snap_id, &clone),
 	    MOAT_FAILED_PRECONDITION);
 	assert_null(clone);
-	assert_non_null(strstr(last_err, "firecracker"));
+	assert_non_null(strstr(vmd_last_err, "firecracker"));
 	vmd_stop(&qemu_vmd);
 	vmd_start(&vmd, "state", "firecracker", false);
 
@@ -858,23 +705,23 @@ test_jailed(void **state)
 	if (call(jv, "SnapshotSandbox", &sr.base,
 	        &moat__v1__local_snapshot__descriptor,
 	        (ProtobufCMessage **)&snap) != MOAT_OK) {
-		print_log_tail(jv);
-		fail_msg("SnapshotSandbox (jailed): %s", last_err);
+		vmd_log_tail(jv, 40);
+		fail_msg("SnapshotSandbox (jailed): %s", vmd_last_err);
 	}
 	assert_string_equal(snap->vmm, "firecracker");
 	exec_echo_hi(jv, sb->id);
 	if (restore(jv, snap->snapshot_id, &clone) != MOAT_OK) {
-		print_log_tail(jv);
-		fail_msg("RestoreSandbox (jailed): %s", last_err);
+		vmd_log_tail(jv, 40);
+		fail_msg("RestoreSandbox (jailed): %s", vmd_last_err);
 	}
 	read_file_is(jv, clone->id, "/root/jailed.txt", NOTE);
 	clone_jail = moat_asprintf("%s/firecracker/%s", jail_base, clone->id);
 	assert_true(path_exists(clone_jail));
-	destroy(jv, clone->id);
+	vmd_destroy_sandbox(jv, clone->id);
 	assert_no_process(clone->id);
 	assert_false(path_exists(clone_jail));
 
-	destroy(jv, sb->id);
+	vmd_destroy_sandbox(jv, sb->id);
 	assert_no_process(sb->id);
 	assert_false(path_exists(jail_dir));
 	p = moat_asprintf("%s/moat/%s", cgroup_root, sb->id);

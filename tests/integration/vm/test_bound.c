@@ -44,150 +44,43 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "vm.pb-c.h"
+#include "vmd_harness.h"
 
-#define VM_SERVICE "moat.v1.Vm"
 #define LONG_MS 300000u
 #define MIB (1024u * 1024u)
-
-struct vmd_proc {
-	pid_t pid;
-	char state[256];
-	char url[320];
-	char log[320];
-	struct moat_rpc_client *client;
-};
 
 static char image_dir[1024];
 static char state_root[128];
 static bool have_image;
-static char last_err[4096];
 
-static int
-call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
-    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
-    uint32_t timeout_ms)
-{
-	struct moat_rpc_opts opts = { .timeout_ms = timeout_ms,
-		.tenant = "default" };
-	ProtobufCMessage *r = NULL;
-	char *err = NULL;
-	int rv;
-
-	rv = moat_rpc_call(v->client, VM_SERVICE, method, req, desc, &r, &opts,
-	    &err);
-	snprintf(last_err, sizeof(last_err), "%s", err ? err : "");
-	free(err);
-	if (reply != NULL)
-		*reply = r;
-	else if (r != NULL)
-		protobuf_c_message_free_unpacked(r, NULL);
-	return rv;
-}
-
+/* vmd_spawn's child: `env` ("KEY=VALUE" pairs, NULL-terminated) on top
+ * of this process's environment, then moat-vmd with the qemu driver. */
 static void
-print_log_tail(const struct vmd_proc *v)
+exec_vmd(const struct vmd_proc *v, void *arg)
 {
-	char *cmd = moat_asprintf("tail -n 30 '%s' >&2", v->log);
+	const char *const *env = arg;
+	char cache[400];
 
-	if (cmd != NULL)
-		(void)!system(cmd);
-	free(cmd);
+	snprintf(cache, sizeof(cache), "%s/cache", v->state);
+	setenv("MOAT_VMD_TEMPLATES", "off", 1);
+	setenv("MOAT_VMD_TEST_HOOKS", "false", 1);
+	if (access("/dev/kvm", R_OK | W_OK) != 0)
+		setenv("MOAT_VMD_ALLOW_TCG", "true", 1);
+	for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+		putenv((char *)env[i]);
+	execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--state-dir", v->state, "--driver",
+	    "qemu", "--image-dir", image_dir, "--listen", v->url,
+	    "--cache-dir", cache, "--node-id", "bound-node", (char *)NULL);
 }
 
-/* Starts moat-vmd in <state_root>/<name> with `env` ("KEY=VALUE" pairs,
- * NULL-terminated) on top of this process's environment. */
+/* Starts moat-vmd in <state_root>/<name> with `env` (see exec_vmd). */
 static void
 vmd_start(struct vmd_proc *v, const char *name, const char *const *env)
 {
-	uint64_t until;
-	char *err = NULL;
+	char state[300];
 
-	memset(v, 0, sizeof(*v));
-	snprintf(v->state, sizeof(v->state), "%s/%s", state_root, name);
-	snprintf(v->url, sizeof(v->url), "ipc://%s/vmd.sock", v->state);
-	snprintf(v->log, sizeof(v->log), "%s.log", v->state);
-	v->pid = fork();
-	assert_true(v->pid >= 0);
-	if (v->pid == 0) {
-		char cache[300];
-		int fd = open(v->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		snprintf(cache, sizeof(cache), "%s/cache", v->state);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		setenv("MOAT_VMD_TEMPLATES", "off", 1);
-		setenv("MOAT_VMD_TEST_HOOKS", "false", 1);
-		if (access("/dev/kvm", R_OK | W_OK) != 0)
-			setenv("MOAT_VMD_ALLOW_TCG", "true", 1);
-		for (size_t i = 0; env != NULL && env[i] != NULL; i++)
-			putenv((char *)env[i]);
-		execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--state-dir", v->state,
-		    "--driver", "qemu", "--image-dir", image_dir, "--listen",
-		    v->url, "--cache-dir", cache, "--node-id", "bound-node",
-		    (char *)NULL);
-		_exit(127);
-	}
-	assert_int_equal(moat_rpc_client_open(&v->client, v->url, &err), 0);
-	until = moat_rpc_now_ms() + 15000;
-	for (;;) {
-		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
-		int status;
-
-		if (call(v, "Health", &h.base,
-		        &moat__v1__health_reply__descriptor, NULL,
-		        1000) == MOAT_OK)
-			break;
-		if (waitpid(v->pid, &status, WNOHANG) == v->pid) {
-			print_log_tail(v);
-			fail_msg("moat-vmd exited at start (status %d)",
-			    status);
-		}
-		if (moat_rpc_now_ms() > until) {
-			print_log_tail(v);
-			fail_msg("moat-vmd did not answer Health: %s",
-			    last_err);
-		}
-		usleep(50 * 1000);
-	}
-}
-
-static void
-vmd_stop(struct vmd_proc *v)
-{
-	int status = 0;
-
-	if (v->pid <= 0)
-		return;
-	moat_rpc_client_close(v->client);
-	v->client = NULL;
-	kill(v->pid, SIGTERM);
-	if (waitpid(v->pid, &status, 0) != v->pid || status != 0) {
-		print_log_tail(v);
-		fail_msg("moat-vmd did not exit 0 on SIGTERM (status %d)",
-		    status);
-	}
-	v->pid = 0;
-}
-
-static long
-rss_kib(pid_t pid)
-{
-	char path[64];
-	char *text = NULL;
-	size_t len;
-	long kib = -1;
-	char *p;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (moat_read_file(path, 1 << 16, &text, &len) != 0)
-		return -1;
-	if ((p = strstr(text, "VmRSS:")) != NULL)
-		kib = strtol(p + 6, NULL, 10);
-	free(text);
-	return kib;
+	snprintf(state, sizeof(state), "%s/%s", state_root, name);
+	vmd_spawn(v, state, exec_vmd, (void *)env, 15000);
 }
 
 static int
@@ -201,7 +94,7 @@ create(struct vmd_proc *v, uint64_t scratch_mib, char id[32])
 	req.memory_mib = 256;
 	req.scratch_mib = scratch_mib;
 	req.cold_boot = true;
-	rv = call(v, "CreateSandbox", &req.base,
+	rv = vmd_call(v, "CreateSandbox", &req.base,
 	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb, LONG_MS);
 	if (rv == MOAT_OK) {
 		snprintf(id, 32, "%s", sb->id);
@@ -221,23 +114,12 @@ sh(struct vmd_proc *v, const char *id, const char *script, uint32_t call_ms)
 	req.sandbox_id = (char *)id;
 	req.shell = (char *)script;
 	req.timeout_ms = call_ms > 5000 ? call_ms - 5000 : call_ms;
-	rv = call(v, "Exec", &req.base, &moat__v1__exec_result__descriptor,
+	rv = vmd_call(v, "Exec", &req.base, &moat__v1__exec_result__descriptor,
 	    (ProtobufCMessage **)&res, call_ms);
 	if (rv != MOAT_OK)
 		fail_msg("Exec \"%.60s\": %s (%s)", script, moat_strerror(rv),
-		    last_err);
+		    vmd_last_err);
 	return res;
-}
-
-static void
-destroy(struct vmd_proc *v, const char *id)
-{
-	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
-
-	ref.sandbox_id = (char *)id;
-	assert_int_equal(call(v, "DestroySandbox", &ref.base,
-	                     &moat__v1__empty__descriptor, NULL, 60000),
-	    MOAT_OK);
 }
 
 static uint64_t
@@ -277,8 +159,8 @@ test_console_capped(void **state)
 		skip();
 	vmd_start(&v, "console", env);
 	if (create(&v, 256, id) != MOAT_OK) {
-		print_log_tail(&v);
-		fail_msg("create: %s", last_err);
+		vmd_log_tail(&v, 30);
+		fail_msg("create: %s", vmd_last_err);
 	}
 	snprintf(script, sizeof(script),
 	    "head -c %uM /dev/zero | tr '\\0' x | fold -w 100 > /dev/ttyS0; "
@@ -314,7 +196,7 @@ test_console_capped(void **state)
 	res = sh(&v, id, "echo alive", 60000);
 	assert_string_equal((char *)res->stdout.data, "alive\n");
 	protobuf_c_message_free_unpacked(&res->base, NULL);
-	destroy(&v, id);
+	vmd_destroy_sandbox(&v, id);
 	vmd_stop(&v);
 }
 
@@ -342,14 +224,14 @@ test_scratch_reserve(void **state)
 	    "MOAT_VMD_DISK_RESERVE_MIB=%" PRIu64, reserve_mib);
 	vmd_start(&v, "scratch", env);
 	if (create(&v, 256, id) != MOAT_OK) {
-		print_log_tail(&v);
-		fail_msg("create: %s", last_err);
+		vmd_log_tail(&v, 30);
+		fail_msg("create: %s", vmd_last_err);
 	}
 	/* A second would pass the reserve once both disks are full. */
 	assert_int_equal(create(&v, 256, id2), MOAT_RESOURCE_EXHAUSTED);
-	fprintf(stderr, "refused: %s\n", last_err);
-	assert_non_null(strstr(last_err, "disk-reserve-mib"));
-	assert_non_null(strstr(last_err, "MiB free"));
+	fprintf(stderr, "refused: %s\n", vmd_last_err);
+	assert_non_null(strstr(vmd_last_err, "disk-reserve-mib"));
+	assert_non_null(strstr(vmd_last_err, "MiB free"));
 	/* The guest fills its disk: the host keeps its reserve. */
 	res = sh(&v, id,
 	    "dd if=/dev/zero of=/tmp/fill bs=1M 2>&1 | tail -n 1; sync; "
@@ -364,7 +246,7 @@ test_scratch_reserve(void **state)
 	    "reserve %" PRIu64 " MiB\n",
 	    avail / MIB, after / MIB, reserve_mib);
 	assert_true(after / MIB >= reserve_mib);
-	destroy(&v, id);
+	vmd_destroy_sandbox(&v, id);
 	vmd_stop(&v);
 }
 
@@ -382,9 +264,10 @@ exec_start(struct vmd_proc *v, const char *id, const char *script,
 	req.output_cap = 64u * MIB;
 	req.timeout_ms = 300000;
 	req.stdin_open = true;
-	if (call(v, "ExecStart", &req.base, &moat__v1__exec_handle__descriptor,
-	        (ProtobufCMessage **)&h, 60000) != MOAT_OK)
-		fail_msg("ExecStart: %s", last_err);
+	if (vmd_call(v, "ExecStart", &req.base,
+	        &moat__v1__exec_handle__descriptor, (ProtobufCMessage **)&h,
+	        60000) != MOAT_OK)
+		fail_msg("ExecStart: %s", vmd_last_err);
 	*exec_id = h->exec_id;
 	protobuf_c_message_free_unpacked(&h->base, NULL);
 }
@@ -406,9 +289,9 @@ exec_line(struct vmd_proc *v, const char *sandbox, uint64_t id,
 	w.data.data = (uint8_t *)line;
 	w.data.len = strlen(line);
 	w.close = close;
-	if (call(v, "ExecWrite", &w.base, &moat__v1__empty__descriptor, NULL,
-	        60000) != MOAT_OK)
-		fail_msg("ExecWrite: %s", last_err);
+	if (vmd_call(v, "ExecWrite", &w.base, &moat__v1__empty__descriptor,
+	        NULL, 60000) != MOAT_OK)
+		fail_msg("ExecWrite: %s", vmd_last_err);
 }
 
 /* Samples vmd's RSS into *peak every 200 ms until `until`, or until
@@ -417,7 +300,7 @@ static bool
 sample_rss(struct vmd_proc *v, long *peak, uint64_t until, bool stop_at_cut)
 {
 	while (moat_rpc_now_ms() < until) {
-		long r = rss_kib(v->pid);
+		long r = vmd_rss_kib(v->pid);
 
 		if (r > *peak)
 			*peak = r;
@@ -462,10 +345,10 @@ test_exec_flood_budget(void **state)
 		skip();
 	vmd_start(&v, "flood", env);
 	if (create(&v, 256, a) != MOAT_OK || create(&v, 256, b) != MOAT_OK) {
-		print_log_tail(&v);
-		fail_msg("create: %s", last_err);
+		vmd_log_tail(&v, 30);
+		fail_msg("create: %s", vmd_last_err);
 	}
-	base = rss_kib(v.pid);
+	base = vmd_rss_kib(v.pid);
 	bound = base + 16 * 1024 + 64 * 1024;
 	/* 64 floods (the agent runs at most 64 execs), each held on its
 	 * stdin until all are started (a busy guest under TCG answers
@@ -507,17 +390,17 @@ test_exec_flood_budget(void **state)
 		rd.exec_id = ids[i];
 		rd.stdout_offset = 0;
 		rd.max_bytes = 64u * MIB;
-		if (call(&v, "ExecRead", &rd.base,
+		if (vmd_call(&v, "ExecRead", &rd.base,
 		        &moat__v1__exec_read_reply__descriptor,
 		        (ProtobufCMessage **)&rr, 60000) != MOAT_OK)
-			fail_msg("ExecRead: %s", last_err);
+			fail_msg("ExecRead: %s", vmd_last_err);
 		marker = memmem(rr->stdout.data, rr->stdout.len,
 		             "exec-output-budget-mib", 22) != NULL;
 		protobuf_c_message_free_unpacked(&rr->base, NULL);
 	}
 	assert_true(marker);
-	destroy(&v, a);
-	destroy(&v, b);
+	vmd_destroy_sandbox(&v, a);
+	vmd_destroy_sandbox(&v, b);
 	vmd_stop(&v);
 }
 

@@ -32,129 +32,43 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "vm.pb-c.h"
+#include "vmd_harness.h"
 
-#define VM_SERVICE "moat.v1.Vm"
 #define LONG_MS 180000u
 #define MEMORY_MIB 256u
 #define OVERHEAD_MIB (160u + 256u) /* vmm-overhead-mib + TCG's buffer */
 
-struct vmd_proc {
-	pid_t pid;
-	char state[256];
-	char url[320];
-	char log[320];
-	struct moat_rpc_client *client;
-};
-
 static char image_dir[1024];
 static char state_root[128];
-static char last_err[4096];
 
-static int
-call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
-    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
-    uint32_t timeout_ms)
-{
-	struct moat_rpc_opts opts = { .timeout_ms = timeout_ms,
-		.tenant = "default" };
-	ProtobufCMessage *r = NULL;
-	char *err = NULL;
-	int rv;
-
-	rv = moat_rpc_call(v->client, VM_SERVICE, method, req, desc, &r, &opts,
-	    &err);
-	snprintf(last_err, sizeof(last_err), "%s", err ? err : "");
-	free(err);
-	if (reply != NULL)
-		*reply = r;
-	else if (r != NULL)
-		protobuf_c_message_free_unpacked(r, NULL);
-	return rv;
-}
-
+/* vmd_spawn's child: MOAT_VMD_<k>=<v> pairs from `arg` (NULL-terminated)
+ * on top of this process's environment, then moat-vmd with the qemu
+ * driver under TCG. */
 static void
-print_log_tail(const struct vmd_proc *v)
+exec_vmd(const struct vmd_proc *v, void *arg)
 {
-	char *cmd = moat_asprintf("tail -n 30 '%s' >&2", v->log);
+	const char *const *env = arg;
+	char cache[400];
 
-	if (cmd != NULL)
-		(void)!system(cmd);
-	free(cmd);
+	snprintf(cache, sizeof(cache), "%s/cache", v->state);
+	setenv("MOAT_VMD_TEMPLATES", "off", 1);
+	unsetenv("MOAT_VMD_SURVEY");
+	for (size_t i = 0; env != NULL && env[i] != NULL; i += 2)
+		setenv(env[i], env[i + 1], 1);
+	execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--state-dir", v->state, "--accel",
+	    "tcg", "--driver", "qemu", "--image-dir", image_dir, "--listen",
+	    v->url, "--cache-dir", cache, "--node-id", "jail-node",
+	    (char *)NULL);
 }
 
-/* Starts moat-vmd in <state_root>/<name> with MOAT_VMD_<k>=<v> pairs
- * from `env` (NULL-terminated). */
+/* Starts moat-vmd in <state_root>/<name> with `env` (see exec_vmd). */
 static void
 vmd_start(struct vmd_proc *v, const char *name, const char *const *env)
 {
-	char *err = NULL;
-	uint64_t until;
+	char state[300];
 
-	memset(v, 0, sizeof(*v));
-	snprintf(v->state, sizeof(v->state), "%s/%s", state_root, name);
-	snprintf(v->url, sizeof(v->url), "ipc://%s/vmd.sock", v->state);
-	snprintf(v->log, sizeof(v->log), "%s.log", v->state);
-	v->pid = fork();
-	assert_true(v->pid >= 0);
-	if (v->pid == 0) {
-		char cache[300];
-		int fd = open(v->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		snprintf(cache, sizeof(cache), "%s/cache", v->state);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		setenv("MOAT_VMD_TEMPLATES", "off", 1);
-		unsetenv("MOAT_VMD_SURVEY");
-		for (size_t i = 0; env != NULL && env[i] != NULL; i += 2)
-			setenv(env[i], env[i + 1], 1);
-		execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--state-dir", v->state,
-		    "--accel", "tcg", "--driver", "qemu", "--image-dir",
-		    image_dir, "--listen", v->url, "--cache-dir", cache,
-		    "--node-id", "jail-node", (char *)NULL);
-		_exit(127);
-	}
-	assert_int_equal(moat_rpc_client_open(&v->client, v->url, &err), 0);
-	until = moat_rpc_now_ms() + 15000;
-	for (;;) {
-		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
-		int status;
-
-		if (call(v, "Health", &h.base,
-		        &moat__v1__health_reply__descriptor, NULL,
-		        1000) == MOAT_OK)
-			break;
-		if (waitpid(v->pid, &status, WNOHANG) == v->pid) {
-			print_log_tail(v);
-			fail_msg("moat-vmd exited at start (status %d)",
-			    status);
-		}
-		if (moat_rpc_now_ms() > until) {
-			print_log_tail(v);
-			fail_msg("moat-vmd did not answer Health: %s",
-			    last_err);
-		}
-		usleep(50 * 1000);
-	}
-}
-
-static void
-vmd_stop(struct vmd_proc *v)
-{
-	int status = 0;
-
-	if (v->pid <= 0)
-		return;
-	moat_rpc_client_close(v->client);
-	v->client = NULL;
-	kill(v->pid, SIGTERM);
-	if (waitpid(v->pid, &status, 0) != v->pid || status != 0) {
-		print_log_tail(v);
-		fail_msg("moat-vmd did not exit 0 on SIGTERM (%d)", status);
-	}
-	v->pid = 0;
+	snprintf(state, sizeof(state), "%s/%s", state_root, name);
+	vmd_spawn(v, state, exec_vmd, (void *)env, 15000);
 }
 
 static Moat__V1__Node *
@@ -163,34 +77,11 @@ node_info(struct vmd_proc *v)
 	Moat__V1__Empty e = MOAT__V1__EMPTY__INIT;
 	Moat__V1__Node *node = NULL;
 
-	assert_int_equal(call(v, "NodeInfo", &e.base,
+	assert_int_equal(vmd_call(v, "NodeInfo", &e.base,
 	                     &moat__v1__node__descriptor,
 	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
 	return node;
-}
-
-static int
-create(struct vmd_proc *v, Moat__V1__Sandbox **out)
-{
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-
-	req.memory_mib = MEMORY_MIB;
-	req.scratch_mib = 256;
-	return call(v, "CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
-}
-
-static void
-destroy(struct vmd_proc *v, const char *id)
-{
-	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
-
-	ref.sandbox_id = (char *)id;
-	assert_int_equal(call(v, "DestroySandbox", &ref.base,
-	                     &moat__v1__empty__descriptor, NULL, 60000),
-	    MOAT_OK);
 }
 
 /* The value after "<key>:" in /proc/<pid>/status, or -1. */
@@ -323,9 +214,9 @@ test_strict(void **state)
 	node = node_info(&v);
 	assert_string_equal(node->isolation, "strict");
 	protobuf_c_message_free_unpacked(&node->base, NULL);
-	if (create(&v, &sb) != MOAT_OK) {
-		print_log_tail(&v);
-		fail_msg("CreateSandbox: %s", last_err);
+	if (vmd_create_sandbox(&v, MEMORY_MIB, 256, &sb, LONG_MS) != MOAT_OK) {
+		vmd_log_tail(&v, 30);
+		fail_msg("CreateSandbox: %s", vmd_last_err);
 	}
 	assert_string_equal(sb->isolation, "strict");
 	pid = sb->vmm_pid;
@@ -372,7 +263,7 @@ test_strict(void **state)
 		req.language = "python";
 		req.code = "print(sum(range(1000)))";
 		req.timeout_ms = 60000;
-		assert_int_equal(call(&v, "Exec", &req.base,
+		assert_int_equal(vmd_call(&v, "Exec", &req.base,
 		                     &moat__v1__exec_result__descriptor,
 		                     (ProtobufCMessage **)&res, LONG_MS),
 		    MOAT_OK);
@@ -392,7 +283,7 @@ test_strict(void **state)
 	assert_int_equal(st.st_mode & 07777, 0600);
 	assert_int_equal((long)st.st_uid, uid);
 
-	destroy(&v, sb->id);
+	vmd_destroy_sandbox(&v, sb->id);
 	assert_true(kill(pid, 0) != 0);
 	assert_int_equal(stat(ram, &st), -1);
 	for (int i = 0; dirs[i] != NULL; i++) {
@@ -420,24 +311,25 @@ test_relaxed(void **state)
 	node = node_info(&v);
 	assert_true(strncmp(node->isolation, "refused: no cgroup", 18) == 0);
 	protobuf_c_message_free_unpacked(&node->base, NULL);
-	assert_int_equal(create(&v, &sb), MOAT_FAILED_PRECONDITION);
-	assert_non_null(strstr(last_err, "isolation = relaxed"));
-	assert_non_null(strstr(last_err, "cgroup"));
+	assert_int_equal(vmd_create_sandbox(&v, MEMORY_MIB, 256, &sb, LONG_MS),
+	    MOAT_FAILED_PRECONDITION);
+	assert_non_null(strstr(vmd_last_err, "isolation = relaxed"));
+	assert_non_null(strstr(vmd_last_err, "cgroup"));
 	vmd_stop(&v);
 
 	vmd_start(&v, "relaxed", relaxed);
 	node = node_info(&v);
 	assert_true(strncmp(node->isolation, "relaxed: no cgroup", 18) == 0);
 	protobuf_c_message_free_unpacked(&node->base, NULL);
-	if (create(&v, &sb) != MOAT_OK) {
-		print_log_tail(&v);
-		fail_msg("CreateSandbox (relaxed): %s", last_err);
+	if (vmd_create_sandbox(&v, MEMORY_MIB, 256, &sb, LONG_MS) != MOAT_OK) {
+		vmd_log_tail(&v, 30);
+		fail_msg("CreateSandbox (relaxed): %s", vmd_last_err);
 	}
 	assert_true(strncmp(sb->isolation, "relaxed: no cgroup", 18) == 0);
 	/* The pieces the host has still apply. */
 	assert_true(status_field(sb->vmm_pid, "Uid") >= 200000);
 	assert_int_equal(status_field(sb->vmm_pid, "Seccomp"), 2);
-	destroy(&v, sb->id);
+	vmd_destroy_sandbox(&v, sb->id);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	vmd_stop(&v);
 }

@@ -4,7 +4,7 @@
  * sandbox, one snapshot of it; then:
  *  - restores timed with the verified-once cache warm, and cold (each
  *    artifact's ctime bumped first, so every byte is hashed again);
- *  - a flipped byte in the device state, in the RAM copy, and in the
+ *  - a flipped byte in the device vmd.state, in the RAM copy, and in the
  *    manifest (meta.pb): RestoreSandbox is DATA_LOSS naming what, no
  *    QEMU is started (no process of the state dir, no "restoring" line,
  *    no new VM directory); the byte flipped back restores again;
@@ -38,8 +38,8 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "vm.pb-c.h"
+#include "vmd_harness.h"
 
-#define VM_SERVICE "moat.v1.Vm"
 #define LONG_MS 180000u
 /* Restores timed per kind (MOAT_VERIFY_TIMED overrides, up to 50). */
 #define TIMED_MAX 50
@@ -47,123 +47,52 @@ static int timed = 3;
 
 static char image_dir[1024];
 static char state_root[] = "/tmp/moat-verify-test-XXXXXX";
-static char state[300], url[350], log_path[350];
-static pid_t vmd_pid;
+static struct vmd_proc vmd; /* the vmd the cases talk to */
 static const char *vmd_bin = MOAT_VMD_BIN;
 static const char *templates = "off"; /* the next vmd_start's */
-static struct moat_rpc_client *client;
-static char last_err[4096];
 
+/* One call to vmd, LONG_MS. */
 static int
 call(const char *method, const ProtobufCMessage *req,
     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply)
 {
-	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS,
-		.tenant = "default" };
-	ProtobufCMessage *r = NULL;
-	char *err = NULL;
-	int rv;
-
-	rv = moat_rpc_call(client, VM_SERVICE, method, req, desc, &r, &opts,
-	    &err);
-	snprintf(last_err, sizeof(last_err), "%s", err ? err : "");
-	free(err);
-	if (reply != NULL)
-		*reply = r;
-	else if (r != NULL)
-		protobuf_c_message_free_unpacked(r, NULL);
-	return rv;
+	return vmd_call(&vmd, method, req, desc, reply, LONG_MS);
 }
 
+/* vmd_spawn's child: vmd_bin with the qemu driver under TCG. */
 static void
-log_tail(void)
+exec_vmd(const struct vmd_proc *v, void *arg)
 {
-	char *cmd = moat_asprintf("tail -n 30 '%s' >&2", log_path);
+	char cache[400];
 
-	(void)!system(cmd);
-	free(cmd);
+	(void)arg;
+	snprintf(cache, sizeof(cache), "%s/cache", v->state);
+	execl(vmd_bin, vmd_bin, "--state-dir", v->state, "--accel", "tcg",
+	    "--driver", "qemu", "--image-dir", image_dir, "--listen", v->url,
+	    "--cache-dir", cache, "--node-id", "verify-node", "--templates",
+	    templates, "--template-spares", "0", (char *)NULL);
 }
 
+/* Starts vmd_bin on vmd.state (a cmocka case: it asserts). */
 static void
 vmd_start(void **unused)
 {
-	char *err = NULL;
-	uint64_t until;
+	char dir[sizeof(vmd.state)];
 
 	(void)unused;
-	vmd_pid = fork();
-	assert_true(vmd_pid >= 0);
-	if (vmd_pid == 0) {
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		char cache[400];
-
-		snprintf(cache, sizeof(cache), "%s/cache", state);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		execl(vmd_bin, vmd_bin, "--state-dir", state, "--accel", "tcg",
-		    "--driver", "qemu", "--image-dir", image_dir, "--listen",
-		    url, "--cache-dir", cache, "--node-id", "verify-node",
-		    "--templates", templates, "--template-spares", "0",
-		    (char *)NULL);
-		_exit(127);
-	}
-	assert_int_equal(moat_rpc_client_open(&client, url, &err), 0);
-	until = moat_rpc_now_ms() + 30000;
-	for (;;) {
-		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
-		int status;
-
-		if (call("Health", &h.base,
-		        &moat__v1__health_reply__descriptor, NULL) == MOAT_OK)
-			break;
-		if (waitpid(vmd_pid, &status, WNOHANG) == vmd_pid ||
-		    moat_rpc_now_ms() > until) {
-			log_tail();
-			fail_msg("moat-vmd did not start: %s", last_err);
-		}
-		usleep(50 * 1000);
-	}
+	snprintf(dir, sizeof(dir), "%s", vmd.state);
+	vmd_spawn(&vmd, dir, exec_vmd, NULL, 30000);
 }
 
-/* Live processes (not zombies) whose command line mentions needle. */
-static int
-procs_mentioning(const char *needle)
+/* vmd_spawn's child for test_changed_image: image dir `arg`, no cache
+ * dir, templates off. */
+static void
+exec_img_vmd(const struct vmd_proc *v, void *arg)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	int n = 0;
-
-	assert_non_null(d);
-	while ((de = readdir(d)) != NULL) {
-		char path[300], *text = NULL;
-		size_t len;
-
-		if (de->d_name[0] < '0' || de->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-		if (moat_read_file(path, 4096, &text, &len) == 0) {
-			char *rp = strrchr(text, ')');
-			bool zombie = rp && rp[1] && rp[2] == 'Z';
-
-			free(text);
-			if (zombie)
-				continue;
-		}
-		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-		if (moat_read_file(path, 1 << 16, &text, &len) != 0)
-			continue;
-		for (size_t i = 0; i < len; i++)
-			if (text[i] == '\0')
-				text[i] = ' ';
-		if (strstr(text, needle) != NULL)
-			n++;
-		free(text);
-	}
-	closedir(d);
-	return n;
+	execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--state-dir", v->state, "--accel",
+	    "tcg", "--driver", "qemu", "--image-dir", (const char *)arg,
+	    "--listen", v->url, "--node-id", "img-node", "--templates", "off",
+	    (char *)NULL);
 }
 
 /* Occurrences of needle in vmd's log. */
@@ -174,7 +103,7 @@ log_count(const char *needle)
 	size_t len;
 	int n = 0;
 
-	if (moat_read_file(log_path, 64u << 20, &text, &len) != 0)
+	if (moat_read_file(vmd.log, 64u << 20, &text, &len) != 0)
 		return -1;
 	for (char *p = text; (p = strstr(p, needle)) != NULL; p++)
 		n++;
@@ -186,7 +115,7 @@ log_count(const char *needle)
 static int
 vm_dirs(void)
 {
-	char *p = moat_asprintf("%s/vms", state);
+	char *p = moat_asprintf("%s/vms", vmd.state);
 	DIR *d = opendir(p);
 	struct dirent *de;
 	int n = 0;
@@ -203,32 +132,11 @@ vm_dirs(void)
 static char *
 create(void)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	Moat__V1__Sandbox *sb = NULL;
-	char *id;
+	Moat__V1__Sandbox *sb = vmd_create_or_fail(&vmd, 256, 256, LONG_MS);
+	char *id = strdup(sb->id);
 
-	req.memory_mib = 256;
-	req.scratch_mib = 256;
-	if (call("CreateSandbox", &req.base, &moat__v1__sandbox__descriptor,
-	        (ProtobufCMessage **)&sb) != MOAT_OK) {
-		log_tail();
-		fail_msg("CreateSandbox: %s", last_err);
-	}
-	id = strdup(sb->id);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	return id;
-}
-
-static void
-destroy(const char *id)
-{
-	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
-
-	ref.sandbox_id = (char *)id;
-	assert_int_equal(call("DestroySandbox", &ref.base,
-	                     &moat__v1__empty__descriptor, NULL),
-	    MOAT_OK);
 }
 
 /* RestoreSandbox of snap: the status; a clone is destroyed at once.
@@ -251,7 +159,7 @@ restore(const char *snap, double *ms)
 		*ms = (double)(b.tv_sec - a.tv_sec) * 1e3 +
 		    (double)(b.tv_nsec - a.tv_nsec) / 1e6;
 	if (rv == MOAT_OK) {
-		destroy(sb->id);
+		vmd_destroy_sandbox(&vmd, sb->id);
 		protobuf_c_message_free_unpacked(&sb->base, NULL);
 	}
 	return rv;
@@ -316,18 +224,6 @@ offset_of(const char *path, const char *needle)
 	return off;
 }
 
-static void
-vmd_stop(void)
-{
-	int status = 0;
-
-	moat_rpc_client_close(client);
-	client = NULL;
-	kill(vmd_pid, SIGTERM);
-	assert_int_equal(waitpid(vmd_pid, &status, 0), vmd_pid);
-	assert_int_equal(status, 0);
-}
-
 /* With $MOAT_VERIFY_BASELINE_VMD (a moat-vmd from before issue 14, which
  * checks nothing): the p50 of timed restores of snap under it, on the
  * same state directory; then this build's vmd again. -1 without. */
@@ -339,12 +235,12 @@ baseline_restores(const char *snap)
 
 	if (bin == NULL || bin[0] == '\0')
 		return -1;
-	vmd_stop();
+	vmd_stop(&vmd);
 	vmd_bin = bin;
 	vmd_start(NULL);
 	for (int i = 0; i < timed; i++)
 		assert_int_equal(restore(snap, &t[i]), MOAT_OK);
-	vmd_stop();
+	vmd_stop(&vmd);
 	vmd_bin = MOAT_VMD_BIN;
 	vmd_start(NULL);
 	return median(t, timed);
@@ -355,14 +251,15 @@ baseline_restores(const char *snap)
 static void
 expect_refused(const char *snap, const char *what, int code)
 {
-	int procs = procs_mentioning(state);
+	int procs = vmd_procs_mentioning(vmd.state);
 	int restoring = log_count(": restoring (image");
 	int dirs = vm_dirs();
 
 	assert_int_equal(restore(snap, NULL), code);
-	if (strstr(last_err, what) == NULL)
-		fail_msg("the refusal does not name %s: %s", what, last_err);
-	assert_int_equal(procs_mentioning(state), procs);
+	if (strstr(vmd_last_err, what) == NULL)
+		fail_msg("the refusal does not name %s: %s", what,
+		    vmd_last_err);
+	assert_int_equal(vmd_procs_mentioning(vmd.state), procs);
 	assert_int_equal(log_count(": restoring (image"), restoring);
 	assert_int_equal(vm_dirs(), dirs);
 }
@@ -385,10 +282,10 @@ test_sealed_snapshots(void **unused)
 	if (call("SnapshotSandbox", &sreq.base,
 	        &moat__v1__local_snapshot__descriptor,
 	        (ProtobufCMessage **)&snap) != MOAT_OK) {
-		log_tail();
-		fail_msg("SnapshotSandbox: %s", last_err);
+		vmd_log_tail(&vmd, 30);
+		fail_msg("SnapshotSandbox: %s", vmd_last_err);
 	}
-	dir = moat_asprintf("%s/snapshots/%s", state, snap->snapshot_id);
+	dir = moat_asprintf("%s/snapshots/%s", vmd.state, snap->snapshot_id);
 	ds = moat_asprintf("%s/device_state", dir);
 	ram = moat_asprintf("%s/ram", dir);
 	scratch = moat_asprintf("%s/scratch.ext4", dir);
@@ -399,7 +296,7 @@ test_sealed_snapshots(void **unused)
 		free(ram);
 		ram = strdup(ram_target);
 	}
-	destroy(id);
+	vmd_destroy_sandbox(&vmd, id);
 
 	/* Restores: the cache warm (sealed when taken), then cold. */
 	for (int i = 0; i < timed; i++)
@@ -422,7 +319,7 @@ test_sealed_snapshots(void **unused)
 	fflush(stdout);
 	cmd = moat_asprintf("grep -o 'snapshot [^ ]*: verified in .*' '%s' "
 	                    "| sed 's/^/# /'",
-	    log_path);
+	    vmd.log);
 	(void)!system(cmd);
 	free(cmd);
 
@@ -503,126 +400,53 @@ test_changed_image(void **unused)
 	/* A vmd of its own whose image dir holds only the copy. */
 	initrd = moat_asprintf("%s/initrd.img", copy);
 	flip(initrd, 4096);
-	procs = procs_mentioning(state_root);
+	procs = vmd_procs_mentioning(state_root);
 	{
 		char *st = moat_asprintf("%s/img-vmd", state_root);
-		char *u = moat_asprintf("ipc://%s/vmd.sock", st);
-		char *lg = moat_asprintf("%s/img-vmd.log", state_root);
 		char *dirimg = moat_asprintf("%s/img", state_root);
-		struct moat_rpc_client *saved = client;
-		char *err = NULL;
-		pid_t pid;
-		int status;
-		uint64_t until = moat_rpc_now_ms() + 30000;
+		struct vmd_proc img;
 
 		assert_int_equal(moat_mkdir_p(st, 0700), 0);
-		pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			int fd = open(lg, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-			if (fd >= 0) {
-				dup2(fd, 1);
-				dup2(fd, 2);
-			}
-			prctl(PR_SET_PDEATHSIG, SIGTERM);
-			execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--state-dir", st,
-			    "--accel", "tcg", "--driver", "qemu",
-			    "--image-dir", dirimg, "--listen", u, "--node-id",
-			    "img-node", "--templates", "off", (char *)NULL);
-			_exit(127);
-		}
-		assert_int_equal(moat_rpc_client_open(&client, u, &err), 0);
-		for (;;) {
-			Moat__V1__HealthRequest h =
-			    MOAT__V1__HEALTH_REQUEST__INIT;
-
-			if (call("Health", &h.base,
-			        &moat__v1__health_reply__descriptor,
-			        NULL) == MOAT_OK)
-				break;
-			assert_true(moat_rpc_now_ms() < until);
-			usleep(50 * 1000);
-		}
+		vmd_spawn(&img, st, exec_img_vmd, dirimg, 30000);
 		req.image = "copy";
 		req.memory_mib = 256;
-		assert_int_equal(call("CreateSandbox", &req.base,
-		                     &moat__v1__sandbox__descriptor, NULL),
+		assert_int_equal(vmd_call(&img, "CreateSandbox", &req.base,
+		                     &moat__v1__sandbox__descriptor, NULL,
+		                     LONG_MS),
 		    MOAT_DATA_LOSS);
-		if (strstr(last_err, "initrd.img") == NULL ||
-		    strstr(last_err, "manifest") == NULL)
+		if (strstr(vmd_last_err, "initrd.img") == NULL ||
+		    strstr(vmd_last_err, "manifest") == NULL)
 			fail_msg("the refusal does not name the file: %s",
-			    last_err);
+			    vmd_last_err);
 		/* Said at start too, and no VMM was started. */
 		{
 			char *text = NULL;
 			size_t len;
 
-			assert_int_equal(moat_read_file(lg, 1 << 20, &text,
-			                     &len),
+			assert_int_equal(moat_read_file(img.log, 1 << 20,
+			                     &text, &len),
 			    0);
 			assert_non_null(strstr(text, "image \"copy\""));
 			assert_null(strstr(text, "creating (image"));
 			free(text);
 		}
-		moat_rpc_client_close(client);
-		client = saved;
-		kill(pid, SIGTERM);
-		assert_int_equal(waitpid(pid, &status, 0), pid);
-		assert_int_equal(procs_mentioning(state_root), procs);
+		assert_int_not_equal(vmd_stop_status(&img), -1);
+		assert_int_equal(vmd_procs_mentioning(state_root), procs);
 		free(st);
-		free(u);
-		free(lg);
 		free(dirimg);
 	}
 	free(initrd);
 	free(copy);
 }
 
-/* The template vmd made (heap), or NULL. */
-static char *
-template_dir(void)
-{
-	char *root = moat_asprintf("%s/templates", state);
-	DIR *d = opendir(root);
-	struct dirent *de;
-	char *found = NULL;
-
-	while (d != NULL && found == NULL && (de = readdir(d)) != NULL) {
-		char *meta;
-
-		if (strncmp(de->d_name, "tpl-", 4) != 0 ||
-		    strchr(de->d_name, '.') != NULL)
-			continue;
-		meta = moat_asprintf("%s/%s/meta.pb", root, de->d_name);
-		if (access(meta, F_OK) == 0)
-			found = moat_asprintf("%s/%s", root, de->d_name);
-		free(meta);
-	}
-	if (d != NULL)
-		closedir(d);
-	free(root);
-	return found;
-}
-
 /* A create: its template_id ("" when it booted cold), heap. */
 static char *
 create_template_id(void)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	Moat__V1__Sandbox *sb = NULL;
-	char *tid;
+	Moat__V1__Sandbox *sb = vmd_create_or_fail(&vmd, 256, 256, LONG_MS);
+	char *tid = strdup(sb->template_id);
 
-	req.memory_mib = 256;
-	req.scratch_mib = 256;
-	if (call("CreateSandbox", &req.base, &moat__v1__sandbox__descriptor,
-	        (ProtobufCMessage **)&sb) != MOAT_OK) {
-		log_tail();
-		fail_msg("CreateSandbox: %s", last_err);
-	}
-	tid = strdup(sb->template_id);
-	destroy(sb->id);
+	vmd_destroy_sandbox(&vmd, sb->id);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	return tid;
 }
@@ -632,21 +456,13 @@ create_template_id(void)
 static void
 test_template_tampered(void **unused)
 {
-	char saved_state[sizeof(state)], saved_url[sizeof(url)];
-	char saved_log[sizeof(log_path)];
-	struct moat_rpc_client *saved_client = client;
-	pid_t saved_pid = vmd_pid;
+	struct vmd_proc saved = vmd;
 	char *tid, *dir = NULL, *ds;
 	uint64_t until;
 
 	(void)unused;
-	memcpy(saved_state, state, sizeof(state));
-	memcpy(saved_url, url, sizeof(url));
-	memcpy(saved_log, log_path, sizeof(log_path));
-	snprintf(state, sizeof(state), "%s/tpl", state_root);
-	snprintf(url, sizeof(url), "ipc://%s/vmd.sock", state);
-	snprintf(log_path, sizeof(log_path), "%s.log", state);
-	assert_int_equal(moat_mkdir_p(state, 0700), 0);
+	snprintf(vmd.state, sizeof(vmd.state), "%s/tpl", state_root);
+	assert_int_equal(moat_mkdir_p(vmd.state, 0700), 0);
 	templates = "on";
 	vmd_start(NULL);
 	templates = "off";
@@ -655,10 +471,11 @@ test_template_tampered(void **unused)
 	assert_string_equal(tid, "");
 	free(tid);
 	for (until = moat_rpc_now_ms() + 120000;
-	     (dir = template_dir()) == NULL && moat_rpc_now_ms() < until;)
+	     (dir = vmd_template_dir(&vmd)) == NULL &&
+	     moat_rpc_now_ms() < until;)
 		usleep(200 * 1000);
 	if (dir == NULL) {
-		log_tail();
+		vmd_log_tail(&vmd, 30);
 		fail_msg("no template was made");
 	}
 	tid = create_template_id();
@@ -674,12 +491,8 @@ test_template_tampered(void **unused)
 	assert_int_equal(access(ds, F_OK), -1);
 	free(ds);
 	free(dir);
-	vmd_stop();
-	client = saved_client;
-	vmd_pid = saved_pid;
-	memcpy(state, saved_state, sizeof(state));
-	memcpy(url, saved_url, sizeof(url));
-	memcpy(log_path, saved_log, sizeof(log_path));
+	vmd_stop(&vmd);
+	vmd = saved;
 }
 
 int
@@ -709,10 +522,9 @@ main(void)
 	free(path);
 	if (mkdtemp(state_root) == NULL)
 		return 1;
-	snprintf(state, sizeof(state), "%s/main", state_root);
-	snprintf(url, sizeof(url), "ipc://%s/vmd.sock", state);
-	snprintf(log_path, sizeof(log_path), "%s.log", state);
-	if (moat_mkdir_p(state, 0700) != 0)
+	snprintf(vmd.state, sizeof(vmd.state), "%s/main", state_root);
+	snprintf(vmd.log, sizeof(vmd.log), "%s.log", vmd.state);
+	if (moat_mkdir_p(vmd.state, 0700) != 0)
 		return 1;
 	{
 		/* vmd_start asserts: run it as a one-case group setup. */
@@ -721,17 +533,15 @@ main(void)
 		};
 		if (cmocka_run_group_tests_name("start", start, NULL, NULL) !=
 		    0) {
-			log_tail();
+			vmd_log_tail(&vmd, 30);
 			return 1;
 		}
 	}
 	rc = cmocka_run_group_tests(tests, NULL, NULL);
-	moat_rpc_client_close(client);
-	kill(vmd_pid, SIGTERM);
-	if (waitpid(vmd_pid, &status, 0) != vmd_pid || status != 0) {
+	status = vmd_stop_status(&vmd);
+	if (status != 0) {
 		fprintf(stderr, "moat-vmd did not exit 0 (status %d)\n",
 		    status);
-		log_tail();
 		rc = 1;
 	}
 	if (rc == 0 && getenv("MOAT_VERIFY_KEEP") == NULL) {

@@ -50,18 +50,9 @@
 #include "moat/util.h"
 #include "snapshot.pb-c.h"
 #include "vm.pb-c.h"
+#include "vmd_harness.h"
 
-#define VM_SERVICE "moat.v1.Vm"
 #define LONG_MS 180000u
-
-/* One running moat-vmd. */
-struct vmd_proc {
-	pid_t pid;
-	char state[256];
-	char url[320];
-	char log[320];
-	struct moat_rpc_client *client;
-};
 
 static char image_dir[1024];
 static char survey_url[320]; /* main vmd answers surveys here */
@@ -86,174 +77,52 @@ now_ms(void)
 	return moat_rpc_now_ms();
 }
 
+#define TENANT VMD_TENANT
+
+/* What vmd_start's child runs with. */
+struct vmd_args {
+	bool test_hooks;
+	const char *survey; /* MOAT_VMD_SURVEY, or NULL */
+	const char *accel;  /* --accel, or NULL for default_accel */
+};
+
+/* vmd_spawn's child: the environment of vmd_args and the templates
+ * switch, the test's shared snapshot key, then moat-vmd. */
 static void
-print_log_tail(const struct vmd_proc *v)
+exec_vmd(const struct vmd_proc *v, void *arg)
 {
-	char *cmd = moat_asprintf("tail -n 30 '%s' >&2", v->log);
+	const struct vmd_args *a = arg;
+	char vmd_bin[] = MOAT_VMD_BIN;
+	char cache[400];
 
-	if (cmd != NULL) {
-		fprintf(stderr, "---- %s ----\n", v->log);
-		(void)!system(cmd);
-	}
-	free(cmd);
+	setenv("MOAT_VMD_TEST_HOOKS", a->test_hooks ? "true" : "false", 1);
+	setenv("MOAT_VMD_TEMPLATES", vmd_templates_env, 1);
+	/* One snapshot key for every vmd of the test (a cluster's): each
+	 * restores what another pulled from snapd. */
+	snprintf(cache, sizeof(cache), "%s", v->state);
+	if (strrchr(cache, '/') != NULL)
+		*strrchr(cache, '/') = '\0';
+	strncat(cache, "/snapshot.key", sizeof(cache) - strlen(cache) - 1);
+	setenv("MOAT_VMD_SNAPSHOT_KEY_FILE", cache, 1);
+	snprintf(cache, sizeof(cache), "%s/cache", v->state);
+	if (a->survey != NULL)
+		setenv("MOAT_VMD_SURVEY", a->survey, 1);
+	else
+		unsetenv("MOAT_VMD_SURVEY");
+	execl(vmd_bin, vmd_bin, "--state-dir", v->state, "--accel",
+	    a->accel ? a->accel : default_accel, "--driver", test_driver,
+	    "--image-dir", image_dir, "--listen", v->url, "--cache-dir", cache,
+	    "--node-id", "test-node", (char *)NULL);
 }
 
-/* call_as: one RPC for `tenant` (Envelope.tenant, as the gateway sends
- * it); returns the status, *reply on OK. *err is a static copy of the
- * error message. call: the same for TENANT, the tenant of every sandbox
- * these tests make. */
-#define TENANT "default"
-static char last_err[4096];
-
-static int
-call_as(struct vmd_proc *v, const char *tenant, const char *method,
-    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
-    ProtobufCMessage **reply, uint32_t timeout_ms)
-{
-	struct moat_rpc_opts opts = { .timeout_ms = timeout_ms,
-		.tenant = tenant };
-	ProtobufCMessage *r = NULL;
-	char *err = NULL;
-	int rv;
-
-	rv = moat_rpc_call(v->client, VM_SERVICE, method, req, desc, &r, &opts,
-	    &err);
-	snprintf(last_err, sizeof(last_err), "%s", err ? err : "");
-	free(err);
-	if (reply != NULL)
-		*reply = r;
-	else if (r != NULL)
-		protobuf_c_message_free_unpacked(r, NULL);
-	return rv;
-}
-
-static int
-call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
-    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
-    uint32_t timeout_ms)
-{
-	return call_as(v, TENANT, method, req, desc, reply, timeout_ms);
-}
-
+/* Starts moat-vmd on `state` (see exec_vmd) and waits for Health. */
 static void
 vmd_start(struct vmd_proc *v, const char *state, bool test_hooks,
     const char *survey, const char *accel)
 {
-	char vmd_bin[] = MOAT_VMD_BIN;
-	char *err = NULL;
-	uint64_t until;
+	struct vmd_args a = { test_hooks, survey, accel };
 
-	memset(v, 0, sizeof(*v));
-	snprintf(v->state, sizeof(v->state), "%s", state);
-	snprintf(v->url, sizeof(v->url), "ipc://%s/vmd.sock", state);
-	snprintf(v->log, sizeof(v->log), "%s.log", state);
-	v->pid = fork();
-	assert_true(v->pid >= 0);
-	if (v->pid == 0) {
-		char cache[300];
-		int fd = open(v->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		snprintf(cache, sizeof(cache), "%s/cache", state);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		/* If this test dies, vmd stops (and takes its VMs along). */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		setenv("MOAT_VMD_TEST_HOOKS", test_hooks ? "true" : "false",
-		    1);
-		setenv("MOAT_VMD_TEMPLATES", vmd_templates_env, 1);
-		/* One snapshot key for every vmd of the test (a cluster's):
-		 * each restores what another pulled from snapd. */
-		snprintf(cache, sizeof(cache), "%s", state);
-		if (strrchr(cache, '/') != NULL)
-			*strrchr(cache, '/') = '\0';
-		strncat(cache, "/snapshot.key",
-		    sizeof(cache) - strlen(cache) - 1);
-		setenv("MOAT_VMD_SNAPSHOT_KEY_FILE", cache, 1);
-		snprintf(cache, sizeof(cache), "%s/cache", state);
-		if (survey != NULL)
-			setenv("MOAT_VMD_SURVEY", survey, 1);
-		else
-			unsetenv("MOAT_VMD_SURVEY");
-		execl(vmd_bin, vmd_bin, "--state-dir", state, "--accel",
-		    accel ? accel : default_accel, "--driver", test_driver,
-		    "--image-dir", image_dir, "--listen", v->url,
-		    "--cache-dir", cache, "--node-id", "test-node",
-		    (char *)NULL);
-		_exit(127);
-	}
-	assert_int_equal(moat_rpc_client_open(&v->client, v->url, &err), 0);
-	until = now_ms() + 15000;
-	for (;;) {
-		Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
-		int status;
-
-		if (call(v, "Health", &h.base,
-		        &moat__v1__health_reply__descriptor, NULL,
-		        1000) == MOAT_OK)
-			break;
-		if (waitpid(v->pid, &status, WNOHANG) == v->pid) {
-			print_log_tail(v);
-			fail_msg("moat-vmd exited at start (status %d)",
-			    status);
-		}
-		if (now_ms() > until) {
-			print_log_tail(v);
-			fail_msg("moat-vmd did not answer Health: %s",
-			    last_err);
-		}
-		usleep(50 * 1000);
-	}
-}
-
-/* Stops with SIGTERM; returns the wait status (0: exited 0). */
-static int
-vmd_stop_status(struct vmd_proc *v)
-{
-	int status = 0;
-
-	if (v->pid <= 0)
-		return 0;
-	moat_rpc_client_close(v->client);
-	v->client = NULL;
-	kill(v->pid, SIGTERM);
-	if (waitpid(v->pid, &status, 0) != v->pid)
-		status = -1;
-	v->pid = 0;
-	if (status != 0)
-		print_log_tail(v);
-	return status;
-}
-
-/* Stops with SIGTERM; expects exit status 0 (sandboxes destroyed, and no
- * sanitizer report in a MOAT_SANITIZE build). */
-static void
-vmd_stop(struct vmd_proc *v)
-{
-	int status = vmd_stop_status(v);
-
-	if (status != 0)
-		fail_msg("moat-vmd did not exit 0 on SIGTERM (status %d)",
-		    status);
-}
-
-static long
-rss_kib(pid_t pid)
-{
-	char path[64];
-	char *text = NULL;
-	size_t len;
-	long kib = -1;
-	char *p;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (moat_read_file(path, 1 << 16, &text, &len) != 0)
-		return -1;
-	if ((p = strstr(text, "VmRSS:")) != NULL)
-		kib = strtol(p + 6, NULL, 10);
-	free(text);
-	return kib;
+	vmd_spawn(v, state, exec_vmd, &a, 15000);
 }
 
 /* purge_state: `moat-vmd purge DIR` (the state and the snapshots' RAM
@@ -269,44 +138,6 @@ purge_state(const char *dir)
 	rc = system(cmd);
 	free(cmd);
 	return rc == 0 ? 0 : EIO;
-}
-
-/* Number of live processes whose command line mentions `needle`. */
-static int
-procs_mentioning(const char *needle)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	int n = 0;
-
-	assert_non_null(d);
-	while ((de = readdir(d)) != NULL) {
-		char path[300];
-		char *text = NULL;
-		size_t len;
-
-		if (de->d_name[0] < '0' || de->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-		if (moat_read_file(path, 4096, &text, &len) == 0) {
-			char *rp = strrchr(text, ')');
-			bool zombie = rp && rp[1] && rp[2] == 'Z';
-			free(text);
-			if (zombie)
-				continue;
-		}
-		snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-		if (moat_read_file(path, 1 << 16, &text, &len) != 0)
-			continue;
-		for (size_t i = 0; i < len; i++)
-			if (text[i] == '\0')
-				text[i] = ' ';
-		if (strstr(text, needle) != NULL)
-			n++;
-		free(text);
-	}
-	closedir(d);
-	return n;
 }
 
 static bool
@@ -335,19 +166,8 @@ create_sandbox(struct vmd_proc *v, const char *label_key,
 		req.labels = labels;
 		req.n_labels = 1;
 	}
-	return call(v, "CreateSandbox", &req.base,
+	return vmd_call(v, "CreateSandbox", &req.base,
 	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
-}
-
-static void
-destroy_sandbox(struct vmd_proc *v, const char *id)
-{
-	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
-
-	ref.sandbox_id = (char *)id;
-	assert_int_equal(call(v, "DestroySandbox", &ref.base,
-	                     &moat__v1__empty__descriptor, NULL, 60000),
-	    MOAT_OK);
 }
 
 /* One-shot exec of `code` in `language`. */
@@ -364,11 +184,11 @@ run_code(struct vmd_proc *v, const char *id, const char *language,
 	req.code = (char *)code;
 	req.timeout_ms = timeout_ms;
 	req.output_cap = cap;
-	rv = call(v, "Exec", &req.base, &moat__v1__exec_result__descriptor,
+	rv = vmd_call(v, "Exec", &req.base, &moat__v1__exec_result__descriptor,
 	    (ProtobufCMessage **)&res, LONG_MS);
 	if (rv != want_rv)
 		fail_msg("Exec %s returned %s (%s), wanted %s", language,
-		    moat_strerror(rv), last_err, moat_strerror(want_rv));
+		    moat_strerror(rv), vmd_last_err, moat_strerror(want_rv));
 	return res;
 }
 
@@ -382,8 +202,8 @@ shared_sandbox(void)
 	if (shared_id[0] != '\0')
 		return shared_id;
 	if (create_sandbox(&main_vmd, NULL, NULL, &sb) != MOAT_OK) {
-		print_log_tail(&main_vmd);
-		fail_msg("CreateSandbox: %s", last_err);
+		vmd_log_tail(&main_vmd, 30);
+		fail_msg("CreateSandbox: %s", vmd_last_err);
 	}
 	assert_int_equal(sb->state,
 	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
@@ -458,7 +278,7 @@ group_teardown(void **state)
 	}
 	nng_close(surveyor);
 	/* Nothing of any sandbox may outlive vmd. */
-	if (procs_mentioning(state_root) != 0) {
+	if (vmd_procs_mentioning(state_root) != 0) {
 		fprintf(stderr, "FAIL: processes still mention %s\n",
 		    state_root);
 		rv = -1;
@@ -549,49 +369,49 @@ test_errors(void **state)
 	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
 
 	ref.sandbox_id = "sb-0000000000000000";
-	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+	assert_int_equal(vmd_call(&main_vmd, "GetSandbox", &ref.base,
 	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_NOT_FOUND);
-	assert_non_null(strstr(last_err, "sb-0000000000000000 not found"));
-	assert_int_equal(call(&main_vmd, "DestroySandbox", &ref.base,
+	assert_non_null(strstr(vmd_last_err, "sb-0000000000000000 not found"));
+	assert_int_equal(vmd_call(&main_vmd, "DestroySandbox", &ref.base,
 	                     &moat__v1__empty__descriptor, NULL, 5000),
 	    MOAT_NOT_FOUND);
 	ex.sandbox_id = "sb-0000000000000000";
 	ex.shell = "true";
-	assert_int_equal(call(&main_vmd, "Exec", &ex.base,
+	assert_int_equal(vmd_call(&main_vmd, "Exec", &ex.base,
 	                     &moat__v1__exec_result__descriptor, NULL, 5000),
 	    MOAT_NOT_FOUND);
 
 	req.vcpus = 100;
-	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "CreateSandbox", &req.base,
 	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
-	assert_non_null(strstr(last_err, "vcpus"));
+	assert_non_null(strstr(vmd_last_err, "vcpus"));
 	req.vcpus = 1;
 	req.memory_mib = 64;
-	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "CreateSandbox", &req.base,
 	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
-	assert_non_null(strstr(last_err, "memory_mib"));
+	assert_non_null(strstr(vmd_last_err, "memory_mib"));
 	req.memory_mib = 1u << 30;
-	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "CreateSandbox", &req.base,
 	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
 	req.memory_mib = 0;
 	req.scratch_mib = 1;
-	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "CreateSandbox", &req.base,
 	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
 	req.scratch_mib = 0;
 	req.image = "no-such-image";
-	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "CreateSandbox", &req.base,
 	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_FAILED_PRECONDITION);
-	assert_non_null(strstr(last_err,
+	assert_non_null(strstr(vmd_last_err,
 	    "image \"no-such-image\" is not "
 	    "built: run images/build.sh"));
 	req.image = "../etc";
-	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "CreateSandbox", &req.base,
 	                     &moat__v1__sandbox__descriptor, NULL, 5000),
 	    MOAT_INVALID_ARGUMENT);
 }
@@ -602,7 +422,7 @@ test_node_info(void **state)
 	Moat__V1__Empty e = MOAT__V1__EMPTY__INIT;
 	Moat__V1__Node *node = NULL;
 
-	assert_int_equal(call(&main_vmd, "NodeInfo", &e.base,
+	assert_int_equal(vmd_call(&main_vmd, "NodeInfo", &e.base,
 	                     &moat__v1__node__descriptor,
 	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
@@ -637,12 +457,12 @@ test_boot_deadline(void **state)
 		skip();
 	req.boot_timeout_ms = 300;
 	req.scratch_mib = 64;
-	assert_int_equal(call(&main_vmd, "CreateSandbox", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "CreateSandbox", &req.base,
 	                     &moat__v1__sandbox__descriptor, NULL, 60000),
 	    MOAT_UNAVAILABLE);
-	fprintf(stderr, "boot deadline: %s\n", last_err);
-	assert_non_null(strstr(last_err, "did not boot"));
-	assert_non_null(strstr(last_err, "within 300 ms"));
+	fprintf(stderr, "boot deadline: %s\n", vmd_last_err);
+	assert_non_null(strstr(vmd_last_err, "did not boot"));
+	assert_non_null(strstr(vmd_last_err, "within 300 ms"));
 	/* Nothing of it is left. */
 	snprintf(vms, sizeof(vms), "%s/vms", main_vmd.state);
 	assert_non_null(d = opendir(vms));
@@ -702,7 +522,7 @@ test_python_and_bash(void **state)
 	req.n_argv = 3;
 	req.env = env;
 	req.n_env = 1;
-	assert_int_equal(call(&main_vmd, "Exec", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "Exec", &req.base,
 	                     &moat__v1__exec_result__descriptor,
 	                     (ProtobufCMessage **)&r, LONG_MS),
 	    MOAT_OK);
@@ -724,10 +544,10 @@ test_python_and_bash(void **state)
 
 	(void)run_code(&main_vmd, id, "cobol", "x", 0, 0,
 	    MOAT_INVALID_ARGUMENT);
-	assert_non_null(strstr(last_err, "python, bash, sh or node"));
+	assert_non_null(strstr(vmd_last_err, "python, bash, sh or node"));
 	(void)run_code(&main_vmd, id, "sh", "true", 86400001u, 0,
 	    MOAT_INVALID_ARGUMENT);
-	assert_non_null(strstr(last_err, "86400000"));
+	assert_non_null(strstr(vmd_last_err, "86400000"));
 }
 
 static void
@@ -777,7 +597,7 @@ code_run_on(struct vmd_proc *v, const char *id, const char *context,
 	req.context = (char *)context;
 	req.code = (char *)code;
 	req.timeout_ms = timeout_ms;
-	assert_int_equal(call(v, "RunCode", &req.base,
+	assert_int_equal(vmd_call(v, "RunCode", &req.base,
 	                     &moat__v1__run_code_result__descriptor,
 	                     (ProtobufCMessage **)&r, LONG_MS),
 	    MOAT_OK);
@@ -834,14 +654,14 @@ test_code_contexts(void **state)
 	node.context = "js";
 	node.language = "node";
 	node.code = "const n = 6 * 7; console.log('set')";
-	assert_int_equal(call(&main_vmd, "RunCode", &node.base,
+	assert_int_equal(vmd_call(&main_vmd, "RunCode", &node.base,
 	                     &moat__v1__run_code_result__descriptor,
 	                     (ProtobufCMessage **)&r, LONG_MS),
 	    MOAT_OK);
 	assert_string_equal(r->result->error_name, "");
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	node.code = "n + 1";
-	assert_int_equal(call(&main_vmd, "RunCode", &node.base,
+	assert_int_equal(vmd_call(&main_vmd, "RunCode", &node.base,
 	                     &moat__v1__run_code_result__descriptor,
 	                     (ProtobufCMessage **)&r, LONG_MS),
 	    MOAT_OK);
@@ -850,17 +670,20 @@ test_code_contexts(void **state)
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 	close_req.sandbox_id = (char *)id;
 	close_req.context = "js";
-	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
-	                     &moat__v1__empty__descriptor, NULL, LONG_MS),
+	assert_int_equal(vmd_call(&main_vmd, "CloseCodeContext",
+	                     &close_req.base, &moat__v1__empty__descriptor,
+	                     NULL, LONG_MS),
 	    MOAT_OK);
 
 	close_req.sandbox_id = (char *)id;
 	close_req.context = "itest";
-	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
-	                     &moat__v1__empty__descriptor, NULL, LONG_MS),
+	assert_int_equal(vmd_call(&main_vmd, "CloseCodeContext",
+	                     &close_req.base, &moat__v1__empty__descriptor,
+	                     NULL, LONG_MS),
 	    MOAT_OK);
-	assert_int_equal(call(&main_vmd, "CloseCodeContext", &close_req.base,
-	                     &moat__v1__empty__descriptor, NULL, LONG_MS),
+	assert_int_equal(vmd_call(&main_vmd, "CloseCodeContext",
+	                     &close_req.base, &moat__v1__empty__descriptor,
+	                     NULL, LONG_MS),
 	    MOAT_NOT_FOUND);
 }
 
@@ -921,19 +744,19 @@ test_binary_file(void **state)
 	wr.truncate = true;
 	wr.make_parents = true;
 	wr.mode = 0600;
-	if (call(&main_vmd, "WriteFile", &wr.base,
+	if (vmd_call(&main_vmd, "WriteFile", &wr.base,
 	        &moat__v1__file_info__descriptor, (ProtobufCMessage **)&info,
 	        LONG_MS) != MOAT_OK)
-		fail_msg("WriteFile: %s", last_err);
+		fail_msg("WriteFile: %s", vmd_last_err);
 	assert_int_equal(info->size, len);
 	protobuf_c_message_free_unpacked(&info->base, NULL);
 
 	rd.sandbox_id = (char *)id;
 	rd.path = "/root/data/blob.bin";
-	if (call(&main_vmd, "ReadFile", &rd.base,
+	if (vmd_call(&main_vmd, "ReadFile", &rd.base,
 	        &moat__v1__file_data__descriptor, (ProtobufCMessage **)&fd,
 	        LONG_MS) != MOAT_OK)
-		fail_msg("ReadFile: %s", last_err);
+		fail_msg("ReadFile: %s", vmd_last_err);
 	assert_int_equal(fd->data.len, len);
 	assert_int_equal(fd->size, len);
 	assert_true(fd->eof);
@@ -952,7 +775,7 @@ test_binary_file(void **state)
 
 	/* A guest error comes back with the agent's code. */
 	rd.path = "/root/no/such/file";
-	assert_int_equal(call(&main_vmd, "ReadFile", &rd.base,
+	assert_int_equal(vmd_call(&main_vmd, "ReadFile", &rd.base,
 	                     &moat__v1__file_data__descriptor, NULL, 30000),
 	    MOAT_NOT_FOUND);
 	free(data);
@@ -1007,7 +830,7 @@ test_exec_streaming(void **state)
 	req.sandbox_id = (char *)id;
 	req.shell = "cat; echo -n done >&2";
 	req.stdin_open = true;
-	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecStart", &req.base,
 	                     &moat__v1__exec_handle__descriptor,
 	                     (ProtobufCMessage **)&h, 30000),
 	    MOAT_OK);
@@ -1017,18 +840,18 @@ test_exec_streaming(void **state)
 	wr.exec_id = h->exec_id;
 	wr.data.data = (uint8_t *)"hello ";
 	wr.data.len = 6;
-	assert_int_equal(call(&main_vmd, "ExecWrite", &wr.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecWrite", &wr.base,
 	                     &moat__v1__empty__descriptor, NULL, 30000),
 	    MOAT_OK);
 	wr.data.data = (uint8_t *)"world";
 	wr.data.len = 5;
 	wr.close = true;
-	assert_int_equal(call(&main_vmd, "ExecWrite", &wr.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecWrite", &wr.base,
 	                     &moat__v1__empty__descriptor, NULL, 30000),
 	    MOAT_OK);
 	wt.sandbox_id = (char *)id;
 	wt.exec_id = h->exec_id;
-	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecWait", &wt.base,
 	                     &moat__v1__exec_status__descriptor,
 	                     (ProtobufCMessage **)&st, 30000),
 	    MOAT_OK);
@@ -1038,7 +861,7 @@ test_exec_streaming(void **state)
 	rd.sandbox_id = (char *)id;
 	rd.exec_id = h->exec_id;
 	rd.max_bytes = 4;
-	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecRead", &rd.base,
 	                     &moat__v1__exec_read_reply__descriptor,
 	                     (ProtobufCMessage **)&rr, 30000),
 	    MOAT_OK);
@@ -1050,7 +873,7 @@ test_exec_streaming(void **state)
 	rd.stderr_offset = rr->stderr_next;
 	rd.max_bytes = 0;
 	protobuf_c_message_free_unpacked(&rr->base, NULL);
-	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecRead", &rd.base,
 	                     &moat__v1__exec_read_reply__descriptor,
 	                     (ProtobufCMessage **)&rr, 30000),
 	    MOAT_OK);
@@ -1060,7 +883,7 @@ test_exec_streaming(void **state)
 	assert_true(rr->status->exited);
 	protobuf_c_message_free_unpacked(&rr->base, NULL);
 	rd.stdout_offset = 1000;
-	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecRead", &rd.base,
 	                     &moat__v1__exec_read_reply__descriptor, NULL,
 	                     30000),
 	    MOAT_OUT_OF_RANGE);
@@ -1071,7 +894,7 @@ test_exec_streaming(void **state)
 	moat__v1__exec_request__init(&req);
 	req.sandbox_id = (char *)id;
 	req.shell = "sleep 1; echo -n late";
-	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecStart", &req.base,
 	                     &moat__v1__exec_handle__descriptor,
 	                     (ProtobufCMessage **)&h, 30000),
 	    MOAT_OK);
@@ -1080,7 +903,7 @@ test_exec_streaming(void **state)
 	rd.exec_id = h->exec_id;
 	rd.wait_ms = 20000;
 	t0 = now_ms();
-	assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecRead", &rd.base,
 	                     &moat__v1__exec_read_reply__descriptor,
 	                     (ProtobufCMessage **)&rr, 30000),
 	    MOAT_OK);
@@ -1089,7 +912,7 @@ test_exec_streaming(void **state)
 		/* The exit may come first on a slow guest: read again. */
 		assert_true(rr->status->exited);
 		protobuf_c_message_free_unpacked(&rr->base, NULL);
-		assert_int_equal(call(&main_vmd, "ExecRead", &rd.base,
+		assert_int_equal(vmd_call(&main_vmd, "ExecRead", &rd.base,
 		                     &moat__v1__exec_read_reply__descriptor,
 		                     (ProtobufCMessage **)&rr, 30000),
 		    MOAT_OK);
@@ -1102,7 +925,7 @@ test_exec_streaming(void **state)
 	/* Kill: SIGKILL by default; ExecWait with wait_ms reports a running
 	 * exec as not exited yet. */
 	req.shell = "sleep 1000";
-	assert_int_equal(call(&main_vmd, "ExecStart", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecStart", &req.base,
 	                     &moat__v1__exec_handle__descriptor,
 	                     (ProtobufCMessage **)&h, 30000),
 	    MOAT_OK);
@@ -1110,7 +933,7 @@ test_exec_streaming(void **state)
 	wt.sandbox_id = (char *)id;
 	wt.exec_id = h->exec_id;
 	wt.wait_ms = 200;
-	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecWait", &wt.base,
 	                     &moat__v1__exec_status__descriptor,
 	                     (ProtobufCMessage **)&st, 30000),
 	    MOAT_OK);
@@ -1118,11 +941,11 @@ test_exec_streaming(void **state)
 	protobuf_c_message_free_unpacked(&st->base, NULL);
 	kl.sandbox_id = (char *)id;
 	kl.exec_id = h->exec_id;
-	assert_int_equal(call(&main_vmd, "ExecKill", &kl.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecKill", &kl.base,
 	                     &moat__v1__empty__descriptor, NULL, 30000),
 	    MOAT_OK);
 	wt.wait_ms = 0;
-	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecWait", &wt.base,
 	                     &moat__v1__exec_status__descriptor,
 	                     (ProtobufCMessage **)&st, 30000),
 	    MOAT_OK);
@@ -1132,7 +955,7 @@ test_exec_streaming(void **state)
 	protobuf_c_message_free_unpacked(&h->base, NULL);
 
 	wt.exec_id = 987654321;
-	assert_int_equal(call(&main_vmd, "ExecWait", &wt.base,
+	assert_int_equal(vmd_call(&main_vmd, "ExecWait", &wt.base,
 	                     &moat__v1__exec_status__descriptor, NULL, 30000),
 	    MOAT_NOT_FOUND);
 }
@@ -1155,20 +978,20 @@ test_file_calls(void **state)
 	pr.sandbox_id = (char *)id;
 	pr.path = "/root/fc/a/b";
 	pr.parents = true;
-	if (call(&main_vmd, "MakeDir", &pr.base,
+	if (vmd_call(&main_vmd, "MakeDir", &pr.base,
 	        &moat__v1__file_info__descriptor, (ProtobufCMessage **)&fi,
 	        30000) != MOAT_OK)
-		fail_msg("MakeDir: %s", last_err);
+		fail_msg("MakeDir: %s", vmd_last_err);
 	protobuf_c_message_free_unpacked(&fi->base, NULL);
 	wr.sandbox_id = (char *)id;
 	wr.path = "/root/fc/a/b/note.txt";
 	wr.data.data = (uint8_t *)"note";
 	wr.data.len = 4;
-	assert_int_equal(call(&main_vmd, "WriteFile", &wr.base,
+	assert_int_equal(vmd_call(&main_vmd, "WriteFile", &wr.base,
 	                     &moat__v1__file_info__descriptor, NULL, 30000),
 	    MOAT_OK);
 	pr.path = "/root/fc/a/b/note.txt";
-	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
+	assert_int_equal(vmd_call(&main_vmd, "StatFile", &pr.base,
 	                     &moat__v1__file_info__descriptor,
 	                     (ProtobufCMessage **)&fi, 30000),
 	    MOAT_OK);
@@ -1176,7 +999,7 @@ test_file_calls(void **state)
 	assert_int_equal(fi->type, MOAT__V1__FILE_TYPE__FILE_TYPE_REGULAR);
 	protobuf_c_message_free_unpacked(&fi->base, NULL);
 	pr.path = "/root/fc/a/b";
-	assert_int_equal(call(&main_vmd, "ListFiles", &pr.base,
+	assert_int_equal(vmd_call(&main_vmd, "ListFiles", &pr.base,
 	                     &moat__v1__file_list__descriptor,
 	                     (ProtobufCMessage **)&fl, 30000),
 	    MOAT_OK);
@@ -1187,7 +1010,7 @@ test_file_calls(void **state)
 
 	tc.sandbox_id = (char *)id;
 	tc.hash = true;
-	assert_int_equal(call(&main_vmd, "TraceFs", &tc.base,
+	assert_int_equal(vmd_call(&main_vmd, "TraceFs", &tc.base,
 	                     &moat__v1__fs_trace__descriptor,
 	                     (ProtobufCMessage **)&tr, 30000),
 	    MOAT_OK);
@@ -1202,20 +1025,20 @@ test_file_calls(void **state)
 
 	pr.path = "/root/fc";
 	pr.recursive = true;
-	assert_int_equal(call(&main_vmd, "RemoveFile", &pr.base,
+	assert_int_equal(vmd_call(&main_vmd, "RemoveFile", &pr.base,
 	                     &moat__v1__empty__descriptor, NULL, 30000),
 	    MOAT_OK);
 	pr.path = "/root/fc/a/b/note.txt";
-	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
+	assert_int_equal(vmd_call(&main_vmd, "StatFile", &pr.base,
 	                     &moat__v1__file_info__descriptor, NULL, 30000),
 	    MOAT_NOT_FOUND);
 	pr.path = "";
-	assert_int_equal(call(&main_vmd, "StatFile", &pr.base,
+	assert_int_equal(vmd_call(&main_vmd, "StatFile", &pr.base,
 	                     &moat__v1__file_info__descriptor, NULL, 30000),
 	    MOAT_INVALID_ARGUMENT);
 
 	ref.sandbox_id = (char *)id;
-	assert_int_equal(call(&main_vmd, "SandboxInfo", &ref.base,
+	assert_int_equal(vmd_call(&main_vmd, "SandboxInfo", &ref.base,
 	                     &moat__v1__guest_info__descriptor,
 	                     (ProtobufCMessage **)&gi, 30000),
 	    MOAT_OK);
@@ -1252,7 +1075,7 @@ par_create_and_exec(void *arg)
 
 	cr.memory_mib = 256;
 	cr.scratch_mib = 256;
-	p->rv = moat_rpc_call(main_vmd.client, VM_SERVICE, "CreateSandbox",
+	p->rv = moat_rpc_call(main_vmd.client, VMD_SERVICE, "CreateSandbox",
 	    &cr.base, &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb,
 	    &opts, &err);
 	if (p->rv != MOAT_OK) {
@@ -1264,7 +1087,7 @@ par_create_and_exec(void *arg)
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	req.sandbox_id = p->id;
 	req.shell = "echo -n \"$((1+1))\"";
-	p->rv = moat_rpc_call(main_vmd.client, VM_SERVICE, "Exec", &req.base,
+	p->rv = moat_rpc_call(main_vmd.client, VMD_SERVICE, "Exec", &req.base,
 	    &moat__v1__exec_result__descriptor, (ProtobufCMessage **)&r, &opts,
 	    &err);
 	if (p->rv != MOAT_OK) {
@@ -1294,7 +1117,7 @@ check_gone(const char *state, const char *id, int vmm_pid)
 		usleep(50 * 1000);
 	if (vmm_pid > 0)
 		assert_false(path_exists(proc));
-	assert_int_equal(procs_mentioning(dir), 0);
+	assert_int_equal(vmd_procs_mentioning(dir), 0);
 }
 
 static void
@@ -1308,7 +1131,7 @@ test_four_at_once_and_destroy(void **state)
 	Moat__V1__SandboxList *list = NULL;
 
 	(void)shared_sandbox();
-	rss_before = rss_kib(main_vmd.pid);
+	rss_before = vmd_rss_kib(main_vmd.pid);
 	memset(p, 0, sizeof(p));
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(pthread_create(&t[i], NULL,
@@ -1318,18 +1141,18 @@ test_four_at_once_and_destroy(void **state)
 		pthread_join(t[i], NULL);
 	for (int i = 0; i < 4; i++) {
 		if (p[i].rv != MOAT_OK) {
-			print_log_tail(&main_vmd);
+			vmd_log_tail(&main_vmd, 30);
 			fail_msg("sandbox %d: %s", i, p[i].err);
 		}
 		assert_string_equal(p[i].out, "2");
 	}
-	rss_after = rss_kib(main_vmd.pid);
+	rss_after = vmd_rss_kib(main_vmd.pid);
 	fprintf(stderr, "vmd RSS %ld KiB -> %ld KiB with 4 more sandboxes\n",
 	    rss_before, rss_after);
 	/* Each idle sandbox may cost vmd under 2 MiB. */
 	assert_true(rss_after - rss_before < 4 * 2048);
 
-	assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
+	assert_int_equal(vmd_call(&main_vmd, "ListSandboxes", &lr.base,
 	                     &moat__v1__sandbox_list__descriptor,
 	                     (ProtobufCMessage **)&list, 5000),
 	    MOAT_OK);
@@ -1355,7 +1178,7 @@ test_four_at_once_and_destroy(void **state)
 			assert_int_equal(sb->vmm_pid, 0);
 			protobuf_c_message_free_unpacked(&sb->base, NULL);
 		}
-		destroy_sandbox(&main_vmd, p[i].id);
+		vmd_destroy_sandbox(&main_vmd, p[i].id);
 		check_gone(main_vmd.state, p[i].id, pid);
 	}
 	protobuf_c_message_free_unpacked(&list->base, NULL);
@@ -1376,7 +1199,7 @@ create_in_thread(void *arg)
 	ProtobufCMessage *sb = NULL;
 
 	cr.scratch_mib = 64;
-	p->rv = moat_rpc_call(main_vmd.client, VM_SERVICE, "CreateSandbox",
+	p->rv = moat_rpc_call(main_vmd.client, VMD_SERVICE, "CreateSandbox",
 	    &cr.base, &moat__v1__sandbox__descriptor, &sb, &opts, &err);
 	snprintf(p->err, sizeof(p->err), "%s", err ? err : "");
 	free(err);
@@ -1400,7 +1223,7 @@ test_destroy_while_booting(void **state)
 	while (id[0] == '\0' && now_ms() < until) {
 		Moat__V1__SandboxList *list = NULL;
 
-		assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
+		assert_int_equal(vmd_call(&main_vmd, "ListSandboxes", &lr.base,
 		                     &moat__v1__sandbox_list__descriptor,
 		                     (ProtobufCMessage **)&list, 5000),
 		    MOAT_OK);
@@ -1415,7 +1238,7 @@ test_destroy_while_booting(void **state)
 	}
 	assert_true(id[0] != '\0');
 	usleep(300 * 1000); /* let QEMU start */
-	destroy_sandbox(&main_vmd, id);
+	vmd_destroy_sandbox(&main_vmd, id);
 	pthread_join(t, NULL);
 	assert_int_equal(p.rv, MOAT_ABORTED);
 	assert_non_null(strstr(p.err, "destroyed while it booted"));
@@ -1435,7 +1258,7 @@ wait_failed(const char *id)
 	for (;;) {
 		Moat__V1__Sandbox *sb = NULL;
 
-		assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+		assert_int_equal(vmd_call(&main_vmd, "GetSandbox", &ref.base,
 		                     &moat__v1__sandbox__descriptor,
 		                     (ProtobufCMessage **)&sb, 5000),
 		    MOAT_OK);
@@ -1455,15 +1278,15 @@ hostile_case(const char *mode, const char *reason_part)
 	Moat__V1__Sandbox *sb = NULL;
 	Moat__V1__ExecResult *r;
 	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
-	long rss_before = rss_kib(main_vmd.pid);
+	long rss_before = vmd_rss_kib(main_vmd.pid);
 	long rss_after;
 	char id[32];
 	int rv;
 
 	rv = create_sandbox(&main_vmd, "moat.test", mode, &sb);
 	if (rv != MOAT_OK) {
-		print_log_tail(&main_vmd);
-		fail_msg("create %s: %s", mode, last_err);
+		vmd_log_tail(&main_vmd, 30);
+		fail_msg("create %s: %s", mode, vmd_last_err);
 	}
 	snprintf(id, sizeof(id), "%s", sb->id);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
@@ -1476,18 +1299,18 @@ hostile_case(const char *mode, const char *reason_part)
 	/* Calls on it say why; the other sandbox keeps answering. */
 	ex.sandbox_id = id;
 	ex.shell = "true";
-	assert_int_equal(call(&main_vmd, "Exec", &ex.base,
+	assert_int_equal(vmd_call(&main_vmd, "Exec", &ex.base,
 	                     &moat__v1__exec_result__descriptor, NULL, 10000),
 	    MOAT_FAILED_PRECONDITION);
 	r = run_code(&main_vmd, good, "sh", "echo -n alive", 0, 0, MOAT_OK);
 	assert_int_equal(r->stdout.len, 5);
 	protobuf_c_message_free_unpacked(&r->base, NULL);
 
-	rss_after = rss_kib(main_vmd.pid);
+	rss_after = vmd_rss_kib(main_vmd.pid);
 	fprintf(stderr, "%s: vmd RSS %ld KiB -> %ld KiB\n", mode, rss_before,
 	    rss_after);
 	assert_true(rss_after - rss_before < 16 * 1024);
-	destroy_sandbox(&main_vmd, id);
+	vmd_destroy_sandbox(&main_vmd, id);
 	check_gone(main_vmd.state, id, 0);
 }
 
@@ -1534,10 +1357,10 @@ test_kill_and_restart(void **state)
 	/* Without test hooks, the hostile modes are refused. */
 	assert_int_equal(create_sandbox(&v, "moat.test", "garbage", NULL),
 	    MOAT_INVALID_ARGUMENT);
-	assert_non_null(strstr(last_err, "test-hooks"));
+	assert_non_null(strstr(vmd_last_err, "test-hooks"));
 	if (create_sandbox(&v, NULL, NULL, &sb) != MOAT_OK) {
-		print_log_tail(&v);
-		fail_msg("create: %s", last_err);
+		vmd_log_tail(&v, 30);
+		fail_msg("create: %s", vmd_last_err);
 	}
 	qemu_pid = sb->vmm_pid;
 	snprintf(dir, sizeof(dir), "%s/vms/%s", state_dir, sb->id);
@@ -1551,9 +1374,9 @@ test_kill_and_restart(void **state)
 	assert_int_equal(waitpid(v.pid, &status, 0), v.pid);
 	/* The VMM dies with vmd (its death signal). */
 	until = now_ms() + 10000;
-	while (procs_mentioning(dir) > 0 && now_ms() < until)
+	while (vmd_procs_mentioning(dir) > 0 && now_ms() < until)
 		usleep(50 * 1000);
-	assert_int_equal(procs_mentioning(dir), 0);
+	assert_int_equal(vmd_procs_mentioning(dir), 0);
 	(void)qemu_pid;
 
 	/* A live VMM of an earlier vmd (its death signal did not fire):
@@ -1580,7 +1403,7 @@ test_kill_and_restart(void **state)
 		    0);
 	}
 	until = now_ms() + 5000;
-	while (procs_mentioning(fake_dir) == 0 && now_ms() < until)
+	while (vmd_procs_mentioning(fake_dir) == 0 && now_ms() < until)
 		usleep(10 * 1000);
 
 	/* A new vmd on the same state dir cleans up what is left. */
@@ -1648,7 +1471,7 @@ test_accel_auto(void **state)
 	setenv("MOAT_VMD_KVM_DEVICE", "/nonexistent/kvm", 1);
 	unsetenv("MOAT_VMD_ALLOW_TCG");
 	vmd_start(&v, state_dir, false, NULL, "auto");
-	assert_int_equal(call(&v, "NodeInfo", &e.base,
+	assert_int_equal(vmd_call(&v, "NodeInfo", &e.base,
 	                     &moat__v1__node__descriptor,
 	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
@@ -1656,8 +1479,8 @@ test_accel_auto(void **state)
 	protobuf_c_message_free_unpacked(&node->base, NULL);
 	assert_int_equal(create_sandbox(&v, NULL, NULL, &sb),
 	    MOAT_FAILED_PRECONDITION);
-	assert_non_null(strstr(last_err, "allow-tcg"));
-	assert_int_equal(procs_mentioning("/auto-refused/vms"), 0);
+	assert_non_null(strstr(vmd_last_err, "allow-tcg"));
+	assert_int_equal(vmd_procs_mentioning("/auto-refused/vms"), 0);
 	vmd_stop(&v);
 	unsetenv("MOAT_VMD_KVM_DEVICE");
 
@@ -1669,15 +1492,15 @@ test_accel_auto(void **state)
 		close(fd);
 	snprintf(state_dir, sizeof(state_dir), "%s/auto", state_root);
 	vmd_start(&v, state_dir, false, NULL, "auto");
-	assert_int_equal(call(&v, "NodeInfo", &e.base,
+	assert_int_equal(vmd_call(&v, "NodeInfo", &e.base,
 	                     &moat__v1__node__descriptor,
 	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
 	assert_string_equal(node->accel, ""); /* not decided yet */
 	protobuf_c_message_free_unpacked(&node->base, NULL);
 	if (create_sandbox(&v, NULL, NULL, &sb) != MOAT_OK) {
-		print_log_tail(&v);
-		fail_msg("create: %s", last_err);
+		vmd_log_tail(&v, 30);
+		fail_msg("create: %s", vmd_last_err);
 	}
 	snprintf(decided, sizeof(decided), "%s", sb->accel);
 	fprintf(stderr, "accel=auto decided %s\n", decided);
@@ -1686,7 +1509,7 @@ test_accel_auto(void **state)
 	if (strcmp(decided, "tcg") == 0)
 		assert_true(log_has(&v, "falling back to TCG"));
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
-	assert_int_equal(call(&v, "NodeInfo", &e.base,
+	assert_int_equal(vmd_call(&v, "NodeInfo", &e.base,
 	                     &moat__v1__node__descriptor,
 	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
@@ -1697,14 +1520,14 @@ test_accel_auto(void **state)
 	/* Same cache dir: decided at start from the cache, no probe. */
 	moat_rm_rf(v.log);
 	vmd_start(&v, state_dir, false, NULL, "auto");
-	assert_int_equal(call(&v, "NodeInfo", &e.base,
+	assert_int_equal(vmd_call(&v, "NodeInfo", &e.base,
 	                     &moat__v1__node__descriptor,
 	                     (ProtobufCMessage **)&node, 5000),
 	    MOAT_OK);
 	protobuf_c_message_free_unpacked(&node->base, NULL);
 	if (create_sandbox(&v, NULL, NULL, &sb) != MOAT_OK) {
-		print_log_tail(&v);
-		fail_msg("create: %s", last_err);
+		vmd_log_tail(&v, 30);
+		fail_msg("create: %s", vmd_last_err);
 	}
 	assert_string_equal(sb->accel, decided);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
@@ -1725,11 +1548,11 @@ take_snapshot(const char *id)
 	Moat__V1__LocalSnapshot *snap = NULL;
 
 	req.sandbox_id = (char *)id;
-	if (call(&main_vmd, "SnapshotSandbox", &req.base,
+	if (vmd_call(&main_vmd, "SnapshotSandbox", &req.base,
 	        &moat__v1__local_snapshot__descriptor,
 	        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
-		print_log_tail(&main_vmd);
-		fail_msg("SnapshotSandbox: %s", last_err);
+		vmd_log_tail(&main_vmd, 30);
+		fail_msg("SnapshotSandbox: %s", vmd_last_err);
 	}
 	return snap;
 }
@@ -1741,7 +1564,7 @@ restore_snapshot(const char *snap_id, Moat__V1__Sandbox **out)
 	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 
 	req.snapshot_id = (char *)snap_id;
-	return call(&main_vmd, "RestoreSandbox", &req.base,
+	return vmd_call(&main_vmd, "RestoreSandbox", &req.base,
 	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
 }
 
@@ -1807,8 +1630,8 @@ test_snapshot_restore(void **state)
 	    "rm -f /root/bg.pid"));
 
 	if (restore_snapshot(snap->snapshot_id, &c1) != MOAT_OK) {
-		print_log_tail(&main_vmd);
-		fail_msg("RestoreSandbox: %s", last_err);
+		vmd_log_tail(&main_vmd, 30);
+		fail_msg("RestoreSandbox: %s", vmd_last_err);
 	}
 	assert_int_equal(c1->state,
 	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
@@ -1841,7 +1664,7 @@ test_snapshot_restore(void **state)
 
 	/* A second clone diverges on its own and has its own randomness. */
 	if (restore_snapshot(snap->snapshot_id, &c2) != MOAT_OK)
-		fail_msg("RestoreSandbox 2: %s", last_err);
+		fail_msg("RestoreSandbox 2: %s", vmd_last_err);
 	free(bash_out(c1->id, "echo one > /root/only-c1.txt"));
 	o2 = bash_out(c2->id,
 	    "cat /root/snap.txt; test -e /root/only-c1.txt"
@@ -1880,14 +1703,14 @@ test_snapshot_restore(void **state)
 		assert_int_equal(utimensat(AT_FDCWD, rootfs, ts, 0), 0);
 		assert_int_equal(restore_snapshot(snap->snapshot_id, &c3),
 		    MOAT_FAILED_PRECONDITION);
-		assert_non_null(strstr(last_err, "another build"));
+		assert_non_null(strstr(vmd_last_err, "another build"));
 		ts[1] = st.st_mtim;
 		assert_int_equal(utimensat(AT_FDCWD, rootfs, ts, 0), 0);
 		free(rootfs);
 	}
 
-	destroy_sandbox(&main_vmd, c1->id);
-	destroy_sandbox(&main_vmd, c2->id);
+	vmd_destroy_sandbox(&main_vmd, c1->id);
+	vmd_destroy_sandbox(&main_vmd, c2->id);
 	protobuf_c_message_free_unpacked(&c1->base, NULL);
 	protobuf_c_message_free_unpacked(&c2->base, NULL);
 	free(bash_out(id, "pkill -f 'sleep 100000' || true"));
@@ -1903,7 +1726,7 @@ test_snapshot_restore(void **state)
 		bool listed = false;
 
 		assert_int_equal(
-		    call(&main_vmd, "ListLocalSnapshots", &lr.base,
+		    vmd_call(&main_vmd, "ListLocalSnapshots", &lr.base,
 		        &moat__v1__local_snapshot_list__descriptor,
 		        (ProtobufCMessage **)&list, 30000),
 		    MOAT_OK);
@@ -1913,7 +1736,7 @@ test_snapshot_restore(void **state)
 		assert_true(listed);
 		protobuf_c_message_free_unpacked(&list->base, NULL);
 		ref.snapshot_id = snap->snapshot_id;
-		assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot",
+		assert_int_equal(vmd_call(&main_vmd, "DeleteLocalSnapshot",
 		                     &ref.base, &moat__v1__empty__descriptor,
 		                     NULL, 30000),
 		    MOAT_OK);
@@ -1922,7 +1745,7 @@ test_snapshot_restore(void **state)
 		    moat_asprintf("/dev/shm/moat-%s.ram", snap->snapshot_id);
 		assert_false(path_exists(path));
 		free(path);
-		assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot",
+		assert_int_equal(vmd_call(&main_vmd, "DeleteLocalSnapshot",
 		                     &ref.base, &moat__v1__empty__descriptor,
 		                     NULL, 30000),
 		    MOAT_NOT_FOUND);
@@ -1946,7 +1769,7 @@ test_snapshot_errors(void **state)
 	assert_int_equal(restore_snapshot("../../etc", &sb), MOAT_NOT_FOUND);
 	assert_int_equal(restore_snapshot("", &sb), MOAT_INVALID_ARGUMENT);
 	sr.sandbox_id = "sb-0000000000000000";
-	assert_int_equal(call(&main_vmd, "SnapshotSandbox", &sr.base,
+	assert_int_equal(vmd_call(&main_vmd, "SnapshotSandbox", &sr.base,
 	                     &moat__v1__local_snapshot__descriptor, NULL,
 	                     30000),
 	    MOAT_NOT_FOUND);
@@ -2106,11 +1929,11 @@ snapshot_push_on(struct vmd_proc *v, const char *id, bool wait_push)
 
 	req.sandbox_id = (char *)id;
 	req.wait_push = wait_push;
-	if (call(v, "SnapshotSandbox", &req.base,
+	if (vmd_call(v, "SnapshotSandbox", &req.base,
 	        &moat__v1__local_snapshot__descriptor,
 	        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK) {
-		print_log_tail(v);
-		fail_msg("SnapshotSandbox: %s", last_err);
+		vmd_log_tail(v, 30);
+		fail_msg("SnapshotSandbox: %s", vmd_last_err);
 	}
 	return snap;
 }
@@ -2138,7 +1961,7 @@ wait_pushes(struct vmd_proc *v, Moat__V1__LocalSnapshot **snaps, size_t n)
 		if (list != NULL)
 			protobuf_c_message_free_unpacked(&list->base, NULL);
 		assert_int_equal(
-		    call(v, "ListLocalSnapshots", &lr.base,
+		    vmd_call(v, "ListLocalSnapshots", &lr.base,
 		        &moat__v1__local_snapshot_list__descriptor,
 		        (ProtobufCMessage **)&list, 30000),
 		    MOAT_OK);
@@ -2172,7 +1995,7 @@ restore_on(struct vmd_proc *v, const char *snap_id, Moat__V1__Sandbox **out)
 	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 
 	req.snapshot_id = (char *)snap_id;
-	return call(v, "RestoreSandbox", &req.base,
+	return vmd_call(v, "RestoreSandbox", &req.base,
 	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
 }
 
@@ -2200,7 +2023,7 @@ delete_local(struct vmd_proc *v, const char *snap_id)
 	Moat__V1__LocalSnapshotRef ref = MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
 
 	ref.snapshot_id = (char *)snap_id;
-	(void)call(v, "DeleteLocalSnapshot", &ref.base,
+	(void)vmd_call(v, "DeleteLocalSnapshot", &ref.base,
 	    &moat__v1__empty__descriptor, NULL, 30000);
 }
 
@@ -2330,8 +2153,8 @@ test_snapd_remote_restore(void **state)
 	snapd_start();
 	vmd_start_snapd(a_, "push-a");
 	if (create_sandbox(a_, NULL, NULL, &sb) != MOAT_OK) {
-		print_log_tail(a_);
-		fail_msg("create: %s", last_err);
+		vmd_log_tail(a_, 30);
+		fail_msg("create: %s", vmd_last_err);
 	}
 	before = bash_on(a_, sb->id,
 	    "echo remote-state > /root/remote.txt && "
@@ -2340,7 +2163,7 @@ test_snapd_remote_restore(void **state)
 	s1 = snapshot_on(a_, sb->id);
 	t_s1 = now_ms() - t0;
 	if (!s1->remote_stored) {
-		print_log_tail(a_);
+		vmd_log_tail(a_, 30);
 		fail_msg("not pushed: %s", s1->remote_error);
 	}
 	assert_true(strncmp(s1->remote_id, "snap-", 5) == 0);
@@ -2376,8 +2199,8 @@ test_snapd_remote_restore(void **state)
 	vmd_start_snapd(b_, "push-b");
 	t0 = now_ms();
 	if (restore_on(b_, s1->remote_id, &clone) != MOAT_OK) {
-		print_log_tail(b_);
-		fail_msg("remote RestoreSandbox: %s", last_err);
+		vmd_log_tail(b_, 30);
+		fail_msg("remote RestoreSandbox: %s", vmd_last_err);
 	}
 	fprintf(stderr,
 	    "restore on a second vmd from snapd: %" PRIu64
@@ -2391,20 +2214,20 @@ test_snapd_remote_restore(void **state)
 	o = bash_on(b_, clone->id, "cat /root/remote.txt");
 	assert_string_equal(o, "remote-state\n");
 	free(o);
-	destroy_sandbox(b_, clone->id);
+	vmd_destroy_sandbox(b_, clone->id);
 	protobuf_c_message_free_unpacked(&clone->base, NULL);
 	clone = NULL;
 	/* The node that took it restores the snapd id from its own copy. */
 	if (restore_on(a_, s1->remote_id, &clone) != MOAT_OK) {
-		print_log_tail(a_);
+		vmd_log_tail(a_, 30);
 		fail_msg("RestoreSandbox by snapd id on its node: %s",
-		    last_err);
+		    vmd_last_err);
 	}
 	assert_int_equal(clone->pulled_bytes, 0);
 	path = moat_asprintf("%s/snapshots/%s", a_->state, s1->remote_id);
 	assert_false(path_exists(path));
 	free(path);
-	destroy_sandbox(a_, clone->id);
+	vmd_destroy_sandbox(a_, clone->id);
 	protobuf_c_message_free_unpacked(&clone->base, NULL);
 	clone = NULL;
 	/* Another tenant does not see it. */
@@ -2413,22 +2236,23 @@ test_snapd_remote_restore(void **state)
 		    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 
 		req.snapshot_id = s2->remote_id;
-		assert_int_equal(call_as(b_, "someone-else", "RestoreSandbox",
-		                     &req.base, &moat__v1__sandbox__descriptor,
-		                     NULL, LONG_MS),
+		assert_int_equal(vmd_call_as(b_, "someone-else",
+		                     "RestoreSandbox", &req.base,
+		                     &moat__v1__sandbox__descriptor, NULL,
+		                     LONG_MS),
 		    MOAT_NOT_FOUND);
 	}
 
 	/* s2 on node b: its parent s1 is there, so only the chunks that
 	 * changed since come from snapd. */
 	if (restore_on(b_, s2->remote_id, &clone) != MOAT_OK) {
-		print_log_tail(b_);
-		fail_msg("remote RestoreSandbox of s2: %s", last_err);
+		vmd_log_tail(b_, 30);
+		fail_msg("remote RestoreSandbox of s2: %s", vmd_last_err);
 	}
 	o = bash_on(b_, clone->id, "cat /root/remote.txt");
 	assert_string_equal(o, "remote-state\n");
 	free(o);
-	destroy_sandbox(b_, clone->id);
+	vmd_destroy_sandbox(b_, clone->id);
 	protobuf_c_message_free_unpacked(&clone->base, NULL);
 	clone = NULL;
 	path = moat_asprintf("copied from parent %s", s1->remote_id);
@@ -2446,8 +2270,8 @@ test_snapd_remote_restore(void **state)
 	free(after);
 	assert_int_equal(restore_on(b_, s3->remote_id, &clone),
 	    MOAT_DATA_LOSS);
-	assert_non_null(strstr(last_err, s3->remote_id));
-	fprintf(stderr, "corrupt chunk: %s\n", last_err);
+	assert_non_null(strstr(vmd_last_err, s3->remote_id));
+	fprintf(stderr, "corrupt chunk: %s\n", vmd_last_err);
 	path = moat_asprintf("%s/snapshots/%s", b_->state, s3->remote_id);
 	assert_false(path_exists(path));
 	free(path);
@@ -2469,7 +2293,7 @@ test_snapd_remote_restore(void **state)
 	delete_local(a_, s4->snapshot_id);
 	delete_local(b_, s1->remote_id);
 	delete_local(b_, s2->remote_id);
-	destroy_sandbox(a_, sb->id);
+	vmd_destroy_sandbox(a_, sb->id);
 	vmd_stop(a_);
 	vmd_stop(b_);
 	a_->pid = 0;
@@ -2490,7 +2314,7 @@ delete_snapshot_main(const char *snap_id)
 	Moat__V1__LocalSnapshotRef ref = MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
 
 	ref.snapshot_id = (char *)snap_id;
-	assert_int_equal(call(&main_vmd, "DeleteLocalSnapshot", &ref.base,
+	assert_int_equal(vmd_call(&main_vmd, "DeleteLocalSnapshot", &ref.base,
 	                     &moat__v1__empty__descriptor, NULL, 30000),
 	    MOAT_OK);
 }
@@ -2512,7 +2336,7 @@ test_snapshot_of_clone(void **state)
 	assert_string_equal(s1->vmm, test_driver);
 	assert_false(s1->template_);
 	if (restore_snapshot(s1->snapshot_id, &c1) != MOAT_OK)
-		fail_msg("RestoreSandbox s1: %s", last_err);
+		fail_msg("RestoreSandbox s1: %s", vmd_last_err);
 	assert_string_equal(c1->restored_from, s1->snapshot_id);
 	assert_string_equal(c1->template_id, "");
 	/* The clone's RAM is its own: the snapshot can go. */
@@ -2530,7 +2354,8 @@ test_snapshot_of_clone(void **state)
 	    "echo later > /root/gen2.txt; rm -f "
 	    "/root/gen2.bin"));
 	if (restore_snapshot(s2->snapshot_id, &c2) != MOAT_OK)
-		fail_msg("RestoreSandbox of a clone's snapshot: %s", last_err);
+		fail_msg("RestoreSandbox of a clone's snapshot: %s",
+		    vmd_last_err);
 	assert_string_equal(c2->restored_from, s2->snapshot_id);
 	o = bash_out(c2->id,
 	    "cat /root/gen1.txt /root/gen2.txt; tr '\\0' "
@@ -2545,7 +2370,8 @@ test_snapshot_of_clone(void **state)
 	free(bash_out(c2->id, "echo gen3 > /root/gen3.txt"));
 	s3 = take_snapshot(c2->id);
 	if (restore_snapshot(s3->snapshot_id, &c3) != MOAT_OK)
-		fail_msg("RestoreSandbox of a clone's clone: %s", last_err);
+		fail_msg("RestoreSandbox of a clone's clone: %s",
+		    vmd_last_err);
 	o = bash_out(c3->id,
 	    "cat /root/gen1.txt /root/gen2.txt "
 	    "/root/gen3.txt; sha256sum /root/gen2.bin");
@@ -2557,9 +2383,9 @@ test_snapshot_of_clone(void **state)
 	assert_string_equal(o, "later\n");
 	free(o);
 
-	destroy_sandbox(&main_vmd, c1->id);
-	destroy_sandbox(&main_vmd, c2->id);
-	destroy_sandbox(&main_vmd, c3->id);
+	vmd_destroy_sandbox(&main_vmd, c1->id);
+	vmd_destroy_sandbox(&main_vmd, c2->id);
+	vmd_destroy_sandbox(&main_vmd, c3->id);
 	delete_snapshot_main(s2->snapshot_id);
 	delete_snapshot_main(s3->snapshot_id);
 	free(bash_out(id, "rm -f /root/gen1.txt"));
@@ -2595,7 +2421,7 @@ test_restore_in_place(void **state)
 	    "echo after > /root/inplace.txt && touch "
 	    "/root/after-only.txt"));
 	ref.sandbox_id = (char *)id;
-	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+	assert_int_equal(vmd_call(&main_vmd, "GetSandbox", &ref.base,
 	                     &moat__v1__sandbox__descriptor,
 	                     (ProtobufCMessage **)&before, 30000),
 	    MOAT_OK);
@@ -2603,13 +2429,13 @@ test_restore_in_place(void **state)
 	/* Refusals leave the sandbox as it was. */
 	req.snapshot_id = snap->snapshot_id;
 	req.replace_sandbox_id = "sb-0000000000000000";
-	assert_int_equal(call(&main_vmd, "RestoreSandbox", &req.base,
+	assert_int_equal(vmd_call(&main_vmd, "RestoreSandbox", &req.base,
 	                     &moat__v1__sandbox__descriptor, NULL, LONG_MS),
 	    MOAT_NOT_FOUND);
 	req.replace_sandbox_id = (char *)id;
-	assert_int_equal(call_as(&main_vmd, "someone-else", "RestoreSandbox",
-	                     &req.base, &moat__v1__sandbox__descriptor, NULL,
-	                     LONG_MS),
+	assert_int_equal(vmd_call_as(&main_vmd, "someone-else",
+	                     "RestoreSandbox", &req.base,
+	                     &moat__v1__sandbox__descriptor, NULL, LONG_MS),
 	    MOAT_NOT_FOUND);
 	o = bash_out(id, "cat /root/inplace.txt");
 	assert_string_equal(o, "after\n");
@@ -2627,12 +2453,12 @@ test_restore_in_place(void **state)
 		                     0600),
 		    0);
 		req.snapshot_id = bad->snapshot_id;
-		rv = call(&main_vmd, "RestoreSandbox", &req.base,
+		rv = vmd_call(&main_vmd, "RestoreSandbox", &req.base,
 		    &moat__v1__sandbox__descriptor, NULL, LONG_MS);
 		assert_int_not_equal(rv, MOAT_OK);
 		fprintf(stderr, "bad in-place restore: %s: %s\n",
-		    moat_strerror(rv), last_err);
-		assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+		    moat_strerror(rv), vmd_last_err);
+		assert_int_equal(vmd_call(&main_vmd, "GetSandbox", &ref.base,
 		                     &moat__v1__sandbox__descriptor,
 		                     (ProtobufCMessage **)&same, 30000),
 		    MOAT_OK);
@@ -2649,11 +2475,11 @@ test_restore_in_place(void **state)
 		req.snapshot_id = snap->snapshot_id;
 	}
 
-	if (call(&main_vmd, "RestoreSandbox", &req.base,
+	if (vmd_call(&main_vmd, "RestoreSandbox", &req.base,
 	        &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&after,
 	        LONG_MS) != MOAT_OK) {
-		print_log_tail(&main_vmd);
-		fail_msg("RestoreSandbox in place: %s", last_err);
+		vmd_log_tail(&main_vmd, 30);
+		fail_msg("RestoreSandbox in place: %s", vmd_last_err);
 	}
 	assert_string_equal(after->id, id);
 	assert_string_equal(after->restored_from, snap->snapshot_id);
@@ -2675,12 +2501,12 @@ test_restore_in_place(void **state)
 		free(want);
 	}
 	free(o);
-	assert_int_equal(call(&main_vmd, "GetSandbox", &ref.base,
+	assert_int_equal(vmd_call(&main_vmd, "GetSandbox", &ref.base,
 	                     &moat__v1__sandbox__descriptor,
 	                     (ProtobufCMessage **)&got, 30000),
 	    MOAT_OK);
 	assert_int_equal(got->vmm_pid, after->vmm_pid);
-	assert_int_equal(call(&main_vmd, "ListSandboxes", &lr.base,
+	assert_int_equal(vmd_call(&main_vmd, "ListSandboxes", &lr.base,
 	                     &moat__v1__sandbox_list__descriptor,
 	                     (ProtobufCMessage **)&list, 30000),
 	    MOAT_OK);
@@ -2726,8 +2552,8 @@ test_snapshot_wrong_vmm(void **state)
 	assert_int_equal(moat_write_file_atomic(path, packed, len, 0600), 0);
 	assert_int_equal(restore_snapshot(snap->snapshot_id, &sb),
 	    MOAT_FAILED_PRECONDITION);
-	assert_non_null(strstr(last_err, other));
-	fprintf(stderr, "wrong vmm: %s\n", last_err);
+	assert_non_null(strstr(vmd_last_err, other));
+	fprintf(stderr, "wrong vmm: %s\n", vmd_last_err);
 	delete_snapshot_main(snap->snapshot_id);
 	free(packed);
 	free(buf);
@@ -2770,16 +2596,17 @@ test_snapshot_disk_full(void **state)
 	}
 	free(cmd);
 	req.sandbox_id = (char *)id;
-	rv = call(&main_vmd, "SnapshotSandbox", &req.base,
+	rv = vmd_call(&main_vmd, "SnapshotSandbox", &req.base,
 	    &moat__v1__local_snapshot__descriptor, NULL, LONG_MS);
-	fprintf(stderr, "disk full: %s: %s\n", moat_strerror(rv), last_err);
-	why = strdup(last_err);
+	fprintf(stderr, "disk full: %s: %s\n", moat_strerror(rv),
+	    vmd_last_err);
+	why = strdup(vmd_last_err);
 	d = opendir(dir);
 	while (d != NULL && (de = readdir(d)) != NULL)
 		entries += de->d_name[0] != '.';
 	if (d != NULL)
 		closedir(d);
-	assert_int_equal(call(&main_vmd, "ListLocalSnapshots", &lr.base,
+	assert_int_equal(vmd_call(&main_vmd, "ListLocalSnapshots", &lr.base,
 	                     &moat__v1__local_snapshot_list__descriptor,
 	                     (ProtobufCMessage **)&list, 30000),
 	    MOAT_OK);
@@ -2871,7 +2698,7 @@ node_of(struct vmd_proc *v)
 	Moat__V1__Empty e = MOAT__V1__EMPTY__INIT;
 	Moat__V1__Node *n = NULL;
 
-	assert_int_equal(call(v, "NodeInfo", &e.base,
+	assert_int_equal(vmd_call(v, "NodeInfo", &e.base,
 	                     &moat__v1__node__descriptor,
 	                     (ProtobufCMessage **)&n, 30000),
 	    MOAT_OK);
@@ -2934,8 +2761,8 @@ test_snapshot_ram_budget(void **state)
 	protobuf_c_message_free_unpacked(&n->base, NULL);
 
 	if (create_sandbox(&budget_vmd, NULL, NULL, &a) != MOAT_OK) {
-		print_log_tail(&budget_vmd);
-		fail_msg("CreateSandbox: %s", last_err);
+		vmd_log_tail(&budget_vmd, 30);
+		fail_msg("CreateSandbox: %s", vmd_last_err);
 	}
 	/* Nine states, each with its own variable and file. */
 	for (int i = 0; i < BUDGET_SNAPS; i++) {
@@ -2979,7 +2806,7 @@ test_snapshot_ram_budget(void **state)
 	    peak_used <= ((uint64_t)(256 + BUDGET_MIB) << 20) + BUDGET_SLACK);
 	assert_true(
 	    peak_shm <= ((uint64_t)(256 + BUDGET_MIB) << 20) + BUDGET_SLACK);
-	assert_int_equal(call(&budget_vmd, "ListLocalSnapshots", &lr.base,
+	assert_int_equal(vmd_call(&budget_vmd, "ListLocalSnapshots", &lr.base,
 	                     &moat__v1__local_snapshot_list__descriptor,
 	                     (ProtobufCMessage **)&list, 30000),
 	    MOAT_OK);
@@ -3005,9 +2832,9 @@ test_snapshot_ram_budget(void **state)
 
 		if (restore_on(&budget_vmd, snaps[i]->snapshot_id, &c) !=
 		    MOAT_OK) {
-			print_log_tail(&budget_vmd);
+			vmd_log_tail(&budget_vmd, 30);
 			fail_msg("restore of %s: %s", snaps[i]->snapshot_id,
-			    last_err);
+			    vmd_last_err);
 		}
 		snprintf(code, sizeof(code),
 		    "sha256sum /root/s%d.bin | "
@@ -3020,7 +2847,7 @@ test_snapshot_ram_budget(void **state)
 		snprintf(want, sizeof(want), "%d", 1000 + i);
 		assert_string_equal(r->result->result, want);
 		protobuf_c_message_free_unpacked(&r->base, NULL);
-		destroy_sandbox(&budget_vmd, c->id);
+		vmd_destroy_sandbox(&budget_vmd, c->id);
 		protobuf_c_message_free_unpacked(&c->base, NULL);
 	}
 	assert_true(log_has(&budget_vmd, "RAM rebuilt from snapd"));
@@ -3032,10 +2859,10 @@ test_snapshot_ram_budget(void **state)
 	        MOAT_OK)
 		n_extra++;
 	fprintf(stderr, "budget: %zu more sandboxes, then %s: %s\n", n_extra,
-	    moat_strerror(rv), last_err);
+	    moat_strerror(rv), vmd_last_err);
 	assert_int_equal(rv, MOAT_RESOURCE_EXHAUSTED);
-	assert_non_null(strstr(last_err, budget_ram));
-	assert_non_null(strstr(last_err, "snapshot-ram-mib"));
+	assert_non_null(strstr(vmd_last_err, budget_ram));
+	assert_non_null(strstr(vmd_last_err, "snapshot-ram-mib"));
 	{
 		/* Sandbox a's RAM file gets over 160 MiB, more than the
 		 * room left (under 256 MiB: a create of that was refused),
@@ -3063,19 +2890,19 @@ test_snapshot_ram_budget(void **state)
 			cr.memory_mib = (uint32_t)(left >> 20) - 32;
 			cr.scratch_mib = 256;
 			assert_int_equal(
-			    call(&budget_vmd, "CreateSandbox", &cr.base,
+			    vmd_call(&budget_vmd, "CreateSandbox", &cr.base,
 			        &moat__v1__sandbox__descriptor,
 			        (ProtobufCMessage **)&extra[n_extra], LONG_MS),
 			    MOAT_OK);
 			n_extra++;
 		}
 		sr.sandbox_id = a->id;
-		rv = call(&budget_vmd, "SnapshotSandbox", &sr.base,
+		rv = vmd_call(&budget_vmd, "SnapshotSandbox", &sr.base,
 		    &moat__v1__local_snapshot__descriptor, NULL, LONG_MS);
 		fprintf(stderr,
 		    "budget: snapshot with %" PRIu64 " MiB left: "
 		    "%s: %s\n",
-		    left >> 20, moat_strerror(rv), last_err);
+		    left >> 20, moat_strerror(rv), vmd_last_err);
 		assert_int_equal(rv, MOAT_RESOURCE_EXHAUSTED);
 	}
 	protobuf_c_message_free_unpacked(&n->base, NULL);
@@ -3083,7 +2910,7 @@ test_snapshot_ram_budget(void **state)
 	assert_string_equal(o, "alive\n");
 	free(o);
 	for (size_t i = 0; i < n_extra; i++) {
-		destroy_sandbox(&budget_vmd, extra[i]->id);
+		vmd_destroy_sandbox(&budget_vmd, extra[i]->id);
 		protobuf_c_message_free_unpacked(&extra[i]->base, NULL);
 	}
 	assert_false(log_has(&budget_vmd, "killed by signal"));
@@ -3124,7 +2951,7 @@ test_snapshot_ram_budget(void **state)
 	}
 	for (int i = 0; i < BUDGET_SNAPS; i++)
 		protobuf_c_message_free_unpacked(&snaps[i]->base, NULL);
-	destroy_sandbox(&budget_vmd, a->id);
+	vmd_destroy_sandbox(&budget_vmd, a->id);
 	protobuf_c_message_free_unpacked(&a->base, NULL);
 	fprintf(stderr,
 	    "budget: after deleting, RAM dir +%" PRIu64 " MiB, "
@@ -3151,34 +2978,8 @@ create_shaped(struct vmd_proc *v, bool cold, Moat__V1__Sandbox **out)
 	req.memory_mib = 256;
 	req.scratch_mib = 256;
 	req.cold_boot = cold;
-	return call(v, "CreateSandbox", &req.base,
+	return vmd_call(v, "CreateSandbox", &req.base,
 	    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)out, LONG_MS);
-}
-
-/* The directory (heap) of the template tpl_vmd made, or NULL. */
-static char *
-template_dir(const struct vmd_proc *v)
-{
-	char *root = moat_asprintf("%s/templates", v->state);
-	DIR *d = opendir(root);
-	struct dirent *de;
-	char *found = NULL;
-
-	while (d != NULL && found == NULL && (de = readdir(d)) != NULL) {
-		char *meta;
-
-		if (strncmp(de->d_name, "tpl-", 4) != 0 ||
-		    strchr(de->d_name, '.') != NULL)
-			continue;
-		meta = moat_asprintf("%s/%s/meta.pb", root, de->d_name);
-		if (path_exists(meta))
-			found = moat_asprintf("%s/%s", root, de->d_name);
-		free(meta);
-	}
-	if (d != NULL)
-		closedir(d);
-	free(root);
-	return found;
 }
 
 /* Removes template `id`'s spare RAM copies from /dev/shm. */
@@ -3325,21 +3126,21 @@ test_templates(void **state)
 	vmd_templates_env = "off";
 
 	if (create_shaped(&tpl_vmd, false, &a) != MOAT_OK) {
-		print_log_tail(&tpl_vmd);
-		fail_msg("first create: %s", last_err);
+		vmd_log_tail(&tpl_vmd, 30);
+		fail_msg("first create: %s", vmd_last_err);
 	}
 	assert_string_equal(a->template_id, "");
 	until = now_ms() + LONG_MS;
-	while ((tdir = template_dir(&tpl_vmd)) == NULL && now_ms() < until)
+	while ((tdir = vmd_template_dir(&tpl_vmd)) == NULL && now_ms() < until)
 		usleep(200 * 1000);
 	if (tdir == NULL) {
-		print_log_tail(&tpl_vmd);
+		vmd_log_tail(&tpl_vmd, 30);
 		fail_msg("no template was made within %u ms", LONG_MS);
 	}
 	if (create_shaped(&tpl_vmd, false, &b) != MOAT_OK ||
 	    create_shaped(&tpl_vmd, false, &c) != MOAT_OK) {
-		print_log_tail(&tpl_vmd);
-		fail_msg("create from template: %s", last_err);
+		vmd_log_tail(&tpl_vmd, 30);
+		fail_msg("create from template: %s", vmd_last_err);
 	}
 	assert_true(strncmp(b->template_id, "tpl-", 4) == 0);
 	assert_string_equal(b->template_id, c->template_id);
@@ -3378,8 +3179,8 @@ test_templates(void **state)
 	n_ino = spare_inodes(tid, ino, 64);
 	assert_true(n_ino >= 1);
 	if (create_shaped(&tpl_vmd, false, &f) != MOAT_OK) {
-		print_log_tail(&tpl_vmd);
-		fail_msg("create from a spare: %s", last_err);
+		vmd_log_tail(&tpl_vmd, 30);
+		fail_msg("create from a spare: %s", vmd_last_err);
 	}
 	assert_string_equal(f->template_id, tid);
 	/* Its RAM file is one of those spares, renamed, not a copy. */
@@ -3398,13 +3199,13 @@ test_templates(void **state)
 	hb = bash_on(&tpl_vmd, f->id, "echo f-runs");
 	assert_string_equal(hb, "f-runs\n");
 	free(hb);
-	destroy_sandbox(&tpl_vmd, f->id);
+	vmd_destroy_sandbox(&tpl_vmd, f->id);
 
 	/* cold_boot boots, and templates never list as snapshots. */
 	if (create_shaped(&tpl_vmd, true, &cold) != MOAT_OK)
-		fail_msg("cold create: %s", last_err);
+		fail_msg("cold create: %s", vmd_last_err);
 	assert_string_equal(cold->template_id, "");
-	assert_int_equal(call(&tpl_vmd, "ListLocalSnapshots", &lr.base,
+	assert_int_equal(vmd_call(&tpl_vmd, "ListLocalSnapshots", &lr.base,
 	                     &moat__v1__local_snapshot_list__descriptor,
 	                     (ProtobufCMessage **)&list, 30000),
 	    MOAT_OK);
@@ -3414,11 +3215,11 @@ test_templates(void **state)
 	path = moat_asprintf("%s/device_state", tdir);
 	assert_int_equal(moat_write_file_atomic(path, "garbage", 7, 0600), 0);
 	free(path);
-	destroy_sandbox(&tpl_vmd, a->id);
-	destroy_sandbox(&tpl_vmd, cold->id);
+	vmd_destroy_sandbox(&tpl_vmd, a->id);
+	vmd_destroy_sandbox(&tpl_vmd, cold->id);
 	if (create_shaped(&tpl_vmd, false, &e) != MOAT_OK) {
-		print_log_tail(&tpl_vmd);
-		fail_msg("create with a bad template: %s", last_err);
+		vmd_log_tail(&tpl_vmd, 30);
+		fail_msg("create with a bad template: %s", vmd_last_err);
 	}
 	assert_string_equal(e->template_id, "");
 	assert_false(path_exists(tdir));
@@ -3426,9 +3227,9 @@ test_templates(void **state)
 	assert_string_equal(hb, "e-runs\n");
 	free(hb);
 
-	destroy_sandbox(&tpl_vmd, b->id);
-	destroy_sandbox(&tpl_vmd, c->id);
-	destroy_sandbox(&tpl_vmd, e->id);
+	vmd_destroy_sandbox(&tpl_vmd, b->id);
+	vmd_destroy_sandbox(&tpl_vmd, c->id);
+	vmd_destroy_sandbox(&tpl_vmd, e->id);
 	/* Stopping while the replacement template may be building. */
 	vmd_stop(&tpl_vmd);
 	/* No spare outlives vmd. */

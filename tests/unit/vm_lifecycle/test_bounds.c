@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "fake_node.h"
 #include "fake_vmm.h"
 #include "moat/rpc.h"
 #include "moat/status.h"
@@ -46,60 +47,18 @@ struct env {
 	struct moat_rpc_call call;
 };
 
-static void
-touch(const char *dir, const char *name)
-{
-	char *p = moat_asprintf("%s/%s", dir, name);
-	FILE *f;
-
-	assert_non_null(p);
-	assert_non_null(f = fopen(p, "w"));
-	fclose(f);
-	free(p);
-}
-
 /* A node with the fake driver, accel=auto and a KVM device that does
  * not exist: the fake "no KVM". allow-tcg stays false. */
 static int
 setup(void **state)
 {
 	struct env *e = calloc(1, sizeof(*e));
-	struct vmd_config *cfg;
-	char *images;
 
 	assert_non_null(e);
-	snprintf(e->root, sizeof(e->root), "/tmp/moat-bounds-XXXXXX");
-	assert_non_null(mkdtemp(e->root));
-	images = moat_asprintf("%s/images/default", e->root);
-	assert_int_equal(moat_mkdir_p(images, 0700), 0);
-	touch(images, "vmlinux");
-	touch(images, "initrd.img");
-	touch(images, "rootfs.ext4");
-	free(images);
-	cfg = &e->vmd.cfg;
-	cfg->state_dir = moat_asprintf("%s/state", e->root);
-	cfg->image_dir = moat_asprintf("%s/images", e->root);
-	assert_int_equal(moat_mkdir_p(cfg->state_dir, 0700), 0);
-	cfg->node_id = "node-test";
-	cfg->accel = "auto";
-	cfg->kvm_device = "/nonexistent/kvm";
-	cfg->vcpus_total = 8;
-	cfg->memory_mib_total = 4096;
-	cfg->max_vcpus = 4;
-	cfg->max_memory_mib = 1024;
-	cfg->boot_timeout_ms = 3000;
-	cfg->exec_output_budget = 64 * 1024;
-	e->vmd.vmm = &fake_vmm_ops;
-	e->vmd.vmm_binary = "fake";
-	pthread_mutex_init(&e->vmd.mu, NULL);
-	pthread_mutex_init(&e->vmd.scratch_mu, NULL);
-	pthread_mutex_init(&e->vmd.fetch_mu, NULL);
-	vmd_accel_init(&e->vmd);
-	assert_int_equal(vmd_snapram_init(&e->vmd), MOAT_OK);
-	e->call.request_id = 1;
-	e->call.tenant = "tenant-a";
-	e->call.deadline_ms = moat_rpc_now_ms() + 60000;
-	fake_vmm_reset();
+	fake_node_init(&e->vmd, e->root, sizeof(e->root), "bounds", "auto",
+	    "/nonexistent/kvm");
+	e->vmd.cfg.exec_output_budget = 64 * 1024;
+	fake_node_call_init(&e->call);
 	*state = e;
 	return 0;
 }
@@ -109,11 +68,7 @@ teardown(void **state)
 {
 	struct env *e = *state;
 
-	vmd_sandbox_destroy_all(&e->vmd);
-	vmd_snapram_fini(&e->vmd);
-	(void)moat_rm_rf(e->root);
-	free(e->vmd.cfg.state_dir);
-	free(e->vmd.cfg.image_dir);
+	fake_node_fini(&e->vmd, e->root);
 	free(e->call.error_message);
 	free(e);
 	return 0;
@@ -122,21 +77,7 @@ teardown(void **state)
 static struct sandbox *
 new_sandbox(struct env *e)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	const char *test_mode = NULL;
-	struct sandbox *sb;
-
-	req.image = "default";
-	req.tenant = "tenant-a";
-	req.memory_mib = 128;
-	req.scratch_mib = 64;
-	assert_int_equal(vmd_sandbox_validate(&e->vmd, &e->call, &req,
-	                     "default", &test_mode),
-	    MOAT_OK);
-	assert_non_null(
-	    sb = vmd_sandbox_alloc(&e->vmd, &req, "default", NULL));
-	return sb;
+	return fake_node_sandbox(&e->vmd, &e->call, 0);
 }
 
 /* ---- accel ---- */

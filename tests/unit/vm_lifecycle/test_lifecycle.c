@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "fake_node.h"
 #include "fake_vmm.h"
 #include "moat/rpc.h"
 #include "moat/status.h"
@@ -123,61 +124,18 @@ struct env {
 	struct moat_rpc_call call;
 };
 
-static void
-touch(const char *dir, const char *name)
-{
-	char *p = moat_asprintf("%s/%s", dir, name);
-	FILE *f;
-
-	assert_non_null(p);
-	assert_non_null(f = fopen(p, "w"));
-	fclose(f);
-	free(p);
-}
-
 static int
 setup(void **state)
 {
 	struct env *e = calloc(1, sizeof(*e));
-	struct vmd_config *cfg;
-	char *images;
 
 	assert_non_null(e);
-	snprintf(e->root, sizeof(e->root), "/tmp/moat-lifecycle-XXXXXX");
-	assert_non_null(mkdtemp(e->root));
-	images = moat_asprintf("%s/images/default", e->root);
-	assert_int_equal(moat_mkdir_p(images, 0700), 0);
-	touch(images, "vmlinux");
-	touch(images, "initrd.img");
-	touch(images, "rootfs.ext4");
-	free(images);
+	fake_node_init(&e->vmd, e->root, sizeof(e->root), "lifecycle", "tcg",
+	    "/dev/null");
 	snprintf(e->snap_dir, sizeof(e->snap_dir), "%s/snap", e->root);
 	assert_int_equal(moat_mkdir_p(e->snap_dir, 0700), 0);
-	touch(e->snap_dir, MOAT_VMM_SNAP_SCRATCH);
-
-	cfg = &e->vmd.cfg;
-	cfg->state_dir = moat_asprintf("%s/state", e->root);
-	cfg->image_dir = moat_asprintf("%s/images", e->root);
-	assert_int_equal(moat_mkdir_p(cfg->state_dir, 0700), 0);
-	cfg->node_id = "node-test";
-	cfg->accel = "tcg";
-	cfg->kvm_device = "/dev/null";
-	cfg->vcpus_total = 8;
-	cfg->memory_mib_total = 4096;
-	cfg->max_vcpus = 4;
-	cfg->max_memory_mib = 1024;
-	cfg->boot_timeout_ms = 3000;
-	e->vmd.vmm = &fake_vmm_ops;
-	e->vmd.vmm_binary = "fake";
-	pthread_mutex_init(&e->vmd.mu, NULL);
-	pthread_mutex_init(&e->vmd.scratch_mu, NULL);
-	pthread_mutex_init(&e->vmd.fetch_mu, NULL);
-	vmd_accel_init(&e->vmd);
-	assert_int_equal(vmd_snapram_init(&e->vmd), MOAT_OK);
-	e->call.request_id = 1;
-	e->call.tenant = "tenant-a"; /* every sandbox call names one */
-	e->call.deadline_ms = moat_rpc_now_ms() + 60000;
-	fake_vmm_reset();
+	fake_node_touch(e->snap_dir, MOAT_VMM_SNAP_SCRATCH);
+	fake_node_call_init(&e->call);
 	*state = e;
 	return 0;
 }
@@ -187,12 +145,8 @@ teardown(void **state)
 {
 	struct env *e = *state;
 
-	vmd_sandbox_destroy_all(&e->vmd);
-	vmd_snapram_fini(&e->vmd);
+	fake_node_fini(&e->vmd, e->root);
 	assert_int_equal(e->vmd.memory_mib_reserved, 0);
-	(void)moat_rm_rf(e->root);
-	free(e->vmd.cfg.state_dir);
-	free(e->vmd.cfg.image_dir);
 	free(e->call.error_message);
 	free(e);
 	return 0;
@@ -203,21 +157,9 @@ teardown(void **state)
 static struct sandbox *
 new_sandbox(struct env *e, uint32_t boot_timeout_ms)
 {
-	Moat__V1__CreateSandboxRequest req =
-	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	const char *test_mode = NULL;
-	struct sandbox *sb;
+	struct sandbox *sb =
+	    fake_node_sandbox(&e->vmd, &e->call, boot_timeout_ms);
 
-	req.image = "default";
-	req.tenant = "tenant-a";
-	req.memory_mib = 128;
-	req.scratch_mib = 64;
-	req.boot_timeout_ms = boot_timeout_ms;
-	assert_int_equal(vmd_sandbox_validate(&e->vmd, &e->call, &req,
-	                     "default", &test_mode),
-	    MOAT_OK);
-	assert_non_null(
-	    sb = vmd_sandbox_alloc(&e->vmd, &req, "default", NULL));
 	assert_int_equal(sb->lifecycle, SANDBOX_BOOTING);
 	pthread_mutex_lock(&e->vmd.mu);
 	sb->refs++; /* the test's */

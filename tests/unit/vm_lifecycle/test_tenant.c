@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "fake_node.h"
 #include "fake_vmm.h"
 #include "moat/rpc.h"
 #include "moat/status.h"
@@ -46,18 +47,6 @@ struct env {
 	struct moat_rpc_client *cli;
 	char *sandbox; /* tenant A's, created in setup */
 };
-
-static void
-touch(const char *dir, const char *name)
-{
-	char *p = moat_asprintf("%s/%s", dir, name);
-	FILE *f;
-
-	assert_non_null(p);
-	assert_non_null(f = fopen(p, "w"));
-	fclose(f);
-	free(p);
-}
 
 /* One call as `tenant` (NULL: no Envelope.tenant). On MOAT_OK *reply is
  * the caller's; otherwise *msg (heap) says why. */
@@ -86,32 +75,6 @@ status_as(struct env *e, const char *tenant, const char *method,
 	return rv;
 }
 
-static void
-config(struct env *e)
-{
-	struct vmd_config *cfg = &e->vmd.cfg;
-
-	cfg->state_dir = moat_asprintf("%s/state", e->root);
-	cfg->image_dir = moat_asprintf("%s/images", e->root);
-	assert_int_equal(moat_mkdir_p(cfg->state_dir, 0700), 0);
-	cfg->node_id = "node-test";
-	cfg->accel = "tcg";
-	cfg->kvm_device = "/dev/null";
-	cfg->vcpus_total = 8;
-	cfg->memory_mib_total = 4096;
-	cfg->max_vcpus = 4;
-	cfg->max_memory_mib = 1024;
-	cfg->boot_timeout_ms = 3000;
-	e->vmd.vmm = &fake_vmm_ops;
-	e->vmd.vmm_binary = "fake";
-	pthread_mutex_init(&e->vmd.mu, NULL);
-	pthread_mutex_init(&e->vmd.scratch_mu, NULL);
-	pthread_mutex_init(&e->vmd.fetch_mu, NULL);
-	vmd_accel_init(&e->vmd);
-	assert_int_equal(vmd_snapram_init(&e->vmd), MOAT_OK);
-	e->vmd.started_ms = moat_rpc_now_ms();
-}
-
 /* A local snapshot of tenant A's on disk, as SnapshotSandbox leaves one:
  * its catalog entry and a scratch copy the fake driver restores. */
 static void
@@ -125,7 +88,7 @@ write_snapshot(struct env *e)
 	assert_non_null(dir);
 	assert_non_null(stamp);
 	assert_int_equal(moat_mkdir_p(dir, 0700), 0);
-	touch(dir, MOAT_VMM_SNAP_SCRATCH);
+	fake_node_touch(dir, MOAT_VMM_SNAP_SCRATCH);
 	m.snapshot_id = SNAP_ID;
 	m.sandbox_id = e->sandbox;
 	m.dir = dir;
@@ -151,19 +114,12 @@ setup(void **state)
 	struct moat_rpc_service svc;
 	Moat__V1__Sandbox *sb = NULL;
 	struct env *e = calloc(1, sizeof(*e));
-	char *images, *url, *msg = NULL;
+	char *url, *msg = NULL;
 
 	assert_non_null(e);
-	snprintf(e->root, sizeof(e->root), "/tmp/moat-tenant-XXXXXX");
-	assert_non_null(mkdtemp(e->root));
-	images = moat_asprintf("%s/images/default", e->root);
-	assert_int_equal(moat_mkdir_p(images, 0700), 0);
-	touch(images, "vmlinux");
-	touch(images, "initrd.img");
-	touch(images, "rootfs.ext4");
-	free(images);
-	config(e);
-	fake_vmm_reset();
+	fake_node_init(&e->vmd, e->root, sizeof(e->root), "tenant", "tcg",
+	    "/dev/null");
+	e->vmd.started_ms = moat_rpc_now_ms();
 	vmd_service(&e->vmd, &svc);
 	url = moat_asprintf("ipc://%s/vmd.sock", e->root);
 	assert_int_equal(moat_rpc_server_start(&e->srv, url, &svc, 8, &msg),
@@ -194,11 +150,7 @@ teardown(void **state)
 
 	moat_rpc_client_close(e->cli);
 	moat_rpc_server_stop(e->srv);
-	vmd_sandbox_destroy_all(&e->vmd);
-	vmd_snapram_fini(&e->vmd);
-	(void)moat_rm_rf(e->root);
-	free(e->vmd.cfg.state_dir);
-	free(e->vmd.cfg.image_dir);
+	fake_node_fini(&e->vmd, e->root);
 	free(e->sandbox);
 	free(e);
 	return 0;
