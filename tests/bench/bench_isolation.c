@@ -89,6 +89,9 @@ vmd_start(const char *images, const char *mode, char **state,
 		setenv("MOAT_VMD_ISOLATION", mode, 1);
 		setenv("MOAT_VMD_TEST_HOOKS", "true", 1);
 		setenv("MOAT_VMD_TEMPLATES", "off", 1);
+		/* accel=auto refuses TCG unless allowed (issue 14). */
+		if (access("/dev/kvm", R_OK | W_OK) != 0)
+			setenv("MOAT_VMD_ALLOW_TCG", "true", 0);
 		execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--state-dir", dir,
 		    "--image-dir", images, "--listen", url, "--node-id",
 		    "bench", (char *)NULL);

@@ -178,8 +178,8 @@ check_cgroup(pid_t pid, uint32_t vcpus, char **dirs)
 		assert_true(read_num(mdir, "memory.limit_in_bytes") == mem);
 		assert_true(read_num(pdir, "pids.max") == 256);
 		assert_true(read_num(cdir, "cpu.cfs_period_us") == 100000);
-		assert_true(
-		    read_num(cdir, "cpu.cfs_quota_us") == vcpus * 100000ull);
+		assert_true(read_num(cdir, "cpu.cfs_quota_us") ==
+		    vcpus * 100000ull + 50000);
 		dirs[0] = mdir;
 		dirs[1] = pdir;
 		dirs[2] = cdir;
@@ -193,7 +193,7 @@ check_cgroup(pid_t pid, uint32_t vcpus, char **dirs)
 		    mdir ? mdir : "none");
 	assert_true(read_num(mdir, "memory.max") == mem);
 	assert_true(read_num(mdir, "pids.max") == 256);
-	assert_true(read_num(mdir, "cpu.max") == vcpus * 100000ull);
+	assert_true(read_num(mdir, "cpu.max") == vcpus * 100000ull + 50000);
 	dirs[0] = mdir;
 }
 
