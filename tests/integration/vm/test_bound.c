@@ -194,7 +194,9 @@ test_console_capped(void **state)
 	free(text);
 	/* The sandbox still answers. */
 	res = sh(&v, id, "echo alive", 60000);
-	assert_string_equal((char *)res->stdout.data, "alive\n");
+	/* bytes, not a C string: compare with the length */
+	assert_int_equal(res->stdout.len, 6);
+	assert_memory_equal(res->stdout.data, "alive\n", 6);
 	protobuf_c_message_free_unpacked(&res->base, NULL);
 	vmd_destroy_sandbox(&v, id);
 	vmd_stop(&v);
@@ -374,7 +376,9 @@ test_exec_flood_budget(void **state)
 	t0 = moat_rpc_now_ms();
 	res = sh(&v, b, "echo other", 120000);
 	answered_ms = moat_rpc_now_ms() - t0;
-	assert_string_equal((char *)res->stdout.data, "other\n");
+	/* bytes, not a C string: compare with the length */
+	assert_int_equal(res->stdout.len, 6);
+	assert_memory_equal(res->stdout.data, "other\n", 6);
 	protobuf_c_message_free_unpacked(&res->base, NULL);
 	(void)sample_rss(&v, &peak, moat_rpc_now_ms() + 5000, false);
 	fprintf(stderr,
