@@ -40,6 +40,12 @@
 
 #include <cmocka.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define MOAT_BOUND_ASAN 1
+#else
+#define MOAT_BOUND_ASAN 0
+#endif
+
 #include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/util.h"
@@ -386,7 +392,14 @@ test_exec_flood_budget(void **state)
 	    "other sandbox answered in %" PRIu64 " ms\n",
 	    base, peak, bound, answered_ms);
 	assert_true(marker);
+#if MOAT_BOUND_ASAN
+	/* Under AddressSanitizer vmd's RSS holds its quarantine of freed
+	 * memory (256 MiB by default) and shadow: the bound is checked in
+	 * the plain build only. */
+	assert_true(peak > 0);
+#else
 	assert_true(peak > 0 && peak <= bound);
+#endif
 	/* The cut stream ends with the budget's marker. */
 	marker = false;
 	rd.sandbox_id = a;
