@@ -170,6 +170,21 @@ moat_tun_send(struct moat_tun *t, struct moat_tun_stream *s, const void *data,
 	}
 }
 
+/*
+ * The peer closed and all it sent is written: the local socket sees its
+ * EOF now. Called where either condition turns true, since nothing else
+ * may wake the loop that owns the socket (its reader waits on it).
+ */
+static void
+stream_eof_out(struct moat_tun_stream *s)
+{
+	if (s->peer_closed && s->to_fd.len == 0 && s->fd >= 0 &&
+	    !s->connecting && !s->fd_shut) {
+		(void)shutdown(s->fd, SHUT_WR);
+		s->fd_shut = true;
+	}
+}
+
 /* A stream ends when both sides have closed and nothing waits for fd. */
 static bool
 stream_done(struct moat_tun *t, struct moat_tun_stream *s)
@@ -278,6 +293,7 @@ peer_frame(struct moat_tun *t, uint8_t type, uint32_t id, const uint8_t *p,
 			t->hooks->on_data(t, s);
 	} else if (type == MOAT_TUN_CLOSE) {
 		s->peer_closed = true;
+		stream_eof_out(s);
 		(void)stream_done(t, s);
 	} else {
 		t->broken = true;
@@ -389,16 +405,14 @@ stream_event(struct moat_tun *t, struct moat_tun_stream *s, short re,
 		s->connecting = false;
 		if (t->hooks->on_connected)
 			t->hooks->on_connected(t, s, err);
+		stream_eof_out(s); /* the peer may have closed meanwhile */
 		return;
 	}
 	if (re & POLLOUT)
 		stream_write(t, s);
 	if ((re & (POLLIN | POLLHUP | POLLERR)) && !s->sent_close)
 		stream_read(t, s);
-	if (s->peer_closed && s->to_fd.len == 0 && s->fd >= 0 && !s->fd_shut) {
-		(void)shutdown(s->fd, SHUT_WR);
-		s->fd_shut = true;
-	}
+	stream_eof_out(s);
 	(void)stream_done(t, s);
 }
 

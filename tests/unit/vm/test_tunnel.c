@@ -221,12 +221,47 @@ test_bad_peers(void **state)
 	close(sv[1]);
 }
 
+/*
+ * The peer's CLOSE arrives alone, after its bytes were written: the
+ * local socket gets its EOF in that same service, since nothing else
+ * would wake a loop blocked in poll (a client waiting for the end of a
+ * response through CONNECT hung until its timeout).
+ */
+static void
+test_close_alone(void **state)
+{
+	int sv[2], server[2];
+	struct moat_tun h;
+	struct host_ctx hc;
+	char buf[16];
+	(void)state;
+
+	pair(sv);
+	pair(server);
+	hc.server_fd = server[0];
+	hc.opened = 0;
+	assert_true(moat_tun_init(&h, sv[0], 2, &host_hooks, &hc));
+	raw_frame(sv[1], MOAT_TUN_OPEN, 5, NULL, 0);
+	raw_frame(sv[1], MOAT_TUN_DATA, 5, "GET", 3);
+	for (int i = 0; i < 10 && read(server[1], buf, sizeof(buf)) != 3; i++)
+		service_once(&h);
+	assert_int_equal(hc.opened, 1);
+	raw_frame(sv[1], MOAT_TUN_CLOSE, 5, NULL, 0);
+	service_once(&h);
+	assert_int_equal(read(server[1], buf, sizeof(buf)), 0);
+	moat_tun_fini(&h);
+	close(server[1]);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bytes_both_ways),
 		cmocka_unit_test(test_bad_peers),
+		cmocka_unit_test(test_close_alone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
