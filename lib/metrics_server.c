@@ -73,10 +73,17 @@ conn_close(struct conn *c)
 	c->request_len = c->response_len = c->sent = 0;
 }
 
-/* respond: the whole answer, status line to body, into c->response. */
+/* An answer being made: the whole of it, status line to body. */
+struct answer {
+	int code;
+	char *text; /* heap; NULL: out of memory */
+	size_t len;
+};
+
 static void
-respond(struct conn *c, int code, const char *reason, const char *content_type,
-    const char *extra, const char *body, size_t body_len, bool head)
+respond(struct answer *a, int code, const char *reason,
+    const char *content_type, const char *extra, const char *body,
+    size_t body_len, bool head)
 {
 	char *hdr = moat_asprintf("HTTP/1.1 %d %s\r\n"
 	                          "Content-Type: %s\r\n"
@@ -86,66 +93,83 @@ respond(struct conn *c, int code, const char *reason, const char *content_type,
 	    code, reason, content_type, body_len, extra ? extra : "");
 	size_t hlen = hdr ? strlen(hdr) : 0;
 
+	a->code = code;
 	if (hdr == NULL ||
-	    (c->response = malloc(hlen + (head ? 0 : body_len))) == NULL) {
+	    (a->text = malloc(hlen + (head ? 0 : body_len))) == NULL) {
 		free(hdr);
-		conn_close(c);
 		return;
 	}
-	memcpy(c->response, hdr, hlen);
+	memcpy(a->text, hdr, hlen);
 	if (!head)
-		memcpy(c->response + hlen, body, body_len);
-	c->response_len = hlen + (head ? 0 : body_len);
+		memcpy(a->text + hlen, body, body_len);
+	a->len = hlen + (head ? 0 : body_len);
 	free(hdr);
 }
 
 static void
-respond_text(struct conn *c, int code, const char *reason, const char *extra,
+respond_text(struct answer *a, int code, const char *reason, const char *extra,
     const char *text)
 {
-	respond(c, code, reason, "text/plain; charset=utf-8", extra, text,
+	respond(a, code, reason, "text/plain; charset=utf-8", extra, text,
 	    strlen(text), false);
 }
 
-/* answer: the request in c->request is complete: parse its request line
- * and make the response. */
-static void
-answer(struct moat_metrics_server *srv, struct conn *c)
+int
+moat_metrics_respond(struct moat_metrics *reg, const char *request,
+    size_t request_len, char **response, size_t *response_len)
 {
-	char method[16], target[1024], version[16];
+	char method[16], target[1024], version[16], line[1100];
+	struct answer a = { 0 };
+	size_t n = strcspn(request, "\r\n");
 	char *body;
 	size_t len;
 	bool head;
 
-	c->request[c->request_len] = '\0';
-	if (sscanf(c->request, "%15s %1023s %15s", method, target, version) !=
+	/* The request line alone, whatever follows it. */
+	n = n < request_len ? n : request_len;
+	n = n < sizeof(line) - 1 ? n : sizeof(line) - 1;
+	memcpy(line, request, n);
+	line[n] = '\0';
+	if (request_len >= REQUEST_MAX - 1) {
+		respond_text(&a, 431, "Request Header Fields Too Large", NULL,
+		    "request over 4 KiB: send GET /metrics alone\n");
+	} else if (sscanf(line, "%15s %1023s %15s", method, target, version) !=
 	        3 ||
 	    strncmp(version, "HTTP/1.", 7) != 0) {
-		respond_text(c, 400, "Bad Request", NULL,
+		respond_text(&a, 400, "Bad Request", NULL,
 		    "bad request: send GET /metrics HTTP/1.1\n");
-		return;
-	}
-	head = strcmp(method, "HEAD") == 0;
-	if (strcmp(method, "GET") != 0 && !head) {
-		respond_text(c, 405, "Method Not Allowed",
+	} else if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+		respond_text(&a, 405, "Method Not Allowed",
 		    "Allow: GET, HEAD\r\n",
 		    "only GET /metrics is served here\n");
-		return;
-	}
-	target[strcspn(target, "?")] = '\0';
-	if (strcmp(target, "/metrics") != 0) {
-		respond_text(c, 404, "Not Found", NULL,
+	} else if ((target[strcspn(target, "?")] = '\0',
+	               strcmp(target, "/metrics") != 0)) {
+		respond_text(&a, 404, "Not Found", NULL,
 		    "not found: the metrics are at /metrics\n");
-		return;
-	}
-	if ((body = moat_metrics_text(srv->reg, &len)) == NULL) {
-		respond_text(c, 500, "Internal Server Error", NULL,
+	} else if ((body = moat_metrics_text(reg, &len)) == NULL) {
+		respond_text(&a, 500, "Internal Server Error", NULL,
 		    "out of memory while writing the metrics\n");
-		return;
+	} else {
+		head = strcmp(method, "HEAD") == 0;
+		respond(&a, 200, "OK",
+		    "text/plain; version=0.0.4; charset=utf-8", NULL, body,
+		    len, head);
+		free(body);
 	}
-	respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL,
-	    body, len, head);
-	free(body);
+	*response = a.text;
+	*response_len = a.len;
+	return a.text != NULL ? a.code : 0;
+}
+
+/* answer: the request in c->request is complete (or at its cap): its
+ * response goes to c->response, or the connection closes (out of
+ * memory). */
+static void
+answer(struct moat_metrics_server *srv, struct conn *c)
+{
+	if (moat_metrics_respond(srv->reg, c->request, c->request_len,
+	        &c->response, &c->response_len) == 0)
+		conn_close(c);
 }
 
 static void
@@ -163,11 +187,9 @@ conn_read(struct moat_metrics_server *srv, struct conn *c)
 	c->request_len += (size_t)n;
 	c->request[c->request_len] = '\0';
 	if (strstr(c->request, "\r\n\r\n") != NULL ||
-	    strstr(c->request, "\n\n") != NULL)
+	    strstr(c->request, "\n\n") != NULL ||
+	    c->request_len == REQUEST_MAX - 1)
 		answer(srv, c);
-	else if (c->request_len == REQUEST_MAX - 1)
-		respond_text(c, 431, "Request Header Fields Too Large", NULL,
-		    "request over 4 KiB: send GET /metrics alone\n");
 }
 
 static void

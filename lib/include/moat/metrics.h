@@ -131,6 +131,16 @@ int moat_metrics_serve(struct moat_metrics_server **out,
     struct moat_metrics *reg, const char *addr, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_metrics_respond: the listener's answer to one HTTP request (the
+ * bytes up to the blank line after its headers, NUL-terminated at
+ * request_len; 4095 bytes or more: 431), status line to body: GET or
+ * HEAD /metrics 200 with `reg`'s text, other paths 404, other methods
+ * 405, a malformed request line 400. *response is heap (caller frees).
+ * Returns the HTTP status, or 0 when out of memory (*response NULL).
+ * For the listener and the fuzz target. */
+int moat_metrics_respond(struct moat_metrics *reg, const char *request,
+    size_t request_len, char **response, size_t *response_len);
+
 /* moat_metrics_server_port: the TCP port it listens on (the one picked
  * for port 0). */
 uint16_t moat_metrics_server_port(const struct moat_metrics_server *srv);
