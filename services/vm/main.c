@@ -768,7 +768,8 @@ vmd_metrics_open(struct vmd *vmd, const struct moat_config *c)
 
 	if (addr[0] == '\0')
 		return MOAT_OK;
-	if ((rv = vmd_metrics_start(vmd, addr, &errmsg)) != MOAT_OK) {
+	if ((rv = vmd_metrics_start(vmd, addr, vmd_snapram_fill, &errmsg)) !=
+	    MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "metrics");
 		free(errmsg);
 		return rv;

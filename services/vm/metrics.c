@@ -18,7 +18,6 @@
 #include "metrics.h"
 #include "node.h"
 #include "sandbox.h"
-#include "snapram.h"
 
 /* Every metric of vmd; all NULL while metrics are off (the updates then
  * do nothing). Set once by vmd_metrics_start before the RPC server
@@ -27,6 +26,7 @@ static struct vmd_metrics {
 	struct moat_metrics *reg;
 	struct moat_metrics_server *srv;
 	struct vmd *vmd;
+	vmd_metrics_node_fill *node_fill;
 	struct moat_histogram *boot[2];
 	struct moat_counter *boot_failed[2];
 	struct moat_histogram *restore;
@@ -128,7 +128,7 @@ vmd_scrape(void *ctx)
 	uint64_t allocated, size;
 
 	sandbox_figures(vmd);
-	vmd_snapram_fill(vmd, &node);
+	m.node_fill(vmd, &node);
 	moat_gauge_set(m.ram_dir_capacity,
 	    (double)node.ram_dir_capacity_bytes);
 	moat_gauge_set(m.ram_dir_reserved,
@@ -268,7 +268,8 @@ register_node(struct moat_metrics *reg)
 }
 
 int
-vmd_metrics_start(struct vmd *vmd, const char *addr, char **errmsg)
+vmd_metrics_start(struct vmd *vmd, const char *addr,
+    vmd_metrics_node_fill *node_fill, char **errmsg)
 {
 	struct moat_metrics *reg;
 	char *url;
@@ -282,6 +283,7 @@ vmd_metrics_start(struct vmd *vmd, const char *addr, char **errmsg)
 		return rv;
 	}
 	m.vmd = vmd;
+	m.node_fill = node_fill;
 	register_events(reg);
 	register_node(reg);
 	moat_gauge_set(m.vcpus_total, vmd->cfg.vcpus_total);

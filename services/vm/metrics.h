@@ -13,7 +13,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "vm.pb-c.h"
+
 struct vmd;
+
+/* Fills the snapshot RAM and RAM dir figures of a Node, allocating
+ * nothing (snapram.c's vmd_snapram_fill; a hook, so this module depends
+ * on none that report to it). */
+typedef void vmd_metrics_node_fill(struct vmd *vmd, Moat__V1__Node *node);
 
 /* How a sandbox came up (moat_vmd_boot_seconds's kind label). */
 enum vmd_boot_kind {
@@ -22,10 +29,12 @@ enum vmd_boot_kind {
 };
 
 /* vmd_metrics_start: registers vmd's metrics and serves them on `addr`
- * (moat/metrics.h's moat_metrics_serve). `vmd` must outlive
+ * (moat/metrics.h's moat_metrics_serve); each scrape reads the node's
+ * snapshot RAM through `node_fill`. `vmd` must outlive
  * vmd_metrics_stop. Call once, before serving RPCs. On failure returns a
  * status with *errmsg (heap, caller frees). */
-int vmd_metrics_start(struct vmd *vmd, const char *addr, char **errmsg)
+int vmd_metrics_start(struct vmd *vmd, const char *addr,
+    vmd_metrics_node_fill *node_fill, char **errmsg)
     __attribute__((warn_unused_result));
 
 /* vmd_metrics_stop: stops the listener and frees the metrics; the event
