@@ -312,6 +312,12 @@ vmd_metrics_stop(void)
 	moat_metrics_free(reg);
 }
 
+char *
+vmd_metrics_text(void)
+{
+	return m.reg != NULL ? moat_metrics_text(m.reg, NULL) : NULL;
+}
+
 void
 vmd_metrics_boot(enum vmd_boot_kind kind, uint64_t ms)
 {

@@ -42,6 +42,10 @@ int vmd_metrics_start(struct vmd *vmd, const char *addr,
  * server and every worker thread stopped. */
 void vmd_metrics_stop(void);
 
+/* vmd_metrics_text: what a scrape reads now (the hooks run); heap,
+ * the caller frees; NULL while metrics are off. For tests. */
+char *vmd_metrics_text(void);
+
 /* Events; thread-safe, no-ops while metrics are off. */
 /* vmd_metrics_boot: a sandbox's VMM came up and its agent answered,
  * `ms` after the VMM was started. */
