@@ -48,8 +48,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* A HEAD's 200 has no body; every other answer has the body its
 	 * Content-Length says. */
 	if (code != 200 || body != 0)
-		moat_fuzz_check(
-		    strstr(response, "Content-Length: ") != NULL &&
+		moat_fuzz_check(strstr(response, "Content-Length: ") != NULL &&
 		        strtoul(strstr(response, "Content-Length: ") + 16,
 		            NULL, 10) == body,
 		    "Content-Length");
