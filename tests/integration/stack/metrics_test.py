@@ -11,7 +11,6 @@ every metric deploy/grafana/moat.json names exists in a scrape; and that
 README lists every metric the services serve. Real VMs.
 Environment: MOAT_BIN_DIR, MOAT_REPO, MOAT_IMAGE_DIR (as stack_test.sh).
 """
-import json
 import os
 import re
 import shutil
@@ -174,7 +173,7 @@ def check_after(before, after):
     moved(before, after, "gateway", "moat_gateway_calls_total",
           method="CreateSandbox", code="OK")
     moved(before, after, "gateway", "moat_gateway_call_seconds", "_count",
-          method="RestoreSandbox")
+          method="RestoreStep")
 
 
 def main():
