@@ -23,6 +23,7 @@
 #include "auth.h"
 #include "gateway.h"
 #include "moat/log.h"
+#include "moat/metrics.h"
 #include "moat/safety.h"
 #include "moat/status.h"
 #include "moat/util.h"
@@ -1050,13 +1051,15 @@ static const double latency_bounds_s[N_BUCKETS] = {
 	120,
 };
 
-/* The gateway's counters, for /metrics. */
+/* The gateway's metrics, for /metrics, in a registry of lib/metrics
+ * (moat/metrics.h) like every service's. A method's series are made on
+ * its first call (only methods called show); the pointers are written
+ * once, atomically (a race makes the same series twice: the registry
+ * returns the one it has). */
 struct gw_metrics {
-	pthread_mutex_t lock; /* guards the arrays */
-	uint64_t calls[N_METHODS][N_CODES];
-	uint64_t buckets[N_METHODS][N_BUCKETS];
-	uint64_t count[N_METHODS];
-	double sum_s[N_METHODS];
+	struct moat_metrics *reg;
+	struct moat_counter *calls[N_METHODS][N_CODES];
+	struct moat_histogram *latency[N_METHODS];
 };
 
 const char *
@@ -1226,18 +1229,34 @@ static void
 count_call(struct moat_gateway *gw, size_t row, int code, uint64_t ms)
 {
 	struct gw_metrics *m = gw->metrics;
-	double s = (double)ms / 1000.0;
+	struct moat_counter *c;
+	struct moat_histogram *h;
 
 	if (m == NULL)
 		return;
-	pthread_mutex_lock(&m->lock);
-	m->calls[row][code >= 0 && code < N_CODES ? code : MOAT_UNKNOWN]++;
-	for (size_t b = 0; b < N_BUCKETS; b++)
-		if (s <= latency_bounds_s[b])
-			m->buckets[row][b]++;
-	m->count[row]++;
-	m->sum_s[row] += s;
-	pthread_mutex_unlock(&m->lock);
+	code = code >= 0 && code < N_CODES ? code : MOAT_UNKNOWN;
+	if ((c = __atomic_load_n(&m->calls[row][code], __ATOMIC_ACQUIRE)) ==
+	    NULL) {
+		const char *labels[] = { "method", gateway_methods[row].name,
+			"code", moat_strerror(code), NULL };
+
+		c = moat_metrics_counter(m->reg, "moat_gateway_calls_total",
+		    "Gateway calls (nng and HTTP) by method and code.",
+		    labels);
+		__atomic_store_n(&m->calls[row][code], c, __ATOMIC_RELEASE);
+	}
+	if ((h = __atomic_load_n(&m->latency[row], __ATOMIC_ACQUIRE)) ==
+	    NULL) {
+		const char *labels[] = { "method", gateway_methods[row].name,
+			NULL };
+
+		h = moat_metrics_histogram(m->reg, "moat_gateway_call_seconds",
+		    "Gateway call latency by method.", labels,
+		    latency_bounds_s, N_BUCKETS);
+		__atomic_store_n(&m->latency[row], h, __ATOMIC_RELEASE);
+	}
+	moat_counter_inc(c);
+	moat_histogram_observe_ms(h, ms);
 }
 
 /* gate: every Gateway call of both doors runs through here: the API key
@@ -1369,95 +1388,55 @@ node_snapshot_metrics(FILE *f, Moat__V1__Node *const *nodes, size_t n)
 	}
 }
 
+/* node_state_metrics: each node's sandboxes by state and whether it
+ * answers, from its last survey answer; each metric's samples together,
+ * as the text format wants. */
+static void
+node_state_metrics(FILE *f, Moat__V1__Node *const *nodes, size_t n)
+{
+	static const char *const states[4] = { "creating", "running", "failed",
+		"stopped" };
+
+	fprintf(f,
+	    "# HELP moat_sandboxes Sandboxes on each node by state, "
+	    "from its last survey answer.\n# TYPE moat_sandboxes gauge\n");
+	for (size_t i = 0; i < n; i++) {
+		const uint32_t by_state[4] = { nodes[i]->sandboxes_creating,
+			nodes[i]->sandboxes_running,
+			nodes[i]->sandboxes_failed,
+			nodes[i]->sandboxes_stopped };
+
+		for (size_t s = 0; s < 4; s++)
+			fprintf(f,
+			    "moat_sandboxes{node=\"%s\",state=\"%s\"} %u\n",
+			    nodes[i]->node_id, states[s], by_state[s]);
+	}
+	fprintf(f,
+	    "# HELP moat_node_up Whether the node answers the "
+	    "gateway's surveys.\n# TYPE moat_node_up gauge\n");
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "moat_node_up{node=\"%s\"} %d\n", nodes[i]->node_id,
+		    nodes[i]->available ? 1 : 0);
+}
+
 char *
 moat_gateway_metrics(struct moat_gateway *gw)
 {
-	struct gw_metrics *m = gw->metrics;
 	Moat__V1__Node **nodes = NULL;
 	size_t n_nodes = 0, len = 0;
 	char *text = NULL;
 	FILE *f = open_memstream(&text, &len);
+	int err;
 
 	if (f == NULL)
 		return NULL;
-	fprintf(f,
-	    "# HELP moat_gateway_uptime_seconds Since the gateway "
-	    "started.\n# TYPE moat_gateway_uptime_seconds gauge\n"
-	    "moat_gateway_uptime_seconds %.3f\n",
-	    (double)(moat_rpc_now_ms() - gw->started_ms) / 1000.0);
-	fprintf(f,
-	    "# HELP moat_sandboxes Sandboxes on each node by state, "
-	    "from its last survey answer.\n# TYPE moat_sandboxes gauge\n");
-	fprintf(f,
-	    "# HELP moat_node_up Whether the node answers the "
-	    "gateway's surveys.\n# TYPE moat_node_up gauge\n");
+	err = moat_metrics_write(gw->metrics->reg, f);
 	if (moat_nodes_snapshot(&gw->nodes, &nodes, &n_nodes) == MOAT_OK) {
-		for (size_t i = 0; i < n_nodes; i++) {
-			const Moat__V1__Node *n = nodes[i];
-			const struct {
-				const char *state;
-				uint32_t count;
-			} by_state[] = {
-				{ "creating", n->sandboxes_creating },
-				{ "running", n->sandboxes_running },
-				{ "failed", n->sandboxes_failed },
-				{ "stopped", n->sandboxes_stopped },
-			};
-
-			for (size_t s = 0; s < 4; s++)
-				fprintf(f,
-				    "moat_sandboxes{node=\"%s\","
-				    "state=\"%s\"} %u\n",
-				    n->node_id, by_state[s].state,
-				    by_state[s].count);
-			fprintf(f, "moat_node_up{node=\"%s\"} %d\n",
-			    nodes[i]->node_id, nodes[i]->available ? 1 : 0);
-		}
+		node_state_metrics(f, nodes, n_nodes);
 		node_snapshot_metrics(f, nodes, n_nodes);
 		moat_nodes_snapshot_free(nodes, n_nodes);
 	}
-	fprintf(f,
-	    "# HELP moat_gateway_calls_total Gateway calls (nng and "
-	    "HTTP) by method and code.\n"
-	    "# TYPE moat_gateway_calls_total counter\n");
-	pthread_mutex_lock(&m->lock);
-	for (size_t r = 0; r < N_METHODS; r++)
-		for (int c = 0; c < N_CODES; c++)
-			if (m->calls[r][c] > 0)
-				fprintf(f,
-				    "moat_gateway_calls_total{method="
-				    "\"%s\",code=\"%s\"} %llu\n",
-				    gateway_methods[r].name, moat_strerror(c),
-				    (unsigned long long)m->calls[r][c]);
-	fprintf(f,
-	    "# HELP moat_gateway_call_seconds Gateway call latency "
-	    "by method.\n# TYPE moat_gateway_call_seconds histogram\n");
-	for (size_t r = 0; r < N_METHODS; r++) {
-		const char *name = gateway_methods[r].name;
-
-		if (m->count[r] == 0)
-			continue;
-		for (size_t b = 0; b < N_BUCKETS; b++)
-			fprintf(f,
-			    "moat_gateway_call_seconds_bucket{method="
-			    "\"%s\",le=\"%g\"} %llu\n",
-			    name, latency_bounds_s[b],
-			    (unsigned long long)m->buckets[r][b]);
-		fprintf(f,
-		    "moat_gateway_call_seconds_bucket{method=\"%s\","
-		    "le=\"+Inf\"} %llu\n",
-		    name, (unsigned long long)m->count[r]);
-		fprintf(f,
-		    "moat_gateway_call_seconds_sum{method=\"%s\"} "
-		    "%.6f\n",
-		    name, m->sum_s[r]);
-		fprintf(f,
-		    "moat_gateway_call_seconds_count{method=\"%s\"} "
-		    "%llu\n",
-		    name, (unsigned long long)m->count[r]);
-	}
-	pthread_mutex_unlock(&m->lock);
-	if (fclose(f) != 0) {
+	if (fclose(f) != 0 || err != 0) {
 		free(text);
 		return NULL;
 	}
@@ -1510,13 +1489,10 @@ moat_gateway_start(struct moat_gateway **out,
 	gw->auth_on = opts->auth;
 	gw->config = opts->config;
 	if ((gw->metrics = calloc(1, sizeof(*gw->metrics))) == NULL ||
-	    (gw->methods = calloc(N_METHODS, sizeof(*gw->methods))) == NULL)
+	    (gw->methods = calloc(N_METHODS, sizeof(*gw->methods))) == NULL ||
+	    moat_metrics_new(&gw->metrics->reg) != MOAT_OK ||
+	    moat_metrics_process(gw->metrics->reg, "gateway") != MOAT_OK)
 		goto fail_oom;
-	if (pthread_mutex_init(&gw->metrics->lock, NULL) != 0) {
-		free(gw->metrics);
-		gw->metrics = NULL;
-		goto fail_oom;
-	}
 	/* gate() checks keys itself (with its own message, and only when
 	 * auth is on); the rpc layer's check stays off. */
 	for (size_t i = 0; i < N_METHODS; i++) {
@@ -1625,7 +1601,7 @@ moat_gateway_stop(struct moat_gateway *gw)
 	/* Commits the audit entries still queued, then ends its writer. */
 	moat_auth_close(gw->auth);
 	if (gw->metrics != NULL)
-		pthread_mutex_destroy(&gw->metrics->lock);
+		moat_metrics_free(gw->metrics->reg);
 	free(gw->metrics);
 	free(gw->methods);
 	free(gw);

@@ -95,6 +95,21 @@ store_fail(char **errmsg, int rc, const char *fmt, ...)
 	return moat_store_status_from_mdb(rc);
 }
 
+void
+moat_store_usage(const struct moat_store *st, uint64_t *used_bytes,
+    uint64_t *map_bytes)
+{
+	MDB_envinfo info;
+	MDB_stat stat;
+
+	*used_bytes = *map_bytes = 0;
+	if (st == NULL || mdb_env_info(st->env, &info) != 0 ||
+	    mdb_env_stat(st->env, &stat) != 0)
+		return;
+	*used_bytes = ((uint64_t)info.me_last_pgno + 1) * stat.ms_psize;
+	*map_bytes = info.me_mapsize;
+}
+
 int
 moat_store_open(struct moat_store **out, const char *path, uint64_t map_size,
     const char *const *db_names, char **errmsg)

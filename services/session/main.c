@@ -17,12 +17,14 @@
 
 #include "moat/config.h"
 #include "moat/log.h"
+#include "moat/metrics.h"
 #include "moat/rpc.h"
 #include "moat/service.h"
 #include "moat/status.h"
 #include "moat/store.h"
 #include "moat/tls.h"
 #include "moat/util.h"
+#include "metrics.h"
 #include "sessiond.h"
 
 #define SECTION "sessiond"
@@ -91,7 +93,7 @@ usage(FILE *f)
 	    "when calls\n"
 	    "                       fail with RESOURCE_EXHAUSTED\n"
 	    "  --workers N          calls served at once (default "
-	    "%d)\n" MOAT_TLS_USAGE "  --version, --help\n"
+	    "%d)\n" MOAT_TLS_USAGE MOAT_METRICS_USAGE "  --version, --help\n"
 	    "Every option is also MOAT_SESSIOND_<NAME> in the environment and "
 	    "<name> in [" SECTION "].\n",
 	    MOAT_STORE_DEFAULT_MAP_MIB, MOAT_RPC_DEFAULT_WORKERS);
@@ -103,6 +105,7 @@ struct sessiond_main {
 	struct moat_rpc_server *srv;
 	struct moat_tls *tls;
 	char *listen;
+	const char *metrics; /* [sessiond] metrics: "" when off */
 	int workers;
 };
 
@@ -137,6 +140,7 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	}
 	m->workers = (int)workers;
 	m->sd.map_mib = map_mib;
+	m->metrics = moat_config_get(cfg, SECTION, "metrics", "");
 	if ((rv = moat_tls_from_config(cfg, SECTION, &m->tls, errmsg)) !=
 	    MOAT_OK)
 		return rv;
@@ -160,6 +164,10 @@ sessiond_serve(void *ctx, char **errmsg)
 
 	if ((rv = sessiond_writer_start(&m->sd.writer, m->sd.store, errmsg)) !=
 	    MOAT_OK)
+		return rv;
+	if (m->metrics[0] != '\0' &&
+	    (rv = sessiond_metrics_start(&m->sd, m->metrics, errmsg)) !=
+	        MOAT_OK)
 		return rv;
 	/* Callers prove their role by the CA of their certificate
 	 * (tls-peer-ca: the gateway's intermediate). */
@@ -194,6 +202,7 @@ sessiond_close(void *ctx)
 	struct sessiond_main *m = ctx;
 
 	sessiond_writer_stop(m->sd.writer);
+	sessiond_metrics_stop();
 	moat_store_close(m->sd.store);
 	free(m->sd.store_dir);
 	free(m->listen);
@@ -208,6 +217,7 @@ main(int argc, char **argv)
 		{ "map-size-mib", required_argument, NULL, 'm' },
 		{ "workers", required_argument, NULL, 'w' },
 		MOAT_TLS_OPTIONS,
+		MOAT_METRICS_OPTION,
 		MOAT_SERVICE_OPTIONS_LAST,
 	};
 	static const struct moat_service service = {

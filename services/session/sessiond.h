@@ -256,6 +256,10 @@ int sessiond_writer_start(struct sessiond_writer **out, struct moat_store *st,
  * the writer. Safe on NULL. No submit may run or follow. */
 void sessiond_writer_stop(struct sessiond_writer *w);
 
+/* sessiond_writer_queued: writes waiting in the queue now (metrics);
+ * 0 on NULL. Thread-safe. */
+size_t sessiond_writer_queued(struct sessiond_writer *w);
+
 /* sessiond_writer_submit: queues `op` (bounded queue: waits for room
  * until `deadline_ms`, monotonic, then UNAVAILABLE) and waits until the
  * writer has committed it durably or failed it. Returns op->status, with

@@ -26,8 +26,10 @@
 
 #include "guest.pb-c.h"
 #include "moat/log.h"
+#include "moat/metrics.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "metrics.h"
 #include "sessiond.h"
 
 #define QUEUE_CAP 1024              /* ops waiting for the writer */
@@ -581,6 +583,7 @@ run_alone(struct moat_store *st, struct sessiond_op *op)
 {
 	struct moat_store_txn *txn;
 	bool broken;
+	double t;
 
 	op_reset(op);
 	if ((op->status = moat_store_txn_begin(st, true, &txn, &op->errmsg)) !=
@@ -590,7 +593,10 @@ run_alone(struct moat_store *st, struct sessiond_op *op)
 		moat_store_txn_abort(txn);
 		return;
 	}
+	t = moat_metrics_now();
 	op->status = moat_store_txn_commit(txn, &op->errmsg);
+	sessiond_metrics_commit(1, op->status == MOAT_OK,
+	    moat_metrics_now() - t);
 }
 
 /* run_batch: the ops in one transaction and one durable commit; falls
@@ -601,6 +607,7 @@ run_batch(struct moat_store *st, struct sessiond_op **ops, size_t n)
 	struct moat_store_txn *txn = NULL;
 	char *errmsg = NULL;
 	bool broken = false;
+	double t;
 	int rv;
 
 	if (n == 1) {
@@ -617,7 +624,10 @@ run_batch(struct moat_store *st, struct sessiond_op **ops, size_t n)
 		moat_store_txn_abort(txn);
 		goto fallback;
 	}
-	if ((rv = moat_store_txn_commit(txn, &errmsg)) != MOAT_OK) {
+	t = moat_metrics_now();
+	rv = moat_store_txn_commit(txn, &errmsg);
+	sessiond_metrics_commit(n, rv == MOAT_OK, moat_metrics_now() - t);
+	if (rv != MOAT_OK) {
 		moat_warn(0,
 		    "sessiond: group commit of %zu writes failed "
 		    "(%s); retrying them one by one",
@@ -744,6 +754,7 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
     uint64_t deadline_ms)
 {
 	struct timespec ts;
+	double t0 = moat_metrics_now();
 	int rc = 0;
 
 	op->status = MOAT_OK;
@@ -772,7 +783,10 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 		    "writes) stayed full until the call's deadline: the disk "
 		    "is slower than the writes; retry later",
 		    QUEUE_CAP);
-		return op->status = MOAT_UNAVAILABLE;
+		op->status = MOAT_UNAVAILABLE;
+		sessiond_metrics_write(op->kind, op->status,
+		    moat_metrics_now() - t0);
+		return op->status;
 	}
 	w->ring[(w->head + w->count) % QUEUE_CAP] = op;
 	w->count++;
@@ -797,5 +811,19 @@ sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 		sem_post(&o->done);
 	}
 	sem_destroy(&op->done);
+	sessiond_metrics_write(op->kind, op->status, moat_metrics_now() - t0);
 	return op->status;
+}
+
+size_t
+sessiond_writer_queued(struct sessiond_writer *w)
+{
+	size_t n;
+
+	if (w == NULL)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	n = w->count;
+	pthread_mutex_unlock(&w->lock);
+	return n;
 }

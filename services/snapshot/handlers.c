@@ -13,9 +13,11 @@
 #include <string.h>
 
 #include "moat/log.h"
+#include "moat/metrics.h"
 #include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "moat/util.h"
+#include "metrics.h"
 #include "snapd.h"
 
 #define SERVICE_NAME "moat-snapd"
@@ -212,7 +214,7 @@ job_put(struct snapd *sd, struct moat_store_txn *txn, void *arg, char **errmsg)
 }
 
 static int
-h_put(struct moat_rpc_call *call, const ProtobufCMessage *request,
+put_chunks(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	const Moat__V1__PutChunksRequest *req =
@@ -269,6 +271,26 @@ h_put(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	         &errmsg)) != MOAT_OK)
 		return snapd_error_from(call, rv, errmsg);
 	return MOAT_OK;
+}
+
+/* h_put: put_chunks, counted and timed (metrics.h). */
+static int
+h_put(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__PutChunksRequest *req =
+	    (const Moat__V1__PutChunksRequest *)request;
+	const Moat__V1__PutChunksReply *r =
+	    (const Moat__V1__PutChunksReply *)reply;
+	double t0 = moat_metrics_now();
+	uint64_t bytes = 0;
+	int rv = put_chunks(call, request, reply);
+
+	for (size_t i = 0; rv == MOAT_OK && i < req->n_chunks; i++)
+		bytes += req->chunks[i]->data.len;
+	snapd_metrics_put(rv, moat_metrics_now() - t0, req->n_chunks, bytes,
+	    r->stored, r->stored_bytes);
+	return rv;
 }
 
 /* ---- GetChunks ---- */
@@ -368,7 +390,7 @@ name_users(struct moat_store_txn *txn, const char *tenant,
 }
 
 static int
-h_get_chunks(struct moat_rpc_call *call, const ProtobufCMessage *request,
+get_chunks(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	const Moat__V1__GetChunksRequest *req =
@@ -477,6 +499,23 @@ out:
 fail:
 	moat_store_txn_abort(txn);
 	return snapd_error_from(call, rv, errmsg);
+}
+
+/* h_get_chunks: get_chunks, counted and timed (metrics.h). */
+static int
+h_get_chunks(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__GetChunksReply *r =
+	    (const Moat__V1__GetChunksReply *)reply;
+	double t0 = moat_metrics_now();
+	uint64_t bytes = 0;
+	int rv = get_chunks(call, request, reply);
+
+	for (size_t i = 0; rv == MOAT_OK && i < r->n_chunks; i++)
+		bytes += r->chunks[i]->data.len;
+	snapd_metrics_get(rv, moat_metrics_now() - t0, r->n_chunks, bytes);
+	return rv;
 }
 
 /* ---- the sweep of abandoned uploads ---- */

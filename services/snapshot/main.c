@@ -13,12 +13,14 @@
 
 #include "moat/config.h"
 #include "moat/log.h"
+#include "moat/metrics.h"
 #include "moat/rpc.h"
 #include "moat/service.h"
 #include "moat/status.h"
 #include "moat/store.h"
 #include "moat/tls.h"
 #include "moat/util.h"
+#include "metrics.h"
 #include "snapd.h"
 
 #define SECTION "snapd"
@@ -61,7 +63,7 @@ usage(FILE *f)
 	    "N s are\n"
 	    "                       freed (default 3600)\n"
 	    "  --sweep-interval-s N how often to look for them (default "
-	    "600)\n" MOAT_TLS_USAGE "  --version, --help\n"
+	    "600)\n" MOAT_TLS_USAGE MOAT_METRICS_USAGE "  --version, --help\n"
 	    "Every option is also MOAT_SNAPD_<NAME> in the environment and "
 	    "<name> in [" SECTION "].\n",
 	    MOAT_STORE_DEFAULT_MAP_MIB);
@@ -73,6 +75,7 @@ struct snapd_main {
 	struct moat_rpc_server *srv;
 	struct moat_tls *tls;
 	char *listen;
+	const char *metrics; /* [snapd] metrics: "" when off */
 	uint64_t map_mib;
 };
 
@@ -107,6 +110,7 @@ snapd_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	}
 	m->sd.pending_grace_ms = grace_s * 1000;
 	m->sd.sweep_every_ms = sweep_s * 1000;
+	m->metrics = moat_config_get(cfg, SECTION, "metrics", "");
 	if ((rv = moat_tls_from_config(cfg, SECTION, &m->tls, errmsg)) !=
 	    MOAT_OK)
 		return rv;
@@ -130,6 +134,9 @@ snapd_serve(void *ctx, char **errmsg)
 
 	if ((rv = snapd_writer_start(&m->sd.writer, &m->sd, WRITE_QUEUE_LEN,
 	         errmsg)) != MOAT_OK)
+		return rv;
+	if (m->metrics[0] != '\0' &&
+	    (rv = snapd_metrics_start(&m->sd, m->metrics, errmsg)) != MOAT_OK)
 		return rv;
 	/* Callers prove their role by the CA of their certificate
 	 * (tls-peer-ca: the gateway's and vmd's intermediates). */
@@ -163,6 +170,7 @@ snapd_close(void *ctx)
 	struct snapd_main *m = ctx;
 
 	snapd_writer_stop(m->sd.writer);
+	snapd_metrics_stop();
 	moat_store_close(m->sd.store);
 	free(m->sd.store_dir);
 	free(m->listen);
@@ -178,6 +186,7 @@ main(int argc, char **argv)
 		{ "pending-grace-s", required_argument, NULL, 'g' },
 		{ "sweep-interval-s", required_argument, NULL, 'w' },
 		MOAT_TLS_OPTIONS,
+		MOAT_METRICS_OPTION,
 		MOAT_SERVICE_OPTIONS_LAST,
 	};
 	static const struct moat_service service = {

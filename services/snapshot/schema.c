@@ -209,6 +209,38 @@ snapd_stats_get(struct moat_store_txn *txn, const char *tenant,
 	return MOAT_OK;
 }
 
+/* add_stats: a moat_store_scan callback adding one tenant's record to
+ * the total in `arg`; records of the wrong size are skipped (stats_get
+ * reports them when that tenant is asked for). */
+static int
+add_stats(const void *key, size_t klen, const void *val, size_t vlen,
+    void *arg)
+{
+	struct snapd_tenant_stats *t = arg;
+	const uint8_t *v = val;
+
+	(void)key;
+	(void)klen;
+	if (vlen != STATS_LEN)
+		return MOAT_OK;
+	t->snapshots += get_u64(v);
+	t->chunks += get_u64(v + 8);
+	t->stored_bytes += get_u64(v + 16);
+	t->logical_bytes += get_u64(v + 24);
+	t->pending_chunks += get_u64(v + 32);
+	t->pending_bytes += get_u64(v + 40);
+	return MOAT_OK;
+}
+
+int
+snapd_stats_total(struct moat_store_txn *txn, struct snapd_tenant_stats *total,
+    char **errmsg)
+{
+	memset(total, 0, sizeof(*total));
+	return moat_store_scan(txn, DB_TENANTS, NULL, 0, NULL, 0, add_stats,
+	    total, errmsg);
+}
+
 int
 snapd_stats_put(struct moat_store_txn *txn, const char *tenant,
     const struct snapd_tenant_stats *s, char **errmsg)

@@ -110,6 +110,9 @@ void snapd_key_snap(struct snapd_key *k, const char *tenant,
 
 int snapd_stats_get(struct moat_store_txn *txn, const char *tenant,
     struct snapd_tenant_stats *s, char **errmsg);
+/* snapd_stats_total: every tenant's counters added up (metrics). */
+int snapd_stats_total(struct moat_store_txn *txn,
+    struct snapd_tenant_stats *total, char **errmsg);
 int snapd_stats_put(struct moat_store_txn *txn, const char *tenant,
     const struct snapd_tenant_stats *s, char **errmsg);
 

@@ -25,6 +25,7 @@
 
 #include "moat/config.h"
 #include "moat/log.h"
+#include "moat/metrics.h"
 #include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/tls.h"
@@ -37,6 +38,7 @@
 #include "driver.h"
 #include "egress.h"
 #include "exec.h"
+#include "metrics.h"
 #include "node.h"
 #include "pushq.h"
 #include "sandbox.h"
@@ -65,6 +67,7 @@ static const struct option vmd_options[] = {
 	{ "snapd-tls-name", required_argument, NULL, 0x7410 },
 	{ "survey-tls-name", required_argument, NULL, 0x7411 },
 	{ "snapshot-key-file", required_argument, NULL, 0x7412 },
+	MOAT_METRICS_OPTION,
 	MOAT_TLS_OPTIONS,
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
@@ -129,6 +132,9 @@ usage(FILE *f)
 	    "                     bytes, made at first start; nodes that\n"
 	    "                     restore each other's snapshots share it;\n"
 	    "                     default <state>/snapshot.key)\n"
+	    "  --metrics ADDR     serve Prometheus metrics at "
+	    "http://ADDR/metrics\n"
+	    "                     (e.g. 127.0.0.1:9101; default off)\n"
 	    "  --version, --help\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, "
@@ -751,6 +757,26 @@ vmd_verify_open(struct vmd *vmd)
 	return MOAT_OK;
 }
 
+/* With [vmd] metrics set, serves vmd's metrics there (metrics.h).
+ * Returns 0 or a status after logging why. */
+static int
+vmd_metrics_open(struct vmd *vmd, const struct moat_config *c)
+{
+	const char *addr = moat_config_get(c, SECTION, "metrics", "");
+	char *errmsg = NULL;
+	int rv;
+
+	if (addr[0] == '\0')
+		return MOAT_OK;
+	if ((rv = vmd_metrics_start(vmd, addr, vmd_snapram_fill, &errmsg)) !=
+	    MOAT_OK) {
+		moat_error(0, "%s", errmsg ? errmsg : "metrics");
+		free(errmsg);
+		return rv;
+	}
+	return MOAT_OK;
+}
+
 /* Starts the RPC server on cfg.listen_url and, with a survey URL, the
  * survey respondent; warns when the gateway could not dial what is
  * advertised. Returns 0 or a status after logging why. */
@@ -891,6 +917,8 @@ main(int argc, char **argv)
 	}
 	/* Without the thread, pushes run before SnapshotSandbox answers. */
 	(void)!vmd_pushq_start(&vmd);
+	if ((rv = vmd_metrics_open(&vmd, config)) != MOAT_OK)
+		goto out;
 
 	if ((rv = vmd_serve(&vmd, &svc, &server, &survey)) != MOAT_OK)
 		goto out;
@@ -920,6 +948,7 @@ out:
 	 * settles a push any more; the running one ends, queued ones are
 	 * abandoned (pushed when evicted). */
 	vmd_pushq_stop(&vmd);
+	vmd_metrics_stop();
 	vmd_snapram_fini(&vmd);
 	vmd_verify_free(vmd.verify);
 	moat_rpc_client_close(vmd.snapd);

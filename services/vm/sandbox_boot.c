@@ -23,6 +23,7 @@
 #include "extents.h"
 #include "guest_link.h"
 #include "image.h"
+#include "metrics.h"
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
@@ -763,6 +764,8 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = bring_up_disk(vmd, sb, snap_dir, &why)) != MOAT_OK ||
 	    (rv = bring_up_vmm(sb, snap_dir, accel, &why)) != MOAT_OK ||
 	    (rv = bring_up_running(vmd, sb, mode, replace, &why)) != MOAT_OK) {
+		vmd_metrics_boot_failed(
+		    snap_dir ? VMD_BOOT_RESTORE : VMD_BOOT_COLD);
 		rv = bring_up_fail(call, sb, snap_dir, rv, why);
 		free(why);
 		return rv;
@@ -772,6 +775,8 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	    "%" PRIu64 " ms)",
 	    sb->id.str, sb->accel, (int)sb->vmm.pid,
 	    snap_dir ? "restore" : "boot", sb->boot_ms);
+	vmd_metrics_boot(snap_dir ? VMD_BOOT_RESTORE : VMD_BOOT_COLD,
+	    sb->boot_ms);
 	free(why);
 	*out = sb;
 	return MOAT_OK;

@@ -14,6 +14,7 @@
 #include <sys/random.h>
 
 #include "image.h"
+#include "metrics.h"
 #include "moat/log.h"
 #include "moat/rpc_tenant.h"
 #include "moat/status.h"
@@ -264,6 +265,7 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 {
 	struct restore r = { 0 };
 	struct sandbox *sb = NULL;
+	uint64_t t0 = moat_rpc_now_ms();
 	int rv;
 
 	*out = NULL;
@@ -290,6 +292,9 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	    r.meta->accel[0] ? r.meta->accel : "tcg",
 	    r.old ? BRING_UP_REPLACE : BRING_UP_LISTED, r.old, out);
 out:
+	if (rv == MOAT_OK)
+		vmd_metrics_restore(moat_rpc_now_ms() - t0,
+		    r.pulled_bytes > 0);
 	restore_done(vmd, req->snapshot_id, &r);
 	return rv;
 }

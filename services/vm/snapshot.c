@@ -31,6 +31,7 @@
 #include "snapram.h"
 #include "files.h"
 #include "image.h"
+#include "metrics.h"
 #include "node.h"
 #include "pushq.h"
 #include "sandbox.h"
@@ -514,6 +515,7 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	    " B, sealed in %" PRIu64 " ms",
 	    is_template ? "template" : "snapshot", id, sb->id.str, st.pause_ms,
 	    st.device_state_bytes, st.ram_bytes, st.disk_bytes, seal_ms);
+	vmd_metrics_snapshot_pause(is_template, st.pause_ms);
 	vmd_ram_admit_done(vmd, admitted);
 	admitted = 0;
 	/* Over budget now: the least recently used copies go to disk

@@ -32,6 +32,7 @@
 #include "moat/util.h"
 #include "snap_client.h"
 #include "ramdir.h"
+#include "metrics.h"
 #include "node.h"
 #include "sync.h"
 #include "snapshot_push.h"
@@ -82,6 +83,7 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	char seal_kv[VMD_SEAL_N + 1][2][VMD_SEAL_LABEL_MAX];
 	char *err = NULL, *path = NULL, *network = NULL;
 	size_t n_labels = 0;
+	uint64_t t0;
 	int rv;
 
 	memset(res, 0, sizeof(*res));
@@ -89,6 +91,7 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 		moat__v1__snap_artifact__init(&arts[i]);
 	if (vmd->snapd == NULL)
 		return;
+	t0 = moat_rpc_now_ms();
 	if ((rv = vmd_snapd_ping(vmd, &err)) != MOAT_OK)
 		goto fail;
 	for (size_t i = 0; i < VMD_SNAP_N_ARTIFACTS; i++) {
@@ -171,6 +174,8 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	    meta->snapshot_id, info->id, tenant,
 	    req.parent_id[0] ? req.parent_id : "none", info->stored_bytes,
 	    info->logical_bytes);
+	vmd_metrics_push(true, moat_rpc_now_ms() - t0, info->stored_bytes,
+	    info->logical_bytes);
 	goto out;
 fail:
 	res->error = moat_asprintf("not stored in moat-snapd %s (%s): %s",
@@ -178,6 +183,7 @@ fail:
 	moat_warn(request_id, "snapshot %s: %s; it stays local to node %s",
 	    meta->snapshot_id, res->error ? res->error : "not stored",
 	    vmd->cfg.node_id);
+	vmd_metrics_push(false, moat_rpc_now_ms() - t0, 0, 0);
 out:
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);

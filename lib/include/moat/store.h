@@ -38,6 +38,12 @@ void moat_store_close(struct moat_store *st);
 /* moat_store_path: the directory, owned by st. */
 const char *moat_store_path(const struct moat_store *st);
 
+/* moat_store_usage: the pages the environment has written so far, in
+ * bytes (LMDB never shrinks them: freed pages are reused), and its map
+ * size; for metrics. Thread-safe. */
+void moat_store_usage(const struct moat_store *st, uint64_t *used_bytes,
+    uint64_t *map_bytes);
+
 /* moat_store_txn_begin: a read (write == false) or write transaction.
  * A write transaction waits for the one before it to end. The transaction
  * belongs to the calling thread until it ends (commit or abort). On

@@ -6,10 +6,13 @@
  * kept apart, a chunk corrupted on disk (a byte flipped with a direct
  * LMDB write) reported as DATA_LOSS naming the snapshot, commits that are
  * refused (missing chunks, a full map) leaving nothing behind, arriving
- * chunks checked against their ids, the sweep of abandoned uploads, and
- * list paging.
+ * chunks checked against their ids, the sweep of abandoned uploads,
+ * list paging, and its metrics (--metrics: chunk bytes in and out, the
+ * chunk calls' latency, stored vs logical bytes).
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1022,6 +1026,119 @@ test_map_full(void **state)
 	free(path);
 }
 
+/* ---- metrics ---- */
+
+static int
+setup_metrics(void **state)
+{
+	char *const extra[] = { "--metrics", "127.0.0.1:0", NULL };
+
+	snprintf(dir, sizeof(dir), "/tmp/moat-snapd-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	start_snapd(extra);
+	return 0;
+}
+
+/* scrape: the answer to GET /metrics on the port snapd logged. */
+static char *
+scrape(void)
+{
+	static const char at[] = "metrics at http://127.0.0.1:";
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	char *path = moat_asprintf("%s/snapd.log", dir), *log = NULL;
+	char *buf = calloc(1, 1 << 20);
+	const char *req = "GET /metrics HTTP/1.1\r\n\r\n";
+	size_t len = 0;
+	ssize_t n;
+	int fd;
+
+	assert_int_equal(moat_read_file(path, 1 << 20, &log, &len), 0);
+	assert_non_null(strstr(log, at));
+	sa.sin_port = htons((uint16_t)atoi(strstr(log, at) + strlen(at)));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	len = 0;
+	while ((n = read(fd, buf + len, (1 << 20) - 1 - len)) > 0)
+		len += (size_t)n;
+	close(fd);
+	free(log);
+	free(path);
+	assert_non_null(strstr(buf, "HTTP/1.1 200 OK"));
+	return buf;
+}
+
+/* sample: the value of the line `series VALUE` in `text`; -1 absent. */
+static double
+sample(const char *text, const char *series)
+{
+	char *want = moat_asprintf("\n%s ", series);
+	const char *at = strstr(text, want);
+	double v = at ? strtod(at + strlen(want), NULL) : -1;
+
+	if (at == NULL)
+		fprintf(stderr, "no sample %s in the scrape\n", series);
+	free(want);
+	return v;
+}
+
+/* Two snapshots of one file (the second stores nothing new) and a pull:
+ * the chunk traffic, the calls' latency and the dedup ratio move. */
+static void
+test_metrics(void **state)
+{
+	char *path = make_file("ram", 6, 7, 1u << 2), *back, *text,
+	     *msg = NULL;
+	Moat__V1__SnapshotInfo *a, *b, *got;
+	int rv;
+
+	text = scrape();
+	assert_true(
+	    sample(text, "moat_snapd_chunk_bytes_received_total") == 0);
+	assert_true(sample(text, "moat_snapd_dedup_ratio") == 0);
+	free(text);
+	a = snapshot("acme", path, NULL, NULL, NULL);
+	b = snapshot("acme", path, a->id, NULL, NULL);
+	got = get_snapshot("acme", a->id, true, &rv, NULL);
+	assert_int_equal(rv, MOAT_OK);
+	back = moat_asprintf("%s/ram.back", dir);
+	assert_int_equal(moat_snap_pull_file(cli, "acme", a->id,
+	                     got->artifacts[0], back, &msg),
+	    MOAT_OK);
+
+	text = scrape();
+	/* 6 chunks, one a hole: 5 of CS bytes each, stored once. */
+	assert_true(
+	    sample(text, "moat_snapd_chunk_bytes_received_total") == 5.0 * CS);
+	assert_true(
+	    sample(text, "moat_snapd_chunk_bytes_stored_total") == 5.0 * CS);
+	assert_true(sample(text,
+	                "moat_snapd_chunks_received_total{outcome="
+	                "\"stored\"}") == 5);
+	assert_true(sample(text,
+	                "moat_snapd_chunk_calls_total{method=\"PutChunks\","
+	                "result=\"ok\"}") >= 1);
+	assert_true(sample(text, "moat_snapd_put_chunks_seconds_count") >= 1);
+	assert_true(sample(text, "moat_snapd_get_chunks_seconds_count") >= 1);
+	assert_true(sample(text, "moat_snapd_chunks_sent_total") == 5);
+	assert_true(
+	    sample(text, "moat_snapd_chunk_bytes_sent_total") == 5.0 * CS);
+	assert_true(sample(text, "moat_snapd_snapshots") == 2);
+	assert_true(sample(text, "moat_snapd_stored_bytes") == 5.0 * CS);
+	assert_true(sample(text, "moat_snapd_logical_bytes") ==
+	    2 * (double)a->logical_bytes);
+	assert_true(sample(text, "moat_snapd_dedup_ratio") ==
+	    2 * (double)a->logical_bytes / (5.0 * CS));
+	assert_true(sample(text, "moat_snapd_lmdb_used_bytes") > 0);
+	free(text);
+	protobuf_c_message_free_unpacked(&a->base, NULL);
+	protobuf_c_message_free_unpacked(&b->base, NULL);
+	protobuf_c_message_free_unpacked(&got->base, NULL);
+	free(back);
+	free(path);
+}
+
 int
 main(void)
 {
@@ -1047,6 +1164,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_sweep_abandoned, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_map_full, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_metrics, setup_metrics,
 		    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
