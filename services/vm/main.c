@@ -33,6 +33,7 @@
 #include "ramdir.h"
 #include "snapram.h"
 #include "accel.h"
+#include "adopt.h"
 #include "console.h"
 #include "driver.h"
 #include "egress.h"
@@ -65,6 +66,7 @@ static const struct option vmd_options[] = {
 	{ "snapd-tls-name", required_argument, NULL, 0x7410 },
 	{ "survey-tls-name", required_argument, NULL, 0x7411 },
 	{ "snapshot-key-file", required_argument, NULL, 0x7412 },
+	{ "stop-sandboxes", no_argument, NULL, 0x7413 },
 	MOAT_TLS_OPTIONS,
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
@@ -129,6 +131,11 @@ usage(FILE *f)
 	    "                     bytes, made at first start; nodes that\n"
 	    "                     restore each other's snapshots share it;\n"
 	    "                     default <state>/snapshot.key)\n"
+	    "  --stop-sandboxes   SIGTERM destroys every sandbox (default: "
+	    "they\n"
+	    "                     run on and the next vmd on this state dir\n"
+	    "                     re-adopts them; [vmd] "
+	    "stop-sandboxes-on-exit)\n"
 	    "  --version, --help\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, "
@@ -317,7 +324,11 @@ vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
 	    (rv = moat_config_get_bool(c, SECTION, "templates", true,
 	         &cfg->templates, &errmsg)) != 0 ||
 	    (rv = moat_config_get_bool(c, SECTION, "allow-tcg", false,
-	         &cfg->allow_tcg, &errmsg)) != 0) {
+	         &cfg->allow_tcg, &errmsg)) != 0 ||
+	    (rv = moat_config_get_bool(c, SECTION, "stop-sandboxes-on-exit",
+	         false, &cfg->stop_sandboxes, &errmsg)) != 0 ||
+	    (rv = moat_config_get_bool(c, SECTION, "stop-sandboxes",
+	         cfg->stop_sandboxes, &cfg->stop_sandboxes, &errmsg)) != 0) {
 		fprintf(stderr, "moat-vmd: %s\n", errmsg);
 		free(errmsg);
 		return rv;
@@ -881,7 +892,8 @@ main(int argc, char **argv)
 		goto out;
 	}
 	vmd_exec_register(&vmd);
-	vmd_reap_orphans(&vmd);
+	/* Before serving: what an earlier vmd left runs on as before. */
+	vmd_adopt_all(&vmd);
 	if ((rv = vmd_verify_open(&vmd)) != MOAT_OK)
 		goto out;
 	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
@@ -907,11 +919,16 @@ main(int argc, char **argv)
 
 	while (sigwait(&sigs, &sig) != 0 || sig == SIGHUP)
 		;
-	moat_info(0, "%s: destroying every sandbox and stopping",
-	    strsignal(sig));
+	moat_info(0, "%s: %s and stopping", strsignal(sig),
+	    vmd.cfg.stop_sandboxes ?
+	        "destroying every sandbox" :
+	        "leaving every sandbox running for the next vmd");
 	rv = MOAT_OK;
 out:
 	vmd_survey_stop(survey);
+	/* Also when the start failed after the adoption: leave them. */
+	if (!vmd.cfg.stop_sandboxes)
+		vmd_adopt_detach_all(&vmd);
 	vmd_sandbox_destroy_all(&vmd);
 	moat_rpc_server_stop(server);
 	/* After the server: no create can start a build any more. */
