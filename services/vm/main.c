@@ -45,6 +45,7 @@
 #include "survey.h"
 #include "templates.h"
 #include "verify.h"
+#include "vmhost.h"
 
 #define SECTION "vmd"
 
@@ -640,8 +641,37 @@ purge_sandbox_ram(const char *state_dir)
 	free(root);
 }
 
+/* Kills the VMMs a stopped vmd left running for the next one (adopt.h):
+ * each one whose pidfile names a process started from its directory. */
+static void
+purge_vmms(const char *state_dir)
+{
+	char *root = moat_asprintf("%s/vms", state_dir);
+	DIR *d = root ? opendir(root) : NULL;
+	struct dirent *e;
+
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		char *pidfile, *mark;
+
+		if (e->d_name[0] == '.')
+			continue;
+		pidfile = moat_asprintf("%s/%s/qemu.pid", root, e->d_name);
+		mark = moat_asprintf("%s/%s/", root, e->d_name);
+		if (pidfile != NULL && mark != NULL &&
+		    vmd_kill_orphan(pidfile, mark, false))
+			fprintf(stderr, "moat-vmd: killed the VMM of %s\n",
+			    e->d_name);
+		free(pidfile);
+		free(mark);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+}
+
 /* `moat-vmd purge DIR`: deletes a stopped vmd's state directory with
- * everything it holds outside it (its snapshots' RAM copies on tmpfs). */
+ * everything it holds outside it (its snapshots' RAM copies on tmpfs)
+ * and kills the VMMs it left running. */
 static int
 purge_main(const char *state_dir)
 {
@@ -655,6 +685,7 @@ purge_main(const char *state_dir)
 		    "moat-vmd: the recorded RAM dir of %s is gone "
 		    "(%s); RAM files there are not removed\n",
 		    state_dir, strerror(err));
+	purge_vmms(state_dir);
 	purge_ram_links(state_dir);
 	purge_spares(state_dir);
 	purge_sandbox_ram(state_dir);
