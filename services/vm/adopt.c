@@ -336,8 +336,9 @@ adopt_reap(struct vmd *vmd, const char *dir, const char *name, const char *why)
 	if ((err = moat_rm_rf(dir)) != 0)
 		moat_warn(0, "cannot remove %s left by an earlier vmd: %s",
 		    dir, strerror(err));
-	moat_info(0, "cleaned up %s left by an earlier vmd (%s)%s", name, why,
-	    killed ? "; its VMM was still running and was killed" : "");
+	moat_info(0, "cleaned up sandbox %s left by an earlier vmd%s: %s",
+	    name, killed ? " (its VMM was still running and was killed)" : "",
+	    why);
 }
 
 /* One directory of <state>/vms named `name`. */
