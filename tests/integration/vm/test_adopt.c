@@ -7,8 +7,8 @@
  *     VMM is killed later; each gets a file. An exec is left running
  *     (ExecStart) and a one-shot Exec is in flight when vmd 1 is killed
  *     with SIGKILL; the in-flight call answers UNAVAILABLE, not a hang.
- *     The fourth VMM is then killed too, so its state file names a dead
- *     pid.
+ *     The fourth VMM is then killed too, and its state file made to
+ *     name a live process that is no VMM (this test).
  *   - vmd 2 on the same state dir re-adopts the 3 live ones (same VMM
  *     pid, adoptions 1): files, the python variable and the background
  *     process are there; the running exec's id answers UNAVAILABLE
@@ -253,6 +253,28 @@ vms_entries(void)
 	return n;
 }
 
+/* Rewrites the pid line of sandbox id's state file to this process. */
+static void
+point_state_at_me(const char *id)
+{
+	char path[400], line[64];
+	char *text = NULL, *p, *nl, *out;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/node/vms/%s/state", state_root, id);
+	assert_int_equal(moat_read_file(path, 1 << 16, &text, &len), 0);
+	assert_non_null(p = strstr(text, "\npid "));
+	assert_non_null(nl = strchr(p + 1, '\n'));
+	snprintf(line, sizeof(line), "\npid %d", (int)getpid());
+	*p = '\0';
+	out = moat_asprintf("%s%s%s", text, line, nl);
+	assert_non_null(out);
+	assert_int_equal(moat_write_file_atomic(path, out, strlen(out), 0600),
+	    0);
+	free(out);
+	free(text);
+}
+
 enum { PY, BG, IDLE, DEAD, N_SB };
 
 /* The sandboxes, their VMM pids and each one's file text. */
@@ -336,9 +358,11 @@ test_restart_keeps_sandboxes(void **state)
 	v1.client = NULL;
 	for (int i = 0; i < N_SB; i++)
 		assert_true(pid_alive(pids[i]));
-	/* The fourth's state file now names a dead pid. */
+	/* The fourth's state file now names a pid that is no VMM: this
+	 * test's own (its VMM is gone). */
 	kill(pids[DEAD], SIGKILL);
 	assert_true(pid_gone(pids[DEAD]));
+	point_state_at_me(ids[DEAD]);
 
 	start_vmd(&v2, false);
 	check_adopted(&v2, 1);
@@ -354,7 +378,7 @@ test_restart_keeps_sandboxes(void **state)
 	sb = get_sandbox(&v2, ids[DEAD]);
 	assert_int_equal(sb->state,
 	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED);
-	if (strstr(sb->failure_reason, "not running") == NULL)
+	if (strstr(sb->failure_reason, "another process") == NULL)
 		fail_msg("reason: %s", sb->failure_reason);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	vmd_destroy_sandbox(&v2, ids[DEAD]);
