@@ -7,10 +7,12 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "adopt.h"
@@ -75,6 +77,96 @@ record_of(struct sandbox *sb, struct vmd_state_record *r, char **network)
 	return true;
 }
 
+/* Writes the state file atomically. A jailed VMM may write its sandbox
+ * directory (not replace vmd's files in it: the sticky bit), so the
+ * temporary file is made fresh (O_EXCL, no symlink followed) and the
+ * state file stays vmd's own: a VMM cannot plant or edit what the next
+ * vmd trusts. Returns 0 or an errno value. */
+static int
+state_write(const char *path, const char *text, size_t len)
+{
+	char *tmp = moat_asprintf("%s.tmp", path);
+	int fd = -1, err = 0;
+
+	if (tmp == NULL)
+		return ENOMEM;
+	(void)unlink(tmp);
+	if ((fd = open(tmp,
+	         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) <
+	    0) {
+		err = errno;
+		free(tmp);
+		return err;
+	}
+	while (err == 0 && len > 0) {
+		ssize_t n = write(fd, text, len);
+
+		if (n < 0 && errno != EINTR)
+			err = errno;
+		if (n > 0) {
+			text += n;
+			len -= (size_t)n;
+		}
+	}
+	if (err == 0 && fsync(fd) != 0)
+		err = errno;
+	close(fd);
+	if (err == 0 && rename(tmp, path) != 0)
+		err = errno;
+	if (err != 0)
+		(void)unlink(tmp);
+	free(tmp);
+	return err;
+}
+
+/* Reads a state file that vmd wrote: a regular file of vmd's own user
+ * (not a symlink, not one a VMM made). Returns 0 with *text (heap) or
+ * an errno value (EPERM: someone else's). */
+static int
+state_read(const char *path, char **text, size_t *len)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	size_t got = 0;
+	char *buf;
+	int err = 0;
+
+	*text = NULL;
+	*len = 0;
+	if (fd < 0)
+		return errno;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid()) {
+		close(fd);
+		return EPERM;
+	}
+	if ((buf = malloc(VMD_STATE_MAX + 2)) == NULL) {
+		close(fd);
+		return ENOMEM;
+	}
+	/* One byte over the cap: the decoder says it is too big. */
+	while (got < VMD_STATE_MAX + 1) {
+		ssize_t n = read(fd, buf + got, VMD_STATE_MAX + 1 - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			err = errno;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	if (err != 0) {
+		free(buf);
+		return err;
+	}
+	buf[got] = '\0';
+	*text = buf;
+	*len = got;
+	return 0;
+}
+
 int
 vmd_adopt_save(struct sandbox *sb)
 {
@@ -98,7 +190,7 @@ vmd_adopt_save(struct sandbox *sb)
 		free(path);
 		return MOAT_INTERNAL;
 	}
-	if ((err = moat_write_file_atomic(path, text, len, 0600)) != 0) {
+	if ((err = state_write(path, text, len)) != 0) {
 		moat_warn(0,
 		    "sandbox %s: cannot write %s: %s (a vmd restart would "
 		    "lose the sandbox: free space in the state dir)",
@@ -355,11 +447,11 @@ adopt_one(struct vmd *vmd, const char *dir, const char *name)
 	memset(&r, 0, sizeof(r));
 	if (path == NULL)
 		return;
-	if ((err = moat_read_file(path, VMD_STATE_MAX + 1, &text, &len)) !=
-	    0) {
+	if ((err = state_read(path, &text, &len)) != 0) {
 		adopt_reap(vmd, dir, name,
-		    err == ENOENT ? "no state file: it never ran" :
-		                    strerror(err));
+		    err == ENOENT    ? "no state file: it never ran" :
+		        err == EPERM ? "its state file is not vmd's own" :
+		                       strerror(err));
 		goto out;
 	}
 	if (vmd_state_decode(text, len, &r, &why) != MOAT_OK) {
