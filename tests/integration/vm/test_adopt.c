@@ -304,6 +304,32 @@ check_adopted(struct vmd_proc *v, uint32_t n)
 	}
 	free(sh(v, ids[IDLE], "true", 0));
 	free(sh(v, ids[BG], "kill -0 $(cat /tmp/bg.pid)", 0));
+	/* The console is drained again (its named pipe reopened). */
+	{
+		char mark[64], cmd[128], path[400];
+		bool seen = false;
+
+		snprintf(mark, sizeof(mark), "moat-adopt-console-%u", n);
+		snprintf(cmd, sizeof(cmd), "echo %s > /dev/ttyS0", mark);
+		free(sh(v, ids[IDLE], cmd, 0));
+		snprintf(path, sizeof(path), "%s/node/vms/%s/console.log",
+		    state_root, ids[IDLE]);
+		for (int i = 0; i < 100 && !seen; i++) {
+			char *log = NULL;
+			size_t len = 0;
+
+			if (moat_read_file(path, 1 << 22, &log, &len) == 0)
+				seen = memmem(log, len, mark, strlen(mark)) !=
+				    NULL;
+			free(log);
+			if (!seen)
+				usleep(100000);
+		}
+		if (!seen)
+			fail_msg("console.log of %s lacks the mark after "
+			         "adoption %u",
+			    ids[IDLE], n);
+	}
 }
 
 static void
