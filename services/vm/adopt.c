@@ -28,7 +28,11 @@
 
 /* How long an adopted guest's agent has to greet the new link (it looks
  * for a host every 20 ms; a TCG guest on a busy host is slow). */
-#define ADOPT_AGENT_MS 15000u
+#define ADOPT_AGENT_MS 30000u
+/* One link's wait for AgentReady, and how long the agent's port is left
+ * without a host before the next link (see adopt_link). */
+#define ADOPT_TRY_MS 4000u
+#define ADOPT_GAP_MS 1000u
 /* How long a shutdown waits for a snapshot in progress before it leaves
  * the sandbox anyway. */
 #define DETACH_SNAPSHOT_WAIT_MS 30000u
@@ -274,13 +278,14 @@ out:
 	return sb;
 }
 
-/* Opens a new guest link to the adopted VM and waits for its agent's
- * AgentReady. Returns 0 or a status with *why (heap). */
+/* One try at a guest link to the adopted VM: connects and waits until
+ * `try_until` for the agent's AgentReady. Returns 0 with sb->link set;
+ * MOAT_UNAVAILABLE to try again (the link is gone again); another
+ * status when the VM is gone. *why (heap) says what happened. */
 static int
-adopt_link(struct sandbox *sb, char **why)
+adopt_link_try(struct sandbox *sb, uint64_t try_until, char **why)
 {
 	const struct moat_vmm_ops *ops = sb->vmd->vmm;
-	uint64_t deadline = moat_rpc_now_ms() + ADOPT_AGENT_MS;
 	struct guest_link *link = NULL;
 	char *err = NULL;
 	int fd = -1;
@@ -288,7 +293,7 @@ adopt_link(struct sandbox *sb, char **why)
 
 	while ((rv = ops->connect_agent(&sb->vmm, &fd, &err)) ==
 	        MOAT_UNAVAILABLE &&
-	    moat_rpc_now_ms() < deadline)
+	    moat_rpc_now_ms() < try_until)
 		vmd_sleep_ms(20);
 	if (rv != MOAT_OK) {
 		*why = moat_asprintf("cannot connect to its agent socket: %s",
@@ -306,17 +311,66 @@ adopt_link(struct sandbox *sb, char **why)
 	pthread_mutex_lock(&sb->mu);
 	sb->link = link;
 	while (!sb->agent_ready && !sb->link_closed && !sb->vmm_exited &&
-	    vmd_cond_wait_until(&sb->cv, &sb->mu, deadline) == 0)
+	    vmd_cond_wait_until(&sb->cv, &sb->mu, try_until) == 0)
 		;
-	rv = sb->agent_ready ? MOAT_OK : MOAT_FAILED_PRECONDITION;
-	if (rv != MOAT_OK)
-		*why = moat_asprintf("its guest agent did not greet the new "
-		                     "link within %u ms (%s)",
-		    ADOPT_AGENT_MS,
-		    sb->vmm_exited     ? "the VMM exited" :
-		        sb->link_error ? sb->link_error :
-		                         "no AgentReady");
+	if (sb->agent_ready) {
+		pthread_mutex_unlock(&sb->mu);
+		return MOAT_OK;
+	}
+	rv = sb->vmm_exited ? MOAT_FAILED_PRECONDITION : MOAT_UNAVAILABLE;
+	*why = strdup(sb->vmm_exited ? "the VMM exited" :
+	        sb->link_error       ? sb->link_error :
+	                               "no AgentReady");
+	/* No RPC has seen this link: it goes at once. */
+	sb->link = NULL;
+	sb->link_closed = false;
+	free(sb->link_error);
+	sb->link_error = NULL;
 	pthread_mutex_unlock(&sb->mu);
+	guest_link_shutdown(link, NULL);
+	guest_link_free(link);
+	return rv;
+}
+
+/* Opens a new guest link to the adopted VM and waits for its agent's
+ * AgentReady. The agent greets a host it sees arrive after one it saw
+ * leave; one that missed the gap (a busy TCG guest) still serves the
+ * old session, so a silent link is dropped for a while (the agent then
+ * sees the port without a host, ending that session) and made again.
+ * Returns 0 or a status with *why (heap). */
+static int
+adopt_link(struct sandbox *sb, char **why)
+{
+	uint64_t deadline = moat_rpc_now_ms() + ADOPT_AGENT_MS;
+	char *err = NULL;
+	int rv;
+
+	for (int tries = 1;; tries++) {
+		uint64_t try_until = moat_rpc_now_ms() + ADOPT_TRY_MS;
+
+		free(err);
+		err = NULL;
+		if (try_until > deadline)
+			try_until = deadline;
+		if ((rv = adopt_link_try(sb, try_until, &err)) !=
+		    MOAT_UNAVAILABLE)
+			break;
+		if (moat_rpc_now_ms() + ADOPT_GAP_MS >= deadline)
+			break;
+		moat_info(0,
+		    "sandbox %s: its agent did not greet link %d (%s); "
+		    "dropping it for %u ms and trying again",
+		    sb->id.str, tries, err ? err : "?", ADOPT_GAP_MS);
+		vmd_sleep_ms(ADOPT_GAP_MS);
+	}
+	if (rv != MOAT_OK) {
+		*why =
+		    moat_asprintf("its guest agent did not greet a new link "
+		                  "within %u ms (%s)",
+		        ADOPT_AGENT_MS, err ? err : "?");
+		rv = rv == MOAT_UNAVAILABLE ? MOAT_FAILED_PRECONDITION : rv;
+	}
+	free(err);
 	return rv;
 }
 
