@@ -12,8 +12,8 @@
  *   - vmd 2 on the same state dir re-adopts the 3 live ones (same VMM
  *     pid, adoptions 1): files, the python variable and the background
  *     process are there; the running exec's id answers UNAVAILABLE
- *     saying vmd restarted; the fourth is FAILED with the reason and
- *     destroys cleanly. vmd 2 gets SIGTERM: the sandboxes stay.
+ *     saying vmd restarted; an adopted one snapshots; the fourth is
+ *     FAILED with the reason and destroys cleanly. vmd 2 gets SIGTERM: the sandboxes stay.
  *   - vmd 3 re-adopts them again (adoptions 2) with --stop-sandboxes;
  *     its SIGTERM destroys them: no VMM is left, the vms dir is empty.
  * Needs the default image (MOAT_IMAGE_DIR or <repo>/images/out); skipped
@@ -408,6 +408,25 @@ test_restart_keeps_sandboxes(void **state)
 		fail_msg("reason: %s", sb->failure_reason);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 	vmd_destroy_sandbox(&v2, ids[DEAD]);
+	/* An adopted VM snapshots (QMP, its RAM file and disk are found
+	 * again) and runs on after it. */
+	{
+		Moat__V1__SnapshotSandboxRequest sr =
+		    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+		Moat__V1__LocalSnapshot *snap = NULL;
+
+		sr.sandbox_id = ids[IDLE];
+		if (vmd_call(&v2, "SnapshotSandbox", &sr.base,
+		        &moat__v1__local_snapshot__descriptor,
+		        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK)
+			fail_msg("snapshot of an adopted sandbox: %s",
+			    vmd_last_err);
+		assert_true(snap->ram_bytes > 0);
+		protobuf_c_message_free_unpacked(&snap->base, NULL);
+		text = read_file(&v2, ids[IDLE], "/tmp/adopt.txt");
+		assert_non_null(strstr(text, ids[IDLE]));
+		free(text);
+	}
 	/* A new exec after the adoption works and gets a new id. */
 	assert_true(exec_start(&v2, ids[PY], "true") > running_exec);
 
