@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "moat/status.h"
@@ -191,17 +192,16 @@ console_pipe(int fds[2])
 	return 0;
 }
 
-int
-vmd_console_open(const char *path, uint64_t max_bytes,
-    struct vmd_console **out, int *write_fd, char **errmsg)
+/* A new console draining into `path` (truncated unless `append`); the
+ * caller sets c->rfd and starts the thread (console_start). */
+static int
+console_new(const char *path, uint64_t max_bytes, bool append,
+    struct vmd_console **out, char **errmsg)
 {
 	struct vmd_console *c = calloc(1, sizeof(*c));
-	int fds[2] = { -1, -1 };
 	int err;
 
 	*out = NULL;
-	*write_fd = -1;
-	*errmsg = NULL;
 	if (c == NULL) {
 		*errmsg = strdup("out of memory");
 		return MOAT_INTERNAL;
@@ -221,27 +221,161 @@ vmd_console_open(const char *path, uint64_t max_bytes,
 		*errmsg = strdup("out of memory");
 		return MOAT_INTERNAL;
 	}
-	(void)unlink(c->path1);
-	c->out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	err = c->out_fd < 0 ? errno : console_pipe(fds);
-	if (err != 0) {
+	if (!append)
+		(void)unlink(c->path1);
+	c->out_fd = open(path,
+	    O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC),
+	    0600);
+	if (c->out_fd < 0) {
+		err = errno;
+		*errmsg = moat_asprintf("cannot set up the console %s: %s",
+		    path, strerror(err));
+		console_free(c);
+		return moat_status_from_errno(err);
+	}
+	if (append) {
+		struct stat st;
+
+		if (fstat(c->out_fd, &st) == 0)
+			c->cur = (uint64_t)st.st_size;
+	}
+	*out = c;
+	return MOAT_OK;
+}
+
+/* Starts c's thread once c->rfd is set; frees c on failure. */
+static int
+console_start(struct vmd_console *c, char **errmsg)
+{
+	int err;
+
+	if ((c->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
+	    (err = vmd_thread_create(&c->thread, console_main, c)) != 0) {
+		err = c->stop_fd < 0 ? errno : err;
+		*errmsg = moat_asprintf("cannot start the console thread of "
+		                        "%s: %s",
+		    c->path, strerror(err));
+		console_free(c);
+		return moat_status_from_errno(err);
+	}
+	return MOAT_OK;
+}
+
+int
+vmd_console_open(const char *path, uint64_t max_bytes,
+    struct vmd_console **out, int *write_fd, char **errmsg)
+{
+	struct vmd_console *c = NULL;
+	int fds[2] = { -1, -1 };
+	int err, rv;
+
+	*out = NULL;
+	*write_fd = -1;
+	*errmsg = NULL;
+	if ((rv = console_new(path, max_bytes, false, &c, errmsg)) != MOAT_OK)
+		return rv;
+	if ((err = console_pipe(fds)) != 0) {
 		*errmsg = moat_asprintf("cannot set up the console %s: %s",
 		    path, strerror(err));
 		console_free(c);
 		return moat_status_from_errno(err);
 	}
 	c->rfd = fds[0];
-	if ((c->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
-	    (err = vmd_thread_create(&c->thread, console_main, c)) != 0) {
-		err = c->stop_fd < 0 ? errno : err;
-		*errmsg = moat_asprintf("cannot start the console thread of "
-		                        "%s: %s",
-		    path, strerror(err));
+	if ((rv = console_start(c, errmsg)) != MOAT_OK) {
 		close(fds[1]);
+		return rv;
+	}
+	*write_fd = fds[1];
+	*out = c;
+	return MOAT_OK;
+}
+
+/* Opens the read end of the named pipe `fifo` (non-blocking: no writer
+ * needed). Returns the fd or -errno. */
+static int
+console_fifo_reader(const char *fifo)
+{
+	struct stat st;
+	int fd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	return fd;
+}
+
+int
+vmd_console_open_fifo(const char *path, const char *fifo, uint64_t max_bytes,
+    struct vmd_console **out, int *write_fd, char **errmsg)
+{
+	struct vmd_console *c = NULL;
+	int wfd = -1;
+	int err, rv;
+
+	*out = NULL;
+	*write_fd = -1;
+	*errmsg = NULL;
+	if ((rv = console_new(path, max_bytes, false, &c, errmsg)) != MOAT_OK)
+		return rv;
+	(void)unlink(fifo);
+	err = mkfifo(fifo, 0600) != 0 ? errno : 0;
+	if (err == 0 && (c->rfd = console_fifo_reader(fifo)) < 0)
+		err = -c->rfd;
+	/* A reader is there: the writer's open does not block. */
+	if (err == 0 &&
+	    (wfd = open(fifo, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		err = errno;
+	if (err == 0 && wfd < 3) {
+		int hi = fcntl(wfd, F_DUPFD_CLOEXEC, 3);
+
+		err = hi < 0 ? errno : 0;
+		close(wfd);
+		wfd = hi;
+	}
+	if (err != 0) {
+		*errmsg = moat_asprintf("cannot set up the console pipe %s: "
+		                        "%s",
+		    fifo, strerror(err));
+		if (wfd >= 0)
+			close(wfd);
 		console_free(c);
 		return moat_status_from_errno(err);
 	}
-	*write_fd = fds[1];
+	if ((rv = console_start(c, errmsg)) != MOAT_OK) {
+		close(wfd);
+		return rv;
+	}
+	*write_fd = wfd;
+	*out = c;
+	return MOAT_OK;
+}
+
+int
+vmd_console_attach(const char *path, const char *fifo, uint64_t max_bytes,
+    struct vmd_console **out, char **errmsg)
+{
+	struct vmd_console *c = NULL;
+	int rv;
+
+	*out = NULL;
+	*errmsg = NULL;
+	if ((rv = console_new(path, max_bytes, true, &c, errmsg)) != MOAT_OK)
+		return rv;
+	if ((c->rfd = console_fifo_reader(fifo)) < 0) {
+		int err = -c->rfd;
+
+		*errmsg = moat_asprintf("cannot open the console pipe %s "
+		                        "again: %s",
+		    fifo, strerror(err));
+		c->rfd = -1;
+		console_free(c);
+		return moat_status_from_errno(err);
+	}
+	if ((rv = console_start(c, errmsg)) != MOAT_OK)
+		return rv;
 	*out = c;
 	return MOAT_OK;
 }

@@ -30,6 +30,22 @@ int vmd_console_open(const char *path, uint64_t max_bytes,
     struct vmd_console **out, int *write_fd, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* vmd_console_open_fifo: vmd_console_open through the named pipe
+ * `fifo` (made, 0600) instead of an anonymous one, so that a vmd started
+ * later can read what the same VMM writes (vmd_console_attach): while no
+ * vmd reads, the VMM's console writes fail and the guest's output is
+ * lost, never blocked. Same contract as vmd_console_open. */
+int vmd_console_open_fifo(const char *path, const char *fifo,
+    uint64_t max_bytes, struct vmd_console **out, int *write_fd, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* vmd_console_attach: drains the named pipe `fifo` of a VMM that an
+ * earlier vmd started (vmd_console_open_fifo) into `path`, appended to.
+ * Returns 0 with *out, or a status with *errmsg (heap). */
+int vmd_console_attach(const char *path, const char *fifo, uint64_t max_bytes,
+    struct vmd_console **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* vmd_console_settle: waits (at most `timeout_ms`) until what the VMM
  * wrote so far is in the file, e.g. before reading its tail after the
  * VMM died. Safe on NULL. */

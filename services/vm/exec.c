@@ -387,6 +387,12 @@ exec_sandbox_gone(struct sandbox *sb, struct moat_rpc_call *call)
 static int
 exec_not_found(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id)
 {
+	if (id <= sb->exec_id_floor)
+		return moat_rpc_error(call, MOAT_UNAVAILABLE,
+		    "exec %" PRIu64 " of sandbox %s is from before its vmd "
+		    "restarted: the exec's vmd restarted and its outcome is "
+		    "unknown (run it again if it is safe to repeat)",
+		    id, sb->id.str);
 	return moat_rpc_error(call, MOAT_NOT_FOUND,
 	    "exec %" PRIu64 " not "
 	    "found in sandbox %s (the last %u finished execs are kept)",

@@ -556,3 +556,14 @@ guest_link_free(struct guest_link *gl)
 	pthread_cond_destroy(&gl->cv);
 	free(gl);
 }
+
+void
+guest_link_skip_ids(struct guest_link *gl, uint64_t last)
+{
+	if (gl == NULL)
+		return;
+	pthread_mutex_lock(&gl->mu);
+	if (gl->last_id < last)
+		gl->last_id = last;
+	pthread_mutex_unlock(&gl->mu);
+}

@@ -67,6 +67,11 @@ void guest_link_shutdown(struct guest_link *gl, const char *why);
  * `gl`. */
 void guest_link_continue_ids(struct guest_link *gl, struct guest_link *from);
 
+/* guest_link_skip_ids: makes `gl`'s next request id greater than `last`
+ * (a re-adopted sandbox's link: ids from before vmd restarted are never
+ * handed out again). */
+void guest_link_skip_ids(struct guest_link *gl, uint64_t last);
+
 /* guest_link_close_fd: after guest_link_shutdown: closes the stream's
  * file descriptor now (waiting for a writer still inside), so a link
  * that is replaced but must stay allocated for callers that may still

@@ -602,6 +602,71 @@ vmd_jail_free(struct vmd_jail *j)
 	free(j);
 }
 
+int
+vmd_jail_adopt(const char *dir, uid_t uid, struct vmd_jail **out,
+    char **errmsg)
+{
+	const char *slash = strrchr(dir, '/');
+	const char *name = slash ? slash + 1 : dir;
+	struct vmd_jail *j;
+
+	*out = NULL;
+	if (J.s.off)
+		return MOAT_OK;
+	if ((j = calloc(1, sizeof(*j))) == NULL) {
+		*errmsg = strdup("out of memory");
+		return MOAT_INTERNAL;
+	}
+	if (uid != 0) {
+		bool taken = false;
+
+		pthread_mutex_lock(&J.mu);
+		if (uid >= J.s.uid_base &&
+		    uid - J.s.uid_base < J.s.uid_count && J.used != NULL &&
+		    !J.used[uid - J.s.uid_base]) {
+			J.used[uid - J.s.uid_base] = 1;
+			taken = true;
+		}
+		pthread_mutex_unlock(&J.mu);
+		if (!taken) {
+			*errmsg =
+			    moat_asprintf("its jail uid %u is outside "
+			                  "[vmd] jail-uid-base/-count or "
+			                  "already another VMM's",
+			        (unsigned)uid);
+			free(j);
+			return MOAT_FAILED_PRECONDITION;
+		}
+		j->has_uid = true;
+		j->plan.uid = uid;
+		j->plan.gid = J.s.gid;
+	}
+	if (J.ns_ok)
+		j->plan.staging = keep(j, moat_asprintf("%s/.jail", dir));
+	for (int i = 0; J.cg.version != 0 && i < J.cg.n_base; i++) {
+		j->cg.dir[i] = moat_asprintf("%s/%s", J.cg.base[i], name);
+		j->cg.n = i + 1;
+	}
+	*out = j;
+	return MOAT_OK;
+}
+
+void
+vmd_jail_detach(struct vmd_jail *j)
+{
+	if (j == NULL)
+		return;
+	for (int i = 0; i < VMD_CGROUP_MAX; i++) {
+		free(j->cg.dir[i]);
+		free(j->cg.procs[i]);
+	}
+	if (j->has_uid)
+		uid_give(j->plan.uid);
+	for (size_t i = 0; i < j->n_strs; i++)
+		free(j->strs[i]);
+	free(j);
+}
+
 void
 vmd_jail_forget(const char *name)
 {

@@ -96,6 +96,19 @@ const struct moat_jail *vmd_jail_plan(const struct vmd_jail *j);
 /* vmd_jail_uid: the VMM's uid (0 when not dropped). */
 uid_t vmd_jail_uid(const struct vmd_jail *j);
 
+/* vmd_jail_adopt: the jail of a VMM that an earlier vmd started in
+ * sandbox directory `dir` as jail uid `uid` (0: none) and that a new vmd
+ * re-adopts: claims the uid and names its cgroup, so vmd_jail_free undoes
+ * them as for a jail vmd_jail_make made. Returns 0 with *out (NULL with
+ * isolation = off), or a status with *errmsg (heap) when the uid is
+ * outside the pool or taken. */
+int vmd_jail_adopt(const char *dir, uid_t uid, struct vmd_jail **out,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* vmd_jail_detach: frees j but leaves its cgroup, staging directory and
+ * VMM alone (vmd stops and a later one re-adopts the VMM). NULL-safe. */
+void vmd_jail_detach(struct vmd_jail *j);
+
 /* vmd_jail_forget: removes the cgroup of a VMM named `name` that a
  * killed vmd left (reap_orphan). */
 void vmd_jail_forget(const char *name);

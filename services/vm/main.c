@@ -34,6 +34,7 @@
 #include "ramdir.h"
 #include "snapram.h"
 #include "accel.h"
+#include "adopt.h"
 #include "console.h"
 #include "driver.h"
 #include "egress.h"
@@ -46,6 +47,7 @@
 #include "survey.h"
 #include "templates.h"
 #include "verify.h"
+#include "vmhost.h"
 
 #define SECTION "vmd"
 
@@ -68,6 +70,7 @@ static const struct option vmd_options[] = {
 	{ "survey-tls-name", required_argument, NULL, 0x7411 },
 	{ "snapshot-key-file", required_argument, NULL, 0x7412 },
 	MOAT_METRICS_OPTION,
+	{ "stop-sandboxes", no_argument, NULL, 0x7413 },
 	MOAT_TLS_OPTIONS,
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
@@ -135,6 +138,11 @@ usage(FILE *f)
 	    "  --metrics ADDR     serve Prometheus metrics at "
 	    "http://ADDR/metrics\n"
 	    "                     (e.g. 127.0.0.1:9101; default off)\n"
+	    "  --stop-sandboxes   SIGTERM destroys every sandbox (default: "
+	    "they\n"
+	    "                     run on and the next vmd on this state dir\n"
+	    "                     re-adopts them; [vmd] "
+	    "stop-sandboxes-on-exit)\n"
 	    "  --version, --help\n"
 	    "Every option is also [vmd] KEY in moat.conf and MOAT_VMD_KEY in\n"
 	    "the environment; further keys: advertise-url, qemu, "
@@ -323,7 +331,11 @@ vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
 	    (rv = moat_config_get_bool(c, SECTION, "templates", true,
 	         &cfg->templates, &errmsg)) != 0 ||
 	    (rv = moat_config_get_bool(c, SECTION, "allow-tcg", false,
-	         &cfg->allow_tcg, &errmsg)) != 0) {
+	         &cfg->allow_tcg, &errmsg)) != 0 ||
+	    (rv = moat_config_get_bool(c, SECTION, "stop-sandboxes-on-exit",
+	         false, &cfg->stop_sandboxes, &errmsg)) != 0 ||
+	    (rv = moat_config_get_bool(c, SECTION, "stop-sandboxes",
+	         cfg->stop_sandboxes, &cfg->stop_sandboxes, &errmsg)) != 0) {
 		fprintf(stderr, "moat-vmd: %s\n", errmsg);
 		free(errmsg);
 		return rv;
@@ -635,8 +647,37 @@ purge_sandbox_ram(const char *state_dir)
 	free(root);
 }
 
+/* Kills the VMMs a stopped vmd left running for the next one (adopt.h):
+ * each one whose pidfile names a process started from its directory. */
+static void
+purge_vmms(const char *state_dir)
+{
+	char *root = moat_asprintf("%s/vms", state_dir);
+	DIR *d = root ? opendir(root) : NULL;
+	struct dirent *e;
+
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		char *pidfile, *mark;
+
+		if (e->d_name[0] == '.')
+			continue;
+		pidfile = moat_asprintf("%s/%s/qemu.pid", root, e->d_name);
+		mark = moat_asprintf("%s/%s/", root, e->d_name);
+		if (pidfile != NULL && mark != NULL &&
+		    vmd_kill_orphan(pidfile, mark, false))
+			fprintf(stderr, "moat-vmd: killed the VMM of %s\n",
+			    e->d_name);
+		free(pidfile);
+		free(mark);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+}
+
 /* `moat-vmd purge DIR`: deletes a stopped vmd's state directory with
- * everything it holds outside it (its snapshots' RAM copies on tmpfs). */
+ * everything it holds outside it (its snapshots' RAM copies on tmpfs)
+ * and kills the VMMs it left running. */
 static int
 purge_main(const char *state_dir)
 {
@@ -650,6 +691,7 @@ purge_main(const char *state_dir)
 		    "moat-vmd: the recorded RAM dir of %s is gone "
 		    "(%s); RAM files there are not removed\n",
 		    state_dir, strerror(err));
+	purge_vmms(state_dir);
 	purge_ram_links(state_dir);
 	purge_spares(state_dir);
 	purge_sandbox_ram(state_dir);
@@ -907,7 +949,8 @@ main(int argc, char **argv)
 		goto out;
 	}
 	vmd_exec_register(&vmd);
-	vmd_reap_orphans(&vmd);
+	/* Before serving: what an earlier vmd left runs on as before. */
+	vmd_adopt_all(&vmd);
 	if ((rv = vmd_verify_open(&vmd)) != MOAT_OK)
 		goto out;
 	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
@@ -935,11 +978,16 @@ main(int argc, char **argv)
 
 	while (sigwait(&sigs, &sig) != 0 || sig == SIGHUP)
 		;
-	moat_info(0, "%s: destroying every sandbox and stopping",
-	    strsignal(sig));
+	moat_info(0, "%s: %s and stopping", strsignal(sig),
+	    vmd.cfg.stop_sandboxes ?
+	        "destroying every sandbox" :
+	        "leaving every sandbox running for the next vmd");
 	rv = MOAT_OK;
 out:
 	vmd_survey_stop(survey);
+	/* Also when the start failed after the adoption: leave them. */
+	if (!vmd.cfg.stop_sandboxes)
+		vmd_adopt_detach_all(&vmd);
 	vmd_sandbox_destroy_all(&vmd);
 	moat_rpc_server_stop(server);
 	/* After the server: no create can start a build any more. */

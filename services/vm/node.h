@@ -80,6 +80,9 @@ struct vmd_config {
 	/* Bounds (issue 14, B). */
 	bool allow_tcg; /* [vmd] allow-tcg: accel=auto may fall back to TCG
 	                   (accel.c) */
+	bool stop_sandboxes;         /* [vmd] stop-sandboxes-on-exit (--stop-
+	                        sandboxes): SIGTERM destroys them; else they
+	                        run on for the next vmd (adopt.h) */
 	uint64_t console_max_bytes;  /* [vmd] console-max-kib (console.h) */
 	uint64_t exec_output_budget; /* [vmd] exec-output-budget-mib: exec
 	                                output all sandboxes may hold in vmd

@@ -9,12 +9,12 @@
  * supervisor and guest link hooks (sandbox_supervise.c), creates and
  * restores (sandbox_create.c, sandbox_restore.c), exec and file calls.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,6 +115,8 @@ vmd_sandbox_free(struct sandbox *sb)
 	free(sb->egress_policy);
 	free(sb->failure_reason);
 	free(sb->link_error);
+	if (sb->supervise_stop_fd >= 0)
+		close(sb->supervise_stop_fd);
 	pthread_mutex_destroy(&sb->mu);
 	pthread_cond_destroy(&sb->cv);
 	free(sb);
@@ -451,6 +453,9 @@ vmd_sandbox_alloc(struct vmd *vmd, const Moat__V1__CreateSandboxRequest *req,
 	sb->vmd = vmd;
 	pthread_mutex_init(&sb->mu, NULL);
 	vmd_cond_init(&sb->cv);
+	/* Without it (no eventfd), vmd cannot leave the VMM running when it
+	 * stops: the supervisor would not return. */
+	sb->supervise_stop_fd = eventfd(0, EFD_CLOEXEC);
 	sandbox_new_id(&sb->id);
 	sb->lifecycle = SANDBOX_BOOTING;
 	sb->vcpus = req->vcpus ? req->vcpus : VMD_DEFAULT_VCPUS;
@@ -591,7 +596,6 @@ sandbox_destroy(struct vmd *vmd, const char *id, uint64_t request_id)
 {
 	struct sandbox *sb;
 	struct sandbox **pp;
-	bool creating;
 
 	pthread_mutex_lock(&vmd->mu);
 	for (pp = &vmd->sandboxes; *pp != NULL; pp = &(*pp)->next)
@@ -605,6 +609,16 @@ sandbox_destroy(struct vmd *vmd, const char *id, uint64_t request_id)
 	*pp = sb->next;
 	sb->listed = false;
 	pthread_mutex_unlock(&vmd->mu);
+	vmd_sandbox_destroy_unlisted(sb, request_id);
+	vmd_sandbox_put(sb);
+	return MOAT_OK;
+}
+
+void
+vmd_sandbox_destroy_unlisted(struct sandbox *sb, uint64_t request_id)
+{
+	struct vmd *vmd = sb->vmd;
+	bool creating;
 
 	pthread_mutex_lock(&sb->mu);
 	creating = sb->lifecycle == SANDBOX_BOOTING ||
@@ -622,9 +636,7 @@ sandbox_destroy(struct vmd *vmd, const char *id, uint64_t request_id)
 		pthread_mutex_unlock(&sb->mu);
 		vmd_sandbox_teardown(sb, "the sandbox was destroyed");
 	}
-	moat_info(request_id, "sandbox %s: destroyed", id);
-	vmd_sandbox_put(sb);
-	return MOAT_OK;
+	moat_info(request_id, "sandbox %s: destroyed", sb->id.str);
 }
 
 int
@@ -694,6 +706,7 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->restored_from =
 	    strdup(sb->restored_from ? sb->restored_from : "");
 	msg->pulled_bytes = sb->pulled_bytes;
+	msg->adoptions = sb->adoptions;
 	if ((msg->network = vmd_egress_to_proto(sb->egress_policy)) == NULL ||
 	    (msg->isolation = strdup(vmd_jail_isolation())) == NULL)
 		return MOAT_INTERNAL;
@@ -719,43 +732,4 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 		}
 	}
 	return MOAT_OK;
-}
-
-/* ---- orphans ---- */
-
-void
-vmd_reap_orphans(struct vmd *vmd)
-{
-	char *vms = moat_asprintf("%s/vms", vmd->cfg.state_dir);
-	DIR *d;
-	struct dirent *de;
-
-	if (vms == NULL || (d = opendir(vms)) == NULL) {
-		free(vms);
-		return;
-	}
-	while ((de = readdir(d)) != NULL) {
-		char *dir;
-		bool killed;
-		int err;
-
-		if (de->d_name[0] == '.')
-			continue;
-		if ((dir = moat_asprintf("%s/%s", vms, de->d_name)) == NULL)
-			continue;
-		killed = vmd->vmm->reap_orphan(dir, de->d_name);
-		if ((err = moat_rm_rf(dir)) != 0)
-			moat_warn(0,
-			    "cannot remove %s left by an earlier vmd: "
-			    "%s",
-			    dir, strerror(err));
-		moat_info(0, "cleaned up sandbox %s left by an earlier vmd%s",
-		    de->d_name,
-		    killed ? " (its VMM was still running and "
-		             "was killed)" :
-		             "");
-		free(dir);
-	}
-	closedir(d);
-	free(vms);
 }

@@ -128,6 +128,17 @@ struct sandbox {
 	                              (an RPC may still hold one) */
 	size_t n_retired_links;
 
+	/* Set before the sandbox is served when a restarted vmd re-adopts
+	 * it (adopt.c), then read without a lock: exec ids up to the floor
+	 * belong to an earlier vmd (ExecWait/ExecRead answer UNAVAILABLE),
+	 * and how many vmds re-adopted it (Sandbox.adoptions). */
+	uint64_t exec_id_floor;
+	uint32_t adoptions;
+	bool vmm_adopted;      /* the VMM is not vmd's child: watched by
+	                           pidfd, never reaped here */
+	int supervise_stop_fd; /* eventfd: the supervisor returns without
+	                           reaping (vmd stops, the VMM stays) */
+
 	struct exec *execs; /* exec.c's */
 	uint32_t execs_running;
 	uint32_t execs_finished;
@@ -228,6 +239,10 @@ bool vmd_sandbox_swap_in(struct vmd *vmd, struct sandbox *old,
 int vmd_sandbox_destroy(struct vmd *vmd, struct moat_rpc_call *call,
     const char *id) __attribute__((warn_unused_result));
 
+/* vmd_sandbox_destroy_unlisted: a destroy of sb, which the caller took
+ * out of the table (its reference stays the caller's). */
+void vmd_sandbox_destroy_unlisted(struct sandbox *sb, uint64_t request_id);
+
 /* vmd_sandbox_destroy_all: at shutdown. Refuses new sandboxes first. */
 void vmd_sandbox_destroy_all(struct vmd *vmd);
 
@@ -243,9 +258,5 @@ void vmd_sandbox_abort(struct sandbox *sb);
  * heap copies; the RPC server frees them. Returns 0 or MOAT_INTERNAL. */
 int vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
     __attribute__((warn_unused_result));
-
-/* vmd_reap_orphans: at start, before serving: removes what an earlier
- * vmd left in <state>/vms. */
-void vmd_reap_orphans(struct vmd *vmd);
 
 #endif

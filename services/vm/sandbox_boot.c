@@ -21,6 +21,7 @@
 
 #include "accel.h"
 #include "extents.h"
+#include "adopt.h"
 #include "guest_link.h"
 #include "image.h"
 #include "metrics.h"
@@ -778,6 +779,9 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	vmd_metrics_boot(snap_dir ? VMD_BOOT_RESTORE : VMD_BOOT_COLD,
 	    sb->boot_ms);
 	free(why);
+	/* A restarted vmd re-adopts what this file names (adopt.h). */
+	if (mode != BRING_UP_HIDDEN)
+		(void)vmd_adopt_save(sb);
 	*out = sb;
 	return MOAT_OK;
 }

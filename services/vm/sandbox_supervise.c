@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include "guest_link.h"
 #include "image.h"
@@ -49,14 +52,55 @@ vmd_exit_status_text(int status)
 	return moat_asprintf("status %d", status);
 }
 
+/* Waits until the VMM process `pid` ends, without reaping it, or until
+ * vmd detaches from it (sb->supervise_stop_fd). Returns false on detach.
+ * A pidfd serves vmd's own children and adopted VMMs alike; without one
+ * (an old kernel) a child is waited for by waitid. */
+static bool
+supervise_wait(struct sandbox *sb, pid_t pid)
+{
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	siginfo_t si;
+
+	if (pidfd < 0 && sb->vmm_adopted)
+		return true; /* ESRCH: gone already */
+	if (pidfd < 0) {
+		while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0 &&
+		    errno == EINTR)
+			;
+		return true;
+	}
+	for (;;) {
+		struct pollfd p[2] = {
+			{ .fd = pidfd, .events = POLLIN },
+			{ .fd = sb->supervise_stop_fd, .events = POLLIN },
+		};
+
+		if (poll(p, sb->supervise_stop_fd >= 0 ? 2 : 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			vmd_sleep_ms(10);
+			continue;
+		}
+		if (p[0].revents != 0)
+			break;
+		if (p[1].revents != 0) {
+			close(pidfd);
+			return false;
+		}
+	}
+	close(pidfd);
+	return true;
+}
+
 /* Waits for the VMM process without reaping it, then reaps it under
- * sb->mu, so a stop() under the lock never signals a recycled pid. */
+ * sb->mu, so a stop() under the lock never signals a recycled pid. An
+ * adopted VMM is not vmd's child: its status goes to its new parent. */
 void *
 vmd_sandbox_supervise(void *arg)
 {
 	struct sandbox *sb = arg;
 	pid_t pid = sb->vmm.pid;
-	siginfo_t si;
 	int status = 0;
 	char *console = NULL;
 	char *vmm_said = NULL;
@@ -64,9 +108,8 @@ vmd_sandbox_supervise(void *arg)
 	char *reason = NULL;
 	bool changed = false;
 
-	while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) != 0 &&
-	    errno == EINTR)
-		;
+	if (!supervise_wait(sb, pid))
+		return NULL;
 	console = vmd_log_tail(sb->vmm.console_log, VMD_CONSOLE_LINES);
 	/* Why a VMM died is in its own log more than on the console
 	 * (Firecracker's logger file, QEMU's stderr). */
@@ -75,11 +118,15 @@ vmd_sandbox_supervise(void *arg)
 	        strcmp(sb->vmm.vmm_log, sb->vmm.console_log) != 0))
 		vmm_said = vmd_log_tail(sb->vmm.vmm_log, VMD_CONSOLE_LINES);
 	pthread_mutex_lock(&sb->mu);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+	if (!sb->vmm_adopted)
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
 	sb->vmm_exited = true;
 	sb->vmm_status = status;
-	how = vmd_exit_status_text(status);
+	how = sb->vmm_adopted ?
+	    strdup("its exit status went elsewhere: it was started by an "
+	           "earlier vmd") :
+	    vmd_exit_status_text(status);
 	if (vmd_sandbox_state_live(sb->lifecycle)) {
 		reason = moat_asprintf("the VM exited unexpectedly (%s%s%s); "
 		                       "last console lines:\n%s%s%s%s%s",

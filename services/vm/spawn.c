@@ -1,7 +1,8 @@
 /*
  * spawn.c: the spawner thread (see spawn.h for why it exists). Requests
  * are handed over one at a time through a mutex and a condition; the
- * thread forks, the child sets its death signal and execs, and a
+ * thread forks, the child sets its death signal (unless it must outlive
+ * vmd) and execs, and a
  * close-on-exec pipe tells the requester whether exec worked. Not for:
  * supervising children after they started.
  */
@@ -228,7 +229,7 @@ jail_root(const struct moat_jail *j, int *step)
 }
 
 static int
-jail_enter(const struct moat_jail *j, int *step)
+jail_enter(const struct moat_jail *j, bool outlive_vmd, int *step)
 {
 	struct rlimit rl;
 	int err;
@@ -278,7 +279,8 @@ jail_enter(const struct moat_jail *j, int *step)
 	/* A uid change clears the death signal: set it again. (Should vmd
 	 * die in between, the next vmd's orphan cleanup kills this VMM by
 	 * its pidfile.) */
-	if (j->uid != 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+	if (!outlive_vmd && j->uid != 0 &&
+	    prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
 		return errno;
 	umask(077);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
@@ -300,9 +302,12 @@ spawn_child(const struct moat_spawn_req *req, int out_fd, int report_fd,
 	sigset_t none;
 	int devnull;
 
-	/* The child of a dying vmd must not be left behind; and if vmd
-	 * died before the prctl took effect, go now. */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != want_parent)
+	/* The child of a dying vmd must not be left behind (unless it is a
+	 * VMM that a restarted vmd re-adopts); and if vmd died before the
+	 * prctl took effect, go now. */
+	if (!req->outlive_vmd &&
+	    (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+	        getppid() != want_parent))
 		_exit(127);
 	setsid();
 	sigemptyset(&none);
@@ -331,7 +336,8 @@ spawn_child(const struct moat_spawn_req *req, int out_fd, int report_fd,
 	close_all_but(report_fd, req->keep_fd > 2 ? req->keep_fd : -1);
 	if (req->keep_fd > 2 && fcntl(req->keep_fd, F_SETFD, 0) != 0)
 		goto fail;
-	if (jail != NULL && (rep.err = jail_enter(jail, &rep.step)) != 0)
+	if (jail != NULL &&
+	    (rep.err = jail_enter(jail, req->outlive_vmd, &rep.step)) != 0)
 		goto report;
 	rep.step = STEP_SETUP;
 	if (req->cwd != NULL && chdir(req->cwd) != 0)

@@ -112,8 +112,8 @@ struct moat_vmm_ops {
 	int (*probe)(const char *binary, char **version, char **errmsg)
 	    __attribute__((warn_unused_result));
 
-	/* start: creates the VMM process for `spec` (the spawner forks it,
-	 * so it dies with vmd). On success vm->pid and the paths are set and
+	/* start: creates the VMM process for `spec` (the spawner forks it;
+	 * it dies with vmd unless the driver can adopt). On success vm->pid and the paths are set and
 	 * the caller must eventually reap vm->pid and call release. On
 	 * failure nothing is left running, vm is released, and *errmsg
 	 * (heap, caller frees) says why. */
@@ -144,6 +144,23 @@ struct moat_vmm_ops {
 	 * outside `dir`. Returns true when a live process was killed. The
 	 * caller removes `dir`. */
 	bool (*reap_orphan)(const char *dir, const char *id);
+
+	/* adopt: a VMM that an earlier vmd started for spec->dir (the
+	 * sandbox's directory; spec->console_max_bytes also read) and
+	 * that should still run as `pid` in jail uid `jail_uid` (0: none):
+	 * checks that pid is that VMM and that it answers, then fills vm as
+	 * start would have (paths, console drained again, jail). The process
+	 * is not vmd's child: the caller watches it by pidfd. On failure vm
+	 * is zeroed, nothing of the VMM is touched, and *errmsg (heap) says
+	 * why. NULL: this driver's VMMs die with vmd (reap_orphan). */
+	int (*adopt)(const struct moat_vmm_spec *spec, pid_t pid,
+	    uid_t jail_uid, struct moat_vmm *vm, char **errmsg)
+	    __attribute__((warn_unused_result));
+
+	/* detach: frees what vm holds in vmd (strings, console thread,
+	 * jail object) but leaves the VMM running with its files, RAM and
+	 * cgroup, for the next vmd to adopt. NULL with adopt. */
+	void (*detach)(struct moat_vmm *vm);
 
 	/* snapshot: pauses the running VMM `vm`, writes its device state,
 	 * a copy of guest RAM and a copy of `scratch_disk` (flushed first)

@@ -6,7 +6,9 @@
  * image's root filesystem read-only and the scratch disk read-write as
  * virtio-blk, the agent on a virtio-serial port bridged to a Unix socket
  * in the sandbox directory, QMP on another, and the serial console in a
- * pipe vmd drains into a capped file (console.h). Not for: supervising the process (sandbox.c) or deciding the
+ * named pipe vmd drains into a capped file (console.h). Every socket is
+ * QEMU's (server side) and the console a named pipe, so a VMM outlives
+ * its vmd and a new vmd re-adopts it (qemu_adopt). Not for: supervising the process (sandbox.c) or deciding the
  * accelerator (accel.c).
  */
 #include <errno.h>
@@ -39,6 +41,9 @@
 
 #define QEMU_MAX_ARGS 96
 #define QEMU_AGENT_PORT "org.moat.agent"
+#define QEMU_CONSOLE_FIFO "console.fifo"
+/* How long an adoption waits for QMP to answer. */
+#define QEMU_ADOPT_QMP_MS 5000
 
 /* The kernel command line every sandbox gets; keys per guest/agent/boot.h
  * and images/README.md. */
@@ -559,6 +564,7 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	char *qmp = NULL;
 	char *pidfile = NULL;
 	char *snap_ram = NULL;
+	char *console_fifo;
 	bool jailed_pid;
 	int rv;
 
@@ -591,8 +597,17 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 		goto fail;
 	(void)unlink(vm->agent_socket);
 	(void)unlink(qmp);
-	if ((rv = vmd_console_open(vm->console_log, spec->console_max_bytes,
-	         &vm->console, &console_fd, errmsg)) != MOAT_OK)
+	/* A named pipe, so a restarted vmd drains the same console. */
+	if ((console_fifo = moat_asprintf("%s/" QEMU_CONSOLE_FIFO,
+	         spec->dir)) == NULL) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
+	rv = vmd_console_open_fifo(vm->console_log, console_fifo,
+	    spec->console_max_bytes, &vm->console, &console_fd, errmsg);
+	free(console_fifo);
+	if (rv != MOAT_OK)
 		goto fail;
 	(void)unlink(pidfile);
 	jailed_pid = vm->jail != NULL && vmd_jail_plan(vm->jail)->staging;
@@ -615,6 +630,7 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	 * On tmpfs the advice is the operator's shmem THP policy: kept. */
 	req.no_hugepage_advice = vmd_ram_dir_reflinks();
 	req.jail = vmd_jail_plan(vm->jail);
+	req.outlive_vmd = true; /* a restarted vmd re-adopts it */
 	rv = moat_spawn(&req, &vm->pid, errmsg);
 	close(console_fd); /* QEMU holds its own */
 	console_fd = -1;
@@ -713,6 +729,31 @@ qemu_connect_agent(const struct moat_vmm *vm, int *fd, char **errmsg)
 	return rv;
 }
 
+static void
+qemu_detach(struct moat_vmm *vm)
+{
+	struct qemu_ram_copy *rc = vm->driver_data;
+
+	if (rc != NULL) {
+		(void)ram_copy_join(rc);
+		free(rc->what);
+		free(rc);
+		vm->driver_data = NULL;
+	}
+	vmd_console_close(vm->console);
+	vm->console = NULL;
+	vmd_jail_detach(vm->jail);
+	vm->jail = NULL;
+	free(vm->agent_socket);
+	free(vm->console_log);
+	free(vm->vmm_log);
+	free(vm->ram_file);
+	free(vm->qmp_socket);
+	vm->agent_socket = vm->console_log = vm->vmm_log = NULL;
+	vm->ram_file = vm->qmp_socket = NULL;
+	vm->pid = 0;
+}
+
 static bool
 qemu_reap_orphan(const char *dir, const char *id)
 {
@@ -729,6 +770,103 @@ qemu_reap_orphan(const char *dir, const char *id)
 	free(ram);
 	free(pidfile);
 	return killed;
+}
+
+/* Asks QMP whether the adopted VMM `vm` runs its guest, and lets a
+ * guest that an interrupted snapshot left paused run again. */
+static int
+qemu_adopt_check(const struct moat_vmm *vm, char **errmsg)
+{
+	struct qmp q = { .fd = -1 };
+	json_t *ret = NULL;
+	const char *status;
+	int rv;
+
+	if ((rv = qemu_qmp_open(vm, &q, moat_rpc_now_ms() + QEMU_ADOPT_QMP_MS,
+	         errmsg)) != MOAT_OK) {
+		if (*errmsg == NULL)
+			*errmsg = strdup("its QMP socket does not answer");
+		return rv == MOAT_UNAVAILABLE ? MOAT_FAILED_PRECONDITION : rv;
+	}
+	if ((rv = qmp_run(&q, "query-status", NULL, &ret, errmsg)) != MOAT_OK)
+		goto out;
+	status = json_string_value(json_object_get(ret, "status"));
+	if (status != NULL &&
+	    (strcmp(status, "paused") == 0 ||
+	        strcmp(status, "postmigrate") == 0)) {
+		/* A snapshot's pause whose vmd died before it resumed. */
+		rv = qmp_run(&q, "cont", NULL, NULL, errmsg);
+	} else if (status == NULL || strcmp(status, "running") != 0) {
+		*errmsg = moat_asprintf("QMP says the VM is \"%s\", not "
+		                        "running",
+		    status ? status : "?");
+		rv = MOAT_FAILED_PRECONDITION;
+	}
+out:
+	json_decref(ret);
+	qmp_close(&q);
+	return rv;
+}
+
+static int
+qemu_adopt(const struct moat_vmm_spec *spec, pid_t pid, uid_t jail_uid,
+    struct moat_vmm *vm, char **errmsg)
+{
+	char *mark = moat_asprintf("%s/", spec->dir);
+	char *fifo = moat_asprintf("%s/" QEMU_CONSOLE_FIFO, spec->dir);
+	int rv;
+
+	*errmsg = NULL;
+	memset(vm, 0, sizeof(*vm));
+	vm->agent_socket = moat_asprintf("%s/agent.sock", spec->dir);
+	vm->console_log = moat_asprintf("%s/console.log", spec->dir);
+	vm->vmm_log = moat_asprintf("%s/qemu.log", spec->dir);
+	vm->qmp_socket = moat_asprintf("%s/qmp.sock", spec->dir);
+	if (!mark || !fifo || !vm->agent_socket || !vm->console_log ||
+	    !vm->vmm_log || !vm->qmp_socket) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
+	/* The pid must still be this sandbox's QEMU, not a recycled one:
+	 * its command line names files in the sandbox directory. */
+	if (pid <= 1 || !vmd_proc_runs(pid, mark, false)) {
+		*errmsg = pid > 1 && kill(pid, 0) == 0 ?
+		    moat_asprintf("its VMM (pid %d) is not running any more: "
+		                  "that pid is another process now",
+		        (int)pid) :
+		    moat_asprintf("its VMM (pid %d) is not running any more",
+		        (int)pid);
+		rv = MOAT_FAILED_PRECONDITION;
+		goto fail;
+	}
+	vm->pid = pid;
+	if ((rv = vmd_jail_adopt(spec->dir, jail_uid, &vm->jail, errmsg)) !=
+	        MOAT_OK ||
+	    (rv = qemu_adopt_check(vm, errmsg)) != MOAT_OK)
+		goto fail;
+	if ((vm->ram_file = vmd_ram_sandbox_path(dir_base(spec->dir))) ==
+	    NULL) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
+	if ((rv = vmd_console_attach(vm->console_log, fifo,
+	         spec->console_max_bytes, &vm->console, errmsg)) != MOAT_OK)
+		goto fail;
+	free(mark);
+	free(fifo);
+	return MOAT_OK;
+fail:
+	free(mark);
+	free(fifo);
+	/* Nothing of the VMM is undone: the caller decides (it keeps the
+	 * RAM file until the VMM is gone). */
+	vm->pid = 0;
+	free(vm->ram_file);
+	vm->ram_file = NULL;
+	qemu_detach(vm);
+	return rv;
 }
 
 /* ---- snapshot and restore ---- */
@@ -1096,6 +1234,8 @@ const struct moat_vmm_ops moat_vmm_qemu = {
 	.stop = vmd_vmm_signal,
 	.release = qemu_release,
 	.reap_orphan = qemu_reap_orphan,
+	.adopt = qemu_adopt,
+	.detach = qemu_detach,
 	.snapshot = qemu_snapshot,
 	.restore = qemu_restore,
 	.resume = qemu_resume,

@@ -85,8 +85,10 @@ vmd_spawn(struct vmd_proc *v, const char *state, vmd_exec_fn exec_vmd,
 			dup2(fd, 1);
 			dup2(fd, 2);
 		}
-		/* If the test dies, vmd stops (and takes its VMs along). */
+		/* If the test dies, vmd stops (and takes its VMs along:
+		 * a test that wants them kept says so in exec_vmd). */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		setenv("MOAT_VMD_STOP_SANDBOXES_ON_EXIT", "true", 1);
 		exec_vmd(v, arg);
 		_exit(127);
 	}
