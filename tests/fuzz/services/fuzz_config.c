@@ -66,10 +66,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	/* A section and key named by the input's first line, if short. */
 	if (size > 2 && size < 200) {
-		char sec[100] = "", key[100] = "";
+		char line[200], sec[100] = "", key[100] = "";
 
-		if (sscanf((const char *)data, "[%99[^]]] %99[^= \n]", sec,
-		        key) == 2)
+		/* sscanf wants a string: the input is not NUL-terminated. */
+		memcpy(line, data, size);
+		line[size] = '\0';
+		if (sscanf(line, "[%99[^]]] %99[^= \n]", sec, key) == 2)
 			(void)moat_config_get(cfg, sec, key, NULL);
 	}
 	moat_config_free(cfg);
