@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "guest_link.h"
 #include "moat/frame.h"
@@ -31,6 +32,10 @@
 #define EXEC_READ_MAX (16u << 20)
 /* Room left in a reply for everything but the two output streams. */
 #define EXEC_REPLY_SLACK (1u << 20)
+
+static void exec_waiters_kick(void);
+static bool exec_defer(struct sandbox *sb, struct moat_rpc_call *call,
+    uint64_t id);
 
 /* ---- the exec table (sb->mu held) ---- */
 
@@ -120,7 +125,7 @@ exec_evict(struct sandbox *sb)
 		struct exec *oldest = NULL;
 
 		for (struct exec *e = sb->execs; e != NULL; e = e->next)
-			if (e->exited &&
+			if (e->exited && e->waiter == NULL &&
 			    (oldest == NULL ||
 			        e->finish_seq < oldest->finish_seq))
 				oldest = e;
@@ -316,6 +321,8 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 		sb->execs_running--;
 		sb->execs_finished++;
 		exec_evict(sb);
+		if (e->waiter != NULL)
+			exec_waiters_kick();
 	}
 	pthread_cond_broadcast(&sb->cv);
 out:
@@ -861,19 +868,49 @@ vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
 	return rv;
 }
 
-int
-vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
-    const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
+/* exec_result_locked: the ExecResult of exited exec `e` into `reply`;
+ * MOAT_OK or MOAT_INTERNAL (out of memory). sb->mu held. */
+static int
+exec_result_locked(const struct exec *e, Moat__V1__ExecResult *reply)
+{
+	size_t n_out = e->out[0].len, n_err = e->out[1].len;
+	const size_t room = MOAT_RPC_MAX_MSG - EXEC_REPLY_SLACK;
+
+	/* Both streams at a 64 MiB cap would not fit one reply. */
+	if (n_out + n_err > room) {
+		if (n_out > room / 2 && n_err > room / 2)
+			n_out = n_err = room / 2;
+		else if (n_out > n_err)
+			n_out = room - n_err;
+		else
+			n_err = room - n_out;
+	}
+	reply->status = exec_status_new(e);
+	if (reply->status == NULL ||
+	    bytes_copy(&reply->stdout, e->out[0].buf, n_out) != 0 ||
+	    bytes_copy(&reply->stderr, e->out[1].buf, n_err) != 0)
+		return MOAT_INTERNAL;
+	reply->status->stdout_truncated |= n_out < e->out[0].len;
+	reply->status->stderr_truncated |= n_err < e->out[1].len;
+	return MOAT_OK;
+}
+
+/* What a one-shot exec still running at its call's deadline answers
+ * (after it is killed). */
+#define EXEC_DEADLINE_FMT                                                     \
+	"exec %" PRIu64 " in sandbox %s still ran when the call's deadline "  \
+	"came, and was killed: give the call a longer timeout than the "      \
+	"exec's timeout_ms"
+
+/* exec_wait_here: the one-shot exec's wait on the calling thread (a call
+ * that cannot be deferred: a template build's, or too many deferred). */
+static int
+exec_wait_here(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id,
+    Moat__V1__ExecResult *reply)
 {
 	uint64_t deadline = vmd_call_deadline(call);
 	struct exec *e;
-	uint64_t id = 0;
-	int32_t pid = 0;
-	int rv;
-
-	if ((rv = exec_launch(sb, call, req, VMD_EXEC_DEFAULT_TIMEOUT_MS, &id,
-	         &pid)) != MOAT_OK)
-		return rv;
+	int rv = MOAT_OK;
 
 	pthread_mutex_lock(&sb->mu);
 	for (;;) {
@@ -900,41 +937,233 @@ vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
 		free(call->error_message);
 		call->error_message = NULL;
 		return moat_rpc_error(call, MOAT_DEADLINE_EXCEEDED,
-		    "exec %" PRIu64
-		    " in sandbox %s still ran when the call's deadline "
-		    "came, and was killed: give the call a longer timeout "
-		    "than "
-		    "the exec's timeout_ms",
-		    id, sb->id.str);
+		    EXEC_DEADLINE_FMT, id, sb->id.str);
 	}
-	if (rv == MOAT_OK) {
-		size_t n_out = e->out[0].len, n_err = e->out[1].len;
-		const size_t room = MOAT_RPC_MAX_MSG - EXEC_REPLY_SLACK;
-
-		/* Both streams at a 64 MiB cap would not fit one reply. */
-		if (n_out + n_err > room) {
-			if (n_out > room / 2 && n_err > room / 2)
-				n_out = n_err = room / 2;
-			else if (n_out > n_err)
-				n_out = room - n_err;
-			else
-				n_err = room - n_out;
-		}
-		reply->status = exec_status_new(e);
-		if (reply->status == NULL ||
-		    bytes_copy(&reply->stdout, e->out[0].buf, n_out) != 0 ||
-		    bytes_copy(&reply->stderr, e->out[1].buf, n_err) != 0) {
-			rv = moat_rpc_error(call, MOAT_INTERNAL,
-			    "out of memory");
-		} else {
-			reply->status->stdout_truncated |=
-			    n_out < e->out[0].len;
-			reply->status->stderr_truncated |=
-			    n_err < e->out[1].len;
-		}
-	}
+	if (rv == MOAT_OK && exec_result_locked(e, reply) != MOAT_OK)
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	pthread_mutex_unlock(&sb->mu);
 	return rv;
+}
+
+int
+vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
+{
+	uint64_t id = 0;
+	int32_t pid = 0;
+	int rv;
+
+	if ((rv = exec_launch(sb, call, req, VMD_EXEC_DEFAULT_TIMEOUT_MS, &id,
+	         &pid)) != MOAT_OK)
+		return rv;
+	if (exec_defer(sb, call, id))
+		return MOAT_OK; /* answered by the waiter */
+	return exec_wait_here(sb, call, id, reply);
+}
+
+/* ---- one-shot execs answered later ---- */
+
+/* A one-shot Exec whose reply was deferred (moat_rpc_defer), so that it
+ * holds no RPC worker while the program runs: one thread of the process
+ * (waiters_main) answers every such call when its exec exits (the exit
+ * event kicks it), when its sandbox stops running, or at its deadline
+ * (then the exec is killed, as a waiting worker would). */
+struct exec_waiter {
+	struct exec_waiter *next;
+	struct sandbox *sb; /* a reference */
+	uint64_t exec_id;
+	uint64_t deadline_ms; /* vmd_call_deadline of the call */
+	struct moat_rpc_deferred *d;
+};
+
+/* How often the waiter thread looks at sandboxes that may have stopped
+ * (no event says so). */
+#define EXEC_WAITERS_POLL_MS 500
+
+static pthread_mutex_t waiters_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t waiters_cv;   /* monotonic; waiters_once */
+static struct exec_waiter *waiters; /* guarded by waiters_lock */
+static bool waiters_kicked;         /* guarded by waiters_lock */
+static pthread_once_t waiters_once = PTHREAD_ONCE_INIT;
+static bool waiters_started; /* written once, in waiters_once */
+
+/* exec_waiters_kick: an exec with a waiter exited. Called with its
+ * sandbox's mu held (lock order: sb->mu, then waiters_lock). */
+static void
+exec_waiters_kick(void)
+{
+	pthread_mutex_lock(&waiters_lock);
+	waiters_kicked = true;
+	pthread_cond_signal(&waiters_cv);
+	pthread_mutex_unlock(&waiters_lock);
+}
+
+/* waiter_answer: answers w if its exec is over (or can no longer be
+ * answered by it) and frees it; false when it still waits. */
+static bool
+waiter_answer(struct exec_waiter *w, uint64_t now)
+{
+	Moat__V1__ExecResult result = MOAT__V1__EXEC_RESULT__INIT;
+	struct sandbox *sb = w->sb;
+	struct exec *e;
+	char *msg = NULL;
+	int rv = MOAT_OK;
+
+	pthread_mutex_lock(&sb->mu);
+	e = exec_find(sb, w->exec_id);
+	if (e == NULL) {
+		rv = MOAT_NOT_FOUND;
+		msg = moat_asprintf("exec %" PRIu64 " of sandbox %s is gone",
+		    w->exec_id, sb->id.str);
+	} else if (e->exited) {
+		if (exec_result_locked(e, &result) != MOAT_OK) {
+			rv = MOAT_INTERNAL;
+			msg = strdup("out of memory");
+		}
+	} else if (vmd_sandbox_api_state(sb) !=
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING) {
+		rv = MOAT_FAILED_PRECONDITION;
+		msg = moat_asprintf("sandbox %s is no longer running%s%s: its "
+		                    "execs will not finish",
+		    sb->id.str, sb->failure_reason ? ": " : "",
+		    sb->failure_reason ? sb->failure_reason : "");
+	} else if (now >= w->deadline_ms) {
+		rv = MOAT_DEADLINE_EXCEEDED;
+		msg = moat_asprintf(EXEC_DEADLINE_FMT, w->exec_id, sb->id.str);
+	} else {
+		pthread_mutex_unlock(&sb->mu);
+		return false;
+	}
+	if (e != NULL) {
+		e->waiter = NULL;
+		exec_evict(sb); /* it was kept for us */
+	}
+	pthread_mutex_unlock(&sb->mu);
+	if (rv == MOAT_DEADLINE_EXCEEDED) {
+		struct moat_rpc_call kill = { .service = "moat.v1.Vm",
+			.method = "ExecKill" };
+
+		(void)exec_signal(sb, &kill, w->exec_id, SIGKILL,
+		    moat_rpc_now_ms() + 2000);
+		free(kill.error_message);
+	}
+	moat_rpc_complete(w->d, rv, &result.base, msg);
+	free(msg);
+	free(result.stdout.data);
+	free(result.stderr.data);
+	free(result.status);
+	vmd_sandbox_put(sb);
+	free(w);
+	return true;
+}
+
+static void *
+waiters_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&waiters_lock);
+	for (;;) {
+		struct exec_waiter *mine, *keep = NULL, *w, *next;
+		uint64_t now = moat_rpc_now_ms(),
+		         wake = now + EXEC_WAITERS_POLL_MS;
+		struct timespec until;
+
+		for (w = waiters; w != NULL; w = w->next)
+			if (w->deadline_ms < wake)
+				wake = w->deadline_ms;
+		if (!waiters_kicked && (waiters == NULL || wake > now)) {
+			until.tv_sec = (time_t)(wake / 1000);
+			until.tv_nsec = (long)(wake % 1000) * 1000000L;
+			if (waiters == NULL)
+				pthread_cond_wait(&waiters_cv, &waiters_lock);
+			else
+				pthread_cond_timedwait(&waiters_cv,
+				    &waiters_lock, &until);
+		}
+		waiters_kicked = false;
+		mine = waiters;
+		waiters = NULL;
+		pthread_mutex_unlock(&waiters_lock);
+		now = moat_rpc_now_ms();
+		for (w = mine; w != NULL; w = next) {
+			next = w->next;
+			if (!waiter_answer(w, now)) {
+				w->next = keep;
+				keep = w;
+			}
+		}
+		pthread_mutex_lock(&waiters_lock);
+		while ((w = keep) != NULL) {
+			keep = w->next;
+			w->next = waiters;
+			waiters = w;
+		}
+	}
+	return NULL;
+}
+
+static void
+waiters_init(void)
+{
+	pthread_condattr_t ca;
+	pthread_attr_t attr;
+	pthread_t t;
+
+	if (pthread_condattr_init(&ca) != 0)
+		return;
+	if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+	    pthread_cond_init(&waiters_cv, &ca) != 0) {
+		pthread_condattr_destroy(&ca);
+		return;
+	}
+	pthread_condattr_destroy(&ca);
+	if (pthread_attr_init(&attr) != 0)
+		return;
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	waiters_started = pthread_create(&t, &attr, waiters_main, NULL) == 0;
+	pthread_attr_destroy(&attr);
+}
+
+/* exec_defer: defers the call of one-shot exec `id`, answered by the
+ * waiter thread; false when it cannot be (the caller then waits). */
+static bool
+exec_defer(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id)
+{
+	struct exec_waiter *w;
+	struct exec *e;
+
+	if (sb->vmd == NULL)
+		return false; /* a unit test's sandbox: no node */
+	pthread_once(&waiters_once, waiters_init);
+	if (!waiters_started || (w = calloc(1, sizeof(*w))) == NULL)
+		return false;
+	/* The waiter's reference, taken before sb->mu (the node's lock is
+	 * never taken inside a sandbox's). */
+	pthread_mutex_lock(&sb->vmd->mu);
+	sb->refs++;
+	pthread_mutex_unlock(&sb->vmd->mu);
+	pthread_mutex_lock(&sb->mu);
+	e = exec_find(sb, id);
+	if (e == NULL || e->exited || e->waiter != NULL ||
+	    (w->d = moat_rpc_defer(call)) == NULL) {
+		/* Over already (answered at once), or no deferring. */
+		pthread_mutex_unlock(&sb->mu);
+		vmd_sandbox_put(sb); /* not the last: the caller holds one */
+		free(w);
+		return false;
+	}
+	w->sb = sb;
+	w->exec_id = id;
+	w->deadline_ms = vmd_call_deadline(call);
+	e->waiter = w;
+	pthread_mutex_unlock(&sb->mu);
+	pthread_mutex_lock(&waiters_lock);
+	w->next = waiters;
+	waiters = w;
+	waiters_kicked = true;
+	pthread_cond_signal(&waiters_cv);
+	pthread_mutex_unlock(&waiters_lock);
+	return true;
 }
 
 static const struct vmd_guest_handler exec_guest_handler = {

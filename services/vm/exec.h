@@ -22,6 +22,7 @@
 
 struct sandbox;
 struct vmd;
+struct exec_waiter;
 
 /* One exec's output stream: what was kept (at most cap bytes) and what
  * the program produced. */
@@ -52,6 +53,9 @@ struct exec {
 	uint64_t start_ms;         /* monotonic */
 	uint64_t finish_seq;       /* order of exits, for eviction */
 	struct exec_stream out[2]; /* STREAM_STDOUT, STREAM_STDERR */
+	/* A one-shot Exec whose reply was deferred waits for this exec
+	 * (exec.c's waiter); kept from eviction until it is answered. */
+	struct exec_waiter *waiter;
 };
 
 int vmd_exec_start(struct vmd *vmd, struct moat_rpc_call *call,
