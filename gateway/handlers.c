@@ -747,6 +747,31 @@ h_destroy_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return rv;
 }
 
+static const char *command_of(const ProtobufCMessage *request,
+    const char **language, char **joined);
+
+/* forward_long: the forward of a call that may run for long (Exec,
+ * RunCode): deferred, so no gateway worker waits for the node; the
+ * reply carries the command's safety level as gate() would set it. */
+static int
+forward_long(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply, const char *sandbox_id)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const char *command, *language, *safety = NULL;
+	char *joined = NULL;
+	int rv;
+
+	command = command_of(request, &language, &joined);
+	if (command != NULL)
+		safety = moat_safety_level_name(
+		    moat_safety_classify(command, language).level);
+	rv = moat_forward_call_async(&gw->fw, call, sandbox_id, call->payload,
+	    call->payload_len, reply->descriptor, safety);
+	free(joined);
+	return rv;
+}
+
 static int
 h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -760,7 +785,28 @@ h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    &handled);
 	if (handled)
 		return rv;
-	return h_sandbox(call, request, reply);
+	return forward_long(call, request, reply,
+	    ((const Moat__V1__ExecRequest *)request)->sandbox_id);
+}
+
+/* h_run_code: RunCode; a recorded sandbox's cell is a step of its
+ * recording (moat_record_step), any other is forwarded without holding
+ * a worker. */
+static int
+h_run_code(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const Moat__V1__RunCodeRequest *req =
+	    (const Moat__V1__RunCodeRequest *)request;
+	bool handled = false;
+	int rv;
+
+	rv = moat_record_step(&gw->rec, call, request, req->sandbox_id,
+	    moat_gw_tenant(call), &handled);
+	if (handled)
+		return rv;
+	return forward_long(call, request, reply, req->sandbox_id);
 }
 
 static int
@@ -1027,7 +1073,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "Replay", moat_travel_replay, true, true },
 	{ "Diff", h_diff, false, true },
 	{ "Compare", h_compare, false, true },
-	{ "RunCode", moat_travel_run_code, true, true },
+	{ "RunCode", h_run_code, true, true },
 	{ "CloseCodeContext", moat_travel_close_code_context, true, true },
 	{ "ListAudit", h_list_audit, false, true },
 	{ "SetStepKeep", h_session, true, true },
@@ -1144,6 +1190,46 @@ command_of(const ProtobufCMessage *request, const char **language,
 	return NULL;
 }
 
+/* set_string_field: sets string field `f` of message `m` to a copy of
+ * `value`. */
+static void
+set_string_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+    const char *value)
+{
+	char **slot = (char **)((char *)m + f->offset), *copy;
+
+	if ((copy = strdup(value)) != NULL) {
+		if (*slot != NULL && *slot != protobuf_c_empty_string &&
+		    *slot != f->default_value)
+			free(*slot);
+		*slot = copy;
+	}
+}
+
+void
+moat_gw_set_safety_raw(const ProtobufCMessageDescriptor *desc, uint8_t **raw,
+    size_t *len, const char *level)
+{
+	const ProtobufCFieldDescriptor *f =
+	    protobuf_c_message_descriptor_get_field_by_name(desc, "safety");
+	ProtobufCMessage *m;
+	size_t n;
+	uint8_t *p;
+
+	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
+	    (m = protobuf_c_message_unpack(desc, NULL, *len, *raw)) == NULL)
+		return;
+	set_string_field(m, f, level);
+	n = protobuf_c_message_get_packed_size(m);
+	if ((p = malloc(n ? n : 1)) != NULL) {
+		protobuf_c_message_pack(m, p);
+		free(*raw);
+		*raw = p;
+		*len = n;
+	}
+	protobuf_c_message_free_unpacked(m, NULL);
+}
+
 /* set_safety: puts `level` in the reply's `safety` field, whether the
  * handler filled `reply` or left an encoded raw reply. */
 static void
@@ -1153,34 +1239,14 @@ set_safety(struct moat_rpc_call *call, ProtobufCMessage *reply,
 	const ProtobufCFieldDescriptor *f =
 	    protobuf_c_message_descriptor_get_field_by_name(reply->descriptor,
 	        "safety");
-	ProtobufCMessage *m = reply;
-	char **slot, *copy;
 
 	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING)
 		return;
-	if (call->raw_reply != NULL &&
-	    (m = protobuf_c_message_unpack(reply->descriptor, NULL,
-	         call->raw_reply_len, call->raw_reply)) == NULL)
-		return;
-	slot = (char **)((char *)m + f->offset);
-	if ((copy = strdup(level)) != NULL) {
-		if (*slot != NULL && *slot != protobuf_c_empty_string &&
-		    *slot != f->default_value)
-			free(*slot);
-		*slot = copy;
-	}
-	if (m != reply) {
-		size_t len = protobuf_c_message_get_packed_size(m);
-		uint8_t *p = malloc(len ? len : 1);
-
-		if (p != NULL) {
-			protobuf_c_message_pack(m, p);
-			free(call->raw_reply);
-			call->raw_reply = p;
-			call->raw_reply_len = len;
-		}
-		protobuf_c_message_free_unpacked(m, NULL);
-	}
+	if (call->raw_reply != NULL)
+		moat_gw_set_safety_raw(reply->descriptor, &call->raw_reply,
+		    &call->raw_reply_len, level);
+	else
+		set_string_field(reply, f, level);
 }
 
 static void
