@@ -3,7 +3,9 @@
  * client with a non-blocking dial (so a server that starts later is
  * found), nng's resend turned off (a mutating call must never run twice
  * because a reply was slow), and one nng context per call in flight (kept
- * for the client's next calls) so many threads can call at once. Turns
+ * for the client's next calls) so many threads can call at once, and
+ * asynchronous calls finished by one thread of the process (their
+ * callbacks run there) so a caller need not wait at all. Turns
  * transport failures into statuses a person can act on: UNAVAILABLE when
  * no server takes the request or the connection drops during the call,
  * DEADLINE_EXCEEDED when the reply is late. Not for: serving

@@ -300,6 +300,8 @@ rpc_defer_wait(struct moat_rpc_deferred *d, uint8_t **reply, size_t *reply_len)
 {
 	struct rpc_defer_table *t = &d->srv->defer;
 	struct timespec until;
+	uint8_t *late = NULL;
+	size_t late_len = 0;
 
 	*reply = NULL;
 	*reply_len = 0;
@@ -312,20 +314,28 @@ rpc_defer_wait(struct moat_rpc_deferred *d, uint8_t **reply, size_t *reply_len)
 		if (pthread_cond_timedwait(&t->waiter_cv, &t->lock, &until) ==
 		    ETIMEDOUT)
 			break;
+	if (!d->completed) {
+		/* d stays while waiter is set: nobody else frees it. */
+		pthread_mutex_unlock(&t->lock);
+		deadline_reply(d, &late, &late_len);
+		pthread_mutex_lock(&t->lock);
+	}
 	d->waiter = false;
 	d->answered = true;
 	if (d->completed) {
+		/* Also when it came while the deadline's answer was made. */
+		free(late);
 		*reply = d->reply;
 		*reply_len = d->reply_len;
 		d->reply = NULL;
 		deferred_unlink(t, d);
 		deferred_free(d);
-		pthread_mutex_unlock(&t->lock);
 	} else {
 		/* The completion, when it comes, frees d. */
-		pthread_mutex_unlock(&t->lock);
-		deadline_reply(d, reply, reply_len);
+		*reply = late;
+		*reply_len = late_len;
 	}
+	pthread_mutex_unlock(&t->lock);
 	return *reply != NULL ? MOAT_OK : MOAT_INTERNAL;
 }
 

@@ -6,8 +6,10 @@
  * decode the Envelope, find the method in the service descriptor and the
  * service's method table, decode the payload, check auth, answer repeats
  * of mutating calls from a bounded memory of recent replies, run the
- * handler, encode. Not for: the client (rpc_client.c), or deciding what a
- * method means (that is the handler's business).
+ * handler, encode. A handler that defers its reply hands the request's
+ * context to rpc_defer.c and the worker takes a new one. Not for: the
+ * client (rpc_client.c), or deciding what a method means (that is the
+ * handler's business).
  */
 #include <errno.h>
 #include <pthread.h>

@@ -6,7 +6,9 @@
  * input descriptor, validates, and calls the handler listed for it in the
  * service's method table. A pool of worker contexts serves calls
  * concurrently, so one slow call (a boot, a long-poll) never blocks the
- * others.
+ * others; a call that waits for long (an exec) defers its reply
+ * (moat_rpc_defer) and holds no worker at all, and a client can call
+ * without a waiting thread (moat_rpc_call_raw_async).
  *
  * Mutating calls are never executed twice for one request id: clients turn
  * nng's REQ resend off, and the server remembers the replies of recent
