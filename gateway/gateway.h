@@ -315,9 +315,9 @@ int moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
  * as moat_forward_call does. Returns MOAT_OK once deferred, or the
  * routing error after moat_rpc_error. */
 int moat_forward_call_async(struct moat_forward *fw,
-    struct moat_rpc_call *call, const char *sandbox_id,
-    const uint8_t *payload, size_t len,
-    const ProtobufCMessageDescriptor *reply_desc, const char *safety);
+    struct moat_rpc_call *call, const char *sandbox_id, const uint8_t *payload,
+    size_t len, const ProtobufCMessageDescriptor *reply_desc,
+    const char *safety);
 
 /* moat_gw_set_safety_raw: sets the `safety` string field of the encoded
  * `desc` message in *raw (re-encoded in place; unchanged when it has no
