@@ -5,7 +5,9 @@
  * bounded buffers (at most output_cap bytes per stream are kept, the rest
  * is counted and flagged truncated) and records ExecExit. ExecRead reads
  * by offset with a long-poll, ExecWait waits, ExecKill and ExecWrite pass
- * through, and the one-shot Exec is ExecStart plus a wait. The output of
+ * through, and the one-shot Exec is ExecStart plus a wait: deferred
+ * (moat_rpc_defer), launched by a small pool and answered by one waiter
+ * thread, so it holds no RPC worker while it runs. The output of
  * the last VMD_EXEC_KEEP_FINISHED finished execs is kept until the sandbox
  * goes. Everything here is guarded by the sandbox's mu.
  * Not for: files (files.c) or the transport (guest_link.c).
@@ -34,8 +36,8 @@
 #define EXEC_REPLY_SLACK (1u << 20)
 
 static void exec_waiters_kick(void);
-static bool exec_defer(struct sandbox *sb, struct moat_rpc_call *call,
-    uint64_t id);
+static bool exec_enqueue(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req);
 
 /* ---- the exec table (sb->mu held) ---- */
 
@@ -949,15 +951,22 @@ int
 vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
     const Moat__V1__ExecRequest *req, Moat__V1__ExecResult *reply)
 {
+	uint64_t cap =
+	    req->output_cap ? req->output_cap : VMD_EXEC_DEFAULT_CAP;
+	char *lang_argv[4] = { NULL, NULL, NULL, NULL };
 	uint64_t id = 0;
 	int32_t pid = 0;
 	int rv;
 
+	/* A bad request is answered at once; a good one is launched and
+	 * waited for off the RPC workers when it can be. */
+	if ((rv = exec_validate(call, req, cap, lang_argv)) != MOAT_OK)
+		return rv;
+	if (exec_enqueue(sb, call, req))
+		return MOAT_OK; /* answered later */
 	if ((rv = exec_launch(sb, call, req, VMD_EXEC_DEFAULT_TIMEOUT_MS, &id,
 	         &pid)) != MOAT_OK)
 		return rv;
-	if (exec_defer(sb, call, id))
-		return MOAT_OK; /* answered by the waiter */
 	return exec_wait_here(sb, call, id, reply);
 }
 
@@ -1124,38 +1133,34 @@ waiters_init(void)
 	pthread_attr_destroy(&attr);
 }
 
-/* exec_defer: defers the call of one-shot exec `id`, answered by the
- * waiter thread; false when it cannot be (the caller then waits). */
-static bool
-exec_defer(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id)
+/* waiter_add: the deferred call `d` of one-shot exec `id` of sb waits
+ * for it (the waiter thread answers it; also when it has already
+ * exited). */
+static void
+waiter_add(struct sandbox *sb, uint64_t id, struct moat_rpc_deferred *d,
+    uint64_t deadline_ms)
 {
-	struct exec_waiter *w;
+	struct exec_waiter *w = calloc(1, sizeof(*w));
 	struct exec *e;
 
-	if (sb->vmd == NULL)
-		return false; /* a unit test's sandbox: no node */
-	pthread_once(&waiters_once, waiters_init);
-	if (!waiters_started || (w = calloc(1, sizeof(*w))) == NULL)
-		return false;
+	if (w == NULL) {
+		moat_rpc_complete(d, MOAT_RESOURCE_EXHAUSTED, NULL,
+		    "vmd is out of memory: the exec runs, but its result is "
+		    "lost; read it with ExecWait");
+		return;
+	}
 	/* The waiter's reference, taken before sb->mu (the node's lock is
 	 * never taken inside a sandbox's). */
 	pthread_mutex_lock(&sb->vmd->mu);
 	sb->refs++;
 	pthread_mutex_unlock(&sb->vmd->mu);
-	pthread_mutex_lock(&sb->mu);
-	e = exec_find(sb, id);
-	if (e == NULL || e->exited || e->waiter != NULL ||
-	    (w->d = moat_rpc_defer(call)) == NULL) {
-		/* Over already (answered at once), or no deferring. */
-		pthread_mutex_unlock(&sb->mu);
-		vmd_sandbox_put(sb); /* not the last: the caller holds one */
-		free(w);
-		return false;
-	}
 	w->sb = sb;
 	w->exec_id = id;
-	w->deadline_ms = vmd_call_deadline(call);
-	e->waiter = w;
+	w->deadline_ms = deadline_ms;
+	w->d = d;
+	pthread_mutex_lock(&sb->mu);
+	if ((e = exec_find(sb, id)) != NULL)
+		e->waiter = w; /* kept from eviction until answered */
 	pthread_mutex_unlock(&sb->mu);
 	pthread_mutex_lock(&waiters_lock);
 	w->next = waiters;
@@ -1163,6 +1168,152 @@ exec_defer(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id)
 	waiters_kicked = true;
 	pthread_cond_signal(&waiters_cv);
 	pthread_mutex_unlock(&waiters_lock);
+}
+
+/* ---- launches off the RPC workers ---- */
+
+/* Starting an exec is one guest round trip, which under load (many
+ * execs started at once in a slow guest) takes long enough to fill
+ * every RPC worker. So a deferred one-shot Exec is launched by a small
+ * pool of its own, and the workers only queue it. */
+struct exec_job {
+	struct exec_job *next;
+	struct sandbox *sb;         /* a reference */
+	Moat__V1__ExecRequest *req; /* a copy, the job's */
+	struct moat_rpc_deferred *d;
+	uint64_t request_id;
+	uint64_t deadline_ms; /* the call's */
+};
+
+#define EXEC_LAUNCHERS 32
+#define EXEC_MAX_QUEUED 4096
+
+static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
+static struct exec_job *jobs_head, *jobs_tail; /* guarded by jobs_lock */
+static size_t n_jobs;                          /* guarded by jobs_lock */
+static pthread_once_t launchers_once = PTHREAD_ONCE_INIT;
+static int launchers_started; /* written once, in launchers_once */
+
+static void
+exec_job_run(struct exec_job *j)
+{
+	struct moat_rpc_call call = { .service = "moat.v1.Vm",
+		.method = "Exec",
+		.request_id = j->request_id,
+		.deadline_ms = j->deadline_ms };
+	uint64_t id = 0;
+	int32_t pid = 0;
+	int rv;
+
+	rv = exec_launch(j->sb, &call, j->req, VMD_EXEC_DEFAULT_TIMEOUT_MS,
+	    &id, &pid);
+	if (rv != MOAT_OK)
+		moat_rpc_complete(j->d, rv, NULL, call.error_message);
+	else
+		waiter_add(j->sb, id, j->d, vmd_call_deadline(&call));
+	free(call.error_message);
+	moat__v1__exec_request__free_unpacked(j->req, NULL);
+	vmd_sandbox_put(j->sb);
+	free(j);
+}
+
+static void *
+launcher_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct exec_job *j;
+
+		pthread_mutex_lock(&jobs_lock);
+		while (jobs_head == NULL)
+			pthread_cond_wait(&jobs_cv, &jobs_lock);
+		j = jobs_head;
+		if ((jobs_head = j->next) == NULL)
+			jobs_tail = NULL;
+		n_jobs--;
+		pthread_mutex_unlock(&jobs_lock);
+		exec_job_run(j);
+	}
+	return NULL;
+}
+
+static void
+launchers_init(void)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+
+	if (pthread_attr_init(&attr) != 0)
+		return;
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256u << 10);
+	for (int i = 0; i < EXEC_LAUNCHERS; i++)
+		if (pthread_create(&t, &attr, launcher_main, NULL) == 0)
+			launchers_started++;
+	pthread_attr_destroy(&attr);
+}
+
+/* exec_copy: a heap copy of req (free with ..._free_unpacked). */
+static Moat__V1__ExecRequest *
+exec_copy(const Moat__V1__ExecRequest *req)
+{
+	size_t n = moat__v1__exec_request__get_packed_size(req);
+	uint8_t *buf = malloc(n ? n : 1);
+	Moat__V1__ExecRequest *copy = NULL;
+
+	if (buf != NULL) {
+		moat__v1__exec_request__pack(req, buf);
+		copy = moat__v1__exec_request__unpack(NULL, n, buf);
+		free(buf);
+	}
+	return copy;
+}
+
+/* exec_enqueue: defers the call and queues its launch; false when it
+ * cannot be (a unit test's sandbox, a call built outside the server,
+ * the waiter or launch threads missing, the queue full): the caller
+ * then runs it on its own thread. */
+static bool
+exec_enqueue(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req)
+{
+	struct exec_job *j;
+
+	if (sb->vmd == NULL || call->rpc_private == NULL)
+		return false;
+	pthread_once(&waiters_once, waiters_init);
+	pthread_once(&launchers_once, launchers_init);
+	if (!waiters_started || launchers_started == 0)
+		return false;
+	if ((j = calloc(1, sizeof(*j))) == NULL)
+		return false;
+	if ((j->req = exec_copy(req)) == NULL) {
+		free(j);
+		return false;
+	}
+	pthread_mutex_lock(&jobs_lock);
+	if (n_jobs >= EXEC_MAX_QUEUED ||
+	    (j->d = moat_rpc_defer(call)) == NULL) {
+		pthread_mutex_unlock(&jobs_lock);
+		moat__v1__exec_request__free_unpacked(j->req, NULL);
+		free(j);
+		return false;
+	}
+	j->request_id = call->request_id;
+	j->deadline_ms = call->deadline_ms;
+	pthread_mutex_lock(&sb->vmd->mu);
+	sb->refs++; /* the job's */
+	pthread_mutex_unlock(&sb->vmd->mu);
+	j->sb = sb;
+	if (jobs_tail != NULL)
+		jobs_tail->next = j;
+	else
+		jobs_head = j;
+	jobs_tail = j;
+	n_jobs++;
+	pthread_cond_signal(&jobs_cv);
+	pthread_mutex_unlock(&jobs_lock);
 	return true;
 }
 
