@@ -65,6 +65,31 @@ moat_forward_fini(struct moat_forward *fw)
 	memset(fw, 0, sizeof(*fw));
 }
 
+bool
+moat_forward_drain(struct moat_forward *fw, uint64_t max_ms)
+{
+	uint64_t until = moat_rpc_now_ms() + max_ms;
+	int left;
+
+	if (fw->nodes == NULL)
+		return true;
+	for (;;) {
+		pthread_mutex_lock(&fw->lock);
+		left = fw->async_calls;
+		pthread_mutex_unlock(&fw->lock);
+		if (left == 0)
+			return true;
+		if (moat_rpc_now_ms() >= until)
+			break;
+		usleep(10000);
+	}
+	moat_warn(0,
+	    "gateway: %d forwarded execs still wait for their node; "
+	    "their state is left to the process's exit",
+	    left);
+	return false;
+}
+
 /* route_find: index of the first route whose sandbox id is >= id (the
  * place to insert it); *found says whether it is equal. Lock held. */
 static size_t
@@ -612,6 +637,7 @@ forward_async_done(void *arg, int code, uint8_t *payload, size_t len,
     char *errmsg)
 {
 	struct forward_async *a = arg;
+	struct moat_forward *fw;
 	char *msg = NULL;
 
 	if (code == MOAT_OK) {
@@ -636,7 +662,11 @@ forward_async_done(void *arg, int code, uint8_t *payload, size_t len,
 	}
 	free(msg);
 	free(errmsg);
+	fw = a->fw;
 	forward_async_free(a);
+	pthread_mutex_lock(&fw->lock);
+	fw->async_calls--;
+	pthread_mutex_unlock(&fw->lock);
 }
 
 /* forward_async_start: defers `call` and sends it to `node` without
@@ -677,6 +707,9 @@ forward_async_start(struct moat_forward *fw, struct moat_rpc_call *call,
 		forward_async_free(a);
 		return false;
 	}
+	pthread_mutex_lock(&fw->lock);
+	fw->async_calls++;
+	pthread_mutex_unlock(&fw->lock);
 	rv = moat_rpc_call_raw_async(moat_node_conn_client(a->conn),
 	    VM_SERVICE, call->method, payload, len, &opts, forward_async_done,
 	    a, &msg);
@@ -684,6 +717,9 @@ forward_async_start(struct moat_forward *fw, struct moat_rpc_call *call,
 		moat_rpc_complete_raw(a->d, rv, NULL, 0, msg);
 		free(msg);
 		forward_async_free(a);
+		pthread_mutex_lock(&fw->lock);
+		fw->async_calls--;
+		pthread_mutex_unlock(&fw->lock);
 	}
 	return true;
 }

@@ -228,12 +228,21 @@ struct moat_forward {
 	/* Locate's threads still asking nodes (guarded by lock): fini
 	 * waits for them. */
 	int locating;
+	/* Forwards answered later still waiting for their node (guarded
+	 * by lock): moat_forward_drain waits for them. */
+	int async_calls;
 };
 
 int moat_forward_init(struct moat_forward *fw, struct moat_nodes *nodes)
     __attribute__((warn_unused_result));
 /* moat_forward_fini: safe on a zeroed object. */
 void moat_forward_fini(struct moat_forward *fw);
+
+/* moat_forward_drain: waits (at most max_ms) for the forwards answered
+ * later (moat_forward_call_async) to end: their completion still uses
+ * the gateway. False when some still run (the gateway must then not be
+ * freed). */
+bool moat_forward_drain(struct moat_forward *fw, uint64_t max_ms);
 
 /* moat_forward_remember / moat_forward_forget: the sandbox -> node map. */
 void moat_forward_remember(struct moat_forward *fw,

@@ -1249,24 +1249,23 @@ set_safety(struct moat_rpc_call *call, ProtobufCMessage *reply,
 		set_string_field(reply, f, level);
 }
 
-static void
-audit(struct moat_gateway *gw, struct moat_rpc_call *call,
-    const ProtobufCMessage *request, const char *key_id, const char *command,
-    const char *safety, int rv)
+/* audit_entry: the audit record of `call` without its code (NULL when
+ * out of memory); the caller owns the reference. */
+static json_t *
+audit_entry(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    const char *key_id, const char *command, const char *safety)
 {
 	const char *sandbox = request_string(request, "sandbox_id");
 	const char *session = request_string(request, "session_id");
-	char *msg = NULL, rid[17];
+	char rid[17];
 	json_t *e;
 
-	if (gw->auth == NULL)
-		return;
 	snprintf(rid, sizeof(rid), "%016llx",
 	    (unsigned long long)call->request_id);
-	e = json_pack("{s:s, s:s, s:s, s:s}", "key_id", key_id, "method",
-	    call->method, "code", moat_strerror(rv), "request_id", rid);
+	e = json_pack("{s:s, s:s, s:s}", "key_id", key_id, "method",
+	    call->method, "request_id", rid);
 	if (e == NULL)
-		goto fail;
+		return NULL;
 	if (sandbox != NULL && sandbox[0] != '\0')
 		json_object_set_new(e, "sandbox_id", json_string(sandbox));
 	if (session != NULL && session[0] != '\0')
@@ -1275,17 +1274,42 @@ audit(struct moat_gateway *gw, struct moat_rpc_call *call,
 		json_object_set_new(e, "command", json_string(command));
 	if (safety != NULL)
 		json_object_set_new(e, "safety", json_string(safety));
+	return e;
+}
+
+/* audit_append: records entry `e` (NULL: out of memory; its reference
+ * is taken) with code `rv` for `tenant`. */
+static void
+audit_append(struct moat_gateway *gw, json_t *e, const char *tenant,
+    const char *method, uint64_t request_id, int rv)
+{
+	char *msg = NULL;
+
+	if (e == NULL ||
+	    json_object_set_new(e, "code", json_string(moat_strerror(rv))) !=
+	        0)
+		goto fail;
 	/* Queued for auth.c's writer thread: no disk wait in a handler. */
-	if (moat_auth_audit_append(gw->auth, moat_gw_tenant(call), e, &msg) !=
-	    MOAT_OK)
+	if (moat_auth_audit_append(gw->auth, tenant, e, &msg) != MOAT_OK)
 		goto fail;
 	json_decref(e);
 	return;
 fail:
-	moat_warn(call->request_id, "audit: %s %s not logged: %s",
-	    moat_gw_tenant(call), call->method, msg ? msg : "out of memory");
+	moat_warn(request_id, "audit: %s %s not logged: %s", tenant, method,
+	    msg ? msg : "out of memory");
 	json_decref(e);
 	free(msg);
+}
+
+static void
+audit(struct moat_gateway *gw, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, const char *key_id, const char *command,
+    const char *safety, int rv)
+{
+	if (gw->auth == NULL)
+		return;
+	audit_append(gw, audit_entry(call, request, key_id, command, safety),
+	    moat_gw_tenant(call), call->method, call->request_id, rv);
 }
 
 static void
@@ -1304,6 +1328,52 @@ count_call(struct moat_gateway *gw, size_t row, int code, uint64_t ms)
 	m->count[row]++;
 	m->sum_s[row] += s;
 	pthread_mutex_unlock(&m->lock);
+}
+
+/* What gate() still owes a call whose reply was deferred (Exec and
+ * RunCode forwarded without holding a worker): its audit record and
+ * its count, with the code it is completed with. */
+struct gate_later {
+	struct moat_gateway *gw;
+	size_t row;
+	uint64_t started;
+	uint64_t request_id;
+	const char *method; /* the table's: static */
+	json_t *audit;      /* NULL: not audited */
+	char tenant[MOAT_AUTH_TENANT_MAX];
+};
+
+static void
+gate_later_done(void *arg, int code)
+{
+	struct gate_later *g = arg;
+
+	if (g->audit != NULL)
+		audit_append(g->gw, g->audit, g->tenant, g->method,
+		    g->request_id, code);
+	count_call(g->gw, g->row, code, moat_rpc_now_ms() - g->started);
+	free(g);
+}
+
+/* gate_defer: hands gate()'s audit and count of a deferred call to its
+ * completion. False when out of memory (gate then does them now). */
+static bool
+gate_defer(struct moat_gateway *gw, struct moat_rpc_call *call, size_t row,
+    uint64_t started, json_t *audit_e)
+{
+	struct gate_later *g = calloc(1, sizeof(*g));
+
+	if (g == NULL)
+		return false;
+	g->gw = gw;
+	g->row = row;
+	g->started = started;
+	g->request_id = call->request_id;
+	g->method = gateway_methods[row].name;
+	g->audit = audit_e;
+	snprintf(g->tenant, sizeof(g->tenant), "%s", moat_gw_tenant(call));
+	moat_rpc_deferred_on_complete(call->deferred, gate_later_done, g);
+	return true;
 }
 
 /* gate: every Gateway call of both doors runs through here: the API key
@@ -1386,13 +1456,24 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		}
 	}
 	rv = row->handler(call, request, reply);
-	if (rv == MOAT_OK && safety != NULL &&
-	    strcmp(call->method, "ExecStart") != 0)
+	if (call->deferred != NULL) {
+		json_t *e = audited && gw->auth != NULL ?
+		    audit_entry(call, request, key_id, command, safety) :
+		    NULL;
+
+		/* Audited and counted when the reply comes. */
+		if (gate_defer(gw, call, i, started, e))
+			goto deferred;
+		json_decref(e);
+	} else if (rv == MOAT_OK && safety != NULL &&
+	    strcmp(call->method, "ExecStart") != 0) {
 		set_safety(call, reply, safety);
+	}
 done:
 	if (audited)
 		audit(gw, call, request, key_id, command, safety, rv);
 	count_call(gw, i, rv, moat_rpc_now_ms() - started);
+deferred:
 	call->principal = NULL;
 	free(joined);
 	free(msg);
@@ -1673,6 +1754,9 @@ moat_gateway_stop(struct moat_gateway *gw)
 		return;
 	/* Serving stops first: no handler may run on what follows. */
 	moat_rpc_server_stop(gw->server);
+	/* Forwarded execs complete through the gateway's state. */
+	if (gw->fw_ready && !moat_forward_drain(&gw->fw, 10000))
+		return;
 	moat_discovery_stop(gw->discovery);
 	gw->fw.inv = NULL;
 	moat_inventory_stop(gw->inventory);

@@ -50,6 +50,9 @@ struct moat_rpc_deferred {
 	bool sent;      /* send_aio's callback ran */
 	uint8_t *reply; /* the encoded Reply, until sent */
 	size_t reply_len;
+	int code;                    /* the completion's */
+	moat_rpc_complete_hook hook; /* moat_rpc_deferred_on_complete */
+	void *hook_arg;
 };
 
 bool
@@ -233,10 +236,18 @@ moat_rpc_complete_raw(struct moat_rpc_deferred *d, int code, uint8_t *payload,
 	size_t buf_len;
 	bool free_srv = false;
 
+	moat_rpc_complete_hook hook;
+	void *hook_arg;
+
 	encode_outcome(d, code, payload, len, message, &buf, &buf_len);
 	if (d->entry != NULL)
 		rpc_dedup_keep(srv, d->entry, d->request_id, buf, buf_len);
 	pthread_mutex_lock(&t->lock);
+	hook = d->hook;
+	hook_arg = d->hook_arg;
+	d->hook = NULL;
+	d->code = code < 0 || code > MOAT_STATUS_MAX ? MOAT_INTERNAL : code;
+	code = d->code;
 	d->completed = true;
 	d->reply = buf;
 	d->reply_len = buf_len;
@@ -256,8 +267,30 @@ moat_rpc_complete_raw(struct moat_rpc_deferred *d, int code, uint8_t *payload,
 		pthread_cond_signal(&t->replier_cv);
 	}
 	pthread_mutex_unlock(&t->lock);
+	if (hook != NULL)
+		hook(hook_arg, code);
 	if (free_srv)
 		rpc_server_free(srv);
+}
+
+void
+moat_rpc_deferred_on_complete(struct moat_rpc_deferred *d,
+    moat_rpc_complete_hook fn, void *arg)
+{
+	struct rpc_defer_table *t = &d->srv->defer;
+	bool now;
+	int code;
+
+	pthread_mutex_lock(&t->lock);
+	now = d->completed;
+	code = d->code;
+	if (!now) {
+		d->hook = fn;
+		d->hook_arg = arg;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (now)
+		fn(arg, code);
 }
 
 void

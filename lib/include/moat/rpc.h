@@ -98,6 +98,18 @@ struct moat_rpc_deferred *moat_rpc_defer(struct moat_rpc_call *call)
 
 #define MOAT_RPC_MAX_DEFERRED 8192 /* deferred calls waiting per server */
 
+/* Called once with a deferred call's final code (see
+ * moat_rpc_deferred_on_complete). */
+typedef void (*moat_rpc_complete_hook)(void *arg, int code);
+
+/* moat_rpc_deferred_on_complete: `fn(arg, code)` runs once with the
+ * code `d` is completed with (for a service's own accounting: audit,
+ * metrics), on the completer's thread, or at once on this one when `d`
+ * is already completed. Only while the handler that deferred `d` has
+ * not returned (d is valid then). */
+void moat_rpc_deferred_on_complete(struct moat_rpc_deferred *d,
+    moat_rpc_complete_hook fn, void *arg);
+
 /* moat_rpc_complete: answers a deferred call and frees `d`. On MOAT_OK,
  * `reply` (borrowed; NULL: an empty reply) is encoded as the payload;
  * otherwise `message` (borrowed; NULL: the code's name) says what

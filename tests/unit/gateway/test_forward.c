@@ -776,6 +776,22 @@ held_done(void *arg, int code, uint8_t *payload, size_t len, char *errmsg)
 	pthread_mutex_unlock(h->lock);
 }
 
+/* exec_ok_count: the gateway's count of Exec calls answered OK. */
+static long
+exec_ok_count(void)
+{
+	const char *key =
+	    "moat_gateway_calls_total{method=\"Exec\",code=\"OK\"} ";
+	char *text = moat_gateway_metrics(E.gw), *p;
+	long n = 0;
+
+	assert_non_null(text);
+	if ((p = strstr(text, key)) != NULL)
+		n = strtol(p + strlen(key), NULL, 10);
+	free(text);
+	return n;
+}
+
 /* 100 one-shot Execs the node holds (more than the gateway's workers):
  * GetSandbox still answers through the gateway while they wait, and
  * each Exec gets its own reply, with its safety level, once the node
@@ -794,6 +810,7 @@ test_long_exec_holds_no_worker(void **state)
 	char *errmsg = NULL, *sandbox_id;
 	struct timespec ts;
 	int done = 0;
+	long exec_ok_before = exec_ok_count();
 
 	(void)state;
 	assert_int_equal(gw_call("CreateSandbox", &creq.base,
@@ -839,6 +856,8 @@ test_long_exec_holds_no_worker(void **state)
 	pthread_mutex_lock(&lock);
 	assert_int_equal(done, 0);
 	pthread_mutex_unlock(&lock);
+	/* Counted when answered, not when deferred. */
+	assert_int_equal(exec_ok_count(), exec_ok_before);
 
 	fake_node_release_held(node);
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -854,6 +873,7 @@ test_long_exec_holds_no_worker(void **state)
 		assert_int_equal(calls[i].exit_code, i);
 		assert_true(calls[i].safety[0] != '\0');
 	}
+	assert_int_equal(exec_ok_count(), exec_ok_before + N_HELD);
 	assert_int_equal(gw_call("DestroySandbox", &ref.base,
 	                     &moat__v1__empty__descriptor, &reply, &errmsg),
 	    MOAT_OK);
