@@ -993,6 +993,9 @@ static pthread_mutex_t waiters_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t waiters_cv;   /* monotonic; waiters_once */
 static struct exec_waiter *waiters; /* guarded by waiters_lock */
 static bool waiters_kicked;         /* guarded by waiters_lock */
+static bool waiters_busy;           /* answering; guarded by waiters_lock */
+static bool waiters_stopping;       /* guarded by waiters_lock */
+static pthread_cond_t waiters_idle_cv = PTHREAD_COND_INITIALIZER;
 static pthread_once_t waiters_once = PTHREAD_ONCE_INIT;
 static bool waiters_started; /* written once, in waiters_once */
 
@@ -1010,7 +1013,7 @@ exec_waiters_kick(void)
 /* waiter_answer: answers w if its exec is over (or can no longer be
  * answered by it) and frees it; false when it still waits. */
 static bool
-waiter_answer(struct exec_waiter *w, uint64_t now)
+waiter_answer(struct exec_waiter *w, uint64_t now, bool stopping)
 {
 	Moat__V1__ExecResult result = MOAT__V1__EXEC_RESULT__INIT;
 	struct sandbox *sb = w->sb;
@@ -1039,6 +1042,13 @@ waiter_answer(struct exec_waiter *w, uint64_t now)
 	} else if (now >= w->deadline_ms) {
 		rv = MOAT_DEADLINE_EXCEEDED;
 		msg = moat_asprintf(EXEC_DEADLINE_FMT, w->exec_id, sb->id.str);
+	} else if (stopping) {
+		rv = MOAT_UNAVAILABLE;
+		msg =
+		    moat_asprintf("moat-vmd stopped (or restarts) while exec "
+		                  "%" PRIu64 " in sandbox %s ran: its outcome "
+		                  "is unknown",
+		        w->exec_id, sb->id.str);
 	} else {
 		pthread_mutex_unlock(&sb->mu);
 		return false;
@@ -1073,6 +1083,7 @@ waiters_main(void *arg)
 	pthread_mutex_lock(&waiters_lock);
 	for (;;) {
 		struct exec_waiter *mine, *keep = NULL, *w, *next;
+		bool stopping;
 		uint64_t now = moat_rpc_now_ms(),
 		         wake = now + EXEC_WAITERS_POLL_MS;
 		struct timespec until;
@@ -1092,11 +1103,13 @@ waiters_main(void *arg)
 		waiters_kicked = false;
 		mine = waiters;
 		waiters = NULL;
+		waiters_busy = true;
+		stopping = waiters_stopping;
 		pthread_mutex_unlock(&waiters_lock);
 		now = moat_rpc_now_ms();
 		for (w = mine; w != NULL; w = next) {
 			next = w->next;
-			if (!waiter_answer(w, now)) {
+			if (!waiter_answer(w, now, stopping)) {
 				w->next = keep;
 				keep = w;
 			}
@@ -1107,6 +1120,8 @@ waiters_main(void *arg)
 			w->next = waiters;
 			waiters = w;
 		}
+		waiters_busy = false;
+		pthread_cond_broadcast(&waiters_idle_cv);
 	}
 	return NULL;
 }
@@ -1192,11 +1207,14 @@ static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
 static struct exec_job *jobs_head, *jobs_tail; /* guarded by jobs_lock */
 static size_t n_jobs;                          /* guarded by jobs_lock */
+static int jobs_running;                       /* guarded by jobs_lock */
+static bool jobs_stopping;                     /* guarded by jobs_lock */
+static pthread_cond_t jobs_idle_cv = PTHREAD_COND_INITIALIZER;
 static pthread_once_t launchers_once = PTHREAD_ONCE_INIT;
 static int launchers_started; /* written once, in launchers_once */
 
 static void
-exec_job_run(struct exec_job *j)
+exec_job_run(struct exec_job *j, bool stopping)
 {
 	struct moat_rpc_call call = { .service = "moat.v1.Vm",
 		.method = "Exec",
@@ -1206,8 +1224,12 @@ exec_job_run(struct exec_job *j)
 	int32_t pid = 0;
 	int rv;
 
-	rv = exec_launch(j->sb, &call, j->req, VMD_EXEC_DEFAULT_TIMEOUT_MS,
-	    &id, &pid);
+	if (stopping)
+		rv = moat_rpc_error(&call, MOAT_UNAVAILABLE,
+		    "moat-vmd stopped before the exec started: retry it");
+	else
+		rv = exec_launch(j->sb, &call, j->req,
+		    VMD_EXEC_DEFAULT_TIMEOUT_MS, &id, &pid);
 	if (rv != MOAT_OK)
 		moat_rpc_complete(j->d, rv, NULL, call.error_message);
 	else
@@ -1224,6 +1246,7 @@ launcher_main(void *arg)
 	(void)arg;
 	for (;;) {
 		struct exec_job *j;
+		bool stopping;
 
 		pthread_mutex_lock(&jobs_lock);
 		while (jobs_head == NULL)
@@ -1232,8 +1255,14 @@ launcher_main(void *arg)
 		if ((jobs_head = j->next) == NULL)
 			jobs_tail = NULL;
 		n_jobs--;
+		jobs_running++;
+		stopping = jobs_stopping;
 		pthread_mutex_unlock(&jobs_lock);
-		exec_job_run(j);
+		exec_job_run(j, stopping);
+		pthread_mutex_lock(&jobs_lock);
+		jobs_running--;
+		pthread_cond_broadcast(&jobs_idle_cv);
+		pthread_mutex_unlock(&jobs_lock);
 	}
 	return NULL;
 }
@@ -1315,6 +1344,33 @@ exec_enqueue(struct sandbox *sb, struct moat_rpc_call *call,
 	pthread_cond_signal(&jobs_cv);
 	pthread_mutex_unlock(&jobs_lock);
 	return true;
+}
+
+void
+vmd_exec_stop(void)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	pthread_mutex_lock(&jobs_lock);
+	jobs_stopping = true;
+	while (jobs_head != NULL || jobs_running > 0)
+		if (pthread_cond_timedwait(&jobs_idle_cv, &jobs_lock,
+		        &until) != 0)
+			break;
+	pthread_mutex_unlock(&jobs_lock);
+	pthread_mutex_lock(&waiters_lock);
+	waiters_stopping = true;
+	if (waiters_started) {
+		waiters_kicked = true;
+		pthread_cond_signal(&waiters_cv);
+		while (waiters != NULL || waiters_busy)
+			if (pthread_cond_timedwait(&waiters_idle_cv,
+			        &waiters_lock, &until) != 0)
+				break;
+	}
+	pthread_mutex_unlock(&waiters_lock);
 }
 
 static const struct vmd_guest_handler exec_guest_handler = {

@@ -91,6 +91,12 @@ int vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 /* vmd_exec_free_all: frees every exec of a sandbox (last reference). */
 void vmd_exec_free_all(struct sandbox *sb);
 
+/* vmd_exec_stop: after the RPC server stopped: every one-shot Exec
+ * still waiting (or queued to start) is answered UNAVAILABLE (its
+ * outcome unknown) and its sandbox reference dropped; waits up to 5 s
+ * for that. */
+void vmd_exec_stop(void);
+
 /* vmd_exec_register: makes exec.c the handler of every sandbox's exec
  * output and exits (vmd_sandbox_set_guest_handler). Call before
  * serving. */
