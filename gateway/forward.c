@@ -65,6 +65,31 @@ moat_forward_fini(struct moat_forward *fw)
 	memset(fw, 0, sizeof(*fw));
 }
 
+bool
+moat_forward_drain(struct moat_forward *fw, uint64_t max_ms)
+{
+	uint64_t until = moat_rpc_now_ms() + max_ms;
+	int left;
+
+	if (fw->nodes == NULL)
+		return true;
+	for (;;) {
+		pthread_mutex_lock(&fw->lock);
+		left = fw->async_calls;
+		pthread_mutex_unlock(&fw->lock);
+		if (left == 0)
+			return true;
+		if (moat_rpc_now_ms() >= until)
+			break;
+		usleep(10000);
+	}
+	moat_warn(0,
+	    "gateway: %d forwarded execs still wait for their node; "
+	    "their state is left to the process's exit",
+	    left);
+	return false;
+}
+
 /* route_find: index of the first route whose sandbox id is >= id (the
  * place to insert it); *found says whether it is equal. Lock held. */
 static size_t
@@ -497,6 +522,48 @@ static bool inventory_tenant(struct moat_forward *fw,
     const struct moat_sandbox_id *sandbox, char *tenant, size_t size);
 static char *not_found_msg(const char *sandbox_id);
 
+/* forward_route: the node to forward `call` on `sandbox_id` to; on
+ * failure a status with *msg (heap). */
+static int
+forward_route(struct moat_forward *fw, struct moat_rpc_call *call,
+    const char *sandbox_id, struct moat_sandbox_id *sandbox,
+    struct moat_node_id *node, char **msg)
+{
+	int rv;
+
+	*msg = NULL;
+	if (sandbox_id == NULL || sandbox_id[0] == '\0') {
+		*msg = moat_asprintf("%s: sandbox_id is required: `moat "
+		                     "sandbox ls` lists the sandboxes",
+		    call->method);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (!moat_sandbox_id_set(sandbox, sandbox_id)) {
+		*msg = moat_asprintf("%s: sandbox_id is longer than %d bytes: "
+		                     "no sandbox has such an id",
+		    call->method, MOAT_ID_MAX - 1);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if ((rv = moat_forward_locate(fw, sandbox, moat_gw_tenant(call),
+	         call->deadline_ms, node, msg)) != MOAT_OK)
+		return rv;
+	if (!moat_nodes_is_available(fw->nodes, node)) {
+		char owner[MOAT_ID_MAX];
+
+		/* No waiting for a node the survey says is gone; another
+		 * tenant's sandbox there is as absent as anywhere else. */
+		if ((route_tenant(fw, sandbox, NULL, owner, sizeof(owner)) ||
+		        inventory_tenant(fw, sandbox, owner, sizeof(owner))) &&
+		    strcmp(owner, moat_gw_tenant(call)) != 0) {
+			*msg = not_found_msg(sandbox->s);
+			return MOAT_NOT_FOUND;
+		}
+		*msg = moat_node_down_message(sandbox->s, node->s);
+		return MOAT_UNAVAILABLE;
+	}
+	return MOAT_OK;
+}
+
 int
 moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
     const char *sandbox_id, const uint8_t *payload, size_t len)
@@ -508,38 +575,9 @@ moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
 	size_t reply_len = 0;
 	int rv;
 
-	if (sandbox_id == NULL || sandbox_id[0] == '\0')
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-		    "%s: "
-		    "sandbox_id is required: `moat sandbox ls` lists the "
-		    "sandboxes",
-		    call->method);
-	if (!moat_sandbox_id_set(&sandbox, sandbox_id))
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-		    "%s: "
-		    "sandbox_id is longer than %d bytes: no sandbox has such "
-		    "an id",
-		    call->method, MOAT_ID_MAX - 1);
-	if ((rv = moat_forward_locate(fw, &sandbox, moat_gw_tenant(call),
-	         call->deadline_ms, &node, &msg)) != MOAT_OK)
+	if ((rv = forward_route(fw, call, sandbox_id, &sandbox, &node,
+	         &msg)) != MOAT_OK)
 		goto fail;
-	if (!moat_nodes_is_available(fw->nodes, &node)) {
-		char owner[MOAT_ID_MAX];
-
-		/* No waiting for a node the survey says is gone; another
-		 * tenant's sandbox there is as absent as anywhere else. */
-		if ((route_tenant(fw, &sandbox, NULL, owner, sizeof(owner)) ||
-		        inventory_tenant(fw, &sandbox, owner,
-		            sizeof(owner))) &&
-		    strcmp(owner, moat_gw_tenant(call)) != 0) {
-			msg = not_found_msg(sandbox.s);
-			rv = MOAT_NOT_FOUND;
-		} else {
-			msg = moat_node_down_message(sandbox.s, node.s);
-			rv = MOAT_UNAVAILABLE;
-		}
-		goto fail;
-	}
 	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
 	rv = moat_forward_to_node(fw, &node, moat_gw_tenant(call),
 	    call->method, payload, len, call->request_id, call->deadline_ms,
@@ -566,6 +604,147 @@ fail:
 	rv = moat_rpc_error(call, rv, "%s", msg ? msg : moat_strerror(rv));
 	free(msg);
 	return rv;
+}
+
+/* ---- forwards answered later (Exec, RunCode) ---- */
+
+/* One forward whose reply the gateway deferred: no gateway worker waits
+ * for the node; the node's answer completes the call from the rpc
+ * client's thread. */
+struct forward_async {
+	struct moat_forward *fw;
+	struct moat_rpc_deferred *d;
+	struct moat_node_conn *conn; /* held until the answer */
+	struct moat_node_id node;
+	char *url;
+	char method[32];
+	char what[MOAT_ID_MAX + 16];
+	const ProtobufCMessageDescriptor *reply_desc;
+	char *safety; /* heap or NULL */
+};
+
+static void
+forward_async_free(struct forward_async *a)
+{
+	moat_node_conn_put(a->conn);
+	free(a->url);
+	free(a->safety);
+	free(a);
+}
+
+static void
+forward_async_done(void *arg, int code, uint8_t *payload, size_t len,
+    char *errmsg)
+{
+	struct forward_async *a = arg;
+	struct moat_forward *fw;
+	char *msg = NULL;
+
+	if (code == MOAT_OK) {
+		if (a->safety != NULL)
+			moat_gw_set_safety_raw(a->reply_desc, &payload, &len,
+			    a->safety);
+		moat_rpc_complete_raw(a->d, MOAT_OK, payload, len, NULL);
+	} else {
+		if (transport_unavailable(code, errmsg)) {
+			moat_nodes_mark_down(a->fw->nodes, &a->node);
+			msg = moat_asprintf(
+			    "node %s (%s), which holds %s, did not answer "
+			    "%s: is its moat-vmd running? `moat info` shows "
+			    "the nodes; deploy/moat-stack start restarts a "
+			    "local one",
+			    a->node.s, a->url ? a->url : "?", a->what,
+			    a->method);
+		}
+		moat_rpc_complete_raw(a->d, code, NULL, 0,
+		    msg != NULL ? msg : errmsg);
+		free(payload);
+	}
+	free(msg);
+	free(errmsg);
+	fw = a->fw;
+	forward_async_free(a);
+	pthread_mutex_lock(&fw->lock);
+	fw->async_calls--;
+	pthread_mutex_unlock(&fw->lock);
+}
+
+/* forward_async_start: defers `call` and sends it to `node` without
+ * waiting. False when it could not be deferred (nothing was sent: the
+ * caller forwards it the synchronous way); true when the call is
+ * answered later, whatever happens. */
+static bool
+forward_async_start(struct moat_forward *fw, struct moat_rpc_call *call,
+    const struct moat_node_id *node, const struct moat_sandbox_id *sandbox,
+    const uint8_t *payload, size_t len,
+    const ProtobufCMessageDescriptor *reply_desc, const char *safety)
+{
+	struct moat_rpc_opts opts = { .request_id = call->request_id,
+		.tenant = moat_gw_tenant(call) };
+	struct forward_async *a;
+	char *msg = NULL;
+	int rv;
+
+	if (call->rpc_private == NULL || strlen(call->method) >= 32 ||
+	    (opts.timeout_ms = time_left(call->deadline_ms)) == 0)
+		return false;
+	if ((a = calloc(1, sizeof(*a))) == NULL)
+		return false;
+	if ((safety != NULL && (a->safety = strdup(safety)) == NULL) ||
+	    moat_nodes_conn_get(fw->nodes, node, &a->conn, &a->url, &msg) !=
+	        MOAT_OK) {
+		free(msg);
+		free(a->safety);
+		free(a);
+		return false;
+	}
+	a->fw = fw;
+	a->node = *node;
+	a->reply_desc = reply_desc;
+	snprintf(a->method, sizeof(a->method), "%s", call->method);
+	snprintf(a->what, sizeof(a->what), "sandbox %s", sandbox->s);
+	if ((a->d = moat_rpc_defer(call)) == NULL) {
+		forward_async_free(a);
+		return false;
+	}
+	pthread_mutex_lock(&fw->lock);
+	fw->async_calls++;
+	pthread_mutex_unlock(&fw->lock);
+	rv = moat_rpc_call_raw_async(moat_node_conn_client(a->conn),
+	    VM_SERVICE, call->method, payload, len, &opts, forward_async_done,
+	    a, &msg);
+	if (rv != MOAT_OK) {
+		moat_rpc_complete_raw(a->d, rv, NULL, 0, msg);
+		free(msg);
+		forward_async_free(a);
+		pthread_mutex_lock(&fw->lock);
+		fw->async_calls--;
+		pthread_mutex_unlock(&fw->lock);
+	}
+	return true;
+}
+
+int
+moat_forward_call_async(struct moat_forward *fw, struct moat_rpc_call *call,
+    const char *sandbox_id, const uint8_t *payload, size_t len,
+    const ProtobufCMessageDescriptor *reply_desc, const char *safety)
+{
+	struct moat_sandbox_id sandbox;
+	struct moat_node_id node;
+	char *msg = NULL;
+	int rv;
+
+	if ((rv = forward_route(fw, call, sandbox_id, &sandbox, &node,
+	         &msg)) != MOAT_OK) {
+		rv = moat_rpc_error(call, rv, "%s",
+		    msg ? msg : moat_strerror(rv));
+		free(msg);
+		return rv;
+	}
+	if (forward_async_start(fw, call, &node, &sandbox, payload, len,
+	        reply_desc, safety))
+		return MOAT_OK; /* answered later */
+	return moat_forward_call(fw, call, sandbox_id, payload, len);
 }
 
 /* route_tenant: the tenant cached for `sandbox` into `out` (size bytes);

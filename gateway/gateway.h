@@ -228,12 +228,21 @@ struct moat_forward {
 	/* Locate's threads still asking nodes (guarded by lock): fini
 	 * waits for them. */
 	int locating;
+	/* Forwards answered later still waiting for their node (guarded
+	 * by lock): moat_forward_drain waits for them. */
+	int async_calls;
 };
 
 int moat_forward_init(struct moat_forward *fw, struct moat_nodes *nodes)
     __attribute__((warn_unused_result));
 /* moat_forward_fini: safe on a zeroed object. */
 void moat_forward_fini(struct moat_forward *fw);
+
+/* moat_forward_drain: waits (at most max_ms) for the forwards answered
+ * later (moat_forward_call_async) to end: their completion still uses
+ * the gateway. False when some still run (the gateway must then not be
+ * freed). */
+bool moat_forward_drain(struct moat_forward *fw, uint64_t max_ms);
 
 /* moat_forward_remember / moat_forward_forget: the sandbox -> node map. */
 void moat_forward_remember(struct moat_forward *fw,
@@ -305,6 +314,25 @@ int moat_forward_node_call(struct moat_forward *fw,
  * succeeded forgets it). */
 int moat_forward_call(struct moat_forward *fw, struct moat_rpc_call *call,
     const char *sandbox_id, const uint8_t *payload, size_t len);
+
+/* moat_forward_call_async: moat_forward_call for a call that may run
+ * long (Exec, RunCode): the call is deferred (moat_rpc_defer) and sent
+ * with moat_rpc_call_raw_async, so no gateway worker waits for the
+ * node; the node's reply (with `safety`, when not NULL, set in its
+ * `safety` field: `reply_desc` is its message) completes it. A call
+ * that cannot be deferred (built outside the rpc server) is forwarded
+ * as moat_forward_call does. Returns MOAT_OK once deferred, or the
+ * routing error after moat_rpc_error. */
+int moat_forward_call_async(struct moat_forward *fw,
+    struct moat_rpc_call *call, const char *sandbox_id, const uint8_t *payload,
+    size_t len, const ProtobufCMessageDescriptor *reply_desc,
+    const char *safety);
+
+/* moat_gw_set_safety_raw: sets the `safety` string field of the encoded
+ * `desc` message in *raw (re-encoded in place; unchanged when it has no
+ * such field or does not decode). handlers.c. */
+void moat_gw_set_safety_raw(const ProtobufCMessageDescriptor *desc,
+    uint8_t **raw, size_t *len, const char *level);
 
 /* ---- inventory of every node's sandboxes (inventory.c) ---- */
 
@@ -845,8 +873,6 @@ int moat_travel_fork(struct moat_rpc_call *call,
 int moat_travel_restore_sandbox(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_travel_replay(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply);
-int moat_travel_run_code(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_travel_close_code_context(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);

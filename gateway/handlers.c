@@ -748,6 +748,31 @@ h_destroy_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return rv;
 }
 
+static const char *command_of(const ProtobufCMessage *request,
+    const char **language, char **joined);
+
+/* forward_long: the forward of a call that may run for long (Exec,
+ * RunCode): deferred, so no gateway worker waits for the node; the
+ * reply carries the command's safety level as gate() would set it. */
+static int
+forward_long(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply, const char *sandbox_id)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const char *command, *language, *safety = NULL;
+	char *joined = NULL;
+	int rv;
+
+	command = command_of(request, &language, &joined);
+	if (command != NULL)
+		safety = moat_safety_level_name(
+		    moat_safety_classify(command, language).level);
+	rv = moat_forward_call_async(&gw->fw, call, sandbox_id, call->payload,
+	    call->payload_len, reply->descriptor, safety);
+	free(joined);
+	return rv;
+}
+
 static int
 h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -761,7 +786,28 @@ h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    &handled);
 	if (handled)
 		return rv;
-	return h_sandbox(call, request, reply);
+	return forward_long(call, request, reply,
+	    ((const Moat__V1__ExecRequest *)request)->sandbox_id);
+}
+
+/* h_run_code: RunCode; a recorded sandbox's cell is a step of its
+ * recording (moat_record_step), any other is forwarded without holding
+ * a worker. */
+static int
+h_run_code(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const Moat__V1__RunCodeRequest *req =
+	    (const Moat__V1__RunCodeRequest *)request;
+	bool handled = false;
+	int rv;
+
+	rv = moat_record_step(&gw->rec, call, request, req->sandbox_id,
+	    moat_gw_tenant(call), &handled);
+	if (handled)
+		return rv;
+	return forward_long(call, request, reply, req->sandbox_id);
 }
 
 static int
@@ -1028,7 +1074,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "Replay", moat_travel_replay, true, true },
 	{ "Diff", h_diff, false, true },
 	{ "Compare", h_compare, false, true },
-	{ "RunCode", moat_travel_run_code, true, true },
+	{ "RunCode", h_run_code, true, true },
 	{ "CloseCodeContext", moat_travel_close_code_context, true, true },
 	{ "ListAudit", h_list_audit, false, true },
 	{ "SetStepKeep", h_session, true, true },
@@ -1147,6 +1193,46 @@ command_of(const ProtobufCMessage *request, const char **language,
 	return NULL;
 }
 
+/* set_string_field: sets string field `f` of message `m` to a copy of
+ * `value`. */
+static void
+set_string_field(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+    const char *value)
+{
+	char **slot = (char **)((char *)m + f->offset), *copy;
+
+	if ((copy = strdup(value)) != NULL) {
+		if (*slot != NULL && *slot != protobuf_c_empty_string &&
+		    *slot != f->default_value)
+			free(*slot);
+		*slot = copy;
+	}
+}
+
+void
+moat_gw_set_safety_raw(const ProtobufCMessageDescriptor *desc, uint8_t **raw,
+    size_t *len, const char *level)
+{
+	const ProtobufCFieldDescriptor *f =
+	    protobuf_c_message_descriptor_get_field_by_name(desc, "safety");
+	ProtobufCMessage *m;
+	size_t n;
+	uint8_t *p;
+
+	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
+	    (m = protobuf_c_message_unpack(desc, NULL, *len, *raw)) == NULL)
+		return;
+	set_string_field(m, f, level);
+	n = protobuf_c_message_get_packed_size(m);
+	if ((p = malloc(n ? n : 1)) != NULL) {
+		protobuf_c_message_pack(m, p);
+		free(*raw);
+		*raw = p;
+		*len = n;
+	}
+	protobuf_c_message_free_unpacked(m, NULL);
+}
+
 /* set_safety: puts `level` in the reply's `safety` field, whether the
  * handler filled `reply` or left an encoded raw reply. */
 static void
@@ -1156,54 +1242,33 @@ set_safety(struct moat_rpc_call *call, ProtobufCMessage *reply,
 	const ProtobufCFieldDescriptor *f =
 	    protobuf_c_message_descriptor_get_field_by_name(reply->descriptor,
 	        "safety");
-	ProtobufCMessage *m = reply;
-	char **slot, *copy;
 
 	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING)
 		return;
-	if (call->raw_reply != NULL &&
-	    (m = protobuf_c_message_unpack(reply->descriptor, NULL,
-	         call->raw_reply_len, call->raw_reply)) == NULL)
-		return;
-	slot = (char **)((char *)m + f->offset);
-	if ((copy = strdup(level)) != NULL) {
-		if (*slot != NULL && *slot != protobuf_c_empty_string &&
-		    *slot != f->default_value)
-			free(*slot);
-		*slot = copy;
-	}
-	if (m != reply) {
-		size_t len = protobuf_c_message_get_packed_size(m);
-		uint8_t *p = malloc(len ? len : 1);
-
-		if (p != NULL) {
-			protobuf_c_message_pack(m, p);
-			free(call->raw_reply);
-			call->raw_reply = p;
-			call->raw_reply_len = len;
-		}
-		protobuf_c_message_free_unpacked(m, NULL);
-	}
+	if (call->raw_reply != NULL)
+		moat_gw_set_safety_raw(reply->descriptor, &call->raw_reply,
+		    &call->raw_reply_len, level);
+	else
+		set_string_field(reply, f, level);
 }
 
-static void
-audit(struct moat_gateway *gw, struct moat_rpc_call *call,
-    const ProtobufCMessage *request, const char *key_id, const char *command,
-    const char *safety, int rv)
+/* audit_entry: the audit record of `call` without its code (NULL when
+ * out of memory); the caller owns the reference. */
+static json_t *
+audit_entry(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    const char *key_id, const char *command, const char *safety)
 {
 	const char *sandbox = request_string(request, "sandbox_id");
 	const char *session = request_string(request, "session_id");
-	char *msg = NULL, rid[17];
+	char rid[17];
 	json_t *e;
 
-	if (gw->auth == NULL)
-		return;
 	snprintf(rid, sizeof(rid), "%016llx",
 	    (unsigned long long)call->request_id);
-	e = json_pack("{s:s, s:s, s:s, s:s}", "key_id", key_id, "method",
-	    call->method, "code", moat_strerror(rv), "request_id", rid);
+	e = json_pack("{s:s, s:s, s:s}", "key_id", key_id, "method",
+	    call->method, "request_id", rid);
 	if (e == NULL)
-		goto fail;
+		return NULL;
 	if (sandbox != NULL && sandbox[0] != '\0')
 		json_object_set_new(e, "sandbox_id", json_string(sandbox));
 	if (session != NULL && session[0] != '\0')
@@ -1212,17 +1277,42 @@ audit(struct moat_gateway *gw, struct moat_rpc_call *call,
 		json_object_set_new(e, "command", json_string(command));
 	if (safety != NULL)
 		json_object_set_new(e, "safety", json_string(safety));
+	return e;
+}
+
+/* audit_append: records entry `e` (NULL: out of memory; its reference
+ * is taken) with code `rv` for `tenant`. */
+static void
+audit_append(struct moat_gateway *gw, json_t *e, const char *tenant,
+    const char *method, uint64_t request_id, int rv)
+{
+	char *msg = NULL;
+
+	if (e == NULL ||
+	    json_object_set_new(e, "code", json_string(moat_strerror(rv))) !=
+	        0)
+		goto fail;
 	/* Queued for auth.c's writer thread: no disk wait in a handler. */
-	if (moat_auth_audit_append(gw->auth, moat_gw_tenant(call), e, &msg) !=
-	    MOAT_OK)
+	if (moat_auth_audit_append(gw->auth, tenant, e, &msg) != MOAT_OK)
 		goto fail;
 	json_decref(e);
 	return;
 fail:
-	moat_warn(call->request_id, "audit: %s %s not logged: %s",
-	    moat_gw_tenant(call), call->method, msg ? msg : "out of memory");
+	moat_warn(request_id, "audit: %s %s not logged: %s", tenant, method,
+	    msg ? msg : "out of memory");
 	json_decref(e);
 	free(msg);
+}
+
+static void
+audit(struct moat_gateway *gw, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, const char *key_id, const char *command,
+    const char *safety, int rv)
+{
+	if (gw->auth == NULL)
+		return;
+	audit_append(gw, audit_entry(call, request, key_id, command, safety),
+	    moat_gw_tenant(call), call->method, call->request_id, rv);
 }
 
 static void
@@ -1257,6 +1347,52 @@ count_call(struct moat_gateway *gw, size_t row, int code, uint64_t ms)
 	}
 	moat_counter_inc(c);
 	moat_histogram_observe_ms(h, ms);
+}
+
+/* What gate() still owes a call whose reply was deferred (Exec and
+ * RunCode forwarded without holding a worker): its audit record and
+ * its count, with the code it is completed with. */
+struct gate_later {
+	struct moat_gateway *gw;
+	size_t row;
+	uint64_t started;
+	uint64_t request_id;
+	const char *method; /* the table's: static */
+	json_t *audit;      /* NULL: not audited */
+	char tenant[MOAT_AUTH_TENANT_MAX];
+};
+
+static void
+gate_later_done(void *arg, int code)
+{
+	struct gate_later *g = arg;
+
+	if (g->audit != NULL)
+		audit_append(g->gw, g->audit, g->tenant, g->method,
+		    g->request_id, code);
+	count_call(g->gw, g->row, code, moat_rpc_now_ms() - g->started);
+	free(g);
+}
+
+/* gate_defer: hands gate()'s audit and count of a deferred call to its
+ * completion. False when out of memory (gate then does them now). */
+static bool
+gate_defer(struct moat_gateway *gw, struct moat_rpc_call *call, size_t row,
+    uint64_t started, json_t *audit_e)
+{
+	struct gate_later *g = calloc(1, sizeof(*g));
+
+	if (g == NULL)
+		return false;
+	g->gw = gw;
+	g->row = row;
+	g->started = started;
+	g->request_id = call->request_id;
+	g->method = gateway_methods[row].name;
+	g->audit = audit_e;
+	snprintf(g->tenant, sizeof(g->tenant), "%s", moat_gw_tenant(call));
+	moat_rpc_deferred_on_complete(call->deferred, gate_later_done, g);
+	return true;
 }
 
 /* gate: every Gateway call of both doors runs through here: the API key
@@ -1339,13 +1475,24 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		}
 	}
 	rv = row->handler(call, request, reply);
-	if (rv == MOAT_OK && safety != NULL &&
-	    strcmp(call->method, "ExecStart") != 0)
+	if (call->deferred != NULL) {
+		json_t *e = audited && gw->auth != NULL ?
+		    audit_entry(call, request, key_id, command, safety) :
+		    NULL;
+
+		/* Audited and counted when the reply comes. */
+		if (gate_defer(gw, call, i, started, e))
+			goto deferred;
+		json_decref(e);
+	} else if (rv == MOAT_OK && safety != NULL &&
+	    strcmp(call->method, "ExecStart") != 0) {
 		set_safety(call, reply, safety);
+	}
 done:
 	if (audited)
 		audit(gw, call, request, key_id, command, safety, rv);
 	count_call(gw, i, rv, moat_rpc_now_ms() - started);
+deferred:
 	call->principal = NULL;
 	free(joined);
 	free(msg);
@@ -1583,6 +1730,9 @@ moat_gateway_stop(struct moat_gateway *gw)
 		return;
 	/* Serving stops first: no handler may run on what follows. */
 	moat_rpc_server_stop(gw->server);
+	/* Forwarded execs complete through the gateway's state. */
+	if (gw->fw_ready && !moat_forward_drain(&gw->fw, 10000))
+		return;
 	moat_discovery_stop(gw->discovery);
 	gw->fw.inv = NULL;
 	moat_inventory_stop(gw->inventory);

@@ -1263,25 +1263,6 @@ fail:
 /* ---- recorded sandbox calls answered with the recording's help ---- */
 
 int
-moat_travel_run_code(struct moat_rpc_call *call,
-    const ProtobufCMessage *request, ProtobufCMessage *reply)
-{
-	struct moat_travel t = parts(call);
-	const Moat__V1__RunCodeRequest *req =
-	    (const Moat__V1__RunCodeRequest *)request;
-	bool handled = false;
-	int rv;
-
-	(void)reply;
-	rv = moat_record_step(t.rec, call, request, req->sandbox_id, t.tenant,
-	    &handled);
-	if (handled)
-		return rv;
-	return moat_forward_call(t.fw, call, req->sandbox_id, call->payload,
-	    call->payload_len);
-}
-
-int
 moat_travel_close_code_context(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply)
 {

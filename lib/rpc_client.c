@@ -3,7 +3,9 @@
  * client with a non-blocking dial (so a server that starts later is
  * found), nng's resend turned off (a mutating call must never run twice
  * because a reply was slow), and one nng context per call in flight (kept
- * for the client's next calls) so many threads can call at once. Turns
+ * for the client's next calls) so many threads can call at once, and
+ * asynchronous calls finished by one thread of the process (their
+ * callbacks run there) so a caller need not wait at all. Turns
  * transport failures into statuses a person can act on: UNAVAILABLE when
  * no server takes the request or the connection drops during the call,
  * DEADLINE_EXCEEDED when the reply is late. Not for: serving
@@ -50,6 +52,9 @@
  * per call was a syscall on every call's path. */
 #define RPC_IDS_PER_FILL 32
 
+/* Longest service or method name of an asynchronous call. */
+#define RPC_ASYNC_NAME 128
+
 /* One call's wait for its reply. The send's completion starts the
  * receive (send_done), so a caller sleeps once per call, however long
  * its request queued behind others on the connection. The receive
@@ -77,7 +82,30 @@ struct rpc_wait {
 	bool abandoned;   /* guarded by c->lock */
 	/* In c->abandoned or c->idle; guarded by c->lock. */
 	struct rpc_wait *next;
+	/* Asynchronous calls only (moat_rpc_call_raw_async), set before
+	 * the send: */
+	bool async;
+	moat_rpc_done done_fn;
+	void *done_arg;
+	uint64_t deadline_ms;
+	uint32_t timeout_ms;
+	char *service, *method; /* heap, for messages */
+	/* Guarded by async_lock: */
+	bool async_ready;            /* ended: the async thread finishes it */
+	struct rpc_wait *async_next; /* in async_calls */
 };
+
+/* Asynchronous calls in flight, of every client: one thread finishes
+ * them (reply, error, deadline) and calls their callbacks, so that nng's
+ * callbacks only flag them. Lock order: a client's lock, then
+ * async_lock. */
+static pthread_mutex_t async_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t async_cv;      /* monotonic; async_once */
+static struct rpc_wait *async_calls; /* guarded by async_lock */
+static pthread_once_t async_once = PTHREAD_ONCE_INIT;
+static bool async_started; /* written once, in async_once */
+
+static void async_ready(struct rpc_wait *w);
 
 struct moat_rpc_client {
 	nng_socket sock;
@@ -129,6 +157,8 @@ wait_free(struct rpc_wait *w)
 		nng_ctx_close(w->ctx);
 	if (w->cond_inited)
 		pthread_cond_destroy(&w->wake);
+	free(w->service);
+	free(w->method);
 	free(w);
 }
 
@@ -157,6 +187,8 @@ send_done(void *arg)
 	w->done = true;
 	if (w->abandoned)
 		c->n_late--;
+	else if (w->async)
+		async_ready(w);
 	pthread_mutex_unlock(&c->lock);
 	/* After the unlock, so the caller does not wake into a held lock.
 	 * w is still alive: whoever frees or reuses it first waits for this
@@ -179,6 +211,8 @@ recv_done(void *arg)
 			nng_aio_set_msg(w->aio, NULL);
 		}
 		c->n_late--;
+	} else if (w->async) {
+		async_ready(w);
 	}
 	pthread_mutex_unlock(&c->lock);
 	/* After the unlock: see send_done. */
@@ -295,6 +329,11 @@ wait_put(struct moat_rpc_client *c, struct rpc_wait *w)
 	 * reusing an aio before they have is not allowed. */
 	nng_aio_wait(w->send_aio);
 	nng_aio_wait(w->aio);
+	free(w->service);
+	free(w->method);
+	w->service = w->method = NULL;
+	w->async = false;
+	w->async_ready = false;
 	pthread_mutex_lock(&c->lock);
 	if (c->n_idle < RPC_IDLE_WAITS) {
 		w->next = c->idle;
@@ -633,6 +672,134 @@ monotonic_after(uint64_t ms)
 	return ts;
 }
 
+/* call_prepare: a wait and the packed request for one call; on failure
+ * a status with *errmsg. */
+static int
+call_prepare(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
+    struct rpc_wait **wp, nng_msg **msgp, char **errmsg)
+{
+	size_t n = moat__v1__envelope__get_packed_size(env);
+	struct rpc_wait *w;
+	int nrv;
+
+	*wp = NULL;
+	*msgp = NULL;
+	if (n > MOAT_RPC_MAX_MSG) {
+		*errmsg =
+		    moat_asprintf("%s.%s: the request is %zu bytes, "
+		                  "over the %u-byte limit: send less per call",
+		        env->service, env->method, n, MOAT_RPC_MAX_MSG);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if ((w = wait_get(c, &nrv)) == NULL)
+		goto fail_nng;
+	if ((nrv = nng_msg_alloc(msgp, n)) != 0) {
+		wait_free(w);
+		goto fail_nng;
+	}
+	moat__v1__envelope__pack(env, nng_msg_body(*msgp));
+	/* No callback runs before the send starts, so these need no lock
+	 * (nng's own locks order them before send_done). */
+	w->done = false;
+	atomic_store(&w->sent, false);
+	w->send_rv = 0;
+	w->abandoned = false;
+	*wp = w;
+	return MOAT_OK;
+fail_nng:
+	*errmsg = moat_asprintf("%s.%s to %s failed: %s", env->service,
+	    env->method, c->url, nng_strerror(nrv));
+	return moat_status_from_nng(nrv);
+}
+
+/* call_start: sends `msg` (taken) on w. The send finishes when a
+ * connected server has the request: if none takes it soon, the service
+ * is down, not slow. send_done then starts the receive. */
+static void
+call_start(struct rpc_wait *w, nng_msg *msg, uint32_t timeout_ms)
+{
+	nng_aio_set_msg(w->send_aio, msg);
+	nng_aio_set_timeout(w->send_aio,
+	    (nng_duration)(timeout_ms < RPC_CONNECT_WAIT_MS ?
+	            timeout_ms :
+	            RPC_CONNECT_WAIT_MS));
+	nng_ctx_send(w->ctx, w->send_aio);
+}
+
+/* call_result: the outcome of w's call, which has ended (w->done): the
+ * Reply into *out (caller frees with moat__v1__reply__free_unpacked) or
+ * a transport status with *errmsg. Puts w back or frees it. */
+static int
+call_result(struct moat_rpc_client *c, struct rpc_wait *w, const char *service,
+    const char *method, Moat__V1__Reply **out, char **errmsg)
+{
+	nng_msg *msg;
+	int nrv = w->send_rv, rv;
+
+	*out = NULL;
+	if (nrv != 0) {
+		if (nrv == NNG_ETIMEDOUT || nrv == NNG_ECONNREFUSED ||
+		    nrv == NNG_ECLOSED) {
+			rv = MOAT_UNAVAILABLE;
+			*errmsg = unavailable_message(c);
+			goto fail;
+		}
+		goto fail_nng;
+	}
+	if ((nrv = nng_aio_result(w->aio)) != 0) {
+		/* With resend off, nng fails a call whose connection closed
+		 * (it does not send it again elsewhere). */
+		if (nrv == NNG_ECONNRESET || nrv == NNG_ECONNSHUT) {
+			rv = MOAT_UNAVAILABLE;
+			*errmsg = moat_asprintf(
+			    "the connection to %s was "
+			    "lost while %s.%s was running: it may or may not "
+			    "have run; check its result before retrying",
+			    c->url, service, method);
+			goto fail;
+		}
+		goto fail_nng;
+	}
+	msg = nng_aio_get_msg(w->aio);
+	nng_aio_set_msg(w->aio, NULL);
+	*out =
+	    moat__v1__reply__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
+	nng_msg_free(msg);
+	if (*out == NULL) {
+		rv = MOAT_INTERNAL;
+		*errmsg = moat_asprintf(
+		    "%s.%s: %s sent a reply that is not "
+		    "a moat.v1.Reply: is that address a moat service?",
+		    service, method, c->url);
+		goto fail;
+	}
+	wait_put(c, w);
+	return MOAT_OK;
+
+fail_nng:
+	rv = moat_status_from_nng(nrv);
+	*errmsg = moat_asprintf("%s.%s to %s failed: %s", service, method,
+	    c->url, nng_strerror(nrv));
+fail:
+	/* Not reused: after a failure its context's state is nng's guess.
+	 * Callbacks may still be returning: wait for them. */
+	nng_aio_wait(w->send_aio);
+	nng_aio_wait(w->aio);
+	wait_free(w);
+	return rv;
+}
+
+/* Abandons w's call, past its deadline (c->lock held): a late reply is
+ * taken and dropped by its own context. */
+static void
+call_abandon(struct moat_rpc_client *c, struct rpc_wait *w)
+{
+	w->abandoned = true;
+	w->next = c->abandoned;
+	c->abandoned = w;
+	c->n_late++;
+}
+
 /* Sends one encoded Envelope and returns the Reply (caller frees with
  * moat__v1__reply__free_unpacked) or a transport status with *errmsg. */
 static int
@@ -644,44 +811,12 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 	nng_msg *msg = NULL;
 	uint64_t start = moat_rpc_now_ms(), deadline = start + timeout_ms;
 	bool late = false;
-	size_t n;
-	int nrv, rv;
+	int rv;
 
 	*out = NULL;
-	n = moat__v1__envelope__get_packed_size(env);
-	if (n > MOAT_RPC_MAX_MSG) {
-		*errmsg =
-		    moat_asprintf("%s.%s: the request is %zu bytes, "
-		                  "over the %u-byte limit: send less per call",
-		        env->service, env->method, n, MOAT_RPC_MAX_MSG);
-		return MOAT_INVALID_ARGUMENT;
-	}
-	if ((w = wait_get(c, &nrv)) == NULL) {
-		rv = moat_status_from_nng(nrv);
-		*errmsg = moat_asprintf("%s.%s to %s failed: %s", env->service,
-		    env->method, c->url, nng_strerror(nrv));
+	if ((rv = call_prepare(c, env, &w, &msg, errmsg)) != MOAT_OK)
 		return rv;
-	}
-	if ((nrv = nng_msg_alloc(&msg, n)) != 0)
-		goto fail_nng;
-	moat__v1__envelope__pack(env, nng_msg_body(msg));
-
-	/* No callback runs before the send starts, so these need no lock
-	 * (nng's own locks order them before send_done). */
-	w->done = false;
-	atomic_store(&w->sent, false);
-	w->send_rv = 0;
-	w->abandoned = false;
-	/* The send finishes when a connected server has the request: if none
-	 * takes it soon, the service is down, not slow. send_done then starts
-	 * the receive. */
-	nng_aio_set_msg(w->send_aio, msg);
-	msg = NULL;
-	nng_aio_set_timeout(w->send_aio,
-	    (nng_duration)(timeout_ms < RPC_CONNECT_WAIT_MS ?
-	            timeout_ms :
-	            RPC_CONNECT_WAIT_MS));
-	nng_ctx_send(w->ctx, w->send_aio);
+	call_start(w, msg, timeout_ms);
 
 	until.tv_sec = (time_t)(deadline / 1000);
 	until.tv_nsec = (long)(deadline % 1000) * 1000000L;
@@ -703,10 +838,7 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		pthread_cond_timedwait(&w->wake, &c->lock, &until);
 	}
 	if (!w->done) {
-		w->abandoned = true;
-		w->next = c->abandoned;
-		c->abandoned = w;
-		c->n_late++;
+		call_abandon(c, w);
 		pthread_mutex_unlock(&c->lock);
 		*errmsg = moat_asprintf(
 		    "%s.%s on %s gave no reply within %u "
@@ -715,59 +847,8 @@ call_envelope(struct moat_rpc_client *c, const Moat__V1__Envelope *env,
 		    env->service, env->method, c->url, timeout_ms);
 		return MOAT_DEADLINE_EXCEEDED;
 	}
-	nrv = w->send_rv;
 	pthread_mutex_unlock(&c->lock);
-
-	if (nrv != 0) {
-		if (nrv == NNG_ETIMEDOUT || nrv == NNG_ECONNREFUSED ||
-		    nrv == NNG_ECLOSED) {
-			rv = MOAT_UNAVAILABLE;
-			*errmsg = unavailable_message(c);
-			goto fail;
-		}
-		goto fail_nng;
-	}
-	if ((nrv = nng_aio_result(w->aio)) != 0) {
-		/* With resend off, nng fails a call whose connection closed
-		 * (it does not send it again elsewhere). */
-		if (nrv == NNG_ECONNRESET || nrv == NNG_ECONNSHUT) {
-			rv = MOAT_UNAVAILABLE;
-			*errmsg = moat_asprintf(
-			    "the connection to %s was "
-			    "lost while %s.%s was running: it may or may not "
-			    "have run; check its result before retrying",
-			    c->url, env->service, env->method);
-			goto fail;
-		}
-		goto fail_nng;
-	}
-	msg = nng_aio_get_msg(w->aio);
-	nng_aio_set_msg(w->aio, NULL);
-	*out =
-	    moat__v1__reply__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
-	nng_msg_free(msg);
-	msg = NULL;
-	if (*out == NULL) {
-		rv = MOAT_INTERNAL;
-		*errmsg = moat_asprintf(
-		    "%s.%s: %s sent a reply that is not "
-		    "a moat.v1.Reply: is that address a moat service?",
-		    env->service, env->method, c->url);
-		goto fail;
-	}
-	wait_put(c, w);
-	return MOAT_OK;
-
-fail_nng:
-	rv = moat_status_from_nng(nrv);
-	*errmsg = moat_asprintf("%s.%s to %s failed: %s", env->service,
-	    env->method, c->url, nng_strerror(nrv));
-fail:
-	if (msg != NULL)
-		nng_msg_free(msg);
-	/* Not reused: after a failure its context's state is nng's guess. */
-	wait_free(w);
-	return rv;
+	return call_result(c, w, env->service, env->method, out, errmsg);
 }
 
 /* Checks the reply's code; on OK leaves it to the caller, else sets
@@ -788,39 +869,41 @@ reply_status(const Moat__V1__Reply *r, char **errmsg)
 	return code;
 }
 
-int
-moat_rpc_call_raw(struct moat_rpc_client *c, const char *service,
-    const char *method, const uint8_t *payload, size_t len,
-    uint8_t **reply_payload, size_t *reply_len,
-    const struct moat_rpc_opts *opts, char **errmsg)
+/* envelope_fill: the Envelope of one call (borrowing every string);
+ * returns its timeout. */
+static uint32_t
+envelope_fill(Moat__V1__Envelope *env, const char *service, const char *method,
+    const uint8_t *payload, size_t len, const struct moat_rpc_opts *opts)
 {
-	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
-	Moat__V1__Reply *r = NULL;
-	uint32_t timeout_ms;
-	int rv;
-
-	*reply_payload = NULL;
-	*reply_len = 0;
-	*errmsg = NULL;
-	timeout_ms = opts != NULL && opts->timeout_ms != 0 ?
+	uint32_t timeout_ms = opts != NULL && opts->timeout_ms != 0 ?
 	    opts->timeout_ms :
 	    MOAT_RPC_DEFAULT_TIMEOUT_MS;
+
 	if (timeout_ms > INT32_MAX)
 		timeout_ms = INT32_MAX; /* nng durations are int32 ms */
-	env.service = (char *)service;
-	env.method = (char *)method;
-	env.request_id = opts != NULL && opts->request_id != 0 ?
+	env->service = (char *)service;
+	env->method = (char *)method;
+	env->request_id = opts != NULL && opts->request_id != 0 ?
 	    opts->request_id :
 	    moat_rpc_new_request_id();
-	env.timeout_ms = timeout_ms;
-	env.auth =
+	env->timeout_ms = timeout_ms;
+	env->auth =
 	    (char *)(opts != NULL && opts->auth != NULL ? opts->auth : "");
-	env.tenant =
+	env->tenant =
 	    (char *)(opts != NULL && opts->tenant != NULL ? opts->tenant : "");
-	env.payload.data = (uint8_t *)payload;
-	env.payload.len = len;
-	if ((rv = call_envelope(c, &env, timeout_ms, &r, errmsg)) != 0)
-		return rv;
+	env->payload.data = (uint8_t *)payload;
+	env->payload.len = len;
+	return timeout_ms;
+}
+
+/* reply_take: the payload of Reply `r` (freed here) into *reply_payload
+ * (heap, may be NULL), or its error into *errmsg. */
+static int
+reply_take(Moat__V1__Reply *r, uint8_t **reply_payload, size_t *reply_len,
+    char **errmsg)
+{
+	int rv;
+
 	if ((rv = reply_status(r, errmsg)) != MOAT_OK)
 		goto out;
 	if (r->payload.len != 0) {
@@ -836,6 +919,196 @@ out:
 	if (rv != MOAT_OK && *errmsg == NULL)
 		rv = MOAT_RESOURCE_EXHAUSTED;
 	return rv;
+}
+
+int
+moat_rpc_call_raw(struct moat_rpc_client *c, const char *service,
+    const char *method, const uint8_t *payload, size_t len,
+    uint8_t **reply_payload, size_t *reply_len,
+    const struct moat_rpc_opts *opts, char **errmsg)
+{
+	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
+	Moat__V1__Reply *r = NULL;
+	uint32_t timeout_ms;
+	int rv;
+
+	*reply_payload = NULL;
+	*reply_len = 0;
+	*errmsg = NULL;
+	timeout_ms = envelope_fill(&env, service, method, payload, len, opts);
+	if ((rv = call_envelope(c, &env, timeout_ms, &r, errmsg)) != 0)
+		return rv;
+	return reply_take(r, reply_payload, reply_len, errmsg);
+}
+
+/* ---- asynchronous calls ---- */
+
+/* async_ready: w's call has ended; called with w->c->lock held. */
+static void
+async_ready(struct rpc_wait *w)
+{
+	pthread_mutex_lock(&async_lock);
+	w->async_ready = true;
+	pthread_cond_signal(&async_cv);
+	pthread_mutex_unlock(&async_lock);
+}
+
+/* async_finish: calls w's callback with its outcome, on the async
+ * thread; w is out of async_calls. */
+static void
+async_finish(struct rpc_wait *w)
+{
+	struct moat_rpc_client *c = w->c;
+	moat_rpc_done done = w->done_fn;
+	void *arg = w->done_arg;
+	Moat__V1__Reply *r = NULL;
+	uint8_t *payload = NULL;
+	size_t len = 0;
+	char *errmsg = NULL;
+	int rv;
+
+	pthread_mutex_lock(&c->lock);
+	if (!w->done) {
+		/* The deadline: see call_envelope. */
+		call_abandon(c, w);
+		pthread_mutex_unlock(&c->lock);
+		errmsg = moat_asprintf("%s.%s on %s gave no reply within %u "
+		                       "ms: the call may still be running; "
+		                       "check its result before retrying, or "
+		                       "allow a longer timeout",
+		    w->service, w->method, c->url, w->timeout_ms);
+		done(arg, MOAT_DEADLINE_EXCEEDED, NULL, 0, errmsg);
+		return;
+	}
+	pthread_mutex_unlock(&c->lock);
+	{
+		char service[RPC_ASYNC_NAME], method[RPC_ASYNC_NAME];
+
+		/* call_result may free w: keep the names. */
+		snprintf(service, sizeof(service), "%s", w->service);
+		snprintf(method, sizeof(method), "%s", w->method);
+		rv = call_result(c, w, service, method, &r, &errmsg);
+	}
+	if (rv == MOAT_OK)
+		rv = reply_take(r, &payload, &len, &errmsg);
+	done(arg, rv, payload, len, errmsg);
+}
+
+static void *
+async_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&async_lock);
+	for (;;) {
+		struct rpc_wait **pp, *w, *ready = NULL;
+		uint64_t now = moat_rpc_now_ms(), wake = UINT64_MAX;
+		struct timespec until;
+
+		for (pp = &async_calls; (w = *pp) != NULL;) {
+			if (w->async_ready || now >= w->deadline_ms) {
+				*pp = w->async_next;
+				w->async_next = ready;
+				ready = w;
+				continue;
+			}
+			if (w->deadline_ms < wake)
+				wake = w->deadline_ms;
+			pp = &w->async_next;
+		}
+		if (ready == NULL) {
+			if (wake == UINT64_MAX) {
+				pthread_cond_wait(&async_cv, &async_lock);
+				continue;
+			}
+			until.tv_sec = (time_t)(wake / 1000);
+			until.tv_nsec = (long)(wake % 1000) * 1000000L;
+			pthread_cond_timedwait(&async_cv, &async_lock, &until);
+			continue;
+		}
+		pthread_mutex_unlock(&async_lock);
+		while ((w = ready) != NULL) {
+			ready = w->async_next;
+			async_finish(w);
+		}
+		pthread_mutex_lock(&async_lock);
+	}
+	return NULL;
+}
+
+static void
+async_init(void)
+{
+	pthread_condattr_t ca;
+	pthread_attr_t attr;
+	pthread_t t;
+
+	if (pthread_condattr_init(&ca) != 0)
+		return;
+	if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+	    pthread_cond_init(&async_cv, &ca) != 0) {
+		pthread_condattr_destroy(&ca);
+		return;
+	}
+	pthread_condattr_destroy(&ca);
+	/* For the process's life: it holds nothing at exit. */
+	if (pthread_attr_init(&attr) != 0)
+		return;
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	async_started = pthread_create(&t, &attr, async_main, NULL) == 0;
+	pthread_attr_destroy(&attr);
+}
+
+int
+moat_rpc_call_raw_async(struct moat_rpc_client *c, const char *service,
+    const char *method, const uint8_t *payload, size_t len,
+    const struct moat_rpc_opts *opts, moat_rpc_done done, void *arg,
+    char **errmsg)
+{
+	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
+	struct rpc_wait *w;
+	nng_msg *msg;
+	uint32_t timeout_ms;
+	int rv;
+
+	*errmsg = NULL;
+	pthread_once(&async_once, async_init);
+	if (!async_started) {
+		*errmsg = moat_asprintf("%s.%s: cannot start the thread of "
+		                        "asynchronous calls: out of resources",
+		    service, method);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	if (strlen(service) >= RPC_ASYNC_NAME ||
+	    strlen(method) >= RPC_ASYNC_NAME) {
+		*errmsg = moat_asprintf("%.64s.%.64s: the service or method "
+		                        "name is too long",
+		    service, method);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	timeout_ms = envelope_fill(&env, service, method, payload, len, opts);
+	if ((rv = call_prepare(c, &env, &w, &msg, errmsg)) != MOAT_OK)
+		return rv;
+	if ((w->service = strdup(service)) == NULL ||
+	    (w->method = strdup(method)) == NULL) {
+		nng_msg_free(msg);
+		wait_free(w);
+		*errmsg =
+		    moat_asprintf("%s.%s: out of memory", service, method);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	w->async = true;
+	w->async_ready = false;
+	w->done_fn = done;
+	w->done_arg = arg;
+	w->timeout_ms = timeout_ms;
+	w->deadline_ms = moat_rpc_now_ms() + timeout_ms;
+	pthread_mutex_lock(&async_lock);
+	w->async_next = async_calls;
+	async_calls = w;
+	pthread_cond_signal(&async_cv);
+	pthread_mutex_unlock(&async_lock);
+	call_start(w, msg, timeout_ms);
+	return MOAT_OK;
 }
 
 int

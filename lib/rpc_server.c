@@ -6,8 +6,10 @@
  * decode the Envelope, find the method in the service descriptor and the
  * service's method table, decode the payload, check auth, answer repeats
  * of mutating calls from a bounded memory of recent replies, run the
- * handler, encode. Not for: the client (rpc_client.c), or deciding what a
- * method means (that is the handler's business).
+ * handler, encode. A handler that defers its reply hands the request's
+ * context to rpc_defer.c and the worker takes a new one. Not for: the
+ * client (rpc_client.c), or deciding what a method means (that is the
+ * handler's business).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -29,89 +31,11 @@
 #include "moat/rpc_dispatch.h"
 #include "moat/status.h"
 #include "moat/util.h"
-
-/* Memory of mutating calls. Bounded by count, bytes and age, so a client
- * that sends many mutations cannot grow the server without limit. */
-#define DEDUP_MAX_ENTRIES 4096
-#define DEDUP_TTL_MS (10u * 60u * 1000u)
-#define DEDUP_MAX_BYTES (64u << 20)
-#define DEDUP_MAX_REPLY (4u << 20)
-#define DEDUP_BUCKETS 8192 /* power of two */
+#include "rpc_server_internal.h"
 
 #define RPC_MAX_WORKERS 1024
 #define RPC_MAX_NAME 128            /* longest service or method name */
 #define RPC_MAX_REPLY_MESSAGE 16384 /* longest message in a Reply */
-
-struct dedup_entry {
-	uint64_t request_id;
-	const char *method; /* the descriptor's; static storage */
-	char *auth;         /* the caller's credentials, copied */
-	char *tenant;       /* Envelope.tenant, copied */
-	uint64_t created_ms;
-	bool done;
-	uint8_t *reply; /* encoded moat.v1.Reply, when done */
-	size_t reply_len;
-	struct dedup_entry *bucket_next;
-	struct dedup_entry *older;
-	struct dedup_entry *newer;
-};
-
-struct dedup_cache {
-	pthread_mutex_t lock; /* guards every field below */
-	struct dedup_entry *buckets[DEDUP_BUCKETS];
-	struct dedup_entry *oldest;
-	struct dedup_entry *newest;
-	size_t n_entries;
-	size_t n_bytes;
-};
-
-enum dedup_verdict {
-	DEDUP_NEW,        /* inserted as running; run the handler */
-	DEDUP_DONE,       /* a copy of the stored reply returned */
-	DEDUP_RUNNING,    /* the first is still running */
-	DEDUP_OTHER_CALL, /* the id was used for another method
-	                             * or by another caller */
-	DEDUP_FULL,       /* every entry is running */
-	DEDUP_NOMEM,
-};
-
-struct worker {
-	struct moat_rpc_server *srv;
-	nng_ctx ctx;
-	nng_aio *aio; /* the receive */
-	/* The reply's send. The worker does not wait for it: it takes the
-	 * next request meanwhile, and only finishes the send (send_finish)
-	 * before the next reply, by which time it has long completed. */
-	nng_aio *send_aio;
-	bool send_pending; /* the worker's own */
-	/* Guards starting operations on ctx against moat_rpc_server_stop
-	 * (see moat_rpc_server.stopping). One per worker, so workers never
-	 * wait for each other's sends. */
-	pthread_mutex_t lock;
-	bool lock_inited;
-	pthread_t thread;
-	bool thread_started;
-};
-
-struct moat_rpc_server {
-	struct moat_rpc_service svc;
-	/* rows[i] is the table row of descriptor->methods[i]. */
-	const struct moat_rpc_method **rows;
-	struct dedup_cache dedup;
-	bool dedup_inited;
-	/* nng 1.5 can crash when a context operation starts while its socket
-	 * is closing (the context's release touches a freed mutex). So a
-	 * worker starts operations only under its own lock while `stopping`
-	 * is false; stop sets it, then takes each worker's lock once (so no
-	 * operation is still starting), and closes the socket after every
-	 * worker has left. */
-	atomic_bool stopping;
-	bool has_socket;
-	nng_socket sock;
-	struct worker *workers;
-	int n_workers;
-	char *url;
-};
 
 uint64_t
 moat_rpc_now_ms(void)
@@ -304,8 +228,8 @@ dedup_fini(struct dedup_cache *c)
 
 /* ---- dispatch ---- */
 
-static int
-encode_reply(uint64_t request_id, int code, const char *message,
+int
+rpc_encode_reply(uint64_t request_id, int code, const char *message,
     const uint8_t *payload, size_t payload_len, uint8_t **out, size_t *out_len)
 {
 	Moat__V1__Reply r = MOAT__V1__REPLY__INIT;
@@ -379,8 +303,8 @@ utf8_seq_len(const unsigned char *p, size_t left)
  * Python refuses anything else) and cannot forge terminal output, so
  * invalid UTF-8 and control characters other than newline and tab become
  * '?', and it is cut at RPC_MAX_REPLY_MESSAGE bytes. In place. */
-static void
-sanitize_message(char *msg)
+void
+rpc_sanitize_message(char *msg)
 {
 	unsigned char *p = (unsigned char *)msg;
 	size_t len = strlen(msg), i = 0;
@@ -488,20 +412,19 @@ run_handler(struct moat_rpc_server *srv, const struct moat_rpc_method *row,
 	(void)srv;
 }
 
-static void
-log_outcome(const struct moat_rpc_server *srv, uint64_t rid,
-    const char *method, const struct outcome *o, uint64_t started)
+void
+rpc_log_outcome(const struct moat_rpc_server *srv, uint64_t rid,
+    const char *method, int code, const char *message, uint64_t started)
 {
 	uint64_t ms = moat_rpc_now_ms() - started;
 
-	if (o->code == MOAT_OK)
+	if (code == MOAT_OK)
 		moat_debug(rid, "rpc %s.%s ok %llums",
 		    srv->svc.descriptor->name, method, (unsigned long long)ms);
 	else
 		moat_info(rid, "rpc %s.%s failed %s %llums: %s",
-		    srv->svc.descriptor->name, method, moat_strerror(o->code),
-		    (unsigned long long)ms,
-		    o->message != NULL ? o->message : "");
+		    srv->svc.descriptor->name, method, moat_strerror(code),
+		    (unsigned long long)ms, message != NULL ? message : "");
 }
 
 /* How admit_mutating let a state-changing call through. */
@@ -563,11 +486,13 @@ admit_mutating(struct moat_rpc_server *srv, const Moat__V1__Envelope *env,
 	return ADMIT_RUN;
 }
 
-/* call_handler: the call as the handler sees it, and the handler run. */
-static void
+/* call_handler: the call as the handler sees it, and the handler run.
+ * Returns the deferred call when the handler deferred its reply (which
+ * then owns origin->entry), else NULL with *o filled. */
+static struct moat_rpc_deferred *
 call_handler(struct moat_rpc_server *srv, const struct moat_rpc_method *row,
     const ProtobufCMethodDescriptor *md, const Moat__V1__Envelope *env,
-    uint64_t started, ProtobufCMessage *req_msg, struct outcome *o)
+    struct rpc_origin *origin, ProtobufCMessage *req_msg, struct outcome *o)
 {
 	struct moat_rpc_call call;
 
@@ -576,7 +501,7 @@ call_handler(struct moat_rpc_server *srv, const struct moat_rpc_method *row,
 	call.method = md->name;
 	call.request_id = env->request_id;
 	call.timeout_ms = env->timeout_ms;
-	call.deadline_ms = started +
+	call.deadline_ms = origin->started_ms +
 	    (env->timeout_ms != 0 ? env->timeout_ms :
 	                            MOAT_RPC_DEFAULT_TIMEOUT_MS);
 	call.auth = env->auth != NULL ? env->auth : "";
@@ -584,15 +509,23 @@ call_handler(struct moat_rpc_server *srv, const struct moat_rpc_method *row,
 	call.service_ctx = srv->svc.ctx;
 	call.payload = env->payload.data;
 	call.payload_len = env->payload.len;
+	call.rpc_private = origin;
 	run_handler(srv, row, md, &call, req_msg, o);
 	free(call.error_message);
+	if (call.deferred != NULL) {
+		/* The handler's own answer does not count. */
+		free(o->message);
+		free(o->payload);
+		memset(o, 0, sizeof(*o));
+	}
+	return call.deferred;
 }
 
 /* dedup_keep: the reply of a state-changing call (NULL when it could
  * not be encoded) is kept for resends; one too large to keep is
  * replaced, for resends, by an error that says so. */
-static void
-dedup_keep(struct moat_rpc_server *srv, struct dedup_entry *entry,
+void
+rpc_dedup_keep(struct moat_rpc_server *srv, struct dedup_entry *entry,
     uint64_t rid, const uint8_t *reply, size_t reply_len)
 {
 	uint8_t *tl = NULL;
@@ -606,7 +539,7 @@ dedup_keep(struct moat_rpc_server *srv, struct dedup_entry *entry,
 		    (unsigned long long)rid, reply_len);
 
 		if (m == NULL ||
-		    encode_reply(rid, MOAT_ABORTED, m, NULL, 0, &tl,
+		    rpc_encode_reply(rid, MOAT_ABORTED, m, NULL, 0, &tl,
 		        &tl_len) != MOAT_OK)
 			tl = NULL;
 		free(m);
@@ -615,9 +548,11 @@ dedup_keep(struct moat_rpc_server *srv, struct dedup_entry *entry,
 	free(tl);
 }
 
-int
-moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
-    size_t len, uint8_t **reply, size_t *reply_len)
+/* dispatch: moat_rpc_server_dispatch, except that a handler that defers
+ * leaves *reply NULL and *deferred set (arm or wait for it). */
+static int
+dispatch(struct moat_rpc_server *srv, const uint8_t *request, size_t len,
+    uint8_t **reply, size_t *reply_len, struct moat_rpc_deferred **deferred)
 {
 	const ProtobufCServiceDescriptor *sd = srv->svc.descriptor;
 	const ProtobufCMethodDescriptor *md = NULL;
@@ -627,11 +562,13 @@ moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
 	struct outcome o = { 0 };
 	struct dedup_entry *entry = NULL;
 	uint64_t rid = 0, started = moat_rpc_now_ms();
+	struct rpc_origin origin = { .srv = srv, .started_ms = started };
 	const char *method_for_log = "?";
 	int rv;
 
 	*reply = NULL;
 	*reply_len = 0;
+	*deferred = NULL;
 	env = moat__v1__envelope__unpack(NULL, len, request);
 	if (env == NULL) {
 		outcome_set(&o, MOAT_INVALID_ARGUMENT,
@@ -691,18 +628,21 @@ moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
 			goto answer;
 		}
 	}
-	call_handler(srv, row, md, env, started, req_msg, &o);
+	origin.entry = entry;
+	*deferred = call_handler(srv, row, md, env, &origin, req_msg, &o);
+	if (*deferred != NULL)
+		goto done; /* the entry went with it */
 
 answer:
 	if (o.code != MOAT_OK && o.message == NULL)
 		o.message = strdup(moat_strerror(o.code));
 	if (o.message != NULL)
-		sanitize_message(o.message);
-	log_outcome(srv, rid, method_for_log, &o, started);
-	rv = encode_reply(rid, o.code, o.message, o.payload, o.payload_len,
+		rpc_sanitize_message(o.message);
+	rpc_log_outcome(srv, rid, method_for_log, o.code, o.message, started);
+	rv = rpc_encode_reply(rid, o.code, o.message, o.payload, o.payload_len,
 	    reply, reply_len);
 	if (entry != NULL)
-		dedup_keep(srv, entry, rid, rv == MOAT_OK ? *reply : NULL,
+		rpc_dedup_keep(srv, entry, rid, rv == MOAT_OK ? *reply : NULL,
 		    *reply_len);
 done:
 	free(o.message);
@@ -710,7 +650,20 @@ done:
 	if (req_msg != NULL)
 		protobuf_c_message_free_unpacked(req_msg, NULL);
 	moat__v1__envelope__free_unpacked(env, NULL);
-	return *reply != NULL ? MOAT_OK : MOAT_INTERNAL;
+	return *reply != NULL || *deferred != NULL ? MOAT_OK : MOAT_INTERNAL;
+}
+
+int
+moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
+    size_t len, uint8_t **reply, size_t *reply_len)
+{
+	struct moat_rpc_deferred *d = NULL;
+	int rv;
+
+	rv = dispatch(srv, request, len, reply, reply_len, &d);
+	if (rv == MOAT_OK && d != NULL)
+		rv = rpc_defer_wait(d, reply, reply_len);
+	return rv;
 }
 
 /* ---- lifecycle ---- */
@@ -786,6 +739,8 @@ moat_rpc_server_new_detached(struct moat_rpc_server **out,
 	if (pthread_mutex_init(&srv->dedup.lock, NULL) != 0)
 		goto fail_nomem;
 	srv->dedup_inited = true;
+	if (!rpc_defer_init(&srv->defer))
+		goto fail_nomem;
 	atomic_init(&srv->stopping, false);
 	*out = srv;
 	return MOAT_OK;
@@ -837,10 +792,47 @@ send_finish(struct worker *w)
 	w->send_pending = false;
 }
 
+/* worker_hand_over: the request's context goes with deferred call `d`
+ * and the worker takes a new one, so it serves the next call while `d`
+ * waits. False when no new context could be had (the worker then waits
+ * for `d` itself). */
+static bool
+worker_hand_over(struct worker *w, struct moat_rpc_deferred *d)
+{
+	nng_ctx fresh;
+	bool stopping;
+	int nrv = 0;
+
+	/* The last reply's send runs on this context: it must be done
+	 * before the replier sends on it. */
+	send_finish(w);
+	pthread_mutex_lock(&w->lock);
+	stopping = atomic_load(&w->srv->stopping);
+	if (!stopping)
+		nrv = nng_ctx_open(&fresh, w->srv->sock);
+	pthread_mutex_unlock(&w->lock);
+	if (stopping) {
+		/* The socket's close closes the context: nothing to send. */
+		rpc_defer_arm(d, w->ctx, false);
+		return true;
+	}
+	if (nrv != 0) {
+		moat_warn(0,
+		    "rpc %s: cannot open a context for the next call "
+		    "(%s): this worker waits for its deferred call",
+		    w->srv->url, nng_strerror(nrv));
+		return false;
+	}
+	rpc_defer_arm(d, w->ctx, true);
+	w->ctx = fresh;
+	return true;
+}
+
 static void *
 worker_main(void *arg)
 {
 	struct worker *w = arg;
+	struct moat_rpc_deferred *d;
 	nng_msg *msg;
 	uint8_t *reply;
 	size_t reply_len;
@@ -863,8 +855,16 @@ worker_main(void *arg)
 			nng_msg_free(msg);
 			break;
 		}
-		rv = moat_rpc_server_dispatch(w->srv, nng_msg_body(msg),
-		    nng_msg_len(msg), &reply, &reply_len);
+		rv = dispatch(w->srv, nng_msg_body(msg), nng_msg_len(msg),
+		    &reply, &reply_len, &d);
+		if (rv == MOAT_OK && d != NULL) {
+			if (worker_hand_over(w, d)) {
+				nng_msg_free(msg);
+				continue;
+			}
+			/* No context to go on with: answer here. */
+			rv = rpc_defer_wait(d, &reply, &reply_len);
+		}
 		if (rv != MOAT_OK) {
 			/* Out of memory: the client's deadline answers. */
 			nng_msg_free(msg);
@@ -958,6 +958,11 @@ server_start(struct moat_rpc_server **out, const char *url,
 		}
 		w->thread_started = true;
 	}
+	if ((rv = rpc_defer_start_replier(srv)) != MOAT_OK) {
+		*errmsg =
+		    moat_asprintf("cannot start the reply thread for %s", url);
+		goto fail;
+	}
 	moat_info(0, "rpc serving %s on %s with %d workers",
 	    svc->descriptor->name, url, workers);
 	*out = srv;
@@ -1050,8 +1055,12 @@ moat_rpc_server_stop(struct moat_rpc_server *srv)
 	for (int i = 0; i < srv->n_workers; i++)
 		if (srv->workers[i].thread_started)
 			pthread_join(srv->workers[i].thread, NULL);
+	/* The replier starts sends too: it stops before the close. */
+	if (srv->defer.inited)
+		rpc_defer_stop_replier(srv);
 	if (srv->has_socket)
 		nng_close(srv->sock);
+	srv->has_socket = false;
 	for (int i = 0; i < srv->n_workers; i++) {
 		struct worker *w = &srv->workers[i];
 
@@ -1063,6 +1072,19 @@ moat_rpc_server_stop(struct moat_rpc_server *srv)
 			pthread_mutex_destroy(&w->lock);
 	}
 	free(srv->workers);
+	srv->workers = NULL;
+	srv->n_workers = 0;
+	/* Deferred calls not yet completed keep the rest (their
+	 * completion needs the dedup memory); the last one frees it. */
+	if (!srv->defer.inited || rpc_defer_release(srv))
+		rpc_server_free(srv);
+}
+
+void
+rpc_server_free(struct moat_rpc_server *srv)
+{
+	if (srv->defer.inited)
+		rpc_defer_fini(&srv->defer);
 	if (srv->dedup_inited)
 		dedup_fini(&srv->dedup);
 	free(srv->rows);

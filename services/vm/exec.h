@@ -22,6 +22,7 @@
 
 struct sandbox;
 struct vmd;
+struct exec_waiter;
 
 /* One exec's output stream: what was kept (at most cap bytes) and what
  * the program produced. */
@@ -52,6 +53,9 @@ struct exec {
 	uint64_t start_ms;         /* monotonic */
 	uint64_t finish_seq;       /* order of exits, for eviction */
 	struct exec_stream out[2]; /* STREAM_STDOUT, STREAM_STDERR */
+	/* A one-shot Exec whose reply was deferred waits for this exec
+	 * (exec.c's waiter); kept from eviction until it is answered. */
+	struct exec_waiter *waiter;
 };
 
 int vmd_exec_start(struct vmd *vmd, struct moat_rpc_call *call,
@@ -86,6 +90,12 @@ int vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 
 /* vmd_exec_free_all: frees every exec of a sandbox (last reference). */
 void vmd_exec_free_all(struct sandbox *sb);
+
+/* vmd_exec_stop: after the RPC server stopped: every one-shot Exec
+ * still waiting (or queued to start) is answered UNAVAILABLE (its
+ * outcome unknown) and its sandbox reference dropped; waits up to 5 s
+ * for that. */
+void vmd_exec_stop(void);
 
 /* vmd_exec_register: makes exec.c the handler of every sandbox's exec
  * output and exits (vmd_sandbox_set_guest_handler). Call before

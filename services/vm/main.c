@@ -990,6 +990,8 @@ out:
 		vmd_adopt_detach_all(&vmd);
 	vmd_sandbox_destroy_all(&vmd);
 	moat_rpc_server_stop(server);
+	/* Deferred execs still waiting drop their sandboxes. */
+	vmd_exec_stop();
 	/* After the server: no create can start a build any more. */
 	vmd_templates_fini(&vmd);
 	/* After the server and the template builds: nothing queues or

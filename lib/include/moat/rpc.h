@@ -6,7 +6,9 @@
  * input descriptor, validates, and calls the handler listed for it in the
  * service's method table. A pool of worker contexts serves calls
  * concurrently, so one slow call (a boot, a long-poll) never blocks the
- * others.
+ * others; a call that waits for long (an exec) defers its reply
+ * (moat_rpc_defer) and holds no worker at all, and a client can call
+ * without a waiting thread (moat_rpc_call_raw_async).
  *
  * Mutating calls are never executed twice for one request id: clients turn
  * nng's REQ resend off, and the server remembers the replies of recent
@@ -57,15 +59,70 @@ struct moat_rpc_call {
 	 * here (heap, freed by the server) instead of filling `reply`. */
 	uint8_t *raw_reply;
 	size_t raw_reply_len;
+	/* Set by moat_rpc_defer: the reply comes later. */
+	struct moat_rpc_deferred *deferred;
+	/* The rpc layer's own (NULL: a call built outside a server, which
+	 * cannot be deferred); handlers leave it alone. */
+	void *rpc_private;
 };
 
 /* A handler fills `reply` (already initialised with the method's output
  * descriptor; every field it sets must be heap memory from malloc, freed
  * by the server with protobuf_c_message_free_unpacked) and returns
- * MOAT_OK, or returns a status after moat_rpc_error. Handlers may block;
- * they should not run past call->deadline_ms. */
+ * MOAT_OK, or returns a status after moat_rpc_error, or defers the reply
+ * (moat_rpc_defer). Handlers may block; they should not run past
+ * call->deadline_ms, and one that waits for long should defer, so it
+ * holds no worker. */
 typedef int (*moat_rpc_handler)(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* A call whose reply is sent later, from any thread (moat_rpc_defer). */
+struct moat_rpc_deferred;
+
+/* moat_rpc_defer: called by a handler that will answer later (a long
+ * exec): the worker goes back to serving other calls as soon as the
+ * handler returns, and the reply goes out when moat_rpc_complete is
+ * called. Once deferred, the handler's return value and `reply` are
+ * ignored. The call's deadline still applies: if no completion comes by
+ * call->deadline_ms the caller gets DEADLINE_EXCEEDED, and a later
+ * completion is only kept for repeats (a mutating call's request id
+ * stays "still running" until it completes, then repeats get its
+ * reply). Returns NULL when the call cannot be deferred (it was built
+ * outside a server, or too many calls already wait: MOAT_RPC_MAX_DEFERRED);
+ * the handler then answers as usual. The handle is the caller's until
+ * it passes it to moat_rpc_complete, exactly once; it stays valid (and
+ * the server's memory with it) until then, even past
+ * moat_rpc_server_stop. */
+struct moat_rpc_deferred *moat_rpc_defer(struct moat_rpc_call *call)
+    __attribute__((warn_unused_result));
+
+#define MOAT_RPC_MAX_DEFERRED 8192 /* deferred calls waiting per server */
+
+/* Called once with a deferred call's final code (see
+ * moat_rpc_deferred_on_complete). */
+typedef void (*moat_rpc_complete_hook)(void *arg, int code);
+
+/* moat_rpc_deferred_on_complete: `fn(arg, code)` runs once with the
+ * code `d` is completed with (for a service's own accounting: audit,
+ * metrics), on the completer's thread, or at once on this one when `d`
+ * is already completed. Only while the handler that deferred `d` has
+ * not returned (d is valid then). */
+void moat_rpc_deferred_on_complete(struct moat_rpc_deferred *d,
+    moat_rpc_complete_hook fn, void *arg);
+
+/* moat_rpc_complete: answers a deferred call and frees `d`. On MOAT_OK,
+ * `reply` (borrowed; NULL: an empty reply) is encoded as the payload;
+ * otherwise `message` (borrowed; NULL: the code's name) says what
+ * failed. Thread-safe, never blocks on the network: the send happens
+ * on the server's own thread. */
+void moat_rpc_complete(struct moat_rpc_deferred *d, int code,
+    const ProtobufCMessage *reply, const char *message);
+
+/* moat_rpc_complete_raw: moat_rpc_complete with an already-encoded
+ * payload (`payload`, heap, taken in every case; may be NULL when len
+ * is 0), for a handler that forwards. */
+void moat_rpc_complete_raw(struct moat_rpc_deferred *d, int code,
+    uint8_t *payload, size_t len, const char *message);
 
 /* One row of a service's method table. The dispatcher checks that every
  * method of the descriptor has a row at start, and refuses unknown
@@ -188,6 +245,24 @@ int moat_rpc_call_raw(struct moat_rpc_client *c, const char *service,
     uint8_t **reply_payload, size_t *reply_len,
     const struct moat_rpc_opts *opts, char **errmsg)
     __attribute__((warn_unused_result));
+
+/* Called once when an asynchronous call ends (moat_rpc_call_raw_async),
+ * on an rpc thread: it must not block for long. `code` and `errmsg` as
+ * moat_rpc_call_raw says; `reply_payload` (heap, may be NULL) and
+ * `errmsg` (heap or NULL) are the callback's to free. */
+typedef void (*moat_rpc_done)(void *arg, int code, uint8_t *reply_payload,
+    size_t reply_len, char *errmsg);
+
+/* moat_rpc_call_raw_async: moat_rpc_call_raw without a waiting thread:
+ * sends and returns; `done` is called exactly once with the outcome
+ * (reply, server error, UNAVAILABLE, or DEADLINE_EXCEEDED at the
+ * timeout). `payload` is borrowed (encoded before return). Returns
+ * MOAT_OK when `done` will be called; else a status with *errmsg (heap)
+ * and `done` is never called. `c` must stay open until `done` ran. */
+int moat_rpc_call_raw_async(struct moat_rpc_client *c, const char *service,
+    const char *method, const uint8_t *payload, size_t len,
+    const struct moat_rpc_opts *opts, moat_rpc_done done, void *arg,
+    char **errmsg) __attribute__((warn_unused_result));
 
 /* moat_rpc_now_ms: CLOCK_MONOTONIC in ms. */
 uint64_t moat_rpc_now_ms(void);

@@ -219,6 +219,55 @@ tenant_of(const ProtobufCMessage *request)
 	return *(char *const *)((const char *)request + f->offset);
 }
 
+/* hold_exec: an Exec of argv {"hold", N}: deferred until
+ * fake_node_release_held. Returns true when it was one. */
+static bool
+hold_exec(struct fake_node *fn, struct moat_rpc_call *call,
+    const ProtobufCMessage *request)
+{
+	const Moat__V1__ExecRequest *q = (const void *)request;
+	struct moat_rpc_deferred *d;
+
+	if (strcmp(call->method, "Exec") != 0 || q->n_argv != 2 ||
+	    strcmp(q->argv[0], "hold") != 0)
+		return false;
+	pthread_mutex_lock(&fn->lock);
+	if (fn->n_held < FAKE_MAX_HELD && (d = moat_rpc_defer(call)) != NULL) {
+		fn->held_code[fn->n_held] = atoi(q->argv[1]);
+		fn->held[fn->n_held++] = d;
+	}
+	pthread_mutex_unlock(&fn->lock);
+	return true;
+}
+
+int
+fake_node_held(struct fake_node *fn)
+{
+	int n;
+
+	pthread_mutex_lock(&fn->lock);
+	n = fn->n_held;
+	pthread_mutex_unlock(&fn->lock);
+	return n;
+}
+
+void
+fake_node_release_held(struct fake_node *fn)
+{
+	pthread_mutex_lock(&fn->lock);
+	while (fn->n_held > 0) {
+		Moat__V1__ExecResult r = MOAT__V1__EXEC_RESULT__INIT;
+		Moat__V1__ExecStatus st = MOAT__V1__EXEC_STATUS__INIT;
+		int i = --fn->n_held;
+
+		st.exited = true;
+		st.exit_code = fn->held_code[i];
+		r.status = &st;
+		moat_rpc_complete(fn->held[i], MOAT_OK, &r.base, NULL);
+	}
+	pthread_mutex_unlock(&fn->lock);
+}
+
 static int
 fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -229,6 +278,8 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	bool handled;
 	int rv = MOAT_OK, idx;
 
+	if (hold_exec(fn, call, request))
+		return MOAT_OK;
 	if (strcmp(m, "GetSandbox") == 0 && atomic_load(&fn->get_delay_ms) > 0)
 		usleep((useconds_t)atomic_load(&fn->get_delay_ms) * 1000u);
 	pthread_mutex_lock(&fn->lock);
@@ -678,6 +729,8 @@ fake_node_stop(struct fake_node *fn)
 		    fn->id);
 	fn->has_resp = false;
 	fn->thread_started = false;
+	fake_node_release_held(fn);
 	fake_node_kill_rpc(fn);
+	fake_node_release_held(fn);
 	pthread_mutex_destroy(&fn->lock);
 }

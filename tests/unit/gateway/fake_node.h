@@ -18,6 +18,7 @@
 #include "moat/rpc.h"
 
 #define FAKE_MAX_SANDBOXES 64
+#define FAKE_MAX_HELD 256 /* held Execs at once */
 #define FAKE_MAX_SNAPSHOTS 128
 #define FAKE_SNAP_RAM (50u << 20) /* a snapshot's RAM copy, resident */
 #define FAKE_SNAP_DISK (1u << 20) /* and its disk copy */
@@ -77,6 +78,11 @@ struct fake_node {
 	int n_snaps;
 	char deleted[FAKE_MAX_SNAPSHOTS][128]; /* DeleteLocalSnapshot'd */
 	int n_deleted;
+	/* Exec of argv {"hold", N}: deferred (moat_rpc_defer) until
+	 * fake_node_release_held, then answered with exit code N. */
+	struct moat_rpc_deferred *held[FAKE_MAX_HELD];
+	int held_code[FAKE_MAX_HELD];
+	int n_held;
 };
 
 /* fake_node_start: serves Vm on ipc://<dir>/<id>.sock and answers
@@ -119,6 +125,12 @@ void fake_node_kill_rpc(struct fake_node *fn);
  * while it closes (nng issues 1543, 1813), so no socket is closed while
  * its peer still sends. */
 void fake_node_halt(struct fake_node *fn);
+
+/* fake_node_held: how many held Execs wait. Thread-safe. */
+int fake_node_held(struct fake_node *fn);
+
+/* fake_node_release_held: answers every held Exec (exit code N). */
+void fake_node_release_held(struct fake_node *fn);
 
 /* fake_node_stop: everything (halts first); safe after kill_rpc. */
 void fake_node_stop(struct fake_node *fn);

@@ -741,6 +741,146 @@ test_fork_with_sessiond(void **state)
 	assert_all_tenanted();
 }
 
+/* ---- long execs hold no worker (issue 15, part 7) ---- */
+
+#define N_HELD 100 /* more than the gateway's 64 workers */
+
+struct held_call {
+	pthread_mutex_t *lock;
+	pthread_cond_t *cond;
+	int *done;
+	int index;
+	int code;
+	int exit_code;
+	char safety[32];
+};
+
+static void
+held_done(void *arg, int code, uint8_t *payload, size_t len, char *errmsg)
+{
+	struct held_call *h = arg;
+	Moat__V1__ExecResult *r = NULL;
+
+	h->code = code;
+	if (code == MOAT_OK &&
+	    (r = moat__v1__exec_result__unpack(NULL, len, payload)) != NULL) {
+		h->exit_code = r->status != NULL ? r->status->exit_code : -1;
+		snprintf(h->safety, sizeof(h->safety), "%s", r->safety);
+		moat__v1__exec_result__free_unpacked(r, NULL);
+	}
+	free(payload);
+	free(errmsg);
+	pthread_mutex_lock(h->lock);
+	(*h->done)++;
+	pthread_cond_broadcast(h->cond);
+	pthread_mutex_unlock(h->lock);
+}
+
+/* exec_ok_count: the gateway's count of Exec calls answered OK. */
+static long
+exec_ok_count(void)
+{
+	const char *key =
+	    "moat_gateway_calls_total{method=\"Exec\",code=\"OK\"} ";
+	char *text = moat_gateway_metrics(E.gw), *p;
+	long n = 0;
+
+	assert_non_null(text);
+	if ((p = strstr(text, key)) != NULL)
+		n = strtol(p + strlen(key), NULL, 10);
+	free(text);
+	return n;
+}
+
+/* 100 one-shot Execs the node holds (more than the gateway's workers):
+ * GetSandbox still answers through the gateway while they wait, and
+ * each Exec gets its own reply, with its safety level, once the node
+ * answers. */
+static void
+test_long_exec_holds_no_worker(void **state)
+{
+	Moat__V1__CreateSandboxRequest creq =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	static struct held_call calls[N_HELD];
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+	ProtobufCMessage *reply = NULL;
+	struct fake_node *node;
+	char *errmsg = NULL, *sandbox_id;
+	struct timespec ts;
+	int done = 0;
+	long exec_ok_before = exec_ok_count();
+
+	(void)state;
+	assert_int_equal(gw_call("CreateSandbox", &creq.base,
+	                     &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	    MOAT_OK);
+	sandbox_id = strdup(((Moat__V1__Sandbox *)reply)->id);
+	node =
+	    strncmp(((Moat__V1__Sandbox *)reply)->node_id, "node-a", 6) == 0 ?
+	    &E.a :
+	    &E.b;
+	protobuf_c_message_free_unpacked(reply, NULL);
+	for (int i = 0; i < N_HELD; i++) {
+		Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
+		struct moat_rpc_opts opts = { .timeout_ms = 60000 };
+		char word[16], *argv[2] = { "hold", word };
+		uint8_t payload[256];
+		size_t n;
+
+		snprintf(word, sizeof(word), "%d", i);
+		ex.sandbox_id = sandbox_id;
+		ex.argv = argv;
+		ex.n_argv = 2;
+		n = moat__v1__exec_request__pack(&ex, payload);
+		calls[i] = (struct held_call){ .lock = &lock,
+			.cond = &cond,
+			.done = &done,
+			.index = i,
+			.code = -1,
+			.exit_code = -1 };
+		assert_int_equal(moat_rpc_call_raw_async(E.client, GW, "Exec",
+		                     payload, n, &opts, held_done, &calls[i],
+		                     &errmsg),
+		    MOAT_OK);
+	}
+	for (int i = 0; i < 1500 && fake_node_held(node) < N_HELD; i++)
+		nng_msleep(20);
+	assert_int_equal(fake_node_held(node), N_HELD);
+	ref.sandbox_id = sandbox_id;
+	assert_int_equal(gw_call("GetSandbox", &ref.base,
+	                     &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	    MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	pthread_mutex_lock(&lock);
+	assert_int_equal(done, 0);
+	pthread_mutex_unlock(&lock);
+	/* Counted when answered, not when deferred. */
+	assert_int_equal(exec_ok_count(), exec_ok_before);
+
+	fake_node_release_held(node);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 60;
+	pthread_mutex_lock(&lock);
+	while (done < N_HELD)
+		if (pthread_cond_timedwait(&cond, &lock, &ts) != 0)
+			break;
+	pthread_mutex_unlock(&lock);
+	assert_int_equal(done, N_HELD);
+	for (int i = 0; i < N_HELD; i++) {
+		assert_int_equal(calls[i].code, MOAT_OK);
+		assert_int_equal(calls[i].exit_code, i);
+		assert_true(calls[i].safety[0] != '\0');
+	}
+	assert_int_equal(exec_ok_count(), exec_ok_before + N_HELD);
+	assert_int_equal(gw_call("DestroySandbox", &ref.base,
+	                     &moat__v1__empty__descriptor, &reply, &errmsg),
+	    MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	free(sandbox_id);
+}
+
 int
 main(void)
 {
@@ -754,6 +894,7 @@ main(void)
 		cmocka_unit_test(test_record_without_sessiond),
 		cmocka_unit_test(test_record_with_sessiond),
 		cmocka_unit_test(test_fork_with_sessiond),
+		cmocka_unit_test(test_long_exec_holds_no_worker),
 		cmocka_unit_test(test_dead_node_unavailable),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,341 @@
+/*
+ * bench_async_exec.c: many long one-shot execs through the gateway while
+ * other calls must stay fast (issue 15, part 7). Creates N sandboxes
+ * through a running gateway, starts M `sleep S` Execs spread over them
+ * all at once (asynchronous calls: this program holds no thread per
+ * exec either), and probes GetSandbox every 100 ms until every exec has
+ * answered; writes the GetSandbox latencies (p50, p95, p99, max) and the
+ * outcome as JSON. With --check it is the pass/fail test of
+ * tests/integration/stack/async_exec_test.sh: it fails unless every
+ * GetSandbox answered OK and every exec answered with exit code 0; it
+ * never fails on a time. Run as
+ *   moat-bench-async-exec GATEWAY_URL API_KEY OUT.json
+ *       [--sandboxes N] [--execs M] [--sleep S] [--memory MIB] [--check]
+ * (deploy/moat-stack start gives the url ipc://<state>/gateway.sock and
+ * the key <state>/api-key).
+ */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "moat/rpc.h"
+#include "moat/status.h"
+#include "vm.pb-c.h"
+#include "bench_stats.h"
+
+#define GW "moat.v1.Gateway"
+#define MAX_SANDBOXES 64
+#define MAX_EXECS 4096
+#define PROBE_EVERY_MS 100
+#define PROBE_TIMEOUT_MS 30000
+
+struct exec_call {
+	int code;      /* -1 while in flight */
+	int exit_code; /* -1 unless the exec answered */
+	char *errmsg;  /* heap, or NULL */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int n_done; /* guarded by lock */
+
+static void
+exec_done(void *arg, int code, uint8_t *payload, size_t len, char *errmsg)
+{
+	struct exec_call *e = arg;
+	Moat__V1__ExecResult *r;
+
+	e->code = code;
+	e->errmsg = errmsg;
+	if (code == MOAT_OK &&
+	    (r = moat__v1__exec_result__unpack(NULL, len, payload)) != NULL) {
+		e->exit_code = r->status != NULL ? r->status->exit_code : -1;
+		moat__v1__exec_result__free_unpacked(r, NULL);
+	}
+	free(payload);
+	pthread_mutex_lock(&lock);
+	n_done++;
+	pthread_cond_broadcast(&cond);
+	pthread_mutex_unlock(&lock);
+}
+
+static int
+done_count(void)
+{
+	int n;
+
+	pthread_mutex_lock(&lock);
+	n = n_done;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+struct opts {
+	const char *url, *key, *out;
+	int sandboxes, execs, sleep_s;
+	uint32_t memory_mib;
+	bool check;
+};
+
+static int
+parse(int argc, char **argv, struct opts *o)
+{
+	*o = (struct opts){ .sandboxes = 10,
+		.execs = 500,
+		.sleep_s = 30,
+		.memory_mib = 256 };
+	if (argc < 4)
+		return -1;
+	o->url = argv[1];
+	o->key = argv[2];
+	o->out = argv[3];
+	for (int i = 4; i < argc; i++) {
+		if (strcmp(argv[i], "--check") == 0)
+			o->check = true;
+		else if (i + 1 < argc && strcmp(argv[i], "--sandboxes") == 0)
+			o->sandboxes = atoi(argv[++i]);
+		else if (i + 1 < argc && strcmp(argv[i], "--execs") == 0)
+			o->execs = atoi(argv[++i]);
+		else if (i + 1 < argc && strcmp(argv[i], "--sleep") == 0)
+			o->sleep_s = atoi(argv[++i]);
+		else if (i + 1 < argc && strcmp(argv[i], "--memory") == 0)
+			o->memory_mib = (uint32_t)atoi(argv[++i]);
+		else
+			return -1;
+	}
+	if (o->sandboxes < 1 || o->sandboxes > MAX_SANDBOXES || o->execs < 1 ||
+	    o->execs > MAX_EXECS || o->sleep_s < 0)
+		return -1;
+	return 0;
+}
+
+/* Creates o->sandboxes sandboxes into ids (heap strings); the number
+ * made. */
+static int
+create_sandboxes(struct moat_rpc_client *c, const struct opts *o, char **ids)
+{
+	struct moat_rpc_opts ro = { .timeout_ms = 300000, .auth = o->key };
+	int n = 0;
+
+	for (int i = 0; i < o->sandboxes; i++) {
+		Moat__V1__CreateSandboxRequest req =
+		    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+		Moat__V1__Sandbox *sb = NULL;
+		char *msg = NULL;
+		int rv;
+
+		req.memory_mib = o->memory_mib;
+		ro.request_id = 0;
+		rv = moat_rpc_call(c, GW, "CreateSandbox", &req.base,
+		    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb,
+		    &ro, &msg);
+		if (rv != MOAT_OK) {
+			fprintf(stderr, "bench: CreateSandbox %d: %s: %s\n", i,
+			    moat_strerror(rv), msg ? msg : "");
+			free(msg);
+			break;
+		}
+		ids[n++] = strdup(sb->id);
+		protobuf_c_message_free_unpacked(&sb->base, NULL);
+	}
+	return n;
+}
+
+static void
+destroy_sandboxes(struct moat_rpc_client *c, const struct opts *o, char **ids,
+    int n)
+{
+	struct moat_rpc_opts ro = { .timeout_ms = 120000, .auth = o->key };
+
+	for (int i = 0; i < n; i++) {
+		Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+		ProtobufCMessage *r = NULL;
+		char *msg = NULL;
+
+		ref.sandbox_id = ids[i];
+		if (moat_rpc_call(c, GW, "DestroySandbox", &ref.base,
+		        &moat__v1__empty__descriptor, &r, &ro,
+		        &msg) == MOAT_OK)
+			protobuf_c_message_free_unpacked(r, NULL);
+		free(msg);
+		free(ids[i]);
+	}
+}
+
+/* Starts every exec; the number started. */
+static int
+start_execs(struct moat_rpc_client *c, const struct opts *o, char **ids,
+    int n_ids, struct exec_call *calls)
+{
+	struct moat_rpc_opts ro = { .auth = o->key };
+	char secs[16], *argv[2] = { "sleep", secs };
+	int n = 0;
+
+	ro.timeout_ms = (uint32_t)(o->sleep_s + 300) * 1000u;
+	snprintf(secs, sizeof(secs), "%d", o->sleep_s);
+	for (int i = 0; i < o->execs; i++) {
+		Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+		uint8_t payload[512];
+		size_t len;
+		char *msg = NULL;
+		int rv;
+
+		req.sandbox_id = ids[i % n_ids];
+		req.argv = argv;
+		req.n_argv = 2;
+		req.timeout_ms = (uint32_t)(o->sleep_s + 240) * 1000u;
+		len = moat__v1__exec_request__pack(&req, payload);
+		calls[i] = (struct exec_call){ .code = -1, .exit_code = -1 };
+		rv = moat_rpc_call_raw_async(c, GW, "Exec", payload, len, &ro,
+		    exec_done, &calls[i], &msg);
+		if (rv != MOAT_OK) {
+			fprintf(stderr, "bench: Exec %d not sent: %s: %s\n", i,
+			    moat_strerror(rv), msg ? msg : "");
+			free(msg);
+			break;
+		}
+		n++;
+	}
+	return n;
+}
+
+/* Probes GetSandbox until `started` execs answered (or a bound far past
+ * their sleep); latencies into *ms (heap), failures counted. */
+static size_t
+probe(struct moat_rpc_client *c, const struct opts *o, char **ids, int n_ids,
+    int started, double **ms, int *failures)
+{
+	struct moat_rpc_opts ro = { .timeout_ms = PROBE_TIMEOUT_MS,
+		.auth = o->key };
+	double give_up = bench_now_ms() + (o->sleep_s + 600) * 1000.0;
+	size_t n = 0, cap = 1024;
+
+	*ms = malloc(cap * sizeof(**ms));
+	*failures = 0;
+	for (int i = 0; done_count() < started && bench_now_ms() < give_up;
+	     i++) {
+		Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+		ProtobufCMessage *r = NULL;
+		char *msg = NULL;
+		double t0 = bench_now_ms();
+		int rv;
+
+		ref.sandbox_id = ids[i % n_ids];
+		rv = moat_rpc_call(c, GW, "GetSandbox", &ref.base,
+		    &moat__v1__sandbox__descriptor, &r, &ro, &msg);
+		if (rv == MOAT_OK) {
+			protobuf_c_message_free_unpacked(r, NULL);
+			if (n == cap)
+				*ms = realloc(*ms, (cap *= 2) * sizeof(**ms));
+			(*ms)[n++] = bench_now_ms() - t0;
+		} else {
+			if (*failures < 5)
+				fprintf(stderr, "bench: GetSandbox: %s: %s\n",
+				    moat_strerror(rv), msg ? msg : "");
+			(*failures)++;
+		}
+		free(msg);
+		nanosleep(&(struct timespec){ .tv_nsec =
+		                                  PROBE_EVERY_MS * 1000000L },
+		    NULL);
+	}
+	return n;
+}
+
+/* Waits (bounded) for the execs still in flight, so their memory is not
+ * freed under a late callback. */
+static void
+wait_all(int started)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 600;
+	pthread_mutex_lock(&lock);
+	while (n_done < started)
+		if (pthread_cond_timedwait(&cond, &lock, &ts) != 0)
+			break;
+	pthread_mutex_unlock(&lock);
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct exec_call calls[MAX_EXECS];
+	struct moat_rpc_client *c = NULL;
+	char *ids[MAX_SANDBOXES], *msg = NULL;
+	int n_ids, started, failures = 0, ok = 0, shown = 0;
+	double *ms = NULL, t0, execs_ms;
+	size_t n_ms;
+	struct opts o;
+	json_t *out, *lat;
+	bool pass;
+
+	if (parse(argc, argv, &o) != 0) {
+		fprintf(stderr,
+		    "usage: %s GATEWAY_URL API_KEY OUT.json [--sandboxes N] "
+		    "[--execs M] [--sleep S] [--memory MIB] [--check]\n",
+		    argv[0]);
+		return 2;
+	}
+	if (moat_rpc_client_open(&c, o.url, &msg) != MOAT_OK) {
+		fprintf(stderr, "bench: %s\n", msg);
+		return 1;
+	}
+	if ((n_ids = create_sandboxes(c, &o, ids)) < o.sandboxes) {
+		destroy_sandboxes(c, &o, ids, n_ids);
+		return 1;
+	}
+	t0 = bench_now_ms();
+	started = start_execs(c, &o, ids, n_ids, calls);
+	n_ms = probe(c, &o, ids, n_ids, started, &ms, &failures);
+	wait_all(started);
+	execs_ms = bench_now_ms() - t0;
+	for (int i = 0; i < started; i++) {
+		if (calls[i].code == MOAT_OK && calls[i].exit_code == 0) {
+			ok++;
+		} else if (shown++ < 5) {
+			fprintf(stderr, "bench: exec %d: %s (exit %d): %s\n",
+			    i,
+			    calls[i].code < 0 ? "no answer" :
+			                        moat_strerror(calls[i].code),
+			    calls[i].exit_code,
+			    calls[i].errmsg ? calls[i].errmsg : "");
+		}
+		free(calls[i].errmsg);
+	}
+	destroy_sandboxes(c, &o, ids, n_ids);
+	moat_rpc_client_close(c);
+
+	lat = bench_summary(ms, n_ms);
+	json_object_set_new(lat, "p99_ms",
+	    json_real(bench_percentile(ms, n_ms, 0.99)));
+	out = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o}",
+	    "what", "GetSandbox through the gateway while long execs run",
+	    "sandboxes", o.sandboxes, "execs", o.execs, "execs_started",
+	    started, "execs_ok", ok, "sleep_s", o.sleep_s, "probes",
+	    (int)n_ms + failures, "probe_failures", failures, "execs_wall_ms",
+	    execs_ms, "getsandbox", lat);
+	if (out == NULL || json_dump_file(out, o.out, JSON_INDENT(2)) != 0)
+		fprintf(stderr, "bench: cannot write %s\n", o.out);
+	printf(
+	    "execs %d/%d ok in %.0f ms; GetSandbox %zu answered, %d failed, "
+	    "p50 %.1f ms p99 %.1f ms max %.1f ms\n",
+	    ok, o.execs, execs_ms, n_ms, failures,
+	    bench_percentile(ms, n_ms, 0.5), bench_percentile(ms, n_ms, 0.99),
+	    n_ms ? ms[n_ms - 1] : 0.0);
+	json_decref(out);
+	free(ms);
+	pass = ok == o.execs && failures == 0 && n_ms > 0;
+	if (o.check && !pass) {
+		fprintf(stderr,
+		    "FAIL: %d of %d execs ok, %d GetSandbox calls "
+		    "failed\n",
+		    ok, o.execs, failures);
+		return 1;
+	}
+	return 0;
+}
