@@ -420,6 +420,29 @@ moat_metrics_server_url(const struct moat_metrics_server *srv)
 	    v6 ? "]" : "", (unsigned)srv->port);
 }
 
+int
+moat_metrics_start(struct moat_metrics_server **out, struct moat_metrics *reg,
+    void (*scrape)(void *ctx), void *ctx, const char *addr, const char *who,
+    char **errmsg)
+{
+	char *url;
+	int rv;
+
+	*out = NULL;
+	if (scrape != NULL &&
+	    (rv = moat_metrics_on_scrape(reg, scrape, ctx)) != MOAT_OK) {
+		*errmsg = moat_asprintf("%s: cannot add its metrics: %s", who,
+		    moat_strerror(rv));
+		return rv;
+	}
+	if ((rv = moat_metrics_serve(out, reg, addr, errmsg)) != MOAT_OK)
+		return rv;
+	url = moat_metrics_server_url(*out);
+	moat_info(0, "%s: metrics at %s", who, url ? url : addr);
+	free(url);
+	return MOAT_OK;
+}
+
 void
 moat_metrics_server_stop(struct moat_metrics_server *srv)
 {

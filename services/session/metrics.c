@@ -113,7 +113,6 @@ int
 sessiond_metrics_start(struct sessiond *sd, const char *addr, char **errmsg)
 {
 	struct moat_metrics *reg;
-	char *url;
 	int rv;
 
 	if ((rv = moat_metrics_new(&reg)) != MOAT_OK ||
@@ -125,17 +124,13 @@ sessiond_metrics_start(struct sessiond *sd, const char *addr, char **errmsg)
 	}
 	m.sd = sd;
 	register_all(reg);
-	if ((rv = moat_metrics_on_scrape(reg, sessiond_scrape, sd)) !=
-	        MOAT_OK ||
-	    (rv = moat_metrics_serve(&m.srv, reg, addr, errmsg)) != MOAT_OK) {
+	if ((rv = moat_metrics_start(&m.srv, reg, sessiond_scrape, sd, addr,
+	         "moat-sessiond", errmsg)) != MOAT_OK) {
 		memset(&m, 0, sizeof(m));
 		moat_metrics_free(reg);
 		return rv;
 	}
 	m.reg = reg;
-	url = moat_metrics_server_url(m.srv);
-	moat_info(0, "moat-sessiond: metrics at %s", url ? url : addr);
-	free(url);
 	return MOAT_OK;
 }
 

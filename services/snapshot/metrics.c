@@ -133,7 +133,6 @@ int
 snapd_metrics_start(struct snapd *sd, const char *addr, char **errmsg)
 {
 	struct moat_metrics *reg;
-	char *url;
 	int rv;
 
 	if ((rv = moat_metrics_new(&reg)) != MOAT_OK ||
@@ -144,16 +143,13 @@ snapd_metrics_start(struct snapd *sd, const char *addr, char **errmsg)
 		return rv;
 	}
 	register_all(reg);
-	if ((rv = moat_metrics_on_scrape(reg, snapd_scrape, sd)) != MOAT_OK ||
-	    (rv = moat_metrics_serve(&m.srv, reg, addr, errmsg)) != MOAT_OK) {
+	if ((rv = moat_metrics_start(&m.srv, reg, snapd_scrape, sd, addr,
+	         "moat-snapd", errmsg)) != MOAT_OK) {
 		memset(&m, 0, sizeof(m));
 		moat_metrics_free(reg);
 		return rv;
 	}
 	m.reg = reg;
-	url = moat_metrics_server_url(m.srv);
-	moat_info(0, "moat-snapd: metrics at %s", url ? url : addr);
-	free(url);
 	return MOAT_OK;
 }
 

@@ -272,7 +272,6 @@ vmd_metrics_start(struct vmd *vmd, const char *addr,
     vmd_metrics_node_fill *node_fill, char **errmsg)
 {
 	struct moat_metrics *reg;
-	char *url;
 	int rv;
 
 	if ((rv = moat_metrics_new(&reg)) != MOAT_OK ||
@@ -289,16 +288,13 @@ vmd_metrics_start(struct vmd *vmd, const char *addr,
 	moat_gauge_set(m.vcpus_total, vmd->cfg.vcpus_total);
 	moat_gauge_set(m.memory_total,
 	    (double)vmd->cfg.memory_mib_total * MIB);
-	if ((rv = moat_metrics_on_scrape(reg, vmd_scrape, vmd)) != MOAT_OK ||
-	    (rv = moat_metrics_serve(&m.srv, reg, addr, errmsg)) != MOAT_OK) {
+	if ((rv = moat_metrics_start(&m.srv, reg, vmd_scrape, vmd, addr,
+	         "moat-vmd", errmsg)) != MOAT_OK) {
 		memset(&m, 0, sizeof(m));
 		moat_metrics_free(reg);
 		return rv;
 	}
 	m.reg = reg;
-	url = moat_metrics_server_url(m.srv);
-	moat_info(0, "moat-vmd: metrics at %s", url ? url : addr);
-	free(url);
 	return MOAT_OK;
 }
 

@@ -149,6 +149,16 @@ uint16_t moat_metrics_server_port(const struct moat_metrics_server *srv);
  * listens on, for the log. Heap (caller frees); NULL: out of memory. */
 char *moat_metrics_server_url(const struct moat_metrics_server *srv);
 
+/* moat_metrics_start: what a service does to serve `reg` at `addr`: adds
+ * `scrape` (may be NULL) as its scrape hook with `ctx`, starts the
+ * listener (moat_metrics_serve) and logs "WHO: metrics at URL". On
+ * failure `reg` is left to the caller to free; errors as
+ * moat_metrics_serve. */
+int moat_metrics_start(struct moat_metrics_server **out,
+    struct moat_metrics *reg, void (*scrape)(void *ctx), void *ctx,
+    const char *addr, const char *who, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_metrics_server_stop: closes the listener and its connections,
  * joins its thread and frees it. Safe on NULL. */
 void moat_metrics_server_stop(struct moat_metrics_server *srv);
