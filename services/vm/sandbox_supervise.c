@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include "console.h"
 #include "guest_link.h"
 #include "image.h"
 #include "moat/log.h"
@@ -110,6 +111,9 @@ vmd_sandbox_supervise(void *arg)
 
 	if (!supervise_wait(sb, pid))
 		return NULL;
+	/* Its last words may still be in the console pipe: let the
+	 * drainer write them before the tail is read. */
+	vmd_console_settle(sb->vmm.console, 200);
 	console = vmd_log_tail(sb->vmm.console_log, VMD_CONSOLE_LINES);
 	/* Why a VMM died is in its own log more than on the console
 	 * (Firecracker's logger file, QEMU's stderr). */
