@@ -22,9 +22,11 @@ for t in "$@"; do
 	[ -x "$bin" ] || { echo "$t: no $bin (build it first)"; continue; }
 	mkdir -p "$work/$t/corpus"
 	cp -n "$here/corpus/$t/"* "$work/$t/corpus/" 2>/dev/null
+	t0=$(date +%s)
 	(cd "$work/$t" && "$bin" -max_total_time="$secs" -print_final_stats=1 \
 		-timeout=10 -rss_limit_mb=2048 corpus >log 2>&1)
 	rc=$?
+	ran=$(($(date +%s) - t0))
 	execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$work/$t/log" | awk '{print $2}')
 	rss=$(grep -o 'stat::peak_rss_mb: *[0-9]*' "$work/$t/log" | awk '{print $2}')
 	last=$(grep -E '^#[0-9]+' "$work/$t/log" | tail -1)
@@ -32,5 +34,5 @@ for t in "$@"; do
 	ft=$(echo "$last" | grep -o 'ft: [0-9]*' | awk '{print $2}')
 	corp=$(echo "$last" | grep -o 'corp: [0-9]*' | awk '{print $2}')
 	crashes=$(ls "$work/$t" | grep -E '^(crash|leak|timeout|oom)-' | tr '\n' ' ')
-	echo "$t: rc $rc, ${execs:-?} execs in ${secs} s, cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB, findings: ${crashes:-none}"
+	echo "$t: rc $rc, ${execs:-?} execs in ${ran} s, cov ${cov:-?}, ft ${ft:-?}, corpus ${corp:-?}, peak RSS ${rss:-?} MB, findings: ${crashes:-none}"
 done
