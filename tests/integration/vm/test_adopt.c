@@ -82,6 +82,14 @@ start_vmd(struct vmd_proc *v, bool stop_sandboxes)
 	    60000);
 }
 
+/* Protobuf bytes as a string (heap): empty bytes have a NULL data. */
+static char *
+bytes_str(const ProtobufCBinaryData *b)
+{
+	return b->len > 0 ? strndup((const char *)b->data, b->len) :
+	                    strdup("");
+}
+
 /* One-shot `sh -c script` that must work; returns its stdout (heap). */
 static char *
 sh(struct vmd_proc *v, const char *id, const char *script, int want_rc)
@@ -100,7 +108,7 @@ sh(struct vmd_proc *v, const char *id, const char *script, int want_rc)
 		fail_msg("Exec \"%.60s\" in %s: rc %d (stderr %.*s)", script,
 		    id, res->status->exit_code, (int)res->stderr.len,
 		    (const char *)res->stderr.data);
-	out = strndup((const char *)res->stdout.data, res->stdout.len);
+	out = bytes_str(&res->stdout);
 	protobuf_c_message_free_unpacked(&res->base, NULL);
 	return out;
 }
@@ -157,7 +165,7 @@ read_file(struct vmd_proc *v, const char *id, const char *path)
 	        &moat__v1__file_data__descriptor, (ProtobufCMessage **)&fd,
 	        30000) != MOAT_OK)
 		fail_msg("ReadFile %s in %s: %s", path, id, vmd_last_err);
-	out = strndup((const char *)fd->data.data, fd->data.len);
+	out = bytes_str(&fd->data);
 	protobuf_c_message_free_unpacked(&fd->base, NULL);
 	return out;
 }
