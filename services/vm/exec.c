@@ -5,9 +5,8 @@
  * bounded buffers (at most output_cap bytes per stream are kept, the rest
  * is counted and flagged truncated) and records ExecExit. ExecRead reads
  * by offset with a long-poll, ExecWait waits, ExecKill and ExecWrite pass
- * through, and the one-shot Exec is ExecStart plus a wait: deferred
- * (moat_rpc_defer), launched by a small pool and answered by one waiter
- * thread, so it holds no RPC worker while it runs. The output of
+ * through, and the one-shot Exec is ExecStart plus a wait, answered
+ * later by exec_async.c so it holds no RPC worker while it runs. The output of
  * the last VMD_EXEC_KEEP_FINISHED finished execs is kept until the sandbox
  * goes. Everything here is guarded by the sandbox's mu.
  * Not for: files (files.c) or the transport (guest_link.c).
@@ -35,14 +34,10 @@
 /* Room left in a reply for everything but the two output streams. */
 #define EXEC_REPLY_SLACK (1u << 20)
 
-static void exec_waiters_kick(void);
-static bool exec_enqueue(struct sandbox *sb, struct moat_rpc_call *call,
-    const Moat__V1__ExecRequest *req);
-
 /* ---- the exec table (sb->mu held) ---- */
 
-static struct exec *
-exec_find(struct sandbox *sb, uint64_t id)
+struct exec *
+vmd_exec_find(struct sandbox *sb, uint64_t id)
 {
 	for (struct exec *e = sb->execs; e != NULL; e = e->next)
 		if (e->id == id)
@@ -120,8 +115,8 @@ exec_unlink(struct sandbox *sb, struct exec *e)
 }
 
 /* Drops the oldest finished execs past the keep limit. */
-static void
-exec_evict(struct sandbox *sb)
+void
+vmd_exec_evict(struct sandbox *sb)
 {
 	while (sb->execs_finished > VMD_EXEC_KEEP_FINISHED) {
 		struct exec *oldest = NULL;
@@ -257,7 +252,7 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 
 	*why = NULL;
 	pthread_mutex_lock(&sb->mu);
-	e = exec_find(sb, m->id);
+	e = vmd_exec_find(sb, m->id);
 	if (m->body_case == MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT) {
 		const Moat__V1__ExecOutput *o = m->exec_output;
 		struct exec_stream *st;
@@ -322,9 +317,9 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 		e->finish_seq = ++sb->exec_finish_seq;
 		sb->execs_running--;
 		sb->execs_finished++;
-		exec_evict(sb);
+		vmd_exec_evict(sb);
 		if (e->waiter != NULL)
-			exec_waiters_kick();
+			vmd_exec_waiters_kick();
 	}
 	pthread_cond_broadcast(&sb->cv);
 out:
@@ -541,8 +536,8 @@ exec_send_stdin(struct sandbox *sb, struct moat_rpc_call *call,
 /* Validates and starts `req`; sets *exec_id and *pid. `default_timeout`
  * applies when req->timeout_ms is 0. Returns a status after
  * moat_rpc_error on failure. */
-static int
-exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
+int
+vmd_exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
     const Moat__V1__ExecRequest *req, uint32_t default_timeout,
     uint64_t *exec_id, int32_t *pid)
 {
@@ -619,7 +614,7 @@ vmd_exec_start(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
 	    MOAT_OK)
 		return rv;
-	rv = exec_launch(sb, call, req, 0, &id, &pid);
+	rv = vmd_exec_launch(sb, call, req, 0, &id, &pid);
 	if (rv == MOAT_OK) {
 		reply->sandbox_id = strdup(sb->id.str);
 		reply->exec_id = id;
@@ -659,7 +654,7 @@ vmd_exec_read(struct vmd *vmd, struct moat_rpc_call *call,
 		bool running = vmd_sandbox_api_state(sb) ==
 		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
 
-		if ((e = exec_find(sb, req->exec_id)) == NULL) {
+		if ((e = vmd_exec_find(sb, req->exec_id)) == NULL) {
 			rv = exec_not_found(sb, call, req->exec_id);
 			goto out;
 		}
@@ -724,7 +719,7 @@ vmd_exec_wait(struct vmd *vmd, struct moat_rpc_call *call,
 		return rv;
 	pthread_mutex_lock(&sb->mu);
 	for (;;) {
-		if ((e = exec_find(sb, req->exec_id)) == NULL) {
+		if ((e = vmd_exec_find(sb, req->exec_id)) == NULL) {
 			rv = exec_not_found(sb, call, req->exec_id);
 			goto out;
 		}
@@ -758,7 +753,7 @@ exec_check_running(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id,
 	int rv = MOAT_OK;
 
 	pthread_mutex_lock(&sb->mu);
-	if ((e = exec_find(sb, id)) == NULL)
+	if ((e = vmd_exec_find(sb, id)) == NULL)
 		rv = exec_not_found(sb, call, id);
 	else
 		*exited = e->exited;
@@ -814,8 +809,8 @@ out:
 }
 
 /* Sends `sig` to exec `id`'s process group. */
-static int
-exec_signal(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id,
+int
+vmd_exec_signal(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id,
     int sig, uint64_t deadline)
 {
 	Moat__V1__GuestRequest greq = MOAT__V1__GUEST_REQUEST__INIT;
@@ -853,7 +848,7 @@ vmd_exec_kill(struct vmd *vmd, struct moat_rpc_call *call,
 		return rv;
 	if ((rv = exec_check_running(sb, call, req->exec_id, &exited)) == 0 &&
 	    !exited)
-		rv = exec_signal(sb, call, req->exec_id, sig,
+		rv = vmd_exec_signal(sb, call, req->exec_id, sig,
 		    vmd_call_deadline(call));
 	vmd_sandbox_put(sb);
 	return rv;
@@ -876,10 +871,10 @@ vmd_exec_run(struct vmd *vmd, struct moat_rpc_call *call,
 	return rv;
 }
 
-/* exec_result_locked: the ExecResult of exited exec `e` into `reply`;
+/* vmd_exec_result_locked: the ExecResult of exited exec `e` into `reply`;
  * MOAT_OK or MOAT_INTERNAL (out of memory). sb->mu held. */
-static int
-exec_result_locked(const struct exec *e, Moat__V1__ExecResult *reply)
+int
+vmd_exec_result_locked(const struct exec *e, Moat__V1__ExecResult *reply)
 {
 	size_t n_out = e->out[0].len, n_err = e->out[1].len;
 	const size_t room = MOAT_RPC_MAX_MSG - EXEC_REPLY_SLACK;
@@ -903,13 +898,6 @@ exec_result_locked(const struct exec *e, Moat__V1__ExecResult *reply)
 	return MOAT_OK;
 }
 
-/* What a one-shot exec still running at its call's deadline answers
- * (after it is killed). */
-#define EXEC_DEADLINE_FMT                                                     \
-	"exec %" PRIu64 " in sandbox %s still ran when the call's deadline "  \
-	"came, and was killed: give the call a longer timeout than the "      \
-	"exec's timeout_ms"
-
 /* exec_wait_here: the one-shot exec's wait on the calling thread (a call
  * that cannot be deferred: a template build's, or too many deferred). */
 static int
@@ -922,7 +910,7 @@ exec_wait_here(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id,
 
 	pthread_mutex_lock(&sb->mu);
 	for (;;) {
-		if ((e = exec_find(sb, id)) == NULL) {
+		if ((e = vmd_exec_find(sb, id)) == NULL) {
 			rv = exec_not_found(sb, call, id);
 			break;
 		}
@@ -941,13 +929,14 @@ exec_wait_here(struct sandbox *sb, struct moat_rpc_call *call, uint64_t id,
 	}
 	if (rv == MOAT_DEADLINE_EXCEEDED) {
 		pthread_mutex_unlock(&sb->mu);
-		(void)exec_signal(sb, call, id, SIGKILL, call->deadline_ms);
+		(void)vmd_exec_signal(sb, call, id, SIGKILL,
+		    call->deadline_ms);
 		free(call->error_message);
 		call->error_message = NULL;
 		return moat_rpc_error(call, MOAT_DEADLINE_EXCEEDED,
 		    EXEC_DEADLINE_FMT, id, sb->id.str);
 	}
-	if (rv == MOAT_OK && exec_result_locked(e, reply) != MOAT_OK)
+	if (rv == MOAT_OK && vmd_exec_result_locked(e, reply) != MOAT_OK)
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	pthread_mutex_unlock(&sb->mu);
 	return rv;
@@ -968,415 +957,12 @@ vmd_exec_run_on(struct sandbox *sb, struct moat_rpc_call *call,
 	 * waited for off the RPC workers when it can be. */
 	if ((rv = exec_validate(call, req, cap, lang_argv)) != MOAT_OK)
 		return rv;
-	if (exec_enqueue(sb, call, req))
+	if (vmd_exec_enqueue(sb, call, req))
 		return MOAT_OK; /* answered later */
-	if ((rv = exec_launch(sb, call, req, VMD_EXEC_DEFAULT_TIMEOUT_MS, &id,
-	         &pid)) != MOAT_OK)
+	if ((rv = vmd_exec_launch(sb, call, req, VMD_EXEC_DEFAULT_TIMEOUT_MS,
+	         &id, &pid)) != MOAT_OK)
 		return rv;
 	return exec_wait_here(sb, call, id, reply);
-}
-
-/* ---- one-shot execs answered later ---- */
-
-/* A one-shot Exec whose reply was deferred (moat_rpc_defer), so that it
- * holds no RPC worker while the program runs: one thread of the process
- * (waiters_main) answers every such call when its exec exits (the exit
- * event kicks it), when its sandbox stops running, or at its deadline
- * (then the exec is killed, as a waiting worker would). */
-struct exec_waiter {
-	struct exec_waiter *next;
-	struct sandbox *sb; /* a reference */
-	uint64_t exec_id;
-	uint64_t deadline_ms; /* vmd_call_deadline of the call */
-	struct moat_rpc_deferred *d;
-};
-
-/* How often the waiter thread looks at sandboxes that may have stopped
- * (no event says so). */
-#define EXEC_WAITERS_POLL_MS 500
-
-static pthread_mutex_t waiters_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t waiters_cv;   /* monotonic; waiters_once */
-static struct exec_waiter *waiters; /* guarded by waiters_lock */
-static bool waiters_kicked;         /* guarded by waiters_lock */
-static bool waiters_busy;           /* answering; guarded by waiters_lock */
-static bool waiters_stopping;       /* guarded by waiters_lock */
-static pthread_cond_t waiters_idle_cv = PTHREAD_COND_INITIALIZER;
-static pthread_once_t waiters_once = PTHREAD_ONCE_INIT;
-static bool waiters_started; /* written once, in waiters_once */
-
-/* exec_waiters_kick: an exec with a waiter exited. Called with its
- * sandbox's mu held (lock order: sb->mu, then waiters_lock). */
-static void
-exec_waiters_kick(void)
-{
-	pthread_mutex_lock(&waiters_lock);
-	waiters_kicked = true;
-	pthread_cond_signal(&waiters_cv);
-	pthread_mutex_unlock(&waiters_lock);
-}
-
-/* waiter_answer: answers w if its exec is over (or can no longer be
- * answered by it) and frees it; false when it still waits. */
-static bool
-waiter_answer(struct exec_waiter *w, uint64_t now, bool stopping)
-{
-	Moat__V1__ExecResult result = MOAT__V1__EXEC_RESULT__INIT;
-	struct sandbox *sb = w->sb;
-	struct exec *e;
-	char *msg = NULL;
-	int rv = MOAT_OK;
-
-	pthread_mutex_lock(&sb->mu);
-	e = exec_find(sb, w->exec_id);
-	if (e == NULL) {
-		rv = MOAT_NOT_FOUND;
-		msg = moat_asprintf("exec %" PRIu64 " of sandbox %s is gone",
-		    w->exec_id, sb->id.str);
-	} else if (e->exited) {
-		if (exec_result_locked(e, &result) != MOAT_OK) {
-			rv = MOAT_INTERNAL;
-			msg = strdup("out of memory");
-		}
-	} else if (vmd_sandbox_api_state(sb) !=
-	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING) {
-		rv = MOAT_FAILED_PRECONDITION;
-		msg = moat_asprintf("sandbox %s is no longer running%s%s: its "
-		                    "execs will not finish",
-		    sb->id.str, sb->failure_reason ? ": " : "",
-		    sb->failure_reason ? sb->failure_reason : "");
-	} else if (now >= w->deadline_ms) {
-		rv = MOAT_DEADLINE_EXCEEDED;
-		msg = moat_asprintf(EXEC_DEADLINE_FMT, w->exec_id, sb->id.str);
-	} else if (stopping) {
-		rv = MOAT_UNAVAILABLE;
-		msg =
-		    moat_asprintf("moat-vmd stopped (or restarts) while exec "
-		                  "%" PRIu64 " in sandbox %s ran: its outcome "
-		                  "is unknown",
-		        w->exec_id, sb->id.str);
-	} else {
-		pthread_mutex_unlock(&sb->mu);
-		return false;
-	}
-	if (e != NULL) {
-		e->waiter = NULL;
-		exec_evict(sb); /* it was kept for us */
-	}
-	pthread_mutex_unlock(&sb->mu);
-	if (rv == MOAT_DEADLINE_EXCEEDED) {
-		struct moat_rpc_call kill = { .service = "moat.v1.Vm",
-			.method = "ExecKill" };
-
-		(void)exec_signal(sb, &kill, w->exec_id, SIGKILL,
-		    moat_rpc_now_ms() + 2000);
-		free(kill.error_message);
-	}
-	moat_rpc_complete(w->d, rv, &result.base, msg);
-	free(msg);
-	free(result.stdout.data);
-	free(result.stderr.data);
-	free(result.status);
-	vmd_sandbox_put(sb);
-	free(w);
-	return true;
-}
-
-static void *
-waiters_main(void *arg)
-{
-	(void)arg;
-	pthread_mutex_lock(&waiters_lock);
-	for (;;) {
-		struct exec_waiter *mine, *keep = NULL, *w, *next;
-		bool stopping;
-		uint64_t now = moat_rpc_now_ms(),
-		         wake = now + EXEC_WAITERS_POLL_MS;
-		struct timespec until;
-
-		for (w = waiters; w != NULL; w = w->next)
-			if (w->deadline_ms < wake)
-				wake = w->deadline_ms;
-		if (!waiters_kicked && (waiters == NULL || wake > now)) {
-			until.tv_sec = (time_t)(wake / 1000);
-			until.tv_nsec = (long)(wake % 1000) * 1000000L;
-			if (waiters == NULL)
-				pthread_cond_wait(&waiters_cv, &waiters_lock);
-			else
-				pthread_cond_timedwait(&waiters_cv,
-				    &waiters_lock, &until);
-		}
-		waiters_kicked = false;
-		mine = waiters;
-		waiters = NULL;
-		waiters_busy = true;
-		stopping = waiters_stopping;
-		pthread_mutex_unlock(&waiters_lock);
-		now = moat_rpc_now_ms();
-		for (w = mine; w != NULL; w = next) {
-			next = w->next;
-			if (!waiter_answer(w, now, stopping)) {
-				w->next = keep;
-				keep = w;
-			}
-		}
-		pthread_mutex_lock(&waiters_lock);
-		while ((w = keep) != NULL) {
-			keep = w->next;
-			w->next = waiters;
-			waiters = w;
-		}
-		waiters_busy = false;
-		pthread_cond_broadcast(&waiters_idle_cv);
-	}
-	return NULL;
-}
-
-static void
-waiters_init(void)
-{
-	pthread_condattr_t ca;
-	pthread_attr_t attr;
-	pthread_t t;
-
-	if (pthread_condattr_init(&ca) != 0)
-		return;
-	if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
-	    pthread_cond_init(&waiters_cv, &ca) != 0) {
-		pthread_condattr_destroy(&ca);
-		return;
-	}
-	pthread_condattr_destroy(&ca);
-	if (pthread_attr_init(&attr) != 0)
-		return;
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	waiters_started = pthread_create(&t, &attr, waiters_main, NULL) == 0;
-	pthread_attr_destroy(&attr);
-}
-
-/* waiter_add: the deferred call `d` of one-shot exec `id` of sb waits
- * for it (the waiter thread answers it; also when it has already
- * exited). */
-static void
-waiter_add(struct sandbox *sb, uint64_t id, struct moat_rpc_deferred *d,
-    uint64_t deadline_ms)
-{
-	struct exec_waiter *w = calloc(1, sizeof(*w));
-	struct exec *e;
-
-	if (w == NULL) {
-		moat_rpc_complete(d, MOAT_RESOURCE_EXHAUSTED, NULL,
-		    "vmd is out of memory: the exec runs, but its result is "
-		    "lost; read it with ExecWait");
-		return;
-	}
-	/* The waiter's reference, taken before sb->mu (the node's lock is
-	 * never taken inside a sandbox's). */
-	pthread_mutex_lock(&sb->vmd->mu);
-	sb->refs++;
-	pthread_mutex_unlock(&sb->vmd->mu);
-	w->sb = sb;
-	w->exec_id = id;
-	w->deadline_ms = deadline_ms;
-	w->d = d;
-	pthread_mutex_lock(&sb->mu);
-	if ((e = exec_find(sb, id)) != NULL)
-		e->waiter = w; /* kept from eviction until answered */
-	pthread_mutex_unlock(&sb->mu);
-	pthread_mutex_lock(&waiters_lock);
-	w->next = waiters;
-	waiters = w;
-	waiters_kicked = true;
-	pthread_cond_signal(&waiters_cv);
-	pthread_mutex_unlock(&waiters_lock);
-}
-
-/* ---- launches off the RPC workers ---- */
-
-/* Starting an exec is one guest round trip, which under load (many
- * execs started at once in a slow guest) takes long enough to fill
- * every RPC worker. So a deferred one-shot Exec is launched by a small
- * pool of its own, and the workers only queue it. */
-struct exec_job {
-	struct exec_job *next;
-	struct sandbox *sb;         /* a reference */
-	Moat__V1__ExecRequest *req; /* a copy, the job's */
-	struct moat_rpc_deferred *d;
-	uint64_t request_id;
-	uint64_t deadline_ms; /* the call's */
-};
-
-#define EXEC_LAUNCHERS 32
-#define EXEC_MAX_QUEUED 4096
-
-static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
-static struct exec_job *jobs_head, *jobs_tail; /* guarded by jobs_lock */
-static size_t n_jobs;                          /* guarded by jobs_lock */
-static int jobs_running;                       /* guarded by jobs_lock */
-static bool jobs_stopping;                     /* guarded by jobs_lock */
-static pthread_cond_t jobs_idle_cv = PTHREAD_COND_INITIALIZER;
-static pthread_once_t launchers_once = PTHREAD_ONCE_INIT;
-static int launchers_started; /* written once, in launchers_once */
-
-static void
-exec_job_run(struct exec_job *j, bool stopping)
-{
-	struct moat_rpc_call call = { .service = "moat.v1.Vm",
-		.method = "Exec",
-		.request_id = j->request_id,
-		.deadline_ms = j->deadline_ms };
-	uint64_t id = 0;
-	int32_t pid = 0;
-	int rv;
-
-	if (stopping)
-		rv = moat_rpc_error(&call, MOAT_UNAVAILABLE,
-		    "moat-vmd stopped before the exec started: retry it");
-	else
-		rv = exec_launch(j->sb, &call, j->req,
-		    VMD_EXEC_DEFAULT_TIMEOUT_MS, &id, &pid);
-	if (rv != MOAT_OK)
-		moat_rpc_complete(j->d, rv, NULL, call.error_message);
-	else
-		waiter_add(j->sb, id, j->d, vmd_call_deadline(&call));
-	free(call.error_message);
-	moat__v1__exec_request__free_unpacked(j->req, NULL);
-	vmd_sandbox_put(j->sb);
-	free(j);
-}
-
-static void *
-launcher_main(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		struct exec_job *j;
-		bool stopping;
-
-		pthread_mutex_lock(&jobs_lock);
-		while (jobs_head == NULL)
-			pthread_cond_wait(&jobs_cv, &jobs_lock);
-		j = jobs_head;
-		if ((jobs_head = j->next) == NULL)
-			jobs_tail = NULL;
-		n_jobs--;
-		jobs_running++;
-		stopping = jobs_stopping;
-		pthread_mutex_unlock(&jobs_lock);
-		exec_job_run(j, stopping);
-		pthread_mutex_lock(&jobs_lock);
-		jobs_running--;
-		pthread_cond_broadcast(&jobs_idle_cv);
-		pthread_mutex_unlock(&jobs_lock);
-	}
-	return NULL;
-}
-
-static void
-launchers_init(void)
-{
-	pthread_attr_t attr;
-	pthread_t t;
-
-	if (pthread_attr_init(&attr) != 0)
-		return;
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 256u << 10);
-	for (int i = 0; i < EXEC_LAUNCHERS; i++)
-		if (pthread_create(&t, &attr, launcher_main, NULL) == 0)
-			launchers_started++;
-	pthread_attr_destroy(&attr);
-}
-
-/* exec_copy: a heap copy of req (free with ..._free_unpacked). */
-static Moat__V1__ExecRequest *
-exec_copy(const Moat__V1__ExecRequest *req)
-{
-	size_t n = moat__v1__exec_request__get_packed_size(req);
-	uint8_t *buf = malloc(n ? n : 1);
-	Moat__V1__ExecRequest *copy = NULL;
-
-	if (buf != NULL) {
-		moat__v1__exec_request__pack(req, buf);
-		copy = moat__v1__exec_request__unpack(NULL, n, buf);
-		free(buf);
-	}
-	return copy;
-}
-
-/* exec_enqueue: defers the call and queues its launch; false when it
- * cannot be (a unit test's sandbox, a call built outside the server,
- * the waiter or launch threads missing, the queue full): the caller
- * then runs it on its own thread. */
-static bool
-exec_enqueue(struct sandbox *sb, struct moat_rpc_call *call,
-    const Moat__V1__ExecRequest *req)
-{
-	struct exec_job *j;
-
-	if (sb->vmd == NULL || call->rpc_private == NULL)
-		return false;
-	pthread_once(&waiters_once, waiters_init);
-	pthread_once(&launchers_once, launchers_init);
-	if (!waiters_started || launchers_started == 0)
-		return false;
-	if ((j = calloc(1, sizeof(*j))) == NULL)
-		return false;
-	if ((j->req = exec_copy(req)) == NULL) {
-		free(j);
-		return false;
-	}
-	pthread_mutex_lock(&jobs_lock);
-	if (n_jobs >= EXEC_MAX_QUEUED ||
-	    (j->d = moat_rpc_defer(call)) == NULL) {
-		pthread_mutex_unlock(&jobs_lock);
-		moat__v1__exec_request__free_unpacked(j->req, NULL);
-		free(j);
-		return false;
-	}
-	j->request_id = call->request_id;
-	j->deadline_ms = call->deadline_ms;
-	pthread_mutex_lock(&sb->vmd->mu);
-	sb->refs++; /* the job's */
-	pthread_mutex_unlock(&sb->vmd->mu);
-	j->sb = sb;
-	if (jobs_tail != NULL)
-		jobs_tail->next = j;
-	else
-		jobs_head = j;
-	jobs_tail = j;
-	n_jobs++;
-	pthread_cond_signal(&jobs_cv);
-	pthread_mutex_unlock(&jobs_lock);
-	return true;
-}
-
-void
-vmd_exec_stop(void)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 5;
-	pthread_mutex_lock(&jobs_lock);
-	jobs_stopping = true;
-	while (jobs_head != NULL || jobs_running > 0)
-		if (pthread_cond_timedwait(&jobs_idle_cv, &jobs_lock,
-		        &until) != 0)
-			break;
-	pthread_mutex_unlock(&jobs_lock);
-	pthread_mutex_lock(&waiters_lock);
-	waiters_stopping = true;
-	if (waiters_started) {
-		waiters_kicked = true;
-		pthread_cond_signal(&waiters_cv);
-		while (waiters != NULL || waiters_busy)
-			if (pthread_cond_timedwait(&waiters_idle_cv,
-			        &waiters_lock, &until) != 0)
-				break;
-	}
-	pthread_mutex_unlock(&waiters_lock);
 }
 
 static const struct vmd_guest_handler exec_guest_handler = {

@@ -102,4 +102,48 @@ void vmd_exec_stop(void);
  * serving. */
 void vmd_exec_register(struct vmd *vmd);
 
+/* ---- shared by exec.c and exec_async.c only ---- */
+
+/* What a one-shot exec still running at its call's deadline answers
+ * (after it is killed). */
+#define EXEC_DEADLINE_FMT                                                     \
+	"exec %" PRIu64 " in sandbox %s still ran when the call's deadline "  \
+	"came, and was killed: give the call a longer timeout than the "      \
+	"exec's timeout_ms"
+
+/* vmd_exec_find: exec `id` of sb, or NULL. sb->mu held. */
+struct exec *vmd_exec_find(struct sandbox *sb, uint64_t id);
+
+/* vmd_exec_evict: drops the oldest finished execs past the keep limit.
+ * sb->mu held. */
+void vmd_exec_evict(struct sandbox *sb);
+
+/* vmd_exec_launch: registers and starts exec `req` in sb (the guest
+ * round trip), its id and pid in *id, *pid; `default_timeout_ms` applies
+ * when req->timeout_ms is 0. A status after moat_rpc_error on failure.
+ * sb->mu not held. */
+int vmd_exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req, uint32_t default_timeout_ms,
+    uint64_t *id, int32_t *pid);
+
+/* vmd_exec_result_locked: the ExecResult of exited exec `e` into
+ * `reply`; MOAT_OK or MOAT_INTERNAL (out of memory). sb->mu held. */
+int vmd_exec_result_locked(const struct exec *e, Moat__V1__ExecResult *reply);
+
+/* vmd_exec_signal: sends `sig` to exec `id`'s process group. sb->mu not
+ * held. */
+int vmd_exec_signal(struct sandbox *sb, struct moat_rpc_call *call,
+    uint64_t id, int sig, uint64_t deadline_ms);
+
+/* vmd_exec_waiters_kick: wakes the waiter thread (an exec with a waiter
+ * exited). Any lock but the waiters'. */
+void vmd_exec_waiters_kick(void);
+
+/* vmd_exec_enqueue: defers the one-shot exec call and queues its launch;
+ * false when it cannot be (a unit test's sandbox, a call built outside
+ * the server, the waiter or launch threads missing, the queue full): the
+ * caller then runs it on its own thread. */
+bool vmd_exec_enqueue(struct sandbox *sb, struct moat_rpc_call *call,
+    const Moat__V1__ExecRequest *req);
+
 #endif
