@@ -23,22 +23,6 @@
 #define RETENTION_MS 5000 /* all of one session's retention */
 #define STEPS_PAGE 1000
 
-/* get_key: [retention] key.<tenant>, else key, else def. */
-static int
-get_key(const struct moat_config *cfg, const char *tenant, const char *key,
-    uint64_t def, uint64_t *out, char **errmsg)
-{
-	char name[128];
-
-	if (tenant != NULL && tenant[0] != '\0' &&
-	    (size_t)snprintf(name, sizeof(name), "%s.%s", key, tenant) <
-	        sizeof(name) &&
-	    moat_config_get(cfg, SECTION, name, NULL) != NULL)
-		return moat_config_get_u64(cfg, SECTION, name, def, out,
-		    errmsg);
-	return moat_config_get_u64(cfg, SECTION, key, def, out, errmsg);
-}
-
 int
 moat_retention_policy(const struct moat_config *cfg, const char *tenant,
     struct moat_retention *out, char **errmsg)
@@ -46,14 +30,16 @@ moat_retention_policy(const struct moat_config *cfg, const char *tenant,
 	int rv;
 
 	*errmsg = NULL;
-	if ((rv = get_key(cfg, tenant, "keep-last", MOAT_RETENTION_KEEP_LAST,
-	         &out->keep_last, errmsg)) != MOAT_OK) {
+	if ((rv = moat_config_get_u64_for(cfg, SECTION, "keep-last", tenant,
+	         MOAT_RETENTION_KEEP_LAST, &out->keep_last, errmsg)) !=
+	    MOAT_OK) {
 		out->keep_last = MOAT_RETENTION_KEEP_LAST;
 		out->keep_age_s = MOAT_RETENTION_KEEP_AGE_S;
 		return rv;
 	}
-	if ((rv = get_key(cfg, tenant, "keep-age-s", MOAT_RETENTION_KEEP_AGE_S,
-	         &out->keep_age_s, errmsg)) != MOAT_OK)
+	if ((rv = moat_config_get_u64_for(cfg, SECTION, "keep-age-s", tenant,
+	         MOAT_RETENTION_KEEP_AGE_S, &out->keep_age_s, errmsg)) !=
+	    MOAT_OK)
 		out->keep_age_s = MOAT_RETENTION_KEEP_AGE_S;
 	return rv;
 }

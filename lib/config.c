@@ -347,6 +347,22 @@ bad:
 }
 
 int
+moat_config_get_u64_for(const struct moat_config *cfg, const char *section,
+    const char *key, const char *who, uint64_t def, uint64_t *out,
+    char **errmsg)
+{
+	char name[MOAT_CONFIG_KEY_MAX];
+
+	if (who != NULL && who[0] != '\0' &&
+	    (size_t)snprintf(name, sizeof(name), "%s.%s", key, who) <
+	        sizeof(name) &&
+	    moat_config_get(cfg, section, name, NULL) != NULL)
+		return moat_config_get_u64(cfg, section, name, def, out,
+		    errmsg);
+	return moat_config_get_u64(cfg, section, key, def, out, errmsg);
+}
+
+int
 moat_config_get_bool(const struct moat_config *cfg, const char *section,
     const char *key, bool def, bool *out, char **errmsg)
 {

@@ -47,6 +47,16 @@ int moat_config_get_u64(const struct moat_config *cfg, const char *section,
     const char *key, uint64_t def, uint64_t *out, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* The longest "key.<name>" moat_config_get_u64_for looks up, with NUL. */
+#define MOAT_CONFIG_KEY_MAX 192
+
+/* moat_config_get_u64_for: [section] key.<who> (a tenant's own value,
+ * e.g. keep-last.acme) when set, else [section] key, else def, parsed as
+ * get_u64 does. `who` NULL or "": key alone. */
+int moat_config_get_u64_for(const struct moat_config *cfg, const char *section,
+    const char *key, const char *who, uint64_t def, uint64_t *out,
+    char **errmsg) __attribute__((warn_unused_result));
+
 /* moat_config_get_bool: true/false/yes/no/on/off/1/0. */
 int moat_config_get_bool(const struct moat_config *cfg, const char *section,
     const char *key, bool def, bool *out, char **errmsg)

@@ -237,6 +237,43 @@ test_numbers_and_bools(void **state)
 	moat_config_free(cfg);
 }
 
+/* A per-name value (key.<name>) wins over the section's key. */
+static void
+test_u64_for(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_config *cfg = NULL;
+	uint64_t n = 0;
+	char *err = NULL;
+
+	write_conf(f,
+	    "[tenants]\nmax-sandboxes = 10\n"
+	    "max-sandboxes.acme = 2\nmax-vcpus.bad = 3x\n");
+	assert_int_equal(moat_config_load(&cfg, f->path, &err), MOAT_OK);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants",
+	                     "max-sandboxes", "acme", 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 2);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants",
+	                     "max-sandboxes", "other", 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 10);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants",
+	                     "max-sandboxes", NULL, 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 10);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants", "max-vcpus",
+	                     "acme", 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 7);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants", "max-vcpus",
+	                     "bad", 7, &n, &err),
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(err, "max-vcpus.bad"));
+	free(err);
+	moat_config_free(cfg);
+}
+
 static void
 test_missing_and_broken_files(void **state)
 {
@@ -462,6 +499,7 @@ main(void)
 		T(test_precedence),
 		T(test_env_names),
 		T(test_numbers_and_bools),
+		T(test_u64_for),
 		T(test_missing_and_broken_files),
 		T(test_default_state_dir),
 		T(test_service_args),
