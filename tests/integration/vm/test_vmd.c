@@ -2700,6 +2700,29 @@ shmem_bytes(void)
 	return kib * 1024;
 }
 
+/* other_vmms: how many QEMU processes run on this host that are not
+ * this test's (under state_root): their guests grow Shmem too, so a
+ * host-wide Shmem figure says nothing about this vmd while they run. */
+static int
+other_vmms(void)
+{
+	char *cmd =
+	    moat_asprintf("pgrep -f qemu-system | while read -r p; do "
+	                  "tr '\\0' ' ' </proc/$p/cmdline 2>/dev/null | "
+	                  "grep -qF '%s' || echo $p; done | wc -l",
+	        state_root);
+	FILE *f = popen(cmd, "r");
+	int n = 0;
+
+	if (f != NULL) {
+		if (fscanf(f, "%d", &n) != 1)
+			n = 0;
+		pclose(f);
+	}
+	free(cmd);
+	return n;
+}
+
 static Moat__V1__Node *
 node_of(struct vmd_proc *v)
 {
@@ -2730,7 +2753,7 @@ test_snapshot_ram_budget(void **state)
 	Moat__V1__Node *n;
 	char *cmd, *o, *state_dir;
 	size_t n_extra = 0, on_disk = 0;
-	int rv = MOAT_OK;
+	int rv = MOAT_OK, others;
 
 	(void)state;
 	if (!have_image)
@@ -2967,7 +2990,13 @@ test_snapshot_ram_budget(void **state)
 	    (fs_used(budget_ram) - ram0) >> 20,
 	    shmem_bytes() > shm0 ? (shmem_bytes() - shm0) >> 20 : 0);
 	assert_true(fs_used(budget_ram) - ram0 < (16ull << 20));
-	assert_true(shmem_bytes() < shm0 + (32ull << 20));
+	if ((others = other_vmms()) == 0)
+		assert_true(shmem_bytes() < shm0 + (32ull << 20));
+	else
+		fprintf(stderr,
+		    "budget: host Shmem not checked: %d other VMs run on "
+		    "this host (the RAM dir's figure above is this vmd's)\n",
+		    others);
 	vmd_stop(&budget_vmd);
 }
 
