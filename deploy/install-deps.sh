@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages moat needs to build, make guest images and
-# run its tests. Idempotent: does nothing when all are present.
-# Not for: building (deploy/setup.sh) or starting services (moat-stack).
+# run its tests; with --bench also what the benchmarks need (matplotlib,
+# for tests/bench/load's plot). Idempotent: does nothing when all are
+# present. Not for: building (deploy/setup.sh) or starting services (moat-stack).
 set -euo pipefail
 
 PKGS=(
@@ -18,6 +19,9 @@ PKGS=(
 	# HTTPS door, systemd-analyze for the unit files' test
 	openssl curl systemd
 )
+if [ "${1:-}" = --bench ]; then
+	PKGS+=(python3-matplotlib)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
