@@ -269,6 +269,29 @@ vmd_cgroup_remove(struct vmd_cgroup *cg)
 	cg->n = 0;
 }
 
+void
+vmd_cgroup_remove_named(const char *root, const char *name)
+{
+	struct vmd_cgroup_host h = { .version = 0 };
+	char *why = NULL;
+
+	if (name == NULL || name[0] == '\0' || name[0] == '.' ||
+	    strchr(name, '/') != NULL) {
+		return;
+	}
+	if (vmd_cgroup_detect(root, &h, &why) == 0) {
+		for (int i = 0; i < h.n_base; i++) {
+			char *dir = moat_asprintf("%s/%s", h.base[i], name);
+
+			if (dir != NULL)
+				cg_rmdir(dir);
+			free(dir);
+		}
+	}
+	free(why);
+	vmd_cgroup_host_fini(&h);
+}
+
 /* Writes lim's files into the group(s) of one hierarchy. */
 static int
 cg_limit(int version, int which, const char *dir,

@@ -61,4 +61,10 @@ int vmd_cgroup_create(const struct vmd_cgroup_host *h, const char *name,
  * zeroed cg. */
 void vmd_cgroup_remove(struct vmd_cgroup *cg);
 
+/* vmd_cgroup_remove_named: removes the groups `name` (a sandbox
+ * directory's name) that a vmd made under `root` (as vmd_cgroup_detect
+ * reads it) and did not remove (it was killed): `moat-vmd purge`. Any
+ * process still in them is killed. Nothing when the host has none. */
+void vmd_cgroup_remove_named(const char *root, const char *name);
+
 #endif

@@ -35,6 +35,7 @@
 #include "snapram.h"
 #include "accel.h"
 #include "adopt.h"
+#include "cgroup.h"
 #include "console.h"
 #include "driver.h"
 #include "egress.h"
@@ -648,7 +649,8 @@ purge_sandbox_ram(const char *state_dir)
 }
 
 /* Kills the VMMs a stopped vmd left running for the next one (adopt.h):
- * each one whose pidfile names a process started from its directory. */
+ * each one whose pidfile names a process started from its directory;
+ * and removes each sandbox's control groups. */
 static void
 purge_vmms(const char *state_dir)
 {
@@ -667,6 +669,10 @@ purge_vmms(const char *state_dir)
 		    vmd_kill_orphan(pidfile, mark, false))
 			fprintf(stderr, "moat-vmd: killed the VMM of %s\n",
 			    e->d_name);
+		/* Its jail's control groups, which only vmd removes. */
+		vmd_cgroup_remove_named(moat_config_get(NULL, "vmd",
+		                            "cgroup-root", "auto"),
+		    e->d_name);
 		free(pidfile);
 		free(mark);
 	}
