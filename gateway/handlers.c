@@ -648,6 +648,27 @@ h_list_sandboxes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* request_sandbox_id: the sandbox_id field of any request on one
+ * sandbox; NULL (after moat_rpc_error) when the method table names a
+ * request without one. */
+static const char *
+request_sandbox_id(struct moat_rpc_call *call, const ProtobufCMessage *request)
+{
+	const ProtobufCFieldDescriptor *f;
+
+	f = protobuf_c_message_descriptor_get_field_by_name(
+	    request->descriptor, "sandbox_id");
+	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
+	    f->label == PROTOBUF_C_LABEL_REPEATED) {
+		(void)moat_rpc_error(call, MOAT_INTERNAL,
+		    "%s has no "
+		    "sandbox_id field: the gateway's method table is wrong",
+		    request->descriptor->name);
+		return NULL;
+	}
+	return *(char *const *)((const char *)request + f->offset);
+}
+
 /* h_sandbox: every call on one sandbox. The rpc layer decoded the
  * request; only its sandbox_id is read, and the original bytes go on. */
 static int
@@ -655,20 +676,28 @@ h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	struct moat_gateway *gw = call->service_ctx;
-	const ProtobufCFieldDescriptor *f;
-	const char *sandbox_id = NULL;
+	const char *sandbox_id = request_sandbox_id(call, request);
 
-	f = protobuf_c_message_descriptor_get_field_by_name(
-	    request->descriptor, "sandbox_id");
-	if (f == NULL || f->type != PROTOBUF_C_TYPE_STRING ||
-	    f->label == PROTOBUF_C_LABEL_REPEATED)
-		return moat_rpc_error(call, MOAT_INTERNAL,
-		    "%s has no "
-		    "sandbox_id field: the gateway's method table is wrong",
-		    request->descriptor->name);
-	sandbox_id = *(char *const *)((const char *)request + f->offset);
+	(void)reply;
+	if (sandbox_id == NULL)
+		return MOAT_INTERNAL;
 	return moat_forward_call(&gw->fw, call, sandbox_id, call->payload,
 	    call->payload_len);
+}
+
+/* h_sandbox_wait: a call on one sandbox that may wait long (ExecWait,
+ * ExecRead's long poll): forwarded without holding a worker. */
+static int
+h_sandbox_wait(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const char *sandbox_id = request_sandbox_id(call, request);
+
+	if (sandbox_id == NULL)
+		return MOAT_INTERNAL;
+	return moat_forward_call_async(&gw->fw, call, sandbox_id,
+	    call->payload, call->payload_len, reply->descriptor, NULL);
 }
 
 /* ---- recorded sandboxes (record.c) ---- */
@@ -1046,9 +1075,9 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "ListSandboxes", h_list_sandboxes, false, true },
 	{ "DestroySandbox", h_destroy_sandbox, true, true },
 	{ "ExecStart", h_sandbox, true, true },
-	{ "ExecRead", h_sandbox, false, true },
+	{ "ExecRead", h_sandbox_wait, false, true },
 	{ "ExecWrite", h_sandbox, true, true },
-	{ "ExecWait", h_sandbox, false, true },
+	{ "ExecWait", h_sandbox_wait, false, true },
 	{ "ExecKill", h_sandbox, true, true },
 	{ "Exec", h_exec, true, true },
 	{ "ReadFile", h_sandbox, false, true },

@@ -123,6 +123,7 @@ vmd_exec_evict(struct sandbox *sb)
 
 		for (struct exec *e = sb->execs; e != NULL; e = e->next)
 			if (e->exited && e->waiter == NULL &&
+			    e->watchers == 0 &&
 			    (oldest == NULL ||
 			        e->finish_seq < oldest->finish_seq))
 				oldest = e;
@@ -286,6 +287,8 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 		if (!e->exited)
 			stream_append(sb, e->id, st, o->data.data,
 			    o->data.len);
+		if (e->watchers > 0)
+			vmd_exec_waiters_kick();
 	} else {
 		const Moat__V1__ExecExit *x = m->exec_exit;
 
@@ -318,7 +321,7 @@ vmd_exec_on_message(struct sandbox *sb, const Moat__V1__GuestMessage *m,
 		sb->execs_running--;
 		sb->execs_finished++;
 		vmd_exec_evict(sb);
-		if (e->waiter != NULL)
+		if (e->waiter != NULL || e->watchers > 0)
 			vmd_exec_waiters_kick();
 	}
 	pthread_cond_broadcast(&sb->cv);
@@ -641,6 +644,8 @@ vmd_exec_read(struct vmd *vmd, struct moat_rpc_call *call,
 	struct exec *e;
 	int rv = MOAT_OK;
 
+	if (vmd_exec_watch(vmd, call, NULL, req))
+		return MOAT_OK; /* answered later */
 	if (max > EXEC_READ_MAX)
 		max = EXEC_READ_MAX;
 	if (req->wait_ms > 0 && moat_rpc_now_ms() + req->wait_ms < deadline)
@@ -713,6 +718,8 @@ vmd_exec_wait(struct vmd *vmd, struct moat_rpc_call *call,
 	struct exec *e;
 	int rv = MOAT_OK;
 
+	if (vmd_exec_watch(vmd, call, req, NULL))
+		return MOAT_OK; /* answered later */
 	if (req->wait_ms > 0 && moat_rpc_now_ms() + req->wait_ms < deadline)
 		deadline = moat_rpc_now_ms() + req->wait_ms;
 	if ((rv = vmd_sandbox_get(vmd, call, req->sandbox_id, &sb)) != 0)

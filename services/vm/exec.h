@@ -56,6 +56,10 @@ struct exec {
 	/* A one-shot Exec whose reply was deferred waits for this exec
 	 * (exec.c's waiter); kept from eviction until it is answered. */
 	struct exec_waiter *waiter;
+	/* Deferred ExecWait / ExecRead calls watching this exec
+	 * (exec_async.c): each output or exit kicks them; kept from
+	 * eviction while any watches. */
+	uint32_t watchers;
 };
 
 int vmd_exec_start(struct vmd *vmd, struct moat_rpc_call *call,
@@ -138,6 +142,17 @@ int vmd_exec_signal(struct sandbox *sb, struct moat_rpc_call *call,
 /* vmd_exec_waiters_kick: wakes the waiter thread (an exec with a waiter
  * exited). Any lock but the waiters'. */
 void vmd_exec_waiters_kick(void);
+
+/* vmd_exec_watch: defers an ExecWait (`wreq`) or a waiting ExecRead
+ * (`rreq`, wait_ms > 0) that would block, so it holds no RPC worker:
+ * the waiter thread answers it, as the call would have been answered,
+ * once its exec has exited (ExecWait) or has output past the offsets
+ * (ExecRead), its sandbox stopped, or its wait ended. False when the
+ * call is answered at once by the caller: it would not block, or cannot
+ * be deferred (a call built outside the server, no waiter thread). */
+bool vmd_exec_watch(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecWaitRequest *wreq,
+    const Moat__V1__ExecReadRequest *rreq);
 
 /* vmd_exec_enqueue: defers the one-shot exec call and queues its launch;
  * false when it cannot be (a unit test's sandbox, a call built outside

@@ -35,6 +35,15 @@ struct exec_waiter {
 	uint64_t exec_id;
 	uint64_t deadline_ms; /* vmd_call_deadline of the call */
 	struct moat_rpc_deferred *d;
+	/* A deferred ExecWait or ExecRead (vmd_exec_watch), not a
+	 * one-shot Exec: answered by running the call again without
+	 * waiting, once that would not block. */
+	bool watch;
+	bool read;                      /* ExecRead, else ExecWait */
+	char *tenant;                   /* the call's Envelope.tenant, heap */
+	uint64_t request_id;            /* the call's */
+	Moat__V1__ExecReadRequest rreq; /* sandbox_id unset */
+	Moat__V1__ExecWaitRequest wreq; /* sandbox_id unset */
 };
 
 /* How often the waiter thread looks at sandboxes that may have stopped
@@ -62,6 +71,8 @@ vmd_exec_waiters_kick(void)
 	pthread_mutex_unlock(&waiters_lock);
 }
 
+static bool watch_answer(struct exec_waiter *w, uint64_t now, bool stopping);
+
 /* waiter_answer: answers w if its exec is over (or can no longer be
  * answered by it) and frees it; false when it still waits. */
 static bool
@@ -73,6 +84,8 @@ waiter_answer(struct exec_waiter *w, uint64_t now, bool stopping)
 	char *msg = NULL;
 	int rv = MOAT_OK;
 
+	if (w->watch)
+		return watch_answer(w, now, stopping);
 	pthread_mutex_lock(&sb->mu);
 	e = vmd_exec_find(sb, w->exec_id);
 	if (e == NULL) {
@@ -235,6 +248,135 @@ waiter_add(struct sandbox *sb, uint64_t id, struct moat_rpc_deferred *d,
 	waiters_kicked = true;
 	pthread_cond_signal(&waiters_cv);
 	pthread_mutex_unlock(&waiters_lock);
+}
+
+/* ---- ExecWait and ExecRead answered later ---- */
+
+/* watch_try: w's call run again, without waiting, for `tenant`; true
+ * when that is its answer (the exec exited, output came, an error, or
+ * the wait is over: `final`), then completed. */
+static bool
+watch_try(struct exec_waiter *w, uint64_t now, bool final)
+{
+	struct moat_rpc_call call = { .service = "moat.v1.Vm",
+		.method = w->read ? "ExecRead" : "ExecWait",
+		.request_id = w->request_id,
+		.tenant = w->tenant,
+		.deadline_ms = now ? now : 1 };
+	Moat__V1__ExecReadReply rr = MOAT__V1__EXEC_READ_REPLY__INIT;
+	Moat__V1__ExecStatus st = MOAT__V1__EXEC_STATUS__INIT;
+	Moat__V1__ExecReadRequest rreq = w->rreq;
+	Moat__V1__ExecWaitRequest wreq = w->wreq;
+	bool done;
+	int rv;
+
+	if (w->read) {
+		rreq.sandbox_id = w->sb->id.str;
+		rreq.wait_ms = 0;
+		rv = vmd_exec_read(w->sb->vmd, &call, &rreq, &rr);
+		done = rv != MOAT_OK || rr.eof || rr.stdout.len > 0 ||
+		    rr.stderr.len > 0 || (rr.status && rr.status->exited);
+	} else {
+		wreq.sandbox_id = w->sb->id.str;
+		wreq.wait_ms = 0;
+		rv = vmd_exec_wait(w->sb->vmd, &call, &wreq, &st);
+		done = rv != MOAT_OK || st.exited;
+	}
+	if (done || final)
+		moat_rpc_complete(w->d, rv, w->read ? &rr.base : &st.base,
+		    call.error_message);
+	free(call.error_message);
+	free(rr.stdout.data);
+	free(rr.stderr.data);
+	free(rr.status);
+	return done || final;
+}
+
+/* watch_answer: waiter_answer of a deferred ExecWait / ExecRead. */
+static bool
+watch_answer(struct exec_waiter *w, uint64_t now, bool stopping)
+{
+	struct sandbox *sb = w->sb;
+	struct exec *e;
+
+	if (!watch_try(w, now, stopping || now >= w->deadline_ms))
+		return false;
+	pthread_mutex_lock(&sb->mu);
+	if ((e = vmd_exec_find(sb, w->exec_id)) != NULL && e->watchers > 0) {
+		e->watchers--;
+		vmd_exec_evict(sb); /* it was kept for us */
+	}
+	pthread_mutex_unlock(&sb->mu);
+	vmd_sandbox_put(sb);
+	free(w->tenant);
+	free(w);
+	return true;
+}
+
+bool
+vmd_exec_watch(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecWaitRequest *wreq,
+    const Moat__V1__ExecReadRequest *rreq)
+{
+	uint32_t wait_ms = wreq ? wreq->wait_ms : rreq->wait_ms;
+	uint64_t now = moat_rpc_now_ms(), deadline = vmd_call_deadline(call);
+	struct moat_rpc_call look = { .service = "moat.v1.Vm",
+		.method = call->method,
+		.request_id = call->request_id,
+		.tenant = call->tenant };
+	struct exec_waiter *w;
+	struct sandbox *sb;
+	struct exec *e;
+
+	if (vmd == NULL || call->rpc_private == NULL ||
+	    (rreq != NULL && rreq->wait_ms == 0))
+		return false;
+	if (wait_ms > 0 && now + wait_ms < deadline)
+		deadline = now + wait_ms;
+	pthread_once(&waiters_once, waiters_init);
+	if (!waiters_started || (w = calloc(1, sizeof(*w))) == NULL)
+		return false;
+	if (vmd_sandbox_get(vmd, &look,
+	        wreq ? wreq->sandbox_id : rreq->sandbox_id, &sb) != MOAT_OK) {
+		free(look.error_message); /* the caller answers it */
+		free(w);
+		return false;
+	}
+	w->sb = sb; /* vmd_sandbox_get's reference */
+	w->watch = true;
+	w->read = rreq != NULL;
+	w->exec_id = wreq ? wreq->exec_id : rreq->exec_id;
+	w->deadline_ms = deadline;
+	w->request_id = call->request_id;
+	w->tenant = strdup(call->tenant ? call->tenant : "");
+	if (rreq != NULL)
+		w->rreq = *rreq;
+	else
+		w->wreq = *wreq;
+	pthread_mutex_lock(&sb->mu);
+	if ((e = vmd_exec_find(sb, w->exec_id)) == NULL || e->exited ||
+	    (w->read &&
+	        (e->out[0].len > rreq->stdout_offset ||
+	            e->out[1].len > rreq->stderr_offset)) ||
+	    vmd_sandbox_api_state(sb) !=
+	        MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING ||
+	    w->tenant == NULL || (w->d = moat_rpc_defer(call)) == NULL) {
+		/* Answered at once, by the caller. */
+		pthread_mutex_unlock(&sb->mu);
+		vmd_sandbox_put(sb);
+		free(w->tenant);
+		free(w);
+		return false;
+	}
+	e->watchers++;
+	pthread_mutex_unlock(&sb->mu);
+	pthread_mutex_lock(&waiters_lock);
+	w->next = waiters;
+	waiters = w;
+	waiters_kicked = true;
+	pthread_cond_signal(&waiters_cv);
+	pthread_mutex_unlock(&waiters_lock);
+	return true;
 }
 
 /* ---- launches off the RPC workers ---- */

@@ -5,12 +5,16 @@
  * all at once (asynchronous calls: this program holds no thread per
  * exec either), and probes GetSandbox every 100 ms until every exec has
  * answered; writes the GetSandbox latencies (p50, p95, p99, max) and the
- * outcome as JSON. With --check it is the pass/fail test of
+ * outcome as JSON. --waits K also starts K `sleep S; echo done` execs
+ * with ExecStart and waits for them with long polls, half ExecWait and
+ * half ExecRead, also asynchronous (they too must hold no worker).
+ * With --check it is the pass/fail test of
  * tests/integration/stack/async_exec_test.sh: it fails unless every
  * GetSandbox answered OK and every exec answered with exit code 0; it
  * never fails on a time. Run as
  *   moat-bench-async-exec GATEWAY_URL API_KEY OUT.json
- *       [--sandboxes N] [--execs M] [--sleep S] [--memory MIB] [--check]
+ *       [--sandboxes N] [--execs M] [--sleep S] [--memory MIB]
+ *       [--waits K] [--check]
  * (deploy/moat-stack start gives the url ipc://<state>/gateway.sock and
  * the key <state>/api-key).
  */
@@ -32,7 +36,10 @@
 #define PROBE_EVERY_MS 100
 #define PROBE_TIMEOUT_MS 30000
 
+enum call_kind { CALL_EXEC, CALL_WAIT, CALL_READ };
+
 struct exec_call {
+	enum call_kind kind;
 	int code;      /* -1 while in flight */
 	int exit_code; /* -1 unless the exec answered */
 	char *errmsg;  /* heap, or NULL */
@@ -47,13 +54,28 @@ exec_done(void *arg, int code, uint8_t *payload, size_t len, char *errmsg)
 {
 	struct exec_call *e = arg;
 	Moat__V1__ExecResult *r;
+	Moat__V1__ExecStatus *st;
+	Moat__V1__ExecReadReply *rr;
 
 	e->code = code;
 	e->errmsg = errmsg;
-	if (code == MOAT_OK &&
+	if (code == MOAT_OK && e->kind == CALL_EXEC &&
 	    (r = moat__v1__exec_result__unpack(NULL, len, payload)) != NULL) {
 		e->exit_code = r->status != NULL ? r->status->exit_code : -1;
 		moat__v1__exec_result__free_unpacked(r, NULL);
+	} else if (code == MOAT_OK && e->kind == CALL_WAIT &&
+	    (st = moat__v1__exec_status__unpack(NULL, len, payload)) != NULL) {
+		e->exit_code = st->exited ? st->exit_code : -1;
+		moat__v1__exec_status__free_unpacked(st, NULL);
+	} else if (code == MOAT_OK && e->kind == CALL_READ &&
+	    (rr = moat__v1__exec_read_reply__unpack(NULL, len, payload)) !=
+	        NULL) {
+		/* The long poll answers when the output comes. */
+		e->exit_code = rr->stdout.len == 5 &&
+		        memcmp(rr->stdout.data, "done\n", 5) == 0 ?
+		    0 :
+		    -1;
+		moat__v1__exec_read_reply__free_unpacked(rr, NULL);
 	}
 	free(payload);
 	pthread_mutex_lock(&lock);
@@ -75,7 +97,7 @@ done_count(void)
 
 struct opts {
 	const char *url, *key, *out;
-	int sandboxes, execs, sleep_s;
+	int sandboxes, execs, sleep_s, waits;
 	uint32_t memory_mib;
 	bool check;
 };
@@ -99,6 +121,8 @@ parse(int argc, char **argv, struct opts *o)
 			o->sandboxes = atoi(argv[++i]);
 		else if (i + 1 < argc && strcmp(argv[i], "--execs") == 0)
 			o->execs = atoi(argv[++i]);
+		else if (i + 1 < argc && strcmp(argv[i], "--waits") == 0)
+			o->waits = atoi(argv[++i]);
 		else if (i + 1 < argc && strcmp(argv[i], "--sleep") == 0)
 			o->sleep_s = atoi(argv[++i]);
 		else if (i + 1 < argc && strcmp(argv[i], "--memory") == 0)
@@ -202,6 +226,74 @@ start_execs(struct moat_rpc_client *c, const struct opts *o, char **ids,
 	return n;
 }
 
+/* Starts `waits` execs with ExecStart and long-polls each, ExecWait and
+ * ExecRead in turn, asynchronously; the number of polls sent. */
+static int
+start_waits(struct moat_rpc_client *c, const struct opts *o, char **ids,
+    int n_ids, struct exec_call *calls)
+{
+	struct moat_rpc_opts ro = { .auth = o->key, .timeout_ms = 60000 };
+	char script[64], *argv[3] = { "sh", "-c", script };
+	int n = 0;
+
+	snprintf(script, sizeof(script), "sleep %d; echo done", o->sleep_s);
+	for (int i = 0; i < o->waits; i++) {
+		Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+		Moat__V1__ExecWaitRequest wr =
+		    MOAT__V1__EXEC_WAIT_REQUEST__INIT;
+		Moat__V1__ExecReadRequest rr =
+		    MOAT__V1__EXEC_READ_REQUEST__INIT;
+		Moat__V1__ExecHandle *h = NULL;
+		uint8_t payload[512];
+		size_t len;
+		char *msg = NULL;
+		int rv;
+
+		req.sandbox_id = ids[i % n_ids];
+		req.argv = argv;
+		req.n_argv = 3;
+		ro.timeout_ms = 60000;
+		rv = moat_rpc_call(c, GW, "ExecStart", &req.base,
+		    &moat__v1__exec_handle__descriptor,
+		    (ProtobufCMessage **)&h, &ro, &msg);
+		if (rv != MOAT_OK) {
+			fprintf(stderr, "bench: ExecStart %d: %s: %s\n", i,
+			    moat_strerror(rv), msg ? msg : "");
+			free(msg);
+			break;
+		}
+		calls[i] =
+		    (struct exec_call){ .kind = i % 2 ? CALL_READ : CALL_WAIT,
+			    .code = -1,
+			    .exit_code = -1 };
+		ro.timeout_ms = (uint32_t)(o->sleep_s + 300) * 1000u;
+		if (calls[i].kind == CALL_WAIT) {
+			wr.sandbox_id = req.sandbox_id;
+			wr.exec_id = h->exec_id;
+			wr.wait_ms = (uint32_t)(o->sleep_s + 240) * 1000u;
+			len = moat__v1__exec_wait_request__pack(&wr, payload);
+		} else {
+			rr.sandbox_id = req.sandbox_id;
+			rr.exec_id = h->exec_id;
+			rr.wait_ms = (uint32_t)(o->sleep_s + 240) * 1000u;
+			len = moat__v1__exec_read_request__pack(&rr, payload);
+		}
+		moat__v1__exec_handle__free_unpacked(h, NULL);
+		rv = moat_rpc_call_raw_async(c, GW,
+		    calls[i].kind == CALL_WAIT ? "ExecWait" : "ExecRead",
+		    payload, len, &ro, exec_done, &calls[i], &msg);
+		if (rv != MOAT_OK) {
+			fprintf(stderr,
+			    "bench: long poll %d not sent: %s: %s\n", i,
+			    moat_strerror(rv), msg ? msg : "");
+			free(msg);
+			break;
+		}
+		n++;
+	}
+	return n;
+}
+
 /* Probes GetSandbox until `started` execs answered (or a bound far past
  * their sleep); latencies into *ms (heap), failures counted. */
 static size_t
@@ -267,7 +359,8 @@ main(int argc, char **argv)
 	static struct exec_call calls[MAX_EXECS];
 	struct moat_rpc_client *c = NULL;
 	char *ids[MAX_SANDBOXES], *msg = NULL;
-	int n_ids, started, failures = 0, ok = 0, shown = 0;
+	int n_ids, started, waited = 0, failures = 0, ok = 0, shown = 0;
+	int waits_ok = 0;
 	double *ms = NULL, t0, execs_ms;
 	size_t n_ms;
 	struct opts o;
@@ -277,7 +370,8 @@ main(int argc, char **argv)
 	if (parse(argc, argv, &o) != 0) {
 		fprintf(stderr,
 		    "usage: %s GATEWAY_URL API_KEY OUT.json [--sandboxes N] "
-		    "[--execs M] [--sleep S] [--memory MIB] [--check]\n",
+		    "[--execs M] [--sleep S] [--memory MIB] [--waits K] "
+		    "[--check]\n",
 		    argv[0]);
 		return 2;
 	}
@@ -290,9 +384,14 @@ main(int argc, char **argv)
 		return 1;
 	}
 	t0 = bench_now_ms();
+	if (o.waits > MAX_EXECS / 2)
+		o.waits = MAX_EXECS / 2;
+	if (o.execs > MAX_EXECS / 2)
+		o.execs = MAX_EXECS / 2;
+	waited = start_waits(c, &o, ids, n_ids, calls + MAX_EXECS / 2);
 	started = start_execs(c, &o, ids, n_ids, calls);
-	n_ms = probe(c, &o, ids, n_ids, started, &ms, &failures);
-	wait_all(started);
+	n_ms = probe(c, &o, ids, n_ids, started + waited, &ms, &failures);
+	wait_all(started + waited);
 	execs_ms = bench_now_ms() - t0;
 	for (int i = 0; i < started; i++) {
 		if (calls[i].code == MOAT_OK && calls[i].exit_code == 0) {
@@ -307,18 +406,33 @@ main(int argc, char **argv)
 		}
 		free(calls[i].errmsg);
 	}
+	for (int i = MAX_EXECS / 2; i < MAX_EXECS / 2 + waited; i++) {
+		if (calls[i].code == MOAT_OK && calls[i].exit_code == 0)
+			waits_ok++;
+		else if (shown++ < 10)
+			fprintf(stderr, "bench: %s %d: %s: %s\n",
+			    calls[i].kind == CALL_WAIT ? "ExecWait" :
+			                                 "ExecRead",
+			    i - MAX_EXECS / 2,
+			    calls[i].code < 0 ? "no answer" :
+			                        moat_strerror(calls[i].code),
+			    calls[i].errmsg ? calls[i].errmsg : "(not done)");
+		free(calls[i].errmsg);
+	}
 	destroy_sandboxes(c, &o, ids, n_ids);
 	moat_rpc_client_close(c);
 
 	lat = bench_summary(ms, n_ms);
 	json_object_set_new(lat, "p99_ms",
 	    json_real(bench_percentile(ms, n_ms, 0.99)));
-	out = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o}",
+	out = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, "
+	                "s:f, s:o}",
 	    "what", "GetSandbox through the gateway while long execs run",
 	    "sandboxes", o.sandboxes, "execs", o.execs, "execs_started",
-	    started, "execs_ok", ok, "sleep_s", o.sleep_s, "probes",
-	    (int)n_ms + failures, "probe_failures", failures, "execs_wall_ms",
-	    execs_ms, "getsandbox", lat);
+	    started, "execs_ok", ok, "long_polls", waited, "long_polls_ok",
+	    waits_ok, "sleep_s", o.sleep_s, "probes", (int)n_ms + failures,
+	    "probe_failures", failures, "execs_wall_ms", execs_ms,
+	    "getsandbox", lat);
 	if (out == NULL || json_dump_file(out, o.out, JSON_INDENT(2)) != 0)
 		fprintf(stderr, "bench: cannot write %s\n", o.out);
 	printf(
@@ -329,12 +443,13 @@ main(int argc, char **argv)
 	    n_ms ? ms[n_ms - 1] : 0.0);
 	json_decref(out);
 	free(ms);
-	pass = ok == o.execs && failures == 0 && n_ms > 0;
+	pass =
+	    ok == o.execs && waits_ok == o.waits && failures == 0 && n_ms > 0;
 	if (o.check && !pass) {
 		fprintf(stderr,
-		    "FAIL: %d of %d execs ok, %d GetSandbox calls "
-		    "failed\n",
-		    ok, o.execs, failures);
+		    "FAIL: %d of %d execs ok, %d of %d long polls ok, %d "
+		    "GetSandbox calls failed\n",
+		    ok, o.execs, waits_ok, o.waits, failures);
 		return 1;
 	}
 	return 0;

@@ -39,7 +39,8 @@ fi
 "$bin/moat-bench-async-exec" "ipc://$state/gateway.sock" \
 	"$(cat "$state/api-key")" "$out" --check \
 	--sandboxes "${MOAT_ASYNC_SANDBOXES:-10}" \
-	--execs "${MOAT_ASYNC_EXECS:-500}" --sleep "${MOAT_ASYNC_SLEEP:-30}"
+	--execs "${MOAT_ASYNC_EXECS:-500}" --sleep "${MOAT_ASYNC_SLEEP:-30}" \
+	--waits "${MOAT_ASYNC_WAITS:-100}"
 rv=$?
 cat "$out" 2>/dev/null
 if [ $rv -ne 0 ]; then
