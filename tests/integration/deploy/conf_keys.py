@@ -27,7 +27,7 @@ WRAPPERS = {
     "moat_service_url": (1, 2),  # lib/service.c
     "cfg_str": (None, 1),  # services/vm/main.c
     "U64": (None, 0),  # services/vm/main.c, a macro
-    "get_key": (None, 2),  # gateway/retention.c
+    "moat_config_get_u64_for": (1, 2),  # lib/config.c: KEY.<tenant>
 }
 # Functions whose getter calls take a key made at run time, and what
 # they read (documented in the example by its pattern, or not at all).
@@ -39,7 +39,8 @@ DYNAMIC = {
     ("services/vm/main.c", "vmd_configure_limits"): "the U64 macro",
     ("services/vm/main.c", "vmd_configure_bounds"): "the U64 macro",
     ("services/vm/main.c", "vmd_configure_jail"): "the keys table",
-    ("gateway/retention.c", "get_key"): "[retention] KEY.<tenant>",
+    ("lib/config.c", "moat_config_get_u64_for"):
+        "the implementation (its callers' keys, also as KEY.<tenant>)",
     ("gateway/main.c", "retention_config"):
         "[gateway] retention-keep-last/-keep-age-s (its options)",
     ("gateway/auth.c", "moat_policy_refuses"): "[policy] refuse.<tenant>",
