@@ -9,7 +9,11 @@
 #   session, lists only its own file (the gateway that did not run the
 #   previous step asks sessiond and traces again), and has a snapshot;
 # - gw2 restores step 2 (--new, on the other node) and forks step 3;
-# - gw2 shows the session of the sandbox and destroys it.
+# - gw2 shows the session of the sandbox and destroys it;
+# - CreateSandbox sent with one request id to both gateways at once, and
+#   again later: one sandbox (sessiond's claim); the id reused for another
+#   method is refused; a DestroySandbox retried on the other gateway
+#   answers as the first did.
 # Traffic goes only to 127.0.0.0/8.
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
@@ -112,6 +116,40 @@ g2 sandbox rm "$rid" >"$work/out" 2>&1; rc=$?
 check "gw2 destroys the sandbox gw1 made (rc $rc)" [ $rc -eq 0 ]
 g1 sandbox get "$rid" >/dev/null 2>&1; rc=$?
 check "gw1 then finds it gone (rc $rc: NOT_FOUND is 69)" [ $rc -ne 0 ]
+
+# ---- idempotency: one request id, two gateways ----
+probe() { # probe GATEWAY_URL RID ARGS...
+	local url=$1
+	shift
+	"$bin/moat-idem-probe" --tls-ca "$c_root/pki/client/alice/ca.pem" --tls-name gateway --api-key "$c_key" "$url" "$@"
+}
+starts() { case "$1" in "$2"*) return 0 ;; esac; return 1; }
+same_sandbox() { starts "$1" sb- && [ "$1" = "$2" ]; }
+count() { g1 --json sandbox ls 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("sandboxes", [])))'; }
+n0=$(count)
+rid1=$(( (RANDOM << 30) + (RANDOM << 15) + RANDOM + 1 ))
+probe "$c_gw_url" "$rid1" create >"$work/p1" 2>&1 &
+p1=$!
+sleep 0.2
+probe "$c_gw2_url" "$rid1" create >"$work/p2" 2>&1
+wait $p1
+a=$(cat "$work/p1")
+b=$(cat "$work/p2")
+check "CreateSandbox with one request id on both gateways at once: one sandbox ($a / $b)" same_sandbox "$a" "$b"
+c=$(probe "$c_gw2_url" "$rid1" create 2>&1)
+check "the same request id again on gw2 later: the same sandbox ($c)" [ "$c" = "$a" ]
+n1=$(count)
+check "the cluster holds one more sandbox, not two ($n0 -> $n1)" [ "$n1" -eq $((n0 + 1)) ]
+check "gw2 logged the reply as stored" grep -q "request id already run" "$c_root/h1b/logs/gateway.log"
+out=$(probe "$c_gw_url" "$rid1" destroy "$a" 2>&1)
+check "the request id reused for another method is refused ($out)" starts "$out" INVALID_ARGUMENT
+rid2=$((rid1 + 1))
+out=$(probe "$c_gw_url" "$rid2" destroy "$a" 2>&1)
+check "DestroySandbox through gw1 ($out)" [ "$out" = OK ]
+out=$(probe "$c_gw2_url" "$rid2" destroy "$a" 2>&1)
+check "DestroySandbox retried on gw2 with its request id: OK again, not NOT_FOUND ($out)" [ "$out" = OK ]
+out=$(probe "$c_gw2_url" $((rid1 + 2)) destroy "$a" 2>&1)
+check "a new request id destroying it again: NOT_FOUND ($out)" starts "$out" NOT_FOUND
 
 c_stop
 check "no sanitizer report in any service log" sh -c "! grep -lE 'ERROR: (Address|Leak)Sanitizer|runtime error:' '$c_root'/h1/logs/*.log '$c_root'/h1b/logs/*.log '$c_root'/host-*/logs/*.log"
