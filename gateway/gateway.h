@@ -776,6 +776,15 @@ int moat_gateway_start(struct moat_gateway **out,
 /* moat_gateway_stop: stops serving, then discovery; frees. Safe on NULL. */
 void moat_gateway_stop(struct moat_gateway *gw);
 
+/* idempotency.c (issue 15): moat_idem_run runs `fn` for `call` once per
+ * (tenant, request id) across every gateway sharing a sessiond: a repeat
+ * gets the first run's stored reply (see the file). Other methods, calls
+ * without a request id and a gateway without sessiond just run fn. */
+bool moat_idem_method(const char *method);
+int moat_idem_run(struct moat_record *rec, struct moat_rpc_call *call,
+    moat_rpc_handler fn, const ProtobufCMessage *request,
+    ProtobufCMessage *reply);
+
 /* moat_gw_tenant: the tenant `call` acts for (resolved from its API key
  * before the handler ran; MOAT_GW_DEFAULT_TENANT when auth is off).
  * Borrowed: valid during the call. */

@@ -1503,7 +1503,7 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			goto done;
 		}
 	}
-	rv = row->handler(call, request, reply);
+	rv = moat_idem_run(&gw->rec, call, row->handler, request, reply);
 	if (call->deferred != NULL) {
 		json_t *e = audited && gw->auth != NULL ?
 		    audit_entry(call, request, key_id, command, safety) :

@@ -14,7 +14,10 @@
  * session and step, and once attached the tenant's retention runs
  * (retention.c). The table of recorded sandboxes lives in memory; a
  * gateway restarted finds the session of a sandbox again by asking
- * sessiond (ListSessions by sandbox).
+ * sessiond (ListSessions by sandbox). With several gateways the table is
+ * a cache of sessiond: before each step the sandbox's latest session and
+ * its step count are asked again (refresh), and "not recorded" is
+ * believed for RECORD_NEGATIVE_TTL_MS only.
  * Not for: restore, fork and replay (travel.c), sessiond's storage
  * (services/session/).
  */
@@ -33,6 +36,9 @@
 #define SESSIOND_SERVICE "moat.v1.Session"
 #define RECORD_CALL_MIN_MS 5000 /* trace / append get at least this */
 #define RECORD_LOOKUP_MS 3000   /* finding a sandbox's session again */
+/* A sandbox known not to be recorded is asked about again after this:
+ * another gateway may have started recording it. */
+#define RECORD_NEGATIVE_TTL_MS 5000
 
 /* One recorded sandbox. Entries are allocated one by one and freed only
  * by moat_record_fini, so a pointer taken under the table lock stays
@@ -49,6 +55,7 @@ struct moat_record_entry {
 	uint32_t snapshots;      /* steps with a snapshot, as far as this
 	                             * gateway knows (UINT32_MAX: unknown) */
 	Moat__V1__FsTrace *prev; /* owned: the trace after the last step */
+	uint64_t checked_ms;     /* monotonic: when sessiond last said */
 };
 
 /* ---- the trace diff ---- */
@@ -329,6 +336,7 @@ entry_new(const char *sandbox_id, const char *session_id)
 	}
 	snprintf(e->sandbox_id, sizeof(e->sandbox_id), "%s", sandbox_id);
 	snprintf(e->session_id, sizeof(e->session_id), "%s", session_id);
+	e->checked_ms = moat_rpc_now_ms();
 	return e;
 }
 
@@ -576,6 +584,32 @@ moat_record_session_label(const Moat__V1__SessionInfo *s, const char *key)
 	return label_of(s, key);
 }
 
+/* negative_stale: e says "not recorded" and sessiond was asked longer
+ * than RECORD_NEGATIVE_TTL_MS ago. */
+static bool
+negative_stale(struct moat_record *rec, struct moat_record_entry *e)
+{
+	bool stale;
+
+	pthread_mutex_lock(&rec->lock);
+	stale = e->session_id[0] == '\0' &&
+	    moat_rpc_now_ms() - e->checked_ms >= RECORD_NEGATIVE_TTL_MS;
+	pthread_mutex_unlock(&rec->lock);
+	return stale;
+}
+
+static const Moat__V1__SessionInfo *
+latest_session(const Moat__V1__ListSessionsReply *list)
+{
+	const Moat__V1__SessionInfo *latest = NULL;
+
+	for (size_t i = 0; i < list->n_sessions; i++)
+		if (latest == NULL ||
+		    list->sessions[i]->created_ms >= latest->created_ms)
+			latest = list->sessions[i];
+	return latest;
+}
+
 /* lookup: the entry of `sandbox_id`: from the table, else (a gateway
  * restarted since the sandbox was created) from sessiond: the latest
  * session recording it. A sandbox sessiond has no session for is
@@ -593,7 +627,8 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 	const char *step0;
 	char *msg = NULL;
 
-	if (e != NULL || sandbox_id == NULL || sandbox_id[0] == '\0')
+	if (sandbox_id == NULL || sandbox_id[0] == '\0' ||
+	    (e != NULL && !negative_stale(rec, e)))
 		return e;
 	req.tenant = (char *)tenant;
 	req.sandbox_id = (char *)sandbox_id;
@@ -609,10 +644,15 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 		free(msg);
 		return NULL;
 	}
-	for (size_t i = 0; i < list->n_sessions; i++)
-		if (latest == NULL ||
-		    list->sessions[i]->created_ms >= latest->created_ms)
-			latest = list->sessions[i];
+	latest = latest_session(list);
+	if (e != NULL && latest == NULL) {
+		/* Still not recorded: asked again after the TTL. */
+		pthread_mutex_lock(&rec->lock);
+		e->checked_ms = moat_rpc_now_ms();
+		pthread_mutex_unlock(&rec->lock);
+		moat__v1__list_sessions_reply__free_unpacked(list, NULL);
+		return e;
+	}
 	e = entry_new(sandbox_id, latest != NULL ? latest->id : "");
 	if (e != NULL && latest != NULL) {
 		e->policy = latest->snapshot_policy;
@@ -1069,6 +1109,74 @@ repack(struct moat_rpc_call *call, struct step_run *r, uint64_t index,
 	*err_field = node_error;
 }
 
+/*
+ * refresh: with several gateways, another one may have recorded steps of
+ * e's sandbox (or started a new session for it) since this gateway's
+ * last step: sessiond, the state of record, says. When its latest session
+ * or step count differs from e's, e follows it and the sandbox's fs trace
+ * is taken again now, before the step runs, so the step lists only its
+ * own changes. Without an answer from sessiond, e stays as it is (logged).
+ * e->lock held.
+ */
+static void
+refresh(struct moat_record *rec, struct moat_record_entry *e,
+    const char *tenant, uint64_t request_id)
+{
+	Moat__V1__ListSessionsRequest req =
+	    MOAT__V1__LIST_SESSIONS_REQUEST__INIT;
+	Moat__V1__ListSessionsReply *list = NULL;
+	const Moat__V1__SessionInfo *latest;
+	Moat__V1__FsTrace *cur = NULL;
+	const char *step0;
+	char *msg = NULL;
+
+	req.tenant = (char *)tenant;
+	req.sandbox_id = e->sandbox_id;
+	req.page_size = 1000;
+	if (moat_record_sessiond(rec, "ListSessions", &req.base,
+	        &moat__v1__list_sessions_reply__descriptor,
+	        (ProtobufCMessage **)&list,
+	        moat_rpc_now_ms() + RECORD_LOOKUP_MS, &msg) != MOAT_OK) {
+		moat_warn(request_id,
+		    "recording %s: moat-sessiond did not say "
+		    "whether another gateway recorded steps (%s): the step "
+		    "is diffed against this gateway's last one",
+		    e->sandbox_id, msg ? msg : "");
+		free(msg);
+		return;
+	}
+	latest = latest_session(list);
+	if (latest != NULL && latest->id != NULL &&
+	    (strcmp(latest->id, e->session_id) != 0 ||
+	        latest->step_count != e->last_index)) {
+		moat_info(request_id,
+		    "recording %s: session %s has %llu steps, this gateway "
+		    "knew %s with %llu: following it (fs trace taken again)",
+		    e->sandbox_id, latest->id,
+		    (unsigned long long)latest->step_count, e->session_id,
+		    (unsigned long long)e->last_index);
+		pthread_mutex_lock(&rec->lock);
+		snprintf(e->session_id, sizeof(e->session_id), "%s",
+		    latest->id);
+		step0 = label_of(latest, MOAT_RECORD_STEP0_LABEL);
+		snprintf(e->step0, sizeof(e->step0), "%s",
+		    step0 != NULL ? step0 : "");
+		pthread_mutex_unlock(&rec->lock);
+		e->policy = latest->snapshot_policy;
+		e->last_index = latest->step_count;
+		e->snapshots = UINT32_MAX;
+		if (trace_fs(rec, tenant, e->sandbox_id, 0, &cur, &msg) !=
+		    MOAT_OK) {
+			free(msg);
+			cur = NULL;
+		}
+		if (e->prev != NULL)
+			moat__v1__fs_trace__free_unpacked(e->prev, NULL);
+		e->prev = cur;
+	}
+	moat__v1__list_sessions_reply__free_unpacked(list, NULL);
+}
+
 int
 moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
     const ProtobufCMessage *request, const char *sandbox_id,
@@ -1090,6 +1198,7 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	if (!*handled)
 		return MOAT_OK;
 	pthread_mutex_lock(&e->lock);
+	refresh(rec, e, tenant, call->request_id);
 	started = moat_now_unix_ms();
 	rv = moat_forward_call(rec->fw, call, sandbox_id, call->payload,
 	    call->payload_len);

@@ -652,6 +652,10 @@ const struct moat_rpc_method sessiond_methods[] = {
 	{ "SetStepSnapshot", h_set_step_snapshot, true, false },
 	{ "SetStepKeep", h_set_step_keep, true, false },
 	{ "SnapshotRefs", h_snapshot_refs, false, false },
+	/* A claim is asked again while its call runs: never answered
+	 * from the RPC layer's memory. */
+	{ "ClaimRequest", sessiond_h_claim_request, false, false },
+	{ "CompleteRequest", sessiond_h_complete_request, true, false },
 };
 const size_t sessiond_n_methods =
     sizeof(sessiond_methods) / sizeof(sessiond_methods[0]);

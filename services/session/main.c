@@ -144,8 +144,24 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	if ((rv = moat_tls_from_config(cfg, SECTION, &m->tls, errmsg)) !=
 	    MOAT_OK)
 		return rv;
+	if ((rv = moat_config_get_u64(cfg, SECTION, "idempotency-ttl-s", 600,
+	         &m->sd.idem_ttl_ms, errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "idempotency-max-keys",
+	         100000, &m->sd.idem_max, errmsg)) != MOAT_OK)
+		return rv;
+	if (m->sd.idem_ttl_ms < 1 || m->sd.idem_ttl_ms > 7 * 86400 ||
+	    m->sd.idem_max < 1) {
+		*errmsg = moat_asprintf(
+		    "idempotency-ttl-s must be 1 to 604800 and "
+		    "idempotency-max-keys at least 1 (not %llu, %llu)",
+		    (unsigned long long)m->sd.idem_ttl_ms,
+		    (unsigned long long)m->sd.idem_max);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	m->sd.idem_ttl_ms *= 1000;
 	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir, map_mib << 20,
-	         sessiond_dbs, errmsg)) != MOAT_OK)
+	         sessiond_dbs, errmsg)) != MOAT_OK ||
+	    (rv = sessiond_idem_open(&m->sd, state_dir, errmsg)) != MOAT_OK)
 		return rv;
 	return moat_store_check_format(m->sd.store, &store_format, errmsg);
 }
@@ -204,6 +220,7 @@ sessiond_close(void *ctx)
 	sessiond_writer_stop(m->sd.writer);
 	sessiond_metrics_stop();
 	moat_store_close(m->sd.store);
+	moat_store_close(m->sd.idem);
 	free(m->sd.store_dir);
 	free(m->listen);
 	moat_tls_free(m->tls);

@@ -60,6 +60,10 @@ struct sessiond_writer;
 
 struct sessiond {
 	struct moat_store *store;
+	/* idem.c: claims of request ids, an environment of its own. */
+	struct moat_store *idem;
+	uint64_t idem_ttl_ms; /* [sessiond] idempotency-ttl-s */
+	uint64_t idem_max;    /* [sessiond] idempotency-max-keys */
 	struct sessiond_writer *writer;
 	char *store_dir;
 	uint64_t started_ms;
@@ -268,6 +272,16 @@ int sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
     uint64_t deadline_ms) __attribute__((warn_unused_result));
 
 /* ---- handlers.c ---- */
+
+/* ---- idem.c: idempotency claims (issue 15) ---- */
+
+/* sessiond_idem_open: opens <state_dir>/sessiond-idem into sd->idem. */
+int sessiond_idem_open(struct sessiond *sd, const char *state_dir,
+    char **errmsg) __attribute__((warn_unused_result));
+int sessiond_h_claim_request(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_complete_request(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
 
 extern const struct moat_rpc_method sessiond_methods[];
 extern const size_t sessiond_n_methods;

@@ -89,7 +89,8 @@ usage(FILE *f)
 	    "  --config FILE      moat.conf (default $MOAT_CONFIG)\n"
 	    "  --listen URL       RPC address (default "
 	    "ipc://<state>/vmd.sock)\n"
-	    "  --survey URL       the gateway's survey address to answer\n"
+	    "  --survey URL       a gateway's survey address to answer\n"
+	    "                     (repeat, or commas: every gateway)\n"
 	    "  --state-dir DIR    default $MOAT_STATE_DIR or /var/lib/moat\n"
 	    "  --image-dir DIR    built images (default <state>/images)\n"
 	    "  --node-id ID       default the host name\n"
@@ -891,6 +892,8 @@ main(int argc, char **argv)
 	if ((rv = moat_config_from_args(argc, argv, vmd_options, "moat-vmd",
 	         SECTION, usage, &config)) != -1)
 		return rv;
+	if ((rv = vmd_survey_flags(argc, argv, config)) != MOAT_OK)
+		goto out;
 	if ((rv = vmd_configure(&vmd, config)) != MOAT_OK)
 		goto out;
 	if ((rv = vmd_egress_node_init(&vmd, config, &errmsg)) != MOAT_OK) {

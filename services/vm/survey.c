@@ -14,6 +14,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/survey0/respond.h>
 
+#include "moat/config.h"
 #include "moat/log.h"
 #include "moat/nng_close.h"
 #include "moat/status.h"
@@ -28,12 +29,14 @@
 #include "sandbox.h"
 #include "survey.h"
 
+/* One respondent per gateway survey address; a list (next). */
 struct vmd_survey {
 	struct vmd *vmd;
 	nng_socket sock;
 	pthread_t thread;
 	atomic_bool stop; /* set by stop; the thread polls it */
 	char *url;
+	struct vmd_survey *next;
 };
 
 /* The thread never waits in nng longer than this, and stop joins it
@@ -160,8 +163,8 @@ survey_main(void *arg)
 	return NULL;
 }
 
-int
-vmd_survey_start(struct vmd *vmd, const char *url, struct vmd_survey **out,
+static int
+survey_start_one(struct vmd *vmd, const char *url, struct vmd_survey **out,
     char **errmsg)
 {
 	struct vmd_survey *s;
@@ -226,11 +229,9 @@ fail:
 	return moat_status_from_nng(rv);
 }
 
-void
-vmd_survey_stop(struct vmd_survey *s)
+static void
+survey_stop_one(struct vmd_survey *s)
 {
-	if (s == NULL)
-		return;
 	atomic_store(&s->stop, true);
 	pthread_join(s->thread, NULL);
 	if (!moat_nng_close_bounded(s->sock, 2000))
@@ -240,4 +241,140 @@ vmd_survey_stop(struct vmd_survey *s)
 		    s->url);
 	free(s->url);
 	free(s);
+}
+
+void
+vmd_survey_stop(struct vmd_survey *s)
+{
+	/* Every thread is told first, so the joins take one poll, not one
+	 * per gateway. */
+	for (struct vmd_survey *p = s; p != NULL; p = p->next)
+		atomic_store(&p->stop, true);
+	while (s != NULL) {
+		struct vmd_survey *next = s->next;
+
+		survey_stop_one(s);
+		s = next;
+	}
+}
+
+int
+vmd_survey_split(const char *list, char ***urls, size_t *n, char **errmsg)
+{
+	char *copy = strdup(list), *tok;
+	size_t len = strlen(list);
+
+	*urls = NULL;
+	*n = 0;
+	*errmsg = NULL;
+	if (copy == NULL ||
+	    (*urls = calloc(len / 2 + 2, sizeof(**urls))) == NULL) {
+		free(copy);
+		*errmsg = strdup("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	/* strtok_r would skip an empty element; a typo like "a,,b" or a
+	 * trailing comma is said instead. */
+	for (char *rest = copy; (tok = strsep(&rest, ",")) != NULL;) {
+		char *start, *end;
+
+		for (start = tok; *start == ' ' || *start == '\t'; start++)
+			;
+		end = start + strlen(start);
+		while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+			*--end = '\0';
+		if (*start == '\0') {
+			*errmsg = moat_asprintf(
+			    "[vmd] survey \"%s\" has an empty address: give "
+			    "the gateways' survey addresses separated by "
+			    "commas (or --survey once per gateway)",
+			    list);
+			goto fail;
+		}
+		for (size_t i = 0; i < *n; i++)
+			if (strcmp((*urls)[i], start) == 0) {
+				*errmsg = moat_asprintf(
+				    "[vmd] survey names %s twice: give each "
+				    "gateway's survey address once",
+				    start);
+				goto fail;
+			}
+		if (((*urls)[(*n)++] = strdup(start)) == NULL) {
+			*errmsg = strdup("out of memory");
+			goto fail;
+		}
+	}
+	free(copy);
+	return MOAT_OK;
+fail:
+	free(copy);
+	vmd_survey_split_free(*urls, *n);
+	*urls = NULL;
+	*n = 0;
+	return MOAT_INVALID_ARGUMENT;
+}
+
+void
+vmd_survey_split_free(char **urls, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(urls[i]);
+	free(urls);
+}
+
+int
+vmd_survey_start(struct vmd *vmd, const char *list, struct vmd_survey **out,
+    char **errmsg)
+{
+	struct vmd_survey *head = NULL, **tail = &head;
+	char **urls;
+	size_t n;
+	int rv;
+
+	*out = NULL;
+	if ((rv = vmd_survey_split(list, &urls, &n, errmsg)) != MOAT_OK)
+		return rv;
+	for (size_t i = 0; i < n; i++) {
+		if ((rv = survey_start_one(vmd, urls[i], tail, errmsg)) !=
+		    MOAT_OK) {
+			vmd_survey_stop(head);
+			vmd_survey_split_free(urls, n);
+			return rv;
+		}
+		tail = &(*tail)->next;
+	}
+	vmd_survey_split_free(urls, n);
+	*out = head;
+	return MOAT_OK;
+}
+
+int
+vmd_survey_flags(int argc, char **argv, struct moat_config *cfg)
+{
+	char *joined = NULL, *grown;
+	size_t count = 0;
+	int rv = MOAT_OK;
+
+	for (int i = 1; i < argc; i++) {
+		const char *v = NULL;
+
+		if (strcmp(argv[i], "--") == 0)
+			break;
+		if (strcmp(argv[i], "--survey") == 0 && i + 1 < argc)
+			v = argv[++i];
+		else if (strncmp(argv[i], "--survey=", 9) == 0)
+			v = argv[i] + 9;
+		if (v == NULL)
+			continue;
+		grown = joined == NULL ? strdup(v) :
+		                         moat_asprintf("%s,%s", joined, v);
+		free(joined);
+		if ((joined = grown) == NULL)
+			return MOAT_RESOURCE_EXHAUSTED;
+		count++;
+	}
+	if (count > 1)
+		rv = moat_config_set_flag(cfg, "vmd", "survey", joined);
+	free(joined);
+	return rv;
 }

@@ -4,6 +4,9 @@
 #   127.0.1.1  moat-gateway, moat-sessiond, moat-snapd   ($c_root/h1)
 #   127.0.2.1  moat-vmd node-a                           ($c_root/h2)
 #   127.0.3.1  moat-vmd node-b                           ($c_root/h3)
+#   127.0.1.2  a second moat-gateway gw2, with MOAT_CLUSTER_GATEWAYS=2
+#              ($c_root/h1b): the same sessiond and snapd; every vmd
+#              answers both gateways' surveys ($c_client2 calls it)
 # Every link is tls+tcp with certificates made by deploy/moat-pki in
 # $c_root/pki. Nothing is sent outside 127.0.0.0/8.
 # Needs: $repo, $bin (built binaries), MOAT_IMAGE_DIR; sets $c_root, the
@@ -19,6 +22,13 @@ c_gw_url=tls+tcp://$c_h1:$c_base
 c_survey_url=tls+tcp://$c_h1:$((c_base + 1))
 c_sessiond_url=tls+tcp://$c_h1:$((c_base + 2))
 c_snapd_url=tls+tcp://$c_h1:$((c_base + 3))
+c_gateways=${MOAT_CLUSTER_GATEWAYS:-1}
+c_h1b=127.0.1.2
+c_gw2_url=tls+tcp://$c_h1b:$c_base
+c_survey2_url=tls+tcp://$c_h1b:$((c_base + 1))
+# What each vmd answers: every gateway's survey address.
+c_surveys=$c_survey_url
+[ "$c_gateways" -ge 2 ] && c_surveys=$c_survey_url,$c_survey2_url
 c_vmd_port=$((c_base + 10))
 declare -A c_pid=()
 # Without usable KVM, vmd's accel=auto refuses sandboxes unless allow-tcg
@@ -52,7 +62,7 @@ c_vmd_start() {
 	c_spawn "vmd-$node" "$dir/logs/vmd.log" "$bin/moat-vmd" \
 		--state-dir "$dir" --node-id "$node" \
 		--listen "tls+tcp://$addr:$c_vmd_port" \
-		--survey "$c_survey_url" --snapd "$c_snapd_url" \
+		--survey "$c_surveys" --snapd "$c_snapd_url" \
 		--image-dir "$MOAT_IMAGE_DIR" --ram-dir "$c_ram/$node" \
 		--snapshot-key-file "$c_root/snapshot.key" \
 		$(c_tls vmd "$node") "$@"
@@ -78,8 +88,32 @@ print(sum(1 for n in d.get("nodes", []) if n.get("available")))')
 	return 1
 }
 
-# c_start: makes the PKI and starts the five services; 0 when both nodes
-# answer through the gateway.
+# c_gw2_start: the second gateway on $c_h1b (own state dir h1b, own
+# certificate gw2), sharing sessiond and snapd.
+c_gw2_start() {
+	local h=$c_root/h1b p=$c_root/pki
+	mkdir -p "$h/logs"
+	# shellcheck disable=SC2046
+	c_spawn gateway2 "$h/logs/gateway.log" "$bin/moat-gateway" \
+		--state-dir "$h" --listen "$c_gw2_url" --survey "$c_survey2_url" \
+		--sessiond "$c_sessiond_url" --snapd "$c_snapd_url" \
+		--http off --survey-tls-peer-ca "$p/gateway/gw2/survey-ca.pem" \
+		$(c_tls gateway gw2) "$@"
+}
+
+# c_nodes_up2 N: as c_nodes_up, through the second gateway.
+c_nodes_up2() {
+	local c=$c_client
+	c_client=$c_client2
+	c_nodes_up "$1"
+	local rc=$?
+	c_client=$c
+	return $rc
+}
+
+# c_start: makes the PKI and starts the five services (six with
+# MOAT_CLUSTER_GATEWAYS=2); 0 when both nodes answer through the
+# gateway (each gateway).
 c_start() {
 	local h1=$c_root/h1 p=$c_root/pki key
 	mkdir -p "$h1/logs"
@@ -91,6 +125,9 @@ c_start() {
 		bash "$repo/deploy/moat-pki" issue "$p" vmd node-a >/dev/null &&
 		bash "$repo/deploy/moat-pki" issue "$p" vmd node-b >/dev/null &&
 		bash "$repo/deploy/moat-pki" issue "$p" client alice >/dev/null || return 1
+	if [ "$c_gateways" -ge 2 ]; then
+		bash "$repo/deploy/moat-pki" issue "$p" gateway gw2 --san "$c_h1b" >/dev/null || return 1
+	fi
 	# shellcheck disable=SC2046
 	c_spawn sessiond "$h1/logs/sessiond.log" "$bin/moat-sessiond" \
 		--state-dir "$h1" --listen "$c_sessiond_url" $(c_tls sessiond sessiond1)
@@ -105,11 +142,22 @@ c_start() {
 		--sessiond "$c_sessiond_url" --snapd "$c_snapd_url" \
 		--http off --survey-tls-peer-ca "$p/gateway/gw1/survey-ca.pem" \
 		$(c_tls gateway gw1)
+	if [ "$c_gateways" -ge 2 ]; then
+		# Until keys live in sessiond the second gateway gets a copy
+		# of the first one's key store.
+		mkdir -p "$c_root/h1b"
+		cp -r "$h1/gateway-db" "$c_root/h1b/" || return 1
+		c_gw2_start
+	fi
 	c_vmd_start node-a "$c_h2"
 	c_vmd_start node-b "$c_h3"
 	c_client_tls="--gateway $c_gw_url --tls-ca $p/client/alice/ca.pem --tls-name gateway"
 	c_client="$bin/moat $c_client_tls --api-key $key"
-	c_nodes_up 2
+	c_client2_tls="--gateway $c_gw2_url --tls-ca $p/client/alice/ca.pem --tls-name gateway"
+	c_client2="$bin/moat $c_client2_tls --api-key $key"
+	c_key=$key
+	c_nodes_up 2 || return 1
+	[ "$c_gateways" -lt 2 ] || c_nodes_up2 2
 }
 
 c_stop() {
