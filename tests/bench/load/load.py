@@ -231,9 +231,10 @@ def leaks(nodes, ram_dirs, client):
     ram = []
     for d in ram_dirs:
         for root, _, files in os.walk(d):
-            # moat-tpl-*: a template's RAM, kept by design.
+            # moat-tpl-*, moat-spare-tpl-*: a template's RAM and its
+            # spare copies, kept by design.
             ram += [os.path.join(root, f) for f in files
-                    if not f.startswith("moat-tpl-")]
+                    if not f.startswith(("moat-tpl-", "moat-spare-tpl-"))]
     sandboxes = client.call("ListSandboxes", {}).get("sandboxes", [])
     snaps = client.call("ListLocalSnapshots", {}).get("snapshots", [])
     return {"leaked_vmms": vmms, "leaked_sandbox_dirs": vms,
