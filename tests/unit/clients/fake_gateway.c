@@ -658,6 +658,8 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "ListAudit", h_ok, false, false },
 	{ "SetStepKeep", h_set_step_keep, true, false },
 	{ "GcSnapshots", h_gc, true, false },
+	{ "CordonNode", h_ok, true, false },
+	{ "DrainNode", h_ok, true, false },
 };
 
 int
