@@ -208,16 +208,19 @@ node_call(struct drain *d, const struct moat_node_id *node, const char *tenant,
 	return rv;
 }
 
-/* snapshot_delete: the drain's snapshot on the source and in snapd
- * (best effort: logged). */
+/* snapshot_delete: the drain's snapshot on the source, and unless
+ * keep_remote its copy in snapd (best effort: logged). A moved sandbox's
+ * copy stays: its node's later pushes name it as their parent. */
 static void
-snapshot_delete(struct drain *d, const char *tenant, const char *snap)
+snapshot_delete(struct drain *d, const char *tenant, const char *snap,
+    bool keep_remote)
 {
 	Moat__V1__LocalSnapshotRef ref = MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
 	char *msg = NULL;
 
 	ref.snapshot_id = (char *)snap;
 	ref.tenant = (char *)tenant;
+	ref.keep_remote = keep_remote;
 	if (node_call(d, &d->from, tenant, "DeleteLocalSnapshot", &ref.base,
 	        &moat__v1__empty__descriptor,
 	        moat_rpc_now_ms() + MOAT_RPC_DEFAULT_TIMEOUT_MS,
@@ -383,9 +386,13 @@ move_one(struct drain *d, const Moat__V1__Sandbox *sb, struct moat_node_id *to,
 		return MOAT_FAILED_PRECONDITION;
 	}
 	if (sb->state != MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING) {
-		*why = moat_asprintf("it is not running (state %d): only "
-		                     "running sandboxes move; destroy it",
-		    (int)sb->state);
+		const ProtobufCEnumValue *v =
+		    protobuf_c_enum_descriptor_get_value(
+		        &moat__v1__sandbox_state__descriptor, (int)sb->state);
+
+		*why = moat_asprintf("it is %s, not running: only running "
+		                     "sandboxes move; destroy it or wait",
+		    v != NULL ? v->name : "in an unknown state");
 		return MOAT_FAILED_PRECONDITION;
 	}
 	if ((rv = pick_target(d, sb, to, &msg)) != MOAT_OK) {
@@ -424,7 +431,7 @@ move_one(struct drain *d, const Moat__V1__Sandbox *sb, struct moat_node_id *to,
 	*pause_ms = moat_rpc_now_ms() - t0;
 out:
 	if (snap != NULL)
-		snapshot_delete(d, sb->tenant, snap);
+		snapshot_delete(d, sb->tenant, snap, rv == MOAT_OK);
 	if (restored != NULL)
 		moat__v1__sandbox__free_unpacked(restored, NULL);
 	free(snap);

@@ -123,6 +123,8 @@ check "the recorded file is there" [ "$(moat exec "$rid" -- cat /root/f.txt 2>/d
 moat code "$rid" -c 'v = v + "!"' >/dev/null 2>>"$work/err"
 sid2=$(moat --json sandbox get "$rid" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("sessionId", ""))')
 steps1=$(moat history "$rid" 2>/dev/null | grep -c '^ *[0-9]')
+check "the moved sandbox's new step snapshots reach snapd (their parent, the drain's, is kept)" \
+	sh -c "! grep -q 'not stored in moat-snapd' '$c_root/host-node-b/logs/vmd.log'"
 check "the recording goes on in the same session ($sid -> $sid2, steps $steps0 -> $steps1)" \
 	[ -n "$sid" -a "$sid" = "$sid2" -a "$steps1" -gt "$steps0" ]
 
@@ -141,8 +143,8 @@ for _ in 1 2 3; do
 done
 check "no new sandbox on the cordoned node-a ($landed)" [ -z "$landed" ]
 moat node uncordon node-a >/dev/null 2>"$work/err"; rc=$?
+sleep 1.5 # the next survey brings the node's new state
 check "uncordon node-a (rc $rc)" [ $rc -eq 0 -a "$(node_field node-a cordoned)" != True ]
-sleep 1.5
 xid=$(on_a)
 check "uncordoned node-a takes a sandbox again ($xid)" [ -n "$xid" ]
 moat exec "$xid" -- sh -c 'echo stay >/root/x.txt' >/dev/null 2>>"$work/err"
