@@ -10,7 +10,8 @@
 #   ls` shows it; uncordon: it takes sandboxes again;
 # - a tenant outside [gateway] operator-tenants is refused;
 # - a drain to a target that refuses (cordoned; then a vmd killed)
-#   leaves the sandbox running on node-a, reported failed with why.
+#   leaves the sandbox running on node-a, reported failed with why;
+# - the cordon survives a vmd kill -9 and restart (<state>/cordon).
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
@@ -169,6 +170,21 @@ check "drain to a killed vmd: failed, reported (rc $rc)" \
 check "it still runs on node-a after the refused drain" [ "$(node_of "$xid")" = node-a -a "$(moat exec "$xid" -- cat /root/x.txt 2>/dev/null)" = stay ]
 snaps1=$(moat --json snapshot ls 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for s in json.load(sys.stdin).get("snapshots", []) if s.get("sandboxId") == sys.argv[1]))' "$xid")
 check "the failed drain's snapshot is deleted ($snaps0 -> $snaps1)" [ "${snaps1:-x}" = "${snaps0:-y}" ]
+
+# ---- the cordon survives a vmd restart (kill -9, as a crash) ----
+moat node cordon node-a --reason "after restart" >/dev/null 2>"$work/err"
+c_vmd_kill node-a
+c_vmd_start node-a "$c_h2"
+up=""
+for _ in $(seq 1 60); do
+	[ "$(node_field node-a available)" = True ] && [ "$(node_field node-a cordonReason)" = "after restart" ] && { up=1; break; }
+	sleep 0.5
+done
+check "restarted node-a is still cordoned (reason kept)" [ -n "$up" ]
+out=$(moat sandbox create 2>&1); rc=$?
+check "a create on the restarted, cordoned node-a is refused as cordoned (rc $rc)" \
+	sh -c "[ $rc -ne 0 ] && echo \"\$1\" | grep -q 'cordon'" _ "$out"
+check "its sandbox was adopted and still answers" [ "$(moat exec "$xid" -- cat /root/x.txt 2>/dev/null)" = stay ]
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
