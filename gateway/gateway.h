@@ -866,6 +866,19 @@ int moat_travel_remote_id(struct moat_travel *t, const char *snap,
 bool moat_gateway_policy_refuses(struct moat_gateway *gw, const char *tenant,
     const ProtobufCMessage *request, char **why);
 
+/* moat_gateway_config: the gateway's config (borrowed; may be NULL) and
+ * whether API keys are required (handlers.c). */
+const struct moat_config *moat_gateway_config(struct moat_gateway *gw,
+    bool *auth_on);
+
+/* Operating nodes (drain.c, issue 15): CordonNode and DrainNode, for
+ * the tenants of [gateway] operator-tenants (default "default"; auth
+ * off: anyone). DrainNode blocks while it moves each sandbox. */
+int moat_drain_cordon_node(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_drain_node(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
 /* moat_gateway_travel: fills *out from gw (handlers.c). */
 void moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out);
 

@@ -1108,6 +1108,8 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "ListAudit", h_list_audit, false, true },
 	{ "SetStepKeep", h_session, true, true },
 	{ "GcSnapshots", moat_snapshots_gc, true, true },
+	{ "CordonNode", moat_drain_cordon_node, true, true },
+	{ "DrainNode", moat_drain_node, true, true },
 };
 
 /* ---- the gate: auth, tenant, policy, audit, metrics (one place) ---- */
@@ -1812,6 +1814,13 @@ moat_gateway_policy_refuses(struct moat_gateway *gw, const char *tenant,
 	}
 	free(joined);
 	return refused;
+}
+
+const struct moat_config *
+moat_gateway_config(struct moat_gateway *gw, bool *auth_on)
+{
+	*auth_on = gw->auth_on;
+	return gw->config;
 }
 
 void

@@ -96,6 +96,11 @@ static const struct route routes[] = {
 	{ "/v1/sessions/{}/steps", "GET", "ListSteps", BODY_QUERY,
 	    "session_id", false },
 	{ "/v1/audit", "GET", "ListAudit", BODY_QUERY, NULL, false },
+	{ "/v1/nodes", "GET", "ListNodes", BODY_QUERY, NULL, false },
+	{ "/v1/nodes/{}/cordon", "POST", "CordonNode", BODY_JSON, "node_id",
+	    false },
+	{ "/v1/nodes/{}/drain", "POST", "DrainNode", BODY_JSON, "node_id",
+	    false },
 	{ "/healthz", "GET", NULL, BODY_QUERY, NULL, false },
 };
 
@@ -103,7 +108,7 @@ static const struct route routes[] = {
 	"GET /healthz, POST /mcp, POST /v1/rpc/{Method}, "                    \
 	"/v1/sandboxes[/{id}[/exec|"                                          \
 	"/files]], /v1/sessions[/{id}[/steps]], GET /v1/audit, /metrics, "    \
-	"/v1/openapi.json"
+	"/v1/nodes[/{id}/cordon|/drain], /v1/openapi.json"
 
 /* ---- replies ---- */
 

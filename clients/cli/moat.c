@@ -76,6 +76,10 @@ static const struct cli_command commands[] = {
 	    "your tenant's audit log: mutating calls, refused commands" },
 	{ "info", cmd_info, "info",
 	    "the cluster: services, nodes, accelerators, images, versions" },
+	{ "node", cmd_node,
+	    "node ls | cordon NODE [--reason R] | uncordon NODE | drain NODE "
+	    "[--to NODE] [--reason R]",
+	    "nodes: list, stop placement on one, move its sandboxes off" },
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -917,3 +917,34 @@ moat_client_close_context(struct moat_client *c, const char *sandbox_id,
 	return gw_call(c, "CloseCodeContext", &req.base,
 	    &moat__v1__empty__descriptor, NULL, 0, errmsg);
 }
+
+/* ---- operating nodes (issue 15) ---- */
+
+int
+moat_client_cordon_node(struct moat_client *c, const char *node_id,
+    bool cordoned, const char *reason, Moat__V1__Node **out, char **errmsg)
+{
+	Moat__V1__CordonNodeRequest req = MOAT__V1__CORDON_NODE_REQUEST__INIT;
+
+	req.node_id = (char *)node_id;
+	req.cordoned = cordoned;
+	req.reason = (char *)(reason ? reason : "");
+	return gw_call(c, "CordonNode", &req.base, &moat__v1__node__descriptor,
+	    out, 0, errmsg);
+}
+
+int
+moat_client_drain_node(struct moat_client *c, const char *node_id,
+    const char *target, const char *reason, Moat__V1__DrainNodeReply **out,
+    char **errmsg)
+{
+	Moat__V1__DrainNodeRequest req = MOAT__V1__DRAIN_NODE_REQUEST__INIT;
+
+	req.node_id = (char *)node_id;
+	req.target_node_id = (char *)(target ? target : "");
+	req.reason = (char *)(reason ? reason : "");
+	return gw_call(c, "DrainNode", &req.base,
+	    &moat__v1__drain_node_reply__descriptor, out,
+	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_DRAIN_TIMEOUT_MS,
+	    errmsg);
+}

@@ -302,4 +302,19 @@ int moat_client_run_code(struct moat_client *c,
 int moat_client_close_context(struct moat_client *c, const char *sandbox_id,
     const char *context, char **errmsg) __attribute__((warn_unused_result));
 
+/* moat_client_cordon_node: cordons (or, cordoned false, uncordons) node
+ * `node_id` with `reason` (NULL: none); *out is the node's answer. An
+ * operator call ([gateway] operator-tenants). */
+int moat_client_cordon_node(struct moat_client *c, const char *node_id,
+    bool cordoned, const char *reason, Moat__V1__Node **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_client_drain_node: cordons node `node_id` and moves each of its
+ * sandboxes to `target` (NULL or "": placement picks), keeping ids. The
+ * timeout is the client's when set, else 30 minutes. An operator call. */
+#define MOAT_CLIENT_DRAIN_TIMEOUT_MS 1800000
+int moat_client_drain_node(struct moat_client *c, const char *node_id,
+    const char *target, const char *reason, Moat__V1__DrainNodeReply **out,
+    char **errmsg) __attribute__((warn_unused_result));
+
 #endif

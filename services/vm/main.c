@@ -36,6 +36,7 @@
 #include "accel.h"
 #include "adopt.h"
 #include "cgroup.h"
+#include "cordon.h"
 #include "console.h"
 #include "driver.h"
 #include "egress.h"
@@ -912,6 +913,7 @@ main(int argc, char **argv)
 	    (rv = state_lock(vmd.cfg.state_dir, &lock_fd)) != MOAT_OK ||
 	    (rv = vmd_ram_dir_open(&vmd)) != MOAT_OK)
 		goto out;
+	vmd_cordon_load(&vmd);
 	if ((rv = vmd_jail_init(&vmd.cfg.jail, &errmsg)) != MOAT_OK) {
 		moat_error(0, "%s", errmsg ? errmsg : "out of memory");
 		free(errmsg);

@@ -151,6 +151,8 @@ struct vmd {
 	struct sandbox *sandboxes; /* singly linked, newest first */
 	uint64_t memory_mib_reserved;
 	bool shutting_down;
+	bool cordoned;       /* cordon.c: no new sandboxes */
+	char *cordon_reason; /* heap or NULL */
 };
 
 #endif

@@ -557,6 +557,20 @@ bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 		vmd_sandbox_put(sb);
 		return rv;
 	}
+	/* A drain's restore takes a given id (sandbox_restore.c): two at
+	 * once must not both list it. */
+	for (struct sandbox *o = vmd->sandboxes;
+	     mode == BRING_UP_LISTED && o != NULL; o = o->next) {
+		if (strcmp(o->id.str, sb->id.str) != 0)
+			continue;
+		pthread_mutex_unlock(&vmd->mu);
+		vmd_ram_admit_done(vmd, ram_bytes);
+		rv = moat_rpc_error(call, MOAT_ALREADY_EXISTS,
+		    "node %s already has a sandbox %s", vmd->cfg.node_id,
+		    sb->id.str);
+		vmd_sandbox_put(sb);
+		return rv;
+	}
 	vmd->memory_mib_reserved += sb->memory_mib;
 	sb->memory_reserved = true;
 	if (mode == BRING_UP_LISTED)

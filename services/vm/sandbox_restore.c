@@ -33,6 +33,7 @@ struct restore {
 	char *snap_dir;
 	bool acquired;         /* its RAM copy held (snapram) */
 	struct sandbox *old;   /* a restore in place's target, ref */
+	const char *keep_id;   /* a drain's: the clone's id, or NULL */
 	const char *tenant;    /* the call's (rpc_tenant.h) */
 	uint64_t pulled_bytes; /* from snapd for this restore */
 	Moat__V1__CreateSandboxRequest create; /* strings borrowed */
@@ -97,6 +98,44 @@ restore_open(struct vmd *vmd, struct moat_rpc_call *call,
 	}
 	moat_info(call->request_id, "snapshot %s: verified in %" PRIu64 " ms",
 	    meta->snapshot_id, moat_rpc_now_ms() - t0);
+	return MOAT_OK;
+}
+
+/* keep_sandbox_id (a drain, issue 15): the clone takes that id, which
+ * must be a sandbox id no sandbox on this node has (checked again when
+ * it is listed: sandbox_boot.c). Not with a restore in place. */
+static int
+restore_keep_id(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RestoreSandboxRequest *req, struct restore *r)
+{
+	const char *id = req->keep_sandbox_id;
+	struct sandbox *other;
+	size_t n = strlen(id);
+	bool hex = n == 19 && strncmp(id, "sb-", 3) == 0;
+
+	if (n == 0)
+		return MOAT_OK;
+	for (size_t i = 3; hex && i < n; i++)
+		hex = (id[i] >= '0' && id[i] <= '9') ||
+		    (id[i] >= 'a' && id[i] <= 'f');
+	if (!hex)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "keep_sandbox_id %.40s is not a sandbox id (\"sb-\" and "
+		    "16 hex digits): give the id of the sandbox being moved",
+		    id);
+	if (req->replace_sandbox_id[0] != '\0')
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "keep_sandbox_id and replace_sandbox_id exclude each "
+		    "other: a restore in place keeps its id already");
+	if (vmd_sandbox_get(vmd, NULL, id, &other) == MOAT_OK) {
+		vmd_sandbox_put(other);
+		return moat_rpc_error(call, MOAT_ALREADY_EXISTS,
+		    "node %s already has a sandbox %s: a restore cannot take "
+		    "its id (destroy it first, or restore without "
+		    "keep_sandbox_id)",
+		    vmd->cfg.node_id, id);
+	}
+	r->keep_id = id;
 	return MOAT_OK;
 }
 
@@ -231,6 +270,18 @@ restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
 	/* Taken before every VM had the egress port (issue 14). */
 	sb->no_egress_port = r->meta->network == NULL;
 	sb->pulled_bytes = r->pulled_bytes;
+	if (r->keep_id != NULL) {
+		/* Its directory apart from any the id had before here. */
+		(void)!getrandom(rnd, sizeof(rnd), 0);
+		dir = moat_asprintf("%s/vms/%s-r%02x%02x%02x%02x",
+		    vmd->cfg.state_dir, r->keep_id, rnd[0], rnd[1], rnd[2],
+		    rnd[3]);
+		if (dir == NULL)
+			goto oom;
+		free(sb->dir);
+		sb->dir = dir;
+		snprintf(sb->id.str, sizeof(sb->id.str), "%s", r->keep_id);
+	}
 	if (r->old != NULL) {
 		(void)!getrandom(rnd, sizeof(rnd), 0);
 		dir = moat_asprintf("%s/vms/%s-r%02x%02x%02x%02x",
@@ -273,7 +324,8 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	 * call's tenant's; the clone is too. */
 	if ((rv = moat_rpc_tenant(call, req->tenant, &r.tenant)) != MOAT_OK)
 		return rv;
-	if ((rv = restore_open(vmd, call, req, &r)) != MOAT_OK ||
+	if ((rv = restore_keep_id(vmd, call, req, &r)) != MOAT_OK ||
+	    (rv = restore_open(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_find_target(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_request(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_alloc(vmd, call, &r, &sb)) != MOAT_OK)

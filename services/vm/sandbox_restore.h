@@ -15,7 +15,9 @@ struct vmd;
  * req->snapshot_id: same contract as vmd_sandbox_create. With
  * req->replace_sandbox_id the clone takes over that sandbox's id (same
  * tenant, else NOT_FOUND) and the old VM is stopped once the new one
- * runs; on failure the old one is left as it was. */
+ * runs; on failure the old one is left as it was. With
+ * req->keep_sandbox_id (a drain) the clone takes that id (INVALID_ARGUMENT
+ * when it is not a sandbox id, ALREADY_EXISTS when a sandbox here has it). */
 int vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__RestoreSandboxRequest *req, struct sandbox **out)
     __attribute__((warn_unused_result));

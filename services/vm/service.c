@@ -11,6 +11,7 @@
 #include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "code.h"
+#include "cordon.h"
 #include "egress.h"
 #include "exec.h"
 #include "files.h"
@@ -57,6 +58,8 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct sandbox *sb;
 	int rv;
 
+	if ((rv = vmd_cordon_check(VMD(call), call, "create")) != MOAT_OK)
+		return rv;
 	if ((rv = vmd_sandbox_create(VMD(call), call,
 	         (const Moat__V1__CreateSandboxRequest *)request, &sb)) !=
 	    MOAT_OK)
@@ -304,12 +307,18 @@ static int
 h_restore_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
+	const Moat__V1__RestoreSandboxRequest *req =
+	    (const Moat__V1__RestoreSandboxRequest *)request;
 	struct sandbox *sb;
 	int rv;
 
-	if ((rv = vmd_sandbox_restore(VMD(call), call,
-	         (const Moat__V1__RestoreSandboxRequest *)request, &sb)) !=
-	    MOAT_OK)
+	/* A cordoned node takes no new sandbox; a restore in place replaces
+	 * one it has, and a drain's (keep_sandbox_id) is let in. */
+	if (req->replace_sandbox_id[0] == '\0' &&
+	    req->keep_sandbox_id[0] == '\0' &&
+	    (rv = vmd_cordon_check(VMD(call), call, "restore")) != MOAT_OK)
+		return rv;
+	if ((rv = vmd_sandbox_restore(VMD(call), call, req, &sb)) != MOAT_OK)
 		return rv;
 	rv = vmd_sandbox_to_proto(sb, (Moat__V1__Sandbox *)reply);
 	vmd_sandbox_put(sb);
@@ -362,6 +371,18 @@ h_egress_events(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    (Moat__V1__EgressEventList *)reply);
 }
 
+static int
+h_cordon(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	int rv;
+
+	if ((rv = vmd_cordon_set(VMD(call), call,
+	         (const Moat__V1__CordonRequest *)request)) != MOAT_OK)
+		return rv;
+	return h_node_info(call, request, reply);
+}
+
 /* Auth is the gateway's job: vmd listens where only it can reach. */
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
@@ -404,6 +425,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	    .handler = h_close_code_context,
 	    .mutating = true },
 	{ .name = "EgressEvents", .handler = h_egress_events },
+	{ .name = "Cordon", .handler = h_cordon, .mutating = true },
 };
 
 void

@@ -23,6 +23,7 @@
 #include "ramdir.h"
 #include "snapram.h"
 #include "accel.h"
+#include "cordon.h"
 #include "image.h"
 #include "node.h"
 #include "sync.h"
@@ -98,6 +99,8 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	vmd_snapram_fill(vmd, node);
 	node->ram_dir = strdup(vmd_ram_dir());
 	node->isolation = strdup(vmd_jail_isolation());
+	if (vmd_cordon_fill(vmd, node) != MOAT_OK)
+		return MOAT_INTERNAL;
 	if (!node->node_id || !node->rpc_url || !node->accel ||
 	    !node->driver || !node->version || !node->ram_dir ||
 	    !node->isolation)
@@ -117,6 +120,7 @@ node_fields_free(Moat__V1__Node *node)
 	free(node->version);
 	free(node->ram_dir);
 	free(node->isolation);
+	free(node->cordon_reason);
 	for (size_t i = 0; i < node->n_images; i++)
 		free(node->images[i]);
 	free(node->images);

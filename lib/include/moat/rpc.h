@@ -33,6 +33,13 @@
 #define MOAT_RPC_DEFAULT_WORKERS 64  /* calls in flight per server */
 #define MOAT_RPC_DEFAULT_TIMEOUT_MS 30000
 
+/* The cluster protocol (issue 15): vmd reports MOAT_PROTOCOL_VERSION in
+ * Node.protocol_version; a gateway lists a node below
+ * MOAT_PROTOCOL_VERSION_MIN (0, from builds that did not say, counts as
+ * 1) and never places on it. */
+#define MOAT_PROTOCOL_VERSION 2
+#define MOAT_PROTOCOL_VERSION_MIN 2
+
 struct moat_rpc_server;
 struct moat_rpc_client;
 

@@ -119,6 +119,7 @@ static const struct moat_rpc_method methods[] = {
 	{ "RunCode", h_ok, true, false },
 	{ "CloseCodeContext", h_ok, true, false },
 	{ "EgressEvents", h_ok, false, false },
+	{ "Cordon", h_ok, true, false },
 };
 
 static void

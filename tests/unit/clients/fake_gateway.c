@@ -616,10 +616,96 @@ h_list_steps(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* ---- operating nodes (issue 15) ---- */
+
+/* ListNodes: node-x, cordoned, protocol 2; node-old, protocol 0 (1). */
+static int
+h_list_nodes(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	Moat__V1__NodeList *r = (Moat__V1__NodeList *)reply;
+	static const char *ids[] = { "node-x", "node-old" };
+
+	(void)call;
+	(void)request;
+	r->nodes = calloc(2, sizeof(*r->nodes));
+	for (int i = 0; i < 2; i++) {
+		Moat__V1__Node *n = malloc(sizeof(*n));
+
+		moat__v1__node__init(n);
+		n->node_id = strdup(ids[i]);
+		n->rpc_url = strdup("tls+tcp://10.0.0.2:7710");
+		n->available = true;
+		n->vcpus_total = 8;
+		n->memory_mib_total = 4096;
+		n->sandboxes = (uint32_t)i + 2;
+		n->protocol_version = i == 0 ? 2 : 0;
+		n->cordoned = i == 0;
+		n->cordon_reason = strdup(i == 0 ? "kernel upgrade" : "");
+		n->unusable_reason =
+		    strdup(i == 0 ? "cordoned: kernel upgrade" :
+		                    "protocol version 1 < 2: "
+		                    "upgrade moat-vmd");
+		r->nodes[r->n_nodes++] = n;
+	}
+	return MOAT_OK;
+}
+
+/* CordonNode: the node as asked. */
+static int
+h_cordon_node(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__CordonNodeRequest *req = (const void *)request;
+	Moat__V1__Node *n = (Moat__V1__Node *)reply;
+
+	if (strcmp(req->node_id, "node-x") != 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "CordonNode: node %s is unknown to the gateway",
+		    req->node_id);
+	n->node_id = strdup(req->node_id);
+	n->cordoned = req->cordoned;
+	n->cordon_reason = strdup(req->cordoned ? req->reason : "");
+	return MOAT_OK;
+}
+
+/* DrainNode: sb-1 moved to the target (or node-y), sb-2 failed. */
+static int
+h_drain_node(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__DrainNodeRequest *req = (const void *)request;
+	Moat__V1__DrainNodeReply *r = (Moat__V1__DrainNodeReply *)reply;
+
+	(void)call;
+	r->sandboxes = calloc(2, sizeof(*r->sandboxes));
+	for (int i = 0; i < 2; i++) {
+		Moat__V1__DrainedSandbox *d = malloc(sizeof(*d));
+
+		moat__v1__drained_sandbox__init(d);
+		d->sandbox_id = strdup(i == 0 ? "sb-1" : "sb-2");
+		d->tenant = strdup("default");
+		d->from_node_id = strdup(req->node_id);
+		d->moved = i == 0;
+		d->to_node_id = strdup(i == 0 ?
+		        (req->target_node_id[0] ? req->target_node_id :
+		                                  "node-y") :
+		        "");
+		d->pause_ms = i == 0 ? 1234 : 0;
+		d->error = strdup(i == 0 ? "" :
+		                           "node node-y refused the restore: "
+		                           "full");
+		r->sandboxes[r->n_sandboxes++] = d;
+	}
+	r->moved = 1;
+	r->failed = 1;
+	return MOAT_OK;
+}
+
 static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "Health", h_ok, false, false },
 	{ "Info", h_info, false, false },
-	{ "ListNodes", h_ok, false, false },
+	{ "ListNodes", h_list_nodes, false, false },
 	{ "CreateSandbox", h_create, true, false },
 	{ "GetSandbox", h_get, false, false },
 	{ "ListSandboxes", h_list_sandboxes, false, false },
@@ -658,6 +744,8 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "ListAudit", h_ok, false, false },
 	{ "SetStepKeep", h_set_step_keep, true, false },
 	{ "GcSnapshots", h_gc, true, false },
+	{ "CordonNode", h_cordon_node, true, false },
+	{ "DrainNode", h_drain_node, true, false },
 };
 
 int

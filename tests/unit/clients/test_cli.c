@@ -659,6 +659,62 @@ test_snapshot_retention_commands(void **state)
 	result_free(&r);
 }
 
+/* Operating nodes (issue 15): `node ls` shows cordons, protocol
+ * versions and why a node is unusable; cordon and uncordon send the
+ * node and reason; drain prints each sandbox's outcome and pause and
+ * exits 1 when some stayed; bad usage is a usage error. */
+static void
+test_node_commands(void **state)
+{
+	struct result r;
+
+	(void)state;
+	r = moat(0, 0, "--gateway", fg.url, "node", "ls", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "PROTOCOL"));
+	assert_non_null(strstr(r.out, "node-x cordoned: kernel upgrade"));
+	assert_non_null(strstr(r.out, "protocol version 1 < 2"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "node", "ls", "--json", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "\"cordonReason\""));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "node", "cordon", "node-x",
+	    "--reason", "disk", NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(r.out, "node node-x cordoned: disk\n");
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "node", "uncordon", "node-x",
+	    NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(r.out, "node node-x uncordoned\n");
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "node", "uncordon", "node-q",
+	    NULL);
+	assert_int_not_equal(r.code, 0);
+	assert_non_null(strstr(r.err, "unknown"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "node", "drain", "node-x", "--to",
+	    "node-z", NULL);
+	assert_int_equal(r.code, 1);
+	assert_non_null(strstr(r.out,
+	    "moved  sb-1 (default) node-x -> node-z, paused 1234 ms"));
+	assert_non_null(strstr(r.out,
+	    "failed sb-2 (default) stays on node-x: node node-y refused"));
+	assert_non_null(strstr(r.out, "1 moved, 1 failed"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "node", "drain", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "node", "drain", "node-x", "--to",
+	    NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "node", "frob", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+}
+
 int
 main(void)
 {
@@ -673,6 +729,7 @@ main(void)
 		cmocka_unit_test(test_session_commands),
 		cmocka_unit_test(test_diff_and_compare),
 		cmocka_unit_test(test_snapshot_retention_commands),
+		cmocka_unit_test(test_node_commands),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -526,6 +526,7 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("RunCode", true),
 	ROW("CloseCodeContext", true),
 	ROW("EgressEvents", false),
+	ROW("Cordon", true),
 };
 
 static void *
