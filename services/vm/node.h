@@ -108,6 +108,7 @@ struct vmd_snapram;
 struct vmd_pushq;
 struct vmd_verify;
 struct vmd_egress_node;
+struct vmd_lifetime_node;
 
 /* Extra connections to snapd that pulls spread their requests over. */
 #define VMD_SNAPD_BULK 3
@@ -151,6 +152,9 @@ struct vmd {
 	struct sandbox *sandboxes; /* singly linked, newest first */
 	uint64_t memory_mib_reserved;
 	bool shutting_down;
+
+	/* The expiry thread (lifetime.c); NULL when not running. */
+	struct vmd_lifetime_node *lifetime;
 };
 
 #endif

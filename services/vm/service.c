@@ -14,6 +14,7 @@
 #include "egress.h"
 #include "exec.h"
 #include "files.h"
+#include "lifetime.h"
 #include "node.h"
 #include "sandbox.h"
 #include "sandbox_create.h"
@@ -362,6 +363,15 @@ h_egress_events(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    (Moat__V1__EgressEventList *)reply);
 }
 
+static int
+h_set_timeout(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_lifetime_set_timeout(VMD(call), call,
+	    (const Moat__V1__SetTimeoutRequest *)request,
+	    (Moat__V1__Sandbox *)reply);
+}
+
 /* Auth is the gateway's job: vmd listens where only it can reach. */
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
@@ -404,6 +414,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	    .handler = h_close_code_context,
 	    .mutating = true },
 	{ .name = "EgressEvents", .handler = h_egress_events },
+	{ .name = "SetTimeout", .handler = h_set_timeout, .mutating = true },
 };
 
 void
