@@ -96,13 +96,16 @@ static const struct route routes[] = {
 	{ "/v1/sessions/{}/steps", "GET", "ListSteps", BODY_QUERY,
 	    "session_id", false },
 	{ "/v1/audit", "GET", "ListAudit", BODY_QUERY, NULL, false },
+	{ "/v1/sandboxes/{}/timeout", "POST", "SetTimeout", BODY_JSON,
+	    "sandbox_id", false },
 	{ "/healthz", "GET", NULL, BODY_QUERY, NULL, false },
 };
 
 #define ROUTE_FAMILIES                                                        \
 	"GET /healthz, POST /mcp, POST /v1/rpc/{Method}, "                    \
 	"/v1/sandboxes[/{id}[/exec|"                                          \
-	"/files]], /v1/sessions[/{id}[/steps]], GET /v1/audit, /metrics, "    \
+	"/files|/timeout]], /v1/sessions[/{id}[/steps]], GET /v1/audit, "     \
+	"/metrics, "                                                          \
 	"/v1/openapi.json"
 
 /* ---- replies ---- */
