@@ -174,8 +174,9 @@ vmd_sandbox_get(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 		*out = NULL;
 	}
 	if (*out != NULL) {
-		/* Any call on the sandbox is activity (lifetime.h). */
-		if (call != NULL)
+		/* Any call on the sandbox is activity (lifetime.h), but
+		 * GetSandbox: watching a sandbox does not keep it alive. */
+		if (call != NULL && strcmp(call->method, "GetSandbox") != 0)
 			vmd_lifetime_touch(*out);
 		return MOAT_OK;
 	}
