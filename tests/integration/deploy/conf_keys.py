@@ -28,12 +28,14 @@ WRAPPERS = {
     "cfg_str": (None, 1),  # services/vm/main.c
     "U64": (None, 0),  # services/vm/main.c, a macro
     "get_key": (None, 2),  # gateway/retention.c
+    "moat_config_get_u64_for": (1, 2),  # lib/config.c: key or key.<who>
 }
 # Functions whose getter calls take a key made at run time, and what
 # they read (documented in the example by its pattern, or not at all).
 DYNAMIC = {
     ("lib/config.c", "moat_config_get_u64"): "the implementation",
     ("lib/config.c", "moat_config_get_bool"): "the implementation",
+    ("lib/config.c", "moat_config_get_u64_for"): "the implementation",
     ("lib/service.c", "moat_service_url"): "WRAPPERS",
     ("services/vm/main.c", "cfg_str"): "WRAPPERS",
     ("services/vm/main.c", "vmd_configure_limits"): "the U64 macro",
