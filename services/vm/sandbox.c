@@ -176,8 +176,10 @@ vmd_sandbox_get(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 	if (*out != NULL) {
 		/* Any call on the sandbox is activity (lifetime.h), but
 		 * GetSandbox: watching a sandbox does not keep it alive. */
-		if (call != NULL && strcmp(call->method, "GetSandbox") != 0)
-			vmd_lifetime_touch(*out);
+		if (call != NULL &&
+		    (call->method == NULL ||
+		        strcmp(call->method, "GetSandbox") != 0))
+			vmd_lifetime_touch(&(*out)->life, moat_now_unix_ms());
 		return MOAT_OK;
 	}
 	if (call == NULL)

@@ -22,7 +22,7 @@
 #include "vm.pb-c.h"
 #include "vmm.h"
 #include "egress.h"
-#include "lifetime.h"
+#include "lifetime_rules.h"
 
 struct exec;
 struct guest_link;

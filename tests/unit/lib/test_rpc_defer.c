@@ -136,6 +136,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "RunCode", h_unimplemented, true, false },
 	{ "CloseCodeContext", h_unimplemented, true, false },
 	{ "EgressEvents", h_unimplemented, false, false },
+	{ "SetTimeout", h_unimplemented, true, false },
 	{ "TraceFs", h_unimplemented, false, false },
 };
 

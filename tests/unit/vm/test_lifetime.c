@@ -18,7 +18,7 @@
 
 #include "moat/status.h"
 #include "adopt.h"
-#include "lifetime.h"
+#include "lifetime_rules.h"
 
 #define T0 1700000000000ull
 
