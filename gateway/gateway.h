@@ -829,7 +829,8 @@ struct moat_travel {
 	struct moat_forward *fw;
 	struct moat_record *rec;
 	const char *survey_url;
-	const char *tenant; /* the caller's (moat_gw_tenant) */
+	const char *tenant;               /* the caller's (moat_gw_tenant) */
+	const struct moat_config *config; /* [tenants] lifetimes; NULL ok */
 };
 
 /* Where one restored copy runs, and the snapshot id its node gets: the
@@ -899,6 +900,47 @@ int moat_travel_replay(struct moat_rpc_call *call,
 int moat_travel_close_code_context(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_travel_snapshot_sandbox(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* ---- lifetimes (lifetime.c, issue 15) ---- */
+
+#define MOAT_LIFETIME_TIMEOUT_S 3600u      /* [tenants] timeout-s */
+#define MOAT_LIFETIME_TIMEOUT_MAX_S 86400u /* [tenants] timeout-max-s */
+
+/* A tenant's lifetimes, in seconds: the default timeout (0: none), the
+ * most a create or SetTimeout may ask (0: no maximum), the default idle
+ * timeout (0: none). */
+struct moat_lifetime_policy {
+	uint64_t timeout_s;
+	uint64_t timeout_max_s;
+	uint64_t idle_timeout_s;
+};
+
+/* moat_lifetime_policy: `tenant`'s from [tenants] (key.<tenant>, else
+ * key, else the default); cfg may be NULL. A value that is not a number
+ * is an error with *errmsg (heap). */
+int moat_lifetime_policy(const struct moat_config *cfg, const char *tenant,
+    struct moat_lifetime_policy *out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_lifetime_fill: a create's timeout and idle timeout: 0 takes the
+ * tenant's default; a timeout over the tenant's maximum is
+ * INVALID_ARGUMENT naming it (*errmsg, heap). */
+int moat_lifetime_fill(const struct moat_config *cfg, const char *tenant,
+    uint32_t *timeout_s, uint32_t *idle_timeout_s, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_lifetime_apply: a sandbox a restore or fork made on `node` gets
+ * the tenant's default lifetime (SetTimeout on the node); *sb gets the
+ * node's expires_unix_ms, idle_timeout_s and last_active_unix_ms.
+ * Nothing to do: MOAT_OK. */
+int moat_lifetime_apply(struct moat_travel *t, const struct moat_node_id *node,
+    uint64_t deadline, Moat__V1__Sandbox **sb, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_lifetime_set_timeout: the Gateway's SetTimeout handler: refuses a
+ * timeout over the tenant's maximum, forwards the rest to the node. */
+int moat_lifetime_set_timeout(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 
 #endif

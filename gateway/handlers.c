@@ -356,6 +356,13 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	char *msg = NULL;
 	int rv;
 
+	/* The tenant's default lifetime, and its maximum (lifetime.c). */
+	if ((rv = moat_lifetime_fill(gw->config, moat_gw_tenant(call),
+	         &fwd.timeout_s, &fwd.idle_timeout_s, &msg)) != MOAT_OK) {
+		rv = moat_rpc_error(call, rv, "%s", msg);
+		free(msg);
+		return rv;
+	}
 	if (moat_nodes_snapshot(&gw->nodes, &nodes, &n_nodes) != MOAT_OK)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
@@ -1110,6 +1117,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "GcSnapshots", moat_snapshots_gc, true, true },
 	{ "CordonNode", moat_drain_cordon_node, true, true },
 	{ "DrainNode", moat_drain_node, true, true },
+	{ "SetTimeout", moat_lifetime_set_timeout, true, true },
 };
 
 /* ---- the gate: auth, tenant, policy, audit, metrics (one place) ---- */
@@ -1830,6 +1838,7 @@ moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out)
 	out->fw = &gw->fw;
 	out->rec = &gw->rec;
 	out->survey_url = gw->survey_url;
+	out->config = gw->config;
 }
 
 void

@@ -101,14 +101,16 @@ static const struct route routes[] = {
 	    false },
 	{ "/v1/nodes/{}/drain", "POST", "DrainNode", BODY_JSON, "node_id",
 	    false },
+	{ "/v1/sandboxes/{}/timeout", "POST", "SetTimeout", BODY_JSON,
+	    "sandbox_id", false },
 	{ "/healthz", "GET", NULL, BODY_QUERY, NULL, false },
 };
 
 #define ROUTE_FAMILIES                                                        \
 	"GET /healthz, POST /mcp, POST /v1/rpc/{Method}, "                    \
 	"/v1/sandboxes[/{id}[/exec|"                                          \
-	"/files]], /v1/sessions[/{id}[/steps]], GET /v1/audit, /metrics, "    \
-	"/v1/nodes[/{id}/cordon|/drain], /v1/openapi.json"
+	"/files|/timeout]], /v1/sessions[/{id}[/steps]], GET /v1/audit, "     \
+	"/metrics, /v1/nodes[/{id}/cordon|/drain], /v1/openapi.json"
 
 /* ---- replies ---- */
 

@@ -287,6 +287,17 @@ restore(struct moat_travel *t, const char *snap,
 		return rv;
 	if (moat_sandbox_id_set(&sandbox, (*out)->id))
 		moat_forward_remember(t->fw, &sandbox, &to->node);
+	/* A new sandbox gets the tenant's default lifetime; one restored in
+	 * place keeps its own (the node carries it over). */
+	if (strcmp((*out)->id, replace) != 0 &&
+	    (rv = moat_lifetime_apply(t, &to->node, deadline, out, errmsg)) !=
+	        MOAT_OK) {
+		moat_warn(0,
+		    "sandbox %s restored from %s keeps no timeout: %s",
+		    (*out)->id, snap, *errmsg ? *errmsg : "?");
+		free(*errmsg);
+		*errmsg = NULL;
+	}
 	moat_inventory_put(t->fw->inv, &to->node, *out);
 	if (pulled)
 		moat_info(0,

@@ -84,6 +84,10 @@ int cmd_history(struct cli *cli, int argc, char **argv);
 int cmd_diff(struct cli *cli, int argc, char **argv);
 int cmd_compare(struct cli *cli, int argc, char **argv);
 int cmd_code(struct cli *cli, int argc, char **argv);
+/* `sandbox keepalive` and the lifetime lines of `sandbox get`
+ * (cmd_lifetime.c). */
+int cli_sandbox_keepalive(struct cli *cli, int argc, char **argv);
+void cli_lifetime_print(const Moat__V1__Sandbox *s);
 
 /* cli_read_code: program text for `run` and `code`: the file, or stdin
  * for "-", at most 16 MiB. MOAT_OK with *code (heap, NUL-terminated,

@@ -15,9 +15,10 @@ static const char *const usage_create =
     "sandbox create [--cpus N] "
     "[--memory MiB] [--scratch MiB] [--image NAME] [--label K=V]... "
     "[--record [--snapshot every|manual|none]] "
-    "[--allow HOST[:PORT]]... [--network none|allowlist]";
+    "[--allow HOST[:PORT]]... [--network none|allowlist] "
+    "[--timeout S] [--idle-timeout S]";
 static const char *const usage_all = "sandbox create [...] | ls | get ID | "
-                                     "rm ID...";
+                                     "rm ID... | keepalive ID [...]";
 
 static const char *
 state_name(Moat__V1__SandboxState s)
@@ -66,6 +67,8 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		{ "snapshot", required_argument, NULL, 'P' },
 		{ "allow", required_argument, NULL, 'A' },
 		{ "network", required_argument, NULL, 'N' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "idle-timeout", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -169,6 +172,19 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 				goto out;
 			}
 			net.mode = optarg;
+			break;
+		case 'T':
+		case 'D':
+			if (!cli_parse_u32(optarg, 1, UINT32_MAX,
+			        opt == 'T' ? &req.timeout_s :
+			                     &req.idle_timeout_s)) {
+				rv = cli_usage_error(usage_create,
+				    "--%s wants seconds (1 or more; without "
+				    "it: the tenant's default), not \"%s\"",
+				    opt == 'T' ? "timeout" : "idle-timeout",
+				    optarg);
+				goto out;
+			}
 			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
@@ -279,6 +295,7 @@ sandbox_get(struct cli *cli, const char *id)
 	printf("age:         %s\n",
 	    cli_format_age(s->created_unix_ms, age, sizeof(age)));
 	printf("execs:       %u running\n", s->running_execs);
+	cli_lifetime_print(s);
 	if (s->network != NULL && s->network->mode[0] != '\0' &&
 	    strcmp(s->network->mode, "none") != 0) {
 		printf("network:     %s", s->network->mode);
@@ -334,6 +351,10 @@ cmd_sandbox(struct cli *cli, int argc, char **argv)
 	if (strcmp(sub, "create") == 0) {
 		optind = 0;
 		return sandbox_create(cli, argc - 1, argv + 1);
+	}
+	if (strcmp(sub, "keepalive") == 0) {
+		optind = 0;
+		return cli_sandbox_keepalive(cli, argc - 1, argv + 1);
 	}
 	/* ls, get and rm take --json anywhere, and nothing else. */
 	for (i = 2; i < argc; i++) {

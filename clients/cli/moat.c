@@ -33,7 +33,9 @@ static const struct cli_command commands[] = {
 	    "sandbox create [--cpus N] [--memory MiB] [--scratch MiB] "
 	    "[--allow HOST[:PORT]]... "
 	    "[--image NAME] [--label K=V]... [--record [--snapshot "
-	    "every|manual|none]] | ls | get ID | rm ID...",
+	    "every|manual|none]] [--timeout S] [--idle-timeout S] | ls | "
+	    "get ID | rm ID... | keepalive ID [--timeout S] "
+	    "[--idle-timeout S]",
 	    "create, list, show and destroy sandboxes" },
 	{ "exec", cmd_exec,
 	    "exec ID [--timeout S] [--cwd DIR] [-e K=V]... [-i] [--keep] -- "

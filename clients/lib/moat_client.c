@@ -805,6 +805,15 @@ moat_client_set_step_keep(struct moat_client *c, const char *session_id,
 	    &moat__v1__step__descriptor, out, 0, errmsg);
 }
 
+int
+moat_client_set_sandbox_timeout(struct moat_client *c,
+    const Moat__V1__SetTimeoutRequest *req, Moat__V1__Sandbox **out,
+    char **errmsg)
+{
+	return gw_call(c, "SetTimeout", &req->base,
+	    &moat__v1__sandbox__descriptor, out, 0, errmsg);
+}
+
 /* ---- snapshots and time travel (issue 3) ---- */
 
 int

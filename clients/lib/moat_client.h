@@ -247,6 +247,14 @@ int moat_client_set_step_keep(struct moat_client *c, const char *session_id,
     uint64_t index, bool keep, Moat__V1__Step **out, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_client_set_sandbox_timeout: SetTimeout (issue 15): req's timeout_s from
+ * now (0: the tenant's default when nothing else is asked), idle
+ * timeout (clear_idle_timeout removes it); *out optional (the sandbox
+ * with its new expires_unix_ms). */
+int moat_client_set_sandbox_timeout(struct moat_client *c,
+    const Moat__V1__SetTimeoutRequest *req, Moat__V1__Sandbox **out,
+    char **errmsg) __attribute__((warn_unused_result));
+
 /* ---- snapshots and time travel (issue 3) ---- */
 
 /* moat_client_snapshot: snapshots a running sandbox on its node (paused

@@ -78,6 +78,10 @@ record_of(struct sandbox *sb, struct vmd_state_record *r, char **network)
 	r->pid = sb->vmm_exited ? 0 : sb->vmm.pid;
 	r->jail_uid = (uint32_t)vmd_jail_uid(sb->vmm.jail);
 	r->adoptions = sb->adoptions;
+	r->expires_unix_ms = sb->life.expires_unix_ms;
+	r->idle_timeout_s = sb->life.idle_timeout_s;
+	r->last_active_unix_ms =
+	    __atomic_load_n(&sb->life.last_active_unix_ms, __ATOMIC_RELAXED);
 	return true;
 }
 
@@ -262,6 +266,10 @@ adopt_alloc(struct vmd *vmd, const struct vmd_state_record *r, const char *dir,
 	sb->no_egress_port = r->no_egress_port;
 	snprintf(sb->accel, sizeof(sb->accel), "%s", r->accel ? r->accel : "");
 	sb->adoptions = r->adoptions + 1;
+	/* The lifetime goes on; the restart itself counts as activity
+	 * (no call could reach the sandbox while vmd was down). */
+	sb->life.expires_unix_ms = r->expires_unix_ms;
+	sb->life.idle_timeout_s = r->idle_timeout_s;
 	sb->exec_id_floor = (uint64_t)sb->adoptions << VMD_EXEC_ID_GEN_SHIFT;
 	if (sb->dir == NULL || (r->template_id && !sb->template_id) ||
 	    (r->restored_from && !sb->restored_from)) {

@@ -61,6 +61,10 @@ struct vmd_state_record {
 	int64_t pid;
 	uint32_t jail_uid;
 	uint32_t adoptions; /* vmds that re-adopted it so far */
+	/* Lifetime (lifetime.h); absent in older files: 0, none. */
+	uint64_t expires_unix_ms;
+	uint32_t idle_timeout_s;
+	uint64_t last_active_unix_ms;
 };
 
 /* vmd_state_encode: r as the state file's text. Returns 0 with *text

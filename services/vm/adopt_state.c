@@ -116,6 +116,9 @@ vmd_state_encode(const struct vmd_state_record *r, char **text, size_t *len)
 	buf_u64(&b, "pid", r->pid > 0 ? (uint64_t)r->pid : 0);
 	buf_u64(&b, "jail-uid", r->jail_uid);
 	buf_u64(&b, "adoptions", r->adoptions);
+	buf_u64(&b, "expires-unix-ms", r->expires_unix_ms);
+	buf_u64(&b, "idle-timeout-s", r->idle_timeout_s);
+	buf_u64(&b, "last-active-unix-ms", r->last_active_unix_ms);
 	for (size_t i = 0; i < r->n_labels; i++) {
 		buf_add(&b, "label ", 6);
 		buf_value(&b, r->label_keys[i]);
@@ -249,6 +252,9 @@ num_field(struct vmd_state_record *r, const char *key, const char *v)
 	NUM("pid", pid, INT32_MAX)
 	NUM("jail-uid", jail_uid, UINT32_MAX)
 	NUM("adoptions", adoptions, UINT32_MAX)
+	NUM("expires-unix-ms", expires_unix_ms, UINT64_MAX)
+	NUM("idle-timeout-s", idle_timeout_s, UINT32_MAX)
+	NUM("last-active-unix-ms", last_active_unix_ms, UINT64_MAX)
 #undef NUM
 	return 0;
 }

@@ -41,6 +41,7 @@
 #include "driver.h"
 #include "egress.h"
 #include "exec.h"
+#include "lifetime.h"
 #include "metrics.h"
 #include "node.h"
 #include "pushq.h"
@@ -962,6 +963,8 @@ main(int argc, char **argv)
 	vmd_exec_register(&vmd);
 	/* Before serving: what an earlier vmd left runs on as before. */
 	vmd_adopt_all(&vmd);
+	/* After the adoption: what expired meanwhile goes first. */
+	(void)!vmd_lifetime_start(&vmd);
 	if ((rv = vmd_verify_open(&vmd)) != MOAT_OK)
 		goto out;
 	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
@@ -996,6 +999,7 @@ main(int argc, char **argv)
 	rv = MOAT_OK;
 out:
 	vmd_survey_stop(survey);
+	vmd_lifetime_stop(&vmd);
 	/* Also when the start failed after the adoption: leave them. */
 	if (!vmd.cfg.stop_sandboxes)
 		vmd_adopt_detach_all(&vmd);

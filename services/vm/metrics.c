@@ -45,6 +45,7 @@ static struct vmd_metrics {
 	struct moat_counter *evictions;
 	struct moat_gauge *scratch_alloc, *scratch_size;
 	struct moat_gauge *exec_output;
+	struct moat_counter *expired[2]; /* timeout, idle */
 } m;
 
 static const char *const state_names[4] = { "creating", "running", "failed",
@@ -252,6 +253,19 @@ register_node(struct moat_metrics *reg)
 		m.snapshots[i] = moat_metrics_gauge(reg, "moat_vmd_snapshots",
 		    "Snapshots on this node, by where their RAM is.",
 		    where[i]);
+	{
+		static const char *const reason[2][3] = {
+			{ "reason", "timeout", NULL },
+			{ "reason", "idle", NULL },
+		};
+
+		for (int i = 0; i < 2; i++)
+			m.expired[i] = moat_metrics_counter(reg,
+			    "moat_vmd_sandboxes_expired_total",
+			    "Sandboxes this node destroyed at their timeout "
+			    "or idle timeout, by reason.",
+			    reason[i]);
+	}
 	m.evictions = moat_metrics_counter(reg,
 	    "moat_vmd_snapshot_evictions_total",
 	    "Snapshot RAM copies evicted to disk since vmd started.", NULL);
@@ -318,6 +332,12 @@ void
 vmd_metrics_boot(enum vmd_boot_kind kind, uint64_t ms)
 {
 	moat_histogram_observe_ms(m.boot[kind == VMD_BOOT_RESTORE], ms);
+}
+
+void
+vmd_metrics_expired(bool idle)
+{
+	moat_counter_inc(m.expired[idle]);
 }
 
 void

@@ -62,5 +62,8 @@ void vmd_metrics_snapshot_pause(bool is_template, double ms);
  * snapd and the snapshot's logical size when `ok`. */
 void vmd_metrics_push(bool ok, uint64_t ms, uint64_t stored_bytes,
     uint64_t logical_bytes);
+/* vmd_metrics_expired: the expiry thread destroyed a sandbox at its
+ * timeout (idle false) or idle timeout (lifetime.h). */
+void vmd_metrics_expired(bool idle);
 
 #endif

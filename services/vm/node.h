@@ -108,6 +108,7 @@ struct vmd_snapram;
 struct vmd_pushq;
 struct vmd_verify;
 struct vmd_egress_node;
+struct vmd_lifetime_node;
 
 /* Extra connections to snapd that pulls spread their requests over. */
 #define VMD_SNAPD_BULK 3
@@ -153,6 +154,9 @@ struct vmd {
 	bool shutting_down;
 	bool cordoned;       /* cordon.c: no new sandboxes */
 	char *cordon_reason; /* heap or NULL */
+
+	/* The expiry thread (lifetime.c); NULL when not running. */
+	struct vmd_lifetime_node *lifetime;
 };
 
 #endif

@@ -173,8 +173,15 @@ vmd_sandbox_get(struct vmd *vmd, struct moat_rpc_call *call, const char *id,
 		vmd_sandbox_put(*out);
 		*out = NULL;
 	}
-	if (*out != NULL)
+	if (*out != NULL) {
+		/* Any call on the sandbox is activity (lifetime.h), but
+		 * GetSandbox: watching a sandbox does not keep it alive. */
+		if (call != NULL &&
+		    (call->method == NULL ||
+		        strcmp(call->method, "GetSandbox") != 0))
+			vmd_lifetime_touch(&(*out)->life, moat_now_unix_ms());
 		return MOAT_OK;
+	}
 	if (call == NULL)
 		return MOAT_NOT_FOUND;
 	if (id == NULL || id[0] == '\0')
@@ -466,6 +473,8 @@ vmd_sandbox_alloc(struct vmd *vmd, const Moat__V1__CreateSandboxRequest *req,
 	sb->boot_timeout_ms = req->boot_timeout_ms ? req->boot_timeout_ms :
 	                                             vmd->cfg.boot_timeout_ms;
 	sb->created_unix_ms = moat_now_unix_ms();
+	vmd_lifetime_init(&sb->life, req->timeout_s, req->idle_timeout_s,
+	    sb->created_unix_ms);
 	sb->dir = moat_asprintf("%s/vms/%s", vmd->cfg.state_dir, sb->id.str);
 	sb->image = strdup(image);
 	sb->tenant = strdup(req->tenant ? req->tenant : "");
@@ -640,6 +649,12 @@ vmd_sandbox_destroy_unlisted(struct sandbox *sb, uint64_t request_id)
 }
 
 int
+vmd_sandbox_destroy_id(struct vmd *vmd, const char *id, uint64_t request_id)
+{
+	return sandbox_destroy(vmd, id, request_id);
+}
+
+int
 vmd_sandbox_destroy(struct vmd *vmd, struct moat_rpc_call *call,
     const char *id)
 {
@@ -692,6 +707,10 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->accel = strdup(sb->accel);
 	msg->failure_reason =
 	    strdup(sb->failure_reason ? sb->failure_reason : "");
+	msg->expires_unix_ms = sb->life.expires_unix_ms;
+	msg->idle_timeout_s = sb->life.idle_timeout_s;
+	msg->last_active_unix_ms =
+	    __atomic_load_n(&sb->life.last_active_unix_ms, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&sb->mu);
 	msg->id = strdup(sb->id.str);
 	msg->node_id = strdup(vmd->cfg.node_id);

@@ -22,6 +22,7 @@
 #include "vm.pb-c.h"
 #include "vmm.h"
 #include "egress.h"
+#include "lifetime_rules.h"
 
 struct exec;
 struct guest_link;
@@ -143,6 +144,10 @@ struct sandbox {
 	uint32_t execs_running;
 	uint32_t execs_finished;
 	uint64_t exec_finish_seq;
+
+	/* Timeout and idle timeout (lifetime.h): under mu, but for
+	 * life.last_active_unix_ms (atomics). */
+	struct vmd_lifetime life;
 };
 
 /* vmd_sandbox_set_guest_handler: `h` (static) gets every sandbox's
@@ -238,6 +243,11 @@ bool vmd_sandbox_swap_in(struct vmd *vmd, struct sandbox *old,
  * forgets it. NOT_FOUND for an unknown id. */
 int vmd_sandbox_destroy(struct vmd *vmd, struct moat_rpc_call *call,
     const char *id) __attribute__((warn_unused_result));
+
+/* vmd_sandbox_destroy_id: a destroy by the node itself (no call, any
+ * tenant): MOAT_OK, or MOAT_NOT_FOUND when no sandbox has that id. */
+int vmd_sandbox_destroy_id(struct vmd *vmd, const char *id,
+    uint64_t request_id);
 
 /* vmd_sandbox_destroy_unlisted: a destroy of sb, which the caller took
  * out of the table (its reference stays the caller's). */

@@ -793,6 +793,8 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	vmd_metrics_boot(snap_dir ? VMD_BOOT_RESTORE : VMD_BOOT_COLD,
 	    sb->boot_ms);
 	free(why);
+	/* The boot is not idleness: the idle timeout counts from now. */
+	vmd_lifetime_touch(&sb->life, moat_now_unix_ms());
 	/* A restarted vmd re-adopts what this file names (adopt.h). */
 	if (mode != BRING_UP_HIDDEN)
 		(void)vmd_adopt_save(sb);

@@ -292,6 +292,11 @@ restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
 		free(sb->dir);
 		sb->dir = dir;
 		sb->id = r->old->id;
+		/* ... and its lifetime (lifetime.h). */
+		pthread_mutex_lock(&r->old->mu);
+		sb->life.expires_unix_ms = r->old->life.expires_unix_ms;
+		sb->life.idle_timeout_s = r->old->life.idle_timeout_s;
+		pthread_mutex_unlock(&r->old->mu);
 		/* A restore in place keeps the sandbox's network policy
 		 * (checked against the snapshot in vmd_sandbox_restore). */
 		free(sb->egress_policy);

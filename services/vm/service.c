@@ -15,6 +15,7 @@
 #include "egress.h"
 #include "exec.h"
 #include "files.h"
+#include "lifetime.h"
 #include "node.h"
 #include "sandbox.h"
 #include "sandbox_create.h"
@@ -383,6 +384,15 @@ h_cordon(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return h_node_info(call, request, reply);
 }
 
+static int
+h_set_timeout(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_lifetime_set_timeout(VMD(call), call,
+	    (const Moat__V1__SetTimeoutRequest *)request,
+	    (Moat__V1__Sandbox *)reply);
+}
+
 /* Auth is the gateway's job: vmd listens where only it can reach. */
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
@@ -426,6 +436,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	    .mutating = true },
 	{ .name = "EgressEvents", .handler = h_egress_events },
 	{ .name = "Cordon", .handler = h_cordon, .mutating = true },
+	{ .name = "SetTimeout", .handler = h_set_timeout, .mutating = true },
 };
 
 void

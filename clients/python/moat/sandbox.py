@@ -434,6 +434,14 @@ class Files:
             "mode": mode}))
 
 
+def _seconds(value: Any, name: str) -> int:
+    n = int(value)
+    if n < 1 or n > 0xFFFFFFFF:
+        raise ValueError(f"{name} must be whole seconds, 1 or more, "
+                         f"not {value!r}")
+    return n
+
+
 def _network(network: Optional[str],
              allow: Optional[Sequence[str]]) -> Optional[Dict[str, Any]]:
     """_network: the CreateSandboxRequest.network JSON of network= and
@@ -466,7 +474,12 @@ class Sandbox:
     "every" (after each step) or "none"; network: "none" (the default: no
     network) or "allowlist"; allow: "host[:port]" names the guest may
     reach through the node's proxy (ports 80 and 443 when none is given;
-    implies network="allowlist"; execs get http_proxy/https_proxy set)."""
+    implies network="allowlist"; execs get http_proxy/https_proxy set).
+    timeout here is how long to wait for the boot; lifetime (seconds)
+    is when the node destroys the sandbox (None: the tenant's default,
+    [tenants] timeout-s), idle_timeout (seconds) destroys it after that
+    long without a call (None: the tenant's default). Sandbox.create()
+    takes them as timeout= and idle_timeout=."""
 
     def __init__(self, cpus: int = 1, memory: int = 512, record: bool = True,
                  snapshot: str = "manual", image: Optional[str] = None,
@@ -474,7 +487,9 @@ class Sandbox:
                  client: Optional[Client] = None,
                  timeout: Optional[float] = None, cold_boot: bool = False,
                  network: Optional[str] = None,
-                 allow: Optional[Sequence[str]] = None):
+                 allow: Optional[Sequence[str]] = None,
+                 lifetime: Optional[int] = None,
+                 idle_timeout: Optional[int] = None):
         if snapshot not in _POLICIES:
             raise ValueError(f"snapshot must be one of "
                              f"{', '.join(sorted(_POLICIES))}, not "
@@ -494,9 +509,25 @@ class Sandbox:
             body["network"] = net
         if timeout is not None:
             body["bootTimeoutMs"] = _seconds_to_ms(timeout)
+        if lifetime is not None:
+            body["timeoutS"] = _seconds(lifetime, "lifetime")
+        if idle_timeout is not None:
+            body["idleTimeoutS"] = _seconds(idle_timeout, "idle_timeout")
         self._set_info(self._client.call("CreateSandbox", body,
                                          timeout=timeout))
         self._init_parts()
+
+    @classmethod
+    def create(cls, timeout: Optional[int] = None,
+               idle_timeout: Optional[int] = None,
+               boot_timeout: Optional[float] = None,
+               **kwargs: Any) -> "Sandbox":
+        """create: Sandbox(**kwargs) that the node destroys `timeout`
+        seconds from now (None: the tenant's default) or after
+        `idle_timeout` seconds without a call (None: the tenant's
+        default); boot_timeout: how long to wait for the boot."""
+        return cls(lifetime=timeout, idle_timeout=idle_timeout,
+                   timeout=boot_timeout, **kwargs)
 
     def _init_parts(self) -> None:
         self.commands = Commands(self)
@@ -554,6 +585,36 @@ class Sandbox:
             pass
 
     destroy = kill
+
+    def set_timeout(self, timeout: Optional[int] = None,
+                    idle_timeout: Optional[int] = None) -> "Sandbox":
+        """set_timeout: the sandbox now expires `timeout` seconds from
+        now; idle_timeout sets its idle timeout (0 removes it). Neither:
+        the tenant's default timeout from now (a keepalive). Over the
+        tenant's maximum: InvalidArgument naming it."""
+        body: Dict[str, Any] = {"sandboxId": self.id}
+        if timeout is not None:
+            body["timeoutS"] = _seconds(timeout, "timeout")
+        if idle_timeout is not None:
+            if int(idle_timeout) == 0:
+                body["clearIdleTimeout"] = True
+            else:
+                body["idleTimeoutS"] = _seconds(idle_timeout,
+                                                "idle_timeout")
+        self._set_info(self._client.call("SetTimeout", body))
+        return self
+
+    keepalive = set_timeout
+
+    @property
+    def expires_unix_ms(self) -> int:
+        """When the node destroys the sandbox (0: never)."""
+        return to_int(self.info.get("expiresUnixMs"))
+
+    @property
+    def idle_timeout(self) -> int:
+        """Seconds without a call before it is destroyed (0: none)."""
+        return to_int(self.info.get("idleTimeoutS"))
 
     def run_code(self, code: str, language: str = "python",
                  context: str = "default",

@@ -405,6 +405,28 @@ class SandboxTest(FakeTest):
         self.assertEqual(self.gw.calls("SetStepKeep")[0]["body"], {
             "sessionId": "ses-1", "index": "2", "keep": True})
 
+    def test_lifetimes_of_issue_15(self):
+        sb = moat.Sandbox.create(client=self.client, timeout=30,
+                                 idle_timeout=10)
+        body = self.gw.calls("CreateSandbox")[0]["body"]
+        self.assertEqual(body["timeoutS"], 30)
+        self.assertEqual(body["idleTimeoutS"], 10)
+        self.assertNotIn("bootTimeoutMs", body)
+        self.gw.on("SetTimeout", (200, dict(SANDBOX,
+                                            expiresUnixMs="1796227700000",
+                                            idleTimeoutS=0)))
+        sb.set_timeout(600, idle_timeout=0)
+        self.assertEqual(self.gw.calls("SetTimeout")[0]["body"], {
+            "sandboxId": "sb-1", "timeoutS": 600,
+            "clearIdleTimeout": True})
+        self.assertEqual(sb.expires_unix_ms, 1796227700000)
+        self.assertEqual(sb.idle_timeout, 0)
+        sb.keepalive()
+        self.assertEqual(self.gw.calls("SetTimeout")[1]["body"],
+                         {"sandboxId": "sb-1"})
+        with self.assertRaises(ValueError):
+            sb.set_timeout(0)
+
     def test_steps_and_snapshots_of_issue_11(self):
         self.gw.on("ListSteps", (200, {"steps": [
             {"index": "1", "keep": True, "snapshotId": "snap-a"},

@@ -32,6 +32,8 @@ h_create(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		nng_msleep(1500);
 	pthread_mutex_lock(&fg->lock);
 	fg->creates++;
+	fg->create_timeout = req->timeout_s;
+	fg->create_idle = req->idle_timeout_s;
 	sb->id = moat_asprintf("sb-fake-%d", fg->creates);
 	pthread_mutex_unlock(&fg->lock);
 	sb->node_id = strdup("node-x");
@@ -94,6 +96,38 @@ h_run_code(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	moat__v1__code_result__init(r->result);
 	r->result->has_result = true;
 	r->result->result = strdup("42");
+	return MOAT_OK;
+}
+
+/* SetTimeout: remembered; "sb-none" is NOT_FOUND; over 1000 s is
+ * refused as the gateway refuses over the tenant's maximum. */
+static int
+h_set_timeout(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__SetTimeoutRequest *req = (const void *)request;
+	Moat__V1__Sandbox *sb = (Moat__V1__Sandbox *)reply;
+
+	if (strcmp(req->sandbox_id, "sb-none") == 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "sandbox %s not found", req->sandbox_id);
+	if (req->timeout_s > 1000)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "timeout_s %u is over tenant default's maximum of 1000 s "
+		    "([tenants] timeout-max-s.default, else timeout-max-s)",
+		    req->timeout_s);
+	pthread_mutex_lock(&fg->lock);
+	fg->set_timeouts++;
+	fg->life_timeout = req->timeout_s;
+	fg->life_idle = req->idle_timeout_s;
+	fg->life_clear = req->clear_idle_timeout;
+	pthread_mutex_unlock(&fg->lock);
+	sb->id = strdup(req->sandbox_id);
+	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
+	/* 2026-12-05 03:00:00Z */
+	sb->expires_unix_ms = req->timeout_s ? 1796439600000ull : 0;
+	sb->idle_timeout_s = req->idle_timeout_s;
 	return MOAT_OK;
 }
 
@@ -743,6 +777,7 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "CloseCodeContext", h_ok, true, false },
 	{ "ListAudit", h_ok, false, false },
 	{ "SetStepKeep", h_set_step_keep, true, false },
+	{ "SetTimeout", h_set_timeout, true, false },
 	{ "GcSnapshots", h_gc, true, false },
 	{ "CordonNode", h_cordon_node, true, false },
 	{ "DrainNode", h_drain_node, true, false },

@@ -42,6 +42,11 @@ struct fake_gateway {
 	int keep_keep;
 	int gc_calls, gc_dry_run; /* the last GcSnapshots */
 	uint32_t gc_min_age;
+	/* Lifetimes (issue 15): the last create's and SetTimeout's. */
+	uint32_t create_timeout, create_idle;
+	int set_timeouts;
+	uint32_t life_timeout, life_idle;
+	int life_clear;
 };
 
 /* fake_gateway_start: serves on ipc://<dir>/gateway.sock. */

@@ -715,6 +715,66 @@ test_node_commands(void **state)
 	result_free(&r);
 }
 
+/* Lifetimes (issue 15): create --timeout/--idle-timeout, keepalive with
+ * and without values, --idle-timeout 0 clears, a refusal is shown. */
+static void
+test_lifetime_commands(void **state)
+{
+	struct result r;
+	(void)state;
+
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "create", "--timeout",
+	    "30", "--idle-timeout", "10", NULL);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(fg.create_timeout, 30);
+	assert_int_equal(fg.create_idle, 10);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "create", "--timeout",
+	    "0", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "--timeout"));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "keepalive", "sb-rec",
+	    "--timeout", "600", NULL);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(fg.life_timeout, 600);
+	assert_int_equal(fg.life_idle, 0);
+	assert_int_equal(fg.life_clear, 0);
+	assert_non_null(strstr(r.out, "sb-rec\n"));
+	assert_non_null(strstr(r.out, "expires:     2026-12-05 03:00:00Z"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "keepalive", "sb-rec",
+	    NULL);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(fg.life_timeout, 0);
+	assert_non_null(strstr(r.out, "expires:     never"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "keepalive", "sb-rec",
+	    "--idle-timeout", "0", NULL);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(fg.life_clear, 1);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "keepalive", "sb-rec",
+	    "--idle-timeout", "45", NULL);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(fg.life_idle, 45);
+	assert_non_null(strstr(r.out, "after 45 s without a call"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "keepalive", "sb-rec",
+	    "--timeout", "5000", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "timeout-max-s"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "keepalive", "sb-none",
+	    NULL);
+	assert_int_equal(r.code, 64 + 5);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "sandbox", "keepalive", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	result_free(&r);
+}
+
 int
 main(void)
 {
@@ -730,6 +790,7 @@ main(void)
 		cmocka_unit_test(test_diff_and_compare),
 		cmocka_unit_test(test_snapshot_retention_commands),
 		cmocka_unit_test(test_node_commands),
+		cmocka_unit_test(test_lifetime_commands),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

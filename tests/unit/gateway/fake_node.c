@@ -411,10 +411,22 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    "fake node %s: no "
 		    "sandbox %s",
 		    fn->id, sid ? sid : "(none)");
-	} else if (strcmp(m, "GetSandbox") == 0) {
+	} else if (strcmp(m, "GetSandbox") == 0 ||
+	    strcmp(m, "SetTimeout") == 0) {
 		rv = fill_sandbox(fn, (Moat__V1__Sandbox *)reply, sid,
 		    fn->tenants[idx][0] != '\0' ? fn->tenants[idx] :
 		                                  "default");
+		if (strcmp(m, "SetTimeout") == 0) {
+			const Moat__V1__SetTimeoutRequest *q =
+			    (const void *)request;
+
+			fn->set_timeouts++;
+			fn->last_timeout_s = q->timeout_s;
+			((Moat__V1__Sandbox *)reply)->expires_unix_ms =
+			    q->timeout_s ? 1000ull * q->timeout_s : 0;
+			((Moat__V1__Sandbox *)reply)->idle_timeout_s =
+			    q->idle_timeout_s;
+		}
 	} else if (strcmp(m, "DestroySandbox") == 0) {
 		memmove(fn->sandboxes[idx], fn->sandboxes[idx + 1],
 		    (size_t)(fn->n_sandboxes - idx - 1) * 128);
@@ -527,6 +539,7 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("CloseCodeContext", true),
 	ROW("EgressEvents", false),
 	ROW("Cordon", true),
+	ROW("SetTimeout", true),
 };
 
 static void *

@@ -69,6 +69,8 @@ struct fake_node {
 	char sandboxes[FAKE_MAX_SANDBOXES][128];
 	char tenants[FAKE_MAX_SANDBOXES][64]; /* "": any (added ones) */
 	int n_sandboxes;
+	int set_timeouts;        /* SetTimeout calls (issue 15) */
+	uint32_t last_timeout_s; /* the last one's timeout_s */
 	int next_sandbox;
 	int restores;           /* RestoreSandbox calls */
 	int fail_restore_every; /* > 0: every n-th restore fails */

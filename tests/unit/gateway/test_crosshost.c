@@ -348,6 +348,12 @@ test_restore_on_other_node(void **state)
 	assert_int_equal(r->sandbox->pulled_bytes, FAKE_PULLED_BYTES);
 	assert_string_equal(r->snapshot_id, local);
 	assert_string_not_equal(r->session_id, E.session);
+	/* The new sandbox got the tenant's default lifetime (issue 15): the
+	 * fake node answers SetTimeout with 1000 * timeout_s. */
+	assert_true(E.b.set_timeouts >= 1);
+	assert_int_equal(E.b.last_timeout_s, MOAT_LIFETIME_TIMEOUT_S);
+	assert_int_equal(r->sandbox->expires_unix_ms,
+	    1000ull * MOAT_LIFETIME_TIMEOUT_S);
 	/* node-b was sent snapd's id, found in snapd by label local_id. */
 	assert_string_equal(E.b.last_restore_snap, remote);
 	assert_string_equal(E.snapd.last_local_id, local);

@@ -242,6 +242,21 @@ test_sandbox_lifecycle(void **state)
 	expect_error(&r, 400, "INVALID_ARGUMENT",
 	    "argv: expected an array, got \"ls\"");
 
+	/* SetTimeout (issue 15): the body is a SetTimeoutRequest without
+	 * the id; over the tenant's maximum (default 86400 s) is a 400. */
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s/timeout", id);
+	http("POST", path, "{\"timeoutS\": 600}", &r);
+	if (r.status != 200)
+		fail_msg("timeout: %ld %s", r.status, r.body);
+	assert_string_equal(jstr(&r, "id"), id);
+	assert_string_equal(jstr(&r, "expiresUnixMs"), "600000");
+	http_client_resp_free(&r);
+	assert_string_equal(E.a.last_method, "SetTimeout");
+	assert_int_equal(E.a.last_timeout_s, 600);
+	http("POST", path, "{\"timeoutS\": 86401}", &r);
+	expect_error(&r, 400, "INVALID_ARGUMENT",
+	    "maximum of 86400 s ([tenants] timeout-max-s");
+
 	/* Files: raw bytes both ways. */
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s/files?path=/etc/hosts",
 	    id);

@@ -137,6 +137,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "CloseCodeContext", h_unimplemented, true, false },
 	{ "EgressEvents", h_unimplemented, false, false },
 	{ "Cordon", h_unimplemented, true, false },
+	{ "SetTimeout", h_unimplemented, true, false },
 	{ "TraceFs", h_unimplemented, false, false },
 };
 
