@@ -27,6 +27,11 @@
 #include "sync.h"
 #include "sandbox.h"
 #include "survey.h"
+#include "scratch.h"
+
+#ifndef MOAT_PROTOCOL_VERSION
+#define MOAT_PROTOCOL_VERSION 2 /* moat/rpc.h has it once DRAIN lands */
+#endif
 
 struct vmd_survey {
 	struct vmd *vmd;
@@ -63,9 +68,11 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 		switch (vmd_sandbox_api_state(sb)) {
 		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING:
 			node->sandboxes_creating++;
+			node->vcpus_used += sb->vcpus;
 			break;
 		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING:
 			node->sandboxes_running++;
+			node->vcpus_used += sb->vcpus;
 			break;
 		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED:
 			node->sandboxes_failed++;
@@ -94,6 +101,11 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	node->n_images = n_images;
 	vmd_snapram_fill(vmd, node);
 	node->ram_dir = strdup(vmd_ram_dir());
+	/* Placement's figures (issue 15): scratch left, labels, protocol. */
+	node->scratch_free_bytes = vmd_scratch_free(vmd);
+	node->protocol_version = MOAT_PROTOCOL_VERSION;
+	if (vmd_labels_fill(&cfg->labels, node) != MOAT_OK)
+		return MOAT_INTERNAL;
 	node->isolation = strdup(vmd_jail_isolation());
 	if (!node->node_id || !node->rpc_url || !node->accel ||
 	    !node->driver || !node->version || !node->ram_dir ||
@@ -117,6 +129,7 @@ node_fields_free(Moat__V1__Node *node)
 	for (size_t i = 0; i < node->n_images; i++)
 		free(node->images[i]);
 	free(node->images);
+	vmd_labels_fill_free(node);
 }
 
 static void *
