@@ -466,7 +466,9 @@ class Sandbox:
     "every" (after each step) or "none"; network: "none" (the default: no
     network) or "allowlist"; allow: "host[:port]" names the guest may
     reach through the node's proxy (ports 80 and 443 when none is given;
-    implies network="allowlist"; execs get http_proxy/https_proxy set)."""
+    implies network="allowlist"; execs get http_proxy/https_proxy set);
+    node_selector: str -> str labels a node must carry to be placed on
+    (its [vmd] labels / --label; `moat node ls` shows them)."""
 
     def __init__(self, cpus: int = 1, memory: int = 512, record: bool = True,
                  snapshot: str = "manual", image: Optional[str] = None,
@@ -474,7 +476,8 @@ class Sandbox:
                  client: Optional[Client] = None,
                  timeout: Optional[float] = None, cold_boot: bool = False,
                  network: Optional[str] = None,
-                 allow: Optional[Sequence[str]] = None):
+                 allow: Optional[Sequence[str]] = None,
+                 node_selector: Optional[Mapping[str, str]] = None):
         if snapshot not in _POLICIES:
             raise ValueError(f"snapshot must be one of "
                              f"{', '.join(sorted(_POLICIES))}, not "
@@ -489,6 +492,9 @@ class Sandbox:
             body["labels"] = {str(k): str(v) for k, v in labels.items()}
         if cold_boot:
             body["coldBoot"] = True
+        if node_selector:  # placement: only nodes with all these labels
+            body["nodeSelector"] = {str(k): str(v)
+                                    for k, v in node_selector.items()}
         net = _network(network, allow)
         if net is not None:
             body["network"] = net
