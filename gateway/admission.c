@@ -432,6 +432,20 @@ moat_admission_quota(struct moat_admission *a, const char *tenant,
 	return rv;
 }
 
+uint64_t
+moat_admission_snapshot_limit(struct moat_admission *a, const char *tenant)
+{
+	uint64_t max = 0;
+	char *err = NULL;
+
+	if (a == NULL || tenant == NULL ||
+	    limit(a, "max-snapshot-bytes", tenant, 0, &max, &err) != MOAT_OK) {
+		free(err);
+		return 0;
+	}
+	return max;
+}
+
 int
 moat_admission_snapshot_quota(struct moat_admission *a, const char *tenant,
     uint64_t bytes, char **errmsg)

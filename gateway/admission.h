@@ -23,6 +23,13 @@ struct moat_metrics;
 
 #ifndef MOAT_PROTOCOL_VERSION_MIN
 #define MOAT_PROTOCOL_VERSION_MIN 2 /* also in moat/rpc.h (DRAIN) */
+/* moat_gw_snapshot_quota: before a snapshot of t->tenant: MOAT_OK when
+ * its [tenants] max-snapshot-bytes is 0 or above what its snapshots hold
+ * on the available nodes (asked of each, within deadline_ms); else
+ * RESOURCE_EXHAUSTED with *errmsg naming the limit. */
+int moat_gw_snapshot_quota(struct moat_travel *t, uint64_t deadline_ms,
+    char **errmsg) __attribute__((warn_unused_result));
+
 #endif
 
 #define MOAT_VCPU_OVERCOMMIT 4.0            /* [gateway] vcpu-overcommit */
@@ -151,6 +158,11 @@ int moat_admission_quota(struct moat_admission *a, const char *tenant,
 int moat_admission_snapshot_quota(struct moat_admission *a, const char *tenant,
     uint64_t bytes, char **errmsg) __attribute__((warn_unused_result));
 
+/* moat_admission_snapshot_limit: `tenant`'s [tenants]
+ * max-snapshot-bytes (0: unlimited, or not a number). */
+uint64_t moat_admission_snapshot_limit(struct moat_admission *a,
+    const char *tenant);
+
 /* moat_admission_key: takes one token of API key `key_id`'s bucket
  * ([tenants] key-rps.<tenant> / key-burst.<tenant>, else key-rps /
  * key-burst, else `door`'s rates, else (door NULL) [gateway]
@@ -188,5 +200,12 @@ struct moat_gw_create {
 int moat_gw_create(struct moat_gw_create *c, struct moat_node_id *node,
     uint8_t **out, size_t *out_len, Moat__V1__Sandbox **sb, char **errmsg)
     __attribute__((warn_unused_result));
+
+/* moat_gw_snapshot_quota: before a snapshot of t->tenant: MOAT_OK when
+ * its [tenants] max-snapshot-bytes is 0 or above what its snapshots hold
+ * on the available nodes (asked of each, within deadline_ms); else
+ * RESOURCE_EXHAUSTED with *errmsg naming the limit. */
+int moat_gw_snapshot_quota(struct moat_travel *t, uint64_t deadline_ms,
+    char **errmsg) __attribute__((warn_unused_result));
 
 #endif

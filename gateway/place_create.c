@@ -170,3 +170,41 @@ moat_gw_create(struct moat_gw_create *c, struct moat_node_id *node,
 	*errmsg = msg;
 	return rv;
 }
+
+/* tenant_snapshot_bytes: what `tenant`'s local snapshots hold on the
+ * available nodes (a node that does not answer counts 0). */
+static uint64_t
+tenant_snapshot_bytes(struct moat_travel *t, uint64_t deadline_ms)
+{
+	struct moat_node_id *ids = NULL;
+	size_t n = 0;
+	uint64_t bytes = 0;
+
+	if (moat_nodes_available_ids(t->nodes, &ids, &n) != MOAT_OK)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		Moat__V1__LocalSnapshotList *list = NULL;
+		char *msg = NULL;
+
+		if (moat_snapshots_node_list(t->fw, &ids[i], t->tenant,
+		        deadline_ms, &list, &msg) != MOAT_OK) {
+			free(msg);
+			continue;
+		}
+		for (size_t j = 0; j < list->n_snapshots; j++)
+			bytes += moat_snapshot_local_bytes(list->snapshots[j]);
+		moat__v1__local_snapshot_list__free_unpacked(list, NULL);
+	}
+	free(ids);
+	return bytes;
+}
+
+int
+moat_gw_snapshot_quota(struct moat_travel *t, uint64_t deadline_ms,
+    char **errmsg)
+{
+	if (moat_admission_snapshot_limit(t->adm, t->tenant) == 0)
+		return MOAT_OK;
+	return moat_admission_snapshot_quota(t->adm, t->tenant,
+	    tenant_snapshot_bytes(t, deadline_ms), errmsg);
+}

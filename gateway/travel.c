@@ -1265,8 +1265,17 @@ moat_travel_snapshot_sandbox(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply)
 {
 	struct moat_travel t = parts(call);
+	char *msg = NULL;
+	int rv;
 
 	(void)reply;
+	/* [tenants] max-snapshot-bytes: asked of the nodes only when set. */
+	if ((rv = moat_gw_snapshot_quota(&t, call->deadline_ms, &msg)) !=
+	    MOAT_OK) {
+		rv = moat_rpc_error(call, rv, "%s", msg ? msg : "");
+		free(msg);
+		return rv;
+	}
 	return moat_record_snapshot_call(t.rec, call,
 	    (const Moat__V1__SnapshotSandboxRequest *)request, t.tenant);
 }
