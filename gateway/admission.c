@@ -190,6 +190,23 @@ expire(struct moat_admission *a, Moat__V1__Node *const *nodes, size_t n,
 	}
 }
 
+/* seen_creating: whether the node's answer counts r already among its
+ * sandboxes being created (and their vcpus and memory): the oldest
+ * sandboxes_creating reservations on it are taken to be those (a boot
+ * under TCG takes many seconds, counted twice otherwise). Lock held. */
+static bool
+seen_creating(const struct moat_admission *a, const struct reservation *r,
+    const Moat__V1__Node *node)
+{
+	uint32_t older = 0;
+
+	for (size_t i = 0; i < a->n; i++)
+		if (a->res[i].id < r->id &&
+		    strcmp(a->res[i].node, r->node) == 0)
+			older++;
+	return older < node->sandboxes_creating;
+}
+
 /* apply_locked: moat_admission_apply with the lock held. */
 static void
 apply_locked(struct moat_admission *a, Moat__V1__Node **nodes, size_t n,
@@ -209,6 +226,8 @@ apply_locked(struct moat_admission *a, Moat__V1__Node **nodes, size_t n,
 
 			if (strcmp(r->node, node->node_id) != 0)
 				continue;
+			if (seen_creating(a, r, node))
+				goto tenant;
 			node->sandboxes++;
 			node->vcpus_used += r->vcpus;
 			node->memory_mib_used += r->memory_mib;
@@ -219,6 +238,7 @@ apply_locked(struct moat_admission *a, Moat__V1__Node **nodes, size_t n,
 				    node->scratch_free_bytes -
 				        r->scratch_bytes :
 				    1;
+tenant:
 			if (tenant_sandboxes != NULL && tenant != NULL &&
 			    strcmp(r->tenant, tenant) == 0 &&
 			    (r->sandbox[0] == '\0' ||

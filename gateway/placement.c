@@ -290,11 +290,11 @@ pick_error(const struct moat_place_req *req, const struct pick_tally *t,
 		return MOAT_FAILED_PRECONDITION;
 	}
 	*errmsg = moat_asprintf(
-	    "all %zu available node(s) are full:%s%s%s %u MiB and %u vcpus "
-	    "asked, at most %llu MiB free on one node, vcpus counted %gx "
-	    "([gateway] vcpu-overcommit); destroy sandboxes you no longer "
-	    "need (moat sandbox ls, moat sandbox rm ID), ask for less, or "
-	    "start another node",
+	    "all %zu available node(s) are full (short of%s%s%s): %u MiB "
+	    "and %u vcpus asked, at most %llu MiB free on one node, vcpus "
+	    "counted %gx ([gateway] vcpu-overcommit); destroy sandboxes you "
+	    "no longer need (moat sandbox ls, moat sandbox rm ID), ask for "
+	    "less, or start another node",
 	    t->fit_image, t->short_mem ? " memory" : "",
 	    t->short_vcpus ? " vcpus" : "",
 	    t->short_scratch ? " scratch disk" : "", req->memory_mib,

@@ -40,7 +40,11 @@ fi
 
 # The limits under test, for every service of this cluster (only the
 # gateway reads [tenants]).
+# A test host may have 2 cpus: vcpus counted 16x so that each node takes
+# the 20 sandboxes (the ratio itself is test_admission's).
 cat >"$c_root/moat.conf" <<CONF
+[gateway]
+vcpu-overcommit = 16
 [tenants]
 max-sandboxes.tenant-b = 1
 key-rps.tenant-c = 1
@@ -92,10 +96,12 @@ ok "the cluster starts; the gateway's HTTP door on $http_addr"
 moat() { $c_client "$@"; }
 
 # ---- 20 creates at once ----
+creates=()
 for i in $(seq 1 20); do
 	moat --json sandbox create >"$work/c$i.json" 2>"$work/c$i.err" &
+	creates+=($!)
 done
-wait
+wait "${creates[@]}" # not the services (background children too)
 declare -A per=()
 ids=()
 for i in $(seq 1 20); do

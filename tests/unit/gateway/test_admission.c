@@ -276,6 +276,13 @@ test_reservation_until_survey(void **state)
 	assert_int_equal(storage[0].sandboxes, 2);
 	assert_int_equal(storage[0].vcpus_used, 4);
 	assert_int_equal(storage[0].memory_mib_used, 1024);
+	/* The node says one is being created: the older reservation is
+	 * taken to be that one, not counted twice. */
+	set_node(0, "a");
+	storage[0].sandboxes = 1;
+	storage[0].sandboxes_creating = 1;
+	moat_admission_apply(a, nodes, 1, "acme", NULL);
+	assert_int_equal(storage[0].sandboxes, 2);
 	/* A survey answer after h1 landed counts it: only h2 is left. */
 	set_node(0, "a");
 	storage[0].last_seen_unix_ms = moat_now_unix_ms() + 1;
