@@ -43,6 +43,8 @@ DYNAMIC = {
     ("gateway/main.c", "retention_config"):
         "[gateway] retention-keep-last/-keep-age-s (its options)",
     ("gateway/auth.c", "moat_policy_refuses"): "[policy] refuse.<tenant>",
+    ("lib/config.c", "moat_config_get_u64_for"):
+        "the implementation ([tenants] KEY.<tenant>)",
 }
 NOT_KEYS = {"config", "help", "version"}
 SKIP_DIRS = {".git", "tests", "build", "images", "node_modules"}
