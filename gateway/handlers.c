@@ -79,6 +79,27 @@ h_health(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* set_unusable: Node.unusable_reason (the gateway's view: why placement
+ * skips a node that answers) on each of `nodes`. False when out of
+ * memory. */
+static bool
+set_unusable(Moat__V1__Node **nodes, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char why[256];
+		const char *u =
+		    moat_placement_unusable(nodes[i], why, sizeof(why));
+
+		if (u == NULL)
+			continue;
+		if (nodes[i]->unusable_reason != protobuf_c_empty_string)
+			free(nodes[i]->unusable_reason);
+		if ((nodes[i]->unusable_reason = strdup(u)) == NULL)
+			return false;
+	}
+	return true;
+}
+
 static int
 h_list_nodes(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -86,23 +107,11 @@ h_list_nodes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct moat_gateway *gw = call->service_ctx;
 	Moat__V1__NodeList *r = (Moat__V1__NodeList *)reply;
 
-	if (moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) != MOAT_OK)
+	if (moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) !=
+	        MOAT_OK ||
+	    !set_unusable(r->nodes, r->n_nodes))
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory listing nodes");
-	/* The gateway's view: why placement skips a node that answers. */
-	for (size_t i = 0; i < r->n_nodes; i++) {
-		char why[256];
-		const char *u =
-		    moat_placement_unusable(r->nodes[i], why, sizeof(why));
-
-		if (u == NULL)
-			continue;
-		if (r->nodes[i]->unusable_reason != protobuf_c_empty_string)
-			free(r->nodes[i]->unusable_reason);
-		if ((r->nodes[i]->unusable_reason = strdup(u)) == NULL)
-			return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-			    "out of memory listing nodes");
-	}
 	return MOAT_OK;
 }
 
@@ -190,7 +199,9 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 	r->uptime_ms = moat_rpc_now_ms() - gw->started_ms;
 	if ((r->version = strdup(MOAT_VERSION)) == NULL ||
-	    moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) != MOAT_OK)
+	    moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) !=
+	        MOAT_OK ||
+	    !set_unusable(r->nodes, r->n_nodes))
 		goto fail_oom;
 	/* gateway itself, sessiond, snapd, then one per node. */
 	if ((r->services = calloc(3 + r->n_nodes, sizeof(*r->services))) ==
