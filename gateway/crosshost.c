@@ -18,6 +18,7 @@
 #include <nng/nng.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "admission.h"
 #include "gateway.h"
 #include "moat/log.h"
 #include "moat/status.h"
@@ -224,9 +225,21 @@ place_nodes(struct moat_travel *t, const char *snap, const char *node,
 			for (uint32_t k = 0; k < count; k++)
 				chosen[k] = idx;
 	} else {
+		/* Ranked with this gateway's reservations (admission.c). */
+		moat_admission_apply(t->adm, nodes, n, t->tenant, NULL);
 		rv = moat_placement_spread(nodes, n, count, 0, 0, "",
 		    moat_snapshot_node(snap, &own) ? own.s : NULL,
 		    t->survey_url, chosen, errmsg);
+	}
+	for (uint32_t k = 0; rv == MOAT_OK && k < count; k++) {
+		/* Held until the node's next survey counts it (30 s at
+		 * most): the restore itself may still fail. */
+		struct moat_place_req req = { .vcpus = 0 };
+
+		moat_admission_landed(t->adm,
+		    moat_admission_reserve(t->adm, nodes[chosen[k]]->node_id,
+		        t->tenant, &req),
+		    "");
 	}
 	for (uint32_t k = 0; rv == MOAT_OK && k < count; k++)
 		if (!moat_node_id_set(&out[k].node,

@@ -48,6 +48,7 @@ bool moat_sandbox_id_set(struct moat_sandbox_id *id, const char *s);
 
 struct moat_node_conn;
 struct moat_node_entry;
+struct moat_admission;
 
 struct moat_nodes {
 	pthread_mutex_t lock; /* guards entries, n, cap, each entry */
@@ -800,6 +801,16 @@ const char *moat_gw_tenant(const struct moat_rpc_call *call);
 int moat_gateway_check_key(struct moat_gateway *gw, const char *key,
     char *key_id) __attribute__((warn_unused_result));
 
+/* moat_gateway_key_admit: takes one token of API key `key`'s bucket
+ * ([tenants] key-rps / key-burst of its tenant, else the door's `rps`
+ * and `burst`; rps 0: no limit), for doors that check
+ * before reading a request (http.c). MOAT_OK when there was one, or the
+ * key is not valid (the gate refuses it), or auth is off;
+ * RESOURCE_EXHAUSTED with *retry_s and *errmsg (heap) otherwise. */
+int moat_gateway_key_admit(struct moat_gateway *gw, const char *key,
+    uint32_t rps, uint32_t burst, uint32_t *retry_s, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_gw_message_tenant: the `tenant` field of a sessiond or snapd
  * request the gateway built (it sets that field from moat_gw_tenant), or
  * NULL when the message has none: what such a call puts in
@@ -831,6 +842,7 @@ struct moat_travel {
 	const char *survey_url;
 	const char *tenant;               /* the caller's (moat_gw_tenant) */
 	const struct moat_config *config; /* [tenants] lifetimes; NULL ok */
+	struct moat_admission *adm; /* reservations, quotas (admission.h) */
 };
 
 /* Where one restored copy runs, and the snapshot id its node gets: the

@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "admission.h"
 #include "auth.h"
 #include "gateway.h"
 #include "moat/log.h"
@@ -48,6 +49,10 @@ struct moat_gateway {
 	const struct moat_config *config; /* borrowed: [policy] */
 	struct gw_metrics *metrics;
 	struct moat_rpc_method *methods; /* the table served: all gate() */
+	/* The same for the HTTP door (gate_http: its own admit() took the
+	 * API key's token already). */
+	struct moat_rpc_method *http_methods;
+	struct moat_admission *adm; /* reservations, quotas, key buckets */
 };
 
 static char *
@@ -74,6 +79,27 @@ h_health(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* set_unusable: Node.unusable_reason (the gateway's view: why placement
+ * skips a node that answers) on each of `nodes`. False when out of
+ * memory. */
+static bool
+set_unusable(Moat__V1__Node **nodes, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char why[256];
+		const char *u =
+		    moat_placement_unusable(nodes[i], why, sizeof(why));
+
+		if (u == NULL)
+			continue;
+		if (nodes[i]->unusable_reason != protobuf_c_empty_string)
+			free(nodes[i]->unusable_reason);
+		if ((nodes[i]->unusable_reason = strdup(u)) == NULL)
+			return false;
+	}
+	return true;
+}
+
 static int
 h_list_nodes(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -81,7 +107,9 @@ h_list_nodes(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct moat_gateway *gw = call->service_ctx;
 	Moat__V1__NodeList *r = (Moat__V1__NodeList *)reply;
 
-	if (moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) != MOAT_OK)
+	if (moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) !=
+	        MOAT_OK ||
+	    !set_unusable(r->nodes, r->n_nodes))
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory listing nodes");
 	return MOAT_OK;
@@ -171,7 +199,9 @@ h_info(struct moat_rpc_call *call, const ProtobufCMessage *request,
 
 	r->uptime_ms = moat_rpc_now_ms() - gw->started_ms;
 	if ((r->version = strdup(MOAT_VERSION)) == NULL ||
-	    moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) != MOAT_OK)
+	    moat_nodes_snapshot(&gw->nodes, &r->nodes, &r->n_nodes) !=
+	        MOAT_OK ||
+	    !set_unusable(r->nodes, r->n_nodes))
 		goto fail_oom;
 	/* gateway itself, sessiond, snapd, then one per node. */
 	if ((r->services = calloc(3 + r->n_nodes, sizeof(*r->services))) ==
@@ -346,13 +376,26 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct moat_gateway *gw = call->service_ctx;
 	const Moat__V1__CreateSandboxRequest *req =
 	    (const Moat__V1__CreateSandboxRequest *)request;
+	/* The tenant is the gateway's to say; whatever the client put there
+	 * is replaced. A shallow copy: the request stays untouched. */
 	Moat__V1__CreateSandboxRequest fwd = *req;
-	Moat__V1__Node **nodes = NULL;
+	struct moat_gw_create c = {
+		.nodes = &gw->nodes,
+		.fw = &gw->fw,
+		.adm = gw->adm,
+		.tenant = moat_gw_tenant(call),
+		.req = &fwd,
+		.survey_url = gw->survey_url,
+		.what = "the new sandbox",
+		.request_id = call->request_id,
+		.deadline_ms = call->deadline_ms,
+		.quota = true,
+	};
 	Moat__V1__Sandbox *sb = NULL;
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
-	uint8_t *payload = NULL, *out = NULL;
-	size_t n_nodes = 0, chosen, len, out_len = 0;
+	uint8_t *out = NULL;
+	size_t out_len = 0;
 	char *msg = NULL;
 	int rv;
 
@@ -363,46 +406,14 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		free(msg);
 		return rv;
 	}
-	if (moat_nodes_snapshot(&gw->nodes, &nodes, &n_nodes) != MOAT_OK)
-		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-		    "out of memory");
-	if ((rv = moat_placement_choose(nodes, n_nodes, req->vcpus,
-	         req->memory_mib, req->image, gw->survey_url, &chosen,
-	         &msg)) != MOAT_OK)
-		goto fail;
-	if (!moat_node_id_set(&node, nodes[chosen]->node_id)) {
-		rv = MOAT_INTERNAL;
-		msg = moat_asprintf("placement chose a node without an id");
-		goto fail;
-	}
-	/* The tenant is the gateway's to say; whatever the client put there
-	 * is replaced. A shallow copy: the request stays untouched. */
 	fwd.tenant = (char *)moat_gw_tenant(call);
-	len = moat__v1__create_sandbox_request__get_packed_size(&fwd);
-	if ((payload = malloc(len ? len : 1)) == NULL) {
-		rv = MOAT_RESOURCE_EXHAUSTED;
-		msg = moat_asprintf("out of memory");
+	if ((rv = moat_gw_create(&c, &node, &out, &out_len, &sb, &msg)) !=
+	    MOAT_OK)
 		goto fail;
-	}
-	moat__v1__create_sandbox_request__pack(&fwd, payload);
-	if ((rv = moat_forward_to_node(&gw->fw, &node, moat_gw_tenant(call),
-	         "CreateSandbox", payload, len, call->request_id,
-	         call->deadline_ms, "the new sandbox", &out, &out_len,
-	         &msg)) != MOAT_OK)
-		goto fail;
-	sb = moat__v1__sandbox__unpack(NULL, out_len, out);
-	if (sb == NULL) {
-		rv = MOAT_INTERNAL;
-		msg = moat_asprintf(
-		    "node %s answered CreateSandbox with "
-		    "something that is not a moat.v1.Sandbox: are the gateway "
-		    "and moat-vmd built from the same protos?",
-		    node.s);
-		goto fail;
-	}
 	if (moat_sandbox_id_set(&sandbox, sb->id)) {
 		moat_forward_remember(&gw->fw, &sandbox, &node);
 		moat_forward_set_tenant(&gw->fw, &sandbox, sb->tenant);
+		moat_inventory_put(gw->inventory, &node, sb);
 		moat_info(call->request_id, "sandbox %s placed on node %s",
 		    sandbox.s, node.s);
 	} else {
@@ -417,8 +428,6 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			goto fail;
 	}
 	moat__v1__sandbox__free_unpacked(sb, NULL);
-	free(payload);
-	moat_nodes_snapshot_free(nodes, n_nodes);
 	call->raw_reply = out;
 	call->raw_reply_len = out_len;
 	return MOAT_OK;
@@ -427,8 +436,6 @@ fail:
 	if (sb != NULL)
 		moat__v1__sandbox__free_unpacked(sb, NULL);
 	free(out);
-	free(payload);
-	moat_nodes_snapshot_free(nodes, n_nodes);
 	rv = moat_rpc_error(call, rv, "%s", msg ? msg : moat_strerror(rv));
 	free(msg);
 	return rv;
@@ -1440,8 +1447,8 @@ gate_defer(struct moat_gateway *gw, struct moat_rpc_call *call, size_t row,
  * sandbox, then the handler runs; mutating and refused calls are
  * audited, and every call counted. */
 static int
-gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
-    ProtobufCMessage *reply)
+gate_door(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply, bool take_key)
 {
 	struct moat_gateway *gw = call->service_ctx;
 	const struct moat_rpc_method *row = NULL;
@@ -1481,6 +1488,12 @@ gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		}
 	}
 	call->principal = tenant;
+	if (take_key &&
+	    !moat_admission_key(gw->adm, tenant, key_id, NULL,
+	        &(uint32_t){ 0 }, &msg)) {
+		rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED, "%s", msg);
+		goto done;
+	}
 	audited = row->mutating;
 	sandbox = request_string(request, "sandbox_id");
 	if (gw->auth_on && sandbox != NULL && sandbox[0] != '\0') {
@@ -1536,6 +1549,43 @@ deferred:
 	free(joined);
 	free(msg);
 	return rv;
+}
+
+/* gate: the nng door's calls, each taking a token of its API key's
+ * bucket ([tenants] key-rps). */
+static int
+gate(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return gate_door(call, request, reply, true);
+}
+
+/* gate_http: the HTTP door's (and /mcp's) calls: admit() in http.c took
+ * the key's token for the whole request, with Retry-After. */
+static int
+gate_http(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return gate_door(call, request, reply, false);
+}
+
+int
+moat_gateway_key_admit(struct moat_gateway *gw, const char *key, uint32_t rps,
+    uint32_t burst, uint32_t *retry_s, char **errmsg)
+{
+	struct moat_key_rate door = { rps, burst };
+	char tenant[MOAT_AUTH_TENANT_MAX], key_id[MOAT_AUTH_KEY_ID_LEN + 1];
+
+	*retry_s = 0;
+	*errmsg = NULL;
+	if (!gw->auth_on ||
+	    moat_auth_key_verify(gw->auth, key ? key : "", tenant,
+	        sizeof(tenant), key_id) != MOAT_OK)
+		return MOAT_OK;
+	return moat_admission_key(gw->adm, tenant, key_id, &door, retry_s,
+	           errmsg) ?
+	    MOAT_OK :
+	    MOAT_RESOURCE_EXHAUSTED;
 }
 
 /* node_snapshot_metrics: each node's snapshot RAM (issue 11), from its
@@ -1676,6 +1726,8 @@ moat_gateway_start(struct moat_gateway **out,
 	gw->config = opts->config;
 	if ((gw->metrics = calloc(1, sizeof(*gw->metrics))) == NULL ||
 	    (gw->methods = calloc(N_METHODS, sizeof(*gw->methods))) == NULL ||
+	    (gw->http_methods = calloc(N_METHODS, sizeof(*gw->methods))) ==
+	        NULL ||
 	    moat_metrics_new(&gw->metrics->reg) != MOAT_OK ||
 	    moat_metrics_process(gw->metrics->reg, "gateway") != MOAT_OK)
 		goto fail_oom;
@@ -1685,7 +1737,12 @@ moat_gateway_start(struct moat_gateway **out,
 		gw->methods[i] = gateway_methods[i];
 		gw->methods[i].handler = gate;
 		gw->methods[i].needs_auth = false;
+		gw->http_methods[i] = gw->methods[i];
+		gw->http_methods[i].handler = gate_http;
 	}
+	if ((rv = moat_admission_new(&gw->adm, opts->config, gw->metrics->reg,
+	         errmsg)) != MOAT_OK)
+		goto fail;
 	svc.methods = gw->methods;
 	if (opts->state_dir != NULL && opts->state_dir[0] != '\0') {
 		if ((rv = moat_auth_open(&gw->auth, opts->state_dir,
@@ -1736,6 +1793,7 @@ moat_gateway_start(struct moat_gateway **out,
 	         opts->survey_interval_ms, true, errmsg)) != MOAT_OK)
 		goto fail;
 	gw->fw.inv = gw->inventory;
+	moat_admission_set_inventory(gw->adm, gw->inventory);
 	moat_inventory_set_audit(gw->inventory, gw->auth);
 	svc.ctx = gw;
 	/* Clients prove themselves by API key; a certificate is checked
@@ -1793,6 +1851,8 @@ moat_gateway_stop(struct moat_gateway *gw)
 		moat_metrics_free(gw->metrics->reg);
 	free(gw->metrics);
 	free(gw->methods);
+	free(gw->http_methods);
+	moat_admission_free(gw->adm);
 	free(gw);
 }
 
@@ -1839,13 +1899,14 @@ moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out)
 	out->rec = &gw->rec;
 	out->survey_url = gw->survey_url;
 	out->config = gw->config;
+	out->adm = gw->adm;
 }
 
 void
 moat_gateway_service(struct moat_gateway *gw, struct moat_rpc_service *out)
 {
 	out->descriptor = &moat__v1__gateway__descriptor;
-	out->methods = gw->methods;
+	out->methods = gw->http_methods;
 	out->n_methods = N_METHODS;
 	out->ctx = gw;
 }

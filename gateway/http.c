@@ -1543,11 +1543,16 @@ admit(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 		free(errmsg);
 		return ret;
 	}
-	if (key_id[0] != '\0') {
-		snprintf(name, sizeof(name), "k:%s", key_id);
-		if (!moat_ratelimit_take(h->rl, name, now, &retry))
-			return refuse_rate(h, conn, mcp, "this API key",
-			    retry);
+	/* The key's bucket at its tenant's rate ([tenants] key-rps),
+	 * shared with the nng door (admission.c). */
+	if (key_id[0] != '\0' &&
+	    moat_gateway_key_admit(h->gw, key, h->rps, h->burst, &retry,
+	        &errmsg) != MOAT_OK) {
+		ret = refuse(conn, mcp, MHD_HTTP_TOO_MANY_REQUESTS,
+		    MOAT_RESOURCE_EXHAUSTED,
+		    errmsg ? errmsg : "too many requests", retry);
+		free(errmsg);
+		return ret;
 	}
 	*refused = false;
 	return MHD_YES;

@@ -21,6 +21,7 @@
 #include <nng/supplemental/util/platform.h>
 
 #include "auth.h"
+#include "admission.h"
 #include "gateway.h"
 #include "moat/log.h"
 #include "moat/status.h"
@@ -570,4 +571,33 @@ moat_inventory_stop(struct moat_inventory *inv)
 	free(inv->cursors);
 	pthread_mutex_destroy(&inv->lock);
 	free(inv);
+}
+
+void
+moat_inventory_usage(struct moat_inventory *inv, const char *tenant,
+    Moat__V1__Node *const *nodes, size_t n, uint32_t *per_node,
+    struct moat_usage *total)
+{
+	if (per_node != NULL)
+		memset(per_node, 0, n * sizeof(*per_node));
+	memset(total, 0, sizeof(*total));
+	if (inv == NULL || tenant == NULL)
+		return;
+	pthread_mutex_lock(&inv->lock);
+	for (size_t i = 0; i < inv->n; i++) {
+		const Moat__V1__Sandbox *sb = inv->entries[i].last;
+
+		if (sb == NULL || sb->tenant == NULL ||
+		    strcmp(sb->tenant, tenant) != 0)
+			continue;
+		total->sandboxes++;
+		total->vcpus += sb->vcpus;
+		total->memory_mib += sb->memory_mib;
+		for (size_t j = 0; per_node != NULL && j < n; j++)
+			if (nodes[j] != NULL &&
+			    strcmp(nodes[j]->node_id,
+			        inv->entries[i].node.s) == 0)
+				per_node[j]++;
+	}
+	pthread_mutex_unlock(&inv->lock);
 }

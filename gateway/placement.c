@@ -1,17 +1,24 @@
 /*
  * placement.c: which node gets a new sandbox. A pure function over a
- * snapshot of the node table: available nodes whose per-sandbox limits
- * allow the request, with the memory free and the image built, ranked by
- * fewest sandboxes, then most free memory, then id (so equal nodes fill
- * evenly and the choice is repeatable). When nothing fits, the error says
- * why in the operator's terms: no node at all, a request no node could
- * ever hold, an image built nowhere, or full nodes.
- * Not for: reserving capacity (the node itself refuses when a race fills
- * it) or talking to nodes.
+ * snapshot of the node table (with this gateway's reservations already
+ * added, admission.c): available, usable (not cordoned, a protocol
+ * version the gateway speaks) nodes that the request has not been
+ * refused by, carrying every label of its node_selector, whose
+ * per-sandbox limits allow it, with the image built and room for it:
+ * memory, vcpus (with the overcommit ratio) and scratch disk. Ranked by
+ * the tenant's own sandboxes there (a tenant spreads), then fewest
+ * sandboxes, then most free memory, then id (so equal nodes fill evenly
+ * and the choice is repeatable). When nothing fits, the error says why
+ * in the operator's terms: no node at all, unusable or unlabelled nodes,
+ * a request no node could ever hold, an image built nowhere, or full
+ * nodes.
+ * Not for: holding capacity (admission.c) or talking to nodes.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "admission.h"
 #include "gateway.h"
 #include "moat/status.h"
 #include "moat/util.h"
@@ -61,10 +68,90 @@ has_image(const Moat__V1__Node *n, const char *image)
 	return false;
 }
 
-/* better: whether a ranks before b. */
+/* scratch_ok: whether the node has disk for the scratch asked. A node
+ * that does not report its free scratch (0) is not refused for it. */
 static bool
-better(const Moat__V1__Node *a, const Moat__V1__Node *b)
+scratch_ok(const Moat__V1__Node *n, uint64_t scratch_mib)
 {
+	return n->scratch_free_bytes == 0 ||
+	    n->scratch_free_bytes >= (scratch_mib << 20);
+}
+
+/* vcpus_ok: used + asked within vcpus_total * overcommit (a node that
+ * does not report its vcpus is not refused for them). */
+static bool
+vcpus_ok(const Moat__V1__Node *n, uint32_t vcpus, double overcommit)
+{
+	if (n->vcpus_total == 0)
+		return true;
+	return (double)n->vcpus_used + vcpus <=
+	    (double)n->vcpus_total * overcommit + 1e-9;
+}
+
+const char *
+moat_placement_unusable(const Moat__V1__Node *node, char *buf, size_t size)
+{
+	uint32_t v = node->protocol_version ? node->protocol_version : 1;
+
+	if (v < MOAT_PROTOCOL_VERSION_MIN) {
+		snprintf(buf, size,
+		    "protocol version %u < %u: upgrade moat-vmd", v,
+		    (unsigned)MOAT_PROTOCOL_VERSION_MIN);
+		return buf;
+	}
+	if (node->cordoned) {
+		snprintf(buf, size,
+		    "cordoned%s%s: `moat node uncordon %s` to place "
+		    "sandboxes there again",
+		    node->cordon_reason && node->cordon_reason[0] ? ": " : "",
+		    node->cordon_reason ? node->cordon_reason : "",
+		    node->node_id);
+		return buf;
+	}
+	return NULL;
+}
+
+static bool
+has_labels(const Moat__V1__Node *n, const struct moat_place_req *req)
+{
+	for (size_t i = 0; i < req->n_selector; i++) {
+		const char *k = req->selector[i]->key,
+		           *v = req->selector[i]->value;
+		bool found = false;
+
+		for (size_t j = 0; j < n->n_labels && !found; j++)
+			found = strcmp(n->labels[j]->key, k ? k : "") == 0 &&
+			    strcmp(n->labels[j]->value, v ? v : "") == 0;
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+/* What the nodes looked like to one pick, for its error message. */
+struct pick_tally {
+	size_t available, usable, unskipped, labelled, fit_limits, fit_image;
+	uint32_t max_vcpus;
+	uint64_t max_mem, most_free;
+	bool short_mem, short_vcpus, short_scratch;
+	char unusable[256];
+};
+
+static uint32_t
+tenant_count(const struct moat_place_req *req, size_t i)
+{
+	return req->tenant_sandboxes ? req->tenant_sandboxes[i] : 0;
+}
+
+/* better: whether node i ranks before node j. */
+static bool
+better(Moat__V1__Node *const *nodes, const struct moat_place_req *req,
+    size_t i, size_t j)
+{
+	const Moat__V1__Node *a = nodes[i], *b = nodes[j];
+
+	if (tenant_count(req, i) != tenant_count(req, j))
+		return tenant_count(req, i) < tenant_count(req, j);
 	if (a->sandboxes != b->sandboxes)
 		return a->sandboxes < b->sandboxes;
 	if (free_mib(a) != free_mib(b))
@@ -72,87 +159,192 @@ better(const Moat__V1__Node *a, const Moat__V1__Node *b)
 	return strcmp(a->node_id, b->node_id) < 0;
 }
 
-int
-moat_placement_choose(Moat__V1__Node *const *nodes, size_t n, uint32_t vcpus,
-    uint32_t memory_mib, const char *image, const char *survey_url,
-    size_t *chosen, char **errmsg)
+/* fits: whether node i may take req (sizes resolved), tallying why
+ * not. */
+static bool
+fits(const Moat__V1__Node *node, const struct moat_place_req *req, size_t i,
+    struct pick_tally *t)
 {
-	size_t available = 0, fit_limits = 0, fit_image = 0, best = n;
-	uint32_t max_vcpus = 0;
-	uint64_t max_mem = 0, most_free = 0;
+	uint32_t node_vcpus;
+	uint64_t node_mem;
+	char why[160];
+	const char *reason;
+	bool room = true;
+
+	if (node == NULL || !node->available)
+		return false;
+	t->available++;
+	if ((reason = moat_placement_unusable(node, why, sizeof(why)))) {
+		size_t len = strlen(t->unusable);
+
+		snprintf(t->unusable + len, sizeof(t->unusable) - len,
+		    "%s%s: %s", len ? "; " : "", node->node_id, reason);
+		return false;
+	}
+	t->usable++;
+	if (req->skip != NULL && req->skip[i])
+		return false;
+	t->unskipped++;
+	if (!has_labels(node, req))
+		return false;
+	t->labelled++;
+	node_vcpus = node->max_vcpus ? node->max_vcpus : node->vcpus_total;
+	node_mem = node->max_memory_mib ? node->max_memory_mib :
+	                                  node->memory_mib_total;
+	if (node_vcpus > t->max_vcpus)
+		t->max_vcpus = node_vcpus;
+	if (node_mem > t->max_mem)
+		t->max_mem = node_mem;
+	if (!within_limits(node, req->vcpus, req->memory_mib))
+		return false;
+	t->fit_limits++;
+	if (!has_image(node, req->image))
+		return false;
+	t->fit_image++;
+	if (free_mib(node) > t->most_free)
+		t->most_free = free_mib(node);
+	if (free_mib(node) < req->memory_mib) {
+		t->short_mem = true;
+		room = false;
+	}
+	if (!vcpus_ok(node, req->vcpus, req->overcommit)) {
+		t->short_vcpus = true;
+		room = false;
+	}
+	if (!scratch_ok(node, req->scratch_mib)) {
+		t->short_scratch = true;
+		room = false;
+	}
+	return room;
+}
+
+/* selector_text: "k=v,k2=v2" of the request, into buf. */
+static const char *
+selector_text(const struct moat_place_req *req, char *buf, size_t size)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < req->n_selector && len < size; i++)
+		len += (size_t)snprintf(buf + len, size - len, "%s%s=%s",
+		    i ? "," : "", req->selector[i]->key,
+		    req->selector[i]->value);
+	return buf;
+}
+
+/* pick_error: why nothing fitted, as a status and *errmsg. */
+static int
+pick_error(const struct moat_place_req *req, const struct pick_tally *t,
+    char **errmsg)
+{
+	char sel[256];
+
+	if (t->available == 0) {
+		*errmsg = moat_asprintf(
+		    "no vmd node is available: start "
+		    "moat-vmd (deploy/moat-stack start) and check that it "
+		    "dials the gateway's survey url %s; `moat info` lists "
+		    "the nodes the gateway knows",
+		    req->survey_url ? req->survey_url : "");
+		return MOAT_UNAVAILABLE;
+	}
+	if (t->usable == 0) {
+		*errmsg =
+		    moat_asprintf("all %zu available node(s) are unusable "
+		                  "for new sandboxes (%s); `moat node ls` "
+		                  "shows why",
+		        t->available, t->unusable);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if (t->unskipped == 0) {
+		*errmsg = moat_asprintf("every usable node refused the "
+		                        "sandbox");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	if (t->labelled == 0) {
+		*errmsg = moat_asprintf(
+		    "no usable node has the labels %s asked (node_selector / "
+		    "--node-label): `moat node ls` lists each node's labels; "
+		    "give a node labels with [vmd] labels or --label k=v, or "
+		    "ask for others",
+		    selector_text(req, sel, sizeof(sel)));
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if (t->fit_limits == 0) {
+		*errmsg = moat_asprintf(
+		    "no node can hold a sandbox of %u "
+		    "vcpus and %u MiB: the largest allowed on the available "
+		    "nodes is %u vcpus and %llu MiB; ask for less (--cpus, "
+		    "--memory)",
+		    req->vcpus, req->memory_mib, t->max_vcpus,
+		    (unsigned long long)t->max_mem);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (t->fit_image == 0) {
+		*errmsg = moat_asprintf(
+		    "image \"%s\" is not built on any "
+		    "available node: build it on a node as root "
+		    "(images/build.sh --name %s --out DIR, DIR being that "
+		    "node's vmd --image-dir) or pick another with --image",
+		    req->image, req->image);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	*errmsg = moat_asprintf(
+	    "all %zu available node(s) are full (short of%s%s%s): %u MiB "
+	    "and %u vcpus asked, at most %llu MiB free on one node, vcpus "
+	    "counted %gx ([gateway] vcpu-overcommit); destroy sandboxes you "
+	    "no longer need (moat sandbox ls, moat sandbox rm ID), ask for "
+	    "less, or start another node",
+	    t->fit_image, t->short_mem ? " memory" : "",
+	    t->short_vcpus ? " vcpus" : "",
+	    t->short_scratch ? " scratch disk" : "", req->memory_mib,
+	    req->vcpus, (unsigned long long)t->most_free, req->overcommit);
+	return MOAT_RESOURCE_EXHAUSTED;
+}
+
+int
+moat_placement_pick(Moat__V1__Node *const *nodes, size_t n,
+    const struct moat_place_req *req_in, size_t *chosen, char **errmsg)
+{
+	struct moat_place_req req = *req_in;
+	struct pick_tally t = { 0 };
+	size_t best = n;
 
 	*chosen = n;
-	if (vcpus == 0)
-		vcpus = NODE_DEFAULT_VCPUS;
-	if (memory_mib == 0)
-		memory_mib = NODE_DEFAULT_MEMORY_MIB;
+	if (req.vcpus == 0)
+		req.vcpus = NODE_DEFAULT_VCPUS;
+	if (req.memory_mib == 0)
+		req.memory_mib = NODE_DEFAULT_MEMORY_MIB;
+	if (req.scratch_mib == 0)
+		req.scratch_mib = MOAT_NODE_DEFAULT_SCRATCH_MIB;
+	if (req.overcommit <= 0)
+		req.overcommit = MOAT_VCPU_OVERCOMMIT;
 	for (size_t i = 0; i < n; i++) {
-		const Moat__V1__Node *node = nodes[i];
-		uint32_t node_vcpus;
-		uint64_t node_mem;
-
-		if (node == NULL || !node->available)
+		if (!fits(nodes[i], &req, i, &t))
 			continue;
-		available++;
-		node_vcpus =
-		    node->max_vcpus ? node->max_vcpus : node->vcpus_total;
-		node_mem = node->max_memory_mib ? node->max_memory_mib :
-		                                  node->memory_mib_total;
-		if (node_vcpus > max_vcpus)
-			max_vcpus = node_vcpus;
-		if (node_mem > max_mem)
-			max_mem = node_mem;
-		if (!within_limits(node, vcpus, memory_mib))
-			continue;
-		fit_limits++;
-		if (!has_image(node, image))
-			continue;
-		fit_image++;
-		if (free_mib(node) > most_free)
-			most_free = free_mib(node);
-		if (free_mib(node) < memory_mib)
-			continue;
-		if (best == n || better(node, nodes[best]))
+		if (best == n || better(nodes, &req, i, best))
 			best = i;
 	}
 	if (best != n) {
 		*chosen = best;
 		return MOAT_OK;
 	}
-	if (available == 0) {
-		*errmsg = moat_asprintf(
-		    "no vmd node is available: start "
-		    "moat-vmd (deploy/moat-stack start) and check that it "
-		    "dials the gateway's survey url %s; `moat info` lists "
-		    "the nodes the gateway knows",
-		    survey_url ? survey_url : "");
-		return MOAT_UNAVAILABLE;
-	}
-	if (fit_limits == 0) {
-		*errmsg = moat_asprintf(
-		    "no node can hold a sandbox of %u "
-		    "vcpus and %u MiB: the largest allowed on the available "
-		    "nodes is %u vcpus and %llu MiB; ask for less (--cpus, "
-		    "--memory)",
-		    vcpus, memory_mib, max_vcpus, (unsigned long long)max_mem);
-		return MOAT_INVALID_ARGUMENT;
-	}
-	if (fit_image == 0) {
-		*errmsg = moat_asprintf(
-		    "image \"%s\" is not built on any "
-		    "available node: build it on a node as root "
-		    "(images/build.sh --name %s --out DIR, DIR being that "
-		    "node's vmd --image-dir) or pick another with --image",
-		    image, image);
-		return MOAT_FAILED_PRECONDITION;
-	}
-	*errmsg = moat_asprintf(
-	    "all %zu available node(s) are full: %u MiB "
-	    "asked, at most %llu MiB free on one node; destroy sandboxes "
-	    "you no longer need (moat sandbox ls, moat sandbox rm ID), ask "
-	    "for less memory, or start another node",
-	    fit_image, memory_mib, (unsigned long long)most_free);
-	return MOAT_RESOURCE_EXHAUSTED;
+	return pick_error(&req, &t, errmsg);
+}
+
+int
+moat_placement_choose(Moat__V1__Node *const *nodes, size_t n, uint32_t vcpus,
+    uint32_t memory_mib, const char *image, const char *survey_url,
+    size_t *chosen, char **errmsg)
+{
+	struct moat_place_req req = {
+		.vcpus = vcpus,
+		.memory_mib = memory_mib,
+		.image = image,
+		.survey_url = survey_url,
+	};
+
+	return moat_placement_pick(nodes, n, &req, chosen, errmsg);
 }
 
 /* spread_one: the node for one sandbox more; see moat_placement_spread. */
@@ -199,6 +391,7 @@ moat_placement_spread(Moat__V1__Node **nodes, size_t n, uint32_t count,
 		}
 		nodes[chosen[k]]->sandboxes++;
 		nodes[chosen[k]]->memory_mib_used += mem;
+		nodes[chosen[k]]->vcpus_used += vcpus ? vcpus : 1;
 	}
 	return MOAT_OK;
 }

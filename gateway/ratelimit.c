@@ -21,6 +21,7 @@ struct bucket {
 	char name[MOAT_RATELIMIT_NAME_MAX]; /* "": empty slot */
 	uint64_t tokens_m;                  /* thousandths of a token */
 	uint64_t last_ms;                   /* tokens_m was right then */
+	uint64_t rps, burst_m;              /* this bucket's rate */
 };
 
 struct moat_ratelimit {
@@ -74,9 +75,9 @@ fnv1a(const char *s)
 	return h;
 }
 
-/* refill: b's tokens as of now_ms. */
+/* refill: b's tokens as of now_ms, at b's own rate. */
 static void
-refill(const struct moat_ratelimit *rl, struct bucket *b, uint64_t now_ms)
+refill(struct bucket *b, uint64_t now_ms)
 {
 	uint64_t add;
 
@@ -84,22 +85,24 @@ refill(const struct moat_ratelimit *rl, struct bucket *b, uint64_t now_ms)
 		return;
 	/* An elapsed time of more ms than the bucket holds thousandths
 	 * fills it (rps >= 1): no overflow in the product. */
-	if (now_ms - b->last_ms > rl->burst_m) {
-		b->tokens_m = rl->burst_m;
+	if (now_ms - b->last_ms > b->burst_m) {
+		b->tokens_m = b->burst_m;
 		b->last_ms = now_ms;
 		return;
 	}
-	add = (now_ms - b->last_ms) * rl->rps;
-	if (b->tokens_m + add >= rl->burst_m)
-		b->tokens_m = rl->burst_m;
+	add = (now_ms - b->last_ms) * b->rps;
+	if (b->tokens_m + add >= b->burst_m)
+		b->tokens_m = b->burst_m;
 	else
 		b->tokens_m += add;
 	b->last_ms = now_ms;
 }
 
-/* find: name's bucket, made (full) when absent. */
+/* find: name's bucket, made (full, of rps and burst_m) when absent; a
+ * bucket found takes the rate given (a tenant's limit may change). */
 static struct bucket *
-find(struct moat_ratelimit *rl, const char *name, uint64_t now_ms)
+find(struct moat_ratelimit *rl, const char *name, uint64_t rps,
+    uint64_t burst_m, uint64_t now_ms)
 {
 	size_t start = (size_t)(fnv1a(name) % rl->n_slots);
 	struct bucket *pick = NULL, *full = NULL, *oldest = NULL;
@@ -112,10 +115,16 @@ find(struct moat_ratelimit *rl, const char *name, uint64_t now_ms)
 				pick = b;
 			continue;
 		}
-		if (strcmp(b->name, name) == 0)
+		if (strcmp(b->name, name) == 0) {
+			refill(b, now_ms);
+			b->rps = rps;
+			if (b->tokens_m > burst_m)
+				b->tokens_m = burst_m;
+			b->burst_m = burst_m;
 			return b;
-		refill(rl, b, now_ms);
-		if (full == NULL && b->tokens_m >= rl->burst_m)
+		}
+		refill(b, now_ms);
+		if (full == NULL && b->tokens_m >= b->burst_m)
 			full = b;
 		if (oldest == NULL || b->last_ms < oldest->last_ms)
 			oldest = b;
@@ -123,30 +132,30 @@ find(struct moat_ratelimit *rl, const char *name, uint64_t now_ms)
 	if (pick == NULL)
 		pick = full != NULL ? full : oldest;
 	memcpy(pick->name, name, strlen(name) + 1);
-	pick->tokens_m = rl->burst_m;
+	pick->rps = rps;
+	pick->burst_m = burst_m;
+	pick->tokens_m = burst_m;
 	pick->last_ms = now_ms;
 	return pick;
 }
 
-bool
-moat_ratelimit_take(struct moat_ratelimit *rl, const char *name,
-    uint64_t now_ms, uint32_t *retry_after_s)
+/* take: one token of name's bucket at rps and burst_m (rps > 0). */
+static bool
+take(struct moat_ratelimit *rl, const char *name, uint64_t rps,
+    uint64_t burst_m, uint64_t now_ms, uint32_t *retry_after_s)
 {
 	char cut[MOAT_RATELIMIT_NAME_MAX];
 	struct bucket *b;
 	bool ok;
 
-	if (rl->rps == 0)
-		return true;
 	snprintf(cut, sizeof(cut), "%s", name ? name : "");
 	pthread_mutex_lock(&rl->lock);
-	b = find(rl, cut[0] != '\0' ? cut : "-", now_ms);
-	refill(rl, b, now_ms);
+	b = find(rl, cut[0] != '\0' ? cut : "-", rps, burst_m, now_ms);
 	ok = b->tokens_m >= MILLI;
 	if (ok) {
 		b->tokens_m -= MILLI;
 	} else {
-		uint64_t ms = (MILLI - b->tokens_m + rl->rps - 1) / rl->rps;
+		uint64_t ms = (MILLI - b->tokens_m + rps - 1) / rps;
 
 		rl->refused++;
 		if (retry_after_s != NULL)
@@ -154,6 +163,27 @@ moat_ratelimit_take(struct moat_ratelimit *rl, const char *name,
 	}
 	pthread_mutex_unlock(&rl->lock);
 	return ok;
+}
+
+bool
+moat_ratelimit_take(struct moat_ratelimit *rl, const char *name,
+    uint64_t now_ms, uint32_t *retry_after_s)
+{
+	if (rl->rps == 0)
+		return true;
+	return take(rl, name, rl->rps, rl->burst_m, now_ms, retry_after_s);
+}
+
+bool
+moat_ratelimit_take_rate(struct moat_ratelimit *rl, const char *name,
+    uint32_t rps, uint32_t burst, uint64_t now_ms, uint32_t *retry_after_s)
+{
+	uint64_t burst_m = (uint64_t)(burst ? burst : rps) * MILLI;
+
+	if (rps == 0)
+		return true;
+	return take(rl, name, rps, burst_m < MILLI ? MILLI : burst_m, now_ms,
+	    retry_after_s);
 }
 
 uint64_t

@@ -43,6 +43,13 @@ void moat_ratelimit_free(struct moat_ratelimit *rl);
 bool moat_ratelimit_take(struct moat_ratelimit *rl, const char *name,
     uint64_t now_ms, uint32_t *retry_after_s);
 
+/* moat_ratelimit_take_rate: moat_ratelimit_take with the bucket's rate
+ * given here rather than the table's (per-tenant limits: [tenants]
+ * key-rps / key-burst): `rps` tokens a second (0: no limit) up to
+ * `burst` (0: rps). A bucket that exists takes the new rate. */
+bool moat_ratelimit_take_rate(struct moat_ratelimit *rl, const char *name,
+    uint32_t rps, uint32_t burst, uint64_t now_ms, uint32_t *retry_after_s);
+
 /* moat_ratelimit_refused: how many takes were refused so far. */
 uint64_t moat_ratelimit_refused(struct moat_ratelimit *rl);
 

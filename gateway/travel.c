@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admission.h"
 #include "gateway.h"
 #include "moat/log.h"
 #include "moat/status.h"
@@ -416,8 +417,12 @@ moat_travel_restore_sandbox(struct moat_rpc_call *call,
 		    "not found: it is not a snapshot id (\"snap-<node>-...\" "
 		    "or moat-snapd's \"snap-<32 hex>\")",
 		    req->snapshot_id);
-	/* Only the tenant's own snapshots: the node checks it. */
-	if ((rv = moat_travel_place(&t, req->snapshot_id, "", 1,
+	/* Only the tenant's own snapshots: the node checks it. A restore
+	 * that replaces no sandbox makes one more (the tenant's quota). */
+	if ((req->replace_sandbox_id[0] == '\0' &&
+	        (rv = moat_admission_quota(t.adm, t.tenant, 1, 0, 0, &msg)) !=
+	            MOAT_OK) ||
+	    (rv = moat_travel_place(&t, req->snapshot_id, "", 1,
 	         call->deadline_ms, &to, &msg)) != MOAT_OK ||
 	    (rv = branch_restore(&t, req->snapshot_id, &to,
 	         req->replace_sandbox_id, call->request_id, call->deadline_ms,
@@ -691,7 +696,10 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 	if ((rv = session_of_request(&t, req->session_id, req->sandbox_id,
 	         call, session_id)) != MOAT_OK)
 		return rv;
-	if ((rv = get_session(&t, session_id, call->deadline_ms, &s, &msg)) !=
+	if ((req->new_sandbox &&
+	        (rv = moat_admission_quota(t.adm, t.tenant, 1, 0, 0, &msg)) !=
+	            MOAT_OK) ||
+	    (rv = get_session(&t, session_id, call->deadline_ms, &s, &msg)) !=
 	        MOAT_OK ||
 	    (rv = step_or_latest(&t, s, req->step_latest, req->node,
 	         call->deadline_ms, &step, snap, &msg)) != MOAT_OK ||
@@ -885,7 +893,9 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    "count %u: "
 		    "a fork makes at most %d copies",
 		    count, TRAVEL_FORK_MAX);
-	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
+	if ((rv = moat_admission_quota(t.adm, t.tenant, count, 0, 0, &msg)) !=
+	        MOAT_OK ||
+	    (rv = get_session(&t, req->session_id, call->deadline_ms, &s,
 	         &msg)) != MOAT_OK ||
 	    (rv = step_or_latest(&t, s, req->step_latest, req->node,
 	         call->deadline_ms, &step, snap, &msg)) != MOAT_OK ||
@@ -952,18 +962,30 @@ fail:
 /* ---- replay ---- */
 
 /* create_like: a fresh sandbox shaped like `like` (NULL: defaults), on a
- * node chosen by placement. On MOAT_OK *out is the caller's. */
+ * node chosen by placement (the next tried when one refuses). On MOAT_OK
+ * *out is the caller's. */
 static int
 create_like(struct moat_travel *t, const Moat__V1__Sandbox *like,
     uint64_t deadline, Moat__V1__Sandbox **out, char **errmsg)
 {
 	Moat__V1__CreateSandboxRequest req =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
-	Moat__V1__Node **nodes = NULL;
+	struct moat_gw_create c = {
+		.nodes = t->nodes,
+		.fw = t->fw,
+		.adm = t->adm,
+		.tenant = t->tenant,
+		.req = &req,
+		.survey_url = t->survey_url,
+		.what = "the replay sandbox",
+		.request_id = moat_rpc_new_request_id(),
+		.deadline_ms = deadline,
+		.quota = true,
+	};
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
-	uint8_t *payload = NULL, *reply = NULL;
-	size_t n_nodes = 0, chosen, len, reply_len = 0;
+	uint8_t *reply = NULL;
+	size_t reply_len = 0;
 	int rv;
 
 	*out = NULL;
@@ -974,47 +996,10 @@ create_like(struct moat_travel *t, const Moat__V1__Sandbox *like,
 		req.scratch_mib = like->scratch_mib;
 	}
 	req.tenant = (char *)t->tenant;
-	if (moat_nodes_snapshot(t->nodes, &nodes, &n_nodes) != MOAT_OK) {
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	if ((rv = moat_placement_choose(nodes, n_nodes, req.vcpus,
-	         req.memory_mib, req.image, t->survey_url, &chosen, errmsg)) !=
-	    MOAT_OK)
-		goto out;
-	if (!moat_node_id_set(&node, nodes[chosen]->node_id)) {
-		rv = MOAT_INTERNAL;
-		*errmsg = moat_asprintf("placement chose a node without "
-		                        "an id");
-		goto out;
-	}
-	len = moat__v1__create_sandbox_request__get_packed_size(&req);
-	if ((payload = malloc(len ? len : 1)) == NULL) {
-		rv = MOAT_RESOURCE_EXHAUSTED;
-		*errmsg = moat_asprintf("out of memory");
-		goto out;
-	}
-	moat__v1__create_sandbox_request__pack(&req, payload);
-	if ((rv = moat_forward_to_node(t->fw, &node, t->tenant,
-	         "CreateSandbox", payload, len, moat_rpc_new_request_id(),
-	         deadline, "the replay sandbox", &reply, &reply_len,
-	         errmsg)) != MOAT_OK)
-		goto out;
-	if ((*out = moat__v1__sandbox__unpack(NULL, reply_len, reply)) ==
-	    NULL) {
-		rv = MOAT_INTERNAL;
-		*errmsg =
-		    moat_asprintf("node %s answered CreateSandbox with "
-		                  "something that is not a moat.v1.Sandbox",
-		        node.s);
-		goto out;
-	}
-	if (moat_sandbox_id_set(&sandbox, (*out)->id))
+	rv = moat_gw_create(&c, &node, &reply, &reply_len, out, errmsg);
+	if (rv == MOAT_OK && moat_sandbox_id_set(&sandbox, (*out)->id))
 		moat_forward_remember(t->fw, &sandbox, &node);
-out:
 	free(reply);
-	free(payload);
-	moat_nodes_snapshot_free(nodes, n_nodes);
 	return rv;
 }
 
@@ -1291,8 +1276,17 @@ moat_travel_snapshot_sandbox(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply)
 {
 	struct moat_travel t = parts(call);
+	char *msg = NULL;
+	int rv;
 
 	(void)reply;
+	/* [tenants] max-snapshot-bytes: asked of the nodes only when set. */
+	if ((rv = moat_gw_snapshot_quota(&t, call->deadline_ms, &msg)) !=
+	    MOAT_OK) {
+		rv = moat_rpc_error(call, rv, "%s", msg ? msg : "");
+		free(msg);
+		return rv;
+	}
 	return moat_record_snapshot_call(t.rec, call,
 	    (const Moat__V1__SnapshotSandboxRequest *)request, t.tenant);
 }

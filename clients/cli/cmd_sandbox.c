@@ -16,7 +16,7 @@ static const char *const usage_create =
     "[--memory MiB] [--scratch MiB] [--image NAME] [--label K=V]... "
     "[--record [--snapshot every|manual|none]] "
     "[--allow HOST[:PORT]]... [--network none|allowlist] "
-    "[--timeout S] [--idle-timeout S]";
+    "[--timeout S] [--idle-timeout S] [--node-label K=V]...";
 static const char *const usage_all = "sandbox create [...] | ls | get ID | "
                                      "rm ID... | keepalive ID [...]";
 
@@ -54,6 +54,28 @@ parse_policy(const char *s, Moat__V1__SnapshotPolicy *out)
 	return true;
 }
 
+/* node_label: one --node-label K=V more into req's node_selector
+ * (entries and ptrs have room for argc). False when it is not K=V. */
+static bool
+node_label(Moat__V1__CreateSandboxRequest *req, char *arg,
+    Moat__V1__CreateSandboxRequest__NodeSelectorEntry *entries,
+    Moat__V1__CreateSandboxRequest__NodeSelectorEntry **ptrs)
+{
+	char *eq = strchr(arg, '=');
+	Moat__V1__CreateSandboxRequest__NodeSelectorEntry *e =
+	    &entries[req->n_node_selector];
+
+	if (eq == NULL || eq == arg)
+		return false;
+	*eq = '\0';
+	moat__v1__create_sandbox_request__node_selector_entry__init(e);
+	e->key = arg;
+	e->value = eq + 1;
+	ptrs[req->n_node_selector++] = e;
+	req->node_selector = ptrs;
+	return true;
+}
+
 static int
 sandbox_create(struct cli *cli, int argc, char **argv)
 {
@@ -69,6 +91,7 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 		{ "network", required_argument, NULL, 'N' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "idle-timeout", required_argument, NULL, 'D' },
+		{ "node-label", required_argument, NULL, 'K' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -76,6 +99,8 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
 	Moat__V1__CreateSandboxRequest__LabelsEntry *entries = NULL;
 	Moat__V1__CreateSandboxRequest__LabelsEntry **labels = NULL;
+	Moat__V1__CreateSandboxRequest__NodeSelectorEntry *sel_entries = NULL;
+	Moat__V1__CreateSandboxRequest__NodeSelectorEntry **sel = NULL;
 	Moat__V1__Sandbox *sb = NULL;
 	Moat__V1__NetworkPolicy net = MOAT__V1__NETWORK_POLICY__INIT;
 	char **allow = NULL;
@@ -87,7 +112,10 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 	entries = calloc((size_t)argc + 1, sizeof(*entries));
 	labels = calloc((size_t)argc + 1, sizeof(*labels));
 	allow = calloc((size_t)argc + 1, sizeof(*allow));
-	if (entries == NULL || labels == NULL || allow == NULL) {
+	sel_entries = calloc((size_t)argc + 1, sizeof(*sel_entries));
+	sel = calloc((size_t)argc + 1, sizeof(*sel));
+	if (entries == NULL || labels == NULL || allow == NULL ||
+	    sel_entries == NULL || sel == NULL) {
 		rv = cli_fail(cli, MOAT_RESOURCE_EXHAUSTED, NULL, "create");
 		goto out;
 	}
@@ -186,6 +214,14 @@ sandbox_create(struct cli *cli, int argc, char **argv)
 				goto out;
 			}
 			break;
+		case 'K': /* placement: the node must carry the label */
+			if (!node_label(&req, optarg, sel_entries, sel)) {
+				rv = cli_usage_error(usage_create,
+				    "--node-label wants KEY=VALUE, not \"%s\"",
+				    optarg);
+				goto out;
+			}
+			break;
 		case CLI_OPT_JSON:
 			cli->json = true;
 			break;
@@ -225,6 +261,8 @@ out:
 	free(entries);
 	free(labels);
 	free(allow);
+	free(sel_entries);
+	free(sel);
 	return rv;
 }
 

@@ -74,6 +74,7 @@ static const struct option vmd_options[] = {
 	{ "snapshot-key-file", required_argument, NULL, 0x7412 },
 	MOAT_METRICS_OPTION,
 	{ "stop-sandboxes", no_argument, NULL, 0x7413 },
+	{ "label", required_argument, NULL, 0x7430 },
 	MOAT_TLS_OPTIONS,
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
@@ -134,6 +135,9 @@ usage(FILE *f)
 	    "  --snapd-tls-name N name in snapd's certificate (default "
 	    "snapd)\n"
 	    "  --survey-tls-name N name in the gateway's survey certificate\n"
+	    "  --label K=V        a node label for node_selector "
+	    "(repeatable;\n"
+	    "                     with [vmd] labels = zone=a,kvm=true)\n"
 	    "                     (default gateway)\n"
 	    "  --snapshot-key-file F  the key snapshots are sealed with (32\n"
 	    "                     bytes, made at first start; nodes that\n"
@@ -483,6 +487,52 @@ vmd_configure_jail(struct vmd_config *cfg, const struct moat_config *c)
 	return MOAT_OK;
 }
 
+/* vmd_configure_labels: [vmd] labels, then every --label (joined by
+ * main into [vmd] label). */
+static int
+vmd_configure_labels(struct vmd_config *cfg, const struct moat_config *c)
+{
+	char *errmsg = NULL;
+	int rv;
+
+	if ((rv = vmd_labels_parse(&cfg->labels,
+	         moat_config_get(c, SECTION, "labels", ""), "[vmd] labels",
+	         &errmsg)) == MOAT_OK)
+		rv = vmd_labels_parse(&cfg->labels,
+		    moat_config_get(c, SECTION, "label", ""), "--label",
+		    &errmsg);
+	if (rv != MOAT_OK)
+		fprintf(stderr, "moat-vmd: %s\n",
+		    errmsg ? errmsg : "out of memory");
+	free(errmsg);
+	return rv;
+}
+
+/* labels_from_args: the values of every --label K=V (or --label=K=V),
+ * joined by commas (heap; NULL when none): getopt keeps the last only. */
+static char *
+labels_from_args(int argc, char **argv)
+{
+	char *joined = NULL;
+
+	for (int i = 1; i < argc; i++) {
+		const char *v = NULL;
+		char *next;
+
+		if (strcmp(argv[i], "--label") == 0 && i + 1 < argc)
+			v = argv[++i];
+		else if (strncmp(argv[i], "--label=", 8) == 0)
+			v = argv[i] + 8;
+		if (v == NULL)
+			continue;
+		next = joined ? moat_asprintf("%s,%s", joined, v) : strdup(v);
+		free(joined);
+		if ((joined = next) == NULL)
+			return NULL;
+	}
+	return joined;
+}
+
 /* Fills vmd->cfg. Returns 0 or a status after printing why. */
 static int
 vmd_configure(struct vmd *vmd, const struct moat_config *c)
@@ -495,7 +545,8 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 	if ((rv = vmd_configure_strings(&vmd->cfg, c)) != MOAT_OK ||
 	    (rv = vmd_configure_jail(&vmd->cfg, c)) != MOAT_OK)
 		return rv;
-	if ((rv = vmd_configure_limits(&vmd->cfg, c, ncpu)) != MOAT_OK)
+	if ((rv = vmd_configure_limits(&vmd->cfg, c, ncpu)) != MOAT_OK ||
+	    (rv = vmd_configure_labels(&vmd->cfg, c)) != MOAT_OK)
 		return rv;
 	return vmd_configure_bounds(&vmd->cfg, c);
 }
@@ -503,6 +554,7 @@ vmd_configure(struct vmd *vmd, const struct moat_config *c)
 static void
 vmd_config_fini(struct vmd_config *cfg)
 {
+	vmd_labels_free(&cfg->labels);
 	free(cfg->state_dir);
 	free(cfg->image_dir);
 	free(cfg->cache_dir);
@@ -896,6 +948,18 @@ main(int argc, char **argv)
 		return rv;
 	if ((rv = vmd_survey_flags(argc, argv, config)) != MOAT_OK)
 		goto out;
+	{
+		char *labels = labels_from_args(argc, argv);
+
+		if (labels != NULL &&
+		    moat_config_set_flag(config, SECTION, "label", labels) !=
+		        MOAT_OK) {
+			free(labels);
+			moat_config_free(config);
+			return moat_status_exit_code(MOAT_RESOURCE_EXHAUSTED);
+		}
+		free(labels);
+	}
 	if ((rv = vmd_configure(&vmd, config)) != MOAT_OK)
 		goto out;
 	if ((rv = vmd_egress_node_init(&vmd, config, &errmsg)) != MOAT_OK) {

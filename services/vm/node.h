@@ -10,6 +10,7 @@
 #ifndef MOAT_VMD_NODE_H
 #define MOAT_VMD_NODE_H
 
+#include "labels.h"
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -90,6 +91,7 @@ struct vmd_config {
 	uint64_t disk_reserve_bytes; /* [vmd] disk-reserve-mib: free space in
 	                                the state dir that scratch disks may
 	                                never claim (scratch.c) */
+	struct vmd_labels labels;    /* [vmd] labels and --label (labels.h) */
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */

@@ -214,3 +214,19 @@ vmd_scratch_admit_done(struct vmd *vmd, uint64_t bytes)
 	admit_pending -= bytes < admit_pending ? bytes : admit_pending;
 	pthread_mutex_unlock(&admit_mu);
 }
+
+uint64_t
+vmd_scratch_free(struct vmd *vmd)
+{
+	uint64_t reserve = vmd->cfg.disk_reserve_bytes, avail, held;
+	struct statvfs fs;
+
+	if (statvfs(vmd->cfg.state_dir, &fs) != 0)
+		return 0;
+	avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+	pthread_mutex_lock(&admit_mu);
+	held = scratch_growth(vmd) + admit_pending;
+	pthread_mutex_unlock(&admit_mu);
+	/* 1, not 0: 0 is "not measured" in Node.scratch_free_bytes. */
+	return avail > reserve + held ? avail - reserve - held : 1;
+}

@@ -27,4 +27,9 @@ int vmd_scratch_admit(struct vmd *vmd, uint64_t bytes, char **errmsg)
     __attribute__((warn_unused_result));
 void vmd_scratch_admit_done(struct vmd *vmd, uint64_t bytes);
 
+/* vmd_scratch_free: bytes new scratch disks may still claim, as
+ * vmd_scratch_admit counts them (at least 1; 0 when the state dir cannot
+ * be measured): Node.scratch_free_bytes. */
+uint64_t vmd_scratch_free(struct vmd *vmd);
+
 #endif

@@ -17,6 +17,7 @@
 #include "moat/config.h"
 #include "moat/log.h"
 #include "moat/nng_close.h"
+#include "moat/rpc.h"
 #include "moat/status.h"
 #include "moat/tls.h"
 #include "moat/util.h"
@@ -29,6 +30,7 @@
 #include "sync.h"
 #include "sandbox.h"
 #include "survey.h"
+#include "scratch.h"
 
 /* One respondent per gateway survey address; a list (next). */
 struct vmd_survey {
@@ -67,9 +69,11 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 		switch (vmd_sandbox_api_state(sb)) {
 		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING:
 			node->sandboxes_creating++;
+			node->vcpus_used += sb->vcpus;
 			break;
 		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING:
 			node->sandboxes_running++;
+			node->vcpus_used += sb->vcpus;
 			break;
 		case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED:
 			node->sandboxes_failed++;
@@ -98,6 +102,11 @@ vmd_node_fill(struct vmd *vmd, Moat__V1__Node *node)
 	node->n_images = n_images;
 	vmd_snapram_fill(vmd, node);
 	node->ram_dir = strdup(vmd_ram_dir());
+	/* Placement's figures (issue 15): scratch left, labels, protocol. */
+	node->scratch_free_bytes = vmd_scratch_free(vmd);
+	node->protocol_version = MOAT_PROTOCOL_VERSION;
+	if (vmd_labels_fill(&cfg->labels, node) != MOAT_OK)
+		return MOAT_INTERNAL;
 	node->isolation = strdup(vmd_jail_isolation());
 	if (vmd_cordon_fill(vmd, node) != MOAT_OK)
 		return MOAT_INTERNAL;
@@ -124,6 +133,7 @@ node_fields_free(Moat__V1__Node *node)
 	for (size_t i = 0; i < node->n_images; i++)
 		free(node->images[i]);
 	free(node->images);
+	vmd_labels_fill_free(node);
 }
 
 static void *

@@ -474,7 +474,9 @@ class Sandbox:
     "every" (after each step) or "none"; network: "none" (the default: no
     network) or "allowlist"; allow: "host[:port]" names the guest may
     reach through the node's proxy (ports 80 and 443 when none is given;
-    implies network="allowlist"; execs get http_proxy/https_proxy set).
+    implies network="allowlist"; execs get http_proxy/https_proxy set);
+    node_selector: str -> str labels a node must carry to be placed on
+    (its [vmd] labels / --label; `moat node ls` shows them).
     timeout here is how long to wait for the boot; lifetime (seconds)
     is when the node destroys the sandbox (None: the tenant's default,
     [tenants] timeout-s), idle_timeout (seconds) destroys it after that
@@ -489,7 +491,8 @@ class Sandbox:
                  network: Optional[str] = None,
                  allow: Optional[Sequence[str]] = None,
                  lifetime: Optional[int] = None,
-                 idle_timeout: Optional[int] = None):
+                 idle_timeout: Optional[int] = None,
+                 node_selector: Optional[Mapping[str, str]] = None):
         if snapshot not in _POLICIES:
             raise ValueError(f"snapshot must be one of "
                              f"{', '.join(sorted(_POLICIES))}, not "
@@ -504,6 +507,9 @@ class Sandbox:
             body["labels"] = {str(k): str(v) for k, v in labels.items()}
         if cold_boot:
             body["coldBoot"] = True
+        if node_selector:  # placement: only nodes with all these labels
+            body["nodeSelector"] = {str(k): str(v)
+                                    for k, v in node_selector.items()}
         net = _network(network, allow)
         if net is not None:
             body["network"] = net

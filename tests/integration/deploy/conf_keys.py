@@ -28,6 +28,7 @@ WRAPPERS = {
     "cfg_str": (None, 1),  # services/vm/main.c
     "U64": (None, 0),  # services/vm/main.c, a macro
     "moat_config_get_u64_for": (1, 2),  # lib/config.c: KEY.<tenant>
+    "limit": (None, 1),  # gateway/admission.c: [tenants] KEY.<tenant>
 }
 # Functions whose getter calls take a key made at run time, and what
 # they read (documented in the example by its pattern, or not at all).
@@ -44,6 +45,10 @@ DYNAMIC = {
     ("gateway/main.c", "retention_config"):
         "[gateway] retention-keep-last/-keep-age-s (its options)",
     ("gateway/auth.c", "moat_policy_refuses"): "[policy] refuse.<tenant>",
+    ("gateway/admission.c", "limit"):
+        "[tenants] max-* and key-* (WRAPPERS: limit)",
+    ("gateway/admission.c", "quota_locked"):
+        "[tenants] max-sandboxes, max-vcpus, max-memory-mib (a table)",
 }
 NOT_KEYS = {"config", "help", "version"}
 SKIP_DIRS = {".git", "tests", "build", "images", "node_modules"}

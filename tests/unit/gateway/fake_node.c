@@ -568,6 +568,7 @@ respond_main(void *arg)
 		} else {
 			pthread_mutex_lock(&fn->lock);
 			node.node_id = fn->id;
+			node.protocol_version = 2;
 			node.rpc_url = fn->rpc_url;
 			node.vcpus_total = 8;
 			node.memory_mib_total = fn->memory_total_mib;

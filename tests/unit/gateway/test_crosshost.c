@@ -531,7 +531,9 @@ test_placement_spread(void **state)
 
 	(void)state;
 	a.node_id = (char *)"node-a";
+	a.protocol_version = 2;
 	b.node_id = (char *)"node-b";
+	b.protocol_version = 2;
 	a.available = b.available = true;
 	a.memory_mib_total = b.memory_mib_total = 4096;
 	a.sandboxes = 3; /* busier, but preferred for the first */
@@ -577,6 +579,7 @@ test_locate_parallel(void **state)
 		uint8_t *buf;
 
 		n.node_id = fn->id;
+		n.protocol_version = 2;
 		n.rpc_url = fn->rpc_url;
 		len = moat__v1__node__get_packed_size(&n);
 		buf = malloc(len);

@@ -263,6 +263,7 @@ respond_main(void *arg)
 		if (nng_recvmsg(r->sock, &m, 0) != 0)
 			continue;
 		n.node_id = r->id;
+		n.protocol_version = 2;
 		n.rpc_url = r->url;
 		nng_msg_clear(m);
 		if (nng_msg_realloc(m, moat__v1__node__get_packed_size(&n)) ==

@@ -26,6 +26,7 @@ set_node(int i, const char *id, bool available, uint32_t sandboxes,
 	moat__v1__node__init(n);
 	n->node_id = (char *)id;
 	n->rpc_url = (char *)"ipc:///nowhere";
+	n->protocol_version = 2;
 	n->available = available;
 	n->sandboxes = sandboxes;
 	n->memory_mib_total = total;
