@@ -3,12 +3,14 @@
  * its node (vmd persists it and refuses new sandboxes); DrainNode
  * cordons the node, then moves each of its sandboxes (every tenant's) to
  * another node: a snapshot on the node, waited for until it is in
- * moat-snapd; a restore on the target that keeps the sandbox's id
+ * moat-snapd, that leaves the sandbox paused (leave_paused: nothing
+ * changes it after the snapshot; its calls answer UNAVAILABLE, "being
+ * moved: retry"); a restore on the target that keeps the sandbox's id
  * (RestoreSandboxRequest.keep_sandbox_id); then the source is destroyed
  * and the route remapped, so the sandbox's calls, its recording (keyed
  * by id, record.c) and its code contexts (in the guest) go on there. A
- * target that refuses leaves the sandbox running where it was (the
- * snapshot is deleted). Both calls are for the tenants of [gateway]
+ * move that fails resumes the source (ResumeSandbox): the sandbox runs
+ * where it was (the snapshot is deleted). Both calls are for the tenants of [gateway]
  * operator-tenants only. Not for: placement rules (placement.c).
  */
 #include <stdio.h>
@@ -315,8 +317,34 @@ restore_on(struct drain *d, const Moat__V1__Sandbox *sb, const char *remote,
 	return rv;
 }
 
-/* take_snapshot: sb snapshotted on the source and pushed to snapd; its
- * local id into *snap (heap) and snapd's into remote. */
+/* resume_source: ResumeSandbox of sb on the source after a failed move
+ * (a sandbox not paused, or a vmd without the call, is fine). */
+static void
+resume_source(struct drain *d, const Moat__V1__Sandbox *sb)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	char *msg = NULL;
+	int rv;
+
+	ref.sandbox_id = sb->id;
+	rv = node_call(d, &d->from, sb->tenant, "ResumeSandbox", &ref.base,
+	    &moat__v1__sandbox__descriptor,
+	    moat_rpc_now_ms() + MOAT_RPC_DEFAULT_TIMEOUT_MS,
+	    "a sandbox whose move failed", NULL, &msg);
+	if (rv != MOAT_OK && rv != MOAT_FAILED_PRECONDITION &&
+	    rv != MOAT_UNIMPLEMENTED)
+		moat_warn(d->request_id,
+		    "drain of %s: sandbox %s may stay paused there (its "
+		    "calls answer UNAVAILABLE): drain again, destroy it, or "
+		    "restart moat-vmd there, which resumes it: %s",
+		    d->from.s, sb->id, msg ? msg : "?");
+	free(msg);
+}
+
+/* take_snapshot: sb snapshotted on the source, left paused there, and
+ * pushed to snapd; its local id into *snap (heap) and snapd's into
+ * remote. A driver that cannot leave it paused (Firecracker) gets a
+ * plain snapshot: that move is not exact (logged). */
 static int
 take_snapshot(struct drain *d, const Moat__V1__Sandbox *sb, char **snap,
     char *remote, char **errmsg)
@@ -329,11 +357,25 @@ take_snapshot(struct drain *d, const Moat__V1__Sandbox *sb, char **snap,
 
 	req.sandbox_id = sb->id;
 	req.wait_push = true;
-	if ((rv = node_call(d, &d->from, sb->tenant, "SnapshotSandbox",
-	         &req.base, &moat__v1__local_snapshot__descriptor,
-	         deadline < d->deadline ? deadline : d->deadline,
-	         "a drain's snapshot", (ProtobufCMessage **)&ls, errmsg)) !=
-	    MOAT_OK)
+	req.leave_paused = true;
+	if (deadline > d->deadline)
+		deadline = d->deadline;
+	rv = node_call(d, &d->from, sb->tenant, "SnapshotSandbox", &req.base,
+	    &moat__v1__local_snapshot__descriptor, deadline,
+	    "a drain's snapshot", (ProtobufCMessage **)&ls, errmsg);
+	if (rv == MOAT_UNIMPLEMENTED) {
+		moat_warn(d->request_id,
+		    "drain of %s: sandbox %s moves without a pause (%s): "
+		    "what changes in it during the move is lost",
+		    d->from.s, sb->id, *errmsg ? *errmsg : "?");
+		free(*errmsg);
+		*errmsg = NULL;
+		req.leave_paused = false;
+		rv = node_call(d, &d->from, sb->tenant, "SnapshotSandbox",
+		    &req.base, &moat__v1__local_snapshot__descriptor, deadline,
+		    "a drain's snapshot", (ProtobufCMessage **)&ls, errmsg);
+	}
+	if (rv != MOAT_OK)
 		return rv;
 	*snap = strdup(ls->snapshot_id);
 	if (ls->remote_stored && ls->remote_id[0] != '\0')
@@ -430,6 +472,8 @@ move_one(struct drain *d, const Moat__V1__Sandbox *sb, struct moat_node_id *to,
 	remap(d, restored, to);
 	*pause_ms = moat_rpc_now_ms() - t0;
 out:
+	if (rv != MOAT_OK)
+		resume_source(d, sb);
 	if (snap != NULL)
 		snapshot_delete(d, sb->tenant, snap, rv == MOAT_OK);
 	if (restored != NULL)

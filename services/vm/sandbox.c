@@ -206,7 +206,12 @@ vmd_sandbox_get_running(struct vmd *vmd, struct moat_rpc_call *call,
 	pthread_mutex_lock(&sb->mu);
 	switch (vmd_sandbox_api_state(sb)) {
 	case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING:
-		rv = MOAT_OK;
+		rv = sb->paused_for_move ?
+		    moat_rpc_error(call, MOAT_UNAVAILABLE,
+		        "sandbox %s is paused: it is being moved to another "
+		        "node: retry in a few seconds",
+		        id) :
+		    MOAT_OK;
 		break;
 	case MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_CREATING:
 		rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
@@ -704,6 +709,7 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->boot_ms = sb->boot_ms;
 	msg->vmm_pid = sb->vmm_exited ? 0 : sb->vmm.pid;
 	msg->running_execs = sb->execs_running;
+	msg->paused = sb->paused_for_move;
 	msg->accel = strdup(sb->accel);
 	msg->failure_reason =
 	    strdup(sb->failure_reason ? sb->failure_reason : "");

@@ -120,6 +120,10 @@ struct sandbox {
 	 * it while the sandbox stays RELINKING. */
 	struct guest_link *link; /* NULL before connect */
 	bool agent_ready;
+	/* Paused by a snapshot's leave_paused (a drain moving it, issue
+	 * 15): guest calls answer UNAVAILABLE until vmd_snapshot_resume or
+	 * its destroy. Set before the snapshot pauses the VM. */
+	bool paused_for_move;
 	uint32_t ready_count; /* AgentReady messages seen, all links */
 	bool link_closed;
 	char *link_error;                  /* why the link closed, heap */

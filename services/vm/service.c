@@ -305,6 +305,14 @@ h_snapshot_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 }
 
 static int
+h_resume_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_snapshot_resume(VMD(call), call,
+	    (const Moat__V1__SandboxRef *)request, (Moat__V1__Sandbox *)reply);
+}
+
+static int
 h_restore_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
@@ -429,6 +437,9 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "ListLocalSnapshots", .handler = h_list_local_snapshots },
 	{ .name = "DeleteLocalSnapshot",
 	    .handler = h_delete_local_snapshot,
+	    .mutating = true },
+	{ .name = "ResumeSandbox",
+	    .handler = h_resume_sandbox,
 	    .mutating = true },
 	{ .name = "RunCode", .handler = h_run_code, .mutating = true },
 	{ .name = "CloseCodeContext",

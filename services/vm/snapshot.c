@@ -202,7 +202,7 @@ snap_no_space(int rv, const char *err, const char *dir)
  * run (their output would reach a clone that knows nothing of them).
  * Returns 0 or a status after moat_rpc_error. */
 static int
-snap_begin(struct moat_rpc_call *call, struct sandbox *sb)
+snap_begin(struct moat_rpc_call *call, struct sandbox *sb, bool leave_paused)
 {
 	int rv;
 
@@ -236,6 +236,7 @@ snap_begin(struct moat_rpc_call *call, struct sandbox *sb)
 		 * (QEMU needs the RAM file every VM now has; Firecracker
 		 * writes its memory file through its API). */
 		rv = MOAT_OK;
+		sb->paused_for_move = leave_paused;
 	}
 	pthread_mutex_unlock(&sb->mu);
 	return rv;
@@ -251,6 +252,7 @@ snap_capture(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
     const char *id, const char *tmp, const char *root,
     struct moat_vmm_snapshot_stats *st, uint64_t *admitted)
 {
+	bool leave_paused = sb->paused_for_move; /* set by snap_begin */
 	char *scratch = moat_asprintf("%s/scratch.ext4", sb->dir);
 	char *err = NULL;
 	int rv;
@@ -280,7 +282,7 @@ snap_capture(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 	if (vmd->vmm->snapshot_resets_agent_link)
 		vmd_sandbox_relink_begin(sb);
 	rv = vmd->vmm->snapshot(&sb->vmm, scratch, tmp,
-	    VMD_SNAPSHOT_TIMEOUT_MS, st, &err);
+	    VMD_SNAPSHOT_TIMEOUT_MS, leave_paused, st, &err);
 	free(scratch);
 	if (vmd->vmm->snapshot_resets_agent_link) {
 		/* Whether or not the snapshot worked, the VMM may have reset
@@ -304,6 +306,9 @@ snap_capture(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 		free(why);
 	}
 	if (rv != MOAT_OK) {
+		pthread_mutex_lock(&sb->mu);
+		sb->paused_for_move = false; /* the driver resumed it */
+		pthread_mutex_unlock(&sb->mu);
 		if (snap_no_space(rv, err, tmp))
 			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 			    "no space left for snapshot %s of sandbox %s in "
@@ -443,7 +448,17 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		    "the %s driver "
 		    "of node %s cannot take snapshots",
 		    vmd->vmm->name, vmd->cfg.node_id);
-	if ((rv = snap_begin(call, sb)) != MOAT_OK)
+	/* A driver that resets the guest link on a snapshot (Firecracker)
+	 * needs the guest running to relink: no leave_paused there. */
+	if (req != NULL && req->leave_paused &&
+	    (vmd->vmm->unpause == NULL ||
+	        vmd->vmm->snapshot_resets_agent_link))
+		return moat_rpc_error(call, MOAT_UNIMPLEMENTED,
+		    "the %s driver of node %s cannot leave a sandbox paused "
+		    "after a snapshot: snapshot without leave_paused",
+		    vmd->vmm->name, vmd->cfg.node_id);
+	if ((rv = snap_begin(call, sb, req != NULL && req->leave_paused)) !=
+	    MOAT_OK)
 		return rv;
 
 	root = strdup(dir);
@@ -531,6 +546,13 @@ out:
 	pthread_mutex_lock(&sb->mu);
 	(void)vmd_sandbox_step(sb, SANDBOX_EV_SNAPSHOT_END);
 	pthread_mutex_unlock(&sb->mu);
+	/* A failed snapshot never leaves the sandbox paused. */
+	if (rv != MOAT_OK &&
+	    vmd_snapshot_unpause(vmd, call->request_id, sb, NULL) != MOAT_OK)
+		moat_warn(call->request_id,
+		    "sandbox %s stays paused after its failed snapshot: "
+		    "ResumeSandbox or destroy it",
+		    sb->id.str);
 	free(root);
 	free(tmp);
 	free(image_stamp);
@@ -560,6 +582,15 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	else
 		rv = vmd_snapshot_make(vmd, call, sb, id, dir, false, req,
 		    reply);
+	/* Its caller gave up already: nobody would resume or destroy it. */
+	if (rv == MOAT_OK && req->leave_paused && call->deadline_ms != 0 &&
+	    moat_rpc_now_ms() >= call->deadline_ms) {
+		(void)vmd_snapshot_unpause(vmd, call->request_id, sb, NULL);
+		rv = moat_rpc_error(call, MOAT_DEADLINE_EXCEEDED,
+		    "snapshot %s of sandbox %s ended after the call's "
+		    "deadline: the sandbox was resumed (the snapshot is kept)",
+		    id, sb->id.str);
+	}
 	vmd_sandbox_put(sb);
 	free(id);
 	free(dir);
@@ -803,5 +834,81 @@ vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
 out:
 	moat__v1__local_snapshot__free_unpacked(meta, NULL);
 	free(dir);
+	return rv;
+}
+
+int
+vmd_snapshot_unpause(struct vmd *vmd, uint64_t request_id, struct sandbox *sb,
+    char **errmsg)
+{
+	char *err = NULL;
+	int rv;
+
+	pthread_mutex_lock(&sb->mu);
+	rv = sb->paused_for_move ? MOAT_OK : MOAT_FAILED_PRECONDITION;
+	pthread_mutex_unlock(&sb->mu);
+	if (rv != MOAT_OK)
+		return MOAT_OK; /* not paused: nothing to do */
+	rv = vmd->vmm->unpause != NULL ?
+	    vmd->vmm->unpause(&sb->vmm, VMD_RELINK_TIMEOUT_MS, &err) :
+	    MOAT_UNIMPLEMENTED;
+	if (rv == MOAT_OK) {
+		pthread_mutex_lock(&sb->mu);
+		sb->paused_for_move = false;
+		pthread_mutex_unlock(&sb->mu);
+		moat_info(request_id, "sandbox %s resumed after its snapshot",
+		    sb->id.str);
+	} else {
+		/* Stuck paused: it is no use to anyone. */
+		char *reason = moat_asprintf("it could not be resumed after "
+		                             "a snapshot: %s",
+		    err ? err : "no unpause in this driver");
+
+		vmd_sandbox_fail(sb,
+		    reason ? reason : "it could not be resumed");
+		pthread_mutex_lock(&sb->mu);
+		sb->paused_for_move = false;
+		pthread_mutex_unlock(&sb->mu);
+		if (errmsg != NULL)
+			*errmsg = reason;
+		else
+			free(reason);
+	}
+	free(err);
+	return rv;
+}
+
+int
+vmd_snapshot_resume(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__SandboxRef *req, Moat__V1__Sandbox *reply)
+{
+	struct sandbox *sb = NULL;
+	char *err = NULL;
+	int rv;
+
+	if ((rv = vmd_sandbox_get(vmd, call, req->sandbox_id, &sb)) != MOAT_OK)
+		return rv;
+	pthread_mutex_lock(&sb->mu);
+	if (!sb->paused_for_move)
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox %s is not paused (only a snapshot with "
+		    "leave_paused pauses one): nothing to resume",
+		    sb->id.str);
+	else if (sb->lifecycle == SANDBOX_SNAPSHOTTING)
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "sandbox %s is still being snapshotted: resume it once "
+		    "its SnapshotSandbox answered",
+		    sb->id.str);
+	pthread_mutex_unlock(&sb->mu);
+	if (rv == MOAT_OK &&
+	    (rv = vmd_snapshot_unpause(vmd, call->request_id, sb, &err)) !=
+	        MOAT_OK)
+		rv = moat_rpc_error(call, rv,
+		    "sandbox %s: %s (it is FAILED now: destroy it)",
+		    sb->id.str, err ? err : "?");
+	if (rv == MOAT_OK && vmd_sandbox_to_proto(sb, reply) != MOAT_OK)
+		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	free(err);
+	vmd_sandbox_put(sb);
 	return rv;
 }

@@ -25,6 +25,17 @@ struct vmd;
 int vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__SnapshotSandboxRequest *req,
     Moat__V1__LocalSnapshot *reply) __attribute__((warn_unused_result));
+/* vmd_snapshot_resume: ResumeSandbox: runs again a sandbox a snapshot
+ * with leave_paused left paused (FAILED_PRECONDITION if not paused);
+ * fills `reply` as GetSandbox does. */
+int vmd_snapshot_resume(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__SandboxRef *req, Moat__V1__Sandbox *reply)
+    __attribute__((warn_unused_result));
+/* vmd_snapshot_unpause: sb runs again if paused for a move (else 0 at
+ * once); a VM that cannot resume fails the sandbox, *errmsg (heap,
+ * optional) says why. */
+int vmd_snapshot_unpause(struct vmd *vmd, uint64_t request_id,
+    struct sandbox *sb, char **errmsg);
 int vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ListLocalSnapshotsRequest *req,
     Moat__V1__LocalSnapshotList *reply) __attribute__((warn_unused_result));

@@ -166,14 +166,20 @@ struct moat_vmm_ops {
 	 * a copy of guest RAM and a copy of `scratch_disk` (flushed first)
 	 * into the existing empty directory `snap_dir` (named per
 	 * MOAT_VMM_SNAP_*), and resumes it. The guest runs on whatever
-	 * happens. Returns 0 with *st, or a status with *errmsg (heap);
+	 * happens, but for `leave_paused` and a snapshot that worked: then
+	 * it stays paused until `unpause` (a drain's move, issue 15). Returns 0 with *st, or a status with *errmsg (heap);
 	 * on failure the caller removes snap_dir. NULL: not supported.
 	 * Blocks up to `timeout_ms`; the caller serialises snapshots of one
 	 * VMM. */
 	int (*snapshot)(const struct moat_vmm *vm, const char *scratch_disk,
-	    const char *snap_dir, uint32_t timeout_ms,
+	    const char *snap_dir, uint32_t timeout_ms, bool leave_paused,
 	    struct moat_vmm_snapshot_stats *st, char **errmsg)
 	    __attribute__((warn_unused_result));
+
+	/* unpause: lets a VM that `snapshot` left paused run again, before
+	 * `timeout_ms`. Returns 0 or a status with *errmsg (heap). */
+	int (*unpause)(const struct moat_vmm *vm, uint32_t timeout_ms,
+	    char **errmsg) __attribute__((warn_unused_result));
 
 	/* restore: like start, but the new VMM takes its RAM (the QEMU
 	 * driver: a sparse copy of the snapshot's file, the clone's own, so

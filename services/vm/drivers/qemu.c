@@ -1073,7 +1073,7 @@ qemu_snapshot_cont(struct qmp *q, int rv, char **errmsg)
 
 static int
 qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
-    const char *snap_dir, uint32_t timeout_ms,
+    const char *snap_dir, uint32_t timeout_ms, bool leave_paused,
     struct moat_vmm_snapshot_stats *st, char **errmsg)
 {
 	struct qmp q = { .fd = -1 };
@@ -1118,9 +1118,11 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	rv = qemu_snapshot_copy(vm, scratch_disk, ram_copy, disk, st, &t_ram,
 	    errmsg);
 out:
-	if (stopped) {
+	if (stopped && !(leave_paused && rv == MOAT_OK)) {
 		rv = qemu_snapshot_cont(&q, rv, errmsg);
 		st->pause_ms = vmd_now_ms_exact() - t0;
+	} else if (stopped) {
+		st->pause_ms = vmd_now_ms_exact() - t0; /* so far */
 	}
 	if (rv == MOAT_OK) {
 		st->device_state_bytes = file_size(state);
@@ -1138,6 +1140,21 @@ out:
 	free(ram);
 	free(ram_copy);
 	free(disk);
+	return rv;
+}
+
+/* unpause (vmm.h): `cont` for a VM a snapshot left stopped. */
+static int
+qemu_unpause(const struct moat_vmm *vm, uint32_t timeout_ms, char **errmsg)
+{
+	struct qmp q = { .fd = -1 };
+	int rv;
+
+	*errmsg = NULL;
+	if ((rv = qemu_qmp_open(vm, &q, moat_rpc_now_ms() + timeout_ms,
+	         errmsg)) == MOAT_OK)
+		rv = qmp_run(&q, "cont", NULL, NULL, errmsg);
+	qmp_close(&q);
 	return rv;
 }
 
@@ -1237,6 +1254,7 @@ const struct moat_vmm_ops moat_vmm_qemu = {
 	.adopt = qemu_adopt,
 	.detach = qemu_detach,
 	.snapshot = qemu_snapshot,
+	.unpause = qemu_unpause,
 	.restore = qemu_restore,
 	.resume = qemu_resume,
 };

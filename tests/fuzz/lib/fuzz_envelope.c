@@ -116,6 +116,7 @@ static const struct moat_rpc_method methods[] = {
 	{ "RestoreSandbox", h_ok, true, false },
 	{ "ListLocalSnapshots", h_ok, false, false },
 	{ "DeleteLocalSnapshot", h_ok, true, false },
+	{ "ResumeSandbox", h_ok, true, false },
 	{ "RunCode", h_ok, true, false },
 	{ "CloseCodeContext", h_ok, true, false },
 	{ "EgressEvents", h_ok, false, false },

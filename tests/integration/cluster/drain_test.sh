@@ -6,11 +6,15 @@
 #   node-b: same ids, files, the variable, the process alive, the
 #   recording goes on in the same session; each reported moved with its
 #   pause;
+# - no lost writes: a file written through the gateway during the drain
+#   (UNAVAILABLE while the sandbox is paused for its move, retried):
+#   the moved sandbox holds the last value written;
 # - the drained node is cordoned: no new sandbox lands there; `moat node
 #   ls` shows it; uncordon: it takes sandboxes again;
 # - a tenant outside [gateway] operator-tenants is refused;
 # - a drain to a target that refuses (cordoned; then a vmd killed)
-#   leaves the sandbox running on node-a, reported failed with why;
+#   leaves the sandbox running on node-a, reported failed with why (a
+#   move that had paused it resumes it: an exec works right after);
 # - the cordon survives a vmd kill -9 and restart (<state>/cordon).
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
@@ -109,8 +113,37 @@ out=$(moat node drain node-zz 2>&1); rc=$?
 check "drain of an unknown node refused ($out)" sh -c "[ $rc -ne 0 ] && echo \"\$1\" | grep -q 'unknown'" _ "$out"
 
 # ---- drain node-a to node-b ----
+# writer: 1, 2, ... into $iid:/root/counter.txt until $work/stop exists,
+# each value retried until a write of it answers OK (one that failed
+# may still have landed: the loop only stops after a success), the last
+# written into $work/last.
+writer() {
+	local i=1
+	while :; do
+		if echo "$i" | moat --timeout 15 cp - "$iid:/root/counter.txt" >/dev/null 2>>"$work/writer.err"; then
+			echo "$i" >"$work/last"
+			i=$((i + 1))
+			[ -e "$work/stop" ] && break
+		else
+			echo x >>"$work/writer.fails"
+			sleep 0.2
+		fi
+	done
+}
+writer &
+wpid=$!
+for _ in $(seq 1 50); do [ -s "$work/last" ] && break; sleep 0.2; done
+before=$(cat "$work/last" 2>/dev/null)
 moat node drain node-a --reason "kernel upgrade" >"$work/drain.txt" 2>"$work/err"; rc=$?
+during=$(cat "$work/last" 2>/dev/null)
+touch "$work/stop"
+wait "$wpid"
 cat "$work/drain.txt"
+last=$(cat "$work/last" 2>/dev/null)
+got=$(moat exec "$iid" -- cat /root/counter.txt 2>/dev/null)
+echo "writer: $before before the drain, $during at its end, $last last; $(wc -l <"$work/writer.fails" 2>/dev/null || echo 0) failed writes, e.g.: $(grep -m1 -i 'moved' "$work/writer.err")"
+check "writes went on during the drain ($before -> $during)" sh -c '[ -n "$1" ] && [ -n "$2" ] && [ "$2" -gt "$1" ]' _ "$before" "$during"
+check "no lost writes: the moved sandbox holds the last value written ($got = $last)" [ -n "$last" -a "$got" = "$last" ]
 check "drain of node-a (rc $rc: $(head -c 300 "$work/err"))" [ $rc -eq 0 ]
 for id in "$rid" "$pid" "$iid"; do
 	check "$id reported moved with its pause" grep -q "^moved  $id .*node-a -> node-b, paused [0-9]* ms" "$work/drain.txt"
@@ -168,6 +201,9 @@ cat "$work/d3.txt" "$work/err"
 check "drain to a killed vmd: failed, reported (rc $rc)" \
 	sh -c "grep -q '^failed $xid .*stays on node-a' '$work/d3.txt' || grep -q 'node-b' '$work/err'"
 check "it still runs on node-a after the refused drain" [ "$(node_of "$xid")" = node-a -a "$(moat exec "$xid" -- cat /root/x.txt 2>/dev/null)" = stay ]
+if grep -q "refused the restore" "$work/d3.txt"; then
+	check "the paused source was resumed" grep -q "sandbox $xid resumed after its snapshot" "$c_root/host-node-a/logs/vmd.log"
+fi
 snaps1=$(moat --json snapshot ls 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for s in json.load(sys.stdin).get("snapshots", []) if s.get("sandboxId") == sys.argv[1]))' "$xid")
 check "the failed drain's snapshot is deleted ($snaps0 -> $snaps1)" [ "${snaps1:-x}" = "${snaps0:-y}" ]
 

@@ -171,6 +171,53 @@ read_file(struct vmd_proc *v, const char *id, const char *path)
 	return out;
 }
 
+/* Issue 15: a snapshot with leave_paused leaves sandbox `id` paused
+ * (GetSandbox says so; a file call answers UNAVAILABLE naming the
+ * move); ResumeSandbox runs it again; a second is FAILED_PRECONDITION. */
+static void
+paused_move(struct vmd_proc *v, const char *id)
+{
+	Moat__V1__SnapshotSandboxRequest sr =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+	Moat__V1__FileReadRequest fr = MOAT__V1__FILE_READ_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__Sandbox *sb = NULL;
+	char *text;
+
+	sr.sandbox_id = ref.sandbox_id = fr.sandbox_id = (char *)id;
+	sr.leave_paused = true;
+	fr.path = "/tmp/adopt.txt";
+	if (vmd_call(v, "SnapshotSandbox", &sr.base,
+	        &moat__v1__local_snapshot__descriptor, NULL,
+	        LONG_MS) != MOAT_OK)
+		fail_msg("snapshot with leave_paused: %s", vmd_last_err);
+	assert_int_equal(vmd_call(v, "GetSandbox", &ref.base,
+	                     &moat__v1__sandbox__descriptor,
+	                     (ProtobufCMessage **)&sb, 10000),
+	    MOAT_OK);
+	assert_true(sb->paused);
+	assert_int_equal(sb->state,
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	assert_int_equal(vmd_call(v, "ReadFile", &fr.base,
+	                     &moat__v1__file_data__descriptor, NULL, 10000),
+	    MOAT_UNAVAILABLE);
+	assert_non_null(strstr(vmd_last_err, "being moved"));
+	sb = NULL;
+	if (vmd_call(v, "ResumeSandbox", &ref.base,
+	        &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb,
+	        10000) != MOAT_OK)
+		fail_msg("ResumeSandbox: %s", vmd_last_err);
+	assert_false(sb->paused);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	assert_int_equal(vmd_call(v, "ResumeSandbox", &ref.base,
+	                     &moat__v1__sandbox__descriptor, NULL, 10000),
+	    MOAT_FAILED_PRECONDITION);
+	text = read_file(v, id, "/tmp/adopt.txt");
+	assert_non_null(strstr(text, id));
+	free(text);
+}
+
 /* A one-shot `sleep 600` on its own connection, in flight when vmd is
  * killed: its status (UNAVAILABLE expected) and message. */
 struct inflight {
@@ -436,6 +483,7 @@ test_restart_keeps_sandboxes(void **state)
 		assert_non_null(strstr(text, ids[IDLE]));
 		free(text);
 	}
+	paused_move(&v2, ids[IDLE]);
 	/* A new exec after the adoption works and gets a new id. */
 	assert_true(exec_start(&v2, ids[PY], "true") > running_exec);
 

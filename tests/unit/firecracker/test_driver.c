@@ -720,7 +720,7 @@ test_snapshot_ops(void **state)
 	snap = moat_asprintf("%s/snap", a.dir);
 	assert_int_equal(mkdir(snap, 0700), 0);
 	assert_int_equal(moat_vmm_firecracker.snapshot(&a.vm, a.scratch, snap,
-	                     30000, &st, &err),
+	                     30000, false, &st, &err),
 	    MOAT_OK);
 	assert_null(err);
 	assert_true(st.ram_bytes > 0);
@@ -757,8 +757,8 @@ test_snapshot_ops(void **state)
 	bad = moat_asprintf("%s/snap2", a.dir);
 	assert_int_equal(mkdir(bad, 0700), 0);
 	assert_int_not_equal(moat_vmm_firecracker.snapshot(&a.vm,
-	                         "/nonexistent/scratch.ext4", bad, 30000, &st,
-	                         &err),
+	                         "/nonexistent/scratch.ext4", bad, 30000,
+	                         false, &st, &err),
 	    MOAT_OK);
 	assert_has(err, "/nonexistent/scratch.ext4");
 	free(err);

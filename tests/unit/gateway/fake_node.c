@@ -535,6 +535,7 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("RestoreSandbox", true),
 	ROW("ListLocalSnapshots", false),
 	ROW("DeleteLocalSnapshot", true),
+	ROW("ResumeSandbox", true),
 	ROW("RunCode", true),
 	ROW("CloseCodeContext", true),
 	ROW("EgressEvents", false),

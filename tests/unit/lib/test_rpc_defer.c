@@ -133,6 +133,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "RestoreSandbox", h_unimplemented, true, false },
 	{ "ListLocalSnapshots", h_unimplemented, false, false },
 	{ "DeleteLocalSnapshot", h_unimplemented, true, false },
+	{ "ResumeSandbox", h_unimplemented, true, false },
 	{ "RunCode", h_unimplemented, true, false },
 	{ "CloseCodeContext", h_unimplemented, true, false },
 	{ "EgressEvents", h_unimplemented, false, false },

@@ -1373,7 +1373,7 @@ fc_allocated(const char *path)
  * by timeout_ms. */
 static int
 fc_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
-    const char *snap_dir, uint32_t timeout_ms,
+    const char *snap_dir, uint32_t timeout_ms, bool leave_paused,
     struct moat_vmm_snapshot_stats *st, char **errmsg)
 {
 	char *state =
@@ -1421,7 +1421,9 @@ fc_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	st->ram_bytes = fc_allocated(ram);
 	rv = MOAT_OK;
 cleanup:
-	if (paused) {
+	if (paused && leave_paused && rv == MOAT_OK) {
+		st->pause_ms = vmd_now_ms_exact() - t0; /* so far */
+	} else if (paused) {
 		char *rerr = NULL;
 
 		/* A failed snapshot must not leave the sandbox paused. */
@@ -1445,6 +1447,16 @@ cleanup:
 	free(ram);
 	free(disk);
 	return rv;
+}
+
+/* unpause (vmm.h): a VM a snapshot left paused runs again (each API
+ * call is bounded by [firecracker] api-timeout-ms). */
+static int
+fc_unpause(const struct moat_vmm *vm, uint32_t timeout_ms, char **errmsg)
+{
+	(void)timeout_ms;
+	*errmsg = NULL;
+	return moat_fc_vm_resume(vm, errmsg);
 }
 
 /* restore (vmm.h): a fresh Firecracker loads snap_dir's device_state and
@@ -1496,6 +1508,7 @@ const struct moat_vmm_ops moat_vmm_firecracker = {
 	.release = fc_release,
 	.reap_orphan = fc_reap_orphan,
 	.snapshot = fc_snapshot,
+	.unpause = fc_unpause,
 	.restore = fc_restore,
 	.resume = fc_resume,
 	.snapshot_resets_agent_link = true,
