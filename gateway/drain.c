@@ -317,6 +317,37 @@ restore_on(struct drain *d, const Moat__V1__Sandbox *sb, const char *remote,
 	return rv;
 }
 
+/* keep_lifetime: the moved sandbox keeps what was left of sb's
+ * lifetime on the source (a restore alone would give it none): its
+ * expiry and its idle timeout, through SetTimeout on `to`. Best effort:
+ * logged. */
+static void
+keep_lifetime(struct drain *d, const Moat__V1__Sandbox *sb,
+    const struct moat_node_id *to)
+{
+	Moat__V1__SetTimeoutRequest req = MOAT__V1__SET_TIMEOUT_REQUEST__INIT;
+	uint64_t now = moat_now_unix_ms();
+	char *msg = NULL;
+
+	if (sb->expires_unix_ms == 0 && sb->idle_timeout_s == 0)
+		return;
+	req.sandbox_id = sb->id;
+	req.tenant = sb->tenant;
+	if (sb->expires_unix_ms != 0)
+		req.timeout_s = sb->expires_unix_ms > now + 1000 ?
+		    (uint32_t)((sb->expires_unix_ms - now + 999) / 1000) :
+		    1;
+	req.idle_timeout_s = sb->idle_timeout_s;
+	if (node_call(d, to, sb->tenant, "SetTimeout", &req.base,
+	        &moat__v1__sandbox__descriptor,
+	        moat_rpc_now_ms() + MOAT_RPC_DEFAULT_TIMEOUT_MS,
+	        "a drained sandbox's lifetime", NULL, &msg) != MOAT_OK)
+		moat_warn(d->request_id,
+		    "drain: sandbox %s on %s keeps no lifetime: %s", sb->id,
+		    to->s, msg ? msg : "?");
+	free(msg);
+}
+
 /* resume_source: ResumeSandbox of sb on the source after a failed move
  * (a sandbox not paused, or a vmd without the call, is fine). */
 static void
@@ -471,6 +502,7 @@ move_one(struct drain *d, const Moat__V1__Sandbox *sb, struct moat_node_id *to,
 	}
 	remap(d, restored, to);
 	*pause_ms = moat_rpc_now_ms() - t0;
+	keep_lifetime(d, sb, to);
 out:
 	if (rv != MOAT_OK)
 		resume_source(d, sb);

@@ -112,6 +112,10 @@ check "tenant-b may not cordon: PERMISSION_DENIED naming operator-tenants (rc $r
 out=$(moat node drain node-zz 2>&1); rc=$?
 check "drain of an unknown node refused ($out)" sh -c "[ $rc -ne 0 ] && echo \"\$1\" | grep -q 'unknown'" _ "$out"
 
+exp_of() { moat --json sandbox get "$1" 2>/dev/null | python3 -c 'import json,sys; print(int(json.load(sys.stdin).get("expiresUnixMs", 0) or 0))'; }
+moat sandbox keepalive "$pid" --timeout 7200 >/dev/null 2>>"$work/err"
+exp0=$(exp_of "$pid")
+
 # ---- drain node-a to node-b ----
 # writer: 1, 2, ... into $iid:/root/counter.txt until $work/stop exists,
 # each value retried until a write of it answers OK (one that failed
@@ -150,6 +154,9 @@ for id in "$rid" "$pid" "$iid"; do
 	check "$id now on node-b, same id" [ "$(node_of "$id")" = node-b ]
 done
 check "its file is there" [ "$(moat exec "$iid" -- cat /root/i.txt 2>/dev/null)" = idle ]
+exp1=$(exp_of "$pid")
+check "the moved sandbox keeps its expiry ($exp0 -> $exp1, within 5 s)" \
+	python3 -c 'import sys; a, b = int(sys.argv[1]), int(sys.argv[2]); sys.exit(not (a > 0 and abs(a - b) <= 5000))' "$exp0" "$exp1"
 check "the background process is alive on node-b" moat exec "$pid" -- sh -c "kill -0 $bg"
 out=$(moat code "$rid" -c 'v' 2>"$work/err")
 check "the python variable is kept ($out)" [ "$out" = "'kept'" ]
