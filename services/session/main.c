@@ -161,7 +161,8 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	m->sd.idem_ttl_ms *= 1000;
 	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir, map_mib << 20,
 	         sessiond_dbs, errmsg)) != MOAT_OK ||
-	    (rv = sessiond_idem_open(&m->sd, state_dir, errmsg)) != MOAT_OK)
+	    (rv = sessiond_idem_open(&m->sd, state_dir, errmsg)) != MOAT_OK ||
+	    (rv = sessiond_keys_open(&m->sd, state_dir, errmsg)) != MOAT_OK)
 		return rv;
 	return moat_store_check_format(m->sd.store, &store_format, errmsg);
 }
@@ -221,6 +222,7 @@ sessiond_close(void *ctx)
 	sessiond_metrics_stop();
 	moat_store_close(m->sd.store);
 	moat_store_close(m->sd.idem);
+	moat_store_close(m->sd.keys);
 	free(m->sd.store_dir);
 	free(m->listen);
 	moat_tls_free(m->tls);
