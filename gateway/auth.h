@@ -31,6 +31,16 @@
 	"create --tenant NAME"
 
 struct moat_auth;
+struct moat_rpc_client;
+
+/* One key's record, wherever it is kept (the local store or sessiond). */
+struct moat_key_record {
+	char key_id[MOAT_AUTH_KEY_ID_LEN + 1];
+	char tenant[MOAT_AUTH_TENANT_MAX];
+	char sha256[65]; /* hex */
+	bool revoked;
+	uint64_t created_unix_ms;
+};
 
 /* moat_auth_open: opens (creating) the key store in
  * <state_dir>/gateway-db and starts its audit writer thread. On MOAT_OK
@@ -99,6 +109,53 @@ void moat_auth_audit_flush(struct moat_auth *a);
  * caller's reference). Errors set *errmsg (heap). */
 int moat_auth_audit_list(struct moat_auth *a, const char *tenant, size_t limit,
     json_t **out, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_auth_use_sessiond: from now on `a`'s keys (create, verify, revoke,
+ * list) live in moat-sessiond at `url` (client `c`, borrowed, outliving
+ * `a`); the local store stays for the audit log and as the source of
+ * imports. A key sessiond does not know but the local store does is
+ * imported on its first verify. Call before any other thread uses `a`. */
+void moat_auth_use_sessiond(struct moat_auth *a, struct moat_rpc_client *c,
+    const char *url);
+
+/* moat_auth_import: pushes every key of the local store (revoked ones as
+ * revoked) into sessiond (moat_auth_use_sessiond first). Idempotent: a
+ * key sessiond has with the same tenant and hash is left as it is, only
+ * ever marked revoked. *n: keys sent. Errors set *errmsg (heap). */
+int moat_auth_import(struct moat_auth *a, size_t *n, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* ---- keys_remote.c: the keys in moat-sessiond ---- */
+
+/* MOAT_AUTH_SESSIOND_FILE: in the gateway's state directory, the sessiond
+ * address its keys live at (written by moat_auth_sessiond_start), where
+ * `moat-gateway keys --state-dir` finds it. */
+#define MOAT_AUTH_SESSIOND_FILE "keys-sessiond"
+
+/* moat_auth_sessiond_start: at gateway start, keys go to sessiond
+ * (moat_auth_use_sessiond), the local store is imported (moat_auth_import;
+ * a failure is logged: keys are then imported on first use), and
+ * <state_dir>/MOAT_AUTH_SESSIOND_FILE names `url`. */
+void moat_auth_sessiond_start(struct moat_auth *a, struct moat_rpc_client *c,
+    const char *url, const char *state_dir);
+
+/* Each call waits up to 3 s; UNAVAILABLE (sessiond did not answer) and
+ * sessiond's own statuses (NOT_FOUND, ALREADY_EXISTS) set *errmsg (heap)
+ * naming sessiond's address. */
+int moat_keys_remote_create(struct moat_rpc_client *c, const char *url,
+    const struct moat_key_record *k, char **errmsg)
+    __attribute__((warn_unused_result));
+int moat_keys_remote_get(struct moat_rpc_client *c, const char *url,
+    const char *key_id, struct moat_key_record *out, char **errmsg)
+    __attribute__((warn_unused_result));
+int moat_keys_remote_revoke(struct moat_rpc_client *c, const char *url,
+    const char *key_id, char **errmsg) __attribute__((warn_unused_result));
+int moat_keys_remote_list(struct moat_rpc_client *c, const char *url,
+    const char *tenant, FILE *f, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_key_print: the `keys ls` line "KEYID TENANT CREATED active|revoked". */
+void moat_key_print(FILE *f, const char *key_id, const char *tenant,
+    uint64_t created_unix_ms, bool revoked);
 
 /* moat_policy_refuses: whether `tenant`'s policy refuses commands of
  * `level`: [policy] refuse.<tenant>, else [policy] refuse, else

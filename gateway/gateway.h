@@ -755,6 +755,9 @@ struct moat_gateway_opts {
 	const struct moat_tls *survey_tls;
 	const char *sessiond_tls_name;
 	const char *snapd_tls_name;
+	/* API keys in sessiond (keys_remote.c) rather than state_dir's own
+	 * store: set when the gateway is configured with a sessiond. */
+	bool keys_in_sessiond;
 };
 
 struct moat_gateway;

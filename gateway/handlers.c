@@ -1711,6 +1711,9 @@ moat_gateway_start(struct moat_gateway **out,
 	/* Dials do not block: a service that starts later is found. */
 	if ((rv = open_backends(gw, opts, errmsg)) != MOAT_OK)
 		goto fail;
+	if (opts->keys_in_sessiond && gw->auth != NULL)
+		moat_auth_sessiond_start(gw->auth, gw->sessiond,
+		    gw->sessiond_url, gw->state_dir);
 	if (moat_record_init(&gw->rec, &gw->fw, gw->sessiond,
 	        gw->sessiond_url) != MOAT_OK)
 		goto fail_oom;
