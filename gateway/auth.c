@@ -57,7 +57,7 @@ struct key_cache_slot {
 	char id[MOAT_AUTH_KEY_ID_LEN + 1]; /* "" when empty */
 	char hash[2 * SHA256_DIGEST_LENGTH + 1];
 	char tenant[MOAT_AUTH_TENANT_MAX];
-	uint64_t expires_ms; /* monotonic */
+	uint64_t verified_ms; /* monotonic: when the store last said yes */
 };
 
 struct moat_auth {
@@ -85,6 +85,7 @@ struct moat_auth {
 	/* Set once before other threads (moat_auth_use_sessiond). */
 	struct moat_rpc_client *sessiond;
 	const char *sessiond_url;
+	uint64_t stale_ms; /* [gateway] keys-stale-s */
 
 	/* cache_lock guards cache. */
 	pthread_mutex_t cache_lock;
@@ -338,17 +339,18 @@ cache_slot(struct moat_auth *a, const char *id)
 }
 
 /* cache_lookup: whether key `id` with secret hash `hash` was verified
- * within the TTL; then copies its tenant (tenant_size bytes). */
+ * within `max_age_ms`; then copies its tenant (tenant_size bytes). */
 static bool
 cache_lookup(struct moat_auth *a, const char *id, const char *hash,
-    char *tenant, size_t tenant_size)
+    char *tenant, size_t tenant_size, uint64_t max_age_ms)
 {
 	struct key_cache_slot *c;
 	bool hit = false;
 
 	pthread_mutex_lock(&a->cache_lock);
 	c = cache_slot(a, id);
-	if (strcmp(c->id, id) == 0 && c->expires_ms > mono_ms() &&
+	if (strcmp(c->id, id) == 0 &&
+	    c->verified_ms + max_age_ms > mono_ms() &&
 	    CRYPTO_memcmp(c->hash, hash, sizeof(c->hash)) == 0 &&
 	    strlen(c->tenant) < tenant_size) {
 		strcpy(tenant, c->tenant);
@@ -369,7 +371,7 @@ cache_put(struct moat_auth *a, const char *id, const char *hash,
 	snprintf(c->id, sizeof(c->id), "%s", id);
 	snprintf(c->hash, sizeof(c->hash), "%s", hash);
 	snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
-	c->expires_ms = mono_ms() + MOAT_AUTH_KEY_CACHE_TTL_MS;
+	c->verified_ms = mono_ms();
 	pthread_mutex_unlock(&a->cache_lock);
 }
 
@@ -470,13 +472,24 @@ moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
 	memcpy(id, key + 5, MOAT_AUTH_KEY_ID_LEN);
 	id[MOAT_AUTH_KEY_ID_LEN] = '\0';
 	secret_hash(sep + 1, hash);
-	if (cache_lookup(a, id, hash, tenant, tenant_size)) {
+	if (cache_lookup(a, id, hash, tenant, tenant_size,
+	        MOAT_AUTH_KEY_CACHE_TTL_MS)) {
 		strcpy(key_id, id);
 		return MOAT_OK;
 	}
 	if ((rv = key_lookup(a, id, &k, &errmsg)) != MOAT_OK) {
 		if (rv == MOAT_NOT_FOUND)
 			rv = MOAT_UNAUTHENTICATED;
+		/* sessiond, where any revoke would go, does not answer: a
+		 * key it said yes to within keys-stale-s still passes. */
+		if (rv == MOAT_UNAVAILABLE && a->stale_ms > 0 &&
+		    cache_lookup(a, id, hash, tenant, tenant_size,
+		        a->stale_ms)) {
+			strcpy(key_id, id);
+			rv = MOAT_OK;
+			free(errmsg);
+			errmsg = NULL;
+		}
 		goto out;
 	}
 	if (strlen(k.sha256) != strlen(hash) ||
@@ -492,7 +505,8 @@ moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
 out:
 	if (errmsg != NULL && rv != MOAT_UNAUTHENTICATED) {
 		moat_warn(0, "auth: key %s not verified: %s", id, errmsg);
-		rv = a->sessiond != NULL ? MOAT_UNAVAILABLE : MOAT_INTERNAL;
+		if (rv != MOAT_UNAVAILABLE)
+			rv = MOAT_INTERNAL;
 	}
 	free(errmsg);
 	return rv;
@@ -639,10 +653,11 @@ moat_auth_key_list(struct moat_auth *a, const char *tenant, FILE *f,
 
 void
 moat_auth_use_sessiond(struct moat_auth *a, struct moat_rpc_client *c,
-    const char *url)
+    const char *url, uint64_t stale_ms)
 {
 	a->sessiond = c;
 	a->sessiond_url = url;
+	a->stale_ms = stale_ms;
 }
 
 struct import_ctx {
@@ -700,8 +715,8 @@ moat_auth_import(struct moat_auth *a, size_t *n, char **errmsg)
 		} else if (rv != MOAT_UNAVAILABLE) {
 			/* This key only (e.g. its id taken by another
 			 * key in sessiond): the others go on. */
-			moat_warn(0, "keys: key %s not imported: %s",
-			    c.ids[i], *errmsg ? *errmsg : "");
+			moat_warn(0, "keys: key %s not imported: %s", c.ids[i],
+			    *errmsg ? *errmsg : "");
 			free(*errmsg);
 			*errmsg = NULL;
 			rv = MOAT_OK;

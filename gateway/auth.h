@@ -69,7 +69,8 @@ int moat_auth_key_create(struct moat_auth *a, const char *tenant,
  * (MOAT_AUTH_KEY_ID_LEN + 1 bytes) of API key `key`. UNAUTHENTICATED
  * for a missing, malformed, unknown or revoked key; other failures (the
  * store) INTERNAL. A key verified in the last MOAT_AUTH_KEY_CACHE_TTL_MS
- * is answered from memory; otherwise one LMDB read transaction. A key
+ * is answered from memory; otherwise one LMDB read transaction (with keys
+ * in sessiond: one VerifyKey; UNAVAILABLE when it does not answer). A key
  * revoked through this `a` is refused at once, one revoked by another
  * process (the `keys revoke` command) within the TTL. Thread-safe. */
 int moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
@@ -112,11 +113,14 @@ int moat_auth_audit_list(struct moat_auth *a, const char *tenant, size_t limit,
 
 /* moat_auth_use_sessiond: from now on `a`'s keys (create, verify, revoke,
  * list) live in moat-sessiond at `url` (client `c`, borrowed, outliving
- * `a`); the local store stays for the audit log and as the source of
- * imports. A key sessiond does not know but the local store does is
- * imported on its first verify. Call before any other thread uses `a`. */
+ * `a`; NULL: the local store again); the local store stays for the audit
+ * log and as the source of imports. A key sessiond does not know but the
+ * local store does is imported on its first verify. While sessiond does
+ * not answer, a key it confirmed within `stale_ms` (0: none) still
+ * passes verification (no revoke can be made meanwhile: revokes go to
+ * sessiond); others are UNAVAILABLE. Call before other threads use `a`. */
 void moat_auth_use_sessiond(struct moat_auth *a, struct moat_rpc_client *c,
-    const char *url);
+    const char *url, uint64_t stale_ms);
 
 /* moat_auth_import: pushes every key of the local store (revoked ones as
  * revoked) into sessiond (moat_auth_use_sessiond first). Idempotent: a
@@ -137,7 +141,7 @@ int moat_auth_import(struct moat_auth *a, size_t *n, char **errmsg)
  * a failure is logged: keys are then imported on first use), and
  * <state_dir>/MOAT_AUTH_SESSIOND_FILE names `url`. */
 void moat_auth_sessiond_start(struct moat_auth *a, struct moat_rpc_client *c,
-    const char *url, const char *state_dir);
+    const char *url, const char *state_dir, uint64_t stale_ms);
 
 /* Each call waits up to 3 s; UNAVAILABLE (sessiond did not answer) and
  * sessiond's own statuses (NOT_FOUND, ALREADY_EXISTS) set *errmsg (heap)

@@ -210,7 +210,7 @@ open_stores(struct keys_cli *k, char **errmsg)
 	if ((rv = moat_rpc_client_open_opts(&k->client, k->url, &co,
 	         errmsg)) != MOAT_OK)
 		return rv;
-	moat_auth_use_sessiond(k->a, k->client, k->url);
+	moat_auth_use_sessiond(k->a, k->client, k->url, 0);
 	return MOAT_OK;
 }
 
@@ -269,7 +269,7 @@ moat_gateway_keys_main(int argc, char **argv, void (*usage)(FILE *))
 			    errmsg ? errmsg : "", k.state_dir);
 			free(errmsg);
 			errmsg = NULL;
-			moat_auth_use_sessiond(k.a, NULL, NULL);
+			moat_auth_use_sessiond(k.a, NULL, NULL, 0);
 			rv = run_verb(&k, &errmsg);
 		}
 	} else {

@@ -159,14 +159,14 @@ moat_keys_remote_list(struct moat_rpc_client *c, const char *url,
 
 void
 moat_auth_sessiond_start(struct moat_auth *a, struct moat_rpc_client *c,
-    const char *url, const char *state_dir)
+    const char *url, const char *state_dir, uint64_t stale_ms)
 {
 	char *path = NULL, *tmp = NULL, *errmsg = NULL;
 	size_t n = 0;
 	bool ok;
 	FILE *f;
 
-	moat_auth_use_sessiond(a, c, url);
+	moat_auth_use_sessiond(a, c, url, stale_ms);
 	if (moat_auth_import(a, &n, &errmsg) != MOAT_OK) {
 		moat_warn(0,
 		    "keys: the local key store is not imported into "

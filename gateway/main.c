@@ -201,6 +201,7 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 {
 	struct gateway_main *m = ctx;
 	uint64_t interval = 0, workers = 0, mcp_max = 0, mcp_idle = 0;
+	uint64_t stale = 0;
 	bool auth = true;
 	int rv;
 
@@ -263,6 +264,16 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	 * the keys live there, shared by every gateway. */
 	m->opts.keys_in_sessiond =
 	    moat_config_get(cfg, SECTION, "sessiond", NULL) != NULL;
+	if ((rv = moat_config_get_u64(cfg, SECTION, "keys-stale-s", 300,
+	         &stale, errmsg)) != MOAT_OK)
+		return rv;
+	if (stale > 86400) {
+		*errmsg = moat_asprintf("keys-stale-s must be 0-86400, not "
+		                        "%llu",
+		    (unsigned long long)stale);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	m->opts.keys_stale_s = (uint32_t)stale;
 	m->opts.snapd_url = m->snapd;
 	m->opts.state_dir = state_dir;
 	m->opts.survey_interval_ms = (uint32_t)interval;
