@@ -14,6 +14,11 @@
 #   again later: one sandbox (sessiond's claim); the id reused for another
 #   method is refused; a DestroySandbox retried on the other gateway
 #   answers as the first did.
+# - keys (step 3): the keys made in gw1's local store before it started
+#   work on gw2 (imported into sessiond); a key created with
+#   `moat-gateway keys create` on gw1's state directory works on gw2 and
+#   is listed there; revoked the same way, gw2 refuses it within the 5 s
+#   cache bound (polled; the delay is reported, asserted with slack).
 # Traffic goes only to 127.0.0.0/8.
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
@@ -72,6 +77,43 @@ g2() { $c_client2 "$@"; }
 for n in node-a node-b; do
 	check "vmd $n answers both gateways' surveys" [ "$(grep -c 'answering surveys from' "$c_root/host-$n/logs/vmd.log")" -eq 2 ]
 done
+
+# ---- API keys in sessiond: made through gw1, honoured by gw2 ----
+keys1() { "$bin/moat-gateway" keys "$@" --state-dir "$c_root/h1" $(c_tls gateway gw1); }
+keys2() { "$bin/moat-gateway" keys "$@" --state-dir "$c_root/h1b" $(c_tls gateway gw2); }
+ms() { date +%s%3N; }
+check "gw1 imported its local key store into sessiond at start" grep -q "of the local key store are in moat-sessiond" "$c_root/h1/logs/gateway.log"
+check "gw2 has no key of its own: it reads sessiond's" [ -z "$(keys2 ls --local 2>&1)" ]
+k=$(keys1 create --tenant keys-t 2>"$work/err")
+check "a key created through gw1's keys command ($(head -c 200 "$work/err"))" [ -n "$k" ]
+kid=$(echo "$k" | cut -d_ -f2)
+kg2() { "$bin/moat" $c_client2_tls --api-key "$k" --json sandbox ls >/dev/null 2>"$work/kerr"; }
+kg1() { "$bin/moat" $c_client_tls --api-key "$k" --json sandbox ls >/dev/null 2>"$work/kerr"; }
+check "the key works on gw2 ($(head -c 200 "$work/kerr"))" kg2
+check "the key works on gw1" kg1
+check "gw2's keys command lists it" grep -q "^$kid keys-t .* active$" <(keys2 ls --tenant keys-t 2>&1)
+kg2 # cached in gw2 now: the revoke must outlive the cache
+out=$(keys1 revoke "$kid" 2>&1)
+t0=$(ms)
+check "revoked through gw1 ($out)" [ "$out" = "revoked $kid" ]
+refused=""
+while [ $(($(ms) - t0)) -lt 15000 ]; do
+	if ! kg2; then
+		refused=$(($(ms) - t0))
+		break
+	fi
+	sleep 0.2
+done
+echo "# gw2 refused the revoked key after ${refused:-never} ms (contract: 5000)"
+within_contract() { [ -n "$refused" ] && [ "$refused" -le 8000 ]; }
+check "gw2 refuses the revoked key within 5 s + slack (${refused:-never} ms)" within_contract
+check "the refusal says UNAUTHENTICATED ($(head -c 200 "$work/kerr"))" grep -q "revoked API key" "$work/kerr"
+sleep 5.2
+kg1_refused() { ! kg1; }
+check "gw1 refuses it too (after its own 5 s cache)" kg1_refused
+check "gw2's keys command shows it revoked" grep -q "^$kid keys-t .* revoked$" <(keys2 ls 2>&1)
+out=$(keys2 revoke 000000000000 2>&1)
+check "revoking an unknown key says how to list them ($out)" grep -q "keys ls" <<<"$out"
 
 # ---- recorded through gw1, steps through both ----
 rid=$(g1 sandbox create --record --snapshot every 2>"$work/err")
