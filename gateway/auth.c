@@ -655,9 +655,12 @@ void
 moat_auth_use_sessiond(struct moat_auth *a, struct moat_rpc_client *c,
     const char *url, uint64_t stale_ms)
 {
+	/* Under the lock: the audit writer thread reads them. */
+	pthread_mutex_lock(&a->lock);
 	a->sessiond = c;
 	a->sessiond_url = url;
 	a->stale_ms = stale_ms;
+	pthread_mutex_unlock(&a->lock);
 }
 
 struct import_ctx {
@@ -852,19 +855,17 @@ put_entry(struct moat_store_txn *txn, const char *tenant, uint64_t us,
 	return rv;
 }
 
-/* put_drop: the one entry saying how many of `tenant`'s were dropped. */
-static int
-put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
-    char **errmsg)
+/* drop_text: the one entry saying how many of `tenant`'s were dropped
+ * (heap JSON, NULL when out of memory) and its time in *us. */
+static char *
+drop_text(uint64_t n, uint64_t *us)
 {
 	struct timespec ts;
-	uint64_t us;
 	char *text, *msg;
 	json_t *e;
-	int rv;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	*us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 	msg = moat_asprintf("%llu audit entries dropped (queue full)",
 	    (unsigned long long)n);
 	/* The text also as "command": the one field of ListAudit's
@@ -872,16 +873,58 @@ put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
 	e = json_pack("{s:s, s:s, s:s?, s:s?, s:I, s:I}", "method",
 	    "AuditDropped", "code", "RESOURCE_EXHAUSTED", "message", msg,
 	    "command", msg, "dropped", (json_int_t)n, "at_unix_ms",
-	    (json_int_t)(us / 1000));
+	    (json_int_t)(*us / 1000));
 	free(msg);
-	if (e == NULL || (text = json_dumps(e, JSON_COMPACT)) == NULL) {
-		json_decref(e);
+	text = e != NULL ? json_dumps(e, JSON_COMPACT) : NULL;
+	json_decref(e);
+	return text;
+}
+
+/* put_drop: drop_text's entry for `tenant`, in the write txn. */
+static int
+put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
+    char **errmsg)
+{
+	uint64_t us;
+	char *text = drop_text(n, &us);
+	int rv;
+
+	if (text == NULL) {
 		*errmsg = moat_asprintf("out of memory writing the audit log");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
-	json_decref(e);
 	rv = put_entry(txn, tenant, us, text, errmsg);
 	free(text);
+	return rv;
+}
+
+/* commit_remote: the batch and the drop counts as one AppendAudit. */
+static int
+commit_remote(struct moat_rpc_client *c, const char *url,
+    const struct audit_item *batch, size_t n, const struct audit_drop *drops,
+    size_t n_drops, char **errmsg)
+{
+	struct moat_audit_item *items =
+	    calloc(n + n_drops + 1, sizeof(*items));
+	size_t k = 0;
+	int rv = MOAT_OK;
+
+	if (items == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	for (size_t i = 0; i < n; i++, k++)
+		items[k] = (struct moat_audit_item){ batch[i].tenant,
+			batch[i].us, batch[i].text };
+	for (size_t i = 0; i < n_drops && rv == MOAT_OK; i++, k++) {
+		items[k].tenant = drops[i].tenant;
+		if ((items[k].text = drop_text(drops[i].n, &items[k].us)) ==
+		    NULL)
+			rv = MOAT_RESOURCE_EXHAUSTED;
+	}
+	if (rv == MOAT_OK)
+		rv = moat_audit_remote_append(c, url, items, k, errmsg);
+	for (size_t i = n; i < k; i++)
+		free((char *)items[i].text);
+	free(items);
 	return rv;
 }
 
@@ -892,12 +935,29 @@ commit_batch(struct moat_auth *a, struct audit_item *batch, size_t n,
     const struct audit_drop *drops, size_t n_drops, uint64_t unattributed)
 {
 	struct moat_store_txn *txn = NULL;
+	struct moat_rpc_client *remote;
+	const char *url;
 	char *errmsg = NULL;
 	uint64_t dropped = unattributed, now;
 	int rv;
 
 	for (size_t i = 0; i < n_drops; i++)
 		dropped += drops[i].n;
+	pthread_mutex_lock(&a->lock);
+	remote = a->sessiond;
+	url = a->sessiond_url;
+	pthread_mutex_unlock(&a->lock);
+	if (remote != NULL && n + n_drops > 0) {
+		if ((rv = commit_remote(remote, url, batch, n, drops, n_drops,
+		         &errmsg)) == MOAT_OK)
+			goto out;
+		moat_warn(0,
+		    "audit: %zu entries kept in this gateway's own log, "
+		    "not in moat-sessiond's: %s",
+		    n + n_drops, errmsg ? errmsg : moat_strerror(rv));
+		free(errmsg);
+		errmsg = NULL;
+	}
 	if ((rv = moat_store_txn_begin(a->st, true, &txn, &errmsg)) != MOAT_OK)
 		goto out;
 	for (size_t i = 0; i < n && rv == MOAT_OK; i++)
@@ -1016,6 +1076,9 @@ moat_auth_audit_list(struct moat_auth *a, const char *tenant, size_t limit,
 		    MOAT_AUTH_AUDIT_MAX_LIMIT);
 		return MOAT_INVALID_ARGUMENT;
 	}
+	if (a->sessiond != NULL)
+		return moat_audit_remote_list(a->sessiond, a->sessiond_url,
+		    tenant, limit, out, errmsg);
 	if ((c.ring = calloc(limit, sizeof(*c.ring))) == NULL ||
 	    (arr = json_array()) == NULL) {
 		free(c.ring);

@@ -161,6 +161,26 @@ int moat_keys_remote_list(struct moat_rpc_client *c, const char *url,
 void moat_key_print(FILE *f, const char *key_id, const char *tenant,
     uint64_t created_unix_ms, bool revoked);
 
+/* ---- audit_remote.c: the audit log in moat-sessiond ---- */
+
+struct moat_audit_item {
+	const char *tenant;
+	uint64_t us;      /* its time, microseconds since the epoch */
+	const char *text; /* the entry's JSON */
+};
+
+/* moat_audit_remote_append: one AppendAudit of `n` entries (3 s at
+ * most). Errors (UNAVAILABLE: no answer) set *errmsg (heap). */
+int moat_audit_remote_append(struct moat_rpc_client *c, const char *url,
+    const struct moat_audit_item *items, size_t n, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_audit_remote_list: `tenant`'s newest `limit` entries from
+ * sessiond, oldest first, as moat_auth_audit_list gives them. */
+int moat_audit_remote_list(struct moat_rpc_client *c, const char *url,
+    const char *tenant, size_t limit, json_t **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* moat_policy_refuses: whether `tenant`'s policy refuses commands of
  * `level`: [policy] refuse.<tenant>, else [policy] refuse, else
  * "blocked"; a comma list of level names, or "none". cfg may be NULL. */

@@ -19,6 +19,9 @@
 #   `moat-gateway keys create` on gw1's state directory works on gw2 and
 #   is listed there; revoked the same way, gw2 refuses it within the 5 s
 #   cache bound (polled; the delay is reported, asserted with slack).
+# - audit (step 4): both gateways append to sessiond's audit log: gw2's
+#   `moat audit` shows the DestroySandbox made through gw1, and gw1's the
+#   one made through gw2.
 # Traffic goes only to 127.0.0.0/8.
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
@@ -192,6 +195,22 @@ out=$(probe "$c_gw2_url" "$rid2" destroy "$a" 2>&1)
 check "DestroySandbox retried on gw2 with its request id: OK again, not NOT_FOUND ($out)" [ "$out" = OK ]
 out=$(probe "$c_gw2_url" $((rid1 + 2)) destroy "$a" 2>&1)
 check "a new request id destroying it again: NOT_FOUND ($out)" starts "$out" NOT_FOUND
+
+# ---- the audit log in sessiond: each gateway shows the other's calls ----
+audited() { # audited CLIENT_FN METHOD SANDBOX: polled 5 s
+	local i
+	for i in $(seq 1 25); do
+		"$1" --json audit --limit 1000 2>/dev/null | python3 -c 'import json,sys
+d = json.load(sys.stdin)
+es = d.get("entries", d if isinstance(d, list) else [])
+sys.exit(0 if any(e.get("method") == sys.argv[1] and e.get("sandboxId") == sys.argv[2] for e in es) else 1)' "$2" "$3" && return 0
+		sleep 0.2
+	done
+	return 1
+}
+check "gw2's audit shows the DestroySandbox of $nid made through gw1" audited g2 DestroySandbox "$nid"
+check "gw1's audit shows the DestroySandbox of $rid made through gw2" audited g1 DestroySandbox "$rid"
+check "no audit batch fell back to a gateway's own log" sh -c "! grep -q 'kept in this gateway' '$c_root/h1/logs/gateway.log' '$c_root/h1b/logs/gateway.log'"
 
 c_stop
 check "no sanitizer report in any service log" sh -c "! grep -lE 'ERROR: (Address|Leak)Sanitizer|runtime error:' '$c_root'/h1/logs/*.log '$c_root'/h1b/logs/*.log '$c_root'/host-*/logs/*.log"
