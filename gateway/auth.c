@@ -15,6 +15,11 @@
  * "N audit entries dropped (queue full)" entry once space returns.
  * Verified keys are cached in memory for MOAT_AUTH_KEY_CACHE_TTL_MS so a
  * call costs no LMDB read; a revoke in this process evicts at once.
+ * With a sessiond (moat_auth_use_sessiond, issue 15) keys are read and
+ * written there (keys_remote.c; a key only the local store has is
+ * imported on first use) and the writer sends each batch there
+ * (audit_remote.c), keeping a batch locally when sessiond does not take
+ * it.
  * Not for: which calls need a key, or what is audited (handlers.c).
  */
 #include <pthread.h>
