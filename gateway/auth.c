@@ -15,6 +15,11 @@
  * "N audit entries dropped (queue full)" entry once space returns.
  * Verified keys are cached in memory for MOAT_AUTH_KEY_CACHE_TTL_MS so a
  * call costs no LMDB read; a revoke in this process evicts at once.
+ * With a sessiond (moat_auth_use_sessiond, issue 15) keys are read and
+ * written there (keys_remote.c; a key only the local store has is
+ * imported on first use) and the writer sends each batch there
+ * (audit_remote.c), keeping a batch locally when sessiond does not take
+ * it.
  * Not for: which calls need a key, or what is audited (handlers.c).
  */
 #include <pthread.h>
@@ -57,7 +62,7 @@ struct key_cache_slot {
 	char id[MOAT_AUTH_KEY_ID_LEN + 1]; /* "" when empty */
 	char hash[2 * SHA256_DIGEST_LENGTH + 1];
 	char tenant[MOAT_AUTH_TENANT_MAX];
-	uint64_t expires_ms; /* monotonic */
+	uint64_t verified_ms; /* monotonic: when the store last said yes */
 };
 
 struct moat_auth {
@@ -81,6 +86,11 @@ struct moat_auth {
 	/* writer thread only */
 	struct audit_item *batch; /* cap entries being committed */
 	uint64_t warn_at_ms, warn_dropped;
+
+	/* Set once before other threads (moat_auth_use_sessiond). */
+	struct moat_rpc_client *sessiond;
+	const char *sessiond_url;
+	uint64_t stale_ms; /* [gateway] keys-stale-s */
 
 	/* cache_lock guards cache. */
 	pthread_mutex_t cache_lock;
@@ -268,6 +278,17 @@ moat_auth_key_create(struct moat_auth *a, const char *tenant, char **secret,
 		*errmsg = moat_asprintf("out of memory creating a key");
 		goto out;
 	}
+	if (a->sessiond != NULL) {
+		struct moat_key_record k = { .created_unix_ms =
+			                         moat_now_unix_ms() };
+
+		snprintf(k.key_id, sizeof(k.key_id), "%s", key_id);
+		snprintf(k.tenant, sizeof(k.tenant), "%s", tenant);
+		snprintf(k.sha256, sizeof(k.sha256), "%s", hash);
+		rv = moat_keys_remote_create(a->sessiond, a->sessiond_url, &k,
+		    errmsg);
+		goto out;
+	}
 	if ((rv = moat_store_txn_begin(a->st, true, &txn, errmsg)) != MOAT_OK)
 		goto out;
 	if ((rv = moat_store_put(txn, DB_KEYS, key_id, strlen(key_id), text,
@@ -323,17 +344,18 @@ cache_slot(struct moat_auth *a, const char *id)
 }
 
 /* cache_lookup: whether key `id` with secret hash `hash` was verified
- * within the TTL; then copies its tenant (tenant_size bytes). */
+ * within `max_age_ms`; then copies its tenant (tenant_size bytes). */
 static bool
 cache_lookup(struct moat_auth *a, const char *id, const char *hash,
-    char *tenant, size_t tenant_size)
+    char *tenant, size_t tenant_size, uint64_t max_age_ms)
 {
 	struct key_cache_slot *c;
 	bool hit = false;
 
 	pthread_mutex_lock(&a->cache_lock);
 	c = cache_slot(a, id);
-	if (strcmp(c->id, id) == 0 && c->expires_ms > mono_ms() &&
+	if (strcmp(c->id, id) == 0 &&
+	    c->verified_ms + max_age_ms > mono_ms() &&
 	    CRYPTO_memcmp(c->hash, hash, sizeof(c->hash)) == 0 &&
 	    strlen(c->tenant) < tenant_size) {
 		strcpy(tenant, c->tenant);
@@ -354,7 +376,7 @@ cache_put(struct moat_auth *a, const char *id, const char *hash,
 	snprintf(c->id, sizeof(c->id), "%s", id);
 	snprintf(c->hash, sizeof(c->hash), "%s", hash);
 	snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
-	c->expires_ms = mono_ms() + MOAT_AUTH_KEY_CACHE_TTL_MS;
+	c->verified_ms = mono_ms();
 	pthread_mutex_unlock(&a->cache_lock);
 }
 
@@ -370,15 +392,81 @@ cache_evict(struct moat_auth *a, const char *id)
 	pthread_mutex_unlock(&a->cache_lock);
 }
 
+/* local_get: key `id` of the local store in *k; NOT_FOUND when absent
+ * (no *errmsg). One read transaction: no writer lock, no fsync. */
+static int
+local_get(struct moat_auth *a, const char *id, struct moat_key_record *k,
+    char **errmsg)
+{
+	struct moat_store_txn *txn = NULL;
+	const char *want, *t;
+	json_t *rec;
+	int rv;
+
+	memset(k, 0, sizeof(*k));
+	if ((rv = moat_store_txn_begin(a->st, false, &txn, errmsg)) != MOAT_OK)
+		return rv;
+	rec = key_record(txn, id, &rv, errmsg);
+	moat_store_txn_abort(txn);
+	if (rec == NULL)
+		return rv;
+	want = json_string_value(json_object_get(rec, "sha256"));
+	t = json_string_value(json_object_get(rec, "tenant"));
+	if (want == NULL || t == NULL || strlen(want) >= sizeof(k->sha256) ||
+	    strlen(t) >= sizeof(k->tenant)) {
+		json_decref(rec);
+		*errmsg = moat_asprintf("key %s: its record lacks a tenant "
+		                        "or hash",
+		    id);
+		return MOAT_INTERNAL;
+	}
+	snprintf(k->key_id, sizeof(k->key_id), "%s", id);
+	snprintf(k->tenant, sizeof(k->tenant), "%s", t);
+	snprintf(k->sha256, sizeof(k->sha256), "%s", want);
+	k->revoked = json_is_true(json_object_get(rec, "revoked"));
+	k->created_unix_ms = (uint64_t)json_integer_value(
+	    json_object_get(rec, "created_unix_ms"));
+	json_decref(rec);
+	return MOAT_OK;
+}
+
+/* key_lookup: key `id` from sessiond when `a` uses one, else from the
+ * local store. A key sessiond does not know but the local store does
+ * (made by `keys create --state-dir` next to this gateway) is imported
+ * into sessiond now. NOT_FOUND (no *errmsg) when nowhere. */
+static int
+key_lookup(struct moat_auth *a, const char *id, struct moat_key_record *k,
+    char **errmsg)
+{
+	int rv;
+
+	if (a->sessiond == NULL)
+		return local_get(a, id, k, errmsg);
+	rv = moat_keys_remote_get(a->sessiond, a->sessiond_url, id, k, errmsg);
+	if (rv != MOAT_NOT_FOUND)
+		return rv;
+	free(*errmsg);
+	*errmsg = NULL;
+	if ((rv = local_get(a, id, k, errmsg)) != MOAT_OK)
+		return rv;
+	if ((rv = moat_keys_remote_create(a->sessiond, a->sessiond_url, k,
+	         errmsg)) != MOAT_OK)
+		return rv;
+	moat_info(0,
+	    "auth: key %s of tenant %s imported from the local key "
+	    "store into moat-sessiond",
+	    id, k->tenant);
+	return MOAT_OK;
+}
+
 int
 moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
     size_t tenant_size, char *key_id)
 {
 	char id[MOAT_AUTH_KEY_ID_LEN + 1], hash[2 * SHA256_DIGEST_LENGTH + 1];
-	struct moat_store_txn *txn = NULL;
-	const char *sep, *want, *t;
+	struct moat_key_record k;
+	const char *sep;
 	char *errmsg = NULL;
-	json_t *rec = NULL;
 	int rv;
 
 	if (a == NULL || key == NULL || strncmp(key, "moat_", 5) != 0 ||
@@ -389,56 +477,102 @@ moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
 	memcpy(id, key + 5, MOAT_AUTH_KEY_ID_LEN);
 	id[MOAT_AUTH_KEY_ID_LEN] = '\0';
 	secret_hash(sep + 1, hash);
-	if (cache_lookup(a, id, hash, tenant, tenant_size)) {
+	if (cache_lookup(a, id, hash, tenant, tenant_size,
+	        MOAT_AUTH_KEY_CACHE_TTL_MS)) {
 		strcpy(key_id, id);
 		return MOAT_OK;
 	}
-	/* A read transaction only: no writer lock, no fsync. */
-	if ((rv = moat_store_txn_begin(a->st, false, &txn, &errmsg)) !=
-	    MOAT_OK)
-		goto out;
-	rec = key_record(txn, id, &rv, &errmsg);
-	moat_store_txn_abort(txn);
-	if (rec == NULL) {
+	if ((rv = key_lookup(a, id, &k, &errmsg)) != MOAT_OK) {
 		if (rv == MOAT_NOT_FOUND)
 			rv = MOAT_UNAUTHENTICATED;
+		/* sessiond, where any revoke would go, does not answer: a
+		 * key it said yes to within keys-stale-s still passes. */
+		if (rv == MOAT_UNAVAILABLE && a->stale_ms > 0 &&
+		    cache_lookup(a, id, hash, tenant, tenant_size,
+		        a->stale_ms)) {
+			strcpy(key_id, id);
+			rv = MOAT_OK;
+			free(errmsg);
+			errmsg = NULL;
+		}
 		goto out;
 	}
-	want = json_string_value(json_object_get(rec, "sha256"));
-	t = json_string_value(json_object_get(rec, "tenant"));
-	if (want == NULL || t == NULL || strlen(want) != strlen(hash) ||
-	    CRYPTO_memcmp(want, hash, strlen(hash)) != 0 ||
-	    json_is_true(json_object_get(rec, "revoked")) ||
-	    strlen(t) >= tenant_size) {
+	if (strlen(k.sha256) != strlen(hash) ||
+	    CRYPTO_memcmp(k.sha256, hash, strlen(hash)) != 0 || k.revoked ||
+	    strlen(k.tenant) >= tenant_size) {
 		rv = MOAT_UNAUTHENTICATED;
 		goto out;
 	}
-	strcpy(tenant, t);
+	strcpy(tenant, k.tenant);
 	strcpy(key_id, id);
-	cache_put(a, id, hash, t);
+	cache_put(a, id, hash, k.tenant);
 	rv = MOAT_OK;
 out:
-	if (errmsg != NULL && rv != MOAT_UNAUTHENTICATED)
-		rv = MOAT_INTERNAL;
+	if (errmsg != NULL && rv != MOAT_UNAUTHENTICATED) {
+		moat_warn(0, "auth: key %s not verified: %s", id, errmsg);
+		if (rv != MOAT_UNAVAILABLE)
+			rv = MOAT_INTERNAL;
+	}
 	free(errmsg);
-	json_decref(rec);
 	return rv;
+}
+
+static int local_revoke(struct moat_auth *a, const char *key_id,
+    char **errmsg);
+
+/* remote_revoke: RevokeKey in sessiond (a key only the local store has is
+ * imported first), then the local record too when there is one, so no
+ * later import could bring it back. */
+static int
+remote_revoke(struct moat_auth *a, const char *key_id, char **errmsg)
+{
+	struct moat_key_record k;
+	char *ignored = NULL;
+	int rv;
+
+	rv = moat_keys_remote_revoke(a->sessiond, a->sessiond_url, key_id,
+	    errmsg);
+	if (rv == MOAT_NOT_FOUND) {
+		free(*errmsg);
+		*errmsg = NULL;
+		if ((rv = key_lookup(a, key_id, &k, errmsg)) == MOAT_NOT_FOUND)
+			*errmsg = moat_asprintf("no key %s: `moat-gateway "
+			                        "keys ls` lists them",
+			    key_id);
+		if (rv == MOAT_OK)
+			rv = moat_keys_remote_revoke(a->sessiond,
+			    a->sessiond_url, key_id, errmsg);
+	}
+	if (rv != MOAT_OK)
+		return rv;
+	cache_evict(a, key_id);
+	if (local_revoke(a, key_id, &ignored) != MOAT_OK)
+		free(ignored);
+	return MOAT_OK;
 }
 
 int
 moat_auth_key_revoke(struct moat_auth *a, const char *key_id, char **errmsg)
 {
-	struct moat_store_txn *txn = NULL;
-	json_t *rec;
-	char *text = NULL;
-	int rv;
-
 	if (key_id == NULL || strlen(key_id) != MOAT_AUTH_KEY_ID_LEN) {
 		*errmsg = moat_asprintf("\"%.80s\" is not a key id: `moat-"
 		                        "gateway keys ls` lists them",
 		    key_id ? key_id : "");
 		return MOAT_NOT_FOUND;
 	}
+	if (a->sessiond != NULL)
+		return remote_revoke(a, key_id, errmsg);
+	return local_revoke(a, key_id, errmsg);
+}
+
+static int
+local_revoke(struct moat_auth *a, const char *key_id, char **errmsg)
+{
+	struct moat_store_txn *txn = NULL;
+	json_t *rec;
+	char *text = NULL;
+	int rv;
+
 	if ((rv = moat_store_txn_begin(a->st, true, &txn, errmsg)) != MOAT_OK)
 		return rv;
 	if ((rec = key_record(txn, key_id, &rv, errmsg)) == NULL) {
@@ -511,11 +645,96 @@ moat_auth_key_list(struct moat_auth *a, const char *tenant, FILE *f,
 	struct list_ctx c = { .tenant = tenant, .f = f };
 	int rv;
 
+	if (a->sessiond != NULL)
+		return moat_keys_remote_list(a->sessiond, a->sessiond_url,
+		    tenant, f, errmsg);
 	if ((rv = moat_store_txn_begin(a->st, false, &txn, errmsg)) != MOAT_OK)
 		return rv;
 	rv = moat_store_scan(txn, DB_KEYS, NULL, 0, NULL, 0, list_one, &c,
 	    errmsg);
 	moat_store_txn_abort(txn);
+	return rv;
+}
+
+void
+moat_auth_use_sessiond(struct moat_auth *a, struct moat_rpc_client *c,
+    const char *url, uint64_t stale_ms)
+{
+	/* Under the lock: the audit writer thread reads them. */
+	pthread_mutex_lock(&a->lock);
+	a->sessiond = c;
+	a->sessiond_url = url;
+	a->stale_ms = stale_ms;
+	pthread_mutex_unlock(&a->lock);
+}
+
+struct import_ctx {
+	struct moat_auth *a;
+	char **ids;
+	size_t n, cap;
+};
+
+static int
+import_one(const void *key, size_t klen, const void *val, size_t vlen,
+    void *arg)
+{
+	struct import_ctx *c = arg;
+	char **grown;
+
+	(void)val;
+	(void)vlen;
+	if (klen != MOAT_AUTH_KEY_ID_LEN)
+		return MOAT_OK;
+	if (c->n == c->cap) {
+		c->cap = c->cap ? 2 * c->cap : 16;
+		if ((grown = realloc(c->ids, c->cap * sizeof(*grown))) == NULL)
+			return MOAT_RESOURCE_EXHAUSTED;
+		c->ids = grown;
+	}
+	if ((c->ids[c->n] = strndup(key, klen)) == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	c->n++;
+	return MOAT_OK;
+}
+
+int
+moat_auth_import(struct moat_auth *a, size_t *n, char **errmsg)
+{
+	struct import_ctx c = { .a = a };
+	struct moat_store_txn *txn = NULL;
+	struct moat_key_record k;
+	int rv;
+
+	*n = 0;
+	if (a->sessiond == NULL)
+		return MOAT_OK;
+	/* Ids first, then one call each: no read txn held across calls. */
+	if ((rv = moat_store_txn_begin(a->st, false, &txn, errmsg)) != MOAT_OK)
+		return rv;
+	rv = moat_store_scan(txn, DB_KEYS, NULL, 0, NULL, 0, import_one, &c,
+	    errmsg);
+	moat_store_txn_abort(txn);
+	for (size_t i = 0; rv == MOAT_OK && i < c.n; i++) {
+		if ((rv = local_get(a, c.ids[i], &k, errmsg)) == MOAT_OK)
+			rv = moat_keys_remote_create(a->sessiond,
+			    a->sessiond_url, &k, errmsg);
+		if (rv == MOAT_OK) {
+			(*n)++;
+		} else if (rv != MOAT_UNAVAILABLE) {
+			/* This key only (e.g. its id taken by another
+			 * key in sessiond): the others go on. */
+			moat_warn(0, "keys: key %s not imported: %s", c.ids[i],
+			    *errmsg ? *errmsg : "");
+			free(*errmsg);
+			*errmsg = NULL;
+			rv = MOAT_OK;
+		}
+	}
+	for (size_t i = 0; i < c.n; i++)
+		free(c.ids[i]);
+	free(c.ids);
+	if (rv == MOAT_RESOURCE_EXHAUSTED && *errmsg == NULL)
+		*errmsg = moat_asprintf("out of memory importing keys");
 	return rv;
 }
 
@@ -641,19 +860,17 @@ put_entry(struct moat_store_txn *txn, const char *tenant, uint64_t us,
 	return rv;
 }
 
-/* put_drop: the one entry saying how many of `tenant`'s were dropped. */
-static int
-put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
-    char **errmsg)
+/* drop_text: the one entry saying how many of `tenant`'s were dropped
+ * (heap JSON, NULL when out of memory) and its time in *us. */
+static char *
+drop_text(uint64_t n, uint64_t *us)
 {
 	struct timespec ts;
-	uint64_t us;
 	char *text, *msg;
 	json_t *e;
-	int rv;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	*us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 	msg = moat_asprintf("%llu audit entries dropped (queue full)",
 	    (unsigned long long)n);
 	/* The text also as "command": the one field of ListAudit's
@@ -661,16 +878,58 @@ put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
 	e = json_pack("{s:s, s:s, s:s?, s:s?, s:I, s:I}", "method",
 	    "AuditDropped", "code", "RESOURCE_EXHAUSTED", "message", msg,
 	    "command", msg, "dropped", (json_int_t)n, "at_unix_ms",
-	    (json_int_t)(us / 1000));
+	    (json_int_t)(*us / 1000));
 	free(msg);
-	if (e == NULL || (text = json_dumps(e, JSON_COMPACT)) == NULL) {
-		json_decref(e);
+	text = e != NULL ? json_dumps(e, JSON_COMPACT) : NULL;
+	json_decref(e);
+	return text;
+}
+
+/* put_drop: drop_text's entry for `tenant`, in the write txn. */
+static int
+put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
+    char **errmsg)
+{
+	uint64_t us;
+	char *text = drop_text(n, &us);
+	int rv;
+
+	if (text == NULL) {
 		*errmsg = moat_asprintf("out of memory writing the audit log");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
-	json_decref(e);
 	rv = put_entry(txn, tenant, us, text, errmsg);
 	free(text);
+	return rv;
+}
+
+/* commit_remote: the batch and the drop counts as one AppendAudit. */
+static int
+commit_remote(struct moat_rpc_client *c, const char *url,
+    const struct audit_item *batch, size_t n, const struct audit_drop *drops,
+    size_t n_drops, char **errmsg)
+{
+	struct moat_audit_item *items =
+	    calloc(n + n_drops + 1, sizeof(*items));
+	size_t k = 0;
+	int rv = MOAT_OK;
+
+	if (items == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	for (size_t i = 0; i < n; i++, k++)
+		items[k] = (struct moat_audit_item){ batch[i].tenant,
+			batch[i].us, batch[i].text };
+	for (size_t i = 0; i < n_drops && rv == MOAT_OK; i++, k++) {
+		items[k].tenant = drops[i].tenant;
+		if ((items[k].text = drop_text(drops[i].n, &items[k].us)) ==
+		    NULL)
+			rv = MOAT_RESOURCE_EXHAUSTED;
+	}
+	if (rv == MOAT_OK)
+		rv = moat_audit_remote_append(c, url, items, k, errmsg);
+	for (size_t i = n; i < k; i++)
+		free((char *)items[i].text);
+	free(items);
 	return rv;
 }
 
@@ -681,12 +940,29 @@ commit_batch(struct moat_auth *a, struct audit_item *batch, size_t n,
     const struct audit_drop *drops, size_t n_drops, uint64_t unattributed)
 {
 	struct moat_store_txn *txn = NULL;
+	struct moat_rpc_client *remote;
+	const char *url;
 	char *errmsg = NULL;
 	uint64_t dropped = unattributed, now;
 	int rv;
 
 	for (size_t i = 0; i < n_drops; i++)
 		dropped += drops[i].n;
+	pthread_mutex_lock(&a->lock);
+	remote = a->sessiond;
+	url = a->sessiond_url;
+	pthread_mutex_unlock(&a->lock);
+	if (remote != NULL && n + n_drops > 0) {
+		if ((rv = commit_remote(remote, url, batch, n, drops, n_drops,
+		         &errmsg)) == MOAT_OK)
+			goto out;
+		moat_warn(0,
+		    "audit: %zu entries kept in this gateway's own log, "
+		    "not in moat-sessiond's: %s",
+		    n + n_drops, errmsg ? errmsg : moat_strerror(rv));
+		free(errmsg);
+		errmsg = NULL;
+	}
 	if ((rv = moat_store_txn_begin(a->st, true, &txn, &errmsg)) != MOAT_OK)
 		goto out;
 	for (size_t i = 0; i < n && rv == MOAT_OK; i++)
@@ -805,6 +1081,9 @@ moat_auth_audit_list(struct moat_auth *a, const char *tenant, size_t limit,
 		    MOAT_AUTH_AUDIT_MAX_LIMIT);
 		return MOAT_INVALID_ARGUMENT;
 	}
+	if (a->sessiond != NULL)
+		return moat_audit_remote_list(a->sessiond, a->sessiond_url,
+		    tenant, limit, out, errmsg);
 	if ((c.ring = calloc(limit, sizeof(*c.ring))) == NULL ||
 	    (arr = json_array()) == NULL) {
 		free(c.ring);

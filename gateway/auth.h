@@ -3,7 +3,9 @@
  * (auth.c). Keys and the audit log live in the gateway's own LMDB
  * (<state-dir>/gateway-db), which the running gateway and the operator's
  * `moat-gateway keys ...` commands open at once (LMDB allows a second
- * process). Only the SHA-256 of a key's secret is stored.
+ * process), or, for a gateway with a sessiond (moat_auth_use_sessiond), in
+ * moat-sessiond, shared by every gateway (keys_remote.c, audit_remote.c).
+ * Only the SHA-256 of a key's secret is stored.
  * Not for: deciding which calls need a key (the method table in
  * handlers.c) or the HTTP door (http.c).
  */
@@ -31,6 +33,16 @@
 	"create --tenant NAME"
 
 struct moat_auth;
+struct moat_rpc_client;
+
+/* One key's record, wherever it is kept (the local store or sessiond). */
+struct moat_key_record {
+	char key_id[MOAT_AUTH_KEY_ID_LEN + 1];
+	char tenant[MOAT_AUTH_TENANT_MAX];
+	char sha256[65]; /* hex */
+	bool revoked;
+	uint64_t created_unix_ms;
+};
 
 /* moat_auth_open: opens (creating) the key store in
  * <state_dir>/gateway-db and starts its audit writer thread. On MOAT_OK
@@ -59,7 +71,8 @@ int moat_auth_key_create(struct moat_auth *a, const char *tenant,
  * (MOAT_AUTH_KEY_ID_LEN + 1 bytes) of API key `key`. UNAUTHENTICATED
  * for a missing, malformed, unknown or revoked key; other failures (the
  * store) INTERNAL. A key verified in the last MOAT_AUTH_KEY_CACHE_TTL_MS
- * is answered from memory; otherwise one LMDB read transaction. A key
+ * is answered from memory; otherwise one LMDB read transaction (with keys
+ * in sessiond: one VerifyKey; UNAVAILABLE when it does not answer). A key
  * revoked through this `a` is refused at once, one revoked by another
  * process (the `keys revoke` command) within the TTL. Thread-safe. */
 int moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
@@ -99,6 +112,76 @@ void moat_auth_audit_flush(struct moat_auth *a);
  * caller's reference). Errors set *errmsg (heap). */
 int moat_auth_audit_list(struct moat_auth *a, const char *tenant, size_t limit,
     json_t **out, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_auth_use_sessiond: from now on `a`'s keys (create, verify, revoke,
+ * list) live in moat-sessiond at `url` (client `c`, borrowed, outliving
+ * `a`; NULL: the local store again); the local store stays for the audit
+ * log and as the source of imports. A key sessiond does not know but the
+ * local store does is imported on its first verify. While sessiond does
+ * not answer, a key it confirmed within `stale_ms` (0: none) still
+ * passes verification (no revoke can be made meanwhile: revokes go to
+ * sessiond); others are UNAVAILABLE. Call before other threads use `a`. */
+void moat_auth_use_sessiond(struct moat_auth *a, struct moat_rpc_client *c,
+    const char *url, uint64_t stale_ms);
+
+/* moat_auth_import: pushes every key of the local store (revoked ones as
+ * revoked) into sessiond (moat_auth_use_sessiond first). Idempotent: a
+ * key sessiond has with the same tenant and hash is left as it is, only
+ * ever marked revoked. *n: keys sent. Errors set *errmsg (heap). */
+int moat_auth_import(struct moat_auth *a, size_t *n, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* ---- keys_remote.c: the keys in moat-sessiond ---- */
+
+/* MOAT_AUTH_SESSIOND_FILE: in the gateway's state directory, the sessiond
+ * address its keys live at (written by moat_auth_sessiond_start), where
+ * `moat-gateway keys --state-dir` finds it. */
+#define MOAT_AUTH_SESSIOND_FILE "keys-sessiond"
+
+/* moat_auth_sessiond_start: at gateway start, keys go to sessiond
+ * (moat_auth_use_sessiond), the local store is imported (moat_auth_import;
+ * a failure is logged: keys are then imported on first use), and
+ * <state_dir>/MOAT_AUTH_SESSIOND_FILE names `url`. */
+void moat_auth_sessiond_start(struct moat_auth *a, struct moat_rpc_client *c,
+    const char *url, const char *state_dir, uint64_t stale_ms);
+
+/* Each call waits up to 3 s; UNAVAILABLE (sessiond did not answer) and
+ * sessiond's own statuses (NOT_FOUND, ALREADY_EXISTS) set *errmsg (heap)
+ * naming sessiond's address. */
+int moat_keys_remote_create(struct moat_rpc_client *c, const char *url,
+    const struct moat_key_record *k, char **errmsg)
+    __attribute__((warn_unused_result));
+int moat_keys_remote_get(struct moat_rpc_client *c, const char *url,
+    const char *key_id, struct moat_key_record *out, char **errmsg)
+    __attribute__((warn_unused_result));
+int moat_keys_remote_revoke(struct moat_rpc_client *c, const char *url,
+    const char *key_id, char **errmsg) __attribute__((warn_unused_result));
+int moat_keys_remote_list(struct moat_rpc_client *c, const char *url,
+    const char *tenant, FILE *f, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_key_print: the `keys ls` line "KEYID TENANT CREATED active|revoked". */
+void moat_key_print(FILE *f, const char *key_id, const char *tenant,
+    uint64_t created_unix_ms, bool revoked);
+
+/* ---- audit_remote.c: the audit log in moat-sessiond ---- */
+
+struct moat_audit_item {
+	const char *tenant;
+	uint64_t us;      /* its time, microseconds since the epoch */
+	const char *text; /* the entry's JSON */
+};
+
+/* moat_audit_remote_append: one AppendAudit of `n` entries (3 s at
+ * most). Errors (UNAVAILABLE: no answer) set *errmsg (heap). */
+int moat_audit_remote_append(struct moat_rpc_client *c, const char *url,
+    const struct moat_audit_item *items, size_t n, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_audit_remote_list: `tenant`'s newest `limit` entries from
+ * sessiond, oldest first, as moat_auth_audit_list gives them. */
+int moat_audit_remote_list(struct moat_rpc_client *c, const char *url,
+    const char *tenant, size_t limit, json_t **out, char **errmsg)
+    __attribute__((warn_unused_result));
 
 /* moat_policy_refuses: whether `tenant`'s policy refuses commands of
  * `level`: [policy] refuse.<tenant>, else [policy] refuse, else

@@ -756,6 +756,12 @@ struct moat_gateway_opts {
 	const struct moat_tls *survey_tls;
 	const char *sessiond_tls_name;
 	const char *snapd_tls_name;
+	/* API keys in sessiond (keys_remote.c) rather than state_dir's own
+	 * store: set when the gateway is configured with a sessiond. */
+	bool keys_in_sessiond;
+	/* [gateway] keys-stale-s: while sessiond does not answer, a key it
+	 * confirmed this long ago still passes (0: none). */
+	uint32_t keys_stale_s;
 };
 
 struct moat_gateway;

@@ -1172,8 +1172,10 @@ moat_gateway_check_key(struct moat_gateway *gw, const char *key, char *key_id)
 		return MOAT_OK;
 	rv = moat_auth_key_verify(gw->auth, key ? key : "", tenant,
 	    sizeof(tenant), key_id);
-	return rv == MOAT_OK || rv == MOAT_UNAUTHENTICATED ? rv :
-	                                                     MOAT_INTERNAL;
+	return rv == MOAT_OK || rv == MOAT_UNAUTHENTICATED ||
+	        rv == MOAT_UNAVAILABLE ?
+	    rv :
+	    MOAT_INTERNAL;
 }
 
 /* request_string: the string field `name` of `request`, or NULL. */
@@ -1480,6 +1482,13 @@ gate_door(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			    MOAT_AUTH_UNAUTHENTICATED_MSG);
 			goto done;
 		}
+		if (rv == MOAT_UNAVAILABLE) {
+			rv = moat_rpc_error(call, rv,
+			    "cannot verify the API key: moat-sessiond (the "
+			    "key store) at %s did not answer; retry",
+			    gw->sessiond_url);
+			goto done;
+		}
 		if (rv != MOAT_OK) {
 			rv = moat_rpc_error(call, MOAT_INTERNAL,
 			    "the gateway's "
@@ -1778,6 +1787,10 @@ moat_gateway_start(struct moat_gateway **out,
 	/* Dials do not block: a service that starts later is found. */
 	if ((rv = open_backends(gw, opts, errmsg)) != MOAT_OK)
 		goto fail;
+	if (opts->keys_in_sessiond && gw->auth != NULL)
+		moat_auth_sessiond_start(gw->auth, gw->sessiond,
+		    gw->sessiond_url, gw->state_dir,
+		    (uint64_t)opts->keys_stale_s * 1000);
 	if (moat_record_init(&gw->rec, &gw->fw, gw->sessiond,
 	        gw->sessiond_url) != MOAT_OK)
 		goto fail_oom;

@@ -14,6 +14,7 @@
 #include "auth.h"
 #include "gateway.h"
 #include "http.h"
+#include "keys_cli.h"
 #include "ratelimit.h"
 #include "moat/config.h"
 #include "moat/log.h"
@@ -79,117 +80,18 @@ usage(FILE *f)
 	    "usage: moat-gateway keys create --tenant NAME | keys ls "
 	    "[--tenant NAME] | keys revoke KEYID\n"
 	    "  (with --config / --state-dir as above; works while the "
-	    "gateway runs)\n",
+	    "gateway runs)\n"
+	    "  keys go to the moat-sessiond of --sessiond URL, else of "
+	    "[gateway] sessiond,\n"
+	    "  else of the gateway last started on --state-dir with a "
+	    "sessiond (<state>/keys-sessiond;\n"
+	    "  if that sessiond is down: the local store, imported at the "
+	    "gateway's next start);\n"
+	    "  --local: the local store only. With TLS: --tls-cert, "
+	    "--tls-key, --tls-ca,\n"
+	    "  --sessiond-tls-name as for the gateway.\n",
 	    MOAT_HTTP_MCP_MAX_SESSIONS, MOAT_HTTP_MCP_IDLE_S,
 	    MOAT_RETENTION_KEEP_LAST, MOAT_RETENTION_KEEP_AGE_S);
-}
-
-/* keys_main: `moat-gateway keys create|ls|revoke`: the operator's door
- * to the key store in the gateway's state directory. Opens the store
- * next to a running gateway (LMDB allows a second process). */
-static int
-keys_main(int argc, char **argv)
-{
-	static const struct option long_opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "state-dir", required_argument, NULL, 's' },
-		{ "tenant", required_argument, NULL, 't' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *config_path = NULL, *tenant = NULL, *verb;
-	char *state_dir = NULL, *errmsg = NULL, *secret = NULL;
-	char key_id[MOAT_AUTH_KEY_ID_LEN + 1];
-	struct moat_config *cfg = NULL;
-	struct moat_auth *a = NULL;
-	int opt, rv;
-
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
-		switch (opt) {
-		case 'c':
-			config_path = optarg;
-			break;
-		case 's':
-			state_dir = strdup(optarg);
-			break;
-		case 't':
-			tenant = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return moat_status_exit_code(MOAT_INVALID_ARGUMENT);
-		}
-	}
-	verb = optind < argc ? argv[optind] : "";
-	moat_log_init("gateway", MOAT_LOG_WARN);
-	if ((rv = moat_config_load(&cfg, config_path, &errmsg)) != MOAT_OK)
-		goto out;
-	if (state_dir == NULL)
-		state_dir = moat_config_state_dir(cfg, SECTION);
-	if (state_dir == NULL) {
-		rv = MOAT_RESOURCE_EXHAUSTED;
-		errmsg = moat_asprintf("out of memory");
-		goto out;
-	}
-	if (strcmp(verb, "create") != 0 && strcmp(verb, "ls") != 0 &&
-	    strcmp(verb, "revoke") != 0) {
-		rv = MOAT_INVALID_ARGUMENT;
-		errmsg = moat_asprintf("keys: say create --tenant NAME, ls "
-		                       "[--tenant NAME] or revoke KEYID");
-		goto out;
-	}
-	if (strcmp(verb, "create") == 0 && tenant == NULL) {
-		rv = MOAT_INVALID_ARGUMENT;
-		errmsg = moat_asprintf("keys create: --tenant NAME is "
-		                       "required");
-		goto out;
-	}
-	if (strcmp(verb, "revoke") == 0 && optind + 1 >= argc) {
-		rv = MOAT_INVALID_ARGUMENT;
-		errmsg = moat_asprintf("keys revoke: name the KEYID (`moat-"
-		                       "gateway keys ls` lists them)");
-		goto out;
-	}
-	if ((rv = moat_mkdir_p(state_dir, 0700)) != 0) {
-		errmsg = moat_asprintf("cannot create the state directory "
-		                       "%s: %s",
-		    state_dir, strerror(rv));
-		rv = moat_status_from_errno(rv);
-		goto out;
-	}
-	if ((rv = moat_auth_open(&a, state_dir, &errmsg)) != MOAT_OK)
-		goto out;
-	if (strcmp(verb, "create") == 0) {
-		if ((rv = moat_auth_key_create(a, tenant, &secret, key_id,
-		         &errmsg)) == MOAT_OK) {
-			printf("%s\n", secret);
-			fprintf(stderr,
-			    "key %s of tenant %s: the line above is "
-			    "its secret, shown this once: keep it (e.g. in "
-			    "MOAT_API_KEY)\n",
-			    key_id, tenant);
-		}
-	} else if (strcmp(verb, "ls") == 0) {
-		rv = moat_auth_key_list(a, tenant, stdout, &errmsg);
-	} else {
-		if ((rv = moat_auth_key_revoke(a, argv[optind + 1],
-		         &errmsg)) == MOAT_OK)
-			printf("revoked %s\n", argv[optind + 1]);
-	}
-out:
-	if (rv != MOAT_OK)
-		fprintf(stderr, "moat-gateway keys: %s\n",
-		    errmsg ? errmsg : moat_strerror(rv));
-	moat_auth_close(a);
-	free(secret);
-	free(errmsg);
-	free(state_dir);
-	moat_config_free(cfg);
-	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);
 }
 
 /* retention_config: the retention flags (settings of [gateway], as
@@ -299,6 +201,7 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 {
 	struct gateway_main *m = ctx;
 	uint64_t interval = 0, workers = 0, mcp_max = 0, mcp_idle = 0;
+	uint64_t stale = 0;
 	bool auth = true;
 	int rv;
 
@@ -357,6 +260,20 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	m->opts.listen_url = m->listen;
 	m->opts.survey_url = m->survey;
 	m->opts.sessiond_url = m->sessiond;
+	/* Configured with a sessiond (flag, [gateway] or environment):
+	 * the keys live there, shared by every gateway. */
+	m->opts.keys_in_sessiond =
+	    moat_config_get(cfg, SECTION, "sessiond", NULL) != NULL;
+	if ((rv = moat_config_get_u64(cfg, SECTION, "keys-stale-s", 300,
+	         &stale, errmsg)) != MOAT_OK)
+		return rv;
+	if (stale > 86400) {
+		*errmsg = moat_asprintf("keys-stale-s must be 0-86400, not "
+		                        "%llu",
+		    (unsigned long long)stale);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	m->opts.keys_stale_s = (uint32_t)stale;
 	m->opts.snapd_url = m->snapd;
 	m->opts.state_dir = state_dir;
 	m->opts.survey_interval_ms = (uint32_t)interval;
@@ -463,6 +380,6 @@ main(int argc, char **argv)
 	struct gateway_main m = { 0 };
 
 	if (argc > 1 && strcmp(argv[1], "keys") == 0)
-		return keys_main(argc - 1, argv + 1);
+		return moat_gateway_keys_main(argc - 1, argv + 1, usage);
 	return moat_service_main(&service, &m, argc, argv);
 }

@@ -656,6 +656,13 @@ const struct moat_rpc_method sessiond_methods[] = {
 	 * from the RPC layer's memory. */
 	{ "ClaimRequest", sessiond_h_claim_request, false, false },
 	{ "CompleteRequest", sessiond_h_complete_request, true, false },
+	/* Keys are read fresh on every verify (a revoke must show). */
+	{ "CreateKey", sessiond_h_create_key, true, false },
+	{ "ListKeys", sessiond_h_list_keys, false, false },
+	{ "RevokeKey", sessiond_h_revoke_key, true, false },
+	{ "VerifyKey", sessiond_h_verify_key, false, false },
+	{ "AppendAudit", sessiond_h_append_audit, true, false },
+	{ "ListAuditLog", sessiond_h_list_audit_log, false, false },
 };
 const size_t sessiond_n_methods =
     sizeof(sessiond_methods) / sizeof(sessiond_methods[0]);

@@ -159,9 +159,23 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 		return MOAT_INVALID_ARGUMENT;
 	}
 	m->sd.idem_ttl_ms *= 1000;
+	if ((rv = moat_config_get_u64(cfg, SECTION, "audit-max-age-s",
+	         90ull * 86400, &m->sd.audit_max_age_s, errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "audit-max-bytes",
+	         1ull << 30, &m->sd.audit_max_bytes, errmsg)) != MOAT_OK)
+		return rv;
+	if (m->sd.audit_max_bytes < 4096 ||
+	    m->sd.audit_max_bytes > (1ull << 40)) {
+		*errmsg = moat_asprintf("audit-max-bytes must be 4096 to "
+		                        "1099511627776, not %llu",
+		    (unsigned long long)m->sd.audit_max_bytes);
+		return MOAT_INVALID_ARGUMENT;
+	}
 	if ((rv = moat_store_open(&m->sd.store, m->sd.store_dir, map_mib << 20,
 	         sessiond_dbs, errmsg)) != MOAT_OK ||
-	    (rv = sessiond_idem_open(&m->sd, state_dir, errmsg)) != MOAT_OK)
+	    (rv = sessiond_idem_open(&m->sd, state_dir, errmsg)) != MOAT_OK ||
+	    (rv = sessiond_keys_open(&m->sd, state_dir, errmsg)) != MOAT_OK ||
+	    (rv = sessiond_audit_open(&m->sd, state_dir, errmsg)) != MOAT_OK)
 		return rv;
 	return moat_store_check_format(m->sd.store, &store_format, errmsg);
 }
@@ -221,6 +235,8 @@ sessiond_close(void *ctx)
 	sessiond_metrics_stop();
 	moat_store_close(m->sd.store);
 	moat_store_close(m->sd.idem);
+	moat_store_close(m->sd.keys);
+	moat_store_close(m->sd.audit);
 	free(m->sd.store_dir);
 	free(m->listen);
 	moat_tls_free(m->tls);

@@ -64,6 +64,12 @@ struct sessiond {
 	struct moat_store *idem;
 	uint64_t idem_ttl_ms; /* [sessiond] idempotency-ttl-s */
 	uint64_t idem_max;    /* [sessiond] idempotency-max-keys */
+	/* keys.c: the gateways' API keys, an environment of its own. */
+	struct moat_store *keys;
+	/* audit.c: the gateways' audit log, an environment of its own. */
+	struct moat_store *audit;
+	uint64_t audit_max_age_s; /* [sessiond] audit-max-age-s; 0: none */
+	uint64_t audit_max_bytes; /* [sessiond] audit-max-bytes */
 	struct sessiond_writer *writer;
 	char *store_dir;
 	uint64_t started_ms;
@@ -281,6 +287,31 @@ int sessiond_idem_open(struct sessiond *sd, const char *state_dir,
 int sessiond_h_claim_request(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int sessiond_h_complete_request(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* ---- keys.c: API keys of every gateway (issue 15) ---- */
+
+/* sessiond_keys_open: opens <state_dir>/sessiond-keys into sd->keys. */
+int sessiond_keys_open(struct sessiond *sd, const char *state_dir,
+    char **errmsg) __attribute__((warn_unused_result));
+int sessiond_h_create_key(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_verify_key(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_revoke_key(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_list_keys(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* ---- audit.c: the gateways' audit log (issue 15) ---- */
+
+/* sessiond_audit_open: opens <state_dir>/sessiond-audit into sd->audit
+ * (sd->audit_max_bytes set first: the map is sized from it). */
+int sessiond_audit_open(struct sessiond *sd, const char *state_dir,
+    char **errmsg) __attribute__((warn_unused_result));
+int sessiond_h_append_audit(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_list_audit_log(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 
 extern const struct moat_rpc_method sessiond_methods[];

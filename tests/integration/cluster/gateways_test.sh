@@ -14,6 +14,14 @@
 #   again later: one sandbox (sessiond's claim); the id reused for another
 #   method is refused; a DestroySandbox retried on the other gateway
 #   answers as the first did.
+# - keys (step 3): the keys made in gw1's local store before it started
+#   work on gw2 (imported into sessiond); a key created with
+#   `moat-gateway keys create` on gw1's state directory works on gw2 and
+#   is listed there; revoked the same way, gw2 refuses it within the 5 s
+#   cache bound (polled; the delay is reported, asserted with slack).
+# - audit (step 4): both gateways append to sessiond's audit log: gw2's
+#   `moat audit` shows the DestroySandbox made through gw1, and gw1's the
+#   one made through gw2.
 # Traffic goes only to 127.0.0.0/8.
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
@@ -72,6 +80,43 @@ g2() { $c_client2 "$@"; }
 for n in node-a node-b; do
 	check "vmd $n answers both gateways' surveys" [ "$(grep -c 'answering surveys from' "$c_root/host-$n/logs/vmd.log")" -eq 2 ]
 done
+
+# ---- API keys in sessiond: made through gw1, honoured by gw2 ----
+keys1() { "$bin/moat-gateway" keys "$@" --state-dir "$c_root/h1" $(c_tls gateway gw1); }
+keys2() { "$bin/moat-gateway" keys "$@" --state-dir "$c_root/h1b" $(c_tls gateway gw2); }
+ms() { date +%s%3N; }
+check "gw1 imported its local key store into sessiond at start" grep -q "of the local key store are in moat-sessiond" "$c_root/h1/logs/gateway.log"
+check "gw2 has no key of its own: it reads sessiond's" [ -z "$(keys2 ls --local 2>&1)" ]
+k=$(keys1 create --tenant keys-t 2>"$work/err")
+check "a key created through gw1's keys command ($(head -c 200 "$work/err"))" [ -n "$k" ]
+kid=$(echo "$k" | cut -d_ -f2)
+kg2() { "$bin/moat" $c_client2_tls --api-key "$k" --json sandbox ls >/dev/null 2>"$work/kerr"; }
+kg1() { "$bin/moat" $c_client_tls --api-key "$k" --json sandbox ls >/dev/null 2>"$work/kerr"; }
+check "the key works on gw2 ($(head -c 200 "$work/kerr"))" kg2
+check "the key works on gw1" kg1
+check "gw2's keys command lists it" grep -q "^$kid keys-t .* active$" <(keys2 ls --tenant keys-t 2>&1)
+kg2 # cached in gw2 now: the revoke must outlive the cache
+out=$(keys1 revoke "$kid" 2>&1)
+t0=$(ms)
+check "revoked through gw1 ($out)" [ "$out" = "revoked $kid" ]
+refused=""
+while [ $(($(ms) - t0)) -lt 15000 ]; do
+	if ! kg2; then
+		refused=$(($(ms) - t0))
+		break
+	fi
+	sleep 0.2
+done
+echo "# gw2 refused the revoked key after ${refused:-never} ms (contract: 5000)"
+within_contract() { [ -n "$refused" ] && [ "$refused" -le 8000 ]; }
+check "gw2 refuses the revoked key within 5 s + slack (${refused:-never} ms)" within_contract
+check "the refusal says UNAUTHENTICATED ($(head -c 200 "$work/kerr"))" grep -q "revoked API key" "$work/kerr"
+sleep 5.2
+kg1_refused() { ! kg1; }
+check "gw1 refuses it too (after its own 5 s cache)" kg1_refused
+check "gw2's keys command shows it revoked" grep -q "^$kid keys-t .* revoked$" <(keys2 ls 2>&1)
+out=$(keys2 revoke 000000000000 2>&1)
+check "revoking an unknown key says how to list them ($out)" grep -q "keys ls" <<<"$out"
 
 # ---- recorded through gw1, steps through both ----
 rid=$(g1 sandbox create --record --snapshot every 2>"$work/err")
@@ -150,6 +195,22 @@ out=$(probe "$c_gw2_url" "$rid2" destroy "$a" 2>&1)
 check "DestroySandbox retried on gw2 with its request id: OK again, not NOT_FOUND ($out)" [ "$out" = OK ]
 out=$(probe "$c_gw2_url" $((rid1 + 2)) destroy "$a" 2>&1)
 check "a new request id destroying it again: NOT_FOUND ($out)" starts "$out" NOT_FOUND
+
+# ---- the audit log in sessiond: each gateway shows the other's calls ----
+audited() { # audited CLIENT_FN METHOD SANDBOX: polled 5 s
+	local i
+	for i in $(seq 1 25); do
+		"$1" --json audit --limit 1000 2>/dev/null | python3 -c 'import json,sys
+d = json.load(sys.stdin)
+es = d.get("entries", d if isinstance(d, list) else [])
+sys.exit(0 if any(e.get("method") == sys.argv[1] and e.get("sandboxId") == sys.argv[2] for e in es) else 1)' "$2" "$3" && return 0
+		sleep 0.2
+	done
+	return 1
+}
+check "gw2's audit shows the DestroySandbox of $nid made through gw1" audited g2 DestroySandbox "$nid"
+check "gw1's audit shows the DestroySandbox of $rid made through gw2" audited g1 DestroySandbox "$rid"
+check "no audit batch fell back to a gateway's own log" sh -c "! grep -q 'kept in this gateway' '$c_root/h1/logs/gateway.log' '$c_root/h1b/logs/gateway.log'"
 
 c_stop
 check "no sanitizer report in any service log" sh -c "! grep -lE 'ERROR: (Address|Leak)Sanitizer|runtime error:' '$c_root'/h1/logs/*.log '$c_root'/h1b/logs/*.log '$c_root'/host-*/logs/*.log"
