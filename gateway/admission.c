@@ -35,6 +35,10 @@ struct reservation {
 	uint32_t vcpus, memory_mib;
 	uint64_t scratch_bytes;
 	uint64_t made_ms, landed_ms; /* wall clock; landed 0: pending */
+	/* The inventory listed its sandbox: from then on the inventory
+	 * counts it, and once it is gone from there (destroyed) it is
+	 * counted nowhere. */
+	bool listed;
 };
 
 struct moat_admission {
@@ -240,7 +244,7 @@ apply_locked(struct moat_admission *a, Moat__V1__Node **nodes, size_t n,
 				    1;
 tenant:
 			if (tenant_sandboxes != NULL && tenant != NULL &&
-			    strcmp(r->tenant, tenant) == 0 &&
+			    strcmp(r->tenant, tenant) == 0 && !r->listed &&
 			    (r->sandbox[0] == '\0' ||
 			        !moat_inventory_find(a->inv, r->sandbox, NULL,
 			            NULL)))
@@ -376,19 +380,24 @@ limit(struct moat_admission *a, const char *key, const char *tenant,
 }
 
 /* usage_locked: what `tenant` holds: the inventory plus reservations
- * the inventory does not list yet. Lock held. */
+ * the inventory has not listed yet (one it listed and no longer lists
+ * was destroyed). Lock held. */
 static void
 usage_locked(struct moat_admission *a, const char *tenant,
     struct moat_usage *u)
 {
 	moat_inventory_usage(a->inv, tenant, NULL, 0, NULL, u);
+	expire(a, NULL, 0, moat_now_unix_ms());
 	for (size_t i = 0; i < a->n; i++) {
-		const struct reservation *r = &a->res[i];
+		struct reservation *r = &a->res[i];
 
-		if (strcmp(r->tenant, tenant) != 0 ||
-		    (r->sandbox[0] != '\0' &&
-		        moat_inventory_find(a->inv, r->sandbox, NULL, NULL)))
+		if (strcmp(r->tenant, tenant) != 0 || r->listed)
 			continue;
+		if (r->sandbox[0] != '\0' &&
+		    moat_inventory_find(a->inv, r->sandbox, NULL, NULL)) {
+			r->listed = true;
+			continue;
+		}
 		u->sandboxes++;
 		u->vcpus += r->vcpus;
 		u->memory_mib += r->memory_mib;
@@ -507,6 +516,10 @@ moat_admission_place(struct moat_admission *a, Moat__V1__Node **nodes,
 		pthread_mutex_lock(&a->lock);
 	req->overcommit = moat_admission_overcommit(a);
 	req->tenant_sandboxes = counts;
+	/* What the nodes' last answers already count goes first: a quota
+	 * refusal must not keep stale reservations alive. */
+	if (a != NULL)
+		expire(a, nodes, n, moat_now_unix_ms());
 	if (a != NULL && quota &&
 	    (rv = quota_locked(a, tenant, 1, req->vcpus, req->memory_mib,
 	         errmsg)) != MOAT_OK)

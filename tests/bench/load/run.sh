@@ -60,16 +60,18 @@ if ! [ -c /dev/kvm ] || ! [ -w /dev/kvm ]; then
 fi
 spawn "$root/logs/sessiond.log" "$bin/moat-sessiond" --state-dir "$root/shared" --listen "$sessiond"
 spawn "$root/logs/snapd.log" "$bin/moat-snapd" --state-dir "$root/shared" --listen "$snapd"
+# The key lives in sessiond, which every gateway asks.
 mkdir -p "$root/gw-1"
-key=$("$bin/moat-gateway" keys create --tenant default --state-dir "$root/gw-1" 2>/dev/null) ||
-	{ echo "load: cannot create the API key" >&2; exit 1; }
+for _ in $(seq 1 50); do
+	key=$("$bin/moat-gateway" keys create --tenant default --state-dir "$root/gw-1" \
+		--sessiond "$sessiond" 2>/dev/null) && break
+	sleep 0.2
+done
+[ -n "${key:-}" ] || { echo "load: cannot create the API key in sessiond" >&2; exit 1; }
 surveys="" urls=""
 for g in 1 2 3; do
 	s=tcp://127.0.0.1:$(free_port)
 	h=127.0.0.1:$(free_port)
-	# Until keys live in sessiond, each gateway has a copy of the key
-	# store.
-	[ "$g" = 1 ] || { mkdir -p "$root/gw-$g" && cp -r "$root/gw-1/gateway-db" "$root/gw-$g/"; }
 	spawn "$root/logs/gateway-$g.log" "$bin/moat-gateway" --state-dir "$root/gw-$g" \
 		--listen "ipc://$root/gw-$g.sock" --survey "$s" --sessiond "$sessiond" \
 		--snapd "$snapd" --http "$h"

@@ -371,6 +371,38 @@ test_quota_refusals(void **state)
 	moat_config_free(cfg);
 }
 
+/* Sandboxes destroyed free their quota: a refusal does not keep the
+ * reservations of sandboxes a node's answer has counted (they once did,
+ * so a tenant at its limit was refused for good). */
+static void
+test_quota_after_destroy(void **state)
+{
+	struct moat_config *cfg = config("[tenants]\nmax-sandboxes = 2\n");
+	struct moat_admission *a = admission(cfg, NULL);
+	struct moat_place_req req = { .vcpus = 1 };
+	uint64_t h[2];
+	size_t chosen;
+	char *msg = NULL;
+	int rv;
+
+	(void)state;
+	set_node(0, "a");
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(moat_admission_place(a, nodes, 1, "acme",
+		                     &req, true, &chosen, &h[i], &msg),
+		    MOAT_OK);
+		moat_admission_landed(a, h[i], i ? "sb-2" : "sb-1");
+	}
+	assert_int_equal(place(a, &req, "acme", 1, &rv, &msg), -1);
+	free(msg);
+	/* The node answered since, without them: both were destroyed. */
+	set_node(0, "a");
+	storage[0].last_seen_unix_ms = moat_now_unix_ms() + 1;
+	assert_int_equal(place(a, &req, "acme", 1, &rv, &msg), 0);
+	moat_admission_free(a);
+	moat_config_free(cfg);
+}
+
 static void
 test_key_rate(void **state)
 {
@@ -414,6 +446,7 @@ main(void)
 		cmocka_unit_test(test_reservation_until_survey),
 		cmocka_unit_test(test_tenant_spread),
 		cmocka_unit_test(test_quota_refusals),
+		cmocka_unit_test(test_quota_after_destroy),
 		cmocka_unit_test(test_key_rate),
 	};
 
