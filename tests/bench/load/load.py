@@ -2,8 +2,8 @@
 """load.py: many agents at once against a running moat cluster, as a farm
 would (issue 15): CLIENTS threads for SECONDS, each one spread over the
 gateways (round robin by client), each looping over its own sandbox:
-create one, then exec, run_code, snapshot, restore (a new sandbox from
-its snapshot) and destroy in a random mix. Every call's latency is kept
+create one, then exec, run_code, snapshot, restore (in place, from one
+of its snapshots) and destroy in a random mix. Every call's latency is kept
 with its start time, so the report has throughput and p50/p95/p99 per
 10 s window (and a PNG plot of them), errors by code with a sample each,
 and after the run, once every client cleaned up what it made: leaked
@@ -102,11 +102,11 @@ class Agent:
         elif op == "restore":
             if not self.snaps:
                 return
-            r = call(self.c, op, "RestoreSandbox",
-                     {"snapshotId": random.choice(self.snaps)})
-            if r is not None:
-                self.destroy()
-                self.sb = r["id"]
+            # Rewind in place: the sandbox keeps its id (and its quota
+            # slot).
+            call(self.c, op, "RestoreSandbox",
+                 {"snapshotId": random.choice(self.snaps),
+                  "replaceSandboxId": self.sb})
         else:
             self.destroy()
 
