@@ -392,11 +392,33 @@ branch_restore(struct moat_travel *t, const char *snap,
 	return MOAT_OK;
 }
 
+/* replaced_node: the node of the sandbox a restore in place replaces
+ * (`id`; "" or not found: "", placement picks), so the restore lands
+ * there and the sandbox keeps its id rather than coming back as a new
+ * one on another node. `where` holds the answer. */
+static const char *
+replaced_node(struct moat_travel *t, const char *id, uint64_t deadline,
+    struct moat_node_id *where)
+{
+	struct moat_sandbox_id sandbox;
+	char *msg = NULL;
+	bool found;
+
+	if (id[0] == '\0' || !moat_sandbox_id_set(&sandbox, id))
+		return "";
+	found = moat_forward_locate(t->fw, &sandbox, t->tenant, deadline,
+	            where, &msg) == MOAT_OK &&
+	    moat_nodes_is_available(t->nodes, where);
+	free(msg);
+	return found ? where->s : "";
+}
+
 int
 moat_travel_restore_sandbox(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply)
 {
 	struct moat_travel t = parts(call);
+	struct moat_node_id where;
 	const Moat__V1__RestoreSandboxRequest *req =
 	    (const Moat__V1__RestoreSandboxRequest *)request;
 	struct moat_restore_target to;
@@ -422,8 +444,10 @@ moat_travel_restore_sandbox(struct moat_rpc_call *call,
 	if ((req->replace_sandbox_id[0] == '\0' &&
 	        (rv = moat_admission_quota(t.adm, t.tenant, 1, 0, 0, &msg)) !=
 	            MOAT_OK) ||
-	    (rv = moat_travel_place(&t, req->snapshot_id, "", 1,
-	         call->deadline_ms, &to, &msg)) != MOAT_OK ||
+	    (rv = moat_travel_place(&t, req->snapshot_id,
+	         replaced_node(&t, req->replace_sandbox_id, call->deadline_ms,
+	             &where),
+	         1, call->deadline_ms, &to, &msg)) != MOAT_OK ||
 	    (rv = branch_restore(&t, req->snapshot_id, &to,
 	         req->replace_sandbox_id, call->request_id, call->deadline_ms,
 	         &sb, &msg)) != MOAT_OK)

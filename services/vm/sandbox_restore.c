@@ -36,16 +36,48 @@ struct restore {
 	const char *keep_id;   /* a drain's: the clone's id, or NULL */
 	const char *tenant;    /* the call's (rpc_tenant.h) */
 	uint64_t pulled_bytes; /* from snapd for this restore */
+	bool drop_pulled;      /* pulled here and refused: not kept */
 	Moat__V1__CreateSandboxRequest create; /* strings borrowed */
 	Moat__V1__CreateSandboxRequest__LabelsEntry **labels;
 	Moat__V1__CreateSandboxRequest__LabelsEntry *entries;
 };
+
+/* drop_pulled: removes the local copy of a snapshot this restore pulled
+ * from snapd and refused (it failed its checks: kept, it would only be
+ * refused again and hold the node's disk and RAM); snapd's copy stays. */
+static void
+drop_pulled(struct vmd *vmd, const char *snapshot_id, const char *tenant)
+{
+	Moat__V1__LocalSnapshotRef ref = MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
+	struct moat_rpc_call call = { .service = "moat.v1.Vm",
+		.method = "(refused pull)",
+		.tenant = tenant,
+		.deadline_ms = moat_rpc_now_ms() + 30000 };
+
+	ref.snapshot_id = (char *)snapshot_id;
+	ref.tenant = (char *)tenant;
+	ref.keep_remote = true;
+	if (vmd_snapshot_delete(vmd, &call, &ref) == MOAT_OK)
+		moat_info(0,
+		    "snapshot %s: the refused copy pulled from "
+		    "moat-snapd was removed",
+		    snapshot_id);
+	else
+		moat_warn(0,
+		    "snapshot %s: the refused copy pulled from "
+		    "moat-snapd stays: %s",
+		    snapshot_id,
+		    call.error_message ? call.error_message : "?");
+	free(call.error_message);
+}
 
 static void
 restore_done(struct vmd *vmd, const char *snapshot_id, struct restore *r)
 {
 	if (r->acquired)
 		vmd_snapram_release(vmd, snapshot_id);
+	if (r->drop_pulled && r->tenant != NULL)
+		drop_pulled(vmd, snapshot_id, r->tenant);
 	vmd_sandbox_put(r->old);
 	free(r->labels);
 	free(r->entries);
@@ -94,6 +126,7 @@ restore_open(struct vmd *vmd, struct moat_rpc_call *call,
 		moat_warn(call->request_id, "snapshot %s refused: %s",
 		    meta->snapshot_id,
 		    call->error_message ? call->error_message : "?");
+		r->drop_pulled = r->pulled_bytes > 0;
 		return rv;
 	}
 	moat_info(call->request_id, "snapshot %s: verified in %" PRIu64 " ms",

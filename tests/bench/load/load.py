@@ -104,9 +104,13 @@ class Agent:
                 return
             # Rewind in place: the sandbox keeps its id (and its quota
             # slot).
-            call(self.c, op, "RestoreSandbox",
-                 {"snapshotId": random.choice(self.snaps),
-                  "replaceSandboxId": self.sb})
+            r = call(self.c, op, "RestoreSandbox",
+                     {"snapshotId": random.choice(self.snaps),
+                      "replaceSandboxId": self.sb})
+            if r is not None and r.get("id"):
+                # A replace on another node comes back as a new sandbox
+                # (the old one destroyed).
+                self.sb = r["id"]
         else:
             self.destroy()
 

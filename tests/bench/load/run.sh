@@ -81,9 +81,13 @@ done
 nodes="" rams=""
 for n in 1 2; do
 	ram=$(mktemp -d "/dev/shm/moat-load-ram.${root##*.}.XXXXXX")
+	# One snapshot key for both (made by the first), so each restores
+	# the other's snapshots.
 	spawn "$root/logs/vmd-$n.log" "$bin/moat-vmd" --state-dir "$root/vmd-$n" \
 		--node-id "load-$n" --listen "ipc://$root/vmd-$n.sock" --survey "$surveys" \
-		--snapd "$snapd" --image-dir "$MOAT_IMAGE_DIR" --ram-dir "$ram"
+		--snapd "$snapd" --image-dir "$MOAT_IMAGE_DIR" --ram-dir "$ram" \
+		--snapshot-key-file "$root/snapshot.key"
+	for _ in $(seq 1 100); do [ -s "$root/snapshot.key" ] && break; sleep 0.1; done
 	nodes=${nodes:+$nodes,}$root/vmd-$n
 	rams=${rams:+$rams,}$ram
 done
