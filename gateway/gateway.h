@@ -629,6 +629,20 @@ int moat_snapshots_refs(struct moat_record *rec, const char *tenant,
     char *const *ids, size_t n, uint32_t *refs, uint64_t request_id,
     uint64_t deadline_ms, char **errmsg) __attribute__((warn_unused_result));
 
+/* moat_snapshots_drop_pulled: deletes the copies other nodes than
+ * `owner` (NULL: none) pulled of moat-snapd's snapshot `remote_id` for
+ * their restores, once the snapshot itself is deleted (they would stay,
+ * listed and holding RAM). Best effort: logged. */
+void moat_snapshots_drop_pulled(struct moat_forward *fw, const char *tenant,
+    const char *remote_id, const struct moat_node_id *owner,
+    uint64_t deadline_ms);
+
+/* moat_snapshots_remote_of: snapd's id of `node`'s local snapshot `id`
+ * into `remote` ("" when it was not pushed or is not listed). */
+int moat_snapshots_remote_of(struct moat_forward *fw,
+    const struct moat_node_id *node, const char *tenant, const char *id,
+    uint64_t deadline_ms, char *remote, size_t size);
+
 /* moat_snapshots_node_list: node `node`'s local snapshots of `tenant`
  * (ListLocalSnapshots, within deadline_ms but at most 10 s). On MOAT_OK
  * *out is the caller's; errors set *errmsg (heap). */

@@ -924,11 +924,25 @@ static int
 h_delete_local_snapshot(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply)
 {
+	struct moat_gateway *gw = call->service_ctx;
 	Moat__V1__LocalSnapshotRef fwd =
 	    *(const Moat__V1__LocalSnapshotRef *)request;
+	char remote[MOAT_ID_MAX] = "";
+	struct moat_node_id owner;
+	int rv;
 
 	fwd.tenant = (char *)moat_gw_tenant(call);
-	return snapshot_forward(call, fwd.snapshot_id, &fwd.base, false);
+	/* Copies other nodes pulled of it from snapd go with it. */
+	if (!fwd.keep_remote && fwd.snapshot_id != NULL &&
+	    moat_snapshot_node(fwd.snapshot_id, &owner))
+		(void)moat_snapshots_remote_of(&gw->fw, &owner, fwd.tenant,
+		    fwd.snapshot_id, call->deadline_ms, remote,
+		    sizeof(remote));
+	rv = snapshot_forward(call, fwd.snapshot_id, &fwd.base, false);
+	if (rv == MOAT_OK && remote[0] != '\0')
+		moat_snapshots_drop_pulled(&gw->fw, fwd.tenant, remote, &owner,
+		    call->deadline_ms);
+	return rv;
 }
 
 /* Every node's snapshots of the tenant; a node that does not answer is

@@ -260,6 +260,71 @@ delete_on_node(struct moat_forward *fw, const struct moat_node_id *node,
 	return rv;
 }
 
+void
+moat_snapshots_drop_pulled(struct moat_forward *fw, const char *tenant,
+    const char *remote_id, const struct moat_node_id *owner,
+    uint64_t deadline_ms)
+{
+	Moat__V1__LocalSnapshotRef ref = MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
+	struct moat_node_id *ids = NULL;
+	size_t n = 0;
+
+	if (remote_id == NULL || remote_id[0] == '\0' ||
+	    moat_nodes_available_ids(fw->nodes, &ids, &n) != MOAT_OK)
+		return;
+	ref.snapshot_id = (char *)remote_id;
+	ref.tenant = (char *)tenant;
+	ref.keep_remote = true; /* snapd's copy is the owner's to delete */
+	for (size_t i = 0; i < n; i++) {
+		ProtobufCMessage *reply = NULL;
+		char *msg = NULL;
+		int rv;
+
+		if (owner != NULL && strcmp(ids[i].s, owner->s) == 0)
+			continue;
+		rv = moat_forward_node_call(fw, &ids[i], tenant,
+		    "DeleteLocalSnapshot", &ref.base,
+		    &moat__v1__empty__descriptor, moat_rpc_new_request_id(),
+		    deadline_ms, "a pulled snapshot copy", &reply, &msg);
+		if (rv == MOAT_OK)
+			moat_info(0,
+			    "snapshot %s: the copy node %s pulled "
+			    "is deleted with it",
+			    remote_id, ids[i].s);
+		else if (rv != MOAT_NOT_FOUND)
+			moat_warn(0,
+			    "snapshot %s: the copy node %s pulled "
+			    "stays (`moat snapshot gc` removes it): %s",
+			    remote_id, ids[i].s, msg ? msg : "?");
+		if (reply != NULL)
+			protobuf_c_message_free_unpacked(reply, NULL);
+		free(msg);
+	}
+	free(ids);
+}
+
+int
+moat_snapshots_remote_of(struct moat_forward *fw,
+    const struct moat_node_id *node, const char *tenant, const char *id,
+    uint64_t deadline_ms, char *remote, size_t size)
+{
+	Moat__V1__LocalSnapshotList *list = NULL;
+	const Moat__V1__LocalSnapshot *s;
+	char *msg = NULL;
+	int rv;
+
+	remote[0] = '\0';
+	if ((rv = moat_snapshots_node_list(fw, node, tenant, deadline_ms,
+	         &list, &msg)) != MOAT_OK) {
+		free(msg);
+		return rv;
+	}
+	if ((s = list_find(list, id)) != NULL && s->remote_id != NULL)
+		snprintf(remote, size, "%s", s->remote_id);
+	moat__v1__local_snapshot_list__free_unpacked(list, NULL);
+	return MOAT_OK;
+}
+
 static void
 delete_local(struct deleting *d, const char *id,
     const struct moat_node_id *node)
@@ -290,6 +355,8 @@ delete_local(struct deleting *d, const char *id,
 	if (rv == MOAT_OK) {
 		d->out->deleted++;
 		d->out->bytes += moat_snapshot_local_bytes(s);
+		moat_snapshots_drop_pulled(d->rec->fw, d->tenant, s->remote_id,
+		    node, d->deadline);
 	} else if (rv != MOAT_NOT_FOUND) {
 		left(d, id, msg);
 		msg = NULL;
@@ -330,6 +397,8 @@ delete_remote(struct deleting *d, const char *id)
 	if (rv == MOAT_OK) {
 		d->out->deleted++;
 		d->out->bytes += freed;
+		moat_snapshots_drop_pulled(d->rec->fw, d->tenant, id, NULL,
+		    d->deadline);
 	} else if (rv != MOAT_NOT_FOUND) {
 		left(d, id, msg);
 		msg = NULL;

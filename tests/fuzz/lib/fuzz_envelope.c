@@ -121,6 +121,7 @@ static const struct moat_rpc_method methods[] = {
 	{ "CloseCodeContext", h_ok, true, false },
 	{ "EgressEvents", h_ok, false, false },
 	{ "Cordon", h_ok, true, false },
+	{ "SetTimeout", h_ok, true, false },
 };
 
 static void

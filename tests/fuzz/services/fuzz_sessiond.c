@@ -36,6 +36,20 @@ init(void)
 	moat_fuzz_check(sessiond_writer_start(&sd.writer, sd.store, &errmsg) ==
 	        MOAT_OK,
 	    "writer");
+	/* Issue 15's stores, as moat-sessiond opens them (small bounds). */
+	sd.idem_ttl_ms = 600000;
+	sd.idem_max = 1000;
+	sd.audit_max_age_s = 86400;
+	sd.audit_max_bytes = 16u << 20;
+	moat_fuzz_check(sessiond_idem_open(&sd, sd.store_dir, &errmsg) ==
+	        MOAT_OK,
+	    "idempotency store");
+	moat_fuzz_check(sessiond_keys_open(&sd, sd.store_dir, &errmsg) ==
+	        MOAT_OK,
+	    "keys store");
+	moat_fuzz_check(sessiond_audit_open(&sd, sd.store_dir, &errmsg) ==
+	        MOAT_OK,
+	    "audit store");
 	fuzz_service_start(&srv, &svc);
 }
 
