@@ -17,6 +17,9 @@ bin=${MOAT_BIN_DIR:-$repo/build/bin}
 export MOAT_IMAGE_DIR=${MOAT_IMAGE_DIR:-$repo/images/out}
 state=$(mktemp -d /tmp/moat-async-test.XXXXXX)
 export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
+# Ten sandboxes of 1 vCPU on this one node (2 vCPUs here): past the
+# default vcpu-overcommit of 4. The test is about workers, not placement.
+export MOAT_GATEWAY_VCPU_OVERCOMMIT=${MOAT_GATEWAY_VCPU_OVERCOMMIT:-16}
 out=${MOAT_ASYNC_OUT:-$state/async_exec.json}
 
 cleanup() {
