@@ -1457,6 +1457,55 @@ gate_defer(struct moat_gateway *gw, struct moat_rpc_call *call, size_t row,
 	return true;
 }
 
+/* method_row: the gateway table's row of `method`, or N_METHODS. */
+static size_t
+method_row(const char *method)
+{
+	size_t i;
+
+	for (i = 0; i < N_METHODS; i++)
+		if (strcmp(gateway_methods[i].name, method) == 0)
+			break;
+	return i;
+}
+
+/* check_owner: NOT_FOUND (worded as for a missing sandbox) when the
+ * request names a sandbox that is not the caller's tenant's. */
+static int
+check_owner(struct moat_gateway *gw, struct moat_rpc_call *call,
+    const ProtobufCMessage *request)
+{
+	const char *sandbox = request_string(request, "sandbox_id");
+	char *msg = NULL;
+	int rv;
+
+	if (!gw->auth_on || sandbox == NULL || sandbox[0] == '\0')
+		return MOAT_OK;
+	rv = moat_forward_check_owner(&gw->fw, sandbox, moat_gw_tenant(call),
+	    call->deadline_ms, &msg);
+	if (rv != MOAT_OK)
+		rv = moat_rpc_error(call, rv, "%s",
+		    msg ? msg : moat_strerror(rv));
+	free(msg);
+	return rv;
+}
+
+/* owned_run: check_owner, then the method's handler. A call that carries
+ * a request id runs this under its idempotency claim, so a retry of a
+ * DestroySandbox on another gateway replays the first result (OK) rather
+ * than finding the sandbox gone. */
+static int
+owned_run(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	size_t i = method_row(call->method);
+	int rv = check_owner(call->service_ctx, call, request);
+
+	if (rv != MOAT_OK)
+		return rv;
+	return gateway_methods[i].handler(call, request, reply);
+}
+
 /* gate: every Gateway call of both doors runs through here: the API key
  * gives the tenant (call->principal), a sandbox of another tenant is
  * NOT_FOUND, commands the tenant's policy refuses never reach the
@@ -1471,18 +1520,15 @@ gate_door(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	char tenant[MOAT_AUTH_TENANT_MAX] = MOAT_GW_DEFAULT_TENANT;
 	char key_id[MOAT_AUTH_KEY_ID_LEN + 1] = "";
 	char *msg = NULL, *joined = NULL;
-	const char *sandbox, *command = NULL, *language, *safety = NULL;
+	const char *command = NULL, *language, *safety = NULL;
 	struct moat_safety_verdict v;
 	uint64_t started = moat_rpc_now_ms();
-	bool audited = false;
-	size_t i;
+	bool audited = false, claimed;
+	size_t i = method_row(call->method);
 	int rv;
 
-	for (i = 0; i < N_METHODS; i++)
-		if (strcmp(gateway_methods[i].name, call->method) == 0) {
-			row = &gateway_methods[i];
-			break;
-		}
+	if (i < N_METHODS)
+		row = &gateway_methods[i];
 	if (row == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL,
 		    "%s has no row in "
@@ -1518,18 +1564,11 @@ gate_door(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		goto done;
 	}
 	audited = row->mutating;
-	sandbox = request_string(request, "sandbox_id");
-	if (gw->auth_on && sandbox != NULL && sandbox[0] != '\0') {
-		/* Another tenant's sandbox does not exist, as far as this
-		 * caller can tell. */
-		rv = moat_forward_check_owner(&gw->fw, sandbox, tenant,
-		    call->deadline_ms, &msg);
-		if (rv != MOAT_OK) {
-			rv = moat_rpc_error(call, rv, "%s",
-			    msg ? msg : moat_strerror(rv));
-			goto done;
-		}
-	}
+	/* Another tenant's sandbox does not exist, as far as this caller can
+	 * tell; a call with a request id is checked under its claim. */
+	claimed = call->request_id != 0 && moat_idem_method(call->method);
+	if (!claimed && (rv = check_owner(gw, call, request)) != MOAT_OK)
+		goto done;
 	command = command_of(request, &language, &joined);
 	if (command != NULL) {
 		v = moat_safety_classify(command, language);
@@ -1549,7 +1588,8 @@ gate_door(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			goto done;
 		}
 	}
-	rv = moat_idem_run(&gw->rec, call, row->handler, request, reply);
+	rv = moat_idem_run(&gw->rec, call, claimed ? owned_run : row->handler,
+	    request, reply);
 	if (call->deferred != NULL) {
 		json_t *e = audited && gw->auth != NULL ?
 		    audit_entry(call, request, key_id, command, safety) :

@@ -92,6 +92,7 @@ check "a key created through gw1's keys command ($(head -c 200 "$work/err"))" [ 
 kid=$(echo "$k" | cut -d_ -f2)
 kg2() { "$bin/moat" $c_client2_tls --api-key "$k" --json sandbox ls >/dev/null 2>"$work/kerr"; }
 kg1() { "$bin/moat" $c_client_tls --api-key "$k" --json sandbox ls >/dev/null 2>"$work/kerr"; }
+kg2
 check "the key works on gw2 ($(head -c 200 "$work/kerr"))" kg2
 check "the key works on gw1" kg1
 check "gw2's keys command lists it" grep -q "^$kid keys-t .* active$" <(keys2 ls --tenant keys-t 2>&1)
