@@ -219,8 +219,8 @@ hex(const uint8_t *b, size_t n, char *out)
 	out[2 * n] = '\0';
 }
 
-static void
-secret_hash(const char *secret, char out[2 * SHA256_DIGEST_LENGTH + 1])
+void
+moat_auth_sha256_hex(const char *secret, char out[MOAT_AUTH_SHA256_HEX])
 {
 	uint8_t md[SHA256_DIGEST_LENGTH];
 
@@ -268,7 +268,7 @@ moat_auth_key_create(struct moat_auth *a, const char *tenant, char **secret,
 	}
 	hex(id_bytes, sizeof(id_bytes), key_id);
 	hex(sec_bytes, sizeof(sec_bytes), sec_hex);
-	secret_hash(sec_hex, hash);
+	moat_auth_sha256_hex(sec_hex, hash);
 	rec = json_pack("{s:s, s:s, s:I, s:b}", "tenant", tenant, "sha256",
 	    hash, "created_unix_ms", (json_int_t)moat_now_unix_ms(), "revoked",
 	    0);
@@ -476,7 +476,7 @@ moat_auth_key_verify(struct moat_auth *a, const char *key, char *tenant,
 		return MOAT_UNAUTHENTICATED;
 	memcpy(id, key + 5, MOAT_AUTH_KEY_ID_LEN);
 	id[MOAT_AUTH_KEY_ID_LEN] = '\0';
-	secret_hash(sep + 1, hash);
+	moat_auth_sha256_hex(sep + 1, hash);
 	if (cache_lookup(a, id, hash, tenant, tenant_size,
 	        MOAT_AUTH_KEY_CACHE_TTL_MS)) {
 		strcpy(key_id, id);

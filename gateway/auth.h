@@ -189,4 +189,9 @@ int moat_audit_remote_list(struct moat_rpc_client *c, const char *url,
 bool moat_policy_refuses(const struct moat_config *cfg, const char *tenant,
     enum moat_safety_level level);
 
+/* moat_auth_sha256_hex: the SHA-256 of the string `s` as 64 lowercase hex
+ * digits and a NUL (how secrets and headers are compared and kept). */
+#define MOAT_AUTH_SHA256_HEX 65
+void moat_auth_sha256_hex(const char *s, char out[MOAT_AUTH_SHA256_HEX]);
+
 #endif

@@ -816,10 +816,23 @@ const char *moat_gw_tenant(const struct moat_rpc_call *call);
  * (http.c): MOAT_OK with its id in key_id (MOAT_AUTH_KEY_ID_LEN + 1
  * bytes; "" when auth is off, which accepts any caller),
  * UNAUTHENTICATED for a missing, unknown or revoked key, INTERNAL when
- * the key store fails. Thread-safe; a recent key is answered from
- * memory (moat_auth_key_verify). */
+ * the key store fails; its tenant in `tenant` (MOAT_AUTH_TENANT_MAX
+ * bytes; MOAT_GW_DEFAULT_TENANT when auth is off) unless NULL.
+ * Thread-safe; a recent key is answered from memory
+ * (moat_auth_key_verify). */
 int moat_gateway_check_key(struct moat_gateway *gw, const char *key,
-    char *key_id) __attribute__((warn_unused_result));
+    char *key_id, char *tenant) __attribute__((warn_unused_result));
+
+/* moat_gateway_record: the gateway's recording state, with its sessiond
+ * link (rec->sessiond NULL: none). */
+struct moat_record *moat_gateway_record(struct moat_gateway *gw);
+
+/* moat_gateway_mcp_store: the MCP session store of /mcp in moat-sessiond
+ * (mcp_store.c), for moat_mcp_http_set_store; false when the gateway has
+ * no sessiond (sessions stay in the gateway's table). */
+struct moat_mcp_http_store;
+bool moat_gateway_mcp_store(struct moat_gateway *gw,
+    struct moat_mcp_http_store *out);
 
 /* moat_gateway_key_admit: takes one token of API key `key`'s bucket
  * ([tenants] key-rps / key-burst of its tenant, else the door's `rps`

@@ -1176,16 +1176,20 @@ moat_gw_tenant(const struct moat_rpc_call *call)
 }
 
 int
-moat_gateway_check_key(struct moat_gateway *gw, const char *key, char *key_id)
+moat_gateway_check_key(struct moat_gateway *gw, const char *key, char *key_id,
+    char *tenant)
 {
-	char tenant[MOAT_AUTH_TENANT_MAX];
+	char own[MOAT_AUTH_TENANT_MAX];
 	int rv;
 
+	if (tenant == NULL)
+		tenant = own;
 	key_id[0] = '\0';
+	snprintf(tenant, MOAT_AUTH_TENANT_MAX, "%s", MOAT_GW_DEFAULT_TENANT);
 	if (!gw->auth_on)
 		return MOAT_OK;
 	rv = moat_auth_key_verify(gw->auth, key ? key : "", tenant,
-	    sizeof(tenant), key_id);
+	    MOAT_AUTH_TENANT_MAX, key_id);
 	return rv == MOAT_OK || rv == MOAT_UNAUTHENTICATED ||
 	        rv == MOAT_UNAVAILABLE ?
 	    rv :
@@ -1956,6 +1960,12 @@ moat_gateway_config(struct moat_gateway *gw, bool *auth_on)
 {
 	*auth_on = gw->auth_on;
 	return gw->config;
+}
+
+struct moat_record *
+moat_gateway_record(struct moat_gateway *gw)
+{
+	return &gw->rec;
 }
 
 void

@@ -238,11 +238,8 @@ header_u64(struct MHD_Connection *conn, const char *name, uint64_t max,
 	return true;
 }
 
-/* bearer_key: the api key of the Authorization header value `authz`
- * (NULL: no header, key ""), a pointer into authz. UNAUTHENTICATED with
- * *errmsg (heap, caller frees) when it is not "Bearer <api key>". */
-static int
-bearer_key(const char *authz, const char **auth, char **errmsg)
+int
+moat_http_bearer_key(const char *authz, const char **auth, char **errmsg)
 {
 	*auth = "";
 	if (authz == NULL)
@@ -270,8 +267,9 @@ request_auth(struct MHD_Connection *conn, const char **auth, uint64_t *rid,
 		                  "X-Moat-Timeout-Ms must be decimal numbers");
 		return MOAT_INVALID_ARGUMENT;
 	}
-	return bearer_key(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-	                      MHD_HTTP_HEADER_AUTHORIZATION),
+	return moat_http_bearer_key(MHD_lookup_connection_value(conn,
+	                                MHD_HEADER_KIND,
+	                                MHD_HTTP_HEADER_AUTHORIZATION),
 	    auth, errmsg);
 }
 
@@ -1341,8 +1339,8 @@ mcp_gateway_call(void *arg, const char *authz, const char *method,
 	if (authz == NULL)
 		rv = call_gateway(mc->h, mc->conn, md, req, timeout_ms, &out,
 		    errmsg);
-	else if ((rv = bearer_key(authz[0] != '\0' ? authz : NULL, &auth,
-	              errmsg)) == MOAT_OK)
+	else if ((rv = moat_http_bearer_key(authz[0] != '\0' ? authz : NULL,
+	              &auth, errmsg)) == MOAT_OK)
 		rv = call_gateway_as(mc->h, auth, 0, timeout_ms, md, req, &out,
 		    errmsg);
 	protobuf_c_message_free_unpacked(req, NULL);
@@ -1523,8 +1521,8 @@ admit(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 		*refused = false;
 		return MHD_YES;
 	}
-	if ((rv = bearer_key(authz, &key, &errmsg)) == MOAT_OK)
-		rv = moat_gateway_check_key(h->gw, key, key_id);
+	if ((rv = moat_http_bearer_key(authz, &key, &errmsg)) == MOAT_OK)
+		rv = moat_gateway_check_key(h->gw, key, key_id, NULL);
 	if (rv != MOAT_OK) {
 		__atomic_add_fetch(&h->refused_auth, 1, __ATOMIC_RELAXED);
 		ret = refuse(conn, mcp,
@@ -1751,6 +1749,7 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 		.mcp_idle_s = MOAT_HTTP_MCP_IDLE_S,
 	};
 	struct moat_rpc_service svc;
+	struct moat_mcp_http_store mcp_store;
 	struct sockaddr_storage ss;
 	const union MHD_DaemonInfo *info;
 	struct moat_http *h;
@@ -1798,6 +1797,8 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 		*errmsg = moat_asprintf("out of memory starting HTTP");
 		goto fail;
 	}
+	if (!opts->mcp_table_only && moat_gateway_mcp_store(gw, &mcp_store))
+		moat_mcp_http_set_store(h->mcp, &mcp_store);
 	if ((rv = moat_rpc_server_new_detached(&h->dispatcher, &svc,
 	         errmsg)) != MOAT_OK ||
 	    (rv = http_tls(h, opts, errmsg)) != MOAT_OK)

@@ -44,6 +44,9 @@ struct moat_http_opts {
 	 * max-conns-per-addr: connections at once from one address, more
 	 * are closed at accept (0: MOAT_HTTP_MAX_CONNS_PER_ADDR). */
 	uint32_t rate_limit_rps, rate_limit_burst, max_conns_per_addr;
+	/* /mcp sessions stay in this door's table, never in moat-sessiond
+	 * (tests of the table; a gateway shares them when it has one). */
+	bool mcp_table_only;
 };
 
 /* moat_http_start: serves the HTTP door on `addr` ("host:port",
@@ -80,5 +83,12 @@ uint16_t moat_http_port(const struct moat_http *h);
 /* moat_http_stop: stops listening, waits for requests in progress to
  * finish, frees. Safe on NULL. */
 void moat_http_stop(struct moat_http *h);
+
+/* moat_http_bearer_key: the api key of the Authorization header value
+ * `authz` (NULL: no header, key ""), a pointer into authz.
+ * UNAUTHENTICATED with *errmsg (heap, caller frees) when it is not
+ * "Bearer <api key>". */
+int moat_http_bearer_key(const char *authz, const char **auth, char **errmsg)
+    __attribute__((warn_unused_result));
 
 #endif

@@ -29,6 +29,45 @@ struct moat_mcp_http;
 typedef int (*moat_mcp_http_call_fn)(void *arg, const char *authz,
     const char *method, json_t *request, json_t **reply, char **errmsg);
 
+/* What /mcp keeps of a session in the cluster's store (moat-sessiond),
+ * so any gateway can go on with it. */
+struct moat_mcp_http_record {
+	char id[33];           /* the Mcp-Session-Id */
+	char authz_sha256[65]; /* of the Authorization header ("" hashed) */
+	struct moat_mcp_state state;
+	uint64_t used_unix_ms; /* read: when a gateway last put it */
+};
+
+/* The cluster's store of sessions. Each function acts for the caller
+ * whose Authorization header value is `authz` ("": none), which names the
+ * tenant; each returns a moat status, NOT_FOUND for an unknown, ended,
+ * expired or other tenant's session, and on failure sets *errmsg (heap,
+ * caller frees). Called on request threads. */
+struct moat_mcp_http_store {
+	int (*get)(void *arg, const char *authz, const char *id,
+	    struct moat_mcp_http_record *out, char **errmsg);
+	int (*put)(void *arg, const char *authz,
+	    const struct moat_mcp_http_record *r, char **errmsg);
+	int (
+	    *del)(void *arg, const char *authz, const char *id, char **errmsg);
+	void *arg;
+};
+
+/* moat_mcp_http_set_store: from now on sessions are kept in `store`
+ * (copied) as well as in the table: put when initialized, when their
+ * state changes and at most every MOAT_MCP_HTTP_TOUCH_S while used; read
+ * before each request (so a default sandbox made through another gateway
+ * is used, never a second one); a session id the table lacks is looked up
+ * there. The table is then a cache: when full, the least recently used
+ * session no request uses leaves it, and is ended (as without a store)
+ * only when it was idle idle_s seconds on every gateway (its used time in
+ * the store), else kept in the store for a later request. When the store
+ * does not answer, requests go on with the table (logged). Call before
+ * serving. */
+#define MOAT_MCP_HTTP_TOUCH_S 60
+void moat_mcp_http_set_store(struct moat_mcp_http *m,
+    const struct moat_mcp_http_store *store);
+
 /* moat_mcp_http_new: an empty table of at most `max_sessions` sessions
  * (at least 1). When it is full, initialize evicts the least recently
  * used session that no request is using and that has been idle for

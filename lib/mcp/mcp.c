@@ -78,6 +78,29 @@ moat_mcp_session_free(struct moat_mcp_session *s)
 	free(s);
 }
 
+void
+moat_mcp_session_state(struct moat_mcp_session *s, struct moat_mcp_state *out)
+{
+	pthread_mutex_lock(&s->lock);
+	out->initialized = s->initialized;
+	snprintf(out->version, sizeof(out->version), "%s", s->version);
+	snprintf(out->default_sandbox, sizeof(out->default_sandbox), "%s",
+	    s->default_sandbox);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void
+moat_mcp_session_set_state(struct moat_mcp_session *s,
+    const struct moat_mcp_state *st)
+{
+	pthread_mutex_lock(&s->lock);
+	s->initialized = st->initialized;
+	snprintf(s->version, sizeof(s->version), "%s", st->version);
+	snprintf(s->default_sandbox, sizeof(s->default_sandbox), "%s",
+	    st->default_sandbox);
+	pthread_mutex_unlock(&s->lock);
+}
+
 int
 moat_mcp_session_close(struct moat_mcp_session *s, moat_mcp_call_fn call,
     void *arg)

@@ -10,8 +10,6 @@
 
 #include "moat/mcp.h"
 
-#define MOAT_MCP_ID_MAX 128 /* longest sandbox id, with its NUL */
-
 struct moat_mcp_session {
 	char *allow_dir;      /* heap real path; NULL: no host files */
 	char *label;          /* heap; NULL: none */

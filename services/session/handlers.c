@@ -663,6 +663,10 @@ const struct moat_rpc_method sessiond_methods[] = {
 	{ "VerifyKey", sessiond_h_verify_key, false, false },
 	{ "AppendAudit", sessiond_h_append_audit, true, false },
 	{ "ListAuditLog", sessiond_h_list_audit_log, false, false },
+	/* A put marks the session used: never answered from memory. */
+	{ "PutMcpSession", sessiond_h_put_mcp_session, false, false },
+	{ "GetMcpSession", sessiond_h_get_mcp_session, false, false },
+	{ "DeleteMcpSession", sessiond_h_delete_mcp_session, true, false },
 };
 const size_t sessiond_n_methods =
     sizeof(sessiond_methods) / sizeof(sessiond_methods[0]);

@@ -26,7 +26,6 @@
 #define DB_CLAIMS "claims"
 #define DB_AGE "claims_age"
 #define KEY_MAX (SESSIOND_MAX_TENANT + 1 + 8)
-#define SWEEP_MAX 64 /* entries removed per new claim, at most */
 #define IDEM_MAP_BYTES (512ull << 20)
 #define LEASE_MIN_MS 1000
 #define LEASE_MAX_MS (3600u * 1000u)
@@ -69,65 +68,14 @@ claim_key(uint8_t key[KEY_MAX], const char *tenant, uint64_t request_id)
 	return n + 1 + 8;
 }
 
-struct sweep {
-	uint64_t cutoff_ms; /* created before this: expired */
-	uint64_t over;      /* oldest entries to drop for the count bound */
-	uint8_t keys[SWEEP_MAX][8 + KEY_MAX];
-	size_t lens[SWEEP_MAX];
-	size_t n;
-};
-
-static int
-sweep_cb(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
-{
-	struct sweep *s = arg;
-
-	(void)val;
-	(void)vlen;
-	if (s->n == SWEEP_MAX || klen < 8 || klen > sizeof(s->keys[0]))
-		return MOAT_STORE_SCAN_STOP;
-	if (moat_store_u64_from_key(key) >= s->cutoff_ms && s->over == 0)
-		return MOAT_STORE_SCAN_STOP;
-	if (s->over > 0)
-		s->over--;
-	memcpy(s->keys[s->n], key, klen);
-	s->lens[s->n++] = klen;
-	return MOAT_OK;
-}
-
-/* sweep: drops expired claims and the oldest past the count bound (at
- * most SWEEP_MAX a call) in the write txn. */
+/* sweep: drops expired claims and the oldest past the count bound. */
 static int
 sweep(struct sessiond *sd, struct moat_store_txn *txn, uint64_t now,
     char **errmsg)
 {
-	struct sweep *s = calloc(1, sizeof(*s));
-	uint64_t count = 0;
-	int rv;
-
-	if (s == NULL)
-		return MOAT_RESOURCE_EXHAUSTED;
-	s->cutoff_ms = now > sd->idem_ttl_ms ? now - sd->idem_ttl_ms : 0;
-	if ((rv = moat_store_count(txn, DB_CLAIMS, &count, errmsg)) ==
-	        MOAT_OK &&
-	    count >= sd->idem_max)
-		s->over = count - sd->idem_max + 1;
-	if (rv == MOAT_OK)
-		rv = moat_store_scan(txn, DB_AGE, NULL, 0, NULL, 0, sweep_cb,
-		    s, errmsg);
-	for (size_t i = 0; rv == MOAT_OK && i < s->n; i++) {
-		rv = moat_store_del(txn, DB_CLAIMS, s->keys[i] + 8,
-		    s->lens[i] - 8, errmsg);
-		if (rv == MOAT_NOT_FOUND)
-			rv = MOAT_OK;
-		if (rv == MOAT_OK)
-			rv = moat_store_del(txn, DB_AGE, s->keys[i],
-			    s->lens[i], errmsg);
-		if (rv == MOAT_NOT_FOUND)
-			rv = MOAT_OK;
-	}
-	free(s);
-	return rv;
+	return sessiond_aged_sweep(txn, DB_CLAIMS, DB_AGE,
+	    now > sd->idem_ttl_ms ? now - sd->idem_ttl_ms : 0, sd->idem_max,
+	    errmsg);
 }
 
 /* load: the record under `key` in *out (heap), NOT_FOUND when absent or
@@ -168,16 +116,7 @@ static int
 age_key_put(struct moat_store_txn *txn, uint64_t created, const uint8_t *key,
     size_t klen, bool del, char **errmsg)
 {
-	uint8_t age[8 + KEY_MAX];
-	int rv;
-
-	moat_store_key_u64(age, created);
-	memcpy(age + 8, key, klen);
-	if (del) {
-		rv = moat_store_del(txn, DB_AGE, age, 8 + klen, errmsg);
-		return rv == MOAT_NOT_FOUND ? MOAT_OK : rv;
-	}
-	return moat_store_put(txn, DB_AGE, age, 8 + klen, "", 0, false,
+	return sessiond_aged_index(txn, DB_AGE, created, key, klen, del,
 	    errmsg);
 }
 

@@ -159,6 +159,21 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 		return MOAT_INVALID_ARGUMENT;
 	}
 	m->sd.idem_ttl_ms *= 1000;
+	if ((rv = moat_config_get_u64(cfg, SECTION, "mcp-session-ttl-s", 86400,
+	         &m->sd.mcp_ttl_ms, errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(cfg, SECTION, "mcp-sessions-max", 100000,
+	         &m->sd.mcp_max, errmsg)) != MOAT_OK)
+		return rv;
+	if (m->sd.mcp_ttl_ms < 1 || m->sd.mcp_ttl_ms > 30 * 86400 ||
+	    m->sd.mcp_max < 1) {
+		*errmsg = moat_asprintf(
+		    "mcp-session-ttl-s must be 1 to 2592000 and "
+		    "mcp-sessions-max at least 1 (not %llu, %llu)",
+		    (unsigned long long)m->sd.mcp_ttl_ms,
+		    (unsigned long long)m->sd.mcp_max);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	m->sd.mcp_ttl_ms *= 1000;
 	if ((rv = moat_config_get_u64(cfg, SECTION, "audit-max-age-s",
 	         90ull * 86400, &m->sd.audit_max_age_s, errmsg)) != MOAT_OK ||
 	    (rv = moat_config_get_u64(cfg, SECTION, "audit-max-bytes",
@@ -175,7 +190,8 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	         sessiond_dbs, errmsg)) != MOAT_OK ||
 	    (rv = sessiond_idem_open(&m->sd, state_dir, errmsg)) != MOAT_OK ||
 	    (rv = sessiond_keys_open(&m->sd, state_dir, errmsg)) != MOAT_OK ||
-	    (rv = sessiond_audit_open(&m->sd, state_dir, errmsg)) != MOAT_OK)
+	    (rv = sessiond_audit_open(&m->sd, state_dir, errmsg)) != MOAT_OK ||
+	    (rv = sessiond_mcp_open(&m->sd, state_dir, errmsg)) != MOAT_OK)
 		return rv;
 	return moat_store_check_format(m->sd.store, &store_format, errmsg);
 }
@@ -237,6 +253,7 @@ sessiond_close(void *ctx)
 	moat_store_close(m->sd.idem);
 	moat_store_close(m->sd.keys);
 	moat_store_close(m->sd.audit);
+	moat_store_close(m->sd.mcp);
 	free(m->sd.store_dir);
 	free(m->listen);
 	moat_tls_free(m->tls);

@@ -70,6 +70,11 @@ struct sessiond {
 	struct moat_store *audit;
 	uint64_t audit_max_age_s; /* [sessiond] audit-max-age-s; 0: none */
 	uint64_t audit_max_bytes; /* [sessiond] audit-max-bytes */
+	/* mcp_sessions.c: the gateways' MCP sessions, an environment of
+	 * its own. */
+	struct moat_store *mcp;
+	uint64_t mcp_ttl_ms; /* [sessiond] mcp-session-ttl-s */
+	uint64_t mcp_max;    /* [sessiond] mcp-sessions-max */
 	struct sessiond_writer *writer;
 	char *store_dir;
 	uint64_t started_ms;
@@ -279,6 +284,25 @@ int sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 
 /* ---- handlers.c ---- */
 
+/* ---- aged.c: records bounded in age and count ---- */
+
+#define SESSIOND_SWEEP_MAX 64 /* records a sweep drops, at most */
+#define SESSIOND_AGED_KEY_MAX (SESSIOND_MAX_TENANT + 1 + 8)
+
+/* sessiond_aged_sweep: in write txn `txn`, drops from `db` (and its age
+ * index `age_db`) records aged before `cutoff_ms`, and the oldest while
+ * `db` holds `max` or more, SESSIOND_SWEEP_MAX at most. */
+int sessiond_aged_sweep(struct moat_store_txn *txn, const char *db,
+    const char *age_db, uint64_t cutoff_ms, uint64_t max, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* sessiond_aged_index: adds (or with `del` removes: absent is fine) the
+ * age index entry of record `key` (klen <= SESSIOND_AGED_KEY_MAX) at
+ * `at_ms`. */
+int sessiond_aged_index(struct moat_store_txn *txn, const char *age_db,
+    uint64_t at_ms, const void *key, size_t klen, bool del, char **errmsg)
+    __attribute__((warn_unused_result));
+
 /* ---- idem.c: idempotency claims (issue 15) ---- */
 
 /* sessiond_idem_open: opens <state_dir>/sessiond-idem into sd->idem. */
@@ -287,6 +311,18 @@ int sessiond_idem_open(struct sessiond *sd, const char *state_dir,
 int sessiond_h_claim_request(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int sessiond_h_complete_request(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* ---- mcp_sessions.c: MCP sessions of every gateway (issue 15) ---- */
+
+/* sessiond_mcp_open: opens <state_dir>/sessiond-mcp into sd->mcp. */
+int sessiond_mcp_open(struct sessiond *sd, const char *state_dir,
+    char **errmsg) __attribute__((warn_unused_result));
+int sessiond_h_put_mcp_session(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_get_mcp_session(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_delete_mcp_session(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 
 /* ---- keys.c: API keys of every gateway (issue 15) ---- */

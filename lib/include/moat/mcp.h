@@ -46,6 +46,8 @@ typedef int (*moat_mcp_call_fn)(void *arg, const char *method, json_t *request,
 
 struct moat_mcp_session;
 
+#define MOAT_MCP_ID_MAX 128 /* longest sandbox id, with its NUL */
+
 /* moat_mcp_session_new: one MCP session (one client connection). Host
  * file tools (upload_file, download_file) are offered only when
  * `allow_dir` is not NULL; it is resolved here (realpath) and must be a
@@ -54,6 +56,21 @@ struct moat_mcp_session;
  * (moat_mcp_session_free); otherwise *errmsg (heap, caller frees). */
 int moat_mcp_session_new(struct moat_mcp_session **out, const char *allow_dir,
     const char *label, char **errmsg) __attribute__((warn_unused_result));
+
+/* The part of a session that outlives one process: what a gateway keeps
+ * in moat-sessiond so another gateway can go on with the session. */
+struct moat_mcp_state {
+	bool initialized;
+	char version[16];                      /* the negotiated version */
+	char default_sandbox[MOAT_MCP_ID_MAX]; /* "": none yet */
+};
+
+/* moat_mcp_session_state / moat_mcp_session_set_state: read or replace
+ * a session's state. Thread-safe. */
+void moat_mcp_session_state(struct moat_mcp_session *s,
+    struct moat_mcp_state *out);
+void moat_mcp_session_set_state(struct moat_mcp_session *s,
+    const struct moat_mcp_state *st);
 
 /* moat_mcp_session_free: frees. Does not destroy the default sandbox
  * (moat_mcp_session_close does). Safe on NULL. */

@@ -50,6 +50,11 @@ init(void)
 	moat_fuzz_check(sessiond_audit_open(&sd, sd.store_dir, &errmsg) ==
 	        MOAT_OK,
 	    "audit store");
+	sd.mcp_ttl_ms = 3600000;
+	sd.mcp_max = 1000;
+	moat_fuzz_check(sessiond_mcp_open(&sd, sd.store_dir, &errmsg) ==
+	        MOAT_OK,
+	    "MCP session store");
 	fuzz_service_start(&srv, &svc);
 }
 

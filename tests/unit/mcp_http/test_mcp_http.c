@@ -13,7 +13,8 @@
  * initializes without a valid key are 401 and leave the table empty; over
  * the rate limit requests are 429 with Retry-After, per address and per
  * key (a key spent from one address is refused from another); a
- * connection over max-conns-per-addr is closed.
+ * connection over max-conns-per-addr is closed; two doors on one
+ * sessiond share sessions as two gateways do (issue 15).
  * Calls go through the gateway tests' libcurl client (http_client.h).
  * Not for: the protocol's details (tests/unit/mcp) or VMs (mcp_sdk).
  */
@@ -140,11 +141,18 @@ env_init(void)
 	assert_non_null(mkdtemp(E.dir));
 }
 
+/* setup: keys off, no sessiond: the table's own behaviour. */
 static int
 setup(void **state)
 {
+	static const struct moat_http_opts table_only = {
+		.mcp_max_sessions = MOAT_HTTP_MCP_MAX_SESSIONS,
+		.mcp_idle_s = MOAT_HTTP_MCP_IDLE_S,
+		.mcp_table_only = true
+	};
+
 	env_init();
-	start(false, NULL);
+	start(false, &table_only);
 	return 0;
 }
 
@@ -355,7 +363,8 @@ static void
 test_full_table(void **state)
 {
 	static const struct moat_http_opts one = { .mcp_max_sessions = 1,
-		.mcp_idle_s = 3600 };
+		.mcp_idle_s = 3600,
+		.mcp_table_only = true };
 	struct moat_http *h = NULL;
 	uint16_t port = E.port;
 	char *errmsg = NULL, sid[128];
@@ -517,6 +526,113 @@ mcp_sessions(void)
 	n = strtol(p + strlen("\nmoat_mcp_sessions "), NULL, 10);
 	http_client_resp_free(&r);
 	return n;
+}
+
+#define RUN_CODE                                                              \
+	"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\","            \
+	"\"params\":{\"name\":\"run_code\",\"arguments\":{\"code\":"          \
+	"\"print(1)\"}}}"
+
+/* mcp_on: one request to /mcp of the door on `port`. */
+static void
+mcp_on(uint16_t port, const char *method, const char *body, const char *sid,
+    struct http_client_resp *r)
+{
+	uint16_t saved = E.port;
+
+	E.port = port;
+	mcp(method, body, sid, NULL, r);
+	E.port = saved;
+}
+
+/* Two doors on one sessiond stand for two gateways (each door has its
+ * own table): a session initialized through A goes on through B; the
+ * default sandbox B makes is the one A then uses (the node holds one);
+ * another tenant's key does not reach it; DELETE through B ends it on A
+ * too. A door of one slot (idle 3600) moves a session out of its table
+ * without ending it: the next request brings it back, sandbox and all. */
+static void
+test_shared_across_doors(void **state)
+{
+	static const struct moat_http_opts ob = { .mcp_max_sessions = 4,
+		.mcp_idle_s = 3600 };
+	static const struct moat_http_opts oc = { .mcp_max_sessions = 1,
+		.mcp_idle_s = 3600 };
+	char acme[256], zeta[256], sid[128], sid2[128];
+	char sandbox[128] = "", tenant[64] = "", again[128] = "";
+	struct http_client_resp r;
+	uint16_t a = E.port, saved;
+	struct moat_http *hb = open_door(&ob, &saved);
+	uint16_t b = E.port;
+
+	E.port = saved;
+	snprintf(acme, sizeof(acme), "Bearer %s", E.key_acme);
+	snprintf(zeta, sizeof(zeta), "Bearer %s", E.key_zeta);
+	authz = acme;
+	mcp_on(a, "POST", INIT, NULL, &r);
+	assert_int_equal(r.status, 200);
+	snprintf(sid, sizeof(sid), "%s", r.session);
+	http_client_resp_free(&r);
+
+	mcp_on(b, "POST", RUN_CODE, sid, &r);
+	assert_int_equal(r.status, 200);
+	http_client_resp_free(&r);
+	assert_int_equal(node_sandboxes(sandbox, tenant), 1);
+	assert_string_equal(tenant, "acme");
+	mcp_on(a, "POST", RUN_CODE, sid, &r);
+	assert_int_equal(r.status, 200);
+	http_client_resp_free(&r);
+	if (node_sandboxes(again, tenant) != 1)
+		fail_msg("door A made a second default sandbox instead of "
+		         "using %s from door B",
+		    sandbox);
+	assert_string_equal(again, sandbox);
+
+	authz = zeta;
+	mcp_on(b, "POST", LIST, sid, &r);
+	assert_int_equal(r.status, 404);
+	http_client_resp_free(&r);
+
+	authz = acme;
+	mcp_on(b, "DELETE", NULL, sid, &r);
+	assert_int_equal(r.status, 204);
+	http_client_resp_free(&r);
+	assert_int_equal(node_sandboxes(again, tenant), 0);
+	mcp_on(a, "POST", LIST, sid, &r);
+	assert_int_equal(r.status, 404);
+	assert_non_null(strstr(r.body, "no such MCP session"));
+	http_client_resp_free(&r);
+	close_door(hb, saved);
+
+	/* One slot: the second session moves the first out of the table. */
+	hb = open_door(&oc, &saved);
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	snprintf(sid, sizeof(sid), "%s", r.session);
+	http_client_resp_free(&r);
+	mcp("POST", RUN_CODE, sid, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_client_resp_free(&r);
+	assert_int_equal(node_sandboxes(sandbox, tenant), 1);
+	mcp("POST", INIT, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	snprintf(sid2, sizeof(sid2), "%s", r.session);
+	http_client_resp_free(&r);
+	assert_int_equal(node_sandboxes(again, tenant), 1);
+	mcp("POST", RUN_CODE, sid, NULL, &r);
+	assert_int_equal(r.status, 200);
+	http_client_resp_free(&r);
+	assert_int_equal(node_sandboxes(again, tenant), 1);
+	assert_string_equal(again, sandbox);
+	mcp("DELETE", NULL, sid, NULL, &r);
+	assert_int_equal(r.status, 204);
+	http_client_resp_free(&r);
+	mcp("DELETE", NULL, sid2, NULL, &r);
+	assert_int_equal(r.status, 204);
+	http_client_resp_free(&r);
+	assert_int_equal(node_sandboxes(again, tenant), 0);
+	authz = NULL;
+	close_door(hb, saved);
 }
 
 /* With keys on, 300 initializes without a valid key (none, a malformed
@@ -793,6 +909,7 @@ main(void)
 	};
 	const struct CMUnitTest evict_tests[] = {
 		cmocka_unit_test(test_evict_destroys_as_victim),
+		cmocka_unit_test(test_shared_across_doors),
 		cmocka_unit_test(test_unauthenticated_initialize),
 		cmocka_unit_test(test_rate_limited),
 		cmocka_unit_test(test_rate_limited_per_key),
