@@ -437,11 +437,12 @@ quota_locked(struct moat_admission *a, const char *tenant, uint32_t count,
 		count_quota_refusal(a, rows[i].key);
 		*errmsg = moat_asprintf(
 		    "tenant %s has %llu %s and asked for %llu more, its limit "
-		    "is %llu ([tenants] %s.%s): %s, or raise the limit",
+		    "is %llu ([tenants] %s.%s): %s, or raise the limit "
+		    "(moat-gateway tenants set %s %s=N)",
 		    tenant, (unsigned long long)rows[i].held, rows[i].what,
 		    (unsigned long long)(rows[i].add * count),
 		    (unsigned long long)max, rows[i].key, tenant,
-		    rows[i].advice);
+		    rows[i].advice, tenant, rows[i].key);
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	return MOAT_OK;
@@ -493,8 +494,9 @@ moat_admission_snapshot_quota(struct moat_admission *a, const char *tenant,
 	*errmsg = moat_asprintf(
 	    "tenant %s holds %llu bytes of snapshots, its limit is %llu "
 	    "([tenants] max-snapshot-bytes.%s): delete snapshots or "
-	    "sessions (moat snapshot rm, moat session rm) or raise the limit",
-	    tenant, (unsigned long long)bytes, (unsigned long long)max,
+	    "sessions (moat snapshot rm, moat session rm) or raise the limit "
+	    "(moat-gateway tenants set %s max-snapshot-bytes=N)",
+	    tenant, (unsigned long long)bytes, (unsigned long long)max, tenant,
 	    tenant);
 	return MOAT_RESOURCE_EXHAUSTED;
 }

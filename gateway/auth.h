@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include <jansson.h>
+#include <protobuf-c/protobuf-c.h>
 
 #include "moat/config.h"
 #include "moat/safety.h"
@@ -193,5 +194,14 @@ bool moat_policy_refuses(const struct moat_config *cfg, const char *tenant,
  * digits and a NUL (how secrets and headers are compared and kept). */
 #define MOAT_AUTH_SHA256_HEX 65
 void moat_auth_sha256_hex(const char *s, char out[MOAT_AUTH_SHA256_HEX]);
+
+/* moat_sessiond_remote_call: one call of `method` to moat-sessiond (3 s
+ * at most; keys_remote.c). On MOAT_OK *reply is the caller's; otherwise
+ * *errmsg (heap) names sessiond's `url`, and a sessiond that did not
+ * answer is UNAVAILABLE. */
+int moat_sessiond_remote_call(struct moat_rpc_client *c, const char *url,
+    const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+    char **errmsg) __attribute__((warn_unused_result));
 
 #endif

@@ -23,6 +23,7 @@
 #include "admission.h"
 #include "auth.h"
 #include "gateway.h"
+#include "tenants.h"
 #include "moat/log.h"
 #include "moat/metrics.h"
 #include "moat/safety.h"
@@ -53,6 +54,8 @@ struct moat_gateway {
 	 * API key's token already). */
 	struct moat_rpc_method *http_methods;
 	struct moat_admission *adm; /* reservations, quotas, key buckets */
+	/* Tenants' settings in sessiond (with keys there); NULL: none. */
+	struct moat_tenants *tenants;
 };
 
 static char *
@@ -1849,6 +1852,10 @@ moat_gateway_start(struct moat_gateway **out,
 		moat_auth_sessiond_start(gw->auth, gw->sessiond,
 		    gw->sessiond_url, gw->state_dir,
 		    (uint64_t)opts->keys_stale_s * 1000);
+	if (opts->keys_in_sessiond &&
+	    moat_tenants_new(&gw->tenants, gw->sessiond, gw->sessiond_url) !=
+	        MOAT_OK)
+		goto fail_oom;
 	if (moat_record_init(&gw->rec, &gw->fw, gw->sessiond,
 	        gw->sessiond_url) != MOAT_OK)
 		goto fail_oom;
@@ -1924,7 +1931,14 @@ moat_gateway_stop(struct moat_gateway *gw)
 	free(gw->methods);
 	free(gw->http_methods);
 	moat_admission_free(gw->adm);
+	moat_tenants_free(gw->tenants);
 	free(gw);
+}
+
+struct moat_tenants *
+moat_gateway_tenants(struct moat_gateway *gw)
+{
+	return gw->tenants;
 }
 
 struct moat_nodes *

@@ -11,7 +11,9 @@
  * With a sessiond the local store is imported first (idempotent), so keys
  * made locally before show in `ls`. The local store opens next to a running
  * gateway (LMDB allows a second process).
- * Not for: the key store itself (auth.c, keys_remote.c).
+ * `moat-gateway tenants set|unset|show|rm|ls` (issue 15) takes the same
+ * options and needs a sessiond: tenants' own settings live only there.
+ * Not for: the key store itself (auth.c, keys_remote.c, tenants_remote.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -21,6 +23,8 @@
 
 #include "auth.h"
 #include "keys_cli.h"
+#include "session.pb-c.h"
+#include "tenants.h"
 #include "moat/config.h"
 #include "moat/log.h"
 #include "moat/rpc.h"
@@ -32,6 +36,8 @@
 
 struct keys_cli {
 	const char *config_path, *tenant, *verb, *key_id;
+	char **rest; /* the words after the verb's first (tenants) */
+	int n_rest;
 	char *state_dir, *url;
 	bool local, strict; /* strict: the sessiond must answer */
 	struct moat_config *cfg;
@@ -129,9 +135,11 @@ parse(struct keys_cli *k, int argc, char **argv, void (*usage)(FILE *),
 	}
 	k->verb = optind < argc ? argv[optind] : "";
 	k->key_id = optind + 1 < argc ? argv[optind + 1] : NULL;
+	k->rest = argv + (optind + 2 < argc ? optind + 2 : argc);
+	k->n_rest = optind + 2 < argc ? argc - optind - 2 : 0;
 	if ((rv = moat_config_load(&k->cfg, k->config_path, &errmsg)) !=
 	    MOAT_OK) {
-		fprintf(stderr, "moat-gateway keys: %s\n", errmsg);
+		fprintf(stderr, "moat-gateway: %s\n", errmsg);
 		free(errmsg);
 		return rv;
 	}
@@ -278,6 +286,182 @@ moat_gateway_keys_main(int argc, char **argv, void (*usage)(FILE *))
 out:
 	if (rv != MOAT_OK && !done)
 		fprintf(stderr, "moat-gateway keys: %s\n",
+		    errmsg ? errmsg : moat_strerror(rv));
+	moat_auth_close(k.a);
+	moat_rpc_client_close(k.client);
+	moat_tls_free(k.tls);
+	free(errmsg);
+	free(k.state_dir);
+	free(k.url);
+	moat_config_free(k.cfg);
+	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);
+}
+
+/* ---- moat-gateway tenants (issue 15) ---- */
+
+static void
+print_tenant(const Moat__V1__TenantInfo *t)
+{
+	printf("%s", t->name);
+	for (size_t i = 0; i < t->n_settings; i++)
+		printf(" %s=%s", t->settings[i]->key, t->settings[i]->value);
+	printf("\n");
+}
+
+/* tenants_set: `set NAME KEY=VALUE...` or `unset NAME KEY...`. */
+static int
+tenants_set(struct keys_cli *k, bool set, char **errmsg)
+{
+	Moat__V1__SetTenantRequest req = MOAT__V1__SET_TENANT_REQUEST__INIT;
+	Moat__V1__SetTenantRequest__SetEntry *entries = NULL, **ptrs = NULL;
+	Moat__V1__TenantInfo *t = NULL;
+	int rv = MOAT_OK;
+
+	if (k->n_rest == 0) {
+		*errmsg = moat_asprintf("tenants %s %s: name at least one "
+		                        "setting (%s)",
+		    k->verb, k->key_id, set ? "KEY=VALUE" : "KEY");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if ((entries = calloc((size_t)k->n_rest, sizeof(*entries))) == NULL ||
+	    (ptrs = calloc((size_t)k->n_rest, sizeof(*ptrs))) == NULL) {
+		free(entries);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	for (int i = 0; i < k->n_rest && rv == MOAT_OK; i++) {
+		char *w = k->rest[i], *eq = strchr(w, '=');
+		size_t digits = eq != NULL ? strspn(eq + 1, "0123456789") : 0;
+
+		if (set &&
+		    (eq == NULL || digits == 0 || eq[1 + digits] != '\0'))
+			rv = MOAT_INVALID_ARGUMENT;
+		if (eq != NULL && rv == MOAT_OK)
+			*eq = '\0';
+		if (rv == MOAT_OK && !moat_tenant_setting_known(w))
+			rv = MOAT_INVALID_ARGUMENT;
+		if (rv != MOAT_OK) {
+			*errmsg = moat_asprintf(
+			    "tenants %s: \"%s\" is not %s: the keys are "
+			    "max-sandboxes, max-vcpus, max-memory-mib, "
+			    "max-snapshot-bytes, key-rps, key-burst, "
+			    "timeout-s, timeout-max-s and idle-timeout-s, "
+			    "each a whole number (0: unlimited or none)",
+			    k->verb, w, set ? "KEY=NUMBER" : "a key");
+			break;
+		}
+		moat__v1__set_tenant_request__set_entry__init(&entries[i]);
+		entries[i].key = w;
+		entries[i].value = set ? eq + 1 : NULL;
+		ptrs[i] = &entries[i];
+	}
+	req.tenant = (char *)k->key_id;
+	if (set) {
+		req.set = ptrs;
+		req.n_set = (size_t)k->n_rest;
+	} else {
+		req.unset = k->rest;
+		req.n_unset = (size_t)k->n_rest;
+	}
+	if (rv == MOAT_OK &&
+	    (rv = moat_sessiond_remote_call(k->client, k->url, "SetTenant",
+	         &req.base, &moat__v1__tenant_info__descriptor,
+	         (ProtobufCMessage **)&t, errmsg)) == MOAT_OK) {
+		print_tenant(t);
+		moat__v1__tenant_info__free_unpacked(t, NULL);
+	}
+	free(entries);
+	free(ptrs);
+	return rv;
+}
+
+static int
+tenants_verb(struct keys_cli *k, char **errmsg)
+{
+	Moat__V1__GetTenantRequest get = MOAT__V1__GET_TENANT_REQUEST__INIT;
+	Moat__V1__ListTenantsRequest ls = MOAT__V1__LIST_TENANTS_REQUEST__INIT;
+	Moat__V1__ListTenantsReply *all = NULL;
+	Moat__V1__TenantInfo *t = NULL;
+	bool rm = strcmp(k->verb, "rm") == 0;
+	int rv;
+
+	if (strcmp(k->verb, "set") == 0 || strcmp(k->verb, "unset") == 0)
+		return tenants_set(k, strcmp(k->verb, "set") == 0, errmsg);
+	if (strcmp(k->verb, "ls") == 0) {
+		if ((rv = moat_sessiond_remote_call(k->client, k->url,
+		         "ListTenants", &ls.base,
+		         &moat__v1__list_tenants_reply__descriptor,
+		         (ProtobufCMessage **)&all, errmsg)) != MOAT_OK)
+			return rv;
+		for (size_t i = 0; i < all->n_tenants; i++)
+			print_tenant(all->tenants[i]);
+		moat__v1__list_tenants_reply__free_unpacked(all, NULL);
+		return MOAT_OK;
+	}
+	get.tenant = (char *)k->key_id;
+	if ((rv = moat_sessiond_remote_call(k->client, k->url,
+	         rm ? "DeleteTenant" : "GetTenant", &get.base,
+	         &moat__v1__tenant_info__descriptor, (ProtobufCMessage **)&t,
+	         errmsg)) != MOAT_OK)
+		return rv;
+	if (rm)
+		printf("removed the settings of %s (the config file's "
+		       "apply)\n",
+		    t->name);
+	else
+		print_tenant(t);
+	moat__v1__tenant_info__free_unpacked(t, NULL);
+	return MOAT_OK;
+}
+
+static int
+tenants_check_verb(const struct keys_cli *k, char **errmsg)
+{
+	static const char *const verbs[] = { "set", "unset", "show", "rm",
+		"ls" };
+	bool known = false;
+
+	for (size_t i = 0; i < 5; i++)
+		known |= strcmp(k->verb, verbs[i]) == 0;
+	if (!known) {
+		*errmsg = moat_asprintf(
+		    "tenants: say set NAME KEY=VALUE..., unset NAME KEY..., "
+		    "show NAME, rm NAME or ls");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (strcmp(k->verb, "ls") != 0 && k->key_id == NULL) {
+		*errmsg =
+		    moat_asprintf("tenants %s: name the tenant", k->verb);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	return MOAT_OK;
+}
+
+int
+moat_gateway_tenants_main(int argc, char **argv, void (*usage)(FILE *))
+{
+	struct keys_cli k = { 0 };
+	char *errmsg = NULL;
+	bool done;
+	int rv;
+
+	moat_log_init("gateway", MOAT_LOG_WARN);
+	if ((rv = parse(&k, argc, argv, usage, &done)) != MOAT_OK || done)
+		goto out;
+	if ((rv = tenants_check_verb(&k, &errmsg)) != MOAT_OK ||
+	    (rv = open_stores(&k, &errmsg)) != MOAT_OK)
+		goto out;
+	if (k.client == NULL) {
+		rv = MOAT_FAILED_PRECONDITION;
+		errmsg = moat_asprintf(
+		    "tenants' settings live in moat-sessiond: give --sessiond "
+		    "URL (or [gateway] sessiond), or run this where a gateway "
+		    "with a sessiond keeps its state (--state-dir)");
+		goto out;
+	}
+	rv = tenants_verb(&k, &errmsg);
+out:
+	if (rv != MOAT_OK && !done)
+		fprintf(stderr, "moat-gateway tenants: %s\n",
 		    errmsg ? errmsg : moat_strerror(rv));
 	moat_auth_close(k.a);
 	moat_rpc_client_close(k.client);

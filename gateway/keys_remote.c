@@ -22,12 +22,11 @@
 #define KEYS_SERVICE "moat.v1.Session"
 #define KEYS_CALL_MS 3000
 
-/* call: one sessiond call; *errmsg names sessiond when it did not
- * answer. */
-static int
-call(struct moat_rpc_client *c, const char *url, const char *method,
-    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
-    ProtobufCMessage **reply, char **errmsg)
+int
+moat_sessiond_remote_call(struct moat_rpc_client *c, const char *url,
+    const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply,
+    char **errmsg)
 {
 	struct moat_rpc_opts opts = { .timeout_ms = KEYS_CALL_MS };
 	char *msg = NULL;
@@ -43,8 +42,9 @@ call(struct moat_rpc_client *c, const char *url, const char *method,
 	if (rv == MOAT_UNAVAILABLE || rv == MOAT_DEADLINE_EXCEEDED) {
 		*errmsg =
 		    moat_asprintf("moat-sessiond at %s did not answer "
-		                  "%s (%s): is it running? Keys live "
-		                  "there when the gateway has --sessiond",
+		                  "%s (%s): is it running? Keys and "
+		                  "tenants live there when the gateway has "
+		                  "--sessiond",
 		        url, method, msg ? msg : "");
 		rv = MOAT_UNAVAILABLE;
 	} else {
@@ -68,7 +68,7 @@ moat_keys_remote_create(struct moat_rpc_client *c, const char *url,
 	req.sha256 = (char *)k->sha256;
 	req.created_unix_ms = k->created_unix_ms;
 	req.revoked = k->revoked;
-	rv = call(c, url, "CreateKey", &req.base,
+	rv = moat_sessiond_remote_call(c, url, "CreateKey", &req.base,
 	    &moat__v1__key_info__descriptor, &reply, errmsg);
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);
@@ -85,7 +85,7 @@ moat_keys_remote_get(struct moat_rpc_client *c, const char *url,
 
 	memset(out, 0, sizeof(*out));
 	req.key_id = (char *)key_id;
-	if ((rv = call(c, url, "VerifyKey", &req.base,
+	if ((rv = moat_sessiond_remote_call(c, url, "VerifyKey", &req.base,
 	         &moat__v1__key_info__descriptor, (ProtobufCMessage **)&k,
 	         errmsg)) != MOAT_OK)
 		return rv;
@@ -116,7 +116,7 @@ moat_keys_remote_revoke(struct moat_rpc_client *c, const char *url,
 	int rv;
 
 	req.key_id = (char *)key_id;
-	rv = call(c, url, "RevokeKey", &req.base,
+	rv = moat_sessiond_remote_call(c, url, "RevokeKey", &req.base,
 	    &moat__v1__key_info__descriptor, &reply, errmsg);
 	if (reply != NULL)
 		protobuf_c_message_free_unpacked(reply, NULL);
@@ -146,7 +146,7 @@ moat_keys_remote_list(struct moat_rpc_client *c, const char *url,
 	int rv;
 
 	req.tenant = (char *)(tenant ? tenant : "");
-	if ((rv = call(c, url, "ListKeys", &req.base,
+	if ((rv = moat_sessiond_remote_call(c, url, "ListKeys", &req.base,
 	         &moat__v1__list_keys_reply__descriptor,
 	         (ProtobufCMessage **)&r, errmsg)) != MOAT_OK)
 		return rv;

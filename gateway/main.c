@@ -15,6 +15,7 @@
 #include "gateway.h"
 #include "http.h"
 #include "keys_cli.h"
+#include "tenants.h"
 #include "ratelimit.h"
 #include "moat/config.h"
 #include "moat/log.h"
@@ -89,7 +90,16 @@ usage(FILE *f)
 	    "gateway's next start);\n"
 	    "  --local: the local store only. With TLS: --tls-cert, "
 	    "--tls-key, --tls-ca,\n"
-	    "  --sessiond-tls-name as for the gateway.\n",
+	    "  --sessiond-tls-name as for the gateway.\n"
+	    "usage: moat-gateway tenants set NAME KEY=N... | unset NAME "
+	    "KEY... | show NAME | rm NAME | ls\n"
+	    "  a tenant's own [tenants] values in moat-sessiond (found as "
+	    "for keys; no local store),\n"
+	    "  applied by every gateway within 5 s over its config file's: "
+	    "max-sandboxes, max-vcpus,\n"
+	    "  max-memory-mib, max-snapshot-bytes, key-rps, key-burst, "
+	    "timeout-s, timeout-max-s,\n"
+	    "  idle-timeout-s.\n",
 	    MOAT_HTTP_MCP_MAX_SESSIONS, MOAT_HTTP_MCP_IDLE_S,
 	    MOAT_RETENTION_KEEP_LAST, MOAT_RETENTION_KEEP_AGE_S);
 }
@@ -290,6 +300,10 @@ gateway_serve(void *ctx, char **errmsg)
 
 	if ((rv = moat_gateway_start(&m->gw, &m->opts, errmsg)) != MOAT_OK)
 		return rv;
+	/* Tenants' own settings in sessiond come before the file's. */
+	if (moat_gateway_tenants(m->gw) != NULL)
+		moat_config_set_overlay(m->cfg, "tenants",
+		    moat_tenants_overlay, moat_gateway_tenants(m->gw));
 	http_addr = moat_config_get(m->cfg, SECTION, "http", NULL);
 	if (http_addr == NULL || strcmp(http_addr, "off") != 0) {
 		rv = moat_http_start(&m->http, m->gw,
@@ -324,6 +338,8 @@ gateway_stop(void *ctx)
 
 	/* The HTTP door first: its requests run on the gateway. */
 	moat_http_stop(m->http);
+	if (m->cfg != NULL)
+		moat_config_set_overlay(m->cfg, "tenants", NULL, NULL);
 	moat_gateway_stop(m->gw);
 	moat_info(0, "moat-gateway stopped");
 }
@@ -381,5 +397,7 @@ main(int argc, char **argv)
 
 	if (argc > 1 && strcmp(argv[1], "keys") == 0)
 		return moat_gateway_keys_main(argc - 1, argv + 1, usage);
+	if (argc > 1 && strcmp(argv[1], "tenants") == 0)
+		return moat_gateway_tenants_main(argc - 1, argv + 1, usage);
 	return moat_service_main(&service, &m, argc, argv);
 }

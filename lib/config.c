@@ -6,6 +6,7 @@
  * checking that a value makes sense (callers do), or writing config files.
  */
 #include <ctype.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <ini.h>
 #include <stdio.h>
@@ -39,6 +40,10 @@ struct moat_config {
 	char *path; /* the file read, or NULL */
 	struct config_entry *entries;
 	size_t n_entries;
+	/* moat_config_set_overlay: set once, read by any thread. */
+	char overlay_section[CONFIG_MAX_NAME];
+	_Atomic(moat_config_overlay_fn) overlay;
+	void *_Atomic overlay_arg;
 };
 
 /* State while inih reads a file: the line being parsed (inih's handler
@@ -313,36 +318,78 @@ config_bad_value(const struct moat_config *cfg, const char *section,
 	    name, value, want);
 }
 
+/* parse_u64: `v` as an unsigned decimal (blanks around allowed). */
+static bool
+parse_u64(const char *v, uint64_t *out)
+{
+	unsigned long long n;
+	const char *p;
+	char *end;
+
+	for (p = v; *p == ' ' || *p == '\t'; p++)
+		;
+	if (!isdigit((unsigned char)*p))
+		return false;
+	errno = 0;
+	n = strtoull(p, &end, 10);
+	if (errno != 0)
+		return false;
+	while (*end == ' ' || *end == '\t')
+		end++;
+	if (*end != '\0')
+		return false;
+	*out = (uint64_t)n;
+	return true;
+}
+
 int
 moat_config_get_u64(const struct moat_config *cfg, const char *section,
     const char *key, uint64_t def, uint64_t *out, char **errmsg)
 {
 	const char *v = moat_config_get(cfg, section, key, NULL);
-	unsigned long long n;
-	const char *p;
-	char *end;
 
 	*errmsg = NULL;
 	*out = def;
-	if (v == NULL)
+	if (v == NULL || parse_u64(v, out))
 		return MOAT_OK;
-	for (p = v; *p == ' ' || *p == '\t'; p++)
-		;
-	if (!isdigit((unsigned char)*p))
-		goto bad;
-	errno = 0;
-	n = strtoull(p, &end, 10);
-	if (errno != 0)
-		goto bad;
-	while (*end == ' ' || *end == '\t')
-		end++;
-	if (*end != '\0')
-		goto bad;
-	*out = (uint64_t)n;
-	return MOAT_OK;
-bad:
+	*out = def;
 	*errmsg = config_bad_value(cfg, section, key, v,
 	    "an unsigned decimal number");
+	return MOAT_INVALID_ARGUMENT;
+}
+
+void
+moat_config_set_overlay(struct moat_config *cfg, const char *section,
+    moat_config_overlay_fn fn, void *arg)
+{
+	snprintf(cfg->overlay_section, sizeof(cfg->overlay_section), "%s",
+	    section);
+	atomic_store(&cfg->overlay_arg, arg);
+	atomic_store(&cfg->overlay, fn);
+}
+
+/* overlay_u64: the overlay's value of `key` for `who`, when it has one;
+ * INVALID_ARGUMENT naming it when that is not a number. */
+static int
+overlay_u64(const struct moat_config *cfg, const char *section,
+    const char *key, const char *who, uint64_t *out, bool *found,
+    char **errmsg)
+{
+	moat_config_overlay_fn fn;
+	char v[MOAT_CONFIG_KEY_MAX];
+
+	*found = false;
+	if (cfg == NULL || (fn = atomic_load(&cfg->overlay)) == NULL ||
+	    strcmp(cfg->overlay_section, section) != 0 ||
+	    !fn(atomic_load(&cfg->overlay_arg), key, who, v, sizeof(v)))
+		return MOAT_OK;
+	*found = true;
+	if (parse_u64(v, out))
+		return MOAT_OK;
+	*errmsg = moat_asprintf("[%s] %s of %s: \"%s\" (set with "
+	                        "`moat-gateway tenants set`) is not an "
+	                        "unsigned decimal number: set it again",
+	    section, key, who, v);
 	return MOAT_INVALID_ARGUMENT;
 }
 
@@ -352,7 +399,15 @@ moat_config_get_u64_for(const struct moat_config *cfg, const char *section,
     char **errmsg)
 {
 	char name[MOAT_CONFIG_KEY_MAX];
+	bool found;
+	int rv;
 
+	*errmsg = NULL;
+	if (who != NULL && who[0] != '\0' &&
+	    ((rv = overlay_u64(cfg, section, key, who, out, &found, errmsg)) !=
+	            MOAT_OK ||
+	        found))
+		return rv;
 	if (who != NULL && who[0] != '\0' &&
 	    (size_t)snprintf(name, sizeof(name), "%s.%s", key, who) <
 	        sizeof(name) &&

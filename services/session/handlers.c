@@ -667,6 +667,10 @@ const struct moat_rpc_method sessiond_methods[] = {
 	{ "PutMcpSession", sessiond_h_put_mcp_session, false, false },
 	{ "GetMcpSession", sessiond_h_get_mcp_session, false, false },
 	{ "DeleteMcpSession", sessiond_h_delete_mcp_session, true, false },
+	{ "SetTenant", sessiond_h_set_tenant, true, false },
+	{ "GetTenant", sessiond_h_get_tenant, false, false },
+	{ "ListTenants", sessiond_h_list_tenants, false, false },
+	{ "DeleteTenant", sessiond_h_delete_tenant, true, false },
 };
 const size_t sessiond_n_methods =
     sizeof(sessiond_methods) / sizeof(sessiond_methods[0]);

@@ -25,7 +25,7 @@
 #define TENANT_MAX 63
 #define LIST_MAX 100000
 
-const char *const sessiond_keys_dbs[] = { DB_KEYS, NULL };
+const char *const sessiond_keys_dbs[] = { DB_KEYS, "tenants", NULL };
 
 int
 sessiond_keys_open(struct sessiond *sd, const char *state_dir, char **errmsg)
@@ -72,8 +72,8 @@ check_key_id(struct moat_rpc_call *call, const char *id)
 	return MOAT_OK;
 }
 
-static int
-check_key_tenant(struct moat_rpc_call *call, const char *t)
+int
+sessiond_check_tenant_name(struct moat_rpc_call *call, const char *t)
 {
 	size_t n = t != NULL ? strlen(t) : 0;
 
@@ -196,7 +196,7 @@ sessiond_h_create_key(struct moat_rpc_call *call,
 	bool changed = false;
 	int rv;
 
-	if ((rv = check_key_tenant(call, req->tenant)) != MOAT_OK ||
+	if ((rv = sessiond_check_tenant_name(call, req->tenant)) != MOAT_OK ||
 	    (rv = check_key_id(call, req->key_id)) != MOAT_OK)
 		return rv;
 	if (!all_of(req->sha256, HASH_LEN, "0123456789abcdef"))
@@ -346,7 +346,8 @@ sessiond_h_list_keys(struct moat_rpc_call *call,
 	int rv;
 
 	if (req->tenant != NULL && req->tenant[0] != '\0') {
-		if ((rv = check_key_tenant(call, req->tenant)) != MOAT_OK)
+		if ((rv = sessiond_check_tenant_name(call, req->tenant)) !=
+		    MOAT_OK)
 			return rv;
 		c.tenant = req->tenant;
 	}

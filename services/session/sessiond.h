@@ -325,7 +325,22 @@ int sessiond_h_get_mcp_session(struct moat_rpc_call *call,
 int sessiond_h_delete_mcp_session(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 
+/* ---- tenants.c: tenants' settings of every gateway (issue 15) ---- */
+
+int sessiond_h_set_tenant(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_get_tenant(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_list_tenants(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_delete_tenant(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
 /* ---- keys.c: API keys of every gateway (issue 15) ---- */
+
+/* sessiond_check_tenant_name: INVALID_ARGUMENT unless `t` is a tenant
+ * name as keys are made for (1-63 letters, digits, '.', '_', '-'). */
+int sessiond_check_tenant_name(struct moat_rpc_call *call, const char *t);
 
 /* sessiond_keys_open: opens <state_dir>/sessiond-keys into sd->keys. */
 int sessiond_keys_open(struct sessiond *sd, const char *state_dir,

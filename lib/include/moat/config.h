@@ -11,6 +11,7 @@
 
 #include <getopt.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -47,12 +48,26 @@ int moat_config_get_u64(const struct moat_config *cfg, const char *section,
     const char *key, uint64_t def, uint64_t *out, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* A source of per-tenant settings over the file's (the gateway's tenants
+ * kept in moat-sessiond): copies the value of `key` for `who` into buf
+ * (size bytes) and returns true, or returns false when it has none.
+ * Called from any thread. */
+typedef bool (*moat_config_overlay_fn)(void *arg, const char *key,
+    const char *who, char *buf, size_t size);
+
+/* moat_config_set_overlay: from now on moat_config_get_u64_for of
+ * [section] asks `fn` first for a `who`'s value (before key.<who> and key
+ * of the file). Set it once; thread-safe against readers. */
+void moat_config_set_overlay(struct moat_config *cfg, const char *section,
+    moat_config_overlay_fn fn, void *arg);
+
 /* The longest "key.<name>" moat_config_get_u64_for looks up, with NUL. */
 #define MOAT_CONFIG_KEY_MAX 192
 
-/* moat_config_get_u64_for: [section] key.<who> (a tenant's own value,
- * e.g. keep-last.acme) when set, else [section] key, else def, parsed as
- * get_u64 does. `who` NULL or "": key alone. */
+/* moat_config_get_u64_for: the overlay's value for `who` (when one is
+ * set, moat_config_set_overlay), else [section] key.<who> (a tenant's own
+ * value, e.g. keep-last.acme) when set, else [section] key, else def,
+ * parsed as get_u64 does. `who` NULL or "": key alone. */
 int moat_config_get_u64_for(const struct moat_config *cfg, const char *section,
     const char *key, const char *who, uint64_t def, uint64_t *out,
     char **errmsg) __attribute__((warn_unused_result));

@@ -20,6 +20,8 @@
 #   is listed there; revoked the same way, gw2 refuses it within the 5 s
 #   cache bound (polled; the delay is reported, asserted with slack).
 # - audit (step 4): both gateways append to sessiond's audit log: gw2's
+#   tenants' settings set through gw1's `moat-gateway tenants` are applied
+#   by gw2 (max-sandboxes, timeout-s) within 5 s;
 #   `moat audit` shows the DestroySandbox made through gw1, and gw1's the
 #   one made through gw2.
 # Traffic goes only to 127.0.0.0/8.
@@ -196,6 +198,35 @@ out=$(probe "$c_gw2_url" "$rid2" destroy "$a" 2>&1)
 check "DestroySandbox retried on gw2 with its request id: OK again, not NOT_FOUND ($out)" [ "$out" = OK ]
 out=$(probe "$c_gw2_url" $((rid1 + 2)) destroy "$a" 2>&1)
 check "a new request id destroying it again: NOT_FOUND ($out)" starts "$out" NOT_FOUND
+
+# ---- tenants' settings in sessiond: set through gw1's command, applied by gw2 ----
+tenants1() { "$bin/moat-gateway" tenants "$@" --state-dir "$c_root/h1" $(c_tls gateway gw1); }
+tenants2() { "$bin/moat-gateway" tenants "$@" --state-dir "$c_root/h1b" $(c_tls gateway gw2); }
+kq=$(keys1 create --tenant quota-t 2>/dev/null)
+out=$(tenants1 set quota-t max-sandboxes=1 timeout-s=600 2>&1)
+check "tenants set through gw1's command ($out)" [ "$out" = "quota-t max-sandboxes=1 timeout-s=600" ]
+out=$(tenants2 show quota-t 2>&1)
+check "gw2's command shows it ($out)" [ "$out" = "quota-t max-sandboxes=1 timeout-s=600" ]
+out=$(tenants2 set quota-t max-vcpus=lots 2>&1); rc=$?
+check "a value that is not a number is refused, naming the keys (rc $rc)" sh -c "[ $rc -ne 0 ] && echo \"\$1\" | grep -q 'max-sandboxes, max-vcpus'" _ "$out"
+out=$(tenants2 show nobody 2>&1); rc=$?
+check "a tenant without settings: NOT_FOUND saying the file's apply (rc $rc)" sh -c "[ $rc -ne 0 ] && echo \"\$1\" | grep -q \"config file's apply\"" _ "$out"
+# Each gateway reads the settings again within 5 s.
+sleep 5.5
+qa=$("$bin/moat" $c_client2_tls --api-key "$kq" sandbox create 2>"$work/err")
+check "quota-t's first sandbox through gw2 ($qa)" starts "$qa" sb-
+"$bin/moat" $c_client2_tls --api-key "$kq" sandbox create >/dev/null 2>"$work/err"; rc=$?
+check "its second is refused by gw2: max-sandboxes=1 from sessiond (rc $rc: $(head -c 300 "$work/err"))" grep -q "max-sandboxes" "$work/err"
+"$bin/moat" $c_client_tls --api-key "$kq" sandbox create >/dev/null 2>"$work/err"; rc=$?
+check "and by gw1 (rc $rc)" grep -q "max-sandboxes" "$work/err"
+"$bin/moat" $c_client_tls --api-key "$kq" --json sandbox get "$qa" >"$work/qa.json" 2>&1
+left=$(python3 -c 'import json,sys,time; d=json.load(open(sys.argv[1])); print(int((int(d.get("expiresUnixMs", 0)) - time.time() * 1000) / 1000))' "$work/qa.json" 2>/dev/null)
+check "its timeout is timeout-s=600 from sessiond (expires in ${left:-?} s)" sh -c "[ \"\${1:-0}\" -gt 500 ] && [ \"\$1\" -le 600 ]" _ "$left"
+"$bin/moat" $c_client_tls --api-key "$kq" sandbox rm "$qa" >/dev/null 2>&1
+out=$(tenants1 rm quota-t 2>&1)
+check "tenants rm ($out)" starts "$out" "removed the settings of quota-t"
+out=$(tenants2 ls 2>&1)
+check "tenants ls no longer lists it ($out)" sh -c "! echo \"\$1\" | grep -q quota-t" _ "$out"
 
 # ---- the audit log in sessiond: each gateway shows the other's calls ----
 audited() { # audited CLIENT_FN METHOD SANDBOX: polled 5 s

@@ -274,6 +274,79 @@ test_u64_for(void **state)
 	moat_config_free(cfg);
 }
 
+/* An overlay standing for the tenants kept in moat-sessiond: acme has
+ * max-sandboxes 4 and a broken key-rps; nobody else has settings. */
+static bool
+overlay(void *arg, const char *key, const char *who, char *buf, size_t size)
+{
+	(*(int *)arg)++;
+	if (strcmp(who, "acme") != 0)
+		return false;
+	if (strcmp(key, "max-sandboxes") == 0) {
+		snprintf(buf, size, "4");
+		return true;
+	}
+	if (strcmp(key, "key-rps") == 0) {
+		snprintf(buf, size, "many");
+		return true;
+	}
+	return false;
+}
+
+/* The overlay's value wins over key.<name> and key; without one the
+ * file's apply; a value that is not a number names the tenant; other
+ * sections and lookups without a name never ask it; cleared, the file's
+ * apply again. */
+static void
+test_u64_for_overlay(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_config *cfg = NULL;
+	uint64_t n = 0;
+	char *err = NULL;
+	int asked = 0;
+
+	write_conf(f,
+	    "[tenants]\nmax-sandboxes = 10\nmax-sandboxes.acme = 2\n"
+	    "[retention]\nkeep-last = 5\n");
+	assert_int_equal(moat_config_load(&cfg, f->path, &err), MOAT_OK);
+	moat_config_set_overlay(cfg, "tenants", overlay, &asked);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants",
+	                     "max-sandboxes", "acme", 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 4);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants",
+	                     "max-sandboxes", "other", 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 10);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants", "max-vcpus",
+	                     "acme", 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 7);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants", "key-rps",
+	                     "acme", 7, &n, &err),
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(err, "key-rps of acme"));
+	assert_non_null(strstr(err, "tenants set"));
+	free(err);
+	asked = 0;
+	assert_int_equal(moat_config_get_u64_for(cfg, "retention", "keep-last",
+	                     "acme", 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 5);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants",
+	                     "max-sandboxes", NULL, 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 10);
+	assert_int_equal(asked, 0);
+	moat_config_set_overlay(cfg, "tenants", NULL, NULL);
+	assert_int_equal(moat_config_get_u64_for(cfg, "tenants",
+	                     "max-sandboxes", "acme", 7, &n, &err),
+	    MOAT_OK);
+	assert_int_equal(n, 2);
+	moat_config_free(cfg);
+}
+
 static void
 test_missing_and_broken_files(void **state)
 {
@@ -500,6 +573,7 @@ main(void)
 		T(test_env_names),
 		T(test_numbers_and_bools),
 		T(test_u64_for),
+		T(test_u64_for_overlay),
 		T(test_missing_and_broken_files),
 		T(test_default_state_dir),
 		T(test_service_args),
