@@ -249,6 +249,24 @@ run_verb(struct keys_cli *k, char **errmsg)
 	return rv;
 }
 
+/* cli_end: says a failure (unless help was asked), frees k and errmsg,
+ * and returns the exit code of `rv`. */
+static int
+cli_end(struct keys_cli *k, const char *what, int rv, bool done, char *errmsg)
+{
+	if (rv != MOAT_OK && !done)
+		fprintf(stderr, "moat-gateway %s: %s\n", what,
+		    errmsg ? errmsg : moat_strerror(rv));
+	moat_auth_close(k->a);
+	moat_rpc_client_close(k->client);
+	moat_tls_free(k->tls);
+	free(errmsg);
+	free(k->state_dir);
+	free(k->url);
+	moat_config_free(k->cfg);
+	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);
+}
+
 int
 moat_gateway_keys_main(int argc, char **argv, void (*usage)(FILE *))
 {
@@ -284,17 +302,7 @@ moat_gateway_keys_main(int argc, char **argv, void (*usage)(FILE *))
 		rv = run_verb(&k, &errmsg);
 	}
 out:
-	if (rv != MOAT_OK && !done)
-		fprintf(stderr, "moat-gateway keys: %s\n",
-		    errmsg ? errmsg : moat_strerror(rv));
-	moat_auth_close(k.a);
-	moat_rpc_client_close(k.client);
-	moat_tls_free(k.tls);
-	free(errmsg);
-	free(k.state_dir);
-	free(k.url);
-	moat_config_free(k.cfg);
-	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);
+	return cli_end(&k, "keys", rv, done, errmsg);
 }
 
 /* ---- moat-gateway tenants (issue 15) ---- */
@@ -460,15 +468,5 @@ moat_gateway_tenants_main(int argc, char **argv, void (*usage)(FILE *))
 	}
 	rv = tenants_verb(&k, &errmsg);
 out:
-	if (rv != MOAT_OK && !done)
-		fprintf(stderr, "moat-gateway tenants: %s\n",
-		    errmsg ? errmsg : moat_strerror(rv));
-	moat_auth_close(k.a);
-	moat_rpc_client_close(k.client);
-	moat_tls_free(k.tls);
-	free(errmsg);
-	free(k.state_dir);
-	free(k.url);
-	moat_config_free(k.cfg);
-	return rv == MOAT_OK ? 0 : moat_status_exit_code(rv);
+	return cli_end(&k, "tenants", rv, done, errmsg);
 }

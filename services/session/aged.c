@@ -1,6 +1,8 @@
 /*
- * aged.c: records kept for a bounded time and count in sessiond's small
- * environments (idempotency claims, MCP sessions). Each such database
+ * aged.c: sessiond's small environments of its own (idempotency claims,
+ * keys and tenants, the audit log, MCP sessions): opening one, failing a
+ * call on it, and records kept for a bounded time and count. Each such
+ * database
  * has an age index beside it: a key of 8 bytes big-endian milliseconds
  * then the record's key, to nothing, so the oldest come first. A sweep,
  * run in the write transaction that adds a record, drops records older
@@ -11,7 +13,35 @@
 #include <string.h>
 
 #include "moat/status.h"
+#include "moat/util.h"
 #include "sessiond.h"
+
+int
+sessiond_env_open(struct moat_store **st, const char *state_dir,
+    const char *name, uint64_t map_bytes, const char *const *dbs,
+    char **errmsg)
+{
+	char *dir = moat_asprintf("%s/%s", state_dir, name);
+	int rv;
+
+	if (dir == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	rv = moat_store_open(st, dir, map_bytes, dbs, errmsg);
+	free(dir);
+	return rv;
+}
+
+int
+sessiond_fail(struct moat_rpc_call *call, int status, char *errmsg)
+{
+	int rv = moat_rpc_error(call, status, "%s",
+	    errmsg ? errmsg : moat_strerror(status));
+
+	free(errmsg);
+	return rv;
+}
 
 struct sweep {
 	uint64_t cutoff_ms; /* aged before this: expired */

@@ -37,28 +37,11 @@ const char *const sessiond_audit_dbs[] = { DB_AUDIT, DB_AGE, DB_META, NULL };
 int
 sessiond_audit_open(struct sessiond *sd, const char *state_dir, char **errmsg)
 {
-	char *dir = moat_asprintf("%s/sessiond-audit", state_dir);
 	/* Room for the bound, LMDB's own pages and a sweep's lag. */
 	uint64_t map = sd->audit_max_bytes * 2 + (64ull << 20);
-	int rv;
 
-	if (dir == NULL) {
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	rv = moat_store_open(&sd->audit, dir, map, sessiond_audit_dbs, errmsg);
-	free(dir);
-	return rv;
-}
-
-static int
-audit_fail(struct moat_rpc_call *call, int status, char *errmsg)
-{
-	int rv = moat_rpc_error(call, status, "%s",
-	    errmsg ? errmsg : moat_strerror(status));
-
-	free(errmsg);
-	return rv;
+	return sessiond_env_open(&sd->audit, state_dir, "sessiond-audit", map,
+	    sessiond_audit_dbs, errmsg);
 }
 
 static int
@@ -245,7 +228,7 @@ sessiond_h_append_audit(struct moat_rpc_call *call,
 		return rv;
 	if ((rv = moat_store_txn_begin(sd->audit, true, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return audit_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = get_bytes(txn, &bytes, &errmsg);
 	for (size_t i = 0; rv == MOAT_OK && i < req->n_entries; i++) {
 		rv = put_entry(txn, req->entries[i], &added, &errmsg);
@@ -261,7 +244,7 @@ sessiond_h_append_audit(struct moat_rpc_call *call,
 	else
 		moat_store_txn_abort(txn);
 	if (rv != MOAT_OK)
-		return audit_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	((Moat__V1__AppendAuditReply *)reply)->appended =
 	    (uint32_t)req->n_entries;
 	return MOAT_OK;
@@ -346,5 +329,5 @@ sessiond_h_list_audit_log(struct moat_rpc_call *call,
 			moat__v1__audit_log_entry__free_unpacked(c.ring[i],
 			    NULL);
 	free(c.ring);
-	return rv == MOAT_OK ? MOAT_OK : audit_fail(call, rv, errmsg);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, errmsg);
 }

@@ -32,30 +32,11 @@
 
 const char *const sessiond_idem_dbs[] = { DB_CLAIMS, DB_AGE, NULL };
 
-static int
-sessiond_fail(struct moat_rpc_call *call, int status, char *errmsg)
-{
-	int rv = moat_rpc_error(call, status, "%s",
-	    errmsg ? errmsg : moat_strerror(status));
-
-	free(errmsg);
-	return rv;
-}
-
 int
 sessiond_idem_open(struct sessiond *sd, const char *state_dir, char **errmsg)
 {
-	char *dir = moat_asprintf("%s/sessiond-idem", state_dir);
-	int rv;
-
-	if (dir == NULL) {
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	rv = moat_store_open(&sd->idem, dir, IDEM_MAP_BYTES, sessiond_idem_dbs,
-	    errmsg);
-	free(dir);
-	return rv;
+	return sessiond_env_open(&sd->idem, state_dir, "sessiond-idem",
+	    IDEM_MAP_BYTES, sessiond_idem_dbs, errmsg);
 }
 
 static size_t

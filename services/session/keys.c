@@ -30,27 +30,8 @@ const char *const sessiond_keys_dbs[] = { DB_KEYS, "tenants", NULL };
 int
 sessiond_keys_open(struct sessiond *sd, const char *state_dir, char **errmsg)
 {
-	char *dir = moat_asprintf("%s/sessiond-keys", state_dir);
-	int rv;
-
-	if (dir == NULL) {
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	rv = moat_store_open(&sd->keys, dir, KEYS_MAP_BYTES, sessiond_keys_dbs,
-	    errmsg);
-	free(dir);
-	return rv;
-}
-
-static int
-keys_fail(struct moat_rpc_call *call, int status, char *errmsg)
-{
-	int rv = moat_rpc_error(call, status, "%s",
-	    errmsg ? errmsg : moat_strerror(status));
-
-	free(errmsg);
-	return rv;
+	return sessiond_env_open(&sd->keys, state_dir, "sessiond-keys",
+	    KEYS_MAP_BYTES, sessiond_keys_dbs, errmsg);
 }
 
 static bool
@@ -205,7 +186,7 @@ sessiond_h_create_key(struct moat_rpc_call *call,
 		    "secret's SHA-256");
 	if ((rv = moat_store_txn_begin(sd->keys, true, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return keys_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = create_in(call, txn, req, &rec, &changed, &errmsg);
 	if (rv == MOAT_OK && changed)
 		rv = moat_store_txn_commit(txn, &errmsg);
@@ -217,7 +198,8 @@ sessiond_h_create_key(struct moat_rpc_call *call,
 		moat__v1__key_info__free_unpacked(rec, NULL);
 	if (rv == MOAT_OK)
 		return MOAT_OK;
-	return call->error_message != NULL ? rv : keys_fail(call, rv, errmsg);
+	return call->error_message != NULL ? rv :
+	                                     sessiond_fail(call, rv, errmsg);
 }
 
 int
@@ -236,7 +218,7 @@ sessiond_h_verify_key(struct moat_rpc_call *call,
 		return rv;
 	if ((rv = moat_store_txn_begin(sd->keys, false, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return keys_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = load(txn, req->key_id, &rec, &errmsg);
 	moat_store_txn_abort(txn);
 	if (rv == MOAT_NOT_FOUND) {
@@ -248,7 +230,7 @@ sessiond_h_verify_key(struct moat_rpc_call *call,
 		rv = copy_out(rec, (Moat__V1__KeyInfo *)reply);
 	if (rec != NULL)
 		moat__v1__key_info__free_unpacked(rec, NULL);
-	return rv == MOAT_OK ? MOAT_OK : keys_fail(call, rv, errmsg);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, errmsg);
 }
 
 int
@@ -267,7 +249,7 @@ sessiond_h_revoke_key(struct moat_rpc_call *call,
 		return rv;
 	if ((rv = moat_store_txn_begin(sd->keys, true, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return keys_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	if ((rv = load(txn, req->key_id, &rec, &errmsg)) == MOAT_OK &&
 	    !rec->revoked) {
 		rec->revoked = true;
@@ -290,7 +272,7 @@ sessiond_h_revoke_key(struct moat_rpc_call *call,
 		rv = copy_out(rec, (Moat__V1__KeyInfo *)reply);
 	if (rec != NULL)
 		moat__v1__key_info__free_unpacked(rec, NULL);
-	return rv == MOAT_OK ? MOAT_OK : keys_fail(call, rv, errmsg);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, errmsg);
 }
 
 struct list_ctx {
@@ -353,9 +335,9 @@ sessiond_h_list_keys(struct moat_rpc_call *call,
 	}
 	if ((rv = moat_store_txn_begin(sd->keys, false, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return keys_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = moat_store_scan(txn, DB_KEYS, NULL, 0, NULL, 0, list_one, &c,
 	    &errmsg);
 	moat_store_txn_abort(txn);
-	return rv == MOAT_OK ? MOAT_OK : keys_fail(call, rv, errmsg);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, errmsg);
 }

@@ -31,27 +31,8 @@ const char *const sessiond_mcp_dbs[] = { DB_MCP, DB_AGE, NULL };
 int
 sessiond_mcp_open(struct sessiond *sd, const char *state_dir, char **errmsg)
 {
-	char *dir = moat_asprintf("%s/sessiond-mcp", state_dir);
-	int rv;
-
-	if (dir == NULL) {
-		*errmsg = moat_asprintf("out of memory");
-		return MOAT_RESOURCE_EXHAUSTED;
-	}
-	rv = moat_store_open(&sd->mcp, dir, MCP_MAP_BYTES, sessiond_mcp_dbs,
-	    errmsg);
-	free(dir);
-	return rv;
-}
-
-static int
-mcp_fail(struct moat_rpc_call *call, int status, char *errmsg)
-{
-	int rv = moat_rpc_error(call, status, "%s",
-	    errmsg ? errmsg : moat_strerror(status));
-
-	free(errmsg);
-	return rv;
+	return sessiond_env_open(&sd->mcp, state_dir, "sessiond-mcp",
+	    MCP_MAP_BYTES, sessiond_mcp_dbs, errmsg);
 }
 
 static bool
@@ -169,7 +150,7 @@ sessiond_h_put_mcp_session(struct moat_rpc_call *call,
 	r.used_unix_ms = now;
 	if ((rv = moat_store_txn_begin(sd->mcp, true, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return mcp_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = load(txn, r.id, &old, &errmsg);
 	if (rv == MOAT_OK && strcmp(old->tenant, r.tenant) != 0) {
 		moat__v1__mcp_session_record__free_unpacked(old, NULL);
@@ -206,9 +187,9 @@ sessiond_h_put_mcp_session(struct moat_rpc_call *call,
 	else
 		moat_store_txn_abort(txn);
 	if (rv != MOAT_OK)
-		return mcp_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = copy_out(&r, (Moat__V1__McpSessionRecord *)reply);
-	return rv == MOAT_OK ? MOAT_OK : mcp_fail(call, rv, NULL);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, NULL);
 }
 
 /* get_or_delete: GetMcpSession, or with `del` DeleteMcpSession. */
@@ -230,7 +211,7 @@ get_or_delete(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		return rv;
 	if ((rv = moat_store_txn_begin(sd->mcp, del, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return mcp_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = load(txn, req->id, &r, &errmsg);
 	if (rv == MOAT_OK &&
 	    (strcmp(r->tenant, req->tenant) != 0 ||
@@ -256,7 +237,7 @@ get_or_delete(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		free(errmsg);
 		return not_found(call, req->id);
 	}
-	return rv == MOAT_OK ? MOAT_OK : mcp_fail(call, rv, errmsg);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, errmsg);
 }
 
 int

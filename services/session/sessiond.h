@@ -284,7 +284,17 @@ int sessiond_writer_submit(struct sessiond_writer *w, struct sessiond_op *op,
 
 /* ---- handlers.c ---- */
 
-/* ---- aged.c: records bounded in age and count ---- */
+/* ---- aged.c: small environments, records bounded in age and count ---- */
+
+/* sessiond_env_open: opens <state_dir>/<name>, an LMDB environment of
+ * its own with `dbs`, into *st. */
+int sessiond_env_open(struct moat_store **st, const char *state_dir,
+    const char *name, uint64_t map_bytes, const char *const *dbs,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* sessiond_fail: fails `call` with `status` and errmsg (taken: freed),
+ * or the status's own words when it is NULL. */
+int sessiond_fail(struct moat_rpc_call *call, int status, char *errmsg);
 
 #define SESSIOND_SWEEP_MAX 64 /* records a sweep drops, at most */
 #define SESSIOND_AGED_KEY_MAX (SESSIOND_MAX_TENANT + 1 + 8)

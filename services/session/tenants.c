@@ -28,16 +28,6 @@
 typedef Moat__V1__TenantInfo__SettingsEntry Setting;
 
 static int
-tenants_fail(struct moat_rpc_call *call, int status, char *errmsg)
-{
-	int rv = moat_rpc_error(call, status, "%s",
-	    errmsg ? errmsg : moat_strerror(status));
-
-	free(errmsg);
-	return rv;
-}
-
-static int
 check_setting(struct moat_rpc_call *call, const char *key, const char *value)
 {
 	size_t k = key != NULL ? strlen(key) : 0;
@@ -198,7 +188,7 @@ sessiond_h_set_tenant(struct moat_rpc_call *call,
 		return rv;
 	if ((rv = moat_store_txn_begin(sd->keys, true, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return tenants_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = load(txn, req->tenant, &old, &errmsg);
 	if (rv == MOAT_NOT_FOUND) {
 		free(errmsg);
@@ -229,7 +219,7 @@ sessiond_h_set_tenant(struct moat_rpc_call *call,
 		rv = copy_out(&t, (Moat__V1__TenantInfo *)reply);
 	if (old != NULL)
 		moat__v1__tenant_info__free_unpacked(old, NULL);
-	return rv == MOAT_OK ? MOAT_OK : tenants_fail(call, rv, errmsg);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, errmsg);
 }
 
 /* get_or_delete: GetTenant, or with `del` DeleteTenant. */
@@ -249,7 +239,7 @@ get_or_delete(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		return rv;
 	if ((rv = moat_store_txn_begin(sd->keys, del, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return tenants_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = load(txn, req->tenant, &t, &errmsg);
 	if (rv == MOAT_OK && del &&
 	    (rv = moat_store_del(txn, DB_TENANTS, req->tenant,
@@ -268,7 +258,7 @@ get_or_delete(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    "`moat-gateway tenants ls` lists those that have",
 		    req->tenant);
 	}
-	return rv == MOAT_OK ? MOAT_OK : tenants_fail(call, rv, errmsg);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, errmsg);
 }
 
 int
@@ -332,9 +322,9 @@ sessiond_h_list_tenants(struct moat_rpc_call *call,
 	(void)request;
 	if ((rv = moat_store_txn_begin(sd->keys, false, &txn, &errmsg)) !=
 	    MOAT_OK)
-		return tenants_fail(call, rv, errmsg);
+		return sessiond_fail(call, rv, errmsg);
 	rv = moat_store_scan(txn, DB_TENANTS, NULL, 0, NULL, 0, list_one, &c,
 	    &errmsg);
 	moat_store_txn_abort(txn);
-	return rv == MOAT_OK ? MOAT_OK : tenants_fail(call, rv, errmsg);
+	return rv == MOAT_OK ? MOAT_OK : sessiond_fail(call, rv, errmsg);
 }
