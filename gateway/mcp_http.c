@@ -340,6 +340,15 @@ session_add(struct moat_mcp_http *m, struct moat_mcp_session *s,
 	e->session = s;
 	e->last_used = now;
 	pthread_mutex_lock(&m->lock);
+	for (size_t i = 0; i < m->max_sessions; i++)
+		if (m->entries[i] != NULL &&
+		    strcmp(m->entries[i]->id, id) == 0) {
+			/* Brought from the store by a request at the same
+			 * time: that one stays. */
+			pthread_mutex_unlock(&m->lock);
+			entry_free(e);
+			return true;
+		}
 	for (size_t i = 0; i < m->max_sessions; i++) {
 		struct mcp_entry *o = m->entries[i];
 
