@@ -39,7 +39,7 @@
 #include "moat/util.h"
 
 #define DB_KEYS "keys"
-#define DB_AUDIT "audit"
+#define DB_AUDIT MOAT_AUTH_DB_AUDIT
 #define SECRET_BYTES 32
 #define AUTH_MAP_BYTES (256ull << 20)
 #define KEY_CACHE_SLOTS 256 /* direct-mapped by key id */
@@ -97,7 +97,8 @@ struct moat_auth {
 	struct key_cache_slot cache[KEY_CACHE_SLOTS];
 };
 
-static const char *const db_names[] = { DB_KEYS, DB_AUDIT, NULL };
+static const char *const db_names[] = { DB_KEYS, DB_AUDIT,
+	MOAT_AUTH_DB_AUDIT_PENDING, NULL };
 
 static void *audit_writer(void *arg);
 
@@ -842,14 +843,14 @@ moat_auth_audit_flush(struct moat_auth *a)
  * one microsecond: the later one takes the next. */
 static int
 put_entry(struct moat_store_txn *txn, const char *tenant, uint64_t us,
-    const char *text, char **errmsg)
+    const char *text, bool pending, char **errmsg)
 {
 	uint8_t key[MOAT_AUTH_TENANT_MAX + 8];
+	size_t klen;
 	int rv;
 
 	do {
-		size_t klen = audit_key(key, tenant, us++);
-
+		klen = audit_key(key, tenant, us++);
 		rv = moat_store_put(txn, DB_AUDIT, key, klen, text,
 		    strlen(text), true, errmsg);
 		if (rv == MOAT_ALREADY_EXISTS) {
@@ -857,6 +858,11 @@ put_entry(struct moat_store_txn *txn, const char *tenant, uint64_t us,
 			*errmsg = NULL;
 		}
 	} while (rv == MOAT_ALREADY_EXISTS);
+	/* Kept here while sessiond is away: sent there when it is back
+	 * (moat_audit_pending_push). */
+	if (rv == MOAT_OK && pending)
+		rv = moat_store_put(txn, MOAT_AUTH_DB_AUDIT_PENDING, key, klen,
+		    "", 0, false, errmsg);
 	return rv;
 }
 
@@ -888,7 +894,7 @@ drop_text(uint64_t n, uint64_t *us)
 /* put_drop: drop_text's entry for `tenant`, in the write txn. */
 static int
 put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
-    char **errmsg)
+    bool pending, char **errmsg)
 {
 	uint64_t us;
 	char *text = drop_text(n, &us);
@@ -898,7 +904,7 @@ put_drop(struct moat_store_txn *txn, const char *tenant, uint64_t n,
 		*errmsg = moat_asprintf("out of memory writing the audit log");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
-	rv = put_entry(txn, tenant, us, text, errmsg);
+	rv = put_entry(txn, tenant, us, text, pending, errmsg);
 	free(text);
 	return rv;
 }
@@ -954,11 +960,13 @@ commit_batch(struct moat_auth *a, struct audit_item *batch, size_t n,
 	pthread_mutex_unlock(&a->lock);
 	if (remote != NULL && n + n_drops > 0) {
 		if ((rv = commit_remote(remote, url, batch, n, drops, n_drops,
-		         &errmsg)) == MOAT_OK)
+		         &errmsg)) == MOAT_OK) {
+			moat_audit_pending_push(a->st, remote, url);
 			goto out;
+		}
 		moat_warn(0,
-		    "audit: %zu entries kept in this gateway's own log, "
-		    "not in moat-sessiond's: %s",
+		    "audit: %zu entries kept in this gateway's own log until "
+		    "moat-sessiond takes them: %s",
 		    n + n_drops, errmsg ? errmsg : moat_strerror(rv));
 		free(errmsg);
 		errmsg = NULL;
@@ -967,9 +975,10 @@ commit_batch(struct moat_auth *a, struct audit_item *batch, size_t n,
 		goto out;
 	for (size_t i = 0; i < n && rv == MOAT_OK; i++)
 		rv = put_entry(txn, batch[i].tenant, batch[i].us,
-		    batch[i].text, &errmsg);
+		    batch[i].text, remote != NULL, &errmsg);
 	for (size_t i = 0; i < n_drops && rv == MOAT_OK; i++)
-		rv = put_drop(txn, drops[i].tenant, drops[i].n, &errmsg);
+		rv = put_drop(txn, drops[i].tenant, drops[i].n, remote != NULL,
+		    &errmsg);
 	if (rv != MOAT_OK) {
 		moat_store_txn_abort(txn);
 		goto out;

@@ -172,6 +172,23 @@ struct moat_audit_item {
 	const char *text; /* the entry's JSON */
 };
 
+/* The local store's audit log, and the keys of its entries kept there
+ * while moat-sessiond did not take them (auth.c; audit_remote.c sends
+ * them later). Keys: tenant NUL, then the time in us, 8 bytes
+ * big-endian. */
+#define MOAT_AUTH_DB_AUDIT "audit"
+#define MOAT_AUTH_DB_AUDIT_PENDING "audit_pending"
+
+/* moat_audit_pending_push: sends sessiond the entries the local store
+ * kept while it was away (up to MOAT_AUDIT_PUSH_MAX a call, oldest
+ * first), then forgets that they are pending. Logged; best effort: what
+ * sessiond does not take stays pending for the next call (the audit
+ * writer's, after each batch sessiond took). */
+#define MOAT_AUDIT_PUSH_MAX 512
+struct moat_store;
+void moat_audit_pending_push(struct moat_store *st, struct moat_rpc_client *c,
+    const char *url);
+
 /* moat_audit_remote_append: one AppendAudit of `n` entries (3 s at
  * most). Errors (UNAVAILABLE: no answer) set *errmsg (heap). */
 int moat_audit_remote_append(struct moat_rpc_client *c, const char *url,
