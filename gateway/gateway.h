@@ -229,9 +229,11 @@ struct moat_forward {
 	/* Locate's threads still asking nodes (guarded by lock): fini
 	 * waits for them. */
 	int locating;
-	/* Forwards answered later still waiting for their node (guarded
-	 * by lock): moat_forward_drain waits for them. */
+	/* Forwards answered later still waiting for their node, and
+	 * deferred recorded steps not yet answered (guarded by lock):
+	 * moat_forward_drain waits for them. */
 	int async_calls;
+	bool draining; /* moat_forward_drain began (guarded by lock) */
 };
 
 int moat_forward_init(struct moat_forward *fw, struct moat_nodes *nodes)
@@ -244,6 +246,15 @@ void moat_forward_fini(struct moat_forward *fw);
  * the gateway. False when some still run (the gateway must then not be
  * freed). */
 bool moat_forward_drain(struct moat_forward *fw, uint64_t max_ms);
+
+/* moat_forward_async_begin / _end: a deferred recorded step (record_async.c)
+ * counts as a forward answered later from its deferral to its answer,
+ * so moat_forward_drain waits for it too. begin is false once draining
+ * began (the step is then not deferred). moat_forward_draining: whether
+ * it began (a step whose turn comes then does not run). */
+bool moat_forward_async_begin(struct moat_forward *fw);
+void moat_forward_async_end(struct moat_forward *fw);
+bool moat_forward_draining(struct moat_forward *fw);
 
 /* moat_forward_remember / moat_forward_forget: the sandbox -> node map. */
 void moat_forward_remember(struct moat_forward *fw,
@@ -328,6 +339,27 @@ int moat_forward_call_async(struct moat_forward *fw,
     struct moat_rpc_call *call, const char *sandbox_id, const uint8_t *payload,
     size_t len, const ProtobufCMessageDescriptor *reply_desc,
     const char *safety);
+
+/* Called once with the node's outcome of moat_forward_call_async_fn, on
+ * the rpc client's thread (it must not block: it only queues work).
+ * `reply` (heap; NULL unless code is MOAT_OK) and `errmsg` (heap or
+ * NULL; the node's words, or the gateway's for a node that did not
+ * answer) are the callback's to free. */
+typedef void (*moat_forward_done)(void *arg, int code, uint8_t *reply,
+    size_t len, char *errmsg);
+
+/* moat_forward_call_async_fn: the callback flavour of
+ * moat_forward_call_async, for a caller that does more after the node's
+ * answer (a recorded step, record_async.c): `call` (only its method,
+ * request id, deadline and tenant are read; it need not be deferrable)
+ * is routed and sent to the node without waiting. Returns MOAT_OK when
+ * done(arg, ...) will be called exactly once; else a status after
+ * moat_rpc_error(call), and done is never called. Counted by
+ * moat_forward_drain until done has returned. */
+int moat_forward_call_async_fn(struct moat_forward *fw,
+    struct moat_rpc_call *call, const char *sandbox_id, const uint8_t *payload,
+    size_t len, moat_forward_done done, void *arg)
+    __attribute__((warn_unused_result));
 
 /* moat_gw_set_safety_raw: sets the `safety` string field of the encoded
  * `desc` message in *raw (re-encoded in place; unchanged when it has no
