@@ -305,32 +305,48 @@ find(struct moat_record *rec, const char *sandbox_id)
 }
 
 /* add_entry: `e` joins the table; a live entry of the same sandbox is
- * retired first (the sandbox now records into e's session). On failure
- * e is freed. */
+ * retired first (the sandbox now records into e's session). With
+ * `keep`, a live entry that says the same (the same session, or both
+ * not recorded) stays instead and is *out, and e is freed: lookups of
+ * one sandbox that raced share one entry. On success *out is the entry
+ * in the table; on failure e is freed. */
 static int
-add_entry(struct moat_record *rec, struct moat_record_entry *e)
+add_entry(struct moat_record *rec, struct moat_record_entry *e, bool keep,
+    struct moat_record_entry **out)
 {
 	struct moat_record_entry **grown;
 	int rv = MOAT_OK;
 
+	*out = NULL;
 	pthread_mutex_lock(&rec->lock);
-	for (size_t i = 0; i < rec->n; i++)
-		if (!rec->entries[i]->gone &&
-		    strcmp(rec->entries[i]->sandbox_id, e->sandbox_id) == 0)
+	for (size_t i = 0; i < rec->n && *out == NULL; i++) {
+		if (rec->entries[i]->gone ||
+		    strcmp(rec->entries[i]->sandbox_id, e->sandbox_id) != 0)
+			continue;
+		if (keep &&
+		    strcmp(rec->entries[i]->session_id, e->session_id) == 0)
+			*out = rec->entries[i];
+		else
 			rec->entries[i]->gone = true;
-	grown = rec->n < rec->cap ?
-	    rec->entries :
-	    realloc(rec->entries, (rec->cap * 2 + 8) * sizeof(*grown));
-	if (grown != NULL) {
-		if (grown != rec->entries) {
-			rec->entries = grown;
-			rec->cap = rec->cap * 2 + 8;
-		}
-		rec->entries[rec->n++] = e;
-		e = NULL;
-	} else {
-		rv = MOAT_RESOURCE_EXHAUSTED;
 	}
+	if (*out != NULL)
+		goto out;
+	if (rec->n == rec->cap) {
+		/* cap follows every realloc, also one that grew in place. */
+		size_t cap = rec->cap * 2 + 8;
+
+		if ((grown = realloc(rec->entries, cap * sizeof(*grown))) ==
+		    NULL) {
+			rv = MOAT_RESOURCE_EXHAUSTED;
+			goto out;
+		}
+		rec->entries = grown;
+		rec->cap = cap;
+	}
+	rec->entries[rec->n++] = e;
+	*out = e;
+	e = NULL;
+out:
 	pthread_mutex_unlock(&rec->lock);
 	if (e != NULL)
 		entry_free(e);
@@ -781,7 +797,7 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 		    sandbox_id, e->session_id);
 	}
 	moat__v1__list_sessions_reply__free_unpacked(list, NULL);
-	if (e == NULL || add_entry(rec, e) != MOAT_OK)
+	if (e == NULL || add_entry(rec, e, true, &e) != MOAT_OK)
 		return NULL;
 	return e;
 }
@@ -902,7 +918,7 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 		    sandbox_id, msg ? msg : "");
 		free(msg);
 	}
-	if (add_entry(rec, e) != MOAT_OK) {
+	if (add_entry(rec, e, false, &e) != MOAT_OK) {
 		*errmsg = moat_asprintf("out of memory");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
