@@ -17,9 +17,14 @@
  * sessiond (ListSessions by sandbox). With several gateways the table is
  * a cache of sessiond: before each step the sandbox's latest session and
  * its step count are asked again (refresh), and "not recorded" is
- * believed for RECORD_NEGATIVE_TTL_MS only.
+ * believed for RECORD_NEGATIVE_TTL_MS only. The steps of one sandbox
+ * are recorded one at a time in arrival order: its entry has one owner
+ * and a FIFO of waiters. A client's Exec or RunCode is deferred and
+ * recorded by record_async.c's threads with this file's before/after
+ * parts; a call built inside the gateway (replay) runs them here, on
+ * its own thread.
  * Not for: restore, fork and replay (travel.c), sessiond's storage
- * (services/session/).
+ * (services/session/), deferring steps (record_async.c).
  */
 #include <pthread.h>
 #include <stdatomic.h>
