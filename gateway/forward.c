@@ -73,6 +73,9 @@ moat_forward_drain(struct moat_forward *fw, uint64_t max_ms)
 
 	if (fw->nodes == NULL)
 		return true;
+	pthread_mutex_lock(&fw->lock);
+	fw->draining = true;
+	pthread_mutex_unlock(&fw->lock);
 	for (;;) {
 		pthread_mutex_lock(&fw->lock);
 		left = fw->async_calls;
@@ -88,6 +91,37 @@ moat_forward_drain(struct moat_forward *fw, uint64_t max_ms)
 	    "their state is left to the process's exit",
 	    left);
 	return false;
+}
+
+bool
+moat_forward_async_begin(struct moat_forward *fw)
+{
+	bool ok;
+
+	pthread_mutex_lock(&fw->lock);
+	if ((ok = !fw->draining))
+		fw->async_calls++;
+	pthread_mutex_unlock(&fw->lock);
+	return ok;
+}
+
+void
+moat_forward_async_end(struct moat_forward *fw)
+{
+	pthread_mutex_lock(&fw->lock);
+	fw->async_calls--;
+	pthread_mutex_unlock(&fw->lock);
+}
+
+bool
+moat_forward_draining(struct moat_forward *fw)
+{
+	bool draining;
+
+	pthread_mutex_lock(&fw->lock);
+	draining = fw->draining;
+	pthread_mutex_unlock(&fw->lock);
+	return draining;
 }
 
 /* route_find: index of the first route whose sandbox id is >= id (the
@@ -621,6 +655,10 @@ struct forward_async {
 	char what[MOAT_ID_MAX + 16];
 	const ProtobufCMessageDescriptor *reply_desc;
 	char *safety; /* heap or NULL */
+	/* The callback flavour (moat_forward_call_async_fn): the outcome
+	 * goes to done(done_arg, ...) instead of completing d (NULL). */
+	moat_forward_done done;
+	void *done_arg;
 };
 
 static void
@@ -632,6 +670,39 @@ forward_async_free(struct forward_async *a)
 	free(a);
 }
 
+/* forward_async_hand: the callback flavour's end: the node's outcome
+ * (a transport failure worded as moat_forward_to_node words it) goes to
+ * a->done, which owns payload and the message. */
+static void
+forward_async_hand(struct forward_async *a, int code, uint8_t *payload,
+    size_t len, char *errmsg)
+{
+	struct moat_forward *fw = a->fw;
+	moat_forward_done done = a->done;
+	void *done_arg = a->done_arg;
+
+	if (code != MOAT_OK && transport_unavailable(code, errmsg)) {
+		moat_nodes_mark_down(fw->nodes, &a->node);
+		free(errmsg);
+		errmsg = moat_asprintf(
+		    "node %s (%s), which holds %s, did not answer %s: is its "
+		    "moat-vmd running? `moat info` shows the nodes; "
+		    "deploy/moat-stack start restarts a local one",
+		    a->node.s, a->url ? a->url : "?", a->what, a->method);
+	}
+	if (code != MOAT_OK) {
+		free(payload);
+		payload = NULL;
+		len = 0;
+	}
+	forward_async_free(a);
+	/* Counted down after done ran: drain waits for done too. */
+	done(done_arg, code, payload, len, errmsg);
+	pthread_mutex_lock(&fw->lock);
+	fw->async_calls--;
+	pthread_mutex_unlock(&fw->lock);
+}
+
 static void
 forward_async_done(void *arg, int code, uint8_t *payload, size_t len,
     char *errmsg)
@@ -640,6 +711,10 @@ forward_async_done(void *arg, int code, uint8_t *payload, size_t len,
 	struct moat_forward *fw;
 	char *msg = NULL;
 
+	if (a->done != NULL) {
+		forward_async_hand(a, code, payload, len, errmsg);
+		return;
+	}
 	if (code == MOAT_OK) {
 		if (a->safety != NULL)
 			moat_gw_set_safety_raw(a->reply_desc, &payload, &len,
@@ -745,6 +820,64 @@ moat_forward_call_async(struct moat_forward *fw, struct moat_rpc_call *call,
 	        reply_desc, safety))
 		return MOAT_OK; /* answered later */
 	return moat_forward_call(fw, call, sandbox_id, payload, len);
+}
+
+int
+moat_forward_call_async_fn(struct moat_forward *fw, struct moat_rpc_call *call,
+    const char *sandbox_id, const uint8_t *payload, size_t len,
+    moat_forward_done done, void *arg)
+{
+	struct moat_rpc_opts opts = { .request_id = call->request_id,
+		.tenant = moat_gw_tenant(call) };
+	struct moat_sandbox_id sandbox;
+	struct forward_async *a = NULL;
+	struct moat_node_id node;
+	char *msg = NULL;
+	int rv;
+
+	if ((rv = forward_route(fw, call, sandbox_id, &sandbox, &node,
+	         &msg)) != MOAT_OK)
+		goto fail;
+	if ((opts.timeout_ms = time_left(call->deadline_ms)) == 0) {
+		rv = MOAT_DEADLINE_EXCEEDED;
+		msg = moat_asprintf("%s sandbox %s on node %s: the call's "
+		                    "deadline passed before it could be "
+		                    "forwarded: allow a longer timeout",
+		    call->method, sandbox.s, node.s);
+		goto fail;
+	}
+	if ((a = calloc(1, sizeof(*a))) == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		goto fail;
+	}
+	if ((rv = moat_nodes_conn_get(fw->nodes, &node, &a->conn, &a->url,
+	         &msg)) != MOAT_OK) {
+		rv = rv == MOAT_NOT_FOUND ? MOAT_UNAVAILABLE : rv;
+		goto fail;
+	}
+	a->fw = fw;
+	a->node = node;
+	a->done = done;
+	a->done_arg = arg;
+	snprintf(a->method, sizeof(a->method), "%s", call->method);
+	snprintf(a->what, sizeof(a->what), "sandbox %s", sandbox.s);
+	pthread_mutex_lock(&fw->lock);
+	fw->async_calls++;
+	pthread_mutex_unlock(&fw->lock);
+	rv = moat_rpc_call_raw_async(moat_node_conn_client(a->conn),
+	    VM_SERVICE, call->method, payload, len, &opts, forward_async_done,
+	    a, &msg);
+	if (rv == MOAT_OK)
+		return MOAT_OK; /* done is called */
+	pthread_mutex_lock(&fw->lock);
+	fw->async_calls--;
+	pthread_mutex_unlock(&fw->lock);
+fail:
+	if (a != NULL)
+		forward_async_free(a);
+	rv = moat_rpc_error(call, rv, "%s", msg ? msg : moat_strerror(rv));
+	free(msg);
+	return rv;
 }
 
 /* route_tenant: the tenant cached for `sandbox` into `out` (size bytes);

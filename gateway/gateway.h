@@ -229,9 +229,11 @@ struct moat_forward {
 	/* Locate's threads still asking nodes (guarded by lock): fini
 	 * waits for them. */
 	int locating;
-	/* Forwards answered later still waiting for their node (guarded
-	 * by lock): moat_forward_drain waits for them. */
+	/* Forwards answered later still waiting for their node, and
+	 * deferred recorded steps not yet answered (guarded by lock):
+	 * moat_forward_drain waits for them. */
 	int async_calls;
+	bool draining; /* moat_forward_drain began (guarded by lock) */
 };
 
 int moat_forward_init(struct moat_forward *fw, struct moat_nodes *nodes)
@@ -244,6 +246,15 @@ void moat_forward_fini(struct moat_forward *fw);
  * the gateway. False when some still run (the gateway must then not be
  * freed). */
 bool moat_forward_drain(struct moat_forward *fw, uint64_t max_ms);
+
+/* moat_forward_async_begin / _end: a deferred recorded step (record_async.c)
+ * counts as a forward answered later from its deferral to its answer,
+ * so moat_forward_drain waits for it too. begin is false once draining
+ * began (the step is then not deferred). moat_forward_draining: whether
+ * it began (a step whose turn comes then does not run). */
+bool moat_forward_async_begin(struct moat_forward *fw);
+void moat_forward_async_end(struct moat_forward *fw);
+bool moat_forward_draining(struct moat_forward *fw);
 
 /* moat_forward_remember / moat_forward_forget: the sandbox -> node map. */
 void moat_forward_remember(struct moat_forward *fw,
@@ -328,6 +339,27 @@ int moat_forward_call_async(struct moat_forward *fw,
     struct moat_rpc_call *call, const char *sandbox_id, const uint8_t *payload,
     size_t len, const ProtobufCMessageDescriptor *reply_desc,
     const char *safety);
+
+/* Called once with the node's outcome of moat_forward_call_async_fn, on
+ * the rpc client's thread (it must not block: it only queues work).
+ * `reply` (heap; NULL unless code is MOAT_OK) and `errmsg` (heap or
+ * NULL; the node's words, or the gateway's for a node that did not
+ * answer) are the callback's to free. */
+typedef void (*moat_forward_done)(void *arg, int code, uint8_t *reply,
+    size_t len, char *errmsg);
+
+/* moat_forward_call_async_fn: the callback flavour of
+ * moat_forward_call_async, for a caller that does more after the node's
+ * answer (a recorded step, record_async.c): `call` (only its method,
+ * request id, deadline and tenant are read; it need not be deferrable)
+ * is routed and sent to the node without waiting. Returns MOAT_OK when
+ * done(arg, ...) will be called exactly once; else a status after
+ * moat_rpc_error(call), and done is never called. Counted by
+ * moat_forward_drain until done has returned. */
+int moat_forward_call_async_fn(struct moat_forward *fw,
+    struct moat_rpc_call *call, const char *sandbox_id, const uint8_t *payload,
+    size_t len, moat_forward_done done, void *arg)
+    __attribute__((warn_unused_result));
 
 /* moat_gw_set_safety_raw: sets the `safety` string field of the encoded
  * `desc` message in *raw (re-encoded in place; unchanged when it has no
@@ -423,11 +455,16 @@ struct moat_record {
 	struct moat_rpc_client *snapd;
 	const char *snapd_url;
 	const struct moat_config *config;
+	/* The recorder threads that finish deferred steps
+	 * (record_async.c). */
+	struct moat_record_pool *pool;
 	bool ready;
 };
 
 /* moat_record_init / moat_record_fini: fini is safe on a zeroed object;
- * no call may be in flight. */
+ * no call may be in flight, but deferred steps may: fini lets those
+ * that run end (their node call, trace, append and snapshot), fails
+ * those still waiting for their turn, and only then frees the table. */
 int moat_record_init(struct moat_record *rec, struct moat_forward *fw,
     struct moat_rpc_client *sessiond, const char *sessiond_url)
     __attribute__((warn_unused_result));
@@ -506,6 +543,76 @@ int moat_record_begin(struct moat_record *rec, const char *tenant,
 int moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
     const ProtobufCMessage *request, const char *sandbox_id,
     const char *tenant, bool *handled);
+
+/* moat_record_step_async: moat_record_step for a call the rpc server can
+ * defer (Exec, RunCode from a client): the reply is deferred and no
+ * worker waits for the node, the trace, sessiond or the snapshot; the
+ * steps of one sandbox still run one at a time in arrival order, those
+ * of different sandboxes at once, on the recorder threads. The reply
+ * (`reply_desc`) gets `safety` (NULL: none) in its safety field, as gate
+ * sets it on replies sent at once. A call that cannot be deferred is
+ * recorded as moat_record_step does. *handled and the return as there
+ * (MOAT_OK once deferred). */
+int moat_record_step_async(struct moat_record *rec, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, const char *sandbox_id,
+    const char *tenant, const ProtobufCMessageDescriptor *reply_desc,
+    const char *safety, bool *handled);
+
+/* moat_record_steps_waiting: steps (of any gateway in this process)
+ * waiting for an earlier step of their sandbox to end; for tests and
+ * diagnostics. */
+size_t moat_record_steps_waiting(void);
+
+/* ---- record.c <-> record_async.c only ---- */
+
+/* One step waiting for its turn on a sandbox's entry: a thread (job
+ * NULL; granted when its turn comes) or a deferred step. */
+struct moat_record_job;
+struct moat_record_waiter {
+	struct moat_record_waiter *next;
+	struct moat_record_job *job;
+	bool granted;
+};
+
+/* What moat_record_step_after needs of the call (borrowed). */
+struct moat_record_step_ctx {
+	const ProtobufCMessage *request;
+	const char *sandbox_id, *tenant, *method;
+	uint64_t request_id, deadline_ms;
+	uint64_t started_ms, ended_ms; /* unix ms, around the node's run */
+};
+
+/* moat_record_entry_of: the entry of a recorded sandbox (looked up as
+ * moat_record_session_lookup does), NULL when not recorded. Valid until
+ * moat_record_fini. */
+struct moat_record_entry *moat_record_entry_of(struct moat_record *rec,
+    const char *tenant, const char *sandbox_id, uint64_t request_id);
+/* moat_record_entry_enqueue: w's turn on e: true when it is w's at once;
+ * else w waits in e's FIFO and its job is started
+ * (moat_record_job_start) when the turn before it ends. */
+bool moat_record_entry_enqueue(struct moat_record_entry *e,
+    struct moat_record_waiter *w);
+/* moat_record_entry_release: the caller's turn on e ends; the next
+ * waiter's begins. */
+void moat_record_entry_release(struct moat_record *rec,
+    struct moat_record_entry *e);
+/* moat_record_step_before: before the node runs the step: follow what
+ * sessiond says of the sandbox's session (other gateways). In e's turn. */
+void moat_record_step_before(struct moat_record *rec,
+    struct moat_record_entry *e, const char *tenant, uint64_t request_id);
+/* moat_record_step_after: after the node ran the step and answered
+ * *raw: trace, diff, append, snapshot (EVERY), retention; *raw becomes
+ * the reply with step_index / session_id / recording_error. In e's
+ * turn. */
+void moat_record_step_after(struct moat_record *rec,
+    struct moat_record_entry *e, const struct moat_record_step_ctx *c,
+    uint8_t **raw, size_t *raw_len);
+/* record_async.c: the pool's life, and the start of a job whose turn
+ * came. */
+int moat_record_pool_init(struct moat_record *rec);
+void moat_record_pool_fini(struct moat_record *rec);
+void moat_record_job_start(struct moat_record *rec,
+    struct moat_record_job *job);
 
 /* moat_record_trace: the hashed fs trace of `tenant`'s `sandbox_id` from
  * its node; on MOAT_OK *out is the caller's, else *errmsg (heap). */

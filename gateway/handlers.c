@@ -819,26 +819,40 @@ forward_long(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return rv;
 }
 
+/* h_exec: Exec; a recorded sandbox's exec is a step of its recording
+ * (moat_record_step_async), any other is forwarded; neither holds a
+ * worker while the node runs it. */
 static int
 h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	struct moat_gateway *gw = call->service_ctx;
+	const Moat__V1__ExecRequest *req =
+	    (const Moat__V1__ExecRequest *)request;
+	const char *command, *language, *safety = NULL;
+	char session_id[MOAT_ID_MAX], *joined = NULL;
 	bool handled = false;
 	int rv;
 
-	rv = moat_record_exec(&gw->rec, call,
-	    (const Moat__V1__ExecRequest *)request, moat_gw_tenant(call),
-	    &handled);
-	if (handled)
-		return rv;
-	return forward_long(call, request, reply,
-	    ((const Moat__V1__ExecRequest *)request)->sandbox_id);
+	if (!moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
+	        req->sandbox_id, call->request_id, session_id,
+	        sizeof(session_id)))
+		return forward_long(call, request, reply, req->sandbox_id);
+	command = command_of(request, &language, &joined);
+	if (command != NULL)
+		safety = moat_safety_level_name(
+		    moat_safety_classify(command, language).level);
+	rv = moat_record_step_async(&gw->rec, call, request, req->sandbox_id,
+	    moat_gw_tenant(call), reply->descriptor, safety, &handled);
+	free(joined);
+	if (!handled) /* no longer recorded */
+		rv = forward_long(call, request, reply, req->sandbox_id);
+	return rv;
 }
 
 /* h_run_code: RunCode; a recorded sandbox's cell is a step of its
- * recording (moat_record_step), any other is forwarded without holding
- * a worker. */
+ * recording (moat_record_step_async), any other is forwarded; neither
+ * holds a worker while the node runs it. */
 static int
 h_run_code(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -846,14 +860,25 @@ h_run_code(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct moat_gateway *gw = call->service_ctx;
 	const Moat__V1__RunCodeRequest *req =
 	    (const Moat__V1__RunCodeRequest *)request;
+	const char *command, *language, *safety = NULL;
+	char session_id[MOAT_ID_MAX], *joined = NULL;
 	bool handled = false;
 	int rv;
 
-	rv = moat_record_step(&gw->rec, call, request, req->sandbox_id,
-	    moat_gw_tenant(call), &handled);
-	if (handled)
-		return rv;
-	return forward_long(call, request, reply, req->sandbox_id);
+	if (!moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
+	        req->sandbox_id, call->request_id, session_id,
+	        sizeof(session_id)))
+		return forward_long(call, request, reply, req->sandbox_id);
+	command = command_of(request, &language, &joined);
+	if (command != NULL)
+		safety = moat_safety_level_name(
+		    moat_safety_classify(command, language).level);
+	rv = moat_record_step_async(&gw->rec, call, request, req->sandbox_id,
+	    moat_gw_tenant(call), reply->descriptor, safety, &handled);
+	free(joined);
+	if (!handled) /* no longer recorded */
+		rv = forward_long(call, request, reply, req->sandbox_id);
+	return rv;
 }
 
 static int

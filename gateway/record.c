@@ -17,11 +17,17 @@
  * sessiond (ListSessions by sandbox). With several gateways the table is
  * a cache of sessiond: before each step the sandbox's latest session and
  * its step count are asked again (refresh), and "not recorded" is
- * believed for RECORD_NEGATIVE_TTL_MS only.
+ * believed for RECORD_NEGATIVE_TTL_MS only. The steps of one sandbox
+ * are recorded one at a time in arrival order: its entry has one owner
+ * and a FIFO of waiters. A client's Exec or RunCode is deferred and
+ * recorded by record_async.c's threads with this file's before/after
+ * parts; a call built inside the gateway (replay) runs them here, on
+ * its own thread.
  * Not for: restore, fork and replay (travel.c), sessiond's storage
- * (services/session/).
+ * (services/session/), deferring steps (record_async.c).
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +48,16 @@
 
 /* One recorded sandbox. Entries are allocated one by one and freed only
  * by moat_record_fini, so a pointer taken under the table lock stays
- * valid; `lock` orders the steps of one sandbox (its execs are recorded
- * one at a time). */
+ * valid. Its steps are recorded one at a time, in arrival order: the
+ * one running owns the entry (`busy`), the others wait in a FIFO, each
+ * a thread waiting on `cv` or a deferred step (record_async.c) started
+ * when its turn comes. Only the owner reads or writes what follows
+ * `tail` (session_id and step0 also change under the table lock). */
 struct moat_record_entry {
-	pthread_mutex_t lock;
+	pthread_mutex_t lock; /* guards busy, head, tail */
+	pthread_cond_t cv;    /* a waiting thread's turn came */
+	bool busy;            /* owned; false: head is NULL */
+	struct moat_record_waiter *head, *tail;
 	char sandbox_id[MOAT_ID_MAX];
 	char session_id[MOAT_ID_MAX]; /* "" : known not to be recorded */
 	bool gone;                    /* destroyed, or now records elsewhere */
@@ -245,6 +257,10 @@ moat_record_init(struct moat_record *rec, struct moat_forward *fw,
 	rec->sessiond_url = sessiond_url;
 	if (pthread_mutex_init(&rec->lock, NULL) != 0)
 		return MOAT_RESOURCE_EXHAUSTED;
+	if (moat_record_pool_init(rec) != MOAT_OK) {
+		pthread_mutex_destroy(&rec->lock);
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
 	rec->ready = true;
 	return MOAT_OK;
 }
@@ -253,6 +269,7 @@ static void
 entry_free(struct moat_record_entry *e)
 {
 	pthread_mutex_destroy(&e->lock);
+	pthread_cond_destroy(&e->cv);
 	if (e->prev != NULL)
 		moat__v1__fs_trace__free_unpacked(e->prev, NULL);
 	free(e);
@@ -263,6 +280,8 @@ moat_record_fini(struct moat_record *rec)
 {
 	if (!rec->ready)
 		return;
+	/* The deferred steps end first: they use the entries. */
+	moat_record_pool_fini(rec);
 	for (size_t i = 0; i < rec->n; i++)
 		entry_free(rec->entries[i]);
 	free(rec->entries);
@@ -291,32 +310,48 @@ find(struct moat_record *rec, const char *sandbox_id)
 }
 
 /* add_entry: `e` joins the table; a live entry of the same sandbox is
- * retired first (the sandbox now records into e's session). On failure
- * e is freed. */
+ * retired first (the sandbox now records into e's session). With
+ * `keep`, a live entry that says the same (the same session, or both
+ * not recorded) stays instead and is *out, and e is freed: lookups of
+ * one sandbox that raced share one entry. On success *out is the entry
+ * in the table; on failure e is freed. */
 static int
-add_entry(struct moat_record *rec, struct moat_record_entry *e)
+add_entry(struct moat_record *rec, struct moat_record_entry *e, bool keep,
+    struct moat_record_entry **out)
 {
 	struct moat_record_entry **grown;
 	int rv = MOAT_OK;
 
+	*out = NULL;
 	pthread_mutex_lock(&rec->lock);
-	for (size_t i = 0; i < rec->n; i++)
-		if (!rec->entries[i]->gone &&
-		    strcmp(rec->entries[i]->sandbox_id, e->sandbox_id) == 0)
+	for (size_t i = 0; i < rec->n && *out == NULL; i++) {
+		if (rec->entries[i]->gone ||
+		    strcmp(rec->entries[i]->sandbox_id, e->sandbox_id) != 0)
+			continue;
+		if (keep &&
+		    strcmp(rec->entries[i]->session_id, e->session_id) == 0)
+			*out = rec->entries[i];
+		else
 			rec->entries[i]->gone = true;
-	grown = rec->n < rec->cap ?
-	    rec->entries :
-	    realloc(rec->entries, (rec->cap * 2 + 8) * sizeof(*grown));
-	if (grown != NULL) {
-		if (grown != rec->entries) {
-			rec->entries = grown;
-			rec->cap = rec->cap * 2 + 8;
-		}
-		rec->entries[rec->n++] = e;
-		e = NULL;
-	} else {
-		rv = MOAT_RESOURCE_EXHAUSTED;
 	}
+	if (*out != NULL)
+		goto out;
+	if (rec->n == rec->cap) {
+		/* cap follows every realloc, also one that grew in place. */
+		size_t cap = rec->cap * 2 + 8;
+
+		if ((grown = realloc(rec->entries, cap * sizeof(*grown))) ==
+		    NULL) {
+			rv = MOAT_RESOURCE_EXHAUSTED;
+			goto out;
+		}
+		rec->entries = grown;
+		rec->cap = cap;
+	}
+	rec->entries[rec->n++] = e;
+	*out = e;
+	e = NULL;
+out:
 	pthread_mutex_unlock(&rec->lock);
 	if (e != NULL)
 		entry_free(e);
@@ -331,6 +366,11 @@ entry_new(const char *sandbox_id, const char *session_id)
 	if (e == NULL)
 		return NULL;
 	if (pthread_mutex_init(&e->lock, NULL) != 0) {
+		free(e);
+		return NULL;
+	}
+	if (pthread_cond_init(&e->cv, NULL) != 0) {
+		pthread_mutex_destroy(&e->lock);
 		free(e);
 		return NULL;
 	}
@@ -381,12 +421,101 @@ moat_record_forget(struct moat_record *rec, const char *sandbox_id)
 	e->gone = true;
 	pthread_mutex_unlock(&rec->lock);
 	/* The entry itself stays (see struct moat_record_entry); its trace,
-	 * the big part, goes. */
+	 * the big part, goes: now, or when the step running ends. */
 	pthread_mutex_lock(&e->lock);
-	if (e->prev != NULL)
+	if (!e->busy && e->prev != NULL) {
 		moat__v1__fs_trace__free_unpacked(e->prev, NULL);
-	e->prev = NULL;
+		e->prev = NULL;
+	}
 	pthread_mutex_unlock(&e->lock);
+}
+
+/* ---- whose turn it is on an entry ---- */
+
+static atomic_size_t steps_waiting; /* in every entry's FIFO */
+
+size_t
+moat_record_steps_waiting(void)
+{
+	return atomic_load(&steps_waiting);
+}
+
+/* enqueue: w joins e's FIFO unless e is free (then it is w's at once:
+ * true). e->lock held. */
+static bool
+enqueue(struct moat_record_entry *e, struct moat_record_waiter *w)
+{
+	if (!e->busy) {
+		e->busy = true;
+		return true;
+	}
+	w->next = NULL;
+	w->granted = false;
+	if (e->tail != NULL)
+		e->tail->next = w;
+	else
+		e->head = w;
+	e->tail = w;
+	atomic_fetch_add(&steps_waiting, 1);
+	return false;
+}
+
+bool
+moat_record_entry_enqueue(struct moat_record_entry *e,
+    struct moat_record_waiter *w)
+{
+	bool mine;
+
+	pthread_mutex_lock(&e->lock);
+	mine = enqueue(e, w);
+	pthread_mutex_unlock(&e->lock);
+	return mine;
+}
+
+/* entry_own: this thread's turn on e, after the steps that came before
+ * (blocks until then). moat_record_entry_release ends it. */
+static void
+entry_own(struct moat_record_entry *e)
+{
+	struct moat_record_waiter w = { 0 };
+
+	pthread_mutex_lock(&e->lock);
+	if (!enqueue(e, &w))
+		while (!w.granted)
+			pthread_cond_wait(&e->cv, &e->lock);
+	pthread_mutex_unlock(&e->lock);
+}
+
+void
+moat_record_entry_release(struct moat_record *rec, struct moat_record_entry *e)
+{
+	struct moat_record_waiter *w;
+	struct moat_record_job *job = NULL;
+	bool gone;
+
+	pthread_mutex_lock(&rec->lock);
+	gone = e->gone;
+	pthread_mutex_unlock(&rec->lock);
+	pthread_mutex_lock(&e->lock);
+	if (gone && e->prev != NULL) {
+		moat__v1__fs_trace__free_unpacked(e->prev, NULL);
+		e->prev = NULL;
+	}
+	if ((w = e->head) != NULL) {
+		if ((e->head = w->next) == NULL)
+			e->tail = NULL;
+		atomic_fetch_sub(&steps_waiting, 1);
+		/* e stays busy: it passes to w. */
+		if ((job = w->job) == NULL) {
+			w->granted = true;
+			pthread_cond_broadcast(&e->cv);
+		}
+	} else {
+		e->busy = false;
+	}
+	pthread_mutex_unlock(&e->lock);
+	if (job != NULL)
+		moat_record_job_start(rec, job);
 }
 
 /* call_timeout: what a recording call gets: the caller's time left, but
@@ -673,7 +802,7 @@ lookup(struct moat_record *rec, const char *tenant, const char *sandbox_id,
 		    sandbox_id, e->session_id);
 	}
 	moat__v1__list_sessions_reply__free_unpacked(list, NULL);
-	if (e == NULL || add_entry(rec, e) != MOAT_OK)
+	if (e == NULL || add_entry(rec, e, true, &e) != MOAT_OK)
 		return NULL;
 	return e;
 }
@@ -794,7 +923,7 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 		    sandbox_id, msg ? msg : "");
 		free(msg);
 	}
-	if (add_entry(rec, e) != MOAT_OK) {
+	if (add_entry(rec, e, false, &e) != MOAT_OK) {
 		*errmsg = moat_asprintf("out of memory");
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
@@ -816,7 +945,8 @@ moat_record_start(struct moat_record *rec, const char *tenant,
 }
 
 /* retain: one more of e's steps has a snapshot: once the session may
- * hold more than the tenant's keep-last, retention runs (e->lock held). */
+ * hold more than the tenant's keep-last, retention runs (e is the
+ * caller's). */
 static void
 retain(struct moat_record *rec, struct moat_record_entry *e,
     const char *tenant, uint64_t request_id)
@@ -851,7 +981,7 @@ moat_record_step0_forget(struct moat_record *rec, const char *session_id)
 }
 
 /* attach_manual: `snapshot_id`, just taken of e's sandbox, becomes the
- * snapshot of its latest step (step 0 before any). e->lock held. */
+ * snapshot of its latest step (step 0 before any). e is the caller's. */
 static void
 attach_manual(struct moat_record *rec, struct moat_record_entry *e,
     const char *tenant, const char *snapshot_id, uint64_t request_id,
@@ -923,14 +1053,14 @@ moat_record_snapshot_call(struct moat_record *rec, struct moat_rpc_call *call,
 	    e->policy != MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL)
 		return moat_forward_call(rec->fw, call, req->sandbox_id,
 		    call->payload, call->payload_len);
-	/* Under the entry's lock: no step lands between the snapshot and
-	 * its attaching. */
-	pthread_mutex_lock(&e->lock);
+	/* In the entry's turn: no step lands between the snapshot and its
+	 * attaching. */
+	entry_own(e);
 	rv = forward_snapshot(rec, call, req, e, &snap);
 	if (snap != NULL)
 		attach_manual(rec, e, tenant, snap->snapshot_id,
 		    call->request_id, call->deadline_ms);
-	pthread_mutex_unlock(&e->lock);
+	moat_record_entry_release(rec, e);
 	if (snap != NULL)
 		moat__v1__local_snapshot__free_unpacked(snap, NULL);
 	return rv;
@@ -1066,10 +1196,10 @@ append_step(struct moat_record *rec, struct moat_record_entry *e,
 	return MOAT_OK;
 }
 
-/* repack: the node's reply with the recording's fields, as the call's
- * new raw reply. A FILE_WRITE's reply has no such fields. */
+/* repack: the node's reply with the recording's fields, as the new
+ * *raw (its old bytes freed). A FILE_WRITE's reply has no such fields. */
 static void
-repack(struct moat_rpc_call *call, struct step_run *r, uint64_t index,
+repack(uint8_t **raw, size_t *raw_len, struct step_run *r, uint64_t index,
     const char *session_id, const char *err)
 {
 	ProtobufCMessage *m;
@@ -1101,9 +1231,9 @@ repack(struct moat_rpc_call *call, struct step_run *r, uint64_t index,
 	len = protobuf_c_message_get_packed_size(m);
 	if ((packed = malloc(len ? len : 1)) != NULL) {
 		protobuf_c_message_pack(m, packed);
-		free(call->raw_reply);
-		call->raw_reply = packed;
-		call->raw_reply_len = len;
+		free(*raw);
+		*raw = packed;
+		*raw_len = len;
 	}
 	*session_field = node_session;
 	*err_field = node_error;
@@ -1116,7 +1246,7 @@ repack(struct moat_rpc_call *call, struct step_run *r, uint64_t index,
  * or step count differs from e's, e follows it and the sandbox's fs trace
  * is taken again now, before the step runs, so the step lists only its
  * own changes. Without an answer from sessiond, e stays as it is (logged).
- * e->lock held.
+ * e is the caller's (its turn).
  */
 static void
 refresh(struct moat_record *rec, struct moat_record_entry *e,
@@ -1177,48 +1307,93 @@ refresh(struct moat_record *rec, struct moat_record_entry *e,
 	moat__v1__list_sessions_reply__free_unpacked(list, NULL);
 }
 
-int
-moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
-    const ProtobufCMessage *request, const char *sandbox_id,
-    const char *tenant, bool *handled)
+void
+moat_record_step_before(struct moat_record *rec, struct moat_record_entry *e,
+    const char *tenant, uint64_t request_id)
 {
-	struct moat_record_entry *e =
-	    lookup(rec, tenant, sandbox_id, call->request_id);
-	struct step_run r = { .request = request };
+	refresh(rec, e, tenant, request_id);
+}
+
+/* step_trace: the step's fs changes since e's last step into *diff, and
+ * the trace taken now into *cur (NULL when it failed: the step is then
+ * marked truncated). Fails only when out of memory (*err set). */
+static void
+step_trace(struct moat_record *rec, struct moat_record_entry *e,
+    const struct moat_record_step_ctx *c, Moat__V1__Step *step,
+    Moat__V1__FsTrace **cur, Moat__V1__FsTraceEntry ***diff, size_t *n_diff,
+    char **err)
+{
+	char *msg = NULL;
+
+	if (trace_fs(rec, c->tenant, c->sandbox_id, c->deadline_ms, cur,
+	        &msg) != MOAT_OK) {
+		/* The step still lands, marked as lacking its trace. */
+		moat_warn(c->request_id, "recording %s: fs trace failed: %s",
+		    c->sandbox_id, msg ? msg : "");
+		free(msg);
+		*cur = NULL;
+		step->fs_trace_truncated = true;
+		return;
+	}
+	if (moat_trace_diff(e->prev, *cur, diff, n_diff) != MOAT_OK) {
+		*err = moat_asprintf("out of memory diffing the fs trace");
+		return;
+	}
+	step->fs_trace_truncated =
+	    (*cur)->truncated || (e->prev != NULL && e->prev->truncated);
+}
+
+/* step_snapshot: under EVERY, the snapshot after step `index`. One that
+ * fails does not fail the step: it is recorded, and the reply says it
+ * cannot be restored (*err). */
+static void
+step_snapshot(struct moat_record *rec, struct moat_record_entry *e,
+    const struct moat_record_step_ctx *c, uint64_t index, char **err)
+{
+	char snap[MOAT_ID_MAX], *msg = NULL;
+
+	if (e->policy != MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY)
+		return;
+	if (moat_record_snapshot(rec, c->tenant, c->sandbox_id, e->session_id,
+	        index, c->deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK ||
+	    set_step_snapshot(rec, c->tenant, e->session_id, index, snap,
+	        c->deadline_ms, &msg) != MOAT_OK) {
+		*err = moat_asprintf("step %llu recorded without a snapshot "
+		                     "(it cannot be restored): %s",
+		    (unsigned long long)index, msg ? msg : "");
+		moat_warn(c->request_id, "recording %s: %s", c->sandbox_id,
+		    *err);
+	} else {
+		retain(rec, e, c->tenant, c->request_id);
+	}
+	free(msg);
+}
+
+void
+moat_record_step_after(struct moat_record *rec, struct moat_record_entry *e,
+    const struct moat_record_step_ctx *c, uint8_t **raw, size_t *raw_len)
+{
+	const ProtobufCMessageDescriptor *d = c->request->descriptor;
+	struct step_run r = { .request = c->request };
 	Moat__V1__Step step = MOAT__V1__STEP__INIT;
 	Moat__V1__FsTrace *cur = NULL;
 	Moat__V1__FsTraceEntry **diff = NULL;
 	size_t n_diff = 0;
-	uint64_t started, ended, index = 0;
-	char *err = NULL, *msg = NULL, *joined = NULL;
-	char snap[MOAT_ID_MAX];
-	int rv;
+	uint64_t index = 0;
+	char *err = NULL, *joined = NULL;
 
-	*handled = e != NULL && e->session_id[0] != '\0';
-	if (!*handled)
-		return MOAT_OK;
-	pthread_mutex_lock(&e->lock);
-	refresh(rec, e, tenant, call->request_id);
-	started = moat_now_unix_ms();
-	rv = moat_forward_call(rec->fw, call, sandbox_id, call->payload,
-	    call->payload_len);
-	ended = moat_now_unix_ms();
-	if (rv != MOAT_OK)
-		goto cleanup; /* it did not run: no step */
-	if (request->descriptor == &moat__v1__exec_request__descriptor)
-		r.exec = moat__v1__exec_result__unpack(NULL,
-		    call->raw_reply_len, call->raw_reply);
-	else if (request->descriptor ==
-	    &moat__v1__run_code_request__descriptor)
-		r.code = moat__v1__run_code_result__unpack(NULL,
-		    call->raw_reply_len, call->raw_reply);
+	if (d == &moat__v1__exec_request__descriptor)
+		r.exec = moat__v1__exec_result__unpack(NULL, *raw_len, *raw);
+	else if (d == &moat__v1__run_code_request__descriptor)
+		r.code =
+		    moat__v1__run_code_result__unpack(NULL, *raw_len, *raw);
 	if (r.exec == NULL && r.code == NULL &&
-	    request->descriptor != &moat__v1__file_write_request__descriptor) {
-		moat_warn(call->request_id,
-		    "recording %s: the node's %s "
-		    "reply does not decode: step not recorded",
-		    sandbox_id, call->method);
-		goto cleanup;
+	    d != &moat__v1__file_write_request__descriptor) {
+		moat_warn(c->request_id,
+		    "recording %s: the node's %s reply does not decode: step "
+		    "not recorded",
+		    c->sandbox_id, c->method);
+		return;
 	}
 	if (step_fill(&r, &step, &joined) != MOAT_OK) {
 		err = moat_asprintf("out of memory building the step");
@@ -1229,30 +1404,16 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	if (step.input != NULL && step.input[0] != '\0')
 		step.safety = (char *)moat_safety_level_name(
 		    moat_safety_classify(step.input, step.language).level);
-	if (trace_fs(rec, tenant, sandbox_id, call->deadline_ms, &cur, &msg) ==
-	    MOAT_OK) {
-		if (moat_trace_diff(e->prev, cur, &diff, &n_diff) != MOAT_OK) {
-			err = moat_asprintf("out of memory diffing the fs "
-			                    "trace");
-			goto reply;
-		}
-		step.fs_trace_truncated =
-		    cur->truncated || (e->prev != NULL && e->prev->truncated);
-	} else {
-		/* The step still lands, marked as lacking its trace. */
-		moat_warn(call->request_id,
-		    "recording %s: fs trace failed: "
-		    "%s",
-		    sandbox_id, msg ? msg : "");
-		step.fs_trace_truncated = true;
-	}
-	step.started_ms = started;
-	step.ended_ms = ended;
+	step_trace(rec, e, c, &step, &cur, &diff, &n_diff, &err);
+	if (err != NULL)
+		goto reply;
+	step.started_ms = c->started_ms;
+	step.ended_ms = c->ended_ms;
 	step.n_fs_trace = n_diff;
 	step.fs_trace = diff;
-	if (append_step(rec, e, tenant, &step, call->deadline_ms, &index,
+	if (append_step(rec, e, c->tenant, &step, c->deadline_ms, &index,
 	        &err) != MOAT_OK) {
-		moat_warn(call->request_id, "recording %s: %s", sandbox_id,
+		moat_warn(c->request_id, "recording %s: %s", c->sandbox_id,
 		    err);
 		goto reply;
 	}
@@ -1263,29 +1424,10 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 		e->prev = cur;
 		cur = NULL;
 	}
-	if (e->policy != MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_EVERY)
-		goto reply;
-	free(msg);
-	msg = NULL;
-	/* A snapshot that fails does not fail the step: it is recorded,
-	 * and the reply says it cannot be restored. */
-	if (moat_record_snapshot(rec, tenant, sandbox_id, e->session_id, index,
-	        call->deadline_ms, snap, sizeof(snap), &msg) != MOAT_OK ||
-	    set_step_snapshot(rec, tenant, e->session_id, index, snap,
-	        call->deadline_ms, &msg) != MOAT_OK) {
-		err = moat_asprintf("step %llu recorded without a snapshot "
-		                    "(it cannot be restored): %s",
-		    (unsigned long long)index, msg ? msg : "");
-		moat_warn(call->request_id, "recording %s: %s", sandbox_id,
-		    err);
-	} else {
-		retain(rec, e, tenant, call->request_id);
-	}
+	step_snapshot(rec, e, c, index, &err);
 reply:
-	repack(call, &r, err == NULL || index > 0 ? index : 0, e->session_id,
-	    err);
-cleanup:
-	pthread_mutex_unlock(&e->lock);
+	repack(raw, raw_len, &r, err == NULL || index > 0 ? index : 0,
+	    e->session_id, err);
 	if (r.exec != NULL)
 		moat__v1__exec_result__free_unpacked(r.exec, NULL);
 	if (r.code != NULL)
@@ -1295,7 +1437,48 @@ cleanup:
 	moat_trace_diff_free(diff, n_diff);
 	free(joined);
 	free(err);
-	free(msg);
+}
+
+struct moat_record_entry *
+moat_record_entry_of(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, uint64_t request_id)
+{
+	struct moat_record_entry *e =
+	    lookup(rec, tenant, sandbox_id, request_id);
+
+	return e != NULL && e->session_id[0] != '\0' ? e : NULL;
+}
+
+int
+moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
+    const ProtobufCMessage *request, const char *sandbox_id,
+    const char *tenant, bool *handled)
+{
+	struct moat_record_entry *e =
+	    moat_record_entry_of(rec, tenant, sandbox_id, call->request_id);
+	struct moat_record_step_ctx c = {
+		.request = request,
+		.sandbox_id = sandbox_id,
+		.tenant = tenant,
+		.method = call->method,
+		.request_id = call->request_id,
+		.deadline_ms = call->deadline_ms,
+	};
+	int rv;
+
+	if (!(*handled = e != NULL))
+		return MOAT_OK;
+	entry_own(e);
+	moat_record_step_before(rec, e, tenant, call->request_id);
+	c.started_ms = moat_now_unix_ms();
+	rv = moat_forward_call(rec->fw, call, sandbox_id, call->payload,
+	    call->payload_len);
+	c.ended_ms = moat_now_unix_ms();
+	/* A call that failed did not run: no step. */
+	if (rv == MOAT_OK)
+		moat_record_step_after(rec, e, &c, &call->raw_reply,
+		    &call->raw_reply_len);
+	moat_record_entry_release(rec, e);
 	return rv;
 }
 

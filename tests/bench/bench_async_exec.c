@@ -8,13 +8,21 @@
  * outcome as JSON. --waits K also starts K `sleep S; echo done` execs
  * with ExecStart and waits for them with long polls, half ExecWait and
  * half ExecRead, also asynchronous (they too must hold no worker).
+ * --record R also creates R recorded sandboxes (CreateSandbox record,
+ * snapshots MANUAL: no snapshot per step) and sends each --record-execs E
+ * execs of `sleep --record-sleep` (default 1) at once: each becomes a
+ * step of its session, and the steps of one sandbox run one after the
+ * other, so R * E of them wait for their turn (more than the gateway's
+ * 64 workers in the test) while holding none.
  * With --check it is the pass/fail test of
  * tests/integration/stack/async_exec_test.sh: it fails unless every
- * GetSandbox answered OK and every exec answered with exit code 0; it
- * never fails on a time. Run as
+ * GetSandbox answered OK, every exec answered with exit code 0 and each
+ * recorded sandbox's session has as many steps as execs were sent to
+ * it; it never fails on a time. Run as
  *   moat-bench-async-exec GATEWAY_URL API_KEY OUT.json
  *       [--sandboxes N] [--execs M] [--sleep S] [--memory MIB]
- *       [--waits K] [--check]
+ *       [--waits K] [--record R] [--record-execs E] [--record-sleep T]
+ *       [--check]
  * (deploy/moat-stack start gives the url ipc://<state>/gateway.sock and
  * the key <state>/api-key).
  */
@@ -27,12 +35,14 @@
 
 #include "moat/rpc.h"
 #include "moat/status.h"
+#include "session.pb-c.h"
 #include "vm.pb-c.h"
 #include "bench_stats.h"
 
 #define GW "moat.v1.Gateway"
 #define MAX_SANDBOXES 64
 #define MAX_EXECS 4096
+#define MAX_RECORDED 1024 /* recorded execs, all sandboxes */
 #define PROBE_EVERY_MS 100
 #define PROBE_TIMEOUT_MS 30000
 
@@ -40,9 +50,10 @@ enum call_kind { CALL_EXEC, CALL_WAIT, CALL_READ };
 
 struct exec_call {
 	enum call_kind kind;
-	int code;      /* -1 while in flight */
-	int exit_code; /* -1 unless the exec answered */
-	char *errmsg;  /* heap, or NULL */
+	int code;             /* -1 while in flight */
+	int exit_code;        /* -1 unless the exec answered */
+	char *errmsg;         /* heap, or NULL */
+	bool recording_error; /* a recorded exec's reply said one */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -62,6 +73,8 @@ exec_done(void *arg, int code, uint8_t *payload, size_t len, char *errmsg)
 	if (code == MOAT_OK && e->kind == CALL_EXEC &&
 	    (r = moat__v1__exec_result__unpack(NULL, len, payload)) != NULL) {
 		e->exit_code = r->status != NULL ? r->status->exit_code : -1;
+		e->recording_error = r->recording_error != NULL &&
+		    r->recording_error[0] != '\0';
 		moat__v1__exec_result__free_unpacked(r, NULL);
 	} else if (code == MOAT_OK && e->kind == CALL_WAIT &&
 	    (st = moat__v1__exec_status__unpack(NULL, len, payload)) != NULL) {
@@ -98,6 +111,8 @@ done_count(void)
 struct opts {
 	const char *url, *key, *out;
 	int sandboxes, execs, sleep_s, waits;
+	int record, record_execs; /* recorded sandboxes, execs each */
+	int record_sleep;         /* s, each recorded exec */
 	uint32_t memory_mib;
 	bool check;
 };
@@ -108,6 +123,8 @@ parse(int argc, char **argv, struct opts *o)
 	*o = (struct opts){ .sandboxes = 10,
 		.execs = 500,
 		.sleep_s = 30,
+		.record_execs = 16,
+		.record_sleep = 1,
 		.memory_mib = 256 };
 	if (argc < 4)
 		return -1;
@@ -125,26 +142,36 @@ parse(int argc, char **argv, struct opts *o)
 			o->waits = atoi(argv[++i]);
 		else if (i + 1 < argc && strcmp(argv[i], "--sleep") == 0)
 			o->sleep_s = atoi(argv[++i]);
+		else if (i + 1 < argc && strcmp(argv[i], "--record") == 0)
+			o->record = atoi(argv[++i]);
+		else if (i + 1 < argc &&
+		    strcmp(argv[i], "--record-execs") == 0)
+			o->record_execs = atoi(argv[++i]);
+		else if (i + 1 < argc &&
+		    strcmp(argv[i], "--record-sleep") == 0)
+			o->record_sleep = atoi(argv[++i]);
 		else if (i + 1 < argc && strcmp(argv[i], "--memory") == 0)
 			o->memory_mib = (uint32_t)atoi(argv[++i]);
 		else
 			return -1;
 	}
-	if (o->sandboxes < 1 || o->sandboxes > MAX_SANDBOXES || o->execs < 1 ||
-	    o->execs > MAX_EXECS || o->sleep_s < 0)
+	if (o->sandboxes < 1 || o->record < 0 || o->record_execs < 1 ||
+	    o->record_sleep < 0 || o->sandboxes + o->record > MAX_SANDBOXES ||
+	    o->execs < 1 || o->execs > MAX_EXECS || o->sleep_s < 0 ||
+	    o->record * o->record_execs > MAX_RECORDED)
 		return -1;
 	return 0;
 }
 
-/* Creates o->sandboxes sandboxes into ids (heap strings); the number
- * made. */
+/* Creates o->sandboxes sandboxes, then o->record recorded ones, into
+ * ids (heap strings); the number made. */
 static int
 create_sandboxes(struct moat_rpc_client *c, const struct opts *o, char **ids)
 {
 	struct moat_rpc_opts ro = { .timeout_ms = 300000, .auth = o->key };
 	int n = 0;
 
-	for (int i = 0; i < o->sandboxes; i++) {
+	for (int i = 0; i < o->sandboxes + o->record; i++) {
 		Moat__V1__CreateSandboxRequest req =
 		    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
 		Moat__V1__Sandbox *sb = NULL;
@@ -152,6 +179,9 @@ create_sandboxes(struct moat_rpc_client *c, const struct opts *o, char **ids)
 		int rv;
 
 		req.memory_mib = o->memory_mib;
+		req.record = i >= o->sandboxes;
+		req.snapshot_policy =
+		    MOAT__V1__SNAPSHOT_POLICY__SNAPSHOT_POLICY_MANUAL;
 		ro.request_id = 0;
 		rv = moat_rpc_call(c, GW, "CreateSandbox", &req.base,
 		    &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb,
@@ -294,6 +324,83 @@ start_waits(struct moat_rpc_client *c, const struct opts *o, char **ids,
 	return n;
 }
 
+/* Sends o->record_execs execs of `sleep o->record_sleep` to each
+ * recorded sandbox (ids[o->sandboxes...]), all at once; the number
+ * sent. */
+static int
+start_recorded(struct moat_rpc_client *c, const struct opts *o, char **ids,
+    struct exec_call *calls)
+{
+	struct moat_rpc_opts ro = { .auth = o->key };
+	int sleep_s = o->record_sleep, n = 0;
+	char secs[16], *argv[2] = { "sleep", secs };
+
+	/* A step waits for the steps of its sandbox sent before it. */
+	ro.timeout_ms =
+	    (uint32_t)(o->record_execs * (sleep_s + 30) + 300) * 1000u;
+	snprintf(secs, sizeof(secs), "%d", sleep_s);
+	for (int i = 0; i < o->record * o->record_execs; i++) {
+		Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+		uint8_t payload[512];
+		size_t len;
+		char *msg = NULL;
+
+		req.sandbox_id = ids[o->sandboxes + i % o->record];
+		req.argv = argv;
+		req.n_argv = 2;
+		req.timeout_ms = (uint32_t)(sleep_s + 240) * 1000u;
+		len = moat__v1__exec_request__pack(&req, payload);
+		calls[i] = (struct exec_call){ .code = -1, .exit_code = -1 };
+		if (moat_rpc_call_raw_async(c, GW, "Exec", payload, len, &ro,
+		        exec_done, &calls[i], &msg) != MOAT_OK) {
+			fprintf(stderr,
+			    "bench: recorded Exec %d not sent: "
+			    "%s\n",
+			    i, msg ? msg : "");
+			free(msg);
+			break;
+		}
+		n++;
+	}
+	return n;
+}
+
+/* recorded_steps: the number of steps in the session of recorded
+ * sandbox `id`; -1 when it cannot be read. */
+static int
+recorded_steps(struct moat_rpc_client *c, const struct opts *o, const char *id)
+{
+	struct moat_rpc_opts ro = { .timeout_ms = 60000, .auth = o->key };
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__ListStepsRequest lreq = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+	Moat__V1__Sandbox *sb = NULL;
+	Moat__V1__ListStepsReply *steps = NULL;
+	char *msg = NULL;
+	int n = -1;
+
+	ref.sandbox_id = (char *)id;
+	if (moat_rpc_call(c, GW, "GetSandbox", &ref.base,
+	        &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&sb, &ro,
+	        &msg) != MOAT_OK)
+		goto out;
+	lreq.session_id = sb->session_id;
+	lreq.page_size = 1000;
+	if (moat_rpc_call(c, GW, "ListSteps", &lreq.base,
+	        &moat__v1__list_steps_reply__descriptor,
+	        (ProtobufCMessage **)&steps, &ro, &msg) == MOAT_OK)
+		n = (int)steps->n_steps;
+out:
+	if (n < 0)
+		fprintf(stderr, "bench: the session of %s: %s\n", id,
+		    msg ? msg : "?");
+	free(msg);
+	if (sb != NULL)
+		moat__v1__sandbox__free_unpacked(sb, NULL);
+	if (steps != NULL)
+		moat__v1__list_steps_reply__free_unpacked(steps, NULL);
+	return n;
+}
+
 /* Probes GetSandbox until `started` execs answered (or a bound far past
  * their sleep); latencies into *ms (heap), failures counted. */
 static size_t
@@ -337,6 +444,55 @@ probe(struct moat_rpc_client *c, const struct opts *o, char **ids, int n_ids,
 	return n;
 }
 
+/* count_recorded: the recorded execs that answered exit code 0 (their
+ * errmsg freed); those whose reply names a recording error into
+ * *errors. */
+static int
+count_recorded(struct exec_call *calls, int n, int *errors, int *shown)
+{
+	int ok = 0;
+
+	*errors = 0;
+	for (int i = 0; i < n; i++) {
+		if (calls[i].code == MOAT_OK && calls[i].exit_code == 0)
+			ok++;
+		else if ((*shown)++ < 10)
+			fprintf(stderr,
+			    "bench: recorded exec %d: %s (exit %d): %s\n", i,
+			    calls[i].code < 0 ? "no answer" :
+			                        moat_strerror(calls[i].code),
+			    calls[i].exit_code,
+			    calls[i].errmsg ? calls[i].errmsg : "");
+		if (calls[i].recording_error)
+			(*errors)++;
+		free(calls[i].errmsg);
+	}
+	return ok;
+}
+
+/* check_sessions: the recorded sandboxes whose session does not have a
+ * step per exec sent to it (execs sent round-robin). */
+static int
+check_sessions(struct moat_rpc_client *c, const struct opts *o, char **ids,
+    int sent)
+{
+	int mismatched = 0;
+
+	for (int r = 0; r < o->record; r++) {
+		int want = sent / o->record + (r < sent % o->record ? 1 : 0);
+		int have = recorded_steps(c, o, ids[o->sandboxes + r]);
+
+		if (have != want) {
+			fprintf(stderr,
+			    "bench: recorded sandbox %s: %d steps for %d "
+			    "execs\n",
+			    ids[o->sandboxes + r], have, want);
+			mismatched++;
+		}
+	}
+	return mismatched;
+}
+
 /* Waits (bounded) for the execs still in flight, so their memory is not
  * freed under a late callback. */
 static void
@@ -356,11 +512,11 @@ wait_all(int started)
 int
 main(int argc, char **argv)
 {
-	static struct exec_call calls[MAX_EXECS];
+	static struct exec_call calls[MAX_EXECS], rcalls[MAX_RECORDED];
 	struct moat_rpc_client *c = NULL;
 	char *ids[MAX_SANDBOXES], *msg = NULL;
 	int n_ids, started, waited = 0, failures = 0, ok = 0, shown = 0;
-	int waits_ok = 0;
+	int waits_ok = 0, recorded, rec_ok = 0, rec_errors = 0, mismatched;
 	double *ms = NULL, t0, execs_ms;
 	size_t n_ms;
 	struct opts o;
@@ -371,6 +527,7 @@ main(int argc, char **argv)
 		fprintf(stderr,
 		    "usage: %s GATEWAY_URL API_KEY OUT.json [--sandboxes N] "
 		    "[--execs M] [--sleep S] [--memory MIB] [--waits K] "
+		    "[--record R] [--record-execs E] [--record-sleep T] "
 		    "[--check]\n",
 		    argv[0]);
 		return 2;
@@ -379,7 +536,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "bench: %s\n", msg);
 		return 1;
 	}
-	if ((n_ids = create_sandboxes(c, &o, ids)) < o.sandboxes) {
+	if ((n_ids = create_sandboxes(c, &o, ids)) < o.sandboxes + o.record) {
 		destroy_sandboxes(c, &o, ids, n_ids);
 		return 1;
 	}
@@ -388,11 +545,15 @@ main(int argc, char **argv)
 		o.waits = MAX_EXECS / 2;
 	if (o.execs > MAX_EXECS / 2)
 		o.execs = MAX_EXECS / 2;
-	waited = start_waits(c, &o, ids, n_ids, calls + MAX_EXECS / 2);
-	started = start_execs(c, &o, ids, n_ids, calls);
-	n_ms = probe(c, &o, ids, n_ids, started + waited, &ms, &failures);
-	wait_all(started + waited);
+	waited = start_waits(c, &o, ids, o.sandboxes, calls + MAX_EXECS / 2);
+	started = start_execs(c, &o, ids, o.sandboxes, calls);
+	recorded = start_recorded(c, &o, ids, rcalls);
+	n_ms = probe(c, &o, ids, n_ids, started + waited + recorded, &ms,
+	    &failures);
+	wait_all(started + waited + recorded);
 	execs_ms = bench_now_ms() - t0;
+	rec_ok = count_recorded(rcalls, recorded, &rec_errors, &shown);
+	mismatched = check_sessions(c, &o, ids, recorded);
 	for (int i = 0; i < started; i++) {
 		if (calls[i].code == MOAT_OK && calls[i].exit_code == 0) {
 			ok++;
@@ -426,13 +587,15 @@ main(int argc, char **argv)
 	json_object_set_new(lat, "p99_ms",
 	    json_real(bench_percentile(ms, n_ms, 0.99)));
 	out = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, "
-	                "s:f, s:o}",
+	                "s:f, s:o, s:i, s:i, s:i, s:i, s:i}",
 	    "what", "GetSandbox through the gateway while long execs run",
 	    "sandboxes", o.sandboxes, "execs", o.execs, "execs_started",
 	    started, "execs_ok", ok, "long_polls", waited, "long_polls_ok",
 	    waits_ok, "sleep_s", o.sleep_s, "probes", (int)n_ms + failures,
 	    "probe_failures", failures, "execs_wall_ms", execs_ms,
-	    "getsandbox", lat);
+	    "getsandbox", lat, "recorded_sandboxes", o.record,
+	    "recorded_execs", recorded, "recorded_ok", rec_ok,
+	    "recording_errors", rec_errors, "sessions_mismatched", mismatched);
 	if (out == NULL || json_dump_file(out, o.out, JSON_INDENT(2)) != 0)
 		fprintf(stderr, "bench: cannot write %s\n", o.out);
 	printf(
@@ -443,13 +606,15 @@ main(int argc, char **argv)
 	    n_ms ? ms[n_ms - 1] : 0.0);
 	json_decref(out);
 	free(ms);
-	pass =
-	    ok == o.execs && waits_ok == o.waits && failures == 0 && n_ms > 0;
+	pass = ok == o.execs && waits_ok == o.waits && failures == 0 &&
+	    n_ms > 0 && rec_ok == o.record * o.record_execs && mismatched == 0;
 	if (o.check && !pass) {
 		fprintf(stderr,
 		    "FAIL: %d of %d execs ok, %d of %d long polls ok, %d "
-		    "GetSandbox calls failed\n",
-		    ok, o.execs, waits_ok, o.waits, failures);
+		    "GetSandbox calls failed, %d of %d recorded execs ok, %d "
+		    "sessions without a step per exec\n",
+		    ok, o.execs, waits_ok, o.waits, failures, rec_ok,
+		    o.record * o.record_execs, mismatched);
 		return 1;
 	}
 	return 0;

@@ -3,21 +3,27 @@
 # stack in a temporary state directory, then moat-bench-async-exec
 # --check creates 10 sandboxes through the gateway, starts 500 `sleep 30`
 # execs over them at once and probes GetSandbox every 100 ms until they
-# have all answered. Passes when every GetSandbox answered OK and every
-# exec answered with exit code 0 (no timing decides it; the latencies go
-# to the JSON it writes). 50 execs a sandbox stay under the guest agent's
-# 64 running execs (guest/agent/agent.h AGENT_EXEC_MAX) and vmd's 256
-# (services/vm/node.h VMD_EXEC_MAX_RUNNING).
+# have all answered. With them, 8 more sandboxes are created recorded
+# (snapshots MANUAL) and get 9 `sleep 1` execs each at once: steps run
+# one at a time per sandbox, so 72 recorded execs wait at once, more than
+# the gateway's 64 RPC workers, while holding none (recording them all
+# takes about as long as the sleeps under TCG: a step's fs trace is the
+# slow part). Passes when every
+# GetSandbox answered OK, every exec answered with exit code 0 (no timing
+# decides it; the latencies go to the JSON it writes) and each recorded
+# sandbox's session has a step per exec sent to it. 50 execs a sandbox
+# stay under the guest agent's 64 running execs (guest/agent/agent.h
+# AGENT_EXEC_MAX) and vmd's 256 (services/vm/node.h VMD_EXEC_MAX_RUNNING).
 # Needs built binaries (MOAT_BIN_DIR) and images (MOAT_IMAGE_DIR, default
-# <repo>/images/out). MOAT_ASYNC_EXECS / _SANDBOXES / _SLEEP make it
-# smaller for a quick run.
+# <repo>/images/out). MOAT_ASYNC_EXECS / _SANDBOXES / _SLEEP /
+# _RECORD / _RECORD_EXECS make it smaller for a quick run.
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
 export MOAT_IMAGE_DIR=${MOAT_IMAGE_DIR:-$repo/images/out}
 state=$(mktemp -d /tmp/moat-async-test.XXXXXX)
 export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
-# Ten sandboxes of 1 vCPU on this one node (2 vCPUs here): past the
+# Eighteen sandboxes of 1 vCPU on this one node (2 vCPUs here): past the
 # default vcpu-overcommit of 4. The test is about workers, not placement.
 export MOAT_GATEWAY_VCPU_OVERCOMMIT=${MOAT_GATEWAY_VCPU_OVERCOMMIT:-16}
 # 600 calls sent at once with one key: past the per-key rate ([tenants]
@@ -46,7 +52,9 @@ fi
 	"$(cat "$state/api-key")" "$out" --check \
 	--sandboxes "${MOAT_ASYNC_SANDBOXES:-10}" \
 	--execs "${MOAT_ASYNC_EXECS:-500}" --sleep "${MOAT_ASYNC_SLEEP:-30}" \
-	--waits "${MOAT_ASYNC_WAITS:-100}"
+	--waits "${MOAT_ASYNC_WAITS:-100}" \
+	--record "${MOAT_ASYNC_RECORD:-8}" \
+	--record-execs "${MOAT_ASYNC_RECORD_EXECS:-9}"
 rv=$?
 cat "$out" 2>/dev/null
 if [ $rv -ne 0 ]; then
@@ -54,4 +62,5 @@ if [ $rv -ne 0 ]; then
 	tail -n 20 "$state"/logs/gateway.log "$state"/logs/vmd.log
 	exit 1
 fi
-echo "ok - every exec finished with rc 0 and every GetSandbox answered"
+echo "ok - every exec finished with rc 0, every GetSandbox answered and" \
+	"every recorded exec is a step of its sandbox's session"

@@ -278,6 +278,11 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	bool handled;
 	int rv = MOAT_OK, idx;
 
+	if (strcmp(m, "Exec") == 0) {
+		pthread_mutex_lock(&fn->lock);
+		fn->execs++;
+		pthread_mutex_unlock(&fn->lock);
+	}
 	if (hold_exec(fn, call, request))
 		return MOAT_OK;
 	if (strcmp(m, "GetSandbox") == 0 && atomic_load(&fn->get_delay_ms) > 0)

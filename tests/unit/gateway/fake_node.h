@@ -76,6 +76,7 @@ struct fake_node {
 	int fail_restore_every; /* > 0: every n-th restore fails */
 	int snapshots;          /* SnapshotSandbox calls */
 	int traces;             /* TraceFs calls */
+	int execs;              /* Exec calls, held ones too */
 	struct fake_snapshot snaps[FAKE_MAX_SNAPSHOTS]; /* held now */
 	int n_snaps;
 	char deleted[FAKE_MAX_SNAPSHOTS][128]; /* DeleteLocalSnapshot'd */
