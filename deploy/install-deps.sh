@@ -18,6 +18,9 @@ PKGS=(
 	# the TLS tests' throwaway certificates and moat-pki, curl for the
 	# HTTPS door, systemd-analyze for the unit files' test
 	openssl curl systemd
+	# deploy/build-nng.sh: nng's Debian source package, unpacked and
+	# built with moat's fix (and TLS through mbedtls, as Debian's)
+	dpkg-dev libmbedtls-dev
 )
 if [ "${1:-}" = --bench ]; then
 	PKGS+=(python3-matplotlib)

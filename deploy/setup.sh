@@ -21,6 +21,8 @@ done
 
 echo "== dependencies"
 bash deploy/install-deps.sh
+echo "== nng (with moat's fix; cached in .deps/nng)"
+nice -n 10 bash deploy/build-nng.sh
 echo "== build ($build_dir)"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cmake_extra[@]}" >/dev/null
 make -C "$build_dir" -j"$(nproc)" --no-print-directory
