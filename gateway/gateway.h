@@ -494,14 +494,6 @@ bool moat_record_session_lookup(struct moat_record *rec, const char *tenant,
 /* moat_record_forget: the sandbox was destroyed: no more steps. */
 void moat_record_forget(struct moat_record *rec, const char *sandbox_id);
 
-/* moat_record_exec: a one-shot Exec. When the sandbox is not recorded
- * sets *handled false and does nothing. Else forwards it (as
- * moat_forward_call), traces, diffs and appends the step, and puts the
- * ExecResult with step_index / session_id / recording_error in
- * call->raw_reply; returns the forward's status. */
-int moat_record_exec(struct moat_record *rec, struct moat_rpc_call *call,
-    const Moat__V1__ExecRequest *req, const char *tenant, bool *handled);
-
 /* The session label holding the snapshot of step 0 (the state before
  * step 1): sessiond's SetStepSnapshot knows steps from 1 only. */
 #define MOAT_RECORD_STEP0_LABEL "moat.step0_snapshot"

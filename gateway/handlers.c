@@ -819,65 +819,34 @@ forward_long(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return rv;
 }
 
-/* h_exec: Exec; a recorded sandbox's exec is a step of its recording
- * (moat_record_step_async), any other is forwarded; neither holds a
- * worker while the node runs it. */
-static int
-h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
-    ProtobufCMessage *reply)
-{
-	struct moat_gateway *gw = call->service_ctx;
-	const Moat__V1__ExecRequest *req =
-	    (const Moat__V1__ExecRequest *)request;
-	const char *command, *language, *safety = NULL;
-	char session_id[MOAT_ID_MAX], *joined = NULL;
-	bool handled = false;
-	int rv;
-
-	if (!moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
-	        req->sandbox_id, call->request_id, session_id,
-	        sizeof(session_id)))
-		return forward_long(call, request, reply, req->sandbox_id);
-	command = command_of(request, &language, &joined);
-	if (command != NULL)
-		safety = moat_safety_level_name(
-		    moat_safety_classify(command, language).level);
-	rv = moat_record_step_async(&gw->rec, call, request, req->sandbox_id,
-	    moat_gw_tenant(call), reply->descriptor, safety, &handled);
-	free(joined);
-	if (!handled) /* no longer recorded */
-		rv = forward_long(call, request, reply, req->sandbox_id);
-	return rv;
-}
-
-/* h_run_code: RunCode; a recorded sandbox's cell is a step of its
+/* h_step: Exec and RunCode; a recorded sandbox's command is a step of its
  * recording (moat_record_step_async), any other is forwarded; neither
  * holds a worker while the node runs it. */
 static int
-h_run_code(struct moat_rpc_call *call, const ProtobufCMessage *request,
+h_step(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
 	struct moat_gateway *gw = call->service_ctx;
-	const Moat__V1__RunCodeRequest *req =
-	    (const Moat__V1__RunCodeRequest *)request;
+	const char *sandbox_id = request_sandbox_id(call, request);
 	const char *command, *language, *safety = NULL;
 	char session_id[MOAT_ID_MAX], *joined = NULL;
 	bool handled = false;
 	int rv;
 
+	if (sandbox_id == NULL)
+		return MOAT_INTERNAL;
 	if (!moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
-	        req->sandbox_id, call->request_id, session_id,
-	        sizeof(session_id)))
-		return forward_long(call, request, reply, req->sandbox_id);
+	        sandbox_id, call->request_id, session_id, sizeof(session_id)))
+		return forward_long(call, request, reply, sandbox_id);
 	command = command_of(request, &language, &joined);
 	if (command != NULL)
 		safety = moat_safety_level_name(
 		    moat_safety_classify(command, language).level);
-	rv = moat_record_step_async(&gw->rec, call, request, req->sandbox_id,
+	rv = moat_record_step_async(&gw->rec, call, request, sandbox_id,
 	    moat_gw_tenant(call), reply->descriptor, safety, &handled);
 	free(joined);
 	if (!handled) /* no longer recorded */
-		rv = forward_long(call, request, reply, req->sandbox_id);
+		rv = forward_long(call, request, reply, sandbox_id);
 	return rv;
 }
 
@@ -1135,7 +1104,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "ExecWrite", h_sandbox, true, true },
 	{ "ExecWait", h_sandbox_wait, false, true },
 	{ "ExecKill", h_sandbox, true, true },
-	{ "Exec", h_exec, true, true },
+	{ "Exec", h_step, true, true },
 	{ "ReadFile", h_sandbox, false, true },
 	{ "WriteFile", h_sandbox, true, true },
 	{ "ListFiles", h_sandbox, false, true },
@@ -1159,7 +1128,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "Replay", moat_travel_replay, true, true },
 	{ "Diff", h_diff, false, true },
 	{ "Compare", h_compare, false, true },
-	{ "RunCode", h_run_code, true, true },
+	{ "RunCode", h_step, true, true },
 	{ "CloseCodeContext", moat_travel_close_code_context, true, true },
 	{ "ListAudit", h_list_audit, false, true },
 	{ "SetStepKeep", h_session, true, true },

@@ -1482,13 +1482,6 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	return rv;
 }
 
-int
-moat_record_exec(struct moat_record *rec, struct moat_rpc_call *call,
-    const Moat__V1__ExecRequest *req, const char *tenant, bool *handled)
-{
-	return moat_record_step(rec, call, &req->base, req->sandbox_id, tenant,
-	    handled);
-}
 
 int
 moat_record_session_call(struct moat_record *rec, struct moat_rpc_call *call,
