@@ -1482,7 +1482,6 @@ moat_record_step(struct moat_record *rec, struct moat_rpc_call *call,
 	return rv;
 }
 
-
 int
 moat_record_session_call(struct moat_record *rec, struct moat_rpc_call *call,
     const ProtobufCMessage *request, const char *tenant)
