@@ -7,13 +7,17 @@ of its snapshots) and destroy in a random mix. Every call's latency is kept
 with its start time, so the report has throughput and p50/p95/p99 per
 10 s window (and a PNG plot of them), errors by code with a sample each,
 and after the run, once every client cleaned up what it made: leaked
-VMMs, RAM files, scratch files and snapshots on every node.
+VMMs, RAM files, scratch files and snapshots on every node. While it
+runs, the sandboxes on the nodes are counted every 0.25 s: the peak,
+against the tenant's max-sandboxes, shows whether the quota held across
+the gateways (a restore that replaces a sandbox on another node has both
+for a moment, which no quota counts).
 Not a test: it decides nothing (tests/bench/load/run.sh starts the
 cluster and runs it).
 
 usage: load.py --gateways URL[,URL...] --api-key KEY --nodes DIR[,DIR...]
        --ram-dirs DIR[,DIR...] --out OUT.json [--plot OUT.png]
-       [--seconds 120] [--clients 100]
+       [--seconds 120] [--clients 100] [--max-sandboxes N]
 """
 import argparse
 import collections
@@ -197,6 +201,23 @@ def plot(path, win, title):
     return True
 
 
+def sandbox_dirs(nodes):
+    n = 0
+    for d in nodes:
+        try:
+            n += len(os.listdir(f"{d}/vms"))
+        except OSError:
+            pass
+    return n
+
+
+def watch_peak(nodes, peak):
+    """Keeps peak[0], the most sandboxes the nodes held at once."""
+    while not stop.is_set():
+        peak[0] = max(peak[0], sandbox_dirs(nodes))
+        time.sleep(0.25)
+
+
 def warm_up(gateways, key):
     """One create and destroy through each gateway before the clock
     starts, so each node's template of the shape exists (the first
@@ -259,6 +280,7 @@ def main():
     ap.add_argument("--plot")
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--max-sandboxes", type=int, default=0)
     a = ap.parse_args()
     gateways = a.gateways.split(",")
     nodes = a.nodes.split(",")
@@ -269,6 +291,8 @@ def main():
     threads = [threading.Thread(target=run_client, args=(k, gateways,
                                                          a.api_key))
                for k in range(a.clients)]
+    peak = [0]
+    threads.append(threading.Thread(target=watch_peak, args=(nodes, peak)))
     for t in threads:
         t.start()
     time.sleep(a.seconds)
@@ -295,6 +319,9 @@ def main():
         "goal_errors": "none but RESOURCE_EXHAUSTED",
         "errors_other_than_resource_exhausted":
             sum(n for c, n in errors.items() if c not in allowed),
+        "peak_sandboxes": peak[0],
+        "max_sandboxes": a.max_sandboxes,
+        "goal_peak": "at most max_sandboxes (plus a replace in flight)",
         "leaks": left,
         "goal_leaks": "zero",
     }

@@ -107,6 +107,7 @@ done
 mkdir -p "$repo/tests/bench/results"
 "$py" "$repo/tests/bench/load/load.py" --gateways "$urls" --api-key "$key" \
 	--nodes "$nodes" --ram-dirs "$rams" --seconds "$seconds" --clients "$clients" \
+	--max-sandboxes "$MOAT_TENANTS_MAX_SANDBOXES" \
 	--out "$repo/tests/bench/results/load.json" --plot "$repo/tests/bench/results/load.png"
 rv=$?
 grep -h "killed by signal\|programmer error" "$root"/logs/*.log
