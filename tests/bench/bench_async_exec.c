@@ -8,6 +8,10 @@
  * outcome as JSON. --waits K also starts K `sleep S; echo done` execs
  * with ExecStart and waits for them with long polls, half ExecWait and
  * half ExecRead, also asynchronous (they too must hold no worker).
+ * --baseline B (default 20) first probes GetSandbox for B seconds with
+ * the sandboxes idle, side by side in the same run: the p99 under load
+ * over that idle p99 is the ratio to read (the TCG guests alone load
+ * this 2-core machine), reported as getsandbox_idle and p99_ratio.
  * --record R also creates R recorded sandboxes (CreateSandbox record,
  * snapshots MANUAL: no snapshot per step) and sends each --record-execs E
  * execs of `sleep --record-sleep` (default 1) at once: each becomes a
@@ -111,6 +115,7 @@ done_count(void)
 struct opts {
 	const char *url, *key, *out;
 	int sandboxes, execs, sleep_s, waits;
+	int baseline_s;           /* idle probing before the execs */
 	int record, record_execs; /* recorded sandboxes, execs each */
 	int record_sleep;         /* s, each recorded exec */
 	uint32_t memory_mib;
@@ -125,6 +130,7 @@ parse(int argc, char **argv, struct opts *o)
 		.sleep_s = 30,
 		.record_execs = 16,
 		.record_sleep = 1,
+		.baseline_s = 20,
 		.memory_mib = 256 };
 	if (argc < 4)
 		return -1;
@@ -150,14 +156,17 @@ parse(int argc, char **argv, struct opts *o)
 		else if (i + 1 < argc &&
 		    strcmp(argv[i], "--record-sleep") == 0)
 			o->record_sleep = atoi(argv[++i]);
+		else if (i + 1 < argc && strcmp(argv[i], "--baseline") == 0)
+			o->baseline_s = atoi(argv[++i]);
 		else if (i + 1 < argc && strcmp(argv[i], "--memory") == 0)
 			o->memory_mib = (uint32_t)atoi(argv[++i]);
 		else
 			return -1;
 	}
 	if (o->sandboxes < 1 || o->record < 0 || o->record_execs < 1 ||
-	    o->record_sleep < 0 || o->sandboxes + o->record > MAX_SANDBOXES ||
-	    o->execs < 1 || o->execs > MAX_EXECS || o->sleep_s < 0 ||
+	    o->record_sleep < 0 || o->baseline_s < 0 ||
+	    o->sandboxes + o->record > MAX_SANDBOXES || o->execs < 1 ||
+	    o->execs > MAX_EXECS || o->sleep_s < 0 ||
 	    o->record * o->record_execs > MAX_RECORDED)
 		return -1;
 	return 0;
@@ -402,19 +411,22 @@ out:
 }
 
 /* Probes GetSandbox until `started` execs answered (or a bound far past
- * their sleep); latencies into *ms (heap), failures counted. */
+ * their sleep), or with `for_s` > 0 for that long; latencies into *ms
+ * (heap), failures counted. */
 static size_t
 probe(struct moat_rpc_client *c, const struct opts *o, char **ids, int n_ids,
-    int started, double **ms, int *failures)
+    int started, int for_s, double **ms, int *failures)
 {
 	struct moat_rpc_opts ro = { .timeout_ms = PROBE_TIMEOUT_MS,
 		.auth = o->key };
-	double give_up = bench_now_ms() + (o->sleep_s + 600) * 1000.0;
+	double give_up =
+	    bench_now_ms() + (for_s > 0 ? for_s : o->sleep_s + 600) * 1000.0;
 	size_t n = 0, cap = 1024;
 
 	*ms = malloc(cap * sizeof(**ms));
 	*failures = 0;
-	for (int i = 0; done_count() < started && bench_now_ms() < give_up;
+	for (int i = 0;
+	     (for_s > 0 || done_count() < started) && bench_now_ms() < give_up;
 	     i++) {
 		Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
 		ProtobufCMessage *r = NULL;
@@ -517,8 +529,9 @@ main(int argc, char **argv)
 	char *ids[MAX_SANDBOXES], *msg = NULL;
 	int n_ids, started, waited = 0, failures = 0, ok = 0, shown = 0;
 	int waits_ok = 0, recorded, rec_ok = 0, rec_errors = 0, mismatched;
-	double *ms = NULL, t0, execs_ms;
-	size_t n_ms;
+	double *ms = NULL, *idle = NULL, t0, execs_ms, p99_idle;
+	size_t n_ms, n_idle = 0;
+	int idle_failures = 0;
 	struct opts o;
 	json_t *out, *lat;
 	bool pass;
@@ -528,7 +541,7 @@ main(int argc, char **argv)
 		    "usage: %s GATEWAY_URL API_KEY OUT.json [--sandboxes N] "
 		    "[--execs M] [--sleep S] [--memory MIB] [--waits K] "
 		    "[--record R] [--record-execs E] [--record-sleep T] "
-		    "[--check]\n",
+		    "[--baseline B] [--check]\n",
 		    argv[0]);
 		return 2;
 	}
@@ -540,6 +553,9 @@ main(int argc, char **argv)
 		destroy_sandboxes(c, &o, ids, n_ids);
 		return 1;
 	}
+	if (o.baseline_s > 0)
+		n_idle = probe(c, &o, ids, n_ids, 0, o.baseline_s, &idle,
+		    &idle_failures);
 	t0 = bench_now_ms();
 	if (o.waits > MAX_EXECS / 2)
 		o.waits = MAX_EXECS / 2;
@@ -548,7 +564,7 @@ main(int argc, char **argv)
 	waited = start_waits(c, &o, ids, o.sandboxes, calls + MAX_EXECS / 2);
 	started = start_execs(c, &o, ids, o.sandboxes, calls);
 	recorded = start_recorded(c, &o, ids, rcalls);
-	n_ms = probe(c, &o, ids, n_ids, started + waited + recorded, &ms,
+	n_ms = probe(c, &o, ids, n_ids, started + waited + recorded, 0, &ms,
 	    &failures);
 	wait_all(started + waited + recorded);
 	execs_ms = bench_now_ms() - t0;
@@ -586,6 +602,7 @@ main(int argc, char **argv)
 	lat = bench_summary(ms, n_ms);
 	json_object_set_new(lat, "p99_ms",
 	    json_real(bench_percentile(ms, n_ms, 0.99)));
+	p99_idle = n_idle ? bench_percentile(idle, n_idle, 0.99) : 0;
 	out = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, "
 	                "s:f, s:o, s:i, s:i, s:i, s:i, s:i}",
 	    "what", "GetSandbox through the gateway while long execs run",
@@ -596,6 +613,19 @@ main(int argc, char **argv)
 	    "getsandbox", lat, "recorded_sandboxes", o.record,
 	    "recorded_execs", recorded, "recorded_ok", rec_ok,
 	    "recording_errors", rec_errors, "sessions_mismatched", mismatched);
+	if (out != NULL && n_idle > 0) {
+		json_t *il = bench_summary(idle, n_idle);
+
+		json_object_set_new(il, "p99_ms", json_real(p99_idle));
+		json_object_set_new(il, "seconds", json_integer(o.baseline_s));
+		json_object_set_new(il, "failures",
+		    json_integer(idle_failures));
+		json_object_set_new(out, "getsandbox_idle", il);
+		json_object_set_new(out, "p99_ratio",
+		    json_real(p99_idle > 0 ?
+		            bench_percentile(ms, n_ms, 0.99) / p99_idle :
+		            0));
+	}
 	if (out == NULL || json_dump_file(out, o.out, JSON_INDENT(2)) != 0)
 		fprintf(stderr, "bench: cannot write %s\n", o.out);
 	printf(
@@ -604,10 +634,17 @@ main(int argc, char **argv)
 	    ok, o.execs, execs_ms, n_ms, failures,
 	    bench_percentile(ms, n_ms, 0.5), bench_percentile(ms, n_ms, 0.99),
 	    n_ms ? ms[n_ms - 1] : 0.0);
+	if (n_idle > 0)
+		printf("GetSandbox idle (%d s before the execs): p50 %.1f ms "
+		       "p99 %.1f ms\n",
+		    o.baseline_s, bench_percentile(idle, n_idle, 0.5),
+		    p99_idle);
 	json_decref(out);
 	free(ms);
+	free(idle);
 	pass = ok == o.execs && waits_ok == o.waits && failures == 0 &&
-	    n_ms > 0 && rec_ok == o.record * o.record_execs && mismatched == 0;
+	    idle_failures == 0 && n_ms > 0 &&
+	    rec_ok == o.record * o.record_execs && mismatched == 0;
 	if (o.check && !pass) {
 		fprintf(stderr,
 		    "FAIL: %d of %d execs ok, %d of %d long polls ok, %d "

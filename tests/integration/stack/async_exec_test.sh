@@ -54,7 +54,8 @@ fi
 	--execs "${MOAT_ASYNC_EXECS:-500}" --sleep "${MOAT_ASYNC_SLEEP:-30}" \
 	--waits "${MOAT_ASYNC_WAITS:-100}" \
 	--record "${MOAT_ASYNC_RECORD:-8}" \
-	--record-execs "${MOAT_ASYNC_RECORD_EXECS:-9}"
+	--record-execs "${MOAT_ASYNC_RECORD_EXECS:-9}" \
+	--baseline "${MOAT_ASYNC_BASELINE:-0}"
 rv=$?
 cat "$out" 2>/dev/null
 if [ $rv -ne 0 ]; then
