@@ -601,3 +601,35 @@ moat_inventory_usage(struct moat_inventory *inv, const char *tenant,
 	}
 	pthread_mutex_unlock(&inv->lock);
 }
+
+bool
+moat_inventory_tenant_ids(struct moat_inventory *inv, const char *tenant,
+    struct moat_usage *total, char ***ids, size_t *n)
+{
+	bool ok = true;
+
+	memset(total, 0, sizeof(*total));
+	*ids = NULL;
+	*n = 0;
+	if (inv == NULL || tenant == NULL)
+		return true;
+	pthread_mutex_lock(&inv->lock);
+	if ((*ids = calloc(inv->n ? inv->n : 1, sizeof(**ids))) == NULL)
+		ok = false;
+	for (size_t i = 0; ok && i < inv->n; i++) {
+		const Moat__V1__Sandbox *sb = inv->entries[i].last;
+
+		if (sb == NULL || sb->tenant == NULL ||
+		    strcmp(sb->tenant, tenant) != 0)
+			continue;
+		total->sandboxes++;
+		total->vcpus += sb->vcpus;
+		total->memory_mib += sb->memory_mib;
+		if (((*ids)[*n] = strdup(sb->id)) == NULL)
+			ok = false;
+		else
+			(*n)++;
+	}
+	pthread_mutex_unlock(&inv->lock);
+	return ok;
+}

@@ -175,15 +175,15 @@ sessiond_metrics_commit(size_t ops, bool ok, double seconds)
 }
 
 void
-sessiond_metrics_quota(const char *limit)
+sessiond_metrics_quota(const char *key)
 {
-	const char *labels[] = { "limit", limit, NULL };
+	const char *labels[] = { "limit", key, NULL };
 
 	if (m.reg == NULL)
 		return;
 	moat_counter_inc(moat_metrics_counter(m.reg,
 	    "moat_sessiond_quota_refusals_total",
-	    "ReserveQuota calls refused, by limit ([tenants] key, or full: "
-	    "[sessiond] quota-reservations-max).",
+	    "ReserveQuota calls refused, by limit: a [tenants] key, or full "
+	    "for [sessiond] quota-reservations-max.",
 	    labels));
 }

@@ -397,9 +397,9 @@ int sessiond_h_release_quota(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 
 /* sessiond_metrics_quota (metrics.c): a ReserveQuota refused for
- * `limit` ("max-sandboxes", ..., or "full"). Thread-safe; nothing while
+ * `key` ("max-sandboxes", ..., or "full"). Thread-safe; nothing while
  * metrics are off. */
-void sessiond_metrics_quota(const char *limit);
+void sessiond_metrics_quota(const char *key);
 
 extern const struct moat_rpc_method sessiond_methods[];
 extern const size_t sessiond_n_methods;
