@@ -7,8 +7,10 @@
  * spreads. Quotas count the tenant's sandboxes in the inventory (every
  * node) plus reservations whose sandbox the inventory does not list yet;
  * the check and the reservation are made under one lock, so a burst
- * cannot pass a limit. Keys take tokens of one table of buckets
- * (ratelimit.c) at their tenant's rate.
+ * through this gateway cannot pass a limit. With a sessiond the quotas
+ * are counted across gateways there first (quota_remote.c); this count
+ * is the fallback when it does not answer. Keys take tokens of one
+ * table of buckets (ratelimit.c) at their tenant's rate.
  * Not for: ranking nodes (placement.c) or talking to them.
  */
 #include <pthread.h>

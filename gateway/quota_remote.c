@@ -116,6 +116,23 @@ refusal_key(const char *msg)
 	return "reservations";
 }
 
+/* refusal_text: sessiond's refusal `why` (taken) as the caller should
+ * read it: without the "moat-sessiond at URL: " that
+ * moat_sessiond_remote_call puts first (where the count is kept is no
+ * concern of the caller's; the message says "counted on every
+ * gateway"). */
+static char *
+refusal_text(const struct moat_quota_remote *r, char *why)
+{
+	char *prefix = moat_asprintf("moat-sessiond at %s: ", r->url);
+	size_t len = prefix != NULL ? strlen(prefix) : 0;
+
+	if (why != NULL && len != 0 && strncmp(why, prefix, len) == 0)
+		memmove(why, why + len, strlen(why + len) + 1);
+	free(prefix);
+	return why;
+}
+
 /* ask: ReserveQuota with this gateway's inventory of the tenant. */
 static int
 ask(struct moat_admission *a, struct moat_quota_remote *r,
@@ -194,7 +211,7 @@ moat_quota_reserve(struct moat_admission *a, const char *tenant,
 	}
 	if (rv == MOAT_RESOURCE_EXHAUSTED) {
 		moat_admission_count_refusal(a, refusal_key(why));
-		*errmsg = why;
+		*errmsg = refusal_text(r, why);
 		return rv;
 	}
 	/* No answer, an old sessiond or a request it refused: this

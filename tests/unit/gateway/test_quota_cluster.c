@@ -162,6 +162,7 @@ struct create {
 	int rv;
 	struct moat_quota_hold hold;
 	uint64_t local;
+	char *err; /* the refusal's message (heap) */
 };
 
 /* create_main: the quota part of moat_gw_create: sessiond's
@@ -191,7 +192,7 @@ create_main(void *arg)
 	if (c->rv == MOAT_OK)
 		c->rv = moat_admission_place(c->g->adm, c->g->nodes, 1,
 		    c->tenant, &req, c->hold.local, &chosen, &c->local, &err);
-	free(err);
+	c->err = err;
 	return NULL;
 }
 
@@ -216,6 +217,16 @@ race(struct gw *g1, struct gw *g2, const char *tenant, struct create c[2])
 			passed++;
 		else
 			assert_int_equal(c[i].rv, MOAT_RESOURCE_EXHAUSTED);
+		/* The limit, its key and what to do; not where sessiond
+		 * is. */
+		if (c[i].rv != MOAT_OK &&
+		    (strncmp(c[i].err, "tenant ", 7) != 0 ||
+		        strstr(c[i].err, "([tenants] max-sandboxes.") ==
+		            NULL ||
+		        strstr(c[i].err, "max-sandboxes=N)") == NULL))
+			fail_msg("refusal: %s", c[i].err);
+		free(c[i].err);
+		c[i].err = NULL;
 	}
 	pthread_barrier_destroy(&start);
 	return passed;

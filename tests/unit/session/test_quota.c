@@ -118,7 +118,7 @@ limits_per_field(void **state)
 	a.listed[0] = 2;
 	assert_int_equal(reserve(p, &a, NULL, NULL), MOAT_OK);
 	EXPECT(reserve(p, &a, NULL, &err), MOAT_RESOURCE_EXHAUSTED,
-	    "[tenants] max-sandboxes.t");
+	    "(moat-gateway tenants set t max-sandboxes=N)");
 	/* Another tenant's reservations are not counted. */
 	a.tenant = "u";
 	assert_int_equal(reserve(p, &a, NULL, NULL), MOAT_OK);
