@@ -7,8 +7,10 @@
  * spreads. Quotas count the tenant's sandboxes in the inventory (every
  * node) plus reservations whose sandbox the inventory does not list yet;
  * the check and the reservation are made under one lock, so a burst
- * cannot pass a limit. Keys take tokens of one table of buckets
- * (ratelimit.c) at their tenant's rate.
+ * through this gateway cannot pass a limit. With a sessiond the quotas
+ * are counted across gateways there first (quota_remote.c); this count
+ * is the fallback when it does not answer. Keys take tokens of one
+ * table of buckets (ratelimit.c) at their tenant's rate.
  * Not for: ranking nodes (placement.c) or talking to them.
  */
 #include <pthread.h>
@@ -52,6 +54,7 @@ struct moat_admission {
 	struct moat_ratelimit *keys;
 	double overcommit;
 	uint64_t default_rps, default_burst;
+	struct moat_quota_remote *remote; /* sessiond's table; NULL: none */
 };
 
 static int
@@ -130,6 +133,7 @@ moat_admission_free(struct moat_admission *a)
 	if (a == NULL)
 		return;
 	pthread_mutex_destroy(&a->lock);
+	moat_quota_remote_free(a->remote);
 	moat_ratelimit_free(a->keys);
 	free(a->res);
 	free(a);
@@ -402,6 +406,61 @@ usage_locked(struct moat_admission *a, const char *tenant,
 		u->vcpus += r->vcpus;
 		u->memory_mib += r->memory_mib;
 	}
+}
+
+int
+moat_admission_limits(struct moat_admission *a, const char *tenant,
+    uint64_t max[3], char **errmsg)
+{
+	static const char *const keys[] = { "max-sandboxes", "max-vcpus",
+		"max-memory-mib" };
+	int rv;
+
+	for (size_t i = 0; i < 3; i++) {
+		max[i] = 0;
+		if (a != NULL && tenant != NULL &&
+		    (rv = limit(a, keys[i], tenant, 0, &max[i], errmsg)) !=
+		        MOAT_OK)
+			return rv;
+	}
+	return MOAT_OK;
+}
+
+void
+moat_admission_count_refusal(struct moat_admission *a, const char *limit)
+{
+	if (a != NULL)
+		count_quota_refusal(a, limit);
+}
+
+struct moat_inventory *
+moat_admission_inventory(struct moat_admission *a)
+{
+	return a != NULL ? a->inv : NULL;
+}
+
+struct moat_metrics *
+moat_admission_metrics(struct moat_admission *a)
+{
+	return a != NULL ? a->reg : NULL;
+}
+
+void
+moat_admission_set_remote(struct moat_admission *a,
+    struct moat_quota_remote *remote)
+{
+	if (a == NULL) {
+		moat_quota_remote_free(remote);
+		return;
+	}
+	moat_quota_remote_free(a->remote);
+	a->remote = remote;
+}
+
+struct moat_quota_remote *
+moat_admission_remote(struct moat_admission *a)
+{
+	return a != NULL ? a->remote : NULL;
 }
 
 /* One quota: what is held, what one more sandbox adds. */

@@ -173,6 +173,81 @@ bool moat_admission_key(struct moat_admission *a, const char *tenant,
     const char *key_id, const struct moat_key_rate *door, uint32_t *retry_s,
     char **errmsg);
 
+/* moat_admission_limits: `tenant`'s [tenants] max-sandboxes, max-vcpus
+ * and max-memory-mib into max (0: unlimited); INVALID_ARGUMENT with
+ * *errmsg when one is not a number. a or tenant NULL: zeros. */
+int moat_admission_limits(struct moat_admission *a, const char *tenant,
+    uint64_t max[3], char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_admission_count_refusal: counts a quota refusal of `limit` (a
+ * [tenants] key) in moat_gateway_quota_refusals_total. */
+void moat_admission_count_refusal(struct moat_admission *a, const char *limit);
+
+/* The inventory and metrics admission was given (NULL: none). */
+struct moat_inventory *moat_admission_inventory(struct moat_admission *a);
+struct moat_metrics *moat_admission_metrics(struct moat_admission *a);
+
+/* ---- quota_remote.c: quotas counted cluster-wide in sessiond ---- */
+
+struct moat_quota_remote;
+
+/* moat_quota_remote_new: quota reservations through sessiond at `url`
+ * (client and url borrowed; they outlive it). NULL when out of memory. */
+struct moat_quota_remote *
+moat_quota_remote_new(struct moat_rpc_client *sessiond, const char *url);
+void moat_quota_remote_free(struct moat_quota_remote *r);
+
+/* moat_admission_set_remote: quotas go through `remote` (taken; freed
+ * with a) from now on; NULL: this gateway's own count only.
+ * moat_admission_remote: what was set. */
+void moat_admission_set_remote(struct moat_admission *a,
+    struct moat_quota_remote *remote);
+struct moat_quota_remote *moat_admission_remote(struct moat_admission *a);
+
+/* What a quota check holds until its sandboxes exist or failed. */
+struct moat_quota_hold {
+	uint64_t handle; /* sessiond's reservation; 0: none */
+	bool local;      /* sessiond did not count it: check locally */
+};
+
+/* moat_quota_reserve: `count` sandboxes of `vcpus` and `memory_mib`
+ * each (0: the defaults 1 and 256) for `tenant`, reserved in sessiond
+ * against the tenant's limits with this gateway's inventory: MOAT_OK
+ * with hold->handle (land or release it), or RESOURCE_EXHAUSTED naming
+ * the limit (*errmsg, heap). No limit set: nothing held. No sessiond
+ * set, or one that does not answer: MOAT_OK with hold->local (the
+ * caller checks this gateway's count, moat_admission_quota or _place),
+ * the fallback counted in moat_gateway_quota_local_fallbacks_total and
+ * warned once per MOAT_QUOTA_BACKOFF_MS, during which sessiond is not
+ * asked again. */
+#define MOAT_QUOTA_BACKOFF_MS 5000
+int moat_quota_reserve(struct moat_admission *a, const char *tenant,
+    uint32_t count, uint32_t vcpus, uint32_t memory_mib, uint64_t deadline_ms,
+    struct moat_quota_hold *hold, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_quota_check: moat_quota_reserve, then moat_admission_quota when
+ * the hold is local. */
+int moat_quota_check(struct moat_admission *a, const char *tenant,
+    uint32_t count, uint32_t vcpus, uint32_t memory_mib, uint64_t deadline_ms,
+    struct moat_quota_hold *hold, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_quota_landed: the held sandboxes exist (`n` ids; fewer than
+ * reserved gives the rest back). moat_quota_release: none was made.
+ * Both clear the hold; errors are logged (the reservation expires). */
+void moat_quota_landed(struct moat_admission *a, const char *tenant,
+    struct moat_quota_hold *hold, const char *const *ids, size_t n);
+void moat_quota_release(struct moat_admission *a, const char *tenant,
+    struct moat_quota_hold *hold);
+
+/* moat_inventory_tenant_ids: `tenant`'s sandboxes in the inventory:
+ * *total as moat_inventory_usage and their ids (*ids, *n; heap, caller
+ * frees each and the array), read under one lock. False when out of
+ * memory. */
+bool moat_inventory_tenant_ids(struct moat_inventory *inv, const char *tenant,
+    struct moat_usage *total, char ***ids, size_t *n);
+
 /* ---- place_create.c ---- */
 
 /* One CreateSandbox to place and send (all borrowed). */

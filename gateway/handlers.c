@@ -1850,6 +1850,16 @@ moat_gateway_start(struct moat_gateway **out,
 	    moat_tenants_new(&gw->tenants, gw->sessiond, gw->sessiond_url) !=
 	        MOAT_OK)
 		goto fail_oom;
+	/* Quotas counted across every gateway through sessiond's
+	 * reservations (quota_remote.c). */
+	if (opts->keys_in_sessiond) {
+		struct moat_quota_remote *qr =
+		    moat_quota_remote_new(gw->sessiond, gw->sessiond_url);
+
+		if (qr == NULL)
+			goto fail_oom;
+		moat_admission_set_remote(gw->adm, qr);
+	}
 	if (moat_record_init(&gw->rec, &gw->fw, gw->sessiond,
 	        gw->sessiond_url) != MOAT_OK)
 		goto fail_oom;

@@ -573,17 +573,14 @@ moat_inventory_stop(struct moat_inventory *inv)
 	free(inv);
 }
 
-void
-moat_inventory_usage(struct moat_inventory *inv, const char *tenant,
+/* usage_locked: what moat_inventory_usage counts, and with `ids` each
+ * sandbox's id (heap) appended to *ids (room for inv->n); false when out
+ * of memory. Lock held. */
+static bool
+usage_locked(struct moat_inventory *inv, const char *tenant,
     Moat__V1__Node *const *nodes, size_t n, uint32_t *per_node,
-    struct moat_usage *total)
+    struct moat_usage *total, char **ids, size_t *n_ids)
 {
-	if (per_node != NULL)
-		memset(per_node, 0, n * sizeof(*per_node));
-	memset(total, 0, sizeof(*total));
-	if (inv == NULL || tenant == NULL)
-		return;
-	pthread_mutex_lock(&inv->lock);
 	for (size_t i = 0; i < inv->n; i++) {
 		const Moat__V1__Sandbox *sb = inv->entries[i].last;
 
@@ -598,6 +595,41 @@ moat_inventory_usage(struct moat_inventory *inv, const char *tenant,
 			    strcmp(nodes[j]->node_id,
 			        inv->entries[i].node.s) == 0)
 				per_node[j]++;
+		if (ids != NULL && (ids[(*n_ids)++] = strdup(sb->id)) == NULL)
+			return false;
 	}
+	return true;
+}
+
+void
+moat_inventory_usage(struct moat_inventory *inv, const char *tenant,
+    Moat__V1__Node *const *nodes, size_t n, uint32_t *per_node,
+    struct moat_usage *total)
+{
+	if (per_node != NULL)
+		memset(per_node, 0, n * sizeof(*per_node));
+	memset(total, 0, sizeof(*total));
+	if (inv == NULL || tenant == NULL)
+		return;
+	pthread_mutex_lock(&inv->lock);
+	(void)usage_locked(inv, tenant, nodes, n, per_node, total, NULL, NULL);
 	pthread_mutex_unlock(&inv->lock);
+}
+
+bool
+moat_inventory_tenant_ids(struct moat_inventory *inv, const char *tenant,
+    struct moat_usage *total, char ***ids, size_t *n)
+{
+	bool ok;
+
+	memset(total, 0, sizeof(*total));
+	*ids = NULL;
+	*n = 0;
+	if (inv == NULL || tenant == NULL)
+		return true;
+	pthread_mutex_lock(&inv->lock);
+	ok = (*ids = calloc(inv->n ? inv->n : 1, sizeof(**ids))) != NULL &&
+	    usage_locked(inv, tenant, NULL, 0, NULL, total, *ids, n);
+	pthread_mutex_unlock(&inv->lock);
+	return ok;
 }

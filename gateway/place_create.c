@@ -1,6 +1,8 @@
 /*
  * place_create.c: CreateSandbox sent to a node placement picked, and to
- * the next one when it refuses. Each try is placed with this gateway's
+ * the next one when it refuses. The tenant's quotas are held once, across
+ * every gateway, in sessiond (quota_remote.c; this gateway's own count
+ * when sessiond does not answer). Each try is placed with this gateway's
  * reservations (admission.c) and holds one until the sandbox lands (or
  * is refused); a node that answers RESOURCE_EXHAUSTED, UNAVAILABLE or
  * FAILED_PRECONDITION is skipped and counted, any other error ends the
@@ -60,9 +62,11 @@ skips(Moat__V1__Node *const *nodes, size_t n, const struct refusals *r)
 	return skip;
 }
 
-/* place_once: one pick (a fresh node table) into *node; *handle held. */
+/* place_once: one pick (a fresh node table) into *node; *handle held.
+ * `quota`: check this gateway's count of the tenant's quotas (first try,
+ * when sessiond did not hold them). */
 static int
-place_once(struct moat_gw_create *c, const struct refusals *r,
+place_once(struct moat_gw_create *c, const struct refusals *r, bool quota,
     struct moat_node_id *node, uint64_t *handle, char **errmsg)
 {
 	Moat__V1__Node **nodes = NULL;
@@ -87,7 +91,7 @@ place_once(struct moat_gw_create *c, const struct refusals *r,
 	}
 	req.skip = skip;
 	rv = moat_admission_place(c->adm, nodes, n, c->tenant, &req,
-	    r->n == 0 && c->quota, &chosen, handle, errmsg);
+	    r->n == 0 && quota, &chosen, handle, errmsg);
 	if (rv == MOAT_OK && !moat_node_id_set(node, nodes[chosen]->node_id)) {
 		moat_admission_release(c->adm, *handle);
 		rv = MOAT_INTERNAL;
@@ -117,6 +121,7 @@ moat_gw_create(struct moat_gw_create *c, struct moat_node_id *node,
 	size_t len = moat__v1__create_sandbox_request__get_packed_size(c->req);
 	uint8_t *payload = malloc(len ? len : 1);
 	uint64_t handle = 0;
+	struct moat_quota_hold hold = { .handle = 0, .local = false };
 	char *msg = NULL;
 	int rv = MOAT_RESOURCE_EXHAUSTED;
 
@@ -126,9 +131,19 @@ moat_gw_create(struct moat_gw_create *c, struct moat_node_id *node,
 		*errmsg = moat_asprintf("out of memory");
 		return rv;
 	}
+	/* The tenant's quotas across every gateway (sessiond), or this
+	 * gateway's count when sessiond does not answer. */
+	if (c->quota &&
+	    (rv = moat_quota_reserve(c->adm, c->tenant, 1, c->req->vcpus,
+	         c->req->memory_mib, c->deadline_ms, &hold, errmsg)) !=
+	        MOAT_OK) {
+		free(payload);
+		return rv;
+	}
 	moat__v1__create_sandbox_request__pack(c->req, payload);
 	for (size_t tries = 0; tries < MOAT_PLACE_TRIES_MAX; tries++) {
-		if ((rv = place_once(c, &r, node, &handle, &msg)) != MOAT_OK) {
+		if ((rv = place_once(c, &r, c->quota && hold.local, node,
+		         &handle, &msg)) != MOAT_OK) {
 			if (r.n != 0)
 				rv = all_refused(&r, msg, &msg);
 			break;
@@ -162,9 +177,13 @@ moat_gw_create(struct moat_gw_create *c, struct moat_node_id *node,
 		    node->s);
 	}
 	if (rv == MOAT_OK) {
-		moat_admission_landed(c->adm, handle, (*sb)->id);
+		const char *id = (*sb)->id;
+
+		moat_admission_landed(c->adm, handle, id);
+		moat_quota_landed(c->adm, c->tenant, &hold, &id, 1);
 		return MOAT_OK;
 	}
+	moat_quota_release(c->adm, c->tenant, &hold);
 	free(*out);
 	*out = NULL;
 	*errmsg = msg;

@@ -392,6 +392,40 @@ branch_restore(struct moat_travel *t, const char *snap,
 	return MOAT_OK;
 }
 
+/* travel_quota: the tenant's quotas for `count` new sandboxes restored
+ * from `snap` (moat_quota_check), each of the snapshot's vcpus and
+ * memory when its node lists it. Only the node knows a snapshot's size:
+ * one of moat-snapd ("snap-<32 hex>") or on a node that does not answer
+ * counts the defaults (1 vcpu, 256 MiB), and the size is only looked up
+ * when the tenant has a vcpu or memory limit. */
+static int
+travel_quota(struct moat_travel *t, const char *snap, uint32_t count,
+    uint64_t deadline, struct moat_quota_hold *hold, char **errmsg)
+{
+	Moat__V1__LocalSnapshotList *list = NULL;
+	struct moat_node_id node;
+	uint32_t vcpus = 0, memory_mib = 0;
+	uint64_t max[3];
+	char *msg = NULL;
+
+	if (moat_admission_limits(t->adm, t->tenant, max, &msg) == MOAT_OK &&
+	    (max[1] != 0 || max[2] != 0) && moat_snapshot_node(snap, &node) &&
+	    moat_nodes_is_available(t->nodes, &node) &&
+	    moat_snapshots_node_list(t->fw, &node, t->tenant, deadline, &list,
+	        &msg) == MOAT_OK) {
+		for (size_t i = 0; i < list->n_snapshots; i++)
+			if (strcmp(list->snapshots[i]->snapshot_id, snap) ==
+			    0) {
+				vcpus = list->snapshots[i]->vcpus;
+				memory_mib = list->snapshots[i]->memory_mib;
+			}
+		moat__v1__local_snapshot_list__free_unpacked(list, NULL);
+	}
+	free(msg);
+	return moat_quota_check(t->adm, t->tenant, count, vcpus, memory_mib,
+	    deadline, hold, errmsg);
+}
+
 /* replaced_node: the node of the sandbox a restore in place replaces
  * (`id`; "" or not found: "", placement picks), so the restore lands
  * there and the sandbox keeps its id rather than coming back as a new
@@ -422,6 +456,7 @@ moat_travel_restore_sandbox(struct moat_rpc_call *call,
 	const Moat__V1__RestoreSandboxRequest *req =
 	    (const Moat__V1__RestoreSandboxRequest *)request;
 	struct moat_restore_target to;
+	struct moat_quota_hold hold = { .handle = 0 };
 	Moat__V1__Sandbox *sb = NULL;
 	char *msg = NULL;
 	size_t len;
@@ -442,16 +477,20 @@ moat_travel_restore_sandbox(struct moat_rpc_call *call,
 	/* Only the tenant's own snapshots: the node checks it. A restore
 	 * that replaces no sandbox makes one more (the tenant's quota). */
 	if ((req->replace_sandbox_id[0] == '\0' &&
-	        (rv = moat_admission_quota(t.adm, t.tenant, 1, 0, 0, &msg)) !=
-	            MOAT_OK) ||
+	        (rv = travel_quota(&t, req->snapshot_id, 1, call->deadline_ms,
+	             &hold, &msg)) != MOAT_OK) ||
 	    (rv = moat_travel_place(&t, req->snapshot_id,
 	         replaced_node(&t, req->replace_sandbox_id, call->deadline_ms,
 	             &where),
 	         1, call->deadline_ms, &to, &msg)) != MOAT_OK ||
 	    (rv = branch_restore(&t, req->snapshot_id, &to,
 	         req->replace_sandbox_id, call->request_id, call->deadline_ms,
-	         &sb, &msg)) != MOAT_OK)
+	         &sb, &msg)) != MOAT_OK) {
+		moat_quota_release(t.adm, t.tenant, &hold);
 		return fail(call, rv, msg);
+	}
+	moat_quota_landed(t.adm, t.tenant, &hold, (const char *const *)&sb->id,
+	    1);
 	len = moat__v1__sandbox__get_packed_size(sb);
 	if ((call->raw_reply = malloc(len ? len : 1)) == NULL) {
 		moat__v1__sandbox__free_unpacked(sb, NULL);
@@ -714,19 +753,20 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 	struct moat_sandbox_id target;
 	struct moat_node_id node;
 	struct moat_restore_target to;
+	struct moat_quota_hold hold = { .handle = 0 };
 	uint64_t step = req->step;
 	int rv;
 
 	if ((rv = session_of_request(&t, req->session_id, req->sandbox_id,
 	         call, session_id)) != MOAT_OK)
 		return rv;
-	if ((req->new_sandbox &&
-	        (rv = moat_admission_quota(t.adm, t.tenant, 1, 0, 0, &msg)) !=
-	            MOAT_OK) ||
-	    (rv = get_session(&t, session_id, call->deadline_ms, &s, &msg)) !=
+	if ((rv = get_session(&t, session_id, call->deadline_ms, &s, &msg)) !=
 	        MOAT_OK ||
 	    (rv = step_or_latest(&t, s, req->step_latest, req->node,
 	         call->deadline_ms, &step, snap, &msg)) != MOAT_OK ||
+	    (req->new_sandbox &&
+	        (rv = travel_quota(&t, snap, 1, call->deadline_ms, &hold,
+	             &msg)) != MOAT_OK) ||
 	    (rv = moat_travel_place(&t, snap, req->node, 1, call->deadline_ms,
 	         &to, &msg)) != MOAT_OK)
 		goto fail;
@@ -770,6 +810,8 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 	}
 	if (rv != MOAT_OK)
 		goto fail;
+	moat_quota_landed(t.adm, t.tenant, &hold,
+	    (const char *const *)&r->sandbox->id, 1);
 	moat__v1__session_info__free_unpacked(s, NULL);
 	if ((r->session_id = strdup(session_id)) == NULL ||
 	    (r->snapshot_id = strdup(snap)) == NULL)
@@ -778,6 +820,7 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 	return MOAT_OK;
 
 fail:
+	moat_quota_release(t.adm, t.tenant, &hold);
 	if (s != NULL)
 		moat__v1__session_info__free_unpacked(s, NULL);
 	return fail(call, rv, msg);
@@ -909,6 +952,8 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	uint32_t count = req->count == 0 ? 1 : req->count;
 	struct moat_restore_target targets[TRAVEL_FORK_MAX];
 	uint64_t step = req->step;
+	struct moat_quota_hold hold = { .handle = 0 };
+	const char *made[TRAVEL_FORK_MAX];
 	char snap[MOAT_ID_MAX], *msg = NULL;
 	int rv;
 
@@ -917,12 +962,12 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    "count %u: "
 		    "a fork makes at most %d copies",
 		    count, TRAVEL_FORK_MAX);
-	if ((rv = moat_admission_quota(t.adm, t.tenant, count, 0, 0, &msg)) !=
-	        MOAT_OK ||
-	    (rv = get_session(&t, req->session_id, call->deadline_ms, &s,
+	if ((rv = get_session(&t, req->session_id, call->deadline_ms, &s,
 	         &msg)) != MOAT_OK ||
 	    (rv = step_or_latest(&t, s, req->step_latest, req->node,
 	         call->deadline_ms, &step, snap, &msg)) != MOAT_OK ||
+	    (rv = travel_quota(&t, snap, count, call->deadline_ms, &hold,
+	         &msg)) != MOAT_OK ||
 	    (rv = moat_travel_place(&t, snap, req->node, count,
 	         call->deadline_ms, targets, &msg)) != MOAT_OK)
 		goto fail;
@@ -961,7 +1006,9 @@ moat_travel_fork(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	for (uint32_t i = 0; i < count; i++)
 		if (r->copies[i]->code == MOAT__V1__CODE__OK &&
 		    r->copies[i]->sandbox != NULL)
-			r->succeeded++;
+			made[r->succeeded++] = r->copies[i]->sandbox->id;
+	/* The copies that failed give their share back. */
+	moat_quota_landed(t.adm, t.tenant, &hold, made, r->succeeded);
 	if (ft.trace != NULL)
 		moat__v1__fs_trace__free_unpacked(ft.trace, NULL);
 	pthread_mutex_destroy(&ft.mu);
@@ -978,6 +1025,7 @@ fail_oom:
 	rv = MOAT_RESOURCE_EXHAUSTED;
 	msg = moat_asprintf("out of memory");
 fail:
+	moat_quota_release(t.adm, t.tenant, &hold);
 	if (s != NULL)
 		moat__v1__session_info__free_unpacked(s, NULL);
 	return fail(call, rv, msg);

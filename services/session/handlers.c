@@ -671,6 +671,11 @@ const struct moat_rpc_method sessiond_methods[] = {
 	{ "GetTenant", sessiond_h_get_tenant, false, false },
 	{ "ListTenants", sessiond_h_list_tenants, false, false },
 	{ "DeleteTenant", sessiond_h_delete_tenant, true, false },
+	/* A retried reserve must not be answered with another's handle
+	 * from memory, nor a land or release replayed: never cached. */
+	{ "ReserveQuota", sessiond_h_reserve_quota, false, false },
+	{ "LandQuota", sessiond_h_land_quota, false, false },
+	{ "ReleaseQuota", sessiond_h_release_quota, false, false },
 };
 const size_t sessiond_n_methods =
     sizeof(sessiond_methods) / sizeof(sessiond_methods[0]);

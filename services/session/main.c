@@ -174,6 +174,19 @@ sessiond_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 		return MOAT_INVALID_ARGUMENT;
 	}
 	m->sd.mcp_ttl_ms *= 1000;
+	if ((rv = moat_config_get_u64(cfg, SECTION, "quota-reservations-max",
+	         10000, &m->sd.quota_max, errmsg)) != MOAT_OK)
+		return rv;
+	if (m->sd.quota_max < 1 || m->sd.quota_max > 10000000) {
+		*errmsg = moat_asprintf("quota-reservations-max must be 1 to "
+		                        "10000000, not %llu",
+		    (unsigned long long)m->sd.quota_max);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (sessiond_quota_new(&m->sd.quota, m->sd.quota_max) != MOAT_OK) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
 	if ((rv = moat_config_get_u64(cfg, SECTION, "audit-max-age-s",
 	         90ull * 86400, &m->sd.audit_max_age_s, errmsg)) != MOAT_OK ||
 	    (rv = moat_config_get_u64(cfg, SECTION, "audit-max-bytes",
@@ -254,6 +267,7 @@ sessiond_close(void *ctx)
 	moat_store_close(m->sd.keys);
 	moat_store_close(m->sd.audit);
 	moat_store_close(m->sd.mcp);
+	sessiond_quota_free(m->sd.quota);
 	free(m->sd.store_dir);
 	free(m->listen);
 	moat_tls_free(m->tls);

@@ -28,6 +28,7 @@ static struct sessiond_metrics {
 	struct moat_counter *commits[2];
 	struct moat_gauge *sessions, *queued;
 	struct moat_gauge *lmdb_used, *lmdb_map;
+	struct moat_gauge *quota_res;
 } m;
 
 static const char *const kind_names[N_KINDS] = { "create", "append", "delete",
@@ -50,6 +51,7 @@ sessiond_scrape(void *ctx)
 		moat_gauge_set(m.sessions, (double)sessions);
 	moat_store_txn_abort(txn);
 	free(errmsg);
+	moat_gauge_set(m.quota_res, (double)sessiond_quota_count(sd->quota));
 }
 
 static void
@@ -107,6 +109,11 @@ register_all(struct moat_metrics *reg)
 	    "The LMDB map size ([sessiond] map-size-mib): writes fail with "
 	    "RESOURCE_EXHAUSTED once used reaches it.",
 	    NULL);
+	m.quota_res =
+	    moat_metrics_gauge(reg, "moat_sessiond_quota_reservations",
+	        "Quota reservations the gateways hold (creates, restores and "
+	        "forks not yet listed by their inventories).",
+	        NULL);
 }
 
 int
@@ -165,4 +172,18 @@ sessiond_metrics_commit(size_t ops, bool ok, double seconds)
 		moat_histogram_observe(m.fsync, seconds);
 		moat_histogram_observe(m.batch, (double)ops);
 	}
+}
+
+void
+sessiond_metrics_quota(const char *key)
+{
+	const char *labels[] = { "limit", key, NULL };
+
+	if (m.reg == NULL)
+		return;
+	moat_counter_inc(moat_metrics_counter(m.reg,
+	    "moat_sessiond_quota_refusals_total",
+	    "ReserveQuota calls refused, by limit: a [tenants] key, or full "
+	    "for [sessiond] quota-reservations-max.",
+	    labels));
 }

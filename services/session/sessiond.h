@@ -75,6 +75,9 @@ struct sessiond {
 	struct moat_store *mcp;
 	uint64_t mcp_ttl_ms; /* [sessiond] mcp-session-ttl-s */
 	uint64_t mcp_max;    /* [sessiond] mcp-sessions-max */
+	/* quota.c: the gateways' quota reservations, in memory. */
+	struct sessiond_quota *quota;
+	uint64_t quota_max; /* [sessiond] quota-reservations-max */
 	struct sessiond_writer *writer;
 	char *store_dir;
 	uint64_t started_ms;
@@ -374,6 +377,29 @@ int sessiond_h_append_audit(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int sessiond_h_list_audit_log(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* ---- quota.c: quota reservations of every gateway (issue 15) ---- */
+
+struct sessiond_quota;
+
+/* sessiond_quota_new: an empty table of at most `max` reservations. */
+int sessiond_quota_new(struct sessiond_quota **out, uint64_t max)
+    __attribute__((warn_unused_result));
+void sessiond_quota_free(struct sessiond_quota *q);
+/* sessiond_quota_count: reservations held now (expired ones included
+ * until the next call drops them). Safe on NULL (0). */
+size_t sessiond_quota_count(struct sessiond_quota *q);
+int sessiond_h_reserve_quota(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_land_quota(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int sessiond_h_release_quota(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* sessiond_metrics_quota (metrics.c): a ReserveQuota refused for
+ * `key` ("max-sandboxes", ..., or "full"). Thread-safe; nothing while
+ * metrics are off. */
+void sessiond_metrics_quota(const char *key);
 
 extern const struct moat_rpc_method sessiond_methods[];
 extern const size_t sessiond_n_methods;

@@ -49,6 +49,8 @@ DYNAMIC = {
         "[tenants] max-* and key-* (WRAPPERS: limit)",
     ("gateway/admission.c", "quota_locked"):
         "[tenants] max-sandboxes, max-vcpus, max-memory-mib (a table)",
+    ("gateway/admission.c", "moat_admission_limits"):
+        "[tenants] max-sandboxes, max-vcpus, max-memory-mib (a table)",
 }
 NOT_KEYS = {"config", "help", "version"}
 SKIP_DIRS = {".git", "tests", "build", "images", "node_modules"}
