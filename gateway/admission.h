@@ -241,6 +241,13 @@ void moat_quota_landed(struct moat_admission *a, const char *tenant,
 void moat_quota_release(struct moat_admission *a, const char *tenant,
     struct moat_quota_hold *hold);
 
+/* moat_quota_destroyed: `tenant`'s sandbox `sandbox_id` was destroyed:
+ * sessiond's landed reservations stop counting it at once (rather than
+ * until they expire). Only when the tenant has a limit and sessiond
+ * answers (not in a backoff); errors are logged, never returned. */
+void moat_quota_destroyed(struct moat_admission *a, const char *tenant,
+    const char *sandbox_id);
+
 /* moat_inventory_tenant_ids: `tenant`'s sandboxes in the inventory:
  * *total as moat_inventory_usage and their ids (*ids, *n; heap, caller
  * frees each and the array), read under one lock. False when out of

@@ -791,6 +791,9 @@ h_destroy_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    call->payload_len);
 	if (rv == MOAT_OK || rv == MOAT_NOT_FOUND)
 		moat_record_forget(&gw->rec, req->sandbox_id);
+	if (rv == MOAT_OK)
+		moat_quota_destroyed(gw->adm, moat_gw_tenant(call),
+		    req->sandbox_id);
 	return rv;
 }
 

@@ -7,7 +7,8 @@
  * inventory's count and ids for the tenant and the limits it resolved;
  * sessiond adds every gateway's reservations not listed yet and either
  * holds the new one or refuses. The hold is landed with the sandboxes'
- * ids, or released when nothing was made.
+ * ids, or released when nothing was made; a destroyed sandbox is named
+ * to sessiond, so a landed reservation stops counting it at once.
  *
  * sessiond down must never block creates: a reserve that gets no answer
  * falls back to this gateway's own count (admission.c), counted in
@@ -286,4 +287,40 @@ moat_quota_release(struct moat_admission *a, const char *tenant,
     struct moat_quota_hold *hold)
 {
 	finish(a, tenant, hold, false, NULL, 0);
+}
+
+void
+moat_quota_destroyed(struct moat_admission *a, const char *tenant,
+    const char *sandbox_id)
+{
+	struct moat_quota_remote *r = moat_admission_remote(a);
+	Moat__V1__ReleaseQuotaRequest req =
+	    MOAT__V1__RELEASE_QUOTA_REQUEST__INIT;
+	ProtobufCMessage *reply = NULL;
+	uint64_t max[3];
+	char *ids[1] = { (char *)sandbox_id }, *msg = NULL;
+	int rv;
+
+	if (r == NULL || tenant == NULL || sandbox_id == NULL ||
+	    sandbox_id[0] == '\0' || in_backoff(r) ||
+	    moat_admission_limits(a, tenant, max, &msg) != MOAT_OK ||
+	    (max[0] == 0 && max[1] == 0 && max[2] == 0)) {
+		free(msg);
+		return;
+	}
+	req.tenant = (char *)tenant;
+	req.sandbox_ids = ids;
+	req.n_sandbox_ids = 1;
+	rv = moat_sessiond_remote_call(r->sessiond, r->url, "ReleaseQuota",
+	    &req.base, &moat__v1__quota_reply__descriptor, &reply, &msg);
+	if (rv != MOAT_OK)
+		moat_info(0,
+		    "quotas: sessiond was not told sandbox %s is gone (%s): "
+		    "a reservation made in the last %d s may count it until "
+		    "it expires",
+		    sandbox_id, msg ? msg : moat_strerror(rv),
+		    MOAT_RESERVATION_MAX_MS / 1000);
+	if (reply != NULL)
+		protobuf_c_message_free_unpacked(reply, NULL);
+	free(msg);
 }

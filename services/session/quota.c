@@ -16,10 +16,12 @@
  * which can only let creates pass for one survey period (their sandboxes
  * are counted by the inventories from then on).
  *
- * Dedupe follows the gateway's own rule (gateway/admission.c): once a
- * caller's listed ids contain a landed reservation's sandbox, that
- * sandbox is counted by the inventories and never again here, so one
- * that is destroyed afterwards frees its quota at once.
+ * A landed reservation's sandboxes count for every caller whose
+ * inventory does not list them (its survey has not seen them yet): a
+ * caller that lists one counts it itself, once. So that a sandbox
+ * destroyed within LANDED_MS does not hold its quota until then, the
+ * gateway that destroys it says so (ReleaseQuota with its id): from then
+ * on no reservation counts it.
  * Not for: the limits themselves (the gateways' config and tenants.c),
  * or the per-gateway reservations that spread placement over nodes
  * (gateway/admission.c).
@@ -48,8 +50,8 @@ struct quota_res {
 	uint32_t count, vcpus, memory_mib;
 	uint64_t expires_ms; /* wall clock */
 	bool landed;
-	char **ids;   /* landed: the sandboxes made (n_ids <= count) */
-	bool *listed; /* per id: an inventory listed it */
+	char **ids; /* landed: the sandboxes made (n_ids <= count) */
+	bool *gone; /* per id: destroyed (ReleaseQuota by id) */
 	size_t n_ids;
 };
 
@@ -81,9 +83,9 @@ static void
 res_clear(struct quota_res *r)
 {
 	sessiond_strings_free(r->ids, r->n_ids);
-	free(r->listed);
+	free(r->gone);
 	r->ids = NULL;
-	r->listed = NULL;
+	r->gone = NULL;
 	r->n_ids = 0;
 }
 
@@ -144,8 +146,8 @@ listed_in(const Moat__V1__ReserveQuotaRequest *req, const char *id)
 }
 
 /* held_locked: the caller's listed figures plus the tenant's live
- * reservations that no inventory listed; marks the ids the caller lists
- * (counted by the inventories from now on). Lock held. */
+ * reservations: pending ones, and the landed sandboxes neither destroyed
+ * nor listed by the caller's inventory. Lock held. */
 static void
 held_locked(struct sessiond_quota *q, const Moat__V1__ReserveQuotaRequest *req,
     uint64_t held[3])
@@ -161,11 +163,8 @@ held_locked(struct sessiond_quota *q, const Moat__V1__ReserveQuotaRequest *req,
 			continue;
 		if (!r->landed)
 			k = r->count;
-		for (size_t j = 0; r->landed && j < r->n_ids; j++) {
-			if (!r->listed[j] && listed_in(req, r->ids[j]))
-				r->listed[j] = true;
-			k += !r->listed[j];
-		}
+		for (size_t j = 0; r->landed && j < r->n_ids; j++)
+			k += !r->gone[j] && !listed_in(req, r->ids[j]);
 		held[0] += k;
 		held[1] += k * r->vcpus;
 		held[2] += k * r->memory_mib;
@@ -345,6 +344,43 @@ find_locked(struct moat_rpc_call *call, struct sessiond_quota *q,
 	    (unsigned long long)handle, tenant);
 }
 
+/* check_ids: INVALID_ARGUMENT naming the first bad id of `field`. */
+static int
+check_ids(struct moat_rpc_call *call, const char *field, char **ids, size_t n)
+{
+	int rv;
+
+	if (n > COUNT_MAX)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "%s: %zu given, at most %u", field, n, COUNT_MAX);
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i][0] == '\0')
+			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+			    "%s[%zu] is empty: send sandbox ids", field, i);
+		if ((rv = sessiond_check_short(call, field, ids[i],
+		         SESSIOND_MAX_SANDBOX)) != MOAT_OK)
+			return rv;
+	}
+	return MOAT_OK;
+}
+
+/* forget_locked: marks `tenant`'s landed sandboxes among ids destroyed.
+ * Lock held. */
+static void
+forget_locked(struct sessiond_quota *q, const char *tenant, char **ids,
+    size_t n)
+{
+	for (size_t i = 0; i < q->n; i++) {
+		struct quota_res *r = &q->res[i];
+
+		if (!r->landed || strcmp(r->tenant, tenant) != 0)
+			continue;
+		for (size_t j = 0; j < r->n_ids; j++)
+			for (size_t k = 0; k < n && !r->gone[j]; k++)
+				r->gone[j] = strcmp(r->ids[j], ids[k]) == 0;
+	}
+}
+
 /* land_ids: the landed ids into r (heap); false when out of memory. */
 static bool
 land_ids(struct quota_res *r, const Moat__V1__LandQuotaRequest *req)
@@ -352,8 +388,8 @@ land_ids(struct quota_res *r, const Moat__V1__LandQuotaRequest *req)
 	size_t n = req->n_sandbox_ids;
 
 	r->ids = calloc(n ? n : 1, sizeof(*r->ids));
-	r->listed = calloc(n ? n : 1, sizeof(*r->listed));
-	if (r->ids == NULL || r->listed == NULL)
+	r->gone = calloc(n ? n : 1, sizeof(*r->gone));
+	if (r->ids == NULL || r->gone == NULL)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		if ((r->ids[i] = strdup(req->sandbox_ids[i])) == NULL)
@@ -375,23 +411,10 @@ sessiond_h_land_quota(struct moat_rpc_call *call,
 	int rv;
 
 	(void)reply;
-	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK)
+	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK ||
+	    (rv = check_ids(call, "sandbox_ids", req->sandbox_ids,
+	         req->n_sandbox_ids)) != MOAT_OK)
 		return rv;
-	if (req->n_sandbox_ids > COUNT_MAX)
-		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-		    "sandbox_ids: %zu given, at most %u", req->n_sandbox_ids,
-		    COUNT_MAX);
-	for (size_t i = 0; i < req->n_sandbox_ids; i++) {
-		if (req->sandbox_ids[i][0] == '\0')
-			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
-			    "sandbox_ids[%zu] is empty: send the ids of the "
-			    "sandboxes made",
-			    i);
-		if ((rv = sessiond_check_short(call, "sandbox_ids",
-		         req->sandbox_ids[i], SESSIOND_MAX_SANDBOX)) !=
-		    MOAT_OK)
-			return rv;
-	}
 	pthread_mutex_lock(&q->lock);
 	if ((rv = find_locked(call, q, req->tenant, req->handle, &at)) !=
 	    MOAT_OK) {
@@ -429,12 +452,22 @@ sessiond_h_release_quota(struct moat_rpc_call *call,
 	int rv;
 
 	(void)reply;
-	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK)
+	if ((rv = sessiond_check_tenant(call, req->tenant)) != MOAT_OK ||
+	    (rv = check_ids(call, "sandbox_ids", req->sandbox_ids,
+	         req->n_sandbox_ids)) != MOAT_OK)
 		return rv;
+	if (req->handle == 0 && req->n_sandbox_ids == 0)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "ReleaseQuota: give the reservation's handle, or with "
+		    "handle 0 the ids of destroyed sandboxes");
 	pthread_mutex_lock(&q->lock);
-	if ((rv = find_locked(call, q, req->tenant, req->handle, &at)) ==
-	    MOAT_OK)
+	if (req->handle == 0) {
+		forget_locked(q, req->tenant, req->sandbox_ids,
+		    req->n_sandbox_ids);
+	} else if ((rv = find_locked(call, q, req->tenant, req->handle,
+	                &at)) == MOAT_OK) {
 		drop(q, at);
+	}
 	pthread_mutex_unlock(&q->lock);
 	return rv;
 }

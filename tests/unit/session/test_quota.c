@@ -3,9 +3,11 @@
  * reservations (issue 15, services/session/quota.c) over RPC on the real
  * binary: each limit (sandboxes, vcpus, memory) refuses with
  * RESOURCE_EXHAUSTED naming its [tenants] key; reservations of one
- * gateway count against another's; a landed reservation stops counting
- * once a caller's listed ids contain its sandbox (and stays uncounted);
- * a released or expired one frees its share; other tenants' do not
+ * gateway count against another's; a landed reservation counts its
+ * sandbox for every caller whose listed ids do not contain it (a
+ * gateway whose survey has not seen it yet) and for none once it was
+ * destroyed (ReleaseQuota by id); a released or expired one frees its
+ * share; other tenants' do not
  * count; a full table says to retry; bad fields are INVALID_ARGUMENT
  * naming the field; a handle is its tenant's only.
  */
@@ -85,8 +87,8 @@ finish(struct ses_proc *p, const char *method, const char *tenant,
 
 	land.tenant = rel.tenant = (char *)tenant;
 	land.handle = rel.handle = handle;
-	land.sandbox_ids = (char **)ids;
-	land.n_sandbox_ids = n;
+	land.sandbox_ids = rel.sandbox_ids = (char **)ids;
+	land.n_sandbox_ids = rel.n_sandbox_ids = n;
 	rv = ses_call(p, method, is_land ? &land.base : &rel.base,
 	    &moat__v1__quota_reply__descriptor, &got, err);
 	if (got != NULL)
@@ -188,9 +190,21 @@ listed_dedupe_and_release(void **state)
 	assert_int_equal(reserve(p, &a, &h2, NULL), MOAT_OK);
 	assert_int_equal(finish(p, "ReleaseQuota", "t", h2, NULL, 0, NULL),
 	    MOAT_OK);
-	/* Listed once: never counted again (sb-1 destroyed since: the
-	 * inventory lists nothing and the quota is free). */
+	/* Another gateway whose survey has not listed sb-1 yet still
+	 * counts it: listed by one inventory is not listed by all. */
 	a = one(1);
+	EXPECT(reserve(p, &a, NULL, &err), MOAT_RESOURCE_EXHAUSTED,
+	    "has 1 sandboxes");
+	/* Destroyed (its id released by another tenant: not theirs). */
+	assert_int_equal(finish(p, "ReleaseQuota", "u", 0, ids, 1, NULL),
+	    MOAT_OK);
+	EXPECT(reserve(p, &a, NULL, &err), MOAT_RESOURCE_EXHAUSTED,
+	    "has 1 sandboxes");
+	EXPECT(finish(p, "ReleaseQuota", "t", 0, NULL, 0, &err),
+	    MOAT_INVALID_ARGUMENT, "ids of destroyed sandboxes");
+	/* Destroyed by its tenant: counted by nobody, the quota free. */
+	assert_int_equal(finish(p, "ReleaseQuota", "t", 0, ids, 1, NULL),
+	    MOAT_OK);
 	assert_int_equal(reserve(p, &a, NULL, NULL), MOAT_OK);
 }
 
