@@ -435,7 +435,7 @@ bool moat_nodes_is_available(struct moat_nodes *nodes,
  * the sandbox back (heap, caller frees). */
 char *moat_node_down_message(const char *sandbox_id, const char *node);
 
-/* ---- recording (record.c) ---- */
+/* ---- recording (record.c, record_step.c, record_trace.c) ---- */
 
 struct moat_record_entry;
 
