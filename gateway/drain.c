@@ -782,23 +782,28 @@ drain_check(struct moat_rpc_call *call, const Moat__V1__DrainNodeRequest *req,
 }
 
 /* drain_list: cordons the source and lists every sandbox on it (all
- * tenants). */
+ * tenants). Both are short calls: they get the default timeout at most,
+ * not the drain's (`moat node drain` allows 30 min), so a node that
+ * does not answer holds a stopping gateway no longer than that. */
 static int
 drain_list(struct drain *d, Moat__V1__SandboxList **out, char **errmsg)
 {
 	Moat__V1__Empty req = MOAT__V1__EMPTY__INIT;
+	uint64_t deadline = moat_rpc_now_ms() + MOAT_RPC_DEFAULT_TIMEOUT_MS;
 	char *msg = NULL;
 	int rv;
 
+	if (deadline > d->deadline)
+		deadline = d->deadline;
 	if ((rv = cordon(d->t.fw, &d->from, d->tenant, true, d->reason,
-	         d->request_id, d->deadline, NULL, &msg)) != MOAT_OK) {
+	         d->request_id, deadline, NULL, &msg)) != MOAT_OK) {
 		*errmsg = moat_asprintf("DrainNode: cordon of %s: %s",
 		    d->from.s, msg ? msg : "?");
 		free(msg);
 		return rv;
 	}
 	if ((rv = node_call(d, &d->from, d->tenant, "ListAllSandboxes",
-	         &req.base, &moat__v1__sandbox_list__descriptor, d->deadline,
+	         &req.base, &moat__v1__sandbox_list__descriptor, deadline,
 	         "its sandboxes", (ProtobufCMessage **)out, &msg)) !=
 	    MOAT_OK) {
 		*errmsg = moat_asprintf("DrainNode: listing node %s's "
