@@ -1,14 +1,14 @@
 /*
  * audit_remote.c: the gateway's audit log in moat-sessiond (issue 15),
- * used by auth.c's writer thread when the gateway keeps its keys there
+ * used by auth_audit.c's writer thread when the gateway keeps its keys there
  * (moat_auth_use_sessiond): each batch the writer takes from its bounded
  * queue is one AppendAudit call (callers never wait for it: they only
  * queue, as with the local log); ListAudit reads sessiond's ListAuditLog,
  * so it shows the calls made through every gateway. When sessiond does
- * not take a batch, auth.c keeps it in the gateway's local log (logged)
+ * not take a batch, auth_audit.c keeps it in the gateway's local log (logged)
  * and marks it pending; moat_audit_pending_push sends it once sessiond
  * takes batches again, so no entry stays out of the cluster's log.
- * Not for: queueing, drops and the local log (auth.c) or retention
+ * Not for: queueing, drops and the local log (auth_audit.c) or retention
  * (services/session/audit.c).
  */
 #include <stdlib.h>

@@ -1,10 +1,11 @@
 /*
  * auth.h: the gateway's tenants, API keys, audit log and command policy
- * (auth.c). Keys and the audit log live in the gateway's own LMDB
- * (<state-dir>/gateway-db), which the running gateway and the operator's
- * `moat-gateway keys ...` commands open at once (LMDB allows a second
- * process), or, for a gateway with a sessiond (moat_auth_use_sessiond), in
- * moat-sessiond, shared by every gateway (keys_remote.c, audit_remote.c).
+ * (auth.c, auth_keys.c, auth_audit.c). Keys and the audit log live in
+ * the gateway's own LMDB (<state-dir>/gateway-db), which the running
+ * gateway and the operator's `moat-gateway keys ...` commands open at
+ * once (LMDB allows a second process), or, for a gateway with a
+ * sessiond (moat_auth_use_sessiond), in moat-sessiond, shared by every
+ * gateway (keys_remote.c, audit_remote.c).
  * Only the SHA-256 of a key's secret is stored.
  * Not for: deciding which calls need a key (the method table in
  * handlers.c) or the HTTP door (http.c).

@@ -8,7 +8,7 @@
  * without services); the handlers fetch sessions and steps from
  * moat-sessiond through record.c's client, with the caller's tenant.
  * Not for: recording (record.c) or the trace diff between two fs traces
- * of one sandbox (record.c's moat_trace_diff).
+ * of one sandbox (record_trace.c's moat_trace_diff).
  */
 #include <stdio.h>
 #include <stdlib.h>

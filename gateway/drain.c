@@ -10,13 +10,28 @@
  * and the route remapped, so the sandbox's calls, its recording (keyed
  * by id, record.c) and its code contexts (in the guest) go on there. A
  * move that fails resumes the source (ResumeSandbox): the sandbox runs
- * where it was (the snapshot is deleted). Both calls are for the tenants of [gateway]
- * operator-tenants only. Not for: placement rules (placement.c).
+ * where it was (the snapshot is deleted). Both calls are for the tenants
+ * of [gateway] operator-tenants only.
+ * A drain holds no RPC worker (issue 15, part 7): once its request is
+ * checked, the call is deferred and the drain runs on a thread of its
+ * own, which answers (what moved, what failed, each pause) when it ends.
+ * One drain per node: another call to drain a node being drained is
+ * FAILED_PRECONDITION naming the first (a repeat of the same call, by
+ * request id, gets the first one's reply from the RPC layer instead).
+ * The caller's deadline and the gateway's stop are looked at between
+ * moves, never within one: a move under way finishes (its node calls
+ * have deadlines of their own), the sandboxes left are reported "not
+ * tried", and a drain whose caller has already had DEADLINE_EXCEEDED
+ * keeps its report for a repeat of the call. The gateway's stop waits
+ * for each drain's thread (moat_drains_free).
+ * Not for: placement rules (placement.c).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "gateway.h"
 #include "moat/log.h"
 #include "moat/status.h"
@@ -24,6 +39,8 @@
 
 #define OPERATOR_DEFAULT MOAT_GW_DEFAULT_TENANT
 #define SNAPSHOT_MS 120000 /* one snapshot and its push, at most */
+#define RESTORE_MS 120000  /* one restore on the target, at most */
+#define REASON_MAX 256
 
 /* operator_check: the caller's tenant is in [gateway] operator-tenants
  * (auth off: anyone). */
@@ -182,13 +199,35 @@ moat_drain_cordon_node(struct moat_rpc_call *call,
 
 /* ---- DrainNode ---- */
 
-/* One drain: what every move shares. */
+/* One running drain in the gateway's table (struct moat_drains). */
+struct drain_slot {
+	struct drain_slot *next;
+	struct moat_node_id node;
+	uint64_t request_id, started_ms;
+	size_t done, total; /* sandboxes tried, and listed */
+	pthread_t thread;
+	bool joinable; /* thread is the drain's own (deferred call) */
+	bool finished; /* the drain answered or is about to */
+};
+
+struct moat_drains {
+	pthread_mutex_t lock; /* guards all below */
+	struct drain_slot *head;
+	bool stopping; /* the gateway stops: drains end after their move */
+};
+
+/* One drain: what every move shares, copied out of its call so that it
+ * can outlive the worker that took the call. */
 struct drain {
 	struct moat_travel t;
 	struct moat_node_id from;
-	const char *target; /* "": placement picks */
-	char *refusal;      /* heap: why the target takes none, or NULL */
+	char target[MOAT_ID_MAX]; /* "": placement picks */
+	char tenant[MOAT_AUTH_TENANT_MAX];
+	char reason[REASON_MAX];
+	char *refusal; /* heap: why the target takes none, or NULL */
 	uint64_t request_id, deadline;
+	struct drain_slot *slot;
+	struct moat_rpc_deferred *deferred; /* NULL: answered in place */
 };
 
 /* node_call: `method` of `req` on `node` for `tenant`. */
@@ -309,9 +348,10 @@ restore_on(struct drain *d, const Moat__V1__Sandbox *sb, const char *remote,
 	req.keep_sandbox_id = sb->id;
 	req.labels = pe;
 	req.n_labels = sb->n_labels;
+	/* Its own deadline, not the call's: a move under way finishes. */
 	rv = node_call(d, to, sb->tenant, "RestoreSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor, d->deadline, "a drained sandbox",
-	    (ProtobufCMessage **)out, errmsg);
+	    &moat__v1__sandbox__descriptor, moat_rpc_now_ms() + RESTORE_MS,
+	    "a drained sandbox", (ProtobufCMessage **)out, errmsg);
 	free(pe);
 	free(e);
 	return rv;
@@ -389,8 +429,6 @@ take_snapshot(struct drain *d, const Moat__V1__Sandbox *sb, char **snap,
 	req.sandbox_id = sb->id;
 	req.wait_push = true;
 	req.leave_paused = true;
-	if (deadline > d->deadline)
-		deadline = d->deadline;
 	rv = node_call(d, &d->from, sb->tenant, "SnapshotSandbox", &req.base,
 	    &moat__v1__local_snapshot__descriptor, deadline,
 	    "a drain's snapshot", (ProtobufCMessage **)&ls, errmsg);
@@ -575,14 +613,151 @@ target_check(struct moat_rpc_call *call, struct drain *d, const char *id)
 	return MOAT_OK;
 }
 
-/* drain_start: checks the request and cordons the source. */
+/* ---- the table of running drains ---- */
+
+struct moat_drains *
+moat_drains_new(void)
+{
+	struct moat_drains *t = calloc(1, sizeof(*t));
+
+	if (t != NULL && pthread_mutex_init(&t->lock, NULL) != 0) {
+		free(t);
+		t = NULL;
+	}
+	return t;
+}
+
+/* reap: frees the finished slots, joining their threads (which only
+ * answer their call after `finished`: no wait on the network). Lock
+ * held. */
+static void
+reap(struct moat_drains *t)
+{
+	struct drain_slot **pp = &t->head, *s;
+
+	while ((s = *pp) != NULL) {
+		if (!s->finished) {
+			pp = &s->next;
+			continue;
+		}
+		*pp = s->next;
+		if (s->joinable)
+			pthread_join(s->thread, NULL);
+		free(s);
+	}
+}
+
+void
+moat_drains_free(struct moat_drains *t)
+{
+	struct drain_slot *s;
+
+	if (t == NULL)
+		return;
+	pthread_mutex_lock(&t->lock);
+	t->stopping = true;
+	while ((s = t->head) != NULL) {
+		t->head = s->next;
+		if (s->joinable) {
+			/* Its move under way ends (every node call has a
+			 * deadline), then it answers and ends. */
+			pthread_mutex_unlock(&t->lock);
+			pthread_join(s->thread, NULL);
+			pthread_mutex_lock(&t->lock);
+		}
+		free(s);
+	}
+	pthread_mutex_unlock(&t->lock);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+/* slot_claim: d's node in the table, or FAILED_PRECONDITION naming the
+ * drain that runs there already: two drains of one node would move the
+ * same sandboxes at once. A repeat of the same call (its request id) is
+ * answered by the RPC layer before this, with the first one's reply. */
 static int
-drain_start(struct moat_rpc_call *call, const Moat__V1__DrainNodeRequest *req,
+slot_claim(struct moat_rpc_call *call, struct drain *d)
+{
+	struct moat_drains *t = d->t.drains;
+	struct drain_slot *s;
+	int rv = MOAT_OK;
+
+	pthread_mutex_lock(&t->lock);
+	reap(t);
+	for (s = t->head; s != NULL; s = s->next)
+		if (strcmp(s->node.s, d->from.s) == 0)
+			break;
+	if (t->stopping)
+		rv = moat_rpc_error(call, MOAT_UNAVAILABLE,
+		    "DrainNode: the gateway is stopping; drain again on "
+		    "another gateway or once it is back");
+	else if (s != NULL)
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "DrainNode: node %s is already being drained (request "
+		    "%016llx, %llu s ago, %zu of %zu sandboxes tried): wait "
+		    "for that call's reply, then drain again for what it "
+		    "left",
+		    d->from.s, (unsigned long long)s->request_id,
+		    (unsigned long long)(moat_rpc_now_ms() - s->started_ms) /
+		        1000,
+		    s->done, s->total);
+	else if ((s = calloc(1, sizeof(*s))) == NULL)
+		rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	else {
+		s->node = d->from;
+		s->request_id = d->request_id;
+		s->started_ms = moat_rpc_now_ms();
+		s->next = t->head;
+		t->head = s;
+		d->slot = s;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rv;
+}
+
+/* slot_progress: `done` of `total` sandboxes tried; whether the drain
+ * should stop (the gateway stops). */
+static bool
+slot_progress(struct drain *d, size_t done, size_t total)
+{
+	bool stopping;
+
+	pthread_mutex_lock(&d->t.drains->lock);
+	d->slot->done = done;
+	d->slot->total = total;
+	stopping = d->t.drains->stopping;
+	pthread_mutex_unlock(&d->t.drains->lock);
+	return stopping;
+}
+
+static void
+slot_finish(struct drain *d)
+{
+	pthread_mutex_lock(&d->t.drains->lock);
+	d->slot->finished = true;
+	pthread_mutex_unlock(&d->t.drains->lock);
+}
+
+/* ---- DrainNode: the call ---- */
+
+/* drain_check: the request, checked before the call is deferred (its
+ * errors are answered at once); d filled from it. */
+static int
+drain_check(struct moat_rpc_call *call, const Moat__V1__DrainNodeRequest *req,
     struct drain *d)
 {
-	char *msg = NULL;
 	int rv;
 
+	if ((rv = operator_check(call, "DrainNode")) != MOAT_OK)
+		return rv;
+	moat_gateway_travel(call->service_ctx, &d->t);
+	d->request_id = call->request_id;
+	d->deadline = call->deadline_ms;
+	snprintf(d->tenant, sizeof(d->tenant), "%s", moat_gw_tenant(call));
+	snprintf(d->reason, sizeof(d->reason), "%s",
+	    req->reason[0] ? req->reason : "draining");
 	if ((rv = known_node(call, d->t.nodes, "DrainNode", req->node_id,
 	         &d->from, NULL)) != MOAT_OK)
 		return rv;
@@ -592,41 +767,185 @@ drain_start(struct moat_rpc_call *call, const Moat__V1__DrainNodeRequest *req,
 			    "DrainNode: the target is the node drained (%s): "
 			    "name another node, or none",
 			    req->node_id);
+		if (strlen(req->target_node_id) >= sizeof(d->target))
+			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+			    "DrainNode: target node id %.80s... is too long "
+			    "(`moat node ls` lists the nodes)",
+			    req->target_node_id);
 		if ((rv = target_check(call, d, req->target_node_id)) !=
 		    MOAT_OK)
 			return rv;
+		snprintf(d->target, sizeof(d->target), "%s",
+		    req->target_node_id);
 	}
-	if ((rv = cordon(d->t.fw, &d->from, moat_gw_tenant(call), true,
-	         req->reason[0] ? req->reason : "draining", call->request_id,
-	         call->deadline_ms, NULL, &msg)) != MOAT_OK) {
-		rv = moat_rpc_error(call, rv, "DrainNode: cordon of %s: %s",
+	return slot_claim(call, d);
+}
+
+/* drain_list: cordons the source and lists every sandbox on it (all
+ * tenants). Both are short calls: they get the default timeout at most,
+ * not the drain's (`moat node drain` allows 30 min), so a node that
+ * does not answer holds a stopping gateway no longer than that. */
+static int
+drain_list(struct drain *d, Moat__V1__SandboxList **out, char **errmsg)
+{
+	Moat__V1__Empty req = MOAT__V1__EMPTY__INIT;
+	uint64_t deadline = moat_rpc_now_ms() + MOAT_RPC_DEFAULT_TIMEOUT_MS;
+	char *msg = NULL;
+	int rv;
+
+	if (deadline > d->deadline)
+		deadline = d->deadline;
+	if ((rv = cordon(d->t.fw, &d->from, d->tenant, true, d->reason,
+	         d->request_id, deadline, NULL, &msg)) != MOAT_OK) {
+		*errmsg = moat_asprintf("DrainNode: cordon of %s: %s",
+		    d->from.s, msg ? msg : "?");
+		free(msg);
+		return rv;
+	}
+	if ((rv = node_call(d, &d->from, d->tenant, "ListAllSandboxes",
+	         &req.base, &moat__v1__sandbox_list__descriptor, deadline,
+	         "its sandboxes", (ProtobufCMessage **)out, &msg)) !=
+	    MOAT_OK) {
+		*errmsg = moat_asprintf("DrainNode: listing node %s's "
+		                        "sandboxes: %s (it is cordoned now; "
+		                        "drain again)",
 		    d->from.s, msg ? msg : "?");
 		free(msg);
 	}
 	return rv;
 }
 
-/* drain_list: every sandbox of the source (all tenants). */
-static int
-drain_list(struct moat_rpc_call *call, struct drain *d,
-    Moat__V1__SandboxList **out)
+/* not_tried: why a sandbox was not moved when the drain ended early, or
+ * NULL to go on. A move under way is never cut: the gateway's stop and
+ * the call's deadline are looked at between moves. */
+static char *
+not_tried(struct drain *d, bool stopping)
 {
-	Moat__V1__Empty req = MOAT__V1__EMPTY__INIT;
-	char *msg = NULL;
+	if (stopping)
+		return moat_asprintf("not tried: the gateway stopped during "
+		                     "the drain; drain %s again",
+		    d->from.s);
+	if (moat_rpc_now_ms() >= d->deadline)
+		return moat_asprintf("not tried: the DrainNode call's "
+		                     "deadline passed first; drain %s again, "
+		                     "with a longer timeout",
+		    d->from.s);
+	return NULL;
+}
+
+/* drain_one: moves sb (or says why not) and adds its row to r. */
+static int
+drain_one(struct drain *d, const Moat__V1__Sandbox *sb, bool stopping,
+    Moat__V1__DrainNodeReply *r)
+{
+	struct moat_node_id to = { "" };
+	uint64_t pause_ms = 0;
+	char *why = not_tried(d, stopping);
+	bool moved =
+	    why == NULL && move_one(d, sb, &to, &pause_ms, &why) == MOAT_OK;
+	Moat__V1__DrainedSandbox *row =
+	    drained(d, sb, &to, moved, pause_ms, why);
+
+	if (moved)
+		moat_info(d->request_id,
+		    "drain: sandbox %s moved %s -> %s, paused %llu ms", sb->id,
+		    d->from.s, to.s, (unsigned long long)pause_ms);
+	else
+		moat_warn(d->request_id, "drain: sandbox %s stays on %s: %s",
+		    sb->id, d->from.s, why ? why : "?");
+	free(why);
+	if (row == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	r->sandboxes[r->n_sandboxes++] = row;
+	*(moved ? &r->moved : &r->failed) += 1;
+	return MOAT_OK;
+}
+
+/* drain_run: the drain itself, into r (a reply the caller frees);
+ * *errmsg (heap) when it fails as a whole. */
+static int
+drain_run(struct drain *d, Moat__V1__DrainNodeReply *r, char **errmsg)
+{
+	Moat__V1__SandboxList *list = NULL;
+	bool stopping = false;
 	int rv;
 
-	if ((rv = node_call(d, &d->from, moat_gw_tenant(call),
-	         "ListAllSandboxes", &req.base,
-	         &moat__v1__sandbox_list__descriptor, call->deadline_ms,
-	         "its sandboxes", (ProtobufCMessage **)out, &msg)) !=
-	    MOAT_OK) {
-		rv = moat_rpc_error(call, rv,
-		    "DrainNode: listing node %s's "
-		    "sandboxes: %s (it is cordoned now; drain again)",
-		    d->from.s, msg ? msg : "?");
-		free(msg);
+	if ((rv = drain_list(d, &list, errmsg)) != MOAT_OK)
+		return rv;
+	if (list->n_sandboxes > 0 &&
+	    (r->sandboxes = calloc(list->n_sandboxes,
+	         sizeof(*r->sandboxes))) == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		goto out;
 	}
+	moat_info(d->request_id, "drain of node %s: %zu sandboxes, to %s",
+	    d->from.s, list->n_sandboxes,
+	    d->target[0] ? d->target : "any node");
+	for (size_t i = 0; i < list->n_sandboxes && rv == MOAT_OK; i++) {
+		stopping = slot_progress(d, i, list->n_sandboxes) || stopping;
+		rv = drain_one(d, list->sandboxes[i], stopping, r);
+	}
+	if (rv != MOAT_OK)
+		*errmsg = moat_asprintf("out of memory");
+	else if (moat_rpc_now_ms() >= d->deadline)
+		/* Its caller has DEADLINE_EXCEEDED already; the reply is
+		 * kept for a repeat of the call (same request id). */
+		moat_warn(d->request_id,
+		    "drain of %s outlived its call's deadline: %zu moved, %zu "
+		    "not (retry the call with its request id for the "
+		    "report)",
+		    d->from.s, (size_t)r->moved, (size_t)r->failed);
+out:
+	moat__v1__sandbox_list__free_unpacked(list, NULL);
 	return rv;
+}
+
+static void
+drain_free(struct drain *d)
+{
+	free(d->refusal);
+	free(d);
+}
+
+/* drain_main: a deferred drain's thread: runs it, answers its call. */
+static void *
+drain_main(void *arg)
+{
+	struct drain *d = arg;
+	Moat__V1__DrainNodeReply r = MOAT__V1__DRAIN_NODE_REPLY__INIT;
+	char *msg = NULL;
+	int rv = drain_run(d, &r, &msg);
+
+	/* Finished before the reply goes: whoever reads it may drain the
+	 * node again at once. */
+	slot_finish(d);
+	moat_rpc_complete(d->deferred, rv, rv == MOAT_OK ? &r.base : NULL,
+	    msg);
+	for (size_t i = 0; i < r.n_sandboxes; i++)
+		moat__v1__drained_sandbox__free_unpacked(r.sandboxes[i], NULL);
+	free(r.sandboxes);
+	free(msg);
+	drain_free(d);
+	return NULL;
+}
+
+/* drain_start: d's thread; without one, d runs on this thread. */
+static void
+drain_start(struct drain *d)
+{
+	struct moat_drains *t = d->t.drains;
+	int err;
+
+	pthread_mutex_lock(&t->lock);
+	err = pthread_create(&d->slot->thread, NULL, drain_main, d);
+	d->slot->joinable = err == 0;
+	pthread_mutex_unlock(&t->lock);
+	if (err != 0) {
+		moat_warn(d->request_id,
+		    "drain of %s: no thread for it (%s): it holds a worker",
+		    d->from.s, strerror(err));
+		(void)drain_main(d);
+	}
 }
 
 int
@@ -635,60 +954,29 @@ moat_drain_node(struct moat_rpc_call *call, const ProtobufCMessage *request,
 {
 	const Moat__V1__DrainNodeRequest *req =
 	    (const Moat__V1__DrainNodeRequest *)request;
-	Moat__V1__DrainNodeReply *r = (Moat__V1__DrainNodeReply *)reply;
-	Moat__V1__SandboxList *list = NULL;
-	struct drain d = { 0 };
+	struct drain *d = calloc(1, sizeof(*d));
+	char *msg = NULL;
 	int rv;
 
-	if ((rv = operator_check(call, "DrainNode")) != MOAT_OK)
-		return rv;
-	moat_gateway_travel(call->service_ctx, &d.t);
-	d.target = req->target_node_id;
-	d.request_id = call->request_id;
-	d.deadline = call->deadline_ms;
-	if ((rv = drain_start(call, req, &d)) != MOAT_OK ||
-	    (rv = drain_list(call, &d, &list)) != MOAT_OK) {
-		free(d.refusal);
-		return rv;
-	}
-	if (list->n_sandboxes > 0 &&
-	    (r->sandboxes = calloc(list->n_sandboxes,
-	         sizeof(*r->sandboxes))) == NULL) {
-		rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+	if (d == NULL)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
 		    "out of memory");
-		goto out;
+	if ((rv = drain_check(call, req, d)) != MOAT_OK) {
+		drain_free(d);
+		return rv;
 	}
-	moat_info(call->request_id, "drain of node %s: %zu sandboxes, to %s",
-	    d.from.s, list->n_sandboxes, d.target[0] ? d.target : "any node");
-	for (size_t i = 0; i < list->n_sandboxes; i++) {
-		const Moat__V1__Sandbox *sb = list->sandboxes[i];
-		struct moat_node_id to = { "" };
-		uint64_t pause_ms = 0;
-		char *why = NULL;
-		bool moved = move_one(&d, sb, &to, &pause_ms, &why) == MOAT_OK;
-		Moat__V1__DrainedSandbox *row =
-		    drained(&d, sb, &to, moved, pause_ms, why);
-
-		if (moved)
-			moat_info(call->request_id,
-			    "drain: sandbox %s moved %s -> %s, paused %llu ms",
-			    sb->id, d.from.s, to.s,
-			    (unsigned long long)pause_ms);
-		else
-			moat_warn(call->request_id,
-			    "drain: sandbox %s stays on %s: %s", sb->id,
-			    d.from.s, why ? why : "?");
-		free(why);
-		if (row == NULL) {
-			rv = moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
-			    "out of memory");
-			goto out;
-		}
-		r->sandboxes[r->n_sandboxes++] = row;
-		*(moved ? &r->moved : &r->failed) += 1;
+	/* A drain takes minutes: it answers from its own thread. */
+	if ((d->deferred = moat_rpc_defer(call)) != NULL) {
+		drain_start(d);
+		return MOAT_OK;
 	}
-out:
-	moat__v1__sandbox_list__free_unpacked(list, NULL);
-	free(d.refusal);
+	/* Not deferrable (a call built outside the server, or too many
+	 * deferred calls): answered here. */
+	rv = drain_run(d, (Moat__V1__DrainNodeReply *)reply, &msg);
+	slot_finish(d);
+	if (rv != MOAT_OK)
+		rv = moat_rpc_error(call, rv, "%s", msg ? msg : "?");
+	free(msg);
+	drain_free(d);
 	return rv;
 }

@@ -435,7 +435,7 @@ bool moat_nodes_is_available(struct moat_nodes *nodes,
  * the sandbox back (heap, caller frees). */
 char *moat_node_down_message(const char *sandbox_id, const char *node);
 
-/* ---- recording (record.c) ---- */
+/* ---- recording (record.c, record_step.c, record_trace.c) ---- */
 
 struct moat_record_entry;
 
@@ -975,6 +975,7 @@ struct moat_travel {
 	const char *tenant;               /* the caller's (moat_gw_tenant) */
 	const struct moat_config *config; /* [tenants] lifetimes; NULL ok */
 	struct moat_admission *adm; /* reservations, quotas (admission.h) */
+	struct moat_drains *drains; /* DrainNode's running drains (drain.c) */
 };
 
 /* Where one restored copy runs, and the snapshot id its node gets: the
@@ -1018,7 +1019,22 @@ const struct moat_config *moat_gateway_config(struct moat_gateway *gw,
 
 /* Operating nodes (drain.c, issue 15): CordonNode and DrainNode, for
  * the tenants of [gateway] operator-tenants (default "default"; auth
- * off: anyone). DrainNode blocks while it moves each sandbox. */
+ * off: anyone). DrainNode is deferred: it runs on a thread of its own
+ * (one per drain) and holds no RPC worker while it moves each sandbox;
+ * a second drain of a node being drained is FAILED_PRECONDITION. */
+struct moat_drains;
+
+/* moat_drains_new: the gateway's table of running drains; NULL when out
+ * of memory. */
+struct moat_drains *moat_drains_new(void);
+
+/* moat_drains_free: stops the drains still running (each finishes the
+ * move under way, reports the sandboxes it did not try, and answers its
+ * call), waits for their threads and frees the table. After the RPC
+ * server stopped (no new drain starts) and before the forwarder and the
+ * inventory go (a move uses them). NULL is fine. */
+void moat_drains_free(struct moat_drains *drains);
+
 int moat_drain_cordon_node(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_drain_node(struct moat_rpc_call *call,

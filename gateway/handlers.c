@@ -54,6 +54,7 @@ struct moat_gateway {
 	 * API key's token already). */
 	struct moat_rpc_method *http_methods;
 	struct moat_admission *adm; /* reservations, quotas, key buckets */
+	struct moat_drains *drains; /* DrainNode's threads (drain.c) */
 	/* Tenants' settings in sessiond (with keys there); NULL: none. */
 	struct moat_tenants *tenants;
 };
@@ -1810,6 +1811,8 @@ moat_gateway_start(struct moat_gateway **out,
 	if ((rv = moat_admission_new(&gw->adm, opts->config, gw->metrics->reg,
 	         errmsg)) != MOAT_OK)
 		goto fail;
+	if ((gw->drains = moat_drains_new()) == NULL)
+		goto fail_oom;
 	svc.methods = gw->methods;
 	if (opts->state_dir != NULL && opts->state_dir[0] != '\0') {
 		if ((rv = moat_auth_open(&gw->auth, opts->state_dir,
@@ -1912,6 +1915,10 @@ moat_gateway_stop(struct moat_gateway *gw)
 		return;
 	/* Serving stops first: no handler may run on what follows. */
 	moat_rpc_server_stop(gw->server);
+	/* Drains end their move under way and answer; they use the
+	 * forwarder and the inventory, so they go first. */
+	moat_drains_free(gw->drains);
+	gw->drains = NULL;
 	/* Forwarded execs complete through the gateway's state. */
 	if (gw->fw_ready && !moat_forward_drain(&gw->fw, 10000))
 		return;
@@ -1998,6 +2005,7 @@ moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out)
 	out->survey_url = gw->survey_url;
 	out->config = gw->config;
 	out->adm = gw->adm;
+	out->drains = gw->drains;
 }
 
 void

@@ -5,7 +5,8 @@
  * Thin calls: CreateKey (also the import of a local key, idempotent),
  * VerifyKey, RevokeKey, ListKeys. The secret never leaves the gateway:
  * sessiond gets its SHA-256. Every failure names sessiond's address.
- * Not for: the cache of verified keys or the local store (auth.c).
+ * Not for: the cache of verified keys or the local store
+ * (auth_keys.c).
  */
 #include <stdio.h>
 #include <stdlib.h>

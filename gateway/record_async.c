@@ -7,7 +7,7 @@
  * two parts on a small pool of recorder threads (RECORD_THREADS, started
  * with the first deferred step, joined by moat_record_fini):
  * - start: when the sandbox's turn is the job's, refresh from sessiond
- *   (record.c) and send the call to the node without waiting
+ *   (record_step.c) and send the call to the node without waiting
  *   (moat_forward_call_async_fn); no thread waits while the node runs;
  * - after: the node's answer (queued by the rpc client's thread) is
  *   traced, diffed, appended to the session, snapshotted under EVERY
@@ -19,7 +19,8 @@
  * (every call they make has a deadline) and steps still waiting for
  * their turn fail UNAVAILABLE without running; moat_record_fini returns
  * once none is left.
- * Not for: what a step records (record.c), forwarding (forward.c).
+ * Not for: what a step records (record_step.c), forwarding
+ * (forward.c).
  */
 #include <pthread.h>
 #include <stdio.h>

@@ -240,13 +240,75 @@ hold_exec(struct fake_node *fn, struct moat_rpc_call *call,
 	return true;
 }
 
+/* hold_snapshot: a SnapshotSandbox of a sandbox held while
+ * hold_snapshots is set: deferred until fake_node_release_held. Returns
+ * true when it was one. */
+static bool
+hold_snapshot(struct fake_node *fn, struct moat_rpc_call *call,
+    const char *sid)
+{
+	struct moat_rpc_deferred *d;
+	bool held = false;
+
+	if (strcmp(call->method, "SnapshotSandbox") != 0 ||
+	    !atomic_load(&fn->hold_snapshots) || sid == NULL)
+		return false;
+	pthread_mutex_lock(&fn->lock);
+	if (find_sandbox(fn, sid) >= 0 && fn->n_held_snaps < FAKE_MAX_HELD &&
+	    (d = moat_rpc_defer(call)) != NULL) {
+		snprintf(fn->held_snap_sandbox[fn->n_held_snaps], 128, "%s",
+		    sid);
+		fn->held_snap[fn->n_held_snaps++] = d;
+		held = true;
+	}
+	pthread_mutex_unlock(&fn->lock);
+	return held;
+}
+
+/* release_snap: answers held snapshot i: taken, and in "snapd" under a
+ * snapd-style id. Lock held. */
+static void
+release_snap(struct fake_node *fn, int i)
+{
+	Moat__V1__LocalSnapshot r = MOAT__V1__LOCAL_SNAPSHOT__INIT;
+	struct fake_snapshot s;
+	char remote[40];
+	int idx = find_sandbox(fn, fn->held_snap_sandbox[i]);
+
+	if (idx < 0 || fn->n_snaps >= FAKE_MAX_SNAPSHOTS) {
+		moat_rpc_complete(fn->held_snap[i], MOAT_NOT_FOUND, NULL,
+		    "fake node: the held snapshot's sandbox is gone");
+		return;
+	}
+	memset(&s, 0, sizeof(s));
+	snprintf(s.id, sizeof(s.id), "snap-%s-%016x", fn->id,
+	    (unsigned)++fn->snapshots);
+	snprintf(s.sandbox, sizeof(s.sandbox), "%s", fn->sandboxes[idx]);
+	snprintf(s.tenant, sizeof(s.tenant), "%s",
+	    fn->tenants[idx][0] ? fn->tenants[idx] : "default");
+	s.created_ms = moat_now_unix_ms();
+	fn->snaps[fn->n_snaps++] = s;
+	snap_fill(&s, &r);
+	snprintf(remote, sizeof(remote), "snap-%032x",
+	    (unsigned)fn->snapshots);
+	r.remote_id = remote;
+	r.remote_stored = true;
+	moat_rpc_complete(fn->held_snap[i], MOAT_OK, &r.base, NULL);
+	r.remote_id = NULL;
+	free(r.snapshot_id);
+	free(r.sandbox_id);
+	free(r.tenant);
+	free(r.session_id);
+	free(r.location);
+}
+
 int
 fake_node_held(struct fake_node *fn)
 {
 	int n;
 
 	pthread_mutex_lock(&fn->lock);
-	n = fn->n_held;
+	n = fn->n_held + fn->n_held_snaps;
 	pthread_mutex_unlock(&fn->lock);
 	return n;
 }
@@ -265,6 +327,8 @@ fake_node_release_held(struct fake_node *fn)
 		r.status = &st;
 		moat_rpc_complete(fn->held[i], MOAT_OK, &r.base, NULL);
 	}
+	while (fn->n_held_snaps > 0)
+		release_snap(fn, --fn->n_held_snaps);
 	pthread_mutex_unlock(&fn->lock);
 }
 
@@ -283,7 +347,7 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		fn->execs++;
 		pthread_mutex_unlock(&fn->lock);
 	}
-	if (hold_exec(fn, call, request))
+	if (hold_exec(fn, call, request) || hold_snapshot(fn, call, sid))
 		return MOAT_OK;
 	if (strcmp(m, "GetSandbox") == 0 && atomic_load(&fn->get_delay_ms) > 0)
 		usleep((useconds_t)atomic_load(&fn->get_delay_ms) * 1000u);
@@ -411,6 +475,15 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	} else if (strcmp(m, "NodeInfo") == 0) {
 		Moat__V1__Node *r = (Moat__V1__Node *)reply;
 		r->node_id = strdup(fn->id);
+	} else if (strcmp(m, "Cordon") == 0) {
+		/* Taken, as vmd would (DrainNode's first step). */
+		const Moat__V1__CordonRequest *q = (const void *)request;
+		Moat__V1__Node *r = (Moat__V1__Node *)reply;
+
+		fn->cordons++;
+		r->node_id = strdup(fn->id);
+		r->cordoned = q->cordoned;
+		r->cordon_reason = strdup(q->reason);
 	} else if (sid == NULL || (idx = find_sandbox(fn, sid)) < 0) {
 		rv = moat_rpc_error(call, MOAT_NOT_FOUND,
 		    "fake node %s: no "

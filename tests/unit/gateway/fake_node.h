@@ -50,6 +50,9 @@ struct fake_node {
 	atomic_bool garbage; /* answer with bytes that are no Node */
 	atomic_int surveys_answered;
 	atomic_int get_delay_ms; /* GetSandbox answers this much later */
+	/* SnapshotSandbox of a sandbox held: deferred until
+	 * fake_node_release_held, then taken and "pushed" to snapd. */
+	atomic_bool hold_snapshots;
 
 	/* RestoreSandbox of a moat-snapd id ("snap-<32 hex>"): the node
 	 * "pulls" it (FAKE_PULLED_BYTES) without holding it. */
@@ -70,6 +73,7 @@ struct fake_node {
 	char tenants[FAKE_MAX_SANDBOXES][64]; /* "": any (added ones) */
 	int n_sandboxes;
 	int set_timeouts;        /* SetTimeout calls (issue 15) */
+	int cordons;             /* Cordon calls (issue 15) */
 	uint32_t last_timeout_s; /* the last one's timeout_s */
 	int next_sandbox;
 	int restores;           /* RestoreSandbox calls */
@@ -86,6 +90,9 @@ struct fake_node {
 	struct moat_rpc_deferred *held[FAKE_MAX_HELD];
 	int held_code[FAKE_MAX_HELD];
 	int n_held;
+	struct moat_rpc_deferred *held_snap[FAKE_MAX_HELD];
+	char held_snap_sandbox[FAKE_MAX_HELD][128];
+	int n_held_snaps;
 };
 
 /* fake_node_start: serves Vm on ipc://<dir>/<id>.sock and answers
@@ -129,10 +136,12 @@ void fake_node_kill_rpc(struct fake_node *fn);
  * its peer still sends. */
 void fake_node_halt(struct fake_node *fn);
 
-/* fake_node_held: how many held Execs wait. Thread-safe. */
+/* fake_node_held: how many held Execs and snapshots wait.
+ * Thread-safe. */
 int fake_node_held(struct fake_node *fn);
 
-/* fake_node_release_held: answers every held Exec (exit code N). */
+/* fake_node_release_held: answers every held Exec (exit code N) and
+ * every held snapshot (taken, with a moat-snapd id, remote_stored). */
 void fake_node_release_held(struct fake_node *fn);
 
 /* fake_node_stop: everything (halts first); safe after kill_rpc. */
