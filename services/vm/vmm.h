@@ -215,7 +215,8 @@ struct moat_vmm_ops {
 	/* snapshot_resets_agent_link: a snapshot closes the agent's stream
 	 * once the guest runs again (Firecracker resets its vsock device
 	 * when it snapshots; the guest's listener survives), so after each
-	 * snapshot vmd connects a new one; the agent greets it with a new
+	 * snapshot vmd connects a new one (after a leave_paused one: at
+	 * unpause, once the guest runs); the agent greets it with a new
 	 * AgentReady. */
 	bool snapshot_resets_agent_link;
 };

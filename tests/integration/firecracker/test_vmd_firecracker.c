@@ -14,10 +14,20 @@
  * FAILED_PRECONDITION by a vmd running the qemu driver; a double killed
  * with SIGKILL, or exiting 1 by itself, turning its sandbox FAILED with
  * the signal or exit status and the last lines of its console and log; destroy leaving no process and no file;
+ * vmd restarts that keep sandboxes (issue 15, part 2, as
+ * tests/integration/vm/test_adopt.c checks for QEMU): after kill -9 of
+ * vmd the next one re-adopts a live double (same id and VMM pid, exec,
+ * its file, a background process alive, an exec from before UNAVAILABLE)
+ * and fails, with the reason, one whose double died and one whose state
+ * file names a pid that is no Firecracker; SIGTERM keeps it, and
+ * stop-sandboxes-on-exit destroys; a snapshot with leave_paused (a
+ * drain's move) then ResumeSandbox serving on a new guest link, or then
+ * destroy;
  * and a jailed start through tests/integration/firecracker/jailer (a
  * stand-in that checks the jailer's arguments and builds its chroot
- * layout without chrooting), snapshotted and restored into a jail of
- * its own, with the jails and the cgroup gone after destroy. KVM is not asked for ([firecracker] test-no-kvm-check, which
+ * layout without chrooting), re-adopted after kill -9 of its vmd,
+ * snapshotted and restored into a jail of its own, with the jails and
+ * the cgroup gone after destroy. KVM is not asked for ([firecracker] test-no-kvm-check, which
  * vmd accepts only with [vmd] test-hooks=true). The double's restore is
  * not a VM restore (see its docstring); without test-hooks vmd refuses
  * test-no-kvm-check. Not for: real VMs (that is

@@ -6,7 +6,10 @@
  * started with InstanceStart; the agent reached through Firecracker's
  * hybrid vsock (`CONNECT <port>\n` -> `OK <n>\n` on vsock.sock); pause,
  * snapshot and snapshot load for time travel, and vmm.h's snapshot,
- * restore and resume ops built on them. Not for: supervising the
+ * restore and resume ops built on them. Firecracker outlives vmd (no
+ * parent-death signal; its console a named pipe) and a restarted vmd
+ * re-adopts it (fc_adopt) from the state file's vmm-info line (its slot,
+ * whether jailed, its working folder). Not for: supervising the
  * process after start (vmd's sandbox code), the HTTP client (api.c) or
  * the jail's layout (jail.c).
  */
