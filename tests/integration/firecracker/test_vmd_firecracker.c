@@ -19,7 +19,8 @@
  * vmd the next one re-adopts a live double (same id and VMM pid, exec,
  * its file, a background process alive, an exec from before UNAVAILABLE)
  * and fails, with the reason, one whose double died and one whose state
- * file names a pid that is no Firecracker; SIGTERM keeps it, and
+ * file names a pid that is no Firecracker or that lacks vmm-info (an
+ * older vmd's); its console drained again; SIGTERM keeps it, and
  * stop-sandboxes-on-exit destroys; a snapshot with leave_paused (a
  * drain's move) then ResumeSandbox serving on a new guest link, or then
  * destroy;
@@ -757,6 +758,44 @@ state_pid_set(const struct vmd_proc *v, const char *id, pid_t pid)
 	free(path);
 }
 
+/* Drops the vmm-info line from sandbox `id`'s state file, as a vmd
+ * before Firecracker adoption wrote it. */
+static void
+state_drop_vmm_info(const struct vmd_proc *v, const char *id)
+{
+	char *path = moat_asprintf("%s/vms/%s/state", v->state, id);
+	char *text = NULL, *p, *nl, *out;
+	size_t len;
+
+	assert_int_equal(moat_read_file(path, 1 << 16, &text, &len), 0);
+	assert_non_null(p = strstr(text, "\nvmm-info "));
+	assert_non_null(nl = strchr(p + 1, '\n'));
+	*p = '\0';
+	out = moat_asprintf("%s%s", text, nl);
+	assert_int_equal(moat_write_file_atomic(path, out, strlen(out), 0600),
+	    0);
+	free(out);
+	free(text);
+	free(path);
+}
+
+/* How often `needle` is in sandbox `id`'s console.log. */
+static int
+console_count(const struct vmd_proc *v, const char *id, const char *needle)
+{
+	char *path = moat_asprintf("%s/vms/%s/console.log", v->state, id);
+	char *text = NULL;
+	size_t len;
+	int n = 0;
+
+	if (moat_read_file(path, 1 << 22, &text, &len) == 0)
+		for (char *p = text; (p = strstr(p, needle)) != NULL; p++)
+			n++;
+	free(text);
+	free(path);
+	return n;
+}
+
 /* A RUNNING sandbox `id` with VMM `pid`, adopted `n` times, that
  * serves exec and holds its note. */
 static void
@@ -852,9 +891,10 @@ static void
 test_restart_keeps_sandboxes(void **state)
 {
 	Moat__V1__ExecWaitRequest wr = MOAT__V1__EXEC_WAIT_REQUEST__INIT;
-	Moat__V1__Sandbox *live, *dead, *wrong, *last;
+	Moat__V1__Sandbox *live, *dead, *wrong, *old, *last;
 	char *out, *cmd, *dir;
-	uint64_t running;
+	uint64_t running, until;
+	int links;
 	pid_t bg;
 
 	(void)state;
@@ -864,6 +904,7 @@ test_restart_keeps_sandboxes(void **state)
 	live = create(&vmd);
 	dead = create(&vmd);
 	wrong = create(&vmd);
+	old = create(&vmd);
 	write_file(&vmd, live->id, "/root/note.txt", NOTE);
 	/* Its own session: the exec that starts it ends, it stays. */
 	out = sh_out(&vmd, live->id,
@@ -886,6 +927,10 @@ test_restart_keeps_sandboxes(void **state)
 		protobuf_c_message_free_unpacked(&h->base, NULL);
 	}
 
+	/* The agent logs each guest link on the console. */
+	links = console_count(&vmd, live->id, "host link open");
+	assert_true(links > 0);
+
 	/* kill -9: every double outlives vmd. */
 	vmd_kill9(&vmd);
 	assert_true(pid_runs(live->vmm_pid));
@@ -894,6 +939,7 @@ test_restart_keeps_sandboxes(void **state)
 	assert_int_equal(kill(dead->vmm_pid, SIGKILL), 0);
 	assert_pid_gone(dead->vmm_pid);
 	state_pid_set(&vmd, wrong->id, getpid());
+	state_drop_vmm_info(&vmd, old->id);
 
 	vmd_start(&vmd, "state", "firecracker", false);
 	assert_adopted(&vmd, live->id, live->vmm_pid, 1);
@@ -908,6 +954,13 @@ test_restart_keeps_sandboxes(void **state)
 	assert_failed_with(&vmd, dead, "is not running any more");
 	/* Its double was stopped: it is no Firecracker vmd would adopt. */
 	assert_failed_with(&vmd, wrong, "another process");
+	assert_failed_with(&vmd, old, "no vmm-info");
+	/* The console is drained again: the new link's line is there. */
+	until = moat_rpc_now_ms() + 10000;
+	while (console_count(&vmd, live->id, "host link open") <= links &&
+	    moat_rpc_now_ms() < until)
+		usleep(50 * 1000);
+	assert_true(console_count(&vmd, live->id, "host link open") > links);
 	paused_snapshot(&vmd, live->id, true);
 	free(sh_out(&vmd, live->id, cmd, 0));
 
@@ -941,6 +994,7 @@ test_restart_keeps_sandboxes(void **state)
 	protobuf_c_message_free_unpacked(&live->base, NULL);
 	protobuf_c_message_free_unpacked(&dead->base, NULL);
 	protobuf_c_message_free_unpacked(&wrong->base, NULL);
+	protobuf_c_message_free_unpacked(&old->base, NULL);
 	protobuf_c_message_free_unpacked(&last->base, NULL);
 }
 
