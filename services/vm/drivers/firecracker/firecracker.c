@@ -1582,18 +1582,11 @@ fc_adopt(const struct moat_vmm_spec *spec, pid_t pid, uid_t jail_uid,
 	rv = fc_adopt_instance(spec, slot, jailed, root, &in, errmsg);
 	if (rv != MOAT_OK)
 		goto fail;
-	if (pid <= 1 || !vmd_proc_runs(pid, spec->sandbox_id, true)) {
-		*errmsg = pid > 1 && kill(pid, 0) == 0 ?
-		    moat_asprintf("its VMM (pid %d) is not running any more: "
-		                  "that pid is another process now",
-		        (int)pid) :
-		    moat_asprintf("its VMM (pid %d) is not running any more",
-		        (int)pid);
-		rv = MOAT_FAILED_PRECONDITION;
-		goto fail;
-	}
-	if ((rv = fc_adopt_check(in.api_socket, spec->sandbox_id, errmsg)) !=
-	    MOAT_OK)
+	/* Not a recycled pid: Firecracker runs with `--id <sandbox id>`. */
+	if ((rv = vmd_vmm_check_pid(pid, spec->sandbox_id, true, errmsg)) !=
+	        MOAT_OK ||
+	    (rv = fc_adopt_check(in.api_socket, spec->sandbox_id, errmsg)) !=
+	        MOAT_OK)
 		goto fail;
 	vm->pid = pid;
 	vm->agent_socket = strdup(in.agent_socket);
