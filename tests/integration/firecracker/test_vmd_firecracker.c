@@ -20,7 +20,8 @@
  * its file, a background process alive, an exec from before UNAVAILABLE)
  * and fails, with the reason, one whose double died and one whose state
  * file names a pid that is no Firecracker or that lacks vmm-info (an
- * older vmd's); its console drained again; SIGTERM keeps it, and
+ * older vmd's); its console drained again; SIGTERM keeps it (also
+ * paused by a snapshot: the next vmd resumes it), and
  * stop-sandboxes-on-exit destroys; a snapshot with leave_paused (a
  * drain's move) then ResumeSandbox serving on a new guest link, or then
  * destroy;
@@ -964,7 +965,9 @@ test_restart_keeps_sandboxes(void **state)
 	paused_snapshot(&vmd, live->id, true);
 	free(sh_out(&vmd, live->id, cmd, 0));
 
-	/* SIGTERM keeps it: the double runs on, its directory stays. */
+	/* SIGTERM keeps it, even paused by a snapshot (the next vmd resumes
+	 * it): the double runs on, its directory stays. */
+	paused_snapshot(&vmd, live->id, false);
 	vmd_stop(&vmd);
 	assert_true(pid_runs(live->vmm_pid));
 	dir = moat_asprintf("%s/vms/%s/state", vmd.state, live->id);
