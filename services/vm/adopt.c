@@ -61,6 +61,7 @@ record_of(struct sandbox *sb, struct vmd_state_record *r, char **network)
 	r->network = *network;
 	r->accel = sb->accel;
 	r->driver = (char *)sb->vmd->vmm->name;
+	r->vmm_info = sb->vmm_exited ? NULL : sb->vmm.adopt_info;
 	r->failure = sb->lifecycle == SANDBOX_FAILED ?
 	    (sb->failure_reason ? sb->failure_reason : "it failed") :
 	    NULL;
@@ -401,6 +402,7 @@ adopt_vmm(struct sandbox *sb, const struct vmd_state_record *r, char **why)
 	spec.memory_mib = sb->memory_mib;
 	spec.accel = sb->accel;
 	spec.console_max_bytes = vmd->cfg.console_max_bytes;
+	spec.adopt_info = r->vmm_info;
 	if ((rv = vmd->vmm->adopt(&spec, (pid_t)r->pid, (uid_t)r->jail_uid,
 	         &sb->vmm, why)) != MOAT_OK)
 		return rv;

@@ -46,7 +46,9 @@ struct vmd_state_record {
 	char *network; /* vmd_egress_label form: "none", "allowlist:..." */
 	char *accel;
 	char *driver;
-	char *failure; /* set: the sandbox had FAILED, with this reason */
+	char *failure;  /* set: the sandbox had FAILED, with this reason */
+	char *vmm_info; /* the driver's struct moat_vmm adopt_info; absent
+	                   in older files (NULL) */
 	char **label_keys;
 	char **label_values;
 	size_t n_labels;

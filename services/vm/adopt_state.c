@@ -105,6 +105,7 @@ vmd_state_encode(const struct vmd_state_record *r, char **text, size_t *len)
 	buf_str(&b, "accel", r->accel);
 	buf_str(&b, "driver", r->driver);
 	buf_str(&b, "failure", r->failure);
+	buf_str(&b, "vmm-info", r->vmm_info);
 	buf_u64(&b, "vcpus", r->vcpus);
 	buf_u64(&b, "memory-mib", r->memory_mib);
 	buf_u64(&b, "scratch-mib", r->scratch_mib);
@@ -219,6 +220,7 @@ str_field(struct vmd_state_record *r, const char *key)
 		{ "accel", offsetof(struct vmd_state_record, accel) },
 		{ "driver", offsetof(struct vmd_state_record, driver) },
 		{ "failure", offsetof(struct vmd_state_record, failure) },
+		{ "vmm-info", offsetof(struct vmd_state_record, vmm_info) },
 	};
 
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
@@ -448,6 +450,7 @@ vmd_state_record_fini(struct vmd_state_record *r)
 	free(r->accel);
 	free(r->driver);
 	free(r->failure);
+	free(r->vmm_info);
 	for (size_t i = 0; i < r->n_labels; i++) {
 		free(r->label_keys[i]);
 		free(r->label_values[i]);

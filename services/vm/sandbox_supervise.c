@@ -196,7 +196,12 @@ hook_closed(void *arg, bool violation, const char *reason)
 	bool changed = false;
 
 	pthread_mutex_lock(&sb->mu);
-	if (sb->lifecycle == SANDBOX_RELINKING && !violation) {
+	/* Paused after a snapshot that reset the stream (leave_paused):
+	 * the unpause relinks (vmd_snapshot_unpause). */
+	if (!violation &&
+	    (sb->lifecycle == SANDBOX_RELINKING ||
+	        (sb->paused_for_move &&
+	            sb->vmd->vmm->snapshot_resets_agent_link))) {
 		/* The snapshot reset the stream; vmd_sandbox_relink replaces
 		 * it (and retries if the new one is the one that closed). */
 		sb->relink_lost = true;

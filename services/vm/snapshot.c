@@ -242,6 +242,26 @@ snap_begin(struct moat_rpc_call *call, struct sandbox *sb, bool leave_paused)
 	return rv;
 }
 
+/* A new guest link for sb, RELINKING (vmd_sandbox_relink), after its
+ * VMM reset the old one; a link that cannot be made fails the sandbox,
+ * saying `when` it was lost. */
+static void
+snap_relink_or_fail(struct sandbox *sb, const char *when)
+{
+	char *why = NULL;
+
+	if (vmd_sandbox_relink(sb, moat_rpc_now_ms() + VMD_RELINK_TIMEOUT_MS,
+	        &why) != MOAT_OK) {
+		char *reason = moat_asprintf("its guest link was lost %s: %s",
+		    when, why ? why : "?");
+
+		vmd_sandbox_fail(sb,
+		    reason ? reason : "its guest link was lost");
+		free(reason);
+	}
+	free(why);
+}
+
 /* Has the driver write sb's snapshot `id` into directory `tmp` (in
  * `root`): the RAM dir's room for the copy first, a new guest link
  * after when the driver resets it. Returns 0 with *st, or a status
@@ -284,26 +304,19 @@ snap_capture(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 	rv = vmd->vmm->snapshot(&sb->vmm, scratch, tmp,
 	    VMD_SNAPSHOT_TIMEOUT_MS, leave_paused, st, &err);
 	free(scratch);
-	if (vmd->vmm->snapshot_resets_agent_link) {
+	if (vmd->vmm->snapshot_resets_agent_link && leave_paused &&
+	    rv == MOAT_OK) {
+		/* Left paused: the guest cannot take a new link before it
+		 * runs, so the unpause relinks (vmd_snapshot_unpause). Calls
+		 * wait out the pause (paused_for_move) meanwhile. */
+		pthread_mutex_lock(&sb->mu);
+		(void)vmd_sandbox_step(sb, SANDBOX_EV_RELINK_END);
+		pthread_mutex_unlock(&sb->mu);
+	} else if (vmd->vmm->snapshot_resets_agent_link) {
 		/* Whether or not the snapshot worked, the VMM may have reset
 		 * the agent's stream (Firecracker does so on every snapshot
 		 * create): connect a new one, or the sandbox cannot go on. */
-		char *why = NULL;
-
-		if (vmd_sandbox_relink(sb,
-		        moat_rpc_now_ms() + VMD_RELINK_TIMEOUT_MS,
-		        &why) != MOAT_OK) {
-			char *reason = moat_asprintf("its guest link was lost "
-			                             "after a snapshot: %s",
-			    why ? why : "?");
-
-			vmd_sandbox_fail(sb,
-			    reason ? reason :
-			             "its guest "
-			             "link was lost after a snapshot");
-			free(reason);
-		}
-		free(why);
+		snap_relink_or_fail(sb, "after a snapshot");
 	}
 	if (rv != MOAT_OK) {
 		pthread_mutex_lock(&sb->mu);
@@ -449,10 +462,9 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 		    "of node %s cannot take snapshots",
 		    vmd->vmm->name, vmd->cfg.node_id);
 	/* A driver that resets the guest link on a snapshot (Firecracker)
-	 * needs the guest running to relink: no leave_paused there. */
-	if (req != NULL && req->leave_paused &&
-	    (vmd->vmm->unpause == NULL ||
-	        vmd->vmm->snapshot_resets_agent_link))
+	 * relinks once the guest runs again: at unpause, for leave_paused
+	 * (vmd_snapshot_unpause). */
+	if (req != NULL && req->leave_paused && vmd->vmm->unpause == NULL)
 		return moat_rpc_error(call, MOAT_UNIMPLEMENTED,
 		    "the %s driver of node %s cannot leave a sandbox paused "
 		    "after a snapshot: snapshot without leave_paused",
@@ -837,21 +849,54 @@ out:
 	return rv;
 }
 
+/* After the unpause of a sandbox whose snapshot reset its guest link
+ * (vmd_snapshot_unpause put it in RELINKING): a new link once the guest
+ * runs (`resumed`), then back to RUNNING; a link that cannot be made
+ * fails the sandbox. */
+static void
+unpause_relink(struct sandbox *sb, bool resumed)
+{
+	if (!resumed) {
+		pthread_mutex_lock(&sb->mu);
+		(void)vmd_sandbox_step(sb, SANDBOX_EV_RELINK_END);
+		pthread_mutex_unlock(&sb->mu);
+	} else {
+		snap_relink_or_fail(sb, "when it resumed after a snapshot");
+	}
+	pthread_mutex_lock(&sb->mu);
+	(void)vmd_sandbox_step(sb, SANDBOX_EV_SNAPSHOT_END);
+	pthread_mutex_unlock(&sb->mu);
+}
+
 int
 vmd_snapshot_unpause(struct vmd *vmd, uint64_t request_id, struct sandbox *sb,
     char **errmsg)
 {
 	char *err = NULL;
+	bool relink = false;
 	int rv;
 
 	pthread_mutex_lock(&sb->mu);
 	rv = sb->paused_for_move ? MOAT_OK : MOAT_FAILED_PRECONDITION;
+	/* The snapshot reset the guest link (Firecracker) and the paused
+	 * guest could not take a new one: the snapshot's relink happens
+	 * now, in its states (SNAPSHOTTING, RELINKING), so no other
+	 * snapshot starts and a link that closes is replaced. */
+	if (rv == MOAT_OK && vmd->vmm->snapshot_resets_agent_link &&
+	    vmd_sandbox_step(sb, SANDBOX_EV_SNAPSHOT_BEGIN) ==
+	        SANDBOX_STEP_MOVED) {
+		relink = true;
+		(void)vmd_sandbox_step(sb, SANDBOX_EV_RELINK_BEGIN);
+		sb->relink_lost = false;
+	}
 	pthread_mutex_unlock(&sb->mu);
 	if (rv != MOAT_OK)
 		return MOAT_OK; /* not paused: nothing to do */
 	rv = vmd->vmm->unpause != NULL ?
 	    vmd->vmm->unpause(&sb->vmm, VMD_RELINK_TIMEOUT_MS, &err) :
 	    MOAT_UNIMPLEMENTED;
+	if (relink)
+		unpause_relink(sb, rv == MOAT_OK);
 	if (rv == MOAT_OK) {
 		pthread_mutex_lock(&sb->mu);
 		sb->paused_for_move = false;

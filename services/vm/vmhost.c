@@ -138,6 +138,20 @@ vmd_proc_runs(pid_t pid, const char *mark, bool whole_arg)
 	return match;
 }
 
+int
+vmd_vmm_check_pid(pid_t pid, const char *mark, bool whole_arg, char **errmsg)
+{
+	if (pid > 1 && vmd_proc_runs(pid, mark, whole_arg))
+		return MOAT_OK;
+	*errmsg = pid > 1 && kill(pid, 0) == 0 ?
+	    moat_asprintf("its VMM (pid %d) is not running any more: that "
+	                  "pid is another process now",
+	        (int)pid) :
+	    moat_asprintf("its VMM (pid %d) is not running any more",
+	        (int)pid);
+	return MOAT_FAILED_PRECONDITION;
+}
+
 bool
 vmd_kill_orphan(const char *pidfile, const char *mark, bool whole_arg)
 {

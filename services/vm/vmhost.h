@@ -34,6 +34,13 @@ char *vmd_log_tail(const char *path, int lines);
  * known to be that sandbox's VMM, not a recycled pid. */
 bool vmd_proc_runs(pid_t pid, const char *mark, bool whole_arg);
 
+/* vmd_vmm_check_pid: for a driver's adopt: 0 when `pid` still runs that
+ * sandbox's VMM (vmd_proc_runs with `mark`), else MOAT_FAILED_PRECONDITION
+ * with *errmsg (heap) saying the VMM is gone, or that its pid is another
+ * process now. */
+int vmd_vmm_check_pid(pid_t pid, const char *mark, bool whole_arg,
+    char **errmsg) __attribute__((warn_unused_result));
+
 /* vmd_kill_orphan: the VMM whose pid `pidfile` holds, left running by a
  * vmd that died: when vmd_proc_runs(pid, mark, whole_arg), kills it
  * (SIGKILL) and waits up to 5 s for it to go (it is not our child: its

@@ -51,6 +51,10 @@ struct moat_vmm_spec {
 	/* The console's cap, console.log and console.log.1 together
 	 * ([vmd] console-max-kib; 0: the default). */
 	uint64_t console_max_bytes;
+
+	/* adopt only: what the state file kept of the VMM's adopt_info
+	 * (below), or NULL (a file written before the driver kept any). */
+	const char *adopt_info;
 };
 
 struct vmd_console;
@@ -75,6 +79,12 @@ struct moat_vmm {
 	struct vmd_console *console;
 	/* The VMM's jail (jail.h), freed by release; NULL: none. */
 	struct vmd_jail *jail;
+	/* One line (no newline) the driver needs to adopt this VMM again
+	 * and cannot find from the sandbox directory alone (Firecracker:
+	 * its slot, whether jailed, its working folder); the state file
+	 * keeps it (adopt.h) and adopt gets it back as spec->adopt_info.
+	 * Heap, freed by release and detach; NULL: none. */
+	char *adopt_info;
 };
 
 /* What `snapshot` wrote into a snapshot directory, and how long the
@@ -205,7 +215,8 @@ struct moat_vmm_ops {
 	/* snapshot_resets_agent_link: a snapshot closes the agent's stream
 	 * once the guest runs again (Firecracker resets its vsock device
 	 * when it snapshots; the guest's listener survives), so after each
-	 * snapshot vmd connects a new one; the agent greets it with a new
+	 * snapshot vmd connects a new one (after a leave_paused one: at
+	 * unpause, once the guest runs); the agent greets it with a new
 	 * AgentReady. */
 	bool snapshot_resets_agent_link;
 };

@@ -830,16 +830,8 @@ qemu_adopt(const struct moat_vmm_spec *spec, pid_t pid, uid_t jail_uid,
 	}
 	/* The pid must still be this sandbox's QEMU, not a recycled one:
 	 * its command line names files in the sandbox directory. */
-	if (pid <= 1 || !vmd_proc_runs(pid, mark, false)) {
-		*errmsg = pid > 1 && kill(pid, 0) == 0 ?
-		    moat_asprintf("its VMM (pid %d) is not running any more: "
-		                  "that pid is another process now",
-		        (int)pid) :
-		    moat_asprintf("its VMM (pid %d) is not running any more",
-		        (int)pid);
-		rv = MOAT_FAILED_PRECONDITION;
+	if ((rv = vmd_vmm_check_pid(pid, mark, false, errmsg)) != MOAT_OK)
 		goto fail;
-	}
 	vm->pid = pid;
 	if ((rv = vmd_jail_adopt(spec->dir, jail_uid, &vm->jail, errmsg)) !=
 	        MOAT_OK ||

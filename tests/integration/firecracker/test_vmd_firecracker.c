@@ -14,10 +14,22 @@
  * FAILED_PRECONDITION by a vmd running the qemu driver; a double killed
  * with SIGKILL, or exiting 1 by itself, turning its sandbox FAILED with
  * the signal or exit status and the last lines of its console and log; destroy leaving no process and no file;
+ * vmd restarts that keep sandboxes (issue 15, part 2, as
+ * tests/integration/vm/test_adopt.c checks for QEMU): after kill -9 of
+ * vmd the next one re-adopts a live double (same id and VMM pid, exec,
+ * its file, a background process alive, an exec from before UNAVAILABLE)
+ * and fails, with the reason, one whose double died and one whose state
+ * file names a pid that is no Firecracker or that lacks vmm-info (an
+ * older vmd's); its console drained again; SIGTERM keeps it (also
+ * paused by a snapshot: the next vmd resumes it), and
+ * stop-sandboxes-on-exit destroys; a snapshot with leave_paused (a
+ * drain's move) then ResumeSandbox serving on a new guest link, or then
+ * destroy;
  * and a jailed start through tests/integration/firecracker/jailer (a
  * stand-in that checks the jailer's arguments and builds its chroot
- * layout without chrooting), snapshotted and restored into a jail of
- * its own, with the jails and the cgroup gone after destroy. KVM is not asked for ([firecracker] test-no-kvm-check, which
+ * layout without chrooting), re-adopted after kill -9 of its vmd,
+ * snapshotted and restored into a jail of its own, with the jails and
+ * the cgroup gone after destroy. KVM is not asked for ([firecracker] test-no-kvm-check, which
  * vmd accepts only with [vmd] test-hooks=true). The double's restore is
  * not a VM restore (see its docstring); without test-hooks vmd refuses
  * test-no-kvm-check. Not for: real VMs (that is
@@ -60,6 +72,12 @@ static char jailer_record[128];
 static struct vmd_proc vmd; /* driver=firecracker, not jailed */
 static struct vmd_proc jailed_vmd;
 static struct vmd_proc qemu_vmd; /* driver=qemu, same state directory */
+/* The next vmd started keeps its sandboxes on SIGTERM (the harness makes
+ * vmds destroy them, so that a failed test leaves nothing running). */
+static bool keep_on_exit;
+/* A process started in the background in a sandbox: it leaves the
+ * sandbox's agent, so the test ends it (teardown too, after a failure). */
+static pid_t bg_pid;
 
 /* ---- helpers ---- */
 
@@ -94,6 +112,8 @@ call(struct vmd_proc *v, const char *method, const ProtobufCMessage *req,
 static void
 exec_vmd(const struct vmd_proc *v, void *arg)
 {
+	if (keep_on_exit)
+		setenv("MOAT_VMD_STOP_SANDBOXES_ON_EXIT", "false", 1);
 	execl(MOAT_VMD_BIN, MOAT_VMD_BIN, "--config", (const char *)arg,
 	    "--state-dir", v->state, "--image-dir", images, "--listen", v->url,
 	    "--cache-dir", root, "--node-id", "fc-test", (char *)NULL);
@@ -172,8 +192,12 @@ destroy_and_check_gone(struct vmd_proc *v, const Moat__V1__Sandbox *sb)
 
 	vmd_destroy_sandbox(v, sb->id);
 	snprintf(proc, sizeof(proc), "/proc/%d", (int)sb->vmm_pid);
-	while (path_exists(proc) && moat_rpc_now_ms() < until)
+	/* A double that outlived its vmd is this test's child now (the
+	 * test is a subreaper): reap it. */
+	while (path_exists(proc) && moat_rpc_now_ms() < until) {
+		(void)waitpid(sb->vmm_pid, NULL, WNOHANG);
 		usleep(20 * 1000);
+	}
 	assert_false(path_exists(proc));
 	assert_no_process(sb->id);
 	assert_false(path_exists(dir));
@@ -406,6 +430,10 @@ group_setup(void **state)
 	    cgroup_root);
 	write_text(path, "cpu memory\n", 0644);
 
+	/* Doubles that outlive a killed vmd come to this test (not to a
+	 * pid 1 that might never reap them), so their exit is seen. */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+		return -1;
 	setenv("FC_DOUBLE_AGENT", MOAT_AGENT_BIN, 1);
 	setenv("FC_DOUBLE_SPEC", MOAT_FC_API_SPEC, 1);
 	setenv("FC_DOUBLE_VSOCK_CLOSE", "1", 1);
@@ -439,6 +467,8 @@ group_teardown(void **state)
 			rv = -1;
 		}
 	}
+	if (bg_pid > 0)
+		(void)kill(bg_pid, SIGKILL);
 	if (vmd_procs_mentioning(root) > 0) {
 		fprintf(stderr, "FAIL: processes still mention %s\n", root);
 		rv = -1;
@@ -637,6 +667,340 @@ test_vmm_killed(void **state)
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
 }
 
+/* ---- vmd restarts keep sandboxes (issue 15, part 2) ---- */
+
+/* bash `code` through Exec; wants exit code `rc`; returns its stdout
+ * (heap). */
+static char *
+sh_out(struct vmd_proc *v, const char *id, const char *code, int rc)
+{
+	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ExecResult *res = NULL;
+	char *out;
+
+	req.sandbox_id = (char *)id;
+	req.language = "bash";
+	req.code = (char *)code;
+	req.timeout_ms = 10000;
+	if (call(v, "Exec", &req.base, &moat__v1__exec_result__descriptor,
+	        (ProtobufCMessage **)&res) != MOAT_OK) {
+		vmd_log_tail(v, 40);
+		fail_msg("Exec \"%s\" in %s: %s", code, id, vmd_last_err);
+	}
+	if (!res->status->exited || res->status->exit_code != rc)
+		fail_msg("Exec \"%s\" in %s: exit %d, not %d", code, id,
+		    res->status->exit_code, rc);
+	out = strndup((const char *)res->stdout.data, res->stdout.len);
+	assert_non_null(out);
+	protobuf_c_message_free_unpacked(&res->base, NULL);
+	return out;
+}
+
+/* kill -9 of vmd `v`: it is gone, and nothing else was told. */
+static void
+vmd_kill9(struct vmd_proc *v)
+{
+	int status;
+
+	assert_int_equal(kill(v->pid, SIGKILL), 0);
+	assert_int_equal(waitpid(v->pid, &status, 0), v->pid);
+	v->pid = 0;
+	moat_rpc_client_close(v->client);
+	v->client = NULL;
+}
+
+/* Whether `pid` runs (a zombie this test has not reaped does not). */
+static bool
+pid_runs(pid_t pid)
+{
+	char path[64], *text = NULL;
+	size_t len;
+	bool zombie;
+
+	(void)waitpid(pid, NULL, WNOHANG);
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (moat_read_file(path, 4096, &text, &len) != 0)
+		return false;
+	zombie = strstr(text, ") Z ") != NULL;
+	free(text);
+	return !zombie;
+}
+
+/* Waits up to 10 s for `pid` to stop running. */
+static void
+assert_pid_gone(pid_t pid)
+{
+	uint64_t until = moat_rpc_now_ms() + 10000;
+
+	while (pid_runs(pid) && moat_rpc_now_ms() < until)
+		usleep(20 * 1000);
+	if (pid_runs(pid))
+		fail_msg("pid %d still runs", (int)pid);
+}
+
+/* Rewrites the pid line of sandbox `id`'s state file (in v's state
+ * directory) to `pid`. */
+static void
+state_pid_set(const struct vmd_proc *v, const char *id, pid_t pid)
+{
+	char *path = moat_asprintf("%s/vms/%s/state", v->state, id);
+	char *text = NULL, *p, *nl, *out;
+	size_t len;
+
+	assert_int_equal(moat_read_file(path, 1 << 16, &text, &len), 0);
+	assert_non_null(p = strstr(text, "\npid "));
+	assert_non_null(nl = strchr(p + 1, '\n'));
+	*p = '\0';
+	out = moat_asprintf("%s\npid %d%s", text, (int)pid, nl);
+	assert_int_equal(moat_write_file_atomic(path, out, strlen(out), 0600),
+	    0);
+	free(out);
+	free(text);
+	free(path);
+}
+
+/* Drops the vmm-info line from sandbox `id`'s state file, as a vmd
+ * before Firecracker adoption wrote it. */
+static void
+state_drop_vmm_info(const struct vmd_proc *v, const char *id)
+{
+	char *path = moat_asprintf("%s/vms/%s/state", v->state, id);
+	char *text = NULL, *p, *nl, *out;
+	size_t len;
+
+	assert_int_equal(moat_read_file(path, 1 << 16, &text, &len), 0);
+	assert_non_null(p = strstr(text, "\nvmm-info "));
+	assert_non_null(nl = strchr(p + 1, '\n'));
+	*p = '\0';
+	out = moat_asprintf("%s%s", text, nl);
+	assert_int_equal(moat_write_file_atomic(path, out, strlen(out), 0600),
+	    0);
+	free(out);
+	free(text);
+	free(path);
+}
+
+/* How often `needle` is in sandbox `id`'s console.log. */
+static int
+console_count(const struct vmd_proc *v, const char *id, const char *needle)
+{
+	char *path = moat_asprintf("%s/vms/%s/console.log", v->state, id);
+	char *text = NULL;
+	size_t len;
+	int n = 0;
+
+	if (moat_read_file(path, 1 << 22, &text, &len) == 0)
+		for (char *p = text; (p = strstr(p, needle)) != NULL; p++)
+			n++;
+	free(text);
+	free(path);
+	return n;
+}
+
+/* A RUNNING sandbox `id` with VMM `pid`, adopted `n` times, that
+ * serves exec and holds its note. */
+static void
+assert_adopted(struct vmd_proc *v, const char *id, pid_t pid, uint32_t n)
+{
+	Moat__V1__Sandbox *sb = get_sandbox(v, id);
+
+	if (sb->state != MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING)
+		fail_msg("%s is not RUNNING after the restart: %s", id,
+		    sb->failure_reason);
+	assert_string_equal(sb->id, id);
+	assert_int_equal(sb->vmm_pid, pid);
+	assert_int_equal(sb->adoptions, n);
+	assert_false(sb->paused);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	exec_echo_hi(v, id);
+	read_file_is(v, id, "/root/note.txt", NOTE);
+}
+
+/* A snapshot that leaves `id` paused: GetSandbox says so, guest calls
+ * wait (UNAVAILABLE, "being moved"); then ResumeSandbox (`resume`)
+ * lets it serve again on a new guest link, or the caller destroys it. */
+static void
+paused_snapshot(struct vmd_proc *v, const char *id, bool resume)
+{
+	Moat__V1__SnapshotSandboxRequest sr =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+	Moat__V1__FileReadRequest fr = MOAT__V1__FILE_READ_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__Sandbox *sb = NULL;
+
+	sr.sandbox_id = ref.sandbox_id = fr.sandbox_id = (char *)id;
+	sr.leave_paused = true;
+	fr.path = "/root/note.txt";
+	if (call(v, "SnapshotSandbox", &sr.base,
+	        &moat__v1__local_snapshot__descriptor, NULL) != MOAT_OK) {
+		vmd_log_tail(v, 40);
+		fail_msg("snapshot with leave_paused: %s", vmd_last_err);
+	}
+	sb = get_sandbox(v, id);
+	assert_true(sb->paused);
+	assert_int_equal(sb->state,
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	assert_int_equal(call(v, "ReadFile", &fr.base,
+	                     &moat__v1__file_data__descriptor, NULL),
+	    MOAT_UNAVAILABLE);
+	assert_non_null(strstr(vmd_last_err, "being moved"));
+	if (!resume)
+		return;
+	sb = NULL;
+	if (call(v, "ResumeSandbox", &ref.base, &moat__v1__sandbox__descriptor,
+	        (ProtobufCMessage **)&sb) != MOAT_OK) {
+		vmd_log_tail(v, 40);
+		fail_msg("ResumeSandbox: %s", vmd_last_err);
+	}
+	assert_false(sb->paused);
+	assert_int_equal(sb->state,
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	assert_int_equal(call(v, "ResumeSandbox", &ref.base,
+	                     &moat__v1__sandbox__descriptor, NULL),
+	    MOAT_FAILED_PRECONDITION);
+	exec_echo_hi(v, id);
+	read_file_is(v, id, "/root/note.txt", NOTE);
+}
+
+/* The FAILED sandbox `id` says `why`; destroying it leaves nothing. */
+static void
+assert_failed_with(struct vmd_proc *v, const Moat__V1__Sandbox *sb,
+    const char *why)
+{
+	Moat__V1__Sandbox *now = get_sandbox(v, sb->id);
+
+	assert_int_equal(now->state,
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_FAILED);
+	if (strstr(now->failure_reason, why) == NULL)
+		fail_msg("%s failed with \"%s\", not \"%s\"", sb->id,
+		    now->failure_reason, why);
+	protobuf_c_message_free_unpacked(&now->base, NULL);
+	destroy_and_check_gone(v, sb);
+}
+
+/* kill -9 of vmd with three sandboxes: the next vmd re-adopts the live
+ * one (same id and VMM, its file, a background process and exec), and
+ * fails the one whose VMM died and the one whose state file names a pid
+ * that is no Firecracker, with the reason. An exec running across the
+ * restart answers UNAVAILABLE. A paused snapshot of the adopted one
+ * resumes. SIGTERM keeps it for a third vmd, which has
+ * stop-sandboxes-on-exit: there a paused snapshot is destroyed, and
+ * SIGTERM destroys the rest. */
+static void
+test_restart_keeps_sandboxes(void **state)
+{
+	Moat__V1__ExecWaitRequest wr = MOAT__V1__EXEC_WAIT_REQUEST__INIT;
+	Moat__V1__Sandbox *live, *dead, *wrong, *old, *last;
+	char *out, *cmd, *dir;
+	uint64_t running, until;
+	int links;
+	pid_t bg;
+
+	(void)state;
+	vmd_stop(&vmd);
+	keep_on_exit = true;
+	vmd_start(&vmd, "state", "firecracker", false);
+	live = create(&vmd);
+	dead = create(&vmd);
+	wrong = create(&vmd);
+	old = create(&vmd);
+	write_file(&vmd, live->id, "/root/note.txt", NOTE);
+	/* Its own session: the exec that starts it ends, it stays. */
+	out = sh_out(&vmd, live->id,
+	    "setsid sleep 100000 </dev/null >/dev/null 2>&1 & echo $!", 0);
+	bg_pid = bg = (pid_t)atoi(out);
+	free(out);
+	assert_true(bg > 1 && pid_runs(bg));
+	{
+		Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+		Moat__V1__ExecHandle *h = NULL;
+
+		req.sandbox_id = live->id;
+		req.language = "bash";
+		req.code = "sleep 600";
+		assert_int_equal(call(&vmd, "ExecStart", &req.base,
+		                     &moat__v1__exec_handle__descriptor,
+		                     (ProtobufCMessage **)&h),
+		    MOAT_OK);
+		running = h->exec_id;
+		protobuf_c_message_free_unpacked(&h->base, NULL);
+	}
+
+	/* The agent logs each guest link on the console. */
+	links = console_count(&vmd, live->id, "host link open");
+	assert_true(links > 0);
+
+	/* kill -9: every double outlives vmd. */
+	vmd_kill9(&vmd);
+	assert_true(pid_runs(live->vmm_pid));
+	assert_true(pid_runs(dead->vmm_pid));
+	assert_true(pid_runs(wrong->vmm_pid));
+	assert_int_equal(kill(dead->vmm_pid, SIGKILL), 0);
+	assert_pid_gone(dead->vmm_pid);
+	state_pid_set(&vmd, wrong->id, getpid());
+	state_drop_vmm_info(&vmd, old->id);
+
+	vmd_start(&vmd, "state", "firecracker", false);
+	assert_adopted(&vmd, live->id, live->vmm_pid, 1);
+	cmd = moat_asprintf("kill -0 %d", (int)bg);
+	free(sh_out(&vmd, live->id, cmd, 0));
+	wr.sandbox_id = live->id;
+	wr.exec_id = running;
+	assert_int_equal(call(&vmd, "ExecWait", &wr.base,
+	                     &moat__v1__exec_status__descriptor, NULL),
+	    MOAT_UNAVAILABLE);
+	assert_non_null(strstr(vmd_last_err, "restarted"));
+	assert_failed_with(&vmd, dead, "is not running any more");
+	/* Its double was stopped: it is no Firecracker vmd would adopt. */
+	assert_failed_with(&vmd, wrong, "another process");
+	assert_failed_with(&vmd, old, "no vmm-info");
+	/* The console is drained again: the new link's line is there. */
+	until = moat_rpc_now_ms() + 10000;
+	while (console_count(&vmd, live->id, "host link open") <= links &&
+	    moat_rpc_now_ms() < until)
+		usleep(50 * 1000);
+	assert_true(console_count(&vmd, live->id, "host link open") > links);
+	paused_snapshot(&vmd, live->id, true);
+	free(sh_out(&vmd, live->id, cmd, 0));
+
+	/* SIGTERM keeps it, even paused by a snapshot (the next vmd resumes
+	 * it): the double runs on, its directory stays. */
+	paused_snapshot(&vmd, live->id, false);
+	vmd_stop(&vmd);
+	assert_true(pid_runs(live->vmm_pid));
+	dir = moat_asprintf("%s/vms/%s/state", vmd.state, live->id);
+	assert_true(path_exists(dir));
+	free(dir);
+
+	/* A vmd that destroys its sandboxes when it stops. */
+	keep_on_exit = false;
+	vmd_start(&vmd, "state", "firecracker", false);
+	assert_adopted(&vmd, live->id, live->vmm_pid, 2);
+	free(sh_out(&vmd, live->id, cmd, 0));
+	paused_snapshot(&vmd, live->id, false);
+	destroy_and_check_gone(&vmd, live);
+	last = create(&vmd);
+	write_file(&vmd, last->id, "/root/note.txt", NOTE);
+	vmd_stop(&vmd);
+	assert_pid_gone(last->vmm_pid);
+	assert_no_process(last->id);
+	dir = moat_asprintf("%s/vms/%s", vmd.state, last->id);
+	assert_false(path_exists(dir));
+	free(dir);
+	vmd_start(&vmd, "state", "firecracker", false);
+
+	(void)kill(bg, SIGKILL);
+	bg_pid = 0;
+	free(cmd);
+	protobuf_c_message_free_unpacked(&live->base, NULL);
+	protobuf_c_message_free_unpacked(&dead->base, NULL);
+	protobuf_c_message_free_unpacked(&wrong->base, NULL);
+	protobuf_c_message_free_unpacked(&old->base, NULL);
+	protobuf_c_message_free_unpacked(&last->base, NULL);
+}
+
 /* Through the jailer stand-in: the start works, the jail is where the
  * driver put it, and destroy removes the jail and its cgroup. */
 static void
@@ -663,6 +1027,25 @@ test_jailed(void **state)
 	jail_root = moat_asprintf("%s/root", jail_dir);
 	exec_echo_hi(jv, sb->id);
 	write_file(jv, sb->id, "/root/jailed.txt", NOTE);
+	read_file_is(jv, sb->id, "/root/jailed.txt", NOTE);
+	/* kill -9 of vmd: the next one finds the jailed double again (its
+	 * jail from the state file) and it serves on. */
+	vmd_kill9(jv);
+	assert_true(pid_runs(sb->vmm_pid));
+	vmd_start(jv, "jailed", "firecracker", true);
+	{
+		Moat__V1__Sandbox *now = get_sandbox(jv, sb->id);
+
+		if (now->state !=
+		    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING)
+			fail_msg("jailed %s is not RUNNING after the restart: "
+			         "%s",
+			    sb->id, now->failure_reason);
+		assert_int_equal(now->vmm_pid, sb->vmm_pid);
+		assert_int_equal(now->adoptions, 1);
+		protobuf_c_message_free_unpacked(&now->base, NULL);
+	}
+	exec_echo_hi(jv, sb->id);
 	read_file_is(jv, sb->id, "/root/jailed.txt", NOTE);
 
 	/* The chroot layout: the copied binary, its pid file (--new-pid-ns),
@@ -803,6 +1186,7 @@ main(void)
 		cmocka_unit_test(test_snapshot_restore),
 		cmocka_unit_test(test_vmm_killed),
 		cmocka_unit_test(test_vmm_exits),
+		cmocka_unit_test(test_restart_keeps_sandboxes),
 		cmocka_unit_test(test_jailed),
 		cmocka_unit_test(test_no_kvm_check_needs_test_hooks),
 	};

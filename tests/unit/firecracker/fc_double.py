@@ -24,7 +24,9 @@ test): the guest side of the vsock is a proxy to a real moat-agent in its
 host mode (`--listen unix:agent.sock --root guest-root`, both in the
 working folder), started when the VM first runs (InstanceStart, a load
 with resume_vm, or PATCH /vm Resumed), stopped with SIGSTOP while the VM
-is paused and SIGCONT on resume, and killed with the double. As in
+is paused and SIGCONT on resume, and killed with the double. The double
+itself, like Firecracker, has no parent-death signal: spawned so by vmd,
+it outlives a killed vmd, and a restarted vmd adopts it. As in
 Firecracker, a host CONNECT is answered "OK <n>" only once the guest runs
 and listens, so a CONNECT to a paused VM waits; the connection then
 carries the agent's stream. PUT /snapshot/create writes the state file

@@ -72,6 +72,7 @@ test_round_trip(void **state)
 
 	in.failure = "the VM exited unexpectedly (killed by signal 9);\n"
 	             "last console lines: 100% gone";
+	in.vmm_info = "slot=3 jailed=1 root=/srv/jail er/firecracker/sb-1";
 	text = encode(&in, &len);
 	assert_int_equal(strlen(text), len);
 	/* One field a line: no raw newline or space in a value. */
@@ -88,6 +89,7 @@ test_round_trip(void **state)
 	assert_string_equal(out.accel, in.accel);
 	assert_string_equal(out.driver, in.driver);
 	assert_string_equal(out.failure, in.failure);
+	assert_string_equal(out.vmm_info, in.vmm_info);
 	assert_int_equal(out.n_labels, 3);
 	for (size_t i = 0; i < 3; i++) {
 		assert_string_equal(out.label_keys[i], keys[i]);
@@ -243,11 +245,32 @@ test_unknown_keys_skipped(void **state)
 	vmd_state_record_fini(&out);
 }
 
+/* A file from before the driver kept its vmm-info line still reads;
+ * the driver then says why it cannot adopt (firecracker.c). */
+static void
+test_without_vmm_info(void **state)
+{
+	struct vmd_state_record in = sample(), out;
+	char *why = NULL;
+	size_t len;
+	char *text;
+	(void)state;
+
+	text = encode(&in, &len);
+	assert_null(strstr(text, "vmm-info"));
+	assert_int_equal(vmd_state_decode(text, len, &out, &why), MOAT_OK);
+	assert_null(out.vmm_info);
+	assert_int_equal(out.pid, 4242);
+	vmd_state_record_fini(&out);
+	free(text);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_without_vmm_info),
 		cmocka_unit_test(test_every_truncation_refused),
 		cmocka_unit_test(test_bad_files_refused),
 		cmocka_unit_test(test_unknown_keys_skipped),

@@ -6,7 +6,10 @@
  * started with InstanceStart; the agent reached through Firecracker's
  * hybrid vsock (`CONNECT <port>\n` -> `OK <n>\n` on vsock.sock); pause,
  * snapshot and snapshot load for time travel, and vmm.h's snapshot,
- * restore and resume ops built on them. Not for: supervising the
+ * restore and resume ops built on them. Firecracker outlives vmd (no
+ * parent-death signal; its console a named pipe) and a restarted vmd
+ * re-adopts it (fc_adopt) from the state file's vmm-info line (its slot,
+ * whether jailed, its working folder). Not for: supervising the
  * process after start (vmd's sandbox code), the HTTP client (api.c) or
  * the jail's layout (jail.c).
  */
@@ -52,6 +55,7 @@
 #define FC_LOG "firecracker.log"
 #define FC_METRICS "metrics.json"
 #define FC_CONSOLE "console.log"
+#define FC_CONSOLE_FIFO "console.fifo" /* in the sandbox folder */
 #define FC_PID "firecracker.pid"
 #define FC_KERNEL "vmlinux"
 #define FC_INITRD "initrd.img"
@@ -657,8 +661,11 @@ fc_api_socket_of(const struct moat_vmm *vm, char **errmsg)
 	return sock;
 }
 
+/* Frees what vmd holds of vm: its slot, console thread and strings;
+ * with `clean_jail`, also the jail folder and cgroup (the process is
+ * gone), else they stay for the process that runs on. */
 static void
-fc_release(struct moat_vmm *vm)
+fc_forget(struct moat_vmm *vm, bool clean_jail)
 {
 	struct fc_instance gone = { 0 };
 	int slot;
@@ -669,7 +676,7 @@ fc_release(struct moat_vmm *vm)
 		memset(&fc_slots[slot], 0, sizeof(fc_slots[slot]));
 	}
 	pthread_mutex_unlock(&fc_mu);
-	if (gone.jailed)
+	if (gone.jailed && clean_jail)
 		(void)moat_fc_jail_clean(&gone.jail);
 	fc_instance_fini(&gone);
 	vmd_console_close(vm->console);
@@ -678,9 +685,16 @@ fc_release(struct moat_vmm *vm)
 	free(vm->console_log);
 	free(vm->vmm_log);
 	free(vm->ram_file);
+	free(vm->adopt_info);
 	vm->agent_socket = vm->console_log = vm->vmm_log = NULL;
-	vm->ram_file = NULL;
+	vm->ram_file = vm->adopt_info = NULL;
 	vm->pid = 0;
+}
+
+static void
+fc_release(struct moat_vmm *vm)
+{
+	fc_forget(vm, true);
 }
 
 /* Kills and reaps a Firecracker that start could not finish, then
@@ -860,6 +874,59 @@ fc_adopt_jailed(struct moat_vmm *vm, const struct fc_instance *in,
 	return MOAT_OK;
 }
 
+/* Waits until the API of the Firecracker just spawned as vm->pid
+ * answers, or it exits early (bad arguments, no KVM: vm->pid is then 0),
+ * or `deadline` passes. Returns 0 or a status with *errmsg. */
+static int
+fc_await_api(const struct moat_vmm_spec *spec, const struct fc_instance *in,
+    struct moat_vmm *vm, uint64_t deadline, char **errmsg)
+{
+	int status;
+	int rv;
+
+	/* The API socket appears a few ms after exec. */
+	for (;;) {
+		json_t *info = NULL;
+		char *why = NULL;
+		pid_t got = waitpid(vm->pid, &status, WNOHANG);
+
+		if (got == vm->pid) {
+			char *how;
+
+			vmd_console_settle(vm->console, 200);
+			how = fc_exit_report(status, vm->console_log,
+			    vm->vmm_log);
+
+			vm->pid = 0;
+			*errmsg = moat_asprintf(
+			    "Firecracker for sandbox %s "
+			    "exited before its API was ready: %s",
+			    spec->sandbox_id, how ? how : "?");
+			free(how);
+			return MOAT_FAILED_PRECONDITION;
+		}
+		rv = moat_fc_api_call(in->api_socket, "GET", "/", NULL,
+		    fc.cfg.api_timeout_ms, &info, &why);
+		json_decref(info);
+		if (rv == MOAT_OK) {
+			free(why);
+			return MOAT_OK;
+		}
+		if (rv != MOAT_UNAVAILABLE || moat_rpc_now_ms() >= deadline) {
+			*errmsg = moat_asprintf(
+			    "Firecracker for sandbox %s "
+			    "did not answer on %s within %u ms (%s): see %s",
+			    spec->sandbox_id, in->api_socket,
+			    fc.cfg.api_timeout_ms, why ? why : "?",
+			    vm->console_log);
+			free(why);
+			return MOAT_DEADLINE_EXCEEDED;
+		}
+		free(why);
+		vmd_sleep_ms(5);
+	}
+}
+
 /* Spawns Firecracker (or the jailer) for `in`, waits for its API to
  * answer, and sets up its logger and metrics. On failure the process is
  * killed and reaped and vm released. */
@@ -878,9 +945,9 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 	uint64_t deadline;
 	char *pidfile = NULL;
 	char *pidtext = NULL;
+	char *fifo = NULL;
 	json_t *body = NULL;
 	int console_fd = -1;
-	int status;
 	int rv;
 
 	if (in->jailed) {
@@ -896,12 +963,26 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 		req.argv = fc_args;
 		req.cwd = in->root;
 	}
-	/* Its stdout is the guest's serial console: a pipe vmd drains
-	 * into a capped console.log (console.h). */
-	if ((rv = vmd_console_open(vm->console_log, spec->console_max_bytes,
-	         &vm->console, &console_fd, errmsg)) != MOAT_OK)
+	/* Its stdout is the guest's serial console: a named pipe vmd
+	 * drains into a capped console.log (console.h), so that a vmd
+	 * started later drains the same one (fc_adopt). While no vmd reads,
+	 * Firecracker's writes fail with EPIPE: its SIGPIPE handler only
+	 * counts the signal, and the serial output is dropped. */
+	if ((fifo = moat_asprintf("%s/" FC_CONSOLE_FIFO, spec->dir)) == NULL) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
+	if ((rv = vmd_console_open_fifo(vm->console_log, fifo,
+	         spec->console_max_bytes, &vm->console, &console_fd,
+	         errmsg)) != MOAT_OK)
 		goto fail;
 	req.output_fd = console_fd;
+	/* No parent-death signal: a restarted vmd re-adopts it. Jailed,
+	 * the jailer drops to the jail's uid (which clears that signal
+	 * anyway) and, with --new-pid-ns, forks Firecracker, which then
+	 * never had one. */
+	req.outlive_vmd = true;
 	rv = moat_spawn(&req, &vm->pid, errmsg);
 	close(console_fd); /* Firecracker holds its own */
 	if (rv != MOAT_OK)
@@ -922,51 +1003,8 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 		goto fail;
 	}
 
-	/* The API socket appears a few ms after exec; until it answers,
-	 * watch for an early exit (bad arguments, no KVM). */
-	for (;;) {
-		json_t *info = NULL;
-		char *why = NULL;
-		pid_t got = waitpid(vm->pid, &status, WNOHANG);
-
-		if (got == vm->pid) {
-			char *how;
-
-			vmd_console_settle(vm->console, 200);
-			how = fc_exit_report(status, vm->console_log,
-			    vm->vmm_log);
-
-			vm->pid = 0;
-			*errmsg = moat_asprintf(
-			    "Firecracker for sandbox %s "
-			    "exited before its API was ready: %s",
-			    spec->sandbox_id, how ? how : "?");
-			free(how);
-			rv = MOAT_FAILED_PRECONDITION;
-			goto fail;
-		}
-		rv = moat_fc_api_call(in->api_socket, "GET", "/", NULL,
-		    fc.cfg.api_timeout_ms, &info, &why);
-		json_decref(info);
-		if (rv == MOAT_OK) {
-			free(why);
-			break;
-		}
-		if (rv != MOAT_UNAVAILABLE || moat_rpc_now_ms() >= deadline) {
-			*errmsg = moat_asprintf(
-			    "Firecracker for sandbox %s "
-			    "did not answer on %s within %u ms (%s): see %s",
-			    spec->sandbox_id, in->api_socket,
-			    fc.cfg.api_timeout_ms, why ? why : "?",
-			    vm->console_log);
-			free(why);
-			rv = MOAT_DEADLINE_EXCEEDED;
-			goto fail;
-		}
-		free(why);
-		vmd_sleep_ms(5);
-	}
-
+	if ((rv = fc_await_api(spec, in, vm, deadline, errmsg)) != MOAT_OK)
+		goto fail;
 	body = json_pack("{s:s, s:s, s:b, s:b}", "log_path", FC_LOG, "level",
 	    "Info", "show_level", 1, "show_log_origin", 0);
 	if ((rv = moat_fc_api_call(in->api_socket, "PUT", "/logger", body,
@@ -978,17 +1016,30 @@ fc_launch(const char *binary, const struct moat_vmm_spec *spec,
 	         fc.cfg.api_timeout_ms, NULL, errmsg)) != MOAT_OK)
 		goto fail;
 	json_decref(body);
+	body = NULL;
+	/* What a restarted vmd needs to find this instance again. */
+	if ((vm->adopt_info = moat_asprintf("slot=%u jailed=%d root=%s",
+	         (unsigned)(in - fc_slots), in->jailed ? 1 : 0, in->root)) ==
+	    NULL) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
 	moat_fc_jail_argv_free(jail_argv);
 	free(pidfile);
 	free(pidtext);
+	free(fifo);
 	return MOAT_OK;
 fail:
 	json_decref(body);
 	moat_fc_jail_argv_free(jail_argv);
 	if (pidfile != NULL)
 		(void)unlink(pidfile);
+	if (fifo != NULL)
+		(void)unlink(fifo);
 	free(pidfile);
 	free(pidtext);
+	free(fifo);
 	fc_abort(vm);
 	return rv;
 }
@@ -1333,6 +1384,237 @@ fc_reap_orphan(const char *dir, const char *id)
 	return killed;
 }
 
+/* ---- adoption by a restarted vmd ---- */
+
+/* How long an adoption waits for the API to answer. */
+#define FC_ADOPT_API_MS 5000u
+
+/* detach (vmm.h): frees what vmd holds of vm (its slot, console thread,
+ * strings) and leaves the Firecracker running, with its jail, cgroup,
+ * sockets and files, for the next vmd. */
+static void
+fc_detach(struct moat_vmm *vm)
+{
+	fc_forget(vm, false);
+}
+
+/* Parses adopt_info ("slot=N jailed=0|1 root=PATH") into *slot,
+ * *jailed and *root (heap). Returns 0 or a status with *errmsg. */
+static int
+fc_adopt_parse(const char *info, uint32_t *slot, bool *jailed, char **root,
+    char **errmsg)
+{
+	unsigned s = 0;
+	int j = -1, at = -1;
+
+	*root = NULL;
+	if (info == NULL) {
+		*errmsg =
+		    strdup("its state file has no vmm-info line (it was "
+		           "written by a vmd that could not re-adopt "
+		           "Firecracker VMMs), so its Firecracker cannot "
+		           "be found again");
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if (sscanf(info, "slot=%u jailed=%d root=%n", &s, &j, &at) != 2 ||
+	    at < 0 || (j != 0 && j != 1) || info[at] != '/' ||
+	    s >= FC_MAX_SLOTS) {
+		*errmsg = moat_asprintf("its state file's vmm-info \"%.120s\" "
+		                        "is not \"slot=N jailed=0|1 "
+		                        "root=/PATH\"",
+		    info);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	*slot = s;
+	*jailed = j == 1;
+	if ((*root = strdup(info + at)) == NULL) {
+		*errmsg = strdup("out of memory");
+		return MOAT_INTERNAL;
+	}
+	return MOAT_OK;
+}
+
+/* Claims slot `slot` for `in` (filled: moved into the table, *in
+ * zeroed). Returns 0, or a status with *errmsg when another sandbox of
+ * this vmd holds it. */
+static int
+fc_adopt_claim(uint32_t slot, struct fc_instance *in, char **errmsg)
+{
+	uint32_t limit =
+	    fc.cfg.use_jailer ? fc.cfg.jail.id_count : FC_MAX_SLOTS;
+	int rv = MOAT_OK;
+
+	pthread_mutex_lock(&fc_mu);
+	if (slot >= limit) {
+		*errmsg =
+		    moat_asprintf("its Firecracker holds slot %u, beyond "
+		                  "the %u this vmd has ([firecracker] "
+		                  "id-count changed?)",
+		        slot, limit);
+		rv = MOAT_FAILED_PRECONDITION;
+	} else if (fc_slots[slot].in_use) {
+		*errmsg = moat_asprintf("its Firecracker's slot %u (guest CID "
+		                        "%u) is held by another sandbox here",
+		    slot, FC_CID_BASE + slot);
+		rv = MOAT_FAILED_PRECONDITION;
+	} else {
+		fc_slots[slot] = *in;
+		fc_slots[slot].in_use = true;
+		memset(in, 0, sizeof(*in));
+	}
+	pthread_mutex_unlock(&fc_mu);
+	return rv;
+}
+
+/* Asks the API of the adopted Firecracker whether it runs sandbox `id`'s
+ * guest, and lets a guest that an interrupted snapshot left paused run
+ * again. */
+static int
+fc_adopt_check(const char *api_socket, const char *id, char **errmsg)
+{
+	json_t *info = NULL, *body;
+	const char *state, *got_id;
+	char *why = NULL;
+	int rv;
+
+	rv = moat_fc_api_call(api_socket, "GET", "/", NULL, FC_ADOPT_API_MS,
+	    &info, &why);
+	if (rv != MOAT_OK) {
+		*errmsg =
+		    moat_asprintf("its API socket %s does not answer: %s",
+		        api_socket, why ? why : "?");
+		free(why);
+		return rv == MOAT_UNAVAILABLE ? MOAT_FAILED_PRECONDITION : rv;
+	}
+	state = json_string_value(json_object_get(info, "state"));
+	got_id = json_string_value(json_object_get(info, "id"));
+	if (got_id != NULL && strcmp(got_id, id) != 0) {
+		*errmsg = moat_asprintf("the Firecracker on %s runs instance "
+		                        "\"%.80s\", not %s",
+		    api_socket, got_id, id);
+		rv = MOAT_FAILED_PRECONDITION;
+	} else if (state != NULL && strcmp(state, "Paused") == 0) {
+		/* A snapshot's pause whose vmd died before it resumed. */
+		body = json_pack("{s:s}", "state", "Resumed");
+		rv = body ? moat_fc_api_call(api_socket, "PATCH", "/vm", body,
+		                FC_ADOPT_API_MS, NULL, &why) :
+		            MOAT_INTERNAL;
+		json_decref(body);
+		if (rv != MOAT_OK)
+			*errmsg = moat_asprintf("its paused VM did not "
+			                        "resume: %s",
+			    why ? why : "out of memory");
+	} else if (state == NULL || strcmp(state, "Running") != 0) {
+		*errmsg = moat_asprintf("Firecracker says the VM is \"%s\", "
+		                        "not Running",
+		    state ? state : "?");
+		rv = MOAT_FAILED_PRECONDITION;
+	}
+	free(why);
+	json_decref(info);
+	return rv;
+}
+
+/* The instance of the adopted Firecracker as fc_prepare would have made
+ * it, in *in (the caller finis it). */
+static int
+fc_adopt_instance(const struct moat_vmm_spec *spec, uint32_t slot, bool jailed,
+    char *root, struct fc_instance *in, char **errmsg)
+{
+	int rv;
+
+	in->jailed = jailed;
+	in->root = root;
+	if (jailed != fc.cfg.use_jailer) {
+		*errmsg = moat_asprintf("its Firecracker was started %s the "
+		                        "jailer, and this vmd runs with "
+		                        "[firecracker] jailer = %s",
+		    jailed ? "under" : "without",
+		    fc.cfg.use_jailer ? "true" : "false");
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if (jailed) {
+		if ((rv = moat_fc_jail_init(&fc.cfg.jail,
+		         fc.binary ? fc.binary : "firecracker",
+		         spec->sandbox_id, slot, &in->jail, errmsg)) !=
+		    MOAT_OK)
+			return rv;
+		if (strcmp(in->jail.root, root) != 0) {
+			*errmsg =
+			    moat_asprintf("its jail is %s, and this "
+			                  "vmd's jail settings make it %s "
+			                  "([firecracker] chroot-base "
+			                  "changed?)",
+			        root, in->jail.root);
+			return MOAT_FAILED_PRECONDITION;
+		}
+	}
+	in->api_socket = moat_asprintf("%s/" FC_API_SOCK, root);
+	in->agent_socket = moat_asprintf("%s/" FC_VSOCK, root);
+	if (in->api_socket == NULL || in->agent_socket == NULL) {
+		*errmsg = strdup("out of memory");
+		return MOAT_INTERNAL;
+	}
+	return MOAT_OK;
+}
+
+/* adopt (vmm.h): the Firecracker that an earlier vmd started for
+ * spec->dir, found again from spec->adopt_info: its pid must still run
+ * with `--id <sandbox id>` (not a recycled pid), its API must answer
+ * with that id and a Running (or snapshot-Paused) VM; then its slot,
+ * jail and console are taken over as start had them. */
+static int
+fc_adopt(const struct moat_vmm_spec *spec, pid_t pid, uid_t jail_uid,
+    struct moat_vmm *vm, char **errmsg)
+{
+	struct fc_instance in = { 0 };
+	char *root = NULL, *fifo = NULL;
+	uint32_t slot = 0;
+	bool jailed = false;
+	int rv;
+
+	(void)jail_uid; /* a Firecracker jail is the driver's own */
+	*errmsg = NULL;
+	memset(vm, 0, sizeof(*vm));
+	if ((rv = fc_adopt_parse(spec->adopt_info, &slot, &jailed, &root,
+	         errmsg)) != MOAT_OK)
+		return rv;
+	rv = fc_adopt_instance(spec, slot, jailed, root, &in, errmsg);
+	if (rv != MOAT_OK)
+		goto fail;
+	/* Not a recycled pid: Firecracker runs with `--id <sandbox id>`. */
+	if ((rv = vmd_vmm_check_pid(pid, spec->sandbox_id, true, errmsg)) !=
+	        MOAT_OK ||
+	    (rv = fc_adopt_check(in.api_socket, spec->sandbox_id, errmsg)) !=
+	        MOAT_OK)
+		goto fail;
+	vm->pid = pid;
+	vm->agent_socket = strdup(in.agent_socket);
+	vm->console_log = moat_asprintf("%s/" FC_CONSOLE, spec->dir);
+	vm->vmm_log = moat_asprintf("%s/" FC_LOG, root);
+	vm->adopt_info = strdup(spec->adopt_info);
+	fifo = moat_asprintf("%s/" FC_CONSOLE_FIFO, spec->dir);
+	if (!vm->agent_socket || !vm->console_log || !vm->vmm_log ||
+	    !vm->adopt_info || !fifo) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
+	if ((rv = vmd_console_attach(vm->console_log, fifo,
+	         spec->console_max_bytes, &vm->console, errmsg)) != MOAT_OK ||
+	    (rv = fc_adopt_claim(slot, &in, errmsg)) != MOAT_OK)
+		goto fail;
+	free(fifo);
+	return MOAT_OK;
+fail:
+	free(fifo);
+	fc_instance_fini(&in); /* root included; nothing of it cleaned */
+	/* Nothing of the VMM is undone: the caller decides. */
+	fc_detach(vm);
+	memset(vm, 0, sizeof(*vm));
+	return rv;
+}
+
 /* ---- vmm.h's snapshot, restore and resume ---- */
 
 /* The name the snapshot op gives Firecracker's files in the VM's folder;
@@ -1507,6 +1789,8 @@ const struct moat_vmm_ops moat_vmm_firecracker = {
 	.stop = vmd_vmm_signal,
 	.release = fc_release,
 	.reap_orphan = fc_reap_orphan,
+	.adopt = fc_adopt,
+	.detach = fc_detach,
 	.snapshot = fc_snapshot,
 	.unpause = fc_unpause,
 	.restore = fc_restore,
