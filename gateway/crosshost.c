@@ -293,3 +293,34 @@ moat_travel_place(struct moat_travel *t, const char *snap, const char *node,
 	}
 	return MOAT_OK;
 }
+
+bool
+moat_travel_snapd_size(struct moat_travel *t, const char *snap,
+    uint64_t deadline, uint32_t *vcpus, uint32_t *memory_mib)
+{
+	Moat__V1__GetSnapshotRequest req =
+	    MOAT__V1__GET_SNAPSHOT_REQUEST__INIT;
+	Moat__V1__SnapshotInfo *info = NULL;
+	uint64_t until = cap_ms(deadline, LOOKUP_MS), now = moat_rpc_now_ms();
+	struct moat_rpc_opts opts = {
+		.request_id = moat_rpc_new_request_id(),
+		.timeout_ms = until > now ? (uint32_t)(until - now) : 1,
+	};
+	char *msg = NULL;
+	bool ok;
+
+	if (t->rec == NULL || t->rec->snapd == NULL)
+		return false;
+	req.tenant = (char *)t->tenant;
+	req.id = (char *)snap;
+	ok = moat_rpc_call(t->rec->snapd, SNAPD_SERVICE, "GetSnapshot",
+	         &req.base, &moat__v1__snapshot_info__descriptor,
+	         (ProtobufCMessage **)&info, &opts, &msg) == MOAT_OK;
+	free(msg);
+	if (ok) {
+		*vcpus = info->vcpus;
+		*memory_mib = info->memory_mib;
+		moat__v1__snapshot_info__free_unpacked(info, NULL);
+	}
+	return ok;
+}

@@ -1006,6 +1006,13 @@ int moat_travel_remote_id(struct moat_travel *t, const char *snap,
     uint64_t deadline_ms, char *out, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_travel_snapd_size: the vcpus and memory of moat-snapd's snapshot
+ * `snap` (GetSnapshot of the tenant, within deadline_ms or 5 s); false,
+ * *vcpus and *memory_mib untouched, when there is no snapd or it does
+ * not answer. */
+bool moat_travel_snapd_size(struct moat_travel *t, const char *snap,
+    uint64_t deadline_ms, uint32_t *vcpus, uint32_t *memory_mib);
+
 /* moat_gateway_policy_refuses: whether `tenant`'s policy refuses the
  * command in `request` (an Exec or RunCode request; others pass), with
  * *why (heap) naming its safety level and reason. handlers.c. */

@@ -394,10 +394,10 @@ branch_restore(struct moat_travel *t, const char *snap,
 
 /* travel_quota: the tenant's quotas for `count` new sandboxes restored
  * from `snap` (moat_quota_check), each of the snapshot's vcpus and
- * memory when its node lists it. Only the node knows a snapshot's size:
- * one of moat-snapd ("snap-<32 hex>") or on a node that does not answer
- * counts the defaults (1 vcpu, 256 MiB), and the size is only looked up
- * when the tenant has a vcpu or memory limit. */
+ * memory: from its node's list for a local snapshot, from moat-snapd's
+ * catalog for one of snapd ("snap-<32 hex>"). One whose node or snapd
+ * does not answer counts the defaults (1 vcpu, 256 MiB); the size is
+ * only looked up when the tenant has a vcpu or memory limit. */
 static int
 travel_quota(struct moat_travel *t, const char *snap, uint32_t count,
     uint64_t deadline, struct moat_quota_hold *hold, char **errmsg)
@@ -408,9 +408,16 @@ travel_quota(struct moat_travel *t, const char *snap, uint32_t count,
 	uint64_t max[3];
 	char *msg = NULL;
 
-	if (moat_admission_limits(t->adm, t->tenant, max, &msg) == MOAT_OK &&
-	    (max[1] != 0 || max[2] != 0) && moat_snapshot_node(snap, &node) &&
-	    moat_nodes_is_available(t->nodes, &node) &&
+	bool sized =
+	    moat_admission_limits(t->adm, t->tenant, max, &msg) == MOAT_OK &&
+	    (max[1] != 0 || max[2] != 0);
+
+	if (!sized) {
+		/* sandboxes only (or no limit): the size does not matter */
+	} else if (!moat_snapshot_node(snap, &node)) {
+		(void)moat_travel_snapd_size(t, snap, deadline, &vcpus,
+		    &memory_mib);
+	} else if (moat_nodes_is_available(t->nodes, &node) &&
 	    moat_snapshots_node_list(t->fw, &node, t->tenant, deadline, &list,
 	        &msg) == MOAT_OK) {
 		for (size_t i = 0; i < list->n_snapshots; i++)

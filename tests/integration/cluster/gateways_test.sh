@@ -240,6 +240,29 @@ done
 left=$(python3 -c 'import json,sys,time; d=json.load(open(sys.argv[1])); print(int((int(d.get("expiresUnixMs", 0)) - time.time() * 1000) / 1000))' "$work/qa.json" 2>/dev/null)
 check "its timeout is timeout-s=600 from sessiond (expires in ${left:-?} s)" sh -c "[ \"\${1:-0}\" -gt 500 ] && [ \"\$1\" -le 600 ]" _ "$left"
 "$bin/moat" $c_client_tls --api-key "$kq" sandbox rm "$qa" >/dev/null 2>&1
+# Destroyed through gw1: sessiond stops counting it at once (its landed
+# reservation would count it for 30 s otherwise), so gw2 takes a create
+# as soon as its own survey no longer lists it.
+qb=""
+for _ in $(seq 1 40); do
+	qb=$("$bin/moat" $c_client2_tls --api-key "$kq" sandbox create 2>"$work/err") && break
+	qb=""
+	sleep 0.25
+done
+check "after the destroy gw2 creates again within 10 s, not after 30 ($qb: $(head -c 200 "$work/err"))" starts "$qb" sb-
+[ -n "$qb" ] && "$bin/moat" $c_client_tls --api-key "$kq" sandbox rm "$qb" >/dev/null 2>&1
+# A restore into a new sandbox counts the snapshot's own memory, not the
+# default 256 MiB: 512 held + 512 > 800 (512 + 256 would pass).
+out=$(tenants1 set quota-t max-sandboxes=4 max-memory-mib=800 2>&1)
+check "tenants set max-memory-mib=800 ($out)" starts "$out" "quota-t max-"
+sleep 5.5
+qm=$("$bin/moat" $c_client_tls --api-key "$kq" sandbox create --memory 512 --record --snapshot every 2>"$work/err")
+check "a recorded 512 MiB sandbox under max-memory-mib=800 ($qm: $(head -c 200 "$work/err"))" starts "$qm" sb-
+out=$("$bin/moat" $c_client_tls --api-key "$kq" exec "$qm" -- echo m1 2>"$work/err")
+check "its step 1 ($out)" [ "$out" = m1 ]
+"$bin/moat" $c_client2_tls --api-key "$kq" restore "$qm" --step 1 --new >/dev/null 2>"$work/err"; rc=$?
+check "a restore of its step into a new sandbox through gw2 is refused: 1024 MiB > 800 (rc $rc: $(head -c 300 "$work/err"))" grep -q "max-memory-mib" "$work/err"
+"$bin/moat" $c_client_tls --api-key "$kq" sandbox rm "$qm" >/dev/null 2>&1
 out=$(tenants1 rm quota-t 2>&1)
 check "tenants rm ($out)" starts "$out" "removed the settings of quota-t"
 out=$(tenants2 ls 2>&1)
