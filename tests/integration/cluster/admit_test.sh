@@ -12,6 +12,10 @@
 # - [tenants] key-rps.tenant-c = 1, key-burst.tenant-c = 2: a burst of
 #   HTTP calls gets 429 with Retry-After, and the nng door refuses the
 #   same key naming key-rps.tenant-c;
+# - [tenants] max-memory-mib.tenant-d = 800: a RestoreSandbox of a 512
+#   MiB sandbox's snapshot in moat-snapd (by snapd's id) is refused,
+#   counting the snapshot's size from snapd's catalog (512 + 512), not
+#   the default 256 (which would pass);
 # - the metrics of refusals and reservations.
 # Traffic goes only to 127.0.0.0/8.
 set -uo pipefail
@@ -49,6 +53,7 @@ vcpu-overcommit = 16
 max-sandboxes.tenant-b = 1
 key-rps.tenant-c = 1
 key-burst.tenant-c = 2
+max-memory-mib.tenant-d = 800
 CONF
 export MOAT_CONFIG=$c_root/moat.conf
 
@@ -91,6 +96,10 @@ fi
 key_c=$("$bin/moat-gateway" keys create --tenant tenant-c --state-dir "$c_root/h1" \
 	$(c_tls gateway gw1) 2>"$work/keys.err") ||
 	{ bad "a key for tenant-c: $(cat "$work/keys.err")"; exit 1; }
+# shellcheck disable=SC2046
+key_d=$("$bin/moat-gateway" keys create --tenant tenant-d --state-dir "$c_root/h1" \
+	$(c_tls gateway gw1) 2>"$work/keys.err") ||
+	{ bad "a key for tenant-d: $(cat "$work/keys.err")"; exit 1; }
 admit_gateway_http
 if ! c_nodes_up 2; then
 	bad "the gateway with its HTTP door sees both nodes"
@@ -168,6 +177,33 @@ else
 	bad "max-sandboxes over HTTP: $code $(cat "$work/b3.json")"
 fi
 [ -n "$sb_b" ] && mb sandbox rm "$sb_b" >/dev/null 2>&1
+
+# ---- max-memory-mib: a restore counts the snapd snapshot's own size ----
+rpc_d() { # rpc_d METHOD JSON OUT: the HTTP status
+	curl -s -o "$3" -w '%{http_code}' -X POST -H "Authorization: Bearer $key_d" \
+		-H 'Content-Type: application/json' -d "$2" "http://$http_addr/v1/rpc/$1"
+}
+jget() { python3 -c 'import json,sys
+try: print(json.load(open(sys.argv[1])).get(sys.argv[2], ""))
+except Exception: print("")' "$1" "$2"; }
+code=$(rpc_d CreateSandbox '{"memoryMib": 512}' "$work/d1.json")
+sb_d=$(jget "$work/d1.json" id)
+code=$(rpc_d SnapshotSandbox "{\"sandboxId\": \"$sb_d\", \"waitPush\": true}" "$work/d2.json")
+remote=$(jget "$work/d2.json" remoteId)
+if [ -z "$sb_d" ] || [ -z "$remote" ]; then
+	bad "tenant-d's 512 MiB sandbox and its snapshot in snapd ($code): $(head -c 300 "$work/d1.json" "$work/d2.json")"
+else
+	code=$(rpc_d RestoreSandbox "{\"snapshotId\": \"$remote\"}" "$work/d3.json")
+	if [ "$code" = 429 ] && grep -q "max-memory-mib.tenant-d" "$work/d3.json" &&
+		grep -q "has 512 MiB of memory and asked for 512 more" "$work/d3.json"; then
+		ok "a restore of snapd's $remote counts its 512 MiB: 429 $(head -c 160 "$work/d3.json")"
+	else
+		bad "a restore of snapd's $remote under max-memory-mib=800: $code $(head -c 400 "$work/d3.json")"
+		id=$(jget "$work/d3.json" id)
+		[ -n "$id" ] && rpc_d DestroySandbox "{\"sandboxId\": \"$id\"}" /dev/null >/dev/null
+	fi
+fi
+[ -n "$sb_d" ] && rpc_d DestroySandbox "{\"sandboxId\": \"$sb_d\"}" /dev/null >/dev/null
 
 # ---- key-rps ----
 got=""
