@@ -8,10 +8,13 @@ with its start time, so the report has throughput and p50/p95/p99 per
 10 s window (and a PNG plot of them), errors by code with a sample each,
 and after the run, once every client cleaned up what it made: leaked
 VMMs, RAM files, scratch files and snapshots on every node. While it
-runs, the sandboxes on the nodes are counted every 0.25 s: the peak,
-against the tenant's max-sandboxes, shows whether the quota held across
-the gateways (a restore that replaces a sandbox on another node has both
-for a moment, which no quota counts).
+runs, the tenant's sandboxes are listed every 0.5 s (ListSandboxes: one
+per id, whatever its state): the peak, against the tenant's
+max-sandboxes, shows whether the quota held across the gateways (a
+restore that replaces a sandbox on another node has both for a moment,
+which no quota counts). Sandbox directories on the nodes are counted too
+(peak_sandbox_dirs): a restore in place has two for one sandbox while it
+swaps, and a destroyed one keeps its directory until its VMM is gone.
 Not a test: it decides nothing (tests/bench/load/run.sh starts the
 cluster and runs it).
 
@@ -211,11 +214,17 @@ def sandbox_dirs(nodes):
     return n
 
 
-def watch_peak(nodes, peak):
-    """Keeps peak[0], the most sandboxes the nodes held at once."""
+def watch_peak(nodes, client, peak):
+    """Keeps peak[0], the most sandboxes listed at once, and peak[1], the
+    most sandbox directories on the nodes."""
     while not stop.is_set():
-        peak[0] = max(peak[0], sandbox_dirs(nodes))
-        time.sleep(0.25)
+        peak[1] = max(peak[1], sandbox_dirs(nodes))
+        try:
+            sbs = client.call("ListSandboxes", {}).get("sandboxes", [])
+            peak[0] = max(peak[0], len({s["id"] for s in sbs}))
+        except moat.MoatError:
+            pass
+        time.sleep(0.5)
 
 
 def warm_up(gateways, key):
@@ -291,8 +300,10 @@ def main():
     threads = [threading.Thread(target=run_client, args=(k, gateways,
                                                          a.api_key))
                for k in range(a.clients)]
-    peak = [0]
-    threads.append(threading.Thread(target=watch_peak, args=(nodes, peak)))
+    peak = [0, 0]
+    watcher = moat.Client(url=gateways[0], api_key=a.api_key, timeout=60)
+    threads.append(threading.Thread(target=watch_peak,
+                                    args=(nodes, watcher, peak)))
     for t in threads:
         t.start()
     time.sleep(a.seconds)
@@ -320,6 +331,7 @@ def main():
         "errors_other_than_resource_exhausted":
             sum(n for c, n in errors.items() if c not in allowed),
         "peak_sandboxes": peak[0],
+        "peak_sandbox_dirs": peak[1],
         "max_sandboxes": a.max_sandboxes,
         "goal_peak": "at most max_sandboxes (plus a replace in flight)",
         "leaks": left,
