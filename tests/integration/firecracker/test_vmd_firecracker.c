@@ -690,7 +690,9 @@ sh_out(struct vmd_proc *v, const char *id, const char *code, int rc)
 	if (!res->status->exited || res->status->exit_code != rc)
 		fail_msg("Exec \"%s\" in %s: exit %d, not %d", code, id,
 		    res->status->exit_code, rc);
-	out = strndup((const char *)res->stdout.data, res->stdout.len);
+	/* No output: protobuf-c leaves data NULL. */
+	out = strndup(res->stdout.len ? (const char *)res->stdout.data : "",
+	    res->stdout.len);
 	assert_non_null(out);
 	protobuf_c_message_free_unpacked(&res->base, NULL);
 	return out;
