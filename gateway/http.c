@@ -1002,8 +1002,112 @@ client_error:
 
 /* ---- operator routes: /metrics, /v1/openapi.json ---- */
 
-/* schema_of: the JSON schema of message `d` in `schemas` (components),
- * added with every message it uses. */
+/* The OpenAPI document says what the codec (lib/codec.c, codec_decode.c)
+ * really writes and reads, so a generated client round-trips: maps are
+ * objects, 64-bit integers decimal strings, bytes base64, enums names. */
+#define OPENAPI_CODEC_NOTE                                                    \
+	"Messages are proto3 JSON as moat's codec writes them: fields by "    \
+	"their lowerCamelCase JSON names, default values left out, "          \
+	"64-bit integers as decimal strings, bytes as base64, enums by "      \
+	"value name, map<K, V> fields as JSON objects (keys as strings). "    \
+	"Requests may also name fields by their .proto names (sandbox_id), "  \
+	"give 64-bit and other integers as numbers or strings, and enums by " \
+	"number; unknown fields are refused (400)."
+
+static void schema_add(json_t *schemas, const ProtobufCMessageDescriptor *d);
+
+/* The codec's own test of a map entry (lib/codec.c, declared in
+ * lib/codec_internal.h, which moat/codec.h does not export yet): the
+ * document calls a map what the codec writes as an object, never a guess
+ * of its own. */
+bool moat_codec_is_map_entry(const ProtobufCMessageDescriptor *d);
+
+/* value_schema: the schema of one value of field `f` (one element of a
+ * repeated field), a message by $ref to its schema, added first. */
+static json_t *
+value_schema(json_t *schemas, const ProtobufCFieldDescriptor *f)
+{
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_BOOL:
+		return json_pack("{s:s}", "type", "boolean");
+	case PROTOBUF_C_TYPE_INT32:
+	case PROTOBUF_C_TYPE_SINT32:
+	case PROTOBUF_C_TYPE_SFIXED32:
+		return json_pack("{s:s, s:s}", "type", "integer", "format",
+		    "int32");
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32:
+		return json_pack("{s:s, s:i, s:I}", "type", "integer",
+		    "minimum", 0, "maximum", (json_int_t)UINT32_MAX);
+	case PROTOBUF_C_TYPE_FLOAT:
+	case PROTOBUF_C_TYPE_DOUBLE:
+		return json_pack("{s:s, s:s}", "type", "number", "format",
+		    f->type == PROTOBUF_C_TYPE_FLOAT ? "float" : "double");
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+		return json_pack("{s:s, s:s, s:s}", "type", "string", "format",
+		    "int64", "pattern", "^-?[0-9]+$");
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+		return json_pack("{s:s, s:s, s:s}", "type", "string", "format",
+		    "uint64", "pattern", "^[0-9]+$");
+	case PROTOBUF_C_TYPE_BYTES:
+		return json_pack("{s:s, s:s}", "type", "string", "format",
+		    "byte");
+	case PROTOBUF_C_TYPE_ENUM: {
+		const ProtobufCEnumDescriptor *e = f->descriptor;
+		json_t *names = json_array();
+
+		for (unsigned k = 0; k < e->n_values; k++)
+			json_array_append_new(names,
+			    json_string(e->values[k].name));
+		return json_pack("{s:s, s:o}", "type", "string", "enum",
+		    names);
+	}
+	case PROTOBUF_C_TYPE_MESSAGE: {
+		const ProtobufCMessageDescriptor *m = f->descriptor;
+		char *ref = moat_asprintf("#/components/schemas/%s", m->name);
+		json_t *t;
+
+		schema_add(schemas, m);
+		t = ref ? json_pack("{s:s}", "$ref", ref) : NULL;
+		free(ref);
+		return t;
+	}
+	case PROTOBUF_C_TYPE_STRING:
+	default:
+		return json_pack("{s:s}", "type", "string");
+	}
+}
+
+/* field_schema: the schema of field `f`: a map<K, V> (a repeated
+ * KEntry, moat_codec_is_map_entry) is an object of V's, as the codec
+ * writes it, any other repeated field an array. */
+static json_t *
+field_schema(json_t *schemas, const ProtobufCFieldDescriptor *f)
+{
+	json_t *t;
+
+	if (f->label == PROTOBUF_C_LABEL_REPEATED &&
+	    f->type == PROTOBUF_C_TYPE_MESSAGE &&
+	    moat_codec_is_map_entry(f->descriptor)) {
+		const ProtobufCMessageDescriptor *entry = f->descriptor;
+
+		t = value_schema(schemas, &entry->fields[1]);
+		return t ? json_pack("{s:s, s:o}", "type", "object",
+		               "additionalProperties", t) :
+		           NULL;
+	}
+	t = value_schema(schemas, f);
+	if (t != NULL && f->label == PROTOBUF_C_LABEL_REPEATED)
+		t = json_pack("{s:s, s:o}", "type", "array", "items", t);
+	return t;
+}
+
+/* schema_add: the JSON schema of message `d` in `schemas` (components),
+ * added with every message it uses; added before its fields, so a
+ * message that holds itself refers to itself. */
 static void
 schema_add(json_t *schemas, const ProtobufCMessageDescriptor *d)
 {
@@ -1018,76 +1122,20 @@ schema_add(json_t *schemas, const ProtobufCMessageDescriptor *d)
 	for (unsigned i = 0; i < d->n_fields; i++) {
 		const ProtobufCFieldDescriptor *f = &d->fields[i];
 		char name[128];
-		json_t *t;
+		json_t *t = field_schema(schemas, f);
 
+		if (t == NULL)
+			continue;
 		moat_codec_json_name(f->name, name, sizeof(name));
-		switch (f->type) {
-		case PROTOBUF_C_TYPE_BOOL:
-			t = json_pack("{s:s}", "type", "boolean");
-			break;
-		case PROTOBUF_C_TYPE_INT32:
-		case PROTOBUF_C_TYPE_SINT32:
-		case PROTOBUF_C_TYPE_SFIXED32:
-		case PROTOBUF_C_TYPE_UINT32:
-		case PROTOBUF_C_TYPE_FIXED32:
-			t = json_pack("{s:s}", "type", "integer");
-			break;
-		case PROTOBUF_C_TYPE_FLOAT:
-		case PROTOBUF_C_TYPE_DOUBLE:
-			t = json_pack("{s:s}", "type", "number");
-			break;
-		case PROTOBUF_C_TYPE_BYTES:
-			t = json_pack("{s:s, s:s}", "type", "string", "format",
-			    "byte");
-			break;
-		case PROTOBUF_C_TYPE_ENUM: {
-			const ProtobufCEnumDescriptor *e = f->descriptor;
-			json_t *names = json_array();
-
-			for (unsigned k = 0; k < e->n_values; k++)
-				json_array_append_new(names,
-				    json_string(e->values[k].name));
-			t = json_pack("{s:s, s:o}", "type", "string", "enum",
-			    names);
-			break;
-		}
-		case PROTOBUF_C_TYPE_MESSAGE: {
-			const ProtobufCMessageDescriptor *m = f->descriptor;
-			char *ref =
-			    moat_asprintf("#/components/schemas/%s", m->name);
-
-			schema_add(schemas, m);
-			t = ref ? json_pack("{s:s}", "$ref", ref) : NULL;
-			free(ref);
-			break;
-		}
-		default: /* 64-bit integers are strings in proto3 JSON */
-			t = json_pack("{s:s}", "type",
-			    f->type == PROTOBUF_C_TYPE_STRING ? "string" :
-			                                        "string");
-			if (t != NULL && f->type != PROTOBUF_C_TYPE_STRING)
-				json_object_set_new(t, "format",
-				    json_string("int64"));
-			break;
-		}
-		if (t != NULL && f->label == PROTOBUF_C_LABEL_REPEATED)
-			t = json_pack("{s:s, s:o}", "type", "array", "items",
-			    t);
-		if (t != NULL)
-			json_object_set_new(props, name, t);
+		/* A $ref's siblings are ignored in OpenAPI 3.0: only the
+		 * others say which .proto name the codec also takes. */
+		if (strcmp(name, f->name) != 0 &&
+		    json_object_get(t, "$ref") == NULL)
+			json_object_set_new(t, "description",
+			    json_sprintf(".proto name %s (also accepted)",
+			        f->name));
+		json_object_set_new(props, name, t);
 	}
-}
-
-static json_t *
-ref_of(const ProtobufCMessageDescriptor *d)
-{
-	char *ref = moat_asprintf("#/components/schemas/%s", d->name);
-	json_t *j = ref ? json_pack("{s:{s:{s:{s:s}}}}", "content",
-	                      "application/json", "schema", "$ref", ref) :
-	                  NULL;
-
-	free(ref);
-	return j;
 }
 
 /* openapi_exec_stream: POST .../exec's other reply in its operation
@@ -1130,41 +1178,145 @@ openapi_exec_stream(json_t *op, json_t *params)
 	        "errors."));
 }
 
-/* openapi: the OpenAPI 3 document of the routes table and the operator
- * routes, schemas from the Gateway methods' descriptors. */
 static json_t *
-openapi(struct moat_http *h)
+ref_of(const ProtobufCMessageDescriptor *d)
 {
-	json_t *doc, *paths, *schemas, *err;
+	char *ref = moat_asprintf("#/components/schemas/%s", d->name);
+	json_t *j = ref ? json_pack("{s:{s:{s:{s:s}}}}", "content",
+	                      "application/json", "schema", "$ref", ref) :
+	                  NULL;
 
-	doc = json_pack("{s:s, s:{s:s, s:s, s:s}, s:o, s:{s:o, s:{s:{s:s, "
-	                "s:s}}}, s:[{s:[]}]}",
-	    "openapi", "3.0.3", "info", "title", "moat gateway HTTP API",
-	    "version", MOAT_VERSION, "description",
-	    "Every route is a method of moat.v1.Gateway (proto/gateway.proto)"
-	    "; errors are {code, message} with the HTTP status of the code.",
-	    "paths", json_object(), "components", "schemas", json_object(),
-	    "securitySchemes", "apiKey", "type", "http", "scheme", "bearer",
-	    "security", "apiKey");
-	if (doc == NULL)
+	free(ref);
+	return j;
+}
+
+/* openapi_error: the Error schema, whose description maps each code to
+ * its HTTP status from http_status_of itself, so the two cannot part. */
+static json_t *
+openapi_error(void)
+{
+	json_t *codes = json_array(), *err;
+	char *more,
+	    *text = strdup("{code, message}: code names the status (as in "
+	                   "gRPC), message says what to do next. HTTP "
+	                   "status by code:");
+
+	for (int c = 1; c <= MOAT_STATUS_MAX && text != NULL; c++) {
+		more = moat_asprintf("%s%s %s %d", text, c > 1 ? "," : "",
+		    moat_strerror(c), http_status_of(c));
+
+		free(text);
+		text = more;
+		json_array_append_new(codes, json_string(moat_strerror(c)));
+	}
+	more = moat_asprintf(
+	    "%s. The door itself answers 401 "
+	    "UNAUTHENTICATED (no or a bad key, with "
+	    "WWW-Authenticate), 405 UNIMPLEMENTED (another "
+	    "HTTP method, with Allow), 413 RESOURCE_EXHAUSTED (a body over "
+	    "%u MiB) and 429 RESOURCE_EXHAUSTED (over a rate limit, with "
+	    "Retry-After).",
+	    text ? text : "", MOAT_HTTP_MAX_BODY >> 20);
+	free(text);
+	text = more;
+	err = json_pack("{s:s, s:s?, s:[s, s], s:{s:{s:s, s:o}, s:{s:s}}}",
+	    "type", "object", "description", text, "required", "code",
+	    "message", "properties", "code", "type", "string", "enum", codes,
+	    "message", "type", "string");
+	free(text);
+	return err;
+}
+
+/* rest_operation: the operation of REST route `rt` (not the generic
+ * /v1/rpc/{} one), with its id parameter, its query parameters or JSON
+ * body, and its reply; operationId is the method's name and "Rest",
+ * since the method's own name is its /v1/rpc/<Method> operation's. */
+static json_t *
+rest_operation(struct moat_http *h, json_t *schemas, const struct route *rt)
+{
+	const ProtobufCMethodDescriptor *md = rt->rpc_method ?
+	    protobuf_c_service_descriptor_get_method_by_name(h->service,
+	        rt->rpc_method) :
+	    NULL;
+	json_t *op, *params, *ok;
+	char *id;
+
+	op = json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:{s:{s:{s:s}}}}}}",
+	    "summary", md ? md->name : rt->pattern, "responses", "200",
+	    "description", "the method's output message", "default",
+	    "description", "an error", "content", "application/json", "schema",
+	    "$ref", "#/components/schemas/Error");
+	if (op == NULL)
 		return NULL;
-	paths = json_object_get(doc, "paths");
-	schemas =
-	    json_object_get(json_object_get(doc, "components"), "schemas");
-	err = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}}", "type", "object",
-	    "properties", "code", "type", "string", "message", "type",
-	    "string");
-	json_object_set_new(schemas, "Error", err);
+	ok = json_object_get(json_object_get(op, "responses"), "200");
+	params = json_array();
+	if (strstr(rt->pattern, "{}") != NULL)
+		json_array_append_new(params,
+		    json_pack("{s:s, s:s, s:b, s:{s:s}, s:s}", "name", "id",
+		        "in", "path", "required", 1, "schema", "type",
+		        "string", "description",
+		        rt->id_field ? rt->id_field : "id"));
+	if (md == NULL) { /* /healthz */
+		json_object_set_new(op, "operationId", json_string("healthz"));
+		json_object_set_new(op, "security", json_array());
+		json_object_set_new(op, "parameters", params);
+		return op;
+	}
+	id = moat_asprintf("%sRest", md->name);
+	json_object_set_new(op, "operationId", json_string(id ? id : ""));
+	free(id);
+	schema_add(schemas, md->input);
+	if (rt->body == BODY_JSON)
+		json_object_set_new(op, "requestBody", ref_of(md->input));
+	for (unsigned f = 0; rt->body != BODY_JSON && f < md->input->n_fields;
+	     f++) {
+		const ProtobufCFieldDescriptor *fd = &md->input->fields[f];
+
+		/* A query string holds one value a key: no lists, maps
+		 * or messages (the codec would refuse the string). */
+		if ((rt->id_field != NULL &&
+		        strcmp(fd->name, rt->id_field) == 0) ||
+		    fd->label == PROTOBUF_C_LABEL_REPEATED ||
+		    fd->type == PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		json_array_append_new(params,
+		    json_pack("{s:s, s:s, s:o}", "name", fd->name, "in",
+		        "query", "schema", value_schema(schemas, fd)));
+	}
+	if (rt->raw_reply) {
+		json_object_set_new(ok, "description",
+		    json_string("the file's bytes"));
+		json_object_set_new(ok, "content",
+		    json_pack("{s:{s:{s:s, s:s}}}", "application/octet-stream",
+		        "schema", "type", "string", "format", "binary"));
+	} else {
+		json_t *out = ref_of(md->output);
+
+		schema_add(schemas, md->output);
+		json_object_set(ok, "content",
+		    json_object_get(out, "content"));
+		json_decref(out);
+	}
+	if (strcmp(md->name, "Exec") == 0)
+		openapi_exec_stream(op, params);
+	json_object_set_new(op, "parameters", params);
+	return op;
+}
+
+/* openapi_rest: the routes table's operations in `paths`, but the
+ * generic POST /v1/rpc/{} route, which openapi_rpc describes method by
+ * method (OpenAPI has no way to tie a path segment to a body schema). */
+static void
+openapi_rest(struct moat_http *h, json_t *paths, json_t *schemas)
+{
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
 		const struct route *rt = &routes[i];
-		const ProtobufCMethodDescriptor *md = rt->rpc_method ?
-		    protobuf_c_service_descriptor_get_method_by_name(
-		        h->service, rt->rpc_method) :
-		    NULL;
 		char path[256], method[16], *p;
-		json_t *item, *op, *params;
+		json_t *item, *op;
 		size_t k;
 
+		if (rt->rpc_method == NULL && strstr(rt->pattern, "{}"))
+			continue;
 		snprintf(path, sizeof(path), "%s", rt->pattern);
 		if ((p = strstr(path, "{}")) != NULL) {
 			memmove(p + 4, p + 2, strlen(p + 2) + 1);
@@ -1173,90 +1325,99 @@ openapi(struct moat_http *h)
 		for (k = 0; rt->http_method[k] != '\0' && k < 15; k++)
 			method[k] = (char)(rt->http_method[k] | 0x20);
 		method[k] = '\0';
+		if ((op = rest_operation(h, schemas, rt)) == NULL)
+			continue;
 		if ((item = json_object_get(paths, path)) == NULL) {
 			item = json_object();
 			json_object_set_new(paths, path, item);
 		}
-		op = json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:{s:{s:{s:s}}}}}}",
-		    "summary", md ? md->name : rt->pattern, "responses", "200",
-		    "description", "the method's output message", "default",
-		    "description", "an error", "content", "application/json",
-		    "schema", "$ref", "#/components/schemas/Error");
-		if (op == NULL)
-			continue;
-		params = json_array();
-		if (strstr(rt->pattern, "{}") != NULL)
-			json_array_append_new(params,
-			    json_pack("{s:s, s:s, "
-			              "s:b, s:{s:s}, s:s}",
-			        "name", "id", "in", "path", "required", 1,
-			        "schema", "type", "string", "description",
-			        rt->rpc_method ?
-			            (rt->id_field ? rt->id_field : "id") :
-			            "a method of "
-			            "moat.v1.Gateway; the body is its input"));
-		if (md != NULL) {
-			schema_add(schemas, md->input);
-			schema_add(schemas, md->output);
-			json_object_set_new(op, "operationId",
-			    json_string(md->name));
-			if (rt->body == BODY_JSON)
-				json_object_set_new(op, "requestBody",
-				    ref_of(md->input));
-			else
-				for (unsigned f = 0; f < md->input->n_fields;
-				     f++) {
-					const char *fn =
-					    md->input->fields[f].name;
-					if (rt->id_field != NULL &&
-					    strcmp(fn, rt->id_field) == 0)
-						continue;
-					json_array_append_new(params,
-					    json_pack("{s:s, s:s, s:{s:s}}",
-					        "name", fn, "in", "query",
-					        "schema", "type", "string"));
-				}
-			if (rt->raw_reply)
-				json_object_set_new(
-				    json_object_get(json_object_get(op,
-				                        "responses"),
-				        "200"),
-				    "content",
-				    json_pack("{s:{}}",
-				        "application/octet-stream"));
-			else {
-				json_t *out = ref_of(md->output);
-
-				json_object_set(
-				    json_object_get(json_object_get(op,
-				                        "responses"),
-				        "200"),
-				    "content",
-				    json_object_get(out, "content"));
-				json_decref(out);
-			}
-		}
-		if (strcmp(rt->pattern, "/healthz") == 0)
-			json_object_set_new(op, "security", json_array());
-		if (rt->rpc_method != NULL &&
-		    strcmp(rt->rpc_method, "Exec") == 0)
-			openapi_exec_stream(op, params);
-		json_object_set_new(op, "parameters", params);
 		json_object_set_new(item, method, op);
 	}
+}
+
+/* openapi_rpc: POST /v1/rpc/<Method> for every method of the service,
+ * as serve_route answers it: the JSON body (empty: {}) is the input
+ * message, the reply the output message, whatever the method (ReadFile's
+ * data base64 in FileData, Exec's ExecResult once the command ends). */
+static void
+openapi_rpc(struct moat_http *h, json_t *paths, json_t *schemas)
+{
+	for (unsigned i = 0; i < h->service->n_methods; i++) {
+		const ProtobufCMethodDescriptor *md = &h->service->methods[i];
+		char *path = moat_asprintf("/v1/rpc/%s", md->name);
+		char *summary =
+		    moat_asprintf("%s.%s", h->service->name, md->name);
+		json_t *op, *body = ref_of(md->input),
+		            *out = ref_of(md->output);
+
+		schema_add(schemas, md->input);
+		schema_add(schemas, md->output);
+		op = json_pack("{s:s, s:s?, s:[s], s:o, s:{s:{s:s, s:O}, "
+		               "s:{s:s, s:{s:{s:{s:s}}}}}}",
+		    "operationId", md->name, "summary", summary, "tags", "rpc",
+		    "requestBody", body, "responses", "200", "description",
+		    "the method's output message", "content",
+		    json_object_get(out, "content"), "default", "description",
+		    "an error", "content", "application/json", "schema",
+		    "$ref", "#/components/schemas/Error");
+		json_decref(out);
+		/* Health answers anyone (needs_key); the rest need a key
+		 * when keys are on. */
+		if (op != NULL && strcmp(md->name, "Health") == 0)
+			json_object_set_new(op, "security", json_array());
+		if (op != NULL && path != NULL)
+			json_object_set_new(paths, path,
+			    json_pack("{s:o}", "post", op));
+		else
+			json_decref(op);
+		free(path);
+		free(summary);
+	}
+}
+
+/* openapi: the OpenAPI 3 document of the door: every Gateway method at
+ * POST /v1/rpc/<Method>, the REST routes, and the operator routes, with
+ * the messages' schemas from the methods' descriptors. */
+static json_t *
+openapi(struct moat_http *h)
+{
+	json_t *doc, *paths, *schemas;
+
+	doc = json_pack("{s:s, s:{s:s, s:s, s:s}, s:o, s:{s:o, s:{s:{s:s, "
+	                "s:s}}}, s:[{s:[]}]}",
+	    "openapi", "3.0.3", "info", "title", "moat gateway HTTP API",
+	    "version", MOAT_VERSION, "description",
+	    "Every method of moat.v1.Gateway (proto/gateway.proto) is POST "
+	    "/v1/rpc/<Method> with its input message as the JSON body and "
+	    "its output message as the reply; the REST routes (/v1/sandboxes"
+	    ", ...) call the same methods. Errors are the Error schema with "
+	    "the HTTP status of its code. Headers X-Moat-Request-Id and "
+	    "X-Moat-Timeout-Ms (decimal) set the call's request id and "
+	    "deadline. " OPENAPI_CODEC_NOTE,
+	    "paths", json_object(), "components", "schemas", json_object(),
+	    "securitySchemes", "apiKey", "type", "http", "scheme", "bearer",
+	    "security", "apiKey");
+	if (doc == NULL)
+		return NULL;
+	paths = json_object_get(doc, "paths");
+	schemas =
+	    json_object_get(json_object_get(doc, "components"), "schemas");
+	json_object_set_new(schemas, "Error", openapi_error());
+	openapi_rpc(h, paths, schemas);
+	openapi_rest(h, paths, schemas);
 	json_object_set_new(paths, "/metrics",
-	    json_pack("{s:{s:s, s:[], "
+	    json_pack("{s:{s:s, s:s, s:[], "
 	              "s:{s:{s:s, s:{s:{}}}}}}",
-	        "get", "summary",
+	        "get", "operationId", "metrics", "summary",
 	        "Prometheus "
 	        "counters (no key needed)",
 	        "security", "responses", "200", "description",
 	        "text/plain exposition format", "content", "text/plain"));
 	json_object_set_new(paths, "/v1/openapi.json",
-	    json_pack("{s:{s:s, "
+	    json_pack("{s:{s:s, s:s, "
 	              "s:[], s:{s:{s:s}}}}",
-	        "get", "summary", "this document", "security", "responses",
-	        "200", "description", "OpenAPI 3"));
+	        "get", "operationId", "openapi", "summary", "this document",
+	        "security", "responses", "200", "description", "OpenAPI 3"));
 	return doc;
 }
 

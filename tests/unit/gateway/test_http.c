@@ -7,7 +7,8 @@
  * the generic /v1/rpc/{Method} route; exec output as Server-Sent Events
  * (start, stdout, stderr and exit events; a JSON error before the
  * stream; the command killed when the client goes away) and the stream
- * described in /v1/openapi.json; an MCP table of no sessions refused;
+ * described in /v1/openapi.json, where every Gateway method has its
+ * POST /v1/rpc/<Method> operation in proto3 JSON shapes; an MCP table of no sessions refused;
  * and the unhappy paths: malformed JSON, unknown fields, wrong types and
  * an id in the body (400 naming the problem), unknown routes, methods
  * and sandboxes (404), wrong HTTP methods (405 with Allow), bodies over
@@ -31,8 +32,10 @@
 
 #include "fake_node.h"
 #include "gateway.h"
+#include "gateway.pb-c.h"
 #include "http.h"
 #include "http_client.h"
+#include "moat/codec.h"
 #include "moat/log.h"
 #include "moat/util.h"
 
@@ -655,6 +658,128 @@ test_openapi_exec_stream(void **state)
 	http_client_resp_free(&r);
 }
 
+/* schema_ref: the $ref of the application/json schema of `content`. */
+static const char *
+schema_ref(json_t *content)
+{
+	return json_string_value(
+	    json_object_get(json_object_get(json_object_get(content,
+	                                        "application/json"),
+	                        "schema"),
+	        "$ref"));
+}
+
+/* check_fields: each field of message `d` in the document's `schemas`
+ * has the shape the codec writes: a map an object of additionalProperties,
+ * a 64-bit integer a string; counts the maps and 64-bit ones seen. */
+static void
+check_fields(json_t *schemas, const ProtobufCMessageDescriptor *d, int *maps,
+    int *wide)
+{
+	json_t *props =
+	    json_object_get(json_object_get(schemas, d->name), "properties");
+
+	assert_non_null(props);
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		const ProtobufCMessageDescriptor *e;
+		char name[128];
+		json_t *p;
+		const char *type;
+
+		moat_codec_json_name(f->name, name, sizeof(name));
+		if ((p = json_object_get(props, name)) == NULL)
+			fail_msg("%s.%s is not in its schema", d->name, name);
+		type = json_string_value(json_object_get(p, "type"));
+		/* protoc's map<K, V>: a repeated NameEntry {key, value}. */
+		e = f->type == PROTOBUF_C_TYPE_MESSAGE ? f->descriptor : NULL;
+		if (f->label == PROTOBUF_C_LABEL_REPEATED && e != NULL &&
+		    e->n_fields == 2 &&
+		    strcmp(e->fields[0].name, "key") == 0 &&
+		    strcmp(e->fields[1].name, "value") == 0) {
+			assert_string_equal(type, "object");
+			assert_non_null(
+			    json_object_get(p, "additionalProperties"));
+			(*maps)++;
+		} else if (f->label != PROTOBUF_C_LABEL_REPEATED &&
+		    (f->type == PROTOBUF_C_TYPE_INT64 ||
+		        f->type == PROTOBUF_C_TYPE_UINT64 ||
+		        f->type == PROTOBUF_C_TYPE_SINT64 ||
+		        f->type == PROTOBUF_C_TYPE_FIXED64 ||
+		        f->type == PROTOBUF_C_TYPE_SFIXED64)) {
+			assert_string_equal(type, "string");
+			(*wide)++;
+		}
+	}
+}
+
+/* /v1/openapi.json has POST /v1/rpc/<Method> for every method of the
+ * Gateway service, operationId its name, body and reply by $ref to its
+ * messages' schemas in proto3 JSON shapes; operation ids are unique. */
+static void
+test_openapi_methods(void **state)
+{
+	const ProtobufCServiceDescriptor *svc = &moat__v1__gateway__descriptor;
+	struct http_client_resp r;
+	json_t *paths, *schemas, *ids, *item, *op;
+	const char *path, *verb;
+	int maps = 0, wide = 0;
+
+	http("GET", "/v1/openapi.json", NULL, &r);
+	assert_int_equal(r.status, 200);
+	paths = json_object_get(r.json, "paths");
+	schemas =
+	    json_object_get(json_object_get(r.json, "components"), "schemas");
+	for (unsigned i = 0; i < svc->n_methods; i++) {
+		const ProtobufCMethodDescriptor *md = &svc->methods[i];
+		char url[128], in[256], out[256];
+
+		snprintf(url, sizeof(url), "/v1/rpc/%s", md->name);
+		snprintf(in, sizeof(in), "#/components/schemas/%s",
+		    md->input->name);
+		snprintf(out, sizeof(out), "#/components/schemas/%s",
+		    md->output->name);
+		op = json_object_get(json_object_get(paths, url), "post");
+		if (op == NULL)
+			fail_msg("%s has no operation POST %s", md->name, url);
+		assert_string_equal(json_string_value(
+		                        json_object_get(op, "operationId")),
+		    md->name);
+		assert_string_equal(schema_ref(
+		                        json_object_get(json_object_get(op,
+		                                            "requestBody"),
+		                            "content")),
+		    in);
+		assert_string_equal(schema_ref(json_object_get(
+		                        json_object_get(json_object_get(op,
+		                                            "responses"),
+		                            "200"),
+		                        "content")),
+		    out);
+		check_fields(schemas, md->input, &maps, &wide);
+		check_fields(schemas, md->output, &maps, &wide);
+	}
+	assert_true(maps > 0); /* CreateSandboxRequest.labels */
+	assert_true(wide > 0); /* HealthReply.uptimeMs */
+	assert_null(json_object_get(paths, "/v1/rpc/{id}"));
+	/* Unique operation ids: the REST routes' are not the methods'. */
+	ids = json_object();
+	json_object_foreach (paths, path, item)
+		json_object_foreach (item, verb, op) {
+			const char *id = json_string_value(
+			    json_object_get(op, "operationId"));
+
+			if (id == NULL)
+				fail_msg("%s %s has no operationId", verb,
+				    path);
+			if (json_object_get(ids, id) != NULL)
+				fail_msg("operationId %s twice", id);
+			json_object_set_new(ids, id, json_true());
+		}
+	json_decref(ids);
+	http_client_resp_free(&r);
+}
+
 static void
 test_still_answers(void **state)
 {
@@ -680,6 +805,7 @@ main(void)
 		cmocka_unit_test(test_addresses),
 		cmocka_unit_test(test_exec_stream),
 		cmocka_unit_test(test_openapi_exec_stream),
+		cmocka_unit_test(test_openapi_methods),
 		cmocka_unit_test(test_still_answers),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
