@@ -1016,12 +1016,6 @@ client_error:
 
 static void schema_add(json_t *schemas, const ProtobufCMessageDescriptor *d);
 
-/* The codec's own test of a map entry (lib/codec.c, declared in
- * lib/codec_internal.h, which moat/codec.h does not export yet): the
- * document calls a map what the codec writes as an object, never a guess
- * of its own. */
-bool moat_codec_is_map_entry(const ProtobufCMessageDescriptor *d);
-
 /* value_schema: the schema of one value of field `f` (one element of a
  * repeated field), a message by $ref to its schema, added first. */
 static json_t *

@@ -12,10 +12,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* moat_codec_is_map_entry: whether `d` is the NameEntry message protoc
- * makes of `map<K, V> name` (protobuf-c keeps no map flag). */
-bool moat_codec_is_map_entry(const ProtobufCMessageDescriptor *d);
-
 /* moat_codec_elem_size: bytes of one element of a repeated field of
  * type t, as protobuf-c lays the array out. */
 size_t moat_codec_elem_size(ProtobufCType t);

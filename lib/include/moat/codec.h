@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +51,11 @@ int moat_codec_to_json(const ProtobufCMessage *msg, unsigned flags,
  * caller frees. */
 int moat_codec_to_json_string(const ProtobufCMessage *msg, unsigned flags,
     int pretty, char **out, char **errmsg) __attribute__((warn_unused_result));
+
+/* moat_codec_is_map_entry: whether `d` is the NameEntry message protoc
+ * makes of `map<K, V> name` (protobuf-c keeps no map flag): such a
+ * repeated field is a JSON object in both directions. */
+bool moat_codec_is_map_entry(const ProtobufCMessageDescriptor *d);
 
 /* moat_codec_json_name: the proto3 JSON name of a field name
  * ("memory_mib" -> "memoryMib") into buf (always NUL-terminated,
