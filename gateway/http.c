@@ -158,11 +158,12 @@ http_status_of(int code)
 	}
 }
 
-/* respond: queues `body` (heap, taken in every case; NULL: empty) with
- * `status` and `content_type`. */
+/* respond_with: queues `body` (heap, taken in every case; NULL: empty)
+ * with `status`, `content_type` and the header `name`: `value` (name
+ * NULL: none). */
 static enum MHD_Result
-respond(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
-    const char *content_type, const char *allow)
+respond_with(struct MHD_Connection *conn, unsigned status, char *body,
+    size_t len, const char *content_type, const char *name, const char *value)
 {
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
@@ -175,14 +176,23 @@ respond(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
 	    content_type);
-	if (allow != NULL)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	if (name != NULL)
+		MHD_add_response_header(resp, name, value);
 	if (status == MHD_HTTP_UNAUTHORIZED)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 		    "Bearer realm=\"moat\"");
 	ret = MHD_queue_response(conn, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
+}
+
+/* respond: respond_with an Allow header when `allow` is not NULL. */
+static enum MHD_Result
+respond(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
+    const char *content_type, const char *allow)
+{
+	return respond_with(conn, status, body, len, content_type,
+	    allow ? MHD_HTTP_HEADER_ALLOW : NULL, allow);
 }
 
 /* respond_json: `j` (a reference taken) as the body. */
@@ -1140,7 +1150,6 @@ connect_codec(struct MHD_Connection *conn, bool *proto, enum MHD_Result *ret)
 		                          "application/json or "
 		                          "application/proto",
 		    ct ? ct : "(none)");
-		struct MHD_Response *resp;
 		json_t *j = error_json("unimplemented",
 		    msg ? msg : "unsupported Content-Type");
 		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -1148,21 +1157,9 @@ connect_codec(struct MHD_Connection *conn, bool *proto, enum MHD_Result *ret)
 		free(msg);
 		json_decref(j);
 		/* Accept-Post names the codecs (RFC 9110's 415 hint). */
-		resp = MHD_create_response_from_buffer(text ? strlen(text) : 0,
-		    text,
-		    text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-		if (resp == NULL) {
-			free(text);
-			*ret = MHD_NO;
-			return false;
-		}
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-		    "application/json");
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_POST,
-		    CONNECT_TYPES);
-		*ret = MHD_queue_response(conn,
-		    MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, resp);
-		MHD_destroy_response(resp);
+		*ret = respond_with(conn, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+		    text, text ? strlen(text) : 0, "application/json",
+		    MHD_HTTP_HEADER_ACCEPT_POST, CONNECT_TYPES);
 		return false;
 	}
 	return true;
@@ -1952,30 +1949,13 @@ refuse(struct MHD_Connection *conn, enum dialect d, unsigned status, int code,
 	                                      moat_strerror(code),
 	        message);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	struct MHD_Response *resp;
 	char retry[16];
-	enum MHD_Result ret;
 
 	json_decref(j);
-	resp = MHD_create_response_from_buffer(text ? strlen(text) : 0, text,
-	    text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-	if (resp == NULL) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-	    "application/json");
-	if (status == MHD_HTTP_UNAUTHORIZED)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-		    "Bearer realm=\"moat\"");
-	if (retry_s != 0) {
-		snprintf(retry, sizeof(retry), "%u", retry_s);
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER,
-		    retry);
-	}
-	ret = MHD_queue_response(conn, status, resp);
-	MHD_destroy_response(resp);
-	return ret;
+	snprintf(retry, sizeof(retry), "%u", retry_s);
+	return respond_with(conn, status, text, text ? strlen(text) : 0,
+	    "application/json",
+	    retry_s != 0 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, retry);
 }
 
 /* refuse_rate: 429 for the bucket of `whose` ("this address"). */
