@@ -9,6 +9,8 @@
  * HTTP status of the code.
  * POST .../exec with Accept: text/event-stream (or ?stream=true) is the
  * one stream: ExecStart, then ExecRead long polls as Server-Sent Events.
+ * POST /moat.v1.Gateway/<Method> is the Connect protocol's unary call
+ * (JSON or binary protobuf) through the same dispatcher.
  * Not for: behaviour of its own (every route is a Gateway method), or
  * TLS (put a proxy in front).
  */
@@ -57,6 +59,14 @@ struct http_req {
 	size_t len, cap;
 	bool too_large; /* the rest of the body was dropped */
 	bool refused;   /* answered from the headers: drop the body */
+};
+
+/* How a door's refusal made from the headers is written: as the routes'
+ * errors, as /mcp's JSON-RPC error, or as a Connect error. */
+enum dialect {
+	DIALECT_ROUTES,
+	DIALECT_MCP,
+	DIALECT_CONNECT,
 };
 
 enum body_kind {
@@ -108,6 +118,7 @@ static const struct route routes[] = {
 
 #define ROUTE_FAMILIES                                                        \
 	"GET /healthz, POST /mcp, POST /v1/rpc/{Method}, "                    \
+	"POST /moat.v1.Gateway/{Method} (Connect), "                          \
 	"/v1/sandboxes[/{id}[/exec|"                                          \
 	"/files|/timeout]], /v1/sessions[/{id}[/steps]], GET /v1/audit, "     \
 	"/metrics, /v1/nodes[/{id}/cordon|/drain], /v1/openapi.json"
@@ -147,11 +158,12 @@ http_status_of(int code)
 	}
 }
 
-/* respond: queues `body` (heap, taken in every case; NULL: empty) with
- * `status` and `content_type`. */
+/* respond_with: queues `body` (heap, taken in every case; NULL: empty)
+ * with `status`, `content_type` and the header `name`: `value` (name
+ * NULL: none). */
 static enum MHD_Result
-respond(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
-    const char *content_type, const char *allow)
+respond_with(struct MHD_Connection *conn, unsigned status, char *body,
+    size_t len, const char *content_type, const char *name, const char *value)
 {
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
@@ -164,14 +176,23 @@ respond(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
 	    content_type);
-	if (allow != NULL)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+	if (name != NULL)
+		MHD_add_response_header(resp, name, value);
 	if (status == MHD_HTTP_UNAUTHORIZED)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 		    "Bearer realm=\"moat\"");
 	ret = MHD_queue_response(conn, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
+}
+
+/* respond: respond_with an Allow header when `allow` is not NULL. */
+static enum MHD_Result
+respond(struct MHD_Connection *conn, unsigned status, char *body, size_t len,
+    const char *content_type, const char *allow)
+{
+	return respond_with(conn, status, body, len, content_type,
+	    allow ? MHD_HTTP_HEADER_ALLOW : NULL, allow);
 }
 
 /* respond_json: `j` (a reference taken) as the body. */
@@ -189,30 +210,101 @@ respond_json(struct MHD_Connection *conn, unsigned status, json_t *j,
 	    allow);
 }
 
-/* respond_error: {"code": "NOT_FOUND", "message": ...} with the HTTP
- * status of `code` (or `status` when not 0). */
-static enum MHD_Result
-respond_error(struct MHD_Connection *conn, unsigned status, int code,
-    const char *message, const char *allow)
+/* error_json: {"code": name, "message": message}; NULL when out of
+ * memory. */
+static json_t *
+error_json(const char *name, const char *message)
 {
-	json_t *j = json_pack("{s:s, s:s}", "code", moat_strerror(code),
-	    "message", message ? message : moat_strerror(code));
+	json_t *j = json_pack("{s:s, s:s}", "code", name, "message", message);
 
 	/* A message that echoes bytes of the request (a URL that is not
 	 * UTF-8) is sent with those bytes as '?'. */
-	if (j == NULL && message != NULL) {
+	if (j == NULL) {
 		char *clean = strdup(message);
 
 		for (char *p = clean; p != NULL && *p != '\0'; p++)
 			if ((unsigned char)*p >= 0x80)
 				*p = '?';
 		if (clean != NULL)
-			j = json_pack("{s:s, s:s}", "code",
-			    moat_strerror(code), "message", clean);
+			j = json_pack("{s:s, s:s}", "code", name, "message",
+			    clean);
 		free(clean);
 	}
+	return j;
+}
+
+/* respond_error: {"code": "NOT_FOUND", "message": ...} with the HTTP
+ * status of `code` (or `status` when not 0). */
+static enum MHD_Result
+respond_error(struct MHD_Connection *conn, unsigned status, int code,
+    const char *message, const char *allow)
+{
 	return respond_json(conn,
-	    status ? status : (unsigned)http_status_of(code), j, allow);
+	    status ? status : (unsigned)http_status_of(code),
+	    error_json(moat_strerror(code),
+	        message ? message : moat_strerror(code)),
+	    allow);
+}
+
+/* ---- Connect errors ---- */
+
+/* Connect's names of the codes: gRPC's in lower snake case, but
+ * "canceled" with one l. */
+static const char *const connect_names[] = {
+	[MOAT_OK] = "ok",
+	[MOAT_CANCELLED] = "canceled",
+	[MOAT_UNKNOWN] = "unknown",
+	[MOAT_INVALID_ARGUMENT] = "invalid_argument",
+	[MOAT_DEADLINE_EXCEEDED] = "deadline_exceeded",
+	[MOAT_NOT_FOUND] = "not_found",
+	[MOAT_ALREADY_EXISTS] = "already_exists",
+	[MOAT_PERMISSION_DENIED] = "permission_denied",
+	[MOAT_RESOURCE_EXHAUSTED] = "resource_exhausted",
+	[MOAT_FAILED_PRECONDITION] = "failed_precondition",
+	[MOAT_ABORTED] = "aborted",
+	[MOAT_OUT_OF_RANGE] = "out_of_range",
+	[MOAT_UNIMPLEMENTED] = "unimplemented",
+	[MOAT_INTERNAL] = "internal",
+	[MOAT_UNAVAILABLE] = "unavailable",
+	[MOAT_DATA_LOSS] = "data_loss",
+	[MOAT_UNAUTHENTICATED] = "unauthenticated",
+};
+
+static const char *
+connect_code_name(int code)
+{
+	if (code < 0 || code > MOAT_STATUS_MAX)
+		return "unknown";
+	return connect_names[code];
+}
+
+/* connect_status_of: the HTTP status of `code` in the Connect protocol's
+ * table, which differs from http_status_of's: failed_precondition is a
+ * 400 and canceled a 499. */
+static unsigned
+connect_status_of(int code)
+{
+	switch (code) {
+	case MOAT_CANCELLED:
+		return 499;
+	case MOAT_FAILED_PRECONDITION:
+		return MHD_HTTP_BAD_REQUEST;
+	default:
+		return (unsigned)http_status_of(code);
+	}
+}
+
+/* connect_error: a Connect unary error, {"code": "not_found", "message":
+ * ...} as application/json whatever the request's codec, with the
+ * status of `code` in Connect's table (or `status` when not 0). */
+static enum MHD_Result
+connect_error(struct MHD_Connection *conn, unsigned status, int code,
+    const char *message, const char *allow)
+{
+	return respond_json(conn, status ? status : connect_status_of(code),
+	    error_json(connect_code_name(code),
+	        message ? message : connect_code_name(code)),
+	    allow);
 }
 
 /* ---- calling the gateway ---- */
@@ -911,6 +1003,27 @@ fail_reply:
 	return ret;
 }
 
+/* route_input: the input message of `md` from the request as route `rt`
+ * reads it (build_input), the URL id `id` (NULL: none) in its field. On
+ * MOAT_OK *req is the caller's (protobuf_c_message_free_unpacked);
+ * otherwise a status with *errmsg (heap, caller frees). */
+static int
+route_input(struct MHD_Connection *conn, const struct route *rt,
+    const ProtobufCMethodDescriptor *md, const struct http_req *hr,
+    const char *id, ProtobufCMessage **req, char **errmsg)
+{
+	json_t *in;
+	int rv;
+
+	*req = NULL;
+	if ((in = build_input(conn, NULL, rt, md->input, hr, id, errmsg)) ==
+	    NULL)
+		return MOAT_INVALID_ARGUMENT;
+	rv = moat_codec_from_json(md->input, in, 0, req, errmsg);
+	json_decref(in);
+	return rv;
+}
+
 static enum MHD_Result
 serve_route(struct moat_http *h, struct MHD_Connection *conn,
     const struct route *rt, const char *id, const struct http_req *hr)
@@ -919,7 +1032,7 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 	ProtobufCMessage *req = NULL, *reply = NULL;
 	const char *rpc_method = rt->rpc_method ? rt->rpc_method : id;
 	char *errmsg = NULL;
-	json_t *in, *out = NULL;
+	json_t *out = NULL;
 	enum MHD_Result ret;
 	int rv;
 
@@ -935,12 +1048,8 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 		free(errmsg);
 		return ret;
 	}
-	if ((in = build_input(conn, NULL, rt, md->input, hr,
-	         rt->rpc_method ? id : NULL, &errmsg)) == NULL)
-		goto client_error;
-	rv = moat_codec_from_json(md->input, in, 0, &req, &errmsg);
-	json_decref(in);
-	if (rv != MOAT_OK) {
+	if ((rv = route_input(conn, rt, md, hr, rt->rpc_method ? id : NULL,
+	         &req, &errmsg)) != MOAT_OK) {
 		ret = respond_error(conn, 0, rv, errmsg, NULL);
 		free(errmsg);
 		return ret;
@@ -993,9 +1102,216 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 		return ret;
 	}
 	return respond_json(conn, MHD_HTTP_OK, out, NULL);
+}
 
-client_error:
-	ret = respond_error(conn, 0, MOAT_INVALID_ARGUMENT, errmsg, NULL);
+/* ---- Connect unary: POST /<service>/<Method> ---- */
+
+#define CONNECT_TYPES "application/json, application/proto"
+
+/* The Connect route reads its JSON body as the generic /v1/rpc/ one. */
+static const struct route connect_route = { "/{service}/{}", "POST", NULL,
+	BODY_JSON, NULL, false };
+
+/* connect_method: the method name of a Connect URL, /<service>/<Method>
+ * with the door's service (moat.v1.Gateway); NULL when `url` is not
+ * one. */
+static const char *
+connect_method(const ProtobufCServiceDescriptor *svc, const char *url)
+{
+	size_t n = strlen(svc->name);
+
+	if (url[0] != '/' || strncmp(url + 1, svc->name, n) != 0 ||
+	    url[1 + n] != '/')
+		return NULL;
+	return url + 2 + n;
+}
+
+/* connect_codec: whether the request's Content-Type is application/proto
+ * (true) or application/json (false, parameters such as charset
+ * allowed); 415 otherwise, answered in *ret. */
+static bool
+connect_codec(struct MHD_Connection *conn, bool *proto, enum MHD_Result *ret)
+{
+	const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    MHD_HTTP_HEADER_CONTENT_TYPE);
+	size_t n = ct ? strcspn(ct, ";") : 0;
+
+	while (n > 0 && (ct[n - 1] == ' ' || ct[n - 1] == '\t'))
+		n--;
+	if (ct != NULL && n == 16 &&
+	    strncasecmp(ct, "application/json", n) == 0)
+		*proto = false;
+	else if (ct != NULL && n == 17 &&
+	    strncasecmp(ct, "application/proto", n) == 0)
+		*proto = true;
+	else {
+		char *msg = moat_asprintf("Content-Type \"%s\" is not a "
+		                          "Connect unary codec: send "
+		                          "application/json or "
+		                          "application/proto",
+		    ct ? ct : "(none)");
+		json_t *j = error_json("unimplemented",
+		    msg ? msg : "unsupported Content-Type");
+		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+		free(msg);
+		json_decref(j);
+		/* Accept-Post names the codecs (RFC 9110's 415 hint). */
+		*ret = respond_with(conn, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+		    text, text ? strlen(text) : 0, "application/json",
+		    MHD_HTTP_HEADER_ACCEPT_POST, CONNECT_TYPES);
+		return false;
+	}
+	return true;
+}
+
+/* connect_call_opts: the api key, request id and deadline of a Connect
+ * request: Authorization and the X-Moat- headers as the other routes
+ * read them (request_auth), then Connect-Protocol-Version (1 when sent),
+ * Content-Encoding (identity only) and Connect-Timeout-Ms (1 to 10
+ * digits; it wins over X-Moat-Timeout-Ms). A status with *errmsg (heap)
+ * when one is wrong. */
+static int
+connect_call_opts(struct MHD_Connection *conn, const char **auth,
+    uint64_t *rid, uint32_t *timeout_ms, char **errmsg)
+{
+	const char *ver = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    "Connect-Protocol-Version");
+	const char *enc = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    MHD_HTTP_HEADER_CONTENT_ENCODING);
+	const char *tmo = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    "Connect-Timeout-Ms");
+	uint64_t timeout = 0;
+	int rv;
+
+	if ((rv = request_auth(conn, auth, rid, &timeout, errmsg)) != MOAT_OK)
+		return rv;
+	if (ver != NULL && strcmp(ver, "1") != 0) {
+		*errmsg = moat_asprintf("Connect-Protocol-Version \"%s\" is "
+		                        "not one this door speaks: send 1",
+		    ver);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (enc != NULL && strcasecmp(enc, "identity") != 0) {
+		*errmsg = moat_asprintf("Content-Encoding \"%s\" is not "
+		                        "supported: send the body "
+		                        "uncompressed (identity)",
+		    enc);
+		return MOAT_UNIMPLEMENTED;
+	}
+	if (tmo != NULL) {
+		size_t n = strspn(tmo, "0123456789");
+
+		if (n == 0 || n > 10 || tmo[n] != '\0') {
+			*errmsg = moat_asprintf(
+			    "Connect-Timeout-Ms \"%s\" is "
+			    "not 1 to 10 decimal digits: send the deadline in "
+			    "milliseconds",
+			    tmo);
+			return MOAT_INVALID_ARGUMENT;
+		}
+		timeout = strtoull(tmo, NULL, 10);
+		/* 0 is already past: the shortest deadline the Envelope
+		 * has (its 0 means none). */
+		if (timeout == 0)
+			timeout = 1;
+	}
+	*timeout_ms = timeout > UINT32_MAX ? UINT32_MAX : (uint32_t)timeout;
+	return MOAT_OK;
+}
+
+/* connect_reply: the output message `reply` as the request's codec
+ * wrote it, 200. */
+static enum MHD_Result
+connect_reply(struct MHD_Connection *conn, ProtobufCMessage *reply, bool proto)
+{
+	char *errmsg = NULL;
+	json_t *out = NULL;
+	enum MHD_Result ret;
+	int rv;
+
+	if (proto) {
+		size_t len = protobuf_c_message_get_packed_size(reply);
+		uint8_t *buf = malloc(len ? len : 1);
+
+		if (buf == NULL)
+			return connect_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
+			    "out of memory", NULL);
+		protobuf_c_message_pack(reply, buf);
+		return respond(conn, MHD_HTTP_OK, (char *)buf, len,
+		    "application/proto", NULL);
+	}
+	if ((rv = moat_codec_to_json(reply, 0, &out, &errmsg)) != MOAT_OK) {
+		ret = connect_error(conn, 0, rv, errmsg, NULL);
+		free(errmsg);
+		return ret;
+	}
+	return respond_json(conn, MHD_HTTP_OK, out, NULL);
+}
+
+/* serve_connect: a Connect unary call of `method`, through the same
+ * decoding (JSON) and dispatcher as POST /v1/rpc/<Method>; the door's
+ * admission (keys, rate limits, body limit) ran before. */
+static enum MHD_Result
+serve_connect(struct moat_http *h, struct MHD_Connection *conn,
+    const char *method, const char *http_method, const struct http_req *hr)
+{
+	const ProtobufCMethodDescriptor *md;
+	ProtobufCMessage *req = NULL, *reply = NULL;
+	const char *auth;
+	char *errmsg = NULL;
+	uint64_t rid = 0;
+	uint32_t timeout_ms = 0;
+	enum MHD_Result ret;
+	bool proto;
+	int rv;
+
+	if (strcmp(http_method, "POST") != 0)
+		return connect_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+		    MOAT_UNIMPLEMENTED,
+		    "Connect calls are POST (the GET form is not served)",
+		    "POST");
+	md = protobuf_c_service_descriptor_get_method_by_name(h->service,
+	    method);
+	if (md == NULL) {
+		errmsg = moat_asprintf("%s has no method \"%s\": POST "
+		                       "/%s/<Method> with a method of "
+		                       "gateway.proto (CreateSandbox, ...)",
+		    h->service->name, method, h->service->name);
+		ret = connect_error(conn, 0, MOAT_UNIMPLEMENTED, errmsg, NULL);
+		free(errmsg);
+		return ret;
+	}
+	if (!connect_codec(conn, &proto, &ret))
+		return ret;
+	if ((rv = connect_call_opts(conn, &auth, &rid, &timeout_ms,
+	         &errmsg)) != MOAT_OK)
+		goto fail;
+	if (proto) {
+		req = protobuf_c_message_unpack(md->input, NULL, hr->len,
+		    (const uint8_t *)(hr->body ? hr->body : ""));
+		if (req == NULL) {
+			rv = MOAT_INVALID_ARGUMENT;
+			errmsg = moat_asprintf("the body is not a binary %s: "
+			                       "send the packed input message "
+			                       "(or JSON as application/json)",
+			    md->input->name);
+			goto fail;
+		}
+	} else if ((rv = route_input(conn, &connect_route, md, hr, NULL, &req,
+	                &errmsg)) != MOAT_OK)
+		goto fail;
+	rv = call_gateway_as(h, auth, rid, timeout_ms, md, req, &reply,
+	    &errmsg);
+	protobuf_c_message_free_unpacked(req, NULL);
+	if (rv != MOAT_OK)
+		goto fail;
+	ret = connect_reply(conn, reply, proto);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	return ret;
+
+fail:
+	ret = connect_error(conn, 0, rv, errmsg, NULL);
 	free(errmsg);
 	return ret;
 }
@@ -1387,7 +1703,11 @@ openapi(struct moat_http *h)
 	    ", ...) call the same methods. Errors are the Error schema with "
 	    "the HTTP status of its code. Headers X-Moat-Request-Id and "
 	    "X-Moat-Timeout-Ms (decimal) set the call's request id and "
-	    "deadline. " OPENAPI_CODEC_NOTE,
+	    "deadline. The same methods answer Connect unary calls (POST "
+	    "/moat.v1.Gateway/<Method>, Content-Type application/json or "
+	    "application/proto, Connect-Timeout-Ms, errors as "
+	    "{\"code\": \"not_found\", ...}), which this document does "
+	    "not list. " OPENAPI_CODEC_NOTE,
 	    "paths", json_object(), "components", "schemas", json_object(),
 	    "securitySchemes", "apiKey", "type", "http", "scheme", "bearer",
 	    "security", "apiKey");
@@ -1516,6 +1836,11 @@ dispatch_url(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 		return moat_mcp_http_serve(h->mcp, conn, method, hr->body,
 		    hr->len, mcp_gateway_call, &mc);
 	}
+	const char *connect = connect_method(h->service, url);
+
+	if (connect != NULL)
+		return serve_connect(h, conn, connect, method, hr);
+
 	char id[MOAT_ID_MAX], allow[64] = "";
 	char *msg;
 	enum MHD_Result ret;
@@ -1551,14 +1876,19 @@ dispatch_url(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 /* ---- admission: keys and rate limits, from the headers alone ---- */
 
 /* needs_key: whether `url` needs an API key when auth is on: /mcp and
- * the Gateway methods under /v1/, but the OpenAPI document and Health,
- * which answer anyone (the gateway's own check agrees: Health needs no
- * key). Other URLs are /healthz, /metrics or 404s. */
+ * the Gateway methods under /v1/ and /moat.v1.Gateway/ (Connect), but
+ * the OpenAPI document and Health, which answer anyone (the gateway's
+ * own check agrees: Health needs no key). Other URLs are /healthz,
+ * /metrics or 404s. */
 static bool
-needs_key(const char *url)
+needs_key(const struct moat_http *h, const char *url)
 {
+	const char *connect = connect_method(h->service, url);
+
 	if (strcmp(url, "/mcp") == 0 || strcmp(url, "/mcp/") == 0)
 		return true;
+	if (connect != NULL)
+		return strcmp(connect, "Health") != 0;
 	if (strncmp(url, "/v1/", 4) != 0)
 		return false;
 	return strcmp(url, "/v1/openapi.json") != 0 &&
@@ -1593,48 +1923,44 @@ client_name(struct MHD_Connection *conn, char *out, size_t size)
 	snprintf(out, size, "a:%s", text);
 }
 
+/* url_dialect: how errors to a request for `url` are written. */
+static enum dialect
+url_dialect(const struct moat_http *h, const char *url)
+{
+	if (strcmp(url, "/mcp") == 0 || strcmp(url, "/mcp/") == 0)
+		return DIALECT_MCP;
+	if (connect_method(h->service, url) != NULL)
+		return DIALECT_CONNECT;
+	return DIALECT_ROUTES;
+}
+
 /* refuse: answers a request from its headers, before its body: as /mcp
- * answers (a JSON-RPC error) or as the routes do ({"code", "message"}),
+ * answers (a JSON-RPC error) or as the routes do ({"code", "message"},
+ * Connect's with its own code names),
  * with Retry-After when retry_s is not 0 (WWW-Authenticate comes with
  * every 401, from respond). */
 static enum MHD_Result
-refuse(struct MHD_Connection *conn, bool mcp, unsigned status, int code,
+refuse(struct MHD_Connection *conn, enum dialect d, unsigned status, int code,
     const char *message, uint32_t retry_s)
 {
-	json_t *j = mcp ?
+	json_t *j = d == DIALECT_MCP ?
 	    moat_mcp_error_reply(MOAT_MCP_INVALID_REQUEST, message) :
-	    json_pack("{s:s, s:s}", "code", moat_strerror(code), "message",
+	    error_json(d == DIALECT_CONNECT ? connect_code_name(code) :
+	                                      moat_strerror(code),
 	        message);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-	struct MHD_Response *resp;
 	char retry[16];
-	enum MHD_Result ret;
 
 	json_decref(j);
-	resp = MHD_create_response_from_buffer(text ? strlen(text) : 0, text,
-	    text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-	if (resp == NULL) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-	    "application/json");
-	if (status == MHD_HTTP_UNAUTHORIZED)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-		    "Bearer realm=\"moat\"");
-	if (retry_s != 0) {
-		snprintf(retry, sizeof(retry), "%u", retry_s);
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER,
-		    retry);
-	}
-	ret = MHD_queue_response(conn, status, resp);
-	MHD_destroy_response(resp);
-	return ret;
+	snprintf(retry, sizeof(retry), "%u", retry_s);
+	return respond_with(conn, status, text, text ? strlen(text) : 0,
+	    "application/json",
+	    retry_s != 0 ? MHD_HTTP_HEADER_RETRY_AFTER : NULL, retry);
 }
 
 /* refuse_rate: 429 for the bucket of `whose` ("this address"). */
 static enum MHD_Result
-refuse_rate(struct moat_http *h, struct MHD_Connection *conn, bool mcp,
+refuse_rate(struct moat_http *h, struct MHD_Connection *conn, enum dialect d,
     const char *whose, uint32_t retry_s)
 {
 	char *msg =
@@ -1642,7 +1968,7 @@ refuse_rate(struct moat_http *h, struct MHD_Connection *conn, bool mcp,
 	                  "second, %u at once ([gateway] rate-limit-rps, "
 	                  "rate-limit-burst); retry in %u s",
 	        whose, h->rps, h->burst, retry_s);
-	enum MHD_Result ret = refuse(conn, mcp, MHD_HTTP_TOO_MANY_REQUESTS,
+	enum MHD_Result ret = refuse(conn, d, MHD_HTTP_TOO_MANY_REQUESTS,
 	    MOAT_RESOURCE_EXHAUSTED, msg ? msg : "too many requests", retry_s);
 
 	free(msg);
@@ -1659,7 +1985,7 @@ admit(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 {
 	const char *authz = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	    MHD_HTTP_HEADER_AUTHORIZATION);
-	bool mcp = strcmp(url, "/mcp") == 0 || strcmp(url, "/mcp/") == 0;
+	enum dialect d = url_dialect(h, url);
 	char name[MOAT_RATELIMIT_NAME_MAX], key_id[MOAT_AUTH_KEY_ID_LEN + 1];
 	const char *key;
 	char *errmsg = NULL;
@@ -1671,8 +1997,8 @@ admit(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 	*refused = true;
 	client_name(conn, name, sizeof(name));
 	if (!moat_ratelimit_take(h->rl, name, now, &retry))
-		return refuse_rate(h, conn, mcp, "this address", retry);
-	if (!needs_key(url)) {
+		return refuse_rate(h, conn, d, "this address", retry);
+	if (!needs_key(h, url)) {
 		*refused = false;
 		return MHD_YES;
 	}
@@ -1680,7 +2006,7 @@ admit(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 		rv = moat_gateway_check_key(h->gw, key, key_id, NULL);
 	if (rv != MOAT_OK) {
 		__atomic_add_fetch(&h->refused_auth, 1, __ATOMIC_RELAXED);
-		ret = refuse(conn, mcp,
+		ret = refuse(conn, d,
 		    rv == MOAT_UNAUTHENTICATED ?
 		        MHD_HTTP_UNAUTHORIZED :
 		        MHD_HTTP_INTERNAL_SERVER_ERROR,
@@ -1701,7 +2027,7 @@ admit(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 	if (key_id[0] != '\0' &&
 	    moat_gateway_key_admit(h->gw, key, h->rps, h->burst, &retry,
 	        &errmsg) != MOAT_OK) {
-		ret = refuse(conn, mcp, MHD_HTTP_TOO_MANY_REQUESTS,
+		ret = refuse(conn, d, MHD_HTTP_TOO_MANY_REQUESTS,
 		    MOAT_RESOURCE_EXHAUSTED,
 		    errmsg ? errmsg : "too many requests", retry);
 		free(errmsg);
@@ -1775,7 +2101,11 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		    "%u bytes: write big files in parts (PUT .../files with "
 		    "?offset=)",
 		    MOAT_HTTP_MAX_BODY);
-		enum MHD_Result ret =
+		/* Connect's table has no 413: resource_exhausted is a 429
+		 * there, as connect-go answers a message over its limit. */
+		enum MHD_Result ret = url_dialect(h, url) == DIALECT_CONNECT ?
+		    connect_error(conn, 0, MOAT_RESOURCE_EXHAUSTED, msg,
+		        NULL) :
 		    respond_error(conn, MHD_HTTP_CONTENT_TOO_LARGE,
 		        MOAT_RESOURCE_EXHAUSTED, msg, NULL);
 		free(msg);

@@ -3,7 +3,9 @@
  * over HTTP, are decoded into the Gateway method's input message
  * (moat/codec.h) and run through the same dispatcher and handlers as the
  * nng door, so validation, auth, deduplication and forwarding are the
- * same; replies are the output message as proto3 JSON.
+ * same; replies are the output message as proto3 JSON. Connect clients
+ * call the same methods at POST /moat.v1.Gateway/<Method> (JSON or
+ * binary protobuf).
  * Not for: the nng RPC door (handlers.c) or any behaviour of its own:
  * what a route does is what its Gateway method does.
  */
@@ -54,8 +56,8 @@ struct moat_http_opts {
  * moat_http_port) in front of `gw`, which must outlive the door (stop
  * the door first), with `opts` (borrowed; NULL: the defaults). One
  * thread per connection, at most MOAT_HTTP_MAX_CONNECTIONS. With auth on,
- * /mcp and /v1/ (but /v1/openapi.json and /v1/rpc/Health) need a valid
- * key, checked with the rate limits on the request's headers before its
+ * /mcp, /v1/ and the Connect routes /moat.v1.Gateway/ (but
+ * /v1/openapi.json and Health) need a valid key, checked with the rate limits on the request's headers before its
  * body is read (401 with WWW-Authenticate: Bearer). On MOAT_OK
  * *out is the caller's (moat_http_stop). On failure returns
  * INVALID_ARGUMENT (a bad address or option) or UNAVAILABLE (cannot

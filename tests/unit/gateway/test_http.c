@@ -9,6 +9,10 @@
  * stream; the command killed when the client goes away) and the stream
  * described in /v1/openapi.json, where every Gateway method has its
  * POST /v1/rpc/<Method> operation in proto3 JSON shapes; an MCP table of no sessions refused;
+ * Connect unary calls (POST /moat.v1.Gateway/<Method>) in JSON and
+ * binary protobuf, their errors in Connect's shape and statuses (not
+ * found, bad Connect-Timeout-Ms, unknown method, wrong codec, body too
+ * large, no key on a second door with auth on);
  * and the unhappy paths: malformed JSON, unknown fields, wrong types and
  * an id in the body (400 naming the problem), unknown routes, methods
  * and sandboxes (404), wrong HTTP methods (405 with Allow), bodies over
@@ -30,6 +34,7 @@
 #include <nng/nng.h>
 #include <nng/supplemental/util/platform.h>
 
+#include "auth.h"
 #include "fake_node.h"
 #include "gateway.h"
 #include "gateway.pb-c.h"
@@ -780,6 +785,234 @@ test_openapi_methods(void **state)
 	http_client_resp_free(&r);
 }
 
+/* ---- Connect unary (POST /moat.v1.Gateway/<Method>) ---- */
+
+/* connect_ex: a Connect unary call of `method` to the door on `port` with
+ * `body` (`len` bytes) as `type`, and Connect-Timeout-Ms and
+ * Authorization when not NULL. */
+static void
+connect_ex(uint16_t port, const char *method, const char *type,
+    const char *body, size_t len, const char *timeout, const char *authz,
+    struct http_client_resp *r)
+{
+	const struct http_client_header hdrs[] = { { "Content-Type", type },
+		{ "Connect-Protocol-Version", "1" },
+		{ "Connect-Timeout-Ms", timeout }, { "Authorization", authz },
+		{ NULL, NULL } };
+	char path[128];
+
+	snprintf(path, sizeof(path), "/moat.v1.Gateway/%s", method);
+	http_client_request(port,
+	    &(struct http_client_req){ .method = "POST",
+	        .path = path,
+	        .body = body,
+	        .body_len = len,
+	        .headers = hdrs },
+	    r);
+}
+
+static void
+connect_json(const char *method, const char *body, const char *timeout,
+    struct http_client_resp *r)
+{
+	connect_ex(E.port, method, "application/json", body, strlen(body),
+	    timeout, NULL, r);
+}
+
+/* connect_sandbox_proto: GetSandbox of `id` in binary protobuf both
+ * ways; the Sandbox decoded, NULL with the reply in *r on an error. */
+static Moat__V1__Sandbox *
+connect_sandbox_proto(const char *id, struct http_client_resp *r)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	uint8_t buf[256];
+	size_t len;
+	Moat__V1__Sandbox *sb;
+
+	ref.sandbox_id = (char *)id;
+	len = moat__v1__sandbox_ref__pack(&ref, buf);
+	connect_ex(E.port, "GetSandbox", "application/proto", (char *)buf, len,
+	    "5000", NULL, r);
+	if (r->status != 200)
+		return NULL;
+	assert_string_equal(r->content_type, "application/proto");
+	sb = moat__v1__sandbox__unpack(NULL, r->len, (uint8_t *)r->body);
+	assert_non_null(sb);
+	http_client_resp_free(r);
+	return sb;
+}
+
+static void
+test_connect_unary(void **state)
+{
+	struct http_client_resp r;
+	Moat__V1__Sandbox *sb;
+	char id[128];
+
+	connect_json("ListNodes", "{}", NULL, &r);
+	if (r.status != 200)
+		fail_msg("ListNodes: %ld %s", r.status, r.body);
+	assert_string_equal(r.content_type, "application/json");
+	assert_string_equal(
+	    json_string_value(json_object_get(
+	        json_array_get(json_object_get(r.json, "nodes"), 0),
+	        "nodeId")),
+	    "node-a");
+	http_client_resp_free(&r);
+
+	connect_json("CreateSandbox", "{\"memoryMib\": 256}", "30000", &r);
+	if (r.status != 200)
+		fail_msg("CreateSandbox: %ld %s", r.status, r.body);
+	snprintf(id, sizeof(id), "%s", jstr(&r, "id"));
+	assert_non_null(strstr(id, "node-a-sb-"));
+	http_client_resp_free(&r);
+	assert_string_equal(E.a.last_method, "CreateSandbox");
+
+	/* JSON with a charset, and the .proto field name. */
+	char body[256];
+	snprintf(body, sizeof(body), "{\"sandbox_id\": \"%s\"}", id);
+	connect_ex(E.port, "GetSandbox", "application/json; charset=utf-8",
+	    body, strlen(body), NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(&r, "id"), id);
+	http_client_resp_free(&r);
+
+	/* Binary protobuf in, binary protobuf out. */
+	sb = connect_sandbox_proto(id, &r);
+	if (sb == NULL)
+		fail_msg("GetSandbox proto: %ld %s", r.status, r.body);
+	assert_string_equal(sb->id, id);
+	assert_string_equal(sb->node_id, "node-a");
+	assert_int_equal(sb->state,
+	    MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING);
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	assert_string_equal(E.a.last_method, "GetSandbox");
+	assert_string_equal(E.a.last_sandbox, id);
+}
+
+static void
+test_connect_errors(void **state)
+{
+	struct http_client_resp r;
+	char *big;
+
+	/* Errors are Connect's JSON whatever the codec. */
+	connect_json("GetSandbox", "{\"sandboxId\": \"sb-nope\"}", NULL, &r);
+	assert_string_equal(r.content_type, "application/json");
+	expect_error(&r, 404, "not_found", "sb-nope");
+	assert_null(connect_sandbox_proto("sb-nope", &r));
+	assert_string_equal(r.content_type, "application/json");
+	expect_error(&r, 404, "not_found", "sb-nope");
+	connect_json("GetSandbox", "{\"sandboxId\": ", NULL, &r);
+	expect_error(&r, 400, "invalid_argument", "malformed JSON");
+	connect_ex(E.port, "GetSandbox", "application/proto", "\xff\xff", 2,
+	    NULL, NULL, &r);
+	expect_error(&r, 400, "invalid_argument", "not a binary");
+
+	connect_json("ListNodes", "{}", "soon", &r);
+	expect_error(&r, 400, "invalid_argument", "Connect-Timeout-Ms");
+	connect_json("ListNodes", "{}", "12345678901", &r);
+	expect_error(&r, 400, "invalid_argument", "1 to 10 decimal digits");
+	connect_json("ListNodes", "{}", "-5", &r);
+	expect_error(&r, 400, "invalid_argument", "Connect-Timeout-Ms");
+
+	/* Unknown method: unimplemented, 501 in Connect's table. */
+	connect_json("NoSuchMethod", "{}", NULL, &r);
+	expect_error(&r, 501, "unimplemented", "no method \"NoSuchMethod\"");
+
+	/* Codecs this door does not speak. */
+	connect_ex(E.port, "ListNodes", "text/plain", "{}", 2, NULL, NULL, &r);
+	expect_error(&r, 415, "unimplemented", "application/proto");
+	connect_ex(E.port, "ListNodes", "application/connect+json", "{}", 2,
+	    NULL, NULL, &r);
+	expect_error(&r, 415, "unimplemented", "application/json");
+	http_client_request(E.port,
+	    &(struct http_client_req){ .method = "GET",
+	        .path = "/moat.v1.Gateway/ListNodes" },
+	    &r);
+	assert_string_equal(r.allow, "POST");
+	expect_error(&r, 405, "unimplemented", "POST");
+
+	/* Over the body limit: resource_exhausted (429 in the table). */
+	big = malloc(5u << 20);
+	memset(big, ' ', 5u << 20);
+	big[0] = '{';
+	big[(5u << 20) - 1] = '}';
+	connect_ex(E.port, "ListNodes", "application/json", big, 5u << 20,
+	    NULL, NULL, &r);
+	expect_error(&r, 429, "resource_exhausted", "larger than 4194304");
+	free(big);
+
+	/* A malformed Authorization header, even with auth off. */
+	connect_ex(E.port, "ListNodes", "application/json", "{}", 2, NULL,
+	    "Basic eDp5", &r);
+	expect_error(&r, 401, "unauthenticated", "Bearer");
+}
+
+/* test_connect_auth: a second gateway and door with auth on: Connect
+ * calls need a key, Health does not. */
+static void
+test_connect_auth(void **state)
+{
+	struct moat_gateway_opts opts = { 0 };
+	char dir[] = "/tmp/moat-connect-XXXXXX", id[MOAT_AUTH_KEY_ID_LEN + 1];
+	char *errmsg = NULL, *key = NULL, *authz;
+	struct moat_auth *a = NULL;
+	struct moat_gateway *gw = NULL;
+	struct moat_http *door = NULL;
+	struct http_client_resp r;
+	uint16_t port;
+
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(moat_auth_open(&a, dir, &errmsg), MOAT_OK);
+	assert_int_equal(moat_auth_key_create(a, "acme", &key, id, &errmsg),
+	    MOAT_OK);
+	moat_auth_close(a);
+	opts.listen_url = moat_asprintf("ipc://%s/gateway.sock", dir);
+	opts.survey_url = moat_asprintf("ipc://%s/survey.sock", dir);
+	opts.sessiond_url = moat_asprintf("ipc://%s/sessiond.sock", dir);
+	opts.snapd_url = moat_asprintf("ipc://%s/snapd.sock", dir);
+	opts.state_dir = dir;
+	opts.survey_interval_ms = 100;
+	opts.auth = true;
+	if (moat_gateway_start(&gw, &opts, &errmsg) != MOAT_OK)
+		fail_msg("gateway: %s", errmsg);
+	if (moat_http_start(&door, gw, "127.0.0.1:0", NULL, &errmsg) !=
+	    MOAT_OK)
+		fail_msg("http: %s", errmsg);
+	port = moat_http_port(door);
+
+	connect_ex(port, "ListSandboxes", "application/json", "{}", 2, NULL,
+	    NULL, &r);
+	assert_string_equal(r.www_authenticate, "Bearer realm=\"moat\"");
+	expect_error(&r, 401, "unauthenticated", "API key is required");
+	connect_ex(port, "ListSandboxes", "application/json", "{}", 2, NULL,
+	    "Bearer moat_nope_nope", &r);
+	assert_int_equal(r.status, 401);
+	assert_string_equal(jstr(&r, "code"), "unauthenticated");
+	http_client_resp_free(&r);
+	connect_ex(port, "Health", "application/json", "{}", 2, NULL, NULL,
+	    &r);
+	assert_int_equal(r.status, 200);
+	http_client_resp_free(&r);
+	authz = moat_asprintf("Bearer %s", key);
+	connect_ex(port, "ListSandboxes", "application/json", "{}", 2, NULL,
+	    authz, &r);
+	if (r.status != 200)
+		fail_msg("ListSandboxes with a key: %ld %s", r.status, r.body);
+	http_client_resp_free(&r);
+
+	free(authz);
+	moat_http_stop(door);
+	moat_gateway_stop(gw);
+	moat_rm_rf(dir);
+	free(key);
+	free((char *)opts.listen_url);
+	free((char *)opts.survey_url);
+	free((char *)opts.sessiond_url);
+	free((char *)opts.snapd_url);
+}
+
 static void
 test_still_answers(void **state)
 {
@@ -806,6 +1039,9 @@ main(void)
 		cmocka_unit_test(test_exec_stream),
 		cmocka_unit_test(test_openapi_exec_stream),
 		cmocka_unit_test(test_openapi_methods),
+		cmocka_unit_test(test_connect_unary),
+		cmocka_unit_test(test_connect_errors),
+		cmocka_unit_test(test_connect_auth),
 		cmocka_unit_test(test_still_answers),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
