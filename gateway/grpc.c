@@ -42,10 +42,11 @@
 #define HEALTH_CHECK "/grpc.health.v1.Health/Check"
 
 enum call_state {
-	CALL_READING, /* headers and DATA still arriving */
-	CALL_QUEUED,  /* waiting for a worker */
-	CALL_RUNNING, /* a worker has it */
-	CALL_DONE,    /* answered (or to answer) by the loop */
+	CALL_READING,  /* headers and DATA still arriving */
+	CALL_QUEUED,   /* waiting for a worker */
+	CALL_RUNNING,  /* a worker has it */
+	CALL_FINISHED, /* on the done list, not yet taken by the loop */
+	CALL_DONE,     /* answered (or to answer) by the loop */
 };
 
 struct grpc_conn;
@@ -436,7 +437,7 @@ worker_main(void *arg)
 			call_run(g, c);
 			pthread_mutex_lock(&g->mu);
 		}
-		c->state = CALL_DONE;
+		c->state = CALL_FINISHED;
 		c->next = g->done;
 		g->done = c;
 		wake(g);
@@ -486,7 +487,8 @@ call_drop(struct moat_grpc *g, struct grpc_call *c)
 
 	call_detach(c);
 	pthread_mutex_lock(&g->mu);
-	busy = c->state == CALL_QUEUED || c->state == CALL_RUNNING;
+	busy = c->state == CALL_QUEUED || c->state == CALL_RUNNING ||
+	    c->state == CALL_FINISHED;
 	pthread_mutex_unlock(&g->mu);
 	if (!busy)
 		call_free(c);
@@ -730,8 +732,11 @@ conn_close(struct moat_grpc *g, int slot)
 
 	/* nghttp2_session_del calls no stream-close callback: drop the
 	 * calls here, before it. */
-	while (cn->calls != NULL)
+	while (cn->calls != NULL) {
+		nghttp2_session_set_stream_user_data(cn->session,
+		    cn->calls->stream_id, NULL);
 		call_drop(g, cn->calls);
+	}
 	nghttp2_session_del(cn->session);
 	close(cn->fd);
 	free(cn);
@@ -838,6 +843,8 @@ drain_done(struct moat_grpc *g)
 	pthread_mutex_lock(&g->mu);
 	c = g->done;
 	g->done = NULL;
+	for (next = c; next != NULL; next = next->next)
+		next->state = CALL_DONE;
 	pthread_mutex_unlock(&g->mu);
 	for (; c != NULL; c = next) {
 		next = c->next;

@@ -76,31 +76,30 @@ check(code == grpc.StatusCode.UNAUTHENTICATED,
       "no key: UNAUTHENTICATED (%s: %r)" % (code, msg))
 
 # The client's own timer may fire first: DEADLINE_EXCEEDED either way.
-# That the server reads grpc-timeout is checked below with a raw header.
+# That the server reads grpc-timeout and refuses an expired call is
+# tests/unit/gateway/test_grpc.c's, with a raw header.
 code, msg = code_of(lambda: gw.ListSandboxes(
     vm_pb2.ListSandboxesRequest(), metadata=auth, timeout=0.001))
 check(code == grpc.StatusCode.DEADLINE_EXCEEDED,
       "a 1 ms deadline: DEADLINE_EXCEEDED (%s)" % code)
 
-unknown = chan.unary_unary("/moat.v1.Gateway/NoSuchMethod",
-                           request_serializer=lambda b: b,
-                           response_deserializer=lambda b: b)
-code, msg = code_of(lambda: unknown(b"", metadata=auth, timeout=10))
-check(code == grpc.StatusCode.UNIMPLEMENTED,
-      "an unknown method: UNIMPLEMENTED (%r)" % msg)
-other = chan.unary_unary("/other.Service/Call",
-                         request_serializer=lambda b: b,
-                         response_deserializer=lambda b: b)
-code, msg = code_of(lambda: other(b"", metadata=auth, timeout=10))
-check(code == grpc.StatusCode.UNIMPLEMENTED,
-      "an unknown service: UNIMPLEMENTED (%r)" % msg)
 
-# A bad grpc-timeout the server itself must refuse: proof it parses it.
-raw = chan.unary_unary("/moat.v1.Gateway/ListSandboxes",
-                       request_serializer=lambda b: b,
-                       response_deserializer=lambda b: b)
+
+def raw(path):
+    """A call of `path` with bytes as they are, no stub."""
+    return chan.unary_unary(path, request_serializer=lambda b: b,
+                            response_deserializer=lambda b: b)
+
+
+for path, what in (("/moat.v1.Gateway/NoSuchMethod", "method"),
+                   ("/other.Service/Call", "service")):
+    code, msg = code_of(lambda: raw(path)(b"", metadata=auth, timeout=10))
+    check(code == grpc.StatusCode.UNIMPLEMENTED,
+          "an unknown %s: UNIMPLEMENTED (%r)" % (what, msg))
+
 big = vm_pb2.SandboxRef(sandbox_id="x" * (5 << 20)).SerializeToString()
-code, msg = code_of(lambda: raw(big, metadata=auth, timeout=30))
+code, msg = code_of(lambda: raw("/moat.v1.Gateway/ListSandboxes")(
+    big, metadata=auth, timeout=30))
 check(code == grpc.StatusCode.RESOURCE_EXHAUSTED,
       "a 5 MiB message: RESOURCE_EXHAUSTED (%r)" % msg)
 
