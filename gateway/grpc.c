@@ -606,9 +606,11 @@ on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
 
 	(void)flags;
 	(void)ud;
+	/* Once queued a worker reads the call: nothing changes it. */
 	if (f->hd.type != NGHTTP2_HEADERS ||
 	    (c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id)) ==
-	        NULL)
+	        NULL ||
+	    c->queued)
 		return 0;
 	if ((v = dup_n(value, valuelen)) == NULL)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
