@@ -933,8 +933,11 @@ grpc_listen(struct moat_grpc *g, const char *addr, char **errmsg)
 		addr++;
 		hn -= 2;
 	}
+	/* getaddrinfo takes ports past 65535 and wraps them. */
 	if (colon == NULL || hn == 0 || hn >= sizeof(host) ||
-	    colon[1] == '\0') {
+	    colon[1] == '\0' || strspn(colon + 1, "0123456789") > 5 ||
+	    colon[strspn(colon + 1, "0123456789") + 1] != '\0' ||
+	    atol(colon + 1) > 65535) {
 		*errmsg = moat_asprintf("grpc address \"%s\" is not "
 		                        "host:port or [v6addr]:port with a "
 		                        "numeric host: fix --grpc, or \"off\"",

@@ -5,7 +5,7 @@
  * or cannot show. A grpc-timeout already spent is refused by the server
  * (DEADLINE_EXCEEDED before the call runs), a malformed one is
  * INVALID_ARGUMENT, a compressed message UNIMPLEMENTED, a GET
- * INVALID_ARGUMENT; health's exact bytes; a client gone with its call in
+ * INVALID_ARGUMENT; health's exact bytes; bad --grpc addresses; a client gone with its call in
  * flight costs nobody else; stop with a connection still open.
  * Not for: the pure pieces (test_grpc) or Debian's client
  * (tests/integration/grpc).
@@ -272,6 +272,27 @@ test_client_gone(void **state)
 	    sizeof(empty_msg), &gone, true);
 }
 
+static void
+test_bad_addresses(void **state)
+{
+	static const char *bad[] = { "bogus", "127.0.0.1",
+		"127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:12a",
+		"localhost:1", ":1", "[::1]1" };
+	struct moat_grpc *g;
+	char *errmsg;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errmsg = NULL;
+		assert_int_equal(moat_grpc_start(&g, E.gw, bad[i], 0, 0,
+		                     &errmsg),
+		    MOAT_INVALID_ARGUMENT);
+		assert_null(g);
+		assert_non_null(strstr(errmsg, "--grpc"));
+		free(errmsg);
+	}
+}
+
 static int
 setup(void **state)
 {
@@ -321,6 +342,7 @@ main(void)
 		cmocka_unit_test(test_deadline_spent),
 		cmocka_unit_test(test_bad_requests),
 		cmocka_unit_test(test_health_bytes),
+		cmocka_unit_test(test_bad_addresses),
 		cmocka_unit_test(test_client_gone),
 	};
 
