@@ -2,8 +2,8 @@
  * main.c: the moat-gateway process: its hooks of moat_service_main
  * (moat/service.h) read the flags and the [gateway] config section, then
  * run the gateway (handlers.c), its HTTP door (http.c) and its gRPC door
- * (grpc.c) until SIGTERM or
- * SIGINT, which stop them cleanly; and `moat-gateway keys`.
+ * (grpc.c) until SIGTERM or SIGINT, which stop them cleanly; and
+ * `moat-gateway keys`.
  * Not for: any RPC behaviour (handlers.c, forward.c, discovery.c).
  */
 #include <getopt.h>
@@ -48,7 +48,7 @@ usage(FILE *f)
 	    "  --workers N          calls served at once (default 64)\n"
 	    "  --http ADDR          HTTP/JSON API host:port "
 	    "(default " MOAT_HTTP_DEFAULT_ADDR "; \"off\": none)\n"
-	    "  --grpc ADDR          gRPC (h2c) host:port (default \"off\"; "
+	    "  --grpc ADDR          gRPC (h2c) host:port (default \"off\": "
 	    "none)\n"
 	    "  --mcp-max-sessions N MCP sessions at once on HTTP /mcp "
 	    "(default %d)\n"
