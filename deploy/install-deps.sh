@@ -10,6 +10,7 @@ PKGS=(
 	protobuf-c-compiler libprotobuf-c-dev
 	libnng-dev liblmdb-dev libinih-dev libcmocka-dev
 	libjansson-dev libcurl4-openssl-dev libmicrohttpd-dev libssl-dev
+	libnghttp2-dev
 	qemu-system-x86 qemu-utils
 	mmdebstrap e2fsprogs xfsprogs cpio busybox-static zstd xz-utils kmod
 	python3 python3-yaml ca-certificates procps psmisc
@@ -18,6 +19,9 @@ PKGS=(
 	# the TLS tests' throwaway certificates and moat-pki, curl for the
 	# HTTPS door, systemd-analyze for the unit files' test
 	openssl curl systemd
+	# the gRPC door's test (tests/integration/grpc): Debian's gRPC
+	# client and its stub generator, for /usr/bin/python3
+	python3-grpcio python3-grpc-tools
 	# deploy/build-nng.sh: nng's Debian source package, unpacked and
 	# built with moat's fix (and TLS through mbedtls, as Debian's)
 	dpkg-dev libmbedtls-dev

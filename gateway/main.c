@@ -1,8 +1,9 @@
 /*
  * main.c: the moat-gateway process: its hooks of moat_service_main
  * (moat/service.h) read the flags and the [gateway] config section, then
- * run the gateway (handlers.c) and its HTTP door (http.c) until SIGTERM or
- * SIGINT, which stop them cleanly; and `moat-gateway keys`.
+ * run the gateway (handlers.c), its HTTP door (http.c) and its gRPC door
+ * (grpc.c) until SIGTERM or SIGINT, which stop them cleanly; and
+ * `moat-gateway keys`.
  * Not for: any RPC behaviour (handlers.c, forward.c, discovery.c).
  */
 #include <getopt.h>
@@ -13,6 +14,7 @@
 
 #include "auth.h"
 #include "gateway.h"
+#include "grpc.h"
 #include "http.h"
 #include "keys_cli.h"
 #include "tenants.h"
@@ -46,6 +48,8 @@ usage(FILE *f)
 	    "  --workers N          calls served at once (default 64)\n"
 	    "  --http ADDR          HTTP/JSON API host:port "
 	    "(default " MOAT_HTTP_DEFAULT_ADDR "; \"off\": none)\n"
+	    "  --grpc ADDR          gRPC (h2c) host:port (default \"off\": "
+	    "none)\n"
 	    "  --mcp-max-sessions N MCP sessions at once on HTTP /mcp "
 	    "(default %d)\n"
 	    "  --mcp-idle-s N       with all open, a new one evicts the "
@@ -141,6 +145,7 @@ struct gateway_main {
 	struct moat_config *cfg; /* borrowed from moat_service_main */
 	struct moat_gateway *gw;
 	struct moat_http *http;
+	struct moat_grpc *grpc;
 	char *listen, *survey, *sessiond, *snapd;
 	struct moat_tls *tls, *survey_tls;
 };
@@ -291,6 +296,25 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	return MOAT_OK;
 }
 
+/* grpc_serve: the gRPC door on [gateway] grpc (--grpc,
+ * MOAT_GATEWAY_GRPC); off by default, and with "off". */
+static int
+grpc_serve(struct gateway_main *m, char **errmsg)
+{
+	const char *addr = moat_config_get(m->cfg, SECTION, "grpc", NULL);
+	int rv;
+
+	if (addr == NULL || strcmp(addr, "off") == 0)
+		return MOAT_OK;
+	if ((rv = moat_grpc_start(&m->grpc, m->gw, addr,
+	         m->http_opts.rate_limit_rps, m->http_opts.rate_limit_burst,
+	         errmsg)) != MOAT_OK)
+		return rv;
+	moat_info(0, "moat-gateway: gRPC on %s (port %u)", addr,
+	    (unsigned)moat_grpc_port(m->grpc));
+	return MOAT_OK;
+}
+
 static int
 gateway_serve(void *ctx, char **errmsg)
 {
@@ -326,6 +350,13 @@ gateway_serve(void *ctx, char **errmsg)
 			    http_addr ? http_addr : MOAT_HTTP_DEFAULT_ADDR);
 		}
 	}
+	if ((rv = grpc_serve(m, errmsg)) != MOAT_OK) {
+		moat_http_stop(m->http);
+		m->http = NULL;
+		moat_gateway_stop(m->gw);
+		m->gw = NULL;
+		return rv;
+	}
 	moat_info(0, "moat-gateway %s serving %s, surveying %s, state %s",
 	    MOAT_VERSION, m->listen, m->survey, m->opts.state_dir);
 	return MOAT_OK;
@@ -336,7 +367,8 @@ gateway_stop(void *ctx)
 {
 	struct gateway_main *m = ctx;
 
-	/* The HTTP door first: its requests run on the gateway. */
+	/* The doors first: their calls run on the gateway. */
+	moat_grpc_stop(m->grpc);
 	moat_http_stop(m->http);
 	if (m->cfg != NULL)
 		moat_config_set_overlay(m->cfg, "tenants", NULL, NULL);
@@ -368,6 +400,7 @@ main(int argc, char **argv)
 		{ "survey-interval-ms", required_argument, NULL, 'i' },
 		{ "workers", required_argument, NULL, 'w' },
 		{ "http", required_argument, NULL, 'H' },
+		{ "grpc", required_argument, NULL, 0x7426 },
 		{ "auth", required_argument, NULL, 'A' },
 		{ "mcp-max-sessions", required_argument, NULL, 'M' },
 		{ "mcp-idle-s", required_argument, NULL, 'I' },

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# grpc_python: starts a moat-gateway alone (no node, no sessiond) with
+# its gRPC door on a free 127.0.0.1 port and keys on, makes an API key
+# with `moat-gateway keys create`, then runs grpc_test.py under
+# /usr/bin/python3 (Debian's grpc modules live in its dist-packages, not
+# in whatever python3 is first on PATH): stubs generated from proto/ by
+# grpc_tools.protoc, then health, auth, status codes, deadlines, size
+# limits, concurrency and a garbage client. Exit 77, saying why, when
+# python3-grpcio or python3-grpc-tools is missing.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=${MOAT_REPO:-$(cd "$here/../../.." && pwd)}
+bin=${MOAT_BIN_DIR:-$repo/build/bin}
+py=/usr/bin/python3
+
+[ -x "$bin/moat-gateway" ] ||
+	{ echo "FAIL - no $bin/moat-gateway: build first (make -C build moat-gateway)"; exit 1; }
+[ -x "$py" ] && "$py" -c 'import grpc, grpc_tools.protoc' 2>/dev/null ||
+	{ echo "SKIP - $py has no grpc / grpc_tools: apt-get install python3-grpcio python3-grpc-tools (deploy/install-deps.sh)"; exit 77; }
+
+work=$(mktemp -d /tmp/moat-grpc-test.XXXXXX)
+gw_pid=
+cleanup() {
+	[ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Tenant "default": an operator (CordonNode answers NOT_FOUND).
+key=$("$bin/moat-gateway" keys create --tenant default --state-dir "$work" 2>"$work/keys.err") ||
+	{ echo "FAIL - keys create: $(cat "$work/keys.err")"; exit 1; }
+port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Every address in the work directory: nothing of a running stack is
+# touched. Keys on (the default); the concurrency check makes 640 calls
+# with one key, more than the default rate allows, so no rate limit.
+MOAT_GATEWAY_RATE_LIMIT_RPS=0 "$bin/moat-gateway" --state-dir "$work" \
+	--http off --grpc "127.0.0.1:$port" \
+	--listen "ipc://$work/gateway.sock" --survey "ipc://$work/survey.sock" \
+	--snapd "ipc://$work/snapd.sock" \
+	>"$work/gateway.log" 2>&1 &
+gw_pid=$!
+for _ in $(seq 1 100); do
+	grep -q "gRPC on" "$work/gateway.log" && break
+	kill -0 "$gw_pid" 2>/dev/null || break
+	sleep 0.1
+done
+if ! grep -q "gRPC on" "$work/gateway.log"; then
+	echo "FAIL - the gateway did not serve gRPC on 127.0.0.1:$port"
+	tail -n 20 "$work/gateway.log"
+	exit 1
+fi
+
+mkdir "$work/stubs"
+"$py" -m grpc_tools.protoc -I "$repo/proto" -I "$here" \
+	--python_out="$work/stubs" --grpc_python_out="$work/stubs" \
+	"$repo"/proto/*.proto "$here/health.proto" ||
+	{ echo "FAIL - grpc_tools.protoc could not compile proto/"; exit 1; }
+
+rc=0
+MOAT_API_KEY=$key "$py" "$here/grpc_test.py" "127.0.0.1:$port" "$work/stubs" || rc=1
+if ! kill -0 "$gw_pid" 2>/dev/null; then
+	echo "FAIL - the gateway died"
+	rc=1
+fi
+[ $rc -ne 0 ] && tail -n 30 "$work/gateway.log"
+[ $rc -eq 0 ] && echo "all gRPC checks passed"
+exit $rc
