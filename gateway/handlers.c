@@ -718,6 +718,21 @@ h_sandbox_wait(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    call->payload, call->payload_len, reply->descriptor, NULL);
 }
 
+/* h_exec_stream: ExecStream over nng, which has no streams: the doors
+ * that stream (gRPC, Connect, gRPC-Web) compose it from ExecStart and
+ * ExecRead themselves and never call this. */
+static int
+h_exec_stream(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	(void)request;
+	(void)reply;
+	return moat_rpc_error(call, MOAT_UNIMPLEMENTED,
+	    "ExecStream is a streaming call, which nng cannot carry: "
+	    "call it through the gRPC or Connect door, or use ExecStart, "
+	    "then ExecRead until eof");
+}
+
 /* ---- recorded sandboxes (record.c) ---- */
 
 /* get_unavailable: GetSandbox of a sandbox whose node does not answer:
@@ -1109,6 +1124,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "ExecWait", h_sandbox_wait, false, true },
 	{ "ExecKill", h_sandbox, true, true },
 	{ "Exec", h_step, true, true },
+	{ "ExecStream", h_exec_stream, false, true },
 	{ "ReadFile", h_sandbox, false, true },
 	{ "WriteFile", h_sandbox, true, true },
 	{ "ListFiles", h_sandbox, false, true },
