@@ -38,8 +38,10 @@ struct moat_node_entry {
 	struct moat_node_id id;
 	Moat__V1__Node *node; /* the last answer, owned */
 	uint64_t last_seen_unix_ms;
-	uint32_t missed; /* surveys in a row without an answer */
-	bool answered;   /* answered in the current round */
+	uint64_t last_seen_ms; /* monotonic: its last survey answer, or
+	                        * call answered (moat_nodes_answered) */
+	uint32_t missed;       /* surveys in a row without an answer */
+	bool answered;         /* answered in the current round */
 	bool available;
 	struct moat_node_conn *conn; /* holds one ref, or NULL */
 };
@@ -211,6 +213,7 @@ moat_nodes_seen(struct moat_nodes *nodes, Moat__V1__Node *node,
 	}
 	e->node = node;
 	e->last_seen_unix_ms = now_ms;
+	e->last_seen_ms = moat_rpc_now_ms();
 	e->missed = 0;
 	e->answered = true;
 	e->available = true;
@@ -273,12 +276,14 @@ moat_nodes_round_end(struct moat_nodes *nodes)
 }
 
 void
-moat_nodes_mark_down(struct moat_nodes *nodes, const struct moat_node_id *id)
+moat_nodes_mark_down(struct moat_nodes *nodes, const struct moat_node_id *id,
+    const char *method, uint64_t since_ms)
 {
 	struct moat_node_entry *e;
 
 	pthread_mutex_lock(&nodes->lock);
-	if ((e = find_entry(nodes, id->s)) != NULL && e->available) {
+	if ((e = find_entry(nodes, id->s)) != NULL && e->available &&
+	    e->last_seen_ms < since_ms) {
 		e->available = false;
 		if (e->node != NULL)
 			e->node->available = false;
@@ -287,9 +292,24 @@ moat_nodes_mark_down(struct moat_nodes *nodes, const struct moat_node_id *id)
 		if (e->missed < nodes->missed_limit)
 			e->missed = nodes->missed_limit;
 		moat_warn(0,
-		    "node %s does not take calls (no connection): marked "
-		    "unavailable until it answers a survey again",
-		    e->id.s);
+		    "node %s does not take calls (no connection; %s did "
+		    "not get through): marked unavailable until it answers "
+		    "a survey again",
+		    e->id.s, method);
+	}
+	pthread_mutex_unlock(&nodes->lock);
+}
+
+void
+moat_nodes_answered(struct moat_nodes *nodes, const struct moat_node_id *id)
+{
+	struct moat_node_entry *e;
+
+	pthread_mutex_lock(&nodes->lock);
+	if ((e = find_entry(nodes, id->s)) != NULL && e->available) {
+		e->last_seen_ms = moat_rpc_now_ms();
+		e->answered = true;
+		e->missed = 0;
 	}
 	pthread_mutex_unlock(&nodes->lock);
 }

@@ -245,6 +245,7 @@ moat_forward_to_node(struct moat_forward *fw, const struct moat_node_id *node,
 	struct moat_rpc_opts opts = { .request_id = request_id,
 		.tenant = tenant };
 	char *url = NULL, *msg = NULL;
+	uint64_t started = moat_rpc_now_ms();
 	int rv;
 
 	*reply = NULL;
@@ -269,10 +270,12 @@ moat_forward_to_node(struct moat_forward *fw, const struct moat_node_id *node,
 	}
 	rv = moat_rpc_call_raw(moat_node_conn_client(conn), VM_SERVICE, method,
 	    payload, len, reply, reply_len, &opts, &msg);
+	if (!transport_unavailable(rv, msg))
+		moat_nodes_answered(fw->nodes, node);
 	if (rv == MOAT_OK)
 		goto out;
 	if (transport_unavailable(rv, msg)) {
-		moat_nodes_mark_down(fw->nodes, node);
+		moat_nodes_mark_down(fw->nodes, node, method, started);
 		*errmsg = moat_asprintf(
 		    "node %s (%s), which holds %s, did "
 		    "not answer %s: is its moat-vmd running? `moat info` "
@@ -659,6 +662,7 @@ struct forward_async {
 	 * goes to done(done_arg, ...) instead of completing d (NULL). */
 	moat_forward_done done;
 	void *done_arg;
+	uint64_t started_ms; /* monotonic: when it was sent */
 };
 
 static void
@@ -682,7 +686,8 @@ forward_async_hand(struct forward_async *a, int code, uint8_t *payload,
 	void *done_arg = a->done_arg;
 
 	if (code != MOAT_OK && transport_unavailable(code, errmsg)) {
-		moat_nodes_mark_down(fw->nodes, &a->node);
+		moat_nodes_mark_down(fw->nodes, &a->node, a->method,
+		    a->started_ms);
 		free(errmsg);
 		errmsg = moat_asprintf(
 		    "node %s (%s), which holds %s, did not answer %s: is its "
@@ -711,6 +716,8 @@ forward_async_done(void *arg, int code, uint8_t *payload, size_t len,
 	struct moat_forward *fw;
 	char *msg = NULL;
 
+	if (!transport_unavailable(code, errmsg))
+		moat_nodes_answered(a->fw->nodes, &a->node);
 	if (a->done != NULL) {
 		forward_async_hand(a, code, payload, len, errmsg);
 		return;
@@ -722,7 +729,8 @@ forward_async_done(void *arg, int code, uint8_t *payload, size_t len,
 		moat_rpc_complete_raw(a->d, MOAT_OK, payload, len, NULL);
 	} else {
 		if (transport_unavailable(code, errmsg)) {
-			moat_nodes_mark_down(a->fw->nodes, &a->node);
+			moat_nodes_mark_down(a->fw->nodes, &a->node, a->method,
+			    a->started_ms);
 			msg = moat_asprintf(
 			    "node %s (%s), which holds %s, did not answer "
 			    "%s: is its moat-vmd running? `moat info` shows "
@@ -775,6 +783,7 @@ forward_async_start(struct moat_forward *fw, struct moat_rpc_call *call,
 	}
 	a->fw = fw;
 	a->node = *node;
+	a->started_ms = moat_rpc_now_ms();
 	a->reply_desc = reply_desc;
 	snprintf(a->method, sizeof(a->method), "%s", call->method);
 	snprintf(a->what, sizeof(a->what), "sandbox %s", sandbox->s);
@@ -857,6 +866,7 @@ moat_forward_call_async_fn(struct moat_forward *fw, struct moat_rpc_call *call,
 	}
 	a->fw = fw;
 	a->node = node;
+	a->started_ms = moat_rpc_now_ms();
 	a->done = done;
 	a->done_arg = arg;
 	snprintf(a->method, sizeof(a->method), "%s", call->method);

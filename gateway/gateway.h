@@ -420,10 +420,23 @@ int moat_inventory_unavailable(struct moat_inventory *inv, const char *tenant,
     const struct moat_node_id *answered, size_t n_answered,
     Moat__V1__Sandbox ***out, size_t *n) __attribute__((warn_unused_result));
 
-/* moat_nodes_mark_down: node `id` did not take a call (no connection):
- * unavailable at once, not only after the surveys it misses, so that
- * placement and calls skip it; its next survey answer brings it back. */
+/* moat_nodes_mark_down: node `id` did not take a call (`method`, for the
+ * log) begun at
+ * `since_ms` (monotonic, moat_rpc_now_ms): unavailable at once, not only
+ * after the surveys it misses, so that placement and calls skip it; its
+ * next survey answer brings it back. A node that answered a survey after
+ * since_ms stays as it is: the call failed on the connection of the
+ * process before (a vmd restarted meanwhile), not on the one that
+ * answers now. */
 void moat_nodes_mark_down(struct moat_nodes *nodes,
+    const struct moat_node_id *id, const char *method, uint64_t since_ms);
+
+/* moat_nodes_answered: node `id` answered a call (whatever its status):
+ * as good as a survey answer for the round in progress (an available
+ * node is not counted silent) and for moat_nodes_mark_down's since. A
+ * node already marked unavailable waits for a survey, which brings its
+ * figures too. */
+void moat_nodes_answered(struct moat_nodes *nodes,
     const struct moat_node_id *id);
 
 /* moat_nodes_is_available: whether node `node` is available now. */

@@ -154,6 +154,8 @@ health_main(void *arg)
 	rv = moat_rpc_call(client, hc->rpc_service, "Health", &req.base,
 	    &moat__v1__health_reply__descriptor, &reply, &opts, &msg);
 done:
+	if (rv == MOAT_OK && client != hc->client)
+		moat_nodes_answered(&hc->gw->nodes, &hc->node);
 	if (rv == MOAT_OK) {
 		hr = (Moat__V1__HealthReply *)reply;
 		hc->out->up = true;

@@ -26,6 +26,10 @@ check() { # check DESC COMMAND...: passes when the command succeeds
 	if "$@"; then ok "$d"; else bad "$d"; fi
 }
 cleanup() {
+	if [ $failed -gt 0 ]; then
+		# What the services said, for the failure's reason.
+		tail -n 40 "$state/logs/gateway.log" "$state/logs/vmd.log"
+	fi
 	# purge kills the VMMs the stopped vmd left running.
 	bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1
 	rm -rf "$state" "$work"

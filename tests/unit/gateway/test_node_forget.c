@@ -5,7 +5,9 @@
  * stays listed, one that answers stays, 0 means never, a dropped node is
  * unknown to the connection cache and joins again when it answers.
  * moat_discovery_start turns the setting into rounds of its interval and
- * refuses a bad value naming it. Drives the table directly
+ * refuses a bad value naming it. A call that failed on the connection
+ * of a vmd before its restart does not mark the node down once it has
+ * answered again (moat_nodes_mark_down's since). Drives the table directly
  * (moat_nodes_seen, moat_nodes_round_end). Not for: the survey loop with
  * real respondents (test_discovery).
  */
@@ -112,6 +114,46 @@ test_gone_node_drops_out(void **state)
 	seen(nodes, "gone");
 	assert_true(listed(nodes, "gone", &available));
 	assert_true(available);
+}
+
+/* A call sent before the node's last survey answer or answered call
+ * (the vmd restarted meanwhile) failing late leaves the node available;
+ * one sent after marks it down at once, until it answers again. */
+static void
+test_stale_call_keeps_node(void **state)
+{
+	struct moat_nodes *nodes = *state;
+	struct moat_node_id id;
+	uint64_t before;
+	bool available = false;
+
+	assert_true(moat_node_id_set(&id, "vm"));
+	before = moat_rpc_now_ms();
+	usleep(2000);
+	seen(nodes, "vm");
+	moat_nodes_mark_down(nodes, &id, "Test", before);
+	assert_true(listed(nodes, "vm", &available));
+	assert_true(available);
+	assert_true(moat_nodes_is_available(nodes, &id));
+	usleep(2000);
+	moat_nodes_mark_down(nodes, &id, "Test", moat_rpc_now_ms());
+	assert_true(listed(nodes, "vm", &available));
+	assert_false(available);
+	assert_false(moat_nodes_is_available(nodes, &id));
+	seen(nodes, "vm");
+	assert_true(moat_nodes_is_available(nodes, &id));
+	/* A call answered (Health, say) counts as much as a survey. */
+	before = moat_rpc_now_ms();
+	usleep(2000);
+	moat_nodes_answered(nodes, &id);
+	moat_nodes_mark_down(nodes, &id, "Test", before);
+	assert_true(moat_nodes_is_available(nodes, &id));
+	/* And keeps the node from counting as silent this round. */
+	for (int round = 0; round < MOAT_GW_MISSED_SURVEYS + 1; round++) {
+		moat_nodes_answered(nodes, &id);
+		moat_nodes_round_end(nodes);
+	}
+	assert_true(moat_nodes_is_available(nodes, &id));
 }
 
 static void
@@ -224,6 +266,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_gone_node_drops_out,
 		    table_setup, table_teardown),
 		cmocka_unit_test_setup_teardown(test_zero_never_forgets,
+		    table_setup, table_teardown),
+		cmocka_unit_test_setup_teardown(test_stale_call_keeps_node,
 		    table_setup, table_teardown),
 		cmocka_unit_test(test_setting_becomes_rounds),
 		cmocka_unit_test(test_config_key),
