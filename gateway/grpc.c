@@ -61,6 +61,10 @@
 #define EXEC_READ_BYTES 65536 /* per stream per ExecRead */
 #define EXEC_CALL_MS 10000    /* an ExecRead's deadline past its wait */
 #define EXEC_KILL_MS 5000
+/* An ExecRead that came back empty well before its wait (a node that
+ * does not long-poll): the next one waits this long, so that a stream
+ * never spins. */
+#define EXEC_IDLE_POLL_MS 500
 /* A reflection stream's unanswered bytes: its HTTP/2 window (64 KiB
  * unless the client says otherwise) keeps it far under this. */
 #define REFLECT_BUFFER (1u << 20)
@@ -126,6 +130,7 @@ struct grpc_call {
 	char *sandbox_id; /* and its process */
 	uint64_t exec_id;
 	struct moat_grpc_exec_pos pos;
+	uint64_t poll_at;         /* the ExecRead went out; the next may */
 	ProtobufCMessage *result; /* an exec job's decoded reply */
 	struct moat_grpc_queue q;
 };
@@ -951,6 +956,11 @@ exec_output(struct grpc_conn *cn, struct grpc_call *c)
 		return;
 	}
 	over = moat_grpc_exec_advance(&c->pos, rr);
+	if (rr->stdout.len == 0 && rr->stderr.len == 0 &&
+	    moat_rpc_now_ms() < c->poll_at + EXEC_WAIT_MS / 2)
+		c->poll_at = moat_rpc_now_ms() + EXEC_IDLE_POLL_MS;
+	else
+		c->poll_at = 0;
 	if (rr->stdout.len > 0) {
 		ev.event_case = MOAT__V1__EXEC_EVENT__EVENT_STDOUT;
 		ev.stdout = rr->stdout;
@@ -977,9 +987,13 @@ exec_output(struct grpc_conn *cn, struct grpc_call *c)
 static void
 exec_pump(struct moat_grpc *g, struct grpc_call *c)
 {
-	if (c->started && !c->finished && !c->busy &&
-	    moat_grpc_queue_room(&c->q))
+	uint64_t now = moat_rpc_now_ms();
+
+	if (c->started && !c->finished && !c->busy && now >= c->poll_at &&
+	    moat_grpc_queue_room(&c->q)) {
+		c->poll_at = now;
 		job_queue(g, c, JOB_EXEC_READ);
+	}
 }
 
 /* reflect_pump: answers the reflection stream's whole request messages
@@ -1419,6 +1433,9 @@ conn_timers(struct moat_grpc *g, struct grpc_conn *cn, uint64_t now,
 		}
 	}
 	for (c = cn->calls; c != NULL; c = c->conn_next) {
+		if (c->kind == KIND_EXEC && !c->busy && !c->finished &&
+		    c->poll_at > now && c->poll_at < *next)
+			*next = c->poll_at; /* its next ExecRead */
 		if (c->kind != KIND_EXEC || !c->has_timeout || c->finished)
 			continue;
 		if (now < c->deadline_ms) {
