@@ -10,8 +10,20 @@
  * answers: headers, one length-prefixed message, trailers grpc-status
  * and grpc-message (moat's codes are gRPC's numbering). Calls whose
  * stream or connection went away meanwhile are freed, never answered.
- * Not for: the pure protocol pieces' callers elsewhere, streaming
- * methods, TLS or reflection (issue 16 continues).
+ * Streams: a stream's messages wait in a bounded queue (grpc_stream.h)
+ * that nghttp2's data provider drains as flow control allows (DEFERRED
+ * when empty, resumed when more comes). ExecStream is a chain of worker
+ * jobs, each one dispatcher call: ExecStart, then one ExecRead long poll
+ * at a time, the next queued only when the previous answered and the
+ * stream's queue has room, and ExecKill when the stream ends early. No
+ * worker is held between polls; a poll holds one for its wait (about
+ * 1 s), since the detached dispatcher waits for a deferred reply on the
+ * calling thread. Reflection (grpc_reflect.h) runs on the loop thread,
+ * one answer per request message; its stream's window is only given
+ * back as its requests are answered, so a client that sends and never
+ * reads is stopped by HTTP/2 flow control.
+ * Not for: the pure protocol pieces' callers elsewhere, TLS or Attach
+ * (issue 16 continues).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,6 +43,8 @@
 
 #include "common.pb-c.h"
 #include "grpc.h"
+#include "grpc_reflect.h"
+#include "grpc_stream.h"
 #include "http.h"
 #include "moat/log.h"
 #include "moat/rpc_dispatch.h"
@@ -40,6 +54,33 @@
 
 #define GRPC_READ_CHUNK 16384
 #define HEALTH_CHECK "/grpc.health.v1.Health/Check"
+#define EXEC_STREAM "/moat.v1.Gateway/ExecStream"
+#define REFLECTION                                                            \
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+#define EXEC_WAIT_MS 1000     /* one ExecRead's long poll */
+#define EXEC_READ_BYTES 65536 /* per stream per ExecRead */
+#define EXEC_CALL_MS 10000    /* an ExecRead's deadline past its wait */
+#define EXEC_KILL_MS 5000
+/* An ExecRead that came back empty well before its wait (a node that
+ * does not long-poll): the next one waits this long, so that a stream
+ * never spins. */
+#define EXEC_IDLE_POLL_MS 500
+/* A reflection stream's unanswered bytes: its HTTP/2 window (64 KiB
+ * unless the client says otherwise) keeps it far under this. */
+#define REFLECT_BUFFER (1u << 20)
+
+enum call_kind {
+	KIND_UNARY,   /* one message in, one out */
+	KIND_EXEC,    /* Gateway.ExecStream */
+	KIND_REFLECT, /* ServerReflectionInfo, bidi */
+};
+
+/* What a worker does with a call next. */
+enum call_job {
+	JOB_UNARY,     /* the method, or ExecStream's checks and ExecStart */
+	JOB_EXEC_READ, /* one ExecRead */
+	JOB_EXEC_KILL, /* ExecKill: the stream ended before the process */
+};
 
 enum call_state {
 	CALL_READING,  /* headers and DATA still arriving */
@@ -72,6 +113,26 @@ struct grpc_call {
 	char *message;
 	uint8_t *out;
 	size_t out_len, out_off;
+	/* Streams (loop thread, but `result`, `key` and the exec's
+	 * identity, which the job's worker fills). */
+	enum call_kind kind;
+	enum call_job job;
+	bool busy;        /* a job is out with the workers */
+	bool answered;    /* the response's headers are submitted */
+	bool finished;    /* status known: trailers once q is sent */
+	bool deferred;    /* the data provider waits for more */
+	bool remote_done; /* the client's END_STREAM came */
+	bool started, exited, want_kill, kill_queued;
+	bool headers_done; /* the request's headers are all in */
+	int fin_status;    /* the stream's own status, once finished */
+	char *fin_message;
+	char *key;        /* ExecStream: its API key, for the later calls */
+	char *sandbox_id; /* and its process */
+	uint64_t exec_id;
+	struct moat_grpc_exec_pos pos;
+	uint64_t poll_at;         /* the ExecRead went out; the next may */
+	ProtobufCMessage *result; /* an exec job's decoded reply */
+	struct moat_grpc_queue q;
 };
 
 struct grpc_conn {
@@ -80,6 +141,8 @@ struct grpc_conn {
 	nghttp2_session *session;
 	struct grpc_call *calls;
 	struct moat_grpc *g;
+	uint64_t idle_since; /* monotonic ms since it had no stream */
+	bool goaway;         /* idle: GOAWAY submitted */
 };
 
 struct moat_grpc {
@@ -99,6 +162,11 @@ struct moat_grpc {
 	pthread_cond_t cv;
 	struct grpc_call *queue, *queue_tail, *done;
 	bool stopping;
+	/* Loop thread: */
+	nghttp2_option *opt;
+	size_t buffered, buffer_cap; /* every stream's queue together */
+	uint64_t idle_ms;            /* 0: connections never idle out */
+	struct moat_grpc_descset *desc;
 };
 
 /* ---- the pure pieces (grpc.h) ---- */
@@ -219,6 +287,12 @@ call_free(struct grpc_call *c)
 	free(c->body);
 	free(c->message);
 	free(c->out);
+	free(c->key);
+	free(c->fin_message);
+	free(c->sandbox_id);
+	if (c->result != NULL)
+		protobuf_c_message_free_unpacked(c->result, NULL);
+	moat_grpc_queue_clear(&c->q);
 	free(c);
 }
 
@@ -286,62 +360,191 @@ call_admit(struct moat_grpc *g, struct grpc_call *c, const char *key)
 	return MOAT_OK;
 }
 
+/* run_envelope: the Gateway method `name` with the message `msg` and
+ * the API key `key` through the dispatcher, as an nng client's Envelope
+ * would; timeout_ms 0: the dispatcher's default. The Reply (caller
+ * frees), or NULL with c failed. */
+static Moat__V1__Reply *
+run_envelope(struct moat_grpc *g, struct grpc_call *c, const char *name,
+    const char *key, const uint8_t *msg, size_t msg_len, uint32_t timeout_ms)
+{
+	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
+	Moat__V1__Reply *r = NULL;
+	uint8_t *packed, *out = NULL;
+	size_t packed_len, out_len = 0;
+
+	env.service = (char *)g->service->name;
+	env.method = (char *)name;
+	env.auth = (char *)key;
+	env.request_id = moat_rpc_new_request_id();
+	env.timeout_ms = timeout_ms;
+	env.payload.data = (uint8_t *)msg;
+	env.payload.len = msg_len;
+	packed_len = moat__v1__envelope__get_packed_size(&env);
+	if ((packed = malloc(packed_len)) == NULL) {
+		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
+		return NULL;
+	}
+	moat__v1__envelope__pack(&env, packed);
+	if (moat_rpc_server_dispatch(g->dispatcher, packed, packed_len, &out,
+	        &out_len) != 0)
+		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
+	else if ((r = moat__v1__reply__unpack(NULL, out_len, out)) == NULL)
+		call_fail(c, MOAT_INTERNAL,
+		    "the gateway's reply did not decode");
+	free(out);
+	free(packed);
+	return r;
+}
+
+/* call_key: the call's API key (its bearer token, "" without one),
+ * admitted by the rate limits and before its deadline; NULL with c
+ * failed. */
+static const char *
+call_key(struct moat_grpc *g, struct grpc_call *c, const char *name)
+{
+	const char *key = "";
+	char *errmsg = NULL;
+
+	if (c->authz != NULL &&
+	    moat_http_bearer_key(c->authz, &key, &errmsg) != MOAT_OK) {
+		call_fail(c, MOAT_UNAUTHENTICATED, errmsg);
+		free(errmsg);
+		return NULL;
+	}
+	if (call_admit(g, c, key) != MOAT_OK)
+		return NULL;
+	if (c->has_timeout && moat_rpc_now_ms() >= c->deadline_ms) {
+		moat_debug(0, "grpc: %s: the deadline passed before it ran",
+		    name);
+		call_fail(c, MOAT_DEADLINE_EXCEEDED,
+		    "the deadline passed before the call ran");
+		return NULL;
+	}
+	return key;
+}
+
+/* call_timeout: what is left of the call's deadline in ms (0: none). */
+static uint32_t
+call_timeout(const struct grpc_call *c)
+{
+	uint64_t now = moat_rpc_now_ms();
+
+	if (!c->has_timeout)
+		return 0;
+	return c->deadline_ms > now ? (uint32_t)(c->deadline_ms - now) : 1;
+}
+
 /* call_dispatch: runs the Gateway method `name` with the message `msg`
  * through the dispatcher, as an nng client's Envelope would. */
 static void
 call_dispatch(struct moat_grpc *g, struct grpc_call *c, const char *name,
     const uint8_t *msg, size_t msg_len)
 {
-	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
 	Moat__V1__Reply *r;
-	uint8_t *packed, *out = NULL;
-	size_t packed_len, out_len = 0;
-	const char *key = "";
-	char *errmsg = NULL;
-	uint64_t now = moat_rpc_now_ms();
+	const char *key;
 
-	if (c->authz != NULL &&
-	    moat_http_bearer_key(c->authz, &key, &errmsg) != MOAT_OK) {
-		call_fail(c, MOAT_UNAUTHENTICATED, errmsg);
-		free(errmsg);
+	if ((key = call_key(g, c, name)) == NULL)
 		return;
-	}
-	if (call_admit(g, c, key) != MOAT_OK)
+	if ((r = run_envelope(g, c, name, key, msg, msg_len,
+	         call_timeout(c))) == NULL)
 		return;
-	if (c->has_timeout && now >= c->deadline_ms) {
-		moat_debug(0, "grpc: %s: the deadline passed before it ran",
-		    name);
-		call_fail(c, MOAT_DEADLINE_EXCEEDED,
-		    "the deadline passed before the call ran");
+	call_set_reply(c, r);
+	moat__v1__reply__free_unpacked(r, NULL);
+}
+
+/* exec_call: the Gateway method `name` with `req` for an ExecStream,
+ * with its key; on MOAT_OK c->result is the decoded reply, otherwise c
+ * is failed. */
+static void
+exec_call(struct moat_grpc *g, struct grpc_call *c, const char *name,
+    const uint8_t *msg, size_t msg_len, uint32_t timeout_ms)
+{
+	const ProtobufCMethodDescriptor *md =
+	    protobuf_c_service_descriptor_get_method_by_name(g->service, name);
+	Moat__V1__Reply *r;
+
+	if ((r = run_envelope(g, c, name, c->key, msg, msg_len, timeout_ms)) ==
+	    NULL)
 		return;
-	}
-	env.service = (char *)g->service->name;
-	env.method = (char *)name;
-	env.auth = (char *)key;
-	env.request_id = moat_rpc_new_request_id();
-	if (c->has_timeout)
-		env.timeout_ms = (uint32_t)(c->deadline_ms - now);
-	env.payload.data = (uint8_t *)msg;
-	env.payload.len = msg_len;
-	packed_len = moat__v1__envelope__get_packed_size(&env);
-	if ((packed = malloc(packed_len)) == NULL) {
-		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
-		return;
-	}
-	moat__v1__envelope__pack(&env, packed);
-	if (moat_rpc_server_dispatch(g->dispatcher, packed, packed_len, &out,
-	        &out_len) != 0) {
-		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
-	} else if ((r = moat__v1__reply__unpack(NULL, out_len, out)) == NULL) {
+	if (r->code != MOAT__V1__CODE__OK)
+		call_fail(c, (int)r->code, r->message ? r->message : "");
+	else if ((c->result = protobuf_c_message_unpack(md->output, NULL,
+	              r->payload.len, r->payload.data)) == NULL)
 		call_fail(c, MOAT_INTERNAL,
-		    "the gateway's reply did not "
-		    "decode");
-	} else {
-		call_set_reply(c, r);
-		moat__v1__reply__free_unpacked(r, NULL);
+		    "the gateway's reply did not decode");
+	else
+		c->status = MOAT_OK;
+	moat__v1__reply__free_unpacked(r, NULL);
+}
+
+/* exec_call_msg: exec_call with a message to pack. */
+static void
+exec_call_msg(struct moat_grpc *g, struct grpc_call *c, const char *name,
+    const ProtobufCMessage *req, uint32_t timeout_ms)
+{
+	size_t n = protobuf_c_message_get_packed_size(req);
+	uint8_t *b = malloc(n ? n : 1);
+
+	if (b == NULL) {
+		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
+		return;
 	}
-	free(out);
-	free(packed);
+	protobuf_c_message_pack(req, b);
+	exec_call(g, c, name, b, n, timeout_ms);
+	free(b);
+}
+
+/* exec_start: ExecStream's first job: ExecStart with the client's
+ * ExecRequest `msg`, authenticated and admitted like any call. */
+static void
+exec_start(struct moat_grpc *g, struct grpc_call *c, const uint8_t *msg,
+    size_t msg_len)
+{
+	const char *key;
+
+	if ((key = call_key(g, c, "ExecStream")) == NULL)
+		return;
+	if ((c->key = strdup(key)) == NULL) {
+		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	exec_call(g, c, "ExecStart", msg, msg_len, call_timeout(c));
+}
+
+/* exec_read: one ExecRead long poll from where the stream is. */
+static void
+exec_read(struct moat_grpc *g, struct grpc_call *c)
+{
+	Moat__V1__ExecReadRequest rq = MOAT__V1__EXEC_READ_REQUEST__INIT;
+	uint32_t left = call_timeout(c);
+
+	rq.sandbox_id = c->sandbox_id;
+	rq.exec_id = c->exec_id;
+	rq.stdout_offset = c->pos.stdout_offset;
+	rq.stderr_offset = c->pos.stderr_offset;
+	rq.wait_ms = left != 0 && left < EXEC_WAIT_MS ? left : EXEC_WAIT_MS;
+	rq.max_bytes = EXEC_READ_BYTES;
+	exec_call_msg(g, c, "ExecRead", (ProtobufCMessage *)&rq,
+	    rq.wait_ms + EXEC_CALL_MS);
+}
+
+/* exec_kill: the stream ended (cancelled, deadline, gone) while its
+ * process ran: no command outlives the stream that shows it. */
+static void
+exec_kill(struct moat_grpc *g, struct grpc_call *c)
+{
+	Moat__V1__ExecKillRequest kq = MOAT__V1__EXEC_KILL_REQUEST__INIT;
+
+	kq.sandbox_id = c->sandbox_id;
+	kq.exec_id = c->exec_id;
+	exec_call_msg(g, c, "ExecKill", (ProtobufCMessage *)&kq, EXEC_KILL_MS);
+	if (c->status != MOAT_OK)
+		moat_warn(0,
+		    "grpc-exec-stream-kill sandbox %s exec %llu: the stream "
+		    "ended but the kill failed: %s",
+		    c->sandbox_id, (unsigned long long)c->exec_id,
+		    c->message ? c->message : "");
 }
 
 /* call_run: what a worker does with a call: check what the stream
@@ -377,6 +580,10 @@ call_run(struct moat_grpc *g, struct grpc_call *c)
 	if ((rv = moat_grpc_unframe(c->body, c->len, &msg, &msg_len, &why)) !=
 	    MOAT_OK) {
 		call_fail(c, rv, why);
+		return;
+	}
+	if (c->kind == KIND_EXEC) {
+		exec_start(g, c, msg, msg_len);
 		return;
 	}
 	if (strcmp(c->path, HEALTH_CHECK) == 0) {
@@ -434,7 +641,12 @@ worker_main(void *arg)
 		/* Stopping: every queued call lost its stream; run none. */
 		if (!g->stopping) {
 			pthread_mutex_unlock(&g->mu);
-			call_run(g, c);
+			if (c->job == JOB_EXEC_READ)
+				exec_read(g, c);
+			else if (c->job == JOB_EXEC_KILL)
+				exec_kill(g, c);
+			else
+				call_run(g, c);
 			pthread_mutex_lock(&g->mu);
 		}
 		c->state = CALL_FINISHED;
@@ -452,6 +664,7 @@ call_queue(struct moat_grpc *g, struct grpc_call *c)
 {
 	pthread_mutex_lock(&g->mu);
 	c->state = CALL_QUEUED;
+	c->busy = true;
 	c->next = NULL;
 	if (g->queue_tail != NULL)
 		g->queue_tail->next = c;
@@ -475,7 +688,49 @@ call_detach(struct grpc_call *c)
 			*p = c->conn_next;
 			break;
 		}
+	if (c->conn->calls == NULL)
+		c->conn->idle_since = moat_rpc_now_ms();
 	c->conn = NULL;
+}
+
+/* job_queue: hands an ExecStream's next job to the workers. */
+static void
+job_queue(struct moat_grpc *g, struct grpc_call *c, enum call_job job)
+{
+	c->job = job;
+	if (c->result != NULL)
+		protobuf_c_message_free_unpacked(c->result, NULL);
+	c->result = NULL;
+	c->status = MOAT_OK;
+	free(c->message);
+	c->message = NULL;
+	call_queue(g, c);
+}
+
+/* exec_maybe_kill: queues ExecKill when the stream is over (want_kill)
+ * but its process may not be, and no job of the stream is out. */
+static void
+exec_maybe_kill(struct moat_grpc *g, struct grpc_call *c)
+{
+	if (c->kind != KIND_EXEC || !c->want_kill || !c->started ||
+	    c->exited || c->kill_queued || c->busy)
+		return;
+	c->kill_queued = true;
+	job_queue(g, c, JOB_EXEC_KILL);
+}
+
+/* exec_take_handle: an ExecStart job's handle becomes the stream's. */
+static void
+exec_take_handle(struct grpc_call *c)
+{
+	Moat__V1__ExecHandle *h = (Moat__V1__ExecHandle *)c->result;
+
+	if (c->job != JOB_UNARY || c->status != MOAT_OK || h == NULL)
+		return;
+	c->exec_id = h->exec_id;
+	free(c->sandbox_id);
+	c->sandbox_id = strdup(h->sandbox_id ? h->sandbox_id : "");
+	c->started = c->sandbox_id != NULL;
 }
 
 /* call_drop: the stream of c is gone: free it now, or leave it for the
@@ -483,14 +738,12 @@ call_detach(struct grpc_call *c)
 static void
 call_drop(struct moat_grpc *g, struct grpc_call *c)
 {
-	bool busy;
-
 	call_detach(c);
-	pthread_mutex_lock(&g->mu);
-	busy = c->state == CALL_QUEUED || c->state == CALL_RUNNING ||
-	    c->state == CALL_FINISHED;
-	pthread_mutex_unlock(&g->mu);
-	if (!busy)
+	/* A cancelled or vanished ExecStream: its process is killed
+	 * (now, or once the job out with the workers comes back). */
+	c->want_kill = true;
+	exec_maybe_kill(g, c);
+	if (!c->busy)
 		call_free(c);
 }
 
@@ -527,13 +780,34 @@ reply_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len,
 		    NGHTTP2_NV_FLAG_NONE                                      \
 	}
 
+/* answer_status: the whole answer is `status` and `message` in one
+ * HEADERS frame (gRPC's Trailers-Only). */
+static void
+answer_status(struct grpc_conn *cn, int32_t id, int status,
+    const char *message)
+{
+	char code[16], *msg;
+
+	snprintf(code, sizeof(code), "%d", status);
+	msg = moat_grpc_percent_encode(message ? message : "");
+	{
+		nghttp2_nv h[] = { NV(":status", "200"),
+			NV("content-type", "application/grpc"),
+			NV("grpc-status", code),
+			NV("grpc-message", msg ? msg : "") };
+		if (nghttp2_submit_response(cn->session, id, h, 4, NULL) != 0)
+			nghttp2_submit_rst_stream(cn->session,
+			    NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
+	}
+	free(msg);
+}
+
 /* call_answer: submits c's answer on its stream: headers, the message
  * and grpc-status 0 trailers; or, failed, one HEADERS frame with the
  * status (gRPC's Trailers-Only). */
 static void
 call_answer(struct grpc_conn *cn, struct grpc_call *c)
 {
-	char code[16], *msg;
 	nghttp2_data_provider dp = { .source.ptr = c,
 		.read_callback = reply_read };
 
@@ -547,20 +821,250 @@ call_answer(struct grpc_conn *cn, struct grpc_call *c)
 			    NGHTTP2_INTERNAL_ERROR);
 		return;
 	}
-	snprintf(code, sizeof(code), "%d", c->status);
-	msg = moat_grpc_percent_encode(c->message ? c->message : "");
+	answer_status(cn, c->stream_id, c->status, c->message);
+}
+
+/* stream_read: a stream's data provider: what its queue holds; once
+ * finished and drained, the trailers with its status; otherwise
+ * DEFERRED until stream_resume. */
+static ssize_t
+stream_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len,
+    uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+	struct grpc_call *c = src->ptr;
+	char code[16], *msg;
+	size_t n;
+	int rv;
+
+	(void)ud;
+	if ((n = moat_grpc_queue_read(&c->q, buf, len)) > 0)
+		return (ssize_t)n;
+	if (!c->finished) {
+		c->deferred = true;
+		return NGHTTP2_ERR_DEFERRED;
+	}
+	*flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+	snprintf(code, sizeof(code), "%d", c->fin_status);
+	msg = moat_grpc_percent_encode(c->fin_message ? c->fin_message : "");
 	{
-		nghttp2_nv h[] = { NV(":status", "200"),
-			NV("content-type", "application/grpc"),
-			NV("grpc-status", code),
+		nghttp2_nv tr[] = { NV("grpc-status", code),
 			NV("grpc-message", msg ? msg : "") };
-		if (nghttp2_submit_response(cn->session, c->stream_id, h, 4,
-		        NULL) != 0)
-			nghttp2_submit_rst_stream(cn->session,
-			    NGHTTP2_FLAG_NONE, c->stream_id,
-			    NGHTTP2_INTERNAL_ERROR);
+		rv = nghttp2_submit_trailer(s, id, tr,
+		    c->fin_status == MOAT_OK ? 1 : 2);
 	}
 	free(msg);
+	return rv != 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+}
+
+/* stream_resume: more to send (or the end): wake the data provider. */
+static void
+stream_resume(struct grpc_conn *cn, struct grpc_call *c)
+{
+	if (c->deferred) {
+		c->deferred = false;
+		nghttp2_session_resume_data(cn->session, c->stream_id);
+	}
+}
+
+/* stream_headers: the response's headers; its messages follow as the
+ * queue fills. */
+static void
+stream_headers(struct grpc_conn *cn, struct grpc_call *c)
+{
+	nghttp2_data_provider dp = { .source.ptr = c,
+		.read_callback = stream_read };
+	nghttp2_nv h[] = { NV(":status", "200"),
+		NV("content-type", "application/grpc") };
+
+	c->answered = true;
+	if (nghttp2_submit_response(cn->session, c->stream_id, h, 2, &dp) != 0)
+		nghttp2_submit_rst_stream(cn->session, NGHTTP2_FLAG_NONE,
+		    c->stream_id, NGHTTP2_INTERNAL_ERROR);
+}
+
+/* stream_finish: the stream's status: sent in the trailers after what
+ * is queued, or alone (Trailers-Only) before any headers. */
+static void
+stream_finish(struct grpc_conn *cn, struct grpc_call *c, int status,
+    const char *msg)
+{
+	if (c->finished)
+		return;
+	c->finished = true;
+	c->fin_status = status;
+	c->fin_message = msg != NULL && msg[0] != '\0' ? strdup(msg) : NULL;
+	if (!c->answered) {
+		c->answered = true;
+		answer_status(cn, c->stream_id, status, msg);
+	} else {
+		stream_resume(cn, c);
+	}
+}
+
+/* stream_push: one message onto the stream's queue; false (and the
+ * stream failed) when out of memory. */
+static bool
+stream_push(struct grpc_conn *cn, struct grpc_call *c, int rv)
+{
+	if (rv == MOAT_OK) {
+		stream_resume(cn, c);
+		return true;
+	}
+	stream_finish(cn, c, MOAT_RESOURCE_EXHAUSTED,
+	    "out of memory queueing the stream's messages");
+	return false;
+}
+
+/* exec_started: ExecStart's answer: the stream's headers and its
+ * `started` event, or its error alone. */
+static void
+exec_started(struct grpc_conn *cn, struct grpc_call *c)
+{
+	Moat__V1__ExecEvent ev = MOAT__V1__EXEC_EVENT__INIT;
+
+	exec_take_handle(c);
+	if (c->finished) /* the deadline passed meanwhile */
+		return;
+	if (c->status != MOAT_OK || !c->started) {
+		stream_finish(cn, c,
+		    c->status != MOAT_OK ? c->status : MOAT_RESOURCE_EXHAUSTED,
+		    c->status != MOAT_OK ? c->message : "out of memory");
+		return;
+	}
+	stream_headers(cn, c);
+	ev.event_case = MOAT__V1__EXEC_EVENT__EVENT_STARTED;
+	ev.started = (Moat__V1__ExecHandle *)c->result;
+	(void)stream_push(cn, c, moat_grpc_exec_event(&c->q, &ev));
+}
+
+/* exec_output: one ExecRead's answer: stdout and stderr events as they
+ * came, and `exit` with grpc-status 0 once the process is done. */
+static void
+exec_output(struct grpc_conn *cn, struct grpc_call *c)
+{
+	Moat__V1__ExecReadReply *rr = (Moat__V1__ExecReadReply *)c->result;
+	Moat__V1__ExecStatus none = MOAT__V1__EXEC_STATUS__INIT;
+	Moat__V1__ExecEvent ev = MOAT__V1__EXEC_EVENT__INIT;
+	bool over;
+
+	if (c->finished)
+		return;
+	if (c->status != MOAT_OK || rr == NULL) {
+		stream_finish(cn, c,
+		    c->status != MOAT_OK ? c->status : MOAT_INTERNAL,
+		    c->message);
+		return;
+	}
+	over = moat_grpc_exec_advance(&c->pos, rr);
+	if (rr->stdout.len == 0 && rr->stderr.len == 0 &&
+	    moat_rpc_now_ms() < c->poll_at + EXEC_WAIT_MS / 2)
+		c->poll_at = moat_rpc_now_ms() + EXEC_IDLE_POLL_MS;
+	else
+		c->poll_at = 0;
+	if (rr->stdout.len > 0) {
+		ev.event_case = MOAT__V1__EXEC_EVENT__EVENT_STDOUT;
+		ev.stdout = rr->stdout;
+		if (!stream_push(cn, c, moat_grpc_exec_event(&c->q, &ev)))
+			return;
+	}
+	if (rr->stderr.len > 0) {
+		ev.event_case = MOAT__V1__EXEC_EVENT__EVENT_STDERR;
+		ev.stderr = rr->stderr;
+		if (!stream_push(cn, c, moat_grpc_exec_event(&c->q, &ev)))
+			return;
+	}
+	if (!over)
+		return;
+	c->exited = true;
+	ev.event_case = MOAT__V1__EXEC_EVENT__EVENT_EXIT;
+	ev.exit = rr->status != NULL ? rr->status : &none;
+	if (stream_push(cn, c, moat_grpc_exec_event(&c->q, &ev)))
+		stream_finish(cn, c, MOAT_OK, NULL);
+}
+
+/* exec_pump: the stream's next ExecRead, when it has room for what that
+ * brings and nothing is out already. */
+static void
+exec_pump(struct moat_grpc *g, struct grpc_call *c)
+{
+	uint64_t now = moat_rpc_now_ms();
+
+	if (c->started && !c->finished && !c->busy && now >= c->poll_at &&
+	    moat_grpc_queue_room(&c->q)) {
+		c->poll_at = now;
+		job_queue(g, c, JOB_EXEC_READ);
+	}
+}
+
+/* reflect_pump: answers the reflection stream's whole request messages
+ * while its queue has room, giving their bytes back to the client's
+ * window as it goes; trailers once the client ended and all is
+ * answered. */
+static void
+reflect_pump(struct moat_grpc *g, struct grpc_conn *cn, struct grpc_call *c)
+{
+	const uint8_t *msg;
+	size_t msg_len, used, out_len;
+	const char *why = NULL;
+	uint8_t *out;
+	int r = 0, rv;
+
+	if (c->finished)
+		return;
+	if (!c->post || !c->grpc_type) {
+		stream_finish(cn, c, MOAT_INVALID_ARGUMENT,
+		    "a gRPC call is a POST with content-type "
+		    "application/grpc");
+		return;
+	}
+	if (c->too_large) {
+		stream_finish(cn, c, MOAT_RESOURCE_EXHAUSTED,
+		    "the reflection stream sent more than it was let");
+		return;
+	}
+	if (!c->answered)
+		stream_headers(cn, c);
+	while (moat_grpc_queue_room(&c->q) &&
+	    (r = moat_grpc_next_message(c->body, c->len,
+	         MOAT_GRPC_REFLECT_MAX_REQUEST, &msg, &msg_len, &used,
+	         &why)) == 1) {
+		if ((rv = moat_grpc_reflect_answer(g->desc, msg, msg_len, &out,
+		         &out_len, &why)) != MOAT_OK) {
+			stream_finish(cn, c, rv,
+			    rv == MOAT_INVALID_ARGUMENT ? why :
+			                                  "out of memory");
+			return;
+		}
+		rv = moat_grpc_queue_push(&c->q, out, out_len);
+		free(out);
+		if (!stream_push(cn, c, rv))
+			return;
+		memmove(c->body, c->body + used, c->len - used);
+		c->len -= used;
+		nghttp2_session_consume_stream(cn->session, c->stream_id,
+		    used);
+	}
+	if (r < 0)
+		stream_finish(cn, c, MOAT_INVALID_ARGUMENT, why);
+	else if (r == 0 && c->remote_done)
+		stream_finish(cn, c,
+		    c->len == 0 ? MOAT_OK : MOAT_INVALID_ARGUMENT,
+		    c->len == 0 ? NULL : "the stream ended inside a message");
+}
+
+/* conn_pump: every stream of the connection that can move on does. */
+static void
+conn_pump(struct moat_grpc *g, struct grpc_conn *cn)
+{
+	struct grpc_call *c, *next;
+
+	for (c = cn->calls; c != NULL; c = next) {
+		next = c->conn_next;
+		if (c->kind == KIND_EXEC)
+			exec_pump(g, c);
+		else if (c->kind == KIND_REFLECT && c->headers_done)
+			reflect_pump(g, cn, c);
+	}
 }
 
 static int
@@ -575,6 +1079,8 @@ on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	c->conn = cn;
+	moat_grpc_queue_init(&c->q, MOAT_GRPC_STREAM_QUEUE, &cn->g->buffered,
+	    cn->g->buffer_cap);
 	memcpy(c->peer, cn->peer, sizeof(c->peer));
 	c->stream_id = f->hd.stream_id;
 	c->conn_next = cn->calls;
@@ -616,6 +1122,10 @@ on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	if (namelen == 5 && memcmp(name, ":path", 5) == 0 && !c->path) {
 		c->path = v;
+		if (strcmp(v, EXEC_STREAM) == 0)
+			c->kind = KIND_EXEC;
+		else if (strcmp(v, REFLECTION) == 0)
+			c->kind = KIND_REFLECT;
 		return 0;
 	}
 	if (namelen == 13 && memcmp(name, "authorization", 13) == 0 &&
@@ -651,9 +1161,17 @@ on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id,
 
 	(void)flags;
 	(void)ud;
+	/* Windows are given back by hand (no automatic WINDOW_UPDATE): the
+	 * connection's at once; a stream's at once too, but a reflection
+	 * stream's only as its requests are answered (reflect_pump). */
+	nghttp2_session_consume_connection(s, len);
+	if (c == NULL || c->kind != KIND_REFLECT)
+		nghttp2_session_consume_stream(s, id, len);
 	if (c == NULL || c->queued || c->too_large)
 		return 0;
-	if (c->len + len > MOAT_GRPC_MAX_MESSAGE + MOAT_GRPC_PREFIX) {
+	if (c->len + len > (c->kind == KIND_REFLECT ?
+	                           REFLECT_BUFFER :
+	                           MOAT_GRPC_MAX_MESSAGE + MOAT_GRPC_PREFIX)) {
 		/* Dropped from here on: memory stays bounded. */
 		c->too_large = true;
 		free(c->body);
@@ -681,11 +1199,19 @@ on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 	struct grpc_conn *cn = ud;
 	struct grpc_call *c;
 
-	if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
-	    !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+	if (f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS)
 		return 0;
 	c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
-	if (c != NULL && !c->queued) {
+	if (c == NULL)
+		return 0;
+	if (f->hd.type == NGHTTP2_HEADERS)
+		c->headers_done = true;
+	if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+		return 0;
+	/* A reflection stream answers as requests come (conn_pump). */
+	if (c->kind == KIND_REFLECT)
+		c->remote_done = true;
+	else if (!c->queued) {
 		c->queued = true;
 		call_queue(cn->g, c);
 	}
@@ -788,9 +1314,10 @@ conn_accept(struct moat_grpc *g)
 		}
 		cn->fd = fd;
 		cn->g = g;
+		cn->idle_since = moat_rpc_now_ms();
 		peer_name(&ss, cn->peer, sizeof(cn->peer));
-		if (nghttp2_session_server_new(&cn->session, g->cbs, cn) !=
-		        0 ||
+		if (nghttp2_session_server_new2(&cn->session, g->cbs, cn,
+		        g->opt) != 0 ||
 		    nghttp2_submit_settings(cn->session, NGHTTP2_FLAG_NONE, iv,
 		        1) != 0) {
 			if (cn->session != NULL)
@@ -807,7 +1334,7 @@ conn_accept(struct moat_grpc *g)
  * has; false when the connection is done with (closed, or broken: a
  * client that sends no HTTP/2 ends here, and only its connection). */
 static bool
-conn_io(struct grpc_conn *cn, short revents)
+conn_io(struct moat_grpc *g, struct grpc_conn *cn, short revents)
 {
 	uint8_t buf[GRPC_READ_CHUNK];
 	ssize_t n;
@@ -826,10 +1353,25 @@ conn_io(struct grpc_conn *cn, short revents)
 				return false;
 		}
 	}
+	/* What came may let streams move; what is sent may make room. */
+	conn_pump(g, cn);
 	if (nghttp2_session_send(cn->session) != 0)
 		return false;
+	conn_pump(g, cn);
 	return nghttp2_session_want_read(cn->session) ||
 	    nghttp2_session_want_write(cn->session);
+}
+
+/* done_exec: an ExecStream job came back: its events, and the kill when
+ * the stream ended (its deadline) while the job was out. */
+static void
+done_exec(struct moat_grpc *g, struct grpc_call *c)
+{
+	if (c->job == JOB_UNARY)
+		exec_started(c->conn, c);
+	else if (c->job == JOB_EXEC_READ)
+		exec_output(c->conn, c);
+	exec_maybe_kill(g, c);
 }
 
 /* drain_done: answers every call the workers finished (or frees it
@@ -850,11 +1392,78 @@ drain_done(struct moat_grpc *g)
 	pthread_mutex_unlock(&g->mu);
 	for (; c != NULL; c = next) {
 		next = c->next;
-		if (c->conn == NULL)
-			call_free(c);
-		else
+		c->busy = false;
+		if (c->conn == NULL) {
+			/* Gone meanwhile: a process it started is killed
+			 * first (one more job), then it is freed. */
+			exec_take_handle(c);
+			exec_maybe_kill(g, c);
+			if (!c->busy)
+				call_free(c);
+			continue;
+		} else if (c->kind != KIND_EXEC) {
 			call_answer(c->conn, c);
+		} else {
+			done_exec(g, c);
+		}
+		if (c->result != NULL && !c->busy) {
+			protobuf_c_message_free_unpacked(c->result, NULL);
+			c->result = NULL;
+		}
 	}
+}
+
+/* conn_timers: an idle connection's GOAWAY, and ExecStreams past
+ * their deadline (DEADLINE_EXCEEDED, the process killed); lowers *next
+ * to the nearest time still to come. */
+static void
+conn_timers(struct moat_grpc *g, struct grpc_conn *cn, uint64_t now,
+    uint64_t *next)
+{
+	struct grpc_call *c;
+
+	if (cn->calls == NULL && g->idle_ms != 0 && !cn->goaway) {
+		if (now >= cn->idle_since + g->idle_ms) {
+			/* want_read turns false once it is sent: closed. */
+			cn->goaway = true;
+			nghttp2_session_terminate_session(cn->session,
+			    NGHTTP2_NO_ERROR);
+		} else if (cn->idle_since + g->idle_ms < *next) {
+			*next = cn->idle_since + g->idle_ms;
+		}
+	}
+	for (c = cn->calls; c != NULL; c = c->conn_next) {
+		if (c->kind == KIND_EXEC && !c->busy && !c->finished &&
+		    c->poll_at > now && c->poll_at < *next)
+			*next = c->poll_at; /* its next ExecRead */
+		if (c->kind != KIND_EXEC || !c->has_timeout || c->finished)
+			continue;
+		if (now < c->deadline_ms) {
+			if (c->deadline_ms < *next)
+				*next = c->deadline_ms;
+			continue;
+		}
+		stream_finish(cn, c, MOAT_DEADLINE_EXCEEDED,
+		    "the deadline passed while the command ran: it is "
+		    "killed; give a longer deadline");
+		c->want_kill = true;
+		exec_maybe_kill(g, c);
+	}
+}
+
+/* loop_timers: conn_timers for every connection; poll's timeout. */
+static int
+loop_timers(struct moat_grpc *g)
+{
+	uint64_t now = moat_rpc_now_ms(), next = UINT64_MAX;
+	int i;
+
+	for (i = 0; i < MOAT_GRPC_MAX_CONNECTIONS; i++)
+		if (g->conns[i] != NULL)
+			conn_timers(g, g->conns[i], now, &next);
+	if (next == UINT64_MAX)
+		return -1;
+	return next - now > 60000 ? 60000 : (int)(next - now);
 }
 
 static void *
@@ -863,7 +1472,7 @@ loop_main(void *arg)
 	struct moat_grpc *g = arg;
 	struct pollfd pfd[MOAT_GRPC_MAX_CONNECTIONS + 2];
 	int slot_of[MOAT_GRPC_MAX_CONNECTIONS + 2];
-	int i, n;
+	int i, n, timeout;
 	bool stop;
 
 	for (;;) {
@@ -872,6 +1481,7 @@ loop_main(void *arg)
 		pthread_mutex_unlock(&g->mu);
 		if (stop)
 			break;
+		timeout = loop_timers(g);
 		pfd[0] =
 		    (struct pollfd){ .fd = g->listen_fd, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = g->wake_fd, .events = POLLIN };
@@ -888,7 +1498,7 @@ loop_main(void *arg)
 			pfd[n].revents = 0;
 			slot_of[n++] = i;
 		}
-		if (poll(pfd, (nfds_t)n, -1) < 0) {
+		if (poll(pfd, (nfds_t)n, timeout) < 0) {
 			if (errno == EINTR)
 				continue;
 			moat_error(0, "grpc: poll: %s", strerror(errno));
@@ -898,7 +1508,7 @@ loop_main(void *arg)
 			drain_done(g);
 		for (i = 2; i < n; i++) {
 			struct grpc_conn *cn = g->conns[slot_of[i]];
-			if (cn != NULL && !conn_io(cn, pfd[i].revents))
+			if (cn != NULL && !conn_io(g, cn, pfd[i].revents))
 				conn_close(g, slot_of[i]);
 		}
 		if (pfd[0].revents & POLLIN)
@@ -997,6 +1607,41 @@ int
 moat_grpc_start(struct moat_grpc **out, struct moat_gateway *gw,
     const char *addr, uint32_t rps, uint32_t burst, char **errmsg)
 {
+	return moat_grpc_start_limits(out, gw, addr, rps, burst, NULL, errmsg);
+}
+
+/* grpc_streams_init: the stream limits, the reflection descriptors and
+ * the manual window option every session gets. */
+static int
+grpc_streams_init(struct moat_grpc *g, const struct moat_grpc_limits *lim,
+    char **errmsg)
+{
+	uint32_t mib =
+	    lim && lim->buffer_mib ? lim->buffer_mib : MOAT_GRPC_BUFFER_MIB;
+	uint32_t idle = lim && lim->idle_s ? lim->idle_s : MOAT_GRPC_IDLE_S;
+
+	g->buffer_cap = (size_t)mib << 20;
+	g->idle_ms = (uint64_t)idle * 1000;
+	if (moat_grpc_descset_parse(moat_grpc_descriptor_set,
+	        moat_grpc_descriptor_set_len, &g->desc) != MOAT_OK) {
+		*errmsg = moat_asprintf("programmer error: the embedded gRPC "
+		                        "descriptor set does not parse: "
+		                        "rebuild moat-gateway");
+		return MOAT_INTERNAL;
+	}
+	if (nghttp2_option_new(&g->opt) != 0) {
+		*errmsg = moat_asprintf("out of memory starting gRPC");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	nghttp2_option_set_no_auto_window_update(g->opt, 1);
+	return MOAT_OK;
+}
+
+int
+moat_grpc_start_limits(struct moat_grpc **out, struct moat_gateway *gw,
+    const char *addr, uint32_t rps, uint32_t burst,
+    const struct moat_grpc_limits *lim, char **errmsg)
+{
 	struct moat_rpc_service svc;
 	struct moat_grpc *g;
 	int rv;
@@ -1023,7 +1668,8 @@ moat_grpc_start(struct moat_grpc **out, struct moat_gateway *gw,
 		*errmsg = moat_asprintf("out of memory starting gRPC");
 		goto fail;
 	}
-	if ((rv = moat_rpc_server_new_detached(&g->dispatcher, &svc,
+	if ((rv = grpc_streams_init(g, lim, errmsg)) != MOAT_OK ||
+	    (rv = moat_rpc_server_new_detached(&g->dispatcher, &svc,
 	         errmsg)) != MOAT_OK ||
 	    (rv = grpc_listen(g, addr, errmsg)) != MOAT_OK)
 		goto fail;
@@ -1084,6 +1730,15 @@ moat_grpc_stop(struct moat_grpc *g)
 		next = c->next;
 		call_free(c);
 	}
+	/* Kills the loop queued as it closed its connections, after the
+	 * workers had gone: not run (a stopping gateway kills nothing). */
+	for (c = g->queue; c != NULL; c = next) {
+		next = c->next;
+		call_free(c);
+	}
+	moat_grpc_descset_free(g->desc);
+	if (g->opt != NULL)
+		nghttp2_option_del(g->opt);
 	if (g->cbs != NULL)
 		nghttp2_session_callbacks_del(g->cbs);
 	if (g->listen_fd >= 0)

@@ -4,10 +4,14 @@
  * to an insecure channel), on libnghttp2. Each unary call's protobuf
  * bytes go through the same dispatcher, auth, policy and audit as the nng
  * and HTTP doors; grpc.health.v1.Health/Check answers without a key.
+ * Gateway.ExecStream streams an exec's output (ExecStart, then ExecRead
+ * polls, each through the dispatcher); grpc.reflection.v1alpha serves
+ * the descriptors of proto/ (grpc_reflect.h). Streams are bounded
+ * (grpc_stream.h): a client that stops reading stops the producer.
  * Also the pure pieces of the protocol (grpc-timeout, the length prefix,
  * grpc-message's percent-encoding), public for their unit test.
- * Not for: streaming methods, TLS or reflection (not there yet), or any
- * behaviour of its own: a call is what its Gateway method does.
+ * Not for: TLS or Attach (not there yet), or any behaviour of its own:
+ * a call is what its Gateway method does.
  */
 #ifndef MOAT_GATEWAY_GRPC_H
 #define MOAT_GATEWAY_GRPC_H
@@ -23,6 +27,7 @@
 #define MOAT_GRPC_MAX_STREAMS 100        /* concurrent streams a conn */
 #define MOAT_GRPC_WORKERS 16             /* calls run at once */
 #define MOAT_GRPC_PREFIX 5               /* flag byte + 4 length bytes */
+#define MOAT_GRPC_IDLE_S 300             /* a conn with no stream: GOAWAY */
 
 struct moat_grpc;
 
@@ -40,6 +45,20 @@ struct moat_grpc;
  * *errmsg (heap, caller frees) naming the address. */
 int moat_grpc_start(struct moat_grpc **out, struct moat_gateway *gw,
     const char *addr, uint32_t rps, uint32_t burst, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* The door's limits ([gateway] grpc-buffer-mib, grpc-idle-s); 0 in a
+ * field: its default. */
+struct moat_grpc_limits {
+	uint32_t buffer_mib; /* all streams' queued output together */
+	uint32_t idle_s;     /* a connection with no stream is closed */
+};
+
+/* moat_grpc_start_limits: moat_grpc_start with `lim` (NULL: the
+ * defaults, MOAT_GRPC_BUFFER_MIB and MOAT_GRPC_IDLE_S). */
+int moat_grpc_start_limits(struct moat_grpc **out, struct moat_gateway *gw,
+    const char *addr, uint32_t rps, uint32_t burst,
+    const struct moat_grpc_limits *lim, char **errmsg)
     __attribute__((warn_unused_result));
 
 /* moat_grpc_port: the TCP port the door listens on. */

@@ -15,6 +15,7 @@
 #include "auth.h"
 #include "gateway.h"
 #include "grpc.h"
+#include "grpc_stream.h"
 #include "http.h"
 #include "keys_cli.h"
 #include "tenants.h"
@@ -302,13 +303,28 @@ static int
 grpc_serve(struct gateway_main *m, char **errmsg)
 {
 	const char *addr = moat_config_get(m->cfg, SECTION, "grpc", NULL);
+	struct moat_grpc_limits lim = { 0 };
+	uint64_t mib = 0, idle = 0;
 	int rv;
 
 	if (addr == NULL || strcmp(addr, "off") == 0)
 		return MOAT_OK;
-	if ((rv = moat_grpc_start(&m->grpc, m->gw, addr,
+	if ((rv = moat_config_get_u64(m->cfg, SECTION, "grpc-buffer-mib",
+	         MOAT_GRPC_BUFFER_MIB, &mib, errmsg)) != MOAT_OK ||
+	    (rv = moat_config_get_u64(m->cfg, SECTION, "grpc-idle-s",
+	         MOAT_GRPC_IDLE_S, &idle, errmsg)) != MOAT_OK)
+		return rv;
+	if (mib < 1 || mib > 65536 || idle < 1 || idle > 86400) {
+		*errmsg = moat_asprintf("[gateway] grpc-buffer-mib must be "
+		                        "1-65536 and grpc-idle-s 1-86400: fix "
+		                        "the config file");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	lim.buffer_mib = (uint32_t)mib;
+	lim.idle_s = (uint32_t)idle;
+	if ((rv = moat_grpc_start_limits(&m->grpc, m->gw, addr,
 	         m->http_opts.rate_limit_rps, m->http_opts.rate_limit_burst,
-	         errmsg)) != MOAT_OK)
+	         &lim, errmsg)) != MOAT_OK)
 		return rv;
 	moat_info(0, "moat-gateway: gRPC on %s (port %u)", addr,
 	    (unsigned)moat_grpc_port(m->grpc));

@@ -137,4 +137,112 @@ lst = gw.ListSandboxes(vm_pb2.ListSandboxesRequest(), metadata=auth,
 check(r.status == health_pb2.HealthCheckResponse.SERVING,
       "after a client sent garbage (not HTTP/2): still answers")
 
+# ---- streams: reflection (bidi), ExecStream, bounded buffering ----
+import reflection_v1alpha_pb2 as rpb  # noqa: E402
+import reflection_v1alpha_pb2_grpc as rpg  # noqa: E402
+from google.protobuf import descriptor_pb2  # noqa: E402
+
+refl = rpg.ServerReflectionStub(chan)
+asks = [rpb.ServerReflectionRequest(list_services=""),
+        rpb.ServerReflectionRequest(file_containing_symbol="moat.v1.Gateway"),
+        rpb.ServerReflectionRequest(file_containing_symbol="moat.v1.Nope"),
+        rpb.ServerReflectionRequest(file_by_filename="vm.proto")]
+got = list(refl.ServerReflectionInfo(iter(asks), timeout=30))
+check(len(got) == len(asks),
+      "reflection: one answer per request on one stream (%d)" % len(got))
+names = [sv.name for sv in got[0].list_services_response.service]
+check("moat.v1.Gateway" in names and
+      "grpc.reflection.v1alpha.ServerReflection" in names and
+      "grpc.health.v1.Health" in names,
+      "reflection list_services: %s" % names)
+fds = [descriptor_pb2.FileDescriptorProto.FromString(b)
+       for b in got[1].file_descriptor_response.file_descriptor_proto]
+svc = [sv for f in fds[:1] for sv in f.service if sv.name == "Gateway"]
+meth = [m for m in svc[0].method if m.name == "ExecStream"] if svc else []
+check(fds and fds[0].name == "gateway.proto" and meth and
+      meth[0].server_streaming and not meth[0].client_streaming and
+      "vm.proto" in [f.name for f in fds],
+      "reflection file_containing_symbol moat.v1.Gateway: gateway.proto "
+      "(and its imports) with ExecStream server streaming")
+check(got[2].WhichOneof("message_response") == "error_response" and
+      got[2].error_response.error_code == 5,
+      "reflection of an unknown symbol: error_response NOT_FOUND (%r)"
+      % got[2].error_response.error_message)
+check(got[3].WhichOneof("message_response") == "file_descriptor_response",
+      "reflection file_by_filename vm.proto answers")
+
+# No node: ExecStream ends at once with an error in its trailers.
+code, msg = code_of(lambda: list(gw.ExecStream(
+    vm_pb2.ExecRequest(sandbox_id="sb-missing", argv=["true"]),
+    metadata=auth, timeout=30)))
+check(code == grpc.StatusCode.UNAVAILABLE and msg,
+      "ExecStream with no node: UNAVAILABLE with a message (%s: %r)"
+      % (code, msg))
+code, msg = code_of(lambda: list(gw.ExecStream(
+    vm_pb2.ExecRequest(sandbox_id="sb-missing", argv=["true"]),
+    timeout=30)))
+check(code == grpc.StatusCode.UNAUTHENTICATED,
+      "ExecStream without a key: UNAUTHENTICATED (%s)" % code)
+
+
+def rss_mib():
+    with open("/proc/%s/status" % os.environ["MOAT_GATEWAY_PID"]) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    return -1
+
+
+# 50 clients that ask and ask and never read: each reflection stream
+# stops at its queue and window, the gateway's memory stays bounded.
+def endless():
+    for _ in range(100000):
+        yield rpb.ServerReflectionRequest(
+            file_containing_symbol="moat.v1.Gateway")
+
+
+before = rss_mib()
+slow = []
+for _ in range(50):
+    ch = grpc.insecure_channel(addr)
+    slow.append((ch, rpg.ServerReflectionStub(ch).ServerReflectionInfo(
+        endless(), timeout=120)))
+# Give them time to fill what they may: the check is a bound, not a time.
+threading.Event().wait(5)
+after = rss_mib()
+r = health.Check(health_pb2.HealthCheckRequest(), timeout=30)
+lst = gw.ListSandboxes(vm_pb2.ListSandboxesRequest(), metadata=auth,
+                       timeout=30)
+check(r.status == health_pb2.HealthCheckResponse.SERVING,
+      "with 50 streams that never read: other calls still answer")
+check(0 < after < 200,
+      "with 50 streams that never read: gateway RSS %d MiB (was %d), "
+      "under 200 (the door buffers 64 MiB at most)" % (after, before))
+for ch, call in slow:
+    call.cancel()
+    ch.close()
+
+# An idle connection (no stream) is closed with GOAWAY (grpc-idle-s is
+# set low by grpc_test.sh).
+s = socket.create_connection((host, int(port)), timeout=60)
+s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" +
+          b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+seen = b""
+try:
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        seen += b
+except OSError:
+    pass
+s.close()
+types, i = [], 0
+while i + 9 <= len(seen):
+    n = int.from_bytes(seen[i:i + 3], "big")
+    types.append(seen[i + 3])
+    i += 9 + n
+check(7 in types, "an idle connection gets GOAWAY and is closed "
+      "(frame types %s)" % types)
+
 sys.exit(1 if failed else 0)

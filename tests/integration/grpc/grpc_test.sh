@@ -5,7 +5,9 @@
 # /usr/bin/python3 (Debian's grpc modules live in its dist-packages, not
 # in whatever python3 is first on PATH): stubs generated from proto/ by
 # grpc_tools.protoc, then health, auth, status codes, deadlines, size
-# limits, concurrency and a garbage client. Exit 77, saying why, when
+# limits, concurrency and a garbage client; then server reflection,
+# ExecStream with no node, 50 streams that never read (RSS bounded,
+# other calls answer) and an idle connection's GOAWAY. Exit 77, saying why, when
 # python3-grpcio or python3-grpc-tools is missing.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,7 +35,9 @@ port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); pri
 # Every address in the work directory: nothing of a running stack is
 # touched. Keys on (the default); the concurrency check makes 640 calls
 # with one key, more than the default rate allows, so no rate limit.
-MOAT_GATEWAY_RATE_LIMIT_RPS=0 "$bin/moat-gateway" --state-dir "$work" \
+# grpc-idle-s 3: the idle check waits for its GOAWAY.
+MOAT_GATEWAY_RATE_LIMIT_RPS=0 MOAT_GATEWAY_GRPC_IDLE_S=3 \
+	"$bin/moat-gateway" --state-dir "$work" \
 	--http off --grpc "127.0.0.1:$port" \
 	--listen "ipc://$work/gateway.sock" --survey "ipc://$work/survey.sock" \
 	--snapd "ipc://$work/snapd.sock" \
@@ -55,9 +59,15 @@ mkdir "$work/stubs"
 	--python_out="$work/stubs" --grpc_python_out="$work/stubs" \
 	"$repo"/proto/*.proto "$here/health.proto" ||
 	{ echo "FAIL - grpc_tools.protoc could not compile proto/"; exit 1; }
+# The reflection proto from its own directory: a stubs/grpc/ package
+# would hide the grpc module itself.
+"$py" -m grpc_tools.protoc -I "$repo/proto/grpc" \
+	--python_out="$work/stubs" --grpc_python_out="$work/stubs" \
+	"$repo/proto/grpc/reflection_v1alpha.proto" ||
+	{ echo "FAIL - grpc_tools.protoc could not compile the reflection proto"; exit 1; }
 
 rc=0
-MOAT_API_KEY=$key "$py" "$here/grpc_test.py" "127.0.0.1:$port" "$work/stubs" || rc=1
+MOAT_API_KEY=$key MOAT_GATEWAY_PID=$gw_pid "$py" "$here/grpc_test.py" "127.0.0.1:$port" "$work/stubs" || rc=1
 if ! kill -0 "$gw_pid" 2>/dev/null; then
 	echo "FAIL - the gateway died"
 	rc=1

@@ -1,0 +1,139 @@
+"""stream_test.py ADDR STUBS: Gateway.ExecStream and unary calls through
+the gRPC door of a whole stack (stream_test.sh starts it), with stubs
+generated from proto/ into STUBS and MOAT_API_KEY the stack's key. Each
+check prints ok/FAIL; exit 1 on any failure. No check decides by time:
+order of events, and processes looked for until found gone (bounded).
+Not for: the door without a node (grpc_test.py)."""
+import os
+import sys
+import time
+
+import grpc
+
+addr, stubs = sys.argv[1], sys.argv[2]
+sys.path.insert(0, stubs)
+import gateway_pb2  # noqa: E402
+import gateway_pb2_grpc  # noqa: E402
+import session_pb2  # noqa: E402
+import vm_pb2  # noqa: E402
+
+auth = (("authorization", "Bearer " + os.environ["MOAT_API_KEY"]),)
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("ok - " if ok else "FAIL - ") + what, flush=True)
+    if not ok:
+        failed += 1
+
+
+gw = gateway_pb2_grpc.GatewayStub(grpc.insecure_channel(addr))
+sb = gw.CreateSandbox(vm_pb2.CreateSandboxRequest(), metadata=auth,
+                      timeout=600)
+sid = sb.id
+check(bool(sid), "CreateSandbox over gRPC: %s" % sid)
+
+
+def running(pattern):
+    """Whether a process whose command line has `pattern` runs in the
+    sandbox (the pattern's last character bracketed, so that the grep
+    does not find itself)."""
+    pat = pattern[:-1] + "[" + pattern[-1] + "]"
+    r = gw.Exec(vm_pb2.ExecRequest(
+        sandbox_id=sid,
+        shell="cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | "
+              "grep -q '%s'" % pat), metadata=auth, timeout=120)
+    return r.status.exit_code == 0
+
+
+def gone(pattern):
+    for _ in range(60):
+        if not running(pattern):
+            return True
+        time.sleep(1)
+    return False
+
+
+# Output as it comes: started, each line its own event, stderr, exit 4.
+events = list(gw.ExecStream(vm_pb2.ExecRequest(
+    sandbox_id=sid,
+    shell="for i in 1 2 3; do echo line$i; sleep 1; done; "
+          "echo err >&2; exit 4"), metadata=auth, timeout=300))
+kinds = [e.WhichOneof("event") for e in events]
+check(kinds and kinds[0] == "started" and events[0].started.exec_id > 0,
+      "ExecStream: the first event is started with the handle (%s)" % kinds)
+outs = [e.stdout for e in events if e.WhichOneof("event") == "stdout"]
+check(b"".join(outs) == b"line1\nline2\nline3\n",
+      "ExecStream: stdout is the three lines (%r)" % outs)
+i1 = [i for i, e in enumerate(events) if b"line1" in e.stdout]
+i3 = [i for i, e in enumerate(events) if b"line3" in e.stdout]
+check(i1 and i3 and i1[0] < i3[0],
+      "ExecStream: line1 came in an event before line3's, while the "
+      "process still ran (events %s)" % kinds)
+errs = b"".join(e.stderr for e in events if e.WhichOneof("event") ==
+                "stderr")
+check(errs == b"err\n", "ExecStream: stderr 'err' (%r)" % errs)
+check(kinds[-1] == "exit" and events[-1].exit.exited and
+      events[-1].exit.exit_code == 4,
+      "ExecStream: the last event is exit with code 4")
+
+# A stream the client cancels: its process is killed.
+call = gw.ExecStream(vm_pb2.ExecRequest(
+    sandbox_id=sid, shell="echo ready; exec sleep 307"), metadata=auth,
+    timeout=300)
+seen = []
+for e in call:
+    seen.append(e.WhichOneof("event"))
+    if e.WhichOneof("event") == "stdout":
+        break
+check(seen[:1] == ["started"] and running("sleep 307"),
+      "a streamed sleep runs (%s)" % seen)
+call.cancel()
+check(gone("sleep 307"), "a cancelled ExecStream: its process is killed")
+
+# A 1 s deadline on a long command: DEADLINE_EXCEEDED, process gone.
+code = None
+try:
+    for e in gw.ExecStream(vm_pb2.ExecRequest(
+            sandbox_id=sid, shell="exec sleep 308"), metadata=auth,
+            timeout=1):
+        pass
+except grpc.RpcError as err:
+    code = err.code()
+check(code == grpc.StatusCode.DEADLINE_EXCEEDED,
+      "ExecStream past a 1 s deadline: DEADLINE_EXCEEDED (%s)" % code)
+check(gone("sleep 308"), "past its deadline: its process is killed")
+
+r = gw.RunCode(vm_pb2.RunCodeRequest(sandbox_id=sid, code="6*7"),
+               metadata=auth, timeout=300)
+check(r.result.result == "42", "RunCode over gRPC: 6*7 is %r"
+      % r.result.result)
+
+# A recorded sandbox: a step, then RestoreStep to it, all unary gRPC.
+rec = gw.CreateSandbox(vm_pb2.CreateSandboxRequest(
+    record=True, snapshot_policy=session_pb2.SNAPSHOT_POLICY_EVERY),
+    metadata=auth, timeout=600)
+x = gw.Exec(vm_pb2.ExecRequest(sandbox_id=rec.id,
+                               shell="echo kept > /root/f"),
+            metadata=auth, timeout=300)
+check(x.step_index == 1 and x.session_id,
+      "a recorded Exec over gRPC is step 1 (%d, %r)"
+      % (x.step_index, x.recording_error))
+rs = gw.RestoreStep(gateway_pb2.RestoreStepRequest(
+    session_id=x.session_id, step=1, new_sandbox=True), metadata=auth,
+    timeout=600)
+y = gw.Exec(vm_pb2.ExecRequest(sandbox_id=rs.sandbox.id,
+                               shell="cat /root/f"),
+            metadata=auth, timeout=300)
+check(y.stdout == b"kept\n",
+      "RestoreStep over gRPC: the new sandbox has step 1's file (%r)"
+      % y.stdout)
+
+for s in (sid, rec.id, rs.sandbox.id):
+    try:
+        gw.DestroySandbox(vm_pb2.SandboxRef(sandbox_id=s), metadata=auth,
+                          timeout=120)
+    except grpc.RpcError:
+        pass
+sys.exit(1 if failed else 0)
