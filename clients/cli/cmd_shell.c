@@ -37,6 +37,8 @@
 /* How long one ExecRead waits for output: also how soon a SIGTERM is
  * noticed by the read loop. */
 #define SHELL_READ_WAIT_MS 1000
+/* vmd's largest output_cap (services/vm/node.h VMD_EXEC_MAX_CAP). */
+#define SHELL_OUTPUT_CAP (64u << 20)
 #define SHELL_ROWS 24
 #define SHELL_COLS 80
 
@@ -256,6 +258,10 @@ cmd_shell(struct cli *cli, int argc, char **argv)
 		    argv[2]);
 	exec.sandbox_id = argv[1];
 	exec.pty = true;
+	/* A session's output is kept on the node from its start (ExecRead
+	 * reads by offset): ask for the most a stream may keep, so a long
+	 * session goes blind as late as the node allows. */
+	exec.output_cap = SHELL_OUTPUT_CAP;
 	shell_size(&exec.rows, &exec.cols);
 	if (argc > first + 1) {
 		exec.argv = argv + first + 1;
@@ -296,9 +302,13 @@ cmd_shell(struct cli *cli, int argc, char **argv)
 	if (rv != MOAT_OK)
 		code = cli_fail(cli, rv, errmsg,
 		    "reading the terminal of sandbox %s", exec.sandbox_id);
-	else if (status == NULL)
-		code = 128 + cli_interrupted; /* SIGTERM, SIGHUP */
-	else
+	else if (status == NULL) {
+		/* SIGTERM, SIGHUP: the terminal is gone, as a hangup. */
+		code = 128 + cli_interrupted;
+		if (moat_client_exec_kill(cli_client(cli), exec.sandbox_id,
+		        handle->exec_id, SIGHUP, &errmsg) != MOAT_OK)
+			free(errmsg);
+	} else
 		code = shell_exit_code(status);
 	fflush(stdout);
 	fflush(stderr);

@@ -146,6 +146,22 @@ check "rows 0 is refused: $(cat "$work/r0")" grep -q 'INVALID_ARGUMENT.*out of r
 rpc ExecResize "{\"sandboxId\": \"$sb\", \"execId\": \"$exec_id\", \"rows\": 30, \"cols\": 100}" >"$work/r1"
 check "a pipe exec is not a terminal: $(cat "$work/r1")" grep -q 'FAILED_PRECONDITION.*not a terminal\|not a terminal.*FAILED_PRECONDITION' "$work/r1"
 rpc ExecKill "{\"sandboxId\": \"$sb\", \"execId\": \"$exec_id\"}" >/dev/null
+# The HTTP door's terminal: the SSE exec stream with "pty": true.
+curl -sN -H "Authorization: Bearer $(cat "$state/api-key")" \
+	-H 'Accept: text/event-stream' -X POST "$http/v1/sandboxes/$sb/exec" \
+	-d '{"shell": "stty size; [ -t 0 ] && echo tty", "pty": true, "rows": 33, "cols": 77}' \
+	>"$work/sse" 2>&1
+sse_out() {
+	python3 - "$work/sse" <<'EOF'
+import base64, json, sys
+out = b""
+for line in open(sys.argv[1]):
+    if line.startswith("data: ") and '"data"' in line:
+        out += base64.b64decode(json.loads(line[6:])["data"])
+sys.exit(0 if b"33 77" in out and b"tty" in out else 1)
+EOF
+}
+check "SSE with pty runs under a 33x77 terminal" sse_out
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
