@@ -31,7 +31,7 @@ export MOAT_GATEWAY=ipc://$state/gateway.sock
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export MOAT_GATEWAY_HTTP=127.0.0.1:$port
 moat=$bin/moat
-sock=moat-shell-test-$$
+sock=$work/tmux.sock # private; goes with $work
 wait_s=${MOAT_SHELL_WAIT_S:-90}
 passed=0
 failed=0
@@ -43,7 +43,7 @@ check() {
 	if "$@"; then ok "$d"; else bad "$d"; fi
 }
 cleanup() {
-	tmux -L "$sock" kill-server >/dev/null 2>&1
+	tmux -S "$sock" kill-server >/dev/null 2>&1
 	bash "$repo/deploy/moat-stack" stop >/dev/null 2>&1
 	pkill -KILL -f "$state" 2>/dev/null
 	bash "$repo/deploy/moat-stack" purge >/dev/null 2>&1
@@ -51,7 +51,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-pane() { tmux -L "$sock" capture-pane -p -t shell 2>/dev/null; }
+pane() { tmux -S "$sock" capture-pane -p -t shell 2>/dev/null; }
 # wait_pane REGEX: polls the pane until a line matches.
 wait_pane() {
 	local end=$((SECONDS + wait_s))
@@ -63,7 +63,7 @@ wait_pane() {
 	pane
 	return 1
 }
-keys() { tmux -L "$sock" send-keys -t shell "$@"; }
+keys() { tmux -S "$sock" send-keys -t shell "$@"; }
 
 if ! bash "$repo/deploy/moat-stack" start; then
 	bad "stack starts"
@@ -73,14 +73,14 @@ fi
 sb=$("$moat" sandbox create --record --snapshot none 2>"$work/err")
 check "a recorded sandbox ($sb)" [ -n "$sb" ]
 
-tmux -L "$sock" -f /dev/null new-session -d -s shell -x 80 -y 24 \
+tmux -S "$sock" -f /dev/null new-session -d -s shell -x 80 -y 24 \
 	"MOAT_GATEWAY='$MOAT_GATEWAY' MOAT_STATE_DIR='$state' '$moat' shell '$sb'; echo \$? > '$work/rc'; sleep 600"
 check "the shell gives a prompt" wait_pane '[#$] *$'
 keys python3 Enter
 check "python3 starts in it" wait_pane '^>>> *$'
 keys 'print(6*7)' Enter
 check "print(6*7) shows 42" wait_pane '^42 *$'
-tmux -L "$sock" resize-window -t shell -x 100 -y 30
+tmux -S "$sock" resize-window -t shell -x 100 -y 30
 keys 'import os; print(os.get_terminal_size())' Enter
 check "the resize reaches python (100 columns, 30 lines)" \
 	wait_pane 'columns=100, lines=30'
