@@ -22,6 +22,9 @@ PKGS=(
 	# the gRPC door's test (tests/integration/grpc): Debian's gRPC
 	# client and its stub generator, for /usr/bin/python3
 	python3-grpcio python3-grpc-tools
+	# `moat shell`'s test (tests/integration/stack/shell_test.sh) drives
+	# it in a terminal multiplexer
+	tmux
 	# deploy/build-nng.sh: nng's Debian source package, unpacked and
 	# built with moat's fix (and TLS through mbedtls, as Debian's)
 	dpkg-dev libmbedtls-dev

@@ -705,6 +705,48 @@ h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    call->payload_len);
 }
 
+/* h_exec_start: ExecStart; a terminal session (pty) on a recorded
+ * sandbox is also followed and recorded as one step when it ends
+ * (record_cast.c). */
+static int
+h_exec_start(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct moat_gateway *gw = call->service_ctx;
+	const Moat__V1__ExecRequest *req =
+	    (const Moat__V1__ExecRequest *)request;
+	Moat__V1__ExecHandle *h;
+	char session_id[MOAT_ID_MAX];
+	int rv = h_sandbox(call, request, reply);
+
+	if (rv != MOAT_OK || !req->pty ||
+	    !moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
+	        req->sandbox_id, call->request_id, session_id,
+	        sizeof(session_id)))
+		return rv;
+	h = moat__v1__exec_handle__unpack(NULL, call->raw_reply_len,
+	    call->raw_reply);
+	if (h != NULL)
+		moat_record_shell_watch(&gw->rec, moat_gw_tenant(call), call,
+		    h->exec_id);
+	moat__v1__exec_handle__free_unpacked(h, NULL);
+	return rv;
+}
+
+/* h_exec_resize: ExecResize, also a resize event of a recorded terminal
+ * session. */
+static int
+h_exec_resize(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	int rv = h_sandbox(call, request, reply);
+
+	if (rv == MOAT_OK)
+		moat_record_shell_resize(
+		    (const Moat__V1__ExecResizeRequest *)request);
+	return rv;
+}
+
 /* h_sandbox_wait: a call on one sandbox that may wait long (ExecWait,
  * ExecRead's long poll): forwarded without holding a worker. */
 static int
@@ -1120,9 +1162,10 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "GetSandbox", h_get_sandbox, false, true },
 	{ "ListSandboxes", h_list_sandboxes, false, true },
 	{ "DestroySandbox", h_destroy_sandbox, true, true },
-	{ "ExecStart", h_sandbox, true, true },
+	{ "ExecStart", h_exec_start, true, true },
 	{ "ExecRead", h_sandbox_wait, false, true },
 	{ "ExecWrite", h_sandbox, true, true },
+	{ "ExecResize", h_exec_resize, true, true },
 	{ "ExecWait", h_sandbox_wait, false, true },
 	{ "ExecKill", h_sandbox, true, true },
 	{ "Exec", h_step, true, true },

@@ -370,12 +370,12 @@ moat_record_sessiond(struct moat_record *rec, const char *method,
 	return rv;
 }
 
-/* node_call: `method` of moat.v1.Vm with `req` for `tenant` on the node
+/* record_node_call: `method` of moat.v1.Vm with `req` for `tenant` on the node
  * holding `sandbox_id`; the reply decoded as `reply_desc` (caller
  * frees). */
-static int
-node_call(struct moat_record *rec, const char *tenant, const char *sandbox_id,
-    const char *method, const ProtobufCMessage *req,
+int
+record_node_call(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, const char *method, const ProtobufCMessage *req,
     const ProtobufCMessageDescriptor *reply_desc, uint64_t deadline,
     const char *what, ProtobufCMessage **out, char **errmsg)
 {
@@ -407,7 +407,7 @@ record_trace_fs(struct moat_record *rec, const char *tenant,
 
 	req.sandbox_id = (char *)sandbox_id;
 	req.hash = true;
-	return node_call(rec, tenant, sandbox_id, "TraceFs", &req.base,
+	return record_node_call(rec, tenant, sandbox_id, "TraceFs", &req.base,
 	    &moat__v1__fs_trace__descriptor,
 	    moat_rpc_now_ms() + record_call_timeout(deadline_ms),
 	    "the sandbox's fs trace", (ProtobufCMessage **)out, errmsg);
@@ -451,7 +451,7 @@ moat_record_snapshot(struct moat_record *rec, const char *tenant,
 	req.sandbox_id = (char *)sandbox_id;
 	req.session_id = (char *)(session_id != NULL ? session_id : "");
 	req.step = step;
-	if ((rv = node_call(rec, tenant, sandbox_id, "SnapshotSandbox",
+	if ((rv = record_node_call(rec, tenant, sandbox_id, "SnapshotSandbox",
 	         &req.base, &moat__v1__local_snapshot__descriptor,
 	         moat_rpc_now_ms() + record_call_timeout(deadline_ms),
 	         "the sandbox's snapshot", (ProtobufCMessage **)&snap,

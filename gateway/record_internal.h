@@ -46,6 +46,14 @@ struct moat_record_entry {
  * (blocks until then). moat_record_entry_release ends it. */
 void record_entry_own(struct moat_record_entry *e);
 
+/* record_node_call: `method` of moat.v1.Vm with `req` for `tenant` on
+ * the node holding `sandbox_id`; the reply decoded as `reply_desc`
+ * (caller frees), else *errmsg (heap). */
+int record_node_call(struct moat_record *rec, const char *tenant,
+    const char *sandbox_id, const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *reply_desc, uint64_t deadline,
+    const char *what, ProtobufCMessage **out, char **errmsg);
+
 /* record_call_timeout: what a recording call gets: the caller's time left, but
  * at least RECORD_CALL_MIN_MS (the exec has run; its step must land). */
 uint32_t record_call_timeout(uint64_t deadline_ms);

@@ -75,6 +75,7 @@ void cli_catch_signals(void);
 /* Commands (one file per concern). */
 int cmd_run(struct cli *cli, int argc, char **argv);
 int cmd_exec(struct cli *cli, int argc, char **argv);
+int cmd_shell(struct cli *cli, int argc, char **argv);
 int cmd_sandbox(struct cli *cli, int argc, char **argv);
 int cmd_cp(struct cli *cli, int argc, char **argv);
 int cmd_ls(struct cli *cli, int argc, char **argv);

@@ -41,6 +41,8 @@ static const struct cli_command commands[] = {
 	    "exec ID [--timeout S] [--cwd DIR] [-e K=V]... [-i] [--keep] -- "
 	    "CMD [ARG...]",
 	    "run a command in a sandbox, streaming its output" },
+	{ "shell", cmd_shell, "shell SANDBOX [-- CMD [ARG...]]",
+	    "an interactive terminal in a sandbox (raw mode, resize)" },
 	{ "cp", cmd_cp, "cp SRC DST   (one side is ID:/path; - is stdin/out)",
 	    "copy a file into or out of a sandbox" },
 	{ "ls", cmd_ls, "ls ID [PATH]", "list a directory in a sandbox" },

@@ -65,6 +65,7 @@ struct agent_exec {
 	pid_t pid;          /* main process, and its process group */
 	int stdin_fd;       /* -1 once closed */
 	int out_fd[2];      /* stdout, stderr; -1 once closed */
+	int tty_fd;         /* pty master for ExecResize; -1: no pty */
 	uint8_t *stdin_buf; /* pending stdin, owned */
 	size_t stdin_len, stdin_off;
 	bool stdin_close;  /* close once the pending bytes are out */
@@ -202,6 +203,9 @@ typedef int (*agent_handler_fn)(struct agent *a,
 int agent_exec_start(struct agent *a, const Moat__V1__GuestRequest *req,
     char **why);
 int agent_exec_input(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why);
+/* agent_exec_resize: a pty exec's new window size (TIOCSWINSZ). */
+int agent_exec_resize(struct agent *a, const Moat__V1__GuestRequest *req,
     char **why);
 int agent_exec_signal(struct agent *a, const Moat__V1__GuestRequest *req,
     char **why);

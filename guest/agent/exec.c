@@ -14,6 +14,15 @@
  * AGENT_DRAIN_MAX_MS), then takes what is left in them and closes them.
  * The background process keeps running, in the exec's process group.
  *
+ * With `pty` the child gets a pseudo-terminal instead of pipes: a new
+ * session whose controlling terminal is the pty's slave (on 0, 1, 2),
+ * TERM and a window size; the master is its stdout stream (stderr stays
+ * empty) and takes its stdin, so a Ctrl-D byte reaches the line
+ * discipline. The slave is opened before fork and held by the agent
+ * until the child has it, so the master never reads EIO (no slave open)
+ * before the child starts; after the child and whatever it started have
+ * closed the slave, EIO on the master is the end of the output.
+ *
  * Exec ids are the host's request ids, so they mean something only on the
  * link that started them: when that host goes away its running execs are
  * killed (their whole groups) and forgotten without events, so a new host
@@ -26,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +51,11 @@
  * a background process still writing. */
 #define EXEC_FINAL_DRAIN_MAX (1u << 20)
 #define EXEC_PAUSED_RETRY_MS 10
+/* A pty's window when the host names none, and the most it may be. */
+#define EXEC_PTY_ROWS 24
+#define EXEC_PTY_COLS 80
+#define EXEC_PTY_MAX 1000
+#define EXEC_PTY_TERM "xterm-256color"
 
 extern char **environ;
 
@@ -72,6 +87,8 @@ struct exec_plan {
 	char **envp; /* likewise */
 	int cwd_fd;  /* O_PATH directory */
 	int pipe_in[2], pipe_out[2], pipe_err[2];
+	int pty_master, pty_slave; /* -1 without pty */
+	char term_env[80];         /* "TERM=..." with pty */
 };
 
 static struct agent_exec *
@@ -120,6 +137,8 @@ exec_plan_fini(struct exec_plan *p)
 	exec_close(&p->pipe_out[1]);
 	exec_close(&p->pipe_err[0]);
 	exec_close(&p->pipe_err[1]);
+	exec_close(&p->pty_master);
+	exec_close(&p->pty_slave);
 }
 
 static bool
@@ -163,7 +182,9 @@ exec_plan_env(const Moat__V1__ExecStart *es, struct exec_plan *p, char **why)
 			if (exec_env_key_is(d, es->env[j]))
 				break;
 		if (j == es->n_env)
-			p->envp[n++] = (char *)d;
+			p->envp[n++] = es->pty && exec_env_key_is(d, "TERM=") ?
+			    p->term_env :
+			    (char *)d;
 	}
 	for (j = 0; j < es->n_env; j++)
 		p->envp[n++] = es->env[j];
@@ -241,6 +262,63 @@ exec_plan_pipes(struct exec_plan *p, char **why)
 	return MOAT_OK;
 }
 
+/* exec_winsize_check: a window size the host asked for; 0 means the
+ * default when `dflt`, else it is refused. */
+static int
+exec_winsize_check(uint32_t rows, uint32_t cols, bool dflt, struct winsize *ws,
+    char **why)
+{
+	if ((!dflt && (rows == 0 || cols == 0)) || rows > EXEC_PTY_MAX ||
+	    cols > EXEC_PTY_MAX) {
+		*why =
+		    moat_asprintf("terminal size %ux%u (rows x cols) is out "
+		                  "of range: give 1 to %d each",
+		        rows, cols, EXEC_PTY_MAX);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	memset(ws, 0, sizeof(*ws));
+	ws->ws_row = (unsigned short)(rows ? rows : EXEC_PTY_ROWS);
+	ws->ws_col = (unsigned short)(cols ? cols : EXEC_PTY_COLS);
+	return MOAT_OK;
+}
+
+/* exec_plan_pty: a pseudo-terminal of the asked size and TERM. */
+static int
+exec_plan_pty(const Moat__V1__ExecStart *es, struct exec_plan *p, char **why)
+{
+	const char *term = es->term[0] ? es->term : EXEC_PTY_TERM;
+	struct winsize ws;
+	const char *name;
+	int rv;
+
+	if ((rv = exec_winsize_check(es->rows, es->cols, true, &ws, why)) != 0)
+		return rv;
+	if (strlen(term) > sizeof(p->term_env) - 6 ||
+	    term[strcspn(term, "= \t\n\r")] != '\0') {
+		*why = moat_asprintf("term \"%.40s\" is not a terminal type "
+		                     "(like xterm-256color)",
+		    term);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	snprintf(p->term_env, sizeof(p->term_env), "TERM=%s", term);
+	if ((p->pty_master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC)) <
+	        0 ||
+	    grantpt(p->pty_master) != 0 || unlockpt(p->pty_master) != 0 ||
+	    (name = ptsname(p->pty_master)) == NULL ||
+	    (p->pty_slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+		*why = moat_asprintf("no pseudo-terminal: %s (is devpts "
+		                     "mounted on /dev/pts?)",
+		    strerror(errno));
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	if (ioctl(p->pty_master, TIOCSWINSZ, &ws) != 0 ||
+	    fcntl(p->pty_master, F_SETFL, O_NONBLOCK) != 0) {
+		*why = moat_asprintf("pty setup: %s", strerror(errno));
+		return MOAT_INTERNAL;
+	}
+	return MOAT_OK;
+}
+
 /* exec_child: in the forked child; never returns. Fds 0-2 of the agent
  * are always open, so the pipe ends are >= 3 and dup2 cannot clobber
  * one with another. */
@@ -252,9 +330,15 @@ static void __attribute__((noreturn)) exec_child(const struct exec_plan *p)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
 	setsid();
-	if (dup2(p->pipe_in[0], 0) < 0 || dup2(p->pipe_out[1], 1) < 0 ||
-	    dup2(p->pipe_err[1], 2) < 0)
+	if (p->pty_slave >= 0) {
+		if (ioctl(p->pty_slave, TIOCSCTTY, 0) != 0 ||
+		    dup2(p->pty_slave, 0) < 0 || dup2(p->pty_slave, 1) < 0 ||
+		    dup2(p->pty_slave, 2) < 0)
+			_exit(127);
+	} else if (dup2(p->pipe_in[0], 0) < 0 || dup2(p->pipe_out[1], 1) < 0 ||
+	    dup2(p->pipe_err[1], 2) < 0) {
 		_exit(127);
+	}
 	if (fchdir(p->cwd_fd) != 0) {
 		dprintf(2,
 		    "moat-agent: cannot enter the working directory: "
@@ -295,7 +379,9 @@ agent_exec_start(struct agent *a, const Moat__V1__GuestRequest *req,
 	struct exec_plan p = { .cwd_fd = -1,
 		.pipe_in = { -1, -1 },
 		.pipe_out = { -1, -1 },
-		.pipe_err = { -1, -1 } };
+		.pipe_err = { -1, -1 },
+		.pty_master = -1,
+		.pty_slave = -1 };
 	struct agent_exec *e = NULL;
 	int rv, slot;
 	pid_t pid;
@@ -316,7 +402,8 @@ agent_exec_start(struct agent *a, const Moat__V1__GuestRequest *req,
 	if ((rv = exec_plan_argv(es, &p, why)) != 0 ||
 	    (rv = exec_plan_env(es, &p, why)) != 0 ||
 	    (rv = exec_plan_cwd(a, es, &p, why)) != 0 ||
-	    (rv = exec_plan_pipes(&p, why)) != 0)
+	    (rv = es->pty ? exec_plan_pty(es, &p, why) :
+	                    exec_plan_pipes(&p, why)) != 0)
 		goto fail_plan;
 	if ((e = calloc(1, sizeof(*e))) == NULL) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
@@ -341,14 +428,27 @@ agent_exec_start(struct agent *a, const Moat__V1__GuestRequest *req,
 	e->cap = es->output_cap ? es->output_cap : AGENT_OUTPUT_CAP;
 	e->deadline_ms =
 	    es->timeout_ms ? e->start_us / 1000 + es->timeout_ms : 0;
-	e->stdin_fd = p.pipe_in[1];
-	e->out_fd[0] = p.pipe_out[0];
-	e->out_fd[1] = p.pipe_err[0];
-	p.pipe_in[1] = p.pipe_out[0] = p.pipe_err[0] = -1;
+	e->tty_fd = -1;
+	if (p.pty_master >= 0) {
+		/* One master, three uses that close at different times:
+		 * stdin when the main process is reaped, output at EIO, the
+		 * terminal (resize) when the exec is over. */
+		e->stdin_fd = fcntl(p.pty_master, F_DUPFD_CLOEXEC, 3);
+		e->out_fd[0] = fcntl(p.pty_master, F_DUPFD_CLOEXEC, 3);
+		e->out_fd[1] = -1;
+		e->tty_fd = p.pty_master;
+		p.pty_master = -1;
+	} else {
+		e->stdin_fd = p.pipe_in[1];
+		e->out_fd[0] = p.pipe_out[0];
+		e->out_fd[1] = p.pipe_err[0];
+		p.pipe_in[1] = p.pipe_out[0] = p.pipe_err[0] = -1;
+	}
 	if (es->stdin.len > 0)
 		memcpy(e->stdin_buf, es->stdin.data, es->stdin.len);
 	e->stdin_len = es->stdin.len;
-	e->stdin_close = es->stdin_close;
+	/* A terminal's stdin stays open: its end is a Ctrl-D. */
+	e->stdin_close = es->stdin_close && !es->pty;
 	if (e->stdin_len == 0 && e->stdin_close)
 		exec_close(&e->stdin_fd);
 	a->execs[slot] = e;
@@ -454,6 +554,39 @@ agent_exec_signal(struct agent *a, const Moat__V1__GuestRequest *req,
 	return MOAT_OK;
 }
 
+int
+agent_exec_resize(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why)
+{
+	const Moat__V1__ExecWinsize *rs = req->exec_resize;
+	struct agent_exec *e = exec_find(a, rs->exec_id);
+	struct winsize ws;
+	int rv;
+
+	if (e == NULL) {
+		*why = moat_asprintf("no exec with id %llu (it exited, or "
+		                     "was never started)",
+		    (unsigned long long)rs->exec_id);
+		return MOAT_NOT_FOUND;
+	}
+	if (e->tty_fd < 0) {
+		*why = moat_asprintf("exec %llu is not a terminal: start it "
+		                     "with pty to resize it",
+		    (unsigned long long)rs->exec_id);
+		return MOAT_FAILED_PRECONDITION;
+	}
+	if ((rv = exec_winsize_check(rs->rows, rs->cols, false, &ws, why)) !=
+	    0)
+		return rv;
+	/* The kernel sends SIGWINCH to the terminal's foreground group. */
+	if (ioctl(e->tty_fd, TIOCSWINSZ, &ws) != 0) {
+		*why = moat_asprintf("resize: %s", strerror(errno));
+		return moat_status_from_errno(errno);
+	}
+	agent_send_ack(a, req->id);
+	return MOAT_OK;
+}
+
 /* exec_output: counts n bytes of a stream and sends what fits under the
  * cap as one event. */
 static void
@@ -527,6 +660,7 @@ exec_finish(struct agent *a, int slot)
 	exec_close(&e->stdin_fd);
 	exec_close(&e->out_fd[0]);
 	exec_close(&e->out_fd[1]);
+	exec_close(&e->tty_fd);
 	free(e->stdin_buf);
 	free(e);
 	a->execs[slot] = NULL;
@@ -745,6 +879,7 @@ agent_exec_drop_all(struct agent *a)
 		exec_close(&e->stdin_fd);
 		exec_close(&e->out_fd[0]);
 		exec_close(&e->out_fd[1]);
+		exec_close(&e->tty_fd);
 		free(e->stdin_buf);
 		free(e);
 		a->execs[i] = NULL;

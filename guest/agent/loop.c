@@ -39,6 +39,8 @@ static const struct agent_op agent_ops[] = {
 	    agent_exec_input },
 	{ MOAT__V1__GUEST_REQUEST__OP_EXEC_SIGNAL, "exec_signal",
 	    agent_exec_signal },
+	{ MOAT__V1__GUEST_REQUEST__OP_EXEC_RESIZE, "exec_resize",
+	    agent_exec_resize },
 	{ MOAT__V1__GUEST_REQUEST__OP_FILE_READ, "file_read",
 	    agent_file_read },
 	{ MOAT__V1__GUEST_REQUEST__OP_FILE_WRITE, "file_write",

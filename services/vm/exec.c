@@ -33,6 +33,8 @@
 #define EXEC_READ_MAX (16u << 20)
 /* Room left in a reply for everything but the two output streams. */
 #define EXEC_REPLY_SLACK (1u << 20)
+/* The largest terminal side (rows or cols) a pty exec may have. */
+#define VMD_EXEC_PTY_MAX 1000u
 
 /* ---- the exec table (sb->mu held) ---- */
 
@@ -463,6 +465,14 @@ exec_validate(struct moat_rpc_call *call, const Moat__V1__ExecRequest *req,
 		    "%" PRIu64 " is over the limit of %u bytes (64 MiB) per "
 		    "stream",
 		    cap, VMD_EXEC_MAX_CAP);
+	if (req->rows > VMD_EXEC_PTY_MAX || req->cols > VMD_EXEC_PTY_MAX)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "terminal size %ux%u (rows x cols) is out of range: give "
+		    "1 to %u each, or 0 for 24x80",
+		    req->rows, req->cols, VMD_EXEC_PTY_MAX);
+	if (!req->pty && (req->rows || req->cols || req->term[0]))
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "rows, cols and term are for a terminal: set pty too");
 	for (size_t i = 0; i < req->n_env; i++)
 		if (strchr(req->env[i], '=') == NULL)
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
@@ -526,7 +536,8 @@ exec_send_stdin(struct sandbox *sb, struct moat_rpc_call *call,
 		in.data.data = req->stdin.data + off;
 		in.data.len = n;
 		off += n;
-		in.close = off == req->stdin.len && !req->stdin_open;
+		in.close =
+		    off == req->stdin.len && !req->stdin_open && !req->pty;
 		if ((rv = vmd_guest_call(sb, call, &in_req,
 		         MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg)) !=
 		    MOAT_OK)
@@ -579,9 +590,15 @@ vmd_exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 	start.cwd = req->cwd;
 	start.stdin.data = req->stdin.data;
 	start.stdin.len = stdin_first;
-	start.stdin_close = !req->stdin_open && stdin_first == req->stdin.len;
+	/* A terminal's stdin stays open: it ends with a Ctrl-D. */
+	start.stdin_close =
+	    !req->stdin_open && !req->pty && stdin_first == req->stdin.len;
 	start.timeout_ms = timeout;
 	start.output_cap = cap;
+	start.pty = req->pty;
+	start.rows = req->rows;
+	start.cols = req->cols;
+	start.term = req->term;
 
 	rv = vmd_guest_call_until(sb, call, &greq,
 	    MOAT__V1__GUEST_MESSAGE__BODY_EXEC_STARTED,
@@ -599,6 +616,7 @@ vmd_exec_launch(struct sandbox *sb, struct moat_rpc_call *call,
 	pthread_mutex_lock(&sb->mu);
 	e->pid = msg->exec_started->pid;
 	e->started = true;
+	e->pty = req->pty;
 	*pid = e->pid;
 	pthread_mutex_unlock(&sb->mu);
 	moat__v1__guest_message__free_unpacked(msg, NULL);
@@ -811,6 +829,55 @@ vmd_exec_write(struct vmd *vmd, struct moat_rpc_call *call,
 		moat__v1__guest_message__free_unpacked(msg, NULL);
 	} while (off < req->data.len);
 out:
+	vmd_sandbox_put(sb);
+	return rv;
+}
+
+int
+vmd_exec_resize(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecResizeRequest *req)
+{
+	Moat__V1__GuestRequest greq = MOAT__V1__GUEST_REQUEST__INIT;
+	Moat__V1__ExecWinsize ws = MOAT__V1__EXEC_WINSIZE__INIT;
+	Moat__V1__GuestMessage *msg = NULL;
+	struct sandbox *sb;
+	struct exec *e;
+	int rv = MOAT_OK;
+
+	if (req->rows == 0 || req->cols == 0 || req->rows > VMD_EXEC_PTY_MAX ||
+	    req->cols > VMD_EXEC_PTY_MAX)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "terminal size %ux%u (rows x cols) is out of range: give "
+		    "1 to %u each",
+		    req->rows, req->cols, VMD_EXEC_PTY_MAX);
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
+		return rv;
+	pthread_mutex_lock(&sb->mu);
+	if ((e = vmd_exec_find(sb, req->exec_id)) == NULL)
+		rv = exec_not_found(sb, call, req->exec_id);
+	else if (!e->pty)
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "exec %" PRIu64 " in sandbox %s is not a terminal: only "
+		    "an exec started with pty (moat shell) has a window size",
+		    req->exec_id, sb->id.str);
+	else if (e->exited)
+		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "exec %" PRIu64 " in sandbox %s has exited: its terminal "
+		    "is gone",
+		    req->exec_id, sb->id.str);
+	pthread_mutex_unlock(&sb->mu);
+	if (rv == MOAT_OK) {
+		greq.op_case = MOAT__V1__GUEST_REQUEST__OP_EXEC_RESIZE;
+		greq.exec_resize = &ws;
+		ws.exec_id = req->exec_id;
+		ws.rows = req->rows;
+		ws.cols = req->cols;
+		rv = vmd_guest_call(sb, call, &greq,
+		    MOAT__V1__GUEST_MESSAGE__BODY__NOT_SET, &msg);
+		if (rv == MOAT_OK)
+			moat__v1__guest_message__free_unpacked(msg, NULL);
+	}
 	vmd_sandbox_put(sb);
 	return rv;
 }

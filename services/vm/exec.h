@@ -43,6 +43,7 @@ struct exec {
 	uint64_t id; /* the guest request id of ExecStart */
 	int32_t pid;
 	bool started; /* ExecStarted came */
+	bool pty;     /* under a pseudo-terminal: ExecResize applies */
 	bool exited;
 	int32_t exit_code;
 	int32_t signal;
@@ -67,6 +68,10 @@ int vmd_exec_start(struct vmd *vmd, struct moat_rpc_call *call,
     __attribute__((warn_unused_result));
 int vmd_exec_read(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ExecReadRequest *req, Moat__V1__ExecReadReply *reply)
+    __attribute__((warn_unused_result));
+/* vmd_exec_resize: a pty exec's new window size, passed to the agent. */
+int vmd_exec_resize(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ExecResizeRequest *req)
     __attribute__((warn_unused_result));
 int vmd_exec_write(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__ExecWriteRequest *req) __attribute__((warn_unused_result));

@@ -216,6 +216,15 @@ h_exec_kill(struct moat_rpc_call *call, const ProtobufCMessage *request,
 }
 
 static int
+h_exec_resize(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	(void)reply;
+	return vmd_exec_resize(VMD(call), call,
+	    (const Moat__V1__ExecResizeRequest *)request);
+}
+
+static int
 h_exec(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
@@ -420,6 +429,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "ExecWait", .handler = h_exec_wait },
 	{ .name = "ExecKill", .handler = h_exec_kill, .mutating = true },
 	{ .name = "Exec", .handler = h_exec, .mutating = true },
+	{ .name = "ExecResize", .handler = h_exec_resize, .mutating = true },
 	{ .name = "ReadFile", .handler = h_read_file },
 	{ .name = "WriteFile", .handler = h_write_file, .mutating = true },
 	{ .name = "ListFiles", .handler = h_list_files },

@@ -122,6 +122,7 @@ static const struct moat_rpc_method methods[] = {
 	{ "EgressEvents", h_ok, false, false },
 	{ "Cordon", h_ok, true, false },
 	{ "SetTimeout", h_ok, true, false },
+	{ "ExecResize", h_ok, true, false },
 };
 
 static void

@@ -779,6 +779,7 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "ListAudit", h_ok, false, false },
 	{ "SetStepKeep", h_set_step_keep, true, false },
 	{ "SetTimeout", h_set_timeout, true, false },
+	{ "ExecResize", h_ok, true, false },
 	{ "GcSnapshots", h_gc, true, false },
 	{ "CordonNode", h_cordon_node, true, false },
 	{ "DrainNode", h_drain_node, true, false },

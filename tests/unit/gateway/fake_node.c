@@ -619,6 +619,7 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("EgressEvents", false),
 	ROW("Cordon", true),
 	ROW("SetTimeout", true),
+	ROW("ExecResize", true),
 };
 
 static void *

@@ -254,6 +254,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "EgressEvents", h_unimplemented, false, false },
 	{ "Cordon", h_unimplemented, true, false },
 	{ "SetTimeout", h_unimplemented, true, false },
+	{ "ExecResize", h_unimplemented, true, false },
 	/* Last: test_missing_row drops it and expects its name. */
 	{ "TraceFs", h_unimplemented, false, false },
 };

@@ -139,6 +139,7 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "EgressEvents", h_unimplemented, false, false },
 	{ "Cordon", h_unimplemented, true, false },
 	{ "SetTimeout", h_unimplemented, true, false },
+	{ "ExecResize", h_unimplemented, true, false },
 	{ "TraceFs", h_unimplemented, false, false },
 };
 
