@@ -22,6 +22,9 @@ PKGS=(
 	# the gRPC door's test (tests/integration/grpc): Debian's gRPC
 	# client and its stub generator, for /usr/bin/python3
 	python3-grpcio python3-grpc-tools
+	# protoc with plugin support, which runs protoc-gen-es for the
+	# TypeScript SDK (clients/typescript/generate.sh); protoc-c cannot
+	protobuf-compiler
 	# deploy/build-nng.sh: nng's Debian source package, unpacked and
 	# built with moat's fix (and TLS through mbedtls, as Debian's)
 	dpkg-dev libmbedtls-dev
