@@ -5,13 +5,12 @@
 // history/restore/fork, kill, a wrong key, and the same calls over the
 // Connect, gRPC and gRPC-Web transports. Not for: the gateway's protocol
 // details (tests/unit/http, tests/integration/grpc).
-// Environment: MOAT_TS_SDK (the compiled SDK's index.js), MOAT_URL,
-// MOAT_GRPC_URL, MOAT_API_KEY.
+// Run from the compiled SDK's test/ directory (typescript_test.sh copies
+// it there). Environment: MOAT_URL, MOAT_GRPC_URL, MOAT_API_KEY.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-const sdk = await import(process.env.MOAT_TS_SDK);
-const { Sandbox, Client, MoatError, NotFoundError, AuthError } = sdk;
+import { Sandbox, Client, MoatError, NotFoundError, AuthError } from "../dist/src/index.js";
 
 const shape = { memoryMib: 256 };
 

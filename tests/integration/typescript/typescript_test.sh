@@ -5,7 +5,8 @@
 # the SDK with tsc in a temporary directory, starts the local stack
 # (deploy/moat-stack) in a temporary state directory with the HTTP door
 # and the gRPC door on free ports, and runs sdk.test.mjs under node's own
-# test runner. Exit 77 (skipped) when node or npm is missing or the npm
+# test runner (before the stack: stream.test.mjs, the ExecStream path
+# against a Gateway of its own, which needs no VM). Exit 77 (skipped) when node or npm is missing or the npm
 # install fails (no registry); anything else that fails is a failure.
 # Needs built binaries (MOAT_BIN_DIR) and images (MOAT_IMAGE_DIR).
 set -uo pipefail
@@ -54,6 +55,13 @@ if ! (cd "$work/sdk" && node node_modules/typescript/bin/tsc -p .); then
 	exit 1
 fi
 echo "ok - SDK generated and compiled"
+# The tests import the SDK as ../dist/src/index.js and its packages
+# from its node_modules.
+mkdir -p "$work/sdk/test"
+cp "$here"/*.test.mjs "$work/sdk/test/"
+cd "$work/sdk" || exit 1
+# The ExecStream path against a Gateway of the test's own (no VM).
+timeout 120 node --test --test-reporter=spec test/stream.test.mjs || { echo "FAIL - stream.test.mjs"; exit 1; }
 
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -75,9 +83,7 @@ fi
 echo "ok - stack starts (HTTP on $http, gRPC on $grpc)"
 MOAT_API_KEY=$(cat "$state/api-key") || { echo "FAIL - the stack made no API key"; exit 1; }
 export MOAT_API_KEY MOAT_URL=http://127.0.0.1:$http MOAT_GRPC_URL=http://127.0.0.1:$grpc
-export MOAT_TS_SDK=$work/sdk/dist/src/index.js
-
-node --test --test-reporter=spec "$here/sdk.test.mjs"
+timeout 700 node --test --test-reporter=spec test/sdk.test.mjs
 rc=$?
 
 left=$("$bin/moat" --json sandbox ls | python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("sandboxes", [])))')
