@@ -25,6 +25,9 @@ PKGS=(
 	# `moat shell`'s test (tests/integration/stack/shell_test.sh) drives
 	# it in a terminal multiplexer
 	tmux
+	# protoc with plugin support, which runs protoc-gen-es for the
+	# TypeScript SDK (clients/typescript/generate.sh); protoc-c cannot
+	protobuf-compiler
 	# deploy/build-nng.sh: nng's Debian source package, unpacked and
 	# built with moat's fix (and TLS through mbedtls, as Debian's)
 	dpkg-dev libmbedtls-dev
