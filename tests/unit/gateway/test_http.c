@@ -793,6 +793,25 @@ test_openapi_methods(void **state)
 
 /* ---- Connect unary (POST /moat.v1.Gateway/<Method>) ---- */
 
+/* gateway_post: POST /moat.v1.Gateway/<method> with `hdrs` and `body`
+ * (`len` bytes). */
+static void
+gateway_post(uint16_t port, const char *method,
+    const struct http_client_header *hdrs, const char *body, size_t len,
+    struct http_client_resp *r)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/moat.v1.Gateway/%s", method);
+	http_client_request(port,
+	    &(struct http_client_req){ .method = "POST",
+	        .path = path,
+	        .body = body,
+	        .body_len = len,
+	        .headers = hdrs },
+	    r);
+}
+
 /* connect_ex: a Connect unary call of `method` to the door on `port` with
  * `body` (`len` bytes) as `type`, and Connect-Timeout-Ms and
  * Authorization when not NULL. */
@@ -805,16 +824,8 @@ connect_ex(uint16_t port, const char *method, const char *type,
 		{ "Connect-Protocol-Version", "1" },
 		{ "Connect-Timeout-Ms", timeout }, { "Authorization", authz },
 		{ NULL, NULL } };
-	char path[128];
 
-	snprintf(path, sizeof(path), "/moat.v1.Gateway/%s", method);
-	http_client_request(port,
-	    &(struct http_client_req){ .method = "POST",
-	        .path = path,
-	        .body = body,
-	        .body_len = len,
-	        .headers = hdrs },
-	    r);
+	gateway_post(port, method, hdrs, body, len, r);
 }
 
 static void
@@ -1015,16 +1026,8 @@ wire_call(uint16_t port, const char *method, const char *type,
 {
 	const struct http_client_header hdrs[] = { { "Content-Type", type },
 		{ name ? name : "X-None", value }, { NULL, NULL } };
-	char path[128];
 
-	snprintf(path, sizeof(path), "/moat.v1.Gateway/%s", method);
-	http_client_request(port,
-	    &(struct http_client_req){ .method = "POST",
-	        .path = path,
-	        .body = body,
-	        .body_len = len,
-	        .headers = hdrs },
-	    r);
+	gateway_post(port, method, hdrs, body, len, r);
 }
 
 /* connect_stream_json: ExecStream of the JSON ExecRequest `req` as
