@@ -2143,9 +2143,14 @@ openapi_rpc(struct moat_http *h, json_t *paths, json_t *schemas)
  * routes mirror /v1/rpc/ and are not listed; this one has no /v1/rpc/
  * form: there it is UNIMPLEMENTED, as over nng). */
 static json_t *
-openapi_exec_stream_connect(void)
+openapi_exec_stream_connect(json_t *schemas)
 {
-	return json_pack(
+	char *ref = moat_asprintf("#/components/schemas/%s",
+	    moat__v1__exec_event__descriptor.name);
+	json_t *op;
+
+	schema_add(schemas, &moat__v1__exec_event__descriptor);
+	op = json_pack(
 	    "{s:{s:s, s:s, s:s, s:[s], s:{s:b, s:s, s:{s:{s:{s:s, s:s}}}}, "
 	    "s:{s:{s:s, s:{s:{s:{s:s, s:s, s:{s:s}}}}}}}}",
 	    "post", "operationId", "ExecStreamConnect", "summary",
@@ -2176,7 +2181,9 @@ openapi_exec_stream_connect(void)
 	    "description",
 	    "the ExecEvents in order, each in its own envelope (not a JSON "
 	    "array on the wire)",
-	    "items", "$ref", "#/components/schemas/ExecEvent");
+	    "items", "$ref", ref ? ref : "");
+	free(ref);
+	return op;
 }
 
 /* openapi: the OpenAPI 3 document of the door: every Gateway method at
@@ -2216,7 +2223,7 @@ openapi(struct moat_http *h)
 	openapi_rpc(h, paths, schemas);
 	openapi_rest(h, paths, schemas);
 	json_object_set_new(paths, "/moat.v1.Gateway/ExecStream",
-	    openapi_exec_stream_connect());
+	    openapi_exec_stream_connect(schemas));
 	json_object_set_new(paths, "/metrics",
 	    json_pack("{s:{s:s, s:s, s:[], "
 	              "s:{s:{s:s, s:{s:{}}}}}}",

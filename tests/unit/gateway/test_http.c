@@ -666,6 +666,28 @@ test_openapi_exec_stream(void **state)
 	    "application/json"));
 	assert_null(json_object_get(json_object_get(ok, "content"),
 	    "text/event-stream"));
+	/* ExecStream's Connect streaming: ExecEvent items, a schema that
+	 * is there. */
+	ok = json_object_get(
+	    json_object_get(
+	        json_object_get(json_object_get(json_object_get(r.json,
+	                                            "paths"),
+	                            "/moat.v1.Gateway/ExecStream"),
+	            "post"),
+	        "responses"),
+	    "200");
+	events = json_string_value(json_object_get(
+	    json_object_get(json_object_get(json_object_get(json_object_get(ok,
+	                                                        "content"),
+	                                        "application/connect+json"),
+	                        "schema"),
+	        "items"),
+	    "$ref"));
+	assert_non_null(events);
+	assert_non_null(json_object_get(
+	    json_object_get(json_object_get(r.json, "components"), "schemas"),
+	    strrchr(events, '/') + 1));
+	assert_non_null(strstr(events, "ExecEvent"));
 	http_client_resp_free(&r);
 }
 
