@@ -7,10 +7,14 @@
  * server serving the gateway's own method table; the Reply comes back as
  * the output message in proto3 JSON, or as {"code", "message"} with the
  * HTTP status of the code.
- * POST .../exec with Accept: text/event-stream (or ?stream=true) is the
- * one stream: ExecStart, then ExecRead long polls as Server-Sent Events.
- * POST /moat.v1.Gateway/<Method> is the Connect protocol's unary call
- * (JSON or binary protobuf) through the same dispatcher.
+ * POST .../exec with Accept: text/event-stream (or ?stream=true) streams
+ * exec output: ExecStart, then ExecRead long polls, as Server-Sent
+ * Events. POST /moat.v1.Gateway/<Method> is the Connect protocol's unary
+ * call (JSON or binary protobuf) through the same dispatcher; ExecStream
+ * there streams the same output as Connect envelopes or gRPC-Web frames
+ * (one producer, struct exec_stream, for the three forms), and gRPC-Web
+ * calls every method (framing: http_connect.c). CORS for browsers by
+ * [gateway] http-cors-origins.
  * Not for: behaviour of its own (every route is a Gateway method), or
  * TLS (put a proxy in front).
  */
