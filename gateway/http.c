@@ -7,10 +7,14 @@
  * server serving the gateway's own method table; the Reply comes back as
  * the output message in proto3 JSON, or as {"code", "message"} with the
  * HTTP status of the code.
- * POST .../exec with Accept: text/event-stream (or ?stream=true) is the
- * one stream: ExecStart, then ExecRead long polls as Server-Sent Events.
- * POST /moat.v1.Gateway/<Method> is the Connect protocol's unary call
- * (JSON or binary protobuf) through the same dispatcher.
+ * POST .../exec with Accept: text/event-stream (or ?stream=true) streams
+ * exec output: ExecStart, then ExecRead long polls, as Server-Sent
+ * Events. POST /moat.v1.Gateway/<Method> is the Connect protocol's unary
+ * call (JSON or binary protobuf) through the same dispatcher; ExecStream
+ * there streams the same output as Connect envelopes or gRPC-Web frames
+ * (one producer, struct exec_stream, for the three forms), and gRPC-Web
+ * calls every method (framing: http_connect.c). CORS for browsers by
+ * [gateway] http-cors-origins.
  * Not for: behaviour of its own (every route is a Gateway method), or
  * TLS (put a proxy in front).
  */
@@ -32,6 +36,8 @@
 #include "common.pb-c.h"
 #include "gateway.pb-c.h"
 #include "http.h"
+#include "http_connect.h"
+#include "grpc.h"
 #include "mcp_http.h"
 #include "moat/codec.h"
 #include "moat/log.h"
@@ -51,6 +57,7 @@ struct moat_http {
 	struct moat_ratelimit *rl; /* per address and per key buckets */
 	uint64_t refused_auth;     /* 401s before a body (atomic) */
 	uint32_t rps, burst;       /* of rl; rps 0: no limit */
+	char *cors;                /* heap: http-cors-origins; NULL: none */
 };
 
 /* One request's state across libmicrohttpd's calls of the handler. */
@@ -158,6 +165,59 @@ http_status_of(int code)
 	}
 }
 
+/* ---- CORS: [gateway] http-cors-origins ---- */
+
+/* The request headers a browser's Connect or gRPC-Web client sends, and
+ * the reply headers it must be let read (gRPC-Web's status may come as
+ * headers). */
+#define CORS_ALLOW_HEADERS                                                    \
+	"authorization, content-type, connect-protocol-version, "             \
+	"connect-timeout-ms, grpc-timeout, x-grpc-web, x-user-agent, "        \
+	"x-moat-request-id, x-moat-timeout-ms"
+#define CORS_EXPOSE_HEADERS                                                   \
+	"grpc-status, grpc-message, grpc-status-details-bin"
+
+/* door_of: the door serving `conn`: its socket context, set when the
+ * connection is accepted (on_connection). */
+static struct moat_http *
+door_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* cors_origin: the request's Origin when the door lets it read replies
+ * ([gateway] http-cors-origins); NULL otherwise. */
+static const char *
+cors_origin(struct MHD_Connection *conn)
+{
+	const struct moat_http *h = door_of(conn);
+	const char *origin =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+
+	if (h == NULL || origin == NULL ||
+	    !moat_http_cors_allowed(h->cors, origin))
+		return NULL;
+	return origin;
+}
+
+/* cors_headers: on a reply to an allowed Origin, the headers that let
+ * the browser's script read it. */
+static void
+cors_headers(struct MHD_Connection *conn, struct MHD_Response *resp)
+{
+	const char *origin = cors_origin(conn);
+
+	if (origin == NULL)
+		return;
+	MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+	MHD_add_response_header(resp, "Access-Control-Expose-Headers",
+	    CORS_EXPOSE_HEADERS);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+}
+
 /* respond_with: queues `body` (heap, taken in every case; NULL: empty)
  * with `status`, `content_type` and the header `name`: `value` (name
  * NULL: none). */
@@ -181,6 +241,7 @@ respond_with(struct MHD_Connection *conn, unsigned status, char *body,
 	if (status == MHD_HTTP_UNAUTHORIZED)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 		    "Bearer realm=\"moat\"");
+	cors_headers(conn, resp);
 	ret = MHD_queue_response(conn, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -248,36 +309,6 @@ respond_error(struct MHD_Connection *conn, unsigned status, int code,
 
 /* ---- Connect errors ---- */
 
-/* Connect's names of the codes: gRPC's in lower snake case, but
- * "canceled" with one l. */
-static const char *const connect_names[] = {
-	[MOAT_OK] = "ok",
-	[MOAT_CANCELLED] = "canceled",
-	[MOAT_UNKNOWN] = "unknown",
-	[MOAT_INVALID_ARGUMENT] = "invalid_argument",
-	[MOAT_DEADLINE_EXCEEDED] = "deadline_exceeded",
-	[MOAT_NOT_FOUND] = "not_found",
-	[MOAT_ALREADY_EXISTS] = "already_exists",
-	[MOAT_PERMISSION_DENIED] = "permission_denied",
-	[MOAT_RESOURCE_EXHAUSTED] = "resource_exhausted",
-	[MOAT_FAILED_PRECONDITION] = "failed_precondition",
-	[MOAT_ABORTED] = "aborted",
-	[MOAT_OUT_OF_RANGE] = "out_of_range",
-	[MOAT_UNIMPLEMENTED] = "unimplemented",
-	[MOAT_INTERNAL] = "internal",
-	[MOAT_UNAVAILABLE] = "unavailable",
-	[MOAT_DATA_LOSS] = "data_loss",
-	[MOAT_UNAUTHENTICATED] = "unauthenticated",
-};
-
-static const char *
-connect_code_name(int code)
-{
-	if (code < 0 || code > MOAT_STATUS_MAX)
-		return "unknown";
-	return connect_names[code];
-}
-
 /* connect_status_of: the HTTP status of `code` in the Connect protocol's
  * table, which differs from http_status_of's: failed_precondition is a
  * 400 and canceled a 499. */
@@ -302,8 +333,8 @@ connect_error(struct MHD_Connection *conn, unsigned status, int code,
     const char *message, const char *allow)
 {
 	return respond_json(conn, status ? status : connect_status_of(code),
-	    error_json(connect_code_name(code),
-	        message ? message : connect_code_name(code)),
+	    error_json(moat_http_connect_code(code),
+	        message ? message : moat_http_connect_code(code)),
 	    allow);
 }
 
@@ -696,7 +727,7 @@ moat_http_decode(const ProtobufCServiceDescriptor *svc, const char *method,
 	return rv;
 }
 
-/* ---- exec output as Server-Sent Events ---- */
+/* ---- exec output as it comes: SSE, Connect or gRPC-Web ---- */
 
 #define EXEC_STREAM_WAIT_MS 1000     /* one ExecRead's long poll */
 #define EXEC_STREAM_READ_BYTES 65536 /* per stream per ExecRead */
@@ -704,22 +735,36 @@ moat_http_decode(const ProtobufCServiceDescriptor *svc, const char *method,
 #define EXEC_STREAM_KILL_MS 5000
 
 /* One streamed exec, owned by its MHD response: the reader polls
- * ExecRead and formats what comes back as events; the free callback
- * kills the process unless it was seen to exit. At most one ExecRead's
- * worth of events (about 2 * 4/3 * EXEC_STREAM_READ_BYTES) is held. */
+ * ExecRead and writes what comes back in the stream's form (`wire`:
+ * Server-Sent Events, Connect envelopes or gRPC-Web frames, one
+ * producer for all three); the free callback kills the process unless
+ * it was seen to exit. At most one ExecRead's worth of output (about
+ * 2 * 4/3 * EXEC_STREAM_READ_BYTES) is held. */
 struct exec_stream {
 	struct moat_http *h;
-	char *auth;          /* heap: the request's api key */
-	uint64_t request_id; /* ExecStart's, for the logs; each
+	enum moat_http_wire wire; /* MOAT_WIRE_SSE or a streaming form */
+	int fd;                   /* the client's socket (peer_gone) */
+	char *auth;               /* heap: the request's api key */
+	uint64_t request_id;      /* ExecStart's, for the logs; each
 	                             * later call gets its own (a
 	                             * mutating id is used only once) */
-	char *sandbox_id;    /* heap */
+	uint64_t deadline_ms;     /* moat_rpc_now_ms; 0: none */
+	char *sandbox_id;         /* heap */
 	uint64_t exec_id;
 	uint64_t stdout_offset, stderr_offset;
-	char *pending; /* heap: events not yet sent */
-	size_t pending_len, pending_sent;
+	struct moat_http_buf pending; /* not yet sent */
+	size_t pending_sent;
 	bool exited; /* the process is gone: nothing to kill */
 	bool done;   /* the last event is in `pending` */
+};
+
+/* How a stream is asked for and whose it is, read before it starts. */
+struct stream_opts {
+	enum moat_http_wire wire;
+	const char *auth;
+	uint64_t rid;
+	uint32_t timeout_ms;  /* ExecStart's deadline (0: the default) */
+	uint64_t deadline_ms; /* the stream's, moat_rpc_now_ms; 0: none */
 };
 
 /* wants_event_stream: whether the client asked for exec output as it
@@ -737,6 +782,20 @@ wants_event_stream(struct MHD_Connection *conn)
 	    (q != NULL && (strcmp(q, "true") == 0 || strcmp(q, "1") == 0));
 }
 
+/* buf_append: `n` bytes onto b. False when out of memory. */
+static bool
+buf_append(struct moat_http_buf *b, const void *data, size_t n)
+{
+	uint8_t *nb = realloc(b->data, b->len + n);
+
+	if (nb == NULL)
+		return false;
+	memcpy(nb + b->len, data, n);
+	b->data = nb;
+	b->len += n;
+	return true;
+}
+
 /* sse_append: "event: <event>\ndata: <j compact>\n\n" (or the comment
  * line `comment` when event is NULL) onto st->pending; takes `j`. False
  * when out of memory. */
@@ -744,8 +803,8 @@ static bool
 sse_append(struct exec_stream *st, const char *event, json_t *j,
     const char *comment)
 {
-	char *data = NULL, *line, *nb;
-	size_t n;
+	char *data = NULL, *line;
+	bool ok;
 
 	if (event != NULL) {
 		data = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -757,49 +816,223 @@ sse_append(struct exec_stream *st, const char *event, json_t *j,
 	} else {
 		line = moat_asprintf(": %s\n\n", comment);
 	}
-	if (line == NULL)
-		return false;
-	n = strlen(line);
-	if ((nb = realloc(st->pending, st->pending_len + n)) == NULL) {
-		free(line);
+	ok = line != NULL && buf_append(&st->pending, line, strlen(line));
+	free(line);
+	return ok;
+}
+
+/* sse_event: an ExecEvent as SSE: start (the ExecHandle), stdout and
+ * stderr ({"data": base64}), exit (the ExecStatus). */
+static bool
+sse_event(struct exec_stream *st, const Moat__V1__ExecEvent *ev)
+{
+	const ProtobufCBinaryData *bytes =
+	    ev->event_case == MOAT__V1__EXEC_EVENT__EVENT_STDOUT ?
+	    &ev->stdout :
+	    &ev->stderr;
+	ProtobufCMessage *m =
+	    ev->event_case == MOAT__V1__EXEC_EVENT__EVENT_STARTED ?
+	    (ProtobufCMessage *)ev->started :
+	    (ProtobufCMessage *)ev->exit;
+	char *errmsg = NULL, *b64;
+	json_t *j = NULL;
+
+	if (ev->event_case == MOAT__V1__EXEC_EVENT__EVENT_STDOUT ||
+	    ev->event_case == MOAT__V1__EXEC_EVENT__EVENT_STDERR) {
+		b64 = moat_codec_base64(bytes->data, bytes->len);
+		j = b64 ? json_pack("{s:s}", "data", b64) : NULL;
+		free(b64);
+		return j != NULL &&
+		    sse_append(st,
+		        ev->event_case == MOAT__V1__EXEC_EVENT__EVENT_STDOUT ?
+		            "stdout" :
+		            "stderr",
+		        j, NULL);
+	}
+	if (moat_codec_to_json(m, 0, &j, &errmsg) != MOAT_OK) {
+		free(errmsg);
 		return false;
 	}
-	memcpy(nb + st->pending_len, line, n);
-	st->pending = nb;
-	st->pending_len += n;
-	free(line);
-	return true;
+	return sse_append(st,
+	    ev->event_case == MOAT__V1__EXEC_EVENT__EVENT_STARTED ? "start" :
+	                                                            "exit",
+	    j, NULL);
 }
 
-/* sse_append_bytes: one stdout or stderr event, {"data": base64}. */
+/* stream_event: one ExecEvent in the stream's form: an SSE event, or an
+ * enveloped message, proto3 JSON for connect+json, packed otherwise. */
 static bool
-sse_append_bytes(struct exec_stream *st, const char *event,
+stream_event(struct exec_stream *st, const Moat__V1__ExecEvent *ev)
+{
+	char *errmsg = NULL, *text = NULL;
+	uint8_t *packed;
+	size_t len;
+	json_t *j = NULL;
+	bool ok;
+
+	if (st->wire == MOAT_WIRE_SSE)
+		return sse_event(st, ev);
+	if (st->wire == MOAT_WIRE_CONNECT_JSON) {
+		if (moat_codec_to_json((const ProtobufCMessage *)ev, 0, &j,
+		        &errmsg) != MOAT_OK) {
+			free(errmsg);
+			return false;
+		}
+		text = json_dumps(j, JSON_COMPACT);
+		json_decref(j);
+		ok = text != NULL &&
+		    moat_http_frame(&st->pending, MOAT_HTTP_FLAG_MESSAGE, text,
+		        strlen(text));
+		free(text);
+		return ok;
+	}
+	len = protobuf_c_message_get_packed_size((const ProtobufCMessage *)ev);
+	if ((packed = malloc(len ? len : 1)) == NULL)
+		return false;
+	protobuf_c_message_pack((const ProtobufCMessage *)ev, packed);
+	ok =
+	    moat_http_frame(&st->pending, MOAT_HTTP_FLAG_MESSAGE, packed, len);
+	free(packed);
+	return ok;
+}
+
+/* stream_bytes: a stdout or stderr ExecEvent of `bytes`. */
+static bool
+stream_bytes(struct exec_stream *st, bool is_stdout,
     const ProtobufCBinaryData *bytes)
 {
-	char *b64 = moat_codec_base64(bytes->data, bytes->len);
-	json_t *j = b64 ? json_pack("{s:s}", "data", b64) : NULL;
+	Moat__V1__ExecEvent ev = MOAT__V1__EXEC_EVENT__INIT;
 
-	free(b64);
-	return j != NULL && sse_append(st, event, j, NULL);
+	ev.event_case = is_stdout ? MOAT__V1__EXEC_EVENT__EVENT_STDOUT :
+	                            MOAT__V1__EXEC_EVENT__EVENT_STDERR;
+	if (is_stdout)
+		ev.stdout = *bytes;
+	else
+		ev.stderr = *bytes;
+	return stream_event(st, &ev);
 }
 
-/* sse_append_error: an `error` event, {"code", "message"}; the stream
- * ends after it. */
-static void
-sse_append_error(struct exec_stream *st, int code, const char *message)
+/* wire_end: the end of a stream in `w` onto b: Connect's end-of-stream
+ * message, gRPC-Web's trailers, or (SSE) an `error` event
+ * {"code", "message"} unless code is MOAT_OK. */
+static bool
+wire_end(struct moat_http_buf *b, enum moat_http_wire w, int code,
+    const char *message)
 {
-	sse_append(st, "error",
-	    json_pack("{s:s, s:s}", "code", moat_strerror(code), "message",
-	        message ? message : ""),
-	    NULL);
+	json_t *j;
+	char *text, *line;
+	bool ok;
+
+	if (w == MOAT_WIRE_CONNECT_JSON || w == MOAT_WIRE_CONNECT_PROTO)
+		return moat_http_connect_end(b, code, message);
+	if (w == MOAT_WIRE_GRPC_WEB || w == MOAT_WIRE_GRPC_WEB_TEXT)
+		return moat_http_grpc_web_trailers(b, code, message);
+	if (code == MOAT_OK)
+		return true;
+	j = json_pack("{s:s, s:s}", "code", moat_strerror(code), "message",
+	    message ? message : "");
+	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	line = text ? moat_asprintf("event: error\ndata: %s\n\n", text) : NULL;
+	ok = line != NULL && buf_append(b, line, strlen(line));
+	json_decref(j);
+	free(text);
+	free(line);
+	return ok;
+}
+
+/* stream_end: the stream's last message, its status; nothing follows. */
+static void
+stream_end(struct exec_stream *st, int code, const char *message)
+{
+	if (!wire_end(&st->pending, st->wire, code, message))
+		moat_warn(st->request_id,
+		    "http-exec-stream sandbox %s exec %llu: out of memory "
+		    "ending the stream (%s)",
+		    st->sandbox_id, (unsigned long long)st->exec_id,
+		    moat_strerror(code));
 	st->done = true;
 }
 
-/* exec_stream_poll: one ExecRead (blocking up to about
- * EXEC_STREAM_WAIT_MS), its output as events; the exit event and done
- * once everything is read; a comment when nothing came, so that a
- * client that went away is noticed at the next write. */
+/* peer_gone: whether the client closed its side. Connect and gRPC-Web
+ * have no comment to write while a command is quiet (SSE writes one),
+ * so a quiet stream looks at its socket instead: a read of 0 bytes is
+ * the peer's FIN. */
+static bool
+peer_gone(int fd)
+{
+	char c;
+
+	return fd >= 0 && recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* exec_stream_kill: ExecKill of the stream's process, once. */
 static void
+exec_stream_kill(struct exec_stream *st)
+{
+	Moat__V1__ExecKillRequest kq = MOAT__V1__EXEC_KILL_REQUEST__INIT;
+	const ProtobufCMethodDescriptor *md =
+	    protobuf_c_service_descriptor_get_method_by_name(st->h->service,
+	        "ExecKill");
+	ProtobufCMessage *reply = NULL;
+	char *errmsg = NULL;
+
+	if (st->exited || st->sandbox_id == NULL)
+		return;
+	st->exited = true;
+	kq.sandbox_id = st->sandbox_id;
+	kq.exec_id = st->exec_id;
+	if (call_gateway_as(st->h, st->auth ? st->auth : "", 0,
+	        EXEC_STREAM_KILL_MS, md, (ProtobufCMessage *)&kq, &reply,
+	        &errmsg) != MOAT_OK)
+		moat_warn(st->request_id,
+		    "http-exec-stream-kill "
+		    "sandbox %s exec %llu: the stream ended but the "
+		    "kill failed: %s",
+		    st->sandbox_id, (unsigned long long)st->exec_id, errmsg);
+	if (reply != NULL)
+		protobuf_c_message_free_unpacked(reply, NULL);
+	free(errmsg);
+}
+
+/* stream_wait_ms: how long the next ExecRead may wait: a long poll's
+ * worth, or less if the deadline comes first; 0 when it has passed. */
+static uint32_t
+stream_wait_ms(const struct exec_stream *st)
+{
+	uint64_t now = moat_rpc_now_ms();
+
+	if (st->deadline_ms == 0)
+		return EXEC_STREAM_WAIT_MS;
+	if (now >= st->deadline_ms)
+		return 0;
+	return st->deadline_ms - now < EXEC_STREAM_WAIT_MS ?
+	    (uint32_t)(st->deadline_ms - now) :
+	    EXEC_STREAM_WAIT_MS;
+}
+
+/* stream_exit: the exit event of ExecRead's `rr` and the stream's end. */
+static bool
+stream_exit(struct exec_stream *st, Moat__V1__ExecReadReply *rr)
+{
+	Moat__V1__ExecStatus none = MOAT__V1__EXEC_STATUS__INIT;
+	Moat__V1__ExecEvent ev = MOAT__V1__EXEC_EVENT__INIT;
+
+	st->exited = true;
+	ev.event_case = MOAT__V1__EXEC_EVENT__EVENT_EXIT;
+	ev.exit = rr->status != NULL ? rr->status : &none;
+	if (!stream_event(st, &ev))
+		return false;
+	stream_end(st, MOAT_OK, NULL);
+	return true;
+}
+
+/* exec_stream_poll: one ExecRead (blocking up to about
+ * EXEC_STREAM_WAIT_MS), its output as events; the exit event and the
+ * end once everything is read; past the deadline, the kill and
+ * DEADLINE_EXCEEDED. When nothing came: SSE writes a comment, so that a
+ * client that went away is noticed at the next write; the other forms
+ * look at the socket. False when the client is gone. */
+static bool
 exec_stream_poll(struct exec_stream *st)
 {
 	Moat__V1__ExecReadRequest rq = MOAT__V1__EXEC_READ_REQUEST__INIT;
@@ -808,31 +1041,36 @@ exec_stream_poll(struct exec_stream *st)
 	        "ExecRead");
 	Moat__V1__ExecReadReply *rr;
 	ProtobufCMessage *reply = NULL;
-	json_t *status = NULL;
 	char *errmsg = NULL;
 	bool had_output, ok = true;
 	int rv;
 
+	if ((rq.wait_ms = stream_wait_ms(st)) == 0) {
+		exec_stream_kill(st);
+		stream_end(st, MOAT_DEADLINE_EXCEEDED,
+		    "the stream's deadline (Connect-Timeout-Ms or "
+		    "grpc-timeout) passed: the command was killed");
+		return true;
+	}
 	rq.sandbox_id = st->sandbox_id;
 	rq.exec_id = st->exec_id;
 	rq.stdout_offset = st->stdout_offset;
 	rq.stderr_offset = st->stderr_offset;
-	rq.wait_ms = EXEC_STREAM_WAIT_MS;
 	rq.max_bytes = EXEC_STREAM_READ_BYTES;
 	rv = call_gateway_as(st->h, st->auth, 0,
-	    EXEC_STREAM_WAIT_MS + EXEC_STREAM_CALL_MS, md,
-	    (ProtobufCMessage *)&rq, &reply, &errmsg);
+	    rq.wait_ms + EXEC_STREAM_CALL_MS, md, (ProtobufCMessage *)&rq,
+	    &reply, &errmsg);
 	if (rv != MOAT_OK) {
-		sse_append_error(st, rv, errmsg);
+		stream_end(st, rv, errmsg);
 		free(errmsg);
-		return;
+		return true;
 	}
 	rr = (Moat__V1__ExecReadReply *)reply;
 	had_output = rr->stdout.len > 0 || rr->stderr.len > 0;
 	if (rr->stdout.len > 0)
-		ok = ok && sse_append_bytes(st, "stdout", &rr->stdout);
+		ok = ok && stream_bytes(st, true, &rr->stdout);
 	if (rr->stderr.len > 0)
-		ok = ok && sse_append_bytes(st, "stderr", &rr->stderr);
+		ok = ok && stream_bytes(st, false, &rr->stderr);
 	st->stdout_offset = rr->stdout_next > st->stdout_offset ?
 	    rr->stdout_next :
 	    st->stdout_offset + rr->stdout.len;
@@ -843,30 +1081,44 @@ exec_stream_poll(struct exec_stream *st)
 	 * back empty has nothing left either, eof or not. */
 	if (ok &&
 	    (rr->eof ||
-	        (rr->status != NULL && rr->status->exited && !had_output))) {
-		st->exited = true;
-		if (rr->status == NULL)
-			status = json_object();
-		else if (moat_codec_to_json((ProtobufCMessage *)rr->status, 0,
-		             &status, &errmsg) != MOAT_OK) {
-			free(errmsg);
-			status = NULL;
-		}
-		ok = status != NULL && sse_append(st, "exit", status, NULL);
-		st->done = true;
-	} else if (ok && !had_output) {
+	        (rr->status != NULL && rr->status->exited && !had_output)))
+		ok = stream_exit(st, rr);
+	else if (ok && !had_output && st->wire == MOAT_WIRE_SSE)
 		ok = sse_append(st, NULL, NULL, "waiting");
+	else if (ok && !had_output && peer_gone(st->fd)) {
+		protobuf_c_message_free_unpacked(reply, NULL);
+		return false;
 	}
 	protobuf_c_message_free_unpacked(reply, NULL);
 	if (!ok)
-		sse_append_error(st, MOAT_RESOURCE_EXHAUSTED,
-		    "out of memory "
-		    "formatting exec output");
+		stream_end(st, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory formatting exec output");
+	return true;
+}
+
+/* wire_text: gRPC-Web-text's base64 of b's bytes from `from` on, in
+ * place (each piece padded: clients decode 4 characters at a time). */
+static bool
+wire_text(struct moat_http_buf *b, size_t from)
+{
+	char *b64;
+
+	if (b->len == from)
+		return true;
+	if ((b64 = moat_codec_base64(b->data + from, b->len - from)) == NULL)
+		return false;
+	b->len = from;
+	if (!buf_append(b, b64, strlen(b64))) {
+		free(b64);
+		return false;
+	}
+	free(b64);
+	return true;
 }
 
 /* exec_stream_read: libmicrohttpd's content reader; blocks this
  * connection's thread (thread per connection) for one ExecRead at most
- * per call. */
+ * per poll. */
 static ssize_t
 exec_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -874,20 +1126,24 @@ exec_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	size_t n;
 
 	(void)pos;
-	while (st->pending_sent == st->pending_len) {
-		free(st->pending);
-		st->pending = NULL;
-		st->pending_len = st->pending_sent = 0;
+	while (st->pending_sent == st->pending.len) {
+		free(st->pending.data);
+		st->pending.data = NULL;
+		st->pending.len = st->pending_sent = 0;
 		if (st->done)
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		exec_stream_poll(st);
-		if (st->pending_len == 0) /* not even an error fit */
+		if (!exec_stream_poll(st))
+			return MHD_CONTENT_READER_END_WITH_ERROR; /* killed */
+		if (st->wire == MOAT_WIRE_GRPC_WEB_TEXT &&
+		    !wire_text(&st->pending, 0))
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (st->done && st->pending.len == 0) /* no end fit */
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 	}
-	n = st->pending_len - st->pending_sent;
+	n = st->pending.len - st->pending_sent;
 	if (n > max)
 		n = max;
-	memcpy(buf, st->pending + st->pending_sent, n);
+	memcpy(buf, st->pending.data + st->pending_sent, n);
 	st->pending_sent += n;
 	return (ssize_t)n;
 }
@@ -902,105 +1158,150 @@ exec_stream_free(void *cls)
 
 	if (st == NULL)
 		return;
-	if (!st->exited && st->sandbox_id != NULL) {
-		Moat__V1__ExecKillRequest kq =
-		    MOAT__V1__EXEC_KILL_REQUEST__INIT;
-		const ProtobufCMethodDescriptor *md =
-		    protobuf_c_service_descriptor_get_method_by_name(
-		        st->h->service, "ExecKill");
-		ProtobufCMessage *reply = NULL;
-		char *errmsg = NULL;
-
-		kq.sandbox_id = st->sandbox_id;
-		kq.exec_id = st->exec_id;
-		if (call_gateway_as(st->h, st->auth ? st->auth : "", 0,
-		        EXEC_STREAM_KILL_MS, md, (ProtobufCMessage *)&kq,
-		        &reply, &errmsg) != MOAT_OK)
-			moat_warn(st->request_id,
-			    "http-exec-stream-kill "
-			    "sandbox %s exec %llu: the stream ended but the "
-			    "kill failed: %s",
-			    st->sandbox_id, (unsigned long long)st->exec_id,
-			    errmsg);
-		if (reply != NULL)
-			protobuf_c_message_free_unpacked(reply, NULL);
-		free(errmsg);
-	}
-	free(st->pending);
+	exec_stream_kill(st);
+	free(st->pending.data);
 	free(st->sandbox_id);
 	free(st->auth);
 	free(st);
 }
 
-/* serve_exec_stream: POST .../exec as an event stream: ExecStart with
- * `req` (an ExecRequest, the caller's), then a `start` event with the
- * handle, `stdout`/`stderr` events as output comes, and `exit` with the
- * ExecStatus. Errors before the start are ordinary JSON replies. */
+/* stream_response: a 200 whose body `st` writes (st NULL: the `len`
+ * bytes at `body`, taken), in `w`'s Content-Type, with the CORS headers
+ * of the door. MHD_NO when it cannot be queued. */
+static enum MHD_Result
+stream_response(struct MHD_Connection *conn, enum moat_http_wire w,
+    struct exec_stream *st, uint8_t *body, size_t len)
+{
+	struct MHD_Response *resp = st != NULL ?
+	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
+	        exec_stream_read, st, exec_stream_free) :
+	    MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	enum MHD_Result ret;
+
+	if (resp == NULL) {
+		if (st != NULL)
+			exec_stream_free(st);
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+	    w == MOAT_WIRE_SSE ? "text/event-stream" : moat_http_wire_type(w));
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+	    "no-cache");
+	cors_headers(conn, resp);
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp); /* a failed queue frees st: killed */
+	return ret;
+}
+
+/* wire_error: an error in `w` before anything was streamed: a JSON
+ * error for SSE and Connect unary; for the streaming forms a 200 whose
+ * body is the end alone (Connect's end-of-stream message, gRPC-Web's
+ * trailers), as their clients read errors. */
+static enum MHD_Result
+wire_error(struct MHD_Connection *conn, enum moat_http_wire w, int code,
+    const char *message)
+{
+	struct moat_http_buf b = { 0 };
+
+	if (w == MOAT_WIRE_SSE)
+		return respond_error(conn, 0, code, message, NULL);
+	if (!moat_http_wire_streams(w))
+		return connect_error(conn, 0, code, message, NULL);
+	if (!wire_end(&b, w, code, message) ||
+	    (w == MOAT_WIRE_GRPC_WEB_TEXT && !wire_text(&b, 0))) {
+		free(b.data);
+		return MHD_NO;
+	}
+	return stream_response(conn, w, NULL, b.data, b.len);
+}
+
+/* connection_fd: the client's socket, -1 when unknown. */
+static int
+connection_fd(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+	return ci != NULL ? ci->connect_fd : -1;
+}
+
+/* serve_exec_stream: exec output as it comes: ExecStart with `req` (an
+ * ExecRequest, the caller's), then the ExecHandle (SSE: a `start`
+ * event; else a `started` ExecEvent), stdout/stderr events as output
+ * comes, and the exit ExecStatus, then the stream's end in o->wire.
+ * Errors before the start are wire_error's. */
 static enum MHD_Result
 serve_exec_stream(struct moat_http *h, struct MHD_Connection *conn,
-    const ProtobufCMessage *req)
+    const ProtobufCMessage *req, const struct stream_opts *o)
 {
 	const ProtobufCMethodDescriptor *md =
 	    protobuf_c_service_descriptor_get_method_by_name(h->service,
 	        "ExecStart");
-	Moat__V1__ExecHandle *handle;
+	Moat__V1__ExecEvent ev = MOAT__V1__EXEC_EVENT__INIT;
 	ProtobufCMessage *reply = NULL;
-	struct MHD_Response *resp;
 	struct exec_stream *st;
-	const char *auth;
-	uint64_t rid = 0, timeout = 0;
+	uint64_t rid = o->rid ? o->rid : moat_rpc_new_request_id();
 	char *errmsg = NULL;
-	json_t *start = NULL;
 	enum MHD_Result ret;
+	bool ok;
 	int rv;
 
-	if ((rv = request_auth(conn, &auth, &rid, &timeout, &errmsg)) !=
-	    MOAT_OK)
-		goto fail_reply;
-	if (rid == 0)
-		rid = moat_rpc_new_request_id();
-	if ((rv = call_gateway_as(h, auth, rid, (uint32_t)timeout, md, req,
-	         &reply, &errmsg)) != MOAT_OK)
-		goto fail_reply;
-	handle = (Moat__V1__ExecHandle *)reply;
+	if ((rv = call_gateway_as(h, o->auth, rid, o->timeout_ms, md, req,
+	         &reply, &errmsg)) != MOAT_OK) {
+		ret = wire_error(conn, o->wire, rv, errmsg);
+		free(errmsg);
+		return ret;
+	}
+	ev.event_case = MOAT__V1__EXEC_EVENT__EVENT_STARTED;
+	ev.started = (Moat__V1__ExecHandle *)reply;
 	if ((st = calloc(1, sizeof(*st))) == NULL) {
 		protobuf_c_message_free_unpacked(reply, NULL);
 		return MHD_NO;
 	}
 	st->h = h;
+	st->wire = o->wire;
+	st->fd = connection_fd(conn);
 	st->request_id = rid;
-	st->exec_id = handle->exec_id;
-	st->auth = strdup(auth);
-	st->sandbox_id = strdup(handle->sandbox_id ? handle->sandbox_id : "");
-	if (moat_codec_to_json(reply, 0, &start, &errmsg) != MOAT_OK) {
-		free(errmsg);
-		start = NULL;
-	}
+	st->deadline_ms = o->deadline_ms;
+	st->exec_id = ev.started->exec_id;
+	st->auth = strdup(o->auth);
+	st->sandbox_id =
+	    strdup(ev.started->sandbox_id ? ev.started->sandbox_id : "");
+	ok = st->auth != NULL && st->sandbox_id != NULL &&
+	    stream_event(st, &ev) &&
+	    (st->wire != MOAT_WIRE_GRPC_WEB_TEXT ||
+	        wire_text(&st->pending, 0));
 	protobuf_c_message_free_unpacked(reply, NULL);
-	if (st->auth == NULL || st->sandbox_id == NULL || start == NULL ||
-	    !sse_append(st, "start", start, NULL)) {
+	if (!ok) {
 		exec_stream_free(st); /* kills it */
-		return respond_error(conn, 0, MOAT_RESOURCE_EXHAUSTED,
-		    "out of memory starting the exec stream", NULL);
+		return wire_error(conn, o->wire, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory starting the exec stream");
 	}
-	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
-	    exec_stream_read, st, exec_stream_free);
-	if (resp == NULL) {
-		exec_stream_free(st);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-	    "text/event-stream");
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
-	    "no-cache");
-	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
-	MHD_destroy_response(resp); /* a failed queue frees st: killed */
-	return ret;
+	return stream_response(conn, o->wire, st, NULL, 0);
+}
 
-fail_reply:
-	ret = respond_error(conn, 0, rv, errmsg, NULL);
-	free(errmsg);
-	return ret;
+/* serve_sse: POST .../exec as Server-Sent Events, with the key, request
+ * id and ExecStart timeout of the X-Moat- headers (request_auth); no
+ * deadline for the stream (the client ends it by going away). */
+static enum MHD_Result
+serve_sse(struct moat_http *h, struct MHD_Connection *conn,
+    const ProtobufCMessage *req)
+{
+	struct stream_opts o = { .wire = MOAT_WIRE_SSE };
+	uint64_t timeout = 0;
+	char *errmsg = NULL;
+	enum MHD_Result ret;
+	int rv;
+
+	if ((rv = request_auth(conn, &o.auth, &o.rid, &timeout, &errmsg)) !=
+	    MOAT_OK) {
+		ret = respond_error(conn, 0, rv, errmsg, NULL);
+		free(errmsg);
+		return ret;
+	}
+	o.timeout_ms = (uint32_t)timeout;
+	return serve_exec_stream(h, conn, req, &o);
 }
 
 /* route_input: the input message of `md` from the request as route `rt`
@@ -1067,7 +1368,7 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 	}
 	if (rt->rpc_method != NULL && strcmp(rt->rpc_method, "Exec") == 0 &&
 	    wants_event_stream(conn)) {
-		ret = serve_exec_stream(h, conn, req);
+		ret = serve_sse(h, conn, req);
 		protobuf_c_message_free_unpacked(req, NULL);
 		return ret;
 	}
@@ -1106,8 +1407,6 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 
 /* ---- Connect unary: POST /<service>/<Method> ---- */
 
-#define CONNECT_TYPES "application/json, application/proto"
-
 /* The Connect route reads its JSON body as the generic /v1/rpc/ one. */
 static const struct route connect_route = { "/{service}/{}", "POST", NULL,
 	BODY_JSON, NULL, false };
@@ -1126,43 +1425,33 @@ connect_method(const ProtobufCServiceDescriptor *svc, const char *url)
 	return url + 2 + n;
 }
 
-/* connect_codec: whether the request's Content-Type is application/proto
- * (true) or application/json (false, parameters such as charset
- * allowed); 415 otherwise, answered in *ret. */
+/* connect_wire: the protocol the request's Content-Type asks for
+ * (http_connect.h); 415 naming those served otherwise, answered in
+ * *ret. */
 static bool
-connect_codec(struct MHD_Connection *conn, bool *proto, enum MHD_Result *ret)
+connect_wire(struct MHD_Connection *conn, enum moat_http_wire *w,
+    enum MHD_Result *ret)
 {
 	const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	    MHD_HTTP_HEADER_CONTENT_TYPE);
-	size_t n = ct ? strcspn(ct, ";") : 0;
+	char *msg, *text;
+	json_t *j;
 
-	while (n > 0 && (ct[n - 1] == ' ' || ct[n - 1] == '\t'))
-		n--;
-	if (ct != NULL && n == 16 &&
-	    strncasecmp(ct, "application/json", n) == 0)
-		*proto = false;
-	else if (ct != NULL && n == 17 &&
-	    strncasecmp(ct, "application/proto", n) == 0)
-		*proto = true;
-	else {
-		char *msg = moat_asprintf("Content-Type \"%s\" is not a "
-		                          "Connect unary codec: send "
-		                          "application/json or "
-		                          "application/proto",
-		    ct ? ct : "(none)");
-		json_t *j = error_json("unimplemented",
-		    msg ? msg : "unsupported Content-Type");
-		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-
-		free(msg);
-		json_decref(j);
-		/* Accept-Post names the codecs (RFC 9110's 415 hint). */
-		*ret = respond_with(conn, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
-		    text, text ? strlen(text) : 0, "application/json",
-		    MHD_HTTP_HEADER_ACCEPT_POST, CONNECT_TYPES);
-		return false;
-	}
-	return true;
+	if ((*w = moat_http_wire_of(ct)) != MOAT_WIRE_OTHER)
+		return true;
+	msg = moat_asprintf("Content-Type \"%s\" is not one of Connect's or "
+	                    "gRPC-Web's: send " MOAT_HTTP_WIRE_TYPES,
+	    ct ? ct : "(none)");
+	j = error_json("unimplemented",
+	    msg ? msg : "unsupported Content-Type");
+	text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	free(msg);
+	json_decref(j);
+	/* Accept-Post names the codecs (RFC 9110's 415 hint). */
+	*ret = respond_with(conn, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, text,
+	    text ? strlen(text) : 0, "application/json",
+	    MHD_HTTP_HEADER_ACCEPT_POST, MOAT_HTTP_WIRE_TYPES);
+	return false;
 }
 
 /* connect_call_opts: the api key, request id and deadline of a Connect
@@ -1249,8 +1538,164 @@ connect_reply(struct MHD_Connection *conn, ProtobufCMessage *reply, bool proto)
 	return respond_json(conn, MHD_HTTP_OK, out, NULL);
 }
 
-/* serve_connect: a Connect unary call of `method`, through the same
- * decoding (JSON) and dispatcher as POST /v1/rpc/<Method>; the door's
+/* grpc_web_opts: the api key and deadline of a gRPC-Web call, as the
+ * gRPC door reads them: authorization: Bearer and grpc-timeout. */
+static int
+grpc_web_opts(struct MHD_Connection *conn, struct stream_opts *o,
+    char **errmsg)
+{
+	const char *tmo =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "grpc-timeout");
+	uint64_t ms = 0;
+	int rv;
+
+	if ((rv = moat_http_bearer_key(MHD_lookup_connection_value(conn,
+	                                   MHD_HEADER_KIND,
+	                                   MHD_HTTP_HEADER_AUTHORIZATION),
+	         &o->auth, errmsg)) != MOAT_OK)
+		return rv;
+	if (tmo != NULL && !moat_grpc_parse_timeout(tmo, &ms)) {
+		*errmsg =
+		    moat_asprintf("grpc-timeout \"%s\" is not 1 to 8 "
+		                  "digits and a unit (H M S m u n): send "
+		                  "e.g. 500m",
+		        tmo);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	o->timeout_ms = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+	return MOAT_OK;
+}
+
+/* stream_input: the input message of `md` from a streaming form's body:
+ * one envelope, its message packed or (connect+json) proto3 JSON. On
+ * MOAT_OK *req is the caller's; otherwise *errmsg (heap). */
+static int
+stream_input(enum moat_http_wire w, const ProtobufCMethodDescriptor *md,
+    const struct http_req *hr, ProtobufCMessage **req, char **errmsg)
+{
+	const uint8_t *msg;
+	uint8_t *owned = NULL;
+	size_t msg_len;
+	const char *why;
+	json_t *j;
+	int rv;
+
+	*req = NULL;
+	if ((rv = moat_http_unenvelope(w, (const uint8_t *)hr->body, hr->len,
+	         &owned, &msg, &msg_len, &why)) != MOAT_OK) {
+		*errmsg = moat_asprintf("%s: send one enveloped %s (a flag "
+		                        "byte 0, its length in 4 bytes "
+		                        "big-endian, the message)",
+		    why, md->input->name);
+		return rv;
+	}
+	if (w == MOAT_WIRE_CONNECT_JSON) {
+		j = json_loadb((const char *)msg, msg_len, 0, NULL);
+		rv = j == NULL ?
+		    MOAT_INVALID_ARGUMENT :
+		    moat_codec_from_json(md->input, j, 0, req, errmsg);
+		if (j == NULL)
+			*errmsg =
+			    moat_asprintf("the enveloped message is not "
+			                  "JSON: send a %s as proto3 JSON",
+			        md->input->name);
+		json_decref(j);
+	} else if ((*req = protobuf_c_message_unpack(md->input, NULL, msg_len,
+	                msg)) == NULL) {
+		rv = MOAT_INVALID_ARGUMENT;
+		*errmsg = moat_asprintf("the enveloped message is not a "
+		                        "binary %s",
+		    md->input->name);
+	} else
+		rv = MOAT_OK;
+	free(owned);
+	return rv;
+}
+
+/* grpc_web_reply: a unary gRPC-Web reply: `reply`'s data frame, then
+ * the trailers frame with the status. */
+static enum MHD_Result
+grpc_web_reply(struct MHD_Connection *conn, enum moat_http_wire w,
+    const ProtobufCMessage *reply)
+{
+	struct moat_http_buf b = { 0 };
+	size_t len = protobuf_c_message_get_packed_size(reply);
+	uint8_t *packed = malloc(len ? len : 1);
+	bool ok = packed != NULL;
+
+	if (ok)
+		protobuf_c_message_pack(reply, packed);
+	ok = ok && moat_http_frame(&b, MOAT_HTTP_FLAG_MESSAGE, packed, len) &&
+	    moat_http_grpc_web_trailers(&b, MOAT_OK, NULL) &&
+	    (w != MOAT_WIRE_GRPC_WEB_TEXT || wire_text(&b, 0));
+	free(packed);
+	if (!ok) {
+		free(b.data);
+		return wire_error(conn, w, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory");
+	}
+	return stream_response(conn, w, NULL, b.data, b.len);
+}
+
+/* serve_streaming: a call in a streaming form (Connect streaming or
+ * gRPC-Web): ExecStream streams; gRPC-Web calls every other method
+ * unary; Connect's streaming form of a unary method is refused saying
+ * what to send. */
+static enum MHD_Result
+serve_streaming(struct moat_http *h, struct MHD_Connection *conn,
+    const ProtobufCMethodDescriptor *md, enum moat_http_wire w,
+    const struct http_req *hr)
+{
+	struct stream_opts o = { .wire = w };
+	ProtobufCMessage *req = NULL, *reply = NULL;
+	bool streams = strcmp(md->name, "ExecStream") == 0;
+	bool connect =
+	    w == MOAT_WIRE_CONNECT_JSON || w == MOAT_WIRE_CONNECT_PROTO;
+	char *errmsg = NULL;
+	enum MHD_Result ret;
+	int rv;
+
+	if (connect && !streams) {
+		errmsg = moat_asprintf("%s is unary: send application/proto "
+		                       "or application/json (Connect's unary "
+		                       "form); only ExecStream streams",
+		    md->name);
+		rv = MOAT_UNIMPLEMENTED;
+		goto fail;
+	}
+	rv = connect ?
+	    connect_call_opts(conn, &o.auth, &o.rid, &o.timeout_ms, &errmsg) :
+	    grpc_web_opts(conn, &o, &errmsg);
+	if (rv != MOAT_OK ||
+	    (rv = stream_input(w, md, hr, &req, &errmsg)) != MOAT_OK)
+		goto fail;
+	if (streams) {
+		/* The deadline is the stream's: the command is killed
+		 * when it passes. */
+		if (o.timeout_ms != 0)
+			o.deadline_ms = moat_rpc_now_ms() + o.timeout_ms;
+		ret = serve_exec_stream(h, conn, req, &o);
+		protobuf_c_message_free_unpacked(req, NULL);
+		return ret;
+	}
+	rv = call_gateway_as(h, o.auth, o.rid, o.timeout_ms, md, req, &reply,
+	    &errmsg);
+	protobuf_c_message_free_unpacked(req, NULL);
+	if (rv != MOAT_OK)
+		goto fail;
+	ret = grpc_web_reply(conn, w, reply);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	return ret;
+
+fail:
+	ret = wire_error(conn, w, rv, errmsg);
+	free(errmsg);
+	return ret;
+}
+
+/* serve_connect: a Connect or gRPC-Web call of `method`: the unary
+ * Connect forms through the same decoding (JSON) and dispatcher as POST
+ * /v1/rpc/<Method>, the enveloped forms by serve_streaming; the door's
  * admission (keys, rate limits, body limit) ran before. */
 static enum MHD_Result
 serve_connect(struct moat_http *h, struct MHD_Connection *conn,
@@ -1262,6 +1707,7 @@ serve_connect(struct moat_http *h, struct MHD_Connection *conn,
 	char *errmsg = NULL;
 	uint64_t rid = 0;
 	uint32_t timeout_ms = 0;
+	enum moat_http_wire w;
 	enum MHD_Result ret;
 	bool proto;
 	int rv;
@@ -1271,6 +1717,8 @@ serve_connect(struct moat_http *h, struct MHD_Connection *conn,
 		    MOAT_UNIMPLEMENTED,
 		    "Connect calls are POST (the GET form is not served)",
 		    "POST");
+	if (!connect_wire(conn, &w, &ret))
+		return ret;
 	md = protobuf_c_service_descriptor_get_method_by_name(h->service,
 	    method);
 	if (md == NULL) {
@@ -1278,12 +1726,21 @@ serve_connect(struct moat_http *h, struct MHD_Connection *conn,
 		                       "/%s/<Method> with a method of "
 		                       "gateway.proto (CreateSandbox, ...)",
 		    h->service->name, method, h->service->name);
-		ret = connect_error(conn, 0, MOAT_UNIMPLEMENTED, errmsg, NULL);
+		ret = wire_error(conn, w, MOAT_UNIMPLEMENTED, errmsg);
 		free(errmsg);
 		return ret;
 	}
-	if (!connect_codec(conn, &proto, &ret))
-		return ret;
+	if (moat_http_wire_streams(w))
+		return serve_streaming(h, conn, md, w, hr);
+	proto = w == MOAT_WIRE_PROTO;
+	if (strcmp(md->name, "ExecStream") == 0) {
+		rv = MOAT_UNIMPLEMENTED;
+		errmsg = moat_asprintf(
+		    "ExecStream streams: send application/connect+proto or "
+		    "+json (or application/grpc-web+proto), one enveloped "
+		    "ExecRequest; or call Exec unary");
+		goto fail;
+	}
 	if ((rv = connect_call_opts(conn, &auth, &rid, &timeout_ms,
 	         &errmsg)) != MOAT_OK)
 		goto fail;
@@ -1685,6 +2142,54 @@ openapi_rpc(struct moat_http *h, json_t *paths, json_t *schemas)
 	}
 }
 
+/* openapi_exec_stream_connect: POST /moat.v1.Gateway/ExecStream, the
+ * one streaming method, in Connect's streaming form (the unary Connect
+ * routes mirror /v1/rpc/ and are not listed; this one has no /v1/rpc/
+ * form: there it is UNIMPLEMENTED, as over nng). */
+static json_t *
+openapi_exec_stream_connect(json_t *schemas)
+{
+	char *ref = moat_asprintf("#/components/schemas/%s",
+	    moat__v1__exec_event__descriptor.name);
+	json_t *op;
+
+	schema_add(schemas, &moat__v1__exec_event__descriptor);
+	op = json_pack(
+	    "{s:{s:s, s:s, s:s, s:[s], s:{s:b, s:s, s:{s:{s:{s:s, s:s}}}}, "
+	    "s:{s:{s:s, s:{s:{s:{s:s, s:s, s:{s:s}}}}}}}}",
+	    "post", "operationId", "ExecStreamConnect", "summary",
+	    "moat.v1.Gateway.ExecStream (Connect server streaming)",
+	    "description",
+	    "Runs a command and streams its output as it comes. Request: "
+	    "Content-Type application/connect+json (or connect+proto), the "
+	    "body one envelope: a flag byte 0, the message's length in 4 "
+	    "bytes big-endian, an ExecRequest. Reply: 200 with the same "
+	    "Content-Type, a sequence of envelopes (flag 0) each holding an "
+	    "ExecEvent: started (the ExecHandle) first, stdout and stderr "
+	    "bytes as output arrives, exit (the ExecStatus) last; then the "
+	    "end-of-stream envelope (flag 2) whose JSON is {} or {\"error\": "
+	    "{\"code\": \"deadline_exceeded\", \"message\": ...}}. "
+	    "Connect-Timeout-Ms is the stream's deadline: past it the "
+	    "command is killed. A client that goes away gets the command "
+	    "killed. gRPC-Web (application/grpc-web+proto) is served at the "
+	    "same URL, with a trailers frame (flag 0x80) for the status. The "
+	    "unary Connect forms (application/json, application/proto) "
+	    "answer unimplemented. Server-Sent Events of the same output: "
+	    "POST /v1/sandboxes/{id}/exec with Accept: text/event-stream.",
+	    "tags", "rpc", "requestBody", "required", 1, "description",
+	    "one enveloped ExecRequest", "content", "application/connect+json",
+	    "schema", "type", "string", "format", "binary", "responses", "200",
+	    "description",
+	    "enveloped ExecEvent messages, then the end-of-stream message",
+	    "content", "application/connect+json", "schema", "type", "array",
+	    "description",
+	    "the ExecEvents in order, each in its own envelope (not a JSON "
+	    "array on the wire)",
+	    "items", "$ref", ref ? ref : "");
+	free(ref);
+	return op;
+}
+
 /* openapi: the OpenAPI 3 document of the door: every Gateway method at
  * POST /v1/rpc/<Method>, the REST routes, and the operator routes, with
  * the messages' schemas from the methods' descriptors. */
@@ -1707,7 +2212,9 @@ openapi(struct moat_http *h)
 	    "/moat.v1.Gateway/<Method>, Content-Type application/json or "
 	    "application/proto, Connect-Timeout-Ms, errors as "
 	    "{\"code\": \"not_found\", ...}), which this document does "
-	    "not list. " OPENAPI_CODEC_NOTE,
+	    "not list, and gRPC-Web calls (application/grpc-web+proto); "
+	    "ExecStream streams in Connect's streaming form "
+	    "(listed). " OPENAPI_CODEC_NOTE,
 	    "paths", json_object(), "components", "schemas", json_object(),
 	    "securitySchemes", "apiKey", "type", "http", "scheme", "bearer",
 	    "security", "apiKey");
@@ -1719,6 +2226,8 @@ openapi(struct moat_http *h)
 	json_object_set_new(schemas, "Error", openapi_error());
 	openapi_rpc(h, paths, schemas);
 	openapi_rest(h, paths, schemas);
+	json_object_set_new(paths, "/moat.v1.Gateway/ExecStream",
+	    openapi_exec_stream_connect(schemas));
 	json_object_set_new(paths, "/metrics",
 	    json_pack("{s:{s:s, s:s, s:[], "
 	              "s:{s:{s:s, s:{s:{}}}}}}",
@@ -1943,9 +2452,18 @@ static enum MHD_Result
 refuse(struct MHD_Connection *conn, enum dialect d, unsigned status, int code,
     const char *message, uint32_t retry_s)
 {
+	enum moat_http_wire w =
+	    moat_http_wire_of(MHD_lookup_connection_value(conn,
+	        MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE));
+
+	/* The streaming forms' clients read the status from the stream's
+	 * end, not from the HTTP status. */
+	if (d == DIALECT_CONNECT && moat_http_wire_streams(w))
+		return wire_error(conn, w, code, message);
+
 	json_t *j = d == DIALECT_MCP ?
 	    moat_mcp_error_reply(MOAT_MCP_INVALID_REQUEST, message) :
-	    error_json(d == DIALECT_CONNECT ? connect_code_name(code) :
+	    error_json(d == DIALECT_CONNECT ? moat_http_connect_code(code) :
 	                                      moat_strerror(code),
 	        message);
 	char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -2037,6 +2555,50 @@ admit(struct moat_http *h, struct MHD_Connection *conn, const char *url,
 	return MHD_YES;
 }
 
+/* serve_preflight: a browser's CORS preflight (OPTIONS) of a Connect or
+ * gRPC-Web URL, answered from the headers (it carries no key): 204 with
+ * the methods and headers allowed when its Origin is in [gateway]
+ * http-cors-origins; 403 saying so otherwise. */
+static enum MHD_Result
+serve_preflight(struct moat_http *h, struct MHD_Connection *conn,
+    const char *url)
+{
+	const char *origin = cors_origin(conn);
+	const char *asked = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    "Access-Control-Request-Headers");
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	char *msg;
+
+	if (origin == NULL) {
+		const char *o = MHD_lookup_connection_value(conn,
+		    MHD_HEADER_KIND, "Origin");
+
+		msg = moat_asprintf("origin %s may not call %s from a "
+		                    "browser: add it to [gateway] "
+		                    "http-cors-origins (now \"%s\")",
+		    o ? o : "(none)", url, h->cors ? h->cors : "");
+		ret = connect_error(conn, MHD_HTTP_FORBIDDEN,
+		    MOAT_PERMISSION_DENIED, msg, NULL);
+		free(msg);
+		return ret;
+	}
+	if ((resp = MHD_create_response_from_buffer(0, NULL,
+	         MHD_RESPMEM_PERSISTENT)) == NULL)
+		return MHD_NO;
+	cors_headers(conn, resp);
+	MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+	    "POST, OPTIONS");
+	/* The headers asked for are echoed: what a client adds (its own
+	 * x- headers) is its business; the key is checked anyway. */
+	MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+	    asked ? asked : CORS_ALLOW_HEADERS);
+	MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+	ret = MHD_queue_response(conn, MHD_HTTP_NO_CONTENT, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *conn, const char *url,
     const char *method, const char *version, const char *upload_data,
@@ -2045,6 +2607,9 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 	struct moat_http *h = cls;
 	struct http_req *hr = *con_cls;
 
+	if (hr == NULL && strcmp(method, "OPTIONS") == 0 &&
+	    connect_method(h->service, url) != NULL)
+		return serve_preflight(h, conn, url);
 	if (hr == NULL) {
 		const char *cl = MHD_lookup_connection_value(conn,
 		    MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -2104,8 +2669,10 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		/* Connect's table has no 413: resource_exhausted is a 429
 		 * there, as connect-go answers a message over its limit. */
 		enum MHD_Result ret = url_dialect(h, url) == DIALECT_CONNECT ?
-		    connect_error(conn, 0, MOAT_RESOURCE_EXHAUSTED, msg,
-		        NULL) :
+		    wire_error(conn,
+		        moat_http_wire_of(MHD_lookup_connection_value(conn,
+		            MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE)),
+		        MOAT_RESOURCE_EXHAUSTED, msg) :
 		    respond_error(conn, MHD_HTTP_CONTENT_TOO_LARGE,
 		        MOAT_RESOURCE_EXHAUSTED, msg, NULL);
 		free(msg);
@@ -2125,6 +2692,17 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		free(hr);
 		*con_cls = NULL;
 	}
+}
+
+/* on_connection: each connection's socket context is its door, so that
+ * replies made without it at hand (respond_with) find its CORS origins. */
+static void
+on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+    enum MHD_ConnectionNotificationCode toe)
+{
+	(void)conn;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+		*socket_context = cls;
 }
 
 /* ---- start and stop ---- */
@@ -2282,6 +2860,12 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 		*errmsg = moat_asprintf("out of memory starting HTTP");
 		goto fail;
 	}
+	if (opts->cors_origins != NULL && opts->cors_origins[0] != '\0' &&
+	    (h->cors = strdup(opts->cors_origins)) == NULL) {
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		*errmsg = moat_asprintf("out of memory starting HTTP");
+		goto fail;
+	}
 	if (!opts->mcp_table_only && moat_gateway_mcp_store(gw, &mcp_store))
 		moat_mcp_http_set_store(h->mcp, &mcp_store);
 	if ((rv = moat_rpc_server_new_detached(&h->dispatcher, &svc,
@@ -2300,6 +2884,7 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 	            MOAT_HTTP_MAX_CONNS_PER_ADDR),
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MOAT_HTTP_IDLE_TIMEOUT_S,
 	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
 	    h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
 	    h->tls_cert, MHD_OPTION_HTTPS_MEM_KEY, h->tls_key, MHD_OPTION_END);
 	if (h->daemon == NULL) {
@@ -2341,6 +2926,7 @@ moat_http_stop(struct moat_http *h)
 	moat_rpc_server_stop(h->dispatcher);
 	moat_mcp_http_free(h->mcp);
 	moat_ratelimit_free(h->rl);
+	free(h->cors);
 	free(h->tls_cert);
 	if (h->tls_key != NULL) {
 		explicit_bzero(h->tls_key, strlen(h->tls_key));

@@ -5,7 +5,8 @@
  * nng door, so validation, auth, deduplication and forwarding are the
  * same; replies are the output message as proto3 JSON. Connect clients
  * call the same methods at POST /moat.v1.Gateway/<Method> (JSON or
- * binary protobuf).
+ * binary protobuf, unary; ExecStream in Connect's streaming form), and
+ * so do gRPC-Web clients (http_connect.h has the framing).
  * Not for: the nng RPC door (handlers.c) or any behaviour of its own:
  * what a route does is what its Gateway method does.
  */
@@ -46,6 +47,11 @@ struct moat_http_opts {
 	 * max-conns-per-addr: connections at once from one address, more
 	 * are closed at accept (0: MOAT_HTTP_MAX_CONNS_PER_ADDR). */
 	uint32_t rate_limit_rps, rate_limit_burst, max_conns_per_addr;
+	/* [gateway] http-cors-origins: the origins whose browser pages may
+	 * call the Connect and gRPC-Web routes and read the replies
+	 * (commas or blanks between; "*": any; NULL or "": none, and a
+	 * preflight is refused). */
+	const char *cors_origins;
 	/* /mcp sessions stay in this door's table, never in moat-sessiond
 	 * (tests of the table; a gateway shares them when it has one). */
 	bool mcp_table_only;

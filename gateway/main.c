@@ -174,6 +174,8 @@ gateway_tls(struct gateway_main *m, struct moat_config *cfg, char **errmsg)
 	    moat_config_get(cfg, SECTION, "http-tls-cert", NULL);
 	m->http_opts.tls_key =
 	    moat_config_get(cfg, SECTION, "http-tls-key", NULL);
+	m->http_opts.cors_origins =
+	    moat_config_get(cfg, SECTION, "http-cors-origins", NULL);
 	return MOAT_OK;
 }
 

@@ -35,6 +35,7 @@
 
 #include "moat/status.h"
 #include "moat_client.h"
+#include "bench_stack.h"
 #include "bench_stats.h"
 
 #define N_DEFAULT 200
@@ -44,12 +45,8 @@
 #define WARMUP 10
 #define REPLY_CAP (1u << 20) /* bytes kept of one HTTP reply */
 
-static char state_dir[] = "/tmp/moat-bench-http.XXXXXX";
-static bool stack_started;
-static char api_key[256];
+static struct bench_stack S; /* its key, addresses, gateway pid */
 static char auth_header[300];
-static char http_base[64];    /* http://127.0.0.1:PORT */
-static char gateway_url[300]; /* ipc://STATE/gateway.sock */
 static char sandbox_id[128];
 
 /* One HTTP reply's body, capped at REPLY_CAP. */
@@ -72,81 +69,6 @@ die_rv(const char *what, int rv, char *msg)
 	    msg ? msg : "");
 	free(msg);
 	exit(1);
-}
-
-/* stack: runs `bash deploy/moat-stack VERB` with the bench's
- * environment; returns its exit status. */
-static int
-stack(const char *verb)
-{
-	char cmd[1024];
-
-	snprintf(cmd, sizeof(cmd), "bash '%s/deploy/moat-stack' %s >&2",
-	    MOAT_REPO_DIR, verb);
-	return system(cmd);
-}
-
-static void
-purge_at_exit(void)
-{
-	if (stack_started && stack("purge") != 0)
-		fprintf(stderr, "bench-http: purge of %s failed\n", state_dir);
-	rmdir(state_dir);
-}
-
-/* free_port: a TCP port on 127.0.0.1 that nothing listens on now. */
-static unsigned
-free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sa);
-	unsigned port;
-	int fd;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
-		die("free port", "cannot bind 127.0.0.1:0");
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
-
-/* read_line: the first line of `path` into buf (newline dropped). */
-static void
-read_line(const char *path, char *buf, size_t cap)
-{
-	FILE *f = fopen(path, "r");
-
-	if (f == NULL || fgets(buf, (int)cap, f) == NULL)
-		die("cannot read", path);
-	fclose(f);
-	buf[strcspn(buf, "\r\n")] = '\0';
-}
-
-/* cpu_ticks: utime + stime of `pid` in clock ticks. */
-static unsigned long long
-cpu_ticks(long pid)
-{
-	char path[64], line[2048], *p;
-	unsigned long long ut = 0, st = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-	if ((f = fopen(path, "r")) == NULL ||
-	    fgets(line, sizeof(line), f) == NULL)
-		die("cannot read", path);
-	fclose(f);
-	/* Fields after the command name, which may hold spaces: state is
-	 * field 3, utime 14 and stime 15. */
-	if ((p = strrchr(line, ')')) == NULL ||
-	    sscanf(p + 2,
-	        "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
-	        "%llu",
-	        &ut, &st) != 2)
-		die("cannot parse", path);
-	return ut + st;
 }
 
 static size_t
@@ -281,10 +203,10 @@ worker_main(void *arg)
 		if ((r = calloc(1, sizeof(*r))) == NULL)
 			die("worker", "out of memory");
 		h = http_handle(r, &headers);
-		snprintf(url, sizeof(url), "%s/v1/sandboxes/%s", http_base,
+		snprintf(url, sizeof(url), "%s/v1/sandboxes/%s", S.http_base,
 		    sandbox_id);
-	} else if ((rv = moat_client_open(&c, gateway_url, api_key, &msg)) !=
-	    MOAT_OK)
+	} else if ((rv = moat_client_open(&c, S.gateway_url, S.api_key,
+	                &msg)) != MOAT_OK)
 		die_rv("worker open", rv, msg);
 	pthread_barrier_wait(&start_line);
 	while (!atomic_load_explicit(&stop_flag, memory_order_relaxed)) {
@@ -333,12 +255,12 @@ rate(bool http, int seconds, long gateway_pid)
 			die("rate", "cannot start a thread");
 	}
 	pthread_barrier_wait(&start_line);
-	t0_ticks = cpu_ticks(gateway_pid);
+	t0_ticks = bench_stack_cpu_ticks(gateway_pid);
 	t0 = bench_now_ms();
 	sleep((unsigned)seconds);
 	atomic_store(&stop_flag, true);
 	wall_s = (bench_now_ms() - t0) / 1e3;
-	t1_ticks = cpu_ticks(gateway_pid);
+	t1_ticks = bench_stack_cpu_ticks(gateway_pid);
 	for (int i = 0; i < THREADS; i++) {
 		pthread_join(w[i].thread, NULL);
 		calls += w[i].calls;
@@ -371,7 +293,7 @@ main(int argc, char **argv)
 	struct curl_slist *headers = NULL;
 	struct reply *r;
 	CURL *h;
-	char path[512], env[128], exec_url[512], pid_line[32], *msg = NULL;
+	char exec_url[512], *msg = NULL;
 	int n = argc > 2 ? atoi(argv[2]) : N_DEFAULT;
 	int seconds = argc > 3 ? atoi(argv[3]) : SECONDS_DEFAULT;
 	double *via_http, *via_nng, *paired, *get_http_ms, *get_nng_ms;
@@ -402,35 +324,12 @@ main(int argc, char **argv)
 		die("curl", "curl_global_init failed");
 
 	/* The stack, in its own state directory, HTTP on a free port. */
-	if (mkdtemp(state_dir) == NULL)
-		die("mkdtemp", state_dir);
-	atexit(purge_at_exit);
-	snprintf(http_base, sizeof(http_base), "http://127.0.0.1:%u",
-	    free_port());
-	snprintf(env, sizeof(env), "%s", http_base + strlen("http://"));
-	setenv("MOAT_STATE_DIR", state_dir, 1);
-	setenv("MOAT_GATEWAY_HTTP", env, 1);
-	/* The bench measures the door's throughput: no rate limit. */
-	setenv("MOAT_GATEWAY_RATE_LIMIT_RPS", "0", 0);
-	setenv("MOAT_BIN_DIR", MOAT_BIN_DIR, 0);
-	stack_started = true;
-	if (stack("start") != 0)
-		die("stack", "deploy/moat-stack start failed (logs above)");
-	snprintf(path, sizeof(path), "%s/api-key", state_dir);
-	read_line(path, api_key, sizeof(api_key));
+	bench_stack_start(&S, "http", MOAT_REPO_DIR, MOAT_BIN_DIR, false);
 	snprintf(auth_header, sizeof(auth_header), "Authorization: Bearer %s",
-	    api_key);
-	snprintf(path, sizeof(path), "%s/run/gateway.pid", state_dir);
-	read_line(path, pid_line, sizeof(pid_line));
-	gateway_pid = atol(pid_line);
-	snprintf(path, sizeof(path), "/proc/%ld/comm", gateway_pid);
-	read_line(path, pid_line, sizeof(pid_line));
-	if (strcmp(pid_line, "moat-gateway") != 0)
-		die("run/gateway.pid is not moat-gateway's", pid_line);
-	snprintf(gateway_url, sizeof(gateway_url), "ipc://%s/gateway.sock",
-	    state_dir);
+	    S.api_key);
+	gateway_pid = S.gateway_pid;
 
-	if ((rv = moat_client_open(&gw, gateway_url, api_key, &msg)) !=
+	if ((rv = moat_client_open(&gw, S.gateway_url, S.api_key, &msg)) !=
 	    MOAT_OK)
 		die_rv("open", rv, msg);
 	t0 = bench_now_ms();
@@ -444,7 +343,7 @@ main(int argc, char **argv)
 	/* (1) Interleaved, alternating which door goes first. */
 	h = http_handle(r, &headers);
 	snprintf(exec_url, sizeof(exec_url), "%s/v1/sandboxes/%s/exec",
-	    http_base, sandbox_id);
+	    S.http_base, sandbox_id);
 	for (int i = 0; i < WARMUP; i++) {
 		exec_http(h, r, exec_url);
 		exec_nng(gw);
@@ -464,7 +363,7 @@ main(int argc, char **argv)
 	}
 	/* The doors' own cost, without a guest round trip in the noise:
 	 * GetSandbox, one client each, interleaved the same way. */
-	snprintf(get_url, sizeof(get_url), "%s/v1/sandboxes/%s", http_base,
+	snprintf(get_url, sizeof(get_url), "%s/v1/sandboxes/%s", S.http_base,
 	    sandbox_id);
 	for (int i = 0; i < WARMUP; i++) {
 		get_http(h, r, get_url);

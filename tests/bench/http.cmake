@@ -4,7 +4,8 @@
 #   MOAT_IMAGE_DIR=images/out build/bin/moat-bench-http \
 #     tests/bench/results/http.json [N] [SECONDS]
 pkg_check_modules(BENCH_HTTP_CURL REQUIRED IMPORTED_TARGET libcurl)
-add_executable(moat-bench-http ${CMAKE_CURRENT_LIST_DIR}/bench_http.c)
+add_executable(moat-bench-http ${CMAKE_CURRENT_LIST_DIR}/bench_http.c
+  ${CMAKE_CURRENT_LIST_DIR}/bench_stack.c)
 target_compile_definitions(moat-bench-http PRIVATE
   MOAT_REPO_DIR="${PROJECT_SOURCE_DIR}"
   MOAT_BIN_DIR="$<TARGET_FILE_DIR:moat-gateway>")

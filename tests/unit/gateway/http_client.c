@@ -83,6 +83,10 @@ on_header(char *data, size_t size, size_t n, void *cls)
 	    sizeof(t->r->retry_after));
 	header_value(data, size * n, "WWW-Authenticate",
 	    t->r->www_authenticate, sizeof(t->r->www_authenticate));
+	header_value(data, size * n, "Access-Control-Allow-Origin",
+	    t->r->cors_origin, sizeof(t->r->cors_origin));
+	header_value(data, size * n, "Access-Control-Expose-Headers",
+	    t->r->cors_expose, sizeof(t->r->cors_expose));
 	return size * n;
 }
 

@@ -3,8 +3,8 @@
  * (test_http, test_auth, test_mcp_http) call the HTTP door with: one
  * request with a body, a chunked upload or none and extra headers,
  * answered with the status, the body (parsed when it is JSON), and the
- * Content-Type, Allow, Mcp-Session-Id, Retry-After and
- * WWW-Authenticate headers; and the wait until a
+ * Content-Type, Allow, Mcp-Session-Id, Retry-After,
+ * WWW-Authenticate and two CORS headers; and the wait until a
  * gateway sees its fake node (fake_node.h).
  * Not for: anything but cmocka tests (a failed transfer fails the
  * running test), nor reading a stream as it comes: a transfer is read
@@ -49,6 +49,8 @@ struct http_client_resp {
 	char session[128];          /* the Mcp-Session-Id header */
 	char retry_after[32];       /* the Retry-After header (429) */
 	char www_authenticate[128]; /* the WWW-Authenticate header (401) */
+	char cors_origin[128];      /* Access-Control-Allow-Origin */
+	char cors_expose[128];      /* Access-Control-Expose-Headers */
 	json_t *json;               /* the body, when application/json */
 };
 

@@ -12,7 +12,12 @@
  * Connect unary calls (POST /moat.v1.Gateway/<Method>) in JSON and
  * binary protobuf, their errors in Connect's shape and statuses (not
  * found, bad Connect-Timeout-Ms, unknown method, wrong codec, body too
- * large, no key on a second door with auth on);
+ * large, no key on a second door with auth on); ExecStream in Connect's
+ * streaming form (+json and +proto: started, stdout, stderr, exit, then
+ * the end-of-stream message; a deadline ends it with the command killed;
+ * bad envelopes and the unary/streaming mix-ups in the end message);
+ * gRPC-Web (unary and ExecStream, -text too, status in the trailers
+ * frame); CORS preflights with and without [gateway] http-cors-origins;
  * and the unhappy paths: malformed JSON, unknown fields, wrong types and
  * an id in the body (400 naming the problem), unknown routes, methods
  * and sandboxes (404), wrong HTTP methods (405 with Allow), bodies over
@@ -40,6 +45,7 @@
 #include "gateway.pb-c.h"
 #include "http.h"
 #include "http_client.h"
+#include "http_connect.h"
 #include "moat/codec.h"
 #include "moat/log.h"
 #include "moat/util.h"
@@ -660,6 +666,28 @@ test_openapi_exec_stream(void **state)
 	    "application/json"));
 	assert_null(json_object_get(json_object_get(ok, "content"),
 	    "text/event-stream"));
+	/* ExecStream's Connect streaming: ExecEvent items, a schema that
+	 * is there. */
+	ok = json_object_get(
+	    json_object_get(
+	        json_object_get(json_object_get(json_object_get(r.json,
+	                                            "paths"),
+	                            "/moat.v1.Gateway/ExecStream"),
+	            "post"),
+	        "responses"),
+	    "200");
+	events = json_string_value(json_object_get(
+	    json_object_get(json_object_get(json_object_get(json_object_get(ok,
+	                                                        "content"),
+	                                        "application/connect+json"),
+	                        "schema"),
+	        "items"),
+	    "$ref"));
+	assert_non_null(events);
+	assert_non_null(json_object_get(
+	    json_object_get(json_object_get(r.json, "components"), "schemas"),
+	    strrchr(events, '/') + 1));
+	assert_non_null(strstr(events, "ExecEvent"));
 	http_client_resp_free(&r);
 }
 
@@ -787,6 +815,25 @@ test_openapi_methods(void **state)
 
 /* ---- Connect unary (POST /moat.v1.Gateway/<Method>) ---- */
 
+/* gateway_post: POST /moat.v1.Gateway/<method> with `hdrs` and `body`
+ * (`len` bytes). */
+static void
+gateway_post(uint16_t port, const char *method,
+    const struct http_client_header *hdrs, const char *body, size_t len,
+    struct http_client_resp *r)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/moat.v1.Gateway/%s", method);
+	http_client_request(port,
+	    &(struct http_client_req){ .method = "POST",
+	        .path = path,
+	        .body = body,
+	        .body_len = len,
+	        .headers = hdrs },
+	    r);
+}
+
 /* connect_ex: a Connect unary call of `method` to the door on `port` with
  * `body` (`len` bytes) as `type`, and Connect-Timeout-Ms and
  * Authorization when not NULL. */
@@ -799,16 +846,8 @@ connect_ex(uint16_t port, const char *method, const char *type,
 		{ "Connect-Protocol-Version", "1" },
 		{ "Connect-Timeout-Ms", timeout }, { "Authorization", authz },
 		{ NULL, NULL } };
-	char path[128];
 
-	snprintf(path, sizeof(path), "/moat.v1.Gateway/%s", method);
-	http_client_request(port,
-	    &(struct http_client_req){ .method = "POST",
-	        .path = path,
-	        .body = body,
-	        .body_len = len,
-	        .headers = hdrs },
-	    r);
+	gateway_post(port, method, hdrs, body, len, r);
 }
 
 static void
@@ -923,9 +962,9 @@ test_connect_errors(void **state)
 	/* Codecs this door does not speak. */
 	connect_ex(E.port, "ListNodes", "text/plain", "{}", 2, NULL, NULL, &r);
 	expect_error(&r, 415, "unimplemented", "application/proto");
-	connect_ex(E.port, "ListNodes", "application/connect+json", "{}", 2,
+	connect_ex(E.port, "ListNodes", "application/grpc-web+json", "{}", 2,
 	    NULL, NULL, &r);
-	expect_error(&r, 415, "unimplemented", "application/json");
+	expect_error(&r, 415, "unimplemented", "application/connect+json");
 	http_client_request(E.port,
 	    &(struct http_client_req){ .method = "GET",
 	        .path = "/moat.v1.Gateway/ListNodes" },
@@ -947,6 +986,437 @@ test_connect_errors(void **state)
 	connect_ex(E.port, "ListNodes", "application/json", "{}", 2, NULL,
 	    "Basic eDp5", &r);
 	expect_error(&r, 401, "unauthenticated", "Bearer");
+}
+
+/* ---- Connect streaming and gRPC-Web ---- */
+
+/* One envelope of a streamed reply. */
+struct frame {
+	uint8_t flag;
+	const uint8_t *data;
+	size_t len;
+};
+
+/* frames_of: the envelopes of r's body into f (at most max); fails the
+ * test when the body is not whole envelopes. */
+static size_t
+frames_of(const struct http_client_resp *r, struct frame *f, size_t max)
+{
+	const uint8_t *p = (const uint8_t *)r->body;
+	size_t off = 0, n = 0;
+
+	while (off < r->len) {
+		uint32_t len;
+
+		assert_true(r->len - off >= 5);
+		assert_true(n < max);
+		len = (uint32_t)p[off + 1] << 24 | (uint32_t)p[off + 2] << 16 |
+		    (uint32_t)p[off + 3] << 8 | p[off + 4];
+		assert_true(r->len - off - 5 >= len);
+		f[n].flag = p[off];
+		f[n].data = p + off + 5;
+		f[n].len = len;
+		n++;
+		off += 5 + (size_t)len;
+	}
+	return n;
+}
+
+/* envelope: `msg` (`len` bytes) behind a 5-byte prefix of `flag`, into
+ * out (heap). */
+static char *
+envelope(uint8_t flag, const void *msg, size_t len, size_t *out_len)
+{
+	char *out = malloc(len + 5);
+
+	out[0] = (char)flag;
+	out[1] = (char)(len >> 24);
+	out[2] = (char)(len >> 16);
+	out[3] = (char)(len >> 8);
+	out[4] = (char)len;
+	memcpy(out + 5, msg, len);
+	*out_len = len + 5;
+	return out;
+}
+
+/* wire_call: POST /moat.v1.Gateway/<method> of `body` as `type` with
+ * one more header `name: value` (name NULL: none). */
+static void
+wire_call(uint16_t port, const char *method, const char *type,
+    const char *body, size_t len, const char *name, const char *value,
+    struct http_client_resp *r)
+{
+	const struct http_client_header hdrs[] = { { "Content-Type", type },
+		{ name ? name : "X-None", value }, { NULL, NULL } };
+
+	gateway_post(port, method, hdrs, body, len, r);
+}
+
+/* connect_stream_json: ExecStream of the JSON ExecRequest `req` as
+ * connect+json, with Connect-Timeout-Ms `timeout` (NULL: none). */
+static void
+connect_stream_json(const char *req, const char *timeout,
+    struct http_client_resp *r)
+{
+	size_t len;
+	char *body = envelope(0, req, strlen(req), &len);
+
+	wire_call(E.port, "ExecStream", "application/connect+json", body, len,
+	    timeout ? "Connect-Timeout-Ms" : NULL, timeout, r);
+	free(body);
+}
+
+/* frame_json: frame f's JSON. */
+static json_t *
+frame_json(const struct frame *f)
+{
+	json_t *j = json_loadb((const char *)f->data, f->len, 0, NULL);
+
+	assert_non_null(j);
+	return j;
+}
+
+/* expect_end_error: r is a 200 stream whose last envelope is Connect's
+ * end of stream with error `code` and `want` in its message. */
+static void
+expect_end_error(struct http_client_resp *r, const char *code,
+    const char *want)
+{
+	struct frame f[16];
+	size_t n;
+	json_t *j, *err;
+
+	if (r->status != 200)
+		fail_msg("got %ld %s, want 200 and an end-stream %s",
+		    r->status, r->body ? r->body : "", code);
+	n = frames_of(r, f, 16);
+	assert_true(n > 0);
+	assert_int_equal(f[n - 1].flag, 2);
+	j = frame_json(&f[n - 1]);
+	err = json_object_get(j, "error");
+	if (strcmp(json_string_value(json_object_get(err, "code")), code) !=
+	        0 ||
+	    strstr(json_string_value(json_object_get(err, "message")), want) ==
+	        NULL)
+		fail_msg("end of stream %.*s, want %s with \"%s\"",
+		    (int)f[n - 1].len, f[n - 1].data, code, want);
+	json_decref(j);
+	http_client_resp_free(r);
+}
+
+static void
+test_connect_stream(void **state)
+{
+	Moat__V1__ExecRequest q = MOAT__V1__EXEC_REQUEST__INIT;
+	char *argv[] = { "echo", "hello" }, *body, req[256], id[128];
+	const char *want[] = { "started", "stdout", "stderr", "exit" };
+	struct http_client_resp r;
+	struct frame f[16];
+	uint8_t packed[256];
+	json_t *j;
+	size_t n, len;
+
+	http("POST", "/v1/sandboxes", "{}", &r);
+	assert_int_equal(r.status, 200);
+	snprintf(id, sizeof(id), "%s", jstr(&r, "id"));
+	http_client_resp_free(&r);
+
+	/* connect+json: started, stdout, stderr, exit, then {}. */
+	snprintf(req, sizeof(req),
+	    "{\"sandboxId\": \"%s\", \"argv\": [\"echo\", \"hello\"]}", id);
+	connect_stream_json(req, "30000", &r);
+	if (r.status != 200)
+		fail_msg("ExecStream: %ld %s", r.status, r.body);
+	assert_string_equal(r.content_type, "application/connect+json");
+	n = frames_of(&r, f, 16);
+	assert_int_equal(n, 5);
+	for (size_t i = 0; i < 4; i++) {
+		assert_int_equal(f[i].flag, 0);
+		j = frame_json(&f[i]);
+		if (json_object_get(j, want[i]) == NULL)
+			fail_msg("event %zu is %.*s, want %s", i,
+			    (int)f[i].len, f[i].data, want[i]);
+		if (i == 1)
+			assert_string_equal(json_string_value(
+			                        json_object_get(j, "stdout")),
+			    "aGVsbG8K");
+		if (i == 3)
+			assert_int_equal(json_integer_value(
+			                     json_object_get(json_object_get(j,
+			                                         "exit"),
+			                         "exitCode")),
+			    3);
+		json_decref(j);
+	}
+	assert_int_equal(f[4].flag, 2);
+	assert_int_equal(f[4].len, 2);
+	assert_memory_equal(f[4].data, "{}", 2);
+	http_client_resp_free(&r);
+	assert_string_equal(last_method(), "ExecRead");
+
+	/* connect+proto: the same events, packed. */
+	q.sandbox_id = id;
+	q.n_argv = 2;
+	q.argv = argv;
+	len = moat__v1__exec_request__pack(&q, packed);
+	body = envelope(0, packed, len, &len);
+	wire_call(E.port, "ExecStream", "application/connect+proto", body, len,
+	    NULL, NULL, &r);
+	free(body);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.content_type, "application/connect+proto");
+	n = frames_of(&r, f, 16);
+	assert_int_equal(n, 5);
+	for (size_t i = 0; i < 4; i++) {
+		Moat__V1__ExecEvent *ev =
+		    moat__v1__exec_event__unpack(NULL, f[i].len, f[i].data);
+
+		assert_non_null(ev);
+		assert_int_equal(ev->event_case, (int)i + 1);
+		if (i == 3)
+			assert_int_equal(ev->exit->exit_code, 3);
+		moat__v1__exec_event__free_unpacked(ev, NULL);
+	}
+	assert_int_equal(f[4].flag, 2);
+	http_client_resp_free(&r);
+
+	/* The deadline passes while the command runs: it is killed and
+	 * the end says deadline_exceeded. */
+	snprintf(req, sizeof(req),
+	    "{\"sandboxId\": \"%s\", \"argv\": [\"sleep\", \"100\"]}", id);
+	connect_stream_json(req, "300", &r);
+	expect_end_error(&r, "deadline_exceeded", "killed");
+	assert_string_equal(last_method(), "ExecKill");
+}
+
+static void
+test_connect_stream_errors(void **state)
+{
+	static const char zipped[] = { 1, 0, 0, 0, 2, '{', '}' };
+	static const char longer[] = { 0, 0, 0, 0, 9, '{', '}' };
+	struct http_client_resp r;
+
+	/* ExecStream unary; a unary method streamed. */
+	connect_json("ExecStream", "{}", NULL, &r);
+	expect_error(&r, 501, "unimplemented",
+	    "ExecStream streams: send application/connect+proto or +json");
+	connect_stream_json("{}", NULL, &r);
+	expect_end_error(&r, "invalid_argument", "sandbox");
+	wire_call(E.port, "ListNodes", "application/connect+json", "{}", 2,
+	    NULL, NULL, &r);
+	expect_end_error(&r, "unimplemented", "ListNodes is unary");
+	/* Bad envelopes: short, longer than the body, compressed, JSON
+	 * that is not. */
+	wire_call(E.port, "ExecStream", "application/connect+json", "{}", 2,
+	    NULL, NULL, &r);
+	expect_end_error(&r, "invalid_argument", "5-byte prefix");
+	wire_call(E.port, "ExecStream", "application/connect+json", longer,
+	    sizeof(longer), NULL, NULL, &r);
+	expect_end_error(&r, "invalid_argument", "does not match the body");
+	wire_call(E.port, "ExecStream", "application/connect+proto", zipped,
+	    sizeof(zipped), NULL, NULL, &r);
+	expect_end_error(&r, "unimplemented", "compression not supported");
+	connect_stream_json("{\"sandboxId\": ", NULL, &r);
+	expect_end_error(&r, "invalid_argument", "not JSON");
+	/* A sandbox that is not there: the end says so. */
+	connect_stream_json("{\"sandboxId\": \"sb-never\", \"shell\": \"ls\"}",
+	    NULL, &r);
+	expect_end_error(&r, "not_found", "sb-never");
+	connect_stream_json("{\"sandboxId\": \"sb-never\"}", "soon", &r);
+	expect_end_error(&r, "invalid_argument", "Connect-Timeout-Ms");
+}
+
+/* grpc_web_status: the grpc-status of the trailers frame ending r, its
+ * grpc-message into msg. */
+static int
+grpc_web_status(const struct http_client_resp *r, char *msg, size_t size)
+{
+	struct frame f[16];
+	size_t n = frames_of(r, f, 16);
+	char text[512];
+	const char *m;
+	int st = -1;
+
+	assert_true(n > 0);
+	assert_int_equal(f[n - 1].flag, 0x80);
+	snprintf(text, sizeof(text), "%.*s", (int)f[n - 1].len, f[n - 1].data);
+	assert_int_equal(sscanf(text, "grpc-status: %d\r\n", &st), 1);
+	msg[0] = '\0';
+	if ((m = strstr(text, "grpc-message: ")) != NULL)
+		snprintf(msg, size, "%.*s", (int)strcspn(m + 14, "\r"),
+		    m + 14);
+	return st;
+}
+
+static void
+test_grpc_web(void **state)
+{
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__ExecRequest q = MOAT__V1__EXEC_REQUEST__INIT;
+	char *argv[] = { "echo", "hello" }, *body, id[128], msg[256];
+	struct http_client_resp r;
+	Moat__V1__Sandbox *sb;
+	struct frame f[16];
+	uint8_t packed[256];
+	size_t len, n;
+
+	http("POST", "/v1/sandboxes", "{}", &r);
+	snprintf(id, sizeof(id), "%s", jstr(&r, "id"));
+	http_client_resp_free(&r);
+
+	/* Unary: the Sandbox's data frame, then grpc-status 0. */
+	ref.sandbox_id = id;
+	len = moat__v1__sandbox_ref__pack(&ref, packed);
+	body = envelope(0, packed, len, &len);
+	wire_call(E.port, "GetSandbox", "application/grpc-web+proto", body,
+	    len, "grpc-timeout", "5S", &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.content_type, "application/grpc-web+proto");
+	n = frames_of(&r, f, 16);
+	assert_int_equal(n, 2);
+	assert_int_equal(f[0].flag, 0);
+	sb = moat__v1__sandbox__unpack(NULL, f[0].len, f[0].data);
+	assert_non_null(sb);
+	assert_string_equal(sb->id, id);
+	moat__v1__sandbox__free_unpacked(sb, NULL);
+	assert_int_equal(grpc_web_status(&r, msg, sizeof(msg)), 0);
+	http_client_resp_free(&r);
+	free(body);
+
+	/* Errors: trailers alone; grpc-timeout malformed. */
+	ref.sandbox_id = "sb-nope";
+	len = moat__v1__sandbox_ref__pack(&ref, packed);
+	body = envelope(0, packed, len, &len);
+	wire_call(E.port, "GetSandbox", "application/grpc-web", body, len,
+	    NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(grpc_web_status(&r, msg, sizeof(msg)),
+	    MOAT_NOT_FOUND);
+	assert_non_null(strstr(msg, "sb-nope"));
+	assert_int_equal(frames_of(&r, f, 16), 1);
+	http_client_resp_free(&r);
+	wire_call(E.port, "GetSandbox", "application/grpc-web", body, len,
+	    "grpc-timeout", "soon", &r);
+	assert_int_equal(grpc_web_status(&r, msg, sizeof(msg)),
+	    MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(msg, "grpc-timeout"));
+	http_client_resp_free(&r);
+	free(body);
+
+	/* ExecStream: the events as data frames, then grpc-status 0. */
+	q.sandbox_id = id;
+	q.n_argv = 2;
+	q.argv = argv;
+	len = moat__v1__exec_request__pack(&q, packed);
+	body = envelope(0, packed, len, &len);
+	wire_call(E.port, "ExecStream", "application/grpc-web+proto", body,
+	    len, NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	n = frames_of(&r, f, 16);
+	assert_int_equal(n, 5);
+	for (size_t i = 0; i < 4; i++)
+		assert_int_equal(f[i].flag, 0);
+	assert_int_equal(grpc_web_status(&r, msg, sizeof(msg)), 0);
+	http_client_resp_free(&r);
+
+	/* grpc-web-text: base64 both ways. */
+	char *b64 = moat_codec_base64(body, len);
+	uint8_t *raw = NULL;
+	size_t raw_len = 0;
+
+	wire_call(E.port, "ExecStream", "application/grpc-web-text", b64,
+	    strlen(b64), NULL, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.content_type, "application/grpc-web-text+proto");
+	/* Each piece is padded base64: decode them one by one. */
+	struct moat_http_buf all = { 0 };
+	for (const char *p = r.body; *p != '\0';) {
+		size_t k = strcspn(p, "=");
+
+		k += strspn(p + k, "=");
+		assert_int_equal(moat_codec_base64_decode(p, k, &raw,
+		                     &raw_len),
+		    MOAT_OK);
+		all.data = realloc(all.data, all.len + raw_len);
+		memcpy(all.data + all.len, raw, raw_len);
+		all.len += raw_len;
+		free(raw);
+		p += k;
+	}
+	http_client_resp_free(&r);
+	r.body = (char *)all.data;
+	r.len = all.len;
+	n = frames_of(&r, f, 16);
+	assert_int_equal(n, 5);
+	assert_int_equal(f[4].flag, 0x80);
+	free(all.data);
+	free(b64);
+	free(body);
+}
+
+/* test_cors: a second door with [gateway] http-cors-origins: a listed
+ * origin's preflight is answered, an unlisted one's refused; replies to
+ * a listed origin let it read grpc-status. */
+static void
+test_cors(void **state)
+{
+	const struct moat_http_opts opts = { .mcp_max_sessions = 4,
+		.cors_origins = "https://app.example, https://b.example" };
+	const struct http_client_header pre[] = { { "Origin",
+		                                      "https://app.example" },
+		{ "Access-Control-Request-Method", "POST" },
+		{ "Access-Control-Request-Headers",
+		    "content-type,x-grpc-web" },
+		{ NULL, NULL } };
+	const struct http_client_header evil[] = {
+		{ "Origin", "https://evil.example" }, { NULL, NULL }
+	};
+	struct moat_http *door = NULL;
+	struct http_client_resp r;
+	char *errmsg = NULL;
+	uint16_t port;
+
+	if (moat_http_start(&door, E.gw, "127.0.0.1:0", &opts, &errmsg) !=
+	    MOAT_OK)
+		fail_msg("http: %s", errmsg);
+	port = moat_http_port(door);
+	http_client_request(port,
+	    &(struct http_client_req){ .method = "OPTIONS",
+	        .path = "/moat.v1.Gateway/GetSandbox",
+	        .headers = pre },
+	    &r);
+	assert_int_equal(r.status, 204);
+	assert_string_equal(r.cors_origin, "https://app.example");
+	assert_non_null(strstr(r.cors_expose, "grpc-status"));
+	http_client_resp_free(&r);
+	http_client_request(port,
+	    &(struct http_client_req){ .method = "OPTIONS",
+	        .path = "/moat.v1.Gateway/GetSandbox",
+	        .headers = evil },
+	    &r);
+	assert_string_equal(r.cors_origin, "");
+	expect_error(&r, 403, "permission_denied", "http-cors-origins");
+	/* A call from the listed origin: readable. */
+	http_client_request(port,
+	    &(struct http_client_req){ .method = "POST",
+	        .path = "/moat.v1.Gateway/ListNodes",
+	        .body = "{}",
+	        .body_len = 2,
+	        .json_type = true,
+	        .headers = pre },
+	    &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.cors_origin, "https://app.example");
+	http_client_resp_free(&r);
+	moat_http_stop(door);
+	/* The default door has no origins: preflights are refused. */
+	http_client_request(E.port,
+	    &(struct http_client_req){ .method = "OPTIONS",
+	        .path = "/moat.v1.Gateway/GetSandbox",
+	        .headers = pre },
+	    &r);
+	assert_string_equal(r.cors_origin, "");
+	expect_error(&r, 403, "permission_denied", "http-cors-origins");
 }
 
 /* test_connect_auth: a second gateway and door with auth on: Connect
@@ -1042,6 +1512,10 @@ main(void)
 		cmocka_unit_test(test_connect_unary),
 		cmocka_unit_test(test_connect_errors),
 		cmocka_unit_test(test_connect_auth),
+		cmocka_unit_test(test_connect_stream),
+		cmocka_unit_test(test_connect_stream_errors),
+		cmocka_unit_test(test_grpc_web),
+		cmocka_unit_test(test_cors),
 		cmocka_unit_test(test_still_answers),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
