@@ -31,8 +31,10 @@ export MOAT_IMAGE_DIR=$repo/images/out
 # guests run under TCG where there is no KVM, and two of them on two
 # CPUs would only race their boot deadlines. Extra environment is passed
 # by the caller. run_suite DIR skip-long: leaves out the integration tests
-# labelled "long" (long VM tests that gain little from a second build: CI
-# runs them in the normal build only, to stay within its time).
+# labelled "long" (VM tests that gain little from a second build, most
+# because the sanitizer build's unit tests drive the same C paths: the
+# gRPC and Connect doors' streams, the pty, the TypeScript SDK's calls;
+# CI runs them in the normal build only, to stay within its time).
 run_suite() {
 	local dir=$1 skip='^(unit|fuzz|install|style)$'
 	[ "${2:-}" = skip-long ] && skip='^(unit|fuzz|install|style|long)$'
