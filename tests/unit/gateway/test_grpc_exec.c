@@ -7,7 +7,9 @@
  * DEADLINE_EXCEEDED and its process is killed; a stream the client
  * resets is killed too; more streams waiting at once than the door has
  * workers leave a unary call on another connection answered (a stream
- * holds no worker between its polls).
+ * holds no worker between its polls); 40 unary Execs the node holds
+ * leave a GetSandbox answered (a waiting call holds no worker); a door
+ * stopped while a stream's process runs kills it first.
  * Not for: the pure pieces (test_grpc_stream) or a real VM
  * (tests/integration/grpc/stream_test.sh).
  */
@@ -38,6 +40,7 @@
 #include "vm.pb-c.h"
 
 #define STREAMS (MOAT_GRPC_WORKERS + 4)
+#define UNARY_EXECS 40 /* more than the workers, under a conn's streams */
 
 static struct {
 	char dir[64];
@@ -444,6 +447,107 @@ test_workers_free(void **state)
 	wait_method("ExecKill");
 }
 
+/* pump: reads what the door sent on c, once. */
+static void
+pump(struct client *c)
+{
+	uint8_t buf[16384];
+	ssize_t got = recv(c->fd, buf, sizeof(buf), 0);
+
+	if (got <= 0)
+		fail_msg("the door closed or did not answer");
+	assert_true(nghttp2_session_mem_recv(c->s, buf, (size_t)got) >= 0);
+	assert_int_equal(nghttp2_session_send(c->s), 0);
+}
+
+/* More unary Execs waiting on the node than the door has workers: a
+ * GetSandbox on another connection is answered while every one of
+ * them is still held (a waiting call holds no worker), then they all
+ * answer once the node lets them go. */
+static void
+test_unary_exec_no_worker(void **state)
+{
+	char *argv[] = { "hold", "4" };
+	Moat__V1__ExecRequest rq;
+	Moat__V1__SandboxRef gq = MOAT__V1__SANDBOX_REF__INIT;
+	static struct stream st[UNARY_EXECS];
+	struct stream one;
+	struct client c, d;
+	int i, held = 0;
+
+	(void)state;
+	exec_request(&rq, argv, 2);
+	client_open(&c);
+	for (i = 0; i < UNARY_EXECS; i++)
+		client_call(&c, &st[i], "/moat.v1.Gateway/Exec", NULL,
+		    (ProtobufCMessage *)&rq);
+	/* Bounded: with blocking workers only 16 ever reach the node. */
+	for (i = 0; i < 3000 && held < UNARY_EXECS; i++) {
+		held = fake_node_held(&E.a);
+		usleep(10000);
+	}
+	assert_int_equal(held, UNARY_EXECS);
+	gq.sandbox_id = E.sandbox;
+	client_open(&d);
+	client_call(&d, &one, "/moat.v1.Gateway/GetSandbox", NULL,
+	    (ProtobufCMessage *)&gq);
+	client_until(&d, &one, is_closed);
+	client_close(&d);
+	if (one.grpc_status != 0)
+		fail_msg("GetSandbox: %d %s", one.grpc_status, one.message);
+	/* Every Exec still waits: none was answered before the node. */
+	assert_int_equal(fake_node_held(&E.a), UNARY_EXECS);
+	for (i = 0; i < UNARY_EXECS; i++)
+		assert_false(st[i].closed);
+	fake_node_release_held(&E.a);
+	for (i = 0; i < UNARY_EXECS; i++) {
+		Moat__V1__ExecResult *r;
+
+		while (!st[i].closed)
+			pump(&c);
+		if (st[i].grpc_status != 0)
+			fail_msg("Exec %d: %d %s", i, st[i].grpc_status,
+			    st[i].message);
+		r = moat__v1__exec_result__unpack(NULL,
+		    st[i].data_len - MOAT_GRPC_PREFIX,
+		    st[i].data + MOAT_GRPC_PREFIX);
+		assert_non_null(r);
+		assert_int_equal(r->status->exit_code, 4);
+		moat__v1__exec_result__free_unpacked(r, NULL);
+	}
+	client_close(&c);
+}
+
+/* The door stops while an ExecStream's process runs: the process is
+ * killed before the door is gone (then a new door serves on). */
+static void
+test_stop_kills(void **state)
+{
+	char *argv[] = { "sleep", "100" };
+	Moat__V1__ExecRequest rq;
+	struct client c;
+	struct stream st;
+	char m[64], *errmsg = NULL;
+
+	(void)state;
+	exec_request(&rq, argv, 2);
+	client_open(&c);
+	client_call(&c, &st, "/moat.v1.Gateway/ExecStream", NULL,
+	    (ProtobufCMessage *)&rq);
+	client_until(&c, &st, has_data);
+	assert_false(st.closed);
+	wait_method("ExecRead"); /* polling */
+	moat_grpc_stop(E.grpc);
+	E.grpc = NULL;
+	last_method(m, sizeof(m));
+	assert_string_equal(m, "ExecKill");
+	client_close(&c);
+	if (moat_grpc_start(&E.grpc, E.gw, "127.0.0.1:0", 0, 0, &errmsg) !=
+	    MOAT_OK)
+		fail_msg("grpc: %s", errmsg);
+	E.port = moat_grpc_port(E.grpc);
+}
+
 /* create_sandbox: CreateSandbox through the door; false while the
  * gateway knows no node yet. */
 static bool
@@ -530,6 +634,8 @@ main(void)
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_workers_free),
+		cmocka_unit_test(test_unary_exec_no_worker),
+		cmocka_unit_test(test_stop_kills),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
