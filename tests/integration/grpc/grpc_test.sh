@@ -55,15 +55,16 @@ if ! grep -q "gRPC on" "$work/gateway.log"; then
 fi
 
 mkdir "$work/stubs"
-"$py" -m grpc_tools.protoc -I "$repo/proto" -I "$here" \
+"$py" -m grpc_tools.protoc -I "$repo/proto" \
 	--python_out="$work/stubs" --grpc_python_out="$work/stubs" \
-	"$repo"/proto/*.proto "$here/health.proto" ||
+	"$repo"/proto/*.proto ||
 	{ echo "FAIL - grpc_tools.protoc could not compile proto/"; exit 1; }
 # The reflection proto from its own directory: a stubs/grpc/ package
 # would hide the grpc module itself.
 "$py" -m grpc_tools.protoc -I "$repo/proto/grpc" \
 	--python_out="$work/stubs" --grpc_python_out="$work/stubs" \
-	"$repo/proto/grpc/reflection_v1alpha.proto" ||
+	"$repo/proto/grpc/reflection_v1alpha.proto" \
+	"$repo/proto/grpc/health_v1.proto" ||
 	{ echo "FAIL - grpc_tools.protoc could not compile the reflection proto"; exit 1; }
 
 rc=0
