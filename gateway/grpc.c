@@ -1,6 +1,7 @@
 /*
  * grpc.c: the gateway's gRPC door (grpc.h) on libnghttp2's server
- * session API, over cleartext HTTP/2 with prior knowledge. One loop
+ * session API, over cleartext HTTP/2 with prior knowledge or TLS with
+ * ALPN h2. One loop
  * thread polls the listener, a wakeup eventfd and every connection
  * (nonblocking sockets); a stream's headers and DATA frames gather into
  * a call, which a worker runs through a detached dispatcher of the
@@ -26,7 +27,9 @@
  * one answer per request message; its stream's window is only given
  * back as its requests are answered, so a client that sends and never
  * reads is stopped by HTTP/2 flow control.
- * Not for: the pure protocol pieces' callers elsewhere, TLS or Attach
+ * With TLS (grpc_tls.h) a connection reads and writes through OpenSSL
+ * instead of the socket, and polls for what the TLS layer waits for.
+ * Not for: the pure protocol pieces' callers elsewhere, or Attach
  * (issue 16 continues).
  */
 #include <arpa/inet.h>
@@ -48,6 +51,7 @@
 #include "common.pb-c.h"
 #include "grpc.h"
 #include "grpc_reflect.h"
+#include "grpc_tls.h"
 #include "grpc_stream.h"
 #include "http.h"
 #include "moat/log.h"
@@ -149,6 +153,7 @@ struct grpc_conn {
 	nghttp2_session *session;
 	struct grpc_call *calls;
 	struct moat_grpc *g;
+	struct moat_grpc_tls_conn *tls; /* NULL: h2c */
 	uint64_t idle_since; /* monotonic ms since it had no stream */
 	bool goaway;         /* idle: GOAWAY submitted */
 };
@@ -179,6 +184,7 @@ struct moat_grpc {
 	size_t buffered, buffer_cap; /* every stream's queue together */
 	uint64_t idle_ms;            /* 0: connections never idle out */
 	struct moat_grpc_descset *desc;
+	struct moat_grpc_tls *tls; /* NULL: h2c */
 };
 
 /* ---- the pure pieces (grpc.h) ---- */
@@ -1327,6 +1333,12 @@ on_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags,
 
 	(void)s;
 	(void)flags;
+	if (cn->tls != NULL) {
+		n = moat_grpc_tls_write(cn->tls, data, len);
+		return n > 0 ? n :
+		    n == 0   ? NGHTTP2_ERR_WOULDBLOCK :
+		               NGHTTP2_ERR_CALLBACK_FAILURE;
+	}
 	while (
 	    (n = send(cn->fd, data, len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
 		;
@@ -1352,6 +1364,7 @@ conn_close(struct moat_grpc *g, int slot)
 		call_drop(g, cn->calls);
 	}
 	nghttp2_session_del(cn->session);
+	moat_grpc_tls_conn_free(cn->tls);
 	close(cn->fd);
 	free(cn);
 	g->conns[slot] = NULL;
@@ -1402,12 +1415,16 @@ conn_accept(struct moat_grpc *g)
 		cn->g = g;
 		cn->idle_since = moat_rpc_now_ms();
 		peer_name(&ss, cn->peer, sizeof(cn->peer));
-		if (nghttp2_session_server_new2(&cn->session, g->cbs, cn,
+		if ((g->tls != NULL &&
+		        (cn->tls = moat_grpc_tls_accept(g->tls, fd,
+		             cn->peer)) == NULL) ||
+		    nghttp2_session_server_new2(&cn->session, g->cbs, cn,
 		        g->opt) != 0 ||
 		    nghttp2_submit_settings(cn->session, NGHTTP2_FLAG_NONE, iv,
 		        1) != 0) {
 			if (cn->session != NULL)
 				nghttp2_session_del(cn->session);
+			moat_grpc_tls_conn_free(cn->tls);
 			close(fd);
 			free(cn);
 			continue;
@@ -1425,8 +1442,20 @@ conn_io(struct moat_grpc *g, struct grpc_conn *cn, short revents)
 	uint8_t buf[GRPC_READ_CHUNK];
 	ssize_t n;
 
-	if (revents & (POLLIN | POLLHUP | POLLERR)) {
+	/* TLS: a handshake may wait for a writable socket as well. */
+	if ((revents & (POLLIN | POLLHUP | POLLERR)) ||
+	    (cn->tls != NULL && revents != 0)) {
 		for (;;) {
+			if (cn->tls != NULL) {
+				if ((n = moat_grpc_tls_read(cn->tls, buf,
+				         sizeof(buf))) == 0)
+					break;
+				if (n < 0 ||
+				    nghttp2_session_mem_recv(cn->session, buf,
+				        (size_t)n) < 0)
+					return false;
+				continue;
+			}
 			n = recv(cn->fd, buf, sizeof(buf), 0);
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -1582,6 +1611,25 @@ loop_closing(struct moat_grpc *g, uint64_t *until, int *timeout)
 	return false;
 }
 
+/* conn_pollout: POLLOUT when the connection has something to write
+ * that the socket's room lets go on (with TLS: not while the write waits
+ * for the peer's bytes, or when the handshake waits to write). */
+static short
+conn_pollout(struct grpc_conn *cn)
+{
+	bool want = nghttp2_session_want_write(cn->session) != 0;
+
+	if (cn->tls == NULL)
+		return want ? POLLOUT : 0;
+	if (moat_grpc_tls_waits(cn->tls, false) == MOAT_GRPC_TLS_WAIT_WRITE ||
+	    moat_grpc_tls_waits(cn->tls, true) == MOAT_GRPC_TLS_WAIT_WRITE)
+		return POLLOUT;
+	return want &&
+	        moat_grpc_tls_waits(cn->tls, true) != MOAT_GRPC_TLS_WAIT_READ ?
+	    POLLOUT :
+	    0;
+}
+
 static void *
 loop_main(void *arg)
 {
@@ -1611,10 +1659,7 @@ loop_main(void *arg)
 			if (cn == NULL)
 				continue;
 			pfd[n].fd = cn->fd;
-			pfd[n].events = POLLIN |
-			    (nghttp2_session_want_write(cn->session) ?
-			            POLLOUT :
-			            0);
+			pfd[n].events = POLLIN | conn_pollout(cn);
 			pfd[n].revents = 0;
 			slot_of[n++] = i;
 		}
@@ -1789,6 +1834,10 @@ moat_grpc_start_limits(struct moat_grpc **out, struct moat_gateway *gw,
 		*errmsg = moat_asprintf("out of memory starting gRPC");
 		goto fail;
 	}
+	if (lim != NULL && lim->tls_cert != NULL &&
+	    (rv = moat_grpc_tls_new(&g->tls, lim->tls_cert, lim->tls_key,
+	         errmsg)) != MOAT_OK)
+		goto fail;
 	if ((rv = grpc_streams_init(g, lim, errmsg)) != MOAT_OK ||
 	    (rv = moat_rpc_server_new_detached(&g->dispatcher, &svc,
 	         errmsg)) != MOAT_OK ||
@@ -1867,6 +1916,7 @@ moat_grpc_stop(struct moat_grpc *g)
 		call_free(c);
 	}
 	moat_grpc_descset_free(g->desc);
+	moat_grpc_tls_free(g->tls);
 	if (g->opt != NULL)
 		nghttp2_option_del(g->opt);
 	if (g->cbs != NULL)
