@@ -7,7 +7,9 @@
 # grpc_tools.protoc, then health, auth, status codes, deadlines, size
 # limits, concurrency and a garbage client; then server reflection,
 # ExecStream with no node, 50 streams that never read (RSS bounded,
-# other calls answer) and an idle connection's GOAWAY. Exit 77, saying why, when
+# other calls answer) and an idle connection's GOAWAY; then the same
+# state behind a gateway whose gRPC door speaks TLS (a self-signed
+# certificate by the openssl command; tls_test.py). Exit 77, saying why, when
 # python3-grpcio or python3-grpc-tools is missing.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,5 +76,60 @@ if ! kill -0 "$gw_pid" 2>/dev/null; then
 	rc=1
 fi
 [ $rc -ne 0 ] && tail -n 30 "$work/gateway.log"
+
+# TLS: the same gateway's state behind a second gateway whose gRPC door
+# has a self-signed certificate for localhost (the HTTP door off).
+kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null
+gw_pid=
+if ! command -v openssl >/dev/null; then
+	echo "FAIL - no openssl command to make a test certificate: apt-get install openssl"
+	exit 1
+fi
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+	-addext "subjectAltName=DNS:localhost" \
+	-keyout "$work/tls.key" -out "$work/tls.crt" 2>"$work/openssl.err" ||
+	{ echo "FAIL - openssl req: $(cat "$work/openssl.err")"; exit 1; }
+tport=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$bin/moat-gateway" --state-dir "$work" --http off \
+	--grpc "127.0.0.1:$tport" --grpc-tls-cert "$work/tls.crt" --grpc-tls-key "$work/tls.key" \
+	--listen "ipc://$work/gateway.sock" --survey "ipc://$work/survey.sock" \
+	--snapd "ipc://$work/snapd.sock" \
+	>"$work/gateway-tls.log" 2>&1 &
+gw_pid=$!
+for _ in $(seq 1 100); do
+	grep -q "gRPC on" "$work/gateway-tls.log" && break
+	kill -0 "$gw_pid" 2>/dev/null || break
+	sleep 0.1
+done
+if ! grep -q "gRPC on.*TLS" "$work/gateway-tls.log"; then
+	echo "FAIL - the gateway did not serve gRPC over TLS on 127.0.0.1:$tport"
+	tail -n 20 "$work/gateway-tls.log"
+	exit 1
+fi
+trc=0
+MOAT_API_KEY=$key "$py" "$here/tls_test.py" "127.0.0.1:$tport" "$work/stubs" "$work/tls.crt" || trc=1
+if grep -q 'ALPN "h2"' "$work/gateway-tls.log"; then
+	echo "ok - the refused client's ALPN is logged"
+else
+	echo "FAIL - no log line about the client without ALPN h2"
+	trc=1
+fi
+if ! kill -0 "$gw_pid" 2>/dev/null; then
+	echo "FAIL - the TLS gateway died"
+	trc=1
+fi
+[ $trc -ne 0 ] && tail -n 30 "$work/gateway-tls.log" && rc=1
+# Half a pair is refused at start, naming the keys.
+if out=$("$bin/moat-gateway" --state-dir "$work/half" --http off \
+	--grpc 127.0.0.1:0 --grpc-tls-cert "$work/tls.crt" \
+	--listen "ipc://$work/half.sock" --survey "ipc://$work/half-survey.sock" 2>&1); then
+	echo "FAIL - a gateway with grpc-tls-cert and no grpc-tls-key started"
+	rc=1
+elif echo "$out" | grep -q "grpc-tls-key"; then
+	echo "ok - grpc-tls-cert without grpc-tls-key: refused, naming the keys"
+else
+	echo "FAIL - grpc-tls-cert alone: no error naming grpc-tls-key: $out"
+	rc=1
+fi
 [ $rc -eq 0 ] && echo "all gRPC checks passed"
 exit $rc
