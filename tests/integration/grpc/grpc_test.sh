@@ -33,28 +33,37 @@ trap cleanup EXIT
 # Tenant "default": an operator (CordonNode answers NOT_FOUND).
 key=$("$bin/moat-gateway" keys create --tenant default --state-dir "$work" 2>"$work/keys.err") ||
 	{ echo "FAIL - keys create: $(cat "$work/keys.err")"; exit 1; }
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# gateway_up LOG PORT WANT ARGS...: starts moat-gateway on the work
+# directory's sockets with gRPC on 127.0.0.1:PORT and ARGS, logging to
+# LOG, and waits until the log says "gRPC on" matching WANT; sets gw_pid.
+gateway_up() {
+	local log=$1 gport=$2 want=$3
+	shift 3
+	"$bin/moat-gateway" --state-dir "$work" \
+		--http off --grpc "127.0.0.1:$gport" \
+		--listen "ipc://$work/gateway.sock" --survey "ipc://$work/survey.sock" \
+		--snapd "ipc://$work/snapd.sock" "$@" \
+		>"$log" 2>&1 &
+	gw_pid=$!
+	for _ in $(seq 1 100); do
+		grep -q "gRPC on" "$log" && break
+		kill -0 "$gw_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if ! grep -q "gRPC on.*$want" "$log"; then
+		echo "FAIL - the gateway did not serve gRPC ($want) on 127.0.0.1:$gport"
+		tail -n 20 "$log"
+		exit 1
+	fi
+}
+port=$(free_port)
 # Every address in the work directory: nothing of a running stack is
 # touched. Keys on (the default); the concurrency check makes 640 calls
 # with one key, more than the default rate allows, so no rate limit.
 # grpc-idle-s 3: the idle check waits for its GOAWAY.
 MOAT_GATEWAY_RATE_LIMIT_RPS=0 MOAT_GATEWAY_GRPC_IDLE_S=3 \
-	"$bin/moat-gateway" --state-dir "$work" \
-	--http off --grpc "127.0.0.1:$port" \
-	--listen "ipc://$work/gateway.sock" --survey "ipc://$work/survey.sock" \
-	--snapd "ipc://$work/snapd.sock" \
-	>"$work/gateway.log" 2>&1 &
-gw_pid=$!
-for _ in $(seq 1 100); do
-	grep -q "gRPC on" "$work/gateway.log" && break
-	kill -0 "$gw_pid" 2>/dev/null || break
-	sleep 0.1
-done
-if ! grep -q "gRPC on" "$work/gateway.log"; then
-	echo "FAIL - the gateway did not serve gRPC on 127.0.0.1:$port"
-	tail -n 20 "$work/gateway.log"
-	exit 1
-fi
+	gateway_up "$work/gateway.log" "$port" ""
 
 mkdir "$work/stubs"
 "$py" -m grpc_tools.protoc -I "$repo/proto" \
@@ -89,23 +98,9 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
 	-addext "subjectAltName=DNS:localhost" \
 	-keyout "$work/tls.key" -out "$work/tls.crt" 2>"$work/openssl.err" ||
 	{ echo "FAIL - openssl req: $(cat "$work/openssl.err")"; exit 1; }
-tport=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$bin/moat-gateway" --state-dir "$work" --http off \
-	--grpc "127.0.0.1:$tport" --grpc-tls-cert "$work/tls.crt" --grpc-tls-key "$work/tls.key" \
-	--listen "ipc://$work/gateway.sock" --survey "ipc://$work/survey.sock" \
-	--snapd "ipc://$work/snapd.sock" \
-	>"$work/gateway-tls.log" 2>&1 &
-gw_pid=$!
-for _ in $(seq 1 100); do
-	grep -q "gRPC on" "$work/gateway-tls.log" && break
-	kill -0 "$gw_pid" 2>/dev/null || break
-	sleep 0.1
-done
-if ! grep -q "gRPC on.*TLS" "$work/gateway-tls.log"; then
-	echo "FAIL - the gateway did not serve gRPC over TLS on 127.0.0.1:$tport"
-	tail -n 20 "$work/gateway-tls.log"
-	exit 1
-fi
+tport=$(free_port)
+gateway_up "$work/gateway-tls.log" "$tport" TLS \
+	--grpc-tls-cert "$work/tls.crt" --grpc-tls-key "$work/tls.key"
 trc=0
 MOAT_API_KEY=$key "$py" "$here/tls_test.py" "127.0.0.1:$tport" "$work/stubs" "$work/tls.crt" || trc=1
 if grep -q 'ALPN "h2"' "$work/gateway-tls.log"; then

@@ -204,22 +204,31 @@ test_deadline(void **state)
 	wait_method("ExecKill");
 }
 
+/* sleeping_stream: an ExecStream of a process that never ends on a new
+ * connection c, once it is started and polled. */
 static void
-test_cancel(void **state)
+sleeping_stream(struct grpc_client *c, struct grpc_stream *st)
 {
 	char *argv[] = { "sleep", "100" };
 	Moat__V1__ExecRequest rq;
+
+	exec_request(&rq, argv, 2);
+	grpc_client_open(c, E.port);
+	grpc_client_call(c, st, "/moat.v1.Gateway/ExecStream", NULL,
+	    (ProtobufCMessage *)&rq);
+	grpc_client_until(c, st, grpc_stream_has_data);
+	assert_false(st->closed);
+	wait_method("ExecRead"); /* polling */
+}
+
+static void
+test_cancel(void **state)
+{
 	struct grpc_client c;
 	struct grpc_stream st;
 
 	(void)state;
-	exec_request(&rq, argv, 2);
-	grpc_client_open(&c, E.port);
-	grpc_client_call(&c, &st, "/moat.v1.Gateway/ExecStream", NULL,
-	    (ProtobufCMessage *)&rq);
-	grpc_client_until(&c, &st, grpc_stream_has_data);
-	assert_false(st.closed);
-	wait_method("ExecRead"); /* polling */
+	sleeping_stream(&c, &st);
 	assert_int_equal(nghttp2_submit_rst_stream(c.s, NGHTTP2_FLAG_NONE,
 	                     st.id, NGHTTP2_CANCEL),
 	    0);
@@ -324,20 +333,12 @@ test_unary_exec_no_worker(void **state)
 static void
 test_stop_kills(void **state)
 {
-	char *argv[] = { "sleep", "100" };
-	Moat__V1__ExecRequest rq;
 	struct grpc_client c;
 	struct grpc_stream st;
 	char m[64], *errmsg = NULL;
 
 	(void)state;
-	exec_request(&rq, argv, 2);
-	grpc_client_open(&c, E.port);
-	grpc_client_call(&c, &st, "/moat.v1.Gateway/ExecStream", NULL,
-	    (ProtobufCMessage *)&rq);
-	grpc_client_until(&c, &st, grpc_stream_has_data);
-	assert_false(st.closed);
-	wait_method("ExecRead"); /* polling */
+	sleeping_stream(&c, &st);
 	moat_grpc_stop(E.grpc);
 	E.grpc = NULL;
 	last_method(m, sizeof(m));

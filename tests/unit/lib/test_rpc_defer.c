@@ -843,50 +843,68 @@ pack_call(uint8_t *buf, const char *method, const char *word, uint64_t rid)
 	return moat__v1__envelope__pack(&env, buf);
 }
 
+/* dispatch_start: `method` (Exec with argv {word}) dispatched
+ * asynchronously on det, its done into *x. */
+static void
+dispatch_start(struct moat_rpc_server *det, struct dispatched *x,
+    const char *method, const char *word, uint64_t rid)
+{
+	uint8_t buf[512];
+	size_t n = pack_call(buf, method, word, rid);
+
+	dispatched_init(x);
+	assert_int_equal(moat_rpc_server_dispatch_async(det, buf, n,
+	                     dispatched_done, x),
+	    0);
+}
+
+/* complete_elsewhere: the held Exec has no answer yet; a completer
+ * thread answers it (exit code 9) and done runs once, on that thread. */
+static void
+complete_elsewhere(struct fixture *f, struct dispatched *x)
+{
+	pthread_t t;
+
+	wait_held(f, 1);
+	pthread_mutex_lock(&x->lock);
+	assert_int_equal(x->calls, 0);
+	pthread_mutex_unlock(&x->lock);
+	assert_int_equal(pthread_create(&t, NULL, completer_main, f), 0);
+	pthread_join(t, NULL);
+	dispatched_check(x, t, MOAT_OK, 9);
+}
+
+static struct moat_rpc_server *
+detached(struct fixture *f)
+{
+	struct moat_rpc_service svc = test_service(f);
+	struct moat_rpc_server *det = NULL;
+	char *err = NULL;
+
+	assert_int_equal(moat_rpc_server_new_detached(&det, &svc, &err),
+	    MOAT_OK);
+	return det;
+}
+
 static void
 test_dispatch_async(void **state)
 {
 	struct fixture *f = *state;
-	struct moat_rpc_service svc = test_service(f);
-	struct moat_rpc_server *det = NULL;
+	struct moat_rpc_server *det = detached(f);
 	struct dispatched x;
-	uint8_t buf[512];
-	char *err = NULL;
-	size_t n;
-	pthread_t t;
 
-	assert_int_equal(moat_rpc_server_new_detached(&det, &svc, &err),
-	    MOAT_OK);
 	/* A handler that answers at once: done on the caller's thread,
 	 * before dispatch returns. */
-	dispatched_init(&x);
-	n = pack_call(buf, "Health", "", 0x5eed0101);
-	assert_int_equal(moat_rpc_server_dispatch_async(det, buf, n,
-	                     dispatched_done, &x),
-	    0);
+	dispatch_start(det, &x, "Health", "", 0x5eed0101);
 	assert_int_equal(x.calls, 1);
 	dispatched_check(&x, pthread_self(), MOAT_OK, -1);
 	/* Completed inside its handler: the caller's thread too. */
-	dispatched_init(&x);
-	n = pack_call(buf, "Exec", "now", 0x5eed0102);
-	assert_int_equal(moat_rpc_server_dispatch_async(det, buf, n,
-	                     dispatched_done, &x),
-	    0);
+	dispatch_start(det, &x, "Exec", "now", 0x5eed0102);
 	dispatched_check(&x, pthread_self(), MOAT_OK, 77);
 	/* Deferred: dispatch returns with no reply; done runs once, on
 	 * the completer's thread. */
-	dispatched_init(&x);
-	n = pack_call(buf, "Exec", "9", 0x5eed0103);
-	assert_int_equal(moat_rpc_server_dispatch_async(det, buf, n,
-	                     dispatched_done, &x),
-	    0);
-	wait_held(f, 1);
-	pthread_mutex_lock(&x.lock);
-	assert_int_equal(x.calls, 0);
-	pthread_mutex_unlock(&x.lock);
-	assert_int_equal(pthread_create(&t, NULL, completer_main, f), 0);
-	pthread_join(t, NULL);
-	dispatched_check(&x, t, MOAT_OK, 9);
+	dispatch_start(det, &x, "Exec", "9", 0x5eed0103);
+	complete_elsewhere(f, &x);
 	moat_rpc_server_stop(det);
 }
 
@@ -897,29 +915,13 @@ static void
 test_dispatch_async_stopped(void **state)
 {
 	struct fixture *f = *state;
-	struct moat_rpc_service svc = test_service(f);
-	struct moat_rpc_server *det = NULL;
+	struct moat_rpc_server *det = detached(f);
 	struct dispatched x;
-	uint8_t buf[512];
-	char *err = NULL;
-	size_t n;
-	pthread_t t;
 
-	assert_int_equal(moat_rpc_server_new_detached(&det, &svc, &err),
-	    MOAT_OK);
-	dispatched_init(&x);
-	n = pack_call(buf, "Exec", "5", 0x5eed0201);
-	assert_int_equal(moat_rpc_server_dispatch_async(det, buf, n,
-	                     dispatched_done, &x),
-	    0);
+	dispatch_start(det, &x, "Exec", "5", 0x5eed0201);
 	wait_held(f, 1);
 	moat_rpc_server_stop(det);
-	pthread_mutex_lock(&x.lock);
-	assert_int_equal(x.calls, 0);
-	pthread_mutex_unlock(&x.lock);
-	assert_int_equal(pthread_create(&t, NULL, completer_main, f), 0);
-	pthread_join(t, NULL);
-	dispatched_check(&x, t, MOAT_OK, 9);
+	complete_elsewhere(f, &x);
 }
 
 int
