@@ -1,6 +1,7 @@
 /*
  * grpc.c: the gateway's gRPC door (grpc.h) on libnghttp2's server
- * session API, over cleartext HTTP/2 with prior knowledge. One loop
+ * session API, over cleartext HTTP/2 with prior knowledge or TLS with
+ * ALPN h2. One loop
  * thread polls the listener, a wakeup eventfd and every connection
  * (nonblocking sockets); a stream's headers and DATA frames gather into
  * a call, which a worker runs through a detached dispatcher of the
@@ -16,13 +17,19 @@
  * jobs, each one dispatcher call: ExecStart, then one ExecRead long poll
  * at a time, the next queued only when the previous answered and the
  * stream's queue has room, and ExecKill when the stream ends early. No
- * worker is held between polls; a poll holds one for its wait (about
- * 1 s), since the detached dispatcher waits for a deferred reply on the
- * calling thread. Reflection (grpc_reflect.h) runs on the loop thread,
+ * call holds a worker while it waits: the worker dispatches it
+ * asynchronously (moat_rpc_server_dispatch_async) and returns, and the
+ * completion (a node's reply, on whatever thread brings it) puts the
+ * call on the done list; so a long unary Exec or an ExecRead long poll
+ * costs no worker. Stopping, the door first closes its connections and
+ * kills the processes of ExecStreams still running (bounded), then ends
+ * its threads once every dispatched call came back. Reflection (grpc_reflect.h) runs on the loop thread,
  * one answer per request message; its stream's window is only given
  * back as its requests are answered, so a client that sends and never
  * reads is stopped by HTTP/2 flow control.
- * Not for: the pure protocol pieces' callers elsewhere, TLS or Attach
+ * With TLS (grpc_tls.h) a connection reads and writes through OpenSSL
+ * instead of the socket, and polls for what the TLS layer waits for.
+ * Not for: the pure protocol pieces' callers elsewhere, or Attach
  * (issue 16 continues).
  */
 #include <arpa/inet.h>
@@ -44,6 +51,7 @@
 #include "common.pb-c.h"
 #include "grpc.h"
 #include "grpc_reflect.h"
+#include "grpc_tls.h"
 #include "grpc_stream.h"
 #include "http.h"
 #include "moat/log.h"
@@ -54,6 +62,7 @@
 
 #define GRPC_READ_CHUNK 16384
 #define HEALTH_CHECK "/grpc.health.v1.Health/Check"
+#define HEALTH_WATCH "/grpc.health.v1.Health/Watch"
 #define EXEC_STREAM "/moat.v1.Gateway/ExecStream"
 #define REFLECTION                                                            \
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
@@ -61,6 +70,8 @@
 #define EXEC_READ_BYTES 65536 /* per stream per ExecRead */
 #define EXEC_CALL_MS 10000    /* an ExecRead's deadline past its wait */
 #define EXEC_KILL_MS 5000
+/* Stopping: how long the door waits for its ExecStreams' kills. */
+#define STOP_KILL_MS (EXEC_KILL_MS + 1000)
 /* An ExecRead that came back empty well before its wait (a node that
  * does not long-poll): the next one waits this long, so that a stream
  * never spins. */
@@ -96,6 +107,7 @@ struct grpc_conn;
  * workers then); `conn` NULL means the stream is gone: free, never
  * answer. */
 struct grpc_call {
+	struct moat_grpc *g;
 	struct grpc_call *next;      /* the queue, or the done list */
 	struct grpc_call *conn_next; /* the connection's calls */
 	struct grpc_conn *conn;
@@ -141,6 +153,7 @@ struct grpc_conn {
 	nghttp2_session *session;
 	struct grpc_call *calls;
 	struct moat_grpc *g;
+	struct moat_grpc_tls_conn *tls; /* NULL: h2c */
 	uint64_t idle_since; /* monotonic ms since it had no stream */
 	bool goaway;         /* idle: GOAWAY submitted */
 };
@@ -161,12 +174,17 @@ struct moat_grpc {
 	pthread_mutex_t mu; /* the queue, the done list, stopping, states */
 	pthread_cond_t cv;
 	struct grpc_call *queue, *queue_tail, *done;
-	bool stopping;
+	bool closing;  /* stop: close connections, kill their processes */
+	bool stopping; /* stop: the loop and the workers end */
+	int inflight;  /* calls the dispatcher has not answered yet */
+	pthread_cond_t idle_cv; /* inflight fell to 0 */
+	int live; /* calls not yet freed (loop thread, then stop's) */
 	/* Loop thread: */
 	nghttp2_option *opt;
 	size_t buffered, buffer_cap; /* every stream's queue together */
 	uint64_t idle_ms;            /* 0: connections never idle out */
 	struct moat_grpc_descset *desc;
+	struct moat_grpc_tls *tls; /* NULL: h2c */
 };
 
 /* ---- the pure pieces (grpc.h) ---- */
@@ -277,11 +295,14 @@ moat_grpc_percent_encode(const char *s)
 
 /* ---- calls ---- */
 
+static void wake(struct moat_grpc *g);
+
 static void
 call_free(struct grpc_call *c)
 {
 	if (c == NULL)
 		return;
+	c->g->live--;
 	free(c->path);
 	free(c->authz);
 	free(c->body);
@@ -360,18 +381,87 @@ call_admit(struct moat_grpc *g, struct grpc_call *c, const char *key)
 	return MOAT_OK;
 }
 
-/* run_envelope: the Gateway method `name` with the message `msg` and
- * the API key `key` through the dispatcher, as an nng client's Envelope
- * would; timeout_ms 0: the dispatcher's default. The Reply (caller
- * frees), or NULL with c failed. */
-static Moat__V1__Reply *
+/* call_finish: c goes to the loop's done list. g->mu held. */
+static void
+call_finish(struct moat_grpc *g, struct grpc_call *c)
+{
+	c->state = CALL_FINISHED;
+	c->next = g->done;
+	g->done = c;
+	wake(g);
+}
+
+/* exec_result: an ExecStream job's Reply `r`: on MOAT_OK c->result is
+ * the decoded reply of the job's method, otherwise c is failed. */
+static void
+exec_result(struct moat_grpc *g, struct grpc_call *c, const Moat__V1__Reply *r)
+{
+	const char *name = c->job == JOB_EXEC_READ ? "ExecRead" :
+	    c->job == JOB_EXEC_KILL                ? "ExecKill" :
+	                                             "ExecStart";
+	const ProtobufCMethodDescriptor *md =
+	    protobuf_c_service_descriptor_get_method_by_name(g->service, name);
+
+	if (r->code != MOAT__V1__CODE__OK)
+		call_fail(c, (int)r->code, r->message ? r->message : "");
+	else if ((c->result = protobuf_c_message_unpack(md->output, NULL,
+	              r->payload.len, r->payload.data)) == NULL)
+		call_fail(c, MOAT_INTERNAL,
+		    "the gateway's reply did not decode");
+	else
+		c->status = MOAT_OK;
+	if (c->job == JOB_EXEC_KILL && c->status != MOAT_OK)
+		moat_warn(0,
+		    "grpc-exec-stream-kill sandbox %s exec %llu: the stream "
+		    "ended but the kill failed: %s",
+		    c->sandbox_id, (unsigned long long)c->exec_id,
+		    c->message ? c->message : "");
+}
+
+/* call_replied: the dispatcher's answer to c's call (`out`, heap, NULL
+ * when out of memory), on the thread that completed it: the worker's
+ * when the handler answered at once, else the completer's. c goes to
+ * the loop. */
+static void
+call_replied(void *arg, uint8_t *out, size_t out_len)
+{
+	struct grpc_call *c = arg;
+	struct moat_grpc *g = c->g;
+	Moat__V1__Reply *r = NULL;
+
+	if (out == NULL)
+		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
+	else if ((r = moat__v1__reply__unpack(NULL, out_len, out)) == NULL)
+		call_fail(c, MOAT_INTERNAL,
+		    "the gateway's reply did not decode");
+	else if (c->kind == KIND_EXEC)
+		exec_result(g, c, r);
+	else
+		call_set_reply(c, r);
+	if (r != NULL)
+		moat__v1__reply__free_unpacked(r, NULL);
+	free(out);
+	pthread_mutex_lock(&g->mu);
+	call_finish(g, c);
+	if (--g->inflight == 0)
+		pthread_cond_broadcast(&g->idle_cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* run_envelope: starts the Gateway method `name` with the message `msg`
+ * and the API key `key` through the dispatcher, as an nng client's
+ * Envelope would; timeout_ms 0: the dispatcher's default. Returns true
+ * when the dispatcher took the call: call_replied then finishes c
+ * (perhaps already did: the caller no longer touches c); false with c
+ * failed. */
+static bool
 run_envelope(struct moat_grpc *g, struct grpc_call *c, const char *name,
     const char *key, const uint8_t *msg, size_t msg_len, uint32_t timeout_ms)
 {
 	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
-	Moat__V1__Reply *r = NULL;
-	uint8_t *packed, *out = NULL;
-	size_t packed_len, out_len = 0;
+	uint8_t *packed;
+	size_t packed_len;
+	bool taken;
 
 	env.service = (char *)g->service->name;
 	env.method = (char *)name;
@@ -383,18 +473,23 @@ run_envelope(struct moat_grpc *g, struct grpc_call *c, const char *name,
 	packed_len = moat__v1__envelope__get_packed_size(&env);
 	if ((packed = malloc(packed_len)) == NULL) {
 		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
-		return NULL;
+		return false;
 	}
 	moat__v1__envelope__pack(&env, packed);
-	if (moat_rpc_server_dispatch(g->dispatcher, packed, packed_len, &out,
-	        &out_len) != 0)
-		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
-	else if ((r = moat__v1__reply__unpack(NULL, out_len, out)) == NULL)
-		call_fail(c, MOAT_INTERNAL,
-		    "the gateway's reply did not decode");
-	free(out);
+	pthread_mutex_lock(&g->mu);
+	g->inflight++;
+	pthread_mutex_unlock(&g->mu);
+	taken = moat_rpc_server_dispatch_async(g->dispatcher, packed,
+	            packed_len, call_replied, c) == 0;
 	free(packed);
-	return r;
+	if (!taken) {
+		pthread_mutex_lock(&g->mu);
+		if (--g->inflight == 0)
+			pthread_cond_broadcast(&g->idle_cv);
+		pthread_mutex_unlock(&g->mu);
+		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
+	}
+	return taken;
 }
 
 /* call_key: the call's API key (its bearer token, "" without one),
@@ -435,85 +530,68 @@ call_timeout(const struct grpc_call *c)
 	return c->deadline_ms > now ? (uint32_t)(c->deadline_ms - now) : 1;
 }
 
-/* call_dispatch: runs the Gateway method `name` with the message `msg`
- * through the dispatcher, as an nng client's Envelope would. */
-static void
+/* call_dispatch: starts the Gateway method `name` with the message
+ * `msg` through the dispatcher, as an nng client's Envelope would; true
+ * when the dispatcher took it (run_envelope). */
+static bool
 call_dispatch(struct moat_grpc *g, struct grpc_call *c, const char *name,
     const uint8_t *msg, size_t msg_len)
 {
-	Moat__V1__Reply *r;
 	const char *key;
 
 	if ((key = call_key(g, c, name)) == NULL)
-		return;
-	if ((r = run_envelope(g, c, name, key, msg, msg_len,
-	         call_timeout(c))) == NULL)
-		return;
-	call_set_reply(c, r);
-	moat__v1__reply__free_unpacked(r, NULL);
+		return false;
+	return run_envelope(g, c, name, key, msg, msg_len, call_timeout(c));
 }
 
-/* exec_call: the Gateway method `name` with `req` for an ExecStream,
- * with its key; on MOAT_OK c->result is the decoded reply, otherwise c
- * is failed. */
-static void
+/* exec_call: starts the Gateway method `name` with `msg` for an
+ * ExecStream, with its key; its reply comes to exec_result (c->result
+ * on MOAT_OK). True when the dispatcher took it (run_envelope). */
+static bool
 exec_call(struct moat_grpc *g, struct grpc_call *c, const char *name,
     const uint8_t *msg, size_t msg_len, uint32_t timeout_ms)
 {
-	const ProtobufCMethodDescriptor *md =
-	    protobuf_c_service_descriptor_get_method_by_name(g->service, name);
-	Moat__V1__Reply *r;
-
-	if ((r = run_envelope(g, c, name, c->key, msg, msg_len, timeout_ms)) ==
-	    NULL)
-		return;
-	if (r->code != MOAT__V1__CODE__OK)
-		call_fail(c, (int)r->code, r->message ? r->message : "");
-	else if ((c->result = protobuf_c_message_unpack(md->output, NULL,
-	              r->payload.len, r->payload.data)) == NULL)
-		call_fail(c, MOAT_INTERNAL,
-		    "the gateway's reply did not decode");
-	else
-		c->status = MOAT_OK;
-	moat__v1__reply__free_unpacked(r, NULL);
+	return run_envelope(g, c, name, c->key, msg, msg_len, timeout_ms);
 }
 
 /* exec_call_msg: exec_call with a message to pack. */
-static void
+static bool
 exec_call_msg(struct moat_grpc *g, struct grpc_call *c, const char *name,
     const ProtobufCMessage *req, uint32_t timeout_ms)
 {
 	size_t n = protobuf_c_message_get_packed_size(req);
 	uint8_t *b = malloc(n ? n : 1);
+	bool taken;
 
 	if (b == NULL) {
 		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
-		return;
+		return false;
 	}
 	protobuf_c_message_pack(req, b);
-	exec_call(g, c, name, b, n, timeout_ms);
+	taken = exec_call(g, c, name, b, n, timeout_ms);
 	free(b);
+	return taken;
 }
 
 /* exec_start: ExecStream's first job: ExecStart with the client's
  * ExecRequest `msg`, authenticated and admitted like any call. */
-static void
+static bool
 exec_start(struct moat_grpc *g, struct grpc_call *c, const uint8_t *msg,
     size_t msg_len)
 {
 	const char *key;
 
 	if ((key = call_key(g, c, "ExecStream")) == NULL)
-		return;
+		return false;
 	if ((c->key = strdup(key)) == NULL) {
 		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
-		return;
+		return false;
 	}
-	exec_call(g, c, "ExecStart", msg, msg_len, call_timeout(c));
+	return exec_call(g, c, "ExecStart", msg, msg_len, call_timeout(c));
 }
 
 /* exec_read: one ExecRead long poll from where the stream is. */
-static void
+static bool
 exec_read(struct moat_grpc *g, struct grpc_call *c)
 {
 	Moat__V1__ExecReadRequest rq = MOAT__V1__EXEC_READ_REQUEST__INIT;
@@ -525,31 +603,34 @@ exec_read(struct moat_grpc *g, struct grpc_call *c)
 	rq.stderr_offset = c->pos.stderr_offset;
 	rq.wait_ms = left != 0 && left < EXEC_WAIT_MS ? left : EXEC_WAIT_MS;
 	rq.max_bytes = EXEC_READ_BYTES;
-	exec_call_msg(g, c, "ExecRead", (ProtobufCMessage *)&rq,
+	return exec_call_msg(g, c, "ExecRead", (ProtobufCMessage *)&rq,
 	    rq.wait_ms + EXEC_CALL_MS);
 }
 
 /* exec_kill: the stream ended (cancelled, deadline, gone) while its
  * process ran: no command outlives the stream that shows it. */
-static void
+static bool
 exec_kill(struct moat_grpc *g, struct grpc_call *c)
 {
 	Moat__V1__ExecKillRequest kq = MOAT__V1__EXEC_KILL_REQUEST__INIT;
 
 	kq.sandbox_id = c->sandbox_id;
 	kq.exec_id = c->exec_id;
-	exec_call_msg(g, c, "ExecKill", (ProtobufCMessage *)&kq, EXEC_KILL_MS);
-	if (c->status != MOAT_OK)
-		moat_warn(0,
-		    "grpc-exec-stream-kill sandbox %s exec %llu: the stream "
-		    "ended but the kill failed: %s",
-		    c->sandbox_id, (unsigned long long)c->exec_id,
-		    c->message ? c->message : "");
+	if (exec_call_msg(g, c, "ExecKill", (ProtobufCMessage *)&kq,
+	        EXEC_KILL_MS))
+		return true;
+	moat_warn(0,
+	    "grpc-exec-stream-kill sandbox %s exec %llu: the stream ended "
+	    "but the kill failed: %s",
+	    c->sandbox_id, (unsigned long long)c->exec_id,
+	    c->message ? c->message : "");
+	return false;
 }
 
 /* call_run: what a worker does with a call: check what the stream
- * carried, then answer health here or the method by the dispatcher. */
-static void
+ * carried, then answer health here or start the method by the
+ * dispatcher (true: it took the call, see run_envelope). */
+static bool
 call_run(struct moat_grpc *g, struct grpc_call *c)
 {
 	static const uint8_t serving[] = { 0, 0, 0, 0, 2, 0x08, 0x01 };
@@ -564,39 +645,46 @@ call_run(struct moat_grpc *g, struct grpc_call *c)
 		call_fail(c, MOAT_INVALID_ARGUMENT,
 		    "a gRPC call is a POST with content-type "
 		    "application/grpc and a :path");
-		return;
+		return false;
 	}
 	if (c->bad_timeout) {
 		call_fail(c, MOAT_INVALID_ARGUMENT,
 		    "grpc-timeout must be 1-8 digits and a unit "
 		    "(H M S m u n)");
-		return;
+		return false;
 	}
 	if (c->too_large) {
 		call_fail(c, MOAT_RESOURCE_EXHAUSTED,
 		    "the message is larger than 4 MiB");
-		return;
+		return false;
 	}
 	if ((rv = moat_grpc_unframe(c->body, c->len, &msg, &msg_len, &why)) !=
 	    MOAT_OK) {
 		call_fail(c, rv, why);
-		return;
+		return false;
 	}
 	if (c->kind == KIND_EXEC) {
-		exec_start(g, c, msg, msg_len);
-		return;
+		return exec_start(g, c, msg, msg_len);
 	}
 	if (strcmp(c->path, HEALTH_CHECK) == 0) {
 		/* HealthCheckResponse{status: SERVING}: field 1, varint 1.
 		 * No key, like the HTTP door's Health. */
 		if ((c->out = malloc(sizeof(serving))) == NULL) {
 			call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
-			return;
+			return false;
 		}
 		memcpy(c->out, serving, sizeof(serving));
 		c->out_len = sizeof(serving);
 		c->status = MOAT_OK;
-		return;
+		return false;
+	}
+	if (strcmp(c->path, HEALTH_WATCH) == 0) {
+		/* A stream that would only ever say SERVING: not worth a
+		 * stream held per prober. */
+		call_fail(c, MOAT_UNIMPLEMENTED,
+		    "grpc.health.v1.Health/Watch is not served by moat's "
+		    "gateway: poll grpc.health.v1.Health/Check instead");
+		return false;
 	}
 	if (strncmp(c->path, prefix, sizeof(prefix) - 1) == 0)
 		md = protobuf_c_service_descriptor_get_method_by_name(
@@ -607,9 +695,9 @@ call_run(struct moat_grpc *g, struct grpc_call *c)
 		    c->path);
 		call_fail(c, MOAT_UNIMPLEMENTED, m ? m : "unknown method");
 		free(m);
-		return;
+		return false;
 	}
-	call_dispatch(g, c, md->name, msg, msg_len);
+	return call_dispatch(g, c, md->name, msg, msg_len);
 }
 
 /* wake: tells the loop thread there is something on the done list. */
@@ -627,6 +715,7 @@ worker_main(void *arg)
 {
 	struct moat_grpc *g = arg;
 	struct grpc_call *c;
+	bool taken;
 
 	pthread_mutex_lock(&g->mu);
 	for (;;) {
@@ -638,21 +727,22 @@ worker_main(void *arg)
 		if ((g->queue = c->next) == NULL)
 			g->queue_tail = NULL;
 		c->state = CALL_RUNNING;
+		taken = false;
 		/* Stopping: every queued call lost its stream; run none. */
 		if (!g->stopping) {
 			pthread_mutex_unlock(&g->mu);
 			if (c->job == JOB_EXEC_READ)
-				exec_read(g, c);
+				taken = exec_read(g, c);
 			else if (c->job == JOB_EXEC_KILL)
-				exec_kill(g, c);
+				taken = exec_kill(g, c);
 			else
-				call_run(g, c);
+				taken = call_run(g, c);
 			pthread_mutex_lock(&g->mu);
 		}
-		c->state = CALL_FINISHED;
-		c->next = g->done;
-		g->done = c;
-		wake(g);
+		/* Taken: the dispatcher's answer finishes c (call_replied),
+		 * maybe already has; this worker serves on. */
+		if (!taken)
+			call_finish(g, c);
 	}
 	pthread_mutex_unlock(&g->mu);
 	return NULL;
@@ -1079,6 +1169,8 @@ on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 	if ((c = calloc(1, sizeof(*c))) == NULL)
 		return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 	c->conn = cn;
+	c->g = cn->g;
+	cn->g->live++;
 	moat_grpc_queue_init(&c->q, MOAT_GRPC_STREAM_QUEUE, &cn->g->buffered,
 	    cn->g->buffer_cap);
 	memcpy(c->peer, cn->peer, sizeof(c->peer));
@@ -1241,6 +1333,12 @@ on_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags,
 
 	(void)s;
 	(void)flags;
+	if (cn->tls != NULL) {
+		n = moat_grpc_tls_write(cn->tls, data, len);
+		return n > 0 ? n :
+		    n == 0   ? NGHTTP2_ERR_WOULDBLOCK :
+		               NGHTTP2_ERR_CALLBACK_FAILURE;
+	}
 	while (
 	    (n = send(cn->fd, data, len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
 		;
@@ -1266,6 +1364,7 @@ conn_close(struct moat_grpc *g, int slot)
 		call_drop(g, cn->calls);
 	}
 	nghttp2_session_del(cn->session);
+	moat_grpc_tls_conn_free(cn->tls);
 	close(cn->fd);
 	free(cn);
 	g->conns[slot] = NULL;
@@ -1316,12 +1415,16 @@ conn_accept(struct moat_grpc *g)
 		cn->g = g;
 		cn->idle_since = moat_rpc_now_ms();
 		peer_name(&ss, cn->peer, sizeof(cn->peer));
-		if (nghttp2_session_server_new2(&cn->session, g->cbs, cn,
+		if ((g->tls != NULL &&
+		        (cn->tls = moat_grpc_tls_accept(g->tls, fd,
+		             cn->peer)) == NULL) ||
+		    nghttp2_session_server_new2(&cn->session, g->cbs, cn,
 		        g->opt) != 0 ||
 		    nghttp2_submit_settings(cn->session, NGHTTP2_FLAG_NONE, iv,
 		        1) != 0) {
 			if (cn->session != NULL)
 				nghttp2_session_del(cn->session);
+			moat_grpc_tls_conn_free(cn->tls);
 			close(fd);
 			free(cn);
 			continue;
@@ -1339,8 +1442,20 @@ conn_io(struct moat_grpc *g, struct grpc_conn *cn, short revents)
 	uint8_t buf[GRPC_READ_CHUNK];
 	ssize_t n;
 
-	if (revents & (POLLIN | POLLHUP | POLLERR)) {
+	/* TLS: a handshake may wait for a writable socket as well. */
+	if ((revents & (POLLIN | POLLHUP | POLLERR)) ||
+	    (cn->tls != NULL && revents != 0)) {
 		for (;;) {
+			if (cn->tls != NULL) {
+				if ((n = moat_grpc_tls_read(cn->tls, buf,
+				         sizeof(buf))) == 0)
+					break;
+				if (n < 0 ||
+				    nghttp2_session_mem_recv(cn->session, buf,
+				        (size_t)n) < 0)
+					return false;
+				continue;
+			}
 			n = recv(cn->fd, buf, sizeof(buf), 0);
 			if (n < 0 && errno == EINTR)
 				continue;
@@ -1466,6 +1581,55 @@ loop_timers(struct moat_grpc *g)
 	return next - now > 60000 ? 60000 : (int)(next - now);
 }
 
+/* loop_closing: the door stops: every connection closes (which queues
+ * the kill of each ExecStream's process still running), and no new one
+ * is taken. Returns when the loop may end: when every call is freed
+ * (the kills came back) or after STOP_KILL_MS; else lowers *timeout. */
+static bool
+loop_closing(struct moat_grpc *g, uint64_t *until, int *timeout)
+{
+	uint64_t now = moat_rpc_now_ms();
+	int i;
+
+	if (*until == 0) {
+		for (i = 0; i < MOAT_GRPC_MAX_CONNECTIONS; i++)
+			if (g->conns[i] != NULL)
+				conn_close(g, i);
+		*until = now + STOP_KILL_MS;
+	}
+	if (g->live == 0)
+		return true;
+	if (now >= *until) {
+		moat_warn(0,
+		    "grpc: stopping with %d calls unanswered: the "
+		    "kills of their ExecStreams may not have run",
+		    g->live);
+		return true;
+	}
+	if (*timeout < 0 || (uint64_t)*timeout > *until - now)
+		*timeout = (int)(*until - now);
+	return false;
+}
+
+/* conn_pollout: POLLOUT when the connection has something to write
+ * that the socket's room lets go on (with TLS: not while the write waits
+ * for the peer's bytes, or when the handshake waits to write). */
+static short
+conn_pollout(struct grpc_conn *cn)
+{
+	bool want = nghttp2_session_want_write(cn->session) != 0;
+
+	if (cn->tls == NULL)
+		return want ? POLLOUT : 0;
+	if (moat_grpc_tls_waits(cn->tls, false) == MOAT_GRPC_TLS_WAIT_WRITE ||
+	    moat_grpc_tls_waits(cn->tls, true) == MOAT_GRPC_TLS_WAIT_WRITE)
+		return POLLOUT;
+	return want &&
+	        moat_grpc_tls_waits(cn->tls, true) != MOAT_GRPC_TLS_WAIT_READ ?
+	    POLLOUT :
+	    0;
+}
+
 static void *
 loop_main(void *arg)
 {
@@ -1473,17 +1637,21 @@ loop_main(void *arg)
 	struct pollfd pfd[MOAT_GRPC_MAX_CONNECTIONS + 2];
 	int slot_of[MOAT_GRPC_MAX_CONNECTIONS + 2];
 	int i, n, timeout;
-	bool stop;
+	uint64_t until = 0; /* closing: when the loop ends regardless */
+	bool stop, closing;
 
 	for (;;) {
 		pthread_mutex_lock(&g->mu);
 		stop = g->stopping;
+		closing = g->closing;
 		pthread_mutex_unlock(&g->mu);
 		if (stop)
 			break;
 		timeout = loop_timers(g);
-		pfd[0] =
-		    (struct pollfd){ .fd = g->listen_fd, .events = POLLIN };
+		if (closing && loop_closing(g, &until, &timeout))
+			break;
+		pfd[0] = (struct pollfd){ .fd = closing ? -1 : g->listen_fd,
+			.events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = g->wake_fd, .events = POLLIN };
 		n = 2;
 		for (i = 0; i < MOAT_GRPC_MAX_CONNECTIONS; i++) {
@@ -1491,10 +1659,7 @@ loop_main(void *arg)
 			if (cn == NULL)
 				continue;
 			pfd[n].fd = cn->fd;
-			pfd[n].events = POLLIN |
-			    (nghttp2_session_want_write(cn->session) ?
-			            POLLOUT :
-			            0);
+			pfd[n].events = POLLIN | conn_pollout(cn);
 			pfd[n].revents = 0;
 			slot_of[n++] = i;
 		}
@@ -1655,6 +1820,7 @@ moat_grpc_start_limits(struct moat_grpc **out, struct moat_gateway *gw,
 	g->listen_fd = g->wake_fd = -1;
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_cond_init(&g->cv, NULL);
+	pthread_cond_init(&g->idle_cv, NULL);
 	moat_gateway_service(gw, &svc);
 	g->gw = gw;
 	g->service = svc.descriptor;
@@ -1668,6 +1834,10 @@ moat_grpc_start_limits(struct moat_grpc **out, struct moat_gateway *gw,
 		*errmsg = moat_asprintf("out of memory starting gRPC");
 		goto fail;
 	}
+	if (lim != NULL && lim->tls_cert != NULL &&
+	    (rv = moat_grpc_tls_new(&g->tls, lim->tls_cert, lim->tls_key,
+	         errmsg)) != MOAT_OK)
+		goto fail;
 	if ((rv = grpc_streams_init(g, lim, errmsg)) != MOAT_OK ||
 	    (rv = moat_rpc_server_new_detached(&g->dispatcher, &svc,
 	         errmsg)) != MOAT_OK ||
@@ -1712,31 +1882,41 @@ moat_grpc_stop(struct moat_grpc *g)
 
 	if (g == NULL)
 		return;
+	/* The loop first: it closes every connection and, while the
+	 * workers still run, sees the kills of the ExecStreams that were
+	 * running through (bounded); then it ends. */
 	pthread_mutex_lock(&g->mu);
-	g->stopping = true;
-	pthread_cond_broadcast(&g->cv);
+	g->closing = true;
 	pthread_mutex_unlock(&g->mu);
-	/* The loop first: it closes every connection, which leaves calls
-	 * in the workers' hands without a stream. */
 	if (g->loop_started) {
 		wake(g);
 		pthread_join(g->loop, NULL);
 	}
+	pthread_mutex_lock(&g->mu);
+	g->stopping = true;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
 	/* The workers end their call in progress, then the queue (every
 	 * call there lost its stream). */
 	for (i = 0; i < g->nworkers; i++)
 		pthread_join(g->workers[i], NULL);
+	/* Calls still out with the dispatcher finish onto the done list:
+	 * their completion (bounded by their own timeouts) uses g. */
+	pthread_mutex_lock(&g->mu);
+	while (g->inflight > 0)
+		pthread_cond_wait(&g->idle_cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
 	for (c = g->done; c != NULL; c = next) {
 		next = c->next;
 		call_free(c);
 	}
-	/* Kills the loop queued as it closed its connections, after the
-	 * workers had gone: not run (a stopping gateway kills nothing). */
+	/* Kills still queued past STOP_KILL_MS: not run. */
 	for (c = g->queue; c != NULL; c = next) {
 		next = c->next;
 		call_free(c);
 	}
 	moat_grpc_descset_free(g->desc);
+	moat_grpc_tls_free(g->tls);
 	if (g->opt != NULL)
 		nghttp2_option_del(g->opt);
 	if (g->cbs != NULL)
@@ -1748,6 +1928,7 @@ moat_grpc_stop(struct moat_grpc *g)
 	moat_rpc_server_stop(g->dispatcher);
 	moat_ratelimit_free(g->rl);
 	pthread_cond_destroy(&g->cv);
+	pthread_cond_destroy(&g->idle_cv);
 	pthread_mutex_destroy(&g->mu);
 	free(g);
 }

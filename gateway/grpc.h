@@ -1,7 +1,8 @@
 /*
  * grpc.h: the gateway's gRPC door (grpc.c): the Gateway service as gRPC
  * over cleartext HTTP/2 (h2c with prior knowledge, as gRPC clients speak
- * to an insecure channel), on libnghttp2. Each unary call's protobuf
+ * to an insecure channel) or over TLS (ALPN h2, grpc_tls.h), on
+ * libnghttp2. Each unary call's protobuf
  * bytes go through the same dispatcher, auth, policy and audit as the nng
  * and HTTP doors; grpc.health.v1.Health/Check answers without a key.
  * Gateway.ExecStream streams an exec's output (ExecStart, then ExecRead
@@ -10,7 +11,7 @@
  * (grpc_stream.h): a client that stops reading stops the producer.
  * Also the pure pieces of the protocol (grpc-timeout, the length prefix,
  * grpc-message's percent-encoding), public for their unit test.
- * Not for: TLS or Attach (not there yet), or any behaviour of its own:
+ * Not for: Attach (not there yet), or any behaviour of its own:
  * a call is what its Gateway method does.
  */
 #ifndef MOAT_GATEWAY_GRPC_H
@@ -28,6 +29,7 @@
 #define MOAT_GRPC_WORKERS 16             /* calls run at once */
 #define MOAT_GRPC_PREFIX 5               /* flag byte + 4 length bytes */
 #define MOAT_GRPC_IDLE_S 300             /* a conn with no stream: GOAWAY */
+#define MOAT_GRPC_DEFAULT_ADDR "127.0.0.1:7781" /* [gateway] grpc unset */
 
 struct moat_grpc;
 
@@ -48,10 +50,13 @@ int moat_grpc_start(struct moat_grpc **out, struct moat_gateway *gw,
     __attribute__((warn_unused_result));
 
 /* The door's limits ([gateway] grpc-buffer-mib, grpc-idle-s); 0 in a
- * field: its default. */
+ * field: its default. And its TLS: with tls_cert (PEM chain) and
+ * tls_key (PEM), both set, the door speaks TLS with ALPN h2 only
+ * (grpc_tls.h); NULL: cleartext h2c. */
 struct moat_grpc_limits {
 	uint32_t buffer_mib; /* all streams' queued output together */
 	uint32_t idle_s;     /* a connection with no stream is closed */
+	const char *tls_cert, *tls_key;
 };
 
 /* moat_grpc_start_limits: moat_grpc_start with `lim` (NULL: the
@@ -64,8 +69,10 @@ int moat_grpc_start_limits(struct moat_grpc **out, struct moat_gateway *gw,
 /* moat_grpc_port: the TCP port the door listens on. */
 uint16_t moat_grpc_port(const struct moat_grpc *g);
 
-/* moat_grpc_stop: closes the listener and every connection, waits for
- * the calls in progress to end, frees. Safe on NULL. */
+/* moat_grpc_stop: closes the listener and every connection, kills the
+ * processes of ExecStreams still running (waiting at most a few seconds
+ * for the kills), waits for the calls in progress to end, frees. Safe
+ * on NULL. */
 void moat_grpc_stop(struct moat_grpc *g);
 
 /* moat_grpc_parse_timeout: the grpc-timeout header value `v` (1 to 8

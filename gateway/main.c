@@ -49,8 +49,11 @@ usage(FILE *f)
 	    "  --workers N          calls served at once (default 64)\n"
 	    "  --http ADDR          HTTP/JSON API host:port "
 	    "(default " MOAT_HTTP_DEFAULT_ADDR "; \"off\": none)\n"
-	    "  --grpc ADDR          gRPC (h2c) host:port (default \"off\": "
-	    "none)\n"
+	    "  --grpc ADDR          gRPC host:port "
+	    "(default " MOAT_GRPC_DEFAULT_ADDR "; \"off\": none)\n"
+	    "  --grpc-tls-cert FILE, --grpc-tls-key FILE  serve gRPC over "
+	    "TLS (default:\n"
+	    "                       the http-tls ones when set)\n"
 	    "  --mcp-max-sessions N MCP sessions at once on HTTP /mcp "
 	    "(default %d)\n"
 	    "  --mcp-idle-s N       with all open, a new one evicts the "
@@ -299,8 +302,47 @@ gateway_open(void *ctx, struct moat_config *cfg, const char *state_dir,
 	return MOAT_OK;
 }
 
+/* grpc_tls_files: the gRPC door's certificate and key: [gateway]
+ * grpc-tls-cert / grpc-tls-key, else the HTTPS door's http-tls-cert /
+ * http-tls-key; both or neither. */
+static int
+grpc_tls_files(struct gateway_main *m, struct moat_grpc_limits *lim,
+    char **errmsg)
+{
+	const char *cert =
+	    moat_config_get(m->cfg, SECTION, "grpc-tls-cert", NULL);
+	const char *key =
+	    moat_config_get(m->cfg, SECTION, "grpc-tls-key", NULL);
+	bool own = (cert != NULL && cert[0] != '\0') ||
+	    (key != NULL && key[0] != '\0');
+
+	if (!own) {
+		cert = m->http_opts.tls_cert;
+		key = m->http_opts.tls_key;
+	}
+	if (cert != NULL && cert[0] == '\0')
+		cert = NULL;
+	if (key != NULL && key[0] == '\0')
+		key = NULL;
+	if ((cert == NULL) != (key == NULL)) {
+		*errmsg = moat_asprintf(own ?
+		        "[gateway] grpc-tls-cert and grpc-tls-key go "
+		        "together: set both (--grpc-tls-cert, "
+		        "--grpc-tls-key) or neither" :
+		        "[gateway] http-tls-cert and http-tls-key go "
+		        "together: set both or neither");
+		return MOAT_INVALID_ARGUMENT;
+	}
+	lim->tls_cert = cert;
+	lim->tls_key = key;
+	return MOAT_OK;
+}
+
 /* grpc_serve: the gRPC door on [gateway] grpc (--grpc,
- * MOAT_GATEWAY_GRPC); off by default, and with "off". */
+ * MOAT_GATEWAY_GRPC), MOAT_GRPC_DEFAULT_ADDR when unset; "off": none.
+ * An address given that cannot be served stops the gateway; the default
+ * taken (another gateway on this host) costs the door only, as on the
+ * HTTP door. */
 static int
 grpc_serve(struct gateway_main *m, char **errmsg)
 {
@@ -309,12 +351,13 @@ grpc_serve(struct gateway_main *m, char **errmsg)
 	uint64_t mib = 0, idle = 0;
 	int rv;
 
-	if (addr == NULL || strcmp(addr, "off") == 0)
+	if (addr != NULL && strcmp(addr, "off") == 0)
 		return MOAT_OK;
 	if ((rv = moat_config_get_u64(m->cfg, SECTION, "grpc-buffer-mib",
 	         MOAT_GRPC_BUFFER_MIB, &mib, errmsg)) != MOAT_OK ||
 	    (rv = moat_config_get_u64(m->cfg, SECTION, "grpc-idle-s",
-	         MOAT_GRPC_IDLE_S, &idle, errmsg)) != MOAT_OK)
+	         MOAT_GRPC_IDLE_S, &idle, errmsg)) != MOAT_OK ||
+	    (rv = grpc_tls_files(m, &lim, errmsg)) != MOAT_OK)
 		return rv;
 	if (mib < 1 || mib > 65536 || idle < 1 || idle > 86400) {
 		*errmsg = moat_asprintf("[gateway] grpc-buffer-mib must be "
@@ -324,12 +367,20 @@ grpc_serve(struct gateway_main *m, char **errmsg)
 	}
 	lim.buffer_mib = (uint32_t)mib;
 	lim.idle_s = (uint32_t)idle;
-	if ((rv = moat_grpc_start_limits(&m->grpc, m->gw, addr,
-	         m->http_opts.rate_limit_rps, m->http_opts.rate_limit_burst,
-	         &lim, errmsg)) != MOAT_OK)
+	rv = moat_grpc_start_limits(&m->grpc, m->gw,
+	    addr ? addr : MOAT_GRPC_DEFAULT_ADDR, m->http_opts.rate_limit_rps,
+	    m->http_opts.rate_limit_burst, &lim, errmsg);
+	if (rv == MOAT_UNAVAILABLE && addr == NULL) {
+		moat_warn(0, "moat-gateway: no gRPC door: %s", *errmsg);
+		free(*errmsg);
+		*errmsg = NULL;
+		return MOAT_OK;
+	}
+	if (rv != MOAT_OK)
 		return rv;
-	moat_info(0, "moat-gateway: gRPC on %s (port %u)", addr,
-	    (unsigned)moat_grpc_port(m->grpc));
+	moat_info(0, "moat-gateway: gRPC on %s (port %u%s)",
+	    addr ? addr : MOAT_GRPC_DEFAULT_ADDR,
+	    (unsigned)moat_grpc_port(m->grpc), lim.tls_cert ? ", TLS" : "");
 	return MOAT_OK;
 }
 
@@ -430,6 +481,8 @@ main(int argc, char **argv)
 		{ "snapd-tls-name", required_argument, NULL, 0x7422 },
 		{ "http-tls-cert", required_argument, NULL, 0x7423 },
 		{ "http-tls-key", required_argument, NULL, 0x7424 },
+		{ "grpc-tls-cert", required_argument, NULL, 0x7427 },
+		{ "grpc-tls-key", required_argument, NULL, 0x7428 },
 		MOAT_SERVICE_OPTIONS_LAST,
 	};
 	static const struct moat_service service = {

@@ -9,7 +9,8 @@
  * a completer never waits on the network). The replier also answers
  * DEADLINE_EXCEEDED for a call whose completion did not come by its
  * deadline. A call dispatched without a socket (the gateway's HTTP door)
- * is waited for by its own thread instead. Not for: dispatching
+ * is waited for by its own thread instead, or, dispatched asynchronously
+ * (the gRPC door), handed to its done callback by the completer. Not for: dispatching
  * (rpc_server.c) or the client side (rpc_client.c).
  */
 #include <errno.h>
@@ -53,6 +54,8 @@ struct moat_rpc_deferred {
 	int code;                    /* the completion's */
 	moat_rpc_complete_hook hook; /* moat_rpc_deferred_on_complete */
 	void *hook_arg;
+	moat_rpc_dispatch_done async_done; /* rpc_defer_arm_async */
+	void *async_arg;
 };
 
 bool
@@ -235,9 +238,12 @@ moat_rpc_complete_raw(struct moat_rpc_deferred *d, int code, uint8_t *payload,
 	uint8_t *buf;
 	size_t buf_len;
 	bool free_srv = false;
-
 	moat_rpc_complete_hook hook;
 	void *hook_arg;
+	moat_rpc_dispatch_done done = NULL;
+	void *done_arg = NULL;
+	uint8_t *out = NULL;
+	size_t out_len = 0;
 
 	encode_outcome(d, code, payload, len, message, &buf, &buf_len);
 	if (d->entry != NULL)
@@ -251,6 +257,17 @@ moat_rpc_complete_raw(struct moat_rpc_deferred *d, int code, uint8_t *payload,
 	d->completed = true;
 	d->reply = buf;
 	d->reply_len = buf_len;
+	if (d->async_done != NULL) {
+		/* Dispatched asynchronously: the reply is done's, even when
+		 * the server stopped meanwhile. */
+		done = d->async_done;
+		done_arg = d->async_arg;
+		d->async_done = NULL;
+		out = d->reply;
+		out_len = d->reply_len;
+		d->reply = NULL;
+		d->answered = true;
+	}
 	if (t->stopped) {
 		/* No socket any more: the server waited only for this. */
 		d->answered = true;
@@ -269,6 +286,43 @@ moat_rpc_complete_raw(struct moat_rpc_deferred *d, int code, uint8_t *payload,
 	pthread_mutex_unlock(&t->lock);
 	if (hook != NULL)
 		hook(hook_arg, code);
+	if (done != NULL)
+		done(done_arg, out, out_len);
+	if (free_srv)
+		rpc_server_free(srv);
+}
+
+void
+rpc_defer_arm_async(struct moat_rpc_deferred *d, moat_rpc_dispatch_done done,
+    void *arg)
+{
+	struct moat_rpc_server *srv = d->srv;
+	struct rpc_defer_table *t = &srv->defer;
+	uint8_t *out = NULL;
+	size_t out_len = 0;
+	bool now, free_srv = false;
+
+	pthread_mutex_lock(&t->lock);
+	d->armed = true;
+	now = d->completed;
+	if (now) {
+		/* Completed before its handler returned: answer here. */
+		out = d->reply;
+		out_len = d->reply_len;
+		d->reply = NULL;
+		d->answered = true;
+		if (deferred_finished(d)) {
+			deferred_unlink(t, d);
+			deferred_free(d);
+			free_srv = t->stopped && t->n == 0;
+		}
+	} else {
+		d->async_done = done;
+		d->async_arg = arg;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (now)
+		done(arg, out, out_len);
 	if (free_srv)
 		rpc_server_free(srv);
 }

@@ -666,6 +666,23 @@ moat_rpc_server_dispatch(struct moat_rpc_server *srv, const uint8_t *request,
 	return rv;
 }
 
+int
+moat_rpc_server_dispatch_async(struct moat_rpc_server *srv,
+    const uint8_t *request, size_t len, moat_rpc_dispatch_done done, void *arg)
+{
+	struct moat_rpc_deferred *d = NULL;
+	uint8_t *reply = NULL;
+	size_t reply_len = 0;
+
+	if (dispatch(srv, request, len, &reply, &reply_len, &d) != MOAT_OK)
+		return MOAT_INTERNAL;
+	if (d != NULL)
+		rpc_defer_arm_async(d, done, arg);
+	else
+		done(arg, reply, reply_len);
+	return 0;
+}
+
 /* ---- lifecycle ---- */
 
 static int

@@ -15,6 +15,7 @@
 #include <nng/nng.h>
 
 #include "moat/rpc.h"
+#include "moat/rpc_dispatch.h"
 
 /* Memory of mutating calls. Bounded by count, bytes and age, so a client
  * that sends many mutations cannot grow the server without limit. */
@@ -165,5 +166,11 @@ void rpc_defer_arm(struct moat_rpc_deferred *d, nng_ctx ctx, bool has_ctx);
  * completed. Returns MOAT_OK or MOAT_INTERNAL (out of memory). */
 int rpc_defer_wait(struct moat_rpc_deferred *d, uint8_t **reply,
     size_t *reply_len) __attribute__((warn_unused_result));
+
+/* rpc_defer_arm_async: after the handler of `d` returned, on the thread
+ * of moat_rpc_server_dispatch_async: done(arg, reply) runs now when `d`
+ * was already completed, else from moat_rpc_complete; frees d then. */
+void rpc_defer_arm_async(struct moat_rpc_deferred *d,
+    moat_rpc_dispatch_done done, void *arg);
 
 #endif

@@ -2,7 +2,8 @@
  * moat/rpc_dispatch.h: an RPC server's dispatcher without its socket, for
  * a door that receives calls by another transport and answers them in
  * process exactly as the nng server would (the gateway's HTTP/JSON door
- * and /mcp), and for tests and fuzz targets that feed it bytes.
+ * and /mcp, which wait for each reply; the gRPC door, which does not),
+ * and for tests and fuzz targets that feed it bytes.
  * Not for: serving over nng (moat_rpc_server_start in moat/rpc.h) or
  * calling a service (moat_rpc_call).
  */
@@ -33,6 +34,31 @@ int moat_rpc_server_new_detached(struct moat_rpc_server **out,
  * here. */
 int moat_rpc_server_dispatch(struct moat_rpc_server *srv,
     const uint8_t *request, size_t len, uint8_t **reply, size_t *reply_len)
+    __attribute__((warn_unused_result));
+
+/* Called exactly once with a call's encoded moat.v1.Reply: `reply` is
+ * heap and the callee's to free (NULL, len 0, when out of memory). */
+typedef void (
+    *moat_rpc_dispatch_done)(void *arg, uint8_t *reply, size_t reply_len);
+
+/* moat_rpc_server_dispatch_async: moat_rpc_server_dispatch without
+ * waiting for a deferred reply, so that a door whose calls wait for long
+ * (an exec) holds no thread while they do. The handler runs on the
+ * calling thread; when it answers at once, done(arg, ...) runs on the
+ * calling thread before this returns; when it defers (moat_rpc_defer),
+ * this returns at once and done runs on the thread that completes the
+ * call (moat_rpc_complete), possibly before this returns. No deadline
+ * answer is made here (no thread waits to make one): the handler's
+ * completion must come by itself, as the gateway's forwarded calls do
+ * (their node call has the same timeout); a door that must answer by a
+ * deadline answers itself and still gets done later. Stopping `srv`
+ * (moat_rpc_server_stop) while calls are pending is allowed: its memory
+ * stays until the last one completes, whose done still runs once; only a
+ * call its handler never completes is lost (as with any deferred call).
+ * Returns 0 when done will run (or ran), MOAT_INTERNAL (out of memory)
+ * when it never will. Thread-safe. */
+int moat_rpc_server_dispatch_async(struct moat_rpc_server *srv,
+    const uint8_t *request, size_t len, moat_rpc_dispatch_done done, void *arg)
     __attribute__((warn_unused_result));
 
 #endif

@@ -74,7 +74,7 @@ for g in 1 2 3; do
 	h=127.0.0.1:$(free_port)
 	spawn "$root/logs/gateway-$g.log" "$bin/moat-gateway" --state-dir "$root/gw-$g" \
 		--listen "ipc://$root/gw-$g.sock" --survey "$s" --sessiond "$sessiond" \
-		--snapd "$snapd" --http "$h"
+		--snapd "$snapd" --http "$h" --grpc off
 	surveys=${surveys:+$surveys,}$s
 	urls=${urls:+$urls,}http://$h
 done

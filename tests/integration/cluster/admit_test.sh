@@ -81,7 +81,7 @@ admit_gateway_http() {
 	c_spawn gateway "$h1/logs/gateway.log" "$bin/moat-gateway" \
 		--state-dir "$h1" --listen "$c_gw_url" --survey "$c_survey_url" \
 		--sessiond "$c_sessiond_url" --snapd "$c_snapd_url" \
-		--http "$http_addr" \
+		--http "$http_addr" --grpc off \
 		--survey-tls-peer-ca "$p/gateway/gw1/survey-ca.pem" \
 		$(c_tls gateway gw1)
 }

@@ -97,7 +97,8 @@ c_gw2_start() {
 	c_spawn gateway2 "$h/logs/gateway.log" "$bin/moat-gateway" \
 		--state-dir "$h" --listen "$c_gw2_url" --survey "$c_survey2_url" \
 		--sessiond "$c_sessiond_url" --snapd "$c_snapd_url" \
-		--http off --survey-tls-peer-ca "$p/gateway/gw2/survey-ca.pem" \
+		--http off --grpc off \
+		--survey-tls-peer-ca "$p/gateway/gw2/survey-ca.pem" \
 		$(c_tls gateway gw2) "$@"
 }
 
@@ -140,7 +141,8 @@ c_start() {
 	c_spawn gateway "$h1/logs/gateway.log" "$bin/moat-gateway" \
 		--state-dir "$h1" --listen "$c_gw_url" --survey "$c_survey_url" \
 		--sessiond "$c_sessiond_url" --snapd "$c_snapd_url" \
-		--http off --survey-tls-peer-ca "$p/gateway/gw1/survey-ca.pem" \
+		--http off --grpc off \
+		--survey-tls-peer-ca "$p/gateway/gw1/survey-ca.pem" \
 		$(c_tls gateway gw1)
 	# The keys made above are in h1's local store: gateway 1 imports
 	# them into sessiond when it starts, where gateway 2 finds them.

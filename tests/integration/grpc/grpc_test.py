@@ -13,8 +13,8 @@ addr, stubs = sys.argv[1], sys.argv[2]
 sys.path.insert(0, stubs)
 import gateway_pb2  # noqa: E402
 import gateway_pb2_grpc  # noqa: E402
-import health_pb2  # noqa: E402
-import health_pb2_grpc  # noqa: E402
+import health_v1_pb2 as health_pb2  # noqa: E402
+import health_v1_pb2_grpc as health_pb2_grpc  # noqa: E402
 import vm_pb2  # noqa: E402
 
 key = os.environ["MOAT_API_KEY"]
@@ -170,6 +170,21 @@ check(got[2].WhichOneof("message_response") == "error_response" and
       % got[2].error_response.error_message)
 check(got[3].WhichOneof("message_response") == "file_descriptor_response",
       "reflection file_by_filename vm.proto answers")
+got = list(refl.ServerReflectionInfo(iter([rpb.ServerReflectionRequest(
+    file_containing_symbol="grpc.health.v1.Health")]), timeout=30))
+fds = [descriptor_pb2.FileDescriptorProto.FromString(b)
+       for b in got[0].file_descriptor_response.file_descriptor_proto]
+hsvc = [sv for f in fds[:1] for sv in f.service if sv.name == "Health"]
+check(fds and fds[0].name == "grpc/health_v1.proto" and hsvc and
+      sorted(m.name for m in hsvc[0].method) == ["Check", "Watch"],
+      "reflection file_containing_symbol grpc.health.v1.Health: "
+      "grpc/health_v1.proto with Check and Watch (%s)"
+      % [f.name for f in fds])
+code, msg = code_of(lambda: list(health.Watch(
+    health_pb2.HealthCheckRequest(), timeout=10)))
+check(code == grpc.StatusCode.UNIMPLEMENTED and "Check" in msg,
+      "Health/Watch: UNIMPLEMENTED, saying to poll Check (%s: %r)"
+      % (code, msg))
 
 # No node: ExecStream ends at once with an error in its trailers.
 code, msg = code_of(lambda: list(gw.ExecStream(

@@ -38,7 +38,7 @@ trap cleanup EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # Every address in the work directory: nothing of a running stack is
 # touched; keys on (the default), since the document needs none.
-"$bin/moat-gateway" --state-dir "$work" --http "127.0.0.1:$port" \
+"$bin/moat-gateway" --state-dir "$work" --http "127.0.0.1:$port" --grpc off \
 	--listen "ipc://$work/gateway.sock" --survey "ipc://$work/survey.sock" \
 	--sessiond "ipc://$work/sessiond.sock" --snapd "ipc://$work/snapd.sock" \
 	>"$work/gateway.log" 2>&1 &

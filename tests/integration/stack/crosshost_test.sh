@@ -24,7 +24,7 @@ state=$(mktemp -d /tmp/moat-cross-test.XXXXXX)
 ramb=$(mktemp -d /dev/shm/moat-cross-test-b.XXXXXX)
 export MOAT_STATE_DIR=$state MOAT_BIN_DIR=$bin
 export MOAT_GATEWAY=ipc://$state/gateway.sock
-export MOAT_GATEWAY_HTTP=off MOAT_VMD_TEMPLATES=off MOAT_STACK_RAMFS=0
+export MOAT_GATEWAY_HTTP=off MOAT_GATEWAY_GRPC=off MOAT_VMD_TEMPLATES=off MOAT_STACK_RAMFS=0
 export MOAT_VMD_NODE_ID=node-a
 # node-b's vmd is started here, not by moat-stack: without usable KVM it
 # needs allow-tcg too (accel=auto refuses TCG otherwise).

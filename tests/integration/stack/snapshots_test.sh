@@ -21,7 +21,7 @@ export MOAT_RETENTION_KEEP_LAST=3 MOAT_RETENTION_KEEP_AGE_S=0
 # No template: its RAM copy is the node's own and would stay in Shmem.
 export MOAT_VMD_TEMPLATES=off
 # The stack's HTTP door is not used here: keep it off the default port.
-export MOAT_GATEWAY_HTTP=off
+export MOAT_GATEWAY_HTTP=off MOAT_GATEWAY_GRPC=off
 moat=$bin/moat
 work=$(mktemp -d /tmp/moat-snaps-work.XXXXXX)
 passed=0

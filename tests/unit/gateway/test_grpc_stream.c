@@ -187,8 +187,9 @@ test_descset(void **state)
 	long i;
 
 	(void)state;
-	/* common, guest, vm, gateway, session, snapshot, reflection. */
-	assert_int_equal(moat_grpc_descset_count(s), 7);
+	/* common, guest, vm, gateway, session, snapshot, reflection,
+	 * health. */
+	assert_int_equal(moat_grpc_descset_count(s), 8);
 	assert_true(moat_grpc_descset_by_name(s, "gateway.proto") >= 0);
 	assert_int_equal(moat_grpc_descset_by_name(s, "nope.proto"), -1);
 	i = moat_grpc_descset_by_symbol(s, "moat.v1.Gateway");
@@ -205,6 +206,10 @@ test_descset(void **state)
 	i = moat_grpc_descset_by_symbol(s,
 	    "grpc.reflection.v1alpha.ServerReflection");
 	assert_true(i >= 0);
+	i = moat_grpc_descset_by_symbol(s, "grpc.health.v1.Health");
+	assert_true(i >= 0);
+	moat_grpc_descset_file(s, (size_t)i, &len, &name);
+	assert_string_equal(name, "grpc/health_v1.proto");
 	assert_int_equal(moat_grpc_descset_by_symbol(s, "moat.v1.Nope"), -1);
 	assert_int_equal(moat_grpc_descset_by_symbol(s, "moat.v1"), -1);
 	assert_int_equal(moat_grpc_descset_by_symbol(s, ""), -1);

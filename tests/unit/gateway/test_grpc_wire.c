@@ -1,6 +1,6 @@
 /*
  * test_grpc_wire.c: the gateway's gRPC door (gateway/grpc.c) on the wire,
- * with libnghttp2's client session as the client, in front of a gateway
+ * with the tests' libnghttp2 client (grpc_client.h), in front of a gateway
  * in process (auth off, no node): what a stock gRPC client cannot send
  * or cannot show. A grpc-timeout already spent is refused by the server
  * (DEADLINE_EXCEEDED before the call runs), a malformed one is
@@ -28,6 +28,7 @@
 
 #include "gateway.h"
 #include "grpc.h"
+#include "grpc_client.h"
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
@@ -39,104 +40,11 @@ static struct {
 	uint16_t port;
 } E;
 
-/* One call's answer as the client saw it. */
+/* One call's answer as the client saw it, and its socket. */
 struct answer {
+	struct grpc_stream st;
 	int fd;
-	int grpc_status; /* -1: none */
-	char message[512];
-	uint8_t data[64];
-	size_t data_len;
-	bool closed;
-	const uint8_t *body;
-	size_t body_len, body_off;
 };
-
-static int
-client_connect(void)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	assert_true(fd >= 0);
-	sin.sin_port = htons(E.port);
-	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-	return fd;
-}
-
-static ssize_t
-c_send(nghttp2_session *s, const uint8_t *d, size_t n, int fl, void *ud)
-{
-	struct answer *a = ud;
-
-	(void)s;
-	(void)fl;
-	return send(a->fd, d, n, MSG_NOSIGNAL);
-}
-
-static int
-c_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
-    size_t nl, const uint8_t *v, size_t vl, uint8_t fl, void *ud)
-{
-	struct answer *a = ud;
-
-	(void)s;
-	(void)f;
-	(void)fl;
-	if (nl == 11 && memcmp(name, "grpc-status", 11) == 0)
-		a->grpc_status = atoi((const char *)v);
-	if (nl == 12 && memcmp(name, "grpc-message", 12) == 0 &&
-	    vl < sizeof(a->message))
-		memcpy(a->message, v, vl);
-	return 0;
-}
-
-static int
-c_data(nghttp2_session *s, uint8_t fl, int32_t id, const uint8_t *d, size_t n,
-    void *ud)
-{
-	struct answer *a = ud;
-
-	(void)s;
-	(void)fl;
-	(void)id;
-	if (a->data_len + n <= sizeof(a->data)) {
-		memcpy(a->data + a->data_len, d, n);
-		a->data_len += n;
-	}
-	return 0;
-}
-
-static int
-c_close(nghttp2_session *s, int32_t id, uint32_t err, void *ud)
-{
-	struct answer *a = ud;
-
-	(void)s;
-	(void)id;
-	(void)err;
-	a->closed = true;
-	return 0;
-}
-
-static ssize_t
-c_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len,
-    uint32_t *flags, nghttp2_data_source *src, void *ud)
-{
-	struct answer *a = ud;
-	size_t n = a->body_len - a->body_off;
-
-	(void)s;
-	(void)id;
-	(void)src;
-	if (n > len)
-		n = len;
-	memcpy(buf, a->body + a->body_off, n);
-	a->body_off += n;
-	if (a->body_off == a->body_len)
-		*flags |= NGHTTP2_DATA_FLAG_EOF;
-	return (ssize_t)n;
-}
 
 /* call: one request of `method` `path` with grpc-timeout `timeout`
  * (NULL: none) and the body `body` on a new connection; *a the answer.
@@ -145,52 +53,18 @@ static void
 call(const char *method, const char *path, const char *timeout,
     const uint8_t *body, size_t len, struct answer *a, bool leave_open)
 {
-	nghttp2_session_callbacks *cbs;
-	nghttp2_session *s;
-	nghttp2_nv nv[6];
-	nghttp2_data_provider dp = { .read_callback = c_body };
-	size_t n = 0;
-	uint8_t buf[16384];
-	ssize_t got;
+	struct grpc_client c;
 
-#define H(k, v)                                                               \
-	nv[n++] = (nghttp2_nv){ (uint8_t *)(k), (uint8_t *)(v), strlen(k),    \
-		strlen(v), NGHTTP2_NV_FLAG_NONE }
 	memset(a, 0, sizeof(*a));
-	a->grpc_status = -1;
-	a->body = body;
-	a->body_len = len;
-	a->fd = client_connect();
-	assert_int_equal(nghttp2_session_callbacks_new(&cbs), 0);
-	nghttp2_session_callbacks_set_send_callback(cbs, c_send);
-	nghttp2_session_callbacks_set_on_header_callback(cbs, c_header);
-	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, c_data);
-	nghttp2_session_callbacks_set_on_stream_close_callback(cbs, c_close);
-	assert_int_equal(nghttp2_session_client_new(&s, cbs, a), 0);
-	nghttp2_session_callbacks_del(cbs);
-	assert_int_equal(nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, NULL,
-	                     0),
-	    0);
-	H(":method", method);
-	H(":scheme", "http");
-	H(":authority", "localhost");
-	H(":path", path);
-	H("content-type", "application/grpc");
-	if (timeout != NULL)
-		H("grpc-timeout", timeout);
-#undef H
-	assert_true(nghttp2_submit_request(s, NULL, nv, n, &dp, NULL) > 0);
-	assert_int_equal(nghttp2_session_send(s), 0);
-	while (!leave_open && !a->closed) {
-		got = recv(a->fd, buf, sizeof(buf), 0);
-		assert_true(got > 0);
-		assert_true(
-		    nghttp2_session_mem_recv(s, buf, (size_t)got) >= 0);
-		assert_int_equal(nghttp2_session_send(s), 0);
+	grpc_client_open(&c, E.port);
+	grpc_client_request(&c, &a->st, method, path, timeout, body, len);
+	a->fd = c.fd;
+	if (leave_open) {
+		nghttp2_session_del(c.s);
+		return;
 	}
-	nghttp2_session_del(s);
-	if (!leave_open)
-		close(a->fd);
+	grpc_client_until(&c, &a->st, grpc_stream_closed);
+	grpc_client_close(&c);
 }
 
 static const uint8_t empty_msg[] = { 0, 0, 0, 0, 0 };
@@ -203,13 +77,13 @@ test_deadline_spent(void **state)
 	(void)state;
 	call("POST", "/moat.v1.Gateway/ListSandboxes", "0m", empty_msg,
 	    sizeof(empty_msg), &a, false);
-	assert_int_equal(a.grpc_status, MOAT_DEADLINE_EXCEEDED);
-	assert_non_null(strstr(a.message, "deadline passed"));
+	assert_int_equal(a.st.grpc_status, MOAT_DEADLINE_EXCEEDED);
+	assert_non_null(strstr(a.st.message, "deadline passed"));
 	/* With time left the same call runs (no node: an empty list). */
 	call("POST", "/moat.v1.Gateway/ListSandboxes", "10S", empty_msg,
 	    sizeof(empty_msg), &a, false);
-	assert_int_equal(a.grpc_status, MOAT_OK);
-	assert_int_equal(a.data_len, 5);
+	assert_int_equal(a.st.grpc_status, MOAT_OK);
+	assert_int_equal(a.st.data_len, 5);
 }
 
 static void
@@ -222,19 +96,19 @@ test_bad_requests(void **state)
 	(void)state;
 	call("POST", "/moat.v1.Gateway/ListSandboxes", "1x", empty_msg,
 	    sizeof(empty_msg), &a, false);
-	assert_int_equal(a.grpc_status, MOAT_INVALID_ARGUMENT);
-	assert_non_null(strstr(a.message, "grpc-timeout"));
+	assert_int_equal(a.st.grpc_status, MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(a.st.message, "grpc-timeout"));
 	call("POST", "/moat.v1.Gateway/ListSandboxes", NULL, compressed,
 	    sizeof(compressed), &a, false);
-	assert_int_equal(a.grpc_status, MOAT_UNIMPLEMENTED);
+	assert_int_equal(a.st.grpc_status, MOAT_UNIMPLEMENTED);
 	/* grpc-message is percent-encoded: the space stays. */
-	assert_string_equal(a.message, "compression not supported");
+	assert_string_equal(a.st.message, "compression not supported");
 	call("POST", "/moat.v1.Gateway/ListSandboxes", NULL, short_body,
 	    sizeof(short_body), &a, false);
-	assert_int_equal(a.grpc_status, MOAT_INVALID_ARGUMENT);
+	assert_int_equal(a.st.grpc_status, MOAT_INVALID_ARGUMENT);
 	call("GET", "/moat.v1.Gateway/ListSandboxes", NULL, empty_msg,
 	    sizeof(empty_msg), &a, false);
-	assert_int_equal(a.grpc_status, MOAT_INVALID_ARGUMENT);
+	assert_int_equal(a.st.grpc_status, MOAT_INVALID_ARGUMENT);
 }
 
 static void
@@ -246,9 +120,9 @@ test_health_bytes(void **state)
 	(void)state;
 	call("POST", "/grpc.health.v1.Health/Check", NULL, empty_msg,
 	    sizeof(empty_msg), &a, false);
-	assert_int_equal(a.grpc_status, MOAT_OK);
-	assert_int_equal(a.data_len, sizeof(serving));
-	assert_memory_equal(a.data, serving, sizeof(serving));
+	assert_int_equal(a.st.grpc_status, MOAT_OK);
+	assert_int_equal(a.st.data_len, sizeof(serving));
+	assert_memory_equal(a.st.data, serving, sizeof(serving));
 }
 
 static void
@@ -266,7 +140,7 @@ test_client_gone(void **state)
 	}
 	call("POST", "/grpc.health.v1.Health/Check", NULL, empty_msg,
 	    sizeof(empty_msg), &a, false);
-	assert_int_equal(a.grpc_status, MOAT_OK);
+	assert_int_equal(a.st.grpc_status, MOAT_OK);
 	/* Left open: moat_grpc_stop in teardown closes it. */
 	call("POST", "/moat.v1.Gateway/ListSandboxes", NULL, empty_msg,
 	    sizeof(empty_msg), &gone, true);

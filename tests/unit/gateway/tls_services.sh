@@ -47,7 +47,7 @@ pids+=($!)
 	--tls-cert "$p/gw/cert.pem" --tls-key "$p/gw/key.pem" \
 	--tls-ca "$p/gw-ca.pem" --survey-tls-peer-ca "$p/ca/vmd.crt" \
 	--http "127.0.0.1:$hp" --http-tls-cert "$p/gw/cert.pem" \
-	--http-tls-key "$p/gw/key.pem" > "$dir/gateway.log" 2>&1 &
+	--http-tls-key "$p/gw/key.pem" --grpc off > "$dir/gateway.log" 2>&1 &
 pids+=($!)
 
 moat() { "$bin/moat" --gateway "tls+tcp://127.0.0.1:$gp" "$@"; }

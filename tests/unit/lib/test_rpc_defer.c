@@ -7,8 +7,10 @@
  * completion in reverse order, completion before the handler returns,
  * the server's deadline answer, repeats by request id (running, then
  * done), a client gone before the completion, a server stopped with
- * calls still deferred, the detached dispatcher, and asynchronous calls
- * (reply, server error, deadline, no server). No test asserts a
+ * calls still deferred, the detached dispatcher, its asynchronous
+ * dispatch (done once, on the caller's or the completer's thread, and
+ * after the server stopped), and asynchronous calls (reply, server
+ * error, deadline, no server). No test asserts a
  * duration. Not for: the synchronous RPC layer (test_rpc.c).
  */
 #include <setjmp.h>
@@ -749,6 +751,180 @@ test_defer_outside_server(void **state)
 	assert_null(moat_rpc_defer(&call));
 }
 
+/* ---- asynchronous in-process dispatch ---- */
+
+struct dispatched {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int calls;       /* how often done ran */
+	pthread_t where; /* the thread it ran on */
+	uint8_t *reply;
+	size_t len;
+};
+
+static void
+dispatched_done(void *arg, uint8_t *reply, size_t len)
+{
+	struct dispatched *x = arg;
+
+	pthread_mutex_lock(&x->lock);
+	x->calls++;
+	x->where = pthread_self();
+	free(x->reply); /* a second run would leave one reply behind */
+	x->reply = reply;
+	x->len = len;
+	pthread_cond_broadcast(&x->cond);
+	pthread_mutex_unlock(&x->lock);
+}
+
+static void
+dispatched_init(struct dispatched *x)
+{
+	memset(x, 0, sizeof(*x));
+	pthread_mutex_init(&x->lock, NULL);
+	pthread_cond_init(&x->cond, NULL);
+}
+
+/* dispatched_wait: waits (bounded) for done, then checks it ran once on
+ * `thread` with a Reply of `code` (and, for Exec, exit code `exit`). */
+static void
+dispatched_check(struct dispatched *x, pthread_t thread, int code, int exit)
+{
+	struct timespec ts;
+	Moat__V1__Reply *r;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += GIVE_UP_S;
+	pthread_mutex_lock(&x->lock);
+	while (x->calls == 0)
+		if (pthread_cond_timedwait(&x->cond, &x->lock, &ts) != 0)
+			break;
+	pthread_mutex_unlock(&x->lock);
+	assert_int_equal(x->calls, 1);
+	assert_true(pthread_equal(x->where, thread));
+	r = moat__v1__reply__unpack(NULL, x->len, x->reply);
+	assert_non_null(r);
+	assert_int_equal(r->code, code);
+	if (exit >= 0) {
+		Moat__V1__ExecResult *res = moat__v1__exec_result__unpack(NULL,
+		    r->payload.len, r->payload.data);
+
+		assert_non_null(res);
+		assert_int_equal(res->status->exit_code, exit);
+		moat__v1__exec_result__free_unpacked(res, NULL);
+	}
+	moat__v1__reply__free_unpacked(r, NULL);
+	free(x->reply);
+	pthread_cond_destroy(&x->cond);
+	pthread_mutex_destroy(&x->lock);
+}
+
+/* pack_call: an Envelope of `method` (Exec with argv {word}) into buf. */
+static size_t
+pack_call(uint8_t *buf, const char *method, const char *word, uint64_t rid)
+{
+	Moat__V1__ExecRequest req = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__Envelope env = MOAT__V1__ENVELOPE__INIT;
+	char *argv[1] = { (char *)word };
+	static uint8_t payload[64];
+
+	req.sandbox_id = "sb";
+	req.argv = argv;
+	req.n_argv = 1;
+	env.payload.len = strcmp(method, "Exec") == 0 ?
+	    moat__v1__exec_request__pack(&req, payload) :
+	    0;
+	env.payload.data = payload;
+	env.service = "moat.v1.Vm";
+	env.method = (char *)method;
+	env.request_id = rid;
+	env.timeout_ms = GIVE_UP_S * 1000;
+	env.auth = "";
+	env.tenant = "";
+	return moat__v1__envelope__pack(&env, buf);
+}
+
+/* dispatch_start: `method` (Exec with argv {word}) dispatched
+ * asynchronously on det, its done into *x. */
+static void
+dispatch_start(struct moat_rpc_server *det, struct dispatched *x,
+    const char *method, const char *word, uint64_t rid)
+{
+	uint8_t buf[512];
+	size_t n = pack_call(buf, method, word, rid);
+
+	dispatched_init(x);
+	assert_int_equal(moat_rpc_server_dispatch_async(det, buf, n,
+	                     dispatched_done, x),
+	    0);
+}
+
+/* complete_elsewhere: the held Exec has no answer yet; a completer
+ * thread answers it (exit code 9) and done runs once, on that thread. */
+static void
+complete_elsewhere(struct fixture *f, struct dispatched *x)
+{
+	pthread_t t;
+
+	wait_held(f, 1);
+	pthread_mutex_lock(&x->lock);
+	assert_int_equal(x->calls, 0);
+	pthread_mutex_unlock(&x->lock);
+	assert_int_equal(pthread_create(&t, NULL, completer_main, f), 0);
+	pthread_join(t, NULL);
+	dispatched_check(x, t, MOAT_OK, 9);
+}
+
+static struct moat_rpc_server *
+detached(struct fixture *f)
+{
+	struct moat_rpc_service svc = test_service(f);
+	struct moat_rpc_server *det = NULL;
+	char *err = NULL;
+
+	assert_int_equal(moat_rpc_server_new_detached(&det, &svc, &err),
+	    MOAT_OK);
+	return det;
+}
+
+static void
+test_dispatch_async(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_rpc_server *det = detached(f);
+	struct dispatched x;
+
+	/* A handler that answers at once: done on the caller's thread,
+	 * before dispatch returns. */
+	dispatch_start(det, &x, "Health", "", 0x5eed0101);
+	assert_int_equal(x.calls, 1);
+	dispatched_check(&x, pthread_self(), MOAT_OK, -1);
+	/* Completed inside its handler: the caller's thread too. */
+	dispatch_start(det, &x, "Exec", "now", 0x5eed0102);
+	dispatched_check(&x, pthread_self(), MOAT_OK, 77);
+	/* Deferred: dispatch returns with no reply; done runs once, on
+	 * the completer's thread. */
+	dispatch_start(det, &x, "Exec", "9", 0x5eed0103);
+	complete_elsewhere(f, &x);
+	moat_rpc_server_stop(det);
+}
+
+/* A server stopped while an asynchronous call is deferred: its memory
+ * stays until the completion, whose done still runs once (ASan checks
+ * that nothing leaks and nothing is used after it is freed). */
+static void
+test_dispatch_async_stopped(void **state)
+{
+	struct fixture *f = *state;
+	struct moat_rpc_server *det = detached(f);
+	struct dispatched x;
+
+	dispatch_start(det, &x, "Exec", "5", 0x5eed0201);
+	wait_held(f, 1);
+	moat_rpc_server_stop(det);
+	complete_elsewhere(f, &x);
+}
+
 int
 main(void)
 {
@@ -767,6 +943,10 @@ main(void)
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_async_calls, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(test_dispatch_async, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_dispatch_async_stopped,
+		    setup, teardown),
 		cmocka_unit_test(test_defer_outside_server),
 	};
 
