@@ -254,6 +254,23 @@ vmd_configure_strings(struct vmd_config *cfg, const struct moat_config *c)
 	    !cfg->advertise_url || !cfg->cache_dir || !cfg->node_id ||
 	    !cfg->accel || !cfg->qemu_binary || !cfg->kvm_device)
 		return MOAT_INTERNAL;
+	if (cfg->image_dir[0] != '/') {
+		/* VMMs start in their sandbox's directory (and jailed, in
+		 * their own root): a relative image path names nothing
+		 * there, and the guest would fail with no console. */
+		char *abs = realpath(cfg->image_dir, NULL);
+
+		if (abs == NULL) {
+			fprintf(stderr,
+			    "moat-vmd: image-dir \"%s\": %s: give the "
+			    "folder images/build.sh wrote (images/out), as "
+			    "an absolute path\n",
+			    cfg->image_dir, strerror(errno));
+			return MOAT_INVALID_ARGUMENT;
+		}
+		free(cfg->image_dir);
+		cfg->image_dir = abs;
+	}
 	if (strcmp(cfg->accel, "auto") && strcmp(cfg->accel, "kvm") &&
 	    strcmp(cfg->accel, "tcg")) {
 		fprintf(stderr,

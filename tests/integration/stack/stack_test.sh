@@ -43,6 +43,10 @@ if ! bash "$repo/deploy/moat-stack" start; then
 	exit 1
 fi
 ok "stack starts and becomes healthy"
+# A relative image dir is made absolute (VMMs start elsewhere); one that
+# does not exist is refused at start, naming the setting.
+"$bin/moat-vmd" --image-dir nowhere/images --state-dir "$work/vmd-bad" >"$work/vmd-bad.out" 2>&1; rc=$?
+check "moat-vmd refuses a missing relative image dir (rc $rc)" sh -c "[ $rc -ne 0 ] && grep -q 'image-dir \"nowhere/images\"' '$work/vmd-bad.out'"
 
 # Whoever can connect to the internal sockets (sessiond, snapd, vmd)
 # gets past the gateway's API keys: only the stack's user may.
