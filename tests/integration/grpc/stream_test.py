@@ -33,6 +33,17 @@ sb = gw.CreateSandbox(vm_pb2.CreateSandboxRequest(), metadata=auth,
                       timeout=600)
 sid = sb.id
 check(bool(sid), "CreateSandbox over gRPC: %s" % sid)
+# With a node up, a sandbox nobody has is NOT_FOUND (no node: UNAVAILABLE,
+# as the gateway cannot tell it from one on a node that is away).
+try:
+    gw.GetSandbox(vm_pb2.SandboxRef(sandbox_id="sb-0000000000000000"),
+                  metadata=auth, timeout=30)
+    code, msg = grpc.StatusCode.OK, ""
+except grpc.RpcError as e:
+    code, msg = e.code(), e.details()
+check(code == grpc.StatusCode.NOT_FOUND and "sb-0000000000000000" in msg,
+      "GetSandbox of a missing sandbox: NOT_FOUND naming it (%s: %r)"
+      % (code, msg))
 
 
 def running(pattern):
