@@ -225,6 +225,19 @@ sleeping_stream(struct grpc_client *c, struct grpc_stream *st)
 	wait_method("ExecRead"); /* polling */
 }
 
+/* cancel_kills: the client resets st, and the node sees its process
+ * killed; c is closed. */
+static void
+cancel_kills(struct grpc_client *c, struct grpc_stream *st)
+{
+	assert_int_equal(nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE,
+	                     st->id, NGHTTP2_CANCEL),
+	    0);
+	assert_int_equal(nghttp2_session_send(c->s), 0);
+	wait_method("ExecKill");
+	grpc_client_close(c);
+}
+
 static void
 test_cancel(void **state)
 {
@@ -233,12 +246,7 @@ test_cancel(void **state)
 
 	(void)state;
 	sleeping_stream(&c, &st);
-	assert_int_equal(nghttp2_submit_rst_stream(c.s, NGHTTP2_FLAG_NONE,
-	                     st.id, NGHTTP2_CANCEL),
-	    0);
-	assert_int_equal(nghttp2_session_send(c.s), 0);
-	wait_method("ExecKill");
-	grpc_client_close(&c);
+	cancel_kills(&c, &st);
 }
 
 static void
@@ -458,12 +466,7 @@ test_attach(void **state)
 	wait_exec_log("close ", log, sizeof(log));
 	assert_string_equal(log,
 	    "start(pty) write(abc) resize(30x100) close ");
-	assert_int_equal(nghttp2_submit_rst_stream(c.s, NGHTTP2_FLAG_NONE,
-	                     st.id, NGHTTP2_CANCEL),
-	    0);
-	assert_int_equal(nghttp2_session_send(c.s), 0);
-	wait_method("ExecKill");
-	grpc_client_close(&c);
+	cancel_kills(&c, &st);
 }
 
 /* test_attach_events: ExecStream's events and status; the client's end
