@@ -469,6 +469,44 @@ test_attach(void **state)
 	cancel_kills(&c, &st);
 }
 
+/* test_attach_large: an AttachInput far larger than HTTP/2's default
+ * window (64 KiB) gets through: the door raised the stream's window. */
+static void
+test_attach_large(void **state)
+{
+	char *argv[] = { "sleep", "100" }, log[256];
+	Moat__V1__ExecRequest rq;
+	Moat__V1__AttachInput ai[2] = { MOAT__V1__ATTACH_INPUT__INIT,
+		MOAT__V1__ATTACH_INPUT__INIT };
+	size_t cap = 400 << 10, len = 0;
+	uint8_t *body = malloc(cap), *big = calloc(1, 300 << 10);
+	struct grpc_client c;
+	struct grpc_stream st;
+
+	(void)state;
+	assert_non_null(body);
+	assert_non_null(big);
+	exec_request(&rq, argv, 2);
+	ai[0] = attach_start(&rq);
+	attach_frame(body, cap, &len, &ai[0]);
+	ai[1].input_case = MOAT__V1__ATTACH_INPUT__INPUT_STDIN;
+	ai[1].stdin.data = big;
+	ai[1].stdin.len = 300 << 10;
+	attach_frame(body, cap, &len, &ai[1]);
+	exec_log_clear();
+	grpc_client_open(&c, E.port);
+	grpc_client_request(&c, &st, "POST", "/moat.v1.Gateway/Attach", NULL,
+	    body, len);
+	/* The client sends as the door's window lets it. */
+	for (int i = 0; i < 3000 && st.body_off < st.body_len; i++)
+		grpc_client_pump(&c);
+	wait_exec_log("close ", log, sizeof(log));
+	assert_string_equal(log, "start(pipes) write(307200 bytes) close ");
+	cancel_kills(&c, &st);
+	free(body);
+	free(big);
+}
+
 /* test_attach_events: ExecStream's events and status; the client's end
  * closes stdin. */
 static void
@@ -636,6 +674,7 @@ main(void)
 		cmocka_unit_test(test_workers_free),
 		cmocka_unit_test(test_unary_exec_no_worker),
 		cmocka_unit_test(test_attach),
+		cmocka_unit_test(test_attach_large),
 		cmocka_unit_test(test_attach_events),
 		cmocka_unit_test(test_attach_start_first),
 		cmocka_unit_test(test_stop_kills),
