@@ -29,8 +29,12 @@
  * reads is stopped by HTTP/2 flow control.
  * With TLS (grpc_tls.h) a connection reads and writes through OpenSSL
  * instead of the socket, and polls for what the TLS layer waits for.
- * Not for: the pure protocol pieces' callers elsewhere, or Attach
- * (issue 16 continues).
+ * Attach is ExecStream's chain plus an input side: its first message
+ * (start) becomes ExecStart; the later ones, held in the stream's
+ * buffer (its HTTP/2 window, ATTACH_WINDOW, given back as they go),
+ * become ExecWrite / ExecResize calls of a second call object, one at a
+ * time in order, so that input never waits behind an ExecRead.
+ * Not for: the pure protocol pieces' callers elsewhere.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,6 +69,7 @@
 #define HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define HEALTH_WATCH "/grpc.health.v1.Health/Watch"
 #define EXEC_STREAM "/moat.v1.Gateway/ExecStream"
+#define ATTACH "/moat.v1.Gateway/Attach"
 #define REFLECTION                                                            \
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 #define EXEC_WAIT_MS 1000     /* one ExecRead's long poll */
@@ -80,18 +85,29 @@
 /* A reflection stream's unanswered bytes: its HTTP/2 window (64 KiB
  * unless the client says otherwise) keeps it far under this. */
 #define REFLECT_BUFFER (1u << 20)
+/* An Attach stream's inputs not yet sent to the node: its HTTP/2 window
+ * is raised to this and given back only as inputs go out, so a client
+ * that types faster than the process reads is held back by flow
+ * control; also the largest AttachInput. */
+#define ATTACH_WINDOW (1u << 20)
+/* The node's stdin buffer was full (RESOURCE_EXHAUSTED): the same
+ * input again after this long, while flow control holds the client. */
+#define ATTACH_RETRY_MS 50
 
 enum call_kind {
-	KIND_UNARY,   /* one message in, one out */
-	KIND_EXEC,    /* Gateway.ExecStream */
-	KIND_REFLECT, /* ServerReflectionInfo, bidi */
+	KIND_UNARY,     /* one message in, one out */
+	KIND_EXEC,      /* Gateway.ExecStream */
+	KIND_REFLECT,   /* ServerReflectionInfo, bidi */
+	KIND_ATTACH,    /* Gateway.Attach: ExecStream's chain plus input */
+	KIND_ATTACH_IN, /* an Attach's input side: its own jobs */
 };
 
 /* What a worker does with a call next. */
 enum call_job {
-	JOB_UNARY,     /* the method, or ExecStream's checks and ExecStart */
-	JOB_EXEC_READ, /* one ExecRead */
-	JOB_EXEC_KILL, /* ExecKill: the stream ended before the process */
+	JOB_UNARY,      /* the method, or ExecStream's checks and ExecStart */
+	JOB_EXEC_READ,  /* one ExecRead */
+	JOB_EXEC_KILL,  /* ExecKill: the stream ended before the process */
+	JOB_EXEC_INPUT, /* an Attach input: ExecWrite or ExecResize */
 };
 
 enum call_state {
@@ -146,6 +162,16 @@ struct grpc_call {
 	uint64_t poll_at;         /* the ExecRead went out; the next may */
 	ProtobufCMessage *result; /* an exec job's decoded reply */
 	struct moat_grpc_queue q;
+	/* Attach (loop thread): its input side is a second call, so that
+	 * an ExecWrite never waits behind an ExecRead's long poll; one
+	 * input out at a time, in order. The two are freed apart: the
+	 * first freed unlinks the other (an input call out with the
+	 * workers then frees itself when it comes back). */
+	struct grpc_call *in;     /* the Attach's input call */
+	struct grpc_call *parent; /* an input call's Attach; NULL: gone */
+	const char *in_method;    /* an input call's ExecWrite / ExecResize */
+	bool start_sent, pty, stdin_closed, window_set;
+	uint64_t retry_at; /* an input call's retry, the node's stdin full */
 };
 
 struct grpc_conn {
@@ -315,7 +341,23 @@ call_free(struct grpc_call *c)
 	if (c->result != NULL)
 		protobuf_c_message_free_unpacked(c->result, NULL);
 	moat_grpc_queue_clear(&c->q);
+	if (c->in != NULL) {
+		if (c->in->busy)
+			c->in->parent = NULL;
+		else
+			call_free(c->in);
+	}
+	if (c->parent != NULL)
+		c->parent->in = NULL;
 	free(c);
+}
+
+/* is_exec: a call of ExecStream's chain (ExecStart, ExecRead, ExecKill
+ * jobs): ExecStream or Attach. */
+static bool
+is_exec(const struct grpc_call *c)
+{
+	return c->kind == KIND_EXEC || c->kind == KIND_ATTACH;
 }
 
 /* call_fail: the call's answer is `status` with `msg` (copied) and no
@@ -435,8 +477,12 @@ call_replied(void *arg, uint8_t *out, size_t out_len)
 	else if ((r = moat__v1__reply__unpack(NULL, out_len, out)) == NULL)
 		call_fail(c, MOAT_INTERNAL,
 		    "the gateway's reply did not decode");
-	else if (c->kind == KIND_EXEC)
+	else if (is_exec(c))
 		exec_result(g, c, r);
+	else if (c->kind == KIND_ATTACH_IN && r->code != MOAT__V1__CODE__OK)
+		call_fail(c, (int)r->code, r->message ? r->message : "");
+	else if (c->kind == KIND_ATTACH_IN)
+		c->status = MOAT_OK;
 	else
 		call_set_reply(c, r);
 	if (r != NULL)
@@ -582,7 +628,8 @@ exec_start(struct moat_grpc *g, struct grpc_call *c, const uint8_t *msg,
 {
 	const char *key;
 
-	if ((key = call_key(g, c, "ExecStream")) == NULL)
+	if ((key = call_key(g, c,
+	         c->kind == KIND_ATTACH ? "Attach" : "ExecStream")) == NULL)
 		return false;
 	if ((c->key = strdup(key)) == NULL) {
 		call_fail(c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
@@ -642,6 +689,9 @@ call_run(struct moat_grpc *g, struct grpc_call *c)
 	const char *why;
 	int rv;
 
+	/* Attach: the loop checked the stream and packed its start. */
+	if (c->kind == KIND_ATTACH)
+		return exec_start(g, c, c->out, c->out_len);
 	if (!c->post || !c->grpc_type || c->path == NULL) {
 		call_fail(c, MOAT_INVALID_ARGUMENT,
 		    "a gRPC call is a POST with content-type "
@@ -664,9 +714,8 @@ call_run(struct moat_grpc *g, struct grpc_call *c)
 		call_fail(c, rv, why);
 		return false;
 	}
-	if (c->kind == KIND_EXEC) {
+	if (c->kind == KIND_EXEC)
 		return exec_start(g, c, msg, msg_len);
-	}
 	if (strcmp(c->path, HEALTH_CHECK) == 0) {
 		/* HealthCheckResponse{status: SERVING}: field 1, varint 1.
 		 * No key, like the HTTP door's Health. */
@@ -736,6 +785,9 @@ worker_main(void *arg)
 				taken = exec_read(g, c);
 			else if (c->job == JOB_EXEC_KILL)
 				taken = exec_kill(g, c);
+			else if (c->job == JOB_EXEC_INPUT)
+				taken = run_envelope(g, c, c->in_method,
+				    c->key, c->body, c->len, EXEC_KILL_MS);
 			else
 				taken = call_run(g, c);
 			pthread_mutex_lock(&g->mu);
@@ -803,8 +855,8 @@ job_queue(struct moat_grpc *g, struct grpc_call *c, enum call_job job)
 static void
 exec_maybe_kill(struct moat_grpc *g, struct grpc_call *c)
 {
-	if (c->kind != KIND_EXEC || !c->want_kill || !c->started ||
-	    c->exited || c->kill_queued || c->busy)
+	if (!is_exec(c) || !c->want_kill || !c->started || c->exited ||
+	    c->kill_queued || c->busy)
 		return;
 	c->kill_queued = true;
 	job_queue(g, c, JOB_EXEC_KILL);
@@ -1143,6 +1195,274 @@ reflect_pump(struct moat_grpc *g, struct grpc_conn *cn, struct grpc_call *c)
 		    c->len == 0 ? NULL : "the stream ended inside a message");
 }
 
+/* attach_fail: the Attach ends with `status` and `msg`; its process is
+ * killed (as a cancelled stream's). */
+static void
+attach_fail(struct moat_grpc *g, struct grpc_conn *cn, struct grpc_call *c,
+    int status, const char *msg)
+{
+	stream_finish(cn, c, status, msg);
+	c->want_kill = true;
+	exec_maybe_kill(g, c);
+}
+
+/* attach_send: the input call of c sends `req` by `method` (ExecWrite or
+ * ExecResize) to c's process. False (c failed) when out of memory. */
+static bool
+attach_send(struct moat_grpc *g, struct grpc_conn *cn, struct grpc_call *c,
+    const char *method, const ProtobufCMessage *req)
+{
+	struct grpc_call *in = c->in;
+	size_t n = protobuf_c_message_get_packed_size(req);
+
+	if (in == NULL && (in = calloc(1, sizeof(*in))) != NULL) {
+		g->live++;
+		in->g = g;
+		in->kind = KIND_ATTACH_IN;
+		in->parent = c;
+		c->in = in;
+		in->key = strdup(c->key ? c->key : "");
+	}
+	if (in == NULL || in->key == NULL ||
+	    (in->body = malloc(n ? n : 1)) == NULL) {
+		attach_fail(g, cn, c, MOAT_RESOURCE_EXHAUSTED,
+		    "out of memory sending the stream's input");
+		return false;
+	}
+	protobuf_c_message_pack(req, in->body);
+	in->len = n;
+	in->in_method = method;
+	in->job = JOB_EXEC_INPUT;
+	in->status = MOAT_OK;
+	free(in->message);
+	in->message = NULL;
+	call_queue(g, in);
+	return true;
+}
+
+/* attach_input: one AttachInput past the start, for c's process. */
+static void
+attach_input(struct moat_grpc *g, struct grpc_conn *cn, struct grpc_call *c,
+    const Moat__V1__AttachInput *ai)
+{
+	Moat__V1__ExecWriteRequest wq = MOAT__V1__EXEC_WRITE_REQUEST__INIT;
+	Moat__V1__ExecResizeRequest rq = MOAT__V1__EXEC_RESIZE_REQUEST__INIT;
+
+	wq.sandbox_id = rq.sandbox_id = c->sandbox_id;
+	wq.exec_id = rq.exec_id = c->exec_id;
+	switch (ai->input_case) {
+	case MOAT__V1__ATTACH_INPUT__INPUT_STDIN:
+		if (c->stdin_closed) {
+			attach_fail(g, cn, c, MOAT_FAILED_PRECONDITION,
+			    "stdin was closed (close_stdin): send no stdin "
+			    "after it");
+		} else if (ai->stdin.len > 0) {
+			wq.data = ai->stdin;
+			(void)attach_send(g, cn, c, "ExecWrite",
+			    (ProtobufCMessage *)&wq);
+		}
+		break;
+	case MOAT__V1__ATTACH_INPUT__INPUT_RESIZE:
+		if (!c->pty) {
+			attach_fail(g, cn, c, MOAT_FAILED_PRECONDITION,
+			    "resize needs a terminal: start with pty true");
+			break;
+		}
+		rq.rows = ai->resize != NULL ? ai->resize->rows : 0;
+		rq.cols = ai->resize != NULL ? ai->resize->cols : 0;
+		(void)attach_send(g, cn, c, "ExecResize",
+		    (ProtobufCMessage *)&rq);
+		break;
+	case MOAT__V1__ATTACH_INPUT__INPUT_CLOSE_STDIN:
+		if (!ai->close_stdin || c->stdin_closed)
+			break;
+		c->stdin_closed = true;
+		wq.close = true;
+		(void)attach_send(g, cn, c, "ExecWrite",
+		    (ProtobufCMessage *)&wq);
+		break;
+	case MOAT__V1__ATTACH_INPUT__INPUT_START:
+		attach_fail(g, cn, c, MOAT_INVALID_ARGUMENT,
+		    "start was already sent: an Attach runs one process; "
+		    "open another Attach for another");
+		break;
+	default:
+		attach_fail(g, cn, c, MOAT_INVALID_ARGUMENT,
+		    "an AttachInput carries one of start, stdin, resize or "
+		    "close_stdin");
+		break;
+	}
+}
+
+/* attach_first: the stream's first input, which must be `start`: its
+ * ExecRequest (stdin kept open) goes out as ExecStart. */
+static void
+attach_first(struct moat_grpc *g, struct grpc_conn *cn, struct grpc_call *c,
+    const Moat__V1__AttachInput *ai)
+{
+	Moat__V1__ExecRequest *rq = ai->start;
+	size_t n;
+
+	if (ai->input_case != MOAT__V1__ATTACH_INPUT__INPUT_START ||
+	    rq == NULL) {
+		stream_finish(cn, c, MOAT_INVALID_ARGUMENT,
+		    "send start first: an Attach's first AttachInput is "
+		    "start, the ExecRequest of the process to run");
+		return;
+	}
+	rq->stdin_open = true;
+	n = protobuf_c_message_get_packed_size((ProtobufCMessage *)rq);
+	if ((c->out = malloc(n ? n : 1)) == NULL) {
+		stream_finish(cn, c, MOAT_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	c->out_len = protobuf_c_message_pack((ProtobufCMessage *)rq, c->out);
+	c->pty = rq->pty;
+	c->start_sent = true;
+	job_queue(g, c, JOB_UNARY);
+}
+
+/* attach_in_free: c's input call may take the next input: none is out
+ * with the workers or waiting to be sent again. */
+static bool
+attach_in_free(const struct grpc_call *c)
+{
+	return c->in == NULL || (!c->in->busy && c->in->len == 0);
+}
+
+/* attach_next: the next whole input of c's stream (*ai, the caller
+ * frees), its bytes given back to the client's window; false when none
+ * is whole yet, or the stream failed. At the client's end, stdin
+ * closes (once). */
+static bool
+attach_next(struct moat_grpc *g, struct grpc_conn *cn, struct grpc_call *c,
+    Moat__V1__AttachInput **ai)
+{
+	const uint8_t *msg;
+	size_t msg_len, used;
+	const char *why = NULL;
+	int r;
+
+	r = moat_grpc_next_message(c->body, c->len,
+	    ATTACH_WINDOW - MOAT_GRPC_PREFIX, &msg, &msg_len, &used, &why);
+	if (r < 0) {
+		attach_fail(g, cn, c, MOAT_INVALID_ARGUMENT, why);
+		return false;
+	}
+	if (r == 0) {
+		if (c->remote_done && c->len > 0)
+			attach_fail(g, cn, c, MOAT_INVALID_ARGUMENT,
+			    "the stream ended inside a message");
+		else if (c->remote_done && !c->start_sent)
+			stream_finish(cn, c, MOAT_INVALID_ARGUMENT,
+			    "send start first: the stream ended before "
+			    "its start");
+		return false;
+	}
+	*ai = moat__v1__attach_input__unpack(NULL, msg_len, msg);
+	memmove(c->body, c->body + used, c->len - used);
+	c->len -= used;
+	nghttp2_session_consume_stream(cn->session, c->stream_id, used);
+	if (*ai == NULL) {
+		attach_fail(g, cn, c, MOAT_INVALID_ARGUMENT,
+		    "a message of the stream is not an AttachInput");
+		return false;
+	}
+	return true;
+}
+
+/* attach_pump: an Attach moves on: its start once the first input is
+ * whole; then ExecStream's output chain, and its inputs one at a time
+ * in order while the input call is free (held before the process
+ * started, dropped after it exited: its exit event is coming). */
+static void
+attach_pump(struct moat_grpc *g, struct grpc_conn *cn, struct grpc_call *c)
+{
+	Moat__V1__AttachInput *ai = NULL, eof = MOAT__V1__ATTACH_INPUT__INIT;
+
+	if (!c->window_set) {
+		/* Room for the largest input; given back as they go. */
+		c->window_set = true;
+		(void)nghttp2_session_set_local_window_size(cn->session,
+		    NGHTTP2_FLAG_NONE, c->stream_id, ATTACH_WINDOW);
+	}
+	if (!c->finished && (!c->post || !c->grpc_type || c->bad_timeout))
+		stream_finish(cn, c, MOAT_INVALID_ARGUMENT,
+		    c->bad_timeout ? "grpc-timeout must be 1-8 digits and "
+		                     "a unit (H M S m u n)" :
+		                     "a gRPC call is a POST with content-type "
+		                     "application/grpc");
+	if (!c->finished && c->too_large)
+		attach_fail(g, cn, c, MOAT_RESOURCE_EXHAUSTED,
+		    "the stream sent more than its window let it");
+	if (c->finished) { /* what else comes is dropped */
+		nghttp2_session_consume_stream(cn->session, c->stream_id,
+		    c->len);
+		c->len = 0;
+		return;
+	}
+	if (!c->start_sent) {
+		if (attach_next(g, cn, c, &ai))
+			attach_first(g, cn, c, ai);
+		moat__v1__attach_input__free_unpacked(ai, NULL);
+		return;
+	}
+	exec_pump(g, c);
+	if (c->exited && c->in != NULL && !c->in->busy && c->in->len > 0) {
+		free(c->in->body); /* a retry no process waits for */
+		c->in->body = NULL;
+		c->in->len = 0;
+	}
+	while (c->started && !c->finished && attach_in_free(c)) {
+		if (!attach_next(g, cn, c, &ai))
+			break;
+		if (!c->exited)
+			attach_input(g, cn, c, ai);
+		moat__v1__attach_input__free_unpacked(ai, NULL);
+		ai = NULL;
+	}
+	/* The client's end closes stdin, after what it sent. */
+	eof.input_case = MOAT__V1__ATTACH_INPUT__INPUT_CLOSE_STDIN;
+	eof.close_stdin = true;
+	if (c->started && !c->finished && !c->exited && c->remote_done &&
+	    c->len == 0 && !c->stdin_closed && attach_in_free(c))
+		attach_input(g, cn, c, &eof);
+	if (c->in != NULL && !c->in->busy && c->in->len > 0 && !c->finished &&
+	    moat_rpc_now_ms() >= c->in->retry_at) {
+		c->in->status = MOAT_OK; /* the node's stdin had no room */
+		call_queue(g, c->in);
+	}
+}
+
+/* attach_input_done: an Attach's input came back. Refused for a
+ * process that exited or closed its stdin meanwhile (FAILED_PRECONDITION,
+ * NOT_FOUND): ignored, its exit event is coming; the node's stdin full:
+ * sent again shortly; any other error ends the stream. */
+static void
+attach_input_done(struct moat_grpc *g, struct grpc_call *in)
+{
+	struct grpc_call *c = in->parent;
+
+	if (c == NULL) { /* its Attach is gone */
+		call_free(in);
+		return;
+	}
+	if (in->status == MOAT_RESOURCE_EXHAUSTED && !c->exited &&
+	    c->conn != NULL && !c->finished) {
+		in->retry_at = moat_rpc_now_ms() + ATTACH_RETRY_MS;
+		return;
+	}
+	free(in->body);
+	in->body = NULL;
+	in->len = 0;
+	if (in->status != MOAT_OK && in->status != MOAT_FAILED_PRECONDITION &&
+	    in->status != MOAT_NOT_FOUND && c->conn != NULL && !c->finished) {
+		moat_debug(0, "grpc: Attach: %s failed: %s", in->in_method,
+		    in->message ? in->message : "");
+		attach_fail(g, c->conn, c, in->status, in->message);
+	}
+}
+
 /* conn_pump: every stream of the connection that can move on does. */
 static void
 conn_pump(struct moat_grpc *g, struct grpc_conn *cn)
@@ -1155,6 +1475,8 @@ conn_pump(struct moat_grpc *g, struct grpc_conn *cn)
 			exec_pump(g, c);
 		else if (c->kind == KIND_REFLECT && c->headers_done)
 			reflect_pump(g, cn, c);
+		else if (c->kind == KIND_ATTACH && c->headers_done)
+			attach_pump(g, cn, c);
 	}
 }
 
@@ -1217,6 +1539,8 @@ on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name,
 		c->path = v;
 		if (strcmp(v, EXEC_STREAM) == 0)
 			c->kind = KIND_EXEC;
+		else if (strcmp(v, ATTACH) == 0)
+			c->kind = KIND_ATTACH;
 		else if (strcmp(v, REFLECTION) == 0)
 			c->kind = KIND_REFLECT;
 		return 0;
@@ -1256,14 +1580,17 @@ on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id,
 	(void)ud;
 	/* Windows are given back by hand (no automatic WINDOW_UPDATE): the
 	 * connection's at once; a stream's at once too, but a reflection
-	 * stream's only as its requests are answered (reflect_pump). */
+	 * stream's only as its requests are answered (reflect_pump), an
+	 * Attach's as its inputs go out (attach_pump). */
 	nghttp2_session_consume_connection(s, len);
-	if (c == NULL || c->kind != KIND_REFLECT)
+	if (c == NULL || (c->kind != KIND_REFLECT && c->kind != KIND_ATTACH))
 		nghttp2_session_consume_stream(s, id, len);
 	if (c == NULL || c->queued || c->too_large)
 		return 0;
 	if (c->len + len > (c->kind == KIND_REFLECT ?
 	                           REFLECT_BUFFER :
+	                           c->kind == KIND_ATTACH ?
+	                           ATTACH_WINDOW :
 	                           MOAT_GRPC_MAX_MESSAGE + MOAT_GRPC_PREFIX)) {
 		/* Dropped from here on: memory stays bounded. */
 		c->too_large = true;
@@ -1301,8 +1628,9 @@ on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 		c->headers_done = true;
 	if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
 		return 0;
-	/* A reflection stream answers as requests come (conn_pump). */
-	if (c->kind == KIND_REFLECT)
+	/* A reflection stream answers as requests come, an Attach sends
+	 * them on (conn_pump). */
+	if (c->kind == KIND_REFLECT || c->kind == KIND_ATTACH)
 		c->remote_done = true;
 	else if (!c->queued) {
 		c->queued = true;
@@ -1515,6 +1843,10 @@ drain_done(struct moat_grpc *g)
 	for (; c != NULL; c = next) {
 		next = c->next;
 		c->busy = false;
+		if (c->kind == KIND_ATTACH_IN) {
+			attach_input_done(g, c);
+			continue;
+		}
 		if (c->conn == NULL) {
 			/* Gone meanwhile: a process it started is killed
 			 * first (one more job), then it is freed. */
@@ -1523,7 +1855,7 @@ drain_done(struct moat_grpc *g)
 			if (!c->busy)
 				call_free(c);
 			continue;
-		} else if (c->kind != KIND_EXEC) {
+		} else if (!is_exec(c)) {
 			call_answer(c->conn, c);
 		} else {
 			done_exec(g, c);
@@ -1555,10 +1887,13 @@ conn_timers(struct moat_grpc *g, struct grpc_conn *cn, uint64_t now,
 		}
 	}
 	for (c = cn->calls; c != NULL; c = c->conn_next) {
-		if (c->kind == KIND_EXEC && !c->busy && !c->finished &&
+		if (is_exec(c) && !c->busy && !c->finished &&
 		    c->poll_at > now && c->poll_at < *next)
 			*next = c->poll_at; /* its next ExecRead */
-		if (c->kind != KIND_EXEC || !c->has_timeout || c->finished)
+		if (c->in != NULL && !c->in->busy && c->in->len > 0 &&
+		    c->in->retry_at < *next)
+			*next = c->in->retry_at; /* an Attach input again */
+		if (!is_exec(c) || !c->has_timeout || c->finished)
 			continue;
 		if (now < c->deadline_ms) {
 			if (c->deadline_ms < *next)

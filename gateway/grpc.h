@@ -11,7 +11,9 @@
  * (grpc_stream.h): a client that stops reading stops the producer.
  * Also the pure pieces of the protocol (grpc-timeout, the length prefix,
  * grpc-message's percent-encoding), public for their unit test.
- * Not for: Attach (not there yet), or any behaviour of its own:
+ * Gateway.Attach adds stdin, window sizes and the end of stdin to
+ * ExecStream (ExecWrite / ExecResize through the dispatcher).
+ * Not for: any behaviour of its own:
  * a call is what its Gateway method does.
  */
 #ifndef MOAT_GATEWAY_GRPC_H

@@ -777,6 +777,22 @@ h_exec_stream(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    "then ExecRead until eof");
 }
 
+/* h_attach: Attach over nng, which has no streams: the gRPC door
+ * composes it from ExecStart, ExecWrite, ExecResize and ExecRead and
+ * never calls this. */
+static int
+h_attach(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	(void)request;
+	(void)reply;
+	return moat_rpc_error(call, MOAT_UNIMPLEMENTED,
+	    "Attach is a bidirectional stream, which nng cannot carry: "
+	    "call it through the gRPC door, or use ExecStart (stdin_open, "
+	    "pty), then ExecWrite and ExecResize for input and ExecRead "
+	    "until eof for output");
+}
+
 /* ---- recorded sandboxes (record.c) ---- */
 
 /* get_unavailable: GetSandbox of a sandbox whose node does not answer:
@@ -1170,6 +1186,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "ExecKill", h_sandbox, true, true },
 	{ "Exec", h_step, true, true },
 	{ "ExecStream", h_exec_stream, false, true },
+	{ "Attach", h_attach, false, true },
 	{ "ReadFile", h_sandbox, false, true },
 	{ "WriteFile", h_sandbox, true, true },
 	{ "ListFiles", h_sandbox, false, true },

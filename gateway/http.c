@@ -2132,6 +2132,15 @@ openapi_rpc(struct moat_http *h, json_t *paths, json_t *schemas)
 		 * when keys are on. */
 		if (op != NULL && strcmp(md->name, "Health") == 0)
 			json_object_set_new(op, "security", json_array());
+		/* Attach streams both ways, which only gRPC carries. */
+		if (op != NULL && strcmp(md->name, "Attach") == 0)
+			json_object_set_new(op, "description",
+			    json_string(
+			        "gRPC only (a bidirectional stream "
+			        "of AttachInput to ExecEvent on the "
+			        "gRPC door): here UNIMPLEMENTED; use "
+			        "ExecStart with stdin_open, ExecWrite, "
+			        "ExecResize and ExecRead"));
 		if (op != NULL && path != NULL)
 			json_object_set_new(paths, path,
 			    json_pack("{s:o}", "post", op));

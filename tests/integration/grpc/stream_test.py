@@ -1,10 +1,12 @@
-"""stream_test.py ADDR STUBS: Gateway.ExecStream and unary calls through
+"""stream_test.py ADDR STUBS: Gateway.ExecStream, Attach (a pty python3
+REPL, and cat on pipes) and unary calls through
 the gRPC door of a whole stack (stream_test.sh starts it), with stubs
 generated from proto/ into STUBS and MOAT_API_KEY the stack's key. Each
 check prints ok/FAIL; exit 1 on any failure. No check decides by time:
 order of events, and processes looked for until found gone (bounded).
 Not for: the door without a node (grpc_test.py)."""
 import os
+import queue
 import sys
 import time
 
@@ -115,6 +117,85 @@ except grpc.RpcError as err:
 check(code == grpc.StatusCode.DEADLINE_EXCEEDED,
       "ExecStream past a 1 s deadline: DEADLINE_EXCEEDED (%s)" % code)
 check(gone("sleep 308"), "past its deadline: its process is killed")
+
+def attach(start):
+    """An Attach of `start`: the queue its later inputs go into (None
+    ends the client's side) and the call's events."""
+    q = queue.Queue()
+
+    def inputs():
+        yield vm_pb2.AttachInput(start=start)
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            yield item
+    return q, gw.Attach(inputs(), metadata=auth, timeout=120)
+
+
+def read_until(events, want, log, after=b""):
+    """Appends the events to log until stdout holds `want` after the
+    first `after` (True) or the process exited (False)."""
+    for e in events:
+        log.append(e)
+        out = b"".join(x.stdout for x in log
+                       if x.WhichOneof("event") == "stdout")
+        i = out.find(after)
+        if i >= 0 and want in out[i:]:
+            return True
+        if e.WhichOneof("event") == "exit":
+            return False
+    return False
+
+
+def drain(events):
+    """The rest of the events, and the call's status code."""
+    rest = []
+    try:
+        for e in events:
+            rest.append(e)
+    except grpc.RpcError as err:
+        return rest, err.code()
+    return rest, grpc.StatusCode.OK
+
+
+# Pipes: cat echoes stdin and ends when it closes.
+q, events = attach(vm_pb2.ExecRequest(sandbox_id=sid, shell="cat"))
+q.put(vm_pb2.AttachInput(stdin=b"hello\n"))
+q.put(vm_pb2.AttachInput(close_stdin=True))
+log, code = drain(events)
+q.put(None)
+out = b"".join(e.stdout for e in log if e.WhichOneof("event") == "stdout")
+check(out == b"hello\n" and log and log[-1].WhichOneof("event") == "exit" and
+      log[-1].exit.exit_code == 0,
+      "Attach without a pty: cat gives back hello and exits 0 after "
+      "close_stdin (%r, %s)" % (out, code))
+
+# A terminal: python3's REPL answers, sees its new window, and Ctrl-D
+# ends it with code 0.
+q, events = attach(vm_pb2.ExecRequest(sandbox_id=sid, shell="python3 -i",
+                                      pty=True, rows=24, cols=80))
+log = []
+q.put(vm_pb2.AttachInput(stdin=b"print(6*7)\n"))
+check(read_until(events, b"42", log),
+      "Attach with a pty: python3 prints 42 (%r)" % log[-3:])
+check(log[0].WhichOneof("event") == "started",
+      "Attach: the first event is started")
+q.put(vm_pb2.AttachInput(resize=vm_pb2.TerminalSize(rows=30, cols=100)))
+q.put(vm_pb2.AttachInput(
+    stdin=b"import os; print(os.get_terminal_size())\n"))
+check(read_until(events, b"columns=100, lines=30", log),
+      "Attach: after resize 30x100 python3 sees columns=100, lines=30")
+# Ctrl-D once the prompt is back, as a person would: typed ahead, the
+# line discipline turns it into a NUL byte when readline takes over.
+check(read_until(events, b">>> ", log, after=b"lines=30"),
+      "Attach: python3 prompts again")
+q.put(vm_pb2.AttachInput(stdin=b"\x04"))
+rest, code = drain(events)
+q.put(None)
+check(rest and rest[-1].WhichOneof("event") == "exit" and
+      rest[-1].exit.exited and rest[-1].exit.exit_code == 0,
+      "Attach: Ctrl-D ends python3 with code 0 (%s, %r)" % (code, rest))
 
 r = gw.RunCode(vm_pb2.RunCodeRequest(sandbox_id=sid, code="6*7"),
                metadata=auth, timeout=300)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# grpc_stream: Gateway.ExecStream and unary calls through the gRPC door
+# grpc_stream: Gateway.ExecStream, Attach and unary calls through the gRPC door
 # of a whole local stack (deploy/moat-stack start, real VMs) in a
 # temporary state directory, with the door on a free 127.0.0.1 port
 # (MOAT_GATEWAY_GRPC: the gateway reads [gateway] grpc from the

@@ -751,6 +751,7 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "ExecKill", h_ok, true, false },
 	{ "Exec", h_exec, true, false },
 	{ "ExecStream", h_ok, false, false },
+	{ "Attach", h_ok, false, false },
 	{ "ReadFile", h_read_file, false, false },
 	{ "WriteFile", h_write_file, true, false },
 	{ "ListFiles", h_list_files, false, false },

@@ -5,6 +5,7 @@
  * and tenant of every call.
  * Not for: anything but tests.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,19 @@ find_sandbox(struct fake_node *fn, const char *id)
 		if (strcmp(fn->sandboxes[i], id) == 0)
 			return i;
 	return -1;
+}
+
+/* exec_log: appends to fn->exec_log (fn->lock held); what does not fit
+ * is dropped. */
+static void
+exec_log(struct fake_node *fn, const char *fmt, ...)
+{
+	size_t n = strlen(fn->exec_log);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(fn->exec_log + n, sizeof(fn->exec_log) - n, fmt, ap);
+	va_end(ap);
 }
 
 static int
@@ -519,6 +533,19 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		r->exec_id =
 		    q->n_argv > 0 && strcmp(q->argv[0], "sleep") == 0 ? 8 : 7;
 		r->pid = 42;
+		exec_log(fn, "start(%s) ", q->pty ? "pty" : "pipes");
+	} else if (strcmp(m, "ExecWrite") == 0) {
+		const Moat__V1__ExecWriteRequest *q = (const void *)request;
+		if (q->data.len > 32) /* too long to log: its size */
+			exec_log(fn, "write(%zu bytes) ", q->data.len);
+		else if (q->data.len > 0)
+			exec_log(fn, "write(%.*s) ", (int)q->data.len,
+			    (const char *)q->data.data);
+		if (q->close)
+			exec_log(fn, "close ");
+	} else if (strcmp(m, "ExecResize") == 0) {
+		const Moat__V1__ExecResizeRequest *q = (const void *)request;
+		exec_log(fn, "resize(%ux%u) ", q->rows, q->cols);
 	} else if (strcmp(m, "ExecRead") == 0) {
 		/* Exec 7 prints "hello\n" and "oops\n" and exits 3; exec 8
 		 * prints nothing and runs until killed. */

@@ -75,6 +75,9 @@ struct fake_node {
 	int set_timeouts;        /* SetTimeout calls (issue 15) */
 	int cordons;             /* Cordon calls (issue 15) */
 	uint32_t last_timeout_s; /* the last one's timeout_s */
+	/* ExecStart, ExecWrite and ExecResize in the order they came:
+	 * "start(pty) write(abc) resize(30x100) close " (Attach). */
+	char exec_log[256];
 	int next_sandbox;
 	int restores;           /* RestoreSandbox calls */
 	int fail_restore_every; /* > 0: every n-th restore fails */

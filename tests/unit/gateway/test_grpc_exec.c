@@ -10,7 +10,11 @@
  * workers leave a unary call on another connection answered (a stream
  * holds no worker between its polls); 40 unary Execs the node holds
  * leave a GetSandbox answered (a waiting call holds no worker); a door
- * stopped while a stream's process runs kills it first.
+ * stopped while a stream's process runs kills it first. Attach: start,
+ * stdin, resize and close_stdin reach the node in order (held until
+ * ExecStart answered), its events are ExecStream's, a first input that
+ * is not start or a second start is INVALID_ARGUMENT, a reset stream
+ * kills.
  * Not for: the pure pieces (test_grpc_stream) or a real VM
  * (tests/integration/grpc/stream_test.sh).
  */
@@ -221,6 +225,19 @@ sleeping_stream(struct grpc_client *c, struct grpc_stream *st)
 	wait_method("ExecRead"); /* polling */
 }
 
+/* cancel_kills: the client resets st, and the node sees its process
+ * killed; c is closed. */
+static void
+cancel_kills(struct grpc_client *c, struct grpc_stream *st)
+{
+	assert_int_equal(nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE,
+	                     st->id, NGHTTP2_CANCEL),
+	    0);
+	assert_int_equal(nghttp2_session_send(c->s), 0);
+	wait_method("ExecKill");
+	grpc_client_close(c);
+}
+
 static void
 test_cancel(void **state)
 {
@@ -229,12 +246,7 @@ test_cancel(void **state)
 
 	(void)state;
 	sleeping_stream(&c, &st);
-	assert_int_equal(nghttp2_submit_rst_stream(c.s, NGHTTP2_FLAG_NONE,
-	                     st.id, NGHTTP2_CANCEL),
-	    0);
-	assert_int_equal(nghttp2_session_send(c.s), 0);
-	wait_method("ExecKill");
-	grpc_client_close(&c);
+	cancel_kills(&c, &st);
 }
 
 static void
@@ -352,6 +364,230 @@ test_stop_kills(void **state)
 
 /* create_sandbox: CreateSandbox through the door; false while the
  * gateway knows no node yet. */
+/* attach_frame: appends AttachInput `ai`, length-prefixed, to buf (of
+ * `cap` bytes, *len used). */
+static void
+attach_frame(uint8_t *buf, size_t cap, size_t *len,
+    const Moat__V1__AttachInput *ai)
+{
+	size_t n = moat__v1__attach_input__get_packed_size(ai);
+
+	assert_true(*len + MOAT_GRPC_PREFIX + n <= cap);
+	moat_grpc_frame_header(buf + *len, (uint32_t)n);
+	moat__v1__attach_input__pack(ai, buf + *len + MOAT_GRPC_PREFIX);
+	*len += MOAT_GRPC_PREFIX + n;
+}
+
+/* attach_start: an AttachInput starting `rq`. */
+static Moat__V1__AttachInput
+attach_start(Moat__V1__ExecRequest *rq)
+{
+	Moat__V1__AttachInput ai = MOAT__V1__ATTACH_INPUT__INIT;
+
+	ai.input_case = MOAT__V1__ATTACH_INPUT__INPUT_START;
+	ai.start = rq;
+	return ai;
+}
+
+static void
+exec_log_clear(void)
+{
+	pthread_mutex_lock(&E.a.lock);
+	E.a.exec_log[0] = '\0';
+	pthread_mutex_unlock(&E.a.lock);
+}
+
+/* wait_exec_log: waits (bounded) until the node's exec log ends with
+ * `tail`; the whole log then. */
+static void
+wait_exec_log(const char *tail, char *log, size_t size)
+{
+	size_t n, t = strlen(tail);
+
+	for (int i = 0; i < 3000; i++) {
+		pthread_mutex_lock(&E.a.lock);
+		snprintf(log, size, "%s", E.a.exec_log);
+		pthread_mutex_unlock(&E.a.lock);
+		n = strlen(log);
+		if (n >= t && strcmp(log + n - t, tail) == 0)
+			return;
+		usleep(10000);
+	}
+	fail_msg("the node's exec log is \"%s\", not ending \"%s\"", log,
+	    tail);
+}
+
+/* test_attach: start (a pty), stdin, resize, close_stdin in one go
+ * reach the node in that order, the inputs held until ExecStart
+ * answered; the started event comes; a reset stream kills. */
+static void
+test_attach(void **state)
+{
+	char *argv[] = { "sleep", "100" }, log[256];
+	Moat__V1__ExecRequest rq;
+	Moat__V1__AttachInput ai[4] = { MOAT__V1__ATTACH_INPUT__INIT,
+		MOAT__V1__ATTACH_INPUT__INIT, MOAT__V1__ATTACH_INPUT__INIT,
+		MOAT__V1__ATTACH_INPUT__INIT };
+	Moat__V1__TerminalSize ts = MOAT__V1__TERMINAL_SIZE__INIT;
+	Moat__V1__ExecEvent *ev;
+	uint8_t body[512];
+	size_t len = 0;
+	struct grpc_client c;
+	struct grpc_stream st;
+
+	(void)state;
+	exec_request(&rq, argv, 2);
+	rq.pty = true;
+	rq.rows = 24;
+	rq.cols = 80;
+	ai[0] = attach_start(&rq);
+	ai[1].input_case = MOAT__V1__ATTACH_INPUT__INPUT_STDIN;
+	ai[1].stdin.data = (uint8_t *)"abc";
+	ai[1].stdin.len = 3;
+	ts.rows = 30;
+	ts.cols = 100;
+	ai[2].input_case = MOAT__V1__ATTACH_INPUT__INPUT_RESIZE;
+	ai[2].resize = &ts;
+	ai[3].input_case = MOAT__V1__ATTACH_INPUT__INPUT_CLOSE_STDIN;
+	ai[3].close_stdin = true;
+	for (int i = 0; i < 4; i++)
+		attach_frame(body, sizeof(body), &len, &ai[i]);
+	exec_log_clear();
+	grpc_client_open(&c, E.port);
+	grpc_client_request(&c, &st, "POST", "/moat.v1.Gateway/Attach", NULL,
+	    body, len);
+	grpc_client_until(&c, &st, grpc_stream_has_data);
+	assert_false(st.closed);
+	ev = event(&st, 0);
+	assert_non_null(ev);
+	assert_int_equal(ev->event_case, MOAT__V1__EXEC_EVENT__EVENT_STARTED);
+	assert_int_equal(ev->started->exec_id, 8);
+	moat__v1__exec_event__free_unpacked(ev, NULL);
+	wait_exec_log("close ", log, sizeof(log));
+	assert_string_equal(log,
+	    "start(pty) write(abc) resize(30x100) close ");
+	cancel_kills(&c, &st);
+}
+
+/* test_attach_large: an AttachInput far larger than HTTP/2's default
+ * window (64 KiB) gets through: the door raised the stream's window. */
+static void
+test_attach_large(void **state)
+{
+	char *argv[] = { "sleep", "100" }, log[256];
+	Moat__V1__ExecRequest rq;
+	Moat__V1__AttachInput ai[2] = { MOAT__V1__ATTACH_INPUT__INIT,
+		MOAT__V1__ATTACH_INPUT__INIT };
+	size_t cap = 400 << 10, len = 0;
+	uint8_t *body = malloc(cap), *big = calloc(1, 300 << 10);
+	struct grpc_client c;
+	struct grpc_stream st;
+
+	(void)state;
+	assert_non_null(body);
+	assert_non_null(big);
+	exec_request(&rq, argv, 2);
+	ai[0] = attach_start(&rq);
+	attach_frame(body, cap, &len, &ai[0]);
+	ai[1].input_case = MOAT__V1__ATTACH_INPUT__INPUT_STDIN;
+	ai[1].stdin.data = big;
+	ai[1].stdin.len = 300 << 10;
+	attach_frame(body, cap, &len, &ai[1]);
+	exec_log_clear();
+	grpc_client_open(&c, E.port);
+	grpc_client_request(&c, &st, "POST", "/moat.v1.Gateway/Attach", NULL,
+	    body, len);
+	/* The client sends as the door's window lets it. */
+	for (int i = 0; i < 3000 && st.body_off < st.body_len; i++)
+		grpc_client_pump(&c);
+	wait_exec_log("close ", log, sizeof(log));
+	assert_string_equal(log, "start(pipes) write(307200 bytes) close ");
+	cancel_kills(&c, &st);
+	free(body);
+	free(big);
+}
+
+/* test_attach_events: ExecStream's events and status; the client's end
+ * closes stdin. */
+static void
+test_attach_events(void **state)
+{
+	char *argv[] = { "echo", "hello" }, log[256];
+	Moat__V1__ExecRequest rq;
+	Moat__V1__AttachInput ai;
+	Moat__V1__ExecEvent *ev;
+	uint8_t body[256];
+	size_t len = 0;
+	struct grpc_client c;
+	struct grpc_stream st;
+
+	(void)state;
+	exec_request(&rq, argv, 2);
+	ai = attach_start(&rq);
+	attach_frame(body, sizeof(body), &len, &ai);
+	exec_log_clear();
+	grpc_client_open(&c, E.port);
+	grpc_client_request(&c, &st, "POST", "/moat.v1.Gateway/Attach", NULL,
+	    body, len);
+	grpc_client_until(&c, &st, grpc_stream_closed);
+	grpc_client_close(&c);
+	assert_int_equal(st.grpc_status, 0);
+	assert_int_equal(n_events(&st), 4);
+	ev = event(&st, 3);
+	assert_int_equal(ev->event_case, MOAT__V1__EXEC_EVENT__EVENT_EXIT);
+	assert_int_equal(ev->exit->exit_code, 3);
+	moat__v1__exec_event__free_unpacked(ev, NULL);
+	/* The process may exit before its stdin closes (then no close). */
+	pthread_mutex_lock(&E.a.lock);
+	snprintf(log, sizeof(log), "%s", E.a.exec_log);
+	pthread_mutex_unlock(&E.a.lock);
+	assert_true(strcmp(log, "start(pipes) ") == 0 ||
+	    strcmp(log, "start(pipes) close ") == 0);
+}
+
+/* test_attach_start_first: a first input that is not start, and a
+ * second start, are INVALID_ARGUMENT. */
+static void
+test_attach_start_first(void **state)
+{
+	char *argv[] = { "sleep", "100" };
+	Moat__V1__ExecRequest rq;
+	Moat__V1__AttachInput ai = MOAT__V1__ATTACH_INPUT__INIT;
+	uint8_t body[256];
+	size_t len = 0;
+	struct grpc_client c;
+	struct grpc_stream st;
+
+	(void)state;
+	ai.input_case = MOAT__V1__ATTACH_INPUT__INPUT_STDIN;
+	ai.stdin.data = (uint8_t *)"abc";
+	ai.stdin.len = 3;
+	attach_frame(body, sizeof(body), &len, &ai);
+	exec_log_clear();
+	grpc_client_open(&c, E.port);
+	grpc_client_request(&c, &st, "POST", "/moat.v1.Gateway/Attach", NULL,
+	    body, len);
+	grpc_client_until(&c, &st, grpc_stream_closed);
+	assert_int_equal(st.grpc_status, MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "send start first"));
+	pthread_mutex_lock(&E.a.lock);
+	assert_true(E.a.exec_log[0] == '\0'); /* no ExecStart */
+	pthread_mutex_unlock(&E.a.lock);
+
+	exec_request(&rq, argv, 2);
+	len = 0;
+	ai = attach_start(&rq);
+	attach_frame(body, sizeof(body), &len, &ai);
+	attach_frame(body, sizeof(body), &len, &ai);
+	grpc_client_request(&c, &st, "POST", "/moat.v1.Gateway/Attach", NULL,
+	    body, len);
+	grpc_client_until(&c, &st, grpc_stream_closed);
+	assert_int_equal(st.grpc_status, MOAT_INVALID_ARGUMENT);
+	assert_non_null(strstr(st.message, "already"));
+	wait_method("ExecKill");
+	grpc_client_close(&c);
+}
+
 static bool
 create_sandbox(void)
 {
@@ -437,6 +673,10 @@ main(void)
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_workers_free),
 		cmocka_unit_test(test_unary_exec_no_worker),
+		cmocka_unit_test(test_attach),
+		cmocka_unit_test(test_attach_large),
+		cmocka_unit_test(test_attach_events),
+		cmocka_unit_test(test_attach_start_first),
 		cmocka_unit_test(test_stop_kills),
 	};
 
