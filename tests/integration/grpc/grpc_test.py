@@ -75,13 +75,10 @@ code, msg = code_of(lambda: gw.ListSandboxes(
 check(code == grpc.StatusCode.UNAUTHENTICATED,
       "no key: UNAUTHENTICATED (%s: %r)" % (code, msg))
 
-# The client's own timer may fire first: DEADLINE_EXCEEDED either way.
-# That the server reads grpc-timeout and refuses an expired call is
+# A 1 ms deadline is stream_test.py's, on an Exec that cannot end in
+# time: here, with no node, a call may well be answered within 1 ms. That
+# the server reads grpc-timeout and refuses an expired call is
 # tests/unit/gateway/test_grpc.c's, with a raw header.
-code, msg = code_of(lambda: gw.ListSandboxes(
-    vm_pb2.ListSandboxesRequest(), metadata=auth, timeout=0.001))
-check(code == grpc.StatusCode.DEADLINE_EXCEEDED,
-      "a 1 ms deadline: DEADLINE_EXCEEDED (%s)" % code)
 
 
 

@@ -46,6 +46,16 @@ except grpc.RpcError as e:
 check(code == grpc.StatusCode.NOT_FOUND and "sb-0000000000000000" in msg,
       "GetSandbox of a missing sandbox: NOT_FOUND naming it (%s: %r)"
       % (code, msg))
+# A 1 ms deadline on a command that sleeps: over before any answer can
+# come, by the client's timer or the gateway's (DEADLINE_EXCEEDED both).
+try:
+    gw.Exec(vm_pb2.ExecRequest(sandbox_id=sid, shell="sleep 3"),
+            metadata=auth, timeout=0.001)
+    code = grpc.StatusCode.OK
+except grpc.RpcError as e:
+    code = e.code()
+check(code == grpc.StatusCode.DEADLINE_EXCEEDED,
+      "a 1 ms deadline on Exec sleep 3: DEADLINE_EXCEEDED (%s)" % code)
 
 
 def running(pattern):
