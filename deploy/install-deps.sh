@@ -23,8 +23,9 @@ PKGS=(
 	# client and its stub generator, for /usr/bin/python3
 	python3-grpcio python3-grpc-tools
 	# `moat shell`'s test (tests/integration/stack/shell_test.sh) drives
-	# it in a terminal multiplexer
-	tmux
+	# it in a terminal multiplexer, and plays the recorded session with
+	# asciinema (the format's own player)
+	tmux asciinema
 	# protoc with plugin support, which runs protoc-gen-es for the
 	# TypeScript SDK (clients/typescript/generate.sh); protoc-c cannot
 	protobuf-compiler
