@@ -19,7 +19,9 @@
 #define RECORD_CALL_MIN_MS 5000 /* trace / append get at least this */
 #define RECORD_LOOKUP_MS 3000   /* finding a sandbox's session again */
 /* The most started commands of one sandbox followed at once
- * (record_follow.c); one started past it runs unrecorded (logged). */
+ * (record_follow.c); one started past it runs unrecorded (logged). The
+ * guest agent runs at most 64 at once: a bound against a node that
+ * allows more, not one a client meets today. */
 #define MOAT_RECORD_FOLLOW_MAX 64u
 
 /* One recorded sandbox. Entries are allocated one by one and freed only
