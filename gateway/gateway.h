@@ -587,12 +587,12 @@ struct moat_record_step_ctx {
 	uint64_t started_ms, ended_ms; /* unix ms, around the node's run */
 };
 
-/* moat_record_shell_watch: the ExecStart `call` (its reply's exec
- * `exec_id`) started a terminal session (pty) on a recorded sandbox:
- * follow it and record it as one step, its output an asciicast
- * (record_cast.c). moat_record_shell_resize: an ExecResize that
+/* moat_record_follow: the ExecStart `call` (its reply's exec `exec_id`)
+ * started a command on a recorded sandbox: follow it and record it as
+ * one step when it ends (a terminal session's output an asciicast)
+ * (record_follow.c). moat_record_shell_resize: an ExecResize that
  * succeeded, a resize event of the session it names (if recorded). */
-void moat_record_shell_watch(struct moat_record *rec, const char *tenant,
+void moat_record_follow(struct moat_record *rec, const char *tenant,
     const struct moat_rpc_call *call, uint64_t exec_id);
 void moat_record_shell_resize(const Moat__V1__ExecResizeRequest *req);
 

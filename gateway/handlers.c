@@ -705,9 +705,9 @@ h_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    call->payload_len);
 }
 
-/* h_exec_start: ExecStart; a terminal session (pty) on a recorded
- * sandbox is also followed and recorded as one step when it ends
- * (record_cast.c). */
+/* h_exec_start: ExecStart; on a recorded sandbox the command is also
+ * followed and recorded as one step when it ends (record_follow.c), a
+ * terminal session (pty) as a shell step. */
 static int
 h_exec_start(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -719,7 +719,7 @@ h_exec_start(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	char session_id[MOAT_ID_MAX];
 	int rv = h_sandbox(call, request, reply);
 
-	if (rv != MOAT_OK || !req->pty ||
+	if (rv != MOAT_OK ||
 	    !moat_record_session_lookup(&gw->rec, moat_gw_tenant(call),
 	        req->sandbox_id, call->request_id, session_id,
 	        sizeof(session_id)))
@@ -727,7 +727,7 @@ h_exec_start(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	h = moat__v1__exec_handle__unpack(NULL, call->raw_reply_len,
 	    call->raw_reply);
 	if (h != NULL)
-		moat_record_shell_watch(&gw->rec, moat_gw_tenant(call), call,
+		moat_record_follow(&gw->rec, moat_gw_tenant(call), call,
 		    h->exec_id);
 	moat__v1__exec_handle__free_unpacked(h, NULL);
 	return rv;

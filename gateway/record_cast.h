@@ -4,7 +4,7 @@
  * header line of JSON, then one JSON array per event, [seconds, "o",
  * text] for output and [seconds, "r", "COLSxROWS"] for a resize. The
  * encoding (moat_cast_*) is pure and unit tested; the watcher that
- * follows a session and makes it a step lives in record_cast.c.
+ * follows a session and makes it a step lives in record_follow.c.
  * Not for: the step pipeline itself (record_step.c).
  */
 #ifndef MOAT_GATEWAY_RECORD_CAST_H

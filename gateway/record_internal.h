@@ -1,8 +1,9 @@
 /*
  * record_internal.h: what record.c (the table of recorded sandboxes,
  * whose turn it is, sessiond and node calls, session lookup and the
- * snapshot policy) shares with record_step.c (the step pipeline): an
- * entry of the table and the helpers the steps use.
+ * snapshot policy) shares with record_step.c (the step pipeline) and
+ * record_follow.c (started commands): an entry of the table and the
+ * helpers the steps use.
  * Not for: anything outside those files (gateway.h is the interface).
  */
 #ifndef MOAT_GATEWAY_RECORD_INTERNAL_H
@@ -17,6 +18,11 @@
 
 #define RECORD_CALL_MIN_MS 5000 /* trace / append get at least this */
 #define RECORD_LOOKUP_MS 3000   /* finding a sandbox's session again */
+/* The most started commands of one sandbox followed at once
+ * (record_follow.c); one started past it runs unrecorded (logged). The
+ * guest agent runs at most 64 at once: a bound against a node that
+ * allows more, not one a client meets today. */
+#define MOAT_RECORD_FOLLOW_MAX 64u
 
 /* One recorded sandbox. Entries are allocated one by one and freed only
  * by moat_record_fini, so a pointer taken under the table lock stays

@@ -71,7 +71,11 @@ step_fill(const struct step_run *r, Moat__V1__Step *step, char **joined)
 			step->input = req->code;
 			step->language = req->language;
 		} else {
-			step->kind = MOAT__V1__STEP_KIND__STEP_KIND_EXEC;
+			/* A terminal session's stdout is a cast, not output
+			 * to compare or replay as a command's. */
+			step->kind = req->pty ?
+			    MOAT__V1__STEP_KIND__STEP_KIND_SHELL :
+			    MOAT__V1__STEP_KIND__STEP_KIND_EXEC;
 			if (req->shell != NULL && req->shell[0] != '\0') {
 				step->input = req->shell;
 			} else {

@@ -46,6 +46,8 @@ kind_name(Moat__V1__StepKind k)
 		return "code";
 	case MOAT__V1__STEP_KIND__STEP_KIND_FILE_WRITE:
 		return "file-write";
+	case MOAT__V1__STEP_KIND__STEP_KIND_SHELL:
+		return "shell";
 	default:
 		return "?";
 	}

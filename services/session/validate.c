@@ -188,10 +188,12 @@ sessiond_check_step(struct moat_rpc_call *call, const Moat__V1__Step *step)
 		    "missing");
 	if (step->kind != MOAT__V1__STEP_KIND__STEP_KIND_EXEC &&
 	    step->kind != MOAT__V1__STEP_KIND__STEP_KIND_CODE &&
-	    step->kind != MOAT__V1__STEP_KIND__STEP_KIND_FILE_WRITE)
+	    step->kind != MOAT__V1__STEP_KIND__STEP_KIND_FILE_WRITE &&
+	    step->kind != MOAT__V1__STEP_KIND__STEP_KIND_SHELL)
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "step.kind "
-		    "%d is not EXEC (1), CODE (2) or FILE_WRITE (3)",
+		    "%d is not EXEC (1), CODE (2), FILE_WRITE (3) or SHELL "
+		    "(4)",
 		    (int)step->kind);
 	if ((rv = sessiond_check_short(call, "step.input", step->input,
 	         SESSIOND_MAX_INPUT)) != MOAT_OK ||

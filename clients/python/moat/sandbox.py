@@ -237,13 +237,15 @@ class GcResult:
 
 
 _STEP_KINDS = {"STEP_KIND_EXEC": "exec", "STEP_KIND_CODE": "code",
-               "STEP_KIND_FILE_WRITE": "file_write"}
+               "STEP_KIND_FILE_WRITE": "file_write",
+               "STEP_KIND_SHELL": "shell"}
 
 
 @dataclass
 class Step:
-    """One recorded step of a session: `kind` is "exec", "code" or
-    "file_write"; `snapshot_id` is "" when no snapshot follows it (then
+    """One recorded step of a session: `kind` is "exec", "code",
+    "file_write" or "shell" (a terminal session, its stdout an
+    asciicast); `snapshot_id` is "" when no snapshot follows it (then
     it cannot be restored or forked from), and `snapshot_removed` says
     why when it had one (e.g. retention removed it); `keep`: pinned, so
     retention keeps its snapshot."""

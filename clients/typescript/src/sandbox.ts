@@ -93,7 +93,7 @@ export interface FileInfo {
 export interface Step {
   sessionId: string;
   index: number;
-  kind: "exec" | "code" | "file_write" | "unknown";
+  kind: "exec" | "code" | "file_write" | "shell" | "unknown";
   input: string;
   exitCode: number;
   stdout: Uint8Array;
@@ -125,7 +125,7 @@ function fileInfo(f: FileInfoMsg): FileInfo {
 }
 
 function step(s: StepMsg): Step {
-  const kinds: Record<number, Step["kind"]> = { [StepKind.EXEC]: "exec", [StepKind.CODE]: "code", [StepKind.FILE_WRITE]: "file_write" };
+  const kinds: Record<number, Step["kind"]> = { [StepKind.EXEC]: "exec", [StepKind.CODE]: "code", [StepKind.FILE_WRITE]: "file_write", [StepKind.SHELL]: "shell" };
   return {
     sessionId: s.sessionId,
     index: Number(s.index),

@@ -8,7 +8,8 @@
  * node that dies gives UNAVAILABLE naming node and sandbox; lists merge;
  * with moat-sessiond down a recorded sandbox is refused (and not left
  * behind) and session calls are UNAVAILABLE naming sessiond; with a real
- * sessiond each Exec of a recorded sandbox becomes the next step, and a
+ * sessiond each Exec of a recorded sandbox becomes the next step, so
+ * does a started command when it ends (a pty one a shell step), and a
  * fork reports each copy on its own and shares one fs trace.
  */
 #include <setjmp.h>
@@ -619,6 +620,118 @@ test_record_with_sessiond(void **state)
 	assert_all_tenanted();
 }
 
+/* wait_steps: the session's steps (with outputs) once it has `n`; the
+ * followers append them from their own threads. */
+static Moat__V1__ListStepsReply *
+wait_steps(const char *session_id, size_t n)
+{
+	Moat__V1__ListStepsRequest lreq = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+	ProtobufCMessage *reply = NULL;
+	char *errmsg = NULL;
+
+	lreq.session_id = (char *)session_id;
+	lreq.include_outputs = true;
+	for (int i = 0; i < 3000; i++) {
+		assert_int_equal(gw_call("ListSteps", &lreq.base,
+		                     &moat__v1__list_steps_reply__descriptor,
+		                     &reply, &errmsg),
+		    MOAT_OK);
+		if (((Moat__V1__ListStepsReply *)reply)->n_steps >= n)
+			return (Moat__V1__ListStepsReply *)reply;
+		protobuf_c_message_free_unpacked(reply, NULL);
+		nng_msleep(10);
+	}
+	fail_msg("the session never had %zu steps", n);
+	return NULL;
+}
+
+static void
+exec_start(Moat__V1__ExecRequest *ex)
+{
+	ProtobufCMessage *reply = NULL;
+	char *errmsg = NULL;
+
+	assert_int_equal(gw_call("ExecStart", &ex->base,
+	                     &moat__v1__exec_handle__descriptor, &reply,
+	                     &errmsg),
+	    MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+}
+
+/* With a real sessiond, commands started on a recorded sandbox become
+ * steps when they end: a plain one (the fake node's exec 7: "hello",
+ * "oops", exit 3) an exec step with both outputs, a pty one a shell step
+ * whose stdout is a cast. Commands that never end (exec 8) leave no
+ * step; destroying the sandbox ends their followers (the teardown's
+ * drain would wait for one left). */
+static void
+test_record_started(void **state)
+{
+	Moat__V1__CreateSandboxRequest creq =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__SandboxRef ref = MOAT__V1__SANDBOX_REF__INIT;
+	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
+	char *sleep_argv[] = { (char *)"sleep", (char *)"600" };
+	ProtobufCMessage *reply = NULL;
+	Moat__V1__ListStepsReply *steps;
+	Moat__V1__Step *st;
+	char *errmsg = NULL, *sandbox_id, *session_id;
+	pid_t pid = sessiond_start();
+
+	(void)state;
+	creq.record = true;
+	assert_int_equal(gw_call("CreateSandbox", &creq.base,
+	                     &moat__v1__sandbox__descriptor, &reply, &errmsg),
+	    MOAT_OK);
+	sandbox_id = strdup(((Moat__V1__Sandbox *)reply)->id);
+	session_id = strdup(((Moat__V1__Sandbox *)reply)->session_id);
+	protobuf_c_message_free_unpacked(reply, NULL);
+
+	ex.sandbox_id = sandbox_id;
+	ex.shell = (char *)"echo out; echo err >&2; exit 3";
+	exec_start(&ex);
+	steps = wait_steps(session_id, 1);
+	st = steps->steps[0];
+	assert_int_equal(st->kind, MOAT__V1__STEP_KIND__STEP_KIND_EXEC);
+	assert_string_equal(st->input, "echo out; echo err >&2; exit 3");
+	assert_int_equal(st->exit_code, 3);
+	assert_int_equal(st->stdout.len, 6);
+	assert_memory_equal(st->stdout.data, "hello\n", 6);
+	assert_int_equal(st->stderr.len, 5);
+	assert_memory_equal(st->stderr.data, "oops\n", 5);
+	protobuf_c_message_free_unpacked(&steps->base, NULL);
+
+	ex.pty = true;
+	ex.shell = (char *)"exec /bin/sh -l";
+	exec_start(&ex);
+	steps = wait_steps(session_id, 2);
+	st = steps->steps[1];
+	assert_int_equal(st->kind, MOAT__V1__STEP_KIND__STEP_KIND_SHELL);
+	assert_int_equal(st->exit_code, 3);
+	assert_true(st->stdout.len > 13);
+	assert_memory_equal(st->stdout.data, "{\"version\": 2", 13);
+	assert_int_equal(st->stderr.len, 0);
+	protobuf_c_message_free_unpacked(&steps->base, NULL);
+
+	ex.pty = false;
+	ex.shell = (char *)"";
+	ex.argv = sleep_argv;
+	ex.n_argv = 2;
+	/* Not past MOAT_RECORD_FOLLOW_MAX: the fake node answers one call at
+	 * a time, and 64 followers' long polls would slow every call. */
+	for (int i = 0; i < 3; i++)
+		exec_start(&ex);
+
+	ref.sandbox_id = sandbox_id;
+	assert_int_equal(gw_call("DestroySandbox", &ref.base,
+	                     &moat__v1__empty__descriptor, &reply, &errmsg),
+	    MOAT_OK);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	sessiond_stop(pid);
+	free(sandbox_id);
+	free(session_id);
+}
+
 /* Fork through the fake node with a real sessiond: a session with a
  * snapshot after every step forks into 3 copies while every 2nd restore
  * fails on purpose: the reply says which copy failed and why, the two
@@ -893,6 +1006,7 @@ main(void)
 		cmocka_unit_test(test_two_nodes_placement_lookup_and_list),
 		cmocka_unit_test(test_record_without_sessiond),
 		cmocka_unit_test(test_record_with_sessiond),
+		cmocka_unit_test(test_record_started),
 		cmocka_unit_test(test_fork_with_sessiond),
 		cmocka_unit_test(test_long_exec_holds_no_worker),
 		cmocka_unit_test(test_dead_node_unavailable),
