@@ -15,10 +15,12 @@ set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
 export MOAT_IMAGE_DIR=${MOAT_IMAGE_DIR:-$repo/images/out}
-command -v tmux >/dev/null || {
-	echo "SKIP: tmux is not installed (deploy/install-deps.sh --test)"
-	exit 77
-}
+for t in tmux asciinema script; do
+	command -v $t >/dev/null || {
+		echo "SKIP: $t is not installed (deploy/install-deps.sh)"
+		exit 77
+	}
+done
 if [ ! -f "$MOAT_IMAGE_DIR/default/rootfs.ext4" ]; then
 	echo "SKIP: no guest image in $MOAT_IMAGE_DIR (images/build.sh)"
 	exit 77
@@ -131,6 +133,10 @@ assert "42" in out, out[-400:]
 assert ["r", "100x30"] in [e[1:] for e in events], "no resize event"
 EOF
 check "the step's output parses as asciicast v2 (header, monotonic, 42, resize)" [ $? -eq 0 ]
+# And asciinema, the format's own player, reads it (`cat` prints the
+# output; it wants a terminal, which script(1) gives it).
+script -qec "asciinema cat '$work/shell.cast'" /dev/null </dev/null >"$work/cast.out" 2>&1; rc=$?
+check "asciinema cat plays the cast (rc $rc, 42 in its output)" sh -c "[ $rc -eq 0 ] && grep -q 42 '$work/cast.out'"
 
 # Bad sizes and a resize of a pipe exec, over the HTTP door.
 http=http://127.0.0.1:$port

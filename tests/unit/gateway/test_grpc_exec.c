@@ -40,6 +40,7 @@
 #include "gateway.pb-c.h"
 #include "grpc.h"
 #include "grpc_client.h"
+#include "sessiond_proc.h"
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
@@ -54,6 +55,7 @@ static struct {
 	struct moat_grpc *grpc;
 	struct fake_node a;
 	uint16_t port;
+	pid_t sessiond;
 	char sandbox[128];
 } E;
 
@@ -631,6 +633,8 @@ setup(void **state)
 	opts.sessiond_url = urls[2];
 	opts.snapd_url = urls[3];
 	opts.state_dir = E.dir;
+	/* ExecStart asks sessiond whether the sandbox is recorded. */
+	E.sessiond = test_sessiond_start(SESSIOND_BIN, E.dir);
 	/* The fake node answers ExecRead at once (no long poll) under its
 	 * one lock: 20 streams polling slow its survey answers, so the
 	 * gateway is given time before it thinks the node gone. */
@@ -659,6 +663,7 @@ teardown(void **state)
 	fake_node_halt(&E.a);
 	moat_gateway_stop(E.gw);
 	fake_node_stop(&E.a);
+	test_sessiond_stop(E.sessiond);
 	moat_rm_rf(E.dir);
 	return 0;
 }
