@@ -227,9 +227,14 @@ lst = gw.ListSandboxes(vm_pb2.ListSandboxesRequest(), metadata=auth,
                        timeout=30)
 check(r.status == health_pb2.HealthCheckResponse.SERVING,
       "with 50 streams that never read: other calls still answer")
-check(0 < after < 200,
+# Under AddressSanitizer (tests/run.sh sets ASAN_OPTIONS for that
+# build) freed memory waits in its quarantine (256 MiB by default) and
+# every byte has shadow: the bound grows by those, still far below what
+# unbounded queues reach there.
+limit = 200 + (320 if "ASAN_OPTIONS" in os.environ else 0)
+check(0 < after < limit,
       "with 50 streams that never read: gateway RSS %d MiB (was %d), "
-      "under 200 (the door buffers 64 MiB at most)" % (after, before))
+      "under %d (the door buffers 64 MiB at most)" % (after, before, limit))
 for ch, call in slow:
     call.cancel()
     ch.close()
