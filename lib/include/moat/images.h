@@ -1,0 +1,30 @@
+/*
+ * images.h: how guest images are kept in moat-snapd (issue 17), the one
+ * place vmd and the gateway read it from: a snapshot of the tenant
+ * MOAT_IMAGES_TENANT whose labels say it is an image and name it, with
+ * the image's files as artifacts. Not for: building images
+ * (images/build.sh) or a node's image directory (services/vm/image.c).
+ */
+#ifndef MOAT_IMAGES_H
+#define MOAT_IMAGES_H
+
+/* The snapd tenant that holds images. Tenants named "moat.*" are
+ * reserved: the gateway makes no API key for one, so no client's calls
+ * act for this tenant. */
+#define MOAT_IMAGES_TENANT "moat.images"
+
+/* Labels of an image's snapd entry. */
+#define MOAT_IMAGE_LABEL_KIND "kind"
+#define MOAT_IMAGE_KIND "image"
+#define MOAT_IMAGE_LABEL_NAME "name"
+#define MOAT_IMAGE_LABEL_ID "image_id" /* SHA-256 hex of manifest.json */
+#define MOAT_IMAGE_LABEL_SOURCE "source"
+
+/* The files of an image, as artifact names; manifest.json last. */
+#define MOAT_IMAGE_FILES                                                      \
+	{                                                                     \
+		"vmlinuz", "vmlinux", "initrd.img", "rootfs.ext4",            \
+		    "manifest.json"                                           \
+	}
+
+#endif
