@@ -46,8 +46,8 @@ set_target_properties(libmoat PROPERTIES
 # ---- node ----
 install(TARGETS moat-vmd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   COMPONENT node)
-install(TARGETS moat-agent RUNTIME DESTINATION ${MOAT_LIBEXEC_SUBDIR}
-  COMPONENT node)
+install(TARGETS moat-agent moat-image-spec
+  RUNTIME DESTINATION ${MOAT_LIBEXEC_SUBDIR} COMPONENT node)
 install(PROGRAMS ${CMAKE_SOURCE_DIR}/images/build.sh
   ${CMAKE_SOURCE_DIR}/images/boot-check.sh
   DESTINATION ${MOAT_LIBEXEC_SUBDIR}/images COMPONENT node)
