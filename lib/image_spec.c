@@ -35,14 +35,18 @@ struct spec_parse {
 	bool seen_suite, seen_packages, seen_languages, seen_description;
 };
 
-static int
-spec_fail(struct spec_parse *p, const char *fmt, const char *a, const char *b)
+static int __attribute__((format(printf, 2, 3)))
+spec_fail(struct spec_parse *p, const char *fmt, ...)
 {
-	char *msg;
+	char *msg = NULL;
+	va_list ap;
 
 	if (p->why != NULL)
 		return 0;
-	msg = moat_asprintf(fmt, a, b);
+	va_start(ap, fmt);
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	va_end(ap);
 	p->why = moat_asprintf("%s line %d: %s", p->name, p->line,
 	    msg ? msg : "out of memory");
 	free(msg);
@@ -400,6 +404,17 @@ spec_on_env(struct spec_parse *p, const char *key, const char *value)
 	return 1;
 }
 
+/* Values reach build.sh as tab-separated lines and the manifest's JSON:
+ * no byte below 0x20 nor DEL. */
+static bool
+spec_has_control(const char *s)
+{
+	for (; *s != '\0'; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
+}
+
 static int
 spec_on_value(void *user, const char *section, const char *key,
     const char *value)
@@ -408,10 +423,10 @@ spec_on_value(void *user, const char *section, const char *key,
 
 	if (p->why != NULL)
 		return 0;
-	if (strpbrk(value, "\t\r\n") != NULL || strpbrk(key, "\t\r") != NULL)
+	if (spec_has_control(key) || spec_has_control(value))
 		return spec_fail(p,
-		    "a tab or carriage return in \"%s\"%s: use spaces and "
-		    "Unix line ends",
+		    "a control character (tab, carriage return...) in "
+		    "\"%s\"%s: use spaces and Unix line ends",
 		    key, "");
 	if (section[0] == '\0')
 		return spec_fail(p,

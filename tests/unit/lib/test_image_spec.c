@@ -116,8 +116,9 @@ static const struct bad_case bad[] = {
 	{ "[env]\n1X = y\n", "\"1X\" is not a shell variable name" },
 	{ "[env]\nA-B = y\n", "\"A-B\" is not a shell variable name" },
 	{ "[env]\nA = 1\nA = 2\n", "line 3: A is set twice" },
-	{ "[env]\nA = x\ty\n", "line 2: a tab" },
-	{ "[env]\nA = x\ry\n", "a tab or carriage return" },
+	{ "[env]\nA = x\ty\n", "line 2: a control character" },
+	{ "[env]\nA = x\ry\n", "a control character (tab, carriage" },
+	{ "[env]\nA = x\033y\n", "line 2: a control character" },
 	{ "x = 1\n", "line 1: \"x\" comes before any section" },
 	{ "[image\n", "line 1: not a [section]" },
 };
