@@ -52,6 +52,7 @@ install(PROGRAMS ${CMAKE_SOURCE_DIR}/images/build.sh
   ${CMAKE_SOURCE_DIR}/images/boot-check.sh
   DESTINATION ${MOAT_LIBEXEC_SUBDIR}/images COMPONENT node)
 install(FILES ${CMAKE_SOURCE_DIR}/images/README.md
+  ${CMAKE_SOURCE_DIR}/images/from_tar.sh
   DESTINATION ${MOAT_LIBEXEC_SUBDIR}/images COMPONENT node)
 # moat-image-build: images/build.sh with the installed agent and the image
 # directory moat-vmd reads by default; it finds libexec relative to itself.
