@@ -44,6 +44,9 @@ tar_decompressor() {
 	425a68*|04224d18*|5d0000*)
 		die "$1 is compressed in a way build.sh does not read (bzip2, lz4 or lzma): recompress it with gzip, xz or zstd, or pass the plain .tar" ;;
 	*)
+		# GNU tar writes an archive without members as zero blocks
+		[ -n "$(head -c 1048576 "$1" | tr -d '\0' | head -c 1)" ] ||
+			die "$1 is an empty tarball: it must hold a root filesystem (/bin/sh at least)"
 		[ "$(tail -c +258 "$1" | head -c 5)" = ustar ] ||
 			die "$1 is not a tarball (no tar header, no gzip/xz/zstd magic): pass a root filesystem tar such as 'docker export' writes"
 		echo cat ;;

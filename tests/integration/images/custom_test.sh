@@ -5,7 +5,9 @@
 # (cached by its spec id, nothing rebuilt); its manifest lists every
 # package with its version. (b) A root filesystem made here from the
 # host (static busybox, python3 with the libraries ldd names and its
-# standard library) becomes an image with --from-tar. Then a stack on
+# standard library) becomes an image with --from-tar. Each is booted
+# once by images/boot-check.sh (numpy, git, the env default; python3
+# prints 42). Then a stack on
 # that image directory (the default image linked in) runs numpy
 # (prints 3), git --version and env (the spec's default is there) in the
 # spec's image and python3 in the tarball's (prints 42). The first build
@@ -94,7 +96,19 @@ fi
 check "its manifest says tar and python" manifest_has pyroot \
 	'm["source"] == "tar:pyroot.tar.gz" and "python" in m["languages"] and m["installed_packages"] == []'
 
-# --- sandboxes of both --------------------------------------------------
+# --- each image booted once, no stack (images/boot-check.sh) ---------------
+bootcheck() { # bootcheck DESCRIPTION IMAGE ARGS...
+	local d=$1 img=$2; shift 2
+	if bash "$repo/images/boot-check.sh" "$out/$img" --timeout 300 "$@" \
+		> "$work/boot.log" 2>&1; then ok "$d"; else
+		bad "$d"; tail -n 15 "$work/boot.log"; fi
+}
+bootcheck "a VM of the spec's image: numpy, git, the [env] default" datasci \
+	--run 'python3 -c "import numpy; print(numpy.arange(3).sum())"; git --version | cut -c1-11; echo "$MOAT_IMAGE_FLAVOUR"' \
+	--expect "$(printf '3\ngit version\ndatasci')"
+bootcheck "a VM of the tarball's image runs python3 (42)" pyroot
+
+# --- sandboxes of both through the stack -----------------------------------
 ln -s "$(readlink -f "$default_img")" "$out/default"
 if ! bash "$repo/deploy/moat-stack" start; then
 	bad "stack starts"

@@ -7,7 +7,9 @@
 # and builds nothing; without it the build succeeds, nothing is written
 # into the host directory (the agent goes in through no symlink), the
 # image holds no device node and no setuid bit, and the manifest's
-# "changes" lists each change. No VM. 77 (skipped) when not root.
+# "changes" lists each change. Not a tarball, an empty one, one without
+# /bin/sh and a bzip2 one are refused, each with its reason. No VM. 77
+# (skipped) when not root.
 set -uo pipefail
 repo=${MOAT_REPO:-$(cd "$(dirname "$0")/../../.." && pwd)}
 bin=${MOAT_BIN_DIR:-$repo/build/bin}
@@ -58,6 +60,29 @@ check "the error names it and says what to do" \
 	grep -q 'member "../escape" has a ".." component.*remove it from the tarball' "$work/bad.log"
 check "no image was made" [ ! -e "$out/bad" ]
 check "nothing landed beside the work dir" [ ! -e "$work/escape" ]
+
+# refused_with NAME TEXT: building tarball $work/NAME fails, saying TEXT.
+refused_with() {
+	if build --from-tar "$work/$1" --name refused > "$work/r.log" 2>&1; then
+		bad "$1 is refused"
+	else
+		check "$1 is refused: $2" grep -q "$2" "$work/r.log"
+	fi
+}
+echo "just text" > "$work/text.tar"
+refused_with text.tar "is not a tarball"
+tar -cf "$work/empty.tar" -T /dev/null
+refused_with empty.tar "is an empty tarball"
+gzip -c "$work/empty.tar" > "$work/empty.tar.gz"
+refused_with empty.tar.gz "is an empty tarball"
+mkdir -p "$work/nosh/etc" && echo moat > "$work/nosh/etc/hostname"
+tar -C "$work/nosh" -cf "$work/nosh.tar" .
+refused_with nosh.tar "has no /bin/sh: the sandbox runs commands through /bin/sh"
+if command -v bzip2 >/dev/null; then
+	bzip2 -c "$work/nosh.tar" > "$work/nosh.tar.bz2"
+	refused_with nosh.tar.bz2 "compressed in a way build.sh does not read"
+fi
+check "no refused image was made" [ ! -e "$out/refused" ]
 
 make_tar "$work/hostile.tar.gz" 0
 if build --from-tar "$work/hostile.tar.gz" > "$work/ok.log" 2>&1; then
