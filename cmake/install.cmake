@@ -46,12 +46,13 @@ set_target_properties(libmoat PROPERTIES
 # ---- node ----
 install(TARGETS moat-vmd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   COMPONENT node)
-install(TARGETS moat-agent RUNTIME DESTINATION ${MOAT_LIBEXEC_SUBDIR}
-  COMPONENT node)
+install(TARGETS moat-agent moat-image-spec
+  RUNTIME DESTINATION ${MOAT_LIBEXEC_SUBDIR} COMPONENT node)
 install(PROGRAMS ${CMAKE_SOURCE_DIR}/images/build.sh
   ${CMAKE_SOURCE_DIR}/images/boot-check.sh
   DESTINATION ${MOAT_LIBEXEC_SUBDIR}/images COMPONENT node)
 install(FILES ${CMAKE_SOURCE_DIR}/images/README.md
+  ${CMAKE_SOURCE_DIR}/images/from_tar.sh
   DESTINATION ${MOAT_LIBEXEC_SUBDIR}/images COMPONENT node)
 # moat-image-build: images/build.sh with the installed agent and the image
 # directory moat-vmd reads by default; it finds libexec relative to itself.

@@ -1,12 +1,14 @@
 #!/bin/bash
 # images/boot-check.sh: boots a built image once with the QEMU command
 # line moat-vmd uses (images/README.md), waits for the agent's ready
-# frame, runs `python3 -c 'print(6*7)'` through the guest protocol, asks
-# the agent to power off, and prints the times. A smoke test of an image
+# frame, runs `python3 -c 'print(6*7)'` (or --run's shell command, whose
+# output must be --expect's text when given) through the guest protocol,
+# asks the agent to power off, and prints the times. A smoke test of an image
 # and a measurement, not a test suite (tests/integration has those).
 #
 # usage: images/boot-check.sh IMAGE_DIR [--kernel vmlinux|vmlinuz] [--kvm]
 #                             [--timeout SECONDS] [--append "ARGS"] [--keep-console FILE]
+#                             [--run 'SHELL COMMAND' [--expect OUTPUT]]
 set -euo pipefail
 
 img=
@@ -15,6 +17,8 @@ accel=tcg
 timeout=60
 extra_append=
 keep_console=
+run=
+expect=42
 while [ $# -gt 0 ]; do
 	case $1 in
 	--kernel) kernel=$2; shift 2 ;;
@@ -22,6 +26,8 @@ while [ $# -gt 0 ]; do
 	--timeout) timeout=$2; shift 2 ;;
 	--append) extra_append=$2; shift 2 ;;
 	--keep-console) keep_console=$2; shift 2 ;;
+	--run) run=$2; [ "$expect" != 42 ] || expect=; shift 2 ;;
+	--expect) expect=$2; shift 2 ;;
 	-h|--help) sed -n 's/^# usage: /usage: /p; s/^#  \{26\}/       /p' "$0"; exit 0 ;;
 	*) [ -z "$img" ] || { echo "boot-check: one image dir only" >&2; exit 2; }; img=$1; shift ;;
 	esac
@@ -85,12 +91,13 @@ qemu_pid=$!
 
 echo "boot-check: $img ($kernel, $accel, tsc_early_khz=$tsc_khz), scratch disk in $(( (t_start - t_scratch) / 1000 )) ms"
 rc=0
-python3 - "$dir/agent.sock" "$timeout" "$t_start" <<'EOF' || rc=$?
+python3 - "$dir/agent.sock" "$timeout" "$t_start" "$run" "$expect" <<'EOF' || rc=$?
 # A tiny guest-protocol client: 4-byte big-endian length + protobuf
 # (guest.proto), just enough fields encoded and decoded by hand.
 import socket, struct, sys, time
 
 path, timeout, t_start = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]) / 1e6
+run, expect = sys.argv[4], sys.argv[5]
 deadline = t_start + timeout
 
 def since():
@@ -181,7 +188,8 @@ try:
     print("boot-check: QEMU socket up at %.3f s, agent ready at %.3f s "
           "(guest boot_ms=%d, kernel %s)" % (t_conn, t_ready,
           ready.get(2, [0])[0], ready.get(3, [b"?"])[0].decode()))
-    argv = [b"python3", b"-c", b"print(6*7)"]
+    argv = [b"/bin/sh", b"-c", run.encode()] if run else \
+        [b"python3", b"-c", b"print(6*7)"]
     body = b"".join(field(1, 2, a) for a in argv)
     body += field(6, 0, 1) + field(7, 0, 30000)
     send_req(s, 1, 10, body)
@@ -199,10 +207,11 @@ try:
             code = parse(m[12][0]).get(1, [0])[0]
             break
     t_exec = since()
-    print("boot-check: python3 -c 'print(6*7)' -> %r exit %d at %.3f s "
-          "(%.3f s after ready)" % (out.decode(errors="replace").strip(),
-          code, t_exec, t_exec - t_ready))
-    if out.strip() != b"42" or code != 0:
+    print("boot-check: %s -> %r exit %d at %.3f s "
+          "(%.3f s after ready)" % (run or "python3 -c 'print(6*7)'",
+          out.decode(errors="replace").strip(), code, t_exec,
+          t_exec - t_ready))
+    if (expect and out.strip() != expect.encode()) or code != 0:
         sys.exit("boot-check: wrong answer")
     send_req(s, 2, 21, b"")
 except (socket.timeout, EOFError, ValueError, OSError) as e:

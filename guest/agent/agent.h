@@ -119,6 +119,23 @@ void agent_egress_reaped(pid_t pid, int status);
 int agent_egress_mode(struct agent *a, const Moat__V1__GuestRequest *req,
     char **why);
 
+/* --- image environment defaults (envfile.c, issue 17) --- */
+struct agent_env {
+	char *buf;   /* the file's bytes, split in place */
+	char **vars; /* KEY=value, into buf */
+	size_t n;
+};
+
+/* agent_env_image: the image's /etc/moat/env (none in host mode without
+ * --root, or when the file is missing). Free with agent_env_free. */
+int agent_env_image(struct agent *a, struct agent_env *e);
+void agent_env_free(struct agent_env *e);
+/* agent_env_layers: one NULL-terminated environment (heap array of
+ * borrowed strings) from n_layers lists of KEY=value, lowest priority
+ * first: an entry is left out when a later layer sets its key. */
+char **agent_env_layers(const char *const *const *layers, const size_t *n,
+    size_t n_layers);
+
 /* --- time (loop.c) --- */
 uint64_t agent_now_ms(void);
 uint64_t agent_now_us(void);

@@ -360,7 +360,7 @@ code_has_node(struct agent *a)
  * first moved above fd 10 (close-on-exec) so that putting them on 0-4
  * cannot clobber one with another. */
 static void __attribute__((noreturn))
-code_child(int cwd_fd, const int want[5], bool node)
+code_child(int cwd_fd, const int want[5], bool node, char **envp)
 {
 	static char *const py_argv[] = { "python3", "-I", "-u", "-c",
 		(char *)code_py_driver, NULL };
@@ -386,11 +386,36 @@ code_child(int cwd_fd, const int want[5], bool node)
 		_exit(127);
 	}
 	umask(022);
-	environ = (char **)(agent_egress_on ? code_env_egress : code_env);
+	environ = envp;
 	execvp(argv[0], argv);
 	dprintf(2, "moat-agent: cannot run %s: %s\n", argv[0],
 	    strerror(errno));
 	_exit(127);
+}
+
+/* code_env_prepare: the interpreter's environment, made before fork:
+ * the defaults, the image's /etc/moat/env, then the egress proxy's when
+ * it is on (it wins: the guest reaches out only through it). */
+static int
+code_env_prepare(struct agent *a, struct agent_env *image, char ***envp)
+{
+	const char *const *layers[3];
+	size_t n[3], n_base = sizeof(code_env) / sizeof(code_env[0]) - 1;
+	int rv;
+
+	if ((rv = agent_env_image(a, image)) != MOAT_OK)
+		return rv;
+	layers[0] = code_env;
+	n[0] = n_base;
+	layers[1] = (const char *const *)image->vars;
+	n[1] = image->n;
+	/* code_env_egress is code_env and then the proxy's variables */
+	layers[2] = code_env_egress + n_base;
+	n[2] = agent_egress_on ?
+	    sizeof(code_env_egress) / sizeof(code_env_egress[0]) - 1 - n_base :
+	    0;
+	*envp = agent_env_layers(layers, n, 3);
+	return *envp != NULL ? MOAT_OK : MOAT_RESOURCE_EXHAUSTED;
 }
 
 /* code_spawn: starts a context's interpreter. Returns 0 and *out (in no
@@ -402,6 +427,8 @@ code_spawn(struct agent *a, const char *name, const char *lang,
 	int cmd[2] = { -1, -1 }, rep[2] = { -1, -1 };
 	int o[2] = { -1, -1 }, e[2] = { -1, -1 }, devnull = -1, cwd = -1;
 	struct agent_code *c = NULL;
+	struct agent_env image_env = { 0 };
+	char **envp = NULL;
 	int rv = MOAT_OK;
 	pid_t pid;
 
@@ -432,7 +459,8 @@ code_spawn(struct agent *a, const char *name, const char *lang,
 		rv = MOAT_INTERNAL;
 		goto out;
 	}
-	if ((c = calloc(1, sizeof(*c))) == NULL) {
+	if ((c = calloc(1, sizeof(*c))) == NULL ||
+	    (rv = code_env_prepare(a, &image_env, &envp)) != MOAT_OK) {
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		goto out;
 	}
@@ -444,7 +472,7 @@ code_spawn(struct agent *a, const char *name, const char *lang,
 	if (pid == 0) {
 		int want[5] = { devnull, o[1], e[1], cmd[0], rep[1] };
 
-		code_child(cwd, want, strcmp(lang, "node") == 0);
+		code_child(cwd, want, strcmp(lang, "node") == 0, envp);
 	}
 	snprintf(c->name, sizeof(c->name), "%s", name);
 	snprintf(c->lang, sizeof(c->lang), "%s", lang);
@@ -460,6 +488,8 @@ code_spawn(struct agent *a, const char *name, const char *lang,
 	    (int)pid);
 out:
 	free(c);
+	free(envp);
+	agent_env_free(&image_env);
 	code_close_fd(&cwd);
 	code_close_fd(&devnull);
 	for (int i = 0; i < 2; i++) {

@@ -87,8 +87,9 @@ struct exec_plan {
 	char **envp; /* likewise */
 	int cwd_fd;  /* O_PATH directory */
 	int pipe_in[2], pipe_out[2], pipe_err[2];
-	int pty_master, pty_slave; /* -1 without pty */
-	char term_env[80];         /* "TERM=..." with pty */
+	int pty_master, pty_slave;  /* -1 without pty */
+	char term_env[80];          /* "TERM=..." with pty */
+	struct agent_env image_env; /* envp borrows from it */
 };
 
 static struct agent_exec *
@@ -130,6 +131,7 @@ exec_plan_fini(struct exec_plan *p)
 {
 	free(p->argv);
 	free(p->envp);
+	agent_env_free(&p->image_env);
 	exec_close(&p->cwd_fd);
 	exec_close(&p->pipe_in[0]);
 	exec_close(&p->pipe_in[1]);
@@ -149,12 +151,17 @@ exec_env_key_is(const char *entry, const char *other)
 	return strncmp(entry, other, k) == 0 && other[k] == '=';
 }
 
-/* exec_plan_env: the default environment with req's entries added (an
- * entry with a default's key replaces it). */
+/* exec_plan_env: the environment, each layer's entries replacing the
+ * same keys of the layers before: the defaults, the image's
+ * (/etc/moat/env), the egress proxy's when it is on, the request's. */
 static int
-exec_plan_env(const Moat__V1__ExecStart *es, struct exec_plan *p, char **why)
+exec_plan_env(struct agent *a, const Moat__V1__ExecStart *es,
+    struct exec_plan *p, char **why)
 {
-	size_t i, j, n = 0;
+	const char *defaults[EXEC_DEFAULT_ENV_N];
+	const char *const *layers[4];
+	size_t n[4], i;
+	int rv;
 
 	for (i = 0; i < es->n_env; i++) {
 		const char *eq = strchr(es->env[i], '=');
@@ -166,28 +173,23 @@ exec_plan_env(const Moat__V1__ExecStart *es, struct exec_plan *p, char **why)
 			return MOAT_INVALID_ARGUMENT;
 		}
 	}
-	p->envp =
-	    calloc(EXEC_DEFAULT_ENV_N + EXEC_EGRESS_ENV_N + es->n_env + 1,
-	        sizeof(char *));
-	if (p->envp == NULL)
+	if ((rv = agent_env_image(a, &p->image_env)) != MOAT_OK)
+		return rv;
+	for (i = 0; i < EXEC_DEFAULT_ENV_N; i++)
+		defaults[i] =
+		    es->pty && exec_env_key_is(exec_default_env[i], "TERM=") ?
+		    p->term_env :
+		    exec_default_env[i];
+	layers[0] = defaults;
+	n[0] = EXEC_DEFAULT_ENV_N;
+	layers[1] = (const char *const *)p->image_env.vars;
+	n[1] = p->image_env.n;
+	layers[2] = exec_egress_env;
+	n[2] = agent_egress_on ? EXEC_EGRESS_ENV_N : 0;
+	layers[3] = (const char *const *)es->env;
+	n[3] = es->n_env;
+	if ((p->envp = agent_env_layers(layers, n, 4)) == NULL)
 		return MOAT_RESOURCE_EXHAUSTED;
-	for (i = 0; i < EXEC_DEFAULT_ENV_N + EXEC_EGRESS_ENV_N; i++) {
-		const char *d = i < EXEC_DEFAULT_ENV_N ?
-		    exec_default_env[i] :
-		    exec_egress_env[i - EXEC_DEFAULT_ENV_N];
-
-		if (i >= EXEC_DEFAULT_ENV_N && !agent_egress_on)
-			break;
-		for (j = 0; j < es->n_env; j++)
-			if (exec_env_key_is(d, es->env[j]))
-				break;
-		if (j == es->n_env)
-			p->envp[n++] = es->pty && exec_env_key_is(d, "TERM=") ?
-			    p->term_env :
-			    (char *)d;
-	}
-	for (j = 0; j < es->n_env; j++)
-		p->envp[n++] = es->env[j];
 	return MOAT_OK;
 }
 
@@ -400,7 +402,7 @@ agent_exec_start(struct agent *a, const Moat__V1__GuestRequest *req,
 		return MOAT_RESOURCE_EXHAUSTED;
 	}
 	if ((rv = exec_plan_argv(es, &p, why)) != 0 ||
-	    (rv = exec_plan_env(es, &p, why)) != 0 ||
+	    (rv = exec_plan_env(a, es, &p, why)) != 0 ||
 	    (rv = exec_plan_cwd(a, es, &p, why)) != 0 ||
 	    (rv = es->pty ? exec_plan_pty(es, &p, why) :
 	                    exec_plan_pipes(&p, why)) != 0)

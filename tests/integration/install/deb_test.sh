@@ -36,6 +36,7 @@ if ! (cd "$build" && cpack -G DEB -B "$work/out" -D CPACK_CMAKE_GENERATOR=Ninja)
 fi
 
 node_has="usr/bin/moat-vmd usr/bin/moat-image-build usr/libexec/moat/moat-agent
+usr/libexec/moat/moat-image-spec
 usr/libexec/moat/images/build.sh usr/libexec/moat/images/boot-check.sh
 usr/lib/systemd/system/moat-vmd.service"
 control_has="usr/bin/moat-gateway usr/bin/moat-sessiond usr/bin/moat-snapd

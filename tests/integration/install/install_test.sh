@@ -39,6 +39,7 @@ fi
 
 for f in bin/moat-vmd bin/moat-gateway bin/moat-sessiond bin/moat-snapd \
 	bin/moat bin/moat-image-build libexec/moat/moat-agent \
+	libexec/moat/moat-image-spec \
 	libexec/moat/images/build.sh libexec/moat/images/boot-check.sh; do
 	check "$f is installed and executable" test -x "$prefix/$f"
 done

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -351,6 +352,47 @@ test_env_and_cwd(void **state)
 	texec_free(&r);
 }
 
+/* An image's /etc/moat/env (a spec's [env], issue 17): its variables
+ * join the defaults, replace a default's value, and yield to the
+ * request's. Without the file the defaults are back. */
+static void
+test_image_env(void **state)
+{
+	struct tagent *t = *state;
+	Moat__V1__ExecStart es = MOAT__V1__EXEC_START__INIT;
+	char *env[] = { "OVER=request" };
+	char dir[600], path[600];
+	struct texec r;
+	FILE *f;
+
+	snprintf(dir, sizeof(dir), "%s", tagent_host_path(t, "/etc"));
+	(void)mkdir(dir, 0755);
+	snprintf(dir, sizeof(dir), "%s", tagent_host_path(t, "/etc/moat"));
+	(void)mkdir(dir, 0755);
+	snprintf(path, sizeof(path), "%s",
+	    tagent_host_path(t, "/etc/moat/env"));
+	assert_non_null(f = fopen(path, "w"));
+	fputs("IMG_VAR=from the image\n# a comment\nLANG=C\nOVER=image\n"
+	      "bad line\n",
+	    f);
+	fclose(f);
+	es.shell = "echo \"$IMG_VAR|$LANG|$OVER|$HOME\"";
+	es.env = env;
+	es.n_env = 1;
+	assert_int_equal(tagent_exec(t, &es, 0, &r), 0);
+	assert_int_equal(r.exit->exit_code, 0);
+	assert_string_equal((char *)r.out[0],
+	    "from the image|C|request|/root\n");
+	texec_free(&r);
+
+	assert_int_equal(unlink(path), 0);
+	es.n_env = 0;
+	assert_int_equal(tagent_exec(t, &es, 0, &r), 0);
+	assert_string_equal((char *)r.out[0], "|C.UTF-8||/root\n");
+	texec_free(&r);
+	rmdir(dir);
+}
+
 static void
 test_signal_and_unknown(void **state)
 {
@@ -606,6 +648,7 @@ main(void)
 		cmocka_unit_test(test_exec_failure),
 		cmocka_unit_test(test_bad_requests),
 		cmocka_unit_test(test_env_and_cwd),
+		cmocka_unit_test(test_image_env),
 		cmocka_unit_test(test_signal_and_unknown),
 		cmocka_unit_test(test_signal_right_after_start),
 		cmocka_unit_test(test_stdin_bound),
