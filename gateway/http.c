@@ -14,7 +14,9 @@
  * there streams the same output as Connect envelopes or gRPC-Web frames
  * (one producer, struct exec_stream, for the three forms), and gRPC-Web
  * calls every method (framing: http_connect.c). CORS for browsers by
- * [gateway] http-cors-origins.
+ * [gateway] http-cors-origins. PUT and GET .../files?archive=tar stream
+ * tar archives of whole directories in PutArchive/GetArchive chunks
+ * (http_archive.c).
  * Not for: behaviour of its own (every route is a Gateway method), or
  * TLS (put a proxy in front).
  */

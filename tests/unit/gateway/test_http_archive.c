@@ -8,7 +8,8 @@
  * final one only, and reassemble to the body; one of exactly 4 MiB is a
  * single last chunk; a download is reassembled from its chunks with its
  * Content-Length; the refusals (archive=zip, no path, another query
- * argument, an empty body, the guest's own refusal, a missing path, and
+ * argument, an empty body, the guest's own refusal, an unknown sandbox
+ * with the body still coming, a missing path, and
  * archives over [gateway] archive-max-mib as 413 with and without a
  * length, on a second door with a 1 MiB cap) name what to do; and the
  * OpenAPI document describes the archive form.
@@ -251,7 +252,7 @@ static void
 test_upload_refused(void **state)
 {
 	struct http_client_resp r;
-	char *body = pattern(2 * MIB);
+	char *body = pattern(9 * MIB);
 
 	(void)state;
 	put(E.port, "path=/d&archive=zip", "x", 1, false, &r);
@@ -276,6 +277,18 @@ test_upload_refused(void **state)
 	expect_log("");
 	put(E.small_port, "path=/d&archive=tar", body, 2 * MIB, true, &r);
 	expect_error(&r, 413, "RESOURCE_EXHAUSTED", "nothing was unpacked");
+	expect_log("");
+	/* A chunk refused mid-body (no such sandbox): the rest of the
+	 * body is dropped and the error answered once it ends. */
+	http_client_request(E.port,
+	    &(struct http_client_req){ .method = "PUT",
+	        .path = "/v1/sandboxes/node-a-sb-404/files?path=/d&"
+	                "archive=tar",
+	        .body = body,
+	        .body_len = 9 * MIB,
+	        .body_chunked = true },
+	    &r);
+	expect_error(&r, 404, "NOT_FOUND", "node-a-sb-404");
 	expect_log("");
 	/* Under it, the small door takes an archive. */
 	put(E.small_port, "path=/d&archive=tar", body, MIB, true, &r);
