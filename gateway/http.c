@@ -14,7 +14,9 @@
  * there streams the same output as Connect envelopes or gRPC-Web frames
  * (one producer, struct exec_stream, for the three forms), and gRPC-Web
  * calls every method (framing: http_connect.c). CORS for browsers by
- * [gateway] http-cors-origins.
+ * [gateway] http-cors-origins. PUT and GET .../files?archive=tar stream
+ * tar archives of whole directories in PutArchive/GetArchive chunks
+ * (http_archive.c).
  * Not for: behaviour of its own (every route is a Gateway method), or
  * TLS (put a proxy in front).
  */
@@ -36,6 +38,7 @@
 #include "common.pb-c.h"
 #include "gateway.pb-c.h"
 #include "http.h"
+#include "http_archive.h"
 #include "http_connect.h"
 #include "grpc.h"
 #include "mcp_http.h"
@@ -58,6 +61,7 @@ struct moat_http {
 	uint64_t refused_auth;     /* 401s before a body (atomic) */
 	uint32_t rps, burst;       /* of rl; rps 0: no limit */
 	char *cors;                /* heap: http-cors-origins; NULL: none */
+	uint64_t archive_max;      /* [gateway] archive-max-mib, in bytes */
 };
 
 /* One request's state across libmicrohttpd's calls of the handler. */
@@ -66,6 +70,9 @@ struct http_req {
 	size_t len, cap;
 	bool too_large; /* the rest of the body was dropped */
 	bool refused;   /* answered from the headers: drop the body */
+	/* PUT .../files?archive=tar: the body streams into PutArchive
+	 * chunks (http_archive.c) instead of `body`. */
+	struct moat_http_archive_put *archive;
 };
 
 /* How a door's refusal made from the headers is written: as the routes'
@@ -1337,6 +1344,8 @@ serve_route(struct moat_http *h, struct MHD_Connection *conn,
 	enum MHD_Result ret;
 	int rv;
 
+	if (rt->raw_reply && moat_http_archive_asked(conn))
+		return moat_http_archive_get(h, conn, id, h->archive_max);
 	md = protobuf_c_service_descriptor_get_method_by_name(h->service,
 	    rpc_method);
 	if (md == NULL) {
@@ -1981,7 +1990,8 @@ openapi_error(void)
 	    "UNAUTHENTICATED (no or a bad key, with "
 	    "WWW-Authenticate), 405 UNIMPLEMENTED (another "
 	    "HTTP method, with Allow), 413 RESOURCE_EXHAUSTED (a body over "
-	    "%u MiB) and 429 RESOURCE_EXHAUSTED (over a rate limit, with "
+	    "%u MiB, or a tar archive over [gateway] archive-max-mib) and "
+	    "429 RESOURCE_EXHAUSTED (over a rate limit, with "
 	    "Retry-After).",
 	    text ? text : "", MOAT_HTTP_MAX_BODY >> 20);
 	free(text);
@@ -2235,6 +2245,8 @@ openapi(struct moat_http *h)
 	json_object_set_new(schemas, "Error", openapi_error());
 	openapi_rpc(h, paths, schemas);
 	openapi_rest(h, paths, schemas);
+	schema_add(schemas, &moat__v1__archive_put_reply__descriptor);
+	moat_http_archive_openapi(paths);
 	json_object_set_new(paths, "/moat.v1.Gateway/ExecStream",
 	    openapi_exec_stream_connect(schemas));
 	json_object_set_new(paths, "/metrics",
@@ -2608,6 +2620,29 @@ serve_preflight(struct moat_http *h, struct MHD_Connection *conn,
 	return ret;
 }
 
+/* archive_upload: whether the request is PUT /v1/sandboxes/{id}/files
+ * with ?archive= (http_archive.c), read from its headers: then either
+ * hr->archive takes the body as it comes (*ret MHD_YES), or the refusal
+ * is queued in *ret and the body dropped. */
+static bool
+archive_upload(struct moat_http *h, struct MHD_Connection *conn,
+    const char *url, const char *method, struct http_req *hr,
+    enum MHD_Result *ret)
+{
+	const struct route *rt;
+	char id[MOAT_ID_MAX], allow[64];
+
+	if (strcmp(method, "PUT") != 0 || !moat_http_archive_asked(conn) ||
+	    (rt = find_route(url, method, id, sizeof(id), allow)) == NULL ||
+	    rt->body != BODY_FILE)
+		return false;
+	hr->refused = moat_http_archive_put_begin(h, conn, id, h->archive_max,
+	    &hr->archive, ret);
+	if (!hr->refused)
+		*ret = MHD_YES;
+	return true;
+}
+
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *conn, const char *url,
     const char *method, const char *version, const char *upload_data,
@@ -2631,6 +2666,8 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		ret = admit(h, conn, url, &hr->refused);
 		if (hr->refused)
 			return ret;
+		if (archive_upload(h, conn, url, method, hr, &ret))
+			return ret;
 		/* Refused before reading a byte of it. */
 		if (cl != NULL && strtoull(cl, NULL, 10) > MOAT_HTTP_MAX_BODY)
 			hr->too_large = true;
@@ -2641,6 +2678,14 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	if (hr->archive != NULL && *upload_data_size > 0) {
+		moat_http_archive_put_data(hr->archive, upload_data,
+		    *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (hr->archive != NULL)
+		return moat_http_archive_put_end(hr->archive, conn);
 	if (*upload_data_size > 0) {
 		size_t n = *upload_data_size;
 
@@ -2697,6 +2742,7 @@ on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	struct http_req *hr = *con_cls;
 
 	if (hr != NULL) {
+		moat_http_archive_put_free(hr->archive);
 		free(hr->body);
 		free(hr);
 		*con_cls = NULL;
@@ -2840,6 +2886,12 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 		    MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT, opts->mcp_max_sessions);
 		return MOAT_INVALID_ARGUMENT;
 	}
+	if (opts->archive_max_mib > MOAT_HTTP_ARCHIVE_MAX_MIB_LIMIT) {
+		*errmsg = moat_asprintf("archive-max-mib must be at most %u "
+		                        "(MiB), not %u",
+		    MOAT_HTTP_ARCHIVE_MAX_MIB_LIMIT, opts->archive_max_mib);
+		return MOAT_INVALID_ARGUMENT;
+	}
 	if ((rv = parse_addr(addr, &ss, errmsg)) != MOAT_OK)
 		return rv;
 	if (ss.ss_family == AF_INET6)
@@ -2851,6 +2903,10 @@ moat_http_start(struct moat_http **out, struct moat_gateway *gw,
 	moat_gateway_service(gw, &svc);
 	h->gw = gw;
 	h->service = svc.descriptor;
+	h->archive_max =
+	    (uint64_t)(opts->archive_max_mib ? opts->archive_max_mib :
+	                                       MOAT_HTTP_ARCHIVE_MAX_MIB)
+	    << 20;
 	h->rps =
 	    opts->rate_limit_rps ? opts->rate_limit_rps : MOAT_RATELIMIT_RPS;
 	h->burst = opts->rate_limit_burst ? opts->rate_limit_burst :
@@ -2942,4 +2998,61 @@ moat_http_stop(struct moat_http *h)
 		free(h->tls_key);
 	}
 	free(h);
+}
+
+/* ---- for http_archive.c ---- */
+
+int
+moat_http_call(struct moat_http *h, const char *auth, uint64_t rid,
+    uint32_t timeout_ms, const char *method, const ProtobufCMessage *req,
+    ProtobufCMessage **reply, char **errmsg)
+{
+	const ProtobufCMethodDescriptor *md =
+	    protobuf_c_service_descriptor_get_method_by_name(h->service,
+	        method);
+
+	*reply = NULL;
+	if (md == NULL) {
+		*errmsg = moat_asprintf("%s has no method %s",
+		    h->service->name, method);
+		return MOAT_UNIMPLEMENTED;
+	}
+	return call_gateway_as(h, auth, rid, timeout_ms, md, req, reply,
+	    errmsg);
+}
+
+int
+moat_http_request_opts(struct MHD_Connection *conn, const char **auth,
+    uint64_t *rid, uint64_t *timeout, char **errmsg)
+{
+	return request_auth(conn, auth, rid, timeout, errmsg);
+}
+
+enum MHD_Result
+moat_http_error(struct MHD_Connection *conn, unsigned status, int code,
+    const char *message)
+{
+	return respond_error(conn, status, code, message, NULL);
+}
+
+enum MHD_Result
+moat_http_reply(struct MHD_Connection *conn, const ProtobufCMessage *reply)
+{
+	char *errmsg = NULL;
+	json_t *out = NULL;
+	enum MHD_Result ret;
+	int rv;
+
+	if ((rv = moat_codec_to_json(reply, 0, &out, &errmsg)) != MOAT_OK) {
+		ret = respond_error(conn, 0, rv, errmsg, NULL);
+		free(errmsg);
+		return ret;
+	}
+	return respond_json(conn, MHD_HTTP_OK, out, NULL);
+}
+
+void
+moat_http_cors(struct MHD_Connection *conn, struct MHD_Response *resp)
+{
+	cors_headers(conn, resp);
 }

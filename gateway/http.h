@@ -25,6 +25,9 @@
 #define MOAT_HTTP_MCP_MAX_SESSIONS_LIMIT 65536u
 #define MOAT_HTTP_MCP_IDLE_S 3600      /* mcp-idle-s default */
 #define MOAT_HTTP_UNLIMITED UINT32_MAX /* rate-limit-rps 0: no limit */
+/* [gateway] archive-max-mib's default and its largest value. */
+#define MOAT_HTTP_ARCHIVE_MAX_MIB 2048
+#define MOAT_HTTP_ARCHIVE_MAX_MIB_LIMIT (1u << 20)
 
 struct moat_http;
 
@@ -52,6 +55,9 @@ struct moat_http_opts {
 	 * (commas or blanks between; "*": any; NULL or "": none, and a
 	 * preflight is refused). */
 	const char *cors_origins;
+	/* [gateway] archive-max-mib: the largest tar archive PUT or GET
+	 * .../files?archive=tar carries, in MiB (0: 2048; more: 413). */
+	uint32_t archive_max_mib;
 	/* /mcp sessions stay in this door's table, never in moat-sessiond
 	 * (tests of the table; a gateway shares them when it has one). */
 	bool mcp_table_only;

@@ -182,12 +182,12 @@ gateway_tls(struct gateway_main *m, struct moat_config *cfg, char **errmsg)
 	return MOAT_OK;
 }
 
-/* http_limits: [gateway] rate-limit-rps (0: none), rate-limit-burst and
- * max-conns-per-addr of the HTTP door. */
+/* http_limits: [gateway] rate-limit-rps (0: none), rate-limit-burst,
+ * max-conns-per-addr and archive-max-mib of the HTTP door. */
 static int
 http_limits(struct moat_http_opts *o, struct moat_config *cfg, char **errmsg)
 {
-	uint64_t rps = 0, burst = 0, conns = 0;
+	uint64_t rps = 0, burst = 0, conns = 0, archive = 0;
 	int rv;
 
 	if ((rv = moat_config_get_u64(cfg, SECTION, "rate-limit-rps",
@@ -210,6 +210,17 @@ http_limits(struct moat_http_opts *o, struct moat_config *cfg, char **errmsg)
 		moat_warn(0,
 		    "moat-gateway: rate-limit-rps is 0: the HTTP "
 		    "door has no rate limit");
+	if ((rv = moat_config_get_u64(cfg, SECTION, "archive-max-mib",
+	         MOAT_HTTP_ARCHIVE_MAX_MIB, &archive, errmsg)) != MOAT_OK)
+		return rv;
+	if (archive < 1 || archive > MOAT_HTTP_ARCHIVE_MAX_MIB_LIMIT) {
+		*errmsg = moat_asprintf("[gateway] archive-max-mib must be "
+		                        "1-%u (MiB), not %llu",
+		    MOAT_HTTP_ARCHIVE_MAX_MIB_LIMIT,
+		    (unsigned long long)archive);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	o->archive_max_mib = (uint32_t)archive;
 	o->rate_limit_rps = rps ? (uint32_t)rps : MOAT_HTTP_UNLIMITED;
 	o->rate_limit_burst = (uint32_t)burst;
 	o->max_conns_per_addr = (uint32_t)conns;

@@ -8,6 +8,7 @@ agents). Standard library only; talks to moat-gateway's HTTP/JSON API
         sb.run_code("x = 1"); sb.run_code("x + 1").result   # '2'
 """
 
+from .archive import ArchiveSummary
 from .client import Client
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss,
                      DeadlineExceeded, FailedPrecondition, Internal,
@@ -23,7 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "Sandbox", "run_code", "wait_ready", "Execution",
     "ExecutionError", "CommandResult", "FileInfo", "Snapshot", "Step",
-    "GcResult",
+    "GcResult", "ArchiveSummary",
     "Restored", "ForkResult", "ForkFailure", "MoatError", "Cancelled",
     "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted",

@@ -108,23 +108,64 @@ class Client:
                                      method="POST")
         return self._send(req, method, sock_timeout)
 
-    def _send(self, req: urllib.request.Request, method: str,
-              timeout: float) -> Dict[str, Any]:
+    def open_route(self, http_method: str, path: str,
+                   query: Dict[str, str], data: Any = None,
+                   headers: Optional[Dict[str, str]] = None,
+                   timeout: Optional[float] = None, what: str = ""):
+        """open_route: one request to a REST route of the door (`path`
+        under the gateway's url, `query` its arguments) whose body is
+        `data` (bytes or a file object; give Content-Length in
+        `headers` for a file) and whose reply the caller reads as it
+        comes: the open response (close it). Errors are raised as
+        call's, named `what`."""
+        hdrs = dict(headers or {})
+        if self.api_key:
+            hdrs["Authorization"] = "Bearer " + self.api_key
+        sock_timeout = self.timeout
+        if timeout is not None:
+            hdrs["X-Moat-Timeout-Ms"] = str(
+                int((timeout + _DEADLINE_MARGIN) * 1000))
+            sock_timeout = max(sock_timeout, timeout + _SOCKET_MARGIN)
+        url = (f"{self.url}{path}?"
+               f"{urllib.parse.urlencode(query, quote_via=urllib.parse.quote)}")
+        req = urllib.request.Request(url, data=data, headers=hdrs,
+                                     method=http_method)
+        return self._open(req, what or path, sock_timeout)
+
+    def _open(self, req: urllib.request.Request, method: str,
+              timeout: float):
         try:
-            with urllib.request.urlopen(req, timeout=timeout,
-                                        context=self._ssl) as resp:
-                raw = resp.read()
-                status = resp.status
+            return urllib.request.urlopen(req, timeout=timeout,
+                                          context=self._ssl)
         except urllib.error.HTTPError as e:
             raise self._error_of(e.code, e.read(), method) from None
         except urllib.error.URLError as e:
             raise self._unreachable(e.reason, method) from None
         except (socket.timeout, TimeoutError):
-            raise DeadlineExceeded(
-                None, f"{method}: no answer from the moat gateway at "
-                f"{self.url} within {timeout:g} s") from None
+            raise self._timed_out(method, timeout) from None
         except (ConnectionError, OSError) as e:
             raise self._unreachable(e, method) from None
+
+    def _timed_out(self, method: str, timeout: float) -> MoatError:
+        return DeadlineExceeded(
+            None, f"{method}: no answer from the moat gateway at "
+            f"{self.url} within {timeout:g} s")
+
+    def _send(self, req: urllib.request.Request, method: str,
+              timeout: float) -> Dict[str, Any]:
+        with self._open(req, method, timeout) as resp:
+            try:
+                raw = resp.read()
+            except (socket.timeout, TimeoutError):
+                raise self._timed_out(method, timeout) from None
+            except (ConnectionError, OSError) as e:
+                raise self._unreachable(e, method) from None
+            status = resp.status
+        return self.decode_reply(raw, method, status)
+
+    def decode_reply(self, raw: bytes, method: str,
+                     status: int = 200) -> Dict[str, Any]:
+        """decode_reply: a reply body as the JSON object it must be."""
         if not raw:
             return {}
         try:

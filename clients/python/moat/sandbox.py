@@ -1,18 +1,24 @@
 """Sandboxes of the moat SDK: a Sandbox object per microVM, with code
-runs in persistent contexts (RunCode), commands (Exec), files, snapshots
+runs in persistent contexts (RunCode), commands (Exec), files (whole
+directories as tar archives too: archive.py), snapshots
 and time travel through its recorded session (RestoreStep, Fork,
 ListSteps, SetStepKeep), and the result types those return. Every call is one Gateway
-method through Client.call. Not for: the transport or error mapping
+method through Client.call (directories: the files REST route). Not for: the transport or error mapping
 (client.py, errors.py)."""
 
 from __future__ import annotations
 
+import http.client
+import os
+import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from .archive import ArchiveSummary, pack_dir, summary_of, unpack
 from .client import Client, from_b64, to_b64, to_int
-from .errors import MoatError, code_name, error_for
+from .errors import MoatError, Unavailable, code_name, error_for
 
 _POLICIES = {
     "manual": "SNAPSHOT_POLICY_MANUAL",
@@ -434,6 +440,65 @@ class Files:
         return FileInfo._from_json(self._sb._client.call("MakeDir", {
             "sandboxId": self._sb.id, "path": path, "parents": parents,
             "mode": mode}))
+
+    def _files_route(self) -> str:
+        return f"/v1/sandboxes/{urllib.parse.quote(self._sb.id, safe='')}/files"
+
+    def upload_dir(self, local_dir: str, remote_path: str,
+                   timeout: Optional[float] = None) -> ArchiveSummary:
+        """upload_dir: copies the contents of local directory
+        `local_dir` into sandbox directory `remote_path` (made if
+        missing) as one tar archive: packed into a temporary file first
+        (memory stays bounded), then streamed to PUT
+        .../files?archive=tar. The guest unpacks it only if every entry
+        is safe, else nothing is written. Symlinks are copied as links.
+        Returns an ArchiveSummary of what the sandbox wrote."""
+        client = self._sb._client
+        with pack_dir(local_dir) as tmp:
+            size = os.fstat(tmp.fileno()).st_size
+            resp = client.open_route(
+                "PUT", self._files_route(),
+                {"path": remote_path, "archive": "tar"}, data=tmp,
+                headers={"Content-Type": "application/x-tar",
+                         "Content-Length": str(size)},
+                timeout=timeout, what="upload_dir")
+            with resp:
+                raw = resp.read()
+        return summary_of(client.decode_reply(raw, "upload_dir"))
+
+    def download_dir(self, remote_path: str, local_dir: str,
+                     timeout: Optional[float] = None) -> ArchiveSummary:
+        """download_dir: copies sandbox directory (or file)
+        `remote_path` into local directory `local_dir` (made if
+        missing): GET .../files?archive=tar into a temporary file, then
+        unpacked only once every member passed the checks (no absolute
+        or `..` names, no device nodes or fifos, no link out of
+        local_dir, nothing under a symlink of the archive): a refused
+        archive writes nothing. Symlinks are kept as links. Returns an
+        ArchiveSummary of what was written."""
+        client = self._sb._client
+        with tempfile.TemporaryFile() as tmp:
+            resp = client.open_route(
+                "GET", self._files_route(),
+                {"path": remote_path, "archive": "tar"},
+                timeout=timeout, what="download_dir")
+            want, got = None, 0
+            with resp:
+                want = resp.headers.get("Content-Length")
+                try:
+                    for block in iter(lambda: resp.read(1 << 20), b""):
+                        tmp.write(block)
+                        got += len(block)
+                except (http.client.IncompleteRead, OSError):
+                    pass  # a short body: reported below
+            if want is not None and got != int(want):
+                raise Unavailable(None, f"download_dir: the archive of "
+                                  f"{remote_path} ended after {got} of "
+                                  f"{want} bytes (the sandbox or the "
+                                  f"gateway failed mid-way): nothing was "
+                                  f"written; retry")
+            tmp.seek(0)
+            return unpack(tmp, local_dir)
 
 
 def _seconds(value: Any, name: str) -> int:

@@ -1,5 +1,6 @@
 """A fake moat-gateway for the SDK's unit tests: http.server in a thread
-that records every request (method, path, headers, JSON body) and answers
+that records every request (method, path, headers, JSON body; for the
+REST files route, "PUT files" / "GET files" with the raw body) and answers
 from a per-method script. Not for: behaviour of the real gateway beyond
 the reply shapes the tests choose."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from urllib.parse import parse_qs
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Tuple, Union
 
@@ -48,6 +50,40 @@ class FakeGateway:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up first (timeout tests)
+
+            def _route(self):
+                # REST routes (the files route's archive form): the
+                # script's name is "PUT files" / "GET files"; the body is
+                # kept raw; an answer may add headers as a third item.
+                path, _, query = self.path.partition("?")
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                method = self.command + " " + path.rsplit("/", 1)[-1]
+                fake.requests.append({"method": method, "path": path,
+                                      "query": parse_qs(query),
+                                      "headers": dict(self.headers),
+                                      "body": raw})
+                answers = fake.script.get(method) or [(200, {})]
+                ans = answers.pop(0) if len(answers) > 1 else answers[0]
+                ans = ans(raw) if callable(ans) else ans
+                status, reply = ans[0], ans[1]
+                extra = ans[2] if len(ans) > 2 else {}
+                binary = isinstance(reply, bytes)
+                data = reply if binary else json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-tar"
+                                 if binary else "application/json")
+                self.send_header("Content-Length",
+                                 extra.get("Content-Length",
+                                           str(len(data))))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            do_PUT = _route
+            do_GET = _route
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

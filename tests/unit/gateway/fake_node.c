@@ -28,18 +28,21 @@ find_sandbox(struct fake_node *fn, const char *id)
 	return -1;
 }
 
-/* exec_log: appends to fn->exec_log (fn->lock held); what does not fit
- * is dropped. */
+/* exec_log_to: appends to the log `log` of `size` bytes (fn->lock
+ * held); what does not fit is dropped. */
 static void
-exec_log(struct fake_node *fn, const char *fmt, ...)
+exec_log_to(char *log, size_t size, const char *fmt, ...)
 {
-	size_t n = strlen(fn->exec_log);
+	size_t n = strlen(log);
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(fn->exec_log + n, sizeof(fn->exec_log) - n, fmt, ap);
+	vsnprintf(log + n, size - n, fmt, ap);
 	va_end(ap);
 }
+
+#define exec_log(fn, ...)                                                     \
+	exec_log_to((fn)->exec_log, sizeof((fn)->exec_log), __VA_ARGS__)
 
 static int
 fill_sandbox(struct fake_node *fn, Moat__V1__Sandbox *sb, const char *id,
@@ -346,6 +349,95 @@ fake_node_release_held(struct fake_node *fn)
 	pthread_mutex_unlock(&fn->lock);
 }
 
+/* put_archive: PutArchive as the guest takes it, checked as a client
+ * of the contract must send it: the upload's id after the first chunk,
+ * each chunk at the offset received so far, at most 4 MiB. Lock held. */
+static int
+put_archive(struct fake_node *fn, struct moat_rpc_call *call,
+    const Moat__V1__ArchivePutRequest *q, Moat__V1__ArchivePutReply *r)
+{
+	char id[32];
+	uint8_t *nb;
+
+	exec_log_to(fn->archive_log, sizeof(fn->archive_log),
+	    "put(%s@%llu+%zu%s) ", q->upload_id, (unsigned long long)q->offset,
+	    q->data.len, q->last ? ",last" : "");
+	if (q->upload_id[0] == '\0') {
+		free(fn->put_data);
+		fn->put_data = NULL;
+		fn->put_len = 0;
+		fn->put_done = false;
+		fn->archive_ids++;
+	}
+	snprintf(id, sizeof(id), "up-%d", fn->archive_ids);
+	if (q->upload_id[0] != '\0' && strcmp(q->upload_id, id) != 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "fake node: no upload %s", q->upload_id);
+	if (q->offset != fn->put_len || q->data.len > (4u << 20))
+		return moat_rpc_error(call, MOAT_OUT_OF_RANGE,
+		    "fake node: chunk of %zu bytes at %llu, %zu received",
+		    q->data.len, (unsigned long long)q->offset, fn->put_len);
+	if (q->last && strcmp(q->path, "/refuse") == 0)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "archive member ../etc/passwd is outside %s: nothing was "
+		    "written",
+		    q->path);
+	if ((nb = realloc(fn->put_data, fn->put_len + q->data.len + 1)) ==
+	    NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	memcpy(nb + fn->put_len, q->data.data, q->data.len);
+	fn->put_data = nb;
+	fn->put_len += q->data.len;
+	fn->put_done = q->last;
+	r->upload_id = strdup(id);
+	r->received = fn->put_len;
+	r->done = q->last;
+	if (q->last) {
+		r->files = 1;
+		r->dirs = 2;
+		r->symlinks = 3;
+		r->bytes = fn->put_len;
+	}
+	return MOAT_OK;
+}
+
+/* get_archive: GetArchive of the node's pattern archive. Lock held. */
+static int
+get_archive(struct fake_node *fn, struct moat_rpc_call *call,
+    const Moat__V1__ArchiveGetRequest *q, Moat__V1__ArchiveGetReply *r)
+{
+	uint64_t len = q->length ? q->length : (4u << 20), left;
+	char id[32];
+
+	exec_log_to(fn->archive_log, sizeof(fn->archive_log),
+	    "get(%s@%llu+%u) ", q->download_id, (unsigned long long)q->offset,
+	    q->length);
+	if (strcmp(q->path, "/missing") == 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "fake node: no such file or directory: %s", q->path);
+	if (q->download_id[0] == '\0')
+		fn->archive_ids++;
+	snprintf(id, sizeof(id), "dl-%d", fn->archive_ids);
+	if ((q->download_id[0] != '\0' && strcmp(q->download_id, id) != 0) ||
+	    len > (4u << 20) || q->offset > fn->archive_get_size)
+		return moat_rpc_error(call, MOAT_OUT_OF_RANGE,
+		    "fake node: download %s at %llu+%llu", q->download_id,
+		    (unsigned long long)q->offset, (unsigned long long)len);
+	left = fn->archive_get_size - q->offset;
+	if (len > left)
+		len = left;
+	r->download_id = strdup(id);
+	r->size = fn->archive_get_size;
+	r->eof = q->offset + len == fn->archive_get_size;
+	r->data.data = malloc(len ? len : 1);
+	if (r->data.data == NULL)
+		return MOAT_RESOURCE_EXHAUSTED;
+	for (uint64_t i = 0; i < len; i++)
+		r->data.data[i] = (uint8_t)(((q->offset + i) * 7) % 251);
+	r->data.len = len;
+	return MOAT_OK;
+}
+
 static int
 fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -598,6 +690,12 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 			e->size = 3;
 			r->entries[r->n_entries++] = e;
 		}
+	} else if (strcmp(m, "PutArchive") == 0) {
+		rv = put_archive(fn, call, (const void *)request,
+		    (Moat__V1__ArchivePutReply *)reply);
+	} else if (strcmp(m, "GetArchive") == 0) {
+		rv = get_archive(fn, call, (const void *)request,
+		    (Moat__V1__ArchiveGetReply *)reply);
 	} else if (strcmp(m, "StatFile") == 0) {
 		/* An error of the node's own: the gateway must pass it on
 		 * unchanged. */
@@ -634,6 +732,8 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("StatFile", false),
 	ROW("RemoveFile", true),
 	ROW("MakeDir", true),
+	ROW("PutArchive", true),
+	ROW("GetArchive", false),
 	ROW("SandboxInfo", false),
 	ROW("TraceFs", false),
 	ROW("SnapshotSandbox", true),
@@ -854,5 +954,7 @@ fake_node_stop(struct fake_node *fn)
 	fake_node_release_held(fn);
 	fake_node_kill_rpc(fn);
 	fake_node_release_held(fn);
+	free(fn->put_data);
+	fn->put_data = NULL;
 	pthread_mutex_destroy(&fn->lock);
 }

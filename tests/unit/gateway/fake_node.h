@@ -93,6 +93,18 @@ struct fake_node {
 	struct moat_rpc_deferred *held[FAKE_MAX_HELD];
 	int held_code[FAKE_MAX_HELD];
 	int n_held;
+	/* PutArchive / GetArchive (issue 17): each chunk as it came,
+	 * "put(UPLOAD@OFFSET+LEN) " ("put(...,last) " for the last) and
+	 * "get(DOWNLOAD@OFFSET+LENGTH) "; the upload reassembled from its
+	 * chunks; and the archive GetArchive packs: archive_get_size bytes,
+	 * byte i being (i * 7) % 251. Path "/missing" is NOT_FOUND either
+	 * way; an upload into "/refuse" is refused at its last chunk. */
+	char archive_log[1024];
+	uint8_t *put_data; /* heap */
+	size_t put_len;
+	bool put_done;
+	int archive_ids;
+	uint64_t archive_get_size;
 	struct moat_rpc_deferred *held_snap[FAKE_MAX_HELD];
 	char held_snap_sandbox[FAKE_MAX_HELD][128];
 	int n_held_snaps;

@@ -1,7 +1,8 @@
 /*
  * http_client.c: the test client of http_client.h: one libcurl easy
  * handle per request, its body and headers collected into a
- * struct http_client_resp, a chunked upload written from a counter; and
+ * struct http_client_resp, a chunked upload written from a counter (or
+ * from the request's body); and
  * the poll of the gateway's node table for the fake node.
  * Not for: anything but tests; no connection is reused between requests.
  */
@@ -90,7 +91,8 @@ on_header(char *data, size_t size, size_t n, void *cls)
 	return size * n;
 }
 
-/* on_read: the next piece of the chunked upload, all 'x'. */
+/* on_read: the next piece of the chunked upload: all 'x', or the
+ * request's body. */
 static size_t
 on_read(char *buf, size_t size, size_t n, void *cls)
 {
@@ -99,7 +101,11 @@ on_read(char *buf, size_t size, size_t n, void *cls)
 
 	if (want > t->chunked_left)
 		want = t->chunked_left;
-	memset(buf, 'x', want);
+	if (t->req->body_chunked)
+		memcpy(buf,
+		    t->req->body + (t->req->body_len - t->chunked_left), want);
+	else
+		memset(buf, 'x', want);
 	t->chunked_left -= want;
 	return want;
 }
@@ -130,7 +136,13 @@ http_client_request(uint16_t port, const struct http_client_req *req,
 		hdrs = curl_slist_append(hdrs,
 		    "Content-Type: "
 		    "application/json");
-	if (req->body != NULL) {
+	if (req->body != NULL && req->body_chunked) {
+		t.chunked_left = req->body_len;
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(c, CURLOPT_READDATA, &t);
+		hdrs = curl_slist_append(hdrs, "Transfer-Encoding: chunked");
+	} else if (req->body != NULL) {
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, req->body);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
 		    (curl_off_t)req->body_len);

@@ -33,7 +33,8 @@ struct http_client_req {
 	const char *path; /* with the query string */
 	const char *body; /* NULL: none; need not end in NUL */
 	size_t body_len;
-	size_t chunked; /* no body: this many 'x', chunked */
+	size_t chunked;    /* no body: this many 'x', chunked */
+	bool body_chunked; /* send `body` chunked, without a length */
 	const struct http_client_header *headers; /* may be NULL */
 	bool json_type;      /* Content-Type: application/json */
 	const char *stop_at; /* cut once the body holds it */
