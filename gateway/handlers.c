@@ -1193,6 +1193,8 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "StatFile", h_sandbox, false, true },
 	{ "RemoveFile", h_sandbox, true, true },
 	{ "MakeDir", h_sandbox, true, true },
+	{ "PutArchive", h_sandbox, true, true },
+	{ "GetArchive", h_sandbox, false, true },
 	{ "SandboxInfo", h_sandbox, false, true },
 	{ "TraceFs", h_sandbox, false, true },
 	{ "SnapshotSandbox", moat_travel_snapshot_sandbox, true, true },
