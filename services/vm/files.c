@@ -489,7 +489,9 @@ static int
 archive_put_take(Moat__V1__ArchivePutReply *reply,
     const Moat__V1__GuestArchive *ga)
 {
-	free(reply->upload_id);
+	/* An initialised reply's strings are protobuf-c's shared "". */
+	if (reply->upload_id != protobuf_c_empty_string)
+		free(reply->upload_id);
 	if ((reply->upload_id = strdup(ga->id)) == NULL)
 		return MOAT_INTERNAL;
 	reply->received = ga->received;
@@ -607,7 +609,8 @@ vmd_archive_get(struct vmd *vmd, struct moat_rpc_call *call,
 			    sb->id.str, ga->data.len, gg.length);
 			break;
 		}
-		free(reply->download_id);
+		if (reply->download_id != protobuf_c_empty_string)
+			free(reply->download_id);
 		reply->download_id = strdup(ga->id);
 		grown = ga->data.len ?
 		    realloc(reply->data.data, got + ga->data.len) :
