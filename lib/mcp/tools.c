@@ -1163,8 +1163,8 @@ t_upload_dir(struct tool_ctx *t)
 	rv = moat_tar_pack(dfd, host, afd, &st, &errmsg);
 	close(dfd);
 	if (rv == MOAT_OK && (size = lseek(afd, 0, SEEK_END)) < 0) {
-		errmsg = moat_asprintf("the staged archive: %s",
-		    strerror(errno));
+		errmsg =
+		    moat_asprintf("the staged archive: %s", strerror(errno));
 		rv = MOAT_INTERNAL;
 	}
 	if (rv == MOAT_OK)
