@@ -5,11 +5,13 @@
  * walk cannot make it read outside the top. FIFOs, sockets and device
  * nodes are skipped and counted: opening one can block or have effects.
  * Entries in a directory are sorted by name so an archive is reproducible.
- * Not for: reading (tar.c) or unpacking (tar_unpack.c).
+ * Also the staging file an archive waits in. Not for: reading (tar.c)
+ * or unpacking (tar_unpack.c).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -258,4 +260,23 @@ moat_tar_pack(int src, const char *name, int out_fd, struct moat_tar_stats *st,
 	if (st != NULL)
 		*st = p.st;
 	return rv;
+}
+
+int
+moat_tar_staging(const char *dir)
+{
+	char tmpl[4096];
+	int fd;
+
+	if (dir == NULL && (dir = getenv("TMPDIR")) == NULL)
+		dir = "/tmp";
+	if (dir[0] == '\0')
+		dir = "/tmp";
+	if ((fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) >= 0)
+		return fd;
+	snprintf(tmpl, sizeof(tmpl), "%s/moat-archive-XXXXXX", dir);
+	if ((fd = mkostemp(tmpl, O_CLOEXEC)) < 0)
+		return -errno;
+	(void)unlink(tmpl);
+	return fd;
 }

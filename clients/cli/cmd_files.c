@@ -223,24 +223,6 @@ out:
 	return rv;
 }
 
-/* staging: an unnamed temporary file for an archive. */
-static int
-staging(void)
-{
-	const char *dir = getenv("TMPDIR");
-	char tmpl[4096];
-	int fd;
-
-	if (dir == NULL || dir[0] == '\0')
-		dir = "/tmp";
-	if ((fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) >= 0)
-		return fd;
-	snprintf(tmpl, sizeof(tmpl), "%s/moat-cp-XXXXXX", dir);
-	if ((fd = mkostemp(tmpl, O_CLOEXEC)) >= 0)
-		unlink(tmpl);
-	return fd;
-}
-
 static void
 print_summary(struct cli *cli, const char *verb, const char *where,
     const struct moat_tar_stats *st)
@@ -317,7 +299,7 @@ cp_dir_up(struct cli *cli, const char *local, const char *sandbox,
 	}
 	free(errmsg);
 	errmsg = NULL;
-	if (target == NULL || (afd = staging()) < 0) {
+	if (target == NULL || (afd = moat_tar_staging(NULL)) < 0) {
 		rv = cli_fail(cli, MOAT_RESOURCE_EXHAUSTED,
 		    moat_asprintf("set TMPDIR to a writable directory"),
 		    "cp: no room for the archive");
@@ -380,7 +362,7 @@ cp_dir_down(struct cli *cli, const char *sandbox, const char *remote,
 	int afd, dfd, rv;
 
 	if ((target = dir_target(remote, local)) == NULL ||
-	    (afd = staging()) < 0) {
+	    (afd = moat_tar_staging(NULL)) < 0) {
 		free(target);
 		return cli_fail(cli, MOAT_RESOURCE_EXHAUSTED,
 		    moat_asprintf("set TMPDIR to a writable directory"),

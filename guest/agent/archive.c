@@ -46,27 +46,14 @@ archive_drop(struct archive *ar)
 	ar->fd = -1;
 }
 
-/* staging_open: an unnamed read-write file on the guest's disk. */
+/* staging_open: an unnamed read-write file on the guest's disk (not
+ * /tmp, which may be RAM), or in host mode the test's TMPDIR. */
 static int
 staging_open(struct agent *a)
 {
-	const char *dir = a->pid1 ? AGENT_ARCHIVE_DIR : getenv("TMPDIR");
-	char tmpl[PATH_MAX];
-	int fd;
-
-	if (dir == NULL || dir[0] == '\0')
-		dir = "/tmp";
 	if (a->pid1)
-		(void)mkdir(dir, 0700);
-	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (fd >= 0)
-		return fd;
-	/* No O_TMPFILE there: a named file, unlinked at once. */
-	snprintf(tmpl, sizeof(tmpl), "%s/moat-archive-XXXXXX", dir);
-	if ((fd = mkostemp(tmpl, O_CLOEXEC)) < 0)
-		return -errno;
-	(void)unlink(tmpl);
-	return fd;
+		(void)mkdir(AGENT_ARCHIVE_DIR, 0700);
+	return moat_tar_staging(a->pid1 ? AGENT_ARCHIVE_DIR : NULL);
 }
 
 /* archive_new: a free slot with a staging file and a fresh id. */

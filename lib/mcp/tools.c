@@ -1043,19 +1043,6 @@ t_download_file(struct tool_ctx *t)
 /* ---- directories (issue 17): tar archives through Put/GetArchive ---- */
 #define DIR_CHUNK (4u << 20) /* archive bytes per PutArchive/GetArchive */
 
-static int
-dir_staging(void)
-{
-	FILE *f = tmpfile();
-	int fd;
-
-	if (f == NULL)
-		return -1;
-	fd = dup(fileno(f));
-	fclose(f); /* the file has no name: it goes with the last fd */
-	return fd;
-}
-
 static json_t *
 dir_summary(const char *what, const char *from, const char *to,
     const struct moat_tar_stats *st)
@@ -1155,7 +1142,7 @@ t_upload_dir(struct tool_ctx *t)
 	if (dfd < 0)
 		return tool_error("host directory %s cannot be read: %s", host,
 		    strerror(errno));
-	if ((afd = dir_staging()) < 0) {
+	if ((afd = moat_tar_staging(NULL)) < 0) {
 		close(dfd);
 		return tool_error("no room to stage the archive: %s",
 		    strerror(errno));
@@ -1256,7 +1243,7 @@ t_download_dir(struct tool_ctx *t)
 		free(real);
 		return call_error("getting the sandbox", rv, e);
 	}
-	if ((afd = dir_staging()) < 0) {
+	if ((afd = moat_tar_staging(NULL)) < 0) {
 		free(real);
 		return tool_error("no room to stage the archive: %s",
 		    strerror(errno));

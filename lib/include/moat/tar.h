@@ -99,6 +99,12 @@ int moat_tar_unpack(int fd, int dirfd, uint64_t cap, struct moat_tar_stats *st,
 int moat_tar_pack(int src, const char *name, int out_fd,
     struct moat_tar_stats *st, char **why);
 
+/* moat_tar_staging: an unnamed read-write file to stage an archive in
+ * (O_TMPFILE; where that is not supported, a file unlinked at once), in
+ * dir, or with dir NULL in $TMPDIR or /tmp. It is gone with its last
+ * fd, whatever happens to the process. Returns an fd or -errno. */
+int moat_tar_staging(const char *dir);
+
 /* moat_tar_write_header: the headers of one member (a pax 'x' record
  * first when the name or link does not fit ustar or the size is 8 GiB
  * or more). Returns 0 or -errno. */
