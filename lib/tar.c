@@ -23,24 +23,50 @@ moat_tar_reader_init(struct moat_tar_reader *r, int fd)
 	r->fd = fd;
 }
 
-void
-moat_tar_reader_free(struct moat_tar_reader *r)
+static void
+cur_clear(struct moat_tar_reader *r)
 {
 	free(r->cur.name);
 	free(r->cur.link);
 	r->cur.name = r->cur.link = NULL;
 }
 
+void
+moat_tar_reader_free(struct moat_tar_reader *r)
+{
+	cur_clear(r);
+	free(r->buf);
+	r->buf = NULL;
+	r->blen = r->boff = 0;
+}
+
 /* rd_full: exactly len bytes (1), 0 at the end before any byte, -2 at
- * the end part way, -1 on a read error (errno). */
+ * the end part way, -1 on a read error (errno). Through the reader's
+ * buffer: a header is 512 bytes, and one read() each is slow in a guest
+ * under emulation. */
 static int
 rd_full(struct moat_tar_reader *r, void *buf, size_t len)
 {
 	size_t got = 0;
 
+	if (r->buf == NULL && (r->buf = malloc(MOAT_TAR_READ_BUF)) == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
 	while (got < len) {
-		ssize_t n = read(r->fd, (char *)buf + got, len - got);
+		ssize_t n;
 
+		if (r->boff < r->blen) {
+			size_t k = r->blen - r->boff;
+
+			if (k > len - got)
+				k = len - got;
+			memcpy((char *)buf + got, r->buf + r->boff, k);
+			r->boff += k;
+			got += k;
+			continue;
+		}
+		n = read(r->fd, r->buf, MOAT_TAR_READ_BUF);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -49,7 +75,8 @@ rd_full(struct moat_tar_reader *r, void *buf, size_t len)
 			r->pos += got;
 			return got ? -2 : 0;
 		}
-		got += (size_t)n;
+		r->blen = (size_t)n;
+		r->boff = 0;
 	}
 	r->pos += len;
 	return 1;
@@ -235,7 +262,7 @@ header_fill(struct moat_tar_reader *r, const unsigned char *b, char **path,
 	struct moat_tar_entry *e = &r->cur;
 	uint64_t v;
 
-	moat_tar_reader_free(r);
+	cur_clear(r);
 	e->type = b[156] ? (char)b[156] : '0';
 	if (tar_num((const char *)b + 124, 12, &e->size) != 0 ||
 	    tar_num((const char *)b + 100, 8, &v) != 0) {

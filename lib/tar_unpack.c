@@ -30,6 +30,8 @@ struct dir_fix {
 
 struct unpack {
 	int root;
+	char *last_dir; /* the directory of the last member, open ... */
+	int last_fd;    /* ... as this fd (-1: none) */
 	struct dir_fix *dirs;
 	size_t ndirs, cap;
 	uint8_t *buf;
@@ -126,10 +128,16 @@ put_file(struct unpack *u, struct moat_tar_reader *r,
 	ssize_t n;
 	int fd, rv;
 
-	if ((rv = clear_name(dfd, base)) != 0)
-		return unpack_err(-rv, clean, "replace", why);
 	fd = openat(dfd, base,
 	    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		/* Something is there: replaced, never written through. */
+		if ((rv = clear_name(dfd, base)) != 0)
+			return unpack_err(-rv, clean, "replace", why);
+		fd = openat(dfd, base,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		    0600);
+	}
 	if (fd < 0)
 		return unpack_err(errno, clean, "create", why);
 	while ((n = moat_tar_read_data(r, u->buf, UNPACK_BUF, why)) > 0) {
@@ -197,6 +205,30 @@ put_link(struct unpack *u, const struct moat_tar_entry *e, int dfd,
 	return 0;
 }
 
+/* member_dir: the fd of a member's directory; the last one is kept, as
+ * members of one directory usually follow each other. Not to be closed
+ * by the caller. */
+static int
+member_dir(struct unpack *u, const char *dir)
+{
+	int fd;
+
+	if (u->last_fd >= 0 && strcmp(u->last_dir, dir) == 0)
+		return u->last_fd;
+	if ((fd = open_dir(u, dir, true)) < 0)
+		return fd;
+	if (u->last_fd >= 0)
+		close(u->last_fd);
+	free(u->last_dir);
+	if ((u->last_dir = strdup(dir)) == NULL) {
+		close(fd);
+		u->last_fd = -1;
+		return -ENOMEM;
+	}
+	u->last_fd = fd;
+	return fd;
+}
+
 static int
 put_member(struct unpack *u, struct moat_tar_reader *r,
     const struct moat_tar_entry *e, char **why)
@@ -211,7 +243,7 @@ put_member(struct unpack *u, struct moat_tar_reader *r,
 	if (clean[0] == '\0')
 		return 0; /* "./": the target itself */
 	base = split(clean, dir, sizeof(dir));
-	if ((dfd = open_dir(u, dir, true)) < 0)
+	if ((dfd = member_dir(u, dir)) < 0)
 		return unpack_err(-dfd, dir, "open directory", why);
 	if (e->type == '5')
 		rv = put_dir(u, e, dfd, base, clean, why);
@@ -219,7 +251,6 @@ put_member(struct unpack *u, struct moat_tar_reader *r,
 		rv = put_link(u, e, dfd, base, clean, why);
 	else
 		rv = put_file(u, r, e, dfd, base, clean, why);
-	close(dfd);
 	return rv;
 }
 
@@ -247,7 +278,7 @@ int
 moat_tar_unpack(int fd, int dirfd, uint64_t cap, struct moat_tar_stats *st,
     char **why)
 {
-	struct unpack u = { .root = dirfd };
+	struct unpack u = { .root = dirfd, .last_fd = -1 };
 	struct moat_tar_reader r;
 	struct moat_tar_entry *e;
 	int rv;
@@ -275,6 +306,9 @@ moat_tar_unpack(int fd, int dirfd, uint64_t cap, struct moat_tar_stats *st,
 	if (rv < 0)
 		rv = -rv;
 	moat_tar_reader_free(&r);
+	if (u.last_fd >= 0)
+		close(u.last_fd);
+	free(u.last_dir);
 	fix_dirs(&u);
 	free(u.buf);
 	if (st != NULL)

@@ -29,6 +29,7 @@
 #define MOAT_TAR_BLOCK 512
 #define MOAT_TAR_META_MAX (1u << 20) /* one pax or GNU long-name record */
 #define MOAT_TAR_DEPTH_MAX 256       /* directory nesting packed */
+#define MOAT_TAR_READ_BUF (256u << 10)
 
 /* What an archive holds, or what was packed or unpacked. */
 struct moat_tar_stats {
@@ -48,9 +49,12 @@ struct moat_tar_entry {
 	int64_t mtime;
 };
 
-/* A reader over an fd (need not be seekable). */
+/* A reader over an fd (need not be seekable). It reads ahead in its own
+ * buffer: the fd's offset says nothing about where the reader is. */
 struct moat_tar_reader {
 	int fd;
+	uint8_t *buf; /* MOAT_TAR_READ_BUF, made on first use */
+	size_t blen, boff;
 	uint64_t pos;       /* archive bytes consumed */
 	uint64_t data_left; /* of the current member */
 	uint64_t pad;       /* zero bytes after it */
