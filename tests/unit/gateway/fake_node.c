@@ -634,6 +634,8 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("StatFile", false),
 	ROW("RemoveFile", true),
 	ROW("MakeDir", true),
+	ROW("PutArchive", true),
+	ROW("GetArchive", false),
 	ROW("SandboxInfo", false),
 	ROW("TraceFs", false),
 	ROW("SnapshotSandbox", true),
