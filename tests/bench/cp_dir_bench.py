@@ -106,6 +106,8 @@ def main():
             "bench": "cp_dir",
             "what": "moat cp -r vs moat cp of one file of the same size",
             "runs": runs,
+            "accel": "kvm" if os.access("/dev/kvm", os.R_OK | os.W_OK)
+            else "tcg (no /dev/kvm: every guest syscall is emulated)",
             "small_1000_files": bench(sb, work, "small", False, runs),
             "tree_20mb": bench(sb, work, "big", True, runs),
         }
