@@ -43,8 +43,9 @@ static const struct cli_command commands[] = {
 	    "run a command in a sandbox, streaming its output" },
 	{ "shell", cmd_shell, "shell SANDBOX [-- CMD [ARG...]]",
 	    "an interactive terminal in a sandbox (raw mode, resize)" },
-	{ "cp", cmd_cp, "cp SRC DST   (one side is ID:/path; - is stdin/out)",
-	    "copy a file into or out of a sandbox" },
+	{ "cp", cmd_cp,
+	    "cp [-r | --tar] SRC DST   (one side is ID:/path; - is stdin/out)",
+	    "copy a file, or a directory with -r, into or out of a sandbox" },
 	{ "ls", cmd_ls, "ls ID [PATH]", "list a directory in a sandbox" },
 	{ "session", cmd_session,
 	    "session ls [--sandbox ID] | show ID | export ID | rm ID... | "

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "moat/config.h"
@@ -634,6 +635,134 @@ moat_client_write_file_from_fd(struct moat_client *c, const char *sandbox_id,
 out:
 	moat_client_free_msg(info);
 	free(buf);
+	return rv;
+}
+
+/* The last PutArchive chunk unpacks, the first GetArchive packs: in the
+ * guest, at disk speed, so they get longer than the usual timeout. */
+#define ARCHIVE_WORK_TIMEOUT_MS 600000
+
+int
+moat_client_put_archive_fd(struct moat_client *c, const char *sandbox_id,
+    const char *path, int fd, Moat__V1__ArchivePutReply **out, char **errmsg)
+{
+	Moat__V1__ArchivePutReply *reply = NULL;
+	char *upload_id = NULL;
+	uint64_t offset = 0, size;
+	struct stat st;
+	uint8_t *buf;
+	int rv = MOAT_OK;
+
+	*errmsg = NULL;
+	if (out != NULL)
+		*out = NULL;
+	if (fstat(fd, &st) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
+		int err = errno;
+
+		*errmsg = moat_asprintf("the archive: %s", strerror(err));
+		return moat_status_from_errno(err);
+	}
+	size = (uint64_t)st.st_size;
+	if ((buf = malloc(MOAT_CLIENT_ARCHIVE_CHUNK)) == NULL) {
+		*errmsg = moat_asprintf("out of memory");
+		return MOAT_RESOURCE_EXHAUSTED;
+	}
+	do {
+		Moat__V1__ArchivePutRequest req =
+		    MOAT__V1__ARCHIVE_PUT_REQUEST__INIT;
+		size_t want = size - offset > MOAT_CLIENT_ARCHIVE_CHUNK ?
+		    MOAT_CLIENT_ARCHIVE_CHUNK :
+		    (size_t)(size - offset);
+		size_t got;
+		int err;
+
+		if ((err = fill(fd, buf, want, &got)) != 0 || got != want) {
+			*errmsg = moat_asprintf("reading the archive: %s",
+			    err ? strerror(err) : "it shrank");
+			rv = err ? moat_status_from_errno(err) : MOAT_ABORTED;
+			break;
+		}
+		req.sandbox_id = (char *)sandbox_id;
+		req.path = (char *)path;
+		req.upload_id = upload_id ? upload_id : "";
+		req.offset = offset;
+		req.data.data = buf;
+		req.data.len = got;
+		req.last = offset + got == size;
+		moat_client_free_msg(reply);
+		reply = NULL;
+		if ((rv = gw_call(c, "PutArchive", &req.base,
+		         &moat__v1__archive_put_reply__descriptor, &reply,
+		         req.last ? ARCHIVE_WORK_TIMEOUT_MS : 0, errmsg)) !=
+		    MOAT_OK)
+			break;
+		free(upload_id);
+		if ((upload_id = strdup(reply->upload_id)) == NULL) {
+			*errmsg = moat_asprintf("out of memory");
+			rv = MOAT_RESOURCE_EXHAUSTED;
+			break;
+		}
+		offset += got;
+	} while (offset < size);
+	free(upload_id);
+	free(buf);
+	if (rv == MOAT_OK && out != NULL) {
+		*out = reply;
+		reply = NULL;
+	}
+	moat_client_free_msg(reply);
+	return rv;
+}
+
+int
+moat_client_get_archive_fd(struct moat_client *c, const char *sandbox_id,
+    const char *path, int fd, uint64_t *size, char **errmsg)
+{
+	char *download_id = NULL;
+	uint64_t offset = 0;
+	int rv;
+
+	*errmsg = NULL;
+	for (;;) {
+		Moat__V1__ArchiveGetRequest req =
+		    MOAT__V1__ARCHIVE_GET_REQUEST__INIT;
+		Moat__V1__ArchiveGetReply *reply = NULL;
+		Moat__V1__FileData piece = MOAT__V1__FILE_DATA__INIT;
+		bool done;
+
+		req.sandbox_id = (char *)sandbox_id;
+		req.path = (char *)path;
+		req.download_id = download_id ? download_id : "";
+		req.offset = offset;
+		req.length = MOAT_CLIENT_ARCHIVE_CHUNK;
+		if ((rv = gw_call(c, "GetArchive", &req.base,
+		         &moat__v1__archive_get_reply__descriptor, &reply,
+		         download_id ? 0 : ARCHIVE_WORK_TIMEOUT_MS, errmsg)) !=
+		    MOAT_OK)
+			break;
+		piece.data = reply->data;
+		if (piece.data.len > 0 &&
+		    (rv = fd_sink_add(&fd, &piece, errmsg)) != MOAT_OK) {
+			moat_client_free_msg(reply);
+			break;
+		}
+		offset += reply->data.len;
+		free(download_id);
+		download_id = strdup(reply->download_id);
+		/* An empty chunk short of eof would loop: the end. */
+		done = reply->eof || reply->data.len == 0;
+		moat_client_free_msg(reply);
+		if (download_id == NULL) {
+			*errmsg = moat_asprintf("out of memory");
+			rv = MOAT_RESOURCE_EXHAUSTED;
+			break;
+		}
+		if (done)
+			break;
+	}
+	free(download_id);
+	if (rv == MOAT_OK && size != NULL)
+		*size = offset;
 	return rv;
 }
 

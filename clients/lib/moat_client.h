@@ -180,6 +180,24 @@ int moat_client_write_file_from_fd(struct moat_client *c,
     bool make_parents, Moat__V1__FileInfo **out, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* ---- directories as tar archives (issue 17) ---- */
+#define MOAT_CLIENT_ARCHIVE_CHUNK (4u << 20) /* bytes per Put/GetArchive */
+
+/* moat_client_put_archive_fd: sends the tar archive in `fd` (a regular
+ * file, from offset 0) in MOAT_CLIENT_ARCHIVE_CHUNK pieces with
+ * PutArchive, to be checked and unpacked into `path`. *out (optional)
+ * is the last reply (done, files, dirs, symlinks, bytes). */
+int moat_client_put_archive_fd(struct moat_client *c, const char *sandbox_id,
+    const char *path, int fd, Moat__V1__ArchivePutReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_client_get_archive_fd: GetArchive of `path` (a directory or file)
+ * until eof, the archive written to `fd`; *size (optional) gets its
+ * size. */
+int moat_client_get_archive_fd(struct moat_client *c, const char *sandbox_id,
+    const char *path, int fd, uint64_t *size, char **errmsg)
+    __attribute__((warn_unused_result));
+
 int moat_client_list_files(struct moat_client *c, const char *sandbox_id,
     const char *path, Moat__V1__FileList **out, char **errmsg)
     __attribute__((warn_unused_result));

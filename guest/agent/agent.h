@@ -30,6 +30,10 @@
 #define AGENT_LIST_MAX 10000        /* entries of one file_list */
 #define AGENT_TRACE_MAX 10000       /* default fs_trace entries */
 #define AGENT_TRACE_HARD_MAX 100000 /* most fs_trace entries asked */
+#define AGENT_ARCHIVE_MAX 4         /* archive transfers open at once */
+#define AGENT_ARCHIVE_IDLE_MS (5 * 60 * 1000)
+#define AGENT_ARCHIVE_DEFAULT_MAX (2048ull << 20)
+#define AGENT_ARCHIVE_DIR "/var/lib/moat-archive" /* staging, PID 1 */
 /* Room left in a frame for the fields around a list's entries. */
 #define AGENT_REPLY_BUDGET (MOAT_FRAME_MAX - (64u << 10))
 
@@ -341,6 +345,15 @@ int agent_file_mkdir(struct agent *a, const Moat__V1__GuestRequest *req,
 
 /* agent_file_type: FileType of a st_mode. */
 Moat__V1__FileType agent_file_type(mode_t mode);
+
+/* --- directories as tar archives (archive.c, issue 17) --- */
+int agent_archive_put(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why);
+int agent_archive_get(struct agent *a, const Moat__V1__GuestRequest *req,
+    char **why);
+/* agent_archive_timer: drops transfers idle AGENT_ARCHIVE_IDLE_MS;
+ * returns ms until the next could be, or -1. */
+int agent_archive_timer(struct agent *a, uint64_t now);
 
 /* --- info, fs trace --- */
 int agent_info(struct agent *a, const Moat__V1__GuestRequest *req, char **why);

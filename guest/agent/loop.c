@@ -61,6 +61,10 @@ static const struct agent_op agent_ops[] = {
 	{ MOAT__V1__GUEST_REQUEST__OP_CODE_CONTEXT_CLOSE, "code_context_close",
 	    agent_code_close },
 	{ MOAT__V1__GUEST_REQUEST__OP_EGRESS, "egress", agent_egress_mode },
+	{ MOAT__V1__GUEST_REQUEST__OP_ARCHIVE_PUT, "archive_put",
+	    agent_archive_put },
+	{ MOAT__V1__GUEST_REQUEST__OP_ARCHIVE_GET, "archive_get",
+	    agent_archive_get },
 };
 
 uint64_t
@@ -265,6 +269,8 @@ agent_run(struct agent *a)
 		timeout = loop_min_timeout(timeout, agent_exec_timer(a, now));
 		timeout = loop_min_timeout(timeout, agent_link_timer(a, now));
 		timeout = loop_min_timeout(timeout, agent_code_timer(a, now));
+		timeout =
+		    loop_min_timeout(timeout, agent_archive_timer(a, now));
 		if (a->stopping)
 			timeout = loop_min_timeout(timeout,
 			    (int)(a->stop_by_ms - now));

@@ -246,7 +246,9 @@ do_tools_call(struct moat_mcp_session *s, json_t *id, json_t *params,
 		    name,
 		    !host &&
 		            (strcmp(name, "upload_file") == 0 ||
-		                strcmp(name, "download_file") == 0) ?
+		                strcmp(name, "download_file") == 0 ||
+		                strcmp(name, "upload_dir") == 0 ||
+		                strcmp(name, "download_dir") == 0) ?
 		        " (host file tools need `moat mcp --allow-dir DIR`)" :
 		        "");
 		r = error_for(id, MOAT_MCP_INVALID_PARAMS,

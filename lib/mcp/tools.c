@@ -6,7 +6,9 @@
  * function. Tools that take an optional sandbox_id use the session's
  * default sandbox (recorded, made on first use) when it is left out.
  * upload_file and download_file move files between the MCP host's disk
- * (only below --allow-dir) and a sandbox.
+ * (only below --allow-dir) and a sandbox; upload_dir and download_dir
+ * move trees as tar archives (lib/tar.c; a download is checked whole
+ * before anything is written on the host).
  * Not for: JSON-RPC framing (mcp.c) or transports.
  */
 #include <errno.h>
@@ -23,6 +25,7 @@
 #include "mcp_internal.h"
 #include "moat/codec.h"
 #include "moat/status.h"
+#include "moat/tar.h"
 #include "moat/util.h"
 
 /* The context a tool runs in. */
@@ -1037,6 +1040,241 @@ t_download_file(struct tool_ctx *t)
 	return r;
 }
 
+/* ---- directories (issue 17): tar archives through Put/GetArchive ---- */
+#define DIR_CHUNK (4u << 20) /* archive bytes per PutArchive/GetArchive */
+
+static json_t *
+dir_summary(const char *what, const char *from, const char *to,
+    const struct moat_tar_stats *st)
+{
+	char *text = moat_asprintf("%s %s to %s: %llu files, %llu dirs, %llu "
+	                           "symlinks, %llu bytes",
+	    what, from, to, (unsigned long long)st->files,
+	    (unsigned long long)st->dirs, (unsigned long long)st->symlinks,
+	    (unsigned long long)st->bytes);
+	json_t *r = result_text(text, false,
+	    json_pack("{s:I, s:I, s:I, s:I}", "files", (json_int_t)st->files,
+	        "dirs", (json_int_t)st->dirs, "symlinks",
+	        (json_int_t)st->symlinks, "bytes", (json_int_t)st->bytes));
+
+	free(text);
+	return r;
+}
+
+/* dir_put: sends the archive in afd (size bytes) in chunks; *st gets
+ * what the guest unpacked. */
+static int
+dir_put(struct tool_ctx *t, const char *id, const char *path, int afd,
+    uint64_t size, struct moat_tar_stats *st, char **errmsg)
+{
+	char *upload = strdup("");
+	uint8_t *buf = malloc(DIR_CHUNK);
+	uint64_t off = 0;
+	int rv = MOAT_OK;
+
+	while (rv == MOAT_OK && upload != NULL && buf != NULL) {
+		size_t n =
+		    size - off > DIR_CHUNK ? DIR_CHUNK : (size_t)(size - off);
+		bool last = off + n == size;
+		json_t *reply = NULL;
+		char *b64;
+
+		if (pread(afd, buf, n, (off_t)off) != (ssize_t)n) {
+			*errmsg = moat_asprintf("reading the staged archive");
+			rv = MOAT_INTERNAL;
+			break;
+		}
+		if ((b64 = moat_codec_base64(buf, n)) == NULL)
+			break;
+		rv = gw(t, "PutArchive",
+		    json_pack("{s:s, s:s, s:s, s:I, s:s, s:b}", "sandboxId",
+		        id, "path", path, "uploadId", upload, "offset",
+		        (json_int_t)off, "data", b64, "last", last),
+		    &reply, errmsg);
+		free(b64);
+		if (rv != MOAT_OK)
+			break;
+		free(upload);
+		upload = strdup(
+		    json_string_value(json_object_get(reply, "uploadId")) ?:
+		                                                            "");
+		st->files = (uint64_t)json_integer_value(
+		    json_object_get(reply, "files"));
+		st->dirs = (uint64_t)json_integer_value(
+		    json_object_get(reply, "dirs"));
+		st->symlinks = (uint64_t)json_integer_value(
+		    json_object_get(reply, "symlinks"));
+		json_decref(reply);
+		off += n;
+		if (last) {
+			free(upload);
+			free(buf);
+			return MOAT_OK;
+		}
+	}
+	if (rv == MOAT_OK) {
+		*errmsg = moat_asprintf("out of memory");
+		rv = MOAT_RESOURCE_EXHAUSTED;
+	}
+	free(upload);
+	free(buf);
+	return rv;
+}
+
+static json_t *
+t_upload_dir(struct tool_ctx *t)
+{
+	const char *host, *path;
+	char id[MOAT_MCP_ID_MAX], *real, *errmsg = NULL;
+	struct moat_tar_stats st = { 0 };
+	json_t *r;
+	off_t size = 0;
+	int dfd, afd, rv;
+
+	REQUIRE_STRING(host, "host_path", "a directory below the --allow-dir");
+	REQUIRE_STRING(path, "path", "the directory in the sandbox");
+	SANDBOX_OR_FAIL(id);
+	if ((rv = moat_mcp_host_path(t->s->allow_dir, host, true, &real,
+	         &errmsg)) != MOAT_OK)
+		return call_error("upload_dir", rv, errmsg);
+	dfd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(real);
+	if (dfd < 0)
+		return tool_error("host directory %s cannot be read: %s", host,
+		    strerror(errno));
+	if ((afd = moat_tar_staging(NULL)) < 0) {
+		close(dfd);
+		return tool_error("no room to stage the archive: %s",
+		    strerror(errno));
+	}
+	rv = moat_tar_pack(dfd, host, afd, &st, &errmsg);
+	close(dfd);
+	if (rv == MOAT_OK && (size = lseek(afd, 0, SEEK_END)) < 0) {
+		errmsg =
+		    moat_asprintf("the staged archive: %s", strerror(errno));
+		rv = MOAT_INTERNAL;
+	}
+	if (rv == MOAT_OK)
+		rv = dir_put(t, id, path, afd, (uint64_t)size, &st, &errmsg);
+	close(afd);
+	if (rv != MOAT_OK)
+		return call_error("upload_dir", rv, errmsg);
+	r = dir_summary("uploaded", host, path, &st);
+	return r;
+}
+
+/* dir_get: GetArchive of path until eof, into afd. */
+static int
+dir_get(struct tool_ctx *t, const char *id, const char *path, int afd,
+    char **errmsg)
+{
+	char *download = strdup("");
+	uint64_t off = 0;
+	int rv = MOAT_OK;
+
+	while (download != NULL) {
+		json_t *reply = NULL;
+		const char *b64;
+		uint8_t *bytes = NULL;
+		size_t len = 0;
+		bool eof;
+
+		rv = gw(t, "GetArchive",
+		    json_pack("{s:s, s:s, s:s, s:I}", "sandboxId", id, "path",
+		        path, "downloadId", download, "offset",
+		        (json_int_t)off),
+		    &reply, errmsg);
+		if (rv != MOAT_OK)
+			break;
+		b64 = json_string_value(json_object_get(reply, "data"));
+		if (b64 != NULL &&
+		    moat_codec_base64_decode(b64, strlen(b64), &bytes, &len) !=
+		        MOAT_OK) {
+			json_decref(reply);
+			*errmsg = moat_asprintf("the archive data did not "
+			                        "decode");
+			rv = MOAT_INTERNAL;
+			break;
+		}
+		if (len > 0 && moat_tar_write_all(afd, bytes, len) != 0) {
+			free(bytes);
+			json_decref(reply);
+			*errmsg = moat_asprintf("staging the archive: %s",
+			    strerror(errno));
+			rv = MOAT_INTERNAL;
+			break;
+		}
+		free(bytes);
+		off += len;
+		eof = json_is_true(json_object_get(reply, "eof")) || len == 0;
+		free(download);
+		download = strdup(
+		    json_string_value(json_object_get(reply, "downloadId")) ?:
+		        "");
+		json_decref(reply);
+		if (eof) {
+			free(download);
+			return MOAT_OK;
+		}
+	}
+	if (rv == MOAT_OK) {
+		*errmsg = moat_asprintf("out of memory");
+		rv = MOAT_RESOURCE_EXHAUSTED;
+	}
+	free(download);
+	return rv;
+}
+
+static json_t *
+t_download_dir(struct tool_ctx *t)
+{
+	const char *host, *path;
+	char id[MOAT_MCP_ID_MAX], *real, *errmsg = NULL, *e;
+	struct moat_tar_stats st = { 0 };
+	int dfd = -1, afd, rv;
+
+	REQUIRE_STRING(path, "path", "the directory in the sandbox");
+	REQUIRE_STRING(host, "host_path",
+	    "the directory to unpack into below the --allow-dir");
+	if ((rv = moat_mcp_host_path(t->s->allow_dir, host, false, &real,
+	         &errmsg)) != MOAT_OK)
+		return call_error("download_dir", rv, errmsg);
+	if ((rv = sandbox_of(t, id, sizeof(id), &e)) != MOAT_OK) {
+		free(real);
+		return call_error("getting the sandbox", rv, e);
+	}
+	if ((afd = moat_tar_staging(NULL)) < 0) {
+		free(real);
+		return tool_error("no room to stage the archive: %s",
+		    strerror(errno));
+	}
+	rv = dir_get(t, id, path, afd, &errmsg);
+	/* The sandbox is not trusted: check all before making anything. */
+	if (rv == MOAT_OK && lseek(afd, 0, SEEK_SET) == 0)
+		rv = moat_tar_check(afd, 0, NULL, &errmsg);
+	if (rv == MOAT_OK && mkdir(real, 0755) != 0 && errno != EEXIST) {
+		errmsg =
+		    moat_asprintf("cannot make %s: %s", host, strerror(errno));
+		rv = moat_status_from_errno(errno);
+	}
+	if (rv == MOAT_OK &&
+	    (dfd = open(real,
+	         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		errmsg =
+		    moat_asprintf("cannot open %s: %s", host, strerror(errno));
+		rv = moat_status_from_errno(errno);
+	}
+	if (rv == MOAT_OK)
+		rv = moat_tar_unpack(afd, dfd, 0, &st, &errmsg);
+	if (dfd >= 0)
+		close(dfd);
+	close(afd);
+	free(real);
+	if (rv != MOAT_OK)
+		return call_error("download_dir", rv, errmsg);
+	return dir_summary("downloaded", path, host, &st);
+}
+
 /* ---- the table ---- */
 
 #define SB_PROP                                                               \
@@ -1160,6 +1398,23 @@ static const struct tool tools[] = {
 	    "\"host_path\":{\"type\":\"string\"}," SB_PROP
 	    "},\"required\":[\"path\",\"host_path\"]}",
 	    t_download_file, true },
+	{ "upload_dir",
+	    "Copy a directory tree from the MCP host (below its "
+	    "--allow-dir) into a sandbox directory (made if missing; "
+	    "symlinks stay links).",
+	    "{\"type\":\"object\",\"properties\":{"
+	    "\"host_path\":{\"type\":\"string\"},"
+	    "\"path\":{\"type\":\"string\"}," SB_PROP
+	    "},\"required\":[\"host_path\",\"path\"]}",
+	    t_upload_dir, true },
+	{ "download_dir",
+	    "Copy a directory tree from a sandbox into a directory on the "
+	    "MCP host (below its --allow-dir; made if missing).",
+	    "{\"type\":\"object\",\"properties\":{"
+	    "\"path\":{\"type\":\"string\"},"
+	    "\"host_path\":{\"type\":\"string\"}," SB_PROP
+	    "},\"required\":[\"path\",\"host_path\"]}",
+	    t_download_dir, true },
 };
 #define N_TOOLS (sizeof(tools) / sizeof(tools[0]))
 

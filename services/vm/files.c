@@ -483,3 +483,157 @@ vmd_fs_trace(struct vmd *vmd, struct moat_rpc_call *call,
 	vmd_sandbox_put(sb);
 	return rv;
 }
+
+/* archive_take: fills an ArchivePutReply from the agent's answer. */
+static int
+archive_put_take(Moat__V1__ArchivePutReply *reply,
+    const Moat__V1__GuestArchive *ga)
+{
+	/* An initialised reply's strings are protobuf-c's shared "". */
+	if (reply->upload_id != protobuf_c_empty_string)
+		free(reply->upload_id);
+	if ((reply->upload_id = strdup(ga->id)) == NULL)
+		return MOAT_INTERNAL;
+	reply->received = ga->received;
+	reply->done = ga->done;
+	reply->files = (uint32_t)ga->files;
+	reply->dirs = (uint32_t)ga->dirs;
+	reply->symlinks = (uint32_t)ga->symlinks;
+	reply->bytes = ga->bytes;
+	return MOAT_OK;
+}
+
+int
+vmd_archive_put(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ArchivePutRequest *req, Moat__V1__ArchivePutReply *reply)
+{
+	struct sandbox *sb;
+	size_t off = 0;
+	int rv;
+
+	if ((rv = path_check(call, req->path)) != MOAT_OK)
+		return rv;
+	if (req->data.len > VMD_ARCHIVE_CHUNK_MAX)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "a chunk of %zu bytes is over the %u-byte limit of one "
+		    "PutArchive: send the archive in smaller chunks",
+		    req->data.len, VMD_ARCHIVE_CHUNK_MAX);
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
+		return rv;
+	/* The agent takes MOAT_GUEST_IO_MAX a frame: one RPC chunk is
+	 * several guest chunks of the same upload, `last` on the final. */
+	do {
+		Moat__V1__GuestRequest greq = MOAT__V1__GUEST_REQUEST__INIT;
+		Moat__V1__GuestArchivePut gp =
+		    MOAT__V1__GUEST_ARCHIVE_PUT__INIT;
+		Moat__V1__GuestMessage *msg = NULL;
+		size_t n = req->data.len - off;
+
+		if (n > MOAT_GUEST_IO_MAX)
+			n = MOAT_GUEST_IO_MAX;
+		greq.op_case = MOAT__V1__GUEST_REQUEST__OP_ARCHIVE_PUT;
+		greq.archive_put = &gp;
+		gp.path = req->path;
+		gp.upload_id = reply->upload_id && reply->upload_id[0] ?
+		    reply->upload_id :
+		    req->upload_id;
+		gp.offset = req->offset + off;
+		gp.data.data = n ? req->data.data + off : NULL;
+		gp.data.len = n;
+		gp.last = req->last && off + n == req->data.len;
+		gp.max_bytes = vmd->cfg.archive_max_bytes;
+		if ((rv = vmd_guest_call(sb, call, &greq,
+		         MOAT__V1__GUEST_MESSAGE__BODY_ARCHIVE, &msg)) !=
+		    MOAT_OK)
+			break;
+		rv = archive_put_take(reply, msg->archive);
+		moat__v1__guest_message__free_unpacked(msg, NULL);
+		if (rv != MOAT_OK) {
+			rv = moat_rpc_error(call, rv, "out of memory");
+			break;
+		}
+		off += n;
+	} while (off < req->data.len);
+	vmd_sandbox_put(sb);
+	return rv;
+}
+
+int
+vmd_archive_get(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ArchiveGetRequest *req, Moat__V1__ArchiveGetReply *reply)
+{
+	uint64_t want = req->length ? req->length : VMD_ARCHIVE_CHUNK_MAX;
+	struct sandbox *sb;
+	size_t got = 0;
+	int rv;
+
+	if ((rv = path_check(call, req->path)) != MOAT_OK)
+		return rv;
+	if (want > VMD_ARCHIVE_CHUNK_MAX)
+		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
+		    "length %u is over the %u-byte limit of one GetArchive: "
+		    "read in chunks with offset",
+		    req->length, VMD_ARCHIVE_CHUNK_MAX);
+	if ((rv = vmd_sandbox_get_running(vmd, call, req->sandbox_id, &sb)) !=
+	    MOAT_OK)
+		return rv;
+	while (got < want) {
+		Moat__V1__GuestRequest greq = MOAT__V1__GUEST_REQUEST__INIT;
+		Moat__V1__GuestArchiveGet gg =
+		    MOAT__V1__GUEST_ARCHIVE_GET__INIT;
+		Moat__V1__GuestMessage *msg = NULL;
+		Moat__V1__GuestArchive *ga;
+		uint8_t *grown;
+
+		greq.op_case = MOAT__V1__GUEST_REQUEST__OP_ARCHIVE_GET;
+		greq.archive_get = &gg;
+		gg.path = req->path;
+		gg.download_id = reply->download_id && reply->download_id[0] ?
+		    reply->download_id :
+		    req->download_id;
+		gg.offset = req->offset + got;
+		gg.length = want - got > MOAT_GUEST_IO_MAX ?
+		    MOAT_GUEST_IO_MAX :
+		    (uint32_t)(want - got);
+		if ((rv = vmd_guest_call(sb, call, &greq,
+		         MOAT__V1__GUEST_MESSAGE__BODY_ARCHIVE, &msg)) !=
+		    MOAT_OK)
+			break;
+		ga = msg->archive;
+		if (ga->data.len > gg.length) {
+			moat__v1__guest_message__free_unpacked(msg, NULL);
+			rv = moat_rpc_error(call, MOAT_INTERNAL,
+			    "sandbox %s: the guest sent %zu bytes for a "
+			    "%u-byte read",
+			    sb->id.str, ga->data.len, gg.length);
+			break;
+		}
+		if (reply->download_id != protobuf_c_empty_string)
+			free(reply->download_id);
+		reply->download_id = strdup(ga->id);
+		grown = ga->data.len ?
+		    realloc(reply->data.data, got + ga->data.len) :
+		    reply->data.data;
+		if (reply->download_id == NULL ||
+		    (ga->data.len && grown == NULL)) {
+			moat__v1__guest_message__free_unpacked(msg, NULL);
+			rv = moat_rpc_error(call, MOAT_INTERNAL,
+			    "out of memory");
+			break;
+		}
+		if (ga->data.len) {
+			reply->data.data = grown;
+			memcpy(grown + got, ga->data.data, ga->data.len);
+			got += ga->data.len;
+			reply->data.len = got;
+		}
+		reply->size = ga->size;
+		reply->eof = ga->eof;
+		moat__v1__guest_message__free_unpacked(msg, NULL);
+		if (reply->eof || ga->data.len == 0)
+			break;
+	}
+	vmd_sandbox_put(sb);
+	return rv;
+}

@@ -32,6 +32,17 @@ int vmd_file_remove(struct vmd *vmd, struct moat_rpc_call *call,
 int vmd_file_mkdir(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__PathRequest *req, Moat__V1__FileInfo *reply)
     __attribute__((warn_unused_result));
+/* PutArchive and GetArchive (issue 17): each RPC chunk (at most
+ * VMD_ARCHIVE_CHUNK_MAX) goes to the agent in MOAT_GUEST_IO_MAX pieces;
+ * the agent stages, checks and unpacks or packs (guest/agent/archive.c).
+ */
+#define VMD_ARCHIVE_CHUNK_MAX (4u << 20)
+int vmd_archive_put(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ArchivePutRequest *req, Moat__V1__ArchivePutReply *reply)
+    __attribute__((warn_unused_result));
+int vmd_archive_get(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__ArchiveGetRequest *req, Moat__V1__ArchiveGetReply *reply)
+    __attribute__((warn_unused_result));
 int vmd_guest_info(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__SandboxRef *req, Moat__V1__GuestInfo *reply)
     __attribute__((warn_unused_result));

@@ -399,6 +399,8 @@ vmd_configure_bounds(struct vmd_config *cfg, const struct moat_config *c)
 	cfg->console_max_bytes = v * 1024;
 	U64("exec-output-budget-mib", 256, 1, UINT64_C(1) << 30);
 	cfg->exec_output_budget = v << 20;
+	U64("archive-max-mib", 2048, 1, UINT64_C(1) << 20);
+	cfg->archive_max_bytes = v << 20;
 	/* No lower bound: 0 lets scratch disks claim the whole disk. */
 	if ((rv = moat_config_get_u64(c, SECTION, "disk-reserve-mib", 2048, &v,
 	         &errmsg)) != 0) {

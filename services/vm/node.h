@@ -88,6 +88,9 @@ struct vmd_config {
 	uint64_t exec_output_budget; /* [vmd] exec-output-budget-mib: exec
 	                                output all sandboxes may hold in vmd
 	                                (exec.c) */
+	uint64_t archive_max_bytes;  /* [vmd] archive-max-mib: one tar
+	                                archive PutArchive takes and what it
+	                                unpacks to (files.c, issue 17) */
 	uint64_t disk_reserve_bytes; /* [vmd] disk-reserve-mib: free space in
 	                                the state dir that scratch disks may
 	                                never claim (scratch.c) */

@@ -252,6 +252,24 @@ h_write_file(struct moat_rpc_call *call, const ProtobufCMessage *request,
 }
 
 static int
+h_put_archive(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_archive_put(VMD(call), call,
+	    (const Moat__V1__ArchivePutRequest *)request,
+	    (Moat__V1__ArchivePutReply *)reply);
+}
+
+static int
+h_get_archive(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_archive_get(VMD(call), call,
+	    (const Moat__V1__ArchiveGetRequest *)request,
+	    (Moat__V1__ArchiveGetReply *)reply);
+}
+
+static int
 h_list_files(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
 {
@@ -436,6 +454,8 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "StatFile", .handler = h_stat_file },
 	{ .name = "RemoveFile", .handler = h_remove_file, .mutating = true },
 	{ .name = "MakeDir", .handler = h_make_dir, .mutating = true },
+	{ .name = "PutArchive", .handler = h_put_archive, .mutating = true },
+	{ .name = "GetArchive", .handler = h_get_archive },
 	{ .name = "SandboxInfo", .handler = h_sandbox_info },
 	{ .name = "TraceFs", .handler = h_trace_fs },
 	{ .name = "SnapshotSandbox",

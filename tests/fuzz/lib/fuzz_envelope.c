@@ -110,6 +110,8 @@ static const struct moat_rpc_method methods[] = {
 	{ "StatFile", h_ok, false, false },
 	{ "RemoveFile", h_silent_error, true, false },
 	{ "MakeDir", h_ok, true, false },
+	{ "PutArchive", h_ok, true, false },
+	{ "GetArchive", h_ok, false, false },
 	{ "SandboxInfo", h_ok, false, false },
 	{ "TraceFs", h_ok, false, false },
 	{ "SnapshotSandbox", h_ok, true, false },

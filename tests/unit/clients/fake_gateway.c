@@ -758,6 +758,8 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "StatFile", h_stat, false, false },
 	{ "RemoveFile", h_ok, true, false },
 	{ "MakeDir", h_ok, true, false },
+	{ "PutArchive", h_ok, true, false },
+	{ "GetArchive", h_ok, false, false },
 	{ "SandboxInfo", h_ok, false, false },
 	{ "TraceFs", h_ok, false, false },
 	{ "SnapshotSandbox", h_ok, true, false },

@@ -243,6 +243,8 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "StatFile", h_unimplemented, false, false },
 	{ "RemoveFile", h_unimplemented, true, false },
 	{ "MakeDir", h_unimplemented, true, false },
+	{ "PutArchive", h_unimplemented, true, false },
+	{ "GetArchive", h_unimplemented, false, false },
 	{ "SandboxInfo", h_info_raw, false, false },
 	{ "SnapshotSandbox", h_unimplemented, true, false },
 	{ "RestoreSandbox", h_unimplemented, true, false },

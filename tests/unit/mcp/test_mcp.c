@@ -3,7 +3,8 @@
  * gateway call function: initialize's version negotiation, the shape of
  * tools/list, JSON-RPC errors (-32700, -32600, -32601, -32602), tool
  * failures as isError results, the session's default sandbox, and host
- * paths that try to leave --allow-dir.
+ * paths that try to leave --allow-dir; upload_dir and download_dir (in
+ * order, confined, a refused archive writes nothing).
  * Not for: transports (the integration test mcp_sdk covers both).
  */
 #include <limits.h>
@@ -22,6 +23,7 @@
 #include "moat/codec.h"
 #include "moat/mcp.h"
 #include "moat/status.h"
+#include "moat/tar.h"
 #include "moat/util.h"
 
 /* The fake gateway: records calls, answers from a small script. */
@@ -29,8 +31,10 @@ struct fake {
 	char methods[32][32];
 	json_t *requests[32];
 	int n;
-	bool fail_read;  /* ReadFile: NOT_FOUND */
-	bool list_empty; /* ListFiles: no "entries" (proto3 JSON) */
+	bool fail_read;         /* ReadFile: NOT_FOUND */
+	bool list_empty;        /* ListFiles: no "entries" (proto3 JSON) */
+	const uint8_t *archive; /* GetArchive serves it, 3000 bytes a call */
+	size_t archive_len;
 };
 
 static int
@@ -62,6 +66,21 @@ fake_call(void *arg, const char *method, json_t *request, json_t **reply,
 		}
 		b64 = moat_codec_base64("hi\n", 3);
 		*reply = json_pack("{s:s}", "data", b64);
+		free(b64);
+	} else if (strcmp(method, "PutArchive") == 0) {
+		*reply = json_pack("{s:s, s:b, s:i}", "uploadId", "up-1",
+		    "done", json_is_true(json_object_get(request, "last")),
+		    "files", 1);
+	} else if (strcmp(method, "GetArchive") == 0) {
+		size_t off = (size_t)json_integer_value(
+		    json_object_get(request, "offset"));
+		size_t n =
+		    f->archive_len - off > 3000 ? 3000 : f->archive_len - off;
+
+		b64 = moat_codec_base64(f->archive + off, n);
+		*reply = json_pack("{s:s, s:s, s:I, s:b}", "downloadId",
+		    "dl-1", "data", b64, "size", (json_int_t)f->archive_len,
+		    "eof", off + n == f->archive_len);
 		free(b64);
 	} else if (strcmp(method, "ListFiles") == 0 && !f->list_empty) {
 		*reply = json_pack("{s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}]}",
@@ -578,6 +597,165 @@ test_allow_dir_must_exist(void **state)
 	free(errmsg);
 }
 
+/* mk_tree: dir/tree with a 5 MiB file and a symlink. */
+static char *
+mk_tree(const char *dir)
+{
+	char *t = moat_asprintf("%s/tree", dir), *p;
+	uint8_t *big = calloc(1, 5 << 20);
+	FILE *fp;
+
+	assert_int_equal(mkdir(t, 0755), 0);
+	p = moat_asprintf("%s/big", t);
+	assert_non_null(fp = fopen(p, "w"));
+	big[12345] = 7;
+	assert_int_equal(fwrite(big, 1, 5 << 20, fp), 5 << 20);
+	fclose(fp);
+	free(p);
+	free(big);
+	p = moat_asprintf("%s/link", t);
+	assert_int_equal(symlink("big", p), 0);
+	free(p);
+	return t;
+}
+
+/* upload_dir and download_dir: only with --allow-dir, confined to it;
+ * the upload goes in order in 4 MiB chunks, the download unpacks. */
+static void
+test_dir_tools(void **state)
+{
+	char tmpl[] = "/tmp/moat-mcp-dir.XXXXXX", *dir, *tree, *p;
+	struct moat_mcp_session *s;
+	struct fake f = { 0 };
+	uint8_t *all = NULL, *piece;
+	size_t all_len = 0, len;
+	char link[16];
+	json_t *res;
+	struct stat sb;
+	int fd;
+
+	(void)state;
+	assert_non_null(dir = mkdtemp(tmpl));
+	tree = mk_tree(dir);
+	/* Without --allow-dir: not a tool at all, and the error says why. */
+	s = new_session(NULL);
+	res = rpc(s, &f,
+	    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","
+	    "\"params\":{\"name\":\"upload_dir\"}}");
+	assert_int_equal(error_code(res), -32602);
+	assert_non_null(strstr(json_string_value(json_object_get(
+	                           json_object_get(res, "error"), "message")),
+	    "--allow-dir"));
+	json_decref(res);
+	assert_false(moat_mcp_tool_known("download_dir", false));
+	assert_true(moat_mcp_tool_known("download_dir", true));
+	moat_mcp_session_free(s);
+
+	s = new_session(dir);
+	res = call_tool(s, &f, "upload_dir",
+	    "{\"host_path\":\"../\",\"path\":\"/root/t\",\"sandbox_id\":"
+	    "\"sb-1\"}");
+	assert_true(json_is_true(json_object_get(res, "isError")));
+	json_decref(res);
+	assert_int_equal(f.n, 0);
+
+	res = call_tool(s, &f, "upload_dir",
+	    "{\"host_path\":\"tree\",\"path\":\"/root/t\",\"sandbox_id\":"
+	    "\"sb-1\"}");
+	assert_false(json_is_true(json_object_get(res, "isError")));
+	json_decref(res);
+	assert_int_equal(f.n, 2);
+	for (int i = 0; i < 2; i++) {
+		json_t *rq = f.requests[i];
+		const char *b64 =
+		    json_string_value(json_object_get(rq, "data"));
+
+		assert_string_equal(f.methods[i], "PutArchive");
+		assert_int_equal(json_integer_value(
+		                     json_object_get(rq, "offset")),
+		    all_len);
+		assert_string_equal(json_string_value(
+		                        json_object_get(rq, "uploadId")),
+		    i == 0 ? "" : "up-1");
+		assert_int_equal(json_is_true(json_object_get(rq, "last")),
+		    i == 1);
+		assert_int_equal(moat_codec_base64_decode(b64, strlen(b64),
+		                     &piece, &len),
+		    MOAT_OK);
+		assert_true(i == 1 || len == 4u << 20);
+		all = realloc(all, all_len + len);
+		memcpy(all + all_len, piece, len);
+		all_len += len;
+		free(piece);
+	}
+	fake_reset(&f);
+
+	/* The same archive back, unpacked under the allow-dir. */
+	f.archive = all;
+	f.archive_len = all_len;
+	res = call_tool(s, &f, "download_dir",
+	    "{\"host_path\":\"back\",\"path\":\"/root/t\",\"sandbox_id\":"
+	    "\"sb-1\"}");
+	assert_false(json_is_true(json_object_get(res, "isError")));
+	json_decref(res);
+	/* Many 3000-byte chunks (the fake keeps 32): the first without an
+	 * id, the next with the one it gave, at increasing offsets. */
+	assert_int_equal(f.n, 32);
+	assert_string_equal(f.methods[0], "GetArchive");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[0], "downloadId")),
+	    "");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[1], "downloadId")),
+	    "dl-1");
+	assert_int_equal(json_integer_value(
+	                     json_object_get(f.requests[31], "offset")),
+	    31 * 3000);
+	p = moat_asprintf("%s/back/big", dir);
+	assert_int_equal(stat(p, &sb), 0);
+	assert_int_equal(sb.st_size, 5 << 20);
+	free(p);
+	p = moat_asprintf("%s/back/link", dir);
+	assert_int_equal(readlink(p, link, sizeof(link)), 3);
+	free(p);
+	fake_reset(&f);
+
+	/* A sandbox's archive with "../x" writes nothing, not even back2. */
+	{
+		struct moat_tar_entry e = { '0', "../x", NULL, 0, 0644, 0 };
+		FILE *tf = tmpfile();
+
+		fd = fileno(tf);
+		assert_int_equal(moat_tar_write_header(fd, &e), 0);
+		assert_int_equal(moat_tar_write_end(fd), 0);
+		free(all);
+		all_len = (size_t)lseek(fd, 0, SEEK_END);
+		all = malloc(all_len);
+		assert_int_equal(pread(fd, all, all_len, 0), all_len);
+		fclose(tf);
+	}
+	f.archive = all;
+	f.archive_len = all_len;
+	res = call_tool(s, &f, "download_dir",
+	    "{\"host_path\":\"back2\",\"path\":\"/root/t\",\"sandbox_id\":"
+	    "\"sb-1\"}");
+	assert_true(json_is_true(json_object_get(res, "isError")));
+	json_decref(res);
+	p = moat_asprintf("%s/back2", dir);
+	assert_int_not_equal(lstat(p, &sb), 0);
+	free(p);
+	p = moat_asprintf("%s/x", dir);
+	assert_int_not_equal(lstat(p, &sb), 0);
+	free(p);
+	fake_reset(&f);
+	moat_mcp_session_free(s);
+	free(all);
+	free(tree);
+	p = moat_asprintf("rm -rf '%s'", dir);
+	assert_int_equal(system(p), 0);
+	free(p);
+}
+
 int
 main(void)
 {
@@ -590,6 +768,7 @@ main(void)
 		cmocka_unit_test(test_sandbox_create_allow),
 		cmocka_unit_test(test_host_paths),
 		cmocka_unit_test(test_allow_dir_must_exist),
+		cmocka_unit_test(test_dir_tools),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
