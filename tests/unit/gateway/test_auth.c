@@ -201,6 +201,14 @@ test_key_store(void **state)
 	    MOAT_INVALID_ARGUMENT);
 	free(errmsg);
 	errmsg = NULL;
+	/* Issue 17: "moat.*" tenants hold moat's own data (images). */
+	assert_int_equal(moat_auth_key_create(a, "moat.images", &key, id,
+	                     &errmsg),
+	    MOAT_INVALID_ARGUMENT);
+	assert_null(key);
+	assert_non_null(strstr(errmsg, "reserved"));
+	free(errmsg);
+	errmsg = NULL;
 	assert_int_equal(moat_auth_key_create(a, "t1", &key, id, &errmsg),
 	    MOAT_OK);
 	assert_non_null(strstr(key, id));
