@@ -101,6 +101,7 @@ int cmd_mcp(struct cli *cli, int argc, char **argv);
 int cmd_audit(struct cli *cli, int argc, char **argv);
 int cmd_snapshot(struct cli *cli, int argc, char **argv);
 int cmd_node(struct cli *cli, int argc, char **argv);
+int cmd_image(struct cli *cli, int argc, char **argv);
 
 /* The common option of every command: --json also after the command. */
 #define CLI_OPT_JSON 0x1000

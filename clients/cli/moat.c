@@ -84,6 +84,11 @@ static const struct cli_command commands[] = {
 	    "node ls | cordon NODE [--reason R] | uncordon NODE | drain NODE "
 	    "[--to NODE] [--reason R]",
 	    "nodes: list, stop placement on one, move its sandboxes off" },
+	{ "image", cmd_image,
+	    "image build SPEC [--name NAME] [--force] [--node ID] | ls | rm "
+	    "NAME | push NAME [--node ID]",
+	    "images: build one from a spec on a node, list them with the "
+	    "nodes holding each, store one in moat-snapd, remove one" },
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
