@@ -163,7 +163,8 @@ moat_images_start_build(struct moat_rpc_call *call,
 	}
 	/* The client passes node_id back in GetImageBuild: it must be
 	 * this node's, whatever vmd put there. */
-	free(b->node_id);
+	if (b->node_id != protobuf_c_empty_string)
+		free(b->node_id);
 	b->node_id = strdup(node.s);
 	moat_info(call->request_id,
 	    "image %s: build %s started on node %s "
