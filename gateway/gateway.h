@@ -793,6 +793,13 @@ int moat_snapshots_snapd_call(struct moat_record *rec, const char *method,
     ProtobufCMessage **out, uint64_t deadline_ms, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_snapshots_label: the value of label `key` of moat-snapd's
+ * snapshot `s` (borrowed), or NULL. Declared with snapshot.pb-c.h's
+ * type by name: gateway.h does not include it. */
+struct Moat__V1__SnapshotInfo;
+const char *moat_snapshots_label(const struct Moat__V1__SnapshotInfo *s,
+    const char *key);
+
 /* The Gateway handlers of snapshots.c (call->service_ctx is the gateway):
  * DeleteSession (sessiond deletes the session, the gateway the snapshots
  * nothing names any more) and GcSnapshots. Errors go through

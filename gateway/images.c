@@ -287,15 +287,6 @@ merge_node(Moat__V1__ImageInfo *e, const Moat__V1__ImageInfo *in,
 	return ok;
 }
 
-static const char *
-snap_label(const Moat__V1__SnapshotInfo *s, const char *key)
-{
-	for (size_t i = 0; i < s->n_labels; i++)
-		if (strcmp(s->labels[i]->key, key) == 0)
-			return s->labels[i]->value;
-	return NULL;
-}
-
 /* merge_snapd: moat-snapd's image entries (named `name`, NULL: all)
  * into r. A snapd that does not answer is logged, not an error: the
  * nodes' lists still say what runs. */
@@ -336,16 +327,19 @@ merge_snapd(struct moat_rpc_call *call, struct moat_record *rec,
 		for (size_t i = 0; rv == MOAT_OK && i < page->n_snapshots;
 		     i++) {
 			const Moat__V1__SnapshotInfo *s = page->snapshots[i];
-			const char *n = snap_label(s, MOAT_IMAGE_LABEL_NAME);
+			const char *n =
+			    moat_snapshots_label(s, MOAT_IMAGE_LABEL_NAME);
 			Moat__V1__ImageInfo *e;
 
 			if (n == NULL || n[0] == '\0')
 				continue;
 			if ((e = entry_of(r, n)) == NULL ||
 			    !set_str(&e->id,
-			        snap_label(s, MOAT_IMAGE_LABEL_ID)) ||
+			        moat_snapshots_label(s,
+			            MOAT_IMAGE_LABEL_ID)) ||
 			    !set_str(&e->source,
-			        snap_label(s, MOAT_IMAGE_LABEL_SOURCE)) ||
+			        moat_snapshots_label(s,
+			            MOAT_IMAGE_LABEL_SOURCE)) ||
 			    !set_str(&e->snapshot_id, s->id)) {
 				rv = MOAT_RESOURCE_EXHAUSTED;
 				break;

@@ -742,8 +742,8 @@ out:
 	free(refs);
 }
 
-static const char *
-snap_label(const Moat__V1__SnapshotInfo *s, const char *key)
+const char *
+moat_snapshots_label(const Moat__V1__SnapshotInfo *s, const char *key)
 {
 	for (size_t i = 0; i < s->n_labels; i++)
 		if (strcmp(s->labels[i]->key, key) == 0)
@@ -757,7 +757,7 @@ snap_label(const Moat__V1__SnapshotInfo *s, const char *key)
 static bool
 snapd_spared(const struct gc *g, const Moat__V1__SnapshotInfo *s)
 {
-	const char *local = snap_label(s, "local_id");
+	const char *local = moat_snapshots_label(s, "local_id");
 	struct moat_node_id node;
 
 	if (s->created_ms > g->cutoff_ms ||
@@ -791,7 +791,8 @@ gc_snapd_page(struct gc *g, const Moat__V1__ListSnapshotsReply *page)
 		goto out;
 	}
 	for (size_t i = 0; i < page->n_snapshots; i++) {
-		const char *local = snap_label(page->snapshots[i], "local_id");
+		const char *local =
+		    moat_snapshots_label(page->snapshots[i], "local_id");
 
 		if (snapd_spared(g, page->snapshots[i]))
 			continue;

@@ -401,15 +401,7 @@ cmd_image(struct cli *cli, int argc, char **argv)
 	/* argv[0] is "image"; --json anywhere after it. */
 	argc--;
 	argv++;
-	for (int i = 0; i < argc; i++) {
-		if (strcmp(argv[i], "--json") != 0)
-			continue;
-		cli->json = true;
-		memmove(&argv[i], &argv[i + 1],
-		    (size_t)(argc - i) * sizeof(*argv));
-		argc--;
-		i--;
-	}
+	argc = cli_take_json(cli, argc, argv);
 	if (argc < 1)
 		return cli_usage_error(usage_image,
 		    "image wants a subcommand");

@@ -281,6 +281,21 @@ cli_parse_seconds(const char *s, uint32_t *ms)
 	return true;
 }
 
+int
+cli_take_json(struct cli *cli, int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--json") != 0)
+			continue;
+		cli->json = true;
+		memmove(&argv[i], &argv[i + 1],
+		    (size_t)(argc - i) * sizeof(*argv));
+		argc--;
+		i--;
+	}
+	return argc;
+}
+
 bool
 cli_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
 {
