@@ -8,9 +8,11 @@
  * (snapshots of MOAT_IMAGES_TENANT labelled kind=image) with each
  * available node's own list: one entry per name, with the nodes holding
  * it. PushImage forwards to a node holding the image. RemoveImage is
- * refused while a known sandbox runs the image (naming up to five) and
- * for "default"; else each holding node drops its copy (a node refuses
- * while its local snapshots use it) and then moat-snapd's entry goes.
+ * refused while a known sandbox runs the image or a snapshot in
+ * moat-snapd of any tenant was taken of it (naming up to five: snapd's
+ * ListSnapshots all_tenants) and for "default"; else each holding node
+ * drops its copy (a node refuses while its local snapshots use it) and
+ * then moat-snapd's entry goes.
  * Build, push and remove are operator calls ([gateway] operator-tenants,
  * moat_gw_operator_check), listing is anyone's.
  * Not for: building (vmd and images/build.sh), pulling (vmd does it
@@ -534,6 +536,53 @@ users_of(struct moat_inventory *inv, const char *name, char *names,
 	return users;
 }
 
+/* snapd_users_of: moat-snapd's snapshots of any tenant whose image is
+ * `name` (one page, all_tenants): their count (USERS_NAMED + 1 at most)
+ * and the first USERS_NAMED in `names`. A snapd that does not answer
+ * counts as none (logged): the nodes still refuse for their own. */
+static size_t
+snapd_users_of(struct moat_rpc_call *call, struct moat_record *rec,
+    const char *name, char *names, size_t size)
+{
+	Moat__V1__ListSnapshotsRequest req =
+	    MOAT__V1__LIST_SNAPSHOTS_REQUEST__INIT;
+	Moat__V1__ListSnapshotsReply *r = NULL;
+	size_t users = 0, len = 0;
+	char *msg = NULL;
+
+	names[0] = '\0';
+	if (rec->snapd == NULL)
+		return 0;
+	req.tenant = (char *)MOAT_IMAGES_TENANT;
+	req.all_tenants = true;
+	req.image_id = (char *)name;
+	req.page_size = USERS_NAMED + 2; /* itself, if listed, and one more */
+	if (moat_snapshots_snapd_call(rec, "ListSnapshots", &req.base,
+	        &moat__v1__list_snapshots_reply__descriptor,
+	        (ProtobufCMessage **)&r, moat_rpc_now_ms() + SNAPD_LIST_MS,
+	        &msg) != MOAT_OK) {
+		moat_warn(call->request_id,
+		    "RemoveImage: cannot ask moat-snapd which snapshots use "
+		    "image %s: %s",
+		    name, msg ? msg : "");
+		free(msg);
+		return 0;
+	}
+	for (size_t i = 0; i < r->n_snapshots; i++) {
+		const Moat__V1__SnapshotInfo *s = r->snapshots[i];
+
+		/* The image's own entry is no user. */
+		if (strcmp(s->tenant, MOAT_IMAGES_TENANT) == 0)
+			continue;
+		if (users++ < USERS_NAMED)
+			len += (size_t)snprintf(names + len,
+			    len < size ? size - len : 0, "%s%s (tenant %s)",
+			    len ? ", " : "", s->id, s->tenant);
+	}
+	moat__v1__list_snapshots_reply__free_unpacked(r, NULL);
+	return users;
+}
+
 /* remove_on_nodes: RemoveImage of `name` on each holder; those done go
  * in r->nodes. A refusal stops there (its error after moat_rpc_error,
  * naming the nodes done already). */
@@ -655,6 +704,14 @@ moat_images_remove(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    "destroy them first (`moat sandbox rm ID`)",
 		    n_users, ref->name, users,
 		    n_users > USERS_NAMED ? " and more" : "");
+	if ((n_users = snapd_users_of(call, t.rec, ref->name, users,
+	         sizeof(users))) > 0)
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "RemoveImage: %s%zu snapshot(s) in moat-snapd were taken "
+		    "of image %s: %s; delete them first (`moat snapshot rm "
+		    "ID` or `moat session rm` as their tenant)",
+		    n_users > USERS_NAMED ? "at least " : "", n_users,
+		    ref->name, users);
 	if ((rv = holders_of(call, &t, ref->name, &holders, &n)) != MOAT_OK)
 		return rv;
 	rv = remove_on_nodes(call, &t, ref->name, holders, n, r);

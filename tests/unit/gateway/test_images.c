@@ -4,8 +4,8 @@
  * build, push and remove are for operator tenants only; ListImages
  * merges snapd's entries with the nodes' lists; a build goes to a node
  * and GetImageBuild to the same node; RemoveImage is refused while a
- * sandbox runs the image (naming it), for "default" and when a node
- * refuses, and otherwise removes every copy and snapd's entry; a
+ * sandbox runs the image (naming it), while a snapshot of any tenant in
+ * snapd was taken of it, for "default" and when a node refuses, and otherwise removes every copy and snapd's entry; a
  * sandbox of an image goes to the node holding it.
  * Not for: vmd's side of images (services/vm) or placement on its own
  * (test_placement.c).
@@ -82,6 +82,21 @@ snapd_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		Moat__V1__ListSnapshotsReply *r = (void *)reply;
 		const char *only = NULL;
 
+		if (q->all_tenants) {
+			/* A user of "snapped" in tenant acme, and the
+			 * image's own entry (no user). */
+			r->snapshots = calloc(2, sizeof(*r->snapshots));
+			if (strcmp(q->image_id, "snapped") != 0)
+				return MOAT_OK;
+			r->snapshots[r->n_snapshots] =
+			    snap_entry("snap-user", "x");
+			free(r->snapshots[r->n_snapshots]->tenant);
+			r->snapshots[r->n_snapshots++]->tenant =
+			    strdup("acme");
+			r->snapshots[r->n_snapshots++] =
+			    snap_entry("snap-own", "snapped");
+			return MOAT_OK;
+		}
 		for (size_t i = 0; i < q->n_labels; i++)
 			if (strcmp(q->labels[i]->key, MOAT_IMAGE_LABEL_NAME) ==
 			    0)
@@ -454,6 +469,19 @@ test_remove_refused_while_used(void **state)
 	assert_non_null(strstr(msg, "node-a"));
 	assert_non_null(strstr(msg, "snap-1"));
 	free(msg);
+	assert_string_equal(E.deleted, "");
+
+	/* A snapshot of another tenant in moat-snapd uses it. */
+	fake_node_add_image(&E.a, "snapped");
+	ref.name = (char *)"snapped";
+	assert_int_equal(call(E.key_op, "RemoveImage", &ref.base,
+	                     &moat__v1__remove_image_reply__descriptor, &rr,
+	                     &msg),
+	    MOAT_FAILED_PRECONDITION);
+	assert_non_null(strstr(msg, "snap-user (tenant acme)"));
+	assert_null(strstr(msg, "snap-own"));
+	free(msg);
+	assert_true(fake_node_has_image(&E.a, "snapped"));
 	assert_string_equal(E.deleted, "");
 }
 
