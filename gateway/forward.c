@@ -834,20 +834,20 @@ moat_forward_call_async(struct moat_forward *fw, struct moat_rpc_call *call,
 
 int
 moat_forward_node_async(struct moat_forward *fw, struct moat_rpc_call *call,
-    const struct moat_node_id *node, const char *what,
-    const ProtobufCMessageDescriptor *reply_desc)
+    const struct moat_node_id *node, const char *what, const uint8_t *payload,
+    size_t len, const ProtobufCMessageDescriptor *reply_desc)
 {
 	uint8_t *reply = NULL;
 	size_t reply_len = 0;
 	char *msg = NULL;
 	int rv;
 
-	if (forward_async_start(fw, call, node, what, call->payload,
-	        call->payload_len, reply_desc, NULL))
+	if (forward_async_start(fw, call, node, what, payload, len, reply_desc,
+	        NULL))
 		return MOAT_OK; /* answered later */
 	rv = moat_forward_to_node(fw, node, moat_gw_tenant(call), call->method,
-	    call->payload, call->payload_len, call->request_id,
-	    call->deadline_ms, what, &reply, &reply_len, &msg);
+	    payload, len, call->request_id, call->deadline_ms, what, &reply,
+	    &reply_len, &msg);
 	if (rv != MOAT_OK) {
 		rv = moat_rpc_error(call, rv, "%s",
 		    msg ? msg : moat_strerror(rv));

@@ -341,8 +341,9 @@ int moat_forward_call_async(struct moat_forward *fw,
     size_t len, const ProtobufCMessageDescriptor *reply_desc,
     const char *safety);
 
-/* moat_forward_node_async: call's method, its payload unchanged, to
- * node `node` (not a sandbox's: an image build's, issue 17) as
+/* moat_forward_node_async: call's method with `payload` (borrowed:
+ * call->payload, or the request re-encoded) to node `node` (not a
+ * sandbox's: an image build's, issue 17) as
  * moat_forward_call_async sends it: deferred, no worker waiting (a long
  * poll). `what` names what the node holds in the UNAVAILABLE message
  * ("build b-1"). A call that cannot be deferred is forwarded at once
@@ -350,7 +351,8 @@ int moat_forward_call_async(struct moat_forward *fw,
  * status after moat_rpc_error. */
 int moat_forward_node_async(struct moat_forward *fw,
     struct moat_rpc_call *call, const struct moat_node_id *node,
-    const char *what, const ProtobufCMessageDescriptor *reply_desc);
+    const char *what, const uint8_t *payload, size_t len,
+    const ProtobufCMessageDescriptor *reply_desc);
 
 /* Called once with the node's outcome of moat_forward_call_async_fn, on
  * the rpc client's thread (it must not block: it only queues work).

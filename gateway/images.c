@@ -35,6 +35,7 @@
 #define NODE_LIST_MS 5000      /* one node's ListImages, at most */
 #define SNAPD_LIST_MS 5000     /* one page of snapd's list, at most */
 #define USERS_NAMED 5          /* sandboxes a refused remove names */
+#define WAIT_MARGIN_MS 2000    /* a long poll ends this long before the call */
 
 /* image_name_ok: the names vmd takes for an image (vmd_image_name_ok):
  * 1-64 letters, digits, '.', '_' or '-', not starting with '.' (the name
@@ -188,6 +189,7 @@ moat_images_get_build(struct moat_rpc_call *call,
 	struct moat_travel t;
 	struct moat_node_id node;
 	char what[MOAT_ID_MAX + 16];
+	uint64_t now = moat_rpc_now_ms(), left;
 
 	if (ref->build_id[0] == '\0' || ref->node_id[0] == '\0' ||
 	    !moat_node_id_set(&node, ref->node_id))
@@ -207,8 +209,25 @@ moat_images_get_build(struct moat_rpc_call *call,
 		    "build again elsewhere if it does not come back",
 		    node.s, ref->build_id);
 	snprintf(what, sizeof(what), "build %.80s", ref->build_id);
-	return moat_forward_node_async(t.fw, call, &node, what,
-	    reply->descriptor);
+	/* The node must answer before the call's deadline (a client that
+	 * sets none has the default, which a 30 s wait would meet): its
+	 * wait is cut to what is left, less a margin for the answer. */
+	left = call->deadline_ms > now ? call->deadline_ms - now : 0;
+	if (call->deadline_ms != 0 && ref->wait_ms + WAIT_MARGIN_MS > left) {
+		Moat__V1__ImageBuildRef cut = *ref;
+		uint8_t buf[512];
+
+		cut.wait_ms = left > WAIT_MARGIN_MS ?
+		    (uint32_t)(left - WAIT_MARGIN_MS) :
+		    0;
+		if (moat__v1__image_build_ref__get_packed_size(&cut) <=
+		    sizeof(buf))
+			return moat_forward_node_async(t.fw, call, &node, what,
+			    buf, moat__v1__image_build_ref__pack(&cut, buf),
+			    reply->descriptor);
+	}
+	return moat_forward_node_async(t.fw, call, &node, what, call->payload,
+	    call->payload_len, reply->descriptor);
 }
 
 /* ---- ListImages ---- */
@@ -507,8 +526,8 @@ moat_images_push(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	}
 	snprintf(what, sizeof(what), "image %s", ref->name);
 	/* A push moves gigabytes to snapd: no worker waits for it. */
-	return moat_forward_node_async(t.fw, call, &node, what,
-	    reply->descriptor);
+	return moat_forward_node_async(t.fw, call, &node, what, call->payload,
+	    call->payload_len, reply->descriptor);
 }
 
 /* users_of: the known sandboxes (every node's, every tenant's: the

@@ -404,6 +404,7 @@ image_call(struct fake_node *fn, struct moat_rpc_call *call, const char *m,
 		Moat__V1__ImageBuild *b = (Moat__V1__ImageBuild *)reply;
 
 		fn->build_polls++;
+		fn->last_wait_ms = q->wait_ms;
 		b->id = strdup(q->build_id);
 		b->node_id = strdup(fn->id);
 		b->state = MOAT__V1__IMAGE_BUILD_STATE__IMAGE_BUILD_DONE;

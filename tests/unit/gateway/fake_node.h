@@ -104,6 +104,7 @@ struct fake_node {
 	char sb_images[FAKE_MAX_SANDBOXES][64];
 	char last_build[64];
 	int builds, build_polls, image_removes, image_pushes;
+	uint32_t last_wait_ms; /* the last GetImageBuild's wait_ms */
 	char refuse_remove[64];
 	struct moat_rpc_deferred *held_snap[FAKE_MAX_HELD];
 	char held_snap_sandbox[FAKE_MAX_HELD][128];

@@ -361,6 +361,16 @@ test_build_routed_to_its_node(void **state)
 	assert_string_equal(g->image->name, "tiny");
 	assert_int_equal(E.b.build_polls, 1);
 	assert_int_equal(E.a.build_polls, 0);
+	assert_int_equal(E.b.last_wait_ms, 1000);
+	moat__v1__image_build__free_unpacked(g, NULL);
+	/* A wait the call's deadline (10 s here) would not outlast is cut
+	 * so the node answers in time. */
+	ref.wait_ms = 30000;
+	assert_int_equal(call(E.key_op, "GetImageBuild", &ref.base,
+	                     &moat__v1__image_build__descriptor, &g, &msg),
+	    MOAT_OK);
+	free(msg);
+	assert_true(E.b.last_wait_ms > 0 && E.b.last_wait_ms <= 8000);
 	moat__v1__image_build__free_unpacked(g, NULL);
 	moat__v1__image_build__free_unpacked(r, NULL);
 
