@@ -58,9 +58,10 @@ const char *moat_placement_unusable(const Moat__V1__Node *node, char *buf,
 
 /* moat_placement_pick: the node for `req` among `nodes`: available,
  * usable, not skipped, with every selector label, within its
- * per-sandbox limits, the image built, and room: memory, vcpus (used
+ * per-sandbox limits, and room: memory, vcpus (used
  * plus asked at most vcpus_total * overcommit) and scratch disk (when
- * the node reports scratch_free_bytes). Ranked by the tenant's
+ * the node reports scratch_free_bytes). Ranked by whether the node
+ * holds req->image (holders first: others must pull it), the tenant's
  * sandboxes there (fewest first: a tenant spreads), then all sandboxes,
  * then free memory, then id. Errors as moat_placement_choose, plus
  * FAILED_PRECONDITION when every node is unusable, skipped or lacks a

@@ -139,6 +139,12 @@ moat_auth_tenant_valid(const char *tenant)
 }
 
 bool
+moat_auth_tenant_reserved(const char *tenant)
+{
+	return tenant != NULL && strncmp(tenant, "moat.", 5) == 0;
+}
+
+bool
 moat_policy_refuses(const struct moat_config *cfg, const char *tenant,
     enum moat_safety_level level)
 {

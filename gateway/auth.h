@@ -61,6 +61,11 @@ void moat_auth_close(struct moat_auth *a);
 /* moat_auth_tenant_valid: 1-63 of [A-Za-z0-9._-]. */
 bool moat_auth_tenant_valid(const char *tenant);
 
+/* moat_auth_tenant_reserved: whether `tenant` is reserved for moat's own
+ * data ("moat." and on, e.g. MOAT_IMAGES_TENANT, issue 17): no API key is
+ * ever made for one, so no client acts for it. */
+bool moat_auth_tenant_reserved(const char *tenant);
+
 /* moat_auth_key_create: a new key of `tenant`. On MOAT_OK *secret is the
  * whole key "moat_<keyid>_<secret>" (heap, caller frees; shown once,
  * never stored) and key_id (MOAT_AUTH_KEY_ID_LEN + 1 bytes) its id.

@@ -78,6 +78,14 @@ moat_auth_key_create(struct moat_auth *a, const char *tenant, char **secret,
 		        tenant ? tenant : "");
 		return MOAT_INVALID_ARGUMENT;
 	}
+	if (moat_auth_tenant_reserved(tenant)) {
+		*errmsg = moat_asprintf("tenant \"%.80s\" is reserved: names "
+		                        "beginning \"moat.\" hold moat's own "
+		                        "data (images), and no key acts for "
+		                        "them; pick another tenant name",
+		    tenant);
+		return MOAT_INVALID_ARGUMENT;
+	}
 	if (!random_bytes(id_bytes, sizeof(id_bytes)) ||
 	    !random_bytes(sec_bytes, sizeof(sec_bytes))) {
 		*errmsg = moat_asprintf("no random bytes for a new key");

@@ -42,10 +42,8 @@
 #define RESTORE_MS 120000  /* one restore on the target, at most */
 #define REASON_MAX 256
 
-/* operator_check: the caller's tenant is in [gateway] operator-tenants
- * (auth off: anyone). */
-static int
-operator_check(struct moat_rpc_call *call, const char *method)
+int
+moat_gw_operator_check(struct moat_rpc_call *call, const char *method)
 {
 	const struct moat_config *cfg = NULL;
 	const char *tenant = moat_gw_tenant(call), *list, *p;
@@ -169,7 +167,7 @@ moat_drain_cordon_node(struct moat_rpc_call *call,
 	int rv;
 
 	(void)reply;
-	if ((rv = operator_check(call, "CordonNode")) != MOAT_OK)
+	if ((rv = moat_gw_operator_check(call, "CordonNode")) != MOAT_OK)
 		return rv;
 	moat_gateway_travel(call->service_ctx, &t);
 	if ((rv = known_node(call, t.nodes, "CordonNode", req->node_id, &node,
@@ -750,7 +748,7 @@ drain_check(struct moat_rpc_call *call, const Moat__V1__DrainNodeRequest *req,
 {
 	int rv;
 
-	if ((rv = operator_check(call, "DrainNode")) != MOAT_OK)
+	if ((rv = moat_gw_operator_check(call, "DrainNode")) != MOAT_OK)
 		return rv;
 	moat_gateway_travel(call->service_ctx, &d->t);
 	d->request_id = call->request_id;

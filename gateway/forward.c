@@ -758,9 +758,9 @@ forward_async_done(void *arg, int code, uint8_t *payload, size_t len,
  * answered later, whatever happens. */
 static bool
 forward_async_start(struct moat_forward *fw, struct moat_rpc_call *call,
-    const struct moat_node_id *node, const struct moat_sandbox_id *sandbox,
-    const uint8_t *payload, size_t len,
-    const ProtobufCMessageDescriptor *reply_desc, const char *safety)
+    const struct moat_node_id *node, const char *what, const uint8_t *payload,
+    size_t len, const ProtobufCMessageDescriptor *reply_desc,
+    const char *safety)
 {
 	struct moat_rpc_opts opts = { .request_id = call->request_id,
 		.tenant = moat_gw_tenant(call) };
@@ -786,7 +786,7 @@ forward_async_start(struct moat_forward *fw, struct moat_rpc_call *call,
 	a->started_ms = moat_rpc_now_ms();
 	a->reply_desc = reply_desc;
 	snprintf(a->method, sizeof(a->method), "%s", call->method);
-	snprintf(a->what, sizeof(a->what), "sandbox %s", sandbox->s);
+	snprintf(a->what, sizeof(a->what), "%s", what);
 	if ((a->d = moat_rpc_defer(call)) == NULL) {
 		forward_async_free(a);
 		return false;
@@ -815,7 +815,7 @@ moat_forward_call_async(struct moat_forward *fw, struct moat_rpc_call *call,
 {
 	struct moat_sandbox_id sandbox;
 	struct moat_node_id node;
-	char *msg = NULL;
+	char *msg = NULL, what[MOAT_ID_MAX + 16];
 	int rv;
 
 	if ((rv = forward_route(fw, call, sandbox_id, &sandbox, &node,
@@ -825,10 +825,39 @@ moat_forward_call_async(struct moat_forward *fw, struct moat_rpc_call *call,
 		free(msg);
 		return rv;
 	}
-	if (forward_async_start(fw, call, &node, &sandbox, payload, len,
+	snprintf(what, sizeof(what), "sandbox %s", sandbox.s);
+	if (forward_async_start(fw, call, &node, what, payload, len,
 	        reply_desc, safety))
 		return MOAT_OK; /* answered later */
 	return moat_forward_call(fw, call, sandbox_id, payload, len);
+}
+
+int
+moat_forward_node_async(struct moat_forward *fw, struct moat_rpc_call *call,
+    const struct moat_node_id *node, const char *what, const uint8_t *payload,
+    size_t len, const ProtobufCMessageDescriptor *reply_desc)
+{
+	uint8_t *reply = NULL;
+	size_t reply_len = 0;
+	char *msg = NULL;
+	int rv;
+
+	if (forward_async_start(fw, call, node, what, payload, len, reply_desc,
+	        NULL))
+		return MOAT_OK; /* answered later */
+	rv = moat_forward_to_node(fw, node, moat_gw_tenant(call), call->method,
+	    payload, len, call->request_id, call->deadline_ms, what, &reply,
+	    &reply_len, &msg);
+	if (rv != MOAT_OK) {
+		rv = moat_rpc_error(call, rv, "%s",
+		    msg ? msg : moat_strerror(rv));
+		free(msg);
+		return rv;
+	}
+	free(msg);
+	call->raw_reply = reply;
+	call->raw_reply_len = reply_len;
+	return MOAT_OK;
 }
 
 int

@@ -182,14 +182,15 @@ void moat_discovery_stop(struct moat_discovery *d);
 /* ---- placement (placement.c) ---- */
 
 /* moat_placement_choose: picks the node for a sandbox of `vcpus` and
- * `memory_mib` (0: the node defaults, 1 and 256) running `image` ("" or
- * "default": any node) among `nodes`: available, fits the per-sandbox
- * limits, has the memory free and (when the node lists its images) has
- * the image; fewest sandboxes first, then most free memory, then node id.
- * On MOAT_OK *chosen is an index into nodes. Otherwise returns
- * UNAVAILABLE (no available node; the message names `survey_url`),
- * INVALID_ARGUMENT (no node could ever hold such a sandbox),
- * FAILED_PRECONDITION (the image is built nowhere) or RESOURCE_EXHAUSTED
+ * `memory_mib` (0: the node defaults, 1 and 256) running `image` (""
+ * is "default") among `nodes`: available, fits the per-sandbox limits,
+ * has the memory free; nodes holding the image first (others must pull
+ * it from moat-snapd), then fewest sandboxes, then most free memory,
+ * then node id. On MOAT_OK *chosen is an index into nodes. Otherwise
+ * returns UNAVAILABLE (no available node; the message names
+ * `survey_url`), INVALID_ARGUMENT (no node could ever hold such a
+ * sandbox), FAILED_PRECONDITION (every node unusable) or
+ * RESOURCE_EXHAUSTED
  * (nodes are full), with *errmsg (heap, caller frees). Pure: no locks, no
  * I/O. */
 int moat_placement_choose(Moat__V1__Node *const *nodes, size_t n,
@@ -339,6 +340,19 @@ int moat_forward_call_async(struct moat_forward *fw,
     struct moat_rpc_call *call, const char *sandbox_id, const uint8_t *payload,
     size_t len, const ProtobufCMessageDescriptor *reply_desc,
     const char *safety);
+
+/* moat_forward_node_async: call's method with `payload` (borrowed:
+ * call->payload, or the request re-encoded) to node `node` (not a
+ * sandbox's: an image build's, issue 17) as
+ * moat_forward_call_async sends it: deferred, no worker waiting (a long
+ * poll). `what` names what the node holds in the UNAVAILABLE message
+ * ("build b-1"). A call that cannot be deferred is forwarded at once
+ * into call->raw_reply. MOAT_OK once deferred or answered; else the
+ * status after moat_rpc_error. */
+int moat_forward_node_async(struct moat_forward *fw,
+    struct moat_rpc_call *call, const struct moat_node_id *node,
+    const char *what, const uint8_t *payload, size_t len,
+    const ProtobufCMessageDescriptor *reply_desc);
 
 /* Called once with the node's outcome of moat_forward_call_async_fn, on
  * the rpc client's thread (it must not block: it only queues work).
@@ -772,6 +786,22 @@ int moat_snapshots_node_list(struct moat_forward *fw,
     Moat__V1__LocalSnapshotList **out, char **errmsg)
     __attribute__((warn_unused_result));
 
+/* moat_snapshots_snapd_call: `method` of moat-snapd with `req` (its
+ * tenant set by the caller: it also goes in Envelope.tenant); on MOAT_OK
+ * *out is the caller's. A snapd that does not answer is UNAVAILABLE
+ * naming its url; errors set *errmsg (heap). */
+int moat_snapshots_snapd_call(struct moat_record *rec, const char *method,
+    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
+    ProtobufCMessage **out, uint64_t deadline_ms, char **errmsg)
+    __attribute__((warn_unused_result));
+
+/* moat_snapshots_label: the value of label `key` of moat-snapd's
+ * snapshot `s` (borrowed), or NULL. Declared with snapshot.pb-c.h's
+ * type by name: gateway.h does not include it. */
+struct Moat__V1__SnapshotInfo;
+const char *moat_snapshots_label(const struct Moat__V1__SnapshotInfo *s,
+    const char *key);
+
 /* The Gateway handlers of snapshots.c (call->service_ctx is the gateway):
  * DeleteSession (sessiond deletes the session, the gateway the snapshots
  * nothing names any more) and GcSnapshots. Errors go through
@@ -1064,9 +1094,30 @@ struct moat_drains *moat_drains_new(void);
  * inventory go (a move uses them). NULL is fine. */
 void moat_drains_free(struct moat_drains *drains);
 
+/* moat_gw_operator_check: MOAT_OK when the caller's tenant is in
+ * [gateway] operator-tenants (auth off: anyone); else PERMISSION_DENIED
+ * after moat_rpc_error, naming `method` and how to allow it (drain.c). */
+int moat_gw_operator_check(struct moat_rpc_call *call, const char *method);
+
 int moat_drain_cordon_node(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 int moat_drain_node(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+
+/* Images (images.c, issue 17), handlers of the Gateway table:
+ * StartImageBuild, PushImage and RemoveImage are operator calls
+ * (moat_gw_operator_check); GetImageBuild (a long poll, deferred) and
+ * PushImage go to one node without holding a worker; ListImages merges
+ * moat-snapd's entries with every available node's list. */
+int moat_images_start_build(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_images_get_build(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_images_list(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_images_push(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply);
+int moat_images_remove(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply);
 
 /* moat_gateway_travel: fills *out from gw (handlers.c). */

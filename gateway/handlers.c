@@ -1220,6 +1220,11 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "CordonNode", moat_drain_cordon_node, true, true },
 	{ "DrainNode", moat_drain_node, true, true },
 	{ "SetTimeout", moat_lifetime_set_timeout, true, true },
+	{ "StartImageBuild", moat_images_start_build, true, true },
+	{ "GetImageBuild", moat_images_get_build, false, true },
+	{ "ListImages", moat_images_list, false, true },
+	{ "PushImage", moat_images_push, true, true },
+	{ "RemoveImage", moat_images_remove, true, true },
 };
 
 /* ---- the gate: auth, tenant, policy, audit, metrics (one place) ---- */

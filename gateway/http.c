@@ -127,6 +127,15 @@ static const struct route routes[] = {
 	    false },
 	{ "/v1/sandboxes/{}/timeout", "POST", "SetTimeout", BODY_JSON,
 	    "sandbox_id", false },
+	{ "/v1/images", "GET", "ListImages", BODY_QUERY, NULL, false },
+	{ "/v1/images", "POST", "StartImageBuild", BODY_JSON, NULL, false },
+	/* node_id in the query: a route fills one path segment. */
+	{ "/v1/images/builds/{}", "GET", "GetImageBuild", BODY_QUERY,
+	    "build_id", false },
+	{ "/v1/images/{}/push", "POST", "PushImage", BODY_JSON, "name",
+	    false },
+	{ "/v1/images/{}", "DELETE", "RemoveImage", BODY_QUERY, "name",
+	    false },
 	{ "/healthz", "GET", NULL, BODY_QUERY, NULL, false },
 };
 
@@ -135,7 +144,8 @@ static const struct route routes[] = {
 	"POST /moat.v1.Gateway/{Method} (Connect), "                          \
 	"/v1/sandboxes[/{id}[/exec|"                                          \
 	"/files|/timeout]], /v1/sessions[/{id}[/steps]], GET /v1/audit, "     \
-	"/metrics, /v1/nodes[/{id}/cordon|/drain], /v1/openapi.json"
+	"/metrics, /v1/nodes[/{id}/cordon|/drain], "                          \
+	"/v1/images[/{name}[/push]|/builds/{id}], /v1/openapi.json"
 
 /* ---- replies ---- */
 

@@ -166,6 +166,17 @@ check_verb(const struct keys_cli *k, char **errmsg)
 		                        "required");
 		return MOAT_INVALID_ARGUMENT;
 	}
+	/* Said before any store opens: a reserved name is no typo the
+	 * store would catch later with less context. */
+	if (strcmp(k->verb, "create") == 0 &&
+	    moat_auth_tenant_reserved(k->tenant)) {
+		*errmsg = moat_asprintf("keys create: tenant %s is reserved "
+		                        "(names beginning \"moat.\" hold "
+		                        "moat's own data, e.g. images): pick "
+		                        "another --tenant",
+		    k->tenant);
+		return MOAT_INVALID_ARGUMENT;
+	}
 	if (strcmp(k->verb, "revoke") == 0 && k->key_id == NULL) {
 		*errmsg = moat_asprintf("keys revoke: name the KEYID (`moat-"
 		                        "gateway keys ls` lists them)");

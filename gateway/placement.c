@@ -4,14 +4,17 @@
  * added, admission.c): available, usable (not cordoned, a protocol
  * version the gateway speaks) nodes that the request has not been
  * refused by, carrying every label of its node_selector, whose
- * per-sandbox limits allow it, with the image built and room for it:
- * memory, vcpus (with the overcommit ratio) and scratch disk. Ranked by
+ * per-sandbox limits allow it, with room for it: memory, vcpus (with the
+ * overcommit ratio) and scratch disk. Ranked first by whether the node
+ * holds the image (issue 17: a node without it pulls it from moat-snapd
+ * first, gigabytes, so it is taken only when no holder fits), then by
  * the tenant's own sandboxes there (a tenant spreads), then fewest
  * sandboxes, then most free memory, then id (so equal nodes fill evenly
  * and the choice is repeatable). When nothing fits, the error says why
  * in the operator's terms: no node at all, unusable or unlabelled nodes,
- * a request no node could ever hold, an image built nowhere, or full
- * nodes.
+ * a request no node could ever hold, or full nodes. An image no node
+ * holds is not refused here: the chosen node pulls it, and answers
+ * NOT_FOUND itself when moat-snapd has none either.
  * Not for: holding capacity (admission.c) or talking to nodes.
  */
 #include <stdio.h>
@@ -56,11 +59,15 @@ within_limits(const Moat__V1__Node *n, uint32_t vcpus, uint32_t mem)
 	return true;
 }
 
+/* has_image: whether the node holds `image` ("" is "default") now. A
+ * node that lists no images (a vmd before issue 17) is taken at its
+ * word that it has what it is asked for. */
 static bool
 has_image(const Moat__V1__Node *n, const char *image)
 {
-	if (image == NULL || image[0] == '\0' ||
-	    strcmp(image, "default") == 0 || n->n_images == 0)
+	if (image == NULL || image[0] == '\0')
+		image = "default";
+	if (n->n_images == 0)
 		return true;
 	for (size_t i = 0; i < n->n_images; i++)
 		if (strcmp(n->images[i], image) == 0)
@@ -130,7 +137,7 @@ has_labels(const Moat__V1__Node *n, const struct moat_place_req *req)
 
 /* What the nodes looked like to one pick, for its error message. */
 struct pick_tally {
-	size_t available, usable, unskipped, labelled, fit_limits, fit_image;
+	size_t available, usable, unskipped, labelled, fit_limits;
 	uint32_t max_vcpus;
 	uint64_t max_mem, most_free;
 	bool short_mem, short_vcpus, short_scratch;
@@ -149,7 +156,10 @@ better(Moat__V1__Node *const *nodes, const struct moat_place_req *req,
     size_t i, size_t j)
 {
 	const Moat__V1__Node *a = nodes[i], *b = nodes[j];
+	bool ha = has_image(a, req->image), hb = has_image(b, req->image);
 
+	if (ha != hb)
+		return ha;
 	if (tenant_count(req, i) != tenant_count(req, j))
 		return tenant_count(req, i) < tenant_count(req, j);
 	if (a->sandboxes != b->sandboxes)
@@ -198,9 +208,6 @@ fits(const Moat__V1__Node *node, const struct moat_place_req *req, size_t i,
 	if (!within_limits(node, req->vcpus, req->memory_mib))
 		return false;
 	t->fit_limits++;
-	if (!has_image(node, req->image))
-		return false;
-	t->fit_image++;
 	if (free_mib(node) > t->most_free)
 		t->most_free = free_mib(node);
 	if (free_mib(node) < req->memory_mib) {
@@ -280,22 +287,13 @@ pick_error(const struct moat_place_req *req, const struct pick_tally *t,
 		    (unsigned long long)t->max_mem);
 		return MOAT_INVALID_ARGUMENT;
 	}
-	if (t->fit_image == 0) {
-		*errmsg = moat_asprintf(
-		    "image \"%s\" is not built on any "
-		    "available node: build it on a node as root "
-		    "(images/build.sh --name %s --out DIR, DIR being that "
-		    "node's vmd --image-dir) or pick another with --image",
-		    req->image, req->image);
-		return MOAT_FAILED_PRECONDITION;
-	}
 	*errmsg = moat_asprintf(
 	    "all %zu available node(s) are full (short of%s%s%s): %u MiB "
 	    "and %u vcpus asked, at most %llu MiB free on one node, vcpus "
 	    "counted %gx ([gateway] vcpu-overcommit); destroy sandboxes you "
 	    "no longer need (moat sandbox ls, moat sandbox rm ID), ask for "
 	    "less, or start another node",
-	    t->fit_image, t->short_mem ? " memory" : "",
+	    t->fit_limits, t->short_mem ? " memory" : "",
 	    t->short_vcpus ? " vcpus" : "",
 	    t->short_scratch ? " scratch disk" : "", req->memory_mib,
 	    req->vcpus, (unsigned long long)t->most_free, req->overcommit);

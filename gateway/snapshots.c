@@ -81,11 +81,8 @@ moat_snapshots_node_list(struct moat_forward *fw,
 	    "the tenant's snapshots", (ProtobufCMessage **)out, errmsg);
 }
 
-/* snapd_call: `method` of moat-snapd with `req` (its tenant set by the
- * caller); on MOAT_OK *out is the caller's. A snapd that does not answer
- * is named with its url. */
-static int
-snapd_call(struct moat_record *rec, const char *method,
+int
+moat_snapshots_snapd_call(struct moat_record *rec, const char *method,
     const ProtobufCMessage *req, const ProtobufCMessageDescriptor *reply_desc,
     ProtobufCMessage **out, uint64_t deadline_ms, char **errmsg)
 {
@@ -377,7 +374,7 @@ delete_in_snapd(struct moat_record *rec, const char *tenant, const char *id,
 
 	req.tenant = (char *)tenant;
 	req.id = (char *)id;
-	if ((rv = snapd_call(rec, "DeleteSnapshot", &req.base,
+	if ((rv = moat_snapshots_snapd_call(rec, "DeleteSnapshot", &req.base,
 	         &moat__v1__delete_snapshot_reply__descriptor,
 	         (ProtobufCMessage **)&r, deadline_ms, errmsg)) != MOAT_OK)
 		return rv;
@@ -745,8 +742,8 @@ out:
 	free(refs);
 }
 
-static const char *
-snap_label(const Moat__V1__SnapshotInfo *s, const char *key)
+const char *
+moat_snapshots_label(const Moat__V1__SnapshotInfo *s, const char *key)
 {
 	for (size_t i = 0; i < s->n_labels; i++)
 		if (strcmp(s->labels[i]->key, key) == 0)
@@ -760,7 +757,7 @@ snap_label(const Moat__V1__SnapshotInfo *s, const char *key)
 static bool
 snapd_spared(const struct gc *g, const Moat__V1__SnapshotInfo *s)
 {
-	const char *local = snap_label(s, "local_id");
+	const char *local = moat_snapshots_label(s, "local_id");
 	struct moat_node_id node;
 
 	if (s->created_ms > g->cutoff_ms ||
@@ -794,7 +791,8 @@ gc_snapd_page(struct gc *g, const Moat__V1__ListSnapshotsReply *page)
 		goto out;
 	}
 	for (size_t i = 0; i < page->n_snapshots; i++) {
-		const char *local = snap_label(page->snapshots[i], "local_id");
+		const char *local =
+		    moat_snapshots_label(page->snapshots[i], "local_id");
 
 		if (snapd_spared(g, page->snapshots[i]))
 			continue;
@@ -852,7 +850,8 @@ gc_snapd(struct gc *g)
 	req.page_size = SNAPD_PAGE;
 	do {
 		req.page_token = token != NULL ? token : (char *)"";
-		if ((rv = snapd_call(g->rec, "ListSnapshots", &req.base,
+		if ((rv = moat_snapshots_snapd_call(g->rec, "ListSnapshots",
+		         &req.base,
 		         &moat__v1__list_snapshots_reply__descriptor,
 		         (ProtobufCMessage **)&page, g->deadline, &msg)) !=
 		    MOAT_OK) {

@@ -59,6 +59,10 @@ int cli_print_json(struct cli *cli, const void *msg);
 /* cli_parse_seconds: "2", "0.5", "1.5s" -> ms. False if not a duration. */
 bool cli_parse_seconds(const char *s, uint32_t *ms);
 
+/* cli_take_json: drops every "--json" of argv[0..argc) (setting
+ * cli->json) for commands that take it after their subcommand; returns
+ * the new argc. */
+int cli_take_json(struct cli *cli, int argc, char **argv);
 /* cli_parse_u32: a decimal in [min, max]. */
 bool cli_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
 
@@ -101,6 +105,7 @@ int cmd_mcp(struct cli *cli, int argc, char **argv);
 int cmd_audit(struct cli *cli, int argc, char **argv);
 int cmd_snapshot(struct cli *cli, int argc, char **argv);
 int cmd_node(struct cli *cli, int argc, char **argv);
+int cmd_image(struct cli *cli, int argc, char **argv);
 
 /* The common option of every command: --json also after the command. */
 #define CLI_OPT_JSON 0x1000

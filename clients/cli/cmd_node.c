@@ -161,15 +161,7 @@ cmd_node(struct cli *cli, int argc, char **argv)
 	/* argv[0] is "node"; --json anywhere after it. */
 	argc--;
 	argv++;
-	for (int i = 0; i < argc; i++) {
-		if (strcmp(argv[i], "--json") != 0)
-			continue;
-		cli->json = true;
-		memmove(&argv[i], &argv[i + 1],
-		    (size_t)(argc - i) * sizeof(*argv));
-		argc--;
-		i--;
-	}
+	argc = cli_take_json(cli, argc, argv);
 	if (argc < 1)
 		return cli_usage_error(usage_node, "node wants a subcommand");
 	if (strcmp(argv[0], "ls") == 0)

@@ -85,6 +85,11 @@ static const struct cli_command commands[] = {
 	    "node ls | cordon NODE [--reason R] | uncordon NODE | drain NODE "
 	    "[--to NODE] [--reason R]",
 	    "nodes: list, stop placement on one, move its sandboxes off" },
+	{ "image", cmd_image,
+	    "image build SPEC [--name NAME] [--force] [--node ID] | ls | rm "
+	    "NAME | push NAME [--node ID]",
+	    "images: build one from a spec on a node, list them with the "
+	    "nodes holding each, store one in moat-snapd, remove one" },
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -275,6 +280,21 @@ cli_parse_seconds(const char *s, uint32_t *ms)
 		return false;
 	*ms = (uint32_t)llround(v * 1000.0);
 	return true;
+}
+
+int
+cli_take_json(struct cli *cli, int argc, char **argv)
+{
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--json") != 0)
+			continue;
+		cli->json = true;
+		memmove(&argv[i], &argv[i + 1],
+		    (size_t)(argc - i) * sizeof(*argv));
+		argc--;
+		i--;
+	}
+	return argc;
 }
 
 bool

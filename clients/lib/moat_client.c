@@ -1086,3 +1086,68 @@ moat_client_drain_node(struct moat_client *c, const char *node_id,
 	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_DRAIN_TIMEOUT_MS,
 	    errmsg);
 }
+
+/* ---- images (issue 17) ---- */
+
+int
+moat_client_start_image_build(struct moat_client *c,
+    const Moat__V1__ImageBuildRequest *req, Moat__V1__ImageBuild **out,
+    char **errmsg)
+{
+	return gw_call(c, "StartImageBuild", &req->base,
+	    &moat__v1__image_build__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_get_image_build(struct moat_client *c, const char *build_id,
+    const char *node_id, uint32_t from_step, uint32_t wait_ms,
+    Moat__V1__ImageBuild **out, char **errmsg)
+{
+	Moat__V1__ImageBuildRef req = MOAT__V1__IMAGE_BUILD_REF__INIT;
+
+	req.build_id = (char *)build_id;
+	req.node_id = (char *)node_id;
+	req.from_step = from_step;
+	req.wait_ms = wait_ms;
+	/* The wait is the gateway's and the node's: the call's deadline
+	 * must outlast it. */
+	return gw_call(c, "GetImageBuild", &req.base,
+	    &moat__v1__image_build__descriptor, out,
+	    plus(base_timeout(c), wait_ms), errmsg);
+}
+
+int
+moat_client_list_images(struct moat_client *c, const char *name,
+    Moat__V1__ImageList **out, char **errmsg)
+{
+	Moat__V1__ListImagesRequest req = MOAT__V1__LIST_IMAGES_REQUEST__INIT;
+
+	req.name = (char *)(name ? name : "");
+	return gw_call(c, "ListImages", &req.base,
+	    &moat__v1__image_list__descriptor, out, 0, errmsg);
+}
+
+int
+moat_client_push_image(struct moat_client *c, const char *name,
+    const char *node_id, Moat__V1__ImageInfo **out, char **errmsg)
+{
+	Moat__V1__ImageRef req = MOAT__V1__IMAGE_REF__INIT;
+
+	req.name = (char *)name;
+	req.node_id = (char *)(node_id ? node_id : "");
+	return gw_call(c, "PushImage", &req.base,
+	    &moat__v1__image_info__descriptor, out,
+	    c->timeout_set ? c->timeout_ms : MOAT_CLIENT_PUSH_TIMEOUT_MS,
+	    errmsg);
+}
+
+int
+moat_client_remove_image(struct moat_client *c, const char *name,
+    Moat__V1__RemoveImageReply **out, char **errmsg)
+{
+	Moat__V1__ImageRef req = MOAT__V1__IMAGE_REF__INIT;
+
+	req.name = (char *)name;
+	return gw_call(c, "RemoveImage", &req.base,
+	    &moat__v1__remove_image_reply__descriptor, out, 0, errmsg);
+}

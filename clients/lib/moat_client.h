@@ -343,4 +343,37 @@ int moat_client_drain_node(struct moat_client *c, const char *node_id,
     const char *target, const char *reason, Moat__V1__DrainNodeReply **out,
     char **errmsg) __attribute__((warn_unused_result));
 
+/* ---- images (issue 17) ---- */
+
+/* moat_client_start_image_build: starts building `req` (name, spec text,
+ * the files its [files] section names) on a node; *out says where (pass
+ * its id and node_id to moat_client_get_image_build). An operator call.
+ * moat_client_get_image_build: the build's steps from `from_step` on,
+ * waiting up to wait_ms (at most 30000) for a new one or the end; the
+ * call's timeout allows for the wait. */
+int moat_client_start_image_build(struct moat_client *c,
+    const Moat__V1__ImageBuildRequest *req, Moat__V1__ImageBuild **out,
+    char **errmsg) __attribute__((warn_unused_result));
+int moat_client_get_image_build(struct moat_client *c, const char *build_id,
+    const char *node_id, uint32_t from_step, uint32_t wait_ms,
+    Moat__V1__ImageBuild **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_list_images: every image (`name` NULL or "": all) with
+ * the nodes holding it and whether moat-snapd stores it. */
+int moat_client_list_images(struct moat_client *c, const char *name,
+    Moat__V1__ImageList **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_push_image: stores image `name` of node `node_id` (NULL or
+ * "": any holding it) in moat-snapd. The timeout is the client's when
+ * set, else MOAT_CLIENT_PUSH_TIMEOUT_MS. An operator call. */
+#define MOAT_CLIENT_PUSH_TIMEOUT_MS 1800000
+int moat_client_push_image(struct moat_client *c, const char *name,
+    const char *node_id, Moat__V1__ImageInfo **out, char **errmsg)
+    __attribute__((warn_unused_result));
+/* moat_client_remove_image: removes image `name` from every node and
+ * moat-snapd (refused while a sandbox uses it). An operator call. */
+int moat_client_remove_image(struct moat_client *c, const char *name,
+    Moat__V1__RemoveImageReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
+
 #endif

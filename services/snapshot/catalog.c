@@ -2,7 +2,8 @@
  * catalog.c: the moat.v1.Snapshot catalog calls: CommitManifest (every
  * referenced chunk present with the right length, then the references and
  * the manifest in one write job, so no half-written manifest can exist),
- * GetSnapshot, ListSnapshots (by tenant, in creation order, paged),
+ * GetSnapshot, ListSnapshots (by tenant, in creation order, paged; or
+ * one page across tenants for the gateway's image removal),
  * DeleteSnapshot (references dropped and unused chunks freed in the same
  * job) and Stats.
  * Not for: moving chunks (handlers.c) or the key layout (schema.c).
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moat/images.h"
 #include "moat/log.h"
 #include "moat/status.h"
 #include "moat/util.h"
@@ -383,6 +385,7 @@ struct list_page {
 	/* ListSnapshotsRequest.labels: every one must match (borrowed). */
 	Moat__V1__SnapLabel *const *labels;
 	size_t n_labels;
+	const char *image_id; /* "": any */
 	bool more;
 	bool oom;
 };
@@ -420,7 +423,9 @@ list_one(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
 	}
 	if ((info = moat__v1__snapshot_info__unpack(NULL, vlen, val)) == NULL)
 		return MOAT_DATA_LOSS;
-	if (!labels_match(p, info)) {
+	if (!labels_match(p, info) ||
+	    (p->image_id[0] != '\0' &&
+	        strcmp(info->image_id, p->image_id) != 0)) {
 		moat__v1__snapshot_info__free_unpacked(info, NULL);
 		return MOAT_OK;
 	}
@@ -452,8 +457,20 @@ snapd_h_list(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    req->page_size, SNAPD_LIST_MAX);
 	p.labels = req->labels;
 	p.n_labels = req->n_labels;
+	p.image_id = req->image_id;
 	snapd_key_tenant(&prefix, req->tenant);
 	from.len = 0;
+	if (req->all_tenants) {
+		/* A scan of the whole catalog, stopped at one page of
+		 * matches: rare (an image's removal) and for moat only. */
+		if (strcmp(req->tenant, MOAT_IMAGES_TENANT) != 0 ||
+		    req->page_token[0] != '\0')
+			return moat_rpc_error(call, MOAT_PERMISSION_DENIED,
+			    "all_tenants is for tenant %s only, without a "
+			    "page token (the gateway's image removal)",
+			    MOAT_IMAGES_TENANT);
+		prefix.len = 0;
+	}
 	if (req->page_token[0] != '\0') {
 		if (!snapd_snap_id_parse(req->page_token, raw))
 			return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
@@ -479,7 +496,7 @@ snapd_h_list(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		    req->tenant);
 	if (rv != MOAT_OK)
 		return snapd_error_from(call, rv, errmsg);
-	if (p.more && p.r->n_snapshots > 0 &&
+	if (p.more && !req->all_tenants && p.r->n_snapshots > 0 &&
 	    (p.r->next_page_token =
 	            strdup(p.r->snapshots[p.r->n_snapshots - 1]->id)) == NULL)
 		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,

@@ -240,6 +240,12 @@ class Client:
             body["minAgeS"] = int(min_age)
         return GcResult._from_json(self.call("GcSnapshots", body))
 
+    @property
+    def images(self):
+        """images: the image calls (images.py): list(), build()."""
+        from .images import Images
+        return Images(self)
+
     def list_sandboxes(self):
         """list_sandboxes: this tenant's sandboxes as Sandbox objects
         (connected, not created)."""

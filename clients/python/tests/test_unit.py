@@ -548,6 +548,50 @@ class SandboxTest(FakeTest):
         self.assertEqual(len(self.gw.calls("DestroySandbox")), 1)
 
 
+class ImagesTest(FakeTest):
+    """client.images (issue 17): list, and build sending the spec and
+    its [files] (mode kept) and yielding each step until done; a failed
+    build raises its code's error."""
+
+    def test_list(self):
+        self.gw.on("ListImages", (200, {"images": [
+            {"name": "default", "nodes": ["n1"], "stored": True}]}))
+        imgs = self.client.images.list()
+        self.assertEqual(imgs[0]["name"], "default")
+        self.assertEqual(self.gw.calls("ListImages")[0]["body"],
+                         {"name": ""})
+
+    def test_build_yields_steps(self):
+        import tempfile
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "hi.sh"), "w") as f:
+            f.write("echo hi\n")
+        os.chmod(os.path.join(d, "hi.sh"), 0o750)
+        spec = os.path.join(d, "tools.ini")
+        with open(spec, "w") as f:
+            f.write("[packages]\njq =\n[files]\n/usr/bin/Hi = hi.sh\n")
+        self.gw.on("StartImageBuild", (200, {"id": "b-1", "nodeId": "n1"}))
+        self.gw.on("GetImageBuild",
+                   (200, {"state": "IMAGE_BUILD_RUNNING", "nextStep": 1,
+                          "steps": [{"text": "apt", "atMs": "5"}]}),
+                   (200, {"state": "IMAGE_BUILD_DONE", "nextStep": 1,
+                          "image": {"name": "tools"}}))
+        steps = list(self.client.images.build(spec))
+        self.assertEqual([s["text"] for s in steps], ["apt"])
+        start = self.gw.calls("StartImageBuild")[0]["body"]
+        self.assertEqual(start["name"], "tools")
+        self.assertEqual(start["files"], [
+            {"name": "hi.sh", "data": b64("echo hi\n"), "mode": 0o750}])
+        polls = self.gw.calls("GetImageBuild")
+        self.assertEqual([p["body"]["fromStep"] for p in polls], [0, 1])
+        self.assertEqual(polls[0]["body"]["nodeId"], "n1")
+        self.gw.on("GetImageBuild", (200, {
+            "state": "IMAGE_BUILD_FAILED", "code": 9, "error": "no jq"}))
+        with self.assertRaises(moat.FailedPrecondition) as cm:
+            list(self.client.images.build(spec, name="x"))
+        self.assertIn("no jq", str(cm.exception))
+
+
 class IntegrationAdapterTest(FakeTest):
     def hide(self, *modules):
         # A None entry in sys.modules makes `import name` raise

@@ -736,6 +736,163 @@ h_drain_node(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* ---- images (issue 17) ---- */
+
+static int
+h_start_build(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__ImageBuildRequest *req = (const void *)request;
+	Moat__V1__ImageBuild *b = (Moat__V1__ImageBuild *)reply;
+	size_t used = 0;
+
+	pthread_mutex_lock(&fg->lock);
+	snprintf(fg->build_name, sizeof(fg->build_name), "%s", req->name);
+	snprintf(fg->build_spec, sizeof(fg->build_spec), "%s", req->spec);
+	snprintf(fg->build_node, sizeof(fg->build_node), "%s", req->node_id);
+	fg->build_force = req->force;
+	fg->build_files[0] = '\0';
+	for (size_t i = 0; i < req->n_files; i++)
+		used += (size_t)snprintf(fg->build_files + used,
+		    used < sizeof(fg->build_files) ?
+		        sizeof(fg->build_files) - used :
+		        0,
+		    "%s:%o:%zu ", req->files[i]->name, req->files[i]->mode,
+		    req->files[i]->data.len);
+	fg->build_polls = 0;
+	pthread_mutex_unlock(&fg->lock);
+	b->id = strdup("b-1");
+	b->node_id = strdup("node-x");
+	b->name = strdup(req->name);
+	b->state = MOAT__V1__IMAGE_BUILD_STATE__IMAGE_BUILD_RUNNING;
+	return MOAT_OK;
+}
+
+static Moat__V1__ImageInfo *
+fake_image(const char *name, bool stored, const char *node)
+{
+	Moat__V1__ImageInfo *e = malloc(sizeof(*e));
+
+	moat__v1__image_info__init(e);
+	e->name = strdup(name);
+	e->id = strdup("0123456789abcdef0123456789abcdef");
+	e->size_bytes = 3u << 20;
+	e->packages = calloc(2, sizeof(char *));
+	e->packages[e->n_packages++] = strdup("jq=1.6-2.1");
+	e->packages[e->n_packages++] = strdup("bash=5.2");
+	e->stored = stored;
+	if (node != NULL) {
+		e->nodes = calloc(1, sizeof(char *));
+		e->nodes[e->n_nodes++] = strdup(node);
+	}
+	return e;
+}
+
+/* GetImageBuild: from step 0, two steps; from step 2, the end. */
+static int
+h_get_build(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__ImageBuildRef *ref = (const void *)request;
+	Moat__V1__ImageBuild *b = (Moat__V1__ImageBuild *)reply;
+	bool broken;
+
+	if (strcmp(ref->build_id, "b-1") != 0 ||
+	    strcmp(ref->node_id, "node-x") != 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "no build %s on node %s", ref->build_id, ref->node_id);
+	pthread_mutex_lock(&fg->lock);
+	fg->build_polls++;
+	broken = strcmp(fg->build_name, "broken") == 0;
+	b->name = strdup(fg->build_name);
+	pthread_mutex_unlock(&fg->lock);
+	b->id = strdup("b-1");
+	b->node_id = strdup("node-x");
+	b->state = MOAT__V1__IMAGE_BUILD_STATE__IMAGE_BUILD_RUNNING;
+	if (ref->from_step == 0) {
+		b->steps = calloc(2, sizeof(*b->steps));
+		for (int i = 0; i < 2; i++) {
+			Moat__V1__ImageBuildStep *st = malloc(sizeof(*st));
+
+			moat__v1__image_build_step__init(st);
+			st->text = strdup(i == 0 ? "debootstrap bookworm" :
+			                           "apt-get install jq");
+			st->at_ms = i == 0 ? 100 : 12345;
+			b->steps[b->n_steps++] = st;
+		}
+		b->next_step = 2;
+		return MOAT_OK;
+	}
+	b->next_step = ref->from_step;
+	if (broken) {
+		b->state = MOAT__V1__IMAGE_BUILD_STATE__IMAGE_BUILD_FAILED;
+		b->error = strdup("apt-get: unable to locate package nope");
+		b->code = MOAT_FAILED_PRECONDITION;
+		return MOAT_OK;
+	}
+	b->state = MOAT__V1__IMAGE_BUILD_STATE__IMAGE_BUILD_DONE;
+	b->image = fake_image(b->name, true, "node-x");
+	b->elapsed_ms = 20000;
+	return MOAT_OK;
+}
+
+static int
+h_list_images(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	Moat__V1__ImageList *r = (Moat__V1__ImageList *)reply;
+
+	(void)call;
+	(void)request;
+	r->images = calloc(2, sizeof(*r->images));
+	r->images[r->n_images++] = fake_image("default", true, "node-x");
+	r->images[r->n_images++] = fake_image("tools", false, NULL);
+	return MOAT_OK;
+}
+
+static int
+h_push_image(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__ImageRef *ref = (const void *)request;
+	Moat__V1__ImageInfo *e = (Moat__V1__ImageInfo *)reply;
+
+	pthread_mutex_lock(&fg->lock);
+	snprintf(fg->pushed, sizeof(fg->pushed), "%s", ref->name);
+	snprintf(fg->push_node, sizeof(fg->push_node), "%s", ref->node_id);
+	pthread_mutex_unlock(&fg->lock);
+	e->name = strdup(ref->name);
+	e->id = strdup("0123456789abcdef0123456789abcdef");
+	e->stored = true;
+	e->stored_bytes = 1u << 20;
+	return MOAT_OK;
+}
+
+static int
+h_remove_image(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__ImageRef *ref = (const void *)request;
+	Moat__V1__RemoveImageReply *r = (Moat__V1__RemoveImageReply *)reply;
+
+	if (strcmp(ref->name, "busy") == 0)
+		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+		    "RemoveImage: 1 sandbox(es) run image busy: sb-1 (tenant "
+		    "default); destroy them first (`moat sandbox rm ID`)");
+	pthread_mutex_lock(&fg->lock);
+	snprintf(fg->removed, sizeof(fg->removed), "%s", ref->name);
+	pthread_mutex_unlock(&fg->lock);
+	r->nodes = calloc(1, sizeof(char *));
+	r->nodes[r->n_nodes++] = strdup("node-x");
+	r->stored_removed = true;
+	r->freed_bytes = 2u << 20;
+	return MOAT_OK;
+}
+
 static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "Health", h_ok, false, false },
 	{ "Info", h_info, false, false },
@@ -786,6 +943,13 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "GcSnapshots", h_gc, true, false },
 	{ "CordonNode", h_cordon_node, true, false },
 	{ "DrainNode", h_drain_node, true, false },
+	{ "PutArchive", h_ok, true, false },
+	{ "GetArchive", h_ok, false, false },
+	{ "StartImageBuild", h_start_build, true, false },
+	{ "GetImageBuild", h_get_build, false, false },
+	{ "ListImages", h_list_images, false, false },
+	{ "PushImage", h_push_image, true, false },
+	{ "RemoveImage", h_remove_image, true, false },
 };
 
 int

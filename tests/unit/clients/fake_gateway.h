@@ -2,8 +2,8 @@
  * fake_gateway.h: an in-process moat.v1.Gateway for the client library
  * and CLI tests: one file store (bytes by path), scripted exec results
  * chosen by the code sent, one recorded sandbox ("sb-rec"), canned
- * snapshot and session replies, and a record of the calls that
- * matter.
+ * snapshot and session replies, a canned image build and image list
+ * (issue 17), and a record of the calls that matter.
  * Not for: anything but tests.
  */
 #ifndef MOAT_TEST_FAKE_GATEWAY_H
@@ -47,6 +47,16 @@ struct fake_gateway {
 	int set_timeouts;
 	uint32_t life_timeout, life_idle;
 	int life_clear;
+	/* Images (issue 17): the last StartImageBuild's, and the
+	 * GetImageBuild polls. Build "b-1" runs on "node-x": two steps,
+	 * then done (or failed when the name is "broken"). */
+	char build_name[64];
+	char build_spec[512];
+	char build_files[256]; /* "name:mode:bytes " of each file sent */
+	int build_force;
+	char build_node[64];
+	int build_polls;
+	char pushed[64], push_node[64], removed[64];
 };
 
 /* fake_gateway_start: serves on ipc://<dir>/gateway.sock. */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -715,6 +716,114 @@ test_node_commands(void **state)
 	result_free(&r);
 }
 
+/* Images (issue 17): `image build` sends the spec and the files its
+ * [files] section names (relative to the spec, with their modes), prints
+ * each step with its time and the image at the end; a failed build
+ * exits non-zero with its error; a [files] entry that is missing is
+ * refused before anything is sent; ls, rm (and a refused rm), push. */
+static void
+test_image_commands(void **state)
+{
+	char spec[192], sub[96], file[192], *text;
+	struct result r;
+	FILE *f;
+
+	(void)state;
+	snprintf(sub, sizeof(sub), "%s/spec", dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	snprintf(file, sizeof(file), "%s/hello.sh", sub);
+	assert_non_null(f = fopen(file, "w"));
+	fputs("echo hi\n", f);
+	fclose(f);
+	assert_int_equal(chmod(file, 0750), 0);
+	snprintf(spec, sizeof(spec), "%s/tools.ini", sub);
+	assert_non_null(f = fopen(spec, "w"));
+	fputs("[image]\nbase = bookworm\n[packages]\njq =\n[files]\n"
+	      "/usr/local/bin/hello = hello.sh\n/etc/x = hello.sh:0644\n",
+	    f);
+	fclose(f);
+	r = moat(0, 0, "--gateway", fg.url, "image", "build", spec, "--node",
+	    "node-x", "--force", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "[  0.1s] debootstrap bookworm\n"));
+	assert_non_null(strstr(r.out, "[ 12.3s] apt-get install jq\n"));
+	assert_non_null(strstr(r.out,
+	    "image tools: id 0123456789ab, 3.0 MiB, "
+	    "2 packages, nodes node-x"));
+	result_free(&r);
+	pthread_mutex_lock(&fg.lock);
+	assert_string_equal(fg.build_name, "tools");
+	assert_string_equal(fg.build_node, "node-x");
+	assert_int_equal(fg.build_force, 1);
+	assert_non_null(strstr(fg.build_spec, "[packages]"));
+	assert_string_equal(fg.build_files, "hello.sh:750:8 hello.sh:644:8 ");
+	assert_int_equal(fg.build_polls, 2);
+	pthread_mutex_unlock(&fg.lock);
+
+	r = moat(0, 0, "--gateway", fg.url, "image", "build", spec, "--name",
+	    "broken", NULL);
+	assert_int_equal(r.code, 64 + 9); /* FAILED_PRECONDITION */
+	assert_non_null(strstr(r.err,
+	    "building image broken: apt-get: "
+	    "unable to locate package nope"));
+	result_free(&r);
+
+	/* A [files] source that is not there: nothing is sent. */
+	assert_non_null(f = fopen(spec, "a"));
+	fputs("/etc/y = missing.txt\n", f);
+	fclose(f);
+	pthread_mutex_lock(&fg.lock);
+	fg.build_name[0] = '\0';
+	pthread_mutex_unlock(&fg.lock);
+	r = moat(0, 0, "--gateway", fg.url, "image", "build", spec, NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "missing.txt is not a readable file"));
+	result_free(&r);
+	pthread_mutex_lock(&fg.lock);
+	assert_string_equal(fg.build_name, "");
+	pthread_mutex_unlock(&fg.lock);
+
+	r = moat(0, 0, "--gateway", fg.url, "image", "ls", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "NAME"));
+	assert_non_null(strstr(r.out, "STORED"));
+	text = strstr(r.out, "default ");
+	assert_non_null(text);
+	assert_non_null(strstr(text, "0123456789ab "));
+	assert_non_null(strstr(text, "node-x"));
+	assert_non_null(strstr(r.out, "tools "));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "image", "ls", "--json", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "\"sizeBytes\""));
+	result_free(&r);
+
+	r = moat(0, 0, "--gateway", fg.url, "image", "rm", "busy", NULL);
+	assert_int_equal(r.code, 64 + 9);
+	assert_non_null(strstr(r.err, "sb-1"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "image", "rm", "tools", NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(r.out,
+	    "removed image tools from 1 node(s) "
+	    "(node-x) and moat-snapd, 2.0 MiB freed\n");
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "image", "push", "tools", "--node",
+	    "node-x", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "image tools (0123456789ab) stored"));
+	result_free(&r);
+	pthread_mutex_lock(&fg.lock);
+	assert_string_equal(fg.removed, "tools");
+	assert_string_equal(fg.pushed, "tools");
+	assert_string_equal(fg.push_node, "node-x");
+	pthread_mutex_unlock(&fg.lock);
+	r = moat(0, 0, "--gateway", fg.url, "image", "build", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "usage: moat image build SPEC"));
+	result_free(&r);
+}
+
 /* Lifetimes (issue 15): create --timeout/--idle-timeout, keepalive with
  * and without values, --idle-timeout 0 clears, a refusal is shown. */
 static void
@@ -790,6 +899,7 @@ main(void)
 		cmocka_unit_test(test_diff_and_compare),
 		cmocka_unit_test(test_snapshot_retention_commands),
 		cmocka_unit_test(test_node_commands),
+		cmocka_unit_test(test_image_commands),
 		cmocka_unit_test(test_lifetime_commands),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -54,6 +54,10 @@ fill_sandbox(struct fake_node *fn, Moat__V1__Sandbox *sb, const char *id,
 	sb->state = MOAT__V1__SANDBOX_STATE__SANDBOX_STATE_RUNNING;
 	sb->memory_mib = 256;
 	sb->vcpus = 1;
+	for (int i = 0; i < fn->n_sandboxes; i++)
+		if (strcmp(fn->sandboxes[i], id) == 0 &&
+		    fn->sb_images[i][0] != '\0')
+			sb->image = strdup(fn->sb_images[i]);
 	return sb->id && sb->node_id && sb->tenant ? MOAT_OK :
 	                                             MOAT_RESOURCE_EXHAUSTED;
 }
@@ -438,6 +442,110 @@ get_archive(struct fake_node *fn, struct moat_rpc_call *call,
 	return MOAT_OK;
 }
 
+/* image_index: where image `name` is held, or -1. Lock held. */
+static int
+image_index(struct fake_node *fn, const char *name)
+{
+	for (int i = 0; i < fn->n_images; i++)
+		if (strcmp(fn->images[i], name) == 0)
+			return i;
+	return -1;
+}
+
+static void
+image_fill(struct fake_node *fn, Moat__V1__ImageInfo *e, const char *name)
+{
+	e->name = strdup(name);
+	e->id = moat_asprintf("id-of-%s", name);
+	e->size_bytes = 1000;
+	e->packages = calloc(1, sizeof(char *));
+	e->packages[e->n_packages++] = moat_asprintf("pkg-%s=1", fn->id);
+	e->source = strdup("fake");
+}
+
+static Moat__V1__ImageInfo *
+image_info(struct fake_node *fn, const char *name)
+{
+	Moat__V1__ImageInfo *e = malloc(sizeof(*e));
+
+	moat__v1__image_info__init(e);
+	image_fill(fn, e, name);
+	return e;
+}
+
+/* image_call: the image calls of vm.proto (issue 17), as vmd answers
+ * them. Lock held. False when `m` is no image call. */
+static bool
+image_call(struct fake_node *fn, struct moat_rpc_call *call, const char *m,
+    const ProtobufCMessage *request, ProtobufCMessage *reply, int *rv)
+{
+	const Moat__V1__ImageRef *ref = (const void *)request;
+
+	if (strcmp(m, "StartImageBuild") == 0) {
+		const Moat__V1__ImageBuildRequest *q = (const void *)request;
+		Moat__V1__ImageBuild *b = (Moat__V1__ImageBuild *)reply;
+
+		fn->builds++;
+		snprintf(fn->last_build, sizeof(fn->last_build), "%s",
+		    q->name);
+		b->id = moat_asprintf("build-%d", fn->builds);
+		b->name = strdup(q->name);
+		b->state = MOAT__V1__IMAGE_BUILD_STATE__IMAGE_BUILD_RUNNING;
+	} else if (strcmp(m, "GetImageBuild") == 0) {
+		const Moat__V1__ImageBuildRef *q = (const void *)request;
+		Moat__V1__ImageBuild *b = (Moat__V1__ImageBuild *)reply;
+
+		fn->build_polls++;
+		fn->last_wait_ms = q->wait_ms;
+		b->id = strdup(q->build_id);
+		b->node_id = strdup(fn->id);
+		b->state = MOAT__V1__IMAGE_BUILD_STATE__IMAGE_BUILD_DONE;
+		b->next_step = q->from_step;
+		b->image = image_info(fn, fn->last_build);
+	} else if (strcmp(m, "ListImages") == 0) {
+		const Moat__V1__ListImagesRequest *q = (const void *)request;
+		Moat__V1__ImageList *r = (Moat__V1__ImageList *)reply;
+
+		r->images = calloc(FAKE_MAX_IMAGES, sizeof(*r->images));
+		for (int i = 0; i < fn->n_images; i++)
+			if (q->name[0] == '\0' ||
+			    strcmp(q->name, fn->images[i]) == 0)
+				r->images[r->n_images++] =
+				    image_info(fn, fn->images[i]);
+	} else if (strcmp(m, "PushImage") == 0) {
+		fn->image_pushes++;
+		if (image_index(fn, ref->name) < 0)
+			*rv = moat_rpc_error(call, MOAT_NOT_FOUND,
+			    "fake node %s: no image %s", fn->id, ref->name);
+		else
+			image_fill(fn, (Moat__V1__ImageInfo *)reply,
+			    ref->name);
+	} else if (strcmp(m, "RemoveImage") == 0) {
+		Moat__V1__RemoveImageReply *r = (void *)reply;
+		int i = image_index(fn, ref->name);
+
+		if (strcmp(ref->name, fn->refuse_remove) == 0) {
+			*rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
+			    "fake node %s: local snapshot snap-1 uses image "
+			    "%s",
+			    fn->id, ref->name);
+		} else if (i < 0) {
+			*rv = moat_rpc_error(call, MOAT_NOT_FOUND,
+			    "fake node %s: no image %s", fn->id, ref->name);
+		} else {
+			fn->image_removes++;
+			memmove(fn->images[i], fn->images[i + 1],
+			    (size_t)(fn->n_images - i - 1) *
+			        sizeof(fn->images[0]));
+			fn->n_images--;
+			r->freed_bytes = 1000;
+		}
+	} else if (strcmp(m, "PullImage") != 0) {
+		return false;
+	}
+	return true;
+}
+
 static int
 fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -500,6 +608,8 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	}
 	if (rv != MOAT_OK || handled) {
 		/* answered */
+	} else if (image_call(fn, call, m, request, reply, &rv)) {
+		/* answered (issue 17) */
 	} else if (strcmp(m, "Health") == 0) {
 		Moat__V1__HealthReply *r = (Moat__V1__HealthReply *)reply;
 		r->service = strdup("fake-vmd");
@@ -515,6 +625,8 @@ fake_handler(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		snprintf(id, sizeof(id), "%s-sb-%d", fn->id,
 		    fn->next_sandbox++);
 		if (fn->n_sandboxes < FAKE_MAX_SANDBOXES) {
+			snprintf(fn->sb_images[fn->n_sandboxes], 64, "%s",
+			    q->image);
 			snprintf(fn->tenants[fn->n_sandboxes], 64, "%s",
 			    q->tenant);
 			snprintf(fn->sandboxes[fn->n_sandboxes++], 128, "%s",
@@ -747,6 +859,14 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("Cordon", true),
 	ROW("SetTimeout", true),
 	ROW("ExecResize", true),
+	ROW("PutArchive", true),
+	ROW("GetArchive", false),
+	ROW("StartImageBuild", true),
+	ROW("GetImageBuild", false),
+	ROW("ListImages", false),
+	ROW("PushImage", true),
+	ROW("PullImage", true),
+	ROW("RemoveImage", true),
 };
 
 static void *
@@ -756,6 +876,7 @@ respond_main(void *arg)
 
 	while (!atomic_load(&fn->stop)) {
 		Moat__V1__Node node = MOAT__V1__NODE__INIT;
+		char *images[FAKE_MAX_IMAGES];
 		nng_msg *m;
 		size_t len;
 		int rv;
@@ -790,6 +911,10 @@ respond_main(void *arg)
 			node.snapshots_in_ram = (uint32_t)fn->n_snaps;
 			node.snapshot_evictions = 3;
 			node.version = "9.9.9";
+			for (int i = 0; i < fn->n_images; i++)
+				images[i] = fn->images[i];
+			node.images = images;
+			node.n_images = (size_t)fn->n_images;
 			len = moat__v1__node__get_packed_size(&node);
 			nng_msg_realloc(m, len);
 			moat__v1__node__pack(&node, nng_msg_body(m));
@@ -824,6 +949,8 @@ fake_node_start(struct fake_node *fn, const char *id, const char *dir,
 	snprintf(fn->survey_url, sizeof(fn->survey_url), "%s",
 	    survey_url ? survey_url : "");
 	fn->memory_total_mib = 4096;
+	snprintf(fn->images[fn->n_images++], sizeof(fn->images[0]), "%s",
+	    "default");
 	if ((rv = moat_rpc_server_start(&fn->srv, fn->rpc_url, &svc, 8,
 	         &errmsg)) != MOAT_OK) {
 		fprintf(stderr, "fake node %s: %s\n", id, errmsg);
@@ -957,4 +1084,25 @@ fake_node_stop(struct fake_node *fn)
 	free(fn->put_data);
 	fn->put_data = NULL;
 	pthread_mutex_destroy(&fn->lock);
+}
+
+void
+fake_node_add_image(struct fake_node *fn, const char *name)
+{
+	pthread_mutex_lock(&fn->lock);
+	if (fn->n_images < FAKE_MAX_IMAGES && image_index(fn, name) < 0)
+		snprintf(fn->images[fn->n_images++], sizeof(fn->images[0]),
+		    "%s", name);
+	pthread_mutex_unlock(&fn->lock);
+}
+
+bool
+fake_node_has_image(struct fake_node *fn, const char *name)
+{
+	bool has;
+
+	pthread_mutex_lock(&fn->lock);
+	has = image_index(fn, name) >= 0;
+	pthread_mutex_unlock(&fn->lock);
+	return has;
 }

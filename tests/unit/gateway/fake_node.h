@@ -20,6 +20,7 @@
 #define FAKE_MAX_SANDBOXES 64
 #define FAKE_MAX_HELD 256 /* held Execs at once */
 #define FAKE_MAX_SNAPSHOTS 128
+#define FAKE_MAX_IMAGES 8
 #define FAKE_SNAP_RAM (50u << 20) /* a snapshot's RAM copy, resident */
 #define FAKE_SNAP_DISK (1u << 20) /* and its disk copy */
 #define FAKE_PULLED_BYTES 12345u  /* a restore of a snapd id pulls this */
@@ -105,6 +106,18 @@ struct fake_node {
 	bool put_done;
 	int archive_ids;
 	uint64_t archive_get_size;
+	/* Images (issue 17): what it holds (listed in its survey answer
+	 * and ListImages; "default" at start), each sandbox's image ("":
+	 * "default"), the builds it was asked for, images removed. A
+	 * remove of `refuse_remove` is refused (a local snapshot uses
+	 * it). */
+	char images[FAKE_MAX_IMAGES][64];
+	int n_images;
+	char sb_images[FAKE_MAX_SANDBOXES][64];
+	char last_build[64];
+	int builds, build_polls, image_removes, image_pushes;
+	uint32_t last_wait_ms; /* the last GetImageBuild's wait_ms */
+	char refuse_remove[64];
 	struct moat_rpc_deferred *held_snap[FAKE_MAX_HELD];
 	char held_snap_sandbox[FAKE_MAX_HELD][128];
 	int n_held_snaps;
@@ -158,6 +171,12 @@ int fake_node_held(struct fake_node *fn);
 /* fake_node_release_held: answers every held Exec (exit code N) and
  * every held snapshot (taken, with a moat-snapd id, remote_stored). */
 void fake_node_release_held(struct fake_node *fn);
+
+/* fake_node_add_image: the node holds image `name` from now on. */
+void fake_node_add_image(struct fake_node *fn, const char *name);
+
+/* fake_node_has_image: whether it holds `name`. */
+bool fake_node_has_image(struct fake_node *fn, const char *name);
 
 /* fake_node_stop: everything (halts first); safe after kill_rpc. */
 void fake_node_stop(struct fake_node *fn);

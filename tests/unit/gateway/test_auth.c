@@ -201,6 +201,28 @@ test_key_store(void **state)
 	    MOAT_INVALID_ARGUMENT);
 	free(errmsg);
 	errmsg = NULL;
+	/* Issue 17: "moat.*" tenants hold moat's own data (images). */
+	assert_int_equal(moat_auth_key_create(a, "moat.images", &key, id,
+	                     &errmsg),
+	    MOAT_INVALID_ARGUMENT);
+	assert_null(key);
+	assert_non_null(strstr(errmsg, "reserved"));
+	free(errmsg);
+	errmsg = NULL;
+	{
+		char cmd[512], out[256] = "";
+		FILE *p;
+
+		snprintf(cmd, sizeof(cmd),
+		    "%s keys create --tenant moat.x --local --state-dir %s "
+		    "2>&1; echo rc=$?",
+		    GATEWAY_BIN, dir);
+		assert_non_null(p = popen(cmd, "r"));
+		(void)!fread(out, 1, sizeof(out) - 1, p);
+		pclose(p);
+		assert_non_null(strstr(out, "tenant moat.x is reserved"));
+		assert_non_null(strstr(out, "rc=67"));
+	}
 	assert_int_equal(moat_auth_key_create(a, "t1", &key, id, &errmsg),
 	    MOAT_OK);
 	assert_non_null(strstr(key, id));

@@ -1483,6 +1483,51 @@ test_connect_auth(void **state)
 	free((char *)opts.snapd_url);
 }
 
+/* Images (issue 17): GET /v1/images lists the node's, POST /v1/images
+ * starts a build (its files' data base64) and names the node, GET
+ * /v1/images/builds/{id}?node_id= polls it there, POST .../push and
+ * DELETE /v1/images/{name} map to PushImage and RemoveImage. */
+static void
+test_image_routes(void **state)
+{
+	struct http_client_resp r = { 0 };
+	char path[256];
+
+	(void)state;
+	http("GET", "/v1/images", NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "\"default\""));
+	assert_non_null(strstr(r.body, "node-a"));
+	http_client_resp_free(&r);
+	http("POST", "/v1/images",
+	    "{\"name\": \"web\", \"spec\": \"[packages]\\njq =\\n\", "
+	    "\"files\": [{\"name\": \"a.sh\", \"data\": \"ZWNobw==\", "
+	    "\"mode\": 493}]}",
+	    &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(&r, "nodeId"), "node-a");
+	assert_string_equal(jstr(&r, "id"), "build-1");
+	http_client_resp_free(&r);
+	snprintf(path, sizeof(path),
+	    "/v1/images/builds/build-1?node_id=node-a&wait_ms=10");
+	http("GET", path, NULL, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(&r, "state"), "IMAGE_BUILD_DONE");
+	http_client_resp_free(&r);
+	http("GET", "/v1/images/builds/build-1?node_id=node-q", NULL, &r);
+	assert_int_equal(r.status, 503);
+	assert_non_null(strstr(r.body, "node-q"));
+	http_client_resp_free(&r);
+	http("POST", "/v1/images/default/push", "{}", &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(jstr(&r, "name"), "default");
+	http_client_resp_free(&r);
+	http("DELETE", "/v1/images/default", NULL, &r);
+	assert_int_equal(r.status, 412);
+	assert_non_null(strstr(r.body, "never removed"));
+	http_client_resp_free(&r);
+}
+
 static void
 test_still_answers(void **state)
 {
@@ -1516,6 +1561,7 @@ main(void)
 		cmocka_unit_test(test_connect_stream_errors),
 		cmocka_unit_test(test_grpc_web),
 		cmocka_unit_test(test_cors),
+		cmocka_unit_test(test_image_routes),
 		cmocka_unit_test(test_still_answers),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

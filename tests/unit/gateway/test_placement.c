@@ -1,7 +1,8 @@
 /*
  * test_placement.c: which node placement picks, and why it refuses:
  * fewest sandboxes first, free memory and per-sandbox limits respected,
- * unavailable nodes skipped, and each refusal's status and message.
+ * unavailable nodes skipped, nodes holding the image first, and each
+ * refusal's status and message.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -136,8 +137,12 @@ test_too_big_is_invalid_argument(void **state)
 	free(msg);
 }
 
+/* Issue 17: a node holding the image wins over one that would pull it
+ * (even with more sandboxes); an image no node holds goes where the
+ * other rules say (that node pulls it from moat-snapd); "" is
+ * "default". */
 static void
-test_image_must_be_built(void **state)
+test_image_holders_preferred(void **state)
 {
 	static char *images[] = { (char *)"default", (char *)"python" };
 	size_t chosen;
@@ -151,10 +156,27 @@ test_image_must_be_built(void **state)
 	nodes_storage[0].n_images = 1;
 	assert_int_equal(choose(2, 0, 0, "python", &chosen, &msg), MOAT_OK);
 	assert_int_equal(chosen, 1);
-	assert_int_equal(choose(2, 0, 0, "rust", &chosen, &msg),
-	    MOAT_FAILED_PRECONDITION);
-	assert_non_null(strstr(msg, "images/build.sh --name rust --out "));
-	free(msg);
+	assert_int_equal(choose(2, 0, 0, "rust", &chosen, &msg), MOAT_OK);
+	assert_int_equal(chosen, 0);
+	assert_null(msg);
+	/* The holder is full: the node that must pull is still chosen. */
+	set_node(1, "b", true, 3, 4096, 4000);
+	nodes_storage[1].images = images;
+	nodes_storage[1].n_images = 2;
+	assert_int_equal(choose(2, 0, 0, "python", &chosen, &msg), MOAT_OK);
+	assert_int_equal(chosen, 0);
+	/* "" is "default", which only "b" lists now. */
+	set_node(1, "b", true, 3, 4096, 0);
+	nodes_storage[1].images = images;
+	nodes_storage[1].n_images = 2;
+	nodes_storage[0].images = images + 1;
+	nodes_storage[0].n_images = 1;
+	assert_int_equal(choose(2, 0, 0, "", &chosen, &msg), MOAT_OK);
+	assert_int_equal(chosen, 1);
+	/* The only eligible node lacks it: chosen anyway. */
+	nodes_storage[1].available = false;
+	assert_int_equal(choose(2, 0, 0, "", &chosen, &msg), MOAT_OK);
+	assert_int_equal(chosen, 0);
 }
 
 int
@@ -167,7 +189,7 @@ main(void)
 		cmocka_unit_test(test_no_node_is_unavailable),
 		cmocka_unit_test(test_full_nodes_are_resource_exhausted),
 		cmocka_unit_test(test_too_big_is_invalid_argument),
-		cmocka_unit_test(test_image_must_be_built),
+		cmocka_unit_test(test_image_holders_preferred),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -544,6 +544,30 @@ test_tenant_isolation(void **state)
 	assert_int_equal(((Moat__V1__ListSnapshotsReply *)reply)->n_snapshots,
 	    1);
 	protobuf_c_message_free_unpacked(reply, NULL);
+	/* Issue 17: one page across tenants by image, for tenant
+	 * moat.images only (the gateway's image removal). */
+	lreq.all_tenants = true;
+	lreq.image_id = (char *)"python";
+	assert_int_equal(call("ListSnapshots", &lreq.base,
+	                     &moat__v1__list_snapshots_reply__descriptor,
+	                     &reply, NULL),
+	    MOAT_PERMISSION_DENIED);
+	lreq.tenant = (char *)"moat.images";
+	assert_int_equal(call("ListSnapshots", &lreq.base,
+	                     &moat__v1__list_snapshots_reply__descriptor,
+	                     &reply, NULL),
+	    MOAT_OK);
+	assert_int_equal(((Moat__V1__ListSnapshotsReply *)reply)->n_snapshots,
+	    3);
+	protobuf_c_message_free_unpacked(reply, NULL);
+	lreq.image_id = (char *)"rust";
+	assert_int_equal(call("ListSnapshots", &lreq.base,
+	                     &moat__v1__list_snapshots_reply__descriptor,
+	                     &reply, NULL),
+	    MOAT_OK);
+	assert_int_equal(((Moat__V1__ListSnapshotsReply *)reply)->n_snapshots,
+	    0);
+	protobuf_c_message_free_unpacked(reply, NULL);
 	/* Deleting bravo's copy leaves acme's chunks alone. */
 	assert_int_equal(delete_snapshot("bravo", b1->id, NULL), MOAT_OK);
 	check_stats("bravo", 0, 0, 0);
