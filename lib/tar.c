@@ -647,10 +647,15 @@ moat_tar_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* put_octal: `v` as len - 1 octal digits, zero-padded, then NUL (the
+ * caller checked that it fits; digit by digit because snprintf's width
+ * cannot promise the compiler so). */
 static void
 put_octal(char *f, size_t len, uint64_t v)
 {
-	snprintf(f, len, "%0*llo", (int)len - 1, (unsigned long long)v);
+	f[len - 1] = '\0';
+	for (size_t i = len - 1; i-- > 0; v >>= 3)
+		f[i] = (char)('0' + (v & 7));
 }
 
 static void
