@@ -123,6 +123,12 @@ static const struct moat_rpc_method methods[] = {
 	{ "CloseCodeContext", h_ok, true, false },
 	{ "EgressEvents", h_ok, false, false },
 	{ "Cordon", h_ok, true, false },
+	{ "StartImageBuild", h_ok, true, false },
+	{ "GetImageBuild", h_ok, false, false },
+	{ "ListImages", h_ok, false, false },
+	{ "PushImage", h_ok, true, false },
+	{ "PullImage", h_ok, true, false },
+	{ "RemoveImage", h_ok, true, false },
 	{ "SetTimeout", h_ok, true, false },
 	{ "ExecResize", h_ok, true, false },
 };

@@ -943,8 +943,6 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "GcSnapshots", h_gc, true, false },
 	{ "CordonNode", h_cordon_node, true, false },
 	{ "DrainNode", h_drain_node, true, false },
-	{ "PutArchive", h_ok, true, false },
-	{ "GetArchive", h_ok, false, false },
 	{ "StartImageBuild", h_start_build, true, false },
 	{ "GetImageBuild", h_get_build, false, false },
 	{ "ListImages", h_list_images, false, false },

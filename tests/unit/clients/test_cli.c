@@ -266,7 +266,7 @@ test_cp_round_trip(void **state)
 	r = moat(0, 0, "--gateway", fg.url, "cp", "sb-1:/dir", down, NULL);
 	assert_int_equal(r.code, 64 + 3);
 	assert_non_null(strstr(r.err, "is a directory"));
-	assert_non_null(strstr(r.err, "tar"));
+	assert_non_null(strstr(r.err, "cp -r"));
 	result_free(&r);
 
 	/* Into a directory: the source's name is kept. */

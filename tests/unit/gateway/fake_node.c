@@ -859,8 +859,6 @@ static const struct moat_rpc_method fake_methods[] = {
 	ROW("Cordon", true),
 	ROW("SetTimeout", true),
 	ROW("ExecResize", true),
-	ROW("PutArchive", true),
-	ROW("GetArchive", false),
 	ROW("StartImageBuild", true),
 	ROW("GetImageBuild", false),
 	ROW("ListImages", false),

@@ -144,6 +144,12 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "Cordon", h_unimplemented, true, false },
 	{ "SetTimeout", h_unimplemented, true, false },
 	{ "ExecResize", h_unimplemented, true, false },
+	{ "StartImageBuild", h_unimplemented, true, false },
+	{ "GetImageBuild", h_unimplemented, false, false },
+	{ "ListImages", h_unimplemented, false, false },
+	{ "PushImage", h_unimplemented, true, false },
+	{ "PullImage", h_unimplemented, true, false },
+	{ "RemoveImage", h_unimplemented, true, false },
 	{ "TraceFs", h_unimplemented, false, false },
 };
 
