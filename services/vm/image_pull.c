@@ -226,8 +226,7 @@ vmd_image_index_fill(struct vmd *vmd, const char *name,
 	if (e != NULL && e->snapshot_id != NULL &&
 	    strcmp(e->id, info->id) == 0) {
 		info->stored = true;
-		free(info->snapshot_id);
-		info->snapshot_id = strdup(e->snapshot_id);
+		vmd_image_set_str(&info->snapshot_id, e->snapshot_id);
 	}
 	pthread_mutex_unlock(&im->mu);
 }
@@ -278,7 +277,9 @@ index_local_images(struct vmd *vmd, const char *skip)
 			goto next;
 		pthread_mutex_lock(&im->mu);
 		have = idx_find(im, names[i]);
-		known = have != NULL && strcmp(have->id, id) == 0;
+		/* One not in snapd at the last pull may be now. */
+		known = have != NULL && have->snapshot_id != NULL &&
+		    strcmp(have->id, id) == 0;
 		pthread_mutex_unlock(&im->mu);
 		if (known ||
 		    vmd_image_list_entries(vmd, names[i], &e, &ne, &hold,

@@ -39,6 +39,19 @@ const char *const vmd_image_files[VMD_IMAGE_N_FILES] = MOAT_IMAGE_FILES;
 #define MANIFEST_MAX (1u << 20)
 #define REMOVE_USERS_NAMED 5
 
+void
+vmd_image_set_str(char **field, const char *v)
+{
+	char *dup = strdup(v);
+
+	/* An unset field is protobuf-c's shared empty string: not freed. */
+	if (dup == NULL)
+		return;
+	if (*field != protobuf_c_empty_string)
+		free(*field);
+	*field = dup;
+}
+
 bool
 vmd_image_find_hex_id(const char *msg, char out[65])
 {
@@ -296,9 +309,12 @@ push_commit(struct vmd *vmd, const char *name, const char *dir, const char *id,
 		l[i].value = (char *)kv[i][1];
 		lp[i] = &l[i];
 	}
-	/* snapd's fields for a VM snapshot; an image boots on any VMM. */
+	/* snapd's fields for a VM snapshot, which it requires: an image
+	 * boots on any VMM and shape, so these say nothing of it. */
 	req.tenant = (char *)MOAT_IMAGES_TENANT;
 	req.vmm = (char *)vmd->vmm->name;
+	req.vcpus = 1;
+	req.memory_mib = 1;
 	req.image_id = (char *)id;
 	req.parent_id = (char *)"";
 	req.labels = lp;
@@ -377,8 +393,7 @@ vmd_image_push(struct vmd *vmd, struct moat_rpc_call *call, const char *name,
 			continue;
 		/* Stored already: nothing to put. */
 		out->stored = true;
-		free(out->snapshot_id);
-		out->snapshot_id = strdup(e[i]->id);
+		vmd_image_set_str(&out->snapshot_id, e[i]->id);
 		goto out;
 	}
 	if ((rv = push_commit(vmd, name, dir, out->id, out->source, &info,
@@ -388,8 +403,7 @@ vmd_image_push(struct vmd *vmd, struct moat_rpc_call *call, const char *name,
 	push_drop_older(vmd, call->request_id, e, n, info->id);
 	out->stored = true;
 	out->stored_bytes = info->stored_bytes;
-	free(out->snapshot_id);
-	out->snapshot_id = strdup(info->id);
+	vmd_image_set_str(&out->snapshot_id, info->id);
 	moat_info(call->request_id,
 	    "image %s (id %.16s...) stored in moat-snapd as %s: %" PRIu64
 	    " B new of %" PRIu64 " B (%" PRIu64 " ms)",
@@ -446,8 +460,8 @@ vmd_images_list_rpc(struct vmd *vmd, struct moat_rpc_call *call,
 		reply->images[reply->n_images++] = info;
 		/* An image whose manifest does not read is listed by name. */
 		if (vmd_image_info_dir(dir, names[i], info, &err) != MOAT_OK &&
-		    info->name == NULL)
-			info->name = strdup(names[i]);
+		    info->name[0] == '\0')
+			vmd_image_set_str(&info->name, names[i]);
 		vmd_image_index_fill(vmd, names[i], info);
 		free(err);
 		free(dir);

@@ -19,6 +19,10 @@ struct vmd;
 #define VMD_IMAGE_N_FILES 5
 extern const char *const vmd_image_files[VMD_IMAGE_N_FILES];
 
+/* vmd_image_set_str: a message's string field set to a copy of v (the
+ * old value freed unless it is protobuf-c's empty string). */
+void vmd_image_set_str(char **field, const char *v);
+
 /* vmd_image_manifest_id: SHA-256 hex of <dir>/manifest.json; with
  * `text`, its bytes too (heap). Returns 0 or a status with *errmsg. */
 int vmd_image_manifest_id(const char *dir, char id[65], char **text,
@@ -53,9 +57,5 @@ void vmd_image_index_add(struct vmd *vmd, const char *name, const char *id,
 void vmd_image_index_forget(struct vmd *vmd, const char *name);
 void vmd_image_index_fill(struct vmd *vmd, const char *name,
     Moat__V1__ImageInfo *info);
-
-/* vmd_templates_drop_image (templates.c): removes every template of
- * `image`. */
-void vmd_templates_drop_image(struct vmd *vmd, const char *image);
 
 #endif

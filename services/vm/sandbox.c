@@ -21,7 +21,6 @@
 
 #include "guest_link.h"
 #include "image.h"
-#include "image_store.h"
 #include "moat/log.h"
 #include "moat/rpc_tenant.h"
 #include "moat/status.h"
@@ -428,14 +427,6 @@ vmd_sandbox_validate(struct vmd *vmd, struct moat_rpc_call *call,
 			    "network \"allowlist\" needs the qemu driver; "
 			    "node %s runs %s (set [vmd] driver = qemu)",
 			    cfg->node_id, vmd->vmm->name);
-	}
-	/* An image this node lacks comes from moat-snapd first (issue
-	 * 17); without [vmd] snapd the error below says how to build it. */
-	if (!vmd_image_present(vmd, image)) {
-		int rv = vmd_image_ensure(vmd, call, image);
-
-		if (rv != MOAT_OK)
-			return rv;
 	}
 	if (!vmd_image_present(vmd, image))
 		return moat_rpc_error(call, MOAT_FAILED_PRECONDITION,

@@ -15,6 +15,7 @@
 #include "egress.h"
 #include "exec.h"
 #include "files.h"
+#include "image.h"
 #include "image_build.h"
 #include "image_store.h"
 #include "lifetime.h"
@@ -61,7 +62,16 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct sandbox *sb;
 	int rv;
 
+	const Moat__V1__CreateSandboxRequest *req =
+	    (const Moat__V1__CreateSandboxRequest *)request;
+	const char *image = req->image[0] ? req->image : "default";
+
 	if ((rv = vmd_cordon_check(VMD(call), call, "create")) != MOAT_OK)
+		return rv;
+	/* An image this node lacks comes from moat-snapd first (issue 17);
+	 * a bad name or no [vmd] snapd is the create's to report. */
+	if (vmd_image_name_ok(image) &&
+	    (rv = vmd_image_ensure(VMD(call), call, image)) != MOAT_OK)
 		return rv;
 	if ((rv = vmd_sandbox_create(VMD(call), call,
 	         (const Moat__V1__CreateSandboxRequest *)request, &sb)) !=
@@ -466,6 +476,21 @@ h_remove_image(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    (Moat__V1__RemoveImageReply *)reply);
 }
 
+/* PutArchive and GetArchive (issue 17, cp -r) are another part's
+ * work; until it lands they answer UNIMPLEMENTED so that vmd starts
+ * (every RPC of the service needs a row). */
+static int
+h_archive_unimplemented(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	(void)request;
+	(void)reply;
+	return moat_rpc_error(call, MOAT_UNIMPLEMENTED,
+	    "%s is not implemented on node %s yet: copy files one by one "
+	    "(ReadFile, WriteFile)",
+	    call->method, VMD(call)->cfg.node_id);
+}
+
 /* Auth is the gateway's job: vmd listens where only it can reach. */
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
@@ -522,6 +547,10 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "PushImage", .handler = h_push_image, .mutating = true },
 	{ .name = "PullImage", .handler = h_pull_image, .mutating = true },
 	{ .name = "RemoveImage", .handler = h_remove_image, .mutating = true },
+	{ .name = "PutArchive",
+	    .handler = h_archive_unimplemented,
+	    .mutating = true },
+	{ .name = "GetArchive", .handler = h_archive_unimplemented },
 };
 
 void

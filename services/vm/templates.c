@@ -38,7 +38,6 @@
 #include "ramdir.h"
 #include "exec.h"
 #include "image.h"
-#include "image_store_internal.h"
 #include "node.h"
 #include "sync.h"
 #include "sandbox.h"
