@@ -566,8 +566,10 @@ pull_do(struct vmd *vmd, struct moat_rpc_call *call, const char *name)
 	size_t n = 0;
 	int rv;
 
-	if ((rv = vmd_image_list_entries(vmd, name, &e, &n, &hold, &err)) !=
-	    MOAT_OK)
+	/* A snapd that is down costs seconds, not the RPC default. */
+	if ((rv = vmd_snapd_ping(vmd, &err)) != MOAT_OK ||
+	    (rv = vmd_image_list_entries(vmd, name, &e, &n, &hold, &err)) !=
+	        MOAT_OK)
 		goto fail;
 	if (n == 0) {
 		rv = moat_rpc_error(call, MOAT_NOT_FOUND,

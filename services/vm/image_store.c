@@ -384,8 +384,9 @@ vmd_image_push(struct vmd *vmd, struct moat_rpc_call *call, const char *name,
 		return rv;
 	if ((dir = moat_asprintf("%s/%s", vmd->cfg.image_dir, name)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
-	if ((rv = vmd_image_list_entries(vmd, name, &e, &n, &hold, &err)) !=
-	    MOAT_OK)
+	if ((rv = vmd_snapd_ping(vmd, &err)) != MOAT_OK ||
+	    (rv = vmd_image_list_entries(vmd, name, &e, &n, &hold, &err)) !=
+	        MOAT_OK)
 		goto fail;
 	for (size_t i = 0; i < n; i++) {
 		if (strcmp(vmd_image_label(e[i], MOAT_IMAGE_LABEL_ID),

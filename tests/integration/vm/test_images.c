@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -458,6 +459,40 @@ test_push_pull_create(void **state)
 	moat__v1__image_info__free_unpacked(again, NULL);
 }
 
+/* Occurrences of needle in v's log. */
+static int
+log_count(const struct vmd_proc *v, const char *needle)
+{
+	char *log = NULL, *p;
+	size_t len;
+	int n = 0;
+
+	if (moat_read_file(v->log, 1 << 24, &log, &len) != 0)
+		return 0;
+	for (p = log; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	free(log);
+	return n;
+}
+
+static void *
+pull_thread(void *arg)
+{
+	Moat__V1__ImageRef ref = MOAT__V1__IMAGE_REF__INIT;
+	struct moat_rpc_opts opts = { .timeout_ms = LONG_MS,
+		.tenant = VMD_TENANT };
+	ProtobufCMessage *r = NULL;
+	char *err = NULL;
+
+	ref.name = (char *)"custom";
+	*(int *)arg = moat_rpc_call(node_b.client, VMD_SERVICE, "PullImage",
+	    &ref.base, &moat__v1__image_info__descriptor, &r, &opts, &err);
+	if (r != NULL)
+		protobuf_c_message_free_unpacked(r, NULL);
+	free(err);
+	return NULL;
+}
+
 /* With default in snapd too, node b (which holds default) pulls custom
  * again reading the shared chunks from its own default. */
 static void
@@ -482,6 +517,27 @@ test_pull_reads_local(void **state)
 	assert_same_image(img_a, img_b, "custom");
 	assert_int_equal(leftovers(img_b), 1); /* custom */
 	moat__v1__image_info__free_unpacked(info, NULL);
+
+	/* Two pulls at once of an image the node lacks: one pull. */
+	assert_int_equal(image_call(&node_b, "RemoveImage", "custom",
+	                     &moat__v1__remove_image_reply__descriptor, NULL),
+	    MOAT_OK);
+	{
+		int before = log_count(&node_b, "image custom pulled");
+		pthread_t t;
+		int rv_other = -1;
+
+		assert_int_equal(pthread_create(&t, NULL, pull_thread,
+		                     &rv_other),
+		    0);
+		assert_int_equal(image_call(&node_b, "PullImage", "custom",
+		                     &moat__v1__image_info__descriptor, NULL),
+		    MOAT_OK);
+		pthread_join(t, NULL);
+		assert_int_equal(rv_other, MOAT_OK);
+		assert_int_equal(log_count(&node_b, "image custom pulled"),
+		    before + 1);
+	}
 }
 
 /* A chunk of rootfs.ext4 with a window of varied bytes (so the window
@@ -593,6 +649,13 @@ test_corrupt_chunk(void **state)
 	                     &moat__v1__image_info__descriptor, NULL),
 	    MOAT_NOT_FOUND);
 	assert_non_null(strstr(vmd_last_err, "moat image push nosuch"));
+	/* snapd down: UNAVAILABLE, and still nothing left. */
+	snapd_stop();
+	assert_int_equal(image_call(&node_c, "PullImage", "custom",
+	                     &moat__v1__image_info__descriptor, NULL),
+	    MOAT_UNAVAILABLE);
+	assert_non_null(strstr(vmd_last_err, "moat-snapd"));
+	assert_int_equal(leftovers(img_c), 0);
 }
 
 static int
