@@ -110,6 +110,7 @@ write_fake_script(void)
 	    "echo 'images: [0.002s] step two' >&2\n"
 	    "if grep -q slow \"$spec\"; then i=0; while [ ! -e %s/release ] "
 	    "&& [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; fi\n"
+	    "if grep -q hang \"$spec\"; then sleep 600; fi\n"
 	    "echo 'some other output'\n"
 	    "t=\"$out/.$name.fake\"; rm -rf \"$t\"; mkdir \"$t\"\n"
 	    "for f in vmlinuz vmlinux initrd.img rootfs.ext4; do "
@@ -765,6 +766,42 @@ test_builds(void **state)
 		                     LONG_MS),
 		    MOAT_INVALID_ARGUMENT);
 	}
+	/* A vmd stop kills a running build's process group and removes
+	 * its directory; the next vmd no longer knows the build. */
+	assert_int_equal(build_start("hung", "[image]\nhang = 1\n", &b),
+	    MOAT_OK);
+	ref.build_id = b->id;
+	ref.from_step = 0;
+	ref.wait_ms = 10000;
+	end = NULL;
+	assert_int_equal(vmd_call(&node_a, "GetImageBuild", &ref.base,
+	                     &moat__v1__image_build__descriptor,
+	                     (ProtobufCMessage **)&end, LONG_MS),
+	    MOAT_OK);
+	assert_true(end->n_steps >= 1);
+	moat__v1__image_build__free_unpacked(end, NULL);
+	assert_true(vmd_procs_mentioning("fake-build.sh") > 0);
+	vmd_stop(&node_a);
+	/* SIGKILL is delivered, not waited for: give the group time. */
+	for (int i = 0; i < 100 && vmd_procs_mentioning("fake-build.sh") > 0;
+	     i++)
+		usleep(50 * 1000);
+	assert_int_equal(vmd_procs_mentioning("fake-build.sh"), 0);
+	{
+		char *dir =
+		    moat_asprintf("%s/node-a/image-builds/%s", root, b->id);
+
+		assert_int_not_equal(access(dir, F_OK), 0);
+		free(dir);
+	}
+	node_start(&node_a, "node-a", img_a);
+	ref.wait_ms = 0;
+	assert_int_equal(vmd_call(&node_a, "GetImageBuild", &ref.base,
+	                     &moat__v1__image_build__descriptor, NULL,
+	                     LONG_MS),
+	    MOAT_NOT_FOUND);
+	assert_non_null(strstr(vmd_last_err, "restarted"));
+	moat__v1__image_build__free_unpacked(b, NULL);
 	ref.build_id = (char *)"build-0-0";
 	assert_int_equal(vmd_call(&node_a, "GetImageBuild", &ref.base,
 	                     &moat__v1__image_build__descriptor, NULL,
