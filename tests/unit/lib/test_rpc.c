@@ -255,6 +255,15 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ "Cordon", h_unimplemented, true, false },
 	{ "SetTimeout", h_unimplemented, true, false },
 	{ "ExecResize", h_unimplemented, true, false },
+	/* Images and archives (issue 17). */
+	{ "StartImageBuild", h_unimplemented, true, false },
+	{ "GetImageBuild", h_unimplemented, false, false },
+	{ "ListImages", h_unimplemented, false, false },
+	{ "PushImage", h_unimplemented, true, false },
+	{ "PullImage", h_unimplemented, true, false },
+	{ "RemoveImage", h_unimplemented, true, false },
+	{ "PutArchive", h_unimplemented, true, false },
+	{ "GetArchive", h_unimplemented, false, false },
 	/* Last: test_missing_row drops it and expects its name. */
 	{ "TraceFs", h_unimplemented, false, false },
 };
