@@ -439,32 +439,47 @@ static char *
 data_loss_text(const char *name, const char *snap_id,
     const Moat__V1__SnapArtifact *art, const char *why)
 {
-	char hex[65];
-	uint64_t n = art->chunk_ids.len / MOAT_CHUNK_ID_LEN;
+	uint64_t n = art->chunk_ids.len / MOAT_CHUNK_ID_LEN, off = UINT64_MAX;
+	char hex[65], *reason = NULL, *text;
+	const char *at;
 
-	if (vmd_image_find_hex_id(why, hex))
-		for (uint64_t i = 0; i < n; i++) {
-			char h[65];
+	/* snapd's text says what to do about a snapshot; only its reason
+	 * ("chunk HEX: ...") fits an image. */
+	if ((at = strstr(why, "chunk ")) != NULL &&
+	    (reason = strndup(at, strcspn(at, ";("))) != NULL) {
+		size_t len = strlen(reason);
 
-			moat_chunk_id_hex((const struct moat_chunk_id
-			                          *)(art->chunk_ids.data +
-			                      i * MOAT_CHUNK_ID_LEN),
-			    h);
-			if (strcmp(h, hex) == 0)
-				return moat_asprintf(
-				    "image %s: chunk %s of %s at offset "
-				    "%" PRIu64
-				    " (moat-snapd entry %s) is corrupt: %s; "
-				    "push the image again from a node that "
-				    "holds it (moat image push %s)",
-				    name, hex, art->name,
-				    i * (uint64_t)art->chunk_size, snap_id,
-				    why, name);
+		while (len > 0 && reason[len - 1] == ' ')
+			reason[--len] = '\0';
+		why = reason;
+	}
+	for (uint64_t i = 0; vmd_image_find_hex_id(why, hex) && i < n; i++) {
+		char h[65];
+
+		moat_chunk_id_hex(
+		    (const struct moat_chunk_id *)(art->chunk_ids.data +
+		        i * MOAT_CHUNK_ID_LEN),
+		    h);
+		if (strcmp(h, hex) == 0) {
+			off = i * (uint64_t)art->chunk_size;
+			break;
 		}
-	return moat_asprintf("image %s: a chunk of %s (moat-snapd entry %s) "
-	                     "is corrupt: %s; push the image again from a "
-	                     "node that holds it (moat image push %s)",
-	    name, art->name, snap_id, why, name);
+	}
+	if (off != UINT64_MAX)
+		text =
+		    moat_asprintf("image %s: chunk %s of %s at offset "
+		                  "%" PRIu64 " (moat-snapd entry %s) is "
+		                  "corrupt (%s): push the image again from "
+		                  "a node that holds it (moat image push %s)",
+		        name, hex, art->name, off, snap_id, why, name);
+	else
+		text = moat_asprintf("image %s: a chunk of %s (moat-snapd "
+		                     "entry %s) is corrupt (%s): push the "
+		                     "image again from a node that holds it "
+		                     "(moat image push %s)",
+		    name, art->name, snap_id, why, name);
+	free(reason);
+	return text;
 }
 
 struct pull_bytes {
