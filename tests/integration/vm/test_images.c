@@ -131,50 +131,13 @@ write_fake_script(void)
 static void
 snapd_start(void)
 {
-	char bin[] = MOAT_VMD_BIN;
-	char *slash = strrchr(bin, '/');
-	char *exe, *log;
-
-	*slash = '\0';
-	exe = moat_asprintf("%s/moat-snapd", bin);
-	log = moat_asprintf("%s.log", snapd_dir);
-	assert_int_equal(moat_mkdir_p(snapd_dir, 0700), 0);
-	snapd_pid = fork();
-	assert_true(snapd_pid >= 0);
-	if (snapd_pid == 0) {
-		if (freopen(log, "a", stderr) == NULL)
-			_exit(126);
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		unsetenv("MOAT_CONFIG");
-		execl(exe, exe, "--state-dir", snapd_dir, "--listen",
-		    snapd_url, (char *)NULL);
-		_exit(127);
-	}
-	free(exe);
-	free(log);
-	for (int i = 0; i < 200; i++) {
-		struct stat st;
-		char *sock = moat_asprintf("%s/snapd.sock", snapd_dir);
-		bool up = stat(sock, &st) == 0;
-
-		free(sock);
-		if (up)
-			break;
-		usleep(50 * 1000);
-	}
-	usleep(200 * 1000);
+	snapd_pid = vmd_snapd_spawn(snapd_dir, snapd_url);
 }
 
 static void
 snapd_stop(void)
 {
-	int status;
-
-	if (snapd_pid <= 0)
-		return;
-	kill(snapd_pid, SIGTERM);
-	waitpid(snapd_pid, &status, 0);
-	snapd_pid = 0;
+	vmd_snapd_stop(&snapd_pid);
 }
 
 /* vmd_spawn's child: TCG, its own image dir (arg), the test's snapd,
