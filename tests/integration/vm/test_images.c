@@ -585,7 +585,20 @@ test_corrupt_chunk(void **state)
 	snapd_stop();
 	assert_true(flip_in_db(win) > 0);
 	snapd_start();
+	/* What a crashed pull or removal left goes at the start. */
+	{
+		char *cmd = moat_asprintf(
+		    "mkdir -p %s/.custom.pull.AbC123 %s/.custom.rm && "
+		    "echo x > %s/.custom.pull.AbC123/rootfs.ext4 && "
+		    "echo x > %s/.custom.rm/vmlinux",
+		    img_c, img_c, img_c, img_c);
+
+		run_or_fail(cmd);
+		free(cmd);
+		assert_int_equal(leftovers(img_c), 2);
+	}
 	node_start(&node_c, "node-c", img_c);
+	assert_int_equal(leftovers(img_c), 0);
 	rv = image_call(&node_c, "PullImage", "custom",
 	    &moat__v1__image_info__descriptor, NULL);
 	fprintf(stderr, "PullImage on node c: %s\n", vmd_last_err);
