@@ -41,6 +41,8 @@
 #include "driver.h"
 #include "egress.h"
 #include "exec.h"
+#include "image_build.h"
+#include "image_store.h"
 #include "lifetime.h"
 #include "metrics.h"
 #include "node.h"
@@ -160,6 +162,7 @@ usage(FILE *f)
 	    "TCG, no security boundary), console-max-kib, "
 	    "exec-output-budget-mib,\n"
 	    "disk-reserve-mib, egress-hosts, egress-max-conns,\n"
+	    "image-build-script, image-build-agent, image-build-timeout-s,\n"
 	    "isolation, jail-uid-base, jail-uid-count, jail-gid,\n"
 	    "vmm-overhead-mib, vmm-pids, vmm-nofile, cgroup-root;\n"
 	    "[firecracker] jailer, jailer-binary,\n"
@@ -226,6 +229,11 @@ vmd_configure_strings(struct vmd_config *cfg, const struct moat_config *c)
 	cfg->driver = cfg_str(c, "driver", "auto");
 	cfg->firecracker_binary = cfg_str(c, "firecracker", "firecracker");
 	cfg->snapd_url = cfg_str(c, "snapd", "");
+	/* "" : found next to the binary when a build starts (image_build.c). */
+	cfg->image_build_script = cfg_str(c, "image-build-script", "");
+	cfg->image_build_agent = cfg_str(c, "image-build-agent", "");
+	if (!cfg->image_build_script || !cfg->image_build_agent)
+		return MOAT_INTERNAL;
 	cfg->ram_dir = cfg_str(c, "ram-dir", "/dev/shm");
 	cfg->snapd_tls_name = cfg_str(c, "snapd-tls-name", "snapd");
 	cfg->survey_tls_name = cfg_str(c, "survey-tls-name", "gateway");
@@ -320,6 +328,8 @@ vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
 	    UINT32_MAX);
 	U64("boot-timeout-ms", VMD_DEFAULT_BOOT_TIMEOUT_MS,
 	    cfg->boot_timeout_ms, 100, 3600000);
+	U64("image-build-timeout-s", 1800, cfg->image_build_timeout_s, 1,
+	    86400);
 	/* No lower bound: 0 turns the spares off. */
 	if ((rv = moat_config_get_u64(c, SECTION, "template-spares", 2, &v,
 	         &errmsg)) != 0) {
@@ -587,6 +597,8 @@ vmd_config_fini(struct vmd_config *cfg)
 	free(cfg->driver);
 	free(cfg->firecracker_binary);
 	free(cfg->snapd_url);
+	free(cfg->image_build_script);
+	free(cfg->image_build_agent);
 	free(cfg->ram_dir);
 	free(cfg->snapd_tls_name);
 	free(cfg->survey_tls_name);
@@ -1051,7 +1063,9 @@ main(int argc, char **argv)
 	if ((rv = vmd_verify_open(&vmd)) != MOAT_OK)
 		goto out;
 	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
-	    (rv = vmd_templates_init(&vmd)) != MOAT_OK) {
+	    (rv = vmd_templates_init(&vmd)) != MOAT_OK ||
+	    (rv = vmd_images_init(&vmd)) != MOAT_OK ||
+	    (rv = vmd_image_builds_init(&vmd)) != MOAT_OK) {
 		moat_error(0, "out of memory");
 		goto out;
 	}
@@ -1092,6 +1106,9 @@ out:
 	vmd_exec_stop();
 	/* After the server: no create can start a build any more. */
 	vmd_templates_fini(&vmd);
+	/* A running image build is killed and its directory removed. */
+	vmd_image_builds_fini(&vmd);
+	vmd_images_fini(&vmd);
 	/* After the server and the template builds: nothing queues or
 	 * settles a push any more; the running one ends, queued ones are
 	 * abandoned (pushed when evicted). */

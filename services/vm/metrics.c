@@ -35,6 +35,7 @@ static struct vmd_metrics {
 	struct moat_histogram *push;
 	struct moat_counter *pushes[2]; /* failed, ok */
 	struct moat_counter *push_stored, *push_logical;
+	struct moat_counter *image_pulls, *image_fetched, *image_local;
 	/* Read at each scrape. */
 	struct moat_gauge *sandboxes[4];
 	struct moat_gauge *vcpus_total, *vcpus_used;
@@ -206,6 +207,16 @@ register_events(struct moat_metrics *reg)
 	m.push_logical =
 	    moat_metrics_counter(reg, "moat_vmd_push_logical_bytes_total",
 	        "Logical size of the snapshots pushed.", NULL);
+	m.image_pulls =
+	    moat_metrics_counter(reg, "moat_vmd_images_pulled_total",
+	        "Images pulled from moat-snapd.", NULL);
+	m.image_fetched = moat_metrics_counter(reg,
+	    "moat_vmd_image_pull_fetched_bytes_total",
+	    "Bytes of image chunks fetched from moat-snapd.", NULL);
+	m.image_local =
+	    moat_metrics_counter(reg, "moat_vmd_image_pull_local_bytes_total",
+	        "Bytes of pulled images' chunks read from this node's images.",
+	        NULL);
 }
 
 /* register_node: the metrics a scrape reads from the node's state. */
@@ -357,6 +368,14 @@ void
 vmd_metrics_snapshot_pause(bool is_template, double ms)
 {
 	moat_histogram_observe(m.pause[is_template], ms / 1000.0);
+}
+
+void
+vmd_metrics_image_pull(uint64_t fetched, uint64_t local)
+{
+	moat_counter_inc(m.image_pulls);
+	moat_counter_add(m.image_fetched, fetched);
+	moat_counter_add(m.image_local, local);
 }
 
 void

@@ -58,6 +58,10 @@ void vmd_metrics_restore(uint64_t ms, bool pulled);
 /* vmd_metrics_snapshot_pause: a snapshot (or a template's) kept its guest
  * paused `ms` milliseconds. */
 void vmd_metrics_snapshot_pause(bool is_template, double ms);
+/* vmd_metrics_image_pull: an image pulled from snapd (image_pull.c),
+ * `fetched` bytes from snapd and `local` read from this node's images. */
+void vmd_metrics_image_pull(uint64_t fetched, uint64_t local);
+
 /* vmd_metrics_push: a push to snapd ended, after `ms`; bytes new to
  * snapd and the snapshot's logical size when `ok`. */
 void vmd_metrics_push(bool ok, uint64_t ms, uint64_t stored_bytes,

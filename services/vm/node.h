@@ -95,6 +95,12 @@ struct vmd_config {
 	                                the state dir that scratch disks may
 	                                never claim (scratch.c) */
 	struct vmd_labels labels;    /* [vmd] labels and --label (labels.h) */
+	/* Image builds (image_build.c): [vmd] image-build-script,
+	 * image-build-agent ("" : found next to the binary) and
+	 * image-build-timeout-s. */
+	char *image_build_script;
+	char *image_build_agent;
+	uint32_t image_build_timeout_s;
 };
 
 /* The accelerator decision (accel.c). mu guards the rest. */
@@ -114,6 +120,8 @@ struct vmd_pushq;
 struct vmd_verify;
 struct vmd_egress_node;
 struct vmd_lifetime_node;
+struct vmd_images;
+struct vmd_image_builds;
 
 /* Extra connections to snapd that pulls spread their requests over. */
 #define VMD_SNAPD_BULK 3
@@ -140,7 +148,9 @@ struct vmd {
 	/* The snapshot key and verified-once cache (verify.c); owned.
 	 * NULL only in unit tests: nothing is sealed or checked. */
 	struct vmd_verify *verify;
-	struct vmd_egress_node *egress; /* egress.c: egress-hosts, events */
+	struct vmd_egress_node *egress;  /* egress.c: egress-hosts, events */
+	struct vmd_images *images;       /* image_pull.c: pulls, chunk index */
+	struct vmd_image_builds *builds; /* image_build.c; owned */
 
 	/* How guest events beyond the agent's own reach whoever handles
 	 * them (exec.c registers itself: vmd_sandbox_set_guest_handler);

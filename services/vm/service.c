@@ -15,6 +15,9 @@
 #include "egress.h"
 #include "exec.h"
 #include "files.h"
+#include "image.h"
+#include "image_build.h"
+#include "image_store.h"
 #include "lifetime.h"
 #include "node.h"
 #include "sandbox.h"
@@ -59,7 +62,16 @@ h_create_sandbox(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	struct sandbox *sb;
 	int rv;
 
+	const Moat__V1__CreateSandboxRequest *req =
+	    (const Moat__V1__CreateSandboxRequest *)request;
+	const char *image = req->image[0] ? req->image : "default";
+
 	if ((rv = vmd_cordon_check(VMD(call), call, "create")) != MOAT_OK)
+		return rv;
+	/* An image this node lacks comes from moat-snapd first (issue 17);
+	 * a bad name or no [vmd] snapd is the create's to report. */
+	if (vmd_image_name_ok(image) &&
+	    (rv = vmd_image_ensure(VMD(call), call, image)) != MOAT_OK)
 		return rv;
 	if ((rv = vmd_sandbox_create(VMD(call), call,
 	         (const Moat__V1__CreateSandboxRequest *)request, &sb)) !=
@@ -428,6 +440,60 @@ h_set_timeout(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    (Moat__V1__Sandbox *)reply);
 }
 
+static int
+h_start_image_build(struct moat_rpc_call *call,
+    const ProtobufCMessage *request, ProtobufCMessage *reply)
+{
+	return vmd_image_build_start(VMD(call), call,
+	    (const Moat__V1__ImageBuildRequest *)request,
+	    (Moat__V1__ImageBuild *)reply);
+}
+
+static int
+h_get_image_build(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_image_build_get(VMD(call), call,
+	    (const Moat__V1__ImageBuildRef *)request,
+	    (Moat__V1__ImageBuild *)reply);
+}
+
+static int
+h_list_images(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_images_list_rpc(VMD(call), call,
+	    (const Moat__V1__ListImagesRequest *)request,
+	    (Moat__V1__ImageList *)reply);
+}
+
+static int
+h_push_image(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_image_push(VMD(call), call,
+	    ((const Moat__V1__ImageRef *)request)->name,
+	    (Moat__V1__ImageInfo *)reply);
+}
+
+static int
+h_pull_image(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_image_pull(VMD(call), call,
+	    ((const Moat__V1__ImageRef *)request)->name,
+	    (Moat__V1__ImageInfo *)reply);
+}
+
+static int
+h_remove_image(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	return vmd_image_remove(VMD(call), call,
+	    ((const Moat__V1__ImageRef *)request)->name,
+	    (Moat__V1__RemoveImageReply *)reply);
+}
+
 /* Auth is the gateway's job: vmd listens where only it can reach. */
 static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "Health", .handler = h_health },
@@ -478,6 +544,14 @@ static const struct moat_rpc_method vm_methods[] = {
 	{ .name = "EgressEvents", .handler = h_egress_events },
 	{ .name = "Cordon", .handler = h_cordon, .mutating = true },
 	{ .name = "SetTimeout", .handler = h_set_timeout, .mutating = true },
+	{ .name = "StartImageBuild",
+	    .handler = h_start_image_build,
+	    .mutating = true },
+	{ .name = "GetImageBuild", .handler = h_get_image_build },
+	{ .name = "ListImages", .handler = h_list_images },
+	{ .name = "PushImage", .handler = h_push_image, .mutating = true },
+	{ .name = "PullImage", .handler = h_pull_image, .mutating = true },
+	{ .name = "RemoveImage", .handler = h_remove_image, .mutating = true },
 };
 
 void

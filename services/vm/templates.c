@@ -378,6 +378,35 @@ tpl_matches(const Moat__V1__LocalSnapshot *m, const struct vmd *vmd,
 	    strcmp(m->vmm, vmd->vmm->name) == 0;
 }
 
+void
+vmd_templates_drop_image(struct vmd *vmd, const char *image)
+{
+	char *root = tpl_root(vmd);
+	struct dirent *de;
+	DIR *d = root ? opendir(root) : NULL;
+
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		Moat__V1__LocalSnapshot *m = NULL;
+		char *dir;
+
+		if (!tpl_name_ok(de->d_name) ||
+		    (dir = moat_asprintf("%s/%s", root, de->d_name)) == NULL)
+			continue;
+		if (vmd_snapshot_read_meta(dir, &m) == 0 &&
+		    strcmp(m->image, image) == 0) {
+			moat_info(0, "template %s removed with its image %s",
+			    m->snapshot_id, image);
+			vmd_snapshot_remove_dir(dir);
+			tpl_spares_forget(vmd, de->d_name);
+		}
+		moat__v1__local_snapshot__free_unpacked(m, NULL);
+		free(dir);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(root);
+}
+
 int
 vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
     const char *accel, char **dir_out, char **id_out)

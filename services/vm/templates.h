@@ -47,4 +47,8 @@ void vmd_template_spares_purge(const char *id);
  * restore). */
 void vmd_template_drop(struct vmd *vmd, const char *dir);
 
+/* vmd_templates_drop_image: removes every template of `image` (its
+ * image is being removed: RemoveImage). */
+void vmd_templates_drop_image(struct vmd *vmd, const char *image);
+
 #endif

@@ -37,6 +37,7 @@ if bash "$repo/deploy/ramfs.sh" up "$ramdir" 4G >/dev/null; then
 fi
 rmdir "$ramdir"
 "$bin/moat-bench-evict" "$images" "$repo/tests/bench/results/evict.json" 10
+"$bin/moat-bench-images" "$images" "$repo/tests/bench/results/images.json" 5
 "$bin/moat-bench-code" "$images" "$repo/tests/bench/results/code.json" 300
 "$bin/moat-bench-isolation" "$images" "$repo/tests/bench/results/isolation.json" 3 200
 "$bin/moat-bench-http" "$repo/tests/bench/results/http.json" 200 5

@@ -275,3 +275,64 @@ vmd_procs_mentioning(const char *needle)
 	closedir(d);
 	return n;
 }
+
+pid_t
+vmd_snapd_spawn(const char *dir, const char *url)
+{
+	Moat__V1__HealthRequest h = MOAT__V1__HEALTH_REQUEST__INIT;
+	struct moat_rpc_opts opts = { .timeout_ms = 500 };
+	struct moat_rpc_client *c = NULL;
+	char bin[] = MOAT_VMD_BIN, *exe, *log, *err = NULL;
+	char *slash = strrchr(bin, '/');
+	int rv = MOAT_UNAVAILABLE;
+	pid_t pid;
+
+	if (slash != NULL)
+		*slash = '\0';
+	exe = moat_asprintf("%s/moat-snapd", slash ? bin : ".");
+	log = moat_asprintf("%s.log", dir);
+	assert_int_equal(moat_mkdir_p(dir, 0700), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (freopen(log, "a", stderr) == NULL)
+			_exit(126);
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		unsetenv("MOAT_CONFIG");
+		execl(exe, exe, "--state-dir", dir, "--listen", url,
+		    (char *)NULL);
+		_exit(127);
+	}
+	free(log);
+	free(exe);
+	assert_int_equal(moat_rpc_client_open(&c, url, &err), 0);
+	for (int i = 0; i < 200 && rv != MOAT_OK; i++) {
+		ProtobufCMessage *reply = NULL;
+
+		free(err);
+		err = NULL;
+		rv = moat_rpc_call(c, "moat.v1.Snapshot", "Health", &h.base,
+		    &moat__v1__health_reply__descriptor, &reply, &opts, &err);
+		if (reply != NULL)
+			protobuf_c_message_free_unpacked(reply, NULL);
+		if (rv != MOAT_OK)
+			usleep(50 * 1000);
+	}
+	moat_rpc_client_close(c);
+	if (rv != MOAT_OK)
+		fail_msg("moat-snapd never answered: %s", err ? err : "?");
+	free(err);
+	return pid;
+}
+
+void
+vmd_snapd_stop(pid_t *pid)
+{
+	int status;
+
+	if (*pid <= 0)
+		return;
+	kill(*pid, SIGTERM);
+	waitpid(*pid, &status, 0);
+	*pid = 0;
+}

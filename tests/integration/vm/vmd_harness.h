@@ -108,4 +108,14 @@ long vmd_rss_kib(pid_t pid);
  * mentions needle. Not for: waiting (poll it). */
 int vmd_procs_mentioning(const char *needle);
 
+/* Starts moat-snapd (next to MOAT_VMD_BIN in the build) on state
+ * directory `dir` (made) listening on `url`, its stderr to <dir>.log,
+ * and polls Health until it answers; fails the test if it does not.
+ * Returns its pid. Not for: a snapd with TLS or a config file. */
+pid_t vmd_snapd_spawn(const char *dir, const char *url);
+
+/* Stops a vmd_snapd_spawn'd snapd with SIGTERM and reaps it; *pid = 0.
+ * No-op when *pid is 0. */
+void vmd_snapd_stop(pid_t *pid);
+
 #endif
