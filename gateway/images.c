@@ -300,11 +300,15 @@ merge_node(Moat__V1__ImageInfo *e, const Moat__V1__ImageInfo *in,
 		e->size_bytes = in->size_bytes;
 	if (e->created_unix_ms == 0)
 		e->created_unix_ms = in->created_unix_ms;
-	for (size_t i = 0; ok && e->n_packages == 0 && i < in->n_packages; i++)
-		ok = str_add(&e->packages, &e->n_packages, in->packages[i]);
-	for (size_t i = 0; ok && e->n_languages == 0 && i < in->n_languages;
-	     i++)
-		ok = str_add(&e->languages, &e->n_languages, in->languages[i]);
+	/* The first copy that has them gives the lists, whole. */
+	if (e->n_packages == 0)
+		for (size_t i = 0; ok && i < in->n_packages; i++)
+			ok = str_add(&e->packages, &e->n_packages,
+			    in->packages[i]);
+	if (e->n_languages == 0)
+		for (size_t i = 0; ok && i < in->n_languages; i++)
+			ok = str_add(&e->languages, &e->n_languages,
+			    in->languages[i]);
 	return ok;
 }
 

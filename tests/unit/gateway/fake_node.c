@@ -458,8 +458,9 @@ image_fill(struct fake_node *fn, Moat__V1__ImageInfo *e, const char *name)
 	e->name = strdup(name);
 	e->id = moat_asprintf("id-of-%s", name);
 	e->size_bytes = 1000;
-	e->packages = calloc(1, sizeof(char *));
+	e->packages = calloc(2, sizeof(char *));
 	e->packages[e->n_packages++] = moat_asprintf("pkg-%s=1", fn->id);
+	e->packages[e->n_packages++] = strdup("libc6=2.36");
 	e->source = strdup("fake");
 }
 

@@ -315,8 +315,9 @@ test_list_merges_snapd_and_nodes(void **state)
 	assert_string_equal(e->snapshot_id, "snap-tools");
 	assert_int_equal(e->stored_bytes, 4000);
 	assert_string_equal(e->id, "id-of-tools"); /* the node's */
-	assert_int_equal(e->n_packages, 1);
+	assert_int_equal(e->n_packages, 2); /* every package, not the first */
 	assert_string_equal(e->packages[0], "pkg-node-b=1");
+	assert_string_equal(e->packages[1], "libc6=2.36");
 	assert_non_null(e = find(l, "stored-only"));
 	assert_int_equal(e->n_nodes, 0);
 	assert_true(e->stored);
