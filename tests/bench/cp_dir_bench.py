@@ -3,7 +3,9 @@
 sandbox of a fresh local stack, for (a) 1,000 small files and (b) those
 plus a 20 MB file, each against plain `moat cp` of one file of the same
 total size (ReadFile/WriteFile); p50/p95 of RUNS runs and the ratios,
-written to tests/bench/results/cp_dir.json. Not a pass/fail test: timings
+written as "cp_dir" into tests/bench/results/images.json (the issue's
+results file; moat-bench-images writes the rest, so run this after it, as
+tests/bench/run.sh does). Not a pass/fail test: timings
 are noisy (and slow under TCG); compare ratios measured side by side.
 
 Usage: cp_dir_bench.py [RUNS]   (MOAT_BIN_DIR, MOAT_IMAGE_DIR as for the
@@ -118,9 +120,15 @@ def main():
                        stderr=subprocess.DEVNULL)
         shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
-    dst = os.path.join(REPO, "tests", "bench", "results", "cp_dir.json")
+    dst = os.path.join(REPO, "tests", "bench", "results", "images.json")
+    try:
+        with open(dst) as f:
+            results = json.load(f)
+    except (OSError, ValueError):
+        results = {}
+    results["cp_dir"] = out
     with open(dst, "w") as f:
-        json.dump(out, f, indent=2)
+        json.dump(results, f, indent=2)
         f.write("\n")
     print(json.dumps(out, indent=2))
 

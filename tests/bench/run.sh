@@ -38,6 +38,7 @@ fi
 rmdir "$ramdir"
 "$bin/moat-bench-evict" "$images" "$repo/tests/bench/results/evict.json" 10
 "$bin/moat-bench-images" "$images" "$repo/tests/bench/results/images.json" 5
+MOAT_IMAGE_DIR=$images python3 "$repo/tests/bench/cp_dir_bench.py" 5 # adds "cp_dir" to images.json
 "$bin/moat-bench-code" "$images" "$repo/tests/bench/results/code.json" 300
 "$bin/moat-bench-isolation" "$images" "$repo/tests/bench/results/isolation.json" 3 200
 "$bin/moat-bench-http" "$repo/tests/bench/results/http.json" 200 5
