@@ -16,10 +16,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "image.h"
@@ -567,6 +569,45 @@ pull_check(struct vmd *vmd, const char *name, const char *tmp,
 	return vmd_image_verify(vmd, base, vid, errmsg);
 }
 
+/* pull_mtimes: gives the pulled files in `dir` the pushing node's mtimes
+ * ("FILE=SEC.NSEC,...", MOAT_IMAGE_LABEL_MTIMES), so that the image's
+ * build stamp matches that node's and its snapshots restore here. An
+ * entry without them (or a name that is no image file) changes nothing:
+ * the image still works, only another node's snapshots of it do not
+ * restore here. */
+static void
+pull_mtimes(const char *dir, const char *list)
+{
+	char *copy = list != NULL ? strdup(list) : NULL, *save = NULL;
+
+	for (char *f = copy ? strtok_r(copy, ",", &save) : NULL; f != NULL;
+	     f = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(f, '='), *end = NULL, *p;
+		struct timespec ts[2];
+		long long sec;
+		long nsec = 0;
+		bool known = false;
+
+		if (eq == NULL)
+			continue;
+		*eq = '\0';
+		for (size_t i = 0; i < VMD_IMAGE_N_FILES; i++)
+			known = known || strcmp(f, vmd_image_files[i]) == 0;
+		sec = strtoll(eq + 1, &end, 10);
+		if (end != NULL && *end == '.')
+			nsec = strtol(end + 1, &end, 10);
+		if (!known || end == NULL || *end != '\0' || nsec < 0 ||
+		    nsec > 999999999)
+			continue;
+		ts[0].tv_sec = ts[1].tv_sec = (time_t)sec;
+		ts[0].tv_nsec = ts[1].tv_nsec = nsec;
+		if ((p = moat_asprintf("%s/%s", dir, f)) != NULL)
+			(void)utimensat(AT_FDCWD, p, ts, AT_SYMLINK_NOFOLLOW);
+		free(p);
+	}
+	free(copy);
+}
+
 /* The pull itself (this thread is the one pulling `name`): entry, files,
  * checks, rename. */
 static int
@@ -613,6 +654,9 @@ pull_do(struct vmd *vmd, struct moat_rpc_call *call, const char *name)
 	for (size_t i = 0; i < info->n_artifacts && rv == MOAT_OK; i++)
 		rv = pull_file(vmd, name, sid, info->artifacts[i], tmp, &b,
 		    &err);
+	if (rv == MOAT_OK)
+		pull_mtimes(tmp,
+		    vmd_image_label(e[n - 1], MOAT_IMAGE_LABEL_MTIMES));
 	if (rv == MOAT_OK)
 		rv = pull_check(vmd, name, tmp, want, &err);
 	if (rv != MOAT_OK)

@@ -280,21 +280,30 @@ push_commit(struct vmd *vmd, const char *name, const char *dir, const char *id,
 	    MOAT__V1__COMMIT_MANIFEST_REQUEST__INIT;
 	Moat__V1__SnapArtifact arts[VMD_IMAGE_N_FILES];
 	Moat__V1__SnapArtifact *ap[VMD_IMAGE_N_FILES];
-	Moat__V1__SnapLabel l[4], *lp[4];
-	const char *kv[4][2] = { { MOAT_IMAGE_LABEL_KIND, MOAT_IMAGE_KIND },
+	Moat__V1__SnapLabel l[5], *lp[5];
+	char mtimes[512] = "";
+	const char *kv[5][2] = { { MOAT_IMAGE_LABEL_KIND, MOAT_IMAGE_KIND },
 		{ MOAT_IMAGE_LABEL_NAME, name }, { MOAT_IMAGE_LABEL_ID, id },
-		{ MOAT_IMAGE_LABEL_SOURCE, source } };
+		{ MOAT_IMAGE_LABEL_SOURCE, source },
+		{ MOAT_IMAGE_LABEL_MTIMES, mtimes } };
 	ProtobufCMessage *reply = NULL;
 	size_t n = 0;
 	int rv = MOAT_OK;
 
 	for (size_t i = 0; i < VMD_IMAGE_N_FILES && rv == MOAT_OK; i++) {
 		char *p = moat_asprintf("%s/%s", dir, vmd_image_files[i]);
+		struct stat st;
 
 		if (p == NULL) {
 			rv = MOAT_INTERNAL;
 			*errmsg = strdup("out of memory");
-		} else if (access(p, F_OK) == 0) {
+		} else if (stat(p, &st) == 0) {
+			size_t used = strlen(mtimes);
+
+			snprintf(mtimes + used, sizeof(mtimes) - used,
+			    "%s%s=%jd.%09ld", used ? "," : "",
+			    vmd_image_files[i], (intmax_t)st.st_mtim.tv_sec,
+			    st.st_mtim.tv_nsec);
 			rv = moat_snap_push_file(vmd->snapd,
 			    MOAT_IMAGES_TENANT, vmd_image_files[i], p,
 			    VMD_IMAGE_CHUNK_SIZE, &arts[n], NULL, errmsg);
@@ -303,7 +312,7 @@ push_commit(struct vmd *vmd, const char *name, const char *dir, const char *id,
 		}
 		free(p);
 	}
-	for (size_t i = 0; i < 4; i++) {
+	for (size_t i = 0; i < 5; i++) {
 		moat__v1__snap_label__init(&l[i]);
 		l[i].key = (char *)kv[i][0];
 		l[i].value = (char *)kv[i][1];
@@ -318,7 +327,7 @@ push_commit(struct vmd *vmd, const char *name, const char *dir, const char *id,
 	req.image_id = (char *)id;
 	req.parent_id = (char *)"";
 	req.labels = lp;
-	req.n_labels = 4;
+	req.n_labels = 5;
 	req.artifacts = ap;
 	req.n_artifacts = n;
 	if (rv == MOAT_OK &&

@@ -19,6 +19,11 @@
 #define MOAT_IMAGE_LABEL_NAME "name"
 #define MOAT_IMAGE_LABEL_ID "image_id" /* SHA-256 hex of manifest.json */
 #define MOAT_IMAGE_LABEL_SOURCE "source"
+/* "FILE=SEC.NSEC,..." of the pushing node's files: a pull gives its
+ * files the same mtimes, so the image's build stamp (size and mtime,
+ * which snapshots and templates are keyed by) is the same on every node
+ * and a snapshot of it restores on any of them. */
+#define MOAT_IMAGE_LABEL_MTIMES "mtimes"
 
 /* The files of an image, as artifact names; manifest.json last. */
 #define MOAT_IMAGE_FILES                                                      \

@@ -260,10 +260,19 @@ assert_same_image(const char *a, const char *b, const char *name)
 		char *pb = moat_asprintf("%s/%s/%s", b, name, files[i]);
 		char ha[65], hb[65];
 
+		struct stat sa, sb;
+
 		if (access(pa, F_OK) == 0) {
 			sha256_file(pa, ha);
 			sha256_file(pb, hb);
 			assert_string_equal(ha, hb);
+			/* The same build stamp (size, mtime) on both nodes:
+			 * snapshots of the image restore on either. */
+			assert_int_equal(stat(pa, &sa), 0);
+			assert_int_equal(stat(pb, &sb), 0);
+			assert_int_equal(sa.st_mtim.tv_sec, sb.st_mtim.tv_sec);
+			assert_int_equal(sa.st_mtim.tv_nsec,
+			    sb.st_mtim.tv_nsec);
 		}
 		free(pa);
 		free(pb);
