@@ -12,15 +12,27 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "moat/status.h"
 #include "moat/util.h"
 
-#define READ_WAIT_MS 500     /* long-poll; also how soon ^C is seen */
+#define READ_WAIT_MS 500 /* long-poll; also how soon ^C is seen */
+/* A program that writes a little at a time would make each long poll
+ * answer at once: a read that brought less than READ_BATCH waits
+ * READ_PACE_MS before the next, so output comes in batches at most 25
+ * reads a second (within the API key's request rate). A read refused by
+ * the rate limit anyway (other calls of the key) is tried again after
+ * the limit's second, up to READ_RETRIES times: a read is idempotent
+ * (offsets), so no output is lost. */
+#define READ_BATCH (64u << 10)
+#define READ_PACE_MS 40
+#define READ_RETRIES 30
 #define CODE_MAX (16u << 20) /* largest program text sent */
 #define EXIT_TIMED_OUT 124
 
@@ -70,6 +82,17 @@ append(uint8_t **buf, size_t *len, const uint8_t *data, size_t n)
 	return 0;
 }
 
+/* sleep_ms: waits ms milliseconds; a signal cuts it short (^C is then
+ * seen at once). */
+static void
+sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000,
+		.tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	(void)nanosleep(&ts, NULL);
+}
+
 /* stream: reads the program's output until it has exited and all output
  * is read, or a signal arrives. With forward_signals, the first signal
  * is passed to the program (it decides) and only a second stops us.
@@ -79,7 +102,8 @@ stream(struct cli *cli, const char *sandbox_id, uint64_t exec_id,
     bool forward_signals, struct stream_result *res, char **errmsg)
 {
 	Moat__V1__ExecReadRequest req = MOAT__V1__EXEC_READ_REQUEST__INIT;
-	int forwarded = 0;
+	int forwarded = 0, retries = 0;
+	bool small;
 	int rv;
 
 	req.sandbox_id = (char *)sandbox_id;
@@ -102,6 +126,14 @@ stream(struct cli *cli, const char *sandbox_id, uint64_t exec_id,
 				return rv;
 		}
 		rv = moat_client_exec_read(cli_client(cli), &req, &r, errmsg);
+		if (rv == MOAT_RESOURCE_EXHAUSTED && *errmsg != NULL &&
+		    strstr(*errmsg, "too many requests") != NULL &&
+		    retries++ < READ_RETRIES) {
+			free(*errmsg);
+			*errmsg = NULL;
+			sleep_ms(1000);
+			continue;
+		}
 		if (rv != MOAT_OK)
 			return rv;
 		if (cli->json) {
@@ -135,7 +167,10 @@ stream(struct cli *cli, const char *sandbox_id, uint64_t exec_id,
 			moat_client_free_msg(r);
 			return MOAT_OK;
 		}
+		small = r->stdout.len + r->stderr.len < READ_BATCH;
 		moat_client_free_msg(r);
+		if (small)
+			sleep_ms(READ_PACE_MS);
 	}
 }
 

@@ -319,6 +319,11 @@ h_exec_read(struct moat_rpc_call *call, const ProtobufCMessage *request,
 		nng_msleep(req->wait_ms < 200 ? req->wait_ms : 200);
 		return MOAT_OK;
 	}
+	/* "ratelimited": the second read is refused as the gateway's rate
+	 * limit refuses it; the client tries it again. */
+	if (n == 1 && strcmp(code, "ratelimited") == 0)
+		return moat_rpc_error(call, MOAT_RESOURCE_EXHAUSTED,
+		    "too many requests with this API key: retry in 1 s");
 	if (n == 0) {
 		set_bytes(&r->stdout, "hello\n");
 		set_bytes(&r->stderr, "warn\n");

@@ -153,6 +153,13 @@ test_run_streams_and_exits_with_code(void **state)
 	assert_int_equal(r.code, 128 + 9);
 	assert_int_equal(fg.destroys, destroys + 3);
 	result_free(&r);
+
+	/* A read refused by the rate limit is tried again: nothing lost. */
+	r = moat(0, 0, "--gateway", fg.url, "run", "-c", "ratelimited", NULL);
+	assert_int_equal(r.code, 3);
+	assert_string_equal(r.out, "hello\n");
+	assert_int_equal(fg.exec_reads, 3);
+	result_free(&r);
 }
 
 static void
