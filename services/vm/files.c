@@ -585,6 +585,7 @@ vmd_archive_get(struct vmd *vmd, struct moat_rpc_call *call,
 		Moat__V1__GuestMessage *msg = NULL;
 		Moat__V1__GuestArchive *ga;
 		uint8_t *grown;
+		bool last;
 
 		greq.op_case = MOAT__V1__GUEST_REQUEST__OP_ARCHIVE_GET;
 		greq.archive_get = &gg;
@@ -630,8 +631,9 @@ vmd_archive_get(struct vmd *vmd, struct moat_rpc_call *call,
 		}
 		reply->size = ga->size;
 		reply->eof = ga->eof;
+		last = reply->eof || ga->data.len == 0;
 		moat__v1__guest_message__free_unpacked(msg, NULL);
-		if (reply->eof || ga->data.len == 0)
+		if (last)
 			break;
 	}
 	vmd_sandbox_put(sb);
