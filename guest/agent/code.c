@@ -1153,10 +1153,18 @@ static const char code_py_reseed[] =
 
 /* Node's: V8's Math.random cannot be reseeded, so it is replaced by a
  * xoshiro128** generator (53-bit doubles from two outputs) seeded from
- * crypto.randomBytes. The driver calls the function with its require. */
+ * /dev/urandom. Not from crypto.randomBytes: that is OpenSSL's generator
+ * in the process, whose state the snapshot holds too, so every copy of a
+ * fork would draw the same seed. The driver calls the function with its
+ * require. */
 static const char code_node_reseed[] =
     "(function (require) {\n"
-    "  const b = require('crypto').randomBytes(16);\n"
+    "  const fs = require('fs'), b = Buffer.alloc(16);\n"
+    "  const fd = fs.openSync('/dev/urandom', 'r');\n"
+    "  try {\n"
+    "    for (let k = 0; k < 16;) k += fs.readSync(fd, b, k, 16 - k, "
+    "null);\n"
+    "  } finally { fs.closeSync(fd); }\n"
     "  const s = new Uint32Array(4);\n"
     "  for (let i = 0; i < 4; i++) s[i] = b.readUInt32LE(4 * i);\n"
     "  if ((s[0] | s[1] | s[2] | s[3]) === 0) s[0] = 1;\n"
