@@ -1184,6 +1184,16 @@ static const char code_node_reseed[] =
     "  return 'Math.random (xoshiro128**)';\n"
     "})\n";
 
+/* code_cmd_drop: forgets what is left to write of a cell (its
+ * interpreter is gone or being killed). */
+static void
+code_cmd_drop(struct agent_code *c)
+{
+	free(c->cmd_buf);
+	c->cmd_buf = NULL;
+	c->cmd_len = c->cmd_off = 0;
+}
+
 /* code_hidden_start: queues the hidden reseed cell of idle context c
  * ("!LEN\n" + code: the driver runs it apart from the cells, counts it
  * nowhere and prints nothing). Returns false when out of memory. */
@@ -1217,6 +1227,7 @@ code_hidden_check(struct agent_code *c, uint64_t id, unsigned *ok)
 
 	if (!code_drop_stale(c)) {
 		c->hidden_wait = false;
+		code_cmd_drop(c);
 		moat_warn(id, "code context \"%s\": not reseeded: %s", c->name,
 		    c->kill_why);
 		return;
@@ -1224,6 +1235,7 @@ code_hidden_check(struct agent_code *c, uint64_t id, unsigned *ok)
 	if ((rv = code_parse_reply(c, &r)) == 0) {
 		if (c->rep_fd < 0) {
 			c->hidden_wait = false;
+			code_cmd_drop(c);
 			moat_warn(id,
 			    "code context \"%s\": not reseeded: its "
 			    "interpreter is gone",
@@ -1236,6 +1248,7 @@ code_hidden_check(struct agent_code *c, uint64_t id, unsigned *ok)
 		c->kill_why = "it wrote garbage on the driver's reply pipe";
 		code_kill(c, SIGKILL);
 		code_close_fd(&c->rep_fd);
+		code_cmd_drop(c);
 		moat_warn(id, "code context \"%s\": not reseeded: %s", c->name,
 		    c->kill_why);
 		return;
@@ -1350,9 +1363,7 @@ agent_code_reseed(struct agent *a, uint64_t id)
 			              "restore";
 			code_kill(c, SIGKILL);
 			code_close_fd(&c->cmd_fd);
-			free(c->cmd_buf);
-			c->cmd_buf = NULL;
-			c->cmd_len = c->cmd_off = 0;
+			code_cmd_drop(c);
 			moat_warn(id,
 			    "code context \"%s\": not reseeded within %d ms "
 			    "and it does not read its cells: killed",
