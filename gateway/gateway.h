@@ -1028,6 +1028,9 @@ struct moat_travel {
 	const struct moat_config *config; /* [tenants] lifetimes; NULL ok */
 	struct moat_admission *adm; /* reservations, quotas (admission.h) */
 	struct moat_drains *drains; /* DrainNode's running drains (drain.c) */
+	bool reseed; /* a restore in place reseeds the code contexts'
+	                random generators (issue 18; a new sandbox always
+	                does) */
 };
 
 /* Where one restored copy runs, and the snapshot id its node gets: the

@@ -2091,6 +2091,7 @@ moat_gateway_travel(struct moat_gateway *gw, struct moat_travel *out)
 	out->config = gw->config;
 	out->adm = gw->adm;
 	out->drains = gw->drains;
+	out->reseed = false;
 }
 
 void

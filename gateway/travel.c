@@ -257,6 +257,7 @@ restore(struct moat_travel *t, const char *snap,
 	req.snapshot_id = (char *)to->snapshot_id;
 	req.tenant = (char *)t->tenant;
 	req.replace_sandbox_id = (char *)replace;
+	req.reseed = t->reseed;
 	if (pulled)
 		snprintf(what, sizeof(what),
 		    "snapshot %.100s (moat-snapd's "
@@ -470,6 +471,7 @@ moat_travel_restore_sandbox(struct moat_rpc_call *call,
 	int rv;
 
 	(void)reply;
+	t.reseed = req->reseed;
 	if (req->snapshot_id[0] == '\0')
 		return moat_rpc_error(call, MOAT_INVALID_ARGUMENT,
 		    "RestoreSandbox: snapshot_id is required: "
@@ -764,6 +766,7 @@ moat_travel_restore_step(struct moat_rpc_call *call,
 	uint64_t step = req->step;
 	int rv;
 
+	t.reseed = req->reseed; /* in place only: a new sandbox reseeds */
 	if ((rv = session_of_request(&t, req->session_id, req->sandbox_id,
 	         call, session_id)) != MOAT_OK)
 		return rv;

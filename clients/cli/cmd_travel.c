@@ -18,7 +18,8 @@
 #include "moat/util.h"
 
 static const char *const usage_restore =
-    "restore SANDBOX --step N|latest [--session S] [--new] [--node NODE]";
+    "restore SANDBOX --step N|latest [--session S] [--new] [--node NODE] "
+    "[--reseed]";
 static const char *const usage_fork =
     "fork SESSION --step N|latest [--count K] [--node NODE]";
 static const char *const usage_replay = "replay SESSION [--until N] [--keep]";
@@ -99,6 +100,7 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 		{ "session", required_argument, NULL, 'S' },
 		{ "new", no_argument, NULL, 'n' },
 		{ "node", required_argument, NULL, 'N' },
+		{ "reseed", no_argument, NULL, 'r' },
 		{ "json", no_argument, NULL, CLI_OPT_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -130,6 +132,11 @@ cmd_restore(struct cli *cli, int argc, char **argv)
 			break;
 		case 'N':
 			req.node = optarg;
+			break;
+		case 'r':
+			/* in place: reseed the code contexts' random
+			 * generators (a new sandbox always does) */
+			req.reseed = true;
 			break;
 		case CLI_OPT_JSON:
 			cli->json = true;

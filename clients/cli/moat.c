@@ -59,8 +59,9 @@ static const struct cli_command commands[] = {
 	    "rank recorded sessions best first; --html writes a report" },
 	{ "restore", cmd_restore,
 	    "restore SANDBOX --step N|latest [--session S] [--new] [--node "
-	    "NODE]",
-	    "bring a sandbox back to a recorded step, from its snapshot" },
+	    "NODE] [--reseed]",
+	    "bring a sandbox back to a recorded step, from its snapshot "
+	    "(--reseed: new random seeds)" },
 	{ "fork", cmd_fork,
 	    "fork SESSION --step N|latest [--count K] [--node NODE]",
 	    "K new sandboxes from one step's snapshot, each recorded" },

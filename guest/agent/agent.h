@@ -293,6 +293,13 @@ int agent_code_timer(struct agent *a, uint64_t now);
  * (the contexts stay). */
 void agent_code_drop_host(struct agent *a);
 
+/* agent_code_reseed: after a restore into a new sandbox (the reset's
+ * `reseed`), every idle context runs a hidden cell (no output, counted
+ * nowhere) that reseeds its language's global random generators from
+ * the kernel's pool; waits for them (at most 5 s in all). Failures are
+ * logged, never fatal. Returns how many contexts were reseeded. */
+unsigned agent_code_reseed(struct agent *a, uint64_t id);
+
 /* agent_code_kill_all: SIGKILLs every context's group (agent exit). */
 void agent_code_kill_all(struct agent *a);
 

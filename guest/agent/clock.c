@@ -4,7 +4,9 @@
  * host's (the guest's clock stood still while the snapshot sat on disk),
  * mix host random bytes into the kernel's pool (every clone of one
  * snapshot starts with the same RNG state: without this they would hand
- * out the same "random" numbers), and take the clone's own hostname. In
+ * out the same "random" numbers), reseed the code contexts' random
+ * generators when asked (code.c: a new sandbox's contexts must not draw
+ * their siblings' numbers), and take the clone's own hostname. In
  * host mode (not PID 1: the agent runs as a process of the host, for
  * tests) none of that is done: the clock, RNG and hostname are the
  * host's, so the request is checked, logged with "host mode: not
@@ -68,6 +70,7 @@ agent_reset_after_restore(struct agent *a, const Moat__V1__GuestRequest *req,
 {
 	const Moat__V1__ResetAfterRestore *r = req->reset;
 	struct timespec ts;
+	unsigned reseeded = 0;
 	size_t hlen;
 	int err;
 
@@ -91,13 +94,17 @@ agent_reset_after_restore(struct agent *a, const Moat__V1__GuestRequest *req,
 	}
 	if (!a->pid1) {
 		/* A test's reset must never set the host's clock or name, nor
-		 * feed its RNG: answer what a guest would, and say so. */
+		 * feed its RNG: answer what a guest would, and say so. The
+		 * code contexts are the agent's own children: they are
+		 * reseeded as in a guest. */
 		moat_info(req->id,
 		    "reset after restore: host mode: not "
 		    "applied (clock %lld.%09lld, %zu bytes of entropy%s%s)",
 		    (long long)(r->unix_ns / 1000000000),
 		    (long long)(r->unix_ns % 1000000000), r->entropy.len,
 		    hlen ? ", hostname " : "", hlen ? r->hostname : "");
+		if (r->reseed)
+			(void)agent_code_reseed(a, req->id);
 		agent_send_ack(a, req->id);
 		return MOAT_OK;
 	}
@@ -127,11 +134,15 @@ agent_reset_after_restore(struct agent *a, const Moat__V1__GuestRequest *req,
 		    strerror(err));
 		return moat_status_from_errno(err);
 	}
+	/* After the entropy: the contexts draw their new seeds from the
+	 * pool this sandbox alone has now. */
+	if (r->reseed)
+		reseeded = agent_code_reseed(a, req->id);
 	moat_info(req->id,
 	    "reset after restore: clock set, %zu bytes of "
-	    "entropy added%s%s",
-	    r->entropy.len, hlen ? ", hostname " : "",
-	    hlen ? r->hostname : "");
+	    "entropy added%s%s, %u code contexts reseeded%s",
+	    r->entropy.len, hlen ? ", hostname " : "", hlen ? r->hostname : "",
+	    reseeded, r->reseed ? "" : " (kept: a restore in place)");
 	agent_send_ack(a, req->id);
 	return MOAT_OK;
 }

@@ -54,7 +54,9 @@
 /* The driver, run as python3 -I -u -c. Replies on fd 4: a line
  * "HAS LEN_RESULT LEN_NAME LEN_VALUE LEN_TRACEBACK\n" and then the four
  * UTF-8 fields back to back. SIGINT is ignored outside a cell, so an
- * interrupt that comes late never kills the driver. */
+ * interrupt that comes late never kills the driver. A header "!LEN"
+ * instead of "LEN" is a hidden cell (agent_code_reseed): run in a
+ * namespace of its own, not numbered, its `result` the reply's. */
 static const char code_py_driver[] =
     "import ast, linecache, os, signal, sys, traceback\n"
     "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
@@ -85,35 +87,47 @@ static const char code_py_driver[] =
     "    line = cmd.readline()\n"
     "    if not line:\n"
     "        break\n"
-    "    src = cmd.read(int(line)).decode('utf-8', 'replace')\n"
-    "    n += 1\n"
+    "    hidden = line[:1] == b'!'\n"
+    "    src = cmd.read(int(line.lstrip(b'!'))).decode('utf-8', "
+    "'replace')\n"
     "    res, en, ev, tb, has = '', '', '', '', 0\n"
-    "    try:\n"
+    "    if hidden:\n"
+    "        h = {'__name__': '__moat__', '__builtins__': __builtins__}\n"
     "        try:\n"
-    "            signal.signal(signal.SIGINT, "
+    "            exec(src, h)\n"
+    "            has, res = 1, cut(str(h.get('result', '')), 4096)\n"
+    "        except BaseException as e:\n"
+    "            en, ev = type(e).__name__, text(e)\n"
+    "            del e\n"
+    "        del h\n"
+    "    else:\n"
+    "      n += 1\n"
+    "      try:\n"
+    "          try:\n"
+    "              signal.signal(signal.SIGINT, "
     "signal.default_int_handler)\n"
-    "            r = run(src, '<cell-%d>' % n)\n"
-    "            if r is not None:\n"
-    "                has, res = 1, r\n"
-    "        finally:\n"
-    "            signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-    "    except BaseException as e:\n"
-    "        t = e.__traceback__\n"
-    "        while t is not None and "
+    "              r = run(src, '<cell-%d>' % n)\n"
+    "              if r is not None:\n"
+    "                  has, res = 1, r\n"
+    "          finally:\n"
+    "              signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "      except BaseException as e:\n"
+    "          t = e.__traceback__\n"
+    "          while t is not None and "
     "t.tb_frame.f_code.co_filename == '<string>':\n"
-    "            t = t.tb_next\n"
-    "        en, ev = type(e).__name__, text(e)\n"
-    "        try:\n"
-    "            tb = cut(''.join(traceback.format_exception("
+    "              t = t.tb_next\n"
+    "          en, ev = type(e).__name__, text(e)\n"
+    "          try:\n"
+    "              tb = cut(''.join(traceback.format_exception("
     "type(e), e, t)), 65536 * 4)\n"
-    "        except BaseException:\n"
-    "            tb = ''\n"
-    "        del e, t\n"
-    "    for f in (sys.stdout, sys.stderr):\n"
-    "        try:\n"
-    "            f.flush()\n"
-    "        except BaseException:\n"
-    "            pass\n"
+    "          except BaseException:\n"
+    "              tb = ''\n"
+    "          del e, t\n"
+    "      for f in (sys.stdout, sys.stderr):\n"
+    "          try:\n"
+    "              f.flush()\n"
+    "          except BaseException:\n"
+    "              pass\n"
     "    p = [x.encode('utf-8', 'replace') for x in (res, en, ev, tb)]\n"
     "    rep.write(('%d %d %d %d %d\\n' % (has, *map(len, p))).encode()"
     " + b''.join(p))\n"
@@ -125,7 +139,9 @@ static const char code_py_driver[] =
  * completion value of the cell is its result (util.inspect). SIGINT
  * interrupts a running cell (breakOnSigint) and is ignored between
  * cells. The driver's own names live in a closure, out of the cells'
- * way. Synchronous code only: a cell's promises are not awaited. */
+ * way. Synchronous code only: a cell's promises are not awaited. A
+ * hidden cell ("!LEN") evaluates to a function, called with the
+ * driver's require; what it returns is the reply's result. */
 static const char code_node_driver[] =
     "globalThis.require = require;\n"
     "(() => {\n"
@@ -151,18 +167,26 @@ static const char code_node_driver[] =
     "for (;;) {\n"
     "  let nl;\n"
     "  while ((nl = pend.indexOf(10)) < 0) more();\n"
-    "  const len = parseInt(pend.subarray(0, nl).toString(), 10);\n"
+    "  const hidden = pend[0] === 33;\n"
+    "  const len = parseInt(pend.subarray(hidden ? 1 : 0, nl).toString(), "
+    "10);\n"
     "  pend = pend.subarray(nl + 1);\n"
     "  while (pend.length < len) more();\n"
     "  const src = pend.subarray(0, len).toString('utf8');\n"
     "  pend = pend.subarray(len);\n"
-    "  n++;\n"
     "  let res = '', en = '', ev = '', tb = '', has = 0;\n"
     "  try {\n"
-    "    const v = vm.runInThisContext(src, { filename: '<cell-' + n "
+    "    if (hidden) {\n"
+    "      has = 1;\n"
+    "      res = text(vm.runInThisContext(src, { filename: '<moat>' "
+    "})(require));\n"
+    "    } else {\n"
+    "      n++;\n"
+    "      const v = vm.runInThisContext(src, { filename: '<cell-' + n "
     "+ '>', breakOnSigint: true });\n"
-    "    if (v !== undefined) { has = 1; res = cut(util.inspect(v), "
+    "      if (v !== undefined) { has = 1; res = cut(util.inspect(v), "
     "262144); }\n"
+    "    }\n"
     "  } catch (e) {\n"
     "    const interrupted = e && e.code === "
     "'ERR_SCRIPT_EXECUTION_INTERRUPTED';\n"
@@ -239,6 +263,10 @@ struct agent_code {
 	uint8_t *rep_buf; /* reply bytes so far, owned */
 	size_t rep_len;
 	struct code_stream out[2]; /* since the last answered run */
+	/* hidden cells (agent_code_reseed): one is awaited now; replies of
+	 * ones given up on, still to be dropped when they come */
+	bool hidden_wait;
+	unsigned hidden_stale;
 };
 
 /* The driver's reply, parsed; the strings point into a copy (owned). */
@@ -246,6 +274,7 @@ struct code_reply {
 	bool has_result;
 	char *field[4]; /* result, name, value, traceback */
 	char *mem;
+	size_t used; /* bytes of rep_buf the reply took */
 };
 
 static void
@@ -669,7 +698,48 @@ code_parse_reply(const struct agent_code *c, struct code_reply *r)
 		p += keep + 1;
 		off += (size_t)len[i];
 	}
+	r->used = need;
 	return 1;
+}
+
+/* code_rep_consume: drops the first n bytes of rep_buf (one reply). */
+static void
+code_rep_consume(struct agent_code *c, size_t n)
+{
+	if (n >= c->rep_len) {
+		free(c->rep_buf);
+		c->rep_buf = NULL;
+		c->rep_len = 0;
+		return;
+	}
+	memmove(c->rep_buf, c->rep_buf + n, c->rep_len - n);
+	c->rep_len -= n;
+}
+
+/* code_drop_stale: drops whole replies of hidden cells given up on.
+ * Returns false when the reply pipe holds garbage (the context is then
+ * killed). */
+static bool
+code_drop_stale(struct agent_code *c)
+{
+	struct code_reply r;
+	int rv;
+
+	while (c->hidden_stale > 0) {
+		if ((rv = code_parse_reply(c, &r)) == 0)
+			return true;
+		if (rv < 0) {
+			c->kill_why =
+			    "it wrote garbage on the driver's reply pipe";
+			code_kill(c, SIGKILL);
+			code_close_fd(&c->rep_fd);
+			return false;
+		}
+		code_rep_consume(c, r.used);
+		free(r.mem);
+		c->hidden_stale--;
+	}
+	return true;
 }
 
 /* code_note_dropped: says in the stream itself that its end was cut. */
@@ -772,7 +842,7 @@ code_check_reply(struct agent *a, struct agent_code *c)
 	struct code_reply r;
 	int rv;
 
-	if (!c->busy)
+	if (!code_drop_stale(c) || !c->busy || c->hidden_wait)
 		return;
 	rv = code_parse_reply(c, &r);
 	if (rv < 0) {
@@ -1054,4 +1124,257 @@ agent_code_kill_all(struct agent *a)
 	for (int i = 0; i < AGENT_CODE_MAX; i++)
 		if (a->code[i] != NULL)
 			code_kill(a->code[i], SIGKILL);
+}
+
+/* ---- reseed after a restore into a new sandbox (issue 18) ---- */
+
+/* What a context's hidden cell has at most to answer a reseed; one that
+ * does not is given up on (its late reply is dropped, see hidden_stale). */
+#define CODE_RESEED_MS 5000
+
+/* Python's hidden reseed cell, run by the driver in a namespace of its
+ * own (no user variable is touched or added): only modules the user's
+ * cells imported (sys.modules) are reseeded, none is imported. The bytes
+ * come from the kernel's pool, which the reset has just fed. */
+static const char code_py_reseed[] =
+    "import os, sys\n"
+    "done = []\n"
+    "m = sys.modules.get('random')\n"
+    "if m is not None and hasattr(m, 'seed'):\n"
+    "    m.seed(os.urandom(32))\n"
+    "    done.append('random')\n"
+    "m = sys.modules.get('numpy.random')\n"
+    "if m is not None and hasattr(m, 'seed'):\n"
+    "    b = os.urandom(32)\n"
+    "    m.seed([int.from_bytes(b[i:i + 4], 'little') "
+    "for i in range(0, 32, 4)])\n"
+    "    done.append('numpy.random')\n"
+    "result = ' '.join(done) or 'nothing to reseed'\n";
+
+/* Node's: V8's Math.random cannot be reseeded, so it is replaced by a
+ * xoshiro128** generator (53-bit doubles from two outputs) seeded from
+ * /dev/urandom. Not from crypto.randomBytes: that is OpenSSL's generator
+ * in the process, whose state the snapshot holds too, so every copy of a
+ * fork would draw the same seed. The driver calls the function with its
+ * require. */
+static const char code_node_reseed[] =
+    "(function (require) {\n"
+    "  const fs = require('fs'), b = Buffer.alloc(16);\n"
+    "  const fd = fs.openSync('/dev/urandom', 'r');\n"
+    "  try {\n"
+    "    for (let k = 0; k < 16;) k += fs.readSync(fd, b, k, 16 - k, "
+    "null);\n"
+    "  } finally { fs.closeSync(fd); }\n"
+    "  const s = new Uint32Array(4);\n"
+    "  for (let i = 0; i < 4; i++) s[i] = b.readUInt32LE(4 * i);\n"
+    "  if ((s[0] | s[1] | s[2] | s[3]) === 0) s[0] = 1;\n"
+    "  const rotl = (x, k) => ((x << k) | (x >>> (32 - k))) >>> 0;\n"
+    "  const next = () => {\n"
+    "    const r = Math.imul(rotl(Math.imul(s[1], 5) >>> 0, 7), 9) >>> "
+    "0;\n"
+    "    const t = (s[1] << 9) >>> 0;\n"
+    "    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];\n"
+    "    s[2] ^= t; s[3] = rotl(s[3], 11);\n"
+    "    return r;\n"
+    "  };\n"
+    "  Math.random = function random() {\n"
+    "    return ((next() >>> 5) * 67108864 + (next() >>> 6)) / "
+    "9007199254740992;\n"
+    "  };\n"
+    "  return 'Math.random (xoshiro128**)';\n"
+    "})\n";
+
+/* code_cmd_drop: forgets what is left to write of a cell (its
+ * interpreter is gone or being killed). */
+static void
+code_cmd_drop(struct agent_code *c)
+{
+	free(c->cmd_buf);
+	c->cmd_buf = NULL;
+	c->cmd_len = c->cmd_off = 0;
+}
+
+/* code_hidden_start: queues the hidden reseed cell of idle context c
+ * ("!LEN\n" + code: the driver runs it apart from the cells, counts it
+ * nowhere and prints nothing). Returns false when out of memory. */
+static bool
+code_hidden_start(struct agent_code *c)
+{
+	const char *src =
+	    strcmp(c->lang, "node") == 0 ? code_node_reseed : code_py_reseed;
+	size_t len = strlen(src);
+	char head[32];
+	int hl = snprintf(head, sizeof(head), "!%zu\n", len);
+
+	if ((c->cmd_buf = malloc((size_t)hl + len)) == NULL)
+		return false;
+	memcpy(c->cmd_buf, head, (size_t)hl);
+	memcpy(c->cmd_buf + hl, src, len);
+	c->cmd_len = (size_t)hl + len;
+	c->cmd_off = 0;
+	c->hidden_wait = true;
+	code_write_cmd(c);
+	return true;
+}
+
+/* code_hidden_check: when c's hidden reply is in, logs it and ends the
+ * wait. */
+static void
+code_hidden_check(struct agent_code *c, uint64_t id, unsigned *ok)
+{
+	struct code_reply r;
+	int rv;
+
+	if (!code_drop_stale(c)) {
+		c->hidden_wait = false;
+		code_cmd_drop(c);
+		moat_warn(id, "code context \"%s\": not reseeded: %s", c->name,
+		    c->kill_why);
+		return;
+	}
+	if ((rv = code_parse_reply(c, &r)) == 0) {
+		if (c->rep_fd < 0) {
+			c->hidden_wait = false;
+			code_cmd_drop(c);
+			moat_warn(id,
+			    "code context \"%s\": not reseeded: its "
+			    "interpreter is gone",
+			    c->name);
+		}
+		return;
+	}
+	c->hidden_wait = false;
+	if (rv < 0) {
+		c->kill_why = "it wrote garbage on the driver's reply pipe";
+		code_kill(c, SIGKILL);
+		code_close_fd(&c->rep_fd);
+		code_cmd_drop(c);
+		moat_warn(id, "code context \"%s\": not reseeded: %s", c->name,
+		    c->kill_why);
+		return;
+	}
+	if (r.field[1][0] != '\0') {
+		moat_warn(id, "code context \"%s\": reseed failed: %s: %s",
+		    c->name, r.field[1], r.field[2]);
+	} else {
+		moat_info(id, "code context \"%s\" (%s) reseeded: %s", c->name,
+		    c->lang, r.field[0]);
+		(*ok)++;
+	}
+	code_rep_consume(c, r.used);
+	free(r.mem);
+}
+
+unsigned
+agent_code_reseed(struct agent *a, uint64_t id)
+{
+	struct pollfd pfd[AGENT_CODE_MAX * 4];
+	int map[AGENT_CODE_MAX * 4];
+	uint64_t deadline = agent_now_ms() + CODE_RESEED_MS;
+	unsigned ok = 0, waiting = 0;
+
+	for (int i = 0; i < AGENT_CODE_MAX; i++) {
+		struct agent_code *c = a->code[i];
+
+		if (c == NULL)
+			continue;
+		if (c->busy || c->cmd_buf != NULL) {
+			/* a cell was running when the snapshot was taken */
+			moat_warn(id,
+			    "code context \"%s\" is running a cell: not "
+			    "reseeded",
+			    c->name);
+			continue;
+		}
+		if (!code_hidden_start(c)) {
+			moat_warn(id,
+			    "code context \"%s\": not reseeded: out of "
+			    "memory",
+			    c->name);
+			continue;
+		}
+		waiting++;
+	}
+	while (waiting > 0) {
+		uint64_t now = agent_now_ms();
+		int n = 0, rv;
+
+		if (now >= deadline)
+			break;
+		for (int i = 0; i < AGENT_CODE_MAX; i++) {
+			struct agent_code *c = a->code[i];
+			int fds[4];
+
+			if (c == NULL || !c->hidden_wait)
+				continue;
+			fds[0] = c->cmd_off < c->cmd_len ? c->cmd_fd : -1;
+			fds[1] = c->rep_fd;
+			fds[2] = c->out_fd[0];
+			fds[3] = c->out_fd[1];
+			for (int w = 0; w < 4; w++) {
+				if (fds[w] < 0)
+					continue;
+				pfd[n].fd = fds[w];
+				pfd[n].events = w == 0 ? POLLOUT : POLLIN;
+				pfd[n].revents = 0;
+				map[n++] = i * 4 + w;
+			}
+		}
+		if (n == 0)
+			break;
+		rv = poll(pfd, (nfds_t)n, (int)(deadline - now));
+		if (rv < 0 && errno != EINTR)
+			break;
+		for (int k = 0; rv > 0 && k < n; k++) {
+			struct agent_code *c = a->code[map[k] / 4];
+			int what = map[k] % 4;
+
+			if (pfd[k].revents == 0)
+				continue;
+			if (what == 0)
+				code_write_cmd(c);
+			else if (what == 1)
+				(void)code_read_reply(c);
+			else
+				code_read_stream(c, what - 2, CODE_DRAIN_MAX);
+		}
+		/* a context whose pipes all closed has nothing to poll */
+		waiting = 0;
+		for (int i = 0; i < AGENT_CODE_MAX; i++) {
+			struct agent_code *c = a->code[i];
+
+			if (c == NULL || !c->hidden_wait)
+				continue;
+			code_hidden_check(c, id, &ok);
+			if (c->hidden_wait)
+				waiting++;
+		}
+	}
+	for (int i = 0; i < AGENT_CODE_MAX; i++) {
+		struct agent_code *c = a->code[i];
+
+		if (c == NULL || !c->hidden_wait)
+			continue;
+		c->hidden_wait = false;
+		if (c->cmd_buf != NULL) {
+			/* it does not even read: nothing can be sent to it
+			 * after a cell cut in half */
+			c->kill_why = "it did not read the reseed after a "
+			              "restore";
+			code_kill(c, SIGKILL);
+			code_close_fd(&c->cmd_fd);
+			code_cmd_drop(c);
+			moat_warn(id,
+			    "code context \"%s\": not reseeded within %d ms "
+			    "and it does not read its cells: killed",
+			    c->name, CODE_RESEED_MS);
+		} else {
+			c->hidden_stale++;
+			moat_warn(id,
+			    "code context \"%s\": not reseeded within %d ms "
+			    "(its answer will be dropped when it comes)",
+			    c->name, CODE_RESEED_MS);
+		}
+	}
+	return ok;
 }

@@ -716,7 +716,7 @@ t_restore(struct tool_ctx *t)
 {
 	char sid[MOAT_MCP_ID_MAX], *errmsg, *text;
 	const char *sb, *node;
-	json_t *reply, *r, *req;
+	json_t *reply, *r, *req, *v;
 	double step = -1;
 	bool bad = false;
 	int rv;
@@ -728,12 +728,19 @@ t_restore(struct tool_ctx *t)
 		    "state before step 1)");
 	OPTIONAL_STRING(sb, "sandbox_id", "the sandbox to restore");
 	OPTIONAL_STRING(node, "node", "the node to restore on");
+	v = json_object_get(t->args, "reseed");
+	if (v != NULL && !json_is_null(v) && !json_is_boolean(v))
+		return tool_error("argument \"reseed\" must be true or false: "
+		                  "true gives the code contexts new random "
+		                  "seeds");
 	if ((rv = session_of(t, sid, sizeof(sid), &errmsg)) != MOAT_OK)
 		return call_error("restore", rv, errmsg);
 	req = json_pack("{s:s, s:I, s:s}", "sessionId", sid, "step",
 	    (json_int_t)step, "sandboxId", sb ? sb : "");
 	if (req != NULL && node != NULL && node[0] != '\0')
 		json_object_set_new(req, "node", json_string(node));
+	if (req != NULL && json_is_true(v))
+		json_object_set_new(req, "reseed", json_true());
 	if ((rv = gw(t, "RestoreStep", req, &reply, &errmsg)) != MOAT_OK)
 		return call_error("restore", rv, errmsg);
 	text = moat_asprintf("restored session %s to step %lld", sid,
@@ -1359,10 +1366,16 @@ static const struct tool tools[] = {
 	    false },
 	{ "restore",
 	    "Bring a sandbox back to a recorded step that has a "
-	    "snapshot (see snapshot and history); in place, same id.",
+	    "snapshot (see snapshot and history); in place, same id. Its "
+	    "code contexts' random generators come back as recorded (the "
+	    "same draws follow) unless reseed is true.",
 	    "{\"type\":\"object\",\"properties\":{"
 	    "\"step\":{\"type\":\"integer\",\"minimum\":0}," SES_PROP
-	    "," SB_PROP "," NODE_PROP "},\"required\":[\"step\"]}",
+	    "," SB_PROP "," NODE_PROP ",\"reseed\":{\"type\":\"boolean\","
+	    "\"default\":false,\"description\":\"new random seeds for "
+	    "the code contexts (python random, numpy.random, node "
+	    "Math.random); a fork's copies always get them\"}},"
+	    "\"required\":[\"step\"]}",
 	    t_restore, false },
 	{ "history", "The recorded steps of a sandbox or session.",
 	    "{\"type\":\"object\",\"properties\":{" SES_PROP "," SB_PROP "}}",

@@ -96,6 +96,10 @@ struct sandbox {
 	                              (egress.h), or NULL: no network */
 	struct vmd_egress *egress; /* its proxy thread while a VMM runs;
 	                              under mu */
+	bool keep_rng;       /* a restore in place or a drain's, not asked to
+	                  reseed: the code contexts keep their recorded
+	                  random generators (issue 18); any other restore
+	                  or clone reseeds them */
 	bool no_egress_port; /* restored from a snapshot taken before every
 	                        VM had the egress port (its network unset):
 	                        its VM has none, nor its snapshots */

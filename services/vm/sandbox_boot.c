@@ -47,7 +47,8 @@ enum boot_outcome {
 };
 
 /* After a restore: lets the paused VMM load its device state and run,
- * then has the agent reset the clock, reseed the RNG and take this
+ * then has the agent reset the clock, reseed the RNG (and, but in a
+ * restore in place, its code contexts' generators) and take this
  * sandbox's name (clones must never share randomness). The agent was
  * connected before the guest ran, so it keeps its session and sends no
  * new AgentReady. Returns 0 or a status with *why (heap). */
@@ -87,6 +88,9 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	reset.entropy.data = entropy;
 	reset.entropy.len = sizeof(entropy);
 	reset.hostname = sb->id.str;
+	/* The code contexts' random generators: reseeded in every new
+	 * sandbox, kept by a restore in place (issue 18). */
+	reset.reseed = !sb->keep_rng;
 	/* This sandbox's egress, not the snapshot's origin's (issue 14). */
 	egress.on = sb->egress_policy != NULL;
 	reset.egress = &egress;

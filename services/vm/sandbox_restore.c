@@ -34,6 +34,7 @@ struct restore {
 	bool acquired;         /* its RAM copy held (snapram) */
 	struct sandbox *old;   /* a restore in place's target, ref */
 	const char *keep_id;   /* a drain's: the clone's id, or NULL */
+	bool reseed;           /* the request's */
 	const char *tenant;    /* the call's (rpc_tenant.h) */
 	uint64_t pulled_bytes; /* from snapd for this restore */
 	bool drop_pulled;      /* pulled here and refused: not kept */
@@ -302,6 +303,11 @@ restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
 		goto oom;
 	/* Taken before every VM had the egress port (issue 14). */
 	sb->no_egress_port = r->meta->network == NULL;
+	/* A new sandbox's code contexts never share their random
+	 * generators' state with the snapshot's other copies; the same
+	 * sandbox brought back (in place, or moved by a drain) keeps the
+	 * recorded state exactly unless the call asks (issue 18). */
+	sb->keep_rng = (r->old != NULL || r->keep_id != NULL) && !r->reseed;
 	sb->pulled_bytes = r->pulled_bytes;
 	if (r->keep_id != NULL) {
 		/* Its directory apart from any the id had before here. */
@@ -362,6 +368,7 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	 * call's tenant's; the clone is too. */
 	if ((rv = moat_rpc_tenant(call, req->tenant, &r.tenant)) != MOAT_OK)
 		return rv;
+	r.reseed = req->reseed;
 	if ((rv = restore_keep_id(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_open(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_find_target(vmd, call, req, &r)) != MOAT_OK ||

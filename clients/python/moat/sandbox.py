@@ -761,19 +761,25 @@ class Sandbox:
 
     def restore(self, step: int,
                 session_id: Optional[str] = None,
-                node: Optional[str] = None) -> Restored:
+                node: Optional[str] = None,
+                reseed: bool = False) -> Restored:
         """restore: brings this sandbox back, in place (same id), to the
         exact state after recorded step `step` of its session (or of
         `session_id`, e.g. the one before an earlier restore; 0: before
         the first step), from that step's snapshot. From then on it
         records into a new branch session (session_id changes). `node`:
         restore on that node (the sandbox then gets a new id there);
-        None: the gateway's placement chooses."""
+        None: the gateway's placement chooses. The code contexts' random
+        generators (python's random, numpy.random, node's Math.random)
+        come back as recorded, so the same draws follow, unless
+        `reseed`: then they get new seeds, as every fork's copy does."""
         sid = session_id or self._need_session("restore")
         body: Dict[str, Any] = {"sessionId": sid, "step": str(int(step)),
                                 "sandboxId": self.id}
         if node:
             body["node"] = str(node)
+        if reseed:
+            body["reseed"] = True
         reply = self._client.call("RestoreStep", body)
         sb = reply.get("sandbox") or {}
         if sb:
@@ -793,7 +799,8 @@ class Sandbox:
         of `session_id`), each recording its own branch. Returns the ones
         that started (ForkResult, a list of Sandbox; destroy them when
         done); those that did not are in .failed. Raises only when none
-        started."""
+        started. Each copy's code contexts get new random seeds, so
+        copies that sample draw different numbers."""
         sid = session_id or self._need_session("fork")
         if step is None:
             steps = self.history(sid, outputs=False)

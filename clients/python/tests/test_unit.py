@@ -488,6 +488,16 @@ class SandboxTest(FakeTest):
         self.assertEqual(sb.session_id, "ses-2")
         self.assertEqual(sb.id, "sb-1")
 
+    def test_restore_reseed(self):
+        self.gw.on("RestoreStep", (200, {
+            "sandbox": SANDBOX, "sessionId": "ses-2",
+            "snapshotId": "snap-a"}))
+        sb = self.sandbox()
+        sb.restore(2, reseed=True)
+        self.assertEqual(self.gw.calls("RestoreStep")[0]["body"], {
+            "sessionId": "ses-1", "step": "2", "sandboxId": "sb-1",
+            "reseed": True})
+
     def test_restore_and_fork_on_a_node(self):
         self.gw.on("RestoreStep", (200, {
             "sandbox": dict(SANDBOX, id="sb-9", nodeId="node-b"),

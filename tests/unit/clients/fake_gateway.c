@@ -171,6 +171,36 @@ gc_snapshot_new(const char *id, const char *where, uint64_t bytes)
 }
 
 /* GcSnapshots: two snapshots (3 MiB), one kept, one node that failed. */
+/* RestoreStep: records what was asked; the sandbox comes back as
+ * "sb-restored" (in place: the one named). */
+static int
+h_restore_step(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	struct fake_gateway *fg = call->service_ctx;
+	const Moat__V1__RestoreStepRequest *req = (const void *)request;
+	Moat__V1__RestoreStepReply *r = (Moat__V1__RestoreStepReply *)reply;
+
+	pthread_mutex_lock(&fg->lock);
+	fg->restores++;
+	snprintf(fg->restore_session, sizeof(fg->restore_session), "%s",
+	    req->session_id);
+	snprintf(fg->restore_sandbox, sizeof(fg->restore_sandbox), "%s",
+	    req->sandbox_id);
+	fg->restore_step = req->step;
+	fg->restore_new = req->new_sandbox;
+	fg->restore_reseed = req->reseed;
+	pthread_mutex_unlock(&fg->lock);
+	r->sandbox = malloc(sizeof(*r->sandbox));
+	moat__v1__sandbox__init(r->sandbox);
+	r->sandbox->id =
+	    strdup(req->sandbox_id[0] ? req->sandbox_id : "sb-restored");
+	r->sandbox->node_id = strdup("node-x");
+	r->session_id = strdup("ses-branch");
+	r->snapshot_id = strdup("snap-node-x-00000000000000aa");
+	return MOAT_OK;
+}
+
 static int
 h_gc(struct moat_rpc_call *call, const ProtobufCMessage *request,
     ProtobufCMessage *reply)
@@ -934,7 +964,7 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "GetStep", h_ok, false, false },
 	{ "ExportSession", h_ok, false, false },
 	{ "DeleteSession", h_delete_session, true, false },
-	{ "RestoreStep", h_ok, true, false },
+	{ "RestoreStep", h_restore_step, true, false },
 	{ "Fork", h_ok, true, false },
 	{ "Replay", h_ok, true, false },
 	{ "Diff", h_diff, false, false },

@@ -57,6 +57,11 @@ struct fake_gateway {
 	char build_node[64];
 	int build_polls;
 	char pushed[64], push_node[64], removed[64];
+	/* The last RestoreStep's (issue 18: reseed). */
+	int restores;
+	char restore_session[64], restore_sandbox[64];
+	uint64_t restore_step;
+	int restore_new, restore_reseed;
 };
 
 /* fake_gateway_start: serves on ipc://<dir>/gateway.sock. */

@@ -488,6 +488,43 @@ test_session_commands(void **state)
 	result_free(&r);
 }
 
+/* restore (issue 18): in place by default, keeping the recorded state;
+ * --reseed asks for new seeds in the code contexts, --new restores into
+ * a new sandbox (which the gateway always reseeds). */
+static void
+test_restore_reseed(void **state)
+{
+	struct result r;
+
+	(void)state;
+	r = moat(0, 0, "--gateway", fg.url, "restore", "sb-rec", "--session",
+	    "ses-rec", "--step", "2", NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(r.out, "sb-rec\n");
+	assert_string_equal(fg.restore_session, "ses-rec");
+	assert_string_equal(fg.restore_sandbox, "sb-rec");
+	assert_int_equal(fg.restore_step, 2);
+	assert_int_equal(fg.restore_reseed, 0);
+	assert_int_equal(fg.restore_new, 0);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "restore", "sb-rec", "--session",
+	    "ses-rec", "--step", "2", "--reseed", NULL);
+	assert_int_equal(r.code, 0);
+	assert_int_equal(fg.restore_reseed, 1);
+	assert_string_equal(fg.restore_sandbox, "sb-rec");
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "restore", "sb-rec", "--session",
+	    "ses-rec", "--step", "1", "--new", NULL);
+	assert_int_equal(r.code, 0);
+	assert_string_equal(r.out, "sb-restored\n");
+	assert_int_equal(fg.restore_new, 1);
+	assert_int_equal(fg.restore_reseed, 0);
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "help", "restore", NULL);
+	assert_non_null(strstr(r.out, "--reseed"));
+	result_free(&r);
+}
+
 /* diff and compare: argument checks, the human and JSON output, and an
  * HTML report that escapes what the sessions hold. */
 static void
@@ -904,6 +941,7 @@ main(void)
 		cmocka_unit_test(test_json_outputs),
 		cmocka_unit_test(test_session_commands),
 		cmocka_unit_test(test_diff_and_compare),
+		cmocka_unit_test(test_restore_reseed),
 		cmocka_unit_test(test_snapshot_retention_commands),
 		cmocka_unit_test(test_node_commands),
 		cmocka_unit_test(test_image_commands),

@@ -156,6 +156,10 @@ snap_handler(struct fake_node *fn, struct moat_rpc_call *call,
 
 		snprintf(fn->last_restore_snap, sizeof(fn->last_restore_snap),
 		    "%s", q->snapshot_id);
+		snprintf(fn->last_restore_replace,
+		    sizeof(fn->last_restore_replace), "%s",
+		    q->replace_sandbox_id);
+		fn->last_restore_reseed = q->reseed;
 		if (snap_find(fn, q->snapshot_id) < 0 &&
 		    !is_snapd_id(q->snapshot_id))
 			return moat_rpc_error(call, MOAT_NOT_FOUND,

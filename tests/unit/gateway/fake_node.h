@@ -80,7 +80,10 @@ struct fake_node {
 	 * "start(pty) write(abc) resize(30x100) close " (Attach). */
 	char exec_log[256];
 	int next_sandbox;
-	int restores;           /* RestoreSandbox calls */
+	int restores; /* RestoreSandbox calls */
+	/* The last RestoreSandbox's in-place target and reseed (issue 18). */
+	char last_restore_replace[128];
+	int last_restore_reseed;
 	int fail_restore_every; /* > 0: every n-th restore fails */
 	int snapshots;          /* SnapshotSandbox calls */
 	int traces;             /* TraceFs calls */

@@ -366,8 +366,25 @@ test_restore_on_other_node(void **state)
 	assert_string_equal(r->sandbox->node_id, "node-a");
 	assert_int_equal(r->sandbox->pulled_bytes, 0);
 	assert_string_equal(E.a.last_restore_snap, local);
+	/* A new sandbox: the node reseeds it by itself (issue 18). */
+	assert_string_equal(E.a.last_restore_replace, "");
+	assert_int_equal(E.a.last_restore_reseed, 0);
 	snprintf(old, sizeof(old), "%s", r->sandbox->id);
 	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+
+	/* In place with reseed: the node is asked to replace and reseed. */
+	req.new_sandbox = false;
+	req.sandbox_id = old;
+	req.reseed = true;
+	r = ok("RestoreStep", &req.base,
+	    &moat__v1__restore_step_reply__descriptor);
+	assert_string_equal(E.a.last_restore_replace, old);
+	assert_int_equal(E.a.last_restore_reseed, 1);
+	snprintf(old, sizeof(old), "%s", r->sandbox->id);
+	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+	req.reseed = false;
+	req.sandbox_id = (char *)"";
+	req.new_sandbox = true;
 
 	/* In place, but on node-b: a new sandbox there, the old one gone. */
 	req.new_sandbox = false;

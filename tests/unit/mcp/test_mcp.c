@@ -373,6 +373,42 @@ test_tool_errors_are_results(void **state)
 	moat_mcp_session_free(s);
 }
 
+/* restore's "reseed" (issue 18) reaches RestoreStep only when true; a
+ * value that is not a boolean reaches no gateway. */
+static void
+test_restore_reseed(void **state)
+{
+	struct moat_mcp_session *s = new_session(NULL);
+	struct fake f = { 0 };
+	json_t *res;
+	(void)state;
+
+	res = call_tool(s, &f, "restore",
+	    "{\"step\":2,\"session_id\":\"ses-1\",\"sandbox_id\":\"sb-1\","
+	    "\"reseed\":true}");
+	assert_false(json_is_true(json_object_get(res, "isError")));
+	json_decref(res);
+	assert_int_equal(f.n, 1);
+	assert_string_equal(f.methods[0], "RestoreStep");
+	assert_true(json_is_true(json_object_get(f.requests[0], "reseed")));
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[0], "sandboxId")),
+	    "sb-1");
+	res = call_tool(s, &f, "restore",
+	    "{\"step\":2,\"session_id\":\"ses-1\",\"sandbox_id\":\"sb-1\"}");
+	json_decref(res);
+	assert_int_equal(f.n, 2);
+	assert_null(json_object_get(f.requests[1], "reseed"));
+	res = call_tool(s, &f, "restore",
+	    "{\"step\":2,\"session_id\":\"ses-1\",\"reseed\":\"yes\"}");
+	assert_true(json_is_true(json_object_get(res, "isError")));
+	assert_non_null(strstr(result_text(res), "reseed"));
+	json_decref(res);
+	assert_int_equal(f.n, 2);
+	fake_reset(&f);
+	moat_mcp_session_free(s);
+}
+
 /* sandbox_create's "allow" becomes CreateSandboxRequest.network (guest
  * egress, issue 14); a bad one reaches no gateway. */
 static void
@@ -769,6 +805,7 @@ main(void)
 		cmocka_unit_test(test_host_paths),
 		cmocka_unit_test(test_allow_dir_must_exist),
 		cmocka_unit_test(test_dir_tools),
+		cmocka_unit_test(test_restore_reseed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
