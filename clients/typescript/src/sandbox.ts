@@ -552,10 +552,12 @@ export class Sandbox {
 
   /** restore: brings this sandbox back, in place, to the state after
    * step `stepIndex` (0: before the first) of its session (or
-   * `sessionId`); it then records into a new branch session. */
-  async restore(stepIndex: number, opts: { sessionId?: string } = {}): Promise<Restored> {
+   * `sessionId`); it then records into a new branch session. The code
+   * contexts keep their recorded random state unless `reseed` (a fork
+   * or a restore into a new sandbox always reseeds). */
+  async restore(stepIndex: number, opts: { sessionId?: string; reseed?: boolean } = {}): Promise<Restored> {
     const sessionId = opts.sessionId ?? (await this.session("restore"));
-    const r = await this.client.call((g) => g.restoreStep({ sessionId, step: BigInt(stepIndex), sandboxId: this.id }));
+    const r = await this.client.call((g) => g.restoreStep({ sessionId, step: BigInt(stepIndex), sandboxId: this.id, reseed: opts.reseed ?? false }));
     if (r.sandbox) this.info = r.sandbox;
     if (r.sessionId) this.sessionId = r.sessionId;
     return { sandboxId: r.sandbox?.id ?? this.id, sessionId: r.sessionId, snapshotId: r.snapshotId };
