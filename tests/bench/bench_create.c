@@ -11,9 +11,14 @@
  * (proto/vm.proto); and of the gateway's and door's share (the client's
  * create minus the node's total). Then the ratio template clone / cold
  * boot, create to first exec, p50, per door (goal: at most 0.08).
- * It starts the stack itself (deploy/moat-stack in a fresh state
- * directory, HTTP on a free port) and purges it at exit. Not a test: it
- * asserts nothing about time. Run as
+ * All that on three stacks side by side, round after round in turn:
+ * guest RAM on a reflink XFS (the local stack's default), the same with
+ * [vmd] template-reflink off (clones copy the template's RAM: the state
+ * before issue 18's cut), and on tmpfs with spare copies
+ * (MOAT_BENCH_CREATE_RAM=NAME runs one of them only).
+ * It starts the stacks itself (deploy/moat-stack in fresh state
+ * directories, HTTP on free ports) and purges them at exit. Not a test:
+ * it asserts nothing about time. Run as
  *   MOAT_IMAGE_DIR=images/out moat-bench-create \
  *     tests/bench/results/create.json [ROUNDS]
  */
@@ -69,8 +74,9 @@ struct reply {
 
 /* One stack under test: where guest RAM lives there, its doors. */
 struct target {
-	const char *name;  /* its key in the results */
-	const char *ramfs; /* MOAT_STACK_RAMFS when it starts */
+	const char *name;    /* its key in the results */
+	const char *ramfs;   /* MOAT_STACK_RAMFS when it starts */
+	const char *reflink; /* MOAT_VMD_TEMPLATE_REFLINK when it starts */
 	const char *what;
 	struct bench_stack s;
 	char auth_header[300];
@@ -379,9 +385,11 @@ target_start(struct target *tg, int rounds)
 	if ((tg->r = calloc(1, sizeof(*tg->r))) == NULL)
 		die("main", "out of memory");
 	setenv("MOAT_STACK_RAMFS", tg->ramfs, 1);
+	setenv("MOAT_VMD_TEMPLATE_REFLINK", tg->reflink, 1);
 	bench_stack_start(&tg->s, "create", MOAT_REPO_DIR, MOAT_BIN_DIR,
 	    false);
 	unsetenv("MOAT_STACK_RAMFS");
+	unsetenv("MOAT_VMD_TEMPLATE_REFLINK");
 	snprintf(tg->auth_header, sizeof(tg->auth_header),
 	    "Authorization: Bearer %s", tg->s.api_key);
 	if ((rv = moat_client_open(&tg->c, tg->s.gateway_url, tg->s.api_key,
@@ -467,18 +475,27 @@ target_json(struct target *tg, int rounds)
 int
 main(int argc, char **argv)
 {
-	struct target tg[2] = {
+	struct target tg[3] = {
 		{ .name = "xfs_reflink",
 		    .ramfs = "1",
+		    .reflink = "on",
 		    .what = "the local stack's default: an XFS with reflinks "
 		            "(deploy/ramfs.sh); a clone's RAM is a reflink of "
-		            "the template's" },
+		            "the template's, kept in the RAM dir" },
+		{ .name = "xfs_copy",
+		    .ramfs = "1",
+		    .reflink = "off",
+		    .what =
+		        "the same XFS, template-reflink off (before issue "
+		        "18): a clone copies the template's RAM from the "
+		        "state dir, which cannot reflink into the RAM dir" },
 		{ .name = "tmpfs_spares",
 		    .ramfs = "0",
+		    .reflink = "on",
 		    .what = "/dev/shm (MOAT_STACK_RAMFS=0): a clone takes a "
 		            "spare copy of the template's RAM, or copies it" },
 	};
-	int n_tg = 2;
+	int n_tg = 3;
 	int rounds = argc > 2 ? atoi(argv[2]) : ROUNDS_DEFAULT;
 	const char *only = getenv("MOAT_BENCH_CREATE_RAM");
 	json_t *out, *stacks;
@@ -490,15 +507,18 @@ main(int argc, char **argv)
 	}
 	if (rounds < 1 || rounds > ROUNDS_MAX)
 		rounds = ROUNDS_DEFAULT;
-	/* MOAT_BENCH_CREATE_RAM=xfs_reflink (or tmpfs_spares): that stack
-	 * only. */
+	/* MOAT_BENCH_CREATE_RAM=xfs_reflink (xfs_copy, tmpfs_spares): that
+	 * stack only. */
 	if (only != NULL && only[0] != '\0') {
-		if (strcmp(only, tg[1].name) == 0)
-			tg[0] = tg[1];
-		else if (strcmp(only, tg[0].name) != 0)
+		int t = 0;
+
+		while (t < n_tg && strcmp(only, tg[t].name) != 0)
+			t++;
+		if (t == n_tg)
 			die("MOAT_BENCH_CREATE_RAM",
-			    "give xfs_reflink or tmpfs_spares (or leave it "
-			    "unset for both, side by side)");
+			    "give xfs_reflink, xfs_copy or tmpfs_spares (or "
+			    "leave it unset for all three, side by side)");
+		tg[0] = tg[t];
 		n_tg = 1;
 	}
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
