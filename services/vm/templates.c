@@ -532,8 +532,10 @@ vmd_template_ram(struct vmd *vmd, const char *id, const char *dir)
 	int fd = -1, in;
 	struct stat st;
 
-	/* template-reflink off (for comparisons): with reflinks, clones
-	 * copy <dir>/ram from the state dir, as before issue 18. */
+	/* template-reflink off (the default): with reflinks, clones copy
+	 * <dir>/ram from the state dir while their VMM starts, which costs
+	 * create -> first exec less than the copy-on-write faults of a
+	 * reflinked RAM (issue 18's create bench). */
 	if (t == NULL || (reflinks && !vmd->cfg.template_reflink))
 		return NULL;
 	pthread_mutex_lock(&t->mu);

@@ -12,9 +12,10 @@
  * create minus the node's total). Then the ratio template clone / cold
  * boot, create to first exec, p50, per door (goal: at most 0.08).
  * All that on three stacks side by side, round after round in turn:
- * guest RAM on a reflink XFS (the local stack's default), the same with
- * [vmd] template-reflink off (clones copy the template's RAM: the state
- * before issue 18's cut), and on tmpfs with spare copies
+ * guest RAM on a reflink XFS (the local stack's RAM dir) with [vmd]
+ * template-reflink on (clones reflink the template's RAM), the same
+ * with it off (the default: clones copy it), and on tmpfs with spare
+ * copies
  * (MOAT_BENCH_CREATE_RAM=NAME runs one of them only).
  * It starts the stacks itself (deploy/moat-stack in fresh state
  * directories, HTTP on free ports) and purges them at exit. Not a test:
@@ -479,16 +480,17 @@ main(int argc, char **argv)
 		{ .name = "xfs_reflink",
 		    .ramfs = "1",
 		    .reflink = "on",
-		    .what = "the local stack's default: an XFS with reflinks "
-		            "(deploy/ramfs.sh); a clone's RAM is a reflink of "
-		            "the template's, kept in the RAM dir" },
+		    .what = "the local stack's RAM dir, an XFS with reflinks "
+		            "(deploy/ramfs.sh), and template-reflink on: a "
+		            "clone's RAM is a reflink of the template's, kept "
+		            "in the RAM dir" },
 		{ .name = "xfs_copy",
 		    .ramfs = "1",
 		    .reflink = "off",
 		    .what =
-		        "the same XFS, template-reflink off (before issue "
-		        "18): a clone copies the template's RAM from the "
-		        "state dir, which cannot reflink into the RAM dir" },
+		        "the same XFS, template-reflink off (the default): "
+		        "a clone copies the template's RAM from the state "
+		        "dir while its VMM starts" },
 		{ .name = "tmpfs_spares",
 		    .ramfs = "0",
 		    .reflink = "on",
