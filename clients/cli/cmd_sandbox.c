@@ -330,6 +330,18 @@ sandbox_get(struct cli *cli, const char *id)
 	    s->vmm_pid);
 	printf("isolation:   %s\n", s->isolation[0] ? s->isolation : "-");
 	printf("boot:        %llu ms\n", (unsigned long long)s->boot_ms);
+	if (s->timings != NULL && s->timings->kind[0] != '\0') {
+		const Moat__V1__CreateTimings *t = s->timings;
+
+		/* Where the node spent the create (CreateTimings). */
+		printf(
+		    "created:     %s in %.0f ms on the node: VMM start %.0f, "
+		    "device state %.0f, agent reset %.0f, boot %.0f\n",
+		    t->kind, t->total_ms,
+		    t->vmm_spawn_ms + t->agent_connect_ms + t->qmp_wait_ms,
+		    t->ram_wait_ms + t->device_load_ms + t->resume_ms,
+		    t->reset_ms, t->boot_wait_ms);
+	}
 	printf("age:         %s\n",
 	    cli_format_age(s->created_unix_ms, age, sizeof(age)));
 	printf("execs:       %u running\n", s->running_execs);

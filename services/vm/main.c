@@ -365,6 +365,8 @@ vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
 	         &cfg->test_hooks, &errmsg)) != 0 ||
 	    (rv = moat_config_get_bool(c, SECTION, "templates", true,
 	         &cfg->templates, &errmsg)) != 0 ||
+	    (rv = moat_config_get_bool(c, SECTION, "template-reflink", false,
+	         &cfg->template_reflink, &errmsg)) != 0 ||
 	    (rv = moat_config_get_bool(c, SECTION, "allow-tcg", false,
 	         &cfg->allow_tcg, &errmsg)) != 0 ||
 	    (rv = moat_config_get_bool(c, SECTION, "stop-sandboxes-on-exit",

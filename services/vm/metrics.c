@@ -30,6 +30,7 @@ static struct vmd_metrics {
 	struct moat_histogram *boot[2];
 	struct moat_counter *boot_failed[2];
 	struct moat_histogram *restore;
+	struct moat_histogram *phase[VMD_PHASE_N];
 	struct moat_counter *restores[2]; /* local, pulled */
 	struct moat_histogram *pause[2];  /* snapshot, template */
 	struct moat_histogram *push;
@@ -48,6 +49,10 @@ static struct vmd_metrics {
 	struct moat_gauge *exec_output;
 	struct moat_counter *expired[2]; /* timeout, idle */
 } m;
+
+static const char *const phase_names[VMD_PHASE_N] = { "total", "prepare",
+	"admit", "disk", "vmm_spawn", "agent_connect", "qmp_wait", "ram_wait",
+	"device_load", "resume", "reset", "boot_wait" };
 
 static const char *const state_names[4] = { "creating", "running", "failed",
 	"stopped" };
@@ -194,6 +199,16 @@ register_events(struct moat_metrics *reg)
 		m.pushes[i] = moat_metrics_counter(reg,
 		    "moat_vmd_pushes_total",
 		    "Snapshots pushed to moat-snapd, by result.", result[i]);
+	}
+	for (int i = 0; i < VMD_PHASE_N; i++) {
+		const char *const label[3] = { "phase", phase_names[i], NULL };
+
+		m.phase[i] = moat_metrics_histogram(reg,
+		    "moat_vmd_create_phase_seconds",
+		    "Where creates and restores spend their time, by phase "
+		    "(CreateTimings in proto/vm.proto; total is the node's "
+		    "whole call).",
+		    label, lat, n_lat);
 	}
 	m.restore = moat_metrics_histogram(reg, "moat_vmd_restore_seconds",
 	    "A RestoreSandbox call answered OK, whole: fetch, verify, "
@@ -343,6 +358,14 @@ void
 vmd_metrics_boot(enum vmd_boot_kind kind, uint64_t ms)
 {
 	moat_histogram_observe_ms(m.boot[kind == VMD_BOOT_RESTORE], ms);
+}
+
+void
+vmd_metrics_create_phases(const double ms[VMD_PHASE_N])
+{
+	for (int i = 0; i < VMD_PHASE_N; i++)
+		if (ms[i] > 0)
+			moat_histogram_observe(m.phase[i], ms[i] / 1000.0);
 }
 
 void

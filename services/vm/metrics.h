@@ -52,6 +52,26 @@ char *vmd_metrics_text(void);
 void vmd_metrics_boot(enum vmd_boot_kind kind, uint64_t ms);
 /* vmd_metrics_boot_failed: a create or restore that did not come up. */
 void vmd_metrics_boot_failed(enum vmd_boot_kind kind);
+/* The phases of moat_vmd_create_phase_seconds, in the order of
+ * vmd_metrics_create_phases's array (CreateTimings). */
+enum {
+	VMD_PHASE_TOTAL,
+	VMD_PHASE_PREPARE,
+	VMD_PHASE_ADMIT,
+	VMD_PHASE_DISK,
+	VMD_PHASE_VMM_SPAWN,
+	VMD_PHASE_AGENT_CONNECT,
+	VMD_PHASE_QMP_WAIT,
+	VMD_PHASE_RAM_WAIT,
+	VMD_PHASE_DEVICE_LOAD,
+	VMD_PHASE_RESUME,
+	VMD_PHASE_RESET,
+	VMD_PHASE_BOOT_WAIT,
+	VMD_PHASE_N
+};
+/* vmd_metrics_create_phases: one create's or restore's phases in ms
+ * (0: the phase did not happen, not observed). */
+void vmd_metrics_create_phases(const double ms[VMD_PHASE_N]);
 /* vmd_metrics_restore: a RestoreSandbox answered OK after `ms` (the
  * whole call: fetch, verify, boot); `pulled` when it pulled from snapd. */
 void vmd_metrics_restore(uint64_t ms, bool pulled);

@@ -58,6 +58,9 @@ struct vmd_config {
 	char *snapd_url;          /* "" : snapshots stay local (no push) */
 	bool templates;           /* creates clone the node's ready
 	                              snapshot of the shape (templates.c) */
+	bool template_reflink;    /* [vmd] template-reflink: with reflinks,
+	                             clones reflink the template's RAM (off,
+	                             the default: they copy it) */
 	uint32_t template_spares; /* ready RAM copies kept per template in
 	                              the RAM dir for clones to take (0:
 	                              none; unused where it has reflinks) */

@@ -699,6 +699,39 @@ vmd_sandbox_destroy_all(struct vmd *vmd)
 
 /* ---- reporting ---- */
 
+/* timings_to_proto: *out, a new CreateTimings of `tm` (heap; freed with
+ * the message). */
+static int
+timings_to_proto(const struct vmd_create_timings *tm,
+    Moat__V1__CreateTimings **out)
+{
+	Moat__V1__CreateTimings *t = malloc(sizeof(*t));
+
+	if (t == NULL)
+		return MOAT_INTERNAL;
+	moat__v1__create_timings__init(t);
+	if ((t->kind = strdup(tm->kind)) == NULL) {
+		free(t);
+		return MOAT_INTERNAL;
+	}
+	t->total_ms = tm->total_ms;
+	t->prepare_ms = tm->prepare_ms;
+	t->admit_ms = tm->admit_ms;
+	t->disk_ms = tm->disk_ms;
+	t->vmm_spawn_ms = tm->vmm_spawn_ms;
+	t->agent_connect_ms = tm->agent_connect_ms;
+	t->qmp_wait_ms = tm->vmm.qmp_wait_ms;
+	t->ram_copy_ms = tm->vmm.ram_copy_ms;
+	t->ram_wait_ms = tm->vmm.ram_wait_ms;
+	t->device_load_ms = tm->vmm.device_load_ms;
+	t->resume_ms = tm->vmm.resume_ms;
+	t->reset_ms = tm->reset_ms;
+	t->boot_wait_ms = tm->boot_wait_ms;
+	t->finish_ms = tm->finish_ms;
+	*out = t;
+	return MOAT_OK;
+}
+
 int
 vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 {
@@ -717,6 +750,11 @@ vmd_sandbox_to_proto(struct sandbox *sb, Moat__V1__Sandbox *msg)
 	msg->idle_timeout_s = sb->life.idle_timeout_s;
 	msg->last_active_unix_ms =
 	    __atomic_load_n(&sb->life.last_active_unix_ms, __ATOMIC_RELAXED);
+	if (sb->timings.kind != NULL && sb->timings.total_ms > 0 &&
+	    timings_to_proto(&sb->timings, &msg->timings) != MOAT_OK) {
+		pthread_mutex_unlock(&sb->mu);
+		return MOAT_INTERNAL;
+	}
 	pthread_mutex_unlock(&sb->mu);
 	msg->id = strdup(sb->id.str);
 	msg->node_id = strdup(vmd->cfg.node_id);

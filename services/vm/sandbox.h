@@ -58,6 +58,15 @@ struct vmd_guest_handler {
 	void (*release)(struct sandbox *sb);
 };
 
+/* The phases of one create or restore, in ms (proto CreateTimings). */
+struct vmd_create_timings {
+	const char *kind; /* "boot", "template", "restore"; NULL: none */
+	double t0;        /* vmd_now_ms_exact() when the call began */
+	double total_ms, prepare_ms, admit_ms, disk_ms, vmm_spawn_ms;
+	double agent_connect_ms, reset_ms, boot_wait_ms, finish_ms;
+	struct moat_vmm_timings vmm; /* resume's (vmm.h) */
+};
+
 struct sandbox {
 	struct sandbox *next; /* vmd->sandboxes, under vmd->mu */
 	struct vmd *vmd;
@@ -110,6 +119,10 @@ struct sandbox {
 	char *failure_reason;         /* heap, once FAILED */
 	char accel[8];
 	uint64_t boot_ms;
+	/* Where the create or restore that made it spent its time
+	 * (CreateTimings; issue 18); the creating thread's until it is
+	 * RUNNING, then read under mu. */
+	struct vmd_create_timings timings;
 
 	/* Facts about the current VMM process and its supervisor thread,
 	 * not the lifecycle: one boot may start several (a retry), and

@@ -64,6 +64,7 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	uint8_t entropy[64];
 	struct timespec now;
 	uint64_t left = 0, t = moat_rpc_now_ms(), t_resumed;
+	double t_resumed_exact;
 	char *err = NULL;
 	int rv;
 
@@ -97,8 +98,10 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_RESET;
 	req.reset = &reset;
 	t_resumed = moat_rpc_now_ms();
+	t_resumed_exact = vmd_now_ms_exact();
 	rv = guest_link_call(link, &req, deadline, &reply, &err);
 	explicit_bzero(entropy, sizeof(entropy));
+	sb->timings.reset_ms = vmd_now_ms_exact() - t_resumed_exact;
 	moat_debug(0,
 	    "sandbox %s: device state loaded and resumed in %" PRIu64
 	    " ms, agent reset in %" PRIu64 " ms",
@@ -265,6 +268,7 @@ boot_spawn(struct sandbox *sb, const struct moat_vmm_spec *spec,
 	}
 	pthread_mutex_lock(&sb->mu);
 	sb->vmm = vm;
+	sb->vmm.timings = &sb->timings.vmm; /* resume's phases */
 	snprintf(sb->accel, sizeof(sb->accel), "%s", spec->accel);
 	if (vmd_thread_create(&sb->supervisor, vmd_sandbox_supervise, sb) == 0)
 		sb->supervisor_running = true;
@@ -384,6 +388,7 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 	enum boot_outcome outcome;
 	struct guest_link *link;
 	uint64_t t0, deadline;
+	double t = vmd_now_ms_exact(), t1;
 
 	*why = NULL;
 	if (!boot_spec_make(sb, accel, snap_dir, &files, &spec)) {
@@ -395,9 +400,13 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 	deadline = t0 + timeout_ms;
 	if ((outcome = boot_spawn(sb, &spec, snap_dir, why)) != BOOT_READY)
 		goto out;
+	t1 = vmd_now_ms_exact();
+	sb->timings.vmm_spawn_ms = t1 - t;
 	outcome = BOOT_FAILED;
 	if (boot_connect(sb, deadline, why) != MOAT_OK)
 		goto out;
+	t = vmd_now_ms_exact();
+	sb->timings.agent_connect_ms = t - t1;
 	if (snap_dir != NULL) {
 		pthread_mutex_lock(&sb->mu);
 		link = sb->link;
@@ -417,6 +426,8 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 		pthread_mutex_unlock(&sb->mu);
 	}
 	outcome = boot_wait_ready(sb, t0, deadline, timeout_ms, why);
+	if (snap_dir == NULL)
+		sb->timings.boot_wait_ms = vmd_now_ms_exact() - t;
 	if (outcome == BOOT_READY && snap_dir == NULL &&
 	    sb->egress_policy != NULL &&
 	    boot_egress_on(sb, deadline, why) != MOAT_OK)
@@ -754,15 +765,64 @@ bring_up_fail(struct moat_rpc_call *call, struct sandbox *sb,
 	return rv;
 }
 
+/* The sandbox runs: its phases end (finish from `t_finish`), go to the
+ * log's "running" line and the phase histograms. */
+static void
+bring_up_timed(struct moat_rpc_call *call, struct sandbox *sb,
+    const char *snap_dir, double t_finish)
+{
+	struct vmd_create_timings *tm = &sb->timings;
+	double now = vmd_now_ms_exact();
+	double ph[VMD_PHASE_N];
+
+	pthread_mutex_lock(&sb->mu);
+	if (tm->kind == NULL)
+		tm->kind = snap_dir ? "restore" : "boot";
+	tm->finish_ms = now - t_finish;
+	tm->total_ms = now - tm->t0;
+	pthread_mutex_unlock(&sb->mu);
+	moat_info(call->request_id,
+	    "sandbox %s: running (%s, pid %d, %s "
+	    "%" PRIu64 " ms; %s %.1f ms: prepare %.1f, admit %.1f, disk %.1f, "
+	    "spawn %.1f, agent connect %.1f, qmp %.1f, ram wait %.1f "
+	    "(copy %.1f), device load %.1f, resume %.1f, reset %.1f, "
+	    "boot wait %.1f, finish %.1f)",
+	    sb->id.str, sb->accel, (int)sb->vmm.pid,
+	    snap_dir ? "restore" : "boot", sb->boot_ms, tm->kind, tm->total_ms,
+	    tm->prepare_ms, tm->admit_ms, tm->disk_ms, tm->vmm_spawn_ms,
+	    tm->agent_connect_ms, tm->vmm.qmp_wait_ms, tm->vmm.ram_wait_ms,
+	    tm->vmm.ram_copy_ms, tm->vmm.device_load_ms, tm->vmm.resume_ms,
+	    tm->reset_ms, tm->boot_wait_ms, tm->finish_ms);
+	ph[VMD_PHASE_TOTAL] = tm->total_ms;
+	ph[VMD_PHASE_PREPARE] = tm->prepare_ms;
+	ph[VMD_PHASE_ADMIT] = tm->admit_ms;
+	ph[VMD_PHASE_DISK] = tm->disk_ms;
+	ph[VMD_PHASE_VMM_SPAWN] = tm->vmm_spawn_ms;
+	ph[VMD_PHASE_AGENT_CONNECT] = tm->agent_connect_ms;
+	ph[VMD_PHASE_QMP_WAIT] = tm->vmm.qmp_wait_ms;
+	ph[VMD_PHASE_RAM_WAIT] = tm->vmm.ram_wait_ms;
+	ph[VMD_PHASE_DEVICE_LOAD] = tm->vmm.device_load_ms;
+	ph[VMD_PHASE_RESUME] = tm->vmm.resume_ms;
+	ph[VMD_PHASE_RESET] = tm->reset_ms;
+	ph[VMD_PHASE_BOOT_WAIT] = tm->boot_wait_ms;
+	vmd_metrics_create_phases(ph);
+}
+
 int
 vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
     struct sandbox *sb, const char *snap_dir, const char *accel,
     enum vmd_bring_up_mode mode, struct sandbox *replace, struct sandbox **out)
 {
+	struct vmd_create_timings *tm = &sb->timings;
 	char *why = NULL;
 	char cur[8];
+	double t;
 	int rv;
 
+	if (tm->t0 == 0)
+		tm->t0 = vmd_now_ms_exact();
+	t = vmd_now_ms_exact();
+	tm->prepare_ms = t - tm->t0;
 	/* No silent TCG (accel.c): refused before anything is made. */
 	vmd_accel_current(vmd, cur);
 	if (vmd_accel_permit(vmd, snap_dir ? accel : cur, &why) != MOAT_OK) {
@@ -773,6 +833,7 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	}
 	if ((rv = bring_up_admit(vmd, call, sb, mode)) != MOAT_OK)
 		return rv;
+	tm->admit_ms = vmd_now_ms_exact() - t;
 	moat_info(call->request_id,
 	    "sandbox %s: %s (image %s, %u vcpus, "
 	    "%u MiB, scratch %" PRIu64 " MiB%s%s)",
@@ -780,8 +841,13 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	    sb->vcpus, sb->memory_mib, sb->scratch_mib,
 	    sb->test_mode ? ", test mode " : "",
 	    sb->test_mode ? sb->test_mode : "");
-	if ((rv = bring_up_disk(vmd, sb, snap_dir, &why)) != MOAT_OK ||
-	    (rv = bring_up_vmm(sb, snap_dir, accel, &why)) != MOAT_OK ||
+	t = vmd_now_ms_exact();
+	if ((rv = bring_up_disk(vmd, sb, snap_dir, &why)) == MOAT_OK)
+		tm->disk_ms = vmd_now_ms_exact() - t;
+	if (rv == MOAT_OK)
+		rv = bring_up_vmm(sb, snap_dir, accel, &why);
+	t = vmd_now_ms_exact();
+	if (rv != MOAT_OK ||
 	    (rv = bring_up_running(vmd, sb, mode, replace, &why)) != MOAT_OK) {
 		vmd_metrics_boot_failed(
 		    snap_dir ? VMD_BOOT_RESTORE : VMD_BOOT_COLD);
@@ -789,11 +855,6 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 		free(why);
 		return rv;
 	}
-	moat_info(call->request_id,
-	    "sandbox %s: running (%s, pid %d, %s "
-	    "%" PRIu64 " ms)",
-	    sb->id.str, sb->accel, (int)sb->vmm.pid,
-	    snap_dir ? "restore" : "boot", sb->boot_ms);
 	vmd_metrics_boot(snap_dir ? VMD_BOOT_RESTORE : VMD_BOOT_COLD,
 	    sb->boot_ms);
 	free(why);
@@ -802,6 +863,7 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	/* A restarted vmd re-adopts what this file names (adopt.h). */
 	if (mode != BRING_UP_HIDDEN)
 		(void)vmd_adopt_save(sb);
+	bring_up_timed(call, sb, snap_dir, t);
 	*out = sb;
 	return MOAT_OK;
 }

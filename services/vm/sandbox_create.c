@@ -19,6 +19,7 @@
 #include "sandbox_boot.h"
 #include "sandbox_create.h"
 #include "templates.h"
+#include "vmhost.h"
 
 /* A create as a clone of the template of `shape` under `accel`: MOAT_OK
  * with *out; MOAT_NOT_FOUND when the create should boot cold instead
@@ -28,7 +29,7 @@
 static int
 sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__CreateSandboxRequest *req, const struct vmd_shape *shape,
-    const char *accel, struct sandbox **out)
+    const char *accel, double t0, struct sandbox **out)
 {
 	struct sandbox *sb;
 	char *tdir = NULL, *tid = NULL;
@@ -44,6 +45,8 @@ sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
+	sb->timings.t0 = t0;
+	sb->timings.kind = "template";
 	sb->ram_source = vmd_template_ram(vmd, tid, tdir);
 	sb->ram_spare = vmd_template_take_spare(vmd, tid);
 	rv = vmd_sandbox_bring_up(vmd, call, sb, tdir, accel, BRING_UP_LISTED,
@@ -82,6 +85,7 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	struct sandbox *sb;
 	bool templated;
 	char accel[8];
+	double t0 = vmd_now_ms_exact();
 	int rv;
 
 	*out = NULL;
@@ -121,11 +125,13 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 	    vmd->vmm->snapshot != NULL;
 	vmd_accel_current(vmd, accel);
 	if (templated && accel[0] != '\0' &&
-	    (rv = sandbox_create_templated(vmd, call, req, &shape, accel,
+	    (rv = sandbox_create_templated(vmd, call, req, &shape, accel, t0,
 	         out)) != MOAT_NOT_FOUND)
 		return rv;
 	if ((sb = vmd_sandbox_alloc(vmd, req, image, test_mode)) == NULL)
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
+	sb->timings.t0 = t0;
+	sb->timings.kind = "boot";
 	rv = vmd_sandbox_bring_up(vmd, call, sb, NULL, NULL, BRING_UP_LISTED,
 	    NULL, out);
 	/* The first cold boot of a shape makes its template, after this

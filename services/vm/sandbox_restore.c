@@ -26,6 +26,7 @@
 #include "snapram.h"
 #include "snapshot.h"
 #include "verify.h"
+#include "vmhost.h"
 
 /* What one restore holds while it runs (restore_done frees it). */
 struct restore {
@@ -361,6 +362,7 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	struct restore r = { 0 };
 	struct sandbox *sb = NULL;
 	uint64_t t0 = moat_rpc_now_ms();
+	double t0_exact = vmd_now_ms_exact();
 	int rv;
 
 	*out = NULL;
@@ -375,6 +377,8 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 	    (rv = restore_request(vmd, call, req, &r)) != MOAT_OK ||
 	    (rv = restore_alloc(vmd, call, &r, &sb)) != MOAT_OK)
 		goto out;
+	sb->timings.t0 = t0_exact;
+	sb->timings.kind = "restore";
 	if (sb->no_egress_port && sb->egress_policy != NULL) {
 		rv = moat_rpc_error(call, MOAT_FAILED_PRECONDITION,
 		    "snapshot %s was taken before snapshots kept guest "

@@ -505,18 +505,38 @@ tpl_ram_add(struct vmd_templates *t, const char *id, int fd)
 	return have;
 }
 
+/* A file for a template's RAM where clones are made: with reflinks an
+ * unlinked file in the RAM dir (a clone's RAM file reflinks it; the
+ * template's own <dir>/ram is on the state dir's filesystem, which
+ * cannot reflink into the RAM dir, so each clone would copy it), else
+ * memory (memfd). -1 on failure. */
+static int
+tpl_ram_open(const char *id, bool reflinks)
+{
+	int fd;
+
+	if (reflinks &&
+	    (fd = open(vmd_ram_dir(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600)) >=
+	        0)
+		return fd;
+	return memfd_create(id, MFD_CLOEXEC);
+}
+
 char *
 vmd_template_ram(struct vmd *vmd, const char *id, const char *dir)
 {
 	struct vmd_templates *t = vmd->templates;
+	bool reflinks = vmd_ram_dir_reflinks();
 	struct tpl_ram *r;
 	char *path;
 	int fd = -1, in;
 	struct stat st;
 
-	/* With reflinks <dir>/ram clones in no time; a copy in memory could
-	 * only be copied. */
-	if (t == NULL || vmd_ram_dir_reflinks())
+	/* template-reflink off (the default): with reflinks, clones copy
+	 * <dir>/ram from the state dir while their VMM starts, which costs
+	 * create -> first exec less than the copy-on-write faults of a
+	 * reflinked RAM (issue 18's create bench). */
+	if (t == NULL || (reflinks && !vmd->cfg.template_reflink))
 		return NULL;
 	pthread_mutex_lock(&t->mu);
 	for (r = t->rams; r != NULL; r = r->next)
@@ -524,7 +544,8 @@ vmd_template_ram(struct vmd *vmd, const char *id, const char *dir)
 			fd = r->fd;
 	pthread_mutex_unlock(&t->mu);
 	if (fd < 0) {
-		/* First use since vmd started: load it into memory once. */
+		/* First use since vmd started: load it into memory (or the
+		 * RAM dir's filesystem) once. */
 		char *file = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, dir);
 		int mem = -1;
 
@@ -533,7 +554,7 @@ vmd_template_ram(struct vmd *vmd, const char *id, const char *dir)
 		if (in < 0)
 			return NULL;
 		if (fstat(in, &st) != 0 ||
-		    (mem = memfd_create(id, MFD_CLOEXEC)) < 0 ||
+		    (mem = tpl_ram_open(id, reflinks)) < 0 ||
 		    ftruncate(mem, st.st_size) != 0 ||
 		    vmd_copy_extents(in, mem, NULL) != 0) {
 			if (mem >= 0)

@@ -61,6 +61,16 @@ struct vmd_console;
 
 /* One VMM process. Filled by `start`; the strings are heap memory owned
  * by the struct and freed by `release`. */
+/* Where a restore's resume spent its time (ms), filled by a driver that
+ * measures it when moat_vmm.timings is set (CreateTimings, issue 18). */
+struct moat_vmm_timings {
+	double qmp_wait_ms;    /* until the VMM's control socket answered */
+	double ram_copy_ms;    /* the RAM copy's own time (overlaps) */
+	double ram_wait_ms;    /* resume blocked waiting for the copy */
+	double device_load_ms; /* migrate-incoming until loaded */
+	double resume_ms;      /* cont */
+};
+
 struct moat_vmm {
 	pid_t pid;          /* 0 when not started */
 	char *agent_socket; /* where connect_agent connects */
@@ -85,6 +95,9 @@ struct moat_vmm {
 	 * keeps it (adopt.h) and adopt gets it back as spec->adopt_info.
 	 * Heap, freed by release and detach; NULL: none. */
 	char *adopt_info;
+	/* Where resume writes its phases (the sandbox's; not owned), or
+	 * NULL: not measured. */
+	struct moat_vmm_timings *timings;
 };
 
 /* What `snapshot` wrote into a snapshot directory, and how long the

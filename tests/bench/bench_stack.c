@@ -13,8 +13,12 @@
 
 #include "bench_stack.h"
 
+#define STACKS_MAX 4
+
 static const char *stack_repo;
-static char stack_state[64];
+/* Every stack this program started, purged at exit. */
+static char stack_state[STACKS_MAX][64];
+static int n_stacks;
 
 void
 bench_stack_die(const char *what, const char *detail)
@@ -38,9 +42,13 @@ stack(const char *verb)
 static void
 purge_at_exit(void)
 {
-	if (stack("purge") != 0)
-		fprintf(stderr, "bench: purge of %s failed\n", stack_state);
-	rmdir(stack_state);
+	for (int i = 0; i < n_stacks; i++) {
+		setenv("MOAT_STATE_DIR", stack_state[i], 1);
+		if (stack("purge") != 0)
+			fprintf(stderr, "bench: purge of %s failed\n",
+			    stack_state[i]);
+		rmdir(stack_state[i]);
+	}
 }
 
 /* free_port: a TCP port on 127.0.0.1 that nothing listens on now. */
@@ -81,13 +89,17 @@ bench_stack_start(struct bench_stack *s, const char *name, const char *repo,
 	char path[512], addr[32], comm[32];
 
 	memset(s, 0, sizeof(*s));
+	if (n_stacks == STACKS_MAX)
+		bench_stack_die("stack", "too many stacks in one bench");
 	stack_repo = repo;
 	snprintf(s->state_dir, sizeof(s->state_dir),
 	    "/tmp/moat-bench-%s.XXXXXX", name);
 	if (mkdtemp(s->state_dir) == NULL)
 		bench_stack_die("mkdtemp", s->state_dir);
-	snprintf(stack_state, sizeof(stack_state), "%s", s->state_dir);
-	atexit(purge_at_exit);
+	snprintf(stack_state[n_stacks], sizeof(stack_state[0]), "%s",
+	    s->state_dir);
+	if (n_stacks++ == 0)
+		atexit(purge_at_exit);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", free_port());
 	snprintf(s->http_base, sizeof(s->http_base), "http://%s", addr);
 	setenv("MOAT_STATE_DIR", s->state_dir, 1);

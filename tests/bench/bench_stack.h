@@ -22,7 +22,10 @@ struct bench_stack {
 /* bench_stack_start: starts the stack for bench `name` (the temporary
  * directory's name) from the repository at `repo` with the binaries of
  * `bin_dir` (MOAT_BIN_DIR wins); with_grpc: the gRPC door too. Exits
- * the program, saying why, when the stack does not start. */
+ * the program, saying why, when the stack does not start. Up to 4
+ * stacks may run side by side (each call starts one with the
+ * environment of that moment, e.g. MOAT_STACK_RAMFS); all are purged at
+ * exit. */
 void bench_stack_start(struct bench_stack *s, const char *name,
     const char *repo, const char *bin_dir, bool with_grpc);
 

@@ -44,3 +44,11 @@ MOAT_IMAGE_DIR=$images python3 "$repo/tests/bench/cp_dir_bench.py" 5 # adds "cp_
 "$bin/moat-bench-http" "$repo/tests/bench/results/http.json" 200 5
 "$bin/moat-bench-sessiond" "$repo/tests/bench/results/sessiond.json"
 "$bin/moat-bench-snapd" "$repo/tests/bench/results/snapd.json"
+# Where create time goes (issue 18): clones vs cold boots through both
+# doors, the node's phases, on two stacks side by side (guest RAM on a
+# reflink XFS and on tmpfs with spares).
+"$bin/moat-bench-create" "$repo/tests/bench/results/create.json" 10
+# Every result as PNG charts in results/plots (Debian's matplotlib, so
+# /usr/bin/python3; deploy/install-deps.sh --bench installs it).
+/usr/bin/python3 "$repo/tests/bench/plot.py" "$repo/tests/bench/results" ||
+	echo "run.sh: plot.py skipped some results (above)" >&2

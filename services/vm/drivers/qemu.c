@@ -1156,6 +1156,8 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 {
 	struct qmp q = { .fd = -1 };
 	uint64_t deadline = moat_rpc_now_ms() + timeout_ms;
+	struct moat_vmm_timings tm = { 0 };
+	double t = vmd_now_ms_exact(), t1;
 	char *state =
 	    moat_asprintf("%s/" MOAT_VMM_SNAP_DEVICE_STATE, snap_dir);
 	json_t *args = json_pack("{s:s}", "uri", "fd:" QEMU_STATE_FD);
@@ -1186,9 +1188,15 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 	}
 	if (rv != MOAT_OK)
 		goto out;
+	t1 = vmd_now_ms_exact();
+	tm.qmp_wait_ms = t1 - t;
 	{
 		struct qemu_ram_copy *rc = vm->driver_data;
 		int err = ram_copy_join(rc);
+
+		t = vmd_now_ms_exact();
+		tm.ram_wait_ms = t - t1;
+		tm.ram_copy_ms = rc != NULL ? rc->ms : 0;
 
 		if (err != 0) {
 			*errmsg = moat_asprintf("cannot copy the snapshot's "
@@ -1225,7 +1233,12 @@ qemu_resume(const struct moat_vmm *vm, const char *snap_dir,
 		}
 		usleep(QEMU_MIGRATE_POLL_US);
 	}
+	t1 = vmd_now_ms_exact();
+	tm.device_load_ms = t1 - t;
 	rv = qmp_run(&q, "cont", NULL, NULL, errmsg);
+	tm.resume_ms = vmd_now_ms_exact() - t1;
+	if (vm->timings != NULL)
+		*vm->timings = tm;
 out:
 	json_decref(args);
 	qmp_close(&q);
