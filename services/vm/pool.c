@@ -7,6 +7,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,10 @@
 #define POOL_MAX_FAILURES 3
 /* How often the refill thread looks for templates that are gone. */
 #define POOL_SWEEP_MS 5000
+/* A refill waits this long after the last create that used the pool
+ * ended, so it does not compete for the host's CPUs with the new
+ * sandbox's first steps (its first exec comes right after). */
+#define POOL_SETTLE_MS 500
 
 struct pool_slot {
 	struct pool_slot *next;
@@ -61,6 +66,7 @@ struct vmd_pool {
 	pthread_cond_t cv;  /* a pool to refill, or stopping */
 	struct pool_tpl *tpls;
 	uint32_t want;
+	uint64_t quiet_at; /* no refill before (monotonic ms) */
 	bool stopping;
 	bool thread_on;
 	pthread_t thread;
@@ -376,6 +382,10 @@ pool_main(void *arg)
 		char *why = NULL;
 		int rv;
 
+		if (t != NULL && moat_rpc_now_ms() < p->quiet_at) {
+			(void)vmd_cond_wait_until(&p->cv, &p->mu, p->quiet_at);
+			continue;
+		}
 		if (t == NULL) {
 			struct pool_slot *gone;
 
@@ -491,6 +501,7 @@ vmd_pool_want(struct vmd *vmd, const char *tid, const char *tdir,
 		t->next = p->tpls;
 		p->tpls = t;
 	}
+	p->quiet_at = moat_rpc_now_ms() + POOL_SETTLE_MS;
 	pool_kick(p);
 	pthread_mutex_unlock(&p->mu);
 }
@@ -525,8 +536,8 @@ vmd_pool_take(struct vmd *vmd, const char *tid, struct sandbox *sb)
 		}
 		slot = s;
 	}
-	if (t != NULL)
-		pool_kick(p);
+	/* No refill while this create runs (vmd_pool_want after it). */
+	p->quiet_at = UINT64_MAX;
 	pthread_mutex_unlock(&p->mu);
 	slots_discard(vmd, dead);
 	vmd_metrics_vmm_pool(slot != NULL);

@@ -43,14 +43,17 @@ int vmd_pool_init(struct vmd *vmd) __attribute__((warn_unused_result));
 void vmd_pool_fini(struct vmd *vmd);
 
 /* vmd_pool_want: template `tid` (directory `tdir`, of `shape` under
- * `accel`) is in use: keep its pool full (in the background). */
+ * `accel`) is in use: keep its pool full, in the background, starting
+ * a little after this call (call it once a create has ended, so the
+ * refill does not compete with it). */
 void vmd_pool_want(struct vmd *vmd, const char *tid, const char *tdir,
     const struct vmd_shape *shape, const char *accel);
 
 /* vmd_pool_take: gives sb (a fresh vmd_sandbox_alloc clone of template
  * `tid`) a pooled VMM of that template when one is ready: sb takes its
  * id and directory (sb->pooled, sb->from_pool set). Counts a hit or a
- * miss. False when none (then sb is unchanged). */
+ * miss. No refill starts until the next vmd_pool_want. False when
+ * none (then sb is unchanged). */
 bool vmd_pool_take(struct vmd *vmd, const char *tid, struct sandbox *sb);
 
 /* vmd_pool_forget: template `tid` is gone: its pooled VMMs are killed

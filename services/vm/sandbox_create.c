@@ -55,10 +55,11 @@ sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
 		    sb->test_mode == NULL && vmd_pool_take(vmd, tid, sb);
 		if (!pooled)
 			sb->ram_spare = vmd_template_take_spare(vmd, tid);
-		/* The template is in use: keep its pool full. */
-		vmd_pool_want(vmd, tid, tdir, shape, accel);
 		rv = vmd_sandbox_bring_up(vmd, call, sb, tdir, accel,
 		    BRING_UP_LISTED, NULL, out);
+		/* The template is in use: keep its pool full (after the
+		 * create, not competing with it). */
+		vmd_pool_want(vmd, tid, tdir, shape, accel);
 		pthread_mutex_lock(&vmd->mu);
 		stopping = vmd->shutting_down;
 		pthread_mutex_unlock(&vmd->mu);

@@ -243,6 +243,10 @@ test_fill_take_refill(void **state)
 	    strcmp(sb->id.str, ids[1]) == 0);
 	assert_non_null(strstr(sb->dir, sb->id.str));
 	taken = sb->pooled->pid;
+	/* No refill until the create ends (vmd_pool_want). */
+	usleep(100 * 1000);
+	assert_int_equal(reg_list(e, ids2, pids2, 8), 1);
+	want_tpl(e);
 	assert_int_equal(wait_reg(e, 2, ids2, pids2), 2);
 	for (int i = 0; i < 2; i++) {
 		assert_string_not_equal(ids2[i], sb->id.str);
