@@ -26,8 +26,10 @@
 #include "sandbox.h"
 #include "sandbox_boot.h"
 #include "snapshot.h"
+#include "snapshot_meta.h"
 #include "sync.h"
 #include "templates.h"
+#include "verify.h"
 #include "vmm.h"
 
 /* A template whose pooled starts failed this many times in a row gets
@@ -39,6 +41,9 @@
  * ended, so it does not compete for the host's CPUs with the new
  * sandbox's first steps (its first exec comes right after). */
 #define POOL_SETTLE_MS 500
+/* Snapshots with a pool at a time (the most recently restored): each
+ * costs vmm-pool copies of its RAM, and an agent takes many. */
+#define POOL_MAX_SNAPSHOTS 4
 
 struct pool_slot {
 	struct pool_slot *next;
@@ -51,6 +56,9 @@ struct pool_slot {
  * be making a slot for it when it is forgotten). */
 struct pool_tpl {
 	struct pool_tpl *next;
+	bool snapshot;      /* a snapshot's (restores), else a template's */
+	uint64_t wanted_ms; /* last vmd_pool_want: the oldest snapshot's
+	                       pool goes first */
 	char *tid, *tdir, *image;
 	uint32_t vcpus, memory_mib;
 	uint64_t scratch_mib;
@@ -230,6 +238,7 @@ slots_discard(struct vmd *vmd, struct pool_slot *s)
 
 /* What one refill makes: a copy of its template's fields. */
 struct pool_job {
+	bool snapshot;
 	char *tid, *tdir, *image;
 	uint32_t vcpus, memory_mib;
 	uint64_t scratch_mib;
@@ -269,7 +278,23 @@ pool_make(struct vmd *vmd, const struct pool_job *job, struct pool_slot **out,
 		goto fail;
 	}
 	snprintf(slot->id, sizeof(slot->id), "%s", sb->id.str);
-	sb->ram_source = vmd_template_ram(vmd, job->tid, job->tdir);
+	if (job->snapshot) {
+		/* As a restore does, before any VMM reads its files. */
+		Moat__V1__LocalSnapshot *meta = NULL;
+
+		if ((e = vmd_snapshot_read_meta(job->tdir, &meta)) != 0) {
+			*why = moat_asprintf("cannot read snapshot %s: %s",
+			    job->tid, strerror(e));
+			goto fail;
+		}
+		rv = vmd_snapshot_verify(vmd, NULL, meta, job->tdir, why);
+		moat__v1__local_snapshot__free_unpacked(meta, NULL);
+		if (rv != MOAT_OK)
+			goto fail;
+		rv = MOAT_INTERNAL;
+	} else {
+		sb->ram_source = vmd_template_ram(vmd, job->tid, job->tdir);
+	}
 	/* Registered before anything runs: a vmd killed from here on
 	 * leaves nothing the next one does not find. */
 	if ((e = reg_write(vmd, slot->id, 0)) != 0 ||
@@ -398,6 +423,7 @@ pool_main(void *arg)
 			}
 			continue;
 		}
+		job.snapshot = t->snapshot;
 		job.tid = strdup(t->tid);
 		job.tdir = strdup(t->tdir);
 		job.image = strdup(t->image);
@@ -428,12 +454,14 @@ pool_main(void *arg)
 		} else {
 			t->failures++;
 			moat_warn(0,
-			    "pool: template %s: cannot pre-start a VMM "
-			    "(%u of %u tries): %s; creates start their own%s",
+			    "pool: %s %s: cannot pre-start a VMM "
+			    "(%u of %u tries): %s; %s start their own%s",
+			    t->snapshot ? "snapshot" : "template",
 			    job.tid ? job.tid : "?", t->failures,
 			    POOL_MAX_FAILURES, why ? why : "out of memory",
+			    t->snapshot ? "restores" : "creates",
 			    t->failures >= POOL_MAX_FAILURES ?
-			        " (no more tries for this template)" :
+			        " (no more tries for it)" :
 			        "");
 		}
 		free(why);
@@ -471,20 +499,52 @@ tpl_find(struct vmd_pool *p, const char *tid)
 	return NULL;
 }
 
+/* The pool of the least recently wanted snapshot, when more than
+ * POOL_MAX_SNAPSHOTS snapshots have one: it is emptied (its slots
+ * returned, for the caller to discard unlocked). p->mu held. */
+static struct pool_slot *
+pool_trim(struct vmd_pool *p)
+{
+	struct pool_tpl *oldest = NULL;
+	struct pool_slot *gone = NULL;
+	uint32_t n = 0;
+
+	for (struct pool_tpl *t = p->tpls; t != NULL; t = t->next) {
+		if (t->dropped || !t->snapshot)
+			continue;
+		n++;
+		if (oldest == NULL || t->wanted_ms < oldest->wanted_ms)
+			oldest = t;
+	}
+	if (n <= POOL_MAX_SNAPSHOTS || oldest == NULL)
+		return NULL;
+	oldest->dropped = true;
+	while (oldest->slots != NULL) {
+		struct pool_slot *s = oldest->slots;
+
+		oldest->slots = s->next;
+		s->next = gone;
+		gone = s;
+	}
+	oldest->n = 0;
+	return gone;
+}
+
 void
-vmd_pool_want(struct vmd *vmd, const char *tid, const char *tdir,
-    const struct vmd_shape *shape, const char *accel)
+vmd_pool_want(struct vmd *vmd, const char *src, const char *dir,
+    const struct vmd_shape *shape, const char *accel, bool snapshot)
 {
 	struct vmd_pool *p = vmd->pool;
+	struct pool_slot *gone;
 	struct pool_tpl *t;
 
 	if (p == NULL)
 		return;
 	pthread_mutex_lock(&p->mu);
-	if ((t = tpl_find(p, tid)) == NULL) {
+	if ((t = tpl_find(p, src)) == NULL) {
 		if ((t = calloc(1, sizeof(*t))) == NULL ||
-		    (t->tid = strdup(tid)) == NULL ||
-		    (t->tdir = strdup(tdir)) == NULL ||
+		    (t->tid = strdup(src)) == NULL ||
+		    (t->tdir = strdup(dir)) == NULL ||
 		    (t->image = strdup(shape->image)) == NULL) {
 			if (t != NULL) {
 				free(t->tid);
@@ -494,6 +554,7 @@ vmd_pool_want(struct vmd *vmd, const char *tid, const char *tdir,
 			pthread_mutex_unlock(&p->mu);
 			return;
 		}
+		t->snapshot = snapshot;
 		t->vcpus = shape->vcpus;
 		t->memory_mib = shape->memory_mib;
 		t->scratch_mib = shape->scratch_mib;
@@ -501,13 +562,16 @@ vmd_pool_want(struct vmd *vmd, const char *tid, const char *tdir,
 		t->next = p->tpls;
 		p->tpls = t;
 	}
+	t->wanted_ms = moat_rpc_now_ms();
+	gone = pool_trim(p);
 	p->quiet_at = moat_rpc_now_ms() + POOL_SETTLE_MS;
 	pool_kick(p);
 	pthread_mutex_unlock(&p->mu);
+	slots_discard(vmd, gone);
 }
 
 bool
-vmd_pool_take(struct vmd *vmd, const char *tid, struct sandbox *sb)
+vmd_pool_take(struct vmd *vmd, const char *src, struct sandbox *sb)
 {
 	struct vmd_pool *p = vmd->pool;
 	struct pool_slot *dead = NULL, *slot = NULL;
@@ -516,7 +580,7 @@ vmd_pool_take(struct vmd *vmd, const char *tid, struct sandbox *sb)
 	if (p == NULL)
 		return false;
 	pthread_mutex_lock(&p->mu);
-	t = tpl_find(p, tid);
+	t = tpl_find(p, src);
 	while (t != NULL && t->slots != NULL && slot == NULL) {
 		struct pool_slot *s = t->slots;
 		int st;
@@ -561,7 +625,7 @@ vmd_pool_take(struct vmd *vmd, const char *tid, struct sandbox *sb)
 }
 
 void
-vmd_pool_forget(struct vmd *vmd, const char *tid)
+vmd_pool_forget(struct vmd *vmd, const char *src)
 {
 	struct vmd_pool *p = vmd->pool;
 	struct pool_slot *gone = NULL;
@@ -570,7 +634,7 @@ vmd_pool_forget(struct vmd *vmd, const char *tid)
 		return;
 	pthread_mutex_lock(&p->mu);
 	for (struct pool_tpl *t = p->tpls; t != NULL; t = t->next) {
-		if (t->dropped || strcmp(t->tid, tid) != 0)
+		if (t->dropped || strcmp(t->tid, src) != 0)
 			continue;
 		t->dropped = true;
 		while (t->slots != NULL) {

@@ -59,7 +59,7 @@ sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
 		    BRING_UP_LISTED, NULL, out);
 		/* The template is in use: keep its pool full (after the
 		 * create, not competing with it). */
-		vmd_pool_want(vmd, tid, tdir, shape, accel);
+		vmd_pool_want(vmd, tid, tdir, shape, accel, false);
 		pthread_mutex_lock(&vmd->mu);
 		stopping = vmd->shutting_down;
 		pthread_mutex_unlock(&vmd->mu);

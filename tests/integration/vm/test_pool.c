@@ -6,7 +6,9 @@
  *     the pool's register (<state>/pool/<sb-id>.pid) then names one
  *     live pooled VMM, and the next create takes it: the sandbox gets
  *     that id, that VMM's pid and the log says so; it runs a command,
- *     and its snapshot restores exactly (a file by content). After it is
+ *     and its snapshot restores exactly (a file by content), first with
+ *     a fresh VMM, then with one from the snapshot's pool, which goes
+ *     when the snapshot is deleted. After it is
  *     destroyed, the next create takes another pooled VMM (another pid):
  *     a pooled process is never reused.
  *   - vmd 1 is killed with SIGKILL with a pooled VMM waiting: vmd 2 on
@@ -105,6 +107,42 @@ pool_entry(char id[24], pid_t *pid)
 	}
 	closedir(d);
 	return n;
+}
+
+/* The register's started entries (pid > 0, alive): their ids into
+ * ids[max][24]; returns how many (all entries must be started, else
+ * 0). */
+static int
+pool_entries(char ids[][24], int max)
+{
+	char path[400];
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+	bool started = true;
+
+	snprintf(path, sizeof(path), "%s/node/pool", state_root);
+	if ((d = opendir(path)) == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL) {
+		char file[700];
+		char *text = NULL;
+		size_t len;
+		pid_t pid = 0;
+
+		if (e->d_name[0] == '.' || strlen(e->d_name) != 23)
+			continue;
+		snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+		if (moat_read_file(file, 64, &text, &len) == 0)
+			pid = (pid_t)atoi(text);
+		free(text);
+		started = started && pid > 0 && kill(pid, 0) == 0;
+		if (n < max)
+			snprintf(ids[n], 24, "%.19s", e->d_name);
+		n++;
+	}
+	closedir(d);
+	return started ? n : 0;
 }
 
 /* Waits (up to 5 min: a TCG start under load) until the register names
@@ -213,27 +251,17 @@ create_pooled(struct vmd_proc *v, const char *id, pid_t pid)
 	return sb;
 }
 
-/* Snapshot of id after writing a file; a restore as a new sandbox has
- * the file. */
-static void
-exact_restore(struct vmd_proc *v, const char *id)
+/* Restores snapshot snap_id as a new sandbox: it has the file. Returns
+ * the clone's id (heap); destroyed. */
+static char *
+restore_check(struct vmd_proc *v, const char *snap_id)
 {
-	Moat__V1__SnapshotSandboxRequest sr =
-	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
 	Moat__V1__RestoreSandboxRequest rr =
 	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
-	Moat__V1__LocalSnapshot *snap = NULL;
 	Moat__V1__Sandbox *clone = NULL;
-	char *out;
+	char *out, *id;
 
-	out = sh(v, id, "echo pooled-$((6*7)) > /tmp/pool.txt; sync");
-	free(out);
-	sr.sandbox_id = (char *)id;
-	if (vmd_call(v, "SnapshotSandbox", &sr.base,
-	        &moat__v1__local_snapshot__descriptor,
-	        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK)
-		fail_msg("SnapshotSandbox %s: %s", id, vmd_last_err);
-	rr.snapshot_id = snap->snapshot_id;
+	rr.snapshot_id = (char *)snap_id;
 	if (vmd_call(v, "RestoreSandbox", &rr.base,
 	        &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&clone,
 	        LONG_MS) != MOAT_OK)
@@ -242,7 +270,52 @@ exact_restore(struct vmd_proc *v, const char *id)
 	assert_string_equal(out, "pooled-42\n");
 	free(out);
 	vmd_destroy_sandbox(v, clone->id);
+	id = strdup(clone->id);
 	protobuf_c_message_free_unpacked(&clone->base, NULL);
+	return id;
+}
+
+/* Snapshot of id after writing a file; a restore as a new sandbox has
+ * the file (a fresh VMM), fills the snapshot's pool, and a second
+ * restore takes the pooled VMM and has the file too. The snapshot is
+ * then deleted: its pool goes with it. */
+static void
+exact_restore(struct vmd_proc *v, const char *id)
+{
+	Moat__V1__SnapshotSandboxRequest sr =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+	Moat__V1__LocalSnapshotRef ref = MOAT__V1__LOCAL_SNAPSHOT_REF__INIT;
+	Moat__V1__LocalSnapshot *snap = NULL;
+	char ids[2][24], line[128], *clone;
+	int n = 0;
+
+	free(sh(v, id, "echo pooled-$((6*7)) > /tmp/pool.txt; sync"));
+	sr.sandbox_id = (char *)id;
+	if (vmd_call(v, "SnapshotSandbox", &sr.base,
+	        &moat__v1__local_snapshot__descriptor,
+	        (ProtobufCMessage **)&snap, LONG_MS) != MOAT_OK)
+		fail_msg("SnapshotSandbox %s: %s", id, vmd_last_err);
+	free(restore_check(v, snap->snapshot_id));
+	/* The template's pool and now the snapshot's: two started. */
+	for (int i = 0; i < 3000 && n != 2; i++) {
+		n = pool_entries(ids, 2);
+		if (n != 2)
+			usleep(100 * 1000);
+	}
+	if (n != 2) {
+		vmd_log_tail(v, 30);
+		fail_msg("the snapshot's pool was not filled");
+	}
+	clone = restore_check(v, snap->snapshot_id);
+	assert_true(strcmp(clone, ids[0]) == 0 || strcmp(clone, ids[1]) == 0);
+	snprintf(line, sizeof(line), "sandbox %s: restoring into a pooled VMM",
+	    clone);
+	assert_true(log_has(v, line));
+	free(clone);
+	ref.snapshot_id = snap->snapshot_id;
+	if (vmd_call(v, "DeleteLocalSnapshot", &ref.base,
+	        &moat__v1__empty__descriptor, NULL, LONG_MS) != MOAT_OK)
+		fail_msg("DeleteLocalSnapshot: %s", vmd_last_err);
 	protobuf_c_message_free_unpacked(&snap->base, NULL);
 }
 

@@ -5,7 +5,8 @@
  * pooled VMM, a take that gives the sandbox that VMM's id and directory
  * and leaves the register, a refill with other ids, a taken VMM no
  * sandbox ran killed with its files, a forgotten template's VMMs
- * killed (also one whose directory went), vmd_pool_fini leaving none, a start that fails, and the
+ * killed (also one whose directory went), snapshots' pools (4 at
+ * most: the oldest goes), vmd_pool_fini leaving none, a start that fails, and the
  * leftovers of a dead vmd reaped before adoption. No QEMU; seconds.
  * Not for: real VMMs (tests/integration/vm/test_pool.c).
  */
@@ -33,6 +34,7 @@
 #include "node.h"
 #include "pool.h"
 #include "sandbox.h"
+#include "snapshot_meta.h"
 #include "spawn.h"
 
 struct env {
@@ -161,7 +163,7 @@ want_tpl(struct env *e)
 		.memory_mib = 128,
 		.scratch_mib = 64 };
 
-	vmd_pool_want(&e->vmd, "tpl-1", e->tdir, &shape, "tcg");
+	vmd_pool_want(&e->vmd, "tpl-1", e->tdir, &shape, "tcg", false);
 }
 
 static void
@@ -321,6 +323,90 @@ test_template_gone(void **state)
 	}
 }
 
+/* A snapshot directory `name` under root with a meta and a disk. */
+static void
+make_snapshot(struct env *e, const char *name, char *dir, size_t size)
+{
+	Moat__V1__LocalSnapshot m = MOAT__V1__LOCAL_SNAPSHOT__INIT;
+
+	snprintf(dir, size, "%s/%s", e->root, name);
+	assert_int_equal(moat_mkdir_p(dir, 0700), 0);
+	fake_node_touch(dir, "scratch.ext4");
+	m.snapshot_id = (char *)name;
+	m.image = "default";
+	assert_int_equal(vmd_snapshot_write_meta(dir, &m), 0);
+}
+
+/* Snapshots get pools too (restores and forks), the 4 most recently
+ * wanted only: a 5th empties the oldest's. A snapshot without a meta
+ * gets none (its files cannot be verified). */
+static void
+test_snapshot_pools(void **state)
+{
+	struct env *e = *state;
+	struct vmd_shape shape = { .image = "default",
+		.vcpus = 1,
+		.memory_mib = 128,
+		.scratch_mib = 64 };
+	struct moat_rpc_call call = { 0 };
+	char ids[8][24], first_ids[8][24];
+	pid_t pids[8], first_pids[8];
+	char dir[256], name[32];
+	struct sandbox *sb;
+	int n = 0;
+
+	e->vmd.cfg.vmm_pool = 1;
+	assert_int_equal(vmd_pool_init(&e->vmd), MOAT_OK);
+	for (int i = 0; i < 4; i++) {
+		snprintf(name, sizeof(name), "snap-test-%d", i);
+		make_snapshot(e, name, dir, sizeof(dir));
+		vmd_pool_want(&e->vmd, name, dir, &shape, "tcg", true);
+		usleep(20 * 1000); /* distinct want times */
+	}
+	assert_int_equal(wait_reg(e, 4, first_ids, first_pids), 4);
+	/* A 5th: the oldest (snap-test-0) loses its pool. */
+	make_snapshot(e, "snap-test-4", dir, sizeof(dir));
+	vmd_pool_want(&e->vmd, "snap-test-4", dir, &shape, "tcg", true);
+	for (int i = 0; i < 300; i++) {
+		bool started = true;
+
+		n = reg_list(e, ids, pids, 8);
+		for (int j = 0; j < n; j++)
+			started = started && pids[j] > 0;
+		if (n == 4 && started) {
+			bool has_new = false;
+
+			for (int j = 0; j < n; j++) {
+				bool old = false;
+
+				for (int k = 0; k < 4; k++)
+					old = old ||
+					    strcmp(ids[j], first_ids[k]) == 0;
+				has_new = has_new || !old;
+			}
+			if (has_new)
+				break;
+		}
+		usleep(10 * 1000);
+	}
+	assert_int_equal(n, 4);
+	fake_node_call_init(&call);
+	sb = fake_node_sandbox(&e->vmd, &call, 0);
+	assert_false(vmd_pool_take(&e->vmd, "snap-test-0", sb));
+	assert_true(vmd_pool_take(&e->vmd, "snap-test-4", sb));
+	assert_true(sb->from_pool);
+	vmd_sandbox_put(sb);
+	/* No meta: nothing pooled. */
+	snprintf(dir, sizeof(dir), "%s/snap-bad", e->root);
+	assert_int_equal(moat_mkdir_p(dir, 0700), 0);
+	vmd_pool_want(&e->vmd, "snap-bad", dir, &shape, "tcg", true);
+	usleep(800 * 1000);
+	sb = fake_node_sandbox(&e->vmd, &call, 0);
+	assert_false(vmd_pool_take(&e->vmd, "snap-bad", sb));
+	vmd_sandbox_put(sb);
+	free(call.error_message);
+}
+
 static void
 test_start_fails(void **state)
 {
@@ -389,6 +475,8 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_fini_kills_all, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_template_gone, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_snapshot_pools, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_start_fails, setup,
 		    teardown),
