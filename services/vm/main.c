@@ -122,10 +122,12 @@ usage(FILE *f)
 	    "                     guest); removed when vmd stops (default 2,\n"
 	    "                     0: none; not made where --ram-dir has\n"
 	    "                     reflinks: a clone is then a reflink)\n"
-	    "  --vmm-pool N       VMMs kept started per template in use, so\n"
-	    "                     a create skips the VMM's start (QEMU:\n"
-	    "                     paused, -incoming defer); each holds a\n"
-	    "                     copy of the template's RAM and disk\n"
+	    "  --vmm-pool N       VMMs kept started per template in use and\n"
+	    "                     recently restored snapshot, so a create,\n"
+	    "                     restore or fork copy skips the VMM's start\n"
+	    "                     (QEMU: paused, -incoming defer); each "
+	    "holds\n"
+	    "                     a copy of its source's RAM and disk\n"
 	    "                     (default 0: off)\n"
 	    "  --ram-dir DIR      guest RAM files and snapshots' RAM copies\n"
 	    "                     (default /dev/shm). On XFS or btrfs with\n"
@@ -362,7 +364,7 @@ vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
 	if (v > 16) {
 		fprintf(stderr,
 		    "moat-vmd: vmm-pool=%" PRIu64 " is out of range 0..16 "
-		    "(pre-started VMMs per template in use)\n",
+		    "(pre-started VMMs per template or snapshot in use)\n",
 		    v);
 		return MOAT_INVALID_ARGUMENT;
 	}

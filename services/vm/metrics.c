@@ -287,9 +287,10 @@ register_node(struct moat_metrics *reg)
 		for (int i = 0; i < 2; i++)
 			m.vmm_pool[i] = moat_metrics_counter(reg,
 			    "moat_vmd_vmm_pool_takes_total",
-			    "Template clones that took a pre-started VMM from "
-			    "the pool ([vmd] vmm-pool; hit) or started one "
-			    "(miss), by result.",
+			    "Template clones and snapshot restores that took "
+			    "a "
+			    "pre-started VMM from the pool ([vmd] vmm-pool; "
+			    "hit) or started one (miss), by result.",
 			    result[i]);
 	}
 	m.evictions = moat_metrics_counter(reg,

@@ -198,8 +198,9 @@ vmd_pool_init(struct vmd *vmd)
 	pthread_mutex_init(&p->mu, NULL);
 	vmd_cond_init(&p->cv);
 	vmd->pool = p;
-	moat_info(0, "pool: %u pre-started VMM%s per template in use", p->want,
-	    p->want == 1 ? "" : "s");
+	moat_info(0,
+	    "pool: %u pre-started VMM%s per template or snapshot in use",
+	    p->want, p->want == 1 ? "" : "s");
 	return MOAT_OK;
 }
 
