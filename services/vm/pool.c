@@ -237,7 +237,7 @@ slots_discard(struct vmd *vmd, struct pool_slot *s)
 	}
 }
 
-/* What one refill makes: a copy of its template's fields. */
+/* What one refill makes: a copy of its source's fields. */
 struct pool_job {
 	bool snapshot;
 	char *tid, *tdir, *image;
@@ -246,7 +246,7 @@ struct pool_job {
 	char accel[8];
 };
 
-/* Makes one pooled VMM for job: a sandbox of the template's shape gives
+/* Makes one pooled VMM for job: a sandbox of the source's shape gives
  * the id, the directory and the spec, as for a clone; the driver's
  * restore starts it. Returns 0 with *out or a status with *why. */
 static int
@@ -312,7 +312,7 @@ pool_make(struct vmd *vmd, const struct pool_job *job, struct pool_slot **out,
 	}
 	/* The clone's disk, as bring_up_disk makes it for a restore. */
 	if ((e = vmd_copy_sparse(src, files.scratch, NULL)) != 0) {
-		*why = moat_asprintf("cannot copy the template's scratch disk "
+		*why = moat_asprintf("cannot copy the scratch disk "
 		                     "%s: %s",
 		    src, strerror(e));
 		rv = moat_status_from_errno(e);

@@ -3,16 +3,19 @@
  * the QEMU driver under TCG: CreateSandbox (a template clone) -> first
  * exec reply with the pool off and on, p50/p95 of each and their ratio,
  * and the CPU a create costs: the VMM process's utime+stime from its
- * start until the first exec reply (with the pool, most of it was spent
- * before the request, while the VMM waited in the pool: reported apart),
+ * start until the first exec reply (with the pool, the part it spent
+ * before the request, starting in the pool, is also reported apart),
  * and the host's busy CPU during the create call (every process: vmd,
  * QEMU, kernel, and anything else the host runs). Two moat-vmds run side
  * by side on fresh state directories, pool off and on: on each a first
  * create boots and makes the template and one more is not measured;
  * then CREATES measured creates alternate between them, each destroyed
  * before the next; with the pool on, each waits until the pool holds a
- * started VMM again (so each is a hit, counted). Not a test: it asserts nothing
- * about time. Run as
+ * started VMM again (so each is a hit, counted). Then RestoreSandbox of
+ * one snapshot (a clone's, taken on each vmd) -> first exec reply, off
+ * and on alike, RESTORES times (what a fork does, one copy at a time;
+ * the first restore fills the snapshot's pool and is not measured).
+ * Not a test: it asserts nothing about time. Run as
  *   moat-bench-pool IMAGE_DIR tests/bench/results/pool.json
  */
 #include <dirent.h>
@@ -35,6 +38,7 @@
 #define VM "moat.v1.Vm"
 #define LONG_MS 180000u
 #define CREATES 12
+#define RESTORES 8
 
 static struct moat_rpc_client *vmd;
 
@@ -122,31 +126,31 @@ read_pid(const char *path)
 	return pid;
 }
 
-/* The pool's register: a started pooled VMM's id (id[24]) and pid, or
- * 0. */
-static pid_t
-pooled(const char *state, char id[24])
+/* The pool's register: its entries' ids (ids[8][24]) and pids (0 while
+ * starting); returns how many. */
+static int
+pooled(const char *state, char ids[8][24], pid_t pids[8])
 {
 	char *root = moat_asprintf("%s/pool", state);
 	DIR *d = root ? opendir(root) : NULL;
 	struct dirent *e;
-	pid_t pid = 0;
+	int n = 0;
 
-	id[0] = '\0';
-	while (d != NULL && pid == 0 && (e = readdir(d)) != NULL) {
+	while (d != NULL && n < 8 && (e = readdir(d)) != NULL) {
 		char *path;
 
 		if (strlen(e->d_name) != 23 || e->d_name[0] == '.')
 			continue;
 		path = moat_asprintf("%s/%s", root, e->d_name);
-		if (path != NULL && (pid = read_pid(path)) > 0)
-			snprintf(id, 24, "%.19s", e->d_name);
+		pids[n] = path != NULL ? read_pid(path) : 0;
+		snprintf(ids[n], 24, "%.19s", e->d_name);
+		n++;
 		free(path);
 	}
 	if (d != NULL)
 		closedir(d);
 	free(root);
-	return pid;
+	return n;
 }
 
 static pid_t
@@ -202,59 +206,109 @@ struct phase {
 };
 
 /* One create -> first exec reply; destroyed after. */
+/* One clone -> first exec reply, destroyed after: a create (a
+ * template's clone) or, with snap_id, a restore of that snapshot. With
+ * the pool on it first waits until `want` pooled VMMs are started and
+ * idle (the template's, and the snapshot's once it has a pool). */
 static void
-one_create(const char *state, bool pool, struct phase *ph)
+one_clone(const char *state, bool pool, int want, const char *snap_id,
+    struct phase *ph)
 {
 	Moat__V1__CreateSandboxRequest req =
 	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__RestoreSandboxRequest rr =
+	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 	Moat__V1__Sandbox *sb;
-	double t0, t, busy0, busy, pre = 0;
-	char pid_path[400], pool_id[24] = "";
-	pid_t pid, pool_pid = 0;
+	double t0, t, busy0, busy, pre[8] = { 0 };
+	char pid_path[400], ids[8][24];
+	pid_t pid, pids[8];
+	int n = 0;
 
-	if (pool) {
-		/* A hit: wait until the pool holds a started VMM. */
-		for (int i = 0; i < 600 && pool_pid == 0; i++) {
-			if ((pool_pid = pooled(state, pool_id)) == 0)
-				usleep(50000);
-		}
-		/* Let its start finish: paused, it spends no more CPU. */
-		pre = proc_cpu_ms(pool_pid);
-		for (int i = 0; i < 30; i++) {
-			double again;
+	for (int i = 0; pool && i < 600; i++) {
+		bool started = (n = pooled(state, ids, pids)) >= want;
 
-			usleep(100000);
-			if ((again = proc_cpu_ms(pool_pid)) == pre)
-				break;
-			pre = again;
-		}
+		for (int j = 0; j < n; j++)
+			started = started && pids[j] > 0;
+		if (started)
+			break;
+		n = 0;
+		usleep(50000);
 	}
-	req.memory_mib = 256;
-	req.scratch_mib = 256;
+	/* Let their start finish: paused, they spend no more CPU. */
+	for (int i = 0; i < 30 && n > 0; i++) {
+		bool same = true;
+
+		for (int j = 0; j < n; j++) {
+			double c = proc_cpu_ms(pids[j]);
+
+			same = same && c == pre[j];
+			pre[j] = c;
+		}
+		if (same && i > 0)
+			break;
+		usleep(100000);
+	}
 	busy0 = bench_host_busy_ms();
 	t0 = bench_now_ms();
-	sb = (Moat__V1__Sandbox *)rpc("CreateSandbox", &req.base,
-	    &moat__v1__sandbox__descriptor);
+	if (snap_id != NULL) {
+		rr.snapshot_id = (char *)snap_id;
+		sb = (Moat__V1__Sandbox *)rpc("RestoreSandbox", &rr.base,
+		    &moat__v1__sandbox__descriptor);
+	} else {
+		req.memory_mib = 256;
+		req.scratch_mib = 256;
+		sb = (Moat__V1__Sandbox *)rpc("CreateSandbox", &req.base,
+		    &moat__v1__sandbox__descriptor);
+	}
 	exec_true(sb->id);
 	t = bench_now_ms() - t0;
 	busy = bench_host_busy_ms() - busy0;
 	snprintf(pid_path, sizeof(pid_path), "%s/vms/%s/qemu.pid", state,
 	    sb->id);
 	pid = read_pid(pid_path);
-	if (sb->template_id[0] == '\0')
+	if (snap_id == NULL && sb->template_id[0] == '\0')
 		fprintf(stderr, "bench-pool: a create was not a clone\n");
 	ph->latency[ph->n] = t;
 	ph->vmm_cpu[ph->n] = pid > 0 ? proc_cpu_ms(pid) : -1;
 	ph->host_cpu[ph->n] = busy;
 	ph->restore[ph->n] = (double)sb->boot_ms;
 	ph->prestart_cpu[ph->n] = 0;
-	if (pool && strcmp(sb->id, pool_id) == 0) {
-		ph->hits++;
-		ph->prestart_cpu[ph->n] = pre;
+	for (int j = 0; j < n; j++) {
+		if (strcmp(sb->id, ids[j]) == 0) {
+			ph->hits++;
+			ph->prestart_cpu[ph->n] = pre[j];
+		}
 	}
 	ph->n++;
 	destroy(sb->id);
 	protobuf_c_message_free_unpacked(&sb->base, NULL);
+}
+
+/* A snapshot of a fresh clone (its id, heap), for the restores. */
+static char *
+take_snapshot(void)
+{
+	Moat__V1__CreateSandboxRequest req =
+	    MOAT__V1__CREATE_SANDBOX_REQUEST__INIT;
+	Moat__V1__SnapshotSandboxRequest sr =
+	    MOAT__V1__SNAPSHOT_SANDBOX_REQUEST__INIT;
+	Moat__V1__LocalSnapshot *snap;
+	Moat__V1__Sandbox *sb;
+	char *id;
+
+	req.memory_mib = 256;
+	req.scratch_mib = 256;
+	sb = (Moat__V1__Sandbox *)rpc("CreateSandbox", &req.base,
+	    &moat__v1__sandbox__descriptor);
+	exec_true(sb->id);
+	sr.sandbox_id = sb->id;
+	snap = (Moat__V1__LocalSnapshot *)rpc("SnapshotSandbox", &sr.base,
+	    &moat__v1__local_snapshot__descriptor);
+	id = strdup(snap->snapshot_id);
+	destroy(sb->id);
+	protobuf_c_message_free_unpacked(&snap->base, NULL);
+	protobuf_c_message_free_unpacked(&sb->base, NULL);
+	return id;
 }
 
 /* One vmd of the bench: its state directory, pid and client. */
@@ -308,7 +362,7 @@ node_start(struct node *n, const char *image_dir, bool pool)
 	{
 		struct phase warm = { 0 };
 
-		one_create(n->state, false, &warm);
+		one_clone(n->state, false, 0, NULL, &warm);
 	}
 }
 
@@ -337,7 +391,7 @@ phase_json(struct phase *ph, bool pool)
 
 	for (size_t i = 0; i < ph->n; i++)
 		total[i] = ph->vmm_cpu[i];
-	json_object_set_new(o, "create_to_first_exec",
+	json_object_set_new(o, "request_to_first_exec",
 	    bench_summary(ph->latency, ph->n));
 	/* vmd's own figure: the VMM's start (or take) to the agent's
 	 * answer, the part of the create the pool cuts. */
@@ -345,7 +399,7 @@ phase_json(struct phase *ph, bool pool)
 	    bench_summary(ph->restore, ph->n));
 	json_object_set_new(o, "vmm_cpu_until_first_exec",
 	    bench_summary(total, ph->n));
-	json_object_set_new(o, "host_busy_cpu_during_create",
+	json_object_set_new(o, "host_busy_cpu_during_request",
 	    bench_summary(ph->host_cpu, ph->n));
 	if (pool) {
 		json_object_set_new(o, "vmm_cpu_before_request",
@@ -360,7 +414,8 @@ int
 main(int argc, char **argv)
 {
 	struct node n_off = { 0 }, n_on = { 0 };
-	struct phase off, on;
+	struct phase off, on, r_off, r_on, warm = { 0 };
+	char *snap_off, *snap_on;
 	json_t *out;
 
 	if (argc != 3) {
@@ -375,10 +430,28 @@ main(int argc, char **argv)
 	memset(&on, 0, sizeof(on));
 	for (int i = 0; i < CREATES; i++) {
 		vmd = n_off.client;
-		one_create(n_off.state, false, &off);
+		one_clone(n_off.state, false, 0, NULL, &off);
 		vmd = n_on.client;
-		one_create(n_on.state, true, &on);
+		one_clone(n_on.state, true, 1, NULL, &on);
 	}
+	/* Restores of one snapshot (what a fork does): the first of each
+	 * is not measured (it fills the snapshot's pool). */
+	vmd = n_off.client;
+	snap_off = take_snapshot();
+	one_clone(n_off.state, false, 0, snap_off, &warm);
+	vmd = n_on.client;
+	snap_on = take_snapshot();
+	one_clone(n_on.state, true, 1, snap_on, &warm);
+	memset(&r_off, 0, sizeof(r_off));
+	memset(&r_on, 0, sizeof(r_on));
+	for (int i = 0; i < RESTORES; i++) {
+		vmd = n_off.client;
+		one_clone(n_off.state, false, 0, snap_off, &r_off);
+		vmd = n_on.client;
+		one_clone(n_on.state, true, 2, snap_on, &r_on);
+	}
+	free(snap_off);
+	free(snap_on);
 	node_stop(&n_off);
 	node_stop(&n_on);
 
@@ -392,10 +465,20 @@ main(int argc, char **argv)
 	                "sandbox's QEMU from its start to the first exec "
 	                "reply (pooled: including its start in the pool, "
 	                "vmm_cpu_before_request); host_busy_cpu_during_"
-	                "create: every CPU of the host, busy, over the "
-	                "create call and first exec"));
+	                "request: every CPU of the host, busy, over the "
+	                "create or restore call and the first exec (a "
+	                "shared host: other load counts too); "
+	                "restore_boot_ms: vmd's Sandbox.boot_ms, the "
+	                "VMM's start (or take) to the agent's answer"));
 	json_object_set_new(out, "pool_off", phase_json(&off, false));
 	json_object_set_new(out, "pool_on", phase_json(&on, true));
+	json_object_set_new(out, "restores_per_phase", json_integer(RESTORES));
+	json_object_set_new(out, "restore_pool_off",
+	    phase_json(&r_off, false));
+	json_object_set_new(out, "restore_pool_on", phase_json(&r_on, true));
+	json_object_set_new(out, "restore_pool_on_over_off_p50",
+	    json_real(bench_percentile(r_on.latency, r_on.n, 0.5) /
+	        bench_percentile(r_off.latency, r_off.n, 0.5)));
 	json_object_set_new(out, "pool_on_over_off_p50",
 	    json_real(bench_percentile(on.latency, on.n, 0.5) /
 	        bench_percentile(off.latency, off.n, 0.5)));
