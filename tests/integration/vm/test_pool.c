@@ -212,7 +212,10 @@ sh(struct vmd_proc *v, const char *id, const char *script)
 	if (res->status->exit_code != 0)
 		fail_msg("Exec \"%.60s\" in %s: rc %d", script, id,
 		    res->status->exit_code);
-	out = strndup((const char *)res->stdout.data, res->stdout.len);
+	/* Empty bytes have a NULL data. */
+	out = res->stdout.len > 0 ?
+	    strndup((const char *)res->stdout.data, res->stdout.len) :
+	    strdup("");
 	protobuf_c_message_free_unpacked(&res->base, NULL);
 	return out;
 }
