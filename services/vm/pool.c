@@ -188,8 +188,8 @@ vmd_pool_init(struct vmd *vmd)
 	struct vmd_pool *p;
 
 	vmd->pool = NULL;
-	if (vmd->cfg.vmm_pool == 0 || !vmd->cfg.templates ||
-	    vmd->vmm->restore == NULL || vmd->vmm->resume == NULL)
+	if (vmd->cfg.vmm_pool == 0 || vmd->vmm->restore == NULL ||
+	    vmd->vmm->resume == NULL)
 		return MOAT_OK;
 	if ((p = calloc(1, sizeof(*p))) == NULL)
 		return MOAT_INTERNAL;
