@@ -46,6 +46,7 @@
 #include "lifetime.h"
 #include "metrics.h"
 #include "node.h"
+#include "pool.h"
 #include "pushq.h"
 #include "sandbox.h"
 #include "service.h"
@@ -69,6 +70,7 @@ static const struct option vmd_options[] = {
 	{ "snapd", required_argument, NULL, 'S' },
 	{ "templates", required_argument, NULL, 'T' },
 	{ "template-spares", required_argument, NULL, 'P' },
+	{ "vmm-pool", required_argument, NULL, 'O' },
 	{ "ram-dir", required_argument, NULL, 'R' },
 	{ "snapshot-ram-mib", required_argument, NULL, 'B' },
 	{ "snapd-tls-name", required_argument, NULL, 0x7410 },
@@ -120,6 +122,13 @@ usage(FILE *f)
 	    "                     guest); removed when vmd stops (default 2,\n"
 	    "                     0: none; not made where --ram-dir has\n"
 	    "                     reflinks: a clone is then a reflink)\n"
+	    "  --vmm-pool N       VMMs kept started per template in use and\n"
+	    "                     recently restored snapshot, so a create,\n"
+	    "                     restore or fork copy skips the VMM's start\n"
+	    "                     (QEMU: paused, -incoming defer); each "
+	    "holds\n"
+	    "                     a copy of its source's RAM and disk\n"
+	    "                     (default 0: off)\n"
 	    "  --ram-dir DIR      guest RAM files and snapshots' RAM copies\n"
 	    "                     (default /dev/shm). On XFS or btrfs with\n"
 	    "                     reflinks a snapshot clones RAM instead of\n"
@@ -345,6 +354,21 @@ vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
 		return MOAT_INVALID_ARGUMENT;
 	}
 	cfg->template_spares = (uint32_t)v;
+	/* No lower bound: 0 turns the pool off. */
+	if ((rv = moat_config_get_u64(c, SECTION, "vmm-pool", 0, &v,
+	         &errmsg)) != 0) {
+		fprintf(stderr, "moat-vmd: %s\n", errmsg);
+		free(errmsg);
+		return rv;
+	}
+	if (v > 16) {
+		fprintf(stderr,
+		    "moat-vmd: vmm-pool=%" PRIu64 " is out of range 0..16 "
+		    "(pre-started VMMs per template or snapshot in use)\n",
+		    v);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	cfg->vmm_pool = (uint32_t)v;
 	/* No lower bound: 0 sends every snapshot's RAM to disk at once. */
 	if ((rv = moat_config_get_u64(c, SECTION, "snapshot-ram-mib",
 	         host_memory_mib() / 4, &v, &errmsg)) != 0) {
@@ -1058,6 +1082,9 @@ main(int argc, char **argv)
 		goto out;
 	}
 	vmd_exec_register(&vmd);
+	/* Pooled VMMs an earlier vmd left are no sandboxes: they go first,
+	 * so the adoption never sees them. */
+	(void)vmd_pool_reap_leftovers(&vmd);
 	/* Before serving: what an earlier vmd left runs on as before. */
 	vmd_adopt_all(&vmd);
 	/* After the adoption: what expired meanwhile goes first. */
@@ -1066,6 +1093,7 @@ main(int argc, char **argv)
 		goto out;
 	if ((rv = vmd_snapram_init(&vmd)) != MOAT_OK ||
 	    (rv = vmd_templates_init(&vmd)) != MOAT_OK ||
+	    (rv = vmd_pool_init(&vmd)) != MOAT_OK ||
 	    (rv = vmd_images_init(&vmd)) != MOAT_OK ||
 	    (rv = vmd_image_builds_init(&vmd)) != MOAT_OK) {
 		moat_error(0, "out of memory");
@@ -1106,6 +1134,9 @@ out:
 	moat_rpc_server_stop(server);
 	/* Deferred execs still waiting drop their sandboxes. */
 	vmd_exec_stop();
+	/* After the server: no create takes a pooled VMM any more; every
+	 * one not taken is killed and its files removed. */
+	vmd_pool_fini(&vmd);
 	/* After the server: no create can start a build any more. */
 	vmd_templates_fini(&vmd);
 	/* A running image build is killed and its directory removed. */

@@ -47,7 +47,8 @@ static struct vmd_metrics {
 	struct moat_counter *evictions;
 	struct moat_gauge *scratch_alloc, *scratch_size;
 	struct moat_gauge *exec_output;
-	struct moat_counter *expired[2]; /* timeout, idle */
+	struct moat_counter *expired[2];  /* timeout, idle */
+	struct moat_counter *vmm_pool[2]; /* miss, hit */
 } m;
 
 static const char *const phase_names[VMD_PHASE_N] = { "total", "prepare",
@@ -292,6 +293,21 @@ register_node(struct moat_metrics *reg)
 			    "or idle timeout, by reason.",
 			    reason[i]);
 	}
+	{
+		static const char *const result[2][3] = {
+			{ "result", "miss", NULL },
+			{ "result", "hit", NULL },
+		};
+
+		for (int i = 0; i < 2; i++)
+			m.vmm_pool[i] = moat_metrics_counter(reg,
+			    "moat_vmd_vmm_pool_takes_total",
+			    "Template clones and snapshot restores that took "
+			    "a "
+			    "pre-started VMM from the pool ([vmd] vmm-pool; "
+			    "hit) or started one (miss), by result.",
+			    result[i]);
+	}
 	m.evictions = moat_metrics_counter(reg,
 	    "moat_vmd_snapshot_evictions_total",
 	    "Snapshot RAM copies evicted to disk since vmd started.", NULL);
@@ -372,6 +388,12 @@ void
 vmd_metrics_expired(bool idle)
 {
 	moat_counter_inc(m.expired[idle]);
+}
+
+void
+vmd_metrics_vmm_pool(bool hit)
+{
+	moat_counter_inc(m.vmm_pool[hit]);
 }
 
 void

@@ -89,5 +89,8 @@ void vmd_metrics_push(bool ok, uint64_t ms, uint64_t stored_bytes,
 /* vmd_metrics_expired: the expiry thread destroyed a sandbox at its
  * timeout (idle false) or idle timeout (lifetime.h). */
 void vmd_metrics_expired(bool idle);
+/* vmd_metrics_vmm_pool: a template clone or snapshot restore with [vmd]
+ * vmm-pool on took a pooled VMM (`hit`) or found none ready (pool.h). */
+void vmd_metrics_vmm_pool(bool hit);
 
 #endif

@@ -64,6 +64,8 @@ struct vmd_config {
 	uint32_t template_spares; /* ready RAM copies kept per template in
 	                              the RAM dir for clones to take (0:
 	                              none; unused where it has reflinks) */
+	uint32_t vmm_pool;        /* [vmd] vmm-pool: pre-started VMMs kept
+	                              per template (pool.h); 0: off */
 	char *ram_dir;            /* [vmd] ram-dir (ramdir.c) */
 	/* TLS (moat/tls.h): tls-cert, tls-key, tls-ca (snapd's and the
 	 * gateway's CAs), tls-peer-ca (callers: the gateway's), insecure;
@@ -118,6 +120,7 @@ struct moat_tls;
 struct sandbox;
 struct vmd_guest_handler;
 struct vmd_templates;
+struct vmd_pool;
 struct vmd_snapram;
 struct vmd_pushq;
 struct vmd_verify;
@@ -146,6 +149,7 @@ struct vmd {
 	    fetch_mu; /* one snapshot pulled from snapd at a time */
 
 	struct vmd_templates *templates; /* templates.c; owned */
+	struct vmd_pool *pool;           /* pool.c; owned; NULL: off */
 	struct vmd_snapram *snapram;     /* snapram.c; owned */
 	struct vmd_pushq *pushq; /* pushq.c; owned; NULL: pushes inline */
 	/* The snapshot key and verified-once cache (verify.c); owned.

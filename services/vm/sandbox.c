@@ -98,6 +98,19 @@ vmd_sandbox_free(struct sandbox *sb)
 	if (sb->vmd->guest_handler != NULL)
 		sb->vmd->guest_handler->release(sb);
 	sb->vmd->vmm->release(&sb->vmm);
+	if (sb->pooled != NULL) {
+		/* Taken from the pool (pool.h) and never run: it goes,
+		 * unused, with its directory (out of the pool's register
+		 * since the take). */
+		int st;
+
+		sb->vmd->vmm->stop(sb->pooled, true);
+		while (waitpid(sb->pooled->pid, &st, 0) < 0 && errno == EINTR)
+			;
+		sb->vmd->vmm->release(sb->pooled);
+		(void)moat_rm_rf(sb->dir);
+		free(sb->pooled);
+	}
 	for (size_t i = 0; i < sb->n_labels; i++) {
 		free(sb->label_keys[i]);
 		free(sb->label_values[i]);

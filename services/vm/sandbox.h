@@ -91,16 +91,21 @@ struct sandbox {
 	uint64_t scratch_mib;
 	uint32_t boot_timeout_ms;
 	uint64_t created_unix_ms;
-	char *template_id;     /* the template it was cloned from, or
+	char *template_id;       /* the template it was cloned from, or
 	                              NULL (booted or restored) */
-	char *restored_from;   /* the snapshot it was restored from, or
+	char *restored_from;     /* the snapshot it was restored from, or
 	                              NULL */
-	uint64_t pulled_bytes; /* from snapd by the restore that made it
+	uint64_t pulled_bytes;   /* from snapd by the restore that made it
 	                        * (Sandbox.pulled_bytes); 0: none */
-	char *ram_source;      /* a template clone's RAM source
+	char *ram_source;        /* a template clone's RAM source
 	                              (vmd_template_ram), or NULL */
-	char *ram_spare;       /* a template clone's ready RAM copy
+	char *ram_spare;         /* a template clone's ready RAM copy
 	                              (vmd_template_take_spare), or NULL */
+	struct moat_vmm *pooled; /* a template clone's pre-started VMM
+	                              (pool.h), until its boot takes it as
+	                              sb->vmm; heap, or NULL */
+	bool from_pool;          /* its VMM came from the pool: its
+	                              directory and disk are ready */
 	struct vmd_egress_policy *egress_policy; /* network "allowlist"
 	                              (egress.h), or NULL: no network */
 	struct vmd_egress *egress; /* its proxy thread while a VMM runs;

@@ -166,18 +166,8 @@ boot_egress_on(struct sandbox *sb, uint64_t deadline, char **why)
 	return rv;
 }
 
-/* The image and disk paths of one boot (heap; boot_files_free). */
-struct boot_files {
-	char *kernel;
-	char *initrd;
-	char *rootfs;
-	char *scratch;
-	char *extra;  /* the test label's cmdline, or NULL */
-	char *egress; /* the egress port's socket, or NULL */
-};
-
-static void
-boot_files_free(struct boot_files *f)
+void
+vmd_boot_files_free(struct vmd_boot_files *f)
 {
 	free(f->kernel);
 	free(f->initrd);
@@ -187,11 +177,9 @@ boot_files_free(struct boot_files *f)
 	free(f->egress);
 }
 
-/* Fills `spec` for one boot of sb (a restore from `snap_dir` when not
- * NULL), its strings in *f. Returns false when out of memory. */
-static bool
-boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
-    struct boot_files *f, struct moat_vmm_spec *spec)
+bool
+vmd_boot_spec_make(struct sandbox *sb, const char *accel, const char *snap_dir,
+    struct vmd_boot_files *f, struct moat_vmm_spec *spec)
 {
 	struct vmd *vmd = sb->vmd;
 	const char *slash = strrchr(sb->dir, '/');
@@ -252,9 +240,22 @@ boot_spawn(struct sandbox *sb, const struct moat_vmm_spec *spec,
 	sb->vmm_status = 0;
 	pthread_mutex_unlock(&sb->mu);
 
-	rv = snap_dir == NULL ?
-	    vmd->vmm->start(vmd->vmm_binary, spec, &vm, &err) :
-	    vmd->vmm->restore(vmd->vmm_binary, spec, snap_dir, &vm, &err);
+	if (snap_dir != NULL && sb->pooled != NULL) {
+		/* A pooled VMM (pool.h): started by the same restore for
+		 * this directory, paused, waiting for the device state. */
+		vm = *sb->pooled;
+		free(sb->pooled);
+		sb->pooled = NULL;
+		moat_info(0,
+		    "sandbox %s: restoring into a pooled VMM (pid %d)",
+		    sb->id.str, (int)vm.pid);
+		rv = MOAT_OK;
+	} else {
+		rv = snap_dir == NULL ?
+		    vmd->vmm->start(vmd->vmm_binary, spec, &vm, &err) :
+		    vmd->vmm->restore(vmd->vmm_binary, spec, snap_dir, &vm,
+		        &err);
+	}
 	if (sb->ram_spare != NULL) {
 		/* Taken (renamed) by a driver that uses it; else it would
 		 * hold tmpfs until vmd stops. Once only: a retry copies. */
@@ -384,14 +385,14 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
     const char *snap_dir, char **why)
 {
 	struct moat_vmm_spec spec = { 0 };
-	struct boot_files files = { 0 };
+	struct vmd_boot_files files = { 0 };
 	enum boot_outcome outcome;
 	struct guest_link *link;
 	uint64_t t0, deadline;
 	double t = vmd_now_ms_exact(), t1;
 
 	*why = NULL;
-	if (!boot_spec_make(sb, accel, snap_dir, &files, &spec)) {
+	if (!vmd_boot_spec_make(sb, accel, snap_dir, &files, &spec)) {
 		*why = strdup("out of memory");
 		outcome = BOOT_SPAWN_FAILED;
 		goto out;
@@ -433,7 +434,7 @@ sandbox_boot_once(struct sandbox *sb, const char *accel, uint32_t timeout_ms,
 	    boot_egress_on(sb, deadline, why) != MOAT_OK)
 		outcome = BOOT_FAILED;
 out:
-	boot_files_free(&files);
+	vmd_boot_files_free(&files);
 	return outcome;
 }
 
@@ -615,6 +616,9 @@ bring_up_disk(struct vmd *vmd, struct sandbox *sb, const char *snap_dir,
 		    strerror(err));
 		return MOAT_INTERNAL;
 	}
+	/* A pooled VMM's directory holds its copy of the disk already. */
+	if (sb->from_pool)
+		return MOAT_OK;
 	if ((scratch = moat_asprintf("%s/scratch.ext4", sb->dir)) == NULL) {
 		*why = strdup("out of memory");
 		return MOAT_INTERNAL;

@@ -9,12 +9,33 @@
 #define MOAT_VMD_SANDBOX_BOOT_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "moat/rpc.h"
 
 struct sandbox;
 struct vmd;
 struct vmd_shape;
+struct moat_vmm_spec;
+
+/* The image and disk paths of one boot (heap; vmd_boot_files_free). */
+struct vmd_boot_files {
+	char *kernel;
+	char *initrd;
+	char *rootfs;
+	char *scratch;
+	char *extra;  /* the test label's cmdline, or NULL */
+	char *egress; /* the egress port's socket, or NULL */
+};
+
+/* vmd_boot_spec_make: fills `spec` for one boot of sb (a restore from
+ * `snap_dir` when not NULL), its strings in *f (free them with
+ * vmd_boot_files_free). The one place a VMM's spec is made: a boot, a
+ * restore and a pooled VMM (pool.c) alike. False when out of memory. */
+bool vmd_boot_spec_make(struct sandbox *sb, const char *accel,
+    const char *snap_dir, struct vmd_boot_files *f,
+    struct moat_vmm_spec *spec);
+void vmd_boot_files_free(struct vmd_boot_files *f);
 
 /* How vmd_sandbox_bring_up makes the sandbox known. */
 enum vmd_bring_up_mode {

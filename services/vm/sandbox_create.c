@@ -15,6 +15,7 @@
 #include "moat/rpc_tenant.h"
 #include "moat/status.h"
 #include "node.h"
+#include "pool.h"
 #include "sandbox.h"
 #include "sandbox_boot.h"
 #include "sandbox_create.h"
@@ -33,27 +34,50 @@ sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
 {
 	struct sandbox *sb;
 	char *tdir = NULL, *tid = NULL;
-	bool stopping;
+	bool stopping, pooled = false;
 	int rv;
 
 	if (vmd_template_find(vmd, shape, accel, &tdir, &tid) != MOAT_OK)
 		return MOAT_NOT_FOUND;
-	if ((sb = vmd_sandbox_alloc(vmd, req, shape->image, NULL)) == NULL ||
-	    (sb->template_id = strdup(tid)) == NULL) {
-		if (sb != NULL)
-			vmd_sandbox_free(sb);
-		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
-		goto out;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if ((sb = vmd_sandbox_alloc(vmd, req, shape->image, NULL)) ==
+		        NULL ||
+		    (sb->template_id = strdup(tid)) == NULL) {
+			if (sb != NULL)
+				vmd_sandbox_free(sb);
+			rv = moat_rpc_error(call, MOAT_INTERNAL,
+			    "out of memory");
+			goto out;
+		}
+		sb->timings.t0 = t0;
+		sb->timings.kind = "template";
+		sb->ram_source = vmd_template_ram(vmd, tid, tdir);
+		/* A pooled VMM was started for a clone without network or
+		 * test mode: another one's command line differs. */
+		pooled = attempt == 0 && sb->egress_policy == NULL &&
+		    sb->test_mode == NULL && vmd_pool_take(vmd, tid, sb);
+		if (!pooled)
+			sb->ram_spare = vmd_template_take_spare(vmd, tid);
+		rv = vmd_sandbox_bring_up(vmd, call, sb, tdir, accel,
+		    BRING_UP_LISTED, NULL, out);
+		/* The template is in use: keep its pool full (after the
+		 * create, not competing with it). */
+		vmd_pool_want(vmd, tid, tdir, shape, accel, false);
+		pthread_mutex_lock(&vmd->mu);
+		stopping = vmd->shutting_down;
+		pthread_mutex_unlock(&vmd->mu);
+		if (rv == MOAT_OK || rv == MOAT_ABORTED ||
+		    rv == MOAT_RESOURCE_EXHAUSTED || stopping || !pooled)
+			break;
+		/* A pooled VMM that failed says nothing of the template:
+		 * once more with a VMM of its own. */
+		moat_warn(call->request_id,
+		    "template %s: the pooled VMM did not restore (%s); "
+		    "starting a fresh one",
+		    tid, call->error_message ? call->error_message : "?");
+		free(call->error_message);
+		call->error_message = NULL;
 	}
-	sb->timings.t0 = t0;
-	sb->timings.kind = "template";
-	sb->ram_source = vmd_template_ram(vmd, tid, tdir);
-	sb->ram_spare = vmd_template_take_spare(vmd, tid);
-	rv = vmd_sandbox_bring_up(vmd, call, sb, tdir, accel, BRING_UP_LISTED,
-	    NULL, out);
-	pthread_mutex_lock(&vmd->mu);
-	stopping = vmd->shutting_down;
-	pthread_mutex_unlock(&vmd->mu);
 	if (rv == MOAT_OK || rv == MOAT_ABORTED ||
 	    rv == MOAT_RESOURCE_EXHAUSTED || stopping)
 		goto out;
@@ -65,6 +89,7 @@ sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
 	free(call->error_message);
 	call->error_message = NULL;
 	vmd_template_drop(vmd, tdir);
+	vmd_pool_forget(vmd, tid);
 	rv = MOAT_NOT_FOUND;
 out:
 	free(tdir);

@@ -20,6 +20,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "node.h"
+#include "pool.h"
 #include "sandbox.h"
 #include "sandbox_boot.h"
 #include "sandbox_restore.h"
@@ -355,6 +356,53 @@ oom:
 	return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 }
 
+/* Brings sb up from the snapshot: a new clone (not in place, not a
+ * drain's) without network allowlist takes a pooled VMM of the snapshot
+ * when one is ready (pool.h); one that fails is retried once with a
+ * fresh VMM. Then the snapshot's pool is kept full. Takes sb. */
+static int
+restore_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
+    const Moat__V1__RestoreSandboxRequest *req, struct restore *r,
+    struct sandbox *sb, struct sandbox **out)
+{
+	const char *accel = r->meta->accel[0] ? r->meta->accel : "tcg";
+	bool poolable = r->old == NULL && r->keep_id == NULL &&
+	    sb->egress_policy == NULL && !sb->no_egress_port &&
+	    sb->test_mode == NULL;
+	struct vmd_shape shape = { .image = r->meta->image,
+		.vcpus = sb->vcpus,
+		.memory_mib = sb->memory_mib,
+		.scratch_mib = sb->scratch_mib };
+	bool pooled = poolable && vmd_pool_take(vmd, req->snapshot_id, sb);
+	bool stopping;
+	int rv;
+
+	rv = vmd_sandbox_bring_up(vmd, call, sb, r->snap_dir, accel,
+	    r->old ? BRING_UP_REPLACE : BRING_UP_LISTED, r->old, out);
+	pthread_mutex_lock(&vmd->mu);
+	stopping = vmd->shutting_down;
+	pthread_mutex_unlock(&vmd->mu);
+	if (pooled && rv != MOAT_OK && rv != MOAT_ABORTED &&
+	    rv != MOAT_RESOURCE_EXHAUSTED && !stopping) {
+		moat_warn(call->request_id,
+		    "snapshot %s: the pooled VMM did not restore (%s); "
+		    "starting a fresh one",
+		    req->snapshot_id,
+		    call->error_message ? call->error_message : "?");
+		free(call->error_message);
+		call->error_message = NULL;
+		if ((rv = restore_alloc(vmd, call, r, &sb)) == MOAT_OK)
+			rv = vmd_sandbox_bring_up(vmd, call, sb, r->snap_dir,
+			    accel, BRING_UP_LISTED, NULL, out);
+	}
+	/* The snapshot is in use (a fork restores it again and again):
+	 * keep its pool full, after this restore. */
+	if (poolable)
+		vmd_pool_want(vmd, req->snapshot_id, r->snap_dir, &shape,
+		    accel, true);
+	return rv;
+}
+
 int
 vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__RestoreSandboxRequest *req, struct sandbox **out)
@@ -389,9 +437,7 @@ vmd_sandbox_restore(struct vmd *vmd, struct moat_rpc_call *call,
 		vmd_sandbox_free(sb);
 		goto out;
 	}
-	rv = vmd_sandbox_bring_up(vmd, call, sb, r.snap_dir,
-	    r.meta->accel[0] ? r.meta->accel : "tcg",
-	    r.old ? BRING_UP_REPLACE : BRING_UP_LISTED, r.old, out);
+	rv = restore_bring_up(vmd, call, req, &r, sb, out);
 out:
 	if (rv == MOAT_OK)
 		vmd_metrics_restore(moat_rpc_now_ms() - t0,

@@ -36,6 +36,8 @@ if bash "$repo/deploy/ramfs.sh" up "$ramdir" 4G >/dev/null; then
 	bash "$repo/deploy/ramfs.sh" down "$ramdir"
 fi
 rmdir "$ramdir"
+# The warm VMM pool ([vmd] vmm-pool): template clones with it off and on.
+"$bin/moat-bench-pool" "$images" "$repo/tests/bench/results/pool.json"
 "$bin/moat-bench-evict" "$images" "$repo/tests/bench/results/evict.json" 10
 "$bin/moat-bench-images" "$images" "$repo/tests/bench/results/images.json" 5
 MOAT_IMAGE_DIR=$images python3 "$repo/tests/bench/cp_dir_bench.py" 5 # adds "cp_dir" to images.json

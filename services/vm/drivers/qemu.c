@@ -419,6 +419,18 @@ qemu_write_pidfile(const char *pidfile, pid_t pid)
 		moat_warn(0, "cannot write %s: %s", pidfile, strerror(err));
 }
 
+/* What backs guest RAM (heap): the VM's own RAM file, mapped shared,
+ * so a snapshot copies it and a clone's is a copy of the snapshot's.
+ * The one place that choice is made: a boot, a restore and a pooled VMM
+ * (vmd's pool.c, keyed by the template whose RAM the file copies) alike. */
+static char *
+qemu_ram_backend(const struct moat_vmm_spec *spec, const struct moat_vmm *vm)
+{
+	return moat_asprintf("memory-backend-file,id=ram,size=%uM,"
+	                     "mem-path=%s,share=on",
+	    spec->memory_mib, vm->ram_file);
+}
+
 /* Adds the machine, CPU, memory, console and kernel arguments. */
 static void
 qemu_argv_machine(struct qemu_argv *a, const char *binary,
@@ -441,10 +453,7 @@ qemu_argv_machine(struct qemu_argv *a, const char *binary,
 	argv_add(a, strdup("-m"));
 	argv_add(a, moat_asprintf("%u", spec->memory_mib));
 	argv_add(a, strdup("-object"));
-	argv_add(a,
-	    moat_asprintf("memory-backend-file,id=ram,size=%uM,"
-	                  "mem-path=%s,share=on",
-	        spec->memory_mib, vm->ram_file));
+	argv_add(a, qemu_ram_backend(spec, vm));
 	argv_add(a, strdup("-no-reboot"));
 	argv_add(a, strdup("-nodefaults"));
 	argv_add(a, strdup("-no-user-config"));
