@@ -1,12 +1,14 @@
 /*
- * cmd_session.c: `moat session ls|show|export|rm|keep` and `moat
+ * cmd_session.c: `moat session ls|show|tree|export|rm|keep` and `moat
  * history`: the recordings of sandboxes created with `moat sandbox create
  * --record`.
  * A session is one recorded run; each one-shot exec on the sandbox is a
  * step with its input, exit code, outputs and the files it created,
  * modified or deleted. `history SANDBOX` shows the steps of the
  * sandbox's latest session, marking pinned steps and those whose snapshot
- * retention removed; `session keep` pins a step.
+ * retention removed; `session keep` pins a step. A branch's history
+ * starts with the steps it inherits (issue 18), marked with the session
+ * that holds them; `session tree` prints a session and its branches.
  * Not for: creating recorded sandboxes (cmd_sandbox.c) or running the
  * steps (cmd_run.c).
  */
