@@ -100,6 +100,9 @@ export interface Step {
   stderr: Uint8Array;
   snapshotId: string;
   keep: boolean;
+  /** A branch's inherited step (issue 18): the session that holds it;
+   * "" for the session's own steps. */
+  heldBySession: string;
 }
 
 export interface Restored {
@@ -136,6 +139,7 @@ function step(s: StepMsg): Step {
     stderr: s.stderr,
     snapshotId: s.snapshotId,
     keep: s.keep,
+    heldBySession: s.heldBySession,
   };
 }
 
