@@ -108,8 +108,11 @@ nearest_find(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	char step0[MOAT_ID_MAX], *token = NULL, *msg = NULL;
 
 	memset(n, 0, sizeof(*n));
-	if (moat_record_session_step0(s) != NULL ||
-	    moat_record_step0(t->rec, s->id, step0, sizeof(step0))) {
+	/* A branch's own step 0 is its branch point's state, not step 0
+	 * of its path (issue 18): only a root's counts. */
+	if (s->first_step <= 1 &&
+	    (moat_record_session_step0(s) != NULL ||
+	        moat_record_step0(t->rec, s->id, step0, sizeof(step0)))) {
 		n->has_before = step > 0;
 		nearest_add(n, 0);
 	}
@@ -255,6 +258,14 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		moat__v1__session_info__free_unpacked(root, NULL);
 		return rv;
 	}
+	/* The branch point's state is also the branch's own step 0 (its
+	 * label): read there, so a branch whose parent was deleted still
+	 * restores it. */
+	if (step > 0 && s->first_step > 1 && step == s->first_step - 1 &&
+	    (label = moat_record_session_step0(s)) != NULL) {
+		snprintf(snap, MOAT_ID_MAX, "%s", label);
+		return MOAT_OK;
+	}
 	if (step > s->step_count) {
 		*errmsg = moat_asprintf(
 		    "step %llu of session %s not found: "
@@ -285,12 +296,6 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 		snprintf(removed, sizeof(removed), "%s",
 		    st->snapshot_removed ? st->snapshot_removed : "");
 		moat__v1__step__free_unpacked(st, NULL);
-		/* The branch point's state is also the branch's own step 0
-		 * (its label), should the parent's step have lost it. */
-		if (snap[0] == '\0' && s->first_step > 1 &&
-		    step == s->first_step - 1 &&
-		    (label = moat_record_session_step0(s)) != NULL)
-			snprintf(snap, MOAT_ID_MAX, "%s", label);
 	}
 	if (snap[0] != '\0')
 		return MOAT_OK;

@@ -366,6 +366,20 @@ h_get_step(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+/* inherited_gone: whether reading step i of s failed (rv) because the
+ * session that held it, an ancestor of s, was deleted (issue 18): lists
+ * then go on with s's own steps. *errmsg is freed when so. */
+static bool
+inherited_gone(const Moat__V1__SessionInfo *s, uint64_t i, int rv,
+    char **errmsg)
+{
+	if (rv != MOAT_NOT_FOUND || i >= sessiond_first_step(s))
+		return false;
+	free(*errmsg);
+	*errmsg = NULL;
+	return true;
+}
+
 /* load_steps: steps [first, ...] of session s into *steps and *n (heap array
  * of heap messages; the caller's even on failure), at most `limit`, and
  * stopping after `max_bytes` of outputs. *next is the index after the
@@ -391,8 +405,13 @@ load_steps(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 	for (i = first; i <= last; i++) {
 		if (bytes >= max_bytes)
 			break;
-		if ((rv = sessiond_path_step_load(txn, s, i, !outputs,
-		         &(*steps)[*n], errmsg)) != MOAT_OK)
+		rv = sessiond_path_step_load(txn, s, i, !outputs,
+		    &(*steps)[*n], errmsg);
+		if (inherited_gone(s, i, rv, errmsg)) {
+			i = sessiond_first_step(s) - 1; /* on to its own */
+			continue;
+		}
+		if (rv != MOAT_OK)
 			return rv;
 		bytes += (*steps)[*n]->stdout.len + (*steps)[*n]->stderr.len;
 		(*n)++;
@@ -463,8 +482,12 @@ export_size(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 
 	*bytes = 0;
 	for (uint64_t i = 1; i <= s->step_count; i++) {
-		if ((rv = sessiond_path_step_load(txn, s, i, true, &step,
-		         errmsg)) != MOAT_OK)
+		rv = sessiond_path_step_load(txn, s, i, true, &step, errmsg);
+		if (inherited_gone(s, i, rv, errmsg)) {
+			i = sessiond_first_step(s) - 1;
+			continue;
+		}
+		if (rv != MOAT_OK)
 			return rv;
 		*bytes += step->stdout_bytes + step->stderr_bytes +
 		    strlen(step->input) + 256 * (step->n_fs_trace + 1);

@@ -332,8 +332,8 @@ test_deep_chain(void **state)
 		free(ids[i]);
 }
 
-/* A deleted parent: its branch's own steps are still read; the
- * inherited ones say where they were. */
+/* A deleted parent: its branch's own steps are still read and listed;
+ * the inherited ones say where they were. */
 static void
 test_parent_deleted(void **state)
 {
@@ -341,6 +341,7 @@ test_parent_deleted(void **state)
 	Moat__V1__DeleteSessionRequest req =
 	    MOAT__V1__DELETE_SESSION_REQUEST__INIT;
 	ProtobufCMessage *reply;
+	Moat__V1__ListStepsReply *l;
 	Moat__V1__Step *st;
 	char *root = create(p, NULL, 0), *branch, *errmsg = NULL;
 	int rv;
@@ -359,6 +360,12 @@ test_parent_deleted(void **state)
 	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "was deleted");
 	assert_null(st);
 	step_ok(p, branch, 2, "", "");
+	/* Its history lists its own steps. */
+	l = list_steps(p, branch, 0, NULL, false);
+	assert_int_equal(l->n_steps, 1);
+	assert_int_equal(l->steps[0]->index, 2);
+	assert_string_equal(l->next_page_token, "");
+	protobuf_c_message_free_unpacked(&l->base, NULL);
 	free(root);
 	free(branch);
 }
