@@ -7,7 +7,9 @@
  * a pin of an inherited step pins it where it is held; retention's
  * own_only leaves inherited steps out; GetSessionTree lists a session
  * and its branches depth first with where each branched, its path's
- * length and its last exit status.
+ * length and its last exit status. With the store edited through LMDB
+ * (sessiond stopped): a branch recorded before first_step existed keeps
+ * its numbers from 1, and a loop of parents is refused, not followed.
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <lmdb.h>
 
 #include "harness.h"
 #include "moat/util.h"
@@ -453,6 +456,114 @@ test_tree_unknown(void **state)
 	ses_expect(rv, errmsg, MOAT_INVALID_ARGUMENT, "session_id");
 }
 
+/* rewrite_session: with sessiond stopped, rewrites session `id`'s record
+ * in its store: parent, parent_step, first_step and step_count. */
+static void
+rewrite_session(const char *dir, const char *id, const char *parent,
+    uint64_t parent_step, uint64_t first_step, uint64_t step_count)
+{
+	char *path = moat_asprintf("%s/sessiond", dir);
+	Moat__V1__SessionInfo *si;
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_val k = { strlen(id), (void *)id }, v;
+	uint8_t *buf;
+	size_t len;
+
+	assert_int_equal(mdb_env_create(&env), 0);
+	assert_int_equal(mdb_env_set_maxdbs(env, 32), 0);
+	assert_int_equal(mdb_env_set_mapsize(env, 1024ull << 20), 0);
+	assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
+	assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "sessions", 0, &dbi), 0);
+	assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+	si = moat__v1__session_info__unpack(NULL, v.mv_size, v.mv_data);
+	assert_non_null(si);
+	if (si->parent_session_id != (char *)protobuf_c_empty_string)
+		free(si->parent_session_id);
+	si->parent_session_id = strdup(parent);
+	si->parent_step = parent_step;
+	si->first_step = first_step;
+	si->step_count = step_count;
+	len = moat__v1__session_info__get_packed_size(si);
+	buf = malloc(len);
+	moat__v1__session_info__pack(si, buf);
+	v.mv_size = len;
+	v.mv_data = buf;
+	assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+	moat__v1__session_info__free_unpacked(si, NULL);
+	free(buf);
+	free(path);
+}
+
+/* A branch recorded before first_step existed (its record has none):
+ * its steps keep their numbers from 1 and are its own. */
+static void
+test_recorded_before(void **state)
+{
+	struct ses_proc *p = *state;
+	Moat__V1__ListStepsReply *l;
+	char *root = create(p, NULL, 0), *old;
+
+	append(p, root, 0, NULL, 1);
+	append(p, root, 0, NULL, 2);
+	old = create(p, root, 2);
+	ses_kill(p, SIGTERM);
+	rewrite_session(p->dir, old, root, 2, 0, 0);
+	ses_start(p, NULL);
+	append(p, old, 0, "snap-old-1", 1);
+	step_ok(p, old, 1, "", "snap-old-1");
+	l = list_steps(p, old, 0, NULL, false);
+	assert_int_equal(l->n_steps, 1);
+	assert_string_equal(l->steps[0]->held_by_session, "");
+	protobuf_c_message_free_unpacked(&l->base, NULL);
+	/* A branch of it continues its numbers. */
+	{
+		char *b = create(p, old, 1);
+
+		append(p, b, 0, NULL, 2);
+		step_ok(p, b, 1, old, "snap-old-1");
+		free(b);
+	}
+	free(root);
+	free(old);
+}
+
+/* A loop of parents (a damaged store: CreateSession cannot make one):
+ * reads stop at the bound with a clear error, the tree ends. */
+static void
+test_parent_loop(void **state)
+{
+	struct ses_proc *p = *state;
+	Moat__V1__SessionTreeReply *t;
+	Moat__V1__Step *st;
+	char *a = create(p, NULL, 0), *b, *errmsg = NULL;
+	int rv;
+
+	append(p, a, 0, NULL, 1);
+	b = create(p, a, 1);
+	append(p, b, 0, NULL, 2);
+	ses_kill(p, SIGTERM);
+	/* a now says it branched from step 1 of b. */
+	rewrite_session(p->dir, a, b, 1, 2, 1);
+	ses_start(p, NULL);
+	st = get_step(p, b, 1, &rv, &errmsg);
+	ses_expect(rv, errmsg, MOAT_FAILED_PRECONDITION, "more than 64");
+	assert_null(st);
+	step_ok(p, b, 2, "", "");
+	t = get_tree(p, a);
+	assert_int_equal(t->n_nodes, 2);
+	protobuf_c_message_free_unpacked(&t->base, NULL);
+	t = get_tree(p, b);
+	assert_int_equal(t->n_nodes, 2);
+	protobuf_c_message_free_unpacked(&t->base, NULL);
+	free(a);
+	free(b);
+}
+
 int
 main(void)
 {
@@ -463,6 +574,8 @@ main(void)
 		SES_CASE(test_parent_deleted),
 		SES_CASE(test_tree),
 		SES_CASE(test_tree_unknown),
+		SES_CASE(test_recorded_before),
+		SES_CASE(test_parent_loop),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
