@@ -409,23 +409,14 @@ put_step(struct moat_store_txn *txn, struct sessiond_op *op,
 
 /* load_step: the session and step op->index for SET_SNAPSHOT and
  * SET_KEEP; on failure both are NULL and *broken says whether the store
- * failed. */
-static struct sessiond_id
-holder_id(const Moat__V1__SessionInfo *s)
-{
-	struct sessiond_id id;
-
-	if (!sessiond_id_parse(s->id, &id))
-		abort(); /* sessiond_session_load found it by this id */
-	return id;
-}
-
+ * failed. A step the session inherits (issue 18) is the one its holder
+ * keeps: *s is then the holder and op->id its id. */
 static int
 load_step(struct moat_store_txn *txn, struct sessiond_op *op,
     Moat__V1__SessionInfo **s, Moat__V1__Step **step, bool *broken)
 {
 	Moat__V1__SessionInfo *owned = NULL;
-	const Moat__V1__SessionInfo *holder = NULL;
+	const Moat__V1__SessionInfo *holder;
 	int rv;
 
 	*step = NULL;
@@ -434,17 +425,23 @@ load_step(struct moat_store_txn *txn, struct sessiond_op *op,
 		*broken = rv != MOAT_NOT_FOUND;
 		return rv;
 	}
-	/* A step the session inherits is changed where it is held (issue
-	 * 18): op->id becomes its holder's. */
 	if ((rv = sessiond_path_holder(txn, *s, op->index, &owned, &holder,
 	         &op->errmsg)) == MOAT_OK) {
-		if (holder != *s) {
-			op->id = holder_id(holder);
+		/* owned: an ancestor holds it (NULL: the session does). */
+		if (owned != NULL) {
 			moat__v1__session_info__free_unpacked(*s, NULL);
 			*s = owned;
 		}
-		rv = sessiond_step_load(txn, *s, op->index, true, step,
-		    &op->errmsg);
+		if (owned != NULL && !sessiond_id_parse((*s)->id, &op->id)) {
+			op->errmsg = moat_asprintf(
+			    "session record \"%.40s\" has a bad id: the "
+			    "store is damaged",
+			    (*s)->id);
+			rv = MOAT_DATA_LOSS;
+		} else {
+			rv = sessiond_step_load(txn, *s, op->index, true, step,
+			    &op->errmsg);
+		}
 	}
 	if (rv != MOAT_OK) {
 		*broken =
