@@ -14,7 +14,7 @@ import { SnapshotPolicy, StepKind } from "../gen/session_pb.js";
 import { ExecRequestSchema, type Sandbox as SandboxInfo, type ExecRequest, type ExecStatus, type LocalSnapshot } from "../gen/vm_pb.js";
 import type { FileInfo as FileInfoMsg } from "../gen/guest_pb.js";
 import { FileType } from "../gen/guest_pb.js";
-import type { Step as StepMsg } from "../gen/session_pb.js";
+import type { Step as StepMsg, SessionTreeNode } from "../gen/session_pb.js";
 import { Client, type ClientOptions } from "./client.js";
 import { MoatError, NotFoundError, errorFor } from "./errors.js";
 
@@ -552,6 +552,15 @@ export class Sandbox {
       pageToken = r.nextPageToken;
     } while (pageToken);
     return steps;
+  }
+
+  /** tree: this sandbox's session (or `sessionId`) and the branches
+   * made from it (restores, forks), depth first: where each branched,
+   * its step count, its last exit status (issue 18). */
+  async tree(opts: { sessionId?: string } = {}): Promise<SessionTreeNode[]> {
+    const sessionId = opts.sessionId ?? (await this.session("tree"));
+    const r = await this.client.call((g) => g.getSessionTree({ sessionId }));
+    return r.nodes;
   }
 
   /** restore: brings this sandbox back, in place, to the state after
