@@ -1205,6 +1205,7 @@ static const struct moat_rpc_method gateway_methods[] = {
 	{ "GetSession", h_session, false, true },
 	{ "ListSteps", h_session, false, true },
 	{ "GetStep", h_session, false, true },
+	{ "GetSessionTree", h_session, false, true },
 	{ "ExportSession", h_session, false, true },
 	{ "DeleteSession", moat_snapshots_delete_session, true, true },
 	{ "RestoreStep", moat_travel_restore_step, true, true },

@@ -119,6 +119,8 @@ static const struct route routes[] = {
 	    false },
 	{ "/v1/sessions/{}/steps", "GET", "ListSteps", BODY_QUERY,
 	    "session_id", false },
+	{ "/v1/sessions/{}/tree", "GET", "GetSessionTree", BODY_QUERY,
+	    "session_id", false },
 	{ "/v1/audit", "GET", "ListAudit", BODY_QUERY, NULL, false },
 	{ "/v1/nodes", "GET", "ListNodes", BODY_QUERY, NULL, false },
 	{ "/v1/nodes/{}/cordon", "POST", "CordonNode", BODY_JSON, "node_id",
@@ -143,7 +145,8 @@ static const struct route routes[] = {
 	"GET /healthz, POST /mcp, POST /v1/rpc/{Method}, "                    \
 	"POST /moat.v1.Gateway/{Method} (Connect), "                          \
 	"/v1/sandboxes[/{id}[/exec|"                                          \
-	"/files|/timeout]], /v1/sessions[/{id}[/steps]], GET /v1/audit, "     \
+	"/files|/timeout]], /v1/sessions[/{id}[/steps|/tree]], GET "          \
+	"/v1/audit, "                                                         \
 	"/metrics, /v1/nodes[/{id}/cordon|/drain], "                          \
 	"/v1/images[/{name}[/push]|/builds/{id}], /v1/openapi.json"
 

@@ -593,6 +593,8 @@ record_lookup(struct moat_record *rec, const char *tenant,
 	if (e != NULL && latest != NULL) {
 		e->policy = latest->snapshot_policy;
 		e->last_index = latest->step_count;
+		e->base_index =
+		    latest->first_step ? latest->first_step - 1 : 0;
 		e->snapshots = UINT32_MAX; /* retention will count them */
 		if ((step0 = record_label_of(latest,
 		         MOAT_RECORD_STEP0_LABEL)) != NULL)
@@ -701,6 +703,11 @@ moat_record_begin(struct moat_record *rec, const char *tenant,
 	}
 	info = (Moat__V1__SessionInfo *)reply;
 	e = entry_new(sandbox_id, info->id ? info->id : "");
+	if (e != NULL) {
+		/* A branch goes on from its branch point (issue 18). */
+		e->last_index = info->step_count;
+		e->base_index = info->step_count;
+	}
 	protobuf_c_message_free_unpacked(reply, NULL);
 	if (e == NULL) {
 		*errmsg = moat_asprintf("out of memory");
@@ -795,20 +802,23 @@ attach_manual(struct moat_record *rec, struct moat_record_entry *e,
     uint64_t deadline_ms)
 {
 	char *msg = NULL;
+	/* No step of its own yet (a branch's inherited steps are its
+	 * parent's): the session's step 0, its starting state. */
+	uint64_t index = e->last_index == e->base_index ? 0 : e->last_index;
 
-	if (e->last_index == 0) {
+	if (index == 0) {
 		pthread_mutex_lock(&rec->lock);
 		snprintf(e->step0, sizeof(e->step0), "%s", snapshot_id);
 		pthread_mutex_unlock(&rec->lock);
 	}
-	if (record_set_step_snapshot(rec, tenant, e->session_id, e->last_index,
+	if (record_set_step_snapshot(rec, tenant, e->session_id, index,
 	        snapshot_id, deadline_ms, &msg) != MOAT_OK) {
 		moat_warn(request_id,
 		    "snapshot %s of %s not attached to step "
 		    "%llu of session %s%s: %s",
-		    snapshot_id, e->sandbox_id,
-		    (unsigned long long)e->last_index, e->session_id,
-		    e->last_index == 0 ? " (this gateway keeps it)" : "",
+		    snapshot_id, e->sandbox_id, (unsigned long long)index,
+		    e->session_id,
+		    index == 0 ? " (this gateway keeps it)" : "",
 		    msg ? msg : "");
 		free(msg);
 		return;

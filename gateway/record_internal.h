@@ -40,7 +40,10 @@ struct moat_record_entry {
 	char session_id[MOAT_ID_MAX]; /* "" : known not to be recorded */
 	bool gone;                    /* destroyed, or now records elsewhere */
 	Moat__V1__SnapshotPolicy policy;
-	uint64_t last_index;     /* the latest step (0: none yet) */
+	uint64_t last_index; /* the latest step (0: none yet) */
+	/* The step the session branched at (issue 18): its own steps are
+	 * base_index + 1 on, so last_index == base_index: none yet. */
+	uint64_t base_index;
 	char step0[MOAT_ID_MAX]; /* snapshot before step 1 ("" : none) */
 	uint32_t snapshots;      /* steps with a snapshot, as far as this
 	                             * gateway knows (UINT32_MAX: unknown) */

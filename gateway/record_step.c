@@ -258,6 +258,8 @@ refresh(struct moat_record *rec, struct moat_record_entry *e,
 		pthread_mutex_unlock(&rec->lock);
 		e->policy = latest->snapshot_policy;
 		e->last_index = latest->step_count;
+		e->base_index =
+		    latest->first_step ? latest->first_step - 1 : 0;
 		e->snapshots = UINT32_MAX;
 		if (record_trace_fs(rec, tenant, e->sandbox_id, 0, &cur,
 		        &msg) != MOAT_OK) {

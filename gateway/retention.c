@@ -114,6 +114,8 @@ session_snaps_get(struct moat_record *rec, const char *tenant,
 		rv = snaps_add(ss, 0, step0, s->created_ms, false);
 	moat__v1__session_info__free_unpacked(s, NULL);
 	req.page_size = STEPS_PAGE;
+	/* A branch's inherited steps are its parent's to keep or drop. */
+	req.own_only = true;
 	while (rv == MOAT_OK) {
 		req.page_token = token != NULL ? token : (char *)"";
 		if ((rv = moat_record_sessiond_call(rec, "ListSteps",

@@ -108,8 +108,11 @@ nearest_find(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	char step0[MOAT_ID_MAX], *token = NULL, *msg = NULL;
 
 	memset(n, 0, sizeof(*n));
-	if (moat_record_session_step0(s) != NULL ||
-	    moat_record_step0(t->rec, s->id, step0, sizeof(step0))) {
+	/* A branch's own step 0 is its branch point's state, not step 0
+	 * of its path (issue 18): only a root's counts. */
+	if (s->first_step <= 1 &&
+	    (moat_record_session_step0(s) != NULL ||
+	        moat_record_step0(t->rec, s->id, step0, sizeof(step0)))) {
 		n->has_before = step > 0;
 		nearest_add(n, 0);
 	}
@@ -186,6 +189,52 @@ no_snapshot_message(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	    policy_word(s->snapshot_policy), s->sandbox_id);
 }
 
+#define PATH_MAX_DEPTH 64 /* as sessiond's SESSIOND_PATH_MAX_DEPTH */
+
+/* path_root: the session whose step 0 is step 0 of s's path (issue 18):
+ * s, or the first ancestor that holds its steps from 1. On MOAT_OK *root
+ * is the caller's (NULL: s itself). */
+static int
+path_root(struct moat_travel *t, const Moat__V1__SessionInfo *s,
+    uint64_t deadline, Moat__V1__SessionInfo **root, char **errmsg)
+{
+	Moat__V1__GetSessionRequest req = MOAT__V1__GET_SESSION_REQUEST__INIT;
+	const Moat__V1__SessionInfo *cur = s;
+	Moat__V1__SessionInfo *next = NULL;
+	int rv;
+
+	*root = NULL;
+	for (int depth = 0; cur->first_step > 1; depth++) {
+		if (depth >= PATH_MAX_DEPTH) {
+			*errmsg = moat_asprintf(
+			    "step 0 of session %s: its path goes back "
+			    "through more than %d sessions; restore a later "
+			    "step",
+			    s->id, PATH_MAX_DEPTH);
+			rv = MOAT_FAILED_PRECONDITION;
+			goto fail;
+		}
+		req.tenant = (char *)t->tenant;
+		req.session_id = cur->parent_session_id;
+		next = NULL;
+		if ((rv = moat_record_sessiond(t->rec, "GetSession", &req.base,
+		         &moat__v1__session_info__descriptor,
+		         (ProtobufCMessage **)&next, deadline, errmsg)) !=
+		    MOAT_OK)
+			goto fail;
+		if (*root != NULL)
+			moat__v1__session_info__free_unpacked(*root, NULL);
+		*root = next;
+		cur = next;
+	}
+	return MOAT_OK;
+fail:
+	if (*root != NULL)
+		moat__v1__session_info__free_unpacked(*root, NULL);
+	*root = NULL;
+	return rv;
+}
+
 /* step_snapshot: the snapshot of `step` of s into snap (MOAT_ID_MAX).
  * NOT_FOUND for a step past the end; FAILED_PRECONDITION when the step
  * has none (any more). */
@@ -195,11 +244,28 @@ step_snapshot(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 {
 	Moat__V1__GetStepRequest req = MOAT__V1__GET_STEP_REQUEST__INIT;
 	Moat__V1__Step *st = NULL;
+	Moat__V1__SessionInfo *root = NULL;
 	const char *label;
 	char removed[160] = "";
 	int rv;
 
 	snap[0] = '\0';
+	/* Step 0 of a branch's path is its root's (issue 18). */
+	if (step == 0 && s->first_step > 1) {
+		if ((rv = path_root(t, s, deadline, &root, errmsg)) != MOAT_OK)
+			return rv;
+		rv = step_snapshot(t, root, 0, deadline, snap, errmsg);
+		moat__v1__session_info__free_unpacked(root, NULL);
+		return rv;
+	}
+	/* The branch point's state is also the branch's own step 0 (its
+	 * label): read there, so a branch whose parent was deleted still
+	 * restores it. */
+	if (step > 0 && s->first_step > 1 && step == s->first_step - 1 &&
+	    (label = moat_record_session_step0(s)) != NULL) {
+		snprintf(snap, MOAT_ID_MAX, "%s", label);
+		return MOAT_OK;
+	}
 	if (step > s->step_count) {
 		*errmsg = moat_asprintf(
 		    "step %llu of session %s not found: "
@@ -642,10 +708,15 @@ snapped_list(struct moat_travel *t, const Moat__V1__SessionInfo *s,
 	char step0[MOAT_ID_MAX], *token = NULL;
 	int rv = MOAT_OK;
 
-	if (label != NULL)
-		(void)snapped_add(sn, 0, label);
-	else if (moat_record_step0(t->rec, s->id, step0, sizeof(step0)))
-		(void)snapped_add(sn, 0, step0);
+	/* A branch's own step 0 is the state at its branch point, listed
+	 * with its parent's step there (issue 18): only a root's counts. */
+	if (s->first_step <= 1) {
+		if (label != NULL)
+			(void)snapped_add(sn, 0, label);
+		else if (moat_record_step0(t->rec, s->id, step0,
+		             sizeof(step0)))
+			(void)snapped_add(sn, 0, step0);
+	}
 	req.tenant = (char *)t->tenant;
 	req.session_id = s->id;
 	req.page_size = 1000;

@@ -52,6 +52,10 @@ int cli_fail(struct cli *cli, int code, char *errmsg, const char *what, ...)
 int cli_usage_error(const char *usage, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* cli_print_session_tree: `moat session tree`'s text: one line per
+ * session, branches indented under the session they branched from. */
+void cli_print_session_tree(const Moat__V1__SessionTreeReply *t);
+
 /* cli_print_json: writes msg as indented JSON (defaults included) and a
  * newline to stdout. Returns 0 or an exit code after printing the error. */
 int cli_print_json(struct cli *cli, const void *msg);

@@ -1,12 +1,14 @@
 /*
- * cmd_session.c: `moat session ls|show|export|rm|keep` and `moat
+ * cmd_session.c: `moat session ls|show|tree|export|rm|keep` and `moat
  * history`: the recordings of sandboxes created with `moat sandbox create
  * --record`.
  * A session is one recorded run; each one-shot exec on the sandbox is a
  * step with its input, exit code, outputs and the files it created,
  * modified or deleted. `history SANDBOX` shows the steps of the
  * sandbox's latest session, marking pinned steps and those whose snapshot
- * retention removed; `session keep` pins a step.
+ * retention removed; `session keep` pins a step. A branch's history
+ * starts with the steps it inherits (issue 18), marked with the session
+ * that holds them; `session tree` prints a session and its branches.
  * Not for: creating recorded sandboxes (cmd_sandbox.c) or running the
  * steps (cmd_run.c).
  */
@@ -19,7 +21,7 @@
 #include "moat/util.h"
 
 static const char *const usage_all =
-    "session ls [--sandbox ID] | show ID | "
+    "session ls [--sandbox ID] | show ID | tree ID | "
     "export ID | rm ID... | keep SESSION STEP [--off]";
 static const char *const usage_keep = "session keep SESSION STEP [--off]";
 
@@ -85,6 +87,9 @@ print_step(const Moat__V1__Step *st)
 	    st->keep ? "  [pinned]" : "");
 	if (st->snapshot_removed != NULL && st->snapshot_removed[0] != '\0')
 		printf("  [snapshot %s]", st->snapshot_removed);
+	/* A branch's inherited step (issue 18): the session holding it. */
+	if (st->held_by_session != NULL && st->held_by_session[0] != '\0')
+		printf("  [inherited from %s]", st->held_by_session);
 	putchar('\n');
 	for (size_t i = 0; i < st->n_fs_trace; i++) {
 		const Moat__V1__FsTraceEntry *e = st->fs_trace[i];
@@ -220,7 +225,13 @@ session_show(struct cli *cli, const char *id)
 		printf("snapshots:   %s\n", policy_name(s->snapshot_policy));
 		printf("age:         %s\n",
 		    cli_format_age(s->created_ms, age, sizeof(age)));
-		if (s->parent_session_id[0])
+		if (s->parent_session_id[0] && s->first_step > 1)
+			printf("branched:    from %s at step %llu (steps "
+			       "1..%llu inherited)\n",
+			    s->parent_session_id,
+			    (unsigned long long)s->parent_step,
+			    (unsigned long long)s->parent_step);
+		else if (s->parent_session_id[0])
 			printf("forked from: %s step %llu\n",
 			    s->parent_session_id,
 			    (unsigned long long)s->parent_step);
@@ -230,6 +241,50 @@ session_show(struct cli *cli, const char *id)
 	}
 	moat_client_free_msg(s);
 	return show_steps(cli, id);
+}
+
+void
+cli_print_session_tree(const Moat__V1__SessionTreeReply *t)
+{
+	printf("%-*s  %-8s %5s %5s  %s\n", 40, "SESSION", "BRANCHED", "STEPS",
+	    "OWN", "LAST EXIT");
+	for (size_t i = 0; i < t->n_nodes; i++) {
+		const Moat__V1__SessionTreeNode *n = t->nodes[i];
+		char at[24] = "-", ex[24] = "-";
+		unsigned indent = n->depth > 16 ? 16 : n->depth;
+		int width = 40 - 2 * (int)indent;
+
+		if (n->depth > 0 || n->parent_session_id[0] != '\0')
+			snprintf(at, sizeof(at), "step %llu",
+			    (unsigned long long)n->branched_at);
+		if (n->has_exit)
+			snprintf(ex, sizeof(ex), "%d", n->last_exit_code);
+		printf("%*s%-*s  %-8s %5llu %5llu  %s\n", 2 * (int)indent, "",
+		    width, n->session_id, at,
+		    (unsigned long long)n->step_count,
+		    (unsigned long long)n->own_steps, ex);
+	}
+	if (t->truncated)
+		printf("(tree cut: the tenant has more sessions than one "
+		       "tree reads)\n");
+}
+
+static int
+session_tree(struct cli *cli, const char *id)
+{
+	Moat__V1__SessionTreeReply *t = NULL;
+	char *errmsg = NULL;
+	int rv;
+
+	if ((rv = moat_client_get_session_tree(cli_client(cli), id, &t,
+	         &errmsg)) != MOAT_OK)
+		return cli_fail(cli, rv, errmsg, "tree of session %s", id);
+	if (cli->json)
+		rv = cli_print_json(cli, t);
+	else
+		cli_print_session_tree(t);
+	moat_client_free_msg(t);
+	return rv;
 }
 
 static int
@@ -387,6 +442,12 @@ cmd_session(struct cli *cli, int argc, char **argv)
 			    "give one "
 			    "session id");
 		return session_show(cli, argv[2]);
+	}
+	if (strcmp(sub, "tree") == 0) {
+		if (argc != 3)
+			return cli_usage_error("session tree ID [--json]",
+			    "give one session id");
+		return session_tree(cli, argv[2]);
 	}
 	if (strcmp(sub, "export") == 0) {
 		if (argc != 3)

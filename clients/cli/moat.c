@@ -48,9 +48,10 @@ static const struct cli_command commands[] = {
 	    "copy a file, or a directory with -r, into or out of a sandbox" },
 	{ "ls", cmd_ls, "ls ID [PATH]", "list a directory in a sandbox" },
 	{ "session", cmd_session,
-	    "session ls [--sandbox ID] | show ID | export ID | rm ID... | "
-	    "keep SESSION STEP [--off]",
-	    "recorded sessions: list, show steps, export, delete, pin steps" },
+	    "session ls [--sandbox ID] | show ID | tree ID | export ID | "
+	    "rm ID... | keep SESSION STEP [--off]",
+	    "recorded sessions: list, show steps, branches, export, delete, "
+	    "pin steps" },
 	{ "history", cmd_history, "history SANDBOX",
 	    "the recorded steps of a sandbox (its latest session)" },
 	{ "diff", cmd_diff, "diff A B [--json]",

@@ -843,6 +843,18 @@ moat_client_get_session(struct moat_client *c, const char *session_id,
 }
 
 int
+moat_client_get_session_tree(struct moat_client *c, const char *session_id,
+    Moat__V1__SessionTreeReply **out, char **errmsg)
+{
+	Moat__V1__GetSessionTreeRequest req =
+	    MOAT__V1__GET_SESSION_TREE_REQUEST__INIT;
+
+	req.session_id = (char *)session_id;
+	return gw_call(c, "GetSessionTree", &req.base,
+	    &moat__v1__session_tree_reply__descriptor, out, 0, errmsg);
+}
+
+int
 moat_client_list_steps(struct moat_client *c, const char *session_id,
     const char *page_token, bool include_outputs,
     Moat__V1__ListStepsReply **out, char **errmsg)

@@ -226,6 +226,11 @@ int moat_client_list_sessions(struct moat_client *c, const char *sandbox_id,
 int moat_client_get_session(struct moat_client *c, const char *session_id,
     Moat__V1__SessionInfo **out, char **errmsg)
     __attribute__((warn_unused_result));
+/* moat_client_get_session_tree: the session and the branches made from
+ * it, depth first (issue 18). */
+int moat_client_get_session_tree(struct moat_client *c, const char *session_id,
+    Moat__V1__SessionTreeReply **out, char **errmsg)
+    __attribute__((warn_unused_result));
 /* moat_client_list_steps: one page of a session's steps (outputs left
  * out unless include_outputs). */
 int moat_client_list_steps(struct moat_client *c, const char *session_id,

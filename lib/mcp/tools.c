@@ -772,15 +772,64 @@ t_history(struct tool_ctx *t)
 	json_array_foreach (json_object_get(reply, "steps"), i, e) {
 		const char *in =
 		    json_string_value(json_object_get(e, "input")) ?: "";
-		fprintf(f, "%s\t%s\texit %lld\t%.200s\n",
+		/* A branch's inherited step (issue 18): who holds it. */
+		const char *held =
+		    json_string_value(json_object_get(e, "heldBySession"));
+
+		fprintf(f, "%s\t%s\texit %lld\t%.200s%s%s%s\n",
 		    json_string_value(json_object_get(e, "index")) ?: "?",
 		    json_string_value(json_object_get(e, "kind")) ?: "",
 		    (long long)json_integer_value(
 		        json_object_get(e, "exitCode")),
-		    in);
+		    in, held && held[0] ? "\t(inherited from " : "",
+		    held && held[0] ? held : "", held && held[0] ? ")" : "");
 	}
 	fclose(f);
 	json_object_set_new(reply, "sessionId", json_string(sid));
+	r = result_text(text, false, reply);
+	free(text);
+	return r;
+}
+
+/* t_session_tree: the session and its branches (issue 18), one line
+ * each, indented by depth. */
+static json_t *
+t_session_tree(struct tool_ctx *t)
+{
+	char sid[MOAT_MCP_ID_MAX], *errmsg, *text = NULL;
+	json_t *reply, *e, *r;
+	size_t i, len = 0;
+	FILE *f;
+	int rv;
+
+	if ((rv = session_of(t, sid, sizeof(sid), &errmsg)) != MOAT_OK)
+		return call_error("session_tree", rv, errmsg);
+	if ((rv = gw(t, "GetSessionTree", json_pack("{s:s}", "sessionId", sid),
+	         &reply, &errmsg)) != MOAT_OK)
+		return call_error("session_tree", rv, errmsg);
+	if ((f = open_memstream(&text, &len)) == NULL) {
+		json_decref(reply);
+		return tool_error("out of memory");
+	}
+	json_array_foreach (json_object_get(reply, "nodes"), i, e) {
+		json_int_t depth =
+		    json_integer_value(json_object_get(e, "depth"));
+		const char *at =
+		    json_string_value(json_object_get(e, "branchedAt"));
+
+		fprintf(f, "%*s%s", (int)(depth > 16 ? 32 : 2 * depth), "",
+		    json_string_value(json_object_get(e, "sessionId")) ?: "?");
+		if (depth > 0)
+			fprintf(f, "  branched at step %s", at ? at : "0");
+		fprintf(f, "  steps %s",
+		    json_string_value(json_object_get(e, "stepCount")) ?: "0");
+		if (json_is_true(json_object_get(e, "hasExit")))
+			fprintf(f, "  last exit %lld",
+			    (long long)json_integer_value(
+			        json_object_get(e, "lastExitCode")));
+		fputc('\n', f);
+	}
+	fclose(f);
 	r = result_text(text, false, reply);
 	free(text);
 	return r;
@@ -1380,6 +1429,11 @@ static const struct tool tools[] = {
 	{ "history", "The recorded steps of a sandbox or session.",
 	    "{\"type\":\"object\",\"properties\":{" SES_PROP "," SB_PROP "}}",
 	    t_history, false },
+	{ "session_tree",
+	    "A recorded session and the branches made from it (restores, "
+	    "forks): where each branched, its steps, its last exit status.",
+	    "{\"type\":\"object\",\"properties\":{" SES_PROP "," SB_PROP "}}",
+	    t_session_tree, false },
 	{ "fork",
 	    "New sandboxes from a recorded step, each recorded as a "
 	    "branch session.",

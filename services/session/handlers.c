@@ -356,14 +356,28 @@ h_get_step(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	    (rv = session_read(call, req->tenant, req->session_id, &txn,
 	         &s)) != MOAT_OK)
 		return rv;
-	rv = sessiond_step_load(txn, s, req->index, req->omit_outputs, &step,
-	    &errmsg);
+	rv = sessiond_path_step_load(txn, s, req->index, req->omit_outputs,
+	    &step, &errmsg);
 	moat_store_txn_abort(txn);
 	moat__v1__session_info__free_unpacked(s, NULL);
 	if (rv != MOAT_OK)
 		return fail_with(call, rv, errmsg);
 	sessiond_reply_move(reply, &step->base);
 	return MOAT_OK;
+}
+
+/* inherited_gone: whether reading step i of s failed (rv) because the
+ * session that held it, an ancestor of s, was deleted (issue 18): lists
+ * then go on with s's own steps. *errmsg is freed when so. */
+static bool
+inherited_gone(const Moat__V1__SessionInfo *s, uint64_t i, int rv,
+    char **errmsg)
+{
+	if (rv != MOAT_NOT_FOUND || i >= sessiond_first_step(s))
+		return false;
+	free(*errmsg);
+	*errmsg = NULL;
+	return true;
 }
 
 /* load_steps: steps [first, ...] of session s into *steps and *n (heap array
@@ -391,9 +405,14 @@ load_steps(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 	for (i = first; i <= last; i++) {
 		if (bytes >= max_bytes)
 			break;
-		if ((rv = sessiond_step_load(txn, s, i, !outputs,
-		         &(*steps)[*n], errmsg)) != MOAT_OK)
-			return rv == MOAT_NOT_FOUND ? MOAT_DATA_LOSS : rv;
+		rv = sessiond_path_step_load(txn, s, i, !outputs,
+		    &(*steps)[*n], errmsg);
+		if (inherited_gone(s, i, rv, errmsg)) {
+			i = sessiond_first_step(s) - 1; /* on to its own */
+			continue;
+		}
+		if (rv != MOAT_OK)
+			return rv;
 		bytes += (*steps)[*n]->stdout.len + (*steps)[*n]->stderr.len;
 		(*n)++;
 	}
@@ -432,6 +451,9 @@ h_list_steps(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	if ((rv = session_read(call, req->tenant, req->session_id, &txn,
 	         &s)) != MOAT_OK)
 		return rv;
+	/* A branch's inherited steps come first, unless own_only. */
+	if (req->own_only && first < sessiond_first_step(s))
+		first = sessiond_first_step(s);
 	rv = load_steps(txn, s, first, limit, req->include_outputs,
 	    req->include_outputs ? SESSIOND_PAGE_BYTES : SIZE_MAX, &r->steps,
 	    &r->n_steps, &next, &errmsg);
@@ -460,9 +482,13 @@ export_size(struct moat_store_txn *txn, const Moat__V1__SessionInfo *s,
 
 	*bytes = 0;
 	for (uint64_t i = 1; i <= s->step_count; i++) {
-		if ((rv = sessiond_step_load(txn, s, i, true, &step,
-		         errmsg)) != MOAT_OK)
-			return rv == MOAT_NOT_FOUND ? MOAT_DATA_LOSS : rv;
+		rv = sessiond_path_step_load(txn, s, i, true, &step, errmsg);
+		if (inherited_gone(s, i, rv, errmsg)) {
+			i = sessiond_first_step(s) - 1;
+			continue;
+		}
+		if (rv != MOAT_OK)
+			return rv;
 		*bytes += step->stdout_bytes + step->stderr_bytes +
 		    strlen(step->input) + 256 * (step->n_fs_trace + 1);
 		moat__v1__step__free_unpacked(step, NULL);
@@ -637,6 +663,29 @@ h_snapshot_refs(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	return MOAT_OK;
 }
 
+static int
+h_get_session_tree(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__GetSessionTreeRequest *req =
+	    (const Moat__V1__GetSessionTreeRequest *)request;
+	Moat__V1__SessionTreeReply *r = (Moat__V1__SessionTreeReply *)reply;
+	struct moat_store_txn *txn;
+	Moat__V1__SessionInfo *s;
+	char *errmsg = NULL;
+	int rv;
+
+	if ((rv = session_read(call, req->tenant, req->session_id, &txn,
+	         &s)) != MOAT_OK)
+		return rv;
+	rv = sessiond_tree_build(txn, s, r, &errmsg);
+	moat_store_txn_abort(txn);
+	moat__v1__session_info__free_unpacked(s, NULL);
+	if (rv != MOAT_OK)
+		return fail_with(call, rv, errmsg);
+	return MOAT_OK;
+}
+
 /* Mutating calls are answered from the RPC layer's memory when a client
  * repeats a request id, so a retried append is never recorded twice. */
 const struct moat_rpc_method sessiond_methods[] = {
@@ -652,6 +701,7 @@ const struct moat_rpc_method sessiond_methods[] = {
 	{ "SetStepSnapshot", h_set_step_snapshot, true, false },
 	{ "SetStepKeep", h_set_step_keep, true, false },
 	{ "SnapshotRefs", h_snapshot_refs, false, false },
+	{ "GetSessionTree", h_get_session_tree, false, false },
 	/* A claim is asked again while its call runs: never answered
 	 * from the RPC layer's memory. */
 	{ "ClaimRequest", sessiond_h_claim_request, false, false },

@@ -137,6 +137,42 @@ int sessiond_step_load(struct moat_store_txn *txn,
     const Moat__V1__SessionInfo *session, uint64_t index, bool omit_outputs,
     Moat__V1__Step **out, char **errmsg) __attribute__((warn_unused_result));
 
+/* ---- path.c: branches read as paths (issue 18) ---- */
+
+/* How many parents a step is looked for through, at most. */
+#define SESSIOND_PATH_MAX_DEPTH 64
+
+/* sessiond_first_step: the first step `s` holds itself (1 for sessions
+ * recorded before first_step existed). */
+uint64_t sessiond_first_step(const Moat__V1__SessionInfo *s);
+
+/* sessiond_path_holder: the session that holds step `index` of s's path
+ * in *holder: s itself, or an ancestor loaded into *owned (heap, caller
+ * frees; NULL when s holds it). NOT_FOUND says which steps s has;
+ * FAILED_PRECONDITION past SESSIOND_PATH_MAX_DEPTH parents. */
+int sessiond_path_holder(struct moat_store_txn *txn,
+    const Moat__V1__SessionInfo *s, uint64_t index,
+    Moat__V1__SessionInfo **owned, const Moat__V1__SessionInfo **holder,
+    char **errmsg) __attribute__((warn_unused_result));
+
+/* sessiond_path_step_load: sessiond_step_load of step `index` of s's
+ * path; an inherited step names s as session_id and its holder in
+ * held_by_session. */
+int sessiond_path_step_load(struct moat_store_txn *txn,
+    const Moat__V1__SessionInfo *s, uint64_t index, bool omit_outputs,
+    Moat__V1__Step **out, char **errmsg) __attribute__((warn_unused_result));
+
+/* ---- tree.c: GetSessionTree ---- */
+
+/* The most sessions of a tenant one tree is built from. */
+#define SESSIOND_TREE_MAX 10000
+
+/* sessiond_tree_build: the nodes of `root`'s tree into r (its nodes,
+ * freed with r). Errors set *errmsg (heap, caller frees). */
+int sessiond_tree_build(struct moat_store_txn *txn,
+    const Moat__V1__SessionInfo *root, Moat__V1__SessionTreeReply *r,
+    char **errmsg) __attribute__((warn_unused_result));
+
 /* sessiond_token_encode / _decode: page tokens are the hex of the next
  * key suffix. encode returns a heap string (caller frees) or NULL;
  * decode returns false unless `token` is exactly 2 * len hex digits. */

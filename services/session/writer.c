@@ -130,10 +130,12 @@ apply_create(struct moat_store_txn *txn, struct sessiond_op *op, bool *broken)
 	const char *step0;
 	const void *val;
 	size_t len;
+	bool parent_of_branch = false;
 	int rv;
 
 	if (req->parent_session_id != NULL &&
 	    req->parent_session_id[0] != '\0') {
+		parent_of_branch = true;
 		if (!sessiond_id_parse(req->parent_session_id, &parent_id))
 			abort(); /* validate.c checked it */
 		if ((rv = sessiond_session_load(txn, op->tenant, &parent_id,
@@ -171,6 +173,12 @@ apply_create(struct moat_store_txn *txn, struct sessiond_op *op, bool *broken)
 	s.labels = (Moat__V1__SessionInfo__LabelsEntry **)req->labels;
 	s.parent_session_id = req->parent_session_id;
 	s.parent_step = req->parent_step;
+	/* A branch continues its parent's path (issue 18): its own steps
+	 * are numbered from the branch point on. */
+	if (parent_of_branch) {
+		s.first_step = req->parent_step + 1;
+		s.step_count = req->parent_step;
+	}
 	s.snapshot_policy = req->snapshot_policy;
 	if ((op->record = sessiond_pack(&s.base, &op->record_len)) == NULL) {
 		op->errmsg = moat_asprintf("out of memory");
@@ -401,11 +409,14 @@ put_step(struct moat_store_txn *txn, struct sessiond_op *op,
 
 /* load_step: the session and step op->index for SET_SNAPSHOT and
  * SET_KEEP; on failure both are NULL and *broken says whether the store
- * failed. */
+ * failed. A step the session inherits (issue 18) is the one its holder
+ * keeps: *s is then the holder and op->id its id. */
 static int
 load_step(struct moat_store_txn *txn, struct sessiond_op *op,
     Moat__V1__SessionInfo **s, Moat__V1__Step **step, bool *broken)
 {
+	Moat__V1__SessionInfo *owned = NULL;
+	const Moat__V1__SessionInfo *holder;
 	int rv;
 
 	*step = NULL;
@@ -414,9 +425,27 @@ load_step(struct moat_store_txn *txn, struct sessiond_op *op,
 		*broken = rv != MOAT_NOT_FOUND;
 		return rv;
 	}
-	if ((rv = sessiond_step_load(txn, *s, op->index, true, step,
-	         &op->errmsg)) != MOAT_OK) {
-		*broken = rv != MOAT_NOT_FOUND;
+	if ((rv = sessiond_path_holder(txn, *s, op->index, &owned, &holder,
+	         &op->errmsg)) == MOAT_OK) {
+		/* owned: an ancestor holds it (NULL: the session does). */
+		if (owned != NULL) {
+			moat__v1__session_info__free_unpacked(*s, NULL);
+			*s = owned;
+		}
+		if (owned != NULL && !sessiond_id_parse((*s)->id, &op->id)) {
+			op->errmsg = moat_asprintf(
+			    "session record \"%.40s\" has a bad id: the "
+			    "store is damaged",
+			    (*s)->id);
+			rv = MOAT_DATA_LOSS;
+		} else {
+			rv = sessiond_step_load(txn, *s, op->index, true, step,
+			    &op->errmsg);
+		}
+	}
+	if (rv != MOAT_OK) {
+		*broken =
+		    rv != MOAT_NOT_FOUND && rv != MOAT_FAILED_PRECONDITION;
 		moat__v1__session_info__free_unpacked(*s, NULL);
 		*s = NULL;
 	}

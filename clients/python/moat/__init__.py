@@ -17,14 +17,14 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss,
                      Unavailable, Unimplemented, Unknown)
 from .sandbox import (CommandResult, Execution, ExecutionError, FileInfo,
                       ForkFailure, ForkResult, GcResult, Restored, Sandbox,
-                      Snapshot, Step, run_code, wait_ready)
+                      SessionTreeNode, Snapshot, Step, run_code, wait_ready)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Sandbox", "run_code", "wait_ready", "Execution",
     "ExecutionError", "CommandResult", "FileInfo", "Snapshot", "Step",
-    "GcResult", "ArchiveSummary",
+    "GcResult", "ArchiveSummary", "SessionTreeNode",
     "Restored", "ForkResult", "ForkFailure", "MoatError", "Cancelled",
     "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted",

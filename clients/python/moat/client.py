@@ -221,6 +221,15 @@ class Client:
         """info: ClusterInfo (version, nodes, services) as a dict."""
         return self.call("Info", {})
 
+    def session_tree(self, session_id: str):
+        """session_tree: session `session_id` and the branches made from
+        it (restores, forks), depth first, as SessionTreeNode objects:
+        where each branched, its step count, its last exit status."""
+        from .sandbox import SessionTreeNode
+        reply = self.call("GetSessionTree", {"sessionId": str(session_id)})
+        return [SessionTreeNode._from_json(n)
+                for n in reply.get("nodes", [])]
+
     def list_snapshots(self):
         """list_snapshots: this tenant's snapshots on every node, as
         Snapshot objects (where each lives, its session and step)."""

@@ -254,7 +254,10 @@ class Step:
     asciicast); `snapshot_id` is "" when no snapshot follows it (then
     it cannot be restored or forked from), and `snapshot_removed` says
     why when it had one (e.g. retention removed it); `keep`: pinned, so
-    retention keeps its snapshot."""
+    retention keeps its snapshot. A branch (after a restore or fork)
+    continues its parent's numbering: its steps before the branch point
+    are inherited, and `held_by_session` names the session that holds
+    each ("" for the session's own steps)."""
     session_id: str
     index: int
     kind: str
@@ -271,6 +274,13 @@ class Step:
     safety: str = ""
     keep: bool = False
     snapshot_removed: str = ""
+    held_by_session: str = ""
+
+    @property
+    def inherited(self) -> bool:
+        """inherited: the step is a parent's, read along a branch's
+        path."""
+        return bool(self.held_by_session)
 
     @classmethod
     def _from_json(cls, s: Mapping[str, Any]) -> "Step":
@@ -287,7 +297,41 @@ class Step:
                    started_ms=to_int(s.get("startedMs")),
                    ended_ms=to_int(s.get("endedMs")),
                    safety=s.get("safety", ""), keep=bool(s.get("keep")),
-                   snapshot_removed=s.get("snapshotRemoved", ""))
+                   snapshot_removed=s.get("snapshotRemoved", ""),
+                   held_by_session=s.get("heldBySession", ""))
+
+
+@dataclass
+class SessionTreeNode:
+    """One session of a session tree (Client.session_tree): where it
+    branched from its parent (`branched_at`, a step of the parent's
+    path), its path's length (`step_count`), the steps it holds itself
+    (`own_steps`, from `first_step`), the exit code of its last own step
+    (None: it has none) and its depth under the tree's root (0)."""
+    session_id: str
+    parent_session_id: str = ""
+    branched_at: int = 0
+    depth: int = 0
+    first_step: int = 1
+    step_count: int = 0
+    own_steps: int = 0
+    last_exit_code: Optional[int] = None
+    sandbox_id: str = ""
+    created_ms: int = 0
+
+    @classmethod
+    def _from_json(cls, n: Mapping[str, Any]) -> "SessionTreeNode":
+        return cls(session_id=n.get("sessionId", ""),
+                   parent_session_id=n.get("parentSessionId", ""),
+                   branched_at=to_int(n.get("branchedAt")),
+                   depth=to_int(n.get("depth")),
+                   first_step=to_int(n.get("firstStep")) or 1,
+                   step_count=to_int(n.get("stepCount")),
+                   own_steps=to_int(n.get("ownSteps")),
+                   last_exit_code=(to_int(n.get("lastExitCode"))
+                                   if n.get("hasExit") else None),
+                   sandbox_id=n.get("sandboxId", ""),
+                   created_ms=to_int(n.get("createdMs")))
 
 
 @dataclass
@@ -734,7 +778,10 @@ class Sandbox:
                 outputs: bool = True) -> List[Step]:
         """history: the steps of this sandbox's session (or of
         `session_id`), oldest first, with their outputs unless outputs is
-        False."""
+        False. After a restore or fork the session is a branch: its
+        history starts with the steps it inherits up to the branch point
+        (Step.inherited, Step.held_by_session), then its own, numbered
+        on from there."""
         sid = session_id or self._need_session("history")
         steps: List[Step] = []
         token = ""
@@ -748,6 +795,14 @@ class Sandbox:
             token = reply.get("nextPageToken", "")
             if not token:
                 return steps
+
+    def tree(self, session_id: Optional[str] = None
+             ) -> List["SessionTreeNode"]:
+        """tree: the tree of this sandbox's session (or of
+        `session_id`): it, then the branches made from it, depth first
+        (Client.session_tree)."""
+        sid = session_id or self._need_session("tree")
+        return self._client.session_tree(sid)
 
     def keep_step(self, step: int, keep: bool = True,
                   session_id: Optional[str] = None) -> Step:

@@ -6,7 +6,8 @@
 # MOAT_SKIP_STACK=1 starts nothing and the tests skip, saying why (exit
 # 77: ctest's Skipped).
 # Needs built binaries (MOAT_BIN_DIR, default <repo>/build/bin) and guest
-# images (MOAT_IMAGE_DIR, default <repo>/images/out).
+# images (MOAT_IMAGE_DIR, default <repo>/images/out). MOAT_PY_TESTS picks
+# cases (e.g. tests.test_integration.StackTest.test_branch_reads_as_path).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=${MOAT_REPO:-$(cd "$here/../../.." && pwd)}
@@ -48,7 +49,9 @@ fi
 # Authorization: Bearer.
 MOAT_API_KEY=$(cat "$state/api-key") || { echo "run_stack_tests: the stack made no API key" >&2; exit 1; }
 export MOAT_API_KEY
-"$py" -m unittest -v tests.test_integration
+# MOAT_PY_TESTS: the cases to run (unittest names; default all of them).
+# shellcheck disable=SC2086
+"$py" -m unittest -v ${MOAT_PY_TESTS:-tests.test_integration}
 rc=$?
 if grep -lE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$state"/logs/*.log; then
 	echo "run_stack_tests: sanitizer report in a service log" >&2

@@ -191,6 +191,43 @@ class StackTest(unittest.TestCase):
                          ["0", "1"])
         self.assertEqual(sb.run_code("x").result, "5")
 
+    def test_branch_reads_as_path(self):
+        # Issue 18: record 3 steps, restore step 1, run one step: it is
+        # step 2 of the branch; history shows step 1 (inherited) and
+        # step 2; a fork from step 2 of the branch works; the tree shows
+        # the parent with its branch at step 1.
+        sb = self.sandbox(record=True, snapshot="every")
+        original = sb.session_id
+        for i in range(1, 4):
+            self.assertEqual(sb.run_code(f"x = {i}").step, i)
+        sb.restore(1)
+        branch = sb.session_id
+        self.assertNotEqual(branch, original)
+        r = sb.run_code("x + 10")
+        self.assertEqual(r.result, "11")
+        self.assertEqual(r.step, 2)
+        steps = sb.history(outputs=False)
+        self.assertEqual([s.index for s in steps], [1, 2])
+        self.assertTrue(steps[0].inherited)
+        self.assertEqual(steps[0].held_by_session, original)
+        self.assertEqual(steps[0].input, "x = 1")
+        self.assertFalse(steps[1].inherited)
+        forks = sb.fork(2)
+        for f in forks:
+            self.addCleanup(f.kill)
+        self.assertEqual(len(forks), 1, f"failed copies: {forks.failed}")
+        self.assertEqual(forks[0].run_code("x").result, "1")
+        tree = self.client.session_tree(original)
+        self.assertEqual(tree[0].session_id, original)
+        self.assertEqual(tree[0].step_count, 3)
+        node = [n for n in tree if n.session_id == branch]
+        self.assertEqual(len(node), 1)
+        self.assertEqual(node[0].branched_at, 1)
+        self.assertEqual(node[0].step_count, 2)
+        self.assertEqual(node[0].depth, 1)
+        self.assertEqual(node[0].last_exit_code, 0)
+        self.assertEqual(sb.tree()[0].session_id, branch)
+
     def test_adapter_callable_against_the_stack(self):
         from moat.integrations import code_runner
         sb = self.sandbox(record=False)

@@ -510,6 +510,43 @@ class SandboxTest(FakeTest):
         sb.fork(1, 2, node="node-b")
         self.assertEqual(self.gw.calls("Fork")[0]["body"]["node"], "node-b")
 
+    def test_branch_history_and_tree(self):
+        # Issue 18: a branch's history starts with its inherited steps.
+        self.gw.on("ListSteps", (200, {"steps": [
+            {"sessionId": "ses-2", "index": "1",
+             "heldBySession": "ses-1", "kind": "STEP_KIND_EXEC"},
+            {"sessionId": "ses-2", "index": "2", "kind": "STEP_KIND_EXEC",
+             "exitCode": 1}]}))
+        self.gw.on("GetSessionTree", (200, {"nodes": [
+            {"sessionId": "ses-1", "stepCount": "3", "ownSteps": "3",
+             "firstStep": "1", "hasExit": True},
+            {"sessionId": "ses-2", "parentSessionId": "ses-1",
+             "depth": 1, "branchedAt": "1", "firstStep": "2",
+             "stepCount": "2", "ownSteps": "1", "hasExit": True,
+             "lastExitCode": 1},
+            {"sessionId": "ses-3", "parentSessionId": "ses-2",
+             "depth": 2, "branchedAt": "2", "firstStep": "3",
+             "stepCount": "2"}]}))
+        sb = self.sandbox()
+        steps = sb.history(outputs=False)
+        self.assertEqual([s.index for s in steps], [1, 2])
+        self.assertTrue(steps[0].inherited)
+        self.assertEqual(steps[0].held_by_session, "ses-1")
+        self.assertFalse(steps[1].inherited)
+        tree = sb.tree()
+        self.assertEqual(self.gw.calls("GetSessionTree")[0]["body"],
+                         {"sessionId": "ses-1"})
+        self.assertEqual([n.session_id for n in tree],
+                         ["ses-1", "ses-2", "ses-3"])
+        self.assertEqual(tree[0].last_exit_code, 0)
+        self.assertEqual(tree[1].branched_at, 1)
+        self.assertEqual(tree[1].depth, 1)
+        self.assertEqual(tree[1].last_exit_code, 1)
+        self.assertEqual(tree[1].own_steps, 1)
+        self.assertIsNone(tree[2].last_exit_code)
+        self.assertEqual(tree[2].first_step, 3)
+        self.assertEqual(len(self.client.session_tree("ses-2")), 3)
+
     def test_fork_reports_failed_copies(self):
         self.gw.on("Fork", (200, {
             "copies": [

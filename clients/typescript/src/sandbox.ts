@@ -14,7 +14,7 @@ import { SnapshotPolicy, StepKind } from "../gen/session_pb.js";
 import { ExecRequestSchema, type Sandbox as SandboxInfo, type ExecRequest, type ExecStatus, type LocalSnapshot } from "../gen/vm_pb.js";
 import type { FileInfo as FileInfoMsg } from "../gen/guest_pb.js";
 import { FileType } from "../gen/guest_pb.js";
-import type { Step as StepMsg } from "../gen/session_pb.js";
+import type { Step as StepMsg, SessionTreeNode } from "../gen/session_pb.js";
 import { Client, type ClientOptions } from "./client.js";
 import { MoatError, NotFoundError, errorFor } from "./errors.js";
 
@@ -100,6 +100,9 @@ export interface Step {
   stderr: Uint8Array;
   snapshotId: string;
   keep: boolean;
+  /** A branch's inherited step (issue 18): the session that holds it;
+   * "" for the session's own steps. */
+  heldBySession: string;
 }
 
 export interface Restored {
@@ -136,6 +139,7 @@ function step(s: StepMsg): Step {
     stderr: s.stderr,
     snapshotId: s.snapshotId,
     keep: s.keep,
+    heldBySession: s.heldBySession,
   };
 }
 
@@ -548,6 +552,15 @@ export class Sandbox {
       pageToken = r.nextPageToken;
     } while (pageToken);
     return steps;
+  }
+
+  /** tree: this sandbox's session (or `sessionId`) and the branches
+   * made from it (restores, forks), depth first: where each branched,
+   * its step count, its last exit status (issue 18). */
+  async tree(opts: { sessionId?: string } = {}): Promise<SessionTreeNode[]> {
+    const sessionId = opts.sessionId ?? (await this.session("tree"));
+    const r = await this.client.call((g) => g.getSessionTree({ sessionId }));
+    return r.nodes;
   }
 
   /** restore: brings this sandbox back, in place, to the state after

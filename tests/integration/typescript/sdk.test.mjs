@@ -2,7 +2,8 @@
 // typescript_test.sh) against a real stack, under node's own test runner:
 // commands with streamed output (ExecStream, and the ExecStart + ExecRead
 // fallback forced), code runs in a context, files, a recorded sandbox's
-// history/restore/fork, kill, a wrong key, and the same calls over the
+// history/restore/fork (a branch's steps numbered on from its parent's,
+// its tree), kill, a wrong key, and the same calls over the
 // Connect, gRPC and gRPC-Web transports. Not for: the gateway's protocol
 // details (tests/unit/http, tests/integration/grpc).
 // Run from the compiled SDK's test/ directory (typescript_test.sh copies
@@ -113,6 +114,17 @@ test("a recorded sandbox: history, restore, fork", async (t) => {
   assert.notEqual(sb.sessionId, original);
   assert.equal(await sb.files.exists("/root/two"), false, "step 2's file is gone");
   assert.equal(await sb.files.readText("/root/one"), "one\n");
+  // The branch continues the path (issue 18): its next step is step 2,
+  // and its history starts with step 1, held by the original session.
+  const three = await sb.commands.run("echo three > /root/three");
+  assert.equal(three.step, 2);
+  const path = await sb.history({ outputs: false });
+  assert.deepEqual(path.map((s) => [s.index, s.heldBySession]), [[1, original], [2, ""]]);
+  const tree = await sb.tree({ sessionId: original });
+  assert.equal(tree[0].sessionId, original);
+  const branch = tree.find((n) => n.sessionId === sb.sessionId);
+  assert.equal(Number(branch?.branchedAt), 1);
+  assert.equal(Number(branch?.stepCount), 2);
 
   const forks = await sb.fork(1, 2, { sessionId: original });
   t.after(() => Promise.all(forks.map((f) => f.kill())));

@@ -648,6 +648,8 @@ rec_steps(Moat__V1__ListStepsReply *r)
 		st->kind = MOAT__V1__STEP_KIND__STEP_KIND_EXEC;
 		st->input = strdup(i == 0 ? "make" : "make test");
 		if (i == 0) {
+			/* Inherited from its parent (issue 18). */
+			st->held_by_session = strdup("ses-parent");
 			st->keep = true;
 			st->snapshot_id =
 			    strdup("snap-node-x-00000000000000cc");
@@ -682,6 +684,50 @@ h_list_steps(struct moat_rpc_call *call, const ProtobufCMessage *request,
 	r->steps = calloc(1, sizeof(*r->steps));
 	r->steps[0] = st;
 	r->n_steps = 1;
+	return MOAT_OK;
+}
+
+/* tree_node: one node of the fake tree. */
+static Moat__V1__SessionTreeNode *
+tree_node(const char *id, const char *parent, uint32_t depth, uint64_t at,
+    uint64_t steps, uint64_t own, int exit_code)
+{
+	Moat__V1__SessionTreeNode *n = malloc(sizeof(*n));
+
+	moat__v1__session_tree_node__init(n);
+	n->session_id = strdup(id);
+	n->parent_session_id = strdup(parent);
+	n->depth = depth;
+	n->branched_at = at;
+	n->step_count = steps;
+	n->own_steps = own;
+	n->first_step = steps - own + 1;
+	n->has_exit = own > 0;
+	n->last_exit_code = exit_code;
+	n->sandbox_id = strdup("sb-1");
+	return n;
+}
+
+/* GetSessionTree (issue 18): "ses-tree" has 3 steps, a branch at step 1
+ * with one step of its own (exit 7), and under it a branch at step 2
+ * with none; any other session is not found. */
+static int
+h_get_session_tree(struct moat_rpc_call *call, const ProtobufCMessage *request,
+    ProtobufCMessage *reply)
+{
+	const Moat__V1__GetSessionTreeRequest *req = (const void *)request;
+	Moat__V1__SessionTreeReply *r = (Moat__V1__SessionTreeReply *)reply;
+
+	if (strcmp(req->session_id, "ses-tree") != 0)
+		return moat_rpc_error(call, MOAT_NOT_FOUND,
+		    "session %s not found: `moat session ls` lists them",
+		    req->session_id);
+	r->nodes = calloc(3, sizeof(*r->nodes));
+	r->nodes[r->n_nodes++] = tree_node("ses-tree", "", 0, 0, 3, 3, 0);
+	r->nodes[r->n_nodes++] =
+	    tree_node("ses-branch", "ses-tree", 1, 1, 2, 1, 7);
+	r->nodes[r->n_nodes++] =
+	    tree_node("ses-leaf", "ses-branch", 2, 2, 2, 0, 0);
 	return MOAT_OK;
 }
 
@@ -962,6 +1008,7 @@ static const struct moat_rpc_method fake_gateway_methods[] = {
 	{ "GetSession", h_ok, false, false },
 	{ "ListSteps", h_list_steps, false, false },
 	{ "GetStep", h_ok, false, false },
+	{ "GetSessionTree", h_get_session_tree, false, false },
 	{ "ExportSession", h_ok, false, false },
 	{ "DeleteSession", h_delete_session, true, false },
 	{ "RestoreStep", h_restore_step, true, false },

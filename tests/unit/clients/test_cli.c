@@ -486,6 +486,36 @@ test_session_commands(void **state)
 	r = moat(0, 0, "--gateway", fg.url, "session", "frob", "x", NULL);
 	assert_int_equal(r.code, 64 + 3);
 	result_free(&r);
+
+	/* The tree of a session (issue 18): branches indented under their
+	 * parent, where each branched, its steps, its last exit status. */
+	r = moat(0, 0, "--gateway", fg.url, "session", "tree", "ses-tree",
+	    NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "SESSION"));
+	assert_non_null(strstr(r.out, "\nses-tree "));
+	assert_non_null(strstr(r.out,
+	    "\n  ses-branch                              step 1       2     1 "
+	    " 7"));
+	assert_non_null(strstr(r.out,
+	    "\n    ses-leaf                              step 2       2     "
+	    "0  -"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "session", "tree", "ses-tree",
+	    "--json", NULL);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "\"branchedAt\""));
+	assert_non_null(strstr(r.out, "\"ses-leaf\""));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "session", "tree", NULL);
+	assert_int_equal(r.code, 64 + 3);
+	assert_non_null(strstr(r.err, "session tree ID"));
+	result_free(&r);
+	r = moat(0, 0, "--gateway", fg.url, "session", "tree", "ses-none",
+	    NULL);
+	assert_int_equal(r.code, 64 + 5);
+	assert_non_null(strstr(r.err, "moat session ls"));
+	result_free(&r);
 }
 
 /* restore (issue 18): in place by default, keeping the recorded state;
@@ -647,6 +677,7 @@ test_snapshot_retention_commands(void **state)
 	assert_int_equal(r.code, 0);
 	assert_non_null(strstr(r.out, "[pinned]"));
 	assert_non_null(strstr(r.out, "removed by retention (keep-last 3)"));
+	assert_non_null(strstr(r.out, "[inherited from ses-parent]"));
 	result_free(&r);
 
 	r = moat(0, 0, "--gateway", fg.url, "snapshot", "gc", "--dry-run",

@@ -709,6 +709,105 @@ test_node_loss(void **state)
 	free(msg);
 }
 
+/* Branches read as paths (issue 18), through the gateway: restore step 1
+ * of the recorded session (2 steps) and run one step: it is step 2 of
+ * the branch; its steps are step 1 (inherited, held by the parent) and
+ * step 2; a fork from step 2 of the branch works; the parent's tree
+ * shows the branch at step 1. */
+static void
+test_branch_path(void **state)
+{
+	Moat__V1__RestoreStepRequest req =
+	    MOAT__V1__RESTORE_STEP_REQUEST__INIT;
+	Moat__V1__ExecRequest ex = MOAT__V1__EXEC_REQUEST__INIT;
+	Moat__V1__ListStepsRequest lreq = MOAT__V1__LIST_STEPS_REQUEST__INIT;
+	Moat__V1__ForkRequest freq = MOAT__V1__FORK_REQUEST__INIT;
+	Moat__V1__GetSessionTreeRequest treq =
+	    MOAT__V1__GET_SESSION_TREE_REQUEST__INIT;
+	Moat__V1__GetStepRequest sreq = MOAT__V1__GET_STEP_REQUEST__INIT;
+	Moat__V1__RestoreStepReply *r;
+	Moat__V1__ExecResult *er;
+	Moat__V1__ListStepsReply *l;
+	Moat__V1__ForkReply *fr;
+	Moat__V1__SessionTreeReply *t;
+	ProtobufCMessage *reply;
+	char branch[64], sandbox[128], *msg = NULL;
+	bool found = false;
+
+	(void)state;
+	req.session_id = E.session;
+	req.step = 1;
+	req.new_sandbox = true;
+	req.node = (char *)"node-a";
+	r = ok("RestoreStep", &req.base,
+	    &moat__v1__restore_step_reply__descriptor);
+	snprintf(branch, sizeof(branch), "%s", r->session_id);
+	snprintf(sandbox, sizeof(sandbox), "%s", r->sandbox->id);
+	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+
+	ex.sandbox_id = sandbox;
+	ex.shell = (char *)"echo branch";
+	er = ok("Exec", &ex.base, &moat__v1__exec_result__descriptor);
+	assert_int_equal(er->step_index, 2);
+	moat__v1__exec_result__free_unpacked(er, NULL);
+
+	lreq.session_id = branch;
+	l = ok("ListSteps", &lreq.base,
+	    &moat__v1__list_steps_reply__descriptor);
+	assert_int_equal(l->n_steps, 2);
+	assert_int_equal(l->steps[0]->index, 1);
+	assert_string_equal(l->steps[0]->held_by_session, E.session);
+	assert_int_equal(l->steps[1]->index, 2);
+	assert_string_equal(l->steps[1]->held_by_session, "");
+	assert_string_not_equal(l->steps[1]->snapshot_id, "");
+	moat__v1__list_steps_reply__free_unpacked(l, NULL);
+
+	/* Step 3 of the branch: not found, saying which there are. */
+	sreq.session_id = branch;
+	sreq.index = 3;
+	assert_int_equal(call("GetStep", &sreq.base,
+	                     &moat__v1__step__descriptor, &reply, &msg),
+	    MOAT_NOT_FOUND);
+	assert_non_null(strstr(msg, "1..2"));
+	free(msg);
+	msg = NULL;
+
+	/* A fork from step 2 of the branch, and one from its inherited step
+	 * 1 (the parent's snapshot). */
+	freq.session_id = branch;
+	freq.step = 2;
+	freq.node = (char *)"node-a";
+	fr = ok("Fork", &freq.base, &moat__v1__fork_reply__descriptor);
+	assert_int_equal(fr->succeeded, 1);
+	moat__v1__fork_reply__free_unpacked(fr, NULL);
+	freq.step = 1;
+	fr = ok("Fork", &freq.base, &moat__v1__fork_reply__descriptor);
+	assert_int_equal(fr->succeeded, 1);
+	moat__v1__fork_reply__free_unpacked(fr, NULL);
+	/* Step 0 of the branch's path is the parent's step 0. */
+	req.session_id = branch;
+	req.step = 0;
+	r = ok("RestoreStep", &req.base,
+	    &moat__v1__restore_step_reply__descriptor);
+	moat__v1__restore_step_reply__free_unpacked(r, NULL);
+
+	treq.session_id = E.session;
+	t = ok("GetSessionTree", &treq.base,
+	    &moat__v1__session_tree_reply__descriptor);
+	assert_string_equal(t->nodes[0]->session_id, E.session);
+	for (size_t i = 1; i < t->n_nodes; i++)
+		if (strcmp(t->nodes[i]->session_id, branch) == 0) {
+			found = true;
+			assert_int_equal(t->nodes[i]->depth, 1);
+			assert_int_equal(t->nodes[i]->branched_at, 1);
+			assert_int_equal(t->nodes[i]->step_count, 2);
+			assert_int_equal(t->nodes[i]->own_steps, 1);
+			assert_true(t->nodes[i]->has_exit);
+		}
+	assert_true(found);
+	moat__v1__session_tree_reply__free_unpacked(t, NULL);
+}
+
 int
 main(void)
 {
@@ -718,6 +817,7 @@ main(void)
 		cmocka_unit_test(test_unknown_node_refused),
 		cmocka_unit_test(test_step_latest),
 		cmocka_unit_test(test_fork_spreads),
+		cmocka_unit_test(test_branch_path),
 		cmocka_unit_test(test_locate_parallel),
 		cmocka_unit_test(test_node_loss),
 	};

@@ -82,6 +82,19 @@ fake_call(void *arg, const char *method, json_t *request, json_t **reply,
 		    "dl-1", "data", b64, "size", (json_int_t)f->archive_len,
 		    "eof", off + n == f->archive_len);
 		free(b64);
+	} else if (strcmp(method, "GetSessionTree") == 0) {
+		*reply = json_pack("{s:[{s:s, s:s, s:b}, {s:s, s:i, s:s, "
+		                   "s:s, s:b, s:i}]}",
+		    "nodes", "sessionId", "ses-fake", "stepCount", "3",
+		    "hasExit", 1, "sessionId", "ses-b", "depth", 1,
+		    "branchedAt", "1", "stepCount", "2", "hasExit", 1,
+		    "lastExitCode", 4);
+	} else if (strcmp(method, "ListSteps") == 0) {
+		*reply = json_pack("{s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, "
+		                   "s:s}]}",
+		    "steps", "index", "1", "kind", "STEP_KIND_EXEC", "input",
+		    "ls", "heldBySession", "ses-root", "index", "2", "kind",
+		    "STEP_KIND_EXEC", "input", "pwd");
 	} else if (strcmp(method, "ListFiles") == 0 && !f->list_empty) {
 		*reply = json_pack("{s:[{s:s, s:s, s:s}, {s:s, s:s, s:s}]}",
 		    "entries", "name", "d", "type", "FILE_TYPE_DIRECTORY",
@@ -792,6 +805,40 @@ test_dir_tools(void **state)
 	free(p);
 }
 
+/* Branches read as paths (issue 18): history marks a branch's inherited
+ * steps; session_tree lists the session and its branches. */
+static void
+test_branch_tools(void **state)
+{
+	struct moat_mcp_session *s = new_session(NULL);
+	struct fake f = { 0 };
+	json_t *res;
+	(void)state;
+
+	res = call_tool(s, &f, "history", "{\"session_id\":\"ses-b\"}");
+	assert_false(json_is_true(json_object_get(res, "isError")));
+	assert_non_null(strstr(result_text(res),
+	    "1\tSTEP_KIND_EXEC\texit 0\tls\t(inherited from ses-root)\n"));
+	assert_non_null(strstr(result_text(res),
+	    "2\tSTEP_KIND_EXEC\texit "
+	    "0\tpwd\n"));
+	json_decref(res);
+	res =
+	    call_tool(s, &f, "session_tree", "{\"session_id\":\"ses-fake\"}");
+	assert_false(json_is_true(json_object_get(res, "isError")));
+	assert_string_equal(f.methods[f.n - 1], "GetSessionTree");
+	assert_string_equal(json_string_value(
+	                        json_object_get(f.requests[f.n - 1],
+	                            "sessionId")),
+	    "ses-fake");
+	assert_non_null(strstr(result_text(res),
+	    "ses-fake  steps 3  last exit 0\n"
+	    "  ses-b  branched at step 1  steps 2  last exit 4\n"));
+	json_decref(res);
+	fake_reset(&f);
+	moat_mcp_session_free(s);
+}
+
 int
 main(void)
 {
@@ -806,6 +853,7 @@ main(void)
 		cmocka_unit_test(test_allow_dir_must_exist),
 		cmocka_unit_test(test_dir_tools),
 		cmocka_unit_test(test_restore_reseed),
+		cmocka_unit_test(test_branch_tools),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

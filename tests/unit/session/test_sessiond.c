@@ -513,7 +513,7 @@ test_bad_input(void **state)
 	get_step(p, TA, id, 0, false, &rv, &errmsg);
 	ses_expect(rv, errmsg, MOAT_INVALID_ARGUMENT, "index");
 	get_step(p, TA, id, 7, false, &rv, &errmsg);
-	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "1 to 1");
+	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "1..1");
 	areq.tenant = (char *)TA;
 	areq.session_id = id;
 	rv = ses_call(p, "AppendStep", &areq.base,
@@ -673,7 +673,7 @@ test_fork_snapshot_export(void **state)
 	sreq.index = 3;
 	rv = ses_call(p, "SetStepSnapshot", &sreq.base,
 	    &moat__v1__step__descriptor, &reply, &errmsg);
-	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "1 to 2");
+	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "1..2");
 	step = get_step(p, TA, id, 2, true, &rv, &errmsg);
 	assert_int_equal(rv, MOAT_OK);
 	assert_string_equal(step->snapshot_id, "snap-0001");
@@ -692,7 +692,9 @@ test_fork_snapshot_export(void **state)
 	s = (Moat__V1__SessionInfo *)reply;
 	assert_string_equal(s->parent_session_id, id);
 	assert_int_equal(s->parent_step, 2);
-	assert_int_equal(s->step_count, 0);
+	/* Its path inherits steps 1..2 (issue 18). */
+	assert_int_equal(s->step_count, 2);
+	assert_int_equal(s->first_step, 3);
 	protobuf_c_message_free_unpacked(reply, NULL);
 
 	/* Export as messages, then as JSON. */

@@ -377,7 +377,7 @@ test_shared_snapshot_delete(void **state)
 	append_ok(p, TA, parent, "p2", 2);
 	append_ok(p, TA, parent, "p1", 3); /* a step that changed nothing */
 	branch = create(p, TA, "p2", parent, 2);
-	append_ok(p, TA, branch, "b1", 1);
+	append_ok(p, TA, branch, "b1", 3); /* its path goes on (issue 18) */
 	/* A session without snapshots lists nothing. */
 	other = create(p, TA, NULL, NULL, 0);
 	append_ok(p, TA, other, NULL, 1);
@@ -474,7 +474,7 @@ test_set_snapshot(void **state)
 	assert_int_equal(refs_of(p, TA, "d"), 0);
 	assert_int_equal(refs_of(p, TA, "c"), 1);
 	rv = set_snap(p, TA, id, 3, "d", NULL, &step, &errmsg);
-	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "1 to 2");
+	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "1..2");
 	assert_int_equal(refs_of(p, TA, "d"), 0);
 
 	/* Step 0: the label, replaced, cleared with a reason, set again. */
@@ -558,7 +558,7 @@ test_set_step_keep(void **state)
 	rv = set_keep(p, TA, id, 3, true, &step, &errmsg);
 	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "ListSteps");
 	rv = set_keep(p, TA, id, 3, true, &step, &errmsg);
-	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "1 to 2");
+	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "1..2");
 	rv = set_keep(p, TA, "ses-0123456789abcdef", 1, true, &step, &errmsg);
 	ses_expect(rv, errmsg, MOAT_NOT_FOUND, "ListSessions");
 	rv = set_keep(p, TB, id, 1, true, &step, &errmsg);
@@ -800,7 +800,7 @@ test_refs_rebuilt(void **state)
 	append_ok(p, TA, s1, "old-2", 2);
 	append_ok(p, TA, s1, NULL, 3);
 	s2 = create(p, TA, "old-1", s1, 1);
-	append_ok(p, TA, s2, "old-0", 1);
+	append_ok(p, TA, s2, "old-0", 2); /* step 2 of its path */
 	s3 = create(p, TB, "old-0", NULL, 0);
 	append_ok(p, TB, s3, "other-1", 1);
 
