@@ -247,7 +247,7 @@ console_new(const char *path, uint64_t max_bytes, bool append,
 static int
 console_start(struct vmd_console *c, char **errmsg)
 {
-	int err;
+	int err = 0;
 
 	if ((c->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0 ||
 	    (err = vmd_thread_create(&c->thread, console_main, c)) != 0) {
