@@ -62,6 +62,7 @@ struct vmd_config {
 	                              the RAM dir for clones to take (0:
 	                              none; unused where it has reflinks) */
 	char *ram_dir;            /* [vmd] ram-dir (ramdir.c) */
+	char *ram_sharing;        /* [vmd] ram-sharing (ramdir.c) */
 	/* TLS (moat/tls.h): tls-cert, tls-key, tls-ca (snapd's and the
 	 * gateway's CAs), tls-peer-ca (callers: the gateway's), insecure;
 	 * owned. The names snapd's and the gateway survey's certificates
