@@ -519,8 +519,9 @@ vmd_template_ram(struct vmd *vmd, const char *id, const char *dir)
 	struct stat st;
 
 	/* With reflinks <dir>/ram clones in no time; a copy in memory could
-	 * only be copied. */
-	if (t == NULL || vmd_ram_dir_reflinks())
+	 * only be copied. With ram-sharing = private clones map <dir>/ram
+	 * itself. */
+	if (t == NULL || vmd_ram_dir_reflinks() || vmd_ram_private())
 		return NULL;
 	pthread_mutex_lock(&t->mu);
 	for (r = t->rams; r != NULL; r = r->next)
