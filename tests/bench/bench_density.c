@@ -261,12 +261,59 @@ cpu_ticks(pid_t pid)
 	return (long long)(ut + st);
 }
 
+/* KSM (mode "private+ksm"): /sys/kernel/mm/ksm, and ksmd's pid. */
+#define KSM_DIR "/sys/kernel/mm/ksm/"
+
+static long
+ksm_read(const char *name)
+{
+	char path[128], buf[64];
+	FILE *f;
+	long v = -1;
+
+	snprintf(path, sizeof(path), KSM_DIR "%s", name);
+	if ((f = fopen(path, "r")) != NULL) {
+		if (fgets(buf, sizeof(buf), f) != NULL)
+			v = atol(buf);
+		fclose(f);
+	}
+	return v;
+}
+
+static void
+ksm_write(const char *name, long v)
+{
+	char path[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), KSM_DIR "%s", name);
+	if ((f = fopen(path, "w")) != NULL) {
+		fprintf(f, "%ld\n", v);
+		fclose(f);
+	}
+}
+
+static pid_t
+ksmd_pid(void)
+{
+	FILE *p = popen("pgrep -x ksmd", "r");
+	int pid = 0;
+
+	if (p != NULL) {
+		if (fscanf(p, "%d", &pid) != 1)
+			pid = 0;
+		pclose(p);
+	}
+	return (pid_t)pid;
+}
+
 /* Measures node n at its current count into a JSON object. */
 static json_t *
 measure(struct node *n, long avail0, double create_s, int created, int idle_s)
 {
 	json_t *o = json_object();
-	long long t0[MAX_SB], t1;
+	long long t0[MAX_SB], t1, k0 = -1, k1;
+	pid_t ksmd = strstr(n->mode, "ksm") ? ksmd_pid() : 0;
 	double pss = 0, cpu = 0, tick = (double)sysconf(_SC_CLK_TCK);
 	long avail;
 	int alive = 0;
@@ -283,7 +330,22 @@ measure(struct node *n, long avail0, double create_s, int created, int idle_s)
 	}
 	for (int i = 0; i < n->n; i++)
 		t0[i] = cpu_ticks(n->vmm[i]);
+	if (ksmd > 0)
+		k0 = cpu_ticks(ksmd);
 	sleep((unsigned)idle_s);
+	if (ksmd > 0 && k0 >= 0 && (k1 = cpu_ticks(ksmd)) >= 0) {
+		json_object_set_new(o, "ksmd_cpu_pct_of_core",
+		    json_real((double)(k1 - k0) / tick / idle_s * 100.0));
+		json_object_set_new(o, "ksm_pages_sharing",
+		    json_integer(ksm_read("pages_sharing")));
+		json_object_set_new(o, "ksm_pages_shared",
+		    json_integer(ksm_read("pages_shared")));
+		fprintf(stderr,
+		    "ksm: ksmd %.2f %% of a core, %ld pages "
+		    "sharing\n",
+		    (double)(k1 - k0) / tick / idle_s * 100.0,
+		    ksm_read("pages_sharing"));
+	}
 	for (int i = 0; i < n->n; i++)
 		if (t0[i] >= 0 && (t1 = cpu_ticks(n->vmm[i])) >= 0)
 			cpu += (double)(t1 - t0[i]);
@@ -391,6 +453,17 @@ run_mode(const char *images, const char *root, const char *mode,
 	pid_t tpl_warm[8];
 	char *warm_ids[8];
 
+	const char *sharing =
+	    strncmp(mode, "private", 7) == 0 ? "private" : "copy";
+	long ksm_was = -1;
+
+	if (strstr(mode, "ksm") != NULL) {
+		/* KSM merges anonymous pages: a private clone's written ones
+		 * (QEMU marks guest RAM mergeable). Back as it was after. */
+		ksm_was = ksm_read("run");
+		ksm_write("pages_to_scan", 1000);
+		ksm_write("run", 1);
+	}
 	pthread_mutex_init(&n.mu, NULL);
 	snprintf(n.state, sizeof(n.state), "%s/%s", root, mode);
 	snprintf(n.url, sizeof(n.url), "ipc://%s/%s/vmd.sock", root, mode);
@@ -399,7 +472,7 @@ run_mode(const char *images, const char *root, const char *mode,
 		char *a[] = { vmd_bin, "--state-dir", n.state, "--accel",
 			"tcg", "--image-dir", (char *)images, "--listen",
 			n.url, "--node-id", (char *)mode, "--templates", "on",
-			"--ram-sharing", (char *)mode, NULL };
+			"--ram-sharing", (char *)sharing, NULL };
 
 		n.pid = spawn(a, log);
 	}
@@ -470,6 +543,10 @@ run_mode(const char *images, const char *root, const char *mode,
 	moat_rpc_client_close(c);
 	kill(n.pid, SIGTERM);
 	waitpid(n.pid, NULL, 0);
+	if (ksm_was >= 0) {
+		ksm_write("run", ksm_was);
+		ksm_write("pages_to_scan", 100);
+	}
 	free(n.fail_msg);
 	return out;
 }

@@ -2434,6 +2434,19 @@ file_sha256(const char *path, char hex[65])
 		snprintf(hex + 2 * i, 3, "%02x", md[i]);
 }
 
+/* Whether this test's vmds run with ram-sharing = private
+ * (MOAT_TEST_RAM_SHARING, or MOAT_VMD_RAM_SHARING they inherit). */
+static bool
+ram_private(void)
+{
+	const char *t = getenv("MOAT_TEST_RAM_SHARING");
+	const char *v = getenv("MOAT_VMD_RAM_SHARING");
+
+	if (t != NULL && t[0] != '\0')
+		return strcmp(t, "private") == 0;
+	return v != NULL && strcmp(v, "private") == 0;
+}
+
 /* Whether VMM `pid` maps file `path` privately (ram-sharing =
  * private): a "p" mapping of its inode in /proc/PID/maps. */
 static bool
@@ -2458,7 +2471,8 @@ maps_privately(pid_t pid, const char *path)
 	}
 	fclose(f);
 	if (!found)
-		fprintf(stderr, "VMM %d does not map %s (inode %llu) privately\n",
+		fprintf(stderr,
+		    "VMM %d does not map %s (inode %llu) privately\n",
 		    (int)pid, path, (unsigned long long)st.st_ino);
 	return found;
 }
@@ -2485,8 +2499,7 @@ static void
 test_snapshot_private_clone(void **state)
 {
 	const char *id = shared_sandbox();
-	const char *mode = getenv("MOAT_TEST_RAM_SHARING");
-	bool priv = mode != NULL && strcmp(mode, "private") == 0;
+	bool priv = ram_private();
 	Moat__V1__RestoreSandboxRequest req =
 	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
 	Moat__V1__LocalSnapshot *base, *s1;
@@ -3372,11 +3385,12 @@ test_templates(void **state)
 
 	tid = strdup(b->template_id);
 	assert_non_null(tid);
-	if (getenv("MOAT_TEST_RAM_SHARING") != NULL &&
-	    strcmp(getenv("MOAT_TEST_RAM_SHARING"), "private") == 0) {
+	if (ram_private()) {
 		/* ram-sharing = private: the clones map the template's RAM
 		 * file privately; no RAM file of their own, no spares. */
-		path = moat_asprintf("%s/ram", tdir);
+		/* b's own template (tdir is one of the templates there). */
+		path = moat_asprintf("%.*s/%s/ram",
+		    (int)(strrchr(tdir, '/') - tdir), tdir, b->template_id);
 		assert_true(maps_privately((pid_t)b->vmm_pid, path));
 		assert_true(maps_privately((pid_t)c->vmm_pid, path));
 		free(path);
