@@ -37,7 +37,10 @@ ramro_flags(const char *path, int flags)
 static mode_t
 ramro_mode(int flags, va_list ap)
 {
-	return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+	/* O_TMPFILE holds O_DIRECTORY's bit: only all of it takes a mode. */
+	return ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ?
+	    (mode_t)va_arg(ap, int) :
+	    0;
 }
 
 #define RAMRO_OPEN(name)                                                      \
