@@ -474,9 +474,10 @@ run_mode(const char *images, const char *root, const char *mode,
 	snprintf(log, sizeof(log), "%s.log", n.state);
 	{
 		/* MOAT_BENCH_OVERCOMMIT=MIB: vmd admits guests up to MIB of
-		 * memory ([vmd] memory-mib) with RAM in a tmpfs of that size:
-		 * its admission counts each guest's whole memory, which
-		 * stops 256 MiB guests at ~92 on a 24 GiB host. */
+		 * memory ([vmd] memory-mib, MOAT_VMD_MEMORY_MIB) with RAM in
+		 * a tmpfs of that size: its admission counts each guest's
+		 * whole memory, which stops 256 MiB guests at ~92 on a
+		 * 24 GiB host. */
 		const char *oc = getenv("MOAT_BENCH_OVERCOMMIT");
 		char ramdir[340], cmd[800];
 		char *a[] = { vmd_bin, "--state-dir", n.state, "--accel",
@@ -496,10 +497,10 @@ run_mode(const char *images, const char *root, const char *mode,
 				die("mount", MOAT_INTERNAL, cmd);
 			a[15] = "--ram-dir";
 			a[16] = ramdir;
-			a[17] = "--memory-mib";
-			a[18] = (char *)oc;
+			setenv("MOAT_VMD_MEMORY_MIB", oc, 1);
 		}
 		n.pid = spawn(a, log);
+		unsetenv("MOAT_VMD_MEMORY_MIB");
 	}
 	if ((rv = moat_rpc_client_open(&c, n.url, &msg)) != 0)
 		die("vmd", rv, msg);
