@@ -46,6 +46,9 @@ set_target_properties(libmoat PROPERTIES
 # ---- node ----
 install(TARGETS moat-vmd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   COMPONENT node)
+# [vmd] ram-sharing = private: moat-vmd looks for it at <its bin>/../lib
+# (services/vm/drivers/ramro/ramro.c), so lib/, not the multiarch libdir.
+install(TARGETS moat-qemu-ramro LIBRARY DESTINATION lib COMPONENT node)
 install(TARGETS moat-agent moat-image-spec
   RUNTIME DESTINATION ${MOAT_LIBEXEC_SUBDIR} COMPONENT node)
 install(PROGRAMS ${CMAKE_SOURCE_DIR}/images/build.sh

@@ -402,9 +402,9 @@ plan_root(struct vmd_jail *j, const struct vmd_jail_spec *spec)
 		op_push(j, MOAT_JAIL_PROC, NULL,
 		    j->ops[j->plan.n_ops - 1].dst);
 	op_path(j, spec->dir, MOAT_JAIL_BIND_RW, true);
-	for (int i = 0; i < 4 && spec->ro_files[i] != NULL; i++)
+	for (int i = 0; i < VMD_JAIL_FILES && spec->ro_files[i] != NULL; i++)
 		op_path(j, spec->ro_files[i], MOAT_JAIL_BIND_RO, true);
-	for (int i = 0; i < 4 && spec->rw_files[i] != NULL; i++)
+	for (int i = 0; i < VMD_JAIL_FILES && spec->rw_files[i] != NULL; i++)
 		op_path(j, spec->rw_files[i], MOAT_JAIL_BIND_RW, true);
 }
 
@@ -437,7 +437,7 @@ give_files(const struct vmd_jail_spec *spec, uid_t uid, gid_t gid,
 		        spec->dir, (unsigned)uid, strerror(errno));
 		return moat_status_from_errno(errno);
 	}
-	for (int i = 0; i < 4 && spec->rw_files[i] != NULL; i++) {
+	for (int i = 0; i < VMD_JAIL_FILES && spec->rw_files[i] != NULL; i++) {
 		const char *f = spec->rw_files[i];
 
 		bool shared = in_dir(f, spec->dir);
@@ -454,7 +454,7 @@ give_files(const struct vmd_jail_spec *spec, uid_t uid, gid_t gid,
 	}
 	/* Shared read-only files: readable by all, or made group jail-gid
 	 * and group-readable (0640). */
-	for (int i = 0; i < 4 && spec->ro_files[i] != NULL; i++) {
+	for (int i = 0; i < VMD_JAIL_FILES && spec->ro_files[i] != NULL; i++) {
 		const char *f = spec->ro_files[i];
 
 		if (stat(f, &st) != 0 || (st.st_mode & S_IROTH) ||
@@ -540,7 +540,7 @@ vmd_jail_make(const struct vmd_jail_spec *spec, struct vmd_jail **out,
 	}
 	/* File size: the largest file it writes (RAM, scratch disk), and
 	 * room for its logs. */
-	for (int i = 0; i < 4 && spec->rw_files[i] != NULL; i++) {
+	for (int i = 0; i < VMD_JAIL_FILES && spec->rw_files[i] != NULL; i++) {
 		struct stat st;
 
 		if (stat(spec->rw_files[i], &st) == 0 &&

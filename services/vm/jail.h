@@ -64,15 +64,22 @@ int vmd_jail_admit(char **errmsg) __attribute__((warn_unused_result));
  * missing). */
 bool vmd_jail_seccomp(void);
 
+/* The most read-only or read-write files one VMM gets (each list ends
+ * early at a NULL). */
+#define VMD_JAIL_FILES 6
+
 /* What one VMM may reach. Borrowed for vmd_jail_make. */
 struct vmd_jail_spec {
 	const char *name;   /* the sandbox directory's name: the cgroup's */
 	const char *dir;    /* the sandbox directory: read-write */
 	const char *binary; /* the VMM binary (PATH looked up) */
-	const char *ro_files[4]; /* kernel, initrd, rootfs; NULL ends */
-	const char *rw_files[4]; /* RAM file, scratch disk, console log;
-	                            NULL ends */
-	bool kvm;                /* bind /dev/kvm */
+	/* kernel, initrd, rootfs (and, with ram-sharing = private, the
+	 * snapshot's RAM file and the LD_PRELOAD library); NULL ends */
+	const char *ro_files[VMD_JAIL_FILES];
+	/* RAM file (not with a private mapping), scratch disk, console
+	 * log; NULL ends */
+	const char *rw_files[VMD_JAIL_FILES];
+	bool kvm; /* bind /dev/kvm */
 	uint32_t vcpus;
 	uint32_t memory_mib;
 	uint32_t extra_mib; /* the driver's own beyond vmm-overhead-mib (TCG's

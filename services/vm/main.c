@@ -72,6 +72,7 @@ static const struct option vmd_options[] = {
 	{ "template-spares", required_argument, NULL, 'P' },
 	{ "vmm-pool", required_argument, NULL, 'O' },
 	{ "ram-dir", required_argument, NULL, 'R' },
+	{ "ram-sharing", required_argument, NULL, 0x7440 },
 	{ "snapshot-ram-mib", required_argument, NULL, 'B' },
 	{ "snapd-tls-name", required_argument, NULL, 0x7410 },
 	{ "survey-tls-name", required_argument, NULL, 0x7411 },
@@ -133,6 +134,13 @@ usage(FILE *f)
 	    "                     (default /dev/shm). On XFS or btrfs with\n"
 	    "                     reflinks a snapshot clones RAM instead of\n"
 	    "                     copying it while the guest is paused\n"
+	    "  --ram-sharing MODE copy (default): a restored VM's RAM is its\n"
+	    "                     own copy of the snapshot's; private: the\n"
+	    "                     VMM maps the snapshot's RAM file "
+	    "privately,\n"
+	    "                     so clones share the pages they have not\n"
+	    "                     written (no copy at restore; a snapshot of\n"
+	    "                     such a clone writes its RAM out)\n"
 	    "  --snapshot-ram-mib N  RAM dir room for snapshots' RAM copies;\n"
 	    "                     past it the least recently used go to disk\n"
 	    "                     (snapd's chunks, else the state dir) and a\n"
@@ -244,6 +252,7 @@ vmd_configure_strings(struct vmd_config *cfg, const struct moat_config *c)
 	if (!cfg->image_build_script || !cfg->image_build_agent)
 		return MOAT_INTERNAL;
 	cfg->ram_dir = cfg_str(c, "ram-dir", "/dev/shm");
+	cfg->ram_sharing = cfg_str(c, "ram-sharing", "copy");
 	cfg->snapd_tls_name = cfg_str(c, "snapd-tls-name", "snapd");
 	cfg->survey_tls_name = cfg_str(c, "survey-tls-name", "gateway");
 	def = moat_asprintf("%s/snapshot.key", cfg->state_dir);
@@ -253,7 +262,8 @@ vmd_configure_strings(struct vmd_config *cfg, const struct moat_config *c)
 	if (cfg->snapshot_key_file == NULL)
 		return MOAT_INTERNAL;
 	if (!cfg->driver || !cfg->firecracker_binary || !cfg->snapd_url ||
-	    !cfg->ram_dir || !cfg->snapd_tls_name || !cfg->survey_tls_name)
+	    !cfg->ram_dir || !cfg->ram_sharing || !cfg->snapd_tls_name ||
+	    !cfg->survey_tls_name)
 		return MOAT_INTERNAL;
 	if (moat_tls_from_config(c, SECTION, &cfg->tls, &errmsg) != MOAT_OK) {
 		fprintf(stderr, "moat-vmd: %s\n",
@@ -626,6 +636,7 @@ vmd_config_fini(struct vmd_config *cfg)
 	free(cfg->image_build_script);
 	free(cfg->image_build_agent);
 	free(cfg->ram_dir);
+	free(cfg->ram_sharing);
 	free(cfg->snapd_tls_name);
 	free(cfg->survey_tls_name);
 	free(cfg->snapshot_key_file);
@@ -852,6 +863,37 @@ vmd_make_vms_dir(const struct vmd *vmd)
 	return MOAT_OK;
 }
 
+/* Takes [vmd] ram-sharing; the library a private mapping needs is
+ * <moat-vmd's directory>/../lib/libmoat-qemu-ramro.so. Returns 0 or a
+ * status after logging why. */
+static int
+vmd_ram_sharing_open(const struct vmd *vmd)
+{
+	char exe[PATH_MAX];
+	char *preload = NULL, *errmsg = NULL, *slash;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int rv;
+
+	if (n > 0) {
+		exe[n] = '\0';
+		if ((slash = strrchr(exe, '/')) != NULL)
+			*slash = '\0';
+		preload =
+		    moat_asprintf("%s/../lib/libmoat-qemu-ramro.so", exe);
+	}
+	rv = vmd_ram_sharing_set(vmd->cfg.ram_sharing, preload, &errmsg);
+	free(preload);
+	if (rv != MOAT_OK) {
+		moat_error(0, "%s (fix [vmd] ram-sharing / --ram-sharing)",
+		    errmsg ? errmsg : "ram-sharing");
+		free(errmsg);
+		return rv;
+	}
+	moat_info(0, "guest RAM sharing: %s%s%s", vmd_ram_sharing(),
+	    vmd_ram_private() ? ", preload " : "", vmd_ram_preload());
+	return MOAT_OK;
+}
+
 /* Sets up the guest RAM dir, records it for `moat-vmd purge` and says
  * how snapshots will copy RAM there. Returns 0 or a status after
  * logging why. */
@@ -866,6 +908,8 @@ vmd_ram_dir_open(const struct vmd *vmd)
 		free(errmsg);
 		return rv;
 	}
+	if ((rv = vmd_ram_sharing_open(vmd)) != MOAT_OK)
+		return rv;
 	if ((err = vmd_ram_dir_record(vmd->cfg.state_dir)) != 0)
 		moat_warn(0,
 		    "cannot record the RAM dir in %s: %s; `moat-vmd "

@@ -67,6 +67,7 @@ struct vmd_config {
 	uint32_t vmm_pool;        /* [vmd] vmm-pool: pre-started VMMs kept
 	                              per template (pool.h); 0: off */
 	char *ram_dir;            /* [vmd] ram-dir (ramdir.c) */
+	char *ram_sharing;        /* [vmd] ram-sharing (ramdir.c) */
 	/* TLS (moat/tls.h): tls-cert, tls-key, tls-ca (snapd's and the
 	 * gateway's CAs), tls-peer-ca (callers: the gateway's), insecure;
 	 * owned. The names snapd's and the gateway survey's certificates

@@ -184,3 +184,54 @@ vmd_ram_create(const char *path)
 	close(fd);
 	return 0;
 }
+
+static bool ram_private;
+static char ram_preload[PATH_MAX];
+
+int
+vmd_ram_sharing_set(const char *mode, const char *preload, char **errmsg)
+{
+	*errmsg = NULL;
+	if (strcmp(mode, "copy") == 0) {
+		ram_private = false;
+		return MOAT_OK;
+	}
+	if (strcmp(mode, "private") != 0) {
+		*errmsg = moat_asprintf("ram-sharing = \"%s\" is not a mode: "
+		                        "use copy or private",
+		    mode);
+		return MOAT_INVALID_ARGUMENT;
+	}
+	if (preload == NULL || realpath(preload, ram_preload) == NULL ||
+	    access(ram_preload, R_OK) != 0 || strchr(ram_preload, ':') ||
+	    strchr(ram_preload, ' ')) {
+		*errmsg = moat_asprintf("ram-sharing = private needs the "
+		                        "library %s (built as "
+		                        "libmoat-qemu-ramro.so next to "
+		                        "moat-vmd's bin directory, in lib/): "
+		                        "build it, or set ram-sharing = copy",
+		    preload ? preload : "?");
+		ram_preload[0] = '\0';
+		return MOAT_FAILED_PRECONDITION;
+	}
+	ram_private = true;
+	return MOAT_OK;
+}
+
+bool
+vmd_ram_private(void)
+{
+	return ram_private;
+}
+
+const char *
+vmd_ram_sharing(void)
+{
+	return ram_private ? "private" : "copy";
+}
+
+const char *
+vmd_ram_preload(void)
+{
+	return ram_private ? ram_preload : "";
+}

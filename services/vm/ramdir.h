@@ -38,4 +38,19 @@ int vmd_ram_unlink(const char *path);
 int vmd_ram_dir_record(const char *state_dir);
 int vmd_ram_dir_recall(const char *state_dir);
 
+/* vmd_ram_sharing_set: takes [vmd] ram-sharing (at start, before
+ * threads): "copy" (each restored VM gets its own RAM file, a copy of the
+ * snapshot's) or "private" (the VMM maps the snapshot's RAM file
+ * privately: pages a clone has not written stay one copy in the page
+ * cache for every clone; needs the LD_PRELOAD library `preload`, see
+ * drivers/ramro/ramro.c). Returns 0, or a status with *errmsg (heap). */
+int vmd_ram_sharing_set(const char *mode, const char *preload, char **errmsg);
+/* vmd_ram_private: ram-sharing = private. */
+bool vmd_ram_private(void);
+/* vmd_ram_sharing: "copy" or "private". */
+const char *vmd_ram_sharing(void);
+/* vmd_ram_preload: the library for ram-sharing = private ("" when
+ * copy). */
+const char *vmd_ram_preload(void);
+
 #endif

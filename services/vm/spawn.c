@@ -345,7 +345,11 @@ spawn_child(const struct moat_spawn_req *req, int out_fd, int report_fd,
 	if (req->no_hugepage_advice && deny_hugepage_advice() != 0)
 		goto fail;
 	rep.step = STEP_EXEC;
-	execvp(req->argv[0], (char *const *)req->argv);
+	if (req->env != NULL)
+		execvpe(req->argv[0], (char *const *)req->argv,
+		    (char *const *)req->env);
+	else
+		execvp(req->argv[0], (char *const *)req->argv);
 fail:
 	rep.err = errno;
 report:

@@ -69,7 +69,8 @@ struct moat_spawn_req {
 	int output_fd; /* > 2: the child's stdout and stderr instead of
 	                  output_file (a console pipe); 0: none */
 	const struct moat_jail *jail; /* NULL: not confined (helpers) */
-	bool outlive_vmd; /* no parent-death signal: the child (a VMM a
+	const char *const *env; /* the child's environment; NULL: vmd's */
+	bool outlive_vmd;       /* no parent-death signal: the child (a VMM a
 	                     restarted vmd re-adopts, adopt.h) keeps running
 	                     when vmd dies; else it is killed with vmd */
 };

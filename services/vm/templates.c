@@ -127,7 +127,11 @@ vmd_templates_init(struct vmd *vmd)
 	vmd_cond_init(&t->spare_cv);
 	/* With reflinks a clone's RAM is a clone of the template's file:
 	 * nothing to prepare. */
-	t->spares_want = vmd_ram_dir_reflinks() ? 0 : vmd->cfg.template_spares;
+	/* No spares where a clone needs no copy: reflinks, or a private
+	 * mapping of the template's RAM (ram-sharing = private). */
+	t->spares_want = vmd_ram_dir_reflinks() || vmd_ram_private() ?
+	    0 :
+	    vmd->cfg.template_spares;
 	vmd->templates = t;
 	/* A build cut short by a killed vmd left <id>.tmp: not a template.
 	 * Spares a killed vmd left in /dev/shm are removed: the pools are
@@ -535,8 +539,10 @@ vmd_template_ram(struct vmd *vmd, const char *id, const char *dir)
 	/* template-reflink off (the default): with reflinks, clones copy
 	 * <dir>/ram from the state dir while their VMM starts, which costs
 	 * create -> first exec less than the copy-on-write faults of a
-	 * reflinked RAM (issue 18's create bench). */
-	if (t == NULL || (reflinks && !vmd->cfg.template_reflink))
+	 * reflinked RAM (issue 18's create bench). With ram-sharing =
+	 * private clones map <dir>/ram itself. */
+	if (t == NULL || (reflinks && !vmd->cfg.template_reflink) ||
+	    vmd_ram_private())
 		return NULL;
 	pthread_mutex_lock(&t->mu);
 	for (r = t->rams; r != NULL; r = r->next)

@@ -344,13 +344,18 @@ qemu_check_paths(const struct moat_vmm_spec *spec, const char *snap_dir,
  * background. A boot (snap_dir NULL) gets a new empty one (0600). */
 static int
 qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
-    const char *snap_ram, struct moat_vmm *vm, char **errmsg)
+    const char *snap_ram, const char *ram_base, struct moat_vmm *vm,
+    char **errmsg)
 {
 	int err;
 
 	/* A RAM file left by an earlier boot attempt must not be reused. */
 	(void)unlink(vm->ram_file);
-	if (snap_dir != NULL && spec->ram_ready != NULL &&
+	if (ram_base != NULL) {
+		/* A private mapping of the snapshot's RAM: no file of its
+		 * own (qemu_ram_backing). */
+		moat_debug(0, "restore: RAM %s mapped privately", ram_base);
+	} else if (snap_dir != NULL && spec->ram_ready != NULL &&
 	    rename(spec->ram_ready, vm->ram_file) == 0) {
 		/* A template spare: already a complete copy, now ours. */
 		moat_debug(0, "restore: RAM %s taken as %s", spec->ram_ready,
@@ -382,15 +387,20 @@ qemu_prepare_ram(const struct moat_vmm_spec *spec, const char *snap_dir,
 /* Puts the VMM of `spec` in a jail of its own (jail.h): vm->jail. */
 static int
 qemu_jail(const char *binary, const struct moat_vmm_spec *spec,
-    struct moat_vmm *vm, bool kvm, char **errmsg)
+    const char *ram_base, struct moat_vmm *vm, bool kvm, char **errmsg)
 {
+	/* A private mapping's RAM file and the library that opens it
+	 * read-only (ramdir.h) are read-only; a VM's own RAM file is
+	 * read-write. */
 	struct vmd_jail_spec js = {
 		.name = dir_base(spec->dir),
 		.dir = spec->dir,
 		.binary = binary,
-		.ro_files = { spec->kernel, spec->initrd, spec->rootfs, NULL },
-		.rw_files = { vm->ram_file, spec->scratch_disk,
-		    vm->console_log, NULL },
+		.ro_files = { spec->kernel, spec->initrd, spec->rootfs,
+		    ram_base, ram_base ? vmd_ram_preload() : NULL, NULL },
+		.rw_files = { ram_base ? spec->scratch_disk : vm->ram_file,
+		    ram_base ? vm->console_log : spec->scratch_disk,
+		    ram_base ? NULL : vm->console_log, NULL },
 		.kvm = kvm,
 		.vcpus = spec->vcpus,
 		.memory_mib = spec->memory_mib,
@@ -419,23 +429,106 @@ qemu_write_pidfile(const char *pidfile, pid_t pid)
 		moat_warn(0, "cannot write %s: %s", pidfile, strerror(err));
 }
 
-/* What backs guest RAM (heap): the VM's own RAM file, mapped shared,
- * so a snapshot copies it and a clone's is a copy of the snapshot's.
- * The one place that choice is made: a boot, a restore and a pooled VMM
- * (vmd's pool.c, keyed by the template whose RAM the file copies) alike. */
+/* The RAM backing of a VM, the one place that chooses it ([vmd]
+ * ram-sharing, ramdir.h). A boot, or a restore with ram-sharing = copy,
+ * maps the VM's own RAM file shared (vm->ram_file: snapshots capture it
+ * with x-ignore-shared); a restore with ram-sharing = private maps the
+ * snapshot's RAM file `ram_base` privately (share=off), so the pages a
+ * clone has not written stay one copy in the page cache for all clones
+ * and the file never changes (QEMU opens it read-only through
+ * drivers/ramro). *ram_base (heap) is NULL for the former. */
+static int
+qemu_ram_backing(const char *snap_dir, const char *snap_ram, char **ram_base,
+    char **errmsg)
+{
+	*ram_base = NULL;
+	if (snap_dir == NULL || !vmd_ram_private())
+		return MOAT_OK;
+	if ((*ram_base = realpath(snap_ram, NULL)) == NULL) {
+		int err = errno;
+
+		*errmsg =
+		    moat_asprintf("cannot find the snapshot's RAM %s: %s",
+		        snap_ram, strerror(err));
+		return moat_status_from_errno(err);
+	}
+	if (!path_ok(*ram_base)) {
+		*errmsg = moat_asprintf("the snapshot's RAM %s has a comma in "
+		                        "its path, which QEMU cannot take: "
+		                        "move the RAM dir",
+		    *ram_base);
+		free(*ram_base);
+		*ram_base = NULL;
+		return MOAT_FAILED_PRECONDITION;
+	}
+	return MOAT_OK;
+}
+
+/* The -object of the guest RAM (qemu_ram_backing). Heap. */
 static char *
-qemu_ram_backend(const struct moat_vmm_spec *spec, const struct moat_vmm *vm)
+qemu_ram_object(const struct moat_vmm_spec *spec, const struct moat_vmm *vm,
+    const char *ram_base)
 {
 	return moat_asprintf("memory-backend-file,id=ram,size=%uM,"
-	                     "mem-path=%s,share=on",
-	    spec->memory_mib, vm->ram_file);
+	                     "mem-path=%s,share=%s",
+	    spec->memory_mib, ram_base ? ram_base : vm->ram_file,
+	    ram_base ? "off" : "on");
+}
+
+/* The environment of a VMM that maps `ram_base` privately: vmd's, with
+ * the library that opens that file read-only (drivers/ramro/ramro.c).
+ * NULL-terminated, heap (env_free). */
+static char **
+qemu_ram_env(const char *ram_base)
+{
+	extern char **environ;
+	size_t n = 0, k = 0;
+	char **env;
+
+	while (environ[n] != NULL)
+		n++;
+	if ((env = calloc(n + 3, sizeof(*env))) == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (strncmp(environ[i], "LD_PRELOAD=", 11) == 0 ||
+		    strncmp(environ[i], "MOAT_RAM_RO=", 12) == 0)
+			continue;
+		env[k++] = environ[i];
+	}
+	/* Only these two are the array's own (freed by env_free). */
+	env[k] = moat_asprintf("LD_PRELOAD=%s", vmd_ram_preload());
+	env[k + 1] = moat_asprintf("MOAT_RAM_RO=%s", ram_base);
+	if (env[k] == NULL || env[k + 1] == NULL) {
+		free(env[k]);
+		free(env[k + 1]);
+		free(env);
+		return NULL;
+	}
+	return env;
+}
+
+static void
+env_free(char **env)
+{
+	size_t n = 0;
+
+	if (env == NULL)
+		return;
+	while (env[n] != NULL)
+		n++;
+	/* The last two are qemu_ram_env's own. */
+	if (n >= 2) {
+		free(env[n - 1]);
+		free(env[n - 2]);
+	}
+	free(env);
 }
 
 /* Adds the machine, CPU, memory, console and kernel arguments. */
 static void
 qemu_argv_machine(struct qemu_argv *a, const char *binary,
-    const struct moat_vmm_spec *spec, const struct moat_vmm *vm, bool kvm,
-    int console_fd)
+    const struct moat_vmm_spec *spec, const struct moat_vmm *vm,
+    const char *ram_base, bool kvm, int console_fd)
 {
 	char *tcg_cmdline;
 
@@ -453,7 +546,7 @@ qemu_argv_machine(struct qemu_argv *a, const char *binary,
 	argv_add(a, strdup("-m"));
 	argv_add(a, moat_asprintf("%u", spec->memory_mib));
 	argv_add(a, strdup("-object"));
-	argv_add(a, qemu_ram_backend(spec, vm));
+	argv_add(a, qemu_ram_object(spec, vm, ram_base));
 	argv_add(a, strdup("-no-reboot"));
 	argv_add(a, strdup("-nodefaults"));
 	argv_add(a, strdup("-no-user-config"));
@@ -573,6 +666,8 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	char *qmp = NULL;
 	char *pidfile = NULL;
 	char *snap_ram = NULL;
+	char *ram_base = NULL;
+	char **env = NULL;
 	char *console_fifo;
 	bool jailed_pid;
 	int rv;
@@ -600,10 +695,18 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 		goto fail;
 	}
 	if ((rv = qemu_check_paths(spec, snap_dir, vm, errmsg)) != MOAT_OK ||
-	    (rv = qemu_prepare_ram(spec, snap_dir, snap_ram, vm, errmsg)) !=
+	    (rv = qemu_ram_backing(snap_dir, snap_ram, &ram_base, errmsg)) !=
 	        MOAT_OK ||
-	    (rv = qemu_jail(binary, spec, vm, kvm, errmsg)) != MOAT_OK)
+	    (rv = qemu_prepare_ram(spec, snap_dir, snap_ram, ram_base, vm,
+	         errmsg)) != MOAT_OK ||
+	    (rv = qemu_jail(binary, spec, ram_base, vm, kvm, errmsg)) !=
+	        MOAT_OK)
 		goto fail;
+	if (ram_base != NULL && (env = qemu_ram_env(ram_base)) == NULL) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto fail;
+	}
 	(void)unlink(vm->agent_socket);
 	(void)unlink(qmp);
 	/* A named pipe, so a restarted vmd drains the same console. */
@@ -621,7 +724,7 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	(void)unlink(pidfile);
 	jailed_pid = vm->jail != NULL && vmd_jail_plan(vm->jail)->staging;
 
-	qemu_argv_machine(&a, binary, spec, vm, kvm, console_fd);
+	qemu_argv_machine(&a, binary, spec, vm, ram_base, kvm, console_fd);
 	qemu_argv_devices(&a, spec, snap_dir, vm, qmp,
 	    jailed_pid ? NULL : pidfile);
 	if (a.oom) {
@@ -640,6 +743,7 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	req.no_hugepage_advice = vmd_ram_dir_reflinks();
 	req.jail = vmd_jail_plan(vm->jail);
 	req.outlive_vmd = true; /* a restarted vmd re-adopts it */
+	req.env = (const char *const *)env;
 	rv = moat_spawn(&req, &vm->pid, errmsg);
 	close(console_fd); /* QEMU holds its own */
 	console_fd = -1;
@@ -651,6 +755,8 @@ qemu_launch(const char *binary, const struct moat_vmm_spec *spec,
 	free(qmp);
 	free(pidfile);
 	free(snap_ram);
+	free(ram_base);
+	env_free(env);
 	return MOAT_OK;
 fail:
 	if (console_fd >= 0)
@@ -659,6 +765,8 @@ fail:
 	free(qmp);
 	free(pidfile);
 	free(snap_ram);
+	free(ram_base);
+	env_free(env);
 	qemu_release(vm);
 	return rv;
 }
@@ -966,12 +1074,278 @@ file_size(const char *path)
 	return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
+/* ---- snapshots of a VM that maps its snapshot's RAM privately ----
+ *
+ * Its RAM is the snapshot's file plus the pages it wrote (anonymous
+ * copy-on-write pages in QEMU), and QEMU would migrate a private RAM block
+ * with the device state. So, in the pause, QEMU saves the device state
+ * alone (xen-save-devices-state: every section but RAM, the stream
+ * migrate-incoming loads like any snapshot's) and vmd writes the RAM file
+ * itself: the allocated extents of the mapped file, then every page the
+ * guest wrote, found in /proc/PID/pagemap and read from /proc/PID/mem. */
+
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAPPED (1ull << 62)
+#define PM_FILE (1ull << 61)
+#define QEMU_PAGE 4096u
+#define QEMU_DEVSTATE_TMP "devstate.tmp"
+
+/* A VM without its own RAM file maps its snapshot's (qemu_ram_backing). */
+static bool
+qemu_ram_is_private(const struct moat_vmm *vm)
+{
+	struct stat st;
+
+	return vm->ram_file != NULL && stat(vm->ram_file, &st) != 0 &&
+	    errno == ENOENT;
+}
+
+/* Finds the guest RAM in QEMU `pid`: its largest writable private
+ * mapping of a file from offset 0. *fd: that file (through map_files,
+ * so even an unlinked one), *addr where it is mapped. Returns 0 or an
+ * errno value. */
+static int
+private_ram_find(pid_t pid, int *fd, uint64_t *addr)
+{
+	char path[64];
+	char *line = NULL;
+	size_t cap = 0;
+	unsigned long long best_a = 0, best_b = 0;
+	FILE *f;
+
+	*fd = -1;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	if ((f = fopen(path, "re")) == NULL)
+		return errno;
+	while (getline(&line, &cap, f) > 0) {
+		unsigned long long a, b, off, ino;
+		unsigned maj, mn;
+		char perms[8];
+
+		if (sscanf(line, "%llx-%llx %7s %llx %x:%x %llu", &a, &b,
+		        perms, &off, &maj, &mn, &ino) != 7 ||
+		    ino == 0 || off != 0 || strlen(perms) < 4 ||
+		    perms[1] != 'w' || perms[3] != 'p')
+			continue;
+		if (b - a > best_b - best_a) {
+			best_a = a;
+			best_b = b;
+		}
+	}
+	free(line);
+	fclose(f);
+	if (best_b - best_a < 16u << 20)
+		return ENOENT;
+	snprintf(path, sizeof(path), "/proc/%d/map_files/%llx-%llx", (int)pid,
+	    best_a, best_b);
+	if ((*fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return errno;
+	*addr = best_a;
+	return 0;
+}
+
+/* Writes the pages of [addr, addr + size) the guest wrote into `out` at
+ * their offsets. Returns 0 or an errno value; *bytes grows by what it
+ * wrote. */
+static int
+private_ram_overlay(pid_t pid, uint64_t addr, uint64_t size, int out,
+    uint64_t *bytes)
+{
+	enum { BATCH = 512 };
+	uint64_t pm[BATCH];
+	char path[64];
+	char *buf = malloc((size_t)BATCH * QEMU_PAGE);
+	int pmfd, memfd = -1, err = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
+	pmfd = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	if (pmfd >= 0)
+		memfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (buf == NULL || pmfd < 0 || memfd < 0) {
+		err = buf == NULL ? ENOMEM : errno;
+		goto out;
+	}
+	for (uint64_t pg = 0; pg < size / QEMU_PAGE; pg += BATCH) {
+		uint64_t n = size / QEMU_PAGE - pg;
+		ssize_t got;
+
+		if (n > BATCH)
+			n = BATCH;
+		got = pread(pmfd, pm, n * 8,
+		    (off_t)((addr / QEMU_PAGE + pg) * 8));
+		if (got != (ssize_t)(n * 8)) {
+			err = got < 0 ? errno : EIO;
+			goto out;
+		}
+		for (uint64_t i = 0; i < n;) {
+			uint64_t j = i;
+			size_t len;
+
+			/* A run of the guest's own (anonymous) pages. */
+			while (j < n &&
+			    (((pm[j] & PM_PRESENT) && !(pm[j] & PM_FILE)) ||
+			        (pm[j] & PM_SWAPPED)))
+				j++;
+			if (j == i) {
+				i++;
+				continue;
+			}
+			len = (size_t)(j - i) * QEMU_PAGE;
+			if (pread(memfd, buf, len,
+			        (off_t)(addr + (pg + i) * QEMU_PAGE)) !=
+			        (ssize_t)len ||
+			    pwrite(out, buf, len,
+			        (off_t)((pg + i) * QEMU_PAGE)) !=
+			        (ssize_t)len) {
+				err = errno ? errno : EIO;
+				goto out;
+			}
+			*bytes += len;
+			i = j;
+		}
+	}
+out:
+	if (pmfd >= 0)
+		close(pmfd);
+	if (memfd >= 0)
+		close(memfd);
+	free(buf);
+	return err;
+}
+
+/* In the pause: writes the RAM of private VM `vm` to the new file
+ * `ram_copy`. Returns 0 or an errno value (the file removed). */
+static int
+private_ram_save(const struct moat_vmm *vm, const char *ram_copy,
+    uint64_t *bytes)
+{
+	struct stat st;
+	uint64_t addr = 0;
+	int in, out = -1, err;
+
+	*bytes = 0;
+	if ((err = private_ram_find(vm->pid, &in, &addr)) != 0)
+		return err;
+	if (fstat(in, &st) != 0 ||
+	    (out = open(ram_copy, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+	         0600)) < 0 ||
+	    ftruncate(out, st.st_size) != 0) {
+		err = errno;
+		goto out;
+	}
+	if ((err = vmd_copy_extents(in, out, bytes)) == 0)
+		err = private_ram_overlay(vm->pid, addr, (uint64_t)st.st_size,
+		    out, bytes);
+out:
+	close(in);
+	if (out >= 0) {
+		close(out);
+		if (err != 0)
+			(void)unlink(ram_copy);
+	}
+	return err;
+}
+
+/* xen-save-devices-state writes the stream header and the device
+ * sections but not the configuration section migrate writes after the
+ * header, which migrate-incoming requires: the machine type and the
+ * x-ignore-shared capability every restore sets (QEMU 7.2's
+ * vmstate_configuration with its capabilities subsection, as migrate
+ * writes it). Nor the JSON description after the end: an empty one. */
+#define QEMU_STREAM_HEADER 8 /* "QEVM", version 3 */
+static const unsigned char qemu_config_section[] =
+    "\x07\x00\x00\x00\x07microvm"
+    "\x05\x1a"
+    "configuration/capabilities"
+    "\x00\x00\x00\x01\x00\x00\x00\x01\x0fx-ignore-shared";
+static const unsigned char qemu_empty_vmdesc[] = "\x06\x00\x00\x00\x02{}";
+
+/* Copies QEMU's device-state stream `in` into `out` with the
+ * configuration section and the description added. 0 or an errno. */
+static int
+private_state_copy(int in, int out)
+{
+	char buf[65536];
+	unsigned char head[QEMU_STREAM_HEADER];
+	ssize_t n;
+
+	if (read(in, head, sizeof(head)) != (ssize_t)sizeof(head) ||
+	    memcmp(head, "QEVM\0\0\0\3", sizeof(head)) != 0)
+		return EPROTO;
+	if (write(out, head, sizeof(head)) != (ssize_t)sizeof(head) ||
+	    write(out, qemu_config_section, sizeof(qemu_config_section) - 1) !=
+	        (ssize_t)sizeof(qemu_config_section) - 1)
+		return errno ? errno : EIO;
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			return errno ? errno : EIO;
+	if (n < 0)
+		return errno;
+	if (write(out, qemu_empty_vmdesc, sizeof(qemu_empty_vmdesc) - 1) !=
+	    (ssize_t)sizeof(qemu_empty_vmdesc) - 1)
+		return errno ? errno : EIO;
+	return 0;
+}
+
+/* In the pause: has QEMU save the device state without RAM into its
+ * sandbox directory and copies it into `state_fd`. */
+static int
+private_state_save(const struct moat_vmm *vm, struct qmp *q, int state_fd,
+    char **errmsg)
+{
+	const char *slash = strrchr(vm->qmp_socket, '/');
+	char *tmp = moat_asprintf("%.*s/" QEMU_DEVSTATE_TMP,
+	    (int)(slash ? slash - vm->qmp_socket : 1),
+	    slash ? vm->qmp_socket : ".");
+	json_t *args =
+	    tmp ? json_pack("{s:s,s:b}", "filename", tmp, "live", 0) : NULL;
+	uid_t want = vmd_jail_uid(vm->jail);
+	struct stat st;
+	int fd = -1, rv, err;
+
+	if (args == NULL) {
+		*errmsg = strdup("out of memory");
+		rv = MOAT_INTERNAL;
+		goto out;
+	}
+	(void)unlink(tmp);
+	if ((rv = qmp_run(q, "xen-save-devices-state", args, NULL, errmsg)) !=
+	    MOAT_OK)
+		goto out;
+	/* QEMU made it in a directory it may write: only a regular file of
+	 * its own is read. */
+	if ((fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    (want != 0 && st.st_uid != want)) {
+		*errmsg = moat_asprintf("QEMU's device state %s is not a file "
+		                        "it made",
+		    tmp);
+		rv = MOAT_INTERNAL;
+		goto out;
+	}
+	if ((err = private_state_copy(fd, state_fd)) != 0) {
+		*errmsg = moat_asprintf("cannot copy the device state %s: %s",
+		    tmp, strerror(err));
+		rv = moat_status_from_errno(err);
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	if (tmp != NULL)
+		(void)unlink(tmp);
+	free(tmp);
+	json_decref(args);
+	return rv;
+}
+
 /* Links snap_dir's RAM name to `ram_copy`, opens QMP on `q` and hands
- * QEMU a new device-state file `state` to migrate into. */
+ * QEMU a new device-state file `state` to migrate into (a private VM:
+ * *state_fd, for private_state_save). */
 static int
 qemu_snapshot_prepare(const struct moat_vmm *vm, struct qmp *q,
     const char *state, const char *ram, const char *ram_copy,
-    uint32_t timeout_ms, char **errmsg)
+    uint32_t timeout_ms, int *priv_state_fd, char **errmsg)
 {
 	int state_fd, rv, err;
 
@@ -996,6 +1370,10 @@ qemu_snapshot_prepare(const struct moat_vmm *vm, struct qmp *q,
 	if ((rv = qemu_qmp_open(vm, q, moat_rpc_now_ms() + timeout_ms,
 	         errmsg)) != MOAT_OK)
 		goto out;
+	if (priv_state_fd != NULL) {
+		*priv_state_fd = state_fd;
+		return MOAT_OK;
+	}
 	/* QEMU writes the device state straight into the file: no shell
 	 * and no cat in the pause. */
 	if ((rv = qmp_set_ignore_shared(q, errmsg)) == MOAT_OK)
@@ -1024,14 +1402,15 @@ qemu_snapshot_writeback(const struct moat_vmm *vm)
 /* In the pause: copies the guest's RAM to `ram_copy` and its scratch
  * disk to `disk`; *t_ram is when the RAM copy ended. */
 static int
-qemu_snapshot_copy(const struct moat_vmm *vm, const char *scratch_disk,
-    const char *ram_copy, const char *disk, struct moat_vmm_snapshot_stats *st,
-    double *t_ram, char **errmsg)
+qemu_snapshot_copy(const struct moat_vmm *vm, bool priv,
+    const char *scratch_disk, const char *ram_copy, const char *disk,
+    struct moat_vmm_snapshot_stats *st, double *t_ram, char **errmsg)
 {
 	int err;
 
-	if ((err = vmd_copy_sparse(vm->ram_file, ram_copy, &st->ram_bytes)) !=
-	    0) {
+	if ((err = priv ? private_ram_save(vm, ram_copy, &st->ram_bytes) :
+	                  vmd_copy_sparse(vm->ram_file, ram_copy,
+	                      &st->ram_bytes)) != 0) {
 		*errmsg = moat_asprintf("cannot copy guest RAM %s to %s: %s",
 		    vm->ram_file, ram_copy, strerror(err));
 		return moat_status_from_errno(err);
@@ -1086,6 +1465,8 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	double t_state = 0, t_ram = 0;
 	json_t *args = NULL;
 	bool stopped = false;
+	bool priv = qemu_ram_is_private(vm);
+	int priv_state_fd = -1;
 	double t0 = 0;
 	int rv;
 
@@ -1097,7 +1478,7 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 		goto out;
 	}
 	if ((rv = qemu_snapshot_prepare(vm, &q, state, ram, ram_copy,
-	         timeout_ms, errmsg)) != MOAT_OK)
+	         timeout_ms, priv ? &priv_state_fd : NULL, errmsg)) != MOAT_OK)
 		goto out;
 	if ((args = json_pack("{s:s}", "uri", "fd:" QEMU_STATE_FD)) == NULL) {
 		*errmsg = strdup("out of memory");
@@ -1112,12 +1493,18 @@ qemu_snapshot(const struct moat_vmm *vm, const char *scratch_disk,
 	if ((rv = qmp_run(&q, "stop", NULL, NULL, errmsg)) != MOAT_OK)
 		goto out;
 	stopped = true;
-	if ((rv = qmp_run(&q, "migrate", args, NULL, errmsg)) != MOAT_OK ||
-	    (rv = qmp_wait_migrated(&q, errmsg)) != MOAT_OK)
+	if (priv) {
+		if ((rv = private_state_save(vm, &q, priv_state_fd, errmsg)) !=
+		    MOAT_OK)
+			goto out;
+	} else if ((rv = qmp_run(&q, "migrate", args, NULL, errmsg)) !=
+	        MOAT_OK ||
+	    (rv = qmp_wait_migrated(&q, errmsg)) != MOAT_OK) {
 		goto out;
+	}
 	t_state = vmd_now_ms_exact();
-	rv = qemu_snapshot_copy(vm, scratch_disk, ram_copy, disk, st, &t_ram,
-	    errmsg);
+	rv = qemu_snapshot_copy(vm, priv, scratch_disk, ram_copy, disk, st,
+	    &t_ram, errmsg);
 out:
 	if (stopped && !(leave_paused && rv == MOAT_OK)) {
 		rv = qemu_snapshot_cont(&q, rv, errmsg);
@@ -1135,6 +1522,8 @@ out:
 	} else if (ram_copy != NULL) {
 		(void)unlink(ram_copy);
 	}
+	if (priv_state_fd >= 0)
+		close(priv_state_fd);
 	json_decref(args);
 	qmp_close(&q);
 	free(state);

@@ -105,6 +105,10 @@ exec_vmd(const struct vmd_proc *v, void *arg)
 	strncat(cache, "/snapshot.key", sizeof(cache) - strlen(cache) - 1);
 	setenv("MOAT_VMD_SNAPSHOT_KEY_FILE", cache, 1);
 	snprintf(cache, sizeof(cache), "%s/cache", v->state);
+	/* MOAT_TEST_RAM_SHARING: [vmd] ram-sharing (copy by default). */
+	if (getenv("MOAT_TEST_RAM_SHARING") != NULL)
+		setenv("MOAT_VMD_RAM_SHARING", getenv("MOAT_TEST_RAM_SHARING"),
+		    1);
 	if (a->survey != NULL)
 		setenv("MOAT_VMD_SURVEY", a->survey, 1);
 	else
@@ -2406,6 +2410,179 @@ test_snapshot_of_clone(void **state)
 	protobuf_c_message_free_unpacked(&s3->base, NULL);
 }
 
+/* The sha256 of file `path` (symlinks followed) as 64 hex digits. */
+static void
+file_sha256(const char *path, char hex[65])
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int n = 0;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	static char buf[1 << 20];
+	FILE *f = fopen(path, "rb");
+	size_t got;
+
+	if (f == NULL)
+		fail_msg("cannot open %s: %s", path, strerror(errno));
+	assert_non_null(ctx);
+	assert_int_equal(EVP_DigestInit_ex(ctx, EVP_sha256(), NULL), 1);
+	while ((got = fread(buf, 1, sizeof(buf), f)) > 0)
+		assert_int_equal(EVP_DigestUpdate(ctx, buf, got), 1);
+	fclose(f);
+	assert_int_equal(EVP_DigestFinal_ex(ctx, md, &n), 1);
+	EVP_MD_CTX_free(ctx);
+	for (unsigned i = 0; i < n && i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+/* Whether this test's vmds run with ram-sharing = private
+ * (MOAT_TEST_RAM_SHARING, or MOAT_VMD_RAM_SHARING they inherit). */
+static bool
+ram_private(void)
+{
+	const char *t = getenv("MOAT_TEST_RAM_SHARING");
+	const char *v = getenv("MOAT_VMD_RAM_SHARING");
+
+	if (t != NULL && t[0] != '\0')
+		return strcmp(t, "private") == 0;
+	return v != NULL && strcmp(v, "private") == 0;
+}
+
+/* Whether VMM `pid` maps file `path` privately (ram-sharing =
+ * private): a "p" mapping of its inode in /proc/PID/maps. */
+static bool
+maps_privately(pid_t pid, const char *path)
+{
+	char maps[64], line[1024];
+	struct stat st;
+	bool found = false;
+	FILE *f;
+
+	snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
+	if (stat(path, &st) != 0 || (f = fopen(maps, "r")) == NULL)
+		return false;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		unsigned long long ino = 0;
+		char perms[8] = "";
+
+		if (sscanf(line, "%*x-%*x %7s %*x %*x:%*x %llu", perms,
+		        &ino) == 2 &&
+		    ino == (unsigned long long)st.st_ino && perms[3] == 'p')
+			found = true;
+	}
+	fclose(f);
+	if (!found)
+		fprintf(stderr,
+		    "VMM %d does not map %s (inode %llu) privately\n",
+		    (int)pid, path, (unsigned long long)st.st_ino);
+	return found;
+}
+
+/* What a clone holds: a file's sha256 and a python variable. */
+static void
+clone_state(const char *id, char **file_hash, char **py)
+{
+	Moat__V1__RunCodeResult *r;
+
+	*file_hash = bash_out(id, "sha256sum /root/shared.bin");
+	r = code_run(id, "shared", "repr((x, sha))", 0);
+	assert_string_equal(r->result->error_name, "");
+	*py = strdup(r->result->result);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* Issue 18: a clone whose RAM shares the pages it has not written
+ * (ram-sharing = private under MOAT_TEST_RAM_SHARING=private; the same
+ * checks hold for copy) is snapshotted and restored, new and in place,
+ * exactly: a file by sha256 and python variables; the RAM file of the
+ * snapshot it was cloned from is unchanged by the clone's writes. */
+static void
+test_snapshot_private_clone(void **state)
+{
+	const char *id = shared_sandbox();
+	bool priv = ram_private();
+	Moat__V1__RestoreSandboxRequest req =
+	    MOAT__V1__RESTORE_SANDBOX_REQUEST__INIT;
+	Moat__V1__LocalSnapshot *base, *s1;
+	Moat__V1__Sandbox *c1 = NULL, *c2 = NULL, *again = NULL;
+	Moat__V1__RunCodeResult *r;
+	char before[65] = "", after[65] = "";
+	char *base_ram, *h1, *p1, *h, *p;
+
+	base = take_snapshot(id);
+	base_ram = moat_asprintf("%s/ram", base->dir);
+	file_sha256(base_ram, before);
+	if (restore_snapshot(base->snapshot_id, &c1) != MOAT_OK)
+		fail_msg("RestoreSandbox: %s", vmd_last_err);
+	if (priv)
+		assert_true(maps_privately((pid_t)c1->vmm_pid, base_ram));
+
+	/* The clone writes: a file, python variables, and lots of RAM. */
+	free(bash_out(c1->id,
+	    "head -c 3000000 /dev/urandom > /root/shared.bin && sync"));
+	r = code_run(c1->id, "shared",
+	    "import hashlib, os\nblob = os.urandom(8 << 20)\n"
+	    "sha = hashlib.sha256(blob).hexdigest()\nx = [1, 'two', 3.0]",
+	    0);
+	assert_string_equal(r->result->error_name, "");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+	clone_state(c1->id, &h1, &p1);
+	s1 = take_snapshot(c1->id);
+
+	/* The clone moves on. */
+	free(bash_out(c1->id, "echo changed > /root/shared.bin"));
+	r = code_run(c1->id, "shared", "x = None; sha = ''", 0);
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	/* A new sandbox from the clone's snapshot. */
+	if (restore_snapshot(s1->snapshot_id, &c2) != MOAT_OK) {
+		vmd_log_tail(&main_vmd, 30);
+		fail_msg("RestoreSandbox of the clone's snapshot: %s",
+		    vmd_last_err);
+	}
+	clone_state(c2->id, &h, &p);
+	assert_string_equal(h, h1);
+	assert_string_equal(p, p1);
+	free(h);
+	free(p);
+	r = code_run(c2->id, "shared",
+	    "hashlib.sha256(blob).hexdigest() == sha", 0);
+	assert_string_equal(r->result->result, "True");
+	protobuf_c_message_free_unpacked(&r->base, NULL);
+
+	/* The clone itself, restored in place. */
+	req.snapshot_id = s1->snapshot_id;
+	req.replace_sandbox_id = c1->id;
+	if (vmd_call(&main_vmd, "RestoreSandbox", &req.base,
+	        &moat__v1__sandbox__descriptor, (ProtobufCMessage **)&again,
+	        LONG_MS) != MOAT_OK)
+		fail_msg("RestoreSandbox in place: %s", vmd_last_err);
+	clone_state(c1->id, &h, &p);
+	assert_string_equal(h, h1);
+	assert_string_equal(p, p1);
+	free(h);
+	free(p);
+	if (priv)
+		assert_true(maps_privately((pid_t)again->vmm_pid,
+		    s1->dir ? moat_asprintf("%s/ram", s1->dir) : ""));
+
+	/* The template's RAM is what it was. */
+	file_sha256(base_ram, after);
+	assert_string_equal(after, before);
+
+	vmd_destroy_sandbox(&main_vmd, c1->id);
+	vmd_destroy_sandbox(&main_vmd, c2->id);
+	delete_snapshot_main(s1->snapshot_id);
+	delete_snapshot_main(base->snapshot_id);
+	free(base_ram);
+	free(h1);
+	free(p1);
+	protobuf_c_message_free_unpacked(&again->base, NULL);
+	protobuf_c_message_free_unpacked(&c1->base, NULL);
+	protobuf_c_message_free_unpacked(&c2->base, NULL);
+	protobuf_c_message_free_unpacked(&s1->base, NULL);
+	protobuf_c_message_free_unpacked(&base->base, NULL);
+}
+
 /* RestoreSandbox with replace_sandbox_id: the sandbox keeps its id, its
  * VM is a new one, and what happened after the snapshot is gone. */
 static void
@@ -3206,10 +3383,25 @@ test_templates(void **state)
 	assert_string_equal(hb, "b-runs\n");
 	free(hb);
 
-	/* The pool of spare RAM copies (default 2) refills after b and c
-	 * took or copied theirs; a clone then takes one by rename. */
 	tid = strdup(b->template_id);
 	assert_non_null(tid);
+	if (ram_private()) {
+		/* ram-sharing = private: the clones map the template's RAM
+		 * file privately; no RAM file of their own, no spares. */
+		/* b's own template (tdir is one of the templates there). */
+		path = moat_asprintf("%.*s/%s/ram",
+		    (int)(strrchr(tdir, '/') - tdir), tdir, b->template_id);
+		assert_true(maps_privately((pid_t)b->vmm_pid, path));
+		assert_true(maps_privately((pid_t)c->vmm_pid, path));
+		free(path);
+		path = moat_asprintf("/dev/shm/moat-%s.ram", b->id);
+		assert_int_not_equal(stat(path, &st), 0);
+		free(path);
+		assert_int_equal(spare_count(tid, true), 0);
+		goto cold;
+	}
+	/* The pool of spare RAM copies (default 2) refills after b and c
+	 * took or copied theirs; a clone then takes one by rename. */
 	until = now_ms() + LONG_MS;
 	while (spare_count(tid, true) < 1 && now_ms() < until)
 		usleep(100 * 1000);
@@ -3238,6 +3430,7 @@ test_templates(void **state)
 	free(hb);
 	vmd_destroy_sandbox(&tpl_vmd, f->id);
 
+cold:
 	/* cold_boot boots, and templates never list as snapshots. */
 	if (create_shaped(&tpl_vmd, true, &cold) != MOAT_OK)
 		fail_msg("cold create: %s", vmd_last_err);
@@ -3272,7 +3465,8 @@ test_templates(void **state)
 	/* No spare outlives vmd. */
 	assert_int_equal(spare_count_all(sdir, tid), 0);
 	free(tid);
-	protobuf_c_message_free_unpacked(&f->base, NULL);
+	if (f != NULL)
+		protobuf_c_message_free_unpacked(&f->base, NULL);
 	protobuf_c_message_free_unpacked(&list->base, NULL);
 	protobuf_c_message_free_unpacked(&a->base, NULL);
 	protobuf_c_message_free_unpacked(&b->base, NULL);
@@ -3311,6 +3505,7 @@ main(void)
 		cmocka_unit_test(test_accel_auto),
 		cmocka_unit_test(test_snapshot_of_clone),
 		cmocka_unit_test(test_restore_in_place),
+		cmocka_unit_test(test_snapshot_private_clone),
 		cmocka_unit_test(test_snapshot_wrong_vmm),
 		cmocka_unit_test(test_snapshot_disk_full),
 		cmocka_unit_test_teardown(test_snapshot_ram_budget,
