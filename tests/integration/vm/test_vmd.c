@@ -2561,9 +2561,12 @@ test_snapshot_private_clone(void **state)
 	assert_string_equal(p, p1);
 	free(h);
 	free(p);
-	if (priv)
-		assert_true(maps_privately((pid_t)again->vmm_pid,
-		    s1->dir ? moat_asprintf("%s/ram", s1->dir) : ""));
+	if (priv) {
+		char *s1_ram = moat_asprintf("%s/ram", s1->dir ? s1->dir : "");
+
+		assert_true(maps_privately((pid_t)again->vmm_pid, s1_ram));
+		free(s1_ram);
+	}
 
 	/* The template's RAM is what it was. */
 	file_sha256(base_ram, after);
