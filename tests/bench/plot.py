@@ -20,7 +20,8 @@ and some files a chart of their own:
   - fork scaling by copies (travel.json): fork_scaling.png;
   - density, memory and idle CPU per sandbox by count (density.json,
     {"runs": [{"n", "mode", "pss_mib_per_vm", "memavail_drop_mib_per_vm",
-    "idle_cpu_pct_per_vm", "creates_per_s"}, ...]}): density.png;
+    "idle_cpu_pct_per_vm", "creates_per_s"}, ...]}, or moat-bench-density's
+    {"modes": {MODE: {"by_count": [...]}}}): density.png;
   - load over time (load.json's over_time): load_over_time.png.
 A file that is not valid JSON, or whose charts fail, is reported on
 stderr and skipped; the others are drawn. Exit status: 0 when every file
@@ -283,12 +284,35 @@ def chart_fork_scaling(results, out_dir, made):
     save(fig, out_dir, "fork_scaling", made)
 
 
+def density_runs(modes):
+    """moat-bench-density's shape ({"modes": {MODE: {"by_count": [{
+    "sandboxes", "pss_mib_per_vmm", "memavailable_drop_mib_per_sandbox",
+    "idle_cpu_pct_of_core_per_vmm", "creates_per_s"}, ...]}}}) as runs."""
+    runs = []
+    for mode, m in modes.items():
+        rows = m.get("by_count") if isinstance(m, dict) else None
+        for r in rows if isinstance(rows, list) else []:
+            if not isinstance(r, dict):
+                continue
+            runs.append({
+                "n": r.get("sandboxes"),
+                "mode": mode,
+                "pss_mib_per_vm": r.get("pss_mib_per_vmm"),
+                "memavail_drop_mib_per_vm": r.get("memavailable_drop_mib_per_sandbox"),
+                "idle_cpu_pct_per_vm": r.get("idle_cpu_pct_of_core_per_vmm"),
+                "creates_per_s": r.get("creates_per_s"),
+            })
+    return runs
+
+
 def chart_density(results, out_dir, made):
     d = results.get("density.json")
     if d is None:
         say("no density.json: the density chart is skipped")
         return
     runs = d.get("runs") if isinstance(d, dict) else None
+    if runs is None and isinstance(d, dict) and isinstance(d.get("modes"), dict):
+        runs = density_runs(d["modes"])
     if not isinstance(runs, list) or not runs:
         say("density.json has no \"runs\": the density chart is skipped")
         return

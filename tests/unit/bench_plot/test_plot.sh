@@ -43,6 +43,16 @@ grep -q "no density.json" "$tmp/err" || fail "missing density.json not said"
 png_ok "$tmp/p2/create_vs_cold.png" || fail "--out not honoured"
 [ ! -e "$tmp/p2/density.png" ] || fail "density.png without density.json"
 
+# moat-bench-density's own shape (modes -> by_count) draws density.png.
+cat >"$tmp/density.json" <<'JSON'
+{"benchmark": "density", "modes": {
+ "copy": {"by_count": [{"sandboxes": 10, "pss_mib_per_vmm": 47, "memavailable_drop_mib_per_sandbox": 83, "idle_cpu_pct_of_core_per_vmm": 0.31, "creates_per_s": 17}]},
+ "private": {"by_count": [{"sandboxes": 10, "pss_mib_per_vmm": 30, "memavailable_drop_mib_per_sandbox": 6, "idle_cpu_pct_of_core_per_vmm": 0.33, "creates_per_s": 18}]}}}
+JSON
+/usr/bin/python3 "$plot" "$tmp" --out "$tmp/p3" >"$tmp/out" 2>"$tmp/err" ||
+	fail "exit $? with the bench's density.json: $(cat "$tmp/err")"
+png_ok "$tmp/p3/density.png" || fail "density.png not drawn from modes/by_count"
+
 # Bad usage: a clear message, exit 2.
 rc=0
 /usr/bin/python3 "$plot" "$tmp/nope" 2>"$tmp/err" || rc=$?
