@@ -134,13 +134,15 @@ usage(FILE *f)
 	    "                     (default /dev/shm). On XFS or btrfs with\n"
 	    "                     reflinks a snapshot clones RAM instead of\n"
 	    "                     copying it while the guest is paused\n"
-	    "  --ram-sharing MODE copy (default): a restored VM's RAM is its\n"
-	    "                     own copy of the snapshot's; private: the\n"
-	    "                     VMM maps the snapshot's RAM file "
-	    "privately,\n"
-	    "                     so clones share the pages they have not\n"
+	    "  --ram-sharing MODE copy: a restored VM's RAM is its own copy\n"
+	    "                     of the snapshot's; private: the VMM maps\n"
+	    "                     the snapshot's RAM file privately, so\n"
+	    "                     clones share the pages they have not\n"
 	    "                     written (no copy at restore; a snapshot of\n"
-	    "                     such a clone writes its RAM out)\n"
+	    "                     such a clone writes its RAM out); auto\n"
+	    "                     (default): private with QEMU when vmd is\n"
+	    "                     root and lib/libmoat-qemu-ramro.so is\n"
+	    "                     there, else copy\n"
 	    "  --snapshot-ram-mib N  RAM dir room for snapshots' RAM copies;\n"
 	    "                     past it the least recently used go to disk\n"
 	    "                     (snapd's chunks, else the state dir) and a\n"
@@ -252,7 +254,7 @@ vmd_configure_strings(struct vmd_config *cfg, const struct moat_config *c)
 	if (!cfg->image_build_script || !cfg->image_build_agent)
 		return MOAT_INTERNAL;
 	cfg->ram_dir = cfg_str(c, "ram-dir", "/dev/shm");
-	cfg->ram_sharing = cfg_str(c, "ram-sharing", "copy");
+	cfg->ram_sharing = cfg_str(c, "ram-sharing", "auto");
 	cfg->snapd_tls_name = cfg_str(c, "snapd-tls-name", "snapd");
 	cfg->survey_tls_name = cfg_str(c, "survey-tls-name", "gateway");
 	def = moat_asprintf("%s/snapshot.key", cfg->state_dir);
@@ -871,6 +873,7 @@ vmd_ram_sharing_open(const struct vmd *vmd)
 {
 	char exe[PATH_MAX];
 	char *preload = NULL, *errmsg = NULL, *slash;
+	const char *mode;
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	int rv;
 
@@ -881,7 +884,12 @@ vmd_ram_sharing_open(const struct vmd *vmd)
 		preload =
 		    moat_asprintf("%s/../lib/libmoat-qemu-ramro.so", exe);
 	}
-	rv = vmd_ram_sharing_set(vmd->cfg.ram_sharing, preload, &errmsg);
+	/* auto: private is QEMU's (Firecracker maps guest RAM its own way). */
+	mode = vmd->cfg.ram_sharing;
+	if (strcmp(mode, "auto") == 0 &&
+	    strcmp(vmd->cfg.driver, "firecracker") == 0)
+		mode = "copy";
+	rv = vmd_ram_sharing_set(mode, preload, &errmsg);
 	free(preload);
 	if (rv != MOAT_OK) {
 		moat_error(0, "%s (fix [vmd] ram-sharing / --ram-sharing)",

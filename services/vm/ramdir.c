@@ -191,16 +191,26 @@ static char ram_preload[PATH_MAX];
 int
 vmd_ram_sharing_set(const char *mode, const char *preload, char **errmsg)
 {
+	bool autom = strcmp(mode, "auto") == 0;
+
 	*errmsg = NULL;
 	if (strcmp(mode, "copy") == 0) {
 		ram_private = false;
 		return MOAT_OK;
 	}
-	if (strcmp(mode, "private") != 0) {
+	if (strcmp(mode, "private") != 0 && !autom) {
 		*errmsg = moat_asprintf("ram-sharing = \"%s\" is not a mode: "
-		                        "use copy or private",
+		                        "use auto, copy or private",
 		    mode);
 		return MOAT_INVALID_ARGUMENT;
+	}
+	/* auto: private where it works (the library is there, and vmd is
+	 * root, which snapshotting a private clone needs), else copy. */
+	if (autom &&
+	    (geteuid() != 0 || preload == NULL ||
+	        access(preload, R_OK) != 0)) {
+		ram_private = false;
+		return MOAT_OK;
 	}
 	if (preload == NULL || realpath(preload, ram_preload) == NULL ||
 	    access(ram_preload, R_OK) != 0 || strchr(ram_preload, ':') ||

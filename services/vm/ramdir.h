@@ -40,10 +40,12 @@ int vmd_ram_dir_recall(const char *state_dir);
 
 /* vmd_ram_sharing_set: takes [vmd] ram-sharing (at start, before
  * threads): "copy" (each restored VM gets its own RAM file, a copy of the
- * snapshot's) or "private" (the VMM maps the snapshot's RAM file
+ * snapshot's), "private" (the VMM maps the snapshot's RAM file
  * privately: pages a clone has not written stay one copy in the page
  * cache for every clone; needs the LD_PRELOAD library `preload`, see
- * drivers/ramro/ramro.c). Returns 0, or a status with *errmsg (heap). */
+ * drivers/ramro/ramro.c) or "auto" (private when that library is there
+ * and vmd runs as root, else copy). Returns 0, or a status with *errmsg
+ * (heap). */
 int vmd_ram_sharing_set(const char *mode, const char *preload, char **errmsg);
 /* vmd_ram_private: ram-sharing = private. */
 bool vmd_ram_private(void);

@@ -105,10 +105,14 @@ exec_vmd(const struct vmd_proc *v, void *arg)
 	strncat(cache, "/snapshot.key", sizeof(cache) - strlen(cache) - 1);
 	setenv("MOAT_VMD_SNAPSHOT_KEY_FILE", cache, 1);
 	snprintf(cache, sizeof(cache), "%s/cache", v->state);
-	/* MOAT_TEST_RAM_SHARING: [vmd] ram-sharing (copy by default). */
+	/* MOAT_TEST_RAM_SHARING: [vmd] ram-sharing. Unset (and no
+	 * MOAT_VMD_RAM_SHARING): copy, which vm_integration covers (vmd's
+	 * default, auto, is private here: vm_integration_private_ram). */
 	if (getenv("MOAT_TEST_RAM_SHARING") != NULL)
 		setenv("MOAT_VMD_RAM_SHARING", getenv("MOAT_TEST_RAM_SHARING"),
 		    1);
+	else if (getenv("MOAT_VMD_RAM_SHARING") == NULL)
+		setenv("MOAT_VMD_RAM_SHARING", "copy", 1);
 	if (a->survey != NULL)
 		setenv("MOAT_VMD_SURVEY", a->survey, 1);
 	else
