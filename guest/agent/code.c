@@ -932,8 +932,11 @@ agent_code_run(struct agent *a, const Moat__V1__GuestRequest *req, char **why)
 	c->runs++;
 	c->start_us = agent_now_us();
 	c->timeout_ms = cr->timeout_ms;
+	/* The start rounded up to a whole ms: a deadline from the rounded
+	 * down start interrupted up to 1 ms early, so a cell could report
+	 * less than its timeout (agent_code's check failed under ASan). */
 	c->deadline_ms =
-	    cr->timeout_ms ? c->start_us / 1000 + cr->timeout_ms : 0;
+	    cr->timeout_ms ? (c->start_us + 999) / 1000 + cr->timeout_ms : 0;
 	code_write_cmd(c);
 	return MOAT_OK;
 }
