@@ -2473,11 +2473,22 @@ maps_privately(pid_t pid, const char *path)
 		    ino == (unsigned long long)st.st_ino && perms[3] == 'p')
 			found = true;
 	}
-	fclose(f);
-	if (!found)
+	if (!found) {
+		/* What it maps instead: its large file mappings. */
 		fprintf(stderr,
-		    "VMM %d does not map %s (inode %llu) privately\n",
+		    "VMM %d does not map %s (inode %llu) privately; it "
+		    "maps:\n",
 		    (int)pid, path, (unsigned long long)st.st_ino);
+		rewind(f);
+		while (fgets(line, sizeof(line), f) != NULL) {
+			unsigned long long lo = 0, hi = 0;
+
+			if (sscanf(line, "%llx-%llx", &lo, &hi) == 2 &&
+			    hi - lo >= (16ull << 20) && strchr(line, '/'))
+				fprintf(stderr, "  %s", line);
+		}
+	}
+	fclose(f);
 	return found;
 }
 
