@@ -557,6 +557,19 @@ guest_link_free(struct guest_link *gl)
 	free(gl);
 }
 
+uint64_t
+guest_link_last_id(struct guest_link *gl)
+{
+	uint64_t last;
+
+	if (gl == NULL)
+		return 0;
+	pthread_mutex_lock(&gl->mu);
+	last = gl->last_id;
+	pthread_mutex_unlock(&gl->mu);
+	return last;
+}
+
 void
 guest_link_skip_ids(struct guest_link *gl, uint64_t last)
 {

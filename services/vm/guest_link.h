@@ -67,6 +67,10 @@ void guest_link_shutdown(struct guest_link *gl, const char *why);
  * `gl`. */
 void guest_link_continue_ids(struct guest_link *gl, struct guest_link *from);
 
+/* guest_link_last_id: the highest request id handed out so far.
+ * Thread-safe. */
+uint64_t guest_link_last_id(struct guest_link *gl);
+
 /* guest_link_skip_ids: makes `gl`'s next request id greater than `last`
  * (a re-adopted sandbox's link: ids from before vmd restarted are never
  * handed out again). */

@@ -67,6 +67,9 @@ struct vmd_create_timings {
 	struct moat_vmm_timings vmm; /* resume's (vmm.h) */
 };
 
+/* The highest link_id_floor a restore takes: request ids never wrap. */
+#define VMD_LINK_ID_FLOOR_MAX (UINT64_C(1) << 56)
+
 struct sandbox {
 	struct sandbox *next; /* vmd->sandboxes, under vmd->mu */
 	struct vmd *vmd;
@@ -160,6 +163,11 @@ struct sandbox {
 	 * belong to an earlier vmd (ExecWait/ExecRead answer UNAVAILABLE),
 	 * and how many vmds re-adopted it (Sandbox.adoptions). */
 	uint64_t exec_id_floor;
+	/* Restored: the snapshot's LocalSnapshot.link_last_id. The new link
+	 * numbers its requests above it, so an answer the captured guest
+	 * still owed the snapshot's vmd is dropped, never taken for one of
+	 * ours. Set before the VMM starts. */
+	uint64_t link_id_floor; /* at most VMD_LINK_ID_FLOOR_MAX */
 	uint32_t adoptions;
 	bool vmm_adopted;      /* the VMM is not vmd's child: watched by
 	                           pidfd, never reaped here */

@@ -326,6 +326,8 @@ boot_connect(struct sandbox *sb, uint64_t deadline, char **why)
 		*why = err;
 		return rv;
 	}
+	/* A restored guest may still answer the snapshot's vmd. */
+	guest_link_skip_ids(link, sb->link_id_floor);
 	pthread_mutex_lock(&sb->mu);
 	sb->link = link;
 	pthread_mutex_unlock(&sb->mu);

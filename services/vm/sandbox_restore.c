@@ -311,6 +311,10 @@ restore_alloc(struct vmd *vmd, struct moat_rpc_call *call, struct restore *r,
 	 * recorded state exactly unless the call asks (issue 18). */
 	sb->keep_rng = (r->old != NULL || r->keep_id != NULL) && !r->reseed;
 	sb->pulled_bytes = r->pulled_bytes;
+	/* Bounded: ids must not wrap (a pulled snapshot's label). */
+	sb->link_id_floor = r->meta->link_last_id < VMD_LINK_ID_FLOOR_MAX ?
+	    r->meta->link_last_id :
+	    VMD_LINK_ID_FLOOR_MAX;
 	if (r->keep_id != NULL) {
 		/* Its directory apart from any the id had before here. */
 		(void)!getrandom(rnd, sizeof(rnd), 0);

@@ -137,6 +137,7 @@ snap_meta_copy(const Moat__V1__LocalSnapshot *m, Moat__V1__LocalSnapshot *r)
 	r->session_id = strdup(m->session_id);
 	r->step = m->step;
 	r->ram_resident_bytes = m->ram_resident_bytes;
+	r->link_last_id = m->link_last_id;
 	if (m->network != NULL &&
 	    (r->network = vmd_egress_proto_copy(m->network)) == NULL)
 		return MOAT_INTERNAL;
@@ -368,6 +369,11 @@ snap_meta_fill(struct vmd *vmd, Moat__V1__LocalSnapshot *meta,
 	meta->location = "ram";
 	meta->ram_resident_bytes = vmd_snapram_resident(tmp);
 	meta->last_used_unix_ms = meta->created_unix_ms;
+	/* Read after the capture: no request the captured guest saw can
+	 * have a higher id. */
+	pthread_mutex_lock(&sb->mu);
+	meta->link_last_id = guest_link_last_id(sb->link);
+	pthread_mutex_unlock(&sb->mu);
 	if (req != NULL) {
 		meta->session_id = req->session_id;
 		meta->step = req->step;

@@ -337,6 +337,7 @@ fetch_write_meta(const Moat__V1__SnapshotInfo *info, const char *tmp,
 	meta.vcpus = info->vcpus;
 	meta.memory_mib = info->memory_mib;
 	meta.scratch_mib = strtoull(label_of(info, "scratch_mib"), NULL, 10);
+	meta.link_last_id = strtoull(label_of(info, "link_last_id"), NULL, 10);
 	meta.accel = (char *)label_of(info, "accel");
 	meta.image_stamp = (char *)label_of(info, "image_stamp");
 	meta.created_unix_ms = info->created_ms;

@@ -79,7 +79,7 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	Moat__V1__SnapshotInfo *info = NULL;
 	ProtobufCMessage *reply = NULL;
 	const char *tenant = meta->tenant;
-	char scratch_mib[24];
+	char scratch_mib[24], link_last_id[24];
 	char seal_kv[VMD_SEAL_N + 1][2][VMD_SEAL_LABEL_MAX];
 	char *err = NULL, *path = NULL, *network = NULL;
 	size_t n_labels = 0;
@@ -127,6 +127,9 @@ vmd_snapshot_push(struct vmd *vmd, uint64_t request_id,
 	LABEL("accel", meta->accel);
 	LABEL("image_stamp", meta->image_stamp);
 	LABEL("scratch_mib", scratch_mib);
+	snprintf(link_last_id, sizeof(link_last_id), "%" PRIu64,
+	    meta->link_last_id);
+	LABEL("link_last_id", link_last_id);
 	/* Its network policy (sealed): a node that pulls it restores the
 	 * clone with it (issue 14). */
 	if (meta->network != NULL &&

@@ -1628,6 +1628,9 @@ test_snapshot_restore(void **state)
 	assert_true(snap->device_state_bytes > 0);
 	assert_true(snap->ram_bytes > 0);
 	assert_true(snap->disk_bytes > 0);
+	/* Its link had handed out ids (the execs above): a restore numbers
+	 * above them (LocalSnapshot.link_last_id). */
+	assert_true(snap->link_last_id > 0);
 	path = moat_asprintf("%s/device_state", snap->dir);
 	assert_true(path_exists(path));
 	free(path);

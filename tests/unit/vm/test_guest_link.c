@@ -334,6 +334,46 @@ test_unsolicited_reply_is_violation(void **state)
 	assert_non_null(strstr(f->seen.reason, "never sent"));
 }
 
+/* A restored guest may answer a request the snapshot's vmd sent (the
+ * drain of a sandbox with a file call in flight): a link numbering
+ * above the snapshot's last id drops that answer and goes on. */
+static void
+test_restored_stale_answer_dropped(void **state)
+{
+	struct fixture *f = *state;
+	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
+	Moat__V1__GuestInfoRequest gi = MOAT__V1__GUEST_INFO_REQUEST__INIT;
+	Moat__V1__GuestMessage m = MOAT__V1__GUEST_MESSAGE__INIT;
+	Moat__V1__GuestMessage *reply = NULL;
+	Moat__V1__Empty ack = MOAT__V1__EMPTY__INIT;
+	pthread_t t;
+	char *err = NULL;
+
+	assert_int_equal(guest_link_last_id(f->gl), 0);
+	guest_link_skip_ids(f->gl, 21);
+	assert_int_equal(guest_link_last_id(f->gl), 21);
+	send_ready(f->agent_fd);
+	m.id = 21;
+	m.body_case = MOAT__V1__GUEST_MESSAGE__BODY_ACK;
+	m.ack = &ack;
+	send_msg(f->agent_fd, &m);
+	assert_int_equal(pthread_create(&t, NULL, ack_one, f), 0);
+	req.op_case = MOAT__V1__GUEST_REQUEST__OP_INFO;
+	req.info = &gi;
+	assert_int_equal(guest_link_call(f->gl, &req, moat_rpc_now_ms() + 5000,
+	                     &reply, &err),
+	    MOAT_OK);
+	assert_int_equal(req.id, 22);
+	assert_non_null(reply);
+	assert_int_equal(reply->id, 22);
+	moat__v1__guest_message__free_unpacked(reply, NULL);
+	pthread_join(t, NULL);
+	assert_int_equal(guest_link_last_id(f->gl), 22);
+	pthread_mutex_lock(&f->seen.mu);
+	assert_int_equal(f->seen.closed, 0);
+	pthread_mutex_unlock(&f->seen.mu);
+}
+
 static void
 test_eof_is_not_violation(void **state)
 {
@@ -629,6 +669,8 @@ main(void)
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_unsolicited_reply_is_violation, setup, teardown),
+		cmocka_unit_test_setup_teardown(
+		    test_restored_stale_answer_dropped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eof_is_not_violation,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown_wakes_callers,
