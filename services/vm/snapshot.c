@@ -40,6 +40,7 @@
 #include "snapshot_fetch.h"
 #include "snapshot_meta.h"
 #include "snapshot_push.h"
+#include "templates.h"
 #include "verify.h"
 
 #define SNAP_ID_MAX 160u
@@ -499,6 +500,9 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = snap_capture(vmd, call, sb, id, tmp, root, &st,
 	         &admitted)) != MOAT_OK)
 		goto out_rm;
+	/* Whole before it is sealed and published (templates.h). */
+	if (is_template)
+		vmd_template_keep_ram(vmd, id, tmp);
 	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
 	    image_stamp);
 	/* The sandbox's network policy, sealed with the rest (issue 14):

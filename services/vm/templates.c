@@ -598,13 +598,10 @@ tpl_new_id(void)
 	    r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 }
 
-/* Moves the template's RAM copy from tmpfs into its directory (rename
- * over the link is atomic for a restore reading it), so that removing a
- * state directory removes its templates whole and they survive a reboot.
- * On failure the copy stays on tmpfs, which works as well. */
-static void
-tpl_keep_ram(struct vmd_templates *t, const char *id, const char *dir)
+void
+vmd_template_keep_ram(struct vmd *vmd, const char *id, const char *dir)
 {
+	struct vmd_templates *t = vmd->templates;
 	char *link = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, dir);
 	char *copy = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM ".file", dir);
 	char target[4096];
@@ -626,8 +623,12 @@ tpl_keep_ram(struct vmd_templates *t, const char *id, const char *dir)
 			int fd = open(target, O_RDONLY | O_CLOEXEC);
 
 			(void)unlink(target);
-			if (fd >= 0)
+			/* Unless clones map <dir>/ram (ram-sharing
+			 * private): then the copy would only hold memory. */
+			if (fd >= 0 && t != NULL && !vmd_ram_private())
 				(void)tpl_ram_add(t, id, fd);
+			else if (fd >= 0)
+				close(fd);
 		}
 	}
 	free(link);
@@ -704,9 +705,7 @@ tpl_build_main(void *arg)
 		rv = moat_rpc_error(&call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
-	if ((rv = vmd_snapshot_make(vmd, &call, sb, id, dir, true, NULL,
-	         NULL)) == MOAT_OK)
-		tpl_keep_ram(t, id, dir);
+	rv = vmd_snapshot_make(vmd, &call, sb, id, dir, true, NULL, NULL);
 out:
 	vmd_sandbox_destroy_hidden(sb);
 	if (rv == MOAT_OK)
