@@ -44,6 +44,7 @@ struct guest_link {
 	pthread_mutex_t mu; /* guards the fields below */
 	pthread_cond_t cv;  /* a reply came, or the link closed */
 	uint64_t last_id;   /* highest id handed out */
+	unsigned in_hook;   /* reader calls into hooks now (set_hooks waits) */
 	struct pending *pending;
 	bool closed;
 	bool shut;          /* guest_link_shutdown was called */
@@ -62,13 +63,39 @@ link_mark_closed(struct guest_link *gl, const char *reason)
 	pthread_mutex_unlock(&gl->mu);
 }
 
+/* The hooks to call now and their arg, counted in use until hook_end,
+ * so guest_link_set_hooks can wait out a call to the old ones. */
+static const struct guest_link_hooks *
+hook_begin(struct guest_link *gl, void **arg)
+{
+	const struct guest_link_hooks *h;
+
+	pthread_mutex_lock(&gl->mu);
+	h = gl->hooks;
+	*arg = gl->arg;
+	gl->in_hook++;
+	pthread_mutex_unlock(&gl->mu);
+	return h;
+}
+
+static void
+hook_end(struct guest_link *gl)
+{
+	pthread_mutex_lock(&gl->mu);
+	gl->in_hook--;
+	pthread_cond_broadcast(&gl->cv);
+	pthread_mutex_unlock(&gl->mu);
+}
+
 /* Handles one decoded frame. Returns 0, or -1 with *why (heap) for a
  * protocol violation. Takes ownership of msg. */
 static int
 link_dispatch(struct guest_link *gl, Moat__V1__GuestMessage *msg,
     bool *ready_seen, char **why)
 {
+	const struct guest_link_hooks *h;
 	struct pending *p;
+	void *arg;
 	int rv = 0;
 
 	switch (msg->body_case) {
@@ -80,17 +107,20 @@ link_dispatch(struct guest_link *gl, Moat__V1__GuestMessage *msg,
 			break;
 		}
 		*ready_seen = true;
-		if (gl->hooks->ready != NULL)
-			gl->hooks->ready(gl->arg, msg->ready);
+		h = hook_begin(gl, &arg);
+		if (h->ready != NULL)
+			h->ready(arg, msg->ready);
+		hook_end(gl);
 		break;
 	case MOAT__V1__GUEST_MESSAGE__BODY_EXEC_OUTPUT:
 	case MOAT__V1__GUEST_MESSAGE__BODY_EXEC_EXIT:
-		if (gl->hooks->event == NULL ||
-		    gl->hooks->event(gl->arg, msg, why) != 0) {
+		h = hook_begin(gl, &arg);
+		if (h->event == NULL || h->event(arg, msg, why) != 0) {
 			if (*why == NULL)
 				*why = strdup("an event nobody expected");
 			rv = -1;
 		}
+		hook_end(gl);
 		break;
 	default:
 		pthread_mutex_lock(&gl->mu);
@@ -209,11 +239,18 @@ link_consume(struct guest_link *gl, struct moat_frame_reader *fr,
 static void
 link_reader_close(struct guest_link *gl, const char *reason, bool violation)
 {
+	const struct guest_link_hooks *h;
 	bool shut;
 	const char *why = reason ? reason : "the guest link closed";
+	void *arg;
 
 	pthread_mutex_lock(&gl->mu);
 	shut = gl->shut;
+	/* Taken with `closed`: guest_link_set_hooks either sees it closed
+	 * or swapped the hooks before this. */
+	h = gl->hooks;
+	arg = gl->arg;
+	gl->in_hook++;
 	if (!gl->closed) {
 		gl->closed = true;
 		gl->close_reason = strdup(why);
@@ -225,8 +262,9 @@ link_reader_close(struct guest_link *gl, const char *reason, bool violation)
 	pthread_mutex_unlock(&gl->mu);
 	/* Stop reading from a hostile or dead guest for good. */
 	shutdown(gl->fd, SHUT_RDWR);
-	if (!shut && gl->hooks->closed != NULL)
-		gl->hooks->closed(gl->arg, violation, why);
+	if (!shut && h->closed != NULL)
+		h->closed(arg, violation, why);
+	hook_end(gl);
 }
 
 static void *
@@ -555,6 +593,24 @@ guest_link_free(struct guest_link *gl)
 	pthread_mutex_destroy(&gl->mu);
 	pthread_cond_destroy(&gl->cv);
 	free(gl);
+}
+
+bool
+guest_link_set_hooks(struct guest_link *gl,
+    const struct guest_link_hooks *hooks, void *arg)
+{
+	bool open;
+
+	pthread_mutex_lock(&gl->mu);
+	while (gl->in_hook > 0)
+		pthread_cond_wait(&gl->cv, &gl->mu);
+	open = !gl->closed;
+	if (open) {
+		gl->hooks = hooks;
+		gl->arg = arg;
+	}
+	pthread_mutex_unlock(&gl->mu);
+	return open;
 }
 
 uint64_t

@@ -67,6 +67,14 @@ void guest_link_shutdown(struct guest_link *gl, const char *why);
  * `gl`. */
 void guest_link_continue_ids(struct guest_link *gl, struct guest_link *from);
 
+/* guest_link_set_hooks: from now on the reader calls `hooks` with
+ * `arg` (a pooled VM's link handed to its sandbox). Waits out a call
+ * into the old hooks, so their arg may go once this returns. False when
+ * the link had closed (the old hooks were told): then nothing changes.
+ * Must not be called from a hook. */
+bool guest_link_set_hooks(struct guest_link *gl,
+    const struct guest_link_hooks *hooks, void *arg);
+
 /* guest_link_last_id: the highest request id handed out so far.
  * Thread-safe. */
 uint64_t guest_link_last_id(struct guest_link *gl);

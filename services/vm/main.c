@@ -126,10 +126,12 @@ usage(FILE *f)
 	    "  --vmm-pool N       VMMs kept started per template in use and\n"
 	    "                     recently restored snapshot, so a create,\n"
 	    "                     restore or fork copy skips the VMM's start\n"
-	    "                     (QEMU: paused, -incoming defer); each "
-	    "holds\n"
-	    "                     a copy of its source's RAM and disk\n"
-	    "                     (default 0: off)\n"
+	    "                     (QEMU: paused, -incoming defer; a\n"
+	    "                     template's already run once, pre-warmed);\n"
+	    "                     each holds a copy of its source's RAM and\n"
+	    "                     disk, counted in the node's memory and\n"
+	    "                     given up for a sandbox that needs the room\n"
+	    "                     (default 2, 0: off)\n"
 	    "  --ram-dir DIR      guest RAM files and snapshots' RAM copies\n"
 	    "                     (default /dev/shm). On XFS or btrfs with\n"
 	    "                     reflinks a snapshot clones RAM instead of\n"
@@ -367,7 +369,7 @@ vmd_configure_limits(struct vmd_config *cfg, const struct moat_config *c,
 	}
 	cfg->template_spares = (uint32_t)v;
 	/* No lower bound: 0 turns the pool off. */
-	if ((rv = moat_config_get_u64(c, SECTION, "vmm-pool", 0, &v,
+	if ((rv = moat_config_get_u64(c, SECTION, "vmm-pool", 2, &v,
 	         &errmsg)) != 0) {
 		fprintf(stderr, "moat-vmd: %s\n", errmsg);
 		free(errmsg);

@@ -174,6 +174,10 @@ struct vmd {
 	pthread_mutex_t mu;        /* guards the fields below */
 	struct sandbox *sandboxes; /* singly linked, newest first */
 	uint64_t memory_mib_reserved;
+	/* The warm pool's VMMs not yet taken (pool.c): in the RAM dir's
+	 * count, but not in memory_mib_reserved (a create that needs the
+	 * room has the pool give them up first). */
+	uint64_t memory_mib_pooled;
 	bool shutting_down;
 	bool cordoned;       /* cordon.c: no new sandboxes */
 	char *cordon_reason; /* heap or NULL */

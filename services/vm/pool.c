@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "extents.h"
+#include "guest_link.h"
 #include "metrics.h"
 #include "moat/log.h"
 #include "moat/rpc.h"
@@ -25,6 +26,8 @@
 #include "pool.h"
 #include "sandbox.h"
 #include "sandbox_boot.h"
+#include "sandbox_supervise.h"
+#include "snapram.h"
 #include "snapshot.h"
 #include "snapshot_meta.h"
 #include "sync.h"
@@ -44,12 +47,29 @@
 /* Snapshots with a pool at a time (the most recently restored): each
  * costs vmm-pool copies of its RAM, and an agent takes many. */
 #define POOL_MAX_SNAPSHOTS 4
+/* A template's pooled VMM is pre-warmed (resumed, reset, one exec)
+ * within this. */
+#define POOL_WARM_TIMEOUT_MS 30000
+
+/* A pre-warmed VMM's link hooks' arg while it waits in the pool: the
+ * warm-up exec's end. */
+struct pool_warm {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t exec_id;
+	bool exited, closed;
+};
 
 struct pool_slot {
 	struct pool_slot *next;
 	char id[24];
 	char *dir;
 	struct moat_vmm vm;
+	/* A template's pooled VMM is pre-warmed: its guest runs, was reset
+	 * once and ran one exec, over this link (hooks: pool_warm). */
+	struct guest_link *link;
+	struct pool_warm *warm;
+	uint32_t reserved_mib; /* in vmd->memory_mib_pooled */
 };
 
 /* One template's pool. Kept until vmd_pool_fini (the refill thread may
@@ -66,6 +86,7 @@ struct pool_tpl {
 	struct pool_slot *slots;
 	uint32_t n, making, failures;
 	bool dropped;
+	bool full; /* no room on the node: no refill until the next want */
 };
 
 struct vmd_pool {
@@ -104,8 +125,8 @@ reg_path(const struct vmd *vmd, const char *id)
 	    id);
 }
 
-/* Writes the register entry of pooled VMM `id`: its pid (0 while it
- * starts). */
+/* Writes the register entry of pooled VMM `id`: its pid (0 until it is
+ * ready to take). */
 static int
 reg_write(const struct vmd *vmd, const char *id, pid_t pid)
 {
@@ -204,6 +225,103 @@ vmd_pool_init(struct vmd *vmd)
 	return MOAT_OK;
 }
 
+static void
+warm_free(struct pool_warm *w)
+{
+	if (w == NULL)
+		return;
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w);
+}
+
+static void
+warm_ready(void *arg, const Moat__V1__AgentReady *ready)
+{
+	(void)arg;
+	(void)ready;
+}
+
+/* The warm-up exec's output is dropped; its exit is waited for. */
+static int
+warm_event(void *arg, const Moat__V1__GuestMessage *msg, char **why)
+{
+	struct pool_warm *w = arg;
+
+	(void)why;
+	pthread_mutex_lock(&w->mu);
+	if (msg->body_case == MOAT__V1__GUEST_MESSAGE__BODY_EXEC_EXIT &&
+	    msg->id == w->exec_id)
+		w->exited = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	return 0;
+}
+
+static void
+warm_closed(void *arg, bool violation, const char *reason)
+{
+	struct pool_warm *w = arg;
+
+	(void)violation;
+	(void)reason;
+	pthread_mutex_lock(&w->mu);
+	w->closed = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static const struct guest_link_hooks warm_hooks = {
+	.ready = warm_ready,
+	.event = warm_event,
+	.closed = warm_closed,
+};
+
+/* The link's end before its VMM's: shut (joining its reader, so the
+ * hooks' arg can go), freed. */
+static void
+slot_unlink(struct pool_slot *s)
+{
+	if (s->link != NULL) {
+		guest_link_shutdown(s->link, NULL);
+		guest_link_free(s->link);
+		s->link = NULL;
+	}
+	warm_free(s->warm);
+	s->warm = NULL;
+}
+
+/* Counts `mib` of a pooled VMM in vmd->memory_mib_pooled when the node
+ * has that room left beside its sandboxes and pooled VMMs, in memory and
+ * in the RAM dir (nothing is evicted for it). False: no room. */
+static bool
+pool_reserve(struct vmd *vmd, uint32_t mib)
+{
+	bool ok;
+
+	if (!vmd_ram_has_room(vmd, (uint64_t)mib << 20))
+		return false;
+	pthread_mutex_lock(&vmd->mu);
+	ok = !vmd->shutting_down &&
+	    vmd->memory_mib_reserved + vmd->memory_mib_pooled + mib <=
+	        vmd->cfg.memory_mib_total;
+	if (ok)
+		vmd->memory_mib_pooled += mib;
+	pthread_mutex_unlock(&vmd->mu);
+	return ok;
+}
+
+static void
+pool_unreserve(struct vmd *vmd, struct pool_slot *s)
+{
+	pthread_mutex_lock(&vmd->mu);
+	vmd->memory_mib_pooled -= s->reserved_mib < vmd->memory_mib_pooled ?
+	    s->reserved_mib :
+	    vmd->memory_mib_pooled;
+	pthread_mutex_unlock(&vmd->mu);
+	s->reserved_mib = 0;
+}
+
 /* Kills a pooled VMM `vm` that no sandbox ran (its directory `dir`,
  * sandbox id `id`), reaps it and removes its files and register entry.
  * vm is released. */
@@ -230,7 +348,9 @@ slots_discard(struct vmd *vmd, struct pool_slot *s)
 	while (s != NULL) {
 		struct pool_slot *next = s->next;
 
+		slot_unlink(s);
 		pool_discard(vmd, s->id, s->dir, &s->vm);
+		pool_unreserve(vmd, s);
 		free(s->dir);
 		free(s);
 		s = next;
@@ -245,6 +365,93 @@ struct pool_job {
 	uint64_t scratch_mib;
 	char accel[8];
 };
+
+/* Pre-warms a template's pooled VMM (slot->vm, just restored, paused):
+ * connects its agent, loads the device state and lets it run, resets
+ * the guest as a clone would be (its own name, the host's entropy), and
+ * runs one exec, so that TCG has translated the guest code a first exec
+ * runs and the guest has touched its pages before a create takes it;
+ * the create resets it once more as its sandbox. Not for a snapshot's
+ * pool: a restore must give the recorded state, not one that ran on.
+ * Returns 0 or a status with *why (heap). */
+static int
+pool_warm(struct vmd *vmd, const struct pool_job *job, struct pool_slot *slot,
+    char **why)
+{
+	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
+	Moat__V1__ExecStart start = MOAT__V1__EXEC_START__INIT;
+	Moat__V1__GuestMessage *reply = NULL;
+	uint64_t deadline = moat_rpc_now_ms() + POOL_WARM_TIMEOUT_MS;
+	struct pool_warm *w;
+	char *err = NULL;
+	int fd = -1, rv;
+
+	if ((w = calloc(1, sizeof(*w))) == NULL) {
+		*why = strdup("out of memory");
+		return MOAT_INTERNAL;
+	}
+	pthread_mutex_init(&w->mu, NULL);
+	vmd_cond_init(&w->cv);
+	slot->warm = w;
+	while ((rv = vmd->vmm->connect_agent(&slot->vm, &fd, &err)) ==
+	        MOAT_UNAVAILABLE &&
+	    moat_rpc_now_ms() < deadline) {
+		free(err);
+		err = NULL;
+		vmd_sleep_ms(2);
+	}
+	if (rv != MOAT_OK) {
+		*why = moat_asprintf("cannot connect to its agent: %s",
+		    err ? err : "it is not there");
+		free(err);
+		return rv == MOAT_UNAVAILABLE ? MOAT_DEADLINE_EXCEEDED : rv;
+	}
+	if ((rv = guest_link_open(&slot->link, fd, 0, &warm_hooks, w, why)) !=
+	    MOAT_OK)
+		return rv;
+	if ((rv = vmd->vmm->resume(&slot->vm, job->tdir, POOL_WARM_TIMEOUT_MS,
+	         &err)) != MOAT_OK) {
+		*why = moat_asprintf("it did not resume: %s", err ? err : "?");
+		free(err);
+		return rv;
+	}
+	if ((rv = vmd_guest_reset(slot->link, slot->id, true, false, deadline,
+	         why)) != MOAT_OK)
+		return rv;
+	start.shell = "true";
+	start.stdin_close = true;
+	start.timeout_ms = POOL_WARM_TIMEOUT_MS;
+	req.op_case = MOAT__V1__GUEST_REQUEST__OP_EXEC_START;
+	req.exec_start = &start;
+	req.id = guest_link_new_id(slot->link);
+	pthread_mutex_lock(&w->mu);
+	w->exec_id = req.id;
+	pthread_mutex_unlock(&w->mu);
+	if ((rv = guest_link_call(slot->link, &req, deadline, &reply, &err)) !=
+	    MOAT_OK) {
+		*why = moat_asprintf("its warm-up exec: %s", err ? err : "?");
+		free(err);
+		return rv;
+	}
+	if (reply->code != MOAT__V1__CODE__OK) {
+		*why = moat_asprintf("its warm-up exec was refused: %s",
+		    reply->message);
+		rv = (int)reply->code;
+	}
+	moat__v1__guest_message__free_unpacked(reply, NULL);
+	if (rv != MOAT_OK)
+		return rv;
+	pthread_mutex_lock(&w->mu);
+	while (!w->exited && !w->closed &&
+	    vmd_cond_wait_until(&w->cv, &w->mu, deadline) == 0)
+		;
+	rv = w->exited ? MOAT_OK : MOAT_UNAVAILABLE;
+	pthread_mutex_unlock(&w->mu);
+	if (rv != MOAT_OK)
+		*why = strdup("its warm-up exec did not end (the guest link "
+		              "closed or it ran past its time)");
+	return rv;
+}
 
 /* Makes one pooled VMM for job: a sandbox of the source's shape gives
  * the id, the directory and the spec, as for a clone; the driver's
@@ -296,6 +503,14 @@ pool_make(struct vmd *vmd, const struct pool_job *job, struct pool_slot **out,
 	} else {
 		sb->ram_source = vmd_template_ram(vmd, job->tid, job->tdir);
 	}
+	/* Counted before it holds memory; never in a sandbox's way (a
+	 * create short of room has the pool give its VMMs up). */
+	if (!pool_reserve(vmd, job->memory_mib)) {
+		*why = strdup("no room on the node");
+		rv = MOAT_RESOURCE_EXHAUSTED;
+		goto fail;
+	}
+	slot->reserved_mib = job->memory_mib;
 	/* Registered before anything runs: a vmd killed from here on
 	 * leaves nothing the next one does not find. */
 	if ((e = reg_write(vmd, slot->id, 0)) != 0 ||
@@ -323,6 +538,16 @@ pool_make(struct vmd *vmd, const struct pool_job *job, struct pool_slot **out,
 		*why = err ? err : strdup("the VMM did not start");
 		goto fail;
 	}
+	if (!job->snapshot &&
+	    (rv = pool_warm(vmd, job, slot, why)) != MOAT_OK) {
+		slot_unlink(slot);
+		pool_discard(vmd, slot->id, slot->dir, &slot->vm);
+		made_dir = false;
+		slot->id[0] = '\0';
+		goto fail;
+	}
+	/* Its pid once it is ready to take (reaping goes by the pidfile in
+	 * its directory, whatever the entry says). */
 	(void)reg_write(vmd, slot->id, slot->vm.pid);
 	vmd_boot_files_free(&files);
 	vmd_sandbox_free(sb);
@@ -332,6 +557,8 @@ pool_make(struct vmd *vmd, const struct pool_job *job, struct pool_slot **out,
 fail:
 	vmd_boot_files_free(&files);
 	if (slot != NULL) {
+		if (slot->reserved_mib > 0)
+			pool_unreserve(vmd, slot);
 		if (made_dir)
 			(void)moat_rm_rf(slot->dir);
 		if (slot->id[0] != '\0')
@@ -361,7 +588,8 @@ pool_next(struct vmd_pool *p)
 	struct pool_tpl *best = NULL;
 
 	for (struct pool_tpl *t = p->tpls; t != NULL; t = t->next) {
-		if (t->dropped || t->failures >= POOL_MAX_FAILURES ||
+		if (t->dropped || t->full ||
+		    t->failures >= POOL_MAX_FAILURES ||
 		    t->n + t->making >= p->want)
 			continue;
 		if (best == NULL || t->n + t->making < best->n + best->making)
@@ -452,6 +680,14 @@ pool_main(void *arg)
 			moat_debug(0,
 			    "pool: template %s: VMM %s ready (pid %d)", t->tid,
 			    slot->id, (int)slot->vm.pid);
+		} else if (rv == MOAT_RESOURCE_EXHAUSTED) {
+			/* Not a failure: the node is full of sandboxes. */
+			t->full = true;
+			moat_info(0,
+			    "pool: %s %s: no room on the node for a pooled "
+			    "VMM; its pool refills when it is used again",
+			    t->snapshot ? "snapshot" : "template",
+			    job.tid ? job.tid : "?");
 		} else {
 			t->failures++;
 			moat_warn(0,
@@ -564,6 +800,7 @@ vmd_pool_want(struct vmd *vmd, const char *src, const char *dir,
 		p->tpls = t;
 	}
 	t->wanted_ms = moat_rpc_now_ms();
+	t->full = false;
 	gone = pool_trim(p);
 	p->quiet_at = moat_rpc_now_ms() + POOL_SETTLE_MS;
 	pool_kick(p);
@@ -588,13 +825,25 @@ vmd_pool_take(struct vmd *vmd, const char *src, struct sandbox *sb)
 
 		t->slots = s->next;
 		t->n--;
-		/* One that died while it waited is no VMM to take. */
+		/* One that died while it waited is no VMM to take, nor one
+		 * whose guest link closed (its link goes to sb now). */
 		if (waitpid(s->vm.pid, &st, WNOHANG) == s->vm.pid) {
 			moat_warn(0,
 			    "pool: VMM %s (pid %d) had exited; "
 			    "not used",
 			    s->id, (int)s->vm.pid);
 			s->vm.pid = 0;
+			s->next = dead;
+			dead = s;
+			continue;
+		}
+		if (s->link != NULL &&
+		    !guest_link_set_hooks(s->link, &vmd_sandbox_link_hooks,
+		        sb)) {
+			moat_warn(0,
+			    "pool: VMM %s (pid %d): its guest link had "
+			    "closed; not used",
+			    s->id, (int)s->vm.pid);
 			s->next = dead;
 			dead = s;
 			continue;
@@ -616,13 +865,80 @@ vmd_pool_take(struct vmd *vmd, const char *src, struct sandbox *sb)
 	 * killed before its state file is written leaves a directory
 	 * without one, which the next vmd's adoption removes). */
 	reg_remove(vmd, slot->id);
+	/* Its memory is the sandbox's now, counted as a sandbox's
+	 * (bring_up_admit admits no more for it). */
+	pthread_mutex_lock(&vmd->mu);
+	vmd->memory_mib_pooled -= slot->reserved_mib < vmd->memory_mib_pooled ?
+	    slot->reserved_mib :
+	    vmd->memory_mib_pooled;
+	if (slot->reserved_mib == sb->memory_mib) {
+		vmd->memory_mib_reserved += sb->memory_mib;
+		sb->memory_reserved = true;
+	}
+	pthread_mutex_unlock(&vmd->mu);
 	*sb->pooled = slot->vm;
+	/* Pre-warmed: its link is sb's (hooks set above); the restore
+	 * only resets the guest. */
+	sb->pooled_link = slot->link;
+	sb->prewarmed = slot->link != NULL;
+	slot->link = NULL;
+	warm_free(slot->warm);
 	snprintf(sb->id.str, sizeof(sb->id.str), "%s", slot->id);
 	free(sb->dir);
 	sb->dir = slot->dir;
 	sb->from_pool = true;
 	free(slot);
 	return true;
+}
+
+uint32_t
+vmd_pool_shed(struct vmd *vmd)
+{
+	struct vmd_pool *p = vmd->pool;
+	struct pool_slot *gone = NULL;
+	uint32_t n = 0;
+
+	if (p == NULL)
+		return 0;
+	pthread_mutex_lock(&p->mu);
+	for (struct pool_tpl *t = p->tpls; t != NULL; t = t->next) {
+		while (t->slots != NULL) {
+			struct pool_slot *s = t->slots;
+
+			t->slots = s->next;
+			s->next = gone;
+			gone = s;
+			n++;
+		}
+		t->n = 0;
+		t->full = true;
+	}
+	pthread_mutex_unlock(&p->mu);
+	if (n > 0)
+		moat_info(0,
+		    "pool: %u pooled VMM%s given up: a sandbox needs the "
+		    "room",
+		    n, n == 1 ? "" : "s");
+	slots_discard(vmd, gone);
+	return n;
+}
+
+void
+vmd_pool_make_room(struct vmd *vmd, const struct sandbox *sb)
+{
+	bool short_of_room;
+
+	if (vmd->pool == NULL || sb->memory_reserved)
+		return;
+	pthread_mutex_lock(&vmd->mu);
+	short_of_room = vmd->memory_mib_pooled > 0 &&
+	    vmd->memory_mib_reserved + vmd->memory_mib_pooled +
+	            sb->memory_mib >
+	        vmd->cfg.memory_mib_total;
+	pthread_mutex_unlock(&vmd->mu);
+	if (short_of_room ||
+	    !vmd_ram_has_room(vmd, (uint64_t)sb->memory_mib << 20))
+		(void)vmd_pool_shed(vmd);
 }
 
 void

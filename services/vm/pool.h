@@ -8,10 +8,17 @@
  * or a restore or fork (a snapshot clone) takes one and only loads the
  * device state. The key is the source, so the RAM a VMM holds (and
  * whatever backs it) is always the right one.
+ * A template's pooled VMMs are pre-warmed: loaded, resumed, reset once
+ * (their own name, the host's entropy) and run through one exec over a
+ * link of the pool's, so TCG has translated what a first exec runs; a
+ * create takes the running VM and its link and only resets it again as
+ * its sandbox. A snapshot's pooled VMMs stay paused: a restore gives
+ * the recorded state, not one that ran on.
  * One background thread refills the pools after a take, off the request
  * path. The pool's register <state>/pool/<sb-id>.pid names every pooled
- * VMM not yet taken: a vmd that starts kills those and removes their
- * files before it adopts anything, and a vmd that stops kills its own.
+ * VMM not yet taken (its pid once ready to take, 0 before): a vmd
+ * that starts kills those and removes their files before it adopts
+ * anything, and a vmd that stops kills its own.
  * A pooled VMM is taken once, by one sandbox, and goes with it; it is
  * never put back. Only drivers with restore; only clones without
  * network allowlist or test mode (their VMM's command line differs), and
@@ -61,6 +68,16 @@ void vmd_pool_want(struct vmd *vmd, const char *src, const char *dir,
  * miss. No refill starts until the next vmd_pool_want. False when none
  * (then sb is unchanged). */
 bool vmd_pool_take(struct vmd *vmd, const char *src, struct sandbox *sb);
+
+/* vmd_pool_shed: gives up every pooled VMM not taken (killed, their
+ * files removed, their memory back) and refills no pool until it is
+ * used again (vmd_pool_make_room). Returns how many went. */
+uint32_t vmd_pool_shed(struct vmd *vmd);
+
+/* vmd_pool_make_room: before sb (not a pooled VMM's) is admitted: when
+ * the pooled VMMs not taken stand in its way, in the node's memory or
+ * its RAM dir, they are given up (vmd_pool_shed). */
+void vmd_pool_make_room(struct vmd *vmd, const struct sandbox *sb);
 
 /* vmd_pool_forget: template or snapshot `src` is gone: its pooled VMMs
  * are killed and their files removed. (Ones removed otherwise, a

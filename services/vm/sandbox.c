@@ -98,6 +98,10 @@ vmd_sandbox_free(struct sandbox *sb)
 	if (sb->vmd->guest_handler != NULL)
 		sb->vmd->guest_handler->release(sb);
 	sb->vmd->vmm->release(&sb->vmm);
+	if (sb->pooled_link != NULL) {
+		guest_link_shutdown(sb->pooled_link, NULL);
+		guest_link_free(sb->pooled_link);
+	}
 	if (sb->pooled != NULL) {
 		/* Taken from the pool (pool.h) and never run: it goes,
 		 * unused, with its directory (out of the pool's register

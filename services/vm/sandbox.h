@@ -109,6 +109,12 @@ struct sandbox {
 	                              sb->vmm; heap, or NULL */
 	bool from_pool;          /* its VMM came from the pool: its
 	                              directory and disk are ready */
+	struct guest_link *pooled_link; /* a pre-warmed pooled VMM's link
+	                              (pool.h: its guest already runs and
+	                              was reset once), until its boot takes
+	                              it as sb->link; or NULL */
+	bool prewarmed; /* its VMM came running from the pool: the
+	                              restore only resets the guest */
 	struct vmd_egress_policy *egress_policy; /* network "allowlist"
 	                              (egress.h), or NULL: no network */
 	struct vmd_egress *egress; /* its proxy thread while a VMM runs;

@@ -46,15 +46,9 @@ enum boot_outcome {
 	BOOT_ABORTED,      /* destroyed meanwhile */
 };
 
-/* After a restore: lets the paused VMM load its device state and run,
- * then has the agent reset the clock, reseed the RNG (and, but in a
- * restore in place, its code contexts' generators) and take this
- * sandbox's name (clones must never share randomness). The agent was
- * connected before the guest ran, so it keeps its session and sends no
- * new AgentReady. Returns 0 or a status with *why (heap). */
-static int
-sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
-    const char *snap_dir, uint64_t deadline, char **why)
+int
+vmd_guest_reset(struct guest_link *link, const char *hostname, bool reseed,
+    bool egress_on, uint64_t deadline, char **why)
 {
 	Moat__V1__GuestRequest req = MOAT__V1__GUEST_REQUEST__INIT;
 	Moat__V1__ResetAfterRestore reset =
@@ -63,21 +57,9 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	Moat__V1__GuestMessage *reply = NULL;
 	uint8_t entropy[64];
 	struct timespec now;
-	uint64_t left = 0, t = moat_rpc_now_ms(), t_resumed;
-	double t_resumed_exact;
 	char *err = NULL;
 	int rv;
 
-	if (deadline > t)
-		left = deadline - t;
-	if ((rv = sb->vmd->vmm->resume(&sb->vmm, snap_dir, (uint32_t)left,
-	         &err)) != MOAT_OK) {
-		*why = moat_asprintf("the VMM did not resume from the "
-		                     "snapshot: %s",
-		    err ? err : "?");
-		free(err);
-		return rv;
-	}
 	if (getrandom(entropy, sizeof(entropy), 0) !=
 	    (ssize_t)sizeof(entropy)) {
 		*why = moat_asprintf("no host randomness for the clone: %s",
@@ -88,24 +70,14 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 	reset.unix_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 	reset.entropy.data = entropy;
 	reset.entropy.len = sizeof(entropy);
-	reset.hostname = sb->id.str;
-	/* The code contexts' random generators: reseeded in every new
-	 * sandbox, kept by a restore in place (issue 18). */
-	reset.reseed = !sb->keep_rng;
-	/* This sandbox's egress, not the snapshot's origin's (issue 14). */
-	egress.on = sb->egress_policy != NULL;
+	reset.hostname = (char *)hostname;
+	reset.reseed = reseed;
+	egress.on = egress_on;
 	reset.egress = &egress;
 	req.op_case = MOAT__V1__GUEST_REQUEST__OP_RESET;
 	req.reset = &reset;
-	t_resumed = moat_rpc_now_ms();
-	t_resumed_exact = vmd_now_ms_exact();
 	rv = guest_link_call(link, &req, deadline, &reply, &err);
 	explicit_bzero(entropy, sizeof(entropy));
-	sb->timings.reset_ms = vmd_now_ms_exact() - t_resumed_exact;
-	moat_debug(0,
-	    "sandbox %s: device state loaded and resumed in %" PRIu64
-	    " ms, agent reset in %" PRIu64 " ms",
-	    sb->id.str, t_resumed - t, moat_rpc_now_ms() - t_resumed);
 	if (rv != MOAT_OK) {
 		*why = moat_asprintf("the restored guest's agent did not "
 		                     "answer the reset: %s",
@@ -121,6 +93,49 @@ sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
 		rv = (int)reply->code;
 	}
 	moat__v1__guest_message__free_unpacked(reply, NULL);
+	return rv;
+}
+
+/* After a restore: lets the paused VMM load its device state and run
+ * (unless it came running from the pool), then resets the guest
+ * (vmd_guest_reset) as this sandbox: its clock, RNG (and, but in a
+ * restore in place, its code contexts' generators), name and egress.
+ * The agent was connected before the guest ran, so it keeps its session
+ * and sends no new AgentReady. Returns 0 or a status with *why (heap). */
+static int
+sandbox_restore_finish(struct sandbox *sb, struct guest_link *link,
+    const char *snap_dir, uint64_t deadline, char **why)
+{
+	uint64_t left = 0, t = moat_rpc_now_ms(), t_resumed;
+	double t_resumed_exact;
+	char *err = NULL;
+	int rv;
+
+	if (deadline > t)
+		left = deadline - t;
+	/* A pre-warmed pooled VMM runs already (pool.h). */
+	if (!sb->prewarmed &&
+	    (rv = sb->vmd->vmm->resume(&sb->vmm, snap_dir, (uint32_t)left,
+	         &err)) != MOAT_OK) {
+		*why = moat_asprintf("the VMM did not resume from the "
+		                     "snapshot: %s",
+		    err ? err : "?");
+		free(err);
+		return rv;
+	}
+	t_resumed = moat_rpc_now_ms();
+	t_resumed_exact = vmd_now_ms_exact();
+	/* The code contexts' random generators: reseeded in every new
+	 * sandbox, kept by a restore in place (issue 18); this sandbox's
+	 * egress, not the snapshot's origin's (issue 14). */
+	rv = vmd_guest_reset(link, sb->id.str, !sb->keep_rng,
+	    sb->egress_policy != NULL, deadline, why);
+	sb->timings.reset_ms = vmd_now_ms_exact() - t_resumed_exact;
+	moat_debug(0,
+	    "sandbox %s: device state loaded and resumed in %" PRIu64
+	    " ms, agent reset in %" PRIu64 " ms%s",
+	    sb->id.str, t_resumed - t, moat_rpc_now_ms() - t_resumed,
+	    sb->prewarmed ? " (a pre-warmed pooled VMM)" : "");
 	return rv;
 }
 
@@ -247,8 +262,9 @@ boot_spawn(struct sandbox *sb, const struct moat_vmm_spec *spec,
 		free(sb->pooled);
 		sb->pooled = NULL;
 		moat_info(0,
-		    "sandbox %s: restoring into a pooled VMM (pid %d)",
-		    sb->id.str, (int)vm.pid);
+		    "sandbox %s: restoring into a pooled VMM (pid %d%s)",
+		    sb->id.str, (int)vm.pid,
+		    sb->prewarmed ? ", pre-warmed" : "");
 		rv = MOAT_OK;
 	} else {
 		rv = snap_dir == NULL ?
@@ -299,6 +315,22 @@ boot_connect(struct sandbox *sb, uint64_t deadline, char **why)
 	int fd = -1;
 	int rv;
 
+	if (sb->pooled_link != NULL) {
+		/* A pre-warmed pooled VMM's link, connected before its guest
+		 * ran: its events are this sandbox's from now on. */
+		link = sb->pooled_link;
+		sb->pooled_link = NULL;
+		if (!guest_link_set_hooks(link, &vmd_sandbox_link_hooks, sb)) {
+			guest_link_shutdown(link, NULL);
+			guest_link_free(link);
+			*why = strdup("the pooled VM's guest link had closed");
+			return MOAT_UNAVAILABLE;
+		}
+		pthread_mutex_lock(&sb->mu);
+		sb->link = link;
+		pthread_mutex_unlock(&sb->mu);
+		return MOAT_OK;
+	}
 	/* QEMU makes the agent socket early in its start; retry until. */
 	for (;;) {
 		bool stop;
@@ -536,7 +568,9 @@ static int
 bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
     enum vmd_bring_up_mode mode)
 {
-	uint64_t ram_bytes = (uint64_t)sb->memory_mib << 20;
+	/* A pooled VMM's sandbox: its memory came counted with it. */
+	bool pooled = sb->memory_reserved;
+	uint64_t ram_bytes = pooled ? 0 : (uint64_t)sb->memory_mib << 20;
 	char what[64];
 	int rv;
 
@@ -544,7 +578,8 @@ bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 	 * that on top of what it has promised, or the VMM would die of
 	 * SIGBUS the day it touches a page that cannot be backed. */
 	snprintf(what, sizeof(what), "a sandbox of %u MiB", sb->memory_mib);
-	if ((rv = vmd_ram_admit(vmd, call, ram_bytes, what)) != MOAT_OK) {
+	if (!pooled &&
+	    (rv = vmd_ram_admit(vmd, call, ram_bytes, what)) != MOAT_OK) {
 		vmd_sandbox_put(sb);
 		return rv;
 	}
@@ -552,14 +587,17 @@ bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 	if (vmd->shutting_down) {
 		pthread_mutex_unlock(&vmd->mu);
 		vmd_ram_admit_done(vmd, ram_bytes);
+		if (pooled)
+			vmd_sandbox_unreserve(sb);
 		vmd_sandbox_put(sb);
 		return moat_rpc_error(call, MOAT_UNAVAILABLE,
 		    "node %s is "
 		    "shutting down: create the sandbox elsewhere",
 		    vmd->cfg.node_id);
 	}
-	if (vmd->memory_mib_reserved + sb->memory_mib >
-	    vmd->cfg.memory_mib_total) {
+	if (!pooled &&
+	    vmd->memory_mib_reserved + sb->memory_mib >
+	        vmd->cfg.memory_mib_total) {
 		uint64_t free_mib =
 		    vmd->cfg.memory_mib_total - vmd->memory_mib_reserved;
 		pthread_mutex_unlock(&vmd->mu);
@@ -586,11 +624,15 @@ bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 		rv = moat_rpc_error(call, MOAT_ALREADY_EXISTS,
 		    "node %s already has a sandbox %s", vmd->cfg.node_id,
 		    sb->id.str);
+		if (pooled)
+			vmd_sandbox_unreserve(sb);
 		vmd_sandbox_put(sb);
 		return rv;
 	}
-	vmd->memory_mib_reserved += sb->memory_mib;
-	sb->memory_reserved = true;
+	if (!pooled) {
+		vmd->memory_mib_reserved += sb->memory_mib;
+		sb->memory_reserved = true;
+	}
 	if (mode == BRING_UP_LISTED)
 		vmd_sandbox_list_locked(sb);
 	pthread_mutex_unlock(&vmd->mu);

@@ -17,6 +17,7 @@ struct sandbox;
 struct vmd;
 struct vmd_shape;
 struct moat_vmm_spec;
+struct guest_link;
 
 /* The image and disk paths of one boot (heap; vmd_boot_files_free). */
 struct vmd_boot_files {
@@ -36,6 +37,16 @@ bool vmd_boot_spec_make(struct sandbox *sb, const char *accel,
     const char *snap_dir, struct vmd_boot_files *f,
     struct moat_vmm_spec *spec);
 void vmd_boot_files_free(struct vmd_boot_files *f);
+
+/* vmd_guest_reset: tells a restored guest's agent (over `link`) that it
+ * is a new VM: the host's clock and fresh entropy, `hostname`, its code
+ * contexts' random generators reseeded when `reseed`, and its egress
+ * proxy on or off. Waits until `deadline`. Returns 0 or a status with
+ * *why (heap). The one place a reset is sent: a restore, and the pool's
+ * pre-warm (pool.c). */
+int vmd_guest_reset(struct guest_link *link, const char *hostname, bool reseed,
+    bool egress_on, uint64_t deadline, char **why)
+    __attribute__((warn_unused_result));
 
 /* How vmd_sandbox_bring_up makes the sandbox known. */
 enum vmd_bring_up_mode {

@@ -223,7 +223,8 @@ room_measure(struct vmd *vmd, struct ram_room *r)
 	if (strcmp(vmd->vmm->name, "qemu") == 0) {
 		r->guests_alloc = guests_allocated();
 		pthread_mutex_lock(&vmd->mu);
-		r->guests = vmd->memory_mib_reserved * MIB;
+		r->guests =
+		    (vmd->memory_mib_reserved + vmd->memory_mib_pooled) * MIB;
 		pthread_mutex_unlock(&vmd->mu);
 	}
 	pthread_mutex_lock(&sr->mu);
@@ -442,6 +443,18 @@ vmd_ram_admit(struct vmd *vmd, struct moat_rpc_call *call, uint64_t bytes,
 	    vmd->cfg.node_id, what, bytes / MIB, vmd_ram_dir(),
 	    r.capacity / MIB, r.guests / MIB, r.snapshots / MIB,
 	    sr->budget / MIB, left > 0 ? (uint64_t)left / MIB : 0);
+}
+
+bool
+vmd_ram_has_room(struct vmd *vmd, uint64_t bytes)
+{
+	struct vmd_snapram *sr = vmd->snapram;
+	struct ram_room r;
+
+	pthread_mutex_lock(&sr->admit_mu);
+	room_measure(vmd, &r);
+	pthread_mutex_unlock(&sr->admit_mu);
+	return room_left(&r) >= (int64_t)bytes;
 }
 
 void

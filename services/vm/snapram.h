@@ -55,6 +55,11 @@ int vmd_snapram_acquire(struct vmd *vmd, struct moat_rpc_call *call,
     __attribute__((warn_unused_result));
 void vmd_snapram_release(struct vmd *vmd, const char *id);
 
+/* vmd_ram_has_room: whether the RAM dir could take `bytes` more now,
+ * without evicting anything (the warm pool asks before it starts a
+ * VMM; nothing is promised). */
+bool vmd_ram_has_room(struct vmd *vmd, uint64_t bytes);
+
 /* vmd_ram_admit: makes sure the RAM dir can take `bytes` more for `what`
  * ("a sandbox of 256 MiB"), evicting snapshot RAM copies when it cannot;
  * the bytes stay reserved until vmd_ram_admit_done(vmd, bytes). Returns

@@ -40,7 +40,6 @@
 #include "snapshot_fetch.h"
 #include "snapshot_meta.h"
 #include "snapshot_push.h"
-#include "templates.h"
 #include "verify.h"
 
 #define SNAP_ID_MAX 160u
@@ -444,10 +443,12 @@ out:
 
 int
 vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
-    struct sandbox *sb, const char *id, const char *dir, bool is_template,
+    struct sandbox *sb, const char *id, const char *dir,
+    vmd_template_prepare_fn *template_prepare,
     const Moat__V1__SnapshotSandboxRequest *req,
     Moat__V1__LocalSnapshot *reply)
 {
+	bool is_template = template_prepare != NULL;
 	Moat__V1__LocalSnapshot meta = MOAT__V1__LOCAL_SNAPSHOT__INIT;
 	struct moat_vmm_snapshot_stats st = { 0 };
 	char *tmp = NULL, *root = NULL, *slash;
@@ -500,9 +501,9 @@ vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
 	if ((rv = snap_capture(vmd, call, sb, id, tmp, root, &st,
 	         &admitted)) != MOAT_OK)
 		goto out_rm;
-	/* Whole before it is sealed and published (templates.h). */
-	if (is_template)
-		vmd_template_keep_ram(vmd, id, tmp);
+	/* Whole before it is sealed and published. */
+	if (template_prepare != NULL)
+		template_prepare(vmd, id, tmp);
 	snap_meta_fill(vmd, &meta, sb, id, dir, tmp, is_template, req, &st,
 	    image_stamp);
 	/* The sandbox's network policy, sealed with the rest (issue 14):
@@ -602,7 +603,7 @@ vmd_snapshot_take(struct vmd *vmd, struct moat_rpc_call *call,
 	if (dir == NULL)
 		rv = moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	else
-		rv = vmd_snapshot_make(vmd, call, sb, id, dir, false, req,
+		rv = vmd_snapshot_make(vmd, call, sb, id, dir, NULL, req,
 		    reply);
 	/* Its caller gave up already: nobody would resume or destroy it. */
 	if (rv == MOAT_OK && req->leave_paused && call->deadline_ms != 0 &&

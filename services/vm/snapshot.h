@@ -42,15 +42,23 @@ int vmd_snapshot_list(struct vmd *vmd, struct moat_rpc_call *call,
 int vmd_snapshot_delete(struct vmd *vmd, struct moat_rpc_call *call,
     const Moat__V1__LocalSnapshotRef *req) __attribute__((warn_unused_result));
 
+/* A node template's last step before it is sealed and published: called
+ * with its id and its still unpublished directory (templates.c moves
+ * its RAM in, so a clone made as soon as it appears finds it whole). */
+typedef void vmd_template_prepare_fn(struct vmd *vmd, const char *id,
+    const char *dir);
+
 /* vmd_snapshot_make: snapshots running sandbox `sb` (a reference the
  * caller keeps) as snapshot `id` into directory `dir` (absent: written
  * as dir.tmp and renamed when complete; on failure nothing is left).
- * `is_template` marks a node template: never pushed to snapd. Fills
+ * `template_prepare` (non-NULL) marks a node template: never pushed to
+ * snapd, and prepared by it before it is sealed. Fills
  * `reply` (may be NULL; heap fields, the caller's message frees them).
  * A full file system is RESOURCE_EXHAUSTED naming dir's parent. Errors
  * go through moat_rpc_error(call, ...); the sandbox keeps running. */
 int vmd_snapshot_make(struct vmd *vmd, struct moat_rpc_call *call,
-    struct sandbox *sb, const char *id, const char *dir, bool is_template,
+    struct sandbox *sb, const char *id, const char *dir,
+    vmd_template_prepare_fn *template_prepare,
     const Moat__V1__SnapshotSandboxRequest *req,
     Moat__V1__LocalSnapshot *reply) __attribute__((warn_unused_result));
 

@@ -598,8 +598,16 @@ tpl_new_id(void)
 	    r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 }
 
-void
-vmd_template_keep_ram(struct vmd *vmd, const char *id, const char *dir)
+/* Moves the template's RAM copy from tmpfs into its directory (still
+ * unpublished: vmd_snapshot_make calls this before the seal and the
+ * rename that make the template visible, so a clone made as soon as it
+ * appears maps or copies the final file, and verifies what it maps), so
+ * that removing a state directory removes its templates whole and they
+ * survive a reboot. The tmpfs copy stays, unlinked, as the RAM that
+ * restores copy from while this vmd runs. On failure the copy stays on
+ * tmpfs, which works as well. */
+static void
+tpl_keep_ram(struct vmd *vmd, const char *id, const char *dir)
 {
 	struct vmd_templates *t = vmd->templates;
 	char *link = moat_asprintf("%s/" MOAT_VMM_SNAP_RAM, dir);
@@ -705,7 +713,8 @@ tpl_build_main(void *arg)
 		rv = moat_rpc_error(&call, MOAT_INTERNAL, "out of memory");
 		goto out;
 	}
-	rv = vmd_snapshot_make(vmd, &call, sb, id, dir, true, NULL, NULL);
+	rv = vmd_snapshot_make(vmd, &call, sb, id, dir, tpl_keep_ram, NULL,
+	    NULL);
 out:
 	vmd_sandbox_destroy_hidden(sb);
 	if (rv == MOAT_OK)

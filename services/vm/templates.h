@@ -27,17 +27,6 @@ int vmd_template_find(struct vmd *vmd, const struct vmd_shape *shape,
 void vmd_template_build_async(struct vmd *vmd, const struct vmd_shape *shape,
     const char *accel);
 
-/* vmd_template_keep_ram: moves a template's RAM copy from tmpfs into
- * `dir` (its snapshot directory, still unpublished: vmd_snapshot_make
- * calls it before the seal and the rename that makes the template
- * visible, so a clone made as soon as it appears maps or copies the
- * final file, and verifies what it maps), so that removing a state
- * directory removes its templates whole and they survive a reboot. The
- * tmpfs copy stays, unlinked, as the RAM that restores copy from while
- * this vmd runs. On failure the copy stays on tmpfs, which works as
- * well. */
-void vmd_template_keep_ram(struct vmd *vmd, const char *id, const char *dir);
-
 /* vmd_template_ram: where a restore of template `id` (directory `dir`)
  * copies its RAM from: "/proc/self/fd/N" of a copy vmd holds in memory
  * (loaded on first use), heap; NULL: use <dir>/ram. */

@@ -234,23 +234,49 @@ log_has(const struct vmd_proc *v, const char *needle)
 	return has;
 }
 
+/* Whether the log's first line with `start` also has `needle`. */
+static bool
+log_line_has(const struct vmd_proc *v, const char *start, const char *needle)
+{
+	char *text = NULL, *at, *nl;
+	size_t len;
+	bool has = false;
+
+	if (moat_read_file(v->log, 64 << 20, &text, &len) != 0)
+		return false;
+	if ((at = strstr(text, start)) != NULL) {
+		if ((nl = strchr(at, '\n')) != NULL)
+			*nl = '\0';
+		has = strstr(at, needle) != NULL;
+	}
+	free(text);
+	return has;
+}
+
 /* Creates a sandbox that must take the pooled VMM `id` (pid `pid`). */
 static Moat__V1__Sandbox *
 create_pooled(struct vmd_proc *v, const char *id, pid_t pid)
 {
 	Moat__V1__Sandbox *sb =
 	    vmd_create_or_fail(v, MEM_MIB, SCRATCH_MIB, LONG_MS);
-	char line[128];
+	char line[128], *out;
 
 	if (strcmp(sb->id, id) != 0) {
 		vmd_log_tail(v, 30);
 		fail_msg("the create did not take pooled VMM %s (got %s)", id,
 		    sb->id);
 	}
+	/* A template's pooled VMM comes running: pre-warmed (pool.h). */
 	snprintf(line, sizeof(line),
-	    "sandbox %s: restoring into a pooled VMM (pid %d)", id, (int)pid);
+	    "sandbox %s: restoring into a pooled VMM (pid %d, pre-warmed)", id,
+	    (int)pid);
 	assert_true(log_has(v, line));
 	assert_int_equal(vmm_pid(id), pid);
+	/* Reset as this sandbox: its own name. */
+	out = sh(v, sb->id, "hostname");
+	snprintf(line, sizeof(line), "%s\n", sb->id);
+	assert_string_equal(out, line);
+	free(out);
 	return sb;
 }
 
@@ -314,6 +340,9 @@ exact_restore(struct vmd_proc *v, const char *id)
 	snprintf(line, sizeof(line), "sandbox %s: restoring into a pooled VMM",
 	    clone);
 	assert_true(log_has(v, line));
+	/* A snapshot's pooled VMM waits paused: the restore loads the
+	 * recorded state itself, never a state that ran on. */
+	assert_false(log_line_has(v, line, "pre-warmed"));
 	free(clone);
 	ref.snapshot_id = snap->snapshot_id;
 	if (vmd_call(v, "DeleteLocalSnapshot", &ref.base,

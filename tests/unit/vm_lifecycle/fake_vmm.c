@@ -103,12 +103,22 @@ agent_main(void *arg)
 			free(frame);
 			if (req == NULL)
 				break;
+			Moat__V1__ExecExit ex = MOAT__V1__EXEC_EXIT__INIT;
+			bool exec = req->op_case ==
+			    MOAT__V1__GUEST_REQUEST__OP_EXEC_START;
+
 			m.id = req->id;
 			m.code = MOAT__V1__CODE__OK;
 			m.body_case = MOAT__V1__GUEST_MESSAGE__BODY_ACK;
 			m.ack = &ack;
 			moat__v1__guest_request__free_unpacked(req, NULL);
 			if (agent_send(fd, &m) != 0)
+				break;
+			/* An exec ends at once, with 0 (the pool's
+			 * warm-up waits for it). */
+			m.body_case = MOAT__V1__GUEST_MESSAGE__BODY_EXEC_EXIT;
+			m.exec_exit = &ex;
+			if (exec && agent_send(fd, &m) != 0)
 				break;
 			continue;
 		}

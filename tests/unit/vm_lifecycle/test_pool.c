@@ -6,7 +6,9 @@
  * and leaves the register, a refill with other ids, a taken VMM no
  * sandbox ran killed with its files, a forgotten template's VMMs
  * killed (also one whose directory went), snapshots' pools (4 at
- * most: the oldest goes), vmd_pool_fini leaving none, a start that fails, and the
+ * most: the oldest goes), pooled VMMs' memory (made while they fit,
+ * handed over by a take, shed for a sandbox), vmd_pool_fini leaving
+ * none, a start that fails, and the
  * leftovers of a dead vmd reaped before adoption. No QEMU; seconds.
  * Not for: real VMMs (tests/integration/vm/test_pool.c).
  */
@@ -276,6 +278,56 @@ test_fill_take_refill(void **state)
 	free(call.error_message);
 }
 
+/* Pooled VMMs count in the node's memory apart from its sandboxes':
+ * made only while they fit beside them, handed over with the take (the
+ * sandbox admits no more for it), given up whole for a sandbox that
+ * needs the room (vmd_pool_shed), and not made again until the pool is
+ * used again. */
+static void
+test_room(void **state)
+{
+	struct env *e = *state;
+	struct moat_rpc_call call = { 0 };
+	char ids[8][24];
+	pid_t pids[8];
+	struct sandbox *sb;
+
+	/* Room for one pooled VMM of 128 MiB beside a sandbox's 128. */
+	e->vmd.cfg.memory_mib_total = 300;
+	e->vmd.memory_mib_reserved = 128;
+	assert_int_equal(vmd_pool_init(&e->vmd), MOAT_OK);
+	want_tpl(e);
+	assert_int_equal(wait_reg(e, 1, ids, pids), 1);
+	usleep(100 * 1000);
+	assert_int_equal(reg_list(e, ids, pids, 8), 1);
+	assert_int_equal(e->vmd.memory_mib_pooled, 128);
+	assert_int_equal(e->vmd.memory_mib_reserved, 128);
+
+	/* Given up for a sandbox: killed, its files and memory back. */
+	assert_int_equal(vmd_pool_shed(&e->vmd), 1);
+	assert_int_equal(e->vmd.memory_mib_pooled, 0);
+	assert_int_equal(reg_list(e, ids, pids, 8), 0);
+	assert_true(gone(pids[0]));
+	assert_false(vm_dir_exists(e, ids[0]));
+	usleep(100 * 1000);
+	assert_int_equal(reg_list(e, ids, pids, 8), 0);
+
+	/* Used again: it refills, and a take hands its memory over. */
+	want_tpl(e);
+	assert_int_equal(wait_reg(e, 1, ids, pids), 1);
+	fake_node_call_init(&call);
+	sb = fake_node_sandbox(&e->vmd, &call, 0);
+	assert_true(vmd_pool_take(&e->vmd, "tpl-1", sb));
+	assert_true(sb->memory_reserved);
+	assert_int_equal(e->vmd.memory_mib_pooled, 0);
+	assert_int_equal(e->vmd.memory_mib_reserved, 256);
+	vmd_sandbox_unreserve(sb);
+	assert_int_equal(e->vmd.memory_mib_reserved, 128);
+	vmd_sandbox_put(sb);
+	e->vmd.memory_mib_reserved = 0;
+	free(call.error_message);
+}
+
 static void
 test_fini_kills_all(void **state)
 {
@@ -472,6 +524,7 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_off, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fill_take_refill, setup,
 		    teardown),
+		cmocka_unit_test_setup_teardown(test_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fini_kills_all, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_template_gone, setup,
