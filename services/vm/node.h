@@ -178,6 +178,10 @@ struct vmd {
 	 * count, but not in memory_mib_reserved (a create that needs the
 	 * room has the pool give them up first). */
 	uint64_t memory_mib_pooled;
+	/* Of the two above: guests whose RAM is a private mapping of a
+	 * snapshot's file (ram-sharing private), which their writes never
+	 * put in the RAM dir (its admission leaves them out). */
+	uint64_t memory_mib_mapped;
 	bool shutting_down;
 	bool cordoned;       /* cordon.c: no new sandboxes */
 	char *cordon_reason; /* heap or NULL */

@@ -7,11 +7,13 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "node.h"
+#include "ramdir.h"
 #include "pool.h"
 #include "sandbox.h"
 #include "sandbox_boot.h"
@@ -70,6 +73,8 @@ struct pool_slot {
 	struct guest_link *link;
 	struct pool_warm *warm;
 	uint32_t reserved_mib; /* in vmd->memory_mib_pooled */
+	bool mapped;           /* ...and memory_mib_mapped (ram-sharing
+	                          private) */
 };
 
 /* One template's pool. Kept until vmd_pool_fini (the refill thread may
@@ -295,31 +300,51 @@ slot_unlink(struct pool_slot *s)
  * has that room left beside its sandboxes and pooled VMMs, in memory and
  * in the RAM dir (nothing is evicted for it). False: no room. */
 static bool
-pool_reserve(struct vmd *vmd, uint32_t mib)
+pool_reserve(struct vmd *vmd, struct pool_slot *s, uint32_t mib)
 {
+	/* A restore maps the source's RAM privately (qemu_ram_backing). */
+	bool mapped = vmd_ram_private();
 	bool ok;
 
-	if (!vmd_ram_has_room(vmd, (uint64_t)mib << 20))
+	if (!vmd_ram_has_room(vmd, mapped ? 0 : (uint64_t)mib << 20))
 		return false;
 	pthread_mutex_lock(&vmd->mu);
 	ok = !vmd->shutting_down &&
 	    vmd->memory_mib_reserved + vmd->memory_mib_pooled + mib <=
 	        vmd->cfg.memory_mib_total;
-	if (ok)
+	if (ok) {
 		vmd->memory_mib_pooled += mib;
+		if (mapped)
+			vmd->memory_mib_mapped += mib;
+		s->reserved_mib = mib;
+		s->mapped = mapped;
+	}
 	pthread_mutex_unlock(&vmd->mu);
 	return ok;
+}
+
+/* Takes s's memory out of the pool's count (mu held). */
+static void
+pool_unreserve_locked(struct vmd *vmd, struct pool_slot *s)
+{
+	vmd->memory_mib_pooled -= s->reserved_mib < vmd->memory_mib_pooled ?
+	    s->reserved_mib :
+	    vmd->memory_mib_pooled;
+	if (s->mapped)
+		vmd->memory_mib_mapped -=
+		    s->reserved_mib < vmd->memory_mib_mapped ?
+		    s->reserved_mib :
+		    vmd->memory_mib_mapped;
+	s->reserved_mib = 0;
+	s->mapped = false;
 }
 
 static void
 pool_unreserve(struct vmd *vmd, struct pool_slot *s)
 {
 	pthread_mutex_lock(&vmd->mu);
-	vmd->memory_mib_pooled -= s->reserved_mib < vmd->memory_mib_pooled ?
-	    s->reserved_mib :
-	    vmd->memory_mib_pooled;
+	pool_unreserve_locked(vmd, s);
 	pthread_mutex_unlock(&vmd->mu);
-	s->reserved_mib = 0;
 }
 
 /* Kills a pooled VMM `vm` that no sandbox ran (its directory `dir`,
@@ -505,12 +530,11 @@ pool_make(struct vmd *vmd, const struct pool_job *job, struct pool_slot **out,
 	}
 	/* Counted before it holds memory; never in a sandbox's way (a
 	 * create short of room has the pool give its VMMs up). */
-	if (!pool_reserve(vmd, job->memory_mib)) {
+	if (!pool_reserve(vmd, slot, job->memory_mib)) {
 		*why = strdup("no room on the node");
 		rv = MOAT_RESOURCE_EXHAUSTED;
 		goto fail;
 	}
-	slot->reserved_mib = job->memory_mib;
 	/* Registered before anything runs: a vmd killed from here on
 	 * leaves nothing the next one does not find. */
 	if ((e = reg_write(vmd, slot->id, 0)) != 0 ||
@@ -598,16 +622,29 @@ pool_next(struct vmd_pool *p)
 	return best;
 }
 
-/* The pools of templates whose directory is gone (dropped, or their
- * image removed) are emptied: their slots, for the caller to discard
- * unlocked. p->mu held. */
+/* Whether source t is still there to clone: its RAM (for a snapshot, a
+ * link to its copy in the RAM dir, which eviction removes). */
+static bool
+source_there(const struct pool_tpl *t)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/" MOAT_VMM_SNAP_RAM, t->tdir);
+	return stat(path, &st) == 0;
+}
+
+/* The pools of sources that are gone (a template dropped, or its image
+ * removed; a snapshot deleted, or its RAM evicted to disk, which its
+ * pooled VMMs would keep in memory) are emptied: their slots, for the
+ * caller to discard unlocked. p->mu held. */
 static struct pool_slot *
 pool_sweep(struct vmd_pool *p)
 {
 	struct pool_slot *gone = NULL;
 
 	for (struct pool_tpl *t = p->tpls; t != NULL; t = t->next) {
-		if (t->dropped || access(t->tdir, F_OK) == 0)
+		if (t->dropped || source_there(t))
 			continue;
 		t->dropped = true;
 		while (t->slots != NULL) {
@@ -630,26 +667,28 @@ pool_main(void *arg)
 
 	pthread_mutex_lock(&p->mu);
 	while (!p->stopping) {
-		struct pool_tpl *t = pool_next(p);
-		struct pool_slot *slot = NULL;
+		struct pool_slot *slot = NULL, *gone;
 		struct pool_job job = { 0 };
+		struct pool_tpl *t;
+		uint64_t now = moat_rpc_now_ms();
 		char *why = NULL;
 		int rv;
 
-		if (t != NULL && moat_rpc_now_ms() < p->quiet_at) {
-			(void)vmd_cond_wait_until(&p->cv, &p->mu, p->quiet_at);
+		/* Sources gone first, on every wakeup (at least every
+		 * POOL_SWEEP_MS): their VMMs hold memory. */
+		if ((gone = pool_sweep(p)) != NULL) {
+			pthread_mutex_unlock(&p->mu);
+			slots_discard(vmd, gone);
+			pthread_mutex_lock(&p->mu);
 			continue;
 		}
-		if (t == NULL) {
-			struct pool_slot *gone;
+		t = pool_next(p);
+		if (t == NULL || now < p->quiet_at) {
+			uint64_t until = now + POOL_SWEEP_MS;
 
-			(void)vmd_cond_wait_until(&p->cv, &p->mu,
-			    moat_rpc_now_ms() + POOL_SWEEP_MS);
-			if ((gone = pool_sweep(p)) != NULL) {
-				pthread_mutex_unlock(&p->mu);
-				slots_discard(vmd, gone);
-				pthread_mutex_lock(&p->mu);
-			}
+			if (t != NULL && p->quiet_at < until)
+				until = p->quiet_at;
+			(void)vmd_cond_wait_until(&p->cv, &p->mu, until);
 			continue;
 		}
 		job.snapshot = t->snapshot;
@@ -868,12 +907,18 @@ vmd_pool_take(struct vmd *vmd, const char *src, struct sandbox *sb)
 	/* Its memory is the sandbox's now, counted as a sandbox's
 	 * (bring_up_admit admits no more for it). */
 	pthread_mutex_lock(&vmd->mu);
-	vmd->memory_mib_pooled -= slot->reserved_mib < vmd->memory_mib_pooled ?
-	    slot->reserved_mib :
-	    vmd->memory_mib_pooled;
 	if (slot->reserved_mib == sb->memory_mib) {
+		/* Out of the pool's count, into the sandboxes' (a mapped
+		 * one stays in memory_mib_mapped, now sb's). */
+		vmd->memory_mib_pooled -=
+		    slot->reserved_mib < vmd->memory_mib_pooled ?
+		    slot->reserved_mib :
+		    vmd->memory_mib_pooled;
 		vmd->memory_mib_reserved += sb->memory_mib;
 		sb->memory_reserved = true;
+		sb->ram_mapped = slot->mapped;
+	} else {
+		pool_unreserve_locked(vmd, slot);
 	}
 	pthread_mutex_unlock(&vmd->mu);
 	*sb->pooled = slot->vm;
@@ -924,8 +969,10 @@ vmd_pool_shed(struct vmd *vmd)
 }
 
 void
-vmd_pool_make_room(struct vmd *vmd, const struct sandbox *sb)
+vmd_pool_make_room(struct vmd *vmd, const struct sandbox *sb, bool restore)
 {
+	/* As vmd_sandbox_bring_up will count it. */
+	bool mapped = restore && vmd_ram_private();
 	bool short_of_room;
 
 	if (vmd->pool == NULL || sb->memory_reserved)
@@ -937,7 +984,8 @@ vmd_pool_make_room(struct vmd *vmd, const struct sandbox *sb)
 	        vmd->cfg.memory_mib_total;
 	pthread_mutex_unlock(&vmd->mu);
 	if (short_of_room ||
-	    !vmd_ram_has_room(vmd, (uint64_t)sb->memory_mib << 20))
+	    !vmd_ram_has_room(vmd,
+	        mapped ? 0 : (uint64_t)sb->memory_mib << 20))
 		(void)vmd_pool_shed(vmd);
 }
 

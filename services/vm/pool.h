@@ -74,10 +74,12 @@ bool vmd_pool_take(struct vmd *vmd, const char *src, struct sandbox *sb);
  * used again (vmd_pool_make_room). Returns how many went. */
 uint32_t vmd_pool_shed(struct vmd *vmd);
 
-/* vmd_pool_make_room: before sb (not a pooled VMM's) is admitted: when
- * the pooled VMMs not taken stand in its way, in the node's memory or
- * its RAM dir, they are given up (vmd_pool_shed). */
-void vmd_pool_make_room(struct vmd *vmd, const struct sandbox *sb);
+/* vmd_pool_make_room: before sb (not a pooled VMM's; a clone when
+ * `restore`) is admitted: when the pooled VMMs not taken stand in its
+ * way, in the node's memory or its RAM dir, they are given up
+ * (vmd_pool_shed). */
+void vmd_pool_make_room(struct vmd *vmd, const struct sandbox *sb,
+    bool restore);
 
 /* vmd_pool_forget: template or snapshot `src` is gone: its pooled VMMs
  * are killed and their files removed. (Ones removed otherwise, a

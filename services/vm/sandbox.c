@@ -268,6 +268,8 @@ vmd_sandbox_unreserve(struct sandbox *sb)
 	pthread_mutex_lock(&vmd->mu);
 	if (sb->memory_reserved) {
 		vmd->memory_mib_reserved -= sb->memory_mib;
+		if (sb->ram_mapped)
+			vmd->memory_mib_mapped -= sb->memory_mib;
 		sb->memory_reserved = false;
 	}
 	pthread_mutex_unlock(&vmd->mu);

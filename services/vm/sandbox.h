@@ -79,6 +79,9 @@ struct sandbox {
 	 * place swaps its way in). Under vmd->mu. */
 	bool listed;          /* in vmd->sandboxes */
 	bool memory_reserved; /* counted in vmd's memory_mib_reserved */
+	bool ram_mapped;      /* restored with ram-sharing private: also in
+	                         memory_mib_mapped (no RAM file in the RAM
+	                         dir) */
 
 	/* Fixed at creation; read without a lock. */
 	struct sandbox_id id;

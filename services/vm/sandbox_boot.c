@@ -29,6 +29,7 @@
 #include "moat/status.h"
 #include "moat/util.h"
 #include "node.h"
+#include "ramdir.h"
 #include "sandbox.h"
 #include "sandbox_boot.h"
 #include "sandbox_supervise.h"
@@ -568,9 +569,11 @@ static int
 bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
     enum vmd_bring_up_mode mode)
 {
-	/* A pooled VMM's sandbox: its memory came counted with it. */
+	/* A pooled VMM's sandbox: its memory came counted with it. A
+	 * private mapping of a snapshot's RAM puts nothing in the RAM dir. */
 	bool pooled = sb->memory_reserved;
-	uint64_t ram_bytes = pooled ? 0 : (uint64_t)sb->memory_mib << 20;
+	uint64_t ram_bytes =
+	    pooled || sb->ram_mapped ? 0 : (uint64_t)sb->memory_mib << 20;
 	char what[64];
 	int rv;
 
@@ -631,6 +634,8 @@ bring_up_admit(struct vmd *vmd, struct moat_rpc_call *call, struct sandbox *sb,
 	}
 	if (!pooled) {
 		vmd->memory_mib_reserved += sb->memory_mib;
+		if (sb->ram_mapped)
+			vmd->memory_mib_mapped += sb->memory_mib;
 		sb->memory_reserved = true;
 	}
 	if (mode == BRING_UP_LISTED)
@@ -879,6 +884,9 @@ vmd_sandbox_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 		vmd_sandbox_put(sb);
 		return rv;
 	}
+	/* As the driver maps it (qemu.c's qemu_ram_backing). */
+	if (!sb->memory_reserved)
+		sb->ram_mapped = snap_dir != NULL && vmd_ram_private();
 	if ((rv = bring_up_admit(vmd, call, sb, mode)) != MOAT_OK)
 		return rv;
 	tm->admit_ms = vmd_now_ms_exact() - t;

@@ -58,7 +58,7 @@ sandbox_create_templated(struct vmd *vmd, struct moat_rpc_call *call,
 		    sb->test_mode == NULL && vmd_pool_take(vmd, tid, sb);
 		if (!pooled)
 			sb->ram_spare = vmd_template_take_spare(vmd, tid);
-		vmd_pool_make_room(vmd, sb);
+		vmd_pool_make_room(vmd, sb, true);
 		rv = vmd_sandbox_bring_up(vmd, call, sb, tdir, accel,
 		    BRING_UP_LISTED, NULL, out);
 		/* The template is in use: keep its pool full (after the
@@ -158,7 +158,7 @@ vmd_sandbox_create(struct vmd *vmd, struct moat_rpc_call *call,
 		return moat_rpc_error(call, MOAT_INTERNAL, "out of memory");
 	sb->timings.t0 = t0;
 	sb->timings.kind = "boot";
-	vmd_pool_make_room(vmd, sb);
+	vmd_pool_make_room(vmd, sb, false);
 	rv = vmd_sandbox_bring_up(vmd, call, sb, NULL, NULL, BRING_UP_LISTED,
 	    NULL, out);
 	/* The first cold boot of a shape makes its template, after this

@@ -381,7 +381,7 @@ restore_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 	bool stopping;
 	int rv;
 
-	vmd_pool_make_room(vmd, sb);
+	vmd_pool_make_room(vmd, sb, true);
 	rv = vmd_sandbox_bring_up(vmd, call, sb, r->snap_dir, accel,
 	    r->old ? BRING_UP_REPLACE : BRING_UP_LISTED, r->old, out);
 	pthread_mutex_lock(&vmd->mu);
@@ -397,7 +397,7 @@ restore_bring_up(struct vmd *vmd, struct moat_rpc_call *call,
 		free(call->error_message);
 		call->error_message = NULL;
 		if ((rv = restore_alloc(vmd, call, r, &sb)) == MOAT_OK) {
-			vmd_pool_make_room(vmd, sb);
+			vmd_pool_make_room(vmd, sb, true);
 			rv = vmd_sandbox_bring_up(vmd, call, sb, r->snap_dir,
 			    accel, BRING_UP_LISTED, NULL, out);
 		}

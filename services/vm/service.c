@@ -20,6 +20,7 @@
 #include "image_store.h"
 #include "lifetime.h"
 #include "node.h"
+#include "pool.h"
 #include "sandbox.h"
 #include "sandbox_create.h"
 #include "sandbox_restore.h"
@@ -388,8 +389,14 @@ static int
 h_delete_local_snapshot(struct moat_rpc_call *call,
     const ProtobufCMessage *request, ProtobufCMessage *reply)
 {
-	return vmd_snapshot_delete(VMD(call), call,
-	    (const Moat__V1__LocalSnapshotRef *)request);
+	const Moat__V1__LocalSnapshotRef *req =
+	    (const Moat__V1__LocalSnapshotRef *)request;
+	int rv = vmd_snapshot_delete(VMD(call), call, req);
+
+	/* Its pooled VMMs hold its RAM (mapped, or a copy): they go now. */
+	if (rv == MOAT_OK)
+		vmd_pool_forget(VMD(call), req->snapshot_id);
+	return rv;
 }
 
 static int

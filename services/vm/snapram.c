@@ -223,8 +223,13 @@ room_measure(struct vmd *vmd, struct ram_room *r)
 	if (strcmp(vmd->vmm->name, "qemu") == 0) {
 		r->guests_alloc = guests_allocated();
 		pthread_mutex_lock(&vmd->mu);
-		r->guests =
-		    (vmd->memory_mib_reserved + vmd->memory_mib_pooled) * MIB;
+		uint64_t in_dir = vmd->memory_mib_reserved +
+		    vmd->memory_mib_pooled;
+
+		in_dir -= vmd->memory_mib_mapped < in_dir ?
+		    vmd->memory_mib_mapped :
+		    in_dir;
+		r->guests = in_dir * MIB;
 		pthread_mutex_unlock(&vmd->mu);
 	}
 	pthread_mutex_lock(&sr->mu);

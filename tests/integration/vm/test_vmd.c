@@ -113,6 +113,12 @@ exec_vmd(const struct vmd_proc *v, void *arg)
 		    1);
 	else if (getenv("MOAT_VMD_RAM_SHARING") == NULL)
 		setenv("MOAT_VMD_RAM_SHARING", "copy", 1);
+	/* The warm VMM pool (default 2) off unless asked: these cases
+	 * check the RAM dir's budget, template spares and restores as
+	 * such; vm_pool covers the pool, and every stack test runs with
+	 * it. */
+	if (getenv("MOAT_VMD_VMM_POOL") == NULL)
+		setenv("MOAT_VMD_VMM_POOL", "0", 1);
 	if (a->survey != NULL)
 		setenv("MOAT_VMD_SURVEY", a->survey, 1);
 	else

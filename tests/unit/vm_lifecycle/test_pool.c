@@ -35,6 +35,7 @@
 #include "moat/util.h"
 #include "node.h"
 #include "pool.h"
+#include "ramdir.h"
 #include "sandbox.h"
 #include "snapshot_meta.h"
 #include "spawn.h"
@@ -74,6 +75,7 @@ setup(void **state)
 	snprintf(e->tdir, sizeof(e->tdir), "%s/tpl-1", e->root);
 	assert_int_equal(moat_mkdir_p(e->tdir, 0700), 0);
 	fake_node_touch(e->tdir, "scratch.ext4");
+	fake_node_touch(e->tdir, "ram");
 	reaped = 0;
 	*state = e;
 	return 0;
@@ -328,6 +330,49 @@ test_room(void **state)
 	free(call.error_message);
 }
 
+/* With ram-sharing = private a pooled VMM maps its source's RAM: its
+ * memory counts in the node's, and in memory_mib_mapped, which the RAM
+ * dir's admission leaves out; the take hands both to the sandbox. */
+static void
+test_room_mapped(void **state)
+{
+	struct env *e = *state;
+	struct moat_rpc_call call = { 0 };
+	char ids[8][24], *err = NULL;
+	pid_t pids[8];
+	struct sandbox *sb;
+
+	assert_int_equal(vmd_ram_sharing_set("private", "/bin/sh", &err),
+	    MOAT_OK);
+	e->vmd.cfg.vmm_pool = 1;
+	assert_int_equal(vmd_pool_init(&e->vmd), MOAT_OK);
+	want_tpl(e);
+	assert_int_equal(wait_reg(e, 1, ids, pids), 1);
+	assert_int_equal(e->vmd.memory_mib_pooled, 128);
+	assert_int_equal(e->vmd.memory_mib_mapped, 128);
+	fake_node_call_init(&call);
+	sb = fake_node_sandbox(&e->vmd, &call, 0);
+	assert_true(vmd_pool_take(&e->vmd, "tpl-1", sb));
+	assert_true(sb->memory_reserved);
+	assert_true(sb->ram_mapped);
+	assert_int_equal(e->vmd.memory_mib_pooled, 0);
+	assert_int_equal(e->vmd.memory_mib_reserved, 128);
+	assert_int_equal(e->vmd.memory_mib_mapped, 128);
+	vmd_sandbox_unreserve(sb);
+	assert_int_equal(e->vmd.memory_mib_reserved, 0);
+	assert_int_equal(e->vmd.memory_mib_mapped, 0);
+	vmd_sandbox_put(sb);
+	/* Shed: its mapped memory goes with it. */
+	want_tpl(e);
+	assert_int_equal(wait_reg(e, 1, ids, pids), 1);
+	assert_int_equal(e->vmd.memory_mib_mapped, 128);
+	assert_int_equal(vmd_pool_shed(&e->vmd), 1);
+	assert_int_equal(e->vmd.memory_mib_mapped, 0);
+	assert_int_equal(e->vmd.memory_mib_pooled, 0);
+	assert_int_equal(vmd_ram_sharing_set("copy", NULL, &err), MOAT_OK);
+	free(call.error_message);
+}
+
 static void
 test_fini_kills_all(void **state)
 {
@@ -375,18 +420,58 @@ test_template_gone(void **state)
 	}
 }
 
-/* A snapshot directory `name` under root with a meta and a disk. */
+/* A snapshot directory `name` under root with a meta, a disk and its
+ * RAM: a link to a copy in <root>/<name>.ram, as in the RAM dir. */
 static void
 make_snapshot(struct env *e, const char *name, char *dir, size_t size)
 {
 	Moat__V1__LocalSnapshot m = MOAT__V1__LOCAL_SNAPSHOT__INIT;
+	char copy[512], link[600];
 
 	snprintf(dir, size, "%s/%s", e->root, name);
 	assert_int_equal(moat_mkdir_p(dir, 0700), 0);
 	fake_node_touch(dir, "scratch.ext4");
+	snprintf(copy, sizeof(copy), "%s.ram", name);
+	fake_node_touch(e->root, copy);
+	snprintf(copy, sizeof(copy), "%s/%s.ram", e->root, name);
+	snprintf(link, sizeof(link), "%s/ram", dir);
+	assert_int_equal(symlink(copy, link), 0);
 	m.snapshot_id = (char *)name;
 	m.image = "default";
 	assert_int_equal(vmd_snapshot_write_meta(dir, &m), 0);
+}
+
+/* A snapshot whose RAM copy is evicted to disk (its link in the
+ * snapshot directory dangles): its pooled VMMs, which would keep that
+ * RAM in memory, are killed by the refill thread. */
+static void
+test_snapshot_evicted(void **state)
+{
+	struct env *e = *state;
+	struct vmd_shape shape = { .image = "default",
+		.vcpus = 1,
+		.memory_mib = 128,
+		.scratch_mib = 64 };
+	char dir[512], copy[600], ids[8][24];
+	pid_t pids[8];
+	int n = 2;
+
+	assert_int_equal(vmd_pool_init(&e->vmd), MOAT_OK);
+	make_snapshot(e, "snap-ev", dir, sizeof(dir));
+	vmd_pool_want(&e->vmd, "snap-ev", dir, &shape, "tcg", true);
+	assert_int_equal(wait_reg(e, 2, ids, pids), 2);
+	snprintf(copy, sizeof(copy), "%s/snap-ev.ram", e->root);
+	assert_int_equal(unlink(copy), 0);
+	for (int i = 0; i < 100 && n > 0; i++) {
+		char more[8][24];
+		pid_t mp[8];
+
+		usleep(100 * 1000);
+		n = reg_list(e, more, mp, 8);
+	}
+	assert_int_equal(n, 0);
+	for (int i = 0; i < 2; i++)
+		assert_true(gone(pids[i]));
 }
 
 /* Snapshots get pools too (restores and forks), the 4 most recently
@@ -525,9 +610,13 @@ main(void)
 		cmocka_unit_test_setup_teardown(test_fill_take_refill, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_room, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_room_mapped, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_fini_kills_all, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_template_gone, setup,
+		    teardown),
+		cmocka_unit_test_setup_teardown(test_snapshot_evicted, setup,
 		    teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_pools, setup,
 		    teardown),
