@@ -72,8 +72,8 @@ tsan_targets=(test_lib_rpc test_lib_rpc_defer test_concurrency test_forward test
 	test_http test_mcp_http test_snapd test_vm_guest_link test_lib_tls
 	test_node_proof test_crosshost test_vm_pushq test_lib_metrics
 	test_record_async test_drain test_quota_cluster test_grpc_wire
-	test_grpc_exec)
-tsan_tests='^(lib_metrics|lib_rpc|lib_rpc_defer|session\.test_concurrency|gateway\.test_forward|gateway\.test_services|gateway\.test_http|gateway\.test_mcp_http|snapshot\.test_snapd|vm_guest_link|lib_tls|gateway\.test_node_proof|gateway\.test_crosshost|vm_pushq|gateway\.test_record_async|gateway\.test_drain|gateway\.test_quota_cluster|gateway\.test_grpc_wire|gateway\.test_grpc_exec)$'
+	test_grpc_exec test_vm_pool_unit)
+tsan_tests='^(lib_metrics|lib_rpc|lib_rpc_defer|session\.test_concurrency|gateway\.test_forward|gateway\.test_services|gateway\.test_http|gateway\.test_mcp_http|snapshot\.test_snapd|vm_guest_link|lib_tls|gateway\.test_node_proof|gateway\.test_crosshost|vm_pushq|gateway\.test_record_async|gateway\.test_drain|gateway\.test_quota_cluster|gateway\.test_grpc_wire|gateway\.test_grpc_exec|vm_pool_unit)$'
 
 tsan_probe() {
 	local d

@@ -374,6 +374,34 @@ test_restored_stale_answer_dropped(void **state)
 	pthread_mutex_unlock(&f->seen.mu);
 }
 
+/* A pooled VM's link handed to its sandbox: from the swap on, the
+ * new hooks hear the guest (AgentReady, the close) and the old ones
+ * nothing more. */
+static void
+test_set_hooks(void **state)
+{
+	struct fixture *f = *state;
+	struct seen other;
+
+	seen_init(&other);
+	assert_true(guest_link_set_hooks(f->gl, &hooks, &other));
+	send_ready(f->agent_fd);
+	close(f->agent_fd);
+	f->agent_fd = -1;
+	assert_int_equal(wait_closed(&other), 1);
+	pthread_mutex_lock(&other.mu);
+	assert_int_equal(other.ready, 1);
+	assert_false(other.violation);
+	pthread_mutex_unlock(&other.mu);
+	pthread_mutex_lock(&f->seen.mu);
+	assert_int_equal(f->seen.ready, 0);
+	assert_int_equal(f->seen.closed, 0);
+	pthread_mutex_unlock(&f->seen.mu);
+	/* Closed: no swap any more (the old hooks were told). */
+	assert_false(guest_link_set_hooks(f->gl, &hooks, &f->seen));
+	guest_link_shutdown(f->gl, NULL);
+}
+
 static void
 test_eof_is_not_violation(void **state)
 {
@@ -671,6 +699,8 @@ main(void)
 		    test_unsolicited_reply_is_violation, setup, teardown),
 		cmocka_unit_test_setup_teardown(
 		    test_restored_stale_answer_dropped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_set_hooks, setup,
+		    teardown),
 		cmocka_unit_test_setup_teardown(test_eof_is_not_violation,
 		    setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown_wakes_callers,
