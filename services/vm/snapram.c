@@ -223,8 +223,8 @@ room_measure(struct vmd *vmd, struct ram_room *r)
 	if (strcmp(vmd->vmm->name, "qemu") == 0) {
 		r->guests_alloc = guests_allocated();
 		pthread_mutex_lock(&vmd->mu);
-		uint64_t in_dir = vmd->memory_mib_reserved +
-		    vmd->memory_mib_pooled;
+		uint64_t in_dir =
+		    vmd->memory_mib_reserved + vmd->memory_mib_pooled;
 
 		in_dir -= vmd->memory_mib_mapped < in_dir ?
 		    vmd->memory_mib_mapped :
