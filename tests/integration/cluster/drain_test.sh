@@ -120,12 +120,13 @@ exp0=$(exp_of "$pid")
 # writer: 1, 2, ... into $iid:/root/counter.txt until $work/stop exists,
 # each value retried until a write of it answers OK (one that failed
 # may still have landed: the loop only stops after a success), the last
-# written into $work/last.
+# written into $work/last (replaced by a rename: a reader never sees it
+# empty).
 writer() {
 	local i=1
 	while :; do
 		if echo "$i" | moat --timeout 15 cp - "$iid:/root/counter.txt" >/dev/null 2>>"$work/writer.err"; then
-			echo "$i" >"$work/last"
+			echo "$i" >"$work/last.tmp" && mv -f "$work/last.tmp" "$work/last"
 			i=$((i + 1))
 			[ -e "$work/stop" ] && break
 		else
